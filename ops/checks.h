@@ -1,0 +1,111 @@
+// Argument checks shared by the CPU and CUDA entry points of every op. They run in the
+// function the dispatcher calls, so Python, TorchScript and C++ callers all get them;
+// the kernels behind them trust their inputs.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include <optional>
+
+namespace quiver {
+
+inline void check_index_vector(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.dim() == 1, name, " must be a 1-D tensor, got shape ", t.sizes());
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, name,
+              " must hold int32 or int64 ids, got ", t.scalar_type());
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+}
+
+inline void check_fanout(int64_t fanout, const char* name) {
+  TORCH_CHECK_VALUE(fanout >= -1, name, " must be -1 (all neighbors) or >= 0, got ", fanout);
+}
+
+// Shapes and dtypes of a CSR topology; where it lives is each backend's business.
+inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices,
+                             const std::optional<at::Tensor>& edge_ids) {
+  TORCH_CHECK_VALUE(indptr.dim() == 1 && indptr.numel() >= 1,
+              "indptr must be a 1-D tensor of num_nodes + 1 offsets, got shape ", indptr.sizes());
+  TORCH_CHECK_TYPE(indptr.scalar_type() == at::kLong, "indptr must be int64, got ",
+              indptr.scalar_type());
+  TORCH_CHECK(indptr.is_contiguous(), "indptr must be contiguous");
+  check_index_vector(indices, "indices");
+  if (edge_ids.has_value()) {
+    const at::Tensor& eid = *edge_ids;
+    TORCH_CHECK_TYPE(eid.dim() == 1 && eid.scalar_type() == at::kLong && eid.is_contiguous(),
+                "edge_ids must be a contiguous 1-D int64 tensor, got ", eid.scalar_type(),
+                " of shape ", eid.sizes());
+    TORCH_CHECK_VALUE(eid.numel() == indices.numel(), "edge_ids has ", eid.numel(),
+                " entries but indices has ", indices.numel());
+    TORCH_CHECK(eid.device() == indices.device(), "edge_ids is on ", eid.device(),
+                " but indices is on ", indices.device());
+  }
+  TORCH_CHECK(indptr.device() == indices.device(), "indptr is on ", indptr.device(),
+              " but indices is on ", indices.device());
+}
+
+inline void check_sample_neighbors_args(const at::Tensor& indptr, const at::Tensor& indices,
+                                        const at::Tensor& seeds, int64_t fanout,
+                                        const std::optional<at::Tensor>& edge_ids) {
+  check_csr_shapes(indptr, indices, edge_ids);
+  check_index_vector(seeds, "seeds");
+  check_fanout(fanout, "fanout");
+}
+
+inline void check_sample_subgraph_args(const at::Tensor& indptr, const at::Tensor& indices,
+                                       const at::Tensor& seeds, at::IntArrayRef fanouts,
+                                       const std::optional<at::Tensor>& edge_ids) {
+  check_csr_shapes(indptr, indices, edge_ids);
+  check_index_vector(seeds, "seeds");
+  TORCH_CHECK_VALUE(!fanouts.empty(), "fanouts must name at least one hop, got []");
+  for (size_t hop = 0; hop < fanouts.size(); ++hop) {
+    TORCH_CHECK_VALUE(fanouts[hop] >= -1, "fanouts[", hop, "] must be -1 (all neighbors) or >= 0, got ",
+                fanouts[hop], " (fanouts = ", fanouts, ")");
+  }
+}
+
+inline void check_csr_from_coo_args(const at::Tensor& row, const at::Tensor& col,
+                                    int64_t num_nodes) {
+  check_index_vector(row, "row");
+  check_index_vector(col, "col");
+  TORCH_CHECK_VALUE(row.numel() == col.numel(), "row has ", row.numel(), " entries but col has ",
+              col.numel());
+  TORCH_CHECK_TYPE(row.scalar_type() == col.scalar_type(), "row is ", row.scalar_type(),
+              " but col is ", col.scalar_type());
+  TORCH_CHECK(row.device() == col.device(), "row is on ", row.device(), " but col is on ",
+              col.device());
+  TORCH_CHECK_VALUE(num_nodes >= 0, "num_nodes must be >= 0, got ", num_nodes);
+  if (row.scalar_type() == at::kInt) {
+    TORCH_CHECK_VALUE(num_nodes <= std::numeric_limits<int32_t>::max() + int64_t{1},
+                "num_nodes = ", num_nodes, " does not fit int32 ids; pass int64 row/col");
+  }
+}
+
+inline void check_gather_rows_args(const at::Tensor& table, const at::Tensor& ids) {
+  TORCH_CHECK_VALUE(table.dim() >= 1, "table must have at least one dimension (rows), got a scalar");
+  TORCH_CHECK_VALUE(table.is_contiguous(),
+              "table must be contiguous (row-major); call .contiguous() once up front");
+  check_index_vector(ids, "ids");
+}
+
+// The first and last offsets of a CSR, read wherever indptr lives.
+inline void check_csr_ends(int64_t first, int64_t last, int64_t num_edges) {
+  TORCH_CHECK_VALUE(first == 0 && last == num_edges,
+                    "indptr and indices disagree: indptr[0] = ", first, " and indptr[-1] = ", last,
+                    ", but indices has ", num_edges, " entries");
+}
+
+// Errors map to Python types: dtypes raise TypeError, bad values ValueError, ids out of
+// range IndexError, everything else (devices, placement) RuntimeError.
+
+// Host-side range check of ids against [0, limit). `what` names the argument.
+template <typename id_t>
+void check_ids_in_range(const id_t* ids, int64_t n, int64_t limit, const char* what) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = static_cast<int64_t>(ids[i]);
+    TORCH_CHECK_INDEX(id >= 0 && id < limit, what, "[", i, "] = ", id, " is out of range [0, ", limit,
+                ")");
+  }
+}
+
+}  // namespace quiver

@@ -1,0 +1,90 @@
+// Per-node neighbor choice shared by the one-hop and multi-hop CPU samplers.
+// Randomness is counter-based (Philox, keyed by one draw from PyTorch's CPU generator and
+// indexed by the node's position), so results do not depend on thread scheduling.
+#pragma once
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/PhiloxRNGEngine.h>
+#include <c10/util/Exception.h>
+#include <c10/util/flat_hash_map.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <numeric>
+
+namespace quiver::cpu {
+
+// One draw from PyTorch's default CPU generator: torch.manual_seed reproduces a call, and
+// successive calls differ because the generator advances.
+inline uint64_t draw_philox_key() {
+  auto* gen = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
+  std::lock_guard<std::mutex> lock(gen->mutex_);
+  return gen->random64();
+}
+
+// How many neighbors a node of `degree` contributes for `fanout` (-1: all).
+inline int64_t sampled_count(int64_t degree, int64_t fanout, bool replace) {
+  if (fanout < 0) return degree;
+  if (degree == 0) return 0;
+  return replace ? fanout : std::min(fanout, degree);
+}
+
+// Uniform integer in [0, n) from 64 random bits; its bias is below n / 2^64.
+inline uint64_t uniform_below(at::philox_engine& rng, uint64_t n) {
+  const uint64_t bits = (static_cast<uint64_t>(rng()) << 32) | rng();
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * n) >> 64);
+}
+
+// Above this many picks, Floyd's membership test uses a hash set instead of a scan.
+constexpr int64_t kLinearScanPicks = 64;
+
+// Writes sampled_count(degree, fanout, replace) offsets in [0, degree) to `out`.
+// Without replacement this is Floyd's algorithm: every k-subset is equally likely.
+inline void sample_offsets(int64_t degree, int64_t fanout, bool replace, at::philox_engine& rng,
+                           int64_t* out) {
+  const int64_t picks = sampled_count(degree, fanout, replace);
+  if (picks == 0) return;
+  if (replace && fanout >= 0) {
+    for (int64_t i = 0; i < picks; ++i) out[i] = static_cast<int64_t>(uniform_below(rng, degree));
+    return;
+  }
+  if (picks == degree) {
+    std::iota(out, out + picks, int64_t{0});
+    return;
+  }
+  if (picks <= kLinearScanPicks) {
+    for (int64_t j = degree - picks, m = 0; j < degree; ++j, ++m) {
+      int64_t t = static_cast<int64_t>(uniform_below(rng, j + 1));
+      if (std::find(out, out + m, t) != out + m) t = j;
+      out[m] = t;
+    }
+    return;
+  }
+  ska::flat_hash_set<int64_t> chosen;
+  chosen.reserve(picks);
+  for (int64_t j = degree - picks, m = 0; j < degree; ++j, ++m) {
+    int64_t t = static_cast<int64_t>(uniform_below(rng, j + 1));
+    if (!chosen.insert(t).second) {
+      t = j;
+      chosen.insert(t);
+    }
+    out[m] = t;
+  }
+}
+
+// The CSR row of `node`, checked against the index array it must lie in.
+struct RowSpan {
+  int64_t begin;
+  int64_t degree;
+};
+inline RowSpan checked_row(const int64_t* indptr, int64_t node, int64_t num_edges) {
+  const int64_t begin = indptr[node];
+  const int64_t end = indptr[node + 1];
+  TORCH_CHECK_VALUE(0 <= begin && begin <= end && end <= num_edges,
+              "indptr and indices disagree at node ", node, ": indptr[", node, "] = ", begin,
+              ", indptr[", node + 1, "] = ", end, ", indices has ", num_edges, " entries");
+  return {begin, end - begin};
+}
+
+}  // namespace quiver::cpu

@@ -1,0 +1,59 @@
+// Typed C++ calls to the quiver ops, through the dispatcher (so CPU and CUDA inputs both
+// work, exactly as from Python). Link TorchQuiverOps::torch_quiver_ops to register them.
+// Argument meanings are documented once, in ops/schema.cpp.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace quiver {
+
+namespace detail {
+template <typename Signature>
+c10::TypedOperatorHandle<Signature> op(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
+}
+}  // namespace detail
+
+// (indptr, indices, edge_ids)
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_coo(const at::Tensor& row,
+                                                                   const at::Tensor& col,
+                                                                   int64_t num_nodes) {
+  static const auto handle = detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, int64_t)>("quiver::csr_from_coo");
+  return handle.call(row, col, num_nodes);
+}
+
+// (counts, neighbors, sampled_edge_ids)
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors(
+    const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds, int64_t fanout,
+    bool replace = false, const std::optional<at::Tensor>& edge_ids = std::nullopt) {
+  static const auto handle = detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, bool,
+      const std::optional<at::Tensor>&)>("quiver::sample_neighbors");
+  return handle.call(indptr, indices, seeds, fanout, replace, edge_ids);
+}
+
+// (node_ids, rows, cols, sampled_edge_ids, nodes_per_hop, edges_per_hop)
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+sample_subgraph(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+                c10::IntArrayRef fanouts, bool replace = false,
+                const std::optional<at::Tensor>& edge_ids = std::nullopt) {
+  static const auto handle = detail::op<
+      std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+          const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::IntArrayRef, bool,
+          const std::optional<at::Tensor>&)>("quiver::sample_subgraph");
+  return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids);
+}
+
+inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
+  static const auto handle =
+      detail::op<at::Tensor(const at::Tensor&, const at::Tensor&)>("quiver::gather_rows");
+  return handle.call(table, ids);
+}
+
+}  // namespace quiver

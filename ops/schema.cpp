@@ -1,0 +1,34 @@
+// The one place where the quiver library and every op signature are declared.
+// Backends (ops/cpu, ops/cuda) only register implementations for these names.
+#include <torch/library.h>
+
+TORCH_LIBRARY(quiver, m) {
+  // Fake (meta) kernels live in Python; this tells PyTorch where to find them.
+  m.set_python_module("torch_quiver_ops._fake");
+
+  // CSR from COO: rows sorted (stable: edges of one row keep their input order).
+  // edge_ids[k] is the input position of the k-th CSR edge.
+  m.def("csr_from_coo(Tensor row, Tensor col, int num_nodes) -> "
+        "(Tensor indptr, Tensor indices, Tensor edge_ids)");
+
+  // One hop: up to `fanout` neighbors of each seed (-1: all of them), uniform without
+  // replacement unless `replace`. Returns per-seed counts, the flat neighbor ids and the
+  // sampled edges' ids (edge_ids[pos] when edge_ids is given, else the CSR position).
+  m.def("sample_neighbors(Tensor indptr, Tensor indices, Tensor seeds, int fanout, "
+        "bool replace=False, Tensor? edge_ids=None) -> "
+        "(Tensor counts, Tensor neighbors, Tensor sampled_edge_ids)",
+        {at::Tag::nondeterministic_seeded});
+
+  // Multi-hop sampling fused with reindexing, in PyG's layout: node_ids holds global ids,
+  // seeds first, then each hop's new nodes in order of first appearance; (rows, cols) are
+  // local indices into node_ids, edges flowing from the sampled neighbor (row) to the node
+  // it was sampled for (col), grouped by hop. Per-hop counts are int64 CPU tensors.
+  m.def("sample_subgraph(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, "
+        "bool replace=False, Tensor? edge_ids=None) -> "
+        "(Tensor node_ids, Tensor rows, Tensor cols, Tensor sampled_edge_ids, "
+        "Tensor nodes_per_hop, Tensor edges_per_hop)",
+        {at::Tag::nondeterministic_seeded});
+
+  // out[i] = table[ids[i]] for a row-major table of any dtype.
+  m.def("gather_rows(Tensor table, Tensor ids) -> Tensor");
+}

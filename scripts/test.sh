@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs every test: the GoogleTest suite, the pytest suite (which also drives the libtorch
+# binary that loads a TorchScript model), and a separate CMake project that uses the
+# installed package through find_package. Sets everything up first (scripts/setup.sh).
+# Extra arguments go to pytest, e.g. scripts/test.sh -k sample.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+bash scripts/setup.sh
+VENV=${QUIVER_VENV:-$REPO/.venv}
+BUILD_DIR=${QUIVER_BUILD_DIR:-$REPO/build/py}
+export PATH="$VENV/bin:$PATH"
+
+printf '\n== C++ tests (GoogleTest through the dispatcher)\n'
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2
+
+printf '\n== Python tests\n'
+# Run from outside the source tree so that the installed package is the one under test.
+(cd /tmp && QUIVER_TEST_BINARY_DIR="$BUILD_DIR/tests/cpp" QUIVER_REQUIRE_CPP_TESTS=1 \
+  "$VENV/bin/python" -m pytest -q -ra --rootdir "$REPO" -c "$REPO/pyproject.toml" "$REPO/tests/python" "$@")
+
+printf '\n== find_package(TorchQuiverOps) from a separate libtorch project\n'
+prefix="$("$VENV/bin/python" -P -c 'import torch_quiver_ops as q, torch; print(q.cmake_prefix_path + ";" + torch.utils.cmake_prefix_path)')"
+cmake -S tests/cpp/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release -Wno-dev > build/consumer.log 2>&1 || { cat build/consumer.log; exit 1; }
+cmake --build build/consumer
+./build/consumer/consumer
+
+printf '\nall tests passed\n'

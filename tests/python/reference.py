@@ -1,0 +1,74 @@
+"""Plain-PyTorch references and graph builders for the op tests."""
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+
+def random_coo(num_nodes: int, num_edges: int, seed: int, isolated_fraction: float = 0.1):
+    """Random directed edges (duplicates allowed); a share of nodes has no out-edges."""
+    gen = torch.Generator().manual_seed(seed)
+    num_sources = max(1, int(num_nodes * (1 - isolated_fraction)))
+    # skewed degrees: square a uniform so low ids get more edges
+    row = (torch.rand(num_edges, generator=gen).square() * num_sources).long()
+    col = torch.randint(num_nodes, (num_edges,), generator=gen)
+    return row, col
+
+
+def csr_reference(row: Tensor, col: Tensor, num_nodes: int):
+    perm = torch.argsort(row, stable=True)
+    counts = torch.bincount(row, minlength=num_nodes)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
+    return indptr, col[perm], perm
+
+
+@dataclass
+class Graph:
+    indptr: Tensor
+    indices: Tensor
+    eid: Tensor
+    row: Tensor
+    col: Tensor
+
+    @property
+    def num_nodes(self) -> int:
+        return self.indptr.numel() - 1
+
+    def degree(self, v: int) -> int:
+        return int(self.indptr[v + 1] - self.indptr[v])
+
+    def neighbors(self, v: int) -> Tensor:
+        return self.indices[self.indptr[v]:self.indptr[v + 1]].long()
+
+
+def random_graph(num_nodes=300, num_edges=3000, seed=0, dtype=torch.int64) -> Graph:
+    row, col = random_coo(num_nodes, num_edges, seed)
+    indptr, indices, eid = csr_reference(row, col, num_nodes)
+    return Graph(indptr, indices.to(dtype), eid, row, col)
+
+
+def place(graph: Graph, mode: str, seeds: Optional[Tensor] = None):
+    """The (indptr, indices, eid) a sampler in `mode` hands the op, and the seeds' device."""
+    tensors = (graph.indptr, graph.indices, graph.eid)
+    if mode == "GPU":
+        return tuple(t.cuda() for t in tensors), torch.device("cuda")
+    if mode == "UVA":
+        return tuple(t.pin_memory() for t in tensors), torch.device("cuda")
+    return tensors, torch.device("cpu")
+
+
+def reindex_reference(seeds: Tensor, hop_neighbors):
+    """Python-dict reindexing: seeds first, then new ids in order of first appearance."""
+    local = {}
+    nodes = seeds.tolist()
+    for i, s in enumerate(nodes):
+        local.setdefault(s, i)
+    rows = []
+    for neighbors in hop_neighbors:
+        for g in neighbors.tolist():
+            if g not in local:
+                local[g] = len(nodes)
+                nodes.append(g)
+            rows.append(local[g])
+    return torch.tensor(nodes, dtype=torch.long), torch.tensor(rows, dtype=torch.long)

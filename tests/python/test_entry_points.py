@@ -1,0 +1,95 @@
+"""Every way in: TorchScript (script, save, load), a libtorch C++ binary that runs the
+saved model, torch.compile, and the import-time version check."""
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from torch_quiver_ops._load import check_build_matches
+
+
+class SampleAndGather(torch.nn.Module):
+    """Builds a CSR, samples two hops and gathers the sampled nodes' features."""
+
+    def forward(self, row: torch.Tensor, col: torch.Tensor, num_nodes: int,
+                seeds: torch.Tensor, x: torch.Tensor):
+        indptr, indices, eid = torch.ops.quiver.csr_from_coo(row, col, num_nodes)
+        node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = \
+            torch.ops.quiver.sample_subgraph(indptr, indices, seeds, [3, 2], False, eid)
+        counts, neighbors, _ = torch.ops.quiver.sample_neighbors(indptr, indices, seeds, 2,
+                                                                 False, None)
+        return torch.ops.quiver.gather_rows(x, node_ids), node_ids, rows, cols, counts
+
+
+def ring(num_nodes=30):
+    row = torch.arange(num_nodes)
+    return torch.cat([row, row]), torch.cat([(row + 1) % num_nodes, (row - 1) % num_nodes])
+
+
+def scripted_model_path(tmp_path: Path) -> Path:
+    path = tmp_path / "sample_and_gather.pt"
+    torch.jit.script(SampleAndGather()).save(str(path))
+    return path
+
+
+def test_torchscript_round_trip(tmp_path):
+    loaded = torch.jit.load(str(scripted_model_path(tmp_path)))
+    row, col = ring()
+    x = torch.randn(30, 4)
+    seeds = torch.tensor([0, 10])
+    feats, node_ids, rows, cols, counts = loaded(row, col, 30, seeds, x)
+    assert torch.equal(feats, x[node_ids])
+    assert node_ids[:2].tolist() == [0, 10]
+    # on a ring every edge joins ids one apart
+    diff = (node_ids[rows] - node_ids[cols]).remainder(30)
+    assert torch.all((diff == 1) | (diff == 29))
+    assert counts.tolist() == [2, 2]
+
+
+def cpp_binary(name: str) -> Path:
+    build_dir = os.environ.get("QUIVER_TEST_BINARY_DIR")
+    if not build_dir:
+        if os.environ.get("QUIVER_REQUIRE_CPP_TESTS"):
+            pytest.fail("QUIVER_REQUIRE_CPP_TESTS is set but QUIVER_TEST_BINARY_DIR is not")
+        pytest.skip("set QUIVER_TEST_BINARY_DIR to the C++ test binaries' folder")
+    path = Path(build_dir) / name
+    assert path.exists(), f"{path} was not built (configure with -DBUILD_TESTING=ON)"
+    return path
+
+
+def test_libtorch_binary_runs_the_saved_model(tmp_path):
+    binary = cpp_binary("run_scripted_model")
+    result = subprocess.run([str(binary), str(scripted_model_path(tmp_path))],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "sampled" in result.stdout
+
+
+def test_torch_compile_fullgraph():
+    row, col = ring()
+    indptr, indices, eid = qv.ops.csr_from_coo(row, col, 30)
+    x = torch.randn(30, 8)
+
+    def step(seeds):
+        node_ids, rows, cols, eids, _, _ = torch.ops.quiver.sample_subgraph(
+            indptr, indices, seeds, [2, 2], False, eid)
+        feats = torch.ops.quiver.gather_rows(x, node_ids)
+        return feats.sum(1), node_ids, rows, cols
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    sums, node_ids, rows, cols = compiled(torch.tensor([3, 17]))
+    assert torch.allclose(sums, x[node_ids].sum(1))
+    diff = (node_ids[rows] - node_ids[cols]).remainder(30)
+    assert torch.all((diff == 1) | (diff == 29))
+
+
+def test_version_mismatch_is_explained():
+    check_build_matches({"torch": torch.__version__, "cuda": ""})
+    with pytest.raises(ImportError, match="built against torch 1.0.0, but torch .* is running"):
+        check_build_matches({"torch": "1.0.0", "cuda": ""})
+    if torch.version.cuda:
+        with pytest.raises(ImportError, match="built with CUDA 9.2"):
+            check_build_matches({"torch": torch.__version__, "cuda": "9.2"})

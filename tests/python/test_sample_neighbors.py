@@ -1,0 +1,167 @@
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from reference import place, random_graph
+from stats import assert_uniform, star_graph, subset_counts
+
+
+def expected_count(degree, fanout, replace):
+    if fanout < 0:
+        return degree
+    if degree == 0:
+        return 0
+    return fanout if replace else min(fanout, degree)
+
+
+def pick_seeds(graph, n=200, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    seeds = torch.randint(graph.num_nodes, (n,), generator=gen)
+    return torch.cat([seeds, seeds[:10], torch.tensor([graph.num_nodes - 1])])  # dups, isolated
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanout", [0, 1, 5, 25, -1])
+def test_real_neighbors_counts_and_no_duplicates(mode, index_dtype, replace, fanout):
+    graph = random_graph(dtype=index_dtype, seed=fanout + 7)
+    seeds = pick_seeds(graph)
+    (indptr, indices, eid), device = place(graph, mode)
+    counts, neighbors, edge_ids = qv.ops.sample_neighbors(indptr, indices, seeds.to(device),
+                                                          fanout, replace, eid)
+    for t in (counts, neighbors, edge_ids):
+        assert t.device.type == device.type and t.dtype == torch.long
+    counts, neighbors, edge_ids = counts.cpu(), neighbors.cpu(), edge_ids.cpu()
+    want = [expected_count(graph.degree(s), fanout, replace) for s in seeds.tolist()]
+    assert counts.tolist() == want
+    assert neighbors.numel() == sum(want) == edge_ids.numel()
+    # Edge ids are input positions: the edge really runs seed -> neighbor.
+    owner = torch.repeat_interleave(seeds, counts)
+    assert torch.equal(graph.row[edge_ids], owner)
+    assert torch.equal(graph.col[edge_ids], neighbors)
+    if not replace:
+        for part in edge_ids.split(counts.tolist()):
+            assert part.unique().numel() == part.numel()
+
+
+def test_positions_without_edge_ids(mode):
+    graph = random_graph()
+    seeds = pick_seeds(graph)
+    (indptr, indices, _), device = place(graph, mode)
+    counts, neighbors, pos = qv.ops.sample_neighbors(indptr, indices, seeds.to(device), 4)
+    counts, neighbors, pos = counts.cpu(), neighbors.cpu(), pos.cpu()
+    owner = torch.repeat_interleave(seeds, counts)
+    assert torch.all(pos >= graph.indptr[owner]) and torch.all(pos < graph.indptr[owner + 1])
+    assert torch.equal(graph.indices[pos].long(), neighbors)
+
+
+@pytest.mark.parametrize("degree,fanout", [(20, 5), (200, 3), (7, 6), (300, 100)])
+def test_without_replacement_is_uniform(mode, degree, fanout):
+    torch.manual_seed(1234)
+    indptr, indices = star_graph(degree)
+    (indptr, indices), device = place_pair(indptr, indices, mode)
+    trials = max(2000, 40 * degree // fanout)
+    seeds = torch.zeros(trials, dtype=torch.long, device=device)
+    counts, neighbors, _ = qv.ops.sample_neighbors(indptr, indices, seeds, fanout)
+    assert torch.all(counts == fanout)
+    picks = neighbors.cpu().view(trials, fanout) - 1
+    assert all(row.unique().numel() == fanout for row in picks[:200])
+    assert_uniform(torch.bincount(picks.flatten(), minlength=degree))
+
+
+def test_without_replacement_subsets_are_uniform(mode):
+    torch.manual_seed(99)
+    indptr, indices = star_graph(6)
+    (indptr, indices), device = place_pair(indptr, indices, mode)
+    trials = 3000
+    _, neighbors, _ = qv.ops.sample_neighbors(
+        indptr, indices, torch.zeros(trials, dtype=torch.long, device=device), 2)
+    assert_uniform(subset_counts(neighbors.cpu().view(trials, 2) - 1, 6, 2))
+
+
+def test_with_replacement_is_uniform(mode):
+    torch.manual_seed(7)
+    indptr, indices = star_graph(30)
+    (indptr, indices), device = place_pair(indptr, indices, mode)
+    seeds = torch.zeros(1000, dtype=torch.long, device=device)
+    counts, neighbors, _ = qv.ops.sample_neighbors(indptr, indices, seeds, 10, True)
+    assert torch.all(counts == 10)
+    picks = neighbors.cpu() - 1
+    assert_uniform(torch.bincount(picks, minlength=30))
+    assert any(row.unique().numel() < 10 for row in picks.view(1000, 10))  # repeats happen
+
+
+def place_pair(indptr, indices, mode):
+    if mode == "GPU":
+        return (indptr.cuda(), indices.cuda()), torch.device("cuda")
+    if mode == "UVA":
+        return (indptr.pin_memory(), indices.pin_memory()), torch.device("cuda")
+    return (indptr, indices), torch.device("cpu")
+
+
+def test_manual_seed_reproduces_and_calls_differ(mode):
+    graph = random_graph(seed=3)
+    seeds = pick_seeds(graph)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = seeds.to(device)
+    torch.manual_seed(5)
+    first = qv.ops.sample_neighbors(indptr, indices, seeds, 3)
+    second = qv.ops.sample_neighbors(indptr, indices, seeds, 3)
+    torch.manual_seed(5)
+    again = qv.ops.sample_neighbors(indptr, indices, seeds, 3)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not torch.equal(first[1], second[1])
+
+
+def test_opcheck(mode):
+    graph = random_graph(num_nodes=40, num_edges=300, seed=2)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.tensor([0, 5, 39, 5], device=device)
+    cases = [
+        (indptr, indices, seeds, 3, False, eid),
+        (indptr, indices, seeds.int(), -1, False, None),
+        (indptr, indices, seeds, 2, True, None),
+        (indptr, indices, seeds[:0], 3, False, None),   # empty batch
+        (indptr, indices, seeds, 0, False, eid),        # fanout 0
+        (indptr, indices, torch.tensor([39], device=device), 4, False, None),  # zero degree
+    ]
+    for args in cases:
+        torch.library.opcheck(torch.ops.quiver.sample_neighbors.default, args)
+
+
+def test_bad_input(mode):
+    graph = random_graph(num_nodes=50, num_edges=400)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.tensor([1, 2, 3], device=device)
+    op = qv.ops.sample_neighbors
+    with pytest.raises(IndexError, match=r"seeds\[1\] = 50 is out of range \[0, 50\)"):
+        op(indptr, indices, torch.tensor([0, 50], device=device), 2)
+    with pytest.raises(IndexError, match=r"seeds\[0\] = -3"):
+        op(indptr, indices, torch.tensor([-3], device=device), 2)
+    with pytest.raises(ValueError, match="fanout must be -1 .* got -2"):
+        op(indptr, indices, seeds, -2)
+    with pytest.raises(TypeError, match="seeds must hold int32 or int64 ids, got Float"):
+        op(indptr, indices, seeds.float(), 2)
+    with pytest.raises(TypeError, match="indptr must be int64, got Int"):
+        op(indptr.int(), indices, seeds, 2)
+    with pytest.raises(ValueError, match="edge_ids has 3 entries but indices has 400"):
+        op(indptr, indices, seeds, 2, False, eid[:3])
+    with pytest.raises(ValueError, match="indptr and indices disagree"):
+        op(indptr, indices[:-5], seeds, 2)
+    with pytest.raises(ValueError, match="seeds must be a 1-D tensor"):
+        op(indptr, indices, seeds.view(3, 1), 2)
+
+
+def test_corrupt_row_is_reported_not_read(mode):
+    graph = random_graph(num_nodes=50, num_edges=400)
+    graph.indptr[10] = 10_000  # row 9 and row 10 now point past the index array
+    (indptr, indices, _), device = place(graph, mode)
+    with pytest.raises(ValueError, match="indptr and indices disagree at node 9"):
+        qv.ops.sample_neighbors(indptr, indices, torch.tensor([3, 9], device=device), 2)
+
+
+def test_empty_batch_gives_empty_output(mode):
+    graph = random_graph()
+    (indptr, indices, eid), device = place(graph, mode)
+    counts, neighbors, edge_ids = qv.ops.sample_neighbors(
+        indptr, indices, torch.empty(0, dtype=torch.long, device=device), 5, False, eid)
+    assert counts.numel() == neighbors.numel() == edge_ids.numel() == 0

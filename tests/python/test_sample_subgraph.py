@@ -1,0 +1,148 @@
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from reference import place, random_graph, reindex_reference
+from stats import assert_uniform, star_graph
+from test_sample_neighbors import expected_count, place_pair
+
+
+def check_subgraph(graph, seeds, fanouts, replace, out):
+    """Every property of the PyG layout, against the graph itself."""
+    node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = (t.cpu() for t in out)
+    assert nodes_per_hop.device.type == "cpu" and edges_per_hop.device.type == "cpu"
+    assert nodes_per_hop.tolist()[0] == seeds.numel()
+    assert torch.equal(node_ids[:seeds.numel()], seeds.cpu().long())
+    assert node_ids.numel() == int(nodes_per_hop.sum())
+    assert rows.numel() == cols.numel() == eids.numel() == int(edges_per_hop.sum())
+    # beyond the seeds, every node appears once and is not a seed
+    rest = node_ids[seeds.numel():]
+    assert rest.unique().numel() == rest.numel()
+    assert not torch.isin(rest, seeds.cpu().long()).any()
+
+    cum_nodes = [0] + nodes_per_hop.cumsum(0).tolist()
+    edge_begin = 0
+    hop_neighbors = []
+    for hop, fanout in enumerate(fanouts):
+        edge_end = edge_begin + int(edges_per_hop[hop])
+        r, c, e = rows[edge_begin:edge_end], cols[edge_begin:edge_end], eids[edge_begin:edge_end]
+        # targets are exactly the nodes the previous hop added, each with its expected count
+        frontier = torch.arange(cum_nodes[hop], cum_nodes[hop + 1])
+        got = torch.bincount(c - cum_nodes[hop], minlength=frontier.numel())
+        assert torch.all(c >= cum_nodes[hop]) and torch.all(c < cum_nodes[hop + 1])
+        want = [expected_count(graph.degree(v), fanout, replace) for v in node_ids[frontier].tolist()]
+        assert got.tolist() == want
+        assert torch.all(r < cum_nodes[hop + 2])
+        # reindexed ids map back to real edges target -> neighbor
+        assert torch.equal(graph.row[e], node_ids[c])
+        assert torch.equal(graph.col[e], node_ids[r])
+        if not replace:
+            key = c * graph.row.numel() + e
+            assert key.unique().numel() == key.numel()
+        hop_neighbors.append(node_ids[r])
+        edge_begin = edge_end
+    # numbering: seeds first, then new nodes in order of first appearance
+    ref_nodes, ref_rows = reindex_reference(seeds.cpu().long(), hop_neighbors)
+    assert torch.equal(ref_nodes, node_ids)
+    assert torch.equal(ref_rows, rows)
+
+
+@pytest.mark.parametrize("fanouts", [[5], [4, 3], [15, 10, 5], [-1, 2], [3, 0, 2]])
+@pytest.mark.parametrize("replace", [False, True])
+def test_layout_against_graph(mode, index_dtype, fanouts, replace):
+    graph = random_graph(num_nodes=400, num_edges=4000, dtype=index_dtype, seed=len(fanouts))
+    gen = torch.Generator().manual_seed(11)
+    seeds = torch.randperm(graph.num_nodes, generator=gen)[:32]
+    seeds = torch.cat([seeds, torch.tensor([graph.num_nodes - 1])])  # a zero-degree seed
+    (indptr, indices, eid), device = place(graph, mode)
+    out = qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts, replace, eid)
+    for t in out[:4]:
+        assert t.device.type == device.type and t.dtype == torch.long
+    check_subgraph(graph, seeds, fanouts, replace, out)
+
+
+def test_duplicate_and_int32_seeds(mode):
+    graph = random_graph(seed=4)
+    seeds = torch.tensor([5, 9, 5, 0, 9], dtype=torch.int32)
+    (indptr, indices, eid), device = place(graph, mode)
+    out = qv.ops.sample_subgraph(indptr, indices, seeds.to(device), [3, 2], False, eid)
+    check_subgraph(graph, seeds, [3, 2], False, out)
+
+
+def test_zero_degree_seeds(mode):
+    graph = random_graph(num_nodes=100, num_edges=500)
+    isolated = torch.nonzero(graph.indptr[1:] == graph.indptr[:-1]).flatten()[:3]
+    assert isolated.numel() == 3
+    (indptr, indices, eid), device = place(graph, mode)
+    node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = qv.ops.sample_subgraph(
+        indptr, indices, isolated.to(device), [4, 4], False, eid)
+    assert node_ids.cpu().tolist() == isolated.tolist()
+    assert rows.numel() == cols.numel() == eids.numel() == 0
+    assert nodes_per_hop.tolist() == [3, 0, 0] and edges_per_hop.tolist() == [0, 0]
+
+
+def test_first_hop_is_uniform(mode):
+    torch.manual_seed(321)
+    indptr, indices = star_graph(25)
+    (indptr, indices), device = place_pair(indptr, indices, mode)
+    seeds = torch.zeros(2000, dtype=torch.long, device=device)
+    node_ids, rows, cols, _, _, edges_per_hop = qv.ops.sample_subgraph(indptr, indices, seeds, [4])
+    assert edges_per_hop.tolist() == [8000]
+    picks = node_ids.cpu()[rows.cpu()] - 1
+    assert_uniform(torch.bincount(picks, minlength=25))
+
+
+def test_manual_seed_reproduces_and_calls_differ(mode):
+    graph = random_graph(seed=8)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.arange(0, 200, 7, device=device)
+    torch.manual_seed(42)
+    first = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 5], False, eid)
+    second = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 5], False, eid)
+    torch.manual_seed(42)
+    again = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 5], False, eid)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not torch.equal(first[3], second[3])
+
+
+def test_opcheck(mode):
+    graph = random_graph(num_nodes=60, num_edges=400, seed=5)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.tensor([0, 7, 59, 7], device=device)
+    cases = [
+        (indptr, indices, seeds, [3, 2], False, eid),
+        (indptr, indices, seeds.int(), [-1], False, None),
+        (indptr, indices, seeds, [2, 2], True, None),
+        (indptr, indices, seeds[:0], [3], False, None),          # empty batch
+        (indptr, indices, torch.tensor([59], device=device), [2, 2], False, None),  # zero degree
+        (indptr, indices, seeds, [0, 3], False, eid),            # fanout 0
+    ]
+    for args in cases:
+        torch.library.opcheck(torch.ops.quiver.sample_subgraph.default, args)
+
+
+def test_bad_input(mode):
+    graph = random_graph(num_nodes=50, num_edges=400)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.tensor([1, 2, 3], device=device)
+    op = qv.ops.sample_subgraph
+    with pytest.raises(IndexError, match=r"seeds\[2\] = 77 is out of range \[0, 50\)"):
+        op(indptr, indices, torch.tensor([0, 1, 77], device=device), [2])
+    with pytest.raises(ValueError, match=r"fanouts\[1\] must be -1 .* got -5"):
+        op(indptr, indices, seeds, [2, -5])
+    with pytest.raises(ValueError, match="at least one hop"):
+        op(indptr, indices, seeds, [])
+    with pytest.raises(TypeError, match="indices must hold int32 or int64 ids, got Float"):
+        op(indptr, indices.float(), seeds, [2])
+    with pytest.raises(ValueError, match="indptr and indices disagree"):
+        op(indptr, indices[:-1], seeds, [2])
+    with pytest.raises(ValueError, match="edge_ids has 399 entries"):
+        op(indptr, indices, seeds, [2], False, eid[1:])
+
+
+def test_corrupt_row_is_reported_not_read(mode):
+    graph = random_graph(num_nodes=50, num_edges=400)
+    graph.indptr[6] = -4
+    (indptr, indices, _), device = place(graph, mode)
+    with pytest.raises(ValueError, match="indptr and indices disagree at node"):
+        qv.ops.sample_subgraph(indptr, indices, torch.tensor([5], device=device), [2])

@@ -1,0 +1,80 @@
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from conftest import HAS_CUDA
+from torch_quiver_ops.synthetic import synthetic_graph
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return synthetic_graph("tiny", seed=3)
+
+
+def test_sample_gives_torch_quiver_layout(graph, mode):
+    topo = qv.CSRTopo(graph.edge_index)
+    sizes = [6, 4, 3]
+    device = "cpu" if mode == "CPU" else 0
+    sampler = qv.GraphSageSampler(topo, sizes, device=device, mode=mode)
+    seeds = graph.train_idx[:50]
+    n_id, batch_size, adjs = sampler.sample(seeds)
+    assert batch_size == 50 and torch.equal(n_id[:50].cpu(), seeds)
+    assert len(adjs) == len(sizes)
+    num_sources = n_id.numel()
+    src = torch.repeat_interleave(torch.arange(topo.node_count), topo.degree)
+    for adj in adjs:  # outermost first: sources shrink toward the seeds
+        edge_index, e_id, (n_src, n_dst) = adj
+        assert n_src == num_sources and n_dst <= n_src
+        assert edge_index.size(1) == e_id.numel()
+        assert int(edge_index[0].max()) < n_src and int(edge_index[1].max()) < n_dst
+        # e_id are input edge ids: edge_index[1] is the node sampled for, edge_index[0] its neighbor
+        n_id_cpu, ei, eid = n_id.cpu(), edge_index.cpu(), e_id.cpu()
+        assert torch.equal(graph.edge_index[0][eid], n_id_cpu[ei[1]])
+        assert torch.equal(graph.edge_index[1][eid], n_id_cpu[ei[0]])
+        num_sources = n_dst
+    assert num_sources == batch_size
+    # each layer's edges are a prefix of the layer outside it
+    assert torch.equal(adjs[0].edge_index[:, :adjs[1].edge_index.size(1)], adjs[1].edge_index)
+
+
+def test_adjs_feed_a_pyg_model(graph):
+    pyg = pytest.importorskip("torch_geometric.nn")
+    topo = qv.CSRTopo(graph.edge_index)
+    sampler = qv.GraphSageSampler(topo, [5, 5], mode="CPU")
+    n_id, batch_size, adjs = sampler.sample(graph.train_idx[:16])
+    convs = [pyg.SAGEConv(graph.x.size(1), 8), pyg.SAGEConv(8, 3)]
+    x = graph.x[n_id]
+    for conv, (edge_index, _, size) in zip(convs, adjs):
+        x = conv((x, x[:size[1]]), edge_index)
+    assert x.shape == (batch_size, 3)
+
+
+def test_bad_input(graph):
+    topo = qv.CSRTopo(graph.edge_index)
+    sampler = qv.GraphSageSampler(topo, [3], mode="CPU")
+    with pytest.raises(ValueError, match="input_nodes is empty"):
+        sampler.sample(torch.tensor([], dtype=torch.long))
+    with pytest.raises(ValueError, match="1-D tensor of int32/int64"):
+        sampler.sample(torch.tensor([[1, 2]]))
+    with pytest.raises(ValueError, match="1-D tensor of int32/int64"):
+        sampler.sample(torch.tensor([1.0]))
+    with pytest.raises(IndexError, match="out of range"):
+        sampler.sample(torch.tensor([topo.node_count]))
+    with pytest.raises(ValueError, match="sizes must be"):
+        qv.GraphSageSampler(topo, [3, -2], mode="CPU")
+    with pytest.raises(ValueError, match="sizes must be"):
+        qv.GraphSageSampler(topo, [], mode="CPU")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        qv.GraphSageSampler(topo, [3], mode="TPU")
+    with pytest.raises(ValueError, match="samples on a GPU"):
+        qv.GraphSageSampler(topo, [3], device="cpu", mode="GPU")
+    if not HAS_CUDA:
+        with pytest.raises(RuntimeError, match="GPU|CUDA"):
+            qv.GraphSageSampler(topo, [3], device=0, mode="UVA")
+
+
+def test_zero_degree_seed_yields_lonely_subgraph():
+    topo = qv.CSRTopo(torch.tensor([[0, 1], [1, 0]]), num_nodes=4)
+    n_id, batch_size, adjs = qv.GraphSageSampler(topo, [2, 2], mode="CPU").sample(torch.tensor([3]))
+    assert n_id.tolist() == [3] and batch_size == 1
+    assert all(adj.edge_index.size(1) == 0 and adj.size == (1, 1) for adj in adjs)

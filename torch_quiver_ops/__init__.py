@@ -1,0 +1,24 @@
+"""torch-quiver-ops: fast graph sampling and feature collection for GNN training.
+
+The ops are ``torch.ops.quiver.*`` (typed wrappers in :mod:`torch_quiver_ops.ops`); the
+classes below give PyG and torch-quiver users a sampler and a feature store.
+"""
+from pathlib import Path
+
+from ._load import cuda_kernels_built, library_path, load_library
+
+__version__ = "0.1.0"
+
+load_library()
+
+from . import _fake  # noqa: E402,F401  (registers the fake kernels)
+from . import ops, synthetic  # noqa: E402
+from .feature import Feature  # noqa: E402
+from .sampler import Adj, GraphSageSampler  # noqa: E402
+from .topology import CSRTopo  # noqa: E402
+
+# For find_package(TorchQuiverOps) from a libtorch C++ project (set as CMAKE_PREFIX_PATH).
+cmake_prefix_path = str(Path(__file__).resolve().parent)
+
+__all__ = ["Adj", "CSRTopo", "Feature", "GraphSageSampler", "ops", "synthetic",
+           "cuda_kernels_built", "library_path", "cmake_prefix_path"]

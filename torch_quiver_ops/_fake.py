@@ -1,0 +1,36 @@
+"""Fake (meta) kernels: output shapes and dtypes of every op, for torch.compile and
+torch.export. Sizes that depend on the data are fresh symbolic sizes."""
+import torch
+
+
+@torch.library.register_fake("quiver::csr_from_coo")
+def _csr_from_coo_fake(row, col, num_nodes):
+    indptr = row.new_empty(num_nodes + 1, dtype=torch.long)
+    return indptr, col.new_empty(col.shape), row.new_empty(row.shape, dtype=torch.long)
+
+
+@torch.library.register_fake("quiver::sample_neighbors")
+def _sample_neighbors_fake(indptr, indices, seeds, fanout, replace=False, edge_ids=None):
+    total = torch.library.get_ctx().new_dynamic_size()
+    counts = seeds.new_empty(seeds.shape, dtype=torch.long)
+    return counts, seeds.new_empty(total, dtype=torch.long), seeds.new_empty(total, dtype=torch.long)
+
+
+@torch.library.register_fake("quiver::sample_subgraph")
+def _sample_subgraph_fake(indptr, indices, seeds, fanouts, replace=False, edge_ids=None):
+    ctx = torch.library.get_ctx()
+    num_nodes = ctx.new_dynamic_size()
+    num_edges = ctx.new_dynamic_size()
+    node_ids = seeds.new_empty(num_nodes, dtype=torch.long)
+    rows = seeds.new_empty(num_edges, dtype=torch.long)
+    cols = seeds.new_empty(num_edges, dtype=torch.long)
+    eids = seeds.new_empty(num_edges, dtype=torch.long)
+    nodes_per_hop = torch.empty(len(fanouts) + 1, dtype=torch.long, device="cpu")
+    edges_per_hop = torch.empty(len(fanouts), dtype=torch.long, device="cpu")
+    return node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop
+
+
+@torch.library.register_fake("quiver::gather_rows")
+def _gather_rows_fake(table, ids):
+    device = ids.device if table.device.type == "cpu" and ids.device.type == "cuda" else table.device
+    return table.new_empty((ids.shape[0], *table.shape[1:]), device=device)

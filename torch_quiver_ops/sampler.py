@@ -1,0 +1,133 @@
+"""Multi-hop neighbor samplers built on ``quiver::sample_subgraph``."""
+from __future__ import annotations
+
+from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from . import ops
+from ._load import cuda_kernels_built
+from .topology import CSRTopo
+
+MODES = ("GPU", "UVA", "CPU")
+
+
+class Adj(NamedTuple):
+    """One layer's bipartite graph, as PyG's NeighborSampler and torch-quiver give it:
+    ``edge_index[0]`` indexes the ``size[0]`` source nodes (the first ``size[0]`` entries of
+    ``n_id``), ``edge_index[1]`` the ``size[1]`` target nodes."""
+    edge_index: Tensor
+    e_id: Optional[Tensor]
+    size: Tuple[int, int]
+
+    def to(self, *args, **kwargs) -> "Adj":
+        e_id = self.e_id.to(*args, **kwargs) if self.e_id is not None else None
+        return Adj(self.edge_index.to(*args, **kwargs), e_id, self.size)
+
+
+def _resolve_device(device: Union[None, int, str, torch.device]) -> torch.device:
+    if device is None:
+        usable = torch.cuda.is_available() and cuda_kernels_built()
+        return torch.device("cuda", torch.cuda.current_device()) if usable else torch.device("cpu")
+    if isinstance(device, int):
+        return torch.device("cuda", device)
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+class GraphSageSampler:
+    """GraphSAGE-style multi-hop sampler, a drop-in for torch-quiver's.
+
+    Args:
+        csr_topo: the graph.
+        sizes: fanout per hop, outermost last, e.g. ``[15, 10, 5]``; ``-1`` takes all neighbors.
+        device: where sampling runs and outputs live: a GPU index, a ``torch.device``, or
+            ``"cpu"``. Default: the current GPU if there is one, else the CPU.
+        mode: where the topology lives. ``"GPU"``: in device memory (fastest);
+            ``"UVA"``: in pinned host memory read by the GPU directly (graphs larger than
+            GPU memory); ``"CPU"``: sampled by CPU threads. Default: ``"UVA"`` on a GPU,
+            ``"CPU"`` otherwise.
+        replace: sample with replacement.
+    """
+
+    def __init__(self, csr_topo: CSRTopo, sizes: Sequence[int],
+                 device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
+                 replace: bool = False):
+        sizes = [int(s) for s in sizes]
+        if not sizes or any(s < -1 for s in sizes):
+            raise ValueError(f"sizes must be a non-empty list of fanouts >= -1, got {sizes}")
+        self.sizes: List[int] = sizes
+        self.replace = replace
+        self.csr_topo = csr_topo
+        self.device = _resolve_device(device)
+        if mode is None:
+            mode = "UVA" if self.device.type == "cuda" else "CPU"
+        mode = mode.upper()
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode == "CPU":
+            self.device = torch.device("cpu")
+        elif self.device.type != "cuda":
+            raise ValueError(f"mode {mode!r} samples on a GPU, but device is {self.device}")
+        elif not torch.cuda.is_available():
+            raise RuntimeError(f"mode {mode!r} needs a CUDA GPU, and torch sees none")
+        elif not cuda_kernels_built():
+            raise RuntimeError(f"mode {mode!r} needs the CUDA kernels, but torch-quiver-ops was "
+                               f"built without them (rebuild with nvcc on PATH)")
+        self.mode = mode
+        self._place()
+
+    def _place(self) -> None:
+        topo = self.csr_topo
+        if self.mode == "GPU":
+            self._indptr = topo.indptr.to(self.device)
+            self._indices = topo.indices.to(self.device)
+            self._eid = topo.eid.to(self.device) if topo.eid is not None else None
+        elif self.mode == "UVA":
+            from .uva import pin_in_place
+            self._pins = [pin_in_place(t) for t in (topo.indptr, topo.indices, topo.eid)
+                          if t is not None]
+            self._indptr, self._indices, self._eid = topo.indptr, topo.indices, topo.eid
+        else:
+            self._indptr, self._indices, self._eid = topo.indptr, topo.indices, topo.eid
+
+    def _seeds(self, input_nodes) -> Tensor:
+        seeds = torch.as_tensor(input_nodes)
+        if seeds.dim() != 1 or seeds.dtype not in (torch.int32, torch.int64):
+            raise ValueError(f"input_nodes must be a 1-D tensor of int32/int64 node ids, got "
+                             f"{seeds.dtype} of shape {tuple(seeds.shape)}")
+        if seeds.numel() == 0:
+            raise ValueError("input_nodes is empty: a batch needs at least one seed node")
+        return seeds.to(self.device, non_blocking=True).contiguous()
+
+    def sample_subgraph(self, input_nodes) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The raw PyG-layout output of :func:`torch_quiver_ops.ops.sample_subgraph`."""
+        return ops.sample_subgraph(self._indptr, self._indices, self._seeds(input_nodes),
+                                   self.sizes, self.replace, self._eid)
+
+    def sample(self, input_nodes) -> Tuple[Tensor, int, List[Adj]]:
+        """Samples the computation graph of ``input_nodes``.
+
+        Returns:
+            ``(n_id, batch_size, adjs)``: global ids of every sampled node with the seeds first,
+            the number of seeds, and one :class:`Adj` per layer, outermost first. Layer ``l``'s
+            targets are the first ``size[1]`` nodes of ``n_id``: feed ``x[n_id]`` through the
+            layers, keeping ``x[:size[1]]`` after each.
+        """
+        node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = self.sample_subgraph(input_nodes)
+        cum_nodes = nodes_per_hop.cumsum(0).tolist()
+        cum_edges = edges_per_hop.cumsum(0).tolist()
+        edge_index = torch.stack([rows, cols])
+        adjs = []
+        for hop in reversed(range(len(self.sizes))):
+            num_edges = cum_edges[hop]
+            adjs.append(Adj(edge_index[:, :num_edges], eids[:num_edges],
+                            (cum_nodes[hop + 1], cum_nodes[hop])))
+        return node_ids, cum_nodes[0], adjs
+
+    def __repr__(self) -> str:
+        return (f"GraphSageSampler(sizes={self.sizes}, mode={self.mode!r}, device={self.device}, "
+                f"topo={self.csr_topo})")

@@ -1,0 +1,120 @@
+"""Graph topology in CSR form."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import ops
+
+INT32_MAX = 2**31 - 1
+
+
+def validate_csr(indptr: Tensor, indices: Tensor, eid: Optional[Tensor] = None) -> None:
+    """Checks a whole CSR once (the per-batch ops only check the rows they touch)."""
+    if indptr.dim() != 1 or indptr.numel() < 1 or indptr.dtype != torch.long:
+        raise ValueError(f"indptr must be a non-empty 1-D int64 tensor, got {indptr.dtype} "
+                         f"of shape {tuple(indptr.shape)}")
+    if indices.dim() != 1 or indices.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"indices must be a 1-D int32 or int64 tensor, got {indices.dtype} "
+                         f"of shape {tuple(indices.shape)}")
+    num_nodes = indptr.numel() - 1
+    if int(indptr[0]) != 0:
+        raise ValueError(f"indptr[0] must be 0, got {int(indptr[0])}")
+    if int(indptr[-1]) != indices.numel():
+        raise ValueError(f"indptr[-1] = {int(indptr[-1])} but indices has {indices.numel()} "
+                         f"entries")
+    steps = indptr[1:] - indptr[:-1]
+    if steps.numel() and int(steps.min()) < 0:
+        node = int(torch.nonzero(steps < 0)[0])
+        raise ValueError(f"indptr must be non-decreasing, but indptr[{node}] = "
+                         f"{int(indptr[node])} > indptr[{node + 1}] = {int(indptr[node + 1])}")
+    if indices.numel():
+        low, high = int(indices.min()), int(indices.max())
+        if low < 0 or high >= num_nodes:
+            bad = low if low < 0 else high
+            raise ValueError(f"indices holds node id {bad}, out of range [0, {num_nodes})")
+    if eid is not None and (eid.shape != indices.shape or eid.dtype != torch.long):
+        raise ValueError(f"eid must be int64 with the shape of indices {tuple(indices.shape)}, "
+                         f"got {eid.dtype} of shape {tuple(eid.shape)}")
+
+
+class CSRTopo:
+    """A graph in CSR form on the host, built from ``edge_index`` or given as CSR.
+
+    ``edge_index[0]`` is the row: the neighbors sampled for node ``v`` are the ``u`` with an
+    edge ``(v, u)``; pass ``edge_index.flip(0)`` to sample in-neighbors of a directed graph.
+    Indices are stored as int32 whenever the node count allows (half the memory and bytes
+    read when sampling).
+
+    Args:
+        edge_index: ``[2, E]`` int tensor of edges.
+        indptr, indices: an existing CSR (checked once here), instead of ``edge_index``.
+        eid: with ``indptr``/``indices``, the id of each CSR edge.
+        num_nodes: node count (default: inferred from the ids).
+    """
+
+    def __init__(self, edge_index: Optional[Tensor] = None, indptr: Optional[Tensor] = None,
+                 indices: Optional[Tensor] = None, eid: Optional[Tensor] = None,
+                 num_nodes: Optional[int] = None):
+        if edge_index is not None:
+            if indptr is not None or indices is not None:
+                raise ValueError("give either edge_index or indptr/indices, not both")
+            if edge_index.dim() != 2 or edge_index.size(0) != 2:
+                raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
+            edge_index = edge_index.cpu()
+            if num_nodes is None:
+                num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
+            dtype = torch.int32 if num_nodes <= INT32_MAX else torch.int64
+            if edge_index.numel() and int(edge_index.min()) < 0:
+                raise ValueError(f"edge_index holds a negative node id {int(edge_index.min())}")
+            row = edge_index[0].to(dtype).contiguous()
+            col = edge_index[1].to(dtype).contiguous()
+            indptr, indices, eid = ops.csr_from_coo(row, col, num_nodes)
+        else:
+            if indptr is None or indices is None:
+                raise ValueError("CSRTopo needs edge_index, or both indptr and indices")
+            indptr, indices = indptr.cpu().contiguous(), indices.cpu().contiguous()
+            eid = None if eid is None else eid.cpu().contiguous()
+            validate_csr(indptr, indices, eid)
+            if num_nodes is not None and num_nodes != indptr.numel() - 1:
+                raise ValueError(f"num_nodes = {num_nodes} but indptr describes "
+                                 f"{indptr.numel() - 1} nodes")
+            if indices.dtype == torch.int64 and indptr.numel() - 1 <= INT32_MAX:
+                indices = indices.to(torch.int32)
+        self.indptr: Tensor = indptr
+        self.indices: Tensor = indices
+        self.eid: Optional[Tensor] = eid
+        self._feature_order: Optional[Tensor] = None
+
+    @property
+    def node_count(self) -> int:
+        return self.indptr.numel() - 1
+
+    @property
+    def edge_count(self) -> int:
+        return self.indices.numel()
+
+    @property
+    def degree(self) -> Tensor:
+        return self.indptr[1:] - self.indptr[:-1]
+
+    @property
+    def feature_order(self) -> Tensor:
+        """Node ids from highest to lowest degree: the order a degree-based cache uses."""
+        if self._feature_order is None:
+            self._feature_order = torch.argsort(self.degree, descending=True, stable=True)
+        return self._feature_order
+
+    def share_memory_(self) -> "CSRTopo":
+        """Moves the arrays to shared memory, so worker processes map them instead of copying."""
+        for name in ("indptr", "indices", "eid"):
+            t = getattr(self, name)
+            if t is not None:
+                t.share_memory_()
+        return self
+
+    def __repr__(self) -> str:
+        return (f"CSRTopo(nodes={self.node_count}, edges={self.edge_count}, "
+                f"indices={self.indices.dtype})")
