@@ -1,10 +1,18 @@
 // The one place where the quiver library and every op signature are declared.
 // Backends (ops/cpu, ops/cuda) only register implementations for these names.
+#include "runtime/host_pin.h"
+
 #include <torch/library.h>
 
 TORCH_LIBRARY(quiver, m) {
   // Fake (meta) kernels live in Python; this tells PyTorch where to find them.
   m.set_python_module("torch_quiver_ops._fake");
+
+  // Runtime classes first: op schemas may name them.
+  m.class_<quiver::runtime::HostPin>("HostPin")
+      .def(torch::init<at::Tensor>())
+      .def("tensor", &quiver::runtime::HostPin::tensor)
+      .def("registered_here", &quiver::runtime::HostPin::registered_here);
 
   // CSR from COO: rows sorted (stable: edges of one row keep their input order).
   // edge_ids[k] is the input position of the k-th CSR edge.

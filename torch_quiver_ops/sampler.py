@@ -1,6 +1,7 @@
 """Multi-hop neighbor samplers built on ``quiver::sample_subgraph``."""
 from __future__ import annotations
 
+import warnings
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
@@ -9,6 +10,7 @@ from torch import Tensor
 from . import ops
 from ._load import cuda_kernels_built
 from .topology import CSRTopo
+from .uva import pinned
 
 MODES = ("GPU", "UVA", "CPU")
 
@@ -24,6 +26,14 @@ class Adj(NamedTuple):
     def to(self, *args, **kwargs) -> "Adj":
         e_id = self.e_id.to(*args, **kwargs) if self.e_id is not None else None
         return Adj(self.edge_index.to(*args, **kwargs), e_id, self.size)
+
+
+def _share_or_warn(topo: CSRTopo) -> None:
+    try:
+        topo.share_memory_()
+    except RuntimeError as error:  # e.g. a small /dev/shm in a container
+        warnings.warn(f"could not move the topology to shared memory ({error}); worker "
+                      f"processes will each get their own copy")
 
 
 def _resolve_device(device: Union[None, int, str, torch.device]) -> torch.device:
@@ -51,6 +61,11 @@ class GraphSageSampler:
             GPU memory); ``"CPU"``: sampled by CPU threads. Default: ``"UVA"`` on a GPU,
             ``"CPU"`` otherwise.
         replace: sample with replacement.
+
+    A sampler can be handed to ``torch.multiprocessing.spawn`` workers: the topology
+    travels as shared memory, and each worker samples on its current GPU
+    (``torch.cuda.set_device(rank)`` first): UVA mode pins the one shared copy,
+    GPU mode copies it once onto that GPU.
     """
 
     def __init__(self, csr_topo: CSRTopo, sizes: Sequence[int],
@@ -82,17 +97,40 @@ class GraphSageSampler:
 
     def _place(self) -> None:
         topo = self.csr_topo
+        arrays = (topo.indptr, topo.indices, topo.eid)
+        self._pins = []
         if self.mode == "GPU":
-            self._indptr = topo.indptr.to(self.device)
-            self._indices = topo.indices.to(self.device)
-            self._eid = topo.eid.to(self.device) if topo.eid is not None else None
+            placed = [t.to(self.device) if t is not None else None for t in arrays]
         elif self.mode == "UVA":
-            from .uva import pin_in_place
-            self._pins = [pin_in_place(t) for t in (topo.indptr, topo.indices, topo.eid)
-                          if t is not None]
-            self._indptr, self._indices, self._eid = topo.indptr, topo.indices, topo.eid
+            if not all(t.is_pinned() for t in arrays if t is not None):
+                # Shared before pinning, so worker processes map these very pages.
+                _share_or_warn(topo)
+            placed = []
+            for t in (topo.indptr, topo.indices, topo.eid):
+                if t is None:
+                    placed.append(None)
+                    continue
+                t, handle = pinned(t)
+                placed.append(t)
+                self._pins.append(handle)
         else:
-            self._indptr, self._indices, self._eid = topo.indptr, topo.indices, topo.eid
+            placed = list(arrays)
+        self._indptr, self._indices, self._eid = placed
+
+    # Pickling (mp.spawn workers): the topology travels as shared memory; each worker
+    # places it again for its current GPU: pinning the shared pages in UVA mode (no copy),
+    # one copy on its GPU in GPU mode.
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        for key in ("_indptr", "_indices", "_eid", "_pins"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if self.mode != "CPU":
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self._place()
 
     def _seeds(self, input_nodes) -> Tensor:
         seeds = torch.as_tensor(input_nodes)

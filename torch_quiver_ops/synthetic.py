@@ -68,45 +68,50 @@ def _sample_pairs(count: int, node_order: Tensor, cum_weight: Tensor, community:
     """Draws `count` node pairs as undirected keys min * N + max, self-loops dropped."""
     n = node_order.numel()
     total = cum_weight[-1]
+    device = node_order.device
     keys = []
     chunk = 1 << 22
     for start in range(0, count, chunk):
         size = min(chunk, count - start)
-        src_pos = torch.searchsorted(cum_weight, torch.rand(size, generator=gen,
-                                                            dtype=torch.float64) * total,
+        src_pos = torch.searchsorted(cum_weight, torch.rand(size, generator=gen, dtype=torch.float64,
+                                                            device=device) * total,
                                      right=True).clamp_(max=n - 1)
         src = node_order[src_pos]
-        inside = torch.rand(size, generator=gen) < homophily
+        inside = torch.rand(size, generator=gen, device=device) < homophily
         comm = community[src]
-        low = torch.where(inside, community_low[comm], torch.zeros((), dtype=torch.float64))
+        low = torch.where(inside, community_low[comm],
+                          torch.zeros((), dtype=torch.float64, device=device))
         high = torch.where(inside, community_high[comm], total)
-        r = low + torch.rand(size, generator=gen, dtype=torch.float64) * (high - low)
+        r = low + torch.rand(size, generator=gen, dtype=torch.float64, device=device) * (high - low)
         dst = node_order[torch.searchsorted(cum_weight, r, right=True).clamp_(max=n - 1)]
         keep = src != dst
         src, dst = src[keep], dst[keep]
         keys.append(torch.minimum(src, dst) * n + torch.maximum(src, dst))
-    return torch.cat(keys) if keys else torch.empty(0, dtype=torch.long)
+    return torch.cat(keys) if keys else torch.empty(0, dtype=torch.long, device=device)
 
 
-def generate(spec: GraphSpec, seed: int = 0, features: bool = True) -> SyntheticGraph:
-    """Builds a graph from `spec`; the same seed gives the same graph."""
-    gen = torch.Generator().manual_seed(seed)
+def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
+             device: Optional[torch.device] = None) -> SyntheticGraph:
+    """Builds a graph from `spec`; the same seed (and device) gives the same graph. With a
+    CUDA `device` the work runs there (much faster at scale); the result is on the CPU."""
+    device = torch.device(device or "cpu")
+    gen = torch.Generator(device=device).manual_seed(seed)
     n, num_classes = spec.num_nodes, spec.num_classes
-    community = torch.randint(num_classes, (n,), generator=gen)
+    community = torch.randint(num_classes, (n,), generator=gen, device=device)
 
     # Chung-Lu weights: Pareto tails give a power law with the requested exponent.
-    weight = torch.rand(n, generator=gen, dtype=torch.float64).clamp_(min=1e-12)
+    weight = torch.rand(n, generator=gen, dtype=torch.float64, device=device).clamp_(min=1e-12)
     weight = weight.pow(-1.0 / (spec.exponent - 1.0))
     weight.clamp_(max=float(weight.mean()) * spec.max_degree_ratio)
     node_order = torch.argsort(community, stable=True)
     cum_weight = torch.cumsum(weight[node_order], 0)
     ends = torch.cumsum(torch.bincount(community, minlength=num_classes), 0)
     starts = ends - torch.bincount(community, minlength=num_classes)
-    padded = torch.cat([torch.zeros(1, dtype=torch.float64), cum_weight])
+    padded = torch.cat([torch.zeros(1, dtype=torch.float64, device=device), cum_weight])
     community_low, community_high = padded[starts], padded[ends]
 
     target = int(round(n * spec.avg_degree / 2))
-    keys = torch.empty(0, dtype=torch.long)
+    keys = torch.empty(0, dtype=torch.long, device=device)
     for _ in range(4):  # top up what self-loops and duplicates took away
         missing = target - keys.numel()
         if missing <= 0:
@@ -115,17 +120,21 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True) -> Synthetic
                               community_low, community_high, spec.homophily, gen)
         keys = torch.unique(torch.cat([keys, fresh]))
     if keys.numel() > target:
-        keys = keys[torch.randperm(keys.numel(), generator=gen)[:target]].sort().values
+        keys = keys[torch.randperm(keys.numel(), generator=gen, device=device)[:target]]
+        keys = keys.sort().values
     low, high = keys // n, keys % n
     edge_index = torch.stack([torch.cat([low, high]), torch.cat([high, low])])
 
     x = None
     if features:
-        centroids = torch.randn(num_classes, spec.num_features, generator=gen)
-        x = torch.randn(n, spec.num_features, generator=gen)
+        centroids = torch.randn(num_classes, spec.num_features, generator=gen, device=device)
+        x = torch.randn(n, spec.num_features, generator=gen, device=device)
         x.add_(centroids[community], alpha=spec.feature_signal)
+        x = x.cpu()
 
-    perm = torch.randperm(n, generator=gen)
+    perm = torch.randperm(n, generator=gen, device=device).cpu()
+    community = community.cpu()
+    edge_index = edge_index.cpu()
     num_train = max(1, int(n * spec.train_fraction))
     num_val = max(1, int(n * spec.val_fraction))
     return SyntheticGraph(edge_index=edge_index, x=x, y=community,
@@ -136,9 +145,10 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True) -> Synthetic
 
 
 def synthetic_graph(size: str = "tiny", seed: int = 0, features: bool = True,
-                    **overrides) -> SyntheticGraph:
+                    device: Optional[torch.device] = None, **overrides) -> SyntheticGraph:
     """A preset graph by name ("tiny", "small", "medium", "products", "reddit"), with
     optional field overrides, e.g. ``synthetic_graph("small", num_nodes=10_000)``."""
     if size not in PRESETS:
         raise ValueError(f"unknown size {size!r}; choose one of {sorted(PRESETS)}")
-    return generate(replace(PRESETS[size], **overrides), seed=seed, features=features)
+    return generate(replace(PRESETS[size], **overrides), seed=seed, features=features,
+                    device=device)

@@ -5,7 +5,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <atomic>
 
 namespace quiver {
 namespace {
@@ -38,7 +37,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_coo_kernel(const at::Ten
   int64_t* indptr_p = indptr.mutable_data_ptr<int64_t>();
   at::parallel_for(0, num_edges, kEdgesPerTask, [&](int64_t lo, int64_t hi) {
     for (int64_t e = lo; e < hi; ++e) {
-      std::atomic_ref<int64_t>(indptr_p[row_p[e] + 1]).fetch_add(1, std::memory_order_relaxed);
+      __atomic_fetch_add(&indptr_p[row_p[e] + 1], 1, __ATOMIC_RELAXED);
     }
   });
   for (int64_t v = 0; v < num_nodes; ++v) indptr_p[v + 1] += indptr_p[v];
@@ -49,8 +48,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_coo_kernel(const at::Ten
   int64_t* eid_p = edge_ids.mutable_data_ptr<int64_t>();
   at::parallel_for(0, num_edges, kEdgesPerTask, [&](int64_t lo, int64_t hi) {
     for (int64_t e = lo; e < hi; ++e) {
-      const int64_t slot =
-          std::atomic_ref<int64_t>(cursor_p[row_p[e]]).fetch_add(1, std::memory_order_relaxed);
+      const int64_t slot = __atomic_fetch_add(&cursor_p[row_p[e]], 1, __ATOMIC_RELAXED);
       eid_p[slot] = e;
     }
   });

@@ -5,16 +5,36 @@ import torch_quiver_ops as qv
 from torch_quiver_ops.feature import parse_size
 
 
+def place_table(table, ids, mode):
+    """CPU: both on the host; GPU: table in HBM; UVA: table pinned on the host. Ids follow
+    the device the rows should land on."""
+    if mode == "GPU":
+        return table.cuda(), ids.cuda()
+    if mode == "UVA":
+        return table.pin_memory(), ids.cuda()
+    return table, ids
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64,
                                    torch.uint8])
 @pytest.mark.parametrize("width", [1, 3, 100, 129])
-def test_matches_indexing(dtype, width, index_dtype):
+def test_matches_indexing(mode, dtype, width, index_dtype):
     gen = torch.Generator().manual_seed(width)
     table = (torch.randn(500, width, generator=gen) * 50).to(dtype)
     ids = torch.randint(500, (1000,), generator=gen).to(index_dtype)  # with duplicates
-    out = qv.ops.gather_rows(table, ids)
+    placed_table, placed_ids = place_table(table, ids, mode)
+    out = qv.ops.gather_rows(placed_table, placed_ids)
     assert out.dtype == dtype and out.shape == (1000, width)
-    assert torch.equal(out, table[ids.long()])
+    assert out.device == placed_ids.device
+    assert torch.equal(out.cpu(), table[ids.long()])
+
+
+def test_out_of_range_on_every_placement(mode):
+    table, ids = place_table(torch.randn(10, 4), torch.tensor([0, 3, 10, 2]), mode)
+    with pytest.raises(IndexError, match=r"ids\[2\] = 10 is out of range \[0, 10\)"):
+        qv.ops.gather_rows(table, ids)
+    with pytest.raises(IndexError, match=r"= -1 is out of range"):
+        qv.ops.gather_rows(table, ids.new_tensor([-1]))
 
 
 def test_higher_rank_and_empty():
@@ -42,10 +62,13 @@ def test_bad_input():
         qv.ops.gather_rows(torch.tensor(3.0), torch.tensor([0]))
 
 
-def test_opcheck():
-    table = torch.randn(30, 5)
+def test_opcheck(mode):
+    if mode == "UVA":
+        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
+                    "the same kernel and fake")
     for ids in [torch.tensor([3, 3, 29]), torch.tensor([0], dtype=torch.int32),
                 torch.empty(0, dtype=torch.long)]:
+        table, ids = place_table(torch.randn(30, 5), ids, mode)
         torch.library.opcheck(torch.ops.quiver.gather_rows.default, (table, ids))
 
 

@@ -113,6 +113,9 @@ def test_manual_seed_reproduces_and_calls_differ(mode):
 
 
 def test_opcheck(mode):
+    if mode == "UVA":
+        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
+                    "the same kernel and fake")
     graph = random_graph(num_nodes=40, num_edges=300, seed=2)
     (indptr, indices, eid), device = place(graph, mode)
     seeds = torch.tensor([0, 5, 39, 5], device=device)

@@ -106,6 +106,9 @@ def test_manual_seed_reproduces_and_calls_differ(mode):
 
 
 def test_opcheck(mode):
+    if mode == "UVA":
+        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
+                    "the same kernel and fake")
     graph = random_graph(num_nodes=60, num_edges=400, seed=5)
     (indptr, indices, eid), device = place(graph, mode)
     seeds = torch.tensor([0, 7, 59, 7], device=device)

@@ -1,0 +1,167 @@
+"""Sampling throughput on the GPU machine: GPU, UVA and CPU modes in one run.
+
+    python scripts/bench_sampling.py [--graphs products,reddit] [--batches 30] [--json out.json]
+
+Sampled edges per second (SEPS) = edges sampled over all hops of a batch, summed over
+the timed batches, divided by their synchronized wall time (after warm-up). Seeds are
+batches of 1024 drawn from a fixed 8% training set. Beside each mode it prints the
+random-read bound (the rate at which this device gathers random entries of `indices`,
+the one read every sampled edge needs) and the CPU mode as the in-run baseline.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+import torch_quiver_ops as qv
+from torch_quiver_ops.synthetic import synthetic_graph
+
+WORKLOADS = {"products": [15, 10, 5], "reddit": [25, 10]}
+TARGETS_SEPS = {("products", "GPU"): 1.5e9, ("products", "UVA"): 400e6, ("products", "CPU"): 30e6}
+TORCH_QUIVER_SEPS = {("products", "GPU"): 166e6, ("products", "UVA"): 128e6}  # issue #3, H100
+
+
+def sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def time_batches(sampler, batches, warmup):
+    for seeds in batches[:warmup]:
+        sampler.sample_subgraph(seeds)
+    sync()
+    times, edges = [], 0
+    for seeds in batches[warmup:]:
+        start = time.perf_counter()
+        out = sampler.sample_subgraph(seeds)
+        sync()
+        times.append(time.perf_counter() - start)
+        edges += int(out[5].sum())
+    return times, edges
+
+
+def random_read_bound(topo, num_reads, device, on_host):
+    """Random single-entry reads of `indices` per second (GPU gather of random positions)."""
+    indices = topo.indices
+    if on_host:
+        source = indices if indices.is_pinned() else indices.pin_memory()
+    else:
+        source = indices.to(device)
+    positions = torch.randint(indices.numel(), (num_reads,), device=device)
+    if on_host:
+        # a gather kernel reading pinned host memory through its mapped pointer
+        gather = lambda: qv.ops.gather_rows(source.view(-1, 1), positions)
+    else:
+        gather = lambda: torch.index_select(source, 0, positions)
+    for _ in range(3):
+        gather()
+    sync()
+    start = time.perf_counter()
+    reps = 10
+    for _ in range(reps):
+        gather()
+    sync()
+    return reps * num_reads / (time.perf_counter() - start)
+
+
+def run_graph(name, args, device, results):
+    fanouts = WORKLOADS.get(name, [15, 10, 5])
+    start = time.perf_counter()
+    graph = synthetic_graph(name, features=False, device=device if device.type == "cuda" else None)
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    del graph.edge_index
+    print(f"\n== {name}: {topo.node_count:,} nodes, {topo.edge_count:,} edges, fanouts {fanouts}, "
+          f"batch {args.batch_size} (graph built in {time.perf_counter() - start:.0f}s)", flush=True)
+    gen = torch.Generator().manual_seed(0)
+    train = torch.randperm(topo.node_count, generator=gen)[:int(0.08 * topo.node_count)]
+    batches = [train[torch.randint(train.numel(), (args.batch_size,), generator=gen)]
+               for _ in range(args.warmup + args.batches)]
+    topo_bytes = sum(t.nbytes for t in (topo.indptr, topo.indices, topo.eid))
+
+    modes = ["GPU", "UVA", "CPU"] if device.type == "cuda" else ["CPU"]
+    rows = []
+    for mode in modes:
+        if mode == "CPU":
+            n_batches = min(args.batches, args.cpu_batches)
+            bench_batches = [b for b in batches[:args.warmup + n_batches]]
+        else:
+            bench_batches = batches
+        torch.cuda.empty_cache() if device.type == "cuda" else None
+        base_mem = torch.cuda.memory_allocated() if device.type == "cuda" else 0
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        sampler = qv.GraphSageSampler(topo, fanouts, device=device if mode != "CPU" else "cpu",
+                                      mode=mode)
+        times, edges = time_batches(sampler, bench_batches, args.warmup)
+        peak = (torch.cuda.max_memory_allocated() - base_mem) if device.type == "cuda" else 0
+        seps = edges / sum(times)
+        row = {"graph": name, "mode": mode, "seps": seps,
+               "ms_per_batch": 1e3 * statistics.median(times),
+               "edges_per_batch": edges / len(times),
+               "gpu_mem_gb": peak / 1e9,
+               "host_mem_gb": topo_bytes / 1e9 if mode != "GPU" else 0.0,
+               "target": TARGETS_SEPS.get((name, mode)),
+               "torch_quiver": TORCH_QUIVER_SEPS.get((name, mode))}
+        rows.append(row)
+        print(f"   {mode}: {seps / 1e6:9.1f} M SEPS, {row['ms_per_batch']:7.2f} ms/batch, "
+              f"{row['edges_per_batch']:,.0f} edges/batch", flush=True)
+        del sampler
+    if device.type == "cuda":
+        n = int(sum(r["edges_per_batch"] for r in rows) / len(rows))
+        hbm = random_read_bound(topo, n, device, on_host=False)
+        host = random_read_bound(topo, n, device, on_host=True)
+        for r in rows:
+            r["random_read_bound"] = {"GPU": hbm, "UVA": host}.get(r["mode"])
+    cpu = next(r for r in rows if r["mode"] == "CPU")
+    for r in rows:
+        r["vs_cpu"] = r["seps"] / cpu["seps"]
+    results.extend(rows)
+
+
+def print_table(results, device_name):
+    print(f"\nSampling throughput on {device_name}")
+    header = (f"{'graph':9} {'mode':4} {'M SEPS':>9} {'ms/batch':>9} {'edges/batch':>12} "
+              f"{'GPU mem GB':>10} {'host GB':>8} {'x CPU':>7} {'bound M/s':>10} "
+              f"{'target':>8} {'quiver':>7}")
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        bound = r.get("random_read_bound")
+        fmt = lambda v: f"{v / 1e6:.0f}" if v else "-"
+        print(f"{r['graph']:9} {r['mode']:4} {r['seps'] / 1e6:9.1f} {r['ms_per_batch']:9.2f} "
+              f"{r['edges_per_batch']:12,.0f} {r['gpu_mem_gb']:10.2f} {r['host_mem_gb']:8.2f} "
+              f"{r['vs_cpu']:7.1f} {fmt(bound):>10} {fmt(r['target']):>8} "
+              f"{fmt(r['torch_quiver']):>7}")
+    print("bound: random reads of `indices` per second on this device (HBM for GPU, pinned "
+          "host memory for UVA); target: issue #3; quiver: torch-quiver as reported in issue #3")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--graphs", default="products,reddit")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--cpu-batches", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() and qv.cuda_kernels_built() else "cpu")
+    device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
+    print(f"device: {device_name}; CPU threads: {torch.get_num_threads()}; torch {torch.__version__}")
+    results = []
+    for name in args.graphs.split(","):
+        run_graph(name, args, device, results)
+    print_table(results, device_name)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": device_name, "threads": torch.get_num_threads(),
+                       "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# One command for the GPU machine (torch with CUDA and nvcc installed, no network):
+# builds with CUDA, runs the C++ and Python tests on CPU and CUDA, compute-sanitizer on
+# the kernels, and the benchmarks. Logs go to $OUT (default build/gpu_out).
+#   QUIVER_GPU_STAGES: comma list of build,test,sanitize,bench (default: all)
+#   QUIVER_BENCH_ARGS: extra arguments for the benchmarks
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+OUT=${OUT:-$REPO/build/gpu_out}
+mkdir -p "$OUT"
+STAGES=${QUIVER_GPU_STAGES:-build,test,sanitize,bench}
+BUILD=$REPO/build/gpu
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1
+export TORCH_QUIVER_OPS_LIBRARY=$BUILD/libtorch_quiver_ops.so
+export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+status=0
+has() { [[ ",$STAGES," == *",$1,"* ]]; }
+step() { printf '\n== %s\n' "$1"; }
+
+nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
+"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name())'
+
+# The image's default CXX (an /opt/gcc wrapper) links libstdc++ statically into shared
+# libraries; a second libstdc++ beside Python's crashes on the first formatted error
+# message. Build with the system compiler, and check the result for that mistake.
+if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi
+
+if has build; then
+  step "build (CUDA on, sm_90, $CXX)"
+  rm -f "$BUILD/CMakeCache.txt"
+  gtest_args=()
+  [ -d "$REPO/.deps/googletest" ] && gtest_args=(-DQUIVER_GTEST_SOURCE_DIR="$REPO/.deps/googletest")
+  ( cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQUIVER_WITH_CUDA=ON \
+      -DQUIVER_CUDA_ARCHITECTURES=90 -DBUILD_TESTING=ON -DPython3_EXECUTABLE="$(command -v "$PY")" \
+      "${gtest_args[@]}" && cmake --build "$BUILD" -j "$(nproc)" ) > "$OUT/build.log" 2>&1
+  rc=$?; tail -n 15 "$OUT/build.log"
+  [ $rc -eq 0 ] || { echo "BUILD FAILED"; exit 1; }
+  if nm -D --defined-only "$TORCH_QUIVER_OPS_LIBRARY" | grep -q 'std::codecvt\|_ZNSt7codecvt'; then
+    echo "BUILD BROKEN: libstdc++ was linked statically into the library (compiler: $CXX)"; exit 1
+  fi
+  "$PY" -c 'import torch_quiver_ops as q; print("CUDA kernels:", q.cuda_kernels_built())'
+fi
+
+if has test; then
+  step "C++ tests"
+  ctest --test-dir "$BUILD" --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1 || status=1
+  tail -n 6 "$OUT/ctest.log"
+  step "Python tests (CPU, GPU and UVA modes)"
+  QUIVER_TEST_BINARY_DIR=$BUILD/tests/cpp QUIVER_REQUIRE_CPP_TESTS=1 \
+    "$PY" -m pytest -q -ra -p no:cacheprovider tests/python -x > "$OUT/pytest.log" 2>&1 || status=1
+  tail -n 25 "$OUT/pytest.log"
+fi
+
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    step "compute-sanitizer $tool on the quiver kernels"
+    compute-sanitizer --tool "$tool" --kernel-name kns=quiver --error-exitcode 9 \
+      "$PY" scripts/sanitize_kernels.py > "$OUT/sanitize_$tool.log" 2>&1 || status=1
+    tail -n 4 "$OUT/sanitize_$tool.log"
+  done
+fi
+
+if has bench; then
+  step "benchmark: sampling"
+  "$PY" scripts/bench_sampling.py --json "$OUT/bench_sampling.json" ${QUIVER_BENCH_ARGS:-} \
+    2>&1 | tee "$OUT/bench_sampling.log" || status=1
+fi
+
+echo
+[ $status -eq 0 ] && echo "gpu_check: all stages passed" || echo "gpu_check: FAILURES (see logs in $OUT)"
+exit $status

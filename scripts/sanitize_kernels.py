@@ -1,0 +1,38 @@
+"""Exercises every CUDA kernel on small inputs, for compute-sanitizer (memcheck, racecheck):
+sampling with and without replacement, all-neighbor hops, duplicate and zero-degree seeds,
+table growth, int32 and int64 ids, GPU and UVA placement, and the row gather."""
+import torch
+
+import torch_quiver_ops as qv
+from torch_quiver_ops.synthetic import synthetic_graph
+
+
+def main():
+    graph = synthetic_graph("tiny", seed=1)
+    topo = qv.CSRTopo(graph.edge_index)
+    device = torch.device("cuda")
+    seeds = torch.cat([graph.train_idx[:64], graph.train_idx[:8]]).to(device)
+    for indices in (topo.indices, topo.indices.long()):
+        for mode in ("GPU", "UVA"):
+            move = (lambda t: t.to(device)) if mode == "GPU" else (lambda t: t.pin_memory())
+            indptr, idx, eid = move(topo.indptr), move(indices), move(topo.eid)
+            for replace in (False, True):
+                qv.ops.sample_neighbors(indptr, idx, seeds, 5, replace, eid)
+                qv.ops.sample_neighbors(indptr, idx, seeds, 40, replace, None)  # > shared picks
+                qv.ops.sample_subgraph(indptr, idx, seeds, [10, 5, 3], replace, eid)
+                qv.ops.sample_subgraph(indptr, idx, seeds[:4], [-1, 2], replace, None)  # growth
+                qv.ops.sample_subgraph(indptr, idx, seeds, [40, 2], replace, None)
+            try:
+                qv.ops.sample_subgraph(indptr, idx, torch.tensor([0, topo.node_count], device=device), [3])
+            except IndexError:
+                pass
+            table = graph.x.to(device) if mode == "GPU" else graph.x.pin_memory()
+            qv.ops.gather_rows(table, seeds)
+            narrow = table[:, :3].contiguous()
+            qv.ops.gather_rows(narrow if mode == "GPU" else narrow.pin_memory(), seeds.int())
+    torch.cuda.synchronize()
+    print("sanitizer workload done")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""A sampler built once, handed to torch.multiprocessing.spawn workers."""
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+import torch_quiver_ops as qv
+from conftest import MODES
+from torch_quiver_ops.synthetic import synthetic_graph
+
+
+def worker(rank, sampler, graph_edges, seeds, mode):
+    if mode != "CPU":
+        torch.cuda.set_device(0)
+    n_id, batch_size, adjs = sampler.sample(seeds)
+    edge_index, e_id, size = adjs[-1]
+    # the innermost layer's edges are real edges: target -> neighbor
+    assert torch.equal(graph_edges[0][e_id.cpu()], n_id.cpu()[edge_index[1].cpu()])
+    assert torch.equal(graph_edges[1][e_id.cpu()], n_id.cpu()[edge_index[0].cpu()])
+    if mode in ("CPU", "UVA"):
+        # the worker maps the parent's pages: shared memory, not a private copy
+        assert sampler._indices.is_shared(), "topology was copied into the worker"
+    if mode == "UVA":
+        assert sampler._indices.is_pinned() and sampler._indptr.is_pinned()
+    if mode == "GPU":
+        assert sampler._indices.device.type == "cuda"
+
+
+@pytest.mark.timeout(300)
+def test_spawned_workers_share_the_sampler(mode):
+    graph = synthetic_graph("tiny", seed=2)
+    topo = qv.CSRTopo(graph.edge_index)
+    if mode == "CPU":
+        topo.share_memory_()
+    sampler = qv.GraphSageSampler(topo, [4, 3], device="cpu" if mode == "CPU" else 0, mode=mode)
+    mp.spawn(worker, args=(sampler, graph.edge_index, graph.train_idx[:32], mode), nprocs=2,
+             join=True)
