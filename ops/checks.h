@@ -21,7 +21,9 @@ inline void check_fanout(int64_t fanout, const char* name) {
   TORCH_CHECK_VALUE(fanout >= -1, name, " must be -1 (all neighbors) or >= 0, got ", fanout);
 }
 
-// Shapes and dtypes of a CSR topology; where it lives is each backend's business.
+// Shapes and dtypes of a CSR topology. Where its arrays live is each backend's business:
+// the CPU kernels need them all on the host; the CUDA kernels take each array from device
+// memory or pinned host memory (UVA mode keeps indptr on the GPU, indices on the host).
 inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices,
                              const std::optional<at::Tensor>& edge_ids) {
   TORCH_CHECK_VALUE(indptr.dim() == 1 && indptr.numel() >= 1,
@@ -37,11 +39,7 @@ inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices
                 " of shape ", eid.sizes());
     TORCH_CHECK_VALUE(eid.numel() == indices.numel(), "edge_ids has ", eid.numel(),
                 " entries but indices has ", indices.numel());
-    TORCH_CHECK(eid.device() == indices.device(), "edge_ids is on ", eid.device(),
-                " but indices is on ", indices.device());
   }
-  TORCH_CHECK(indptr.device() == indices.device(), "indptr is on ", indptr.device(),
-              " but indices is on ", indices.device());
 }
 
 inline void check_sample_neighbors_args(const at::Tensor& indptr, const at::Tensor& indices,

@@ -45,6 +45,18 @@ def time_batches(sampler, batches, warmup):
     return times, edges
 
 
+def profile_batches(sampler, batches, label):
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for seeds in batches:
+            sampler.sample_subgraph(seeds)
+        sync()
+    print(f"   -- profile of {len(batches)} batches, {label} (top kernels by GPU time)")
+    table = prof.key_averages().table(sort_by="self_device_time_total", row_limit=12,
+                                      max_name_column_width=60)
+    print("\n".join("   " + line for line in table.splitlines()))
+
+
 def random_read_bound(topo, num_reads, device, on_host):
     """Random single-entry reads of `indices` per second (GPU gather of random positions)."""
     indices = topo.indices
@@ -98,6 +110,8 @@ def run_graph(name, args, device, results):
         sampler = qv.GraphSageSampler(topo, fanouts, device=device if mode != "CPU" else "cpu",
                                       mode=mode)
         times, edges = time_batches(sampler, bench_batches, args.warmup)
+        if args.profile and mode != "CPU":
+            profile_batches(sampler, bench_batches[:5], f"{name} {mode}")
         peak = (torch.cuda.max_memory_allocated() - base_mem) if device.type == "cuda" else 0
         seps = edges / sum(times)
         row = {"graph": name, "mode": mode, "seps": seps,
@@ -149,6 +163,7 @@ def main():
     parser.add_argument("--cpu-batches", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--profile", action="store_true", help="print a kernel profile per mode")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() and qv.cuda_kernels_built() else "cpu")
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"

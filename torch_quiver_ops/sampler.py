@@ -61,6 +61,9 @@ class GraphSageSampler:
             GPU memory); ``"CPU"``: sampled by CPU threads. Default: ``"UVA"`` on a GPU,
             ``"CPU"`` otherwise.
         replace: sample with replacement.
+        return_eid: fill ``Adj.e_id`` with the sampled edges' ids in ``edge_index`` input
+            order (for edge features). Off by default, as in torch-quiver: reading the ids
+            costs a second random read per sampled edge, over PCIe in UVA mode.
 
     A sampler can be handed to ``torch.multiprocessing.spawn`` workers: the topology
     travels as shared memory, and each worker samples on its current GPU
@@ -70,12 +73,13 @@ class GraphSageSampler:
 
     def __init__(self, csr_topo: CSRTopo, sizes: Sequence[int],
                  device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
-                 replace: bool = False):
+                 replace: bool = False, return_eid: bool = False):
         sizes = [int(s) for s in sizes]
         if not sizes or any(s < -1 for s in sizes):
             raise ValueError(f"sizes must be a non-empty list of fanouts >= -1, got {sizes}")
         self.sizes: List[int] = sizes
         self.replace = replace
+        self.return_eid = return_eid and csr_topo.eid is not None
         self.csr_topo = csr_topo
         self.device = _resolve_device(device)
         if mode is None:
@@ -97,25 +101,27 @@ class GraphSageSampler:
 
     def _place(self) -> None:
         topo = self.csr_topo
-        arrays = (topo.indptr, topo.indices, topo.eid)
+        eid = topo.eid if self.return_eid else None
         self._pins = []
         if self.mode == "GPU":
-            placed = [t.to(self.device) if t is not None else None for t in arrays]
+            self._indptr = topo.indptr.to(self.device)
+            self._indices = topo.indices.to(self.device)
+            self._eid = eid.to(self.device) if eid is not None else None
         elif self.mode == "UVA":
-            if not all(t.is_pinned() for t in arrays if t is not None):
-                # Shared before pinning, so worker processes map these very pages.
+            # The offsets (8 bytes a node) go to the GPU; the neighbor lists (and edge ids)
+            # stay in pinned host memory, shared first so that workers map these very pages.
+            self._indptr = topo.indptr.to(self.device)
+            host = [t for t in (topo.indices, eid) if t is not None]
+            if not all(t.is_pinned() for t in host):
                 _share_or_warn(topo)
-            placed = []
-            for t in (topo.indptr, topo.indices, topo.eid):
-                if t is None:
-                    placed.append(None)
-                    continue
-                t, handle = pinned(t)
-                placed.append(t)
+            self._indices, handle = pinned(topo.indices)
+            self._pins.append(handle)
+            self._eid = None
+            if eid is not None:
+                self._eid, handle = pinned(topo.eid)
                 self._pins.append(handle)
         else:
-            placed = list(arrays)
-        self._indptr, self._indices, self._eid = placed
+            self._indptr, self._indices, self._eid = topo.indptr, topo.indices, eid
 
     # Pickling (mp.spawn workers): the topology travels as shared memory; each worker
     # places it again for its current GPU: pinning the shared pages in UVA mode (no copy),
@@ -162,8 +168,8 @@ class GraphSageSampler:
         adjs = []
         for hop in reversed(range(len(self.sizes))):
             num_edges = cum_edges[hop]
-            adjs.append(Adj(edge_index[:, :num_edges], eids[:num_edges],
-                            (cum_nodes[hop + 1], cum_nodes[hop])))
+            e_id = eids[:num_edges] if self.return_eid else None
+            adjs.append(Adj(edge_index[:, :num_edges], e_id, (cum_nodes[hop + 1], cum_nodes[hop])))
         return node_ids, cum_nodes[0], adjs
 
     def __repr__(self) -> str:

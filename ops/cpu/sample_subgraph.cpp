@@ -1,100 +1,162 @@
 #include "ops/checks.h"
+#include "ops/cpu/node_table.h"
 #include "ops/cpu/uniform_sampling.h"
+#include "ops/sampling_common.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <limits>
+#include <memory>
 #include <vector>
 
 namespace quiver {
 namespace {
 
 constexpr int64_t kNodesPerTask = 256;
-
-at::Tensor to_tensor(const std::vector<int64_t>& values) {
-  at::Tensor out = at::empty({static_cast<int64_t>(values.size())}, at::kLong);
-  std::copy(values.begin(), values.end(), out.mutable_data_ptr<int64_t>());
-  return out;
-}
+constexpr int64_t kEdgesPerTask = 1 << 14;
 
 // Each hop samples the nodes the previous hop added (the seeds for the first hop), so
-// every node is expanded once and its neighbor set is the same at every layer. Sampling
-// runs in parallel; the reindexing that follows is one ordered pass so that new nodes are
-// numbered by first appearance, exactly as PyG numbers them.
+// every node is expanded once and its neighbor set is the same at every layer. All steps
+// run in parallel: sampling, inserting the sampled ids into a concurrent table, and
+// numbering the new ones by first appearance with a two-pass scan, exactly the rule the
+// GPU follows and PyG uses (seeds first, then each hop's new nodes in order).
 template <typename index_t>
 std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices,
                                                const at::Tensor& seeds, at::IntArrayRef fanouts,
                                                bool replace,
                                                const std::optional<at::Tensor>& edge_ids,
                                                uint64_t key) {
+  const int64_t num_nodes = indptr.numel() - 1;
   const int64_t num_edges = indices.numel();
   const int64_t* indptr_p = indptr.const_data_ptr<int64_t>();
   const index_t* indices_p = indices.const_data_ptr<index_t>();
   const int64_t* eid_p = edge_ids ? edge_ids->const_data_ptr<int64_t>() : nullptr;
-  const int64_t* seeds_p = seeds.const_data_ptr<int64_t>();
   const int64_t batch_size = seeds.numel();
+  const int64_t num_hops = static_cast<int64_t>(fanouts.size());
+  const auto options = seeds.options();
 
-  std::vector<int64_t> nodes(seeds_p, seeds_p + batch_size);
-  ska::flat_hash_map<int64_t, int64_t> local_of;
-  local_of.reserve(static_cast<size_t>(batch_size) * 8);
-  for (int64_t i = 0; i < batch_size; ++i) local_of.emplace(seeds_p[i], i);
+  auto table = std::make_unique<cpu::NodeTable>(node_bound(batch_size, fanouts, num_nodes));
+  auto number_nodes = [&](const int64_t* ids, int64_t n) {  // local = first occurrence
+    for (int64_t i = 0; i < n; ++i) {
+      cpu::NodeSlot& slot = (*table)[table->find_or_insert(ids[i])];
+      if (slot.local < 0) slot.local = static_cast<int32_t>(i);
+    }
+  };
+  number_nodes(seeds.const_data_ptr<int64_t>(), batch_size);
 
-  std::vector<int64_t> rows, cols, sampled_eids;
-  std::vector<int64_t> nodes_per_hop{batch_size}, edges_per_hop;
-  std::vector<int64_t> ends;
+  std::vector<at::Tensor> node_parts{seeds}, row_parts, col_parts, eid_parts;
+  at::Tensor nodes_per_hop = at::zeros({num_hops + 1}, at::kLong);
+  at::Tensor edges_per_hop = at::zeros({num_hops}, at::kLong);
+  nodes_per_hop[0] = batch_size;
+  at::Tensor frontier = seeds;
   int64_t frontier_begin = 0;
-  int64_t frontier_end = batch_size;
-  uint64_t subsequence = 0;  // one Philox stream per expanded node, across hops
+  int64_t total_nodes = batch_size;
 
-  for (const int64_t fanout : fanouts) {
-    const int64_t frontier = frontier_end - frontier_begin;
-    ends.assign(frontier, 0);
-    at::parallel_for(0, frontier, kNodesPerTask, [&](int64_t lo, int64_t hi) {
+  for (int64_t hop = 0; hop < num_hops && frontier.numel() > 0; ++hop) {
+    const int64_t fanout = fanouts[hop];
+    const int64_t frontier_size = frontier.numel();
+    const int64_t* frontier_p = frontier.const_data_ptr<int64_t>();
+
+    std::vector<int64_t> ends(frontier_size);
+    at::parallel_for(0, frontier_size, kNodesPerTask, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
-        const auto row = cpu::checked_row(indptr_p, nodes[frontier_begin + i], num_edges);
+        const auto row = cpu::checked_row(indptr_p, frontier_p[i], num_edges);
         ends[i] = cpu::sampled_count(row.degree, fanout, replace);
       }
     });
-    for (int64_t i = 1; i < frontier; ++i) ends[i] += ends[i - 1];
-    const int64_t hop_edges = frontier == 0 ? 0 : ends[frontier - 1];
-    const int64_t first = static_cast<int64_t>(rows.size());
-    rows.resize(first + hop_edges);
-    cols.resize(first + hop_edges);
-    sampled_eids.resize(first + hop_edges);
+    for (int64_t i = 1; i < frontier_size; ++i) ends[i] += ends[i - 1];
+    const int64_t hop_edges = ends[frontier_size - 1];
+    TORCH_CHECK(hop_edges < std::numeric_limits<uint32_t>::max(), "hop ", hop, " would sample ",
+                hop_edges, " edges; sample fewer seeds per batch");
+    const int64_t max_new = std::min(hop_edges, num_nodes);
+    TORCH_CHECK(total_nodes + max_new < std::numeric_limits<int32_t>::max(),
+                "a batch of more than 2^31 nodes; sample fewer seeds per batch");
+    if (2 * (total_nodes + max_new) > table->capacity()) {  // rehash what is numbered so far
+      table = std::make_unique<cpu::NodeTable>(total_nodes + max_new);
+      const at::Tensor all_nodes = at::cat(node_parts);
+      number_nodes(all_nodes.const_data_ptr<int64_t>(), total_nodes);
+    }
 
-    at::parallel_for(0, frontier, kNodesPerTask, [&](int64_t lo, int64_t hi) {
+    at::Tensor rows = at::empty({hop_edges}, options);
+    at::Tensor cols = at::empty({hop_edges}, options);
+    at::Tensor eids = at::empty({hop_edges}, options);
+    int64_t* rows_p = rows.mutable_data_ptr<int64_t>();
+    int64_t* cols_p = cols.mutable_data_ptr<int64_t>();
+    int64_t* eids_p = eids.mutable_data_ptr<int64_t>();
+    at::parallel_for(0, frontier_size, kNodesPerTask, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
-        const int64_t node = nodes[frontier_begin + i];
+        const int64_t node = frontier_p[i];
         const int64_t begin = indptr_p[node];
-        const int64_t out_begin = first + (i == 0 ? 0 : ends[i - 1]);
-        const int64_t out_end = first + ends[i];
-        at::philox_engine rng(key, subsequence + static_cast<uint64_t>(i));
-        int64_t* offsets = sampled_eids.data() + out_begin;  // reused as scratch, then overwritten
-        cpu::sample_offsets(indptr_p[node + 1] - begin, fanout, replace, rng, offsets);
-        for (int64_t k = out_begin; k < out_end; ++k) {
-          const int64_t pos = begin + sampled_eids[k];
-          rows[k] = static_cast<int64_t>(indices_p[pos]);  // global id until reindexed below
-          cols[k] = frontier_begin + i;
-          sampled_eids[k] = eid_p ? eid_p[pos] : pos;
+        const int64_t out_begin = i == 0 ? 0 : ends[i - 1];
+        // One Philox stream per expanded node: its local index.
+        at::philox_engine rng(key, static_cast<uint64_t>(frontier_begin + i));
+        cpu::sample_offsets(indptr_p[node + 1] - begin, fanout, replace, rng,
+                            eids_p + out_begin);  // offsets first, edge ids below
+        for (int64_t k = out_begin; k < ends[i]; ++k) {
+          const int64_t pos = begin + eids_p[k];
+          const int64_t neighbor = static_cast<int64_t>(indices_p[pos]);
+          TORCH_CHECK_INDEX(neighbor >= 0 && neighbor < num_nodes, "indices holds node id ",
+                            neighbor, ", out of range [0, ", num_nodes, "): the CSR is corrupt");
+          rows_p[k] = table->find_or_insert(neighbor);  // a table slot until relabeled
+          cols_p[k] = frontier_begin + i;
+          eids_p[k] = eid_p ? eid_p[pos] : pos;
+          if ((*table)[rows_p[k]].local < 0) {
+            table->note_first(rows_p[k], static_cast<uint32_t>(k));
+          }
         }
       }
     });
 
-    for (int64_t k = first; k < first + hop_edges; ++k) {
-      const auto [it, inserted] =
-          local_of.emplace(rows[k], static_cast<int64_t>(nodes.size()));
-      if (inserted) nodes.push_back(rows[k]);
-      rows[k] = it->second;
-    }
-    subsequence += static_cast<uint64_t>(frontier);
-    frontier_begin = frontier_end;
-    frontier_end = static_cast<int64_t>(nodes.size());
-    nodes_per_hop.push_back(frontier_end - frontier_begin);
-    edges_per_hop.push_back(hop_edges);
+    // Number the new ids by first mention: count per chunk, scan the chunks, then assign.
+    const int64_t chunks = std::max<int64_t>(1, (hop_edges + kEdgesPerTask - 1) / kEdgesPerTask);
+    std::vector<int64_t> chunk_new(chunks + 1, 0);
+    auto first_mention = [&](int64_t e) {
+      const cpu::NodeSlot& slot = (*table)[rows_p[e]];
+      return slot.local < 0 && slot.first == static_cast<uint32_t>(e);
+    };
+    at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        const int64_t stop = std::min(hop_edges, (c + 1) * kEdgesPerTask);
+        for (int64_t e = c * kEdgesPerTask; e < stop; ++e) chunk_new[c + 1] += first_mention(e);
+      }
+    });
+    for (int64_t c = 0; c < chunks; ++c) chunk_new[c + 1] += chunk_new[c];
+    const int64_t added = chunk_new[chunks];
+    at::Tensor new_nodes = at::empty({added}, options);
+    int64_t* new_nodes_p = new_nodes.mutable_data_ptr<int64_t>();
+    at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        int64_t next = chunk_new[c];
+        const int64_t stop = std::min(hop_edges, (c + 1) * kEdgesPerTask);
+        for (int64_t e = c * kEdgesPerTask; e < stop; ++e) {
+          if (!first_mention(e)) continue;
+          cpu::NodeSlot& slot = (*table)[rows_p[e]];
+          slot.local = static_cast<int32_t>(total_nodes + next);
+          new_nodes_p[next++] = slot.key;
+        }
+      }
+    });
+    at::parallel_for(0, hop_edges, kEdgesPerTask, [&](int64_t lo, int64_t hi) {
+      for (int64_t e = lo; e < hi; ++e) rows_p[e] = (*table)[rows_p[e]].local;
+    });
+
+    row_parts.push_back(rows);
+    col_parts.push_back(cols);
+    eid_parts.push_back(eids);
+    node_parts.push_back(new_nodes);
+    nodes_per_hop[hop + 1] = added;
+    edges_per_hop[hop] = hop_edges;
+    frontier = new_nodes;
+    frontier_begin = total_nodes;
+    total_nodes += added;
   }
-  return {to_tensor(nodes),         to_tensor(rows),          to_tensor(cols),
-          to_tensor(sampled_eids), to_tensor(nodes_per_hop), to_tensor(edges_per_hop)};
+  auto join = [&](const std::vector<at::Tensor>& parts) {
+    return parts.empty() ? at::empty({0}, options) : at::cat(parts);
+  };
+  return {join(node_parts), join(row_parts), join(col_parts), join(eid_parts), nodes_per_hop,
+          edges_per_hop};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
@@ -106,6 +168,8 @@ sample_subgraph_cpu(const at::Tensor& indptr, const at::Tensor& indices, const a
     TORCH_CHECK(t->device().is_cpu(), "sample_subgraph on CPU needs every tensor on the CPU, got ",
                 t->device());
   }
+  TORCH_CHECK(!edge_ids || edge_ids->device().is_cpu(),
+              "sample_subgraph on CPU needs edge_ids on the CPU, got ", edge_ids->device());
   const at::Tensor seeds64 = seeds.to(at::kLong);
   check_ids_in_range(seeds64.const_data_ptr<int64_t>(), seeds64.numel(), indptr.numel() - 1,
                      "seeds");

@@ -22,7 +22,7 @@ at::Tensor gather_rows_cuda(const at::Tensor& table, const at::Tensor& ids) {
   const void* source = cuda::gpu_readable(table, "table", ids.device());
   const int64_t num_rows = table.size(0);
   const int64_t row_bytes = static_cast<int64_t>(table.nbytes()) / std::max<int64_t>(num_rows, 1);
-  cuda::HopBoard board(ids.device());
+  cuda::HopBoard board(ids.device(), /*words=*/0);
   AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "gather_rows_cuda", [&] {
     cuda::gather_rows<index_t>(source, num_rows, row_bytes, ids.const_data_ptr<index_t>(),
                                ids.numel(), out.mutable_data_ptr(), board.status(), stream);

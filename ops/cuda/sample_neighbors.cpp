@@ -22,11 +22,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
 
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_neighbors_cuda", [&] {
     const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, seeds.device());
-    cuda::HopBoard board(seeds.device());
+    cuda::HopBoard board(seeds.device(), /*words=*/1);
     at::Tensor plan = at::empty({2, num_seeds}, options);
     int64_t* row_begin = plan.mutable_data_ptr<int64_t>();
     int64_t* row_degree = row_begin + num_seeds;
-    cuda::plan_rows(csr, seeds64.const_data_ptr<int64_t>(), num_seeds, fanout, replace,
+    cuda::plan_rows(csr, seeds64.const_data_ptr<int64_t>(), num_seeds, nullptr, fanout, replace,
                     /*nodes_are_seeds=*/true, /*check_ends=*/true, row_begin, row_degree,
                     counts.mutable_data_ptr<int64_t>(), board.status(), stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
@@ -36,7 +36,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
     cuda::offsets_from_counts(counts.const_data_ptr<int64_t>(), num_seeds,
                               offsets.mutable_data_ptr<int64_t>(), scan_space.mutable_data_ptr(),
                               scan_bytes, stream);
-    C10_CUDA_CHECK(cudaMemcpyAsync(board.counts(), offsets.const_data_ptr<int64_t>() + num_seeds,
+    C10_CUDA_CHECK(cudaMemcpyAsync(board.words(), offsets.const_data_ptr<int64_t>() + num_seeds,
                                    sizeof(int64_t), cudaMemcpyDeviceToDevice, stream));
     const int64_t total = board.read(stream, csr.num_nodes, csr.num_edges)[0];
 
@@ -46,7 +46,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
     cuda::sample_rows(csr, row_begin, row_degree, counts.const_data_ptr<int64_t>(),
                       offsets.const_data_ptr<int64_t>(), num_seeds, fanout, replace, key, 0,
                       neighbors.mutable_data_ptr<int64_t>(),
-                      sampled_eids.mutable_data_ptr<int64_t>(), nullptr, 0, stream);
+                      sampled_eids.mutable_data_ptr<int64_t>(), nullptr, nullptr, stream);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
     return std::make_tuple(counts, neighbors, sampled_eids);
   });

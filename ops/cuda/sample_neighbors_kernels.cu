@@ -30,8 +30,8 @@ int blocks_for(int64_t items, int64_t items_per_block) {
 
 template <typename index_t>
 __global__ void plan_rows_kernel(Csr<index_t> csr, const int64_t* __restrict__ nodes,
-                                 int64_t num_rows, int64_t fanout, bool replace,
-                                 bool nodes_are_seeds, bool check_ends,
+                                 int64_t num_rows, const int64_t* live, int64_t fanout,
+                                 bool replace, bool nodes_are_seeds, bool check_ends,
                                  int64_t* __restrict__ row_begin, int64_t* __restrict__ row_degree,
                                  int64_t* __restrict__ row_count, DeviceStatus* status) {
   if (check_ends && blockIdx.x == 0 && threadIdx.x == 0) {
@@ -39,20 +39,24 @@ __global__ void plan_rows_kernel(Csr<index_t> csr, const int64_t* __restrict__ n
     const int64_t last = csr.indptr[csr.num_nodes];
     if (first != 0 || last != csr.num_edges) record_status(status, kCsrEnds, 0, first, last);
   }
+  const int64_t live_rows = live ? live[1] - live[0] : num_rows;
   for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < num_rows;
        r += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t node = nodes[r];
-    int64_t begin = 0, degree = 0;
-    if (node < 0 || node >= csr.num_nodes) {
-      record_status(status, nodes_are_seeds ? kSeedOutOfRange : kNeighborOutOfRange, r, node, 0);
-    } else {
-      begin = csr.indptr[node];
-      const int64_t end = csr.indptr[node + 1];
-      if (0 <= begin && begin <= end && end <= csr.num_edges) {
-        degree = end - begin;
+    int64_t begin = 0, degree = 0;  // rows past the live ones yield nothing
+    if (r < live_rows) {
+      const int64_t node = nodes[r];
+      if (node < 0 || node >= csr.num_nodes) {
+        record_status(status, nodes_are_seeds ? kSeedOutOfRange : kNeighborOutOfRange, r, node,
+                      0);
       } else {
-        record_status(status, kRowOutOfBounds, node, begin, end);
-        begin = 0;
+        begin = csr.indptr[node];
+        const int64_t end = csr.indptr[node + 1];
+        if (0 <= begin && begin <= end && end <= csr.num_edges) {
+          degree = end - begin;
+        } else {
+          record_status(status, kRowOutOfBounds, node, begin, end);
+          begin = 0;
+        }
       }
     }
     row_begin[r] = begin;
@@ -74,8 +78,9 @@ __global__ void __launch_bounds__(kBlock)
                        const int64_t* __restrict__ out_offsets, int64_t num_rows, int64_t fanout,
                        bool replace, PhiloxKey key, uint64_t stream_base,
                        int64_t* __restrict__ neighbors_out, int64_t* edge_ids_out,
-                       int64_t* __restrict__ cols_out, int64_t col_base) {
+                       int64_t* __restrict__ cols_out, const int64_t* col_base_ptr) {
   constexpr int kGroups = kBlock / G;
+  const int64_t col_base = cols_out ? *col_base_ptr : 0;
   __shared__ int64_t shared_picks[kGroups][kSharedPicks];
   const auto group = cg::tiled_partition<G>(cg::this_thread_block());
   const int lane = group.thread_rank();
@@ -135,7 +140,7 @@ void launch_sample_rows(const Csr<index_t>& csr, const int64_t* row_begin,
                         const int64_t* row_degree, const int64_t* row_count,
                         const int64_t* out_offsets, int64_t num_rows, int64_t fanout, bool replace,
                         PhiloxKey key, uint64_t stream_base, int64_t* neighbors_out,
-                        int64_t* edge_ids_out, int64_t* cols_out, int64_t col_base,
+                        int64_t* edge_ids_out, int64_t* cols_out, const int64_t* col_base,
                         cudaStream_t stream) {
   sample_rows_kernel<index_t, G><<<blocks_for(num_rows, kBlock / G), kBlock, 0, stream>>>(
       csr, row_begin, row_degree, row_count, out_offsets, num_rows, fanout, replace, key,
@@ -145,14 +150,14 @@ void launch_sample_rows(const Csr<index_t>& csr, const int64_t* row_begin,
 }  // namespace
 
 template <typename index_t>
-void plan_rows(const Csr<index_t>& csr, const int64_t* nodes, int64_t num_rows, int64_t fanout,
-               bool replace, bool nodes_are_seeds, bool check_ends, int64_t* row_begin,
-               int64_t* row_degree, int64_t* row_count, DeviceStatus* status,
-               cudaStream_t stream) {
+void plan_rows(const Csr<index_t>& csr, const int64_t* nodes, int64_t max_rows,
+               const int64_t* live, int64_t fanout, bool replace, bool nodes_are_seeds,
+               bool check_ends, int64_t* row_begin, int64_t* row_degree, int64_t* row_count,
+               DeviceStatus* status, cudaStream_t stream) {
   constexpr int kThreads = 256;
-  plan_rows_kernel<index_t><<<blocks_for(num_rows, kThreads), kThreads, 0, stream>>>(
-      csr, nodes, num_rows, fanout, replace, nodes_are_seeds, check_ends, row_begin, row_degree,
-      row_count, status);
+  plan_rows_kernel<index_t><<<blocks_for(max_rows, kThreads), kThreads, 0, stream>>>(
+      csr, nodes, max_rows, live, fanout, replace, nodes_are_seeds, check_ends, row_begin,
+      row_degree, row_count, status);
 }
 
 size_t offsets_workspace_bytes(int64_t n) {
@@ -175,7 +180,7 @@ void sample_rows(const Csr<index_t>& csr, const int64_t* row_begin, const int64_
                  const int64_t* row_count, const int64_t* out_offsets, int64_t num_rows,
                  int64_t fanout, bool replace, PhiloxKey key, uint64_t stream_base,
                  int64_t* neighbors_out, int64_t* edge_ids_out, int64_t* cols_out,
-                 int64_t col_base, cudaStream_t stream) {
+                 const int64_t* col_base, cudaStream_t stream) {
   // Enough lanes per row for the fanout, so that small fanouts keep more rows in flight.
   if (fanout >= 0 && fanout <= 8) {
     launch_sample_rows<index_t, 8>(csr, row_begin, row_degree, row_count, out_offsets, num_rows,
@@ -193,13 +198,13 @@ void sample_rows(const Csr<index_t>& csr, const int64_t* row_begin, const int64_
 }
 
 #define QUIVER_INSTANTIATE(index_t)                                                            \
-  template void plan_rows<index_t>(const Csr<index_t>&, const int64_t*, int64_t, int64_t, bool, \
-                                   bool, bool, int64_t*, int64_t*, int64_t*, DeviceStatus*,     \
-                                   cudaStream_t);                                               \
-  template void sample_rows<index_t>(const Csr<index_t>&, const int64_t*, const int64_t*,       \
-                                     const int64_t*, const int64_t*, int64_t, int64_t, bool,    \
-                                     PhiloxKey, uint64_t, int64_t*, int64_t*, int64_t*, int64_t, \
-                                     cudaStream_t);
+  template void plan_rows<index_t>(const Csr<index_t>&, const int64_t*, int64_t,                \
+                                   const int64_t*, int64_t, bool, bool, bool, int64_t*, int64_t*, \
+                                   int64_t*, DeviceStatus*, cudaStream_t);                        \
+  template void sample_rows<index_t>(const Csr<index_t>&, const int64_t*, const int64_t*,         \
+                                     const int64_t*, const int64_t*, int64_t, int64_t, bool,      \
+                                     PhiloxKey, uint64_t, int64_t*, int64_t*, int64_t*,           \
+                                     const int64_t*, cudaStream_t);
 QUIVER_INSTANTIATE(int32_t)
 QUIVER_INSTANTIATE(int64_t)
 #undef QUIVER_INSTANTIATE

@@ -109,11 +109,13 @@ struct IsFirstMention {
 
 __global__ void assign_new_nodes_kernel(NodeSlot* table, const int64_t* rows, int64_t max_edges,
                                         const int64_t* num_edges, const int64_t* new_pos,
-                                        int64_t nodes_before, int64_t* new_nodes, int64_t* counts) {
+                                        int64_t* node_total, int64_t* new_nodes,
+                                        int64_t* hop_edges) {
   const int64_t edges = *num_edges < max_edges ? *num_edges : max_edges;
+  const int64_t nodes_before = node_total[0];
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    counts[0] = edges;
-    counts[1] = new_pos[edges];
+    *hop_edges = edges;
+    node_total[1] = nodes_before + new_pos[edges];
   }
   QUIVER_GRID_LOOP(e, edges) {
     const int64_t h = rows[e];
@@ -181,11 +183,11 @@ void scan_new_nodes(const void* table, const int64_t* rows, int64_t max_edges,
 }
 
 void assign_new_nodes(void* table, const int64_t* rows, int64_t max_edges,
-                      const int64_t* num_edges, const int64_t* new_pos, int64_t nodes_before,
-                      int64_t* new_nodes, int64_t* counts, cudaStream_t stream) {
+                      const int64_t* num_edges, const int64_t* new_pos, int64_t* node_total,
+                      int64_t* new_nodes, int64_t* hop_edges, cudaStream_t stream) {
   assign_new_nodes_kernel<<<blocks_for(max_edges), kThreads, 0, stream>>>(
-      static_cast<NodeSlot*>(table), rows, max_edges, num_edges, new_pos, nodes_before,
-      new_nodes, counts);
+      static_cast<NodeSlot*>(table), rows, max_edges, num_edges, new_pos, node_total, new_nodes,
+      hop_edges);
 }
 
 void relabel_rows(const void* table, int64_t* rows, int64_t max_edges, const int64_t* num_edges,

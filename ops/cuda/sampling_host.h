@@ -59,38 +59,49 @@ inline PhiloxKey draw_philox_key(const at::Device& device, uint64_t increment) {
   return {state.seed_.val, state.offset_.val};
 }
 
-// A device block the kernels report into ({DeviceStatus, counts[2]}) and its pinned mirror.
+// A device block the kernels report into: a DeviceStatus, then `words` int64 counters of
+// the op's own, mirrored in pinned host memory. read() is the op's synchronization point.
 class HopBoard {
  public:
-  explicit HopBoard(const at::Device& device)
-      : device_(at::zeros({kWords}, at::TensorOptions(device).dtype(at::kLong))),
-        host_(at::empty({kWords}, at::TensorOptions(at::kLong).pinned_memory(true))) {}
+  HopBoard(const at::Device& device, int64_t words)
+      : words_(kStatusWords + words),
+        device_(at::zeros({words_}, at::TensorOptions(device).dtype(at::kLong))),
+        host_(at::zeros({words_}, at::TensorOptions(at::kLong).pinned_memory(true))) {}
 
   DeviceStatus* status() { return reinterpret_cast<DeviceStatus*>(device_.mutable_data_ptr()); }
-  int64_t* counts() { return device_.mutable_data_ptr<int64_t>() + 4; }
+  int64_t* words() { return device_.mutable_data_ptr<int64_t>() + kStatusWords; }
+  int64_t* host_words() { return host_.mutable_data_ptr<int64_t>() + kStatusWords; }
 
-  // The hop's one synchronization: fetch the block, raise on invalid input, return counts.
+  // Copies the host mirror (after filling host_words()) to the device, asynchronously.
+  void upload(cudaStream_t stream) {
+    C10_CUDA_CHECK(cudaMemcpyAsync(device_.mutable_data_ptr(), host_.const_data_ptr(),
+                                   words_ * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+  }
+
+  // Fetches the block and waits for it, raises on invalid input, returns the counters.
   const int64_t* read(cudaStream_t stream, int64_t num_nodes, int64_t num_edges) {
-    C10_CUDA_CHECK(cudaMemcpyAsync(host_.mutable_data_ptr(), device_.const_data_ptr(),
-                                   kWords * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
-    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const auto* words = host_.const_data_ptr<int64_t>();
-    throw_on_status(*reinterpret_cast<const DeviceStatus*>(words), num_nodes, num_edges);
-    return words + 4;
+    fetch(stream);
+    throw_on_status(*reinterpret_cast<const DeviceStatus*>(host_.const_data_ptr()), num_nodes,
+                    num_edges);
+    return host_.const_data_ptr<int64_t>() + kStatusWords;
   }
 
   // For ops whose only possible error is an id out of [0, num_rows): "ids[i] = v ...".
   void read_ids_status(cudaStream_t stream, int64_t num_rows) {
-    C10_CUDA_CHECK(cudaMemcpyAsync(host_.mutable_data_ptr(), device_.const_data_ptr(),
-                                   4 * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
-    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-    const auto& s = *reinterpret_cast<const DeviceStatus*>(host_.const_data_ptr<int64_t>());
+    fetch(stream);
+    const auto& s = *reinterpret_cast<const DeviceStatus*>(host_.const_data_ptr());
     TORCH_CHECK_INDEX(s.code == kStatusOk, "ids[", s.index, "] = ", s.value,
                       " is out of range [0, ", num_rows, ")");
   }
 
  private:
-  static constexpr int64_t kWords = 6;
+  static constexpr int64_t kStatusWords = sizeof(DeviceStatus) / sizeof(int64_t);
+
+  void fetch(cudaStream_t stream) {
+    C10_CUDA_CHECK(cudaMemcpyAsync(host_.mutable_data_ptr(), device_.const_data_ptr(),
+                                   words_ * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+  }
 
   static void throw_on_status(const DeviceStatus& s, int64_t num_nodes, int64_t num_edges) {
     switch (s.code) {
@@ -115,6 +126,7 @@ class HopBoard {
     }
   }
 
+  int64_t words_;
   at::Tensor device_;
   at::Tensor host_;
 };

@@ -45,13 +45,15 @@ struct PhiloxKey {
 };
 
 // Per row (node) of a batch: CSR start, degree, and the number of neighbors it yields.
-// `nodes_are_seeds` picks the error code for an out-of-range id; `check_ends` also checks
-// indptr[0] == 0 and indptr[num_nodes] == num_edges.
+// Launched for `max_rows` rows; when `live` is given (device {begin, end}), only the first
+// live[1] - live[0] rows are real and the others yield nothing, so a hop can be queued
+// before the host knows its size. `nodes_are_seeds` picks the error code for an
+// out-of-range id; `check_ends` also checks indptr[0] == 0 and indptr[-1] == num_edges.
 template <typename index_t>
-void plan_rows(const Csr<index_t>& csr, const int64_t* nodes, int64_t num_rows, int64_t fanout,
-               bool replace, bool nodes_are_seeds, bool check_ends, int64_t* row_begin,
-               int64_t* row_degree, int64_t* row_count, DeviceStatus* status,
-               cudaStream_t stream);
+void plan_rows(const Csr<index_t>& csr, const int64_t* nodes, int64_t max_rows,
+               const int64_t* live, int64_t fanout, bool replace, bool nodes_are_seeds,
+               bool check_ends, int64_t* row_begin, int64_t* row_degree, int64_t* row_count,
+               DeviceStatus* status, cudaStream_t stream);
 
 // offsets[0] = 0, offsets[i + 1] = values[0] + ... + values[i] (n + 1 entries).
 size_t offsets_workspace_bytes(int64_t n);
@@ -59,14 +61,14 @@ void offsets_from_counts(const int64_t* values, int64_t n, int64_t* offsets, voi
                          size_t workspace_bytes, cudaStream_t stream);
 
 // Samples every planned row: row r writes row_count[r] neighbors (global ids) and edge ids
-// at out_offsets[r]. When cols_out is given, it also writes col_base + r as each edge's
-// target. Row r draws from Philox stream `stream_base + r`.
+// at out_offsets[r]. When cols_out is given, it also writes *col_base + r (col_base on the
+// device) as each edge's target. Row r draws from Philox stream `stream_base + r`.
 template <typename index_t>
 void sample_rows(const Csr<index_t>& csr, const int64_t* row_begin, const int64_t* row_degree,
                  const int64_t* row_count, const int64_t* out_offsets, int64_t num_rows,
                  int64_t fanout, bool replace, PhiloxKey key, uint64_t stream_base,
                  int64_t* neighbors_out, int64_t* edge_ids_out, int64_t* cols_out,
-                 int64_t col_base, cudaStream_t stream);
+                 const int64_t* col_base, cudaStream_t stream);
 
 // ---- Reindexing: an open-addressing table from global node id to local index ----
 
@@ -86,9 +88,9 @@ void insert_nodes(void* table, int64_t capacity, const int64_t* nodes, int64_t n
 //     the table records the first edge e that named it;
 //  2. scan_new_nodes: new_pos[e] = how many new ids were first named before edge e
 //     (max_edges + 1 entries);
-//  3. assign_new_nodes: new id's local index = nodes_before + new_pos[e]; new_nodes lists
-//     the new ids in order of first appearance; writes counts[0] = *num_edges and
-//     counts[1] = number of new nodes;
+//  3. assign_new_nodes: new id's local index = node_total[0] + new_pos[e]; new_nodes lists
+//     the new ids in order of first appearance; writes *hop_edges = *num_edges and
+//     node_total[1] = node_total[0] + the number of new nodes (all on the device);
 //  4. relabel_rows: rows[e] = local index of its id.
 void insert_neighbors(void* table, int64_t capacity, int64_t* rows, int64_t max_edges,
                       const int64_t* num_edges, int64_t num_nodes, DeviceStatus* status,
@@ -98,8 +100,8 @@ void scan_new_nodes(const void* table, const int64_t* rows, int64_t max_edges,
                     const int64_t* num_edges, int64_t* new_pos, void* workspace,
                     size_t workspace_bytes, cudaStream_t stream);
 void assign_new_nodes(void* table, const int64_t* rows, int64_t max_edges,
-                      const int64_t* num_edges, const int64_t* new_pos, int64_t nodes_before,
-                      int64_t* new_nodes, int64_t* counts, cudaStream_t stream);
+                      const int64_t* num_edges, const int64_t* new_pos, int64_t* node_total,
+                      int64_t* new_nodes, int64_t* hop_edges, cudaStream_t stream);
 void relabel_rows(const void* table, int64_t* rows, int64_t max_edges, const int64_t* num_edges,
                   cudaStream_t stream);
 

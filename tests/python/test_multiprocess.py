@@ -19,8 +19,9 @@ def worker(rank, sampler, graph_edges, seeds, mode):
     if mode in ("CPU", "UVA"):
         # the worker maps the parent's pages: shared memory, not a private copy
         assert sampler._indices.is_shared(), "topology was copied into the worker"
-    if mode == "UVA":
-        assert sampler._indices.is_pinned() and sampler._indptr.is_pinned()
+    if mode == "UVA":  # neighbor lists pinned on the host, offsets on the GPU
+        assert sampler._indices.is_pinned() and sampler._eid.is_pinned()
+        assert sampler._indptr.device.type == "cuda"
     if mode == "GPU":
         assert sampler._indices.device.type == "cuda"
 
@@ -31,6 +32,7 @@ def test_spawned_workers_share_the_sampler(mode):
     topo = qv.CSRTopo(graph.edge_index)
     if mode == "CPU":
         topo.share_memory_()
-    sampler = qv.GraphSageSampler(topo, [4, 3], device="cpu" if mode == "CPU" else 0, mode=mode)
+    sampler = qv.GraphSageSampler(topo, [4, 3], device="cpu" if mode == "CPU" else 0, mode=mode,
+                                  return_eid=True)
     mp.spawn(worker, args=(sampler, graph.edge_index, graph.train_idx[:32], mode), nprocs=2,
              join=True)

@@ -15,7 +15,7 @@ def test_sample_gives_torch_quiver_layout(graph, mode):
     topo = qv.CSRTopo(graph.edge_index)
     sizes = [6, 4, 3]
     device = "cpu" if mode == "CPU" else 0
-    sampler = qv.GraphSageSampler(topo, sizes, device=device, mode=mode)
+    sampler = qv.GraphSageSampler(topo, sizes, device=device, mode=mode, return_eid=True)
     seeds = graph.train_idx[:50]
     n_id, batch_size, adjs = sampler.sample(seeds)
     assert batch_size == 50 and torch.equal(n_id[:50].cpu(), seeds)
@@ -35,6 +35,16 @@ def test_sample_gives_torch_quiver_layout(graph, mode):
     assert num_sources == batch_size
     # each layer's edges are a prefix of the layer outside it
     assert torch.equal(adjs[0].edge_index[:, :adjs[1].edge_index.size(1)], adjs[1].edge_index)
+
+
+def test_edge_ids_only_on_request(graph, mode):
+    topo = qv.CSRTopo(graph.edge_index)
+    device = "cpu" if mode == "CPU" else 0
+    plain = qv.GraphSageSampler(topo, [3, 2], device=device, mode=mode)
+    n_id, _, adjs = plain.sample(graph.train_idx[:8])
+    assert all(adj.e_id is None for adj in adjs)
+    with_ids = qv.GraphSageSampler(topo, [3, 2], device=device, mode=mode, return_eid=True)
+    assert all(adj.e_id is not None for adj in with_ids.sample(graph.train_idx[:8])[2])
 
 
 def test_adjs_feed_a_pyg_model(graph):

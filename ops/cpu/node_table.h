@@ -1,0 +1,80 @@
+// Concurrent node-id -> local-index table for parallel reindexing on the CPU: the same
+// open-addressing scheme and first-appearance numbering as the GPU kernels
+// (ops/cuda/sample_subgraph_kernels.cu), so all threads insert at once and the numbering
+// stays deterministic.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cstdint>
+#include <cstring>
+
+namespace quiver::cpu {
+
+struct NodeSlot {
+  int64_t key;     // -1: empty
+  int32_t local;   // -1: not numbered yet
+  uint32_t first;  // while unnumbered: the first position that named this id
+};
+static_assert(sizeof(NodeSlot) == 16, "16-byte slots");
+
+class NodeTable {
+ public:
+  // Room for `nodes` ids at most half full.
+  explicit NodeTable(int64_t nodes) {
+    capacity_ = 1024;
+    while (capacity_ < 2 * nodes) capacity_ <<= 1;
+    storage_ = at::empty({capacity_ * static_cast<int64_t>(sizeof(NodeSlot))}, at::kByte);
+    slots_ = reinterpret_cast<NodeSlot*>(storage_.mutable_data_ptr());
+    at::parallel_for(0, capacity_, 1 << 16, [&](int64_t lo, int64_t hi) {
+      std::memset(slots_ + lo, 0xFF, (hi - lo) * sizeof(NodeSlot));
+    });
+  }
+
+  int64_t capacity() const { return capacity_; }
+  NodeSlot& operator[](int64_t slot) { return slots_[slot]; }
+
+  // Thread-safe: the slot holding `key`, claimed if the key is new.
+  int64_t find_or_insert(int64_t key) {
+    const uint64_t mask = static_cast<uint64_t>(capacity_ - 1);
+    uint64_t h = mix(static_cast<uint64_t>(key)) & mask;
+    while (true) {
+      int64_t seen = __atomic_load_n(&slots_[h].key, __ATOMIC_RELAXED);
+      if (seen == key) return static_cast<int64_t>(h);
+      if (seen == -1) {
+        if (__atomic_compare_exchange_n(&slots_[h].key, &seen, key, false, __ATOMIC_RELAXED,
+                                        __ATOMIC_RELAXED) ||
+            seen == key) {
+          return static_cast<int64_t>(h);
+        }
+      }
+      h = (h + 1) & mask;
+    }
+  }
+
+  // Thread-safe: records `position` as the slot's first mention if it is the smallest.
+  void note_first(int64_t slot, uint32_t position) {
+    uint32_t current = __atomic_load_n(&slots_[slot].first, __ATOMIC_RELAXED);
+    while (position < current &&
+           !__atomic_compare_exchange_n(&slots_[slot].first, &current, position, true,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+  }
+
+ private:
+  static uint64_t mix(uint64_t x) {  // murmur3's finalizer
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ULL;
+    x ^= x >> 33;
+    return x;
+  }
+
+  int64_t capacity_ = 0;
+  at::Tensor storage_;
+  NodeSlot* slots_ = nullptr;
+};
+
+}  // namespace quiver::cpu
