@@ -2,14 +2,14 @@
 # One command for the GPU machine (torch with CUDA and nvcc installed, no network):
 # builds with CUDA, runs the C++ and Python tests on CPU and CUDA, compute-sanitizer on
 # the kernels, and the benchmarks. Logs go to $OUT (default build/gpu_out).
-#   QUIVER_GPU_STAGES: comma list of build,test,sanitize,bench (default: all)
+#   QUIVER_GPU_STAGES: comma list of build,test,sanitize,train,bench (default: all)
 #   QUIVER_BENCH_ARGS: extra arguments for the benchmarks
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 OUT=${OUT:-$REPO/build/gpu_out}
 mkdir -p "$OUT"
-STAGES=${QUIVER_GPU_STAGES:-build,test,sanitize,bench}
+STAGES=${QUIVER_GPU_STAGES:-build,test,sanitize,train,bench}
 BUILD=$REPO/build/gpu
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -60,6 +60,12 @@ if has sanitize; then
       "$PY" scripts/sanitize_kernels.py > "$OUT/sanitize_$tool.log" 2>&1 || status=1
     tail -n 4 "$OUT/sanitize_$tool.log"
   done
+fi
+
+if has train; then
+  step "main job: examples/train_sage.py on the GPU (small graph, 2 epochs)"
+  "$PY" examples/train_sage.py --epochs 2 > "$OUT/train.log" 2>&1 || status=1
+  tr '\r' '\n' < "$OUT/train.log" | grep -E "^(graph|device)|test accuracy|Error"
 fi
 
 if has bench; then

@@ -1,7 +1,9 @@
 """Graph topology in CSR form."""
 from __future__ import annotations
 
-from typing import Optional
+import json
+from pathlib import Path
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -114,6 +116,34 @@ class CSRTopo:
             if t is not None:
                 t.share_memory_()
         return self
+
+    # ---- one copy per machine for independent processes (torchrun) ----
+
+    def save(self, directory: Union[str, Path]) -> Path:
+        """Writes the CSR arrays as raw files (put them on /dev/shm to share RAM)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        meta = {}
+        for name in ("indptr", "indices", "eid"):
+            t = getattr(self, name)
+            if t is None:
+                continue
+            t.contiguous().numpy().tofile(directory / f"{name}.bin")
+            meta[name] = {"dtype": str(t.dtype).replace("torch.", ""), "numel": t.numel()}
+        (directory / "csr.json").write_text(json.dumps(meta))
+        return directory
+
+    @classmethod
+    def load_shared(cls, directory: Union[str, Path]) -> "CSRTopo":
+        """Maps arrays written by :meth:`save` with MAP_SHARED: every process that loads the
+        same directory (e.g. each torchrun worker) reads the same pages, so a machine holds
+        one copy, which UVA mode then pins in place in each process."""
+        directory = Path(directory)
+        meta = json.loads((directory / "csr.json").read_text())
+        arrays = {name: torch.from_file(str(directory / f"{name}.bin"), shared=True,
+                                        size=info["numel"], dtype=getattr(torch, info["dtype"]))
+                  for name, info in meta.items()}
+        return cls(indptr=arrays["indptr"], indices=arrays["indices"], eid=arrays.get("eid"))
 
     def __repr__(self) -> str:
         return (f"CSRTopo(nodes={self.node_count}, edges={self.edge_count}, "

@@ -1,4 +1,10 @@
-"""A sampler built once, handed to torch.multiprocessing.spawn workers."""
+"""A sampler built once, handed to torch.multiprocessing.spawn workers; a topology saved
+once, mapped by independent torchrun workers."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -36,3 +42,23 @@ def test_spawned_workers_share_the_sampler(mode):
                                   return_eid=True)
     mp.spawn(worker, args=(sampler, graph.edge_index, graph.train_idx[:32], mode), nprocs=2,
              join=True)
+
+
+@pytest.mark.timeout(300)
+def test_torchrun_workers_map_one_copy(mode, tmp_path):
+    graph = synthetic_graph("tiny", seed=4)
+    shm = Path("/dev/shm")
+    directory = (shm if shm.is_dir() else tmp_path) / f"quiver-test-{os.getpid()}-{mode}"
+    qv.CSRTopo(graph.edge_index).save(directory)
+    worker = Path(__file__).with_name("torchrun_worker.py")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+             "2", str(worker), str(directory), mode],
+            capture_output=True, text=True, timeout=240)
+    finally:
+        for f in directory.iterdir():
+            f.unlink()
+        directory.rmdir()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.count("from the shared topology") == 2
