@@ -6,6 +6,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <initializer_list>
 #include <optional>
 
 namespace quiver {
@@ -84,6 +85,17 @@ inline void check_gather_rows_args(const at::Tensor& table, const at::Tensor& id
   TORCH_CHECK_VALUE(table.is_contiguous(),
               "table must be contiguous (row-major); call .contiguous() once up front");
   check_index_vector(ids, "ids");
+}
+
+// The CPU kernels read every array on the host.
+inline void check_on_cpu(const char* op, std::initializer_list<const at::Tensor*> tensors,
+                         const std::optional<at::Tensor>& edge_ids) {
+  for (const at::Tensor* t : tensors) {
+    TORCH_CHECK(t->device().is_cpu(), op, " on CPU needs every tensor on the CPU, got one on ",
+                t->device());
+  }
+  TORCH_CHECK(!edge_ids || edge_ids->device().is_cpu(), op,
+              " on CPU needs edge_ids on the CPU, got ", edge_ids->device());
 }
 
 // The first and last offsets of a CSR, read wherever indptr lives.

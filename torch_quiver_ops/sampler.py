@@ -66,9 +66,10 @@ class GraphSageSampler:
             costs a second random read per sampled edge, over PCIe in UVA mode.
 
     A sampler can be handed to ``torch.multiprocessing.spawn`` workers: the topology
-    travels as shared memory, and each worker samples on its current GPU
-    (``torch.cuda.set_device(rank)`` first): UVA mode pins the one shared copy,
-    GPU mode copies it once onto that GPU.
+    travels as shared memory, and each worker samples on the GPU that is current at its
+    first ``sample`` (call ``torch.cuda.set_device(rank)`` before it). UVA mode pins the
+    one shared host copy; GPU mode maps the parent's copy through CUDA IPC when the worker
+    uses that GPU, and otherwise copies the topology onto its own GPU once.
     """
 
     def __init__(self, csr_topo: CSRTopo, sizes: Sequence[int],
@@ -98,6 +99,7 @@ class GraphSageSampler:
                                f"built without them (rebuild with nvcc on PATH)")
         self.mode = mode
         self._place()
+        self._placed = True
 
     def _place(self) -> None:
         topo = self.csr_topo
@@ -123,20 +125,34 @@ class GraphSageSampler:
         else:
             self._indptr, self._indices, self._eid = topo.indptr, topo.indices, eid
 
-    # Pickling (mp.spawn workers): the topology travels as shared memory; each worker
-    # places it again for its current GPU: pinning the shared pages in UVA mode (no copy),
-    # one copy on its GPU in GPU mode.
+    # Pickling (mp.spawn workers): the topology travels as shared memory, GPU copies as CUDA
+    # IPC handles. A worker on the GPU that holds the copy maps it (no second copy on that
+    # GPU); a worker on another GPU copies it there once; UVA pins the shared host pages.
     def __getstate__(self):
         state = self.__dict__.copy()
-        for key in ("_indptr", "_indices", "_eid", "_pins"):
-            state.pop(key, None)
+        state.pop("_pins", None)
+        if self.mode != "GPU":
+            for key in ("_indptr", "_indices", "_eid"):
+                state.pop(key, None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        self._pins = []
+        # Placed at first use: spawn unpickles arguments before the worker can call
+        # torch.cuda.set_device, so only then is its GPU known.
+        self._placed = False
+
+    def _ensure_placed(self) -> None:
+        if self._placed:
+            return
         if self.mode != "CPU":
             self.device = torch.device("cuda", torch.cuda.current_device())
-        self._place()
+        shared_copy = getattr(self, "_indices", None)
+        if not (self.mode == "GPU" and shared_copy is not None and
+                shared_copy.device == self.device):
+            self._place()
+        self._placed = True
 
     def _seeds(self, input_nodes) -> Tensor:
         seeds = torch.as_tensor(input_nodes)
@@ -149,6 +165,7 @@ class GraphSageSampler:
 
     def sample_subgraph(self, input_nodes) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         """The raw PyG-layout output of :func:`torch_quiver_ops.ops.sample_subgraph`."""
+        self._ensure_placed()
         return ops.sample_subgraph(self._indptr, self._indices, self._seeds(input_nodes),
                                    self.sizes, self.replace, self._eid)
 

@@ -4,6 +4,8 @@
 // stays deterministic.
 #pragma once
 
+#include "ops/node_hash.h"
+
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -38,7 +40,7 @@ class NodeTable {
   // Thread-safe: the slot holding `key`, claimed if the key is new.
   int64_t find_or_insert(int64_t key) {
     const uint64_t mask = static_cast<uint64_t>(capacity_ - 1);
-    uint64_t h = mix(static_cast<uint64_t>(key)) & mask;
+    uint64_t h = mix_node_id(static_cast<uint64_t>(key)) & mask;
     while (true) {
       int64_t seen = __atomic_load_n(&slots_[h].key, __ATOMIC_RELAXED);
       if (seen == key) return static_cast<int64_t>(h);
@@ -63,15 +65,6 @@ class NodeTable {
   }
 
  private:
-  static uint64_t mix(uint64_t x) {  // murmur3's finalizer
-    x ^= x >> 33;
-    x *= 0xff51afd7ed558ccdULL;
-    x ^= x >> 33;
-    x *= 0xc4ceb9fe1a85ec53ULL;
-    x ^= x >> 33;
-    return x;
-  }
-
   int64_t capacity_ = 0;
   at::Tensor storage_;
   NodeSlot* slots_ = nullptr;

@@ -59,12 +59,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cpu(
     const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds, int64_t fanout,
     bool replace, const std::optional<at::Tensor>& edge_ids) {
   check_sample_neighbors_args(indptr, indices, seeds, fanout, edge_ids);
-  for (const auto* t : {&indptr, &indices, &seeds}) {
-    TORCH_CHECK(t->device().is_cpu(), "sample_neighbors on CPU needs every tensor on the CPU, got ",
-                t->device());
-  }
-  TORCH_CHECK(!edge_ids || edge_ids->device().is_cpu(),
-              "sample_neighbors on CPU needs edge_ids on the CPU, got ", edge_ids->device());
+  check_on_cpu("sample_neighbors", {&indptr, &indices, &seeds}, edge_ids);
   const int64_t num_nodes = indptr.numel() - 1;
   const at::Tensor seeds64 = seeds.to(at::kLong);
   check_ids_in_range(seeds64.const_data_ptr<int64_t>(), seeds64.numel(), num_nodes, "seeds");

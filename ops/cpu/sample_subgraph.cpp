@@ -164,12 +164,7 @@ sample_subgraph_cpu(const at::Tensor& indptr, const at::Tensor& indices, const a
                     at::IntArrayRef fanouts, bool replace,
                     const std::optional<at::Tensor>& edge_ids) {
   check_sample_subgraph_args(indptr, indices, seeds, fanouts, edge_ids);
-  for (const auto* t : {&indptr, &indices, &seeds}) {
-    TORCH_CHECK(t->device().is_cpu(), "sample_subgraph on CPU needs every tensor on the CPU, got ",
-                t->device());
-  }
-  TORCH_CHECK(!edge_ids || edge_ids->device().is_cpu(),
-              "sample_subgraph on CPU needs edge_ids on the CPU, got ", edge_ids->device());
+  check_on_cpu("sample_subgraph", {&indptr, &indices, &seeds}, edge_ids);
   const at::Tensor seeds64 = seeds.to(at::kLong);
   check_ids_in_range(seeds64.const_data_ptr<int64_t>(), seeds64.numel(), indptr.numel() - 1,
                      "seeds");

@@ -4,6 +4,7 @@
 // output equals the CPU's numbering rule and PyG's: seeds first, then each hop's new nodes.
 #include "ops/cuda/device_status.cuh"
 #include "ops/cuda/sampling_kernels.h"
+#include "ops/node_hash.h"
 
 #include <cub/device/device_scan.cuh>
 #include <thrust/iterator/counting_iterator.h>
@@ -23,17 +24,8 @@ struct alignas(16) NodeSlot {
 };
 static_assert(sizeof(NodeSlot) == 16, "one slot per half sector");
 
-__device__ inline uint64_t mix(uint64_t x) {  // murmur3's finalizer
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdULL;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ULL;
-  x ^= x >> 33;
-  return x;
-}
-
 __device__ inline int64_t find_or_insert(NodeSlot* table, int64_t mask, long long key) {
-  int64_t h = static_cast<int64_t>(mix(static_cast<uint64_t>(key)) & mask);
+  int64_t h = static_cast<int64_t>(mix_node_id(static_cast<uint64_t>(key)) & mask);
   while (true) {
     const long long seen = *reinterpret_cast<volatile long long*>(&table[h].key);
     if (seen == key) return h;

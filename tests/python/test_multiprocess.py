@@ -18,6 +18,7 @@ def worker(rank, sampler, graph_edges, seeds, mode):
     if mode != "CPU":
         torch.cuda.set_device(0)
     n_id, batch_size, adjs = sampler.sample(seeds)
+    allocated = torch.cuda.memory_allocated() if mode != "CPU" else 0
     edge_index, e_id, size = adjs[-1]
     # the innermost layer's edges are real edges: target -> neighbor
     assert torch.equal(graph_edges[0][e_id.cpu()], n_id.cpu()[edge_index[1].cpu()])
@@ -28,8 +29,9 @@ def worker(rank, sampler, graph_edges, seeds, mode):
     if mode == "UVA":  # neighbor lists pinned on the host, offsets on the GPU
         assert sampler._indices.is_pinned() and sampler._eid.is_pinned()
         assert sampler._indptr.device.type == "cuda"
-    if mode == "GPU":
+    if mode == "GPU":  # the parent's copy on this GPU, mapped through CUDA IPC
         assert sampler._indices.device.type == "cuda"
+        assert allocated < sampler._indices.nbytes, "the topology was copied again"
 
 
 @pytest.mark.timeout(300)
