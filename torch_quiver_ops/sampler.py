@@ -113,17 +113,20 @@ class GraphSageSampler:
             # The offsets (8 bytes a node) go to the GPU; the neighbor lists (and edge ids)
             # stay in pinned host memory, shared first so that workers map these very pages.
             self._indptr = topo.indptr.to(self.device)
-            host = [t for t in (topo.indices, eid) if t is not None]
-            if not all(t.is_pinned() for t in host):
+            if not all(t.is_pinned() for t in (topo.indices, eid) if t is not None):
                 _share_or_warn(topo)
-            self._indices, handle = pinned(topo.indices)
-            self._pins.append(handle)
-            self._eid = None
-            if eid is not None:
-                self._eid, handle = pinned(topo.eid)
-                self._pins.append(handle)
+            self._indices = self._pin(topo.indices)
+            self._eid = self._pin(eid)
         else:
             self._indptr, self._indices, self._eid = topo.indptr, topo.indices, eid
+
+    def _pin(self, t: Optional[Tensor]) -> Optional[Tensor]:
+        """``t`` pinned in place (or a pinned copy of a small one); the pin lives with us."""
+        if t is None:
+            return None
+        t, handle = pinned(t)
+        self._pins.append(handle)
+        return t
 
     # Pickling (mp.spawn workers): the topology travels as shared memory, GPU copies as CUDA
     # IPC handles. A worker on the GPU that holds the copy maps it (no second copy on that
