@@ -8,7 +8,6 @@
 #include <torch/library.h>
 
 #include <limits>
-#include <memory>
 #include <vector>
 
 namespace quiver {
@@ -37,14 +36,13 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
   const int64_t num_hops = static_cast<int64_t>(fanouts.size());
   const auto options = seeds.options();
 
-  auto table = std::make_unique<cpu::NodeTable>(node_bound(batch_size, fanouts, num_nodes));
-  auto number_nodes = [&](const int64_t* ids, int64_t n) {  // local = first occurrence
-    for (int64_t i = 0; i < n; ++i) {
-      cpu::NodeSlot& slot = (*table)[table->find_or_insert(ids[i])];
-      if (slot.local < 0) slot.local = static_cast<int32_t>(i);
-    }
-  };
-  number_nodes(seeds.const_data_ptr<int64_t>(), batch_size);
+  // Sized for every node the batch can reach, so it never fills past half.
+  cpu::NodeTable table(node_bound(batch_size, fanouts, num_nodes));
+  const int64_t* seeds_p = seeds.const_data_ptr<int64_t>();
+  for (int64_t i = 0; i < batch_size; ++i) {  // a repeated seed keeps its first index
+    cpu::NodeSlot& slot = table[table.find_or_insert(seeds_p[i])];
+    if (slot.local < 0) slot.local = static_cast<int32_t>(i);
+  }
 
   std::vector<at::Tensor> node_parts{seeds}, row_parts, col_parts, eid_parts;
   at::Tensor nodes_per_hop = at::zeros({num_hops + 1}, at::kLong);
@@ -70,14 +68,8 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
     const int64_t hop_edges = ends[frontier_size - 1];
     TORCH_CHECK(hop_edges < std::numeric_limits<uint32_t>::max(), "hop ", hop, " would sample ",
                 hop_edges, " edges; sample fewer seeds per batch");
-    const int64_t max_new = std::min(hop_edges, num_nodes);
-    TORCH_CHECK(total_nodes + max_new < std::numeric_limits<int32_t>::max(),
+    TORCH_CHECK(total_nodes + std::min(hop_edges, num_nodes) < std::numeric_limits<int32_t>::max(),
                 "a batch of more than 2^31 nodes; sample fewer seeds per batch");
-    if (2 * (total_nodes + max_new) > table->capacity()) {  // rehash what is numbered so far
-      table = std::make_unique<cpu::NodeTable>(total_nodes + max_new);
-      const at::Tensor all_nodes = at::cat(node_parts);
-      number_nodes(all_nodes.const_data_ptr<int64_t>(), total_nodes);
-    }
 
     at::Tensor rows = at::empty({hop_edges}, options);
     at::Tensor cols = at::empty({hop_edges}, options);
@@ -99,11 +91,11 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
           const int64_t neighbor = static_cast<int64_t>(indices_p[pos]);
           TORCH_CHECK_INDEX(neighbor >= 0 && neighbor < num_nodes, "indices holds node id ",
                             neighbor, ", out of range [0, ", num_nodes, "): the CSR is corrupt");
-          rows_p[k] = table->find_or_insert(neighbor);  // a table slot until relabeled
+          rows_p[k] = table.find_or_insert(neighbor);  // a table slot until relabeled
           cols_p[k] = frontier_begin + i;
           eids_p[k] = eid_p ? eid_p[pos] : pos;
-          if ((*table)[rows_p[k]].local < 0) {
-            table->note_first(rows_p[k], static_cast<uint32_t>(k));
+          if (table[rows_p[k]].local < 0) {
+            table.note_first(rows_p[k], static_cast<uint32_t>(k));
           }
         }
       }
@@ -113,7 +105,7 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
     const int64_t chunks = std::max<int64_t>(1, (hop_edges + kEdgesPerTask - 1) / kEdgesPerTask);
     std::vector<int64_t> chunk_new(chunks + 1, 0);
     auto first_mention = [&](int64_t e) {
-      const cpu::NodeSlot& slot = (*table)[rows_p[e]];
+      const cpu::NodeSlot& slot = table[rows_p[e]];
       return slot.local < 0 && slot.first == static_cast<uint32_t>(e);
     };
     at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
@@ -132,14 +124,14 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
         const int64_t stop = std::min(hop_edges, (c + 1) * kEdgesPerTask);
         for (int64_t e = c * kEdgesPerTask; e < stop; ++e) {
           if (!first_mention(e)) continue;
-          cpu::NodeSlot& slot = (*table)[rows_p[e]];
+          cpu::NodeSlot& slot = table[rows_p[e]];
           slot.local = static_cast<int32_t>(total_nodes + next);
           new_nodes_p[next++] = slot.key;
         }
       }
     });
     at::parallel_for(0, hop_edges, kEdgesPerTask, [&](int64_t lo, int64_t hi) {
-      for (int64_t e = lo; e < hi; ++e) rows_p[e] = (*table)[rows_p[e]].local;
+      for (int64_t e = lo; e < hi; ++e) rows_p[e] = table[rows_p[e]].local;
     });
 
     row_parts.push_back(rows);

@@ -73,12 +73,12 @@ void sample_rows(const Csr<index_t>& csr, const int64_t* row_begin, const int64_
 // ---- Reindexing: an open-addressing table from global node id to local index ----
 
 // Bytes of one table slot; a table of `capacity` (a power of two) slots is cleared by
-// clear_node_table before use.
+// clear_node_table before use and sized for every node a batch can reach (at most half full).
 size_t node_table_slot_bytes();
 void clear_node_table(void* table, int64_t capacity, cudaStream_t stream);
 
-// Inserts nodes[0..n) with local index = position of each id's first occurrence (the
-// seeds, or every node so far when the table grows). `entries` is scratch of n entries.
+// Inserts the seeds nodes[0..n) with local index = position of each id's first occurrence.
+// `entries` is scratch of n entries.
 void insert_nodes(void* table, int64_t capacity, const int64_t* nodes, int64_t n,
                   int64_t* entries, cudaStream_t stream);
 
