@@ -22,4 +22,11 @@ int64_t node_bound(int64_t batch_size, const Fanouts& fanouts, int64_t num_nodes
   return total;
 }
 
+// Slots of a reindexing table for `nodes` ids: a power of two, at most half full.
+inline int64_t node_table_capacity(int64_t nodes) {
+  int64_t capacity = 1024;
+  while (capacity < 2 * nodes) capacity <<= 1;
+  return capacity;
+}
+
 }  // namespace quiver

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "ops/node_hash.h"
+#include "ops/sampling_common.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -25,8 +26,7 @@ class NodeTable {
  public:
   // Room for `nodes` ids at most half full.
   explicit NodeTable(int64_t nodes) {
-    capacity_ = 1024;
-    while (capacity_ < 2 * nodes) capacity_ <<= 1;
+    capacity_ = node_table_capacity(nodes);
     storage_ = at::empty({capacity_ * static_cast<int64_t>(sizeof(NodeSlot))}, at::kByte);
     slots_ = reinterpret_cast<NodeSlot*>(storage_.mutable_data_ptr());
     at::parallel_for(0, capacity_, 1 << 16, [&](int64_t lo, int64_t hi) {

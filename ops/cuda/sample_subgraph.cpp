@@ -17,12 +17,6 @@ namespace {
 // hop, or more than this many edges), in which case it reads the exact sizes first.
 constexpr int64_t kQueuedEdgeLimit = int64_t{1} << 24;
 
-int64_t next_power_of_two(int64_t n) {
-  int64_t p = 1024;
-  while (p < n) p <<= 1;
-  return p;
-}
-
 template <typename index_t>
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices,
@@ -45,7 +39,7 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices,
   int64_t* node_total = board.words() + total_at;
 
   // Sized for every node the batch can reach, so it never fills past half.
-  const int64_t capacity = next_power_of_two(2 * node_bound(batch_size, fanouts, csr.num_nodes));
+  const int64_t capacity = node_table_capacity(node_bound(batch_size, fanouts, csr.num_nodes));
   at::Tensor table = cuda::workspace(capacity * cuda::node_table_slot_bytes(), device);
   cuda::clear_node_table(table.mutable_data_ptr(), capacity, stream);
   at::Tensor entries = at::empty({batch_size}, options);
