@@ -48,8 +48,12 @@ def parse_args(argv=None):
     parser.add_argument("--device", default="auto", help="auto, cpu, or a CUDA device such as cuda:0")
     parser.add_argument("--mode", default=None, choices=["GPU", "UVA", "CPU"],
                         help="where the topology lives (default: UVA on a GPU, else CPU)")
-    parser.add_argument("--cache-size", default="0",
-                        help="GPU feature cache per GPU, e.g. 200M (default 0: host memory only)")
+    parser.add_argument("--cache-size", default="20%",
+                        help="GPU feature cache: bytes (e.g. 200M) or a share of the table "
+                             "(default 20%%); 0 keeps every row in pinned host memory")
+    parser.add_argument("--cache-order", default="presample", choices=["presample", "degree"],
+                        help="which rows are hot: most sampled in one presampled epoch, or "
+                             "highest degree")
     parser.add_argument("--eval-nodes", type=int, default=10_000,
                         help="test nodes scored after each epoch")
     parser.add_argument("--seed", type=int, default=0)
@@ -104,11 +108,21 @@ def main(argv=None) -> dict:
           f"(built in {time.perf_counter() - start:.1f}s)")
 
     sampler = qv.GraphSageSampler(topo, fanouts, device=device, mode=args.mode)
-    feature = qv.Feature(rank=device.index or 0, device_list=[device.index or 0],
-                         device_cache_size=args.cache_size if device.type == "cuda" else 0,
-                         csr_topo=topo).from_cpu_tensor(graph.x)
+    cache = 0
+    if device.type == "cuda":
+        cache = args.cache_size
+        if cache.endswith("%"):
+            cache = int(float(cache[:-1]) / 100 * graph.num_nodes) * graph.x[0].nbytes
+    hot_order = None
+    if cache and args.cache_order == "presample":
+        hot_order = qv.presample_hot_order(sampler, graph.train_idx, args.batch_size)
+    feature = qv.Feature(rank=device.index or 0,
+                         device_list=[device.index or 0] if device.type == "cuda" else [],
+                         device_cache_size=cache, csr_topo=topo)
+    feature.from_cpu_tensor(graph.x, hot_order=hot_order)
     print(f"device {device}, sampler mode {sampler.mode}, fanouts {fanouts}, "
-          f"batch {args.batch_size}")
+          f"batch {args.batch_size}; feature cache {feature.cached_rows:,} of "
+          f"{len(feature):,} rows on the GPU ({args.cache_order} order)")
 
     model = SAGE(graph.x.size(1), args.hidden, graph.num_classes, len(fanouts)).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)

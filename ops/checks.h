@@ -3,11 +3,14 @@
 // the kernels behind them trust their inputs.
 #pragma once
 
+#include "ops/gather_tiers.h"
+
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
 #include <initializer_list>
 #include <optional>
+#include <vector>
 
 namespace quiver {
 
@@ -85,6 +88,47 @@ inline void check_gather_rows_args(const at::Tensor& table, const at::Tensor& id
   TORCH_CHECK_VALUE(table.is_contiguous(),
               "table must be contiguous (row-major); call .contiguous() once up front");
   check_index_vector(ids, "ids");
+}
+
+// A tiered row layout: tier k holds the rows at positions [begin_k, begin_k + rows_k), in
+// order, all tiers with one dtype and row shape; positions[id] is the position of row id
+// (the identity when absent).
+inline void check_row_tiers(at::ArrayRef<at::Tensor> tiers, const std::optional<at::Tensor>& positions) {
+  TORCH_CHECK_VALUE(!tiers.empty() && tiers.size() <= static_cast<size_t>(kMaxRowTiers),
+                    "tiers must hold 1 to ", kMaxRowTiers, " tensors, got ", tiers.size());
+  const at::Tensor& first = tiers[0];
+  for (size_t k = 0; k < tiers.size(); ++k) {
+    const at::Tensor& t = tiers[k];
+    TORCH_CHECK_VALUE(t.dim() >= 1, "tiers[", k, "] must have at least one dimension (rows), got a scalar");
+    TORCH_CHECK_VALUE(t.is_contiguous(), "tiers[", k, "] must be contiguous (row-major)");
+    TORCH_CHECK_TYPE(t.scalar_type() == first.scalar_type(), "tiers[", k, "] holds ", t.scalar_type(),
+                     " but tiers[0] holds ", first.scalar_type());
+    TORCH_CHECK_VALUE(t.sizes().slice(1) == first.sizes().slice(1), "tiers[", k, "] has rows of shape ",
+                      t.sizes().slice(1), " but tiers[0] has rows of shape ", first.sizes().slice(1));
+  }
+  if (positions.has_value()) check_index_vector(*positions, "positions");
+}
+
+// How many distinct ids a tiered layout answers: one per entry of positions, else one per row.
+inline int64_t tiered_id_count(at::ArrayRef<at::Tensor> tiers, const std::optional<at::Tensor>& positions) {
+  if (positions.has_value()) return positions->numel();
+  int64_t rows = 0;
+  for (const at::Tensor& t : tiers) rows += t.size(0);
+  return rows;
+}
+
+inline void check_gather_tiered_rows_args(at::ArrayRef<at::Tensor> tiers,
+                                          const std::optional<at::Tensor>& positions,
+                                          const at::Tensor& ids) {
+  check_row_tiers(tiers, positions);
+  check_index_vector(ids, "ids");
+}
+
+// Rows gathered from `like`'s tiers: ids.numel() rows of its row shape.
+inline std::vector<int64_t> gathered_shape(const at::Tensor& like, const at::Tensor& ids) {
+  std::vector<int64_t> shape = like.sizes().vec();
+  shape[0] = ids.numel();
+  return shape;
 }
 
 // The CPU kernels read every array on the host.

@@ -56,4 +56,13 @@ inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
   return handle.call(table, ids);
 }
 
+// Rows ids of a table split over tiers (see gather_tiered_rows in ops/schema.cpp).
+inline at::Tensor gather_tiered_rows(at::TensorList tiers, const std::optional<at::Tensor>& positions,
+                                     const at::Tensor& ids) {
+  static const auto handle =
+      detail::op<at::Tensor(at::TensorList, const std::optional<at::Tensor>&, const at::Tensor&)>(
+          "quiver::gather_tiered_rows");
+  return handle.call(tiers, positions, ids);
+}
+
 }  // namespace quiver

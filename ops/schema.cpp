@@ -1,5 +1,6 @@
 // The one place where the quiver library and every op signature are declared.
 // Backends (ops/cpu, ops/cuda) only register implementations for these names.
+#include "runtime/feature_tiers.h"
 #include "runtime/host_pin.h"
 
 #include <torch/library.h>
@@ -13,6 +14,14 @@ TORCH_LIBRARY(quiver, m) {
       .def(torch::init<at::Tensor>())
       .def("tensor", &quiver::runtime::HostPin::tensor)
       .def("registered_here", &quiver::runtime::HostPin::registered_here);
+  m.class_<quiver::runtime::FeatureTiers>("FeatureTiers")
+      .def(torch::init<std::vector<at::Tensor>, std::optional<at::Tensor>>())
+      .def("gather", &quiver::runtime::FeatureTiers::gather)
+      .def("tiers", &quiver::runtime::FeatureTiers::tiers)
+      .def("positions", &quiver::runtime::FeatureTiers::positions)
+      .def("num_rows", &quiver::runtime::FeatureTiers::num_rows)
+      .def("shape", &quiver::runtime::FeatureTiers::shape)
+      .def("leading_rows", &quiver::runtime::FeatureTiers::leading_rows);
 
   // CSR from COO: rows sorted (stable: edges of one row keep their input order).
   // edge_ids[k] is the input position of the k-th CSR edge.
@@ -39,4 +48,10 @@ TORCH_LIBRARY(quiver, m) {
 
   // out[i] = table[ids[i]] for a row-major table of any dtype.
   m.def("gather_rows(Tensor table, Tensor ids) -> Tensor");
+
+  // A table split over tiers, tier k holding the rows at positions [begin_k, begin_k +
+  // tiers[k].size(0)) with begin_0 = 0: out[i] = the row at position positions[ids[i]]
+  // (ids[i] itself when positions is None). On CUDA each tier may be on the ids' GPU, on a
+  // peer GPU it can read, or in pinned host memory; positions on the ids' GPU or pinned.
+  m.def("gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids) -> Tensor");
 }

@@ -2,14 +2,15 @@
 # One command for the GPU machine (torch with CUDA and nvcc installed, no network):
 # builds with CUDA, runs the C++ and Python tests on CPU and CUDA, compute-sanitizer on
 # the kernels, and the benchmarks. Logs go to $OUT (default build/gpu_out).
-#   QUIVER_GPU_STAGES: comma list of build,test,sanitize,train,bench (default: all)
-#   QUIVER_BENCH_ARGS: extra arguments for the benchmarks
+#   QUIVER_GPU_STAGES: comma list of build,test,sanitize,train,bench,bench_feature
+#                      (default: all)
+#   QUIVER_BENCH_ARGS, QUIVER_FEATURE_BENCH_ARGS: extra arguments for the benchmarks
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 OUT=${OUT:-$REPO/build/gpu_out}
 mkdir -p "$OUT"
-STAGES=${QUIVER_GPU_STAGES:-build,test,sanitize,train,bench}
+STAGES=${QUIVER_GPU_STAGES:-build,test,sanitize,train,bench,bench_feature}
 BUILD=$REPO/build/gpu
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -72,6 +73,13 @@ if has bench; then
   step "benchmark: sampling"
   "$PY" scripts/bench_sampling.py --json "$OUT/bench_sampling.json" ${QUIVER_BENCH_ARGS:-} \
     2>&1 | tee "$OUT/bench_sampling.log" || status=1
+fi
+
+if has bench_feature; then
+  step "benchmark: feature gather"
+  df -h /dev/shm | tail -n 1
+  "$PY" scripts/bench_feature.py --json "$OUT/bench_feature.json" ${QUIVER_FEATURE_BENCH_ARGS:-} \
+    2>&1 | tee "$OUT/bench_feature.log" || status=1
 fi
 
 echo

@@ -30,6 +30,23 @@ def main():
             qv.ops.gather_rows(table, seeds)
             narrow = table[:, :3].contiguous()
             qv.ops.gather_rows(narrow if mode == "GPU" else narrow.pin_memory(), seeds.int())
+    # The tiered gather: HBM tiers (one a single row), the pinned host tier, positions of
+    # both widths, rows of 2, 12 and 400 bytes, an id out of range.
+    for x in (graph.x, graph.x.half()[:, :1], graph.x[:, :3]):
+        hot = torch.randperm(x.size(0))
+        cache = 200 * x[0].nbytes
+        for order in (None, hot):
+            feature = qv.Feature(device_cache_size=cache).from_cpu_tensor(x, hot_order=order)
+            feature[seeds]
+            feature[seeds.int()]
+        tiers = feature.tiers().tiers()
+        split = [tiers[0][:1], tiers[0][1:], tiers[1]]
+        positions = feature.tiers().positions()
+        qv.ops.gather_tiered_rows(split, positions.long(), seeds)
+        try:
+            qv.ops.gather_tiered_rows(split, positions, torch.tensor([0, x.size(0)], device=device))
+        except IndexError:
+            pass
     torch.cuda.synchronize()
     print("sanitizer workload done")
 

@@ -13,7 +13,7 @@ load_library()
 
 from . import _fake  # noqa: E402,F401  (registers the fake kernels)
 from . import ops, synthetic  # noqa: E402
-from .feature import Feature  # noqa: E402
+from .feature import Feature, p2p_cliques, presample_hot_order  # noqa: E402
 from .sampler import Adj, GraphSageSampler  # noqa: E402
 from .topology import CSRTopo  # noqa: E402
 
@@ -21,4 +21,5 @@ from .topology import CSRTopo  # noqa: E402
 cmake_prefix_path = str(Path(__file__).resolve().parent)
 
 __all__ = ["Adj", "CSRTopo", "Feature", "GraphSageSampler", "ops", "synthetic",
+           "p2p_cliques", "presample_hot_order",
            "cuda_kernels_built", "library_path", "cmake_prefix_path"]

@@ -34,3 +34,8 @@ def _sample_subgraph_fake(indptr, indices, seeds, fanouts, replace=False, edge_i
 def _gather_rows_fake(table, ids):
     device = ids.device if table.device.type == "cpu" and ids.device.type == "cuda" else table.device
     return table.new_empty((ids.shape[0], *table.shape[1:]), device=device)
+
+
+@torch.library.register_fake("quiver::gather_tiered_rows")
+def _gather_tiered_rows_fake(tiers, positions, ids):
+    return tiers[0].new_empty((ids.shape[0], *tiers[0].shape[1:]), device=ids.device)

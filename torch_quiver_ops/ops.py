@@ -69,3 +69,15 @@ def sample_subgraph(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Lis
 def gather_rows(table: Tensor, ids: Tensor) -> Tensor:
     """``table[ids]`` for a contiguous table of any dtype; out-of-range ids raise."""
     return torch.ops.quiver.gather_rows(table, ids)
+
+
+def gather_tiered_rows(tiers: List[Tensor], positions: Optional[Tensor], ids: Tensor) -> Tensor:
+    """Rows ``ids`` of a table split over tiers.
+
+    Tier ``k`` holds the rows at positions ``[begin_k, begin_k + len(tiers[k]))`` with
+    ``begin_0 = 0``; row ``id`` sits at position ``positions[id]`` (at ``id`` when
+    ``positions`` is None). On CUDA the tiers may be on the ids' GPU, on a peer GPU it can
+    read (NVLink), or in pinned host memory, and one kernel reads them all. Out-of-range
+    ids raise IndexError. Returns ``[len(ids), *row_shape]`` rows on the ids' device.
+    """
+    return torch.ops.quiver.gather_tiered_rows(tiers, positions, ids)

@@ -1,7 +1,8 @@
-// Torch-free interface of the CUDA row gather.
+// Torch-free interface of the CUDA row gather, shared by gather_rows (one table) and
+// gather_tiered_rows (a feature table split over GPU memory, peer GPUs and pinned host).
 #pragma once
 
-#include "ops/cuda/sampling_kernels.h"
+#include "ops/gather_tiers.h"
 
 #include <cuda_runtime_api.h>
 
@@ -9,11 +10,31 @@
 
 namespace quiver::cuda {
 
-// out[i] = table[ids[i]] for rows of row_bytes bytes; table may be device memory or mapped
-// pinned host memory. Ids outside [0, num_rows) are recorded in `status` (kSeedOutOfRange
-// with index i) and their output rows left unwritten.
-template <typename id_t>
-void gather_rows(const void* table, int64_t num_rows, int64_t row_bytes, const id_t* ids,
-                 int64_t num_ids, void* out, DeviceStatus* status, cudaStream_t stream);
+// Where rows live. Tier k holds the rows at positions [begin[k], begin[k + 1]), row by row
+// from `rows[k]`, a pointer this GPU can read: its own memory, a peer GPU's (peer access
+// on) or mapped pinned host memory.
+struct RowTiers {
+  const void* rows[kMaxRowTiers];
+  int64_t begin[kMaxRowTiers + 1];
+  int num_tiers;
+};
+
+// Why a gather failed, as one 64-bit word: the code in the top byte, the offending index
+// into ids below. Zero: every id was served.
+enum GatherError : uint64_t {
+  kGatherOk = 0,
+  kGatherIdOutOfRange = 1,        // ids[index] is outside [0, num_ids_allowed)
+  kGatherPositionOutOfRange = 2,  // positions[ids[index]] is outside the tiers
+};
+constexpr int kGatherErrorShift = 56;
+
+// out[i] = the row at position p = positions[ids[i]] (p = ids[i] when positions is null)
+// for rows of row_bytes bytes. A failing row is left unwritten and reported in *error, a
+// word the GPU can write (mapped pinned host memory, so that reading it costs no copy):
+// any one failure is kept.
+template <typename id_t, typename pos_t>
+void gather_tiered_rows(const RowTiers& tiers, int64_t row_bytes, const pos_t* positions,
+                        int64_t num_ids_allowed, const id_t* ids, int64_t num_ids, void* out,
+                        uint64_t* error, cudaStream_t stream);
 
 }  // namespace quiver::cuda

@@ -1,69 +1,143 @@
-// Row gather: each thread moves one vector (16 bytes when the row layout allows) of one
-// row, so a warp covers consecutive vectors of a row and many rows are in flight at once.
-#include "ops/cuda/device_status.cuh"
+// The one CUDA row gather. A block is a grid of (lanes x row slots): the lanes of a row
+// move consecutive vectors of it (16 bytes when the layout allows), so a warp reads whole
+// row segments; every thread keeps kRowsInFlight rows' loads outstanding before it stores,
+// since each row costs a chain of dependent reads (id, position, row) whose latency, over
+// PCIe or NVLink especially, only parallelism hides. No division per element: the 2-D
+// block shape gives each thread its row and vector directly.
 #include "ops/cuda/gather_kernels.h"
 
 namespace quiver::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreadsPerBlock = 256;
+constexpr int kMaxLanesPerRow = 32;
 
-template <typename vec_t, typename id_t>
-__global__ void gather_rows_kernel(const vec_t* __restrict__ table, int64_t num_rows,
-                                   int64_t row_vecs, const id_t* __restrict__ ids, int64_t num_ids,
-                                   vec_t* __restrict__ out, DeviceStatus* status) {
-  const int64_t total = num_ids * row_vecs;
-  for (int64_t t = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; t < total;
-       t += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t i = t / row_vecs;
-    const int64_t v = t - i * row_vecs;
-    const int64_t id = static_cast<int64_t>(ids[i]);
-    if (id < 0 || id >= num_rows) {
-      if (v == 0) record_status(status, kSeedOutOfRange, i, id, 0);
-      continue;
+// A plain store: with no atomics across PCIe, the last failing thread's report stands,
+// and any one failure is enough to raise.
+__device__ inline void report(uint64_t* error, GatherError code, int64_t index) {
+  *reinterpret_cast<volatile uint64_t*>(error) =
+      (static_cast<uint64_t>(code) << kGatherErrorShift) | static_cast<uint64_t>(index);
+}
+
+template <int kRowsInFlight, typename vec_t, typename id_t, typename pos_t>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    gather_tiered_rows_kernel(const RowTiers tiers, const pos_t* __restrict__ positions,
+                              int64_t num_ids_allowed, int64_t row_vecs,
+                              const id_t* __restrict__ ids, int64_t num_ids,
+                              vec_t* __restrict__ out, uint64_t* error) {
+  const int64_t rows_per_step = int64_t{blockDim.y} * kRowsInFlight;
+  const int64_t tier_end = tiers.begin[tiers.num_tiers];
+  for (int64_t first = blockIdx.x * rows_per_step; first < num_ids;
+       first += int64_t{gridDim.x} * rows_per_step) {
+    const vec_t* src[kRowsInFlight];
+#pragma unroll
+    for (int r = 0; r < kRowsInFlight; ++r) {
+      src[r] = nullptr;
+      const int64_t i = first + r * int64_t{blockDim.y} + threadIdx.y;
+      if (i >= num_ids) continue;
+      const int64_t id = static_cast<int64_t>(ids[i]);
+      if (id < 0 || id >= num_ids_allowed) {
+        if (threadIdx.x == 0) report(error, kGatherIdOutOfRange, i);
+        continue;
+      }
+      const int64_t pos = positions ? static_cast<int64_t>(positions[id]) : id;
+      if (pos < 0 || pos >= tier_end) {
+        if (threadIdx.x == 0) report(error, kGatherPositionOutOfRange, i);
+        continue;
+      }
+      // Tiers are few and their bounds sit in the kernel's parameters: a scan beats a search.
+      const void* base = tiers.rows[0];
+      int64_t local = pos;
+#pragma unroll
+      for (int k = 1; k < kMaxRowTiers; ++k) {
+        if (k >= tiers.num_tiers) break;
+        if (pos >= tiers.begin[k]) {
+          base = tiers.rows[k];
+          local = pos - tiers.begin[k];
+        }
+      }
+      src[r] = static_cast<const vec_t*>(base) + local * row_vecs;
     }
-    out[t] = table[id * row_vecs + v];
+    for (int64_t v = threadIdx.x; v < row_vecs; v += blockDim.x) {
+      vec_t value[kRowsInFlight];
+#pragma unroll
+      for (int r = 0; r < kRowsInFlight; ++r) {
+        if (src[r]) value[r] = src[r][v];
+      }
+#pragma unroll
+      for (int r = 0; r < kRowsInFlight; ++r) {
+        if (src[r]) {
+          const int64_t i = first + r * int64_t{blockDim.y} + threadIdx.y;
+          out[i * row_vecs + v] = value[r];
+        }
+      }
+    }
   }
 }
 
-template <typename vec_t, typename id_t>
-void launch(const void* table, int64_t num_rows, int64_t row_bytes, const id_t* ids,
-            int64_t num_ids, void* out, DeviceStatus* status, cudaStream_t stream) {
+template <int kRowsInFlight, typename vec_t, typename id_t, typename pos_t>
+void launch_with(const RowTiers& tiers, int64_t row_bytes, const pos_t* positions,
+            int64_t num_ids_allowed, const id_t* ids, int64_t num_ids, void* out,
+            uint64_t* error, cudaStream_t stream) {
   const int64_t row_vecs = row_bytes / static_cast<int64_t>(sizeof(vec_t));
-  const int64_t total = num_ids * row_vecs;
-  if (total == 0) return;
-  int64_t blocks = (total + kThreads - 1) / kThreads;
+  const int lanes = static_cast<int>(row_vecs < kMaxLanesPerRow ? row_vecs : kMaxLanesPerRow);
+  const dim3 block(lanes, kThreadsPerBlock / lanes);
+  const int64_t rows_per_block = int64_t{block.y} * kRowsInFlight;
+  int64_t blocks = (num_ids + rows_per_block - 1) / rows_per_block;
   if (blocks > (1 << 20)) blocks = 1 << 20;  // grid-stride beyond this
-  gather_rows_kernel<vec_t, id_t><<<static_cast<int>(blocks), kThreads, 0, stream>>>(
-      static_cast<const vec_t*>(table), num_rows, row_vecs, ids, num_ids,
-      static_cast<vec_t*>(out), status);
+  gather_tiered_rows_kernel<kRowsInFlight, vec_t, id_t, pos_t>
+      <<<static_cast<int>(blocks), block, 0, stream>>>(tiers, positions, num_ids_allowed,
+                                                        row_vecs, ids, num_ids,
+                                                        static_cast<vec_t*>(out), error);
 }
 
-bool aligned(const void* p, int64_t row_bytes, int64_t width) {
-  return row_bytes % width == 0 && reinterpret_cast<uintptr_t>(p) % width == 0;
+template <typename vec_t, typename id_t, typename pos_t>
+void launch(const RowTiers& tiers, int64_t row_bytes, const pos_t* positions,
+            int64_t num_ids_allowed, const id_t* ids, int64_t num_ids, void* out,
+            uint64_t* error, cudaStream_t stream) {
+  // Measured on an H100 (docs/benchmarks.md): 2 and 4 rows in flight tie, 8 and 16 lose.
+  launch_with<4, vec_t>(tiers, row_bytes, positions, num_ids_allowed, ids, num_ids, out, error,
+                        stream);
+}
+
+// The widest vector that divides the row and every tier's and the output's alignment.
+int vector_width(const RowTiers& tiers, int64_t row_bytes, const void* out) {
+  uintptr_t bits = static_cast<uintptr_t>(row_bytes) | reinterpret_cast<uintptr_t>(out);
+  for (int k = 0; k < tiers.num_tiers; ++k) bits |= reinterpret_cast<uintptr_t>(tiers.rows[k]);
+  for (int width = 16; width > 1; width /= 2) {
+    if (bits % width == 0) return width;
+  }
+  return 1;
 }
 
 }  // namespace
 
-template <typename id_t>
-void gather_rows(const void* table, int64_t num_rows, int64_t row_bytes, const id_t* ids,
-                 int64_t num_ids, void* out, DeviceStatus* status, cudaStream_t stream) {
-  if (aligned(table, row_bytes, 16) && aligned(out, row_bytes, 16)) {
-    launch<uint4, id_t>(table, num_rows, row_bytes, ids, num_ids, out, status, stream);
-  } else if (aligned(table, row_bytes, 8) && aligned(out, row_bytes, 8)) {
-    launch<uint2, id_t>(table, num_rows, row_bytes, ids, num_ids, out, status, stream);
-  } else if (aligned(table, row_bytes, 4) && aligned(out, row_bytes, 4)) {
-    launch<uint32_t, id_t>(table, num_rows, row_bytes, ids, num_ids, out, status, stream);
-  } else if (aligned(table, row_bytes, 2) && aligned(out, row_bytes, 2)) {
-    launch<uint16_t, id_t>(table, num_rows, row_bytes, ids, num_ids, out, status, stream);
-  } else {
-    launch<uint8_t, id_t>(table, num_rows, row_bytes, ids, num_ids, out, status, stream);
+template <typename id_t, typename pos_t>
+void gather_tiered_rows(const RowTiers& tiers, int64_t row_bytes, const pos_t* positions,
+                        int64_t num_ids_allowed, const id_t* ids, int64_t num_ids, void* out,
+                        uint64_t* error, cudaStream_t stream) {
+  if (num_ids == 0 || row_bytes == 0) return;
+  const auto run = [&](auto vec) {
+    launch<decltype(vec), id_t, pos_t>(tiers, row_bytes, positions, num_ids_allowed, ids,
+                                       num_ids, out, error, stream);
+  };
+  switch (vector_width(tiers, row_bytes, out)) {
+    case 16: run(uint4{}); break;
+    case 8: run(uint2{}); break;
+    case 4: run(uint32_t{}); break;
+    case 2: run(uint16_t{}); break;
+    default: run(uint8_t{}); break;
   }
 }
 
-template void gather_rows<int32_t>(const void*, int64_t, int64_t, const int32_t*, int64_t, void*,
-                                   DeviceStatus*, cudaStream_t);
-template void gather_rows<int64_t>(const void*, int64_t, int64_t, const int64_t*, int64_t, void*,
-                                   DeviceStatus*, cudaStream_t);
+#define QUIVER_INSTANTIATE(id_t, pos_t)                                                      \
+  template void gather_tiered_rows<id_t, pos_t>(const RowTiers&, int64_t, const pos_t*,      \
+                                                int64_t, const id_t*, int64_t, void*,        \
+                                                uint64_t*, cudaStream_t);
+QUIVER_INSTANTIATE(int32_t, int32_t)
+QUIVER_INSTANTIATE(int32_t, int64_t)
+QUIVER_INSTANTIATE(int64_t, int32_t)
+QUIVER_INSTANTIATE(int64_t, int64_t)
+#undef QUIVER_INSTANTIATE
 
 }  // namespace quiver::cuda

@@ -19,18 +19,22 @@ namespace quiver::cuda {
 // mapped address of pinned host memory (UVA mode: the kernels read it over PCIe).
 inline const void* gpu_readable(const at::Tensor& t, const char* name, const at::Device& device) {
   if (t.is_cuda()) {
-    TORCH_CHECK(t.device() == device, name, " is on ", t.device(), " but seeds are on ", device);
+    TORCH_CHECK(t.device() == device, name, " is on ", t.device(), " but the op runs on ", device,
+                ", where its seeds or ids are");
     return t.const_data_ptr();
   }
   TORCH_CHECK(t.device().is_cpu(), name, " must be on ", device, " or in pinned host memory, got ",
               t.device());
   if (t.numel() == 0) return nullptr;  // never dereferenced
-  TORCH_CHECK(t.is_pinned(), name, " is in pageable host memory: sampling on ", device,
-              " needs it on that GPU (GPU mode) or pinned (UVA mode: tensor.pin_memory() or "
+  TORCH_CHECK(t.is_pinned(), name, " is in pageable host memory: a kernel on ", device,
+              " reads it only from that GPU or from pinned host memory (tensor.pin_memory() or "
               "torch_quiver_ops.uva.pin_in_place(tensor))");
+  // Map the storage's start (where pinning began) and offset from there, so views into a
+  // pinned table (the host tier is one) work whatever the driver's lookup accepts.
+  const auto* base = static_cast<const char*>(t.storage().data());
   void* mapped = nullptr;
-  C10_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, const_cast<void*>(t.const_data_ptr()), 0));
-  return mapped;
+  C10_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, const_cast<char*>(base), 0));
+  return static_cast<const char*>(mapped) + (static_cast<const char*>(t.const_data_ptr()) - base);
 }
 
 template <typename index_t>
@@ -84,14 +88,6 @@ class HopBoard {
     throw_on_status(*reinterpret_cast<const DeviceStatus*>(host_.const_data_ptr()), num_nodes,
                     num_edges);
     return host_.const_data_ptr<int64_t>() + kStatusWords;
-  }
-
-  // For ops whose only possible error is an id out of [0, num_rows): "ids[i] = v ...".
-  void read_ids_status(cudaStream_t stream, int64_t num_rows) {
-    fetch(stream);
-    const auto& s = *reinterpret_cast<const DeviceStatus*>(host_.const_data_ptr());
-    TORCH_CHECK_INDEX(s.code == kStatusOk, "ids[", s.index, "] = ", s.value,
-                      " is out of range [0, ", num_rows, ")");
   }
 
  private:

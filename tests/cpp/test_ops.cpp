@@ -1,5 +1,6 @@
 // The ops through the dispatcher from C++ (ops/quiver_ops.h), on every device present.
 #include "ops/quiver_ops.h"
+#include "runtime/feature_tiers.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -124,6 +125,33 @@ TEST(GatherRows, EqualsIndexSelect) {
   at::Tensor ids = at::randint(100, {500});
   EXPECT_TRUE(at::equal(quiver::gather_rows(table, ids), table.index_select(0, ids)));
   EXPECT_THROW(quiver::gather_rows(table, at::tensor({100})), c10::IndexError);
+}
+
+// The runtime class as a C++ program uses it: hot rows in (GPU) memory tiers, the rest in
+// the host tier, rows found through a position table.
+TEST_P(OpsOnDevice, FeatureTiersGatherEveryTier) {
+  at::manual_seed(7);
+  at::Tensor table = at::randn({300, 9});
+  at::Tensor order = at::randperm(300);
+  at::Tensor positions = at::empty({300}, at::kInt);
+  positions.index_put_({order}, at::arange(300, at::kInt));
+  at::Tensor hot_first = table.index_select(0, order);
+  const auto dev = seed_device();
+  auto memory_tier = [&](const at::Tensor& t) { return GetParam() == "cpu" ? t : t.to(dev); };
+  auto host_tier = [&](const at::Tensor& t) { return GetParam() == "cpu" ? t : t.pin_memory(); };
+  std::vector<at::Tensor> tiers = {memory_tier(hot_first.slice(0, 0, 40)),
+                                   memory_tier(hot_first.slice(0, 40, 100)),
+                                   host_tier(hot_first.slice(0, 100))};
+  const auto layout = c10::make_intrusive<quiver::runtime::FeatureTiers>(tiers, positions.to(dev));
+  EXPECT_EQ(layout->num_rows(), 300);
+  EXPECT_EQ(layout->leading_rows(), 100);
+  at::Tensor ids = at::randint(300, {1000});
+  at::Tensor rows = layout->gather(ids.to(dev));
+  EXPECT_EQ(rows.device().type(), dev.type());
+  EXPECT_TRUE(at::equal(rows.cpu(), table.index_select(0, ids)));
+  EXPECT_THROW(layout->gather(at::tensor({0, 300}).to(dev)), c10::IndexError);
+  EXPECT_THROW(quiver::runtime::FeatureTiers({tiers[0], tiers[1].to(at::kDouble)}, std::nullopt),
+               c10::TypeError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, OpsOnDevice, ::testing::Values("cpu", "gpu", "uva"),

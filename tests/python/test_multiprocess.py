@@ -64,3 +64,65 @@ def test_torchrun_workers_map_one_copy(mode, tmp_path):
         directory.rmdir()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert result.stdout.count("from the shared topology") == 2
+
+
+# ---- the feature store ----
+
+def gpus_for(workers):
+    return [rank % torch.cuda.device_count() for rank in range(workers)]
+
+
+def feature_worker(rank, feature, x, ids, on_gpu):
+    if on_gpu:
+        torch.cuda.set_device(gpus_for(2)[rank])
+    assert feature._host.is_shared(), "the host table was copied into the worker"
+    out = feature[ids]
+    assert torch.equal(out.cpu(), x[ids])
+    if on_gpu:
+        assert out.device == torch.device("cuda", torch.cuda.current_device())
+        tiers = feature.tiers().tiers()
+        # the parent's shared pages, pinned in place here: no private host copy
+        assert tiers[-1].data_ptr() == feature._host[feature._host.size(0) - tiers[-1].size(0):].data_ptr()
+        assert tiers[-1].is_pinned()
+        assert tiers[0].is_cuda and feature.hit_rate(ids) > 0
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("policy", ["device_replicate", "p2p_clique_replicate"])
+def test_spawned_workers_share_the_feature(mode, policy):
+    if mode == "UVA":
+        pytest.skip("the feature store has one GPU layout; GPU covers it")
+    graph = synthetic_graph("tiny", seed=6)
+    topo = qv.CSRTopo(graph.edge_index)
+    on_gpu = mode == "GPU"
+    devices = sorted(set(gpus_for(2))) if on_gpu else [0]
+    feature = qv.Feature(0, devices, graph.x.size(0) // 3 * graph.x[0].nbytes, policy,
+                         csr_topo=topo).from_cpu_tensor(graph.x)
+    ids = torch.randint(graph.x.size(0), (500,))
+    mp.spawn(feature_worker, args=(feature, graph.x.share_memory_(), ids, on_gpu), nprocs=2,
+             join=True)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("policy", ["device_replicate", "p2p_clique_replicate"])
+def test_torchrun_workers_map_one_feature_table(mode, policy, tmp_path):
+    if mode == "UVA":
+        pytest.skip("the feature store has one GPU layout; GPU covers it")
+    graph = synthetic_graph("tiny", seed=7)
+    topo = qv.CSRTopo(graph.edge_index)
+    shm = Path("/dev/shm")
+    directory = (shm if shm.is_dir() else tmp_path) / f"quiver-feature-{os.getpid()}-{mode}"
+    qv.Feature(csr_topo=topo).from_cpu_tensor(graph.x).save(directory)
+    torch.save(graph.x, tmp_path / "x.pt")
+    worker = Path(__file__).with_name("torchrun_feature_worker.py")
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+             "2", str(worker), str(directory), str(tmp_path / "x.pt"), mode, policy],
+            capture_output=True, text=True, timeout=240)
+    finally:
+        for f in directory.iterdir():
+            f.unlink()
+        directory.rmdir()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert result.stdout.count("from the shared feature table") == 2

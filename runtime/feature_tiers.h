@@ -1,0 +1,39 @@
+// torch.classes.quiver.FeatureTiers: where the rows of one feature table live, as one GPU
+// sees them. Tier k holds the rows at hotness positions [begin_k, begin_k + rows_k): first
+// the GPU-memory tiers (this GPU's cache, or the shards of its NVLink clique), then the
+// host tier (pinned, read with zero copy). positions[id] is row id's hotness position.
+// gather(ids) runs quiver::gather_tiered_rows, so TorchScript models and C++ programs
+// read the store exactly as Python does.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/custom_class.h>
+
+#include <optional>
+#include <vector>
+
+namespace quiver::runtime {
+
+class FeatureTiers : public torch::CustomClassHolder {
+ public:
+  FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tensor> positions);
+
+  // Rows ids (1-D int32/int64) of the table, on the ids' device.
+  at::Tensor gather(const at::Tensor& ids) const;
+
+  std::vector<at::Tensor> tiers() const { return tiers_; }
+  std::optional<at::Tensor> positions() const { return positions_; }
+  // Ids the table answers, and its shape (num_rows, *row_shape).
+  int64_t num_rows() const { return num_rows_; }
+  std::vector<int64_t> shape() const;
+  // Rows held by the tiers before the last one: the GPU-memory part when the last tier is
+  // the host tier.
+  int64_t leading_rows() const;
+
+ private:
+  std::vector<at::Tensor> tiers_;
+  std::optional<at::Tensor> positions_;
+  int64_t num_rows_;
+};
+
+}  // namespace quiver::runtime
