@@ -1,5 +1,6 @@
 // The one place where the quiver library and every op signature are declared.
 // Backends (ops/cpu, ops/cuda) only register implementations for these names.
+#include "runtime/cuda_ipc.h"
 #include "runtime/feature_tiers.h"
 #include "runtime/host_pin.h"
 
@@ -14,6 +15,10 @@ TORCH_LIBRARY(quiver, m) {
       .def(torch::init<at::Tensor>())
       .def("tensor", &quiver::runtime::HostPin::tensor)
       .def("registered_here", &quiver::runtime::HostPin::registered_here);
+  m.class_<quiver::runtime::CudaIpc>("CudaIpc")
+      .def_static("allocate", &quiver::runtime::CudaIpc::allocate)
+      .def_static("export_handle", &quiver::runtime::CudaIpc::export_handle)
+      .def_static("open_handle", &quiver::runtime::CudaIpc::open_handle);
   m.class_<quiver::runtime::FeatureTiers>("FeatureTiers")
       .def(torch::init<std::vector<at::Tensor>, std::optional<at::Tensor>>())
       .def("gather", &quiver::runtime::FeatureTiers::gather)
@@ -21,7 +26,8 @@ TORCH_LIBRARY(quiver, m) {
       .def("positions", &quiver::runtime::FeatureTiers::positions)
       .def("num_rows", &quiver::runtime::FeatureTiers::num_rows)
       .def("shape", &quiver::runtime::FeatureTiers::shape)
-      .def("leading_rows", &quiver::runtime::FeatureTiers::leading_rows);
+      .def("leading_rows", &quiver::runtime::FeatureTiers::leading_rows)
+      .def_static("enable_peer_access", &quiver::runtime::FeatureTiers::enable_peer_access);
 
   // CSR from COO: rows sorted (stable: edges of one row keep their input order).
   // edge_ids[k] is the input position of the k-th CSR edge.

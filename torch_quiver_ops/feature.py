@@ -2,11 +2,9 @@
 read by one gather kernel (``quiver::gather_tiered_rows``)."""
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
-import pickle
 import re
 import warnings
 from pathlib import Path
@@ -106,6 +104,38 @@ def _positions_of(order: Tensor) -> Tensor:
     return positions
 
 
+def _enable_peer_access(reader: int, owners: Sequence[int]) -> None:
+    """Lets GPU `reader` read memory that this process allocated on the GPUs in `owners`
+    (peers' memory mapped through CudaIpc turns peer access on itself)."""
+    for owner in owners:
+        if not torch.classes.quiver.FeatureTiers.enable_peer_access(reader, owner):
+            raise RuntimeError(f"GPU {reader} cannot read GPU {owner}'s memory (CUDA reports no "
+                               f"peer access), so they cannot share a p2p_clique_replicate cache")
+
+
+def _shareable_copy(rows: Tensor, device: int) -> Tensor:
+    """``rows`` copied onto ``device`` into memory other processes can map (CudaIpc)."""
+    memory = torch.classes.quiver.CudaIpc.allocate(rows.nbytes, device)
+    shard = memory[:rows.nbytes].view(rows.dtype).view(rows.shape)
+    shard.copy_(rows)
+    return shard
+
+
+def _ipc_payload(shard: Tensor) -> tuple:
+    """What a peer process needs to map ``shard`` (from _shareable_copy): plain data."""
+    handle = torch.classes.quiver.CudaIpc.export_handle(shard)
+    return (bytes(handle.numpy()), shard.device.index, shard.dtype, tuple(shard.shape))
+
+
+def _open_payload(payload: tuple, reader: int) -> Tensor:
+    """Maps a peer's shard for kernels on GPU ``reader``."""
+    handle, owner, dtype, shape = payload
+    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+    memory = torch.classes.quiver.CudaIpc.open_handle(
+        torch.frombuffer(bytearray(handle), dtype=torch.uint8), nbytes, owner, reader)
+    return memory.view(dtype).view(shape)
+
+
 def _shared_empty(shape, dtype: torch.dtype) -> Tensor:
     """A tensor in shared memory (so spawned workers map it), or private memory with a
     warning when /dev/shm cannot hold it."""
@@ -168,6 +198,7 @@ class Feature:
         self._cache_rows = 0                        # rows each GPU holds
         self._cliques: List[List[int]] = []
         self._shards: Dict[int, Tensor] = {}        # clique policy: GPU -> its part
+        self._shard_payloads: Dict[int, bytes] = {}  # the same, as IPC handles (in workers)
         self._process_state()
 
     def _process_state(self) -> None:
@@ -234,7 +265,7 @@ class Feature:
                     self._shards.update(make_shards(host, clique, bounds))
                 else:
                     for device, (begin, end) in zip(clique, bounds):
-                        self._shards[device] = host[begin:end].to(device)
+                        self._shards[device] = _shareable_copy(host[begin:end], device)
 
     def _shard_bounds(self, clique: Sequence[int]):
         """Contiguous runs of the clique's hot rows, one per member, in clique order."""
@@ -265,13 +296,21 @@ class Feature:
                 self._replicas[device.index] = self._host[:self._cache_rows].to(device)
             hot = [self._replicas[device.index]]
         else:
-            hot = [self._shards[d] for d in clique]
+            _enable_peer_access(device.index, clique)
+            hot = [self._clique_shard(d, device.index) for d in clique]
         if self._pinned_host is None:
             # In place (the shared pages themselves); a small table may get a pinned copy.
             self._pinned_host, pin = pinned(self._host)
             self._pins.append(pin)
         hot_rows = sum(t.size(0) for t in hot)
         return hot + [self._pinned_host[hot_rows:]]
+
+    def _clique_shard(self, owner: int, reader: int) -> Tensor:
+        """A clique member's shard; in a worker, its IPC handle is opened at first use, in
+        the reading GPU's context."""
+        if owner not in self._shards:
+            self._shards[owner] = _open_payload(self._shard_payloads[owner], reader)
+        return self._shards[owner]
 
     def tiers(self, device: Union[None, int, str, torch.device] = None) -> "torch.ScriptObject":
         """The layout ``device`` reads (a ``torch.classes.quiver.FeatureTiers``, usable from
@@ -363,6 +402,11 @@ class Feature:
         state = self.__dict__.copy()
         for key in ("_pins", "_pinned_host", "_replicas", "_views"):
             state.pop(key)
+        # Shards travel as IPC handles, opened at first use in the reading GPU's context.
+        state["_shard_payloads"] = {**{d: _ipc_payload(t) for d, t in self._shards.items()
+                                       if d not in self._shard_payloads},
+                                    **self._shard_payloads}
+        state["_shards"] = {}
         if self._host is not None and not self._host.is_shared():
             raise RuntimeError("this Feature's host table is not in shared memory (see the "
                                "warning when it was built), so it cannot be handed to worker "
@@ -427,8 +471,6 @@ def _shards_swapped_over(group):
     the shard of its current GPU, then all workers swap CUDA IPC handles (every worker
     takes part in every swap, so all must place the same cliques in the same order)."""
     import torch.distributed as dist
-    import torch.multiprocessing  # noqa: F401  (registers the CUDA IPC reductions)
-    from multiprocessing.reduction import ForkingPickler
 
     def make_shards(host: Tensor, clique: List[int], bounds) -> Dict[int, Tensor]:
         mine = torch.cuda.current_device()
@@ -436,18 +478,19 @@ def _shards_swapped_over(group):
         payload = None
         if mine in clique:
             begin, end = bounds[clique.index(mine)]
-            shards[mine] = host[begin:end].to(mine)
-            buffer = io.BytesIO()
-            ForkingPickler(buffer, pickle.HIGHEST_PROTOCOL).dump(shards[mine])
-            payload = (mine, buffer.getvalue())
+            shards[mine] = _shareable_copy(host[begin:end], mine)
+            payload = (mine, _ipc_payload(shards[mine]))
         gathered = [None] * dist.get_world_size(group)
         dist.all_gather_object(gathered, payload, group=group)
+        if mine not in clique:
+            return {}  # this worker reads another clique's shards
+        _enable_peer_access(mine, clique)
         for item in gathered:
             if item is not None and item[0] in clique and item[0] not in shards:
-                shards[item[0]] = pickle.loads(item[1])
+                shards[item[0]] = _open_payload(item[1], mine)
         for device, (begin, end) in zip(clique, bounds):  # GPUs no worker runs on
             if device not in shards:
-                shards[device] = host[begin:end].to(device)
+                shards[device] = _shareable_copy(host[begin:end], device)
         return shards
 
     return make_shards
