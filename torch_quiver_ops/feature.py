@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from . import ops
+from ._device import resolve_device
 from ._load import cuda_kernels_built
 from .topology import INT32_MAX, CSRTopo
 from .uva import pinned
@@ -333,16 +334,9 @@ class Feature:
         return view
 
     def _device_for(self, device) -> torch.device:
-        if device is None:
-            usable = torch.cuda.is_available() and cuda_kernels_built() and bool(self.device_list)
-            return (torch.device("cuda", torch.cuda.current_device()) if usable
-                    else torch.device("cpu"))
-        if isinstance(device, int):
-            return torch.device("cuda", device)
-        device = torch.device(device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-        return device
+        if device is None and not self.device_list:
+            return torch.device("cpu")
+        return resolve_device(device)
 
     # ---- reading ----
 

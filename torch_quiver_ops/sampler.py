@@ -10,6 +10,7 @@ from torch import Tensor
 from . import ops
 from ._load import cuda_kernels_built
 from .topology import CSRTopo
+from ._device import resolve_device
 from .uva import pinned
 
 MODES = ("GPU", "UVA", "CPU")
@@ -34,18 +35,6 @@ def _share_or_warn(topo: CSRTopo) -> None:
     except RuntimeError as error:  # e.g. a small /dev/shm in a container
         warnings.warn(f"could not move the topology to shared memory ({error}); worker "
                       f"processes will each get their own copy")
-
-
-def _resolve_device(device: Union[None, int, str, torch.device]) -> torch.device:
-    if device is None:
-        usable = torch.cuda.is_available() and cuda_kernels_built()
-        return torch.device("cuda", torch.cuda.current_device()) if usable else torch.device("cpu")
-    if isinstance(device, int):
-        return torch.device("cuda", device)
-    device = torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 class GraphSageSampler:
@@ -82,7 +71,7 @@ class GraphSageSampler:
         self.replace = replace
         self.return_eid = return_eid and csr_topo.eid is not None
         self.csr_topo = csr_topo
-        self.device = _resolve_device(device)
+        self.device = resolve_device(device)
         if mode is None:
             mode = "UVA" if self.device.type == "cuda" else "CPU"
         mode = mode.upper()

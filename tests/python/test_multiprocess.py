@@ -14,6 +14,23 @@ from conftest import MODES
 from torch_quiver_ops.synthetic import synthetic_graph
 
 
+def torchrun(script, directory, *args) -> str:
+    """Runs tests/python/<script> under torchrun with two workers, given `directory` and
+    `args`; removes the directory afterwards and returns what the workers printed."""
+    worker = Path(__file__).with_name(script)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
+             "2", str(worker), str(directory), *map(str, args)],
+            capture_output=True, text=True, timeout=240)
+    finally:
+        for f in directory.iterdir():
+            f.unlink()
+        directory.rmdir()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
 def worker(rank, sampler, graph_edges, seeds, mode):
     if mode != "CPU":
         torch.cuda.set_device(0)
@@ -52,18 +69,7 @@ def test_torchrun_workers_map_one_copy(mode, tmp_path):
     shm = Path("/dev/shm")
     directory = (shm if shm.is_dir() else tmp_path) / f"quiver-test-{os.getpid()}-{mode}"
     qv.CSRTopo(graph.edge_index).save(directory)
-    worker = Path(__file__).with_name("torchrun_worker.py")
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-             "2", str(worker), str(directory), mode],
-            capture_output=True, text=True, timeout=240)
-    finally:
-        for f in directory.iterdir():
-            f.unlink()
-        directory.rmdir()
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert result.stdout.count("from the shared topology") == 2
+    assert torchrun("torchrun_worker.py", directory, mode).count("from the shared topology") == 2
 
 
 # ---- the feature store ----
@@ -114,18 +120,8 @@ def test_torchrun_workers_map_one_feature_table(mode, policy, tmp_path):
     directory = (shm if shm.is_dir() else tmp_path) / f"quiver-feature-{os.getpid()}-{mode}"
     qv.Feature(csr_topo=topo).from_cpu_tensor(graph.x).save(directory)
     torch.save(graph.x, tmp_path / "x.pt")
-    worker = Path(__file__).with_name("torchrun_feature_worker.py")
-    try:
-        result = subprocess.run(
-            [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-             "2", str(worker), str(directory), str(tmp_path / "x.pt"), mode, policy],
-            capture_output=True, text=True, timeout=240)
-    finally:
-        for f in directory.iterdir():
-            f.unlink()
-        directory.rmdir()
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert result.stdout.count("from the shared feature table") == 2
+    output = torchrun("torchrun_feature_worker.py", directory, tmp_path / "x.pt", mode, policy)
+    assert output.count("from the shared feature table") == 2
 
 
 def ipc_reader(rank, payload, expected):
