@@ -26,8 +26,7 @@ TORCH_LIBRARY(quiver, m) {
       .def("positions", &quiver::runtime::FeatureTiers::positions)
       .def("num_rows", &quiver::runtime::FeatureTiers::num_rows)
       .def("shape", &quiver::runtime::FeatureTiers::shape)
-      .def("leading_rows", &quiver::runtime::FeatureTiers::leading_rows)
-      .def_static("enable_peer_access", &quiver::runtime::FeatureTiers::enable_peer_access);
+      .def("leading_rows", &quiver::runtime::FeatureTiers::leading_rows);
 
   // CSR from COO: rows sorted (stable: edges of one row keep their input order).
   // edge_ids[k] is the input position of the k-th CSR edge.

@@ -3,10 +3,6 @@
 #include "ops/checks.h"
 #include "ops/quiver_ops.h"
 
-#ifdef QUIVER_WITH_CUDA
-#include <ATen/cuda/PeerToPeerAccess.h>
-#endif
-
 namespace quiver::runtime {
 
 FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tensor> positions)
@@ -29,17 +25,6 @@ int64_t FeatureTiers::leading_rows() const {
   int64_t rows = 0;
   for (size_t k = 0; k + 1 < tiers_.size(); ++k) rows += tiers_[k].size(0);
   return rows;
-}
-
-bool FeatureTiers::enable_peer_access(int64_t reader, int64_t owner) {
-#ifdef QUIVER_WITH_CUDA
-  if (reader == owner) return true;
-  return at::cuda::get_p2p_access(static_cast<c10::DeviceIndex>(reader),
-                                  static_cast<c10::DeviceIndex>(owner));
-#else
-  TORCH_CHECK(false, "enable_peer_access(", reader, ", ", owner,
-              "): torch-quiver-ops was built without CUDA");
-#endif
 }
 
 }  // namespace quiver::runtime

@@ -30,10 +30,6 @@ class FeatureTiers : public torch::CustomClassHolder {
   // the host tier.
   int64_t leading_rows() const;
 
-  // Lets GPU `reader` read memory on GPU `owner` (once per pair, idempotent); false where
-  // the hardware cannot. Call it before mapping a peer's memory through CUDA IPC: a
-  // mapping opened earlier stays invisible to the reader.
-  static bool enable_peer_access(int64_t reader, int64_t owner);
 
  private:
   std::vector<at::Tensor> tiers_;

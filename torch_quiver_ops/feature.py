@@ -105,13 +105,10 @@ def _positions_of(order: Tensor) -> Tensor:
     return positions
 
 
-def _enable_peer_access(reader: int, owners: Sequence[int]) -> None:
-    """Lets GPU `reader` read memory that this process allocated on the GPUs in `owners`
-    (peers' memory mapped through CudaIpc turns peer access on itself)."""
-    for owner in owners:
-        if not torch.classes.quiver.FeatureTiers.enable_peer_access(reader, owner):
-            raise RuntimeError(f"GPU {reader} cannot read GPU {owner}'s memory (CUDA reports no "
-                               f"peer access), so they cannot share a p2p_clique_replicate cache")
+def _local_shards(host: Tensor, clique: List[int], bounds, skip=()) -> Dict[int, Tensor]:
+    """This process's copies of a clique's shards (all but those in `skip`)."""
+    return {device: _shareable_copy(host[begin:end], device)
+            for device, (begin, end) in zip(clique, bounds) if device not in skip}
 
 
 def _shareable_copy(rows: Tensor, device: int) -> Tensor:
@@ -261,12 +258,8 @@ class Feature:
         self._shards = {}
         for clique in self._cliques:
             if len(clique) > 1 and self._cache_rows:
-                bounds = self._shard_bounds(clique)
-                if make_shards is not None:
-                    self._shards.update(make_shards(host, clique, bounds))
-                else:
-                    for device, (begin, end) in zip(clique, bounds):
-                        self._shards[device] = _shareable_copy(host[begin:end], device)
+                self._shards.update((make_shards or _local_shards)(
+                    host, clique, self._shard_bounds(clique)))
 
     def _shard_bounds(self, clique: Sequence[int]):
         """Contiguous runs of the clique's hot rows, one per member, in clique order."""
@@ -296,8 +289,7 @@ class Feature:
             if device.index not in self._replicas:
                 self._replicas[device.index] = self._host[:self._cache_rows].to(device)
             hot = [self._replicas[device.index]]
-        else:
-            _enable_peer_access(device.index, clique)
+        else:  # the op turns on peer access to the members' memory
             hot = [self._clique_shard(d, device.index) for d in clique]
         if self._pinned_host is None:
             # In place (the shared pages themselves); a small table may get a pinned copy.
@@ -478,13 +470,10 @@ def _shards_swapped_over(group):
         dist.all_gather_object(gathered, payload, group=group)
         if mine not in clique:
             return {}  # this worker reads another clique's shards
-        _enable_peer_access(mine, clique)
         for item in gathered:
             if item is not None and item[0] in clique and item[0] not in shards:
                 shards[item[0]] = _open_payload(item[1], mine)
-        for device, (begin, end) in zip(clique, bounds):  # GPUs no worker runs on
-            if device not in shards:
-                shards[device] = _shareable_copy(host[begin:end], device)
+        shards.update(_local_shards(host, clique, bounds, skip=shards))  # GPUs no worker runs on
         return shards
 
     return make_shards

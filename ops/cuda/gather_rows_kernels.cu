@@ -11,6 +11,8 @@ namespace {
 
 constexpr int kThreadsPerBlock = 256;
 constexpr int kMaxLanesPerRow = 32;
+// Measured on an H100 (docs/benchmarks.md): 2 and 4 rows in flight tie, 8 and 16 lose.
+constexpr int kRowsInFlight = 4;
 
 // A plain store: with no atomics across PCIe, the last failing thread's report stands,
 // and any one failure is enough to raise.
@@ -19,7 +21,7 @@ __device__ inline void report(uint64_t* error, GatherError code, int64_t index) 
       (static_cast<uint64_t>(code) << kGatherErrorShift) | static_cast<uint64_t>(index);
 }
 
-template <int kRowsInFlight, typename vec_t, typename id_t, typename pos_t>
+template <typename vec_t, typename id_t, typename pos_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     gather_tiered_rows_kernel(const RowTiers tiers, const pos_t* __restrict__ positions,
                               int64_t num_ids_allowed, int64_t row_vecs,
@@ -75,8 +77,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-template <int kRowsInFlight, typename vec_t, typename id_t, typename pos_t>
-void launch_with(const RowTiers& tiers, int64_t row_bytes, const pos_t* positions,
+template <typename vec_t, typename id_t, typename pos_t>
+void launch(const RowTiers& tiers, int64_t row_bytes, const pos_t* positions,
             int64_t num_ids_allowed, const id_t* ids, int64_t num_ids, void* out,
             uint64_t* error, cudaStream_t stream) {
   const int64_t row_vecs = row_bytes / static_cast<int64_t>(sizeof(vec_t));
@@ -85,19 +87,10 @@ void launch_with(const RowTiers& tiers, int64_t row_bytes, const pos_t* position
   const int64_t rows_per_block = int64_t{block.y} * kRowsInFlight;
   int64_t blocks = (num_ids + rows_per_block - 1) / rows_per_block;
   if (blocks > (1 << 20)) blocks = 1 << 20;  // grid-stride beyond this
-  gather_tiered_rows_kernel<kRowsInFlight, vec_t, id_t, pos_t>
+  gather_tiered_rows_kernel<vec_t, id_t, pos_t>
       <<<static_cast<int>(blocks), block, 0, stream>>>(tiers, positions, num_ids_allowed,
                                                         row_vecs, ids, num_ids,
                                                         static_cast<vec_t*>(out), error);
-}
-
-template <typename vec_t, typename id_t, typename pos_t>
-void launch(const RowTiers& tiers, int64_t row_bytes, const pos_t* positions,
-            int64_t num_ids_allowed, const id_t* ids, int64_t num_ids, void* out,
-            uint64_t* error, cudaStream_t stream) {
-  // Measured on an H100 (docs/benchmarks.md): 2 and 4 rows in flight tie, 8 and 16 lose.
-  launch_with<4, vec_t>(tiers, row_bytes, positions, num_ids_allowed, ids, num_ids, out, error,
-                        stream);
 }
 
 // The widest vector that divides the row and every tier's and the output's alignment.
