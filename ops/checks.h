@@ -1,23 +1,25 @@
-// Argument checks shared by the CPU and CUDA entry points of every op. They run in the
-// function the dispatcher calls, so Python, TorchScript and C++ callers all get them;
-// the kernels behind them trust their inputs.
+// Argument checks of every op, one check_<op>_args per op, shared by its CPU and CUDA entry
+// points. They run in the function the dispatcher calls, so Python, TorchScript and C++
+// callers all get them; the kernels behind them trust their inputs. Messages name the
+// argument and its actual value (ops/errors.h says which fault raises which type).
 #pragma once
-
-#include "ops/gather_tiers.h"
 
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
-#include <initializer_list>
+#include <limits>
 #include <optional>
 #include <vector>
+
+#include "ops/errors.h"
+#include "ops/row_tiers.h"
 
 namespace quiver {
 
 inline void check_index_vector(const at::Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(t.dim() == 1, name, " must be a 1-D tensor, got shape ", t.sizes());
   TORCH_CHECK_TYPE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, name,
-              " must hold int32 or int64 ids, got ", t.scalar_type());
+                   " must hold int32 or int64 ids, got ", t.scalar_type());
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
 }
 
@@ -31,18 +33,19 @@ inline void check_fanout(int64_t fanout, const char* name) {
 inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices,
                              const std::optional<at::Tensor>& edge_ids) {
   TORCH_CHECK_VALUE(indptr.dim() == 1 && indptr.numel() >= 1,
-              "indptr must be a 1-D tensor of num_nodes + 1 offsets, got shape ", indptr.sizes());
+                    "indptr must be a 1-D tensor of num_nodes + 1 offsets, got shape ",
+                    indptr.sizes());
   TORCH_CHECK_TYPE(indptr.scalar_type() == at::kLong, "indptr must be int64, got ",
-              indptr.scalar_type());
+                   indptr.scalar_type());
   TORCH_CHECK(indptr.is_contiguous(), "indptr must be contiguous");
   check_index_vector(indices, "indices");
   if (edge_ids.has_value()) {
     const at::Tensor& eid = *edge_ids;
     TORCH_CHECK_TYPE(eid.dim() == 1 && eid.scalar_type() == at::kLong && eid.is_contiguous(),
-                "edge_ids must be a contiguous 1-D int64 tensor, got ", eid.scalar_type(),
-                " of shape ", eid.sizes());
+                     "edge_ids must be a contiguous 1-D int64 tensor, got ", eid.scalar_type(),
+                     " of shape ", eid.sizes());
     TORCH_CHECK_VALUE(eid.numel() == indices.numel(), "edge_ids has ", eid.numel(),
-                " entries but indices has ", indices.numel());
+                      " entries but indices has ", indices.numel());
   }
 }
 
@@ -61,8 +64,9 @@ inline void check_sample_subgraph_args(const at::Tensor& indptr, const at::Tenso
   check_index_vector(seeds, "seeds");
   TORCH_CHECK_VALUE(!fanouts.empty(), "fanouts must name at least one hop, got []");
   for (size_t hop = 0; hop < fanouts.size(); ++hop) {
-    TORCH_CHECK_VALUE(fanouts[hop] >= -1, "fanouts[", hop, "] must be -1 (all neighbors) or >= 0, got ",
-                fanouts[hop], " (fanouts = ", fanouts, ")");
+    TORCH_CHECK_VALUE(fanouts[hop] >= -1, "fanouts[", hop,
+                      "] must be -1 (all neighbors) or >= 0, got ", fanouts[hop],
+                      " (fanouts = ", fanouts, ")");
   }
 }
 
@@ -71,50 +75,46 @@ inline void check_csr_from_coo_args(const at::Tensor& row, const at::Tensor& col
   check_index_vector(row, "row");
   check_index_vector(col, "col");
   TORCH_CHECK_VALUE(row.numel() == col.numel(), "row has ", row.numel(), " entries but col has ",
-              col.numel());
+                    col.numel());
   TORCH_CHECK_TYPE(row.scalar_type() == col.scalar_type(), "row is ", row.scalar_type(),
-              " but col is ", col.scalar_type());
+                   " but col is ", col.scalar_type());
   TORCH_CHECK(row.device() == col.device(), "row is on ", row.device(), " but col is on ",
               col.device());
   TORCH_CHECK_VALUE(num_nodes >= 0, "num_nodes must be >= 0, got ", num_nodes);
   if (row.scalar_type() == at::kInt) {
     TORCH_CHECK_VALUE(num_nodes <= std::numeric_limits<int32_t>::max() + int64_t{1},
-                "num_nodes = ", num_nodes, " does not fit int32 ids; pass int64 row/col");
+                      "num_nodes = ", num_nodes, " does not fit int32 ids; pass int64 row/col");
   }
 }
 
 inline void check_gather_rows_args(const at::Tensor& table, const at::Tensor& ids) {
-  TORCH_CHECK_VALUE(table.dim() >= 1, "table must have at least one dimension (rows), got a scalar");
+  TORCH_CHECK_VALUE(table.dim() >= 1,
+                    "table must have at least one dimension (rows), got a scalar");
   TORCH_CHECK_VALUE(table.is_contiguous(),
-              "table must be contiguous (row-major); call .contiguous() once up front");
+                    "table must be contiguous (row-major); call .contiguous() once up front");
   check_index_vector(ids, "ids");
 }
 
 // A tiered row layout: tier k holds the rows at positions [begin_k, begin_k + rows_k), in
 // order, all tiers with one dtype and row shape; positions[id] is the position of row id
 // (the identity when absent).
-inline void check_row_tiers(at::ArrayRef<at::Tensor> tiers, const std::optional<at::Tensor>& positions) {
+inline void check_row_tiers(at::ArrayRef<at::Tensor> tiers,
+                            const std::optional<at::Tensor>& positions) {
   TORCH_CHECK_VALUE(!tiers.empty() && tiers.size() <= static_cast<size_t>(kMaxRowTiers),
                     "tiers must hold 1 to ", kMaxRowTiers, " tensors, got ", tiers.size());
   const at::Tensor& first = tiers[0];
   for (size_t k = 0; k < tiers.size(); ++k) {
     const at::Tensor& t = tiers[k];
-    TORCH_CHECK_VALUE(t.dim() >= 1, "tiers[", k, "] must have at least one dimension (rows), got a scalar");
+    TORCH_CHECK_VALUE(t.dim() >= 1, "tiers[", k,
+                      "] must have at least one dimension (rows), got a scalar");
     TORCH_CHECK_VALUE(t.is_contiguous(), "tiers[", k, "] must be contiguous (row-major)");
-    TORCH_CHECK_TYPE(t.scalar_type() == first.scalar_type(), "tiers[", k, "] holds ", t.scalar_type(),
-                     " but tiers[0] holds ", first.scalar_type());
-    TORCH_CHECK_VALUE(t.sizes().slice(1) == first.sizes().slice(1), "tiers[", k, "] has rows of shape ",
-                      t.sizes().slice(1), " but tiers[0] has rows of shape ", first.sizes().slice(1));
+    TORCH_CHECK_TYPE(t.scalar_type() == first.scalar_type(), "tiers[", k, "] holds ",
+                     t.scalar_type(), " but tiers[0] holds ", first.scalar_type());
+    TORCH_CHECK_VALUE(t.sizes().slice(1) == first.sizes().slice(1), "tiers[", k,
+                      "] has rows of shape ", t.sizes().slice(1),
+                      " but tiers[0] has rows of shape ", first.sizes().slice(1));
   }
   if (positions.has_value()) check_index_vector(*positions, "positions");
-}
-
-// How many distinct ids a tiered layout answers: one per entry of positions, else one per row.
-inline int64_t tiered_id_count(at::ArrayRef<at::Tensor> tiers, const std::optional<at::Tensor>& positions) {
-  if (positions.has_value()) return positions->numel();
-  int64_t rows = 0;
-  for (const at::Tensor& t : tiers) rows += t.size(0);
-  return rows;
 }
 
 inline void check_gather_tiered_rows_args(at::ArrayRef<at::Tensor> tiers,
@@ -124,6 +124,15 @@ inline void check_gather_tiered_rows_args(at::ArrayRef<at::Tensor> tiers,
   check_index_vector(ids, "ids");
 }
 
+// How many distinct ids a tiered layout answers: one per entry of positions, else one per row.
+inline int64_t tiered_id_count(at::ArrayRef<at::Tensor> tiers,
+                               const std::optional<at::Tensor>& positions) {
+  if (positions.has_value()) return positions->numel();
+  int64_t rows = 0;
+  for (const at::Tensor& t : tiers) rows += t.size(0);
+  return rows;
+}
+
 // Rows gathered from `like`'s tiers: ids.numel() rows of its row shape.
 inline std::vector<int64_t> gathered_shape(const at::Tensor& like, const at::Tensor& ids) {
   std::vector<int64_t> shape = like.sizes().vec();
@@ -131,34 +140,12 @@ inline std::vector<int64_t> gathered_shape(const at::Tensor& like, const at::Ten
   return shape;
 }
 
-// The CPU kernels read every array on the host.
-inline void check_on_cpu(const char* op, std::initializer_list<const at::Tensor*> tensors,
-                         const std::optional<at::Tensor>& edge_ids) {
-  for (const at::Tensor* t : tensors) {
-    TORCH_CHECK(t->device().is_cpu(), op, " on CPU needs every tensor on the CPU, got one on ",
-                t->device());
-  }
-  TORCH_CHECK(!edge_ids || edge_ids->device().is_cpu(), op,
-              " on CPU needs edge_ids on the CPU, got ", edge_ids->device());
-}
-
-// The first and last offsets of a CSR, read wherever indptr lives.
-inline void check_csr_ends(int64_t first, int64_t last, int64_t num_edges) {
-  TORCH_CHECK_VALUE(first == 0 && last == num_edges,
-                    "indptr and indices disagree: indptr[0] = ", first, " and indptr[-1] = ", last,
-                    ", but indices has ", num_edges, " entries");
-}
-
-// Errors map to Python types: dtypes raise TypeError, bad values ValueError, ids out of
-// range IndexError, everything else (devices, placement) RuntimeError.
-
 // Host-side range check of ids against [0, limit). `what` names the argument.
 template <typename id_t>
 void check_ids_in_range(const id_t* ids, int64_t n, int64_t limit, const char* what) {
   for (int64_t i = 0; i < n; ++i) {
     const int64_t id = static_cast<int64_t>(ids[i]);
-    TORCH_CHECK_INDEX(id >= 0 && id < limit, what, "[", i, "] = ", id, " is out of range [0, ", limit,
-                ")");
+    if (id < 0 || id >= limit) errors::id_out_of_range(what, i, id, limit);
   }
 }
 

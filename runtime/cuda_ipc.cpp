@@ -1,7 +1,6 @@
-#include "runtime/cuda_ipc.h"
-
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
+#include <quiver/cuda_ipc.h>
 
 #ifdef QUIVER_WITH_CUDA
 #include <c10/cuda/CUDAException.h>
@@ -56,7 +55,8 @@ at::Tensor CudaIpc::export_handle(const at::Tensor& memory) {
     std::lock_guard<std::mutex> lock(registry_mutex());
     TORCH_CHECK(memory.is_cuda() && registry().count(memory.const_data_ptr()),
                 "CudaIpc.export_handle needs memory from CudaIpc.allocate (a tensor starting at "
-                "its first byte), got a tensor on ", memory.device());
+                "its first byte), got a tensor on ",
+                memory.device());
   }
   const c10::cuda::CUDAGuard guard(memory.device());
   cudaIpcMemHandle_t handle;

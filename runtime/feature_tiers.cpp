@@ -1,7 +1,7 @@
-#include "runtime/feature_tiers.h"
+#include <quiver/feature_tiers.h>
+#include <quiver/ops.h>
 
 #include "ops/checks.h"
-#include "ops/quiver_ops.h"
 
 namespace quiver::runtime {
 
@@ -25,6 +25,11 @@ int64_t FeatureTiers::leading_rows() const {
   int64_t rows = 0;
   for (size_t k = 0; k + 1 < tiers_.size(); ++k) rows += tiers_[k].size(0);
   return rows;
+}
+
+c10::intrusive_ptr<FeatureTiers> FeatureTiers::from_state(State state) {
+  return c10::make_intrusive<FeatureTiers>(std::move(std::get<0>(state)),
+                                           std::move(std::get<1>(state)));
 }
 
 }  // namespace quiver::runtime

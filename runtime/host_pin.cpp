@@ -1,8 +1,9 @@
-#include "runtime/host_pin.h"
-
 #include <c10/util/Exception.h>
+#include <quiver/host_pin.h>
 
 #include <stdexcept>
+
+#include "runtime/host_registration.h"
 
 namespace quiver::runtime {
 
@@ -12,11 +13,14 @@ HostPin::HostPin(at::Tensor tensor) : tensor_(std::move(tensor)) {
   TORCH_CHECK(tensor_.is_contiguous(), "HostPin needs a contiguous tensor");
   if (tensor_.numel() == 0 || is_page_locked(tensor_.const_data_ptr())) return;
   try {
-    registration_ = std::make_unique<HostRegistration>(tensor_.mutable_data_ptr(), tensor_.nbytes());
+    registration_ =
+        std::make_unique<HostRegistration>(tensor_.mutable_data_ptr(), tensor_.nbytes());
   } catch (const std::runtime_error& error) {
-    TORCH_CHECK(false, "could not pin a tensor of shape ", tensor_.sizes(), " in place: ",
-                error.what());
+    TORCH_CHECK(false, "could not pin a tensor of shape ", tensor_.sizes(),
+                " in place: ", error.what());
   }
 }
+
+HostPin::~HostPin() = default;
 
 }  // namespace quiver::runtime

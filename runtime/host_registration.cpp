@@ -13,8 +13,8 @@ namespace quiver::runtime {
 
 namespace {
 std::string explain(cudaError_t error, size_t bytes) {
-  std::string message = "cudaHostRegister of " + std::to_string(bytes) + " bytes failed: " +
-                        cudaGetErrorString(error) + ". ";
+  std::string message = "cudaHostRegister of " + std::to_string(bytes) +
+                        " bytes failed: " + cudaGetErrorString(error) + ". ";
   switch (error) {
     case cudaErrorHostMemoryAlreadyRegistered:
       return message +

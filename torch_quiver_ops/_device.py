@@ -1,9 +1,15 @@
-"""Where an op or store runs, from what users pass."""
-from typing import Union
+"""Devices and sizes, from what users pass: where an op or store runs, which GPUs can read
+each other's memory, and byte counts such as "200M"."""
+from __future__ import annotations
+
+import re
+from typing import List, Sequence, Union
 
 import torch
 
 from ._load import cuda_kernels_built
+
+_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
 
 def resolve_device(device: Union[None, int, str, torch.device]) -> torch.device:
@@ -18,3 +24,35 @@ def resolve_device(device: Union[None, int, str, torch.device]) -> torch.device:
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+def gpus_usable() -> bool:
+    """True when this process can run the CUDA kernels."""
+    return torch.cuda.is_available() and cuda_kernels_built()
+
+
+def p2p_cliques(device_list: Sequence[int]) -> List[List[int]]:
+    """Splits GPUs into cliques whose members can all read each other's memory (NVLink or
+    PCIe peer access, as CUDA reports it), in device_list order."""
+    cliques: List[List[int]] = []
+    for device in device_list:
+        for clique in cliques:
+            if all(torch.cuda.can_device_access_peer(device, other) and
+                   torch.cuda.can_device_access_peer(other, device) for other in clique):
+                clique.append(device)
+                break
+        else:
+            cliques.append([device])
+    return cliques
+
+
+def parse_size(size: Union[int, float, str]) -> int:
+    """Bytes from 1024, "200M", "0.9G" or "1.5GB"."""
+    if isinstance(size, (int, float)):
+        if size < 0:
+            raise ValueError(f"a cache size must be >= 0, got {size}")
+        return int(size)
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)B?\s*", str(size).upper())
+    if not match:
+        raise ValueError(f"cannot read {size!r} as a size; use bytes or e.g. '200M', '1.5G'")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])

@@ -2,152 +2,20 @@
 read by one gather kernel (``quiver::gather_tiered_rows``)."""
 from __future__ import annotations
 
-import json
 import math
-import os
-import re
-import warnings
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
-from . import ops
-from ._device import resolve_device
-from ._load import cuda_kernels_built
-from .topology import INT32_MAX, CSRTopo
+from . import _sharing, ops
+from ._device import gpus_usable, p2p_cliques, parse_size, resolve_device
+from .hotness import check_hot_order, check_positions, positions_of
+from .topology import CSRTopo
 from .uva import pinned
 
 CACHE_POLICIES = ("device_replicate", "p2p_clique_replicate")
-_UNITS = {"": 1, "B": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-
-
-def parse_size(size: Union[int, float, str]) -> int:
-    """Bytes from 1024, "200M", "0.9G" or "1.5GB"."""
-    if isinstance(size, (int, float)):
-        if size < 0:
-            raise ValueError(f"a cache size must be >= 0, got {size}")
-        return int(size)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)B?\s*", str(size).upper())
-    if not match:
-        raise ValueError(f"cannot read {size!r} as a size; use bytes or e.g. '200M', '1.5G'")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
-
-
-def p2p_cliques(device_list: Sequence[int]) -> List[List[int]]:
-    """Splits GPUs into cliques whose members can all read each other's memory (NVLink or
-    PCIe peer access, as CUDA reports it), in device_list order."""
-    cliques: List[List[int]] = []
-    for device in device_list:
-        for clique in cliques:
-            if all(torch.cuda.can_device_access_peer(device, other) and
-                   torch.cuda.can_device_access_peer(other, device) for other in clique):
-                clique.append(device)
-                break
-        else:
-            cliques.append([device])
-    return cliques
-
-
-def presample_hot_order(sampler, seeds: Tensor, batch_size: int = 1024,
-                        num_batches: Optional[int] = None,
-                        generator: Optional[torch.Generator] = None) -> Tensor:
-    """Node ids hottest first, by how many sampled batches read each node's row.
-
-    Runs ``sampler`` over shuffled batches of ``seeds`` (``num_batches`` of them, default
-    one epoch) and counts the batches each node appears in. Ties, such as nodes never
-    sampled, go by degree. Pass the result as ``hot_order`` to
-    :meth:`Feature.from_cpu_tensor`.
-    """
-    topo: CSRTopo = sampler.csr_topo
-    seeds = torch.as_tensor(seeds).cpu()
-    if seeds.dim() != 1 or seeds.numel() == 0:
-        raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
-    counts = torch.zeros(topo.node_count, dtype=torch.int32, device=sampler.device)
-    shuffled = seeds[torch.randperm(seeds.numel(), generator=generator)]
-    batches = shuffled.split(batch_size)
-    for batch in batches[:num_batches] if num_batches is not None else batches:
-        node_ids = sampler.sample_subgraph(batch)[0]
-        counts[node_ids] += 1  # a batch lists each node once
-    by_degree = torch.argsort(topo.degree.to(counts.device), descending=True, stable=True)
-    return by_degree[torch.argsort(counts[by_degree], descending=True, stable=True)].cpu()
-
-
-def _check_hot_order(order, num_rows: int) -> Tensor:
-    order = torch.as_tensor(order).cpu()
-    if order.dim() != 1 or order.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"hot_order must be a 1-D tensor of int32/int64 ids, got {order.dtype} "
-                        f"of shape {tuple(order.shape)}")
-    if order.numel() != num_rows:
-        raise ValueError(f"hot_order must list each of the {num_rows} rows once, got "
-                         f"{order.numel()} ids")
-    order = order.long()
-    if num_rows:
-        low, high = int(order.min()), int(order.max())
-        if low < 0 or high >= num_rows:
-            raise IndexError(f"hot_order holds id {low if low < 0 else high}, out of range "
-                             f"[0, {num_rows})")
-        seen = torch.zeros(num_rows, dtype=torch.bool)
-        seen[order] = True
-        if not bool(seen.all()):
-            missing = int(torch.nonzero(~seen)[0])
-            raise ValueError(f"hot_order is not a permutation: row {missing} is missing "
-                             f"(and another appears twice)")
-    return order
-
-
-def _positions_of(order: Tensor) -> Tensor:
-    """The inverse permutation, int32 where it fits: positions[order[p]] = p."""
-    dtype = torch.int32 if order.numel() <= INT32_MAX else torch.int64
-    positions = torch.empty(order.numel(), dtype=dtype)
-    positions[order] = torch.arange(order.numel(), dtype=dtype)
-    return positions
-
-
-def _local_shards(host: Tensor, clique: List[int], bounds, skip=()) -> Dict[int, Tensor]:
-    """This process's copies of a clique's shards (all but those in `skip`)."""
-    return {device: _shareable_copy(host[begin:end], device)
-            for device, (begin, end) in zip(clique, bounds) if device not in skip}
-
-
-def _shareable_copy(rows: Tensor, device: int) -> Tensor:
-    """``rows`` copied onto ``device`` into memory other processes can map (CudaIpc)."""
-    memory = torch.classes.quiver.CudaIpc.allocate(rows.nbytes, device)
-    shard = memory[:rows.nbytes].view(rows.dtype).view(rows.shape)
-    shard.copy_(rows)
-    return shard
-
-
-def _ipc_payload(shard: Tensor) -> tuple:
-    """What a peer process needs to map ``shard`` (from _shareable_copy): plain data."""
-    handle = torch.classes.quiver.CudaIpc.export_handle(shard)
-    return (bytes(handle.numpy()), shard.device.index, shard.dtype, tuple(shard.shape))
-
-
-def _open_payload(payload: tuple, reader: int) -> Tensor:
-    """Maps a peer's shard for kernels on GPU ``reader``."""
-    handle, owner, dtype, shape = payload
-    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-    memory = torch.classes.quiver.CudaIpc.open_handle(
-        torch.frombuffer(bytearray(handle), dtype=torch.uint8), nbytes, owner, reader)
-    return memory.view(dtype).view(shape)
-
-
-def _shared_empty(shape, dtype: torch.dtype) -> Tensor:
-    """A tensor in shared memory (so spawned workers map it), or private memory with a
-    warning when /dev/shm cannot hold it."""
-    tensor = torch.empty(shape, dtype=dtype)
-    try:
-        free = os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize
-    except OSError:
-        free = None
-    if free is not None and free < tensor.nbytes + (64 << 20):
-        warnings.warn(f"/dev/shm has {free >> 20} MiB free, too little for the {tensor.nbytes >> 20} "
-                      f"MiB feature table: it stays in private memory, and worker processes "
-                      f"cannot share it (use Feature.save / Feature.load_shared instead)")
-        return tensor
-    return tensor.share_memory_()
 
 
 class Feature:
@@ -225,20 +93,20 @@ class Feature:
             raise ValueError(f"the table has {num_rows} rows but csr_topo has "
                              f"{self.csr_topo.node_count} nodes")
         if hot_order is not None:
-            order = _check_hot_order(hot_order, num_rows)
+            order = check_hot_order(hot_order, num_rows)
         elif self.csr_topo is not None:
             order = self.csr_topo.feature_order
         else:
             order = None
         x = x.detach().cpu().contiguous()
-        host = _shared_empty(x.shape, x.dtype)
+        host = _sharing.shared_empty(x.shape, x.dtype)
         if order is None:
             host.copy_(x)
         else:
             torch.index_select(x, 0, order, out=host)
         positions = None
         if order is not None:
-            positions = _positions_of(order)
+            positions = positions_of(order)
             if host.is_shared():
                 positions.share_memory_()
         self._place(host, positions)
@@ -248,7 +116,7 @@ class Feature:
         self._host, self._positions = host, positions
         self._process_state()
         row_bytes = host[0].nbytes if host.size(0) else 0
-        gpus = torch.cuda.is_available() and cuda_kernels_built() and bool(self.device_list)
+        gpus = gpus_usable() and bool(self.device_list)
         self._cache_rows = (min(host.size(0), self.device_cache_size // row_bytes)
                             if gpus and row_bytes else 0)
         if self.cache_policy == "p2p_clique_replicate" and gpus:
@@ -258,7 +126,7 @@ class Feature:
         self._shards = {}
         for clique in self._cliques:
             if len(clique) > 1 and self._cache_rows:
-                self._shards.update((make_shards or _local_shards)(
+                self._shards.update((make_shards or _sharing.local_shards)(
                     host, clique, self._shard_bounds(clique)))
 
     def _shard_bounds(self, clique: Sequence[int]):
@@ -302,7 +170,7 @@ class Feature:
         """A clique member's shard; in a worker, its IPC handle is opened at first use, in
         the reading GPU's context."""
         if owner not in self._shards:
-            self._shards[owner] = _open_payload(self._shard_payloads[owner], reader)
+            self._shards[owner] = _sharing.open_payload(self._shard_payloads[owner], reader)
         return self._shards[owner]
 
     def tiers(self, device: Union[None, int, str, torch.device] = None) -> "torch.ScriptObject":
@@ -337,9 +205,7 @@ class Feature:
             view = self._views.get(ids.device)
             if view is not None:
                 return torch.ops.quiver.gather_tiered_rows.default(view[1], view[2], ids)
-        ids = torch.as_tensor(ids)
-        if ids.dim() != 1:
-            raise ValueError(f"feature[ids] needs 1-D ids, got shape {tuple(ids.shape)}")
+        ids = torch.as_tensor(ids)  # the op checks shape, dtype and range
         device = ids.device if ids.is_cuda else self._device_for(None)
         _, tiers, positions = self._view(device)
         return ops.gather_tiered_rows(tiers, positions, ids.to(device, non_blocking=True))
@@ -389,7 +255,7 @@ class Feature:
         for key in ("_pins", "_pinned_host", "_replicas", "_views"):
             state.pop(key)
         # Shards travel as IPC handles, opened at first use in the reading GPU's context.
-        state["_shard_payloads"] = {**{d: _ipc_payload(t) for d, t in self._shards.items()
+        state["_shard_payloads"] = {**{d: _sharing.ipc_payload(t) for d, t in self._shards.items()
                                        if d not in self._shard_payloads},
                                     **self._shard_payloads}
         state["_shards"] = {}
@@ -408,16 +274,8 @@ class Feature:
     def save(self, directory: Union[str, Path]) -> Path:
         """Writes the table in hot order and the positions as raw files (put them on
         /dev/shm to share RAM), for :meth:`load_shared`."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        host = self._table()
-        host.view(-1).view(torch.uint8).numpy().tofile(directory / "rows.bin")
-        meta = {"shape": list(host.shape), "dtype": str(host.dtype).replace("torch.", "")}
-        if self._positions is not None:
-            self._positions.numpy().tofile(directory / "positions.bin")
-            meta["positions"] = str(self._positions.dtype).replace("torch.", "")
-        (directory / "feature.json").write_text(json.dumps(meta))
-        return directory
+        return _sharing.save_arrays(directory, "feature",
+                                    {"rows": self._table(), "positions": self._positions})
 
     @classmethod
     def load_shared(cls, directory: Union[str, Path], rank: int = 0,
@@ -433,47 +291,14 @@ class Feature:
         workers swap CUDA IPC handles through ``group`` (default: the world); every worker
         must call this. Without a process group, this process builds every shard.
         """
-        directory = Path(directory)
-        meta = json.loads((directory / "feature.json").read_text())
-        dtype = getattr(torch, meta["dtype"])
-        shape = meta["shape"]
-        count = math.prod(shape)
-        host = torch.from_file(str(directory / "rows.bin"), shared=True, size=count,
-                               dtype=dtype).view(shape)
-        positions = None
-        if "positions" in meta:
-            positions = torch.from_file(str(directory / "positions.bin"), shared=True,
-                                        size=shape[0], dtype=getattr(torch, meta["positions"]))
+        arrays, _ = _sharing.map_arrays(directory, "feature")
+        host = arrays["rows"]
+        positions = arrays.get("positions")
+        if positions is not None:
+            check_positions(positions, host.size(0), f"{directory}/positions.bin")
         feature = cls(rank, device_list, device_cache_size, cache_policy)
         make_shards = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            make_shards = _shards_swapped_over(group)
+            make_shards = _sharing.shards_swapped_over(group)
         feature._place(host, positions, make_shards)
         return feature
-
-
-def _shards_swapped_over(group):
-    """Builds each clique's shards across torch.distributed workers: a worker copies only
-    the shard of its current GPU, then all workers swap CUDA IPC handles (every worker
-    takes part in every swap, so all must place the same cliques in the same order)."""
-    import torch.distributed as dist
-
-    def make_shards(host: Tensor, clique: List[int], bounds) -> Dict[int, Tensor]:
-        mine = torch.cuda.current_device()
-        shards: Dict[int, Tensor] = {}
-        payload = None
-        if mine in clique:
-            begin, end = bounds[clique.index(mine)]
-            shards[mine] = _shareable_copy(host[begin:end], mine)
-            payload = (mine, _ipc_payload(shards[mine]))
-        gathered = [None] * dist.get_world_size(group)
-        dist.all_gather_object(gathered, payload, group=group)
-        if mine not in clique:
-            return {}  # this worker reads another clique's shards
-        for item in gathered:
-            if item is not None and item[0] in clique and item[0] not in shards:
-                shards[item[0]] = _open_payload(item[1], mine)
-        shards.update(_local_shards(host, clique, bounds, skip=shards))  # GPUs no worker runs on
-        return shards
-
-    return make_shards

@@ -9,8 +9,8 @@ from torch import Tensor
 
 from . import ops
 from ._load import cuda_kernels_built
-from .topology import CSRTopo
 from ._device import resolve_device
+from .topology import CSRTopo
 from .uva import pinned
 
 MODES = ("GPU", "UVA", "CPU")
@@ -147,13 +147,8 @@ class GraphSageSampler:
         self._placed = True
 
     def _seeds(self, input_nodes) -> Tensor:
-        seeds = torch.as_tensor(input_nodes)
-        if seeds.dim() != 1 or seeds.dtype not in (torch.int32, torch.int64):
-            raise ValueError(f"input_nodes must be a 1-D tensor of int32/int64 node ids, got "
-                             f"{seeds.dtype} of shape {tuple(seeds.shape)}")
-        if seeds.numel() == 0:
-            raise ValueError("input_nodes is empty: a batch needs at least one seed node")
-        return seeds.to(self.device, non_blocking=True).contiguous()
+        """The seeds on the sampling device; the op checks their shape, dtype and range."""
+        return torch.as_tensor(input_nodes).to(self.device, non_blocking=True).contiguous()
 
     def sample_subgraph(self, input_nodes) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         """The raw PyG-layout output of :func:`torch_quiver_ops.ops.sample_subgraph`."""

@@ -1,45 +1,54 @@
 """Graph topology in CSR form."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
-from . import ops
-
-INT32_MAX = 2**31 - 1
+from . import _sharing, ops
+from .hotness import INT32_MAX, degree_order
 
 
 def validate_csr(indptr: Tensor, indices: Tensor, eid: Optional[Tensor] = None) -> None:
-    """Checks a whole CSR once (the per-batch ops only check the rows they touch)."""
-    if indptr.dim() != 1 or indptr.numel() < 1 or indptr.dtype != torch.long:
-        raise ValueError(f"indptr must be a non-empty 1-D int64 tensor, got {indptr.dtype} "
-                         f"of shape {tuple(indptr.shape)}")
-    if indices.dim() != 1 or indices.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"indices must be a 1-D int32 or int64 tensor, got {indices.dtype} "
-                         f"of shape {tuple(indices.shape)}")
+    """Checks a whole CSR once; the per-batch ops check only the rows they touch. Shapes
+    and dtypes are the ops' own checks (the first sampling call makes them); this scan adds
+    what the ops cannot afford per batch, with the same exception types and sentences:
+    non-decreasing offsets (ValueError) and every neighbor id in range (IndexError)."""
+    if indptr.dim() != 1 or indptr.numel() < 1:
+        raise ValueError(f"indptr must be a 1-D tensor of num_nodes + 1 offsets, got shape "
+                         f"{list(indptr.shape)}")
+    if indptr.dtype != torch.long:
+        raise TypeError(f"indptr must be int64, got {indptr.dtype}")
+    if indices.dim() != 1:
+        raise ValueError(f"indices must be a 1-D tensor, got shape {list(indices.shape)}")
+    if indices.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"indices must hold int32 or int64 ids, got {indices.dtype}")
     num_nodes = indptr.numel() - 1
-    if int(indptr[0]) != 0:
-        raise ValueError(f"indptr[0] must be 0, got {int(indptr[0])}")
-    if int(indptr[-1]) != indices.numel():
-        raise ValueError(f"indptr[-1] = {int(indptr[-1])} but indices has {indices.numel()} "
-                         f"entries")
+    first, last = int(indptr[0]), int(indptr[-1])
+    if first != 0 or last != indices.numel():
+        raise ValueError(f"indptr and indices disagree: indptr[0] = {first} and indptr[-1] = "
+                         f"{last}, but indices has {indices.numel()} entries: the CSR is corrupt")
     steps = indptr[1:] - indptr[:-1]
     if steps.numel() and int(steps.min()) < 0:
         node = int(torch.nonzero(steps < 0)[0])
         raise ValueError(f"indptr must be non-decreasing, but indptr[{node}] = "
-                         f"{int(indptr[node])} > indptr[{node + 1}] = {int(indptr[node + 1])}")
+                         f"{int(indptr[node])} > indptr[{node + 1}] = {int(indptr[node + 1])}: "
+                         f"the CSR is corrupt")
     if indices.numel():
         low, high = int(indices.min()), int(indices.max())
         if low < 0 or high >= num_nodes:
             bad = low if low < 0 else high
-            raise ValueError(f"indices holds node id {bad}, out of range [0, {num_nodes})")
-    if eid is not None and (eid.shape != indices.shape or eid.dtype != torch.long):
-        raise ValueError(f"eid must be int64 with the shape of indices {tuple(indices.shape)}, "
-                         f"got {eid.dtype} of shape {tuple(eid.shape)}")
+            raise IndexError(f"indices holds node id {bad}, out of range [0, {num_nodes}): "
+                             f"the CSR is corrupt")
+    if eid is not None:
+        if eid.dtype != torch.long or eid.dim() != 1:
+            raise TypeError(f"edge_ids must be a contiguous 1-D int64 tensor, got {eid.dtype} "
+                            f"of shape {list(eid.shape)}")
+        if eid.numel() != indices.numel():
+            raise ValueError(f"edge_ids has {eid.numel()} entries but indices has "
+                             f"{indices.numel()}")
 
 
 class CSRTopo:
@@ -106,7 +115,7 @@ class CSRTopo:
     def feature_order(self) -> Tensor:
         """Node ids from highest to lowest degree: the order a degree-based cache uses."""
         if self._feature_order is None:
-            self._feature_order = torch.argsort(self.degree, descending=True, stable=True)
+            self._feature_order = degree_order(self.degree)
         return self._feature_order
 
     def share_memory_(self) -> "CSRTopo":
@@ -120,29 +129,18 @@ class CSRTopo:
     # ---- one copy per machine for independent processes (torchrun) ----
 
     def save(self, directory: Union[str, Path]) -> Path:
-        """Writes the CSR arrays as raw files (put them on /dev/shm to share RAM)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        meta = {}
-        for name in ("indptr", "indices", "eid"):
-            t = getattr(self, name)
-            if t is None:
-                continue
-            t.contiguous().numpy().tofile(directory / f"{name}.bin")
-            meta[name] = {"dtype": str(t.dtype).replace("torch.", ""), "numel": t.numel()}
-        (directory / "csr.json").write_text(json.dumps(meta))
-        return directory
+        """Writes the CSR arrays as raw files (put them on /dev/shm to share RAM), for
+        :meth:`load_shared`."""
+        return _sharing.save_arrays(directory, "csr", {"indptr": self.indptr,
+                                                       "indices": self.indices, "eid": self.eid})
 
     @classmethod
     def load_shared(cls, directory: Union[str, Path]) -> "CSRTopo":
         """Maps arrays written by :meth:`save` with MAP_SHARED: every process that loads the
         same directory (e.g. each torchrun worker) reads the same pages, so a machine holds
-        one copy, which UVA mode then pins in place in each process."""
-        directory = Path(directory)
-        meta = json.loads((directory / "csr.json").read_text())
-        arrays = {name: torch.from_file(str(directory / f"{name}.bin"), shared=True,
-                                        size=info["numel"], dtype=getattr(torch, info["dtype"]))
-                  for name, info in meta.items()}
+        one copy, which UVA mode then pins in place in each process. A truncated file
+        raises; the CSR is validated as :class:`CSRTopo` validates any given CSR."""
+        arrays, _ = _sharing.map_arrays(directory, "csr")
         return cls(indptr=arrays["indptr"], indices=arrays["indices"], eid=arrays.get("eid"))
 
     def __repr__(self) -> str:

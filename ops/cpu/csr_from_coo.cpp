@@ -1,10 +1,11 @@
-#include "ops/checks.h"
-
+// CPU entry point of csr_from_coo: a parallel counting sort by row.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <algorithm>
+
+#include "ops/checks.h"
 
 namespace quiver {
 namespace {
@@ -26,10 +27,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_coo_kernel(const at::Ten
   at::parallel_for(0, num_edges, kEdgesPerTask, [&](int64_t lo, int64_t hi) {
     for (int64_t e = lo; e < hi; ++e) {
       const int64_t r = row_p[e], c = col_p[e];
-      TORCH_CHECK_INDEX(r >= 0 && r < num_nodes, "row[", e, "] = ", r, " is out of range [0, ",
-                  num_nodes, ")");
-      TORCH_CHECK_INDEX(c >= 0 && c < num_nodes, "col[", e, "] = ", c, " is out of range [0, ",
-                  num_nodes, ")");
+      if (r < 0 || r >= num_nodes) errors::id_out_of_range("row", e, r, num_nodes);
+      if (c < 0 || c >= num_nodes) errors::id_out_of_range("col", e, c, num_nodes);
     }
   });
 
@@ -68,17 +67,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_coo_cpu(const at::Tensor
                                                                 const at::Tensor& col,
                                                                 int64_t num_nodes) {
   check_csr_from_coo_args(row, col, num_nodes);
-  TORCH_CHECK(row.device().is_cpu(), "csr_from_coo on CPU needs row and col on the CPU, got ",
-              row.device());
-  return AT_DISPATCH_INDEX_TYPES(row.scalar_type(), "csr_from_coo_cpu", [&] {
-    return csr_from_coo_kernel<index_t>(row, col, num_nodes);
-  });
+  return AT_DISPATCH_INDEX_TYPES(row.scalar_type(), "csr_from_coo_cpu",
+                                 [&] { return csr_from_coo_kernel<index_t>(row, col, num_nodes); });
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(quiver, CPU, m) {
-  m.impl("csr_from_coo", &csr_from_coo_cpu);
-}
+TORCH_LIBRARY_IMPL(quiver, CPU, m) { m.impl("csr_from_coo", &csr_from_coo_cpu); }
 
 }  // namespace quiver

@@ -1,11 +1,8 @@
-// Concurrent node-id -> local-index table for parallel reindexing on the CPU: the same
-// open-addressing scheme and first-appearance numbering as the GPU kernels
-// (ops/cuda/sample_subgraph_kernels.cu), so all threads insert at once and the numbering
-// stays deterministic.
+// Concurrent node-id -> local-index table for parallel reindexing on the CPU: the layout,
+// hash and sizing of ops/sampling_rules.h and the first-appearance numbering of the GPU
+// kernels (ops/cuda/reindex.cu), so all threads insert at once and the numbering stays
+// deterministic.
 #pragma once
-
-#include "ops/node_hash.h"
-#include "ops/sampling_common.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -13,14 +10,9 @@
 #include <cstdint>
 #include <cstring>
 
-namespace quiver::cpu {
+#include "ops/sampling_rules.h"
 
-struct NodeSlot {
-  int64_t key;     // -1: empty
-  int32_t local;   // -1: not numbered yet
-  uint32_t first;  // while unnumbered: the first position that named this id
-};
-static_assert(sizeof(NodeSlot) == 16, "16-byte slots");
+namespace quiver::cpu {
 
 class NodeTable {
  public:
@@ -44,7 +36,7 @@ class NodeTable {
     while (true) {
       int64_t seen = __atomic_load_n(&slots_[h].key, __ATOMIC_RELAXED);
       if (seen == key) return static_cast<int64_t>(h);
-      if (seen == -1) {
+      if (seen == kEmptyNodeKey) {
         if (__atomic_compare_exchange_n(&slots_[h].key, &seen, key, false, __ATOMIC_RELAXED,
                                         __ATOMIC_RELAXED) ||
             seen == key) {

@@ -1,9 +1,10 @@
-#include "ops/checks.h"
-#include "ops/cpu/uniform_sampling.h"
-
+// CPU entry point of sample_neighbors: one hop of per-row sampling (ops/cpu/row_sampling.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+
+#include "ops/checks.h"
+#include "ops/cpu/row_sampling.h"
 
 namespace quiver {
 namespace {
@@ -27,7 +28,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_kernel(
   at::parallel_for(0, num_seeds, kNodesPerTask, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       const auto row = cpu::checked_row(indptr_p, seeds_p[i], num_edges);
-      counts_p[i] = cpu::sampled_count(row.degree, fanout, replace);
+      counts_p[i] = sampled_count(row.degree, fanout, replace);
     }
   });
   const at::Tensor ends = counts.cumsum(0);
@@ -59,12 +60,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cpu(
     const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds, int64_t fanout,
     bool replace, const std::optional<at::Tensor>& edge_ids) {
   check_sample_neighbors_args(indptr, indices, seeds, fanout, edge_ids);
-  check_on_cpu("sample_neighbors", {&indptr, &indices, &seeds}, edge_ids);
   const int64_t num_nodes = indptr.numel() - 1;
   const at::Tensor seeds64 = seeds.to(at::kLong);
   check_ids_in_range(seeds64.const_data_ptr<int64_t>(), seeds64.numel(), num_nodes, "seeds");
   const int64_t* offsets = indptr.const_data_ptr<int64_t>();
-  check_csr_ends(offsets[0], offsets[indptr.numel() - 1], indices.numel());
+  errors::check_csr_ends(offsets[0], offsets[indptr.numel() - 1], indices.numel());
   const uint64_t key = cpu::draw_philox_key();
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_neighbors_cpu", [&] {
     return sample_neighbors_kernel<index_t>(indptr, indices, seeds64, fanout, replace, edge_ids,
@@ -74,8 +74,6 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cpu(
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(quiver, CPU, m) {
-  m.impl("sample_neighbors", &sample_neighbors_cpu);
-}
+TORCH_LIBRARY_IMPL(quiver, CPU, m) { m.impl("sample_neighbors", &sample_neighbors_cpu); }
 
 }  // namespace quiver

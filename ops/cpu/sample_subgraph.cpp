@@ -1,14 +1,16 @@
-#include "ops/checks.h"
-#include "ops/cpu/node_table.h"
-#include "ops/cpu/uniform_sampling.h"
-#include "ops/sampling_common.h"
-
+// CPU entry point of sample_subgraph: every hop runs per-row sampling (ops/cpu/row_sampling.h)
+// and reindexing through a concurrent node table (ops/cpu/node_table.h).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <limits>
 #include <vector>
+
+#include "ops/checks.h"
+#include "ops/cpu/node_table.h"
+#include "ops/cpu/row_sampling.h"
+#include "ops/sampling_rules.h"
 
 namespace quiver {
 namespace {
@@ -40,7 +42,7 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
   cpu::NodeTable table(node_bound(batch_size, fanouts, num_nodes));
   const int64_t* seeds_p = seeds.const_data_ptr<int64_t>();
   for (int64_t i = 0; i < batch_size; ++i) {  // a repeated seed keeps its first index
-    cpu::NodeSlot& slot = table[table.find_or_insert(seeds_p[i])];
+    NodeSlot& slot = table[table.find_or_insert(seeds_p[i])];
     if (slot.local < 0) slot.local = static_cast<int32_t>(i);
   }
 
@@ -61,7 +63,7 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
     at::parallel_for(0, frontier_size, kNodesPerTask, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
         const auto row = cpu::checked_row(indptr_p, frontier_p[i], num_edges);
-        ends[i] = cpu::sampled_count(row.degree, fanout, replace);
+        ends[i] = sampled_count(row.degree, fanout, replace);
       }
     });
     for (int64_t i = 1; i < frontier_size; ++i) ends[i] += ends[i - 1];
@@ -89,8 +91,8 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
         for (int64_t k = out_begin; k < ends[i]; ++k) {
           const int64_t pos = begin + eids_p[k];
           const int64_t neighbor = static_cast<int64_t>(indices_p[pos]);
-          TORCH_CHECK_INDEX(neighbor >= 0 && neighbor < num_nodes, "indices holds node id ",
-                            neighbor, ", out of range [0, ", num_nodes, "): the CSR is corrupt");
+          if (neighbor < 0 || neighbor >= num_nodes)
+            errors::neighbor_out_of_range(neighbor, num_nodes);
           rows_p[k] = table.find_or_insert(neighbor);  // a table slot until relabeled
           cols_p[k] = frontier_begin + i;
           eids_p[k] = eid_p ? eid_p[pos] : pos;
@@ -105,7 +107,7 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
     const int64_t chunks = std::max<int64_t>(1, (hop_edges + kEdgesPerTask - 1) / kEdgesPerTask);
     std::vector<int64_t> chunk_new(chunks + 1, 0);
     auto first_mention = [&](int64_t e) {
-      const cpu::NodeSlot& slot = table[rows_p[e]];
+      const NodeSlot& slot = table[rows_p[e]];
       return slot.local < 0 && slot.first == static_cast<uint32_t>(e);
     };
     at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
@@ -124,7 +126,7 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
         const int64_t stop = std::min(hop_edges, (c + 1) * kEdgesPerTask);
         for (int64_t e = c * kEdgesPerTask; e < stop; ++e) {
           if (!first_mention(e)) continue;
-          cpu::NodeSlot& slot = table[rows_p[e]];
+          NodeSlot& slot = table[rows_p[e]];
           slot.local = static_cast<int32_t>(total_nodes + next);
           new_nodes_p[next++] = slot.key;
         }
@@ -147,8 +149,8 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
   auto join = [&](const std::vector<at::Tensor>& parts) {
     return parts.empty() ? at::empty({0}, options) : at::cat(parts);
   };
-  return {join(node_parts), join(row_parts), join(col_parts), join(eid_parts), nodes_per_hop,
-          edges_per_hop};
+  return {join(node_parts), join(row_parts), join(col_parts),
+          join(eid_parts),  nodes_per_hop,   edges_per_hop};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
@@ -156,12 +158,11 @@ sample_subgraph_cpu(const at::Tensor& indptr, const at::Tensor& indices, const a
                     at::IntArrayRef fanouts, bool replace,
                     const std::optional<at::Tensor>& edge_ids) {
   check_sample_subgraph_args(indptr, indices, seeds, fanouts, edge_ids);
-  check_on_cpu("sample_subgraph", {&indptr, &indices, &seeds}, edge_ids);
   const at::Tensor seeds64 = seeds.to(at::kLong);
   check_ids_in_range(seeds64.const_data_ptr<int64_t>(), seeds64.numel(), indptr.numel() - 1,
                      "seeds");
   const int64_t* offsets = indptr.const_data_ptr<int64_t>();
-  check_csr_ends(offsets[0], offsets[indptr.numel() - 1], indices.numel());
+  errors::check_csr_ends(offsets[0], offsets[indptr.numel() - 1], indices.numel());
   const uint64_t key = cpu::draw_philox_key();
   const auto out = AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_subgraph_cpu", [&] {
     return sample_subgraph_kernel<index_t>(indptr, indices, seeds64, fanouts, replace, edge_ids,
@@ -172,8 +173,6 @@ sample_subgraph_cpu(const at::Tensor& indptr, const at::Tensor& indices, const a
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(quiver, CPU, m) {
-  m.impl("sample_subgraph", &sample_subgraph_cpu);
-}
+TORCH_LIBRARY_IMPL(quiver, CPU, m) { m.impl("sample_subgraph", &sample_subgraph_cpu); }
 
 }  // namespace quiver

@@ -1,7 +1,7 @@
-// Device-side recording of the first invalid input a kernel meets (see DeviceStatus).
+// Device-side recording of the first invalid input a kernel meets (see device_status.h).
 #pragma once
 
-#include "ops/cuda/sampling_kernels.h"
+#include "ops/cuda/device_status.h"
 
 namespace quiver::cuda {
 

@@ -1,7 +1,12 @@
-#include "ops/checks.h"
-#include "ops/cuda/sampling_host.h"
-
+// CUDA entry point of sample_neighbors: plan the seeds' rows (ops/cuda/row_sampling.cu),
+// read the total once, then sample into exactly sized outputs.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+
+#include "ops/checks.h"
+#include "ops/cuda/device_access.h"
+#include "ops/cuda/hop_board.h"
 
 namespace quiver {
 namespace {
@@ -23,39 +28,39 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_neighbors_cuda", [&] {
     const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, seeds.device());
     cuda::HopBoard board(seeds.device(), /*words=*/1);
-    at::Tensor plan = at::empty({2, num_seeds}, options);
-    int64_t* row_begin = plan.mutable_data_ptr<int64_t>();
-    int64_t* row_degree = row_begin + num_seeds;
-    cuda::plan_rows(csr, seeds64.const_data_ptr<int64_t>(), num_seeds, nullptr, fanout, replace,
-                    /*nodes_are_seeds=*/true, /*check_ends=*/true, row_begin, row_degree,
-                    counts.mutable_data_ptr<int64_t>(), board.status(), stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    at::Tensor plan_space = at::empty({2, num_seeds}, options);
+    const cuda::RowPlan plan{seeds64.const_data_ptr<int64_t>(),
+                             nullptr,
+                             num_seeds,
+                             plan_space.mutable_data_ptr<int64_t>(),
+                             plan_space.mutable_data_ptr<int64_t>() + num_seeds,
+                             counts.mutable_data_ptr<int64_t>()};
+    cuda::HopRule rule{fanout, replace, {}, 0};
+    C10_CUDA_CHECK(cuda::plan_rows(csr, plan, rule, {/*nodes_are_seeds=*/true, /*csr_ends=*/true},
+                                   board.status(), stream));
     at::Tensor offsets = at::empty({num_seeds + 1}, options);
     const size_t scan_bytes = cuda::offsets_workspace_bytes(num_seeds);
     at::Tensor scan_space = cuda::workspace(scan_bytes, seeds.device());
-    cuda::offsets_from_counts(counts.const_data_ptr<int64_t>(), num_seeds,
-                              offsets.mutable_data_ptr<int64_t>(), scan_space.mutable_data_ptr(),
-                              scan_bytes, stream);
+    C10_CUDA_CHECK(cuda::offsets_from_counts(plan.count, num_seeds,
+                                             offsets.mutable_data_ptr<int64_t>(),
+                                             scan_space.mutable_data_ptr(), scan_bytes, stream));
     C10_CUDA_CHECK(cudaMemcpyAsync(board.words(), offsets.const_data_ptr<int64_t>() + num_seeds,
                                    sizeof(int64_t), cudaMemcpyDeviceToDevice, stream));
     const int64_t total = board.read(stream, csr.num_nodes, csr.num_edges)[0];
 
     at::Tensor neighbors = at::empty({total}, options);
     at::Tensor sampled_eids = at::empty({total}, options);
-    const auto key = cuda::draw_philox_key(seeds.device(), 4 * std::max<int64_t>(fanout, 1));
-    cuda::sample_rows(csr, row_begin, row_degree, counts.const_data_ptr<int64_t>(),
-                      offsets.const_data_ptr<int64_t>(), num_seeds, fanout, replace, key, 0,
-                      neighbors.mutable_data_ptr<int64_t>(),
-                      sampled_eids.mutable_data_ptr<int64_t>(), nullptr, nullptr, stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    rule.key = cuda::draw_philox_key(seeds.device(), 4 * std::max<int64_t>(fanout, 1));
+    const cuda::HopOutput out{offsets.const_data_ptr<int64_t>(),
+                              neighbors.mutable_data_ptr<int64_t>(),
+                              sampled_eids.mutable_data_ptr<int64_t>(), nullptr, nullptr};
+    C10_CUDA_CHECK(cuda::sample_rows(csr, plan, rule, out, stream));
     return std::make_tuple(counts, neighbors, sampled_eids);
   });
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(quiver, CUDA, m) {
-  m.impl("sample_neighbors", &sample_neighbors_cuda);
-}
+TORCH_LIBRARY_IMPL(quiver, CUDA, m) { m.impl("sample_neighbors", &sample_neighbors_cuda); }
 
 }  // namespace quiver

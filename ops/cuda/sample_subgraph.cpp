@@ -1,12 +1,18 @@
-#include "ops/checks.h"
-#include "ops/cuda/sampling_host.h"
-#include "ops/sampling_common.h"
-
+// CUDA entry point of sample_subgraph: every hop runs row sampling (row_sampling.cu) and
+// reindexing (reindex.cu), queued back to back with one host wait per batch.
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <limits>
 #include <vector>
+
+#include "ops/checks.h"
+#include "ops/cuda/device_access.h"
+#include "ops/cuda/hop_board.h"
+#include "ops/cuda/reindex.h"
+#include "ops/sampling_rules.h"
 
 namespace quiver {
 namespace {
@@ -19,8 +25,8 @@ constexpr int64_t kQueuedEdgeLimit = int64_t{1} << 24;
 
 template <typename index_t>
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices,
-                       const at::Tensor& seeds, at::IntArrayRef fanouts, bool replace,
+sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+                       at::IntArrayRef fanouts, bool replace,
                        const std::optional<at::Tensor>& edge_ids) {
   const at::Device device = seeds.device();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
@@ -40,12 +46,12 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices,
 
   // Sized for every node the batch can reach, so it never fills past half.
   const int64_t capacity = node_table_capacity(node_bound(batch_size, fanouts, csr.num_nodes));
-  at::Tensor table = cuda::workspace(capacity * cuda::node_table_slot_bytes(), device);
-  cuda::clear_node_table(table.mutable_data_ptr(), capacity, stream);
+  at::Tensor table_space = cuda::workspace(capacity * sizeof(NodeSlot), device);
+  const cuda::NodeTable table{static_cast<NodeSlot*>(table_space.mutable_data_ptr()), capacity};
+  C10_CUDA_CHECK(cuda::clear_node_table(table, stream));
   at::Tensor entries = at::empty({batch_size}, options);
-  cuda::insert_nodes(table.mutable_data_ptr(), capacity, seeds.const_data_ptr<int64_t>(),
-                     batch_size, entries.mutable_data_ptr<int64_t>(), stream);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  C10_CUDA_CHECK(cuda::insert_nodes(table, seeds.const_data_ptr<int64_t>(), batch_size,
+                                    entries.mutable_data_ptr<int64_t>(), stream));
 
   const int64_t max_fanout = *std::max_element(fanouts.begin(), fanouts.end());
   const auto key = cuda::draw_philox_key(device, 4 * std::max<int64_t>(max_fanout, 1));
@@ -58,19 +64,25 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices,
     const int64_t frontier_bound = frontier.numel();
     if (frontier_bound == 0) break;  // known empty: the remaining hops add nothing
 
-    at::Tensor plan = at::empty({3, frontier_bound}, options);
-    int64_t* row_begin = plan.mutable_data_ptr<int64_t>();
-    int64_t* row_degree = row_begin + frontier_bound;
-    int64_t* row_count = row_degree + frontier_bound;
-    cuda::plan_rows(csr, frontier.const_data_ptr<int64_t>(), frontier_bound, node_total + hop,
-                    fanout, replace, /*nodes_are_seeds=*/hop == 0, /*check_ends=*/hop == 0,
-                    row_begin, row_degree, row_count, board.status(), stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    at::Tensor plan_space = at::empty({3, frontier_bound}, options);
+    int64_t* plan_p = plan_space.mutable_data_ptr<int64_t>();
+    const cuda::RowPlan plan{frontier.const_data_ptr<int64_t>(),
+                             node_total + hop,
+                             frontier_bound,
+                             plan_p,
+                             plan_p + frontier_bound,
+                             plan_p + 2 * frontier_bound};
+    const cuda::HopRule rule{fanout, replace, key, stream_base};
+    C10_CUDA_CHECK(cuda::plan_rows(csr, plan, rule,
+                                   {/*nodes_are_seeds=*/hop == 0,
+                                    /*csr_ends=*/hop == 0},
+                                   board.status(), stream));
     at::Tensor offsets = at::empty({frontier_bound + 1}, options);
     const size_t scan_bytes = cuda::offsets_workspace_bytes(frontier_bound);
     at::Tensor scan_space = cuda::workspace(scan_bytes, device);
-    cuda::offsets_from_counts(row_count, frontier_bound, offsets.mutable_data_ptr<int64_t>(),
-                              scan_space.mutable_data_ptr(), scan_bytes, stream);
+    C10_CUDA_CHECK(cuda::offsets_from_counts(plan.count, frontier_bound,
+                                             offsets.mutable_data_ptr<int64_t>(),
+                                             scan_space.mutable_data_ptr(), scan_bytes, stream));
     const int64_t* num_edges = offsets.const_data_ptr<int64_t>() + frontier_bound;
 
     int64_t max_edges = frontier_bound * fanout;
@@ -87,27 +99,22 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices,
     at::Tensor cols = at::empty({max_edges}, options);
     at::Tensor eids = at::empty({max_edges}, options);
     int64_t* rows_p = rows.mutable_data_ptr<int64_t>();
-    cuda::sample_rows(csr, row_begin, row_degree, row_count, offsets.const_data_ptr<int64_t>(),
-                      frontier_bound, fanout, replace, key, stream_base, rows_p,
-                      eids.mutable_data_ptr<int64_t>(), cols.mutable_data_ptr<int64_t>(),
-                      node_total + hop, stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
-    cuda::insert_neighbors(table.mutable_data_ptr(), capacity, rows_p, max_edges, num_edges,
-                           csr.num_nodes, board.status(), stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    const cuda::HopOutput out{offsets.const_data_ptr<int64_t>(), rows_p,
+                              eids.mutable_data_ptr<int64_t>(), cols.mutable_data_ptr<int64_t>(),
+                              node_total + hop};
+    C10_CUDA_CHECK(cuda::sample_rows(csr, plan, rule, out, stream));
+    const cuda::HopEdges edges{rows_p, max_edges, num_edges};
+    C10_CUDA_CHECK(cuda::insert_neighbors(table, edges, csr.num_nodes, board.status(), stream));
     at::Tensor new_pos = at::empty({max_edges + 1}, options);
     const size_t new_scan_bytes = cuda::scan_new_nodes_workspace_bytes(max_edges);
     at::Tensor new_scan_space = cuda::workspace(new_scan_bytes, device);
-    cuda::scan_new_nodes(table.const_data_ptr(), rows_p, max_edges, num_edges,
-                         new_pos.mutable_data_ptr<int64_t>(), new_scan_space.mutable_data_ptr(),
-                         new_scan_bytes, stream);
+    C10_CUDA_CHECK(cuda::scan_new_nodes(table, edges, new_pos.mutable_data_ptr<int64_t>(),
+                                        new_scan_space.mutable_data_ptr(), new_scan_bytes, stream));
     at::Tensor new_nodes = at::empty({max_new}, options);
-    cuda::assign_new_nodes(table.mutable_data_ptr(), rows_p, max_edges, num_edges,
-                           new_pos.const_data_ptr<int64_t>(), node_total + hop + 1,
-                           new_nodes.mutable_data_ptr<int64_t>(),
-                           board.words() + edges_at + hop, stream);
-    cuda::relabel_rows(table.const_data_ptr(), rows_p, max_edges, num_edges, stream);
-    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    C10_CUDA_CHECK(cuda::assign_new_nodes(
+        table, edges, new_pos.const_data_ptr<int64_t>(), node_total + hop + 1,
+        new_nodes.mutable_data_ptr<int64_t>(), board.words() + edges_at + hop, stream));
+    C10_CUDA_CHECK(cuda::relabel_rows(table, edges, stream));
 
     row_parts.push_back(rows);
     col_parts.push_back(cols);
@@ -126,7 +133,9 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices,
   const int64_t* counts = board.read(stream, csr.num_nodes, csr.num_edges);
   at::Tensor nodes_per_hop = at::zeros({num_hops + 1}, at::kLong);
   at::Tensor edges_per_hop = at::zeros({num_hops}, at::kLong);
-  nodes_per_hop[0] = batch_size;
+  int64_t* nodes_per_hop_p = nodes_per_hop.mutable_data_ptr<int64_t>();
+  int64_t* edges_per_hop_p = edges_per_hop.mutable_data_ptr<int64_t>();
+  nodes_per_hop_p[0] = batch_size;
   std::vector<at::Tensor> node_parts{seeds};
   for (size_t hop = 0; hop < row_parts.size(); ++hop) {
     const int64_t hop_edges = counts[edges_at + hop];
@@ -135,14 +144,14 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices,
     col_parts[hop] = col_parts[hop].narrow(0, 0, hop_edges);
     eid_parts[hop] = eid_parts[hop].narrow(0, 0, hop_edges);
     node_parts.push_back(new_node_parts[hop].narrow(0, 0, added));
-    nodes_per_hop[hop + 1] = added;
-    edges_per_hop[hop] = hop_edges;
+    nodes_per_hop_p[hop + 1] = added;
+    edges_per_hop_p[hop] = hop_edges;
   }
   auto join = [&](const std::vector<at::Tensor>& parts) {
     return parts.empty() ? at::empty({0}, options) : at::cat(parts);
   };
-  return {join(node_parts), join(row_parts),       join(col_parts),
-          join(eid_parts),  nodes_per_hop, edges_per_hop};
+  return {join(node_parts), join(row_parts), join(col_parts),
+          join(eid_parts),  nodes_per_hop,   edges_per_hop};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
@@ -170,8 +179,6 @@ sample_subgraph_cuda(const at::Tensor& indptr, const at::Tensor& indices, const 
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(quiver, CUDA, m) {
-  m.impl("sample_subgraph", &sample_subgraph_cuda);
-}
+TORCH_LIBRARY_IMPL(quiver, CUDA, m) { m.impl("sample_subgraph", &sample_subgraph_cuda); }
 
 }  // namespace quiver

@@ -25,7 +25,8 @@ int main(int argc, char** argv) {
     TORCH_CHECK(torch::equal(feats, x.index_select(0, node_ids)), "gathered rows differ");
     TORCH_CHECK(node_ids[0].item<int64_t>() == 0 && node_ids[1].item<int64_t>() == 10,
                 "seeds must come first");
-    at::Tensor diff = (node_ids.index_select(0, rows) - node_ids.index_select(0, cols)).remainder(n);
+    at::Tensor diff =
+        (node_ids.index_select(0, rows) - node_ids.index_select(0, cols)).remainder(n);
     TORCH_CHECK(((diff == 1) | (diff == n - 1)).all().item<bool>(), "sampled a non-edge");
     std::cout << "sampled " << node_ids.numel() << " nodes and " << rows.numel()
               << " edges through the scripted model\n";

@@ -72,3 +72,35 @@ def reindex_reference(seeds: Tensor, hop_neighbors):
                 nodes.append(g)
             rows.append(local[g])
     return torch.tensor(nodes, dtype=torch.long), torch.tensor(rows, dtype=torch.long)
+
+
+# ---- feature tables ----
+
+def random_table(rows, width, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, width, generator=gen) * 30).to(dtype)
+
+
+def split_tiers(hot_first, bounds, mode):
+    """Cuts a hot-ordered table at `bounds`: memory tiers first (on the GPU in GPU mode),
+    then the host tier (pinned in GPU and UVA modes)."""
+    cuts = [0, *bounds, hot_first.size(0)]
+    parts = [hot_first[a:b].contiguous() for a, b in zip(cuts[:-1], cuts[1:])]
+    if mode == "GPU":
+        return [p.cuda() for p in parts[:-1]] + [parts[-1].pin_memory()]
+    if mode == "UVA":
+        return [p.pin_memory() for p in parts]
+    return parts
+
+
+def ids_device(mode):
+    """Where a mode's ids (and so the op) live."""
+    return torch.device("cpu") if mode == "CPU" else torch.device("cuda")
+
+
+def permutation_positions(num_rows, dtype, seed=3):
+    """A random hot order and its positions map (positions[order[p]] = p)."""
+    order = torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed))
+    positions = torch.empty(num_rows, dtype=dtype)
+    positions[order] = torch.arange(num_rows, dtype=dtype)
+    return order, positions

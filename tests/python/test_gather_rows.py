@@ -1,8 +1,10 @@
+"""quiver::gather_rows against table[ids] on every placement (CPU; GPU: table in HBM; UVA:
+table pinned on the host)."""
 import pytest
 import torch
 
 import torch_quiver_ops as qv
-from torch_quiver_ops.feature import parse_size
+from reference import random_table
 
 
 def place_table(table, ids, mode):
@@ -13,6 +15,36 @@ def place_table(table, ids, mode):
     if mode == "UVA":
         return table.pin_memory(), ids.cuda()
     return table, ids
+
+
+def sample_inputs(mode):
+    """The op's cases on one placement, degenerate ones included: ``(table, cases)``, each
+    case ``(name, (placed_table, placed_ids))`` with the expected rows ``table[ids]``."""
+    table = random_table(30, 5)
+    ids = torch.tensor([3, 3, 29])
+    cases = [
+        ("duplicates", place_table(table, ids, mode)),
+        ("int32 ids", place_table(table, ids.int(), mode)),
+        ("one id", place_table(table, torch.tensor([0]), mode)),
+        ("empty ids", place_table(table, ids[:0], mode)),
+    ]
+    return table, cases
+
+
+def test_sample_inputs_match_indexing(mode):
+    table, cases = sample_inputs(mode)
+    for name, (placed_table, ids) in cases:
+        out = qv.ops.gather_rows(placed_table, ids)
+        assert out.device == ids.device, name
+        assert torch.equal(out.cpu(), table[ids.cpu().long()]), name
+
+
+def test_opcheck(mode):
+    if mode == "UVA":
+        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
+                    "the same kernel and fake")
+    for name, args in sample_inputs(mode)[1]:
+        torch.library.opcheck(torch.ops.quiver.gather_rows.default, args)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64,
@@ -60,43 +92,3 @@ def test_bad_input():
         qv.ops.gather_rows(table, torch.tensor([[0]]))
     with pytest.raises(ValueError, match="at least one dimension"):
         qv.ops.gather_rows(torch.tensor(3.0), torch.tensor([0]))
-
-
-def test_opcheck(mode):
-    if mode == "UVA":
-        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
-                    "the same kernel and fake")
-    for ids in [torch.tensor([3, 3, 29]), torch.tensor([0], dtype=torch.int32),
-                torch.empty(0, dtype=torch.long)]:
-        table, ids = place_table(torch.randn(30, 5), ids, mode)
-        torch.library.opcheck(torch.ops.quiver.gather_rows.default, (table, ids))
-
-
-def test_feature_indexes_like_a_tensor():
-    x = torch.randn(200, 7)
-    feature = qv.Feature(rank=0, device_list=[0], device_cache_size=0).from_cpu_tensor(x)
-    ids = torch.tensor([5, 199, 5, 0])
-    assert torch.equal(feature[ids].cpu(), x[ids])
-    assert feature.shape == x.shape and feature.size(1) == 7 and feature.dim() == 2
-    assert len(feature) == 200 and feature.dtype == torch.float32
-    with pytest.raises(IndexError, match="out of range"):
-        feature[torch.tensor([200])]
-
-
-def test_feature_errors():
-    with pytest.raises(RuntimeError, match="from_cpu_tensor"):
-        qv.Feature()[torch.tensor([0])]
-    with pytest.raises(ValueError, match="cache_policy"):
-        qv.Feature(cache_policy="everywhere")
-    topo = qv.CSRTopo(torch.tensor([[0, 1], [1, 2]]))
-    with pytest.raises(ValueError, match="3 nodes"):
-        qv.Feature(csr_topo=topo).from_cpu_tensor(torch.randn(5, 2))
-
-
-def test_parse_size():
-    assert parse_size(1000) == 1000
-    assert parse_size("200M") == 200 * 2**20
-    assert parse_size("0.5G") == 2**29
-    assert parse_size("1.5GB") == int(1.5 * 2**30)
-    with pytest.raises(ValueError, match="cannot read"):
-        parse_size("lots")

@@ -125,9 +125,9 @@ def test_torchrun_workers_map_one_feature_table(mode, policy, tmp_path):
 
 
 def ipc_reader(rank, payload, expected):
-    from torch_quiver_ops.feature import _open_payload
+    from torch_quiver_ops._sharing import open_payload
     torch.cuda.set_device(payload[1])
-    shard = _open_payload(payload, reader=payload[1])
+    shard = open_payload(payload, reader=payload[1])
     assert shard.shape == expected.shape and shard.dtype == expected.dtype
     assert torch.equal(shard.cpu(), expected)
 
@@ -136,10 +136,10 @@ def ipc_reader(rank, payload, expected):
 def test_cuda_ipc_shards_map_in_another_process():
     if "GPU" not in MODES:
         pytest.skip("needs a CUDA GPU and the CUDA kernels")
-    from torch_quiver_ops.feature import _ipc_payload, _shareable_copy
+    from torch_quiver_ops._sharing import ipc_payload, shareable_copy
     rows = torch.randn(50, 7).half()
-    shard = _shareable_copy(rows, 0)
+    shard = shareable_copy(rows, 0)
     assert torch.equal(shard.cpu(), rows)
-    mp.spawn(ipc_reader, args=(_ipc_payload(shard), rows), nprocs=1, join=True)
+    mp.spawn(ipc_reader, args=(ipc_payload(shard), rows), nprocs=1, join=True)
     with pytest.raises(RuntimeError, match="needs memory from CudaIpc.allocate"):
-        _ipc_payload(rows.cuda())
+        ipc_payload(rows.cuda())

@@ -1,3 +1,5 @@
+"""quiver::sample_neighbors against the graph itself (real neighbors, counts, no
+duplicates without replacement) and chi-square tests of uniformity, on every placement."""
 import pytest
 import torch
 
@@ -6,12 +8,68 @@ from reference import place, random_graph
 from stats import assert_uniform, star_graph, subset_counts
 
 
+def sample_inputs(mode):
+    """The op's cases on one placement, degenerate ones included: ``(graph, cases)`` with
+    cases ``(name, args)`` in the op's argument order."""
+    graph = random_graph(num_nodes=60, num_edges=400, seed=2)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.tensor([0, 7, 59, 7], device=device)  # a duplicate; node 59 has no edges
+    narrow = place(random_graph(num_nodes=60, num_edges=400, seed=2, dtype=torch.int32), mode)[0]
+    cases = [
+        ("fanout 3 with edge ids", (indptr, indices, seeds, 3, False, eid)),
+        ("all neighbors (-1), int32 seeds", (indptr, indices, seeds.int(), -1, False, None)),
+        ("with replacement", (indptr, indices, seeds, 2, True, None)),
+        ("empty batch", (indptr, indices, seeds[:0], 3, False, None)),
+        ("fanout 0", (indptr, indices, seeds, 0, False, eid)),
+        ("zero-degree seed", (indptr, indices, seeds[2:3], 4, False, None)),
+        ("int32 indices", (narrow[0], narrow[1], seeds, 5, False, narrow[2])),
+    ]
+    return graph, cases
+
+
 def expected_count(degree, fanout, replace):
     if fanout < 0:
         return degree
     if degree == 0:
         return 0
     return fanout if replace else min(fanout, degree)
+
+
+def check_against_graph(graph, seeds, fanout, replace, out, edge_ids_given=True):
+    """Counts, real neighbors and (without replacement) no repeats, checked on the graph."""
+    counts, neighbors, edge_ids = (t.cpu() for t in out)
+    seeds = seeds.cpu().long()
+    want = [expected_count(graph.degree(s), fanout, replace) for s in seeds.tolist()]
+    assert counts.tolist() == want
+    assert neighbors.numel() == sum(want) == edge_ids.numel()
+    owner = torch.repeat_interleave(seeds, counts)
+    if edge_ids_given:  # edge ids are input positions: the edge really runs seed -> neighbor
+        assert torch.equal(graph.row[edge_ids], owner)
+        assert torch.equal(graph.col[edge_ids], neighbors)
+    else:  # CSR positions inside the seed's row
+        assert torch.all(edge_ids >= graph.indptr[owner])
+        assert torch.all(edge_ids < graph.indptr[owner + 1])
+        assert torch.equal(graph.indices[edge_ids].long(), neighbors)
+    if not replace:
+        for part in edge_ids.split(counts.tolist()):
+            assert part.unique().numel() == part.numel()
+
+
+def test_sample_inputs_against_graph(mode):
+    graph, cases = sample_inputs(mode)
+    for name, args in cases:
+        out = qv.ops.sample_neighbors(*args)
+        for t in out:
+            assert t.device.type == args[2].device.type and t.dtype == torch.long, name
+        check_against_graph(graph, args[2], args[3], args[4], out, args[5] is not None)
+
+
+def test_opcheck(mode):
+    if mode == "UVA":
+        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
+                    "the same kernel and fake")
+    for name, args in sample_inputs(mode)[1]:
+        torch.library.opcheck(torch.ops.quiver.sample_neighbors.default, args)
 
 
 def pick_seeds(graph, n=200, seed=0):
@@ -26,32 +84,18 @@ def test_real_neighbors_counts_and_no_duplicates(mode, index_dtype, replace, fan
     graph = random_graph(dtype=index_dtype, seed=fanout + 7)
     seeds = pick_seeds(graph)
     (indptr, indices, eid), device = place(graph, mode)
-    counts, neighbors, edge_ids = qv.ops.sample_neighbors(indptr, indices, seeds.to(device),
-                                                          fanout, replace, eid)
-    for t in (counts, neighbors, edge_ids):
+    out = qv.ops.sample_neighbors(indptr, indices, seeds.to(device), fanout, replace, eid)
+    for t in out:
         assert t.device.type == device.type and t.dtype == torch.long
-    counts, neighbors, edge_ids = counts.cpu(), neighbors.cpu(), edge_ids.cpu()
-    want = [expected_count(graph.degree(s), fanout, replace) for s in seeds.tolist()]
-    assert counts.tolist() == want
-    assert neighbors.numel() == sum(want) == edge_ids.numel()
-    # Edge ids are input positions: the edge really runs seed -> neighbor.
-    owner = torch.repeat_interleave(seeds, counts)
-    assert torch.equal(graph.row[edge_ids], owner)
-    assert torch.equal(graph.col[edge_ids], neighbors)
-    if not replace:
-        for part in edge_ids.split(counts.tolist()):
-            assert part.unique().numel() == part.numel()
+    check_against_graph(graph, seeds, fanout, replace, out)
 
 
 def test_positions_without_edge_ids(mode):
     graph = random_graph()
     seeds = pick_seeds(graph)
     (indptr, indices, _), device = place(graph, mode)
-    counts, neighbors, pos = qv.ops.sample_neighbors(indptr, indices, seeds.to(device), 4)
-    counts, neighbors, pos = counts.cpu(), neighbors.cpu(), pos.cpu()
-    owner = torch.repeat_interleave(seeds, counts)
-    assert torch.all(pos >= graph.indptr[owner]) and torch.all(pos < graph.indptr[owner + 1])
-    assert torch.equal(graph.indices[pos].long(), neighbors)
+    out = qv.ops.sample_neighbors(indptr, indices, seeds.to(device), 4)
+    check_against_graph(graph, seeds, 4, False, out, edge_ids_given=False)
 
 
 @pytest.mark.parametrize("degree,fanout", [(20, 5), (200, 3), (7, 6), (300, 100)])
@@ -112,25 +156,6 @@ def test_manual_seed_reproduces_and_calls_differ(mode):
     assert not torch.equal(first[1], second[1])
 
 
-def test_opcheck(mode):
-    if mode == "UVA":
-        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
-                    "the same kernel and fake")
-    graph = random_graph(num_nodes=40, num_edges=300, seed=2)
-    (indptr, indices, eid), device = place(graph, mode)
-    seeds = torch.tensor([0, 5, 39, 5], device=device)
-    cases = [
-        (indptr, indices, seeds, 3, False, eid),
-        (indptr, indices, seeds.int(), -1, False, None),
-        (indptr, indices, seeds, 2, True, None),
-        (indptr, indices, seeds[:0], 3, False, None),   # empty batch
-        (indptr, indices, seeds, 0, False, eid),        # fanout 0
-        (indptr, indices, torch.tensor([39], device=device), 4, False, None),  # zero degree
-    ]
-    for args in cases:
-        torch.library.opcheck(torch.ops.quiver.sample_neighbors.default, args)
-
-
 def test_bad_input(mode):
     graph = random_graph(num_nodes=50, num_edges=400)
     (indptr, indices, eid), device = place(graph, mode)
@@ -160,11 +185,3 @@ def test_corrupt_row_is_reported_not_read(mode):
     (indptr, indices, _), device = place(graph, mode)
     with pytest.raises(ValueError, match="indptr and indices disagree at node 9"):
         qv.ops.sample_neighbors(indptr, indices, torch.tensor([3, 9], device=device), 2)
-
-
-def test_empty_batch_gives_empty_output(mode):
-    graph = random_graph()
-    (indptr, indices, eid), device = place(graph, mode)
-    counts, neighbors, edge_ids = qv.ops.sample_neighbors(
-        indptr, indices, torch.empty(0, dtype=torch.long, device=device), 5, False, eid)
-    assert counts.numel() == neighbors.numel() == edge_ids.numel() == 0

@@ -1,3 +1,5 @@
+"""quiver::sample_subgraph (multi-hop sampling fused with reindexing, PyG's layout) against
+the graph and a dict-based reindexing reference, on every placement."""
 import pytest
 import torch
 
@@ -7,7 +9,27 @@ from stats import assert_uniform, star_graph
 from test_sample_neighbors import expected_count, place_pair
 
 
-def check_subgraph(graph, seeds, fanouts, replace, out):
+def sample_inputs(mode):
+    """The op's cases on one placement, degenerate ones included: ``(graph, cases)`` with
+    cases ``(name, args)`` in the op's argument order."""
+    graph = random_graph(num_nodes=60, num_edges=400, seed=5)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.tensor([0, 7, 59, 7], device=device)  # a duplicate; node 59 has no edges
+    narrow = place(random_graph(num_nodes=60, num_edges=400, seed=5, dtype=torch.int32), mode)[0]
+    cases = [
+        ("two hops with edge ids", (indptr, indices, seeds, [3, 2], False, eid)),
+        ("all neighbors (-1), int32 seeds", (indptr, indices, seeds.int(), [-1], False, None)),
+        ("with replacement", (indptr, indices, seeds, [2, 2], True, None)),
+        ("empty batch", (indptr, indices, seeds[:0], [3], False, None)),
+        ("zero-degree seed", (indptr, indices, seeds[2:3], [2, 2], False, None)),
+        ("fanout 0 first", (indptr, indices, seeds, [0, 3], False, eid)),
+        ("-1 after a finite hop", (indptr, indices, seeds, [2, -1], False, eid)),
+        ("int32 indices", (narrow[0], narrow[1], seeds, [4, 3], False, narrow[2])),
+    ]
+    return graph, cases
+
+
+def check_subgraph(graph, seeds, fanouts, replace, out, edge_ids_given=True):
     """Every property of the PyG layout, against the graph itself."""
     node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = (t.cpu() for t in out)
     assert nodes_per_hop.device.type == "cpu" and edges_per_hop.device.type == "cpu"
@@ -34,8 +56,13 @@ def check_subgraph(graph, seeds, fanouts, replace, out):
         assert got.tolist() == want
         assert torch.all(r < cum_nodes[hop + 2])
         # reindexed ids map back to real edges target -> neighbor
-        assert torch.equal(graph.row[e], node_ids[c])
-        assert torch.equal(graph.col[e], node_ids[r])
+        if edge_ids_given:
+            assert torch.equal(graph.row[e], node_ids[c])
+            assert torch.equal(graph.col[e], node_ids[r])
+        else:  # CSR positions inside the target's row
+            assert torch.all(e >= graph.indptr[node_ids[c]])
+            assert torch.all(e < graph.indptr[node_ids[c] + 1])
+            assert torch.equal(graph.indices[e].long(), node_ids[r])
         if not replace:
             key = c * graph.row.numel() + e
             assert key.unique().numel() == key.numel()
@@ -45,6 +72,23 @@ def check_subgraph(graph, seeds, fanouts, replace, out):
     ref_nodes, ref_rows = reindex_reference(seeds.cpu().long(), hop_neighbors)
     assert torch.equal(ref_nodes, node_ids)
     assert torch.equal(ref_rows, rows)
+
+
+def test_sample_inputs_against_graph(mode):
+    graph, cases = sample_inputs(mode)
+    for name, args in cases:
+        out = qv.ops.sample_subgraph(*args)
+        for t in out[:4]:
+            assert t.device.type == args[2].device.type and t.dtype == torch.long, name
+        check_subgraph(graph, args[2], args[3], args[4], out, args[5] is not None)
+
+
+def test_opcheck(mode):
+    if mode == "UVA":
+        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
+                    "the same kernel and fake")
+    for name, args in sample_inputs(mode)[1]:
+        torch.library.opcheck(torch.ops.quiver.sample_subgraph.default, args)
 
 
 @pytest.mark.parametrize("fanouts", [[5], [4, 3], [15, 10, 5], [-1, 2], [3, 0, 2]])
@@ -103,25 +147,6 @@ def test_manual_seed_reproduces_and_calls_differ(mode):
     again = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 5], False, eid)
     assert all(torch.equal(a, b) for a, b in zip(first, again))
     assert not torch.equal(first[3], second[3])
-
-
-def test_opcheck(mode):
-    if mode == "UVA":
-        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
-                    "the same kernel and fake")
-    graph = random_graph(num_nodes=60, num_edges=400, seed=5)
-    (indptr, indices, eid), device = place(graph, mode)
-    seeds = torch.tensor([0, 7, 59, 7], device=device)
-    cases = [
-        (indptr, indices, seeds, [3, 2], False, eid),
-        (indptr, indices, seeds.int(), [-1], False, None),
-        (indptr, indices, seeds, [2, 2], True, None),
-        (indptr, indices, seeds[:0], [3], False, None),          # empty batch
-        (indptr, indices, torch.tensor([59], device=device), [2, 2], False, None),  # zero degree
-        (indptr, indices, seeds, [0, 3], False, eid),            # fanout 0
-    ]
-    for args in cases:
-        torch.library.opcheck(torch.ops.quiver.sample_subgraph.default, args)
 
 
 def test_bad_input(mode):

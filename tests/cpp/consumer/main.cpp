@@ -1,5 +1,5 @@
 // Samples a ring graph through the installed library: proves the CMake package works.
-#include <ops/quiver_ops.h>
+#include <quiver/ops.h>
 #include <torch/torch.h>
 
 #include <iostream>
@@ -7,8 +7,8 @@
 int main() {
   const int64_t n = 100;
   at::Tensor ids = torch::arange(n);
-  auto [indptr, indices, eid] =
-      quiver::csr_from_coo(torch::cat({ids, ids}), torch::cat({(ids + 1) % n, (ids + n - 1) % n}), n);
+  auto [indptr, indices, eid] = quiver::csr_from_coo(
+      torch::cat({ids, ids}), torch::cat({(ids + 1) % n, (ids + n - 1) % n}), n);
   auto [node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop] =
       quiver::sample_subgraph(indptr, indices, torch::tensor({0, 50}), {2, 2});
   at::Tensor diff = (node_ids.index_select(0, rows) - node_ids.index_select(0, cols)).remainder(n);

@@ -4,7 +4,8 @@
 // since each row costs a chain of dependent reads (id, position, row) whose latency, over
 // PCIe or NVLink especially, only parallelism hides. No division per element: the 2-D
 // block shape gives each thread its row and vector directly.
-#include "ops/cuda/gather_kernels.h"
+#include "ops/cuda/launch.cuh"
+#include "ops/cuda/row_gather.h"
 
 namespace quiver::cuda {
 namespace {
@@ -13,6 +14,7 @@ constexpr int kThreadsPerBlock = 256;
 constexpr int kMaxLanesPerRow = 32;
 // Measured on an H100 (docs/benchmarks.md): 2 and 4 rows in flight tie, 8 and 16 lose.
 constexpr int kRowsInFlight = 4;
+constexpr int64_t kMaxBlocks = 1 << 20;  // grid-stride beyond this
 
 // A plain store: with no atomics across PCIe, the last failing thread's report stands,
 // and any one failure is enough to raise.
@@ -23,39 +25,37 @@ __device__ inline void report(uint64_t* error, GatherError code, int64_t index) 
 
 template <typename vec_t, typename id_t, typename pos_t>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    gather_tiered_rows_kernel(const RowTiers tiers, const pos_t* __restrict__ positions,
-                              int64_t num_ids_allowed, int64_t row_vecs,
-                              const id_t* __restrict__ ids, int64_t num_ids,
-                              vec_t* __restrict__ out, uint64_t* error) {
+    gather_tiered_rows_kernel(const RowGather<id_t, pos_t> g, int64_t row_vecs) {
   const int64_t rows_per_step = int64_t{blockDim.y} * kRowsInFlight;
-  const int64_t tier_end = tiers.begin[tiers.num_tiers];
-  for (int64_t first = blockIdx.x * rows_per_step; first < num_ids;
+  const int64_t tier_end = g.tiers.begin[g.tiers.num_tiers];
+  auto* out = static_cast<vec_t*>(g.out);
+  for (int64_t first = blockIdx.x * rows_per_step; first < g.num_ids;
        first += int64_t{gridDim.x} * rows_per_step) {
     const vec_t* src[kRowsInFlight];
 #pragma unroll
     for (int r = 0; r < kRowsInFlight; ++r) {
       src[r] = nullptr;
       const int64_t i = first + r * int64_t{blockDim.y} + threadIdx.y;
-      if (i >= num_ids) continue;
-      const int64_t id = static_cast<int64_t>(ids[i]);
-      if (id < 0 || id >= num_ids_allowed) {
-        if (threadIdx.x == 0) report(error, kGatherIdOutOfRange, i);
+      if (i >= g.num_ids) continue;
+      const int64_t id = static_cast<int64_t>(g.ids[i]);
+      if (id < 0 || id >= g.num_ids_allowed) {
+        if (threadIdx.x == 0) report(g.error, kGatherIdOutOfRange, i);
         continue;
       }
-      const int64_t pos = positions ? static_cast<int64_t>(positions[id]) : id;
+      const int64_t pos = g.positions ? static_cast<int64_t>(g.positions[id]) : id;
       if (pos < 0 || pos >= tier_end) {
-        if (threadIdx.x == 0) report(error, kGatherPositionOutOfRange, i);
+        if (threadIdx.x == 0) report(g.error, kGatherPositionOutOfRange, i);
         continue;
       }
       // Tiers are few and their bounds sit in the kernel's parameters: a scan beats a search.
-      const void* base = tiers.rows[0];
+      const void* base = g.tiers.rows[0];
       int64_t local = pos;
 #pragma unroll
       for (int k = 1; k < kMaxRowTiers; ++k) {
-        if (k >= tiers.num_tiers) break;
-        if (pos >= tiers.begin[k]) {
-          base = tiers.rows[k];
-          local = pos - tiers.begin[k];
+        if (k >= g.tiers.num_tiers) break;
+        if (pos >= g.tiers.begin[k]) {
+          base = g.tiers.rows[k];
+          local = pos - g.tiers.begin[k];
         }
       }
       src[r] = static_cast<const vec_t*>(base) + local * row_vecs;
@@ -78,25 +78,24 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 }
 
 template <typename vec_t, typename id_t, typename pos_t>
-void launch(const RowTiers& tiers, int64_t row_bytes, const pos_t* positions,
-            int64_t num_ids_allowed, const id_t* ids, int64_t num_ids, void* out,
-            uint64_t* error, cudaStream_t stream) {
-  const int64_t row_vecs = row_bytes / static_cast<int64_t>(sizeof(vec_t));
+cudaError_t launch(const RowGather<id_t, pos_t>& g, cudaStream_t stream) {
+  const int64_t row_vecs = g.row_bytes / static_cast<int64_t>(sizeof(vec_t));
   const int lanes = static_cast<int>(row_vecs < kMaxLanesPerRow ? row_vecs : kMaxLanesPerRow);
   const dim3 block(lanes, kThreadsPerBlock / lanes);
   const int64_t rows_per_block = int64_t{block.y} * kRowsInFlight;
-  int64_t blocks = (num_ids + rows_per_block - 1) / rows_per_block;
-  if (blocks > (1 << 20)) blocks = 1 << 20;  // grid-stride beyond this
+  int64_t blocks = (g.num_ids + rows_per_block - 1) / rows_per_block;
+  if (blocks > kMaxBlocks) blocks = kMaxBlocks;
   gather_tiered_rows_kernel<vec_t, id_t, pos_t>
-      <<<static_cast<int>(blocks), block, 0, stream>>>(tiers, positions, num_ids_allowed,
-                                                        row_vecs, ids, num_ids,
-                                                        static_cast<vec_t*>(out), error);
+      <<<static_cast<int>(blocks), block, 0, stream>>>(g, row_vecs);
+  QUIVER_LAUNCH_TRY();
+  return cudaSuccess;
 }
 
 // The widest vector that divides the row and every tier's and the output's alignment.
-int vector_width(const RowTiers& tiers, int64_t row_bytes, const void* out) {
-  uintptr_t bits = static_cast<uintptr_t>(row_bytes) | reinterpret_cast<uintptr_t>(out);
-  for (int k = 0; k < tiers.num_tiers; ++k) bits |= reinterpret_cast<uintptr_t>(tiers.rows[k]);
+template <typename id_t, typename pos_t>
+int vector_width(const RowGather<id_t, pos_t>& g) {
+  uintptr_t bits = static_cast<uintptr_t>(g.row_bytes) | reinterpret_cast<uintptr_t>(g.out);
+  for (int k = 0; k < g.tiers.num_tiers; ++k) bits |= reinterpret_cast<uintptr_t>(g.tiers.rows[k]);
   for (int width = 16; width > 1; width /= 2) {
     if (bits % width == 0) return width;
   }
@@ -106,27 +105,24 @@ int vector_width(const RowTiers& tiers, int64_t row_bytes, const void* out) {
 }  // namespace
 
 template <typename id_t, typename pos_t>
-void gather_tiered_rows(const RowTiers& tiers, int64_t row_bytes, const pos_t* positions,
-                        int64_t num_ids_allowed, const id_t* ids, int64_t num_ids, void* out,
-                        uint64_t* error, cudaStream_t stream) {
-  if (num_ids == 0 || row_bytes == 0) return;
-  const auto run = [&](auto vec) {
-    launch<decltype(vec), id_t, pos_t>(tiers, row_bytes, positions, num_ids_allowed, ids,
-                                       num_ids, out, error, stream);
-  };
-  switch (vector_width(tiers, row_bytes, out)) {
-    case 16: run(uint4{}); break;
-    case 8: run(uint2{}); break;
-    case 4: run(uint32_t{}); break;
-    case 2: run(uint16_t{}); break;
-    default: run(uint8_t{}); break;
+cudaError_t gather_tiered_rows(const RowGather<id_t, pos_t>& g, cudaStream_t stream) {
+  if (g.num_ids == 0 || g.row_bytes == 0) return cudaSuccess;
+  switch (vector_width(g)) {
+    case 16:
+      return launch<uint4>(g, stream);
+    case 8:
+      return launch<uint2>(g, stream);
+    case 4:
+      return launch<uint32_t>(g, stream);
+    case 2:
+      return launch<uint16_t>(g, stream);
+    default:
+      return launch<uint8_t>(g, stream);
   }
 }
 
-#define QUIVER_INSTANTIATE(id_t, pos_t)                                                      \
-  template void gather_tiered_rows<id_t, pos_t>(const RowTiers&, int64_t, const pos_t*,      \
-                                                int64_t, const id_t*, int64_t, void*,        \
-                                                uint64_t*, cudaStream_t);
+#define QUIVER_INSTANTIATE(id_t, pos_t) \
+  template cudaError_t gather_tiered_rows<id_t, pos_t>(const RowGather<id_t, pos_t>&, cudaStream_t);
 QUIVER_INSTANTIATE(int32_t, int32_t)
 QUIVER_INSTANTIATE(int32_t, int64_t)
 QUIVER_INSTANTIATE(int64_t, int32_t)

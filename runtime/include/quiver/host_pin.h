@@ -3,8 +3,6 @@
 // as is.
 #pragma once
 
-#include "runtime/host_registration.h"
-
 #include <ATen/core/Tensor.h>
 #include <torch/custom_class.h>
 
@@ -12,9 +10,12 @@
 
 namespace quiver::runtime {
 
+class HostRegistration;  // runtime/host_registration.h: plain C++, no torch
+
 class HostPin : public torch::CustomClassHolder {
  public:
   explicit HostPin(at::Tensor tensor);
+  ~HostPin() override;
 
   at::Tensor tensor() const { return tensor_; }
   // True when this object registered the memory (and unregisters it when destroyed).

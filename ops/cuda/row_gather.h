@@ -1,12 +1,12 @@
-// Torch-free interface of the CUDA row gather, shared by gather_rows (one table) and
-// gather_tiered_rows (a feature table split over GPU memory, peer GPUs and pinned host).
+// Torch-free interface of the one CUDA row gather, the stage behind gather_rows (one table)
+// and gather_tiered_rows (a feature table split over GPU memory, peer GPUs and pinned host).
 #pragma once
-
-#include "ops/gather_tiers.h"
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+
+#include "ops/row_tiers.h"
 
 namespace quiver::cuda {
 
@@ -28,13 +28,23 @@ enum GatherError : uint64_t {
 };
 constexpr int kGatherErrorShift = 56;
 
-// out[i] = the row at position p = positions[ids[i]] (p = ids[i] when positions is null)
-// for rows of row_bytes bytes. A failing row is left unwritten and reported in *error, a
-// word the GPU can write (mapped pinned host memory, so that reading it costs no copy):
-// any one failure is kept.
+// One gather: out[i] = the row at position p = positions[ids[i]] (p = ids[i] when
+// positions is null), rows of row_bytes bytes. A failing row is left unwritten and
+// reported in *error, a word the GPU can write (mapped pinned host memory, so reading it
+// costs no copy): any one failure is kept.
 template <typename id_t, typename pos_t>
-void gather_tiered_rows(const RowTiers& tiers, int64_t row_bytes, const pos_t* positions,
-                        int64_t num_ids_allowed, const id_t* ids, int64_t num_ids, void* out,
-                        uint64_t* error, cudaStream_t stream);
+struct RowGather {
+  RowTiers tiers;
+  int64_t row_bytes;
+  const pos_t* positions;
+  int64_t num_ids_allowed;
+  const id_t* ids;
+  int64_t num_ids;
+  void* out;
+  uint64_t* error;
+};
+
+template <typename id_t, typename pos_t>
+cudaError_t gather_tiered_rows(const RowGather<id_t, pos_t>& gather, cudaStream_t stream);
 
 }  // namespace quiver::cuda

@@ -1,17 +1,20 @@
-// Per-node neighbor choice shared by the one-hop and multi-hop CPU samplers.
+// Per-row neighbor choice on the CPU, the stage shared by the one-hop and multi-hop CPU
+// samplers (the CUDA twin is ops/cuda/row_sampling.cu; both follow ops/sampling_rules.h).
 // Randomness is counter-based (Philox, keyed by one draw from PyTorch's CPU generator and
 // indexed by the node's position), so results do not depend on thread scheduling.
 #pragma once
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/PhiloxRNGEngine.h>
-#include <c10/util/Exception.h>
 #include <c10/util/flat_hash_map.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
 #include <numeric>
+
+#include "ops/errors.h"
+#include "ops/sampling_rules.h"
 
 namespace quiver::cpu {
 
@@ -23,17 +26,11 @@ inline uint64_t draw_philox_key() {
   return gen->random64();
 }
 
-// How many neighbors a node of `degree` contributes for `fanout` (-1: all).
-inline int64_t sampled_count(int64_t degree, int64_t fanout, bool replace) {
-  if (fanout < 0) return degree;
-  if (degree == 0) return 0;
-  return replace ? fanout : std::min(fanout, degree);
-}
-
-// Uniform integer in [0, n) from 64 random bits; its bias is below n / 2^64.
+// Uniform integer in [0, n) from two 32-bit draws, high word first.
 inline uint64_t uniform_below(at::philox_engine& rng, uint64_t n) {
-  const uint64_t bits = (static_cast<uint64_t>(rng()) << 32) | rng();
-  return static_cast<uint64_t>((static_cast<unsigned __int128>(bits) * n) >> 64);
+  const uint64_t high = rng();  // two statements: a fixed order of the two draws
+  const uint64_t low = rng();
+  return scale_to_range((high << 32) | low, n);
 }
 
 // Above this many picks, Floyd's membership test uses a hash set instead of a scan.
@@ -81,9 +78,9 @@ struct RowSpan {
 inline RowSpan checked_row(const int64_t* indptr, int64_t node, int64_t num_edges) {
   const int64_t begin = indptr[node];
   const int64_t end = indptr[node + 1];
-  TORCH_CHECK_VALUE(0 <= begin && begin <= end && end <= num_edges,
-              "indptr and indices disagree at node ", node, ": indptr[", node, "] = ", begin,
-              ", indptr[", node + 1, "] = ", end, ", indices has ", num_edges, " entries");
+  if (!(0 <= begin && begin <= end && end <= num_edges)) {
+    errors::row_out_of_bounds(node, begin, end, num_edges);
+  }
   return {begin, end - begin};
 }
 

@@ -1,10 +1,10 @@
 // Typed C++ calls to the quiver ops, through the dispatcher (so CPU and CUDA inputs both
 // work, exactly as from Python). Link TorchQuiverOps::torch_quiver_ops to register them.
-// Argument meanings are documented once, in ops/schema.cpp.
+// Argument meanings are documented once, in library.cpp (the registrar).
 #pragma once
 
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
 #include <tuple>
@@ -43,8 +43,8 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at
 sample_subgraph(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                 c10::IntArrayRef fanouts, bool replace = false,
                 const std::optional<at::Tensor>& edge_ids = std::nullopt) {
-  static const auto handle = detail::op<
-      std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+  static const auto handle =
+      detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
           const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::IntArrayRef, bool,
           const std::optional<at::Tensor>&)>("quiver::sample_subgraph");
   return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids);
@@ -56,8 +56,9 @@ inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
   return handle.call(table, ids);
 }
 
-// Rows ids of a table split over tiers (see gather_tiered_rows in ops/schema.cpp).
-inline at::Tensor gather_tiered_rows(at::TensorList tiers, const std::optional<at::Tensor>& positions,
+// Rows ids of a table split over tiers (see gather_tiered_rows in library.cpp).
+inline at::Tensor gather_tiered_rows(at::TensorList tiers,
+                                     const std::optional<at::Tensor>& positions,
                                      const at::Tensor& ids) {
   static const auto handle =
       detail::op<at::Tensor(at::TensorList, const std::optional<at::Tensor>&, const at::Tensor&)>(

@@ -1,5 +1,5 @@
-// Limits of a tiered row layout, shared by the op checks, the CPU and CUDA kernels and the
-// FeatureTiers runtime class.
+// Limits of a tiered row layout, torch-free: shared by the op checks, the CPU and CUDA
+// gather kernels and the FeatureTiers runtime class.
 #pragma once
 
 namespace quiver {

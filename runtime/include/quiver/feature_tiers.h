@@ -3,19 +3,22 @@
 // the GPU-memory tiers (this GPU's cache, or the shards of its NVLink clique), then the
 // host tier (pinned, read with zero copy). positions[id] is row id's hotness position.
 // gather(ids) runs quiver::gather_tiered_rows, so TorchScript models and C++ programs
-// read the store exactly as Python does.
+// read the store exactly as Python does. It pickles as its tensors (tiers, positions), so a
+// scripted module holding one can be saved and loaded.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <torch/custom_class.h>
 
 #include <optional>
+#include <tuple>
 #include <vector>
 
 namespace quiver::runtime {
 
 class FeatureTiers : public torch::CustomClassHolder {
  public:
+  // Checks the layout as gather_tiered_rows does (dtypes, row shapes, positions).
   FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tensor> positions);
 
   // Rows ids (1-D int32/int64) of the table, on the ids' device.
@@ -30,6 +33,10 @@ class FeatureTiers : public torch::CustomClassHolder {
   // the host tier.
   int64_t leading_rows() const;
 
+  // The pickle pair: the state is (tiers, positions), restored through the constructor.
+  using State = std::tuple<std::vector<at::Tensor>, std::optional<at::Tensor>>;
+  State state() const { return {tiers_, positions_}; }
+  static c10::intrusive_ptr<FeatureTiers> from_state(State state);
 
  private:
   std::vector<at::Tensor> tiers_;

@@ -1,0 +1,51 @@
+// The registrar: the one TORCH_LIBRARY(quiver), above both layers. It registers the runtime
+// classes (runtime/classes.cpp) first, then declares every op schema, each documented here
+// once. Backends register only implementations for these names, next to their kernels
+// (ops/cpu/<op>.cpp, ops/cuda/<op>.cpp); fake kernels live in torch_quiver_ops/_fake.py.
+// ops/ never includes runtime/; runtime/ may use ops/; only this file sees both.
+#include <torch/library.h>
+
+#include "runtime/classes.h"
+
+TORCH_LIBRARY(quiver, m) {
+  // Fake (meta) kernels live in Python; this tells PyTorch where to find them.
+  m.set_python_module("torch_quiver_ops._fake");
+
+  // Runtime classes first: op schemas may name them (runtime/classes.cpp).
+  quiver::runtime::register_runtime_classes(m);
+
+  // CSR from COO: rows sorted (stable: edges of one row keep their input order).
+  // edge_ids[k] is the input position of the k-th CSR edge.
+  m.def(
+      "csr_from_coo(Tensor row, Tensor col, int num_nodes) -> "
+      "(Tensor indptr, Tensor indices, Tensor edge_ids)");
+
+  // One hop: up to `fanout` neighbors of each seed (-1: all of them), uniform without
+  // replacement unless `replace`. Returns per-seed counts, the flat neighbor ids and the
+  // sampled edges' ids (edge_ids[pos] when edge_ids is given, else the CSR position).
+  m.def(
+      "sample_neighbors(Tensor indptr, Tensor indices, Tensor seeds, int fanout, "
+      "bool replace=False, Tensor? edge_ids=None) -> "
+      "(Tensor counts, Tensor neighbors, Tensor sampled_edge_ids)",
+      {at::Tag::nondeterministic_seeded});
+
+  // Multi-hop sampling fused with reindexing, in PyG's layout: node_ids holds global ids,
+  // seeds first, then each hop's new nodes in order of first appearance; (rows, cols) are
+  // local indices into node_ids, edges flowing from the sampled neighbor (row) to the node
+  // it was sampled for (col), grouped by hop. Per-hop counts are int64 CPU tensors.
+  m.def(
+      "sample_subgraph(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, "
+      "bool replace=False, Tensor? edge_ids=None) -> "
+      "(Tensor node_ids, Tensor rows, Tensor cols, Tensor sampled_edge_ids, "
+      "Tensor nodes_per_hop, Tensor edges_per_hop)",
+      {at::Tag::nondeterministic_seeded});
+
+  // out[i] = table[ids[i]] for a row-major table of any dtype.
+  m.def("gather_rows(Tensor table, Tensor ids) -> Tensor");
+
+  // A table split over tiers, tier k holding the rows at positions [begin_k, begin_k +
+  // tiers[k].size(0)) with begin_0 = 0: out[i] = the row at position positions[ids[i]]
+  // (ids[i] itself when positions is None). On CUDA each tier may be on the ids' GPU, on a
+  // peer GPU it can read, or in pinned host memory; positions on the ids' GPU or pinned.
+  m.def("gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids) -> Tensor");
+}

@@ -1,0 +1,20 @@
+// CPU entry point of gather_tiered_rows (ops/cpu/row_gather.h).
+#include <torch/library.h>
+
+#include "ops/checks.h"
+#include "ops/cpu/row_gather.h"
+
+namespace quiver {
+namespace {
+
+at::Tensor gather_tiered_rows_cpu(at::TensorList tiers, const std::optional<at::Tensor>& positions,
+                                  const at::Tensor& ids) {
+  check_gather_tiered_rows_args(tiers, positions, ids);
+  return cpu::gather_from_tiers(tiers, positions, ids);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(quiver, CPU, m) { m.impl("gather_tiered_rows", &gather_tiered_rows_cpu); }
+
+}  // namespace quiver

@@ -1,0 +1,82 @@
+// The CPU row gather, the stage shared by gather_rows (one table) and gather_tiered_rows
+// (rows split over tiers, looked up through a position table). Every tensor is on the CPU:
+// the dispatcher picks the CPU kernel only when no argument is a CUDA tensor.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "ops/checks.h"
+
+namespace quiver::cpu {
+namespace detail {
+
+// Bytes copied per parallel task: enough to amortize scheduling, small enough to balance.
+constexpr int64_t kBytesPerTask = 1 << 18;
+
+struct HostTier {
+  const char* rows;
+  int64_t begin;
+  int64_t end;
+};
+
+template <typename id_t, typename pos_t>
+void gather_kernel(const std::vector<HostTier>& tiers, int64_t row_bytes, const pos_t* positions,
+                   int64_t num_ids_allowed, const id_t* ids, int64_t num_ids, char* out) {
+  const int64_t tier_end = tiers.back().end;
+  const int64_t grain = std::max<int64_t>(1, kBytesPerTask / std::max<int64_t>(row_bytes, 1));
+  at::parallel_for(0, num_ids, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      const int64_t id = static_cast<int64_t>(ids[i]);
+      if (id < 0 || id >= num_ids_allowed) errors::id_out_of_range("ids", i, id, num_ids_allowed);
+      const int64_t pos = positions ? static_cast<int64_t>(positions[id]) : id;
+      if (pos < 0 || pos >= tier_end) errors::position_out_of_range(id, pos, tier_end);
+      size_t k = 0;
+      while (pos >= tiers[k].end) ++k;
+      std::memcpy(out + i * row_bytes, tiers[k].rows + (pos - tiers[k].begin) * row_bytes,
+                  row_bytes);
+    }
+  });
+}
+
+}  // namespace detail
+
+// Rows `ids` of `tiers` (checked by the caller), as a new CPU tensor.
+inline at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
+                                    const std::optional<at::Tensor>& positions,
+                                    const at::Tensor& ids) {
+  at::Tensor out = at::empty(gathered_shape(tiers[0], ids), tiers[0].options());
+  if (out.numel() == 0) return out;
+  const int64_t row_bytes = out.nbytes() / ids.numel();
+  std::vector<detail::HostTier> host_tiers;
+  int64_t begin = 0;
+  for (const at::Tensor& t : tiers) {
+    host_tiers.push_back({static_cast<const char*>(t.const_data_ptr()), begin, begin + t.size(0)});
+    begin += t.size(0);
+  }
+  const int64_t num_ids_allowed = tiered_id_count(tiers, positions);
+  auto* dst = static_cast<char*>(out.mutable_data_ptr());
+  AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "gather_from_tiers", [&] {
+    using id_t = index_t;
+    const id_t* ids_p = ids.const_data_ptr<id_t>();
+    if (!positions) {
+      detail::gather_kernel<id_t, int64_t>(host_tiers, row_bytes, nullptr, num_ids_allowed, ids_p,
+                                           ids.numel(), dst);
+    } else if (positions->scalar_type() == at::kInt) {
+      detail::gather_kernel<id_t, int32_t>(host_tiers, row_bytes,
+                                           positions->const_data_ptr<int32_t>(), num_ids_allowed,
+                                           ids_p, ids.numel(), dst);
+    } else {
+      detail::gather_kernel<id_t, int64_t>(host_tiers, row_bytes,
+                                           positions->const_data_ptr<int64_t>(), num_ids_allowed,
+                                           ids_p, ids.numel(), dst);
+    }
+  });
+  return out;
+}
+
+}  // namespace quiver::cpu

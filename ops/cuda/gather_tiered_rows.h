@@ -1,0 +1,18 @@
+// Host side of the CUDA row gather, shared by the gather_rows and gather_tiered_rows entry
+// points: resolves where each tier lives, launches row_gather.cu and turns a reported bad
+// id or position into an IndexError after the call's one wait.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <optional>
+
+namespace quiver::cuda {
+
+// Rows `ids` (on a GPU) of `tiers` (checked by the caller), on the ids' GPU. `op` names the
+// calling op in placement errors.
+at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
+                             const std::optional<at::Tensor>& positions, const at::Tensor& ids,
+                             const char* op);
+
+}  // namespace quiver::cuda

@@ -1,0 +1,177 @@
+// Per-row neighbor sampling on the GPU: planning (degrees and output counts), the offsets
+// scan, and the sampling itself. Rows are spread over groups of G lanes so that many rows
+// are in flight per block; the lanes of a group read a row's picks together, which
+// coalesces reads of small rows and of "take all" rows (essential over PCIe in UVA mode).
+#include <cooperative_groups.h>
+#include <curand_kernel.h>
+
+#include <cub/device/device_scan.cuh>
+
+#include "ops/cuda/device_status.cuh"
+#include "ops/cuda/launch.cuh"
+#include "ops/cuda/row_sampling.h"
+#include "ops/sampling_rules.h"
+
+namespace cg = cooperative_groups;
+
+namespace quiver::cuda {
+namespace {
+
+constexpr int kPlanThreads = 256;
+constexpr int kBlock = 128;
+constexpr int kSharedPicks = 32;  // picks per row kept in shared memory; more go to scratch
+
+template <typename index_t>
+__global__ void plan_rows_kernel(const Csr<index_t> csr, const RowPlan plan, int64_t fanout,
+                                 bool replace, PlanChecks checks, DeviceStatus* status) {
+  if (checks.csr_ends && blockIdx.x == 0 && threadIdx.x == 0) {
+    const int64_t first = csr.indptr[0];
+    const int64_t last = csr.indptr[csr.num_nodes];
+    if (first != 0 || last != csr.num_edges) record_status(status, kCsrEnds, 0, first, last);
+  }
+  const int64_t live_rows = plan.live ? plan.live[1] - plan.live[0] : plan.num_rows;
+  QUIVER_GRID_LOOP(r, plan.num_rows) {
+    int64_t begin = 0, degree = 0;  // rows past the live ones yield nothing
+    if (r < live_rows) {
+      const int64_t node = plan.nodes[r];
+      if (node < 0 || node >= csr.num_nodes) {
+        record_status(status, checks.nodes_are_seeds ? kSeedOutOfRange : kNeighborOutOfRange, r,
+                      node, 0);
+      } else {
+        begin = csr.indptr[node];
+        const int64_t end = csr.indptr[node + 1];
+        if (0 <= begin && begin <= end && end <= csr.num_edges) {
+          degree = end - begin;
+        } else {
+          record_status(status, kRowOutOfBounds, node, begin, end);
+          begin = 0;
+        }
+      }
+    }
+    plan.begin[r] = begin;
+    plan.degree[r] = degree;
+    plan.count[r] = sampled_count(degree, fanout, replace);
+  }
+}
+
+__device__ inline uint64_t uniform_below(curandStatePhilox4_32_10_t* state, uint64_t n) {
+  const uint64_t high = curand(state);  // two statements: a fixed order of the two draws
+  const uint64_t low = curand(state);
+  return scale_to_range((high << 32) | low, n);
+}
+
+template <typename index_t, int G>
+__global__ void __launch_bounds__(kBlock)
+    sample_rows_kernel(const Csr<index_t> csr, const RowPlan plan, const HopRule rule,
+                       const HopOutput out) {
+  constexpr int kGroups = kBlock / G;
+  const int64_t col_base = out.cols ? *out.col_base : 0;
+  __shared__ int64_t shared_picks[kGroups][kSharedPicks];
+  const auto group = cg::tiled_partition<G>(cg::this_thread_block());
+  const int lane = group.thread_rank();
+  const int slot = threadIdx.x / G;
+
+  for (int64_t r = blockIdx.x * int64_t{kGroups} + slot; r < plan.num_rows;
+       r += int64_t{gridDim.x} * kGroups) {
+    const int64_t count = plan.count[r];
+    if (count == 0) continue;
+    const int64_t begin = plan.begin[r];
+    const int64_t degree = plan.degree[r];
+    const int64_t first = out.offsets[r];
+
+    auto emit = [&](int64_t j, int64_t offset) {
+      const int64_t pos = begin + offset;
+      out.neighbors[first + j] = static_cast<int64_t>(csr.indices[pos]);
+      out.edge_ids[first + j] = csr.edge_ids ? csr.edge_ids[pos] : pos;
+      if (out.cols) out.cols[first + j] = col_base + r;
+    };
+
+    if (rule.fanout < 0 || (!rule.replace && count == degree)) {
+      for (int64_t j = lane; j < count; j += G) emit(j, j);
+    } else if (rule.replace) {
+      for (int64_t j = lane; j < count; j += G) {
+        curandStatePhilox4_32_10_t state;
+        curand_init(rule.key.seed, rule.stream_base + r, rule.key.offset + 4 * j, &state);
+        emit(j, static_cast<int64_t>(uniform_below(&state, degree)));
+      }
+    } else {
+      // Floyd's algorithm in one lane (every k-subset equally likely), then all lanes
+      // fetch the picks. Beyond kSharedPicks the picks wait in the edge-id output, each
+      // slot later overwritten by the lane that reads it.
+      int64_t* picks = count <= kSharedPicks ? shared_picks[slot] : out.edge_ids + first;
+      if (lane == 0) {
+        curandStatePhilox4_32_10_t state;
+        curand_init(rule.key.seed, rule.stream_base + r, rule.key.offset, &state);
+        for (int64_t j = degree - count, m = 0; j < degree; ++j, ++m) {
+          int64_t t = static_cast<int64_t>(uniform_below(&state, j + 1));
+          for (int64_t q = 0; q < m; ++q) {
+            if (picks[q] == t) {
+              t = j;
+              break;
+            }
+          }
+          picks[m] = t;
+        }
+      }
+      group.sync();
+      for (int64_t j = lane; j < count; j += G) emit(j, picks[j]);
+      group.sync();  // the group's shared picks are reused by its next row
+    }
+  }
+}
+
+template <typename index_t, int G>
+cudaError_t launch_sample_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRule& rule,
+                               const HopOutput& out, cudaStream_t stream) {
+  sample_rows_kernel<index_t, G>
+      <<<blocks_for(plan.num_rows, kBlock / G), kBlock, 0, stream>>>(csr, plan, rule, out);
+  QUIVER_LAUNCH_TRY();
+  return cudaSuccess;
+}
+
+}  // namespace
+
+template <typename index_t>
+cudaError_t plan_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRule& rule,
+                      PlanChecks checks, DeviceStatus* status, cudaStream_t stream) {
+  plan_rows_kernel<index_t><<<blocks_for(plan.num_rows, kPlanThreads), kPlanThreads, 0, stream>>>(
+      csr, plan, rule.fanout, rule.replace, checks, status);
+  QUIVER_LAUNCH_TRY();
+  return cudaSuccess;
+}
+
+size_t offsets_workspace_bytes(int64_t n) {
+  size_t bytes = 0;
+  cub::DeviceScan::InclusiveSum(nullptr, bytes, static_cast<const int64_t*>(nullptr),
+                                static_cast<int64_t*>(nullptr), n);
+  return bytes;
+}
+
+cudaError_t offsets_from_counts(const int64_t* values, int64_t n, int64_t* offsets, void* workspace,
+                                size_t workspace_bytes, cudaStream_t stream) {
+  QUIVER_CUDA_TRY(cudaMemsetAsync(offsets, 0, sizeof(int64_t), stream));
+  if (n == 0) return cudaSuccess;
+  return cub::DeviceScan::InclusiveSum(workspace, workspace_bytes, values, offsets + 1, n, stream);
+}
+
+template <typename index_t>
+cudaError_t sample_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRule& rule,
+                        const HopOutput& out, cudaStream_t stream) {
+  // Enough lanes per row for the fanout, so that small fanouts keep more rows in flight.
+  if (rule.fanout >= 0 && rule.fanout <= 8)
+    return launch_sample_rows<index_t, 8>(csr, plan, rule, out, stream);
+  if (rule.fanout >= 0 && rule.fanout <= 16)
+    return launch_sample_rows<index_t, 16>(csr, plan, rule, out, stream);
+  return launch_sample_rows<index_t, 32>(csr, plan, rule, out, stream);
+}
+
+#define QUIVER_INSTANTIATE(index_t)                                                              \
+  template cudaError_t plan_rows<index_t>(const Csr<index_t>&, const RowPlan&, const HopRule&,   \
+                                          PlanChecks, DeviceStatus*, cudaStream_t);              \
+  template cudaError_t sample_rows<index_t>(const Csr<index_t>&, const RowPlan&, const HopRule&, \
+                                            const HopOutput&, cudaStream_t);
+QUIVER_INSTANTIATE(int32_t)
+QUIVER_INSTANTIATE(int64_t)
+#undef QUIVER_INSTANTIATE
+
+}  // namespace quiver::cuda

@@ -1,0 +1,88 @@
+// Torch-free interface of per-row neighbor sampling on the GPU, the stage that both
+// sample_neighbors (one hop) and sample_subgraph (every hop) run: plan each row (its CSR
+// span and how many neighbors it yields), scan the counts into output offsets, then
+// sample. The host wrappers validate arguments, allocate from PyTorch's caching allocator
+// and pass the current stream; these launches trust their inputs, except that every node
+// id and CSR row is bounds-checked before it is dereferenced and a violation is recorded
+// in a DeviceStatus. Every launcher returns the cudaError_t of its last launch or CUB call.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/cuda/device_status.h"
+
+namespace quiver::cuda {
+
+// A CSR whose arrays the GPU can read: device memory, or pinned host memory (UVA).
+template <typename index_t>
+struct Csr {
+  const int64_t* indptr;
+  const index_t* indices;
+  const int64_t* edge_ids;  // null: report CSR positions as edge ids
+  int64_t num_nodes;
+  int64_t num_edges;
+};
+
+// Philox key and offset drawn from PyTorch's CUDA generator for one call.
+struct PhiloxKey {
+  uint64_t seed;
+  uint64_t offset;
+};
+
+// How one hop samples: its fanout (-1: all neighbors), with or without replacement, and
+// its randomness: row r draws from Philox stream stream_base + r.
+struct HopRule {
+  int64_t fanout;
+  bool replace;
+  PhiloxKey key;
+  uint64_t stream_base;
+};
+
+// The rows (nodes) of one hop and, per row, device arrays of num_rows entries: its CSR
+// start, its degree and the number of neighbors it yields. When `live` is given (device
+// {begin, end}), only the first live[1] - live[0] rows are real and the others yield
+// nothing, so a hop can be queued before the host knows its size.
+struct RowPlan {
+  const int64_t* nodes;
+  const int64_t* live;
+  int64_t num_rows;
+  int64_t* begin;
+  int64_t* degree;
+  int64_t* count;
+};
+
+// Where a hop's sampled edges go: row r writes count[r] neighbors (global ids) and edge
+// ids at offsets[r]; when `cols` is given, also *col_base + r (col_base on the device) as
+// each edge's target.
+struct HopOutput {
+  const int64_t* offsets;
+  int64_t* neighbors;
+  int64_t* edge_ids;
+  int64_t* cols;
+  const int64_t* col_base;
+};
+
+// What plan_rows checks besides each node and row: whether the nodes are seeds (which
+// picks the error code for an out-of-range id), and indptr[0] == 0, indptr[-1] == num_edges.
+struct PlanChecks {
+  bool nodes_are_seeds;
+  bool csr_ends;
+};
+
+template <typename index_t>
+cudaError_t plan_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRule& rule,
+                      PlanChecks checks, DeviceStatus* status, cudaStream_t stream);
+
+// offsets[0] = 0, offsets[i + 1] = values[0] + ... + values[i] (n + 1 entries).
+size_t offsets_workspace_bytes(int64_t n);
+cudaError_t offsets_from_counts(const int64_t* values, int64_t n, int64_t* offsets, void* workspace,
+                                size_t workspace_bytes, cudaStream_t stream);
+
+template <typename index_t>
+cudaError_t sample_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRule& rule,
+                        const HopOutput& out, cudaStream_t stream);
+
+}  // namespace quiver::cuda

@@ -1,0 +1,59 @@
+// The error sentences of the ops, each written once. CPU kernels, CUDA host wrappers (after
+// reading a device status) and runtime classes raise through these, so one fault reads the
+// same and has the same Python type whichever backend or caller met it:
+// dtypes -> TypeError, bad values -> ValueError, ids out of range -> IndexError,
+// devices and placement -> RuntimeError.
+#pragma once
+
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+
+namespace quiver::errors {
+
+// `what`[index] = id is outside [0, limit): a seed, an id to gather, a COO endpoint.
+[[noreturn]] inline void id_out_of_range(const char* what, int64_t index, int64_t id,
+                                         int64_t limit) {
+  TORCH_CHECK_INDEX(false, what, "[", index, "] = ", id, " is out of range [0, ", limit, ")");
+}
+
+// A neighbor id stored in `indices` is not a node of the graph.
+[[noreturn]] inline void neighbor_out_of_range(int64_t id, int64_t num_nodes) {
+  TORCH_CHECK_INDEX(false, "indices holds node id ", id, ", out of range [0, ", num_nodes,
+                    "): the CSR is corrupt");
+}
+
+// Row `node` of the CSR does not lie inside `indices`.
+[[noreturn]] inline void row_out_of_bounds(int64_t node, int64_t begin, int64_t end,
+                                           int64_t num_edges) {
+  TORCH_CHECK_VALUE(false, "indptr and indices disagree at node ", node, ": indptr[", node,
+                    "] = ", begin, ", indptr[", node + 1, "] = ", end, ", indices has ", num_edges,
+                    " entries: the CSR is corrupt");
+}
+
+// indptr does not start at 0 or does not end at the number of indices.
+[[noreturn]] inline void csr_ends(int64_t first, int64_t last, int64_t num_edges) {
+  TORCH_CHECK_VALUE(false, "indptr and indices disagree: indptr[0] = ", first,
+                    " and indptr[-1] = ", last, ", but indices has ", num_edges,
+                    " entries: the CSR is corrupt");
+}
+
+// positions[id] names no row of the tiers.
+[[noreturn]] inline void position_out_of_range(int64_t id, int64_t position, int64_t rows) {
+  TORCH_CHECK_INDEX(false, "positions[", id, "] = ", position, " is out of range [0, ", rows,
+                    "), the rows the tiers hold");
+}
+
+// A batch would produce more than `limit` of something (edges, nodes).
+[[noreturn]] inline void batch_too_large(const char* what, int64_t count, int64_t limit,
+                                         const char* advice) {
+  TORCH_CHECK_VALUE(false, "this batch would sample ", what, " ", count, " > ", limit, "; ",
+                    advice);
+}
+
+// Checks the first and last offsets of a CSR, read wherever indptr lives.
+inline void check_csr_ends(int64_t first, int64_t last, int64_t num_edges) {
+  if (first != 0 || last != num_edges) csr_ends(first, last, num_edges);
+}
+
+}  // namespace quiver::errors

@@ -1,0 +1,58 @@
+// The runtime class as a C++ program uses it.
+#include <c10/util/Exception.h>
+#include <quiver/feature_tiers.h>
+
+#include "graphs.h"
+
+namespace {
+
+using quiver::testing::OnEveryDevice;
+
+class FeatureTiers : public OnEveryDevice {
+ protected:
+  // A 300-row table in hot order behind random positions: two memory tiers, then the host.
+  c10::intrusive_ptr<quiver::runtime::FeatureTiers> layout(const at::Tensor& table) {
+    at::Tensor order = at::randperm(300);
+    at::Tensor positions = at::empty({300}, at::kInt);
+    positions.index_put_({order}, at::arange(300, at::kInt));
+    at::Tensor hot_first = table.index_select(0, order);
+    const auto dev = op_device();
+    auto memory = [&](const at::Tensor& t) {
+      return GetParam() == "gpu" ? t.to(dev) : place_topology(t);
+    };
+    auto host = [&](const at::Tensor& t) { return GetParam() == "cpu" ? t : t.pin_memory(); };
+    std::vector<at::Tensor> tiers = {memory(hot_first.slice(0, 0, 40)),
+                                     memory(hot_first.slice(0, 40, 100)),
+                                     host(hot_first.slice(0, 100))};
+    return c10::make_intrusive<quiver::runtime::FeatureTiers>(tiers, positions.to(dev));
+  }
+};
+
+TEST_P(FeatureTiers, GathersEveryTier) {
+  at::manual_seed(7);
+  at::Tensor table = at::randn({300, 9});
+  auto tiers = layout(table);
+  EXPECT_EQ(tiers->num_rows(), 300);
+  EXPECT_EQ(tiers->leading_rows(), 100);
+  EXPECT_EQ(tiers->shape(), (std::vector<int64_t>{300, 9}));
+  at::Tensor ids = at::randint(300, {1000});
+  at::Tensor rows = tiers->gather(ids.to(op_device()));
+  EXPECT_EQ(rows.device().type(), op_device().type());
+  EXPECT_TRUE(at::equal(rows.cpu(), table.index_select(0, ids)));
+  EXPECT_THROW(tiers->gather(at::tensor({0, 300}).to(op_device())), c10::IndexError);
+}
+
+TEST_P(FeatureTiers, StateRoundTripsThroughTheValidatingConstructor) {
+  at::Tensor table = at::randn({300, 9});
+  auto tiers = layout(table);
+  auto restored = quiver::runtime::FeatureTiers::from_state(tiers->state());
+  at::Tensor ids = at::randint(300, {64}).to(op_device());
+  EXPECT_TRUE(at::equal(restored->gather(ids).cpu(), tiers->gather(ids).cpu()));
+  auto state = tiers->state();
+  std::get<0>(state)[1] = std::get<0>(state)[1].to(at::kDouble);
+  EXPECT_THROW(quiver::runtime::FeatureTiers::from_state(state), c10::TypeError);
+}
+
+QUIVER_ON_EVERY_DEVICE(FeatureTiers);
+
+}  // namespace

@@ -1,0 +1,44 @@
+#include <c10/util/Exception.h>
+
+#include <set>
+
+#include "graphs.h"
+
+namespace {
+
+using quiver::testing::OnEveryDevice;
+
+class SampleSubgraph : public OnEveryDevice {};
+
+TEST_P(SampleSubgraph, KeepsSeedsFirstAndMapsBack) {
+  auto g = quiver::testing::random_graph(300, 4000, at::kInt);
+  at::Tensor seeds = at::tensor({7, 3, 7, 250}, at::kLong);
+  auto [node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop] =
+      quiver::sample_subgraph(place_topology(g.indptr), place_topology(g.indices),
+                              seeds.to(op_device()), {5, 3}, false, place_topology(g.edge_ids));
+  node_ids = node_ids.cpu(), rows = rows.cpu(), cols = cols.cpu(), eids = eids.cpu();
+  EXPECT_TRUE(at::equal(node_ids.slice(0, 0, 4), seeds));
+  EXPECT_EQ(nodes_per_hop.sum().item<int64_t>(), node_ids.numel());
+  EXPECT_EQ(edges_per_hop.sum().item<int64_t>(), rows.numel());
+  EXPECT_TRUE(at::equal(g.row.index_select(0, eids), node_ids.index_select(0, cols)));
+  EXPECT_TRUE(at::equal(g.col.index_select(0, eids), node_ids.index_select(0, rows)));
+  std::set<int64_t> rest;
+  for (int64_t i = 4; i < node_ids.numel(); ++i) rest.insert(node_ids[i].item<int64_t>());
+  EXPECT_EQ(static_cast<int64_t>(rest.size()), node_ids.numel() - 4);
+}
+
+TEST_P(SampleSubgraph, BadInputThrowsTypedErrors) {
+  auto g = quiver::testing::random_graph(50, 500, at::kLong);
+  at::Tensor indptr = place_topology(g.indptr), indices = place_topology(g.indices);
+  const auto dev = op_device();
+  EXPECT_THROW(quiver::sample_subgraph(indptr, indices, at::tensor({1.0}).to(dev), {2}),
+               c10::TypeError);
+  EXPECT_THROW(quiver::sample_subgraph(indptr, indices, at::tensor({1}).to(dev), {}),
+               c10::ValueError);
+  EXPECT_THROW(quiver::sample_subgraph(indptr, indices, at::tensor({0, 50}).to(dev), {2}),
+               c10::IndexError);
+}
+
+QUIVER_ON_EVERY_DEVICE(SampleSubgraph);
+
+}  // namespace

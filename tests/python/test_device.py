@@ -1,0 +1,32 @@
+"""torch_quiver_ops._device: sizes, cliques and device resolution."""
+import pytest
+import torch
+
+from conftest import HAS_CUDA
+from torch_quiver_ops._device import p2p_cliques, parse_size, resolve_device
+
+
+def test_parse_size():
+    assert parse_size(1000) == 1000
+    assert parse_size("200M") == 200 * 2**20
+    assert parse_size("0.5G") == 2**29
+    assert parse_size("1.5GB") == int(1.5 * 2**30)
+    with pytest.raises(ValueError, match="cannot read"):
+        parse_size("lots")
+    with pytest.raises(ValueError, match=">= 0"):
+        parse_size(-1)
+
+
+def test_p2p_cliques_follow_peer_access(monkeypatch):
+    links = {(0, 1), (1, 0), (2, 3), (3, 2), (0, 2), (2, 0)}
+    monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda a, b: (a, b) in links)
+    assert p2p_cliques([0, 1, 2, 3]) == [[0, 1], [2, 3]]
+    assert p2p_cliques([0, 2, 1]) == [[0, 2], [1]]
+    assert p2p_cliques([]) == []
+
+
+def test_resolve_device():
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(None) == (torch.device("cuda", torch.cuda.current_device())
+                                    if HAS_CUDA else torch.device("cpu"))
+    assert resolve_device(1) == torch.device("cuda", 1)

@@ -1,0 +1,66 @@
+"""torch.classes.quiver.FeatureTiers: one GPU's layout of a feature table as TorchScript,
+torch.compile and C++ see it, and saved with a scripted module (its pickle pair)."""
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from conftest import HAS_CUDA
+from reference import permutation_positions, random_table
+
+
+def layout(table, on_gpu=False):
+    order, positions = permutation_positions(table.size(0), torch.int32)
+    hot_first = table[order]
+    if on_gpu:
+        tiers = [hot_first[:20].cuda(), hot_first[20:].pin_memory()]
+        return torch.classes.quiver.FeatureTiers(tiers, positions.cuda())
+    return torch.classes.quiver.FeatureTiers([hot_first[:20], hot_first[20:]], positions)
+
+
+def test_torchscript_reaches_the_layout():
+    table = random_table(50, 3)
+    tiers = layout(table)
+
+    @torch.jit.script
+    def gather(layout: torch.classes.quiver.FeatureTiers, ids: torch.Tensor) -> torch.Tensor:
+        return layout.gather(ids)
+
+    ids = torch.tensor([49, 0, 21])
+    assert torch.equal(gather(tiers, ids), table[ids])
+    assert tiers.num_rows() == 50 and tiers.shape() == [50, 3] and tiers.leading_rows() == 20
+
+
+class GatherModule(torch.nn.Module):
+    def __init__(self, tiers):
+        super().__init__()
+        self.tiers = tiers
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.tiers.gather(ids)
+
+
+@pytest.mark.parametrize("on_gpu", [False] + ([True] if HAS_CUDA else []))
+def test_scripted_module_holding_a_layout_saves_and_loads(tmp_path, on_gpu):
+    table = random_table(50, 3)
+    module = torch.jit.script(GatherModule(layout(table, on_gpu)))
+    path = tmp_path / "gather.pt"
+    module.save(str(path))
+    loaded = torch.jit.load(str(path))
+    ids = torch.tensor([49, 0, 21, 0])
+    if on_gpu:
+        ids = ids.cuda()
+    assert torch.equal(loaded(ids).cpu(), table[ids.cpu()])
+    restored = loaded.tiers
+    assert restored.num_rows() == 50 and restored.leading_rows() == 20
+
+
+def test_torch_compile_fullgraph_over_a_layouts_tensors():
+    table = random_table(64, 4)
+    tiers = qv.Feature().from_cpu_tensor(table).tiers("cpu")
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def gather_sum(tiers, positions, ids):
+        return qv.ops.gather_tiered_rows(tiers, positions, ids).sum(1)
+
+    ids = torch.tensor([3, 63, 3])
+    assert torch.allclose(gather_sum(tiers.tiers(), tiers.positions(), ids), tiers.gather(ids).sum(1))

@@ -1,0 +1,117 @@
+"""quiver::gather_tiered_rows against x[ids] on every placement (CPU; GPU: memory tiers in
+HBM, host tier pinned; UVA: every tier pinned on the host)."""
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from conftest import requires_cuda
+from reference import ids_device, permutation_positions, random_table, split_tiers
+
+
+def sample_inputs(mode):
+    """The op's cases on one placement, degenerate ones included: ``(table, name, args)``
+    where the expected output is ``table[args[2]]``."""
+    device = ids_device(mode)
+    table = random_table(60, 6, torch.float16)
+    order, positions = permutation_positions(60, torch.int32)
+    tiers = split_tiers(table[order], [7, 20], mode)
+    ids = torch.tensor([3, 3, 59, 0, 41])
+    cases = [
+        ("three tiers, int32 positions", (tiers, positions.to(device), ids.to(device))),
+        ("int64 positions", (tiers, positions.long().to(device), ids.to(device))),
+        ("int32 ids", (tiers, positions.to(device), ids.int().to(device))),
+        ("no positions: identity", (split_tiers(table, [30], mode), None, ids.to(device))),
+        ("one tier", (split_tiers(table, [], mode), None, ids.to(device))),
+        ("empty ids", (tiers, positions.to(device), ids[:0].to(device))),
+        ("empty tiers", (split_tiers(table, [0, 60], mode), None, ids.to(device))),
+    ]
+    return table, cases
+
+
+def test_sample_inputs_match_indexing(mode):
+    table, cases = sample_inputs(mode)
+    for name, (tiers, positions, ids) in cases:
+        out = qv.ops.gather_tiered_rows(tiers, positions, ids)
+        assert out.device.type == ids.device.type, name
+        assert torch.equal(out.cpu(), table[ids.cpu().long()]), name
+
+
+def test_opcheck(mode):
+    if mode == "UVA":
+        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
+                    "the same kernel and fake")
+    _, cases = sample_inputs(mode)
+    for name, args in cases:
+        if mode == "GPU":  # opcheck's copies of the pinned host tier are pageable
+            args = ([t.cuda() for t in args[0]], *args[1:])
+        torch.library.opcheck(torch.ops.quiver.gather_tiered_rows.default, args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.uint8])
+@pytest.mark.parametrize("width", [1, 3, 100, 129])
+@pytest.mark.parametrize("positions_dtype", [None, torch.int32, torch.int64])
+def test_matches_indexing(mode, dtype, width, positions_dtype, index_dtype):
+    table = random_table(700, width, dtype, seed=width)
+    gen = torch.Generator().manual_seed(3)
+    if positions_dtype is None:
+        order, positions = torch.arange(700), None
+    else:
+        order, positions = permutation_positions(700, positions_dtype)
+    tiers = split_tiers(table[order], [50, 51, 300], mode)  # one tier of a single row
+    device = ids_device(mode)
+    ids = torch.randint(700, (2000,), generator=gen)  # with duplicates
+    out = qv.ops.gather_tiered_rows(tiers, None if positions is None else positions.to(device),
+                                    ids.to(index_dtype).to(device))
+    assert out.dtype == dtype and out.shape == (2000, width) and out.device.type == device.type
+    assert torch.equal(out.cpu(), table[ids])
+
+
+def test_rejects_bad_input(mode):
+    device = ids_device(mode)
+    table = random_table(10, 4, torch.float32)
+    tiers = split_tiers(table, [4], mode)
+    with pytest.raises(IndexError, match=r"ids\[1\] = 10 is out of range \[0, 10\)"):
+        qv.ops.gather_tiered_rows(tiers, None, torch.tensor([0, 10], device=device))
+    with pytest.raises(IndexError, match=r"ids\[0\] = -3 is out of range"):
+        qv.ops.gather_tiered_rows(tiers, None, torch.tensor([-3], device=device))
+    positions = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 12], device=device)  # corrupt
+    with pytest.raises(IndexError, match=r"positions\[9\] = 12 is out of range \[0, 10\)"):
+        qv.ops.gather_tiered_rows(tiers, positions, torch.tensor([9], device=device))
+    with pytest.raises(TypeError, match=r"tiers\[1\] holds Double but tiers\[0\] holds Float"):
+        qv.ops.gather_tiered_rows([tiers[0], tiers[1].double()], None,
+                                  torch.tensor([0], device=device))
+    with pytest.raises(ValueError, match=r"tiers\[1\] has rows of shape \[2\]"):
+        qv.ops.gather_tiered_rows([tiers[0], tiers[1][:, :2].contiguous()], None,
+                                  torch.tensor([0], device=device))
+    with pytest.raises(ValueError, match="tiers must hold 1 to 17 tensors, got 0"):
+        qv.ops.gather_tiered_rows([], None, torch.tensor([0], device=device))
+    with pytest.raises(TypeError, match="ids must hold int32 or int64 ids, got Float"):
+        qv.ops.gather_tiered_rows(tiers, None, torch.tensor([0.0], device=device))
+    with pytest.raises(TypeError, match="positions must hold int32 or int64 ids"):
+        qv.ops.gather_tiered_rows(tiers, positions.float(), torch.tensor([0], device=device))
+
+
+@requires_cuda
+def test_placement_errors():
+    table = random_table(10, 4, torch.float32)
+    with pytest.raises(RuntimeError, match=r"tiers\[1\] is in pageable host memory"):
+        qv.ops.gather_tiered_rows([table[:4].cuda(), table[4:]], None,
+                                  torch.tensor([5], device="cuda"))
+    with pytest.raises(RuntimeError, match="needs ids on a GPU"):
+        qv.ops.gather_tiered_rows([table[:4].cuda(), table[4:].pin_memory()], None,
+                                  torch.tensor([5]))
+    with pytest.raises(RuntimeError, match="positions is in pageable host memory"):
+        qv.ops.gather_tiered_rows([table.cuda()], torch.arange(10), torch.tensor([5], device="cuda"))
+
+
+def test_torch_compile_fullgraph():
+    table = random_table(64, 4, torch.float32)
+    tiers, positions = [table[:10], table[10:]], torch.arange(64)
+
+    @torch.compile(fullgraph=True, backend="aot_eager")
+    def gather_sum(tiers, positions, ids):
+        return qv.ops.gather_tiered_rows(tiers, positions, ids).sum(1)
+
+    ids = torch.tensor([3, 63, 3])
+    assert torch.allclose(gather_sum(tiers, positions, ids), table[ids].sum(1))

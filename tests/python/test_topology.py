@@ -1,0 +1,71 @@
+"""torch_quiver_ops.topology.CSRTopo: building, validating, saving and mapping a graph."""
+import os
+
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from reference import random_coo
+
+
+def test_from_edge_index_uses_int32_and_keeps_edge_ids():
+    row, col = random_coo(500, 5000, seed=3)
+    topo = qv.CSRTopo(torch.stack([row, col]))
+    assert topo.indices.dtype == torch.int32
+    assert topo.node_count == int(torch.maximum(row.max(), col.max())) + 1
+    assert topo.edge_count == 5000
+    # every CSR edge maps back to its input edge
+    src = torch.repeat_interleave(torch.arange(topo.node_count), topo.degree)
+    assert torch.equal(row[topo.eid], src)
+    assert torch.equal(col[topo.eid], topo.indices.long())
+    order = topo.feature_order
+    assert torch.all(topo.degree[order][:-1] >= topo.degree[order][1:])
+
+
+def test_from_csr_is_validated_with_the_ops_exception_types():
+    indptr, indices = torch.tensor([0, 2, 3]), torch.tensor([1, 0, 1])
+    topo = qv.CSRTopo(indptr=indptr, indices=indices)
+    assert topo.node_count == 2 and topo.indices.dtype == torch.int32
+    with pytest.raises(ValueError, match="non-decreasing"):
+        qv.CSRTopo(indptr=torch.tensor([0, 2, 1, 3]), indices=torch.tensor([0, 1, 2]))
+    with pytest.raises(ValueError, match="indptr\\[-1\\] = 4"):
+        qv.CSRTopo(indptr=torch.tensor([0, 2, 4]), indices=torch.tensor([0, 1, 1]))
+    with pytest.raises(IndexError, match="node id 7, out of range"):
+        qv.CSRTopo(indptr=torch.tensor([0, 1, 2]), indices=torch.tensor([0, 7]))
+    with pytest.raises(ValueError, match="indptr\\[0\\] = 1"):
+        qv.CSRTopo(indptr=torch.tensor([1, 2]), indices=torch.tensor([0, 1]))
+    with pytest.raises(TypeError, match="indptr must be int64"):
+        qv.CSRTopo(indptr=torch.tensor([0, 1], dtype=torch.int32), indices=torch.tensor([0]))
+    with pytest.raises(TypeError, match="indices must hold int32 or int64 ids"):
+        qv.CSRTopo(indptr=torch.tensor([0, 1]), indices=torch.tensor([0.0]))
+
+
+def test_bad_edge_index():
+    with pytest.raises(ValueError, match="shape \\[2, E\\]"):
+        qv.CSRTopo(torch.zeros(3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="negative node id"):
+        qv.CSRTopo(torch.tensor([[0, -1], [1, 0]]))
+
+
+def test_save_and_load_shared_map_one_copy(tmp_path):
+    row, col = random_coo(300, 3000, seed=1)
+    topo = qv.CSRTopo(torch.stack([row, col]))
+    topo.save(tmp_path)
+    loaded = qv.CSRTopo.load_shared(tmp_path)
+    for name in ("indptr", "indices", "eid"):
+        assert torch.equal(getattr(loaded, name), getattr(topo, name))
+        assert getattr(loaded, name).untyped_storage().filename is not None
+
+
+def test_truncated_save_is_an_error_not_zeros(tmp_path):
+    row, col = random_coo(300, 3000, seed=2)
+    qv.CSRTopo(torch.stack([row, col])).save(tmp_path)
+    path = tmp_path / "indices.bin"
+    size = path.stat().st_size
+    os.truncate(path, size // 2)
+    with pytest.raises(ValueError, match=r"indices.bin holds \d+ bytes but csr.json says"):
+        qv.CSRTopo.load_shared(tmp_path)
+    assert path.stat().st_size == size // 2, "the loader must not extend the file"
+    (tmp_path / "csr.json").unlink()
+    with pytest.raises(FileNotFoundError, match="or the save has not finished"):
+        qv.CSRTopo.load_shared(tmp_path)

@@ -1,0 +1,92 @@
+"""Which rows are hot: orders of node ids, hottest first, that decide what a feature store
+keeps in GPU memory (and, distributed, what every host replicates).
+
+* :func:`degree_order`: by degree, highest first;
+* :func:`presample_hot_order`: by how many sampled batches read each row;
+* a user's own order, checked by :func:`check_hot_order`.
+
+A store keeps its rows in hot order and finds row ``id`` at ``positions[id]``
+(:func:`positions_of`, the inverse permutation).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+INT32_MAX = 2**31 - 1
+
+
+def degree_order(degree: Tensor) -> Tensor:
+    """Node ids from highest to lowest degree (ties by id)."""
+    return torch.argsort(degree, descending=True, stable=True)
+
+
+def presample_hot_order(sampler, seeds: Tensor, batch_size: int = 1024,
+                        num_batches: Optional[int] = None,
+                        generator: Optional[torch.Generator] = None) -> Tensor:
+    """Node ids hottest first, by how many sampled batches read each node's row.
+
+    Runs ``sampler`` over shuffled batches of ``seeds`` (``num_batches`` of them, default
+    one epoch) and counts the batches each node appears in. Ties, such as nodes never
+    sampled, go by degree. Pass the result as ``hot_order`` to
+    :meth:`Feature.from_cpu_tensor`.
+    """
+    topo = sampler.csr_topo
+    seeds = torch.as_tensor(seeds).cpu()
+    if seeds.dim() != 1 or seeds.numel() == 0:
+        raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
+    counts = torch.zeros(topo.node_count, dtype=torch.int32, device=sampler.device)
+    shuffled = seeds[torch.randperm(seeds.numel(), generator=generator)]
+    batches = shuffled.split(batch_size)
+    for batch in batches[:num_batches] if num_batches is not None else batches:
+        node_ids = sampler.sample_subgraph(batch)[0]
+        counts[node_ids] += 1  # a batch lists each node once
+    by_degree = degree_order(topo.degree.to(counts.device))
+    return by_degree[torch.argsort(counts[by_degree], descending=True, stable=True)].cpu()
+
+
+def check_hot_order(order, num_rows: int) -> Tensor:
+    """``order`` as int64 after checking it lists each of ``num_rows`` rows exactly once."""
+    order = torch.as_tensor(order).cpu()
+    if order.dim() != 1 or order.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"hot_order must be a 1-D tensor of int32/int64 ids, got {order.dtype} "
+                        f"of shape {tuple(order.shape)}")
+    if order.numel() != num_rows:
+        raise ValueError(f"hot_order must list each of the {num_rows} rows once, got "
+                         f"{order.numel()} ids")
+    order = order.long()
+    if num_rows:
+        low, high = int(order.min()), int(order.max())
+        if low < 0 or high >= num_rows:
+            raise IndexError(f"hot_order holds id {low if low < 0 else high}, out of range "
+                             f"[0, {num_rows})")
+        seen = torch.zeros(num_rows, dtype=torch.bool)
+        seen[order] = True
+        if not bool(seen.all()):
+            missing = int(torch.nonzero(~seen)[0])
+            raise ValueError(f"hot_order is not a permutation: row {missing} is missing "
+                             f"(and another appears twice)")
+    return order
+
+
+def positions_of(order: Tensor) -> Tensor:
+    """The inverse permutation, int32 where it fits: positions[order[p]] = p."""
+    dtype = torch.int32 if order.numel() <= INT32_MAX else torch.int64
+    positions = torch.empty(order.numel(), dtype=dtype)
+    positions[order] = torch.arange(order.numel(), dtype=dtype)
+    return positions
+
+
+def check_positions(positions: Tensor, num_rows: int, what: str = "positions") -> Tensor:
+    """``positions`` after checking it is a permutation of ``range(num_rows)`` (e.g. read
+    back from a file), so a corrupt map raises here instead of gathering wrong rows."""
+    if positions.dim() != 1 or positions.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"{what} must be a 1-D int32/int64 tensor, got {positions.dtype} of "
+                        f"shape {tuple(positions.shape)}")
+    try:
+        check_hot_order(positions, num_rows)
+    except (ValueError, IndexError) as error:
+        raise ValueError(f"{what} is not a permutation of the {num_rows} rows: {error}") from None
+    return positions
