@@ -9,10 +9,12 @@
 
 #include <limits>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ops/errors.h"
 #include "ops/row_tiers.h"
+#include "ops/sampling_rules.h"
 
 namespace quiver {
 
@@ -23,8 +25,14 @@ inline void check_index_vector(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
 }
 
-inline void check_fanout(int64_t fanout, const char* name) {
+// A fanout is -1 (all neighbors) or a count; with replacement every node with neighbors
+// yields exactly `fanout` picks, so one node alone must stay within a hop's edge limit.
+inline void check_fanout(int64_t fanout, bool replace, const std::string& name) {
   TORCH_CHECK_VALUE(fanout >= -1, name, " must be -1 (all neighbors) or >= 0, got ", fanout);
+  if (replace && fanout > kMaxHopEdges) {
+    errors::batch_too_large(name + " with replacement, the picks of one node", fanout,
+                            kMaxHopEdges);
+  }
 }
 
 // Shapes and dtypes of a CSR topology. Where its arrays live is each backend's business:
@@ -50,16 +58,16 @@ inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices
 }
 
 inline void check_sample_neighbors_args(const at::Tensor& indptr, const at::Tensor& indices,
-                                        const at::Tensor& seeds, int64_t fanout,
+                                        const at::Tensor& seeds, int64_t fanout, bool replace,
                                         const std::optional<at::Tensor>& edge_ids) {
   check_csr_shapes(indptr, indices, edge_ids);
   check_index_vector(seeds, "seeds");
-  check_fanout(fanout, "fanout");
+  check_fanout(fanout, replace, "fanout");
 }
 
 inline void check_sample_subgraph_args(const at::Tensor& indptr, const at::Tensor& indices,
                                        const at::Tensor& seeds, at::IntArrayRef fanouts,
-                                       const std::optional<at::Tensor>& edge_ids) {
+                                       bool replace, const std::optional<at::Tensor>& edge_ids) {
   check_csr_shapes(indptr, indices, edge_ids);
   check_index_vector(seeds, "seeds");
   TORCH_CHECK_VALUE(!fanouts.empty(), "fanouts must name at least one hop, got []");
@@ -67,6 +75,7 @@ inline void check_sample_subgraph_args(const at::Tensor& indptr, const at::Tenso
     TORCH_CHECK_VALUE(fanouts[hop] >= -1, "fanouts[", hop,
                       "] must be -1 (all neighbors) or >= 0, got ", fanouts[hop],
                       " (fanouts = ", fanouts, ")");
+    check_fanout(fanouts[hop], replace, "fanouts[" + std::to_string(hop) + "]");
   }
 }
 
@@ -138,6 +147,12 @@ inline std::vector<int64_t> gathered_shape(const at::Tensor& like, const at::Ten
   std::vector<int64_t> shape = like.sizes().vec();
   shape[0] = ids.numel();
   return shape;
+}
+
+// Raises when a batch may hold more nodes than its local indices (int32) can number. The
+// limit is a parameter so that a test can inject a small one.
+inline void check_batch_nodes(int64_t nodes_bound, int64_t limit = kMaxBatchNodes) {
+  if (nodes_bound > limit) errors::batch_too_large("the nodes of this batch", nodes_bound, limit);
 }
 
 // Host-side range check of ids against [0, limit). `what` names the argument.

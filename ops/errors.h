@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <string>
 
 namespace quiver::errors {
 
@@ -44,11 +45,16 @@ namespace quiver::errors {
                     "), the rows the tiers hold");
 }
 
-// A batch would produce more than `limit` of something (edges, nodes).
-[[noreturn]] inline void batch_too_large(const char* what, int64_t count, int64_t limit,
-                                         const char* advice) {
-  TORCH_CHECK_VALUE(false, "this batch would sample ", what, " ", count, " > ", limit, "; ",
-                    advice);
+// A batch would produce more than `limit` of something (edges of a hop, nodes).
+[[noreturn]] inline void batch_too_large(const std::string& what, int64_t count, int64_t limit) {
+  TORCH_CHECK_VALUE(false, what, " would be ", count, ", over the limit of ", limit,
+                    ": sample fewer seeds per batch or use a smaller fanout");
+}
+
+// What batch_too_large names for hop `hop` (-1: the one hop of sample_neighbors).
+inline std::string hop_edges_name(int64_t hop) {
+  return hop < 0 ? std::string("the sampled edges")
+                 : "the sampled edges of hop " + std::to_string(hop);
 }
 
 // Checks the first and last offsets of a CSR, read wherever indptr lives.

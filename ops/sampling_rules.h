@@ -21,16 +21,53 @@ QUIVER_HOST_DEVICE inline int64_t sampled_count(int64_t degree, int64_t fanout, 
   return replace ? fanout : (fanout < degree ? fanout : degree);
 }
 
-// Nodes a batch can reach at most: seeds times the fanout products, capped by the graph
-// (every node once, plus duplicate seeds). "All neighbors" hops fall back to the cap.
+// Edges one hop (or one sample_neighbors call) may sample: edge positions are 32-bit in the
+// reindexing table, and past this a batch's outputs alone would pass 100 GB.
+constexpr int64_t kMaxHopEdges = (int64_t{1} << 32) - 2;
+// Nodes one batch may hold: local indices are int32.
+constexpr int64_t kMaxBatchNodes = (int64_t{1} << 31) - 1;
+
+// What saturating arithmetic returns instead of wrapping (INT64_MAX).
+constexpr int64_t kSaturated = ~(int64_t{1} << 63);
+
+// a * b for a, b >= 0, saturating at kSaturated instead of wrapping.
+QUIVER_HOST_DEVICE inline int64_t saturating_mul(int64_t a, int64_t b) {
+  if (a == 0 || b == 0) return 0;
+  return a > kSaturated / b ? kSaturated : a * b;
+}
+
+// a + b for a, b >= 0, saturating at kSaturated.
+QUIVER_HOST_DEVICE inline int64_t saturating_add(int64_t a, int64_t b) {
+  return a > kSaturated - b ? kSaturated : a + b;
+}
+
+// Most neighbors one node of a graph with num_edges edges can yield for `fanout`.
+QUIVER_HOST_DEVICE inline int64_t per_node_bound(int64_t fanout, bool replace, int64_t num_edges) {
+  if (fanout < 0) return num_edges;
+  if (replace) return fanout;
+  return fanout < num_edges ? fanout : num_edges;
+}
+
+// 32-bit random draws one row may consume: two per pick, picks of a row with replacement
+// drawn at offsets 4j apart; all-neighbor hops draw none.
+QUIVER_HOST_DEVICE inline int64_t draws_per_row(int64_t fanout, bool replace, int64_t num_edges) {
+  if (fanout < 0) return 4;
+  const int64_t picks = per_node_bound(fanout, replace, num_edges);
+  return saturating_mul(4, picks > 1 ? picks : 1);
+}
+
+// Nodes a batch can reach at most before its first all-neighbors hop: seeds times the
+// fanout products, capped by the graph (every node once, plus duplicate seeds). The
+// reindexing table starts at this size and grows at an all-neighbors hop, once its exact
+// size is known, so that [-1] on a huge graph does not cost a table for the whole graph.
 template <typename Fanouts>
 int64_t node_bound(int64_t batch_size, const Fanouts& fanouts, int64_t num_nodes) {
   const int64_t cap = num_nodes + batch_size;
   int64_t total = batch_size, frontier = batch_size;
   for (const int64_t fanout : fanouts) {
-    if (fanout < 0 || frontier > cap / (fanout > 1 ? fanout : 1)) return cap;
-    frontier *= fanout;
-    total += frontier;
+    if (fanout < 0) return total;
+    frontier = saturating_mul(frontier, fanout);
+    total = saturating_add(total, frontier);
     if (total >= cap) return cap;
   }
   return total;

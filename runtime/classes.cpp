@@ -3,9 +3,9 @@
 // pair whose restore path runs the validating constructor.
 #include "runtime/classes.h"
 
-#include <quiver/cuda_ipc.h>
 #include <quiver/feature_tiers.h>
 #include <quiver/host_pin.h>
+#include <quiver/ipc_buffer.h>
 
 namespace quiver::runtime {
 
@@ -14,10 +14,14 @@ void register_runtime_classes(torch::Library& m) {
       .def(torch::init<at::Tensor>())
       .def("tensor", &HostPin::tensor)
       .def("registered_here", &HostPin::registered_here);
-  m.class_<CudaIpc>("CudaIpc")
-      .def_static("allocate", &CudaIpc::allocate)
-      .def_static("export_handle", &CudaIpc::export_handle)
-      .def_static("open_handle", &CudaIpc::open_handle);
+  m.class_<IpcBuffer>("IpcBuffer")
+      .def(torch::init<int64_t, int64_t>())
+      .def("tensor", &IpcBuffer::tensor)
+      .def("handle", &IpcBuffer::handle)
+      .def("mark_unmapped", &IpcBuffer::mark_unmapped)
+      .def("nbytes", &IpcBuffer::nbytes)
+      .def("device", &IpcBuffer::device)
+      .def_static("open", &IpcBuffer::open);
   m.class_<FeatureTiers>("FeatureTiers")
       .def(torch::init<std::vector<at::Tensor>, std::optional<at::Tensor>>())
       .def("gather", &FeatureTiers::gather)

@@ -1,3 +1,4 @@
+#include <ATen/Context.h>
 #include <quiver/feature_tiers.h>
 #include <quiver/ops.h>
 
@@ -9,6 +10,12 @@ FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tens
     : tiers_(std::move(tiers)), positions_(std::move(positions)) {
   check_row_tiers(tiers_, positions_);
   num_rows_ = tiered_id_count(tiers_, positions_);
+  for (const at::Tensor& t : tiers_) {
+    if (t.device().is_cpu() && t.is_pinned()) pins_.push_back(c10::make_intrusive<HostPin>(t));
+  }
+  if (positions_ && positions_->device().is_cpu() && positions_->is_pinned()) {
+    pins_.push_back(c10::make_intrusive<HostPin>(*positions_));
+  }
 }
 
 at::Tensor FeatureTiers::gather(const at::Tensor& ids) const {
@@ -27,9 +34,30 @@ int64_t FeatureTiers::leading_rows() const {
   return rows;
 }
 
+FeatureTiers::State FeatureTiers::state() const {
+  std::vector<int64_t> pinned;
+  for (const at::Tensor& t : tiers_) pinned.push_back(t.device().is_cpu() && t.is_pinned());
+  pinned.push_back(positions_ && positions_->device().is_cpu() && positions_->is_pinned());
+  return {tiers_, positions_, pinned};
+}
+
 c10::intrusive_ptr<FeatureTiers> FeatureTiers::from_state(State state) {
-  return c10::make_intrusive<FeatureTiers>(std::move(std::get<0>(state)),
-                                           std::move(std::get<1>(state)));
+  auto& [tiers, positions, pinned] = state;
+  TORCH_CHECK_VALUE(pinned.size() == tiers.size() + 1, "a FeatureTiers state names ", pinned.size(),
+                    " pinned flags for ", tiers.size(), " tiers and positions");
+  // Loaded tensors are pageable: pin again in place what was pinned (a GPU reads it with
+  // zero copy); the pins live as long as the restored layout.
+  std::vector<c10::intrusive_ptr<HostPin>> pins;
+  if (at::hasCUDA()) {
+    auto repin = [&](const at::Tensor& t, bool was_pinned) {
+      if (was_pinned && t.device().is_cpu() && !t.is_pinned()) {
+        pins.push_back(c10::make_intrusive<HostPin>(t));
+      }
+    };
+    for (size_t k = 0; k < tiers.size(); ++k) repin(tiers[k], pinned[k] != 0);
+    if (positions) repin(*positions, pinned.back() != 0);
+  }
+  return c10::make_intrusive<FeatureTiers>(std::move(tiers), std::move(positions));
 }
 
 }  // namespace quiver::runtime

@@ -11,10 +11,10 @@ HostPin::HostPin(at::Tensor tensor) : tensor_(std::move(tensor)) {
   TORCH_CHECK(tensor_.device().is_cpu(), "HostPin needs a CPU tensor, got one on ",
               tensor_.device());
   TORCH_CHECK(tensor_.is_contiguous(), "HostPin needs a contiguous tensor");
-  if (tensor_.numel() == 0 || is_page_locked(tensor_.const_data_ptr())) return;
+  if (tensor_.numel() == 0) return;
+  storage_ = tensor_.storage();
   try {
-    registration_ =
-        std::make_unique<HostRegistration>(tensor_.mutable_data_ptr(), tensor_.nbytes());
+    registration_ = lease_pinned(storage_.mutable_data(), storage_.nbytes());
   } catch (const std::runtime_error& error) {
     TORCH_CHECK(false, "could not pin a tensor of shape ", tensor_.sizes(),
                 " in place: ", error.what());

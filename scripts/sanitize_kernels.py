@@ -1,10 +1,20 @@
 """Exercises every CUDA kernel on small inputs, for compute-sanitizer (memcheck, racecheck):
 sampling with and without replacement, all-neighbor hops, duplicate and zero-degree seeds,
-table growth, int32 and int64 ids, GPU and UVA placement, and the row gather."""
+node-table growth at all-neighbor hops (rehash), picks past the shared-memory set, int32
+and int64 ids, GPU and UVA placement, the row gather, and ids the kernels must reject."""
 import torch
 
 import torch_quiver_ops as qv
 from torch_quiver_ops.synthetic import synthetic_graph
+
+
+def must_reject(call, *args):
+    """The kernels must report these ids (and the op raise IndexError), never read them."""
+    try:
+        call(*args)
+    except IndexError:
+        return
+    raise AssertionError(f"{call} accepted an out-of-range id")
 
 
 def main():
@@ -21,11 +31,12 @@ def main():
                 qv.ops.sample_neighbors(indptr, idx, seeds, 40, replace, None)  # > shared picks
                 qv.ops.sample_subgraph(indptr, idx, seeds, [10, 5, 3], replace, eid)
                 qv.ops.sample_subgraph(indptr, idx, seeds[:4], [-1, 2], replace, None)  # growth
+                qv.ops.sample_subgraph(indptr, idx, seeds, [3, -1], replace, eid)  # rehash
                 qv.ops.sample_subgraph(indptr, idx, seeds, [40, 2], replace, None)
-            try:
-                qv.ops.sample_subgraph(indptr, idx, torch.tensor([0, topo.node_count], device=device), [3])
-            except IndexError:
-                pass
+            must_reject(qv.ops.sample_subgraph, indptr, idx,
+                        torch.tensor([0, topo.node_count], device=device), [3])
+            must_reject(qv.ops.sample_neighbors, indptr, idx,
+                        torch.tensor([-1, 0], device=device), 3)
             table = graph.x.to(device) if mode == "GPU" else graph.x.pin_memory()
             qv.ops.gather_rows(table, seeds)
             narrow = table[:, :3].contiguous()
@@ -43,10 +54,8 @@ def main():
         split = [tiers[0][:1], tiers[0][1:], tiers[1]]
         positions = feature.tiers().positions()
         qv.ops.gather_tiered_rows(split, positions.long(), seeds)
-        try:
-            qv.ops.gather_tiered_rows(split, positions, torch.tensor([0, x.size(0)], device=device))
-        except IndexError:
-            pass
+        must_reject(qv.ops.gather_tiered_rows, split, positions,
+                    torch.tensor([0, x.size(0)], device=device))
     torch.cuda.synchronize()
     print("sanitizer workload done")
 

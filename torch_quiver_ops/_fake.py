@@ -32,8 +32,9 @@ def _sample_subgraph_fake(indptr, indices, seeds, fanouts, replace=False, edge_i
 
 @torch.library.register_fake("quiver::gather_rows")
 def _gather_rows_fake(table, ids):
-    device = ids.device if table.device.type == "cpu" and ids.device.type == "cuda" else table.device
-    return table.new_empty((ids.shape[0], *table.shape[1:]), device=device)
+    # Rows land where the ids are (the CUDA op reads a table on a peer GPU or in pinned
+    # host memory and writes on the ids' GPU).
+    return table.new_empty((ids.shape[0], *table.shape[1:]), device=ids.device)
 
 
 @torch.library.register_fake("quiver::gather_tiered_rows")

@@ -5,20 +5,18 @@
   maps the same directory (on /dev/shm, say) reads the same pages. The metadata is written
   last, so a loader never sees a half-written save; sizes are checked on every load (a
   truncated file is an error, never zeros) and a CRC-32 on request.
-* CUDA IPC payloads of clique shards (memory from ``CudaIpc.allocate``), opened in the
-  reading GPU's context, and the torch.distributed swap that builds a clique's shards
-  across torchrun workers.
-* Shared-memory tensors for ``mp.spawn`` workers.
+* CUDA IPC payloads of clique shards (``IpcBuffer`` memory), opened in the reading GPU's
+  context, and the torch.distributed swap that builds a clique's shards across torchrun
+  workers.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import warnings
 import zlib
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -96,75 +94,80 @@ def map_arrays(directory: Union[str, Path], stem: str,
     return arrays, meta
 
 
-def shared_empty(shape, dtype: torch.dtype) -> Tensor:
-    """A tensor in shared memory (so spawned workers map it), or private memory with a
-    warning when /dev/shm cannot hold it."""
-    tensor = torch.empty(shape, dtype=dtype)
+def shm_has_room(nbytes: int) -> bool:
+    """Whether /dev/shm can take ``nbytes`` more (with 64 MiB to spare)."""
     try:
-        free = os.statvfs("/dev/shm").f_bavail * os.statvfs("/dev/shm").f_frsize
+        stat = os.statvfs("/dev/shm")
     except OSError:
-        free = None
-    if free is not None and free < tensor.nbytes + (64 << 20):
-        warnings.warn(f"/dev/shm has {free >> 20} MiB free, too little for a {tensor.nbytes >> 20} "
-                      f"MiB table: it stays in private memory, and worker processes cannot "
-                      f"share it (use save / load_shared instead)")
-        return tensor
-    return tensor.share_memory_()
+        return True  # no /dev/shm to ask: let torch try
+    return stat.f_bavail * stat.f_frsize >= nbytes + (64 << 20)
 
 
 # ---- CUDA IPC: clique shards between processes ----
 
-def shareable_copy(rows: Tensor, device: int) -> Tensor:
-    """``rows`` copied onto ``device`` into memory other processes can map (CudaIpc)."""
-    memory = torch.classes.quiver.CudaIpc.allocate(rows.nbytes, device)
-    shard = memory[:rows.nbytes].view(rows.dtype).view(rows.shape)
+def shareable_copy(rows: Tensor, device: int):
+    """``rows`` copied onto ``device`` into memory other processes can map: returns
+    ``(buffer, shard)``, the ``torch.classes.quiver.IpcBuffer`` and the rows as a tensor
+    over it (which keeps the buffer alive)."""
+    buffer = torch.classes.quiver.IpcBuffer(rows.nbytes, device)
+    shard = buffer.tensor().view(rows.dtype).view(rows.shape)
     shard.copy_(rows)
-    return shard
+    return buffer, shard
 
 
-def ipc_payload(shard: Tensor) -> tuple:
-    """What a peer process needs to map ``shard`` (from shareable_copy): plain data."""
-    handle = torch.classes.quiver.CudaIpc.export_handle(shard)
-    return (bytes(handle.numpy()), shard.device.index, shard.dtype, tuple(shard.shape))
+def ipc_payload(buffer, shard: Tensor) -> tuple:
+    """What a peer process needs to map ``shard`` (from :func:`shareable_copy`): plain data."""
+    handle = buffer.handle()
+    return (bytes(handle.numpy()), buffer.device(), shard.dtype, tuple(shard.shape))
 
 
 def open_payload(payload: tuple, reader: int) -> Tensor:
     """Maps a peer's shard for kernels on GPU ``reader``."""
     handle, owner, dtype, shape = payload
     nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-    memory = torch.classes.quiver.CudaIpc.open_handle(
+    memory = torch.classes.quiver.IpcBuffer.open(
         torch.frombuffer(bytearray(handle), dtype=torch.uint8), nbytes, owner, reader)
     return memory.view(dtype).view(shape)
 
 
-def local_shards(host: Tensor, clique: List[int], bounds, skip=()) -> Dict[int, Tensor]:
-    """This process's copies of a clique's shards (all but those in `skip`)."""
-    return {device: shareable_copy(host[begin:end], device)
+def local_shards(rows_of: Callable, clique: List[int], bounds, skip=()) -> Dict[int, tuple]:
+    """This process's ``(buffer, shard)`` of each of a clique's members (but those in
+    ``skip``); ``rows_of(begin, end, device)`` gives a member's rows on its GPU."""
+    return {device: shareable_copy(rows_of(begin, end, device), device)
             for device, (begin, end) in zip(clique, bounds) if device not in skip}
 
 
 def shards_swapped_over(group):
     """Builds each clique's shards across torch.distributed workers: a worker copies only
     the shard of its current GPU, then all workers swap CUDA IPC handles (every worker
-    takes part in every swap, so all must place the same cliques in the same order)."""
+    takes part in every swap, so all must place the same cliques in the same order). A
+    worker that fails to build its shard still takes part and sends its error, so every
+    worker raises instead of waiting for it."""
     import torch.distributed as dist
 
-    def make_shards(host: Tensor, clique: List[int], bounds) -> Dict[int, Tensor]:
+    def make_shards(rows_of: Callable, clique: List[int], bounds) -> Dict[int, tuple]:
         mine = torch.cuda.current_device()
-        shards: Dict[int, Tensor] = {}
+        made: Dict[int, tuple] = {}
         payload = None
-        if mine in clique:
-            begin, end = bounds[clique.index(mine)]
-            shards[mine] = shareable_copy(host[begin:end], mine)
-            payload = (mine, ipc_payload(shards[mine]))
+        try:
+            if mine in clique:
+                begin, end = bounds[clique.index(mine)]
+                made[mine] = shareable_copy(rows_of(begin, end, mine), mine)
+                payload = (mine, ipc_payload(*made[mine]))
+        except Exception as error:  # noqa: BLE001 (sent to every worker, then raised)
+            payload = ("error", f"{type(error).__name__}: {error}")
         gathered = [None] * dist.get_world_size(group)
         dist.all_gather_object(gathered, payload, group=group)
+        failures = [f"rank {rank}: {item[1]}" for rank, item in enumerate(gathered)
+                    if item is not None and item[0] == "error"]
+        if failures:
+            raise RuntimeError("building the clique's shards failed on " + "; ".join(failures))
         if mine not in clique:
             return {}  # this worker reads another clique's shards
         for item in gathered:
-            if item is not None and item[0] in clique and item[0] not in shards:
-                shards[item[0]] = open_payload(item[1], mine)
-        shards.update(local_shards(host, clique, bounds, skip=shards))  # GPUs no worker runs on
-        return shards
+            if item is not None and item[0] in clique and item[0] not in made:
+                made[item[0]] = (None, open_payload(item[1], mine))  # a peer's, mapped
+        made.update(local_shards(rows_of, clique, bounds, skip=made))  # GPUs no worker runs on
+        return made
 
     return make_shards

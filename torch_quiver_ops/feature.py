@@ -3,15 +3,16 @@ read by one gather kernel (``quiver::gather_tiered_rows``)."""
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from . import _sharing, ops
 from ._device import gpus_usable, p2p_cliques, parse_size, resolve_device
-from .hotness import check_hot_order, check_positions, positions_of
+from .hotness import INT32_MAX, check_hot_order, check_positions, positions_of
 from .topology import CSRTopo
 from .uva import pinned
 
@@ -21,7 +22,7 @@ CACHE_POLICIES = ("device_replicate", "p2p_clique_replicate")
 class Feature:
     """A node feature table larger than GPU memory, gathered at GPU speed: ``feature[ids]``.
 
-    Rows are ordered by hotness (``hot_order``, else degree from ``csr_topo``, else as
+    Rows are ranked by hotness (``hot_order``, else degree from ``csr_topo``, else as
     given). The hottest ``device_cache_size`` bytes of rows per GPU live in GPU memory:
 
     * ``"device_replicate"``: every GPU of ``device_list`` keeps its own copy of them;
@@ -29,8 +30,9 @@ class Feature:
       clique, found with :func:`p2p_cliques`) split ``clique size x device_cache_size``
       bytes of the hottest rows between them and read their peers' parts directly.
 
-    The whole table also lives in pinned host memory, in hot order, which the GPU reads
-    with zero copy for rows outside its cache. One kernel reads every tier.
+    The host tier is the table itself, pinned in place (never copied): the GPU reads it
+    with zero copy for rows outside its cache, and the hot order lives in a positions map
+    (4 or 8 bytes a row). One kernel reads every tier.
 
     Args:
         rank: the default GPU of ``device_list``.
@@ -40,10 +42,12 @@ class Feature:
         csr_topo: orders rows by degree when no ``hot_order`` is given.
 
     ``feature[ids]`` returns the rows on the ids' GPU, or for CPU ids on the current GPU
-    (on the CPU where there is none, or when ``device_list`` is empty). Spawned workers (``torch.multiprocessing.spawn``) can
-    receive a Feature: the host table travels as shared memory, clique shards as CUDA IPC
+    (on the CPU where there is none, or when ``device_list`` is empty). Spawned workers
+    (``torch.multiprocessing.spawn``) can receive a Feature: the table travels as shared
+    memory (moved there at the first pickling if it is not yet), clique shards as CUDA IPC
     handles, and each worker builds its own replica at its first gather. Independent
-    processes (``torchrun``) use :meth:`save` and :meth:`load_shared`.
+    processes (``torchrun``) use :meth:`save` and :meth:`load_shared`. Processes that
+    mapped each other's clique shards call :meth:`close` together before they exit.
     """
 
     def __init__(self, rank: int = 0, device_list: Optional[Sequence[int]] = None,
@@ -59,19 +63,23 @@ class Feature:
         self.device_cache_size = parse_size(device_cache_size)
         self.cache_policy = cache_policy
         self.csr_topo = csr_topo
-        self._host: Optional[Tensor] = None        # every row, hottest first
-        self._positions: Optional[Tensor] = None   # row id -> hot position (None: identity)
-        self._cache_rows = 0                        # rows each GPU holds
+        self._host: Optional[Tensor] = None    # every row, in the table's own order
+        self._order: Optional[Tensor] = None   # row ids hottest first (None: as given)
+        self._rank: Optional[Tensor] = None    # its inverse: row id -> hotness rank
+        self._cache_rows = 0                    # rows each GPU holds
         self._cliques: List[List[int]] = []
-        self._shards: Dict[int, Tensor] = {}        # clique policy: GPU -> its part
-        self._shard_payloads: Dict[int, bytes] = {}  # the same, as IPC handles (in workers)
+        # Clique shards: GPU -> (IpcBuffer or None, rows). The buffer is this process's own
+        # (exported to peers); None marks a peer's shard mapped here.
+        self._shards: Dict[int, tuple] = {}
+        self._shard_payloads: Dict[int, tuple] = {}  # the same, as IPC handles (in workers)
         self._process_state()
 
     def _process_state(self) -> None:
-        """What each process builds for itself: pins, replicas, per-GPU layouts."""
-        self._pins = []
+        """What each process builds for itself: the pin, replicas, mapped shards, layouts."""
+        self._pin = None
         self._pinned_host: Optional[Tensor] = None
         self._replicas: Dict[int, Tensor] = {}
+        self._mapped: Dict[Tuple[int, int], Tensor] = {}  # (owner, reader) -> a peer's shard
         # device -> (FeatureTiers, its tiers, its positions): the op's arguments, kept so a
         # gather does not cross into the class each time.
         self._views: Dict[torch.device, tuple] = {}
@@ -79,7 +87,9 @@ class Feature:
     # ---- building ----
 
     def from_cpu_tensor(self, x: Tensor, hot_order: Optional[Tensor] = None) -> "Feature":
-        """Takes the table ``x`` (rows first; any dtype and row shape) and places it.
+        """Takes the table ``x`` (rows first; any dtype and row shape) and places it. A
+        contiguous CPU ``x`` is used in place (pinned where it lies when GPUs read it), so
+        the store costs no second host copy; do not resize it while the store lives.
 
         ``hot_order`` lists the row ids hottest first (e.g. from
         :func:`presample_hot_order`); without it the order is by degree when ``csr_topo``
@@ -98,22 +108,15 @@ class Feature:
             order = self.csr_topo.feature_order
         else:
             order = None
-        x = x.detach().cpu().contiguous()
-        host = _sharing.shared_empty(x.shape, x.dtype)
-        if order is None:
-            host.copy_(x)
-        else:
-            torch.index_select(x, 0, order, out=host)
-        positions = None
-        if order is not None:
-            positions = positions_of(order)
-            if host.is_shared():
-                positions.share_memory_()
-        self._place(host, positions)
+        self._place(x.detach().cpu().contiguous(), order)
         return self
 
-    def _place(self, host: Tensor, positions: Optional[Tensor], make_shards=None) -> None:
-        self._host, self._positions = host, positions
+    def _place(self, host: Tensor, order: Optional[Tensor],
+               make_shards: Optional[Callable] = None) -> None:
+        self._host = host
+        self._order = None if order is None else order.to(
+            torch.int32 if host.size(0) <= INT32_MAX else torch.int64)
+        self._rank = None if order is None else positions_of(order)
         self._process_state()
         row_bytes = host[0].nbytes if host.size(0) else 0
         gpus = gpus_usable() and bool(self.device_list)
@@ -127,7 +130,18 @@ class Feature:
         for clique in self._cliques:
             if len(clique) > 1 and self._cache_rows:
                 self._shards.update((make_shards or _sharing.local_shards)(
-                    host, clique, self._shard_bounds(clique)))
+                    self._hot_rows, clique, self._shard_bounds(clique)))
+
+    def _hot_rows(self, begin: int, end: int, device: Optional[int] = None) -> Tensor:
+        """The rows of hotness ranks [begin, end), gathered on ``device`` when given
+        (straight from the pinned table, no host copy), else on the host."""
+        if self._order is None:
+            rows = self._host[begin:end]
+            return rows if device is None else rows.to(device)
+        ids = self._order[begin:end]
+        if device is None:
+            return self._host[ids.long()]
+        return ops.gather_rows(self._pinned(), ids.to(device))
 
     def _shard_bounds(self, clique: Sequence[int]):
         """Contiguous runs of the clique's hot rows, one per member, in clique order."""
@@ -142,53 +156,72 @@ class Feature:
             raise RuntimeError("this Feature holds no data yet: call from_cpu_tensor(x) first")
         return self._host
 
+    def _pinned(self) -> Tensor:
+        """The table pinned in place (a small one that cannot be may get a pinned copy)."""
+        if self._pinned_host is None:
+            self._pinned_host, self._pin = pinned(self._host)
+        return self._pinned_host
+
     def _clique_of(self, index: int) -> Optional[List[int]]:
         return next((c for c in self._cliques if index in c), None)
 
-    def _gpu_tiers(self, device: torch.device) -> List[Tensor]:
+    def _memory_tiers(self, device: torch.device) -> List[Tensor]:
         clique = self._clique_of(device.index)
         if not self._cache_rows:
-            hot: List[Tensor] = []
-        elif clique is None:
+            return []
+        if clique is None:
             raise ValueError(f"this Feature caches rows on GPUs {self.device_list}, and "
                              f"{device} is not one of them: gather on one of those GPUs "
                              f"(torch.cuda.set_device) or add it to device_list")
-        elif len(clique) == 1:
+        if len(clique) == 1:
             if device.index not in self._replicas:
-                self._replicas[device.index] = self._host[:self._cache_rows].to(device)
-            hot = [self._replicas[device.index]]
-        else:  # the op turns on peer access to the members' memory
-            hot = [self._clique_shard(d, device.index) for d in clique]
-        if self._pinned_host is None:
-            # In place (the shared pages themselves); a small table may get a pinned copy.
-            self._pinned_host, pin = pinned(self._host)
-            self._pins.append(pin)
-        hot_rows = sum(t.size(0) for t in hot)
-        return hot + [self._pinned_host[hot_rows:]]
+                self._replicas[device.index] = self._hot_rows(0, self._cache_rows, device.index)
+            return [self._replicas[device.index]]
+        return [self._clique_shard(d, device.index) for d in clique]  # the op enables peers
 
     def _clique_shard(self, owner: int, reader: int) -> Tensor:
-        """A clique member's shard; in a worker, its IPC handle is opened at first use, in
-        the reading GPU's context."""
-        if owner not in self._shards:
-            self._shards[owner] = _sharing.open_payload(self._shard_payloads[owner], reader)
-        return self._shards[owner]
+        """A clique member's shard. In a worker its IPC handle is opened at first use, in
+        the reading GPU's context, once per (owner, reader): a mapping opened for one GPU
+        is not readable by kernels of another."""
+        if owner in self._shards:
+            return self._shards[owner][1]
+        if (owner, reader) not in self._mapped:
+            self._mapped[(owner, reader)] = _sharing.open_payload(self._shard_payloads[owner],
+                                                                  reader)
+        return self._mapped[(owner, reader)]
+
+    def _positions_for(self, memory_rows: int, device: torch.device) -> Optional[Tensor]:
+        """Where each row sits in [memory tiers..., the whole table]: its hotness rank
+        when the memory tiers hold it, else memory_rows + its id (its row of the table)."""
+        if self._rank is None:
+            return None  # memory tiers hold the first rows; the host tier starts after them
+        ids_fit = memory_rows + self._host.size(0) <= INT32_MAX
+        rank = self._rank.to(device)
+        ids = torch.arange(self._host.size(0), device=device,
+                           dtype=torch.int32 if ids_fit else torch.int64)
+        positions = torch.where(rank < memory_rows, rank.to(ids.dtype), ids + memory_rows)
+        return positions
 
     def tiers(self, device: Union[None, int, str, torch.device] = None) -> "torch.ScriptObject":
         """The layout ``device`` reads (a ``torch.classes.quiver.FeatureTiers``, usable from
-        TorchScript): its GPU-memory tiers, then the host tier. Default: the current GPU, or
-        the CPU without one."""
+        TorchScript and savable with a scripted module): its GPU-memory tiers, then the
+        host tier. Default: the current GPU, or the CPU without one."""
         return self._view(self._device_for(device))[0]
 
     def _view(self, device: torch.device) -> tuple:
         view = self._views.get(device)
         if view is None:
-            self._table()
+            host = self._table()
             if device.type == "cuda":
-                tiers = self._gpu_tiers(device)
-                positions = (self._positions.to(device) if self._positions is not None
-                             else None)
+                memory = self._memory_tiers(device)
+                memory_rows = sum(t.size(0) for t in memory)
+                if self._rank is None:  # the host tier is the table past the cached rows
+                    tiers = memory + [self._pinned()[memory_rows:]]
+                else:  # the whole table; positions send cached rows to the memory tiers
+                    tiers = memory + [self._pinned()]
+                positions = self._positions_for(memory_rows, device)
             else:
-                tiers, positions = [self._host], self._positions
+                tiers, positions = [host], None
             view = (torch.classes.quiver.FeatureTiers(tiers, positions), tiers, positions)
             self._views[device] = view
         return view
@@ -217,8 +250,8 @@ class Feature:
         ids = torch.as_tensor(ids).cpu().long()
         if ids.numel() == 0 or not tiers[0].is_cuda:
             return 0.0
-        positions = self._positions[ids] if self._positions is not None else ids
-        return float((positions < view.leading_rows()).double().mean())
+        ranks = self._rank[ids] if self._rank is not None else ids
+        return float((ranks < view.leading_rows()).double().mean())
 
     @property
     def cached_rows(self) -> int:
@@ -248,34 +281,71 @@ class Feature:
         return (f"Feature(shape={shape}, cache_policy={self.cache_policy!r}, "
                 f"cached_rows={self._cache_rows}, cliques={self._cliques})")
 
-    # ---- sharing with spawned workers ----
+    # ---- processes ----
+
+    def close(self, group=None) -> None:
+        """Lets go of clique shards across processes, safely: drops this process's
+        mappings of its peers' shards, waits (a barrier on ``group``, when torch.distributed
+        is initialized) until every peer has dropped its mappings of this process's
+        shards, then frees them. Every process that shares the shards calls it; the
+        Feature is empty afterwards. Without it, exported shards stay allocated until the
+        process ends (freeing memory a peer still reads is undefined in CUDA)."""
+        self._views.clear()
+        self._mapped.clear()
+        own = [buffer for buffer, _ in self._shards.values() if buffer is not None]
+        self._shards = {}
+        self._shard_payloads = {}
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.barrier(group=group)
+        for buffer in own:
+            buffer.mark_unmapped()
+        self._process_state()
+        self._host = self._order = self._rank = None
 
     def __getstate__(self):
+        if self._host is not None and not self._host.is_shared():
+            self._move_to_shared_memory()
         state = self.__dict__.copy()
-        for key in ("_pins", "_pinned_host", "_replicas", "_views"):
+        for key in ("_pin", "_pinned_host", "_replicas", "_mapped", "_views"):
             state.pop(key)
+        state["csr_topo"] = None  # used to rank rows when building; workers never need it
         # Shards travel as IPC handles, opened at first use in the reading GPU's context.
-        state["_shard_payloads"] = {**{d: _sharing.ipc_payload(t) for d, t in self._shards.items()
-                                       if d not in self._shard_payloads},
+        state["_shard_payloads"] = {**{d: _sharing.ipc_payload(buffer, rows)
+                                       for d, (buffer, rows) in self._shards.items()
+                                       if buffer is not None},
                                     **self._shard_payloads}
         state["_shards"] = {}
-        if self._host is not None and not self._host.is_shared():
-            raise RuntimeError("this Feature's host table is not in shared memory (see the "
-                               "warning when it was built), so it cannot be handed to worker "
-                               "processes; use Feature.save and Feature.load_shared")
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._process_state()
 
+    def _move_to_shared_memory(self) -> None:
+        """Moves the table into shared memory (torch copies it there and frees the private
+        pages), so spawned workers map it; the pin and layouts follow the new pages."""
+        if not _sharing.shm_has_room(self._host.nbytes):
+            raise RuntimeError(
+                f"this Feature's {self._host.nbytes >> 20} MiB table is not in shared memory "
+                f"and /dev/shm has too little room to move it there, so it cannot be handed to "
+                f"worker processes; use Feature.save and Feature.load_shared")
+        warnings.warn("moving the feature table into shared memory for worker processes (a "
+                      "transient second copy); pass a table already in shared memory "
+                      "(x.share_memory_()) to avoid it", stacklevel=3)
+        self._views.clear()
+        self._pin = self._pinned_host = None
+        self._host.share_memory_()
+        for t in (self._order, self._rank):
+            if t is not None:
+                t.share_memory_()
+
     # ---- one copy per machine for independent processes (torchrun) ----
 
     def save(self, directory: Union[str, Path]) -> Path:
-        """Writes the table in hot order and the positions as raw files (put them on
+        """Writes the table (in its own order) and the hot order as raw files (put them on
         /dev/shm to share RAM), for :meth:`load_shared`."""
         return _sharing.save_arrays(directory, "feature",
-                                    {"rows": self._table(), "positions": self._positions})
+                                    {"rows": self._table(), "order": self._order})
 
     @classmethod
     def load_shared(cls, directory: Union[str, Path], rank: int = 0,
@@ -284,21 +354,23 @@ class Feature:
                     cache_policy: str = "device_replicate",
                     group=None) -> "Feature":
         """Maps a table written by :meth:`save` with MAP_SHARED, so every process on the
-        machine reads the same pages, and places its GPU tiers.
+        machine reads the same pages, and places its GPU tiers. A truncated file or an
+        order that is not a permutation raises.
 
         With ``p2p_clique_replicate`` under ``torch.distributed`` (e.g. one torchrun worker
         per GPU of ``device_list``), each worker copies only its own GPU's shard and the
         workers swap CUDA IPC handles through ``group`` (default: the world); every worker
-        must call this. Without a process group, this process builds every shard.
+        must call this (and :meth:`close` before it exits). Without a process group, this
+        process builds every shard.
         """
         arrays, _ = _sharing.map_arrays(directory, "feature")
         host = arrays["rows"]
-        positions = arrays.get("positions")
-        if positions is not None:
-            check_positions(positions, host.size(0), f"{directory}/positions.bin")
+        order = arrays.get("order")
+        if order is not None:
+            check_positions(order, host.size(0), f"{directory}/order.bin")
         feature = cls(rank, device_list, device_cache_size, cache_policy)
         make_shards = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             make_shards = _sharing.shards_swapped_over(group)
-        feature._place(host, positions, make_shards)
+        feature._place(host, order, make_shards)
         return feature

@@ -36,7 +36,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_coo_kernel(const at::Ten
   int64_t* indptr_p = indptr.mutable_data_ptr<int64_t>();
   at::parallel_for(0, num_edges, kEdgesPerTask, [&](int64_t lo, int64_t hi) {
     for (int64_t e = lo; e < hi; ++e) {
-      __atomic_fetch_add(&indptr_p[row_p[e] + 1], 1, __ATOMIC_RELAXED);
+      __atomic_fetch_add(&indptr_p[static_cast<int64_t>(row_p[e]) + 1], 1, __ATOMIC_RELAXED);
     }
   });
   for (int64_t v = 0; v < num_nodes; ++v) indptr_p[v + 1] += indptr_p[v];

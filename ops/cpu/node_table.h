@@ -17,12 +17,24 @@ namespace quiver::cpu {
 class NodeTable {
  public:
   // Room for `nodes` ids at most half full.
-  explicit NodeTable(int64_t nodes) {
-    capacity_ = node_table_capacity(nodes);
-    storage_ = at::empty({capacity_ * static_cast<int64_t>(sizeof(NodeSlot))}, at::kByte);
-    slots_ = reinterpret_cast<NodeSlot*>(storage_.mutable_data_ptr());
-    at::parallel_for(0, capacity_, 1 << 16, [&](int64_t lo, int64_t hi) {
-      std::memset(slots_ + lo, 0xFF, (hi - lo) * sizeof(NodeSlot));
+  explicit NodeTable(int64_t nodes) { allocate(node_table_capacity(nodes)); }
+
+  // Grows the table, keeping every id with its slot's contents, when `nodes` ids would
+  // fill it past half. Slot indices handed out before are void afterwards.
+  void reserve(int64_t nodes) {
+    const int64_t wanted = node_table_capacity(nodes);
+    if (wanted <= capacity_) return;
+    const at::Tensor old_storage = storage_;
+    const NodeSlot* old = slots_;
+    const int64_t old_capacity = capacity_;
+    allocate(wanted);
+    at::parallel_for(0, old_capacity, 1 << 14, [&](int64_t lo, int64_t hi) {
+      for (int64_t s = lo; s < hi; ++s) {
+        if (old[s].key == kEmptyNodeKey) continue;
+        NodeSlot& slot = slots_[find_or_insert(old[s].key)];
+        slot.local = old[s].local;
+        slot.first = old[s].first;
+      }
     });
   }
 
@@ -57,6 +69,15 @@ class NodeTable {
   }
 
  private:
+  void allocate(int64_t capacity) {
+    capacity_ = capacity;
+    storage_ = at::empty({capacity_ * static_cast<int64_t>(sizeof(NodeSlot))}, at::kByte);
+    slots_ = reinterpret_cast<NodeSlot*>(storage_.mutable_data_ptr());
+    at::parallel_for(0, capacity_, 1 << 16, [&](int64_t lo, int64_t hi) {
+      std::memset(slots_ + lo, 0xFF, (hi - lo) * sizeof(NodeSlot));
+    });
+  }
+
   int64_t capacity_ = 0;
   at::Tensor storage_;
   NodeSlot* slots_ = nullptr;

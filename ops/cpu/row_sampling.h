@@ -70,6 +70,21 @@ inline void sample_offsets(int64_t degree, int64_t fanout, bool replace, at::phi
   }
 }
 
+// ends[i] = counts[0] + ... + counts[i] over n rows of hop `hop` (-1: sample_neighbors),
+// raising before any sum passes kMaxHopEdges, so that none can wrap. Returns the total.
+inline int64_t prefix_counts(const int64_t* counts, int64_t n, int64_t* ends, int64_t hop) {
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (counts[i] > kMaxHopEdges - total) {
+      errors::batch_too_large(errors::hop_edges_name(hop), saturating_add(total, counts[i]),
+                              kMaxHopEdges);
+    }
+    total += counts[i];
+    ends[i] = total;
+  }
+  return total;
+}
+
 // The CSR row of `node`, checked against the index array it must lie in.
 struct RowSpan {
   int64_t begin;

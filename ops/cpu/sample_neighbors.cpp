@@ -31,9 +31,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_kernel(
       counts_p[i] = sampled_count(row.degree, fanout, replace);
     }
   });
-  const at::Tensor ends = counts.cumsum(0);
-  const int64_t* ends_p = ends.const_data_ptr<int64_t>();
-  const int64_t total = num_seeds == 0 ? 0 : ends_p[num_seeds - 1];
+  at::Tensor ends = at::empty({num_seeds}, seeds.options());
+  int64_t* ends_p = ends.mutable_data_ptr<int64_t>();
+  const int64_t total = cpu::prefix_counts(counts_p, num_seeds, ends_p, /*hop=*/-1);
 
   at::Tensor neighbors = at::empty({total}, seeds.options());
   at::Tensor sampled_eids = at::empty({total}, seeds.options());
@@ -59,7 +59,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_kernel(
 std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cpu(
     const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds, int64_t fanout,
     bool replace, const std::optional<at::Tensor>& edge_ids) {
-  check_sample_neighbors_args(indptr, indices, seeds, fanout, edge_ids);
+  check_sample_neighbors_args(indptr, indices, seeds, fanout, replace, edge_ids);
   const int64_t num_nodes = indptr.numel() - 1;
   const at::Tensor seeds64 = seeds.to(at::kLong);
   check_ids_in_range(seeds64.const_data_ptr<int64_t>(), seeds64.numel(), num_nodes, "seeds");

@@ -4,7 +4,6 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include <limits>
 #include <vector>
 
 #include "ops/checks.h"
@@ -38,8 +37,10 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
   const int64_t num_hops = static_cast<int64_t>(fanouts.size());
   const auto options = seeds.options();
 
-  // Sized for every node the batch can reach, so it never fills past half.
+  // Sized for every node the batch can reach before an all-neighbors hop; such a hop grows
+  // it once its size is known, so it never fills past half.
   cpu::NodeTable table(node_bound(batch_size, fanouts, num_nodes));
+  int64_t nodes_bound = batch_size;  // nodes the table may hold so far
   const int64_t* seeds_p = seeds.const_data_ptr<int64_t>();
   for (int64_t i = 0; i < batch_size; ++i) {  // a repeated seed keeps its first index
     NodeSlot& slot = table[table.find_or_insert(seeds_p[i])];
@@ -59,20 +60,17 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
     const int64_t frontier_size = frontier.numel();
     const int64_t* frontier_p = frontier.const_data_ptr<int64_t>();
 
-    std::vector<int64_t> ends(frontier_size);
+    std::vector<int64_t> counts(frontier_size), ends(frontier_size);
     at::parallel_for(0, frontier_size, kNodesPerTask, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) {
         const auto row = cpu::checked_row(indptr_p, frontier_p[i], num_edges);
-        ends[i] = sampled_count(row.degree, fanout, replace);
+        counts[i] = sampled_count(row.degree, fanout, replace);
       }
     });
-    for (int64_t i = 1; i < frontier_size; ++i) ends[i] += ends[i - 1];
-    const int64_t hop_edges = ends[frontier_size - 1];
-    TORCH_CHECK(hop_edges < std::numeric_limits<uint32_t>::max(), "hop ", hop, " would sample ",
-                hop_edges, " edges; sample fewer seeds per batch");
-    TORCH_CHECK(total_nodes + std::min(hop_edges, num_nodes) < std::numeric_limits<int32_t>::max(),
-                "a batch of more than 2^31 nodes; sample fewer seeds per batch");
-
+    const int64_t hop_edges = cpu::prefix_counts(counts.data(), frontier_size, ends.data(), hop);
+    nodes_bound = std::min(nodes_bound + std::min(hop_edges, num_nodes), num_nodes + batch_size);
+    check_batch_nodes(nodes_bound);
+    table.reserve(nodes_bound);
     at::Tensor rows = at::empty({hop_edges}, options);
     at::Tensor cols = at::empty({hop_edges}, options);
     at::Tensor eids = at::empty({hop_edges}, options);
@@ -157,7 +155,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 sample_subgraph_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                     at::IntArrayRef fanouts, bool replace,
                     const std::optional<at::Tensor>& edge_ids) {
-  check_sample_subgraph_args(indptr, indices, seeds, fanouts, edge_ids);
+  check_sample_subgraph_args(indptr, indices, seeds, fanouts, replace, edge_ids);
   const at::Tensor seeds64 = seeds.to(at::kLong);
   check_ids_in_range(seeds64.const_data_ptr<int64_t>(), seeds64.numel(), indptr.numel() - 1,
                      "seeds");

@@ -3,8 +3,11 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/core/CachingHostAllocator.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <initializer_list>
 #include <optional>
 
 #include "ops/cuda/row_sampling.h"
@@ -50,6 +53,29 @@ Csr<index_t> readable_csr(const at::Tensor& indptr, const at::Tensor& indices,
 // on the current stream), never a raw cudaMalloc per call.
 inline at::Tensor workspace(size_t bytes, const at::Device& device) {
   return at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions(device).dtype(at::kByte));
+}
+
+// Keeps pinned host inputs out of PyTorch's pinned-memory cache until the work queued on
+// `stream` has read them. An op that returns before its kernels finish (sample_neighbors)
+// would otherwise let a temporary's block be handed out again (to the next pin_memory())
+// while a kernel still reads it. Memory not from that cache is left alone.
+inline void keep_until_read(std::initializer_list<const at::Tensor*> inputs, c10::Stream on) {
+  at::HostAllocator* cache = at::getHostAllocator(at::kCUDA);
+  for (const at::Tensor* t : inputs) {
+    if (t == nullptr || !t->device().is_cpu() || t->numel() == 0) continue;
+    const c10::DataPtr& data = t->storage().data_ptr();
+    cache->record_event(data.get(), data.get_context(), on);
+  }
+}
+
+// Scratch sets for rows that pick many neighbors without replacement (row_sampling.h),
+// cleared on `stream`; undefined when the hop needs none.
+inline at::Tensor pick_sets(int64_t fanout, bool replace, int64_t edges, const at::Device& device,
+                            cudaStream_t stream) {
+  if (!needs_pick_sets(fanout, replace) || edges == 0) return {};
+  at::Tensor sets = at::empty({2 * edges}, at::TensorOptions(device).dtype(at::kLong));
+  C10_CUDA_CHECK(cudaMemsetAsync(sets.mutable_data_ptr(), 0xFF, sets.nbytes(), stream));
+  return sets;
 }
 
 }  // namespace quiver::cuda

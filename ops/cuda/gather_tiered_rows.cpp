@@ -7,7 +7,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "ops/checks.h"
 #include "ops/cuda/device_access.h"
@@ -31,7 +33,7 @@ const void* tier_pointer(const at::Tensor& tier, size_t k, const at::Device& dev
   return gpu_readable(tier, name.c_str(), device);
 }
 
-// Where the kernel reports a failing id: this thread's word of mapped pinned memory,
+// Where the kernel reports a failing id: a word of mapped pinned memory per host thread,
 // cleared by a host store and read after the op's one synchronization, so a call costs no
 // memset and no copy. One word per thread suffices because the op waits for its stream
 // before it returns.
@@ -40,19 +42,54 @@ struct ErrorWord {
   uint64_t* device = nullptr;
 };
 
+// Words are carved from pinned pages and go back to the pool when their thread ends, so
+// threads that come and go reuse words instead of pinning a page each. The pool and its
+// pages live until the process ends: freeing pinned memory at exit can race with CUDA's
+// own teardown.
+class ErrorWordPool {
+ public:
+  static ErrorWordPool& instance() {
+    static ErrorWordPool* pool = new ErrorWordPool();
+    return *pool;
+  }
+
+  ErrorWord take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.empty()) {
+      constexpr size_t kPageBytes = 4096;
+      void* page = nullptr;
+      C10_CUDA_CHECK(cudaHostAlloc(&page, kPageBytes, cudaHostAllocMapped | cudaHostAllocPortable));
+      void* mapped = nullptr;
+      C10_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, page, 0));
+      for (size_t k = 0; k < kPageBytes / sizeof(uint64_t); ++k) {
+        free_.push_back({static_cast<uint64_t*>(page) + k, static_cast<uint64_t*>(mapped) + k});
+      }
+    }
+    const ErrorWord word = free_.back();
+    free_.pop_back();
+    return word;
+  }
+
+  void give_back(ErrorWord word) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(word);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<ErrorWord> free_;
+};
+
+// This thread's word, returned to the pool when the thread ends.
+struct ThreadErrorWord {
+  ErrorWord word = ErrorWordPool::instance().take();
+  ~ThreadErrorWord() { ErrorWordPool::instance().give_back(word); }
+};
+
 const ErrorWord& cleared_error_word() {
-  // Never freed: releasing pinned memory at thread exit can race with CUDA's teardown.
-  thread_local const ErrorWord word = [] {
-    ErrorWord w;
-    void* p = nullptr;
-    C10_CUDA_CHECK(
-        cudaHostAlloc(&p, sizeof(uint64_t), cudaHostAllocMapped | cudaHostAllocPortable));
-    w.host = static_cast<uint64_t*>(p);
-    C10_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&w.device), p, 0));
-    return w;
-  }();
-  *word.host = 0;
-  return word;
+  thread_local const ThreadErrorWord mine;
+  *mine.word.host = 0;
+  return mine.word;
 }
 
 // Waits for the gather; raises IndexError naming the first reported failure.

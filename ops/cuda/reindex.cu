@@ -34,6 +34,16 @@ __device__ inline int64_t live_edges(const HopEdges& edges) {
   return *edges.num_edges < edges.max_edges ? *edges.num_edges : edges.max_edges;
 }
 
+__global__ void rehash_kernel(NodeTable from, NodeTable to) {
+  QUIVER_GRID_LOOP(s, from.capacity) {
+    const NodeSlot old = from.slots[s];
+    if (old.key == kEmptyNodeKey) continue;
+    NodeSlot& slot = to.slots[find_or_insert(to.slots, to.capacity - 1, old.key)];
+    slot.local = old.local;
+    slot.first = old.first;
+  }
+}
+
 __global__ void insert_nodes_kernel(NodeTable table, const int64_t* nodes, int64_t n,
                                     int64_t* entries) {
   QUIVER_GRID_LOOP(i, n) {
@@ -119,6 +129,12 @@ auto first_mention_flags(const NodeSlot* slots, const int64_t* rows, const int64
 
 cudaError_t clear_node_table(const NodeTable& table, cudaStream_t stream) {
   return cudaMemsetAsync(table.slots, 0xFF, table.capacity * sizeof(NodeSlot), stream);
+}
+
+cudaError_t rehash_node_table(const NodeTable& from, const NodeTable& to, cudaStream_t stream) {
+  rehash_kernel<<<blocks_for(from.capacity, kThreads), kThreads, 0, stream>>>(from, to);
+  QUIVER_LAUNCH_TRY();
+  return cudaSuccess;
 }
 
 cudaError_t insert_nodes(const NodeTable& table, const int64_t* nodes, int64_t n, int64_t* entries,

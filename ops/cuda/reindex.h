@@ -32,6 +32,10 @@ struct HopEdges {
 
 cudaError_t clear_node_table(const NodeTable& table, cudaStream_t stream);
 
+// Moves every id of `from` (with its local index and first mention) into `to`, a larger
+// cleared table; slot indices of `from` are void afterwards.
+cudaError_t rehash_node_table(const NodeTable& from, const NodeTable& to, cudaStream_t stream);
+
 // Inserts the seeds nodes[0..n) with local index = position of each id's first occurrence.
 // `entries` is scratch of n entries.
 cudaError_t insert_nodes(const NodeTable& table, const int64_t* nodes, int64_t n, int64_t* entries,

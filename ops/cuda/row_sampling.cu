@@ -19,7 +19,6 @@ namespace {
 
 constexpr int kPlanThreads = 256;
 constexpr int kBlock = 128;
-constexpr int kSharedPicks = 32;  // picks per row kept in shared memory; more go to scratch
 
 template <typename index_t>
 __global__ void plan_rows_kernel(const Csr<index_t> csr, const RowPlan plan, int64_t fanout,
@@ -97,18 +96,37 @@ __global__ void __launch_bounds__(kBlock)
     } else {
       // Floyd's algorithm in one lane (every k-subset equally likely), then all lanes
       // fetch the picks. Beyond kSharedPicks the picks wait in the edge-id output, each
-      // slot later overwritten by the lane that reads it.
-      int64_t* picks = count <= kSharedPicks ? shared_picks[slot] : out.edge_ids + first;
+      // slot later overwritten by the lane that reads it, and membership is tested in the
+      // row's open-addressing set (capacity 2k, so probes stay short) instead of a scan.
+      const bool small = count <= kSharedPicks;
+      int64_t* picks = small ? shared_picks[slot] : out.edge_ids + first;
       if (lane == 0) {
         curandStatePhilox4_32_10_t state;
         curand_init(rule.key.seed, rule.stream_base + r, rule.key.offset, &state);
+        int64_t* set = small ? nullptr : out.pick_sets + 2 * first;
+        const uint64_t capacity = 2 * static_cast<uint64_t>(count);
+        // Inserts v unless present; true when it was present.
+        auto seen_or_insert = [&](int64_t v) {
+          uint64_t h = mix_node_id(static_cast<uint64_t>(v)) % capacity;
+          while (set[h] != -1) {
+            if (set[h] == v) return true;
+            h = h + 1 == capacity ? 0 : h + 1;
+          }
+          set[h] = v;
+          return false;
+        };
         for (int64_t j = degree - count, m = 0; j < degree; ++j, ++m) {
           int64_t t = static_cast<int64_t>(uniform_below(&state, j + 1));
-          for (int64_t q = 0; q < m; ++q) {
-            if (picks[q] == t) {
-              t = j;
-              break;
+          if (small) {
+            for (int64_t q = 0; q < m; ++q) {
+              if (picks[q] == t) {
+                t = j;
+                break;
+              }
             }
+          } else if (seen_or_insert(t)) {
+            t = j;  // never chosen before: every earlier pick is below j
+            seen_or_insert(t);
           }
           picks[m] = t;
         }

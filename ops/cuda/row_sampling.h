@@ -56,14 +56,25 @@ struct RowPlan {
 
 // Where a hop's sampled edges go: row r writes count[r] neighbors (global ids) and edge
 // ids at offsets[r]; when `cols` is given, also *col_base + r (col_base on the device) as
-// each edge's target.
+// each edge's target. `pick_sets` is scratch for rows that pick more than
+// kSharedPicks neighbors without replacement (see needs_pick_sets): 2 * (edges of the hop)
+// entries cleared to -1, row r using those from 2 * offsets[r].
 struct HopOutput {
   const int64_t* offsets;
   int64_t* neighbors;
   int64_t* edge_ids;
   int64_t* cols;
   const int64_t* col_base;
+  int64_t* pick_sets;
 };
+
+// Picks per row that Floyd's algorithm keeps in shared memory, scanning them to test
+// membership; a row with more keeps an open-addressing set in HopOutput::pick_sets, so
+// large fanouts cost O(k), not O(k^2).
+constexpr int64_t kSharedPicks = 32;
+inline bool needs_pick_sets(int64_t fanout, bool replace) {
+  return !replace && fanout > kSharedPicks;
+}
 
 // What plan_rows checks besides each node and row: whether the nodes are seeds (which
 // picks the error code for an out-of-range id), and indptr[0] == 0, indptr[-1] == num_edges.

@@ -7,6 +7,7 @@
 #include "ops/checks.h"
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/hop_board.h"
+#include "ops/sampling_rules.h"
 
 namespace quiver {
 namespace {
@@ -14,11 +15,12 @@ namespace {
 std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
     const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds, int64_t fanout,
     bool replace, const std::optional<at::Tensor>& edge_ids) {
-  check_sample_neighbors_args(indptr, indices, seeds, fanout, edge_ids);
+  check_sample_neighbors_args(indptr, indices, seeds, fanout, replace, edge_ids);
   TORCH_CHECK(seeds.is_cuda(), "sample_neighbors on CUDA needs seeds on a GPU, got ",
               seeds.device());
   const c10::cuda::CUDAGuard guard(seeds.device());
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  const c10::cuda::CUDAStream current = at::cuda::getCurrentCUDAStream();
+  const cudaStream_t stream = current.stream();
   const at::Tensor seeds64 = seeds.to(at::kLong);
   const int64_t num_seeds = seeds64.numel();
   const auto options = seeds64.options();
@@ -35,6 +37,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
                              plan_space.mutable_data_ptr<int64_t>(),
                              plan_space.mutable_data_ptr<int64_t>() + num_seeds,
                              counts.mutable_data_ptr<int64_t>()};
+    // No sum of the counts may wrap: refuse a bound that could (see sampling_rules.h).
+    const int64_t bound =
+        saturating_mul(num_seeds, per_node_bound(fanout, replace, csr.num_edges));
+    if ((replace && bound > kMaxHopEdges) || bound == kSaturated) {
+      errors::batch_too_large(errors::hop_edges_name(-1), bound, kMaxHopEdges);
+    }
     cuda::HopRule rule{fanout, replace, {}, 0};
     C10_CUDA_CHECK(cuda::plan_rows(csr, plan, rule, {/*nodes_are_seeds=*/true, /*csr_ends=*/true},
                                    board.status(), stream));
@@ -47,14 +55,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
     C10_CUDA_CHECK(cudaMemcpyAsync(board.words(), offsets.const_data_ptr<int64_t>() + num_seeds,
                                    sizeof(int64_t), cudaMemcpyDeviceToDevice, stream));
     const int64_t total = board.read(stream, csr.num_nodes, csr.num_edges)[0];
+    if (total > kMaxHopEdges) errors::batch_too_large(errors::hop_edges_name(-1), total, kMaxHopEdges);
 
     at::Tensor neighbors = at::empty({total}, options);
     at::Tensor sampled_eids = at::empty({total}, options);
-    rule.key = cuda::draw_philox_key(seeds.device(), 4 * std::max<int64_t>(fanout, 1));
+    rule.key = cuda::draw_philox_key(seeds.device(), draws_per_row(fanout, replace, csr.num_edges));
+    at::Tensor pick_sets = cuda::pick_sets(fanout, replace, total, seeds.device(), stream);
     const cuda::HopOutput out{offsets.const_data_ptr<int64_t>(),
                               neighbors.mutable_data_ptr<int64_t>(),
-                              sampled_eids.mutable_data_ptr<int64_t>(), nullptr, nullptr};
+                              sampled_eids.mutable_data_ptr<int64_t>(),
+                              nullptr,
+                              nullptr,
+                              pick_sets.defined() ? pick_sets.mutable_data_ptr<int64_t>() : nullptr};
     C10_CUDA_CHECK(cuda::sample_rows(csr, plan, rule, out, stream));
+    // The only wait was before sampling: pinned inputs must outlive the kernel's reads.
+    const std::optional<at::Tensor>& eid = edge_ids;
+    cuda::keep_until_read({&indptr, &indices, eid ? &*eid : nullptr}, current.unwrap());
     return std::make_tuple(counts, neighbors, sampled_eids);
   });
 }

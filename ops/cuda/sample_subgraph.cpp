@@ -5,7 +5,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <limits>
 #include <vector>
 
 #include "ops/checks.h"
@@ -44,17 +43,32 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
   board.upload(stream);
   int64_t* node_total = board.words() + total_at;
 
-  // Sized for every node the batch can reach, so it never fills past half.
-  const int64_t capacity = node_table_capacity(node_bound(batch_size, fanouts, csr.num_nodes));
-  at::Tensor table_space = cuda::workspace(capacity * sizeof(NodeSlot), device);
-  const cuda::NodeTable table{static_cast<NodeSlot*>(table_space.mutable_data_ptr()), capacity};
-  C10_CUDA_CHECK(cuda::clear_node_table(table, stream));
+  // Sized for every node the batch can reach before an all-neighbors hop; such a hop grows
+  // it once its exact size is known, so the table never fills past half.
+  at::Tensor table_space;
+  cuda::NodeTable table{nullptr, 0};
+  auto reserve_table = [&](int64_t nodes) {
+    const int64_t capacity = node_table_capacity(nodes);
+    if (capacity <= table.capacity) return;
+    at::Tensor grown = cuda::workspace(capacity * sizeof(NodeSlot), device);
+    const cuda::NodeTable bigger{static_cast<NodeSlot*>(grown.mutable_data_ptr()), capacity};
+    C10_CUDA_CHECK(cuda::clear_node_table(bigger, stream));
+    if (table.slots != nullptr) C10_CUDA_CHECK(cuda::rehash_node_table(table, bigger, stream));
+    table_space = grown;  // the old table returns to the allocator in stream order
+    table = bigger;
+  };
+  reserve_table(node_bound(batch_size, fanouts, csr.num_nodes));
+  int64_t nodes_bound = batch_size;  // nodes the table may hold so far
   at::Tensor entries = at::empty({batch_size}, options);
   C10_CUDA_CHECK(cuda::insert_nodes(table, seeds.const_data_ptr<int64_t>(), batch_size,
                                     entries.mutable_data_ptr<int64_t>(), stream));
 
-  const int64_t max_fanout = *std::max_element(fanouts.begin(), fanouts.end());
-  const auto key = cuda::draw_philox_key(device, 4 * std::max<int64_t>(max_fanout, 1));
+  // Each row reserves the draws its hop may take; with the hop limits below these never wrap.
+  int64_t draws = 4;
+  for (const int64_t fanout : fanouts) {
+    draws = std::max(draws, draws_per_row(fanout, replace, csr.num_edges));
+  }
+  const auto key = cuda::draw_philox_key(device, draws);
 
   std::vector<at::Tensor> new_node_parts, row_parts, col_parts, eid_parts;
   at::Tensor frontier = seeds;  // its first node_total[h + 1] - node_total[h] rows are live
@@ -85,23 +99,41 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
                                              scan_space.mutable_data_ptr(), scan_bytes, stream));
     const int64_t* num_edges = offsets.const_data_ptr<int64_t>() + frontier_bound;
 
-    int64_t max_edges = frontier_bound * fanout;
-    if (fanout < 0) {  // all neighbors: only the device knows how many
+    // The hop's edges: its bound when tight, else (all neighbors, or a fanout far above
+    // the degrees) the exact count, read from the device. No product can wrap: the bound
+    // saturates, and the scan's sums stay below it.
+    const int64_t bound =
+        saturating_mul(frontier_bound, per_node_bound(fanout, replace, csr.num_edges));
+    // With replacement every live row with neighbors yields `fanout`; a saturated bound
+    // could wrap the scan's sums.
+    if ((replace && bound > kMaxHopEdges) || bound == kSaturated) {
+      errors::batch_too_large(errors::hop_edges_name(hop), bound, kMaxHopEdges);
+    }
+    int64_t max_edges = bound;
+    if (fanout < 0 || bound > kQueuedEdgeLimit) {
       C10_CUDA_CHECK(cudaMemcpyAsync(board.words(), num_edges, sizeof(int64_t),
                                      cudaMemcpyDeviceToDevice, stream));
       max_edges = board.read(stream, csr.num_nodes, csr.num_edges)[0];
     }
-    TORCH_CHECK(max_edges < std::numeric_limits<uint32_t>::max(), "hop ", hop, " would sample ",
-                max_edges, " edges; sample fewer seeds per batch");
+    if (max_edges > kMaxHopEdges) {
+      errors::batch_too_large(errors::hop_edges_name(hop), max_edges, kMaxHopEdges);
+    }
     const int64_t max_new = std::min(max_edges, csr.num_nodes);
+    nodes_bound = std::min(nodes_bound + max_new, csr.num_nodes + batch_size);
+    check_batch_nodes(nodes_bound);
+    reserve_table(nodes_bound);
 
     at::Tensor rows = at::empty({max_edges}, options);
     at::Tensor cols = at::empty({max_edges}, options);
     at::Tensor eids = at::empty({max_edges}, options);
     int64_t* rows_p = rows.mutable_data_ptr<int64_t>();
-    const cuda::HopOutput out{offsets.const_data_ptr<int64_t>(), rows_p,
-                              eids.mutable_data_ptr<int64_t>(), cols.mutable_data_ptr<int64_t>(),
-                              node_total + hop};
+    at::Tensor pick_sets = cuda::pick_sets(fanout, replace, max_edges, device, stream);
+    const cuda::HopOutput out{offsets.const_data_ptr<int64_t>(),
+                              rows_p,
+                              eids.mutable_data_ptr<int64_t>(),
+                              cols.mutable_data_ptr<int64_t>(),
+                              node_total + hop,
+                              pick_sets.defined() ? pick_sets.mutable_data_ptr<int64_t>() : nullptr};
     C10_CUDA_CHECK(cuda::sample_rows(csr, plan, rule, out, stream));
     const cuda::HopEdges edges{rows_p, max_edges, num_edges};
     C10_CUDA_CHECK(cuda::insert_neighbors(table, edges, csr.num_nodes, board.status(), stream));
@@ -123,7 +155,9 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
     stream_base += static_cast<uint64_t>(frontier_bound);
     frontier = new_nodes;
     const bool last = hop + 1 == num_hops;
-    if (!last && (fanouts[hop + 1] < 0 || max_new * fanouts[hop + 1] > kQueuedEdgeLimit)) {
+    if (!last && (fanouts[hop + 1] < 0 ||
+                  saturating_mul(max_new, per_node_bound(fanouts[hop + 1], replace,
+                                                         csr.num_edges)) > kQueuedEdgeLimit)) {
       const int64_t* counts = board.read(stream, csr.num_nodes, csr.num_edges);
       frontier = new_nodes.narrow(0, 0, counts[total_at + hop + 2] - counts[total_at + hop + 1]);
     }
@@ -158,7 +192,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 sample_subgraph_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                      at::IntArrayRef fanouts, bool replace,
                      const std::optional<at::Tensor>& edge_ids) {
-  check_sample_subgraph_args(indptr, indices, seeds, fanouts, edge_ids);
+  check_sample_subgraph_args(indptr, indices, seeds, fanouts, replace, edge_ids);
   TORCH_CHECK(seeds.is_cuda(), "sample_subgraph on CUDA needs seeds on a GPU, got ",
               seeds.device());
   const c10::cuda::CUDAGuard guard(seeds.device());

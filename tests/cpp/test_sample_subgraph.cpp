@@ -3,6 +3,7 @@
 #include <set>
 
 #include "graphs.h"
+#include "ops/checks.h"
 
 namespace {
 
@@ -42,3 +43,10 @@ TEST_P(SampleSubgraph, BadInputThrowsTypedErrors) {
 QUIVER_ON_EVERY_DEVICE(SampleSubgraph);
 
 }  // namespace
+
+// The guard that keeps local indices (int32) from wrapping, with an injected small limit:
+// real batches would need 2^31 nodes to reach it.
+TEST(SampleSubgraphLimits, BatchNodeGuardRaisesPastItsLimit) {
+  EXPECT_NO_THROW(quiver::check_batch_nodes(10, 10));
+  EXPECT_THROW(quiver::check_batch_nodes(11, 10), c10::ValueError);
+}

@@ -98,15 +98,18 @@ def test_gpu_outside_device_list_is_refused():
 
 
 @requires_cuda
-def test_host_tier_is_pinned_in_place_and_cache_in_hbm():
+def test_host_tier_is_the_table_itself_pinned_in_place_and_cache_in_hbm():
     x = torch.randn(1000, 16)
     feature = qv.Feature(device_cache_size=100 * x[0].nbytes).from_cpu_tensor(x)
     tiers = feature.tiers().tiers()
     assert [t.device.type for t in tiers] == ["cuda", "cpu"]
     assert tiers[0].shape[0] == 100 and tiers[1].shape[0] == 900
-    assert tiers[1].is_pinned() and tiers[1].is_shared()
-    assert tiers[1].data_ptr() == feature._host[100:].data_ptr()  # no second host copy
-
+    assert tiers[1].is_pinned() and x.is_pinned()
+    assert tiers[1].data_ptr() == x[100:].data_ptr()  # no second host copy
+    ranked = qv.Feature(device_cache_size=100 * x[0].nbytes,
+                        csr_topo=qv.CSRTopo(torch.randint(1000, (2, 5000)))).from_cpu_tensor(x)
+    tiers = ranked.tiers().tiers()
+    assert tiers[1].shape[0] == 1000 and tiers[1].data_ptr() == x.data_ptr()  # positions rank
 
 
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
@@ -137,3 +140,52 @@ def test_empty_device_list_gathers_on_the_cpu():
     out = feature[torch.tensor([3, 19])]
     assert out.device.type == "cpu" and torch.equal(out, x[[3, 19]])
     assert feature.cached_rows == 0
+
+
+# ---- sharing: files, pickles and memory (review findings 11, 12) ----
+
+def test_save_and_load_shared_map_the_table_and_its_order(tmp_path):
+    graph, topo, ids = graph_and_ids(seed=3)
+    x = graph.x
+    qv.Feature(csr_topo=topo).from_cpu_tensor(x).save(tmp_path)
+    loaded = qv.Feature.load_shared(tmp_path, device_list=[0] if HAS_CUDA else [],
+                                    device_cache_size=x.size(0) // 4 * x[0].nbytes)
+    assert loaded._host.untyped_storage().filename is not None
+    assert torch.equal(loaded[ids].cpu(), x[ids])
+
+
+def test_truncated_or_corrupt_save_is_an_error_not_zeros(tmp_path):
+    import os
+    x = torch.randn(100, 8)
+    qv.Feature(csr_topo=qv.CSRTopo(torch.randint(100, (2, 400)))).from_cpu_tensor(x).save(tmp_path)
+    rows = tmp_path / "rows.bin"
+    size = rows.stat().st_size
+    os.truncate(rows, size // 2)
+    with pytest.raises(ValueError, match="rows.bin holds 1600 bytes but feature.json says 3200"):
+        qv.Feature.load_shared(tmp_path)
+    assert rows.stat().st_size == size // 2, "the loader must not zero-extend the file"
+    x.numpy().tofile(rows)
+    order = tmp_path / "order.bin"
+    torch.zeros(100, dtype=torch.int32).numpy().tofile(order)  # same size, not a permutation
+    with pytest.raises(ValueError, match="order.bin is not a permutation"):
+        qv.Feature.load_shared(tmp_path)
+
+
+def test_pickling_a_feature_leaves_the_topology_alone():
+    from multiprocessing.reduction import ForkingPickler
+    import io
+    topo = qv.CSRTopo(torch.randint(500, (2, 4000)))
+    x = torch.randn(500, 4).share_memory_()
+    feature = qv.Feature(device_list=[], csr_topo=topo).from_cpu_tensor(x)
+    ForkingPickler(io.BytesIO()).dump(feature)
+    assert not topo.indices.is_shared() and not topo.indptr.is_shared()
+    assert topo._feature_order is None or not topo._feature_order.is_shared()
+
+
+def test_building_a_store_makes_no_second_host_copy():
+    x = torch.randn(20_000, 64)
+    topo = qv.CSRTopo(torch.randint(20_000, (2, 100_000)))
+    feature = qv.Feature(device_cache_size=x.nbytes // 5, csr_topo=topo).from_cpu_tensor(x)
+    assert feature._host.data_ptr() == x.data_ptr()
+    if HAS_CUDA:
+        assert feature.tiers().tiers()[-1].data_ptr() == x.data_ptr()

@@ -92,3 +92,14 @@ def test_bad_input():
         qv.ops.gather_rows(table, torch.tensor([[0]]))
     with pytest.raises(ValueError, match="at least one dimension"):
         qv.ops.gather_rows(torch.tensor(3.0), torch.tensor([0]))
+
+
+def test_fake_puts_rows_on_the_ids_device():
+    # torch.compile and export see the output device of the real op: the ids' device,
+    # also for a table on a peer GPU (checked without GPUs: fake tensors).
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        table = torch.empty(10, 4, device="cuda:1")
+        ids = torch.empty(3, dtype=torch.long, device="cuda:0")
+        assert torch.ops.quiver.gather_rows(table, ids).device == torch.device("cuda:0")
+        assert torch.ops.quiver.gather_tiered_rows([table], None, ids).device == ids.device

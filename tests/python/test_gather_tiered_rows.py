@@ -115,3 +115,32 @@ def test_torch_compile_fullgraph():
 
     ids = torch.tensor([3, 63, 3])
     assert torch.allclose(gather_sum(tiers, positions, ids), table[ids].sum(1))
+
+
+@requires_cuda
+def test_threads_that_come_and_go_reuse_error_words():
+    # Each gathering thread needs a word the kernel can report into; a thread that ends
+    # must give it back, or a server churning threads pins a page per thread.
+    import threading
+    table = random_table(100, 4).cuda()
+    ids = torch.tensor([1, 99], device="cuda")
+
+    def gather():
+        qv.ops.gather_tiered_rows([table], None, ids)
+
+    def locked_kib():
+        status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+        return sum(int(status.get(k, "0 kB").split()[0]) for k in ("VmLck", "VmPin"))
+
+    def churn(count):
+        for _ in range(count):
+            thread = threading.Thread(target=gather)
+            thread.start()
+            thread.join()
+
+    churn(50)  # warm up
+    before = locked_kib()
+    churn(3000)
+    assert locked_kib() - before < 3000 * 4 // 4, "each thread pinned memory of its own"
+    with pytest.raises(IndexError):  # and the words still report
+        qv.ops.gather_tiered_rows([table], None, torch.tensor([100], device="cuda"))

@@ -10,7 +10,7 @@ import torch
 import torch.multiprocessing as mp
 
 import torch_quiver_ops as qv
-from conftest import MODES
+from conftest import HAS_CUDA, MODES
 from torch_quiver_ops.synthetic import synthetic_graph
 
 
@@ -124,12 +124,50 @@ def test_torchrun_workers_map_one_feature_table(mode, policy, tmp_path):
     assert output.count("from the shared feature table") == 2
 
 
-def ipc_reader(rank, payload, expected):
+def two_gpu_reader(rank, feature, x, ids):
+    torch.cuda.set_device(0)
+    for device in (0, 1):  # one worker gathers through both clique GPUs
+        out = feature[ids.to(f"cuda:{device}")]
+        assert out.device == torch.device("cuda", device)
+        assert torch.equal(out.cpu(), x[ids])
+
+
+def peer_gpus():
+    return (HAS_CUDA and torch.cuda.device_count() >= 2 and
+            torch.cuda.can_device_access_peer(0, 1) and torch.cuda.can_device_access_peer(1, 0))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not peer_gpus(), reason="needs two GPUs with peer access")
+def test_one_worker_gathers_on_two_clique_gpus():
+    # A peer's shard mapped for GPU 0 cannot be read by kernels on GPU 1: each reader
+    # opens its own mapping.
+    x = torch.randn(4000, 8).share_memory_()
+    feature = qv.Feature(0, [0, 1], x.size(0) // 4 * x[0].nbytes,
+                         "p2p_clique_replicate").from_cpu_tensor(x)
+    mp.spawn(two_gpu_reader, args=(feature, x, torch.randint(4000, (1000,))), nprocs=1, join=True)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not peer_gpus(), reason="needs two GPUs with peer access")
+def test_a_clique_shard_may_be_empty():
+    # One row over two GPUs: the second GPU's shard is empty and must still be shareable.
+    x = torch.randn(1, 4).share_memory_()
+    feature = qv.Feature(0, [0, 1], "1G", "p2p_clique_replicate").from_cpu_tensor(x)
+    mp.spawn(two_gpu_reader, args=(feature, x, torch.tensor([0, 0])), nprocs=1, join=True)
+
+
+def ipc_reader(rank, payloads, expected):
     from torch_quiver_ops._sharing import open_payload
+    payload, empty = payloads
     torch.cuda.set_device(payload[1])
     shard = open_payload(payload, reader=payload[1])
     assert shard.shape == expected.shape and shard.dtype == expected.dtype
     assert torch.equal(shard.cpu(), expected)
+    assert open_payload(empty, reader=payload[1]).shape == (0, 7)  # an empty shard maps too
+    handle, owner, dtype, shape = payload
+    with pytest.raises(ValueError, match="names a .*-byte allocation"):  # a lying size
+        open_payload((handle, owner, dtype, (shape[0] * 10, shape[1])), reader=payload[1])
 
 
 @pytest.mark.timeout(300)
@@ -138,8 +176,8 @@ def test_cuda_ipc_shards_map_in_another_process():
         pytest.skip("needs a CUDA GPU and the CUDA kernels")
     from torch_quiver_ops._sharing import ipc_payload, shareable_copy
     rows = torch.randn(50, 7).half()
-    shard = shareable_copy(rows, 0)
+    buffer, shard = shareable_copy(rows, 0)
     assert torch.equal(shard.cpu(), rows)
-    mp.spawn(ipc_reader, args=(ipc_payload(shard), rows), nprocs=1, join=True)
-    with pytest.raises(RuntimeError, match="needs memory from CudaIpc.allocate"):
-        ipc_payload(rows.cuda())
+    empty = shareable_copy(rows[:0], 0)
+    mp.spawn(ipc_reader, args=((ipc_payload(buffer, shard), ipc_payload(*empty)), rows),
+             nprocs=1, join=True)

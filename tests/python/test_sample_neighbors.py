@@ -185,3 +185,58 @@ def test_corrupt_row_is_reported_not_read(mode):
     (indptr, indices, _), device = place(graph, mode)
     with pytest.raises(ValueError, match="indptr and indices disagree at node 9"):
         qv.ops.sample_neighbors(indptr, indices, torch.tensor([3, 9], device=device), 2)
+
+
+# ---- limits and lifetimes (review findings 1, 2, 8) ----
+
+def test_huge_fanouts_raise_instead_of_wrapping(mode):
+    graph = random_graph(num_nodes=50, num_edges=400)
+    (indptr, indices, _), device = place(graph, mode)
+    seeds = torch.tensor([0, 2, 4, 6], device=device)
+    with pytest.raises(ValueError, match="over the limit"):
+        qv.ops.sample_neighbors(indptr, indices, seeds, 2**62, True)
+    with pytest.raises(ValueError, match="over the limit"):  # 4 seeds x 2^31 picks
+        qv.ops.sample_neighbors(indptr, indices, seeds, 2**31, True)
+    counts, neighbors, _ = qv.ops.sample_neighbors(indptr, indices, seeds, 2**62, False)
+    assert counts.cpu().tolist() == [graph.degree(s) for s in (0, 2, 4, 6)]
+
+
+@pytest.mark.timeout(120)
+def test_large_fanout_without_replacement_is_fast_and_distinct(mode):
+    # Floyd's membership test must not scan every earlier pick: 50k picks of 100k
+    # neighbors would take minutes at O(k^2) in one GPU lane.
+    torch.manual_seed(4)
+    indptr, indices = star_graph(100_000)
+    (indptr, indices), device = place_pair(indptr, indices, mode)
+    seeds = torch.zeros(3, dtype=torch.long, device=device)
+    counts, neighbors, _ = qv.ops.sample_neighbors(indptr, indices, seeds, 50_000)
+    assert counts.tolist() == [50_000] * 3
+    for row in neighbors.cpu().view(3, 50_000):
+        assert row.unique().numel() == 50_000 and int(row.min()) >= 1
+    # still uniform: each neighbor is picked with probability 1/2
+    torch.manual_seed(5)
+    indptr, indices = star_graph(80)
+    (indptr, indices), device = place_pair(indptr, indices, mode)
+    _, neighbors, _ = qv.ops.sample_neighbors(
+        indptr, indices, torch.zeros(600, dtype=torch.long, device=device), 40)
+    assert_uniform(torch.bincount(neighbors.cpu() - 1, minlength=80))
+
+
+def test_pinned_temporaries_outlive_the_kernel(mode):
+    if mode != "UVA":
+        pytest.skip("only UVA reads pinned host memory after the op returns")
+    # A temporary pinned copy goes back to torch's pinned cache when the call returns;
+    # the op must keep it until its kernel has read it, or the next pin_memory() of the
+    # same size overwrites it mid-read.
+    gen = torch.Generator().manual_seed(0)
+    num_nodes, degree = 200_000, 50
+    indptr = torch.arange(0, (num_nodes + 1) * degree, degree)
+    indices = torch.randint(num_nodes, (num_nodes * degree,), generator=gen)
+    indptr_gpu = indptr.cuda()
+    seeds = torch.randint(num_nodes, (num_nodes,), generator=gen).cuda()
+    poison = torch.full_like(indices, -7)
+    for _ in range(5):
+        counts, neighbors, _ = qv.ops.sample_neighbors(indptr_gpu, indices.pin_memory(), seeds, 25)
+        junk = poison.pin_memory()  # reuses a freed block of the same size if one is free
+        assert bool((neighbors >= 0).all()), "the kernel read memory handed out again"
+        del junk

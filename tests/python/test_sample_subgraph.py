@@ -174,3 +174,61 @@ def test_corrupt_row_is_reported_not_read(mode):
     (indptr, indices, _), device = place(graph, mode)
     with pytest.raises(ValueError, match="indptr and indices disagree at node"):
         qv.ops.sample_subgraph(indptr, indices, torch.tensor([5], device=device), [2])
+
+
+# ---- limits: huge fanouts and huge graphs (review findings 1, 9, 10) ----
+
+def test_huge_fanouts_raise_instead_of_wrapping(mode):
+    graph = random_graph(num_nodes=50, num_edges=400)
+    (indptr, indices, _), device = place(graph, mode)
+    seeds = torch.arange(4, device=device)
+    with pytest.raises(ValueError, match="over the limit"):
+        qv.ops.sample_subgraph(indptr, indices, seeds, [2**62], True)
+    with pytest.raises(ValueError, match="over the limit"):  # 4 seeds x 2^31 picks
+        qv.ops.sample_subgraph(indptr, indices, seeds, [2**31], True)
+    with pytest.raises(ValueError, match="over the limit"):
+        qv.ops.sample_subgraph(indptr, indices, seeds, [3, 2**62], True)
+
+
+@pytest.mark.parametrize("fanout", [10**9, 2**31 - 1, 2**62, 2**62 + 1])
+def test_huge_finite_fanout_without_replacement_takes_every_neighbor(mode, fanout):
+    graph = random_graph(num_nodes=200, num_edges=2000, seed=9)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.arange(8, device=device)
+    out = qv.ops.sample_subgraph(indptr, indices, seeds, [fanout, 2], False, eid)
+    check_subgraph(graph, seeds, [fanout, 2], False, out)
+    assert int(out[5][0]) == sum(graph.degree(s) for s in range(8))
+
+
+def test_all_neighbor_hop_sizes_the_table_by_the_batch_not_the_graph(mode):
+    # 2M nodes, edges only among the first 1000: one seed's [-1] reaches few nodes, and
+    # the reindexing table must not be sized (and cleared) for the whole graph.
+    num_nodes = 2_000_000
+    indptr = torch.cat([torch.zeros(1, dtype=torch.long),
+                        torch.arange(1, num_nodes + 1).clamp(max=1000)])
+    indices = torch.randint(1000, (1000,), generator=torch.Generator().manual_seed(0),
+                            dtype=torch.int32)
+    graph_bytes = 16 * num_nodes  # what a whole-graph table would take (and more)
+    if mode == "CPU":
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            out = qv.ops.sample_subgraph(indptr, indices, torch.tensor([5]), [-1, 3])
+        largest = max(e.cpu_memory_usage for e in prof.events())
+    else:
+        (indptr, indices), device = place_pair(indptr, indices, mode)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        out = qv.ops.sample_subgraph(indptr, indices, torch.tensor([5], device=device), [-1, 3])
+        largest = torch.cuda.max_memory_allocated() - before
+    assert int(out[4][0]) == 1 and int(out[5][0]) == 1  # node 5 has one neighbor
+    assert largest < graph_bytes // 100, f"{largest} bytes allocated for one seed"
+
+
+def test_all_neighbor_hop_after_a_wide_hop_grows_the_table(mode):
+    graph = random_graph(num_nodes=3000, num_edges=60_000, seed=12)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.arange(0, 3000, 97, device=device)
+    for fanouts in ([2, -1], [-1, -1], [1, -1, 2]):
+        out = qv.ops.sample_subgraph(indptr, indices, seeds, fanouts, False, eid)
+        check_subgraph(graph, seeds, fanouts, False, out)

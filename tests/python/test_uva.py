@@ -1,8 +1,20 @@
+"""torch_quiver_ops.uva and torch.classes.quiver.HostPin: pinning in place, shared pins,
+and overlaps refused in both directions."""
+import gc
+
+import numpy as np
 import pytest
 import torch
 
+import torch_quiver_ops as qv
 from conftest import HAS_CUDA, requires_cuda
 from torch_quiver_ops.uva import pin_in_place, pinned
+
+
+def separate_storages(array, *slices):
+    """Tensors with storages of their own over parts of one numpy buffer: memory that
+    overlaps without being one storage (as two arrays sharing pages would)."""
+    return [torch.from_numpy(array[s]) for s in slices]
 
 
 @requires_cuda
@@ -21,25 +33,86 @@ def test_already_pinned_is_left_alone():
     t = torch.ones(1000).pin_memory()
     handle = pin_in_place(t)
     assert not handle.registered_here() and t.is_pinned()
+    del handle
+    assert t.is_pinned()
 
 
 @requires_cuda
-def test_overlap_gives_a_clear_error():
+def test_two_pins_of_one_memory_share_it():
     t = torch.zeros(4 << 20, dtype=torch.uint8)
-    first = pin_in_place(t[1 << 20:3 << 20])
-    with pytest.raises(RuntimeError, match="already registered"):
-        pin_in_place(t[:2 << 20])
+    first, second = pin_in_place(t), pin_in_place(t[1 << 20:])  # the same storage
+    assert first.registered_here() and second.registered_here()
+    del first
+    gc.collect()
+    assert t.is_pinned(), "the first pin's release unpinned memory the second still holds"
+    del second
+    assert not t.is_pinned()
+
+
+@requires_cuda
+def test_two_uva_samplers_over_one_topology_outlive_each_other():
+    topo = qv.CSRTopo(torch.randint(1000, (2, 20_000)))
+    a = qv.GraphSageSampler(topo, [5], mode="UVA")
+    b = qv.GraphSageSampler(topo, [-1], mode="UVA")
+    del a
+    gc.collect()
+    n_id, _, _ = b.sample(torch.arange(10))
+    assert n_id.numel() >= 10
+
+
+@requires_cuda
+def test_a_view_deep_in_its_storage_is_pinned_whole():
+    base = torch.zeros(4 << 20, dtype=torch.uint8)
+    view = base[1 << 20:]  # starts a page and more into its storage
+    handle = pin_in_place(view)
+    assert view.is_pinned() and base.is_pinned()
+    out = qv.ops.gather_rows(view.view(-1, 16), torch.tensor([100_000], device="cuda"))
+    assert out.shape == (1, 16)
+    del handle
+
+
+@requires_cuda
+def test_storage_swapped_after_pinning_is_refused_not_read():
+    t = torch.zeros(1 << 22)
+    handle = pin_in_place(t)
+    t.share_memory_()  # a new storage: the pin keeps the old one alive and pinned
+    assert not t.is_pinned()
+    with pytest.raises(RuntimeError, match="pageable host memory"):
+        qv.ops.gather_rows(t.view(-1, 4), torch.tensor([0], device="cuda"))
+    del handle
+
+
+@requires_cuda
+def test_overlap_in_either_direction_gives_a_clear_error():
+    buffer = np.zeros(4 << 20, dtype=np.uint8)
+    middle, head, tail = separate_storages(buffer, slice(1 << 20, 3 << 20), slice(0, 2 << 20),
+                                           slice(2 << 20, 4 << 20))
+    first = pin_in_place(middle)
+    with pytest.raises(RuntimeError, match="covers the pinned range .* in part"):
+        pin_in_place(head)  # starts before the pinned range and ends inside it
+    with pytest.raises(RuntimeError, match="covers only part of the pinned range"):
+        pin_in_place(tail)  # starts inside the pinned range and runs past its end
     del first
 
 
 @requires_cuda
 def test_small_tensor_falls_back_to_a_pinned_copy():
-    t = torch.zeros(4 << 20, dtype=torch.uint8)
-    keep = pin_in_place(t[1 << 20:3 << 20])
+    buffer = np.zeros(4 << 20, dtype=np.uint8)
+    middle, head = separate_storages(buffer, slice(1 << 20, 3 << 20), slice(0, 2 << 20))
+    keep = pin_in_place(middle)
     with pytest.warns(UserWarning, match="pinned copy"):
-        copy, handle = pinned(t[:2 << 20])
-    assert handle is None and copy.is_pinned() and copy.data_ptr() != t.data_ptr()
+        copy, handle = pinned(head)
+    assert handle is None and copy.is_pinned() and copy.data_ptr() != head.data_ptr()
     del keep
+
+
+@requires_cuda
+def test_feature_layout_outlives_its_feature():
+    x = torch.randn(100_000, 16)
+    layout = qv.Feature(device_cache_size="1K").from_cpu_tensor(x).tiers()
+    gc.collect()
+    ids = torch.tensor([99_999, 5])
+    assert torch.equal(layout.gather(ids.cuda()).cpu(), x[ids])
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="checks the error without a GPU")
@@ -51,3 +124,6 @@ def test_without_a_gpu_pinning_explains_itself():
 def test_rejects_gpu_and_strided_tensors():
     with pytest.raises(RuntimeError, match="contiguous"):
         pin_in_place(torch.zeros(8, 8).t())
+    if HAS_CUDA:
+        with pytest.raises(RuntimeError, match="needs a CPU tensor"):
+            pin_in_place(torch.zeros(8, device="cuda"))

@@ -31,8 +31,24 @@ def main(directory: str, x_path: str, mode: str, policy: str):
         if len(devices) > 1 and policy == "p2p_clique_replicate":
             assert sorted(t.device.index for t in tiers[:-1]) == devices
     print(f"rank {rank}: gathered {ids.numel()} rows from the shared feature table", flush=True)
-    del feature, tiers  # let go of peers' shards before their owners exit
-    dist.barrier()
+    del tiers
+    if len(devices) > 1 and policy == "p2p_clique_replicate":
+        # Rank 0 drops its store without close() and grabs GPU memory while rank 1 still
+        # reads rank 0's shard: the shard must stay allocated (freeing exported memory a
+        # peer reads is undefined), so rank 1's rows stay right.
+        if rank == 0:
+            del feature
+            filler = torch.full((64 << 20,), -1.0, device="cuda")
+            dist.barrier()  # rank 0 has dropped its store
+            dist.barrier()  # rank 1 has read again
+            del filler
+        else:
+            dist.barrier()
+            assert torch.equal(feature[ids].cpu(), x[ids]), "a peer's shard changed under us"
+            dist.barrier()
+            feature._shards.clear()
+    else:
+        feature.close()  # collective: drops peers' shards, waits, then frees its own
     dist.destroy_process_group()
 
 

@@ -3,11 +3,14 @@
 // the GPU-memory tiers (this GPU's cache, or the shards of its NVLink clique), then the
 // host tier (pinned, read with zero copy). positions[id] is row id's hotness position.
 // gather(ids) runs quiver::gather_tiered_rows, so TorchScript models and C++ programs
-// read the store exactly as Python does. It pickles as its tensors (tiers, positions), so a
-// scripted module holding one can be saved and loaded.
+// read the store exactly as Python does. It holds the pins of its pinned host tensors, so
+// the layout stays readable for as long as it lives, whoever pinned them. It pickles as its
+// tensors and which of them were pinned, so a scripted module holding one can be saved and
+// loaded, the host tier pinned again in place.
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <quiver/host_pin.h>
 #include <torch/custom_class.h>
 
 #include <optional>
@@ -33,15 +36,20 @@ class FeatureTiers : public torch::CustomClassHolder {
   // the host tier.
   int64_t leading_rows() const;
 
-  // The pickle pair: the state is (tiers, positions), restored through the constructor.
-  using State = std::tuple<std::vector<at::Tensor>, std::optional<at::Tensor>>;
-  State state() const { return {tiers_, positions_}; }
+  // The pickle pair. The state is (tiers, positions, pinned) where pinned[k] is 1 when
+  // tiers[k] (k < tiers.size()) or positions (k == tiers.size()) was pinned host memory.
+  // Restoring pins those tensors in place again (when a GPU is present) and runs the
+  // validating constructor.
+  using State =
+      std::tuple<std::vector<at::Tensor>, std::optional<at::Tensor>, std::vector<int64_t>>;
+  State state() const;
   static c10::intrusive_ptr<FeatureTiers> from_state(State state);
 
  private:
   std::vector<at::Tensor> tiers_;
   std::optional<at::Tensor> positions_;
   int64_t num_rows_;
+  std::vector<c10::intrusive_ptr<HostPin>> pins_;  // of the pinned host tensors
 };
 
 }  // namespace quiver::runtime

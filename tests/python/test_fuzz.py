@@ -1,0 +1,237 @@
+"""Thousands of random and malformed calls of every op, on the CPU and (on a GPU machine) in
+GPU and UVA placement: each either returns a correct result or raises a clear Python
+exception of the documented type. Never a crash, and never a poisoned CUDA context: after
+every batch of CUDA cases a plain CUDA computation must still run.
+
+Each case is drawn by a seeded generator, so a failure names a case that can be replayed
+(``case_index`` and the seed)."""
+import random
+
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from conftest import HAS_CUDA
+from reference import csr_reference
+
+CLEAR_ERRORS = (TypeError, ValueError, IndexError, RuntimeError)
+CASES = {"CPU": 5000, "GPU": 1500, "UVA": 1500}
+
+
+class Case:
+    """One call: the op, its arguments, and what must happen. `must_raise` names the
+    exception type a detectable fault must raise; `check(out)` verifies a valid call."""
+
+    def __init__(self, op, args, must_raise=None, check=None, note=""):
+        self.op, self.args, self.must_raise, self.check, self.note = op, args, must_raise, check, note
+
+
+def placed(t, mode, role):
+    """Where `role` (topology, ids, table) lives in `mode`."""
+    if mode == "CPU" or t is None:
+        return t
+    if role == "ids":
+        return t.cuda()
+    return t.cuda() if mode == "GPU" else t.pin_memory()
+
+
+def random_csr(rng, num_nodes, num_edges, dtype):
+    row = torch.tensor([rng.randrange(num_nodes) for _ in range(num_edges)], dtype=torch.long)
+    col = torch.tensor([rng.randrange(num_nodes) for _ in range(num_edges)], dtype=torch.long)
+    indptr, indices, eid = csr_reference(row, col, num_nodes)
+    return indptr, indices.to(dtype), eid
+
+
+def random_ids(rng, count, limit, dtype):
+    return torch.tensor([rng.randrange(limit) for _ in range(count)], dtype=torch.long).to(dtype)
+
+
+def fault(rng, faults):
+    """Picks no fault most of the time, else one of `faults`."""
+    return None if rng.random() < 0.4 else rng.choice(faults)
+
+
+def sample_case(rng, mode, multi_hop):
+    num_nodes = rng.randint(1, 40)
+    num_edges = rng.randint(0, 150)
+    dtype = rng.choice([torch.int32, torch.int64])
+    indptr, indices, eid = random_csr(rng, num_nodes, num_edges, dtype)
+    seeds = random_ids(rng, rng.randint(0, 12), num_nodes, rng.choice([torch.int32, torch.int64]))
+    replace = rng.random() < 0.3
+    # 10**9 without replacement means "all"; with replacement it is a real (and legal)
+    # request for 10**9 picks per node, too large to fuzz with.
+    choices = [-1, 0, 1, 3, 7, 40] + ([] if replace else [10**9])
+    fanouts = [rng.choice(choices) for _ in range(rng.randint(1, 3))]
+    use_eid = rng.random() < 0.5
+    must_raise = None
+    kind = fault(rng, ["seed_range", "seed_dtype", "seed_dim", "fanout", "indptr_dtype",
+                       "ends", "row_bounds", "eid_len", "huge_replace", "no_hops"])
+    if kind == "seed_range" and seeds.numel():
+        seeds = seeds.long()
+        seeds[rng.randrange(seeds.numel())] = rng.choice([-1, num_nodes, 2**40])
+        must_raise = IndexError
+    elif kind == "seed_dtype":
+        seeds, must_raise = seeds.float(), TypeError
+    elif kind == "seed_dim":
+        seeds, must_raise = seeds.view(1, -1), ValueError
+    elif kind == "fanout":
+        fanouts[rng.randrange(len(fanouts)) if multi_hop else 0] = rng.choice([-2, -7, -(2**40)])
+        must_raise = ValueError
+    elif kind == "indptr_dtype":
+        indptr, must_raise = indptr.int(), TypeError
+    elif kind == "ends" and num_edges:
+        indices, must_raise = indices[:-1], ValueError
+    elif kind == "row_bounds" and seeds.numel():
+        node = int(seeds[0])
+        indptr = indptr.clone()
+        indptr[node + 1] = num_edges + 5 if node + 1 < num_nodes else indptr[node + 1]
+        indptr[node] = -3 if node > 0 else indptr[node]
+        must_raise = ValueError if 0 < node < num_nodes - 1 else None
+    elif kind == "eid_len" and num_edges:
+        eid, use_eid, must_raise = eid[1:], True, ValueError
+    elif kind == "huge_replace":
+        fanouts[0], replace, must_raise = 2**62, True, ValueError
+    elif kind == "no_hops" and multi_hop:
+        fanouts, must_raise = [], ValueError
+    args_eid = placed(eid, mode, "topology") if use_eid else None
+    topology = (placed(indptr, mode, "topology"), placed(indices, mode, "topology"))
+    seeds_placed = placed(seeds, mode, "ids")
+    if multi_hop:
+        def check(out):
+            node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = (t.cpu() for t in out)
+            assert torch.equal(node_ids[:seeds.numel()], seeds.long())
+            assert int(nodes_per_hop.sum()) == node_ids.numel()
+            assert rows.numel() == cols.numel() == eids.numel() == int(edges_per_hop.sum())
+            if rows.numel():
+                pos = eids if not use_eid else torch.argsort(eid)[eids]
+                assert torch.equal(indices[pos].long(), node_ids[rows])
+                owner = torch.searchsorted(indptr, pos, right=True) - 1
+                assert torch.equal(owner, node_ids[cols])
+        return Case(qv.ops.sample_subgraph, (*topology, seeds_placed, fanouts, replace, args_eid),
+                    must_raise, check, kind or "valid")
+
+    def check(out):
+        counts, neighbors, picked = (t.cpu() for t in out)
+        degree = (indptr[1:] - indptr[:-1])[seeds.long()]
+        fanout = fanouts[0]
+        want = degree if fanout < 0 else (torch.where(degree > 0, fanout, 0) if replace
+                                          else degree.clamp(max=fanout))
+        assert torch.equal(counts, want)
+        pos = picked if not use_eid else torch.argsort(eid)[picked]
+        assert torch.equal(indices[pos].long(), neighbors)
+    return Case(qv.ops.sample_neighbors, (*topology, seeds_placed, fanouts[0], replace, args_eid),
+                must_raise, check, kind or "valid")
+
+
+def gather_case(rng, mode, tiered):
+    rows = rng.randint(0, 30)
+    width = rng.choice([1, 3, 16])
+    dtype = rng.choice([torch.float32, torch.float16, torch.int64, torch.uint8])
+    table = (torch.randn(rows, width) * 20).to(dtype)
+    ids = random_ids(rng, rng.randint(0, 20), max(rows, 1), rng.choice([torch.int32, torch.int64]))
+    if rows == 0:
+        ids = ids[:0]
+    must_raise = None
+    kind = fault(rng, ["id_range", "id_dtype", "id_dim", "scalar_table", "strided",
+                       "tier_dtype", "positions"])
+    positions = None
+    if tiered:
+        order = torch.randperm(rows, generator=torch.Generator().manual_seed(rng.randrange(99)))
+        positions = torch.empty(rows, dtype=torch.long)
+        positions[order] = torch.arange(rows)
+        cut = rng.randint(0, rows)
+        tiers = [table[order][:cut].contiguous(), table[order][cut:].contiguous()]
+    if kind == "id_range" and ids.numel():
+        ids = ids.long()
+        ids[rng.randrange(ids.numel())] = rng.choice([-1, rows, 2**40])
+        must_raise = IndexError
+    elif kind == "id_dtype":
+        ids, must_raise = ids.double(), TypeError
+    elif kind == "id_dim":
+        ids, must_raise = ids.view(1, -1), ValueError
+    elif kind == "scalar_table" and not tiered:
+        table, must_raise = torch.tensor(1.0), ValueError
+    elif kind == "strided" and width > 1 and rows > 1 and not tiered:
+        table, must_raise = table.t(), ValueError
+    elif kind == "tier_dtype" and tiered:
+        tiers[1], must_raise = tiers[1].double() if dtype != torch.float64 else tiers[1].int(), TypeError
+    elif kind == "positions" and tiered and rows and ids.numel():
+        positions = positions.clone()
+        positions[int(ids[0])] = rows + rng.randrange(5)
+        must_raise = IndexError
+    expected = None if must_raise else table[ids.long()]
+
+    def check(out):
+        assert torch.equal(out.cpu(), expected)
+    if tiered:
+        placed_tiers = [placed(t, mode, "table") for t in tiers]
+        return Case(qv.ops.gather_tiered_rows,
+                    (placed_tiers, placed(positions, mode, "ids"), placed(ids, mode, "ids")),
+                    must_raise, check, kind or "valid")
+    return Case(qv.ops.gather_rows, (placed(table, mode, "table"), placed(ids, mode, "ids")),
+                must_raise, check, kind or "valid")
+
+
+def csr_case(rng):
+    num_nodes = rng.randint(0, 30)
+    count = rng.randint(0, 60) if num_nodes else 0
+    dtype = rng.choice([torch.int32, torch.int64])
+    row = random_ids(rng, count, max(num_nodes, 1), dtype)
+    col = random_ids(rng, count, max(num_nodes, 1), dtype)
+    must_raise = None
+    kind = fault(rng, ["range", "lengths", "dtypes", "num_nodes"])
+    if kind == "range" and count:
+        col = col.long()
+        row = row.long()
+        col[rng.randrange(count)] = rng.choice([-1, num_nodes])
+        must_raise = IndexError
+    elif kind == "lengths" and count:
+        row, must_raise = row[1:], ValueError
+    elif kind == "dtypes":
+        row, col, must_raise = row.float(), col.float(), TypeError
+    elif kind == "num_nodes":
+        num_nodes, must_raise = -1, ValueError
+
+    def check(out):
+        indptr, indices, eid = out
+        ref = csr_reference(row.long(), col.long(), num_nodes)
+        assert torch.equal(indptr, ref[0]) and torch.equal(indices.long(), ref[1])
+        assert torch.equal(eid, ref[2])
+    return Case(qv.ops.csr_from_coo, (row, col, num_nodes), must_raise, check, kind or "valid")
+
+
+def draw(rng, mode):
+    pick = rng.randrange(5 if mode == "CPU" else 4)
+    if pick == 0:
+        return sample_case(rng, mode, multi_hop=False)
+    if pick == 1:
+        return sample_case(rng, mode, multi_hop=True)
+    if pick == 2:
+        return gather_case(rng, mode, tiered=False)
+    if pick == 3:
+        return gather_case(rng, mode, tiered=True)
+    return csr_case(rng)
+
+
+def test_random_and_malformed_calls(mode):
+    rng = random.Random(20261122 + len(mode))
+    counts = {"returned": 0, "raised": 0}
+    for case_index in range(CASES[mode]):
+        case = draw(rng, mode)
+        where = f"case {case_index} ({case.op.__name__}, {case.note}, mode {mode})"
+        try:
+            out = case.op(*case.args)
+        except CLEAR_ERRORS as error:
+            assert str(error).strip(), f"{where}: an exception without a message"
+            if case.must_raise is not None:
+                assert isinstance(error, case.must_raise), f"{where}: {type(error).__name__}: {error}"
+            counts["raised"] += 1
+        else:
+            assert case.must_raise is None, f"{where}: expected {case.must_raise.__name__}"
+            case.check(out)
+            counts["returned"] += 1
+        if mode != "CPU" and case_index % 100 == 99:  # the context still works
+            assert int(torch.arange(10, device="cuda").sum()) == 45, where
+    assert counts["returned"] > CASES[mode] // 4 and counts["raised"] > CASES[mode] // 4, counts
+    if mode != "CPU":
+        torch.cuda.synchronize()
