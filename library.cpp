@@ -47,5 +47,8 @@ TORCH_LIBRARY(quiver, m) {
   // tiers[k].size(0)) with begin_0 = 0: out[i] = the row at position positions[ids[i]]
   // (ids[i] itself when positions is None). On CUDA each tier may be on the ids' GPU, on a
   // peer GPU it can read, or in pinned host memory; positions on the ids' GPU or pinned.
-  m.def("gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids) -> Tensor");
+  // group_host_reads: a large batch that reads pinned host memory is read in position order
+  // (sorted on the GPU), visiting the host table page after page; results are the same.
+  m.def("gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids, "
+        "bool group_host_reads=True) -> Tensor");
 }

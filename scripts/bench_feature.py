@@ -128,9 +128,8 @@ def two_gpu_worker(rank, directory, cache_bytes, port, warmup):
         dist.all_gather(everyone, stats)
         hits = (statistics.mean(feature.hit_rate(b) for b in batches[warmup:])
                 if rank in gathering else None)
-        del feature  # let go of the peer's shard before its owner moves on
+        feature.close()  # together: peers drop their mappings, then owners free shards
         torch.cuda.empty_cache()
-        dist.barrier()
         total_bytes = sum(float(s[0]) for s in everyone)
         wall = max(float(s[1]) for s in everyone)
         results[name] = {"total_gbps": total_bytes / wall / 1e9,
@@ -220,6 +219,15 @@ def main():
         print(f"   {name:<22} {gbps:8.1f} GB/s per call, {kernel:8.1f} GB/s in the kernel"
               + (f", hit rate {hit_rate:.1%}" if hit_rate is not None else ""), flush=True)
 
+    def record_in_id_order(name, feature, hits=None):
+        """The same store read in id order (group_host_reads=False): what grouping the
+        host tier's reads by position buys."""
+        tiers = feature.tiers(device)
+        plain = lambda ids: torch.ops.quiver.gather_tiered_rows.default(  # noqa: E731
+            tiers.tiers(), tiers.positions(), ids, False)
+        record(f"{name}, id order", gather_rate(plain, on_gpu, row_bytes, args.warmup),
+               kernel_rate(plain, on_gpu[:4], row_bytes), hit_rate=hits)
+
     # Every row in HBM, beside index_select on that very tensor.
     feature = qv.Feature(device_list=[device.index], device_cache_size=table_bytes)
     feature.from_cpu_tensor(x)
@@ -249,6 +257,7 @@ def main():
     cpu_path = gather_rate(lambda ids: x[ids].to(device), cpu_batches, row_bytes, args.warmup)
     record("host", ours, ours_kernel, bounds["pinned_h2d"], "pinned H2D copy", cpu_path,
            "CPU gather + .to(cuda)")
+    record_in_id_order("host", feature)
     del feature
 
     # A cache of the hottest rows, by degree and by presampling.
@@ -263,10 +272,25 @@ def main():
         assert torch.equal(feature[on_gpu[-1]].cpu(), x[on_gpu[-1].cpu()])
         record(name, ours, ours_kernel, bounds["pinned_h2d"] / (1 - hits),
                "pinned H2D / miss rate", hit_rate=hits)
+        record_in_id_order(name, feature, hits)
         if name == "cache by presampling":
             last = feature
         else:
             del feature
+    # The same cache over a second, hot-ordered host copy of the table (what the store
+    # kept before it used the table in place): what that copy buys in locality.
+    from torch_quiver_ops.hotness import positions_of
+    hot_first = x[presampled]
+    cached = int(args.cache_fraction * x.size(0))
+    copy_tiers = [hot_first[:cached].to(device), hot_first[cached:].pin_memory()]
+    copy_positions = positions_of(presampled).to(device)
+    gather_copy = lambda ids: qv.ops.gather_tiered_rows(copy_tiers, copy_positions, ids,  # noqa: E731
+                                                        False)
+    assert torch.equal(gather_copy(on_gpu[-1]).cpu(), x[on_gpu[-1].cpu()])
+    record("cache, hot-ordered copy, id order", gather_rate(gather_copy, on_gpu, row_bytes, args.warmup),
+           kernel_rate(gather_copy, on_gpu[:4], row_bytes), bounds["pinned_h2d"] / (1 - hits),
+           "pinned H2D / miss rate", hit_rate=hits)
+    del copy_tiers, copy_positions, hot_first
     torch.cuda.empty_cache()
 
     want_two = args.two_gpus == "on" or (args.two_gpus == "auto" and torch.cuda.device_count() >= 2)

@@ -71,13 +71,17 @@ def gather_rows(table: Tensor, ids: Tensor) -> Tensor:
     return torch.ops.quiver.gather_rows(table, ids)
 
 
-def gather_tiered_rows(tiers: List[Tensor], positions: Optional[Tensor], ids: Tensor) -> Tensor:
+def gather_tiered_rows(tiers: List[Tensor], positions: Optional[Tensor], ids: Tensor,
+                       group_host_reads: bool = True) -> Tensor:
     """Rows ``ids`` of a table split over tiers.
 
     Tier ``k`` holds the rows at positions ``[begin_k, begin_k + len(tiers[k]))`` with
     ``begin_0 = 0``; row ``id`` sits at position ``positions[id]`` (at ``id`` when
     ``positions`` is None). On CUDA the tiers may be on the ids' GPU, on a peer GPU it can
-    read (NVLink), or in pinned host memory, and one kernel reads them all. Out-of-range
-    ids raise IndexError. Returns ``[len(ids), *row_shape]`` rows on the ids' device.
+    read (NVLink), or in pinned host memory, and one kernel reads them all. With
+    ``group_host_reads`` (the default) a large batch that reads pinned host memory is read
+    in position order, page after page of the host table, which the GPU reaches faster;
+    the result is the same. Out-of-range ids raise IndexError. Returns
+    ``[len(ids), *row_shape]`` rows on the ids' device.
     """
-    return torch.ops.quiver.gather_tiered_rows(tiers, positions, ids)
+    return torch.ops.quiver.gather_tiered_rows(tiers, positions, ids, group_host_reads)

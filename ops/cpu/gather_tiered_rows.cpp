@@ -7,8 +7,10 @@
 namespace quiver {
 namespace {
 
+// Grouping reads by position is a GPU matter (its reach over host pages); CPU threads read
+// host memory directly, so group_host_reads changes nothing here.
 at::Tensor gather_tiered_rows_cpu(at::TensorList tiers, const std::optional<at::Tensor>& positions,
-                                  const at::Tensor& ids) {
+                                  const at::Tensor& ids, bool /*group_host_reads*/) {
   check_gather_tiered_rows_args(tiers, positions, ids);
   return cpu::gather_from_tiers(tiers, positions, ids);
 }

@@ -108,26 +108,48 @@ void raise_on_error(const ErrorWord& word, cudaStream_t stream, const at::Tensor
   errors::id_out_of_range("ids", index, id, num_ids_allowed);
 }
 
+// Grouping reads by position pays for itself (a sort of the positions) only on batches of
+// this many ids or more; smaller ones gather in id order.
+constexpr int64_t kGroupedReadsMinIds = int64_t{1} << 14;
+
+// Bits that hold every position below `end`.
+int bits_for(int64_t end) {
+  int bits = 1;
+  while (bits < 63 && (int64_t{1} << bits) < end) ++bits;
+  return bits;
+}
+
 template <typename id_t, typename pos_t>
 void launch_gather(const RowTiers& layout, int64_t row_bytes, const void* positions,
-                   int64_t num_ids_allowed, const at::Tensor& ids, at::Tensor& out, uint64_t* error,
-                   cudaStream_t stream) {
-  const RowGather<id_t, pos_t> gather{layout,
-                                      row_bytes,
-                                      static_cast<const pos_t*>(positions),
-                                      num_ids_allowed,
-                                      ids.const_data_ptr<id_t>(),
-                                      ids.numel(),
-                                      out.mutable_data_ptr(),
-                                      error};
-  C10_CUDA_CHECK(gather_tiered_rows(gather, stream));
+                   int64_t num_ids_allowed, const at::Tensor& ids, at::Tensor& out,
+                   uint64_t* error, bool grouped, cudaStream_t stream) {
+  const RowGather<id_t, pos_t> gather{layout, row_bytes, static_cast<const pos_t*>(positions),
+                                      num_ids_allowed, ids.const_data_ptr<id_t>(), ids.numel(),
+                                      out.mutable_data_ptr(), error};
+  if (!grouped) {
+    C10_CUDA_CHECK(gather_tiered_rows(gather, stream));
+    return;
+  }
+  const int64_t n = ids.numel();
+  const int end_bit = bits_for(layout.begin[layout.num_tiers]);
+  at::Tensor scratch = at::empty({4, n}, ids.options().dtype(at::kLong));
+  int64_t* base = scratch.mutable_data_ptr<int64_t>();
+  const size_t workspace_bytes = position_order_workspace_bytes(n, end_bit);
+  at::Tensor space = workspace(workspace_bytes, ids.device());
+  const PositionOrder order{base,     base + n, base + 2 * n, base + 3 * n,
+                            space.mutable_data_ptr(), workspace_bytes, end_bit};
+  C10_CUDA_CHECK(order_by_position(gather, order, stream));
+  const RowGather<int64_t, int64_t> grouped_gather{
+      layout, row_bytes, nullptr, layout.begin[layout.num_tiers], order.sorted_keys, n,
+      out.mutable_data_ptr(), error, order.sorted_rows};
+  C10_CUDA_CHECK(gather_tiered_rows(grouped_gather, stream));
 }
 
 }  // namespace
 
 at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
-                             const char* op) {
+                             bool group_host_reads, const char* op) {
   TORCH_CHECK(ids.is_cuda(), op, " on CUDA needs ids on a GPU, got ids on ", ids.device(),
               " (tables on ", tiers[0].device(), ")");
   const at::Device device = ids.device();
@@ -146,13 +168,16 @@ at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
   const int64_t num_ids_allowed = tiered_id_count(tiers, positions);
   const ErrorWord& error = cleared_error_word();
   const bool wide_positions = positions && positions->scalar_type() == at::kLong;
+  bool host_tier = false;
+  for (const at::Tensor& t : tiers) host_tier = host_tier || (!t.is_cuda() && t.numel() > 0);
+  const bool grouped = group_host_reads && host_tier && ids.numel() >= kGroupedReadsMinIds;
   AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "gather_from_tiers", [&] {
     if (wide_positions) {
       launch_gather<index_t, int64_t>(layout, row_bytes, position_ptr, num_ids_allowed, ids, out,
-                                      error.device, stream);
+                                      error.device, grouped, stream);
     } else {
       launch_gather<index_t, int32_t>(layout, row_bytes, position_ptr, num_ids_allowed, ids, out,
-                                      error.device, stream);
+                                      error.device, grouped, stream);
     }
   });
   raise_on_error(error, stream, ids, positions, num_ids_allowed, layout.begin[layout.num_tiers]);
@@ -164,9 +189,9 @@ at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
 namespace {
 
 at::Tensor gather_tiered_rows_cuda(at::TensorList tiers, const std::optional<at::Tensor>& positions,
-                                   const at::Tensor& ids) {
+                                   const at::Tensor& ids, bool group_host_reads) {
   check_gather_tiered_rows_args(tiers, positions, ids);
-  return cuda::gather_from_tiers(tiers, positions, ids, "gather_tiered_rows");
+  return cuda::gather_from_tiers(tiers, positions, ids, group_host_reads, "gather_tiered_rows");
 }
 
 }  // namespace

@@ -69,7 +69,8 @@ __global__ void number_nodes_kernel(NodeTable table, const int64_t* entries, int
 
 __global__ void insert_neighbors_kernel(NodeTable table, HopEdges edges, int64_t num_nodes,
                                         DeviceStatus* status) {
-  QUIVER_GRID_LOOP(e, live_edges(edges)) {
+  const int64_t count = live_edges(edges);
+  QUIVER_GRID_LOOP(e, count) {
     const long long key = edges.rows[e];
     if (key < 0 || key >= num_nodes) {
       record_status(status, kNeighborOutOfRange, e, key, 0);
@@ -114,7 +115,8 @@ __global__ void assign_new_nodes_kernel(NodeTable table, HopEdges edges, const i
 }
 
 __global__ void relabel_rows_kernel(NodeTable table, HopEdges edges) {
-  QUIVER_GRID_LOOP(e, live_edges(edges)) {
+  const int64_t count = live_edges(edges);
+  QUIVER_GRID_LOOP(e, count) {
     const int64_t h = edges.rows[e];
     edges.rows[e] = h >= 0 ? table.slots[h].local : -1;
   }

@@ -7,6 +7,8 @@
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/row_gather.h"
 
+#include <cub/device/device_radix_sort.cuh>
+
 namespace quiver::cuda {
 namespace {
 
@@ -23,39 +25,66 @@ __device__ inline void report(uint64_t* error, GatherError code, int64_t index) 
       (static_cast<uint64_t>(code) << kGatherErrorShift) | static_cast<uint64_t>(index);
 }
 
-template <typename vec_t, typename id_t, typename pos_t>
+// The position of ids[i], or -1 (reported) when the id or its position is out of range.
+template <typename id_t, typename pos_t>
+__device__ inline int64_t checked_position(const pos_t* __restrict__ positions,
+                                           int64_t num_ids_allowed, int64_t tier_end,
+                                           const id_t* __restrict__ ids, int64_t i,
+                                           uint64_t* error, bool reporter) {
+  const int64_t id = static_cast<int64_t>(ids[i]);
+  if (id < 0 || id >= num_ids_allowed) {
+    if (reporter) report(error, kGatherIdOutOfRange, i);
+    return -1;
+  }
+  const int64_t pos = positions ? static_cast<int64_t>(positions[id]) : id;
+  if (pos < 0 || pos >= tier_end) {
+    if (reporter) report(error, kGatherPositionOutOfRange, i);
+    return -1;
+  }
+  return pos;
+}
+
+// kGrouped: ids are checked positions in sorted order and out_rows says where each goes.
+template <typename vec_t, typename id_t, typename pos_t, bool kGrouped>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    gather_tiered_rows_kernel(const RowGather<id_t, pos_t> g, int64_t row_vecs) {
+    gather_tiered_rows_kernel(const RowTiers tiers, const pos_t* __restrict__ positions,
+                              int64_t num_ids_allowed, int64_t row_vecs,
+                              const id_t* __restrict__ ids, int64_t num_ids,
+                              vec_t* __restrict__ out, uint64_t* error,
+                              const int64_t* __restrict__ out_rows) {
+  // Separate __restrict__ parameters (the launcher unpacks RowGather): only then may the
+  // compiler issue every row's loads before the stores.
   const int64_t rows_per_step = int64_t{blockDim.y} * kRowsInFlight;
-  const int64_t tier_end = g.tiers.begin[g.tiers.num_tiers];
-  auto* out = static_cast<vec_t*>(g.out);
-  for (int64_t first = blockIdx.x * rows_per_step; first < g.num_ids;
+  const int64_t tier_end = tiers.begin[tiers.num_tiers];
+  for (int64_t first = blockIdx.x * rows_per_step; first < num_ids;
        first += int64_t{gridDim.x} * rows_per_step) {
     const vec_t* src[kRowsInFlight];
+    int64_t dst[kRowsInFlight];
 #pragma unroll
     for (int r = 0; r < kRowsInFlight; ++r) {
       src[r] = nullptr;
       const int64_t i = first + r * int64_t{blockDim.y} + threadIdx.y;
-      if (i >= g.num_ids) continue;
-      const int64_t id = static_cast<int64_t>(g.ids[i]);
-      if (id < 0 || id >= g.num_ids_allowed) {
-        if (threadIdx.x == 0) report(g.error, kGatherIdOutOfRange, i);
-        continue;
-      }
-      const int64_t pos = g.positions ? static_cast<int64_t>(g.positions[id]) : id;
-      if (pos < 0 || pos >= tier_end) {
-        if (threadIdx.x == 0) report(g.error, kGatherPositionOutOfRange, i);
-        continue;
+      if (i >= num_ids) continue;
+      int64_t pos;
+      if constexpr (kGrouped) {
+        pos = static_cast<int64_t>(ids[i]);  // checked (and reported) when it was ordered
+        if (pos < 0 || pos >= tier_end) continue;
+        dst[r] = out_rows[i];
+      } else {
+        pos = checked_position(positions, num_ids_allowed, tier_end, ids, i, error,
+                               threadIdx.x == 0);
+        if (pos < 0) continue;
+        dst[r] = i;
       }
       // Tiers are few and their bounds sit in the kernel's parameters: a scan beats a search.
-      const void* base = g.tiers.rows[0];
+      const void* base = tiers.rows[0];
       int64_t local = pos;
 #pragma unroll
       for (int k = 1; k < kMaxRowTiers; ++k) {
-        if (k >= g.tiers.num_tiers) break;
-        if (pos >= g.tiers.begin[k]) {
-          base = g.tiers.rows[k];
-          local = pos - g.tiers.begin[k];
+        if (k >= tiers.num_tiers) break;
+        if (pos >= tiers.begin[k]) {
+          base = tiers.rows[k];
+          local = pos - tiers.begin[k];
         }
       }
       src[r] = static_cast<const vec_t*>(base) + local * row_vecs;
@@ -68,10 +97,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       }
 #pragma unroll
       for (int r = 0; r < kRowsInFlight; ++r) {
-        if (src[r]) {
-          const int64_t i = first + r * int64_t{blockDim.y} + threadIdx.y;
-          out[i * row_vecs + v] = value[r];
-        }
+        if (src[r]) out[dst[r] * row_vecs + v] = value[r];
       }
     }
   }
@@ -85,8 +111,17 @@ cudaError_t launch(const RowGather<id_t, pos_t>& g, cudaStream_t stream) {
   const int64_t rows_per_block = int64_t{block.y} * kRowsInFlight;
   int64_t blocks = (g.num_ids + rows_per_block - 1) / rows_per_block;
   if (blocks > kMaxBlocks) blocks = kMaxBlocks;
-  gather_tiered_rows_kernel<vec_t, id_t, pos_t>
-      <<<static_cast<int>(blocks), block, 0, stream>>>(g, row_vecs);
+  if (g.out_rows != nullptr) {
+    gather_tiered_rows_kernel<vec_t, id_t, pos_t, true>
+        <<<static_cast<int>(blocks), block, 0, stream>>>(
+            g.tiers, g.positions, g.num_ids_allowed, row_vecs, g.ids, g.num_ids,
+            static_cast<vec_t*>(g.out), g.error, g.out_rows);
+  } else {
+    gather_tiered_rows_kernel<vec_t, id_t, pos_t, false>
+        <<<static_cast<int>(blocks), block, 0, stream>>>(
+            g.tiers, g.positions, g.num_ids_allowed, row_vecs, g.ids, g.num_ids,
+            static_cast<vec_t*>(g.out), g.error, nullptr);
+  }
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }
@@ -102,7 +137,44 @@ int vector_width(const RowGather<id_t, pos_t>& g) {
   return 1;
 }
 
+template <typename id_t, typename pos_t>
+__global__ void resolve_positions_kernel(const RowTiers tiers, const pos_t* __restrict__ positions,
+                                         int64_t num_ids_allowed, const id_t* __restrict__ ids,
+                                         int64_t num_ids, int64_t* __restrict__ keys,
+                                         int64_t* __restrict__ rows, uint64_t* error) {
+  const int64_t tier_end = tiers.begin[tiers.num_tiers];
+  QUIVER_GRID_LOOP(i, num_ids) {
+    const int64_t pos =
+        checked_position(positions, num_ids_allowed, tier_end, ids, i, error, true);
+    keys[i] = pos < 0 ? 0 : pos;
+    rows[i] = i;
+  }
+}
+
 }  // namespace
+
+size_t position_order_workspace_bytes(int64_t num_ids, int end_bit) {
+  size_t bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int64_t*>(nullptr),
+                                  static_cast<int64_t*>(nullptr),
+                                  static_cast<const int64_t*>(nullptr),
+                                  static_cast<int64_t*>(nullptr), num_ids, 0, end_bit);
+  return bytes;
+}
+
+template <typename id_t, typename pos_t>
+cudaError_t order_by_position(const RowGather<id_t, pos_t>& g, const PositionOrder& order,
+                              cudaStream_t stream) {
+  if (g.num_ids == 0) return cudaSuccess;
+  constexpr int kThreads = 256;
+  resolve_positions_kernel<id_t, pos_t><<<blocks_for(g.num_ids, kThreads), kThreads, 0, stream>>>(
+      g.tiers, g.positions, g.num_ids_allowed, g.ids, g.num_ids, order.keys, order.rows, g.error);
+  QUIVER_LAUNCH_TRY();
+  size_t workspace_bytes = order.workspace_bytes;
+  return cub::DeviceRadixSort::SortPairs(order.workspace, workspace_bytes, order.keys,
+                                         order.sorted_keys, order.rows, order.sorted_rows,
+                                         g.num_ids, 0, order.end_bit, stream);
+}
 
 template <typename id_t, typename pos_t>
 cudaError_t gather_tiered_rows(const RowGather<id_t, pos_t>& g, cudaStream_t stream) {
@@ -121,8 +193,11 @@ cudaError_t gather_tiered_rows(const RowGather<id_t, pos_t>& g, cudaStream_t str
   }
 }
 
-#define QUIVER_INSTANTIATE(id_t, pos_t) \
-  template cudaError_t gather_tiered_rows<id_t, pos_t>(const RowGather<id_t, pos_t>&, cudaStream_t);
+#define QUIVER_INSTANTIATE(id_t, pos_t)                                                           \
+  template cudaError_t gather_tiered_rows<id_t, pos_t>(const RowGather<id_t, pos_t>&,           \
+                                                       cudaStream_t);                           \
+  template cudaError_t order_by_position<id_t, pos_t>(const RowGather<id_t, pos_t>&,            \
+                                                      const PositionOrder&, cudaStream_t);
 QUIVER_INSTANTIATE(int32_t, int32_t)
 QUIVER_INSTANTIATE(int32_t, int64_t)
 QUIVER_INSTANTIATE(int64_t, int32_t)

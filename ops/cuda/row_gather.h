@@ -32,6 +32,9 @@ constexpr int kGatherErrorShift = 56;
 // positions is null), rows of row_bytes bytes. A failing row is left unwritten and
 // reported in *error, a word the GPU can write (mapped pinned host memory, so reading it
 // costs no copy): any one failure is kept.
+//
+// When out_rows is given the gather is grouped: ids holds positions (already checked,
+// see order_by_position) and the row read for ids[k] goes to out[out_rows[k]].
 template <typename id_t, typename pos_t>
 struct RowGather {
   RowTiers tiers;
@@ -42,9 +45,32 @@ struct RowGather {
   int64_t num_ids;
   void* out;
   uint64_t* error;
+  const int64_t* out_rows = nullptr;
 };
 
 template <typename id_t, typename pos_t>
 cudaError_t gather_tiered_rows(const RowGather<id_t, pos_t>& gather, cudaStream_t stream);
+
+// Reads grouped by position: the positions of a gather's ids, sorted, with the output row
+// each came from. Read in that order, the rows of a pinned host tier are visited in
+// address order, page after page: the GPU's reach over host pages, not PCIe, limits
+// random reads of large pinned tables. Scratch: four arrays of num_ids entries and CUB's
+// workspace, all from the caller.
+struct PositionOrder {
+  int64_t* keys;
+  int64_t* rows;
+  int64_t* sorted_keys;
+  int64_t* sorted_rows;
+  void* workspace;
+  size_t workspace_bytes;
+  int end_bit;  // positions are below 2^end_bit
+};
+size_t position_order_workspace_bytes(int64_t num_ids, int end_bit);
+
+// Fills order.sorted_keys / order.sorted_rows for `gather` (its out, out_rows unused); a bad
+// id or position is reported in gather.error (as the plain gather does) and sorted as 0.
+template <typename id_t, typename pos_t>
+cudaError_t order_by_position(const RowGather<id_t, pos_t>& gather, const PositionOrder& order,
+                              cudaStream_t stream);
 
 }  // namespace quiver::cuda

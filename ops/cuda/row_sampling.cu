@@ -21,18 +21,24 @@ constexpr int kPlanThreads = 256;
 constexpr int kBlock = 128;
 
 template <typename index_t>
-__global__ void plan_rows_kernel(const Csr<index_t> csr, const RowPlan plan, int64_t fanout,
-                                 bool replace, PlanChecks checks, DeviceStatus* status) {
+// Kernels take their pointers as separate __restrict__ parameters (the launchers unpack the
+// argument structs): only then may the compiler issue the loads of many rows before their
+// stores, the parallelism that hides memory latency, over PCIe in UVA mode above all.
+__global__ void plan_rows_kernel(const Csr<index_t> csr, const int64_t* __restrict__ nodes,
+                                 const int64_t* live, int64_t num_rows, int64_t fanout,
+                                 bool replace, PlanChecks checks,
+                                 int64_t* __restrict__ row_begin, int64_t* __restrict__ row_degree,
+                                 int64_t* __restrict__ row_count, DeviceStatus* status) {
   if (checks.csr_ends && blockIdx.x == 0 && threadIdx.x == 0) {
     const int64_t first = csr.indptr[0];
     const int64_t last = csr.indptr[csr.num_nodes];
     if (first != 0 || last != csr.num_edges) record_status(status, kCsrEnds, 0, first, last);
   }
-  const int64_t live_rows = plan.live ? plan.live[1] - plan.live[0] : plan.num_rows;
-  QUIVER_GRID_LOOP(r, plan.num_rows) {
+  const int64_t live_rows = live ? live[1] - live[0] : num_rows;
+  QUIVER_GRID_LOOP(r, num_rows) {
     int64_t begin = 0, degree = 0;  // rows past the live ones yield nothing
     if (r < live_rows) {
-      const int64_t node = plan.nodes[r];
+      const int64_t node = nodes[r];
       if (node < 0 || node >= csr.num_nodes) {
         record_status(status, checks.nodes_are_seeds ? kSeedOutOfRange : kNeighborOutOfRange, r,
                       node, 0);
@@ -47,9 +53,9 @@ __global__ void plan_rows_kernel(const Csr<index_t> csr, const RowPlan plan, int
         }
       }
     }
-    plan.begin[r] = begin;
-    plan.degree[r] = degree;
-    plan.count[r] = sampled_count(degree, fanout, replace);
+    row_begin[r] = begin;
+    row_degree[r] = degree;
+    row_count[r] = sampled_count(degree, fanout, replace);
   }
 }
 
@@ -61,28 +67,33 @@ __device__ inline uint64_t uniform_below(curandStatePhilox4_32_10_t* state, uint
 
 template <typename index_t, int G>
 __global__ void __launch_bounds__(kBlock)
-    sample_rows_kernel(const Csr<index_t> csr, const RowPlan plan, const HopRule rule,
-                       const HopOutput out) {
+    sample_rows_kernel(const Csr<index_t> csr, const int64_t* __restrict__ row_begin,
+                       const int64_t* __restrict__ row_degree,
+                       const int64_t* __restrict__ row_count, int64_t num_rows,
+                       const HopRule rule, const int64_t* __restrict__ out_offsets,
+                       int64_t* __restrict__ neighbors_out, int64_t* edge_ids_out,
+                       int64_t* __restrict__ cols_out, const int64_t* col_base_ptr,
+                       int64_t* pick_sets) {
   constexpr int kGroups = kBlock / G;
-  const int64_t col_base = out.cols ? *out.col_base : 0;
+  const int64_t col_base = cols_out ? *col_base_ptr : 0;
   __shared__ int64_t shared_picks[kGroups][kSharedPicks];
   const auto group = cg::tiled_partition<G>(cg::this_thread_block());
   const int lane = group.thread_rank();
   const int slot = threadIdx.x / G;
 
-  for (int64_t r = blockIdx.x * int64_t{kGroups} + slot; r < plan.num_rows;
+  for (int64_t r = blockIdx.x * int64_t{kGroups} + slot; r < num_rows;
        r += int64_t{gridDim.x} * kGroups) {
-    const int64_t count = plan.count[r];
+    const int64_t count = row_count[r];
     if (count == 0) continue;
-    const int64_t begin = plan.begin[r];
-    const int64_t degree = plan.degree[r];
-    const int64_t first = out.offsets[r];
+    const int64_t begin = row_begin[r];
+    const int64_t degree = row_degree[r];
+    const int64_t first = out_offsets[r];
 
     auto emit = [&](int64_t j, int64_t offset) {
       const int64_t pos = begin + offset;
-      out.neighbors[first + j] = static_cast<int64_t>(csr.indices[pos]);
-      out.edge_ids[first + j] = csr.edge_ids ? csr.edge_ids[pos] : pos;
-      if (out.cols) out.cols[first + j] = col_base + r;
+      neighbors_out[first + j] = static_cast<int64_t>(csr.indices[pos]);
+      edge_ids_out[first + j] = csr.edge_ids ? csr.edge_ids[pos] : pos;
+      if (cols_out) cols_out[first + j] = col_base + r;
     };
 
     if (rule.fanout < 0 || (!rule.replace && count == degree)) {
@@ -99,11 +110,11 @@ __global__ void __launch_bounds__(kBlock)
       // slot later overwritten by the lane that reads it, and membership is tested in the
       // row's open-addressing set (capacity 2k, so probes stay short) instead of a scan.
       const bool small = count <= kSharedPicks;
-      int64_t* picks = small ? shared_picks[slot] : out.edge_ids + first;
+      int64_t* picks = small ? shared_picks[slot] : edge_ids_out + first;
       if (lane == 0) {
         curandStatePhilox4_32_10_t state;
         curand_init(rule.key.seed, rule.stream_base + r, rule.key.offset, &state);
-        int64_t* set = small ? nullptr : out.pick_sets + 2 * first;
+        int64_t* set = small ? nullptr : pick_sets + 2 * first;
         const uint64_t capacity = 2 * static_cast<uint64_t>(count);
         // Inserts v unless present; true when it was present.
         auto seen_or_insert = [&](int64_t v) {
@@ -141,8 +152,9 @@ __global__ void __launch_bounds__(kBlock)
 template <typename index_t, int G>
 cudaError_t launch_sample_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRule& rule,
                                const HopOutput& out, cudaStream_t stream) {
-  sample_rows_kernel<index_t, G>
-      <<<blocks_for(plan.num_rows, kBlock / G), kBlock, 0, stream>>>(csr, plan, rule, out);
+  sample_rows_kernel<index_t, G><<<blocks_for(plan.num_rows, kBlock / G), kBlock, 0, stream>>>(
+      csr, plan.begin, plan.degree, plan.count, plan.num_rows, rule, out.offsets, out.neighbors,
+      out.edge_ids, out.cols, out.col_base, out.pick_sets);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }
@@ -153,7 +165,8 @@ template <typename index_t>
 cudaError_t plan_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRule& rule,
                       PlanChecks checks, DeviceStatus* status, cudaStream_t stream) {
   plan_rows_kernel<index_t><<<blocks_for(plan.num_rows, kPlanThreads), kPlanThreads, 0, stream>>>(
-      csr, plan, rule.fanout, rule.replace, checks, status);
+      csr, plan.nodes, plan.live, plan.num_rows, rule.fanout, rule.replace, checks, plan.begin,
+      plan.degree, plan.count, status);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }

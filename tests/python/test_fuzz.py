@@ -80,7 +80,8 @@ def sample_case(rng, mode, multi_hop):
     elif kind == "indptr_dtype":
         indptr, must_raise = indptr.int(), TypeError
     elif kind == "ends" and num_edges:
-        indices, must_raise = indices[:-1], ValueError
+        # An empty batch reads no row: the CUDA op returns before looking at the CSR.
+        indices, must_raise = indices[:-1], ValueError if seeds.numel() else None
     elif kind == "row_bounds" and seeds.numel():
         node = int(seeds[0])
         indptr = indptr.clone()

@@ -59,11 +59,11 @@ inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
 // Rows ids of a table split over tiers (see gather_tiered_rows in library.cpp).
 inline at::Tensor gather_tiered_rows(at::TensorList tiers,
                                      const std::optional<at::Tensor>& positions,
-                                     const at::Tensor& ids) {
-  static const auto handle =
-      detail::op<at::Tensor(at::TensorList, const std::optional<at::Tensor>&, const at::Tensor&)>(
-          "quiver::gather_tiered_rows");
-  return handle.call(tiers, positions, ids);
+                                     const at::Tensor& ids, bool group_host_reads = true) {
+  static const auto handle = detail::op<at::Tensor(
+      at::TensorList, const std::optional<at::Tensor>&, const at::Tensor&, bool)>(
+      "quiver::gather_tiered_rows");
+  return handle.call(tiers, positions, ids, group_host_reads);
 }
 
 }  // namespace quiver
