@@ -3,9 +3,14 @@
 // pair whose restore path runs the validating constructor.
 #include "runtime/classes.h"
 
+#include <quiver/dist_feature.h>
 #include <quiver/feature_tiers.h>
 #include <quiver/host_pin.h>
 #include <quiver/ipc_buffer.h>
+#include <quiver/shard_map.h>
+#include <quiver/transport.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 namespace quiver::runtime {
 
@@ -33,6 +38,38 @@ void register_runtime_classes(torch::Library& m) {
       .def_pickle(
           [](const c10::intrusive_ptr<FeatureTiers>& self) { return self->state(); },
           [](FeatureTiers::State state) { return FeatureTiers::from_state(std::move(state)); });
+  m.class_<ShardMap>("ShardMap")
+      .def(torch::init<at::Tensor, at::Tensor, int64_t>())
+      .def_static("build", &ShardMap::build)
+      .def("num_rows", &ShardMap::num_rows)
+      .def("num_hosts", &ShardMap::num_hosts)
+      .def("num_replicated", &ShardMap::num_replicated)
+      .def("local_rows", &ShardMap::local_rows)
+      .def("local_ids", &ShardMap::local_ids)
+      .def("host_of", &ShardMap::host_of)
+      .def("local_index", &ShardMap::local_index)
+      .def("locate", &ShardMap::locate)
+      .def("fingerprint", &ShardMap::fingerprint)
+      .def_pickle([](const c10::intrusive_ptr<ShardMap>& self) { return self->state(); },
+                  [](ShardMap::State state) { return ShardMap::from_state(std::move(state)); });
+  m.class_<Transport>("Transport")
+      .def_static("collective", &Transport::collective)
+      .def("kind", &Transport::kind)
+      .def("host", &Transport::host)
+      .def("num_hosts", &Transport::num_hosts)
+      .def("is_collective", &Transport::is_collective);
+  m.class_<FetchWork>("FetchWork").def("wait", &FetchWork::wait).def("done", &FetchWork::done);
+  m.class_<DistFeature>("DistFeature")
+      .def(torch::init<c10::intrusive_ptr<ShardMap>, c10::intrusive_ptr<FeatureTiers>,
+                       c10::intrusive_ptr<Transport>>())
+      .def("gather", &DistFeature::gather)
+      .def("gather_async", &DistFeature::gather_async)
+      .def("host", &DistFeature::host)
+      .def("num_hosts", &DistFeature::num_hosts)
+      .def("last_local_fraction", &DistFeature::last_local_fraction)
+      .def("shard_map", &DistFeature::shard_map)
+      .def("local", &DistFeature::local)
+      .def("transport", &DistFeature::transport);
 }
 
 }  // namespace quiver::runtime

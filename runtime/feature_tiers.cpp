@@ -1,3 +1,4 @@
+#include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <quiver/feature_tiers.h>
 #include <quiver/ops.h>
@@ -39,6 +40,20 @@ FeatureTiers::State FeatureTiers::state() const {
   for (const at::Tensor& t : tiers_) pinned.push_back(t.device().is_cpu() && t.is_pinned());
   pinned.push_back(positions_ && positions_->device().is_cpu() && positions_->is_pinned());
   return {tiers_, positions_, pinned};
+}
+
+at::Device FeatureTiers::device() const {
+  for (const at::Tensor& t : tiers_) {
+    if (t.is_cuda()) return t.device();
+  }
+  if (positions_ && positions_->is_cuda()) return positions_->device();
+  return at::Device(at::kCPU);
+}
+
+at::Tensor FeatureTiers::empty_rows() const {
+  std::vector<int64_t> shape = tiers_.front().sizes().vec();
+  shape[0] = 0;
+  return at::empty(shape, tiers_.front().options().device(at::kCPU).pinned_memory(false));
 }
 
 c10::intrusive_ptr<FeatureTiers> FeatureTiers::from_state(State state) {

@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 load_library()
 
 from . import _fake  # noqa: E402,F401  (registers the fake kernels)
-from . import hotness, ops, synthetic  # noqa: E402
+from . import dist, hotness, ops, synthetic  # noqa: E402
 from ._device import p2p_cliques  # noqa: E402
 from .feature import Feature  # noqa: E402
 from .hotness import presample_hot_order  # noqa: E402
@@ -22,6 +22,6 @@ from .topology import CSRTopo  # noqa: E402
 # For find_package(TorchQuiverOps) from a libtorch C++ project (set as CMAKE_PREFIX_PATH).
 cmake_prefix_path = str(Path(__file__).resolve().parent)
 
-__all__ = ["Adj", "CSRTopo", "Feature", "GraphSageSampler", "hotness", "ops", "synthetic",
+__all__ = ["Adj", "CSRTopo", "Feature", "GraphSageSampler", "dist", "hotness", "ops", "synthetic",
            "p2p_cliques", "presample_hot_order",
            "cuda_kernels_built", "library_path", "cmake_prefix_path"]

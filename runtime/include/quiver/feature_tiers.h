@@ -35,6 +35,10 @@ class FeatureTiers : public torch::CustomClassHolder {
   // Rows held by the tiers before the last one: the GPU-memory part when the last tier is
   // the host tier.
   int64_t leading_rows() const;
+  // Where gathers from this layout run best: the GPU that holds a tier, else the CPU.
+  at::Device device() const;
+  // Rows' dtype and an empty tensor of the rows' shape ([0, *row_shape]).
+  at::Tensor empty_rows() const;
 
   // The pickle pair. The state is (tiers, positions, pinned) where pinned[k] is 1 when
   // tiers[k] (k < tiers.size()) or positions (k == tiers.size()) was pinned host memory.

@@ -1,0 +1,181 @@
+// Transport::collective: rows exchanged with torch.distributed collectives over a c10d
+// process group (one rank per host): NCCL between GPUs, Gloo on CPUs. A fetch is four
+// all-to-alls: request counts (one int per peer), the requested local indices, the owners'
+// verdicts (how many requests each refused: ids outside its table), and the rows. Owners
+// check every requested index and serve a refused one as row 0, so that the exchange
+// completes on every host before both sides raise; nothing is left waiting.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <quiver/transport.h>
+
+#include <atomic>
+#include <sstream>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include "runtime/peer_watch.h"
+
+namespace quiver::runtime {
+namespace {
+
+// Heartbeats run at this fraction of the timeout (at least every 100 ms), and a peer is
+// called silent after this many periods without a beat.
+constexpr double kBeatsPerTimeout = 10.0;
+constexpr int kSilentPeriods = 3;
+
+std::atomic<int64_t>& transports_made() {
+  static std::atomic<int64_t> count{0};
+  return count;
+}
+
+// The same memory as rows of bytes (the last dimension widened by the element size).
+at::Tensor as_bytes(const at::Tensor& rows) {
+  return rows.dim() == 1 ? rows.view({-1, 1}).view(at::kByte) : rows.view(at::kByte);
+}
+
+class CollectiveTransport final : public Transport::Impl {
+ public:
+  CollectiveTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, double timeout_s)
+      : group_(std::move(group)),
+        timeout_(static_cast<int64_t>(timeout_s * 1000)),
+        host_(group_->getRank()),
+        num_hosts_(group_->getSize()),
+        uses_gpus_(group_->getBackendName() == "nccl") {
+    TORCH_CHECK_VALUE(timeout_s > 0, "the transport's timeout must be > 0 seconds, got ",
+                      timeout_s);
+    // Every host makes its transports in the same order, so the n-th one of each shares
+    // its heartbeat keys.
+    const int64_t serial = transports_made()++;
+    const auto period = std::max(
+        std::chrono::milliseconds(100),
+        std::chrono::milliseconds(static_cast<int64_t>(timeout_.count() / kBeatsPerTimeout)));
+    watch_ = std::make_unique<PeerWatch>(
+        group_->getStore(), "quiver/heartbeat/" + std::to_string(serial) + "/",
+        static_cast<int>(host_), static_cast<int>(num_hosts_), period);
+  }
+
+  std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests,
+                                const Transport::Serve& serve, int64_t served_rows,
+                                const at::Tensor& like, const at::Device& device) override {
+    TORCH_CHECK_VALUE(static_cast<int64_t>(requests.size()) == num_hosts_,
+                      "fetch needs one request "
+                      "per host (",
+                      num_hosts_, "), got ", requests.size());
+    const at::Device comm = uses_gpus_ ? device : at::Device(at::kCPU);
+    TORCH_CHECK(!uses_gpus_ || device.is_cuda(),
+                "an NCCL transport moves rows between GPUs, "
+                "but the rows are wanted on ",
+                device);
+    const auto ids_options = at::TensorOptions(comm).dtype(at::kLong);
+
+    // 1. How many rows each host wants from each.
+    std::vector<int64_t> send_counts(num_hosts_), recv_counts(num_hosts_);
+    for (int64_t h = 0; h < num_hosts_; ++h) send_counts[h] = requests[h].numel();
+    at::Tensor counts_out = at::tensor(send_counts, at::kLong).to(comm);
+    at::Tensor counts_in = at::empty({num_hosts_}, ids_options);
+    exchange(counts_in, counts_out, {}, {}, "request counts");
+    const at::Tensor counts_host = counts_in.cpu();
+    for (int64_t h = 0; h < num_hosts_; ++h) recv_counts[h] = counts_host[h].item<int64_t>();
+
+    // 2. The requested local indices.
+    std::vector<at::Tensor> parts;
+    for (const at::Tensor& r : requests) parts.push_back(r.to(comm, at::kLong));
+    at::Tensor ids_out = at::cat(parts);
+    int64_t asked = 0;
+    for (int64_t c : recv_counts) asked += c;
+    at::Tensor ids_in = at::empty({asked}, ids_options);
+    exchange(ids_in, ids_out, recv_counts, send_counts, "requested rows");
+
+    // 3. Check every request against this host's table; refused ones read row 0.
+    const at::Tensor bad = (ids_in < 0) | (ids_in >= served_rows);
+    std::vector<int64_t> refused(num_hosts_, 0);
+    if (asked > 0) {
+      std::vector<at::Tensor> per_peer;
+      int64_t begin = 0;
+      for (int64_t h = 0; h < num_hosts_; ++h) {
+        per_peer.push_back(bad.narrow(0, begin, recv_counts[h]).sum());
+        begin += recv_counts[h];
+      }
+      const at::Tensor per_peer_host = at::stack(per_peer).cpu();
+      for (int64_t h = 0; h < num_hosts_; ++h) refused[h] = per_peer_host[h].item<int64_t>();
+    }
+    at::Tensor verdict_out = at::tensor(refused, at::kLong).to(comm);
+    at::Tensor verdict_in = at::empty({num_hosts_}, ids_options);
+    exchange(verdict_in, verdict_out, {}, {}, "request verdicts");
+
+    // 4. The rows, as bytes (every backend moves uint8, whatever the table's dtype).
+    std::vector<int64_t> row_shape = like.sizes().vec();
+    row_shape[0] = asked;
+    at::Tensor rows_out;
+    if (asked > 0) {
+      rows_out = serve(at::where(bad, 0, ids_in)).to(comm).contiguous();
+    } else {
+      rows_out = at::empty(row_shape, like.options().device(comm));
+    }
+    int64_t wanted = 0;
+    for (int64_t c : send_counts) wanted += c;
+    row_shape[0] = wanted;
+    at::Tensor rows_in = at::empty(row_shape, like.options().device(comm));
+    at::Tensor bytes_out = as_bytes(rows_out), bytes_in = as_bytes(rows_in);
+    exchange(bytes_in, bytes_out, send_counts, recv_counts, "rows");
+
+    const at::Tensor verdicts = verdict_in.cpu();
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      const int64_t theirs = verdicts[h].item<int64_t>();
+      TORCH_CHECK_VALUE(theirs == 0, "host ", h, " refused ", theirs, " of the ", send_counts[h],
+                        " rows this host (", host_,
+                        ") asked for: they lie outside its table. "
+                        "The hosts hold different shard maps or tables");
+      TORCH_CHECK_VALUE(refused[h] == 0, "host ", h, " asked this host (", host_, ") for ",
+                        refused[h], " rows outside its table of ", served_rows,
+                        " rows. The hosts hold different shard maps or tables");
+    }
+    std::vector<at::Tensor> out;
+    int64_t begin = 0;
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      out.push_back(rows_in.narrow(0, begin, send_counts[h]).to(device));
+      begin += send_counts[h];
+    }
+    return out;
+  }
+
+  std::string kind() const override { return "collective:" + group_->getBackendName(); }
+  int64_t host() const override { return host_; }
+  int64_t num_hosts() const override { return num_hosts_; }
+  bool collective() const override { return true; }
+
+ private:
+  // One all-to-all, waited for at most the timeout; a failure names the silent peers.
+  void exchange(at::Tensor& into, at::Tensor& from, std::vector<int64_t> into_splits,
+                std::vector<int64_t> from_splits, const char* what) {
+    c10d::AllToAllOptions options;
+    options.timeout = timeout_;
+    try {
+      auto work = group_->alltoall_base(into, from, into_splits, from_splits, options);
+      work->wait(timeout_);
+    } catch (const std::exception& error) {
+      const auto patience = watch_->period() * kSilentPeriods;
+      TORCH_CHECK(false, "quiver transport (", kind(), ", host ", host_, " of ", num_hosts_,
+                  "): exchanging ", what, " failed: ", watch_->describe(patience),
+                  ". The collective said: ", error.what());
+    }
+  }
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  std::chrono::milliseconds timeout_;
+  int64_t host_;
+  int64_t num_hosts_;
+  bool uses_gpus_;
+  std::unique_ptr<PeerWatch> watch_;
+};
+
+}  // namespace
+
+Transport::Transport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+c10::intrusive_ptr<Transport> Transport::collective(
+    const c10::intrusive_ptr<c10d::ProcessGroup>& group, double timeout_s) {
+  TORCH_CHECK_VALUE(group, "Transport.collective needs a process group");
+  return c10::make_intrusive<Transport>(std::make_unique<CollectiveTransport>(group, timeout_s));
+}
+
+}  // namespace quiver::runtime

@@ -1,0 +1,126 @@
+#include <ATen/ATen.h>
+#include <c10/core/Event.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/util/Exception.h>
+#include <quiver/dist_feature.h>
+
+#include <chrono>
+#include <memory>
+
+#include "ops/checks.h"
+
+namespace quiver::runtime {
+
+DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
+                         c10::intrusive_ptr<FeatureTiers> local,
+                         c10::intrusive_ptr<Transport> transport)
+    : shard_map_(std::move(shard_map)), local_(std::move(local)), transport_(std::move(transport)) {
+  TORCH_CHECK_VALUE(shard_map_ && local_ && transport_,
+                    "DistFeature needs a shard map, a local layout and a transport");
+  TORCH_CHECK_VALUE(transport_->num_hosts() == shard_map_->num_hosts(), "the transport connects ",
+                    transport_->num_hosts(), " hosts but the shard map splits the table over ",
+                    shard_map_->num_hosts());
+  const int64_t expected = shard_map_->local_rows(transport_->host());
+  TORCH_CHECK_VALUE(local_->num_rows() == expected, "host ", transport_->host(),
+                    "'s local table has ", local_->num_rows(), " rows but its shard map gives it ",
+                    expected);
+}
+
+at::Tensor DistFeature::gather(const at::Tensor& ids) {
+  check_index_vector(ids, "ids");
+  std::lock_guard<std::mutex> lock(fetch_mutex_);
+  const int64_t me = host(), hosts = num_hosts();
+  const at::Device device = ids.device();
+  const at::Device local_device = local_->device();
+  auto [owner, local] = shard_map_->locate(ids);
+  // Group 0: rows this host holds (replicated, or its own); group h + 1: host h's rows.
+  const at::Tensor group = at::where((owner == -1) | (owner == me), 0, owner + 1);
+  const at::Tensor order = std::get<1>(group.sort(/*stable=*/true, 0, false));
+  const at::Tensor counts = at::bincount(group, {}, hosts + 1).cpu();
+  const int64_t* count = counts.const_data_ptr<int64_t>();
+  const at::Tensor sorted_local = local.index_select(0, order);
+
+  std::vector<at::Tensor> requests(hosts);
+  int64_t begin = count[0];
+  for (int64_t h = 0; h < hosts; ++h) {
+    requests[h] = sorted_local.narrow(0, begin, count[h + 1]);
+    begin += count[h + 1];
+  }
+  // Remote rows first: a collective transport also serves peers from this host's table.
+  auto local_layout = local_;
+  const Transport::Serve serve = [local_layout, local_device](const at::Tensor& local_ids) {
+    return local_layout->gather(local_ids.to(local_device));
+  };
+  const at::Tensor like = local_->empty_rows();
+  std::vector<at::Tensor> remote =
+      transport_->impl().fetch(requests, serve, local_->num_rows(), like, device);
+
+  std::vector<int64_t> shape = like.sizes().vec();
+  shape[0] = ids.numel();
+  at::Tensor out = at::empty(shape, like.options().device(device));
+  if (count[0] > 0) {
+    const at::Tensor mine = local_->gather(sorted_local.narrow(0, 0, count[0]).to(local_device));
+    out.index_copy_(0, order.narrow(0, 0, count[0]), mine.to(device));
+  }
+  begin = count[0];
+  for (int64_t h = 0; h < hosts; ++h) {
+    if (count[h + 1] > 0) out.index_copy_(0, order.narrow(0, begin, count[h + 1]), remote[h]);
+    begin += count[h + 1];
+  }
+  last_local_fraction_ = ids.numel() ? static_cast<double>(count[0]) / ids.numel() : 0.0;
+  return out;
+}
+
+c10::intrusive_ptr<FetchWork> DistFeature::gather_async(const at::Tensor& ids) {
+  auto self = c10::intrusive_ptr<DistFeature>::reclaim_copy(this);
+  const c10::Device device = ids.device();
+  if (device.is_cpu()) {
+    auto fetched = std::async(std::launch::async, [self, ids] {
+      return FetchWork::Fetched{self->gather(ids), nullptr};
+    });
+    return c10::make_intrusive<FetchWork>(std::move(fetched));
+  }
+  // The side stream waits for the ids (maybe still being written on the caller's stream);
+  // the caller's stream waits for the rows in FetchWork::wait.
+  const c10::impl::VirtualGuardImpl guard_impl(device.type());
+  const c10::Stream caller = guard_impl.getStream(device);
+  const c10::Stream side = guard_impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false);
+  auto ids_ready = std::make_shared<c10::Event>(device.type());
+  ids_ready->record(caller);
+  auto fetched = std::async(std::launch::async, [self, ids, side, ids_ready] {
+    const c10::StreamGuard on_side(side);
+    ids_ready->block(side);
+    ids.record_stream(side);
+    FetchWork::Fetched result{self->gather(ids), std::make_shared<c10::Event>(side.device_type())};
+    result.written->record(side);
+    return result;
+  });
+  return c10::make_intrusive<FetchWork>(std::move(fetched));
+}
+
+FetchWork::FetchWork(std::future<Fetched> fetched) : fetched_(std::move(fetched)) {}
+
+bool FetchWork::done() const {
+  return fetched_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+at::Tensor FetchWork::wait(double timeout_s) {
+  TORCH_CHECK(fetched_.valid(), "FetchWork.wait: the rows were already taken");
+  const auto budget = std::chrono::duration<double>(timeout_s);
+  TORCH_CHECK(fetched_.wait_for(budget) == std::future_status::ready,
+              "DistFeature.gather_async: the fetch did not finish within ", timeout_s,
+              " s (the transport raises naming a silent peer once its own timeout passes)");
+  Fetched fetched = fetched_.get();  // rethrows the fetch's error
+  if (fetched.written) {
+    // The rows were written on the side stream: order the caller's stream after them, and
+    // tell the allocator the caller's stream uses them.
+    const c10::impl::VirtualGuardImpl guard_impl(fetched.rows.device().type());
+    const c10::Stream caller = guard_impl.getStream(fetched.rows.device());
+    fetched.written->block(caller);
+    fetched.rows.record_stream(caller);
+  }
+  return fetched.rows;
+}
+
+}  // namespace quiver::runtime

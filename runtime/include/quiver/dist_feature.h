@@ -1,0 +1,74 @@
+// torch.classes.quiver.DistFeature: a feature table split over hosts, read as one:
+// gather(ids) returns the rows of global ids, on the ids' device. Rows this host holds
+// (the replicated hottest rows and its own partition) come from its local layout
+// (FeatureTiers: HBM cache and pinned host table, one kernel); rows of other hosts are
+// grouped by owner and fetched through a Transport, then scattered into the one output.
+//
+// gather_async(ids) starts the same work on a side stream and thread and returns a
+// FetchWork; wait(timeout) hands over the rows, ordered after the work on the caller's
+// stream, or raises naming the peer that did not answer.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Event.h>
+#include <quiver/feature_tiers.h>
+#include <quiver/shard_map.h>
+#include <quiver/transport.h>
+#include <torch/custom_class.h>
+
+#include <future>
+#include <memory>
+#include <mutex>
+
+namespace quiver::runtime {
+
+class FetchWork;
+
+class DistFeature : public torch::CustomClassHolder {
+ public:
+  // `local` holds this host's local table (shard_map.local_rows(host) rows, local order);
+  // `transport` connects the hosts, its rank being this host.
+  DistFeature(c10::intrusive_ptr<ShardMap> shard_map, c10::intrusive_ptr<FeatureTiers> local,
+              c10::intrusive_ptr<Transport> transport);
+
+  // Rows of global ids (1-D int32/int64) on the ids' device. With a collective transport
+  // every host calls gather together, once per step.
+  at::Tensor gather(const at::Tensor& ids);
+  c10::intrusive_ptr<FetchWork> gather_async(const at::Tensor& ids);
+
+  int64_t host() const { return transport_->host(); }
+  int64_t num_hosts() const { return transport_->num_hosts(); }
+  // The share of ids served from this host's own table in the last gather.
+  double last_local_fraction() const { return last_local_fraction_; }
+  c10::intrusive_ptr<ShardMap> shard_map() const { return shard_map_; }
+  c10::intrusive_ptr<FeatureTiers> local() const { return local_; }
+  c10::intrusive_ptr<Transport> transport() const { return transport_; }
+
+ private:
+  c10::intrusive_ptr<ShardMap> shard_map_;
+  c10::intrusive_ptr<FeatureTiers> local_;
+  c10::intrusive_ptr<Transport> transport_;
+  std::mutex fetch_mutex_;  // a transport serves one fetch at a time
+  double last_local_fraction_ = 0;
+};
+
+// The pending result of DistFeature.gather_async.
+class FetchWork : public torch::CustomClassHolder {
+ public:
+  // The rows, and (on a GPU) an event recorded after the side stream's work on them.
+  struct Fetched {
+    at::Tensor rows;
+    std::shared_ptr<c10::Event> written;
+  };
+  explicit FetchWork(std::future<Fetched> fetched);
+  // The rows, once fetched (at most timeout_s seconds from now; raises RuntimeError if the
+  // fetch is not done by then, or rethrows its failure). The caller's current stream is
+  // ordered after the fetch's work.
+  at::Tensor wait(double timeout_s);
+  bool done() const;
+
+ private:
+  std::future<Fetched> fetched_;
+};
+
+}  // namespace quiver::runtime

@@ -1,0 +1,71 @@
+// torch.classes.quiver.Transport: moves rows of the hosts' local tables (see
+// <quiver/shard_map.h>) from the hosts that own them to the host that asks.
+//
+// Two kinds, behind one class:
+//  - collective(group): torch.distributed collectives on a c10d process group whose ranks
+//    are the hosts: NCCL between GPUs, Gloo on CPUs. Every host takes part in every fetch
+//    (it serves its peers' requests from its own table while it asks for theirs), so all
+//    hosts fetch once per step, as a training loop's batches do.
+//  - rdma(group, table, ...): one-sided RDMA READs over reliable-connected queue pairs
+//    (rdma-core verbs, loaded at run time): a host reads peers' registered tables without
+//    their CPUs; endpoints are exchanged through the group's store. See rdma_transport.h.
+//
+// Failures (a peer that died, a stalled peer, a refused connection, a remote access error)
+// raise a RuntimeError naming the peer, within the transport's timeout: a heartbeat in the
+// group's store tells which peer went silent.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/custom_class.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace c10d {
+class ProcessGroup;
+}
+
+namespace quiver::runtime {
+
+class Transport : public torch::CustomClassHolder {
+ public:
+  // Reads rows of this host's own table: local indices (int64, checked by the caller) ->
+  // rows on the table's device.
+  using Serve = std::function<at::Tensor(const at::Tensor& local_ids)>;
+
+  class Impl {
+   public:
+    virtual ~Impl() = default;
+    // For each host h, rows requests[h] (int64 local indices of h's table, possibly empty;
+    // empty for this host) as one tensor per host on `device`, shaped like `like`'s rows.
+    // `served_rows` is the size of this host's table: requests for rows outside it are
+    // refused, and both sides raise. Throws RuntimeError naming the peer on failure.
+    virtual std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests,
+                                          const Serve& serve, int64_t served_rows,
+                                          const at::Tensor& like, const at::Device& device) = 0;
+    virtual std::string kind() const = 0;
+    virtual int64_t host() const = 0;
+    virtual int64_t num_hosts() const = 0;
+    // Whether every host must call fetch together (collectives) or each on its own (RDMA).
+    virtual bool collective() const = 0;
+  };
+
+  explicit Transport(std::unique_ptr<Impl> impl);
+
+  // Collectives over `group` (its rank is this host), each waited for at most timeout_s.
+  static c10::intrusive_ptr<Transport> collective(
+      const c10::intrusive_ptr<c10d::ProcessGroup>& group, double timeout_s);
+
+  std::string kind() const { return impl_->kind(); }
+  int64_t host() const { return impl_->host(); }
+  int64_t num_hosts() const { return impl_->num_hosts(); }
+  bool is_collective() const { return impl_->collective(); }
+  Impl& impl() { return *impl_; }
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace quiver::runtime

@@ -1,0 +1,283 @@
+"""Distributed features (torch_quiver_ops.dist): the shard map, the partitioning step, and
+DistFeature over real process groups: Gloo on loopback with 2 to 4 processes as hosts,
+two hosts in separate network namespaces joined by veth under torchrun --nnodes 2, and
+(on the GPU machine) NCCL between GPUs. Every gather is checked against x[ids]."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import torch_quiver_ops as qv
+from conftest import HAS_CUDA
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def table(rows=600, width=6, dtype=torch.float32, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(rows, width, generator=gen) * 10).to(dtype)
+
+
+# ---- the shard map ----
+
+@pytest.mark.parametrize("num_hosts", [1, 2, 3, 5])
+@pytest.mark.parametrize("fraction", [0.0, 0.2, 1.0])
+def test_shard_map_places_every_row_once(num_hosts, fraction):
+    n = 97
+    hot = torch.randperm(n, generator=torch.Generator().manual_seed(num_hosts))
+    shard_map = qv.dist.build_shard_map(n, num_hosts, hot, fraction)
+    host_of, local = shard_map.host_of(), shard_map.local_index()
+    replicated = int(round(fraction * n))
+    assert shard_map.num_replicated() == replicated
+    assert torch.equal(torch.sort(hot[:replicated]).values,
+                       torch.nonzero(host_of == -1).flatten())
+    assert torch.equal(local[hot[:replicated]], torch.arange(replicated))  # hot order
+    sizes = [shard_map.local_rows(h) - replicated for h in range(num_hosts)]
+    assert sum(sizes) == n - replicated and max(sizes) - min(sizes) <= 1  # balanced ranges
+    for h in range(num_hosts):
+        ids = shard_map.local_ids(h)
+        assert ids.numel() == shard_map.local_rows(h)
+        assert torch.equal(ids[:replicated], hot[:replicated])
+        own = ids[replicated:]
+        assert torch.all(host_of[own] == h) and torch.equal(local[own], torch.arange(replicated, ids.numel()))
+        if own.numel() > 1:  # contiguous range of ids, in hot order within the host
+            assert int(own.max() - own.min()) < n
+            rank = torch.empty(n, dtype=torch.long)
+            rank[hot] = torch.arange(n)
+            assert torch.all(rank[own][1:] > rank[own][:-1])
+    owner, where = shard_map.locate(torch.tensor([0, n - 1], dtype=torch.int32))
+    assert owner.tolist() == host_of[[0, n - 1]].tolist() and where.tolist() == local[[0, n - 1]].tolist()
+
+
+def test_shard_map_follows_an_assignment_and_rejects_bad_input():
+    assignment = torch.tensor([2, 0, 1, 2, 0, 1])
+    shard_map = qv.dist.build_shard_map(6, 3, replicate_fraction=0.0, assignment=assignment)
+    assert torch.equal(shard_map.host_of(), assignment.int())
+    with pytest.raises(IndexError, match=r"ids\[1\] = 6 is out of range \[0, 6\)"):
+        shard_map.locate(torch.tensor([0, 6]))
+    with pytest.raises(ValueError, match="assignment holds host 3"):
+        qv.dist.build_shard_map(6, 3, replicate_fraction=0.0, assignment=assignment + 1)
+    with pytest.raises(ValueError, match="not a permutation"):
+        qv.dist.build_shard_map(3, 2, torch.tensor([0, 0, 1]))
+    with pytest.raises(ValueError, match="replicate_fraction"):
+        qv.dist.build_shard_map(3, 2, replicate_fraction=1.5)
+    host_of = shard_map.host_of()
+    with pytest.raises(ValueError, match="host_of holds host 7"):
+        torch.classes.quiver.ShardMap(host_of.clone().fill_(7), shard_map.local_index(), 3)
+    local = shard_map.local_index().clone()
+    local[0] = local[3]  # two rows of host 2 in one slot
+    with pytest.raises(ValueError, match="names a row of some host twice"):
+        torch.classes.quiver.ShardMap(host_of, local, 3)
+    local[0] = 99
+    with pytest.raises(ValueError, match=r"local_index\[0\] = 99 is outside host 2's rows"):
+        torch.classes.quiver.ShardMap(host_of, local, 3)
+
+
+class Locate(torch.nn.Module):
+    def __init__(self, shard_map):
+        super().__init__()
+        self.shard_map = shard_map
+
+    def forward(self, ids: torch.Tensor):
+        return self.shard_map.locate(ids)
+
+
+def test_shard_map_in_a_saved_scripted_module(tmp_path):
+    shard_map = qv.dist.build_shard_map(50, 3, torch.randperm(50), 0.2)
+    torch.jit.script(Locate(shard_map)).save(str(tmp_path / "locate.pt"))
+    loaded = torch.jit.load(str(tmp_path / "locate.pt"))
+    ids = torch.arange(50)
+    for a, b in zip(loaded(ids), shard_map.locate(ids)):
+        assert torch.equal(a, b)
+    assert loaded.shard_map.fingerprint() == shard_map.fingerprint()
+
+
+def test_partition_writes_checked_shards(tmp_path):
+    x = table(300)
+    qv.dist.partition_features(x, tmp_path, 3, torch.randperm(300), 0.2)
+    shard_map = qv.dist.load_shard_map(tmp_path, verify=True)
+    for h in range(3):
+        local = qv.Feature.load_shared(tmp_path / f"host_{h}", device_list=[])
+        assert torch.equal(local[torch.arange(len(local))], x[shard_map.local_ids(h)])
+    shard = tmp_path / "host_1" / "rows.bin"
+    data = bytearray(shard.read_bytes())
+    data[7] ^= 0xFF  # same size, one flipped byte
+    shard.write_bytes(bytes(data))
+    from torch_quiver_ops import _sharing
+    with pytest.raises(ValueError, match="does not match the checksum"):
+        _sharing.map_arrays(tmp_path / "host_1", "feature", verify=True)
+    os.truncate(shard, 100)
+    with pytest.raises(ValueError, match="truncated"):
+        qv.Feature.load_shared(tmp_path / "host_1")
+
+
+# ---- DistFeature over Gloo, processes as hosts ----
+
+def gloo_worker(rank, world, port, base, results, die_rank):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=60))
+    try:
+        for config in sorted(Path(base).iterdir()):
+            x = torch.load(config / "x.pt")
+            feature = qv.dist.DistFeature.load(config, device_list=[], timeout=10.0)
+            if rank == die_rank:
+                os._exit(0)  # gone without a word, mid-run: peers must name it, not hang
+            gen = torch.Generator().manual_seed(rank)
+            for step in range(3):
+                ids = torch.randint(x.size(0), (int(torch.randint(1, 400, (1,), generator=gen)),),
+                                    generator=gen)
+                out = feature[ids.int() if step == 1 else ids]
+                assert out.dtype == x.dtype and torch.equal(out, x[ids]), (config.name, step)
+            ids = torch.empty(0, dtype=torch.long) if rank == 0 else torch.arange(x.size(0))
+            assert torch.equal(feature[ids], x[ids])  # an empty batch still takes part
+            ids = torch.randint(x.size(0), (250,), generator=gen)
+            work = feature.gather_async(ids)
+            assert torch.equal(work.wait(30.0), x[ids])
+            with pytest.raises(IndexError, match="out of range"):
+                feature[torch.tensor([x.size(0)])]  # checked before any exchange
+        (Path(results) / f"ok_{rank}").write_text("ok")
+    except Exception as error:  # noqa: BLE001 (the parent reads what each host saw)
+        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_hosts(world, configs, tmp_path, die_rank=-1):
+    base, results = tmp_path / "configs", tmp_path / "results"
+    base.mkdir()
+    results.mkdir()
+    for name, (x, fraction) in configs.items():
+        qv.dist.partition_features(x, base / name, world, torch.randperm(x.size(0)), fraction)
+        torch.save(x, base / name / "x.pt")
+    mp.spawn(gloo_worker, args=(world, free_port(), str(base), str(results), die_rank),
+             nprocs=world, join=True)
+    return {p.name: p.read_text() for p in results.iterdir()}
+
+
+@pytest.mark.timeout(600)
+def test_two_hosts_every_fraction_and_dtype(tmp_path):
+    configs = {f"{str(dtype)[6:]}_{fraction}": (table(500, 4, dtype, seed=len(str(dtype))), fraction)
+               for dtype in DTYPES for fraction in (0.0, 0.2, 1.0)}
+    seen = run_hosts(2, configs, tmp_path)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("world", [3, 4])
+def test_more_hosts(tmp_path, world):
+    seen = run_hosts(world, {"f32": (table(700, 3), 0.2)}, tmp_path)
+    assert seen == {f"ok_{r}": "ok" for r in range(world)}, seen
+
+
+@pytest.mark.timeout(600)
+def test_a_peer_that_dies_is_named_by_every_survivor(tmp_path):
+    seen = run_hosts(3, {"f32": (table(300, 3), 0.2)}, tmp_path, die_rank=2)
+    assert set(seen) == {"error_0", "error_1"}, seen
+    for message in seen.values():
+        assert "RuntimeError" in message and "host 2 has stopped answering" in message, message
+
+
+# ---- two hosts in separate network namespaces, torchrun --nnodes 2 ----
+
+NETNS_WORKER = textwrap.dedent('''
+    import os, sys, torch, torch.distributed as dist
+    import torch_quiver_ops as qv
+    directory = sys.argv[1]
+    dist.init_process_group("gloo")
+    group = qv.dist.host_groups()
+    x = torch.load(os.path.join(directory, "x.pt"))
+    feature = qv.dist.DistFeature.load(directory, group=group, device_list=[], timeout=20.0)
+    for seed in range(3):
+        ids = torch.randint(x.size(0), (300,), generator=torch.Generator().manual_seed(seed))
+        assert torch.equal(feature[ids], x[ids])
+    print(f"host {dist.get_rank(group)} of {dist.get_world_size(group)} on node "
+          f"{os.environ['GROUP_RANK']} gathered from every shard", flush=True)
+    dist.destroy_process_group()
+''')
+
+
+def netns_usable() -> bool:
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return False
+    probe = subprocess.run(["ip", "netns", "add", "quiver-probe"], capture_output=True)
+    subprocess.run(["ip", "netns", "del", "quiver-probe"], capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not netns_usable(), reason="needs root and `ip netns` (network namespaces)")
+def test_two_hosts_in_network_namespaces(tmp_path):
+    directory = tmp_path / "features"
+    x = table(400, 5)
+    qv.dist.partition_features(x, directory, 2, torch.randperm(400), 0.2)
+    torch.save(x, directory / "x.pt")
+    (tmp_path / "worker.py").write_text(NETNS_WORKER)
+    script = Path(__file__).resolve().parents[2] / "scripts" / "netns_hosts.sh"
+    names = subprocess.run(["bash", str(script), "up", "2"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    try:
+        port = free_port()
+        # Gloo finds its interface from the hostname, which no namespace resolves: name it.
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0"}
+        runs = [subprocess.Popen(
+            ["ip", "netns", "exec", name, sys.executable, "-m", "torch.distributed.run",
+             "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+             "--master-addr", "10.77.0.1", "--master-port", str(port),
+             str(tmp_path / "worker.py"), str(directory)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            for node, name in enumerate(names)]
+        try:
+            outputs = [run.communicate(timeout=180)[0] for run in runs]
+        finally:
+            for run in runs:
+                run.kill()
+    finally:
+        subprocess.run(["bash", str(script), "down", "2"], capture_output=True)
+    for run, output in zip(runs, outputs):
+        assert run.returncode == 0, output[-3000:]
+    assert sum("gathered from every shard" in o for o in outputs) == 2, outputs
+
+
+# ---- NCCL between GPUs (the GPU machine) ----
+
+def nccl_worker(rank, world, port, directory):
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, device_id=torch.device("cuda", rank))
+    x = torch.load(Path(directory) / "x.pt")
+    feature = qv.dist.DistFeature.load(directory, rank=rank, device_list=[rank],
+                                       device_cache_size=x[0].nbytes * 50, timeout=30.0)
+    assert feature.transport.kind() == "collective:nccl"
+    for seed in range(3):
+        ids = torch.randint(x.size(0), (3000,), generator=torch.Generator().manual_seed(seed + rank))
+        out = feature[ids.cuda()]
+        assert out.device == torch.device("cuda", rank) and torch.equal(out.cpu(), x[ids])
+    work = feature.gather_async(ids.cuda())
+    assert torch.equal(work.wait(60.0).cpu(), x[ids])
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_nccl_between_gpus(tmp_path):
+    x = table(5000, 16, torch.bfloat16)
+    qv.dist.partition_features(x, tmp_path, 2, torch.randperm(5000), 0.2)
+    torch.save(x, tmp_path / "x.pt")
+    mp.spawn(nccl_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)

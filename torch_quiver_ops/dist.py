@@ -1,0 +1,193 @@
+"""Distributed features: one table split over hosts, read as one.
+
+* :func:`build_shard_map` decides where each row lives (``torch.classes.quiver.ShardMap``):
+  the hottest rows replicated on every host, the rest partitioned (contiguous ranges of
+  ids, or a given assignment such as METIS parts).
+* :func:`partition_features` writes each host's local table and the shard map to a
+  directory, checking what it reads back (sizes and a CRC-32), and :func:`load_shard_map`
+  reads the map.
+* :class:`DistFeature` is ``feature[ids]`` across hosts: rows this host holds come from
+  its own tiered store (:class:`Feature`), the others through a transport
+  (``torch.classes.quiver.Transport``): torch.distributed collectives (NCCL between GPUs,
+  Gloo on CPUs) over a process group whose ranks are the hosts.
+
+Under ``torchrun --nnodes H --nproc-per-node M``, the hosts are nodes: :func:`host_groups`
+makes the M groups (one per local rank) that each connect one process of every node.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Optional, Sequence, Union
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from . import _sharing
+from .feature import Feature
+
+TRANSPORTS = ("auto", "nccl", "gloo")
+
+
+def build_shard_map(num_rows: int, num_hosts: int, hot_order: Optional[Tensor] = None,
+                    replicate_fraction: float = 0.2,
+                    assignment: Optional[Tensor] = None) -> "torch.ScriptObject":
+    """Where each of ``num_rows`` rows lives on ``num_hosts`` hosts.
+
+    The hottest ``replicate_fraction`` of the rows (by ``hot_order``, hottest first;
+    default: by id) are replicated on every host; every other row goes to
+    ``assignment[id]`` when given (one host per row), else to contiguous ranges of ids.
+    """
+    if not 0.0 <= replicate_fraction <= 1.0:
+        raise ValueError(f"replicate_fraction must be in [0, 1], got {replicate_fraction}")
+    order = torch.arange(num_rows) if hot_order is None else torch.as_tensor(hot_order)
+    replicated = int(round(replicate_fraction * num_rows))
+    return torch.classes.quiver.ShardMap.build(order, num_hosts, replicated, assignment)
+
+
+def partition_features(x: Tensor, directory: Union[str, Path], num_hosts: int,
+                       hot_order: Optional[Tensor] = None, replicate_fraction: float = 0.2,
+                       assignment: Optional[Tensor] = None) -> Path:
+    """Writes ``directory/shard_map`` and one ``directory/host_<h>`` per host (that host's
+    local table: replicated rows first, then its own, hottest first), for
+    :meth:`DistFeature.load`. Every file is read back and checked against the sizes and the
+    CRC-32 written beside it, so a truncated or corrupt shard raises here, never later as
+    zeros."""
+    directory = Path(directory)
+    x = x.detach().cpu().contiguous()
+    shard_map = build_shard_map(x.size(0), num_hosts, hot_order, replicate_fraction, assignment)
+    _sharing.save_arrays(directory / "shard_map", "shard_map",
+                         {"host_of": shard_map.host_of(), "local_index": shard_map.local_index()},
+                         num_hosts=num_hosts, fingerprint=shard_map.fingerprint())
+    for host in range(num_hosts):
+        local = x[shard_map.local_ids(host)]
+        _sharing.save_arrays(directory / f"host_{host}", "feature", {"rows": local})  # Feature's
+        rows, _ = _sharing.map_arrays(directory / f"host_{host}", "feature", verify=True)
+        if not torch.equal(rows["rows"], local):
+            raise RuntimeError(f"{directory}/host_{host} reads back different rows than written")
+    load_shard_map(directory, verify=True)
+    return directory
+
+
+def load_shard_map(directory: Union[str, Path], verify: bool = False) -> "torch.ScriptObject":
+    """The shard map written by :func:`partition_features` (sizes always checked, the CRC-32
+    with ``verify``)."""
+    arrays, meta = _sharing.map_arrays(Path(directory) / "shard_map", "shard_map", verify=verify)
+    shard_map = torch.classes.quiver.ShardMap(arrays["host_of"].clone(),
+                                              arrays["local_index"].clone(), meta["num_hosts"])
+    if shard_map.fingerprint() != meta["fingerprint"]:
+        raise ValueError(f"{directory}/shard_map does not match the fingerprint it was saved "
+                         f"with: the files are from different partitions")
+    return shard_map
+
+
+def host_groups(backend: Optional[str] = None):
+    """Under ``torchrun --nnodes H --nproc-per-node M``: the process group of this
+    process's local rank (one process per node, its rank the node's index), made on every
+    process. With one process per node, the world itself."""
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    world = dist.get_world_size()
+    if local_size == 1:
+        return dist.group.WORLD
+    mine = None
+    for local_rank in range(local_size):
+        ranks = list(range(local_rank, world, local_size))
+        group = dist.new_group(ranks, backend=backend)
+        if dist.get_rank() in ranks:
+            mine = group
+    return mine
+
+
+class DistFeature:
+    """A feature table split over hosts: ``feature[ids]`` returns the rows of global ids.
+
+    Args:
+        shard_map: where each row lives (:func:`build_shard_map`, :func:`load_shard_map`).
+        local: this host's store of its local table (``shard_map.local_rows(host)`` rows in
+            local order: hottest first, so its GPU cache holds the hottest rows).
+        group: the process group whose ranks are the hosts (default: the world).
+        transport: ``"auto"`` (NCCL when the group's backend is NCCL, else Gloo), ``"nccl"``
+            or ``"gloo"`` (a collective transport over ``group``).
+        timeout: seconds a fetch may wait for a peer before it raises naming the peer.
+
+    With a collective transport every host reads ``feature[ids]`` once per step, as a
+    training loop does: a host serves its peers' requests while it fetches its own.
+    """
+
+    def __init__(self, shard_map, local: Feature, group=None, transport: str = "auto",
+                 timeout: float = 60.0):
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("DistFeature needs torch.distributed: call "
+                               "init_process_group first (torchrun sets up its environment)")
+        self.group = group if group is not None else dist.group.WORLD
+        backend = dist.get_backend(self.group)
+        if transport != "auto" and transport != backend:
+            raise ValueError(f"transport {transport!r} needs a {transport} process group, but "
+                             f"the group's backend is {backend}")
+        self.shard_map = shard_map
+        self.local = local
+        self.host = dist.get_rank(self.group)
+        self.device = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
+                       else local._device_for(None))
+        self._check_same_map()
+        self.transport = torch.classes.quiver.Transport.collective(self.group.boxed(), timeout)
+        self._runtime = torch.classes.quiver.DistFeature(shard_map, local.tiers(self.device),
+                                                         self.transport)
+
+    def _check_same_map(self) -> None:
+        mine = self.shard_map.fingerprint()
+        everyone: List[Optional[int]] = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(everyone, mine, group=self.group)
+        differ = [host for host, theirs in enumerate(everyone) if theirs != mine]
+        if differ:
+            raise ValueError(f"host {self.host}'s shard map differs from that of hosts {differ}: "
+                             f"every host must load the same partition")
+
+    @classmethod
+    def load(cls, directory: Union[str, Path], group=None, rank: int = 0,
+             device_list: Optional[Sequence[int]] = None, device_cache_size: Union[int, str] = 0,
+             cache_policy: str = "device_replicate", transport: str = "auto",
+             timeout: float = 60.0) -> "DistFeature":
+        """Maps this host's shard of :func:`partition_features`'s output (one copy per
+        machine, as :meth:`Feature.load_shared`) and connects to the other hosts."""
+        group = group if group is not None else dist.group.WORLD
+        host = dist.get_rank(group)
+        shard_map = load_shard_map(directory)
+        local = Feature.load_shared(Path(directory) / f"host_{host}", rank, device_list,
+                                    device_cache_size, cache_policy)
+        return cls(shard_map, local, group, transport, timeout)
+
+    def _ids(self, ids) -> Tensor:
+        ids = torch.as_tensor(ids)
+        return ids if ids.device == self.device else ids.to(self.device)
+
+    def __getitem__(self, ids) -> Tensor:
+        return self._runtime.gather(self._ids(ids))
+
+    def gather_async(self, ids):
+        """Starts ``self[ids]`` on a side stream and thread; ``.wait(timeout)`` on the result
+        returns the rows, ordered after the fetch on the current stream."""
+        return self._runtime.gather_async(self._ids(ids))
+
+    @property
+    def last_local_fraction(self) -> float:
+        """The share of the last gather's ids this host served from its own table."""
+        return self._runtime.last_local_fraction()
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size([self.shard_map.num_rows(), *self.local.shape[1:]])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.local.dtype
+
+    def __len__(self) -> int:
+        return self.shard_map.num_rows()
+
+    def __repr__(self) -> str:
+        return (f"DistFeature(rows={self.shard_map.num_rows()}, host={self.host} of "
+                f"{self.shard_map.num_hosts()}, transport={self.transport.kind()})")
