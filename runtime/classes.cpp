@@ -54,6 +54,8 @@ void register_runtime_classes(torch::Library& m) {
                   [](ShardMap::State state) { return ShardMap::from_state(std::move(state)); });
   m.class_<Transport>("Transport")
       .def_static("collective", &Transport::collective)
+      .def_static("rdma", &Transport::rdma_over)
+      .def_static("rdma_available", &Transport::rdma_available)
       .def("kind", &Transport::kind)
       .def("host", &Transport::host)
       .def("num_hosts", &Transport::num_hosts)

@@ -8,8 +8,8 @@
 #include <c10/util/Exception.h>
 #include <quiver/transport.h>
 
-#include <atomic>
 #include <sstream>
+#include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
 #include "runtime/peer_watch.h"
@@ -21,11 +21,6 @@ namespace {
 // called silent after this many periods without a beat.
 constexpr double kBeatsPerTimeout = 10.0;
 constexpr int kSilentPeriods = 3;
-
-std::atomic<int64_t>& transports_made() {
-  static std::atomic<int64_t> count{0};
-  return count;
-}
 
 // The same memory as rows of bytes (the last dimension widened by the element size).
 at::Tensor as_bytes(const at::Tensor& rows) {
@@ -42,9 +37,10 @@ class CollectiveTransport final : public Transport::Impl {
         uses_gpus_(group_->getBackendName() == "nccl") {
     TORCH_CHECK_VALUE(timeout_s > 0, "the transport's timeout must be > 0 seconds, got ",
                       timeout_s);
-    // Every host makes its transports in the same order, so the n-th one of each shares
-    // its heartbeat keys.
-    const int64_t serial = transports_made()++;
+    // Every host makes its transports over a group in the same order, so the n-th one of
+    // each shares its heartbeat keys (counted in the group's store).
+    const int64_t serial =
+        group_->getStore()->add("quiver/collective/made/" + std::to_string(host_), 1) - 1;
     const auto period = std::max(
         std::chrono::milliseconds(100),
         std::chrono::milliseconds(static_cast<int64_t>(timeout_.count() / kBeatsPerTimeout)));
@@ -136,6 +132,15 @@ class CollectiveTransport final : public Transport::Impl {
       begin += send_counts[h];
     }
     return out;
+  }
+
+  ~CollectiveTransport() override {
+    watch_.reset();
+    // The last reference to a process group may be this one, dropped from Python with the
+    // GIL held (at interpreter exit, say), while a backend thread of the group waits for the
+    // GIL to finish a callback: destroying the group here would wait for that thread
+    // forever. A thread of its own destroys it, as torch's own bindings do without the GIL.
+    std::thread([group = std::move(group_)]() mutable { group.reset(); }).detach();
   }
 
   std::string kind() const override { return "collective:" + group_->getBackendName(); }

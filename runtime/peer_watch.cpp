@@ -10,7 +10,10 @@ PeerWatch::PeerWatch(c10::intrusive_ptr<c10d::Store> store, std::string prefix, 
       prefix_(std::move(prefix)),
       rank_(rank),
       size_(size),
-      period_(period) {
+      period_(period),
+      last_count_(size, -1),
+      last_move_(size, Clock::now()),
+      last_answer_(Clock::now()) {
   store_->add(key(rank_), 1);  // present before any peer looks
   thread_ = std::thread([this] { beat(); });
 }
@@ -25,41 +28,56 @@ PeerWatch::~PeerWatch() {
 }
 
 void PeerWatch::beat() {
+  std::vector<int64_t> counts(size_);
   std::unique_lock<std::mutex> lock(mutex_);
   while (!wake_.wait_for(lock, period_, [this] { return stop_; })) {
-    lock.unlock();  // a slow store must not hold up the destructor
+    lock.unlock();  // a slow store must not hold up the destructor or a reader
+    bool answered = true;
     try {
       store_->add(key(rank_), 1);
+      for (int r = 0; r < size_; ++r) counts[r] = store_->add(key(r), 0);
     } catch (const std::exception&) {
-      // The store is gone (its host died): nothing to beat into; errors name that instead.
+      answered = false;  // the store's host died: nothing to read; errors say so
     }
     lock.lock();
+    if (!answered) continue;
+    const auto now = Clock::now();
+    last_answer_ = now;
+    for (int r = 0; r < size_; ++r) {
+      if (counts[r] != last_count_[r]) {
+        last_count_[r] = counts[r];
+        last_move_[r] = now;
+      }
+    }
   }
 }
 
 PeerWatch::Silence PeerWatch::silent_peers(std::chrono::milliseconds patience) const {
+  std::lock_guard<std::mutex> lock(mutex_);
   Silence silence;
-  std::vector<int64_t> before(size_), after(size_);
-  try {
-    for (int r = 0; r < size_; ++r) before[r] = store_->add(key(r), 0);
-    std::this_thread::sleep_for(patience);
-    for (int r = 0; r < size_; ++r) after[r] = store_->add(key(r), 0);
-  } catch (const std::exception&) {
+  const auto now = Clock::now();
+  if (now - last_answer_ > patience) {
     silence.store_reachable = false;
     return silence;
   }
   for (int r = 0; r < size_; ++r) {
-    if (r != rank_ && after[r] == before[r]) silence.peers.push_back(r);
+    if (r != rank_ && now - last_move_[r] > patience) silence.peers.push_back(r);
   }
   return silence;
 }
 
 std::string PeerWatch::describe(std::chrono::milliseconds patience) const {
-  const Silence silence = silent_peers(patience);
+  // Its last beat may be read up to a period late, and seen a period after that.
+  const auto give_up = Clock::now() + patience + 2 * period_;
+  Silence silence = silent_peers(patience);
+  while (silence.store_reachable && silence.peers.empty() && Clock::now() < give_up) {
+    std::this_thread::sleep_for(period_);
+    silence = silent_peers(patience);
+  }
   std::ostringstream out;
   if (!silence.store_reachable) {
-    out << "the rendezvous store cannot be reached (its host may have died), so the failed "
-           "peer cannot be named";
+    out << "the rendezvous store has not answered for " << patience.count()
+        << " ms (its host may have died), so the failed peer cannot be named";
   } else if (silence.peers.empty()) {
     out << "every peer's heartbeat is still moving (a peer may be slow, not dead)";
   } else {

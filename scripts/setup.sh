@@ -6,6 +6,7 @@
 #   QUIVER_VENV      where the environment lives        (default: .venv in the repo)
 #   QUIVER_BUILD_DIR the persistent CMake build folder  (default: build/py)
 #   PYTHON           the interpreter to base it on      (default: python3)
+#   QUIVER_SKIP_RDMA_VM=1  skip the packages of the soft-RoCE guest (QEMU, a kernel)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
@@ -22,11 +23,23 @@ command -v ninja >/dev/null || need_apt+=(ninja-build)
 [ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev)
 command -v ccache >/dev/null || need_apt+=(ccache)
 "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || need_apt+=(python3-venv)
+# RDMA: verbs headers to build the RDMA transport, rdma-core to run it, and what
+# scripts/rdma_vm.sh needs to give the tests a real device (soft-RoCE in a QEMU guest).
+[ -f /usr/include/infiniband/verbs.h ] || need_apt+=(libibverbs-dev)
+[ -e /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav34.so ] || ls /usr/lib/*/libibverbs/librxe-* >/dev/null 2>&1 || need_apt+=(rdma-core ibverbs-providers)
+if [ "${QUIVER_SKIP_RDMA_VM:-0}" != 1 ]; then
+  command -v qemu-system-x86_64 >/dev/null || need_apt+=(qemu-system-x86)
+  ls /lib/modules/*/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko >/dev/null 2>&1 || need_apt+=(linux-image-amd64)
+  [ -x /bin/busybox ] || need_apt+=(busybox-static)
+  command -v cpio >/dev/null || need_apt+=(cpio)
+  command -v rdma >/dev/null || need_apt+=(iproute2)
+  command -v modprobe >/dev/null || need_apt+=(kmod)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "installing Debian packages: ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need_apt[@]}"
 fi
 
 stamp="$VENV/.requirements.sha256"

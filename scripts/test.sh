@@ -19,6 +19,22 @@ printf '\n== Python tests\n'
 (cd /tmp && QUIVER_TEST_BINARY_DIR="$BUILD_DIR/tests/cpp" QUIVER_REQUIRE_CPP_TESTS=1 \
   "$VENV/bin/python" -m pytest -q -ra --rootdir "$REPO" -c "$REPO/pyproject.toml" "$REPO/tests/python" "$@")
 
+printf '\n== RDMA for real: soft-RoCE (rdma_rxe) in a QEMU guest\n'
+if [ "${QUIVER_SKIP_RDMA_VM:-0}" = 1 ]; then
+  echo "skipped: QUIVER_SKIP_RDMA_VM=1"
+elif ! grep -q '"rdma": "ON"' "$BUILD_DIR/build_info.json" 2>/dev/null; then
+  echo "skipped: the library was built without rdma-core's headers (no RDMA transport)"
+elif ! command -v qemu-system-x86_64 >/dev/null || ! ls /lib/modules/*/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko >/dev/null 2>&1; then
+  echo "skipped: QEMU or a kernel with rdma_rxe is missing (scripts/setup.sh installs them on Debian)"
+else
+  # The verbs transport's GoogleTests (two processes over rxe0) and DistFeature over RDMA.
+  bash scripts/rdma_vm.sh --timeout 1200 -- bash -c "
+    '$BUILD_DIR/tests/cpp/quiver_tests' --gtest_color=no --gtest_brief=1 \
+      --gtest_filter='RdmaOverDevice.*:FakeRdma.*' &&
+    cd /tmp && '$VENV/bin/python' -m pytest -q -p no:cacheprovider --rootdir '$REPO' \
+      -c '$REPO/pyproject.toml' '$REPO/tests/python/test_dist.py' -k rdma"
+fi
+
 printf '\n== find_package(TorchQuiverOps) from a separate libtorch project\n'
 prefix="$("$VENV/bin/python" -P -c 'import torch_quiver_ops as q, torch; print(q.cmake_prefix_path + ";" + torch.utils.cmake_prefix_path)')"
 cmake -S tests/cpp/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \

@@ -8,8 +8,9 @@
   reads the map.
 * :class:`DistFeature` is ``feature[ids]`` across hosts: rows this host holds come from
   its own tiered store (:class:`Feature`), the others through a transport
-  (``torch.classes.quiver.Transport``): torch.distributed collectives (NCCL between GPUs,
-  Gloo on CPUs) over a process group whose ranks are the hosts.
+  (``torch.classes.quiver.Transport``): one-sided RDMA READs (rdma-core verbs, when a
+  device exists), or torch.distributed collectives (NCCL between GPUs, Gloo on CPUs) over
+  a process group whose ranks are the hosts.
 
 Under ``torchrun --nnodes H --nproc-per-node M``, the hosts are nodes: :func:`host_groups`
 makes the M groups (one per local rank) that each connect one process of every node.
@@ -27,7 +28,7 @@ from torch import Tensor
 from . import _sharing
 from .feature import Feature
 
-TRANSPORTS = ("auto", "nccl", "gloo")
+TRANSPORTS = ("auto", "rdma", "nccl", "gloo")
 
 
 def build_shard_map(num_rows: int, num_hosts: int, hot_order: Optional[Tensor] = None,
@@ -107,16 +108,21 @@ class DistFeature:
         local: this host's store of its local table (``shard_map.local_rows(host)`` rows in
             local order: hottest first, so its GPU cache holds the hottest rows).
         group: the process group whose ranks are the hosts (default: the world).
-        transport: ``"auto"`` (NCCL when the group's backend is NCCL, else Gloo), ``"nccl"``
-            or ``"gloo"`` (a collective transport over ``group``).
+        transport: ``"auto"`` (RDMA when this machine has an RDMA device, else NCCL when
+            the group's backend is NCCL, else Gloo), ``"rdma"`` (one-sided reads; the group
+            only exchanges endpoints), ``"nccl"`` or ``"gloo"`` (collectives over ``group``).
         timeout: seconds a fetch may wait for a peer before it raises naming the peer.
+        rdma: options of the RDMA transport: ``device`` (default: the first), ``port``,
+            ``gid_index`` (-1: RoCE v2 over IPv4 when the port has it), ``qps_per_peer``,
+            ``staging_bytes``.
 
     With a collective transport every host reads ``feature[ids]`` once per step, as a
-    training loop does: a host serves its peers' requests while it fetches its own.
+    training loop does: a host serves its peers' requests while it fetches its own. With
+    RDMA a host reads its peers' registered tables without their CPUs, whenever it likes.
     """
 
     def __init__(self, shard_map, local: Feature, group=None, transport: str = "auto",
-                 timeout: float = 60.0):
+                 timeout: float = 60.0, rdma: Optional[dict] = None):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         if not dist.is_available() or not dist.is_initialized():
@@ -124,7 +130,10 @@ class DistFeature:
                                "init_process_group first (torchrun sets up its environment)")
         self.group = group if group is not None else dist.group.WORLD
         backend = dist.get_backend(self.group)
-        if transport != "auto" and transport != backend:
+        if transport == "auto":
+            rdma_here = torch.classes.quiver.Transport.rdma_available()
+            transport = "rdma" if rdma_here else backend
+        if transport in ("nccl", "gloo") and transport != backend:
             raise ValueError(f"transport {transport!r} needs a {transport} process group, but "
                              f"the group's backend is {backend}")
         self.shard_map = shard_map
@@ -133,7 +142,16 @@ class DistFeature:
         self.device = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
                        else local._device_for(None))
         self._check_same_map()
-        self.transport = torch.classes.quiver.Transport.collective(self.group.boxed(), timeout)
+        if transport == "rdma":
+            options = {"device": "", "port": 1, "gid_index": -1, "qps_per_peer": 4,
+                       "staging_bytes": 64 << 20, **(rdma or {})}
+            # Peers read this host's whole local table, in local order.
+            self.transport = torch.classes.quiver.Transport.rdma(
+                self.group.boxed(), local._table(), options["device"], options["port"],
+                options["gid_index"], options["qps_per_peer"], options["staging_bytes"], timeout)
+        else:
+            self.transport = torch.classes.quiver.Transport.collective(self.group.boxed(),
+                                                                       timeout)
         self._runtime = torch.classes.quiver.DistFeature(shard_map, local.tiers(self.device),
                                                          self.transport)
 
@@ -150,7 +168,7 @@ class DistFeature:
     def load(cls, directory: Union[str, Path], group=None, rank: int = 0,
              device_list: Optional[Sequence[int]] = None, device_cache_size: Union[int, str] = 0,
              cache_policy: str = "device_replicate", transport: str = "auto",
-             timeout: float = 60.0) -> "DistFeature":
+             timeout: float = 60.0, rdma: Optional[dict] = None) -> "DistFeature":
         """Maps this host's shard of :func:`partition_features`'s output (one copy per
         machine, as :meth:`Feature.load_shared`) and connects to the other hosts."""
         group = group if group is not None else dist.group.WORLD
@@ -158,7 +176,20 @@ class DistFeature:
         shard_map = load_shard_map(directory)
         local = Feature.load_shared(Path(directory) / f"host_{host}", rank, device_list,
                                     device_cache_size, cache_policy)
-        return cls(shard_map, local, group, transport, timeout)
+        return cls(shard_map, local, group, transport, timeout, rdma)
+
+    def close(self) -> None:
+        """Lets go of the transport (its queue pairs and registrations, or its hold on the
+        process group): call it before ``destroy_process_group``. The store is unusable
+        afterwards."""
+        self._runtime = None
+        self.transport = None
+
+    def __enter__(self) -> "DistFeature":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _ids(self, ids) -> Tensor:
         ids = torch.as_tensor(ids)

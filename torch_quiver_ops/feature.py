@@ -37,7 +37,8 @@ class Feature:
     Args:
         rank: the default GPU of ``device_list``.
         device_list: GPUs that cache rows (default ``[rank]``).
-        device_cache_size: bytes of rows per GPU, an int or a string such as ``"200M"``.
+        device_cache_size: bytes of rows per GPU: an int, a string such as ``"200M"``, or a
+            share of the table such as ``"20%"``.
         cache_policy: ``"device_replicate"`` or ``"p2p_clique_replicate"``.
         csr_topo: orders rows by degree when no ``hot_order`` is given.
 
@@ -60,6 +61,12 @@ class Feature:
             raise ValueError(f"device_list names a GPU twice: {device_list}")
         self.rank = rank
         self.device_list: List[int] = device_list
+        self._cache_share = None  # a "20%" cache is sized once the table is known
+        if isinstance(device_cache_size, str) and device_cache_size.strip().endswith("%"):
+            self._cache_share = float(device_cache_size.strip()[:-1]) / 100
+            if not 0 <= self._cache_share <= 1:
+                raise ValueError(f"a cache share must be in [0%, 100%], got {device_cache_size!r}")
+            device_cache_size = 0
         self.device_cache_size = parse_size(device_cache_size)
         self.cache_policy = cache_policy
         self.csr_topo = csr_topo
@@ -119,6 +126,8 @@ class Feature:
         self._rank = None if order is None else positions_of(order)
         self._process_state()
         row_bytes = host[0].nbytes if host.size(0) else 0
+        if self._cache_share is not None:
+            self.device_cache_size = int(self._cache_share * host.size(0)) * row_bytes
         gpus = gpus_usable() and bool(self.device_list)
         self._cache_rows = (min(host.size(0), self.device_cache_size // row_bytes)
                             if gpus and row_bytes else 0)

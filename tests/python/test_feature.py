@@ -59,6 +59,13 @@ def test_feature_matches_indexing(dtype, policy, cached_fraction, order):
         assert torch.equal(feature.tiers("cpu").gather(ids), x[ids])
 
 
+def test_cache_size_as_a_share_of_the_table():
+    x = torch.randn(1000, 8)
+    feature = qv.Feature(device_cache_size="25%").from_cpu_tensor(x)
+    assert feature.cached_rows == (250 if HAS_CUDA else 0)
+    assert feature.device_cache_size == 250 * x[0].nbytes
+
+
 def test_feature_shape_and_row_shapes():
     x = torch.randn(30, 2, 5)
     feature = qv.Feature(device_cache_size="1K").from_cpu_tensor(x)
@@ -75,6 +82,8 @@ def test_feature_rejects_bad_input():
         qv.Feature(device_list=[0, 0])
     with pytest.raises(ValueError, match="cannot read 'lots'"):
         qv.Feature(device_cache_size="lots")
+    with pytest.raises(ValueError, match="cache share must be in"):
+        qv.Feature(device_cache_size="150%")
     with pytest.raises(RuntimeError, match="holds no data yet"):
         qv.Feature()[torch.tensor([0])]
     with pytest.raises(ValueError, match="at least one dimension"):

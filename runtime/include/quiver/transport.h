@@ -8,7 +8,7 @@
 //    hosts fetch once per step, as a training loop's batches do.
 //  - rdma(group, table, ...): one-sided RDMA READs over reliable-connected queue pairs
 //    (rdma-core verbs, loaded at run time): a host reads peers' registered tables without
-//    their CPUs; endpoints are exchanged through the group's store. See rdma_transport.h.
+//    their CPUs; endpoints are exchanged through the group's store (rdma_transport.cpp).
 //
 // Failures (a peer that died, a stalled peer, a refused connection, a remote access error)
 // raise a RuntimeError naming the peer, within the transport's timeout: a heartbeat in the
@@ -25,7 +25,8 @@
 
 namespace c10d {
 class ProcessGroup;
-}
+class Store;
+}  // namespace c10d
 
 namespace quiver::runtime {
 
@@ -52,11 +53,42 @@ class Transport : public torch::CustomClassHolder {
     virtual bool collective() const = 0;
   };
 
+  // How an RDMA transport connects and reads.
+  struct RdmaOptions {
+    std::string device;  // "" = the first RDMA device
+    int64_t port = 1;
+    int64_t gid_index = -1;            // -1: RoCE v2 over IPv4 if the port has it, else 0
+    int64_t qps_per_peer = 4;          // reliable-connected queue pairs to each peer
+    int64_t staging_bytes = 64 << 20;  // registered buffer the reads land in
+    int64_t reads_in_flight = 256;     // per queue pair (capped by the device)
+    double timeout_s = 30;             // a fetch's completions, and connecting
+    // Test hooks: skip the check of requested rows against a peer's table (so that the
+    // NIC's own bounds check answers), or use a wrong remote key.
+    bool unchecked_for_testing = false;
+    bool wrong_rkey_for_testing = false;
+  };
+
   explicit Transport(std::unique_ptr<Impl> impl);
 
   // Collectives over `group` (its rank is this host), each waited for at most timeout_s.
   static c10::intrusive_ptr<Transport> collective(
       const c10::intrusive_ptr<c10d::ProcessGroup>& group, double timeout_s);
+
+  // One-sided RDMA READs: this host serves `table` (contiguous host memory: its local
+  // table, registered read-only for peers) and reads its peers'. Endpoints (queue pair
+  // numbers, GID, remote key, address, size) are exchanged through `store`; every host
+  // builds its transport at the same point. Throws explaining what is missing where
+  // rdma-core, a device or the build's verbs headers are.
+  static c10::intrusive_ptr<Transport> rdma(const c10::intrusive_ptr<c10d::Store>& store,
+                                            int64_t host, int64_t num_hosts, at::Tensor table,
+                                            const RdmaOptions& options);
+  // The same from TorchScript / Python: host and store from `group`.
+  static c10::intrusive_ptr<Transport> rdma_over(
+      const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor table, std::string device,
+      int64_t port, int64_t gid_index, int64_t qps_per_peer, int64_t staging_bytes,
+      double timeout_s);
+  // Whether this build has verbs, libibverbs loads and lists a device.
+  static bool rdma_available();
 
   std::string kind() const { return impl_->kind(); }
   int64_t host() const { return impl_->host(); }

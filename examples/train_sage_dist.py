@@ -1,0 +1,162 @@
+"""GraphSAGE with its feature table split over hosts: torchrun across machines.
+
+    torchrun --nnodes N --nproc-per-node M [--node-rank K --master-addr A --master-port P] \\
+        examples/train_sage_dist.py --data /shared/dir [--size small] [--epochs 3]
+
+Each node is a host: it maps only its shard of the features (its partition plus the
+replicated hottest rows), samples with its own copy of the topology, and reads every other
+row through a DistFeature (RDMA where a device exists, else NCCL between GPUs or Gloo on
+CPUs). The M processes of a node train with DDP together with every other node's; the
+processes with one local rank, one per node, form a host group that exchanges rows.
+
+The first run builds the synthetic graph and partitions it into --data (global rank 0
+writes it; every host must see that directory, e.g. on a shared file system); later runs
+reuse it. Prints, on rank 0, each epoch's time split (sample, gather, model) and the test
+accuracy over all processes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+import torch_quiver_ops as qv
+from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
+
+from train_sage import SAGE, Clock  # noqa: E402  (the same model as the one-host example)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", required=True, help="directory of the partitioned graph")
+    parser.add_argument("--size", default="small", choices=sorted(PRESETS))
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--fanouts", default="15,10,5")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--replicate", type=float, default=0.2,
+                        help="share of the rows (hottest by degree) on every host")
+    parser.add_argument("--cache-size", default="20%",
+                        help="each GPU's cache of its host's table: bytes or a share of it")
+    parser.add_argument("--transport", default="auto", choices=qv.dist.TRANSPORTS)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--eval-nodes", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def prepare(args, num_hosts: int) -> None:
+    """Builds the graph once and writes the topology, labels, splits and feature shards."""
+    data = Path(args.data)
+    if (data / "ready.json").exists():
+        meta = json.loads((data / "ready.json").read_text())
+        if meta["hosts"] != num_hosts or meta["size"] != args.size:
+            raise SystemExit(f"{data} holds {meta['size']!r} for {meta['hosts']} hosts; use "
+                             f"another --data for {args.size!r} on {num_hosts}")
+        return
+    graph = synthetic_graph(args.size, seed=args.seed)
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    topo.save(data / "graph")
+    qv.dist.partition_features(graph.x, data / "features", num_hosts, topo.feature_order,
+                               args.replicate)
+    torch.save({"y": graph.y, "train_idx": graph.train_idx, "test_idx": graph.test_idx,
+                "num_classes": graph.num_classes}, data / "labels.pt")
+    (data / "ready.json").write_text(json.dumps({"hosts": num_hosts, "size": args.size}))
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    use_gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
+    if use_gpu:
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    backend = "nccl" if use_gpu and args.transport != "gloo" else "gloo"
+    dist.init_process_group(backend, timeout=timedelta(seconds=max(60, args.timeout * 2)))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    num_hosts = world // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    device = torch.device("cuda", torch.cuda.current_device()) if use_gpu else torch.device("cpu")
+    if rank == 0:
+        prepare(args, num_hosts)
+    dist.barrier()
+
+    data = Path(args.data)
+    torch.manual_seed(args.seed)
+    topo = qv.CSRTopo.load_shared(data / "graph")  # one copy per machine, mapped
+    meta = torch.load(data / "labels.pt")
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    sampler = qv.GraphSageSampler(topo, fanouts, device=device,
+                                  mode="UVA" if use_gpu else "CPU")
+    host_group = qv.dist.host_groups()
+    shard_rows = qv.dist.load_shard_map(data / "features").local_rows(dist.get_rank(host_group))
+    feature = qv.dist.DistFeature.load(
+        data / "features", group=host_group, rank=device.index or 0,
+        device_list=[device.index] if use_gpu else [],
+        device_cache_size=args.cache_size if use_gpu else 0,
+        transport=args.transport, timeout=args.timeout)
+    if rank == 0:
+        print(f"{num_hosts} hosts x {world // num_hosts} processes, transport "
+              f"{feature.transport.kind()}; host 0 holds {shard_rows:,} of "
+              f"{feature.shape[0]:,} rows; device {device}", flush=True)
+
+    labels = meta["y"].to(device)
+    model = SAGE(feature.shape[1], args.hidden, meta["num_classes"], len(fanouts)).to(device)
+    model = DistributedDataParallel(model, device_ids=[device.index] if use_gpu else None)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    # Every process gets the same number of batches: DDP and the collective transports
+    # need every process in every step.
+    per_process = meta["train_idx"].numel() // world
+    test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(),
+                                           generator=torch.Generator().manual_seed(1))]
+    test = test[:args.eval_nodes - args.eval_nodes % world].view(world, -1)[rank]
+
+    history = []
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        clock = Clock(device)
+        start = time.perf_counter()
+        order = meta["train_idx"][torch.randperm(meta["train_idx"].numel())]  # same on all
+        mine = order[rank * per_process:(rank + 1) * per_process]
+        for seeds in mine.split(args.batch_size):
+            t = time.perf_counter()
+            n_id, _, adjs = sampler.sample(seeds)
+            t = clock.lap("sample", t)
+            x = feature[n_id].to(device)
+            t = clock.lap("gather", t)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x, [adj.to(device) for adj in adjs]),
+                                   labels[seeds.to(device)])
+            loss.backward()
+            optimizer.step()
+            clock.lap("model", t)
+        epoch_time = time.perf_counter() - start
+        model.eval()
+        correct = torch.zeros((), device=device)
+        with torch.no_grad():
+            for seeds in test.split(args.batch_size):
+                n_id, _, adjs = sampler.sample(seeds)
+                out = model.module(feature[n_id].to(device), [adj.to(device) for adj in adjs])
+                correct += (out.argmax(-1) == labels[seeds.to(device)]).sum()
+        dist.all_reduce(correct)
+        accuracy = float(correct) / (test.numel() * world)
+        totals = clock.totals
+        if rank == 0:
+            print(f"epoch {epoch}: {epoch_time:6.2f}s  (sample {totals['sample']:.2f}s, gather "
+                  f"{totals['gather']:.2f}s, model {totals['model']:.2f}s)  test accuracy "
+                  f"{accuracy:.3f} (chance {1 / meta['num_classes']:.3f})", flush=True)
+        history.append({"epoch": epoch, "time": epoch_time, **totals, "accuracy": accuracy})
+    feature.close()
+    dist.destroy_process_group()
+    return {"history": history, "num_classes": meta["num_classes"]}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,509 @@
+// Transport::rdma: rows read with one-sided RDMA READs over reliable-connected queue pairs.
+//
+// Each host registers its local table once, read-only for peers (IBV_ACCESS_REMOTE_READ,
+// nothing else), and a staging buffer for the rows it reads. It opens qps_per_peer RC queue
+// pairs to every peer, addressed by GID (so RoCE and InfiniBand both work), at the port's
+// active MTU, and publishes (queue pair numbers, GID, LID, PSN, remote key, address, size)
+// in the store. A fetch posts one READ per row, in chains of work requests of which only
+// the last is signaled, spread over the peer's queue pairs with many in flight; the NIC
+// writes the rows into the staging buffer, which reaches the caller's device in one copy.
+// Completions are polled against a deadline: an error completion or a silent peer raises
+// naming the peer. A failed transport stays failed (its queue pairs are in the error
+// state); its owner makes a new one.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <quiver/transport.h>
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "runtime/peer_watch.h"
+
+#ifdef QUIVER_WITH_RDMA
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "runtime/verbs.h"
+#endif
+
+namespace quiver::runtime {
+
+#ifdef QUIVER_WITH_RDMA
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kMaxQpsPerPeer = 16;
+constexpr int kChain = 16;  // work requests per posted chain; the last one is signaled
+
+// What a host tells a peer about itself, through the store.
+struct Endpoint {
+  uint32_t qpn[kMaxQpsPerPeer];
+  uint32_t num_qps;
+  uint32_t psn;
+  uint16_t lid;
+  uint8_t gid[16];
+  uint32_t mtu;  // ibv_mtu
+  uint32_t rkey;
+  uint64_t addr;
+  uint64_t bytes;
+  uint64_t row_bytes;
+};
+
+// Bytes of one row of a table shaped like `t` ([rows, *row_shape]).
+int64_t row_bytes_of(const at::Tensor& t) {
+  int64_t elements = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) elements *= t.size(d);
+  return elements * static_cast<int64_t>(t.element_size());
+}
+
+std::string key(int64_t serial, int64_t from, int64_t to) {
+  return "quiver/rdma/" + std::to_string(serial) + "/" + std::to_string(from) + "/" +
+         std::to_string(to);
+}
+
+// The index of the port's RoCE v2 GID over IPv4 (what rxe and RoCE NICs route), read from
+// sysfs; -1 when there is none.
+int roce_v2_ipv4_gid(const std::string& device, int port, int table_size) {
+  for (int index = 0; index < table_size; ++index) {
+    std::ifstream type("/sys/class/infiniband/" + device + "/ports/" + std::to_string(port) +
+                       "/gid_attrs/types/" + std::to_string(index));
+    std::string text;
+    if (!std::getline(type, text) || text.find("v2") == std::string::npos) continue;
+    std::ifstream gid("/sys/class/infiniband/" + device + "/ports/" + std::to_string(port) +
+                      "/gids/" + std::to_string(index));
+    std::string value;
+    if (std::getline(gid, value) && value.rfind("0000:0000:0000:0000:0000:ffff:", 0) == 0) {
+      return index;
+    }
+  }
+  return -1;
+}
+
+class RdmaTransport final : public Transport::Impl {
+ public:
+  RdmaTransport(c10::intrusive_ptr<c10d::Store> store, int64_t host, int64_t num_hosts,
+                at::Tensor table, const Transport::RdmaOptions& options)
+      : store_(std::move(store)),
+        host_(host),
+        num_hosts_(num_hosts),
+        options_(options),
+        table_(std::move(table)),
+        timeout_(std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000))) {
+    TORCH_CHECK_VALUE(host >= 0 && host < num_hosts, "host ", host, " is out of range [0, ",
+                      num_hosts, ")");
+    TORCH_CHECK_VALUE(options.qps_per_peer >= 1 && options.qps_per_peer <= kMaxQpsPerPeer,
+                      "qps_per_peer must be in [1, ", kMaxQpsPerPeer, "], got ",
+                      options.qps_per_peer);
+    TORCH_CHECK_VALUE(options.timeout_s > 0, "timeout_s must be > 0, got ", options.timeout_s);
+    TORCH_CHECK_VALUE(table_.device().is_cpu() && table_.is_contiguous() && table_.dim() >= 1,
+                      "an RDMA transport serves a contiguous host table, got one on ",
+                      table_.device());
+    row_bytes_ = row_bytes_of(table_);
+    TORCH_CHECK_VALUE(row_bytes_ > 0, "an RDMA transport serves rows of at least one byte");
+    // Every host makes its transports on a store in the same order, so the n-th one of each
+    // host shares its keys (counted in the store: two hosts may share a process in tests).
+    const int64_t serial = store_->add("quiver/rdma/made/" + std::to_string(host_), 1) - 1;
+    try {
+      connect(serial);
+    } catch (const std::exception& error) {
+      TORCH_CHECK(false, "quiver RDMA transport (host ", host_, " of ", num_hosts_,
+                  "): could not connect: ", error.what());
+    }
+    watch_ = std::make_unique<PeerWatch>(
+        store_, "quiver/rdma-heartbeat/" + std::to_string(serial) + "/", static_cast<int>(host_),
+        static_cast<int>(num_hosts_), std::max(std::chrono::milliseconds(100), timeout_ / 10));
+  }
+
+  std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests, const Transport::Serve&,
+                                int64_t, const at::Tensor& like,
+                                const at::Device& device) override {
+    TORCH_CHECK(broken_.empty(), "quiver RDMA transport (host ", host_,
+                ") failed before and "
+                "cannot be used again: ",
+                broken_);
+    TORCH_CHECK_VALUE(static_cast<int64_t>(requests.size()) == num_hosts_,
+                      "fetch needs one request per host (", num_hosts_, "), got ", requests.size());
+    const int64_t wanted_row_bytes = row_bytes_of(like);
+    TORCH_CHECK_VALUE(wanted_row_bytes == row_bytes_, "rows of ", wanted_row_bytes,
+                      " bytes were asked for, but the served tables have rows of ", row_bytes_);
+    std::vector<at::Tensor> ids(num_hosts_);
+    int64_t total = 0;
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      ids[h] = requests[h].to(at::kCPU, at::kLong).contiguous();
+      total += ids[h].numel();
+      TORCH_CHECK_VALUE(h != host_ || ids[h].numel() == 0, "an RDMA transport does not read ",
+                        "from its own host (", host_, ")");
+    }
+    std::vector<int64_t> shape = like.sizes().vec();
+    shape[0] = total;
+    at::Tensor out = at::empty(shape, like.options().device(device));
+    at::Tensor out_bytes = out.view({total, -1}).view(at::kByte);
+    // Rows in request order, peer after peer, through the staging buffer a chunk at a time.
+    const int64_t chunk_rows = std::max<int64_t>(1, staging_.numel() / row_bytes_);
+    int64_t row = 0;
+    int64_t peer = 0, within = 0;
+    while (row < total) {
+      const int64_t take = std::min(chunk_rows, total - row);
+      int64_t slot = 0;
+      while (slot < take) {
+        while (within == ids[peer].numel()) {
+          ++peer;
+          within = 0;
+        }
+        const int64_t n = std::min(take - slot, ids[peer].numel() - within);
+        post_reads(peer, ids[peer].narrow(0, within, n), slot);
+        slot += n;
+        within += n;
+      }
+      wait_for_reads();
+      out_bytes.narrow(0, row, take)
+          .copy_(staging_.narrow(0, 0, take * row_bytes_).view({take, row_bytes_}));
+      row += take;
+    }
+    std::vector<at::Tensor> parts;
+    int64_t begin = 0;
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      parts.push_back(out.narrow(0, begin, ids[h].numel()));
+      begin += ids[h].numel();
+    }
+    return parts;
+  }
+
+  std::string kind() const override { return "rdma:" + device_name_; }
+  int64_t host() const override { return host_; }
+  int64_t num_hosts() const override { return num_hosts_; }
+  bool collective() const override { return false; }
+
+ private:
+  struct Peer {
+    std::vector<verbs::Qp> qps;
+    std::vector<int64_t> in_flight;  // posted, not yet completed, per queue pair
+    int64_t next_qp = 0;
+    uint64_t addr = 0;
+    uint64_t rows = 0;
+    uint32_t rkey = 0;
+  };
+
+  void connect(int64_t serial) {
+    const verbs::Api& api = verbs::api();
+    context_ = verbs::open_device(options_.device);
+    device_name_ = context_->device ? api.get_device_name(context_->device) : options_.device;
+    ibv_device_attr device_attr{};
+    TORCH_CHECK(api.query_device(context_.get(), &device_attr) == 0, "ibv_query_device failed");
+    const auto port = static_cast<uint8_t>(options_.port);
+    ibv_port_attr port_attr{};
+    TORCH_CHECK(api.query_port(context_.get(), port, &port_attr) == 0, "ibv_query_port failed on ",
+                device_name_, " port ", options_.port);
+    TORCH_CHECK(port_attr.state == IBV_PORT_ACTIVE, device_name_, " port ", options_.port,
+                " is not active (state ", port_attr.state, ")");
+    int gid_index = static_cast<int>(options_.gid_index);
+    if (gid_index < 0) {
+      gid_index = port_attr.link_layer == IBV_LINK_LAYER_ETHERNET
+                      ? std::max(0, roce_v2_ipv4_gid(device_name_, port, port_attr.gid_tbl_len))
+                      : 0;
+    }
+    gid_index_ = gid_index;
+    ibv_gid gid{};
+    TORCH_CHECK(api.query_gid(context_.get(), port, gid_index, &gid) == 0, "ibv_query_gid failed ",
+                "for index ", gid_index);
+    reads_per_qp_ = std::min<int64_t>(options_.reads_in_flight, device_attr.max_qp_wr);
+    rd_atomic_ = std::max(1, std::min(device_attr.max_qp_rd_atom, device_attr.max_qp_init_rd_atom));
+
+    pd_ = verbs::Pd(api.alloc_pd(context_.get()));
+    TORCH_CHECK(pd_, "ibv_alloc_pd failed");
+    void* served = table_.numel() ? table_.data_ptr() : &empty_byte_;
+    const size_t served_bytes = table_.numel() ? table_.nbytes() : 1;
+    served_ = verbs::Mr(api.reg_mr(pd_.get(), served, served_bytes, IBV_ACCESS_REMOTE_READ));
+    TORCH_CHECK(served_, "ibv_reg_mr of the served table (", served_bytes,
+                " bytes) failed: ", std::strerror(errno), " (check `ulimit -l`)");
+    const int64_t staging_bytes = std::max(options_.staging_bytes, row_bytes_);
+    staging_ =
+        at::empty({staging_bytes}, at::TensorOptions(at::kByte).pinned_memory(at::hasCUDA()));
+    staging_mr_ = verbs::Mr(
+        api.reg_mr(pd_.get(), staging_.data_ptr(), staging_bytes, IBV_ACCESS_LOCAL_WRITE));
+    TORCH_CHECK(staging_mr_, "ibv_reg_mr of the staging buffer failed: ", std::strerror(errno));
+    const int64_t qps = options_.qps_per_peer * std::max<int64_t>(num_hosts_ - 1, 1);
+    const int cq_entries =
+        static_cast<int>(std::min<int64_t>(qps * reads_per_qp_ + 16, device_attr.max_cqe));
+    cq_ = verbs::Cq(api.create_cq(context_.get(), cq_entries, nullptr, nullptr, 0));
+    TORCH_CHECK(cq_, "ibv_create_cq of ", cq_entries, " entries failed");
+
+    std::mt19937 random(static_cast<uint32_t>(host_ * 7919 + serial));
+    const uint32_t psn = random() & 0xFFFFFF;
+    peers_.resize(num_hosts_);
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      if (h == host_) continue;
+      Endpoint mine{};
+      for (int64_t k = 0; k < options_.qps_per_peer; ++k) {
+        ibv_qp_init_attr init{};
+        init.send_cq = cq_.get();
+        init.recv_cq = cq_.get();
+        init.qp_type = IBV_QPT_RC;
+        init.cap.max_send_wr = static_cast<uint32_t>(reads_per_qp_);
+        init.cap.max_recv_wr = 1;
+        init.cap.max_send_sge = 1;
+        init.cap.max_recv_sge = 1;
+        verbs::Qp qp(api.create_qp(pd_.get(), &init));
+        TORCH_CHECK(qp, "ibv_create_qp failed (", std::strerror(errno), ")");
+        ibv_qp_attr attr{};
+        attr.qp_state = IBV_QPS_INIT;
+        attr.port_num = port;
+        attr.qp_access_flags = IBV_ACCESS_REMOTE_READ;  // peers may read what we serve
+        TORCH_CHECK(api.modify_qp(
+                        qp.get(), &attr,
+                        IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
+                    "moving a queue pair to INIT failed");
+        mine.qpn[k] = qp->qp_num;
+        peers_[h].qps.push_back(std::move(qp));
+      }
+      peers_[h].in_flight.assign(options_.qps_per_peer, 0);
+      mine.num_qps = static_cast<uint32_t>(options_.qps_per_peer);
+      mine.psn = psn;
+      mine.lid = port_attr.lid;
+      std::memcpy(mine.gid, gid.raw, 16);
+      mine.mtu = port_attr.active_mtu;
+      mine.rkey = served_->rkey;
+      mine.addr = reinterpret_cast<uint64_t>(served);
+      mine.bytes = table_.nbytes();
+      mine.row_bytes = static_cast<uint64_t>(row_bytes_);
+      const auto* bytes = reinterpret_cast<const uint8_t*>(&mine);
+      store_->set(key(serial, host_, h), std::vector<uint8_t>(bytes, bytes + sizeof(mine)));
+    }
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      if (h == host_) continue;
+      store_->wait({key(serial, h, host_)}, timeout_);
+      const std::vector<uint8_t> raw = store_->get(key(serial, h, host_));
+      TORCH_CHECK(raw.size() == sizeof(Endpoint), "host ", h, " published a ", raw.size(),
+                  "-byte endpoint; this build expects ", sizeof(Endpoint));
+      Endpoint theirs{};
+      std::memcpy(&theirs, raw.data(), sizeof(theirs));
+      TORCH_CHECK(theirs.num_qps == static_cast<uint32_t>(options_.qps_per_peer), "host ", h,
+                  " opened ", theirs.num_qps, " queue pairs to this host, this host ",
+                  options_.qps_per_peer, ": give every host the same qps_per_peer");
+      TORCH_CHECK(theirs.row_bytes == static_cast<uint64_t>(row_bytes_), "host ", h,
+                  " serves rows of ", theirs.row_bytes, " bytes, this host ", row_bytes_);
+      Peer& peer = peers_[h];
+      peer.addr = theirs.addr;
+      peer.rows = row_bytes_ ? theirs.bytes / row_bytes_ : 0;
+      peer.rkey = options_.wrong_rkey_for_testing ? theirs.rkey ^ 0x5a5a : theirs.rkey;
+      for (int64_t k = 0; k < options_.qps_per_peer; ++k) {
+        ready_to_send(peer.qps[k].get(), theirs, theirs.qpn[k], psn,
+                      static_cast<ibv_mtu>(std::min<uint32_t>(theirs.mtu, port_attr.active_mtu)));
+      }
+    }
+    // Every host connected before anyone reads: a READ to a queue pair not yet ready to
+    // receive would be refused.
+    store_->add("quiver/rdma/" + std::to_string(serial) + "/ready", 1);
+    const auto deadline = Clock::now() + timeout_;
+    while (store_->add("quiver/rdma/" + std::to_string(serial) + "/ready", 0) < num_hosts_) {
+      TORCH_CHECK(Clock::now() < deadline, "not every host connected within ", options_.timeout_s,
+                  " s");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  void ready_to_send(ibv_qp* qp, const Endpoint& theirs, uint32_t remote_qpn, uint32_t psn,
+                     ibv_mtu mtu) {
+    const verbs::Api& api = verbs::api();
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_RTR;
+    attr.path_mtu = mtu;
+    attr.dest_qp_num = remote_qpn;
+    attr.rq_psn = theirs.psn;
+    attr.max_dest_rd_atomic = static_cast<uint8_t>(rd_atomic_);
+    attr.min_rnr_timer = 12;
+    attr.ah_attr.is_global = 1;  // GID addressing: RoCE needs it, InfiniBand accepts it
+    std::memcpy(attr.ah_attr.grh.dgid.raw, theirs.gid, 16);
+    attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index_);
+    attr.ah_attr.grh.hop_limit = 64;
+    attr.ah_attr.dlid = theirs.lid;
+    attr.ah_attr.port_num = static_cast<uint8_t>(options_.port);
+    TORCH_CHECK(
+        api.modify_qp(qp, &attr,
+                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
+        "moving a queue pair to RTR failed (", std::strerror(errno), ")");
+    ibv_qp_attr rts{};
+    rts.qp_state = IBV_QPS_RTS;
+    rts.timeout = 14;  // 4.096 us * 2^14 = 67 ms per try
+    rts.retry_cnt = 7;
+    rts.rnr_retry = 7;
+    rts.sq_psn = psn;
+    rts.max_rd_atomic = static_cast<uint8_t>(rd_atomic_);
+    TORCH_CHECK(api.modify_qp(qp, &rts,
+                              IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                  IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0,
+                "moving a queue pair to RTS failed (", std::strerror(errno), ")");
+  }
+
+  static uint64_t wr_id(int64_t peer, int64_t qp, int64_t count) {
+    return (static_cast<uint64_t>(peer) << 48) | (static_cast<uint64_t>(qp) << 32) |
+           static_cast<uint64_t>(count);
+  }
+
+  // Posts READs of rows `rows` (local indices of peer's table) into staging slots from
+  // `slot` on, in signaled chains spread over the peer's queue pairs.
+  void post_reads(int64_t peer_index, const at::Tensor& rows, int64_t slot) {
+    Peer& peer = peers_[peer_index];
+    const int64_t* index = rows.const_data_ptr<int64_t>();
+    const int64_t n = rows.numel();
+    auto* staging = static_cast<uint8_t*>(staging_.data_ptr());
+    ibv_send_wr wrs[kChain];
+    ibv_sge sges[kChain];
+    for (int64_t first = 0; first < n; first += kChain) {
+      const int64_t count = std::min<int64_t>(kChain, n - first);
+      const int64_t qp = peer.next_qp;
+      peer.next_qp = (peer.next_qp + 1) % static_cast<int64_t>(peer.qps.size());
+      while (peer.in_flight[qp] + count > reads_per_qp_) poll_once(Clock::now() + timeout_);
+      for (int64_t k = 0; k < count; ++k) {
+        const int64_t row = index[first + k];
+        if (!options_.unchecked_for_testing) {
+          TORCH_CHECK_INDEX(row >= 0 && static_cast<uint64_t>(row) < peer.rows, "row ", row,
+                            " of host ", peer_index, "'s table was asked for, but it serves ",
+                            peer.rows, " rows");
+        }
+        sges[k].addr = reinterpret_cast<uint64_t>(staging + (slot + first + k) * row_bytes_);
+        sges[k].length = static_cast<uint32_t>(row_bytes_);
+        sges[k].lkey = staging_mr_->lkey;
+        std::memset(&wrs[k], 0, sizeof(wrs[k]));
+        wrs[k].wr_id = wr_id(peer_index, qp, k + 1 == count ? count : 0);
+        wrs[k].sg_list = &sges[k];
+        wrs[k].num_sge = 1;
+        wrs[k].opcode = IBV_WR_RDMA_READ;
+        wrs[k].send_flags = k + 1 == count ? IBV_SEND_SIGNALED : 0;
+        wrs[k].wr.rdma.remote_addr = peer.addr + static_cast<uint64_t>(row) * row_bytes_;
+        wrs[k].wr.rdma.rkey = peer.rkey;
+        wrs[k].next = k + 1 == count ? nullptr : &wrs[k + 1];
+      }
+      ibv_send_wr* bad = nullptr;
+      const int posted = verbs::api().post_send(peer.qps[qp].get(), wrs, &bad);
+      if (posted != 0) {
+        fail("posting reads to host " + std::to_string(peer_index) + " failed (" +
+             std::strerror(posted) + ")");
+      }
+      peer.in_flight[qp] += count;
+      outstanding_ += count;
+    }
+  }
+
+  // Reaps completions until nothing is in flight, or raises at the deadline.
+  void wait_for_reads() {
+    const auto deadline = Clock::now() + timeout_;
+    while (outstanding_ > 0) poll_once(deadline);
+  }
+
+  void poll_once(Clock::time_point deadline) {
+    ibv_wc wcs[32];
+    const int got = verbs::api().poll_cq(cq_.get(), 32, wcs);
+    if (got < 0) fail("polling the completion queue failed (it may have overflowed)");
+    for (int k = 0; k < got; ++k) {
+      const ibv_wc& wc = wcs[k];
+      const auto peer = static_cast<int64_t>(wc.wr_id >> 48);
+      const auto qp = static_cast<int64_t>((wc.wr_id >> 32) & 0xFFFF);
+      const auto count = static_cast<int64_t>(wc.wr_id & 0xFFFFFFFF);
+      if (wc.status != IBV_WC_SUCCESS) {
+        fail("a read from host " + std::to_string(peer) +
+             " failed: " + verbs::api().wc_status_str(wc.status) + " (status " +
+             std::to_string(wc.status) + ", vendor error " + std::to_string(wc.vendor_err) + ")" +
+             (wc.status == IBV_WC_RETRY_EXC_ERR
+                  ? "; the peer did not answer: " + watch_->describe(watch_->period() * 3)
+                  : ""));
+      }
+      if (peer >= 0 && peer < num_hosts_ &&
+          qp < static_cast<int64_t>(peers_[peer].in_flight.size())) {
+        peers_[peer].in_flight[qp] -= count;
+        outstanding_ -= count;
+      }
+    }
+    if (got == 0 && Clock::now() > deadline) {
+      std::ostringstream pending;
+      const char* separator = "";
+      for (int64_t h = 0; h < num_hosts_; ++h) {
+        int64_t n = 0;
+        for (int64_t f : peers_[h].in_flight) n += f;
+        if (n) pending << separator << n << " from host " << h;
+        if (n) separator = ", ";
+      }
+      fail("reads did not complete within " + std::to_string(options_.timeout_s) + " s (" +
+           pending.str() + "): " + watch_->describe(watch_->period() * 3));
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& why) {
+    broken_ = why;
+    TORCH_CHECK(false, "quiver RDMA transport (", kind(), ", host ", host_, " of ", num_hosts_,
+                "): ", why);
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int64_t host_, num_hosts_;
+  Transport::RdmaOptions options_;
+  at::Tensor table_;
+  std::chrono::milliseconds timeout_;
+  int64_t row_bytes_ = 0;
+  uint8_t empty_byte_ = 0;
+  std::string device_name_;
+  int gid_index_ = 0;
+  int64_t reads_per_qp_ = 0;
+  int rd_atomic_ = 1;
+  // Members are destroyed in reverse: queue pairs, then CQ and MRs, then PD and context.
+  verbs::Context context_;
+  verbs::Pd pd_;
+  verbs::Mr served_;
+  at::Tensor staging_;
+  verbs::Mr staging_mr_;
+  verbs::Cq cq_;
+  std::vector<Peer> peers_;
+  int64_t outstanding_ = 0;
+  std::string broken_;
+  std::unique_ptr<PeerWatch> watch_;
+};
+
+}  // namespace
+
+c10::intrusive_ptr<Transport> Transport::rdma(const c10::intrusive_ptr<c10d::Store>& store,
+                                              int64_t host, int64_t num_hosts, at::Tensor table,
+                                              const RdmaOptions& options) {
+  return c10::make_intrusive<Transport>(
+      std::make_unique<RdmaTransport>(store, host, num_hosts, std::move(table), options));
+}
+
+bool Transport::rdma_available() { return verbs::device_present(); }
+
+#else  // built without rdma-core's headers
+
+c10::intrusive_ptr<Transport> Transport::rdma(const c10::intrusive_ptr<c10d::Store>&, int64_t,
+                                              int64_t, at::Tensor, const RdmaOptions&) {
+  TORCH_CHECK(false,
+              "torch-quiver-ops was built without rdma-core's verbs headers, so it has "
+              "no RDMA transport: install libibverbs-dev and rebuild (QUIVER_WITH_RDMA=ON)");
+}
+
+bool Transport::rdma_available() { return false; }
+
+#endif
+
+c10::intrusive_ptr<Transport> Transport::rdma_over(
+    const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor table, std::string device,
+    int64_t port, int64_t gid_index, int64_t qps_per_peer, int64_t staging_bytes,
+    double timeout_s) {
+  TORCH_CHECK_VALUE(group, "Transport.rdma needs a process group");
+  RdmaOptions options;
+  options.device = std::move(device);
+  options.port = port;
+  options.gid_index = gid_index;
+  options.qps_per_peer = qps_per_peer;
+  options.staging_bytes = staging_bytes;
+  options.timeout_s = timeout_s;
+  return rdma(group->getStore(), group->getRank(), group->getSize(), std::move(table), options);
+}
+
+}  // namespace quiver::runtime

@@ -1,0 +1,353 @@
+// The RDMA transport, in plain GoogleTest (no Python):
+//  - RdmaOverDevice.*: two processes over a real verbs device (soft-RoCE rxe0 in the QEMU
+//    guest of scripts/rdma_vm.sh): endpoints through a TCPStore, batched one-sided reads of
+//    random rows checked against the peer's table, a wrong remote key and reads past the
+//    served region answered by the NIC as errors, a killed peer named within the timeout,
+//    queue pairs and registrations released. Skipped where no device exists.
+//  - FakeVerbs.*: the same transport over an in-process fake provider, for what a device
+//    rarely does on demand: error completions, retries exceeded, a full completion queue,
+//    reads that never complete. These run everywhere.
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <gtest/gtest.h>
+#include <quiver/transport.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <string>
+#include <thread>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "fake_verbs.h"
+#include "runtime/verbs.h"
+
+namespace {
+
+using quiver::runtime::Transport;
+using quiver::testing::FakeVerbs;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kRows = 5000;
+constexpr int64_t kWidth = 8;
+
+// Host h's table: row r, column c holds h << 40 | r << 8 | c, so any row read is checkable.
+at::Tensor host_table(int64_t host) {
+  const at::Tensor rows = at::arange(kRows, at::kLong).view({-1, 1});
+  const at::Tensor cols = at::arange(kWidth, at::kLong).view({1, -1});
+  return (rows * 256 + cols + (host << 40)).contiguous();
+}
+
+at::Tensor like() { return at::empty({0, kWidth}, at::kLong); }
+
+const Transport::Serve kNoServe = [](const at::Tensor&) -> at::Tensor {
+  throw std::logic_error("an RDMA transport never serves through its owner");
+};
+
+// Fetches `ids` of `peer`'s table through `transport` (a two-host setup).
+at::Tensor read_from(Transport& transport, int64_t peer, const at::Tensor& ids) {
+  std::vector<at::Tensor> requests(2, at::empty({0}, at::kLong));
+  requests[peer] = ids;
+  return transport.impl().fetch(requests, kNoServe, kRows, like(), at::kCPU)[peer];
+}
+
+void expect_rows_of(const at::Tensor& rows, int64_t host, const at::Tensor& ids) {
+  EXPECT_TRUE(at::equal(rows, host_table(host).index_select(0, ids)));
+}
+
+Transport::RdmaOptions quick(double timeout_s = 30) {
+  Transport::RdmaOptions options;
+  options.timeout_s = timeout_s;
+  options.staging_bytes = 64 * kWidth * 8;  // small: a fetch runs through several chunks
+  options.qps_per_peer = 3;
+  if (const char* device = std::getenv("RXE_DEV")) options.device = device;
+  if (const char* gid = std::getenv("RXE_GID_INDEX")) options.gid_index = std::atoi(gid);
+  return options;
+}
+
+// ---- real device, two processes ----
+
+std::string self_path() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  path[n > 0 ? n : 0] = '\0';
+  return path;
+}
+
+// Starts this binary again as host 1, running the peer side of `scenario`.
+pid_t start_peer(const std::string& scenario, int port) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    setenv("QUIVER_RDMA_PEER", scenario.c_str(), 1);
+    setenv("QUIVER_RDMA_PORT", std::to_string(port).c_str(), 1);
+    const std::string exe = self_path();
+    execl(exe.c_str(), exe.c_str(), "--gtest_filter=RdmaPeer.*", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_peer(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+c10::intrusive_ptr<c10d::TCPStore> server_store() {
+  c10d::TCPStoreOptions options;
+  options.port = 0;
+  options.isServer = true;
+  options.waitWorkers = false;
+  options.timeout = std::chrono::seconds(60);
+  return c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+}
+
+// QPs (or MRs) of this process that the kernel lists: what a leak would leave behind.
+int kernel_objects(const char* kind) {
+  const std::string command = std::string("rdma resource show ") + kind + " 2>/dev/null";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  const std::string mine = "pid " + std::to_string(getpid()) + " ";
+  int count = 0;
+  char line[1024];
+  while (fgets(line, sizeof(line), pipe))
+    count += std::string(line).find(mine) != std::string::npos;
+  pclose(pipe);
+  return count;
+}
+
+class RdmaOverDevice : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::getenv("QUIVER_RDMA_PEER")) GTEST_SKIP() << "peer process";
+    if (!Transport::rdma_available()) {
+      GTEST_SKIP() << "no RDMA device here (libibverbs or a device is missing); "
+                      "scripts/rdma_vm.sh runs these tests over soft-RoCE in a QEMU guest";
+    }
+  }
+};
+
+TEST_F(RdmaOverDevice, ReadsRandomRowsOfThePeer) {
+  auto store = server_store();
+  const pid_t peer = start_peer("read", store->getPort());
+  {
+    auto transport = Transport::rdma(store, 0, 2, host_table(0), quick());
+    EXPECT_EQ(transport->kind().rfind("rdma:", 0), 0u);
+    EXPECT_FALSE(transport->is_collective());
+    for (int round = 0; round < 3; ++round) {
+      const at::Tensor ids = at::randint(kRows, {1500 + round * 700}, at::kLong);
+      expect_rows_of(read_from(*transport, 1, ids), 1, ids);
+    }
+    const at::Tensor every = at::arange(kRows, at::kLong).flip(0);
+    expect_rows_of(read_from(*transport, 1, every), 1, every);
+    store->set("parent/done", {1});
+    EXPECT_EQ(wait_peer(peer), 0);
+  }
+}
+
+TEST_F(RdmaOverDevice, WrongRemoteKeyIsARemoteAccessError) {
+  auto store = server_store();
+  const pid_t peer = start_peer("serve", store->getPort());
+  Transport::RdmaOptions options = quick();
+  options.wrong_rkey_for_testing = true;
+  auto transport = Transport::rdma(store, 0, 2, host_table(0), options);
+  try {
+    read_from(*transport, 1, at::arange(10, at::kLong));
+    ADD_FAILURE() << "a read with a wrong remote key succeeded";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("from host 1 failed"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_THROW(read_from(*transport, 1, at::arange(1, at::kLong)), c10::Error);  // stays failed
+  store->set("parent/done", {1});
+  EXPECT_EQ(wait_peer(peer), 0);
+}
+
+TEST_F(RdmaOverDevice, ReadsPastTheServedRegionAreRefused) {
+  auto store = server_store();
+  const pid_t peer = start_peer("serve2", store->getPort());
+  auto checked = Transport::rdma(store, 0, 2, host_table(0), quick());
+  EXPECT_THROW(read_from(*checked, 1, at::tensor({kRows}, at::kLong)), c10::IndexError);
+  Transport::RdmaOptions options = quick();
+  options.unchecked_for_testing = true;  // let the NIC answer
+  auto unchecked = Transport::rdma(store, 0, 2, host_table(0), options);
+  try {
+    read_from(*unchecked, 1, at::tensor({kRows + 3}, at::kLong));
+    ADD_FAILURE() << "a read past the peer's table succeeded";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("from host 1 failed"), std::string::npos)
+        << error.what();
+  }
+  store->set("parent/done", {1});
+  EXPECT_EQ(wait_peer(peer), 0);
+}
+
+TEST_F(RdmaOverDevice, KilledPeerIsNamedWithinTheTimeout) {
+  auto store = server_store();
+  const pid_t peer = start_peer("hang", store->getPort());
+  // A generous timeout: the peer starts slowly under emulation, and a dead peer is found
+  // by the queue pair's retries (a second or so) long before the timeout.
+  auto transport = Transport::rdma(store, 0, 2, host_table(0), quick(30));
+  expect_rows_of(read_from(*transport, 1, at::arange(5, at::kLong)), 1, at::arange(5, at::kLong));
+  kill(peer, SIGKILL);
+  wait_peer(peer);
+  const auto start = Clock::now();
+  try {
+    read_from(*transport, 1, at::arange(200, at::kLong));
+    ADD_FAILURE() << "reading from a killed peer succeeded";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("host 1"), std::string::npos) << error.what();
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(35));
+}
+
+TEST_F(RdmaOverDevice, ReleasesQueuePairsAndRegistrations) {
+  const int qps_before = kernel_objects("qp");
+  if (qps_before < 0) GTEST_SKIP() << "the `rdma` tool (iproute2) is not available";
+  auto store = server_store();
+  const pid_t peer = start_peer("serve", store->getPort());
+  {
+    auto transport = Transport::rdma(store, 0, 2, host_table(0), quick());
+    expect_rows_of(read_from(*transport, 1, at::arange(3, at::kLong)), 1, at::arange(3, at::kLong));
+    EXPECT_EQ(kernel_objects("qp"), qps_before + 3);
+    store->set("parent/done", {1});
+  }
+  EXPECT_EQ(wait_peer(peer), 0);
+  EXPECT_EQ(kernel_objects("qp"), qps_before);
+  EXPECT_EQ(kernel_objects("mr"), 0);
+}
+
+// The other host: runs only when started by start_peer.
+TEST(RdmaPeer, Run) {
+  const char* scenario = std::getenv("QUIVER_RDMA_PEER");
+  if (scenario == nullptr) GTEST_SKIP() << "runs as the second host of RdmaOverDevice";
+  c10d::TCPStoreOptions options;
+  options.port = static_cast<uint16_t>(std::atoi(std::getenv("QUIVER_RDMA_PORT")));
+  options.timeout = std::chrono::seconds(60);
+  auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", options);
+  const std::string role = scenario;
+  const int transports = role == "serve2" ? 2 : 1;  // as many as the parent makes
+  std::vector<c10::intrusive_ptr<Transport>> made;
+  for (int k = 0; k < transports; ++k) {
+    made.push_back(Transport::rdma(store, 1, 2, host_table(1), quick()));
+  }
+  if (role == "read") {
+    const at::Tensor ids = at::randint(kRows, {2500}, at::kLong);
+    expect_rows_of(read_from(*made[0], 0, ids), 0, ids);
+  }
+  if (role == "hang") {
+    while (true) std::this_thread::sleep_for(std::chrono::seconds(1));  // until killed
+  }
+  store->wait({"parent/done"});
+}
+
+// ---- the fake provider ----
+
+// The fake's one device, whatever device the environment names.
+Transport::RdmaOptions fake_options(double timeout_s = 30) {
+  Transport::RdmaOptions options = quick(timeout_s);
+  options.device = "";
+  options.gid_index = -1;
+  return options;
+}
+
+class FakeRdma : public ::testing::Test {
+ protected:
+  void SetUp() override { FakeVerbs::instance().set_fault(FakeVerbs::Fault::kNone); }
+  void TearDown() override {
+    FakeVerbs::instance().set_fault(FakeVerbs::Fault::kNone);
+    EXPECT_EQ(FakeVerbs::instance().live_objects(), 0) << "verbs objects leaked";
+  }
+
+  // Two hosts in this process, connected through an in-memory store (they connect at once,
+  // each waiting for the other's endpoint).
+  std::pair<c10::intrusive_ptr<Transport>, c10::intrusive_ptr<Transport>> connect(
+      const Transport::RdmaOptions& options) {
+    auto store = c10::make_intrusive<c10d::HashStore>();
+    auto second = std::async(std::launch::async,
+                             [&] { return Transport::rdma(store, 1, 2, host_table(1), options); });
+    auto first = Transport::rdma(store, 0, 2, host_table(0), options);
+    return {first, second.get()};
+  }
+
+  FakeVerbs::Installed fake_;
+};
+
+TEST_F(FakeRdma, ReadsRowsBetweenTwoHosts) {
+  auto [zero, one] = connect(fake_options());
+  const at::Tensor ids = at::randint(kRows, {3000}, at::kLong);
+  expect_rows_of(read_from(*zero, 1, ids), 1, ids);
+  expect_rows_of(read_from(*one, 0, ids), 0, ids);
+  EXPECT_EQ(zero->kind(), "rdma:fake0");
+}
+
+void expect_failure_naming_host_1(Transport& transport, const std::string& what) {
+  try {
+    read_from(transport, 1, at::arange(500, at::kLong));
+    ADD_FAILURE() << "the fetch did not fail";
+  } catch (const c10::Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("host 1"), std::string::npos) << message;
+    EXPECT_NE(message.find(what), std::string::npos) << message;
+  }
+  EXPECT_THROW(read_from(transport, 1, at::arange(1, at::kLong)), c10::Error);  // stays failed
+}
+
+TEST_F(FakeRdma, ErrorCompletionNamesThePeer) {
+  auto [zero, one] = connect(fake_options());
+  FakeVerbs::instance().set_fault(FakeVerbs::Fault::kRemoteAccess, /*after_reads=*/37);
+  expect_failure_naming_host_1(*zero, "remote access error");
+}
+
+TEST_F(FakeRdma, RetriesExceededNamesThePeer) {
+  auto [zero, one] = connect(fake_options());
+  FakeVerbs::instance().set_fault(FakeVerbs::Fault::kRetryExceeded, 100);
+  expect_failure_naming_host_1(*zero, "retry counter exceeded");
+}
+
+TEST_F(FakeRdma, CompletionQueueOverflowIsReported) {
+  auto [zero, one] = connect(fake_options());
+  FakeVerbs::instance().set_fault(FakeVerbs::Fault::kCqOverflow, 10);
+  try {
+    read_from(*zero, 1, at::arange(500, at::kLong));
+    ADD_FAILURE() << "an overflowed completion queue went unnoticed";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("overflowed"), std::string::npos) << error.what();
+  }
+}
+
+TEST_F(FakeRdma, ReadsThatNeverCompleteTimeOutNamingThePeer) {
+  auto [zero, one] = connect(fake_options(/*timeout_s=*/0.5));
+  FakeVerbs::instance().set_fault(FakeVerbs::Fault::kSilent, 20);
+  const auto start = Clock::now();
+  expect_failure_naming_host_1(*zero, "did not complete within");
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST_F(FakeRdma, RefusesRowsOutsideThePeersTableBeforePosting) {
+  auto [zero, one] = connect(fake_options());
+  EXPECT_THROW(read_from(*zero, 1, at::tensor({kRows}, at::kLong)), c10::IndexError);
+  EXPECT_THROW(read_from(*zero, 1, at::tensor({-1}, at::kLong)), c10::IndexError);
+}
+
+TEST(RdmaWithoutDevice, ExplainsWhatIsMissing) {
+  if (Transport::rdma_available()) GTEST_SKIP() << "an RDMA device is present";
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  try {
+    Transport::rdma(store, 0, 1, host_table(0), quick());
+    ADD_FAILURE() << "an RDMA transport was made without a device";
+  } catch (const c10::Error& error) {
+    const std::string message = error.what();
+    EXPECT_TRUE(message.find("no RDMA device") != std::string::npos ||
+                message.find("libibverbs") != std::string::npos ||
+                message.find("without rdma-core") != std::string::npos)
+        << message;
+  }
+}
+
+}  // namespace
