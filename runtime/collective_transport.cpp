@@ -8,6 +8,9 @@
 #include <c10/util/Exception.h>
 #include <quiver/transport.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -16,6 +19,31 @@
 
 namespace quiver::runtime {
 namespace {
+
+// QUIVER_TRACE_TRANSPORT=1 prints each fetch's phases (ms) to stderr: for tuning.
+bool tracing() {
+  static const bool on = [] {
+    const char* value = std::getenv("QUIVER_TRACE_TRANSPORT");
+    return value != nullptr && value[0] == '1';
+  }();
+  return on;
+}
+
+struct PhaseClock {
+  using Clock = std::chrono::steady_clock;
+  bool on = tracing();
+  Clock::time_point last = Clock::now();
+  std::ostringstream line;
+  void lap(const char* phase) {
+    if (!on) return;
+    const auto now = Clock::now();
+    line << " " << phase << " " << std::chrono::duration<double, std::milli>(now - last).count();
+    last = now;
+  }
+  ~PhaseClock() {
+    if (on) std::fprintf(stderr, "quiver transport fetch (ms):%s\n", line.str().c_str());
+  }
+};
 
 // Heartbeats run at this fraction of the timeout (at least every 100 ms), and a peer is
 // called silent after this many periods without a beat.
@@ -63,6 +91,7 @@ class CollectiveTransport final : public Transport::Impl {
                 device);
     const auto ids_options = at::TensorOptions(comm).dtype(at::kLong);
 
+    PhaseClock clock;
     // 1. How many rows each host wants from each.
     std::vector<int64_t> send_counts(num_hosts_), recv_counts(num_hosts_);
     for (int64_t h = 0; h < num_hosts_; ++h) send_counts[h] = requests[h].numel();
@@ -71,6 +100,7 @@ class CollectiveTransport final : public Transport::Impl {
     exchange(counts_in, counts_out, {}, {}, "request counts");
     const at::Tensor counts_host = counts_in.cpu();
     for (int64_t h = 0; h < num_hosts_; ++h) recv_counts[h] = counts_host[h].item<int64_t>();
+    clock.lap("counts");
 
     // 2. The requested local indices.
     std::vector<at::Tensor> parts;
@@ -80,6 +110,7 @@ class CollectiveTransport final : public Transport::Impl {
     for (int64_t c : recv_counts) asked += c;
     at::Tensor ids_in = at::empty({asked}, ids_options);
     exchange(ids_in, ids_out, recv_counts, send_counts, "requested rows");
+    clock.lap("ids");
 
     // 3. Check every request against this host's table; refused ones read row 0.
     const at::Tensor bad = (ids_in < 0) | (ids_in >= served_rows);
@@ -97,6 +128,7 @@ class CollectiveTransport final : public Transport::Impl {
     at::Tensor verdict_out = at::tensor(refused, at::kLong).to(comm);
     at::Tensor verdict_in = at::empty({num_hosts_}, ids_options);
     exchange(verdict_in, verdict_out, {}, {}, "request verdicts");
+    clock.lap("verdicts");
 
     // 4. The rows, as bytes (every backend moves uint8, whatever the table's dtype).
     std::vector<int64_t> row_shape = like.sizes().vec();
@@ -110,9 +142,14 @@ class CollectiveTransport final : public Transport::Impl {
     int64_t wanted = 0;
     for (int64_t c : send_counts) wanted += c;
     row_shape[0] = wanted;
-    at::Tensor rows_in = at::empty(row_shape, like.options().device(comm));
+    // Host buffers come from the pinned cache when there is one: a fresh 100 MB buffer per
+    // fetch would cost its page faults every time.
+    at::Tensor rows_in = at::empty(
+        row_shape, like.options().device(comm).pinned_memory(comm.is_cpu() && at::hasCUDA()));
     at::Tensor bytes_out = as_bytes(rows_out), bytes_in = as_bytes(rows_in);
+    clock.lap("serve");
     exchange(bytes_in, bytes_out, send_counts, recv_counts, "rows");
+    clock.lap("rows");
 
     const at::Tensor verdicts = verdict_in.cpu();
     for (int64_t h = 0; h < num_hosts_; ++h) {
@@ -149,14 +186,23 @@ class CollectiveTransport final : public Transport::Impl {
   bool collective() const override { return true; }
 
  private:
-  // One all-to-all, waited for at most the timeout; a failure names the silent peers.
+  // One all-to-all, waited for at most the timeout; a failure names the silent peers. The
+  // wait polls the work (a CUDA event query for NCCL) instead of wait(timeout), which for
+  // NCCL sleeps a millisecond at a time: four of those per fetch cost more than the rows.
   void exchange(at::Tensor& into, at::Tensor& from, std::vector<int64_t> into_splits,
                 std::vector<int64_t> from_splits, const char* what) {
     c10d::AllToAllOptions options;
     options.timeout = timeout_;
     try {
       auto work = group_->alltoall_base(into, from, into_splits, from_splits, options);
-      work->wait(timeout_);
+      const auto deadline = std::chrono::steady_clock::now() + timeout_;
+      while (!work->isCompleted()) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          throw std::runtime_error("no answer within " + std::to_string(timeout_.count()) + " ms");
+        }
+        std::this_thread::yield();
+      }
+      work->wait();  // raises the collective's own error, orders the current stream after it
     } catch (const std::exception& error) {
       const auto patience = watch_->period() * kSilentPeriods;
       TORCH_CHECK(false, "quiver transport (", kind(), ", host ", host_, " of ", num_hosts_,

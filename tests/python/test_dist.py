@@ -348,7 +348,8 @@ def test_distributed_training_example_learns_on_two_hosts(tmp_path):
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
          "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
          str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path / "data"),
-         "--size", "small", "--epochs", "2", "--eval-nodes", "2000"],
+         "--size", "small", "--epochs", "2", "--eval-nodes", "2000",
+         "--transport", "gloo"],  # both "nodes" share this machine (and its one GPU)
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in range(2)]
     try:
         outputs = [run.communicate(timeout=400)[0] for run in runs]

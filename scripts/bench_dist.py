@@ -1,0 +1,285 @@
+"""Distributed features on two GPUs of one machine, one process each as a host.
+
+    python scripts/bench_dist.py [--graph products] [--batches 8] [--epoch] [--json out.json]
+
+The products-like table (2.45M x 100 float32) is split over two hosts, 20% of its rows
+(hottest by degree) replicated on both; the ids are the n_id of real sampled batches
+([15, 10, 5], 1024 seeds). In one run it measures the GB/s of remote rows (only the ids
+another host owns, so that local gathers do not flatter the figure) through:
+
+  * DistFeature over NCCL (GPU to GPU),
+  * DistFeature over Gloo (CPU, TCP on loopback),
+  * torch.distributed.rpc (rpc_sync of the owner's rows), the baseline,
+
+beside the raw NCCL send/recv rate of the same bytes, and the whole batch through
+DistFeature. With --epoch it also times a GraphSAGE epoch trained on both GPUs (DDP, each
+host holding half the rows) against one GPU holding the whole table in host memory with
+half as many rows cached. Prints a table; --json writes every number.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.rpc as rpc
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+
+import torch_quiver_ops as qv
+from torch_quiver_ops.synthetic import synthetic_graph
+
+HOSTS = 2
+_SHARD = None  # the rpc baseline's table in each worker
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve_rows(local_ids: torch.Tensor) -> torch.Tensor:
+    """The rpc baseline's remote function: rows of this worker's shard."""
+    return _SHARD[local_ids]
+
+
+def timed(fn, batches, sync):
+    for ids in batches[:2]:
+        fn(ids)
+    sync()
+    seconds = []
+    for ids in batches[2:]:
+        start = time.perf_counter()
+        fn(ids)
+        sync()
+        seconds.append(time.perf_counter() - start)
+    return seconds
+
+
+def worker(rank, args, directory, ports, results):
+    global _SHARD
+    torch.cuda.set_device(rank)
+    device = torch.device("cuda", rank)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ports[0]))
+    dist.init_process_group("nccl", rank=rank, world_size=HOSTS, device_id=device,
+                            timeout=timedelta(seconds=300))
+    gloo = dist.new_group(backend="gloo", timeout=timedelta(seconds=300))
+    directory = Path(directory)
+    batches = torch.load(directory / f"batches_{rank}.pt")
+    shard_map = qv.dist.load_shard_map(directory / "features")
+    remote = []  # each batch's ids owned by the other host: what travels
+    for ids in batches:
+        owner, _ = shard_map.locate(ids)
+        remote.append(ids[owner == 1 - rank])
+    row_bytes = None
+    out = {}
+
+    def sync():
+        torch.cuda.synchronize(device)
+
+    def rate(seconds, id_batches):
+        rows = sum(b.numel() for b in id_batches[2:])
+        return rows * row_bytes / sum(seconds) / 1e9
+
+    # NCCL, rows to this GPU.
+    feature = qv.dist.DistFeature.load(directory / "features", rank=rank, device_list=[rank],
+                                       device_cache_size="20%", transport="nccl", timeout=120)
+    row_bytes = feature.local._table()[0].nbytes
+    on_gpu = [b.to(device) for b in remote]
+    seconds = timed(lambda ids: feature[ids], on_gpu, sync)
+    out["nccl_remote_gbps"] = rate(seconds, remote)
+    out["nccl_remote_ms"] = statistics.median(seconds) * 1e3
+    whole = [b.to(device) for b in batches]
+    seconds = timed(lambda ids: feature[ids], whole, sync)
+    out["nccl_batch_gbps"] = rate(seconds, batches)
+    out["nccl_batch_ms"] = statistics.median(seconds) * 1e3
+    out["local_fraction"] = statistics.mean(
+        1 - r.numel() / b.numel() for r, b in zip(remote, batches))
+    rows = feature[batches[-1].to(device)].cpu()  # every host takes part in every fetch
+    if rank == 0:
+        assert torch.equal(rows, torch.load(directory / "check_rows.pt")), "NCCL rows differ"
+    feature.close()
+
+    # Raw NCCL send/recv of as many bytes (the bound): both hosts move, at each step, the
+    # larger of their two remote batches.
+    sizes = torch.tensor([r.numel() for r in remote], device=device)
+    dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
+    steps = [torch.empty(int(n) * row_bytes, dtype=torch.uint8, device=device) for n in sizes]
+
+    def sendrecv(buffer):
+        theirs = torch.empty_like(buffer)
+        ops = [dist.P2POp(dist.isend, buffer, 1 - rank), dist.P2POp(dist.irecv, theirs, 1 - rank)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+    seconds = timed(sendrecv, steps, sync)
+    out["nccl_sendrecv_gbps"] = sum(b.numel() for b in steps[2:]) / sum(seconds) / 1e9
+
+    # Gloo, rows to the CPU.
+    feature = qv.dist.DistFeature.load(directory / "features", group=gloo, device_list=[],
+                                       transport="gloo", timeout=120)
+    seconds = timed(lambda ids: feature[ids], remote[:5], lambda: None)
+    out["gloo_remote_gbps"] = rate(seconds, remote[:5])
+    feature.close()
+
+    # torch.distributed.rpc: each host asks the other for its rows by local index.
+    _SHARD = qv.Feature.load_shared(directory / "features" / f"host_{rank}", device_list=[])._table()
+    options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{ports[1]}",
+                                              num_worker_threads=16, rpc_timeout=300)
+    rpc.init_rpc(f"host{rank}", rank=rank, world_size=HOSTS, rpc_backend_options=options)
+    local_of = [shard_map.locate(r)[1] for r in remote[:5]]
+    seconds = timed(lambda lids: rpc.rpc_sync(f"host{1 - rank}", serve_rows, args=(lids,)),
+                    local_of, lambda: None)
+    out["rpc_remote_gbps"] = rate(seconds, remote[:5])
+    rpc.shutdown()
+
+    if args.epoch:
+        out.update(epoch(rank, args, directory, device, gloo))
+    (Path(results) / f"{rank}.json").write_text(json.dumps(out))
+    dist.destroy_process_group()
+
+
+def epoch(rank, args, directory, device, gloo):
+    """One GraphSAGE epoch over both hosts (DDP), after a warm-up epoch."""
+    from torch.nn.parallel import DistributedDataParallel
+    from train_sage import SAGE  # examples/ is on sys.path (main adds it)
+
+    meta = torch.load(directory / "labels.pt")
+    topo = qv.CSRTopo.load_shared(directory / "graph")
+    sampler = qv.GraphSageSampler(topo, [15, 10, 5], device=device, mode="GPU")
+    feature = qv.dist.DistFeature.load(directory / "features", rank=rank, device_list=[rank],
+                                       device_cache_size="20%", transport="nccl", timeout=120)
+    model = DistributedDataParallel(
+        SAGE(feature.shape[1], 256, meta["num_classes"], 3).to(device), device_ids=[rank])
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+    labels = meta["y"].to(device)
+    per = meta["train_idx"].numel() // HOSTS
+    times = []
+    for _ in range(2):
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        order = meta["train_idx"][torch.randperm(meta["train_idx"].numel(),
+                                                 generator=torch.Generator().manual_seed(len(times)))]
+        for seeds in order[rank * per:(rank + 1) * per].split(1024):
+            n_id, _, adjs = sampler.sample(seeds)
+            x = feature[n_id]
+            optimizer.zero_grad()
+            F.cross_entropy(model(x, adjs), labels[seeds.to(device)]).backward()
+            optimizer.step()
+        torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    feature.close()
+    return {"epoch_two_hosts_s": times[-1]}
+
+
+def one_host_epoch(directory, x, device, cached_rows):
+    """The same epoch on one GPU: the whole table in pinned host memory, as many rows
+    cached as one GPU of the two-host run holds (so half of what the two hold together)."""
+    from train_sage import SAGE
+
+    meta = torch.load(directory / "labels.pt")
+    topo = qv.CSRTopo.load_shared(directory / "graph")
+    sampler = qv.GraphSageSampler(topo, [15, 10, 5], device=device, mode="GPU")
+    feature = qv.Feature(device_list=[device.index], device_cache_size=cached_rows * x[0].nbytes,
+                         csr_topo=topo).from_cpu_tensor(x)
+    model = SAGE(x.size(1), 256, meta["num_classes"], 3).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+    labels = meta["y"].to(device)
+    times = []
+    for _ in range(2):
+        torch.cuda.synchronize(device)
+        start = time.perf_counter()
+        order = meta["train_idx"][torch.randperm(meta["train_idx"].numel())]
+        for seeds in order.split(1024):
+            n_id, _, adjs = sampler.sample(seeds)
+            optimizer.zero_grad()
+            F.cross_entropy(model(feature[n_id], adjs), labels[seeds.to(device)]).backward()
+            optimizer.step()
+        torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - start)
+    return times[-1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graph", default="products")
+    parser.add_argument("--batches", type=int, default=8, help="timed batches per host")
+    parser.add_argument("--epoch", action="store_true", help="also time a training epoch")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    import sys
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    assert torch.cuda.device_count() >= HOSTS, "needs two GPUs"
+    device = torch.device("cuda", 0)
+    start = time.perf_counter()
+    graph = synthetic_graph(args.graph, device=device)
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    x = graph.x
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and shutil.disk_usage(shm).free > 3 * x.nbytes else None
+    directory = Path(tempfile.mkdtemp(prefix="quiver-dist-", dir=base))
+    try:
+        qv.dist.partition_features(x, directory / "features", HOSTS, topo.feature_order, 0.2)
+        topo.save(directory / "graph")
+        torch.save({"y": graph.y, "train_idx": graph.train_idx, "num_classes": graph.num_classes},
+                   directory / "labels.pt")
+        sampler = qv.GraphSageSampler(topo, [15, 10, 5], device=device, mode="GPU")
+        seeds = graph.train_idx[torch.randperm(graph.train_idx.numel(),
+                                               generator=torch.Generator().manual_seed(5))]
+        batches = [sampler.sample_subgraph(b)[0].cpu()
+                   for b in seeds.split(1024)[:2 * (args.batches + 2)]]
+        for rank in range(HOSTS):
+            torch.save(batches[rank::HOSTS], directory / f"batches_{rank}.pt")
+        torch.save(x[batches[0::HOSTS][-1]], directory / "check_rows.pt")
+        rows = statistics.mean(b.numel() for b in batches)
+        print(f"== {args.graph}: {tuple(x.shape)} {x.dtype} ({x.nbytes / 1e9:.2f} GB) over "
+              f"{HOSTS} hosts, 20% replicated; {rows:,.0f} rows per batch; prepared in "
+              f"{time.perf_counter() - start:.0f}s", flush=True)
+        results = directory / "results"
+        results.mkdir()
+        mp.spawn(worker, args=(args, str(directory), (free_port(), free_port()), str(results)),
+                 nprocs=HOSTS, join=True)
+        per_host = [json.loads((results / f"{r}.json").read_text()) for r in range(HOSTS)]
+        summary = {key: statistics.mean(h[key] for h in per_host) for key in per_host[0]}
+        summary["per_host"] = per_host
+        summary["device"] = torch.cuda.get_device_name(0)
+        if args.epoch:
+            shard_map = qv.dist.load_shard_map(directory / "features")
+            cached = int(0.2 * shard_map.local_rows(0))  # "20%" of host 0's local table
+            summary["one_host_cached_rows"] = cached
+            summary["epoch_one_host_s"] = one_host_epoch(directory, x, device, cached)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+    rpc_rate = summary["rpc_remote_gbps"]
+    print(f"\nremote rows only ({summary['local_fraction']:.0%} of a batch's ids are local), "
+          f"GB/s per host, mean of {HOSTS} hosts:")
+    print("| path | GB/s | x rpc |")
+    print("|---|---:|---:|")
+    for name, key in [("NCCL send/recv (bound)", "nccl_sendrecv_gbps"),
+                      ("DistFeature, NCCL", "nccl_remote_gbps"),
+                      ("DistFeature, Gloo", "gloo_remote_gbps"),
+                      ("torch.distributed.rpc (baseline)", "rpc_remote_gbps")]:
+        print(f"| {name} | {summary[key]:.1f} | {summary[key] / rpc_rate:.1f} |")
+    print(f"\nwhole batches through DistFeature (NCCL): {summary['nccl_batch_gbps']:.1f} GB/s, "
+          f"{summary['nccl_batch_ms']:.2f} ms per batch; remote part alone "
+          f"{summary['nccl_remote_ms']:.2f} ms")
+    if args.epoch:
+        print(f"GraphSAGE epoch: two hosts {summary['epoch_two_hosts_s']:.2f} s, one host "
+              f"(all rows, {summary['one_host_cached_rows']:,} cached, as one GPU of the two) "
+              f"{summary['epoch_one_host_s']:.2f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
