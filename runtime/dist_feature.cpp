@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "ops/checks.h"
+#include "runtime/phase_clock.h"
 
 namespace quiver::runtime {
 
@@ -30,16 +31,19 @@ DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
 at::Tensor DistFeature::gather(const at::Tensor& ids) {
   check_index_vector(ids, "ids");
   std::lock_guard<std::mutex> lock(fetch_mutex_);
+  PhaseClock clock("distributed gather");
   const int64_t me = host(), hosts = num_hosts();
   const at::Device device = ids.device();
   const at::Device local_device = local_->device();
   auto [owner, local] = shard_map_->locate(ids);
+  clock.lap("locate");
   // Group 0: rows this host holds (replicated, or its own); group h + 1: host h's rows.
   const at::Tensor group = at::where((owner == -1) | (owner == me), 0, owner + 1);
   const at::Tensor order = std::get<1>(group.sort(/*stable=*/true, 0, false));
   const at::Tensor counts = at::bincount(group, {}, hosts + 1).cpu();
   const int64_t* count = counts.const_data_ptr<int64_t>();
   const at::Tensor sorted_local = local.index_select(0, order);
+  clock.lap("group");
 
   std::vector<at::Tensor> requests(hosts);
   int64_t begin = count[0];
@@ -55,6 +59,7 @@ at::Tensor DistFeature::gather(const at::Tensor& ids) {
   const at::Tensor like = local_->empty_rows();
   std::vector<at::Tensor> remote =
       transport_->impl().fetch(requests, serve, local_->num_rows(), like, device);
+  clock.lap("fetch");
 
   std::vector<int64_t> shape = like.sizes().vec();
   shape[0] = ids.numel();
@@ -63,11 +68,13 @@ at::Tensor DistFeature::gather(const at::Tensor& ids) {
     const at::Tensor mine = local_->gather(sorted_local.narrow(0, 0, count[0]).to(local_device));
     out.index_copy_(0, order.narrow(0, 0, count[0]), mine.to(device));
   }
+  clock.lap("local");
   begin = count[0];
   for (int64_t h = 0; h < hosts; ++h) {
     if (count[h + 1] > 0) out.index_copy_(0, order.narrow(0, begin, count[h + 1]), remote[h]);
     begin += count[h + 1];
   }
+  clock.lap("scatter");
   last_local_fraction_ = ids.numel() ? static_cast<double>(count[0]) / ids.numel() : 0.0;
   return out;
 }

@@ -69,12 +69,19 @@ def timed(fn, batches, sync):
 
 def worker(rank, args, directory, ports, results):
     global _SHARD
-    torch.cuda.set_device(rank)
-    device = torch.device("cuda", rank)
+    two_gpus = torch.cuda.device_count() >= HOSTS  # else only the CPU paths (Gloo, rpc)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ports[0]))
-    dist.init_process_group("nccl", rank=rank, world_size=HOSTS, device_id=device,
-                            timeout=timedelta(seconds=300))
-    gloo = dist.new_group(backend="gloo", timeout=timedelta(seconds=300))
+    if two_gpus:
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+        dist.init_process_group("nccl", rank=rank, world_size=HOSTS, device_id=device,
+                                timeout=timedelta(seconds=300))
+        gloo = dist.new_group(backend="gloo", timeout=timedelta(seconds=300))
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", rank=rank, world_size=HOSTS,
+                                timeout=timedelta(seconds=300))
+        gloo = dist.group.WORLD
     directory = Path(directory)
     batches = torch.load(directory / f"batches_{rank}.pt")
     shard_map = qv.dist.load_shard_map(directory / "features")
@@ -86,53 +93,58 @@ def worker(rank, args, directory, ports, results):
     out = {}
 
     def sync():
-        torch.cuda.synchronize(device)
+        if two_gpus:
+            torch.cuda.synchronize(device)
 
     def rate(seconds, id_batches):
         rows = sum(b.numel() for b in id_batches[2:])
         return rows * row_bytes / sum(seconds) / 1e9
 
-    # NCCL, rows to this GPU.
-    feature = qv.dist.DistFeature.load(directory / "features", rank=rank, device_list=[rank],
-                                       device_cache_size="20%", transport="nccl", timeout=120)
-    row_bytes = feature.local._table()[0].nbytes
-    on_gpu = [b.to(device) for b in remote]
-    seconds = timed(lambda ids: feature[ids], on_gpu, sync)
-    out["nccl_remote_gbps"] = rate(seconds, remote)
-    out["nccl_remote_ms"] = statistics.median(seconds) * 1e3
-    whole = [b.to(device) for b in batches]
-    seconds = timed(lambda ids: feature[ids], whole, sync)
-    out["nccl_batch_gbps"] = rate(seconds, batches)
-    out["nccl_batch_ms"] = statistics.median(seconds) * 1e3
+    row_bytes = qv.Feature.load_shared(directory / "features" / "host_0", device_list=[])._table()[0].nbytes
     out["local_fraction"] = statistics.mean(
         1 - r.numel() / b.numel() for r, b in zip(remote, batches))
-    rows = feature[batches[-1].to(device)].cpu()  # every host takes part in every fetch
-    if rank == 0:
-        assert torch.equal(rows, torch.load(directory / "check_rows.pt")), "NCCL rows differ"
-    feature.close()
+    if two_gpus:
+        # NCCL, rows to this GPU.
+        feature = qv.dist.DistFeature.load(directory / "features", rank=rank, device_list=[rank],
+                                           device_cache_size="20%", transport="nccl", timeout=120)
+        row_bytes = feature.local._table()[0].nbytes
+        on_gpu = [b.to(device) for b in remote]
+        seconds = timed(lambda ids: feature[ids], on_gpu, sync)
+        out["nccl_remote_gbps"] = rate(seconds, remote)
+        out["nccl_remote_ms"] = statistics.median(seconds) * 1e3
+        whole = [b.to(device) for b in batches]
+        seconds = timed(lambda ids: feature[ids], whole, sync)
+        out["nccl_batch_gbps"] = rate(seconds, batches)
+        out["nccl_batch_ms"] = statistics.median(seconds) * 1e3
+        out["local_fraction"] = statistics.mean(
+            1 - r.numel() / b.numel() for r, b in zip(remote, batches))
+        rows = feature[batches[-1].to(device)].cpu()  # every host takes part in every fetch
+        if rank == 0:
+            assert torch.equal(rows, torch.load(directory / "check_rows.pt")), "NCCL rows differ"
+        feature.close()
 
-    # NCCL again with each host's whole table in its GPU: what the transport itself moves,
-    # without the owners' reads of their pinned host tier.
-    feature = qv.dist.DistFeature.load(directory / "features", rank=rank, device_list=[rank],
-                                       device_cache_size="100%", transport="nccl", timeout=120)
-    seconds = timed(lambda ids: feature[ids], on_gpu, sync)
-    out["nccl_remote_hbm_gbps"] = rate(seconds, remote)
-    out["nccl_remote_hbm_ms"] = statistics.median(seconds) * 1e3
-    feature.close()
+        # NCCL again with each host's whole table in its GPU: what the transport itself moves,
+        # without the owners' reads of their pinned host tier.
+        feature = qv.dist.DistFeature.load(directory / "features", rank=rank, device_list=[rank],
+                                           device_cache_size="100%", transport="nccl", timeout=120)
+        seconds = timed(lambda ids: feature[ids], on_gpu, sync)
+        out["nccl_remote_hbm_gbps"] = rate(seconds, remote)
+        out["nccl_remote_hbm_ms"] = statistics.median(seconds) * 1e3
+        feature.close()
 
-    # Raw NCCL send/recv of as many bytes (the bound): both hosts move, at each step, the
-    # larger of their two remote batches.
-    sizes = torch.tensor([r.numel() for r in remote], device=device)
-    dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
-    steps = [torch.empty(int(n) * row_bytes, dtype=torch.uint8, device=device) for n in sizes]
+        # Raw NCCL send/recv of as many bytes (the bound): both hosts move, at each step, the
+        # larger of their two remote batches.
+        sizes = torch.tensor([r.numel() for r in remote], device=device)
+        dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
+        steps = [torch.empty(int(n) * row_bytes, dtype=torch.uint8, device=device) for n in sizes]
 
-    def sendrecv(buffer):
-        theirs = torch.empty_like(buffer)
-        ops = [dist.P2POp(dist.isend, buffer, 1 - rank), dist.P2POp(dist.irecv, theirs, 1 - rank)]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
-    seconds = timed(sendrecv, steps, sync)
-    out["nccl_sendrecv_gbps"] = sum(b.numel() for b in steps[2:]) / sum(seconds) / 1e9
+        def sendrecv(buffer):
+            theirs = torch.empty_like(buffer)
+            ops = [dist.P2POp(dist.isend, buffer, 1 - rank), dist.P2POp(dist.irecv, theirs, 1 - rank)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+        seconds = timed(sendrecv, steps, sync)
+        out["nccl_sendrecv_gbps"] = sum(b.numel() for b in steps[2:]) / sum(seconds) / 1e9
 
     # Gloo, rows to the CPU.
     feature = qv.dist.DistFeature.load(directory / "features", group=gloo, device_list=[],
@@ -152,7 +164,7 @@ def worker(rank, args, directory, ports, results):
     out["rpc_remote_gbps"] = rate(seconds, remote[:5])
     rpc.shutdown()
 
-    if args.epoch:
+    if args.epoch and two_gpus:
         out.update(epoch(rank, args, directory, device, gloo))
     (Path(results) / f"{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
@@ -228,8 +240,10 @@ def main():
     args = parser.parse_args()
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-    assert torch.cuda.device_count() >= HOSTS, "needs two GPUs"
-    device = torch.device("cuda", 0)
+    two_gpus = torch.cuda.device_count() >= HOSTS
+    if not two_gpus:
+        print("fewer than two GPUs: measuring the CPU paths (Gloo, rpc) only", flush=True)
+    device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
     start = time.perf_counter()
     graph = synthetic_graph(args.graph, device=device)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
@@ -242,7 +256,8 @@ def main():
         topo.save(directory / "graph")
         torch.save({"y": graph.y, "train_idx": graph.train_idx, "num_classes": graph.num_classes},
                    directory / "labels.pt")
-        sampler = qv.GraphSageSampler(topo, [15, 10, 5], device=device, mode="GPU")
+        sampler = qv.GraphSageSampler(topo, [15, 10, 5], device=device,
+                                      mode="GPU" if device.type == "cuda" else "CPU")
         seeds = graph.train_idx[torch.randperm(graph.train_idx.numel(),
                                                generator=torch.Generator().manual_seed(5))]
         batches = [sampler.sample_subgraph(b)[0].cpu()
@@ -261,8 +276,8 @@ def main():
         per_host = [json.loads((results / f"{r}.json").read_text()) for r in range(HOSTS)]
         summary = {key: statistics.mean(h[key] for h in per_host) for key in per_host[0]}
         summary["per_host"] = per_host
-        summary["device"] = torch.cuda.get_device_name(0)
-        if args.epoch:
+        summary["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+        if args.epoch and two_gpus:
             shard_map = qv.dist.load_shard_map(directory / "features")
             cached = int(0.2 * shard_map.local_rows(0))  # "20%" of host 0's local table
             summary["one_host_cached_rows"] = cached
@@ -270,26 +285,30 @@ def main():
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
     rpc_rate = summary["rpc_remote_gbps"]
+    keys = [("NCCL send/recv (bound)", "nccl_sendrecv_gbps"),
+            ("DistFeature, NCCL, tables in HBM", "nccl_remote_hbm_gbps"),
+            ("DistFeature, NCCL, 20% of tables cached", "nccl_remote_gbps"),
+            ("DistFeature, Gloo", "gloo_remote_gbps"),
+            ("torch.distributed.rpc (baseline)", "rpc_remote_gbps")]
     print(f"\nremote rows only ({summary['local_fraction']:.0%} of a batch's ids are local), "
           f"GB/s per host, mean of {HOSTS} hosts:")
     print("| path | GB/s | x rpc |")
     print("|---|---:|---:|")
-    for name, key in [("NCCL send/recv (bound)", "nccl_sendrecv_gbps"),
-                      ("DistFeature, NCCL, tables in HBM", "nccl_remote_hbm_gbps"),
-                      ("DistFeature, NCCL, 20% of tables cached", "nccl_remote_gbps"),
-                      ("DistFeature, Gloo", "gloo_remote_gbps"),
-                      ("torch.distributed.rpc (baseline)", "rpc_remote_gbps")]:
-        print(f"| {name} | {summary[key]:.1f} | {summary[key] / rpc_rate:.1f} |")
+    for name, key in keys:
+        if key in summary:
+            print(f"| {name} | {summary[key]:.2f} | {summary[key] / rpc_rate:.1f} |")
+    if "nccl_batch_gbps" not in summary:
+        return
     print(f"\nwhole batches through DistFeature (NCCL): {summary['nccl_batch_gbps']:.1f} GB/s, "
           f"{summary['nccl_batch_ms']:.2f} ms per batch; remote part alone "
           f"{summary['nccl_remote_ms']:.2f} ms")
-    if args.epoch:
+    if args.epoch and "epoch_two_hosts_s" in summary:
         print(f"GraphSAGE epoch: two hosts {summary['epoch_two_hosts_s']:.2f} s, one host "
               f"(all rows, {summary['one_host_cached_rows']:,} cached, as one GPU of the two) "
               f"{summary['epoch_one_host_s']:.2f} s")
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":

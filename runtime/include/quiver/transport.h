@@ -42,7 +42,8 @@ class Transport : public torch::CustomClassHolder {
     // For each host h, rows requests[h] (int64 local indices of h's table, possibly empty;
     // empty for this host) as one tensor per host on `device`, shaped like `like`'s rows.
     // `served_rows` is the size of this host's table: requests for rows outside it are
-    // refused, and both sides raise. Throws RuntimeError naming the peer on failure.
+    // refused, and both sides raise. Throws RuntimeError naming the peer on failure. The
+    // rows may view a buffer the transport reuses: they are valid until its next fetch.
     virtual std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests,
                                           const Serve& serve, int64_t served_rows,
                                           const at::Tensor& like, const at::Device& device) = 0;
