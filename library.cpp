@@ -23,9 +23,11 @@ TORCH_LIBRARY(quiver, m) {
   // One hop: up to `fanout` neighbors of each seed (-1: all of them), uniform without
   // replacement unless `replace`. Returns per-seed counts, the flat neighbor ids and the
   // sampled edges' ids (edge_ids[pos] when edge_ids is given, else the CSR position).
+  // Random numbers come from `generator` (on the seeds' device), else from the device's
+  // default generator, so torch.manual_seed reproduces a call.
   m.def(
       "sample_neighbors(Tensor indptr, Tensor indices, Tensor seeds, int fanout, "
-      "bool replace=False, Tensor? edge_ids=None) -> "
+      "bool replace=False, Tensor? edge_ids=None, Generator? generator=None) -> "
       "(Tensor counts, Tensor neighbors, Tensor sampled_edge_ids)",
       {at::Tag::nondeterministic_seeded});
 
@@ -33,9 +35,10 @@ TORCH_LIBRARY(quiver, m) {
   // seeds first, then each hop's new nodes in order of first appearance; (rows, cols) are
   // local indices into node_ids, edges flowing from the sampled neighbor (row) to the node
   // it was sampled for (col), grouped by hop. Per-hop counts are int64 CPU tensors.
+  // `generator` as for sample_neighbors.
   m.def(
       "sample_subgraph(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, "
-      "bool replace=False, Tensor? edge_ids=None) -> "
+      "bool replace=False, Tensor? edge_ids=None, Generator? generator=None) -> "
       "(Tensor node_ids, Tensor rows, Tensor cols, Tensor sampled_edge_ids, "
       "Tensor nodes_per_hop, Tensor edges_per_hop)",
       {at::Tag::nondeterministic_seeded});

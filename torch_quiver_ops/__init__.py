@@ -13,15 +13,26 @@ load_library()
 
 from . import _fake  # noqa: E402,F401  (registers the fake kernels)
 from . import dist, hotness, ops, synthetic  # noqa: E402
-from ._device import p2p_cliques  # noqa: E402
+from ._device import init_p2p, p2p_cliques  # noqa: E402
 from .feature import Feature  # noqa: E402
 from .hotness import presample_hot_order  # noqa: E402
+from .loader import Prefetcher, SampleLoader  # noqa: E402
 from .sampler import Adj, GraphSageSampler  # noqa: E402
 from .topology import CSRTopo  # noqa: E402
 
 # For find_package(TorchQuiverOps) from a libtorch C++ project (set as CMAKE_PREFIX_PATH).
 cmake_prefix_path = str(Path(__file__).resolve().parent)
 
-__all__ = ["Adj", "CSRTopo", "Feature", "GraphSageSampler", "dist", "hotness", "ops", "synthetic",
-           "p2p_cliques", "presample_hot_order",
+__all__ = ["Adj", "CSRTopo", "Feature", "GraphSageSampler", "Prefetcher", "SampleLoader", "dist",
+           "hotness", "ops", "pyg", "synthetic", "init_p2p", "p2p_cliques", "presample_hot_order",
            "cuda_kernels_built", "library_path", "cmake_prefix_path"]
+
+
+def __getattr__(name: str):
+    # torch_quiver_ops.pyg needs torch_geometric: imported at first use, so that
+    # ``quiver.pyg.GraphSageSampler`` works as in torch-quiver without making PyG a
+    # dependency of the ops.
+    if name == "pyg":
+        import importlib
+        return importlib.import_module(".pyg", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -46,6 +46,20 @@ def p2p_cliques(device_list: Sequence[int]) -> List[List[int]]:
     return cliques
 
 
+def init_p2p(device_list: Sequence[int]) -> List[List[int]]:
+    """torch-quiver's ``quiver.init_p2p``: checks that ``device_list`` names usable GPUs and
+    returns their peer-access cliques. Nothing needs turning on ahead: a gather turns peer
+    access on for a pair of GPUs the first time one reads the other's cache."""
+    device_list = [int(d) for d in device_list]
+    if not gpus_usable():
+        raise RuntimeError("init_p2p needs CUDA GPUs and the CUDA kernels")
+    count = torch.cuda.device_count()
+    bad = [d for d in device_list if not 0 <= d < count]
+    if bad:
+        raise ValueError(f"device_list names GPUs {bad}, but this process sees {count}")
+    return p2p_cliques(device_list)
+
+
 def parse_size(size: Union[int, float, str]) -> int:
     """Bytes from 1024, "200M", "0.9G" or "1.5GB"."""
     if isinstance(size, (int, float)):

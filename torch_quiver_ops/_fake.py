@@ -10,14 +10,16 @@ def _csr_from_coo_fake(row, col, num_nodes):
 
 
 @torch.library.register_fake("quiver::sample_neighbors")
-def _sample_neighbors_fake(indptr, indices, seeds, fanout, replace=False, edge_ids=None):
+def _sample_neighbors_fake(indptr, indices, seeds, fanout, replace=False, edge_ids=None,
+                           generator=None):
     total = torch.library.get_ctx().new_dynamic_size()
     counts = seeds.new_empty(seeds.shape, dtype=torch.long)
     return counts, seeds.new_empty(total, dtype=torch.long), seeds.new_empty(total, dtype=torch.long)
 
 
 @torch.library.register_fake("quiver::sample_subgraph")
-def _sample_subgraph_fake(indptr, indices, seeds, fanouts, replace=False, edge_ids=None):
+def _sample_subgraph_fake(indptr, indices, seeds, fanouts, replace=False, edge_ids=None,
+                          generator=None):
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()

@@ -292,6 +292,31 @@ class Feature:
 
     # ---- processes ----
 
+    # torch-quiver's explicit hand-over to spawned workers. A Feature pickles itself into
+    # shared memory and IPC handles, so the "handle" is the Feature, and the worker's copy
+    # is ready as it arrives (it builds its GPU replica at its first gather).
+    def share_ipc(self) -> "Feature":
+        """What to pass to ``mp.spawn`` workers (torch-quiver's API): this Feature."""
+        return self
+
+    @classmethod
+    def new_from_ipc_handle(cls, rank: int, ipc_handle: "Feature") -> "Feature":
+        """The worker side of :meth:`share_ipc`: the Feature, gathering on GPU ``rank`` by
+        default."""
+        if not isinstance(ipc_handle, cls):
+            raise TypeError(f"ipc_handle must come from Feature.share_ipc(), got "
+                            f"{type(ipc_handle).__name__}")
+        ipc_handle.rank = int(rank)
+        return ipc_handle
+
+    @classmethod
+    def lazy_from_ipc_handle(cls, ipc_handle: "Feature") -> "Feature":
+        """As :meth:`new_from_ipc_handle`, on the GPU current at the first gather."""
+        if not isinstance(ipc_handle, cls):
+            raise TypeError(f"ipc_handle must come from Feature.share_ipc(), got "
+                            f"{type(ipc_handle).__name__}")
+        return ipc_handle
+
     def close(self, group=None) -> None:
         """Lets go of clique shards across processes, safely: drops this process's
         mappings of its peers' shards, waits (a barrier on ``group``, when torch.distributed

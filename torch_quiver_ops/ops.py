@@ -31,7 +31,8 @@ def csr_from_coo(row: Tensor, col: Tensor, num_nodes: Optional[int] = None
 
 
 def sample_neighbors(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int,
-                     replace: bool = False, edge_ids: Optional[Tensor] = None
+                     replace: bool = False, edge_ids: Optional[Tensor] = None,
+                     generator: Optional[torch.Generator] = None
                      ) -> Tuple[Tensor, Tensor, Tensor]:
     """Samples up to ``fanout`` neighbors of every seed (``-1``: all neighbors).
 
@@ -43,12 +44,17 @@ def sample_neighbors(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int
         ``(counts, neighbors, sampled_edge_ids)``: int64 per-seed counts, the neighbors of
         all seeds back to back, and their edge ids (``edge_ids[pos]`` if ``edge_ids`` is
         given, else the CSR position ``pos``). Outputs live on ``seeds``' device.
+
+    Random numbers come from ``generator`` (a ``torch.Generator`` on ``seeds``' device),
+    else from that device's default generator.
     """
-    return torch.ops.quiver.sample_neighbors(indptr, indices, seeds, fanout, replace, edge_ids)
+    return torch.ops.quiver.sample_neighbors(indptr, indices, seeds, fanout, replace, edge_ids,
+                                             generator)
 
 
 def sample_subgraph(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: List[int],
-                    replace: bool = False, edge_ids: Optional[Tensor] = None
+                    replace: bool = False, edge_ids: Optional[Tensor] = None,
+                    generator: Optional[torch.Generator] = None
                     ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Multi-hop neighbor sampling fused with reindexing, in PyG's layout.
 
@@ -61,9 +67,11 @@ def sample_subgraph(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Lis
         hop's new nodes in order of first appearance; per edge the local index of the
         sampled neighbor (``rows``, message source) and of the node it was sampled for
         (``cols``, target), grouped by hop; edge ids as in :func:`sample_neighbors`; and
-        int64 CPU tensors of new nodes per hop (seeds first) and edges per hop.
+        int64 CPU tensors of new nodes per hop (seeds first) and edges per hop. Random
+        numbers come from ``generator`` as in :func:`sample_neighbors`.
     """
-    return torch.ops.quiver.sample_subgraph(indptr, indices, seeds, fanouts, replace, edge_ids)
+    return torch.ops.quiver.sample_subgraph(indptr, indices, seeds, fanouts, replace, edge_ids,
+                                            generator)
 
 
 def gather_rows(table: Tensor, ids: Tensor) -> Tensor:

@@ -135,6 +135,21 @@ class GraphSageSampler:
         # torch.cuda.set_device, so only then is its GPU known.
         self._placed = False
 
+    # torch-quiver's explicit hand-over to spawned workers: the sampler pickles itself (see
+    # above), so the handle is the sampler.
+    def share_ipc(self) -> "GraphSageSampler":
+        """What to pass to ``mp.spawn`` workers (torch-quiver's API): this sampler."""
+        return self
+
+    @classmethod
+    def lazy_from_ipc_handle(cls, ipc_handle: "GraphSageSampler") -> "GraphSageSampler":
+        """The worker side of :meth:`share_ipc`: the sampler, placed on the GPU current at
+        its first ``sample``."""
+        if not isinstance(ipc_handle, cls):
+            raise TypeError(f"ipc_handle must come from GraphSageSampler.share_ipc(), got "
+                            f"{type(ipc_handle).__name__}")
+        return ipc_handle
+
     def _ensure_placed(self) -> None:
         if self._placed:
             return
@@ -150,14 +165,17 @@ class GraphSageSampler:
         """The seeds on the sampling device; the op checks their shape, dtype and range."""
         return torch.as_tensor(input_nodes).to(self.device, non_blocking=True).contiguous()
 
-    def sample_subgraph(self, input_nodes) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    def sample_subgraph(self, input_nodes, generator: Optional[torch.Generator] = None
+                        ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         """The raw PyG-layout output of :func:`torch_quiver_ops.ops.sample_subgraph`."""
         self._ensure_placed()
         return ops.sample_subgraph(self._indptr, self._indices, self._seeds(input_nodes),
-                                   self.sizes, self.replace, self._eid)
+                                   self.sizes, self.replace, self._eid, generator)
 
-    def sample(self, input_nodes) -> Tuple[Tensor, int, List[Adj]]:
-        """Samples the computation graph of ``input_nodes``.
+    def sample(self, input_nodes, generator: Optional[torch.Generator] = None
+               ) -> Tuple[Tensor, int, List[Adj]]:
+        """Samples the computation graph of ``input_nodes`` (random numbers from
+        ``generator``, a ``torch.Generator`` on the sampling device, else its default one).
 
         Returns:
             ``(n_id, batch_size, adjs)``: global ids of every sampled node with the seeds first,
@@ -165,7 +183,8 @@ class GraphSageSampler:
             targets are the first ``size[1]`` nodes of ``n_id``: feed ``x[n_id]`` through the
             layers, keeping ``x[:size[1]]`` after each.
         """
-        node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = self.sample_subgraph(input_nodes)
+        node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = self.sample_subgraph(
+            input_nodes, generator)
         cum_nodes = nodes_per_hop.cumsum(0).tolist()
         cum_edges = edges_per_hop.cumsum(0).tolist()
         edge_index = torch.stack([rows, cols])

@@ -18,10 +18,11 @@
 
 namespace quiver::cpu {
 
-// One draw from PyTorch's default CPU generator: torch.manual_seed reproduces a call, and
-// successive calls differ because the generator advances.
-inline uint64_t draw_philox_key() {
-  auto* gen = at::check_generator<at::CPUGeneratorImpl>(at::detail::getDefaultCPUGenerator());
+// One draw from `generator`, else from PyTorch's default CPU generator: torch.manual_seed
+// reproduces a call, and successive calls differ because the generator advances.
+inline uint64_t draw_philox_key(const std::optional<at::Generator>& generator) {
+  auto* gen = at::get_generator_or_default<at::CPUGeneratorImpl>(
+      generator, at::detail::getDefaultCPUGenerator());
   std::lock_guard<std::mutex> lock(gen->mutex_);
   return gen->random64();
 }

@@ -58,14 +58,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_kernel(
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cpu(
     const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds, int64_t fanout,
-    bool replace, const std::optional<at::Tensor>& edge_ids) {
+    bool replace, const std::optional<at::Tensor>& edge_ids,
+    const std::optional<at::Generator>& generator) {
   check_sample_neighbors_args(indptr, indices, seeds, fanout, replace, edge_ids);
   const int64_t num_nodes = indptr.numel() - 1;
   const at::Tensor seeds64 = seeds.to(at::kLong);
   check_ids_in_range(seeds64.const_data_ptr<int64_t>(), seeds64.numel(), num_nodes, "seeds");
   const int64_t* offsets = indptr.const_data_ptr<int64_t>();
   errors::check_csr_ends(offsets[0], offsets[indptr.numel() - 1], indices.numel());
-  const uint64_t key = cpu::draw_philox_key();
+  const uint64_t key = cpu::draw_philox_key(generator);
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_neighbors_cpu", [&] {
     return sample_neighbors_kernel<index_t>(indptr, indices, seeds64, fanout, replace, edge_ids,
                                             key);

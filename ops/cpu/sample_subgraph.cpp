@@ -154,14 +154,15 @@ std::vector<at::Tensor> sample_subgraph_kernel(const at::Tensor& indptr, const a
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 sample_subgraph_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                     at::IntArrayRef fanouts, bool replace,
-                    const std::optional<at::Tensor>& edge_ids) {
+                    const std::optional<at::Tensor>& edge_ids,
+                    const std::optional<at::Generator>& generator) {
   check_sample_subgraph_args(indptr, indices, seeds, fanouts, replace, edge_ids);
   const at::Tensor seeds64 = seeds.to(at::kLong);
   check_ids_in_range(seeds64.const_data_ptr<int64_t>(), seeds64.numel(), indptr.numel() - 1,
                      "seeds");
   const int64_t* offsets = indptr.const_data_ptr<int64_t>();
   errors::check_csr_ends(offsets[0], offsets[indptr.numel() - 1], indices.numel());
-  const uint64_t key = cpu::draw_philox_key();
+  const uint64_t key = cpu::draw_philox_key(generator);
   const auto out = AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_subgraph_cpu", [&] {
     return sample_subgraph_kernel<index_t>(indptr, indices, seeds64, fanouts, replace, edge_ids,
                                            key);

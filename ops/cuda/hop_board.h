@@ -15,11 +15,16 @@
 
 namespace quiver::cuda {
 
-// Reserves `increment` 32-bit draws per Philox stream from the device's default generator,
-// so torch.manual_seed reproduces a call and successive calls use fresh numbers.
-inline PhiloxKey draw_philox_key(const at::Device& device, uint64_t increment) {
-  auto* gen = at::check_generator<at::CUDAGeneratorImpl>(
-      at::cuda::detail::getDefaultCUDAGenerator(device.index()));
+// Reserves `increment` 32-bit draws per Philox stream from `generator`, else from the
+// device's default generator, so torch.manual_seed reproduces a call and successive calls
+// use fresh numbers.
+inline PhiloxKey draw_philox_key(const at::Device& device, uint64_t increment,
+                                 const std::optional<at::Generator>& generator) {
+  auto* gen = at::get_generator_or_default<at::CUDAGeneratorImpl>(
+      generator, at::cuda::detail::getDefaultCUDAGenerator(device.index()));
+  TORCH_CHECK(gen->device().index() == device.index(),
+              "generator must be on the seeds' device ", device, ", got a generator on ",
+              gen->device());
   std::lock_guard<std::mutex> lock(gen->mutex_);
   const at::PhiloxCudaState state = gen->philox_cuda_state((increment + 3) / 4 * 4);
   TORCH_CHECK(!state.captured_,

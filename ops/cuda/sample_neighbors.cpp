@@ -14,7 +14,8 @@ namespace {
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
     const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds, int64_t fanout,
-    bool replace, const std::optional<at::Tensor>& edge_ids) {
+    bool replace, const std::optional<at::Tensor>& edge_ids,
+    const std::optional<at::Generator>& generator) {
   check_sample_neighbors_args(indptr, indices, seeds, fanout, replace, edge_ids);
   TORCH_CHECK(seeds.is_cuda(), "sample_neighbors on CUDA needs seeds on a GPU, got ",
               seeds.device());
@@ -59,7 +60,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_cuda(
 
     at::Tensor neighbors = at::empty({total}, options);
     at::Tensor sampled_eids = at::empty({total}, options);
-    rule.key = cuda::draw_philox_key(seeds.device(), draws_per_row(fanout, replace, csr.num_edges));
+    rule.key = cuda::draw_philox_key(seeds.device(),
+                                     draws_per_row(fanout, replace, csr.num_edges), generator);
     at::Tensor pick_sets = cuda::pick_sets(fanout, replace, total, seeds.device(), stream);
     const cuda::HopOutput out{offsets.const_data_ptr<int64_t>(),
                               neighbors.mutable_data_ptr<int64_t>(),

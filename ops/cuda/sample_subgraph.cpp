@@ -26,7 +26,8 @@ template <typename index_t>
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                        at::IntArrayRef fanouts, bool replace,
-                       const std::optional<at::Tensor>& edge_ids) {
+                       const std::optional<at::Tensor>& edge_ids,
+                       const std::optional<at::Generator>& generator) {
   const at::Device device = seeds.device();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const auto options = seeds.options();
@@ -68,7 +69,7 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
   for (const int64_t fanout : fanouts) {
     draws = std::max(draws, draws_per_row(fanout, replace, csr.num_edges));
   }
-  const auto key = cuda::draw_philox_key(device, draws);
+  const auto key = cuda::draw_philox_key(device, draws, generator);
 
   std::vector<at::Tensor> new_node_parts, row_parts, col_parts, eid_parts;
   at::Tensor frontier = seeds;  // its first node_total[h + 1] - node_total[h] rows are live
@@ -191,7 +192,8 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 sample_subgraph_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                      at::IntArrayRef fanouts, bool replace,
-                     const std::optional<at::Tensor>& edge_ids) {
+                     const std::optional<at::Tensor>& edge_ids,
+                     const std::optional<at::Generator>& generator) {
   check_sample_subgraph_args(indptr, indices, seeds, fanouts, replace, edge_ids);
   TORCH_CHECK(seeds.is_cuda(), "sample_subgraph on CUDA needs seeds on a GPU, got ",
               seeds.device());
@@ -207,7 +209,8 @@ sample_subgraph_cuda(const at::Tensor& indptr, const at::Tensor& indices, const 
             at::zeros({static_cast<int64_t>(fanouts.size())}, at::kLong)};
   }
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_subgraph_cuda", [&] {
-    return sample_subgraph_kernel<index_t>(indptr, indices, seeds64, fanouts, replace, edge_ids);
+    return sample_subgraph_kernel<index_t>(indptr, indices, seeds64, fanouts, replace, edge_ids,
+                                           generator);
   });
 }
 

@@ -1,3 +1,4 @@
+#include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
 #include <set>
@@ -26,6 +27,22 @@ TEST_P(SampleSubgraph, KeepsSeedsFirstAndMapsBack) {
   std::set<int64_t> rest;
   for (int64_t i = 4; i < node_ids.numel(); ++i) rest.insert(node_ids[i].item<int64_t>());
   EXPECT_EQ(static_cast<int64_t>(rest.size()), node_ids.numel() - 4);
+}
+
+TEST_P(SampleSubgraph, OwnGeneratorReproduces) {
+  auto g = quiver::testing::random_graph(300, 4000, at::kLong);
+  at::Tensor indptr = place_topology(g.indptr), indices = place_topology(g.indices);
+  const at::Tensor seeds = at::arange(0, 300, 11, at::kLong).to(op_device());
+  // A generator of our own: a copy of the device's default one.
+  at::Generator gen = at::globalContext().defaultGenerator(op_device()).clone();
+  gen.set_current_seed(17);
+  const auto first = quiver::sample_subgraph(indptr, indices, seeds, {4, 4}, false,
+                                             std::nullopt, gen);
+  gen.set_current_seed(17);
+  const auto again = quiver::sample_subgraph(indptr, indices, seeds, {4, 4}, false,
+                                             std::nullopt, gen);
+  EXPECT_TRUE(at::equal(std::get<0>(first).cpu(), std::get<0>(again).cpu()));
+  EXPECT_TRUE(at::equal(std::get<1>(first).cpu(), std::get<1>(again).cpu()));
 }
 
 TEST_P(SampleSubgraph, BadInputThrowsTypedErrors) {

@@ -98,6 +98,18 @@ def test_positions_without_edge_ids(mode):
     check_against_graph(graph, seeds, 4, False, out, edge_ids_given=False)
 
 
+def test_own_generator_reproduces_and_is_uniform(mode):
+    indptr, indices = star_graph(30)
+    (indptr, indices), device = place_pair(indptr, indices, mode)
+    seeds = torch.zeros(1000, dtype=torch.long, device=device)
+    gen = torch.Generator(device).manual_seed(3)
+    counts, neighbors, _ = qv.ops.sample_neighbors(indptr, indices, seeds, 10, True, None, gen)
+    gen.manual_seed(3)
+    again = qv.ops.sample_neighbors(indptr, indices, seeds, 10, True, generator=gen)[1]
+    assert torch.equal(neighbors, again)
+    assert_uniform(torch.bincount(neighbors.cpu() - 1, minlength=30))
+
+
 @pytest.mark.parametrize("degree,fanout", [(20, 5), (200, 3), (7, 6), (300, 100)])
 def test_without_replacement_is_uniform(mode, degree, fanout):
     torch.manual_seed(1234)

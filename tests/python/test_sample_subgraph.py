@@ -149,6 +149,38 @@ def test_manual_seed_reproduces_and_calls_differ(mode):
     assert not torch.equal(first[3], second[3])
 
 
+def test_own_generator_reproduces_and_leaves_the_default_alone(mode):
+    graph = random_graph(seed=8)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.arange(0, 200, 7, device=device)
+    default_state = (torch.cuda.get_rng_state(device) if device.type == "cuda"
+                     else torch.get_rng_state())
+    gen = torch.Generator(device).manual_seed(5)
+    first = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 5], False, eid, gen)
+    second = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 5], False, eid, gen)
+    gen.manual_seed(5)
+    again = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 5], False, eid, generator=gen)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert not torch.equal(first[3], second[3])
+    after = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+    assert torch.equal(default_state, after)
+    check_subgraph(graph, seeds, [5, 5], False, first)
+
+
+def test_generator_on_another_device_raises(mode):
+    graph = random_graph(seed=8)
+    (indptr, indices, eid), device = place(graph, mode)
+    if device.type == "cuda":
+        other = torch.Generator("cpu")
+    elif torch.cuda.is_available():
+        other = torch.Generator("cuda")
+    else:
+        pytest.skip("needs a CUDA device for a generator on another device type")
+    with pytest.raises(RuntimeError, match="generator"):
+        qv.ops.sample_subgraph(indptr, indices, torch.arange(3, device=device), [2], False, eid,
+                               other)
+
+
 def test_bad_input(mode):
     graph = random_graph(num_nodes=50, num_edges=400)
     (indptr, indices, eid), device = place(graph, mode)

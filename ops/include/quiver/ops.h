@@ -3,6 +3,7 @@
 // Argument meanings are documented once, in library.cpp (the registrar).
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
@@ -31,23 +32,27 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_coo(const at::Ten
 // (counts, neighbors, sampled_edge_ids)
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors(
     const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds, int64_t fanout,
-    bool replace = false, const std::optional<at::Tensor>& edge_ids = std::nullopt) {
+    bool replace = false, const std::optional<at::Tensor>& edge_ids = std::nullopt,
+    const std::optional<at::Generator>& generator = std::nullopt) {
   static const auto handle = detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor>(
       const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t, bool,
-      const std::optional<at::Tensor>&)>("quiver::sample_neighbors");
-  return handle.call(indptr, indices, seeds, fanout, replace, edge_ids);
+      const std::optional<at::Tensor>&, const std::optional<at::Generator>&)>(
+      "quiver::sample_neighbors");
+  return handle.call(indptr, indices, seeds, fanout, replace, edge_ids, generator);
 }
 
 // (node_ids, rows, cols, sampled_edge_ids, nodes_per_hop, edges_per_hop)
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 sample_subgraph(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                 c10::IntArrayRef fanouts, bool replace = false,
-                const std::optional<at::Tensor>& edge_ids = std::nullopt) {
+                const std::optional<at::Tensor>& edge_ids = std::nullopt,
+                const std::optional<at::Generator>& generator = std::nullopt) {
   static const auto handle =
       detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
           const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::IntArrayRef, bool,
-          const std::optional<at::Tensor>&)>("quiver::sample_subgraph");
-  return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids);
+          const std::optional<at::Tensor>&, const std::optional<at::Generator>&)>(
+          "quiver::sample_subgraph");
+  return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids, generator);
 }
 
 inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {

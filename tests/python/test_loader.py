@@ -1,0 +1,170 @@
+"""torch_quiver_ops.loader: prefetched batches equal the serial ones for the same seed, in
+order, with bounded look-ahead, errors raised in the caller, and clean early exits; on every
+placement (side CUDA streams on GPUs)."""
+import threading
+import time
+
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from reference import random_coo
+
+
+def device_of(mode):
+    return torch.device("cpu") if mode == "CPU" else torch.device("cuda", 0)
+
+
+def setup(mode, num_nodes=300, num_edges=4000, width=5):
+    row, col = random_coo(num_nodes, num_edges, seed=1)
+    topo = qv.CSRTopo(torch.stack([row, col]), num_nodes=num_nodes)
+    device = device_of(mode)
+    sampler = qv.GraphSageSampler(topo, [4, 3], device=device, mode=mode)
+    table = torch.randn(num_nodes, width, generator=torch.Generator().manual_seed(2))
+    feature = qv.Feature(rank=0, device_list=[0] if device.type == "cuda" else [],
+                         device_cache_size="30%", csr_topo=topo)
+    feature.from_cpu_tensor(table)
+    labels = torch.randint(0, 7, (num_nodes,), generator=torch.Generator().manual_seed(3))
+    return sampler, feature, table, labels
+
+
+def flatten(batch):
+    n_id, batch_size, adjs, x, y = batch
+    parts = [n_id, x, y] + [t for adj in adjs for t in (adj.edge_index,)]
+    return batch_size, [t.cpu() for t in parts]
+
+
+def epoch(loader, noise_device=None):
+    out = []
+    for batch in loader:
+        if noise_device is not None:  # a model drawing random numbers meanwhile
+            torch.rand(1000, device=noise_device)
+            torch.rand(10)
+        out.append(flatten(batch))
+    return out
+
+
+def same(a, b):
+    return len(a) == len(b) and all(
+        x[0] == y[0] and all(torch.equal(p, q) for p, q in zip(x[1], y[1])) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_prefetched_batches_equal_serial_ones(mode, depth):
+    sampler, feature, table, labels = setup(mode)
+    seeds = torch.arange(0, 300, 2)
+    serial = qv.SampleLoader(sampler, feature, seeds, 16, labels=labels, prefetch=0)
+    ahead = qv.SampleLoader(sampler, feature, seeds, 16, labels=labels, prefetch=depth)
+    torch.manual_seed(5)
+    first = epoch(serial)
+    torch.manual_seed(5)
+    second = epoch(ahead, noise_device=device_of(mode))
+    assert same(first, second)
+    assert not same(first, epoch(ahead))  # the next epoch draws anew
+
+
+def test_batches_hold_the_rows_and_labels_and_cover_every_seed(mode):
+    sampler, feature, table, labels = setup(mode)
+    seeds = torch.randperm(300)[:101]
+    loader = qv.SampleLoader(sampler, feature, seeds, 20, labels=labels)
+    assert len(loader) == 6
+    seen = []
+    for n_id, batch_size, adjs, x, y in loader:
+        assert x.device == n_id.device == device_of(mode)
+        assert torch.equal(x.cpu(), table[n_id.cpu()])
+        assert torch.equal(y.cpu(), labels[n_id[:batch_size].cpu()])
+        assert adjs[-1].size[1] == batch_size
+        seen.append(n_id[:batch_size].cpu())
+    assert torch.equal(torch.cat(seen).sort().values, seeds.sort().values)
+    dropped = qv.SampleLoader(sampler, feature, seeds, 20, drop_last=True, shuffle=False)
+    sizes = [b.batch_size for b in dropped]
+    assert sizes == [20] * 5 and len(dropped) == 5
+
+
+def test_prefetching_a_pyg_neighbor_loader_gives_the_same_batches(mode):
+    from torch_geometric.data import Data
+    row, col = random_coo(200, 2000, seed=4)
+    data = Data(edge_index=torch.stack([row, col]), x=torch.randn(200, 3),
+                y=torch.arange(200), num_nodes=200)
+    loader = qv.pyg.NeighborLoader(data, [3, 2], batch_size=32, shuffle=True,
+                                   device=device_of(mode), mode=mode)
+    torch.manual_seed(9)
+    plain = [(b.n_id.cpu(), b.edge_index.cpu(), b.x.cpu()) for b in loader]
+    torch.manual_seed(9)
+    fetched = []
+    for b in qv.Prefetcher(loader, device_of(mode), depth=2):
+        torch.rand(100, device=device_of(mode))
+        fetched.append((b.n_id.cpu(), b.edge_index.cpu(), b.x.cpu()))
+    assert len(plain) == len(fetched) == 7
+    assert all(all(torch.equal(p, q) for p, q in zip(a, b)) for a, b in zip(plain, fetched))
+
+
+class Counting:
+    """Batches of one tensor each, counting how many the producer has built."""
+
+    def __init__(self, count, fail_at=None):
+        self.count, self.fail_at, self.built = count, fail_at, 0
+
+    def __len__(self):
+        return self.count
+
+    def __iter__(self):
+        for i in range(self.count):
+            if i == self.fail_at:
+                raise IndexError(f"batch {i} names node 999, out of range")
+            self.built += 1
+            yield torch.full((4,), i)
+
+
+@pytest.mark.parametrize("depth", [1, 2, 4])
+def test_look_ahead_is_bounded(depth):
+    source = Counting(20)
+    taken = 0
+    for batch in qv.Prefetcher(source, "cpu", depth=depth):
+        taken += 1
+        assert int(batch[0]) == taken - 1
+        time.sleep(0.01)  # a slow model: the producer fills the queue and waits
+        assert source.built <= taken + depth + 1
+    assert taken == 20
+
+
+def test_errors_reach_the_caller_and_early_exits_stop_the_thread():
+    threads = threading.active_count()
+    with pytest.raises(IndexError, match="node 999"):
+        for _ in qv.Prefetcher(Counting(10, fail_at=3), "cpu", depth=2):
+            pass
+    for i, _ in enumerate(qv.Prefetcher(Counting(1000), "cpu", depth=2)):
+        if i == 2:
+            break
+    deadline = time.time() + 5
+    while threading.active_count() > threads and time.time() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == threads
+
+
+def test_bad_arguments_raise():
+    sampler, feature, _, labels = setup("CPU")
+    with pytest.raises(ValueError, match="batch_size"):
+        qv.SampleLoader(sampler, feature, torch.arange(3), 0)
+    with pytest.raises(ValueError, match="labels has 5 rows"):
+        qv.SampleLoader(sampler, feature, torch.arange(3), 2, labels=torch.zeros(5))
+    with pytest.raises(ValueError, match="depth"):
+        qv.Prefetcher([], "cpu", depth=-1)
+    with pytest.raises(IndexError):  # a seed outside the graph, raised by next()
+        list(qv.SampleLoader(sampler, feature, torch.tensor([0, 300]), 2))
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and qv.cuda_kernels_built()),
+                    reason="needs a CUDA GPU and the CUDA kernels")
+def test_side_stream_batches_are_ready_for_a_busy_main_stream():
+    sampler, feature, table, labels = setup("GPU", num_nodes=300)
+    loader = qv.SampleLoader(sampler, feature, torch.arange(300), 8, labels=labels, prefetch=3)
+    big = torch.randn(2048, 2048, device="cuda")
+    for n_id, batch_size, adjs, x, y in loader:
+        for _ in range(4):  # keep the main stream busy while batches are built beside it
+            big = (big @ big).tanh_()
+        x = x * 1.0  # read on the main stream after the event
+        assert torch.equal(x.cpu(), table[n_id.cpu()])
+        assert torch.equal(y.cpu(), labels[n_id[:batch_size].cpu()])
+        del n_id, adjs, x, y  # freed while the main stream may still use them: record_stream
+    torch.cuda.synchronize()

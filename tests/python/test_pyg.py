@@ -1,0 +1,327 @@
+"""torch_quiver_ops.pyg: PyG's NeighborLoader on our sampler and stores, against the graph
+itself, PyG's conventions (edge direction, hop layout for trim_to_layer, input ids) and a
+uniformity test, on every placement."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.nn import SAGEConv
+from torch_geometric.utils import trim_to_layer
+
+import torch_quiver_ops as qv
+from torch_quiver_ops import pyg as qpyg
+from reference import random_coo
+from stats import assert_uniform
+
+
+def device_of(mode):
+    return torch.device("cpu") if mode == "CPU" else torch.device("cuda", 0)
+
+
+def directed_data(num_nodes=200, num_edges=2500, seed=0, width=6):
+    """A directed graph (in- and out-neighbors differ) with features, labels and a mask."""
+    row, col = random_coo(num_nodes, num_edges, seed)
+    gen = torch.Generator().manual_seed(seed)
+    return Data(edge_index=torch.stack([row, col]).long(),
+                x=torch.randn(num_nodes, width, generator=gen),
+                y=torch.randint(0, 5, (num_nodes,), generator=gen),
+                train_mask=torch.rand(num_nodes, generator=gen) < 0.5,
+                num_nodes=num_nodes)
+
+
+def edge_set(edge_index):
+    return set(map(tuple, edge_index.t().tolist()))
+
+
+def check_batch(data, batch, fanouts, input_nodes, replace=False, with_eid=False):
+    """Every property PyG users rely on, against the graph."""
+    n_id = batch.n_id.cpu()
+    bs = batch.batch_size
+    assert torch.equal(n_id[:bs], input_nodes[batch.input_id.cpu()])
+    assert n_id[bs:].unique().numel() == n_id.numel() - bs  # new nodes appear once
+    assert batch.num_nodes == n_id.numel()
+    assert torch.equal(batch.x.cpu(), data.x[n_id])
+    assert torch.equal(batch.y.cpu(), data.y[n_id])
+    assert torch.equal(batch.train_mask.cpu(), data.train_mask[n_id])
+    assert sum(batch.num_sampled_nodes) == n_id.numel()
+    assert batch.num_sampled_nodes[0] == bs
+    ei = batch.edge_index.cpu()
+    assert sum(batch.num_sampled_edges) == ei.size(1)
+    # Messages flow from the sampled neighbor (row) to the node it was sampled for (col),
+    # along an edge (source, target) of the graph.
+    graph_edges = edge_set(data.edge_index)
+    global_edges = torch.stack([n_id[ei[0]], n_id[ei[1]]])
+    assert edge_set(global_edges) <= graph_edges
+    if with_eid:
+        assert torch.equal(data.edge_index[:, batch.e_id.cpu()], global_edges)
+    else:
+        assert "e_id" not in batch
+    # Hop h's edges point at the nodes hop h - 1 added (the seeds for the first hop), and
+    # each such node gets min(fanout, in-degree) distinct neighbors without replacement.
+    in_degree = torch.bincount(data.edge_index[1], minlength=data.num_nodes)
+    node_bounds = torch.tensor([0] + batch.num_sampled_nodes).cumsum(0).tolist()
+    edge_bounds = torch.tensor([0] + batch.num_sampled_edges).cumsum(0).tolist()
+    for hop, fanout in enumerate(fanouts):
+        targets = ei[1, edge_bounds[hop]:edge_bounds[hop + 1]]
+        sources = ei[0, edge_bounds[hop]:edge_bounds[hop + 1]]
+        assert bool(((targets >= node_bounds[hop]) & (targets < node_bounds[hop + 1])).all())
+        assert bool((sources < node_bounds[hop + 2]).all())
+        counts = torch.bincount(targets - node_bounds[hop],
+                                minlength=node_bounds[hop + 1] - node_bounds[hop])
+        frontier = n_id[node_bounds[hop]:node_bounds[hop + 1]]
+        want = in_degree[frontier] if fanout < 0 else (
+            torch.full_like(frontier, fanout) if replace else in_degree[frontier].clamp(max=fanout))
+        if replace:
+            want = torch.where(in_degree[frontier] > 0, want, 0)
+        assert torch.equal(counts, want)
+
+
+def test_graph_store_layouts_agree_and_hold_in_neighbors():
+    data = directed_data()
+    row, col = data.edge_index
+    n = data.num_nodes
+    coo = qpyg.GraphStore()
+    coo.put_edge_index((row, col), edge_type=None, layout="coo", size=(n, n))
+    perm = torch.argsort(row * n + col)
+    rowptr = torch.ops.quiver.csr_from_coo(row, col, n)[0]
+    csr = qpyg.GraphStore()
+    csr.put_edge_index((rowptr, col[torch.argsort(row, stable=True)]), edge_type=None,
+                       layout="csr", size=(n, n))
+    colptr, csc_rows, _ = torch.ops.quiver.csr_from_coo(col, row, n)
+    csc = qpyg.GraphStore()
+    csc.put_edge_index((csc_rows, colptr), edge_type=None, layout="csc", size=(n, n))
+    for store in (coo, csr, csc):
+        topo = store.topo
+        assert topo.node_count == n
+        for v in (0, 5, 17, n - 1):  # v's neighbor list holds the sources of its in-edges
+            got = sorted(topo.indices[topo.indptr[v]:topo.indptr[v + 1]].tolist())
+            assert got == sorted(row[col == v].tolist())
+        back = store.get_edge_index(edge_type=None, layout="coo")
+        assert edge_set(torch.stack(back)) == edge_set(data.edge_index)
+        assert store.get_all_edge_attrs()[0].size == (n, n)
+    assert perm.numel() == row.numel()
+    with pytest.raises(NotImplementedError, match="heterogeneous"):
+        qpyg.GraphStore().put_edge_index((row, col), edge_type=("a", "to", "b"), layout="coo",
+                                         size=(n, n))
+    with pytest.raises(ValueError, match="already holds"):
+        coo.put_edge_index((row, col), edge_type=None, layout="coo", size=(n, n))
+
+
+def test_feature_store_gathers_and_names_what_it_lacks(mode):
+    device = device_of(mode)
+    data = directed_data()
+    store = qpyg.FeatureStore(device=device, cache_size="30%")
+    store.put_tensor(data.x, group_name=None, attr_name="x", index=None)
+    store[None, "y", None] = data.y  # PyG's item form
+    ids = torch.tensor([3, 0, 199, 3], device=device)
+    assert torch.equal(store.get_tensor(None, "x", ids).cpu(), data.x[ids.cpu()])
+    assert store.get_tensor(None, "x", ids).device == device
+    assert torch.equal(store.get_tensor(None, "y", ids.cpu()).cpu(), data.y[ids.cpu()])
+    assert torch.equal(store.get_tensor(None, "x", None).cpu(), data.x)
+    assert store.get_tensor_size(None, "x") == (200, 6)
+    assert {a.attr_name for a in store.get_all_tensor_attrs()} == {"x", "y"}
+    with pytest.raises(KeyError, match="'z'"):
+        store.get_tensor(None, "z", ids)
+    with pytest.raises(IndexError):
+        store.get_tensor(None, "x", torch.tensor([200], device=device))
+    with pytest.raises(NotImplementedError, match="heterogeneous"):
+        store.get_tensor("paper", "x", ids)
+    assert store.remove_tensor(None, "y", None) and store.get_tensor_size(None, "y") is None
+
+
+@pytest.mark.parametrize("fanouts,replace,with_eid", [([4, 3], False, False),
+                                                     ([3, -1], False, True),
+                                                     ([5, 2, 2], True, False)])
+def test_neighbor_loader_batches_against_the_graph(mode, fanouts, replace, with_eid):
+    data = directed_data()
+    device = device_of(mode)
+    train = torch.nonzero(data.train_mask).view(-1)
+    loader = qpyg.NeighborLoader(data, num_neighbors=fanouts, input_nodes=train, batch_size=16,
+                                 shuffle=True, replace=replace, return_eid=with_eid,
+                                 device=device, mode=mode, cache_size="25%")
+    seen = []
+    for batch in loader:
+        assert batch.edge_index.device == device and batch.x.device == device
+        check_batch(data, batch, fanouts, train, replace, with_eid)
+        seen.append(batch.n_id[:batch.batch_size].cpu())
+    assert torch.equal(torch.cat(seen).sort().values, train)  # every input node once
+    assert len(loader) == (train.numel() + 15) // 16
+
+
+def test_input_nodes_default_to_every_node_and_accept_a_mask(mode):
+    data = directed_data(num_nodes=50, num_edges=300)
+    loader = qpyg.NeighborLoader(data, [2], batch_size=64, device=device_of(mode), mode=mode)
+    assert torch.equal(next(iter(loader)).n_id[:50].cpu(), torch.arange(50))
+    masked = qpyg.NeighborLoader(data, [2], input_nodes=data.train_mask, batch_size=64,
+                                 device=device_of(mode), mode=mode)
+    batch = next(iter(masked))
+    assert torch.equal(batch.n_id[:batch.batch_size].cpu(), torch.nonzero(data.train_mask).view(-1))
+
+
+def test_trim_to_layer_gives_the_same_seed_outputs(mode):
+    data = directed_data(width=8)
+    device = device_of(mode)
+    loader = qpyg.NeighborLoader(data, [4, 3, 2], batch_size=32, device=device, mode=mode)
+    torch.manual_seed(0)
+    convs = torch.nn.ModuleList([SAGEConv(8, 8) for _ in range(3)]).to(device)
+    for batch in loader:
+        full, x, edge_index = batch.x, batch.x, batch.edge_index
+        for conv in convs:
+            full = conv(full, batch.edge_index).relu()
+        for layer, conv in enumerate(convs):
+            x, edge_index, _ = trim_to_layer(layer, batch.num_sampled_nodes,
+                                             batch.num_sampled_edges, x, edge_index)
+            x = conv(x, edge_index).relu()
+        torch.testing.assert_close(x[:batch.batch_size], full[:batch.batch_size])
+        break
+
+
+def test_first_hop_is_uniform_over_in_neighbors(mode):
+    # Node 0's in-neighbors are 1..30; node 0 itself points at 31..40 (never sampled for 0).
+    sources = torch.cat([torch.arange(1, 31), torch.zeros(10, dtype=torch.long)])
+    targets = torch.cat([torch.zeros(30, dtype=torch.long), torch.arange(31, 41)])
+    data = Data(edge_index=torch.stack([sources, targets]), num_nodes=41)
+    loader = qpyg.NeighborLoader(data, [3], input_nodes=torch.zeros(3000, dtype=torch.long),
+                                 batch_size=1000, device=device_of(mode), mode=mode)
+    picks = []
+    for batch in loader:
+        picks.append(batch.n_id[batch.edge_index[0]].cpu())
+    picks = torch.cat(picks)
+    assert picks.numel() == 9000 and bool(((picks >= 1) & (picks <= 30)).all())
+    assert_uniform(torch.bincount(picks - 1, minlength=30))
+
+
+def test_manual_seed_reproduces_an_epoch_whatever_else_draws(mode):
+    data = directed_data()
+    device = device_of(mode)
+    loader = qpyg.NeighborLoader(data, [3, 2], batch_size=20, shuffle=True, device=device,
+                                 mode=mode)
+
+    def epoch(noise):
+        out = []
+        for batch in loader:
+            if noise:  # a model's dropout drawing from the same default generators
+                torch.rand(100, device=device)
+                torch.rand(100)
+            out.append((batch.n_id.cpu(), batch.edge_index.cpu()))
+        return out
+
+    torch.manual_seed(3)
+    first = epoch(noise=False)
+    torch.manual_seed(3)
+    again = epoch(noise=True)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, again))
+    assert not all(torch.equal(a[0], b[0]) for a, b in zip(first, epoch(noise=False)))
+
+
+def test_bidirectional_subgraph_has_both_directions(mode):
+    data = directed_data()
+    loader = qpyg.NeighborLoader(data, [3, 2], batch_size=25, subgraph_type="bidirectional",
+                                 device=device_of(mode), mode=mode)
+    batch = next(iter(loader))
+    ei = batch.edge_index.cpu()
+    assert edge_set(ei) == edge_set(ei.flip(0))
+
+
+def test_stores_of_one_data_are_shared_between_loaders():
+    data = directed_data()
+    train = qpyg.NeighborLoader(data, [2], batch_size=8, device="cpu")
+    test = qpyg.NeighborLoader(data, [-1], batch_size=8, device="cpu")
+    assert train.data[1] is test.data[1]
+    assert train.data[0]._tables["x"] is test.data[0]._tables["x"]
+
+
+def test_user_stores_and_own_sampler(mode):
+    data = directed_data()
+    device = device_of(mode)
+    graph = qpyg.GraphStore.from_edge_index(data.edge_index, data.num_nodes)
+    features = qpyg.FeatureStore(device=device, cache_size="10%", csr_topo=graph.topo)
+    features.put_tensor(data.x, group_name=None, attr_name="x", index=None)
+    features.put_tensor(data.y, group_name=None, attr_name="y", index=None)
+    features.put_tensor(data.train_mask, group_name=None, attr_name="train_mask", index=None)
+    gen = torch.Generator(device).manual_seed(1)
+    sampler = qpyg.NeighborSampler(graph, [4, 3], device=device, mode=mode, generator=gen)
+    loader = qpyg.NeighborLoader((features, graph), [4, 3], input_nodes=torch.arange(40),
+                                 batch_size=10, neighbor_sampler=sampler)
+    for batch in loader:
+        check_batch(data, batch, [4, 3], torch.arange(40))
+
+
+def test_cpu_workers_sample_valid_and_different_batches():
+    data = directed_data()
+    loader = qpyg.NeighborLoader(data, [3, 2], input_nodes=torch.zeros(64, dtype=torch.long),
+                                 batch_size=8, device="cpu", num_workers=2)
+    batches = list(loader)
+    for batch in batches:
+        check_batch(data, batch, [3, 2], torch.zeros(64, dtype=torch.long))
+    distinct = {tuple(b.n_id.tolist()) for b in batches}
+    assert len(distinct) > 1  # workers do not repeat each other's draws
+
+
+def test_unsupported_arguments_raise_clearly():
+    data = directed_data()
+    with pytest.raises(NotImplementedError, match="input_time, time_attr"):
+        qpyg.NeighborLoader(data, [2], input_time=torch.zeros(200), time_attr="t", device="cpu")
+    with pytest.raises(NotImplementedError, match="disjoint"):
+        qpyg.NeighborLoader(data, [2], disjoint=True, device="cpu")
+    with pytest.raises(NotImplementedError, match="heterogeneous"):
+        qpyg.NeighborLoader(HeteroData(), [2], device="cpu")
+    with pytest.raises(NotImplementedError, match="heterogeneous"):
+        qpyg.NeighborLoader(data, {("a", "to", "a"): [2]}, device="cpu")
+    with pytest.raises(NotImplementedError, match="induced"):
+        qpyg.NeighborLoader(data, [2], subgraph_type="induced", device="cpu")
+    with pytest.raises(TypeError, match="Data"):
+        qpyg.NeighborLoader(data.edge_index, [2], device="cpu")
+    with pytest.raises(IndexError):
+        next(iter(qpyg.NeighborLoader(data, [2], input_nodes=torch.tensor([0, 200]),
+                                      batch_size=2, device="cpu")))
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and qv.cuda_kernels_built()),
+                    reason="needs a CUDA GPU and the CUDA kernels")
+def test_gpu_loader_runs_in_the_main_process():
+    data = directed_data()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = qpyg.NeighborLoader(data, [2], batch_size=50, num_workers=4,
+                                     persistent_workers=True, device=0, mode="GPU")
+    assert loader.num_workers == 0
+    assert any("num_workers=4 is set to 0" in str(w.message) for w in caught)
+    assert len(list(loader)) == 4
+
+
+def test_pyg_training_loop_learns():
+    """A PyG user's loop, unchanged but for the loader: learns the synthetic labels."""
+    graph = qv.synthetic.synthetic_graph("tiny", seed=0)
+    data = Data(x=graph.x, y=graph.y, edge_index=graph.edge_index)
+    torch.manual_seed(0)
+    train = qpyg.NeighborLoader(data, [10, 5], input_nodes=graph.train_idx, batch_size=64,
+                                shuffle=True, device="cpu")
+    test = qpyg.NeighborLoader(data, [10, 5], input_nodes=graph.test_idx, batch_size=256,
+                               device="cpu")
+
+    class SAGE(torch.nn.Module):
+        def __init__(self, width, classes):
+            super().__init__()
+            self.conv1, self.conv2 = SAGEConv(width, 64), SAGEConv(64, classes)
+
+        def forward(self, x, edge_index):
+            return self.conv2(F.relu(self.conv1(x, edge_index)), edge_index)
+
+    model = SAGE(graph.x.size(1), graph.num_classes)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01)
+    for _ in range(5):
+        for batch in train:
+            optimizer.zero_grad()
+            out = model(batch.x, batch.edge_index)[:batch.batch_size]
+            F.cross_entropy(out, batch.y[:batch.batch_size]).backward()
+            optimizer.step()
+    correct = total = 0
+    with torch.no_grad():
+        for batch in test:
+            pred = model(batch.x, batch.edge_index)[:batch.batch_size].argmax(-1)
+            correct += int((pred == batch.y[:batch.batch_size]).sum())
+            total += batch.batch_size
+    assert correct / total > 2.0 / graph.num_classes
