@@ -2,19 +2,34 @@
 
     python examples/train_sage.py                      # small graph, a couple of minutes on 2 CPU cores
     python examples/train_sage.py --size products      # ogbn-products-sized, for a GPU
+    torchrun --nproc-per-node 4 examples/train_sage.py --size products   # DDP on 4 GPUs
 
 On a GPU (used automatically when present) the topology is sampled in UVA mode and the
 features are gathered onto the GPU; on a CPU-only machine everything runs on the CPU.
-Each epoch prints its time split into sampling, feature gathering and the model, and the
-accuracy on held-out test nodes.
+Batches are sampled and gathered ahead of the model (``--prefetch``, on a side CUDA
+stream); each epoch prints its time, the time the model waited for data, and the accuracy
+on held-out test nodes. ``--prefetch 0`` runs the data path in line and splits the epoch
+into sampling, feature gathering and the model.
+
+Under torchrun each process trains on its own GPU (DDP, its share of the seeds). The
+first process of each machine builds the graph and writes it to shared memory; every
+process maps that one copy of the topology and of the feature table, and keeps its own
+GPU cache (``--cache-policy device_replicate``) or a share of one spread over the GPUs that
+reach each other over NVLink (``p2p_clique_replicate``).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
 import time
+from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn import SAGEConv
 from tqdm import tqdm
 
@@ -51,20 +66,26 @@ def parse_args(argv=None):
     parser.add_argument("--cache-size", default="20%",
                         help="GPU feature cache: bytes (e.g. 200M) or a share of the table "
                              "(default 20%%); 0 keeps every row in pinned host memory")
+    parser.add_argument("--cache-policy", default="device_replicate",
+                        choices=["device_replicate", "p2p_clique_replicate"],
+                        help="with several GPUs: a cache on each, or one spread over NVLink peers")
     parser.add_argument("--cache-order", default="presample", choices=["presample", "degree"],
                         help="which rows are hot: most sampled in one presampled epoch, or "
                              "highest degree")
+    parser.add_argument("--prefetch", type=int, default=2,
+                        help="batches built ahead of the model (0: in line, with a time split)")
     parser.add_argument("--eval-nodes", type=int, default=10_000,
                         help="test nodes scored after each epoch")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--report", default=None, help="write the history as JSON here")
     return parser.parse_args(argv)
 
 
-def pick_device(name: str) -> torch.device:
+def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if name != "auto":
         return torch.device(name)
     if torch.cuda.is_available() and qv.cuda_kernels_built():
-        return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")
 
 
@@ -83,84 +104,211 @@ class Clock:
         return now
 
 
+class Run:
+    """Who this process is: alone, or one of a torchrun job (one GPU each)."""
+
+    def __init__(self, device_name: str):
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.distributed = self.world > 1
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        self.device = pick_device(device_name, self.local_rank)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        self.rank = 0
+        # Tensors handed to collectives live until the process group is gone: Gloo's worker
+        # thread frees its finished work items late, and freeing a tensor whose Python
+        # object died first needs the GIL, which teardown holds while it joins that thread.
+        self._collective_tensors = []
+        if self.distributed:
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+            self.rank = dist.get_rank()
+
+    @property
+    def lead(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
+
+    def sum(self, value: float) -> float:
+        if not self.distributed:
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        self._collective_tensors.append(t)
+        return float(t)
+
+    def close(self) -> None:
+        """Tears the process group down (drop DDP models first: their reducer holds the
+        group, which would then be freed inside the reducer's destructor)."""
+        if not self.distributed:
+            return
+        dist.destroy_process_group()
+        self._collective_tensors.clear()
+
+    def gpus(self) -> list:
+        if self.device.type != "cuda":
+            return []
+        if not self.distributed:
+            return [self.device.index]
+        count = torch.cuda.device_count()
+        return sorted({r % count for r in range(self.local_world)})
+
+
+def shared_dir(args) -> Path:
+    """Where a torchrun job's machine keeps its one copy of the graph while it loads."""
+    return Path("/dev/shm") / (f"quiver-train-{os.environ.get('TORCHELASTIC_RUN_ID', 'run')}-"
+                               f"{os.environ.get('MASTER_PORT', '0')}-{args.size}-{args.seed}")
+
+
+def build(args, run: Run, fanouts):
+    """The graph, its topology and the feature store; under torchrun, one copy of each per
+    machine (written to shared memory by the machine's first process, mapped by all)."""
+    start = time.perf_counter()
+    if not run.distributed:
+        graph = synthetic_graph(args.size, seed=args.seed)
+        topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+        meta = {"y": graph.y, "train_idx": graph.train_idx, "test_idx": graph.test_idx,
+                "num_classes": graph.num_classes, "num_edges": graph.num_edges}
+        table, shared = graph.x, None
+    else:
+        shared = shared_dir(args)
+        table = None
+        if run.local_rank == 0:
+            graph = synthetic_graph(args.size, seed=args.seed)
+            qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes).save(shared / "topology")
+            torch.save({"y": graph.y, "train_idx": graph.train_idx, "test_idx": graph.test_idx,
+                        "num_classes": graph.num_classes, "num_edges": graph.num_edges},
+                       shared / "meta.pt")
+            table = graph.x
+            del graph
+        run.barrier()
+        topo = qv.CSRTopo.load_shared(shared / "topology")
+        meta = torch.load(shared / "meta.pt")
+    device = run.device
+    sampler = qv.GraphSageSampler(topo, fanouts, device=device, mode=args.mode)
+    gpus = run.gpus()
+    cache = args.cache_size if gpus else 0
+    hot_order = None
+    builds_table = not run.distributed or run.local_rank == 0
+    if cache and cache != "0" and args.cache_order == "presample" and builds_table:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(args.seed)
+            hot_order = qv.presample_hot_order(sampler, meta["train_idx"], args.batch_size)
+    if run.distributed:
+        if run.local_rank == 0:
+            qv.Feature(device_list=[], csr_topo=topo).from_cpu_tensor(
+                table, hot_order).save(shared / "features")
+            del table
+        run.barrier()
+        feature = qv.Feature.load_shared(shared / "features", device.index or 0, gpus, cache,
+                                         args.cache_policy)
+        run.barrier()
+        if run.local_rank == 0:  # every process has mapped the files: their pages stay
+            shutil.rmtree(shared, ignore_errors=True)  # until the last one unmaps them
+    else:
+        feature = qv.Feature(rank=device.index or 0, device_list=gpus, device_cache_size=cache,
+                             cache_policy=args.cache_policy, csr_topo=topo)
+        feature.from_cpu_tensor(table, hot_order=hot_order)
+    if run.lead:
+        print(f"graph '{args.size}': {topo.node_count:,} nodes, {meta['num_edges']:,} edges, "
+              f"{feature.shape[1]} features, {meta['num_classes']} classes (ready in "
+              f"{time.perf_counter() - start:.1f}s)")
+        print(f"{run.world} process(es); device {device}, sampler mode {sampler.mode}, fanouts "
+              f"{fanouts}, batch {args.batch_size}, prefetch {args.prefetch}; feature cache "
+              f"{feature.cached_rows:,} of {len(feature):,} rows per GPU ({args.cache_order} "
+              f"order, {args.cache_policy})")
+    return sampler, feature, meta
+
+
 @torch.no_grad()
-def evaluate(model, sampler, feature, labels, nodes, batch_size, device) -> float:
+def evaluate(model, sampler, feature, labels, nodes, batch_size, run: Run) -> float:
     model.eval()
     correct = 0
     for seeds in nodes.split(batch_size):
         n_id, size, adjs = sampler.sample(seeds)
-        out = model(feature[n_id].to(device), [adj.to(device) for adj in adjs])
+        out = model(feature[n_id].to(run.device), [adj.to(run.device) for adj in adjs])
         correct += int((out.argmax(-1) == labels[seeds.to(labels.device)]).sum())
-    return correct / max(1, nodes.numel())
+    return run.sum(correct) / max(1.0, run.sum(nodes.numel()))
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    run = Run(args.device)
     torch.manual_seed(args.seed)
-    device = pick_device(args.device)
     fanouts = [int(f) for f in args.fanouts.split(",")]
+    try:
+        sampler, feature, meta = build(args, run, fanouts)
+    finally:
+        if run.distributed and run.local_rank == 0:  # nothing left behind in /dev/shm
+            shutil.rmtree(shared_dir(args), ignore_errors=True)
+    device = run.device
 
-    start = time.perf_counter()
-    graph = synthetic_graph(args.size, seed=args.seed)
-    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
-    print(f"graph '{args.size}': {graph.num_nodes:,} nodes, {graph.num_edges:,} edges, "
-          f"{graph.x.size(1)} features, {graph.num_classes} classes "
-          f"(built in {time.perf_counter() - start:.1f}s)")
-
-    sampler = qv.GraphSageSampler(topo, fanouts, device=device, mode=args.mode)
-    cache = 0
-    if device.type == "cuda":
-        cache = args.cache_size
-        if cache.endswith("%"):
-            cache = int(float(cache[:-1]) / 100 * graph.num_nodes) * graph.x[0].nbytes
-    hot_order = None
-    if cache and args.cache_order == "presample":
-        hot_order = qv.presample_hot_order(sampler, graph.train_idx, args.batch_size)
-    feature = qv.Feature(rank=device.index or 0,
-                         device_list=[device.index or 0] if device.type == "cuda" else [],
-                         device_cache_size=cache, csr_topo=topo)
-    feature.from_cpu_tensor(graph.x, hot_order=hot_order)
-    print(f"device {device}, sampler mode {sampler.mode}, fanouts {fanouts}, "
-          f"batch {args.batch_size}; feature cache {feature.cached_rows:,} of "
-          f"{len(feature):,} rows on the GPU ({args.cache_order} order)")
-
-    model = SAGE(graph.x.size(1), args.hidden, graph.num_classes, len(fanouts)).to(device)
+    model = SAGE(feature.shape[1], args.hidden, meta["num_classes"], len(fanouts)).to(device)
+    core = model
+    if run.distributed:
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
+                                        else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    labels = graph.y.to(device)
+    labels = meta["y"].to(device)
+    # Every process gets as many batches as every other (DDP steps together): its share of
+    # the seeds, shuffled every epoch by the loader.
+    train = meta["train_idx"]
+    train = train[:train.numel() - train.numel() % run.world][run.rank::run.world]
+    loader = qv.SampleLoader(sampler, feature, train, args.batch_size, labels=labels,
+                             prefetch=args.prefetch)
     eval_gen = torch.Generator().manual_seed(args.seed + 1)
-    test_nodes = graph.test_idx[torch.randperm(graph.test_idx.numel(), generator=eval_gen)
-                                [:args.eval_nodes]]
+    test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(), generator=eval_gen)
+                            [:args.eval_nodes]][run.rank::run.world]
 
     history = []
     for epoch in range(1, args.epochs + 1):
         model.train()
         clock = Clock(device)
+        if args.prefetch == 0:
+            loader.timer = clock  # splits the in-line data path into sampling and gathering
         epoch_start = time.perf_counter()
-        batches = graph.train_idx[torch.randperm(graph.train_idx.numel())].split(args.batch_size)
         total_loss = 0.0
-        for seeds in tqdm(batches, desc=f"epoch {epoch}", leave=False):
+        batches = iter(loader)
+        waited = 0.0
+        for _ in tqdm(range(len(loader)), desc=f"epoch {epoch}", leave=False, disable=not run.lead):
             t = time.perf_counter()
-            n_id, batch_size, adjs = sampler.sample(seeds)
-            t = clock.lap("sample", t)
-            x = feature[n_id].to(device)
-            t = clock.lap("gather", t)
-            adjs = [adj.to(device) for adj in adjs]
+            n_id, batch_size, adjs, x, y = next(batches)
+            t_model = time.perf_counter()
+            waited += t_model - t
             optimizer.zero_grad()
-            out = model(x, adjs)
-            loss = F.cross_entropy(out, labels[seeds.to(device)])
+            out = model(x.to(device), [adj.to(device) for adj in adjs])
+            loss = F.cross_entropy(out, y)
             loss.backward()
             optimizer.step()
             total_loss += float(loss.detach())
-            clock.lap("model", t)
+            if args.prefetch == 0:
+                clock.lap("model", t_model)
         epoch_time = time.perf_counter() - epoch_start
-        accuracy = evaluate(model, sampler, feature, labels, test_nodes, args.batch_size, device)
-        tot = clock.totals
-        print(f"epoch {epoch}: {epoch_time:6.2f}s  (sample {tot['sample']:.2f}s, gather "
-              f"{tot['gather']:.2f}s, model {tot['model']:.2f}s)  loss "
-              f"{total_loss / len(batches):.3f}  test accuracy {accuracy:.3f} "
-              f"(chance {1 / graph.num_classes:.3f})")
+        accuracy = evaluate(core, sampler, feature, labels, test, args.batch_size, run)
+        tot = dict(clock.totals)
+        if args.prefetch == 0:
+            split = (f"sample {tot['sample']:.2f}s, gather {tot['gather']:.2f}s, model "
+                     f"{tot['model']:.2f}s")
+        else:
+            tot = {"wait": waited, "model": epoch_time - waited}
+            split = f"waiting for data {waited:.2f}s, model {epoch_time - waited:.2f}s"
+        if run.lead:
+            print(f"epoch {epoch}: {epoch_time:6.2f}s  ({split})  loss "
+                  f"{total_loss / max(1, len(loader)):.3f}  test accuracy {accuracy:.3f} "
+                  f"(chance {1 / meta['num_classes']:.3f})", flush=True)
         history.append({"epoch": epoch, "time": epoch_time, **tot, "accuracy": accuracy})
-    return {"history": history, "num_classes": graph.num_classes}
+    result = {"history": history, "num_classes": meta["num_classes"], "world_size": run.world}
+    if args.report and run.lead:
+        Path(args.report).write_text(json.dumps(result))
+    if run.distributed:
+        feature.close()  # collective: peers drop their mappings of each other's shards
+        optimizer = None
+        model = None  # DDP's reducer holds the process group: let go of it first
+        run.close()
+    return result
 
 
 if __name__ == "__main__":

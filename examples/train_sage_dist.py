@@ -119,6 +119,9 @@ def main(argv=None) -> dict:
     test = test[:args.eval_nodes - args.eval_nodes % world].view(world, -1)[rank]
 
     history = []
+    # Tensors handed to collectives live until the process group is gone (see Run in
+    # train_sage.py: Gloo frees finished work late, and teardown holds the GIL).
+    collective_tensors = []
     for epoch in range(1, args.epochs + 1):
         model.train()
         clock = Clock(device)
@@ -146,6 +149,7 @@ def main(argv=None) -> dict:
                 out = model.module(feature[n_id].to(device), [adj.to(device) for adj in adjs])
                 correct += (out.argmax(-1) == labels[seeds.to(device)]).sum()
         dist.all_reduce(correct)
+        collective_tensors.append(correct)
         accuracy = float(correct) / (test.numel() * world)
         totals = clock.totals
         if rank == 0:
@@ -154,7 +158,9 @@ def main(argv=None) -> dict:
                   f"{accuracy:.3f} (chance {1 / meta['num_classes']:.3f})", flush=True)
         history.append({"epoch": epoch, "time": epoch_time, **totals, "accuracy": accuracy})
     feature.close()
+    optimizer = model = None  # DDP's reducer holds the process group: let go of it first
     dist.destroy_process_group()
+    collective_tensors.clear()
     return {"history": history, "num_classes": meta["num_classes"]}
 
 

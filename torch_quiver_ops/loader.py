@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import queue
 import threading
+import time
 from typing import Any, Iterable, Iterator, List, NamedTuple, Optional, Union
 
 import torch
@@ -219,6 +220,7 @@ class SampleLoader:
             raise ValueError(f"labels has {self.labels.size(0)} rows but the graph has "
                              f"{sampler.csr_topo.node_count} nodes")
         self._sampling_generator = torch.Generator(self.device)
+        self.timer = None  # see _build
         self.prefetch = prefetch
         self._prefetcher = Prefetcher(_Epochs(self), self.device, prefetch)
 
@@ -243,10 +245,19 @@ class SampleLoader:
         return self._build(batches)
 
     def _build(self, batches: List[Tensor]) -> Iterator[Batch]:
+        # ``timer``, when set, has ``lap(phase, since) -> now`` and is called after sampling
+        # and after gathering; one that synchronizes the GPU measures each phase alone
+        # (meant for prefetch=0: in a prefetching thread it would stall the pipeline).
+        timer = self.timer
         for seeds in batches:
+            t = time.perf_counter() if timer else 0.0
             n_id, batch_size, adjs = self.sampler.sample(seeds, self._sampling_generator)
+            if timer:
+                t = timer.lap("sample", t)
             x = self.feature[n_id]
             y = None if self.labels is None else self.labels[n_id[:batch_size].to(self.device)]
+            if timer:
+                timer.lap("gather", t)
             yield Batch(n_id, batch_size, adjs, x, y)
 
 

@@ -1,19 +1,54 @@
-"""The README's main job, shortened: it must train to well above chance."""
+"""The README's main job and the PyG example, shortened: they must train to well above
+chance, in line or prefetching (the same batches), alone or under torchrun."""
 import importlib.util
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+pytest.importorskip("torch_geometric")
+REPO = Path(__file__).resolve().parents[2]
 
-def test_train_sage_learns():
-    pytest.importorskip("torch_geometric")
-    path = Path(__file__).resolve().parents[2] / "examples" / "train_sage.py"
-    spec = importlib.util.spec_from_file_location("train_sage", path)
+
+def load(example):
+    spec = importlib.util.spec_from_file_location(example, REPO / "examples" / f"{example}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    result = module.main(["--size", "small", "--epochs", "3", "--eval-nodes", "3000",
-                          "--device", "cpu"])
+    return module
+
+
+def test_train_sage_learns():
+    result = load("train_sage").main(["--size", "small", "--epochs", "3", "--eval-nodes",
+                                      "3000", "--device", "cpu"])
     final = result["history"][-1]
     chance = 1 / result["num_classes"]
     assert final["accuracy"] > 10 * chance, result
-    assert final["sample"] > 0 and final["gather"] > 0 and final["model"] > 0
+    assert final["wait"] >= 0 and final["model"] > 0
+
+
+def test_prefetching_trains_exactly_as_in_line():
+    args = ["--size", "tiny", "--epochs", "3", "--batch-size", "64", "--device", "cpu"]
+    module = load("train_sage")
+    inline = module.main(args + ["--prefetch", "0"])["history"]
+    ahead = module.main(args + ["--prefetch", "3"])["history"]
+    assert [h["accuracy"] for h in inline] == [h["accuracy"] for h in ahead]
+    assert all(h["sample"] > 0 and h["gather"] > 0 and h["model"] > 0 for h in inline)
+
+
+def test_train_sage_under_torchrun_matches_one_process(tmp_path):
+    args = ["--size", "tiny", "--epochs", "6", "--batch-size", "32", "--device", "cpu"]
+    alone = load("train_sage").main(args)["history"][-1]["accuracy"]
+    report = tmp_path / "report.json"
+    before = {p.name for p in Path("/dev/shm").glob("quiver-train-*")}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(REPO / "examples" / "train_sage.py"), *args, "--report", str(report)],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    together = json.loads(report.read_text())
+    assert together["world_size"] == 2
+    accuracy = together["history"][-1]["accuracy"]
+    assert accuracy > 2 / together["num_classes"] and abs(accuracy - alone) < 0.1, (accuracy, alone)
+    assert {p.name for p in Path("/dev/shm").glob("quiver-train-*")} == before  # cleaned up
