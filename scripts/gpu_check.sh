@@ -2,15 +2,16 @@
 # One command for the GPU machine (torch with CUDA and nvcc installed, no network):
 # builds with CUDA, runs the C++ and Python tests on CPU and CUDA, compute-sanitizer on
 # the kernels, and the benchmarks. Logs go to $OUT (default build/gpu_out).
-#   QUIVER_GPU_STAGES: comma list of build,test,sanitize,train,bench,bench_feature
+#   QUIVER_GPU_STAGES: comma list of build,test,sanitize,train,bench,bench_feature,bench_e2e
 #                      (default: all)
-#   QUIVER_BENCH_ARGS, QUIVER_FEATURE_BENCH_ARGS: extra arguments for the benchmarks
+#   QUIVER_BENCH_ARGS, QUIVER_FEATURE_BENCH_ARGS, QUIVER_E2E_BENCH_ARGS: extra arguments for
+#                      the benchmarks (e.g. QUIVER_E2E_BENCH_ARGS="--scaling 1,2,4")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 OUT=${OUT:-$REPO/build/gpu_out}
 mkdir -p "$OUT"
-STAGES=${QUIVER_GPU_STAGES:-build,test,sanitize,train,bench,bench_feature}
+STAGES=${QUIVER_GPU_STAGES:-build,test,sanitize,train,bench,bench_feature,bench_e2e}
 BUILD=$REPO/build/gpu
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -80,6 +81,12 @@ if has bench_feature; then
   df -h /dev/shm | tail -n 1
   "$PY" scripts/bench_feature.py --json "$OUT/bench_feature.json" ${QUIVER_FEATURE_BENCH_ARGS:-} \
     2>&1 | tee "$OUT/bench_feature.log" || status=1
+fi
+
+if has bench_e2e; then
+  step "benchmark: GraphSAGE epochs end to end"
+  "$PY" scripts/bench_e2e.py --json "$OUT/bench_e2e.json" ${QUIVER_E2E_BENCH_ARGS:-} \
+    2>&1 | tee "$OUT/bench_e2e.log" || status=1
 fi
 
 echo

@@ -19,7 +19,8 @@ Three pieces plug into PyG's own loaders, and one loader ties them together:
 
 Homogeneous graphs only for now: a ``HeteroData``, an edge type or a node type other than
 ``None`` raises ``NotImplementedError``. :class:`GraphSageSampler` is re-exported here so
-torch-quiver scripts that use ``quiver.pyg.GraphSageSampler`` run unchanged.
+torch-quiver scripts that use ``quiver.pyg.GraphSageSampler`` run unchanged, and
+:class:`~torch_quiver_ops.loader.Prefetcher` so a PyG script imports all it needs from here.
 """
 from __future__ import annotations
 
@@ -40,11 +41,12 @@ from torch_geometric.sampler.base import NumNeighbors
 from . import ops
 from ._device import resolve_device
 from .feature import Feature
+from .loader import Prefetcher
 from .sampler import GraphSageSampler
 from .topology import CSRTopo
 
 __all__ = ["FeatureStore", "GraphStore", "GraphSageSampler", "NeighborLoader",
-           "NeighborSampler", "to_stores"]
+           "NeighborSampler", "Prefetcher", "to_stores"]
 
 _HETERO = ("heterogeneous graphs are not supported yet by torch_quiver_ops.pyg (one node "
            "type and one edge type, named None)")

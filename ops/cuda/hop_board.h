@@ -22,7 +22,8 @@ inline PhiloxKey draw_philox_key(const at::Device& device, uint64_t increment,
                                  const std::optional<at::Generator>& generator) {
   auto* gen = at::get_generator_or_default<at::CUDAGeneratorImpl>(
       generator, at::cuda::detail::getDefaultCUDAGenerator(device.index()));
-  TORCH_CHECK(gen->device().index() == device.index(),
+  // torch.Generator("cuda") names no index (-1): like PyTorch's own ops, take it anywhere.
+  TORCH_CHECK(gen->device().index() == device.index() || gen->device().index() < 0,
               "generator must be on the seeds' device ", device, ", got a generator on ",
               gen->device());
   std::lock_guard<std::mutex> lock(gen->mutex_);

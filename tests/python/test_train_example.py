@@ -52,3 +52,17 @@ def test_train_sage_under_torchrun_matches_one_process(tmp_path):
     accuracy = together["history"][-1]["accuracy"]
     assert accuracy > 2 / together["num_classes"] and abs(accuracy - alone) < 0.1, (accuracy, alone)
     assert {p.name for p in Path("/dev/shm").glob("quiver-train-*")} == before  # cleaned up
+
+
+def test_pyg_example_learns_with_few_changed_lines():
+    script = REPO / "examples" / "pyg_neighbor_loader.py"
+    changed = [line for line in script.read_text().splitlines()
+               if "# quiver" in line and not line.lstrip().startswith(("#", "``"))]
+    assert 0 < len(changed) <= 5, changed  # the README's promise: at most 5 lines differ
+    result = subprocess.run([sys.executable, "-W", "ignore", str(script), "--size", "tiny",
+                             "--epochs", "4", "--num-workers", "2"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    final = [line for line in result.stdout.splitlines() if line.startswith("Epoch")][-1]
+    accuracy = float(final.rsplit("Test:", 1)[1])
+    assert accuracy > 0.5, result.stdout  # four classes: chance is 0.25

@@ -1,0 +1,387 @@
+"""GraphSAGE epochs end to end: the data path hidden behind the model, or not.
+
+    python scripts/bench_e2e.py [--graph products] [--json out.json]
+    python scripts/bench_e2e.py --scaling 1,2,4 [--json out.json]     # torchrun, N GPUs
+
+3 x SAGEConv (in-256-256-classes), fanouts [15, 10, 5], batch 1024, the products-like
+graph's train nodes (one epoch = every train seed once). Each configuration runs a warm-up
+epoch, then a plain timed epoch, then (configurations with an in-line data path) a
+synchronized epoch split into sampling, gathering and model. In one run:
+
+  1. our prefetching loader (SampleLoader, 2 batches ahead on a side stream), GPU and UVA
+     sampling, 20% of the feature rows cached in HBM (presampled order);
+  2. the same loop in line (prefetch 0);
+  3. PyG's NeighborLoader on our sampler and stores (torch_quiver_ops.pyg, a Data with a
+     20% cache, degree order), alone, and with and without the Prefetcher under three
+     models: PyG's usual one over the whole sampled subgraph, the same with
+     ``trim_to_layer``, and one that also computes only each layer's targets (the work of
+     the torch-quiver loop's model, so the loaders compare on equal terms);
+  4. every feature row in HBM;
+  5. our CPU sampler + CPU gather (index_select) + ``.to('cuda')``: what a PyG CPU
+     pipeline does (PyG's own NeighborLoader cannot sample here: no pyg-lib, no
+     torch-sparse on this machine).
+
+The model alone (synchronized, over batches sampled beforehand) is the bound a hidden data
+path approaches. ``--scaling 1,2,4`` launches ``examples/train_sage.py`` under torchrun on
+1, 2 and 4 GPUs with both cache policies and reports throughput (train seeds per second of
+epochs after the first) against one GPU. Prints tables; ``--json`` writes every number.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Data
+from torch_geometric.nn import SAGEConv
+from torch_geometric.utils import trim_to_layer
+
+import torch_quiver_ops as qv
+from torch_quiver_ops.synthetic import synthetic_graph
+
+REPO = Path(__file__).resolve().parents[1]
+TARGETS = {"prefetch GPU 20%": 1.0, "pyg loader + prefetch, targets GPU": 1.3}  # s per epoch, H100
+
+
+def load_example(name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class PygSAGE(torch.nn.Module):
+    """GraphSAGE over a NeighborLoader batch, three ways: ``"full"``, PyG's usual model,
+    every layer over the whole sampled subgraph; ``"trim"``, with ``trim_to_layer`` (each
+    layer drops the hops the next ones no longer need); ``"targets"``, trimmed and each layer
+    computing only its targets (the nodes within the remaining hops), the same work as the
+    torch-quiver loop's layers over ``adjs``."""
+
+    def __init__(self, in_channels, hidden, out_channels, num_layers, variant):
+        super().__init__()
+        dims = [in_channels] + [hidden] * (num_layers - 1) + [out_channels]
+        self.convs = torch.nn.ModuleList(SAGEConv(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        self.variant = variant
+
+    def forward(self, x, edge_index, num_sampled_nodes=None, num_sampled_edges=None):
+        layers = len(self.convs)
+        for i, conv in enumerate(self.convs):
+            if self.variant == "trim":
+                x, edge_index, _ = trim_to_layer(i, num_sampled_nodes, num_sampled_edges, x,
+                                                 edge_index)
+            if self.variant == "targets":  # x holds hops 0..layers-i; edges come hop by hop
+                edge_index = edge_index[:, :sum(num_sampled_edges[:layers - i])]
+                x = conv((x, x[:sum(num_sampled_nodes[:layers - i])]), edge_index)
+            else:
+                x = conv(x, edge_index)
+            if i < layers - 1:
+                x = F.dropout(x.relu(), p=0.5, training=self.training)
+        return x
+
+
+class Clock:
+    def __init__(self, device):
+        self.device = device
+        self.totals = {}
+
+    def lap(self, phase, since):
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.totals[phase] = self.totals.get(phase, 0.0) + now - since
+        return now
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_step(model, optimizer, forward, y):
+    optimizer.zero_grad()
+    out = forward(model)
+    loss = F.cross_entropy(out, y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def quiver_epoch(loader, model, optimizer, device, clock=None):
+    """One epoch of the torch-quiver-style loop; with ``clock``, in line and split."""
+    loader.timer = clock
+    sync(device)
+    start = time.perf_counter()
+    for _, _, adjs, x, y in loader:
+        t = time.perf_counter()
+        train_step(model, optimizer, lambda m: m(x, adjs), y)
+        if clock:
+            clock.lap("model", t)
+    sync(device)
+    loader.timer = None
+    return time.perf_counter() - start
+
+
+def pyg_epoch(batches, model, optimizer, device):
+    sync(device)
+    start = time.perf_counter()
+    for batch in batches:
+        batch = batch.to(device)
+        size = batch.batch_size
+        train_step(model, optimizer,
+                   lambda m: m(batch.x, batch.edge_index, batch.num_sampled_nodes,
+                               batch.num_sampled_edges)[:size], batch.y[:size])
+    sync(device)
+    return time.perf_counter() - start
+
+
+def cpu_pipeline_epoch(sampler, x, labels, seeds, batch_size, model, optimizer, device,
+                       clock=None):
+    """CPU sampling, CPU row gather, one copy of the batch to the GPU: PyG's CPU path."""
+    sync(device)
+    start = time.perf_counter()
+    order = seeds[torch.randperm(seeds.numel())]
+    for batch in order.split(batch_size):
+        t = time.perf_counter()
+        n_id, size, adjs = sampler.sample(batch)
+        if clock:
+            t = clock.lap("sample", t)
+        rows = x.index_select(0, n_id).pin_memory().to(device, non_blocking=True)
+        adjs = [adj.to(device, non_blocking=True) for adj in adjs]
+        y = labels[batch].to(device, non_blocking=True)
+        if clock:
+            t = clock.lap("gather", t)
+        train_step(model, optimizer, lambda m: m(rows, adjs), y)
+        if clock:
+            clock.lap("model", t)
+    sync(device)
+    return time.perf_counter() - start
+
+
+def model_alone(model, optimizer, batches, device):
+    """Seconds per batch of the training step alone, on batches built beforehand."""
+    sync(device)
+    start = time.perf_counter()
+    for _, _, adjs, x, y in batches:
+        train_step(model, optimizer, lambda m: m(x, adjs), y)
+    sync(device)
+    return (time.perf_counter() - start) / len(batches)
+
+
+def single_gpu(args, results):
+    device = torch.device(args.device) if args.device else torch.device(
+        "cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    cuda = device.type == "cuda"
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    torch.manual_seed(0)
+    start = time.perf_counter()
+    graph = synthetic_graph(args.graph, device=device if cuda else None)
+    edge_index = graph.edge_index.cpu()
+    x = graph.x.cpu()
+    labels = graph.y.to(device)
+    train = graph.train_idx.cpu()
+    num_classes, num_features = graph.num_classes, x.size(1)
+    del graph
+    topo = qv.CSRTopo(edge_index, num_nodes=x.size(0))
+    num_batches = (train.numel() + args.batch_size - 1) // args.batch_size
+    print(f"== {args.graph}: {x.size(0):,} nodes, {topo.edge_count:,} edges, "
+          f"{tuple(x.shape)} features, {train.numel():,} train seeds = {num_batches} batches "
+          f"of {args.batch_size}; built in {time.perf_counter() - start:.0f}s on {device}",
+          flush=True)
+    results.update(device=torch.cuda.get_device_name(device) if cuda else "cpu",
+                   graph=args.graph, batches=num_batches, fanouts=fanouts,
+                   batch_size=args.batch_size, rows=[])
+    sage = load_example("train_sage").SAGE
+
+    def fresh_model():
+        torch.manual_seed(1)
+        model = sage(num_features, args.hidden, num_classes, len(fanouts)).to(device)
+        return model, torch.optim.Adam(model.parameters(), lr=0.003)
+
+    def record(name, epoch, split=None, note=""):
+        row = {"config": name, "epoch_s": epoch, "split": split or {},
+               "ms_per_batch": 1e3 * epoch / num_batches, "target_s": TARGETS.get(name),
+               "note": note}
+        results["rows"].append(row)
+        parts = ", ".join(f"{k} {v:.2f}" for k, v in (split or {}).items())
+        print(f"   {name:<30} epoch {epoch:6.2f} s  {row['ms_per_batch']:6.2f} ms/batch"
+              + (f"  ({parts})" if parts else "") + (f"  {note}" if note else ""), flush=True)
+
+    modes = ["GPU", "UVA"] if cuda else ["CPU"]
+    model_bound = None
+    for mode in modes:
+        sampler = qv.GraphSageSampler(topo, fanouts, device=device, mode=mode)
+        hot = qv.presample_hot_order(sampler, train, args.batch_size,
+                                     generator=torch.Generator().manual_seed(2))
+        caches = [("20%", args.cache)] + ([("HBM", "100%")] if cuda and mode == "GPU" else [])
+        for cache_name, cache in caches:
+            feature = qv.Feature(device_list=[device.index] if cuda else [],
+                                 device_cache_size=cache if cuda else 0, csr_topo=topo)
+            feature.from_cpu_tensor(x, hot_order=hot)
+            model, optimizer = fresh_model()
+            for prefetch in (2, 0):
+                loader = qv.SampleLoader(sampler, feature, train, args.batch_size,
+                                         labels=labels, prefetch=prefetch)
+                quiver_epoch(loader, model, optimizer, device)  # warm-up
+                plain = quiver_epoch(loader, model, optimizer, device)
+                name = f"{'prefetch' if prefetch else 'in line'} {mode} {cache_name}"
+                if prefetch:
+                    record(name, plain)
+                else:
+                    clock = Clock(device)
+                    quiver_epoch(loader, model, optimizer, device, clock)
+                    record(name, plain, clock.totals)
+            if model_bound is None:
+                loader = qv.SampleLoader(sampler, feature, train[:args.batch_size * 24],
+                                         args.batch_size, labels=labels, prefetch=0)
+                built = list(loader)
+                model_alone(model, optimizer, built[:4], device)
+                model_bound = model_alone(model, optimizer, built, device) * num_batches
+                del built
+                record("model alone", model_bound, note="(bound: batches built beforehand)")
+            del feature, model, optimizer, loader
+            if cuda:
+                torch.cuda.empty_cache()
+
+    # PyG's NeighborLoader on our sampler and stores, as examples/pyg_neighbor_loader.py.
+    data = Data(x=x, edge_index=edge_index, y=labels.cpu(), num_nodes=x.size(0))
+    for mode in modes:
+        loader = qv.pyg.NeighborLoader(data, input_nodes=train, num_neighbors=fanouts,
+                                       batch_size=args.batch_size, shuffle=True, device=device,
+                                       mode=mode, cache_size=args.cache if cuda else 0)
+        sync(device)
+        start = time.perf_counter()
+        for batch in loader:
+            pass
+        sync(device)
+        record(f"pyg loader alone {mode}", time.perf_counter() - start,
+               note="(batches built, no model)")
+        built = []
+        for batch in loader:
+            built.append(batch)
+            if len(built) == 24:
+                break
+        for variant in ("full", "trim", "targets"):
+            torch.manual_seed(1)
+            model = PygSAGE(num_features, args.hidden, num_classes, len(fanouts),
+                            variant).to(device)
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+            pyg_epoch(built[:4], model, optimizer, device)
+            alone = pyg_epoch(built, model, optimizer, device) / len(built) * num_batches
+            pyg_epoch(qv.Prefetcher(loader, device), model, optimizer, device)  # warm-up
+            ahead = pyg_epoch(qv.Prefetcher(loader, device), model, optimizer, device)
+            in_line = pyg_epoch(loader, model, optimizer, device)
+            record(f"pyg loader + prefetch, {variant} {mode}", ahead,
+                   note=f"(model alone {alone:.2f} s)")
+            record(f"pyg loader, {variant} {mode}", in_line)
+        del loader, model, optimizer, built
+        qv.pyg._SHARED.clear()
+        if cuda:
+            torch.cuda.empty_cache()
+
+    if cuda:  # what a PyG CPU pipeline does, on our (faster) CPU sampler
+        sampler = qv.GraphSageSampler(topo, fanouts, device="cpu", mode="CPU")
+        model, optimizer = fresh_model()
+        cpu_pipeline_epoch(sampler, x, labels, train[:args.batch_size * 8], args.batch_size,
+                           model, optimizer, device)
+        plain = cpu_pipeline_epoch(sampler, x, labels, train, args.batch_size, model,
+                                   optimizer, device)
+        clock = Clock(device)
+        cpu_pipeline_epoch(sampler, x, labels, train, args.batch_size, model, optimizer,
+                           device, clock)
+        record("CPU sample + gather + .to(cuda)", plain, clock.totals,
+               note=f"({torch.get_num_threads()} threads)")
+    print_table(results)
+
+
+def print_table(results):
+    print(f"\nGraphSAGE epoch on {results['device']}, '{results['graph']}' graph, "
+          f"{results['batches']} batches of {results['batch_size']}, fanouts {results['fanouts']}")
+    print(f"{'configuration':<32} {'epoch s':>8} {'ms/batch':>9} {'sample':>7} {'gather':>7} "
+          f"{'model':>7} {'vs model':>9} {'target':>7}")
+    bound = next((r["epoch_s"] for r in results["rows"] if r["config"] == "model alone"), None)
+    for row in results["rows"]:
+        split = row["split"]
+        cell = lambda k: f"{split[k]:7.2f}" if k in split else f"{'':>7}"  # noqa: E731
+        ratio = f"{row['epoch_s'] / bound:8.2f}x" if bound else f"{'':>9}"
+        target = f"{row['target_s']:7.2f}" if row["target_s"] else f"{'':>7}"
+        print(f"{row['config']:<32} {row['epoch_s']:8.2f} {row['ms_per_batch']:9.2f} "
+              f"{cell('sample')} {cell('gather')} {cell('model')} {ratio} {target}")
+
+
+def scaling(args, results):
+    """examples/train_sage.py under torchrun on 1..N GPUs, both cache policies."""
+    counts = [int(n) for n in args.scaling.split(",")]
+    runs = []
+    for policy in ("device_replicate", "p2p_clique_replicate"):
+        for n in counts:
+            if n == 1 and policy != "device_replicate":
+                continue  # one GPU: the policies are the same
+            with tempfile.TemporaryDirectory() as tmp:
+                report = Path(tmp) / "report.json"
+                command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc-per-node={n}", str(REPO / "examples" / "train_sage.py"),
+                           "--size", args.graph, "--epochs", str(args.scaling_epochs),
+                           "--cache-size", args.cache, "--cache-policy", policy,
+                           "--mode", args.scaling_mode, "--report", str(report)]
+                start = time.perf_counter()
+                done = subprocess.run(command, capture_output=True, text=True,
+                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                if done.returncode != 0:
+                    print(done.stdout[-4000:], done.stderr[-4000:])
+                    raise SystemExit(f"torchrun on {n} GPUs failed ({policy})")
+                history = json.loads(report.read_text())["history"]
+            timed = history[1:]  # the first epoch warms up
+            epoch = sum(h["time"] for h in timed) / len(timed)
+            run = {"gpus": n, "policy": policy, "epoch_s": epoch,
+                   "accuracy": history[-1]["accuracy"], "wall_s": time.perf_counter() - start,
+                   "epochs": [h["time"] for h in history]}
+            runs.append(run)
+            print(f"   {n} GPU(s) {policy:<22} epoch {epoch:6.2f} s  accuracy "
+                  f"{run['accuracy']:.3f}  (run took {run['wall_s']:.0f}s)", flush=True)
+    one = next(r["epoch_s"] for r in runs if r["gpus"] == 1)
+    print(f"\ntorchrun scaling on {torch.cuda.get_device_name()}, '{args.graph}' graph, "
+          f"{args.scaling_mode} sampling, {args.cache} cache; throughput against one GPU")
+    print(f"{'GPUs':>4} {'policy':<22} {'epoch s':>8} {'speed-up':>9} {'accuracy':>9}")
+    for run in runs:
+        run["speedup"] = one / run["epoch_s"]
+        print(f"{run['gpus']:>4} {run['policy']:<22} {run['epoch_s']:8.2f} "
+              f"{run['speedup']:8.2f}x {run['accuracy']:9.3f}")
+    results["scaling"] = {"graph": args.graph, "mode": args.scaling_mode, "cache": args.cache,
+                          "device": torch.cuda.get_device_name(), "runs": runs}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graph", default="products")
+    parser.add_argument("--fanouts", default="15,10,5")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--cache", default="20%", help="GPU feature cache (default 20%%)")
+    parser.add_argument("--device", default=None, help="default: cuda when present")
+    parser.add_argument("--scaling", default=None,
+                        help="GPU counts for torchrun runs, e.g. 1,2,4 (skips the one-GPU table)")
+    parser.add_argument("--scaling-mode", default="GPU", choices=["GPU", "UVA"])
+    parser.add_argument("--scaling-epochs", type=int, default=3)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    results = {}
+    if args.scaling:
+        scaling(args, results)
+    else:
+        single_gpu(args, results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
