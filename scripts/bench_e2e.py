@@ -24,7 +24,8 @@ synchronized epoch split into sampling, gathering and model. In one run:
 The model alone (synchronized, over batches sampled beforehand) is the bound a hidden data
 path approaches. ``--scaling 1,2,4`` launches ``examples/train_sage.py`` under torchrun on
 1, 2 and 4 GPUs with both cache policies and reports throughput (train seeds per second of
-epochs after the first) against one GPU. Prints tables; ``--json`` writes every number.
+epochs after the first) against one GPU. ``--cpp build/.../train_sage`` also times the
+libtorch training program (examples/cpp) on the same graph, saved as Python saves it. Prints tables; ``--json`` writes every number.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import argparse
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -189,6 +191,7 @@ def single_gpu(args, results):
     x = graph.x.cpu()
     labels = graph.y.to(device)
     train = graph.train_idx.cpu()
+    graph_test = graph.test_idx.cpu()
     num_classes, num_features = graph.num_classes, x.size(1)
     del graph
     topo = qv.CSRTopo(edge_index, num_nodes=x.size(0))
@@ -218,10 +221,12 @@ def single_gpu(args, results):
 
     modes = ["GPU", "UVA"] if cuda else ["CPU"]
     model_bound = None
+    hot_gpu = None
     for mode in modes:
         sampler = qv.GraphSageSampler(topo, fanouts, device=device, mode=mode)
         hot = qv.presample_hot_order(sampler, train, args.batch_size,
                                      generator=torch.Generator().manual_seed(2))
+        hot_gpu = hot if hot_gpu is None else hot_gpu
         caches = [("20%", args.cache)] + ([("HBM", "100%")] if cuda and mode == "GPU" else [])
         for cache_name, cache in caches:
             feature = qv.Feature(device_list=[device.index] if cuda else [],
@@ -288,6 +293,10 @@ def single_gpu(args, results):
         if cuda:
             torch.cuda.empty_cache()
 
+    if args.cpp:  # examples/cpp/train_sage on the same graph, beside the Python loop
+        cpp_rows(args, x, edge_index, topo, train, graph_test, labels, num_classes, hot_gpu,
+                 record)
+
     if cuda:  # what a PyG CPU pipeline does, on our (faster) CPU sampler
         sampler = qv.GraphSageSampler(topo, fanouts, device="cpu", mode="CPU")
         model, optimizer = fresh_model()
@@ -301,6 +310,38 @@ def single_gpu(args, results):
         record("CPU sample + gather + .to(cuda)", plain, clock.totals,
                note=f"({torch.get_num_threads()} threads)")
     print_table(results)
+
+
+def cpp_rows(args, x, edge_index, topo, train, test, labels, num_classes, hot, record):
+    """The libtorch program (examples/cpp/train_sage, built beforehand) on this graph, saved
+    as Python saves it, in GPU mode with the same cache share and hot order: the mean of its
+    epochs after the first, in line and without synchronization inside the epoch, beside the
+    Python loop's "in line" row."""
+    directory = Path(tempfile.mkdtemp(prefix="quiver-e2e-cpp-", dir="/dev/shm"))
+    try:
+        topo.save(directory / "topology")
+        qv.Feature(device_list=[]).from_cpu_tensor(x, hot_order=hot).save(directory / "features")
+        qv.save_arrays(directory / "labels", "labels",
+                       {"y": labels.cpu(), "train_idx": train, "test_idx": test},
+                       num_classes=num_classes)
+        cache = float(args.cache.rstrip("%")) / 100 if args.cache.endswith("%") else 0.2
+        for split in (0, 1):
+            mode = "GPU" if torch.cuda.is_available() else "CPU"
+            done = subprocess.run([args.cpp, "--data", str(directory), "--mode", mode,
+                                   "--epochs", "3", "--cache", str(cache), "--hidden",
+                                   str(args.hidden), "--split", str(split)],
+                                  capture_output=True, text=True, timeout=600)
+            if done.returncode != 0:
+                print(done.stdout[-2000:], done.stderr[-2000:])
+                raise SystemExit("examples/cpp/train_sage failed")
+            epochs = [line for line in done.stdout.splitlines() if line.startswith("epoch ")]
+            times = [float(line.split(":")[1].split("s")[0]) for line in epochs]
+            epoch = sum(times[1:]) / len(times[1:])
+            name = f"C++ in line {mode} 20%" + (", synchronized" if split else "")
+            accuracy = epochs[-1].split("test accuracy")[1].split()[0]
+            record(name, epoch, note=f"(libtorch program; test accuracy {accuracy})")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def print_table(results):
@@ -372,6 +413,8 @@ def main():
                         help="GPU counts for torchrun runs, e.g. 1,2,4 (skips the one-GPU table)")
     parser.add_argument("--scaling-mode", default="GPU", choices=["GPU", "UVA"])
     parser.add_argument("--scaling-epochs", type=int, default=3)
+    parser.add_argument("--cpp", default=None,
+                        help="examples/cpp/train_sage binary to time beside the Python loop")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     results = {}

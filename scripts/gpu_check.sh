@@ -49,6 +49,13 @@ if has test; then
   step "C++ tests"
   ctest --test-dir "$BUILD" --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1 || status=1
   tail -n 6 "$OUT/ctest.log"
+  step "examples/cpp on the installed library (find_package)"
+  torch_prefix="$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+  ( cmake --install "$BUILD" --prefix "$BUILD/install" && \
+    cmake -S examples/cpp -B "$BUILD/examples_cpp" -G Ninja -DCMAKE_BUILD_TYPE=Release -Wno-dev \
+      -DCMAKE_PREFIX_PATH="$BUILD/install;$torch_prefix" && cmake --build "$BUILD/examples_cpp" ) \
+    > "$OUT/examples_cpp.log" 2>&1 || { status=1; tail -n 20 "$OUT/examples_cpp.log"; }
+  export QUIVER_CPP_TRAINER=$BUILD/examples_cpp/train_sage
   step "Python tests (CPU, GPU and UVA modes)"
   QUIVER_TEST_BINARY_DIR=$BUILD/tests/cpp QUIVER_REQUIRE_CPP_TESTS=1 \
     "$PY" -m pytest -q -ra -p no:cacheprovider tests/python -x > "$OUT/pytest.log" 2>&1 || status=1

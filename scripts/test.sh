@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every test: the GoogleTest suite, the pytest suite (which also drives the libtorch
+# Runs every test: the GoogleTest suite, the libtorch training program (examples/cpp, run
+# by the pytest suite), the pytest suite (which also drives the libtorch
 # binary that loads a TorchScript model), and a separate CMake project that uses the
 # installed package through find_package. Sets everything up first (scripts/setup.sh).
 # Extra arguments go to pytest, e.g. scripts/test.sh -k sample.
@@ -13,6 +14,13 @@ export PATH="$VENV/bin:$PATH"
 
 printf '\n== C++ tests (GoogleTest through the dispatcher)\n'
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2
+
+printf '\n== examples/cpp: the libtorch training program, built on the installed package\n'
+prefix="$("$VENV/bin/python" -P -c 'import torch_quiver_ops as q, torch; print(q.cmake_prefix_path + ";" + torch.utils.cmake_prefix_path)')"
+cmake -S examples/cpp -B build/examples_cpp -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release -Wno-dev > build/examples_cpp.log 2>&1 || { cat build/examples_cpp.log; exit 1; }
+cmake --build build/examples_cpp
+export QUIVER_CPP_TRAINER="$REPO/build/examples_cpp/train_sage"  # run by the Python tests
 
 printf '\n== Python tests\n'
 # Run from outside the source tree so that the installed package is the one under test.
@@ -36,7 +44,6 @@ else
 fi
 
 printf '\n== find_package(TorchQuiverOps) from a separate libtorch project\n'
-prefix="$("$VENV/bin/python" -P -c 'import torch_quiver_ops as q, torch; print(q.cmake_prefix_path + ";" + torch.utils.cmake_prefix_path)')"
 cmake -S tests/cpp/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release -Wno-dev > build/consumer.log 2>&1 || { cat build/consumer.log; exit 1; }
 cmake --build build/consumer

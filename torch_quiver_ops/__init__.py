@@ -14,6 +14,7 @@ load_library()
 from . import _fake  # noqa: E402,F401  (registers the fake kernels)
 from . import dist, hotness, ops, synthetic  # noqa: E402
 from ._device import init_p2p, p2p_cliques  # noqa: E402
+from ._sharing import map_arrays as load_arrays, save_arrays  # noqa: E402
 from .feature import Feature  # noqa: E402
 from .hotness import presample_hot_order  # noqa: E402
 from .loader import Prefetcher, SampleLoader  # noqa: E402
@@ -25,7 +26,8 @@ cmake_prefix_path = str(Path(__file__).resolve().parent)
 
 __all__ = ["Adj", "CSRTopo", "Feature", "GraphSageSampler", "Prefetcher", "SampleLoader", "dist",
            "hotness", "ops", "pyg", "synthetic", "init_p2p", "p2p_cliques", "presample_hot_order",
-           "cuda_kernels_built", "library_path", "cmake_prefix_path"]
+           "cuda_kernels_built", "library_path", "cmake_prefix_path", "save_arrays",
+           "load_arrays"]
 
 
 def __getattr__(name: str):

@@ -1,0 +1,41 @@
+"""Saves a synthetic graph for examples/cpp/train_sage (``--data DIR``): the topology
+(``CSRTopo.save``), the feature table with its presampled hot order (``Feature.save``) and
+the labels and splits, all in the package's raw-file format (``torch_quiver_ops.save_arrays``).
+
+    python examples/cpp/save_graph.py /dev/shm/products --size products
+"""
+import argparse
+
+import torch
+
+import torch_quiver_ops as qv
+from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("directory")
+    parser.add_argument("--size", default="small", choices=sorted(PRESETS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=1024,
+                        help="batch size of the presampling that orders the rows by heat")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda") if torch.cuda.is_available() and qv.cuda_kernels_built() \
+        else None
+    graph = synthetic_graph(args.size, seed=args.seed, device=device)
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    topo.save(f"{args.directory}/topology")
+    sampler = qv.GraphSageSampler(topo, [15, 10, 5], device=device or "cpu")
+    hot = qv.presample_hot_order(sampler, graph.train_idx, args.batch_size,
+                                 generator=torch.Generator().manual_seed(args.seed))
+    qv.Feature(device_list=[]).from_cpu_tensor(graph.x, hot_order=hot).save(
+        f"{args.directory}/features")
+    qv.save_arrays(f"{args.directory}/labels", "labels",
+                   {"y": graph.y, "train_idx": graph.train_idx, "test_idx": graph.test_idx},
+                   num_classes=graph.num_classes)
+    print(f"saved '{args.size}' ({graph.num_nodes:,} nodes, {topo.edge_count:,} edges) to "
+          f"{args.directory}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,448 @@
+// GraphSAGE trained by a libtorch program, no Python: neighbor sampling with the quiver ops
+// (topology in GPU memory, in pinned host memory read by the GPU, or on the CPU), rows
+// gathered through a quiver::runtime::FeatureTiers (hottest rows in GPU memory, the rest in
+// pinned host memory), and a GraphSAGE written in libtorch (mean aggregation by index_add).
+//
+//   train_sage [--data DIR] [--mode GPU|UVA|CPU] [--epochs 3] [--batch-size 1024]
+//              [--fanouts 15,10,5] [--hidden 256] [--lr 0.003] [--cache 0.2]
+//              [--min-accuracy A] [--eval-nodes 10000] [--split 1] [--seed 0]
+//
+// --data reads a graph saved by Python (examples/cpp/save_graph.py: CSRTopo.save,
+// Feature.save and the labels, in the package's raw-file format); without it the program
+// builds a synthetic graph whose labels its neighbourhoods reveal. Each epoch prints its
+// time split into sampling, gathering and the model (--split 0: the time alone, with no
+// synchronization inside the epoch), and the test accuracy. The exit status
+// is 1 when the final accuracy is below --min-accuracy, 2 on any error.
+#include <quiver/feature_tiers.h>
+#include <quiver/host_pin.h>
+#include <quiver/ops.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+using torch::Tensor;
+
+namespace {
+
+struct Options {
+  std::string data;
+  std::string mode;  // default: UVA with a GPU, CPU without
+  int64_t epochs = 3;
+  int64_t batch_size = 1024;
+  std::vector<int64_t> fanouts{15, 10, 5};
+  int64_t hidden = 256;
+  double lr = 0.003;
+  double cache = 0.2;  // share of the rows cached in GPU memory
+  double min_accuracy = 0.0;
+  int64_t eval_nodes = 10000;  // test nodes scored after each epoch
+  bool split = true;           // synchronize after each phase to time it (else: epoch only)
+  int64_t seed = 0;
+  // The synthetic graph.
+  int64_t nodes = 20000, classes = 8, features = 32, degree = 12;
+};
+
+std::vector<int64_t> parse_list(const std::string& text) {
+  std::vector<int64_t> values;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');) values.push_back(std::stoll(item));
+  return values;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << "usage: train_sage [--data DIR] [--mode GPU|UVA|CPU] [--epochs N] "
+                   "[--batch-size N] [--fanouts 15,10,5] [--hidden N] [--lr X] [--cache X] "
+                   "[--min-accuracy X] [--eval-nodes N] [--split 1|0] [--seed N] [--nodes N] [--classes N] [--features N] "
+                   "[--degree N]\n";
+      std::exit(0);
+    }
+    TORCH_CHECK(i + 1 < argc, "option ", arg, " needs a value");
+    const std::string value = argv[++i];
+    if (arg == "--data") o.data = value;
+    else if (arg == "--mode") o.mode = value;
+    else if (arg == "--epochs") o.epochs = std::stoll(value);
+    else if (arg == "--batch-size") o.batch_size = std::stoll(value);
+    else if (arg == "--fanouts") o.fanouts = parse_list(value);
+    else if (arg == "--hidden") o.hidden = std::stoll(value);
+    else if (arg == "--lr") o.lr = std::stod(value);
+    else if (arg == "--cache") o.cache = std::stod(value);
+    else if (arg == "--min-accuracy") o.min_accuracy = std::stod(value);
+    else if (arg == "--eval-nodes") o.eval_nodes = std::stoll(value);
+    else if (arg == "--split") o.split = std::stoll(value) != 0;
+    else if (arg == "--seed") o.seed = std::stoll(value);
+    else if (arg == "--nodes") o.nodes = std::stoll(value);
+    else if (arg == "--classes") o.classes = std::stoll(value);
+    else if (arg == "--features") o.features = std::stoll(value);
+    else if (arg == "--degree") o.degree = std::stoll(value);
+    else TORCH_CHECK(false, "unknown option ", arg, " (see --help)");
+  }
+  TORCH_CHECK(o.epochs > 0 && o.batch_size > 0 && !o.fanouts.empty(),
+              "--epochs, --batch-size and --fanouts must be positive");
+  TORCH_CHECK(o.cache >= 0.0 && o.cache <= 1.0, "--cache must be in [0, 1], got ", o.cache);
+  return o;
+}
+
+// ---- the package's raw-file format (torch_quiver_ops.save_arrays): <name>.bin holds the
+// bytes, <stem>.json their dtype, shape and size, written last ----
+
+std::map<std::string, Tensor> load_arrays(const fs::path& directory, const std::string& stem) {
+  const fs::path record = directory / (stem + ".json");
+  std::ifstream file(record);
+  TORCH_CHECK(file, record.string(), " does not exist: nothing was saved in ",
+              directory.string());
+  const std::string json((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  static const std::map<std::string, at::ScalarType> dtypes{
+      {"float32", at::kFloat}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
+      {"float64", at::kDouble}, {"int64", at::kLong}, {"int32", at::kInt},
+      {"int16", at::kShort}, {"int8", at::kChar}, {"uint8", at::kByte}, {"bool", at::kBool}};
+  // {"name": {"dtype": "...", "shape": [...], "nbytes": N, ...}, ...}
+  static const std::regex entry(
+      R"re("(\w+)"\s*:\s*\{\s*"dtype"\s*:\s*"(\w+)"\s*,\s*"shape"\s*:\s*\[([0-9,\s]*)\]\s*,\s*"nbytes"\s*:\s*(\d+))re");
+  std::map<std::string, Tensor> arrays;
+  for (std::sregex_iterator it(json.begin(), json.end(), entry), end; it != end; ++it) {
+    const std::string name = (*it)[1], dtype = (*it)[2];
+    const auto found = dtypes.find(dtype);
+    TORCH_CHECK(found != dtypes.end(), record.string(), ": array ", name, " has dtype ", dtype,
+                ", which this program does not read");
+    std::vector<int64_t> shape;
+    std::string dims = (*it)[3];
+    for (char& c : dims) c = c == ',' ? ' ' : c;
+    std::stringstream stream(dims);
+    for (int64_t d; stream >> d;) shape.push_back(d);
+    const int64_t nbytes = std::stoll((*it)[4]);
+    const fs::path path = directory / (name + ".bin");
+    const int64_t size = fs::exists(path) ? static_cast<int64_t>(fs::file_size(path)) : -1;
+    TORCH_CHECK(size == nbytes, path.string(), " holds ", size, " bytes but ", record.string(),
+                " says ", nbytes, ": the file is truncated or from another save");
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    const auto options = at::TensorOptions().dtype(found->second);
+    arrays[name] = count == 0 ? at::empty(shape, options)
+                              : at::from_file(path.string(), /*shared=*/true, count, options)
+                                    .view(shape);
+  }
+  TORCH_CHECK(!arrays.empty(), record.string(), " names no arrays");
+  return arrays;
+}
+
+Tensor require(const std::map<std::string, Tensor>& arrays, const std::string& name,
+               const fs::path& where) {
+  const auto found = arrays.find(name);
+  TORCH_CHECK(found != arrays.end(), where.string(), " has no array '", name, "'");
+  return found->second;
+}
+
+// ---- the graph ----
+
+struct Graph {
+  Tensor indptr, indices;  // CSR of each node's neighbors
+  Tensor rows;             // [nodes, features] float
+  Tensor order;            // node ids hottest first (undefined: by degree)
+  Tensor labels, train_idx, test_idx;
+  int64_t num_classes = 0;
+};
+
+Graph load_graph(const fs::path& directory) {
+  Graph g;
+  const auto topology = load_arrays(directory / "topology", "csr");
+  g.indptr = require(topology, "indptr", directory / "topology");
+  g.indices = require(topology, "indices", directory / "topology");
+  const auto features = load_arrays(directory / "features", "feature");
+  g.rows = require(features, "rows", directory / "features");
+  if (features.count("order")) g.order = features.at("order").to(at::kLong);
+  const auto labels = load_arrays(directory / "labels", "labels");
+  g.labels = require(labels, "y", directory / "labels").to(at::kLong);
+  g.train_idx = require(labels, "train_idx", directory / "labels").to(at::kLong);
+  g.test_idx = require(labels, "test_idx", directory / "labels").to(at::kLong);
+  const int64_t nodes = g.indptr.numel() - 1;
+  TORCH_CHECK(g.rows.dim() == 2 && g.rows.size(0) == nodes && g.labels.numel() == nodes,
+              directory.string(), ": ", nodes, " nodes in the topology, ", g.rows.size(0),
+              " feature rows, ", g.labels.numel(), " labels");
+  g.num_classes = g.labels.max().item<int64_t>() + 1;
+  return g;
+}
+
+// Communities as labels, edges mostly inside a community, features a noisy community
+// centroid: a label is guessable from the features and better from the neighbourhood.
+Graph synthetic_graph(const Options& o) {
+  Graph g;
+  const int64_t n = o.nodes;
+  g.labels = torch::randint(o.classes, {n}, at::kLong);
+  const int64_t edges = n * o.degree / 2;
+  Tensor src = torch::randint(n, {edges}, at::kLong);
+  // 80% of the edges join nodes of one community: a random member of the source's.
+  Tensor by_label = std::get<1>(g.labels.sort());
+  Tensor counts = torch::bincount(g.labels, {}, o.classes);
+  Tensor starts = counts.cumsum(0) - counts;
+  Tensor label = g.labels.index_select(0, src);
+  Tensor pick = (torch::rand({edges}) * counts.index_select(0, label).to(at::kDouble)).to(at::kLong);
+  Tensor same = by_label.index_select(0, starts.index_select(0, label) + pick);
+  Tensor dst = torch::where(torch::rand({edges}) < 0.8, same, torch::randint(n, {edges}, at::kLong));
+  auto [indptr, indices, eid] =
+      quiver::csr_from_coo(torch::cat({src, dst}), torch::cat({dst, src}), n);
+  g.indptr = indptr;
+  g.indices = indices;
+  Tensor centroids = torch::randn({o.classes, o.features});
+  g.rows = centroids.index_select(0, g.labels) + 6.0 * torch::randn({n, o.features});
+  Tensor perm = torch::randperm(n);
+  g.train_idx = perm.slice(0, 0, n / 2);
+  g.test_idx = perm.slice(0, n / 2);
+  g.num_classes = o.classes;
+  return g;
+}
+
+// ---- GraphSAGE in libtorch ----
+
+// One layer of sampled edges: messages from `src` (local ids into the layer's input rows)
+// to `dst` (local ids of its first `num_dst` rows), as sample_subgraph numbers them.
+struct Layer {
+  Tensor src, dst;
+  int64_t num_dst;
+};
+
+struct SAGEConvImpl : torch::nn::Module {
+  SAGEConvImpl(int64_t in, int64_t out)
+      : lin_neighbors(register_module("lin_neighbors", torch::nn::Linear(in, out))),
+        lin_self(register_module(
+            "lin_self", torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)))) {}
+
+  Tensor forward(const Tensor& x, const Layer& layer) {
+    const auto options = x.options();
+    Tensor sum = torch::zeros({layer.num_dst, x.size(1)}, options)
+                     .index_add(0, layer.dst, x.index_select(0, layer.src));
+    Tensor degree = torch::zeros({layer.num_dst}, options)
+                        .index_add(0, layer.dst, torch::ones({layer.dst.numel()}, options));
+    Tensor mean = sum / degree.clamp_min(1).unsqueeze(1);
+    return lin_neighbors(mean) + lin_self(x.slice(0, 0, layer.num_dst));
+  }
+
+  torch::nn::Linear lin_neighbors, lin_self;
+};
+TORCH_MODULE(SAGEConv);
+
+struct SAGEImpl : torch::nn::Module {
+  SAGEImpl(int64_t in, int64_t hidden, int64_t out, size_t layers) {
+    for (size_t i = 0; i < layers; ++i) {
+      const int64_t a = i == 0 ? in : hidden, b = i + 1 == layers ? out : hidden;
+      convs.push_back(register_module("conv" + std::to_string(i), SAGEConv(a, b)));
+    }
+  }
+
+  // layers: outermost first (the first consumes every sampled node's row).
+  Tensor forward(Tensor x, const std::vector<Layer>& layers) {
+    for (size_t i = 0; i < convs.size(); ++i) {
+      x = convs[i]->forward(x, layers[i]);
+      if (i + 1 < convs.size()) x = torch::dropout(torch::relu(x), 0.5, is_training());
+    }
+    return x;
+  }
+
+  std::vector<SAGEConv> convs;
+};
+TORCH_MODULE(SAGE);
+
+// ---- sampling and gathering through the quiver ops ----
+
+// `t` page-locked in place for the GPU's zero-copy reads, the pin kept in `pins`. Memory
+// that cannot be pinned in place (a file mapped from a disk rather than /dev/shm) is
+// copied into pinned memory instead.
+Tensor pinned_for_gpu(const Tensor& t, std::vector<c10::intrusive_ptr<quiver::runtime::HostPin>>& pins,
+                      const std::string& what) {
+  try {
+    pins.push_back(c10::make_intrusive<quiver::runtime::HostPin>(t.contiguous()));
+    return pins.back()->tensor();
+  } catch (const c10::Error& error) {
+    std::cerr << "note: " << what << " cannot be pinned in place ("
+              << error.what_without_backtrace() << "); using a pinned copy\n";
+    return t.pin_memory();
+  }
+}
+
+struct Batch {
+  Tensor node_ids;            // seeds first
+  std::vector<Layer> layers;  // outermost first
+};
+
+class Sampler {
+ public:
+  Sampler(const Graph& g, const std::string& mode, const at::Device& device,
+          std::vector<int64_t> fanouts)
+      : fanouts_(std::move(fanouts)), device_(device) {
+    if (mode == "GPU") {
+      indptr_ = g.indptr.to(device);
+      indices_ = g.indices.to(device);
+    } else if (mode == "UVA") {  // the neighbor lists stay in host memory, pinned in place
+      indptr_ = g.indptr.to(device);
+      indices_ = pinned_for_gpu(g.indices, pins_, "the neighbor lists");
+    } else {
+      indptr_ = g.indptr;
+      indices_ = g.indices;
+    }
+  }
+
+  Batch sample(const Tensor& seeds) const {
+    auto [node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop] =
+        quiver::sample_subgraph(indptr_, indices_, seeds.to(device_), fanouts_);
+    const Tensor cum_nodes = nodes_per_hop.cumsum(0).cpu();
+    const Tensor cum_edges = edges_per_hop.cumsum(0).cpu();
+    Batch batch{node_ids, {}};
+    for (int64_t hop = static_cast<int64_t>(fanouts_.size()) - 1; hop >= 0; --hop) {
+      const int64_t edges = cum_edges[hop].item<int64_t>();
+      batch.layers.push_back(
+          {rows.slice(0, 0, edges), cols.slice(0, 0, edges), cum_nodes[hop].item<int64_t>()});
+    }
+    return batch;
+  }
+
+ private:
+  std::vector<int64_t> fanouts_;
+  at::Device device_;
+  Tensor indptr_, indices_;
+  std::vector<c10::intrusive_ptr<quiver::runtime::HostPin>> pins_;
+};
+
+// The feature store as one GPU sees it: the hottest rows copied into GPU memory, the table
+// itself pinned in place as the host tier; positions send each id to its row.
+c10::intrusive_ptr<quiver::runtime::FeatureTiers> feature_tiers(const Graph& g,
+                                                                const at::Device& device,
+                                                                double cache) {
+  if (!device.is_cuda()) {
+    return c10::make_intrusive<quiver::runtime::FeatureTiers>(std::vector<Tensor>{g.rows},
+                                                              std::nullopt);
+  }
+  const int64_t n = g.rows.size(0);
+  const int64_t cached = static_cast<int64_t>(cache * static_cast<double>(n));
+  Tensor order = g.order.defined()
+                     ? g.order
+                     : std::get<1>((g.indptr.slice(0, 1) - g.indptr.slice(0, 0, n)).sort(
+                           /*stable=*/true, /*dim=*/0, /*descending=*/true));
+  Tensor hot = order.slice(0, 0, cached);
+  Tensor rank = torch::empty({n}, at::kLong);
+  rank.index_put_({order}, torch::arange(n));
+  Tensor positions = torch::where(rank < cached, rank, torch::arange(n) + cached);
+  std::vector<Tensor> tiers;
+  if (cached > 0) tiers.push_back(g.rows.index_select(0, hot).to(device));
+  // The FeatureTiers takes a pin of its own of a pinned host tier, which outlives `pins`.
+  std::vector<c10::intrusive_ptr<quiver::runtime::HostPin>> pins;
+  tiers.push_back(pinned_for_gpu(g.rows, pins, "the feature table"));
+  return c10::make_intrusive<quiver::runtime::FeatureTiers>(
+      tiers, positions.to(at::kInt).to(device));
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void synchronize(const at::Device& device, bool wanted = true) {
+  if (wanted && device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+int run(const Options& o) {
+  torch::manual_seed(o.seed);
+  const bool gpu = torch::cuda::is_available() && o.mode != "CPU";
+  const std::string mode = o.mode.empty() ? (gpu ? "UVA" : "CPU") : o.mode;
+  TORCH_CHECK(mode == "GPU" || mode == "UVA" || mode == "CPU", "--mode must be GPU, UVA or CPU, got ",
+              mode);
+  TORCH_CHECK(mode == "CPU" || gpu, "--mode ", mode, " needs a CUDA GPU, and libtorch sees none");
+  const at::Device device = gpu ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+
+  auto start = std::chrono::steady_clock::now();
+  Graph g = o.data.empty() ? synthetic_graph(o) : load_graph(o.data);
+  Sampler sampler(g, mode, device, o.fanouts);
+  auto tiers = feature_tiers(g, device, o.cache);
+  Tensor labels = g.labels.to(device);
+  std::cout << "graph " << (o.data.empty() ? "synthetic" : o.data) << ": " << g.rows.size(0)
+            << " nodes, " << g.indices.numel() << " edges, " << g.rows.size(1) << " features, "
+            << g.num_classes << " classes; device " << device << ", sampler mode " << mode
+            << ", " << tiers->leading_rows() << " rows cached in GPU memory (ready in "
+            << seconds_since(start) << "s)" << std::endl;
+
+  SAGE model(g.rows.size(1), o.hidden, g.num_classes, o.fanouts.size());
+  model->to(device);
+  torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(o.lr));
+
+  double accuracy = 0.0;
+  for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
+    model->train();
+    double t_sample = 0, t_gather = 0, t_model = 0, total_loss = 0;
+    int64_t batches = 0;
+    const auto epoch_start = std::chrono::steady_clock::now();
+    Tensor order = g.train_idx.index_select(0, torch::randperm(g.train_idx.numel()));
+    for (const Tensor& seeds : order.split(o.batch_size)) {
+      auto t = std::chrono::steady_clock::now();
+      Batch batch = sampler.sample(seeds);
+      synchronize(device, o.split);
+      t_sample += seconds_since(t);
+      t = std::chrono::steady_clock::now();
+      Tensor x = tiers->gather(batch.node_ids);
+      Tensor y = labels.index_select(0, seeds.to(device));
+      synchronize(device, o.split);
+      t_gather += seconds_since(t);
+      t = std::chrono::steady_clock::now();
+      optimizer.zero_grad();
+      Tensor loss = torch::nn::functional::cross_entropy(model->forward(x, batch.layers), y);
+      loss.backward();
+      optimizer.step();
+      total_loss += loss.item<double>();  // waits for the step, as Python's float(loss) does
+      t_model += seconds_since(t);
+      ++batches;
+    }
+    synchronize(device);
+    const double epoch_time = seconds_since(epoch_start);
+
+    torch::NoGradGuard no_grad;
+    model->eval();
+    int64_t correct = 0;
+    const Tensor test = g.test_idx.slice(0, 0, o.eval_nodes);
+    for (const Tensor& seeds : test.split(o.batch_size)) {
+      Batch batch = sampler.sample(seeds);
+      Tensor predicted = model->forward(tiers->gather(batch.node_ids), batch.layers).argmax(1);
+      correct += (predicted == labels.index_select(0, seeds.to(device))).sum().item<int64_t>();
+    }
+    accuracy = static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(1, test.numel()));
+    char split[96] = "";
+    if (o.split) {
+      std::snprintf(split, sizeof(split), " (sample %.2fs, gather %.2fs, model %.2fs)", t_sample,
+                    t_gather, t_model);
+    }
+    std::printf("epoch %lld: %.3fs%s  loss %.3f  test accuracy %.3f (chance %.3f)\n",
+                static_cast<long long>(epoch), epoch_time, split,
+                total_loss / static_cast<double>(batches), accuracy,
+                1.0 / static_cast<double>(g.num_classes));
+    std::fflush(stdout);
+  }
+  if (accuracy < o.min_accuracy) {
+    std::cerr << "test accuracy " << accuracy << " is below --min-accuracy " << o.min_accuracy
+              << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const c10::Error& error) {
+    std::cerr << "train_sage: " << error.what_without_backtrace() << "\n";
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "train_sage: " << error.what() << "\n";
+    return 2;
+  }
+}

@@ -1,0 +1,85 @@
+"""examples/cpp/train_sage: GraphSAGE trained by a libtorch program with the quiver ops,
+on its own synthetic graph and on one saved by Python. scripts/test.sh builds it (a
+separate CMake project on the installed package) and names it in QUIVER_CPP_TRAINER."""
+import importlib.util
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+TRAINER = os.environ.get("QUIVER_CPP_TRAINER")
+if not TRAINER:
+    if os.environ.get("QUIVER_REQUIRE_CPP_TESTS") == "1":
+        raise RuntimeError("QUIVER_CPP_TRAINER is not set: scripts/test.sh builds examples/cpp")
+    pytest.skip("QUIVER_CPP_TRAINER is not set (scripts/test.sh builds examples/cpp)",
+                allow_module_level=True)
+
+MODES = ["CPU"] + (["GPU", "UVA"] if torch.cuda.is_available() else [])
+
+
+def train(*args, timeout=600):
+    return subprocess.run([TRAINER, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def final_accuracy(stdout: str) -> float:
+    lines = [line for line in stdout.splitlines() if line.startswith("epoch ")]
+    assert lines, stdout
+    return float(lines[-1].split("test accuracy")[1].split()[0])
+
+
+@pytest.fixture(scope="module")
+def saved_graph(tmp_path_factory):
+    spec = importlib.util.spec_from_file_location("save_graph",
+                                                  REPO / "examples" / "cpp" / "save_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    directory = tmp_path_factory.mktemp("graph")
+    module.main([str(directory), "--size", "tiny"])
+    return directory
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_learns_its_synthetic_graph(mode):
+    done = train("--mode", mode, "--epochs", "3", "--hidden", "64", "--min-accuracy", "0.6")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "sample" in done.stdout and "gather" in done.stdout and "model" in done.stdout
+    assert final_accuracy(done.stdout) > 0.6  # eight classes: chance is 0.125
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_learns_a_graph_saved_by_python(saved_graph, mode):
+    done = train("--data", saved_graph, "--mode", mode, "--epochs", "6", "--batch-size", "64",
+                 "--hidden", "64", "--min-accuracy", "0.5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "2000 nodes" in done.stdout
+    assert final_accuracy(done.stdout) > 0.5  # four classes: chance is 0.25
+
+
+def test_low_accuracy_is_a_failure():
+    done = train("--epochs", "1", "--nodes", "2000", "--min-accuracy", "1.01")
+    assert done.returncode == 1 and "below --min-accuracy" in done.stderr
+
+
+def test_truncated_file_is_an_error(saved_graph, tmp_path):
+    broken = tmp_path / "graph"
+    for part in ("topology", "features", "labels"):
+        (broken / part).mkdir(parents=True)
+        for file in (saved_graph / part).iterdir():
+            (broken / part / file.name).write_bytes(file.read_bytes())
+    rows = broken / "features" / "rows.bin"
+    rows.write_bytes(rows.read_bytes()[:-4])
+    done = train("--data", broken)
+    assert done.returncode == 2 and "truncated" in done.stderr, done.stderr
+
+
+def test_bad_arguments_are_errors(tmp_path):
+    done = train("--data", tmp_path / "nothing")
+    assert done.returncode == 2 and "does not exist" in done.stderr
+    done = train("--mode", "TPU")
+    assert done.returncode == 2 and "--mode must be GPU, UVA or CPU" in done.stderr
+    done = train("--fanouts")
+    assert done.returncode == 2 and "needs a value" in done.stderr
