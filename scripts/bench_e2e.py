@@ -246,7 +246,9 @@ def single_gpu(args, results):
                     quiver_epoch(loader, model, optimizer, device, clock)
                     record(name, plain, clock.totals)
             if model_bound is None:
-                loader = qv.SampleLoader(sampler, feature, train[:args.batch_size * 24],
+                some = train[torch.randperm(train.numel(),
+                                            generator=torch.Generator().manual_seed(3))]
+                loader = qv.SampleLoader(sampler, feature, some[:args.batch_size * 24],
                                          args.batch_size, labels=labels, prefetch=0)
                 built = list(loader)
                 model_alone(model, optimizer, built[:4], device)
