@@ -11,6 +11,10 @@ TORCH_LIBRARY(quiver, m) {
   // Fake (meta) kernels live in Python; this tells PyTorch where to find them.
   m.set_python_module("torch_quiver_ops._fake");
 
+  // Every op is tagged pt2_compliant: opcheck (schema, fake kernel, autograd registration,
+  // AOT dispatch) passes for each on CPU and CUDA in its test file, and torch.export +
+  // AOTInductor run them (tests/python/test_export.py).
+
   // Runtime classes first: op schemas may name them (runtime/classes.cpp).
   quiver::runtime::register_runtime_classes(m);
 
@@ -18,7 +22,8 @@ TORCH_LIBRARY(quiver, m) {
   // edge_ids[k] is the input position of the k-th CSR edge.
   m.def(
       "csr_from_coo(Tensor row, Tensor col, int num_nodes) -> "
-      "(Tensor indptr, Tensor indices, Tensor edge_ids)");
+      "(Tensor indptr, Tensor indices, Tensor edge_ids)",
+      {at::Tag::pt2_compliant_tag});
 
   // One hop: up to `fanout` neighbors of each seed (-1: all of them), uniform without
   // replacement unless `replace`. Returns per-seed counts, the flat neighbor ids and the
@@ -29,7 +34,7 @@ TORCH_LIBRARY(quiver, m) {
       "sample_neighbors(Tensor indptr, Tensor indices, Tensor seeds, int fanout, "
       "bool replace=False, Tensor? edge_ids=None, Generator? generator=None) -> "
       "(Tensor counts, Tensor neighbors, Tensor sampled_edge_ids)",
-      {at::Tag::nondeterministic_seeded});
+      {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
 
   // Multi-hop sampling fused with reindexing, in PyG's layout: node_ids holds global ids,
   // seeds first, then each hop's new nodes in order of first appearance; (rows, cols) are
@@ -41,10 +46,10 @@ TORCH_LIBRARY(quiver, m) {
       "bool replace=False, Tensor? edge_ids=None, Generator? generator=None) -> "
       "(Tensor node_ids, Tensor rows, Tensor cols, Tensor sampled_edge_ids, "
       "Tensor nodes_per_hop, Tensor edges_per_hop)",
-      {at::Tag::nondeterministic_seeded});
+      {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
 
   // out[i] = table[ids[i]] for a row-major table of any dtype.
-  m.def("gather_rows(Tensor table, Tensor ids) -> Tensor");
+  m.def("gather_rows(Tensor table, Tensor ids) -> Tensor", {at::Tag::pt2_compliant_tag});
 
   // A table split over tiers, tier k holding the rows at positions [begin_k, begin_k +
   // tiers[k].size(0)) with begin_0 = 0: out[i] = the row at position positions[ids[i]]
@@ -53,5 +58,6 @@ TORCH_LIBRARY(quiver, m) {
   // group_host_reads: a large batch that reads pinned host memory is read in position order
   // (sorted on the GPU), visiting the host table page after page; results are the same.
   m.def("gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids, "
-        "bool group_host_reads=True) -> Tensor");
+        "bool group_host_reads=True) -> Tensor",
+        {at::Tag::pt2_compliant_tag});
 }

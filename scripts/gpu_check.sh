@@ -56,6 +56,7 @@ if has test; then
       -DCMAKE_PREFIX_PATH="$BUILD/install;$torch_prefix" && cmake --build "$BUILD/examples_cpp" ) \
     > "$OUT/examples_cpp.log" 2>&1 || { status=1; tail -n 20 "$OUT/examples_cpp.log"; }
   export QUIVER_CPP_TRAINER=$BUILD/examples_cpp/train_sage
+  export QUIVER_CPP_EXPORT_RUNNER=$BUILD/examples_cpp/run_exported
   step "Python tests (CPU, GPU and UVA modes)"
   QUIVER_TEST_BINARY_DIR=$BUILD/tests/cpp QUIVER_REQUIRE_CPP_TESTS=1 \
     "$PY" -m pytest -q -ra -p no:cacheprovider tests/python -x > "$OUT/pytest.log" 2>&1 || status=1

@@ -21,6 +21,7 @@ cmake -S examples/cpp -B build/examples_cpp -G Ninja -DCMAKE_PREFIX_PATH="$prefi
   -DCMAKE_BUILD_TYPE=Release -Wno-dev > build/examples_cpp.log 2>&1 || { cat build/examples_cpp.log; exit 1; }
 cmake --build build/examples_cpp
 export QUIVER_CPP_TRAINER="$REPO/build/examples_cpp/train_sage"  # run by the Python tests
+export QUIVER_CPP_EXPORT_RUNNER="$REPO/build/examples_cpp/run_exported"
 
 printf '\n== Python tests\n'
 # Run from outside the source tree so that the installed package is the one under test.

@@ -18,6 +18,11 @@
 #include <quiver/ops.h>
 #include <torch/torch.h>
 
+#include "raw_arrays.h"
+
+using raw_arrays::load_arrays;
+using raw_arrays::require;
+
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -94,56 +99,6 @@ Options parse(int argc, char** argv) {
               "--epochs, --batch-size and --fanouts must be positive");
   TORCH_CHECK(o.cache >= 0.0 && o.cache <= 1.0, "--cache must be in [0, 1], got ", o.cache);
   return o;
-}
-
-// ---- the package's raw-file format (torch_quiver_ops.save_arrays): <name>.bin holds the
-// bytes, <stem>.json their dtype, shape and size, written last ----
-
-std::map<std::string, Tensor> load_arrays(const fs::path& directory, const std::string& stem) {
-  const fs::path record = directory / (stem + ".json");
-  std::ifstream file(record);
-  TORCH_CHECK(file, record.string(), " does not exist: nothing was saved in ",
-              directory.string());
-  const std::string json((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  static const std::map<std::string, at::ScalarType> dtypes{
-      {"float32", at::kFloat}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
-      {"float64", at::kDouble}, {"int64", at::kLong}, {"int32", at::kInt},
-      {"int16", at::kShort}, {"int8", at::kChar}, {"uint8", at::kByte}, {"bool", at::kBool}};
-  // {"name": {"dtype": "...", "shape": [...], "nbytes": N, ...}, ...}
-  static const std::regex entry(
-      R"re("(\w+)"\s*:\s*\{\s*"dtype"\s*:\s*"(\w+)"\s*,\s*"shape"\s*:\s*\[([0-9,\s]*)\]\s*,\s*"nbytes"\s*:\s*(\d+))re");
-  std::map<std::string, Tensor> arrays;
-  for (std::sregex_iterator it(json.begin(), json.end(), entry), end; it != end; ++it) {
-    const std::string name = (*it)[1], dtype = (*it)[2];
-    const auto found = dtypes.find(dtype);
-    TORCH_CHECK(found != dtypes.end(), record.string(), ": array ", name, " has dtype ", dtype,
-                ", which this program does not read");
-    std::vector<int64_t> shape;
-    std::string dims = (*it)[3];
-    for (char& c : dims) c = c == ',' ? ' ' : c;
-    std::stringstream stream(dims);
-    for (int64_t d; stream >> d;) shape.push_back(d);
-    const int64_t nbytes = std::stoll((*it)[4]);
-    const fs::path path = directory / (name + ".bin");
-    const int64_t size = fs::exists(path) ? static_cast<int64_t>(fs::file_size(path)) : -1;
-    TORCH_CHECK(size == nbytes, path.string(), " holds ", size, " bytes but ", record.string(),
-                " says ", nbytes, ": the file is truncated or from another save");
-    int64_t count = 1;
-    for (int64_t d : shape) count *= d;
-    const auto options = at::TensorOptions().dtype(found->second);
-    arrays[name] = count == 0 ? at::empty(shape, options)
-                              : at::from_file(path.string(), /*shared=*/true, count, options)
-                                    .view(shape);
-  }
-  TORCH_CHECK(!arrays.empty(), record.string(), " names no arrays");
-  return arrays;
-}
-
-Tensor require(const std::map<std::string, Tensor>& arrays, const std::string& name,
-               const fs::path& where) {
-  const auto found = arrays.find(name);
-  TORCH_CHECK(found != arrays.end(), where.string(), " has no array '", name, "'");
-  return found->second;
 }
 
 // ---- the graph ----

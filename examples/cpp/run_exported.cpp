@@ -1,0 +1,75 @@
+// Runs a GraphSAGE exported by examples/export_sage.py (torch.export + AOTInductor .pt2)
+// from C++, no Python: the model samples and gathers with the quiver ops inside its graph,
+// so this program only loads the package, the graph and the seeds, and calls it.
+//
+//   run_exported MODEL.pt2 GRAPH_DIR [--seeds A:B] [--seed 0] [--out DIR]
+//
+// GRAPH_DIR is what export_sage.py wrote (topology/, features/, labels/). Prints the
+// accuracy on the seeds; --out writes the scores as arrays (torch_quiver_ops.load_arrays
+// reads them). Random numbers come from libtorch's default generator, seeded by --seed,
+// so the same seed gives what eager PyTorch gives after torch.manual_seed(seed).
+#include <quiver/ops.h>  // links the library: the package calls the quiver ops by name
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#include <torch/torch.h>
+
+#include <iostream>
+#include <string>
+
+#include "raw_arrays.h"
+
+int main(int argc, char** argv) {
+  try {
+    TORCH_CHECK(argc >= 3, "usage: run_exported MODEL.pt2 GRAPH_DIR [--seeds A:B] [--seed N] "
+                "[--out DIR]");
+    const std::string package = argv[1];
+    const std::filesystem::path graph = argv[2];
+    int64_t first = 0, last = 1024, seed = 0;
+    std::string out;
+    for (int i = 3; i < argc; ++i) {
+      const std::string arg = argv[i];
+      TORCH_CHECK(i + 1 < argc, "option ", arg, " needs a value");
+      const std::string value = argv[++i];
+      if (arg == "--seeds") {
+        const auto colon = value.find(':');
+        TORCH_CHECK(colon != std::string::npos, "--seeds takes A:B, got ", value);
+        first = std::stoll(value.substr(0, colon));
+        last = std::stoll(value.substr(colon + 1));
+      } else if (arg == "--seed") {
+        seed = std::stoll(value);
+      } else if (arg == "--out") {
+        out = value;
+      } else {
+        TORCH_CHECK(false, "unknown option ", arg);
+      }
+    }
+    const auto topology = raw_arrays::load_arrays(graph / "topology", "csr");
+    const auto features = raw_arrays::load_arrays(graph / "features", "feature");
+    const auto labels = raw_arrays::load_arrays(graph / "labels", "labels");
+    const at::Tensor indptr = raw_arrays::require(topology, "indptr", graph);
+    const at::Tensor indices = raw_arrays::require(topology, "indices", graph);
+    const at::Tensor rows = raw_arrays::require(features, "rows", graph);
+    const at::Tensor y = raw_arrays::require(labels, "y", graph);
+    const int64_t nodes = indptr.numel() - 1;
+    TORCH_CHECK(0 <= first && first < last && last <= nodes, "--seeds ", first, ":", last,
+                " must lie in [0, ", nodes, "]");
+    const at::Tensor seeds = torch::arange(first, last);
+
+    torch::inductor::AOTIModelPackageLoader loader(package);
+    torch::manual_seed(seed);
+    const at::Tensor scores = loader.run({indptr, indices, rows, seeds})[0];
+    TORCH_CHECK(scores.dim() == 2 && scores.size(0) == seeds.numel(), "the model returned ",
+                scores.sizes(), " for ", seeds.numel(), " seeds");
+    const double accuracy =
+        (scores.argmax(1) == y.index_select(0, seeds).to(at::kLong)).to(at::kDouble).mean().item<double>();
+    std::cout << "ran " << package << " on " << seeds.numel() << " seeds: scores "
+              << scores.sizes() << ", accuracy " << accuracy << std::endl;
+    if (!out.empty()) raw_arrays::save_arrays(out, "output", {{"scores", scores}, {"seeds", seeds}});
+    return 0;
+  } catch (const c10::Error& error) {
+    std::cerr << "run_exported: " << error.what_without_backtrace() << "\n";
+    return 2;
+  } catch (const std::exception& error) {
+    std::cerr << "run_exported: " << error.what() << "\n";
+    return 2;
+  }
+}

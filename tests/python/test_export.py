@@ -1,0 +1,120 @@
+"""Models that call the quiver ops, without Python at run time: torch.export +
+AOTInductor packages (examples/export_sage.py) run from Python and from C++
+(examples/cpp/run_exported), torch.compile without graph breaks, and the ops' PT2 tags."""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_quiver_ops as qv
+
+REPO = Path(__file__).resolve().parents[2]
+RUNNER = os.environ.get("QUIVER_CPP_EXPORT_RUNNER")
+if not RUNNER and os.environ.get("QUIVER_REQUIRE_CPP_TESTS") == "1":
+    raise RuntimeError("QUIVER_CPP_EXPORT_RUNNER is not set: scripts/test.sh builds examples/cpp")
+OPS = ["csr_from_coo", "sample_neighbors", "sample_subgraph", "gather_rows",
+       "gather_tiered_rows"]
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("export_sage",
+                                                  REPO / "examples" / "export_sage.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["export_sage"] = module  # torch.compile looks the model's module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("export")
+    result = load_example().main([str(directory)])  # checks the package against eager
+    result["directory"] = directory
+    return result
+
+
+def eager(model, inputs, seeds, seed):
+    with torch.no_grad():
+        torch.manual_seed(seed)
+        return model(*inputs, seeds)
+
+
+@pytest.mark.parametrize("batch", [1, 37, 700])
+def test_package_gives_eager_outputs_for_any_batch_size(exported, batch):
+    package = torch._inductor.aoti_load_package(str(exported["package"]))
+    seeds = torch.randperm(exported["inputs"][0].numel() - 1)[:batch]
+    torch.manual_seed(3)
+    packaged = package(*exported["inputs"], seeds)
+    torch.testing.assert_close(packaged, eager(exported["model"], exported["inputs"], seeds, 3))
+    assert packaged.shape == (batch, exported["num_classes"])
+
+
+def test_package_raises_on_bad_ids(exported):
+    package = torch._inductor.aoti_load_package(str(exported["package"]))
+    nodes = exported["inputs"][0].numel() - 1
+    # The op's own message ("... out of range") goes to stderr; AOTInductor's runner raises
+    # a RuntimeError that names the failed call.
+    with pytest.raises(RuntimeError):
+        package(*exported["inputs"], torch.tensor([0, nodes]))
+    torch.manual_seed(0)  # and the package still works afterwards
+    assert package(*exported["inputs"], torch.tensor([0, 1])).shape[0] == 2
+
+
+@pytest.mark.skipif(not RUNNER, reason="QUIVER_CPP_EXPORT_RUNNER is not set (scripts/test.sh "
+                    "builds examples/cpp)")
+def test_cpp_runs_the_package_as_eager_does(exported, tmp_path):
+    done = subprocess.run([RUNNER, str(exported["package"]), str(exported["directory"] / "graph"),
+                           "--seeds", "100:400", "--seed", "5", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    arrays, _ = qv.load_arrays(tmp_path / "out", "output")
+    seeds = torch.arange(100, 400)
+    assert torch.equal(arrays["seeds"], seeds)
+    torch.testing.assert_close(arrays["scores"], eager(exported["model"], exported["inputs"],
+                                                        seeds, 5))
+    bad = subprocess.run([RUNNER, str(exported["package"]), str(exported["directory"] / "graph"),
+                          "--seeds", "0:999999999"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--seeds" in bad.stderr
+
+
+def test_compiled_training_step_has_no_graph_break(exported):
+    model, inputs, labels = exported["model"], exported["inputs"], exported["labels"]
+    model.train()
+
+    def step(indptr, indices, table, seeds):
+        scores = model(indptr, indices, table, seeds)
+        torch._check(scores.size(0) == seeds.size(0))  # see export_sage.py's docstring
+        return F.cross_entropy(scores, labels[seeds])
+
+    seeds = torch.arange(64)
+    # Dynamo's two switches for data-dependent sizes: the sampled sizes (ops whose output
+    # shape depends on their input) and the per-hop counts read from them stay in the graph.
+    # fallback_random: dropout draws as eager does, so the losses can be compared.
+    with torch._dynamo.config.patch(capture_scalar_outputs=True,
+                                    capture_dynamic_output_shape_ops=True), \
+            torch._inductor.config.patch(fallback_random=True):
+        explanation = torch._dynamo.explain(step)(*inputs, seeds)
+        assert explanation.graph_break_count == 0, explanation.break_reasons
+        compiled = torch.compile(step, fullgraph=True, dynamic=True)
+        for seed in (1, 2):
+            torch.manual_seed(seed)
+            expected = step(*inputs, seeds)
+            torch.manual_seed(seed)
+            loss = compiled(*inputs, seeds)
+            torch.testing.assert_close(loss, expected)
+        loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+    model.eval()
+
+
+def test_every_op_is_tagged_pt2_compliant():
+    registered = sorted(name.split("::")[1] for name in torch._C._dispatch_get_all_op_names()
+                        if name.startswith("quiver::"))
+    assert registered == sorted(OPS)
+    for name in OPS:
+        assert torch.Tag.pt2_compliant_tag in getattr(torch.ops.quiver, name).default.tags, name
