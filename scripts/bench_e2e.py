@@ -25,7 +25,9 @@ The model alone (synchronized, over batches sampled beforehand) is the bound a h
 path approaches. ``--scaling 1,2,4`` launches ``examples/train_sage.py`` under torchrun on
 1, 2 and 4 GPUs with both cache policies and reports throughput (train seeds per second of
 epochs after the first) against one GPU. ``--cpp build/.../train_sage`` also times the
-libtorch training program (examples/cpp) on the same graph, saved as Python saves it. Prints tables; ``--json`` writes every number.
+libtorch training program (examples/cpp) on the same graph, saved as Python saves it;
+``--compile`` times examples/export_sage.py's model (sampling, gathering and GraphSAGE in
+one forward) eager, under torch.compile and as an AOTInductor package. Prints tables; ``--json`` writes every number.
 """
 from __future__ import annotations
 
@@ -56,6 +58,7 @@ TARGETS = {"prefetch GPU 20%": 1.0, "pyg loader + prefetch, targets GPU": 1.3}  
 def load_example(name: str):
     spec = importlib.util.spec_from_file_location(name, REPO / "examples" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # torch.compile looks a module's classes up by its name
     spec.loader.exec_module(module)
     return module
 
@@ -346,6 +349,81 @@ def cpp_rows(args, x, edge_index, topo, train, test, labels, num_classes, hot, r
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def compile_speed(args, results):
+    """examples/export_sage.py's model (it samples, gathers and runs GraphSAGE in its forward)
+    on this graph, everything in the GPU's memory: a training step eager against
+    torch.compile(fullgraph=True), and inference eager against the AOTInductor package."""
+    device = torch.device(args.device) if args.device else torch.device(
+        "cuda" if torch.cuda.is_available() else "cpu")
+    example = load_example("export_sage")
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    graph = synthetic_graph(args.graph, device=device if device.type == "cuda" else None)
+    topo = qv.CSRTopo(graph.edge_index.cpu(), num_nodes=graph.num_nodes)
+    inputs = (topo.indptr.to(device), topo.indices.to(device), graph.x.to(device))
+    labels = graph.y.to(device)
+    order = graph.train_idx[torch.randperm(graph.train_idx.numel())].to(device)
+    batches = list(order.split(args.batch_size))[:60]
+    batches = [b for b in batches if b.numel() == args.batch_size]
+    torch.manual_seed(1)
+    model = example.SampledSAGE(graph.x.size(1), args.hidden, graph.num_classes,
+                                fanouts).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+
+    def loss_of(indptr, indices, table, seeds):
+        scores = model(indptr, indices, table, seeds)
+        torch._check(scores.size(0) == seeds.size(0))
+        return F.cross_entropy(scores, labels[seeds])
+
+    def timed(run, warmup=5):
+        for seeds in batches[:warmup]:
+            run(seeds)
+        sync(device)
+        start = time.perf_counter()
+        for seeds in batches[warmup:]:
+            run(seeds)
+        sync(device)
+        return 1e3 * (time.perf_counter() - start) / len(batches[warmup:])
+
+    def train_with(loss_fn):
+        def run(seeds):
+            optimizer.zero_grad()
+            loss_fn(*inputs, seeds).backward()
+            optimizer.step()
+        return run
+
+    rows = []
+    model.train()
+    rows.append(("training step, eager", timed(train_with(loss_of))))
+    with torch._dynamo.config.patch(capture_scalar_outputs=True,
+                                    capture_dynamic_output_shape_ops=True):
+        compiled = torch.compile(loss_of, fullgraph=True, dynamic=True)
+        start = time.perf_counter()
+        train_with(compiled)(batches[0])
+        compile_s = time.perf_counter() - start
+        rows.append(("training step, torch.compile", timed(train_with(compiled))))
+    model.eval()
+    with torch.no_grad():
+        rows.append(("inference, eager", timed(lambda seeds: model(*inputs, seeds))))
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        path = example.export(model, (*inputs, batches[0]), Path(tmp) / "model.pt2")
+        export_s = time.perf_counter() - start
+        package = torch._inductor.aoti_load_package(path)
+        with torch.no_grad():
+            rows.append(("inference, AOTInductor package", timed(lambda seeds: package(*inputs,
+                                                                                        seeds))))
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"\nSampling + gathering + GraphSAGE in one module on {name}, '{args.graph}' graph, "
+          f"batch {args.batch_size}, fanouts {fanouts}, every table in {device.type} memory "
+          f"(compile {compile_s:.0f}s, export + package {export_s:.0f}s)")
+    print(f"{'path':<34} {'ms/batch':>9}")
+    for label, ms in rows:
+        print(f"{label:<34} {ms:9.2f}")
+    results["compile"] = {"device": name, "graph": args.graph, "compile_s": compile_s,
+                          "export_s": export_s, "rows": [{"path": p, "ms_per_batch": ms}
+                                                         for p, ms in rows]}
+
+
 def print_table(results):
     print(f"\nGraphSAGE epoch on {results['device']}, '{results['graph']}' graph, "
           f"{results['batches']} batches of {results['batch_size']}, fanouts {results['fanouts']}")
@@ -415,6 +493,8 @@ def main():
                         help="GPU counts for torchrun runs, e.g. 1,2,4 (skips the one-GPU table)")
     parser.add_argument("--scaling-mode", default="GPU", choices=["GPU", "UVA"])
     parser.add_argument("--scaling-epochs", type=int, default=3)
+    parser.add_argument("--compile", action="store_true",
+                        help="only time torch.compile and the AOTInductor package against eager")
     parser.add_argument("--cpp", default=None,
                         help="examples/cpp/train_sage binary to time beside the Python loop")
     parser.add_argument("--json", default=None)
@@ -422,6 +502,8 @@ def main():
     results = {}
     if args.scaling:
         scaling(args, results)
+    elif args.compile:
+        compile_speed(args, results)
     else:
         single_gpu(args, results)
     if args.json:

@@ -2,12 +2,13 @@
 // from C++, no Python: the model samples and gathers with the quiver ops inside its graph,
 // so this program only loads the package, the graph and the seeds, and calls it.
 //
-//   run_exported MODEL.pt2 GRAPH_DIR [--seeds A:B] [--seed 0] [--out DIR]
+//   run_exported MODEL.pt2 GRAPH_DIR [--seeds A:B] [--seed 0] [--device cpu|cuda] [--out DIR]
 //
 // GRAPH_DIR is what export_sage.py wrote (topology/, features/, labels/). Prints the
 // accuracy on the seeds; --out writes the scores as arrays (torch_quiver_ops.load_arrays
 // reads them). Random numbers come from libtorch's default generator, seeded by --seed,
-// so the same seed gives what eager PyTorch gives after torch.manual_seed(seed).
+// so the same seed gives what eager PyTorch gives after torch.manual_seed(seed). A package
+// exported on CUDA takes --device cuda (the graph and seeds then go to GPU 0).
 #include <quiver/ops.h>  // links the library: the package calls the quiver ops by name
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/torch.h>
@@ -20,11 +21,11 @@
 int main(int argc, char** argv) {
   try {
     TORCH_CHECK(argc >= 3, "usage: run_exported MODEL.pt2 GRAPH_DIR [--seeds A:B] [--seed N] "
-                "[--out DIR]");
+                "[--device cpu|cuda] [--out DIR]");
     const std::string package = argv[1];
     const std::filesystem::path graph = argv[2];
     int64_t first = 0, last = 1024, seed = 0;
-    std::string out;
+    std::string out, device_name = "cpu";
     for (int i = 3; i < argc; ++i) {
       const std::string arg = argv[i];
       TORCH_CHECK(i + 1 < argc, "option ", arg, " needs a value");
@@ -36,6 +37,8 @@ int main(int argc, char** argv) {
         last = std::stoll(value.substr(colon + 1));
       } else if (arg == "--seed") {
         seed = std::stoll(value);
+      } else if (arg == "--device") {
+        device_name = value;
       } else if (arg == "--out") {
         out = value;
       } else {
@@ -54,9 +57,15 @@ int main(int argc, char** argv) {
                 " must lie in [0, ", nodes, "]");
     const at::Tensor seeds = torch::arange(first, last);
 
-    torch::inductor::AOTIModelPackageLoader loader(package);
+    const at::Device device(device_name);
+    TORCH_CHECK(device.is_cpu() || torch::cuda::is_available(), "--device ", device_name,
+                " needs a CUDA GPU, and libtorch sees none");
+    torch::inductor::AOTIModelPackageLoader loader(package, "model", false, 1,
+                                                   device.is_cuda() ? 0 : -1);
     torch::manual_seed(seed);
-    const at::Tensor scores = loader.run({indptr, indices, rows, seeds})[0];
+    const at::Tensor scores =
+        loader.run({indptr.to(device), indices.to(device), rows.to(device), seeds.to(device)})[0]
+            .cpu();
     TORCH_CHECK(scores.dim() == 2 && scores.size(0) == seeds.numel(), "the model returned ",
                 scores.sizes(), " for ", seeds.numel(), " seeds");
     const double accuracy =

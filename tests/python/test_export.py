@@ -30,11 +30,16 @@ def load_example():
     return module
 
 
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    directory = tmp_path_factory.mktemp("export")
-    result = load_example().main([str(directory)])  # checks the package against eager
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and qv.cuda_kernels_built() else [])
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def exported(request, tmp_path_factory):
+    directory = tmp_path_factory.mktemp(f"export-{request.param}")
+    # main() also checks the package against eager PyTorch.
+    result = load_example().main([str(directory), "--device", request.param])
     result["directory"] = directory
+    result["device"] = request.param
     return result
 
 
@@ -47,7 +52,7 @@ def eager(model, inputs, seeds, seed):
 @pytest.mark.parametrize("batch", [1, 37, 700])
 def test_package_gives_eager_outputs_for_any_batch_size(exported, batch):
     package = torch._inductor.aoti_load_package(str(exported["package"]))
-    seeds = torch.randperm(exported["inputs"][0].numel() - 1)[:batch]
+    seeds = torch.randperm(exported["inputs"][0].numel() - 1)[:batch].to(exported["device"])
     torch.manual_seed(3)
     packaged = package(*exported["inputs"], seeds)
     torch.testing.assert_close(packaged, eager(exported["model"], exported["inputs"], seeds, 3))
@@ -60,23 +65,25 @@ def test_package_raises_on_bad_ids(exported):
     # The op's own message ("... out of range") goes to stderr; AOTInductor's runner raises
     # a RuntimeError that names the failed call.
     with pytest.raises(RuntimeError):
-        package(*exported["inputs"], torch.tensor([0, nodes]))
-    torch.manual_seed(0)  # and the package still works afterwards
-    assert package(*exported["inputs"], torch.tensor([0, 1])).shape[0] == 2
+        package(*exported["inputs"], torch.tensor([0, nodes], device=exported["device"]))
+    torch.manual_seed(0)  # and the package (and the GPU) still work afterwards
+    ok = package(*exported["inputs"], torch.tensor([0, 1], device=exported["device"]))
+    assert ok.shape[0] == 2
 
 
 @pytest.mark.skipif(not RUNNER, reason="QUIVER_CPP_EXPORT_RUNNER is not set (scripts/test.sh "
                     "builds examples/cpp)")
 def test_cpp_runs_the_package_as_eager_does(exported, tmp_path):
     done = subprocess.run([RUNNER, str(exported["package"]), str(exported["directory"] / "graph"),
-                           "--seeds", "100:400", "--seed", "5", "--out", str(tmp_path / "out")],
+                           "--seeds", "100:400", "--seed", "5", "--device", exported["device"],
+                           "--out", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     arrays, _ = qv.load_arrays(tmp_path / "out", "output")
     seeds = torch.arange(100, 400)
     assert torch.equal(arrays["seeds"], seeds)
-    torch.testing.assert_close(arrays["scores"], eager(exported["model"], exported["inputs"],
-                                                        seeds, 5))
+    expected = eager(exported["model"], exported["inputs"], seeds.to(exported["device"]), 5)
+    torch.testing.assert_close(arrays["scores"], expected.cpu())
     bad = subprocess.run([RUNNER, str(exported["package"]), str(exported["directory"] / "graph"),
                           "--seeds", "0:999999999"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--seeds" in bad.stderr
