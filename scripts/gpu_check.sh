@@ -26,7 +26,9 @@ nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1 || true
 
 # The image's default CXX (an /opt/gcc wrapper) links libstdc++ statically into shared
 # libraries; a second libstdc++ beside Python's crashes on the first formatted error
-# message. Build with the system compiler, and check the result for that mistake.
+# message. Build with the system compiler, and check the result for that mistake. AOTInductor
+# compiles its packages with $CXX too (tests/python/test_export.py): with the wrapper, loading
+# a package segfaults.
 if [ -x /usr/bin/g++ ]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi
 
 if has build; then

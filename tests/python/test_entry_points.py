@@ -68,6 +68,50 @@ def test_libtorch_binary_runs_the_saved_model(tmp_path):
     assert "sampled" in result.stdout
 
 
+class HoldsRuntimeClasses(torch.nn.Module):
+    """A scripted module holding a feature store layout and a shard map (pickled with it),
+    with what they must answer saved beside them, so a program that loads it can check."""
+
+    def __init__(self, table: torch.Tensor, ids: torch.Tensor):
+        super().__init__()
+        order = torch.randperm(table.size(0))
+        positions = torch.empty_like(order)
+        positions[order] = torch.arange(table.size(0))
+        split = table.size(0) // 3
+        self.tiers = torch.classes.quiver.FeatureTiers(
+            [table[order[:split]].clone(), table[order[split:]].clone()], positions)
+        self.shard_map = torch.classes.quiver.ShardMap.build(order, 3, 4, None)
+        self.ids = ids
+        self.expected_rows = table[ids]
+        self.expected_hosts = self.shard_map.locate(ids)[0]
+
+    def forward(self, ids: torch.Tensor):
+        return self.tiers.gather(ids), self.shard_map.locate(ids)[0]
+
+
+def held_classes_model_path(tmp_path: Path) -> Path:
+    table = torch.randn(50, 6)
+    module = HoldsRuntimeClasses(table, torch.tensor([0, 49, 7, 7, 23]))
+    path = tmp_path / "holds_runtime_classes.pt"
+    torch.jit.script(module).save(str(path))
+    return path
+
+
+def test_scripted_module_keeps_its_runtime_classes(tmp_path):
+    loaded = torch.jit.load(str(held_classes_model_path(tmp_path)))
+    rows, hosts = loaded(loaded.ids)
+    assert torch.equal(rows, loaded.expected_rows)
+    assert torch.equal(hosts, loaded.expected_hosts)
+
+
+def test_libtorch_binary_runs_a_model_holding_runtime_classes(tmp_path):
+    binary = cpp_binary("run_scripted_model")
+    result = subprocess.run([str(binary), "--held-classes", str(held_classes_model_path(tmp_path))],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "restored" in result.stdout
+
+
 def test_torch_compile_fullgraph():
     row, col = ring()
     indptr, indices, eid = qv.ops.csr_from_coo(row, col, 30)
