@@ -35,6 +35,12 @@ void register_runtime_classes(torch::Library& m) {
       .def("num_rows", &FeatureTiers::num_rows)
       .def("shape", &FeatureTiers::shape)
       .def("leading_rows", &FeatureTiers::leading_rows)
+      // torch.export rebuilds the fake class (torch_quiver_ops/_fake.py) from these.
+      .def("__obj_flatten__",
+           [](const c10::intrusive_ptr<FeatureTiers>& self) {
+             return std::make_tuple(std::make_tuple(std::string("tiers"), self->tiers()),
+                                    std::make_tuple(std::string("positions"), self->positions()));
+           })
       .def_pickle(
           [](const c10::intrusive_ptr<FeatureTiers>& self) { return self->state(); },
           [](FeatureTiers::State state) { return FeatureTiers::from_state(std::move(state)); });

@@ -1,5 +1,6 @@
 """Fake (meta) kernels: output shapes and dtypes of every op, for torch.compile and
-torch.export. Sizes that depend on the data are fresh symbolic sizes."""
+torch.export. Sizes that depend on the data are fresh symbolic sizes. And the fake class of
+FeatureTiers, so that export traces models that hold one."""
 import torch
 
 
@@ -42,3 +43,37 @@ def _gather_rows_fake(table, ids):
 @torch.library.register_fake("quiver::gather_tiered_rows")
 def _gather_tiered_rows_fake(tiers, positions, ids, group_host_reads=True):
     return tiers[0].new_empty((ids.shape[0], *tiers[0].shape[1:]), device=ids.device)
+
+
+@torch._library.register_fake_class("quiver::FeatureTiers")
+class FakeFeatureTiers:
+    """FeatureTiers while torch.export traces a model that holds one: its tensors (fake),
+    and gather as the op it runs."""
+
+    def __init__(self, tiers, positions):
+        self._tiers = list(tiers)
+        self._positions = positions
+
+    @classmethod
+    def __obj_unflatten__(cls, flattened):
+        return cls(**dict(flattened))
+
+    def gather(self, ids):
+        return torch.ops.quiver.gather_tiered_rows.default(self._tiers, self._positions, ids, True)
+
+    def tiers(self):
+        return self._tiers
+
+    def positions(self):
+        return self._positions
+
+    def num_rows(self) -> int:  # ids the table answers
+        if self._positions is not None:
+            return self._positions.size(0)
+        return sum(t.size(0) for t in self._tiers)
+
+    def shape(self):
+        return [self.num_rows(), *self._tiers[0].shape[1:]]
+
+    def leading_rows(self) -> int:
+        return sum(t.size(0) for t in self._tiers[:-1])

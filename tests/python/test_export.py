@@ -125,3 +125,45 @@ def test_every_op_is_tagged_pt2_compliant():
     assert registered == sorted(OPS)
     for name in OPS:
         assert torch.Tag.pt2_compliant_tag in getattr(torch.ops.quiver, name).default.tags, name
+
+
+class HoldsTiers(torch.nn.Module):
+    def __init__(self, tiers):
+        super().__init__()
+        self.tiers = tiers
+        self.lin = torch.nn.Linear(6, 3)
+
+    def forward(self, ids):
+        return self.lin(self.tiers.gather(ids))
+
+
+def test_export_traces_a_model_holding_feature_tiers():
+    table = torch.randn(40, 6)
+    order = torch.randperm(40)
+    positions = torch.empty_like(order)
+    positions[order] = torch.arange(40)
+    tiers = torch.classes.quiver.FeatureTiers([table[order[:10]].clone(),
+                                               table[order[10:]].clone()], positions)
+    model = HoldsTiers(tiers)
+    count = torch.export.Dim("count", min=1, max=1 << 20)
+    program = torch.export.export(model, (torch.tensor([0, 39, 5]),), strict=False,
+                                  dynamic_shapes=({0: count},))
+    assert any("call_torchbind" in str(node.target) for node in program.graph.nodes)
+    ids = torch.randint(40, (25,))
+    with torch.no_grad():
+        torch.testing.assert_close(program.module()(ids), model.lin(table[ids]))
+
+
+def test_package_holds_feature_tiers(tmp_path):
+    """AOTInductor packages the held FeatureTiers too (through its pickle)."""
+    table = torch.randn(40, 6)
+    tiers = torch.classes.quiver.FeatureTiers([table[:15].clone(), table[15:].clone()], None)
+    model = HoldsTiers(tiers)
+    count = torch.export.Dim("count", min=1, max=1 << 20)
+    program = torch.export.export(model, (torch.tensor([0, 39, 5]),), strict=False,
+                                  dynamic_shapes=({0: count},))
+    path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "t.pt2"))
+    package = torch._inductor.aoti_load_package(path)
+    ids = torch.randint(40, (25,))
+    with torch.no_grad():
+        torch.testing.assert_close(package(ids), model.lin(table[ids]))
