@@ -92,19 +92,6 @@ class PygSAGE(torch.nn.Module):
         return x
 
 
-class Clock:
-    def __init__(self, device):
-        self.device = device
-        self.totals = {}
-
-    def lap(self, phase, since):
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        now = time.perf_counter()
-        self.totals[phase] = self.totals.get(phase, 0.0) + now - since
-        return now
-
-
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -206,7 +193,8 @@ def single_gpu(args, results):
     results.update(device=torch.cuda.get_device_name(device) if cuda else "cpu",
                    graph=args.graph, batches=num_batches, fanouts=fanouts,
                    batch_size=args.batch_size, rows=[])
-    sage = load_example("train_sage").SAGE
+    train_sage = load_example("train_sage")
+    sage, Clock = train_sage.SAGE, train_sage.Clock  # the main job's model and phase clock
 
     def fresh_model():
         torch.manual_seed(1)
