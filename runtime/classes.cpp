@@ -3,6 +3,8 @@
 // pair whose restore path runs the validating constructor.
 #include "runtime/classes.h"
 
+#include <ATen/ATen.h>
+
 #include <quiver/dist_feature.h>
 #include <quiver/feature_tiers.h>
 #include <quiver/host_pin.h>
@@ -54,8 +56,20 @@ void register_runtime_classes(torch::Library& m) {
       .def("local_ids", &ShardMap::local_ids)
       .def("host_of", &ShardMap::host_of)
       .def("local_index", &ShardMap::local_index)
-      .def("locate", &ShardMap::locate)
+      // A list, not a tuple: torch.export's effect tokens take a method's one return as one
+      // output, and a tuple would have to be two (torch 2.11).
+      .def("locate",
+           [](const c10::intrusive_ptr<ShardMap>& self, const at::Tensor& ids) {
+             auto [host, local] = self->locate(ids);
+             return std::vector<at::Tensor>{host, local};
+           })
       .def("fingerprint", &ShardMap::fingerprint)
+      .def("__obj_flatten__",
+           [](const c10::intrusive_ptr<ShardMap>& self) {
+             return std::make_tuple(std::make_tuple(std::string("host_of"), self->host_of()),
+                                    std::make_tuple(std::string("local_index"), self->local_index()),
+                                    std::make_tuple(std::string("num_hosts"), self->num_hosts()));
+           })
       .def_pickle([](const c10::intrusive_ptr<ShardMap>& self) { return self->state(); },
                   [](ShardMap::State state) { return ShardMap::from_state(std::move(state)); });
   m.class_<Transport>("Transport")
@@ -65,7 +79,14 @@ void register_runtime_classes(torch::Library& m) {
       .def("kind", &Transport::kind)
       .def("host", &Transport::host)
       .def("num_hosts", &Transport::num_hosts)
-      .def("is_collective", &Transport::is_collective);
+      .def("is_collective", &Transport::is_collective)
+      .def("__obj_flatten__",
+           [](const c10::intrusive_ptr<Transport>& self) {
+             return std::make_tuple(std::make_tuple(std::string("kind"), self->kind()),
+                                    std::make_tuple(std::string("host"), self->host()),
+                                    std::make_tuple(std::string("num_hosts"), self->num_hosts()),
+                                    std::make_tuple(std::string("collective"), self->is_collective()));
+           });
   m.class_<FetchWork>("FetchWork").def("wait", &FetchWork::wait).def("done", &FetchWork::done);
   m.class_<DistFeature>("DistFeature")
       .def(torch::init<c10::intrusive_ptr<ShardMap>, c10::intrusive_ptr<FeatureTiers>,
@@ -77,7 +98,19 @@ void register_runtime_classes(torch::Library& m) {
       .def("last_local_fraction", &DistFeature::last_local_fraction)
       .def("shard_map", &DistFeature::shard_map)
       .def("local", &DistFeature::local)
-      .def("transport", &DistFeature::transport);
+      .def("transport", &DistFeature::transport)
+      // A traced gather needs only what its rows look like: a table of no rows with the
+      // local table's dtype and row shape (the rows land on the ids' device).
+      .def("__obj_flatten__", [](const c10::intrusive_ptr<DistFeature>& self) {
+        const at::Tensor first_tier = self->local()->tiers().front();
+        std::vector<int64_t> row_shape = first_tier.sizes().vec();
+        row_shape.front() = 0;
+        return std::make_tuple(
+            std::make_tuple(std::string("no_rows"), at::empty(row_shape, first_tier.options())),
+            std::make_tuple(std::string("num_rows"), self->shard_map()->num_rows()),
+            std::make_tuple(std::string("host"), self->host()),
+            std::make_tuple(std::string("num_hosts"), self->num_hosts()));
+      });
 }
 
 }  // namespace quiver::runtime

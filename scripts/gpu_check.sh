@@ -4,6 +4,7 @@
 # the kernels, and the benchmarks. Logs go to $OUT (default build/gpu_out).
 #   QUIVER_GPU_STAGES: comma list of build,test,sanitize,train,bench,bench_feature,bench_e2e
 #                      (default: all)
+#   QUIVER_PYTEST_ARGS: what pytest runs in the test stage (default: tests/python)
 #   QUIVER_BENCH_ARGS, QUIVER_FEATURE_BENCH_ARGS, QUIVER_E2E_BENCH_ARGS: extra arguments for
 #                      the benchmarks (e.g. QUIVER_E2E_BENCH_ARGS="--scaling 1,2,4")
 set -uo pipefail
@@ -61,7 +62,7 @@ if has test; then
   export QUIVER_CPP_EXPORT_RUNNER=$BUILD/examples_cpp/run_exported
   step "Python tests (CPU, GPU and UVA modes)"
   QUIVER_TEST_BINARY_DIR=$BUILD/tests/cpp QUIVER_REQUIRE_CPP_TESTS=1 \
-    "$PY" -m pytest -q -ra -p no:cacheprovider tests/python -x > "$OUT/pytest.log" 2>&1 || status=1
+    "$PY" -m pytest -q -ra -p no:cacheprovider ${QUIVER_PYTEST_ARGS:-tests/python} -x > "$OUT/pytest.log" 2>&1 || status=1
   tail -n 25 "$OUT/pytest.log"
 fi
 

@@ -1,6 +1,8 @@
 """Fake (meta) kernels: output shapes and dtypes of every op, for torch.compile and
-torch.export. Sizes that depend on the data are fresh symbolic sizes. And the fake class of
-FeatureTiers, so that export traces models that hold one."""
+torch.export. Sizes that depend on the data are fresh symbolic sizes. And the fake classes of
+the runtime classes a model may hold (FeatureTiers, ShardMap, DistFeature, Transport), so
+that export traces models that hold them: each is rebuilt from its class's __obj_flatten__
+(runtime/classes.cpp), and answers its methods with fake tensors."""
 import torch
 
 
@@ -77,3 +79,88 @@ class FakeFeatureTiers:
 
     def leading_rows(self) -> int:
         return sum(t.size(0) for t in self._tiers[:-1])
+
+
+@torch._library.register_fake_class("quiver::ShardMap")
+class FakeShardMap:
+    """ShardMap while export traces: its two tensors (fake) and the host count."""
+
+    def __init__(self, host_of, local_index, num_hosts):
+        self._host_of = host_of
+        self._local_index = local_index
+        self._num_hosts = num_hosts
+
+    @classmethod
+    def __obj_unflatten__(cls, flattened):
+        return cls(**dict(flattened))
+
+    def locate(self, ids):
+        # (owner, local index) of each id, as int64 on the ids' device.
+        return [ids.new_empty(ids.shape, dtype=torch.long),
+                ids.new_empty(ids.shape, dtype=torch.long)]
+
+    def host_of(self):
+        return self._host_of
+
+    def local_index(self):
+        return self._local_index
+
+    def num_rows(self) -> int:
+        return self._host_of.size(0)
+
+    def num_hosts(self) -> int:
+        return self._num_hosts
+
+
+@torch._library.register_fake_class("quiver::DistFeature")
+class FakeDistFeature:
+    """DistFeature while export traces: the rows' dtype and shape (a table of no rows) and
+    the hosts. The real gather (and its exchange with the other hosts) runs when the
+    exported program does."""
+
+    def __init__(self, no_rows, num_rows, host, num_hosts):
+        self._no_rows = no_rows
+        self._num_rows = num_rows
+        self._host = host
+        self._num_hosts = num_hosts
+
+    @classmethod
+    def __obj_unflatten__(cls, flattened):
+        return cls(**dict(flattened))
+
+    def gather(self, ids):
+        return self._no_rows.new_empty((ids.shape[0], *self._no_rows.shape[1:]),
+                                       device=ids.device)
+
+    def host(self) -> int:
+        return self._host
+
+    def num_hosts(self) -> int:
+        return self._num_hosts
+
+
+@torch._library.register_fake_class("quiver::Transport")
+class FakeTransport:
+    """Transport while export traces: what it is and which host it serves."""
+
+    def __init__(self, kind, host, num_hosts, collective):
+        self._kind = kind
+        self._host = host
+        self._num_hosts = num_hosts
+        self._collective = collective
+
+    @classmethod
+    def __obj_unflatten__(cls, flattened):
+        return cls(**dict(flattened))
+
+    def kind(self) -> str:
+        return self._kind
+
+    def host(self) -> int:
+        return self._host
+
+    def num_hosts(self) -> int:
+        return self._num_hosts
+
+    def is_collective(self) -> bool:
+        return self._collective

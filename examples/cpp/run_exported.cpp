@@ -3,12 +3,17 @@
 // so this program only loads the package, the graph and the seeds, and calls it.
 //
 //   run_exported MODEL.pt2 GRAPH_DIR [--seeds A:B] [--seed 0] [--device cpu|cuda] [--out DIR]
+//   run_exported MODEL.pt2 --inputs DIR --out DIR [--seed 0] [--device cpu|cuda]
 //
 // GRAPH_DIR is what export_sage.py wrote (topology/, features/, labels/). Prints the
 // accuracy on the seeds; --out writes the scores as arrays (torch_quiver_ops.load_arrays
 // reads them). Random numbers come from libtorch's default generator, seeded by --seed,
 // so the same seed gives what eager PyTorch gives after torch.manual_seed(seed). A package
 // exported on CUDA takes --device cuda (the graph and seeds then go to GPU 0).
+//
+// The second form runs any package: its inputs are the arrays input_0, input_1, ... that
+// save_arrays(DIR, "inputs", ...) wrote, and its outputs are written as output_0, ... (stem
+// "outputs"). Objects the model holds (a FeatureTiers, a ShardMap) come from the package.
 #include <quiver/ops.h>  // links the library: the package calls the quiver ops by name
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/torch.h>
@@ -18,15 +23,47 @@
 
 #include "raw_arrays.h"
 
+namespace {
+
+torch::inductor::AOTIModelPackageLoader load_package(const std::string& package,
+                                                     const at::Device& device) {
+  TORCH_CHECK(device.is_cpu() || torch::cuda::is_available(), "--device ", device,
+              " needs a CUDA GPU, and libtorch sees none");
+  return torch::inductor::AOTIModelPackageLoader(package, "model", false, 1,
+                                                 device.is_cuda() ? 0 : -1);
+}
+
+// The second form: the package's inputs from arrays, its outputs to arrays.
+void run_on_arrays(const std::string& package, const std::filesystem::path& inputs_dir,
+                   const std::string& out, const at::Device& device) {
+  TORCH_CHECK(!out.empty(), "--inputs needs --out DIR");
+  const auto arrays = raw_arrays::load_arrays(inputs_dir, "inputs");
+  std::vector<at::Tensor> inputs;
+  while (arrays.count("input_" + std::to_string(inputs.size())))
+    inputs.push_back(arrays.at("input_" + std::to_string(inputs.size())).to(device));
+  TORCH_CHECK(inputs.size() == arrays.size(), "--inputs ", inputs_dir.string(),
+              ": arrays must be named input_0, input_1, ... without gaps");
+  auto loader = load_package(package, device);
+  const std::vector<at::Tensor> outputs = loader.run(inputs);
+  std::map<std::string, at::Tensor> named;
+  for (size_t i = 0; i < outputs.size(); ++i) named["output_" + std::to_string(i)] = outputs[i];
+  raw_arrays::save_arrays(out, "outputs", named);
+  std::cout << "ran " << package << " on " << inputs.size() << " inputs: " << outputs.size()
+            << " outputs" << std::endl;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   try {
     TORCH_CHECK(argc >= 3, "usage: run_exported MODEL.pt2 GRAPH_DIR [--seeds A:B] [--seed N] "
-                "[--device cpu|cuda] [--out DIR]");
+                "[--device cpu|cuda] [--out DIR]\n       run_exported MODEL.pt2 --inputs DIR "
+                "--out DIR [--seed N] [--device cpu|cuda]");
     const std::string package = argv[1];
-    const std::filesystem::path graph = argv[2];
+    const bool on_arrays = std::string(argv[2]) == "--inputs";
     int64_t first = 0, last = 1024, seed = 0;
-    std::string out, device_name = "cpu";
-    for (int i = 3; i < argc; ++i) {
+    std::string out, inputs_dir, device_name = "cpu";
+    for (int i = on_arrays ? 2 : 3; i < argc; ++i) {
       const std::string arg = argv[i];
       TORCH_CHECK(i + 1 < argc, "option ", arg, " needs a value");
       const std::string value = argv[++i];
@@ -41,10 +78,19 @@ int main(int argc, char** argv) {
         device_name = value;
       } else if (arg == "--out") {
         out = value;
+      } else if (arg == "--inputs") {
+        inputs_dir = value;
       } else {
         TORCH_CHECK(false, "unknown option ", arg);
       }
     }
+    const at::Device device(device_name);
+    torch::manual_seed(seed);
+    if (on_arrays) {
+      run_on_arrays(package, inputs_dir, out, device);
+      return 0;
+    }
+    const std::filesystem::path graph = argv[2];
     const auto topology = raw_arrays::load_arrays(graph / "topology", "csr");
     const auto features = raw_arrays::load_arrays(graph / "features", "feature");
     const auto labels = raw_arrays::load_arrays(graph / "labels", "labels");
@@ -57,11 +103,7 @@ int main(int argc, char** argv) {
                 " must lie in [0, ", nodes, "]");
     const at::Tensor seeds = torch::arange(first, last);
 
-    const at::Device device(device_name);
-    TORCH_CHECK(device.is_cpu() || torch::cuda::is_available(), "--device ", device_name,
-                " needs a CUDA GPU, and libtorch sees none");
-    torch::inductor::AOTIModelPackageLoader loader(package, "model", false, 1,
-                                                   device.is_cuda() ? 0 : -1);
+    auto loader = load_package(package, device);
     torch::manual_seed(seed);
     const at::Tensor scores =
         loader.run({indptr.to(device), indices.to(device), rows.to(device), seeds.to(device)})[0]

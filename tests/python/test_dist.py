@@ -193,6 +193,57 @@ def test_a_peer_that_dies_is_named_by_every_survivor(tmp_path):
         assert "RuntimeError" in message and "host 2 has stopped answering" in message, message
 
 
+class HoldsDistFeature(torch.nn.Module):
+    def __init__(self, feature, width):
+        super().__init__()
+        self.feature = feature  # torch.classes.quiver.DistFeature
+        self.lin = torch.nn.Linear(width, 3)
+
+    def forward(self, ids):
+        return self.lin(self.feature.gather(ids))
+
+
+def export_worker(rank, world, port, directory, results):
+    """Each host exports a model holding its DistFeature (traced with the fake class, no
+    exchange) and runs the exported program, whose gathers then fetch from the peer."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=60))
+    try:
+        x = torch.load(Path(directory) / "x.pt")
+        feature = qv.dist.DistFeature.load(directory, device_list=[], timeout=20.0)
+        torch.manual_seed(0)  # the same weights on both hosts
+        model = HoldsDistFeature(feature._runtime, x.size(1))
+        count = torch.export.Dim("count", min=1, max=1 << 20)
+        program = torch.export.export(model, (torch.tensor([0, 1, 2]),), strict=False,
+                                      dynamic_shapes=({0: count},))
+        assert any("call_torchbind" in str(n.target) for n in program.graph.nodes)
+        exported = program.module()
+        gen = torch.Generator().manual_seed(rank)
+        with torch.no_grad():
+            for size in (1, 57, 300):
+                ids = torch.randint(x.size(0), (size,), generator=gen)
+                torch.testing.assert_close(exported(ids), model.lin(x[ids]))
+        (Path(results) / f"ok_{rank}").write_text("ok")
+    except Exception as error:  # noqa: BLE001
+        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
+    finally:
+        feature = model = program = exported = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@pytest.mark.timeout(600)
+def test_exported_model_holding_a_dist_feature_gathers_across_hosts(tmp_path):
+    x = table(400, 5)
+    qv.dist.partition_features(x, tmp_path / "parts", 2, torch.randperm(400), 0.2)
+    torch.save(x, tmp_path / "parts" / "x.pt")
+    (tmp_path / "results").mkdir()
+    mp.spawn(export_worker, args=(2, free_port(), str(tmp_path / "parts"),
+                                  str(tmp_path / "results")), nprocs=2, join=True)
+    seen = {p.name: p.read_text() for p in (tmp_path / "results").iterdir()}
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
 # ---- two hosts in separate network namespaces, torchrun --nnodes 2 ----
 
 NETNS_WORKER = textwrap.dedent('''

@@ -167,3 +167,84 @@ def test_package_holds_feature_tiers(tmp_path):
     ids = torch.randint(40, (25,))
     with torch.no_grad():
         torch.testing.assert_close(package(ids), model.lin(table[ids]))
+
+
+def run_package_in_cpp(package, inputs, tmp_path):
+    """The package run by examples/cpp/run_exported on raw arrays: its outputs."""
+    qv.save_arrays(tmp_path / "inputs", "inputs",
+                   {f"input_{i}": t for i, t in enumerate(inputs)})
+    done = subprocess.run([RUNNER, str(package), "--inputs", str(tmp_path / "inputs"),
+                           "--out", str(tmp_path / "outputs")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    arrays, _ = qv.load_arrays(tmp_path / "outputs", "outputs")
+    return [arrays[f"output_{i}"] for i in range(len(arrays))]
+
+
+@pytest.mark.skipif(not RUNNER, reason="QUIVER_CPP_EXPORT_RUNNER is not set (scripts/test.sh "
+                    "builds examples/cpp)")
+def test_cpp_runs_a_package_holding_feature_tiers(tmp_path):
+    table = torch.randn(40, 6)
+    order = torch.randperm(40)
+    positions = torch.empty_like(order)
+    positions[order] = torch.arange(40)
+    tiers = torch.classes.quiver.FeatureTiers([table[order[:10]].clone(),
+                                               table[order[10:]].clone()], positions)
+    model = HoldsTiers(tiers)
+    count = torch.export.Dim("count", min=1, max=1 << 20)
+    program = torch.export.export(model, (torch.tensor([0, 39, 5]),), strict=False,
+                                  dynamic_shapes=({0: count},))
+    path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "t.pt2"))
+    ids = torch.randint(40, (57,))
+    (scores,) = run_package_in_cpp(path, [ids], tmp_path)
+    with torch.no_grad():
+        torch.testing.assert_close(scores, model.lin(table[ids]))
+
+
+class HoldsShardMap(torch.nn.Module):
+    """Where each id lives (host, local row), and a score from the local rows of a table."""
+
+    def __init__(self, shard_map, tiers):
+        super().__init__()
+        self.shard_map = shard_map
+        self.tiers = tiers
+
+    def forward(self, ids):
+        host, local = self.shard_map.locate(ids)
+        mine = (host <= 0).unsqueeze(1)  # replicated or on host 0
+        return host, local, torch.where(mine, self.tiers.gather(ids), 0.0).sum(1)
+
+
+def test_export_and_package_a_model_holding_a_shard_map(tmp_path):
+    n = 60
+    shard_map = qv.dist.build_shard_map(n, 3, torch.randperm(n), 0.25)
+    table = torch.randn(n, 4)
+    model = HoldsShardMap(shard_map,
+                          torch.classes.quiver.FeatureTiers([table.clone()], None))
+    count = torch.export.Dim("count", min=1, max=1 << 20)
+    program = torch.export.export(model, (torch.tensor([0, 59, 5]),), strict=False,
+                                  dynamic_shapes=({0: count},))
+    ids = torch.randint(n, (33,))
+    host_of, local_index = shard_map.host_of().long(), shard_map.local_index()
+    expected = (host_of[ids], local_index[ids],
+                torch.where((host_of[ids] <= 0).unsqueeze(1), table[ids], 0.0).sum(1))
+    for outputs in (model(ids), program.module()(ids)):
+        for got, want in zip(outputs, expected):
+            torch.testing.assert_close(got, want)
+    path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "m.pt2"))
+    for got, want in zip(torch._inductor.aoti_load_package(path)(ids), expected):
+        torch.testing.assert_close(got, want)
+    with pytest.raises(IndexError, match="out of range"):
+        program.module()(torch.tensor([n]))  # the real map checks ids when the program runs
+    if RUNNER:
+        for got, want in zip(run_package_in_cpp(path, [ids], tmp_path), expected):
+            torch.testing.assert_close(got, want)
+
+
+def test_fake_transport_and_dist_feature_answer_as_the_real_ones():
+    from torch_quiver_ops import _fake
+    flat = dict(torch.classes.quiver.ShardMap.build(torch.arange(10), 2, 2, None).__obj_flatten__())
+    assert set(flat) == {"host_of", "local_index", "num_hosts"} and flat["num_hosts"] == 2
+    fake = _fake.FakeDistFeature(torch.empty(0, 5, dtype=torch.bfloat16), 10, 0, 2)
+    rows = fake.gather(torch.zeros(7, dtype=torch.long))
+    assert rows.shape == (7, 5) and rows.dtype == torch.bfloat16
