@@ -2,17 +2,18 @@
 # One command for the GPU machine (torch with CUDA and nvcc installed, no network):
 # builds with CUDA, runs the C++ and Python tests on CPU and CUDA, compute-sanitizer on
 # the kernels, and the benchmarks. Logs go to $OUT (default build/gpu_out).
-#   QUIVER_GPU_STAGES: comma list of build,test,sanitize,train,bench,bench_feature,bench_e2e
-#                      (default: all)
+#   QUIVER_GPU_STAGES: comma list of build,test,sanitize,train,bench,bench_feature,bench_e2e,
+#                      bench_csr (default: all)
 #   QUIVER_PYTEST_ARGS: what pytest runs in the test stage (default: tests/python)
-#   QUIVER_BENCH_ARGS, QUIVER_FEATURE_BENCH_ARGS, QUIVER_E2E_BENCH_ARGS: extra arguments for
+#   QUIVER_BENCH_ARGS, QUIVER_FEATURE_BENCH_ARGS, QUIVER_E2E_BENCH_ARGS,
+#   QUIVER_CSR_BENCH_ARGS: extra arguments for
 #                      the benchmarks (e.g. QUIVER_E2E_BENCH_ARGS="--scaling 1,2,4")
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 OUT=${OUT:-$REPO/build/gpu_out}
 mkdir -p "$OUT"
-STAGES=${QUIVER_GPU_STAGES:-build,test,sanitize,train,bench,bench_feature,bench_e2e}
+STAGES=${QUIVER_GPU_STAGES:-build,test,sanitize,train,bench,bench_feature,bench_e2e,bench_csr}
 BUILD=$REPO/build/gpu
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
@@ -98,6 +99,12 @@ if has bench_e2e; then
   step "benchmark: GraphSAGE epochs end to end"
   "$PY" scripts/bench_e2e.py --json "$OUT/bench_e2e.json" ${QUIVER_E2E_BENCH_ARGS:-} \
     2>&1 | tee "$OUT/bench_e2e.log" || status=1
+fi
+
+if has bench_csr; then
+  step "benchmark: CSR from COO on the GPU (papers100M-sized)"
+  "$PY" scripts/bench_csr.py --json "$OUT/bench_csr.json" ${QUIVER_CSR_BENCH_ARGS:-} \
+    2>&1 | tee "$OUT/bench_csr.log" || status=1
 fi
 
 echo

@@ -40,18 +40,30 @@ PRESETS = {
     # Reddit: 232,965 nodes, 114,615,892 directed edges, 602 features, 41 classes; dense.
     "reddit": GraphSpec(num_nodes=232_965, avg_degree=114_615_892 / 232_965, num_features=602,
                         num_classes=41, exponent=3.0, max_degree_ratio=40.0),
+    # ogbn-papers100M: 111,059,956 nodes, 1,615,685,872 directed edges, 128 features, 172
+    # classes. Generate it on a GPU with csr=True (the CSR is built there too) and, for a
+    # 28 GB rather than 57 GB table, feature_dtype=torch.bfloat16.
+    "papers": GraphSpec(num_nodes=111_059_956, avg_degree=1_615_685_872 / 111_059_956,
+                        num_features=128, num_classes=172),
 }
+
+# Feature tables larger than this many values are drawn in slices, so that a GPU holds only
+# a slice at a time (smaller tables are drawn at once, as they always were).
+_FEATURE_SLICE = 1 << 28
 
 
 @dataclass
 class SyntheticGraph:
-    edge_index: Tensor  # [2, E] int64, both directions of every undirected edge
-    x: Optional[Tensor]  # [N, F] float32
+    edge_index: Optional[Tensor]  # [2, E] int64, both directions of every undirected edge
+    x: Optional[Tensor]  # [N, F] float32 (or the feature_dtype asked for)
     y: Tensor           # [N] int64 community = label
     train_idx: Tensor
     val_idx: Tensor
     test_idx: Tensor
     num_classes: int
+    # With csr=True, the CSR instead of edge_index: int64 indptr, int32 (or int64) indices.
+    indptr: Optional[Tensor] = None
+    indices: Optional[Tensor] = None
 
     @property
     def num_nodes(self) -> int:
@@ -59,7 +71,14 @@ class SyntheticGraph:
 
     @property
     def num_edges(self) -> int:
-        return self.edge_index.size(1)
+        return self.indices.numel() if self.edge_index is None else self.edge_index.size(1)
+
+    def topology(self):
+        """The graph as a :class:`~torch_quiver_ops.CSRTopo`."""
+        from .topology import CSRTopo
+        if self.edge_index is None:
+            return CSRTopo(indptr=self.indptr, indices=self.indices)
+        return CSRTopo(self.edge_index, num_nodes=self.num_nodes)
 
 
 def _sample_pairs(count: int, node_order: Tensor, cum_weight: Tensor, community: Tensor,
@@ -91,9 +110,13 @@ def _sample_pairs(count: int, node_order: Tensor, cum_weight: Tensor, community:
 
 
 def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
-             device: Optional[torch.device] = None) -> SyntheticGraph:
+             device: Optional[torch.device] = None, csr: bool = False,
+             feature_dtype: torch.dtype = torch.float32) -> SyntheticGraph:
     """Builds a graph from `spec`; the same seed (and device) gives the same graph. With a
-    CUDA `device` the work runs there (much faster at scale); the result is on the CPU."""
+    CUDA `device` the work runs there (much faster at scale); the result is on the CPU.
+    With `csr`, the CSR is built where the graph is drawn (csr_from_coo, on the GPU for a
+    CUDA device) and returned instead of edge_index: at papers100M scale this takes
+    seconds, where an int64 edge_index alone would be 26 GB and a CPU build minutes."""
     device = torch.device(device or "cpu")
     gen = torch.Generator(device=device).manual_seed(seed)
     n, num_classes = spec.num_nodes, spec.num_classes
@@ -123,32 +146,56 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
         keys = keys[torch.randperm(keys.numel(), generator=gen, device=device)[:target]]
         keys = keys.sort().values
     low, high = keys // n, keys % n
-    edge_index = torch.stack([torch.cat([low, high]), torch.cat([high, low])])
+    del keys
+    edge_index = indptr = indices = None
+    if csr:
+        from .ops import csr_from_coo
+        ids = torch.int32 if n <= torch.iinfo(torch.int32).max else torch.int64
+        low, high = low.to(ids), high.to(ids)
+        row, col = torch.cat([low, high]), torch.cat([high, low])
+        del low, high
+        indptr, indices, _ = csr_from_coo(row, col, n)
+        del row, col
+        indptr, indices = indptr.cpu(), indices.cpu()
+    else:
+        edge_index = torch.stack([torch.cat([low, high]), torch.cat([high, low])]).cpu()
+        del low, high
 
     x = None
     if features:
         centroids = torch.randn(num_classes, spec.num_features, generator=gen, device=device)
-        x = torch.randn(n, spec.num_features, generator=gen, device=device)
-        x.add_(centroids[community], alpha=spec.feature_signal)
-        x = x.cpu()
+        if n * spec.num_features <= _FEATURE_SLICE:
+            x = torch.randn(n, spec.num_features, generator=gen, device=device)
+            x.add_(centroids[community], alpha=spec.feature_signal)
+            x = x.to(feature_dtype).cpu()
+        else:
+            x = torch.empty(n, spec.num_features, dtype=feature_dtype)
+            step = max(1, _FEATURE_SLICE // spec.num_features)
+            for start in range(0, n, step):
+                part = torch.randn(min(step, n - start), spec.num_features, generator=gen,
+                                   device=device)
+                part.add_(centroids[community[start:start + part.size(0)]],
+                          alpha=spec.feature_signal)
+                x[start:start + part.size(0)] = part.to(feature_dtype).cpu()
 
     perm = torch.randperm(n, generator=gen, device=device).cpu()
     community = community.cpu()
-    edge_index = edge_index.cpu()
     num_train = max(1, int(n * spec.train_fraction))
     num_val = max(1, int(n * spec.val_fraction))
     return SyntheticGraph(edge_index=edge_index, x=x, y=community,
                           train_idx=perm[:num_train].sort().values,
                           val_idx=perm[num_train:num_train + num_val].sort().values,
                           test_idx=perm[num_train + num_val:].sort().values,
-                          num_classes=num_classes)
+                          num_classes=num_classes, indptr=indptr, indices=indices)
 
 
 def synthetic_graph(size: str = "tiny", seed: int = 0, features: bool = True,
-                    device: Optional[torch.device] = None, **overrides) -> SyntheticGraph:
-    """A preset graph by name ("tiny", "small", "medium", "products", "reddit"), with
-    optional field overrides, e.g. ``synthetic_graph("small", num_nodes=10_000)``."""
+                    device: Optional[torch.device] = None, csr: bool = False,
+                    feature_dtype: torch.dtype = torch.float32, **overrides) -> SyntheticGraph:
+    """A preset graph by name ("tiny", "small", "medium", "products", "reddit", "papers"),
+    with optional field overrides, e.g. ``synthetic_graph("small", num_nodes=10_000)``;
+    `csr` and `feature_dtype` as in :func:`generate`."""
     if size not in PRESETS:
         raise ValueError(f"unknown size {size!r}; choose one of {sorted(PRESETS)}")
     return generate(replace(PRESETS[size], **overrides), seed=seed, features=features,
-                    device=device)
+                    device=device, csr=csr, feature_dtype=feature_dtype)

@@ -11,6 +11,7 @@ enum StatusCode : long long {
   kNeighborOutOfRange = 2,  // value = node id found in indices
   kRowOutOfBounds = 3,      // index = node, value = indptr[node], extra = indptr[node + 1]
   kCsrEnds = 4,             // value = indptr[0], extra = indptr[num_nodes]
+  kCooEndpointOutOfRange = 5,  // index = edge, value = node id, extra = 0 (row) / 1 (col)
 };
 
 // Written once (the first error wins), read by the host after the batch's one wait.

@@ -1,9 +1,18 @@
-"""quiver::csr_from_coo against a sort-based reference."""
+"""quiver::csr_from_coo against a sort-based reference, on the CPU and (with a GPU) on CUDA,
+where it must give the CPU's outputs bit for bit."""
 import pytest
 import torch
 
 import torch_quiver_ops as qv
+from conftest import HAS_CUDA
 from reference import csr_reference, random_coo
+
+DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return torch.device(request.param)
 
 
 def sample_inputs():
@@ -18,30 +27,69 @@ def sample_inputs():
     ]
 
 
-def test_sample_inputs_match_reference():
+def test_sample_inputs_match_reference(device):
     for name, (row, col, num_nodes) in sample_inputs():
-        indptr, indices, eid = qv.ops.csr_from_coo(row, col, num_nodes)
+        indptr, indices, eid = qv.ops.csr_from_coo(row.to(device), col.to(device), num_nodes)
+        assert indptr.device == indices.device == eid.device == row.to(device).device
         ref_indptr, ref_indices, ref_eid = csr_reference(row.long(), col.long(), num_nodes)
-        assert torch.equal(indptr, ref_indptr), name
-        assert torch.equal(indices.long(), ref_indices) and indices.dtype == col.dtype, name
-        assert torch.equal(eid, ref_eid), name
+        assert torch.equal(indptr.cpu(), ref_indptr), name
+        assert torch.equal(indices.long().cpu(), ref_indices) and indices.dtype == col.dtype, name
+        assert torch.equal(eid.cpu(), ref_eid), name
 
 
-def test_opcheck():
-    for name, args in sample_inputs():
-        torch.library.opcheck(torch.ops.quiver.csr_from_coo.default, args)
+def test_opcheck(device):
+    for name, (row, col, num_nodes) in sample_inputs():
+        torch.library.opcheck(torch.ops.quiver.csr_from_coo.default,
+                              (row.to(device), col.to(device), num_nodes))
 
 
 @pytest.mark.parametrize("num_nodes,num_edges", [(1, 0), (50, 400), (1000, 20000)])
-def test_matches_reference(index_dtype, num_nodes, num_edges):
+def test_matches_reference(index_dtype, device, num_nodes, num_edges):
     row, col = random_coo(num_nodes, num_edges, seed=num_edges)
-    indptr, indices, eid = qv.ops.csr_from_coo(row.to(index_dtype), col.to(index_dtype), num_nodes)
+    indptr, indices, eid = qv.ops.csr_from_coo(row.to(index_dtype).to(device),
+                                               col.to(index_dtype).to(device), num_nodes)
     ref_indptr, ref_indices, ref_eid = csr_reference(row, col, num_nodes)
     assert indptr.dtype == torch.long and eid.dtype == torch.long
     assert indices.dtype == index_dtype
-    assert torch.equal(indptr, ref_indptr)
-    assert torch.equal(indices.long(), ref_indices)
-    assert torch.equal(eid, ref_eid)  # stable: edges of a row keep their input order
+    assert torch.equal(indptr.cpu(), ref_indptr)
+    assert torch.equal(indices.long().cpu(), ref_indices)
+    assert torch.equal(eid.cpu(), ref_eid)  # stable: edges of a row keep their input order
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and the CUDA kernels")
+@pytest.mark.parametrize("shape", ["hubs", "sparse rows", "uniform"])
+def test_cuda_gives_the_cpu_outputs_bit_for_bit(index_dtype, shape):
+    gen = torch.Generator().manual_seed(len(shape))
+    if shape == "hubs":  # a few rows hold most edges, many duplicates
+        n, m = 5000, 400_000
+        row = torch.randint(8, (m,), generator=gen) * 617 % n
+    elif shape == "sparse rows":  # long runs of empty rows between the few that have edges
+        n, m = 1_000_000, 3000
+        row = torch.randint(n, (m,), generator=gen)
+    else:
+        n, m = 200_000, 2_000_000
+        row = torch.randint(n, (m,), generator=gen)
+    col = torch.randint(n, (m,), generator=gen)
+    row, col = row.to(index_dtype), col.to(index_dtype)
+    on_cpu = qv.ops.csr_from_coo(row, col, n)
+    on_gpu = qv.ops.csr_from_coo(row.cuda(), col.cuda(), n)
+    for expected, got in zip(on_cpu, on_gpu):
+        assert got.is_cuda and got.dtype == expected.dtype
+        assert torch.equal(got.cpu(), expected)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and the CUDA kernels")
+def test_cuda_bad_endpoints_raise_and_the_gpu_still_works():
+    row, col = torch.tensor([0, 1, 2], device="cuda"), torch.tensor([1, 2, 0], device="cuda")
+    with pytest.raises(IndexError, match=r"row\[2\] = 2 is out of range \[0, 2\)"):
+        qv.ops.csr_from_coo(row, torch.tensor([1, 0, 1], device="cuda"), 2)
+    with pytest.raises(IndexError, match=r"col\[0\] = -1"):
+        qv.ops.csr_from_coo(row, torch.tensor([-1, 2, 0], device="cuda"), 3)
+    with pytest.raises(RuntimeError, match="row is on cuda:0 but col is on cpu"):
+        qv.ops.csr_from_coo(row, col.cpu(), 3)
+    indptr, _, _ = qv.ops.csr_from_coo(row, col, 3)
+    assert indptr.tolist() == [0, 1, 2, 3]
+    torch.cuda.synchronize()
 
 
 def test_inferred_num_nodes_and_isolated_tail():

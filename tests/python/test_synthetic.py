@@ -35,3 +35,32 @@ def test_products_preset_matches_ogbn_products():
     spec = PRESETS["products"]
     assert spec.num_nodes == 2_449_029 and spec.num_features == 100 and spec.num_classes == 47
     assert round(spec.num_nodes * spec.avg_degree) == 123_718_280
+
+
+def test_papers_preset_matches_ogbn_papers100m():
+    spec = PRESETS["papers"]
+    assert spec.num_nodes == 111_059_956 and spec.num_features == 128
+    assert spec.num_classes == 172
+    assert round(spec.num_nodes * spec.avg_degree) == 1_615_685_872
+
+
+def test_csr_layout_is_the_coo_graphs_csr():
+    """csr=True gives the CSR of the very graph csr=False gives as edge_index."""
+    coo = synthetic_graph("tiny", seed=3)
+    csr = synthetic_graph("tiny", seed=3, csr=True)
+    assert csr.edge_index is None and csr.num_edges == coo.num_edges
+    assert torch.equal(csr.x, coo.x) and torch.equal(csr.y, coo.y)
+    expected = coo.topology()
+    got = csr.topology()
+    assert torch.equal(got.indptr, expected.indptr)
+    assert torch.equal(got.indices, expected.indices)  # same neighbor order, too
+
+
+def test_large_feature_tables_are_drawn_in_slices(monkeypatch):
+    from torch_quiver_ops import synthetic
+    monkeypatch.setattr(synthetic, "_FEATURE_SLICE", 1000)  # tiny: 2000 x 16 values
+    g = synthetic_graph("tiny", seed=2, feature_dtype=torch.bfloat16)
+    assert g.x.dtype == torch.bfloat16 and g.x.shape == (2000, 16)
+    # Still a class signal: class means differ more than the noise of a mean.
+    means = torch.stack([g.x[g.y == c].float().mean(0) for c in range(4)])
+    assert (means[0] - means[1]).norm() > 0.3
