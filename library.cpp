@@ -40,10 +40,13 @@ TORCH_LIBRARY(quiver, m) {
   // seeds first, then each hop's new nodes in order of first appearance; (rows, cols) are
   // local indices into node_ids, edges flowing from the sampled neighbor (row) to the node
   // it was sampled for (col), grouped by hop. Per-hop counts are int64 CPU tensors.
-  // `generator` as for sample_neighbors.
+  // `generator` as for sample_neighbors. A topology cache (cached_indices, cached_starts:
+  // some nodes' neighbor lists in GPU memory, node v's from cached_starts[v], -1 if absent)
+  // moves those reads off `indices` (pinned host memory in UVA mode); results are the same.
   m.def(
       "sample_subgraph(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, "
-      "bool replace=False, Tensor? edge_ids=None, Generator? generator=None) -> "
+      "bool replace=False, Tensor? edge_ids=None, Generator? generator=None, "
+      "Tensor? cached_indices=None, Tensor? cached_starts=None) -> "
       "(Tensor node_ids, Tensor rows, Tensor cols, Tensor sampled_edge_ids, "
       "Tensor nodes_per_hop, Tensor edges_per_hop)",
       {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});

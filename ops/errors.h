@@ -32,6 +32,13 @@ namespace quiver::errors {
                     " entries: the CSR is corrupt");
 }
 
+// A topology cache's row `node` (cached_starts[node] = start, `degree` neighbors) does not
+// lie inside cached_indices.
+[[noreturn]] inline void cached_row_out_of_bounds(int64_t node, int64_t start, int64_t degree) {
+  TORCH_CHECK_VALUE(false, "cached_starts[", node, "] = ", start, " with degree ", degree,
+                    " does not lie inside cached_indices: the topology cache is corrupt");
+}
+
 // indptr does not start at 0 or does not end at the number of indices.
 [[noreturn]] inline void csr_ends(int64_t first, int64_t last, int64_t num_edges) {
   TORCH_CHECK_VALUE(false, "indptr and indices disagree: indptr[0] = ", first,

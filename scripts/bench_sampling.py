@@ -1,6 +1,11 @@
 """Sampling throughput on the GPU machine: GPU, UVA and CPU modes in one run.
 
     python scripts/bench_sampling.py [--graphs products,reddit] [--batches 30] [--json out.json]
+    python scripts/bench_sampling.py --graphs papers     # papers100M-sized (111M nodes, 1.6B edges)
+
+UVA mode runs twice: all neighbor lists in pinned host memory, and with a topology cache
+(--topology-cache, default 20% of the lists' bytes, per-node starts included) holding the
+highest-degree nodes' lists in GPU memory. Samples are the same either way.
 
 Sampled edges per second (SEPS) = edges sampled over all hops of a batch, summed over
 the timed batches, divided by their synchronized wall time (after warm-up). Seeds are
@@ -21,7 +26,7 @@ import torch
 import torch_quiver_ops as qv
 from torch_quiver_ops.synthetic import synthetic_graph
 
-WORKLOADS = {"products": [15, 10, 5], "reddit": [25, 10]}
+WORKLOADS = {"products": [15, 10, 5], "reddit": [25, 10], "papers": [15, 10, 5]}
 TARGETS_SEPS = {("products", "GPU"): 1.5e9, ("products", "UVA"): 400e6, ("products", "CPU"): 30e6}
 TORCH_QUIVER_SEPS = {("products", "GPU"): 166e6, ("products", "UVA"): 128e6}  # issue #3, H100
 
@@ -84,18 +89,24 @@ def random_read_bound(topo, num_reads, device, on_host):
 def run_graph(name, args, device, results):
     fanouts = WORKLOADS.get(name, [15, 10, 5])
     start = time.perf_counter()
-    graph = synthetic_graph(name, features=False, device=device if device.type == "cuda" else None)
-    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
-    del graph.edge_index
+    # The CSR is built where the graph is drawn: on the GPU, seconds even at papers scale.
+    graph = synthetic_graph(name, features=False, csr=True,
+                            device=device if device.type == "cuda" else None)
+    topo = graph.topology()
+    del graph
     print(f"\n== {name}: {topo.node_count:,} nodes, {topo.edge_count:,} edges, fanouts {fanouts}, "
           f"batch {args.batch_size} (graph built in {time.perf_counter() - start:.0f}s)", flush=True)
     gen = torch.Generator().manual_seed(0)
     train = torch.randperm(topo.node_count, generator=gen)[:int(0.08 * topo.node_count)]
     batches = [train[torch.randint(train.numel(), (args.batch_size,), generator=gen)]
                for _ in range(args.warmup + args.batches)]
-    topo_bytes = sum(t.nbytes for t in (topo.indptr, topo.indices, topo.eid))
+    topo_bytes = sum(t.nbytes for t in (topo.indptr, topo.indices, topo.eid) if t is not None)
 
-    modes = ["GPU", "UVA", "CPU"] if device.type == "cuda" else ["CPU"]
+    cache_label = f"UVA+{args.topology_cache}"
+    modes = ["GPU", "UVA", cache_label, "CPU"] if device.type == "cuda" else ["CPU"]
+    if device.type == "cuda" and topo.indices.nbytes + topo.indptr.nbytes > 0.8 * \
+            torch.cuda.get_device_properties(device).total_memory:
+        modes.remove("GPU")
     rows = []
     for mode in modes:
         if mode == "CPU":
@@ -107,14 +118,24 @@ def run_graph(name, args, device, results):
         base_mem = torch.cuda.memory_allocated() if device.type == "cuda" else 0
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
+        cache = args.topology_cache if mode == cache_label else None
+        build_start = time.perf_counter()
         sampler = qv.GraphSageSampler(topo, fanouts, device=device if mode != "CPU" else "cpu",
-                                      mode=mode)
+                                      mode="UVA" if cache else mode, topology_cache=cache)
+        build_s = time.perf_counter() - build_start
+        if cache:
+            cached_edges = sampler._cached_indices.numel()
+            cached_nodes = int((sampler._cached_starts >= 0).sum())
+            print(f"   topology cache: {sampler.topology_cache_bytes / 1e9:.2f} GB budget, "
+                  f"{cached_nodes:,} nodes' lists ({cached_edges / topo.edge_count:.1%} of the "
+                  f"edges) + {8 * topo.node_count / 1e9:.2f} GB of starts, built in "
+                  f"{build_s:.1f}s", flush=True)
         times, edges = time_batches(sampler, bench_batches, args.warmup)
         if args.profile and mode != "CPU":
             profile_batches(sampler, bench_batches[:5], f"{name} {mode}")
         peak = (torch.cuda.max_memory_allocated() - base_mem) if device.type == "cuda" else 0
         seps = edges / sum(times)
-        row = {"graph": name, "mode": mode, "seps": seps,
+        row = {"graph": name, "mode": mode, "seps": seps, "setup_s": build_s,
                "ms_per_batch": 1e3 * statistics.median(times),
                "edges_per_batch": edges / len(times),
                "gpu_mem_gb": peak / 1e9,
@@ -130,7 +151,7 @@ def run_graph(name, args, device, results):
         hbm = random_read_bound(topo, n, device, on_host=False)
         host = random_read_bound(topo, n, device, on_host=True)
         for r in rows:
-            r["random_read_bound"] = {"GPU": hbm, "UVA": host}.get(r["mode"])
+            r["random_read_bound"] = {"GPU": hbm, "UVA": host, cache_label: host}.get(r["mode"])
     cpu = next(r for r in rows if r["mode"] == "CPU")
     for r in rows:
         r["vs_cpu"] = r["seps"] / cpu["seps"]
@@ -139,7 +160,7 @@ def run_graph(name, args, device, results):
 
 def print_table(results, device_name):
     print(f"\nSampling throughput on {device_name}")
-    header = (f"{'graph':9} {'mode':4} {'M SEPS':>9} {'ms/batch':>9} {'edges/batch':>12} "
+    header = (f"{'graph':9} {'mode':8} {'M SEPS':>9} {'ms/batch':>9} {'edges/batch':>12} "
               f"{'GPU mem GB':>10} {'host GB':>8} {'x CPU':>7} {'bound M/s':>10} "
               f"{'target':>8} {'quiver':>7}")
     print(header)
@@ -147,7 +168,7 @@ def print_table(results, device_name):
     for r in results:
         bound = r.get("random_read_bound")
         fmt = lambda v: f"{v / 1e6:.0f}" if v else "-"
-        print(f"{r['graph']:9} {r['mode']:4} {r['seps'] / 1e6:9.1f} {r['ms_per_batch']:9.2f} "
+        print(f"{r['graph']:9} {r['mode']:8} {r['seps'] / 1e6:9.1f} {r['ms_per_batch']:9.2f} "
               f"{r['edges_per_batch']:12,.0f} {r['gpu_mem_gb']:10.2f} {r['host_mem_gb']:8.2f} "
               f"{r['vs_cpu']:7.1f} {fmt(bound):>10} {fmt(r['target']):>8} "
               f"{fmt(r['torch_quiver']):>7}")
@@ -164,6 +185,9 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--json", default=None)
     parser.add_argument("--profile", action="store_true", help="print a kernel profile per mode")
+    parser.add_argument("--topology-cache", default="20%",
+                        help="GPU memory of UVA's topology cache: bytes, '1G' or a share of "
+                             "the neighbor lists' bytes (default 20%%)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() and qv.cuda_kernels_built() else "cpu")
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"

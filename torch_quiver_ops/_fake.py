@@ -22,7 +22,7 @@ def _sample_neighbors_fake(indptr, indices, seeds, fanout, replace=False, edge_i
 
 @torch.library.register_fake("quiver::sample_subgraph")
 def _sample_subgraph_fake(indptr, indices, seeds, fanouts, replace=False, edge_ids=None,
-                          generator=None):
+                          generator=None, cached_indices=None, cached_starts=None):
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()

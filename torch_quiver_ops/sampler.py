@@ -9,7 +9,7 @@ from torch import Tensor
 
 from . import ops
 from ._load import cuda_kernels_built
-from ._device import resolve_device
+from ._device import parse_size, resolve_device
 from .topology import CSRTopo
 from .uva import pinned
 
@@ -53,6 +53,12 @@ class GraphSageSampler:
         return_eid: fill ``Adj.e_id`` with the sampled edges' ids in ``edge_index`` input
             order (for edge features). Off by default, as in torch-quiver: reading the ids
             costs a second random read per sampled edge, over PCIe in UVA mode.
+        topology_cache: UVA mode only: GPU memory for a topology cache, in bytes, ``"1G"``,
+            or a share of the neighbor lists' bytes such as ``"20%"`` (8 bytes a node of
+            per-node starts included). The hottest nodes' neighbor lists are copied to the
+            GPU and read there; the rest stay in pinned host memory. Same samples either way.
+        hot_order: node ids hottest first for the topology cache (e.g.
+            :func:`torch_quiver_ops.hotness.presample_hot_order`); default: by degree.
 
     A sampler can be handed to ``torch.multiprocessing.spawn`` workers: the topology
     travels as shared memory, and each worker samples on the GPU that is current at its
@@ -63,7 +69,9 @@ class GraphSageSampler:
 
     def __init__(self, csr_topo: CSRTopo, sizes: Sequence[int],
                  device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
-                 replace: bool = False, return_eid: bool = False):
+                 replace: bool = False, return_eid: bool = False,
+                 topology_cache: Union[None, int, str] = None,
+                 hot_order: Optional[Tensor] = None):
         sizes = [int(s) for s in sizes]
         if not sizes or any(s < -1 for s in sizes):
             raise ValueError(f"sizes must be a non-empty list of fanouts >= -1, got {sizes}")
@@ -87,13 +95,31 @@ class GraphSageSampler:
             raise RuntimeError(f"mode {mode!r} needs the CUDA kernels, but torch-quiver-ops was "
                                f"built without them (rebuild with nvcc on PATH)")
         self.mode = mode
+        self.topology_cache_bytes = self._cache_budget(topology_cache, csr_topo)
+        if self.topology_cache_bytes and mode != "UVA":
+            raise ValueError(f"topology_cache is for UVA mode, where the neighbor lists are in "
+                             f"host memory; mode {mode!r} reads them from "
+                             f"{'GPU' if mode == 'GPU' else 'host'} memory already")
+        self.hot_order = hot_order
         self._place()
         self._placed = True
+
+    @staticmethod
+    def _cache_budget(size, topo: CSRTopo) -> int:
+        if size is None:
+            return 0
+        if isinstance(size, str) and size.strip().endswith("%"):
+            share = float(size.strip()[:-1]) / 100
+            if not 0 <= share <= 1:
+                raise ValueError(f"topology_cache share must be in [0%, 100%], got {size!r}")
+            return int(share * topo.indices.numel() * topo.indices.element_size())
+        return parse_size(size)
 
     def _place(self) -> None:
         topo = self.csr_topo
         eid = topo.eid if self.return_eid else None
         self._pins = []
+        self._cached_indices = self._cached_starts = None
         if self.mode == "GPU":
             self._indptr = topo.indptr.to(self.device)
             self._indices = topo.indices.to(self.device)
@@ -106,6 +132,13 @@ class GraphSageSampler:
                 _share_or_warn(topo)
             self._indices = self._pin(topo.indices)
             self._eid = self._pin(eid)
+            if self.topology_cache_bytes:
+                from .hotness import degree_order
+                order = self.hot_order
+                if order is None:  # sorted on the GPU: seconds at papers100M scale
+                    order = degree_order(self._indptr[1:] - self._indptr[:-1])
+                self._cached_indices, self._cached_starts = ops.build_topology_cache(
+                    self._indptr, self._indices, order, self.topology_cache_bytes, self.device)
         else:
             self._indptr, self._indices, self._eid = topo.indptr, topo.indices, eid
 
@@ -124,7 +157,7 @@ class GraphSageSampler:
         state = self.__dict__.copy()
         state.pop("_pins", None)
         if self.mode != "GPU":
-            for key in ("_indptr", "_indices", "_eid"):
+            for key in ("_indptr", "_indices", "_eid", "_cached_indices", "_cached_starts"):
                 state.pop(key, None)
         return state
 
@@ -170,7 +203,8 @@ class GraphSageSampler:
         """The raw PyG-layout output of :func:`torch_quiver_ops.ops.sample_subgraph`."""
         self._ensure_placed()
         return ops.sample_subgraph(self._indptr, self._indices, self._seeds(input_nodes),
-                                   self.sizes, self.replace, self._eid, generator)
+                                   self.sizes, self.replace, self._eid, generator,
+                                   self._cached_indices, self._cached_starts)
 
     def sample(self, input_nodes, generator: Optional[torch.Generator] = None
                ) -> Tuple[Tensor, int, List[Adj]]:

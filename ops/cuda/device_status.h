@@ -12,6 +12,7 @@ enum StatusCode : long long {
   kRowOutOfBounds = 3,      // index = node, value = indptr[node], extra = indptr[node + 1]
   kCsrEnds = 4,             // value = indptr[0], extra = indptr[num_nodes]
   kCooEndpointOutOfRange = 5,  // index = edge, value = node id, extra = 0 (row) / 1 (col)
+  kCachedRowOutOfBounds = 6,   // index = node, value = cached_starts[node], extra = degree
 };
 
 // Written once (the first error wins), read by the host after the batch's one wait.

@@ -78,6 +78,8 @@ class HopBoard {
         errors::row_out_of_bounds(s.index, s.value, s.extra, num_edges);
       case kCsrEnds:
         errors::csr_ends(s.value, s.extra, num_edges);
+      case kCachedRowOutOfBounds:
+        errors::cached_row_out_of_bounds(s.index, s.value, s.extra);
       case kCooEndpointOutOfRange:
         errors::id_out_of_range(s.extra == 0 ? "row" : "col", s.index, s.value, num_nodes);
       default:

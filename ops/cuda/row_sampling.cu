@@ -28,7 +28,8 @@ __global__ void plan_rows_kernel(const Csr<index_t> csr, const int64_t* __restri
                                  const int64_t* live, int64_t num_rows, int64_t fanout,
                                  bool replace, PlanChecks checks,
                                  int64_t* __restrict__ row_begin, int64_t* __restrict__ row_degree,
-                                 int64_t* __restrict__ row_count, DeviceStatus* status) {
+                                 int64_t* __restrict__ row_count, int64_t* row_cached,
+                                 DeviceStatus* status) {
   if (checks.csr_ends && blockIdx.x == 0 && threadIdx.x == 0) {
     const int64_t first = csr.indptr[0];
     const int64_t last = csr.indptr[csr.num_nodes];
@@ -53,6 +54,17 @@ __global__ void plan_rows_kernel(const Csr<index_t> csr, const int64_t* __restri
         }
       }
     }
+    if (csr.cached_starts != nullptr) {
+      int64_t cached = -1;
+      if (degree > 0) {
+        cached = csr.cached_starts[nodes[r]];
+        if (cached >= 0 && cached + degree > csr.num_cached) {
+          record_status(status, kCachedRowOutOfBounds, nodes[r], cached, degree);
+          cached = -1;
+        }
+      }
+      row_cached[r] = cached < 0 ? -1 : cached;
+    }
     row_begin[r] = begin;
     row_degree[r] = degree;
     row_count[r] = sampled_count(degree, fanout, replace);
@@ -69,7 +81,8 @@ template <typename index_t, int G>
 __global__ void __launch_bounds__(kBlock)
     sample_rows_kernel(const Csr<index_t> csr, const int64_t* __restrict__ row_begin,
                        const int64_t* __restrict__ row_degree,
-                       const int64_t* __restrict__ row_count, int64_t num_rows,
+                       const int64_t* __restrict__ row_count,
+                       const int64_t* __restrict__ row_cached, int64_t num_rows,
                        const HopRule rule, const int64_t* __restrict__ out_offsets,
                        int64_t* __restrict__ neighbors_out, int64_t* edge_ids_out,
                        int64_t* __restrict__ cols_out, const int64_t* col_base_ptr,
@@ -88,10 +101,13 @@ __global__ void __launch_bounds__(kBlock)
     const int64_t begin = row_begin[r];
     const int64_t degree = row_degree[r];
     const int64_t first = out_offsets[r];
+    // A cached row reads its neighbors from GPU memory; edge ids still name CSR positions.
+    const index_t* neighbors = csr.indices + begin;
+    if (row_cached != nullptr && row_cached[r] >= 0) neighbors = csr.cached_indices + row_cached[r];
 
     auto emit = [&](int64_t j, int64_t offset) {
       const int64_t pos = begin + offset;
-      neighbors_out[first + j] = static_cast<int64_t>(csr.indices[pos]);
+      neighbors_out[first + j] = static_cast<int64_t>(neighbors[offset]);
       edge_ids_out[first + j] = csr.edge_ids ? csr.edge_ids[pos] : pos;
       if (cols_out) cols_out[first + j] = col_base + r;
     };
@@ -153,7 +169,8 @@ template <typename index_t, int G>
 cudaError_t launch_sample_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRule& rule,
                                const HopOutput& out, cudaStream_t stream) {
   sample_rows_kernel<index_t, G><<<blocks_for(plan.num_rows, kBlock / G), kBlock, 0, stream>>>(
-      csr, plan.begin, plan.degree, plan.count, plan.num_rows, rule, out.offsets, out.neighbors,
+      csr, plan.begin, plan.degree, plan.count, plan.cached, plan.num_rows, rule, out.offsets,
+      out.neighbors,
       out.edge_ids, out.cols, out.col_base, out.pick_sets);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
@@ -166,7 +183,7 @@ cudaError_t plan_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRul
                       PlanChecks checks, DeviceStatus* status, cudaStream_t stream) {
   plan_rows_kernel<index_t><<<blocks_for(plan.num_rows, kPlanThreads), kPlanThreads, 0, stream>>>(
       csr, plan.nodes, plan.live, plan.num_rows, rule.fanout, rule.replace, checks, plan.begin,
-      plan.degree, plan.count, status);
+      plan.degree, plan.count, plan.cached, status);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }

@@ -17,6 +17,8 @@
 namespace quiver::cuda {
 
 // A CSR whose arrays the GPU can read: device memory, or pinned host memory (UVA).
+// Optionally a topology cache in GPU memory: the neighbor lists of some nodes copied into
+// cached_indices, node v's at cached_starts[v] (-1: not cached), read instead of indices.
 template <typename index_t>
 struct Csr {
   const int64_t* indptr;
@@ -24,6 +26,9 @@ struct Csr {
   const int64_t* edge_ids;  // null: report CSR positions as edge ids
   int64_t num_nodes;
   int64_t num_edges;
+  const index_t* cached_indices = nullptr;
+  const int64_t* cached_starts = nullptr;  // null: no cache
+  int64_t num_cached = 0;                  // entries of cached_indices
 };
 
 // Philox key and offset drawn from PyTorch's CUDA generator for one call.
@@ -42,9 +47,10 @@ struct HopRule {
 };
 
 // The rows (nodes) of one hop and, per row, device arrays of num_rows entries: its CSR
-// start, its degree and the number of neighbors it yields. When `live` is given (device
-// {begin, end}), only the first live[1] - live[0] rows are real and the others yield
-// nothing, so a hop can be queued before the host knows its size.
+// start, its degree and the number of neighbors it yields, and (with a topology cache) its
+// start in the cache or -1. When `live` is given (device {begin, end}), only the first
+// live[1] - live[0] rows are real and the others yield nothing, so a hop can be queued
+// before the host knows its size.
 struct RowPlan {
   const int64_t* nodes;
   const int64_t* live;
@@ -52,6 +58,7 @@ struct RowPlan {
   int64_t* begin;
   int64_t* degree;
   int64_t* count;
+  int64_t* cached = nullptr;  // needed when the Csr has a cache
 };
 
 // Where a hop's sampled edges go: row r writes count[r] neighbors (global ids) and edge

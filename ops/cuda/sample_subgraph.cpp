@@ -27,11 +27,23 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                        at::IntArrayRef fanouts, bool replace,
                        const std::optional<at::Tensor>& edge_ids,
-                       const std::optional<at::Generator>& generator) {
+                       const std::optional<at::Generator>& generator,
+                       const std::optional<at::Tensor>& cached_indices,
+                       const std::optional<at::Tensor>& cached_starts) {
   const at::Device device = seeds.device();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const auto options = seeds.options();
-  const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
+  auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
+  if (cached_starts.has_value()) {
+    TORCH_CHECK(cached_starts->device() == device && cached_indices->device() == device,
+                "the topology cache must be in the memory of ", device,
+                " (the seeds' GPU), got cached_indices on ", cached_indices->device(),
+                " and cached_starts on ", cached_starts->device());
+    csr.cached_indices = cached_indices->const_data_ptr<index_t>();
+    csr.cached_starts = cached_starts->const_data_ptr<int64_t>();
+    csr.num_cached = cached_indices->numel();
+  }
+  const int64_t plan_arrays = csr.cached_starts != nullptr ? 4 : 3;
   const int64_t batch_size = seeds.numel();
   const int64_t num_hops = static_cast<int64_t>(fanouts.size());
 
@@ -79,14 +91,15 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
     const int64_t frontier_bound = frontier.numel();
     if (frontier_bound == 0) break;  // known empty: the remaining hops add nothing
 
-    at::Tensor plan_space = at::empty({3, frontier_bound}, options);
+    at::Tensor plan_space = at::empty({plan_arrays, frontier_bound}, options);
     int64_t* plan_p = plan_space.mutable_data_ptr<int64_t>();
     const cuda::RowPlan plan{frontier.const_data_ptr<int64_t>(),
                              node_total + hop,
                              frontier_bound,
                              plan_p,
                              plan_p + frontier_bound,
-                             plan_p + 2 * frontier_bound};
+                             plan_p + 2 * frontier_bound,
+                             plan_arrays == 4 ? plan_p + 3 * frontier_bound : nullptr};
     const cuda::HopRule rule{fanout, replace, key, stream_base};
     C10_CUDA_CHECK(cuda::plan_rows(csr, plan, rule,
                                    {/*nodes_are_seeds=*/hop == 0,
@@ -193,8 +206,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 sample_subgraph_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                      at::IntArrayRef fanouts, bool replace,
                      const std::optional<at::Tensor>& edge_ids,
-                     const std::optional<at::Generator>& generator) {
+                     const std::optional<at::Generator>& generator,
+                     const std::optional<at::Tensor>& cached_indices,
+                     const std::optional<at::Tensor>& cached_starts) {
   check_sample_subgraph_args(indptr, indices, seeds, fanouts, replace, edge_ids);
+  check_topology_cache(indptr, indices, cached_indices, cached_starts);
   TORCH_CHECK(seeds.is_cuda(), "sample_subgraph on CUDA needs seeds on a GPU, got ",
               seeds.device());
   const c10::cuda::CUDAGuard guard(seeds.device());
@@ -210,7 +226,7 @@ sample_subgraph_cuda(const at::Tensor& indptr, const at::Tensor& indices, const 
   }
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_subgraph_cuda", [&] {
     return sample_subgraph_kernel<index_t>(indptr, indices, seeds64, fanouts, replace, edge_ids,
-                                           generator);
+                                           generator, cached_indices, cached_starts);
   });
 }
 

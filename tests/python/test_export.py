@@ -98,7 +98,7 @@ def test_compiled_training_step_has_no_graph_break(exported):
         torch._check(scores.size(0) == seeds.size(0))  # see export_sage.py's docstring
         return F.cross_entropy(scores, labels[seeds])
 
-    seeds = torch.arange(64)
+    seeds = torch.arange(64, device=exported["device"])
     # Dynamo's two switches for data-dependent sizes: the sampled sizes (ops whose output
     # shape depends on their input) and the per-hop counts read from them stay in the graph.
     # fallback_random: dropout draws as eager does, so the losses can be compared.

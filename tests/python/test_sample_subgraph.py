@@ -264,3 +264,106 @@ def test_all_neighbor_hop_after_a_wide_hop_grows_the_table(mode):
     for fanouts in ([2, -1], [-1, -1], [1, -1, 2]):
         out = qv.ops.sample_subgraph(indptr, indices, seeds, fanouts, False, eid)
         check_subgraph(graph, seeds, fanouts, False, out)
+
+
+# ---- topology cache: the hottest lists in GPU memory, read instead of indices ----
+
+def cache_for(graph, mode, share, order=None, eid_given=True):
+    (indptr, indices, eid), device = place(graph, mode)
+    order = order if order is not None else torch.randperm(graph.num_nodes,
+                                                           generator=torch.Generator().manual_seed(3))
+    budget = 8 * graph.num_nodes + int(share * indices.numel() * indices.element_size())
+    cached = qv.ops.build_topology_cache(indptr, indices, order, budget, device,
+                                         max_chunk_edges=97)  # many chunks
+    return (indptr, indices, eid if eid_given else None), device, cached
+
+
+@pytest.mark.parametrize("share", [0.0, 0.3, 1.0])
+def test_build_topology_cache_copies_the_hottest_lists_within_the_budget(mode, index_dtype, share):
+    graph = random_graph(num_nodes=300, num_edges=3000, dtype=index_dtype, seed=2)
+    order = torch.argsort(graph.indptr[1:] - graph.indptr[:-1], descending=True, stable=True)
+    (indptr, indices, _), device, (cached_indices, cached_starts) = cache_for(graph, mode, share,
+                                                                             order)
+    assert cached_indices.device.type == cached_starts.device.type == device.type
+    assert cached_indices.dtype == index_dtype and cached_starts.dtype == torch.long
+    assert cached_indices.numel() <= share * graph.indices.numel()
+    starts = cached_starts.cpu()
+    hit = torch.nonzero(starts >= 0).flatten()
+    # a prefix of the hot order, each list copied whole
+    assert torch.equal(torch.sort(order[:hit.numel()]).values, hit)
+    for v in hit.tolist():
+        lo, hi = int(graph.indptr[v]), int(graph.indptr[v + 1])
+        got = cached_indices.cpu()[starts[v]:starts[v] + hi - lo]
+        assert torch.equal(got, graph.indices[lo:hi])
+    if share == 1.0:
+        assert hit.numel() == graph.num_nodes
+
+
+@pytest.mark.parametrize("fanouts,replace", [([15, 10, 5], False), ([4, 3], True), ([-1, 2], False),
+                                             ([40], False)])
+def test_cache_gives_the_same_samples(mode, index_dtype, fanouts, replace):
+    """With a cache of any size the op's output is bit for bit what it is without one."""
+    graph = random_graph(num_nodes=500, num_edges=8000, dtype=index_dtype, seed=9)
+    seeds = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(1))[:64]
+    for share in (0.0, 0.25, 1.0):
+        for eid_given in (True, False):
+            (indptr, indices, eid), device, cache = cache_for(graph, mode, share,
+                                                              eid_given=eid_given)
+            torch.manual_seed(5)
+            plain = qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts, replace, eid)
+            torch.manual_seed(5)
+            cached = qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts, replace,
+                                            eid, None, *cache)
+            for a, b in zip(plain, cached):
+                assert torch.equal(a, b), (share, eid_given)
+            check_subgraph(graph, seeds, fanouts, replace, cached, eid_given)
+
+
+def test_cache_input_is_checked(mode):
+    graph = random_graph(num_nodes=50, num_edges=300, seed=4)
+    (indptr, indices, eid), device, (cached_indices, cached_starts) = cache_for(graph, mode, 1.0)
+    seeds = torch.arange(10, device=device)
+    with pytest.raises(ValueError, match="needs both cached_indices and cached_starts"):
+        qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None, cached_indices)
+    with pytest.raises(TypeError, match="cached_indices is Int but indices is Long"):
+        qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None,
+                               cached_indices.int(), cached_starts)
+    with pytest.raises(ValueError, match=r"one start per node \(50\)"):
+        qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None, cached_indices,
+                               cached_starts[:-1])
+    with pytest.raises(TypeError, match="cached_starts must be int64"):
+        qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None, cached_indices,
+                               cached_starts.int())
+    if device.type == "cuda":  # the GPU reads the cache: a corrupt one is reported, not read
+        corrupt = cached_starts.clone()
+        degree = int(graph.indptr[4] - graph.indptr[3])
+        corrupt[3] = cached_indices.numel() - degree + 1
+        with pytest.raises(ValueError, match=r"cached_starts\[3\] = .* the topology cache is corrupt"):
+            qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None, cached_indices,
+                                   corrupt)
+        with pytest.raises(RuntimeError, match="must be in the memory of cuda"):
+            qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None,
+                                   cached_indices.cpu(), cached_starts.cpu())
+        out = qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None,
+                                     cached_indices, cached_starts)  # the GPU still works
+        assert out[0].numel() >= 10
+
+
+def test_sampler_topology_cache(mode):
+    from torch_quiver_ops.synthetic import synthetic_graph
+    topo = qv.CSRTopo(synthetic_graph("tiny", seed=1).edge_index)
+    if mode != "UVA":
+        with pytest.raises(ValueError, match="topology_cache is for UVA mode"):
+            qv.pyg.GraphSageSampler(topo, [5, 5], mode=mode, topology_cache="20%")
+        return
+    plain = qv.pyg.GraphSageSampler(topo, [10, 5], mode="UVA")
+    cached = qv.pyg.GraphSageSampler(topo, [10, 5], mode="UVA", topology_cache="20%")
+    assert cached.topology_cache_bytes == int(0.2 * topo.indices.nbytes)
+    assert cached._cached_indices.is_cuda and 0 < cached._cached_indices.numel()
+    seeds = torch.arange(0, 2000, 7)
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        a = plain.sample_subgraph(seeds)
+        torch.manual_seed(seed)
+        b = cached.sample_subgraph(seeds)
+        assert all(torch.equal(x, y) for x, y in zip(a, b))

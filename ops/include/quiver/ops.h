@@ -46,13 +46,17 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at
 sample_subgraph(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                 c10::IntArrayRef fanouts, bool replace = false,
                 const std::optional<at::Tensor>& edge_ids = std::nullopt,
-                const std::optional<at::Generator>& generator = std::nullopt) {
+                const std::optional<at::Generator>& generator = std::nullopt,
+                const std::optional<at::Tensor>& cached_indices = std::nullopt,
+                const std::optional<at::Tensor>& cached_starts = std::nullopt) {
   static const auto handle =
       detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
           const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::IntArrayRef, bool,
-          const std::optional<at::Tensor>&, const std::optional<at::Generator>&)>(
+          const std::optional<at::Tensor>&, const std::optional<at::Generator>&,
+          const std::optional<at::Tensor>&, const std::optional<at::Tensor>&)>(
           "quiver::sample_subgraph");
-  return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids, generator);
+  return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids, generator,
+                     cached_indices, cached_starts);
 }
 
 inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
