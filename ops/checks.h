@@ -57,8 +57,8 @@ inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices
   }
 }
 
-// A topology cache (sample_subgraph): both tensors or neither; cached_starts holds one int64
-// start per node, cached_indices neighbor ids of indices' dtype. Their contents are checked
+// A topology cache (sample_subgraph): both tensors or neither; cached_starts holds one
+// int32 or int64 start per node, cached_indices neighbor ids of indices' dtype. Their contents are checked
 // by the kernels that read them (each cached row must lie inside cached_indices).
 inline void check_topology_cache(const at::Tensor& indptr, const at::Tensor& indices,
                                  const std::optional<at::Tensor>& cached_indices,
@@ -71,8 +71,8 @@ inline void check_topology_cache(const at::Tensor& indptr, const at::Tensor& ind
   TORCH_CHECK_TYPE(cached_indices->scalar_type() == indices.scalar_type(), "cached_indices is ",
                    cached_indices->scalar_type(), " but indices is ", indices.scalar_type());
   const at::Tensor& starts = *cached_starts;
-  TORCH_CHECK_TYPE(starts.scalar_type() == at::kLong, "cached_starts must be int64, got ",
-                   starts.scalar_type());
+  TORCH_CHECK_TYPE(starts.scalar_type() == at::kLong || starts.scalar_type() == at::kInt,
+                   "cached_starts must be int32 or int64, got ", starts.scalar_type());
   TORCH_CHECK_VALUE(starts.dim() == 1 && starts.numel() == indptr.numel() - 1,
                     "cached_starts must hold one start per node (", indptr.numel() - 1,
                     "), got shape ", starts.sizes());

@@ -3,9 +3,11 @@
     python scripts/bench_sampling.py [--graphs products,reddit] [--batches 30] [--json out.json]
     python scripts/bench_sampling.py --graphs papers     # papers100M-sized (111M nodes, 1.6B edges)
 
-UVA mode runs twice: all neighbor lists in pinned host memory, and with a topology cache
-(--topology-cache, default 20% of the lists' bytes, per-node starts included) holding the
-highest-degree nodes' lists in GPU memory. Samples are the same either way.
+UVA mode runs three times: all neighbor lists in pinned host memory, then with a topology
+cache (--topology-cache, default 20% of the lists' bytes, per-node starts included) holding
+in GPU memory the lists of the highest-degree nodes ("deg"), or of the nodes with the most
+sampled edges per byte over 20 presampled batches of training seeds ("pre",
+qv.presample_topology_order). Samples are the same either way.
 
 Sampled edges per second (SEPS) = edges sampled over all hops of a batch, summed over
 the timed batches, divided by their synchronized wall time (after warm-up). Seeds are
@@ -102,8 +104,9 @@ def run_graph(name, args, device, results):
                for _ in range(args.warmup + args.batches)]
     topo_bytes = sum(t.nbytes for t in (topo.indptr, topo.indices, topo.eid) if t is not None)
 
-    cache_label = f"UVA+{args.topology_cache}"
-    modes = ["GPU", "UVA", cache_label, "CPU"] if device.type == "cuda" else ["CPU"]
+    cache_labels = {f"UVA+{args.topology_cache} deg": "degree",
+                    f"UVA+{args.topology_cache} pre": "presampled"}
+    modes = (["GPU", "UVA", *cache_labels, "CPU"] if device.type == "cuda" else ["CPU"])
     if device.type == "cuda" and topo.indices.nbytes + topo.indptr.nbytes > 0.8 * \
             torch.cuda.get_device_properties(device).total_memory:
         modes.remove("GPU")
@@ -118,17 +121,26 @@ def run_graph(name, args, device, results):
         base_mem = torch.cuda.memory_allocated() if device.type == "cuda" else 0
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        cache = args.topology_cache if mode == cache_label else None
+        cache = args.topology_cache if mode in cache_labels else None
+        hot_order = None
+        if cache_labels.get(mode) == "presampled":
+            plain = qv.GraphSageSampler(topo, fanouts, device=device, mode="GPU"
+                                        if "GPU" in modes else "UVA")
+            other_seeds = train[torch.randperm(train.numel(), generator=gen)[:20 * args.batch_size]]
+            hot_order = qv.presample_topology_order(plain, other_seeds, args.batch_size, 20)
+            del plain
+            torch.cuda.empty_cache()
         build_start = time.perf_counter()
         sampler = qv.GraphSageSampler(topo, fanouts, device=device if mode != "CPU" else "cpu",
-                                      mode="UVA" if cache else mode, topology_cache=cache)
+                                      mode="UVA" if cache else mode, topology_cache=cache,
+                                      hot_order=hot_order)
         build_s = time.perf_counter() - build_start
         if cache:
             cached_edges = sampler._cached_indices.numel()
             cached_nodes = int((sampler._cached_starts >= 0).sum())
             print(f"   topology cache: {sampler.topology_cache_bytes / 1e9:.2f} GB budget, "
                   f"{cached_nodes:,} nodes' lists ({cached_edges / topo.edge_count:.1%} of the "
-                  f"edges) + {8 * topo.node_count / 1e9:.2f} GB of starts, built in "
+                  f"edges) + {sampler._cached_starts.nbytes / 1e9:.2f} GB of starts, built in "
                   f"{build_s:.1f}s", flush=True)
         times, edges = time_batches(sampler, bench_batches, args.warmup)
         if args.profile and mode != "CPU":
@@ -151,7 +163,7 @@ def run_graph(name, args, device, results):
         hbm = random_read_bound(topo, n, device, on_host=False)
         host = random_read_bound(topo, n, device, on_host=True)
         for r in rows:
-            r["random_read_bound"] = {"GPU": hbm, "UVA": host, cache_label: host}.get(r["mode"])
+            r["random_read_bound"] = {"GPU": hbm, "CPU": None}.get(r["mode"], host)
     cpu = next(r for r in rows if r["mode"] == "CPU")
     for r in rows:
         r["vs_cpu"] = r["seps"] / cpu["seps"]
@@ -160,7 +172,7 @@ def run_graph(name, args, device, results):
 
 def print_table(results, device_name):
     print(f"\nSampling throughput on {device_name}")
-    header = (f"{'graph':9} {'mode':8} {'M SEPS':>9} {'ms/batch':>9} {'edges/batch':>12} "
+    header = (f"{'graph':9} {'mode':12} {'M SEPS':>9} {'ms/batch':>9} {'edges/batch':>12} "
               f"{'GPU mem GB':>10} {'host GB':>8} {'x CPU':>7} {'bound M/s':>10} "
               f"{'target':>8} {'quiver':>7}")
     print(header)
@@ -168,7 +180,7 @@ def print_table(results, device_name):
     for r in results:
         bound = r.get("random_read_bound")
         fmt = lambda v: f"{v / 1e6:.0f}" if v else "-"
-        print(f"{r['graph']:9} {r['mode']:8} {r['seps'] / 1e6:9.1f} {r['ms_per_batch']:9.2f} "
+        print(f"{r['graph']:9} {r['mode']:12} {r['seps'] / 1e6:9.1f} {r['ms_per_batch']:9.2f} "
               f"{r['edges_per_batch']:12,.0f} {r['gpu_mem_gb']:10.2f} {r['host_mem_gb']:8.2f} "
               f"{r['vs_cpu']:7.1f} {fmt(bound):>10} {fmt(r['target']):>8} "
               f"{fmt(r['torch_quiver']):>7}")

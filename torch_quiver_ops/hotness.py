@@ -3,6 +3,8 @@ keeps in GPU memory (and, distributed, what every host replicates).
 
 * :func:`degree_order`: by degree, highest first;
 * :func:`presample_hot_order`: by how many sampled batches read each row;
+* :func:`presample_topology_order`: for a UVA sampler's topology cache, nodes by sampled
+  edges read from their neighbor lists per byte those lists take;
 * a user's own order, checked by :func:`check_hot_order`.
 
 A store keeps its rows in hot order and finds row ``id`` at ``positions[id]``
@@ -45,6 +47,35 @@ def presample_hot_order(sampler, seeds: Tensor, batch_size: int = 1024,
         counts[node_ids] += 1  # a batch lists each node once
     by_degree = degree_order(topo.degree.to(counts.device))
     return by_degree[torch.argsort(counts[by_degree], descending=True, stable=True)].cpu()
+
+
+def presample_topology_order(sampler, seeds: Tensor, batch_size: int = 1024,
+                             num_batches: Optional[int] = 20,
+                             generator: Optional[torch.Generator] = None) -> Tensor:
+    """Node ids best first for a topology cache (``GraphSageSampler(topology_cache=...,
+    hot_order=...)``): by how many sampled edges ``sampler`` read from each node's
+    neighbor list over ``num_batches`` shuffled batches of ``seeds``, per byte the list
+    takes (its entries plus 8 bytes of bookkeeping).
+
+    Degree is a poor order here: a hub's list costs its whole degree in bytes but yields
+    at most a fanout of reads per visit, while the training seeds' own short lists are
+    read in full by every batch that draws them. Nodes never sampled go last, by degree.
+    """
+    topo = sampler.csr_topo
+    seeds = torch.as_tensor(seeds).cpu()
+    if seeds.dim() != 1 or seeds.numel() == 0:
+        raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
+    reads = torch.zeros(topo.node_count, dtype=torch.float64, device=sampler.device)
+    shuffled = seeds[torch.randperm(seeds.numel(), generator=generator)]
+    batches = shuffled.split(batch_size)
+    for batch in batches[:num_batches] if num_batches is not None else batches:
+        node_ids, _, cols = sampler.sample_subgraph(batch)[:3]
+        reads.index_add_(0, node_ids[cols], torch.ones(cols.numel(), dtype=torch.float64,
+                                                        device=reads.device))
+    degree = topo.degree.to(reads.device)
+    by_degree = degree_order(degree)
+    score = reads / (degree * topo.indices.element_size() + 8).double()
+    return by_degree[torch.argsort(score[by_degree], descending=True, stable=True)].cpu()
 
 
 def check_hot_order(order, num_rows: int) -> Tensor:

@@ -72,7 +72,8 @@ def sample_subgraph(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Lis
         int64 CPU tensors of new nodes per hop (seeds first) and edges per hop. Random
         numbers come from ``generator`` as in :func:`sample_neighbors`.
 
-    ``cached_indices`` and ``cached_starts`` (both on the seeds' GPU) are a topology cache:
+    ``cached_indices`` and ``cached_starts`` (int32 or int64; both on the seeds' GPU) are a
+    topology cache:
     node ``v``'s neighbor list copied to ``cached_indices[cached_starts[v]:][:degree(v)]``, or
     ``cached_starts[v] == -1``. The kernels read cached lists from GPU memory instead of
     ``indices`` (pinned host memory in UVA mode); the output is the same.
@@ -87,15 +88,18 @@ def build_topology_cache(indptr: Tensor, indices: Tensor, hot_order: Tensor, bud
                          ) -> Tuple[Tensor, Tensor]:
     """A topology cache for :func:`sample_subgraph`: the neighbor lists of the hottest nodes
     (``hot_order``, hottest first) that fit in ``budget_bytes`` of ``device`` memory, the
-    per-node starts (8 bytes a node) included. ``indices`` may be on ``device`` or in pinned
+    per-node starts included (4 bytes a node, 8 if the cache holds 2^31 entries or more). ``indices`` may be on ``device`` or in pinned
     host memory; lists are copied in chunks of at most ``max_chunk_edges`` entries.
 
     Returns ``(cached_indices, cached_starts)``, both on ``device``.
     """
     device = torch.device(device)
     num_nodes = indptr.numel() - 1
-    starts_bytes = 8 * num_nodes
     entry_bytes = indices.element_size()
+    starts_dtype = torch.int32
+    if (int(budget_bytes) - 4 * num_nodes) // entry_bytes > torch.iinfo(torch.int32).max:
+        starts_dtype = torch.int64
+    starts_bytes = num_nodes * (4 if starts_dtype == torch.int32 else 8)
     indptr_here = indptr.to(device)
     order = hot_order.to(device=device, dtype=torch.long)
     degree = (indptr_here[1:] - indptr_here[:-1])[order]
@@ -104,9 +108,9 @@ def build_topology_cache(indptr: Tensor, indices: Tensor, hot_order: Tensor, bud
     count = int(torch.searchsorted(ends, torch.tensor([room], device=device), right=True))
     chosen, degree, ends = order[:count], degree[:count], ends[:count]
     total = int(ends[count - 1]) if count else 0
-    cached_starts = torch.full((num_nodes,), -1, dtype=torch.long, device=device)
+    cached_starts = torch.full((num_nodes,), -1, dtype=starts_dtype, device=device)
     first = ends - degree
-    cached_starts[chosen] = first
+    cached_starts[chosen] = first.to(starts_dtype)
     cached_indices = torch.empty(total, dtype=indices.dtype, device=device)
     table = indices.view(-1, 1)
     begin_node = 0

@@ -54,10 +54,11 @@ __global__ void plan_rows_kernel(const Csr<index_t> csr, const int64_t* __restri
         }
       }
     }
-    if (csr.cached_starts != nullptr) {
+    if (csr.cached_starts != nullptr || csr.cached_starts32 != nullptr) {
       int64_t cached = -1;
       if (degree > 0) {
-        cached = csr.cached_starts[nodes[r]];
+        cached = csr.cached_starts != nullptr ? csr.cached_starts[nodes[r]]
+                                              : static_cast<int64_t>(csr.cached_starts32[nodes[r]]);
         if (cached >= 0 && cached + degree > csr.num_cached) {
           record_status(status, kCachedRowOutOfBounds, nodes[r], cached, degree);
           cached = -1;

@@ -27,8 +27,9 @@ struct Csr {
   int64_t num_nodes;
   int64_t num_edges;
   const index_t* cached_indices = nullptr;
-  const int64_t* cached_starts = nullptr;  // null: no cache
-  int64_t num_cached = 0;                  // entries of cached_indices
+  const int64_t* cached_starts = nullptr;    // null (and null cached_starts32): no cache
+  const int32_t* cached_starts32 = nullptr;  // int32 starts, half the bytes a node
+  int64_t num_cached = 0;                    // entries of cached_indices
 };
 
 // Philox key and offset drawn from PyTorch's CUDA generator for one call.

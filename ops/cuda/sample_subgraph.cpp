@@ -40,10 +40,14 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
                 " (the seeds' GPU), got cached_indices on ", cached_indices->device(),
                 " and cached_starts on ", cached_starts->device());
     csr.cached_indices = cached_indices->const_data_ptr<index_t>();
-    csr.cached_starts = cached_starts->const_data_ptr<int64_t>();
+    if (cached_starts->scalar_type() == at::kInt) {
+      csr.cached_starts32 = cached_starts->const_data_ptr<int32_t>();
+    } else {
+      csr.cached_starts = cached_starts->const_data_ptr<int64_t>();
+    }
     csr.num_cached = cached_indices->numel();
   }
-  const int64_t plan_arrays = csr.cached_starts != nullptr ? 4 : 3;
+  const int64_t plan_arrays = cached_starts.has_value() ? 4 : 3;
   const int64_t batch_size = seeds.numel();
   const int64_t num_hops = static_cast<int64_t>(fanouts.size());
 

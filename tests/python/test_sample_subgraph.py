@@ -272,7 +272,7 @@ def cache_for(graph, mode, share, order=None, eid_given=True):
     (indptr, indices, eid), device = place(graph, mode)
     order = order if order is not None else torch.randperm(graph.num_nodes,
                                                            generator=torch.Generator().manual_seed(3))
-    budget = 8 * graph.num_nodes + int(share * indices.numel() * indices.element_size())
+    budget = 4 * graph.num_nodes + int(share * indices.numel() * indices.element_size())
     cached = qv.ops.build_topology_cache(indptr, indices, order, budget, device,
                                          max_chunk_edges=97)  # many chunks
     return (indptr, indices, eid if eid_given else None), device, cached
@@ -285,7 +285,7 @@ def test_build_topology_cache_copies_the_hottest_lists_within_the_budget(mode, i
     (indptr, indices, _), device, (cached_indices, cached_starts) = cache_for(graph, mode, share,
                                                                              order)
     assert cached_indices.device.type == cached_starts.device.type == device.type
-    assert cached_indices.dtype == index_dtype and cached_starts.dtype == torch.long
+    assert cached_indices.dtype == index_dtype and cached_starts.dtype == torch.int32
     assert cached_indices.numel() <= share * graph.indices.numel()
     starts = cached_starts.cpu()
     hit = torch.nonzero(starts >= 0).flatten()
@@ -305,18 +305,21 @@ def test_cache_gives_the_same_samples(mode, index_dtype, fanouts, replace):
     """With a cache of any size the op's output is bit for bit what it is without one."""
     graph = random_graph(num_nodes=500, num_edges=8000, dtype=index_dtype, seed=9)
     seeds = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(1))[:64]
-    for share in (0.0, 0.25, 1.0):
-        for eid_given in (True, False):
-            (indptr, indices, eid), device, cache = cache_for(graph, mode, share,
-                                                              eid_given=eid_given)
-            torch.manual_seed(5)
-            plain = qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts, replace, eid)
-            torch.manual_seed(5)
-            cached = qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts, replace,
-                                            eid, None, *cache)
-            for a, b in zip(plain, cached):
-                assert torch.equal(a, b), (share, eid_given)
-            check_subgraph(graph, seeds, fanouts, replace, cached, eid_given)
+    for share, eid_given, wide_starts in [(0.0, True, False), (0.25, True, False),
+                                          (0.25, False, True), (1.0, False, False),
+                                          (1.0, True, True)]:
+        (indptr, indices, eid), device, cache = cache_for(graph, mode, share,
+                                                          eid_given=eid_given)
+        if wide_starts:  # int64 starts, as a cache of 2^31 entries or more has
+            cache = (cache[0], cache[1].long())
+        torch.manual_seed(5)
+        plain = qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts, replace, eid)
+        torch.manual_seed(5)
+        cached = qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts, replace,
+                                        eid, None, *cache)
+        for a, b in zip(plain, cached):
+            assert torch.equal(a, b), (share, eid_given)
+        check_subgraph(graph, seeds, fanouts, replace, cached, eid_given)
 
 
 def test_cache_input_is_checked(mode):
@@ -331,16 +334,17 @@ def test_cache_input_is_checked(mode):
     with pytest.raises(ValueError, match=r"one start per node \(50\)"):
         qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None, cached_indices,
                                cached_starts[:-1])
-    with pytest.raises(TypeError, match="cached_starts must be int64"):
+    with pytest.raises(TypeError, match="cached_starts must be int32 or int64"):
         qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None, cached_indices,
-                               cached_starts.int())
+                               cached_starts.short())
     if device.type == "cuda":  # the GPU reads the cache: a corrupt one is reported, not read
-        corrupt = cached_starts.clone()
         degree = int(graph.indptr[4] - graph.indptr[3])
-        corrupt[3] = cached_indices.numel() - degree + 1
-        with pytest.raises(ValueError, match=r"cached_starts\[3\] = .* the topology cache is corrupt"):
-            qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None, cached_indices,
-                                   corrupt)
+        for corrupt in (cached_starts.clone(), cached_starts.long()):
+            corrupt[3] = cached_indices.numel() - degree + 1
+            with pytest.raises(ValueError,
+                               match=r"cached_starts\[3\] = .* the topology cache is corrupt"):
+                qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None,
+                                       cached_indices, corrupt)
         with pytest.raises(RuntimeError, match="must be in the memory of cuda"):
             qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None,
                                    cached_indices.cpu(), cached_starts.cpu())
