@@ -26,6 +26,11 @@ def sample_inputs(mode):
         ("-1 after a finite hop", (indptr, indices, seeds, [2, -1], False, eid)),
         ("int32 indices", (narrow[0], narrow[1], seeds, [4, 3], False, narrow[2])),
     ]
+    if mode != "UVA":  # a topology cache: every list, int32 starts (the cache is on `device`)
+        budget = 4 * 60 + indices.numel() * indices.element_size()
+        cache = qv.ops.build_topology_cache(indptr, indices, torch.arange(60), budget, device)
+        cases.append(("topology cache", (indptr, indices, seeds, [3, 2], False, eid, None,
+                                          *cache)))
     return graph, cases
 
 

@@ -1,0 +1,100 @@
+"""Host-tier experiment: zero-copy random row reads from a pinned host table, by table size,
+with the table on 4 KB pages or on 2 MB transparent huge pages (madvise before the pages
+are first touched, then registered in place with cudaHostRegister), beside the CPU-gather
+baseline (16 threads index_select into pinned memory, then one copy) and the pinned copy.
+
+    python scripts/bench_host_pages.py --sizes 1,4,16,32 --row-bytes 256
+
+Each size allocates one anonymous mapping, so AnonHugePages in /proc/meminfo says how much
+of it the kernel really backed with huge pages.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import mmap
+import time
+
+import torch
+
+import torch_quiver_ops as qv
+
+
+def meminfo(key):
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def host_table(nbytes, huge):
+    buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    buffer.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
+    table = torch.frombuffer(buffer, dtype=torch.uint8)
+    before = meminfo("AnonHugePages")
+    table.fill_(1)  # first touch: the kernel picks the page size here
+    return buffer, table, meminfo("AnonHugePages") - before
+
+
+def rate(fn, out_bytes, reps=10):
+    fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    torch.cuda.synchronize()
+    return reps * out_bytes / (time.perf_counter() - start) / 1e9
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", default="1,4,16,32", help="table sizes in GiB")
+    parser.add_argument("--row-bytes", type=int, default=256)
+    parser.add_argument("--rows-per-batch", type=int, default=545_000)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    print(f"device: {torch.cuda.get_device_name()}; CPU threads {torch.get_num_threads()}; "
+          f"THP: {open('/sys/kernel/mm/transparent_hugepage/enabled').read().strip()}")
+    width = args.row_bytes // 4
+    results = []
+    pinned_out = torch.empty(args.rows_per_batch, width, dtype=torch.float32).pin_memory()
+    print(f"\n| table GiB | pages | huge GiB | zero-copy GB/s | sorted ids GB/s | "
+          f"CPU gather + copy GB/s |\n|---|---|---|---|---|---|")
+    for gib in (float(s) for s in args.sizes.split(",")):
+        nbytes = int(gib * 2**30) // args.row_bytes * args.row_bytes
+        rows = nbytes // args.row_bytes
+        ids = torch.randint(rows, (args.rows_per_batch,), device="cuda")
+        sorted_ids = ids.sort().values
+        cpu_ids = ids.cpu()
+        out_bytes = args.rows_per_batch * args.row_bytes
+        for huge in (False, True):
+            buffer, raw, huge_bytes = host_table(nbytes, huge)
+            table = raw.view(torch.float32).view(rows, width)
+            handle = qv.uva.pin_in_place(table)
+            zero_copy = rate(lambda: qv.ops.gather_rows(table, ids), out_bytes)
+            in_order = rate(lambda: qv.ops.gather_rows(table, sorted_ids), out_bytes)
+            staged = rate(lambda: pinned_out.copy_(table[cpu_ids]).to("cuda", non_blocking=True),
+                          out_bytes, reps=3)
+            row = {"gib": gib, "huge": huge, "huge_gib": huge_bytes / 2**30,
+                   "zero_copy_gbps": zero_copy, "sorted_gbps": in_order, "cpu_gather_gbps": staged}
+            results.append(row)
+            print(f"| {gib:g} | {'2 MB (THP)' if huge else '4 KB'} | {huge_bytes / 2**30:.1f} | "
+                  f"{zero_copy:.1f} | {in_order:.1f} | {staged:.1f} |", flush=True)
+            del handle, table, raw
+            gc.collect()
+            buffer.close()
+    src = torch.empty(1 << 30, dtype=torch.uint8).pin_memory()
+    dst = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    copy = rate(lambda: dst.copy_(src, non_blocking=True), 1 << 30)
+    print(f"\npinned host-to-device copy: {copy:.1f} GB/s (the bound); rows of "
+          f"{args.row_bytes} bytes, {args.rows_per_batch:,} random ids a batch")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(), "copy_gbps": copy,
+                       "results": results}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
