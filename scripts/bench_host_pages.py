@@ -4,6 +4,10 @@ are first touched, then registered in place with cudaHostRegister), beside the C
 baseline (16 threads index_select into pinned memory, then one copy) and the pinned copy.
 
     python scripts/bench_host_pages.py --sizes 1,4,16,32 --row-bytes 256
+    python scripts/bench_host_pages.py --sizes 16,32 --pages 4k --split 0.5,0.67,0.8
+
+--split F also times a split gather: the GPU reads 1 - F of the rows with zero copy while
+CPU threads gather the other F into pinned memory (index_select) and one copy moves them.
 
 Each size allocates one anonymous mapping, so AnonHugePages in /proc/meminfo says how much
 of it the kernel really backed with huge pages.
@@ -53,6 +57,8 @@ def main():
     parser.add_argument("--sizes", default="1,4,16,32", help="table sizes in GiB")
     parser.add_argument("--row-bytes", type=int, default=256)
     parser.add_argument("--rows-per-batch", type=int, default=545_000)
+    parser.add_argument("--pages", default="4k,2m", help="4k, 2m or both")
+    parser.add_argument("--split", default="", help="CPU shares of a split gather, e.g. 0.5,0.67")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     print(f"device: {torch.cuda.get_device_name()}; CPU threads {torch.get_num_threads()}; "
@@ -69,16 +75,34 @@ def main():
         sorted_ids = ids.sort().values
         cpu_ids = ids.cpu()
         out_bytes = args.rows_per_batch * args.row_bytes
-        for huge in (False, True):
+        for huge in [p == "2m" for p in args.pages.split(",")]:
             buffer, raw, huge_bytes = host_table(nbytes, huge)
             table = raw.view(torch.float32).view(rows, width)
             handle = qv.uva.pin_in_place(table)
             zero_copy = rate(lambda: qv.ops.gather_rows(table, ids), out_bytes)
             in_order = rate(lambda: qv.ops.gather_rows(table, sorted_ids), out_bytes)
-            staged = rate(lambda: pinned_out.copy_(table[cpu_ids]).to("cuda", non_blocking=True),
-                          out_bytes, reps=3)
+            # Each call waits for the previous copy out of pinned_out: no overlap across calls.
+            staged = rate(lambda: (torch.cuda.synchronize(), torch.index_select(
+                table, 0, cpu_ids, out=pinned_out).to("cuda", non_blocking=True)), out_bytes,
+                reps=3)
+            splits = {}
+            for share in (float(f) for f in args.split.split(",") if f):
+                k = int(share * args.rows_per_batch)
+                out = torch.empty(args.rows_per_batch, width, device="cuda")
+
+                def split_gather():
+                    torch.cuda.synchronize()  # pinned_out is free again
+                    on_gpu = qv.ops.gather_rows(table, ids[k:])  # queued; runs while CPUs gather
+                    torch.index_select(table, 0, cpu_ids[:k], out=pinned_out[:k])
+                    out[:k].copy_(pinned_out[:k], non_blocking=True)
+                    out[k:].copy_(on_gpu)
+                    return out
+
+                splits[share] = rate(split_gather, out_bytes, reps=3)
+                print(f"   split, CPU share {share:.2f}: {splits[share]:.1f} GB/s", flush=True)
             row = {"gib": gib, "huge": huge, "huge_gib": huge_bytes / 2**30,
-                   "zero_copy_gbps": zero_copy, "sorted_gbps": in_order, "cpu_gather_gbps": staged}
+                   "zero_copy_gbps": zero_copy, "sorted_gbps": in_order, "cpu_gather_gbps": staged,
+                   "split_gbps": splits}
             results.append(row)
             print(f"| {gib:g} | {'2 MB (THP)' if huge else '4 KB'} | {huge_bytes / 2**30:.1f} | "
                   f"{zero_copy:.1f} | {in_order:.1f} | {staged:.1f} |", flush=True)
