@@ -3,6 +3,7 @@ beside the bound and baseline measured in the same run.
 
     python scripts/bench_feature.py                  # products-like, on the current GPU
     python scripts/bench_feature.py --graph small    # quick
+    python scripts/bench_feature.py --graph papers --dtype bfloat16   # 111M x 128, 28 GB
 
 Ids are the node lists of real sampled batches (GraphSAGE [15,10,5], batch 1024, about
 545k rows each on the products-like graph). Rows:
@@ -40,6 +41,20 @@ TORCH_QUIVER = {"HBM": 587, "host": 15, "cache by degree": 28}
 
 def sync():
     torch.cuda.synchronize()
+
+
+def rss(field="VmRSS"):
+    """Bytes of this process's resident memory (VmHWM: the peak since reset_peak_rss)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def reset_peak_rss():
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # Linux: VmHWM starts again from the current RSS
 
 
 def timed(fn, repeats=1):
@@ -171,6 +186,7 @@ def main():
     parser.add_argument("--batches", type=int, default=10, help="measured batches per GPU")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--cache-fraction", type=float, default=0.2)
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--two-gpus", choices=["auto", "on", "off"], default="auto")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -180,9 +196,9 @@ def main():
                "fanouts": fanouts, "batch_size": args.batch_size}
 
     start = time.perf_counter()
-    graph = synthetic_graph(args.graph, device=device)
-    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
-    del graph.edge_index
+    graph = synthetic_graph(args.graph, device=device, csr=True,
+                            feature_dtype=getattr(torch, args.dtype))
+    topo = graph.topology()
     x = graph.x
     row_bytes = x[0].nbytes
     table_bytes = x.nbytes
@@ -264,8 +280,16 @@ def main():
     cache_bytes = int(args.cache_fraction * x.size(0)) * row_bytes
     for name, kwargs in [("cache by degree", {"csr_topo": topo}),
                          ("cache by presampling", {})]:
+        torch.cuda.synchronize()
+        before = rss()
+        reset_peak_rss()
         feature = qv.Feature(device_list=[device.index], device_cache_size=cache_bytes, **kwargs)
         feature.from_cpu_tensor(x, hot_order=presampled if not kwargs else None)
+        feature[on_gpu[0]]  # the store is placed on the GPU at its first gather
+        extra = rss("VmHWM") - before
+        results.setdefault("build_peak_extra_host_bytes", {})[name] = extra
+        print(f"   building the store ({name}): peak host memory {extra / 1e9:.2f} GB above "
+              f"what the process held, {extra / table_bytes:.1%} of the table", flush=True)
         hits = statistics.mean(feature.hit_rate(b) for b in on_gpu[args.warmup:])
         ours = gather_rate(lambda ids: feature[ids], on_gpu, row_bytes, args.warmup)
         ours_kernel = kernel_rate(lambda ids: feature[ids], on_gpu[:4], row_bytes)
@@ -278,20 +302,25 @@ def main():
         else:
             del feature
     # The same cache over a second, hot-ordered host copy of the table (what the store
-    # kept before it used the table in place): what that copy buys in locality.
+    # kept before it used the table in place): what that copy buys in locality. Not for
+    # tables of tens of GB, where that copy is the problem.
     from torch_quiver_ops.hotness import positions_of
-    hot_first = x[presampled]
-    cached = int(args.cache_fraction * x.size(0))
-    copy_tiers = [hot_first[:cached].to(device), hot_first[cached:].pin_memory()]
-    copy_positions = positions_of(presampled).to(device)
-    gather_copy = lambda ids: qv.ops.gather_tiered_rows(copy_tiers, copy_positions, ids,  # noqa: E731
-                                                        False)
-    assert torch.equal(gather_copy(on_gpu[-1]).cpu(), x[on_gpu[-1].cpu()])
-    record("cache, hot-ordered copy, id order", gather_rate(gather_copy, on_gpu, row_bytes, args.warmup),
-           kernel_rate(gather_copy, on_gpu[:4], row_bytes), bounds["pinned_h2d"] / (1 - hits),
-           "pinned H2D / miss rate", hit_rate=hits)
-    del copy_tiers, copy_positions, hot_first
-    torch.cuda.empty_cache()
+    copy_rows = table_bytes <= 8e9
+    if not copy_rows:
+        print("   (no hot-ordered copy row: the table is too large for a second host copy)")
+    else:
+        hot_first = x[presampled]
+        cached = int(args.cache_fraction * x.size(0))
+        copy_tiers = [hot_first[:cached].to(device), hot_first[cached:].pin_memory()]
+        copy_positions = positions_of(presampled).to(device)
+        gather_copy = lambda ids: qv.ops.gather_tiered_rows(copy_tiers, copy_positions, ids,  # noqa: E731
+                                                            False)
+        assert torch.equal(gather_copy(on_gpu[-1]).cpu(), x[on_gpu[-1].cpu()])
+        record("cache, hot-ordered copy, id order", gather_rate(gather_copy, on_gpu, row_bytes, args.warmup),
+               kernel_rate(gather_copy, on_gpu[:4], row_bytes), bounds["pinned_h2d"] / (1 - hits),
+               "pinned H2D / miss rate", hit_rate=hits)
+        del copy_tiers, copy_positions, hot_first
+        torch.cuda.empty_cache()
 
     want_two = args.two_gpus == "on" or (args.two_gpus == "auto" and torch.cuda.device_count() >= 2)
     if want_two:
