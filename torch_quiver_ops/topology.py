@@ -115,7 +115,13 @@ class CSRTopo:
     def feature_order(self) -> Tensor:
         """Node ids from highest to lowest degree: the order a degree-based cache uses."""
         if self._feature_order is None:
-            self._feature_order = degree_order(self.degree)
+            if torch.cuda.is_available():
+                # Sorted on the GPU: milliseconds, and the host holds only the result (on
+                # the CPU, the sort's buffers took 3.5 GB above the order at 111M nodes).
+                indptr = self.indptr.cuda()
+                self._feature_order = degree_order(indptr[1:] - indptr[:-1]).cpu()
+            else:
+                self._feature_order = degree_order(self.degree)
         return self._feature_order
 
     def share_memory_(self) -> "CSRTopo":
