@@ -25,6 +25,18 @@ def degree_order(degree: Tensor) -> Tensor:
     return torch.argsort(degree, descending=True, stable=True)
 
 
+def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[int],
+                        generator: Optional[torch.Generator]):
+    """sample_subgraph's output for shuffled batches of ``seeds`` (``num_batches`` of
+    them; None: one epoch)."""
+    seeds = torch.as_tensor(seeds).cpu()
+    if seeds.dim() != 1 or seeds.numel() == 0:
+        raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
+    batches = seeds[torch.randperm(seeds.numel(), generator=generator)].split(batch_size)
+    for batch in batches[:num_batches] if num_batches is not None else batches:
+        yield sampler.sample_subgraph(batch)
+
+
 def presample_hot_order(sampler, seeds: Tensor, batch_size: int = 1024,
                         num_batches: Optional[int] = None,
                         generator: Optional[torch.Generator] = None) -> Tensor:
@@ -36,14 +48,8 @@ def presample_hot_order(sampler, seeds: Tensor, batch_size: int = 1024,
     :meth:`Feature.from_cpu_tensor`.
     """
     topo = sampler.csr_topo
-    seeds = torch.as_tensor(seeds).cpu()
-    if seeds.dim() != 1 or seeds.numel() == 0:
-        raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
     counts = torch.zeros(topo.node_count, dtype=torch.int32, device=sampler.device)
-    shuffled = seeds[torch.randperm(seeds.numel(), generator=generator)]
-    batches = shuffled.split(batch_size)
-    for batch in batches[:num_batches] if num_batches is not None else batches:
-        node_ids = sampler.sample_subgraph(batch)[0]
+    for node_ids, *_ in _presampled_batches(sampler, seeds, batch_size, num_batches, generator):
         counts[node_ids] += 1  # a batch lists each node once
     by_degree = degree_order(topo.degree.to(counts.device))
     return by_degree[torch.argsort(counts[by_degree], descending=True, stable=True)].cpu()
@@ -55,26 +61,21 @@ def presample_topology_order(sampler, seeds: Tensor, batch_size: int = 1024,
     """Node ids best first for a topology cache (``GraphSageSampler(topology_cache=...,
     hot_order=...)``): by how many sampled edges ``sampler`` read from each node's
     neighbor list over ``num_batches`` shuffled batches of ``seeds``, per byte the list
-    takes (its entries plus 8 bytes of bookkeeping).
+    takes (its entries plus the 4 bytes of its start).
 
     Degree is a poor order here: a hub's list costs its whole degree in bytes but yields
     at most a fanout of reads per visit, while the training seeds' own short lists are
     read in full by every batch that draws them. Nodes never sampled go last, by degree.
     """
     topo = sampler.csr_topo
-    seeds = torch.as_tensor(seeds).cpu()
-    if seeds.dim() != 1 or seeds.numel() == 0:
-        raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
     reads = torch.zeros(topo.node_count, dtype=torch.float64, device=sampler.device)
-    shuffled = seeds[torch.randperm(seeds.numel(), generator=generator)]
-    batches = shuffled.split(batch_size)
-    for batch in batches[:num_batches] if num_batches is not None else batches:
-        node_ids, _, cols = sampler.sample_subgraph(batch)[:3]
+    for node_ids, _, cols, *_ in _presampled_batches(sampler, seeds, batch_size, num_batches,
+                                                     generator):
         reads.index_add_(0, node_ids[cols], torch.ones(cols.numel(), dtype=torch.float64,
                                                         device=reads.device))
     degree = topo.degree.to(reads.device)
     by_degree = degree_order(degree)
-    score = reads / (degree * topo.indices.element_size() + 8).double()
+    score = reads / (degree * topo.indices.element_size() + 4).double()
     return by_degree[torch.argsort(score[by_degree], descending=True, stable=True)].cpu()
 
 

@@ -137,7 +137,8 @@ class HoldsTiers(torch.nn.Module):
         return self.lin(self.tiers.gather(ids))
 
 
-def test_export_traces_a_model_holding_feature_tiers():
+def export_holding_tiers():
+    """(table, model, exported program) for a model holding a two-tier, reordered table."""
     table = torch.randn(40, 6)
     order = torch.randperm(40)
     positions = torch.empty_like(order)
@@ -148,6 +149,11 @@ def test_export_traces_a_model_holding_feature_tiers():
     count = torch.export.Dim("count", min=1, max=1 << 20)
     program = torch.export.export(model, (torch.tensor([0, 39, 5]),), strict=False,
                                   dynamic_shapes=({0: count},))
+    return table, model, program
+
+
+def test_export_traces_a_model_holding_feature_tiers():
+    table, model, program = export_holding_tiers()
     assert any("call_torchbind" in str(node.target) for node in program.graph.nodes)
     ids = torch.randint(40, (25,))
     with torch.no_grad():
@@ -184,16 +190,7 @@ def run_package_in_cpp(package, inputs, tmp_path):
 @pytest.mark.skipif(not RUNNER, reason="QUIVER_CPP_EXPORT_RUNNER is not set (scripts/test.sh "
                     "builds examples/cpp)")
 def test_cpp_runs_a_package_holding_feature_tiers(tmp_path):
-    table = torch.randn(40, 6)
-    order = torch.randperm(40)
-    positions = torch.empty_like(order)
-    positions[order] = torch.arange(40)
-    tiers = torch.classes.quiver.FeatureTiers([table[order[:10]].clone(),
-                                               table[order[10:]].clone()], positions)
-    model = HoldsTiers(tiers)
-    count = torch.export.Dim("count", min=1, max=1 << 20)
-    program = torch.export.export(model, (torch.tensor([0, 39, 5]),), strict=False,
-                                  dynamic_shapes=({0: count},))
+    table, model, program = export_holding_tiers()
     path = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "t.pt2"))
     ids = torch.randint(40, (57,))
     (scores,) = run_package_in_cpp(path, [ids], tmp_path)
