@@ -77,59 +77,10 @@ def sample_subgraph(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Lis
     node ``v``'s neighbor list copied to ``cached_indices[cached_starts[v]:][:degree(v)]``, or
     ``cached_starts[v] == -1``. The kernels read cached lists from GPU memory instead of
     ``indices`` (pinned host memory in UVA mode); the output is the same.
-    :func:`build_topology_cache` makes one.
+    :func:`torch_quiver_ops.topology.build_topology_cache` makes one.
     """
     return torch.ops.quiver.sample_subgraph(indptr, indices, seeds, fanouts, replace, edge_ids,
                                             generator, cached_indices, cached_starts)
-
-
-def build_topology_cache(indptr: Tensor, indices: Tensor, hot_order: Tensor, budget_bytes: int,
-                         device: torch.device, max_chunk_edges: int = 1 << 26
-                         ) -> Tuple[Tensor, Tensor]:
-    """A topology cache for :func:`sample_subgraph`: the neighbor lists of the hottest nodes
-    (``hot_order``, hottest first) that fit in ``budget_bytes`` of ``device`` memory, the
-    per-node starts included (4 bytes a node, 8 if the cache holds 2^31 entries or more). ``indices`` may be on ``device`` or in pinned
-    host memory; lists are copied in chunks of at most ``max_chunk_edges`` entries.
-
-    Returns ``(cached_indices, cached_starts)``, both on ``device``.
-    """
-    device = torch.device(device)
-    num_nodes = indptr.numel() - 1
-    entry_bytes = indices.element_size()
-    starts_dtype = torch.int32
-    if (int(budget_bytes) - 4 * num_nodes) // entry_bytes > torch.iinfo(torch.int32).max:
-        starts_dtype = torch.int64
-    starts_bytes = num_nodes * (4 if starts_dtype == torch.int32 else 8)
-    indptr_here = indptr.to(device)
-    order = hot_order.to(device=device, dtype=torch.long)
-    degree = (indptr_here[1:] - indptr_here[:-1])[order]
-    ends = torch.cumsum(degree, 0)
-    room = max(0, int(budget_bytes) - starts_bytes) // entry_bytes
-    count = int(torch.searchsorted(ends, torch.tensor([room], device=device), right=True))
-    chosen, degree, ends = order[:count], degree[:count], ends[:count]
-    total = int(ends[count - 1]) if count else 0
-    cached_starts = torch.full((num_nodes,), -1, dtype=starts_dtype, device=device)
-    first = ends - degree
-    cached_starts[chosen] = first.to(starts_dtype)
-    cached_indices = torch.empty(total, dtype=indices.dtype, device=device)
-    table = indices.view(-1, 1)
-    begin_node = 0
-    while begin_node < count:
-        # Nodes whose lists end within max_chunk_edges of this chunk's first entry.
-        base = int(first[begin_node])
-        end_node = int(torch.searchsorted(ends, torch.tensor([base + max_chunk_edges],
-                                                             device=device), right=True))
-        end_node = max(end_node, begin_node + 1)
-        part_degree = degree[begin_node:end_node]
-        part_first = first[begin_node:end_node] - base
-        size = int(ends[end_node - 1]) - base
-        owner = torch.repeat_interleave(torch.arange(end_node - begin_node, device=device),
-                                        part_degree, output_size=size)
-        positions = (indptr_here[chosen[begin_node:end_node]][owner]
-                     + torch.arange(size, device=device) - part_first[owner])
-        cached_indices[base:base + size] = gather_rows(table, positions).view(-1)
-        begin_node = end_node
-    return cached_indices, cached_starts
 
 
 def gather_rows(table: Tensor, ids: Tensor) -> Tensor:

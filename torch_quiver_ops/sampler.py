@@ -10,7 +10,7 @@ from torch import Tensor
 from . import ops
 from ._load import cuda_kernels_built
 from ._device import parse_size, resolve_device
-from .topology import CSRTopo
+from .topology import CSRTopo, build_topology_cache
 from .uva import pinned
 
 MODES = ("GPU", "UVA", "CPU")
@@ -137,7 +137,7 @@ class GraphSageSampler:
                 order = self.hot_order
                 if order is None:  # sorted on the GPU: seconds at papers100M scale
                     order = degree_order(self._indptr[1:] - self._indptr[:-1])
-                self._cached_indices, self._cached_starts = ops.build_topology_cache(
+                self._cached_indices, self._cached_starts = build_topology_cache(
                     self._indptr, self._indices, order, self.topology_cache_bytes, self.device)
         else:
             self._indptr, self._indices, self._eid = topo.indptr, topo.indices, eid

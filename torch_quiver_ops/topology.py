@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -49,6 +49,60 @@ def validate_csr(indptr: Tensor, indices: Tensor, eid: Optional[Tensor] = None) 
         if eid.numel() != indices.numel():
             raise ValueError(f"edge_ids has {eid.numel()} entries but indices has "
                              f"{indices.numel()}")
+
+
+def build_topology_cache(indptr: Tensor, indices: Tensor, hot_order: Tensor, budget_bytes: int,
+                         device: torch.device, max_chunk_edges: int = 1 << 26
+                         ) -> Tuple[Tensor, Tensor]:
+    """A topology cache for :func:`~torch_quiver_ops.ops.sample_subgraph`: the neighbor
+    lists of the hottest nodes (``hot_order``, hottest first) that fit in ``budget_bytes`` of
+    ``device`` memory, the per-node starts included (4 bytes a node, 8 when the cache holds
+    2^31 entries or more). ``indices`` may be on ``device`` or in pinned host memory; lists
+    are copied in chunks of at most ``max_chunk_edges`` entries.
+
+    Returns ``(cached_indices, cached_starts)``, both on ``device``. Raises ValueError when
+    the budget cannot hold even the starts.
+    """
+    device = torch.device(device)
+    num_nodes = indptr.numel() - 1
+    entry_bytes = indices.element_size()
+    starts_dtype = torch.int32
+    if (int(budget_bytes) - 4 * num_nodes) // entry_bytes > torch.iinfo(torch.int32).max:
+        starts_dtype = torch.int64
+    starts_bytes = num_nodes * (4 if starts_dtype == torch.int32 else 8)
+    if int(budget_bytes) < starts_bytes:
+        raise ValueError(f"a topology cache of {int(budget_bytes)} bytes cannot hold even the "
+                         f"per-node starts of {num_nodes} nodes ({starts_bytes} bytes)")
+    indptr_here = indptr.to(device)
+    order = hot_order.to(device=device, dtype=torch.long)
+    degree = (indptr_here[1:] - indptr_here[:-1])[order]
+    ends = torch.cumsum(degree, 0)
+    room = max(0, int(budget_bytes) - starts_bytes) // entry_bytes
+    count = int(torch.searchsorted(ends, torch.tensor([room], device=device), right=True))
+    chosen, degree, ends = order[:count], degree[:count], ends[:count]
+    total = int(ends[count - 1]) if count else 0
+    cached_starts = torch.full((num_nodes,), -1, dtype=starts_dtype, device=device)
+    first = ends - degree
+    cached_starts[chosen] = first.to(starts_dtype)
+    cached_indices = torch.empty(total, dtype=indices.dtype, device=device)
+    table = indices.view(-1, 1)
+    begin_node = 0
+    while begin_node < count:
+        # Nodes whose lists end within max_chunk_edges of this chunk's first entry.
+        base = int(first[begin_node])
+        end_node = int(torch.searchsorted(ends, torch.tensor([base + max_chunk_edges],
+                                                             device=device), right=True))
+        end_node = max(end_node, begin_node + 1)
+        part_degree = degree[begin_node:end_node]
+        part_first = first[begin_node:end_node] - base
+        size = int(ends[end_node - 1]) - base
+        owner = torch.repeat_interleave(torch.arange(end_node - begin_node, device=device),
+                                        part_degree, output_size=size)
+        positions = (indptr_here[chosen[begin_node:end_node]][owner]
+                     + torch.arange(size, device=device) - part_first[owner])
+        cached_indices[base:base + size] = ops.gather_rows(table, positions).view(-1)
+        begin_node = end_node
+    return cached_indices, cached_starts
 
 
 class CSRTopo:

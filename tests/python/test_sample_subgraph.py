@@ -28,7 +28,7 @@ def sample_inputs(mode):
     ]
     if mode != "UVA":  # a topology cache: every list, int32 starts (the cache is on `device`)
         budget = 4 * 60 + indices.numel() * indices.element_size()
-        cache = qv.ops.build_topology_cache(indptr, indices, torch.arange(60), budget, device)
+        cache = qv.topology.build_topology_cache(indptr, indices, torch.arange(60), budget, device)
         cases.append(("topology cache", (indptr, indices, seeds, [3, 2], False, eid, None,
                                           *cache)))
     return graph, cases
@@ -278,7 +278,7 @@ def cache_for(graph, mode, share, order=None, eid_given=True):
     order = order if order is not None else torch.randperm(graph.num_nodes,
                                                            generator=torch.Generator().manual_seed(3))
     budget = 4 * graph.num_nodes + int(share * indices.numel() * indices.element_size())
-    cached = qv.ops.build_topology_cache(indptr, indices, order, budget, device,
+    cached = qv.topology.build_topology_cache(indptr, indices, order, budget, device,
                                          max_chunk_edges=97)  # many chunks
     return (indptr, indices, eid if eid_given else None), device, cached
 
@@ -331,6 +331,8 @@ def test_cache_input_is_checked(mode):
     graph = random_graph(num_nodes=50, num_edges=300, seed=4)
     (indptr, indices, eid), device, (cached_indices, cached_starts) = cache_for(graph, mode, 1.0)
     seeds = torch.arange(10, device=device)
+    with pytest.raises(ValueError, match=r"cannot hold even the per-node starts of 50 nodes"):
+        qv.topology.build_topology_cache(indptr, indices, torch.arange(50), 199, device)
     with pytest.raises(ValueError, match="needs both cached_indices and cached_starts"):
         qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None, cached_indices)
     with pytest.raises(TypeError, match="cached_indices is Int but indices is Long"):
