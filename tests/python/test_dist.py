@@ -186,11 +186,63 @@ def test_more_hosts(tmp_path, world):
 
 
 @pytest.mark.timeout(600)
+def test_a_host_with_an_empty_shard_still_serves_and_fetches(tmp_path):
+    # 2 rows over 3 hosts, none replicated: host 2 holds nothing and is asked for nothing.
+    seen = run_hosts(3, {"tiny": (table(2, 3), 0.0)}, tmp_path)
+    assert seen == {f"ok_{r}": "ok" for r in range(3)}, seen
+
+
+@pytest.mark.timeout(600)
 def test_a_peer_that_dies_is_named_by_every_survivor(tmp_path):
     seen = run_hosts(3, {"f32": (table(300, 3), 0.2)}, tmp_path, die_rank=2)
     assert set(seen) == {"error_0", "error_1"}, seen
     for message in seen.values():
         assert "RuntimeError" in message and "host 2 has stopped answering" in message, message
+
+
+def mismatched_worker(rank, port, results):
+    """Hosts whose shard maps disagree (the Python wrapper's fingerprint check bypassed): each
+    asks the other for rows outside its table. Both must raise, naming the other host, and
+    the transport must still work afterwards."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2, timeout=timedelta(seconds=60))
+    try:
+        n = 100
+        # Host 0 believes it owns rows 0-29, host 1 believes host 0 owns rows 0-69.
+        owners = torch.where(torch.arange(n) < (30 if rank == 0 else 70), 0, 1)
+        shard_map = qv.dist.build_shard_map(n, 2, None, 0.0, owners)
+        table = torch.arange(30 * 4, dtype=torch.float32).view(30, 4) + 1000 * rank
+        transport = torch.classes.quiver.Transport.collective(dist.group.WORLD.boxed(), 20.0)
+        feature = torch.classes.quiver.DistFeature(
+            shard_map, torch.classes.quiver.FeatureTiers([table], None), transport)
+        asks = torch.arange(n)  # host 0 asks host 1 for local rows 0-69, host 1 asks host 0 for 0-69
+        try:
+            feature.gather(asks)
+            raise AssertionError("a gather outside the peer's table returned")
+        except ValueError as error:
+            message = str(error)
+        assert ("host 1" if rank == 0 else "host 0") in message, message
+        assert "outside its table" in message, message
+        # Ids both maps agree on (host 0: 0-29 is its own; host 1 reads 70-99 itself) still work.
+        mine = torch.arange(30) if rank == 0 else torch.arange(70, 100)
+        assert torch.equal(feature.gather(mine), table[torch.arange(30)])
+        (Path(results) / f"ok_{rank}").write_text(message)
+    except Exception as error:  # noqa: BLE001
+        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
+    finally:
+        feature = transport = None
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@pytest.mark.timeout(300)
+def test_requests_outside_a_peers_table_are_refused_on_both_sides(tmp_path):
+    mp.spawn(mismatched_worker, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
+    seen = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert set(seen) == {"ok_0", "ok_1"}, seen
+    # Each host hears both halves: the peer refused its request, and it refused the peer's.
+    for message in seen.values():
+        assert "refused" in message or "asked this host" in message, message
 
 
 class HoldsDistFeature(torch.nn.Module):
