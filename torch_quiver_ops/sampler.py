@@ -10,6 +10,7 @@ from torch import Tensor
 from . import ops
 from ._load import cuda_kernels_built
 from ._device import parse_size, resolve_device
+from .hotness import check_hot_order, degree_order
 from .topology import CSRTopo, build_topology_cache
 from .uva import pinned
 
@@ -54,11 +55,11 @@ class GraphSageSampler:
             order (for edge features). Off by default, as in torch-quiver: reading the ids
             costs a second random read per sampled edge, over PCIe in UVA mode.
         topology_cache: UVA mode only: GPU memory for a topology cache, in bytes, ``"1G"``,
-            or a share of the neighbor lists' bytes such as ``"20%"`` (8 bytes a node of
+            or a share of the neighbor lists' bytes such as ``"20%"`` (4 bytes a node of
             per-node starts included). The hottest nodes' neighbor lists are copied to the
             GPU and read there; the rest stay in pinned host memory. Same samples either way.
         hot_order: node ids hottest first for the topology cache (e.g.
-            :func:`torch_quiver_ops.hotness.presample_hot_order`); default: by degree.
+            :func:`torch_quiver_ops.hotness.presample_topology_order`); default: by degree.
 
     A sampler can be handed to ``torch.multiprocessing.spawn`` workers: the topology
     travels as shared memory, and each worker samples on the GPU that is current at its
@@ -100,7 +101,8 @@ class GraphSageSampler:
             raise ValueError(f"topology_cache is for UVA mode, where the neighbor lists are in "
                              f"host memory; mode {mode!r} reads them from "
                              f"{'GPU' if mode == 'GPU' else 'host'} memory already")
-        self.hot_order = hot_order
+        self.hot_order = (None if hot_order is None
+                          else check_hot_order(hot_order, csr_topo.node_count))
         self._place()
         self._placed = True
 
@@ -133,7 +135,6 @@ class GraphSageSampler:
             self._indices = self._pin(topo.indices)
             self._eid = self._pin(eid)
             if self.topology_cache_bytes:
-                from .hotness import degree_order
                 order = self.hot_order
                 if order is None:  # sorted on the GPU: seconds at papers100M scale
                     order = degree_order(self._indptr[1:] - self._indptr[:-1])

@@ -363,6 +363,9 @@ def test_cache_input_is_checked(mode):
 def test_sampler_topology_cache(mode):
     from torch_quiver_ops.synthetic import synthetic_graph
     topo = qv.CSRTopo(synthetic_graph("tiny", seed=1).edge_index)
+    with pytest.raises(ValueError, match="hot_order is not a permutation"):
+        qv.pyg.GraphSageSampler(topo, [5], mode=mode,
+                                hot_order=torch.zeros(topo.node_count, dtype=torch.long))
     if mode != "UVA":
         with pytest.raises(ValueError, match="topology_cache is for UVA mode"):
             qv.pyg.GraphSageSampler(topo, [5, 5], mode=mode, topology_cache="20%")
