@@ -65,7 +65,11 @@ def sample_case(rng, mode, multi_hop):
     use_eid = rng.random() < 0.5
     must_raise = None
     kind = fault(rng, ["seed_range", "seed_dtype", "seed_dim", "fanout", "indptr_dtype",
-                       "ends", "row_bounds", "eid_len", "huge_replace", "no_hops"])
+                       "ends", "row_bounds", "eid_len", "huge_replace", "no_hops",
+                       "cache_dtype", "cache_corrupt"])
+    # Multi-hop calls read a topology cache a third of the time (always when a cache fault
+    # is drawn): every list or some, in GPU memory on a GPU.
+    cached = multi_hop and (rng.random() < 0.33 or kind in ("cache_dtype", "cache_corrupt"))
     if kind == "seed_range" and seeds.numel():
         seeds = seeds.long()
         seeds[rng.randrange(seeds.numel())] = rng.choice([-1, num_nodes, 2**40])
@@ -97,6 +101,23 @@ def sample_case(rng, mode, multi_hop):
     args_eid = placed(eid, mode, "topology") if use_eid else None
     topology = (placed(indptr, mode, "topology"), placed(indices, mode, "topology"))
     seeds_placed = placed(seeds, mode, "ids")
+    cache = ()
+    if cached and kind not in ("indptr_dtype", "ends", "row_bounds"):
+        budget = 4 * num_nodes + rng.choice([0, num_edges // 2, num_edges]) * indices.element_size()
+        order = torch.randperm(num_nodes, generator=torch.Generator().manual_seed(rng.randrange(99)))
+        cache = qv.topology.build_topology_cache(
+            *topology, order, budget, seeds_placed.device if mode != "CPU" else "cpu")
+        if kind == "cache_dtype":
+            cache, must_raise = (cache[0].to(torch.int64 if dtype == torch.int32 else torch.int32),
+                                 cache[1]), TypeError
+        elif kind == "cache_corrupt" and seeds.numel() and mode != "CPU":
+            # The GPU reads the cache and must report a start past its end; the CPU reads
+            # indices and has nothing to report.
+            node = int(seeds[0])
+            if indptr[node + 1] > indptr[node]:
+                starts = cache[1].clone()
+                starts[node] = cache[0].numel()
+                cache, must_raise = (cache[0], starts), ValueError
     if multi_hop:
         def check(out):
             node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = (t.cpu() for t in out)
@@ -108,7 +129,8 @@ def sample_case(rng, mode, multi_hop):
                 assert torch.equal(indices[pos].long(), node_ids[rows])
                 owner = torch.searchsorted(indptr, pos, right=True) - 1
                 assert torch.equal(owner, node_ids[cols])
-        return Case(qv.ops.sample_subgraph, (*topology, seeds_placed, fanouts, replace, args_eid),
+        return Case(qv.ops.sample_subgraph,
+                    (*topology, seeds_placed, fanouts, replace, args_eid, None, *cache),
                     must_raise, check, kind or "valid")
 
     def check(out):
@@ -173,7 +195,7 @@ def gather_case(rng, mode, tiered):
                 must_raise, check, kind or "valid")
 
 
-def csr_case(rng):
+def csr_case(rng, mode):
     num_nodes = rng.randint(0, 30)
     count = rng.randint(0, 60) if num_nodes else 0
     dtype = rng.choice([torch.int32, torch.int64])
@@ -194,15 +216,16 @@ def csr_case(rng):
         num_nodes, must_raise = -1, ValueError
 
     def check(out):
-        indptr, indices, eid = out
+        indptr, indices, eid = (t.cpu() for t in out)
         ref = csr_reference(row.long(), col.long(), num_nodes)
         assert torch.equal(indptr, ref[0]) and torch.equal(indices.long(), ref[1])
         assert torch.equal(eid, ref[2])
-    return Case(qv.ops.csr_from_coo, (row, col, num_nodes), must_raise, check, kind or "valid")
+    return Case(qv.ops.csr_from_coo, (placed(row, mode, "ids"), placed(col, mode, "ids"), num_nodes),
+                must_raise, check, kind or "valid")
 
 
 def draw(rng, mode):
-    pick = rng.randrange(5 if mode == "CPU" else 4)
+    pick = rng.randrange(5)
     if pick == 0:
         return sample_case(rng, mode, multi_hop=False)
     if pick == 1:
@@ -211,7 +234,7 @@ def draw(rng, mode):
         return gather_case(rng, mode, tiered=False)
     if pick == 3:
         return gather_case(rng, mode, tiered=True)
-    return csr_case(rng)
+    return csr_case(rng, mode)
 
 
 def test_random_and_malformed_calls(mode):
