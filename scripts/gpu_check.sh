@@ -82,30 +82,21 @@ if has train; then
   tr '\r' '\n' < "$OUT/train.log" | grep -E "^(graph|device)|test accuracy|Error"
 fi
 
-if has bench; then
-  step "benchmark: sampling"
-  "$PY" scripts/bench_sampling.py --json "$OUT/bench_sampling.json" ${QUIVER_BENCH_ARGS:-} \
-    2>&1 | tee "$OUT/bench_sampling.log" || status=1
-fi
+# A benchmark stage: scripts/NAME.py with its json and log in $OUT, and its extra arguments.
+bench() {
+  local name=$1 title=$2 extra=$3
+  step "benchmark: $title"
+  # shellcheck disable=SC2086  # the extra arguments are meant to split
+  "$PY" "scripts/$name.py" --json "$OUT/$name.json" $extra 2>&1 | tee "$OUT/$name.log" || status=1
+}
 
+has bench && bench bench_sampling "sampling" "${QUIVER_BENCH_ARGS:-}"
 if has bench_feature; then
-  step "benchmark: feature gather"
   df -h /dev/shm | tail -n 1
-  "$PY" scripts/bench_feature.py --json "$OUT/bench_feature.json" ${QUIVER_FEATURE_BENCH_ARGS:-} \
-    2>&1 | tee "$OUT/bench_feature.log" || status=1
+  bench bench_feature "feature gather" "${QUIVER_FEATURE_BENCH_ARGS:-}"
 fi
-
-if has bench_e2e; then
-  step "benchmark: GraphSAGE epochs end to end"
-  "$PY" scripts/bench_e2e.py --json "$OUT/bench_e2e.json" ${QUIVER_E2E_BENCH_ARGS:-} \
-    2>&1 | tee "$OUT/bench_e2e.log" || status=1
-fi
-
-if has bench_csr; then
-  step "benchmark: CSR from COO on the GPU (papers100M-sized)"
-  "$PY" scripts/bench_csr.py --json "$OUT/bench_csr.json" ${QUIVER_CSR_BENCH_ARGS:-} \
-    2>&1 | tee "$OUT/bench_csr.log" || status=1
-fi
+has bench_e2e && bench bench_e2e "GraphSAGE epochs end to end" "${QUIVER_E2E_BENCH_ARGS:-}"
+has bench_csr && bench bench_csr "CSR from COO on the GPU (papers100M-sized)" "${QUIVER_CSR_BENCH_ARGS:-}"
 
 echo
 [ $status -eq 0 ] && echo "gpu_check: all stages passed" || echo "gpu_check: FAILURES (see logs in $OUT)"
