@@ -128,7 +128,10 @@ class CSRTopo:
                 raise ValueError("give either edge_index or indptr/indices, not both")
             if edge_index.dim() != 2 or edge_index.size(0) != 2:
                 raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
-            edge_index = edge_index.cpu()
+            # Built where the edges are: on a GPU (csr_from_coo's CUDA kernel, a fraction of a
+            # second for a billion edges) when they are there; the CSR is kept on the host.
+            if not edge_index.is_cuda:
+                edge_index = edge_index.cpu()
             if num_nodes is None:
                 num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
             dtype = torch.int32 if num_nodes <= INT32_MAX else torch.int64
@@ -136,7 +139,7 @@ class CSRTopo:
                 raise ValueError(f"edge_index holds a negative node id {int(edge_index.min())}")
             row = edge_index[0].to(dtype).contiguous()
             col = edge_index[1].to(dtype).contiguous()
-            indptr, indices, eid = ops.csr_from_coo(row, col, num_nodes)
+            indptr, indices, eid = (t.cpu() for t in ops.csr_from_coo(row, col, num_nodes))
         else:
             if indptr is None or indices is None:
                 raise ValueError("CSRTopo needs edge_index, or both indptr and indices")

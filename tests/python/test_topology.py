@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import torch_quiver_ops as qv
+from conftest import requires_cuda
 from reference import random_coo
 
 
@@ -20,6 +21,18 @@ def test_from_edge_index_uses_int32_and_keeps_edge_ids():
     assert torch.equal(col[topo.eid], topo.indices.long())
     order = topo.feature_order
     assert torch.all(topo.degree[order][:-1] >= topo.degree[order][1:])
+
+
+@requires_cuda
+def test_edges_on_a_gpu_are_built_there_into_the_same_host_csr():
+    row, col = random_coo(3000, 40000, seed=8)
+    on_host = qv.CSRTopo(torch.stack([row, col]), num_nodes=3100)
+    on_gpu = qv.CSRTopo(torch.stack([row, col]).cuda(), num_nodes=3100)
+    for name in ("indptr", "indices", "eid"):
+        expected, got = getattr(on_host, name), getattr(on_gpu, name)
+        assert got.device.type == "cpu" and torch.equal(got, expected), name
+    with pytest.raises(ValueError, match="negative node id"):
+        qv.CSRTopo(torch.tensor([[0, -1], [1, 0]], device="cuda"))
 
 
 def test_from_csr_is_validated_with_the_ops_exception_types():
