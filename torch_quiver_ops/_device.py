@@ -3,7 +3,7 @@ each other's memory, and byte counts such as "200M"."""
 from __future__ import annotations
 
 import re
-from typing import List, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
 import torch
 
@@ -58,6 +58,17 @@ def init_p2p(device_list: Sequence[int]) -> List[List[int]]:
     if bad:
         raise ValueError(f"device_list names GPUs {bad}, but this process sees {count}")
     return p2p_cliques(device_list)
+
+
+def parse_share(size, what: str) -> Optional[float]:
+    """The fraction a size such as "20%" names (None for any other size); `what` names the
+    argument in the error for a share outside [0%, 100%]."""
+    if not (isinstance(size, str) and size.strip().endswith("%")):
+        return None
+    share = float(size.strip()[:-1]) / 100
+    if not 0 <= share <= 1:
+        raise ValueError(f"{what} share must be in [0%, 100%], got {size!r}")
+    return share
 
 
 def parse_size(size: Union[int, float, str]) -> int:

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops
-from ._device import gpus_usable, p2p_cliques, parse_size, resolve_device
+from ._device import gpus_usable, p2p_cliques, parse_share, parse_size, resolve_device
 from .hotness import INT32_MAX, check_hot_order, check_positions, positions_of
 from .topology import CSRTopo
 from .uva import pinned
@@ -61,11 +61,9 @@ class Feature:
             raise ValueError(f"device_list names a GPU twice: {device_list}")
         self.rank = rank
         self.device_list: List[int] = device_list
-        self._cache_share = None  # a "20%" cache is sized once the table is known
-        if isinstance(device_cache_size, str) and device_cache_size.strip().endswith("%"):
-            self._cache_share = float(device_cache_size.strip()[:-1]) / 100
-            if not 0 <= self._cache_share <= 1:
-                raise ValueError(f"a cache share must be in [0%, 100%], got {device_cache_size!r}")
+        # A "20%" cache is sized once the table is known.
+        self._cache_share = parse_share(device_cache_size, "a cache")
+        if self._cache_share is not None:
             device_cache_size = 0
         self.device_cache_size = parse_size(device_cache_size)
         self.cache_policy = cache_policy

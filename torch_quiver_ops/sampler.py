@@ -9,7 +9,7 @@ from torch import Tensor
 
 from . import ops
 from ._load import cuda_kernels_built
-from ._device import parse_size, resolve_device
+from ._device import parse_share, parse_size, resolve_device
 from .hotness import check_hot_order, degree_order
 from .topology import CSRTopo, build_topology_cache
 from .uva import pinned
@@ -110,10 +110,8 @@ class GraphSageSampler:
     def _cache_budget(size, topo: CSRTopo) -> int:
         if size is None:
             return 0
-        if isinstance(size, str) and size.strip().endswith("%"):
-            share = float(size.strip()[:-1]) / 100
-            if not 0 <= share <= 1:
-                raise ValueError(f"topology_cache share must be in [0%, 100%], got {size!r}")
+        share = parse_share(size, "topology_cache")
+        if share is not None:
             return int(share * topo.indices.numel() * topo.indices.element_size())
         return parse_size(size)
 
