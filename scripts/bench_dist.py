@@ -9,7 +9,7 @@ another host owns, so that local gathers do not flatter the figure) through:
 
   * DistFeature over NCCL (GPU to GPU), each host's table 20% cached in its GPU (the rest
     served from pinned host memory) and wholly in its GPU,
-  * DistFeature over Gloo (CPU, TCP on loopback),
+  * DistFeature over Gloo (CPU, TCP on loopback), its rows over 1 and 8 lanes (connections),
   * torch.distributed.rpc (rpc_sync of the owner's rows), the baseline,
 
 beside the raw NCCL send/recv rate of the same bytes, and the whole batch through
@@ -67,8 +67,28 @@ def timed(fn, batches, sync):
     return seconds
 
 
+def profile_fetches(feature, batches, sync, rank):
+    """torch.profiler over a few fetches: where a fetch's time goes, host ops and kernels."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for ids in batches:
+            feature[ids]
+        sync()
+    if rank == 0:
+        averages = prof.key_averages()
+        for key in ("self_cpu_time_total", "self_device_time_total"):
+            try:
+                print(f"\n-- profile of {len(batches)} fetches on host 0, by {key}:\n"
+                      + averages.table(sort_by=key, row_limit=25), flush=True)
+            except Exception as error:  # a sort key this torch does not know
+                print(f"(profile by {key} unavailable: {error})", flush=True)
+
+
 def worker(rank, args, directory, ports, results):
     global _SHARD
+    # Two processes share the machine's cores, as torchrun's ranks would: each gets its half,
+    # so that their thread pools do not spin against each other.
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) // HOSTS))
     two_gpus = torch.cuda.device_count() >= HOSTS  # else only the CPU paths (Gloo, rpc)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ports[0]))
     if two_gpus:
@@ -130,6 +150,8 @@ def worker(rank, args, directory, ports, results):
         seconds = timed(lambda ids: feature[ids], on_gpu, sync)
         out["nccl_remote_hbm_gbps"] = rate(seconds, remote)
         out["nccl_remote_hbm_ms"] = statistics.median(seconds) * 1e3
+        if args.profile:
+            profile_fetches(feature, on_gpu[2:5], sync, rank)
         feature.close()
 
         # Raw NCCL send/recv of as many bytes (the bound): both hosts move, at each step, the
@@ -146,12 +168,13 @@ def worker(rank, args, directory, ports, results):
         seconds = timed(sendrecv, steps, sync)
         out["nccl_sendrecv_gbps"] = sum(b.numel() for b in steps[2:]) / sum(seconds) / 1e9
 
-    # Gloo, rows to the CPU.
-    feature = qv.dist.DistFeature.load(directory / "features", group=gloo, device_list=[],
-                                       transport="gloo", timeout=120)
-    seconds = timed(lambda ids: feature[ids], remote[:5], lambda: None)
-    out["gloo_remote_gbps"] = rate(seconds, remote[:5])
-    feature.close()
+    # Gloo, rows to the CPU, over each number of lanes (parallel connections) asked for.
+    for lanes in args.gloo_lanes:
+        feature = qv.dist.DistFeature.load(directory / "features", group=gloo, device_list=[],
+                                           transport="gloo", timeout=120, lanes=lanes)
+        seconds = timed(lambda ids: feature[ids], remote[:5], lambda: None)
+        out[f"gloo_{lanes}_lanes_remote_gbps"] = rate(seconds, remote[:5])
+        feature.close()
 
     # torch.distributed.rpc: each host asks the other for its rows by local index.
     _SHARD = qv.Feature.load_shared(directory / "features" / f"host_{rank}", device_list=[])._table()
@@ -237,6 +260,11 @@ def main():
     parser.add_argument("--batches", type=int, default=8, help="timed batches per host")
     parser.add_argument("--epoch", action="store_true", help="also time a training epoch")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--gloo-lanes", default="1,8",
+                        type=lambda text: [int(n) for n in text.split(",")],
+                        help="lane counts the Gloo path is measured with (default 1,8)")
+    parser.add_argument("--profile", action="store_true",
+                        help="print torch.profiler tables of a few NCCL fetches (tables in HBM)")
     args = parser.parse_args()
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
@@ -291,7 +319,8 @@ def main():
     keys = [("NCCL send/recv (bound)", "nccl_sendrecv_gbps"),
             ("DistFeature, NCCL, tables in HBM", "nccl_remote_hbm_gbps"),
             ("DistFeature, NCCL, 20% of tables cached", "nccl_remote_gbps"),
-            ("DistFeature, Gloo", "gloo_remote_gbps"),
+            *((f"DistFeature, Gloo, {n} lane{'s' if n > 1 else ''}", f"gloo_{n}_lanes_remote_gbps")
+              for n in args.gloo_lanes),
             ("torch.distributed.rpc (baseline)", "rpc_remote_gbps")]
     print(f"\nremote rows only ({summary['local_fraction']:.0%} of a batch's ids are local), "
           f"GB/s per host, mean of {HOSTS} hosts:")

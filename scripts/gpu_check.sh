@@ -3,10 +3,11 @@
 # builds with CUDA, runs the C++ and Python tests on CPU and CUDA, compute-sanitizer on
 # the kernels, and the benchmarks. Logs go to $OUT (default build/gpu_out).
 #   QUIVER_GPU_STAGES: comma list of build,test,sanitize,train,bench,bench_feature,bench_e2e,
-#                      bench_csr (default: all)
+#                      bench_csr (default: all of these), bench_dist (two GPUs; on one, only
+#                      its CPU paths)
 #   QUIVER_PYTEST_ARGS: what pytest runs in the test stage (default: tests/python)
 #   QUIVER_BENCH_ARGS, QUIVER_FEATURE_BENCH_ARGS, QUIVER_E2E_BENCH_ARGS,
-#   QUIVER_CSR_BENCH_ARGS: extra arguments for
+#   QUIVER_CSR_BENCH_ARGS, QUIVER_DIST_BENCH_ARGS: extra arguments for
 #                      the benchmarks (e.g. QUIVER_E2E_BENCH_ARGS="--scaling 1,2,4")
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -97,6 +98,7 @@ if has bench_feature; then
 fi
 has bench_e2e && bench bench_e2e "GraphSAGE epochs end to end" "${QUIVER_E2E_BENCH_ARGS:-}"
 has bench_csr && bench bench_csr "CSR from COO on the GPU (papers100M-sized)" "${QUIVER_CSR_BENCH_ARGS:-}"
+has bench_dist && bench bench_dist "distributed features" "${QUIVER_DIST_BENCH_ARGS:-}"
 
 echo
 [ $status -eq 0 ] && echo "gpu_check: all stages passed" || echo "gpu_check: FAILURES (see logs in $OUT)"
