@@ -4,8 +4,10 @@
 // rows, each peer's rows led by a header that carries the owner's verdict (how many of the
 // requests it refused: ids outside its table). Owners check every requested index and
 // serve a refused one as row 0, so that the exchange completes on every host before both
-// sides raise; nothing is left waiting. The host waits twice per fetch: for the counts
-// (they size the buffers) and, at the end, for the verdicts.
+// sides raise; nothing is left waiting. Every exchange is waited for on the host, within
+// the timeout (a stream that waited on a dead peer would hang the next synchronization).
+// A fetch costs about 20 tensor operations besides the exchanges: at 45 MB a fetch their
+// launches, not the bytes, set the pace (docs/benchmarks.md), so they are kept few.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <quiver/transport.h>
@@ -42,14 +44,26 @@ at::Tensor as_bytes(const at::Tensor& rows) {
 
 class CollectiveTransport final : public Transport::Impl {
  public:
-  CollectiveTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, double timeout_s)
+  CollectiveTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, double timeout_s,
+                      std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> lanes)
       : group_(std::move(group)),
+        lanes_(std::move(lanes)),
         timeout_(static_cast<int64_t>(timeout_s * 1000)),
         host_(group_->getRank()),
         num_hosts_(group_->getSize()),
         uses_gpus_(group_->getBackendName() == "nccl") {
     TORCH_CHECK_VALUE(timeout_s > 0, "the transport's timeout must be > 0 seconds, got ",
                       timeout_s);
+    for (size_t j = 0; j < lanes_.size(); ++j) {
+      TORCH_CHECK_VALUE(lanes_[j] && lanes_[j]->getBackendName() == "gloo" && !uses_gpus_, "lanes[",
+                        j,
+                        "]: only a Gloo transport takes lanes, and they must be "
+                        "Gloo groups");
+      TORCH_CHECK_VALUE(lanes_[j]->getRank() == host_ && lanes_[j]->getSize() == num_hosts_,
+                        "lanes[", j, "] is rank ", lanes_[j]->getRank(), " of ",
+                        lanes_[j]->getSize(), ", but the transport's group makes this host ", host_,
+                        " of ", num_hosts_, ": lanes must span the same hosts");
+    }
     // Every host makes its transports over a group in the same order, so the n-th one of
     // each shares its heartbeat keys (counted in the group's store).
     const int64_t serial =
@@ -77,6 +91,13 @@ class CollectiveTransport final : public Transport::Impl {
     const auto ids_options = at::TensorOptions(comm).dtype(at::kLong);
 
     PhaseClock clock("transport fetch");
+    // Each peer's part of a message leads with `header_rows` slots: in the requested
+    // indices they are placeholders (index 0) that the one gather on the owner fills, and in
+    // the rows the owner writes its verdict into their first 8 bytes. So the rows go out
+    // without another copy, and the verdicts without another exchange.
+    const int64_t row_bytes = row_bytes_of(like);
+    const int64_t header_rows = (8 + row_bytes - 1) / std::max<int64_t>(row_bytes, 1);
+
     // 1. How many rows each host wants from each.
     std::vector<int64_t> send_counts(num_hosts_), recv_counts(num_hosts_);
     for (int64_t h = 0; h < num_hosts_; ++h) send_counts[h] = requests[h].numel();
@@ -84,60 +105,52 @@ class CollectiveTransport final : public Transport::Impl {
     at::Tensor counts_in = at::empty({num_hosts_}, ids_options);
     exchange(counts_in, counts_out, {}, {}, "request counts");
     const at::Tensor counts_host = counts_in.cpu();
-    for (int64_t h = 0; h < num_hosts_; ++h) recv_counts[h] = counts_host[h].item<int64_t>();
+    const int64_t* count_in = counts_host.const_data_ptr<int64_t>();
+    for (int64_t h = 0; h < num_hosts_; ++h) recv_counts[h] = count_in[h];
     clock.lap("counts");
 
-    // 2. The requested local indices.
+    // 2. The requested local indices, each peer's behind its header slots.
+    std::vector<int64_t> send_ids(num_hosts_), recv_ids(num_hosts_);
     std::vector<at::Tensor> parts;
-    for (const at::Tensor& r : requests) parts.push_back(r.to(comm, at::kLong));
-    at::Tensor ids_out = at::cat(parts);
+    if (!header_ids_.defined() || header_ids_.device() != comm ||
+        header_ids_.numel() != header_rows) {
+      header_ids_ = at::zeros({header_rows}, ids_options);
+    }
+    const at::Tensor header_ids = header_ids_;
     int64_t asked = 0;
-    for (int64_t c : recv_counts) asked += c;
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      parts.push_back(header_ids);
+      parts.push_back(requests[h].to(comm, at::kLong));
+      send_ids[h] = send_counts[h] + header_rows;
+      recv_ids[h] = recv_counts[h] + header_rows;
+      asked += recv_ids[h];
+    }
+    at::Tensor ids_out = at::cat(parts);
     at::Tensor ids_in = at::empty({asked}, ids_options);
-    exchange(ids_in, ids_out, recv_counts, send_counts, "requested rows");
+    exchange(ids_in, ids_out, recv_ids, send_ids, "requested rows");
     clock.lap("ids");
 
-    // 3. Check every request against this host's table; refused ones read row 0. The
+    // 3. Check every request against this host's table: refused ones read row 0, and the
     // count of refusals per peer stays on the device until the end of the fetch.
-    const at::Tensor bad = (ids_in < 0) | (ids_in >= served_rows);
-    std::vector<at::Tensor> refused_per_peer;
-    for (int64_t h = 0, begin = 0; h < num_hosts_; ++h) {
-      refused_per_peer.push_back(bad.narrow(0, begin, recv_counts[h]).sum(at::kLong));
-      begin += recv_counts[h];
-    }
-    const at::Tensor refused_here = at::stack(refused_per_peer);
-
-    // 4. The rows, as bytes (every backend moves uint8, whatever the table's dtype), each
-    // peer's led by `header_rows` rows whose first 8 bytes carry its verdict. One gather
-    // serves the header slots too (as row 0), so the rows go out without another copy.
-    const int64_t row_bytes = row_bytes_of(like);
-    const int64_t header_rows = (8 + row_bytes - 1) / std::max<int64_t>(row_bytes, 1);
-    std::vector<int64_t> send_rows(num_hosts_), recv_rows(num_hosts_);
-    std::vector<at::Tensor> serve_parts;
-    const at::Tensor header_ids = at::zeros({header_rows}, ids_options);
-    const at::Tensor safe_ids = at::where(bad, 0, ids_in);
-    int64_t wanted = 0;
-    for (int64_t h = 0, begin = 0; h < num_hosts_; ++h) {
-      recv_rows[h] = send_counts[h] + header_rows;  // what this host receives from h
-      send_rows[h] = recv_counts[h] + header_rows;  // what it sends h
-      wanted += recv_rows[h];
-      serve_parts.push_back(header_ids);
-      serve_parts.push_back(safe_ids.narrow(0, begin, recv_counts[h]));
-      begin += recv_counts[h];
-    }
+    at::Tensor refused_here = at::zeros({num_hosts_}, ids_options);
     const auto byte_options = at::TensorOptions(comm).dtype(at::kByte);
-    at::Tensor bytes_out;
+    at::Tensor safe_ids;
     if (served_rows > 0) {
-      bytes_out = as_bytes(serve(at::cat(serve_parts)).to(comm).contiguous());
-      bytes_out = bytes_out.view({bytes_out.size(0), row_bytes});
-    } else {  // an empty table has no row 0 to serve: headers only (any request is refused)
-      bytes_out = at::zeros({at::cat(serve_parts).numel(), row_bytes}, byte_options);
+      safe_ids = ids_in.clamp(0, served_rows - 1);
+      const at::Tensor refused = ids_in.ne(safe_ids);
+      for (int64_t h = 0, begin = 0; h < num_hosts_; ++h) {
+        if (recv_counts[h] > 0) {
+          at::Tensor slot = refused_here.select(0, h);
+          at::sum_out(slot, refused.narrow(0, begin + header_rows, recv_counts[h]), {0});
+        }
+        begin += recv_ids[h];
+      }
+    } else {  // an empty table has no row 0 to serve: every request refused
+      refused_here.copy_(counts_in);
     }
-    for (int64_t h = 0, at_row = 0; h < num_hosts_; ++h) {
-      bytes_out.narrow(0, at_row, header_rows).view(-1).narrow(0, 0, 8).copy_(
-          refused_here.narrow(0, h, 1).view(at::kByte));
-      at_row += send_rows[h];
-    }
+    // 4. The rows: a buffer to receive them in, then what this host serves.
+    int64_t wanted = 0;
+    for (int64_t h = 0; h < num_hosts_; ++h) wanted += send_ids[h];
     at::Tensor bytes_in;
     if (comm.is_cpu()) {
       // One receive buffer, kept and grown: a fresh host buffer per fetch pays its page
@@ -152,28 +165,59 @@ class CollectiveTransport final : public Transport::Impl {
     } else {
       bytes_in = at::empty({wanted, row_bytes}, byte_options);
     }
+    // The rows, as bytes (every backend moves uint8, whatever the table's dtype). One
+    // gather serves the header slots too (as row 0), so the rows go out without another
+    // copy; then each peer that asked for rows gets its verdict in its header's first 8
+    // bytes.
+    at::Tensor bytes_out;
+    if (served_rows > 0) {
+      bytes_out = as_bytes(serve(safe_ids).to(comm).contiguous()).view({asked, row_bytes});
+    } else {
+      bytes_out = at::zeros({asked, row_bytes}, byte_options);
+    }
+    for (int64_t h = 0, at_row = 0; h < num_hosts_; ++h) {
+      if (recv_counts[h] > 0) {
+        bytes_out.narrow(0, at_row, header_rows)
+            .view(-1)
+            .narrow(0, 0, 8)
+            .copy_(refused_here.narrow(0, h, 1).view(at::kByte));
+      }
+      at_row += recv_ids[h];
+    }
     clock.lap("serve");
-    exchange(bytes_in, bytes_out, recv_rows, send_rows, "rows");
-    clock.lap("rows");
+    if (lanes_.empty()) {
+      exchange(bytes_in, bytes_out, send_ids, recv_ids, "rows");
+      clock.lap("rows");
+    } else {
+      exchange_over_lanes(bytes_in, bytes_out, send_ids, recv_ids);
+      clock.lap("rows over lanes");
+    }
 
     // The verdicts: what each peer refused this host, and what this host refused each peer,
-    // read back in one wait.
+    // read back in one copy.
     std::vector<at::Tensor> verdict_parts;
     for (int64_t h = 0, at_row = 0; h < num_hosts_; ++h) {
-      verdict_parts.push_back(bytes_in.narrow(0, at_row, header_rows).reshape(-1).narrow(0, 0, 8));
-      at_row += recv_rows[h];
+      if (send_counts[h] > 0) {
+        verdict_parts.push_back(
+            bytes_in.narrow(0, at_row, header_rows).reshape(-1).narrow(0, 0, 8));
+      }
+      at_row += send_ids[h];
     }
-    const at::Tensor verdicts =
-        at::cat({at::cat(verdict_parts).view(at::kLong), refused_here}).cpu();
+    verdict_parts.push_back(refused_here.view(at::kByte));
+    const at::Tensor verdicts = at::cat(verdict_parts).cpu().view(at::kLong);
     const int64_t* verdict = verdicts.const_data_ptr<int64_t>();
     for (int64_t h = 0; h < num_hosts_; ++h) {
-      TORCH_CHECK_VALUE(verdict[h] == 0, "host ", h, " refused ", verdict[h], " of the ",
+      if (send_counts[h] == 0) continue;
+      TORCH_CHECK_VALUE(*verdict == 0, "host ", h, " refused ", *verdict, " of the ",
                         send_counts[h], " rows this host (", host_,
                         ") asked for: they lie outside its table. "
                         "The hosts hold different shard maps or tables");
-      TORCH_CHECK_VALUE(verdict[num_hosts_ + h] == 0, "host ", h, " asked this host (", host_,
-                        ") for ", verdict[num_hosts_ + h], " rows outside its table of ",
-                        served_rows, " rows. The hosts hold different shard maps or tables");
+      ++verdict;
+    }
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      TORCH_CHECK_VALUE(verdict[h] == 0, "host ", h, " asked this host (", host_, ") for ",
+                        verdict[h], " rows outside its table of ", served_rows,
+                        " rows. The hosts hold different shard maps or tables");
     }
     std::vector<int64_t> row_shape = like.sizes().vec();
     std::vector<at::Tensor> out;
@@ -183,7 +227,7 @@ class CollectiveTransport final : public Transport::Impl {
                         .view(like.scalar_type())
                         .view(row_shape)
                         .to(device));
-      at_row += recv_rows[h];
+      at_row += send_ids[h];
     }
     return out;
   }
@@ -193,8 +237,19 @@ class CollectiveTransport final : public Transport::Impl {
     // The last reference to a process group may be this one, dropped from Python with the
     // GIL held (at interpreter exit, say), while a backend thread of the group waits for the
     // GIL to finish a callback: destroying the group here would wait for that thread
-    // forever. A thread of its own destroys it, as torch's own bindings do without the GIL.
-    std::thread([group = std::move(group_)]() mutable { group.reset(); }).detach();
+    // forever. A thread of its own destroys such a group, as torch's own bindings do
+    // without the GIL. A group someone else still holds is only let go of, here: a
+    // destroying thread still running when the process exits aborts it ("terminate
+    // called without an active exception", seen under load at the end of a training run).
+    std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> last_held;
+    lanes_.push_back(std::move(group_));
+    for (auto& group : lanes_) {
+      if (group.use_count() == 1) last_held.push_back(std::move(group));
+    }
+    lanes_.clear();
+    if (!last_held.empty()) {
+      std::thread([groups = std::move(last_held)]() mutable { groups.clear(); }).detach();
+    }
   }
 
   std::string kind() const override { return "collective:" + group_->getBackendName(); }
@@ -232,13 +287,75 @@ class CollectiveTransport final : public Transport::Impl {
     }
   }
 
+  // The rows' exchange as point-to-point messages spread over the lanes: each peer's rows
+  // in as many row-aligned parts as there are lanes, part j over lane j, so that the
+  // lanes' connections (and their backends' threads) carry them side by side. Both sides
+  // cut a segment the same way, from the same row count. (Gathering each part just before
+  // sending it, to overlap the two, measured slower on the two-H200 host: the gather's
+  // threads and the connections' threads then compete for the cores.)
+  void exchange_over_lanes(at::Tensor& into, const at::Tensor& from,
+                           const std::vector<int64_t>& into_rows,
+                           const std::vector<int64_t>& from_rows) {
+    const int64_t lanes = static_cast<int64_t>(lanes_.size());
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    const auto post = [&](bool send, int64_t lane, const at::Tensor& rows, int64_t peer) {
+      std::vector<at::Tensor> message{rows.view(-1)};
+      works.push_back(send ? lanes_[lane]->send(message, static_cast<int>(peer), 0)
+                           : lanes_[lane]->recv(message, static_cast<int>(peer), 0));
+    };
+    try {
+      for (int64_t h = 0, into_at = 0, from_at = 0; h < num_hosts_; ++h) {
+        if (h == host_) {  // what this host asked of itself: a copy
+          into.narrow(0, into_at, into_rows[h]).copy_(from.narrow(0, from_at, from_rows[h]));
+        } else {
+          for (int64_t j = 0; j < lanes; ++j) {
+            const int64_t send_begin = from_rows[h] * j / lanes;
+            const int64_t send_end = from_rows[h] * (j + 1) / lanes;
+            if (send_end > send_begin) {
+              post(true, j, from.narrow(0, from_at + send_begin, send_end - send_begin), h);
+            }
+            const int64_t recv_begin = into_rows[h] * j / lanes;
+            const int64_t recv_end = into_rows[h] * (j + 1) / lanes;
+            if (recv_end > recv_begin) {
+              post(false, j, into.narrow(0, into_at + recv_begin, recv_end - recv_begin), h);
+            }
+          }
+        }
+        into_at += into_rows[h];
+        from_at += from_rows[h];
+      }
+      for (auto& work : works) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+            deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0 || !work->wait(left)) {
+          throw std::runtime_error("no answer within " + std::to_string(timeout_.count()) + " ms");
+        }
+      }
+    } catch (const std::exception& error) {
+      // Whatever is still posted must not write into `into` after this returns.
+      for (auto& work : works) {
+        try {
+          work->abort();
+        } catch (const std::exception&) {  // a backend without abort: nothing more to do
+        }
+      }
+      const auto patience = watch_->period() * kSilentPeriods;
+      TORCH_CHECK(false, "quiver transport (", kind(), ", host ", host_, " of ", num_hosts_,
+                  "): exchanging rows over ", lanes, " lanes failed: ", watch_->describe(patience),
+                  ". The backend said: ", error.what());
+    }
+  }
+
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> lanes_;  // Gloo only (see collective)
   std::chrono::milliseconds timeout_;
   int64_t host_;
   int64_t num_hosts_;
   bool uses_gpus_;
   std::unique_ptr<PeerWatch> watch_;
   at::Tensor host_receive_;  // kept across fetches (see fetch)
+  at::Tensor header_ids_;    // the header slots' placeholder indices, kept (zeros)
 };
 
 }  // namespace
@@ -246,9 +363,11 @@ class CollectiveTransport final : public Transport::Impl {
 Transport::Transport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 c10::intrusive_ptr<Transport> Transport::collective(
-    const c10::intrusive_ptr<c10d::ProcessGroup>& group, double timeout_s) {
+    const c10::intrusive_ptr<c10d::ProcessGroup>& group, double timeout_s,
+    std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> lanes) {
   TORCH_CHECK_VALUE(group, "Transport.collective needs a process group");
-  return c10::make_intrusive<Transport>(std::make_unique<CollectiveTransport>(group, timeout_s));
+  return c10::make_intrusive<Transport>(
+      std::make_unique<CollectiveTransport>(group, timeout_s, std::move(lanes)));
 }
 
 }  // namespace quiver::runtime

@@ -37,11 +37,19 @@ at::Tensor DistFeature::gather(const at::Tensor& ids) {
   const at::Device local_device = local_->device();
   auto [owner, local] = shard_map_->locate(ids);
   clock.lap("locate");
-  // Group 0: rows this host holds (replicated, or its own); group h + 1: host h's rows.
-  const at::Tensor group = at::where((owner == -1) | (owner == me), 0, owner + 1);
-  const at::Tensor order = std::get<1>(group.sort(/*stable=*/true, 0, false));
-  const at::Tensor counts = at::bincount(group, {}, hosts + 1).cpu();
-  const int64_t* count = counts.const_data_ptr<int64_t>();
+  // Group 0: rows this host holds (replicated, owner -1, or its own); group h + 1: host h's
+  // rows. The group is the narrowest integer that holds it, so that the radix sort makes
+  // one pass over 8 bits rather than eight over 64, and the counts come from the sorted
+  // groups (one search, one copy) rather than bincount (which synchronizes twice).
+  const at::ScalarType group_type = hosts < 255 ? at::kByte : at::kInt;
+  at::Tensor group = (owner + 1).to(group_type);
+  group.masked_fill_(owner == me, 0);
+  const auto [sorted_group, order] = group.sort(/*stable=*/true, 0, false);
+  const at::Tensor group_ends =
+      at::searchsorted(sorted_group, at::arange(hosts + 1, group.options()), false, true).cpu();
+  const int64_t* end = group_ends.const_data_ptr<int64_t>();
+  std::vector<int64_t> count(hosts + 1);
+  for (int64_t g = 0; g <= hosts; ++g) count[g] = end[g] - (g > 0 ? end[g - 1] : 0);
   const at::Tensor sorted_local = local.index_select(0, order);
   clock.lap("group");
 

@@ -18,6 +18,7 @@ makes the M groups (one per local rank) that each connect one process of every n
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from typing import List, Optional, Sequence, Union
 
@@ -100,6 +101,34 @@ def host_groups(backend: Optional[str] = None):
     return mine
 
 
+# Gloo groups the rows of a collective transport travel over, per group of hosts: made
+# once and kept, because groups made with local synchronization are named by how many
+# groups exist, so a destroyed lane's name would come back, and its stale rendezvous keys
+# in the store with it.
+_LANES: dict = {}
+
+
+def _gloo_lanes(group, count: int, timeout: float) -> list:
+    """``count`` lanes over ``group``'s hosts (none for one lane: the group itself)."""
+    if count <= 1:
+        return []
+    lanes = [lane for lane in _LANES.get(group, []) if _registered(lane)]
+    ranks = dist.get_process_group_ranks(group)
+    while len(lanes) < count:  # every host asks for the same lanes in the same order
+        lanes.append(dist.new_group(ranks, timeout=timedelta(seconds=max(timeout, 60.0)),
+                                    backend="gloo", use_local_synchronization=True))
+    _LANES[group] = lanes
+    return lanes[:count]
+
+
+def _registered(group) -> bool:
+    try:
+        dist.get_process_group_ranks(group)
+        return True
+    except (ValueError, KeyError, RuntimeError):  # destroyed with the world's group
+        return False
+
+
 class DistFeature:
     """A feature table split over hosts: ``feature[ids]`` returns the rows of global ids.
 
@@ -115,6 +144,11 @@ class DistFeature:
         rdma: options of the RDMA transport: ``device`` (default: the first), ``port``,
             ``gid_index`` (-1: RoCE v2 over IPv4 when the port has it), ``qps_per_peer``,
             ``staging_bytes``.
+        lanes: Gloo only: how many connections the rows travel over side by side (each a
+            process group of its own over the group's hosts, made by the first DistFeature
+            that needs it and kept for later ones; they go with ``destroy_process_group``).
+            One TCP stream carries about 2 GB/s; 8 lanes moved about twice as much on the
+            two-H200 host's loopback (docs/benchmarks.md).
 
     With a collective transport every host reads ``feature[ids]`` once per step, as a
     training loop does: a host serves its peers' requests while it fetches its own. With
@@ -122,9 +156,11 @@ class DistFeature:
     """
 
     def __init__(self, shard_map, local: Feature, group=None, transport: str = "auto",
-                 timeout: float = 60.0, rdma: Optional[dict] = None):
+                 timeout: float = 60.0, rdma: Optional[dict] = None, lanes: int = 8):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+        if not isinstance(lanes, int) or lanes < 1:
+            raise ValueError(f"lanes must be an int >= 1, got {lanes!r}")
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("DistFeature needs torch.distributed: call "
                                "init_process_group first (torchrun sets up its environment)")
@@ -150,8 +186,9 @@ class DistFeature:
                 self.group.boxed(), local._table(), options["device"], options["port"],
                 options["gid_index"], options["qps_per_peer"], options["staging_bytes"], timeout)
         else:
-            self.transport = torch.classes.quiver.Transport.collective(self.group.boxed(),
-                                                                       timeout)
+            chosen = _gloo_lanes(self.group, lanes, timeout) if transport == "gloo" else []
+            self.transport = torch.classes.quiver.Transport.collective(
+                self.group.boxed(), timeout, [lane.boxed() for lane in chosen])
         self._runtime = torch.classes.quiver.DistFeature(shard_map, local.tiers(self.device),
                                                          self.transport)
 
@@ -168,7 +205,8 @@ class DistFeature:
     def load(cls, directory: Union[str, Path], group=None, rank: int = 0,
              device_list: Optional[Sequence[int]] = None, device_cache_size: Union[int, str] = 0,
              cache_policy: str = "device_replicate", transport: str = "auto",
-             timeout: float = 60.0, rdma: Optional[dict] = None) -> "DistFeature":
+             timeout: float = 60.0, rdma: Optional[dict] = None,
+             lanes: int = 8) -> "DistFeature":
         """Maps this host's shard of :func:`partition_features`'s output (one copy per
         machine, as :meth:`Feature.load_shared`) and connects to the other hosts."""
         group = group if group is not None else dist.group.WORLD
@@ -176,7 +214,7 @@ class DistFeature:
         shard_map = load_shard_map(directory)
         local = Feature.load_shared(Path(directory) / f"host_{host}", rank, device_list,
                                     device_cache_size, cache_policy)
-        return cls(shard_map, local, group, transport, timeout, rdma)
+        return cls(shard_map, local, group, transport, timeout, rdma, lanes)
 
     def close(self) -> None:
         """Lets go of the transport (its queue pairs and registrations, or its hold on the

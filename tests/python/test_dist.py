@@ -200,7 +200,7 @@ def test_a_peer_that_dies_is_named_by_every_survivor(tmp_path):
         assert "RuntimeError" in message and "host 2 has stopped answering" in message, message
 
 
-def mismatched_worker(rank, port, results):
+def mismatched_worker(rank, port, results, lanes):
     """Hosts whose shard maps disagree (the Python wrapper's fingerprint check bypassed): each
     asks the other for rows outside its table. Both must raise, naming the other host, and
     the transport must still work afterwards."""
@@ -212,7 +212,9 @@ def mismatched_worker(rank, port, results):
         owners = torch.where(torch.arange(n) < (30 if rank == 0 else 70), 0, 1)
         shard_map = qv.dist.build_shard_map(n, 2, None, 0.0, owners)
         table = torch.arange(30 * 4, dtype=torch.float32).view(30, 4) + 1000 * rank
-        transport = torch.classes.quiver.Transport.collective(dist.group.WORLD.boxed(), 20.0)
+        groups = [dist.new_group([0, 1], backend="gloo") for _ in range(lanes)]
+        transport = torch.classes.quiver.Transport.collective(
+            dist.group.WORLD.boxed(), 20.0, [g.boxed() for g in groups])
         feature = torch.classes.quiver.DistFeature(
             shard_map, torch.classes.quiver.FeatureTiers([table], None), transport)
         asks = torch.arange(n)  # host 0 asks host 1 for local rows 0-69, host 1 asks host 0 for 0-69
@@ -236,13 +238,20 @@ def mismatched_worker(rank, port, results):
 
 
 @pytest.mark.timeout(300)
-def test_requests_outside_a_peers_table_are_refused_on_both_sides(tmp_path):
-    mp.spawn(mismatched_worker, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
+@pytest.mark.parametrize("lanes", [0, 3])  # rows over the group itself, or over 3 lanes
+def test_requests_outside_a_peers_table_are_refused_on_both_sides(tmp_path, lanes):
+    mp.spawn(mismatched_worker, args=(free_port(), str(tmp_path), lanes), nprocs=2, join=True)
     seen = {p.name: p.read_text() for p in tmp_path.iterdir()}
     assert set(seen) == {"ok_0", "ok_1"}, seen
     # Each host hears both halves: the peer refused its request, and it refused the peer's.
     for message in seen.values():
         assert "refused" in message or "asked this host" in message, message
+
+
+def test_lanes_must_be_a_positive_count():
+    for lanes in (0, -1, 2.0):
+        with pytest.raises(ValueError, match="lanes must be an int >= 1"):
+            qv.dist.DistFeature(None, None, transport="gloo", lanes=lanes)
 
 
 class HoldsDistFeature(torch.nn.Module):

@@ -72,8 +72,11 @@ class Transport : public torch::CustomClassHolder {
   explicit Transport(std::unique_ptr<Impl> impl);
 
   // Collectives over `group` (its rank is this host), each waited for at most timeout_s.
+  // `lanes`: more groups over the same hosts (Gloo only, else empty) that the rows travel
+  // over in parallel, each its own connections: one TCP stream carries about 2 GB/s.
   static c10::intrusive_ptr<Transport> collective(
-      const c10::intrusive_ptr<c10d::ProcessGroup>& group, double timeout_s);
+      const c10::intrusive_ptr<c10d::ProcessGroup>& group, double timeout_s,
+      std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> lanes);
 
   // One-sided RDMA READs: this host serves `table` (contiguous host memory: its local
   // table, registered read-only for peers) and reads its peers'. Endpoints (queue pair
