@@ -17,6 +17,7 @@ makes the M groups (one per local rank) that each connect one process of every n
 """
 from __future__ import annotations
 
+import atexit
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -104,8 +105,11 @@ def host_groups(backend: Optional[str] = None):
 # Gloo groups the rows of a collective transport travel over, per group of hosts: made
 # once and kept, because groups made with local synchronization are named by how many
 # groups exist, so a destroyed lane's name would come back, and its stale rendezvous keys
-# in the store with it.
+# in the store with it. They are let go of at exit, while the interpreter still runs: a
+# Gloo group destroyed during the interpreter's finalization can abort the process
+# ("terminate called without an active exception", seen at the end of torchrun jobs).
 _LANES: dict = {}
+atexit.register(_LANES.clear)
 
 
 def _gloo_lanes(group, count: int, timeout: float) -> list:
