@@ -305,6 +305,41 @@ def test_exported_model_holding_a_dist_feature_gathers_across_hosts(tmp_path):
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
+def host_group_worker(rank, port, directory, results):
+    """Two nodes of two processes each (as torchrun --nproc-per-node 2 would start them):
+    local rank r's processes form one group of hosts, each with its own Gloo lanes."""
+    os.environ["LOCAL_WORLD_SIZE"] = "2"
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=4, timeout=timedelta(seconds=60))
+    try:
+        group = qv.dist.host_groups()
+        assert dist.get_process_group_ranks(group) == [rank % 2, rank % 2 + 2]
+        x = torch.load(Path(directory) / "x.pt")
+        feature = qv.dist.DistFeature.load(directory, group=group, device_list=[], timeout=20.0)
+        for seed in range(3):
+            ids = torch.randint(x.size(0), (300,), generator=torch.Generator().manual_seed(seed))
+            assert torch.equal(feature[ids], x[ids])
+        feature.close()
+        (Path(results) / f"ok_{rank}").write_text("ok")
+    except Exception as error:  # noqa: BLE001 (the parent reads what each process saw)
+        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+@pytest.mark.timeout(300)
+def test_groups_of_hosts_each_with_their_own_lanes(tmp_path):
+    x = table(400, 5)
+    qv.dist.partition_features(x, tmp_path / "parts", 2, torch.randperm(400), 0.2)
+    torch.save(x, tmp_path / "parts" / "x.pt")
+    (tmp_path / "results").mkdir()
+    mp.spawn(host_group_worker, args=(free_port(), str(tmp_path / "parts"),
+                                      str(tmp_path / "results")), nprocs=4, join=True)
+    seen = {p.name: p.read_text() for p in (tmp_path / "results").iterdir()}
+    assert seen == {f"ok_{r}": "ok" for r in range(4)}, seen
+
+
 # ---- two hosts in separate network namespaces, torchrun --nnodes 2 ----
 
 NETNS_WORKER = textwrap.dedent('''
