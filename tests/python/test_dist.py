@@ -293,15 +293,21 @@ def export_worker(rank, world, port, directory, results):
             dist.destroy_process_group()
 
 
+def run_on_a_split_table(worker, tmp_path, nprocs, *args):
+    """Splits a 400 x 5 table over two hosts (20% replicated), runs
+    worker(rank, *args, parts, results) in `nprocs` processes, and returns what each wrote."""
+    x = table(400, 5)
+    parts, results = tmp_path / "parts", tmp_path / "results"
+    qv.dist.partition_features(x, parts, 2, torch.randperm(400), 0.2)
+    torch.save(x, parts / "x.pt")
+    results.mkdir()
+    mp.spawn(worker, args=(*args, str(parts), str(results)), nprocs=nprocs, join=True)
+    return {p.name: p.read_text() for p in results.iterdir()}
+
+
 @pytest.mark.timeout(600)
 def test_exported_model_holding_a_dist_feature_gathers_across_hosts(tmp_path):
-    x = table(400, 5)
-    qv.dist.partition_features(x, tmp_path / "parts", 2, torch.randperm(400), 0.2)
-    torch.save(x, tmp_path / "parts" / "x.pt")
-    (tmp_path / "results").mkdir()
-    mp.spawn(export_worker, args=(2, free_port(), str(tmp_path / "parts"),
-                                  str(tmp_path / "results")), nprocs=2, join=True)
-    seen = {p.name: p.read_text() for p in (tmp_path / "results").iterdir()}
+    seen = run_on_a_split_table(export_worker, tmp_path, 2, 2, free_port())
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
@@ -330,13 +336,7 @@ def host_group_worker(rank, port, directory, results):
 
 @pytest.mark.timeout(300)
 def test_groups_of_hosts_each_with_their_own_lanes(tmp_path):
-    x = table(400, 5)
-    qv.dist.partition_features(x, tmp_path / "parts", 2, torch.randperm(400), 0.2)
-    torch.save(x, tmp_path / "parts" / "x.pt")
-    (tmp_path / "results").mkdir()
-    mp.spawn(host_group_worker, args=(free_port(), str(tmp_path / "parts"),
-                                      str(tmp_path / "results")), nprocs=4, join=True)
-    seen = {p.name: p.read_text() for p in (tmp_path / "results").iterdir()}
+    seen = run_on_a_split_table(host_group_worker, tmp_path, 4, free_port())
     assert seen == {f"ok_{r}": "ok" for r in range(4)}, seen
 
 
