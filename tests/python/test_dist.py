@@ -2,6 +2,7 @@
 DistFeature over real process groups: Gloo on loopback with 2 to 4 processes as hosts,
 two hosts in separate network namespaces joined by veth under torchrun --nnodes 2, and
 (on the GPU machine) NCCL between GPUs. Every gather is checked against x[ids]."""
+import contextlib
 import os
 import shutil
 import socket
@@ -126,12 +127,26 @@ def test_partition_writes_checked_shards(tmp_path):
         qv.Feature.load_shared(tmp_path / "host_1")
 
 
+@contextlib.contextmanager
+def reported(results, rank):
+    """Runs a worker's body: writes ok_<rank> if it finishes, else error_<rank> with the
+    error (the parent reads what each process saw); then leaves the process group."""
+    try:
+        yield
+        (Path(results) / f"ok_{rank}").write_text("ok")
+    except Exception as error:  # noqa: BLE001
+        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 # ---- DistFeature over Gloo, processes as hosts ----
 
 def gloo_worker(rank, world, port, base, results, die_rank):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=60))
-    try:
+    with reported(results, rank):
         for config in sorted(Path(base).iterdir()):
             x = torch.load(config / "x.pt")
             feature = qv.dist.DistFeature.load(config, device_list=[], timeout=10.0)
@@ -150,12 +165,6 @@ def gloo_worker(rank, world, port, base, results, die_rank):
             assert torch.equal(work.wait(30.0), x[ids])
             with pytest.raises(IndexError, match="out of range"):
                 feature[torch.tensor([x.size(0)])]  # checked before any exchange
-        (Path(results) / f"ok_{rank}").write_text("ok")
-    except Exception as error:  # noqa: BLE001 (the parent reads what each host saw)
-        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def run_hosts(world, configs, tmp_path, die_rank=-1):
@@ -317,7 +326,7 @@ def host_group_worker(rank, port, directory, results):
     os.environ["LOCAL_WORLD_SIZE"] = "2"
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=4, timeout=timedelta(seconds=60))
-    try:
+    with reported(results, rank):
         group = qv.dist.host_groups()
         assert dist.get_process_group_ranks(group) == [rank % 2, rank % 2 + 2]
         x = torch.load(Path(directory) / "x.pt")
@@ -326,12 +335,6 @@ def host_group_worker(rank, port, directory, results):
             ids = torch.randint(x.size(0), (300,), generator=torch.Generator().manual_seed(seed))
             assert torch.equal(feature[ids], x[ids])
         feature.close()
-        (Path(results) / f"ok_{rank}").write_text("ok")
-    except Exception as error:  # noqa: BLE001 (the parent reads what each process saw)
-        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 @pytest.mark.timeout(300)
