@@ -1,7 +1,9 @@
 """Host-tier experiment: zero-copy random row reads from a pinned host table, by table size,
 with the table on 4 KB pages or on 2 MB transparent huge pages (madvise before the pages
 are first touched, then registered in place with cudaHostRegister), beside the CPU-gather
-baseline (16 threads index_select into pinned memory, then one copy) and the pinned copy.
+baseline (16 threads index_select into pinned memory, then one copy), the op's own staged
+reads (``gather_tiered_rows(..., stage_host_rows=True)``: CPU threads gather slices into
+pinned staging while the copy engine moves the slices before) and the pinned copy.
 
     python scripts/bench_host_pages.py --sizes 1,4,16,32 --row-bytes 256
     python scripts/bench_host_pages.py --sizes 16,32 --pages 4k --split 0.5,0.67,0.8
@@ -42,12 +44,15 @@ def host_table(nbytes, huge):
     return buffer, table, meminfo("AnonHugePages") - before
 
 
-def rate(fn, out_bytes, reps=10):
-    fn()
+def rate(fn, batches, out_bytes, reps=10):
+    """GB/s of fn(batch) over `reps` calls, each on the next of `batches` (distinct random
+    batches, so that the host's last-level cache, 300 MB on the H100 host, cannot serve a
+    batch read just before)."""
+    fn(batches[-1])
     torch.cuda.synchronize()
     start = time.perf_counter()
-    for _ in range(reps):
-        fn()
+    for k in range(reps):
+        fn(batches[k % len(batches)])
     torch.cuda.synchronize()
     return reps * out_bytes / (time.perf_counter() - start) / 1e9
 
@@ -57,6 +62,7 @@ def main():
     parser.add_argument("--sizes", default="1,4,16,32", help="table sizes in GiB")
     parser.add_argument("--row-bytes", type=int, default=256)
     parser.add_argument("--rows-per-batch", type=int, default=545_000)
+    parser.add_argument("--batches", type=int, default=8, help="distinct batches, read in turn")
     parser.add_argument("--pages", default="4k,2m", help="4k, 2m or both")
     parser.add_argument("--split", default="", help="CPU shares of a split gather, e.g. 0.5,0.67")
     parser.add_argument("--json", default=None)
@@ -67,30 +73,37 @@ def main():
     results = []
     pinned_out = torch.empty(args.rows_per_batch, width, dtype=torch.float32).pin_memory()
     print(f"\n| table GiB | pages | huge GiB | zero-copy GB/s | sorted ids GB/s | "
-          f"CPU gather + copy GB/s |\n|---|---|---|---|---|---|")
+          f"CPU gather + copy GB/s | staged op GB/s |\n|---|---|---|---|---|---|---|")
     for gib in (float(s) for s in args.sizes.split(",")):
         nbytes = int(gib * 2**30) // args.row_bytes * args.row_bytes
         rows = nbytes // args.row_bytes
-        ids = torch.randint(rows, (args.rows_per_batch,), device="cuda")
-        sorted_ids = ids.sort().values
-        cpu_ids = ids.cpu()
+        gen = torch.Generator(device="cuda").manual_seed(int(gib * 10))
+        batches = [torch.randint(rows, (args.rows_per_batch,), device="cuda", generator=gen)
+                   for _ in range(args.batches)]
+        sorted_batches = [ids.sort().values for ids in batches]
+        cpu_batches = [ids.cpu() for ids in batches]
         out_bytes = args.rows_per_batch * args.row_bytes
         for huge in [p == "2m" for p in args.pages.split(",")]:
             buffer, raw, huge_bytes = host_table(nbytes, huge)
             table = raw.view(torch.float32).view(rows, width)
             handle = qv.uva.pin_in_place(table)
-            zero_copy = rate(lambda: qv.ops.gather_rows(table, ids), out_bytes)
-            in_order = rate(lambda: qv.ops.gather_rows(table, sorted_ids), out_bytes)
+            zero_copy = rate(lambda ids: qv.ops.gather_rows(table, ids), batches, out_bytes)
+            in_order = rate(lambda ids: qv.ops.gather_rows(table, ids), sorted_batches,
+                            out_bytes)
             # Each call waits for the previous copy out of pinned_out: no overlap across calls.
-            staged = rate(lambda: (torch.cuda.synchronize(), torch.index_select(
-                table, 0, cpu_ids, out=pinned_out).to("cuda", non_blocking=True)), out_bytes,
-                reps=3)
+            staged = rate(lambda ids: (torch.cuda.synchronize(), torch.index_select(
+                table, 0, ids, out=pinned_out).to("cuda", non_blocking=True)), cpu_batches,
+                out_bytes, reps=3)
+            staged_call = lambda ids: qv.ops.gather_tiered_rows([table], None, ids, True, True)  # noqa: E731
+            rate(staged_call, batches, out_bytes, reps=10)  # the op's GPU/CPU split settles
+            staged_op = rate(staged_call, batches, out_bytes, reps=20)
             splits = {}
             for share in (float(f) for f in args.split.split(",") if f):
                 k = int(share * args.rows_per_batch)
                 out = torch.empty(args.rows_per_batch, width, device="cuda")
 
-                def split_gather():
+                def split_gather(k_ids):
+                    ids, cpu_ids = k_ids
                     torch.cuda.synchronize()  # pinned_out is free again
                     on_gpu = qv.ops.gather_rows(table, ids[k:])  # queued; runs while CPUs gather
                     torch.index_select(table, 0, cpu_ids[:k], out=pinned_out[:k])
@@ -98,22 +111,25 @@ def main():
                     out[k:].copy_(on_gpu)
                     return out
 
-                splits[share] = rate(split_gather, out_bytes, reps=3)
+                splits[share] = rate(split_gather, list(zip(batches, cpu_batches)), out_bytes,
+                                     reps=3)
                 print(f"   split, CPU share {share:.2f}: {splits[share]:.1f} GB/s", flush=True)
             row = {"gib": gib, "huge": huge, "huge_gib": huge_bytes / 2**30,
                    "zero_copy_gbps": zero_copy, "sorted_gbps": in_order, "cpu_gather_gbps": staged,
-                   "split_gbps": splits}
+                   "staged_op_gbps": staged_op, "split_gbps": splits}
             results.append(row)
             print(f"| {gib:g} | {'2 MB (THP)' if huge else '4 KB'} | {huge_bytes / 2**30:.1f} | "
-                  f"{zero_copy:.1f} | {in_order:.1f} | {staged:.1f} |", flush=True)
+                  f"{zero_copy:.1f} | {in_order:.1f} | {staged:.1f} | {staged_op:.1f} |",
+                  flush=True)
             del handle, table, raw
             gc.collect()
             buffer.close()
     src = torch.empty(1 << 30, dtype=torch.uint8).pin_memory()
     dst = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    copy = rate(lambda: dst.copy_(src, non_blocking=True), 1 << 30)
+    copy = rate(lambda _: dst.copy_(src, non_blocking=True), [None], 1 << 30)
     print(f"\npinned host-to-device copy: {copy:.1f} GB/s (the bound); rows of "
-          f"{args.row_bytes} bytes, {args.rows_per_batch:,} random ids a batch")
+          f"{args.row_bytes} bytes, {args.rows_per_batch:,} random ids a batch, "
+          f"{args.batches} batches in turn")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "copy_gbps": copy,

@@ -17,6 +17,7 @@ from .topology import CSRTopo
 from .uva import pinned
 
 CACHE_POLICIES = ("device_replicate", "p2p_clique_replicate")
+HOST_READS = ("zero_copy", "staged")
 
 
 class Feature:
@@ -41,6 +42,11 @@ class Feature:
             share of the table such as ``"20%"``.
         cache_policy: ``"device_replicate"`` or ``"p2p_clique_replicate"``.
         csr_topo: orders rows by degree when no ``hot_order`` is given.
+        host_reads: how a GPU reads a large batch's rows outside its clique's memory:
+            ``"zero_copy"`` (the SMs read pinned host memory over PCIe: the fastest gather
+            alone) or ``"staged"`` (CPU threads gather them into pinned staging and the
+            copy engine moves them: slower alone on large tables, but it leaves the SMs to
+            a model training meanwhile, as under a prefetching loader).
 
     ``feature[ids]`` returns the rows on the ids' GPU, or for CPU ids on the current GPU
     (on the CPU where there is none, or when ``device_list`` is empty). Spawned workers
@@ -53,9 +59,12 @@ class Feature:
 
     def __init__(self, rank: int = 0, device_list: Optional[Sequence[int]] = None,
                  device_cache_size: Union[int, str] = 0,
-                 cache_policy: str = "device_replicate", csr_topo: Optional[CSRTopo] = None):
+                 cache_policy: str = "device_replicate", csr_topo: Optional[CSRTopo] = None,
+                 host_reads: str = "zero_copy"):
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
+        if host_reads not in HOST_READS:
+            raise ValueError(f"host_reads must be one of {HOST_READS}, got {host_reads!r}")
         device_list = [int(d) for d in (device_list if device_list is not None else [rank])]
         if len(set(device_list)) != len(device_list):
             raise ValueError(f"device_list names a GPU twice: {device_list}")
@@ -67,6 +76,7 @@ class Feature:
             device_cache_size = 0
         self.device_cache_size = parse_size(device_cache_size)
         self.cache_policy = cache_policy
+        self.host_reads = host_reads
         self.csr_topo = csr_topo
         self._host: Optional[Tensor] = None    # every row, in the table's own order
         self._order: Optional[Tensor] = None   # row ids hottest first (None: as given)
@@ -244,11 +254,13 @@ class Feature:
         if isinstance(ids, Tensor) and ids.is_cuda:  # the hot path: sampler output
             view = self._views.get(ids.device)
             if view is not None:
-                return torch.ops.quiver.gather_tiered_rows.default(view[1], view[2], ids)
+                return torch.ops.quiver.gather_tiered_rows.default(
+                    view[1], view[2], ids, True, self.host_reads == "staged")
         ids = torch.as_tensor(ids)  # the op checks shape, dtype and range
         device = ids.device if ids.is_cuda else self._device_for(None)
         _, tiers, positions = self._view(device)
-        return ops.gather_tiered_rows(tiers, positions, ids.to(device, non_blocking=True))
+        return ops.gather_tiered_rows(tiers, positions, ids.to(device, non_blocking=True),
+                                      stage_host_rows=self.host_reads == "staged")
 
     def hit_rate(self, ids, device: Union[None, int, str, torch.device] = None) -> float:
         """The fraction of ``ids`` that ``device`` (default: current GPU) reads from GPU

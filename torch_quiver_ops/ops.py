@@ -89,7 +89,7 @@ def gather_rows(table: Tensor, ids: Tensor) -> Tensor:
 
 
 def gather_tiered_rows(tiers: List[Tensor], positions: Optional[Tensor], ids: Tensor,
-                       group_host_reads: bool = True) -> Tensor:
+                       group_host_reads: bool = True, stage_host_rows: bool = False) -> Tensor:
     """Rows ``ids`` of a table split over tiers.
 
     Tier ``k`` holds the rows at positions ``[begin_k, begin_k + len(tiers[k]))`` with
@@ -98,7 +98,11 @@ def gather_tiered_rows(tiers: List[Tensor], positions: Optional[Tensor], ids: Te
     read (NVLink), or in pinned host memory, and one kernel reads them all. With
     ``group_host_reads`` (the default) a large batch that reads pinned host memory is read
     in position order, page after page of the host table, which the GPU reaches faster;
-    the result is the same. Out-of-range ids raise IndexError. Returns
+    the result is the same. With ``stage_host_rows`` such a batch's rows in the trailing
+    host tiers are gathered by CPU threads into pinned staging and moved by the copy
+    engine instead, leaving the GPU's SMs to a model that trains meanwhile (a prefetching
+    loader); the result is the same. Out-of-range ids raise IndexError. Returns
     ``[len(ids), *row_shape]`` rows on the ids' device.
     """
-    return torch.ops.quiver.gather_tiered_rows(tiers, positions, ids, group_host_reads)
+    return torch.ops.quiver.gather_tiered_rows(tiers, positions, ids, group_host_reads,
+                                               stage_host_rows)

@@ -144,6 +144,8 @@ class FeatureStore(_PygFeatureStore):
             masks) are held whole in GPU memory.
         cache_policy: ``"device_replicate"`` or ``"p2p_clique_replicate"``.
         csr_topo: ranks rows by degree for the cache (default: the table's own order).
+        host_reads: ``"zero_copy"`` or ``"staged"`` (see :class:`Feature`): ``"staged"``
+            leaves the SMs to the model while a :class:`Prefetcher` gathers.
 
     ``put_tensor(x, attr_name="x")`` wraps a CPU tensor without copying it (see
     :meth:`Feature.from_cpu_tensor`); :meth:`put_feature` takes a ready :class:`Feature`
@@ -152,12 +154,13 @@ class FeatureStore(_PygFeatureStore):
 
     def __init__(self, device: Union[None, int, str, torch.device] = None,
                  cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
-                 csr_topo: Optional[CSRTopo] = None):
+                 csr_topo: Optional[CSRTopo] = None, host_reads: str = "zero_copy"):
         super().__init__()
         self.device = resolve_device(device)
         self.cache_size = cache_size
         self.cache_policy = cache_policy
         self.csr_topo = csr_topo
+        self.host_reads = host_reads
         self._tables: Dict[str, Feature] = {}
 
     @staticmethod
@@ -174,7 +177,8 @@ class FeatureStore(_PygFeatureStore):
         feature = Feature(rank=self.device.index or 0,
                           device_list=[self.device.index] if on_gpu else [],
                           device_cache_size=cache_size if on_gpu else 0,
-                          cache_policy=self.cache_policy, csr_topo=topo)
+                          cache_policy=self.cache_policy, csr_topo=topo,
+                          host_reads=self.host_reads)
         return feature.from_cpu_tensor(table)
 
     def put_feature(self, feature: Feature, attr_name: str = "x") -> None:
@@ -248,12 +252,13 @@ def _whole_on_gpu(table: Tensor) -> bool:
 
 
 def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
-              cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate"
-              ) -> Tuple[FeatureStore, GraphStore]:
+              cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
+              host_reads: str = "zero_copy") -> Tuple[FeatureStore, GraphStore]:
     """A ``Data``'s graph and node attributes as a :class:`FeatureStore` and
     :class:`GraphStore` for batches on ``device``. ``x`` (and every other node attribute
     of more than 16 bytes a row) gets ``cache_size`` of GPU memory for its hottest rows (by
-    in-degree); labels and masks are held whole on the GPU. Tables stay where they are
+    in-degree), read outside it as ``host_reads`` says (see :class:`Feature`); labels and
+    masks are held whole on the GPU. Tables stay where they are
     (pinned in place): no host copy. While stores built here live, calls for the same
     tensors reuse them (one topology, one GPU cache)."""
     if isinstance(data, HeteroData):
@@ -265,12 +270,13 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
     graph = _shared(("graph", id(edge_index), num_nodes), edge_index,
                     lambda: GraphStore.from_edge_index(edge_index, num_nodes))
     device = resolve_device(device)
-    features = FeatureStore(device, cache_size, cache_policy, graph.topo)
+    features = FeatureStore(device, cache_size, cache_policy, graph.topo, host_reads)
     for key, value in data.items():
         if key == "edge_index" or not isinstance(value, Tensor) or not data.is_node_attr(key):
             continue
         cache = "100%" if _whole_on_gpu(value) else cache_size
-        table = _shared(("feature", id(value), str(device), str(cache), cache_policy), value,
+        table = _shared(("feature", id(value), str(device), str(cache), cache_policy,
+                         host_reads), value,
                         lambda value=value, cache=cache: features._feature(value, cache))
         features.put_feature(table, key)
     return features, graph
@@ -386,6 +392,9 @@ class NeighborLoader(_PygNeighborLoader):
         cache_size: GPU memory for the hottest rows of ``x`` when ``data`` is a ``Data``:
             bytes, ``"2G"`` or ``"20%"`` (default 0: every row read from pinned host memory).
         cache_policy: ``"device_replicate"`` or ``"p2p_clique_replicate"``.
+        host_reads: ``"zero_copy"`` or ``"staged"``, how rows outside the cache are read
+            (see :class:`Feature`); ``"staged"`` suits a loader wrapped in a
+            :class:`Prefetcher`, where it leaves the SMs to the model.
         return_eid: put the sampled edges' ids in ``batch.e_id``.
         sampling_generator: a ``torch.Generator`` on the sampling device for the sampling
             draws. By default the sampler has its own, seeded at the start of every epoch
@@ -410,7 +419,7 @@ class NeighborLoader(_PygNeighborLoader):
                  neighbor_sampler: Optional[NeighborSampler] = None, directed: bool = True, *,
                  device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
                  cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
-                 return_eid: bool = False, sampling_generator: Optional[torch.Generator] = None,
+                 host_reads: str = "zero_copy", return_eid: bool = False, sampling_generator: Optional[torch.Generator] = None,
                  **kwargs):
         unsupported = {"input_time": input_time is not None, "time_attr": time_attr is not None,
                        "weight_attr": weight_attr is not None, "disjoint": disjoint,
@@ -422,7 +431,7 @@ class NeighborLoader(_PygNeighborLoader):
         if isinstance(data, HeteroData):
             raise NotImplementedError(_HETERO)
         if isinstance(data, Data):
-            stores = to_stores(data, device, cache_size, cache_policy)
+            stores = to_stores(data, device, cache_size, cache_policy, host_reads)
         elif isinstance(data, (tuple, list)) and len(data) == 2:
             stores = tuple(data)
         else:

@@ -7,10 +7,11 @@
 namespace quiver {
 namespace {
 
-// Grouping reads by position is a GPU matter (its reach over host pages); CPU threads read
-// host memory directly, so group_host_reads changes nothing here.
+// Grouping reads by position and staging host rows are GPU matters (its reach over host
+// pages, its SMs); CPU threads read host memory directly, so both flags change nothing here.
 at::Tensor gather_tiered_rows_cpu(at::TensorList tiers, const std::optional<at::Tensor>& positions,
-                                  const at::Tensor& ids, bool /*group_host_reads*/) {
+                                  const at::Tensor& ids, bool /*group_host_reads*/,
+                                  bool /*stage_host_rows*/) {
   check_gather_tiered_rows_args(tiers, positions, ids);
   return cpu::gather_from_tiers(tiers, positions, ids);
 }

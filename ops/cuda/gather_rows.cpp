@@ -12,7 +12,7 @@ namespace {
 at::Tensor gather_rows_cuda(const at::Tensor& table, const at::Tensor& ids) {
   check_gather_rows_args(table, ids);
   return cuda::gather_from_tiers({table}, std::nullopt, ids, /*group_host_reads=*/true,
-                                 "gather_rows");
+                                 /*stage_host_rows=*/false, "gather_rows");
 }
 
 }  // namespace

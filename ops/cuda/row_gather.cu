@@ -51,11 +51,13 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
                               int64_t num_ids_allowed, int64_t row_vecs,
                               const id_t* __restrict__ ids, int64_t num_ids,
                               vec_t* __restrict__ out, uint64_t* error,
-                              const int64_t* __restrict__ out_rows) {
+                              const int64_t* __restrict__ out_rows,
+                              const int64_t* __restrict__ ids_end) {
   // Separate __restrict__ parameters (the launcher unpacks RowGather): only then may the
   // compiler issue every row's loads before the stores.
   const int64_t rows_per_step = int64_t{blockDim.y} * kRowsInFlight;
   const int64_t tier_end = tiers.begin[tiers.num_tiers];
+  if (ids_end != nullptr && *ids_end < num_ids) num_ids = *ids_end;
   for (int64_t first = blockIdx.x * rows_per_step; first < num_ids;
        first += int64_t{gridDim.x} * rows_per_step) {
     const vec_t* src[kRowsInFlight];
@@ -67,7 +69,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       if (i >= num_ids) continue;
       int64_t pos;
       if constexpr (kGrouped) {
-        pos = static_cast<int64_t>(ids[i]);  // checked (and reported) when it was ordered
+        // Checked (and reported) when it was ordered; no ids: rows in order (a scatter).
+        pos = ids ? static_cast<int64_t>(ids[i]) : i;
         if (pos < 0 || pos >= tier_end) continue;
         dst[r] = out_rows[i];
       } else {
@@ -115,12 +118,12 @@ cudaError_t launch(const RowGather<id_t, pos_t>& g, cudaStream_t stream) {
     gather_tiered_rows_kernel<vec_t, id_t, pos_t, true>
         <<<static_cast<int>(blocks), block, 0, stream>>>(
             g.tiers, g.positions, g.num_ids_allowed, row_vecs, g.ids, g.num_ids,
-            static_cast<vec_t*>(g.out), g.error, g.out_rows);
+            static_cast<vec_t*>(g.out), g.error, g.out_rows, g.ids_end);
   } else {
     gather_tiered_rows_kernel<vec_t, id_t, pos_t, false>
         <<<static_cast<int>(blocks), block, 0, stream>>>(
             g.tiers, g.positions, g.num_ids_allowed, row_vecs, g.ids, g.num_ids,
-            static_cast<vec_t*>(g.out), g.error, nullptr);
+            static_cast<vec_t*>(g.out), g.error, nullptr, g.ids_end);
   }
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
@@ -151,7 +154,32 @@ __global__ void resolve_positions_kernel(const RowTiers tiers, const pos_t* __re
   }
 }
 
+__global__ void split_sorted_positions_kernel(const int64_t* __restrict__ sorted_keys,
+                                              int64_t num_keys, int64_t host_begin,
+                                              double gpu_share, int64_t* bounds) {
+  int64_t low = 0, high = num_keys;
+  while (low < high) {
+    const int64_t mid = low + (high - low) / 2;
+    if (sorted_keys[mid] < host_begin) {
+      low = mid + 1;
+    } else {
+      high = mid;
+    }
+  }
+  bounds[0] = low;
+  bounds[1] = low + static_cast<int64_t>(gpu_share * static_cast<double>(num_keys - low));
+}
+
 }  // namespace
+
+cudaError_t split_sorted_positions(const int64_t* sorted_keys, int64_t num_keys,
+                                   int64_t host_begin, double gpu_share, int64_t* bounds,
+                                   cudaStream_t stream) {
+  split_sorted_positions_kernel<<<1, 1, 0, stream>>>(sorted_keys, num_keys, host_begin,
+                                                     gpu_share, bounds);
+  QUIVER_LAUNCH_TRY();
+  return cudaSuccess;
+}
 
 size_t position_order_workspace_bytes(int64_t num_ids, int end_bit) {
   size_t bytes = 0;

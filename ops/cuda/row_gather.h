@@ -34,7 +34,8 @@ constexpr int kGatherErrorShift = 56;
 // costs no copy): any one failure is kept.
 //
 // When out_rows is given the gather is grouped: ids holds positions (already checked,
-// see order_by_position) and the row read for ids[k] goes to out[out_rows[k]].
+// see order_by_position) and the row read for ids[k] goes to out[out_rows[k]]; null ids
+// read positions 0, 1, ... in turn (a scatter of a staged block of rows).
 template <typename id_t, typename pos_t>
 struct RowGather {
   RowTiers tiers;
@@ -46,6 +47,9 @@ struct RowGather {
   void* out;
   uint64_t* error;
   const int64_t* out_rows = nullptr;
+  // When set, only ids [0, *ids_end) are served (a bound the GPU computed; num_ids, at
+  // least as large, sizes the grid).
+  const int64_t* ids_end = nullptr;
 };
 
 template <typename id_t, typename pos_t>
@@ -72,5 +76,11 @@ size_t position_order_workspace_bytes(int64_t num_ids, int end_bit);
 template <typename id_t, typename pos_t>
 cudaError_t order_by_position(const RowGather<id_t, pos_t>& gather, const PositionOrder& order,
                               cudaStream_t stream);
+
+// Splits sorted positions for a staged gather: bounds[0] = the first at or past
+// host_begin (the host tiers' rows start there), bounds[1] = bounds[0] plus gpu_share of
+// the rest (the host rows the GPU reads itself). One thread: a binary search.
+cudaError_t split_sorted_positions(const int64_t* sorted_keys, int64_t num_keys, int64_t host_begin,
+                                   double gpu_share, int64_t* bounds, cudaStream_t stream);
 
 }  // namespace quiver::cuda

@@ -1,5 +1,7 @@
 """The Feature store (torch_quiver_ops.feature) over every policy, order, dtype and cache
 size, against x[ids]; the op underneath is tested in test_gather_tiered_rows.py."""
+import pickle
+
 import pytest
 import torch
 
@@ -59,6 +61,21 @@ def test_feature_matches_indexing(dtype, policy, cached_fraction, order):
         assert torch.equal(feature.tiers("cpu").gather(ids), x[ids])
 
 
+@pytest.mark.parametrize("host_reads", ["zero_copy", "staged"])
+def test_both_ways_of_reading_host_rows_match_indexing(host_reads):
+    # Batches past 16384 ids take the grouped (zero-copy) or staged (CPU threads + copy
+    # engine) path on a GPU; a pickled store keeps its choice.
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(20_000, 24, generator=gen).share_memory_()
+    ids = torch.randint(20_000, (30_000,), generator=gen)
+    feature = qv.Feature(device_cache_size="30%", host_reads=host_reads).from_cpu_tensor(
+        x, hot_order=torch.randperm(20_000, generator=gen))
+    assert torch.equal(feature[ids].cpu(), x[ids])
+    if HAS_CUDA:
+        assert torch.equal(feature[ids.cuda()].cpu(), x[ids])
+    assert pickle.loads(pickle.dumps(feature)).host_reads == host_reads
+
+
 def test_cache_size_as_a_share_of_the_table():
     x = torch.randn(1000, 8)
     feature = qv.Feature(device_cache_size="25%").from_cpu_tensor(x)
@@ -78,6 +95,8 @@ def test_feature_rejects_bad_input():
     x = torch.randn(10, 3)
     with pytest.raises(ValueError, match="cache_policy must be one of"):
         qv.Feature(cache_policy="lru")
+    with pytest.raises(ValueError, match="host_reads must be one of .* got 'dma'"):
+        qv.Feature(host_reads="dma")
     with pytest.raises(ValueError, match="names a GPU twice"):
         qv.Feature(device_list=[0, 0])
     with pytest.raises(ValueError, match="cannot read 'lots'"):

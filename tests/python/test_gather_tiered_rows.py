@@ -146,25 +146,55 @@ def test_threads_that_come_and_go_reuse_error_words():
         qv.ops.gather_tiered_rows([table], None, torch.tensor([100], device="cuda"))
 
 
-@pytest.mark.parametrize("group_host_reads", [True, False])
+HOST_READS = {"id order": (False, False), "grouped": (True, False), "staged": (True, True),
+              "staged, not grouped": (False, True)}
+
+
+@pytest.mark.parametrize("reads", HOST_READS)
 @pytest.mark.parametrize("positions_dtype", [torch.int32, torch.int64])
-def test_large_batches_read_in_position_order_give_the_same_rows(mode, group_host_reads,
-                                                                 positions_dtype):
+def test_large_batches_read_in_position_order_give_the_same_rows(mode, reads, positions_dtype):
     # Past 16384 ids a CUDA gather that reads pinned host memory sorts the positions first
-    # and scatters rows back; results and errors must not change.
+    # and scatters rows back; staged, CPU threads gather the host tiers' rows and the copy
+    # engine moves them (in UVA mode every tier is a host tier). Results and errors must
+    # not change.
+    group_host_reads, stage_host_rows = HOST_READS[reads]
     table = random_table(5000, 7, torch.float16, seed=6)
     order, positions = permutation_positions(5000, positions_dtype, seed=8)
     tiers = split_tiers(table[order], [300, 301], mode)
     device = ids_device(mode)
     gen = torch.Generator().manual_seed(2)
     ids = torch.randint(5000, (40_000,), generator=gen)  # many duplicates
-    out = qv.ops.gather_tiered_rows(tiers, positions.to(device), ids.to(device), group_host_reads)
+    out = qv.ops.gather_tiered_rows(tiers, positions.to(device), ids.to(device), group_host_reads,
+                                    stage_host_rows)
     assert torch.equal(out.cpu(), table[ids])
     bad = ids.clone()
     bad[31_337] = 5000
     with pytest.raises(IndexError, match=r"ids\[31337\] = 5000 is out of range \[0, 5000\)"):
-        qv.ops.gather_tiered_rows(tiers, positions.to(device), bad.to(device), group_host_reads)
+        qv.ops.gather_tiered_rows(tiers, positions.to(device), bad.to(device), group_host_reads,
+                                  stage_host_rows)
     corrupt = positions.clone()
     corrupt[int(ids[20_000])] = 9999
     with pytest.raises(IndexError, match=r"positions\[\d+\] = 9999 is out of range"):
-        qv.ops.gather_tiered_rows(tiers, corrupt.to(device), ids.to(device), group_host_reads)
+        qv.ops.gather_tiered_rows(tiers, corrupt.to(device), ids.to(device), group_host_reads,
+                                  stage_host_rows)
+
+
+@pytest.mark.parametrize("layout", ["host tier last", "host tier between GPU tiers"])
+def test_staged_host_rows_of_wide_rows_over_many_slices(mode, layout):
+    # 400-byte rows: a staged batch's host rows cross dozens of 512 KiB slices, each copied
+    # on its own. A host tier followed by a GPU tier is not staged (only trailing host tiers
+    # are); both must match indexing, and an empty batch or one of only cached rows too.
+    table = random_table(3000, 100, torch.float32, seed=11)
+    order, positions = permutation_positions(3000, torch.int64, seed=12)
+    tiers = split_tiers(table[order], [600, 1500], mode)
+    if layout != "host tier last":
+        if mode != "GPU":
+            pytest.skip("only GPU mode has GPU tiers to put after a host tier")
+        tiers = [tiers[0], tiers[1].cpu().pin_memory(), tiers[2].cuda()]
+    device = ids_device(mode)
+    gen = torch.Generator().manual_seed(4)
+    positions = positions.to(device)
+    for ids in (torch.randint(3000, (50_000,), generator=gen), order[:600].repeat(30),
+                torch.empty(0, dtype=torch.long)):
+        out = qv.ops.gather_tiered_rows(tiers, positions, ids.to(device), True, True)
+        assert torch.equal(out.cpu(), table[ids]), layout

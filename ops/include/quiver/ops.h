@@ -68,11 +68,12 @@ inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
 // Rows ids of a table split over tiers (see gather_tiered_rows in library.cpp).
 inline at::Tensor gather_tiered_rows(at::TensorList tiers,
                                      const std::optional<at::Tensor>& positions,
-                                     const at::Tensor& ids, bool group_host_reads = true) {
-  static const auto handle = detail::op<at::Tensor(
-      at::TensorList, const std::optional<at::Tensor>&, const at::Tensor&, bool)>(
-      "quiver::gather_tiered_rows");
-  return handle.call(tiers, positions, ids, group_host_reads);
+                                     const at::Tensor& ids, bool group_host_reads = true,
+                                     bool stage_host_rows = false) {
+  static const auto handle =
+      detail::op<at::Tensor(at::TensorList, const std::optional<at::Tensor>&, const at::Tensor&,
+                            bool, bool)>("quiver::gather_tiered_rows");
+  return handle.call(tiers, positions, ids, group_host_reads, stage_host_rows);
 }
 
 }  // namespace quiver
