@@ -259,7 +259,8 @@ def main():
         feature.host_reads = "zero_copy"
 
     # Every row in HBM, beside index_select on that very tensor.
-    feature = qv.Feature(device_list=[device.index], device_cache_size=table_bytes)
+    feature = qv.Feature(device_list=[device.index], device_cache_size=table_bytes,
+                         host_reads="zero_copy")
     feature.from_cpu_tensor(x)
     hbm = feature.tiers(device).tiers()[0]
     assert hbm.size(0) == x.size(0)
@@ -280,7 +281,8 @@ def main():
     torch.cuda.empty_cache()
 
     # Every row in pinned host memory.
-    feature = qv.Feature(device_list=[device.index], device_cache_size=0).from_cpu_tensor(x)
+    feature = qv.Feature(device_list=[device.index], device_cache_size=0,
+                         host_reads="zero_copy").from_cpu_tensor(x)
     ours = gather_rate(lambda ids: feature[ids], on_gpu, row_bytes, args.warmup)
     ours_kernel = kernel_rate(lambda ids: feature[ids], on_gpu[:4], row_bytes)
     cpu_batches = [b.cpu() for b in on_gpu[:args.warmup + 3]]
@@ -298,7 +300,8 @@ def main():
         torch.cuda.synchronize()
         before = rss()
         reset_peak_rss()
-        feature = qv.Feature(device_list=[device.index], device_cache_size=cache_bytes, **kwargs)
+        feature = qv.Feature(device_list=[device.index], device_cache_size=cache_bytes,
+                             host_reads="zero_copy", **kwargs)
         feature.from_cpu_tensor(x, hot_order=presampled if not kwargs else None)
         feature[on_gpu[0]]  # the store is placed on the GPU at its first gather
         extra = rss("VmHWM") - before

@@ -56,6 +56,14 @@ def main():
         qv.ops.gather_tiered_rows(split, positions.long(), seeds)
         must_reject(qv.ops.gather_tiered_rows, split, positions,
                     torch.tensor([0, x.size(0)], device=device))
+        # Staged host rows: the split, the bounded gather and the scatter (a batch large
+        # enough to be staged, rows from every tier).
+        many = torch.randint(x.size(0), (20_000,), device=device)
+        for _ in range(3):  # the split moves between calls
+            qv.ops.gather_tiered_rows(split, positions.long(), many, True, True)
+        bad = many.clone()
+        bad[7] = x.size(0)
+        must_reject(qv.ops.gather_tiered_rows, split, positions, bad, True, True)
     torch.cuda.synchronize()
     print("sanitizer workload done")
 

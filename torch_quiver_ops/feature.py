@@ -17,7 +17,11 @@ from .topology import CSRTopo
 from .uva import pinned
 
 CACHE_POLICIES = ("device_replicate", "p2p_clique_replicate")
-HOST_READS = ("zero_copy", "staged")
+HOST_READS = ("auto", "zero_copy", "staged")
+# "auto" stages host tables from this size on: on the H100 host, zero copy reads random rows
+# of a 4 GiB table at 50 GB/s and of a 16 GiB one at 19, staging at 47 and 34-38
+# (docs/benchmarks.md).
+STAGED_FROM_BYTES = 8 << 30
 
 
 class Feature:
@@ -43,10 +47,12 @@ class Feature:
         cache_policy: ``"device_replicate"`` or ``"p2p_clique_replicate"``.
         csr_topo: orders rows by degree when no ``hot_order`` is given.
         host_reads: how a GPU reads a large batch's rows outside its clique's memory:
-            ``"zero_copy"`` (the SMs read pinned host memory over PCIe: the fastest gather
-            alone) or ``"staged"`` (CPU threads gather them into pinned staging and the
-            copy engine moves them: slower alone on large tables, but it leaves the SMs to
-            a model training meanwhile, as under a prefetching loader).
+            ``"zero_copy"`` (its SMs read the pinned table over PCIe: fastest on tables of
+            a few GB), ``"staged"`` (the GPU reads part of them so, while CPU threads
+            gather the rest into pinned buffers and the copy engine moves them, the split
+            rebalanced after every batch: 2-3x faster on tables of tens of GB, whose
+            random pages the GPU reaches slowly), or ``"auto"`` (the default: staged for
+            tables of 8 GiB or more).
 
     ``feature[ids]`` returns the rows on the ids' GPU, or for CPU ids on the current GPU
     (on the CPU where there is none, or when ``device_list`` is empty). Spawned workers
@@ -60,7 +66,7 @@ class Feature:
     def __init__(self, rank: int = 0, device_list: Optional[Sequence[int]] = None,
                  device_cache_size: Union[int, str] = 0,
                  cache_policy: str = "device_replicate", csr_topo: Optional[CSRTopo] = None,
-                 host_reads: str = "zero_copy"):
+                 host_reads: str = "auto"):
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
         if host_reads not in HOST_READS:
@@ -255,12 +261,17 @@ class Feature:
             view = self._views.get(ids.device)
             if view is not None:
                 return torch.ops.quiver.gather_tiered_rows.default(
-                    view[1], view[2], ids, True, self.host_reads == "staged")
+                    view[1], view[2], ids, True, self._stages_host_rows())
         ids = torch.as_tensor(ids)  # the op checks shape, dtype and range
         device = ids.device if ids.is_cuda else self._device_for(None)
         _, tiers, positions = self._view(device)
         return ops.gather_tiered_rows(tiers, positions, ids.to(device, non_blocking=True),
-                                      stage_host_rows=self.host_reads == "staged")
+                                      stage_host_rows=self._stages_host_rows())
+
+    def _stages_host_rows(self) -> bool:
+        if self.host_reads == "auto":
+            return self._host is not None and self._host.nbytes >= STAGED_FROM_BYTES
+        return self.host_reads == "staged"
 
     def hit_rate(self, ids, device: Union[None, int, str, torch.device] = None) -> float:
         """The fraction of ``ids`` that ``device`` (default: current GPU) reads from GPU
@@ -362,6 +373,7 @@ class Feature:
         return state
 
     def __setstate__(self, state):
+        state.setdefault("host_reads", "auto")  # pickled before the option existed
         self.__dict__.update(state)
         self._process_state()
 
@@ -396,7 +408,7 @@ class Feature:
                     device_list: Optional[Sequence[int]] = None,
                     device_cache_size: Union[int, str] = 0,
                     cache_policy: str = "device_replicate",
-                    group=None) -> "Feature":
+                    group=None, host_reads: str = "auto") -> "Feature":
         """Maps a table written by :meth:`save` with MAP_SHARED, so every process on the
         machine reads the same pages, and places its GPU tiers. A truncated file or an
         order that is not a permutation raises.
@@ -412,7 +424,7 @@ class Feature:
         order = arrays.get("order")
         if order is not None:
             check_positions(order, host.size(0), f"{directory}/order.bin")
-        feature = cls(rank, device_list, device_cache_size, cache_policy)
+        feature = cls(rank, device_list, device_cache_size, cache_policy, host_reads=host_reads)
         make_shards = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
             make_shards = _sharing.shards_swapped_over(group)

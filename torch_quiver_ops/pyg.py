@@ -144,8 +144,8 @@ class FeatureStore(_PygFeatureStore):
             masks) are held whole in GPU memory.
         cache_policy: ``"device_replicate"`` or ``"p2p_clique_replicate"``.
         csr_topo: ranks rows by degree for the cache (default: the table's own order).
-        host_reads: ``"zero_copy"`` or ``"staged"`` (see :class:`Feature`): ``"staged"``
-            leaves the SMs to the model while a :class:`Prefetcher` gathers.
+        host_reads: ``"auto"``, ``"zero_copy"`` or ``"staged"``: how rows outside the
+            cache are read (see :class:`Feature`).
 
     ``put_tensor(x, attr_name="x")`` wraps a CPU tensor without copying it (see
     :meth:`Feature.from_cpu_tensor`); :meth:`put_feature` takes a ready :class:`Feature`
@@ -154,7 +154,7 @@ class FeatureStore(_PygFeatureStore):
 
     def __init__(self, device: Union[None, int, str, torch.device] = None,
                  cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
-                 csr_topo: Optional[CSRTopo] = None, host_reads: str = "zero_copy"):
+                 csr_topo: Optional[CSRTopo] = None, host_reads: str = "auto"):
         super().__init__()
         self.device = resolve_device(device)
         self.cache_size = cache_size
@@ -253,7 +253,7 @@ def _whole_on_gpu(table: Tensor) -> bool:
 
 def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
               cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
-              host_reads: str = "zero_copy") -> Tuple[FeatureStore, GraphStore]:
+              host_reads: str = "auto") -> Tuple[FeatureStore, GraphStore]:
     """A ``Data``'s graph and node attributes as a :class:`FeatureStore` and
     :class:`GraphStore` for batches on ``device``. ``x`` (and every other node attribute
     of more than 16 bytes a row) gets ``cache_size`` of GPU memory for its hottest rows (by
@@ -392,9 +392,8 @@ class NeighborLoader(_PygNeighborLoader):
         cache_size: GPU memory for the hottest rows of ``x`` when ``data`` is a ``Data``:
             bytes, ``"2G"`` or ``"20%"`` (default 0: every row read from pinned host memory).
         cache_policy: ``"device_replicate"`` or ``"p2p_clique_replicate"``.
-        host_reads: ``"zero_copy"`` or ``"staged"``, how rows outside the cache are read
-            (see :class:`Feature`); ``"staged"`` suits a loader wrapped in a
-            :class:`Prefetcher`, where it leaves the SMs to the model.
+        host_reads: ``"auto"``, ``"zero_copy"`` or ``"staged"``: how rows outside the
+            cache are read (see :class:`Feature`).
         return_eid: put the sampled edges' ids in ``batch.e_id``.
         sampling_generator: a ``torch.Generator`` on the sampling device for the sampling
             draws. By default the sampler has its own, seeded at the start of every epoch
@@ -419,7 +418,8 @@ class NeighborLoader(_PygNeighborLoader):
                  neighbor_sampler: Optional[NeighborSampler] = None, directed: bool = True, *,
                  device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
                  cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
-                 host_reads: str = "zero_copy", return_eid: bool = False, sampling_generator: Optional[torch.Generator] = None,
+                 host_reads: str = "auto", return_eid: bool = False,
+                 sampling_generator: Optional[torch.Generator] = None,
                  **kwargs):
         unsupported = {"input_time": input_time is not None, "time_attr": time_attr is not None,
                        "weight_attr": weight_attr is not None, "disjoint": disjoint,

@@ -76,6 +76,17 @@ def test_both_ways_of_reading_host_rows_match_indexing(host_reads):
     assert pickle.loads(pickle.dumps(feature)).host_reads == host_reads
 
 
+def test_auto_host_reads_stage_only_large_tables(monkeypatch):
+    x = torch.randn(1000, 8)
+    feature = qv.Feature(device_cache_size="10%").from_cpu_tensor(x)
+    assert feature.host_reads == "auto" and not feature._stages_host_rows()
+    monkeypatch.setattr(qv.feature, "STAGED_FROM_BYTES", x.nbytes)
+    assert feature._stages_host_rows()
+    ids = torch.randint(1000, (20_000,))
+    assert torch.equal(feature[ids].cpu(), x[ids])
+    assert not qv.Feature(host_reads="zero_copy").from_cpu_tensor(x)._stages_host_rows()
+
+
 def test_cache_size_as_a_share_of_the_table():
     x = torch.randn(1000, 8)
     feature = qv.Feature(device_cache_size="25%").from_cpu_tensor(x)
