@@ -35,12 +35,20 @@ def meminfo(key):
     return 0
 
 
-def host_table(nbytes, huge):
+def host_table(nbytes, pages):
+    """A table on 4 KB pages ("4k"), on huge pages from its first touch ("2m"), or touched
+    on 4 KB pages and then moved onto huge pages by ``uva.back_with_huge_pages``
+    ("collapse", what a staged Feature does to a table it is handed)."""
     buffer = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    buffer.madvise(mmap.MADV_HUGEPAGE if huge else mmap.MADV_NOHUGEPAGE)
+    buffer.madvise(mmap.MADV_HUGEPAGE if pages == "2m" else mmap.MADV_NOHUGEPAGE)
     table = torch.frombuffer(buffer, dtype=torch.uint8)
     before = meminfo("AnonHugePages")
     table.fill_(1)  # first touch: the kernel picks the page size here
+    if pages == "collapse":
+        start = time.perf_counter()
+        done = qv.uva.back_with_huge_pages(table)
+        print(f"   back_with_huge_pages: {done} in {time.perf_counter() - start:.1f} s",
+              flush=True)
     return buffer, table, meminfo("AnonHugePages") - before
 
 
@@ -63,7 +71,8 @@ def main():
     parser.add_argument("--row-bytes", type=int, default=256)
     parser.add_argument("--rows-per-batch", type=int, default=545_000)
     parser.add_argument("--batches", type=int, default=8, help="distinct batches, read in turn")
-    parser.add_argument("--pages", default="4k,2m", help="4k, 2m or both")
+    parser.add_argument("--pages", default="4k,2m",
+                        help="comma list of 4k, 2m, collapse (4k then back_with_huge_pages)")
     parser.add_argument("--split", default="", help="CPU shares of a split gather, e.g. 0.5,0.67")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
@@ -83,8 +92,9 @@ def main():
         sorted_batches = [ids.sort().values for ids in batches]
         cpu_batches = [ids.cpu() for ids in batches]
         out_bytes = args.rows_per_batch * args.row_bytes
-        for huge in [p == "2m" for p in args.pages.split(",")]:
-            buffer, raw, huge_bytes = host_table(nbytes, huge)
+        for pages in args.pages.split(","):
+            huge = pages != "4k"
+            buffer, raw, huge_bytes = host_table(nbytes, pages)
             table = raw.view(torch.float32).view(rows, width)
             handle = qv.uva.pin_in_place(table)
             zero_copy = rate(lambda ids: qv.ops.gather_rows(table, ids), batches, out_bytes)
@@ -114,11 +124,12 @@ def main():
                 splits[share] = rate(split_gather, list(zip(batches, cpu_batches)), out_bytes,
                                      reps=3)
                 print(f"   split, CPU share {share:.2f}: {splits[share]:.1f} GB/s", flush=True)
-            row = {"gib": gib, "huge": huge, "huge_gib": huge_bytes / 2**30,
+            row = {"gib": gib, "pages": pages, "huge": huge, "huge_gib": huge_bytes / 2**30,
                    "zero_copy_gbps": zero_copy, "sorted_gbps": in_order, "cpu_gather_gbps": staged,
                    "staged_op_gbps": staged_op, "split_gbps": splits}
             results.append(row)
-            print(f"| {gib:g} | {'2 MB (THP)' if huge else '4 KB'} | {huge_bytes / 2**30:.1f} | "
+            names = {"4k": "4 KB", "2m": "2 MB (THP)", "collapse": "4 KB, then collapsed"}
+            print(f"| {gib:g} | {names[pages]} | {huge_bytes / 2**30:.1f} | "
                   f"{zero_copy:.1f} | {in_order:.1f} | {staged:.1f} | {staged_op:.1f} |",
                   flush=True)
             del handle, table, raw
