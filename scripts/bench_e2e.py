@@ -8,7 +8,9 @@ graph's train nodes (one epoch = every train seed once). Each configuration runs
 epoch, then a plain timed epoch, then (configurations with an in-line data path) a
 synchronized epoch split into sampling, gathering and model. In one run:
 
-  1. our prefetching loader (SampleLoader, 2 batches ahead on a side stream), GPU and UVA
+  1. our prefetching loader (SampleLoader, 2 batches ahead on a side stream; with
+     ``--green-sms``, also on a green context of that many SMs, the model on the rest or
+     on all), GPU and UVA
      sampling, 20% of the feature rows cached in HBM (presampled order), the other rows
      read with zero copy by the SMs or staged by CPU threads and the copy engine
      (``Feature(host_reads=...)``; rows named "staged");
@@ -34,6 +36,7 @@ one forward) eager, under torch.compile and as an AOTInductor package. Prints ta
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -172,6 +175,38 @@ def model_alone(model, optimizer, batches, device):
     return (time.perf_counter() - start) / len(batches)
 
 
+def green_stream(num_sms, device):
+    """A stream on `num_sms` SMs of their own (a torch.cuda.GreenContext), and the context."""
+    context = torch.cuda.green_contexts.GreenContext.create(num_sms, device.index)
+    stream = context.Stream()
+    if not isinstance(stream, torch.cuda.Stream):
+        stream = torch.cuda.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
+                                   device_type=stream.device_type)
+    return stream, context
+
+
+def green_rows(args, device, sampler, feature, train, labels, model, optimizer, record, name):
+    """The prefetching loader's kernels on SMs of their own (green contexts), so that they
+    never queue behind the model's: the loader alone on N SMs, or the model on the rest."""
+    total = torch.cuda.get_device_properties(device).multi_processor_count
+    for sms in (int(s) for s in args.green_sms.split(",")):
+        for split_model in (False, True):
+            label = f"prefetch GPU {name} green {sms}{' + model rest' if split_model else ''}"
+            try:
+                model_stream = contextlib.nullcontext()
+                if split_model:
+                    stream, model_context = green_stream(total - sms, device)
+                    model_stream = torch.cuda.stream(stream)
+                loader = qv.SampleLoader(sampler, feature, train, args.batch_size,
+                                         labels=labels, prefetch=0)
+                ahead = qv.Prefetcher(loader, device, 2, sms=sms)
+                with model_stream:
+                    quiver_epoch(ahead, model, optimizer, device)  # warm-up
+                    record(label, quiver_epoch(ahead, model, optimizer, device))
+            except Exception as error:  # an experiment: report and go on
+                print(f"   {label}: failed: {type(error).__name__}: {error}", flush=True)
+
+
 def single_gpu(args, results):
     device = torch.device(args.device) if args.device else torch.device(
         "cuda" if torch.cuda.is_available() else "cpu")
@@ -245,6 +280,9 @@ def single_gpu(args, results):
                     clock = Clock(device)
                     quiver_epoch(loader, model, optimizer, device, clock)
                     record(name, plain, clock.totals)
+            if args.green_sms and cuda and mode == "GPU" and cache_name.startswith("20%"):
+                green_rows(args, device, sampler, feature, train, labels, model, optimizer,
+                           record, cache_name)
             if model_bound is None:
                 some = train[torch.randperm(train.numel(),
                                             generator=torch.Generator().manual_seed(3))]
@@ -279,7 +317,7 @@ def single_gpu(args, results):
             built.append(batch)
             if len(built) == 24:
                 break
-        for variant in args.pyg_models.split(","):
+        for variant in [m for m in args.pyg_models.split(",") if m]:
             torch.manual_seed(1)
             model = PygSAGE(num_features, args.hidden, num_classes, len(fanouts),
                             variant).to(device)
@@ -292,7 +330,7 @@ def single_gpu(args, results):
             record(f"pyg loader + prefetch, {variant} {mode}", ahead,
                    note=f"(model alone {alone:.2f} s)")
             record(f"pyg loader, {variant} {mode}", in_line)
-        del loader, model, optimizer, built
+        del loader, built
         qv.pyg._SHARED.clear()
         if cuda:
             torch.cuda.empty_cache()
@@ -493,6 +531,9 @@ def main():
                         help="ways of reading uncached rows (Feature's host_reads)")
     parser.add_argument("--pyg-models", default="full,trim,targets",
                         help="models timed on PyG's batches")
+    parser.add_argument("--green-sms", default="",
+                        help="also time the prefetching loader on green contexts of these SM "
+                             "counts, e.g. 8,16")
     parser.add_argument("--no-cpu-pipeline", action="store_true",
                         help="skip configuration 5 (CPU sampling and gather; slow)")
     parser.add_argument("--scaling", default=None,

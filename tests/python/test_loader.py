@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import torch_quiver_ops as qv
+from conftest import requires_cuda
 from reference import random_coo
 
 
@@ -168,3 +169,39 @@ def test_side_stream_batches_are_ready_for_a_busy_main_stream():
         assert torch.equal(y.cpu(), labels[n_id[:batch_size].cpu()])
         del n_id, adjs, x, y  # freed while the main stream may still use them: record_stream
     torch.cuda.synchronize()
+
+
+@requires_cuda
+@pytest.mark.parametrize("where", ["stream", "green stream", "sms"])
+def test_batches_built_on_a_given_stream_equal_serial_ones(where):
+    # Prefetcher(stream=...): a stream of the caller's choosing, such as one of a green
+    # context; Prefetcher(sms=...) / SampleLoader(prefetch_sms=...): a green context made
+    # for the loader (SMs of its own), where this torch supports them.
+    if where != "stream" and not torch.cuda.green_contexts.SUPPORTED:
+        pytest.skip("this torch was built without green contexts")
+    sampler, feature, table, labels = setup("GPU")
+    seeds = torch.arange(0, 300, 2)
+    serial = qv.SampleLoader(sampler, feature, seeds, 16, labels=labels, prefetch=0)
+    if where == "sms":
+        ahead = qv.SampleLoader(sampler, feature, seeds, 16, labels=labels, prefetch=2,
+                                prefetch_sms=8)
+    elif where == "green stream":
+        context = torch.cuda.green_contexts.GreenContext.create(8, torch.cuda.current_device())
+        ahead = qv.Prefetcher(serial, stream=context.Stream())
+    else:
+        ahead = qv.Prefetcher(serial, stream=torch.cuda.Stream())
+    torch.manual_seed(5)
+    first = epoch(serial)
+    torch.manual_seed(5)
+    assert same(first, epoch(ahead))
+
+
+def test_loader_sms_are_checked():
+    sampler, feature, table, labels = setup("CPU")
+    with pytest.raises(ValueError, match="SMs are a GPU's"):
+        qv.Prefetcher([], "cpu", sms=8)
+    with pytest.raises(ValueError, match="not both"):
+        qv.Prefetcher([], "cpu", stream=object(), sms=8)
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match=r"sms must be in \[1, "):
+            qv.Prefetcher([], 0, sms=100_000)
