@@ -127,32 +127,65 @@ int bits_for(int64_t end) {
   return bits;
 }
 
+// Positions sorted on the GPU (row_gather.h: PositionOrder), in scratch this object keeps
+// alive, with `extra_slots` more int64 words after the four arrays for the caller.
+struct SortedPositions {
+  at::Tensor scratch;
+  at::Tensor space;
+  PositionOrder order{};
+  int64_t* extra = nullptr;
+};
+
+template <typename id_t, typename pos_t>
+SortedPositions sort_positions(const RowGather<id_t, pos_t>& gather, const at::Tensor& ids,
+                               int64_t extra_slots, cudaStream_t stream) {
+  SortedPositions sorted;
+  const int64_t n = ids.numel();
+  const int end_bit = bits_for(gather.tiers.begin[gather.tiers.num_tiers]);
+  sorted.scratch = at::empty({4 * n + extra_slots}, ids.options().dtype(at::kLong));
+  int64_t* base = sorted.scratch.mutable_data_ptr<int64_t>();
+  sorted.extra = base + 4 * n;
+  const size_t workspace_bytes = position_order_workspace_bytes(n, end_bit);
+  sorted.space = workspace(workspace_bytes, ids.device());
+  sorted.order = PositionOrder{base,
+                               base + n,
+                               base + 2 * n,
+                               base + 3 * n,
+                               sorted.space.mutable_data_ptr(),
+                               workspace_bytes,
+                               end_bit};
+  C10_CUDA_CHECK(order_by_position(gather, sorted.order, stream));
+  return sorted;
+}
+
+// The gather of `ids` into `out` as the kernels take it.
+template <typename id_t, typename pos_t>
+RowGather<id_t, pos_t> row_gather_of(const RowTiers& layout, int64_t row_bytes,
+                                     const void* positions, int64_t num_ids_allowed,
+                                     const at::Tensor& ids, at::Tensor& out, uint64_t* error) {
+  return {layout,
+          row_bytes,
+          static_cast<const pos_t*>(positions),
+          num_ids_allowed,
+          ids.const_data_ptr<id_t>(),
+          ids.numel(),
+          out.mutable_data_ptr(),
+          error};
+}
+
 template <typename id_t, typename pos_t>
 void launch_gather(const RowTiers& layout, int64_t row_bytes, const void* positions,
                    int64_t num_ids_allowed, const at::Tensor& ids, at::Tensor& out, uint64_t* error,
                    bool grouped, cudaStream_t stream) {
-  const RowGather<id_t, pos_t> gather{layout,
-                                      row_bytes,
-                                      static_cast<const pos_t*>(positions),
-                                      num_ids_allowed,
-                                      ids.const_data_ptr<id_t>(),
-                                      ids.numel(),
-                                      out.mutable_data_ptr(),
-                                      error};
+  const auto gather =
+      row_gather_of<id_t, pos_t>(layout, row_bytes, positions, num_ids_allowed, ids, out, error);
   if (!grouped) {
     C10_CUDA_CHECK(gather_tiered_rows(gather, stream));
     return;
   }
   const int64_t n = ids.numel();
-  const int end_bit = bits_for(layout.begin[layout.num_tiers]);
-  at::Tensor scratch = at::empty({4, n}, ids.options().dtype(at::kLong));
-  int64_t* base = scratch.mutable_data_ptr<int64_t>();
-  const size_t workspace_bytes = position_order_workspace_bytes(n, end_bit);
-  at::Tensor space = workspace(workspace_bytes, ids.device());
-  const PositionOrder order{
-      base,   base + n, base + 2 * n, base + 3 * n, space.mutable_data_ptr(), workspace_bytes,
-      end_bit};
-  C10_CUDA_CHECK(order_by_position(gather, order, stream));
+  const SortedPositions sorted = sort_positions(gather, ids, 0, stream);
+  const PositionOrder& order = sorted.order;
   const RowGather<int64_t, int64_t> grouped_gather{layout,
                                                    row_bytes,
                                                    nullptr,
@@ -307,32 +340,19 @@ void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout
   const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
   const int device = out.device().index();
   const at::cuda::CUDAStream copies = at::cuda::getStreamFromPool(false, device);
-  const RowGather<id_t, pos_t> gather{layout,
-                                      row_bytes,
-                                      static_cast<const pos_t*>(positions),
-                                      num_ids_allowed,
-                                      ids.const_data_ptr<id_t>(),
-                                      ids.numel(),
-                                      out.mutable_data_ptr(),
-                                      error};
+  const auto gather =
+      row_gather_of<id_t, pos_t>(layout, row_bytes, positions, num_ids_allowed, ids, out, error);
   const int64_t n = ids.numel();
   const int64_t tier_end = layout.begin[layout.num_tiers];
-  const int end_bit = bits_for(tier_end);
-  at::Tensor scratch = at::empty({4 * n + 2}, ids.options().dtype(at::kLong));
-  int64_t* base = scratch.mutable_data_ptr<int64_t>();
-  int64_t* bounds = base + 4 * n;  // [first host row, first staged row] in sorted order
-  const size_t workspace_bytes = position_order_workspace_bytes(n, end_bit);
-  at::Tensor space = workspace(workspace_bytes, ids.device());
-  const PositionOrder order{
-      base,   base + n, base + 2 * n, base + 3 * n, space.mutable_data_ptr(), workspace_bytes,
-      end_bit};
-  C10_CUDA_CHECK(order_by_position(gather, order, stream));
+  const SortedPositions sorted = sort_positions(gather, ids, 2, stream);
+  const PositionOrder& order = sorted.order;
+  int64_t* bounds = sorted.extra;  // [first host row, first staged row] in sorted order
   const void* table = tiers[tiers.size() - 1].const_data_ptr();
   C10_CUDA_CHECK(split_sorted_positions(order.sorted_keys, n, trailing_host_begin(tiers, layout),
                                         HostReadSplit::instance().share(device, table), bounds,
                                         stream));
   at::cuda::CUDAEvent started(cudaEventDefault), gpu_done(cudaEventDefault),
-      copies_done(cudaEventDefault), sorted;
+      copies_done(cudaEventDefault), on_host;
   started.record(stream);
   RowGather<int64_t, int64_t> on_gpu{
       layout, row_bytes,        nullptr, tier_end, order.sorted_keys, n, out.mutable_data_ptr(),
@@ -350,8 +370,8 @@ void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout
                                  cudaMemcpyDeviceToHost, copies));
   C10_CUDA_CHECK(cudaMemcpyAsync(host_positions + n, bounds, 2 * sizeof(int64_t),
                                  cudaMemcpyDeviceToHost, copies));
-  sorted.record(copies);
-  sorted.synchronize();
+  on_host.record(copies);
+  on_host.synchronize();
   const int64_t host_from = host_positions[n];
   const int64_t staged_from = host_positions[n + 1];
   const int64_t staged = n - staged_from;
