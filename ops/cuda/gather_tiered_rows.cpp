@@ -11,7 +11,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -21,6 +20,7 @@
 
 #include "ops/checks.h"
 #include "ops/cuda/device_access.h"
+#include "ops/cuda/host_read_split.h"
 #include "ops/cuda/row_gather.h"
 
 namespace quiver {
@@ -288,45 +288,6 @@ void* pinned_scratch(int which, int64_t bytes, bool& grown) {
   }
   return buffer.mutable_data_ptr();
 }
-
-// How a staged gather splits a table's host rows between the GPU's zero-copy reads and
-// the CPU threads: the GPU's share, per (GPU, host table), balanced after every call so
-// that both parts end together. Their speeds differ by table size (the GPU reads a 1 GiB
-// table 4x faster than a 32 GiB one) and by what else runs (a model on the SMs), so the
-// share is measured, not fixed.
-class HostReadSplit {
- public:
-  static HostReadSplit& instance() {
-    static HostReadSplit* split = new HostReadSplit();
-    return *split;
-  }
-
-  double share(int device, const void* table) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    const auto found = shares_.find({device, table});
-    return found == shares_.end() ? kFirstShare : found->second;
-  }
-
-  // gpu_rows host rows took gpu_ms on the GPU while cpu_rows took cpu_ms through staging.
-  void update(int device, const void* table, int64_t gpu_rows, float gpu_ms, int64_t cpu_rows,
-              float cpu_ms) {
-    if (gpu_rows <= 0 || cpu_rows <= 0 || gpu_ms <= 0 || cpu_ms <= 0) return;
-    const double gpu_rate = gpu_rows / gpu_ms;
-    const double cpu_rate = cpu_rows / cpu_ms;
-    const double balanced = gpu_rate / (gpu_rate + cpu_rate);
-    std::lock_guard<std::mutex> lock(mutex_);
-    double& share = shares_.try_emplace({device, table}, kFirstShare).first->second;
-    share = std::clamp(0.5 * share + 0.5 * balanced, kMinShare, kMaxShare);
-  }
-
- private:
-  static constexpr double kFirstShare = 0.3;
-  // The GPU keeps a few rows so that its speed stays measured.
-  static constexpr double kMinShare = 0.02;
-  static constexpr double kMaxShare = 0.98;
-  std::mutex mutex_;
-  std::map<std::pair<int, const void*>, double> shares_;
-};
 
 // The staged gather. Positions are sorted on the GPU (as for grouped reads) and split
 // there: the kernel starts at once on the GPU tiers' rows and the GPU's share of the host
