@@ -60,9 +60,10 @@ TORCH_LIBRARY(quiver, m) {
   // peer GPU it can read, or in pinned host memory; positions on the ids' GPU or pinned.
   // group_host_reads: a large batch that reads pinned host memory is read in position order
   // (sorted on the GPU), visiting the host table page after page; results are the same.
-  // stage_host_rows: such a batch's rows in the trailing host tiers are gathered by CPU
-  // threads into pinned staging and moved by the copy engine, leaving the SMs to other work
-  // (a model training beside a prefetching loader); results are the same.
+  // stage_host_rows: such a batch's rows in the trailing host tiers are split between the
+  // GPU's zero-copy reads and CPU threads that gather into pinned staging for the copy
+  // engine, the split rebalanced per call (faster on host tables of tens of GB); results
+  // are the same.
   m.def(
       "gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids, "
       "bool group_host_reads=True, bool stage_host_rows=False) -> Tensor",

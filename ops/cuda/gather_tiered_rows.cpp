@@ -206,10 +206,6 @@ int64_t trailing_host_begin(at::ArrayRef<at::Tensor> tiers, const RowTiers& layo
   return layout.begin[k];
 }
 
-// CPU threads copy the host rows at sorted `positions` into pinned `staging`, slice after
-// slice, and each slice goes to `staging_on_gpu` by the copy engine as soon as it is whole,
-// so copies run beside the threads' reads. No SM is involved: a model training beside a
-// prefetching loader keeps every SM while the loader's host rows move.
 // One row into staging. Streaming stores skip reading the staging lines into the cache
 // first: they are written whole and next read by the copy engine (faster on the H100
 // host, docs/benchmarks.md).
@@ -308,6 +304,7 @@ void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout
   const SortedPositions sorted = sort_positions(gather, ids, 2, stream);
   const PositionOrder& order = sorted.order;
   int64_t* bounds = sorted.extra;  // [first host row, first staged row] in sorted order
+  // Bad ids were reported and sorted as position 0, among the GPU tiers' rows.
   const void* table = tiers[tiers.size() - 1].const_data_ptr();
   C10_CUDA_CHECK(split_sorted_positions(order.sorted_keys, n, trailing_host_begin(tiers, layout),
                                         HostReadSplit::instance().share(device, table), bounds,
@@ -322,7 +319,6 @@ void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout
   C10_CUDA_CHECK(gather_tiered_rows(on_gpu, stream));
   gpu_done.record(stream);
 
-  // Bad ids were reported and sorted as position 0, among the GPU tiers' rows.
   started.block(copies);
   bool cold_start = false;  // buffers taken this call: its CPU time is no measure of speed
   auto* host_positions =

@@ -12,8 +12,9 @@ namespace quiver::cuda {
 // Rows `ids` (on a GPU) of `tiers` (checked by the caller), on the ids' GPU. With
 // group_host_reads, a large batch that reads a pinned host tier is read in position order
 // (row_gather.h: PositionOrder). With stage_host_rows, such a batch's rows in trailing host
-// tiers are gathered by CPU threads into pinned staging and moved by the copy engine, and
-// only the rest by the GPU's SMs. `op` names the calling op in placement errors.
+// tiers are split between the GPU's zero-copy reads and CPU threads that gather them into
+// pinned staging for the copy engine (host_read_split.h). `op` names the calling op in
+// placement errors.
 at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
                              bool group_host_reads, bool stage_host_rows, const char* op);
