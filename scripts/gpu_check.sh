@@ -4,10 +4,11 @@
 # the kernels, and the benchmarks. Logs go to $OUT (default build/gpu_out).
 #   QUIVER_GPU_STAGES: comma list of build,test,sanitize,train,bench,bench_feature,bench_e2e,
 #                      bench_csr (default: all of these), bench_dist (two GPUs; on one, only
-#                      its CPU paths)
+#                      its CPU paths), bench_host_pages (host tables of up to 32 GiB: zero
+#                      copy against staged reads; needs about 40 GiB of host memory)
 #   QUIVER_PYTEST_ARGS: what pytest runs in the test stage (default: tests/python)
 #   QUIVER_BENCH_ARGS, QUIVER_FEATURE_BENCH_ARGS, QUIVER_E2E_BENCH_ARGS,
-#   QUIVER_CSR_BENCH_ARGS, QUIVER_DIST_BENCH_ARGS: extra arguments for
+#   QUIVER_CSR_BENCH_ARGS, QUIVER_DIST_BENCH_ARGS, QUIVER_HOST_PAGES_ARGS: extra arguments for
 #                      the benchmarks (e.g. QUIVER_E2E_BENCH_ARGS="--scaling 1,2,4")
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -99,6 +100,8 @@ fi
 has bench_e2e && bench bench_e2e "GraphSAGE epochs end to end" "${QUIVER_E2E_BENCH_ARGS:-}"
 has bench_csr && bench bench_csr "CSR from COO on the GPU (papers100M-sized)" "${QUIVER_CSR_BENCH_ARGS:-}"
 has bench_dist && bench bench_dist "distributed features" "${QUIVER_DIST_BENCH_ARGS:-}"
+has bench_host_pages && bench bench_host_pages "host tier: zero copy and staged reads by table size" \
+  "${QUIVER_HOST_PAGES_ARGS:---sizes 1,4,16,32 --pages 4k}"
 
 echo
 [ $status -eq 0 ] && echo "gpu_check: all stages passed" || echo "gpu_check: FAILURES (see logs in $OUT)"
