@@ -175,16 +175,6 @@ def model_alone(model, optimizer, batches, device):
     return (time.perf_counter() - start) / len(batches)
 
 
-def green_stream(num_sms, device):
-    """A stream on `num_sms` SMs of their own (a torch.cuda.GreenContext), and the context."""
-    context = torch.cuda.green_contexts.GreenContext.create(num_sms, device.index)
-    stream = context.Stream()
-    if not isinstance(stream, torch.cuda.Stream):
-        stream = torch.cuda.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
-                                   device_type=stream.device_type)
-    return stream, context
-
-
 def green_rows(args, device, sampler, feature, train, labels, model, optimizer, record, name):
     """The prefetching loader's kernels on SMs of their own (green contexts), so that they
     never queue behind the model's: the loader alone on N SMs, or the model on the rest."""
@@ -195,7 +185,7 @@ def green_rows(args, device, sampler, feature, train, labels, model, optimizer, 
             try:
                 model_stream = contextlib.nullcontext()
                 if split_model:
-                    stream, model_context = green_stream(total - sms, device)
+                    stream, model_context = qv.loader.green_context_stream(total - sms, device)
                     model_stream = torch.cuda.stream(stream)
                 loader = qv.SampleLoader(sampler, feature, train, args.batch_size,
                                          labels=labels, prefetch=0)

@@ -58,6 +58,31 @@ def _tensors(obj: Any) -> Iterator[Tensor]:
             yield from _tensors(dict(store.items()))
 
 
+def _as_cuda_stream(stream) -> torch.cuda.Stream:
+    """``stream`` as a ``torch.cuda.Stream`` (``GreenContext.Stream()`` returns a plain
+    ``torch.Stream``): the same stream."""
+    if isinstance(stream, torch.cuda.Stream):
+        return stream
+    return torch.cuda.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
+                             device_type=stream.device_type)
+
+
+def green_context_stream(sms: int, device: torch.device):
+    """``(stream, context)``: a stream whose kernels run on ``sms`` SMs of ``device`` of
+    their own, from a CUDA green context (``torch.cuda.green_contexts``, beta in PyTorch).
+    Keep ``context`` as long as the stream is used."""
+    count = torch.cuda.get_device_properties(device).multi_processor_count
+    if not 1 <= sms < count:
+        raise ValueError(f"sms must be in [1, {count}) on {device} (it has {count} SMs and "
+                         f"the model needs some), got {sms}")
+    from torch.cuda import green_contexts
+    if not green_contexts.SUPPORTED:
+        raise RuntimeError(f"sms={sms} needs CUDA green contexts, and this PyTorch was built "
+                           f"without them; leave sms unset")
+    context = green_contexts.GreenContext.create(sms, device.index)
+    return _as_cuda_stream(context.Stream()), context
+
+
 class Prefetcher:
     """Builds the next ``depth`` batches of ``loader`` ahead, in a background thread on a
     side CUDA stream of ``device`` (no stream on the CPU).
@@ -98,31 +123,14 @@ class Prefetcher:
         self.depth = depth
         self._green_context = None  # kept: its stream lives as long as it does
         if sms is not None:
-            stream = self._green_stream(sms)
-        if stream is not None and not isinstance(stream, torch.cuda.Stream):
-            # A plain torch.Stream (GreenContext.Stream() returns one): the same stream.
-            stream = torch.cuda.Stream(stream_id=stream.stream_id,
-                                       device_index=stream.device_index,
-                                       device_type=stream.device_type)
-        self.stream = stream
+            if self.device.type != "cuda":
+                raise ValueError(f"sms={sms}: SMs are a GPU's, and this Prefetcher builds "
+                                 f"batches on {self.device}")
+            stream, self._green_context = green_context_stream(sms, self.device)
+        self.stream = None if stream is None else _as_cuda_stream(stream)
 
     def __len__(self) -> int:
         return len(self.loader)
-
-    def _green_stream(self, sms: int) -> torch.Stream:
-        if self.device.type != "cuda":
-            raise ValueError(f"sms={sms}: SMs are a GPU's, and this Prefetcher builds batches "
-                             f"on {self.device}")
-        count = torch.cuda.get_device_properties(self.device).multi_processor_count
-        if not 1 <= sms < count:
-            raise ValueError(f"sms must be in [1, {count}) on {self.device} (it has {count} "
-                             f"SMs and the model needs some), got {sms}")
-        from torch.cuda import green_contexts
-        if not green_contexts.SUPPORTED:
-            raise RuntimeError(f"sms={sms} needs CUDA green contexts, and this PyTorch was "
-                               f"built without them; leave sms unset")
-        self._green_context = green_contexts.GreenContext.create(sms, self.device.index)
-        return self._green_context.Stream()
 
     def __iter__(self) -> Iterator:
         batches = iter(self.loader)  # the epoch's random draws happen here, in this thread
