@@ -1,17 +1,24 @@
 // Transport::collective: rows exchanged with torch.distributed collectives over a c10d
-// process group (one rank per host): NCCL between GPUs, Gloo on CPUs. A fetch is three
-// all-to-alls: request counts (one int per peer), the requested local indices, and the
-// rows, each peer's rows led by a header that carries the owner's verdict (how many of the
-// requests it refused: ids outside its table). Owners check every requested index and
-// serve a refused one as row 0, so that the exchange completes on every host before both
-// sides raise; nothing is left waiting. Every exchange is waited for on the host, within
-// the timeout (a stream that waited on a dead peer would hang the next synchronization).
-// A fetch costs about 20 tensor operations besides the exchanges: at 45 MB a fetch their
-// launches, not the bytes, set the pace (docs/benchmarks.md), so they are kept few.
+// process group (one rank per host): NCCL between GPUs, Gloo on CPUs.
+//
+// fetch (every backend) is three all-to-alls: request counts (one int per peer), the
+// requested local indices, and the rows, each peer's rows led by a header that carries the
+// owner's verdict (how many of the requests it refused: ids outside its table). Owners
+// check every requested index and serve a refused one as row 0, so that the exchange
+// completes on every host before both sides raise; nothing is left waiting. Every exchange
+// is waited for on the host, within the timeout (a stream that waited on a dead peer would
+// hang the next synchronization).
+//
+// fetch_slotted (NCCL) drops the counts: requests and rows travel in fixed per-peer slots
+// (ops/cuda/owner_slots.h), the owner checks and serves on the stream between the two
+// exchanges, and the host waits once, polling the rows' exchange within the timeout. At
+// 45 MB a fetch the host's work, not the bytes, set the pace (docs/benchmarks.md): one wait
+// instead of four doubled the rate.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <quiver/transport.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +26,13 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#ifdef QUIVER_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "ops/cuda/owner_slots.h"
+#endif
 #include "runtime/peer_watch.h"
 #include "runtime/phase_clock.h"
 
@@ -257,16 +271,170 @@ class CollectiveTransport final : public Transport::Impl {
   int64_t num_hosts() const override { return num_hosts_; }
   bool collective() const override { return true; }
 
+#ifdef QUIVER_WITH_CUDA
+  // The slotted fetch (transport.h): two all-to-alls of fixed blocks, the requests and the
+  // rows; between them the owner checks and serves on the stream without the host waiting,
+  // and the host waits once, for the rows. The capacity follows the largest request any
+  // host made: every host reads every host's largest in the requests' headers, so all
+  // grow (or shrink) it alike, and all know when a fetch overflowed it.
+  bool slotted() const override { return uses_gpus_; }
+
+  SlotLayout slot_layout(int64_t row_bytes) const override {
+    return {capacity_, (8 + row_bytes - 1) / std::max<int64_t>(row_bytes, 1)};
+  }
+
+  SlottedRows fetch_slotted(const at::Tensor& requests, const Transport::Serve& serve,
+                            bool serve_waits, int64_t served_rows, int64_t row_bytes,
+                            const at::Tensor& extra,
+                            const std::function<void()>& meanwhile) override {
+    TORCH_CHECK(uses_gpus_, "the slotted fetch is for NCCL transports");
+    const SlotLayout layout = slot_layout(row_bytes);
+    const int64_t peers = num_hosts_ - 1, capacity = layout.capacity, header = layout.row_header;
+    TORCH_CHECK(requests.is_cuda() && requests.scalar_type() == at::kLong && requests.dim() == 2 &&
+                    requests.size(0) == peers && requests.size(1) == cuda::kSlotHeader + capacity,
+                "fetch_slotted: requests must be int64 [", peers, ", ",
+                cuda::kSlotHeader + capacity, "] on a GPU, got ", requests.scalar_type(), " ",
+                requests.sizes(), " on ", requests.device());
+    const at::Device device = requests.device();
+    const c10::cuda::CUDAGuard guard(device);
+    const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
+    const auto long_options = requests.options();
+    PhaseClock clock("slotted fetch");
+    // A block per peer and none for this host: the split sizes are known to every host
+    // without an exchange.
+    const auto splits = [&](int64_t per_peer) {
+      std::vector<int64_t> sizes(num_hosts_, per_peer);
+      sizes[host_] = 0;
+      return sizes;
+    };
+
+    // The int64 words of a fetch in one allocation: requests received, the checked indices
+    // served, refusals (zeroed) and the summary read back.
+    const int64_t block_rows = header + capacity;
+    const int64_t request_words = requests.numel(), safe_words = peers * block_rows;
+    const int64_t extra_words = extra.defined() ? extra.numel() : 0;
+    const int64_t summary_words = 5 * peers + 1 + extra_words;
+    at::Tensor words =
+        at::empty({request_words + safe_words + peers + summary_words}, long_options);
+    at::Tensor sent = requests.view(-1);
+    at::Tensor asked = words.narrow(0, 0, request_words);
+    at::Tensor safe = words.narrow(0, request_words, safe_words);
+    at::Tensor refused = words.narrow(0, request_words + safe_words, peers);
+    at::Tensor summary = words.narrow(0, request_words + safe_words + peers, summary_words);
+    C10_CUDA_CHECK(cudaMemsetAsync(refused.mutable_data_ptr(), 0, peers * sizeof(int64_t), stream));
+    if (peers > 0) {
+      const int64_t words = cuda::kSlotHeader + capacity;
+      const auto asked_work = post(asked, sent, splits(words), splits(words), "requested rows");
+      if (serve_waits) {
+        await(asked_work, "requested rows");
+      } else {
+        asked_work->wait();  // NCCL: the stream waits for the exchange, the host does not
+      }
+    }
+    clock.lap("ids");
+
+    C10_CUDA_CHECK(cuda::check_slot_requests(asked.const_data_ptr<int64_t>(), peers, capacity,
+                                             header, served_rows, safe.mutable_data_ptr<int64_t>(),
+                                             refused.mutable_data_ptr<int64_t>(), stream));
+    at::Tensor rows_out;
+    if (served_rows > 0 && peers > 0) {
+      rows_out =
+          as_bytes(serve(safe).to(device).contiguous()).view({peers * block_rows, row_bytes});
+    } else {  // an empty table has no row 0 to serve: every request refused
+      rows_out = at::zeros({peers * block_rows, row_bytes}, long_options.dtype(at::kByte));
+    }
+    const int64_t block_bytes = block_rows * row_bytes;
+    C10_CUDA_CHECK(cuda::write_slot_verdicts(static_cast<char*>(rows_out.mutable_data_ptr()), peers,
+                                             block_bytes, refused.const_data_ptr<int64_t>(),
+                                             stream));
+    clock.lap("serve");
+    at::Tensor rows_in = at::empty_like(rows_out);
+    c10::intrusive_ptr<c10d::Work> rows_work;
+    if (peers > 0)
+      rows_work = post(rows_in, rows_out, splits(block_rows), splits(block_rows), "rows");
+    if (meanwhile) meanwhile();
+    if (rows_work) await(rows_work, "rows");
+    clock.lap("rows");
+
+    C10_CUDA_CHECK(cuda::summarize_slot_fetch(
+        sent.const_data_ptr<int64_t>(), asked.const_data_ptr<int64_t>(), peers, capacity,
+        refused.const_data_ptr<int64_t>(), static_cast<const char*>(rows_in.const_data_ptr()),
+        block_bytes, extra_words ? extra.const_data_ptr<int64_t>() : nullptr, extra_words,
+        summary.mutable_data_ptr<int64_t>(), stream));
+    // Read back into pinned memory this transport keeps: a plain copy, then one wait.
+    if (!summary_host_.defined() || summary_host_.numel() < summary_words) {
+      summary_host_ = at::empty({summary_words}, at::TensorOptions(at::kLong).pinned_memory(true));
+    }
+    C10_CUDA_CHECK(cudaMemcpyAsync(summary_host_.mutable_data_ptr(), summary.const_data_ptr(),
+                                   summary_words * sizeof(int64_t), cudaMemcpyDeviceToHost,
+                                   stream));
+    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const int64_t* word = summary_host_.const_data_ptr<int64_t>();
+    const int64_t* asked_of = word;             // rows this host asked of peer p
+    const int64_t* asked_by = word + peers;     // rows p asked of this host
+    const int64_t* largest = word + 2 * peers;  // the most p asked of any host
+    const int64_t* refused_here = word + 3 * peers;
+    const int64_t* refused_there = word + 4 * peers;
+    const auto host_of_peer = [&](int64_t p) { return p + (p >= host_); };
+    // Every host reads the same largest requests, so all decide alike here, before any
+    // raises: whether the fetch is complete, and the next capacity. A host that raised
+    // before this (or skipped the retry of an incomplete fetch) would leave the others
+    // exchanging blocks of another size.
+    const int64_t most = std::max(word[5 * peers], *std::max_element(largest, largest + peers));
+    SlottedRows result;
+    result.rows = rows_in;
+    result.complete = most <= capacity;
+    // Grown past the largest request, with room for the next batches' spread; shrunk only
+    // when far too large, so that it does not swing from batch to batch.
+    if (!result.complete || 2 * most + 256 < capacity) {
+      constexpr int64_t kGrain = 256;
+      capacity_ = (most + most / 16 + kGrain) / kGrain * kGrain;
+    }
+    if (result.complete) {  // else every host fetches again, and raises then
+      for (int64_t p = 0; p < peers; ++p) {
+        TORCH_CHECK_VALUE(refused_there[p] == 0, "host ", host_of_peer(p), " refused ",
+                          refused_there[p], " of the ", asked_of[p], " rows this host (", host_,
+                          ") asked for: they lie outside its table. "
+                          "The hosts hold different shard maps or tables");
+      }
+      for (int64_t p = 0; p < peers; ++p) {
+        TORCH_CHECK_VALUE(refused_here[p] == 0, "host ", host_of_peer(p), " asked this host (",
+                          host_, ") for ", refused_here[p], " rows outside its table of ",
+                          served_rows, " rows (", asked_by[p],
+                          " asked). The hosts hold different shard maps or tables");
+      }
+    }
+    result.extra.assign(word + 5 * peers + 1, word + 5 * peers + 1 + extra_words);
+    clock.lap("verdicts");
+    return result;
+  }
+#endif
+
  private:
-  // One all-to-all, waited for at most the timeout; a failure names the silent peers. The
-  // wait polls the work (a CUDA event query for NCCL) instead of wait(timeout), which for
-  // NCCL sleeps a millisecond at a time: four of those per fetch cost more than the rows.
+  // One all-to-all, waited for at most the timeout; a failure names the silent peers.
   void exchange(at::Tensor& into, at::Tensor& from, std::vector<int64_t> into_splits,
                 std::vector<int64_t> from_splits, const char* what) {
+    await(post(into, from, std::move(into_splits), std::move(from_splits), what), what);
+  }
+
+  // Starts one all-to-all (empty splits: equal blocks per host).
+  c10::intrusive_ptr<c10d::Work> post(at::Tensor& into, at::Tensor& from,
+                                      std::vector<int64_t> into_splits,
+                                      std::vector<int64_t> from_splits, const char* what) {
     c10d::AllToAllOptions options;
     options.timeout = timeout_;
     try {
-      auto work = group_->alltoall_base(into, from, into_splits, from_splits, options);
+      return group_->alltoall_base(into, from, into_splits, from_splits, options);
+    } catch (const std::exception& error) {
+      fail(what, error);
+    }
+  }
+
+  // Waits for a posted exchange, at most the timeout. The wait polls the work (a CUDA event
+  // query for NCCL) instead of wait(timeout), which for NCCL sleeps a millisecond at a
+  // time: four of those per fetch cost more than the rows.
+  void await(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+    try {
       if (!uses_gpus_) {
         work->wait(timeout_);  // Gloo blocks on a condition variable: nothing to spin
         return;
@@ -280,11 +448,15 @@ class CollectiveTransport final : public Transport::Impl {
       }
       work->wait();  // raises the collective's own error, orders the current stream after it
     } catch (const std::exception& error) {
-      const auto patience = watch_->period() * kSilentPeriods;
-      TORCH_CHECK(false, "quiver transport (", kind(), ", host ", host_, " of ", num_hosts_,
-                  "): exchanging ", what, " failed: ", watch_->describe(patience),
-                  ". The collective said: ", error.what());
+      fail(what, error);
     }
+  }
+
+  [[noreturn]] void fail(const char* what, const std::exception& error) const {
+    const auto patience = watch_->period() * kSilentPeriods;
+    TORCH_CHECK(false, "quiver transport (", kind(), ", host ", host_, " of ", num_hosts_,
+                "): exchanging ", what, " failed: ", watch_->describe(patience),
+                ". The collective said: ", error.what());
   }
 
   // The rows' exchange as point-to-point messages spread over the lanes: each peer's rows
@@ -356,6 +528,8 @@ class CollectiveTransport final : public Transport::Impl {
   std::unique_ptr<PeerWatch> watch_;
   at::Tensor host_receive_;  // kept across fetches (see fetch)
   at::Tensor header_ids_;    // the header slots' placeholder indices, kept (zeros)
+  int64_t capacity_ = 0;     // request slots per host of the slotted fetch (agreed, see there)
+  at::Tensor summary_host_;  // pinned, kept: where the slotted fetch reads its summary back
 };
 
 }  // namespace

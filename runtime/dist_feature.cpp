@@ -9,7 +9,16 @@
 #include <memory>
 
 #include "ops/checks.h"
+#include "ops/errors.h"
 #include "runtime/phase_clock.h"
+#ifdef QUIVER_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "ops/cuda/gather_tiered_rows.h"
+#include "ops/cuda/owner_slots.h"
+#endif
 
 namespace quiver::runtime {
 
@@ -31,6 +40,144 @@ DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
 at::Tensor DistFeature::gather(const at::Tensor& ids) {
   check_index_vector(ids, "ids");
   std::lock_guard<std::mutex> lock(fetch_mutex_);
+  // The path depends on the transport only, so every host takes the same one.
+  if (transport_->impl().slotted() && ids.is_cuda()) {
+    // A fetch that overflowed the slots grew them on every host: the second is complete.
+    for (;;) {
+      at::Tensor out = gather_in_slots(ids);
+      if (out.defined()) return out;
+    }
+  }
+  return gather_grouped(ids);
+}
+
+namespace {
+
+#ifdef QUIVER_WITH_CUDA
+// Whether a GPU gathers from these tiers directly: each on that GPU, or pinned host memory.
+bool reads_directly(const FeatureTiers& local, const at::Device& device) {
+  auto readable = [&](const at::Tensor& t) {
+    return t.device() == device || (t.is_cpu() && t.is_pinned()) || t.numel() == 0;
+  };
+  for (const at::Tensor& t : local.tiers()) {
+    if (!readable(t)) return false;
+  }
+  return !local.positions() || readable(*local.positions());
+}
+#endif
+
+}  // namespace
+
+at::Tensor DistFeature::gather_in_slots(const at::Tensor& ids) {
+#ifdef QUIVER_WITH_CUDA
+  PhaseClock clock("distributed gather in slots");
+  const at::Device device = ids.device();
+  const c10::cuda::CUDAGuard guard(device);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
+  Transport::Impl& transport = transport_->impl();
+  const at::Tensor like = local_->empty_rows();
+  int64_t row_bytes = like.element_size();
+  for (int64_t d = 1; d < like.dim(); ++d) row_bytes *= like.size(d);
+  const auto layout = transport.slot_layout(row_bytes);
+  const int64_t hosts = num_hosts(), n = ids.numel();
+  const auto long_options = ids.options().dtype(at::kLong);
+  // One allocation and one memset for the slotting's outputs (a fetch's host time, not its
+  // bytes, sets its pace): the requests and the status zeroed, then local ids and where.
+  const int64_t request_words = (hosts - 1) * (cuda::kSlotHeader + layout.capacity);
+  at::Tensor words = at::empty({request_words + 2 + 2 * n}, long_options);
+  C10_CUDA_CHECK(
+      cudaMemsetAsync(words.mutable_data_ptr(), 0, (request_words + 2) * sizeof(int64_t), stream));
+  at::Tensor requests =
+      words.narrow(0, 0, request_words).view({hosts - 1, cuda::kSlotHeader + layout.capacity});
+  at::Tensor status = words.narrow(0, request_words, 2);
+  at::Tensor slots = words.narrow(0, request_words + 2, 2 * n);
+  int64_t* local_ids = slots.mutable_data_ptr<int64_t>();
+  int64_t* where = local_ids + n;
+  const at::Tensor packed = shard_map_->packed_on(device);
+  AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "gather_in_slots", [&] {
+    const cuda::OwnerSlotting<index_t> slotting{packed.const_data_ptr<int64_t>(),
+                                                packed.size(0),
+                                                ShardMap::kHostShift,
+                                                ids.const_data_ptr<index_t>(),
+                                                n,
+                                                host(),
+                                                layout.capacity,
+                                                layout.row_header,
+                                                hosts - 1,
+                                                requests.mutable_data_ptr<int64_t>(),
+                                                local_ids,
+                                                where,
+                                                status.mutable_data_ptr<int64_t>()};
+    C10_CUDA_CHECK(cuda::slot_ids_by_owner(slotting, stream));
+  });
+  clock.lap("slot");
+
+  // This host's rows are gathered into the output while the peers' rows travel (enqueued
+  // after the rows' exchange, so that the exchanges do not wait for it), and the peers'
+  // rows scattered over it at the end (the requested ids read row 0: a wasted read,
+  // cheaper than counting the ids on the host). Tiers the GPU cannot read directly are
+  // gathered the synchronous way, after the fetch.
+  const bool direct = reads_directly(*local_, device);
+  const bool empty_table = local_->num_rows() == 0;
+  const at::Tensor local_index = slots.narrow(0, 0, n);
+  cuda::PendingGather mine, served;
+  const auto gather_mine = [&] {
+    if (direct && !empty_table) {
+      mine = cuda::enqueue_gather_from_tiers(local_->tiers(), local_->positions(), local_index,
+                                             /*group_host_reads=*/true, "DistFeature.gather");
+    }
+  };
+  auto local_layout = local_;
+  const Transport::Serve serve = [&](const at::Tensor& local_ids) {
+    if (!direct) return local_layout->gather(local_ids.to(local_layout->device())).to(device);
+    served = cuda::enqueue_gather_from_tiers(local_layout->tiers(), local_layout->positions(),
+                                             local_ids, /*group_host_reads=*/true,
+                                             "DistFeature.gather (serving a peer)");
+    return served.rows();
+  };
+  const Transport::Impl::SlottedRows fetched = transport.fetch_slotted(
+      requests, serve, !direct, local_->num_rows(), row_bytes, status, gather_mine);
+  clock.lap("fetch");
+  // An incomplete fetch is fetched again by every host, this one too, whatever it found
+  // wrong here (it will find it again, and raise then).
+  if (!fetched.complete) {
+    for (const cuda::PendingGather* gather : {&served, &mine}) {
+      try {  // the stream is past them: their error words may be handed out again
+        gather->raise_if_failed();
+      } catch (const c10::Error&) {
+      }
+    }
+    return at::Tensor();
+  }
+  // The fetch waited for the stream: the gathers' own checks, then the ids'.
+  served.raise_if_failed();
+  mine.raise_if_failed();
+  if (fetched.extra[0] != 0) {
+    const int64_t index = fetched.extra[0] - 1;
+    errors::id_out_of_range("ids", index, ids.select(0, index).item<int64_t>(),
+                            shard_map_->num_rows());
+  }
+
+  at::Tensor out;
+  if (empty_table) {
+    std::vector<int64_t> shape = like.sizes().vec();
+    shape[0] = n;
+    out = at::empty(shape, like.options().device(device));
+  } else {
+    out = direct ? mine.rows() : local_->gather(local_index.to(local_->device())).to(device);
+  }
+  C10_CUDA_CHECK(cuda::scatter_slot_rows(static_cast<const char*>(fetched.rows.const_data_ptr()),
+                                         row_bytes, where, n,
+                                         static_cast<char*>(out.mutable_data_ptr()), stream));
+  clock.lap("scatter");
+  last_local_fraction_ = n ? static_cast<double>(fetched.extra[1]) / n : 0.0;
+  return out;
+#else
+  TORCH_CHECK(false, "DistFeature: this build has no CUDA kernels for the slotted fetch");
+#endif
+}
+
+at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
   PhaseClock clock("distributed gather");
   const int64_t me = host(), hosts = num_hosts();
   const at::Device device = ids.device();

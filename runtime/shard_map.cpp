@@ -149,20 +149,21 @@ at::Tensor ShardMap::local_ids(int64_t host) const {
   return out;
 }
 
-std::tuple<at::Tensor, at::Tensor> ShardMap::locate(const at::Tensor& ids) const {
-  at::Tensor packed;
-  {
-    std::lock_guard<std::mutex> lock(packed_mutex_);
-    const std::string key = ids.device().str();
-    auto found = packed_.find(key);
-    if (found == packed_.end()) {
-      const at::Tensor cpu = at::bitwise_left_shift(host_of_.to(at::kLong) + 1, kHostShift)
-                                 .bitwise_or(local_index_)
-                                 .view({-1, 1});
-      found = packed_.emplace(key, ids.is_cuda() ? cpu.to(ids.device()) : cpu).first;
-    }
-    packed = found->second;
+at::Tensor ShardMap::packed_on(const at::Device& device) const {
+  std::lock_guard<std::mutex> lock(packed_mutex_);
+  const std::string key = device.str();
+  auto found = packed_.find(key);
+  if (found == packed_.end()) {
+    const at::Tensor cpu = at::bitwise_left_shift(host_of_.to(at::kLong) + 1, kHostShift)
+                               .bitwise_or(local_index_)
+                               .view({-1, 1});
+    found = packed_.emplace(key, device.is_cuda() ? cpu.to(device) : cpu).first;
   }
+  return found->second;
+}
+
+std::tuple<at::Tensor, at::Tensor> ShardMap::locate(const at::Tensor& ids) const {
+  const at::Tensor packed = packed_on(ids.device());
   // The op checks every id against the map (IndexError, never a device assert).
   const at::Tensor rows = quiver::gather_rows(packed, ids).view(-1);
   return {at::bitwise_right_shift(rows, kHostShift) - 1,

@@ -261,8 +261,9 @@ def main():
     parser.add_argument("--epoch", action="store_true", help="also time a training epoch")
     parser.add_argument("--json", default=None)
     parser.add_argument("--gloo-lanes", default="1,8",
-                        type=lambda text: [int(n) for n in text.split(",")],
-                        help="lane counts the Gloo path is measured with (default 1,8)")
+                        type=lambda text: [int(n) for n in text.split(",") if n],
+                        help="lane counts the Gloo path is measured with (default 1,8; "
+                             "empty: Gloo not measured)")
     parser.add_argument("--profile", action="store_true",
                         help="print torch.profiler tables of a few NCCL fetches (tables in HBM)")
     args = parser.parse_args()

@@ -373,15 +373,22 @@ void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout
 
 }  // namespace
 
-at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
+namespace {
+
+// The gather launched on the current stream, its failures reported in `error`: returns the
+// rows (their writes may still be in flight) and the tiers' end position.
+at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
-                             bool group_host_reads, bool stage_host_rows, const char* op) {
+                             bool group_host_reads, bool stage_host_rows, const char* op,
+                             uint64_t* error, int64_t* tier_end) {
   TORCH_CHECK(ids.is_cuda(), op, " on CUDA needs ids on a GPU, got ids on ", ids.device(),
               " (tables on ", tiers[0].device(), ")");
   const at::Device device = ids.device();
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   at::Tensor out = at::empty(gathered_shape(tiers[0], ids), tiers[0].options().device(device));
+  *tier_end = 0;
+  for (const at::Tensor& t : tiers) *tier_end += t.size(0);
   if (out.numel() == 0) return out;
   const int64_t row_bytes = static_cast<int64_t>(out.nbytes()) / ids.numel();
   RowTiers layout{};
@@ -392,7 +399,6 @@ at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
   }
   const void* position_ptr = positions ? gpu_readable(*positions, "positions", device) : nullptr;
   const int64_t num_ids_allowed = tiered_id_count(tiers, positions);
-  const ErrorWord& error = cleared_error_word();
   const bool wide_positions = positions && positions->scalar_type() == at::kLong;
   bool host_tier = false;
   for (const at::Tensor& t : tiers) host_tier = host_tier || (!t.is_cuda() && t.numel() > 0);
@@ -403,20 +409,85 @@ at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
   AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "gather_from_tiers", [&] {
     if (staged && wide_positions) {
       launch_staged_gather<index_t, int64_t>(tiers, layout, row_bytes, position_ptr,
-                                             num_ids_allowed, ids, out, error.device);
+                                             num_ids_allowed, ids, out, error);
     } else if (staged) {
       launch_staged_gather<index_t, int32_t>(tiers, layout, row_bytes, position_ptr,
-                                             num_ids_allowed, ids, out, error.device);
+                                             num_ids_allowed, ids, out, error);
     } else if (wide_positions) {
       launch_gather<index_t, int64_t>(layout, row_bytes, position_ptr, num_ids_allowed, ids, out,
-                                      error.device, grouped, stream);
+                                      error, grouped, stream);
     } else {
       launch_gather<index_t, int32_t>(layout, row_bytes, position_ptr, num_ids_allowed, ids, out,
-                                      error.device, grouped, stream);
+                                      error, grouped, stream);
     }
   });
-  raise_on_error(error, stream, ids, positions, num_ids_allowed, layout.begin[layout.num_tiers]);
   return out;
+}
+
+}  // namespace
+
+at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
+                             const std::optional<at::Tensor>& positions, const at::Tensor& ids,
+                             bool group_host_reads, bool stage_host_rows, const char* op) {
+  const ErrorWord& error = cleared_error_word();
+  int64_t tier_end = 0;
+  at::Tensor out = launch_from_tiers(tiers, positions, ids, group_host_reads, stage_host_rows, op,
+                                     error.device, &tier_end);
+  if (out.numel() == 0) return out;
+  const c10::cuda::CUDAGuard guard(ids.device());
+  raise_on_error(error, at::cuda::getCurrentCUDAStream().stream(), ids, positions,
+                 tiered_id_count(tiers, positions), tier_end);
+  return out;
+}
+
+// What an enqueued gather keeps until its check: its own error word (not the thread's,
+// which the caller's next gather clears) and what names a failure.
+struct PendingGather::State {
+  ErrorWord word = ErrorWordPool::instance().take();
+  at::Tensor ids;
+  std::optional<at::Tensor> positions;
+  int64_t num_ids_allowed = 0;
+  int64_t tier_end = 0;
+  // A word whose gather was never checked may still be written (the stream did not reach
+  // it, say behind a collective that failed): it is not handed out again.
+  bool checked = false;
+  ~State() {
+    if (checked) ErrorWordPool::instance().give_back(word);
+  }
+};
+
+PendingGather::PendingGather() = default;
+PendingGather::PendingGather(PendingGather&&) noexcept = default;
+PendingGather& PendingGather::operator=(PendingGather&&) noexcept = default;
+PendingGather::~PendingGather() = default;
+
+void PendingGather::raise_if_failed() const {
+  if (!state_) return;
+  state_->checked = true;
+  if (!rows_.defined() || rows_.numel() == 0) return;
+  const uint64_t word = *static_cast<volatile const uint64_t*>(state_->word.host);
+  if (word == kGatherOk) return;
+  // Read only after the caller's wait, so the failing id is final; naming it may sync.
+  raise_on_error(state_->word,
+                 at::cuda::getCurrentCUDAStream(state_->ids.device().index()).stream(), state_->ids,
+                 state_->positions, state_->num_ids_allowed, state_->tier_end);
+}
+
+PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
+                                        const std::optional<at::Tensor>& positions,
+                                        const at::Tensor& ids, bool group_host_reads,
+                                        const char* op) {
+  PendingGather pending;
+  pending.state_ = std::make_unique<PendingGather::State>();
+  PendingGather::State& state = *pending.state_;
+  *state.word.host = kGatherOk;
+  state.ids = ids;
+  state.positions = positions;
+  state.num_ids_allowed = tiered_id_count(tiers, positions);
+  pending.rows_ =
+      launch_from_tiers(tiers, positions, ids, group_host_reads,
+                        /*stage_host_rows=*/false, op, state.word.device, &state.tier_end);
+  return pending;
 }
 
 }  // namespace cuda

@@ -209,34 +209,42 @@ def test_a_peer_that_dies_is_named_by_every_survivor(tmp_path):
         assert "RuntimeError" in message and "host 2 has stopped answering" in message, message
 
 
-def mismatched_worker(rank, port, results, lanes):
+def mismatched_worker(rank, port, results, lanes, backend="gloo"):
     """Hosts whose shard maps disagree (the Python wrapper's fingerprint check bypassed): each
     asks the other for rows outside its table. Both must raise, naming the other host, and
     the transport must still work afterwards."""
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2, timeout=timedelta(seconds=60))
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=2, device_id=device)
+    else:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                                world_size=2, timeout=timedelta(seconds=60))
     try:
         n = 100
         # Host 0 believes it owns rows 0-29, host 1 believes host 0 owns rows 0-69.
         owners = torch.where(torch.arange(n) < (30 if rank == 0 else 70), 0, 1)
         shard_map = qv.dist.build_shard_map(n, 2, None, 0.0, owners)
-        table = torch.arange(30 * 4, dtype=torch.float32).view(30, 4) + 1000 * rank
+        table = (torch.arange(30 * 4, dtype=torch.float32).view(30, 4) + 1000 * rank).to(device)
         groups = [dist.new_group([0, 1], backend="gloo") for _ in range(lanes)]
         transport = torch.classes.quiver.Transport.collective(
             dist.group.WORLD.boxed(), 20.0, [g.boxed() for g in groups])
         feature = torch.classes.quiver.DistFeature(
             shard_map, torch.classes.quiver.FeatureTiers([table], None), transport)
-        asks = torch.arange(n)  # host 0 asks host 1 for local rows 0-69, host 1 asks host 0 for 0-69
-        try:
-            feature.gather(asks)
-            raise AssertionError("a gather outside the peer's table returned")
-        except ValueError as error:
-            message = str(error)
-        assert ("host 1" if rank == 0 else "host 0") in message, message
-        assert "outside its table" in message, message
+        # Host 0 asks host 1 for local rows 0-69, host 1 asks host 0 for 0-69.
+        asks = torch.arange(n, device=device)
+        for _ in range(2):  # NCCL: the first fetch overflows the empty slots, the second not
+            try:
+                feature.gather(asks)
+                raise AssertionError("a gather outside the peer's table returned")
+            except ValueError as error:
+                message = str(error)
+            assert ("host 1" if rank == 0 else "host 0") in message, message
+            assert "outside its table" in message, message
         # Ids both maps agree on (host 0: 0-29 is its own; host 1 reads 70-99 itself) still work.
         mine = torch.arange(30) if rank == 0 else torch.arange(70, 100)
-        assert torch.equal(feature.gather(mine), table[torch.arange(30)])
+        assert torch.equal(feature.gather(mine.to(device)), table[torch.arange(30)])
         (Path(results) / f"ok_{rank}").write_text(message)
     except Exception as error:  # noqa: BLE001
         (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
@@ -406,31 +414,110 @@ def test_two_hosts_in_network_namespaces(tmp_path):
 
 # ---- NCCL between GPUs (the GPU machine) ----
 
-def nccl_worker(rank, world, port, directory):
+def nccl_worker(rank, world, port, directory, results):
+    """Gathers over NCCL, which takes the slotted fetch: the first gather overflows the
+    empty slots and is fetched again; larger batches grow the slots, smaller shrink them;
+    a bad id raises on its host only, and the hosts stay in step after it."""
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, device_id=torch.device("cuda", rank))
-    x = torch.load(Path(directory) / "x.pt")
-    feature = qv.dist.DistFeature.load(directory, rank=rank, device_list=[rank],
-                                       device_cache_size=x[0].nbytes * 50, timeout=30.0)
-    assert feature.transport.kind() == "collective:nccl"
-    for seed in range(3):
-        ids = torch.randint(x.size(0), (3000,), generator=torch.Generator().manual_seed(seed + rank))
-        out = feature[ids.cuda()]
-        assert out.device == torch.device("cuda", rank) and torch.equal(out.cpu(), x[ids])
-    work = feature.gather_async(ids.cuda())
-    assert torch.equal(work.wait(60.0).cpu(), x[ids])
-    dist.barrier()
-    dist.destroy_process_group()
+    with reported(results, rank):
+        x = torch.load(Path(directory) / "x.pt")
+        feature = qv.dist.DistFeature.load(directory, rank=rank, device_list=[rank],
+                                           device_cache_size=x[0].nbytes * 50, timeout=30.0)
+        assert feature.transport.kind() == "collective:nccl"
+        gen = torch.Generator().manual_seed(rank)
+        sizes = [3000, 3000, 40000, 200, 1, 5000]
+        for step, size in enumerate(sizes):
+            ids = torch.randint(x.size(0), (size,), generator=gen)
+            out = feature[(ids.int() if step == 1 else ids).cuda()]
+            assert out.device == torch.device("cuda", rank), step
+            assert torch.equal(out.cpu(), x[ids]), step
+        ids = torch.empty(0, dtype=torch.long) if rank == 0 else torch.arange(x.size(0))
+        assert torch.equal(feature[ids.cuda()].cpu(), x[ids])  # an empty batch takes part
+        # A bad id raises on its host after the fetch, which every host completes.
+        ids = torch.randint(x.size(0), (700,), generator=gen)
+        if rank == 0:
+            ids[123] = x.size(0) + 5
+            with pytest.raises(IndexError, match=r"ids\[123\] = .* out of range"):
+                feature[ids.cuda()]
+        else:
+            assert torch.equal(feature[ids.cuda()].cpu(), x[ids])
+        ids = torch.randint(x.size(0), (2500,), generator=gen)
+        assert torch.equal(feature[ids.cuda()].cpu(), x[ids])  # still in step
+        work = feature.gather_async(ids.cuda())
+        assert torch.equal(work.wait(60.0).cpu(), x[ids])
+        dist.barrier()
 
 
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_nccl_between_gpus(tmp_path):
-    x = table(5000, 16, torch.bfloat16)
-    qv.dist.partition_features(x, tmp_path, 2, torch.randperm(5000), 0.2)
+    x = table(50000, 16, torch.bfloat16)
+    results = tmp_path / "results"
+    results.mkdir()
+    qv.dist.partition_features(x, tmp_path, 2, torch.randperm(x.size(0)), 0.2)
     torch.save(x, tmp_path / "x.pt")
-    mp.spawn(nccl_worker, args=(2, free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(nccl_worker, args=(2, free_port(), str(tmp_path), str(results)), nprocs=2,
+             join=True)
+    seen = {p.name: p.read_text() for p in results.iterdir()}
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_nccl_requests_outside_a_peers_table_are_refused_on_both_sides(tmp_path):
+    mp.spawn(mismatched_worker, args=(free_port(), str(tmp_path), 0, "nccl"), nprocs=2,
+             join=True)
+    seen = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert set(seen) == {"ok_0", "ok_1"}, seen
+    for message in seen.values():
+        assert "refused" in message or "asked this host" in message, message
+
+
+def nccl_dying_worker(rank, port, directory, results):
+    """Host 1 leaves after the first gather; host 0's next gather must raise naming it
+    within the timeout (its NCCL kernels then wait forever: the process exits hard)."""
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2, device_id=torch.device("cuda", rank))
+    x = torch.load(Path(directory) / "x.pt")
+    feature = qv.dist.DistFeature.load(directory, rank=rank, device_list=[rank], timeout=8.0)
+    ids = torch.randint(x.size(0), (300,), generator=torch.Generator().manual_seed(rank))
+    assert torch.equal(feature[ids.cuda()].cpu(), x[ids])
+    torch.cuda.synchronize()
+    if rank == 1:
+        os._exit(0)
+    try:
+        for _ in range(3):
+            feature[ids.cuda()]
+        (Path(results) / "returned_0").write_text("a gather without its peer returned")
+    except Exception as error:  # noqa: BLE001
+        (Path(results) / "error_0").write_text(f"{type(error).__name__}: {error}")
+    os._exit(0)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_nccl_peer_that_dies_is_named(tmp_path):
+    x = table(2000, 8)
+    results = tmp_path / "results"
+    results.mkdir()
+    qv.dist.partition_features(x, tmp_path, 2, torch.randperm(x.size(0)), 0.2)
+    torch.save(x, tmp_path / "x.pt")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=nccl_dying_worker,
+                         args=(r, port, str(tmp_path), str(results)))
+             for port in [free_port()] for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(240)
+        if p.is_alive():
+            p.kill()
+    seen = {p.name: p.read_text() for p in results.iterdir()}
+    assert set(seen) == {"error_0"}, seen
+    assert "RuntimeError" in seen["error_0"] and "host 1" in seen["error_0"], seen
 
 
 # ---- RDMA (one-sided reads; runs where a device exists: scripts/rdma_vm.sh) ----

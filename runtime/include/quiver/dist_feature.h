@@ -45,6 +45,13 @@ class DistFeature : public torch::CustomClassHolder {
   c10::intrusive_ptr<Transport> transport() const { return transport_; }
 
  private:
+  // The gather with a slotted transport (NCCL): ids placed in per-host slots on the GPU,
+  // one wait per gather. Undefined when a host overflowed the slots: every host then
+  // gathers again with gather_grouped.
+  at::Tensor gather_in_slots(const at::Tensor& ids);
+  // The gather with any transport: ids grouped by owner, counts read back first.
+  at::Tensor gather_grouped(const at::Tensor& ids);
+
   c10::intrusive_ptr<ShardMap> shard_map_;
   c10::intrusive_ptr<FeatureTiers> local_;
   c10::intrusive_ptr<Transport> transport_;

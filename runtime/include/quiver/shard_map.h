@@ -52,6 +52,11 @@ class ShardMap : public torch::CustomClassHolder {
   // copied to a device once, at its first use there.
   std::tuple<at::Tensor, at::Tensor> locate(const at::Tensor& ids) const;
 
+  // The map as one int64 word per row, (host_of + 1) << kHostShift | local_index, on
+  // `device` (copied there once): what locate gathers, and what the slotted fetch reads.
+  static constexpr int kHostShift = 48;
+  at::Tensor packed_on(const at::Device& device) const;
+
   // A checksum of the map, equal on every host that holds the same map: hosts compare it
   // before they fetch from each other.
   int64_t fingerprint() const { return fingerprint_; }
@@ -67,8 +72,7 @@ class ShardMap : public torch::CustomClassHolder {
   int64_t num_replicated_ = 0;
   std::vector<int64_t> local_rows_;  // per host, replicated rows included
   int64_t fingerprint_ = 0;
-  // (host + 1) << kHostShift | local index, per row and device: one 8-byte gather per id.
-  static constexpr int kHostShift = 48;
+  // The packed map per device (see packed_on).
   mutable std::mutex packed_mutex_;
   mutable std::unordered_map<std::string, at::Tensor> packed_;
 };

@@ -52,6 +52,39 @@ class Transport : public torch::CustomClassHolder {
     virtual int64_t num_hosts() const = 0;
     // Whether every host must call fetch together (collectives) or each on its own (RDMA).
     virtual bool collective() const = 0;
+
+    // The fetch in fixed slots (ops/cuda/owner_slots.h), offered by collective transports
+    // over GPUs: requests and rows travel in equal per-host blocks, so that no count is
+    // read back before the rows move, and the host waits once. Every host of the group
+    // takes this path together (it depends only on the transport).
+    struct SlotLayout {
+      int64_t capacity = 0;    // request slots per host, the same on every host
+      int64_t row_header = 0;  // header rows before each host's block of rows
+    };
+    struct SlottedRows {
+      // Bytes [num_hosts * (row_header + capacity), row_bytes]: host h's rows in block h,
+      // after its header rows. Valid until the next fetch.
+      at::Tensor rows;
+      // False when some host asked some host for more rows than the capacity: the rows are
+      // incomplete, every host knows it, and every host must fetch the same ids again
+      // with fetch(). The capacity has grown for the next fetch.
+      bool complete = true;
+      std::vector<int64_t> extra;  // the caller's words, read back with the verdicts
+    };
+    virtual bool slotted() const { return false; }
+    virtual SlotLayout slot_layout(int64_t row_bytes) const { return {}; }
+    // `requests`: int64 [num_hosts, kSlotHeader + capacity] on the GPU, as laid out by
+    // slot_ids_by_owner. `serve` must only enqueue its work on the current stream (a host
+    // wait there could hang behind a peer that died) unless `serve_waits`, in which case
+    // the transport waits for the requests first. `extra`: int64 words on the GPU to read
+    // back in the fetch's one copy. `meanwhile` runs once the rows are on their way: work
+    // the caller enqueues there runs beside the exchange instead of before it.
+    virtual SlottedRows fetch_slotted(const at::Tensor& requests, const Serve& serve,
+                                      bool serve_waits, int64_t served_rows, int64_t row_bytes,
+                                      const at::Tensor& extra,
+                                      const std::function<void()>& meanwhile) {
+      TORCH_CHECK(false, "transport ", kind(), " has no slotted fetch");
+    }
   };
 
   // How an RDMA transport connects and reads.
