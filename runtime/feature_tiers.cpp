@@ -4,6 +4,7 @@
 #include <quiver/ops.h>
 
 #include "ops/checks.h"
+#include "ops/cpu/row_gather.h"
 
 namespace quiver::runtime {
 
@@ -21,6 +22,28 @@ FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tens
 
 at::Tensor FeatureTiers::gather(const at::Tensor& ids) const {
   return quiver::gather_tiered_rows(tiers_, positions_, ids);
+}
+
+void FeatureTiers::gather_into(const at::Tensor& ids, at::Tensor& out) const {
+  check_index_vector(ids, "ids");
+  TORCH_CHECK_VALUE(ids.is_cpu() && device().is_cpu(),
+                    "FeatureTiers.gather_into gathers on the CPU: ids on ", ids.device(),
+                    ", tiers gathered best on ", device());
+  for (const at::Tensor& t : tiers_) {
+    TORCH_CHECK_VALUE(t.is_cpu(),
+                      "FeatureTiers.gather_into needs every tier on the CPU, got one on ",
+                      t.device());
+  }
+  if (positions_) {
+    TORCH_CHECK_VALUE(positions_->is_cpu(), "FeatureTiers.gather_into needs positions on the CPU");
+  }
+  const std::vector<int64_t> shape = gathered_shape(tiers_.front(), ids);
+  TORCH_CHECK_VALUE(out.is_cpu() && out.is_contiguous() && out.sizes() == at::IntArrayRef(shape) &&
+                        out.scalar_type() == tiers_.front().scalar_type(),
+                    "FeatureTiers.gather_into: out must be a contiguous CPU tensor of ",
+                    at::IntArrayRef(shape), " and ", tiers_.front().scalar_type(), ", got ",
+                    out.sizes(), " ", out.scalar_type(), " on ", out.device());
+  cpu::gather_from_tiers_into(tiers_, positions_, ids, out);
 }
 
 std::vector<int64_t> FeatureTiers::shape() const {

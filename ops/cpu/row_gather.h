@@ -45,12 +45,14 @@ void gather_kernel(const std::vector<HostTier>& tiers, int64_t row_bytes, const 
 
 }  // namespace detail
 
-// Rows `ids` of `tiers` (checked by the caller), as a new CPU tensor.
-inline at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
-                                    const std::optional<at::Tensor>& positions,
-                                    const at::Tensor& ids) {
-  at::Tensor out = at::empty(gathered_shape(tiers[0], ids), tiers[0].options());
-  if (out.numel() == 0) return out;
+// Rows `ids` of `tiers` (checked by the caller) into `out`, a contiguous CPU tensor of
+// gathered_shape(tiers[0], ids) and the tiers' dtype (checked by the caller too). For
+// callers that reuse a buffer: a fresh large tensor pays its page faults (and the kernel's
+// zeroing of each page) on first write, several times the copy itself.
+inline void gather_from_tiers_into(at::ArrayRef<at::Tensor> tiers,
+                                   const std::optional<at::Tensor>& positions,
+                                   const at::Tensor& ids, at::Tensor& out) {
+  if (out.numel() == 0) return;
   const int64_t row_bytes = out.nbytes() / ids.numel();
   std::vector<detail::HostTier> host_tiers;
   int64_t begin = 0;
@@ -76,6 +78,14 @@ inline at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                                            ids_p, ids.numel(), dst);
     }
   });
+}
+
+// Rows `ids` of `tiers` (checked by the caller), as a new CPU tensor.
+inline at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
+                                    const std::optional<at::Tensor>& positions,
+                                    const at::Tensor& ids) {
+  at::Tensor out = at::empty(gathered_shape(tiers[0], ids), tiers[0].options());
+  gather_from_tiers_into(tiers, positions, ids, out);
   return out;
 }
 

@@ -51,12 +51,18 @@ class DistFeature : public torch::CustomClassHolder {
   at::Tensor gather_in_slots(const at::Tensor& ids);
   // The gather with any transport: ids grouped by owner, counts read back first.
   at::Tensor gather_grouped(const at::Tensor& ids);
+  // A view of `rows` rows in `buffer` (CPU, kept across gathers, grown when short).
+  at::Tensor kept_rows(at::Tensor& buffer, int64_t rows);
 
   c10::intrusive_ptr<ShardMap> shard_map_;
   c10::intrusive_ptr<FeatureTiers> local_;
   c10::intrusive_ptr<Transport> transport_;
   std::mutex fetch_mutex_;  // a transport serves one fetch at a time
   double last_local_fraction_ = 0;
+  // Kept CPU buffers of the Gloo path (see gather_grouped): rows served to peers, and this
+  // host's own rows before they are scattered into the output.
+  at::Tensor served_rows_;
+  at::Tensor held_rows_;
 };
 
 // The pending result of DistFeature.gather_async.
