@@ -106,7 +106,10 @@ def run_graph(name, args, device, results):
 
     cache_labels = {f"UVA+{args.topology_cache} deg": "degree",
                     f"UVA+{args.topology_cache} pre": "presampled"}
-    modes = (["GPU", "UVA", *cache_labels, "CPU"] if device.type == "cuda" else ["CPU"])
+    # "UVA unsorted": rows visited in frontier order, not in the order of their lists'
+    # addresses (QUIVER_UVA_SORTED_ROWS=0), to measure what the ordering buys.
+    modes = (["GPU", "UVA unsorted", "UVA", *cache_labels, "CPU"] if device.type == "cuda"
+             else ["CPU"])
     if device.type == "cuda" and topo.indices.nbytes + topo.indptr.nbytes > 0.8 * \
             torch.cuda.get_device_properties(device).total_memory:
         modes.remove("GPU")
@@ -132,8 +135,8 @@ def run_graph(name, args, device, results):
             torch.cuda.empty_cache()
         build_start = time.perf_counter()
         sampler = qv.GraphSageSampler(topo, fanouts, device=device if mode != "CPU" else "cpu",
-                                      mode="UVA" if cache else mode, topology_cache=cache,
-                                      hot_order=hot_order)
+                                      mode="UVA" if cache or mode.startswith("UVA") else mode,
+                                      topology_cache=cache, hot_order=hot_order)
         build_s = time.perf_counter() - build_start
         if cache:
             cached_edges = sampler._cached_indices.numel()
@@ -142,7 +145,12 @@ def run_graph(name, args, device, results):
                   f"{cached_nodes:,} nodes' lists ({cached_edges / topo.edge_count:.1%} of the "
                   f"edges) + {sampler._cached_starts.nbytes / 1e9:.2f} GB of starts, built in "
                   f"{build_s:.1f}s", flush=True)
-        times, edges = time_batches(sampler, bench_batches, args.warmup)
+        if mode == "UVA unsorted":
+            os.environ["QUIVER_UVA_SORTED_ROWS"] = "0"
+        try:
+            times, edges = time_batches(sampler, bench_batches, args.warmup)
+        finally:
+            os.environ.pop("QUIVER_UVA_SORTED_ROWS", None)
         if args.profile and mode != "CPU":
             profile_batches(sampler, bench_batches[:5], f"{name} {mode}")
         peak = (torch.cuda.max_memory_allocated() - base_mem) if device.type == "cuda" else 0

@@ -5,6 +5,7 @@
 #include <cooperative_groups.h>
 #include <curand_kernel.h>
 
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
 
 #include "ops/cuda/device_status.cuh"
@@ -87,7 +88,7 @@ __global__ void __launch_bounds__(kBlock)
                        const HopRule rule, const int64_t* __restrict__ out_offsets,
                        int64_t* __restrict__ neighbors_out, int64_t* edge_ids_out,
                        int64_t* __restrict__ cols_out, const int64_t* col_base_ptr,
-                       int64_t* pick_sets) {
+                       int64_t* pick_sets, const int64_t* __restrict__ row_order) {
   constexpr int kGroups = kBlock / G;
   const int64_t col_base = cols_out ? *col_base_ptr : 0;
   __shared__ int64_t shared_picks[kGroups][kSharedPicks];
@@ -95,8 +96,9 @@ __global__ void __launch_bounds__(kBlock)
   const int lane = group.thread_rank();
   const int slot = threadIdx.x / G;
 
-  for (int64_t r = blockIdx.x * int64_t{kGroups} + slot; r < num_rows;
-       r += int64_t{gridDim.x} * kGroups) {
+  for (int64_t visit = blockIdx.x * int64_t{kGroups} + slot; visit < num_rows;
+       visit += int64_t{gridDim.x} * kGroups) {
+    const int64_t r = row_order ? row_order[visit] : visit;
     const int64_t count = row_count[r];
     if (count == 0) continue;
     const int64_t begin = row_begin[r];
@@ -172,7 +174,7 @@ cudaError_t launch_sample_rows(const Csr<index_t>& csr, const RowPlan& plan, con
   sample_rows_kernel<index_t, G><<<blocks_for(plan.num_rows, kBlock / G), kBlock, 0, stream>>>(
       csr, plan.begin, plan.degree, plan.count, plan.cached, plan.num_rows, rule, out.offsets,
       out.neighbors,
-      out.edge_ids, out.cols, out.col_base, out.pick_sets);
+      out.edge_ids, out.cols, out.col_base, out.pick_sets, plan.order);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }
@@ -212,6 +214,34 @@ cudaError_t sample_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopR
   if (rule.fanout >= 0 && rule.fanout <= 16)
     return launch_sample_rows<index_t, 16>(csr, plan, rule, out, stream);
   return launch_sample_rows<index_t, 32>(csr, plan, rule, out, stream);
+}
+
+namespace {
+
+__global__ void iota_kernel(int64_t* values, int64_t n) {
+  QUIVER_GRID_LOOP(i, n) { values[i] = i; }
+}
+
+}  // namespace
+
+size_t row_order_workspace_bytes(int64_t num_rows, int end_bit) {
+  size_t bytes = 0;
+  cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int64_t*>(nullptr),
+                                  static_cast<int64_t*>(nullptr),
+                                  static_cast<const int64_t*>(nullptr),
+                                  static_cast<int64_t*>(nullptr), num_rows, 0, end_bit);
+  return bytes;
+}
+
+cudaError_t order_rows_by_begin(const RowPlan& plan, int end_bit, int64_t* sorted_begin,
+                                int64_t* rows, int64_t* order, void* workspace,
+                                size_t workspace_bytes, cudaStream_t stream) {
+  if (plan.num_rows == 0) return cudaSuccess;
+  iota_kernel<<<blocks_for(plan.num_rows, kPlanThreads), kPlanThreads, 0, stream>>>(
+      rows, plan.num_rows);
+  QUIVER_LAUNCH_TRY();
+  return cub::DeviceRadixSort::SortPairs(workspace, workspace_bytes, plan.begin, sorted_begin,
+                                         rows, order, plan.num_rows, 0, end_bit, stream);
 }
 
 #define QUIVER_INSTANTIATE(index_t)                                                              \

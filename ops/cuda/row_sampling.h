@@ -60,6 +60,9 @@ struct RowPlan {
   int64_t* degree;
   int64_t* count;
   int64_t* cached = nullptr;  // needed when the Csr has a cache
+  // When set, the order the sampling kernel visits rows in (a permutation of the rows, see
+  // order_rows_by_begin); the results do not depend on it.
+  const int64_t* order = nullptr;
 };
 
 // Where a hop's sampled edges go: row r writes count[r] neighbors (global ids) and edge
@@ -103,5 +106,16 @@ cudaError_t offsets_from_counts(const int64_t* values, int64_t n, int64_t* offse
 template <typename index_t>
 cudaError_t sample_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRule& rule,
                         const HopOutput& out, cudaStream_t stream);
+
+// The plan's rows sorted by where their neighbor lists start (plan.begin), into `order`.
+// Over pinned host memory (UVA) the GPU reads lists faster in address order: its reach
+// over host pages, not PCIe, limits random reads of a large table (as for feature rows,
+// row_gather.h: PositionOrder). Each row's draws are keyed by the row, not by the thread
+// that samples it, so visiting rows in this order changes no result. Scratch: two arrays of
+// num_rows entries and CUB's workspace, from the caller; lists start below 2^end_bit.
+size_t row_order_workspace_bytes(int64_t num_rows, int end_bit);
+cudaError_t order_rows_by_begin(const RowPlan& plan, int end_bit, int64_t* sorted_begin,
+                                int64_t* rows, int64_t* order, void* workspace,
+                                size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace quiver::cuda

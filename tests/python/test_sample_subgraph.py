@@ -327,6 +327,29 @@ def test_cache_gives_the_same_samples(mode, index_dtype, fanouts, replace):
         check_subgraph(graph, seeds, fanouts, replace, cached, eid_given)
 
 
+@pytest.mark.parametrize("fanouts,replace", [([5, 3], False), ([2, 2], True), ([40], False)])
+def test_uva_rows_visited_in_list_order_give_the_same_samples(mode, index_dtype, fanouts,
+                                                              replace, monkeypatch):
+    """UVA hops of 2^14 rows or more visit rows in the order of their lists' addresses
+    (by default on lists of 2 GiB or more; QUIVER_UVA_SORTED_ROWS=1 always, =0 never): the
+    samples are bit for bit the same."""
+    if mode != "UVA":
+        pytest.skip("rows are ordered only when the lists are in pinned host memory")
+    graph = random_graph(num_nodes=40000, num_edges=400000, dtype=index_dtype, seed=4)
+    seeds = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(2))[:20000]
+    (indptr, indices, eid), device, cache = cache_for(graph, mode, 0.3)
+    for extra in [(), (None, *cache)]:  # with and without a topology cache
+        outs = []
+        for setting in ["0", "1"]:
+            monkeypatch.setenv("QUIVER_UVA_SORTED_ROWS", setting)
+            torch.manual_seed(11)
+            outs.append(qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts,
+                                               replace, eid, *extra))
+        for a, b in zip(*outs):
+            assert torch.equal(a, b)
+        check_subgraph(graph, seeds, fanouts, replace, outs[1])
+
+
 def test_cache_input_is_checked(mode):
     graph = random_graph(num_nodes=50, num_edges=300, seed=4)
     (indptr, indices, eid), device, (cached_indices, cached_starts) = cache_for(graph, mode, 1.0)
