@@ -1,7 +1,8 @@
 """Exercises every CUDA kernel on small inputs, for compute-sanitizer (memcheck, racecheck):
 sampling with and without replacement, all-neighbor hops, duplicate and zero-degree seeds,
-node-table growth at all-neighbor hops (rehash), picks past the shared-memory set, int32
-and int64 ids, GPU and UVA placement, the row gather, and ids the kernels must reject."""
+node-table growth at all-neighbor hops (rehash), picks past the shared-memory set, large UVA
+hops visited in address order, int32 and int64 ids, GPU and UVA placement, the row gather,
+and ids the kernels must reject."""
 import torch
 
 import torch_quiver_ops as qv
@@ -33,6 +34,9 @@ def main():
                 qv.ops.sample_subgraph(indptr, idx, seeds[:4], [-1, 2], replace, None)  # growth
                 qv.ops.sample_subgraph(indptr, idx, seeds, [3, -1], replace, eid)  # rehash
                 qv.ops.sample_subgraph(indptr, idx, seeds, [40, 2], replace, None)
+                # A hop of 2^14 rows or more: over UVA (with QUIVER_UVA_SORTED_ROWS=1, as
+                # gpu_check.sh runs this) its rows are visited in their lists' order.
+                qv.ops.sample_subgraph(indptr, idx, seeds.repeat(300)[:20000], [4, 2], replace, eid)
             must_reject(qv.ops.sample_subgraph, indptr, idx,
                         torch.tensor([0, topo.node_count], device=device), [3])
             must_reject(qv.ops.sample_neighbors, indptr, idx,
