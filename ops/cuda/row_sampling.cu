@@ -10,6 +10,7 @@
 
 #include "ops/cuda/device_status.cuh"
 #include "ops/cuda/launch.cuh"
+#include "ops/cuda/row_gather.h"
 #include "ops/cuda/row_sampling.h"
 #include "ops/sampling_rules.h"
 
@@ -225,12 +226,8 @@ __global__ void iota_kernel(int64_t* values, int64_t n) {
 }  // namespace
 
 size_t row_order_workspace_bytes(int64_t num_rows, int end_bit) {
-  size_t bytes = 0;
-  cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int64_t*>(nullptr),
-                                  static_cast<int64_t*>(nullptr),
-                                  static_cast<const int64_t*>(nullptr),
-                                  static_cast<int64_t*>(nullptr), num_rows, 0, end_bit);
-  return bytes;
+  // The same sort of int64 pairs as the feature gather's position order.
+  return position_order_workspace_bytes(num_rows, end_bit);
 }
 
 cudaError_t order_rows_by_begin(const RowPlan& plan, int end_bit, int64_t* sorted_begin,
