@@ -24,7 +24,7 @@ at::Tensor FeatureTiers::gather(const at::Tensor& ids) const {
   return quiver::gather_tiered_rows(tiers_, positions_, ids);
 }
 
-void FeatureTiers::gather_into(const at::Tensor& ids, at::Tensor& out) const {
+void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) const {
   check_index_vector(ids, "ids");
   TORCH_CHECK_VALUE(ids.is_cpu() && device().is_cpu(),
                     "FeatureTiers.gather_into gathers on the CPU: ids on ", ids.device(),
@@ -43,7 +43,8 @@ void FeatureTiers::gather_into(const at::Tensor& ids, at::Tensor& out) const {
                     "FeatureTiers.gather_into: out must be a contiguous CPU tensor of ",
                     at::IntArrayRef(shape), " and ", tiers_.front().scalar_type(), ", got ",
                     out.sizes(), " ", out.scalar_type(), " on ", out.device());
-  cpu::gather_from_tiers_into(tiers_, positions_, ids, out);
+  at::Tensor into = out;  // a handle: the rows land in the caller's memory
+  cpu::gather_from_tiers_into(tiers_, positions_, ids, into);
 }
 
 std::vector<int64_t> FeatureTiers::shape() const {

@@ -53,6 +53,30 @@ TEST_P(FeatureTiers, StateRoundTripsThroughTheValidatingConstructor) {
   EXPECT_THROW(quiver::runtime::FeatureTiers::from_state(state), c10::TypeError);
 }
 
+TEST_P(FeatureTiers, GathersIntoAKeptBufferOnTheCpu) {
+  at::manual_seed(8);
+  at::Tensor table = at::randn({300, 9});
+  auto tiers = layout(table);
+  at::Tensor ids = at::randint(300, {500});
+  at::Tensor out = at::empty({500, 9});
+  if (GetParam() != "cpu") {  // tiers in GPU memory: only gather() reads them
+    EXPECT_THROW(tiers->gather_into(ids, out), c10::ValueError);
+    return;
+  }
+  for (int round = 0; round < 2; ++round) {  // the same buffer, other ids
+    tiers->gather_into(ids, out);
+    EXPECT_TRUE(at::equal(out, table.index_select(0, ids)));
+    ids = at::randint(300, {500});
+  }
+  at::Tensor narrow = at::empty({500, 8});
+  EXPECT_THROW(tiers->gather_into(ids, narrow), c10::ValueError);
+  at::Tensor doubles = at::empty({500, 9}, at::kDouble);
+  EXPECT_THROW(tiers->gather_into(ids, doubles), c10::ValueError);
+  at::Tensor strided = at::empty({9, 500}).t();
+  EXPECT_THROW(tiers->gather_into(ids, strided), c10::ValueError);
+  EXPECT_THROW(tiers->gather_into(at::tensor({0, 300}), out.narrow(0, 0, 2)), c10::IndexError);
+}
+
 QUIVER_ON_EVERY_DEVICE(FeatureTiers);
 
 }  // namespace

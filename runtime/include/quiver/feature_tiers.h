@@ -29,7 +29,7 @@ class FeatureTiers : public torch::CustomClassHolder {
   // The same into `out` (a contiguous CPU tensor of [ids.numel(), *row_shape] and the
   // tiers' dtype), for CPU ids and tiers all in host memory: for callers that keep a
   // buffer across gathers (a fresh large tensor pays a page fault per page written).
-  void gather_into(const at::Tensor& ids, at::Tensor& out) const;
+  void gather_into(const at::Tensor& ids, const at::Tensor& out) const;
 
   std::vector<at::Tensor> tiers() const { return tiers_; }
   std::optional<at::Tensor> positions() const { return positions_; }
