@@ -12,8 +12,8 @@
 // fetch_slotted (NCCL) drops the counts: requests and rows travel in fixed per-peer slots
 // (ops/cuda/owner_slots.h), the owner checks and serves on the stream between the two
 // exchanges, and the host waits once, polling the rows' exchange within the timeout. At
-// 45 MB a fetch the host's work, not the bytes, set the pace (docs/benchmarks.md): one wait
-// instead of four doubled the rate.
+// 45 MB a fetch the host's work, not the bytes, sets the pace (docs/benchmarks.md): one wait
+// instead of four took two H200s from 38 to 90-109 GB/s.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <quiver/transport.h>
@@ -323,8 +323,9 @@ class CollectiveTransport final : public Transport::Impl {
     at::Tensor summary = words.narrow(0, request_words + safe_words + peers, summary_words);
     C10_CUDA_CHECK(cudaMemsetAsync(refused.mutable_data_ptr(), 0, peers * sizeof(int64_t), stream));
     if (peers > 0) {
-      const int64_t words = cuda::kSlotHeader + capacity;
-      const auto asked_work = post(asked, sent, splits(words), splits(words), "requested rows");
+      const int64_t request_block = cuda::kSlotHeader + capacity;
+      const auto asked_work =
+          post(asked, sent, splits(request_block), splits(request_block), "requested rows");
       if (serve_waits) {
         await(asked_work, "requested rows");
       } else {
@@ -350,8 +351,9 @@ class CollectiveTransport final : public Transport::Impl {
     clock.lap("serve");
     at::Tensor rows_in = at::empty_like(rows_out);
     c10::intrusive_ptr<c10d::Work> rows_work;
-    if (peers > 0)
+    if (peers > 0) {
       rows_work = post(rows_in, rows_out, splits(block_rows), splits(block_rows), "rows");
+    }
     if (meanwhile) meanwhile();
     if (rows_work) await(rows_work, "rows");
     clock.lap("rows");

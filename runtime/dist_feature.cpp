@@ -40,7 +40,8 @@ DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
 at::Tensor DistFeature::gather(const at::Tensor& ids) {
   check_index_vector(ids, "ids");
   std::lock_guard<std::mutex> lock(fetch_mutex_);
-  // The path depends on the transport only, so every host takes the same one.
+  // The path depends on the transport (over NCCL the ids are on a GPU), so every host
+  // takes the same one.
   if (transport_->impl().slotted() && ids.is_cuda()) {
     // A fetch that overflowed the slots grew them on every host: the second is complete.
     for (;;) {
