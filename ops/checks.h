@@ -164,6 +164,13 @@ inline int64_t tiered_id_count(at::ArrayRef<at::Tensor> tiers,
   return rows;
 }
 
+// Bytes of one row of a table shaped like `t` ([rows, *row_shape]).
+inline int64_t row_bytes_of(const at::Tensor& t) {
+  int64_t elements = 1;
+  for (int64_t d = 1; d < t.dim(); ++d) elements *= t.size(d);
+  return elements * static_cast<int64_t>(t.element_size());
+}
+
 // Rows gathered from `like`'s tiers: ids.numel() rows of its row shape.
 inline std::vector<int64_t> gathered_shape(const at::Tensor& like, const at::Tensor& ids) {
   std::vector<int64_t> shape = like.sizes().vec();

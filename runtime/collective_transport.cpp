@@ -26,6 +26,7 @@
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include "ops/checks.h"
 #ifdef QUIVER_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -43,13 +44,6 @@ namespace {
 // called silent after this many periods without a beat.
 constexpr double kBeatsPerTimeout = 10.0;
 constexpr int kSilentPeriods = 3;
-
-// Bytes of one row of a table shaped like `t` ([rows, *row_shape]).
-int64_t row_bytes_of(const at::Tensor& t) {
-  int64_t elements = 1;
-  for (int64_t d = 1; d < t.dim(); ++d) elements *= t.size(d);
-  return elements * static_cast<int64_t>(t.element_size());
-}
 
 // The same memory as rows of bytes (the last dimension widened by the element size).
 at::Tensor as_bytes(const at::Tensor& rows) {

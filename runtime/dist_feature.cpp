@@ -88,8 +88,7 @@ at::Tensor DistFeature::gather_in_slots(const at::Tensor& ids) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
   Transport::Impl& transport = transport_->impl();
   const at::Tensor like = local_->empty_rows();
-  int64_t row_bytes = like.element_size();
-  for (int64_t d = 1; d < like.dim(); ++d) row_bytes *= like.size(d);
+  const int64_t row_bytes = row_bytes_of(like);
   const auto layout = transport.slot_layout(row_bytes);
   const int64_t hosts = num_hosts(), n = ids.numel();
   const auto long_options = ids.options().dtype(at::kLong);

@@ -17,6 +17,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "ops/checks.h"
 #include "runtime/peer_watch.h"
 
 #ifdef QUIVER_WITH_RDMA
@@ -56,13 +57,6 @@ struct Endpoint {
   uint64_t bytes;
   uint64_t row_bytes;
 };
-
-// Bytes of one row of a table shaped like `t` ([rows, *row_shape]).
-int64_t row_bytes_of(const at::Tensor& t) {
-  int64_t elements = 1;
-  for (int64_t d = 1; d < t.dim(); ++d) elements *= t.size(d);
-  return elements * static_cast<int64_t>(t.element_size());
-}
 
 std::string key(int64_t serial, int64_t from, int64_t to) {
   return "quiver/rdma/" + std::to_string(serial) + "/" + std::to_string(from) + "/" +

@@ -15,13 +15,6 @@
 namespace quiver {
 namespace {
 
-// Bits that row ids below num_nodes can set.
-int row_key_bits(int64_t num_nodes) {
-  int bits = 1;
-  while (bits < 63 && (int64_t{1} << bits) < num_nodes) ++bits;
-  return bits;
-}
-
 template <typename index_t, typename position_t>
 std::tuple<at::Tensor, at::Tensor, at::Tensor> build_csr(const at::Tensor& row,
                                                          const at::Tensor& col,
@@ -40,7 +33,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> build_csr(const at::Tensor& row,
       {reinterpret_cast<position_t*>(positions[0].mutable_data_ptr()),
        reinterpret_cast<position_t*>(positions[1].mutable_data_ptr())},
       num_edges,
-      row_key_bits(num_nodes)};
+      cuda::bits_below(num_nodes)};
   int current = 0;
   {
     const size_t bytes = cuda::sort_edges_workspace_bytes(sort);

@@ -14,6 +14,13 @@
 
 namespace quiver::cuda {
 
+// Bits that hold every value below `end`: the end bit of a radix sort over such keys.
+inline int bits_below(int64_t end) {
+  int bits = 1;
+  while (bits < 63 && (int64_t{1} << bits) < end) ++bits;
+  return bits;
+}
+
 // A pointer the GPU can read for `t`: its own when it is on `device` (GPU mode), or the
 // mapped address of pinned host memory (UVA mode: the kernels read it over PCIe).
 inline const void* gpu_readable(const at::Tensor& t, const char* name, const at::Device& device) {

@@ -120,13 +120,6 @@ void raise_on_error(const ErrorWord& word, cudaStream_t stream, const at::Tensor
 // this many ids or more; smaller ones gather in id order.
 constexpr int64_t kGroupedReadsMinIds = int64_t{1} << 14;
 
-// Bits that hold every position below `end`.
-int bits_for(int64_t end) {
-  int bits = 1;
-  while (bits < 63 && (int64_t{1} << bits) < end) ++bits;
-  return bits;
-}
-
 // Positions sorted on the GPU (row_gather.h: PositionOrder), in scratch this object keeps
 // alive, with `extra_slots` more int64 words after the four arrays for the caller.
 struct SortedPositions {
@@ -141,7 +134,7 @@ SortedPositions sort_positions(const RowGather<id_t, pos_t>& gather, const at::T
                                int64_t extra_slots, cudaStream_t stream) {
   SortedPositions sorted;
   const int64_t n = ids.numel();
-  const int end_bit = bits_for(gather.tiers.begin[gather.tiers.num_tiers]);
+  const int end_bit = bits_below(gather.tiers.begin[gather.tiers.num_tiers]);
   sorted.scratch = at::empty({4 * n + extra_slots}, ids.options().dtype(at::kLong));
   int64_t* base = sorted.scratch.mutable_data_ptr<int64_t>();
   sorted.extra = base + 4 * n;

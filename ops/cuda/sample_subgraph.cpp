@@ -40,12 +40,6 @@ bool uva_rows_sorted(const at::Tensor& indices) {
   return static_cast<int64_t>(indices.nbytes()) >= kSortedRowsMinBytes;
 }
 
-int bits_below(int64_t end) {
-  int bits = 1;
-  while (bits < 63 && (int64_t{1} << bits) < end) ++bits;
-  return bits;
-}
-
 template <typename index_t>
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
@@ -136,7 +130,7 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
                                    board.status(), stream));
     at::Tensor order_space, sort_space;
     if (sort_rows && frontier_bound >= kSortedRowsMin) {
-      const int end_bit = bits_below(csr.num_edges + 1);
+      const int end_bit = cuda::bits_below(csr.num_edges + 1);
       const size_t sort_bytes = cuda::row_order_workspace_bytes(frontier_bound, end_bit);
       order_space = at::empty({3 * frontier_bound}, options);
       sort_space = cuda::workspace(sort_bytes, device);
