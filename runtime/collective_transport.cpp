@@ -13,7 +13,9 @@
 // (ops/cuda/owner_slots.h), the owner checks and serves on the stream between the two
 // exchanges, and the host waits once, polling the rows' exchange within the timeout. At
 // 45 MB a fetch the host's work, not the bytes, sets the pace (docs/benchmarks.md): one wait
-// instead of four took two H200s from 38 to 90-109 GB/s.
+// instead of four took two H200s from 38 to 90-109 GB/s. The two exchanges go through a
+// communicator of the transport's own (runtime/nccl_direct.h) rather than c10d's
+// all-to-all, whose posts cost 50-120 us each: 108-115 GB/s against 67-115 in the same runs.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <quiver/transport.h>
@@ -22,6 +24,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -33,6 +36,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "ops/cuda/owner_slots.h"
+#include "runtime/nccl_direct.h"
 #endif
 #include "runtime/peer_watch.h"
 #include "runtime/phase_clock.h"
@@ -74,13 +78,12 @@ class CollectiveTransport final : public Transport::Impl {
     }
     // Every host makes its transports over a group in the same order, so the n-th one of
     // each shares its heartbeat keys (counted in the group's store).
-    const int64_t serial =
-        group_->getStore()->add("quiver/collective/made/" + std::to_string(host_), 1) - 1;
+    serial_ = group_->getStore()->add("quiver/collective/made/" + std::to_string(host_), 1) - 1;
     const auto period = std::max(
         std::chrono::milliseconds(100),
         std::chrono::milliseconds(static_cast<int64_t>(timeout_.count() / kBeatsPerTimeout)));
     watch_ = std::make_unique<PeerWatch>(
-        group_->getStore(), "quiver/heartbeat/" + std::to_string(serial) + "/",
+        group_->getStore(), "quiver/heartbeat/" + std::to_string(serial_) + "/",
         static_cast<int>(host_), static_cast<int>(num_hosts_), period);
   }
 
@@ -241,6 +244,12 @@ class CollectiveTransport final : public Transport::Impl {
   }
 
   ~CollectiveTransport() override {
+#ifdef QUIVER_WITH_CUDA
+    direct_.reset();
+    for (cudaEvent_t event : {exchanged_, rows_served_, rows_arrived_}) {
+      if (event != nullptr) cudaEventDestroy(event);
+    }
+#endif
     watch_.reset();
     // The last reference to a process group may be this one, dropped from Python with the
     // GIL held (at interpreter exit, say), while a backend thread of the group waits for the
@@ -316,14 +325,20 @@ class CollectiveTransport final : public Transport::Impl {
     at::Tensor refused = words.narrow(0, request_words + safe_words, peers);
     at::Tensor summary = words.narrow(0, request_words + safe_words + peers, summary_words);
     C10_CUDA_CHECK(cudaMemsetAsync(refused.mutable_data_ptr(), 0, peers * sizeof(int64_t), stream));
+    NcclDirect* direct = peers > 0 ? direct_on(device) : nullptr;
     if (peers > 0) {
       const int64_t request_block = cuda::kSlotHeader + capacity;
-      const auto asked_work =
-          post(asked, sent, splits(request_block), splits(request_block), "requested rows");
-      if (serve_waits) {
-        await(asked_work, "requested rows");
+      if (direct != nullptr) {
+        exchange_directly(sent, asked, request_block * sizeof(int64_t), stream, "requested rows");
+        if (serve_waits) wait_directly(stream, "requested rows");
       } else {
-        asked_work->wait();  // NCCL: the stream waits for the exchange, the host does not
+        const auto asked_work =
+            post(asked, sent, splits(request_block), splits(request_block), "requested rows");
+        if (serve_waits) {
+          await(asked_work, "requested rows");
+        } else {
+          asked_work->wait();  // NCCL: the stream waits for the exchange, the host does not
+        }
       }
     }
     clock.lap("ids");
@@ -345,11 +360,24 @@ class CollectiveTransport final : public Transport::Impl {
     clock.lap("serve");
     at::Tensor rows_in = at::empty_like(rows_out);
     c10::intrusive_ptr<c10d::Work> rows_work;
-    if (peers > 0) {
-      rows_work = post(rows_in, rows_out, splits(block_rows), splits(block_rows), "rows");
+    if (direct != nullptr) {
+      // On a side stream, so that what `meanwhile` enqueues on this one runs beside the
+      // rows' exchange (as beside c10d's, which runs on its own stream); this stream then
+      // waits for the rows.
+      const cudaStream_t side = direct_side_->stream();
+      C10_CUDA_CHECK(cudaEventRecord(rows_served_, stream));
+      C10_CUDA_CHECK(cudaStreamWaitEvent(side, rows_served_, 0));
+      exchange_directly(rows_out, rows_in, block_bytes, side, "rows");
+      C10_CUDA_CHECK(cudaEventRecord(rows_arrived_, side));
+      if (meanwhile) meanwhile();
+      C10_CUDA_CHECK(cudaStreamWaitEvent(stream, rows_arrived_, 0));
+    } else {
+      if (peers > 0) {
+        rows_work = post(rows_in, rows_out, splits(block_rows), splits(block_rows), "rows");
+      }
+      if (meanwhile) meanwhile();
+      if (rows_work) await(rows_work, "rows");
     }
-    if (meanwhile) meanwhile();
-    if (rows_work) await(rows_work, "rows");
     clock.lap("rows");
 
     C10_CUDA_CHECK(cuda::summarize_slot_fetch(
@@ -364,7 +392,12 @@ class CollectiveTransport final : public Transport::Impl {
     C10_CUDA_CHECK(cudaMemcpyAsync(summary_host_.mutable_data_ptr(), summary.const_data_ptr(),
                                    summary_words * sizeof(int64_t), cudaMemcpyDeviceToHost,
                                    stream));
-    C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+    if (direct != nullptr) {
+      wait_directly(stream, "rows");  // the one wait, for rows and summary alike
+    } else {
+      C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+    }
+    clock.lap(direct != nullptr ? "rows and summary" : "summary");
     const int64_t* word = summary_host_.const_data_ptr<int64_t>();
     const int64_t* asked_of = word;             // rows this host asked of peer p
     const int64_t* asked_by = word + peers;     // rows p asked of this host
@@ -407,6 +440,55 @@ class CollectiveTransport final : public Transport::Impl {
 #endif
 
  private:
+#ifdef QUIVER_WITH_CUDA
+  // The communicator of this transport's own (runtime/nccl_direct.h), made at the first
+  // slotted fetch, which every host reaches together; null when some host cannot drive
+  // NCCL directly, and the fetch then goes through c10d.
+  NcclDirect* direct_on(const at::Device& device) {
+    if (!direct_decided_) {
+      try {
+        direct_ =
+            NcclDirect::connect(*group_->getStore(), "quiver/nccl/" + std::to_string(serial_) + "/",
+                                static_cast<int>(host_), static_cast<int>(num_hosts_),
+                                device.index(), timeout_, direct_why_);
+      } catch (const std::exception& error) {
+        fail("the NCCL communicator's set-up", error);
+      }
+      direct_decided_ = true;
+      if (direct_) {
+        for (cudaEvent_t* event : {&exchanged_, &rows_served_, &rows_arrived_}) {
+          C10_CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
+        }
+        direct_side_ = at::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index());
+      }
+    }
+    if (!direct_) return nullptr;
+    TORCH_CHECK(direct_->device() == device.index(), "this transport's NCCL communicator is on ",
+                "cuda:", direct_->device(), ", but the rows are wanted on ", device);
+    return direct_.get();
+  }
+
+  void exchange_directly(const at::Tensor& from, const at::Tensor& into, int64_t block_bytes,
+                         cudaStream_t stream, const char* what) {
+    try {
+      direct_->exchange_blocks(from.const_data_ptr(), into.data_ptr(),
+                               static_cast<size_t>(block_bytes), stream);
+    } catch (const std::exception& error) {
+      fail(what, error);
+    }
+  }
+
+  // Waits for everything enqueued on `stream` so far, within the timeout.
+  void wait_directly(cudaStream_t stream, const char* what) {
+    try {
+      C10_CUDA_CHECK(cudaEventRecord(exchanged_, stream));
+      direct_->wait(exchanged_, timeout_);
+    } catch (const std::exception& error) {
+      fail(what, error);
+    }
+  }
+#endif
+
   // One all-to-all, waited for at most the timeout; a failure names the silent peers.
   void exchange(at::Tensor& into, at::Tensor& from, std::vector<int64_t> into_splits,
                 std::vector<int64_t> from_splits, const char* what) {
@@ -526,6 +608,16 @@ class CollectiveTransport final : public Transport::Impl {
   at::Tensor header_ids_;    // the header slots' placeholder indices, kept (zeros)
   int64_t capacity_ = 0;     // request slots per host of the slotted fetch (agreed, see there)
   at::Tensor summary_host_;  // pinned, kept: where the slotted fetch reads its summary back
+  int64_t serial_ = 0;       // this transport's place among the group's (keys in the store)
+#ifdef QUIVER_WITH_CUDA
+  std::unique_ptr<NcclDirect> direct_;  // see direct_on
+  bool direct_decided_ = false;
+  std::string direct_why_;                           // why there is no direct_, when there is none
+  std::optional<at::cuda::CUDAStream> direct_side_;  // the rows' exchange runs there
+  cudaEvent_t exchanged_ = nullptr;                  // what wait_directly waits for
+  cudaEvent_t rows_served_ = nullptr;                // the side stream starts after it
+  cudaEvent_t rows_arrived_ = nullptr;               // and this stream goes on after it
+#endif
 };
 
 }  // namespace

@@ -144,15 +144,24 @@ def worker(rank, args, directory, ports, results):
         feature.close()
 
         # NCCL again with each host's whole table in its GPU: what the transport itself moves,
-        # without the owners' reads of their pinned host tier.
-        feature = qv.dist.DistFeature.load(directory / "features", rank=rank, device_list=[rank],
-                                           device_cache_size="100%", transport="nccl", timeout=120)
-        seconds = timed(lambda ids: feature[ids], on_gpu, sync)
-        out["nccl_remote_hbm_gbps"] = rate(seconds, remote)
-        out["nccl_remote_hbm_ms"] = statistics.median(seconds) * 1e3
-        if args.profile:
-            profile_fetches(feature, on_gpu[2:5], sync, rank)
-        feature.close()
+        # without the owners' reads of their pinned host tier. Both ways of driving NCCL:
+        # the transport's own communicator (the default), and c10d's all-to-all.
+        # Two rounds, the two ways in turn, so that neither is always measured first.
+        for how, setting in 2 * (("", "1"), ("_c10d", "0")):
+            os.environ["QUIVER_NCCL_DIRECT"] = setting
+            feature = qv.dist.DistFeature.load(directory / "features", rank=rank,
+                                               device_list=[rank], device_cache_size="100%",
+                                               transport="nccl", timeout=120)
+            seconds = timed(lambda ids: feature[ids], on_gpu, sync)
+            out.setdefault(f"nccl{how}_remote_hbm_rounds", []).append(rate(seconds, remote))
+            out[f"nccl{how}_remote_hbm_ms"] = statistics.median(seconds) * 1e3
+            if args.profile and not how:
+                profile_fetches(feature, on_gpu[2:5], sync, rank)
+            feature.close()
+            del feature
+        del os.environ["QUIVER_NCCL_DIRECT"]
+        for how in ("", "_c10d"):
+            out[f"nccl{how}_remote_hbm_gbps"] = statistics.mean(out[f"nccl{how}_remote_hbm_rounds"])
 
         # Raw NCCL send/recv of as many bytes (the bound): both hosts move, at each step, the
         # larger of their two remote batches.
@@ -303,7 +312,9 @@ def main():
         mp.spawn(worker, args=(args, str(directory), (free_port(), free_port()), str(results)),
                  nprocs=HOSTS, join=True)
         per_host = [json.loads((results / f"{r}.json").read_text()) for r in range(HOSTS)]
-        summary = {key: statistics.mean(h[key] for h in per_host) for key in per_host[0]}
+        summary = {key: ([statistics.mean(v) for v in zip(*(h[key] for h in per_host))]
+                         if isinstance(value, list) else statistics.mean(h[key] for h in per_host))
+                   for key, value in per_host[0].items()}
         summary["per_host"] = per_host
         summary["device"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
         if args.epoch and two_gpus:
@@ -319,6 +330,7 @@ def main():
     rpc_rate = summary["rpc_remote_gbps"]
     keys = [("NCCL send/recv (bound)", "nccl_sendrecv_gbps"),
             ("DistFeature, NCCL, tables in HBM", "nccl_remote_hbm_gbps"),
+            ("the same through c10d's all-to-all", "nccl_c10d_remote_hbm_gbps"),
             ("DistFeature, NCCL, 20% of tables cached", "nccl_remote_gbps"),
             *((f"DistFeature, Gloo, {n} lane{'s' if n > 1 else ''}", f"gloo_{n}_lanes_remote_gbps")
               for n in args.gloo_lanes),
@@ -330,6 +342,10 @@ def main():
     for name, key in keys:
         if key in summary:
             print(f"| {name} | {summary[key]:.2f} | {summary[key] / rpc_rate:.1f} |")
+    for how, name in (("", "own communicator"), ("_c10d", "c10d's all-to-all")):
+        if f"nccl{how}_remote_hbm_rounds" in summary:
+            rounds = " / ".join(f"{r:.1f}" for r in summary[f"nccl{how}_remote_hbm_rounds"])
+            print(f"NCCL, tables in HBM, {name}: rounds {rounds} GB/s")
     if "nccl_batch_gbps" not in summary:
         return
     print(f"\nwhole batches through DistFeature (NCCL): {summary['nccl_batch_gbps']:.1f} GB/s, "

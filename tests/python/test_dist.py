@@ -450,9 +450,16 @@ def nccl_worker(rank, world, port, directory, results):
         dist.barrier()
 
 
+# Each NCCL test both ways the transport drives NCCL: its own communicator ("1": required,
+# so a silent fall back would fail the test) and c10d's all-to-all ("0").
+NCCL_WAYS = pytest.mark.parametrize("direct", ["1", "0"], ids=["direct", "c10d"])
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_nccl_between_gpus(tmp_path):
+@NCCL_WAYS
+def test_nccl_between_gpus(tmp_path, monkeypatch, direct):
+    monkeypatch.setenv("QUIVER_NCCL_DIRECT", direct)
     x = table(50000, 16, torch.bfloat16)
     results = tmp_path / "results"
     results.mkdir()
@@ -466,7 +473,10 @@ def test_nccl_between_gpus(tmp_path):
 
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_nccl_requests_outside_a_peers_table_are_refused_on_both_sides(tmp_path):
+@NCCL_WAYS
+def test_nccl_requests_outside_a_peers_table_are_refused_on_both_sides(tmp_path, monkeypatch,
+                                                                       direct):
+    monkeypatch.setenv("QUIVER_NCCL_DIRECT", direct)
     mp.spawn(mismatched_worker, args=(free_port(), str(tmp_path), 0, "nccl"), nprocs=2,
              join=True)
     seen = {p.name: p.read_text() for p in tmp_path.iterdir()}
@@ -499,7 +509,9 @@ def nccl_dying_worker(rank, port, directory, results):
 
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
-def test_nccl_peer_that_dies_is_named(tmp_path):
+@NCCL_WAYS
+def test_nccl_peer_that_dies_is_named(tmp_path, monkeypatch, direct):
+    monkeypatch.setenv("QUIVER_NCCL_DIRECT", direct)
     x = table(2000, 8)
     results = tmp_path / "results"
     results.mkdir()

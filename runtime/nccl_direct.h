@@ -1,0 +1,67 @@
+// NCCL driven directly, for the slotted fetch's two exchanges of fixed blocks.
+//
+// Why: each c10d all-to-all costs 50-120 us of host time to post (its work object, events
+// between its stream and ours, the flight recorder), and a fetch of 45 MB takes about
+// 0.25 ms on the wire between two H200s, so two posts are a large part of every fetch
+// (docs/benchmarks.md). Here a transport makes a communicator of its own over the group's
+// store, and a fetch enqueues grouped ncclSend/ncclRecv on the caller's stream: no work
+// object, no second stream.
+//
+// libnccl.so.2 is the copy PyTorch already loaded (found with RTLD_NOLOAD), so nothing links
+// NCCL and the same library serves both. The few declarations needed are NCCL's stable C
+// ABI, written out below instead of depending on nccl.h at build time.
+//
+// Failure: a peer that dies leaves the kernels waiting; the caller polls an event within
+// its timeout and aborts the communicator (ncclCommAbort ends the waiting kernels), and the
+// communicator is not used again.
+#pragma once
+
+#ifdef QUIVER_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+namespace quiver::runtime {
+
+class NcclDirect {
+ public:
+  // Every rank of a group calls this at the same point (a collective step). Returns null,
+  // with `why` saying so, when some rank cannot drive NCCL directly (no libnccl.so.2 loaded,
+  // QUIVER_NCCL_DIRECT=0): the ranks agree through the store, so either all use the
+  // communicator or none does; QUIVER_NCCL_DIRECT=1 makes that an error instead. Raises if a
+  // rank does not arrive within `timeout`.
+  static std::unique_ptr<NcclDirect> connect(c10d::Store& store, const std::string& prefix,
+                                             int rank, int size, int device,
+                                             std::chrono::milliseconds timeout, std::string& why);
+  ~NcclDirect();
+  NcclDirect(const NcclDirect&) = delete;
+  NcclDirect& operator=(const NcclDirect&) = delete;
+
+  // Enqueues on `stream` one block of `block_bytes` to and from every other rank, in rank
+  // order without this one: the block of the p-th other rank at from + p * block_bytes.
+  // Raises on an NCCL error (the communicator is then aborted).
+  void exchange_blocks(const void* from, void* into, size_t block_bytes, cudaStream_t stream);
+
+  // Waits for `done` (recorded after the exchange) within `timeout`, polling; on a timeout
+  // or an asynchronous NCCL error, aborts the communicator and raises std::runtime_error.
+  void wait(cudaEvent_t done, std::chrono::milliseconds timeout);
+
+  int device() const { return device_; }
+  bool usable() const { return comm_ != nullptr; }
+
+ private:
+  NcclDirect(void* comm, int rank, int size, int device);
+  void abort();
+  [[noreturn]] void fail(const std::string& what, int result);
+
+  void* comm_;  // ncclComm_t; null once aborted
+  int rank_;
+  int size_;
+  int device_;
+};
+
+}  // namespace quiver::runtime
+#endif
