@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "ops/checks.h"
+#include "ops/cpu/row_gather.h"
 #include "ops/errors.h"
 #include "runtime/phase_clock.h"
 #ifdef QUIVER_WITH_CUDA
@@ -241,6 +242,13 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
   // speed.
   at::Tensor out = at::empty(
       shape, like.options().device(device).pinned_memory(on_host && holds_cuda_context()));
+  const auto place = [&out](const at::Tensor& rows, const at::Tensor& where) {
+    if (out.is_cpu()) {
+      cpu::scatter_rows_into(rows.contiguous(), where.contiguous(), out);
+    } else {
+      out.index_copy_(0, where, rows);
+    }
+  };
   if (count[0] > 0) {
     const at::Tensor held = sorted_local.narrow(0, 0, count[0]);
     at::Tensor mine;
@@ -250,12 +258,12 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
     } else {
       mine = local_->gather(held.to(local_device));
     }
-    out.index_copy_(0, order.narrow(0, 0, count[0]), mine.to(device));
+    place(mine.to(device), order.narrow(0, 0, count[0]));
   }
   clock.lap("local");
   begin = count[0];
   for (int64_t h = 0; h < hosts; ++h) {
-    if (count[h + 1] > 0) out.index_copy_(0, order.narrow(0, begin, count[h + 1]), remote[h]);
+    if (count[h + 1] > 0) place(remote[h], order.narrow(0, begin, count[h + 1]));
     begin += count[h + 1];
   }
   clock.lap("scatter");

@@ -80,6 +80,27 @@ inline void gather_from_tiers_into(at::ArrayRef<at::Tensor> tiers,
   });
 }
 
+// out[where[i]] = rows[i] for every row i: the inverse of a gather, in parallel. Every
+// tensor contiguous on the CPU, `where` int64 indices into out (checked by the caller), out
+// and rows of one row size. For the distributed gather's last step, where index_copy_
+// (element by element) took 6.5 ms against 4.6 ms for these whole-row copies: 110,000 rows
+// of 400 bytes, 2 threads.
+inline void scatter_rows_into(const at::Tensor& rows, const at::Tensor& where, at::Tensor& out) {
+  const int64_t n = where.numel();
+  if (n == 0) return;
+  const int64_t row_bytes = rows.nbytes() / n;
+  const char* src = static_cast<const char*>(rows.const_data_ptr());
+  const int64_t* to = where.const_data_ptr<int64_t>();
+  auto* dst = static_cast<char*>(out.mutable_data_ptr());
+  const int64_t grain =
+      std::max<int64_t>(1, detail::kBytesPerTask / std::max<int64_t>(row_bytes, 1));
+  at::parallel_for(0, n, grain, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      std::memcpy(dst + to[i] * row_bytes, src + i * row_bytes, row_bytes);
+    }
+  });
+}
+
 // Rows `ids` of `tiers` (checked by the caller), as a new CPU tensor.
 inline at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                                     const std::optional<at::Tensor>& positions,

@@ -65,6 +65,20 @@ def test_shard_map_places_every_row_once(num_hosts, fraction):
     assert owner.tolist() == host_of[[0, n - 1]].tolist() and where.tolist() == local[[0, n - 1]].tolist()
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_shard_map_locates_many_ids_as_its_tables_say(dtype):
+    n = 5000
+    shard_map = qv.dist.build_shard_map(n, 3, torch.randperm(n), 0.2)
+    ids = torch.randint(n, (70_000,), dtype=dtype)  # several parallel tasks
+    owner, where = shard_map.locate(ids)
+    assert owner.dtype == where.dtype == torch.long
+    assert torch.equal(owner, shard_map.host_of()[ids.long()].long())
+    assert torch.equal(where, shard_map.local_index()[ids.long()].long())
+    ids[40_000] = -3
+    with pytest.raises(IndexError, match=r"ids\[40000\] = -3 is out of range"):
+        shard_map.locate(ids)
+
+
 def test_shard_map_follows_an_assignment_and_rejects_bad_input():
     assignment = torch.tensor([2, 0, 1, 2, 0, 1])
     shard_map = qv.dist.build_shard_map(6, 3, replicate_fraction=0.0, assignment=assignment)
