@@ -40,6 +40,9 @@ import torch_quiver_ops as qv
 from torch_quiver_ops.synthetic import synthetic_graph
 
 HOSTS = 2
+# Batches of the CPU paths (Gloo, rpc), the first two a warm-up: 3 timed fetches left their
+# figures within +-15% of each other between runs, so 8 now.
+CPU_BATCHES = 10
 _SHARD = None  # the rpc baseline's table in each worker
 
 
@@ -181,8 +184,8 @@ def worker(rank, args, directory, ports, results):
     for lanes in args.gloo_lanes:
         feature = qv.dist.DistFeature.load(directory / "features", group=gloo, device_list=[],
                                            transport="gloo", timeout=120, lanes=lanes)
-        seconds = timed(lambda ids: feature[ids], remote[:5], lambda: None)
-        out[f"gloo_{lanes}_lanes_remote_gbps"] = rate(seconds, remote[:5])
+        seconds = timed(lambda ids: feature[ids], remote[:CPU_BATCHES], lambda: None)
+        out[f"gloo_{lanes}_lanes_remote_gbps"] = rate(seconds, remote[:CPU_BATCHES])
         feature.close()
 
     # torch.distributed.rpc: each host asks the other for its rows by local index.
@@ -190,10 +193,10 @@ def worker(rank, args, directory, ports, results):
     options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{ports[1]}",
                                               num_worker_threads=16, rpc_timeout=300)
     rpc.init_rpc(f"host{rank}", rank=rank, world_size=HOSTS, rpc_backend_options=options)
-    local_of = [shard_map.locate(r)[1] for r in remote[:5]]
+    local_of = [shard_map.locate(r)[1] for r in remote[:CPU_BATCHES]]
     seconds = timed(lambda lids: rpc.rpc_sync(f"host{1 - rank}", serve_rows, args=(lids,)),
                     local_of, lambda: None)
-    out["rpc_remote_gbps"] = rate(seconds, remote[:5])
+    out["rpc_remote_gbps"] = rate(seconds, remote[:CPU_BATCHES])
     rpc.shutdown()
 
     if args.epoch and two_gpus:
