@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "ops/checks.h"
+#include "ops/cpu/row_gather.h"
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/host_read_split.h"
 #include "ops/cuda/row_gather.h"
@@ -224,9 +225,9 @@ void stage_host_rows(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout,
   // Large enough that a copy's fixed cost is small, small enough that the last slices'
   // copies, left after the reads end, are short.
   constexpr int64_t kSliceBytes = int64_t{512} << 10;
-  // Rows whose reads are started ahead of their copy: random host rows miss every cache.
-  // (4, 8 and 16 measured the same on the H100 host; none is slower.)
-  constexpr int64_t kRowsAhead = 8;
+  // Rows whose reads are started ahead of their copy (cpu::detail::kRowsAhead): random
+  // host rows miss every cache. (4, 8 and 16 measured the same on the H100 host.)
+  using cpu::detail::kRowsAhead;
   const int64_t rows_per_slice = std::max<int64_t>(1, kSliceBytes / row_bytes);
   const int64_t slices = (num_rows + rows_per_slice - 1) / rows_per_slice;
   const int num_tiers = layout.num_tiers;
@@ -248,8 +249,7 @@ void stage_host_rows(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout,
       const int64_t end = std::min(num_rows, begin + rows_per_slice);
       for (int64_t i = begin; i < end; ++i) {
         if (i + kRowsAhead < end) {
-          const char* ahead = host_row(positions[i + kRowsAhead]);
-          for (int64_t b = 0; b < row_bytes; b += 64) __builtin_prefetch(ahead + b);
+          cpu::detail::prefetch_row<false>(host_row(positions[i + kRowsAhead]), row_bytes);
         }
         copy_row(staging + i * row_bytes, host_row(positions[i]), row_bytes, streaming);
       }
