@@ -446,15 +446,18 @@ class CollectiveTransport final : public Transport::Impl {
   // NCCL directly, and the fetch then goes through c10d.
   NcclDirect* direct_on(const at::Device& device) {
     if (!direct_decided_) {
+      // Decided once: after a failed set-up the hosts are out of step, and this transport
+      // raises from then on rather than try again.
+      direct_decided_ = true;
       try {
         direct_ =
             NcclDirect::connect(*group_->getStore(), "quiver/nccl/" + std::to_string(serial_) + "/",
                                 static_cast<int>(host_), static_cast<int>(num_hosts_),
                                 device.index(), timeout_, direct_why_);
       } catch (const std::exception& error) {
+        set_up_failed_ = true;
         fail("the NCCL communicator's set-up", error);
       }
-      direct_decided_ = true;
       if (direct_) {
         for (cudaEvent_t* event : {&exchanged_, &rows_served_, &rows_arrived_}) {
           C10_CUDA_CHECK(cudaEventCreateWithFlags(event, cudaEventDisableTiming));
@@ -462,6 +465,8 @@ class CollectiveTransport final : public Transport::Impl {
         direct_side_ = at::cuda::getStreamFromPool(/*isHighPriority=*/true, device.index());
       }
     }
+    TORCH_CHECK(!set_up_failed_, "quiver transport (", kind(), ", host ", host_,
+                "): its NCCL communicator's set-up failed in an earlier fetch");
     if (!direct_) return nullptr;
     TORCH_CHECK(direct_->device() == device.index(), "this transport's NCCL communicator is on ",
                 "cuda:", direct_->device(), ", but the rows are wanted on ", device);
@@ -612,6 +617,7 @@ class CollectiveTransport final : public Transport::Impl {
 #ifdef QUIVER_WITH_CUDA
   std::unique_ptr<NcclDirect> direct_;  // see direct_on
   bool direct_decided_ = false;
+  bool set_up_failed_ = false;
   std::string direct_why_;                           // why there is no direct_, when there is none
   std::optional<at::cuda::CUDAStream> direct_side_;  // the rows' exchange runs there
   cudaEvent_t exchanged_ = nullptr;                  // what wait_directly waits for

@@ -6,8 +6,10 @@
 #include <c10/util/Exception.h>
 #include <dlfcn.h>
 
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -120,12 +122,40 @@ std::unique_ptr<NcclDirect> NcclDirect::connect(c10d::Store& store, const std::s
                 " bytes, not ", sizeof(id.internal));
     std::memcpy(id.internal, bytes.data(), bytes.size());
   }
-  const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
-  void* comm = nullptr;
-  const int joined = nccl().comm_init_rank(&comm, size, id, rank);
-  TORCH_CHECK(joined == kNcclSuccess, "ncclCommInitRank (rank ", rank, " of ", size,
-              "): ", nccl_error(joined));
-  return std::unique_ptr<NcclDirect>(new NcclDirect(comm, rank, size, device));
+  // The join waits for every rank, and a rank that gave up above (its wait timed out as
+  // this one arrived) never comes: the join runs on a thread of its own, waited for within
+  // the timeout. A join that completes after this rank gave up frees its communicator.
+  struct Join {
+    std::mutex mutex;
+    std::condition_variable finished;
+    bool done = false, abandoned = false;
+    void* comm = nullptr;
+    int result = kNcclSuccess;
+  };
+  auto join = std::make_shared<Join>();
+  std::thread([join, size, id, rank, device] {
+    const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
+    void* comm = nullptr;
+    const int result = nccl().comm_init_rank(&comm, size, id, rank);
+    const std::lock_guard<std::mutex> lock(join->mutex);
+    if (join->abandoned) {
+      if (result == kNcclSuccess) nccl().comm_abort(comm);
+      return;
+    }
+    join->comm = comm;
+    join->result = result;
+    join->done = true;
+    join->finished.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(join->mutex);
+  if (!join->finished.wait_for(lock, timeout, [&] { return join->done; })) {
+    join->abandoned = true;
+    TORCH_CHECK(false, "ncclCommInitRank (rank ", rank, " of ", size, ") did not complete within ",
+                timeout.count(), " ms: a rank did not join");
+  }
+  TORCH_CHECK(join->result == kNcclSuccess, "ncclCommInitRank (rank ", rank, " of ", size,
+              "): ", nccl_error(join->result));
+  return std::unique_ptr<NcclDirect>(new NcclDirect(join->comm, rank, size, device));
 }
 
 NcclDirect::NcclDirect(void* comm, int rank, int size, int device)

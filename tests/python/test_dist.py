@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -544,6 +545,49 @@ def test_nccl_peer_that_dies_is_named(tmp_path, monkeypatch, direct):
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert set(seen) == {"error_0"}, seen
     assert "RuntimeError" in seen["error_0"] and "host 1" in seen["error_0"], seen
+
+
+def nccl_late_worker(rank, port, directory, results):
+    """Host 0 reaches its first gather after host 1 gave up waiting for it: host 1 raises
+    in the communicator's set-up, and host 0, finding host 1's side of the agreement there,
+    must not wait forever for host 1 to join the communicator."""
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2, device_id=torch.device("cuda", rank))
+    x = torch.load(Path(directory) / "x.pt")
+    feature = qv.dist.DistFeature.load(directory, rank=rank, device_list=[rank], timeout=4.0)
+    if rank == 0:
+        time.sleep(7)
+    try:
+        feature[torch.arange(100).cuda()]
+        (Path(results) / f"returned_{rank}").write_text("returned")
+    except Exception as error:  # noqa: BLE001
+        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
+    os._exit(0)  # host 0's abandoned join may still be waiting inside NCCL
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_nccl_host_late_to_the_communicator_raises_on_both(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUIVER_NCCL_DIRECT", "1")
+    x = table(2000, 8)
+    results = tmp_path / "results"
+    results.mkdir()
+    qv.dist.partition_features(x, tmp_path, 2, torch.randperm(x.size(0)), 0.2)
+    torch.save(x, tmp_path / "x.pt")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=nccl_late_worker, args=(r, port, str(tmp_path), str(results)))
+             for port in [free_port()] for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        if p.is_alive():
+            p.kill()
+    seen = {p.name: p.read_text() for p in results.iterdir()}
+    assert set(seen) == {"error_0", "error_1"}, seen
+    assert "set-up" in seen["error_1"], seen
+    assert "set-up" in seen["error_0"] and "did not join" in seen["error_0"], seen
 
 
 # ---- RDMA (one-sided reads; runs where a device exists: scripts/rdma_vm.sh) ----
