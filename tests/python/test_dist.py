@@ -471,19 +471,21 @@ NCCL_WAYS = pytest.mark.parametrize("direct", ["1", "0"], ids=["direct", "c10d"]
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("world", [2, 3, 4])  # one GPU per host
 @NCCL_WAYS
-def test_nccl_between_gpus(tmp_path, monkeypatch, direct):
+def test_nccl_between_gpus(tmp_path, monkeypatch, direct, world):
+    if not HAS_CUDA or torch.cuda.device_count() < world:
+        pytest.skip(f"needs {world} GPUs")
     monkeypatch.setenv("QUIVER_NCCL_DIRECT", direct)
     x = table(50000, 16, torch.bfloat16)
     results = tmp_path / "results"
     results.mkdir()
-    qv.dist.partition_features(x, tmp_path, 2, torch.randperm(x.size(0)), 0.2)
+    qv.dist.partition_features(x, tmp_path, world, torch.randperm(x.size(0)), 0.2)
     torch.save(x, tmp_path / "x.pt")
-    mp.spawn(nccl_worker, args=(2, free_port(), str(tmp_path), str(results)), nprocs=2,
+    mp.spawn(nccl_worker, args=(world, free_port(), str(tmp_path), str(results)), nprocs=world,
              join=True)
     seen = {p.name: p.read_text() for p in results.iterdir()}
-    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+    assert seen == {f"ok_{r}": "ok" for r in range(world)}, seen
 
 
 @pytest.mark.timeout(300)
