@@ -502,6 +502,28 @@ def test_nccl_requests_outside_a_peers_table_are_refused_on_both_sides(tmp_path,
         assert "refused" in message or "asked this host" in message, message
 
 
+def run_two_nccl_processes(worker, tmp_path, patience):
+    """Two hosts over a small split table, as processes of their own that may exit hard
+    (os._exit): those that are still running after `patience` seconds are killed. Returns
+    what each wrote into the results folder."""
+    x = table(2000, 8)
+    results = tmp_path / "results"
+    results.mkdir()
+    qv.dist.partition_features(x, tmp_path, 2, torch.randperm(x.size(0)), 0.2)
+    torch.save(x, tmp_path / "x.pt")
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    procs = [ctx.Process(target=worker, args=(r, port, str(tmp_path), str(results)))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(patience)
+        if p.is_alive():
+            p.kill()
+    return {p.name: p.read_text() for p in results.iterdir()}
+
+
 def nccl_dying_worker(rank, port, directory, results):
     """Host 1 leaves after the first gather; host 0's next gather must raise naming it
     within the timeout (its NCCL kernels then wait forever: the process exits hard)."""
@@ -529,22 +551,7 @@ def nccl_dying_worker(rank, port, directory, results):
 @NCCL_WAYS
 def test_nccl_peer_that_dies_is_named(tmp_path, monkeypatch, direct):
     monkeypatch.setenv("QUIVER_NCCL_DIRECT", direct)
-    x = table(2000, 8)
-    results = tmp_path / "results"
-    results.mkdir()
-    qv.dist.partition_features(x, tmp_path, 2, torch.randperm(x.size(0)), 0.2)
-    torch.save(x, tmp_path / "x.pt")
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=nccl_dying_worker,
-                         args=(r, port, str(tmp_path), str(results)))
-             for port in [free_port()] for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(240)
-        if p.is_alive():
-            p.kill()
-    seen = {p.name: p.read_text() for p in results.iterdir()}
+    seen = run_two_nccl_processes(nccl_dying_worker, tmp_path, patience=240)
     assert set(seen) == {"error_0"}, seen
     assert "RuntimeError" in seen["error_0"] and "host 1" in seen["error_0"], seen
 
@@ -572,21 +579,7 @@ def nccl_late_worker(rank, port, directory, results):
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_nccl_host_late_to_the_communicator_raises_on_both(tmp_path, monkeypatch):
     monkeypatch.setenv("QUIVER_NCCL_DIRECT", "1")
-    x = table(2000, 8)
-    results = tmp_path / "results"
-    results.mkdir()
-    qv.dist.partition_features(x, tmp_path, 2, torch.randperm(x.size(0)), 0.2)
-    torch.save(x, tmp_path / "x.pt")
-    ctx = mp.get_context("spawn")
-    procs = [ctx.Process(target=nccl_late_worker, args=(r, port, str(tmp_path), str(results)))
-             for port in [free_port()] for r in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(120)
-        if p.is_alive():
-            p.kill()
-    seen = {p.name: p.read_text() for p in results.iterdir()}
+    seen = run_two_nccl_processes(nccl_late_worker, tmp_path, patience=120)
     assert set(seen) == {"error_0", "error_1"}, seen
     assert "set-up" in seen["error_1"], seen
     assert "set-up" in seen["error_0"] and "did not join" in seen["error_0"], seen
