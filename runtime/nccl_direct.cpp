@@ -107,8 +107,7 @@ std::unique_ptr<NcclDirect> NcclDirect::connect(c10d::Store& store, const std::s
       return nullptr;
     }
   }
-  // 2. Rank 0 makes the communicator's id; every rank joins with it. Every rank has
-  // arrived (above), so the join does not wait on a rank that never came.
+  // 2. Rank 0 makes the communicator's id; every rank joins with it.
   NcclUniqueId id{};
   const std::string id_key = prefix + "id";
   if (rank == 0) {
