@@ -170,17 +170,16 @@ std::tuple<at::Tensor, at::Tensor> ShardMap::locate(const at::Tensor& ids) const
     // One parallel pass that checks, looks up and unpacks, where the three tensor ops below
     // each allocate and walk a batch's worth of words: 0.4-0.5 ms against 1.3-5.8 ms for
     // 110,000 ids on a two-H200 host (QUIVER_TRACE_TRANSPORT, docs/benchmarks.md).
-    check_index_vector(ids, "ids");
-    const at::Tensor id = ids.contiguous();
-    const int64_t n = id.numel(), num_rows = packed.size(0);
-    at::Tensor owner = at::empty({n}, id.options().dtype(at::kLong));
-    at::Tensor local = at::empty({n}, id.options().dtype(at::kLong));
+    check_index_vector(ids, "ids");  // contiguous too
+    const int64_t n = ids.numel(), num_rows = packed.size(0);
+    at::Tensor owner = at::empty({n}, ids.options().dtype(at::kLong));
+    at::Tensor local = at::empty({n}, ids.options().dtype(at::kLong));
     const int64_t* word = packed.const_data_ptr<int64_t>();
     int64_t* owner_of = owner.mutable_data_ptr<int64_t>();
     int64_t* local_of = local.mutable_data_ptr<int64_t>();
     constexpr int64_t kLocalMask = (int64_t{1} << kHostShift) - 1;
-    AT_DISPATCH_INDEX_TYPES(id.scalar_type(), "ShardMap.locate", [&] {
-      const index_t* asked = id.const_data_ptr<index_t>();
+    AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "ShardMap.locate", [&] {
+      const index_t* asked = ids.const_data_ptr<index_t>();
       at::parallel_for(0, n, int64_t{1} << 14, [&](int64_t lo, int64_t hi) {
         for (int64_t i = lo; i < hi; ++i) {
           const int64_t row = static_cast<int64_t>(asked[i]);
