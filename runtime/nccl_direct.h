@@ -50,7 +50,6 @@ class NcclDirect {
   void wait(cudaEvent_t done, std::chrono::milliseconds timeout);
 
   int device() const { return device_; }
-  bool usable() const { return comm_ != nullptr; }
 
  private:
   NcclDirect(void* comm, int rank, int size, int device);
