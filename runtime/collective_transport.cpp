@@ -25,8 +25,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <sstream>
+#include <string>
 #include <thread>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
@@ -90,7 +92,8 @@ class CollectiveTransport final : public Transport::Impl {
 
   std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests,
                                 const Transport::Serve& serve, int64_t served_rows,
-                                const at::Tensor& like, const at::Device& device) override {
+                                const at::Tensor& like, const at::Device& device,
+                                const Transport::Arrived& arrived) override {
     TORCH_CHECK_VALUE(static_cast<int64_t>(requests.size()) == num_hosts_,
                       "fetch needs one request "
                       "per host (",
@@ -162,31 +165,42 @@ class CollectiveTransport final : public Transport::Impl {
     }
     // 4. The rows: a buffer to receive them in, then what this host serves.
     int64_t wanted = 0;
-    for (int64_t h = 0; h < num_hosts_; ++h) wanted += send_ids[h];
-    at::Tensor bytes_in;
+    std::vector<int64_t> answer_at(num_hosts_);  // where host h's answer starts in bytes_in
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      answer_at[h] = wanted;
+      wanted += send_ids[h];
+    }
+    at::Tensor bytes_in, bytes_out;
     if (comm.is_cpu()) {
-      // One receive buffer, kept and grown: a fresh host buffer per fetch pays its page
-      // faults inside the backend's receive path (measured: 90 ms against 16 ms for 32 MB
-      // through Gloo). The rows handed back view it until the next fetch.
-      const int64_t bytes = wanted * row_bytes;
-      if (!host_receive_.defined() || host_receive_.numel() < bytes) {
-        host_receive_ = at::empty({std::max<int64_t>(bytes, 1)},
-                                  at::TensorOptions(at::kByte).pinned_memory(at::hasCUDA()));
-      }
-      bytes_in = host_receive_.narrow(0, 0, bytes).view({wanted, row_bytes});
+      // Buffers kept and grown: a fresh host buffer per fetch pays its page faults inside
+      // the backend's receive path (measured: 90 ms against 16 ms for 32 MB through Gloo).
+      // The rows handed back view the receive buffer until the next fetch.
+      bytes_in = kept_bytes(host_receive_, wanted, row_bytes, /*pinned=*/true);
+      bytes_out = kept_bytes(host_send_, asked, row_bytes, /*pinned=*/false);
     } else {
       bytes_in = at::empty({wanted, row_bytes}, byte_options);
     }
+    std::vector<int64_t> row_shape = like.sizes().vec();
+    const auto typed = [&](const at::Tensor& bytes) {
+      row_shape[0] = bytes.size(0);
+      return bytes.view(like.scalar_type()).view(row_shape);
+    };
     // The rows, as bytes (every backend moves uint8, whatever the table's dtype). One
     // gather serves the header slots too (as row 0), so the rows go out without another
-    // copy; then each peer that asked for rows gets its verdict in its header's first 8
-    // bytes.
-    at::Tensor bytes_out;
-    if (served_rows > 0) {
-      bytes_out = as_bytes(serve(safe_ids).to(comm).contiguous()).view({asked, row_bytes});
+    // copy: on the CPU straight into the kept send buffer. (Serving each lane's part just
+    // before sending it, to overlap the two, measured slower in two runs on the two-H200
+    // host: the gather's threads and the connections' threads compete for the cores.)
+    if (served_rows == 0) {  // an empty table has no row 0 to serve: every request refused
+      bytes_out = comm.is_cpu() ? bytes_out.zero_() : at::zeros({asked, row_bytes}, byte_options);
+    } else if (comm.is_cpu()) {
+      const at::Tensor into = typed(bytes_out);
+      const at::Tensor rows = serve(safe_ids, into);
+      if (!rows.is_same(into)) into.copy_(rows);
     } else {
-      bytes_out = at::zeros({asked, row_bytes}, byte_options);
+      bytes_out =
+          as_bytes(serve(safe_ids, at::Tensor()).to(comm).contiguous()).view({asked, row_bytes});
     }
+    // Then each peer that asked for rows gets its verdict in its header's first 8 bytes.
     for (int64_t h = 0, at_row = 0; h < num_hosts_; ++h) {
       if (recv_counts[h] > 0) {
         bytes_out.narrow(0, at_row, header_rows)
@@ -197,23 +211,33 @@ class CollectiveTransport final : public Transport::Impl {
       at_row += recv_ids[h];
     }
     clock.lap("serve");
+    // Host h's rows [begin, end) of its answer (its header rows first) are in bytes_in.
+    bool handed = false;
+    const auto landed = [&](int64_t h, int64_t begin, int64_t end) {
+      begin = std::max(begin, header_rows);
+      if (end > begin) {
+        arrived(h, begin - header_rows,
+                typed(bytes_in.narrow(0, answer_at[h] + begin, end - begin)));
+      }
+    };
     if (lanes_.empty()) {
       exchange(bytes_in, bytes_out, send_ids, recv_ids, "rows");
       clock.lap("rows");
     } else {
-      exchange_over_lanes(bytes_in, bytes_out, send_ids, recv_ids);
+      handed = static_cast<bool>(arrived);
+      exchange_over_lanes(bytes_in, bytes_out, send_ids, recv_ids, header_rows, "rows",
+                          handed ? landed : Landed());
       clock.lap("rows over lanes");
     }
 
     // The verdicts: what each peer refused this host, and what this host refused each peer,
     // read back in one copy.
     std::vector<at::Tensor> verdict_parts;
-    for (int64_t h = 0, at_row = 0; h < num_hosts_; ++h) {
+    for (int64_t h = 0; h < num_hosts_; ++h) {
       if (send_counts[h] > 0) {
         verdict_parts.push_back(
-            bytes_in.narrow(0, at_row, header_rows).reshape(-1).narrow(0, 0, 8));
+            bytes_in.narrow(0, answer_at[h], header_rows).reshape(-1).narrow(0, 0, 8));
       }
-      at_row += send_ids[h];
     }
     verdict_parts.push_back(refused_here.view(at::kByte));
     const at::Tensor verdicts = at::cat(verdict_parts).cpu().view(at::kLong);
@@ -231,15 +255,16 @@ class CollectiveTransport final : public Transport::Impl {
                         verdict[h], " rows outside its table of ", served_rows,
                         " rows. The hosts hold different shard maps or tables");
     }
-    std::vector<int64_t> row_shape = like.sizes().vec();
+    if (arrived) {
+      if (!handed) {
+        for (int64_t h = 0; h < num_hosts_; ++h) landed(h, 0, send_ids[h]);
+      }
+      return {};
+    }
     std::vector<at::Tensor> out;
-    for (int64_t h = 0, at_row = 0; h < num_hosts_; ++h) {
-      row_shape[0] = send_counts[h];
-      out.push_back(bytes_in.narrow(0, at_row + header_rows, send_counts[h])
-                        .view(like.scalar_type())
-                        .view(row_shape)
-                        .to(device));
-      at_row += send_ids[h];
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      out.push_back(
+          typed(bytes_in.narrow(0, answer_at[h] + header_rows, send_counts[h])).to(device));
     }
     return out;
   }
@@ -349,8 +374,8 @@ class CollectiveTransport final : public Transport::Impl {
                                              refused.mutable_data_ptr<int64_t>(), stream));
     at::Tensor rows_out;
     if (served_rows > 0 && peers > 0) {
-      rows_out =
-          as_bytes(serve(safe).to(device).contiguous()).view({peers * block_rows, row_bytes});
+      rows_out = as_bytes(serve(safe, at::Tensor()).to(device).contiguous())
+                     .view({peers * block_rows, row_bytes});
     } else {  // an empty table has no row 0 to serve: every request refused
       rows_out = at::zeros({peers * block_rows, row_bytes}, long_options.dtype(at::kByte));
     }
@@ -547,62 +572,105 @@ class CollectiveTransport final : public Transport::Impl {
                 ". The collective said: ", error.what());
   }
 
+  // A view of `rows` rows of `row_bytes` in `buffer` (CPU, kept across fetches, grown by a
+  // quarter more than asked when short, so that batches of varying size settle on one).
+  static at::Tensor kept_bytes(at::Tensor& buffer, int64_t rows, int64_t row_bytes, bool pinned) {
+    const int64_t bytes = rows * row_bytes;
+    if (!buffer.defined() || buffer.numel() < bytes) {
+      buffer = at::empty({std::max<int64_t>(bytes + bytes / 4, 1)},
+                         at::TensorOptions(at::kByte).pinned_memory(pinned && at::hasCUDA()));
+    }
+    return buffer.narrow(0, 0, bytes).view({rows, row_bytes});
+  }
+
+  // Rows [begin, end) of host h's answer are in (see exchange_over_lanes).
+  using Landed = std::function<void(int64_t host, int64_t begin, int64_t end)>;
+
   // The rows' exchange as point-to-point messages spread over the lanes: each peer's rows
   // in as many row-aligned parts as there are lanes, part j over lane j, so that the
   // lanes' connections (and their backends' threads) carry them side by side. Both sides
-  // cut a segment the same way, from the same row count. (Gathering each part just before
-  // sending it, to overlap the two, measured slower on the two-H200 host: the gather's
-  // threads and the connections' threads then compete for the cores.)
+  // cut a segment the same way, from the same row count; the `header` rows that lead it
+  // travel whole in part 0. Every receive is posted first. With `landed`, each part is
+  // handed over as soon as it is in, so the caller places it while later ones travel
+  // (measured on the two-H200 host, 16 cores a process: no faster than placing everything
+  // after the last lane, 2.79-2.89 against 2.64-2.88 GB/s; the placement's threads and the
+  // connections' compete for the cores, as serving lane by lane did).
   void exchange_over_lanes(at::Tensor& into, const at::Tensor& from,
                            const std::vector<int64_t>& into_rows,
-                           const std::vector<int64_t>& from_rows) {
+                           const std::vector<int64_t>& from_rows, int64_t header, const char* what,
+                           const Landed& landed) {
     const int64_t lanes = static_cast<int64_t>(lanes_.size());
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    struct Posted {
+      c10::intrusive_ptr<c10d::Work> work;
+      int64_t host, begin, end;  // the rows of that host's part it moves
+    };
+    std::vector<Posted> receives, sends;
+    std::vector<int64_t> into_at(num_hosts_, 0), from_at(num_hosts_, 0);
+    for (int64_t h = 1; h < num_hosts_; ++h) {
+      into_at[h] = into_at[h - 1] + into_rows[h - 1];
+      from_at[h] = from_at[h - 1] + from_rows[h - 1];
+    }
     const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    const auto post = [&](bool send, int64_t lane, const at::Tensor& rows, int64_t peer) {
-      std::vector<at::Tensor> message{rows.view(-1)};
-      works.push_back(send ? lanes_[lane]->send(message, static_cast<int>(peer), 0)
-                           : lanes_[lane]->recv(message, static_cast<int>(peer), 0));
+    bool in_backend = false;  // whether a failure is the backend's, or this host's own work
+    const auto post = [&](bool send, int64_t lane, int64_t h, int64_t rows, int64_t at) {
+      const int64_t data = rows - header;
+      const int64_t begin = lane == 0 ? 0 : header + data * lane / lanes;
+      const int64_t end = header + data * (lane + 1) / lanes;
+      if (end <= begin) return;
+      in_backend = true;
+      std::vector<at::Tensor> message{
+          (send ? from : into).narrow(0, at + begin, end - begin).view(-1)};
+      const int peer = static_cast<int>(h);
+      auto& posted = send ? sends : receives;
+      posted.push_back(
+          {send ? lanes_[lane]->send(message, peer, 0) : lanes_[lane]->recv(message, peer, 0), h,
+           begin, end});
+      in_backend = false;
+    };
+    const auto wait = [&](const Posted& posted) {
+      in_backend = true;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0 || !posted.work->wait(left)) {
+        throw std::runtime_error("no answer within " + std::to_string(timeout_.count()) + " ms");
+      }
+      in_backend = false;
     };
     try {
-      for (int64_t h = 0, into_at = 0, from_at = 0; h < num_hosts_; ++h) {
-        if (h == host_) {  // what this host asked of itself: a copy
-          into.narrow(0, into_at, into_rows[h]).copy_(from.narrow(0, from_at, from_rows[h]));
-        } else {
-          for (int64_t j = 0; j < lanes; ++j) {
-            const int64_t send_begin = from_rows[h] * j / lanes;
-            const int64_t send_end = from_rows[h] * (j + 1) / lanes;
-            if (send_end > send_begin) {
-              post(true, j, from.narrow(0, from_at + send_begin, send_end - send_begin), h);
-            }
-            const int64_t recv_begin = into_rows[h] * j / lanes;
-            const int64_t recv_end = into_rows[h] * (j + 1) / lanes;
-            if (recv_end > recv_begin) {
-              post(false, j, into.narrow(0, into_at + recv_begin, recv_end - recv_begin), h);
-            }
+      for (int64_t j = 0; j < lanes; ++j) {
+        for (int64_t h = 0; h < num_hosts_; ++h) {
+          if (h != host_) post(false, j, h, into_rows[h], into_at[h]);
+        }
+      }
+      // What this host asked of itself: a copy.
+      into.narrow(0, into_at[host_], into_rows[host_])
+          .copy_(from.narrow(0, from_at[host_], from_rows[host_]));
+      if (landed) landed(host_, 0, into_rows[host_]);
+      for (int64_t j = 0; j < lanes; ++j) {
+        for (int64_t h = 0; h < num_hosts_; ++h) {
+          if (h != host_) post(true, j, h, from_rows[h], from_at[h]);
+        }
+      }
+      for (const Posted& receive : receives) {
+        wait(receive);
+        if (landed) landed(receive.host, receive.begin, receive.end);
+      }
+      for (const Posted& send : sends) wait(send);
+    } catch (const std::exception& error) {
+      // Whatever is still posted must not read or write these buffers after this returns.
+      for (auto* posted : {&receives, &sends}) {
+        for (Posted& message : *posted) {
+          try {
+            message.work->abort();
+          } catch (const std::exception&) {  // a backend without abort: nothing more to do
           }
         }
-        into_at += into_rows[h];
-        from_at += from_rows[h];
       }
-      for (auto& work : works) {
-        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-            deadline - std::chrono::steady_clock::now());
-        if (left.count() <= 0 || !work->wait(left)) {
-          throw std::runtime_error("no answer within " + std::to_string(timeout_.count()) + " ms");
-        }
-      }
-    } catch (const std::exception& error) {
-      // Whatever is still posted must not write into `into` after this returns.
-      for (auto& work : works) {
-        try {
-          work->abort();
-        } catch (const std::exception&) {  // a backend without abort: nothing more to do
-        }
-      }
+      if (!in_backend) throw;  // this host's own placement failed
       const auto patience = watch_->period() * kSilentPeriods;
       TORCH_CHECK(false, "quiver transport (", kind(), ", host ", host_, " of ", num_hosts_,
-                  "): exchanging rows over ", lanes, " lanes failed: ", watch_->describe(patience),
+                  "): exchanging ", what, " over ", lanes,
+                  " lanes failed: ", watch_->describe(patience),
                   ". The backend said: ", error.what());
     }
   }
@@ -615,6 +683,7 @@ class CollectiveTransport final : public Transport::Impl {
   bool uses_gpus_;
   std::unique_ptr<PeerWatch> watch_;
   at::Tensor host_receive_;  // kept across fetches (see fetch)
+  at::Tensor host_send_;     // likewise, the rows this host serves
   at::Tensor header_ids_;    // the header slots' placeholder indices, kept (zeros)
   int64_t capacity_ = 0;     // request slots per host of the slotted fetch (agreed, see there)
   at::Tensor summary_host_;  // pinned, kept: where the slotted fetch reads its summary back

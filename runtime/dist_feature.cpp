@@ -7,8 +7,10 @@
 
 #include <chrono>
 #include <memory>
+#include <tuple>
 
 #include "ops/checks.h"
+#include "ops/cpu/owner_groups.h"
 #include "ops/cpu/row_gather.h"
 #include "ops/errors.h"
 #include "runtime/phase_clock.h"
@@ -140,7 +142,7 @@ at::Tensor DistFeature::gather_in_slots(const at::Tensor& ids) {
     }
   };
   auto local_layout = local_;
-  const Transport::Serve serve = [&](const at::Tensor& local_ids) {
+  const Transport::Serve serve = [&](const at::Tensor& local_ids, const at::Tensor&) {
     if (!direct) return local_layout->gather(local_ids.to(local_layout->device())).to(device);
     served = cuda::enqueue_gather_from_tiers(local_layout->tiers(), local_layout->positions(),
                                              local_ids, /*group_host_reads=*/true,
@@ -197,19 +199,29 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
   auto [owner, local] = shard_map_->locate(ids);
   clock.lap("locate");
   // Group 0: rows this host holds (replicated, owner -1, or its own); group h + 1: host h's
-  // rows. The group is the narrowest integer that holds it, so that the radix sort makes
-  // one pass over 8 bits rather than eight over 64, and the counts come from the sorted
-  // groups (one search, one copy) rather than bincount (which synchronizes twice).
-  const at::ScalarType group_type = hosts < 255 ? at::kByte : at::kInt;
-  at::Tensor group = (owner + 1).to(group_type);
-  group.masked_fill_(owner == me, 0);
-  const auto [sorted_group, order] = group.sort(/*stable=*/true, 0, false);
-  const at::Tensor group_ends =
-      at::searchsorted(sorted_group, at::arange(hosts + 1, group.options()), false, true).cpu();
-  const int64_t* end = group_ends.const_data_ptr<int64_t>();
+  // rows, each group in the ids' order.
+  at::Tensor order, sorted_local;
   std::vector<int64_t> count(hosts + 1);
-  for (int64_t g = 0; g <= hosts; ++g) count[g] = end[g] - (g > 0 ? end[g - 1] : 0);
-  const at::Tensor sorted_local = local.index_select(0, order);
+  if (owner.is_cpu()) {
+    cpu::OwnerGroups groups = cpu::group_by_owner(owner, local, me, hosts);
+    order = std::move(groups.order);
+    sorted_local = std::move(groups.sorted_local);
+    count = std::move(groups.count);
+  } else {
+    // On a GPU the group is the narrowest integer that holds it, so that the radix sort
+    // makes one pass over 8 bits rather than eight over 64, and the counts come from the
+    // sorted groups (one search, one copy) rather than bincount (which synchronizes twice).
+    const at::ScalarType group_type = hosts < 255 ? at::kByte : at::kInt;
+    at::Tensor group = (owner + 1).to(group_type);
+    group.masked_fill_(owner == me, 0);
+    at::Tensor sorted_group;
+    std::tie(sorted_group, order) = group.sort(/*stable=*/true, 0, false);
+    const at::Tensor group_ends =
+        at::searchsorted(sorted_group, at::arange(hosts + 1, group.options()), false, true).cpu();
+    const int64_t* end = group_ends.const_data_ptr<int64_t>();
+    for (int64_t g = 0; g <= hosts; ++g) count[g] = end[g] - (g > 0 ? end[g - 1] : 0);
+    sorted_local = local.index_select(0, order);
+  }
   clock.lap("group");
 
   std::vector<at::Tensor> requests(hosts);
@@ -218,28 +230,13 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
     requests[h] = sorted_local.narrow(0, begin, count[h + 1]);
     begin += count[h + 1];
   }
-  // Remote rows first: a collective transport also serves peers from this host's table.
-  // On the CPU, rows are gathered into buffers this object keeps: a fresh tensor of a
-  // fetch's tens of MB pays a page fault per page on first write (measured: a fresh 45 MB
-  // copy takes 9.5 ms against 1.0 ms into a kept buffer on the 2-core machine).
-  const bool on_host = device.is_cpu() && local_device.is_cpu();
-  auto local_layout = local_;
-  const Transport::Serve serve = [&, local_layout, local_device](const at::Tensor& local_ids) {
-    if (!on_host) return local_layout->gather(local_ids.to(local_device));
-    at::Tensor rows = kept_rows(served_rows_, local_ids.numel());
-    local_layout->gather_into(local_ids, rows);
-    return rows;
-  };
-  const at::Tensor like = local_->empty_rows();
-  std::vector<at::Tensor> remote =
-      transport_->impl().fetch(requests, serve, local_->num_rows(), like, device);
-  clock.lap("fetch");
-
-  std::vector<int64_t> shape = like.sizes().vec();
-  shape[0] = ids.numel();
   // The output is the caller's: in a process that uses CUDA it comes from PyTorch's
   // pinned-memory cache, whose blocks are reused (no page faults) and copy to a GPU at full
   // speed.
+  const bool on_host = device.is_cpu() && local_device.is_cpu();
+  const at::Tensor like = local_->empty_rows();
+  std::vector<int64_t> shape = like.sizes().vec();
+  shape[0] = ids.numel();
   at::Tensor out = at::empty(
       shape, like.options().device(device).pinned_memory(on_host && holds_cuda_context()));
   const auto place = [&out](const at::Tensor& rows, const at::Tensor& where) {
@@ -249,6 +246,29 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
       out.index_copy_(0, where, rows);
     }
   };
+  // Remote rows first: a collective transport also serves peers from this host's table,
+  // on the CPU straight into the transport's send buffer. Each host's rows are placed as
+  // they arrive, maybe while others are still on their way.
+  auto local_layout = local_;
+  const Transport::Serve serve = [local_layout, local_device](const at::Tensor& local_ids,
+                                                              const at::Tensor& into) {
+    if (into.defined() && local_device.is_cpu()) {
+      local_layout->gather_into(local_ids, into);
+      return into;
+    }
+    return local_layout->gather(local_ids.to(local_device));
+  };
+  std::vector<int64_t> group_at(hosts);  // where host h's rows start in the sorted order
+  for (int64_t h = 0, at = count[0]; h < hosts; ++h) {
+    group_at[h] = at;
+    at += count[h + 1];
+  }
+  const Transport::Arrived arrived = [&](int64_t h, int64_t first_row, const at::Tensor& rows) {
+    place(rows.to(device), order.narrow(0, group_at[h] + first_row, rows.size(0)));
+  };
+  transport_->impl().fetch(requests, serve, local_->num_rows(), like, device, arrived);
+  clock.lap("fetch and place");
+
   if (count[0] > 0) {
     const at::Tensor held = sorted_local.narrow(0, 0, count[0]);
     at::Tensor mine;
@@ -261,12 +281,6 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
     place(mine.to(device), order.narrow(0, 0, count[0]));
   }
   clock.lap("local");
-  begin = count[0];
-  for (int64_t h = 0; h < hosts; ++h) {
-    if (count[h + 1] > 0) place(remote[h], order.narrow(0, begin, count[h + 1]));
-    begin += count[h + 1];
-  }
-  clock.lap("scatter");
   last_local_fraction_ = ids.numel() ? static_cast<double>(count[0]) / ids.numel() : 0.0;
   return out;
 }

@@ -117,8 +117,8 @@ class RdmaTransport final : public Transport::Impl {
   }
 
   std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests, const Transport::Serve&,
-                                int64_t, const at::Tensor& like,
-                                const at::Device& device) override {
+                                int64_t, const at::Tensor& like, const at::Device& device,
+                                const Transport::Arrived& arrived) override {
     TORCH_CHECK(broken_.empty(), "quiver RDMA transport (host ", host_,
                 ") failed before and "
                 "cannot be used again: ",
@@ -167,6 +167,12 @@ class RdmaTransport final : public Transport::Impl {
     for (int64_t h = 0; h < num_hosts_; ++h) {
       parts.push_back(out.narrow(0, begin, ids[h].numel()));
       begin += ids[h].numel();
+    }
+    if (arrived) {
+      for (int64_t h = 0; h < num_hosts_; ++h) {
+        if (parts[h].numel() > 0) arrived(h, 0, parts[h]);
+      }
+      return {};
     }
     return parts;
   }

@@ -180,23 +180,29 @@ def worker(rank, args, directory, ports, results):
         seconds = timed(sendrecv, steps, sync)
         out["nccl_sendrecv_gbps"] = sum(b.numel() for b in steps[2:]) / sum(seconds) / 1e9
 
-    # Gloo, rows to the CPU, over each number of lanes (parallel connections) asked for.
-    for lanes in args.gloo_lanes:
-        feature = qv.dist.DistFeature.load(directory / "features", group=gloo, device_list=[],
-                                           transport="gloo", timeout=120, lanes=lanes)
-        seconds = timed(lambda ids: feature[ids], remote[:CPU_BATCHES], lambda: None)
-        out[f"gloo_{lanes}_lanes_remote_gbps"] = rate(seconds, remote[:CPU_BATCHES])
-        feature.close()
-
-    # torch.distributed.rpc: each host asks the other for its rows by local index.
+    # torch.distributed.rpc, the baseline: each host asks the other for its rows by local
+    # index. Timed in each round beside Gloo, since runs differ by 10-15% between machines.
     _SHARD = qv.Feature.load_shared(directory / "features" / f"host_{rank}", device_list=[])._table()
     options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{ports[1]}",
                                               num_worker_threads=16, rpc_timeout=300)
     rpc.init_rpc(f"host{rank}", rank=rank, world_size=HOSTS, rpc_backend_options=options)
     local_of = [shard_map.locate(r)[1] for r in remote[:CPU_BATCHES]]
-    seconds = timed(lambda lids: rpc.rpc_sync(f"host{1 - rank}", serve_rows, args=(lids,)),
-                    local_of, lambda: None)
-    out["rpc_remote_gbps"] = rate(seconds, remote[:CPU_BATCHES])
+    for _ in range(args.gloo_rounds):
+        seconds = timed(lambda lids: rpc.rpc_sync(f"host{1 - rank}", serve_rows, args=(lids,)),
+                        local_of, lambda: None)
+        out.setdefault("rpc_remote_rounds", []).append(rate(seconds, remote[:CPU_BATCHES]))
+        # Gloo, rows to the CPU, over each number of lanes (parallel connections) asked for.
+        for lanes in args.gloo_lanes:
+            feature = qv.dist.DistFeature.load(directory / "features", group=gloo,
+                                               device_list=[], transport="gloo", timeout=120,
+                                               lanes=lanes)
+            seconds = timed(lambda ids: feature[ids], remote[:CPU_BATCHES], lambda: None)
+            out.setdefault(f"gloo_{lanes}_lanes_rounds", []).append(
+                rate(seconds, remote[:CPU_BATCHES]))
+            feature.close()
+    out["rpc_remote_gbps"] = statistics.mean(out["rpc_remote_rounds"])
+    for lanes in args.gloo_lanes:
+        out[f"gloo_{lanes}_lanes_remote_gbps"] = statistics.mean(out[f"gloo_{lanes}_lanes_rounds"])
     rpc.shutdown()
 
     if args.epoch and two_gpus:
@@ -276,6 +282,8 @@ def main():
                         type=lambda text: [int(n) for n in text.split(",") if n],
                         help="lane counts the Gloo path is measured with (default 1,8; "
                              "empty: Gloo not measured)")
+    parser.add_argument("--gloo-rounds", type=int, default=1,
+                        help="rounds of rpc and Gloo, in turn (default 1)")
     parser.add_argument("--profile", action="store_true",
                         help="print torch.profiler tables of a few NCCL fetches (tables in HBM)")
     args = parser.parse_args()
@@ -349,6 +357,11 @@ def main():
         if f"nccl{how}_remote_hbm_rounds" in summary:
             rounds = " / ".join(f"{r:.1f}" for r in summary[f"nccl{how}_remote_hbm_rounds"])
             print(f"NCCL, tables in HBM, {name}: rounds {rounds} GB/s")
+    for key in sorted(k for k in summary if k.endswith("_rounds") and not k.startswith("nccl")):
+        rounds = summary[key]
+        ratios = " / ".join(f"{r / p:.2f}x" for r, p in zip(rounds, summary["rpc_remote_rounds"]))
+        print(f"{key[:-len('_rounds')]}: rounds {' / '.join(f'{r:.2f}' for r in rounds)} GB/s"
+              f" ({ratios} rpc of the same round)")
     if "nccl_batch_gbps" not in summary:
         return
     print(f"\nwhole batches through DistFeature (NCCL): {summary['nccl_batch_gbps']:.1f} GB/s, "

@@ -45,7 +45,7 @@ at::Tensor host_table(int64_t host) {
 
 at::Tensor like() { return at::empty({0, kWidth}, at::kLong); }
 
-const Transport::Serve kNoServe = [](const at::Tensor&) -> at::Tensor {
+const Transport::Serve kNoServe = [](const at::Tensor&, const at::Tensor&) -> at::Tensor {
   throw std::logic_error("an RDMA transport never serves through its owner");
 };
 
@@ -53,7 +53,7 @@ const Transport::Serve kNoServe = [](const at::Tensor&) -> at::Tensor {
 at::Tensor read_from(Transport& transport, int64_t peer, const at::Tensor& ids) {
   std::vector<at::Tensor> requests(2, at::empty({0}, at::kLong));
   requests[peer] = ids;
-  return transport.impl().fetch(requests, kNoServe, kRows, like(), at::kCPU)[peer];
+  return transport.impl().fetch(requests, kNoServe, kRows, like(), at::kCPU, nullptr)[peer];
 }
 
 void expect_rows_of(const at::Tensor& rows, int64_t host, const at::Tensor& ids) {

@@ -59,9 +59,8 @@ class DistFeature : public torch::CustomClassHolder {
   c10::intrusive_ptr<Transport> transport_;
   std::mutex fetch_mutex_;  // a transport serves one fetch at a time
   double last_local_fraction_ = 0;
-  // Kept CPU buffers of the Gloo path (see gather_grouped): rows served to peers, and this
-  // host's own rows before they are scattered into the output.
-  at::Tensor served_rows_;
+  // A kept CPU buffer of the Gloo path (see gather_grouped): this host's own rows before
+  // they are scattered into the output.
   at::Tensor held_rows_;
 };
 

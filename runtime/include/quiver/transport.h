@@ -33,8 +33,13 @@ namespace quiver::runtime {
 class Transport : public torch::CustomClassHolder {
  public:
   // Reads rows of this host's own table: local indices (int64, checked by the caller) ->
-  // rows on the table's device.
-  using Serve = std::function<at::Tensor(const at::Tensor& local_ids)>;
+  // rows on the table's device. `into`, when defined, is where the transport wants them
+  // (contiguous CPU rows of the table's shape and dtype): a serve that can gather there
+  // does so and returns `into`; any other result the transport copies there.
+  using Serve = std::function<at::Tensor(const at::Tensor& local_ids, const at::Tensor& into)>;
+  // Takes rows of host `host`'s answer as they arrive: `rows` are its rows from the
+  // `first_row`-th on, valid until the transport's next fetch.
+  using Arrived = std::function<void(int64_t host, int64_t first_row, const at::Tensor& rows)>;
 
   class Impl {
    public:
@@ -44,9 +49,13 @@ class Transport : public torch::CustomClassHolder {
     // `served_rows` is the size of this host's table: requests for rows outside it are
     // refused, and both sides raise. Throws RuntimeError naming the peer on failure. The
     // rows may view a buffer the transport reuses: they are valid until its next fetch.
+    // With `arrived`, every row goes to it instead (in pieces, in any order, maybe while
+    // others are still on their way, and before any verdict is checked) and fetch returns
+    // nothing: the caller places rows while the rest travel.
     virtual std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests,
                                           const Serve& serve, int64_t served_rows,
-                                          const at::Tensor& like, const at::Device& device) = 0;
+                                          const at::Tensor& like, const at::Device& device,
+                                          const Arrived& arrived) = 0;
     virtual std::string kind() const = 0;
     virtual int64_t host() const = 0;
     virtual int64_t num_hosts() const = 0;
