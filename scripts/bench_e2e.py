@@ -16,7 +16,8 @@ synchronized epoch split into sampling, gathering and model. In one run:
      (``Feature(host_reads=...)``; rows named "staged");
   2. the same loop in line (prefetch 0);
   3. PyG's NeighborLoader on our sampler and stores (torch_quiver_ops.pyg, a Data with a
-     20% cache, degree order), alone, and with and without the Prefetcher under three
+     20% cache, degree order), alone, and with and without the Prefetcher (with
+     ``--green-sms`` also on green contexts) under three
      models: PyG's usual one over the whole sampled subgraph, the same with
      ``trim_to_layer``, and one that also computes only each layer's targets (the work of
      the torch-quiver loop's model, so the loaders compare on equal terms);
@@ -320,6 +321,15 @@ def single_gpu(args, results):
             record(f"pyg loader + prefetch, {variant} {mode}", ahead,
                    note=f"(model alone {alone:.2f} s)")
             record(f"pyg loader, {variant} {mode}", in_line)
+            for sms in [int(s) for s in args.green_sms.split(",") if s] if cuda else []:
+                label = f"pyg loader + prefetch green {sms}, {variant} {mode}"
+                try:  # an experiment, as green_rows: report and go on
+                    pyg_epoch(qv.Prefetcher(loader, device, sms=sms), model, optimizer,
+                              device)  # warm-up
+                    record(label, pyg_epoch(qv.Prefetcher(loader, device, sms=sms), model,
+                                            optimizer, device))
+                except Exception as error:
+                    print(f"   {label}: failed: {type(error).__name__}: {error}", flush=True)
         del loader, built
         qv.pyg._SHARED.clear()
         if cuda:
