@@ -216,6 +216,43 @@ def test_manual_seed_reproduces_an_epoch_whatever_else_draws(mode):
     assert not all(torch.equal(a[0], b[0]) for a, b in zip(first, epoch(noise=False)))
 
 
+@pytest.mark.parametrize("shuffle,drop_last,own_generator",
+                         [(True, False, False), (True, True, True), (False, False, False)])
+def test_batches_drawn_directly_equal_the_dataloaders(mode, shuffle, drop_last, own_generator):
+    # Without workers the loader draws its batches itself (no list of Python ints a batch);
+    # they must be the very batches torch's DataLoader draws from the same generators.
+    data = directed_data()
+    generator = torch.Generator().manual_seed(9) if own_generator else None
+    loader = qpyg.NeighborLoader(data, [3, 2], batch_size=23, shuffle=shuffle,
+                                 drop_last=drop_last, device=device_of(mode), mode=mode,
+                                 generator=generator)
+    assert loader._batches_directly
+
+    def epoch():
+        torch.manual_seed(5)
+        if generator is not None:
+            generator.manual_seed(9)
+        return [(b.n_id.cpu(), b.edge_index.cpu(), b.input_id.cpu(), b.batch_size)
+                for b in loader]
+
+    direct = epoch()
+    loader._batches_directly = False
+    through_dataloader = epoch()
+    assert len(direct) == len(through_dataloader) == len(loader)
+    for a, b in zip(direct, through_dataloader):
+        assert all(torch.equal(x, y) for x, y in zip(a[:3], b[:3])) and a[3] == b[3]
+    if not shuffle:
+        assert torch.equal(torch.cat([a[2] for a in direct]), torch.arange(data.num_nodes))
+
+
+def test_a_sampler_of_the_users_own_goes_through_the_dataloader():
+    data = directed_data()
+    loader = qpyg.NeighborLoader(data, [2], batch_size=10, device="cpu",
+                                 sampler=torch.utils.data.SubsetRandomSampler(range(30)))
+    assert not loader._batches_directly
+    assert sum(b.batch_size for b in loader) == 30
+
+
 def test_bidirectional_subgraph_has_both_directions(mode):
     data = directed_data()
     loader = qpyg.NeighborLoader(data, [3, 2], batch_size=25, subgraph_type="bidirectional",
