@@ -63,9 +63,13 @@ TORCH_LIBRARY(quiver, m) {
   // stage_host_rows: such a batch's rows in the trailing host tiers are split between the
   // GPU's zero-copy reads and CPU threads that gather into pinned staging for the copy
   // engine, the split rebalanced per call (faster on host tables of tens of GB); results
-  // are the same.
+  // are the same. host_read_blocks > 0: a CUDA gather that reads pinned host memory runs on
+  // at most that many thread blocks, so that while its reads wait on PCIe it leaves the
+  // SMs to other work on the GPU (a model training beside a prefetching loader); 0: as
+  // many as its rows fill. Results are the same.
   m.def(
       "gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids, "
-      "bool group_host_reads=True, bool stage_host_rows=False) -> Tensor",
+      "bool group_host_reads=True, bool stage_host_rows=False, int host_read_blocks=0) -> "
+      "Tensor",
       {at::Tag::pt2_compliant_tag});
 }

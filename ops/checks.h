@@ -58,8 +58,8 @@ inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices
 }
 
 // A topology cache (sample_subgraph): both tensors or neither; cached_starts holds one
-// int32 or int64 start per node, cached_indices neighbor ids of indices' dtype. Their contents are checked
-// by the kernels that read them (each cached row must lie inside cached_indices).
+// int32 or int64 start per node, cached_indices neighbor ids of indices' dtype. Their contents are
+// checked by the kernels that read them (each cached row must lie inside cached_indices).
 inline void check_topology_cache(const at::Tensor& indptr, const at::Tensor& indices,
                                  const std::optional<at::Tensor>& cached_indices,
                                  const std::optional<at::Tensor>& cached_starts) {
@@ -150,9 +150,11 @@ inline void check_row_tiers(at::ArrayRef<at::Tensor> tiers,
 
 inline void check_gather_tiered_rows_args(at::ArrayRef<at::Tensor> tiers,
                                           const std::optional<at::Tensor>& positions,
-                                          const at::Tensor& ids) {
+                                          const at::Tensor& ids, int64_t host_read_blocks) {
   check_row_tiers(tiers, positions);
   check_index_vector(ids, "ids");
+  TORCH_CHECK_VALUE(host_read_blocks >= 0, "host_read_blocks must be >= 0 (0: no limit), got ",
+                    host_read_blocks);
 }
 
 // How many distinct ids a tiered layout answers: one per entry of positions, else one per row.

@@ -8,7 +8,8 @@ graph's train nodes (one epoch = every train seed once). Each configuration runs
 epoch, then a plain timed epoch, then (configurations with an in-line data path) a
 synchronized epoch split into sampling, gathering and model. In one run:
 
-  1. our prefetching loader (SampleLoader, 2 batches ahead on a side stream; with
+  1. our prefetching loader (SampleLoader, 2 batches ahead on a side stream, its gathers
+     of host rows on 48 thread blocks, and on every block: "all blocks"; with
      ``--green-sms``, also on a green context of that many SMs, the model on the rest or
      on all), GPU and UVA
      sampling, 20% of the feature rows cached in HBM (presampled order), the other rows
@@ -267,6 +268,13 @@ def single_gpu(args, results):
                 name = f"{'prefetch' if prefetch else 'in line'} {mode} {cache_name}"
                 if prefetch:
                     record(name, plain)
+                    if cuda and cache != "100%":  # the same, host rows read on every block
+                        every = qv.SampleLoader(sampler, feature, train, args.batch_size,
+                                                labels=labels, prefetch=prefetch,
+                                                prefetch_host_read_blocks=0)
+                        quiver_epoch(every, model, optimizer, device)  # warm-up
+                        record(f"{name} all blocks", quiver_epoch(every, model, optimizer,
+                                                                  device))
                 else:
                     clock = Clock(device)
                     quiver_epoch(loader, model, optimizer, device, clock)

@@ -43,7 +43,8 @@ def _gather_rows_fake(table, ids):
 
 
 @torch.library.register_fake("quiver::gather_tiered_rows")
-def _gather_tiered_rows_fake(tiers, positions, ids, group_host_reads=True, stage_host_rows=False):
+def _gather_tiered_rows_fake(tiers, positions, ids, group_host_reads=True, stage_host_rows=False,
+                             host_read_blocks=0):
     return tiers[0].new_empty((ids.shape[0], *tiers[0].shape[1:]), device=ids.device)
 
 

@@ -2,7 +2,9 @@
 read by one gather kernel (``quiver::gather_tiered_rows``)."""
 from __future__ import annotations
 
+import contextlib
 import math
+import threading
 import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -22,6 +24,26 @@ HOST_READS = ("auto", "zero_copy", "staged")
 # of a 4 GiB table at 50 GB/s and of a 16 GiB one at 19, staging at 47 and 34-38
 # (docs/benchmarks.md).
 STAGED_FROM_BYTES = 8 << 30
+
+# What host_read_blocks sets for the gathers of this thread.
+_THREAD_GATHERS = threading.local()
+
+
+@contextlib.contextmanager
+def host_read_blocks(blocks: int):
+    """Within this block, in this thread, a :class:`Feature`'s CUDA gathers that read pinned
+    host memory run on at most ``blocks`` thread blocks (0: as many as their rows fill).
+    Their reads wait on PCIe whatever their number; fewer blocks leave the other SMs to
+    work beside them, such as a model training while a :class:`Prefetcher` builds the next
+    batch, which sets this in its thread. The rows are the same."""
+    if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 0:
+        raise ValueError(f"blocks must be an int >= 0 (0: no limit), got {blocks!r}")
+    before = getattr(_THREAD_GATHERS, "host_read_blocks", 0)
+    _THREAD_GATHERS.host_read_blocks = blocks
+    try:
+        yield
+    finally:
+        _THREAD_GATHERS.host_read_blocks = before
 
 
 class Feature:
@@ -261,12 +283,15 @@ class Feature:
             view = self._views.get(ids.device)
             if view is not None:
                 return torch.ops.quiver.gather_tiered_rows.default(
-                    view[1], view[2], ids, True, self._stages_host_rows())
+                    view[1], view[2], ids, True, self._stages_host_rows(),
+                    getattr(_THREAD_GATHERS, "host_read_blocks", 0))
         ids = torch.as_tensor(ids)  # the op checks shape, dtype and range
         device = ids.device if ids.is_cuda else self._device_for(None)
         _, tiers, positions = self._view(device)
         return ops.gather_tiered_rows(tiers, positions, ids.to(device, non_blocking=True),
-                                      stage_host_rows=self._stages_host_rows())
+                                      stage_host_rows=self._stages_host_rows(),
+                                      host_read_blocks=getattr(_THREAD_GATHERS,
+                                                               "host_read_blocks", 0))
 
     def _stages_host_rows(self) -> bool:
         if self.host_reads == "auto":

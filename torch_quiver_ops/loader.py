@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from .feature import Feature
+from .feature import host_read_blocks as host_read_blocks_of
 from .sampler import Adj, GraphSageSampler
 
 __all__ = ["Batch", "Prefetcher", "SampleLoader"]
@@ -67,6 +68,12 @@ def _as_cuda_stream(stream) -> torch.cuda.Stream:
                              device_type=stream.device_type)
 
 
+# Thread blocks for a prefetching loader's gathers of host rows (Prefetcher): on the H100,
+# with a GraphSAGE model training beside it, 48 beat 16, 24, 32 and 64 (docs/benchmarks.md),
+# and a gather alone lost little (1.57 against 1.53 ms for 68 MB of random 400-byte rows).
+HOST_READ_BLOCKS = 48
+
+
 def green_context_stream(sms: int, device: torch.device):
     """``(stream, context)``: a stream whose kernels run on ``sms`` SMs of ``device`` of
     their own, from a CUDA green context (``torch.cuda.green_contexts``, beta in PyTorch).
@@ -100,6 +107,12 @@ class Prefetcher:
             kernels never wait behind the model's, which fill every other SM. On the H100,
             16 SMs took a products epoch from 1.19-1.20 s to 1.04-1.16 s
             (docs/benchmarks.md). Not with ``stream``.
+        host_read_blocks: the thread blocks a :class:`Feature` gather that reads pinned
+            host memory may use while it builds batches ahead (see
+            :func:`torch_quiver_ops.feature.host_read_blocks`; 0: no limit). Those reads
+            wait on PCIe; fewer blocks leave the other SMs to the model. On the H100, 48
+            took a products epoch with a 20% cache from 1.18-1.21 s to 0.98-0.99 s
+            (docs/benchmarks.md).
 
     Leaving an epoch early (``break``) stops the thread before the next epoch starts.
     An exception raised while building a batch is raised by ``next()`` in the caller.
@@ -107,9 +120,14 @@ class Prefetcher:
 
     def __init__(self, loader: Iterable, device: Union[None, int, str, torch.device] = None,
                  depth: int = 2, stream: Optional[torch.cuda.Stream] = None,
-                 sms: Optional[int] = None):
+                 sms: Optional[int] = None, host_read_blocks: int = HOST_READ_BLOCKS):
         if depth < 0:
             raise ValueError(f"depth must be >= 0, got {depth}")
+        if (not isinstance(host_read_blocks, int) or isinstance(host_read_blocks, bool)
+                or host_read_blocks < 0):
+            raise ValueError(f"host_read_blocks must be an int >= 0 (0: no limit), got "
+                             f"{host_read_blocks!r}")
+        self.host_read_blocks = host_read_blocks
         if sms is not None and stream is not None:
             raise ValueError("give a stream or a number of SMs for the loader, not both")
         if device is None:
@@ -145,7 +163,8 @@ class Prefetcher:
                 torch.cuda.set_device(self.device)  # the current device is per thread
                 stream = self.stream if self.stream is not None else torch.cuda.Stream(
                     self.device)
-            with torch.cuda.stream(stream) if cuda else _nothing():
+            with torch.cuda.stream(stream) if cuda else _nothing(), \
+                    host_read_blocks_of(self.host_read_blocks):
                 for batch in batches:
                     event = None
                     if cuda:
@@ -235,6 +254,7 @@ class SampleLoader:
             (default: PyTorch's default generator, one draw per epoch).
         prefetch_sms: build batches ahead on this many SMs of their own (see
             :class:`Prefetcher`'s ``sms``).
+        prefetch_host_read_blocks: see :class:`Prefetcher`'s ``host_read_blocks``.
 
     ``for n_id, batch_size, adjs, x, y in loader:`` replaces the torch-quiver loop
     ``for seeds in loader: n_id, batch_size, adjs = sampler.sample(seeds); x = feature[n_id]``.
@@ -244,7 +264,8 @@ class SampleLoader:
                  batch_size: int, labels: Optional[Tensor] = None, shuffle: bool = True,
                  drop_last: bool = False, prefetch: int = 2,
                  generator: Optional[torch.Generator] = None,
-                 prefetch_sms: Optional[int] = None):
+                 prefetch_sms: Optional[int] = None,
+                 prefetch_host_read_blocks: int = HOST_READ_BLOCKS):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         seeds = torch.as_tensor(seeds)
@@ -267,7 +288,8 @@ class SampleLoader:
         self._sampling_generator = torch.Generator(self.device)
         self.timer = None  # see _build
         self.prefetch = prefetch
-        self._prefetcher = Prefetcher(_Epochs(self), self.device, prefetch, sms=prefetch_sms)
+        self._prefetcher = Prefetcher(_Epochs(self), self.device, prefetch, sms=prefetch_sms,
+                                      host_read_blocks=prefetch_host_read_blocks)
 
     def __len__(self) -> int:
         full, rest = divmod(self.seeds.numel(), self.batch_size)

@@ -89,7 +89,8 @@ def gather_rows(table: Tensor, ids: Tensor) -> Tensor:
 
 
 def gather_tiered_rows(tiers: List[Tensor], positions: Optional[Tensor], ids: Tensor,
-                       group_host_reads: bool = True, stage_host_rows: bool = False) -> Tensor:
+                       group_host_reads: bool = True, stage_host_rows: bool = False,
+                       host_read_blocks: int = 0) -> Tensor:
     """Rows ``ids`` of a table split over tiers.
 
     Tier ``k`` holds the rows at positions ``[begin_k, begin_k + len(tiers[k]))`` with
@@ -102,8 +103,11 @@ def gather_tiered_rows(tiers: List[Tensor], positions: Optional[Tensor], ids: Te
     host tiers are split: the GPU reads a share with zero copy while CPU threads gather
     the rest into pinned staging and the copy engine moves it, the share rebalanced after
     every call. That is 2-3x faster on host tables of tens of GB, whose random pages the GPU
-    reaches slowly; the result is the same. Out-of-range ids raise IndexError. Returns
-    ``[len(ids), *row_shape]`` rows on the ids' device.
+    reaches slowly; the result is the same. ``host_read_blocks > 0`` runs a CUDA gather
+    that reads pinned host memory on at most that many thread blocks: while its reads wait
+    on PCIe, the other SMs stay free for other work on the GPU (a model training beside a
+    prefetching loader; see :class:`Prefetcher`); the result is the same. Out-of-range ids
+    raise IndexError. Returns ``[len(ids), *row_shape]`` rows on the ids' device.
     """
     return torch.ops.quiver.gather_tiered_rows(tiers, positions, ids, group_host_reads,
-                                               stage_host_rows)
+                                               stage_host_rows, host_read_blocks)

@@ -170,9 +170,10 @@ RowGather<id_t, pos_t> row_gather_of(const RowTiers& layout, int64_t row_bytes,
 template <typename id_t, typename pos_t>
 void launch_gather(const RowTiers& layout, int64_t row_bytes, const void* positions,
                    int64_t num_ids_allowed, const at::Tensor& ids, at::Tensor& out, uint64_t* error,
-                   bool grouped, cudaStream_t stream) {
-  const auto gather =
+                   bool grouped, int64_t max_blocks, cudaStream_t stream) {
+  auto gather =
       row_gather_of<id_t, pos_t>(layout, row_bytes, positions, num_ids_allowed, ids, out, error);
+  gather.max_blocks = max_blocks;
   if (!grouped) {
     C10_CUDA_CHECK(gather_tiered_rows(gather, stream));
     return;
@@ -180,15 +181,16 @@ void launch_gather(const RowTiers& layout, int64_t row_bytes, const void* positi
   const int64_t n = ids.numel();
   const SortedPositions sorted = sort_positions(gather, ids, 0, stream);
   const PositionOrder& order = sorted.order;
-  const RowGather<int64_t, int64_t> grouped_gather{layout,
-                                                   row_bytes,
-                                                   nullptr,
-                                                   layout.begin[layout.num_tiers],
-                                                   order.sorted_keys,
-                                                   n,
-                                                   out.mutable_data_ptr(),
-                                                   error,
-                                                   order.sorted_rows};
+  RowGather<int64_t, int64_t> grouped_gather{layout,
+                                             row_bytes,
+                                             nullptr,
+                                             layout.begin[layout.num_tiers],
+                                             order.sorted_keys,
+                                             n,
+                                             out.mutable_data_ptr(),
+                                             error,
+                                             order.sorted_rows};
+  grouped_gather.max_blocks = max_blocks;
   C10_CUDA_CHECK(gather_tiered_rows(grouped_gather, stream));
 }
 
@@ -286,7 +288,7 @@ void* pinned_scratch(int which, int64_t bytes, bool& grown) {
 template <typename id_t, typename pos_t>
 void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout, int64_t row_bytes,
                           const void* positions, int64_t num_ids_allowed, const at::Tensor& ids,
-                          at::Tensor& out, uint64_t* error) {
+                          at::Tensor& out, uint64_t* error, int64_t max_blocks) {
   const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
   const int device = out.device().index();
   const at::cuda::CUDAStream copies = at::cuda::getStreamFromPool(false, device);
@@ -309,6 +311,7 @@ void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout
       layout, row_bytes,        nullptr, tier_end, order.sorted_keys, n, out.mutable_data_ptr(),
       error,  order.sorted_rows};
   on_gpu.ids_end = bounds + 1;
+  on_gpu.max_blocks = max_blocks;  // its share of the host rows is read with zero copy
   C10_CUDA_CHECK(gather_tiered_rows(on_gpu, stream));
   gpu_done.record(stream);
 
@@ -372,8 +375,8 @@ namespace {
 // rows (their writes may still be in flight) and the tiers' end position.
 at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
-                             bool group_host_reads, bool stage_host_rows, const char* op,
-                             uint64_t* error, int64_t* tier_end) {
+                             bool group_host_reads, bool stage_host_rows, int64_t host_read_blocks,
+                             const char* op, uint64_t* error, int64_t* tier_end) {
   TORCH_CHECK(ids.is_cuda(), op, " on CUDA needs ids on a GPU, got ids on ", ids.device(),
               " (tables on ", tiers[0].device(), ")");
   const at::Device device = ids.device();
@@ -399,19 +402,20 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
   const bool grouped = group_host_reads && large;
   const bool staged = stage_host_rows && large &&
                       trailing_host_begin(tiers, layout) < layout.begin[layout.num_tiers];
+  const int64_t max_blocks = host_tier ? host_read_blocks : 0;
   AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "gather_from_tiers", [&] {
     if (staged && wide_positions) {
       launch_staged_gather<index_t, int64_t>(tiers, layout, row_bytes, position_ptr,
-                                             num_ids_allowed, ids, out, error);
+                                             num_ids_allowed, ids, out, error, max_blocks);
     } else if (staged) {
       launch_staged_gather<index_t, int32_t>(tiers, layout, row_bytes, position_ptr,
-                                             num_ids_allowed, ids, out, error);
+                                             num_ids_allowed, ids, out, error, max_blocks);
     } else if (wide_positions) {
       launch_gather<index_t, int64_t>(layout, row_bytes, position_ptr, num_ids_allowed, ids, out,
-                                      error, grouped, stream);
+                                      error, grouped, max_blocks, stream);
     } else {
       launch_gather<index_t, int32_t>(layout, row_bytes, position_ptr, num_ids_allowed, ids, out,
-                                      error, grouped, stream);
+                                      error, grouped, max_blocks, stream);
     }
   });
   return out;
@@ -421,11 +425,12 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
 
 at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
-                             bool group_host_reads, bool stage_host_rows, const char* op) {
+                             bool group_host_reads, bool stage_host_rows, const char* op,
+                             int64_t host_read_blocks) {
   const ErrorWord& error = cleared_error_word();
   int64_t tier_end = 0;
-  at::Tensor out = launch_from_tiers(tiers, positions, ids, group_host_reads, stage_host_rows, op,
-                                     error.device, &tier_end);
+  at::Tensor out = launch_from_tiers(tiers, positions, ids, group_host_reads, stage_host_rows,
+                                     host_read_blocks, op, error.device, &tier_end);
   if (out.numel() == 0) return out;
   const c10::cuda::CUDAGuard guard(ids.device());
   raise_on_error(error, at::cuda::getCurrentCUDAStream().stream(), ids, positions,
@@ -478,8 +483,8 @@ PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
   state.positions = positions;
   state.num_ids_allowed = tiered_id_count(tiers, positions);
   pending.rows_ =
-      launch_from_tiers(tiers, positions, ids, group_host_reads,
-                        /*stage_host_rows=*/false, op, state.word.device, &state.tier_end);
+      launch_from_tiers(tiers, positions, ids, group_host_reads, /*stage_host_rows=*/false,
+                        /*host_read_blocks=*/0, op, state.word.device, &state.tier_end);
   return pending;
 }
 
@@ -489,10 +494,10 @@ namespace {
 
 at::Tensor gather_tiered_rows_cuda(at::TensorList tiers, const std::optional<at::Tensor>& positions,
                                    const at::Tensor& ids, bool group_host_reads,
-                                   bool stage_host_rows) {
-  check_gather_tiered_rows_args(tiers, positions, ids);
+                                   bool stage_host_rows, int64_t host_read_blocks) {
+  check_gather_tiered_rows_args(tiers, positions, ids, host_read_blocks);
   return cuda::gather_from_tiers(tiers, positions, ids, group_host_reads, stage_host_rows,
-                                 "gather_tiered_rows");
+                                 "gather_tiered_rows", host_read_blocks);
 }
 
 }  // namespace

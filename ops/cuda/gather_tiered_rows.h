@@ -15,10 +15,12 @@ namespace quiver::cuda {
 // (row_gather.h: PositionOrder). With stage_host_rows, such a batch's rows in trailing host
 // tiers are split between the GPU's zero-copy reads and CPU threads that gather them into
 // pinned staging for the copy engine (host_read_split.h). `op` names the calling op in
-// placement errors.
+// placement errors. host_read_blocks > 0 caps the grid of a gather that reads host tiers
+// (see gather_tiered_rows in library.cpp).
 at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
-                             bool group_host_reads, bool stage_host_rows, const char* op);
+                             bool group_host_reads, bool stage_host_rows, const char* op,
+                             int64_t host_read_blocks = 0);
 
 // A gather launched without waiting for it (enqueue_gather_from_tiers): a bad id or
 // position is recorded, not raised, until raise_if_failed, which the caller calls after it

@@ -114,6 +114,7 @@ cudaError_t launch(const RowGather<id_t, pos_t>& g, cudaStream_t stream) {
   const int64_t rows_per_block = int64_t{block.y} * kRowsInFlight;
   int64_t blocks = (g.num_ids + rows_per_block - 1) / rows_per_block;
   if (blocks > kMaxBlocks) blocks = kMaxBlocks;
+  if (g.max_blocks > 0 && blocks > g.max_blocks) blocks = g.max_blocks;
   if (g.out_rows != nullptr) {
     gather_tiered_rows_kernel<vec_t, id_t, pos_t, true>
         <<<static_cast<int>(blocks), block, 0, stream>>>(

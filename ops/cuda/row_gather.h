@@ -50,6 +50,9 @@ struct RowGather {
   // When set, only ids [0, *ids_end) are served (a bound the GPU computed; num_ids, at
   // least as large, sizes the grid).
   const int64_t* ids_end = nullptr;
+  // > 0: at most this many thread blocks, each striding over the rows (see
+  // gather_tiered_rows' host_read_blocks in library.cpp).
+  int64_t max_blocks = 0;
 };
 
 template <typename id_t, typename pos_t>

@@ -45,6 +45,11 @@ def test_opcheck(mode):
         if mode == "GPU":  # opcheck's copies of the pinned host tier are pageable
             args = ([t.cuda() for t in args[0]], *args[1:])
         torch.library.opcheck(torch.ops.quiver.gather_tiered_rows.default, args)
+    tiers, positions, ids = cases[0][1]
+    if mode == "GPU":
+        tiers = [t.cuda() for t in tiers]
+    torch.library.opcheck(torch.ops.quiver.gather_tiered_rows.default,
+                          (tiers, positions, ids, True, False, 2))  # host_read_blocks
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64,
@@ -90,6 +95,9 @@ def test_rejects_bad_input(mode):
         qv.ops.gather_tiered_rows(tiers, None, torch.tensor([0.0], device=device))
     with pytest.raises(TypeError, match="positions must hold int32 or int64 ids"):
         qv.ops.gather_tiered_rows(tiers, positions.float(), torch.tensor([0], device=device))
+    with pytest.raises(ValueError, match=r"host_read_blocks must be >= 0 \(0: no limit\), got -1"):
+        qv.ops.gather_tiered_rows(tiers, None, torch.tensor([0], device=device),
+                                  host_read_blocks=-1)
 
 
 @requires_cuda
@@ -177,6 +185,30 @@ def test_large_batches_read_in_position_order_give_the_same_rows(mode, reads, po
     with pytest.raises(IndexError, match=r"positions\[\d+\] = 9999 is out of range"):
         qv.ops.gather_tiered_rows(tiers, corrupt.to(device), ids.to(device), group_host_reads,
                                   stage_host_rows)
+
+
+@pytest.mark.parametrize("reads", HOST_READS)
+@pytest.mark.parametrize("blocks", [1, 5, 48])
+def test_few_blocks_for_host_reads_give_the_same_rows(mode, reads, blocks):
+    # host_read_blocks caps the grid of a CUDA gather that reads pinned host memory: each
+    # block then strides over many rows, in small batches and in large ones (grouped by
+    # position or staged). Rows and errors must not change.
+    group_host_reads, stage_host_rows = HOST_READS[reads]
+    table = random_table(5000, 100, torch.float32, seed=7)
+    order, positions = permutation_positions(5000, torch.int64, seed=9)
+    tiers = split_tiers(table[order], [300, 301], mode)
+    device = ids_device(mode)
+    positions = positions.to(device)
+    gen = torch.Generator().manual_seed(5)
+    for n in (100, 40_000):
+        ids = torch.randint(5000, (n,), generator=gen)
+        out = qv.ops.gather_tiered_rows(tiers, positions, ids.to(device), group_host_reads,
+                                        stage_host_rows, blocks)
+        assert torch.equal(out.cpu(), table[ids]), n
+    ids[-1] = 5000
+    with pytest.raises(IndexError, match=r"ids\[39999\] = 5000 is out of range \[0, 5000\)"):
+        qv.ops.gather_tiered_rows(tiers, positions, ids.to(device), group_host_reads,
+                                  stage_host_rows, blocks)
 
 
 @pytest.mark.parametrize("layout", ["host tier last", "host tier between GPU tiers"])

@@ -143,6 +143,47 @@ def test_errors_reach_the_caller_and_early_exits_stop_the_thread():
     assert threading.active_count() == threads
 
 
+def test_prefetcher_caps_host_reads_in_its_own_thread_only():
+    # Its thread's Feature gathers of host rows run on few thread blocks (feature.
+    # host_read_blocks), leaving the SMs to the model; the caller's thread is untouched.
+    from torch_quiver_ops import feature as feature_module
+
+    def current():
+        return getattr(feature_module._THREAD_GATHERS, "host_read_blocks", 0)
+
+    seen = []
+
+    class Probe:
+        def __len__(self):
+            return 3
+
+        def __iter__(self):
+            for step in range(3):
+                seen.append(current())
+                yield torch.tensor([step])
+
+    assert [int(b) for b in qv.Prefetcher(Probe(), "cpu", 2, host_read_blocks=7)] == [0, 1, 2]
+    assert seen == [7, 7, 7] and current() == 0
+    seen.clear()
+    list(qv.Prefetcher(Probe(), "cpu", 2))
+    assert seen == [qv.loader.HOST_READ_BLOCKS] * 3
+    seen.clear()
+    list(qv.Prefetcher(Probe(), "cpu", 0, host_read_blocks=7))  # built in the caller's thread
+    assert seen == [0, 0, 0]
+    with feature_module.host_read_blocks(5):
+        assert current() == 5
+        with feature_module.host_read_blocks(0):
+            assert current() == 0
+        assert current() == 5
+    assert current() == 0
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="must be an int >= 0"):
+            qv.Prefetcher(Probe(), "cpu", host_read_blocks=bad)
+        with pytest.raises(ValueError, match="must be an int >= 0"):
+            with feature_module.host_read_blocks(bad):
+                pass
+
+
 def test_bad_arguments_raise():
     sampler, feature, _, labels = setup("CPU")
     with pytest.raises(ValueError, match="batch_size"):

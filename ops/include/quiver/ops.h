@@ -55,8 +55,8 @@ sample_subgraph(const at::Tensor& indptr, const at::Tensor& indices, const at::T
           const std::optional<at::Tensor>&, const std::optional<at::Generator>&,
           const std::optional<at::Tensor>&, const std::optional<at::Tensor>&)>(
           "quiver::sample_subgraph");
-  return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids, generator,
-                     cached_indices, cached_starts);
+  return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids, generator, cached_indices,
+                     cached_starts);
 }
 
 inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
@@ -69,11 +69,11 @@ inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
 inline at::Tensor gather_tiered_rows(at::TensorList tiers,
                                      const std::optional<at::Tensor>& positions,
                                      const at::Tensor& ids, bool group_host_reads = true,
-                                     bool stage_host_rows = false) {
+                                     bool stage_host_rows = false, int64_t host_read_blocks = 0) {
   static const auto handle =
       detail::op<at::Tensor(at::TensorList, const std::optional<at::Tensor>&, const at::Tensor&,
-                            bool, bool)>("quiver::gather_tiered_rows");
-  return handle.call(tiers, positions, ids, group_host_reads, stage_host_rows);
+                            bool, bool, int64_t)>("quiver::gather_tiered_rows");
+  return handle.call(tiers, positions, ids, group_host_reads, stage_host_rows, host_read_blocks);
 }
 
 }  // namespace quiver
