@@ -225,10 +225,11 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
   clock.lap("group");
 
   std::vector<at::Tensor> requests(hosts);
-  int64_t begin = count[0];
-  for (int64_t h = 0; h < hosts; ++h) {
-    requests[h] = sorted_local.narrow(0, begin, count[h + 1]);
-    begin += count[h + 1];
+  std::vector<int64_t> group_at(hosts);  // where host h's rows start in the sorted order
+  for (int64_t h = 0, at = count[0]; h < hosts; ++h) {
+    group_at[h] = at;
+    requests[h] = sorted_local.narrow(0, at, count[h + 1]);
+    at += count[h + 1];
   }
   // The output is the caller's: in a process that uses CUDA it comes from PyTorch's
   // pinned-memory cache, whose blocks are reused (no page faults) and copy to a GPU at full
@@ -258,11 +259,6 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
     }
     return local_layout->gather(local_ids.to(local_device));
   };
-  std::vector<int64_t> group_at(hosts);  // where host h's rows start in the sorted order
-  for (int64_t h = 0, at = count[0]; h < hosts; ++h) {
-    group_at[h] = at;
-    at += count[h + 1];
-  }
   const Transport::Arrived arrived = [&](int64_t h, int64_t first_row, const at::Tensor& rows) {
     place(rows.to(device), order.narrow(0, group_at[h] + first_row, rows.size(0)));
   };
