@@ -212,7 +212,7 @@ class CollectiveTransport final : public Transport::Impl {
     }
     clock.lap("serve");
     // Host h's rows [begin, end) of its answer (its header rows first) are in bytes_in.
-    bool handed = false;
+    const bool handed_by_lane = arrived && !lanes_.empty();
     const auto landed = [&](int64_t h, int64_t begin, int64_t end) {
       begin = std::max(begin, header_rows);
       if (end > begin) {
@@ -224,9 +224,8 @@ class CollectiveTransport final : public Transport::Impl {
       exchange(bytes_in, bytes_out, send_ids, recv_ids, "rows");
       clock.lap("rows");
     } else {
-      handed = static_cast<bool>(arrived);
-      exchange_over_lanes(bytes_in, bytes_out, send_ids, recv_ids, header_rows, "rows",
-                          handed ? landed : Landed());
+      exchange_over_lanes(bytes_in, bytes_out, send_ids, recv_ids, header_rows,
+                          handed_by_lane ? landed : Landed());
       clock.lap("rows over lanes");
     }
 
@@ -256,7 +255,7 @@ class CollectiveTransport final : public Transport::Impl {
                         " rows. The hosts hold different shard maps or tables");
     }
     if (arrived) {
-      if (!handed) {
+      if (!handed_by_lane) {
         for (int64_t h = 0; h < num_hosts_; ++h) landed(h, 0, send_ids[h]);
       }
       return {};
@@ -597,7 +596,7 @@ class CollectiveTransport final : public Transport::Impl {
   // connections' compete for the cores, as serving lane by lane did).
   void exchange_over_lanes(at::Tensor& into, const at::Tensor& from,
                            const std::vector<int64_t>& into_rows,
-                           const std::vector<int64_t>& from_rows, int64_t header, const char* what,
+                           const std::vector<int64_t>& from_rows, int64_t header,
                            const Landed& landed) {
     const int64_t lanes = static_cast<int64_t>(lanes_.size());
     struct Posted {
@@ -669,8 +668,7 @@ class CollectiveTransport final : public Transport::Impl {
       if (!in_backend) throw;  // this host's own placement failed
       const auto patience = watch_->period() * kSilentPeriods;
       TORCH_CHECK(false, "quiver transport (", kind(), ", host ", host_, " of ", num_hosts_,
-                  "): exchanging ", what, " over ", lanes,
-                  " lanes failed: ", watch_->describe(patience),
+                  "): exchanging rows over ", lanes, " lanes failed: ", watch_->describe(patience),
                   ". The backend said: ", error.what());
     }
   }
