@@ -29,6 +29,11 @@ STAGED_FROM_BYTES = 8 << 30
 _THREAD_GATHERS = threading.local()
 
 
+def check_host_read_blocks(blocks, name: str) -> None:
+    if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 0:
+        raise ValueError(f"{name} must be an int >= 0 (0: no limit), got {blocks!r}")
+
+
 @contextlib.contextmanager
 def host_read_blocks(blocks: int):
     """Within this block, in this thread, a :class:`Feature`'s CUDA gathers that read pinned
@@ -36,8 +41,7 @@ def host_read_blocks(blocks: int):
     Their reads wait on PCIe whatever their number; fewer blocks leave the other SMs to
     work beside them, such as a model training while a :class:`Prefetcher` builds the next
     batch, which sets this in its thread. The rows are the same."""
-    if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 0:
-        raise ValueError(f"blocks must be an int >= 0 (0: no limit), got {blocks!r}")
+    check_host_read_blocks(blocks, "blocks")
     before = getattr(_THREAD_GATHERS, "host_read_blocks", 0)
     _THREAD_GATHERS.host_read_blocks = blocks
     try:

@@ -27,7 +27,7 @@ from typing import Any, Iterable, Iterator, List, NamedTuple, Optional, Union
 import torch
 from torch import Tensor
 
-from .feature import Feature
+from .feature import Feature, check_host_read_blocks
 from .feature import host_read_blocks as host_read_blocks_of
 from .sampler import Adj, GraphSageSampler
 
@@ -111,7 +111,7 @@ class Prefetcher:
             host memory may use while it builds batches ahead (see
             :func:`torch_quiver_ops.feature.host_read_blocks`; 0: no limit). Those reads
             wait on PCIe; fewer blocks leave the other SMs to the model. On the H100, 48
-            took a products epoch with a 20% cache from 1.18-1.21 s to 0.98-0.99 s
+            took a products epoch with a 20% cache from 1.16-1.23 s to 0.99-1.06 s
             (docs/benchmarks.md).
 
     Leaving an epoch early (``break``) stops the thread before the next epoch starts.
@@ -123,10 +123,7 @@ class Prefetcher:
                  sms: Optional[int] = None, host_read_blocks: int = HOST_READ_BLOCKS):
         if depth < 0:
             raise ValueError(f"depth must be >= 0, got {depth}")
-        if (not isinstance(host_read_blocks, int) or isinstance(host_read_blocks, bool)
-                or host_read_blocks < 0):
-            raise ValueError(f"host_read_blocks must be an int >= 0 (0: no limit), got "
-                             f"{host_read_blocks!r}")
+        check_host_read_blocks(host_read_blocks, "host_read_blocks")
         self.host_read_blocks = host_read_blocks
         if sms is not None and stream is not None:
             raise ValueError("give a stream or a number of SMs for the loader, not both")
