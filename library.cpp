@@ -64,9 +64,10 @@ TORCH_LIBRARY(quiver, m) {
   // GPU's zero-copy reads and CPU threads that gather into pinned staging for the copy
   // engine, the split rebalanced per call (faster on host tables of tens of GB); results
   // are the same. host_read_blocks > 0: a CUDA gather that reads pinned host memory runs on
-  // at most that many thread blocks, so that while its reads wait on PCIe it leaves the
-  // SMs to other work on the GPU (a model training beside a prefetching loader); 0: as
-  // many as its rows fill. Results are the same.
+  // at most that many thread blocks of 1024 threads (the largest, so that its warps hold
+  // few SMs), so that while its reads wait on PCIe it leaves the SMs to other work on the
+  // GPU (a model training beside a prefetching loader); 0: as many blocks of 256 as its
+  // rows fill. Results are the same.
   m.def(
       "gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids, "
       "bool group_host_reads=True, bool stage_host_rows=False, int host_read_blocks=0) -> "

@@ -9,7 +9,7 @@ epoch, then a plain timed epoch, then (configurations with an in-line data path)
 synchronized epoch split into sampling, gathering and model. In one run:
 
   1. our prefetching loader (SampleLoader, 2 batches ahead on a side stream, its gathers
-     of host rows on 48 thread blocks, and on every block: "all blocks"; with
+     of host rows on 12 blocks of 1024 threads, and on every block: "all blocks"; with
      ``--green-sms``, also on a green context of that many SMs, the model on the rest or
      on all), GPU and UVA
      sampling, 20% of the feature rows cached in HBM (presampled order), the other rows

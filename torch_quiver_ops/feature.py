@@ -37,8 +37,9 @@ def check_host_read_blocks(blocks, name: str) -> None:
 @contextlib.contextmanager
 def host_read_blocks(blocks: int):
     """Within this block, in this thread, a :class:`Feature`'s CUDA gathers that read pinned
-    host memory run on at most ``blocks`` thread blocks (0: as many as their rows fill).
-    Their reads wait on PCIe whatever their number; fewer blocks leave the other SMs to
+    host memory run on at most ``blocks`` thread blocks of 1024 threads (0: as many blocks
+    of 256 as their rows fill). Their reads wait on PCIe whatever their number; fewer
+    blocks, each as large as a block can be, leave the other SMs to
     work beside them, such as a model training while a :class:`Prefetcher` builds the next
     batch, which sets this in its thread. The rows are the same."""
     check_host_read_blocks(blocks, "blocks")

@@ -68,10 +68,11 @@ def _as_cuda_stream(stream) -> torch.cuda.Stream:
                              device_type=stream.device_type)
 
 
-# Thread blocks for a prefetching loader's gathers of host rows (Prefetcher): on the H100,
-# with a GraphSAGE model training beside it, 48 beat 16, 24, 32 and 64 (docs/benchmarks.md),
-# and a gather alone lost little (1.57 against 1.53 ms for 68 MB of random 400-byte rows).
-HOST_READ_BLOCKS = 48
+# Thread blocks (of 1024 threads) for a prefetching loader's gathers of host rows
+# (Prefetcher): on the H100, with a GraphSAGE model training beside it, 12 beat 6, 8, 10,
+# 14 and 16, and 48 blocks of 256 threads, the same warps spread over four times the SMs
+# (docs/benchmarks.md).
+HOST_READ_BLOCKS = 12
 
 
 def green_context_stream(sms: int, device: torch.device):
@@ -110,9 +111,9 @@ class Prefetcher:
         host_read_blocks: the thread blocks a :class:`Feature` gather that reads pinned
             host memory may use while it builds batches ahead (see
             :func:`torch_quiver_ops.feature.host_read_blocks`; 0: no limit). Those reads
-            wait on PCIe; fewer blocks leave the other SMs to the model. On the H100, 48
-            took a products epoch with a 20% cache from 1.16-1.23 s to 0.99-1.06 s
-            (docs/benchmarks.md).
+            wait on PCIe; fewer blocks leave the other SMs to the model. On the H100, 12
+            blocks of 1024 threads took a products epoch with a 20% cache from 1.15-1.17 s
+            to 0.95-1.02 s (docs/benchmarks.md).
 
     Leaving an epoch early (``break``) stops the thread before the next epoch starts.
     An exception raised while building a batch is raised by ``next()`` in the caller.

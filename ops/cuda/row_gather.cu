@@ -13,6 +13,12 @@ namespace quiver::cuda {
 namespace {
 
 constexpr int kThreadsPerBlock = 256;
+// A capped grid (host reads beside a model: RowGather::max_blocks) uses the largest blocks,
+// so that its warps sit on as few SMs as possible: a block that shares an SM with a GEMM's
+// keeps that SM from the GEMM's next tile. On the H100, 12 blocks of 1024 took a
+// prefetching epoch to 0.95-0.98 s against 0.98-1.02 s for 48 blocks of 256, the same warps
+// (docs/benchmarks.md).
+constexpr int kCappedThreadsPerBlock = 1024;
 constexpr int kMaxLanesPerRow = 32;
 // Measured on an H100 (docs/benchmarks.md): 2 and 4 rows in flight tie, 8 and 16 lose.
 constexpr int kRowsInFlight = 4;
@@ -45,8 +51,8 @@ __device__ inline int64_t checked_position(const pos_t* __restrict__ positions,
 }
 
 // kGrouped: ids are checked positions in sorted order and out_rows says where each goes.
-template <typename vec_t, typename id_t, typename pos_t, bool kGrouped>
-__global__ void __launch_bounds__(kThreadsPerBlock)
+template <typename vec_t, typename id_t, typename pos_t, bool kGrouped, int kThreads>
+__global__ void __launch_bounds__(kThreads)
     gather_tiered_rows_kernel(const RowTiers tiers, const pos_t* __restrict__ positions,
                               int64_t num_ids_allowed, int64_t row_vecs,
                               const id_t* __restrict__ ids, int64_t num_ids,
@@ -106,28 +112,34 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-template <typename vec_t, typename id_t, typename pos_t>
-cudaError_t launch(const RowGather<id_t, pos_t>& g, cudaStream_t stream) {
+template <typename vec_t, typename id_t, typename pos_t, int kThreads>
+cudaError_t launch_with(const RowGather<id_t, pos_t>& g, cudaStream_t stream) {
   const int64_t row_vecs = g.row_bytes / static_cast<int64_t>(sizeof(vec_t));
   const int lanes = static_cast<int>(row_vecs < kMaxLanesPerRow ? row_vecs : kMaxLanesPerRow);
-  const dim3 block(lanes, kThreadsPerBlock / lanes);
+  const dim3 block(lanes, kThreads / lanes);
   const int64_t rows_per_block = int64_t{block.y} * kRowsInFlight;
   int64_t blocks = (g.num_ids + rows_per_block - 1) / rows_per_block;
   if (blocks > kMaxBlocks) blocks = kMaxBlocks;
   if (g.max_blocks > 0 && blocks > g.max_blocks) blocks = g.max_blocks;
   if (g.out_rows != nullptr) {
-    gather_tiered_rows_kernel<vec_t, id_t, pos_t, true>
+    gather_tiered_rows_kernel<vec_t, id_t, pos_t, true, kThreads>
         <<<static_cast<int>(blocks), block, 0, stream>>>(
             g.tiers, g.positions, g.num_ids_allowed, row_vecs, g.ids, g.num_ids,
             static_cast<vec_t*>(g.out), g.error, g.out_rows, g.ids_end);
   } else {
-    gather_tiered_rows_kernel<vec_t, id_t, pos_t, false>
+    gather_tiered_rows_kernel<vec_t, id_t, pos_t, false, kThreads>
         <<<static_cast<int>(blocks), block, 0, stream>>>(
             g.tiers, g.positions, g.num_ids_allowed, row_vecs, g.ids, g.num_ids,
             static_cast<vec_t*>(g.out), g.error, nullptr, g.ids_end);
   }
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
+}
+
+template <typename vec_t, typename id_t, typename pos_t>
+cudaError_t launch(const RowGather<id_t, pos_t>& g, cudaStream_t stream) {
+  if (g.max_blocks > 0) return launch_with<vec_t, id_t, pos_t, kCappedThreadsPerBlock>(g, stream);
+  return launch_with<vec_t, id_t, pos_t, kThreadsPerBlock>(g, stream);
 }
 
 // The widest vector that divides the row and every tier's and the output's alignment.
