@@ -7,6 +7,7 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAException.h>
 
+#include <cstring>
 #include <mutex>
 
 #include "ops/cuda/device_status.h"
@@ -46,6 +47,9 @@ class HopBoard {
   DeviceStatus* status() { return reinterpret_cast<DeviceStatus*>(device_.mutable_data_ptr()); }
   int64_t* words() { return device_.mutable_data_ptr<int64_t>() + kStatusWords; }
   int64_t* host_words() { return host_.mutable_data_ptr<int64_t>() + kStatusWords; }
+
+  // Zeroes the host mirror (status included), for a board used again.
+  void clear_host() { std::memset(host_.mutable_data_ptr(), 0, words_ * sizeof(int64_t)); }
 
   // Copies the host mirror (after filling host_words()) to the device, asynchronously.
   void upload(cudaStream_t stream) {

@@ -96,6 +96,10 @@ __global__ void __launch_bounds__(kBlock)
   const auto group = cg::tiled_partition<G>(cg::this_thread_block());
   const int lane = group.thread_rank();
   const int slot = threadIdx.x / G;
+  const uint64_t seed =
+      rule.device_key ? static_cast<uint64_t>(rule.device_key[0]) : rule.key.seed;
+  const uint64_t offset =
+      rule.device_key ? static_cast<uint64_t>(rule.device_key[1]) : rule.key.offset;
 
   for (int64_t visit = blockIdx.x * int64_t{kGroups} + slot; visit < num_rows;
        visit += int64_t{gridDim.x} * kGroups) {
@@ -121,7 +125,7 @@ __global__ void __launch_bounds__(kBlock)
     } else if (rule.replace) {
       for (int64_t j = lane; j < count; j += G) {
         curandStatePhilox4_32_10_t state;
-        curand_init(rule.key.seed, rule.stream_base + r, rule.key.offset + 4 * j, &state);
+        curand_init(seed, rule.stream_base + r, offset + 4 * j, &state);
         emit(j, static_cast<int64_t>(uniform_below(&state, degree)));
       }
     } else {
@@ -133,7 +137,7 @@ __global__ void __launch_bounds__(kBlock)
       int64_t* picks = small ? shared_picks[slot] : edge_ids_out + first;
       if (lane == 0) {
         curandStatePhilox4_32_10_t state;
-        curand_init(rule.key.seed, rule.stream_base + r, rule.key.offset, &state);
+        curand_init(seed, rule.stream_base + r, offset, &state);
         int64_t* set = small ? nullptr : pick_sets + 2 * first;
         const uint64_t capacity = 2 * static_cast<uint64_t>(count);
         // Inserts v unless present; true when it was present.

@@ -39,12 +39,15 @@ struct PhiloxKey {
 };
 
 // How one hop samples: its fanout (-1: all neighbors), with or without replacement, and
-// its randomness: row r draws from Philox stream stream_base + r.
+// its randomness: row r draws from Philox stream stream_base + r. The key is `key`, or, when
+// `device_key` is set, the {seed, offset} pair there (device memory written before the hop
+// runs: a replayed CUDA graph reads each call's own key).
 struct HopRule {
   int64_t fanout;
   bool replace;
   PhiloxKey key;
   uint64_t stream_base;
+  const int64_t* device_key = nullptr;
 };
 
 // The rows (nodes) of one hop and, per row, device arrays of num_rows entries: its CSR

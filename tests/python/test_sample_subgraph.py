@@ -404,3 +404,165 @@ def test_sampler_topology_cache(mode):
         torch.manual_seed(seed)
         b = cached.sample_subgraph(seeds)
         assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+# Repeated CUDA calls of one shape are captured as a CUDA graph (the second call) and replayed
+# (every later one); QUIVER_SAMPLING_GRAPHS=0 runs every call as usual.
+
+def graph_cases(mode, index_dtype):
+    graph = random_graph(num_nodes=500, num_edges=8000, dtype=index_dtype, seed=21)
+    (indptr, indices, eid), device, cache = cache_for(graph, mode, 0.3)
+    return graph, device, [
+        ("three hops, edge ids", [15, 10, 5], False, (indptr, indices), (eid,)),
+        ("with replacement, no edge ids", [4, 3], True, (indptr, indices), (None,)),
+        ("large fanout (pick sets)", [40, 2], False, (indptr, indices), (eid,)),
+        ("topology cache", [15, 10, 5], False, (indptr, indices), (eid, *cache)),
+    ]
+
+
+def calls_in_turn(graph_device_cases, seeds, monkeypatch, setting, calls=4):
+    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", setting)
+    out = {}
+    for name, fanouts, replace, csr, extra in graph_device_cases:
+        gen = torch.Generator(seeds.device).manual_seed(7)
+        out[name] = [qv.ops.sample_subgraph(*csr, seeds, fanouts, replace, extra[0], gen,
+                                            *extra[1:]) for _ in range(calls)]
+    return out
+
+
+def test_replayed_batches_equal_calls_run_as_usual(mode, index_dtype, monkeypatch):
+    if mode == "CPU":
+        pytest.skip("CUDA graphs are a GPU's")
+    graph, device, cases = graph_cases(mode, index_dtype)
+    seeds = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(4))[:64]
+    seeds = seeds.to(device)
+    usual = calls_in_turn(cases, seeds, monkeypatch, "0")
+    replayed = calls_in_turn(cases, seeds, monkeypatch, "1")
+    for name, fanouts, replace, _, extra in cases:
+        for k, (a, b) in enumerate(zip(usual[name], replayed[name])):
+            for x, y in zip(a, b):
+                assert torch.equal(x, y), (name, k)
+            check_subgraph(graph, seeds, fanouts, replace, b, extra[0] is not None)
+        # successive calls draw fresh numbers, replayed or not
+        assert not torch.equal(replayed[name][2][1], replayed[name][3][1])
+
+
+def test_a_replayed_batch_reports_bad_seeds_then_samples_again(mode, monkeypatch):
+    if mode == "CPU":
+        pytest.skip("CUDA graphs are a GPU's")
+    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "1")
+    graph = random_graph(num_nodes=300, num_edges=3000, seed=22)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.arange(0, 300, 10, device=device)
+    gen = torch.Generator(device)
+    for _ in range(3):  # run, captured, replayed
+        qv.ops.sample_subgraph(indptr, indices, seeds, [5, 3], False, eid, gen)
+    bad = seeds.clone()
+    bad[4] = 300
+    with pytest.raises(IndexError, match=r"seeds\[4\] = 300 is out of range \[0, 300\)"):
+        qv.ops.sample_subgraph(indptr, indices, bad, [5, 3], False, eid, gen)
+    gen.manual_seed(3)
+    replayed = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 3], False, eid, gen)
+    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "0")
+    gen.manual_seed(3)
+    usual = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 3], False, eid, gen)
+    for a, b in zip(usual, replayed):
+        assert torch.equal(a, b)
+
+
+def test_replayed_outputs_are_the_callers_own_on_any_stream(mode, monkeypatch):
+    """A replay's outputs are copies: the next replay (here on another stream, with other
+    seeds) leaves them as they were."""
+    if mode == "CPU":
+        pytest.skip("CUDA graphs are a GPU's")
+    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "1")
+    graph = random_graph(num_nodes=400, num_edges=6000, seed=23)
+    (indptr, indices, eid), device = place(graph, mode)
+    gen = torch.Generator(device).manual_seed(1)
+    seeds = [torch.randperm(400, device=device)[:32] for _ in range(4)]
+    outs = [qv.ops.sample_subgraph(indptr, indices, s, [6, 4], False, eid, gen)
+            for s in seeds[:3]]
+    kept = [[t.clone() for t in out] for out in outs]
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        last = qv.ops.sample_subgraph(indptr, indices, seeds[3], [6, 4], False, eid, gen)
+    torch.cuda.current_stream(device).wait_stream(side)
+    for out, copy in zip(outs, kept):
+        for a, b in zip(out, copy):
+            assert torch.equal(a, b)
+    for s, out in zip(seeds, outs + [last]):
+        check_subgraph(graph, s, [6, 4], False, out)
+
+
+def test_threads_sampling_one_shape_at_once_get_their_own_batches(mode, monkeypatch):
+    """One thread replays a captured shape while another finds it busy and runs as usual:
+    each gets what its own generator draws."""
+    if mode == "CPU":
+        pytest.skip("CUDA graphs are a GPU's")
+    import threading
+    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "1")
+    graph = random_graph(num_nodes=400, num_edges=6000, seed=24)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.arange(0, 400, 9, device=device)
+
+    def run(seed, results):
+        gen = torch.Generator(device).manual_seed(seed)
+        with torch.cuda.stream(torch.cuda.Stream(device)):
+            for _ in range(20):
+                out = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 5], False, eid, gen)
+                results.append([t.cpu() for t in out])
+
+    got = {1: [], 2: []}
+    threads = [threading.Thread(target=run, args=(s, got[s])) for s in got]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [len(got[s]) for s in got] == [20, 20]  # neither thread failed
+    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "0")
+    for seed in got:
+        want = []
+        run(seed, want)
+        for a, b in zip(want, got[seed]):
+            for x, y in zip(a, b):
+                assert torch.equal(x, y)
+
+
+def test_capturing_batches_leaves_other_threads_random_numbers_alone(mode, monkeypatch):
+    """While one thread captures batches, another draws from PyTorch's default CUDA
+    generator (as a model beside a prefetching loader does): its numbers are the ones it
+    draws with nobody sampling."""
+    if mode == "CPU":
+        pytest.skip("CUDA graphs are a GPU's")
+    import threading
+    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "1")
+    graph = random_graph(num_nodes=400, num_edges=6000, seed=25)
+    (indptr, indices, eid), device = place(graph, mode)
+    done = threading.Event()
+    failures = []
+
+    def sample():
+        try:
+            gen = torch.Generator(device).manual_seed(0)
+            with torch.cuda.stream(torch.cuda.Stream(device)):
+                for size in range(20, 60):  # a new shape each time: 40 captures
+                    seeds = torch.arange(size, device=device)
+                    for _ in range(2):
+                        qv.ops.sample_subgraph(indptr, indices, seeds, [4, 3], False, eid, gen)
+        except BaseException as error:  # noqa: BLE001 - reported below
+            failures.append(error)
+        finally:
+            done.set()
+
+    torch.manual_seed(0)
+    thread = threading.Thread(target=sample)
+    thread.start()
+    drawn = []
+    while not done.is_set() or len(drawn) < 50:
+        drawn.append(torch.rand(64, device=device))
+    thread.join()
+    assert not failures, failures
+    torch.manual_seed(0)
+    for got in drawn:
+        assert torch.equal(got, torch.rand(64, device=device))
