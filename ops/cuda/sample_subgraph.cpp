@@ -368,7 +368,7 @@ struct CapturedBatch {
   QueuedBatch queued;
   at::cuda::CUDAEvent outputs_copied;  // the last call's copies out of `queued`
   std::mutex busy;
-  int64_t calls = 0;
+  bool ran = false;  // a call of this shape ran as usual (so whether it waits is known)
   bool capturable = true;
   bool captured = false;
   uint64_t last_use = 0;
@@ -508,8 +508,9 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
                                         shape.batch_size, fanouts, replace, shape.sort_rows));
   std::unique_lock<std::mutex> mine(batch->busy, std::try_to_lock);
   if (!mine.owns_lock() || !batch->capturable) return run_once().first;  // in use elsewhere
-  if (!batch->captured && batch->calls++ == 0) {
+  if (!batch->captured && !batch->ran) {
     auto [outputs, waited] = run_once();
+    batch->ran = true;
     batch->capturable = !waited;
     return outputs;
   }

@@ -566,3 +566,27 @@ def test_capturing_batches_leaves_other_threads_random_numbers_alone(mode, monke
     torch.manual_seed(0)
     for got in drawn:
         assert torch.equal(got, torch.rand(64, device=device))
+
+
+def test_a_shape_whose_first_call_failed_samples_as_usual_after(mode, monkeypatch):
+    """A first call that raised says nothing of its shape: an all-neighbor hop (which waits
+    for sizes, so is never captured) then samples as usual call after call."""
+    if mode == "CPU":
+        pytest.skip("CUDA graphs are a GPU's")
+    graph = random_graph(num_nodes=300, num_edges=3000, seed=26)
+    (indptr, indices, eid), device = place(graph, mode)
+    seeds = torch.arange(0, 300, 15, device=device)
+    bad = seeds.clone()
+    bad[0] = -1
+    outs = {}
+    for setting in ["1", "0"]:
+        monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", setting)
+        with pytest.raises(IndexError, match=r"seeds\[0\] = -1 is out of range"):
+            qv.ops.sample_subgraph(indptr, indices, bad, [-1, 2], False, eid)
+        gen = torch.Generator(device).manual_seed(4)
+        outs[setting] = [qv.ops.sample_subgraph(indptr, indices, seeds, [-1, 2], False, eid, gen)
+                         for _ in range(3)]
+    for a, b in zip(outs["1"], outs["0"]):
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
+    check_subgraph(graph, seeds, [-1, 2], False, outs["1"][2])
