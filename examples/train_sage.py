@@ -74,6 +74,9 @@ def parse_args(argv=None):
                              "highest degree")
     parser.add_argument("--prefetch", type=int, default=2,
                         help="batches built ahead of the model (0: in line, with a time split)")
+    parser.add_argument("--loader-workers", type=int, default=1,
+                        help="batches the loader builds at once, each on a stream of its own "
+                             "(worth it when sampling, not the model, bounds an epoch)")
     parser.add_argument("--eval-nodes", type=int, default=10_000,
                         help="test nodes scored after each epoch")
     parser.add_argument("--seed", type=int, default=0)
@@ -261,7 +264,9 @@ def main(argv=None) -> dict:
     train = meta["train_idx"]
     train = train[:train.numel() - train.numel() % run.world][run.rank::run.world]
     loader = qv.SampleLoader(sampler, feature, train, args.batch_size, labels=labels,
-                             prefetch=args.prefetch)
+                             prefetch=(max(args.prefetch, args.loader_workers) if args.prefetch
+                                       else 0),  # workers > 1 with 0: the loader says why
+                             workers=args.loader_workers)
     eval_gen = torch.Generator().manual_seed(args.seed + 1)
     test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(), generator=eval_gen)
                             [:args.eval_nodes]][run.rank::run.world]

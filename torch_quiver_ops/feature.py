@@ -27,6 +27,8 @@ STAGED_FROM_BYTES = 8 << 30
 
 # What host_read_blocks sets for the gathers of this thread.
 _THREAD_GATHERS = threading.local()
+# Held while a Feature builds its tiers for a device on first use.
+_VIEWING = threading.RLock()
 
 
 def check_host_read_blocks(blocks, name: str) -> None:
@@ -259,6 +261,13 @@ class Feature:
         return self._view(self._device_for(device))[0]
 
     def _view(self, device: torch.device) -> tuple:
+        view = self._views.get(device)
+        if view is not None:
+            return view
+        with _VIEWING:  # a loader's worker threads may gather at once on a new device
+            return self._build_view(device)
+
+    def _build_view(self, device: torch.device) -> tuple:
         view = self._views.get(device)
         if view is None:
             host = self._table()

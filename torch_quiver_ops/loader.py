@@ -19,10 +19,12 @@ GIL), without streams.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import queue
 import threading
 import time
-from typing import Any, Iterable, Iterator, List, NamedTuple, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, List, NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor
@@ -100,7 +102,7 @@ class Prefetcher:
             samplers, stores and PyG's ``NeighborLoader`` with ``num_workers=0`` do).
         device: the GPU the batches are built on (default: the current one when CUDA is
             available); ``"cpu"`` for no streams.
-        depth: batches built ahead (memory: ``depth + 1`` batches in flight at most);
+        depth: batches built ahead (memory: ``depth + workers`` batches in flight at most);
             0 builds each batch when it is asked for, in the caller's thread.
         stream: the CUDA stream batches are built on (default: a new side stream).
         sms: build batches on this many SMs of their own: a stream of a green context
@@ -115,19 +117,48 @@ class Prefetcher:
             blocks of 1024 threads took a products epoch with a 20% cache from 1.15-1.17 s
             to 0.95-1.02 s (docs/benchmarks.md).
 
-    Leaving an epoch early (``break``) stops the thread before the next epoch starts.
-    An exception raised while building a batch is raised by ``next()`` in the caller.
+        workers: threads that build batches at once, each on a stream of its own, handed
+            out in order. A batch whose work waits on host memory (UVA sampling, gathers of
+            host rows) then overlaps another's GPU work: on the H100, a SampleLoader's UVA
+            sampling with a 20% topology cache took 1.20-1.49 ms a batch with one worker
+            and 0.94-1.06 with three on the products-like graph, 2.27-2.33 and 1.99 on the
+            papers-like one; beside a GraphSAGE model in UVA mode, though, three cost the
+            model more than they saved (docs/benchmarks.md). More than one
+            needs a loader that can hand out an epoch's batches as independent builders:
+            a :class:`SampleLoader`, or any object whose ``batch_builders()`` returns a
+            list of zero-argument callables, each building one batch. Not with ``stream``
+            (one stream would serialize them); with ``sms``, every worker gets a stream of
+            the same SMs.
+
+    Leaving an epoch early (``break``) stops the threads before the next epoch starts.
+    An exception raised while building a batch is raised by ``next()`` in the caller, in
+    that batch's turn.
     """
 
     def __init__(self, loader: Iterable, device: Union[None, int, str, torch.device] = None,
                  depth: int = 2, stream: Optional[torch.cuda.Stream] = None,
-                 sms: Optional[int] = None, host_read_blocks: int = HOST_READ_BLOCKS):
+                 sms: Optional[int] = None, host_read_blocks: int = HOST_READ_BLOCKS,
+                 workers: int = 1):
         if depth < 0:
             raise ValueError(f"depth must be >= 0, got {depth}")
         check_host_read_blocks(host_read_blocks, "host_read_blocks")
         self.host_read_blocks = host_read_blocks
         if sms is not None and stream is not None:
             raise ValueError("give a stream or a number of SMs for the loader, not both")
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+        if workers > 1:
+            if depth < workers:
+                raise ValueError(f"workers={workers} build that many batches ahead at once, "
+                                 f"so depth must be at least {workers}, got {depth}")
+            if stream is not None:
+                raise ValueError(f"workers={workers} need a stream each; one given stream "
+                                 f"would serialize them (give sms or no stream)")
+            if not callable(getattr(loader, "batch_builders", None)):
+                raise ValueError(f"workers={workers} need a loader whose batches can be "
+                                 f"built apart (a SampleLoader, or one with batch_builders()); "
+                                 f"{type(loader).__name__} has no batch_builders()")
+        self.workers = workers
         if device is None:
             device = (torch.device("cuda", torch.cuda.current_device())
                       if torch.cuda.is_available() else torch.device("cpu"))
@@ -144,23 +175,34 @@ class Prefetcher:
                                  f"batches on {self.device}")
             stream, self._green_context = green_context_stream(sms, self.device)
         self.stream = None if stream is None else _as_cuda_stream(stream)
+        # One stream per worker: the given one (or the green context's), then the context's
+        # further streams; None: a side stream, made at the first epoch.
+        self._streams = [self.stream] + [
+            _as_cuda_stream(self._green_context.Stream()) if self._green_context else None
+            for _ in range(workers - 1)]
 
     def __len__(self) -> int:
         return len(self.loader)
 
     def __iter__(self) -> Iterator:
-        batches = iter(self.loader)  # the epoch's random draws happen here, in this thread
+        # The epoch's random draws happen here, in this thread.
+        if self.workers > 1:
+            builders = list(self.loader.batch_builders())
+            # Worker k builds batches k, k + workers, ...: lazily, in its own thread.
+            shares = [(build() for build in builders[k::self.workers])
+                      for k in range(self.workers)]
+            return self._prefetch(shares)
+        batches = iter(self.loader)
         if self.depth == 0:
             return batches
-        return self._prefetch(batches)
+        return self._prefetch([batches])
 
-    def _produce(self, batches: Iterator, ready: "queue.Queue", stop: threading.Event) -> None:
+    def _produce(self, batches: Iterator, ready: "queue.Queue", stop: threading.Event,
+                 stream: Optional[torch.cuda.Stream]) -> None:
         cuda = self.device.type == "cuda"
         try:
             if cuda:
                 torch.cuda.set_device(self.device)  # the current device is per thread
-                stream = self.stream if self.stream is not None else torch.cuda.Stream(
-                    self.device)
             with torch.cuda.stream(stream) if cuda else _nothing(), \
                     host_read_blocks_of(self.host_read_blocks):
                 for batch in batches:
@@ -174,16 +216,30 @@ class Prefetcher:
         except BaseException as error:  # handed to the consumer, raised there
             _put(ready, _Failure(error), stop)
 
-    def _prefetch(self, batches: Iterator) -> Iterator:
-        ready: "queue.Queue" = queue.Queue(maxsize=self.depth)
+    def _prefetch(self, shares: List[Iterator]) -> Iterator:
+        """Batches of ``shares`` (one iterator per worker, dealt round robin) in order."""
+        workers = len(shares)
+        # depth batches ahead in all (at least one per worker)
+        queues: List["queue.Queue"] = [
+            queue.Queue(maxsize=max(1, (self.depth + k) // workers)) for k in range(workers)]
         stop = threading.Event()
-        producer = threading.Thread(target=self._produce, args=(batches, ready, stop),
-                                    name="quiver-prefetch", daemon=True)
-        producer.start()
+        if self.device.type == "cuda":
+            # Made once and kept from epoch to epoch: the caching allocator keeps freed
+            # blocks per stream, so a new stream each epoch would allocate anew.
+            self._streams = [stream if stream is not None else torch.cuda.Stream(self.device)
+                             for stream in self._streams]
+        producers = [threading.Thread(target=self._produce,
+                                      args=(share, ready, stop, stream),
+                                      name=f"quiver-prefetch-{k}", daemon=True)
+                     for k, (share, ready, stream) in enumerate(zip(shares, queues,
+                                                                    self._streams))]
+        for producer in producers:
+            producer.start()
         consumer = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
         try:
-            while True:
-                item = ready.get()
+            for turn in itertools.count():
+                # Batch i is worker i % workers's: the first end met in turn ends the epoch.
+                item = queues[turn % workers].get()
                 if item is _END:
                     return
                 if isinstance(item, _Failure):
@@ -197,12 +253,18 @@ class Prefetcher:
                 yield batch
         finally:
             stop.set()
-            while producer.is_alive():  # unblock a producer waiting for room
-                try:
-                    ready.get(timeout=0.05)
-                except queue.Empty:
-                    pass
-            producer.join()
+            for producer, ready in zip(producers, queues):
+                # Empties the queue (a producer waiting for room then sees `stop`) and
+                # waits for the thread. Not get(timeout=...): a producer that has already
+                # put its last item and is exiting would leave that wait to time out, a
+                # stall at the end of every epoch.
+                while producer.is_alive():
+                    try:
+                        while True:
+                            ready.get_nowait()
+                    except queue.Empty:
+                        pass
+                    producer.join(timeout=0.001)
 
 
 class _nothing:
@@ -227,11 +289,11 @@ def _put(ready: "queue.Queue", item, stop: threading.Event) -> bool:
 class Batch(NamedTuple):
     """One training batch: the sampled nodes ``n_id`` (seeds first), the seed count, the
     layers' :class:`Adj` (outermost first, on the sampling device), the rows ``x`` of
-    ``n_id`` and the seeds' labels ``y`` (None without labels)."""
+    ``n_id`` (None without a feature) and the seeds' labels ``y`` (None without labels)."""
     n_id: Tensor
     batch_size: int
     adjs: List[Adj]
-    x: Tensor
+    x: Optional[Tensor]
     y: Optional[Tensor]
 
 
@@ -242,28 +304,34 @@ class SampleLoader:
 
     Args:
         sampler: a :class:`GraphSageSampler` (GPU, UVA or CPU mode).
-        feature: a :class:`Feature` (or anything indexable by node ids, e.g. a tensor).
+        feature: a :class:`Feature` (or anything indexable by node ids, e.g. a tensor);
+            None for batches without rows (``x`` is None), say for a loop that gathers
+            them itself.
         seeds: the training nodes.
         batch_size, shuffle, drop_last: as for ``torch.utils.data.DataLoader``.
         labels: one label (row) per node; ``Batch.y`` holds the seeds' ones.
         prefetch: batches built ahead; 0 builds each in the caller's thread (the same
-            batches: both draw from the loader's generators).
+            batches: each batch samples with its own seed, drawn when the epoch starts).
         generator: a CPU ``torch.Generator`` for the shuffle and the sampling seeds
             (default: PyTorch's default generator, one draw per epoch).
         prefetch_sms: build batches ahead on this many SMs of their own (see
             :class:`Prefetcher`'s ``sms``).
         prefetch_host_read_blocks: see :class:`Prefetcher`'s ``host_read_blocks``.
+        workers: batches built at once, each by a thread on a stream of its own (see
+            :class:`Prefetcher`'s ``workers``; ``prefetch`` must be at least as many). The
+            batches are the same for any number. Worth raising when the loader, not the
+            model, bounds an epoch, in UVA mode above all.
 
     ``for n_id, batch_size, adjs, x, y in loader:`` replaces the torch-quiver loop
     ``for seeds in loader: n_id, batch_size, adjs = sampler.sample(seeds); x = feature[n_id]``.
     """
 
-    def __init__(self, sampler: GraphSageSampler, feature: Union[Feature, Tensor], seeds: Tensor,
-                 batch_size: int, labels: Optional[Tensor] = None, shuffle: bool = True,
-                 drop_last: bool = False, prefetch: int = 2,
+    def __init__(self, sampler: GraphSageSampler, feature: Union[None, Feature, Tensor],
+                 seeds: Tensor, batch_size: int, labels: Optional[Tensor] = None,
+                 shuffle: bool = True, drop_last: bool = False, prefetch: int = 2,
                  generator: Optional[torch.Generator] = None,
                  prefetch_sms: Optional[int] = None,
-                 prefetch_host_read_blocks: int = HOST_READ_BLOCKS):
+                 prefetch_host_read_blocks: int = HOST_READ_BLOCKS, workers: int = 1):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         seeds = torch.as_tensor(seeds)
@@ -283,11 +351,12 @@ class SampleLoader:
         if self.labels is not None and self.labels.size(0) != sampler.csr_topo.node_count:
             raise ValueError(f"labels has {self.labels.size(0)} rows but the graph has "
                              f"{sampler.csr_topo.node_count} nodes")
-        self._sampling_generator = torch.Generator(self.device)
-        self.timer = None  # see _build
+        self._generators = threading.local()  # each building thread samples with its own
+        self.timer = None  # see _build_one
         self.prefetch = prefetch
         self._prefetcher = Prefetcher(_Epochs(self), self.device, prefetch, sms=prefetch_sms,
-                                      host_read_blocks=prefetch_host_read_blocks)
+                                      host_read_blocks=prefetch_host_read_blocks,
+                                      workers=workers)
 
     def __len__(self) -> int:
         full, rest = divmod(self.seeds.numel(), self.batch_size)
@@ -296,34 +365,45 @@ class SampleLoader:
     def __iter__(self) -> Iterator[Batch]:
         return iter(self._prefetcher)
 
-    def _epoch(self) -> Iterator[Batch]:
-        """Draws the epoch's order and sampling seed now; builds batches when iterated."""
+    def batch_builders(self) -> List[Callable[[], Batch]]:
+        """One epoch as zero-argument callables, one per batch, which may run in any
+        thread and order: the epoch's order and sampling seeds are drawn now."""
         draw = torch.empty((), dtype=torch.int64)
         seed = int(draw.random_(generator=self.generator))
-        self._sampling_generator.manual_seed(seed)
         order = (torch.randperm(self.seeds.numel(), generator=torch.Generator().manual_seed(seed))
                  if self.shuffle else None)
         seeds = self.seeds if order is None else self.seeds[order]
+        if self.device.type == "cuda":
+            seeds = seeds.pin_memory()  # so that each batch's seeds move without a wait
         batches = list(seeds.split(self.batch_size))
         if self.drop_last and batches and batches[-1].numel() < self.batch_size:
             batches.pop()
-        return self._build(batches)
+        # Batch i samples from seed + 1 + i, so that a batch's samples do not depend on
+        # which thread builds it or when.
+        return [functools.partial(self._build_one, batch_seeds, (seed + 1 + i) % 2**64)
+                for i, batch_seeds in enumerate(batches)]
 
-    def _build(self, batches: List[Tensor]) -> Iterator[Batch]:
+    def _sampling_generator(self, seed: int) -> torch.Generator:
+        generator = getattr(self._generators, "generator", None)
+        if generator is None:
+            generator = self._generators.generator = torch.Generator(self.device)
+        return generator.manual_seed(seed)
+
+    def _build_one(self, seeds: Tensor, sampling_seed: int) -> Batch:
         # ``timer``, when set, has ``lap(phase, since) -> now`` and is called after sampling
         # and after gathering; one that synchronizes the GPU measures each phase alone
         # (meant for prefetch=0: in a prefetching thread it would stall the pipeline).
         timer = self.timer
-        for seeds in batches:
-            t = time.perf_counter() if timer else 0.0
-            n_id, batch_size, adjs = self.sampler.sample(seeds, self._sampling_generator)
-            if timer:
-                t = timer.lap("sample", t)
-            x = self.feature[n_id]
-            y = None if self.labels is None else self.labels[n_id[:batch_size].to(self.device)]
-            if timer:
-                timer.lap("gather", t)
-            yield Batch(n_id, batch_size, adjs, x, y)
+        t = time.perf_counter() if timer else 0.0
+        n_id, batch_size, adjs = self.sampler.sample(seeds,
+                                                     self._sampling_generator(sampling_seed))
+        if timer:
+            t = timer.lap("sample", t)
+        x = None if self.feature is None else self.feature[n_id]
+        y = None if self.labels is None else self.labels[n_id[:batch_size].to(self.device)]
+        if timer:
+            timer.lap("gather", t)
+        return Batch(n_id, batch_size, adjs, x, y)
 
 
 class _Epochs:
@@ -335,5 +415,8 @@ class _Epochs:
     def __len__(self) -> int:
         return len(self.loader)
 
-    def __iter__(self):
-        return self.loader._epoch()
+    def __iter__(self) -> Iterator[Batch]:
+        return (build() for build in self.loader.batch_builders())
+
+    def batch_builders(self) -> List[Callable[[], Batch]]:
+        return self.loader.batch_builders()

@@ -1,6 +1,8 @@
 """Multi-hop neighbor samplers built on ``quiver::sample_subgraph``."""
 from __future__ import annotations
 
+import itertools
+import threading
 import warnings
 from typing import List, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -15,6 +17,10 @@ from .topology import CSRTopo, build_topology_cache
 from .uva import pinned
 
 MODES = ("GPU", "UVA", "CPU")
+
+
+# Held while a sampler handed to another process places its topology on first use.
+_PLACING = threading.Lock()
 
 
 class Adj(NamedTuple):
@@ -185,13 +191,16 @@ class GraphSageSampler:
     def _ensure_placed(self) -> None:
         if self._placed:
             return
-        if self.mode != "CPU":
-            self.device = torch.device("cuda", torch.cuda.current_device())
-        shared_copy = getattr(self, "_indices", None)
-        if not (self.mode == "GPU" and shared_copy is not None and
-                shared_copy.device == self.device):
-            self._place()
-        self._placed = True
+        with _PLACING:  # a loader's worker threads may sample an unplaced copy at once
+            if self._placed:
+                return
+            if self.mode != "CPU":
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            shared_copy = getattr(self, "_indices", None)
+            if not (self.mode == "GPU" and shared_copy is not None and
+                    shared_copy.device == self.device):
+                self._place()
+            self._placed = True
 
     def _seeds(self, input_nodes) -> Tensor:
         """The seeds on the sampling device; the op checks their shape, dtype and range."""
@@ -218,8 +227,9 @@ class GraphSageSampler:
         """
         node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = self.sample_subgraph(
             input_nodes, generator)
-        cum_nodes = nodes_per_hop.cumsum(0).tolist()
-        cum_edges = edges_per_hop.cumsum(0).tolist()
+        counts = torch.cat([nodes_per_hop, edges_per_hop]).tolist()  # one wait for both
+        cum_nodes = list(itertools.accumulate(counts[:nodes_per_hop.numel()]))
+        cum_edges = list(itertools.accumulate(counts[nodes_per_hop.numel():]))
         edge_index = torch.stack([rows, cols])
         adjs = []
         for hop in reversed(range(len(self.sizes))):

@@ -105,36 +105,48 @@ class Counting:
 
     def __init__(self, count, fail_at=None):
         self.count, self.fail_at, self.built = count, fail_at, 0
+        self.lock = threading.Lock()
 
     def __len__(self):
         return self.count
 
     def __iter__(self):
         for i in range(self.count):
-            if i == self.fail_at:
-                raise IndexError(f"batch {i} names node 999, out of range")
+            yield self._build(i)
+
+    def _build(self, i):
+        if i == self.fail_at:
+            raise IndexError(f"batch {i} names node 999, out of range")
+        with self.lock:
             self.built += 1
-            yield torch.full((4,), i)
+        time.sleep(0.001 * (i % 3))  # workers finish out of turn
+        return torch.full((4,), i)
+
+    def batch_builders(self):
+        return [lambda i=i: self._build(i) for i in range(self.count)]
 
 
-@pytest.mark.parametrize("depth", [1, 2, 4])
-def test_look_ahead_is_bounded(depth):
+@pytest.mark.parametrize("depth,workers", [(1, 1), (2, 1), (4, 1), (2, 2), (5, 3)])
+def test_look_ahead_is_bounded(depth, workers):
     source = Counting(20)
     taken = 0
-    for batch in qv.Prefetcher(source, "cpu", depth=depth):
+    for batch in qv.Prefetcher(source, "cpu", depth=depth, workers=workers):
         taken += 1
-        assert int(batch[0]) == taken - 1
-        time.sleep(0.01)  # a slow model: the producer fills the queue and waits
-        assert source.built <= taken + depth + 1
+        assert int(batch[0]) == taken - 1  # in order, whichever worker built it
+        time.sleep(0.01)  # a slow model: the producers fill their queues and wait
+        assert source.built <= taken + depth + workers
     assert taken == 20
 
 
-def test_errors_reach_the_caller_and_early_exits_stop_the_thread():
+@pytest.mark.parametrize("workers", [1, 3])
+def test_errors_reach_the_caller_and_early_exits_stop_the_thread(workers):
     threads = threading.active_count()
+    taken = []
     with pytest.raises(IndexError, match="node 999"):
-        for _ in qv.Prefetcher(Counting(10, fail_at=3), "cpu", depth=2):
-            pass
-    for i, _ in enumerate(qv.Prefetcher(Counting(1000), "cpu", depth=2)):
+        for batch in qv.Prefetcher(Counting(10, fail_at=3), "cpu", depth=3, workers=workers):
+            taken.append(int(batch[0]))
+    assert taken == [0, 1, 2]  # the failure comes in its batch's turn
+    for i, _ in enumerate(qv.Prefetcher(Counting(1000), "cpu", depth=3, workers=workers)):
         if i == 2:
             break
     deadline = time.time() + 5
@@ -186,6 +198,15 @@ def test_prefetcher_caps_host_reads_in_its_own_thread_only():
 
 def test_bad_arguments_raise():
     sampler, feature, _, labels = setup("CPU")
+    for bad in (0, -1, True, 2.0):
+        with pytest.raises(ValueError, match="workers must be an int >= 1"):
+            qv.Prefetcher(Counting(3), "cpu", workers=bad)
+    with pytest.raises(ValueError, match="depth must be at least 3"):
+        qv.SampleLoader(sampler, feature, torch.arange(3), 2, prefetch=2, workers=3)
+    with pytest.raises(ValueError, match="has no batch_builders"):
+        qv.Prefetcher([torch.zeros(1)], "cpu", workers=2)
+    with pytest.raises(ValueError, match="need a stream each"):
+        qv.Prefetcher(Counting(3), "cpu", stream=object(), workers=2)
     with pytest.raises(ValueError, match="batch_size"):
         qv.SampleLoader(sampler, feature, torch.arange(3), 0)
     with pytest.raises(ValueError, match="labels has 5 rows"):
@@ -196,11 +217,49 @@ def test_bad_arguments_raise():
         list(qv.SampleLoader(sampler, feature, torch.tensor([0, 300]), 2))
 
 
+@pytest.mark.parametrize("workers", [2, 3])
+def test_workers_build_the_same_batches_in_order(mode, workers):
+    # Each batch samples from its own seed, so threads building batches out of turn, on
+    # streams of their own, give exactly the batches of one thread, and of none.
+    sampler, feature, table, labels = setup(mode)
+    seeds = torch.arange(0, 300, 2)
+    serial = qv.SampleLoader(sampler, feature, seeds, 8, labels=labels, prefetch=0)
+    parallel = qv.SampleLoader(sampler, feature, seeds, 8, labels=labels, prefetch=4,
+                               workers=workers)
+    wrapped = qv.Prefetcher(serial, device_of(mode), depth=workers, workers=workers)
+    torch.manual_seed(6)
+    first = epoch(serial)
+    assert len(first) == 19
+    torch.manual_seed(6)
+    assert same(first, epoch(parallel, noise_device=device_of(mode)))
+    torch.manual_seed(6)
+    assert same(first, epoch(wrapped))
+    for batch in first:  # rows and labels of the sampled nodes
+        n_id, x, y = batch[1][:3]
+        assert torch.equal(x, table[n_id]) and torch.equal(y, labels[n_id[:batch[0]]])
+
+
+def test_a_loader_without_feature_gives_batches_without_rows(mode):
+    sampler, feature, _, labels = setup(mode)
+    with_rows = qv.SampleLoader(sampler, feature, torch.arange(50), 10, labels=labels)
+    without = qv.SampleLoader(sampler, None, torch.arange(50), 10, labels=labels, prefetch=3,
+                              workers=2)
+    torch.manual_seed(1)
+    a = list(with_rows)
+    torch.manual_seed(1)
+    b = list(without)
+    assert len(a) == len(b) == 5
+    for p, q in zip(a, b):
+        assert q.x is None and torch.equal(p.n_id, q.n_id) and torch.equal(p.y, q.y)
+
+
 @pytest.mark.skipif(not (torch.cuda.is_available() and qv.cuda_kernels_built()),
                     reason="needs a CUDA GPU and the CUDA kernels")
-def test_side_stream_batches_are_ready_for_a_busy_main_stream():
+@pytest.mark.parametrize("workers", [1, 3])
+def test_side_stream_batches_are_ready_for_a_busy_main_stream(workers):
     sampler, feature, table, labels = setup("GPU", num_nodes=300)
-    loader = qv.SampleLoader(sampler, feature, torch.arange(300), 8, labels=labels, prefetch=3)
+    loader = qv.SampleLoader(sampler, feature, torch.arange(300), 8, labels=labels, prefetch=3,
+                             workers=workers)
     big = torch.randn(2048, 2048, device="cuda")
     for n_id, batch_size, adjs, x, y in loader:
         for _ in range(4):  # keep the main stream busy while batches are built beside it
@@ -213,7 +272,7 @@ def test_side_stream_batches_are_ready_for_a_busy_main_stream():
 
 
 @requires_cuda
-@pytest.mark.parametrize("where", ["stream", "green stream", "sms"])
+@pytest.mark.parametrize("where", ["stream", "green stream", "sms", "sms, 2 workers"])
 def test_batches_built_on_a_given_stream_equal_serial_ones(where):
     # Prefetcher(stream=...): a stream of the caller's choosing, such as one of a green
     # context; Prefetcher(sms=...) / SampleLoader(prefetch_sms=...): a green context made
@@ -223,9 +282,11 @@ def test_batches_built_on_a_given_stream_equal_serial_ones(where):
     sampler, feature, table, labels = setup("GPU")
     seeds = torch.arange(0, 300, 2)
     serial = qv.SampleLoader(sampler, feature, seeds, 16, labels=labels, prefetch=0)
-    if where == "sms":
+    if where.startswith("sms"):
+        workers = 2 if "workers" in where else 1
         ahead = qv.SampleLoader(sampler, feature, seeds, 16, labels=labels, prefetch=2,
-                                prefetch_sms=8)
+                                prefetch_sms=8, workers=workers)
+        assert len({s.stream_id for s in ahead._prefetcher._streams}) == workers
     elif where == "green stream":
         context = torch.cuda.green_contexts.GreenContext.create(8, torch.cuda.current_device())
         ahead = qv.Prefetcher(serial, stream=context.Stream())
