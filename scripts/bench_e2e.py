@@ -11,7 +11,7 @@ synchronized epoch split into sampling, gathering and model. In one run:
   1. our prefetching loader (SampleLoader, 2 batches ahead on a side stream, its gathers
      of host rows on 12 blocks of 1024 threads, and on every block: "all blocks"; with
      ``--green-sms``, also on a green context of that many SMs, the model on the rest or
-     on all), GPU and UVA
+     on all; with ``--loader-workers N``, N batches built at once), GPU and UVA
      sampling, 20% of the feature rows cached in HBM (presampled order), the other rows
      read with zero copy by the SMs or staged by CPU threads and the copy engine
      (``Feature(host_reads=...)``; rows named "staged");
@@ -275,6 +275,13 @@ def single_gpu(args, results):
                         quiver_epoch(every, model, optimizer, device)  # warm-up
                         record(f"{name} all blocks", quiver_epoch(every, model, optimizer,
                                                                   device))
+                    for workers in args.loader_workers:  # several batches built at once
+                        several = qv.SampleLoader(sampler, feature, train, args.batch_size,
+                                                  labels=labels, prefetch=max(2, workers),
+                                                  workers=workers)
+                        quiver_epoch(several, model, optimizer, device)  # warm-up
+                        record(f"{name} {workers} workers",
+                               quiver_epoch(several, model, optimizer, device))
                 else:
                     clock = Clock(device)
                     quiver_epoch(loader, model, optimizer, device, clock)
@@ -552,8 +559,12 @@ def main():
                         help="only time torch.compile and the AOTInductor package against eager")
     parser.add_argument("--cpp", default=None,
                         help="examples/cpp/train_sage binary to time beside the Python loop")
+    parser.add_argument("--loader-workers", default="",
+                        help="also time the prefetching loader with these many workers "
+                             "building batches at once (comma list, e.g. 2,3)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    args.loader_workers = [int(w) for w in args.loader_workers.split(",") if w]
     results = {}
     if args.scaling:
         scaling(args, results)

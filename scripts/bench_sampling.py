@@ -14,6 +14,11 @@ the timed batches, divided by their synchronized wall time (after warm-up). Seed
 batches of 1024 drawn from a fixed 8% training set. Beside each mode it prints the
 random-read bound (the rate at which this device gathers random entries of `indices`,
 the one read every sampled edge needs) and the CPU mode as the in-run baseline.
+
+GPU mode and the presampled cache are also timed through ``SampleLoader`` (no feature),
+with one worker and with several building batches at once on streams of their own
+(--loader-workers, default 1,3): wall time per batch of a prefetched epoch of --batches
+shuffled batches of training seeds, after a warm-up epoch.
 """
 from __future__ import annotations
 
@@ -50,6 +55,23 @@ def time_batches(sampler, batches, warmup):
         times.append(time.perf_counter() - start)
         edges += int(out[5].sum())
     return times, edges
+
+
+def time_loader(sampler, seeds, batch_size, workers):
+    """Batches through ``SampleLoader`` (sampling only: no feature), ``workers`` built at
+    once on streams of their own: wall time per batch of a whole epoch after a warm-up
+    epoch (as in training, where the loader's streams and memory carry over), and the
+    edges sampled (all hops) in it."""
+    loader = qv.SampleLoader(sampler, None, seeds, batch_size, prefetch=max(2, workers),
+                             workers=workers)
+    for _ in loader:
+        pass
+    sync()
+    edges, start = 0, time.perf_counter()
+    for batch in loader:
+        edges += batch.adjs[0].edge_index.size(1)  # outermost: every hop's edges
+    sync()
+    return (time.perf_counter() - start) / len(loader), edges / len(loader)
 
 
 def profile_batches(sampler, batches, label):
@@ -165,13 +187,28 @@ def run_graph(name, args, device, results):
         rows.append(row)
         print(f"   {mode}: {seps / 1e6:9.1f} M SEPS, {row['ms_per_batch']:7.2f} ms/batch, "
               f"{row['edges_per_batch']:,.0f} edges/batch", flush=True)
+        if cache_labels.get(mode) == "presampled" or (mode == "GPU" and args.loader_workers):
+            # The same sampler through the loader, one batch at a time and several at once.
+            # Sampled edges are counted the same way; batches are the shuffled training
+            # seeds, in turn.
+            some = train[torch.randperm(train.numel(), generator=gen)[
+                :args.batch_size * args.batches]]
+            for workers in args.loader_workers:
+                per_batch, loader_edges = time_loader(sampler, some, args.batch_size, workers)
+                label = f"{mode}, loader x{workers}"
+                rows.append({**row, "mode": label, "seps": loader_edges / per_batch,
+                             "ms_per_batch": 1e3 * per_batch, "edges_per_batch": loader_edges,
+                             "workers": workers})
+                print(f"   {label}: {loader_edges / per_batch / 1e6:9.1f} M SEPS, "
+                      f"{1e3 * per_batch:7.2f} ms/batch", flush=True)
         del sampler
     if device.type == "cuda":
         n = int(sum(r["edges_per_batch"] for r in rows) / len(rows))
         hbm = random_read_bound(topo, n, device, on_host=False)
         host = random_read_bound(topo, n, device, on_host=True)
         for r in rows:
-            r["random_read_bound"] = {"GPU": hbm, "CPU": None}.get(r["mode"], host)
+            base = r["mode"].split(",")[0]
+            r["random_read_bound"] = {"GPU": hbm, "CPU": None}.get(base, host)
     cpu = next(r for r in rows if r["mode"] == "CPU")
     for r in rows:
         r["vs_cpu"] = r["seps"] / cpu["seps"]
@@ -180,7 +217,7 @@ def run_graph(name, args, device, results):
 
 def print_table(results, device_name):
     print(f"\nSampling throughput on {device_name}")
-    header = (f"{'graph':9} {'mode':12} {'M SEPS':>9} {'ms/batch':>9} {'edges/batch':>12} "
+    header = (f"{'graph':9} {'mode':24} {'M SEPS':>9} {'ms/batch':>9} {'edges/batch':>12} "
               f"{'GPU mem GB':>10} {'host GB':>8} {'x CPU':>7} {'bound M/s':>10} "
               f"{'target':>8} {'quiver':>7}")
     print(header)
@@ -188,7 +225,7 @@ def print_table(results, device_name):
     for r in results:
         bound = r.get("random_read_bound")
         fmt = lambda v: f"{v / 1e6:.0f}" if v else "-"
-        print(f"{r['graph']:9} {r['mode']:12} {r['seps'] / 1e6:9.1f} {r['ms_per_batch']:9.2f} "
+        print(f"{r['graph']:9} {r['mode']:24} {r['seps'] / 1e6:9.1f} {r['ms_per_batch']:9.2f} "
               f"{r['edges_per_batch']:12,.0f} {r['gpu_mem_gb']:10.2f} {r['host_mem_gb']:8.2f} "
               f"{r['vs_cpu']:7.1f} {fmt(bound):>10} {fmt(r['target']):>8} "
               f"{fmt(r['torch_quiver']):>7}")
@@ -208,7 +245,11 @@ def main():
     parser.add_argument("--topology-cache", default="20%",
                         help="GPU memory of UVA's topology cache: bytes, '1G' or a share of "
                              "the neighbor lists' bytes (default 20%%)")
+    parser.add_argument("--loader-workers", default="1,3",
+                        help="also time GPU mode and the presampled cache through "
+                             "SampleLoader with these many workers (comma list; '' for none)")
     args = parser.parse_args()
+    args.loader_workers = [int(w) for w in args.loader_workers.split(",") if w]
     device = torch.device("cuda" if torch.cuda.is_available() and qv.cuda_kernels_built() else "cpu")
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     print(f"device: {device_name}; CPU threads: {torch.get_num_threads()}; torch {torch.__version__}")
