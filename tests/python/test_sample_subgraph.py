@@ -430,6 +430,16 @@ def calls_in_turn(graph_device_cases, seeds, monkeypatch, setting, calls=4):
     return out
 
 
+def graph_for_captures(mode, monkeypatch, num_nodes, num_edges, seed):
+    """A random graph and its CSR placed for `mode`, with batches captured as CUDA graphs
+    (QUIVER_SAMPLING_GRAPHS=1); skips CPU mode, CUDA graphs being a GPU's."""
+    if mode == "CPU":
+        pytest.skip("CUDA graphs are a GPU's")
+    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "1")
+    graph = random_graph(num_nodes=num_nodes, num_edges=num_edges, seed=seed)
+    return (graph, *place(graph, mode))
+
+
 def test_replayed_batches_equal_calls_run_as_usual(mode, index_dtype, monkeypatch):
     if mode == "CPU":
         pytest.skip("CUDA graphs are a GPU's")
@@ -448,11 +458,7 @@ def test_replayed_batches_equal_calls_run_as_usual(mode, index_dtype, monkeypatc
 
 
 def test_a_replayed_batch_reports_bad_seeds_then_samples_again(mode, monkeypatch):
-    if mode == "CPU":
-        pytest.skip("CUDA graphs are a GPU's")
-    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "1")
-    graph = random_graph(num_nodes=300, num_edges=3000, seed=22)
-    (indptr, indices, eid), device = place(graph, mode)
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 300, 3000, 22)
     seeds = torch.arange(0, 300, 10, device=device)
     gen = torch.Generator(device)
     for _ in range(3):  # run, captured, replayed
@@ -473,11 +479,7 @@ def test_a_replayed_batch_reports_bad_seeds_then_samples_again(mode, monkeypatch
 def test_replayed_outputs_are_the_callers_own_on_any_stream(mode, monkeypatch):
     """A replay's outputs are copies: the next replay (here on another stream, with other
     seeds) leaves them as they were."""
-    if mode == "CPU":
-        pytest.skip("CUDA graphs are a GPU's")
-    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "1")
-    graph = random_graph(num_nodes=400, num_edges=6000, seed=23)
-    (indptr, indices, eid), device = place(graph, mode)
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 400, 6000, 23)
     gen = torch.Generator(device).manual_seed(1)
     seeds = [torch.randperm(400, device=device)[:32] for _ in range(4)]
     outs = [qv.ops.sample_subgraph(indptr, indices, s, [6, 4], False, eid, gen)
@@ -498,12 +500,8 @@ def test_replayed_outputs_are_the_callers_own_on_any_stream(mode, monkeypatch):
 def test_threads_sampling_one_shape_at_once_get_their_own_batches(mode, monkeypatch):
     """One thread replays a captured shape while another finds it busy and runs as usual:
     each gets what its own generator draws."""
-    if mode == "CPU":
-        pytest.skip("CUDA graphs are a GPU's")
     import threading
-    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "1")
-    graph = random_graph(num_nodes=400, num_edges=6000, seed=24)
-    (indptr, indices, eid), device = place(graph, mode)
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 400, 6000, 24)
     seeds = torch.arange(0, 400, 9, device=device)
 
     def run(seed, results):
@@ -533,12 +531,8 @@ def test_capturing_batches_leaves_other_threads_random_numbers_alone(mode, monke
     """While one thread captures batches, another draws from PyTorch's default CUDA
     generator (as a model beside a prefetching loader does): its numbers are the ones it
     draws with nobody sampling."""
-    if mode == "CPU":
-        pytest.skip("CUDA graphs are a GPU's")
     import threading
-    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "1")
-    graph = random_graph(num_nodes=400, num_edges=6000, seed=25)
-    (indptr, indices, eid), device = place(graph, mode)
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 400, 6000, 25)
     done = threading.Event()
     failures = []
 
@@ -571,10 +565,7 @@ def test_capturing_batches_leaves_other_threads_random_numbers_alone(mode, monke
 def test_a_shape_whose_first_call_failed_samples_as_usual_after(mode, monkeypatch):
     """A first call that raised says nothing of its shape: an all-neighbor hop (which waits
     for sizes, so is never captured) then samples as usual call after call."""
-    if mode == "CPU":
-        pytest.skip("CUDA graphs are a GPU's")
-    graph = random_graph(num_nodes=300, num_edges=3000, seed=26)
-    (indptr, indices, eid), device = place(graph, mode)
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 300, 3000, 26)
     seeds = torch.arange(0, 300, 15, device=device)
     bad = seeds.clone()
     bad[0] = -1
