@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import time
+import warnings
 from pathlib import Path
 from typing import List
 
@@ -75,11 +76,9 @@ class SampledSAGE(torch.nn.Module):
             hop = layers - 1 - i  # the outermost hop first
             edges, targets = cum_edges[hop], cum_nodes[hop]
             # Sizes read from the op's output: tell export what the op guarantees.
-            # (_check_is_size, though torch 2.11 suggests _check(n >= 0) instead: with that,
-            # the package built here refuses a batch of one seed.)
-            torch._check_is_size(edges)
+            torch._check(edges >= 0)
             torch._check(edges <= rows.size(0))
-            torch._check_is_size(targets)
+            torch._check(targets >= 0)
             torch._check(targets <= x.size(0))
             # narrow rather than slicing: AOTInductor (torch 2.11) emits C++ that does not
             # compile for a slice with an unbacked bound.
@@ -93,9 +92,13 @@ def export(model: SampledSAGE, example_inputs: tuple, package_path: str | Path) 
     """torch.export with a dynamic batch (and graph) size, packaged by AOTInductor."""
     auto = torch.export.Dim.AUTO
     batch = torch.export.Dim("batch", min=1, max=1 << 24)
-    program = torch.export.export(model.eval(), example_inputs,
-                                  dynamic_shapes=({0: auto}, {0: auto}, {0: auto}, {0: batch}))
-    return torch._inductor.aoti_compile_and_package(program, package_path=str(package_path))
+    with warnings.catch_warnings():
+        # torch's own deprecation, raised inside export when it pickles the tree specs.
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+        program = torch.export.export(model.eval(), example_inputs,
+                                      dynamic_shapes=({0: auto}, {0: auto}, {0: auto}, {0: batch}))
+    # Checks first that the compiler builds packages this process can load (qv.aoti).
+    return qv.aoti.compile_and_package(program, package_path)
 
 
 def train_briefly(model, indptr, indices, table, labels, train_idx, batches=30, batch_size=64):
@@ -140,7 +143,7 @@ def main(argv=None):
     start = time.perf_counter()
     path = export(model, (indptr, indices, table, seeds), directory / "model.pt2")
     print(f"exported and packaged {path} in {time.perf_counter() - start:.0f}s")
-    package = torch._inductor.aoti_load_package(path)
+    package = qv.aoti.load_package(path)
     with torch.no_grad():
         torch.manual_seed(7)
         eager = model(indptr, indices, table, seeds)

@@ -11,6 +11,7 @@ The graph is the project's synthetic one (ogbn-products' sizes, labels that depe
 neighbourhood), built as a ``torch_geometric.data.Data`` like a PyG dataset's.
 """
 import argparse
+import os
 import time
 
 import torch
@@ -21,12 +22,16 @@ from torch_geometric.nn import SAGEConv
 from torch_quiver_ops.pyg import NeighborLoader, Prefetcher  # quiver: was torch_geometric.loader
 from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
 
-parser = argparse.ArgumentParser()
-parser.add_argument("--size", default="small", choices=sorted(PRESETS))
-parser.add_argument("--epochs", type=int, default=4)
-parser.add_argument("--batch-size", type=int, default=1024)
-parser.add_argument("--num-workers", type=int, default=4)
-parser.add_argument("--seed", type=int, default=0)
+parser = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("--size", default="small", choices=sorted(PRESETS),
+                    help="synthetic graph preset (default: small)")
+parser.add_argument("--epochs", type=int, default=4, help="training epochs (default: 4)")
+parser.add_argument("--batch-size", type=int, default=1024, help="seed nodes per batch")
+parser.add_argument("--num-workers", type=int, default=min(4, os.cpu_count() or 1),
+                    help="DataLoader worker processes that collate batches (0: in the main "
+                         "process; default: 4, or fewer on a machine with fewer cores)")
+parser.add_argument("--seed", type=int, default=0, help="seeds the graph, model and batches")
 args = parser.parse_args()
 torch.manual_seed(args.seed)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -38,11 +43,13 @@ train_idx, test_idx = graph.train_idx, graph.test_idx[:10_000]
 train_loader = NeighborLoader(data, input_nodes=train_idx, num_neighbors=[15, 10, 5],
                               batch_size=args.batch_size, shuffle=True,
                               device=device, cache_size="20%",  # quiver
-                              num_workers=args.num_workers, persistent_workers=True)
+                              num_workers=args.num_workers,
+                              persistent_workers=args.num_workers > 0)
 test_loader = NeighborLoader(data, input_nodes=test_idx, num_neighbors=[15, 10, 5],
                              batch_size=args.batch_size,
                              device=device, cache_size="20%",  # quiver
-                             num_workers=args.num_workers, persistent_workers=True)
+                             num_workers=args.num_workers,
+                             persistent_workers=args.num_workers > 0)
 
 
 class SAGE(torch.nn.Module):

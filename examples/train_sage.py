@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -52,15 +53,26 @@ class SAGE(torch.nn.Module):
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="small", choices=sorted(PRESETS),
-                        help="synthetic graph preset (default: small)")
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--fanouts", default="15,10,5", help="neighbors per hop, comma separated")
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=0.003)
-    parser.add_argument("--device", default="auto", help="auto, cpu, or a CUDA device such as cuda:0")
+                        help="synthetic graph preset: " + "; ".join(
+                            f"{name} ({p.num_nodes:,} nodes, about {round(p.num_nodes * p.avg_degree):,} "
+                            f"edges)" for name, p in sorted(PRESETS.items())) +
+                        " (default: small)")
+    parser.add_argument("--epochs", type=int, default=4, help="training epochs (default: 4)")
+    parser.add_argument("--batch-size", type=int, default=1024,
+                        help="seed nodes per batch (default: 1024)")
+    parser.add_argument("--fanouts", default="15,10,5",
+                        help="neighbors sampled per hop, comma separated, outermost hop first; "
+                             "-1 takes every neighbor (default: 15,10,5)")
+    parser.add_argument("--hidden", type=int, default=128,
+                        help="width of GraphSAGE's hidden layers (default: 128)")
+    parser.add_argument("--lr", type=float, default=0.003,
+                        help="Adam's learning rate (default: 0.003)")
+    parser.add_argument("--device", default="auto",
+                        help="auto (the GPU when there is one and the CUDA kernels were built, "
+                             "else the CPU), cpu, or a CUDA device such as cuda:0")
     parser.add_argument("--mode", default=None, choices=["GPU", "UVA", "CPU"],
                         help="where the topology lives (default: UVA on a GPU, else CPU)")
     parser.add_argument("--cache-size", default="20%",
@@ -79,8 +91,14 @@ def parse_args(argv=None):
                              "(worth it when sampling, not the model, bounds an epoch)")
     parser.add_argument("--eval-nodes", type=int, default=10_000,
                         help="test nodes scored after each epoch")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--report", default=None, help="write the history as JSON here")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds the graph, the model and the batches' order (default: 0)")
+    parser.add_argument("--report", default=None,
+                        help="write the per-epoch history (times, loss split, accuracy) as "
+                             "JSON to this file")
+    parser.add_argument("--progress", default="auto", choices=["auto", "bar", "lines"],
+                        help="a progress bar per epoch (bar), one line per epoch only "
+                             "(lines), or a bar when stdout is a terminal (auto)")
     return parser.parse_args(argv)
 
 
@@ -222,10 +240,13 @@ def build(args, run: Run, fanouts):
         print(f"graph '{args.size}': {topo.node_count:,} nodes, {meta['num_edges']:,} edges, "
               f"{feature.shape[1]} features, {meta['num_classes']} classes (ready in "
               f"{time.perf_counter() - start:.1f}s)")
+        if gpus:
+            placement = (f"feature cache {feature.cached_rows:,} of {len(feature):,} rows per "
+                         f"GPU ({args.cache_order} order, {args.cache_policy})")
+        else:
+            placement = f"features: all {len(feature):,} rows in host memory (no GPU)"
         print(f"{run.world} process(es); device {device}, sampler mode {sampler.mode}, fanouts "
-              f"{fanouts}, batch {args.batch_size}, prefetch {args.prefetch}; feature cache "
-              f"{feature.cached_rows:,} of {len(feature):,} rows per GPU ({args.cache_order} "
-              f"order, {args.cache_policy})")
+              f"{fanouts}, batch {args.batch_size}, prefetch {args.prefetch}; {placement}")
     return sampler, feature, meta
 
 
@@ -271,6 +292,9 @@ def main(argv=None) -> dict:
     test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(), generator=eval_gen)
                             [:args.eval_nodes]][run.rank::run.world]
 
+    # A bar redrawn with carriage returns piles up in a log file: one line per epoch there.
+    bars = run.lead and (args.progress == "bar" or
+                         (args.progress == "auto" and sys.stdout.isatty()))
     history = []
     for epoch in range(1, args.epochs + 1):
         model.train()
@@ -281,7 +305,7 @@ def main(argv=None) -> dict:
         total_loss = 0.0
         batches = iter(loader)
         waited = 0.0
-        for _ in tqdm(range(len(loader)), desc=f"epoch {epoch}", leave=False, disable=not run.lead):
+        for _ in tqdm(range(len(loader)), desc=f"epoch {epoch}", leave=False, disable=not bars):
             t = time.perf_counter()
             n_id, batch_size, adjs, x, y = next(batches)
             t_model = time.perf_counter()

@@ -19,9 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -54,15 +56,18 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def prepare(args, num_hosts: int) -> None:
-    """Builds the graph once and writes the topology, labels, splits and feature shards."""
+def prepare(args, num_hosts: int) -> Optional[str]:
+    """Builds the graph once and writes the topology, labels, splits and feature shards;
+    returns why it cannot, in a sentence, when --data holds another job's files."""
     data = Path(args.data)
     if (data / "ready.json").exists():
         meta = json.loads((data / "ready.json").read_text())
         if meta["hosts"] != num_hosts or meta["size"] != args.size:
-            raise SystemExit(f"{data} holds {meta['size']!r} for {meta['hosts']} hosts; use "
-                             f"another --data for {args.size!r} on {num_hosts}")
-        return
+            hosts = f"{num_hosts} host" + ("s" if num_hosts != 1 else "")
+            return (f"{data} holds the {meta['size']!r} graph split for {meta['hosts']} hosts, "
+                    f"but this job is {args.size!r} on {hosts}: give it another --data "
+                    f"directory (or delete this one)")
+        return None
     graph = synthetic_graph(args.size, seed=args.seed)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     topo.save(data / "graph")
@@ -71,6 +76,7 @@ def prepare(args, num_hosts: int) -> None:
     torch.save({"y": graph.y, "train_idx": graph.train_idx, "test_idx": graph.test_idx,
                 "num_classes": graph.num_classes}, data / "labels.pt")
     (data / "ready.json").write_text(json.dumps({"hosts": num_hosts, "size": args.size}))
+    return None
 
 
 def main(argv=None) -> dict:
@@ -84,9 +90,15 @@ def main(argv=None) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     num_hosts = world // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     device = torch.device("cuda", torch.cuda.current_device()) if use_gpu else torch.device("cpu")
-    if rank == 0:
-        prepare(args, num_hosts)
-    dist.barrier()
+    # Every process learns whether the data can be used, so that all stop together with
+    # one line from the first, rather than the others failing in a collective.
+    refusal = [prepare(args, num_hosts) if rank == 0 else None]
+    dist.broadcast_object_list(refusal, src=0)
+    if refusal[0] is not None:
+        if rank == 0:
+            print(f"train_sage_dist.py: {refusal[0]}", file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        raise SystemExit(2)
 
     data = Path(args.data)
     torch.manual_seed(args.seed)

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Runs every test: the GoogleTest suite, the libtorch training program (examples/cpp, run
 # by the pytest suite), the pytest suite (which also drives the libtorch
-# binary that loads a TorchScript model), and a separate CMake project that uses the
-# installed package through find_package. Sets everything up first (scripts/setup.sh).
+# binary that loads a TorchScript model), the RDMA tests in a soft-RoCE guest, and a
+# separate CMake project that uses the installed package through find_package. Sets
+# everything up first (scripts/setup.sh --rdma-vm; QUIVER_SKIP_RDMA_VM=1 skips the guest
+# and its packages).
 # Extra arguments go to pytest, e.g. scripts/test.sh -k sample.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
-bash scripts/setup.sh
+bash scripts/setup.sh --rdma-vm
 VENV=${QUIVER_VENV:-$REPO/.venv}
 BUILD_DIR=${QUIVER_BUILD_DIR:-$REPO/build/py}
 export PATH="$VENV/bin:$PATH"

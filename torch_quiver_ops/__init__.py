@@ -3,16 +3,14 @@
 The ops are ``torch.ops.quiver.*`` (typed wrappers in :mod:`torch_quiver_ops.ops`); the
 classes below give PyG and torch-quiver users a sampler and a feature store.
 """
-from pathlib import Path
-
-from ._load import cuda_kernels_built, library_path, load_library
+from ._load import cuda_kernels_built, library_path, load_library, package_root
 
 __version__ = "0.1.0"
 
 load_library()
 
 from . import _fake  # noqa: E402,F401  (registers the fake kernels)
-from . import dist, hotness, ops, synthetic  # noqa: E402
+from . import aoti, dist, hotness, ops, synthetic  # noqa: E402
 from ._device import init_p2p, p2p_cliques  # noqa: E402
 from ._sharing import map_arrays as load_arrays, save_arrays  # noqa: E402
 from .feature import Feature  # noqa: E402
@@ -21,10 +19,11 @@ from .loader import Prefetcher, SampleLoader  # noqa: E402
 from .sampler import Adj, GraphSageSampler  # noqa: E402
 from .topology import CSRTopo  # noqa: E402
 
-# For find_package(TorchQuiverOps) from a libtorch C++ project (set as CMAKE_PREFIX_PATH).
-cmake_prefix_path = str(Path(__file__).resolve().parent)
+# For find_package(TorchQuiverOps) from a libtorch C++ project (set as CMAKE_PREFIX_PATH):
+# the package whose library was loaded (the installed copy's, for a source checkout).
+cmake_prefix_path = str(package_root())
 
-__all__ = ["Adj", "CSRTopo", "Feature", "GraphSageSampler", "Prefetcher", "SampleLoader", "dist",
+__all__ = ["Adj", "aoti", "CSRTopo", "Feature", "GraphSageSampler", "Prefetcher", "SampleLoader", "dist",
            "hotness", "ops", "pyg", "synthetic", "init_p2p", "p2p_cliques", "presample_hot_order",
            "presample_topology_order",
            "cuda_kernels_built", "library_path", "cmake_prefix_path", "save_arrays",

@@ -1,23 +1,72 @@
-"""Finds and loads the compiled op library, after checking it matches the running torch."""
+"""Finds and loads the compiled op library, after checking it matches the running torch.
+
+The library is installed inside the package (``torch_quiver_ops/lib``) by ``pip install``.
+A Python started in the repository root imports the *source* tree first (the current
+directory leads ``sys.path``), and the source tree holds no compiled library: it then
+loads the installed copy's library, so the source tree imports as the installed package
+would.
+"""
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 LIBRARY_NAME = "libtorch_quiver_ops.so"
 _PACKAGE_DIR = Path(__file__).resolve().parent
+# Where find_package(TorchQuiverOps) finds its configuration, under a package folder.
+_CMAKE_CONFIG = Path("lib") / "cmake" / "TorchQuiverOps"
+
+
+def _is_source_checkout(package_dir: Path) -> bool:
+    return (package_dir.parent / "pyproject.toml").exists() and \
+        (package_dir.parent / "library.cpp").exists()
+
+
+def _installed_package_dir() -> Optional[Path]:
+    """The package folder pip installed, when it is not this one (this one being a source
+    checkout that shadows it), and it holds the compiled library."""
+    try:
+        from importlib import metadata
+        installed = metadata.distribution("torch-quiver-ops").locate_file("torch_quiver_ops")
+    except Exception:  # noqa: BLE001 (not installed, or metadata unreadable: none found)
+        return None
+    installed = Path(str(installed)).resolve()
+    if installed == _PACKAGE_DIR or not (installed / "lib" / LIBRARY_NAME).exists():
+        return None
+    return installed
+
+
+def package_root() -> Path:
+    """The package folder whose compiled library is loaded: this one, or the installed copy
+    when this one is a source checkout without a build."""
+    override = os.environ.get("TORCH_QUIVER_OPS_LIBRARY")
+    if override:
+        # A library inside an installed package (<package>/lib/<library>) brings its CMake
+        # configuration; a build folder's library does not, and find_package then looks
+        # in the installed copy.
+        root = Path(override).resolve().parent.parent
+        if (root / _CMAKE_CONFIG).exists():
+            return root
+    if (_PACKAGE_DIR / "lib" / LIBRARY_NAME).exists():
+        return _PACKAGE_DIR
+    if _is_source_checkout(_PACKAGE_DIR):
+        installed = _installed_package_dir()
+        if installed is not None:
+            return installed
+    return _PACKAGE_DIR
 
 
 def library_path() -> Path:
-    """The shared library to load: $TORCH_QUIVER_OPS_LIBRARY, else the one installed
-    inside this package by `pip install .`."""
+    """The shared library to load: $TORCH_QUIVER_OPS_LIBRARY, else the one installed inside
+    the package by `pip install .` (the installed copy's, for a source checkout)."""
     override = os.environ.get("TORCH_QUIVER_OPS_LIBRARY")
     if override:
         return Path(override).resolve()
-    return _PACKAGE_DIR / "lib" / LIBRARY_NAME
+    return package_root() / "lib" / LIBRARY_NAME
 
 
 def _release(version: str) -> str:
@@ -47,14 +96,25 @@ def check_build_matches(build_info: dict) -> None:
         )
 
 
+def _missing_library_message(path: Path) -> str:
+    if os.environ.get("TORCH_QUIVER_OPS_LIBRARY"):
+        return (f"TORCH_QUIVER_OPS_LIBRARY points at {path}, which does not exist; unset it to "
+                f"use the installed package's library, or point it at a built {LIBRARY_NAME}.")
+    if _is_source_checkout(_PACKAGE_DIR):
+        return (f"torch_quiver_ops was imported from the source checkout at {_PACKAGE_DIR} "
+                f"(Python puts the current directory first on sys.path), which holds no "
+                f"compiled library, and no installed torch-quiver-ops was found beside it. "
+                f"Run `bash scripts/setup.sh` in {_PACKAGE_DIR.parent} (it builds the library "
+                f"and installs the package into .venv) and use .venv/bin/python.")
+    return (f"the installed torch_quiver_ops at {_PACKAGE_DIR} lacks its compiled library "
+            f"{path.name}: the install is incomplete; reinstall it with "
+            f"`pip install --no-build-isolation --force-reinstall .` from the source checkout.")
+
+
 def load_library() -> Path:
     path = library_path()
     if not path.exists():
-        raise ImportError(
-            f"torch-quiver-ops could not find its compiled library at {path}; install the "
-            f"package with `pip install --no-build-isolation .` or point "
-            f"TORCH_QUIVER_OPS_LIBRARY at a built {LIBRARY_NAME}."
-        )
+        raise ImportError(_missing_library_message(path))
     info_file = path.parent / "build_info.json"
     build_info = json.loads(info_file.read_text()) if info_file.exists() else {}
     check_build_matches(build_info)

@@ -320,6 +320,12 @@ class NeighborSampler(BaseSampler):
         if subgraph_type not in ("directional", "bidirectional"):
             raise NotImplementedError(f"subgraph_type {subgraph_type!r} is not supported: use "
                                       f"'directional' or 'bidirectional'")
+        if not isinstance(graph, (GraphStore, CSRTopo)):
+            raise TypeError(
+                f"NeighborSampler samples a torch_quiver_ops.pyg.GraphStore or a CSRTopo, got "
+                f"{type(graph).__name__}" + (": pass the graph store alone, e.g. "
+                                             "NeighborSampler(graph_store, num_neighbors)"
+                                             if isinstance(graph, tuple) else ""))
         topo = graph._topology() if isinstance(graph, GraphStore) else graph
         if return_eid and topo.eid is None:
             topo = CSRTopo(indptr=topo.indptr, indices=topo.indices,

@@ -128,6 +128,9 @@ class CSRTopo:
                 raise ValueError("give either edge_index or indptr/indices, not both")
             if edge_index.dim() != 2 or edge_index.size(0) != 2:
                 raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
+            if edge_index.dtype.is_floating_point or edge_index.dtype.is_complex or \
+                    edge_index.dtype == torch.bool:
+                raise TypeError(f"edge_index must hold integer node ids, got {edge_index.dtype}")
             # Built where the edges are: on a GPU (csr_from_coo's CUDA kernel, a fraction of a
             # second for a billion edges) when they are there; the CSR is kept on the host.
             if not edge_index.is_cuda:
@@ -198,12 +201,14 @@ class CSRTopo:
                                                        "indices": self.indices, "eid": self.eid})
 
     @classmethod
-    def load_shared(cls, directory: Union[str, Path]) -> "CSRTopo":
+    def load_shared(cls, directory: Union[str, Path], verify: bool = False) -> "CSRTopo":
         """Maps arrays written by :meth:`save` with MAP_SHARED: every process that loads the
         same directory (e.g. each torchrun worker) reads the same pages, so a machine holds
         one copy, which UVA mode then pins in place in each process. A truncated file
-        raises; the CSR is validated as :class:`CSRTopo` validates any given CSR."""
-        arrays, _ = _sharing.map_arrays(directory, "csr")
+        raises; the CSR is validated as :class:`CSRTopo` validates any given CSR; ``verify``
+        also checks each file's CRC-32."""
+        arrays, _ = _sharing.map_arrays(directory, "csr", verify=verify,
+                                         names=("indptr", "indices", "eid"))
         return cls(indptr=arrays["indptr"], indices=arrays["indices"], eid=arrays.get("eid"))
 
     def __repr__(self) -> str:

@@ -28,6 +28,7 @@ using raw_arrays::require;
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <iostream>
 #include <map>
 #include <regex>
@@ -69,10 +70,30 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
-      std::cout << "usage: train_sage [--data DIR] [--mode GPU|UVA|CPU] [--epochs N] "
-                   "[--batch-size N] [--fanouts 15,10,5] [--hidden N] [--lr X] [--cache X] "
-                   "[--min-accuracy X] [--eval-nodes N] [--split 1|0] [--seed N] [--nodes N] [--classes N] [--features N] "
-                   "[--degree N]\n";
+      std::cout
+          << "usage: train_sage [options]\n"
+             "Trains GraphSAGE with the quiver ops from a libtorch program: sampling, the\n"
+             "tiered feature gather and the model, without Python.\n\n"
+             "  --data DIR          a graph saved by examples/cpp/save_graph.py (default: a\n"
+             "                      synthetic graph built here, sized by the last four options)\n"
+             "  --mode GPU|UVA|CPU  where the topology lives (default: UVA with a GPU, else CPU)\n"
+             "  --epochs N          training epochs (default: 3)\n"
+             "  --batch-size N      seed nodes per batch (default: 1024)\n"
+             "  --fanouts A,B,C     neighbors sampled per hop, outermost first (default: 15,10,5)\n"
+             "  --hidden N          width of the hidden layers (default: 256)\n"
+             "  --lr X              Adam's learning rate (default: 0.003)\n"
+             "  --cache X           share of the feature rows cached in GPU memory, in [0, 1]\n"
+             "                      (default: 0.2)\n"
+             "  --min-accuracy X    exit with status 1 unless the last epoch's test accuracy\n"
+             "                      reaches X (default: 0)\n"
+             "  --eval-nodes N      test nodes scored after each epoch (default: 10000)\n"
+             "  --split 1|0         time sampling, gathering and the model apart (1, default)\n"
+             "                      or the epoch only (0: no synchronization between phases)\n"
+             "  --seed N            seeds the synthetic graph, the model and the batches\n"
+             "  --nodes N           synthetic graph: nodes (default: 20000)\n"
+             "  --classes N         synthetic graph: classes (default: 8)\n"
+             "  --features N        synthetic graph: feature width (default: 32)\n"
+             "  --degree N          synthetic graph: edges per node (default: 12)\n";
       std::exit(0);
     }
     TORCH_CHECK(i + 1 < argc, "option ", arg, " needs a value");
@@ -324,7 +345,7 @@ int run(const Options& o) {
             << " nodes, " << g.indices.numel() << " edges, " << g.rows.size(1) << " features, "
             << g.num_classes << " classes; device " << device << ", sampler mode " << mode
             << ", " << tiers->leading_rows() << " rows cached in GPU memory (ready in "
-            << seconds_since(start) << "s)" << std::endl;
+            << std::fixed << std::setprecision(2) << seconds_since(start) << "s)" << std::endl;
 
   SAGE model(g.rows.size(1), o.hidden, g.num_classes, o.fanouts.size());
   model->to(device);

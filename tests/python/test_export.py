@@ -245,3 +245,42 @@ def test_fake_transport_and_dist_feature_answer_as_the_real_ones():
     fake = _fake.FakeDistFeature(torch.empty(0, 5, dtype=torch.bfloat16), 10, 0, 2)
     rows = fake.gather(torch.zeros(7, dtype=torch.long))
     assert rows.shape == (7, 5) and rows.dtype == torch.bfloat16
+
+
+def static_libstdcxx_compiler(tmp_path) -> str:
+    """A g++ that links libstdc++ statically into shared libraries, as the GPU machine's
+    default compiler does."""
+    wrapper = tmp_path / "static-g++"
+    wrapper.write_text('#!/bin/sh\nexec g++ -static-libstdc++ "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+@pytest.mark.skipif(not Path("/usr/bin/g++").exists(), reason="needs g++")
+def test_a_compiler_linking_libstdcxx_statically_is_refused_before_compiling(
+        tmp_path, monkeypatch):
+    wrapper = static_libstdcxx_compiler(tmp_path)
+    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", (wrapper,))
+    with pytest.raises(RuntimeError, match="links libstdc\\+\\+ statically.*CXX=/usr/bin/g\\+\\+"):
+        qv.aoti.check_compiler()
+    program = torch.export.export(torch.nn.Linear(2, 2), (torch.ones(1, 2),))
+    with pytest.raises(RuntimeError, match="static-g\\+\\+"):
+        qv.aoti.compile_and_package(program, tmp_path / "never.pt2")
+    assert not (tmp_path / "never.pt2").exists()
+    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("/usr/bin/g++",))
+    assert qv.aoti.check_compiler() == "/usr/bin/g++"
+
+
+@pytest.mark.skipif(not Path("/usr/bin/g++").exists(), reason="needs g++")
+def test_a_package_linking_libstdcxx_statically_is_refused_before_loading(tmp_path):
+    import zipfile
+    source = tmp_path / "model.cpp"
+    source.write_text('#include <string>\nextern "C" int f() { return std::string("x").size(); }\n')
+    library = tmp_path / "model.so"
+    subprocess.run([static_libstdcxx_compiler(tmp_path), "-shared", "-fPIC", str(source), "-o",
+                    str(library)], check=True)
+    package = tmp_path / "model.pt2"
+    with zipfile.ZipFile(package, "w") as archive:
+        archive.write(library, "model/data/aotinductor/model/model.so")
+    with pytest.raises(RuntimeError, match="model.pt2 holds .*links libstdc\\+\\+ statically"):
+        qv.aoti.load_package(package)

@@ -1,0 +1,118 @@
+"""AOTInductor packages of models that call the quiver ops, built and loaded safely.
+
+An AOTInductor package is a shared library compiled by the C++ compiler torch finds
+(``$CXX``, else ``g++``). A compiler that links libstdc++ statically into shared libraries
+(some toolchain images wrap g++ so) builds a package that carries its own copy of the C++
+runtime; loading it into a process that already runs libstdc++ (PyTorch does) crashes the
+process. :func:`check_compiler` finds that out before anything is compiled, and
+:func:`check_package` before a package is loaded, each with a sentence naming the compiler
+and the fix, never a segfault.
+"""
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import List, Optional, Union
+
+import torch
+
+_PROBE = '#include <string>\nextern "C" int quiver_probe(const char* s) ' \
+         '{ return static_cast<int>(std::string(s).size()); }\n'
+
+
+def _needed_libraries(shared_object: Path) -> Optional[List[str]]:
+    """The DT_NEEDED entries of an ELF shared object (None when no tool can read them)."""
+    for tool, args in (("readelf", ["-d"]), ("objdump", ["-p"])):
+        if shutil.which(tool) is None:
+            continue
+        listing = subprocess.run([tool, *args, str(shared_object)], capture_output=True,
+                                 text=True, timeout=60)
+        if listing.returncode != 0:
+            continue
+        needed = []
+        for line in listing.stdout.splitlines():
+            if "NEEDED" in line:
+                needed.append(line.split()[-1].strip("[]"))
+        return needed
+    return None
+
+
+def _links_libstdcxx_dynamically(shared_object: Path) -> Optional[bool]:
+    needed = _needed_libraries(shared_object)
+    if needed is None:
+        return None
+    return any(name.startswith("libstdc++") or name.startswith("libc++") for name in needed)
+
+
+def compiler() -> str:
+    """The C++ compiler AOTInductor will run (torch's own search: ``$CXX``, else g++)."""
+    from torch._inductor import cpp_builder
+    return cpp_builder.get_cpp_compiler()
+
+
+@functools.lru_cache(maxsize=None)
+def _check_compiler(cxx: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="quiver-aoti-probe-") as scratch:
+        source = Path(scratch) / "probe.cpp"
+        source.write_text(_PROBE)
+        library = Path(scratch) / "probe.so"
+        try:
+            built = subprocess.run([cxx, "-shared", "-fPIC", str(source), "-o", str(library)],
+                                   capture_output=True, text=True, timeout=300)
+        except FileNotFoundError:
+            raise RuntimeError(f"AOTInductor compiles packages with {cxx!r}, which is not "
+                               f"installed: install g++ or point CXX at a C++ compiler") from None
+        if built.returncode != 0:
+            raise RuntimeError(f"AOTInductor compiles packages with {cxx!r}, which could not "
+                               f"build a small shared library:\n{built.stderr[-2000:]}")
+        if _links_libstdcxx_dynamically(library) is False:
+            raise RuntimeError(
+                f"the C++ compiler AOTInductor would use ({cxx!r}) links libstdc++ statically "
+                f"into shared libraries: a package built with it crashes the process that "
+                f"loads it. Use a compiler that links it dynamically, e.g. "
+                f"CXX=/usr/bin/g++ (set before torch is imported, or "
+                f"torch._inductor.config.cpp.cxx = ('/usr/bin/g++',)).")
+
+
+def check_compiler() -> str:
+    """Raises RuntimeError naming the compiler and the fix when AOTInductor's compiler
+    cannot build a package that loads safely here; returns the compiler. The probe (one
+    small compile) runs once per compiler and process."""
+    cxx = compiler()
+    _check_compiler(cxx)
+    return cxx
+
+
+def check_package(package_path: Union[str, Path]) -> None:
+    """Raises RuntimeError when a package's compiled model links libstdc++ statically (it
+    would crash this process on load), naming the package and the fix."""
+    package_path = Path(package_path)
+    with zipfile.ZipFile(package_path) as archive, \
+            tempfile.TemporaryDirectory(prefix="quiver-aoti-package-") as scratch:
+        for name in archive.namelist():
+            if not name.endswith(".so"):
+                continue
+            extracted = Path(archive.extract(name, scratch))
+            if _links_libstdcxx_dynamically(extracted) is False:
+                raise RuntimeError(
+                    f"{package_path} holds {name}, compiled by a C++ compiler that links "
+                    f"libstdc++ statically: loading it would crash this process. Build the "
+                    f"package again with a compiler that links it dynamically, e.g. "
+                    f"CXX=/usr/bin/g++.")
+
+
+def compile_and_package(program: "torch.export.ExportedProgram",
+                        package_path: Union[str, Path]) -> str:
+    """``torch._inductor.aoti_compile_and_package`` after :func:`check_compiler`."""
+    check_compiler()
+    return torch._inductor.aoti_compile_and_package(program, package_path=str(package_path))
+
+
+def load_package(package_path: Union[str, Path]):
+    """``torch._inductor.aoti_load_package`` after :func:`check_package`."""
+    check_package(package_path)
+    return torch._inductor.aoti_load_package(str(package_path))
