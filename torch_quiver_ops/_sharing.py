@@ -14,23 +14,46 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import zlib
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
+from . import preflight
+
 _CRC_CHUNK = 64 << 20
+
+
+# The dtypes a save may hold (what torch.from_file maps), by their names in the metadata.
+_DTYPES = {name: getattr(torch, name) for name in (
+    "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
+    "float64", "complex64", "complex128")}
+# An array's name is a file name in the save's directory, never a path out of it.
+_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def _crc32(t: Tensor) -> int:
+def _check_name(name: str, where: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+        raise ValueError(f"{where}: array name {name!r} is not a plain file name (letters, "
+                         f"digits, '_', '.', '-'; no path separators)")
+
+
+# What a save's CRC-32 covers: the array's dtype and shape, then its bytes (so a dtype or a
+# shape changed in the metadata alone fails the check too). Saves without this mark (older
+# ones) have a CRC of the bytes alone.
+_CRC_OF = "dtype,shape,bytes"
+
+
+def _crc32(t: Tensor, described: bool = True) -> int:
     data = t.contiguous().view(-1).view(torch.uint8).numpy()
-    crc = 0
+    crc = zlib.crc32(f"{_dtype_name(t.dtype)}{list(t.shape)}".encode()) if described else 0
     for start in range(0, data.size, _CRC_CHUNK):
         crc = zlib.crc32(memoryview(data[start:start + _CRC_CHUNK]), crc)
     return crc
@@ -39,21 +62,29 @@ def _crc32(t: Tensor) -> int:
 def save_arrays(directory: Union[str, Path], stem: str, arrays: Dict[str, Optional[Tensor]],
                 **meta) -> Path:
     """Writes each array as ``<name>.bin`` (raw bytes) and ``<stem>.json`` describing them
-    (dtype, shape, bytes, CRC-32) plus ``meta``. The json is written last and atomically, so
-    a concurrent :func:`map_arrays` sees the whole save or none of it."""
+    (dtype, shape, bytes, CRC-32) plus ``meta``, into ``directory``; :func:`map_arrays`
+    reads them back. The json is written last and atomically, so a concurrent
+    :func:`map_arrays` sees the whole save or none of it. Checks first that the directory's
+    file system has room for every array (a RAM-backed /dev/shm is often small)."""
     directory = Path(directory)
+    _check_name(stem, str(directory))
+    present = {name: t for name, t in arrays.items() if t is not None}
+    for name in present:
+        _check_name(name, str(directory))
     directory.mkdir(parents=True, exist_ok=True)
+    preflight.check_room(directory, sum(t.nbytes for t in present.values()),
+                         f"saving {', '.join(present) or 'nothing'}")
     described = {}
-    for name, t in arrays.items():
-        if t is None:
-            continue
+    for name, t in present.items():
         t = t.detach().cpu().contiguous()
+        if _dtype_name(t.dtype) not in _DTYPES:
+            raise TypeError(f"save_arrays cannot save {name} of dtype {t.dtype}")
         path = directory / f"{name}.bin"
         partial = path.with_suffix(".bin.partial")
         t.view(-1).view(torch.uint8).numpy().tofile(partial)
         os.replace(partial, path)
         described[name] = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape),
-                           "nbytes": t.nbytes, "crc32": _crc32(t)}
+                           "nbytes": t.nbytes, "crc32": _crc32(t), "crc32_of": _CRC_OF}
     record = directory / f"{stem}.json"
     partial = record.with_suffix(".json.partial")
     partial.write_text(json.dumps({"arrays": described, **meta}))
@@ -61,46 +92,83 @@ def save_arrays(directory: Union[str, Path], stem: str, arrays: Dict[str, Option
     return directory
 
 
+def _described(info, name: str, record: Path) -> Tuple[torch.dtype, list, int]:
+    """An array's (dtype, shape, nbytes) from the metadata, checked against each other."""
+    bad = f"{record} describes {name}.bin"
+    if not isinstance(info, dict):
+        raise ValueError(f"{bad} as {info!r}, not as a dtype, shape and size")
+    dtype = _DTYPES.get(info.get("dtype"))
+    if dtype is None:
+        raise ValueError(f"{bad} with dtype {info.get('dtype')!r}, which is none of "
+                         f"{sorted(_DTYPES)}")
+    shape, nbytes = info.get("shape"), info.get("nbytes")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        raise ValueError(f"{bad} with shape {shape!r}: a list of sizes >= 0 is expected")
+    expected = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    if nbytes != expected:
+        raise ValueError(f"{bad} as {info['dtype']} {shape} ({expected} bytes) but with "
+                         f"nbytes {nbytes!r}: the metadata is corrupt")
+    return dtype, shape, nbytes
+
+
+def _writable(path: Path) -> bool:
+    """Whether the file can be opened for writing (not on a read-only mount, say)."""
+    try:
+        with open(path, "r+b"):
+            return True
+    except OSError:
+        return False
+
+
 def map_arrays(directory: Union[str, Path], stem: str,
-               verify: bool = False) -> Tuple[Dict[str, Tensor], dict]:
-    """Maps the arrays of a :func:`save_arrays` directory with MAP_SHARED (no copy), after
-    checking each file holds exactly the bytes the metadata names (and, with ``verify``, its
-    CRC-32). Returns ``(arrays, meta)``."""
+               verify: bool = False,
+               names: Optional[Sequence[str]] = None) -> Tuple[Dict[str, Tensor], dict]:
+    """Maps the arrays of a :func:`save_arrays` directory (no copy) after checking each
+    file holds exactly the bytes its metadata names; with ``verify``, its CRC-32 too.
+    ``names``, when given, are the arrays the caller expects: others in the metadata raise.
+    Returns ``(arrays, meta)``.
+
+    The files are mapped shared (MAP_SHARED), so that every process that maps the save
+    reads the same pages, also once they are pinned for a GPU (a private mapping would be
+    copied by pinning: measured in docs/benchmarks.md). The mapping is the save itself:
+    an in-place write reaches every process and later loads (``clone()`` a table to change
+    it privately). A save on a read-only file system is mapped privately instead.
+    """
     directory = Path(directory)
     record = directory / f"{stem}.json"
     if not record.exists():
         raise FileNotFoundError(f"{record} does not exist: nothing was saved in {directory}, "
                                 f"or the save has not finished")
-    meta = json.loads(record.read_text())
+    try:
+        meta = json.loads(record.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{record} is not the JSON save_arrays writes ({error}): the save "
+                         f"is corrupt") from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("arrays"), dict):
+        raise ValueError(f"{record} lists no arrays: it is not a save of save_arrays")
     arrays = {}
     for name, info in meta.pop("arrays").items():
+        _check_name(name, str(record))
+        if names is not None and name not in names:
+            raise ValueError(f"{record} lists an array {name!r}, none of the expected "
+                             f"{sorted(names)}: the save is from something else")
+        dtype, shape, nbytes = _described(info, name, record)
         path = directory / f"{name}.bin"
-        dtype = getattr(torch, info["dtype"])
-        shape = info["shape"]
-        size = path.stat().st_size if path.exists() else None
-        if size != info["nbytes"]:
+        size = path.stat().st_size if path.is_file() else None
+        if size != nbytes:
             raise ValueError(f"{path} holds {size if size is not None else 'no'} bytes but "
-                             f"{record.name} says {info['nbytes']}: the file is truncated or "
+                             f"{record.name} says {nbytes}: the file is truncated or "
                              f"from another save")
         count = math.prod(shape)
         if count == 0:
             arrays[name] = torch.empty(shape, dtype=dtype)
         else:
-            arrays[name] = torch.from_file(str(path), shared=True, size=count,
+            arrays[name] = torch.from_file(str(path), shared=_writable(path), size=count,
                                            dtype=dtype).view(shape)
-        if verify and _crc32(arrays[name]) != info["crc32"]:
+        if verify and _crc32(arrays[name], info.get("crc32_of") == _CRC_OF) != info.get("crc32"):
             raise ValueError(f"{path} does not match the checksum in {record.name}: the file "
                              f"is corrupt")
     return arrays, meta
-
-
-def shm_has_room(nbytes: int) -> bool:
-    """Whether /dev/shm can take ``nbytes`` more (with 64 MiB to spare)."""
-    try:
-        stat = os.statvfs("/dev/shm")
-    except OSError:
-        return True  # no /dev/shm to ask: let torch try
-    return stat.f_bavail * stat.f_frsize >= nbytes + (64 << 20)
 
 
 # ---- CUDA IPC: clique shards between processes ----

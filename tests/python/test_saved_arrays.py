@@ -1,0 +1,138 @@
+"""Saved arrays (torch_quiver_ops._sharing, behind Feature/CSRTopo save and load_shared and
+the distributed partitions): metadata is checked against itself and the files before
+anything is mapped, names stay inside the directory, and a load never changes the save."""
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from torch_quiver_ops import _sharing
+
+
+def saved(tmp_path, rows=None):
+    rows = torch.arange(24, dtype=torch.float32).view(6, 4) if rows is None else rows
+    qv.Feature(device_list=[]).from_cpu_tensor(rows)  # sanity: a table Feature accepts
+    _sharing.save_arrays(tmp_path, "feature", {"rows": rows})
+    return rows
+
+
+def edit_metadata(directory, **changes):
+    record = Path(directory) / "feature.json"
+    meta = json.loads(record.read_text())
+    meta["arrays"]["rows"].update(changes)
+    record.write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("shape", [[12, 4], [3, 4], [6, 2]])
+def test_a_shape_that_disagrees_with_the_bytes_is_refused_and_the_file_left_alone(tmp_path,
+                                                                                  shape):
+    saved(tmp_path)
+    size = (tmp_path / "rows.bin").stat().st_size
+    edit_metadata(tmp_path, shape=shape)  # nbytes unchanged: the shape lies
+    with pytest.raises(ValueError, match="the metadata is corrupt"):
+        qv.Feature.load_shared(tmp_path)
+    assert (tmp_path / "rows.bin").stat().st_size == size
+
+
+@pytest.mark.parametrize("dtype", ["int32", "save", "Tensor", 7])
+def test_a_dtype_is_one_of_a_fixed_set_and_agrees_with_the_bytes(tmp_path, dtype):
+    saved(tmp_path)
+    edit_metadata(tmp_path, dtype=dtype)
+    # int32 has float32's size, so the bytes agree: it is the CRC that tells, on request.
+    if dtype == "int32":
+        with pytest.raises(ValueError, match="does not match the checksum"):
+            _sharing.map_arrays(tmp_path, "feature", verify=True)
+    else:
+        with pytest.raises(ValueError, match="which is none of"):
+            _sharing.map_arrays(tmp_path, "feature")
+
+
+@pytest.mark.parametrize("name", ["../outside", "a/b", "..", "/etc/passwd", ""])
+def test_names_stay_inside_the_directory(tmp_path, name):
+    inside = tmp_path / "save"
+    saved(inside)
+    (tmp_path / "outside.bin").write_bytes(bytes(96))
+    record = inside / "feature.json"
+    meta = json.loads(record.read_text())
+    meta["arrays"][name] = meta["arrays"].pop("rows")
+    record.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="not a plain file name"):
+        _sharing.map_arrays(inside, "feature")
+    with pytest.raises(ValueError, match="not a plain file name"):
+        _sharing.save_arrays(inside, "feature", {name: torch.zeros(3)})
+    assert (tmp_path / "outside.bin").read_bytes() == bytes(96)
+
+
+def test_unexpected_arrays_and_corrupt_json_are_refused(tmp_path):
+    saved(tmp_path)
+    with pytest.raises(ValueError, match="none of the expected"):
+        _sharing.map_arrays(tmp_path, "feature", names=["order"])
+    (tmp_path / "feature.json").write_text("{not json")
+    with pytest.raises(ValueError, match="is not the JSON save_arrays writes"):
+        qv.Feature.load_shared(tmp_path)
+
+
+def test_verify_finds_a_flipped_byte_through_every_loader(tmp_path):
+    rows = saved(tmp_path / "feature")
+    qv.CSRTopo(torch.tensor([[0, 1, 2], [1, 2, 0]])).save(tmp_path / "csr")
+    for path in (tmp_path / "feature" / "rows.bin", tmp_path / "csr" / "indices.bin"):
+        data = bytearray(path.read_bytes())
+        data[3] ^= 0x40
+        path.write_bytes(bytes(data))
+    loaded = qv.Feature.load_shared(tmp_path / "feature")  # sizes only: loads
+    assert not torch.equal(loaded[torch.arange(6)], rows)
+    with pytest.raises(ValueError, match="does not match the checksum"):
+        qv.Feature.load_shared(tmp_path / "feature", verify=True)
+    with pytest.raises(ValueError, match="does not match the checksum"):
+        qv.CSRTopo.load_shared(tmp_path / "csr", verify=True)
+
+
+def test_an_in_place_write_reaches_the_save_as_documented(tmp_path):
+    # MAP_SHARED: one copy per machine, also once pinned (a private mapping is copied by
+    # pinning, measured in docs/benchmarks.md), so a write goes to the save. clone() to
+    # change rows privately.
+    saved(tmp_path)
+    table = _sharing.map_arrays(tmp_path, "feature")[0]["rows"]
+    private = table.clone()
+    private[0, 0] = -5
+    assert _sharing.map_arrays(tmp_path, "feature")[0]["rows"][0, 0] == 0
+    table[0, 0] = -123
+    assert _sharing.map_arrays(tmp_path, "feature")[0]["rows"][0, 0] == -123
+
+
+def read_only_mount(source: Path, target: Path) -> bool:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    target.mkdir()
+    if subprocess.run(["mount", "--bind", str(source), str(target)],
+                      capture_output=True).returncode != 0:
+        return False
+    if subprocess.run(["mount", "-o", "remount,bind,ro", str(target)],
+                      capture_output=True).returncode != 0:
+        subprocess.run(["umount", str(target)], capture_output=True)
+        return False
+    return True
+
+
+def test_a_save_on_a_read_only_mount_loads_and_stays_unchanged(tmp_path):
+    rows = saved(tmp_path / "save")
+    qv.CSRTopo(torch.tensor([[0, 1, 2], [1, 2, 0]])).save(tmp_path / "save" / "csr")
+    mounted = tmp_path / "ro"
+    if not read_only_mount(tmp_path / "save", mounted):
+        pytest.skip("needs root and bind mounts to make a read-only file system")
+    try:
+        feature = qv.Feature.load_shared(mounted, verify=True)
+        assert torch.equal(feature[torch.arange(6)], rows)
+        table = feature._table()
+        table[0, 0] = 77  # a private page: the read-only file is not written
+        assert (tmp_path / "save" / "rows.bin").read_bytes()[:4] == bytes(4)
+        topo = qv.CSRTopo.load_shared(mounted / "csr", verify=True)
+        assert topo.edge_count == 3
+        del feature, table, topo
+    finally:
+        subprocess.run(["umount", str(mounted)], capture_output=True)
