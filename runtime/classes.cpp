@@ -37,6 +37,8 @@ void register_runtime_classes(torch::Library& m) {
       .def("num_rows", &FeatureTiers::num_rows)
       .def("shape", &FeatureTiers::shape)
       .def("leading_rows", &FeatureTiers::leading_rows)
+      .def("release", &FeatureTiers::release)
+      .def("released", &FeatureTiers::released)
       // torch.export rebuilds the fake class (torch_quiver_ops/_fake.py) from these.
       .def("__obj_flatten__",
            [](const c10::intrusive_ptr<FeatureTiers>& self) {
@@ -76,6 +78,7 @@ void register_runtime_classes(torch::Library& m) {
       .def_static("collective", &Transport::collective)
       .def_static("rdma", &Transport::rdma_over)
       .def_static("rdma_available", &Transport::rdma_available)
+      .def_static("agree", &Transport::agree_over)
       .def("kind", &Transport::kind)
       .def("host", &Transport::host)
       .def("num_hosts", &Transport::num_hosts)

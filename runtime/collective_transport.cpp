@@ -1,9 +1,10 @@
 // Transport::collective: rows exchanged with torch.distributed collectives over a c10d
 // process group (one rank per host): NCCL between GPUs, Gloo on CPUs.
 //
-// fetch (every backend) is three all-to-alls: request counts (one int per peer), the
-// requested local indices, and the rows, each peer's rows led by a header that carries the
-// owner's verdict (how many of the requests it refused: ids outside its table). Owners
+// fetch (every backend) is three all-to-alls: request counts (with the caller's tag and
+// row size, so that fetches that do not pair are refused by every host before any row
+// moves), the requested local indices, and the rows, each peer's rows led by a header that
+// carries the owner's verdict (how many of the requests it refused: ids outside its table). Owners
 // check every requested index and serve a refused one as row 0, so that the exchange
 // completes on every host before both sides raise; nothing is left waiting. Every exchange
 // is waited for on the host, within the timeout (a stream that waited on a dead peer would
@@ -41,6 +42,7 @@
 #include "ops/cuda/owner_slots.h"
 #include "runtime/nccl_direct.h"
 #endif
+#include "runtime/host_agreement.h"
 #include "runtime/peer_watch.h"
 #include "runtime/phase_clock.h"
 
@@ -51,6 +53,19 @@ namespace {
 // called silent after this many periods without a beat.
 constexpr double kBeatsPerTimeout = 10.0;
 constexpr int kSilentPeriods = 3;
+// The words each host sends each host before a fetch: rows asked for, the caller's tag,
+// the row size. And the most rows a peer may ask for in one fetch: a larger count is a
+// faulty peer, refused before it sizes any buffer.
+constexpr int64_t kCountWords = 3;
+constexpr int64_t kMostRowsAsked = int64_t{1} << 40;
+
+// a * b, or a ValueError naming `what` when it overflows int64.
+int64_t checked_product(int64_t a, int64_t b, const char* what) {
+  int64_t product = 0;
+  TORCH_CHECK_VALUE(!__builtin_mul_overflow(a, b, &product), what, ": ", a, " x ", b,
+                    " overflows");
+  return product;
+}
 
 // The same memory as rows of bytes (the last dimension widened by the element size).
 at::Tensor as_bytes(const at::Tensor& rows) {
@@ -63,12 +78,10 @@ class CollectiveTransport final : public Transport::Impl {
                       std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> lanes)
       : group_(std::move(group)),
         lanes_(std::move(lanes)),
-        timeout_(static_cast<int64_t>(timeout_s * 1000)),
+        timeout_(checked_timeout(timeout_s, "the transport's timeout")),
         host_(group_->getRank()),
         num_hosts_(group_->getSize()),
         uses_gpus_(group_->getBackendName() == "nccl") {
-    TORCH_CHECK_VALUE(timeout_s > 0, "the transport's timeout must be > 0 seconds, got ",
-                      timeout_s);
     for (size_t j = 0; j < lanes_.size(); ++j) {
       TORCH_CHECK_VALUE(lanes_[j] && lanes_[j]->getBackendName() == "gloo" && !uses_gpus_, "lanes[",
                         j,
@@ -93,7 +106,8 @@ class CollectiveTransport final : public Transport::Impl {
   std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests,
                                 const Transport::Serve& serve, int64_t served_rows,
                                 const at::Tensor& like, const at::Device& device,
-                                const Transport::Arrived& arrived) override {
+                                const Transport::Arrived& arrived, int64_t tag) override {
+    check_not_broken();
     TORCH_CHECK_VALUE(static_cast<int64_t>(requests.size()) == num_hosts_,
                       "fetch needs one request "
                       "per host (",
@@ -113,15 +127,37 @@ class CollectiveTransport final : public Transport::Impl {
     const int64_t row_bytes = row_bytes_of(like);
     const int64_t header_rows = (8 + row_bytes - 1) / std::max<int64_t>(row_bytes, 1);
 
-    // 1. How many rows each host wants from each.
+    // 1. How many rows each host wants from each, for which table, in rows of which size.
     std::vector<int64_t> send_counts(num_hosts_), recv_counts(num_hosts_);
-    for (int64_t h = 0; h < num_hosts_; ++h) send_counts[h] = requests[h].numel();
-    at::Tensor counts_out = at::tensor(send_counts, at::kLong).to(comm);
-    at::Tensor counts_in = at::empty({num_hosts_}, ids_options);
+    std::vector<int64_t> counts_words(kCountWords * num_hosts_);
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      send_counts[h] = requests[h].numel();
+      counts_words[kCountWords * h] = send_counts[h];
+      counts_words[kCountWords * h + 1] = tag;
+      counts_words[kCountWords * h + 2] = row_bytes;
+    }
+    at::Tensor counts_out = at::tensor(counts_words, at::kLong).to(comm);
+    at::Tensor counts_in = at::empty({kCountWords * num_hosts_}, ids_options);
     exchange(counts_in, counts_out, {}, {}, "request counts");
     const at::Tensor counts_host = counts_in.cpu();
     const int64_t* count_in = counts_host.const_data_ptr<int64_t>();
-    for (int64_t h = 0; h < num_hosts_; ++h) recv_counts[h] = count_in[h];
+    // Every host checks every peer's words before anything else moves: a fetch that does
+    // not pair raises on both sides of it, and the hosts stay in step.
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      const int64_t* words = count_in + kCountWords * h;
+      TORCH_CHECK_VALUE(words[1] == tag && words[2] == row_bytes, "quiver transport (",
+                        kind(), ", host ", host_, "): host ", h, " fetched rows of ", words[2],
+                        " bytes for table ", words[1], " while this host fetched rows of ",
+                        row_bytes, " bytes for table ", tag,
+                        ". Over a collective transport every host must gather the same "
+                        "tables in the same order (two tables gathered by two threads over "
+                        "one transport cannot be paired: give each its own transport)");
+      recv_counts[h] = words[0];
+      if (recv_counts[h] < 0 || recv_counts[h] > kMostRowsAsked) {
+        fail("request counts", std::runtime_error("host " + std::to_string(h) + " asked for " +
+                                                  std::to_string(recv_counts[h]) + " rows"));
+      }
+    }
     clock.lap("counts");
 
     // 2. The requested local indices, each peer's behind its header slots.
@@ -161,7 +197,7 @@ class CollectiveTransport final : public Transport::Impl {
         begin += recv_ids[h];
       }
     } else {  // an empty table has no row 0 to serve: every request refused
-      refused_here.copy_(counts_in);
+      refused_here.copy_(counts_in.view({num_hosts_, kCountWords}).select(1, 0));
     }
     // 4. The rows: a buffer to receive them in, then what this host serves.
     int64_t wanted = 0;
@@ -268,6 +304,9 @@ class CollectiveTransport final : public Transport::Impl {
     return out;
   }
 
+  c10::intrusive_ptr<c10d::Store> store() const override { return group_->getStore(); }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+
   ~CollectiveTransport() override {
 #ifdef QUIVER_WITH_CUDA
     direct_.reset();
@@ -315,6 +354,7 @@ class CollectiveTransport final : public Transport::Impl {
                             bool serve_waits, int64_t served_rows, int64_t row_bytes,
                             const at::Tensor& extra,
                             const std::function<void()>& meanwhile) override {
+    check_not_broken();
     TORCH_CHECK(uses_gpus_, "the slotted fetch is for NCCL transports");
     const SlotLayout layout = slot_layout(row_bytes);
     const int64_t peers = num_hosts_ - 1, capacity = layout.capacity, header = layout.row_header;
@@ -357,13 +397,11 @@ class CollectiveTransport final : public Transport::Impl {
         exchange_directly(sent, asked, request_block * sizeof(int64_t), stream, "requested rows");
         if (serve_waits) wait_directly(stream, "requested rows");
       } else {
+        // Waited for on the host, within the timeout: through c10d, a stream made to wait
+        // on a collective that never completes would stay blocked behind it.
         const auto asked_work =
             post(asked, sent, splits(request_block), splits(request_block), "requested rows");
-        if (serve_waits) {
-          await(asked_work, "requested rows");
-        } else {
-          asked_work->wait();  // NCCL: the stream waits for the exchange, the host does not
-        }
+        await(asked_work, "requested rows");
       }
     }
     clock.lap("ids");
@@ -435,6 +473,10 @@ class CollectiveTransport final : public Transport::Impl {
     // before this (or skipped the retry of an incomplete fetch) would leave the others
     // exchanging blocks of another size.
     const int64_t most = std::max(word[5 * peers], *std::max_element(largest, largest + peers));
+    if (most < 0 || most > kMostRowsAsked) {
+      fail("slot requests", std::runtime_error("a host asked for " + std::to_string(most) +
+                                               " rows of one host"));
+    }
     SlottedRows result;
     result.rows = rows_in;
     result.complete = most <= capacity;
@@ -564,17 +606,28 @@ class CollectiveTransport final : public Transport::Impl {
     }
   }
 
-  [[noreturn]] void fail(const char* what, const std::exception& error) const {
+  // An exchange failed: the hosts may be out of step, so this transport serves no more
+  // fetches (each would pair with whatever its peers do next).
+  [[noreturn]] void fail(const char* what, const std::exception& error) {
     const auto patience = watch_->period() * kSilentPeriods;
+    std::ostringstream why;
+    why << "exchanging " << what << " failed: " << watch_->describe(patience)
+        << ". The collective said: " << error.what();
+    broken_ = why.str();
     TORCH_CHECK(false, "quiver transport (", kind(), ", host ", host_, " of ", num_hosts_,
-                "): exchanging ", what, " failed: ", watch_->describe(patience),
-                ". The collective said: ", error.what());
+                "): ", broken_);
+  }
+
+  void check_not_broken() const {
+    TORCH_CHECK(broken_.empty(), "quiver transport (", kind(), ", host ", host_,
+                ") failed before and cannot be used again (its hosts may be out of step; ",
+                "make a new one): ", broken_);
   }
 
   // A view of `rows` rows of `row_bytes` in `buffer` (CPU, kept across fetches, grown by a
   // quarter more than asked when short, so that batches of varying size settle on one).
   static at::Tensor kept_bytes(at::Tensor& buffer, int64_t rows, int64_t row_bytes, bool pinned) {
-    const int64_t bytes = rows * row_bytes;
+    const int64_t bytes = checked_product(rows, row_bytes, "a transport buffer's bytes");
     if (!buffer.defined() || buffer.numel() < bytes) {
       buffer = at::empty({std::max<int64_t>(bytes + bytes / 4, 1)},
                          at::TensorOptions(at::kByte).pinned_memory(pinned && at::hasCUDA()));
@@ -666,10 +719,7 @@ class CollectiveTransport final : public Transport::Impl {
         }
       }
       if (!in_backend) throw;  // this host's own placement failed
-      const auto patience = watch_->period() * kSilentPeriods;
-      TORCH_CHECK(false, "quiver transport (", kind(), ", host ", host_, " of ", num_hosts_,
-                  "): exchanging rows over ", lanes, " lanes failed: ", watch_->describe(patience),
-                  ". The backend said: ", error.what());
+      fail(("rows over " + std::to_string(lanes) + " lanes").c_str(), error);
     }
   }
 
@@ -686,6 +736,7 @@ class CollectiveTransport final : public Transport::Impl {
   int64_t capacity_ = 0;     // request slots per host of the slotted fetch (agreed, see there)
   at::Tensor summary_host_;  // pinned, kept: where the slotted fetch reads its summary back
   int64_t serial_ = 0;       // this transport's place among the group's (keys in the store)
+  std::string broken_;       // why an exchange failed (then no more fetches), else empty
 #ifdef QUIVER_WITH_CUDA
   std::unique_ptr<NcclDirect> direct_;  // see direct_on
   bool direct_decided_ = false;
@@ -700,6 +751,20 @@ class CollectiveTransport final : public Transport::Impl {
 }  // namespace
 
 Transport::Transport(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+std::vector<std::string> Transport::agree(const std::string& topic, const std::string& mine,
+                                          int64_t* round) {
+  return agree_among_hosts(*impl_->store(), topic, host(), num_hosts(), mine, impl_->timeout(),
+                           round);
+}
+
+std::vector<std::string> Transport::agree_over(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                               const std::string& topic,
+                                               const std::string& mine, double timeout_s) {
+  TORCH_CHECK_VALUE(group, "Transport.agree needs a process group");
+  return agree_among_hosts(*group->getStore(), topic, group->getRank(), group->getSize(), mine,
+                           checked_timeout(timeout_s, "timeout"));
+}
 
 c10::intrusive_ptr<Transport> Transport::collective(
     const c10::intrusive_ptr<c10d::ProcessGroup>& group, double timeout_s,

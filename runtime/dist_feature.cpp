@@ -6,7 +6,11 @@
 #include <quiver/dist_feature.h>
 
 #include <chrono>
+#include <exception>
+#include <map>
 #include <memory>
+#include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "ops/checks.h"
@@ -17,6 +21,7 @@
 #ifdef QUIVER_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "ops/cuda/gather_tiered_rows.h"
@@ -25,34 +30,130 @@
 
 namespace quiver::runtime {
 
+namespace {
+
+// "float32 rows of shape [100]": what a host's table looks like to its peers.
+std::string describe_rows(const FeatureTiers& local) {
+  const at::Tensor like = local.empty_rows();
+  std::ostringstream out;
+  out << like.scalar_type() << " rows of shape " << like.sizes().slice(1);
+  return out.str();
+}
+
+// The fields of a host's set-up words ("key=value" lines).
+std::map<std::string, std::string> fields_of(const std::string& text) {
+  std::map<std::string, std::string> fields;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t equals = line.find('=');
+    if (equals != std::string::npos) fields[line.substr(0, equals)] = line.substr(equals + 1);
+  }
+  return fields;
+}
+
+}  // namespace
+
 DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
                          c10::intrusive_ptr<FeatureTiers> local,
                          c10::intrusive_ptr<Transport> transport)
     : shard_map_(std::move(shard_map)), local_(std::move(local)), transport_(std::move(transport)) {
   TORCH_CHECK_VALUE(shard_map_ && local_ && transport_,
                     "DistFeature needs a shard map, a local layout and a transport");
-  TORCH_CHECK_VALUE(transport_->num_hosts() == shard_map_->num_hosts(), "the transport connects ",
-                    transport_->num_hosts(), " hosts but the shard map splits the table over ",
-                    shard_map_->num_hosts());
-  const int64_t expected = shard_map_->local_rows(transport_->host());
-  TORCH_CHECK_VALUE(local_->num_rows() == expected, "host ", transport_->host(),
-                    "'s local table has ", local_->num_rows(), " rows but its shard map gives it ",
-                    expected);
+  // What this host cannot do is told to every host before anyone raises: a host that
+  // raised alone would leave its peers waiting for it in their first gather.
+  std::string problem;
+  const int64_t me = transport_->host();
+  if (transport_->num_hosts() != shard_map_->num_hosts()) {
+    problem = "its transport connects " + std::to_string(transport_->num_hosts()) +
+              " hosts but its shard map splits the table over " +
+              std::to_string(shard_map_->num_hosts());
+  } else if (local_->num_rows() != shard_map_->local_rows(me)) {
+    problem = "its local table has " + std::to_string(local_->num_rows()) +
+              " rows but its shard map gives it " + std::to_string(shard_map_->local_rows(me));
+  } else if (row_bytes_of(local_->empty_rows()) == 0) {
+    problem = "its table's rows hold no bytes (shape " +
+              c10::str(local_->empty_rows().sizes()) + ")";
+  }
+  const std::string mine = "map=" + std::to_string(shard_map_->fingerprint()) +
+                           "\nrows=" + describe_rows(*local_) + "\nproblem=" + problem;
+  const std::vector<std::string> everyone = transport_->agree("dist-feature", mine, &tag_);
+  std::vector<std::map<std::string, std::string>> fields;
+  for (const std::string& text : everyone) fields.push_back(fields_of(text));
+  std::ostringstream faults;
+  const char* separator = "";
+  for (size_t h = 0; h < fields.size(); ++h) {
+    if (!fields[h]["problem"].empty()) {
+      faults << separator << "host " << h << " cannot take part: " << fields[h]["problem"];
+      separator = "; ";
+    }
+  }
+  std::vector<int64_t> other_map;
+  for (size_t h = 0; h < fields.size(); ++h) {
+    if (fields[h]["map"] != fields[me]["map"]) other_map.push_back(static_cast<int64_t>(h));
+  }
+  if (!other_map.empty()) {
+    faults << separator << "host " << me << "'s shard map differs from that of hosts "
+           << c10::IntArrayRef(other_map) << ": every host must load the same partition";
+    separator = "; ";
+  }
+  bool rows_differ = false;
+  for (const auto& f : fields) rows_differ |= f.at("rows") != fields[me]["rows"];
+  if (rows_differ) {
+    faults << separator << "the hosts' tables differ (";
+    for (size_t h = 0; h < fields.size(); ++h) {
+      faults << (h ? ", " : "") << "host " << h << " serves " << fields[h]["rows"];
+    }
+    faults << "): every host must serve the same dtype and row shape";
+  }
+  const std::string fault = faults.str();
+  TORCH_CHECK_VALUE(fault.empty(), "DistFeature (host ", me, " of ", transport_->num_hosts(),
+                    "): ", fault);
 }
 
 at::Tensor DistFeature::gather(const at::Tensor& ids) {
-  check_index_vector(ids, "ids");
-  std::lock_guard<std::mutex> lock(fetch_mutex_);
-  // The path depends on the transport (over NCCL the ids are on a GPU), so every host
-  // takes the same one.
-  if (transport_->impl().slotted() && ids.is_cuda()) {
-    // A fetch that overflowed the slots grew them on every host: the second is complete.
-    for (;;) {
-      at::Tensor out = gather_in_slots(ids);
-      if (out.defined()) return out;
+  std::lock_guard<std::mutex> lock(transport_->fetch_mutex());
+  if (!transport_->is_collective()) return gather_grouped(ids);  // one-sided
+  // Every host takes part in every collective fetch, in step: a host whose ids are bad
+  // still answers its peers (asking nothing itself) and raises after the exchange, so no
+  // peer waits for it, and none pairs its next gather with this one.
+  std::exception_ptr failure;
+  if (transport_->impl().slotted()) {  // the path follows the transport: every host takes it
+#ifdef QUIVER_WITH_CUDA
+    at::Tensor on_gpu;
+    try {
+      check_index_vector(ids, "ids");
+      on_gpu = ids.is_cuda() ? ids : ids.to(at::Device(at::kCUDA, c10::cuda::current_device()));
+    } catch (...) {
+      failure = std::current_exception();
+      on_gpu = at::empty({0}, at::TensorOptions(at::kCUDA).dtype(at::kLong));
     }
+    at::Tensor out;
+    // A fetch that overflowed the slots grew them on every host: the second is complete.
+    while (!out.defined()) out = gather_in_slots(on_gpu);
+    if (failure) std::rethrow_exception(failure);
+    return out.to(ids.device());
+#endif
   }
   return gather_grouped(ids);
+}
+
+Transport::Serve DistFeature::serve_local() const {
+  auto local_layout = local_;
+  const at::Device local_device = local_->device();
+  return [local_layout, local_device](const at::Tensor& local_ids, const at::Tensor& into) {
+    if (into.defined() && local_device.is_cpu()) {
+      local_layout->gather_into(local_ids, into);
+      return into;
+    }
+    return local_layout->gather(local_ids.to(local_device));
+  };
+}
+
+void DistFeature::take_part_without_asking() {
+  std::vector<at::Tensor> requests(num_hosts(), at::empty({0}, at::kLong));
+  transport_->impl().fetch(requests, serve_local(), local_->num_rows(), local_->empty_rows(),
+                           at::Device(at::kCPU),
+                           [](int64_t, int64_t, const at::Tensor&) {}, tag_);
 }
 
 namespace {
@@ -194,9 +295,16 @@ at::Tensor DistFeature::gather_in_slots(const at::Tensor& ids) {
 at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
   PhaseClock clock("distributed gather");
   const int64_t me = host(), hosts = num_hosts();
-  const at::Device device = ids.device();
   const at::Device local_device = local_->device();
-  auto [owner, local] = shard_map_->locate(ids);
+  at::Tensor owner, local;
+  try {  // what can fail on this host alone (bad ids): before any exchange
+    check_index_vector(ids, "ids");
+    std::tie(owner, local) = shard_map_->locate(ids);
+  } catch (...) {
+    if (transport_->is_collective()) take_part_without_asking();
+    throw;
+  }
+  const at::Device device = ids.device();
   clock.lap("locate");
   // Group 0: rows this host holds (replicated, owner -1, or its own); group h + 1: host h's
   // rows, each group in the ids' order.
@@ -250,19 +358,11 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
   // Remote rows first: a collective transport also serves peers from this host's table,
   // on the CPU straight into the transport's send buffer. Each host's rows are placed as
   // they arrive, maybe while others are still on their way.
-  auto local_layout = local_;
-  const Transport::Serve serve = [local_layout, local_device](const at::Tensor& local_ids,
-                                                              const at::Tensor& into) {
-    if (into.defined() && local_device.is_cpu()) {
-      local_layout->gather_into(local_ids, into);
-      return into;
-    }
-    return local_layout->gather(local_ids.to(local_device));
-  };
   const Transport::Arrived arrived = [&](int64_t h, int64_t first_row, const at::Tensor& rows) {
     place(rows.to(device), order.narrow(0, group_at[h] + first_row, rows.size(0)));
   };
-  transport_->impl().fetch(requests, serve, local_->num_rows(), like, device, arrived);
+  transport_->impl().fetch(requests, serve_local(), local_->num_rows(), like, device, arrived,
+                           tag_);
   clock.lap("fetch and place");
 
   if (count[0] > 0) {
@@ -294,14 +394,36 @@ at::Tensor DistFeature::kept_rows(at::Tensor& buffer, int64_t rows) {
   return buffer.narrow(0, 0, elements).view(shape);
 }
 
+namespace {
+
+// Runs `fetch` on a thread of its own and returns its future. The thread is detached and
+// the future comes from a promise, so dropping an unfinished FetchWork returns at once
+// (std::async's future would block in its destructor until the fetch ended, holding
+// Python's GIL); the thread keeps what it uses alive and ends within the transport's
+// timeout.
+template <typename Fetch>
+std::future<FetchWork::Fetched> fetch_on_own_thread(Fetch fetch) {
+  auto promise = std::make_shared<std::promise<FetchWork::Fetched>>();
+  std::future<FetchWork::Fetched> future = promise->get_future();
+  std::thread([promise, fetch = std::move(fetch)]() mutable {
+    try {
+      promise->set_value(fetch());
+    } catch (...) {
+      promise->set_exception(std::current_exception());
+    }
+  }).detach();
+  return future;
+}
+
+}  // namespace
+
 c10::intrusive_ptr<FetchWork> DistFeature::gather_async(const at::Tensor& ids) {
   auto self = c10::intrusive_ptr<DistFeature>::reclaim_copy(this);
   const c10::Device device = ids.device();
   if (device.is_cpu()) {
-    auto fetched = std::async(std::launch::async, [self, ids] {
+    return c10::make_intrusive<FetchWork>(fetch_on_own_thread([self, ids] {
       return FetchWork::Fetched{self->gather(ids), nullptr};
-    });
-    return c10::make_intrusive<FetchWork>(std::move(fetched));
+    }));
   }
   // The side stream waits for the ids (maybe still being written on the caller's stream);
   // the caller's stream waits for the rows in FetchWork::wait.
@@ -310,15 +432,14 @@ c10::intrusive_ptr<FetchWork> DistFeature::gather_async(const at::Tensor& ids) {
   const c10::Stream side = guard_impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false);
   auto ids_ready = std::make_shared<c10::Event>(device.type());
   ids_ready->record(caller);
-  auto fetched = std::async(std::launch::async, [self, ids, side, ids_ready] {
+  return c10::make_intrusive<FetchWork>(fetch_on_own_thread([self, ids, side, ids_ready] {
     const c10::StreamGuard on_side(side);
     ids_ready->block(side);
     ids.record_stream(side);
     FetchWork::Fetched result{self->gather(ids), std::make_shared<c10::Event>(side.device_type())};
     result.written->record(side);
     return result;
-  });
-  return c10::make_intrusive<FetchWork>(std::move(fetched));
+  }));
 }
 
 FetchWork::FetchWork(std::future<Fetched> fetched) : fetched_(std::move(fetched)) {}

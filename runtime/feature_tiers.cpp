@@ -18,13 +18,49 @@ FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tens
   if (positions_ && positions_->device().is_cpu() && positions_->is_pinned()) {
     pins_.push_back(c10::make_intrusive<HostPin>(*positions_));
   }
+  std::vector<int64_t> row_shape = tiers_.front().sizes().vec();
+  row_shape[0] = 0;
+  row_like_ = at::empty(row_shape, tiers_.front().options().device(at::kCPU).pinned_memory(false));
+  for (size_t k = 0; k + 1 < tiers_.size(); ++k) leading_rows_ += tiers_[k].size(0);
+  for (const at::Tensor& t : tiers_) {
+    if (t.is_cuda()) {
+      device_ = t.device();
+      break;
+    }
+  }
+  if (device_.is_cpu() && positions_ && positions_->is_cuda()) device_ = positions_->device();
+}
+
+void FeatureTiers::check_not_released(const char* what) const {
+  TORCH_CHECK(!released_, "FeatureTiers.", what, ": this layout was released (by ",
+              "Feature.close(), which frees the memory it read); take a new one from an open ",
+              "Feature");
+}
+
+void FeatureTiers::release() {
+  released_ = true;
+  tiers_.clear();
+  positions_.reset();
+  pins_.clear();
+}
+
+std::vector<at::Tensor> FeatureTiers::tiers() const {
+  check_not_released("tiers");
+  return tiers_;
+}
+
+std::optional<at::Tensor> FeatureTiers::positions() const {
+  check_not_released("positions");
+  return positions_;
 }
 
 at::Tensor FeatureTiers::gather(const at::Tensor& ids) const {
+  check_not_released("gather");
   return quiver::gather_tiered_rows(tiers_, positions_, ids);
 }
 
 void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) const {
+  check_not_released("gather_into");
   check_index_vector(ids, "ids");
   TORCH_CHECK_VALUE(ids.is_cpu() && device().is_cpu(),
                     "FeatureTiers.gather_into gathers on the CPU: ids on ", ids.device(),
@@ -48,37 +84,20 @@ void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) con
 }
 
 std::vector<int64_t> FeatureTiers::shape() const {
-  std::vector<int64_t> shape = tiers_.front().sizes().vec();
+  std::vector<int64_t> shape = row_like_.sizes().vec();
   shape[0] = num_rows_;
   return shape;
 }
 
-int64_t FeatureTiers::leading_rows() const {
-  int64_t rows = 0;
-  for (size_t k = 0; k + 1 < tiers_.size(); ++k) rows += tiers_[k].size(0);
-  return rows;
-}
-
 FeatureTiers::State FeatureTiers::state() const {
+  check_not_released("state (pickling)");
   std::vector<int64_t> pinned;
   for (const at::Tensor& t : tiers_) pinned.push_back(t.device().is_cpu() && t.is_pinned());
   pinned.push_back(positions_ && positions_->device().is_cpu() && positions_->is_pinned());
   return {tiers_, positions_, pinned};
 }
 
-at::Device FeatureTiers::device() const {
-  for (const at::Tensor& t : tiers_) {
-    if (t.is_cuda()) return t.device();
-  }
-  if (positions_ && positions_->is_cuda()) return positions_->device();
-  return at::Device(at::kCPU);
-}
-
-at::Tensor FeatureTiers::empty_rows() const {
-  std::vector<int64_t> shape = tiers_.front().sizes().vec();
-  shape[0] = 0;
-  return at::empty(shape, tiers_.front().options().device(at::kCPU).pinned_memory(false));
-}
+at::Tensor FeatureTiers::empty_rows() const { return at::empty_like(row_like_); }
 
 c10::intrusive_ptr<FeatureTiers> FeatureTiers::from_state(State state) {
   auto& [tiers, positions, pinned] = state;

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 
+#include "runtime/held_memory.h"
 #include "runtime/host_registration.h"
 
 namespace quiver::runtime {
@@ -15,6 +16,7 @@ HostPin::HostPin(at::Tensor tensor) : tensor_(std::move(tensor)) {
   storage_ = tensor_.storage();
   try {
     registration_ = lease_pinned(storage_.mutable_data(), storage_.nbytes());
+    if (registration_) held_ = hold_storage_memory(storage_);
   } catch (const std::runtime_error& error) {
     TORCH_CHECK(false, "could not pin a tensor of shape ", tensor_.sizes(),
                 " in place: ", error.what());

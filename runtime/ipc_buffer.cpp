@@ -84,7 +84,13 @@ at::Tensor IpcBuffer::open(const at::Tensor& handle, int64_t nbytes, int64_t own
     const c10::cuda::CUDAGuard close_guard(reader_index);
     C10_CUDA_CHECK_WARN(cudaIpcCloseMemHandle(p));
   };
-  const size_t mapped = allocation_bytes(base);
+  size_t mapped = 0;
+  try {
+    mapped = allocation_bytes(base);
+  } catch (...) {
+    close(base);  // the mapping must not outlive a failed open
+    throw;
+  }
   if (static_cast<size_t>(nbytes) > mapped) {
     close(base);
     TORCH_CHECK_VALUE(false, "IpcBuffer.open: nbytes = ", nbytes, " but the handle names a ",

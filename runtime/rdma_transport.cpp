@@ -7,9 +7,19 @@
 // in the store. A fetch posts one READ per row, in chains of work requests of which only
 // the last is signaled, spread over the peer's queue pairs with many in flight; the NIC
 // writes the rows into the staging buffer, which reaches the caller's device in one copy.
-// Completions are polled against a deadline: an error completion or a silent peer raises
-// naming the peer. A failed transport stays failed (its queue pairs are in the error
-// state); its owner makes a new one.
+// Completions are polled against a deadline (one per chunk of rows, however long the wait
+// for room on a queue pair): an error completion or a silent peer raises naming the peer.
+// A failed transport stays failed (its queue pairs are in the error state); its owner makes
+// a new one.
+//
+// The served table's memory is held for as long as the registration (runtime/held_memory.h):
+// if the table moves (share_memory_ when it is pickled for workers), peers go on reading
+// the registered bytes, which stay allocated, instead of memory that was freed.
+//
+// Trust: endpoints (queue pair numbers, GID, remote key, address) travel in plain text
+// through the rendezvous store, as torch.distributed's own data does, and RoCE has no
+// authentication: every host and the store must be trusted (the hosts of one job on a
+// private network). The remote key grants reads of the served table only.
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <quiver/transport.h>
@@ -18,6 +28,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "ops/checks.h"
+#include "runtime/held_memory.h"
+#include "runtime/host_agreement.h"
 #include "runtime/peer_watch.h"
 
 #ifdef QUIVER_WITH_RDMA
@@ -30,6 +42,8 @@
 #include <random>
 #include <sstream>
 #include <thread>
+
+#include <sys/resource.h>
 
 #include "runtime/verbs.h"
 #endif
@@ -47,8 +61,8 @@ constexpr int kChain = 16;  // work requests per posted chain; the last one is s
 // What a host tells a peer about itself, through the store.
 struct Endpoint {
   uint32_t qpn[kMaxQpsPerPeer];
+  uint32_t psn[kMaxQpsPerPeer];  // random, per queue pair
   uint32_t num_qps;
-  uint32_t psn;
   uint16_t lid;
   uint8_t gid[16];
   uint32_t mtu;  // ibv_mtu
@@ -56,6 +70,7 @@ struct Endpoint {
   uint64_t addr;
   uint64_t bytes;
   uint64_t row_bytes;
+  int32_t dtype;  // c10::ScalarType of the served rows
 };
 
 std::string key(int64_t serial, int64_t from, int64_t to) {
@@ -90,18 +105,33 @@ class RdmaTransport final : public Transport::Impl {
         num_hosts_(num_hosts),
         options_(options),
         table_(std::move(table)),
-        timeout_(std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000))) {
+        timeout_(checked_timeout(options.timeout_s, "timeout_s")) {
     TORCH_CHECK_VALUE(host >= 0 && host < num_hosts, "host ", host, " is out of range [0, ",
                       num_hosts, ")");
     TORCH_CHECK_VALUE(options.qps_per_peer >= 1 && options.qps_per_peer <= kMaxQpsPerPeer,
                       "qps_per_peer must be in [1, ", kMaxQpsPerPeer, "], got ",
                       options.qps_per_peer);
-    TORCH_CHECK_VALUE(options.timeout_s > 0, "timeout_s must be > 0, got ", options.timeout_s);
+    TORCH_CHECK_VALUE(options.port >= 1 && options.port <= 255, "port must be in [1, 255], got ",
+                      options.port);
+    TORCH_CHECK_VALUE(options.gid_index >= -1 && options.gid_index <= 255,
+                      "gid_index must be -1 (pick RoCE v2 over IPv4) or in [0, 255], got ",
+                      options.gid_index);
+    TORCH_CHECK_VALUE(options.reads_in_flight >= 1, "reads_in_flight must be >= 1, got ",
+                      options.reads_in_flight);
+    TORCH_CHECK_VALUE(options.staging_bytes >= 0, "staging_bytes must be >= 0, got ",
+                      options.staging_bytes);
     TORCH_CHECK_VALUE(table_.device().is_cpu() && table_.is_contiguous() && table_.dim() >= 1,
                       "an RDMA transport serves a contiguous host table, got one on ",
                       table_.device());
     row_bytes_ = row_bytes_of(table_);
     TORCH_CHECK_VALUE(row_bytes_ > 0, "an RDMA transport serves rows of at least one byte");
+    // One READ moves one row: its length is a 32-bit field of the work request.
+    TORCH_CHECK_VALUE(row_bytes_ < (int64_t{1} << 31), "an RDMA transport reads rows of less ",
+                      "than 2 GiB, got rows of ", row_bytes_, " bytes");
+    if (table_.numel() > 0) {
+      served_hold_ = hold_storage_memory(table_.storage());
+      served_address_ = table_.storage().data();
+    }
     // Every host makes its transports on a store in the same order, so the n-th one of each
     // host shares its keys (counted in the store: two hosts may share a process in tests).
     const int64_t serial = store_->add("quiver/rdma/made/" + std::to_string(host_), 1) - 1;
@@ -118,7 +148,7 @@ class RdmaTransport final : public Transport::Impl {
 
   std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests, const Transport::Serve&,
                                 int64_t, const at::Tensor& like, const at::Device& device,
-                                const Transport::Arrived& arrived) override {
+                                const Transport::Arrived& arrived, int64_t) override {
     TORCH_CHECK(broken_.empty(), "quiver RDMA transport (host ", host_,
                 ") failed before and "
                 "cannot be used again: ",
@@ -126,8 +156,11 @@ class RdmaTransport final : public Transport::Impl {
     TORCH_CHECK_VALUE(static_cast<int64_t>(requests.size()) == num_hosts_,
                       "fetch needs one request per host (", num_hosts_, "), got ", requests.size());
     const int64_t wanted_row_bytes = row_bytes_of(like);
-    TORCH_CHECK_VALUE(wanted_row_bytes == row_bytes_, "rows of ", wanted_row_bytes,
-                      " bytes were asked for, but the served tables have rows of ", row_bytes_);
+    TORCH_CHECK_VALUE(wanted_row_bytes == row_bytes_ && like.scalar_type() == table_.scalar_type(),
+                      "rows of ", wanted_row_bytes, " bytes of ", like.scalar_type(),
+                      " were asked for, but the served tables have rows of ", row_bytes_,
+                      " bytes of ", table_.scalar_type());
+    check_served_memory();
     std::vector<at::Tensor> ids(num_hosts_);
     int64_t total = 0;
     for (int64_t h = 0; h < num_hosts_; ++h) {
@@ -135,17 +168,35 @@ class RdmaTransport final : public Transport::Impl {
       total += ids[h].numel();
       TORCH_CHECK_VALUE(h != host_ || ids[h].numel() == 0, "an RDMA transport does not read ",
                         "from its own host (", host_, ")");
+      // Every row is checked before any read is posted: a refusal must not leave reads in
+      // flight into the staging buffer that the next fetch reuses.
+      if (h != host_ && ids[h].numel() > 0 && !options_.unchecked_for_testing) {
+        const auto [low, high] = at::aminmax(ids[h]);
+        const int64_t lowest = low.item<int64_t>(), highest = high.item<int64_t>();
+        const int64_t bad = lowest < 0 ? lowest : highest;
+        TORCH_CHECK_INDEX(lowest >= 0 && static_cast<uint64_t>(highest) < peers_[h].rows, "row ",
+                          bad, " of host ", h, "'s table was asked for, but it serves ",
+                          peers_[h].rows, " rows");
+      }
     }
     std::vector<int64_t> shape = like.sizes().vec();
     shape[0] = total;
     at::Tensor out = at::empty(shape, like.options().device(device));
-    at::Tensor out_bytes = out.view({total, -1}).view(at::kByte);
+    if (total == 0) {  // nothing remote (an empty batch, or every row held here)
+      if (arrived) return {};
+      return std::vector<at::Tensor>(num_hosts_, out);
+    }
+    at::Tensor out_bytes =
+        out.view({total, row_bytes_ / static_cast<int64_t>(out.element_size())}).view(at::kByte);
     // Rows in request order, peer after peer, through the staging buffer a chunk at a time.
     const int64_t chunk_rows = std::max<int64_t>(1, staging_.numel() / row_bytes_);
     int64_t row = 0;
     int64_t peer = 0, within = 0;
     while (row < total) {
       const int64_t take = std::min(chunk_rows, total - row);
+      // One deadline for the whole chunk: the waits for room on a queue pair and for the
+      // last completions all end by it, so a peer that died mid-fetch is named in time.
+      const auto deadline = Clock::now() + timeout_;
       int64_t slot = 0;
       while (slot < take) {
         while (within == ids[peer].numel()) {
@@ -153,11 +204,11 @@ class RdmaTransport final : public Transport::Impl {
           within = 0;
         }
         const int64_t n = std::min(take - slot, ids[peer].numel() - within);
-        post_reads(peer, ids[peer].narrow(0, within, n), slot);
+        post_reads(peer, ids[peer].narrow(0, within, n), slot, deadline);
         slot += n;
         within += n;
       }
-      wait_for_reads();
+      wait_for_reads(deadline);
       out_bytes.narrow(0, row, take)
           .copy_(staging_.narrow(0, 0, take * row_bytes_).view({take, row_bytes_}));
       row += take;
@@ -178,6 +229,8 @@ class RdmaTransport final : public Transport::Impl {
   }
 
   std::string kind() const override { return "rdma:" + device_name_; }
+  c10::intrusive_ptr<c10d::Store> store() const override { return store_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
   int64_t host() const override { return host_; }
   int64_t num_hosts() const override { return num_hosts_; }
   bool collective() const override { return false; }
@@ -185,6 +238,7 @@ class RdmaTransport final : public Transport::Impl {
  private:
   struct Peer {
     std::vector<verbs::Qp> qps;
+    std::vector<uint32_t> psn;  // this host's starting sequence number on each queue pair
     std::vector<int64_t> in_flight;  // posted, not yet completed, per queue pair
     int64_t next_qp = 0;
     uint64_t addr = 0;
@@ -214,7 +268,14 @@ class RdmaTransport final : public Transport::Impl {
     ibv_gid gid{};
     TORCH_CHECK(api.query_gid(context_.get(), port, gid_index, &gid) == 0, "ibv_query_gid failed ",
                 "for index ", gid_index);
-    reads_per_qp_ = std::min<int64_t>(options_.reads_in_flight, device_attr.max_qp_wr);
+    reads_per_qp_ = std::max<int64_t>(1, std::min<int64_t>(options_.reads_in_flight,
+                                                            device_attr.max_qp_wr));
+    // A provider that leaves max_msg_sz at 0 states no limit.
+    TORCH_CHECK_VALUE(port_attr.max_msg_sz == 0 ||
+                          static_cast<uint64_t>(row_bytes_) <= port_attr.max_msg_sz,
+                      device_name_,
+                      " reads at most ", port_attr.max_msg_sz, " bytes at once, but a row is ",
+                      row_bytes_, " bytes");
     rd_atomic_ = std::max(1, std::min(device_attr.max_qp_rd_atom, device_attr.max_qp_init_rd_atom));
 
     pd_ = verbs::Pd(api.alloc_pd(context_.get()));
@@ -223,21 +284,23 @@ class RdmaTransport final : public Transport::Impl {
     const size_t served_bytes = table_.numel() ? table_.nbytes() : 1;
     served_ = verbs::Mr(api.reg_mr(pd_.get(), served, served_bytes, IBV_ACCESS_REMOTE_READ));
     TORCH_CHECK(served_, "ibv_reg_mr of the served table (", served_bytes,
-                " bytes) failed: ", std::strerror(errno), " (check `ulimit -l`)");
+                " bytes) failed: ", std::strerror(errno), " (", memlock_note(), ")");
     const int64_t staging_bytes = std::max(options_.staging_bytes, row_bytes_);
     staging_ =
         at::empty({staging_bytes}, at::TensorOptions(at::kByte).pinned_memory(at::hasCUDA()));
     staging_mr_ = verbs::Mr(
         api.reg_mr(pd_.get(), staging_.data_ptr(), staging_bytes, IBV_ACCESS_LOCAL_WRITE));
-    TORCH_CHECK(staging_mr_, "ibv_reg_mr of the staging buffer failed: ", std::strerror(errno));
+    TORCH_CHECK(staging_mr_, "ibv_reg_mr of the staging buffer (", staging_bytes,
+                " bytes) failed: ", std::strerror(errno), " (", memlock_note(), ")");
     const int64_t qps = options_.qps_per_peer * std::max<int64_t>(num_hosts_ - 1, 1);
     const int cq_entries =
         static_cast<int>(std::min<int64_t>(qps * reads_per_qp_ + 16, device_attr.max_cqe));
     cq_ = verbs::Cq(api.create_cq(context_.get(), cq_entries, nullptr, nullptr, 0));
     TORCH_CHECK(cq_, "ibv_create_cq of ", cq_entries, " entries failed");
 
-    std::mt19937 random(static_cast<uint32_t>(host_ * 7919 + serial));
-    const uint32_t psn = random() & 0xFFFFFF;
+    // Packet sequence numbers start at random (not from the host's rank): a stale or forged
+    // packet is then unlikely to fall in a queue pair's window.
+    std::random_device random;
     peers_.resize(num_hosts_);
     for (int64_t h = 0; h < num_hosts_; ++h) {
       if (h == host_) continue;
@@ -262,11 +325,12 @@ class RdmaTransport final : public Transport::Impl {
                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
                     "moving a queue pair to INIT failed");
         mine.qpn[k] = qp->qp_num;
+        mine.psn[k] = random() & 0xFFFFFF;
         peers_[h].qps.push_back(std::move(qp));
       }
       peers_[h].in_flight.assign(options_.qps_per_peer, 0);
       mine.num_qps = static_cast<uint32_t>(options_.qps_per_peer);
-      mine.psn = psn;
+      peers_[h].psn.assign(mine.psn, mine.psn + options_.qps_per_peer);
       mine.lid = port_attr.lid;
       std::memcpy(mine.gid, gid.raw, 16);
       mine.mtu = port_attr.active_mtu;
@@ -274,6 +338,7 @@ class RdmaTransport final : public Transport::Impl {
       mine.addr = reinterpret_cast<uint64_t>(served);
       mine.bytes = table_.nbytes();
       mine.row_bytes = static_cast<uint64_t>(row_bytes_);
+      mine.dtype = static_cast<int32_t>(table_.scalar_type());
       const auto* bytes = reinterpret_cast<const uint8_t*>(&mine);
       store_->set(key(serial, host_, h), std::vector<uint8_t>(bytes, bytes + sizeof(mine)));
     }
@@ -288,14 +353,20 @@ class RdmaTransport final : public Transport::Impl {
       TORCH_CHECK(theirs.num_qps == static_cast<uint32_t>(options_.qps_per_peer), "host ", h,
                   " opened ", theirs.num_qps, " queue pairs to this host, this host ",
                   options_.qps_per_peer, ": give every host the same qps_per_peer");
-      TORCH_CHECK(theirs.row_bytes == static_cast<uint64_t>(row_bytes_), "host ", h,
-                  " serves rows of ", theirs.row_bytes, " bytes, this host ", row_bytes_);
+      TORCH_CHECK_VALUE(theirs.row_bytes == static_cast<uint64_t>(row_bytes_) &&
+                            theirs.dtype == static_cast<int32_t>(table_.scalar_type()),
+                        "host ", h, " serves rows of ", theirs.row_bytes, " bytes of ",
+                        dtype_name(theirs.dtype), ", this host ", row_bytes_, " bytes of ",
+                        table_.scalar_type(), ": every host must serve the same table layout");
+      TORCH_CHECK(theirs.bytes % static_cast<uint64_t>(row_bytes_) == 0, "host ", h,
+                  " published a table of ", theirs.bytes, " bytes, not a whole number of ",
+                  row_bytes_, "-byte rows");
       Peer& peer = peers_[h];
       peer.addr = theirs.addr;
       peer.rows = row_bytes_ ? theirs.bytes / row_bytes_ : 0;
       peer.rkey = options_.wrong_rkey_for_testing ? theirs.rkey ^ 0x5a5a : theirs.rkey;
       for (int64_t k = 0; k < options_.qps_per_peer; ++k) {
-        ready_to_send(peer.qps[k].get(), theirs, theirs.qpn[k], psn,
+        ready_to_send(peer.qps[k].get(), theirs, theirs.qpn[k], theirs.psn[k], peer.psn[k],
                       static_cast<ibv_mtu>(std::min<uint32_t>(theirs.mtu, port_attr.active_mtu)));
       }
     }
@@ -310,14 +381,14 @@ class RdmaTransport final : public Transport::Impl {
     }
   }
 
-  void ready_to_send(ibv_qp* qp, const Endpoint& theirs, uint32_t remote_qpn, uint32_t psn,
-                     ibv_mtu mtu) {
+  void ready_to_send(ibv_qp* qp, const Endpoint& theirs, uint32_t remote_qpn, uint32_t remote_psn,
+                     uint32_t psn, ibv_mtu mtu) {
     const verbs::Api& api = verbs::api();
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_RTR;
     attr.path_mtu = mtu;
     attr.dest_qp_num = remote_qpn;
-    attr.rq_psn = theirs.psn;
+    attr.rq_psn = remote_psn;
     attr.max_dest_rd_atomic = static_cast<uint8_t>(rd_atomic_);
     attr.min_rnr_timer = 12;
     attr.ah_attr.is_global = 1;  // GID addressing: RoCE needs it, InfiniBand accepts it
@@ -349,27 +420,26 @@ class RdmaTransport final : public Transport::Impl {
            static_cast<uint64_t>(count);
   }
 
-  // Posts READs of rows `rows` (local indices of peer's table) into staging slots from
-  // `slot` on, in signaled chains spread over the peer's queue pairs.
-  void post_reads(int64_t peer_index, const at::Tensor& rows, int64_t slot) {
+  // Posts READs of rows `rows` (local indices of peer's table, checked by the caller) into
+  // staging slots from `slot` on, in signaled chains spread over the peer's queue pairs;
+  // waits for room on a queue pair until `deadline` at the latest.
+  void post_reads(int64_t peer_index, const at::Tensor& rows, int64_t slot,
+                  Clock::time_point deadline) {
     Peer& peer = peers_[peer_index];
     const int64_t* index = rows.const_data_ptr<int64_t>();
     const int64_t n = rows.numel();
     auto* staging = static_cast<uint8_t*>(staging_.data_ptr());
     ibv_send_wr wrs[kChain];
     ibv_sge sges[kChain];
-    for (int64_t first = 0; first < n; first += kChain) {
-      const int64_t count = std::min<int64_t>(kChain, n - first);
+    // A chain never holds more reads than a queue pair may have in flight.
+    const int64_t chain = std::min<int64_t>(kChain, reads_per_qp_);
+    for (int64_t first = 0; first < n; first += chain) {
+      const int64_t count = std::min<int64_t>(chain, n - first);
       const int64_t qp = peer.next_qp;
       peer.next_qp = (peer.next_qp + 1) % static_cast<int64_t>(peer.qps.size());
-      while (peer.in_flight[qp] + count > reads_per_qp_) poll_once(Clock::now() + timeout_);
+      while (peer.in_flight[qp] + count > reads_per_qp_) poll_once(deadline);
       for (int64_t k = 0; k < count; ++k) {
         const int64_t row = index[first + k];
-        if (!options_.unchecked_for_testing) {
-          TORCH_CHECK_INDEX(row >= 0 && static_cast<uint64_t>(row) < peer.rows, "row ", row,
-                            " of host ", peer_index, "'s table was asked for, but it serves ",
-                            peer.rows, " rows");
-        }
         sges[k].addr = reinterpret_cast<uint64_t>(staging + (slot + first + k) * row_bytes_);
         sges[k].length = static_cast<uint32_t>(row_bytes_);
         sges[k].lkey = staging_mr_->lkey;
@@ -395,9 +465,42 @@ class RdmaTransport final : public Transport::Impl {
   }
 
   // Reaps completions until nothing is in flight, or raises at the deadline.
-  void wait_for_reads() {
-    const auto deadline = Clock::now() + timeout_;
+  void wait_for_reads(Clock::time_point deadline) {
     while (outstanding_ > 0) poll_once(deadline);
+  }
+
+  // Whether the served table still lies where it was registered. When it moved (its
+  // storage swapped by share_memory_, resize_ or set_), peers keep reading the registered
+  // memory: held, it is still the table's bytes (say so once); unheld, it may be freed, and
+  // this transport stops.
+  void check_served_memory() {
+    if (served_address_ == nullptr || table_.storage().data() == served_address_) return;
+    if (served_hold_) {
+      TORCH_WARN_ONCE("quiver RDMA transport (host ", host_,
+                      "): the table it serves moved in memory (share_memory_, resize_ or "
+                      "set_) after it was registered; peers keep reading the registered "
+                      "copy, held until the transport is closed, and in-place writes made "
+                      "since do not reach them");
+      return;
+    }
+    fail("the table it serves moved in memory after it was registered, and its old memory "
+         "is not held: peers could read freed memory. Serve a table that stays where it "
+         "is (in shared memory already, or mapped from a file)");
+  }
+
+  static std::string memlock_note() {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_MEMLOCK, &limit) != 0) return "check `ulimit -l`";
+    if (limit.rlim_cur == RLIM_INFINITY) return "locked memory is unlimited here";
+    return "this process may lock " + std::to_string(limit.rlim_cur) +
+           " bytes (RLIMIT_MEMLOCK): raise `ulimit -l` or Docker's --ulimit memlock";
+  }
+
+  static std::string dtype_name(int32_t code) {
+    if (code < 0 || code >= static_cast<int32_t>(c10::ScalarType::NumOptions)) {
+      return "an unknown dtype (" + std::to_string(code) + ")";
+    }
+    return c10::toString(static_cast<c10::ScalarType>(code));
   }
 
   void poll_once(Clock::time_point deadline) {
@@ -449,6 +552,10 @@ class RdmaTransport final : public Transport::Impl {
   at::Tensor table_;
   std::chrono::milliseconds timeout_;
   int64_t row_bytes_ = 0;
+  // Keeps the registered memory allocated until the registration is gone (destroyed after
+  // `served_`, declared before it).
+  std::shared_ptr<void> served_hold_;
+  const void* served_address_ = nullptr;
   uint8_t empty_byte_ = 0;
   std::string device_name_;
   int gid_index_ = 0;

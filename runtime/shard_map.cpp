@@ -39,13 +39,23 @@ int64_t checksum(const at::Tensor& host_of, const at::Tensor& local_index) {
       });
 }
 
+// A row's owner and local index share one int64 word (packed_on): the owner + 1 in the bits
+// above kHostShift (positive, so fewer than 2^15 of them), the index below.
+void check_host_count(int64_t num_hosts) {
+  constexpr int64_t kMostHosts = (int64_t{1} << (63 - ShardMap::kHostShift)) - 1;
+  TORCH_CHECK_VALUE(num_hosts >= 1 && num_hosts <= kMostHosts, "num_hosts must be in [1, ",
+                    kMostHosts, "], got ", num_hosts);
+}
+
 }  // namespace
 
 ShardMap::ShardMap(at::Tensor host_of, at::Tensor local_index, int64_t num_hosts)
     : host_of_(as_cpu_index(host_of, at::kInt, "host_of")),
       local_index_(as_cpu_index(local_index, at::kLong, "local_index")),
       num_hosts_(num_hosts) {
-  TORCH_CHECK_VALUE(num_hosts >= 1, "num_hosts must be >= 1, got ", num_hosts);
+  check_host_count(num_hosts);
+  TORCH_CHECK_VALUE(host_of_.numel() < (int64_t{1} << kHostShift), "a shard map holds fewer ",
+                    "than 2^", kHostShift, " rows, got ", host_of_.numel());
   TORCH_CHECK_VALUE(host_of_.numel() == local_index_.numel(), "host_of has ", host_of_.numel(),
                     " rows but local_index has ", local_index_.numel());
   const int64_t n = host_of_.numel();
@@ -90,7 +100,7 @@ c10::intrusive_ptr<ShardMap> ShardMap::build(const at::Tensor& hot_order, int64_
                                              const std::optional<at::Tensor>& assignment) {
   const at::Tensor order = as_cpu_index(hot_order, at::kLong, "hot_order");
   const int64_t n = order.numel();
-  TORCH_CHECK_VALUE(num_hosts >= 1, "num_hosts must be >= 1, got ", num_hosts);
+  check_host_count(num_hosts);
   TORCH_CHECK_VALUE(num_replicated >= 0 && num_replicated <= n, "num_replicated must be in [0, ", n,
                     "], got ", num_replicated);
   if (n > 0) {

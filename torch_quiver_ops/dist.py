@@ -18,6 +18,8 @@ makes the M groups (one per local rank) that each connect one process of every n
 from __future__ import annotations
 
 import atexit
+import json
+import math
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -27,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from . import _sharing
+from . import _sharing, preflight
 from .feature import Feature
 
 TRANSPORTS = ("auto", "rdma", "nccl", "gloo")
@@ -76,7 +78,8 @@ def partition_features(x: Tensor, directory: Union[str, Path], num_hosts: int,
 def load_shard_map(directory: Union[str, Path], verify: bool = False) -> "torch.ScriptObject":
     """The shard map written by :func:`partition_features` (sizes always checked, the CRC-32
     with ``verify``)."""
-    arrays, meta = _sharing.map_arrays(Path(directory) / "shard_map", "shard_map", verify=verify)
+    arrays, meta = _sharing.map_arrays(Path(directory) / "shard_map", "shard_map", verify=verify,
+                                       names=("host_of", "local_index"))
     shard_map = torch.classes.quiver.ShardMap(arrays["host_of"].clone(),
                                               arrays["local_index"].clone(), meta["num_hosts"])
     if shard_map.fingerprint() != meta["fingerprint"]:
@@ -119,10 +122,24 @@ def _gloo_lanes(group, count: int, timeout: float) -> list:
     lanes = [lane for lane in _LANES.get(group, []) if _registered(lane)]
     ranks = dist.get_process_group_ranks(group)
     while len(lanes) < count:  # every host asks for the same lanes in the same order
-        lanes.append(dist.new_group(ranks, timeout=timedelta(seconds=max(timeout, 60.0)),
+        lanes.append(dist.new_group(ranks, timeout=timedelta(seconds=timeout),
                                     backend="gloo", use_local_synchronization=True))
     _LANES[group] = lanes
     return lanes[:count]
+
+
+def _rdma_available() -> bool:
+    """Whether this machine lists an RDMA device (a function of its own so that tests can
+    stand in for a machine that has one)."""
+    return torch.classes.quiver.Transport.rdma_available()
+
+
+def _checked_timeout(timeout) -> float:
+    if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+            or not math.isfinite(timeout) or not 0 < timeout <= 365 * 24 * 3600):
+        raise ValueError(f"timeout must be a finite number of seconds in (0, 1 year], got "
+                         f"{timeout!r}")
+    return float(timeout)
 
 
 def _registered(group) -> bool:
@@ -168,23 +185,19 @@ class DistFeature:
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("DistFeature needs torch.distributed: call "
                                "init_process_group first (torchrun sets up its environment)")
+        timeout = _checked_timeout(timeout)
+        self.timeout = timeout
         self.group = group if group is not None else dist.group.WORLD
         backend = dist.get_backend(self.group)
-        if transport == "auto":
-            rdma_here = torch.classes.quiver.Transport.rdma_available()
-            transport = "rdma" if rdma_here else backend
-        if transport in ("nccl", "gloo") and transport != backend:
-            raise ValueError(f"transport {transport!r} needs a {transport} process group, but "
-                             f"the group's backend is {backend}")
         self.shard_map = shard_map
         self.local = local
         self.host = dist.get_rank(self.group)
         self.device = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
                        else local._device_for(None))
-        self._check_same_map()
+        options = {"device": "", "port": 1, "gid_index": -1, "qps_per_peer": 4,
+                   "staging_bytes": 64 << 20, **(rdma or {})}
+        transport = self._agree_on_transport(transport, backend, lanes, timeout, options)
         if transport == "rdma":
-            options = {"device": "", "port": 1, "gid_index": -1, "qps_per_peer": 4,
-                       "staging_bytes": 64 << 20, **(rdma or {})}
             # Peers read this host's whole local table, in local order.
             self.transport = torch.classes.quiver.Transport.rdma(
                 self.group.boxed(), local._table(), options["device"], options["port"],
@@ -193,39 +206,86 @@ class DistFeature:
             chosen = _gloo_lanes(self.group, lanes, timeout) if transport == "gloo" else []
             self.transport = torch.classes.quiver.Transport.collective(
                 self.group.boxed(), timeout, [lane.boxed() for lane in chosen])
+        # The runtime checks, among all hosts, that they hold the same shard map and rows of
+        # one dtype and shape (a ValueError on every host, naming the hosts that differ).
         self._runtime = torch.classes.quiver.DistFeature(shard_map, local.tiers(self.device),
                                                          self.transport)
 
-    def _check_same_map(self) -> None:
-        mine = self.shard_map.fingerprint()
-        everyone: List[Optional[int]] = [None] * dist.get_world_size(self.group)
-        dist.all_gather_object(everyone, mine, group=self.group)
-        differ = [host for host, theirs in enumerate(everyone) if theirs != mine]
-        if differ:
-            raise ValueError(f"host {self.host}'s shard map differs from that of hosts {differ}: "
-                             f"every host must load the same partition")
+    def _agree_on_transport(self, asked: str, backend: str, lanes: int, timeout: float,
+                            options: dict) -> str:
+        """The transport every host uses, decided by all of them together (through the
+        rendezvous store, within ``timeout``): ``"auto"`` picks RDMA only when every host has
+        a device. Hosts that asked for different transports or lanes, or that cannot set up
+        theirs (the locked-memory limit for RDMA), raise a ValueError together, naming the
+        hosts, instead of waiting on each other in different exchanges."""
+        rdma_here = _rdma_available() if asked in ("auto", "rdma") else False
+        problem = ""
+        if asked in ("nccl", "gloo") and asked != backend:
+            problem = (f"transport {asked!r} needs a {asked} process group, but the group's "
+                       f"backend is {backend}")
+        elif asked == "rdma" and not rdma_here:
+            problem = "transport 'rdma' asked for, but this host lists no RDMA device"
+        if not problem and rdma_here:
+            try:  # peers read the whole local table; the staging buffer is registered too
+                preflight.check_memlock(self.local._table().nbytes + options["staging_bytes"],
+                                        "the RDMA transport's registered memory")
+            except preflight.ResourceLimitError as error:
+                problem = str(error) if asked == "rdma" else ""
+                rdma_here = False  # "auto" falls back to the collectives on every host
+        mine = {"asked": asked, "rdma": rdma_here, "lanes": lanes, "backend": backend,
+                "problem": problem}
+        texts = torch.classes.quiver.Transport.agree(self.group.boxed(), "dist-feature-setup",
+                                                     json.dumps(mine, sort_keys=True), timeout)
+        everyone = [json.loads(text) for text in texts]
+        troubled = {h: e["problem"] for h, e in enumerate(everyone) if e["problem"]}
+        if troubled:
+            raise ValueError("DistFeature cannot connect its hosts: " + "; ".join(
+                f"host {h}: {why}" for h, why in troubled.items()))
+        for key, what in (("asked", "transport"), ("backend", "process group backend")):
+            values = {e[key] for e in everyone}
+            if len(values) > 1:
+                raise ValueError(f"the hosts asked for different {what}s: " + ", ".join(
+                    f"host {h} {e[key]!r}" for h, e in enumerate(everyone)) +
+                    ": every host must construct its DistFeature alike")
+        chosen = asked
+        if asked == "auto":
+            chosen = "rdma" if all(e["rdma"] for e in everyone) else backend
+        if chosen == "gloo" and len({e["lanes"] for e in everyone}) > 1:
+            raise ValueError("the hosts asked for different lanes: " + ", ".join(
+                f"host {h} {e['lanes']}" for h, e in enumerate(everyone)) +
+                ": every host must construct its DistFeature alike")
+        return chosen
 
     @classmethod
     def load(cls, directory: Union[str, Path], group=None, rank: int = 0,
              device_list: Optional[Sequence[int]] = None, device_cache_size: Union[int, str] = 0,
              cache_policy: str = "device_replicate", transport: str = "auto",
              timeout: float = 60.0, rdma: Optional[dict] = None,
-             lanes: int = 8) -> "DistFeature":
+             lanes: int = 8, verify: bool = False) -> "DistFeature":
         """Maps this host's shard of :func:`partition_features`'s output (one copy per
-        machine, as :meth:`Feature.load_shared`) and connects to the other hosts."""
+        machine, as :meth:`Feature.load_shared`) and connects to the other hosts.
+        ``verify`` checks the files' CRC-32 too, not only their sizes."""
         group = group if group is not None else dist.group.WORLD
         host = dist.get_rank(group)
-        shard_map = load_shard_map(directory)
+        shard_map = load_shard_map(directory, verify=verify)
         local = Feature.load_shared(Path(directory) / f"host_{host}", rank, device_list,
-                                    device_cache_size, cache_policy)
+                                    device_cache_size, cache_policy, verify=verify)
         return cls(shard_map, local, group, transport, timeout, rdma, lanes)
 
     def close(self) -> None:
         """Lets go of the transport (its queue pairs and registrations, or its hold on the
-        process group): call it before ``destroy_process_group``. The store is unusable
-        afterwards."""
-        self._runtime = None
-        self.transport = None
+        process group): call it on every host before ``destroy_process_group``. Over RDMA,
+        peers read this host's table without its CPU, so the hosts first wait for each
+        other (at most the timeout; a host that never closes is named) before any
+        registration goes. The store is unusable afterwards."""
+        transport, runtime = self.transport, self._runtime
+        self._runtime = self.transport = None
+        if transport is not None and transport.kind().startswith("rdma"):
+            try:
+                torch.classes.quiver.Transport.agree(self.group.boxed(), "dist-feature-close",
+                                                     "", self.timeout)
+            finally:
+                runtime = transport = None
 
     def __enter__(self) -> "DistFeature":
         return self
@@ -234,8 +294,10 @@ class DistFeature:
         self.close()
 
     def _ids(self, ids) -> Tensor:
+        if self._runtime is None:
+            raise RuntimeError("this DistFeature was closed")
         ids = torch.as_tensor(ids)
-        return ids if ids.device == self.device else ids.to(self.device)
+        return (ids if ids.device == self.device else ids.to(self.device)).contiguous()
 
     def __getitem__(self, ids) -> Tensor:
         return self._runtime.gather(self._ids(ids))

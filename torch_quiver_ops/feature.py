@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _sharing, ops
+from . import _sharing, ops, preflight
 from ._device import gpus_usable, p2p_cliques, parse_share, parse_size, resolve_device
 from .hotness import INT32_MAX, check_hot_order, check_positions, positions_of
 from .topology import CSRTopo
@@ -122,6 +122,7 @@ class Feature:
         # (exported to peers); None marks a peer's shard mapped here.
         self._shards: Dict[int, tuple] = {}
         self._shard_payloads: Dict[int, tuple] = {}  # the same, as IPC handles (in workers)
+        self._swapped_over = None  # the process group shards were swapped over, if any
         self._process_state()
 
     def _process_state(self) -> None:
@@ -377,20 +378,29 @@ class Feature:
                             f"{type(ipc_handle).__name__}")
         return ipc_handle
 
-    def close(self, group=None) -> None:
-        """Lets go of clique shards across processes, safely: drops this process's
-        mappings of its peers' shards, waits (a barrier on ``group``, when torch.distributed
-        is initialized) until every peer has dropped its mappings of this process's
-        shards, then frees them. Every process that shares the shards calls it; the
+    def close(self, group=None, timeout: float = 60.0) -> None:
+        """Lets go of the table and of clique shards across processes, safely: releases the
+        layouts this Feature handed out (:meth:`tiers`, a DistFeature's; later gathers from
+        them raise), drops this process's mappings of its peers' shards and, when shards
+        were swapped with torch.distributed workers, waits until every worker of ``group``
+        (default: the one the shards were swapped over) has dropped its mappings of this
+        process's shards (at most ``timeout`` seconds, then a RuntimeError naming the late
+        workers), then frees them. Every worker that shares the shards calls it; the
         Feature is empty afterwards. Without it, exported shards stay allocated until the
-        process ends (freeing memory a peer still reads is undefined in CUDA)."""
+        process ends (freeing memory a peer still reads is undefined in CUDA). A copy of a
+        layout saved with a scripted module is not seen here: load it after close only
+        where the shards' owners still run."""
+        for layout, _, _ in self._views.values():
+            layout.release()
         self._views.clear()
         self._mapped.clear()
         own = [buffer for buffer, _ in self._shards.values() if buffer is not None]
         self._shards = {}
         self._shard_payloads = {}
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.barrier(group=group)
+        swapped_over, self._swapped_over = self._swapped_over, None
+        if swapped_over is not None:
+            group = group if group is not None else swapped_over
+            torch.classes.quiver.Transport.agree(group.boxed(), "feature-close", "", timeout)
         for buffer in own:
             buffer.mark_unmapped()
         self._process_state()
@@ -402,6 +412,7 @@ class Feature:
         state = self.__dict__.copy()
         for key in ("_pin", "_pinned_host", "_replicas", "_mapped", "_views"):
             state.pop(key)
+        state["_swapped_over"] = None  # a process group does not travel
         state["csr_topo"] = None  # used to rank rows when building; workers never need it
         # Shards travel as IPC handles, opened at first use in the reading GPU's context.
         state["_shard_payloads"] = {**{d: _sharing.ipc_payload(buffer, rows)
@@ -413,17 +424,17 @@ class Feature:
 
     def __setstate__(self, state):
         state.setdefault("host_reads", "auto")  # pickled before the option existed
+        state.setdefault("_swapped_over", None)
         self.__dict__.update(state)
         self._process_state()
 
     def _move_to_shared_memory(self) -> None:
         """Moves the table into shared memory (torch copies it there and frees the private
         pages), so spawned workers map it; the pin and layouts follow the new pages."""
-        if not _sharing.shm_has_room(self._host.nbytes):
-            raise RuntimeError(
-                f"this Feature's {self._host.nbytes >> 20} MiB table is not in shared memory "
-                f"and /dev/shm has too little room to move it there, so it cannot be handed to "
-                f"worker processes; use Feature.save and Feature.load_shared")
+        preflight.check_shared_memory(
+            self._host.nbytes, "moving this Feature's table into shared memory for worker "
+            "processes (or save it with Feature.save to a disk directory and use "
+            "Feature.load_shared)")
         warnings.warn("moving the feature table into shared memory for worker processes (a "
                       "transient second copy); pass a table already in shared memory "
                       "(x.share_memory_()) to avoid it", stacklevel=3)
@@ -447,7 +458,7 @@ class Feature:
                     device_list: Optional[Sequence[int]] = None,
                     device_cache_size: Union[int, str] = 0,
                     cache_policy: str = "device_replicate",
-                    group=None, host_reads: str = "auto") -> "Feature":
+                    group=None, host_reads: str = "auto", verify: bool = False) -> "Feature":
         """Maps a table written by :meth:`save` with MAP_SHARED, so every process on the
         machine reads the same pages, and places its GPU tiers. A truncated file or an
         order that is not a permutation raises.
@@ -456,9 +467,11 @@ class Feature:
         per GPU of ``device_list``), each worker copies only its own GPU's shard and the
         workers swap CUDA IPC handles through ``group`` (default: the world); every worker
         must call this (and :meth:`close` before it exits). Without a process group, this
-        process builds every shard.
+        process builds every shard. ``verify`` checks the files' CRC-32 (a read of every
+        byte), not only their sizes.
         """
-        arrays, _ = _sharing.map_arrays(directory, "feature")
+        arrays, _ = _sharing.map_arrays(directory, "feature", verify=verify,
+                                         names=("rows", "order"))
         host = arrays["rows"]
         order = arrays.get("order")
         if order is not None:
@@ -466,6 +479,10 @@ class Feature:
         feature = cls(rank, device_list, device_cache_size, cache_policy, host_reads=host_reads)
         make_shards = None
         if torch.distributed.is_available() and torch.distributed.is_initialized():
-            make_shards = _sharing.shards_swapped_over(group)
+            swap = _sharing.shards_swapped_over(group)
+
+            def make_shards(*args):
+                feature._swapped_over = group if group is not None else torch.distributed.group.WORLD
+                return swap(*args)
         feature._place(host, order, make_shards)
         return feature

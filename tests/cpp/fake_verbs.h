@@ -96,6 +96,7 @@ class FakeVerbs {
       attr->link_layer = IBV_LINK_LAYER_INFINIBAND;
       attr->lid = 7;
       attr->gid_tbl_len = 1;
+      attr->max_msg_sz = 1u << 31;  // as rxe and most HCAs report
       return 0;
     };
     api_.query_gid = [](ibv_context*, uint8_t, int, ibv_gid* gid) {

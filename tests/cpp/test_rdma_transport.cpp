@@ -8,6 +8,7 @@
 //    rarely does on demand: error completions, retries exceeded, a full completion queue,
 //    reads that never complete. These run everywhere.
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 #include <c10/util/Exception.h>
 #include <gtest/gtest.h>
 #include <quiver/transport.h>
@@ -18,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <future>
 #include <string>
 #include <thread>
@@ -53,7 +55,7 @@ const Transport::Serve kNoServe = [](const at::Tensor&, const at::Tensor&) -> at
 at::Tensor read_from(Transport& transport, int64_t peer, const at::Tensor& ids) {
   std::vector<at::Tensor> requests(2, at::empty({0}, at::kLong));
   requests[peer] = ids;
-  return transport.impl().fetch(requests, kNoServe, kRows, like(), at::kCPU, nullptr)[peer];
+  return transport.impl().fetch(requests, kNoServe, kRows, like(), at::kCPU, nullptr, 0)[peer];
 }
 
 void expect_rows_of(const at::Tensor& rows, int64_t host, const at::Tensor& ids) {
@@ -267,11 +269,12 @@ class FakeRdma : public ::testing::Test {
   // Two hosts in this process, connected through an in-memory store (they connect at once,
   // each waiting for the other's endpoint).
   std::pair<c10::intrusive_ptr<Transport>, c10::intrusive_ptr<Transport>> connect(
-      const Transport::RdmaOptions& options) {
+      const Transport::RdmaOptions& options, const at::Tensor& table_0 = host_table(0),
+      const at::Tensor& table_1 = host_table(1)) {
     auto store = c10::make_intrusive<c10d::HashStore>();
     auto second = std::async(std::launch::async,
-                             [&] { return Transport::rdma(store, 1, 2, host_table(1), options); });
-    auto first = Transport::rdma(store, 0, 2, host_table(0), options);
+                             [&] { return Transport::rdma(store, 1, 2, table_1, options); });
+    auto first = Transport::rdma(store, 0, 2, table_0, options);
     return {first, second.get()};
   }
 
@@ -327,6 +330,72 @@ TEST_F(FakeRdma, ReadsThatNeverCompleteTimeOutNamingThePeer) {
   const auto start = Clock::now();
   expect_failure_naming_host_1(*zero, "did not complete within");
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+}
+
+// With the default buffers a large fetch waits for room on its queue pairs (more reads than
+// may be in flight): that wait must end at the timeout too, not re-arm on every poll.
+TEST_F(FakeRdma, ReadsThatNeverCompleteTimeOutWithTheDefaultBuffers) {
+  Transport::RdmaOptions options;  // the defaults: 64 MiB staging, 256 reads in flight per QP
+  options.timeout_s = 1.0;
+  auto [zero, one] = connect(options);
+  FakeVerbs::instance().set_fault(FakeVerbs::Fault::kSilent, 20);
+  const at::Tensor ids = at::randint(kRows, {options.qps_per_peer * options.reads_in_flight * 8},
+                                     at::kLong);
+  const auto start = Clock::now();
+  try {
+    read_from(*zero, 1, ids);
+    ADD_FAILURE() << "a fetch whose reads never complete returned";
+  } catch (const c10::Error& error) {
+    EXPECT_NE(std::string(error.what()).find("host 1"), std::string::npos) << error.what();
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(10));
+}
+
+// A batch that needs nothing from a peer (empty, or every row local) returns no rows.
+TEST_F(FakeRdma, FetchesOfNoRowsReturnNoRows) {
+  auto [zero, one] = connect(fake_options());
+  for (int k = 0; k < 3; ++k) {
+    const at::Tensor rows = read_from(*zero, 1, at::empty({0}, at::kLong));
+    EXPECT_EQ(rows.sizes(), at::IntArrayRef({0, kWidth}));
+  }
+  std::vector<at::Tensor> nothing(2, at::empty({0}, at::kLong));
+  const auto out = zero->impl().fetch(nothing, kNoServe, kRows, like(), at::kCPU, nullptr, 0);
+  EXPECT_EQ(out[1].numel(), 0);
+  const at::Tensor ids = at::randint(kRows, {100}, at::kLong);
+  expect_rows_of(read_from(*zero, 1, ids), 1, ids);  // and the next fetch works
+}
+
+// share_memory_() (which pickling a table for worker processes runs) points the table's
+// storage at a copy and frees the memory a peer reads through the registration. The
+// transport holds that memory, so peers go on reading the rows (as they were when moved)
+// instead of freed pages (320 KB: malloc's own mapping, unmapped when freed).
+TEST_F(FakeRdma, PeersReadTheTableAfterItsMemoryMoved) {
+  const at::Tensor table_1 = host_table(1);
+  auto [zero, one] = connect(fake_options(), host_table(0), table_1);
+  c10::StorageImpl* storage = table_1.storage().unsafeGetStorageImpl();
+  const size_t bytes = storage->nbytes();
+  c10::DataPtr copy = c10::GetDefaultCPUAllocator()->allocate(bytes);
+  std::memcpy(copy.get(), storage->data(), bytes);
+  storage->set_data_ptr_noswap(std::move(copy));  // as share_memory_ does: the old one freed
+  const at::Tensor ids = at::randint(kRows, {3000}, at::kLong);
+  expect_rows_of(read_from(*zero, 1, ids), 1, ids);
+  EXPECT_NO_THROW(read_from(*one, 0, ids));  // the moved host itself goes on fetching
+}
+
+// Hosts serving rows of one size but another dtype would read each other's bits as theirs.
+TEST_F(FakeRdma, HostsWithTablesOfAnotherDtypeRefuseToConnect) {
+  const at::Tensor as_doubles = host_table(1).to(at::kDouble);  // 8 bytes too, like int64
+  for (const bool swapped : {false, true}) {
+    try {
+      connect(fake_options(), swapped ? as_doubles : host_table(0),
+              swapped ? host_table(1) : as_doubles);
+      ADD_FAILURE() << "hosts with an int64 and a float64 table connected";
+    } catch (const c10::Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("Double"), std::string::npos) << message;
+      EXPECT_NE(message.find("Long"), std::string::npos) << message;
+    }
+  }
 }
 
 TEST_F(FakeRdma, RefusesRowsOutsideThePeersTableBeforePosting) {

@@ -27,12 +27,17 @@ class FetchWork;
 class DistFeature : public torch::CustomClassHolder {
  public:
   // `local` holds this host's local table (shard_map.local_rows(host) rows, local order);
-  // `transport` connects the hosts, its rank being this host.
+  // `transport` connects the hosts, its rank being this host. Every host builds its
+  // DistFeatures together, in the same order: they agree through the rendezvous store, and
+  // every host raises (ValueError naming the hosts) when their shard maps, dtypes or row
+  // shapes differ, or one of them cannot serve its share.
   DistFeature(c10::intrusive_ptr<ShardMap> shard_map, c10::intrusive_ptr<FeatureTiers> local,
               c10::intrusive_ptr<Transport> transport);
 
   // Rows of global ids (1-D int32/int64) on the ids' device. With a collective transport
-  // every host calls gather together, once per step.
+  // every host calls gather together, once per step, gathering its DistFeatures in the
+  // same order (a transport serves one fetch at a time); a host whose ids are bad still
+  // serves its peers in that step, then raises.
   at::Tensor gather(const at::Tensor& ids);
   c10::intrusive_ptr<FetchWork> gather_async(const at::Tensor& ids);
 
@@ -53,11 +58,16 @@ class DistFeature : public torch::CustomClassHolder {
   at::Tensor gather_grouped(const at::Tensor& ids);
   // A view of `rows` rows in `buffer` (CPU, kept across gathers, grown when short).
   at::Tensor kept_rows(at::Tensor& buffer, int64_t rows);
+  // Serves peers' requests from this host's local table.
+  Transport::Serve serve_local() const;
+  // A collective fetch in which this host asks for nothing: its part of a step it cannot
+  // take itself.
+  void take_part_without_asking();
 
   c10::intrusive_ptr<ShardMap> shard_map_;
   c10::intrusive_ptr<FeatureTiers> local_;
   c10::intrusive_ptr<Transport> transport_;
-  std::mutex fetch_mutex_;  // a transport serves one fetch at a time
+  int64_t tag_ = 0;  // this DistFeature among those built over the store: the same on every host
   double last_local_fraction_ = 0;
   // A kept CPU buffer of the Gloo path (see gather_grouped): this host's own rows before
   // they are scattered into the output.
@@ -75,7 +85,8 @@ class FetchWork : public torch::CustomClassHolder {
   explicit FetchWork(std::future<Fetched> fetched);
   // The rows, once fetched (at most timeout_s seconds from now; raises RuntimeError if the
   // fetch is not done by then, or rethrows its failure). The caller's current stream is
-  // ordered after the fetch's work.
+  // ordered after the fetch's work. Dropping a FetchWork never waits: an unfinished fetch
+  // ends on its own thread, within the transport's timeout.
   at::Tensor wait(double timeout_s);
   bool done() const;
 

@@ -6,7 +6,8 @@
 // read the store exactly as Python does. It holds the pins of its pinned host tensors, so
 // the layout stays readable for as long as it lives, whoever pinned them. It pickles as its
 // tensors and which of them were pinned, so a scripted module holding one can be saved and
-// loaded, the host tier pinned again in place.
+// loaded, the host tier pinned again in place. release() lets go of every tensor (so a
+// peer's mapped GPU shard can be unmapped): later reads raise instead of touching it.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,18 +32,24 @@ class FeatureTiers : public torch::CustomClassHolder {
   // buffer across gathers (a fresh large tensor pays a page fault per page written).
   void gather_into(const at::Tensor& ids, const at::Tensor& out) const;
 
-  std::vector<at::Tensor> tiers() const { return tiers_; }
-  std::optional<at::Tensor> positions() const { return positions_; }
+  std::vector<at::Tensor> tiers() const;
+  std::optional<at::Tensor> positions() const;
   // Ids the table answers, and its shape (num_rows, *row_shape).
   int64_t num_rows() const { return num_rows_; }
   std::vector<int64_t> shape() const;
   // Rows held by the tiers before the last one: the GPU-memory part when the last tier is
   // the host tier.
-  int64_t leading_rows() const;
+  int64_t leading_rows() const { return leading_rows_; }
   // Where gathers from this layout run best: the GPU that holds a tier, else the CPU.
-  at::Device device() const;
+  at::Device device() const { return device_; }
   // Rows' dtype and an empty tensor of the rows' shape ([0, *row_shape]).
   at::Tensor empty_rows() const;
+
+  // Drops the tiers, positions and pins (Feature.close() calls it on the layouts it handed
+  // out, before the shards they map are freed). Afterwards gather, tiers, positions and
+  // state raise; shape and the other facts stay. Not to be called while a gather runs.
+  void release();
+  bool released() const { return released_; }
 
   // The pickle pair. The state is (tiers, positions, pinned) where pinned[k] is 1 when
   // tiers[k] (k < tiers.size()) or positions (k == tiers.size()) was pinned host memory.
@@ -58,6 +65,12 @@ class FeatureTiers : public torch::CustomClassHolder {
   std::optional<at::Tensor> positions_;
   int64_t num_rows_;
   std::vector<c10::intrusive_ptr<HostPin>> pins_;  // of the pinned host tensors
+  at::Tensor row_like_;  // [0, *row_shape] of the rows' dtype on the CPU: kept past release
+  at::Device device_ = at::Device(at::kCPU);
+  int64_t leading_rows_ = 0;
+  bool released_ = false;
+
+  void check_not_released(const char* what) const;
 };
 
 }  // namespace quiver::runtime

@@ -1,8 +1,9 @@
 // torch.classes.quiver.HostPin: keeps a CPU tensor's memory page-locked in place while
 // alive, so GPU kernels read it with zero copy (UVA mode). It pins the tensor's whole
-// storage (so torch's is_pinned() agrees for every view of it) and holds that storage, so
-// the memory it pinned stays valid for as long as the pin, whatever later happens to the
-// tensor (share_memory_, resize_). Pins over the same memory share one registration,
+// storage (so torch's is_pinned() agrees for every view of it) and holds the memory it
+// pinned for as long as the pin (runtime/held_memory.h): a later share_memory_() moves the
+// tensor to new, unpinned memory (which kernels then refuse to read, clearly), but never
+// frees memory that is still registered. Pins over the same memory share one registration,
 // released by the last of them; memory that is pinned already (pin_memory) is held as is.
 #pragma once
 
@@ -30,6 +31,7 @@ class HostPin : public torch::CustomClassHolder {
  private:
   at::Tensor tensor_;
   c10::Storage storage_;
+  std::shared_ptr<void> held_;  // destroyed after the registration: declared before it
   std::shared_ptr<HostRegistration> registration_;
 };
 

@@ -12,14 +12,22 @@
 //
 // Failures (a peer that died, a stalled peer, a refused connection, a remote access error)
 // raise a RuntimeError naming the peer, within the transport's timeout: a heartbeat in the
-// group's store tells which peer went silent.
+// group's store tells which peer went silent. A transport whose hosts fell out of step (an
+// exchange failed) stays failed: its owner makes a new one.
+//
+// One fetch at a time: a transport serializes its callers (fetch_mutex). With a collective
+// transport every host must also fetch in the same order: each fetch carries its caller's
+// tag, and hosts whose fetches do not pair (two DistFeatures over one transport gathered by
+// two threads) all raise rather than exchange unrelated rows.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 #include <torch/custom_class.h>
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -51,12 +59,17 @@ class Transport : public torch::CustomClassHolder {
     // rows may view a buffer the transport reuses: they are valid until its next fetch.
     // With `arrived`, every row goes to it instead (in pieces, in any order, maybe while
     // others are still on their way, and before any verdict is checked) and fetch returns
-    // nothing: the caller places rows while the rest travel.
+    // nothing: the caller places rows while the rest travel. `tag` names the caller's table
+    // (the same on every host): a collective fetch whose peers fetch for another tag raises
+    // on every host.
     virtual std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests,
                                           const Serve& serve, int64_t served_rows,
                                           const at::Tensor& like, const at::Device& device,
-                                          const Arrived& arrived) = 0;
+                                          const Arrived& arrived, int64_t tag) = 0;
     virtual std::string kind() const = 0;
+    // The rendezvous store the hosts share, and how long a wait for a peer may last.
+    virtual c10::intrusive_ptr<c10d::Store> store() const = 0;
+    virtual std::chrono::milliseconds timeout() const = 0;
     virtual int64_t host() const = 0;
     virtual int64_t num_hosts() const = 0;
     // Whether every host must call fetch together (collectives) or each on its own (RDMA).
@@ -141,9 +154,23 @@ class Transport : public torch::CustomClassHolder {
   int64_t num_hosts() const { return impl_->num_hosts(); }
   bool is_collective() const { return impl_->collective(); }
   Impl& impl() { return *impl_; }
+  // Held by whoever fetches (DistFeature): one fetch at a time per transport, whichever
+  // object and thread asks.
+  std::mutex& fetch_mutex() { return fetch_mutex_; }
+
+  // Every host publishes `mine` under `topic` and gets every host's text, in host order,
+  // through the group's store within the transport's timeout (runtime/host_agreement.h);
+  // `round`, when given, receives how many agreements on `topic` came before this one.
+  std::vector<std::string> agree(const std::string& topic, const std::string& mine,
+                                 int64_t* round = nullptr);
+  // The same before any transport exists: over `group`'s store, within timeout_s.
+  static std::vector<std::string> agree_over(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                                             const std::string& topic, const std::string& mine,
+                                             double timeout_s);
 
  private:
   std::unique_ptr<Impl> impl_;
+  std::mutex fetch_mutex_;
 };
 
 }  // namespace quiver::runtime

@@ -1,0 +1,64 @@
+#include "runtime/host_agreement.h"
+
+#include <c10/util/Exception.h>
+
+#include <cmath>
+#include <sstream>
+#include <thread>
+
+namespace quiver::runtime {
+
+std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string& topic,
+                                           int64_t host, int64_t num_hosts,
+                                           const std::string& mine,
+                                           std::chrono::milliseconds timeout, int64_t* round_out) {
+  TORCH_CHECK_VALUE(host >= 0 && host < num_hosts, "host ", host, " is out of range [0, ",
+                    num_hosts, ")");
+  const std::string base = "quiver/agree/" + topic + "/";
+  const int64_t round = store.add(base + "count/" + std::to_string(host), 1) - 1;
+  if (round_out != nullptr) *round_out = round;
+  const std::string prefix = base + std::to_string(round) + "/";
+  store.set(prefix + std::to_string(host), std::vector<uint8_t>(mine.begin(), mine.end()));
+  std::vector<std::string> everyone(num_hosts);
+  std::vector<bool> have(num_hosts, false);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    bool missing = false;
+    for (int64_t h = 0; h < num_hosts; ++h) {
+      if (have[h]) continue;
+      const std::string key = prefix + std::to_string(h);
+      if (store.check({key})) {
+        const std::vector<uint8_t> text = store.get(key);
+        everyone[h].assign(text.begin(), text.end());
+        have[h] = true;
+      } else {
+        missing = true;
+      }
+    }
+    if (!missing) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::ostringstream late;
+      int count = 0;
+      for (int64_t h = 0; h < num_hosts; ++h) {
+        if (!have[h]) late << (count++ ? ", " : "") << h;
+      }
+      TORCH_CHECK(false, "host ", host, " waited ", timeout.count(), " ms for ",
+                  count == 1 ? "host " : "hosts ", late.str(), " to agree on ", topic,
+                  ": ", count == 1 ? "it has" : "they have",
+                  " not reached the same point (late, dead, or running other code)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+  return everyone;
+}
+
+std::chrono::milliseconds checked_timeout(double seconds, const char* name) {
+  constexpr double kYear = 365.0 * 24 * 3600;
+  TORCH_CHECK_VALUE(std::isfinite(seconds) && seconds > 0 && seconds <= kYear, name,
+                    " must be a number of seconds in (0, ", kYear, "], got ", seconds);
+  return std::chrono::milliseconds(std::max<int64_t>(1, std::llround(seconds * 1000)));
+}
+
+}  // namespace quiver::runtime

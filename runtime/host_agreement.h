@@ -1,0 +1,30 @@
+// What the hosts of a distributed job agree on before they exchange anything: each host
+// publishes a few words about itself through the rendezvous store (the c10d store that
+// torchrun and init_process_group set up) and reads every other host's, within a timeout.
+// So a mismatch (another shard map, another dtype, a host that cannot serve) is found by
+// every host at once, before any collective could pair one host's request with another's
+// unrelated one, and a late or dead host is named instead of waited for.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
+
+namespace quiver::runtime {
+
+// Every host of `num_hosts` publishes `mine` under `topic` and gets every host's text, in
+// host order (its own included). The n-th call for a topic on one host meets the n-th call
+// for it on every other (counted in the store; `round`, when given, receives n). Raises
+// RuntimeError naming the hosts that had not published within `timeout`.
+std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string& topic,
+                                           int64_t host, int64_t num_hosts,
+                                           const std::string& mine,
+                                           std::chrono::milliseconds timeout,
+                                           int64_t* round = nullptr);
+
+// `seconds` as a timeout: finite and > 0 (at most a year: a wait has to end), else a
+// ValueError naming `name` and the value.
+std::chrono::milliseconds checked_timeout(double seconds, const char* name);
+
+}  // namespace quiver::runtime

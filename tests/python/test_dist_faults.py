@@ -1,0 +1,315 @@
+"""Faults of distributed features, each as two (or three) Gloo processes on loopback: hosts
+that disagree, a host that raises alone, a host that is late or never comes, a dropped
+fetch, and the bounds every timeout must hold. Each case names what must not happen: a
+process aborted, a host waiting past its timeout, hosts out of step, or wrong rows."""
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import torch_quiver_ops as qv
+from test_dist import free_port, reported, table
+
+
+def start(rank, world, port, seconds=60):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=seconds))
+
+
+def spawn(worker, tmp_path, world=2, *args):
+    results = tmp_path / "results"
+    results.mkdir(exist_ok=True)
+    mp.spawn(worker, args=(world, free_port(), str(results), *args), nprocs=world, join=True)
+    return {p.name: p.read_text() for p in results.iterdir()}
+
+
+def local_feature(shard_map, host, x):
+    feature = qv.Feature(device_list=[])
+    feature.from_cpu_tensor(x[shard_map.local_ids(host)].clone())
+    return feature
+
+
+# ---- N4: hosts whose tables differ in dtype or row shape ----
+
+def differing_worker(rank, world, port, results, difference):
+    start(rank, world, port)
+    with reported(results, rank):
+        shard_map = qv.dist.build_shard_map(100, 2, None, 0.0)
+        x = table(100, 8 if difference == "width" and rank == 1 else 4)
+        if difference == "dtype" and rank == 1:
+            x = x.int()  # float32 against int32: the same bytes per row
+        began = time.monotonic()
+        with pytest.raises(ValueError) as caught:
+            qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x), transport="gloo",
+                                timeout=10.0)
+        assert time.monotonic() - began < 8, "the mismatch waited for a timeout"
+        message = str(caught.value)
+        assert "host 0" in message and "host 1" in message, message
+        assert ("Int rows of shape [4]" in message and "Float rows of shape [4]" in message
+                if difference == "dtype" else
+                "Float rows of shape [8]" in message and "Float rows of shape [4]" in message), message
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("difference", ["dtype", "width"])
+def test_hosts_with_different_tables_both_refuse_at_construction(tmp_path, difference):
+    seen = spawn(differing_worker, tmp_path, 2, difference)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+def differing_map_worker(rank, world, port, results):
+    start(rank, world, port)
+    with reported(results, rank):
+        shard_map = qv.dist.build_shard_map(100, 2, None, 0.2 if rank == 0 else 0.3)
+        x = table(100, 4)
+        with pytest.raises(ValueError, match="shard map"):
+            qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x), transport="gloo",
+                                timeout=10.0)
+
+
+@pytest.mark.timeout(300)
+def test_hosts_with_different_shard_maps_both_refuse(tmp_path):
+    seen = spawn(differing_map_worker, tmp_path)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+# ---- N5: two DistFeatures over one transport, each gathered by its own thread ----
+
+def shared_transport_worker(rank, world, port, results):
+    start(rank, world, port)
+    with reported(results, rank):
+        shard_map = qv.dist.build_shard_map(300, 2, None, 0.0)
+        xs = [table(300, 4, seed=1), table(300, 16, seed=2)]  # features and, say, labels
+        transport = torch.classes.quiver.Transport.collective(dist.group.WORLD.boxed(), 20.0,
+                                                              [])
+        features = [torch.classes.quiver.DistFeature(
+            shard_map, local_feature(shard_map, rank, x).tiers(), transport) for x in xs]
+        outcomes = {"right": 0, "refused": 0}
+        lock = threading.Lock()
+
+        def gather_many(k):
+            gen = torch.Generator().manual_seed(10 * rank + k)
+            for _ in range(15):
+                ids = torch.randint(300, (int(torch.randint(1, 200, (1,), generator=gen)),),
+                                    generator=gen)
+                try:
+                    out = features[k].gather(ids)
+                    assert torch.equal(out, xs[k][ids]), "wrong rows"
+                    outcome = "right"
+                except ValueError as error:  # paired with the other table's fetch
+                    assert "same tables in the same order" in str(error), str(error)
+                    outcome = "refused"
+                with lock:
+                    outcomes[outcome] += 1
+
+        threads = [threading.Thread(target=gather_many, args=(k,)) for k in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sum(outcomes.values()) == 30, outcomes
+        features = transport = None
+
+
+@pytest.mark.timeout(300)
+def test_two_dist_features_over_one_transport_from_two_threads_never_abort(tmp_path):
+    seen = spawn(shared_transport_worker, tmp_path)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+# ---- N6: a host that raises before the exchange ----
+
+def bad_id_worker(rank, world, port, results):
+    start(rank, world, port)
+    with reported(results, rank):
+        x = table(500, 3)
+        shard_map = qv.dist.build_shard_map(500, 2, None, 0.2)
+        feature = qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x),
+                                      transport="gloo", timeout=10.0, lanes=2)
+        gen = torch.Generator().manual_seed(rank)
+        for step in range(4):
+            ids = torch.randint(500, (300,), generator=gen)
+            began = time.monotonic()
+            if step == 1 and rank == 0:
+                ids[7] = 5000
+                with pytest.raises(IndexError, match=r"ids\[7\] = 5000 is out of range"):
+                    feature[ids]
+            else:  # the peer's step 1 is answered in step 1, not by host 0's step 2
+                assert torch.equal(feature[ids], x[ids]), step
+            assert time.monotonic() - began < 5, f"step {step} waited for a timeout"
+        feature.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_bad_id_on_one_host_keeps_the_hosts_in_step(tmp_path):
+    seen = spawn(bad_id_worker, tmp_path)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+# ---- N7: dropping an unfinished fetch ----
+
+def dropped_fetch_worker(rank, world, port, results):
+    start(rank, world, port)
+    with reported(results, rank):
+        x = table(200, 3)
+        shard_map = qv.dist.build_shard_map(200, 2, None, 0.0)
+        feature = qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x),
+                                      transport="gloo", timeout=4.0, lanes=1)
+        if rank == 1:
+            time.sleep(9)  # never gathers: host 0's fetch cannot finish
+            return
+        work = feature.gather_async(torch.arange(200))
+        with pytest.raises(RuntimeError, match="within"):
+            work.wait(0.5)
+        ticks = []
+        ticker = threading.Thread(target=lambda: [ticks.append(time.monotonic()) or
+                                                  time.sleep(0.01) for _ in range(100)])
+        ticker.start()
+        began = time.monotonic()
+        del work
+        dropped_in = time.monotonic() - began
+        ticker.join()
+        assert dropped_in < 0.5, f"dropping the fetch took {dropped_in:.2f} s"
+        gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+        assert max(gaps) < 0.5, f"another thread stalled {max(gaps):.2f} s"
+        time.sleep(6)  # the fetch thread gives up at the timeout, with the transport alive
+
+
+@pytest.mark.timeout(300)
+def test_dropping_an_unfinished_fetch_returns_at_once(tmp_path):
+    seen = spawn(dropped_fetch_worker, tmp_path)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+# ---- N9 and N12: timeouts that hold, and a transport that failed stays failed ----
+
+def late_worker(rank, world, port, results):
+    start(rank, world, port, seconds=120)
+    with reported(results, rank):
+        x = table(200, 3)
+        shard_map = qv.dist.build_shard_map(200, 2, None, 0.0)
+        if rank == 1:
+            time.sleep(10)  # late past host 0's timeout
+        began = time.monotonic()
+        try:
+            qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x), transport="gloo",
+                                timeout=3.0)
+            raise AssertionError("constructed without its peer")
+        except RuntimeError as error:
+            if rank == 0:
+                assert "host 1" in str(error), str(error)
+                took = time.monotonic() - began
+                assert took < 6, f"host 0 waited {took:.1f} s with a 3 s timeout"
+
+
+@pytest.mark.timeout(300)
+def test_a_late_host_is_named_within_the_timeout(tmp_path):
+    seen = spawn(late_worker, tmp_path)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+def unlike_worker(rank, world, port, results, what):
+    start(rank, world, port, seconds=120)
+    with reported(results, rank):
+        x = table(200, 3)
+        shard_map = qv.dist.build_shard_map(200, 2, None, 0.0)
+        options = {"lanes": (4, 2)[rank]} if what == "lanes" else {
+            "transport": ("gloo", "auto")[rank]}
+        if what == "auto":  # host 0 lists an RDMA device, host 1 none: both choose Gloo
+            qv.dist._rdma_available = lambda: rank == 0
+            options = {"transport": "auto"}
+        began = time.monotonic()
+        if what == "auto":
+            feature = qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x),
+                                          timeout=10.0, **options)
+            assert feature.transport.kind() == "collective:gloo"
+            assert torch.equal(feature[torch.arange(200)], x)
+            feature.close()
+        else:
+            with pytest.raises(ValueError, match=f"different {'lanes' if what == 'lanes' else 'transports'}"):
+                qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x), timeout=30.0,
+                                    **options)
+        assert time.monotonic() - began < 10
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("what", ["lanes", "transport", "auto"])
+def test_hosts_choose_their_transport_together(tmp_path, what):
+    seen = spawn(unlike_worker, tmp_path, 2, what)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+def closing_alone_worker(rank, world, port, results):
+    start(rank, world, port, seconds=30)
+    with reported(results, rank):
+        feature = qv.Feature(device_list=[])
+        feature.from_cpu_tensor(table(50, 3))
+        if rank == 0:
+            began = time.monotonic()
+            feature.close()  # nothing shared: nothing to wait for
+            assert time.monotonic() - began < 1
+        dist.barrier()
+
+
+@pytest.mark.timeout(120)
+def test_closing_a_feature_that_shares_nothing_waits_for_no_one(tmp_path):
+    seen = spawn(closing_alone_worker, tmp_path)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+def broken_worker(rank, world, port, results):
+    start(rank, world, port)
+    with reported(results, rank):
+        x = table(200, 3)
+        shard_map = qv.dist.build_shard_map(200, 2, None, 0.0)
+        feature = qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x),
+                                      transport="gloo", timeout=2.0, lanes=1)
+        if rank == 1:
+            time.sleep(6)  # misses one step
+            return
+        with pytest.raises(RuntimeError, match="request counts failed"):
+            feature[torch.arange(200)]
+        with pytest.raises(RuntimeError, match="failed before and cannot be used again"):
+            feature[torch.arange(200)]
+
+
+@pytest.mark.timeout(120)
+def test_a_failed_transport_refuses_later_fetches(tmp_path):
+    seen = spawn(broken_worker, tmp_path)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+# ---- one process: bounds ----
+
+def test_timeouts_must_be_finite_and_positive():
+    for timeout in (float("inf"), float("nan"), 0, -1, 1e300):
+        with pytest.raises(ValueError, match="timeout"):
+            qv.dist._checked_timeout(timeout)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        x = table(10, 2)
+        shard_map = qv.dist.build_shard_map(10, 1, None, 0.0)
+        for timeout in (float("inf"), -2.0):
+            with pytest.raises(ValueError, match="timeout"):
+                torch.classes.quiver.Transport.collective(dist.group.WORLD.boxed(), timeout, [])
+            with pytest.raises(ValueError, match="timeout"):
+                qv.dist.DistFeature(shard_map, local_feature(shard_map, 0, x), timeout=timeout)
+            with pytest.raises(ValueError, match="timeout"):
+                torch.classes.quiver.Transport.agree(dist.group.WORLD.boxed(), "t", "", timeout)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_shard_map_holds_at_most_32767_hosts():
+    with pytest.raises(ValueError, match="32767"):
+        qv.dist.build_shard_map(10, 2 ** 15, None, 0.0)
+    with pytest.raises(ValueError, match="32767"):
+        torch.classes.quiver.ShardMap(torch.tensor([39999, 0], dtype=torch.int32),
+                                      torch.tensor([0, 0]), 40000)
+    big = qv.dist.build_shard_map(40000, 32767, None, 0.0)
+    owner, _ = big.locate(torch.tensor([39999]))
+    assert int(owner) == 32766
