@@ -18,7 +18,8 @@ printf '\n== C++ tests (GoogleTest through the dispatcher)\n'
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2
 
 printf '\n== examples/cpp: the libtorch training program, built on the installed package\n'
-prefix="$("$VENV/bin/python" -P -c 'import torch_quiver_ops as q, torch; print(q.cmake_prefix_path + ";" + torch.utils.cmake_prefix_path)')"
+# The README's command, from the repository root (tests/python/test_readme.py checks it too).
+prefix="$("$VENV/bin/python" -c 'import torch, torch_quiver_ops as q; print(q.cmake_prefix_path + ";" + torch.utils.cmake_prefix_path)')"
 cmake -S examples/cpp -B build/examples_cpp -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release -Wno-dev > build/examples_cpp.log 2>&1 || { cat build/examples_cpp.log; exit 1; }
 cmake --build build/examples_cpp
@@ -42,7 +43,7 @@ else
   bash scripts/rdma_vm.sh --timeout 1200 -- bash -c "
     '$BUILD_DIR/tests/cpp/quiver_tests' --gtest_color=no --gtest_brief=1 \
       --gtest_filter='RdmaOverDevice.*:FakeRdma.*' &&
-    cd /tmp && '$VENV/bin/python' -m pytest -q -p no:cacheprovider --rootdir '$REPO' \
+    cd /tmp && '$VENV/bin/python' -m pytest -q -ra -p no:cacheprovider --rootdir '$REPO' \
       -c '$REPO/pyproject.toml' '$REPO/tests/python/test_dist.py' -k rdma"
 fi
 

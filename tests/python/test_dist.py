@@ -789,3 +789,18 @@ def test_distributed_training_example_learns_on_two_hosts(tmp_path):
     chance = float(last.split("(chance ")[1].rstrip(")"))
     assert accuracy > 10 * chance, last
     assert "2 hosts x 1 processes" in outputs[0]
+
+
+def test_distributed_example_refuses_another_jobs_data_in_one_line(tmp_path):
+    (tmp_path / "ready.json").write_text('{"hosts": 5, "size": "tiny"}')
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+         str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path), "--size", "tiny"],
+        capture_output=True, text=True, timeout=120)
+    first = result.stderr.strip().splitlines()[0]
+    assert first.startswith("train_sage_dist.py: ") and "split for 5 hosts" in first, result.stderr
+    assert "exitcode  : 2" in result.stderr, result.stderr  # torchrun's summary of the worker
+    # The worker itself printed no traceback (what follows is torchrun's own report).
+    worker_part = result.stderr.split("torch/distributed/elastic")[0]
+    assert "Traceback" not in worker_part, result.stderr
+    assert result.returncode != 0

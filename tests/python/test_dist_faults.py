@@ -27,6 +27,15 @@ def spawn(worker, tmp_path, world=2, *args):
     return {p.name: p.read_text() for p in results.iterdir()}
 
 
+def split_feature(rank, rows, fraction=0.0, **options):
+    """A table of `rows` x 3 split over two hosts, and this host's DistFeature of it over
+    Gloo (options: timeout, lanes)."""
+    x = table(rows, 3)
+    shard_map = qv.dist.build_shard_map(rows, 2, None, fraction)
+    return x, qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x), transport="gloo",
+                                  **options)
+
+
 def local_feature(shard_map, host, x):
     feature = qv.Feature(device_list=[])
     feature.from_cpu_tensor(x[shard_map.local_ids(host)].clone())
@@ -126,10 +135,7 @@ def test_two_dist_features_over_one_transport_from_two_threads_never_abort(tmp_p
 def bad_id_worker(rank, world, port, results):
     start(rank, world, port)
     with reported(results, rank):
-        x = table(500, 3)
-        shard_map = qv.dist.build_shard_map(500, 2, None, 0.2)
-        feature = qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x),
-                                      transport="gloo", timeout=10.0, lanes=2)
+        x, feature = split_feature(rank, 500, 0.2, timeout=10.0, lanes=2)
         gen = torch.Generator().manual_seed(rank)
         for step in range(4):
             ids = torch.randint(500, (300,), generator=gen)
@@ -155,10 +161,7 @@ def test_a_bad_id_on_one_host_keeps_the_hosts_in_step(tmp_path):
 def dropped_fetch_worker(rank, world, port, results):
     start(rank, world, port)
     with reported(results, rank):
-        x = table(200, 3)
-        shard_map = qv.dist.build_shard_map(200, 2, None, 0.0)
-        feature = qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x),
-                                      transport="gloo", timeout=4.0, lanes=1)
+        x, feature = split_feature(rank, 200, timeout=4.0, lanes=1)
         if rank == 1:
             time.sleep(9)  # never gathers: host 0's fetch cannot finish
             return
@@ -264,10 +267,7 @@ def test_closing_a_feature_that_shares_nothing_waits_for_no_one(tmp_path):
 def broken_worker(rank, world, port, results):
     start(rank, world, port)
     with reported(results, rank):
-        x = table(200, 3)
-        shard_map = qv.dist.build_shard_map(200, 2, None, 0.0)
-        feature = qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x),
-                                      transport="gloo", timeout=2.0, lanes=1)
+        x, feature = split_feature(rank, 200, timeout=2.0, lanes=1)
         if rank == 1:
             time.sleep(6)  # misses one step
             return

@@ -84,10 +84,10 @@ def test_verify_finds_a_flipped_byte_through_every_loader(tmp_path):
         data = bytearray(path.read_bytes())
         data[3] ^= 0x40
         path.write_bytes(bytes(data))
-    loaded = qv.Feature.load_shared(tmp_path / "feature")  # sizes only: loads
+    loaded = qv.Feature.load_shared(tmp_path / "feature", device_list=[])  # sizes only: loads
     assert not torch.equal(loaded[torch.arange(6)], rows)
     with pytest.raises(ValueError, match="does not match the checksum"):
-        qv.Feature.load_shared(tmp_path / "feature", verify=True)
+        qv.Feature.load_shared(tmp_path / "feature", device_list=[], verify=True)
     with pytest.raises(ValueError, match="does not match the checksum"):
         qv.CSRTopo.load_shared(tmp_path / "csr", verify=True)
 
@@ -126,7 +126,7 @@ def test_a_save_on_a_read_only_mount_loads_and_stays_unchanged(tmp_path):
     if not read_only_mount(tmp_path / "save", mounted):
         pytest.skip("needs root and bind mounts to make a read-only file system")
     try:
-        feature = qv.Feature.load_shared(mounted, verify=True)
+        feature = qv.Feature.load_shared(mounted, device_list=[], verify=True)
         assert torch.equal(feature[torch.arange(6)], rows)
         table = feature._table()
         table[0, 0] = 77  # a private page: the read-only file is not written

@@ -54,13 +54,14 @@ def test_train_sage_under_torchrun_matches_one_process(tmp_path):
     assert {p.name for p in Path("/dev/shm").glob("quiver-train-*")} == before  # cleaned up
 
 
-def test_pyg_example_learns_with_few_changed_lines():
+@pytest.mark.parametrize("workers", ["0", "2"])  # 0: in the main process, no persistent workers
+def test_pyg_example_learns_with_few_changed_lines(workers):
     script = REPO / "examples" / "pyg_neighbor_loader.py"
     changed = [line for line in script.read_text().splitlines()
                if "# quiver" in line and not line.lstrip().startswith(("#", "``"))]
     assert 0 < len(changed) <= 5, changed  # the README's promise: at most 5 lines differ
     result = subprocess.run([sys.executable, "-W", "ignore", str(script), "--size", "tiny",
-                             "--epochs", "4", "--num-workers", "2"],
+                             "--epochs", "4", "--num-workers", workers],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     final = [line for line in result.stdout.splitlines() if line.startswith("Epoch")][-1]

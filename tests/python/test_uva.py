@@ -19,6 +19,9 @@ def separate_storages(array, *slices):
 
 @requires_cuda
 def test_pin_in_place_without_copy_and_unpin_on_release():
+    # torch's is_pinned asks CUDA on a device where torch made a context: make one first
+    # (run first in a process, is_pinned said False for registered memory).
+    torch.zeros(1, device="cuda")
     t = torch.arange(1 << 20, dtype=torch.int32)  # 4 MiB: its own pages
     address = t.data_ptr()
     assert not t.is_pinned()
@@ -75,10 +78,16 @@ def test_a_view_deep_in_its_storage_is_pinned_whole():
 def test_storage_swapped_after_pinning_is_refused_not_read():
     t = torch.zeros(1 << 22)
     handle = pin_in_place(t)
-    t.share_memory_()  # a new storage: the pin keeps the old one alive and pinned
-    assert not t.is_pinned()
+    old = t.data_ptr()
+    t.share_memory_()  # new memory in the same storage: the pin holds the old memory
+    assert not t.is_pinned() and t.data_ptr() != old
     with pytest.raises(RuntimeError, match="pageable host memory"):
         qv.ops.gather_rows(t.view(-1, 4), torch.tensor([0], device="cuda"))
+    # The registered range stays allocated while pinned: a new tensor never lands in it
+    # (freed, the 16 MiB mapping's address comes straight back) and inherits the pin.
+    fresh = [torch.empty(1 << 22) for _ in range(8)]
+    assert all(f.data_ptr() != old for f in fresh)
+    assert not any(f.is_pinned() for f in fresh)
     del handle
 
 
