@@ -122,11 +122,12 @@ def _writable(path: Path) -> bool:
 
 def map_arrays(directory: Union[str, Path], stem: str,
                verify: bool = False,
-               names: Optional[Sequence[str]] = None) -> Tuple[Dict[str, Tensor], dict]:
+               names: Optional[Sequence[str]] = None,
+               required: Sequence[str] = ()) -> Tuple[Dict[str, Tensor], dict]:
     """Maps the arrays of a :func:`save_arrays` directory (no copy) after checking each
     file holds exactly the bytes its metadata names; with ``verify``, its CRC-32 too.
-    ``names``, when given, are the arrays the caller expects: others in the metadata raise.
-    Returns ``(arrays, meta)``.
+    ``names``, when given, are the arrays the caller expects: others in the metadata raise;
+    ``required`` ones must be there. Returns ``(arrays, meta)``.
 
     The files are mapped shared (MAP_SHARED), so that every process that maps the save
     reads the same pages, also once they are pinned for a GPU (a private mapping would be
@@ -168,6 +169,10 @@ def map_arrays(directory: Union[str, Path], stem: str,
         if verify and _crc32(arrays[name], info.get("crc32_of") == _CRC_OF) != info.get("crc32"):
             raise ValueError(f"{path} does not match the checksum in {record.name}: the file "
                              f"is corrupt")
+    missing = [name for name in required if name not in arrays]
+    if missing:
+        raise ValueError(f"{record} lists no {', '.join(missing)}: the save is incomplete or "
+                         f"from something else")
     return arrays, meta
 
 

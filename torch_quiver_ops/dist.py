@@ -79,7 +79,11 @@ def load_shard_map(directory: Union[str, Path], verify: bool = False) -> "torch.
     """The shard map written by :func:`partition_features` (sizes always checked, the CRC-32
     with ``verify``)."""
     arrays, meta = _sharing.map_arrays(Path(directory) / "shard_map", "shard_map", verify=verify,
-                                       names=("host_of", "local_index"))
+                                       names=("host_of", "local_index"),
+                                       required=("host_of", "local_index"))
+    if not isinstance(meta.get("num_hosts"), int) or not isinstance(meta.get("fingerprint"), int):
+        raise ValueError(f"{directory}/shard_map names no host count and fingerprint: it is not "
+                         f"a shard map of partition_features")
     shard_map = torch.classes.quiver.ShardMap(arrays["host_of"].clone(),
                                               arrays["local_index"].clone(), meta["num_hosts"])
     if shard_map.fingerprint() != meta["fingerprint"]:

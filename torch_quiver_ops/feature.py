@@ -471,7 +471,7 @@ class Feature:
         byte), not only their sizes.
         """
         arrays, _ = _sharing.map_arrays(directory, "feature", verify=verify,
-                                         names=("rows", "order"))
+                                         names=("rows", "order"), required=("rows",))
         host = arrays["rows"]
         order = arrays.get("order")
         if order is not None:

@@ -208,7 +208,8 @@ class CSRTopo:
         raises; the CSR is validated as :class:`CSRTopo` validates any given CSR; ``verify``
         also checks each file's CRC-32."""
         arrays, _ = _sharing.map_arrays(directory, "csr", verify=verify,
-                                         names=("indptr", "indices", "eid"))
+                                         names=("indptr", "indices", "eid"),
+                                         required=("indptr", "indices"))
         return cls(indptr=arrays["indptr"], indices=arrays["indices"], eid=arrays.get("eid"))
 
     def __repr__(self) -> str:

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -26,7 +27,7 @@ inline const std::map<std::string, at::ScalarType>& dtypes() {
 }
 
 // Maps every array of `directory/<stem>.json` (MAP_SHARED, no copy) after checking that
-// each file holds exactly the bytes the record names.
+// each file holds exactly the bytes the record names, and that its dtype and shape do too.
 inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, const std::string& stem) {
   const fs::path record = directory / (stem + ".json");
   std::ifstream file(record);
@@ -52,12 +53,22 @@ inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, 
     const int64_t size = fs::exists(path) ? static_cast<int64_t>(fs::file_size(path)) : -1;
     TORCH_CHECK(size == nbytes, path.string(), " holds ", size, " bytes but ", record.string(),
                 " says ", nbytes, ": the file is truncated or from another save");
+    // The shape and dtype must account for the bytes exactly: mapping more would grow the
+    // file on disk (zeros), fewer would reinterpret it.
     int64_t count = 1;
-    for (int64_t d : shape) count *= d;
+    bool overflow = false;
+    for (int64_t d : shape) overflow |= __builtin_mul_overflow(count, d, &count);
+    int64_t described = 0;
+    overflow |= __builtin_mul_overflow(count, static_cast<int64_t>(c10::elementSize(found->second)),
+                                       &described);
+    TORCH_CHECK(!overflow && described == nbytes, record.string(), " describes ", name, ".bin as ",
+                dtype, " ", at::IntArrayRef(shape), " but with nbytes ", nbytes,
+                ": the metadata is corrupt");
     const auto options = at::TensorOptions().dtype(found->second);
+    // Shared (one copy per machine, also once pinned); a read-only file maps privately.
+    const bool writable = ::access(path.c_str(), W_OK) == 0;
     arrays[name] = count == 0 ? at::empty(shape, options)
-                              : at::from_file(path.string(), /*shared=*/true, count, options)
-                                    .view(shape);
+                              : at::from_file(path.string(), writable, count, options).view(shape);
   }
   TORCH_CHECK(!arrays.empty(), record.string(), " names no arrays");
   return arrays;

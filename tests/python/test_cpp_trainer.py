@@ -2,6 +2,7 @@
 on its own synthetic graph and on one saved by Python. scripts/test.sh builds it (a
 separate CMake project on the installed package) and names it in QUIVER_CPP_TRAINER."""
 import importlib.util
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -64,16 +65,34 @@ def test_low_accuracy_is_a_failure():
     assert done.returncode == 1 and "below --min-accuracy" in done.stderr
 
 
-def test_truncated_file_is_an_error(saved_graph, tmp_path):
+def copied(saved_graph, tmp_path):
     broken = tmp_path / "graph"
     for part in ("topology", "features", "labels"):
         (broken / part).mkdir(parents=True)
         for file in (saved_graph / part).iterdir():
             (broken / part / file.name).write_bytes(file.read_bytes())
+    return broken
+
+
+def test_truncated_file_is_an_error(saved_graph, tmp_path):
+    broken = copied(saved_graph, tmp_path)
     rows = broken / "features" / "rows.bin"
     rows.write_bytes(rows.read_bytes()[:-4])
     done = train("--data", broken)
     assert done.returncode == 2 and "truncated" in done.stderr, done.stderr
+
+
+def test_a_shape_that_disagrees_with_the_bytes_is_an_error_and_the_file_left_alone(
+        saved_graph, tmp_path):
+    broken = copied(saved_graph, tmp_path)
+    record = broken / "features" / "feature.json"
+    meta = json.loads(record.read_text())
+    meta["arrays"]["rows"]["shape"][0] *= 2  # nbytes unchanged
+    record.write_text(json.dumps(meta))
+    size = (broken / "features" / "rows.bin").stat().st_size
+    done = train("--data", broken)
+    assert done.returncode == 2 and "the metadata is corrupt" in done.stderr, done.stderr
+    assert (broken / "features" / "rows.bin").stat().st_size == size
 
 
 def test_bad_arguments_are_errors(tmp_path):

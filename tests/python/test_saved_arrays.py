@@ -68,8 +68,11 @@ def test_names_stay_inside_the_directory(tmp_path, name):
     assert (tmp_path / "outside.bin").read_bytes() == bytes(96)
 
 
-def test_unexpected_arrays_and_corrupt_json_are_refused(tmp_path):
+def test_unexpected_missing_arrays_and_corrupt_json_are_refused(tmp_path):
     saved(tmp_path)
+    _sharing.save_arrays(tmp_path / "only_order", "feature", {"order": torch.arange(3)})
+    with pytest.raises(ValueError, match="lists no rows"):
+        qv.Feature.load_shared(tmp_path / "only_order")
     with pytest.raises(ValueError, match="none of the expected"):
         _sharing.map_arrays(tmp_path, "feature", names=["order"])
     (tmp_path / "feature.json").write_text("{not json")

@@ -1,0 +1,75 @@
+"""What a newcomer meets first: help texts that describe each option, errors that say what
+to pass, preflight checks that name the limit, the size and the fix, and logs without
+progress bars when the output is not a terminal."""
+import os
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from torch_quiver_ops import preflight
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_train_example_help_describes_every_option():
+    result = subprocess.run([sys.executable, str(REPO / "examples" / "train_sage.py"), "--help"],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for option, words in (("--size", "nodes"), ("--cache-size", "GPU feature cache"),
+                          ("--prefetch", "batches built ahead"), ("--progress", "terminal")):
+        assert option in result.stdout and words in result.stdout, (option, result.stdout)
+
+
+def test_cpp_trainer_help_describes_every_option():
+    trainer = os.environ.get("QUIVER_CPP_TRAINER")
+    if not trainer:
+        pytest.skip("QUIVER_CPP_TRAINER is not set (scripts/test.sh builds examples/cpp)")
+    result = subprocess.run([trainer, "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    for option in ("--data DIR", "--mode GPU|UVA|CPU", "--cache X", "--min-accuracy X"):
+        assert option in result.stdout, result.stdout
+
+
+def test_training_logs_have_no_progress_bars_off_a_terminal():
+    result = subprocess.run([sys.executable, str(REPO / "examples" / "train_sage.py"), "--size",
+                             "tiny", "--epochs", "1", "--device", "cpu"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "\r" not in result.stdout + result.stderr  # tqdm redraws with carriage returns
+    assert "epoch 1:" in result.stdout
+    assert "ready in" in result.stdout and "s)" in result.stdout
+
+
+def test_wrong_inputs_say_what_to_pass():
+    with pytest.raises(TypeError, match="integer node ids, got torch.float32"):
+        qv.CSRTopo(torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
+    pyg = pytest.importorskip("torch_quiver_ops.pyg")
+    with pytest.raises(TypeError, match="pass the graph store alone"):
+        pyg.NeighborSampler((object(), object()), [2])
+
+
+def test_preflight_names_the_limit_the_size_and_the_fix(tmp_path, monkeypatch):
+    with pytest.raises(preflight.ResourceLimitError, match=r"needs 1024.0 GiB in .* free of"):
+        preflight.check_room(tmp_path, 1 << 40, "saving rows")
+    preflight.check_room(tmp_path, 1 << 10, "saving rows")  # room enough: no error
+    monkeypatch.setattr(preflight, "_is_shm", lambda path: True)
+    with pytest.raises(preflight.ResourceLimitError, match="--shm-size"):
+        preflight.check_room(tmp_path, 1 << 40, "saving rows")
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (64 << 10, 64 << 10))
+    with pytest.raises(preflight.ResourceLimitError,
+                       match=r"locks 1.0 MiB .* only 64.0 KiB \(RLIMIT_MEMLOCK, `ulimit -l`\)"):
+        preflight.check_memlock(1 << 20, "the RDMA transport's registered memory")
+    preflight.check_memlock(1 << 10, "a small pin")
+
+
+def test_saving_to_a_full_file_system_is_refused_before_writing(tmp_path, monkeypatch):
+    monkeypatch.setattr(preflight, "SPARE_BYTES", 1 << 50)  # as if the disk were nearly full
+    with pytest.raises(preflight.ResourceLimitError, match="saving rows"):
+        qv.save_arrays(tmp_path / "save", "feature", {"rows": torch.zeros(4, 4)})
+    assert not list((tmp_path / "save").glob("*.bin"))
