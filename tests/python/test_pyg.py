@@ -12,6 +12,7 @@ from torch_geometric.utils import trim_to_layer
 
 import torch_quiver_ops as qv
 from torch_quiver_ops import pyg as qpyg
+from conftest import MODES
 from reference import random_coo
 from stats import assert_uniform
 
@@ -362,3 +363,47 @@ def test_pyg_training_loop_learns():
             correct += int((pred == batch.y[:batch.batch_size]).sum())
             total += batch.batch_size
     assert correct / total > 2.0 / graph.num_classes
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_edge_attributes_ride_with_their_edges(mode):
+    data = directed_data()
+    gen = torch.Generator().manual_seed(1)
+    data.edge_attr = torch.randn(data.num_edges, 8, generator=gen)  # tiered
+    data.edge_weight = torch.rand(data.num_edges, generator=gen)   # small rows: whole on GPU
+    data.num_classes = 5                                            # graph-level
+    data.note = torch.tensor([7, 7, 7])                             # graph-level tensor
+    loader = qpyg.NeighborLoader(data, [4, 3], batch_size=32, shuffle=True,
+                                 device=device_of(mode), mode=mode)
+    seen = 0
+    for batch in loader:
+        e_id = batch.e_id.cpu()
+        ei = batch.edge_index.cpu()
+        n_id = batch.n_id.cpu()
+        assert torch.equal(data.edge_index[:, e_id], torch.stack([n_id[ei[0]], n_id[ei[1]]]))
+        assert torch.equal(batch.edge_attr.cpu(), data.edge_attr[e_id])
+        assert torch.equal(batch.edge_weight.cpu(), data.edge_weight[e_id])
+        assert batch.edge_attr.device == batch.edge_index.device
+        assert batch.num_classes == 5 and torch.equal(batch.note, data.note)
+        seen += 1
+    assert seen == len(loader)
+
+
+def test_edge_attributes_need_edge_ids():
+    data = directed_data()
+    data.edge_attr = torch.randn(data.num_edges, 3)
+    stores = qpyg.to_stores(data, "cpu")
+    assert stores[0].edge_feature_names == ["edge_attr"]
+    sampler = qpyg.NeighborSampler(stores[1], [2], device="cpu", mode="CPU")
+    with pytest.raises(ValueError, match="return_eid=True"):
+        qpyg.NeighborLoader(stores, [2], neighbor_sampler=sampler, batch_size=8)
+    with pytest.raises(NotImplementedError, match="bidirectional"):
+        qpyg.NeighborLoader(data, [2], subgraph_type="bidirectional", batch_size=8,
+                            device="cpu")
+    # The stores alone: an edge feature put by hand rides along too.
+    features, graph = qpyg.FeatureStore("cpu"), qpyg.GraphStore.from_edge_index(data.edge_index)
+    features.put_tensor(data.x, group_name=None, attr_name="x", index=None)
+    features.put_edge_feature(data.edge_attr * 2, "edge_attr")
+    batch = next(iter(qpyg.NeighborLoader((features, graph), [3], batch_size=16,
+                                          device="cpu")))
+    assert torch.equal(batch.edge_attr, 2 * data.edge_attr[batch.e_id])

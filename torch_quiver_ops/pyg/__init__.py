@@ -1,0 +1,38 @@
+"""PyG on torch-quiver-ops: ``NeighborLoader`` sampling on the GPU and gathering through the
+tiered feature store.
+
+Three pieces plug into PyG's own loaders, and one loader ties them together:
+
+* :class:`GraphStore`: a PyG ``GraphStore`` holding one edge type as a :class:`CSRTopo`
+  whose neighbor lists are each node's in-neighbors (the sources of its incoming edges,
+  what PyG's ``NeighborLoader`` samples);
+* :class:`FeatureStore`: a PyG ``FeatureStore`` whose node attributes are tiered
+  :class:`Feature` tables (hot rows in GPU memory, the rest read from pinned host memory);
+* :class:`NeighborSampler`: a PyG ``BaseSampler`` on :class:`GraphSageSampler` (GPU, UVA or
+  CPU mode), returning PyG's ``SamplerOutput`` with per-hop counts, so ``trim_to_layer``
+  works;
+* :class:`NeighborLoader`: PyG's ``NeighborLoader`` with the three above, taking a ``Data``
+  or a ``(FeatureStore, GraphStore)`` pair. Batches are PyG ``Data`` objects on the sampling
+  device carrying ``x``, ``y`` (every node attribute), ``edge_index``, ``edge_attr`` (every
+  edge attribute, for the sampled edges), ``n_id``, ``e_id`` (with ``return_eid=True`` or
+  edge attributes), ``batch_size``, ``input_id``, ``num_sampled_nodes`` and
+  ``num_sampled_edges``, and the graph-level attributes.
+
+The modules: ``stores`` (the graph and feature stores), ``sampler`` (the sampler),
+``loader`` (the loader).
+
+Homogeneous graphs only for now: a ``HeteroData``, an edge type or a node type other than
+``None`` raises ``NotImplementedError``. :class:`GraphSageSampler` is re-exported here so
+torch-quiver scripts that use ``quiver.pyg.GraphSageSampler`` run unchanged, and
+:class:`~torch_quiver_ops.loader.Prefetcher` so a PyG script imports all it needs from here.
+"""
+from __future__ import annotations
+
+from ..loader import Prefetcher
+from ..sampler import GraphSageSampler
+from .loader import NeighborLoader
+from .sampler import NeighborSampler
+from .stores import _SHARED, FeatureStore, GraphStore, to_stores  # noqa: F401 (_SHARED: benchmarks)
+
+__all__ = ["FeatureStore", "GraphStore", "GraphSageSampler", "NeighborLoader",
+           "NeighborSampler", "Prefetcher", "to_stores"]

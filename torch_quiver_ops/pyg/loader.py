@@ -1,0 +1,181 @@
+"""PyG's ``NeighborLoader`` on our sampler and stores."""
+from __future__ import annotations
+
+import warnings
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
+
+from .sampler import NeighborSampler
+from .stores import _HETERO, FeatureStore, GraphStore, to_stores
+
+# ---- the loader ----
+
+class NeighborLoader(_PygNeighborLoader):
+    """PyG's ``NeighborLoader``, sampling with torch-quiver-ops on the GPU (or CPU) and
+    gathering node attributes through tiered feature stores.
+
+    Takes PyG's arguments (``data``, ``num_neighbors``, ``input_nodes``, ``replace``,
+    ``subgraph_type``, ``transform``, ``batch_size``, ``shuffle``, ``drop_last``, ...) plus:
+
+    Args:
+        device: the GPU to sample on and build batches on (default: the current GPU, else
+            the CPU), or ``"cpu"``.
+        mode: ``"GPU"`` (topology in GPU memory), ``"UVA"`` (in pinned host memory, read by
+            the GPU) or ``"CPU"``; default ``"UVA"`` on a GPU.
+        cache_size: GPU memory for the hottest rows of ``x`` when ``data`` is a ``Data``:
+            bytes, ``"2G"`` or ``"20%"`` (default 0: every row read from pinned host memory).
+        cache_policy: ``"device_replicate"`` or ``"p2p_clique_replicate"``.
+        host_reads: ``"auto"``, ``"zero_copy"`` or ``"staged"``: how rows outside the
+            cache are read (see :class:`Feature`).
+        return_eid: put the sampled edges' ids in ``batch.e_id`` (always there when the
+            graph has edge attributes, as in PyG's batches).
+        sampling_generator: a ``torch.Generator`` on the sampling device for the sampling
+            draws. By default the sampler has its own, seeded at the start of every epoch
+            from PyTorch's default generator (as the shuffle is), so ``torch.manual_seed``
+            reproduces the batches whatever else draws random numbers meanwhile (dropout,
+            or a loader that prefetches batches ahead of the model).
+
+    Batches carry every node attribute for the sampled nodes, every edge attribute
+    (``edge_attr``, ``edge_weight``, ...) for the sampled edges, gathered by ``e_id``
+    through the same tiered stores, and the graph-level attributes as they are. Batches
+    live on the sampling device: ``batch.to(device)`` costs nothing. With a GPU
+    sampler the loader runs in the main process (``num_workers`` is set to 0: CUDA does
+    not work in forked workers, and one GPU samples faster than many CPU workers).
+    Temporal, weighted, disjoint and heterogeneous sampling are not supported yet and raise
+    ``NotImplementedError``.
+    """
+
+    def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
+                 input_nodes=None, input_time: Optional[Tensor] = None, replace: bool = False,
+                 subgraph_type: str = "directional", disjoint: bool = False,
+                 temporal_strategy: str = "uniform", time_attr: Optional[str] = None,
+                 weight_attr: Optional[str] = None, transform=None,
+                 transform_sampler_output=None, is_sorted: bool = False,
+                 filter_per_worker: Optional[bool] = None,
+                 neighbor_sampler: Optional[NeighborSampler] = None, directed: bool = True, *,
+                 device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
+                 cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
+                 host_reads: str = "auto", return_eid: bool = False,
+                 sampling_generator: Optional[torch.Generator] = None,
+                 **kwargs):
+        unsupported = {"input_time": input_time is not None, "time_attr": time_attr is not None,
+                       "weight_attr": weight_attr is not None, "disjoint": disjoint,
+                       "directed=False": not directed}
+        named = [name for name, given in unsupported.items() if given]
+        if named:
+            raise NotImplementedError(f"torch_quiver_ops.pyg.NeighborLoader does not support "
+                                      f"{', '.join(named)} yet")
+        if isinstance(data, HeteroData):
+            raise NotImplementedError(_HETERO)
+        # Graph-level attributes (neither a row per node nor per edge) go into every batch
+        # as they are, as PyG's loader copies them.
+        self._graph_attrs = {}
+        if isinstance(data, Data):
+            stores = to_stores(data, device, cache_size, cache_policy, host_reads)
+            self._graph_attrs = {
+                key: value for key, value in data.items()
+                if key not in ("edge_index", "num_nodes") and not (
+                    isinstance(value, Tensor) and (data.is_node_attr(key)
+                                                   or data.is_edge_attr(key)))}
+        elif isinstance(data, (tuple, list)) and len(data) == 2:
+            stores = tuple(data)
+        else:
+            raise TypeError(f"data must be a torch_geometric Data or a (FeatureStore, "
+                            f"GraphStore) pair, got {type(data).__name__}")
+        feature_store, graph_store = stores
+        # Edge attributes are gathered for the sampled edges by their ids.
+        self._edge_store = (feature_store if getattr(feature_store, "edge_feature_names", None)
+                            else None)
+        if self._edge_store is not None:
+            names = self._edge_store.edge_feature_names
+            if getattr(subgraph_type, "value", subgraph_type) == "bidirectional":
+                raise NotImplementedError(f"edge attributes {names} with subgraph_type="
+                                          f"'bidirectional': its reversed edges have no ids")
+            if neighbor_sampler is not None and not neighbor_sampler.sampler.return_eid:
+                raise ValueError(f"the feature store holds edge attributes {names}, gathered "
+                                 f"by edge id: build the NeighborSampler with return_eid=True")
+            return_eid = True  # PyG's batches carry e_id too when edges have attributes
+        if neighbor_sampler is None:
+            if not isinstance(graph_store, GraphStore):
+                raise TypeError(f"the graph store must be a torch_quiver_ops.pyg.GraphStore, "
+                                f"got {type(graph_store).__name__}")
+            neighbor_sampler = NeighborSampler(graph_store, num_neighbors, device, mode, replace,
+                                               return_eid, subgraph_type, sampling_generator)
+        if input_nodes is None:
+            input_nodes = torch.arange(graph_store.num_nodes)
+        elif isinstance(input_nodes, Tensor) and input_nodes.device.type != "cpu":
+            input_nodes = input_nodes.cpu()  # indexed per batch on the host, as PyG does
+        if neighbor_sampler.device.type == "cuda" and kwargs.get("num_workers", 0) > 0:
+            warnings.warn("torch_quiver_ops.pyg.NeighborLoader samples on the GPU in the main "
+                          f"process; num_workers={kwargs['num_workers']} is set to 0",
+                          stacklevel=2)
+            kwargs["num_workers"] = 0
+            kwargs.pop("persistent_workers", None)
+            kwargs.pop("prefetch_factor", None)
+        self.quiver_sampler = neighbor_sampler
+        # The shuffle draws from a generator seeded when an epoch starts, in the caller's
+        # thread: PyTorch's sampler would draw lazily, inside a prefetching thread.
+        self._shuffle_generator = None
+        if kwargs.get("generator") is None:
+            self._shuffle_generator = kwargs["generator"] = torch.Generator()
+        super().__init__(stores, num_neighbors=num_neighbors, input_nodes=input_nodes,
+                         transform=transform, transform_sampler_output=transform_sampler_output,
+                         filter_per_worker=False, neighbor_sampler=neighbor_sampler, **kwargs)
+        # Batches are drawn here rather than through torch's DataLoader wherever that draws
+        # them the plain way (see _batches): no workers, PyTorch's own samplers.
+        self._batches_directly = (
+            self.num_workers == 0 and type(self.batch_sampler) is BatchSampler
+            and (type(self.sampler) is SequentialSampler
+                 or (type(self.sampler) is RandomSampler and not self.sampler.replacement
+                     and self.sampler._num_samples is None)))
+
+    def filter_fn(self, out):
+        """PyG's batch of ``out``, with the sampled edges' attributes and the graph-level
+        ones added."""
+        batch = super().filter_fn(out)
+        if self._edge_store is not None:
+            for name, rows in self._edge_store.edge_features(batch.e_id).items():
+                batch[name] = rows
+        for name, value in self._graph_attrs.items():
+            batch[name] = value
+        return batch
+
+    def __iter__(self):
+        # Both draws in the caller's thread, in a fixed order (see Prefetcher).
+        if self._shuffle_generator is not None:
+            self._shuffle_generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
+        reseed = getattr(self.quiver_sampler, "reseed", None)
+        if reseed is not None:
+            reseed()
+        return self._batches() if self._batches_directly else super().__iter__()
+
+    def _batches(self):
+        """The DataLoader's batches without its machinery, which cost about 0.5 ms a batch
+        on the H100 host (1024 Python ints drawn one by one, then made a tensor again): the
+        same draws from the same generator (the iterator's base seed, then one permutation),
+        made here in the caller's thread, then the seeds' positions as slices of the
+        permutation, each sampled and filtered by PyG's code."""
+        n = len(self.dataset)
+        generator = self.generator
+        torch.empty((), dtype=torch.int64).random_(generator=generator)  # the base seed
+        if type(self.sampler) is RandomSampler:
+            if generator is None:  # as RandomSampler: one seeded from the default generator
+                generator = torch.Generator()
+                generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
+            order = torch.randperm(n, generator=generator)
+        else:
+            order = torch.arange(n)
+        return self._batches_in(order)
+
+    def _batches_in(self, order: Tensor):
+        size = self.batch_size
+        for begin in range(0, order.numel(), size):
+            index = order[begin:begin + size]
+            if self.drop_last and index.numel() < size:
+                return
+            yield self.filter_fn(self.collate_fn(index))

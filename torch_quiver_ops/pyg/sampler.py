@@ -1,0 +1,111 @@
+"""PyG's ``BaseSampler`` on :class:`~torch_quiver_ops.GraphSageSampler`: GPU, UVA or CPU
+sampling returning PyG's ``SamplerOutput``."""
+from __future__ import annotations
+
+from typing import List, Optional, Union
+
+import torch
+from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+from torch_geometric.sampler.base import NumNeighbors
+
+from ..sampler import GraphSageSampler
+from ..topology import CSRTopo
+from .stores import _HETERO, GraphStore
+
+# ---- sampling ----
+
+def _fanouts(num_neighbors) -> List[int]:
+    if isinstance(num_neighbors, NumNeighbors):
+        num_neighbors = num_neighbors.values
+    if isinstance(num_neighbors, dict):
+        raise NotImplementedError(f"{_HETERO}; got num_neighbors per edge type")
+    return [int(n) for n in num_neighbors]
+
+
+class NeighborSampler(BaseSampler):
+    """PyG's neighbor sampling on torch-quiver-ops' kernels.
+
+    Args:
+        graph: a :class:`GraphStore` (or a :class:`CSRTopo` whose neighbor lists are
+            in-neighbors).
+        num_neighbors: neighbors per hop, e.g. ``[15, 10, 5]`` (``-1``: all).
+        device, mode: where sampling runs and the topology lives, as for
+            :class:`GraphSageSampler` (default: ``"UVA"`` on the current GPU, else ``"CPU"``).
+        replace: sample with replacement.
+        return_eid: return the sampled edges' ids (``e_id`` in batches); costs one more
+            random read per sampled edge.
+        subgraph_type: ``"directional"`` (the sampled edges) or ``"bidirectional"`` (both
+            directions of each).
+        generator: a ``torch.Generator`` on the sampling device for the random draws.
+            Default: one of the sampler's own, which :meth:`reseed` seeds from PyTorch's
+            default generator (the loader calls it at the start of every epoch).
+    """
+
+    def __init__(self, graph: Union[GraphStore, CSRTopo], num_neighbors,
+                 device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
+                 replace: bool = False, return_eid: bool = False,
+                 subgraph_type: str = "directional", generator: Optional[torch.Generator] = None):
+        subgraph_type = getattr(subgraph_type, "value", subgraph_type)
+        if subgraph_type not in ("directional", "bidirectional"):
+            raise NotImplementedError(f"subgraph_type {subgraph_type!r} is not supported: use "
+                                      f"'directional' or 'bidirectional'")
+        if not isinstance(graph, (GraphStore, CSRTopo)):
+            raise TypeError(
+                f"NeighborSampler samples a torch_quiver_ops.pyg.GraphStore or a CSRTopo, got "
+                f"{type(graph).__name__}" + (": pass the graph store alone, e.g. "
+                                             "NeighborSampler(graph_store, num_neighbors)"
+                                             if isinstance(graph, tuple) else ""))
+        topo = graph._topology() if isinstance(graph, GraphStore) else graph
+        if return_eid and topo.eid is None:
+            topo = CSRTopo(indptr=topo.indptr, indices=topo.indices,
+                           eid=torch.arange(topo.edge_count))
+        self.subgraph_type = subgraph_type
+        self.sampler = GraphSageSampler(topo, _fanouts(num_neighbors), device, mode, replace,
+                                        return_eid)
+        self._own_generator = generator is None
+        self.generator = generator if generator is not None else torch.Generator(self.device)
+        self.reseed()
+
+    def reseed(self) -> None:
+        """Seeds the sampler's own generator with one draw from PyTorch's default CPU
+        generator (a generator given by the user is left alone)."""
+        if self._own_generator:
+            self.generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
+
+    @property
+    def device(self) -> torch.device:
+        return self.sampler.device
+
+    @property
+    def num_neighbors(self) -> List[int]:
+        return self.sampler.sizes
+
+    def sample_from_nodes(self, inputs: NodeSamplerInput, **kwargs) -> SamplerOutput:
+        if inputs.time is not None:
+            raise NotImplementedError("temporal sampling (input_time / time_attr) is not "
+                                      "supported by torch_quiver_ops.pyg")
+        if inputs.input_type is not None:
+            raise NotImplementedError(f"{_HETERO}; got input nodes of type {inputs.input_type!r}")
+        generator = self.generator
+        if self._own_generator and torch.utils.data.get_worker_info() is not None:
+            # A DataLoader worker (CPU mode) inherited the parent's generator state; its
+            # default generator is the one PyTorch seeds per worker.
+            generator = None
+        node, row, col, edge, nodes_per_hop, edges_per_hop = self.sampler.sample_subgraph(
+            inputs.node, generator)
+        out = SamplerOutput(node=node, row=row, col=col,
+                            edge=edge if self.sampler.return_eid else None,
+                            num_sampled_nodes=nodes_per_hop.tolist(),
+                            num_sampled_edges=edges_per_hop.tolist(),
+                            metadata=(inputs.input_id, inputs.time))
+        if self.subgraph_type == "bidirectional":
+            out = out.to_bidirectional()
+        return out
+
+    def sample_from_edges(self, inputs, neg_sampling=None):
+        raise NotImplementedError("link-level loaders (LinkNeighborLoader) are not supported "
+                                  "by torch_quiver_ops.pyg yet")
+
+    @property
+    def edge_permutation(self) -> None:
+        return None  # e_id already holds the ids of the edges as they were put

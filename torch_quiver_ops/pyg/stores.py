@@ -1,0 +1,294 @@
+"""PyG's storage interfaces on ours: :class:`GraphStore` (one edge type as a
+:class:`~torch_quiver_ops.CSRTopo`), :class:`FeatureStore` (attributes as tiered
+:class:`~torch_quiver_ops.Feature` tables) and :func:`to_stores`, which builds both from a
+``Data``."""
+from __future__ import annotations
+
+import weakref
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+from torch_geometric.data import Data, EdgeAttr, HeteroData, TensorAttr
+from torch_geometric.data import FeatureStore as _PygFeatureStore
+from torch_geometric.data import GraphStore as _PygGraphStore
+from torch_geometric.data.graph_store import EdgeLayout
+
+from .. import ops
+from .._device import resolve_device
+from ..feature import Feature
+from ..topology import CSRTopo
+
+_HETERO = ("heterogeneous graphs are not supported yet by torch_quiver_ops.pyg (one node "
+           "type and one edge type, named None)")
+
+
+# ---- the graph ----
+
+class GraphStore(_PygGraphStore):
+    """One edge type as a :class:`CSRTopo` for sampling: node ``v``'s neighbor list holds
+    the sources ``u`` of its edges ``(u, v)``, so messages flow from sampled neighbors to
+    the nodes they were sampled for, as in PyG.
+
+    Build it from ``edge_index`` (:meth:`from_edge_index`), or by PyG's
+    ``put_edge_index`` in COO, CSR or CSC layout; or hand it a ready ``CSRTopo`` whose
+    neighbor lists are already in-neighbors (for an undirected graph, any CSRTopo).
+    Sampled edge ids (``e_id``) are positions in the edges as they were put.
+    """
+
+    def __init__(self, topo: Optional[CSRTopo] = None):
+        super().__init__()
+        self.topo: Optional[CSRTopo] = topo
+
+    @classmethod
+    def from_edge_index(cls, edge_index: Tensor, num_nodes: Optional[int] = None) -> "GraphStore":
+        store = cls()
+        size = None if num_nodes is None else (num_nodes, num_nodes)
+        store.put_edge_index((edge_index[0], edge_index[1]), edge_type=None, layout="coo",
+                             size=size)
+        return store
+
+    @property
+    def num_nodes(self) -> int:
+        return self._topology().node_count
+
+    def _topology(self) -> CSRTopo:
+        if self.topo is None:
+            raise KeyError("the graph store holds no edges yet: call put_edge_index first")
+        return self.topo
+
+    def _put_edge_index(self, edge_index, edge_attr: EdgeAttr) -> bool:
+        if edge_attr.edge_type is not None:
+            raise NotImplementedError(f"{_HETERO}; got edge type {edge_attr.edge_type!r}")
+        if self.topo is not None:
+            raise ValueError("the graph store already holds an edge index: remove it first")
+        num_nodes = max(edge_attr.size) if edge_attr.size is not None else None
+        first, second = (torch.as_tensor(t) for t in edge_index)
+        layout = EdgeLayout(edge_attr.layout)
+        if layout == EdgeLayout.CSC:  # (row, colptr): already grouped by destination
+            self.topo = CSRTopo(indptr=second, indices=first, num_nodes=num_nodes)
+            return True
+        if layout == EdgeLayout.CSR:  # (rowptr, col): back to COO, edge ids in CSR order
+            rowptr = first.long()
+            first = torch.repeat_interleave(torch.arange(rowptr.numel() - 1),
+                                            rowptr[1:] - rowptr[:-1])
+        # COO (row, col): group by destination col; CSRTopo records each edge's position.
+        self.topo = CSRTopo(torch.stack([second.long(), first.long()]), num_nodes=num_nodes)
+        return True
+
+    def _get_edge_index(self, edge_attr: EdgeAttr) -> Optional[Tuple[Tensor, Tensor]]:
+        if self.topo is None or edge_attr.edge_type is not None:
+            return None
+        topo = self.topo
+        sources = topo.indices.long()
+        layout = EdgeLayout(edge_attr.layout)
+        if layout == EdgeLayout.CSC:
+            return sources, topo.indptr
+        destinations = torch.repeat_interleave(torch.arange(topo.node_count), topo.degree)
+        if layout == EdgeLayout.COO:
+            return sources, destinations
+        rowptr, cols, _ = ops.csr_from_coo(sources, destinations, topo.node_count)
+        return rowptr, cols
+
+    def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
+        if self.topo is None or edge_attr.edge_type is not None:
+            return False
+        self.topo = None
+        return True
+
+    def get_all_edge_attrs(self) -> List[EdgeAttr]:
+        if self.topo is None:
+            return []
+        n = self.topo.node_count
+        return [EdgeAttr(None, EdgeLayout.CSC, is_sorted=True, size=(n, n))]
+
+
+# ---- node attributes ----
+
+class FeatureStore(_PygFeatureStore):
+    """Node attributes as tiered :class:`Feature` tables, gathered where the ids live, and
+    edge attributes beside them (:meth:`put_edge_feature`), gathered by the loader for the
+    sampled edges.
+
+    Args:
+        device: the GPU that batches are built on (default: the current one), or ``"cpu"``.
+        cache_size: GPU memory for the hottest rows of each table (node features): bytes,
+            ``"200M"`` or ``"20%"`` of the table. Tables of at most 16 bytes a row (labels,
+            masks) are held whole in GPU memory.
+        cache_policy: ``"device_replicate"`` or ``"p2p_clique_replicate"``.
+        csr_topo: ranks rows by degree for the cache (default: the table's own order).
+        host_reads: ``"auto"``, ``"zero_copy"`` or ``"staged"``: how rows outside the
+            cache are read (see :class:`Feature`).
+
+    ``put_tensor(x, attr_name="x")`` wraps a CPU tensor without copying it (see
+    :meth:`Feature.from_cpu_tensor`); :meth:`put_feature` takes a ready :class:`Feature`
+    (your own hot order, cache sizes, or a store shared with worker processes).
+    """
+
+    def __init__(self, device: Union[None, int, str, torch.device] = None,
+                 cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
+                 csr_topo: Optional[CSRTopo] = None, host_reads: str = "auto"):
+        super().__init__()
+        self.device = resolve_device(device)
+        self.cache_size = cache_size
+        self.cache_policy = cache_policy
+        self.csr_topo = csr_topo
+        self.host_reads = host_reads
+        self._tables: Dict[str, Feature] = {}
+        self._edge_tables: Dict[str, Feature] = {}
+
+    @staticmethod
+    def _name(attr: TensorAttr) -> str:
+        if attr.group_name is not None:
+            raise NotImplementedError(f"{_HETERO}; got node type {attr.group_name!r}")
+        return attr.attr_name
+
+    def _feature(self, table: Tensor, cache_size, by_degree: bool = True) -> Feature:
+        on_gpu = self.device.type == "cuda"
+        topo = self.csr_topo if by_degree else None
+        if topo is not None and topo.node_count != table.size(0):
+            topo = None  # not a node table of this graph: keep the rows' own order
+        feature = Feature(rank=self.device.index or 0,
+                          device_list=[self.device.index] if on_gpu else [],
+                          device_cache_size=cache_size if on_gpu else 0,
+                          cache_policy=self.cache_policy, csr_topo=topo,
+                          host_reads=self.host_reads)
+        return feature.from_cpu_tensor(table)
+
+    def put_feature(self, feature: Feature, attr_name: str = "x") -> None:
+        """Stores a ready :class:`Feature` as node attribute ``attr_name``."""
+        self._tables[attr_name] = feature
+
+    def put_edge_feature(self, table: Union[Tensor, Feature],
+                         attr_name: str = "edge_attr") -> None:
+        """Stores edge attribute ``attr_name``: a row per edge, in the order of the graph's
+        ``edge_index`` (what ``e_id`` counts). Loaders put its rows for the sampled edges in
+        every batch (as ``batch[attr_name]``, beside ``e_id``). A CPU tensor is wrapped
+        without a copy: held whole in GPU memory when its rows are small (at most 16
+        bytes), else tiered as node tables are (the store's ``cache_size``)."""
+        if not isinstance(table, Feature):
+            table = torch.as_tensor(table).detach().cpu()
+            if table.dim() == 0:
+                raise ValueError(f"edge attribute {attr_name!r} must hold a row per edge, got "
+                                 f"a scalar")
+            cache = "100%" if _whole_on_gpu(table) else self.cache_size
+            table = self._feature(table, cache, by_degree=False)
+        self._edge_tables[attr_name] = table
+
+    @property
+    def edge_feature_names(self) -> List[str]:
+        return list(self._edge_tables)
+
+    def edge_features(self, e_id: Tensor) -> Dict[str, Tensor]:
+        """Every edge attribute's rows for the edges ``e_id`` (positions in the graph's
+        ``edge_index``), on the store's device."""
+        if e_id.device.type == "cpu" and self.device.type == "cuda":
+            e_id = e_id.to(self.device, non_blocking=True)
+        return {name: table[e_id] for name, table in self._edge_tables.items()}
+
+    def _put_tensor(self, tensor, attr: TensorAttr) -> bool:
+        name = self._name(attr)
+        if isinstance(tensor, Feature):
+            self.put_feature(tensor, name)
+            return True
+        if attr.index is not None and not (isinstance(attr.index, slice)
+                                           and attr.index == slice(None)):
+            raise NotImplementedError(f"put_tensor of some rows of {name!r}: put the whole "
+                                      f"table (index=None)")
+        tensor = torch.as_tensor(tensor).detach().cpu()
+        cache = "100%" if _whole_on_gpu(tensor) else self.cache_size
+        self._tables[name] = self._feature(tensor, cache)
+        return True
+
+    def _get_tensor(self, attr: TensorAttr) -> Optional[Tensor]:
+        name = self._name(attr)
+        if name not in self._tables:
+            raise KeyError(f"the feature store holds no node attribute {name!r}; it holds "
+                           f"{sorted(self._tables)}")
+        table = self._tables[name]
+        index = attr.index
+        if index is None or (isinstance(index, slice) and index == slice(None)):
+            index = torch.arange(len(table))
+        elif not isinstance(index, Tensor):
+            index = torch.as_tensor(index)
+        if index.device.type == "cpu" and self.device.type == "cuda":
+            index = index.to(self.device, non_blocking=True)
+        return table[index]
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        return self._tables.pop(self._name(attr), None) is not None
+
+    def _get_tensor_size(self, attr: TensorAttr) -> Optional[Tuple[int, ...]]:
+        table = self._tables.get(self._name(attr))
+        return None if table is None else tuple(table.shape)
+
+    def get_all_tensor_attrs(self) -> List[TensorAttr]:
+        return [TensorAttr(None, name) for name in self._tables]
+
+    def __getstate__(self):
+        return self.__dict__.copy()  # Features pickle themselves (shared memory, IPC)
+
+    def __repr__(self) -> str:
+        edges = {k: tuple(v.shape) for k, v in self._edge_tables.items()}
+        return (f"FeatureStore(device={self.device}, tables="
+                f"{ {k: tuple(v.shape) for k, v in self._tables.items()} }"
+                + (f", edge tables={edges})" if edges else ")"))
+
+
+# One store per edge_index / feature table and device while any loader holds it, so the
+# loaders of one Data (train, validation, test) share a topology and a GPU cache instead of
+# building one each. Both ends are weak: the cache keeps neither the tensors nor the stores.
+_SHARED: Dict[tuple, tuple] = {}
+
+
+def _shared(key: tuple, owner: Tensor, build):
+    entry = _SHARED.get(key)
+    if entry is not None and entry[0]() is owner and entry[1]() is not None:
+        return entry[1]()
+    value = build()
+    _SHARED[key] = (weakref.ref(owner), weakref.ref(value))
+    return value
+
+
+def _whole_on_gpu(table: Tensor) -> bool:
+    """Labels, masks and other tables of a few bytes a row are held whole in GPU memory."""
+    return table.dim() <= 1 or table[0].nbytes <= 16
+
+
+def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
+              cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
+              host_reads: str = "auto") -> Tuple[FeatureStore, GraphStore]:
+    """A ``Data``'s graph and node and edge attributes as a :class:`FeatureStore` and
+    :class:`GraphStore` for batches on ``device``. ``x`` (and every other node attribute
+    of more than 16 bytes a row) gets ``cache_size`` of GPU memory for its hottest rows (by
+    in-degree), read outside it as ``host_reads`` says (see :class:`Feature`); labels and
+    masks are held whole on the GPU. Edge attributes (``edge_attr``, ``edge_weight``, any
+    tensor with a row per edge) go in as :meth:`FeatureStore.put_edge_feature`. Tables stay where they are
+    (pinned in place): no host copy. While stores built here live, calls for the same
+    tensors reuse them (one topology, one GPU cache)."""
+    if isinstance(data, HeteroData):
+        raise NotImplementedError(_HETERO)
+    if getattr(data, "edge_index", None) is None:
+        raise ValueError("the Data has no edge_index")
+    num_nodes = data.num_nodes
+    edge_index = data.edge_index
+    graph = _shared(("graph", id(edge_index), num_nodes), edge_index,
+                    lambda: GraphStore.from_edge_index(edge_index, num_nodes))
+    device = resolve_device(device)
+    features = FeatureStore(device, cache_size, cache_policy, graph.topo, host_reads)
+    for key, value in data.items():
+        if key == "edge_index" or not isinstance(value, Tensor):
+            continue
+        node = data.is_node_attr(key)
+        if not node and not data.is_edge_attr(key):
+            continue  # graph-level: the loader copies it into every batch, as PyG's does
+        cache = "100%" if _whole_on_gpu(value) else cache_size
+        table = _shared(("feature" if node else "edge feature", id(value), str(device),
+                         str(cache), cache_policy, host_reads), value,
+                        lambda value=value, cache=cache, node=node:
+                        features._feature(value, cache, by_degree=node))
+        if node:
+            features.put_feature(table, key)
+        else:
+            features.put_edge_feature(table, key)
+    return features, graph
