@@ -313,3 +313,37 @@ def test_a_shard_map_holds_at_most_32767_hosts():
     big = qv.dist.build_shard_map(40000, 32767, None, 0.0)
     owner, _ = big.locate(torch.tensor([39999]))
     assert int(owner) == 32766
+
+
+def short_table_worker(rank, world, port, results):
+    start(rank, world, port)
+    with reported(results, rank):
+        x = table(100, 3)
+        shard_map = qv.dist.build_shard_map(100, 2, None, 0.0)
+        rows = x[shard_map.local_ids(rank)]
+        local = qv.Feature(device_list=[])
+        local.from_cpu_tensor(rows[:-1].clone() if rank == 1 else rows.clone())  # a row short
+        began = time.monotonic()
+        with pytest.raises(ValueError, match="host 1 cannot take part: its local table has"):
+            qv.dist.DistFeature(shard_map, local, transport="gloo", timeout=20.0)
+        assert time.monotonic() - began < 10, "the host without the fault waited for a timeout"
+
+
+@pytest.mark.timeout(120)
+def test_a_host_whose_table_is_short_is_named_by_every_host(tmp_path):
+    seen = spawn(short_table_worker, tmp_path)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+def test_layouts_handed_out_are_released_by_close():
+    feature = qv.Feature(device_list=[])
+    feature.from_cpu_tensor(table(30, 4))
+    layout = feature.tiers()
+    ids = torch.tensor([0, 29])
+    assert torch.equal(layout.gather(ids), feature[ids])
+    feature.close()
+    assert layout.released() and layout.shape() == [30, 4] and layout.num_rows() == 30
+    with pytest.raises(RuntimeError, match="this layout was released"):
+        layout.gather(ids)
+    with pytest.raises(RuntimeError, match="this layout was released"):
+        layout.tiers()
