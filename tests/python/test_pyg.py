@@ -407,3 +407,82 @@ def test_edge_attributes_need_edge_ids():
     batch = next(iter(qpyg.NeighborLoader((features, graph), [3], batch_size=16,
                                           device="cpu")))
     assert torch.equal(batch.edge_attr, 2 * data.edge_attr[batch.e_id])
+
+
+# ---- link prediction ----
+
+def link_batches(data, mode, **kwargs):
+    loader = qpyg.LinkNeighborLoader(data, [3, 2], device=device_of(mode), mode=mode,
+                                     **kwargs)
+    return loader, list(loader)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_link_batches_hold_their_seed_edges_and_binary_negatives(mode):
+    data = directed_data()
+    data.edge_attr = torch.randn(data.num_edges, 4)
+    seeds = data.edge_index[:, torch.randperm(data.num_edges)[:300]]
+    loader, batches = link_batches(data, mode, edge_label_index=seeds, batch_size=64,
+                                   shuffle=True, neg_sampling="binary")
+    assert len(batches) == 5
+    seen = []
+    for batch in batches:
+        n_id = batch.n_id.cpu()
+        label_index = batch.edge_label_index.cpu()
+        label = batch.edge_label.cpu()
+        positives = int((label == 1).sum())
+        assert label_index.shape == (2, 2 * positives) and label.tolist() == \
+            [1.0] * positives + [0.0] * positives  # 1:1 negatives, PyG's layout
+        assert torch.equal(n_id[label_index[:, :positives]], seeds[:, batch.input_id.cpu()])
+        seen.append(batch.input_id.cpu())
+        assert batch.edge_label_index.device == batch.edge_index.device
+        assert torch.equal(batch.edge_attr.cpu(), data.edge_attr[batch.e_id.cpu()])
+        # Every endpoint is a seed of the sampling: its sampled neighbors are in the batch.
+        ei = batch.edge_index.cpu()
+        assert edge_set(torch.stack([n_id[ei[0]], n_id[ei[1]]])) <= edge_set(data.edge_index)
+        endpoints = set(n_id[label_index.flatten()].tolist())
+        assert endpoints <= set(n_id[:len(endpoints)].tolist())
+    assert torch.equal(torch.sort(torch.cat(seen)).values, torch.arange(300))
+
+
+def test_link_negatives_are_uniform_over_nodes():
+    data = directed_data(num_nodes=40, num_edges=300)
+    loader, batches = link_batches(data, "CPU", batch_size=300, neg_sampling=dict(
+        mode="binary", amount=20))
+    counts = torch.zeros(40, dtype=torch.long)
+    for batch in batches:
+        label = batch.edge_label
+        negatives = batch.n_id[batch.edge_label_index[:, label == 0]]
+        counts += torch.bincount(negatives.flatten(), minlength=40)
+    assert_uniform(counts)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_link_triplets_follow_pygs_layout(mode):
+    data = directed_data()
+    seeds = data.edge_index[:, :128]
+    loader, batches = link_batches(data, mode, edge_label_index=seeds, batch_size=32,
+                                   neg_sampling=dict(mode="triplet", amount=3))
+    for batch in batches:
+        n_id = batch.n_id.cpu()
+        src, pos = batch.src_index.cpu(), batch.dst_pos_index.cpu()
+        neg = batch.dst_neg_index.cpu()
+        assert neg.shape == (32, 3)
+        assert torch.equal(torch.stack([n_id[src], n_id[pos]]), seeds[:, batch.input_id.cpu()])
+        assert int(neg.max()) < n_id.numel()
+
+
+def test_link_loader_refuses_bad_input():
+    data = directed_data()
+    with pytest.raises(IndexError, match="edge_label_index holds node 200"):
+        qpyg.LinkNeighborLoader(data, [2], edge_label_index=torch.tensor([[0, 1], [2, 200]]),
+                                device="cpu")
+    with pytest.raises(ValueError, match=r"\[2, num_edges\]"):
+        qpyg.LinkNeighborLoader(data, [2], edge_label_index=torch.tensor([0, 1, 2]),
+                                device="cpu")
+    with pytest.raises(ValueError, match="edge_label has 3 labels for 2 seed edges"):
+        qpyg.LinkNeighborLoader(data, [2], edge_label_index=torch.tensor([[0, 1], [2, 3]]),
+                                edge_label=torch.ones(3), device="cpu")
+    with pytest.raises(NotImplementedError, match="edge_label_time"):
+        qpyg.LinkNeighborLoader(data, [2], edge_label_time=torch.zeros(2500),
+                                time_attr="time", device="cpu")

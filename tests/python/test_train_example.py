@@ -67,3 +67,11 @@ def test_pyg_example_learns_with_few_changed_lines(workers):
     final = [line for line in result.stdout.splitlines() if line.startswith("Epoch")][-1]
     accuracy = float(final.rsplit("Test:", 1)[1])
     assert accuracy > 0.5, result.stdout  # four classes: chance is 0.25
+
+
+def test_link_prediction_example_learns():
+    result = load("link_prediction").main(["--size", "tiny", "--epochs", "2", "--batch-size",
+                                           "256", "--device", "cpu"])
+    final = result["history"][-1]
+    assert final["test_auc"] > 0.7 and final["val_auc"] > 0.7, result  # chance: 0.5
+    assert final["loss"] < result["history"][0]["loss"] + 0.05

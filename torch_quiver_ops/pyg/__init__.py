@@ -11,6 +11,8 @@ Three pieces plug into PyG's own loaders, and one loader ties them together:
 * :class:`NeighborSampler`: a PyG ``BaseSampler`` on :class:`GraphSageSampler` (GPU, UVA or
   CPU mode), returning PyG's ``SamplerOutput`` with per-hop counts, so ``trim_to_layer``
   works;
+* :class:`LinkNeighborLoader`: PyG's link-prediction loader on the same pieces (seed edges,
+  binary or triplet negatives, PyG's label layout);
 * :class:`NeighborLoader`: PyG's ``NeighborLoader`` with the three above, taking a ``Data``
   or a ``(FeatureStore, GraphStore)`` pair. Batches are PyG ``Data`` objects on the sampling
   device carrying ``x``, ``y`` (every node attribute), ``edge_index``, ``edge_attr`` (every
@@ -30,9 +32,9 @@ from __future__ import annotations
 
 from ..loader import Prefetcher
 from ..sampler import GraphSageSampler
-from .loader import NeighborLoader
+from .loader import LinkNeighborLoader, NeighborLoader
 from .sampler import NeighborSampler
 from .stores import _SHARED, FeatureStore, GraphStore, to_stores  # noqa: F401 (_SHARED: benchmarks)
 
-__all__ = ["FeatureStore", "GraphStore", "GraphSageSampler", "NeighborLoader",
-           "NeighborSampler", "Prefetcher", "to_stores"]
+__all__ = ["FeatureStore", "GraphStore", "GraphSageSampler", "LinkNeighborLoader",
+           "NeighborLoader", "NeighborSampler", "Prefetcher", "to_stores"]

@@ -1,4 +1,4 @@
-"""PyG's ``NeighborLoader`` on our sampler and stores."""
+"""PyG's ``NeighborLoader`` and ``LinkNeighborLoader`` on our sampler and stores."""
 from __future__ import annotations
 
 import warnings
@@ -8,72 +8,34 @@ import torch
 from torch import Tensor
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
 from torch_geometric.data import Data, HeteroData
+from torch_geometric.loader import LinkNeighborLoader as _PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
 from .sampler import NeighborSampler
 from .stores import _HETERO, FeatureStore, GraphStore, to_stores
 
-# ---- the loader ----
 
-class NeighborLoader(_PygNeighborLoader):
-    """PyG's ``NeighborLoader``, sampling with torch-quiver-ops on the GPU (or CPU) and
-    gathering node attributes through tiered feature stores.
+def _refuse(loader: str, **given) -> None:
+    named = [name for name, present in given.items() if present]
+    if named:
+        raise NotImplementedError(f"torch_quiver_ops.pyg.{loader} does not support "
+                                  f"{', '.join(named)} yet")
 
-    Takes PyG's arguments (``data``, ``num_neighbors``, ``input_nodes``, ``replace``,
-    ``subgraph_type``, ``transform``, ``batch_size``, ``shuffle``, ``drop_last``, ...) plus:
 
-    Args:
-        device: the GPU to sample on and build batches on (default: the current GPU, else
-            the CPU), or ``"cpu"``.
-        mode: ``"GPU"`` (topology in GPU memory), ``"UVA"`` (in pinned host memory, read by
-            the GPU) or ``"CPU"``; default ``"UVA"`` on a GPU.
-        cache_size: GPU memory for the hottest rows of ``x`` when ``data`` is a ``Data``:
-            bytes, ``"2G"`` or ``"20%"`` (default 0: every row read from pinned host memory).
-        cache_policy: ``"device_replicate"`` or ``"p2p_clique_replicate"``.
-        host_reads: ``"auto"``, ``"zero_copy"`` or ``"staged"``: how rows outside the
-            cache are read (see :class:`Feature`).
-        return_eid: put the sampled edges' ids in ``batch.e_id`` (always there when the
-            graph has edge attributes, as in PyG's batches).
-        sampling_generator: a ``torch.Generator`` on the sampling device for the sampling
-            draws. By default the sampler has its own, seeded at the start of every epoch
-            from PyTorch's default generator (as the shuffle is), so ``torch.manual_seed``
-            reproduces the batches whatever else draws random numbers meanwhile (dropout,
-            or a loader that prefetches batches ahead of the model).
+class _OnOurStores:
+    """What both loaders add to PyG's: our stores and sampler in place of PyG's, every
+    attribute carried into batches (node, edge and graph-level), the random draws made in
+    the caller's thread, and batches drawn without the DataLoader's machinery where it adds
+    nothing."""
 
-    Batches carry every node attribute for the sampled nodes, every edge attribute
-    (``edge_attr``, ``edge_weight``, ...) for the sampled edges, gathered by ``e_id``
-    through the same tiered stores, and the graph-level attributes as they are. Batches
-    live on the sampling device: ``batch.to(device)`` costs nothing. With a GPU
-    sampler the loader runs in the main process (``num_workers`` is set to 0: CUDA does
-    not work in forked workers, and one GPU samples faster than many CPU workers).
-    Temporal, weighted, disjoint and heterogeneous sampling are not supported yet and raise
-    ``NotImplementedError``.
-    """
-
-    def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
-                 input_nodes=None, input_time: Optional[Tensor] = None, replace: bool = False,
-                 subgraph_type: str = "directional", disjoint: bool = False,
-                 temporal_strategy: str = "uniform", time_attr: Optional[str] = None,
-                 weight_attr: Optional[str] = None, transform=None,
-                 transform_sampler_output=None, is_sorted: bool = False,
-                 filter_per_worker: Optional[bool] = None,
-                 neighbor_sampler: Optional[NeighborSampler] = None, directed: bool = True, *,
-                 device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
-                 cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
-                 host_reads: str = "auto", return_eid: bool = False,
-                 sampling_generator: Optional[torch.Generator] = None,
-                 **kwargs):
-        unsupported = {"input_time": input_time is not None, "time_attr": time_attr is not None,
-                       "weight_attr": weight_attr is not None, "disjoint": disjoint,
-                       "directed=False": not directed}
-        named = [name for name, given in unsupported.items() if given]
-        if named:
-            raise NotImplementedError(f"torch_quiver_ops.pyg.NeighborLoader does not support "
-                                      f"{', '.join(named)} yet")
+    def _set_up(self, data, num_neighbors, neighbor_sampler, *, device, mode, cache_size,
+                cache_policy, host_reads, replace, return_eid, subgraph_type,
+                sampling_generator, kwargs) -> tuple:
+        """Returns ``(stores, graph_store, neighbor_sampler)`` and adjusts ``kwargs``."""
         if isinstance(data, HeteroData):
             raise NotImplementedError(_HETERO)
         # Graph-level attributes (neither a row per node nor per edge) go into every batch
-        # as they are, as PyG's loader copies them.
+        # as they are, as PyG's loaders copy them.
         self._graph_attrs = {}
         if isinstance(data, Data):
             stores = to_stores(data, device, cache_size, cache_policy, host_reads)
@@ -106,14 +68,10 @@ class NeighborLoader(_PygNeighborLoader):
                                 f"got {type(graph_store).__name__}")
             neighbor_sampler = NeighborSampler(graph_store, num_neighbors, device, mode, replace,
                                                return_eid, subgraph_type, sampling_generator)
-        if input_nodes is None:
-            input_nodes = torch.arange(graph_store.num_nodes)
-        elif isinstance(input_nodes, Tensor) and input_nodes.device.type != "cpu":
-            input_nodes = input_nodes.cpu()  # indexed per batch on the host, as PyG does
         if neighbor_sampler.device.type == "cuda" and kwargs.get("num_workers", 0) > 0:
-            warnings.warn("torch_quiver_ops.pyg.NeighborLoader samples on the GPU in the main "
-                          f"process; num_workers={kwargs['num_workers']} is set to 0",
-                          stacklevel=2)
+            warnings.warn(f"torch_quiver_ops.pyg.{type(self).__name__} samples on the GPU in "
+                          f"the main process; num_workers={kwargs['num_workers']} is set to 0",
+                          stacklevel=3)
             kwargs["num_workers"] = 0
             kwargs.pop("persistent_workers", None)
             kwargs.pop("prefetch_factor", None)
@@ -123,9 +81,9 @@ class NeighborLoader(_PygNeighborLoader):
         self._shuffle_generator = None
         if kwargs.get("generator") is None:
             self._shuffle_generator = kwargs["generator"] = torch.Generator()
-        super().__init__(stores, num_neighbors=num_neighbors, input_nodes=input_nodes,
-                         transform=transform, transform_sampler_output=transform_sampler_output,
-                         filter_per_worker=False, neighbor_sampler=neighbor_sampler, **kwargs)
+        return stores, graph_store, neighbor_sampler
+
+    def _decide_how_batches_are_drawn(self) -> None:
         # Batches are drawn here rather than through torch's DataLoader wherever that draws
         # them the plain way (see _batches): no workers, PyTorch's own samplers.
         self._batches_directly = (
@@ -179,3 +137,143 @@ class NeighborLoader(_PygNeighborLoader):
             if self.drop_last and index.numel() < size:
                 return
             yield self.filter_fn(self.collate_fn(index))
+
+
+class NeighborLoader(_OnOurStores, _PygNeighborLoader):
+    """PyG's ``NeighborLoader``, sampling with torch-quiver-ops on the GPU (or CPU) and
+    gathering node attributes through tiered feature stores.
+
+    Takes PyG's arguments (``data``, ``num_neighbors``, ``input_nodes``, ``replace``,
+    ``subgraph_type``, ``transform``, ``batch_size``, ``shuffle``, ``drop_last``, ...) plus:
+
+    Args:
+        device: the GPU to sample on and build batches on (default: the current GPU, else
+            the CPU), or ``"cpu"``.
+        mode: ``"GPU"`` (topology in GPU memory), ``"UVA"`` (in pinned host memory, read by
+            the GPU) or ``"CPU"``; default ``"UVA"`` on a GPU.
+        cache_size: GPU memory for the hottest rows of ``x`` when ``data`` is a ``Data``:
+            bytes, ``"2G"`` or ``"20%"`` (default 0: every row read from pinned host memory).
+        cache_policy: ``"device_replicate"`` or ``"p2p_clique_replicate"``.
+        host_reads: ``"auto"``, ``"zero_copy"`` or ``"staged"``: how rows outside the
+            cache are read (see :class:`Feature`).
+        return_eid: put the sampled edges' ids in ``batch.e_id`` (always there when the
+            graph has edge attributes, as in PyG's batches).
+        sampling_generator: a ``torch.Generator`` on the sampling device for the sampling
+            draws. By default the sampler has its own, seeded at the start of every epoch
+            from PyTorch's default generator (as the shuffle is), so ``torch.manual_seed``
+            reproduces the batches whatever else draws random numbers meanwhile (dropout,
+            or a loader that prefetches batches ahead of the model).
+
+    Batches carry every node attribute for the sampled nodes, every edge attribute
+    (``edge_attr``, ``edge_weight``, ...) for the sampled edges, gathered by ``e_id``
+    through the same tiered stores, and the graph-level attributes as they are. Batches
+    live on the sampling device: ``batch.to(device)`` costs nothing. With a GPU
+    sampler the loader runs in the main process (``num_workers`` is set to 0: CUDA does
+    not work in forked workers, and one GPU samples faster than many CPU workers).
+    Temporal, weighted, disjoint and heterogeneous sampling are not supported yet and raise
+    ``NotImplementedError``.
+    """
+
+    def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
+                 input_nodes=None, input_time: Optional[Tensor] = None, replace: bool = False,
+                 subgraph_type: str = "directional", disjoint: bool = False,
+                 temporal_strategy: str = "uniform", time_attr: Optional[str] = None,
+                 weight_attr: Optional[str] = None, transform=None,
+                 transform_sampler_output=None, is_sorted: bool = False,
+                 filter_per_worker: Optional[bool] = None,
+                 neighbor_sampler: Optional[NeighborSampler] = None, directed: bool = True, *,
+                 device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
+                 cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
+                 host_reads: str = "auto", return_eid: bool = False,
+                 sampling_generator: Optional[torch.Generator] = None,
+                 **kwargs):
+        _refuse("NeighborLoader", input_time=input_time is not None,
+                time_attr=time_attr is not None, weight_attr=weight_attr is not None,
+                disjoint=disjoint, **{"directed=False": not directed})
+        stores, graph_store, neighbor_sampler = self._set_up(
+            data, num_neighbors, neighbor_sampler, device=device, mode=mode,
+            cache_size=cache_size, cache_policy=cache_policy, host_reads=host_reads,
+            replace=replace, return_eid=return_eid, subgraph_type=subgraph_type,
+            sampling_generator=sampling_generator, kwargs=kwargs)
+        if input_nodes is None:
+            input_nodes = torch.arange(graph_store.num_nodes)
+        elif isinstance(input_nodes, Tensor) and input_nodes.device.type != "cpu":
+            input_nodes = input_nodes.cpu()  # indexed per batch on the host, as PyG does
+        super().__init__(stores, num_neighbors=num_neighbors, input_nodes=input_nodes,
+                         transform=transform, transform_sampler_output=transform_sampler_output,
+                         filter_per_worker=False, neighbor_sampler=neighbor_sampler, **kwargs)
+        self._decide_how_batches_are_drawn()
+
+
+class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
+    """PyG's ``LinkNeighborLoader`` (link prediction), sampling with torch-quiver-ops around
+    both endpoints of each seed edge and gathering through tiered feature stores.
+
+    Takes PyG's arguments (``data``, ``num_neighbors``, ``edge_label_index`` (default: every
+    edge), ``edge_label``, ``neg_sampling`` (``"binary"`` or ``"triplet"``, with its
+    ``amount``) or ``neg_sampling_ratio``, ``replace``, ``subgraph_type``, ``transform``,
+    ``batch_size`` (seed edges per batch), ``shuffle``, ...) and the placement arguments of
+    :class:`NeighborLoader` (``device``, ``mode``, ``cache_size``, ``cache_policy``,
+    ``host_reads``, ``return_eid``, ``sampling_generator``).
+
+    Batches are PyG's: ``edge_label_index`` (positions in ``n_id``) and ``edge_label`` for
+    binary negatives (1 for seed edges, 0 for negatives; with ``edge_label`` given, the
+    seed edges' labels and 0 for negatives), or ``src_index``, ``dst_pos_index`` and
+    ``dst_neg_index`` for triplets, beside every node, edge and graph-level attribute. The
+    negatives are random node pairs drawn uniformly by PyG's code on the host: a negative
+    can be a true edge, about as often as the graph's density. Temporal, weighted,
+    disjoint and heterogeneous link sampling raise ``NotImplementedError``.
+    """
+
+    def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
+                 edge_label_index=None, edge_label: Optional[Tensor] = None,
+                 edge_label_time: Optional[Tensor] = None, replace: bool = False,
+                 subgraph_type: str = "directional", disjoint: bool = False,
+                 temporal_strategy: str = "uniform", neg_sampling=None,
+                 neg_sampling_ratio: Optional[Union[int, float]] = None,
+                 time_attr: Optional[str] = None, weight_attr: Optional[str] = None,
+                 transform=None, transform_sampler_output=None, is_sorted: bool = False,
+                 filter_per_worker: Optional[bool] = None,
+                 neighbor_sampler: Optional[NeighborSampler] = None, directed: bool = True, *,
+                 device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
+                 cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
+                 host_reads: str = "auto", return_eid: bool = False,
+                 sampling_generator: Optional[torch.Generator] = None,
+                 **kwargs):
+        _refuse("LinkNeighborLoader", edge_label_time=edge_label_time is not None,
+                time_attr=time_attr is not None, weight_attr=weight_attr is not None,
+                disjoint=disjoint, **{"directed=False": not directed})
+        stores, graph_store, neighbor_sampler = self._set_up(
+            data, num_neighbors, neighbor_sampler, device=device, mode=mode,
+            cache_size=cache_size, cache_policy=cache_policy, host_reads=host_reads,
+            replace=replace, return_eid=return_eid, subgraph_type=subgraph_type,
+            sampling_generator=sampling_generator, kwargs=kwargs)
+        if edge_label_index is None:
+            if not isinstance(data, Data):
+                raise ValueError("LinkNeighborLoader over a (FeatureStore, GraphStore) pair "
+                                 "needs edge_label_index: the seed edges")
+            edge_label_index = data.edge_index
+        edge_label_index = torch.as_tensor(edge_label_index)
+        if (edge_label_index.dim() != 2 or edge_label_index.size(0) != 2
+                or edge_label_index.dtype.is_floating_point):
+            raise ValueError(f"edge_label_index must be a [2, num_edges] tensor of node ids, "
+                             f"got {tuple(edge_label_index.shape)} {edge_label_index.dtype}")
+        num_nodes = graph_store.num_nodes
+        if edge_label_index.numel() and (int(edge_label_index.min()) < 0
+                                         or int(edge_label_index.max()) >= num_nodes):
+            bad = edge_label_index[(edge_label_index < 0) | (edge_label_index >= num_nodes)][0]
+            raise IndexError(f"edge_label_index holds node {int(bad)}, out of range "
+                             f"[0, {num_nodes})")
+        if edge_label is not None and torch.as_tensor(edge_label).size(0) != \
+                edge_label_index.size(1):
+            raise ValueError(f"edge_label has {torch.as_tensor(edge_label).size(0)} labels for "
+                             f"{edge_label_index.size(1)} seed edges")
+        # Over a pair of stores (what PyG's loader gets here) PyG takes the seed edges
+        # beside their edge type.
+        super().__init__(stores, num_neighbors=num_neighbors,
+                         edge_label_index=(None, edge_label_index.cpu()),
+                         edge_label=None if edge_label is None else torch.as_tensor(edge_label).cpu(),
+                         neg_sampling=neg_sampling, neg_sampling_ratio=neg_sampling_ratio,
+                         transform=transform, transform_sampler_output=transform_sampler_output,
+                         filter_per_worker=False, neighbor_sampler=neighbor_sampler, **kwargs)
+        self._decide_how_batches_are_drawn()

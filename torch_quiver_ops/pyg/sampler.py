@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import List, Optional, Union
 
 import torch
-from torch_geometric.sampler import BaseSampler, NodeSamplerInput, SamplerOutput
+from torch import Tensor
+from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, NegativeSampling,
+                                     NodeSamplerInput, SamplerOutput)
 from torch_geometric.sampler.base import NumNeighbors
+from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 from ..sampler import GraphSageSampler
 from ..topology import CSRTopo
@@ -86,25 +89,52 @@ class NeighborSampler(BaseSampler):
                                       "supported by torch_quiver_ops.pyg")
         if inputs.input_type is not None:
             raise NotImplementedError(f"{_HETERO}; got input nodes of type {inputs.input_type!r}")
+        out = self._sample(inputs.node)
+        out.metadata = (inputs.input_id, inputs.time)
+        return out
+
+    def sample_from_edges(self, inputs: EdgeSamplerInput,
+                          neg_sampling: Optional[NegativeSampling] = None) -> SamplerOutput:
+        """Samples around both endpoints of each seed edge (and of the negatives that
+        ``neg_sampling`` adds: ``binary`` random node pairs, or ``triplet`` random
+        destinations per source, drawn uniformly over all nodes by PyG's own code, so a
+        negative can be a true edge, about as often as the graph's density), with PyG's
+        label layout in the metadata (``edge_label_index`` / ``edge_label``, or
+        ``src_index`` / ``dst_pos_index`` / ``dst_neg_index``) on the sampling device."""
+        if inputs.time is not None:
+            raise NotImplementedError("temporal link sampling (edge_label_time / time_attr) is "
+                                      "not supported by torch_quiver_ops.pyg yet")
+        if inputs.input_type is not None:
+            raise NotImplementedError(f"{_HETERO}; got seed edges of type {inputs.input_type!r}")
+        num_nodes = self.sampler.csr_topo.node_count
+        for name, ids in (("edge_label_index[0]", inputs.row), ("edge_label_index[1]", inputs.col)):
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
+                bad = ids[(ids < 0) | (ids >= num_nodes)][0]
+                raise IndexError(f"{name} holds node {int(bad)}, out of range [0, {num_nodes})")
+        out = edge_sample(inputs, lambda seed, seed_time: self._sample(seed), num_nodes,
+                          disjoint=False, node_time=None, neg_sampling=neg_sampling)
+        if self.device.type == "cuda":  # the labels live beside the batch (input_id: host)
+            out.metadata = (out.metadata[0], *(
+                m.to(self.device, non_blocking=True) if isinstance(m, Tensor) else m
+                for m in out.metadata[1:]))
+        return out
+
+    def _sample(self, seeds: Tensor) -> SamplerOutput:
+        """The subgraph around ``seeds`` (they come first in ``node``, in their order)."""
         generator = self.generator
         if self._own_generator and torch.utils.data.get_worker_info() is not None:
             # A DataLoader worker (CPU mode) inherited the parent's generator state; its
             # default generator is the one PyTorch seeds per worker.
             generator = None
         node, row, col, edge, nodes_per_hop, edges_per_hop = self.sampler.sample_subgraph(
-            inputs.node, generator)
+            seeds, generator)
         out = SamplerOutput(node=node, row=row, col=col,
                             edge=edge if self.sampler.return_eid else None,
                             num_sampled_nodes=nodes_per_hop.tolist(),
-                            num_sampled_edges=edges_per_hop.tolist(),
-                            metadata=(inputs.input_id, inputs.time))
+                            num_sampled_edges=edges_per_hop.tolist())
         if self.subgraph_type == "bidirectional":
             out = out.to_bidirectional()
         return out
-
-    def sample_from_edges(self, inputs, neg_sampling=None):
-        raise NotImplementedError("link-level loaders (LinkNeighborLoader) are not supported "
-                                  "by torch_quiver_ops.pyg yet")
 
     @property
     def edge_permutation(self) -> None:
