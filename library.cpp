@@ -51,6 +51,30 @@ TORCH_LIBRARY(quiver, m) {
       "Tensor nodes_per_hop, Tensor edges_per_hop)",
       {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
 
+  // sample_subgraph's general form (pyg-lib's neighbor_sample): the same hops and layout,
+  // with rows that may be weighted, cut by time, and kept apart per seed. Per-edge arrays
+  // are indexed by CSR position (like indices), where the CUDA op reads them from GPU or
+  // pinned host memory.
+  // - edge_weight (float32, finite and > 0 in every row a hop visits, else ValueError):
+  //   without replacement successive sampling (pick after pick, each among the edges left
+  //   with probability proportional to weight; Efraimidis-Spirakis keys), which is NOT
+  //   inclusion probability proportional to weight; with replacement independent draws
+  //   with probability w / sum(w).
+  // - edge_time (int64, non-decreasing within each row) with seed_time (int64, one per
+  //   seed): a node of seed i's tree takes only edges with time <= seed_time[i] (< with
+  //   strict_time); temporal_strategy "uniform" samples those, "last" takes the most recent
+  //   `fanout`. Needs disjoint.
+  // - disjoint: each seed grows its own tree; a node reached from two seeds appears twice.
+  //   batch[k] is the seed index of node_ids[k] (empty when not disjoint).
+  m.def(
+      "neighbor_sample(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, "
+      "bool replace=False, Tensor? edge_ids=None, Tensor? edge_weight=None, "
+      "Tensor? edge_time=None, Tensor? seed_time=None, bool strict_time=False, "
+      "str temporal_strategy=\"uniform\", bool disjoint=False, Generator? generator=None) -> "
+      "(Tensor node_ids, Tensor batch, Tensor rows, Tensor cols, Tensor sampled_edge_ids, "
+      "Tensor nodes_per_hop, Tensor edges_per_hop)",
+      {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
+
   // out[i] = table[ids[i]] for a row-major table of any dtype.
   m.def("gather_rows(Tensor table, Tensor ids) -> Tensor", {at::Tag::pt2_compliant_tag});
 

@@ -7,6 +7,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <limits>
 #include <optional>
 #include <string>
@@ -98,6 +99,58 @@ inline void check_sample_subgraph_args(const at::Tensor& indptr, const at::Tenso
                       "] must be -1 (all neighbors) or >= 0, got ", fanouts[hop],
                       " (fanouts = ", fanouts, ")");
     check_fanout(fanouts[hop], replace, "fanouts[" + std::to_string(hop) + "]");
+  }
+}
+
+// neighbor_sample's per-edge arrays (by CSR position) and its temporal and disjoint choices.
+inline void check_neighbor_sample_args(const at::Tensor& indptr, const at::Tensor& indices,
+                                       const at::Tensor& seeds, at::IntArrayRef fanouts,
+                                       bool replace, const std::optional<at::Tensor>& edge_ids,
+                                       const std::optional<at::Tensor>& edge_weight,
+                                       const std::optional<at::Tensor>& edge_time,
+                                       const std::optional<at::Tensor>& seed_time,
+                                       c10::string_view temporal_strategy, bool disjoint) {
+  check_sample_subgraph_args(indptr, indices, seeds, fanouts, replace, edge_ids);
+  auto per_edge = [&](const std::optional<at::Tensor>& t, const char* name, at::ScalarType dtype) {
+    if (!t.has_value()) return;
+    TORCH_CHECK_TYPE(t->scalar_type() == dtype, name, " must be ", dtype, ", got ",
+                     t->scalar_type());
+    TORCH_CHECK_VALUE(t->dim() == 1 && t->numel() == indices.numel(), name,
+                      " must hold one value per CSR edge (", indices.numel(), "), got shape ",
+                      t->sizes());
+    TORCH_CHECK(t->is_contiguous(), name, " must be contiguous");
+  };
+  per_edge(edge_weight, "edge_weight", at::kFloat);
+  per_edge(edge_time, "edge_time", at::kLong);
+  TORCH_CHECK_VALUE(temporal_strategy == "uniform" || temporal_strategy == "last",
+                    "temporal_strategy must be 'uniform' or 'last', got '", temporal_strategy, "'");
+  TORCH_CHECK_VALUE(edge_time.has_value() == seed_time.has_value(),
+                    "temporal sampling needs both edge_time and seed_time, got only ",
+                    edge_time.has_value() ? "edge_time" : "seed_time");
+  if (seed_time.has_value()) {
+    TORCH_CHECK_TYPE(seed_time->scalar_type() == at::kLong, "seed_time must be int64, got ",
+                     seed_time->scalar_type());
+    TORCH_CHECK_VALUE(seed_time->dim() == 1 && seed_time->numel() == seeds.numel(),
+                      "seed_time must hold one time per seed (", seeds.numel(), "), got shape ",
+                      seed_time->sizes());
+    TORCH_CHECK_VALUE(disjoint,
+                      "temporal sampling needs disjoint=True: each seed's tree keeps its own time");
+  }
+  if (temporal_strategy == "last") {
+    TORCH_CHECK_VALUE(edge_time.has_value(),
+                      "temporal_strategy='last' needs edge_time and seed_time");
+    TORCH_CHECK_VALUE(!replace, "temporal_strategy='last' takes the most recent edges, "
+                      "it cannot sample with replacement (replace=True)");
+    TORCH_CHECK_VALUE(!edge_weight.has_value(),
+                      "temporal_strategy='last' takes the most recent edges and ignores weights: "
+                      "pass edge_weight with temporal_strategy='uniform'");
+  }
+  if (disjoint) {
+    // Trees are told apart by key = tree * num_nodes + node.
+    const int64_t num_nodes = std::max<int64_t>(indptr.numel() - 1, 1);
+    TORCH_CHECK_VALUE(seeds.numel() <= (int64_t{1} << 62) / num_nodes, "disjoint sampling of ",
+                      seeds.numel(), " seeds over ", num_nodes,
+                      " nodes passes 2^62 tree keys: sample fewer seeds per batch");
   }
 }
 

@@ -46,6 +46,19 @@ namespace quiver::errors {
                     " entries: the CSR is corrupt");
 }
 
+// A weight a weighted sampler read is not a finite positive number.
+[[noreturn]] inline void bad_edge_weight(int64_t pos, double weight, int64_t node) {
+  TORCH_CHECK_VALUE(false, "edge_weight[", pos, "] = ", weight, " (an edge of node ", node,
+                    ") must be finite and > 0: drop an edge that must never be sampled");
+}
+
+// A sampled edge's time breaks the seed time's rule: its row is not sorted by time.
+[[noreturn]] inline void edge_time_unsorted(int64_t node, int64_t pos, int64_t seed_time) {
+  TORCH_CHECK_VALUE(false, "edge_time is not non-decreasing within the row of node ", node,
+                    ": the edge at CSR position ", pos, " was admitted for seed time ", seed_time,
+                    " but is later; sort each row by time (torch_quiver_ops.ops.sort_rows_by_time)");
+}
+
 // positions[id] names no row of the tiers.
 [[noreturn]] inline void position_out_of_range(int64_t id, int64_t position, int64_t rows) {
   TORCH_CHECK_INDEX(false, "positions[", id, "] = ", position, " is out of range [0, ", rows,

@@ -35,6 +35,23 @@ def _sample_subgraph_fake(indptr, indices, seeds, fanouts, replace=False, edge_i
     return node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop
 
 
+@torch.library.register_fake("quiver::neighbor_sample")
+def _neighbor_sample_fake(indptr, indices, seeds, fanouts, replace=False, edge_ids=None,
+                          edge_weight=None, edge_time=None, seed_time=None, strict_time=False,
+                          temporal_strategy="uniform", disjoint=False, generator=None):
+    ctx = torch.library.get_ctx()
+    num_nodes = ctx.new_dynamic_size()
+    num_edges = ctx.new_dynamic_size()
+    node_ids = seeds.new_empty(num_nodes, dtype=torch.long)
+    batch = seeds.new_empty(num_nodes if disjoint else 0, dtype=torch.long)
+    rows = seeds.new_empty(num_edges, dtype=torch.long)
+    cols = seeds.new_empty(num_edges, dtype=torch.long)
+    eids = seeds.new_empty(num_edges, dtype=torch.long)
+    nodes_per_hop = torch.empty(len(fanouts) + 1, dtype=torch.long, device="cpu")
+    edges_per_hop = torch.empty(len(fanouts), dtype=torch.long, device="cpu")
+    return node_ids, batch, rows, cols, eids, nodes_per_hop, edges_per_hop
+
+
 @torch.library.register_fake("quiver::gather_rows")
 def _gather_rows_fake(table, ids):
     # Rows land where the ids are (the CUDA op reads a table on a peer GPU or in pinned

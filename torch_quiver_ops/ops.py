@@ -83,6 +83,76 @@ def sample_subgraph(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Lis
                                             generator, cached_indices, cached_starts)
 
 
+def neighbor_sample(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: List[int],
+                    replace: bool = False, edge_ids: Optional[Tensor] = None,
+                    edge_weight: Optional[Tensor] = None, edge_time: Optional[Tensor] = None,
+                    seed_time: Optional[Tensor] = None, strict_time: bool = False,
+                    temporal_strategy: str = "uniform", disjoint: bool = False,
+                    generator: Optional[torch.Generator] = None
+                    ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """Weighted, temporal and disjoint multi-hop sampling (pyg-lib's ``neighbor_sample``).
+
+    The hops and the layout of :func:`sample_subgraph`, with per-row rules. Per-edge
+    arrays are indexed by CSR position, like ``indices`` (on CUDA: GPU or pinned host
+    memory, as ``indices``).
+
+    * ``edge_weight`` (float32, every weight of a visited row finite and ``> 0``, else
+      ``ValueError``; drop an edge that must never be sampled). Without replacement the
+      draw is *successive sampling*: the first neighbor is edge ``e`` with probability
+      ``w_e / sum(w)``, each next one likewise among the edges not yet taken
+      (Efraimidis-Spirakis keys). Inclusion probabilities are therefore not proportional
+      to weight (a heavy edge's saturates at 1; the confusion of DGL#6917). With
+      ``replace=True``: ``fanout`` independent draws with probability ``w_e / sum(w)``.
+    * ``edge_time`` (int64, non-decreasing within each row: :func:`sort_rows_by_time`) with
+      ``seed_time`` (int64, one per seed): the nodes of seed ``i``'s tree take only edges
+      with ``time <= seed_time[i]`` (``<`` with ``strict_time``), as pyg-lib. For node
+      times pass ``edge_time = node_time[indices]`` (``sort_rows_by_time`` does it).
+      ``temporal_strategy="uniform"`` samples those edges like any row (weighted if
+      ``edge_weight`` is given); ``"last"`` takes the ``fanout`` most recent. Needs
+      ``disjoint=True``.
+    * ``disjoint``: every seed grows its own tree (a node reached from two seeds appears
+      once per tree); ``batch[k]`` is the seed index of ``node_ids[k]``.
+
+    Returns:
+        ``(node_ids, batch, rows, cols, sampled_edge_ids, nodes_per_hop, edges_per_hop)``
+        as :func:`sample_subgraph`, with ``batch`` empty unless ``disjoint``.
+    """
+    return torch.ops.quiver.neighbor_sample(indptr, indices, seeds, fanouts, replace, edge_ids,
+                                            edge_weight, edge_time, seed_time, strict_time,
+                                            temporal_strategy, disjoint, generator)
+
+
+def sort_rows_by_time(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor] = None,
+                      edge_time: Optional[Tensor] = None, node_time: Optional[Tensor] = None
+                      ) -> Tuple[Tensor, Tensor, Tensor]:
+    """Sorts each CSR row by time, as :func:`neighbor_sample` needs: by ``edge_time`` (one
+    per CSR edge) or by the neighbor's ``node_time`` (one per node), ties kept in order.
+
+    Returns ``(indices, edge_ids, edge_time)`` permuted alike; ``edge_ids`` defaults to the
+    CSR positions, so sampled edge ids still name the input's edges. Runs on the arrays'
+    device.
+    """
+    if (edge_time is None) == (node_time is None):
+        raise ValueError("sort_rows_by_time needs exactly one of edge_time and node_time")
+    if edge_time is None:
+        node_time = torch.as_tensor(node_time)
+        if node_time.dim() != 1 or node_time.numel() != indptr.numel() - 1:
+            raise ValueError(f"node_time must hold one time per node ({indptr.numel() - 1}), "
+                             f"got shape {tuple(node_time.shape)}")
+        edge_time = node_time.to(indices.device, torch.long)[indices.long()]
+    edge_time = torch.as_tensor(edge_time).to(indices.device, torch.long)
+    if edge_time.dim() != 1 or edge_time.numel() != indices.numel():
+        raise ValueError(f"edge_time must hold one time per CSR edge ({indices.numel()}), "
+                         f"got shape {tuple(edge_time.shape)}")
+    if edge_ids is None:
+        edge_ids = torch.arange(indices.numel(), device=indices.device)
+    degrees = (indptr[1:] - indptr[:-1]).to(indices.device)
+    row_of = torch.repeat_interleave(torch.arange(degrees.numel(), device=indices.device), degrees)
+    order = torch.argsort(edge_time, stable=True)
+    order = order[torch.argsort(row_of[order], stable=True)]
+    return indices[order], edge_ids.to(indices.device)[order], edge_time[order]
+
+
 def gather_rows(table: Tensor, ids: Tensor) -> Tensor:
     """``table[ids]`` for a contiguous table of any dtype; out-of-range ids raise."""
     return torch.ops.quiver.gather_rows(table, ids)

@@ -13,6 +13,8 @@ enum StatusCode : long long {
   kCsrEnds = 4,             // value = indptr[0], extra = indptr[num_nodes]
   kCooEndpointOutOfRange = 5,  // index = edge, value = node id, extra = 0 (row) / 1 (col)
   kCachedRowOutOfBounds = 6,   // index = node, value = cached_starts[node], extra = degree
+  kBadEdgeWeight = 7,          // index = CSR position, value = node, extra = weight (double bits)
+  kEdgeTimeUnsorted = 8,       // index = node, value = CSR position, extra = seed time
 };
 
 // Written once (the first error wins), read by the host after the batch's one wait.

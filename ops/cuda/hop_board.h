@@ -84,6 +84,13 @@ class HopBoard {
         errors::csr_ends(s.value, s.extra, num_edges);
       case kCachedRowOutOfBounds:
         errors::cached_row_out_of_bounds(s.index, s.value, s.extra);
+      case kBadEdgeWeight: {
+        double weight;
+        std::memcpy(&weight, &s.extra, sizeof(weight));
+        errors::bad_edge_weight(s.index, weight, s.value);
+      }
+      case kEdgeTimeUnsorted:
+        errors::edge_time_unsorted(s.index, s.value, s.extra);
       case kCooEndpointOutOfRange:
         errors::id_out_of_range(s.extra == 0 ? "row" : "col", s.index, s.value, num_nodes);
       default:

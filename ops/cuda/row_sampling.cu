@@ -11,7 +11,9 @@
 #include "ops/cuda/device_status.cuh"
 #include "ops/cuda/launch.cuh"
 #include "ops/cuda/row_gather.h"
+#include "ops/cuda/row_rules.cuh"
 #include "ops/cuda/row_sampling.h"
+#include "ops/cuda/weighted_rows.h"
 #include "ops/sampling_rules.h"
 
 namespace cg = cooperative_groups;
@@ -28,7 +30,7 @@ template <typename index_t>
 // stores, the parallelism that hides memory latency, over PCIe in UVA mode above all.
 __global__ void plan_rows_kernel(const Csr<index_t> csr, const int64_t* __restrict__ nodes,
                                  const int64_t* live, int64_t num_rows, int64_t fanout,
-                                 bool replace, PlanChecks checks,
+                                 bool replace, const RowRules rules, PlanChecks checks,
                                  int64_t* __restrict__ row_begin, int64_t* __restrict__ row_degree,
                                  int64_t* __restrict__ row_count, int64_t* row_cached,
                                  DeviceStatus* status) {
@@ -40,8 +42,9 @@ __global__ void plan_rows_kernel(const Csr<index_t> csr, const int64_t* __restri
   const int64_t live_rows = live ? live[1] - live[0] : num_rows;
   QUIVER_GRID_LOOP(r, num_rows) {
     int64_t begin = 0, degree = 0;  // rows past the live ones yield nothing
+    const RowTree tree = row_tree(rules, r < live_rows ? nodes[r] : 0);
     if (r < live_rows) {
-      const int64_t node = nodes[r];
+      const int64_t node = tree.node;
       if (node < 0 || node >= csr.num_nodes) {
         record_status(status, checks.nodes_are_seeds ? kSeedOutOfRange : kNeighborOutOfRange, r,
                       node, 0);
@@ -50,6 +53,10 @@ __global__ void plan_rows_kernel(const Csr<index_t> csr, const int64_t* __restri
         const int64_t end = csr.indptr[node + 1];
         if (0 <= begin && begin <= end && end <= csr.num_edges) {
           degree = end - begin;
+          if (rules.edge_time != nullptr) {
+            degree = admitted_prefix(rules.edge_time + begin, degree, tree.seed_time,
+                                     rules.strict_time);
+          }
         } else {
           record_status(status, kRowOutOfBounds, node, begin, end);
           begin = 0;
@@ -59,10 +66,11 @@ __global__ void plan_rows_kernel(const Csr<index_t> csr, const int64_t* __restri
     if (csr.cached_starts != nullptr || csr.cached_starts32 != nullptr) {
       int64_t cached = -1;
       if (degree > 0) {
-        cached = csr.cached_starts != nullptr ? csr.cached_starts[nodes[r]]
-                                              : static_cast<int64_t>(csr.cached_starts32[nodes[r]]);
+        cached = csr.cached_starts != nullptr
+                     ? csr.cached_starts[tree.node]
+                     : static_cast<int64_t>(csr.cached_starts32[tree.node]);
         if (cached >= 0 && cached + degree > csr.num_cached) {
-          record_status(status, kCachedRowOutOfBounds, nodes[r], cached, degree);
+          record_status(status, kCachedRowOutOfBounds, tree.node, cached, degree);
           cached = -1;
         }
       }
@@ -89,7 +97,8 @@ __global__ void __launch_bounds__(kBlock)
                        const HopRule rule, const int64_t* __restrict__ out_offsets,
                        int64_t* __restrict__ neighbors_out, int64_t* edge_ids_out,
                        int64_t* __restrict__ cols_out, const int64_t* col_base_ptr,
-                       int64_t* pick_sets, const int64_t* __restrict__ row_order) {
+                       int64_t* pick_sets, const int64_t* __restrict__ row_order,
+                       const int64_t* __restrict__ row_keys) {
   constexpr int kGroups = kBlock / G;
   const int64_t col_base = cols_out ? *col_base_ptr : 0;
   __shared__ int64_t shared_picks[kGroups][kSharedPicks];
@@ -113,15 +122,22 @@ __global__ void __launch_bounds__(kBlock)
     const index_t* neighbors = csr.indices + begin;
     if (row_cached != nullptr && row_cached[r] >= 0) neighbors = csr.cached_indices + row_cached[r];
 
+    // sample_subgraph's rows have no rules; neighbor_sample's may (row_rules.cuh).
+    const bool ruled = rule.rules.tree_nodes > 0 || rule.rules.edge_time != nullptr;
+    const RowTree tree = ruled ? row_tree(rule.rules, row_keys[r]) : RowTree{};
     auto emit = [&](int64_t j, int64_t offset) {
       const int64_t pos = begin + offset;
-      neighbors_out[first + j] = static_cast<int64_t>(neighbors[offset]);
+      int64_t neighbor = static_cast<int64_t>(neighbors[offset]);
+      if (ruled) neighbor = rule_neighbor_key(rule.rules, tree, neighbor, pos, csr.num_nodes);
+      neighbors_out[first + j] = neighbor;
       edge_ids_out[first + j] = csr.edge_ids ? csr.edge_ids[pos] : pos;
       if (cols_out) cols_out[first + j] = col_base + r;
     };
 
     if (rule.fanout < 0 || (!rule.replace && count == degree)) {
       for (int64_t j = lane; j < count; j += G) emit(j, j);
+    } else if (rule.rules.last) {
+      for (int64_t j = lane; j < count; j += G) emit(j, degree - count + j);
     } else if (rule.replace) {
       for (int64_t j = lane; j < count; j += G) {
         curandStatePhilox4_32_10_t state;
@@ -179,7 +195,7 @@ cudaError_t launch_sample_rows(const Csr<index_t>& csr, const RowPlan& plan, con
   sample_rows_kernel<index_t, G><<<blocks_for(plan.num_rows, kBlock / G), kBlock, 0, stream>>>(
       csr, plan.begin, plan.degree, plan.count, plan.cached, plan.num_rows, rule, out.offsets,
       out.neighbors,
-      out.edge_ids, out.cols, out.col_base, out.pick_sets, plan.order);
+      out.edge_ids, out.cols, out.col_base, out.pick_sets, plan.order, plan.nodes);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }
@@ -190,7 +206,8 @@ template <typename index_t>
 cudaError_t plan_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRule& rule,
                       PlanChecks checks, DeviceStatus* status, cudaStream_t stream) {
   plan_rows_kernel<index_t><<<blocks_for(plan.num_rows, kPlanThreads), kPlanThreads, 0, stream>>>(
-      csr, plan.nodes, plan.live, plan.num_rows, rule.fanout, rule.replace, checks, plan.begin,
+      csr, plan.nodes, plan.live, plan.num_rows, rule.fanout, rule.replace, rule.rules, checks,
+      plan.begin,
       plan.degree, plan.count, plan.cached, status);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
@@ -213,6 +230,7 @@ cudaError_t offsets_from_counts(const int64_t* values, int64_t n, int64_t* offse
 template <typename index_t>
 cudaError_t sample_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRule& rule,
                         const HopOutput& out, cudaStream_t stream) {
+  if (rule.rules.edge_weight != nullptr) return sample_weighted_rows(csr, plan, rule, out, stream);
   // Enough lanes per row for the fanout, so that small fanouts keep more rows in flight.
   if (rule.fanout >= 0 && rule.fanout <= 8)
     return launch_sample_rows<index_t, 8>(csr, plan, rule, out, stream);
@@ -228,6 +246,31 @@ __global__ void iota_kernel(int64_t* values, int64_t n) {
 }
 
 }  // namespace
+
+namespace {
+
+__global__ void tree_keys_kernel(const int64_t* seeds, int64_t n, int64_t tree_nodes,
+                                 int64_t* keys, DeviceStatus* status) {
+  QUIVER_GRID_LOOP(i, n) {
+    int64_t seed = seeds[i];
+    if (seed < 0 || seed >= tree_nodes) {
+      record_status(status, kSeedOutOfRange, i, seed, 0);
+      seed = 0;
+    }
+    keys[i] = i * tree_nodes + seed;
+  }
+}
+
+}  // namespace
+
+cudaError_t tree_keys(const int64_t* seeds, int64_t n, int64_t tree_nodes, int64_t* keys,
+                      DeviceStatus* status, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  tree_keys_kernel<<<blocks_for(n, kPlanThreads), kPlanThreads, 0, stream>>>(seeds, n, tree_nodes,
+                                                                           keys, status);
+  QUIVER_LAUNCH_TRY();
+  return cudaSuccess;
+}
 
 size_t row_order_workspace_bytes(int64_t num_rows, int end_bit) {
   // The same sort of int64 pairs as the feature gather's position order.

@@ -38,6 +38,20 @@ struct PhiloxKey {
   uint64_t offset;
 };
 
+// The per-row rules of neighbor_sample; all unset, the uniform rows of sample_subgraph.
+// Per-edge arrays are indexed by CSR position and readable by the GPU (device or pinned).
+struct RowRules {
+  const float* edge_weight = nullptr;  // weighted rows (weighted_rows.cu)
+  const int64_t* edge_time = nullptr;  // sorted within rows; with seed_time, on the device
+  const int64_t* seed_time = nullptr;  // one per tree
+  bool strict_time = false;            // admit time < seed time (else <=)
+  bool last = false;                   // the most recent `count` admitted edges
+  // > 0 (disjoint trees): a frontier key is tree * tree_nodes + node, and sampled
+  // neighbors are keyed in their row's tree.
+  int64_t tree_nodes = 0;
+  DeviceStatus* status = nullptr;      // where sampling records bad weights and times
+};
+
 // How one hop samples: its fanout (-1: all neighbors), with or without replacement, and
 // its randomness: row r draws from Philox stream stream_base + r. The key is `key`, or, when
 // `device_key` is set, the {seed, offset} pair there (device memory written before the hop
@@ -48,6 +62,7 @@ struct HopRule {
   PhiloxKey key;
   uint64_t stream_base;
   const int64_t* device_key = nullptr;
+  RowRules rules = {};
 };
 
 // The rows (nodes) of one hop and, per row, device arrays of num_rows entries: its CSR
@@ -117,6 +132,11 @@ cudaError_t sample_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopR
 // that samples it, so visiting rows in this order changes no result. Scratch: two arrays of
 // num_rows entries and CUB's workspace, from the caller; lists start below 2^end_bit.
 size_t row_order_workspace_bytes(int64_t num_rows, int end_bit);
+// keys[i] = i * tree_nodes + seeds[i] for disjoint trees; a seed outside [0, tree_nodes)
+// is recorded as kSeedOutOfRange (and keyed as node 0 of its tree).
+cudaError_t tree_keys(const int64_t* seeds, int64_t n, int64_t tree_nodes, int64_t* keys,
+                      DeviceStatus* status, cudaStream_t stream);
+
 cudaError_t order_rows_by_begin(const RowPlan& plan, int end_bit, int64_t* sorted_begin,
                                 int64_t* rows, int64_t* order, void* workspace,
                                 size_t workspace_bytes, cudaStream_t stream);

@@ -59,6 +59,28 @@ sample_subgraph(const at::Tensor& indptr, const at::Tensor& indices, const at::T
                      cached_starts);
 }
 
+// (node_ids, batch, rows, cols, sampled_edge_ids, nodes_per_hop, edges_per_hop)
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                  at::Tensor>
+neighbor_sample(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
+                c10::IntArrayRef fanouts, bool replace = false,
+                const std::optional<at::Tensor>& edge_ids = std::nullopt,
+                const std::optional<at::Tensor>& edge_weight = std::nullopt,
+                const std::optional<at::Tensor>& edge_time = std::nullopt,
+                const std::optional<at::Tensor>& seed_time = std::nullopt,
+                bool strict_time = false, c10::string_view temporal_strategy = "uniform",
+                bool disjoint = false,
+                const std::optional<at::Generator>& generator = std::nullopt) {
+  static const auto handle = detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                                                   at::Tensor, at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::IntArrayRef, bool,
+      const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+      const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, bool, c10::string_view,
+      bool, const std::optional<at::Generator>&)>("quiver::neighbor_sample");
+  return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids, edge_weight, edge_time,
+                     seed_time, strict_time, temporal_strategy, disjoint, generator);
+}
+
 inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
   static const auto handle =
       detail::op<at::Tensor(const at::Tensor&, const at::Tensor&)>("quiver::gather_rows");

@@ -1,0 +1,166 @@
+// The CPU multi-hop loop shared by sample_subgraph (uniform rows) and neighbor_sample
+// (weighted, temporal and disjoint rows): each hop plans its frontier's rows, samples them,
+// inserts the sampled ids into a concurrent table (ops/cpu/node_table.h) and numbers the
+// new ones by first appearance, exactly the rule the GPU follows and PyG uses (seeds first,
+// then each hop's new nodes in order). What differs between the ops is only how one row is
+// sampled, the `Rows` policy:
+//   int64_t key_space() const: frontier keys lie in [0, key_space) (node ids, or
+//       tree * num_nodes + node for disjoint trees);
+//   cpu::RowSpan span(int64_t key) const: the CSR edges the key may take (checked);
+//   int64_t count(const cpu::RowSpan&, int64_t fanout) const;
+//   void pick(int64_t key, const cpu::RowSpan&, int64_t fanout, at::philox_engine&,
+//             int64_t* offsets) const: count() offsets into the span;
+//   int64_t neighbor_key(int64_t key, int64_t neighbor, int64_t pos) const: the key a
+//       sampled edge adds to the table (checks any rule the edge must obey).
+// Frontier keys are what the table holds; the caller turns them into node ids.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "ops/checks.h"
+#include "ops/cpu/node_table.h"
+#include "ops/cpu/row_sampling.h"
+#include "ops/sampling_rules.h"
+
+namespace quiver::cpu {
+
+constexpr int64_t kHopNodesPerTask = 256;
+constexpr int64_t kHopEdgesPerTask = 1 << 14;
+
+// Hop outputs in PyG's layout: keys seeds first, local (rows, cols), edge ids, counts.
+struct HopOutputs {
+  at::Tensor keys, rows, cols, edge_ids, nodes_per_hop, edges_per_hop;
+};
+
+// Each hop samples the nodes the previous hop added (the seeds for the first hop), so
+// every node is expanded once and its neighbor set is the same at every layer.
+template <typename index_t, typename Rows>
+HopOutputs sample_hops(const Rows& rows_policy, const at::Tensor& indices,
+                       const std::optional<at::Tensor>& edge_ids, const at::Tensor& seed_keys,
+                       at::IntArrayRef fanouts, uint64_t key) {
+  const int64_t key_space = rows_policy.key_space();
+  const index_t* indices_p = indices.const_data_ptr<index_t>();
+  const int64_t* eid_p = edge_ids ? edge_ids->const_data_ptr<int64_t>() : nullptr;
+  const int64_t batch_size = seed_keys.numel();
+  const int64_t num_hops = static_cast<int64_t>(fanouts.size());
+  const auto options = seed_keys.options();
+
+  // Sized for every node the batch can reach before an all-neighbors hop; such a hop grows
+  // it once its size is known, so it never fills past half.
+  NodeTable table(node_bound(batch_size, fanouts, key_space));
+  int64_t nodes_bound = batch_size;  // nodes the table may hold so far
+  const int64_t* seeds_p = seed_keys.const_data_ptr<int64_t>();
+  for (int64_t i = 0; i < batch_size; ++i) {  // a repeated seed keeps its first index
+    NodeSlot& slot = table[table.find_or_insert(seeds_p[i])];
+    if (slot.local < 0) slot.local = static_cast<int32_t>(i);
+  }
+
+  std::vector<at::Tensor> node_parts{seed_keys}, row_parts, col_parts, eid_parts;
+  at::Tensor nodes_per_hop = at::zeros({num_hops + 1}, at::kLong);
+  at::Tensor edges_per_hop = at::zeros({num_hops}, at::kLong);
+  nodes_per_hop[0] = batch_size;
+  at::Tensor frontier = seed_keys;
+  int64_t frontier_begin = 0;
+  int64_t total_nodes = batch_size;
+
+  for (int64_t hop = 0; hop < num_hops && frontier.numel() > 0; ++hop) {
+    const int64_t fanout = fanouts[hop];
+    const int64_t frontier_size = frontier.numel();
+    const int64_t* frontier_p = frontier.const_data_ptr<int64_t>();
+
+    std::vector<RowSpan> spans(frontier_size);
+    std::vector<int64_t> counts(frontier_size), ends(frontier_size);
+    at::parallel_for(0, frontier_size, kHopNodesPerTask, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        spans[i] = rows_policy.span(frontier_p[i]);
+        counts[i] = rows_policy.count(spans[i], fanout);
+      }
+    });
+    const int64_t hop_edges = prefix_counts(counts.data(), frontier_size, ends.data(), hop);
+    nodes_bound = std::min(nodes_bound + std::min(hop_edges, key_space), key_space + batch_size);
+    check_batch_nodes(nodes_bound);
+    table.reserve(nodes_bound);
+    at::Tensor rows = at::empty({hop_edges}, options);
+    at::Tensor cols = at::empty({hop_edges}, options);
+    at::Tensor eids = at::empty({hop_edges}, options);
+    int64_t* rows_p = rows.mutable_data_ptr<int64_t>();
+    int64_t* cols_p = cols.mutable_data_ptr<int64_t>();
+    int64_t* eids_p = eids.mutable_data_ptr<int64_t>();
+    at::parallel_for(0, frontier_size, kHopNodesPerTask, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        const int64_t out_begin = i == 0 ? 0 : ends[i - 1];
+        if (ends[i] == out_begin) continue;
+        const RowSpan& span = spans[i];
+        // One Philox stream per expanded node: its local index.
+        at::philox_engine rng(key, static_cast<uint64_t>(frontier_begin + i));
+        rows_policy.pick(frontier_p[i], span, fanout, rng,
+                         eids_p + out_begin);  // offsets first, edge ids below
+        for (int64_t k = out_begin; k < ends[i]; ++k) {
+          const int64_t pos = span.begin + eids_p[k];
+          const int64_t neighbor = static_cast<int64_t>(indices_p[pos]);
+          rows_p[k] = table.find_or_insert(rows_policy.neighbor_key(frontier_p[i], neighbor, pos));
+          cols_p[k] = frontier_begin + i;  // a table slot until relabeled, above
+          eids_p[k] = eid_p ? eid_p[pos] : pos;
+          if (table[rows_p[k]].local < 0) {
+            table.note_first(rows_p[k], static_cast<uint32_t>(k));
+          }
+        }
+      }
+    });
+
+    // Number the new ids by first mention: count per chunk, scan the chunks, then assign.
+    const int64_t chunks =
+        std::max<int64_t>(1, (hop_edges + kHopEdgesPerTask - 1) / kHopEdgesPerTask);
+    std::vector<int64_t> chunk_new(chunks + 1, 0);
+    auto first_mention = [&](int64_t e) {
+      const NodeSlot& slot = table[rows_p[e]];
+      return slot.local < 0 && slot.first == static_cast<uint32_t>(e);
+    };
+    at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        const int64_t stop = std::min(hop_edges, (c + 1) * kHopEdgesPerTask);
+        for (int64_t e = c * kHopEdgesPerTask; e < stop; ++e) chunk_new[c + 1] += first_mention(e);
+      }
+    });
+    for (int64_t c = 0; c < chunks; ++c) chunk_new[c + 1] += chunk_new[c];
+    const int64_t added = chunk_new[chunks];
+    at::Tensor new_nodes = at::empty({added}, options);
+    int64_t* new_nodes_p = new_nodes.mutable_data_ptr<int64_t>();
+    at::parallel_for(0, chunks, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t c = lo; c < hi; ++c) {
+        int64_t next = chunk_new[c];
+        const int64_t stop = std::min(hop_edges, (c + 1) * kHopEdgesPerTask);
+        for (int64_t e = c * kHopEdgesPerTask; e < stop; ++e) {
+          if (!first_mention(e)) continue;
+          NodeSlot& slot = table[rows_p[e]];
+          slot.local = static_cast<int32_t>(total_nodes + next);
+          new_nodes_p[next++] = slot.key;
+        }
+      }
+    });
+    at::parallel_for(0, hop_edges, kHopEdgesPerTask, [&](int64_t lo, int64_t hi) {
+      for (int64_t e = lo; e < hi; ++e) rows_p[e] = table[rows_p[e]].local;
+    });
+
+    row_parts.push_back(rows);
+    col_parts.push_back(cols);
+    eid_parts.push_back(eids);
+    node_parts.push_back(new_nodes);
+    nodes_per_hop[hop + 1] = added;
+    edges_per_hop[hop] = hop_edges;
+    frontier = new_nodes;
+    frontier_begin = total_nodes;
+    total_nodes += added;
+  }
+  auto join = [&](const std::vector<at::Tensor>& parts) {
+    return parts.empty() ? at::empty({0}, options) : at::cat(parts);
+  };
+  return {join(node_parts), join(row_parts), join(col_parts),
+          join(eid_parts),  nodes_per_hop,   edges_per_hop};
+}
+
+}  // namespace quiver::cpu

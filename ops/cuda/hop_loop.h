@@ -1,0 +1,293 @@
+// The CUDA multi-hop loop shared by sample_subgraph (uniform rows, optionally captured as a
+// CUDA graph) and neighbor_sample (rows with RowRules: weighted, temporal, disjoint trees):
+// every hop runs row planning and sampling (row_sampling.cu, weighted_rows.cu) and
+// reindexing (reindex.cu), queued back to back with one host wait per batch. The rules
+// change only what one row yields and how its neighbors are keyed; the loop is the same.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <tuple>
+#include <vector>
+
+#include "ops/checks.h"
+#include "ops/cuda/device_access.h"
+#include "ops/cuda/hop_board.h"
+#include "ops/cuda/reindex.h"
+#include "ops/cuda/row_sampling.h"
+#include "ops/sampling_rules.h"
+
+namespace quiver::cuda {
+
+// Hops are queued back to back without waiting for the GPU: each is sized by its upper
+// bound (frontier bound x fanout) and reads its true size from the device. The host waits
+// once per batch, at the end, unless the next hop's bound is too loose (an all-neighbors
+// hop, or more than this many edges), in which case it reads the exact sizes first.
+constexpr int64_t kQueuedEdgeLimit = int64_t{1} << 24;
+
+// In UVA mode a hop with at least this many rows visits them in the order of their
+// neighbor lists' addresses (row_sampling.h: order_rows_by_begin), when the lists take at
+// least kSortedRowsMinBytes: measured on the H100, a papers-sized graph (6.5 GB of lists)
+// samples 1.18x faster, a products-sized one (0.5 GB) no faster. A smaller hop gains less
+// than the sort costs. QUIVER_UVA_SORTED_ROWS=0 turns the ordering off and =1 on whatever
+// the lists' size (to measure it, and to test it on small graphs).
+constexpr int64_t kSortedRowsMin = int64_t{1} << 14;
+constexpr int64_t kSortedRowsMinBytes = int64_t{2} << 30;
+
+inline bool uva_rows_sorted(const at::Tensor& indices) {
+  if (indices.is_cuda()) return false;
+  const char* value = std::getenv("QUIVER_UVA_SORTED_ROWS");
+  if (value != nullptr && value[0] == '0') return false;
+  if (value != nullptr && value[0] == '1') return true;
+  return static_cast<int64_t>(indices.nbytes()) >= kSortedRowsMinBytes;
+}
+
+// Where a batch's words sit on its HopBoard: [0] scratch, then node_total (num_hops + 2
+// words: node_total[h] = nodes numbered before hop h - 1 adds any, so hop h's frontier is
+// [node_total[h], node_total[h + 1])), the edges of each hop, and the call's Philox key
+// {seed, offset}, which the kernels read from the device (so a replayed graph gets each
+// call's own).
+struct BoardLayout {
+  explicit BoardLayout(int64_t num_hops)
+      : edges_at(total_at + num_hops + 2), key_at(edges_at + num_hops), words(key_at + 2) {}
+  int64_t total_at = 1;
+  int64_t edges_at;
+  int64_t key_at;
+  int64_t words;
+};
+
+// The host's half of a board before a call: the seeds counted, the key, nothing else.
+inline void prepare_board(cuda::HopBoard& board, const BoardLayout& layout, int64_t batch_size,
+                   const cuda::PhiloxKey& key) {
+  board.clear_host();
+  int64_t* words = board.host_words();
+  words[layout.total_at + 1] = batch_size;
+  words[layout.key_at] = static_cast<int64_t>(key.seed);
+  words[layout.key_at + 1] = static_cast<int64_t>(key.offset);
+}
+
+// What a queued batch leaves on the GPU: each hop's outputs, sized by their bounds (the true
+// sizes are on the board).
+struct QueuedBatch {
+  std::vector<at::Tensor> new_node_parts, row_parts, col_parts, eid_parts;
+  at::Tensor seed_keys;  // disjoint trees: the seeds' keys (else the seeds themselves)
+  bool waited = false;  // the host read sizes before the end (such a batch is never captured)
+};
+
+// The inputs of a batch that stay the same from call to call.
+template <typename index_t>
+struct BatchShape {
+  cuda::Csr<index_t> csr;
+  at::IntArrayRef fanouts;
+  bool replace;
+  bool sort_rows;
+  int64_t plan_arrays;
+  int64_t batch_size;
+  BoardLayout layout;
+  RowRules rules = {};  // neighbor_sample's; none for sample_subgraph
+
+  // Keys the reindexing table holds: node ids, or tree * num_nodes + node.
+  int64_t key_space() const {
+    return rules.tree_nodes > 0 ? rules.tree_nodes * batch_size : csr.num_nodes;
+  }
+};
+
+// Queues every hop of a batch on the current stream: the board's upload first (so all the
+// GPU reads of the host is that one copy), then per hop planning, sampling and reindexing.
+template <typename index_t>
+void queue_batch(const BatchShape<index_t>& shape, const at::Tensor& seeds, cuda::HopBoard& board,
+                 QueuedBatch& queued) {
+  const auto& csr = shape.csr;
+  const auto& layout = shape.layout;
+  const at::IntArrayRef fanouts = shape.fanouts;
+  const bool replace = shape.replace;
+  const int64_t plan_arrays = shape.plan_arrays, batch_size = shape.batch_size;
+  const int64_t num_hops = static_cast<int64_t>(fanouts.size());
+  const int64_t total_at = layout.total_at, edges_at = layout.edges_at;
+  const bool sort_rows = shape.sort_rows;
+  const at::Device device = seeds.device();
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  const auto options = seeds.options();
+  board.upload(stream);
+  int64_t* node_total = board.words() + total_at;
+  const int64_t key_space = shape.key_space();
+  RowRules rules = shape.rules;
+  rules.status = board.status();
+  at::Tensor seed_keys = seeds;
+  if (rules.tree_nodes > 0) {
+    seed_keys = at::empty({batch_size}, options);
+    C10_CUDA_CHECK(tree_keys(seeds.const_data_ptr<int64_t>(), batch_size, rules.tree_nodes,
+                             seed_keys.mutable_data_ptr<int64_t>(), board.status(), stream));
+    queued.seed_keys = seed_keys;
+  }
+
+  // Sized for every node the batch can reach before an all-neighbors hop; such a hop grows
+  // it once its exact size is known, so the table never fills past half.
+  at::Tensor table_space;
+  cuda::NodeTable table{nullptr, 0};
+  auto reserve_table = [&](int64_t nodes) {
+    const int64_t capacity = node_table_capacity(nodes);
+    if (capacity <= table.capacity) return;
+    at::Tensor grown = cuda::workspace(capacity * sizeof(NodeSlot), device);
+    const cuda::NodeTable bigger{static_cast<NodeSlot*>(grown.mutable_data_ptr()), capacity};
+    C10_CUDA_CHECK(cuda::clear_node_table(bigger, stream));
+    if (table.slots != nullptr) C10_CUDA_CHECK(cuda::rehash_node_table(table, bigger, stream));
+    table_space = grown;  // the old table returns to the allocator in stream order
+    table = bigger;
+  };
+  reserve_table(node_bound(batch_size, fanouts, key_space));
+  int64_t nodes_bound = batch_size;  // nodes the table may hold so far
+  at::Tensor entries = at::empty({batch_size}, options);
+  C10_CUDA_CHECK(cuda::insert_nodes(table, seed_keys.const_data_ptr<int64_t>(), batch_size,
+                                    entries.mutable_data_ptr<int64_t>(), stream));
+
+  auto& new_node_parts = queued.new_node_parts;
+  auto& row_parts = queued.row_parts;
+  auto& col_parts = queued.col_parts;
+  auto& eid_parts = queued.eid_parts;
+  at::Tensor frontier = seed_keys;  // its first node_total[h + 1] - node_total[h] rows are live
+  uint64_t stream_base = 0;     // one Philox stream per frontier slot of the call
+  for (int64_t hop = 0; hop < num_hops; ++hop) {
+    const int64_t fanout = fanouts[hop];
+    const int64_t frontier_bound = frontier.numel();
+    if (frontier_bound == 0) break;  // known empty: the remaining hops add nothing
+
+    at::Tensor plan_space = at::empty({plan_arrays, frontier_bound}, options);
+    int64_t* plan_p = plan_space.mutable_data_ptr<int64_t>();
+    cuda::RowPlan plan{frontier.const_data_ptr<int64_t>(),
+                       node_total + hop,
+                       frontier_bound,
+                       plan_p,
+                       plan_p + frontier_bound,
+                       plan_p + 2 * frontier_bound,
+                       plan_arrays == 4 ? plan_p + 3 * frontier_bound : nullptr};
+    cuda::HopRule rule{fanout, replace, {}, stream_base, board.words() + layout.key_at};
+    rule.rules = rules;
+    C10_CUDA_CHECK(cuda::plan_rows(csr, plan, rule,
+                                   {/*nodes_are_seeds=*/hop == 0,
+                                    /*csr_ends=*/hop == 0},
+                                   board.status(), stream));
+    at::Tensor order_space, sort_space;
+    if (sort_rows && frontier_bound >= kSortedRowsMin) {
+      const int end_bit = cuda::bits_below(csr.num_edges + 1);
+      const size_t sort_bytes = cuda::row_order_workspace_bytes(frontier_bound, end_bit);
+      order_space = at::empty({3 * frontier_bound}, options);
+      sort_space = cuda::workspace(sort_bytes, device);
+      int64_t* order_p = order_space.mutable_data_ptr<int64_t>();
+      C10_CUDA_CHECK(cuda::order_rows_by_begin(plan, end_bit, order_p, order_p + frontier_bound,
+                                               order_p + 2 * frontier_bound,
+                                               sort_space.mutable_data_ptr(), sort_bytes, stream));
+      plan.order = order_p + 2 * frontier_bound;
+    }
+    at::Tensor offsets = at::empty({frontier_bound + 1}, options);
+    const size_t scan_bytes = cuda::offsets_workspace_bytes(frontier_bound);
+    at::Tensor scan_space = cuda::workspace(scan_bytes, device);
+    C10_CUDA_CHECK(cuda::offsets_from_counts(plan.count, frontier_bound,
+                                             offsets.mutable_data_ptr<int64_t>(),
+                                             scan_space.mutable_data_ptr(), scan_bytes, stream));
+    const int64_t* num_edges = offsets.const_data_ptr<int64_t>() + frontier_bound;
+
+    // The hop's edges: its bound when tight, else (all neighbors, or a fanout far above
+    // the degrees) the exact count, read from the device. No product can wrap: the bound
+    // saturates, and the scan's sums stay below it.
+    const int64_t bound =
+        saturating_mul(frontier_bound, per_node_bound(fanout, replace, csr.num_edges));
+    // With replacement every live row with neighbors yields `fanout`; a saturated bound
+    // could wrap the scan's sums.
+    if ((replace && bound > kMaxHopEdges) || bound == kSaturated) {
+      errors::batch_too_large(errors::hop_edges_name(hop), bound, kMaxHopEdges);
+    }
+    int64_t max_edges = bound;
+    if (fanout < 0 || bound > kQueuedEdgeLimit) {
+      C10_CUDA_CHECK(cudaMemcpyAsync(board.words(), num_edges, sizeof(int64_t),
+                                     cudaMemcpyDeviceToDevice, stream));
+      max_edges = board.read(stream, csr.num_nodes, csr.num_edges)[0];
+      queued.waited = true;
+    }
+    if (max_edges > kMaxHopEdges) {
+      errors::batch_too_large(errors::hop_edges_name(hop), max_edges, kMaxHopEdges);
+    }
+    const int64_t max_new = std::min(max_edges, key_space);
+    nodes_bound = std::min(nodes_bound + max_new, key_space + batch_size);
+    check_batch_nodes(nodes_bound);
+    reserve_table(nodes_bound);
+
+    at::Tensor rows = at::empty({max_edges}, options);
+    at::Tensor cols = at::empty({max_edges}, options);
+    at::Tensor eids = at::empty({max_edges}, options);
+    int64_t* rows_p = rows.mutable_data_ptr<int64_t>();
+    at::Tensor pick_sets = cuda::pick_sets(fanout, replace, max_edges, device, stream);
+    const cuda::HopOutput out{
+        offsets.const_data_ptr<int64_t>(),
+        rows_p,
+        eids.mutable_data_ptr<int64_t>(),
+        cols.mutable_data_ptr<int64_t>(),
+        node_total + hop,
+        pick_sets.defined() ? pick_sets.mutable_data_ptr<int64_t>() : nullptr};
+    C10_CUDA_CHECK(cuda::sample_rows(csr, plan, rule, out, stream));
+    const cuda::HopEdges edges{rows_p, max_edges, num_edges};
+    C10_CUDA_CHECK(cuda::insert_neighbors(table, edges, key_space, board.status(), stream));
+    at::Tensor new_pos = at::empty({max_edges + 1}, options);
+    const size_t new_scan_bytes = cuda::scan_new_nodes_workspace_bytes(max_edges);
+    at::Tensor new_scan_space = cuda::workspace(new_scan_bytes, device);
+    C10_CUDA_CHECK(cuda::scan_new_nodes(table, edges, new_pos.mutable_data_ptr<int64_t>(),
+                                        new_scan_space.mutable_data_ptr(), new_scan_bytes, stream));
+    at::Tensor new_nodes = at::empty({max_new}, options);
+    C10_CUDA_CHECK(cuda::assign_new_nodes(
+        table, edges, new_pos.const_data_ptr<int64_t>(), node_total + hop + 1,
+        new_nodes.mutable_data_ptr<int64_t>(), board.words() + edges_at + hop, stream));
+    C10_CUDA_CHECK(cuda::relabel_rows(table, edges, stream));
+
+    row_parts.push_back(rows);
+    col_parts.push_back(cols);
+    eid_parts.push_back(eids);
+    new_node_parts.push_back(new_nodes);
+    stream_base += static_cast<uint64_t>(frontier_bound);
+    frontier = new_nodes;
+    const bool last = hop + 1 == num_hops;
+    if (!last && (fanouts[hop + 1] < 0 ||
+                  saturating_mul(max_new, per_node_bound(fanouts[hop + 1], replace,
+                                                         csr.num_edges)) > kQueuedEdgeLimit)) {
+      const int64_t* counts = board.read(stream, csr.num_nodes, csr.num_edges);
+      queued.waited = true;
+      frontier = new_nodes.narrow(0, 0, counts[total_at + hop + 2] - counts[total_at + hop + 1]);
+    }
+  }
+}
+
+// The batch's one wait (true sizes, and any invalid input the kernels met), then its outputs
+// cut to size and joined. `queued` is left as it is (a captured batch's buffers).
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> finish_batch(
+    const QueuedBatch& queued, cuda::HopBoard& board, const BoardLayout& layout,
+    const at::Tensor& seeds, int64_t num_hops, int64_t num_nodes, int64_t num_edges) {
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  const int64_t* counts = board.read(stream, num_nodes, num_edges);
+  at::Tensor nodes_per_hop = at::zeros({num_hops + 1}, at::kLong);
+  at::Tensor edges_per_hop = at::zeros({num_hops}, at::kLong);
+  int64_t* nodes_per_hop_p = nodes_per_hop.mutable_data_ptr<int64_t>();
+  int64_t* edges_per_hop_p = edges_per_hop.mutable_data_ptr<int64_t>();
+  nodes_per_hop_p[0] = seeds.numel();
+  std::vector<at::Tensor> node_parts{queued.seed_keys.defined() ? queued.seed_keys : seeds},
+      row_parts, col_parts, eid_parts;
+  for (size_t hop = 0; hop < queued.row_parts.size(); ++hop) {
+    const int64_t hop_edges = counts[layout.edges_at + hop];
+    const int64_t added = counts[layout.total_at + hop + 2] - counts[layout.total_at + hop + 1];
+    row_parts.push_back(queued.row_parts[hop].narrow(0, 0, hop_edges));
+    col_parts.push_back(queued.col_parts[hop].narrow(0, 0, hop_edges));
+    eid_parts.push_back(queued.eid_parts[hop].narrow(0, 0, hop_edges));
+    node_parts.push_back(queued.new_node_parts[hop].narrow(0, 0, added));
+    nodes_per_hop_p[hop + 1] = added;
+    edges_per_hop_p[hop] = hop_edges;
+  }
+  // at::cat copies even a single part: the outputs never alias a captured batch's buffers.
+  auto join = [&](const std::vector<at::Tensor>& parts) {
+    return parts.empty() ? at::empty({0}, seeds.options()) : at::cat(parts);
+  };
+  return {join(node_parts), join(row_parts), join(col_parts),
+          join(eid_parts),  nodes_per_hop,   edges_per_hop};
+}
+
+}  // namespace quiver::cuda

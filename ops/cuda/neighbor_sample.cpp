@@ -1,0 +1,117 @@
+// CUDA entry point of neighbor_sample: the shared hop loop (hop_loop.h) with the rows'
+// rules (row_sampling.h: RowRules): weighted rows (weighted_rows.cu), time cuts and
+// disjoint trees (row_rules.cuh). One host wait per batch, as sample_subgraph; batches are
+// not captured as CUDA graphs (their seed times would be one more graph input).
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include <algorithm>
+
+#include "ops/checks.h"
+#include "ops/cuda/device_access.h"
+#include "ops/cuda/hop_board.h"
+#include "ops/cuda/hop_loop.h"
+#include "ops/sampling_rules.h"
+
+namespace quiver {
+namespace {
+
+using Outputs =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+template <typename index_t>
+Outputs neighbor_sample_kernel(const at::Tensor& indptr, const at::Tensor& indices,
+                               const at::Tensor& seeds, at::IntArrayRef fanouts, bool replace,
+                               const std::optional<at::Tensor>& edge_ids,
+                               const std::optional<at::Tensor>& edge_weight,
+                               const std::optional<at::Tensor>& edge_time,
+                               const std::optional<at::Tensor>& seed_time, bool strict_time,
+                               bool last, bool disjoint,
+                               const std::optional<at::Generator>& generator) {
+  const at::Device device = seeds.device();
+  const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
+  cuda::RowRules rules;
+  if (edge_weight.has_value()) {
+    rules.edge_weight =
+        static_cast<const float*>(cuda::gpu_readable(*edge_weight, "edge_weight", device));
+  }
+  at::Tensor seed_times;
+  if (edge_time.has_value()) {
+    rules.edge_time =
+        static_cast<const int64_t*>(cuda::gpu_readable(*edge_time, "edge_time", device));
+    seed_times = seed_time->to(device, /*non_blocking=*/false).contiguous();
+    rules.seed_time = seed_times.const_data_ptr<int64_t>();
+  }
+  rules.strict_time = strict_time;
+  rules.last = last;
+  rules.tree_nodes = disjoint ? csr.num_nodes : 0;
+
+  const int64_t num_hops = static_cast<int64_t>(fanouts.size());
+  const cuda::BatchShape<index_t> shape{csr,
+                                        fanouts,
+                                        replace,
+                                        cuda::uva_rows_sorted(indices),
+                                        3,
+                                        seeds.numel(),
+                                        cuda::BoardLayout(num_hops),
+                                        rules};
+  // Uniform rows reserve the draws their hop may take; weighted rows key their Philox
+  // counters by edge offset and row, and need the call's offset to differ only.
+  int64_t draws = 4;
+  for (const int64_t fanout : fanouts) {
+    draws = std::max(draws, draws_per_row(fanout, replace, csr.num_edges));
+  }
+  const cuda::PhiloxKey key = cuda::draw_philox_key(device, draws, generator);
+  cuda::HopBoard board(device, shape.layout.words);
+  cuda::prepare_board(board, shape.layout, shape.batch_size, key);
+  cuda::QueuedBatch queued;
+  cuda::queue_batch(shape, seeds, board, queued);
+  auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] = cuda::finish_batch(
+      queued, board, shape.layout, seeds, num_hops, csr.num_nodes, csr.num_edges);
+  at::Tensor node_ids = keys, batch = at::empty({0}, seeds.options());
+  if (disjoint) {
+    batch = at::div(keys, csr.num_nodes, "floor");
+    node_ids = keys - batch * csr.num_nodes;
+  }
+  return {node_ids, batch, rows, cols, eids, nodes_per_hop, edges_per_hop};
+}
+
+Outputs neighbor_sample_cuda(const at::Tensor& indptr, const at::Tensor& indices,
+                             const at::Tensor& seeds, at::IntArrayRef fanouts, bool replace,
+                             const std::optional<at::Tensor>& edge_ids,
+                             const std::optional<at::Tensor>& edge_weight,
+                             const std::optional<at::Tensor>& edge_time,
+                             const std::optional<at::Tensor>& seed_time, bool strict_time,
+                             c10::string_view temporal_strategy, bool disjoint,
+                             const std::optional<at::Generator>& generator) {
+  check_neighbor_sample_args(indptr, indices, seeds, fanouts, replace, edge_ids, edge_weight,
+                             edge_time, seed_time, temporal_strategy, disjoint);
+  TORCH_CHECK(seeds.is_cuda(), "neighbor_sample on CUDA needs seeds on a GPU, got ",
+              seeds.device());
+  const c10::cuda::CUDAGuard guard(seeds.device());
+  const at::Tensor seeds64 = seeds.to(at::kLong).contiguous();
+  if (seeds64.numel() == 0) {
+    const auto options = seeds64.options();
+    return {at::empty({0}, options),
+            at::empty({0}, options),
+            at::empty({0}, options),
+            at::empty({0}, options),
+            at::empty({0}, options),
+            at::zeros({static_cast<int64_t>(fanouts.size()) + 1}, at::kLong),
+            at::zeros({static_cast<int64_t>(fanouts.size())}, at::kLong)};
+  }
+  const bool last = temporal_strategy == "last";
+  return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "neighbor_sample_cuda", [&] {
+    return neighbor_sample_kernel<index_t>(indptr, indices, seeds64, fanouts, replace, edge_ids,
+                                           edge_weight, edge_time, seed_time, strict_time, last,
+                                           disjoint, generator);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(quiver, CUDA, m) { m.impl("neighbor_sample", &neighbor_sample_cuda); }
+
+}  // namespace quiver

@@ -1,0 +1,203 @@
+// Weighted row sampling on the GPU (see weighted_rows.h). A group of G lanes samples a row:
+// without replacement it keeps the row's best `count` keys in a buffer (shared memory, or
+// the hop's pick_sets scratch for more than kSharedPicks picks) and offers the rest of the
+// row to it G edges at a time; a key enters only if it beats the buffer's smallest, which
+// for random keys happens about count * ln(degree / count) times a row.
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+#include <cooperative_groups/scan.h>
+#include <curand_philox4x32_x.h>
+
+#include <cfloat>
+
+#include "ops/cuda/device_status.cuh"
+#include "ops/cuda/launch.cuh"
+#include "ops/cuda/row_rules.cuh"
+#include "ops/cuda/weighted_rows.h"
+
+namespace cg = cooperative_groups;
+
+namespace quiver::cuda {
+namespace {
+
+constexpr int kBlock = 128;
+
+// A uniform double in (0, 1) for edge `offset` of the row with Philox stream `stream`.
+__device__ inline double edge_uniform(uint64_t seed, uint64_t call, uint64_t stream,
+                                      int64_t offset) {
+  // The call's offset folds into the key so that successive calls draw afresh.
+  const uint64_t key = seed ^ (call * 0x9E3779B97F4A7C15ull);
+  const uint4 counter{static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32),
+                      static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
+  const uint4 bits = curand_Philox4x32_10(
+      counter, uint2{static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
+  const uint64_t word = (static_cast<uint64_t>(bits.x) << 32) | bits.y;
+  return (static_cast<double>(word >> 11) + 0.5) * 0x1.0p-53;
+}
+
+template <typename index_t, int G>
+__global__ void __launch_bounds__(kBlock)
+    weighted_rows_kernel(const Csr<index_t> csr, const int64_t* __restrict__ row_begin,
+                         const int64_t* __restrict__ row_degree,
+                         const int64_t* __restrict__ row_count,
+                         const int64_t* __restrict__ row_keys, int64_t num_rows,
+                         const HopRule rule, const int64_t* __restrict__ out_offsets,
+                         int64_t* __restrict__ neighbors_out, int64_t* __restrict__ edge_ids_out,
+                         int64_t* __restrict__ cols_out, const int64_t* col_base_ptr,
+                         int64_t* pick_sets) {
+  constexpr int kGroups = kBlock / G;
+  __shared__ double shared_keys[kGroups][kSharedPicks];
+  __shared__ int64_t shared_offsets[kGroups][kSharedPicks];
+  const auto group = cg::tiled_partition<G>(cg::this_thread_block());
+  const int lane = group.thread_rank();
+  const int slot = threadIdx.x / G;
+  const int64_t col_base = cols_out ? *col_base_ptr : 0;
+  const RowRules& rules = rule.rules;
+  const uint64_t seed =
+      rule.device_key ? static_cast<uint64_t>(rule.device_key[0]) : rule.key.seed;
+  const uint64_t call =
+      rule.device_key ? static_cast<uint64_t>(rule.device_key[1]) : rule.key.offset;
+
+  for (int64_t r = blockIdx.x * int64_t{kGroups} + slot; r < num_rows;
+       r += int64_t{gridDim.x} * kGroups) {
+    const int64_t count = row_count[r];
+    if (count == 0) continue;
+    const int64_t begin = row_begin[r];
+    const int64_t degree = row_degree[r];
+    const int64_t first = out_offsets[r];
+    const uint64_t stream = rule.stream_base + r;
+    const RowTree tree = row_tree(rules, row_keys[r]);
+    const float* weights = rules.edge_weight + begin;
+
+    auto weight = [&](int64_t j) {
+      const float w = weights[j];
+      if (!(w > 0.0f) || !isfinite(w)) {
+        record_status(rules.status, kBadEdgeWeight, begin + j, tree.node,
+                      __double_as_longlong(static_cast<double>(w)));
+        return 1.0f;  // the error is raised at the batch's end
+      }
+      return w;
+    };
+    auto emit = [&](int64_t j, int64_t offset) {
+      const int64_t pos = begin + offset;
+      const int64_t neighbor = rule_neighbor_key(
+          rules, tree, static_cast<int64_t>(csr.indices[pos]), pos, csr.num_nodes);
+      neighbors_out[first + j] = neighbor;
+      edge_ids_out[first + j] = csr.edge_ids ? csr.edge_ids[pos] : pos;
+      if (cols_out) cols_out[first + j] = col_base + r;
+    };
+
+    if (rule.fanout < 0 || (!rule.replace && count == degree)) {
+      for (int64_t j = lane; j < count; j += G) {
+        weight(j);
+        emit(j, j);
+      }
+      continue;
+    }
+
+    if (rule.replace) {
+      // Each lane holds one pick's target in the row's cumulative weight and walks the row
+      // with the group, G edges a step, until the running sum passes it.
+      double total = 0.0;
+      for (int64_t j = lane; j < degree; j += G) total += weight(j);
+      total = cg::reduce(group, total, cg::plus<double>());
+      for (int64_t batch = 0; batch < count; batch += G) {
+        const int64_t pick = batch + lane;
+        const double target =
+            pick < count ? edge_uniform(seed, call, stream, pick) * total : DBL_MAX;
+        int64_t found = -1;
+        double running = 0.0;
+        for (int64_t base = 0; base < degree; base += G) {
+          const int64_t j = base + lane;
+          const double w = j < degree ? static_cast<double>(weight(j)) : 0.0;
+          const double ends = cg::inclusive_scan(group, w, cg::plus<double>()) + running;
+          for (int l = 0; l < G; ++l) {
+            const double end_l = group.shfl(ends, l);
+            if (found < 0 && base + l < degree && target < end_l) found = base + l;
+          }
+          running = group.shfl(ends, G - 1);
+          if (group.all(found >= 0 || pick >= count)) break;
+        }
+        // Rounding can leave a target at the very top: the last edge takes it.
+        if (pick < count) emit(pick, found >= 0 ? found : degree - 1);
+      }
+      continue;
+    }
+
+    // Without replacement: the `count` largest keys log(u) / w of the row.
+    const bool small = count <= kSharedPicks;
+    double* keys = small ? shared_keys[slot] : reinterpret_cast<double*>(pick_sets + 2 * first);
+    int64_t* offsets = small ? shared_offsets[slot] : pick_sets + 2 * first + count;
+    auto key_of = [&](int64_t j) { return log(edge_uniform(seed, call, stream, j)) / weight(j); };
+    for (int64_t j = lane; j < count; j += G) {
+      keys[j] = key_of(j);
+      offsets[j] = j;
+    }
+    group.sync();
+    // The buffer's smallest key and where it sits, known to lane 0 and shared with all.
+    double least = DBL_MAX;
+    int64_t least_at = 0;
+    auto find_least = [&] {
+      if (lane == 0) {
+        least = DBL_MAX;
+        for (int64_t q = 0; q < count; ++q) {
+          if (keys[q] < least) {
+            least = keys[q];
+            least_at = q;
+          }
+        }
+      }
+      least = group.shfl(least, 0);
+    };
+    find_least();
+    for (int64_t base = count; base < degree; base += G) {
+      const int64_t j = base + lane;
+      const double key = j < degree ? key_of(j) : -DBL_MAX;
+      unsigned offered = group.ballot(key > least);
+      while (offered != 0) {
+        const int l = __ffs(offered) - 1;
+        offered &= offered - 1;
+        const double candidate = group.shfl(key, l);
+        if (candidate > least) {
+          if (lane == 0) {
+            keys[least_at] = candidate;
+            offsets[least_at] = base + l;
+          }
+          find_least();
+        }
+      }
+    }
+    group.sync();
+    for (int64_t j = lane; j < count; j += G) emit(j, offsets[j]);
+    group.sync();  // the group's buffer is reused by its next row
+  }
+}
+
+template <typename index_t, int G>
+cudaError_t launch_weighted_rows(const Csr<index_t>& csr, const RowPlan& plan,
+                                 const HopRule& rule, const HopOutput& out, cudaStream_t stream) {
+  weighted_rows_kernel<index_t, G><<<blocks_for(plan.num_rows, kBlock / G), kBlock, 0, stream>>>(
+      csr, plan.begin, plan.degree, plan.count, plan.nodes, plan.num_rows, rule, out.offsets,
+      out.neighbors, out.edge_ids, out.cols, out.col_base, out.pick_sets);
+  QUIVER_LAUNCH_TRY();
+  return cudaSuccess;
+}
+
+}  // namespace
+
+template <typename index_t>
+cudaError_t sample_weighted_rows(const Csr<index_t>& csr, const RowPlan& plan,
+                                 const HopRule& rule, const HopOutput& out, cudaStream_t stream) {
+  if (rule.fanout >= 0 && rule.fanout <= 8)
+    return launch_weighted_rows<index_t, 8>(csr, plan, rule, out, stream);
+  if (rule.fanout >= 0 && rule.fanout <= 16)
+    return launch_weighted_rows<index_t, 16>(csr, plan, rule, out, stream);
+  return launch_weighted_rows<index_t, 32>(csr, plan, rule, out, stream);
+}
+
+template cudaError_t sample_weighted_rows<int32_t>(const Csr<int32_t>&, const RowPlan&,
+                                                   const HopRule&, const HopOutput&, cudaStream_t);
+template cudaError_t sample_weighted_rows<int64_t>(const Csr<int64_t>&, const RowPlan&,
+                                                   const HopRule&, const HopOutput&, cudaStream_t);
+
+}  // namespace quiver::cuda

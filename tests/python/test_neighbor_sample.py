@@ -1,0 +1,363 @@
+"""quiver::neighbor_sample (weighted, temporal and disjoint multi-hop sampling) against exact
+distributions, plain-Python references and the graph itself, on every placement."""
+import itertools
+import math
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import torch_quiver_ops as qv
+from reference import place, random_graph
+from stats import P_VALUE_FLOOR, star_graph
+
+TRIALS = 6000
+
+
+def place_extra(tensor, mode):
+    """A per-edge array where the sampler in `mode` reads it (like indices)."""
+    if mode == "GPU":
+        return tensor.cuda()
+    if mode == "UVA":
+        return tensor.pin_memory()
+    return tensor
+
+
+def device_of(mode):
+    return torch.device("cpu") if mode == "CPU" else torch.device("cuda")
+
+
+def star_rows(mode, degree, fanout, trials=TRIALS, replace=False, weights=None, times=None,
+              seed_time=None, strategy="uniform"):
+    """`trials` independent one-hop draws from node 0 of a star graph: a list of the CSR
+    offsets each draw picked (a repeated seed is one row per repetition)."""
+    indptr, indices = star_graph(degree)
+    dev = device_of(mode)
+    seeds = torch.zeros(trials, dtype=torch.long, device=dev)
+    kwargs = {}
+    if weights is not None:
+        kwargs["edge_weight"] = place_extra(weights.float(), mode)
+    if times is not None:
+        kwargs.update(edge_time=place_extra(times, mode), disjoint=True,
+                      seed_time=torch.full((trials,), seed_time, device=dev),
+                      temporal_strategy=strategy)
+    torch.manual_seed(7)
+    out = qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode), seeds,
+                                 [fanout], replace, **kwargs)
+    cols, eids = out[3].cpu(), out[4].cpu()
+    rows = [[] for _ in range(trials)]
+    for c, e in zip(cols.tolist(), eids.tolist()):
+        rows[c].append(e)
+    return rows
+
+
+def successive_subset_probabilities(weights, k):
+    """Exact probability of each k-subset under successive sampling: the first pick is i
+    with w_i / W, each next one likewise among those left."""
+    w = [float(x) for x in weights]
+    probs = {}
+    for order in itertools.permutations(range(len(w)), k):
+        p, left = 1.0, sum(w)
+        for i in order:
+            p *= w[i] / left
+            left -= w[i]
+        key = tuple(sorted(order))
+        probs[key] = probs.get(key, 0.0) + p
+    return probs
+
+
+def assert_fits(observed: dict, expected: dict, trials: int):
+    keys = sorted(expected)
+    f_obs = [observed.get(k, 0) for k in keys]
+    f_exp = [expected[k] * trials for k in keys]
+    assert sum(f_obs) == trials, "a draw fell outside the expected outcomes"
+    p = chisquare(f_obs, f_exp).pvalue
+    assert p > P_VALUE_FLOOR, f"p = {p:.2e}: observed {f_obs}, expected {f_exp}"
+
+
+# ---- weighted ----
+
+@pytest.mark.parametrize("degree,fanout", [(4, 1), (5, 2), (6, 3), (7, 5)])
+def test_weighted_without_replacement_is_successive_sampling(mode, degree, fanout):
+    weights = torch.tensor([1.0, 2.0, 4.0, 0.5, 3.0, 1.5, 6.0])[:degree]
+    rows = star_rows(mode, degree, fanout, weights=weights)
+    assert all(len(r) == fanout and len(set(r)) == fanout for r in rows)
+    observed = {}
+    for r in rows:
+        observed[tuple(sorted(r))] = observed.get(tuple(sorted(r)), 0) + 1
+    assert_fits(observed, successive_subset_probabilities(weights, fanout), len(rows))
+
+
+def test_weighted_inclusion_is_not_proportional(mode):
+    """The known confusion (DGL#6917): a heavy edge's inclusion saturates near 1, so
+    inclusion frequencies are not proportional to weight. Documented, and held here."""
+    weights = torch.tensor([10.0, 1.0, 1.0, 1.0])
+    rows = star_rows(mode, 4, 2, weights=weights)
+    heavy = sum(0 in r for r in rows) / len(rows)
+    light = sum(1 in r for r in rows) / len(rows)
+    exact = successive_subset_probabilities(weights, 2)
+    assert abs(heavy - sum(p for s, p in exact.items() if 0 in s)) < 0.02
+    assert heavy / light < 10 / 1 * 0.5  # far from proportional
+
+
+@pytest.mark.parametrize("degree,fanout", [(3, 4), (6, 40)])
+def test_weighted_with_replacement_draws_by_weight(mode, degree, fanout):
+    weights = torch.tensor([1.0, 2.0, 4.0, 0.5, 3.0, 1.5])[:degree]
+    rows = star_rows(mode, degree, fanout, replace=True, weights=weights, trials=800)
+    assert all(len(r) == fanout for r in rows)
+    picks = torch.tensor([e for r in rows for e in r])
+    f_obs = torch.bincount(picks, minlength=degree).double()
+    f_exp = weights.double() / weights.sum() * picks.numel()
+    p = chisquare(f_obs.numpy(), f_exp.numpy()).pvalue
+    assert p > P_VALUE_FLOOR, (f_obs.tolist(), f_exp.tolist())
+
+
+def test_weighted_large_fanout_beyond_shared_buffer(mode):
+    """More picks than the GPU keeps in shared memory: the scratch buffer path."""
+    degree, fanout = 60, 40
+    weights = torch.linspace(0.5, 5.0, degree)
+    rows = star_rows(mode, degree, fanout, weights=weights, trials=400)
+    assert all(len(r) == fanout and len(set(r)) == fanout for r in rows)
+    # successive sampling leaves out light edges more often than heavy ones
+    counts = torch.bincount(torch.tensor([e for r in rows for e in r]), minlength=degree)
+    assert counts[:10].sum() < counts[-10:].sum()
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_bad_weights_raise(mode, bad):
+    weights = torch.tensor([1.0, 2.0, bad, 1.0, 1.0])
+    with pytest.raises(ValueError, match=r"edge_weight\[2\] = .* must be finite and > 0"):
+        star_rows(mode, 5, 2, weights=weights, trials=4)
+
+
+# ---- temporal ----
+
+def test_temporal_uniform_samples_only_admitted_edges_uniformly(mode):
+    times = torch.tensor([1, 2, 3, 5, 8, 13])
+    rows = star_rows(mode, 6, 2, times=times, seed_time=5)  # admits offsets 0..3
+    observed = {}
+    for r in rows:
+        observed[tuple(sorted(r))] = observed.get(tuple(sorted(r)), 0) + 1
+    expected = {s: 1 / 6 for s in itertools.combinations(range(4), 2)}
+    assert_fits(observed, expected, len(rows))
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_temporal_last_takes_the_most_recent(mode, strict):
+    indptr, indices = star_graph(6)
+    times = torch.tensor([1, 2, 3, 5, 5, 13])
+    dev = device_of(mode)
+    out = qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode),
+                                 torch.zeros(3, dtype=torch.long, device=dev), [2],
+                                 edge_time=place_extra(times, mode),
+                                 seed_time=torch.tensor([5, 2, 0], device=dev), strict_time=strict,
+                                 temporal_strategy="last", disjoint=True)
+    cols, eids = out[3].cpu(), out[4].cpu()
+    per_seed = [sorted(eids[cols == i].tolist()) for i in range(3)]
+    if strict:
+        assert per_seed == [[1, 2], [0], []]
+    else:
+        assert per_seed == [[3, 4], [0, 1], []]
+
+
+def temporal_graph(seed, num_nodes=200, num_edges=2500):
+    graph = random_graph(num_nodes=num_nodes, num_edges=num_edges, seed=seed)
+    gen = torch.Generator().manual_seed(seed)
+    edge_time = torch.randint(0, 100, (graph.indices.numel(),), generator=gen)
+    indices, eid, times = qv.ops.sort_rows_by_time(graph.indptr, graph.indices, graph.eid,
+                                                   edge_time=edge_time)
+    return graph, indices, eid, times
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "last"])
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_temporal_rule_never_broken(mode, strategy, strict, seed):
+    """Property test on random graphs: every sampled edge is real and obeys its tree's
+    seed time; each node yields min(fanout, admitted); `last` takes exactly the most
+    recent edges."""
+    graph, indices, eid, times = temporal_graph(seed)
+    gen = torch.Generator().manual_seed(seed + 10)
+    seeds = torch.randint(0, graph.num_nodes, (40,), generator=gen)
+    seed_time = torch.randint(0, 100, (40,), generator=gen)
+    dev = device_of(mode)
+    fanouts = [4, 3]
+    out = qv.ops.neighbor_sample(place_extra(graph.indptr, mode), place_extra(indices, mode),
+                                 seeds.to(dev), fanouts, edge_ids=place_extra(eid, mode),
+                                 edge_time=place_extra(times, mode), seed_time=seed_time.to(dev),
+                                 strict_time=strict, temporal_strategy=strategy, disjoint=True)
+    node_ids, batch, rows, cols, eids, nph, eph = (t.cpu() for t in out)
+    time_of_input_edge = torch.empty_like(times)
+    time_of_input_edge[eid] = times
+    csr_pos_of = torch.empty_like(eid)
+    csr_pos_of[eid] = torch.arange(eid.numel())
+    limit = seed_time[batch[cols]]
+    t = time_of_input_edge[eids]
+    assert bool(((t < limit) if strict else (t <= limit)).all())
+    # every edge is real: the input edge eids[k] joins the two nodes
+    assert torch.equal(graph.col[eids], node_ids[cols]) or torch.equal(graph.row[eids],
+                                                                       node_ids[cols])
+    # per expanded node: min(fanout, admitted) edges; `last` takes the newest admitted ones
+    hop_edges = eph.tolist()
+    start = 0
+    for hop, fanout in enumerate(fanouts):
+        hop_cols, hop_eids = cols[start:start + hop_edges[hop]], eids[start:start + hop_edges[hop]]
+        lo, hi = int(nph[:hop].sum()), int(nph[:hop + 1].sum())
+        for local in range(lo, hi):
+            v, tree = int(node_ids[local]), int(batch[local])
+            b, e = int(graph.indptr[v]), int(graph.indptr[v + 1])
+            row_times = times[b:e]
+            limit_v = int(seed_time[tree])
+            admitted = int(((row_times < limit_v) if strict else (row_times <= limit_v)).sum())
+            mine = hop_eids[hop_cols == local]
+            assert mine.numel() == min(fanout, admitted)
+            if strategy == "last":
+                expected = eid[b + admitted - mine.numel():b + admitted]
+                assert sorted(mine.tolist()) == sorted(expected.tolist())
+        start += hop_edges[hop]
+
+
+def test_unsorted_times_are_caught(mode):
+    indptr, indices = star_graph(5)
+    times = torch.tensor([9, 1, 2, 3, 4])  # not sorted: the first edge is the newest
+    dev = device_of(mode)
+    with pytest.raises(ValueError, match="not non-decreasing within the row of node 0"):
+        qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode),
+                               torch.zeros(64, dtype=torch.long, device=dev), [3],
+                               edge_time=place_extra(times, mode),
+                               seed_time=torch.full((64,), 4, device=dev), disjoint=True)
+
+
+def test_sort_rows_by_time_node_times():
+    graph = random_graph(num_nodes=50, num_edges=300, seed=3)
+    node_time = torch.randint(0, 20, (50,))
+    indices, eid, times = qv.ops.sort_rows_by_time(graph.indptr, graph.indices,
+                                                   node_time=node_time)
+    assert torch.equal(times, node_time[indices.long()])
+    for v in range(50):
+        b, e = int(graph.indptr[v]), int(graph.indptr[v + 1])
+        assert bool((times[b + 1:e] >= times[b:e - 1]).all())
+        assert sorted(indices[b:e].tolist()) == sorted(graph.indices[b:e].tolist())
+    assert torch.equal(graph.indices[eid], indices)
+
+
+# ---- disjoint ----
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_disjoint_trees_never_share_nodes(mode, index_dtype, weighted):
+    graph = random_graph(num_nodes=120, num_edges=1500, seed=4, dtype=index_dtype)
+    seeds = torch.tensor([3, 3, 17, 40, 3, 99])  # repeated seeds grow separate trees
+    (indptr, indices, eid), dev = place(graph, mode)
+    kwargs = {}
+    if weighted:
+        kwargs["edge_weight"] = place_extra(torch.rand(graph.indices.numel()) + 0.1, mode)
+    out = qv.ops.neighbor_sample(indptr, indices, seeds.to(dev), [5, 3, 2], edge_ids=eid,
+                                 disjoint=True, **kwargs)
+    node_ids, batch, rows, cols, eids, nph, eph = (t.cpu() for t in out)
+    assert torch.equal(node_ids[:6], seeds) and torch.equal(batch[:6], torch.arange(6))
+    assert torch.equal(batch[rows], batch[cols])  # edges stay inside their tree
+    for tree in range(6):
+        members = node_ids[batch == tree]
+        assert members.unique().numel() == members.numel()
+    assert torch.equal(graph.row[eids], node_ids[cols]) or torch.equal(graph.col[eids],
+                                                                       node_ids[rows])
+    # tree of a repeated seed is sampled on its own: same structure as a one-seed call
+    assert int(eph.sum()) == rows.numel() and int(nph.sum()) == node_ids.numel()
+
+
+def test_not_disjoint_matches_sample_subgraph_layout(mode):
+    graph = random_graph(num_nodes=100, num_edges=900, seed=8)
+    (indptr, indices, eid), dev = place(graph, mode)
+    seeds = torch.tensor([1, 5, 9, 5], device=dev)
+    out = qv.ops.neighbor_sample(indptr, indices, seeds, [4, 2], edge_ids=eid)
+    assert out[1].numel() == 0
+    node_ids, rows, cols = out[0].cpu(), out[2].cpu(), out[3].cpu()
+    assert torch.equal(node_ids[:4], seeds.cpu())
+    rest = node_ids[4:]
+    assert rest.unique().numel() == rest.numel()
+    assert torch.equal(graph.row[out[4].cpu()], node_ids[cols])
+
+
+# ---- bad input ----
+
+def bad_call(mode, **overrides):
+    indptr, indices = star_graph(5)
+    dev = device_of(mode)
+    args = dict(indptr=place_extra(indptr, mode), indices=place_extra(indices, mode),
+                seeds=torch.zeros(3, dtype=torch.long, device=dev), fanouts=[2])
+    args.update(overrides)
+    return qv.ops.neighbor_sample(**args)
+
+
+@pytest.mark.parametrize("overrides,error,match", [
+    (dict(edge_weight=torch.ones(4)), ValueError, r"edge_weight must hold one value per CSR edge \(5\)"),
+    (dict(edge_weight=torch.ones(5, dtype=torch.float64)), TypeError, "edge_weight must be Float"),
+    (dict(edge_time=torch.arange(5), seed_time=torch.zeros(2, dtype=torch.long), disjoint=True),
+     ValueError, r"seed_time must hold one time per seed \(3\)"),
+    (dict(edge_time=torch.arange(5), seed_time=torch.zeros(3, dtype=torch.long)),
+     ValueError, "needs disjoint=True"),
+    (dict(edge_time=torch.arange(5)), ValueError, "got only edge_time"),
+    (dict(edge_time=torch.arange(5), seed_time=torch.zeros(3, dtype=torch.long), disjoint=True,
+          temporal_strategy="latest"), ValueError, "'uniform' or 'last', got 'latest'"),
+    (dict(edge_time=torch.arange(5), seed_time=torch.zeros(3, dtype=torch.long), disjoint=True,
+          temporal_strategy="last", replace=True), ValueError, "cannot sample with replacement"),
+    (dict(temporal_strategy="last"), ValueError, "'last' needs edge_time"),
+    (dict(fanouts=[-2]), ValueError, r"fanouts\[0\] must be -1"),
+    (dict(seeds=torch.tensor([0, 9])), IndexError, r"seeds\[1\] = 9 is out of range"),
+])
+def test_bad_input_is_named(mode, overrides, error, match):
+    dev = device_of(mode)
+    for name in ("edge_weight", "edge_time"):
+        if name in overrides:
+            overrides[name] = place_extra(overrides[name], mode)
+    for name in ("seed_time", "seeds"):
+        if name in overrides:
+            overrides[name] = overrides[name].to(dev)
+    with pytest.raises(error, match=match):
+        bad_call(mode, **overrides)
+
+
+def test_disjoint_seed_out_of_range(mode):
+    dev = device_of(mode)
+    with pytest.raises(IndexError, match=r"seeds\[1\] = 9 is out of range"):
+        bad_call(mode, seeds=torch.tensor([0, 9], device=dev), disjoint=True)
+
+
+# ---- the op's contracts ----
+
+def test_opcheck(mode):
+    if mode == "UVA":
+        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
+                    "the same kernel and fake")
+    graph, indices, eid, times = temporal_graph(5, num_nodes=60, num_edges=400)
+    dev = device_of(mode)
+    indptr, indices, eid, times = (t.to(dev) for t in (graph.indptr, indices, eid, times))
+    weights = (torch.rand(indices.numel()) + 0.5).to(dev)
+    seeds = torch.tensor([0, 7, 59, 7], device=dev)
+    seed_time = torch.tensor([50, 10, 99, 70], device=dev)
+    cases = [
+        (indptr, indices, seeds, [3, 2], False, eid, weights),
+        (indptr, indices, seeds, [3, 2], True, None, weights),
+        (indptr, indices, seeds, [3, 2], False, eid, None, times, seed_time, False, "last", True),
+        (indptr, indices, seeds, [3, -1], False, eid, weights, times, seed_time, True, "uniform",
+         True),
+        (indptr, indices, seeds[:0], [3], False, None, None, None, None, False, "uniform", True),
+    ]
+    for args in cases:
+        torch.library.opcheck(torch.ops.quiver.neighbor_sample.default, args)
+
+
+def test_scriptable_and_seeded(mode):
+    scripted = torch.jit.script(qv.ops.neighbor_sample)
+    graph = random_graph(num_nodes=80, num_edges=600, seed=9)
+    (indptr, indices, eid), dev = place(graph, mode)
+    weights = place_extra(torch.rand(graph.indices.numel()) + 0.1, mode)
+    seeds = torch.arange(10, device=dev)
+    torch.manual_seed(3)
+    first = scripted(indptr, indices, seeds, [3, 3], False, eid, weights, None, None, False,
+                     "uniform", True, None)
+    torch.manual_seed(3)
+    again = qv.ops.neighbor_sample(indptr, indices, seeds, [3, 3], edge_ids=eid,
+                                   edge_weight=weights, disjoint=True)
+    for a, b in zip(first, again):
+        assert torch.equal(a.cpu(), b.cpu())
