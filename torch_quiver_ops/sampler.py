@@ -1,4 +1,5 @@
-"""Multi-hop neighbor samplers built on ``quiver::sample_subgraph``."""
+"""Multi-hop neighbor samplers built on ``quiver::sample_subgraph`` (uniform) and
+``quiver::neighbor_sample`` (weighted, temporal, disjoint)."""
 from __future__ import annotations
 
 import itertools
@@ -44,6 +45,50 @@ def _share_or_warn(topo: CSRTopo) -> None:
                       f"processes will each get their own copy")
 
 
+def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
+    """``(topo, edge_weight, edge_time)`` by CSR position for neighbor_sample: weights and
+    times given per input edge (or node) follow each edge through ``topo.eid``; with times
+    the rows are sorted by time (``eid`` then names every edge's input position)."""
+    if weights is None and edge_time is None and node_time is None:
+        return topo, None, None, None
+    if edge_time is not None and node_time is not None:
+        raise ValueError("give edge_time or node_time, not both")
+    eid = topo.eid if topo.eid is not None else torch.arange(topo.edge_count)
+    per_csr_edge = {}
+    for name, values in (("weights", weights), ("edge_time", edge_time)):
+        if values is None:
+            continue
+        values = torch.as_tensor(values).cpu()
+        if values.dim() != 1 or values.numel() != topo.edge_count:
+            raise ValueError(f"{name} must hold one value per edge ({topo.edge_count}), got "
+                             f"shape {tuple(values.shape)}")
+        per_csr_edge[name] = values[eid]
+    edge_weight = per_csr_edge.get("weights")
+    if edge_weight is not None:
+        edge_weight = edge_weight.float().contiguous()
+        bad = ~(torch.isfinite(edge_weight) & (edge_weight > 0))
+        if bool(bad.any()):
+            at = int(bad.nonzero()[0])
+            raise ValueError(f"weights[{int(eid[at])}] = {float(edge_weight[at])}: every weight "
+                             f"must be finite and > 0 (drop an edge that must never be sampled)")
+    if node_time is not None:
+        node_time = torch.as_tensor(node_time).cpu().long()
+        if node_time.dim() != 1 or node_time.numel() != topo.node_count:
+            raise ValueError(f"node_time must hold one time per node ({topo.node_count}), got "
+                             f"shape {tuple(node_time.shape)}")
+    if edge_time is None and node_time is None:
+        return topo, edge_weight, None, None
+    times = per_csr_edge.get("edge_time")
+    order_ids = torch.arange(topo.edge_count)
+    indices, order, csr_time = ops.sort_rows_by_time(
+        topo.indptr, topo.indices, order_ids,
+        edge_time=None if times is None else times.long(), node_time=node_time)
+    topo = CSRTopo(indptr=topo.indptr, indices=indices.contiguous(), eid=eid[order].contiguous())
+    if edge_weight is not None:
+        edge_weight = edge_weight[order].contiguous()
+    return topo, edge_weight, csr_time.contiguous(), node_time
+
+
 class GraphSageSampler:
     """GraphSAGE-style multi-hop sampler, a drop-in for torch-quiver's.
 
@@ -66,6 +111,17 @@ class GraphSageSampler:
             GPU and read there; the rest stay in pinned host memory. Same samples either way.
         hot_order: node ids hottest first for the topology cache (e.g.
             :func:`torch_quiver_ops.hotness.presample_topology_order`); default: by degree.
+        weights: one weight per edge, in the order of ``csr_topo``'s input edges (its
+            ``eid``): weighted sampling, successive sampling without replacement (see
+            :func:`torch_quiver_ops.ops.neighbor_sample` for the exact distribution).
+            Every weight must be finite and > 0 (checked here, once).
+        edge_time, node_time: one time per input edge, or per node (a neighbor's time):
+            temporal sampling. Each sample call then takes ``seed_time`` (default with
+            ``node_time``: the seeds' own times), and a tree takes only edges at or before
+            its seed's time (strictly before with ``strict_time``). The rows are sorted by
+            time once, here. ``temporal_strategy``: ``"uniform"`` or ``"last"``.
+        disjoint: each seed grows its own tree (implied by temporal sampling);
+            :meth:`neighbor_sample` returns each node's seed index.
 
     A sampler can be handed to ``torch.multiprocessing.spawn`` workers: the topology
     travels as shared memory, and each worker samples on the GPU that is current at its
@@ -78,12 +134,24 @@ class GraphSageSampler:
                  device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
                  replace: bool = False, return_eid: bool = False,
                  topology_cache: Union[None, int, str] = None,
-                 hot_order: Optional[Tensor] = None):
+                 hot_order: Optional[Tensor] = None, *, weights: Optional[Tensor] = None,
+                 edge_time: Optional[Tensor] = None, node_time: Optional[Tensor] = None,
+                 temporal_strategy: str = "uniform", strict_time: bool = False,
+                 disjoint: bool = False):
         sizes = [int(s) for s in sizes]
         if not sizes or any(s < -1 for s in sizes):
             raise ValueError(f"sizes must be a non-empty list of fanouts >= -1, got {sizes}")
         self.sizes: List[int] = sizes
         self.replace = replace
+        csr_topo, self._edge_weight, self._edge_time, self.node_time = _with_rules(
+            csr_topo, weights, edge_time, node_time)
+        self.temporal = self._edge_time is not None
+        self.temporal_strategy = temporal_strategy
+        self.strict_time = bool(strict_time)
+        self.disjoint = bool(disjoint) or self.temporal
+        if temporal_strategy not in ("uniform", "last"):
+            raise ValueError(f"temporal_strategy must be 'uniform' or 'last', got "
+                             f"{temporal_strategy!r}")
         self.return_eid = return_eid and csr_topo.eid is not None
         self.csr_topo = csr_topo
         self.device = resolve_device(device)
@@ -130,6 +198,8 @@ class GraphSageSampler:
             self._indptr = topo.indptr.to(self.device)
             self._indices = topo.indices.to(self.device)
             self._eid = eid.to(self.device) if eid is not None else None
+            self._weight, self._time = (None if t is None else t.to(self.device)
+                                        for t in (self._edge_weight, self._edge_time))
         elif self.mode == "UVA":
             # The offsets (8 bytes a node) go to the GPU; the neighbor lists (and edge ids)
             # stay in pinned host memory, shared first so that workers map these very pages.
@@ -138,6 +208,8 @@ class GraphSageSampler:
                 _share_or_warn(topo)
             self._indices = self._pin(topo.indices)
             self._eid = self._pin(eid)
+            self._weight = self._pin(self._edge_weight)
+            self._time = self._pin(self._edge_time)
             if self.topology_cache_bytes:
                 order = self.hot_order
                 if order is None:  # sorted on the GPU: seconds at papers100M scale
@@ -146,6 +218,7 @@ class GraphSageSampler:
                     self._indptr, self._indices, order, self.topology_cache_bytes, self.device)
         else:
             self._indptr, self._indices, self._eid = topo.indptr, topo.indices, eid
+            self._weight, self._time = self._edge_weight, self._edge_time
 
     def _pin(self, t: Optional[Tensor]) -> Optional[Tensor]:
         """``t`` pinned in place (or a pinned copy of a small one); the pin lives with us."""
@@ -162,7 +235,8 @@ class GraphSageSampler:
         state = self.__dict__.copy()
         state.pop("_pins", None)
         if self.mode != "GPU":
-            for key in ("_indptr", "_indices", "_eid", "_cached_indices", "_cached_starts"):
+            for key in ("_indptr", "_indices", "_eid", "_cached_indices", "_cached_starts",
+                        "_weight", "_time"):
                 state.pop(key, None)
         return state
 
@@ -206,16 +280,53 @@ class GraphSageSampler:
         """The seeds on the sampling device; the op checks their shape, dtype and range."""
         return torch.as_tensor(input_nodes).to(self.device, non_blocking=True).contiguous()
 
-    def sample_subgraph(self, input_nodes, generator: Optional[torch.Generator] = None
+    @property
+    def has_rules(self) -> bool:
+        """Whether sampling is weighted, temporal or disjoint (:meth:`neighbor_sample`)."""
+        return self._edge_weight is not None or self.temporal or self.disjoint
+
+    def sample_subgraph(self, input_nodes, generator: Optional[torch.Generator] = None,
+                        seed_time: Optional[Tensor] = None
                         ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """The raw PyG-layout output of :func:`torch_quiver_ops.ops.sample_subgraph`."""
+        """The raw PyG-layout output of :func:`torch_quiver_ops.ops.sample_subgraph` (of
+        :meth:`neighbor_sample`, less its ``batch``, when sampling has rules)."""
+        if self.has_rules:
+            out = self.neighbor_sample(input_nodes, seed_time, generator)
+            return (out[0], *out[2:])
         self._ensure_placed()
         return ops.sample_subgraph(self._indptr, self._indices, self._seeds(input_nodes),
                                    self.sizes, self.replace, self._eid, generator,
                                    self._cached_indices, self._cached_starts)
 
-    def sample(self, input_nodes, generator: Optional[torch.Generator] = None
-               ) -> Tuple[Tensor, int, List[Adj]]:
+    def neighbor_sample(self, input_nodes, seed_time: Optional[Tensor] = None,
+                        generator: Optional[torch.Generator] = None
+                        ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """The raw output of :func:`torch_quiver_ops.ops.neighbor_sample` with this
+        sampler's weights, times and trees: ``(node_ids, batch, rows, cols, edge_ids,
+        nodes_per_hop, edges_per_hop)``. ``seed_time``: one per seed (temporal sampling;
+        default with node times: the seeds' own)."""
+        self._ensure_placed()
+        seeds = self._seeds(input_nodes)
+        if self.temporal:
+            if seed_time is None:
+                if self.node_time is None:
+                    raise ValueError("temporal sampling by edge time needs seed_time: one time "
+                                     "per seed")
+                seed_time = self.node_time[torch.as_tensor(input_nodes).cpu().long()]
+            seed_time = torch.as_tensor(seed_time).to(self.device, torch.long,
+                                                      non_blocking=True)
+        elif seed_time is not None:
+            raise ValueError("seed_time is for temporal sampling: build the sampler with "
+                             "edge_time or node_time")
+        if self.topology_cache_bytes:
+            raise ValueError("a topology cache serves uniform sampling only")
+        return ops.neighbor_sample(self._indptr, self._indices, seeds, self.sizes, self.replace,
+                                   self._eid, self._weight, self._time,
+                                   seed_time if self.temporal else None, self.strict_time,
+                                   self.temporal_strategy, self.disjoint, generator)
+
+    def sample(self, input_nodes, generator: Optional[torch.Generator] = None,
+               seed_time: Optional[Tensor] = None) -> Tuple[Tensor, int, List[Adj]]:
         """Samples the computation graph of ``input_nodes`` (random numbers from
         ``generator``, a ``torch.Generator`` on the sampling device, else its default one).
 
@@ -226,7 +337,7 @@ class GraphSageSampler:
             layers, keeping ``x[:size[1]]`` after each.
         """
         node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = self.sample_subgraph(
-            input_nodes, generator)
+            input_nodes, generator, seed_time)
         counts = torch.cat([nodes_per_hop, edges_per_hop]).tolist()  # one wait for both
         cum_nodes = list(itertools.accumulate(counts[:nodes_per_hop.numel()]))
         cum_edges = list(itertools.accumulate(counts[nodes_per_hop.numel():]))

@@ -307,6 +307,7 @@ def bad_call(mode, **overrides):
 ])
 def test_bad_input_is_named(mode, overrides, error, match):
     dev = device_of(mode)
+    overrides = dict(overrides)  # the parameters are shared by every mode
     for name in ("edge_weight", "edge_time"):
         if name in overrides:
             overrides[name] = place_extra(overrides[name], mode)
@@ -361,3 +362,33 @@ def test_scriptable_and_seeded(mode):
                                    edge_weight=weights, disjoint=True)
     for a, b in zip(first, again):
         assert torch.equal(a.cpu(), b.cpu())
+
+
+class TemporalSampler(torch.nn.Module):
+    """A module that samples temporal trees and sums its nodes' features: what an exported
+    serving model would hold."""
+
+    def __init__(self, indptr, indices, times, x):
+        super().__init__()
+        self.register_buffer("indptr", indptr)
+        self.register_buffer("indices", indices)
+        self.register_buffer("times", times)
+        self.register_buffer("x", x)
+
+    def forward(self, seeds, seed_time):
+        node_ids, batch, rows, cols, eids, _, _ = torch.ops.quiver.neighbor_sample(
+            self.indptr, self.indices, seeds, [-1], False, None, None, self.times, seed_time,
+            False, "last", True)
+        return torch.zeros(seeds.numel(), self.x.size(1)).index_add_(0, batch, self.x[node_ids])
+
+
+def test_torch_export_traces_neighbor_sample():
+    graph, indices, eid, times = temporal_graph(6, num_nodes=40, num_edges=300)
+    model = TemporalSampler(graph.indptr, indices, times, torch.randn(40, 3))
+    seeds, seed_time = torch.tensor([0, 39, 5]), torch.tensor([10, 90, 50])
+    count = torch.export.Dim("count", min=1, max=1 << 20)
+    program = torch.export.export(model, (seeds, seed_time), strict=False,
+                                  dynamic_shapes=({0: count}, {0: count}))
+    assert any("neighbor_sample" in str(node.target) for node in program.graph.nodes)
+    other = (torch.tensor([3, 4, 7, 8]), torch.tensor([99, 0, 30, 60]))
+    assert torch.allclose(program.module()(*other), model(*other))

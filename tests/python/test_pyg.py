@@ -300,10 +300,10 @@ def test_cpu_workers_sample_valid_and_different_batches():
 
 def test_unsupported_arguments_raise_clearly():
     data = directed_data()
-    with pytest.raises(NotImplementedError, match="input_time, time_attr"):
+    with pytest.raises(ValueError, match="time_attr 't' is not an attribute of data"):
         qpyg.NeighborLoader(data, [2], input_time=torch.zeros(200), time_attr="t", device="cpu")
-    with pytest.raises(NotImplementedError, match="disjoint"):
-        qpyg.NeighborLoader(data, [2], disjoint=True, device="cpu")
+    with pytest.raises(NotImplementedError, match="directed=False"):
+        qpyg.NeighborLoader(data, [2], directed=False, device="cpu")
     with pytest.raises(NotImplementedError, match="heterogeneous"):
         qpyg.NeighborLoader(HeteroData(), [2], device="cpu")
     with pytest.raises(NotImplementedError, match="heterogeneous"):
@@ -483,6 +483,8 @@ def test_link_loader_refuses_bad_input():
     with pytest.raises(ValueError, match="edge_label has 3 labels for 2 seed edges"):
         qpyg.LinkNeighborLoader(data, [2], edge_label_index=torch.tensor([[0, 1], [2, 3]]),
                                 edge_label=torch.ones(3), device="cpu")
-    with pytest.raises(NotImplementedError, match="edge_label_time"):
+    with pytest.raises(ValueError, match="time_attr 'time' is not an attribute of data"):
         qpyg.LinkNeighborLoader(data, [2], edge_label_time=torch.zeros(2500),
                                 time_attr="time", device="cpu")
+    with pytest.raises(ValueError, match="edge_label_time needs temporal sampling"):
+        qpyg.LinkNeighborLoader(data, [2], edge_label_time=torch.zeros(2500), device="cpu")

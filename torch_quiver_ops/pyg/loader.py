@@ -22,6 +22,32 @@ def _refuse(loader: str, **given) -> None:
                                   f"{', '.join(named)} yet")
 
 
+def _sampling_rules(data, rules: dict) -> dict:
+    """NeighborSampler's weights / times from PyG's ``weight_attr`` and ``time_attr`` (a node
+    or an edge attribute of ``data``), and its temporal and disjoint options."""
+    weight_attr, time_attr = rules.get("weight_attr"), rules.get("time_attr")
+    out = {"disjoint": bool(rules.get("disjoint")),
+           "temporal_strategy": rules.get("temporal_strategy", "uniform")}
+    if (weight_attr or time_attr) and not isinstance(data, Data):
+        raise ValueError("weight_attr / time_attr name attributes of a Data: over a "
+                         "(FeatureStore, GraphStore) pair pass a NeighborSampler built with "
+                         "weights / edge_time / node_time")
+    if weight_attr is not None:
+        if weight_attr not in data or not data.is_edge_attr(weight_attr):
+            raise ValueError(f"weight_attr {weight_attr!r} is not an edge attribute of data")
+        out["weights"] = data[weight_attr]
+    if time_attr is not None:
+        if time_attr not in data:
+            raise ValueError(f"time_attr {time_attr!r} is not an attribute of data")
+        if data.is_node_attr(time_attr):
+            out["node_time"] = data[time_attr]
+        elif data.is_edge_attr(time_attr):
+            out["edge_time"] = data[time_attr]
+        else:
+            raise ValueError(f"time_attr {time_attr!r} is neither a node nor an edge attribute")
+    return out
+
+
 class _OnOurStores:
     """What both loaders add to PyG's: our stores and sampler in place of PyG's, every
     attribute carried into batches (node, edge and graph-level), the random draws made in
@@ -30,7 +56,7 @@ class _OnOurStores:
 
     def _set_up(self, data, num_neighbors, neighbor_sampler, *, device, mode, cache_size,
                 cache_policy, host_reads, replace, return_eid, subgraph_type,
-                sampling_generator, kwargs) -> tuple:
+                sampling_generator, kwargs, rules=None) -> tuple:
         """Returns ``(stores, graph_store, neighbor_sampler)`` and adjusts ``kwargs``."""
         if isinstance(data, HeteroData):
             raise NotImplementedError(_HETERO)
@@ -67,7 +93,12 @@ class _OnOurStores:
                 raise TypeError(f"the graph store must be a torch_quiver_ops.pyg.GraphStore, "
                                 f"got {type(graph_store).__name__}")
             neighbor_sampler = NeighborSampler(graph_store, num_neighbors, device, mode, replace,
-                                               return_eid, subgraph_type, sampling_generator)
+                                               return_eid, subgraph_type, sampling_generator,
+                                               **_sampling_rules(data, rules or {}))
+        elif rules and any(v not in (None, False, "uniform") for v in rules.values()):
+            raise ValueError(f"{type(self).__name__} got both a neighbor_sampler and sampling "
+                             f"options ({', '.join(k for k, v in rules.items() if v)}): build "
+                             f"the NeighborSampler with them")
         if neighbor_sampler.device.type == "cuda" and kwargs.get("num_workers", 0) > 0:
             warnings.warn(f"torch_quiver_ops.pyg.{type(self).__name__} samples on the GPU in "
                           f"the main process; num_workers={kwargs['num_workers']} is set to 0",
@@ -170,8 +201,12 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
     live on the sampling device: ``batch.to(device)`` costs nothing. With a GPU
     sampler the loader runs in the main process (``num_workers`` is set to 0: CUDA does
     not work in forked workers, and one GPU samples faster than many CPU workers).
-    Temporal, weighted, disjoint and heterogeneous sampling are not supported yet and raise
-    ``NotImplementedError``.
+    ``weight_attr`` (an edge attribute: weighted sampling, successive sampling without
+    replacement), ``time_attr`` (a node or edge attribute: temporal sampling, each seed's
+    tree taking only edges at or before ``input_time``, by default the seeds' own node
+    times), ``temporal_strategy`` (``"uniform"`` or ``"last"``) and ``disjoint`` are PyG's;
+    batches then carry ``batch`` (each node's seed index) as PyG's do. Heterogeneous
+    graphs raise ``NotImplementedError``.
     """
 
     def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
@@ -187,19 +222,23 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
                  host_reads: str = "auto", return_eid: bool = False,
                  sampling_generator: Optional[torch.Generator] = None,
                  **kwargs):
-        _refuse("NeighborLoader", input_time=input_time is not None,
-                time_attr=time_attr is not None, weight_attr=weight_attr is not None,
-                disjoint=disjoint, **{"directed=False": not directed})
+        _refuse("NeighborLoader", **{"directed=False": not directed})
         stores, graph_store, neighbor_sampler = self._set_up(
             data, num_neighbors, neighbor_sampler, device=device, mode=mode,
             cache_size=cache_size, cache_policy=cache_policy, host_reads=host_reads,
             replace=replace, return_eid=return_eid, subgraph_type=subgraph_type,
-            sampling_generator=sampling_generator, kwargs=kwargs)
+            sampling_generator=sampling_generator, kwargs=kwargs,
+            rules=dict(weight_attr=weight_attr, time_attr=time_attr, disjoint=disjoint,
+                       temporal_strategy=temporal_strategy))
+        if input_time is not None and not neighbor_sampler.sampler.temporal:
+            raise ValueError("input_time needs temporal sampling: give time_attr too")
         if input_nodes is None:
             input_nodes = torch.arange(graph_store.num_nodes)
         elif isinstance(input_nodes, Tensor) and input_nodes.device.type != "cpu":
             input_nodes = input_nodes.cpu()  # indexed per batch on the host, as PyG does
         super().__init__(stores, num_neighbors=num_neighbors, input_nodes=input_nodes,
+                         input_time=None if input_time is None else torch.as_tensor(input_time),
+                         time_attr=time_attr,
                          transform=transform, transform_sampler_output=transform_sampler_output,
                          filter_per_worker=False, neighbor_sampler=neighbor_sampler, **kwargs)
         self._decide_how_batches_are_drawn()
@@ -221,8 +260,9 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
     seed edges' labels and 0 for negatives), or ``src_index``, ``dst_pos_index`` and
     ``dst_neg_index`` for triplets, beside every node, edge and graph-level attribute. The
     negatives are random node pairs drawn uniformly by PyG's code on the host: a negative
-    can be a true edge, about as often as the graph's density. Temporal, weighted,
-    disjoint and heterogeneous link sampling raise ``NotImplementedError``.
+    can be a true edge, about as often as the graph's density. ``weight_attr``,
+    ``time_attr`` with ``edge_label_time``, ``temporal_strategy`` and ``disjoint`` are as
+    for :class:`NeighborLoader`. Heterogeneous link sampling raises ``NotImplementedError``.
     """
 
     def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
@@ -240,14 +280,16 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                  host_reads: str = "auto", return_eid: bool = False,
                  sampling_generator: Optional[torch.Generator] = None,
                  **kwargs):
-        _refuse("LinkNeighborLoader", edge_label_time=edge_label_time is not None,
-                time_attr=time_attr is not None, weight_attr=weight_attr is not None,
-                disjoint=disjoint, **{"directed=False": not directed})
+        _refuse("LinkNeighborLoader", **{"directed=False": not directed})
         stores, graph_store, neighbor_sampler = self._set_up(
             data, num_neighbors, neighbor_sampler, device=device, mode=mode,
             cache_size=cache_size, cache_policy=cache_policy, host_reads=host_reads,
             replace=replace, return_eid=return_eid, subgraph_type=subgraph_type,
-            sampling_generator=sampling_generator, kwargs=kwargs)
+            sampling_generator=sampling_generator, kwargs=kwargs,
+            rules=dict(weight_attr=weight_attr, time_attr=time_attr, disjoint=disjoint,
+                       temporal_strategy=temporal_strategy))
+        if edge_label_time is not None and not neighbor_sampler.sampler.temporal:
+            raise ValueError("edge_label_time needs temporal sampling: give time_attr too")
         if edge_label_index is None:
             if not isinstance(data, Data):
                 raise ValueError("LinkNeighborLoader over a (FeatureStore, GraphStore) pair "
@@ -273,6 +315,9 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
         super().__init__(stores, num_neighbors=num_neighbors,
                          edge_label_index=(None, edge_label_index.cpu()),
                          edge_label=None if edge_label is None else torch.as_tensor(edge_label).cpu(),
+                         edge_label_time=(None if edge_label_time is None
+                                          else torch.as_tensor(edge_label_time).cpu()),
+                         time_attr=time_attr,
                          neg_sampling=neg_sampling, neg_sampling_ratio=neg_sampling_ratio,
                          transform=transform, transform_sampler_output=transform_sampler_output,
                          filter_per_worker=False, neighbor_sampler=neighbor_sampler, **kwargs)

@@ -42,12 +42,19 @@ class NeighborSampler(BaseSampler):
         generator: a ``torch.Generator`` on the sampling device for the random draws.
             Default: one of the sampler's own, which :meth:`reseed` seeds from PyTorch's
             default generator (the loader calls it at the start of every epoch).
+        weights, edge_time, node_time, temporal_strategy, strict_time, disjoint: weighted,
+            temporal and disjoint sampling, as for :class:`GraphSageSampler` (per-edge
+            values in the order the graph store's edges were put). Temporal sampling grows
+            disjoint trees, as PyG's.
     """
 
     def __init__(self, graph: Union[GraphStore, CSRTopo], num_neighbors,
                  device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
                  replace: bool = False, return_eid: bool = False,
-                 subgraph_type: str = "directional", generator: Optional[torch.Generator] = None):
+                 subgraph_type: str = "directional", generator: Optional[torch.Generator] = None,
+                 *, weights: Optional[Tensor] = None, edge_time: Optional[Tensor] = None,
+                 node_time: Optional[Tensor] = None, temporal_strategy: str = "uniform",
+                 strict_time: bool = False, disjoint: bool = False):
         subgraph_type = getattr(subgraph_type, "value", subgraph_type)
         if subgraph_type not in ("directional", "bidirectional"):
             raise NotImplementedError(f"subgraph_type {subgraph_type!r} is not supported: use "
@@ -64,7 +71,9 @@ class NeighborSampler(BaseSampler):
                            eid=torch.arange(topo.edge_count))
         self.subgraph_type = subgraph_type
         self.sampler = GraphSageSampler(topo, _fanouts(num_neighbors), device, mode, replace,
-                                        return_eid)
+                                        return_eid, weights=weights, edge_time=edge_time,
+                                        node_time=node_time, temporal_strategy=temporal_strategy,
+                                        strict_time=strict_time, disjoint=disjoint)
         self._own_generator = generator is None
         self.generator = generator if generator is not None else torch.Generator(self.device)
         self.reseed()
@@ -83,13 +92,17 @@ class NeighborSampler(BaseSampler):
     def num_neighbors(self) -> List[int]:
         return self.sampler.sizes
 
+    @property
+    def disjoint(self) -> bool:
+        return self.sampler.disjoint
+
     def sample_from_nodes(self, inputs: NodeSamplerInput, **kwargs) -> SamplerOutput:
-        if inputs.time is not None:
-            raise NotImplementedError("temporal sampling (input_time / time_attr) is not "
-                                      "supported by torch_quiver_ops.pyg")
+        if inputs.time is not None and not self.sampler.temporal:
+            raise ValueError("input_time needs temporal sampling: give the loader time_attr "
+                             "(or the sampler edge_time / node_time)")
         if inputs.input_type is not None:
             raise NotImplementedError(f"{_HETERO}; got input nodes of type {inputs.input_type!r}")
-        out = self._sample(inputs.node)
+        out = self._sample(inputs.node, inputs.time)
         out.metadata = (inputs.input_id, inputs.time)
         return out
 
@@ -101,9 +114,11 @@ class NeighborSampler(BaseSampler):
         negative can be a true edge, about as often as the graph's density), with PyG's
         label layout in the metadata (``edge_label_index`` / ``edge_label``, or
         ``src_index`` / ``dst_pos_index`` / ``dst_neg_index``) on the sampling device."""
-        if inputs.time is not None:
-            raise NotImplementedError("temporal link sampling (edge_label_time / time_attr) is "
-                                      "not supported by torch_quiver_ops.pyg yet")
+        if inputs.time is not None and not self.sampler.temporal:
+            raise ValueError("edge_label_time needs temporal sampling: give the loader "
+                             "time_attr (or the sampler edge_time / node_time)")
+        if self.sampler.temporal and inputs.time is None and self.sampler.node_time is None:
+            raise ValueError("temporal link sampling by edge time needs edge_label_time")
         if inputs.input_type is not None:
             raise NotImplementedError(f"{_HETERO}; got seed edges of type {inputs.input_type!r}")
         num_nodes = self.sampler.csr_topo.node_count
@@ -111,24 +126,30 @@ class NeighborSampler(BaseSampler):
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
                 bad = ids[(ids < 0) | (ids >= num_nodes)][0]
                 raise IndexError(f"{name} holds node {int(bad)}, out of range [0, {num_nodes})")
-        out = edge_sample(inputs, lambda seed, seed_time: self._sample(seed), num_nodes,
-                          disjoint=False, node_time=None, neg_sampling=neg_sampling)
+        out = edge_sample(inputs, self._sample, num_nodes, disjoint=self.disjoint,
+                          node_time=self.sampler.node_time, neg_sampling=neg_sampling)
         if self.device.type == "cuda":  # the labels live beside the batch (input_id: host)
             out.metadata = (out.metadata[0], *(
                 m.to(self.device, non_blocking=True) if isinstance(m, Tensor) else m
                 for m in out.metadata[1:]))
         return out
 
-    def _sample(self, seeds: Tensor) -> SamplerOutput:
+    def _sample(self, seeds: Tensor, seed_time: Optional[Tensor] = None) -> SamplerOutput:
         """The subgraph around ``seeds`` (they come first in ``node``, in their order)."""
         generator = self.generator
         if self._own_generator and torch.utils.data.get_worker_info() is not None:
             # A DataLoader worker (CPU mode) inherited the parent's generator state; its
             # default generator is the one PyTorch seeds per worker.
             generator = None
-        node, row, col, edge, nodes_per_hop, edges_per_hop = self.sampler.sample_subgraph(
-            seeds, generator)
-        out = SamplerOutput(node=node, row=row, col=col,
+        batch = None
+        if self.sampler.has_rules:
+            node, batch, row, col, edge, nodes_per_hop, edges_per_hop = \
+                self.sampler.neighbor_sample(seeds, seed_time, generator)
+            batch = batch if self.disjoint else None
+        else:
+            node, row, col, edge, nodes_per_hop, edges_per_hop = self.sampler.sample_subgraph(
+                seeds, generator)
+        out = SamplerOutput(node=node, row=row, col=col, batch=batch,
                             edge=edge if self.sampler.return_eid else None,
                             num_sampled_nodes=nodes_per_hop.tolist(),
                             num_sampled_edges=edges_per_hop.tolist())

@@ -1,0 +1,136 @@
+"""Weighted, temporal and disjoint sampling through the PyG loaders and GraphSageSampler:
+the options reach the op, batches carry PyG's fields, and edge attributes stay exact."""
+import pytest
+import torch
+from torch_geometric.data import Data
+
+import torch_quiver_ops as qv
+from conftest import MODES
+from torch_quiver_ops.pyg import LinkNeighborLoader, NeighborLoader
+
+N, E = 300, 3000
+
+
+def temporal_data(seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.randint(0, N, (2, E), generator=gen)
+    return Data(x=torch.randn(N, 8, generator=gen), edge_index=edge_index,
+                edge_weight=torch.rand(E, generator=gen) + 0.05,
+                edge_time=torch.randint(0, 100, (E,), generator=gen),
+                node_time=torch.randint(0, 100, (N,), generator=gen),
+                edge_attr=torch.randn(E, 4, generator=gen), num_nodes=N)
+
+
+def where(mode):
+    return dict(device="cpu" if mode == "CPU" else "cuda", mode=mode)
+
+
+def check_edges_real(data, batch):
+    """Every sampled edge is the input edge e_id names, and edge_attr is its row."""
+    e_id = batch.e_id.cpu()
+    src, dst = batch.n_id.cpu()[batch.edge_index.cpu()]
+    assert torch.equal(data.edge_index[0, e_id], src) and torch.equal(data.edge_index[1, e_id], dst)
+    assert torch.equal(batch.edge_attr.cpu(), data.edge_attr[e_id])
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "last"])
+def test_temporal_node_loader_obeys_seed_times(mode, strategy):
+    data = temporal_data()
+    input_time = torch.randint(20, 100, (N,))
+    loader = NeighborLoader(data, [6, 4], batch_size=32, time_attr="edge_time",
+                            input_time=input_time, temporal_strategy=strategy, shuffle=True,
+                            **where(mode))
+    seen = 0
+    for batch in loader:
+        check_edges_real(data, batch)
+        tree = batch.batch.cpu()
+        assert torch.equal(tree[:batch.batch_size], torch.arange(batch.batch_size))
+        seed_time = batch.seed_time.cpu()
+        cols = batch.edge_index[1].cpu()
+        assert bool((data.edge_time[batch.e_id.cpu()] <= seed_time[tree[cols]]).all())
+        seen += batch.batch_size
+    assert seen == N
+
+
+def test_node_time_defaults_to_the_seeds_times(mode):
+    data = temporal_data(1)
+    loader = NeighborLoader(data, [5, 5], batch_size=50, time_attr="node_time", **where(mode))
+    for batch in loader:
+        n_id, tree = batch.n_id.cpu(), batch.batch.cpu()
+        seed_time = data.node_time[n_id[:batch.batch_size]]
+        rows, cols = batch.edge_index.cpu()
+        # a neighbor's time is at or before its tree's seed time
+        assert bool((data.node_time[n_id[rows]] <= seed_time[tree[cols]]).all())
+
+
+def test_weighted_loader_prefers_heavy_edges(mode):
+    # node 0 has 20 in-neighbors; one edge weighs 1000x the others
+    edge_index = torch.stack([torch.arange(1, 21), torch.zeros(20, dtype=torch.long)])
+    weight = torch.full((20,), 0.01)
+    weight[7] = 10.0
+    data = Data(x=torch.randn(21, 2), edge_index=edge_index, edge_weight=weight, num_nodes=21)
+    loader = NeighborLoader(data, [1], input_nodes=torch.zeros(400, dtype=torch.long),
+                            batch_size=400, weight_attr="edge_weight", disjoint=True,
+                            **where(mode))
+    batch = next(iter(loader))
+    picked = data.edge_index[0, batch.e_id.cpu()]
+    assert (picked == 8).float().mean() > 0.9  # p = 10 / 10.19 each
+
+
+def test_disjoint_loader_keeps_trees_apart(mode):
+    data = temporal_data(2)
+    loader = NeighborLoader(data, [4, 3], batch_size=20, disjoint=True, **where(mode))
+    batch = next(iter(loader))
+    check_edges_real(data, batch)
+    tree = batch.batch.cpu()
+    rows, cols = batch.edge_index.cpu()
+    assert torch.equal(tree[rows], tree[cols])
+
+
+def test_temporal_link_loader(mode):
+    data = temporal_data(3)
+    label_time = data.edge_time.clone()
+    loader = LinkNeighborLoader(data, [5, 3], batch_size=64, time_attr="edge_time",
+                                edge_label_time=label_time, neg_sampling="binary",
+                                **where(mode))
+    for i, batch in enumerate(loader):
+        check_edges_real(data, batch)
+        assert batch.edge_label_index.size(1) == 2 * batch.input_id.numel()
+        # PyG's layout: batch[k] is the seed edge whose tree holds node k
+        limit = label_time[batch.input_id.cpu()][batch.batch.cpu()]
+        cols = batch.edge_index[1].cpu()
+        assert bool((data.edge_time[batch.e_id.cpu()] <= limit[cols]).all())
+        if i == 3:
+            break
+
+
+def test_graph_sage_sampler_with_weights_and_times(mode):
+    data = temporal_data(4)
+    topo = qv.CSRTopo(data.edge_index, num_nodes=N)
+    sampler = qv.GraphSageSampler(topo, [5, 5], return_eid=True, weights=data.edge_weight,
+                                  edge_time=data.edge_time, **where(mode))
+    seeds = torch.arange(30)
+    seed_time = torch.full((30,), 40)
+    n_id, batch_size, adjs = sampler.sample(seeds, seed_time=seed_time)
+    assert batch_size == 30
+    for adj in adjs:
+        assert bool((data.edge_time[adj.e_id.cpu()] <= 40).all())
+    with pytest.raises(ValueError, match="needs seed_time"):
+        sampler.sample(seeds)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(weight_attr="node_time"), "weight_attr 'node_time' is not an edge attribute"),
+    (dict(time_attr="nope"), "time_attr 'nope' is not an attribute"),
+    (dict(input_time=torch.zeros(N, dtype=torch.long)), "input_time"),
+])
+def test_loader_options_are_checked(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        NeighborLoader(temporal_data(), [3], batch_size=8, device="cpu", **kwargs)
+
+
+def test_bad_weights_refused_at_construction():
+    data = temporal_data()
+    data.edge_weight[17] = 0.0
+    with pytest.raises(ValueError, match=r"weights\[17\] = 0.0: every weight must be finite"):
+        NeighborLoader(data, [3], batch_size=8, weight_attr="edge_weight", device="cpu")
