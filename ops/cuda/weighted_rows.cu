@@ -23,6 +23,7 @@ namespace quiver::cuda {
 namespace {
 
 constexpr int kBlock = 128;
+constexpr int kUnroll = 4;
 
 // A uniform double in (0, 1) for edge `offset` of the row with Philox stream `stream`.
 __device__ inline double edge_uniform(uint64_t seed, uint64_t call, uint64_t stream,
@@ -153,20 +154,30 @@ __global__ void __launch_bounds__(kBlock)
         least_lane = __ffs(group.ballot(held == least)) - 1;
       };
       find_least();
-      for (int64_t base = count; base < degree; base += G) {
-        const int64_t j = base + lane;
-        const float key = j < degree ? fast_key(j_key(j)) : -FLT_MAX;
-        unsigned offered = group.ballot(key > least);
-        while (offered != 0) {
-          const int l = __ffs(offered) - 1;
-          offered &= offered - 1;
-          const float candidate = group.shfl(key, l);
-          if (candidate > least) {
-            if (lane == least_lane) {
-              held = candidate;
-              held_at = base + l;
+      // kUnroll chunks of G keys at once: independent Philox chains keep a long row's
+      // lanes busy (a row's time is its degree / G steps, and the hop waits for its
+      // longest row); then each chunk is offered to the buffer in order.
+      for (int64_t base = count; base < degree; base += kUnroll * G) {
+        float keys[kUnroll];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t j = base + u * G + lane;
+          keys[u] = j < degree ? fast_key(j_key(j)) : -FLT_MAX;
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          unsigned offered = group.ballot(keys[u] > least);
+          while (offered != 0) {
+            const int l = __ffs(offered) - 1;
+            offered &= offered - 1;
+            const float candidate = group.shfl(keys[u], l);
+            if (candidate > least) {
+              if (lane == least_lane) {
+                held = candidate;
+                held_at = base + u * G + l;
+              }
+              find_least();
             }
-            find_least();
           }
         }
       }
@@ -237,10 +248,8 @@ cudaError_t launch_weighted_rows(const Csr<index_t>& csr, const RowPlan& plan,
 template <typename index_t>
 cudaError_t sample_weighted_rows(const Csr<index_t>& csr, const RowPlan& plan,
                                  const HopRule& rule, const HopOutput& out, cudaStream_t stream) {
-  if (rule.fanout >= 0 && rule.fanout <= 8)
-    return launch_weighted_rows<index_t, 8>(csr, plan, rule, out, stream);
-  if (rule.fanout >= 0 && rule.fanout <= 16)
-    return launch_weighted_rows<index_t, 16>(csr, plan, rule, out, stream);
+  // A warp a row whatever the fanout: unlike uniform rows, a weighted row reads its whole
+  // neighbor list, and rows of thousands of neighbors set the hop's time.
   return launch_weighted_rows<index_t, 32>(csr, plan, rule, out, stream);
 }
 
