@@ -25,15 +25,22 @@ namespace {
 constexpr int kBlock = 128;
 constexpr int kUnroll = 4;
 
-// A uniform double in (0, 1) for edge `offset` of the row with Philox stream `stream`.
-__device__ inline double edge_uniform(uint64_t seed, uint64_t call, uint64_t stream,
-                                      int64_t offset) {
-  // The call's offset folds into the key so that successive calls draw afresh.
+// Philox bits for edge `offset` of the row with Philox stream `stream`: counter (offset,
+// stream), so results do not depend on which lane draws. The call's offset folds into the
+// key so that successive calls draw afresh.
+__device__ inline uint4 edge_bits(uint64_t seed, uint64_t call, uint64_t stream,
+                                  int64_t offset) {
   const uint64_t key = seed ^ (call * 0x9E3779B97F4A7C15ull);
   const uint4 counter{static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32),
                       static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
-  const uint4 bits = curand_Philox4x32_10(
+  return curand_Philox4x32_10(
       counter, uint2{static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
+}
+
+// A uniform double in (0, 1) (53 bits) for edge `offset`.
+__device__ inline double edge_uniform(uint64_t seed, uint64_t call, uint64_t stream,
+                                      int64_t offset) {
+  const uint4 bits = edge_bits(seed, call, stream, offset);
   const uint64_t word = (static_cast<uint64_t>(bits.x) << 32) | bits.y;
   return (static_cast<double>(word >> 11) + 0.5) * 0x1.0p-53;
 }
@@ -41,12 +48,8 @@ __device__ inline double edge_uniform(uint64_t seed, uint64_t call, uint64_t str
 // The same draw as a float in (0, 1) (24 bits), for the register path's float keys.
 __device__ inline float edge_uniform24(uint64_t seed, uint64_t call, uint64_t stream,
                                        int64_t offset) {
-  const uint64_t key = seed ^ (call * 0x9E3779B97F4A7C15ull);
-  const uint4 counter{static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32),
-                      static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)};
-  const uint4 bits = curand_Philox4x32_10(
-      counter, uint2{static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
-  return (static_cast<float>(bits.x >> 8) + 0.5f) * 0x1.0p-24f;
+  return (static_cast<float>(edge_bits(seed, call, stream, offset).x >> 8) + 0.5f) *
+         0x1.0p-24f;
 }
 
 template <typename index_t, int G>
