@@ -1,7 +1,7 @@
 // CUDA entry point of neighbor_sample: the shared hop loop (hop_loop.h) with the rows'
 // rules (row_sampling.h: RowRules): weighted rows (weighted_rows.cu), time cuts and
-// disjoint trees (row_rules.cuh). One host wait per batch, as sample_subgraph; batches are
-// not captured as CUDA graphs (their seed times would be one more graph input).
+// disjoint trees (row_rules.cuh). One host wait per batch, and batches replayed as CUDA
+// graphs, as sample_subgraph.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "ops/checks.h"
+#include "ops/cuda/batch_graphs.h"
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/hop_board.h"
 #include "ops/cuda/hop_loop.h"
@@ -64,12 +65,14 @@ Outputs neighbor_sample_kernel(const at::Tensor& indptr, const at::Tensor& indic
     draws = std::max(draws, draws_per_row(fanout, replace, csr.num_edges));
   }
   const cuda::PhiloxKey key = cuda::draw_philox_key(device, draws, generator);
-  cuda::HopBoard board(device, shape.layout.words);
-  cuda::prepare_board(board, shape.layout, shape.batch_size, key);
-  cuda::QueuedBatch queued;
-  cuda::queue_batch(shape, seeds, board, queued);
-  auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] = cuda::finish_batch(
-      queued, board, shape.layout, seeds, num_hops, csr.num_nodes, csr.num_edges);
+  // Replayed as a CUDA graph from the third call of a shape (batch_graphs.h), like
+  // sample_subgraph: the seed times are one more input copied in before each replay.
+  cuda::GraphKey graph_key;
+  graph_key.add(indptr).add(indices).add(edge_ids).add(edge_weight).add(edge_time);
+  graph_key.add(shape.batch_size).add(replace).add(shape.sort_rows).add(fanouts);
+  graph_key.add(strict_time).add(last).add(disjoint).add(seed_time.has_value());
+  auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] =
+      cuda::sample_batch(shape, seeds, seed_times, key, graph_key.str());
   at::Tensor node_ids = keys, batch = at::empty({0}, seeds.options());
   if (disjoint) {
     batch = at::div(keys, csr.num_nodes, "floor");

@@ -392,3 +392,37 @@ def test_torch_export_traces_neighbor_sample():
     assert any("neighbor_sample" in str(node.target) for node in program.graph.nodes)
     other = (torch.tensor([3, 4, 7, 8]), torch.tensor([99, 0, 30, 60]))
     assert torch.allclose(program.module()(*other), model(*other))
+
+
+# Repeated CUDA calls of one shape are captured as a CUDA graph and replayed, as for
+# sample_subgraph; each replay reads its own seeds and seed times.
+
+@pytest.mark.parametrize("rules", ["weighted", "temporal", "last", "disjoint"])
+def test_replayed_batches_equal_calls_run_as_usual(mode, monkeypatch, rules):
+    if mode == "CPU":
+        pytest.skip("CUDA graphs are a GPU's")
+    graph, indices, eid, times = temporal_graph(11, num_nodes=400, num_edges=5000)
+    dev = device_of(mode)
+    indptr, indices, eid, times = (place_extra(t, mode) for t in (graph.indptr, indices, eid,
+                                                                   times))
+    weights = place_extra(torch.rand(indices.numel()) + 0.1, mode)
+    kwargs = {"weighted": dict(edge_weight=weights),
+              "temporal": dict(edge_time=times, disjoint=True),
+              "last": dict(edge_time=times, disjoint=True, temporal_strategy="last"),
+              "disjoint": dict(disjoint=True)}[rules]
+    gen = torch.Generator().manual_seed(5)
+    batches = [(torch.randint(0, 400, (48,), generator=gen).to(dev),
+                torch.randint(0, 100, (48,), generator=gen).to(dev)) for _ in range(5)]
+
+    def calls(setting):
+        monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", setting)
+        sampling = torch.Generator(dev).manual_seed(9)
+        return [qv.ops.neighbor_sample(indptr, indices, seeds, [6, 4], edge_ids=eid,
+                                       seed_time=seed_time if "edge_time" in kwargs else None,
+                                       generator=sampling, **kwargs)
+                for seeds, seed_time in batches]
+
+    usual, replayed = calls("0"), calls("1")
+    for k, (a, b) in enumerate(zip(usual, replayed)):
+        for x, y in zip(a, b):
+            assert torch.equal(x, y), (rules, k)

@@ -1,0 +1,283 @@
+// Batches of the hop loop (hop_loop.h) captured as CUDA graphs and replayed, for both
+// sampling ops: sample_batch runs a batch once, or captures it, or replays its capture.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/MemPool.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "ops/cuda/hop_board.h"
+#include "ops/cuda/hop_loop.h"
+#include "ops/sampling_rules.h"
+
+namespace quiver::cuda {
+
+// Batches captured as CUDA graphs. The host takes longer to launch a batch (about 15 kernels
+// and 10 allocations a hop) than the GPU takes to run it in GPU mode, and in UVA mode the
+// last, slow hop starts only once the host has launched the ones before; a replay is one
+// launch. The first call of a shape runs as usual, the second captures it, later ones
+// replay it: the seeds are copied into the graph's input, the board's host half is filled
+// with this call's key, and the outputs are copied out as usual. Each capture keeps its
+// batch's buffers in a memory pool of its own, so only a few shapes are kept (an epoch has
+// two: full batches and the last). QUIVER_SAMPLING_GRAPHS=0 turns this off. On the H100 a
+// replayed batch ([15, 10, 5] from 1024 seeds) took 0.36 against 0.39-0.45 ms in GPU mode
+// and 1.06-1.11 against 1.16-1.19 ms in UVA mode (docs/benchmarks.md).
+constexpr size_t kMaxCapturedBatches = 3;
+// Only batches of at most this many edges (their bound) are captured: a capture holds about
+// 100 bytes of GPU memory an edge of the bound (94 MiB for that batch, 0.94M edges), memory
+// the model could otherwise reuse between calls.
+constexpr int64_t kMaxCapturedEdges = int64_t{1} << 22;
+
+// The edges a queued batch is sized for (see queue_batch), saturating.
+inline int64_t queued_edges_bound(int64_t batch_size, at::IntArrayRef fanouts, bool replace,
+                           int64_t num_nodes, int64_t num_edges) {
+  int64_t frontier = batch_size, total = 0;
+  for (const int64_t fanout : fanouts) {
+    const int64_t bound = saturating_mul(frontier, per_node_bound(fanout, replace, num_edges));
+    total = bound > kSaturated - total ? kSaturated : total + bound;
+    frontier = std::min(bound, num_nodes);
+  }
+  return total;
+}
+
+// One captured batch as a CUDA graph, its allocations in a memory pool of its own. Not
+// at::cuda::CUDAGraph: that one also puts PyTorch's default CUDA generator into capture
+// mode, which breaks random numbers drawn by other threads meanwhile (the model's, beside a
+// prefetching loader); our kernels read their key from the board instead.
+class BatchGraph {
+ public:
+  BatchGraph() = default;
+  BatchGraph(const BatchGraph&) = delete;
+  BatchGraph& operator=(const BatchGraph&) = delete;
+  ~BatchGraph() {
+    if (exec_ != nullptr) C10_CUDA_CHECK_WARN(cudaGraphExecDestroy(exec_));
+    if (pooled_) c10::cuda::CUDACachingAllocator::releasePool(device_, pool_);
+  }
+
+  // Captures what `queue` queues on `stream` (not the default stream). Only this thread's
+  // unsafe CUDA calls are refused meanwhile; allocations on `stream` come from the pool.
+  template <typename Queue>
+  void capture(c10::DeviceIndex device, cudaStream_t stream, Queue&& queue) {
+    device_ = device;
+    pool_ = at::cuda::MemPool::graph_pool_handle(/*is_user_created=*/false);
+    c10::cuda::CUDACachingAllocator::beginAllocateToPool(device_, pool_, [this](cudaStream_t s) {
+      cudaStreamCaptureStatus status;
+      unsigned long long id = 0;
+      return cudaStreamGetCaptureInfo(s, &status, &id) == cudaSuccess &&
+             status == cudaStreamCaptureStatusActive && id == capture_id_;
+    });
+    pooled_ = true;
+    cudaGraph_t graph = nullptr;
+    try {
+      C10_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      cudaStreamCaptureStatus status;
+      C10_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &status, &capture_id_));
+      queue();
+    } catch (...) {
+      (void)cudaStreamEndCapture(stream, &graph);
+      (void)cudaGetLastError();
+      if (graph != nullptr) (void)cudaGraphDestroy(graph);
+      c10::cuda::CUDACachingAllocator::endAllocateToPool(device_, pool_);
+      throw;
+    }
+    const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+    c10::cuda::CUDACachingAllocator::endAllocateToPool(device_, pool_);
+    C10_CUDA_CHECK(ended);
+    const cudaError_t made = cudaGraphInstantiateWithFlags(&exec_, graph, 0);
+    C10_CUDA_CHECK_WARN(cudaGraphDestroy(graph));
+    C10_CUDA_CHECK(made);
+  }
+
+  void replay(cudaStream_t stream) { C10_CUDA_CHECK(cudaGraphLaunch(exec_, stream)); }
+
+ private:
+  c10::DeviceIndex device_ = 0;
+  at::cuda::MempoolId_t pool_{0, 0};
+  bool pooled_ = false;
+  unsigned long long capture_id_ = 0;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+struct CapturedBatch {
+  BatchGraph graph;  // first: destroyed last, after the buffers in its pool
+  std::unique_ptr<cuda::HopBoard> board;
+  at::Tensor seeds;
+  at::Tensor seed_time;  // neighbor_sample's seed times, when temporal
+  QueuedBatch queued;
+  at::cuda::CUDAEvent outputs_copied;  // the last call's copies out of `queued`
+  std::mutex busy;
+  bool ran = false;  // a call of this shape ran as usual (so whether it waits is known)
+  bool capturable = true;
+  bool captured = false;
+  uint64_t last_use = 0;
+
+  ~CapturedBatch() {
+    try {
+      outputs_copied.synchronize();  // its pool must not be handed out under those copies
+    } catch (...) {
+    }
+  }
+};
+
+class CapturedBatches {
+ public:
+  std::shared_ptr<CapturedBatch> find(const std::string& key) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    auto& entry = batches_[key];
+    if (!entry) entry = std::make_shared<CapturedBatch>();
+    entry->last_use = ++clock_;
+    std::shared_ptr<CapturedBatch> found = entry;
+    while (batches_.size() > kMaxCapturedBatches) {
+      auto oldest = batches_.end();
+      for (auto it = batches_.begin(); it != batches_.end(); ++it) {
+        if (it->second != found &&
+            (oldest == batches_.end() || it->second->last_use < oldest->second->last_use)) {
+          oldest = it;
+        }
+      }
+      if (oldest == batches_.end()) break;
+      batches_.erase(oldest);  // destroyed once no call holds it
+    }
+    return found;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<CapturedBatch>> batches_;
+  uint64_t clock_ = 0;
+};
+
+// Never destroyed: at exit the CUDA context and the allocator may be gone before statics.
+inline CapturedBatches& captured_batches() {
+  static auto* batches = new CapturedBatches();
+  return *batches;
+}
+
+inline bool sampling_graphs_enabled() {
+  const char* value = std::getenv("QUIVER_SAMPLING_GRAPHS");
+  return value == nullptr || value[0] != '0';
+}
+
+// Every input a captured batch depends on, as a string: tensors by address, size, dtype and
+// device (same addresses and sizes: a graph reads whatever is there), then the choices.
+class GraphKey {
+ public:
+  GraphKey() { key_ << at::cuda::current_device() << ';'; }
+  GraphKey& add(const at::Tensor& t) {
+    key_ << t.data_ptr() << ':' << t.numel() << ':' << t.scalar_type() << ':' << t.device()
+         << ';';
+    return *this;
+  }
+  GraphKey& add(const std::optional<at::Tensor>& t) {
+    if (t.has_value()) return add(*t);
+    key_ << "-;";
+    return *this;
+  }
+  GraphKey& add(int64_t value) {
+    key_ << value << ';';
+    return *this;
+  }
+  GraphKey& add(at::IntArrayRef values) {
+    for (const int64_t v : values) key_ << v << ',';
+    key_ << ';';
+    return *this;
+  }
+  std::string str() const { return key_.str(); }
+
+ private:
+  std::ostringstream key_;
+};
+
+// One batch of `shape` from `seeds` (and, when temporal, `seed_time` on the device, which
+// shape.rules.seed_time points to) with Philox `key`: run as usual, or, when `graph_key`
+// names every input the batch depends on (empty: never captured), captured at the second
+// call of that key and replayed from the third.
+template <typename index_t>
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_batch(
+    const BatchShape<index_t>& shape, const at::Tensor& seeds, const at::Tensor& seed_time,
+    const PhiloxKey& key, const std::string& graph_key) {
+  const at::Device device = seeds.device();
+  const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
+  const auto& csr = shape.csr;
+  const at::IntArrayRef fanouts = shape.fanouts;
+  const bool replace = shape.replace;
+  const int64_t num_hops = static_cast<int64_t>(fanouts.size());
+  auto run_once = [&]() {
+    cuda::HopBoard board(device, shape.layout.words);
+    prepare_board(board, shape.layout, shape.batch_size, key);
+    QueuedBatch queued;
+    queue_batch(shape, seeds, board, queued);
+    return std::make_pair(
+        finish_batch(queued, board, shape.layout, seeds, num_hops, csr.num_nodes, csr.num_edges),
+        queued.waited);
+  };
+  if (graph_key.empty() || !sampling_graphs_enabled() ||
+      queued_edges_bound(shape.batch_size, fanouts, replace, shape.key_space(), csr.num_edges) >
+          kMaxCapturedEdges) {
+    return run_once().first;
+  }
+
+  const std::shared_ptr<CapturedBatch> batch =
+      captured_batches().find(graph_key);
+  std::unique_lock<std::mutex> mine(batch->busy, std::try_to_lock);
+  if (!mine.owns_lock() || !batch->capturable) return run_once().first;  // in use elsewhere
+  if (!batch->captured && !batch->ran) {
+    auto [outputs, waited] = run_once();
+    batch->ran = true;
+    batch->capturable = !waited;
+    return outputs;
+  }
+  if (!batch->captured) {
+    // Captured on a side stream (a graph cannot be captured on the default one) that first
+    // waits for the caller's; other threads' CUDA calls go on meanwhile (thread-local mode).
+    batch->board = std::make_unique<cuda::HopBoard>(device, shape.layout.words);
+    batch->seeds = at::empty_like(seeds);
+    BatchShape<index_t> captured_shape = shape;  // reads the capture's own seed times
+    if (seed_time.defined()) {
+      batch->seed_time = at::empty_like(seed_time);
+      captured_shape.rules.seed_time = batch->seed_time.const_data_ptr<int64_t>();
+    }
+    prepare_board(*batch->board, shape.layout, shape.batch_size, key);
+    const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, device.index());
+    at::cuda::CUDAEvent caller_ready;
+    caller_ready.record(stream);
+    caller_ready.block(side);
+    try {
+      const c10::cuda::CUDAStreamGuard on_side(side);
+      batch->graph.capture(device.index(), side.stream(),
+                           [&] {
+        queue_batch(captured_shape, batch->seeds, *batch->board, batch->queued);
+      });
+      batch->captured = true;
+    } catch (...) {
+      batch->capturable = false;  // runs as usual from now on
+      batch->queued = QueuedBatch{};
+      return run_once().first;
+    }
+  }
+  prepare_board(*batch->board, shape.layout, shape.batch_size, key);
+  batch->outputs_copied.block(stream);  // the last call's copies out of the buffers are done
+  batch->seeds.copy_(seeds, /*non_blocking=*/true);
+  if (seed_time.defined()) batch->seed_time.copy_(seed_time, /*non_blocking=*/true);
+  batch->graph.replay(stream.stream());
+  auto outputs = finish_batch(batch->queued, *batch->board, shape.layout, seeds, num_hops,
+                              csr.num_nodes, csr.num_edges);
+  batch->outputs_copied.record(stream);
+  return outputs;
+}
+
+}  // namespace quiver::cuda
