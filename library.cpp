@@ -75,6 +75,17 @@ TORCH_LIBRARY(quiver, m) {
       "Tensor nodes_per_hop, Tensor edges_per_hop)",
       {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
 
+  // Negative destinations for link prediction: out[i * per_src + j] is a node drawn
+  // uniformly from [0, num_nodes) for source src[i]. With exclude_edges, a draw that is a
+  // true edge (src[i] among the draw's neighbors in the CSR, whose rows list each node's
+  // sources) is drawn again, up to max_trials draws in all; the last draw stands then, so a
+  // negative is a true edge with probability at most density^max_trials. `generator` as for
+  // sample_neighbors.
+  m.def(
+      "sample_negatives(Tensor indptr, Tensor indices, Tensor src, int per_src, "
+      "bool exclude_edges=True, int max_trials=8, Generator? generator=None) -> Tensor",
+      {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
+
   // out[i] = table[ids[i]] for a row-major table of any dtype.
   m.def("gather_rows(Tensor table, Tensor ids) -> Tensor", {at::Tag::pt2_compliant_tag});
 

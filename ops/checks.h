@@ -154,6 +154,21 @@ inline void check_neighbor_sample_args(const at::Tensor& indptr, const at::Tenso
   }
 }
 
+inline void check_sample_negatives_args(const at::Tensor& indptr, const at::Tensor& indices,
+                                        const at::Tensor& src, int64_t per_src,
+                                        int64_t max_trials) {
+  check_csr_shapes(indptr, indices, std::nullopt);
+  check_index_vector(src, "src");
+  TORCH_CHECK_VALUE(per_src >= 0, "per_src must be >= 0, got ", per_src);
+  TORCH_CHECK_VALUE(max_trials >= 1, "max_trials must be >= 1, got ", max_trials);
+  TORCH_CHECK_VALUE(src.numel() == 0 || per_src == 0 || indptr.numel() > 1,
+                    "negatives cannot be drawn from a graph without nodes");
+  if (src.numel() > 0 && per_src > kMaxHopEdges / src.numel()) {
+    errors::batch_too_large("the negatives (src x per_src)", saturating_mul(src.numel(), per_src),
+                            kMaxHopEdges);
+  }
+}
+
 inline void check_csr_from_coo_args(const at::Tensor& row, const at::Tensor& col,
                                     int64_t num_nodes) {
   check_index_vector(row, "row");

@@ -52,6 +52,12 @@ def _neighbor_sample_fake(indptr, indices, seeds, fanouts, replace=False, edge_i
     return node_ids, batch, rows, cols, eids, nodes_per_hop, edges_per_hop
 
 
+@torch.library.register_fake("quiver::sample_negatives")
+def _sample_negatives_fake(indptr, indices, src, per_src, exclude_edges=True, max_trials=8,
+                           generator=None):
+    return src.new_empty(src.shape[0] * per_src, dtype=torch.long)
+
+
 @torch.library.register_fake("quiver::gather_rows")
 def _gather_rows_fake(table, ids):
     # Rows land where the ids are (the CUDA op reads a table on a peer GPU or in pinned

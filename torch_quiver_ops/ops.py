@@ -153,6 +153,24 @@ def sort_rows_by_time(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor
     return indices[order], edge_ids.to(indices.device)[order], edge_time[order]
 
 
+def sample_negatives(indptr: Tensor, indices: Tensor, src: Tensor, per_src: int,
+                     exclude_edges: bool = True, max_trials: int = 8,
+                     generator: Optional[torch.Generator] = None) -> Tensor:
+    """Negative destinations for link prediction, drawn where ``src`` lives (GPU or CPU).
+
+    ``out[i * per_src + j]`` is a node drawn uniformly from ``[0, num_nodes)`` for source
+    ``src[i]``. With ``exclude_edges`` (the default) a draw that is a true edge
+    ``src[i] -> v`` (``src[i]`` among ``v``'s neighbors in the CSR, whose rows list each
+    node's sources, as the samplers read them) is drawn again, up to ``max_trials`` draws
+    in all: the negatives are then uniform over the non-neighbors of ``src[i]``, except that
+    after ``max_trials`` true edges in a row the last one stands (probability at most
+    ``density ** max_trials``, below 1e-20 for any sparse graph at the default 8). Without
+    it, a negative is a true edge about as often as the graph's density, as PyG's.
+    """
+    return torch.ops.quiver.sample_negatives(indptr, indices, src, per_src, exclude_edges,
+                                             max_trials, generator)
+
+
 def gather_rows(table: Tensor, ids: Tensor) -> Tensor:
     """``table[ids]`` for a contiguous table of any dtype; out-of-range ids raise."""
     return torch.ops.quiver.gather_rows(table, ids)

@@ -15,6 +15,7 @@ enum StatusCode : long long {
   kCachedRowOutOfBounds = 6,   // index = node, value = cached_starts[node], extra = degree
   kBadEdgeWeight = 7,          // index = CSR position, value = node, extra = weight (double bits)
   kEdgeTimeUnsorted = 8,       // index = node, value = CSR position, extra = seed time
+  kSrcOutOfRange = 9,          // index = position in src, value = node id
 };
 
 // Written once (the first error wins), read by the host after the batch's one wait.

@@ -91,6 +91,8 @@ class HopBoard {
       }
       case kEdgeTimeUnsorted:
         errors::edge_time_unsorted(s.index, s.value, s.extra);
+      case kSrcOutOfRange:
+        errors::id_out_of_range("src", s.index, s.value, num_nodes);
       case kCooEndpointOutOfRange:
         errors::id_out_of_range(s.extra == 0 ? "row" : "col", s.index, s.value, num_nodes);
       default:

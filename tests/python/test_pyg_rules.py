@@ -134,3 +134,46 @@ def test_bad_weights_refused_at_construction():
     data.edge_weight[17] = 0.0
     with pytest.raises(ValueError, match=r"weights\[17\] = 0.0: every weight must be finite"):
         NeighborLoader(data, [3], batch_size=8, weight_attr="edge_weight", device="cpu")
+
+
+@pytest.mark.parametrize("neg", ["binary", "triplet"])
+def test_link_negatives_are_never_true_edges(mode, neg):
+    from torch_geometric.sampler import NegativeSampling
+    data = temporal_data(5)
+    true_edges = set(zip(*data.edge_index.tolist()))
+    sampling = NegativeSampling(neg, amount=2)
+    loader = LinkNeighborLoader(data, [3], batch_size=128, neg_sampling=sampling,
+                                **where(mode))
+    negatives = 0
+    for batch in loader:
+        n_id = batch.n_id.cpu()
+        if neg == "binary":
+            assert batch.edge_label_index.size(1) == 3 * batch.input_id.numel()
+            label = batch.edge_label.cpu()
+            pairs = n_id[batch.edge_label_index.cpu()[:, label == 0]]
+        else:
+            assert batch.dst_neg_index.shape == (batch.input_id.numel(), 2)
+            src = n_id[batch.src_index.cpu()].repeat_interleave(2)
+            pairs = torch.stack([src, n_id[batch.dst_neg_index.cpu().reshape(-1)]])
+            # the positives are the seed edges themselves
+            pos = torch.stack([n_id[batch.src_index.cpu()], n_id[batch.dst_pos_index.cpu()]])
+            assert torch.equal(pos, data.edge_index[:, batch.input_id.cpu()])
+        assert not any(p in true_edges for p in zip(*pairs.tolist()))
+        negatives += pairs.size(1)
+    assert negatives == 2 * E
+
+
+def test_link_negatives_as_pyg_when_asked(mode):
+    """neg_exclude_edges=False: uniform pairs, true edges about as often as the density."""
+    data = temporal_data(6)
+    true_edges = set(zip(*data.edge_index.tolist()))
+    loader = LinkNeighborLoader(data, [2], batch_size=512, neg_sampling="binary",
+                                neg_exclude_edges=False, **where(mode))
+    hits = total = 0
+    for batch in loader:
+        label = batch.edge_label.cpu()
+        pairs = batch.n_id.cpu()[batch.edge_label_index.cpu()[:, label == 0]]
+        hits += sum(p in true_edges for p in zip(*pairs.tolist()))
+        total += pairs.size(1)
+    density = len(true_edges) / N ** 2
+    assert hits / total < 5 * density + 0.01

@@ -27,7 +27,8 @@ def _sampling_rules(data, rules: dict) -> dict:
     or an edge attribute of ``data``), and its temporal and disjoint options."""
     weight_attr, time_attr = rules.get("weight_attr"), rules.get("time_attr")
     out = {"disjoint": bool(rules.get("disjoint")),
-           "temporal_strategy": rules.get("temporal_strategy", "uniform")}
+           "temporal_strategy": rules.get("temporal_strategy", "uniform"),
+           "neg_exclude_edges": rules.get("neg_exclude_edges", True)}
     if (weight_attr or time_attr) and not isinstance(data, Data):
         raise ValueError("weight_attr / time_attr name attributes of a Data: over a "
                          "(FeatureStore, GraphStore) pair pass a NeighborSampler built with "
@@ -95,7 +96,8 @@ class _OnOurStores:
             neighbor_sampler = NeighborSampler(graph_store, num_neighbors, device, mode, replace,
                                                return_eid, subgraph_type, sampling_generator,
                                                **_sampling_rules(data, rules or {}))
-        elif rules and any(v not in (None, False, "uniform") for v in rules.values()):
+        elif rules and any(v not in (None, False, "uniform") for k, v in rules.items()
+                           if k != "neg_exclude_edges"):
             raise ValueError(f"{type(self).__name__} got both a neighbor_sampler and sampling "
                              f"options ({', '.join(k for k, v in rules.items() if v)}): build "
                              f"the NeighborSampler with them")
@@ -259,8 +261,11 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
     binary negatives (1 for seed edges, 0 for negatives; with ``edge_label`` given, the
     seed edges' labels and 0 for negatives), or ``src_index``, ``dst_pos_index`` and
     ``dst_neg_index`` for triplets, beside every node, edge and graph-level attribute. The
-    negatives are random node pairs drawn uniformly by PyG's code on the host: a negative
-    can be a true edge, about as often as the graph's density. ``weight_attr``,
+    negatives are drawn on the sampling device (``torch_quiver_ops.ops.sample_negatives``):
+    uniform over the nodes that are not true edges of their source, or, with
+    ``neg_exclude_edges=False``, uniform over all nodes as PyG's (a negative then a true edge
+    about as often as the graph's density); negatives weighted by ``neg_sampling.weight``
+    or bound by node times are drawn by PyG's code on the host. ``weight_attr``,
     ``time_attr`` with ``edge_label_time``, ``temporal_strategy`` and ``disjoint`` are as
     for :class:`NeighborLoader`. Heterogeneous link sampling raises ``NotImplementedError``.
     """
@@ -279,7 +284,7 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                  cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
                  host_reads: str = "auto", return_eid: bool = False,
                  sampling_generator: Optional[torch.Generator] = None,
-                 **kwargs):
+                 neg_exclude_edges: bool = True, **kwargs):
         _refuse("LinkNeighborLoader", **{"directed=False": not directed})
         stores, graph_store, neighbor_sampler = self._set_up(
             data, num_neighbors, neighbor_sampler, device=device, mode=mode,
@@ -287,7 +292,8 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
             replace=replace, return_eid=return_eid, subgraph_type=subgraph_type,
             sampling_generator=sampling_generator, kwargs=kwargs,
             rules=dict(weight_attr=weight_attr, time_attr=time_attr, disjoint=disjoint,
-                       temporal_strategy=temporal_strategy))
+                       temporal_strategy=temporal_strategy,
+                       neg_exclude_edges=neg_exclude_edges))
         if edge_label_time is not None and not neighbor_sampler.sampler.temporal:
             raise ValueError("edge_label_time needs temporal sampling: give time_attr too")
         if edge_label_index is None:

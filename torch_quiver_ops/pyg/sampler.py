@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import List, Optional, Union
 
+import math
+
 import torch
 from torch import Tensor
 from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, NegativeSampling,
@@ -11,6 +13,7 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, NegativeSamp
 from torch_geometric.sampler.base import NumNeighbors
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
+from .. import ops
 from ..sampler import GraphSageSampler
 from ..topology import CSRTopo
 from .stores import _HETERO, GraphStore
@@ -46,6 +49,12 @@ class NeighborSampler(BaseSampler):
             temporal and disjoint sampling, as for :class:`GraphSageSampler` (per-edge
             values in the order the graph store's edges were put). Temporal sampling grows
             disjoint trees, as PyG's.
+        neg_exclude_edges: link sampling draws its negatives on the sampling device
+            (:func:`torch_quiver_ops.ops.sample_negatives`), redrawing any that is a true
+            edge (default); ``False`` keeps PyG's rule (uniform pairs, a negative a true edge
+            about as often as the graph's density). Negatives weighted by
+            ``NegativeSampling.weight`` or constrained by node times are drawn by PyG's
+            code on the host.
     """
 
     def __init__(self, graph: Union[GraphStore, CSRTopo], num_neighbors,
@@ -54,7 +63,8 @@ class NeighborSampler(BaseSampler):
                  subgraph_type: str = "directional", generator: Optional[torch.Generator] = None,
                  *, weights: Optional[Tensor] = None, edge_time: Optional[Tensor] = None,
                  node_time: Optional[Tensor] = None, temporal_strategy: str = "uniform",
-                 strict_time: bool = False, disjoint: bool = False):
+                 strict_time: bool = False, disjoint: bool = False,
+                 neg_exclude_edges: bool = True):
         subgraph_type = getattr(subgraph_type, "value", subgraph_type)
         if subgraph_type not in ("directional", "bidirectional"):
             raise NotImplementedError(f"subgraph_type {subgraph_type!r} is not supported: use "
@@ -74,6 +84,7 @@ class NeighborSampler(BaseSampler):
                                         return_eid, weights=weights, edge_time=edge_time,
                                         node_time=node_time, temporal_strategy=temporal_strategy,
                                         strict_time=strict_time, disjoint=disjoint)
+        self.neg_exclude_edges = neg_exclude_edges
         self._own_generator = generator is None
         self.generator = generator if generator is not None else torch.Generator(self.device)
         self.reseed()
@@ -110,10 +121,10 @@ class NeighborSampler(BaseSampler):
                           neg_sampling: Optional[NegativeSampling] = None) -> SamplerOutput:
         """Samples around both endpoints of each seed edge (and of the negatives that
         ``neg_sampling`` adds: ``binary`` random node pairs, or ``triplet`` random
-        destinations per source, drawn uniformly over all nodes by PyG's own code, so a
-        negative can be a true edge, about as often as the graph's density), with PyG's
-        label layout in the metadata (``edge_label_index`` / ``edge_label``, or
-        ``src_index`` / ``dst_pos_index`` / ``dst_neg_index``) on the sampling device."""
+        destinations per source, drawn on the sampling device and, unless
+        ``neg_exclude_edges`` is off, never a true edge), with PyG's label layout in the
+        metadata (``edge_label_index`` / ``edge_label``, or ``src_index`` /
+        ``dst_pos_index`` / ``dst_neg_index``) on the sampling device."""
         if inputs.time is not None and not self.sampler.temporal:
             raise ValueError("edge_label_time needs temporal sampling: give the loader "
                              "time_attr (or the sampler edge_time / node_time)")
@@ -126,6 +137,9 @@ class NeighborSampler(BaseSampler):
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
                 bad = ids[(ids < 0) | (ids >= num_nodes)][0]
                 raise IndexError(f"{name} holds node {int(bad)}, out of range [0, {num_nodes})")
+        if (neg_sampling is not None and getattr(neg_sampling, "weight", None) is None
+                and self.sampler.node_time is None):
+            return self._link_sample(inputs, NegativeSampling.cast(neg_sampling))
         out = edge_sample(inputs, self._sample, num_nodes, disjoint=self.disjoint,
                           node_time=self.sampler.node_time, neg_sampling=neg_sampling)
         if self.device.type == "cuda":  # the labels live beside the batch (input_id: host)
@@ -134,13 +148,70 @@ class NeighborSampler(BaseSampler):
                 for m in out.metadata[1:]))
         return out
 
-    def _sample(self, seeds: Tensor, seed_time: Optional[Tensor] = None) -> SamplerOutput:
-        """The subgraph around ``seeds`` (they come first in ``node``, in their order)."""
-        generator = self.generator
+    def _link_sample(self, inputs: EdgeSamplerInput, neg: NegativeSampling) -> SamplerOutput:
+        """PyG's ``edge_sample`` for uniform negatives, on the sampling device: the
+        negatives from ``sample_negatives``, the endpoints deduplicated there (unless
+        disjoint), the same metadata layout."""
+        device, sampler = self.device, self.sampler
+        sampler._ensure_placed()
+        generator = self._call_generator()
+        src = inputs.row.to(device, non_blocking=True)
+        dst = inputs.col.to(device, non_blocking=True)
+        num_pos, num_nodes = src.numel(), sampler.csr_topo.node_count
+        edge_label, seed_time = inputs.label, inputs.time
+
+        def negatives(sources, per_src):
+            return ops.sample_negatives(sampler._indptr, sampler._indices, sources, per_src,
+                                        self.neg_exclude_edges, generator=generator)
+
+        if neg.is_binary():
+            num_neg = math.ceil(num_pos * neg.amount)
+            src_neg = torch.randint(num_nodes, (num_neg,), device=device, generator=generator)
+            src = torch.cat([src, src_neg])
+            dst = torch.cat([dst, negatives(src_neg, 1)])
+            if edge_label is None:
+                edge_label = torch.ones(num_pos, device=device)
+            edge_label = edge_label.to(device, non_blocking=True)
+            edge_label = torch.cat([edge_label, edge_label.new_zeros(
+                (num_neg, ) + edge_label.shape[1:])])
+            if seed_time is not None:  # negative n takes positive n % num_pos's time
+                seed_time = seed_time.repeat(1 + math.ceil(neg.amount))[:num_pos + num_neg]
+        else:
+            dst = torch.cat([dst, negatives(src, int(neg.amount))])
+        seed = torch.cat([src, dst])
+        src_time = seed_time
+        if seed_time is not None:  # always disjoint: a pair's endpoints share its time
+            seed_time = seed_time.to(device, non_blocking=True)
+            dst_time = (seed_time if neg.is_binary() else torch.cat(
+                [seed_time, seed_time.repeat_interleave(int(neg.amount))]))
+            seed_time = torch.cat([seed_time, dst_time])
+        if self.disjoint:
+            out = self._sample(seed, seed_time)
+            out.batch = out.batch % num_pos
+            positions = torch.arange(seed.numel(), device=device)
+        else:
+            seed, positions = seed.unique(return_inverse=True)
+            out = self._sample(seed, seed_time)
+        if neg.is_binary():
+            out.metadata = (inputs.input_id, positions.view(2, -1), edge_label, src_time)
+        else:
+            # Source i's negatives sit at i * amount + r (they depend on the source).
+            dst_neg_index = positions[2 * num_pos:]
+            out.metadata = (inputs.input_id, positions[:num_pos],
+                            positions[num_pos:2 * num_pos],
+                            dst_neg_index.view(num_pos, -1).squeeze(-1), src_time)
+        return out
+
+    def _call_generator(self) -> Optional[torch.Generator]:
         if self._own_generator and torch.utils.data.get_worker_info() is not None:
             # A DataLoader worker (CPU mode) inherited the parent's generator state; its
             # default generator is the one PyTorch seeds per worker.
-            generator = None
+            return None
+        return self.generator
+
+    def _sample(self, seeds: Tensor, seed_time: Optional[Tensor] = None) -> SamplerOutput:
+        """The subgraph around ``seeds`` (they come first in ``node``, in their order)."""
+        generator = self._call_generator()
         batch = None
         if self.sampler.has_rules:
             node, batch, row, col, edge, nodes_per_hop, edges_per_hop = \

@@ -81,6 +81,18 @@ neighbor_sample(const at::Tensor& indptr, const at::Tensor& indices, const at::T
                      seed_time, strict_time, temporal_strategy, disjoint, generator);
 }
 
+// Negative destinations, per_src a source (see sample_negatives in library.cpp).
+inline at::Tensor sample_negatives(const at::Tensor& indptr, const at::Tensor& indices,
+                                   const at::Tensor& src, int64_t per_src,
+                                   bool exclude_edges = true, int64_t max_trials = 8,
+                                   const std::optional<at::Generator>& generator = std::nullopt) {
+  static const auto handle =
+      detail::op<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
+                            bool, int64_t, const std::optional<at::Generator>&)>(
+          "quiver::sample_negatives");
+  return handle.call(indptr, indices, src, per_src, exclude_edges, max_trials, generator);
+}
+
 inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
   static const auto handle =
       detail::op<at::Tensor(const at::Tensor&, const at::Tensor&)>("quiver::gather_rows");

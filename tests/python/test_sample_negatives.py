@@ -1,0 +1,83 @@
+"""quiver::sample_negatives: uniform over the non-neighbors of each source (chi-square),
+true edges excluded, PyG's collision rate without exclusion, bad input named."""
+import pytest
+import torch
+from scipy.stats import chisquare
+
+import torch_quiver_ops as qv
+from reference import place, random_graph
+from stats import P_VALUE_FLOOR
+
+
+def sources_of(graph):
+    """{v: set of u with u -> v}: the CSR rows list each node's sources."""
+    return {v: set(graph.neighbors(v).tolist()) for v in range(graph.num_nodes)}
+
+
+def test_negatives_are_uniform_over_non_neighbors(mode):
+    graph = random_graph(num_nodes=30, num_edges=200, seed=3)
+    (indptr, indices, _), dev = place(graph, mode)
+    src = torch.full((3000,), 4, device=dev)
+    out = qv.ops.sample_negatives(indptr, indices, src, 2).cpu()
+    assert out.numel() == 6000
+    allowed = [v for v in range(30) if 4 not in set(graph.neighbors(v).tolist())]
+    assert set(out.tolist()) <= set(allowed)
+    counts = torch.bincount(out, minlength=30)[allowed]
+    p = chisquare(counts.double().numpy()).pvalue
+    assert p > P_VALUE_FLOOR, counts.tolist()
+
+
+def test_without_exclusion_collisions_follow_density(mode):
+    graph = random_graph(num_nodes=40, num_edges=600, seed=4)
+    (indptr, indices, _), dev = place(graph, mode)
+    src = torch.randint(0, 40, (20000,), generator=torch.Generator().manual_seed(1)).to(dev)
+    incoming = sources_of(graph)
+    out = qv.ops.sample_negatives(indptr, indices, src, 1, exclude_edges=False).cpu()
+    hits = sum(s in incoming[v] for s, v in zip(src.cpu().tolist(), out.tolist()))
+    distinct_pairs = sum(len(s) for s in incoming.values())
+    density = distinct_pairs / 40 ** 2
+    assert abs(hits / 20000 - density) < 0.02
+    # A dense graph (some sources reach most nodes): enough trials that none is left.
+    excluded = qv.ops.sample_negatives(indptr, indices, src, 1, max_trials=200).cpu()
+    assert not any(s in incoming[v] for s, v in zip(src.cpu().tolist(), excluded.tolist()))
+
+
+def test_layout_and_seeding(mode, index_dtype):
+    graph = random_graph(num_nodes=100, num_edges=800, seed=5, dtype=index_dtype)
+    (indptr, indices, _), dev = place(graph, mode)
+    src = torch.tensor([3, 7, 7, 99], device=dev, dtype=torch.int32)
+    gen = torch.Generator(dev).manual_seed(2)
+    a = qv.ops.sample_negatives(indptr, indices, src, 5, generator=gen)
+    gen.manual_seed(2)
+    b = qv.ops.sample_negatives(indptr, indices, src, 5, generator=gen)
+    assert a.shape == (20,) and a.dtype == torch.long and a.device == src.device
+    assert torch.equal(a, b)
+    assert not torch.equal(a[5:10], a[10:15])  # each source draws its own
+    assert qv.ops.sample_negatives(indptr, indices, src[:0], 5).numel() == 0
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(src=torch.tensor([0, 100])), IndexError, r"src\[1\] = 100 is out of range \[0, 100\)"),
+    (dict(per_src=-1), ValueError, "per_src must be >= 0, got -1"),
+    (dict(max_trials=0), ValueError, "max_trials must be >= 1, got 0"),
+    (dict(src=torch.tensor([0.5])), TypeError, "src must hold int32 or int64 ids"),
+])
+def test_bad_input_is_named(mode, kwargs, error, match):
+    graph = random_graph(num_nodes=100, num_edges=800, seed=5)
+    (indptr, indices, _), dev = place(graph, mode)
+    args = dict(indptr=indptr, indices=indices, src=torch.tensor([1, 2]), per_src=2)
+    args.update(kwargs)
+    args["src"] = args["src"].to(dev)
+    with pytest.raises(error, match=match):
+        qv.ops.sample_negatives(**args)
+
+
+def test_opcheck(mode):
+    if mode == "UVA":
+        pytest.skip("opcheck copies inputs into pageable memory")
+    graph = random_graph(num_nodes=60, num_edges=400, seed=6)
+    (indptr, indices, _), dev = place(graph, mode)
+    src = torch.tensor([0, 7, 59], device=dev)
+    for args in [(indptr, indices, src, 3), (indptr, indices, src, 1, False),
+                 (indptr, indices, src[:0], 2)]:
+        torch.library.opcheck(torch.ops.quiver.sample_negatives.default, args)
