@@ -76,14 +76,16 @@ TORCH_LIBRARY(quiver, m) {
       {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
 
   // Negative destinations for link prediction: out[i * per_src + j] is a node drawn
-  // uniformly from [0, num_nodes) for source src[i]. With exclude_edges, a draw that is a
-  // true edge (src[i] among the draw's neighbors in the CSR, whose rows list each node's
-  // sources) is drawn again, up to max_trials draws in all; the last draw stands then, so a
-  // negative is a true edge with probability at most density^max_trials. `generator` as for
-  // sample_neighbors.
+  // uniformly from [0, num_nodes) for source src[i]. With exclude_edges, a draw v that is a
+  // true edge src[i] -> v is drawn again, up to max_trials draws in all; the last draw
+  // stands then, so a negative is a true edge with probability at most density^max_trials.
+  // The CSR's rows list each node's sources (src[i] in row v: the PyG graph store's
+  // layout), or with out_rows its destinations (v in row src[i]: a CSRTopo built from
+  // edge_index). `generator` as for sample_neighbors.
   m.def(
       "sample_negatives(Tensor indptr, Tensor indices, Tensor src, int per_src, "
-      "bool exclude_edges=True, int max_trials=8, Generator? generator=None) -> Tensor",
+      "bool exclude_edges=True, int max_trials=8, bool out_rows=False, "
+      "Generator? generator=None) -> Tensor",
       {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
 
   // out[i] = table[ids[i]] for a row-major table of any dtype.

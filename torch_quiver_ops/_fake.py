@@ -54,7 +54,7 @@ def _neighbor_sample_fake(indptr, indices, seeds, fanouts, replace=False, edge_i
 
 @torch.library.register_fake("quiver::sample_negatives")
 def _sample_negatives_fake(indptr, indices, src, per_src, exclude_edges=True, max_trials=8,
-                           generator=None):
+                           out_rows=False, generator=None):
     return src.new_empty(src.shape[0] * per_src, dtype=torch.long)
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
+import math
 import queue
 import threading
 import time
@@ -420,3 +421,94 @@ class _Epochs:
 
     def batch_builders(self) -> List[Callable[[], Batch]]:
         return self.loader.batch_builders()
+
+
+class LinkBatch(NamedTuple):
+    """One link-prediction batch: the sampled nodes ``n_id`` (the batch's distinct seed-edge
+    and negative endpoints first, ``batch_size`` of them), the layers' :class:`Adj`, the
+    rows ``x`` of ``n_id``, and per scored pair its endpoints as positions in ``n_id``
+    (``edge_label_index``, seed edges first, then the negatives) with its label
+    (``edge_label``: the seed edges' labels, 1 by default, then 0 for each negative)."""
+    n_id: Tensor
+    batch_size: int
+    adjs: List[Adj]
+    x: Optional[Tensor]
+    edge_label_index: Tensor
+    edge_label: Tensor
+
+
+class LinkSampleLoader(SampleLoader):
+    """:class:`SampleLoader` for link prediction: seed edges in, batches of their endpoints'
+    computation graphs out, with binary negatives drawn on the sampling device and the same
+    prefetching.
+
+    Args:
+        sampler, feature: as for :class:`SampleLoader`; ``sampler`` uniform or weighted
+            (temporal link sampling grows a tree per seed: use
+            :class:`torch_quiver_ops.pyg.LinkNeighborLoader` for it).
+        edge_label_index: ``[2, num_edges]`` seed edges (source, destination).
+        batch_size: seed edges per batch.
+        edge_label: one label per seed edge (default: 1).
+        neg_ratio: random negative pairs per seed edge (``ceil(batch * neg_ratio)`` a
+            batch; 0: none), labelled 0.
+        neg_exclude_edges: redraw a negative that is a true edge (see
+            :meth:`GraphSageSampler.sample_negatives`).
+        shuffle, drop_last, prefetch, generator, prefetch_sms, prefetch_host_read_blocks,
+        workers: as for :class:`SampleLoader` (batches are the same for any ``workers``).
+    """
+
+    def __init__(self, sampler: GraphSageSampler, feature: Union[None, Feature, Tensor],
+                 edge_label_index: Tensor, batch_size: int,
+                 edge_label: Optional[Tensor] = None, neg_ratio: float = 1.0,
+                 neg_exclude_edges: bool = True, shuffle: bool = True, drop_last: bool = False,
+                 prefetch: int = 2, generator: Optional[torch.Generator] = None,
+                 prefetch_sms: Optional[int] = None,
+                 prefetch_host_read_blocks: int = HOST_READ_BLOCKS, workers: int = 1):
+        if sampler.disjoint:
+            raise ValueError("LinkSampleLoader samples one graph around a batch's endpoints; "
+                             "for temporal or disjoint link sampling use "
+                             "torch_quiver_ops.pyg.LinkNeighborLoader")
+        edge_label_index = torch.as_tensor(edge_label_index)
+        if (edge_label_index.dim() != 2 or edge_label_index.size(0) != 2
+                or edge_label_index.dtype.is_floating_point):
+            raise ValueError(f"edge_label_index must be a [2, num_edges] tensor of node ids, "
+                             f"got {tuple(edge_label_index.shape)} {edge_label_index.dtype}")
+        num_nodes = sampler.csr_topo.node_count
+        if edge_label_index.numel() and (int(edge_label_index.min()) < 0
+                                         or int(edge_label_index.max()) >= num_nodes):
+            bad = edge_label_index[(edge_label_index < 0) | (edge_label_index >= num_nodes)][0]
+            raise IndexError(f"edge_label_index holds node {int(bad)}, out of range "
+                             f"[0, {num_nodes})")
+        if neg_ratio < 0:
+            raise ValueError(f"neg_ratio must be >= 0, got {neg_ratio}")
+        num_edges = edge_label_index.size(1)
+        if edge_label is not None and torch.as_tensor(edge_label).size(0) != num_edges:
+            raise ValueError(f"edge_label has {torch.as_tensor(edge_label).size(0)} labels for "
+                             f"{num_edges} seed edges")
+        super().__init__(sampler, feature, torch.arange(num_edges), batch_size, None, shuffle,
+                         drop_last, prefetch, generator, prefetch_sms, prefetch_host_read_blocks,
+                         workers)
+        self.edge_label_index = edge_label_index.long().to(self.device)
+        self.edge_label = (None if edge_label is None
+                           else torch.as_tensor(edge_label).to(self.device))
+        self.neg_ratio = neg_ratio
+        self.neg_exclude_edges = neg_exclude_edges
+
+    def _build_one(self, ids: Tensor, sampling_seed: int) -> LinkBatch:
+        generator = self._sampling_generator(sampling_seed)
+        ids = ids.to(self.device, non_blocking=True)
+        src, dst = self.edge_label_index[:, ids]
+        label = (torch.ones(ids.numel(), device=self.device) if self.edge_label is None
+                 else self.edge_label[ids])
+        if self.neg_ratio > 0:
+            num_neg = math.ceil(ids.numel() * self.neg_ratio)
+            src_neg = torch.randint(self.sampler.csr_topo.node_count, (num_neg,),
+                                    device=self.device, generator=generator)
+            dst_neg = self.sampler.sample_negatives(src_neg, 1, self.neg_exclude_edges,
+                                                    generator)
+            src, dst = torch.cat([src, src_neg]), torch.cat([dst, dst_neg])
+            label = torch.cat([label, label.new_zeros((num_neg, ) + label.shape[1:])])
+        endpoints, positions = torch.cat([src, dst]).unique(return_inverse=True)
+        n_id, batch_size, adjs = self.sampler.sample(endpoints, generator)
+        x = None if self.feature is None else self.feature[n_id]
+        return LinkBatch(n_id, batch_size, adjs, x, positions.view(2, -1), label)

@@ -154,7 +154,7 @@ def sort_rows_by_time(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor
 
 
 def sample_negatives(indptr: Tensor, indices: Tensor, src: Tensor, per_src: int,
-                     exclude_edges: bool = True, max_trials: int = 8,
+                     exclude_edges: bool = True, max_trials: int = 8, out_rows: bool = False,
                      generator: Optional[torch.Generator] = None) -> Tensor:
     """Negative destinations for link prediction, drawn where ``src`` lives (GPU or CPU).
 
@@ -166,9 +166,13 @@ def sample_negatives(indptr: Tensor, indices: Tensor, src: Tensor, per_src: int,
     after ``max_trials`` true edges in a row the last one stands (probability at most
     ``density ** max_trials``, below 1e-20 for any sparse graph at the default 8). Without
     it, a negative is a true edge about as often as the graph's density, as PyG's.
+
+    The CSR's rows list each node's sources by default (``src[i]`` in row ``v``: the layout
+    of :class:`torch_quiver_ops.pyg.GraphStore`); with ``out_rows`` its destinations (``v`` in
+    row ``src[i]``: a :class:`~torch_quiver_ops.CSRTopo` built from ``edge_index``).
     """
     return torch.ops.quiver.sample_negatives(indptr, indices, src, per_src, exclude_edges,
-                                             max_trials, generator)
+                                             max_trials, out_rows, generator)
 
 
 def gather_rows(table: Tensor, ids: Tensor) -> Tensor:

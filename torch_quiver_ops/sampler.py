@@ -325,6 +325,18 @@ class GraphSageSampler:
                                    seed_time if self.temporal else None, self.strict_time,
                                    self.temporal_strategy, self.disjoint, generator)
 
+    def sample_negatives(self, src: Tensor, per_src: int, exclude_edges: bool = True,
+                         generator: Optional[torch.Generator] = None,
+                         out_rows: bool = True) -> Tensor:
+        """``per_src`` negative destinations for each source, on the sampling device:
+        :func:`torch_quiver_ops.ops.sample_negatives` over this sampler's topology (true
+        edges redrawn unless ``exclude_edges`` is off). ``out_rows``: a pair ``(s, v)`` is
+        an edge when ``v`` is among ``s``'s neighbors (the orientation of ``CSRTopo``'s
+        ``edge_index``); False: when ``s`` is among ``v``'s (the PyG graph store's)."""
+        self._ensure_placed()
+        return ops.sample_negatives(self._indptr, self._indices, self._seeds(src), per_src,
+                                    exclude_edges, out_rows=out_rows, generator=generator)
+
     def sample(self, input_nodes, generator: Optional[torch.Generator] = None,
                seed_time: Optional[Tensor] = None) -> Tuple[Tensor, int, List[Adj]]:
         """Samples the computation graph of ``input_nodes`` (random numbers from

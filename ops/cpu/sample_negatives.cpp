@@ -13,7 +13,7 @@ namespace {
 template <typename index_t>
 void sample_negatives_kernel(const at::Tensor& indptr, const at::Tensor& indices,
                              const at::Tensor& src, int64_t per_src, bool exclude_edges,
-                             int64_t max_trials, uint64_t key, at::Tensor& out) {
+                             int64_t max_trials, bool out_rows, uint64_t key, at::Tensor& out) {
   const int64_t num_nodes = indptr.numel() - 1;
   const int64_t num_edges = indices.numel();
   const int64_t* indptr_p = indptr.const_data_ptr<int64_t>();
@@ -28,12 +28,12 @@ void sample_negatives_kernel(const at::Tensor& indptr, const at::Tensor& indices
       for (int64_t trial = 0; trial < max_trials; ++trial) {
         drawn = static_cast<int64_t>(cpu::uniform_below(rng, num_nodes));
         if (!exclude_edges) break;
-        const auto row = cpu::checked_row(indptr_p, drawn, num_edges);
+        // (source, drawn) is an edge when one is in the other's row.
+        const int64_t scanned = out_rows ? source : drawn;
+        const auto wanted = static_cast<index_t>(out_rows ? drawn : source);
+        const auto row = cpu::checked_row(indptr_p, scanned, num_edges);
         const index_t* begin = indices_p + row.begin;
-        if (std::find(begin, begin + row.degree, static_cast<index_t>(source)) ==
-            begin + row.degree) {
-          break;
-        }
+        if (std::find(begin, begin + row.degree, wanted) == begin + row.degree) break;
       }
       out_p[k] = drawn;
     }
@@ -42,7 +42,8 @@ void sample_negatives_kernel(const at::Tensor& indptr, const at::Tensor& indices
 
 at::Tensor sample_negatives_cpu(const at::Tensor& indptr, const at::Tensor& indices,
                                 const at::Tensor& src, int64_t per_src, bool exclude_edges,
-                                int64_t max_trials, const std::optional<at::Generator>& generator) {
+                                int64_t max_trials, bool out_rows,
+                                const std::optional<at::Generator>& generator) {
   check_sample_negatives_args(indptr, indices, src, per_src, max_trials);
   const at::Tensor src64 = src.to(at::kLong).contiguous();
   check_ids_in_range(src64.const_data_ptr<int64_t>(), src64.numel(), indptr.numel() - 1, "src");
@@ -53,7 +54,7 @@ at::Tensor sample_negatives_cpu(const at::Tensor& indptr, const at::Tensor& indi
   const uint64_t key = cpu::draw_philox_key(generator);
   AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_negatives_cpu", [&] {
     sample_negatives_kernel<index_t>(indptr, indices, src64, per_src, exclude_edges, max_trials,
-                                     key, out);
+                                     out_rows, key, out);
   });
   return out;
 }

@@ -32,14 +32,17 @@ __global__ void sample_negatives_kernel(const Csr<index_t> csr, const NegativeDr
       const uint64_t low = curand(&state);
       drawn = static_cast<int64_t>(scale_to_range((high << 32) | low, csr.num_nodes));
       if (!draws.exclude_edges) break;
-      const int64_t begin = csr.indptr[drawn];
-      const int64_t end = csr.indptr[drawn + 1];
+      // (source, drawn) is an edge when one is in the other's row.
+      const int64_t scanned = draws.out_rows ? source : drawn;
+      const int64_t wanted = draws.out_rows ? drawn : source;
+      const int64_t begin = csr.indptr[scanned];
+      const int64_t end = csr.indptr[scanned + 1];
       if (!(0 <= begin && begin <= end && end <= csr.num_edges)) {
-        record_status(status, kRowOutOfBounds, drawn, begin, end);
+        record_status(status, kRowOutOfBounds, scanned, begin, end);
         break;
       }
       bool edge = false;
-      for (int64_t e = begin; e < end && !edge; ++e) edge = csr.indices[e] == source;
+      for (int64_t e = begin; e < end && !edge; ++e) edge = csr.indices[e] == wanted;
       if (!edge) break;
     }
     draws.out[k] = drawn;

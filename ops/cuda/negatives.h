@@ -21,6 +21,7 @@ struct NegativeDraws {
   int64_t per_src;
   bool exclude_edges;
   int64_t max_trials;
+  bool out_rows;  // rows list destinations (else sources): see sample_negatives
   PhiloxKey key;
   int64_t* out;
 };

@@ -14,7 +14,7 @@ namespace {
 
 at::Tensor sample_negatives_cuda(const at::Tensor& indptr, const at::Tensor& indices,
                                  const at::Tensor& src, int64_t per_src, bool exclude_edges,
-                                 int64_t max_trials,
+                                 int64_t max_trials, bool out_rows,
                                  const std::optional<at::Generator>& generator) {
   check_sample_negatives_args(indptr, indices, src, per_src, max_trials);
   TORCH_CHECK(src.is_cuda(), "sample_negatives on CUDA needs src on a GPU, got ", src.device());
@@ -32,6 +32,7 @@ at::Tensor sample_negatives_cuda(const at::Tensor& indptr, const at::Tensor& ind
                                     per_src,
                                     exclude_edges,
                                     max_trials,
+                                    out_rows,
                                     cuda::draw_philox_key(src.device(), 4 * max_trials, generator),
                                     out.mutable_data_ptr<int64_t>()};
     C10_CUDA_CHECK(cuda::sample_negatives(csr, draws, board.status(), stream));

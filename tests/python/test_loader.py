@@ -307,3 +307,57 @@ def test_loader_sms_are_checked():
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"sms must be in \[1, "):
             qv.Prefetcher([], 0, sms=100_000)
+
+
+# ---- LinkSampleLoader: the torch-quiver-style loader for link prediction ----
+
+def _link_setup(mode, neg_ratio=1.0, **kwargs):
+    from reference import random_graph
+    graph = random_graph(num_nodes=300, num_edges=3000, seed=12)
+    topo = qv.CSRTopo(torch.stack([graph.row, graph.col]), num_nodes=300)
+    device = "cpu" if mode == "CPU" else "cuda"
+    sampler = qv.GraphSageSampler(topo, [4, 3], device=device, mode=mode)
+    x = torch.randn(300, 5)
+    edges = torch.stack([graph.row, graph.col])[:, :1000]
+    loader = qv.LinkSampleLoader(sampler, x, edges, 128, neg_ratio=neg_ratio, **kwargs)
+    return graph, x, edges, loader
+
+
+def test_link_sample_loader_batches(mode):
+    graph, x, edges, loader = _link_setup(mode, neg_ratio=2.0,
+                                          generator=torch.Generator().manual_seed(0))
+    true_edges = set(zip(graph.row.tolist(), graph.col.tolist()))
+    seen = set()
+    for n_id, batch_size, adjs, rows, edge_label_index, edge_label in loader:
+        n_id, eli, label = n_id.cpu(), edge_label_index.cpu(), edge_label.cpu()
+        assert torch.equal(rows.cpu(), x[n_id])
+        assert int(eli.max()) < batch_size  # every endpoint is a seed of the batch
+        pairs = n_id[eli]
+        positives = pairs[:, label == 1]
+        assert (label == 0).sum() == 2 * positives.size(1)
+        seen |= set(zip(*positives.tolist()))
+        assert not any(p in true_edges for p in zip(*pairs[:, label == 0].tolist()))
+        assert adjs[-1].size[1] == batch_size
+    assert seen == set(zip(*edges.tolist()))
+
+
+def test_link_sample_loader_prefetch_gives_the_same_batches(mode):
+    def epoch(prefetch):
+        _, _, _, loader = _link_setup(mode, prefetch=prefetch,
+                                      generator=torch.Generator().manual_seed(4))
+        return [(b.n_id.cpu(), b.edge_label_index.cpu()) for b in loader]
+    for (a, b), (c, d) in zip(epoch(0), epoch(2)):
+        assert torch.equal(a, c) and torch.equal(b, d)
+
+
+def test_link_sample_loader_refuses_bad_input():
+    graph, _, edges, _ = _link_setup("CPU")
+    topo = qv.CSRTopo(torch.stack([graph.row, graph.col]), num_nodes=300)
+    sampler = qv.GraphSageSampler(topo, [2], device="cpu")
+    with pytest.raises(IndexError, match="edge_label_index holds node 300"):
+        qv.LinkSampleLoader(sampler, None, torch.tensor([[0], [300]]), 8)
+    with pytest.raises(ValueError, match="neg_ratio must be >= 0"):
+        qv.LinkSampleLoader(sampler, None, edges, 8, neg_ratio=-1)
+    temporal = qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(300))
+    with pytest.raises(ValueError, match="LinkNeighborLoader"):
+        qv.LinkSampleLoader(temporal, None, edges, 8)

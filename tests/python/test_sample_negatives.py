@@ -81,3 +81,13 @@ def test_opcheck(mode):
     for args in [(indptr, indices, src, 3), (indptr, indices, src, 1, False),
                  (indptr, indices, src[:0], 2)]:
         torch.library.opcheck(torch.ops.quiver.sample_negatives.default, args)
+
+
+def test_out_rows_reads_the_source_row(mode):
+    """out_rows: (s, v) is an edge when v is in row s (a CSRTopo built from edge_index)."""
+    graph = random_graph(num_nodes=30, num_edges=300, seed=8)
+    (indptr, indices, _), dev = place(graph, mode)
+    src = torch.arange(30).repeat(100).to(dev)
+    out = qv.ops.sample_negatives(indptr, indices, src, 1, out_rows=True, max_trials=100).cpu()
+    for s, v in zip(src.cpu().tolist(), out.tolist()):
+        assert v not in set(graph.neighbors(s).tolist())

@@ -75,3 +75,11 @@ def test_link_prediction_example_learns():
     final = result["history"][-1]
     assert final["test_auc"] > 0.7 and final["val_auc"] > 0.7, result  # chance: 0.5
     assert final["loss"] < result["history"][0]["loss"] + 0.05
+
+
+def test_temporal_link_prediction_example_learns():
+    result = load("temporal_link_prediction").main(["--size", "tiny", "--epochs", "2",
+                                                    "--batch-size", "256", "--device", "cpu"])
+    final = result["history"][-1]
+    assert final["test_auc"] > 0.65 and final["val_auc"] > 0.65, result  # chance: 0.5
+    assert final["test_mrr"] > 1.5 * result["chance_mrr"], result

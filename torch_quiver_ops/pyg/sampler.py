@@ -13,7 +13,6 @@ from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, NegativeSamp
 from torch_geometric.sampler.base import NumNeighbors
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
-from .. import ops
 from ..sampler import GraphSageSampler
 from ..topology import CSRTopo
 from .stores import _HETERO, GraphStore
@@ -153,7 +152,6 @@ class NeighborSampler(BaseSampler):
         negatives from ``sample_negatives``, the endpoints deduplicated there (unless
         disjoint), the same metadata layout."""
         device, sampler = self.device, self.sampler
-        sampler._ensure_placed()
         generator = self._call_generator()
         src = inputs.row.to(device, non_blocking=True)
         dst = inputs.col.to(device, non_blocking=True)
@@ -161,8 +159,9 @@ class NeighborSampler(BaseSampler):
         edge_label, seed_time = inputs.label, inputs.time
 
         def negatives(sources, per_src):
-            return ops.sample_negatives(sampler._indptr, sampler._indices, sources, per_src,
-                                        self.neg_exclude_edges, generator=generator)
+            # The graph store's rows list each node's sources.
+            return sampler.sample_negatives(sources, per_src, self.neg_exclude_edges, generator,
+                                            out_rows=False)
 
         if neg.is_binary():
             num_neg = math.ceil(num_pos * neg.amount)

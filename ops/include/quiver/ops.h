@@ -85,12 +85,14 @@ neighbor_sample(const at::Tensor& indptr, const at::Tensor& indices, const at::T
 inline at::Tensor sample_negatives(const at::Tensor& indptr, const at::Tensor& indices,
                                    const at::Tensor& src, int64_t per_src,
                                    bool exclude_edges = true, int64_t max_trials = 8,
+                                   bool out_rows = false,
                                    const std::optional<at::Generator>& generator = std::nullopt) {
   static const auto handle =
       detail::op<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
-                            bool, int64_t, const std::optional<at::Generator>&)>(
+                            bool, int64_t, bool, const std::optional<at::Generator>&)>(
           "quiver::sample_negatives");
-  return handle.call(indptr, indices, src, per_src, exclude_edges, max_trials, generator);
+  return handle.call(indptr, indices, src, per_src, exclude_edges, max_trials, out_rows,
+                     generator);
 }
 
 inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
