@@ -317,9 +317,10 @@ def _link_setup(mode, neg_ratio=1.0, **kwargs):
     topo = qv.CSRTopo(torch.stack([graph.row, graph.col]), num_nodes=300)
     device = "cpu" if mode == "CPU" else "cuda"
     sampler = qv.GraphSageSampler(topo, [4, 3], device=device, mode=mode)
-    x = torch.randn(300, 5)
+    x = torch.randn(300, 5, generator=torch.Generator().manual_seed(1))
     edges = torch.stack([graph.row, graph.col])[:, :1000]
-    loader = qv.LinkSampleLoader(sampler, x, edges, 128, neg_ratio=neg_ratio, **kwargs)
+    loader = qv.LinkSampleLoader(sampler, x.to(device), edges, 128, neg_ratio=neg_ratio,
+                                 **kwargs)
     return graph, x, edges, loader
 
 
