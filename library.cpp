@@ -66,11 +66,18 @@ TORCH_LIBRARY(quiver, m) {
   //   `fanout`. Needs disjoint.
   // - disjoint: each seed grows its own tree; a node reached from two seeds appears twice.
   //   batch[k] is the seed index of node_ids[k] (empty when not disjoint).
+  // - edge_weight_cumsum (float64, with edge_weight): each row's inclusive prefix sums of
+  //   its weights (ops.row_cumsum). Rows then draw by binary search in it, O(fanout log
+  //   degree) reads instead of a key per neighbor, the same distribution: successive
+  //   sampling is the order in which independent weighted draws first meet each edge, and
+  //   after many repeats the rest of a row is drawn by keys. A position where the sums do
+  //   not grow raises ValueError.
   m.def(
       "neighbor_sample(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, "
       "bool replace=False, Tensor? edge_ids=None, Tensor? edge_weight=None, "
       "Tensor? edge_time=None, Tensor? seed_time=None, bool strict_time=False, "
-      "str temporal_strategy=\"uniform\", bool disjoint=False, Generator? generator=None) -> "
+      "str temporal_strategy=\"uniform\", bool disjoint=False, Generator? generator=None, "
+      "Tensor? edge_weight_cumsum=None) -> "
       "(Tensor node_ids, Tensor batch, Tensor rows, Tensor cols, Tensor sampled_edge_ids, "
       "Tensor nodes_per_hop, Tensor edges_per_hop)",
       {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});

@@ -109,7 +109,8 @@ inline void check_neighbor_sample_args(const at::Tensor& indptr, const at::Tenso
                                        const std::optional<at::Tensor>& edge_weight,
                                        const std::optional<at::Tensor>& edge_time,
                                        const std::optional<at::Tensor>& seed_time,
-                                       c10::string_view temporal_strategy, bool disjoint) {
+                                       c10::string_view temporal_strategy, bool disjoint,
+                                       const std::optional<at::Tensor>& edge_weight_cumsum) {
   check_sample_subgraph_args(indptr, indices, seeds, fanouts, replace, edge_ids);
   auto per_edge = [&](const std::optional<at::Tensor>& t, const char* name, at::ScalarType dtype) {
     if (!t.has_value()) return;
@@ -121,6 +122,9 @@ inline void check_neighbor_sample_args(const at::Tensor& indptr, const at::Tenso
     TORCH_CHECK(t->is_contiguous(), name, " must be contiguous");
   };
   per_edge(edge_weight, "edge_weight", at::kFloat);
+  per_edge(edge_weight_cumsum, "edge_weight_cumsum", at::kDouble);
+  TORCH_CHECK_VALUE(!edge_weight_cumsum.has_value() || edge_weight.has_value(),
+                    "edge_weight_cumsum speeds up weighted sampling: pass edge_weight too");
   per_edge(edge_time, "edge_time", at::kLong);
   TORCH_CHECK_VALUE(temporal_strategy == "uniform" || temporal_strategy == "last",
                     "temporal_strategy must be 'uniform' or 'last', got '", temporal_strategy, "'");

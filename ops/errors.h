@@ -52,6 +52,13 @@ namespace quiver::errors {
                     ") must be finite and > 0: drop an edge that must never be sampled");
 }
 
+// A row's prefix sums of weights do not grow at CSR position `pos`.
+[[noreturn]] inline void cumsum_not_increasing(int64_t pos, int64_t node) {
+  TORCH_CHECK_VALUE(false, "edge_weight_cumsum does not grow at CSR position ", pos,
+                    " (an edge of node ", node, "): it must hold each row's inclusive prefix "
+                    "sums of positive weights (torch_quiver_ops.ops.row_cumsum)");
+}
+
 // A sampled edge's time breaks the seed time's rule: its row is not sorted by time.
 [[noreturn]] inline void edge_time_unsorted(int64_t node, int64_t pos, int64_t seed_time) {
   TORCH_CHECK_VALUE(false, "edge_time is not non-decreasing within the row of node ", node,

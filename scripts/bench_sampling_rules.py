@@ -12,7 +12,8 @@ HBM, indices and the per-edge arrays in pinned host memory) and the CPU:
 
   uniform (sample_subgraph)  the baseline, replayed as CUDA graphs
   uniform (neighbor_sample)  the same rows through neighbor_sample's loop (no graphs)
-  weighted                   successive sampling by edge weight
+  weighted                   successive sampling by edge weight (a key per neighbor)
+  weighted (prefix sums)     the same draws by binary search in each row's prefix sums
   temporal uniform / last    edges at or before each seed's time, disjoint trees
   disjoint                   disjoint trees, no time
 
@@ -48,7 +49,7 @@ def place(t, mode, device):
 
 
 def variants(arrays, mode):
-    indptr, indices, eid, weight, times = arrays
+    indptr, indices, eid, weight, times, sums = arrays
     uniform = lambda s, st: ops.sample_subgraph(indptr, indices, s, FANOUTS, False, eid)
     general = lambda s, st, **kw: ops.neighbor_sample(indptr, indices, s, FANOUTS, edge_ids=eid,
                                                       **kw)
@@ -56,6 +57,8 @@ def variants(arrays, mode):
         "uniform (sample_subgraph)": uniform,
         "uniform (neighbor_sample)": lambda s, st: general(s, st),
         "weighted": lambda s, st: general(s, st, edge_weight=weight),
+        "weighted (prefix sums)": lambda s, st: general(s, st, edge_weight=weight,
+                                                        edge_weight_cumsum=sums),
         "temporal uniform": lambda s, st: general(s, st, edge_time=times, seed_time=st,
                                                   disjoint=True),
         "temporal last": lambda s, st: general(s, st, edge_time=times, seed_time=st,
@@ -92,8 +95,9 @@ def run(args):
     indices, eid, times = ops.sort_rows_by_time(indptr.to(indices.device), indices,
                                                 edge_time=edge_time)
     weight = weight[eid]  # the weights follow their edges
-    host = [t.cpu() for t in (indptr, indices, eid, weight, times)]
-    del graph, indices, eid, weight, times, edge_time
+    sums = ops.row_cumsum(indptr.to(weight.device), weight)
+    host = [t.cpu() for t in (indptr, indices, eid, weight, times, sums)]
+    del graph, indices, eid, weight, times, edge_time, sums
     num_nodes = host[0].numel() - 1
     print(f"graph {args.graph!r}: {num_nodes:,} nodes, {host[1].numel():,} edges, fanouts "
           f"{FANOUTS}, batch {args.batch_size}, device "

@@ -38,7 +38,8 @@ def _sample_subgraph_fake(indptr, indices, seeds, fanouts, replace=False, edge_i
 @torch.library.register_fake("quiver::neighbor_sample")
 def _neighbor_sample_fake(indptr, indices, seeds, fanouts, replace=False, edge_ids=None,
                           edge_weight=None, edge_time=None, seed_time=None, strict_time=False,
-                          temporal_strategy="uniform", disjoint=False, generator=None):
+                          temporal_strategy="uniform", disjoint=False, generator=None,
+                          edge_weight_cumsum=None):
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()

@@ -198,8 +198,9 @@ class GraphSageSampler:
             self._indptr = topo.indptr.to(self.device)
             self._indices = topo.indices.to(self.device)
             self._eid = eid.to(self.device) if eid is not None else None
-            self._weight, self._time = (None if t is None else t.to(self.device)
-                                        for t in (self._edge_weight, self._edge_time))
+            self._weight, self._time, self._weight_sums = (
+                None if t is None else t.to(self.device)
+                for t in (self._edge_weight, self._edge_time, self._row_sums()))
         elif self.mode == "UVA":
             # The offsets (8 bytes a node) go to the GPU; the neighbor lists (and edge ids)
             # stay in pinned host memory, shared first so that workers map these very pages.
@@ -210,6 +211,9 @@ class GraphSageSampler:
             self._eid = self._pin(eid)
             self._weight = self._pin(self._edge_weight)
             self._time = self._pin(self._edge_time)
+            # Rows of pinned host memory are read by keys (coalesced), not by binary searches
+            # of prefix sums, a chain of PCIe round trips a pick.
+            self._weight_sums = None
             if self.topology_cache_bytes:
                 order = self.hot_order
                 if order is None:  # sorted on the GPU: seconds at papers100M scale
@@ -219,6 +223,14 @@ class GraphSageSampler:
         else:
             self._indptr, self._indices, self._eid = topo.indptr, topo.indices, eid
             self._weight, self._time = self._edge_weight, self._edge_time
+            self._weight_sums = self._row_sums()
+
+    def _row_sums(self) -> Optional[Tensor]:
+        """Each row's prefix sums of the weights (8 bytes an edge), so that weighted rows
+        draw by binary search instead of a key per neighbor (ops.neighbor_sample)."""
+        if self._edge_weight is None:
+            return None
+        return ops.row_cumsum(self.csr_topo.indptr, self._edge_weight)
 
     def _pin(self, t: Optional[Tensor]) -> Optional[Tensor]:
         """``t`` pinned in place (or a pinned copy of a small one); the pin lives with us."""
@@ -236,7 +248,7 @@ class GraphSageSampler:
         state.pop("_pins", None)
         if self.mode != "GPU":
             for key in ("_indptr", "_indices", "_eid", "_cached_indices", "_cached_starts",
-                        "_weight", "_time"):
+                        "_weight", "_time", "_weight_sums"):
                 state.pop(key, None)
         return state
 
@@ -323,7 +335,8 @@ class GraphSageSampler:
         return ops.neighbor_sample(self._indptr, self._indices, seeds, self.sizes, self.replace,
                                    self._eid, self._weight, self._time,
                                    seed_time if self.temporal else None, self.strict_time,
-                                   self.temporal_strategy, self.disjoint, generator)
+                                   self.temporal_strategy, self.disjoint, generator,
+                                   self._weight_sums)
 
     def sample_negatives(self, src: Tensor, per_src: int, exclude_edges: bool = True,
                          generator: Optional[torch.Generator] = None,

@@ -19,6 +19,7 @@ struct RuleRows {
   int64_t num_edges;
   bool replace;
   const float* edge_weight;  // null: uniform
+  const double* weight_sums;  // each row's prefix sums of edge_weight, or null
   const int64_t* edge_time;  // null: no time rule
   const int64_t* seed_time;
   bool strict_time;
@@ -46,6 +47,10 @@ struct RuleRows {
     const int64_t picks = count(row, fanout);
     if (last) {
       cpu::last_offsets(row.degree, picks, offsets);
+    } else if (weight_sums != nullptr) {
+      cpu::weighted_offsets_by_sums(weight_sums + row.begin, edge_weight + row.begin, row.begin,
+                                    node_of(key), row.degree, picks, replace && fanout >= 0, rng,
+                                    offsets);
     } else if (edge_weight != nullptr) {
       cpu::weighted_offsets(edge_weight + row.begin, row.begin, node_of(key), row.degree, picks,
                             replace && fanout >= 0, rng, offsets);
@@ -73,9 +78,11 @@ neighbor_sample_cpu(const at::Tensor& indptr, const at::Tensor& indices, const a
                     const std::optional<at::Tensor>& edge_time,
                     const std::optional<at::Tensor>& seed_time, bool strict_time,
                     c10::string_view temporal_strategy, bool disjoint,
-                    const std::optional<at::Generator>& generator) {
+                    const std::optional<at::Generator>& generator,
+                    const std::optional<at::Tensor>& edge_weight_cumsum) {
   check_neighbor_sample_args(indptr, indices, seeds, fanouts, replace, edge_ids, edge_weight,
-                             edge_time, seed_time, temporal_strategy, disjoint);
+                             edge_time, seed_time, temporal_strategy, disjoint,
+                             edge_weight_cumsum);
   const int64_t num_nodes = indptr.numel() - 1;
   const at::Tensor seeds64 = seeds.to(at::kLong);
   const int64_t batch_size = seeds64.numel();
@@ -90,6 +97,7 @@ neighbor_sample_cpu(const at::Tensor& indptr, const at::Tensor& indices, const a
                       indices.numel(),
                       replace,
                       edge_weight ? edge_weight->const_data_ptr<float>() : nullptr,
+                      edge_weight_cumsum ? edge_weight_cumsum->const_data_ptr<double>() : nullptr,
                       edge_time ? edge_time->const_data_ptr<int64_t>() : nullptr,
                       seed_time ? seed_time->const_data_ptr<int64_t>() : nullptr,
                       strict_time,

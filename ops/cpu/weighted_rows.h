@@ -58,4 +58,56 @@ inline void weighted_offsets(const float* weights, int64_t begin, int64_t node, 
   for (int64_t i = 0; i < count; ++i) out[i] = keys[i].second;
 }
 
+// Draws before a row drawn by prefix sums (weighted_offsets_by_sums) falls back to keys:
+// past this many repeats its heaviest edges have all been met.
+inline int64_t max_sum_draws(int64_t count) { return 8 * count + 64; }
+
+// The same draws as weighted_offsets with the row's inclusive prefix sums `sums` (`degree`
+// of them): with replacement `count` independent draws by binary search; without, the first
+// `count` distinct edges of a sequence of such draws (the order in which independent draws
+// first meet the edges is successive sampling), and, should max_sum_draws pass first, the
+// remaining picks by keys among the edges not met yet (successive sampling goes on from any
+// prefix as it would have). A position where the sums do not grow raises.
+inline void weighted_offsets_by_sums(const double* sums, const float* weights, int64_t begin,
+                                     int64_t node, int64_t degree, int64_t count, bool replace,
+                                     at::philox_engine& rng, int64_t* out) {
+  if (count == 0) return;
+  if (!replace && count == degree) {
+    std::iota(out, out + count, int64_t{0});
+    return;
+  }
+  const double total = sums[degree - 1];
+  if (!(total > 0.0) || !std::isfinite(total)) {
+    errors::cumsum_not_increasing(begin + degree - 1, node);
+  }
+  auto draw = [&]() {
+    const double target = uniform_open(rng) * total;
+    const int64_t j = std::min<int64_t>(std::upper_bound(sums, sums + degree, target) - sums,
+                                        degree - 1);
+    const double low = j == 0 ? 0.0 : sums[j - 1];
+    if (!(sums[j] > low) || !std::isfinite(sums[j])) errors::cumsum_not_increasing(begin + j, node);
+    return j;
+  };
+  if (replace) {
+    for (int64_t i = 0; i < count; ++i) out[i] = draw();
+    return;
+  }
+  int64_t met = 0;
+  for (int64_t d = 0; met < count && d < max_sum_draws(count); ++d) {
+    const int64_t j = draw();
+    if (std::find(out, out + met, j) == out + met) out[met++] = j;
+  }
+  if (met == count) return;
+  std::vector<std::pair<double, int64_t>> keys;
+  keys.reserve(degree - met);
+  for (int64_t j = 0; j < degree; ++j) {
+    if (std::find(out, out + met, j) != out + met) continue;
+    keys.emplace_back(std::log(uniform_open(rng)) / weights[j], j);
+  }
+  const int64_t rest = count - met;
+  std::nth_element(keys.begin(), keys.begin() + rest, keys.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (int64_t i = 0; i < rest; ++i) out[met + i] = keys[i].second;
+}
+
 }  // namespace quiver::cpu

@@ -16,6 +16,7 @@ enum StatusCode : long long {
   kBadEdgeWeight = 7,          // index = CSR position, value = node, extra = weight (double bits)
   kEdgeTimeUnsorted = 8,       // index = node, value = CSR position, extra = seed time
   kSrcOutOfRange = 9,          // index = position in src, value = node id
+  kCumsumNotIncreasing = 10,   // index = CSR position, value = node
 };
 
 // Written once (the first error wins), read by the host after the batch's one wait.

@@ -30,13 +30,18 @@ Outputs neighbor_sample_kernel(const at::Tensor& indptr, const at::Tensor& indic
                                const std::optional<at::Tensor>& edge_time,
                                const std::optional<at::Tensor>& seed_time, bool strict_time,
                                bool last, bool disjoint,
-                               const std::optional<at::Generator>& generator) {
+                               const std::optional<at::Generator>& generator,
+                               const std::optional<at::Tensor>& edge_weight_cumsum) {
   const at::Device device = seeds.device();
   const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
   cuda::RowRules rules;
   if (edge_weight.has_value()) {
     rules.edge_weight =
         static_cast<const float*>(cuda::gpu_readable(*edge_weight, "edge_weight", device));
+  }
+  if (edge_weight_cumsum.has_value()) {
+    rules.weight_sums = static_cast<const double*>(
+        cuda::gpu_readable(*edge_weight_cumsum, "edge_weight_cumsum", device));
   }
   at::Tensor seed_times;
   if (edge_time.has_value()) {
@@ -69,6 +74,7 @@ Outputs neighbor_sample_kernel(const at::Tensor& indptr, const at::Tensor& indic
   // sample_subgraph: the seed times are one more input copied in before each replay.
   cuda::GraphKey graph_key;
   graph_key.add(indptr).add(indices).add(edge_ids).add(edge_weight).add(edge_time);
+  graph_key.add(edge_weight_cumsum);
   graph_key.add(shape.batch_size).add(replace).add(shape.sort_rows).add(fanouts);
   graph_key.add(strict_time).add(last).add(disjoint).add(seed_time.has_value());
   auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] =
@@ -88,9 +94,11 @@ Outputs neighbor_sample_cuda(const at::Tensor& indptr, const at::Tensor& indices
                              const std::optional<at::Tensor>& edge_time,
                              const std::optional<at::Tensor>& seed_time, bool strict_time,
                              c10::string_view temporal_strategy, bool disjoint,
-                             const std::optional<at::Generator>& generator) {
+                             const std::optional<at::Generator>& generator,
+                             const std::optional<at::Tensor>& edge_weight_cumsum) {
   check_neighbor_sample_args(indptr, indices, seeds, fanouts, replace, edge_ids, edge_weight,
-                             edge_time, seed_time, temporal_strategy, disjoint);
+                             edge_time, seed_time, temporal_strategy, disjoint,
+                             edge_weight_cumsum);
   TORCH_CHECK(seeds.is_cuda(), "neighbor_sample on CUDA needs seeds on a GPU, got ",
               seeds.device());
   const c10::cuda::CUDAGuard guard(seeds.device());
@@ -109,7 +117,7 @@ Outputs neighbor_sample_cuda(const at::Tensor& indptr, const at::Tensor& indices
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "neighbor_sample_cuda", [&] {
     return neighbor_sample_kernel<index_t>(indptr, indices, seeds64, fanouts, replace, edge_ids,
                                            edge_weight, edge_time, seed_time, strict_time, last,
-                                           disjoint, generator);
+                                           disjoint, generator, edge_weight_cumsum);
   });
 }
 

@@ -42,6 +42,7 @@ struct PhiloxKey {
 // Per-edge arrays are indexed by CSR position and readable by the GPU (device or pinned).
 struct RowRules {
   const float* edge_weight = nullptr;  // weighted rows (weighted_rows.cu)
+  const double* weight_sums = nullptr;  // each row's prefix sums of edge_weight, or null
   const int64_t* edge_time = nullptr;  // sorted within rows; with seed_time, on the device
   const int64_t* seed_time = nullptr;  // one per tree
   bool strict_time = false;            // admit time < seed time (else <=)

@@ -52,6 +52,104 @@ __device__ inline float edge_uniform24(uint64_t seed, uint64_t call, uint64_t st
          0x1.0p-24f;
 }
 
+// Counter offsets of a row's draws by prefix sums, apart from its keys' (edge offsets).
+constexpr int64_t kSumDrawBase = int64_t{1} << 40;
+
+// A row drawn by its prefix sums (RowRules::weight_sums), the draws of ops/cpu/weighted_rows.h:
+// weighted_offsets_by_sums. Lane l makes draw d + l of the row's sequence (a binary search
+// for u * total); with replacement each pick is one draw; without, the first `count`
+// distinct edges of the sequence, met in draw order, then, past kMaxSumDraws(count), the
+// rest by keys among the edges not met. `emit(j, offset)` writes pick j.
+template <int G, typename Group, typename Weight, typename Emit>
+__device__ void sample_by_sums(const Group& group, const RowRules& rules, const RowTree& tree,
+                               int64_t begin, int64_t degree, int64_t count, bool replace,
+                               uint64_t seed, uint64_t call, uint64_t stream, Weight&& weight,
+                               Emit&& emit) {
+  const int lane = group.thread_rank();
+  const double* sums = rules.weight_sums + begin;
+  const double total = sums[degree - 1];
+  if (!(total > 0.0) || !isfinite(total)) {
+    record_status(rules.status, kCumsumNotIncreasing, begin + degree - 1, tree.node, 0);
+    for (int64_t j = lane; j < count; j += G) emit(j, 0);  // placeholders: the batch raises
+    return;
+  }
+  auto draw = [&](int64_t d) {
+    const double target = edge_uniform(seed, call, stream, kSumDrawBase + d) * total;
+    int64_t lo = 0, hi = degree - 1;  // the first edge whose sum passes the target
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (sums[mid] > target) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    const double low = lo == 0 ? 0.0 : sums[lo - 1];
+    if (!(sums[lo] > low) || !isfinite(sums[lo])) {
+      record_status(rules.status, kCumsumNotIncreasing, begin + lo, tree.node, 0);
+    }
+    return lo;
+  };
+  if (replace) {
+    for (int64_t j = lane; j < count; j += G) emit(j, draw(j));
+    return;
+  }
+  int64_t held_at = -1;  // lane l < met: the l-th edge met
+  int64_t met = 0;
+  const int64_t max_draws = 8 * count + 64;  // as max_sum_draws on the CPU
+  auto was_met = [&](int64_t j) {
+    bool seen = false;
+    for (int64_t q = 0; q < met; ++q) seen |= group.shfl(held_at, static_cast<int>(q)) == j;
+    return seen;
+  };
+  for (int64_t d = 0; met < count && d < max_draws; d += G) {
+    const int64_t j = draw(d + lane);
+    const bool seen = was_met(j);
+    const unsigned same = __match_any_sync(0xffffffffu, static_cast<unsigned long long>(j));
+    unsigned fresh = group.ballot(!seen && __ffs(same) - 1 == lane);
+    while (fresh != 0 && met < count) {
+      const int l = __ffs(fresh) - 1;
+      fresh &= fresh - 1;
+      const int64_t edge = group.shfl(j, l);
+      if (lane == met) held_at = edge;
+      ++met;
+    }
+  }
+  if (met < count) {
+    // Keys for the rest among the edges not met: slots met..count-1 start empty; slots
+    // before met (and lanes past count) are never the least.
+    float held = lane >= met && lane < count ? -FLT_MAX : FLT_MAX;
+    float least;
+    int least_lane;
+    auto find_least = [&] {
+      least = cg::reduce(group, held, cg::less<float>());
+      least_lane = __ffs(group.ballot(held == least)) - 1;
+    };
+    find_least();
+    for (int64_t base = 0; base < degree; base += G) {
+      const int64_t j = base + lane;
+      const bool skip = was_met(j);
+      const float key = j < degree && !skip
+                            ? __logf(edge_uniform24(seed, call, stream, j)) / weight(j)
+                            : -FLT_MAX;
+      unsigned offered = group.ballot(key > least);
+      while (offered != 0) {
+        const int l = __ffs(offered) - 1;
+        offered &= offered - 1;
+        const float candidate = group.shfl(key, l);
+        if (candidate > least) {
+          if (lane == least_lane) {
+            held = candidate;
+            held_at = base + l;
+          }
+          find_least();
+        }
+      }
+    }
+  }
+  if (lane < count) emit(lane, held_at);
+}
+
 template <typename index_t, int G>
 __global__ void __launch_bounds__(kBlock)
     weighted_rows_kernel(const Csr<index_t> csr, const int64_t* __restrict__ row_begin,
@@ -112,6 +210,12 @@ __global__ void __launch_bounds__(kBlock)
         weight(j);
         emit(j, j);
       }
+      continue;
+    }
+
+    if (rules.weight_sums != nullptr && (rule.replace || count <= G)) {
+      sample_by_sums<G>(group, rules, tree, begin, degree, count, rule.replace, seed, call, stream,
+                     weight, emit);
       continue;
     }
 

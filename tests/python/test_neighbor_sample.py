@@ -28,7 +28,7 @@ def device_of(mode):
 
 
 def star_rows(mode, degree, fanout, trials=TRIALS, replace=False, weights=None, times=None,
-              seed_time=None, strategy="uniform"):
+              seed_time=None, strategy="uniform", cumsum=False):
     """`trials` independent one-hop draws from node 0 of a star graph: a list of the CSR
     offsets each draw picked (a repeated seed is one row per repetition)."""
     indptr, indices = star_graph(degree)
@@ -37,6 +37,9 @@ def star_rows(mode, degree, fanout, trials=TRIALS, replace=False, weights=None, 
     kwargs = {}
     if weights is not None:
         kwargs["edge_weight"] = place_extra(weights.float(), mode)
+        if cumsum:
+            kwargs["edge_weight_cumsum"] = place_extra(
+                qv.ops.row_cumsum(indptr, weights.float()), mode)
     if times is not None:
         kwargs.update(edge_time=place_extra(times, mode), disjoint=True,
                       seed_time=torch.full((trials,), seed_time, device=dev),
@@ -77,10 +80,11 @@ def assert_fits(observed: dict, expected: dict, trials: int):
 
 # ---- weighted ----
 
+@pytest.mark.parametrize("cumsum", [False, True], ids=["keys", "sums"])
 @pytest.mark.parametrize("degree,fanout", [(4, 1), (5, 2), (6, 3), (7, 5)])
-def test_weighted_without_replacement_is_successive_sampling(mode, degree, fanout):
+def test_weighted_without_replacement_is_successive_sampling(mode, degree, fanout, cumsum):
     weights = torch.tensor([1.0, 2.0, 4.0, 0.5, 3.0, 1.5, 6.0])[:degree]
-    rows = star_rows(mode, degree, fanout, weights=weights)
+    rows = star_rows(mode, degree, fanout, weights=weights, cumsum=cumsum)
     assert all(len(r) == fanout and len(set(r)) == fanout for r in rows)
     observed = {}
     for r in rows:
@@ -100,16 +104,76 @@ def test_weighted_inclusion_is_not_proportional(mode):
     assert heavy / light < 10 / 1 * 0.5  # far from proportional
 
 
+@pytest.mark.parametrize("cumsum", [False, True], ids=["keys", "sums"])
 @pytest.mark.parametrize("degree,fanout", [(3, 4), (6, 40)])
-def test_weighted_with_replacement_draws_by_weight(mode, degree, fanout):
+def test_weighted_with_replacement_draws_by_weight(mode, degree, fanout, cumsum):
     weights = torch.tensor([1.0, 2.0, 4.0, 0.5, 3.0, 1.5])[:degree]
-    rows = star_rows(mode, degree, fanout, replace=True, weights=weights, trials=800)
+    rows = star_rows(mode, degree, fanout, replace=True, weights=weights, trials=800,
+                     cumsum=cumsum)
     assert all(len(r) == fanout for r in rows)
     picks = torch.tensor([e for r in rows for e in r])
     f_obs = torch.bincount(picks, minlength=degree).double()
     f_exp = weights.double() / weights.sum() * picks.numel()
     p = chisquare(f_obs.numpy(), f_exp.numpy()).pvalue
     assert p > P_VALUE_FLOOR, (f_obs.tolist(), f_exp.tolist())
+
+
+def test_sums_fall_back_to_keys_exactly_on_skewed_rows(mode):
+    """One edge with nearly all the weight: the draws by prefix sums keep meeting it, give
+    up after their budget and finish by keys; the subsets still follow successive
+    sampling exactly."""
+    weights = torch.tensor([2000.0, 1.0, 2.0, 3.0, 1.5])
+    rows = star_rows(mode, 5, 3, weights=weights, cumsum=True)
+    observed = {}
+    for r in rows:
+        assert len(set(r)) == 3
+        observed[tuple(sorted(r))] = observed.get(tuple(sorted(r)), 0) + 1
+    assert_fits(observed, successive_subset_probabilities(weights, 3), len(rows))
+
+
+def test_sums_match_keys_on_a_random_graph(mode):
+    """Long rows, several hops: both weighted paths give the same kind of subgraph, real
+    edges, min(fanout, degree) picks a row."""
+    graph = random_graph(num_nodes=100, num_edges=6000, seed=13)
+    (indptr, indices, eid), dev = place(graph, mode)
+    weights = torch.rand(graph.indices.numel(), generator=torch.Generator().manual_seed(2)) + 0.1
+    sums = qv.ops.row_cumsum(graph.indptr, weights)
+    seeds = torch.arange(0, 100, 3, device=dev)
+    out = qv.ops.neighbor_sample(indptr, indices, seeds, [10, 5], edge_ids=eid,
+                                 edge_weight=place_extra(weights, mode),
+                                 edge_weight_cumsum=place_extra(sums, mode))
+    node_ids, _, rows, cols, eids, nph, eph = (t.cpu() for t in out)
+    assert torch.equal(graph.row[eids], node_ids[cols])
+    assert torch.equal(graph.col[eids], node_ids[rows])
+    degree = graph.indptr[1:] - graph.indptr[:-1]
+    first = cols[:int(eph[0])]
+    counts = torch.bincount(first, minlength=seeds.numel())
+    assert torch.equal(counts, degree[seeds.cpu()].clamp(max=10))
+    pairs = torch.stack([cols, eids])
+    assert pairs.unique(dim=1).size(1) == pairs.size(1)  # no edge twice for one node
+
+
+def test_row_cumsum_and_bad_sums(mode):
+    indptr, indices = star_graph(4)
+    weights = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    sums = qv.ops.row_cumsum(indptr, weights)
+    assert torch.equal(sums, torch.tensor([1.0, 3.0, 6.0, 10.0], dtype=torch.double))
+    with pytest.raises(ValueError, match=r"edge_weight\[1\] = 0.0"):
+        qv.ops.row_cumsum(indptr, torch.tensor([1.0, 0.0, 3.0, 4.0]))
+    dev = device_of(mode)
+    seeds = torch.zeros(64, dtype=torch.long, device=dev)
+    flat = torch.tensor([1.0, 3.0, 6.0, float("nan")], dtype=torch.double)
+    with pytest.raises(ValueError, match="edge_weight_cumsum does not grow at CSR position 3"):
+        qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode), seeds, [2],
+                               edge_weight=place_extra(weights, mode),
+                               edge_weight_cumsum=place_extra(flat, mode))
+    with pytest.raises(ValueError, match="pass edge_weight too"):
+        qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode), seeds, [2],
+                               edge_weight_cumsum=place_extra(sums, mode))
+    with pytest.raises(TypeError, match="edge_weight_cumsum must be Double"):
+        qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode), seeds, [2],
+                               edge_weight=place_extra(weights, mode),
+                               edge_weight_cumsum=place_extra(sums.float(), mode))
 
 
 def test_weighted_large_fanout_beyond_shared_buffer(mode):

@@ -70,15 +70,18 @@ neighbor_sample(const at::Tensor& indptr, const at::Tensor& indices, const at::T
                 const std::optional<at::Tensor>& seed_time = std::nullopt,
                 bool strict_time = false, c10::string_view temporal_strategy = "uniform",
                 bool disjoint = false,
-                const std::optional<at::Generator>& generator = std::nullopt) {
+                const std::optional<at::Generator>& generator = std::nullopt,
+                const std::optional<at::Tensor>& edge_weight_cumsum = std::nullopt) {
   static const auto handle = detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,
                                                    at::Tensor, at::Tensor, at::Tensor>(
       const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::IntArrayRef, bool,
       const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
       const std::optional<at::Tensor>&, const std::optional<at::Tensor>&, bool, c10::string_view,
-      bool, const std::optional<at::Generator>&)>("quiver::neighbor_sample");
+      bool, const std::optional<at::Generator>&, const std::optional<at::Tensor>&)>(
+      "quiver::neighbor_sample");
   return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids, edge_weight, edge_time,
-                     seed_time, strict_time, temporal_strategy, disjoint, generator);
+                     seed_time, strict_time, temporal_strategy, disjoint, generator,
+                     edge_weight_cumsum);
 }
 
 // Negative destinations, per_src a source (see sample_negatives in library.cpp).
