@@ -177,3 +177,24 @@ def test_link_negatives_as_pyg_when_asked(mode):
         total += pairs.size(1)
     density = len(true_edges) / N ** 2
     assert hits / total < 5 * density + 0.01
+
+
+def test_more_bad_input_is_named():
+    data = temporal_data(7)
+    topo = qv.CSRTopo(data.edge_index, num_nodes=N)
+    with pytest.raises(ValueError, match=r"node_time must hold one time per node \(300\)"):
+        qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(N - 1))
+    with pytest.raises(ValueError, match=r"weights must hold one value per edge \(3000\)"):
+        qv.GraphSageSampler(topo, [2], device="cpu", weights=torch.ones(E + 1))
+    with pytest.raises(ValueError, match="give edge_time or node_time, not both"):
+        qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(N),
+                            edge_time=torch.zeros(E))
+    with pytest.raises(ValueError, match="temporal_strategy must be 'uniform' or 'last'"):
+        qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(N),
+                            temporal_strategy="newest")
+    with pytest.raises(ValueError, match="amount"):
+        LinkNeighborLoader(data, [2], batch_size=8, device="cpu",
+                           neg_sampling=dict(mode="binary", amount=-1))
+    with pytest.raises(IndexError, match="edge_label_index holds node 300"):
+        LinkNeighborLoader(data, [2], batch_size=8, device="cpu",
+                           edge_label_index=torch.tensor([[0], [300]]))
