@@ -12,13 +12,15 @@ Three pieces plug into PyG's own loaders, and one loader ties them together:
   CPU mode), returning PyG's ``SamplerOutput`` with per-hop counts, so ``trim_to_layer``
   works;
 * :class:`LinkNeighborLoader`: PyG's link-prediction loader on the same pieces (seed edges,
-  binary or triplet negatives, PyG's label layout);
+  binary or triplet negatives drawn on the sampling device, PyG's label layout);
 * :class:`NeighborLoader`: PyG's ``NeighborLoader`` with the three above, taking a ``Data``
   or a ``(FeatureStore, GraphStore)`` pair. Batches are PyG ``Data`` objects on the sampling
   device carrying ``x``, ``y`` (every node attribute), ``edge_index``, ``edge_attr`` (every
   edge attribute, for the sampled edges), ``n_id``, ``e_id`` (with ``return_eid=True`` or
   edge attributes), ``batch_size``, ``input_id``, ``num_sampled_nodes`` and
-  ``num_sampled_edges``, and the graph-level attributes.
+  ``num_sampled_edges``, and the graph-level attributes. Both loaders take PyG's
+  ``weight_attr``, ``time_attr`` (with ``input_time`` / ``edge_label_time``),
+  ``temporal_strategy`` and ``disjoint`` (batches then carry ``batch``).
 
 The modules: ``stores`` (the graph and feature stores), ``sampler`` (the sampler),
 ``loader`` (the loader).
