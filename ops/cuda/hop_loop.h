@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -288,6 +289,19 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at
   };
   return {join(node_parts), join(row_parts), join(col_parts),
           join(eid_parts),  nodes_per_hop,   edges_per_hop};
+}
+
+// The Philox key of one batch of `shape`. Each uniform row reserves the draws its hop may take
+// (with the hop limits these never wrap); weighted rows key their counters by edge and row,
+// and need only the call's offset to differ.
+template <typename index_t>
+PhiloxKey batch_philox_key(const BatchShape<index_t>& shape, const at::Device& device,
+                           const std::optional<at::Generator>& generator) {
+  int64_t draws = 4;
+  for (const int64_t fanout : shape.fanouts) {
+    draws = std::max(draws, draws_per_row(fanout, shape.replace, shape.csr.num_edges));
+  }
+  return draw_philox_key(device, draws, generator);
 }
 
 }  // namespace quiver::cuda

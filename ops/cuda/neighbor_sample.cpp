@@ -63,13 +63,7 @@ Outputs neighbor_sample_kernel(const at::Tensor& indptr, const at::Tensor& indic
                                         seeds.numel(),
                                         cuda::BoardLayout(num_hops),
                                         rules};
-  // Uniform rows reserve the draws their hop may take; weighted rows key their Philox
-  // counters by edge offset and row, and need the call's offset to differ only.
-  int64_t draws = 4;
-  for (const int64_t fanout : fanouts) {
-    draws = std::max(draws, draws_per_row(fanout, replace, csr.num_edges));
-  }
-  const cuda::PhiloxKey key = cuda::draw_philox_key(device, draws, generator);
+  const cuda::PhiloxKey key = cuda::batch_philox_key(shape, device, generator);
   // Replayed as a CUDA graph from the third call of a shape (batch_graphs.h), like
   // sample_subgraph: the seed times are one more input copied in before each replay.
   cuda::GraphKey graph_key;

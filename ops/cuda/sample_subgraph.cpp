@@ -53,12 +53,7 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
                                   seeds.numel(),
                                   BoardLayout(num_hops)};
 
-  // Each row reserves the draws its hop may take; with the hop limits these never wrap.
-  int64_t draws = 4;
-  for (const int64_t fanout : fanouts) {
-    draws = std::max(draws, draws_per_row(fanout, replace, csr.num_edges));
-  }
-  const cuda::PhiloxKey key = cuda::draw_philox_key(device, draws, generator);
+  const cuda::PhiloxKey key = cuda::batch_philox_key(shape, device, generator);
   cuda::GraphKey graph_key;
   graph_key.add(indptr).add(indices).add(edge_ids).add(cached_indices).add(cached_starts);
   graph_key.add(shape.batch_size).add(replace).add(shape.sort_rows).add(fanouts);
