@@ -224,8 +224,115 @@ def csr_case(rng, mode):
                 must_raise, check, kind or "valid")
 
 
+def neighbor_case(rng, mode):
+    """quiver::neighbor_sample with random rules: weights (and their prefix sums), times,
+    disjoint trees, and their faults."""
+    num_nodes = rng.randint(1, 30)
+    num_edges = rng.randint(0, 150)
+    indptr, indices, eid = random_csr(rng, num_nodes, num_edges, rng.choice([torch.int32,
+                                                                            torch.int64]))
+    seeds = random_ids(rng, rng.randint(0, 10), num_nodes, torch.int64)
+    replace = rng.random() < 0.25
+    fanouts = [rng.choice([-1, 0, 1, 3, 40]) for _ in range(rng.randint(1, 3))]
+    weight = torch.rand(num_edges) + 0.05 if rng.random() < 0.5 else None
+    sums = qv.ops.row_cumsum(indptr, weight) if weight is not None and rng.random() < 0.5 \
+        else None
+    temporal = rng.random() < 0.5
+    times = seed_time = None
+    if temporal:
+        # Random times sorted within each row (the op's only demand on them).
+        _, _, times = qv.ops.sort_rows_by_time(indptr, indices, edge_time=torch.tensor(
+            [rng.randrange(20) for _ in range(num_edges)], dtype=torch.long))
+        seed_time = torch.tensor([rng.randrange(25) for _ in range(seeds.numel())],
+                                 dtype=torch.long)
+    strategy = "last" if temporal and not replace and weight is None and rng.random() < 0.5 \
+        else "uniform"
+    disjoint = temporal or rng.random() < 0.3
+    must_raise = None
+    kind = fault(rng, ["seed_range", "weight_len", "weight_dtype", "weight_zero",
+                       "seed_time_len", "no_disjoint", "strategy", "sums_dtype",
+                       "unsorted_time", "sums_alone"])
+    if kind == "seed_range" and seeds.numel():
+        seeds[rng.randrange(seeds.numel())] = rng.choice([-1, num_nodes])
+        must_raise = IndexError
+    elif kind == "weight_len":
+        weight, sums, must_raise = torch.ones(num_edges + 1), None, ValueError
+    elif kind == "weight_dtype":
+        weight, sums, must_raise = torch.ones(num_edges, dtype=torch.float64), None, TypeError
+    elif kind == "weight_zero" and num_edges:
+        weight, sums = torch.zeros(num_edges), None  # raises when a visited row has edges
+    elif kind == "seed_time_len" and temporal:
+        seed_time, must_raise = torch.zeros(seeds.numel() + 1, dtype=torch.long), ValueError
+    elif kind == "no_disjoint" and temporal:
+        disjoint, must_raise = False, ValueError
+    elif kind == "strategy":
+        strategy, must_raise = "newest", ValueError
+    elif kind == "sums_dtype" and sums is not None:
+        sums, must_raise = sums.float(), TypeError
+    elif kind == "unsorted_time" and temporal and num_edges > 1:
+        times = times.flip(0)  # may break the rule: then ValueError, else a valid result
+    elif kind == "sums_alone":
+        weight, sums, must_raise = None, torch.ones(num_edges, dtype=torch.float64), ValueError
+    args = (placed(indptr, mode, "topology"), placed(indices, mode, "topology"),
+            placed(seeds, mode, "ids"), fanouts, replace, placed(eid, mode, "topology"),
+            placed(weight, mode, "topology"), placed(times, mode, "topology"),
+            placed(seed_time, mode, "ids"), False, strategy, disjoint, None,
+            placed(sums, mode, "topology"))
+
+    def check(out):
+        node_ids, batch, rows, cols, eids, nodes_per_hop, edges_per_hop = (t.cpu() for t in out)
+        assert torch.equal(node_ids[:seeds.numel()], seeds)
+        assert int(nodes_per_hop.sum()) == node_ids.numel()
+        assert rows.numel() == cols.numel() == eids.numel() == int(edges_per_hop.sum())
+        if not rows.numel():
+            return
+        pos = torch.argsort(eid)[eids]
+        assert torch.equal(indices[pos].long(), node_ids[rows])
+        owner = torch.searchsorted(indptr, pos, right=True) - 1
+        assert torch.equal(owner, node_ids[cols])
+        if disjoint:
+            assert torch.equal(batch[rows], batch[cols])
+        if temporal:
+            assert bool((times[pos] <= seed_time[batch[cols]]).all())
+    return Case(qv.ops.neighbor_sample, args, must_raise, check, kind or "valid")
+
+
+def negatives_case(rng, mode):
+    num_nodes = rng.randint(1, 30)
+    num_edges = rng.randint(0, 100)
+    indptr, indices, _ = random_csr(rng, num_nodes, num_edges, rng.choice([torch.int32,
+                                                                          torch.int64]))
+    src = random_ids(rng, rng.randint(0, 10), num_nodes, torch.int64)
+    per_src = rng.randint(0, 4)
+    must_raise = None
+    kind = fault(rng, ["src_range", "src_dtype", "per_src", "trials"])
+    trials = 8
+    if kind == "src_range" and src.numel() and per_src:
+        src[rng.randrange(src.numel())] = rng.choice([-1, num_nodes])
+        must_raise = IndexError
+    elif kind == "src_dtype":
+        src, must_raise = src.float(), TypeError
+    elif kind == "per_src":
+        per_src, must_raise = -1, ValueError
+    elif kind == "trials":
+        trials, must_raise = 0, ValueError
+
+    def check(out):
+        out = out.cpu()
+        assert out.numel() == src.numel() * per_src
+        assert out.numel() == 0 or (int(out.min()) >= 0 and int(out.max()) < num_nodes)
+    return Case(qv.ops.sample_negatives,
+                (placed(indptr, mode, "topology"), placed(indices, mode, "topology"),
+                 placed(src, mode, "ids"), per_src, rng.random() < 0.7, trials),
+                must_raise, check, kind or "valid")
+
+
 def draw(rng, mode):
-    pick = rng.randrange(5)
+    pick = rng.randrange(7)
+    if pick == 5:
+        return neighbor_case(rng, mode)
+    if pick == 6:
+        return negatives_case(rng, mode)
     if pick == 0:
         return sample_case(rng, mode, multi_hop=False)
     if pick == 1:
