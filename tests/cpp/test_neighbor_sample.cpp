@@ -1,0 +1,102 @@
+// quiver::neighbor_sample and quiver::sample_negatives through the C++ API (ops.h), as a
+// libtorch program calls them: weighted rows (by keys and by prefix sums), temporal trees
+// and typed errors, on every device.
+#include <c10/util/Exception.h>
+
+#include "graphs.h"
+
+namespace {
+
+using quiver::testing::OnEveryDevice;
+
+class NeighborSample : public OnEveryDevice {};
+
+// Each row's inclusive prefix sums of `weight`, as ops.row_cumsum builds them.
+at::Tensor row_sums(const at::Tensor& indptr, const at::Tensor& weight) {
+  at::Tensor sums = weight.to(at::kDouble).cumsum(0);
+  at::Tensor out = sums.clone();
+  for (int64_t v = 0; v + 1 < indptr.numel(); ++v) {
+    const int64_t begin = indptr[v].item<int64_t>(), end = indptr[v + 1].item<int64_t>();
+    if (begin > 0 && end > begin) out.slice(0, begin, end) -= sums[begin - 1];
+  }
+  return out;
+}
+
+TEST_P(NeighborSample, WeightedTreesStayApartAndUseRealEdges) {
+  auto g = quiver::testing::random_graph(200, 3000, at::kInt);
+  const at::Tensor weight = at::rand({3000}) + 0.1;
+  const at::Tensor seeds = at::tensor({3, 3, 150}, at::kLong);
+  for (const bool with_sums : {false, true}) {
+    std::optional<at::Tensor> sums;
+    if (with_sums) sums = place_topology(row_sums(g.indptr, weight));
+    auto [node_ids, batch, rows, cols, eids, nodes_per_hop, edges_per_hop] =
+        quiver::neighbor_sample(place_topology(g.indptr), place_topology(g.indices),
+                                seeds.to(op_device()), {4, 2}, false, place_topology(g.edge_ids),
+                                place_topology(weight.to(at::kFloat)), std::nullopt,
+                                std::nullopt, false, "uniform", /*disjoint=*/true, std::nullopt,
+                                sums);
+    node_ids = node_ids.cpu(), batch = batch.cpu(), rows = rows.cpu(), cols = cols.cpu();
+    eids = eids.cpu();
+    EXPECT_TRUE(at::equal(node_ids.slice(0, 0, 3), seeds));
+    EXPECT_TRUE(at::equal(batch.slice(0, 0, 3), at::arange(3, at::kLong)));
+    EXPECT_TRUE(at::equal(batch.index_select(0, rows), batch.index_select(0, cols)));
+    EXPECT_TRUE(at::equal(g.row.index_select(0, eids), node_ids.index_select(0, cols)));
+    EXPECT_TRUE(at::equal(g.col.index_select(0, eids), node_ids.index_select(0, rows)));
+    EXPECT_EQ(edges_per_hop.sum().item<int64_t>(), rows.numel());
+  }
+}
+
+TEST_P(NeighborSample, TemporalTreesTakeOnlyThePast) {
+  // Node 0 has five neighbors at times 1, 2, 3, 5, 8.
+  const at::Tensor indptr = at::tensor({0, 5, 5, 5, 5, 5, 5}, at::kLong);
+  const at::Tensor indices = at::tensor({1, 2, 3, 4, 5}, at::kLong);
+  const at::Tensor times = at::tensor({1, 2, 3, 5, 8}, at::kLong);
+  const auto dev = op_device();
+  auto [node_ids, batch, rows, cols, eids, nodes_per_hop, edges_per_hop] =
+      quiver::neighbor_sample(place_topology(indptr), place_topology(indices),
+                              at::tensor({0, 0}, at::kLong).to(dev), {2}, false, std::nullopt,
+                              std::nullopt, place_topology(times),
+                              at::tensor({3, 6}, at::kLong).to(dev), false, "last", true);
+  eids = eids.cpu(), cols = cols.cpu();
+  EXPECT_TRUE(at::equal(std::get<0>(eids.index({cols == 0}).sort()), at::tensor({1, 2}, at::kLong)));
+  EXPECT_TRUE(at::equal(std::get<0>(eids.index({cols == 1}).sort()), at::tensor({2, 3}, at::kLong)));
+}
+
+TEST_P(NeighborSample, BadInputThrowsTypedErrors) {
+  auto g = quiver::testing::random_graph(50, 500, at::kLong);
+  const at::Tensor indptr = place_topology(g.indptr), indices = place_topology(g.indices);
+  const at::Tensor seeds = at::tensor({1, 2}, at::kLong).to(op_device());
+  EXPECT_THROW(quiver::neighbor_sample(indptr, indices, seeds, {2}, false, std::nullopt,
+                                       place_topology(at::ones({500}, at::kDouble))),
+               c10::TypeError);
+  EXPECT_THROW(quiver::neighbor_sample(indptr, indices, seeds, {2}, false, std::nullopt,
+                                       place_topology(at::zeros({500}, at::kFloat))),
+               c10::ValueError);
+  EXPECT_THROW(quiver::neighbor_sample(indptr, indices, seeds, {2}, false, std::nullopt,
+                                       std::nullopt, place_topology(at::zeros({500}, at::kLong)),
+                                       at::zeros({2}, at::kLong).to(op_device())),
+               c10::ValueError);  // temporal sampling needs disjoint trees
+}
+
+TEST_P(NeighborSample, NegativesAreNotTrueEdges) {
+  auto g = quiver::testing::random_graph(100, 600, at::kLong);
+  const at::Tensor src = at::arange(100, at::kLong).repeat({5});
+  const at::Tensor out =
+      quiver::sample_negatives(place_topology(g.indptr), place_topology(g.indices),
+                               src.to(op_device()), 2, true, 64, /*out_rows=*/true)
+          .cpu();
+  ASSERT_EQ(out.numel(), 1000);
+  for (int64_t k = 0; k < out.numel(); ++k) {
+    const int64_t s = src[k / 2].item<int64_t>(), v = out[k].item<int64_t>();
+    const at::Tensor row = g.indices.slice(0, g.indptr[s].item<int64_t>(),
+                                           g.indptr[s + 1].item<int64_t>());
+    EXPECT_FALSE((row == v).any().item<bool>()) << s << " -> " << v;
+  }
+  EXPECT_THROW(quiver::sample_negatives(place_topology(g.indptr), place_topology(g.indices),
+                                        at::tensor({100}, at::kLong).to(op_device()), 1),
+               c10::IndexError);
+}
+
+QUIVER_ON_EVERY_DEVICE(NeighborSample);
+
+}  // namespace
