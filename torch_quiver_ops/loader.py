@@ -423,6 +423,27 @@ class _Epochs:
         return self.loader.batch_builders()
 
 
+def checked_seed_edges(edge_label_index, num_nodes: int,
+                       edge_label: Optional[Tensor] = None) -> Tensor:
+    """``edge_label_index`` as a ``[2, num_edges]`` tensor of node ids in ``[0, num_nodes)``,
+    with ``edge_label`` (if given) one label per seed edge; both link loaders' check."""
+    edge_label_index = torch.as_tensor(edge_label_index)
+    if (edge_label_index.dim() != 2 or edge_label_index.size(0) != 2
+            or edge_label_index.dtype.is_floating_point):
+        raise ValueError(f"edge_label_index must be a [2, num_edges] tensor of node ids, "
+                         f"got {tuple(edge_label_index.shape)} {edge_label_index.dtype}")
+    if edge_label_index.numel() and (int(edge_label_index.min()) < 0
+                                     or int(edge_label_index.max()) >= num_nodes):
+        bad = edge_label_index[(edge_label_index < 0) | (edge_label_index >= num_nodes)][0]
+        raise IndexError(f"edge_label_index holds node {int(bad)}, out of range "
+                         f"[0, {num_nodes})")
+    if edge_label is not None and torch.as_tensor(edge_label).size(0) != \
+            edge_label_index.size(1):
+        raise ValueError(f"edge_label has {torch.as_tensor(edge_label).size(0)} labels for "
+                         f"{edge_label_index.size(1)} seed edges")
+    return edge_label_index
+
+
 class LinkBatch(NamedTuple):
     """One link-prediction batch: the sampled nodes ``n_id`` (the batch's distinct seed-edge
     and negative endpoints first, ``batch_size`` of them), the layers' :class:`Adj`, the
@@ -468,23 +489,11 @@ class LinkSampleLoader(SampleLoader):
             raise ValueError("LinkSampleLoader samples one graph around a batch's endpoints; "
                              "for temporal or disjoint link sampling use "
                              "torch_quiver_ops.pyg.LinkNeighborLoader")
-        edge_label_index = torch.as_tensor(edge_label_index)
-        if (edge_label_index.dim() != 2 or edge_label_index.size(0) != 2
-                or edge_label_index.dtype.is_floating_point):
-            raise ValueError(f"edge_label_index must be a [2, num_edges] tensor of node ids, "
-                             f"got {tuple(edge_label_index.shape)} {edge_label_index.dtype}")
-        num_nodes = sampler.csr_topo.node_count
-        if edge_label_index.numel() and (int(edge_label_index.min()) < 0
-                                         or int(edge_label_index.max()) >= num_nodes):
-            bad = edge_label_index[(edge_label_index < 0) | (edge_label_index >= num_nodes)][0]
-            raise IndexError(f"edge_label_index holds node {int(bad)}, out of range "
-                             f"[0, {num_nodes})")
+        edge_label_index = checked_seed_edges(edge_label_index, sampler.csr_topo.node_count,
+                                              edge_label)
         if neg_ratio < 0:
             raise ValueError(f"neg_ratio must be >= 0, got {neg_ratio}")
         num_edges = edge_label_index.size(1)
-        if edge_label is not None and torch.as_tensor(edge_label).size(0) != num_edges:
-            raise ValueError(f"edge_label has {torch.as_tensor(edge_label).size(0)} labels for "
-                             f"{num_edges} seed edges")
         super().__init__(sampler, feature, torch.arange(num_edges), batch_size, None, shuffle,
                          drop_last, prefetch, generator, prefetch_sms, prefetch_host_read_blocks,
                          workers)

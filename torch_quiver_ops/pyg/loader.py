@@ -11,6 +11,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader import LinkNeighborLoader as _PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
+from ..loader import checked_seed_edges
 from .sampler import NeighborSampler
 from .stores import _HETERO, FeatureStore, GraphStore, to_stores
 
@@ -301,21 +302,8 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                 raise ValueError("LinkNeighborLoader over a (FeatureStore, GraphStore) pair "
                                  "needs edge_label_index: the seed edges")
             edge_label_index = data.edge_index
-        edge_label_index = torch.as_tensor(edge_label_index)
-        if (edge_label_index.dim() != 2 or edge_label_index.size(0) != 2
-                or edge_label_index.dtype.is_floating_point):
-            raise ValueError(f"edge_label_index must be a [2, num_edges] tensor of node ids, "
-                             f"got {tuple(edge_label_index.shape)} {edge_label_index.dtype}")
-        num_nodes = graph_store.num_nodes
-        if edge_label_index.numel() and (int(edge_label_index.min()) < 0
-                                         or int(edge_label_index.max()) >= num_nodes):
-            bad = edge_label_index[(edge_label_index < 0) | (edge_label_index >= num_nodes)][0]
-            raise IndexError(f"edge_label_index holds node {int(bad)}, out of range "
-                             f"[0, {num_nodes})")
-        if edge_label is not None and torch.as_tensor(edge_label).size(0) != \
-                edge_label_index.size(1):
-            raise ValueError(f"edge_label has {torch.as_tensor(edge_label).size(0)} labels for "
-                             f"{edge_label_index.size(1)} seed edges")
+        edge_label_index = checked_seed_edges(edge_label_index, graph_store.num_nodes,
+                                              edge_label)
         # Over a pair of stores (what PyG's loader gets here) PyG takes the seed edges
         # beside their edge type.
         super().__init__(stores, num_neighbors=num_neighbors,
