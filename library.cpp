@@ -82,6 +82,32 @@ TORCH_LIBRARY(quiver, m) {
       "Tensor nodes_per_hop, Tensor edges_per_hop)",
       {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
 
+  // neighbor_sample on a heterogeneous graph stored as one CSR (pyg-lib's
+  // hetero_neighbor_sample, GraphBolt's fused layout): node ids global, type t owning
+  // [node_type_offsets[t], node_type_offsets[t + 1]); each row's edges grouped by relation,
+  // relation r (relation_src_types[r] -> relation_dst_types[r]) owning the global edge ids
+  // [relation_edge_offsets[r], relation_edge_offsets[r + 1]) given per CSR position by
+  // edge_ids; indices of relation r's edges are nodes of its source type. A node expands
+  // through every relation ending at its type with fanouts[hop * num_relations + r] (hop-
+  // major), all relations in the same launches of each hop. Seeds are global ids of any
+  // types. Rules as neighbor_sample; with edge_time each row is sorted by time within each
+  // relation, and edge_weight_cumsum restarts at each relation's slice of a row.
+  // Output, pyg-lib's layout flattened: node_ids (ids local to their type) grouped by type,
+  // each type's seeds first then by hop; batch likewise (disjoint); rows, cols (positions
+  // in the source and target type's group) and sampled_edge_ids (ids local to the
+  // relation) grouped by relation; nodes_per_type_hop [num_types, hops + 1] and
+  // edges_per_relation_hop [num_relations, hops], int64 CPU tensors that size the groups.
+  m.def(
+      "hetero_neighbor_sample(Tensor indptr, Tensor indices, Tensor edge_ids, Tensor seeds, "
+      "int[] node_type_offsets, int[] relation_src_types, int[] relation_dst_types, "
+      "int[] relation_edge_offsets, int[] fanouts, bool replace=False, "
+      "Tensor? edge_weight=None, Tensor? edge_time=None, Tensor? seed_time=None, "
+      "bool strict_time=False, str temporal_strategy=\"uniform\", bool disjoint=False, "
+      "Generator? generator=None, Tensor? edge_weight_cumsum=None) -> "
+      "(Tensor node_ids, Tensor batch, Tensor rows, Tensor cols, Tensor sampled_edge_ids, "
+      "Tensor nodes_per_type_hop, Tensor edges_per_relation_hop)",
+      {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
+
   // Negative destinations for link prediction: out[i * per_src + j] is a node drawn
   // uniformly from [0, num_nodes) for source src[i]. With exclude_edges, a draw v that is a
   // true edge src[i] -> v is drawn again, up to max_trials draws in all; the last draw

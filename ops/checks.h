@@ -158,6 +158,54 @@ inline void check_neighbor_sample_args(const at::Tensor& indptr, const at::Tenso
   }
 }
 
+// hetero_neighbor_sample's graph tables (ops/hetero_layout.h) and per-relation fanouts,
+// then every argument neighbor_sample checks.
+inline void check_hetero_neighbor_sample_args(
+    const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& edge_ids,
+    const at::Tensor& seeds, at::IntArrayRef node_type_offsets,
+    at::IntArrayRef relation_src_types, at::IntArrayRef relation_dst_types,
+    at::IntArrayRef relation_edge_offsets, at::IntArrayRef fanouts, bool replace,
+    const std::optional<at::Tensor>& edge_weight, const std::optional<at::Tensor>& edge_time,
+    const std::optional<at::Tensor>& seed_time, c10::string_view temporal_strategy,
+    bool disjoint, const std::optional<at::Tensor>& edge_weight_cumsum) {
+  check_neighbor_sample_args(indptr, indices, seeds, fanouts, replace, edge_ids, edge_weight,
+                             edge_time, seed_time, temporal_strategy, disjoint,
+                             edge_weight_cumsum);
+  const int64_t num_nodes = indptr.numel() - 1;
+  const int64_t T = static_cast<int64_t>(node_type_offsets.size()) - 1;
+  TORCH_CHECK_VALUE(T >= 1, "node_type_offsets must hold num_types + 1 >= 2 entries, got ",
+                    node_type_offsets);
+  TORCH_CHECK_VALUE(node_type_offsets[0] == 0 && node_type_offsets[T] == num_nodes,
+                    "node_type_offsets must run from 0 to the graph's ", num_nodes,
+                    " nodes, got ", node_type_offsets);
+  for (int64_t t = 0; t < T; ++t) {
+    TORCH_CHECK_VALUE(node_type_offsets[t] <= node_type_offsets[t + 1],
+                      "node_type_offsets must not decrease, got ", node_type_offsets);
+  }
+  const int64_t R = static_cast<int64_t>(relation_dst_types.size());
+  TORCH_CHECK_VALUE(R >= 1 && static_cast<int64_t>(relation_src_types.size()) == R,
+                    "relation_src_types and relation_dst_types must name the same relations "
+                    "(at least one), got ", relation_src_types, " and ", relation_dst_types);
+  for (int64_t r = 0; r < R; ++r) {
+    TORCH_CHECK_VALUE(0 <= relation_src_types[r] && relation_src_types[r] < T &&
+                          0 <= relation_dst_types[r] && relation_dst_types[r] < T,
+                      "relation ", r, " joins types ", relation_src_types[r], " -> ",
+                      relation_dst_types[r], ", outside the ", T, " node types");
+  }
+  TORCH_CHECK_VALUE(static_cast<int64_t>(relation_edge_offsets.size()) == R + 1 &&
+                        relation_edge_offsets[0] == 0 && relation_edge_offsets[R] == indices.numel(),
+                    "relation_edge_offsets must hold num_relations + 1 = ", R + 1,
+                    " entries from 0 to the graph's ", indices.numel(), " edges, got ",
+                    relation_edge_offsets);
+  for (int64_t r = 0; r < R; ++r) {
+    TORCH_CHECK_VALUE(relation_edge_offsets[r] <= relation_edge_offsets[r + 1],
+                      "relation_edge_offsets must not decrease, got ", relation_edge_offsets);
+  }
+  TORCH_CHECK_VALUE(static_cast<int64_t>(fanouts.size()) % R == 0,
+                    "fanouts must hold one fanout per relation and hop (hop-major, a multiple of ",
+                    R, " relations), got ", fanouts.size(), " values");
+}
+
 inline void check_sample_negatives_args(const at::Tensor& indptr, const at::Tensor& indices,
                                         const at::Tensor& src, int64_t per_src,
                                         int64_t max_trials) {

@@ -110,4 +110,79 @@ QUIVER_HOST_DEVICE inline uint64_t scale_to_range(uint64_t bits, uint64_t n) {
 #endif
 }
 
+
+// The first of n positions whose edge id is at least `bound` (ids grouped by relation).
+QUIVER_HOST_DEVICE inline int64_t first_edge_id_at_least(const int64_t* edge_ids, int64_t n,
+                                                         int64_t bound) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (edge_ids[mid] < bound) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+// A heterogeneous graph as one CSR (hetero_neighbor_sample): node ids are global, node
+// type t owning [type_offsets[t], type_offsets[t + 1]); each row's edges are grouped by
+// relation, relation r's edges carrying the global edge ids [relation_edge_offsets[r],
+// relation_edge_offsets[r + 1]). Each frontier node expands into rows_per_node rows: its
+// j-th is the slice of its row that holds the j-th relation ending at its type
+// (type_relations[type_relations_ptr[t] + j]), sampled with that relation's fanout; j past
+// its type's relations yields nothing. Unset (no tables): one row per node.
+struct RelationRows {
+  int64_t rows_per_node = 1;
+  const int64_t* type_offsets = nullptr;  // num_types + 1
+  int64_t num_types = 0;
+  const int64_t* type_relations_ptr = nullptr;  // num_types + 1
+  const int64_t* type_relations = nullptr;
+  const int64_t* relation_edge_offsets = nullptr;  // num_relations + 1
+  int64_t num_relations = 0;
+
+  QUIVER_HOST_DEVICE bool active() const { return type_offsets != nullptr; }
+  // The frontier node of row r.
+  QUIVER_HOST_DEVICE int64_t node_index(int64_t r) const {
+    return rows_per_node == 1 ? r : r / rows_per_node;
+  }
+};
+
+// Narrows the row [begin, begin + degree) of global node `node` to the slice of its
+// `slot`-th incoming relation and returns that relation's fanout in `hop_fanouts` (one per
+// relation); a slot past its type's relations yields an empty slice. Rows are grouped by
+// relation, so the slice is found by two binary searches over the row's edge ids (none when
+// the type has one relation). Every read stays inside the row whatever the edge ids hold.
+QUIVER_HOST_DEVICE inline int64_t relation_slice(const RelationRows& relations,
+                                                 const int64_t* hop_fanouts,
+                                                 const int64_t* edge_ids, int64_t node,
+                                                 int64_t slot, int64_t& begin, int64_t& degree) {
+  int64_t lo = 0, hi = relations.num_types;  // the t with offsets[t] <= node < offsets[t + 1]
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (relations.type_offsets[mid] <= node) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  const int64_t first = relations.type_relations_ptr[lo];
+  const int64_t count = relations.type_relations_ptr[lo + 1] - first;
+  if (slot >= count) {
+    degree = 0;
+    return 0;
+  }
+  const int64_t relation = relations.type_relations[first + slot];
+  if (count > 1) {
+    const int64_t from = first_edge_id_at_least(edge_ids + begin, degree,
+                                                relations.relation_edge_offsets[relation]);
+    const int64_t to = first_edge_id_at_least(edge_ids + begin, degree,
+                                              relations.relation_edge_offsets[relation + 1]);
+    begin += from;
+    degree = to > from ? to - from : 0;
+  }
+  return hop_fanouts[relation];
+}
+
 }  // namespace quiver

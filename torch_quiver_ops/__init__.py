@@ -14,6 +14,7 @@ from . import aoti, dist, hotness, ops, synthetic  # noqa: E402
 from ._device import init_p2p, p2p_cliques  # noqa: E402
 from ._sharing import map_arrays as load_arrays, save_arrays  # noqa: E402
 from .feature import Feature  # noqa: E402
+from .hetero import HeteroCSRTopo, HeteroSampler  # noqa: E402
 from .hotness import presample_hot_order, presample_topology_order  # noqa: E402
 from .loader import LinkSampleLoader, Prefetcher, SampleLoader  # noqa: E402
 from .sampler import Adj, GraphSageSampler  # noqa: E402
@@ -23,8 +24,9 @@ from .topology import CSRTopo  # noqa: E402
 # the package whose library was loaded (the installed copy's, for a source checkout).
 cmake_prefix_path = str(package_root())
 
-__all__ = ["Adj", "aoti", "CSRTopo", "Feature", "GraphSageSampler", "LinkSampleLoader",
-           "Prefetcher", "SampleLoader", "dist", "hotness", "ops", "pyg", "synthetic", "init_p2p", "p2p_cliques", "presample_hot_order",
+__all__ = ["Adj", "aoti", "CSRTopo", "Feature", "GraphSageSampler", "HeteroCSRTopo",
+           "HeteroSampler", "LinkSampleLoader", "Prefetcher", "SampleLoader", "dist", "hotness",
+           "ops", "pyg", "synthetic", "init_p2p", "p2p_cliques", "presample_hot_order",
            "presample_topology_order",
            "cuda_kernels_built", "library_path", "cmake_prefix_path", "save_arrays",
            "load_arrays"]

@@ -53,6 +53,28 @@ def _neighbor_sample_fake(indptr, indices, seeds, fanouts, replace=False, edge_i
     return node_ids, batch, rows, cols, eids, nodes_per_hop, edges_per_hop
 
 
+@torch.library.register_fake("quiver::hetero_neighbor_sample")
+def _hetero_neighbor_sample_fake(indptr, indices, edge_ids, seeds, node_type_offsets,
+                                 relation_src_types, relation_dst_types, relation_edge_offsets,
+                                 fanouts, replace=False, edge_weight=None, edge_time=None,
+                                 seed_time=None, strict_time=False, temporal_strategy="uniform",
+                                 disjoint=False, generator=None, edge_weight_cumsum=None):
+    ctx = torch.library.get_ctx()
+    num_nodes = ctx.new_dynamic_size()
+    num_edges = ctx.new_dynamic_size()
+    num_types = len(node_type_offsets) - 1
+    num_relations = len(relation_dst_types)
+    num_hops = len(fanouts) // max(num_relations, 1)
+    node_ids = seeds.new_empty(num_nodes, dtype=torch.long)
+    batch = seeds.new_empty(num_nodes if disjoint else 0, dtype=torch.long)
+    rows = seeds.new_empty(num_edges, dtype=torch.long)
+    cols = seeds.new_empty(num_edges, dtype=torch.long)
+    eids = seeds.new_empty(num_edges, dtype=torch.long)
+    nodes_per_type_hop = torch.empty(num_types, num_hops + 1, dtype=torch.long, device="cpu")
+    edges_per_relation_hop = torch.empty(num_relations, num_hops, dtype=torch.long, device="cpu")
+    return node_ids, batch, rows, cols, eids, nodes_per_type_hop, edges_per_relation_hop
+
+
 @torch.library.register_fake("quiver::sample_negatives")
 def _sample_negatives_fake(indptr, indices, src, per_src, exclude_edges=True, max_trials=8,
                            out_rows=False, generator=None):

@@ -130,6 +130,47 @@ def neighbor_sample(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Lis
                                             edge_weight_cumsum)
 
 
+def hetero_neighbor_sample(indptr: Tensor, indices: Tensor, edge_ids: Tensor, seeds: Tensor,
+                           node_type_offsets: List[int], relation_src_types: List[int],
+                           relation_dst_types: List[int], relation_edge_offsets: List[int],
+                           fanouts: List[int], replace: bool = False,
+                           edge_weight: Optional[Tensor] = None,
+                           edge_time: Optional[Tensor] = None,
+                           seed_time: Optional[Tensor] = None, strict_time: bool = False,
+                           temporal_strategy: str = "uniform", disjoint: bool = False,
+                           generator: Optional[torch.Generator] = None,
+                           edge_weight_cumsum: Optional[Tensor] = None
+                           ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`neighbor_sample` on a heterogeneous graph held as one CSR (pyg-lib's
+    ``hetero_neighbor_sample``; :class:`torch_quiver_ops.hetero.HeteroCSRTopo` builds the
+    layout and splits the output into PyG's dicts).
+
+    Node ids are global: type ``t`` owns ``[node_type_offsets[t], node_type_offsets[t+1])``.
+    Relation ``r`` joins ``relation_src_types[r] -> relation_dst_types[r]``; its edges carry
+    the global edge ids ``[relation_edge_offsets[r], relation_edge_offsets[r+1])``
+    (``edge_ids``, one per CSR position), each row's edges are grouped by relation, and
+    ``indices`` of its edges are nodes of its source type. A node expands through every
+    relation that ends at its type, ``fanouts[hop * num_relations + r]`` neighbors of
+    relation ``r`` (``-1``: all), every relation in the same kernel launches of each hop.
+    Weighted, temporal and disjoint rules as :func:`neighbor_sample`; with ``edge_time``
+    each row is sorted by time within each relation's slice, and ``edge_weight_cumsum``
+    restarts at each slice.
+
+    Returns:
+        ``(node_ids, batch, rows, cols, sampled_edge_ids, nodes_per_type_hop,
+        edges_per_relation_hop)``: ``node_ids`` local to their type, grouped by type (each
+        type's seeds first, then by hop), ``batch`` likewise when ``disjoint``; ``rows`` and
+        ``cols`` (positions in the source and target type's group) and edge ids local to
+        their relation, grouped by relation; and int64 CPU tensors ``[num_types, hops + 1]``
+        and ``[num_relations, hops]`` of new nodes and edges per hop, whose row sums size
+        the groups.
+    """
+    return torch.ops.quiver.hetero_neighbor_sample(
+        indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
+        relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight, edge_time,
+        seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum)
+
+
 def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
     """Each CSR row's inclusive prefix sums of ``edge_weight`` (one weight per CSR edge,
     every one finite and > 0, else ``ValueError``), in float64: the ``edge_weight_cumsum``

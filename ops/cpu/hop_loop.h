@@ -6,7 +6,11 @@
 // sampled, the `Rows` policy:
 //   int64_t key_space() const: frontier keys lie in [0, key_space) (node ids, or
 //       tree * num_nodes + node for disjoint trees);
-//   cpu::RowSpan span(int64_t key) const: the CSR edges the key may take (checked);
+//   int64_t rows_per_key() const: the rows one key expands into (1, or on a heterogeneous
+//       graph one per relation ending at a node type: sampling_rules.h, RelationRows);
+//   cpu::PlannedRow plan(int64_t key, int64_t slot, int64_t hop, int64_t fanout) const: the
+//       CSR edges row `slot` of the key may take (checked), and its fanout (the hop's, or
+//       its relation's);
 //   int64_t count(const cpu::RowSpan&, int64_t fanout) const;
 //   void pick(int64_t key, const cpu::RowSpan&, int64_t fanout, at::philox_engine&,
 //             int64_t* offsets) const: count() offsets into the span;
@@ -31,17 +35,25 @@ namespace quiver::cpu {
 constexpr int64_t kHopNodesPerTask = 256;
 constexpr int64_t kHopEdgesPerTask = 1 << 14;
 
+// One row of a hop: the edges it may take and how many to sample (-1: all).
+struct PlannedRow {
+  RowSpan span;
+  int64_t fanout;
+};
+
 // Hop outputs in PyG's layout: keys seeds first, local (rows, cols), edge ids, counts.
 struct HopOutputs {
   at::Tensor keys, rows, cols, edge_ids, nodes_per_hop, edges_per_hop;
 };
 
 // Each hop samples the nodes the previous hop added (the seeds for the first hop), so
-// every node is expanded once and its neighbor set is the same at every layer.
+// every node is expanded once and its neighbor set is the same at every layer. With several
+// rows a key, `fanouts` are only the hops' sizes' bounds: the most one key may yield a hop.
 template <typename index_t, typename Rows>
 HopOutputs sample_hops(const Rows& rows_policy, const at::Tensor& indices,
                        const std::optional<at::Tensor>& edge_ids, const at::Tensor& seed_keys,
                        at::IntArrayRef fanouts, uint64_t key) {
+  const int64_t rows_per_key = rows_policy.rows_per_key();
   const int64_t key_space = rows_policy.key_space();
   const index_t* indices_p = indices.const_data_ptr<index_t>();
   const int64_t* eid_p = edge_ids ? edge_ids->const_data_ptr<int64_t>() : nullptr;
@@ -68,19 +80,20 @@ HopOutputs sample_hops(const Rows& rows_policy, const at::Tensor& indices,
   int64_t total_nodes = batch_size;
 
   for (int64_t hop = 0; hop < num_hops && frontier.numel() > 0; ++hop) {
-    const int64_t fanout = fanouts[hop];
     const int64_t frontier_size = frontier.numel();
     const int64_t* frontier_p = frontier.const_data_ptr<int64_t>();
+    const int64_t num_rows = frontier_size * rows_per_key;
 
-    std::vector<RowSpan> spans(frontier_size);
-    std::vector<int64_t> counts(frontier_size), ends(frontier_size);
-    at::parallel_for(0, frontier_size, kHopNodesPerTask, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        spans[i] = rows_policy.span(frontier_p[i]);
-        counts[i] = rows_policy.count(spans[i], fanout);
+    std::vector<PlannedRow> planned(num_rows);
+    std::vector<int64_t> counts(num_rows), ends(num_rows);
+    at::parallel_for(0, num_rows, kHopNodesPerTask, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t i = r / rows_per_key;
+        planned[r] = rows_policy.plan(frontier_p[i], r - i * rows_per_key, hop, fanouts[hop]);
+        counts[r] = rows_policy.count(planned[r].span, planned[r].fanout);
       }
     });
-    const int64_t hop_edges = prefix_counts(counts.data(), frontier_size, ends.data(), hop);
+    const int64_t hop_edges = prefix_counts(counts.data(), num_rows, ends.data(), hop);
     nodes_bound = std::min(nodes_bound + std::min(hop_edges, key_space), key_space + batch_size);
     check_batch_nodes(nodes_bound);
     table.reserve(nodes_bound);
@@ -90,16 +103,18 @@ HopOutputs sample_hops(const Rows& rows_policy, const at::Tensor& indices,
     int64_t* rows_p = rows.mutable_data_ptr<int64_t>();
     int64_t* cols_p = cols.mutable_data_ptr<int64_t>();
     int64_t* eids_p = eids.mutable_data_ptr<int64_t>();
-    at::parallel_for(0, frontier_size, kHopNodesPerTask, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        const int64_t out_begin = i == 0 ? 0 : ends[i - 1];
-        if (ends[i] == out_begin) continue;
-        const RowSpan& span = spans[i];
-        // One Philox stream per expanded node: its local index.
-        at::philox_engine rng(key, static_cast<uint64_t>(frontier_begin + i));
-        rows_policy.pick(frontier_p[i], span, fanout, rng,
+    at::parallel_for(0, num_rows, kHopNodesPerTask, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        const int64_t out_begin = r == 0 ? 0 : ends[r - 1];
+        if (ends[r] == out_begin) continue;
+        const int64_t i = r / rows_per_key;
+        const RowSpan& span = planned[r].span;
+        // One Philox stream per row: its expanded node's local index (and slot).
+        at::philox_engine rng(
+            key, static_cast<uint64_t>((frontier_begin + i) * rows_per_key + r - i * rows_per_key));
+        rows_policy.pick(frontier_p[i], span, planned[r].fanout, rng,
                          eids_p + out_begin);  // offsets first, edge ids below
-        for (int64_t k = out_begin; k < ends[i]; ++k) {
+        for (int64_t k = out_begin; k < ends[r]; ++k) {
           const int64_t pos = span.begin + eids_p[k];
           const int64_t neighbor = static_cast<int64_t>(indices_p[pos]);
           rows_p[k] = table.find_or_insert(rows_policy.neighbor_key(frontier_p[i], neighbor, pos));

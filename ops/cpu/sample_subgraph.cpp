@@ -19,7 +19,10 @@ struct UniformRows {
   bool replace;
 
   int64_t key_space() const { return num_nodes; }
-  cpu::RowSpan span(int64_t node) const { return cpu::checked_row(indptr, node, num_edges); }
+  int64_t rows_per_key() const { return 1; }
+  cpu::PlannedRow plan(int64_t node, int64_t, int64_t, int64_t fanout) const {
+    return {cpu::checked_row(indptr, node, num_edges), fanout};
+  }
   int64_t count(const cpu::RowSpan& row, int64_t fanout) const {
     return sampled_count(row.degree, fanout, replace);
   }

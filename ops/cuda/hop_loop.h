@@ -89,11 +89,23 @@ struct BatchShape {
   int64_t batch_size;
   BoardLayout layout;
   RowRules rules = {};  // neighbor_sample's; none for sample_subgraph
+  // Heterogeneous graphs (rules.relations set): `fanouts` holds each hop's largest fanout
+  // of one relation (what sizes a plan row), node_fanouts the most one node may yield (the
+  // sum over the relations ending at a type, the largest over types; -1 when any relation
+  // takes all), and relation_fanouts the device table [hop][relation] of fanouts.
+  at::IntArrayRef node_fanouts = {};
+  const int64_t* relation_fanouts = nullptr;
 
   // Keys the reindexing table holds: node ids, or tree * num_nodes + node.
   int64_t key_space() const {
     return rules.tree_nodes > 0 ? rules.tree_nodes * batch_size : csr.num_nodes;
   }
+  // What one node of the frontier may yield at `hop`, for the hop's bounds.
+  int64_t node_fanout(int64_t hop) const {
+    return node_fanouts.empty() ? fanouts[hop] : node_fanouts[hop];
+  }
+  at::IntArrayRef bound_fanouts() const { return node_fanouts.empty() ? fanouts : node_fanouts; }
+  bool sliced() const { return rules.relations.active(); }
 };
 
 // Queues every hop of a batch on the current stream: the board's upload first (so all the
@@ -139,7 +151,7 @@ void queue_batch(const BatchShape<index_t>& shape, const at::Tensor& seeds, cuda
     table_space = grown;  // the old table returns to the allocator in stream order
     table = bigger;
   };
-  reserve_table(node_bound(batch_size, fanouts, key_space));
+  reserve_table(node_bound(batch_size, shape.bound_fanouts(), key_space));
   int64_t nodes_bound = batch_size;  // nodes the table may hold so far
   at::Tensor entries = at::empty({batch_size}, options);
   C10_CUDA_CHECK(cuda::insert_nodes(table, seed_keys.const_data_ptr<int64_t>(), batch_size,
@@ -151,58 +163,67 @@ void queue_batch(const BatchShape<index_t>& shape, const at::Tensor& seeds, cuda
   auto& eid_parts = queued.eid_parts;
   at::Tensor frontier = seed_keys;  // its first node_total[h + 1] - node_total[h] rows are live
   uint64_t stream_base = 0;     // one Philox stream per frontier slot of the call
+  const int64_t rows_per_node = rules.relations.rows_per_node;
   for (int64_t hop = 0; hop < num_hops; ++hop) {
-    const int64_t fanout = fanouts[hop];
+    const int64_t fanout = fanouts[hop];  // of one plan row
+    const int64_t node_fanout = shape.node_fanout(hop);
     const int64_t frontier_bound = frontier.numel();
     if (frontier_bound == 0) break;  // known empty: the remaining hops add nothing
 
-    at::Tensor plan_space = at::empty({plan_arrays, frontier_bound}, options);
+    // One plan row per frontier node, or rows_per_node (its relations) when sliced.
+    const int64_t plan_rows = frontier_bound * rows_per_node;
+    const int64_t arrays = plan_arrays + (shape.sliced() ? 1 : 0);
+    at::Tensor plan_space = at::empty({arrays, plan_rows}, options);
     int64_t* plan_p = plan_space.mutable_data_ptr<int64_t>();
     cuda::RowPlan plan{frontier.const_data_ptr<int64_t>(),
                        node_total + hop,
-                       frontier_bound,
+                       plan_rows,
                        plan_p,
-                       plan_p + frontier_bound,
-                       plan_p + 2 * frontier_bound,
-                       plan_arrays == 4 ? plan_p + 3 * frontier_bound : nullptr};
+                       plan_p + plan_rows,
+                       plan_p + 2 * plan_rows,
+                       plan_arrays == 4 ? plan_p + 3 * plan_rows : nullptr};
+    if (shape.sliced()) plan.fanout = plan_p + plan_arrays * plan_rows;
     cuda::HopRule rule{fanout, replace, {}, stream_base, board.words() + layout.key_at};
     rule.rules = rules;
+    if (shape.sliced()) {
+      rule.rules.hop_fanouts = shape.relation_fanouts + hop * rules.relations.num_relations;
+    }
     C10_CUDA_CHECK(cuda::plan_rows(csr, plan, rule,
                                    {/*nodes_are_seeds=*/hop == 0,
                                     /*csr_ends=*/hop == 0},
                                    board.status(), stream));
     at::Tensor order_space, sort_space;
-    if (sort_rows && frontier_bound >= kSortedRowsMin) {
+    if (sort_rows && plan_rows >= kSortedRowsMin) {
       const int end_bit = cuda::bits_below(csr.num_edges + 1);
-      const size_t sort_bytes = cuda::row_order_workspace_bytes(frontier_bound, end_bit);
-      order_space = at::empty({3 * frontier_bound}, options);
+      const size_t sort_bytes = cuda::row_order_workspace_bytes(plan_rows, end_bit);
+      order_space = at::empty({3 * plan_rows}, options);
       sort_space = cuda::workspace(sort_bytes, device);
       int64_t* order_p = order_space.mutable_data_ptr<int64_t>();
-      C10_CUDA_CHECK(cuda::order_rows_by_begin(plan, end_bit, order_p, order_p + frontier_bound,
-                                               order_p + 2 * frontier_bound,
+      C10_CUDA_CHECK(cuda::order_rows_by_begin(plan, end_bit, order_p, order_p + plan_rows,
+                                               order_p + 2 * plan_rows,
                                                sort_space.mutable_data_ptr(), sort_bytes, stream));
-      plan.order = order_p + 2 * frontier_bound;
+      plan.order = order_p + 2 * plan_rows;
     }
-    at::Tensor offsets = at::empty({frontier_bound + 1}, options);
-    const size_t scan_bytes = cuda::offsets_workspace_bytes(frontier_bound);
+    at::Tensor offsets = at::empty({plan_rows + 1}, options);
+    const size_t scan_bytes = cuda::offsets_workspace_bytes(plan_rows);
     at::Tensor scan_space = cuda::workspace(scan_bytes, device);
-    C10_CUDA_CHECK(cuda::offsets_from_counts(plan.count, frontier_bound,
+    C10_CUDA_CHECK(cuda::offsets_from_counts(plan.count, plan_rows,
                                              offsets.mutable_data_ptr<int64_t>(),
                                              scan_space.mutable_data_ptr(), scan_bytes, stream));
-    const int64_t* num_edges = offsets.const_data_ptr<int64_t>() + frontier_bound;
+    const int64_t* num_edges = offsets.const_data_ptr<int64_t>() + plan_rows;
 
     // The hop's edges: its bound when tight, else (all neighbors, or a fanout far above
     // the degrees) the exact count, read from the device. No product can wrap: the bound
     // saturates, and the scan's sums stay below it.
     const int64_t bound =
-        saturating_mul(frontier_bound, per_node_bound(fanout, replace, csr.num_edges));
+        saturating_mul(frontier_bound, per_node_bound(node_fanout, replace, csr.num_edges));
     // With replacement every live row with neighbors yields `fanout`; a saturated bound
     // could wrap the scan's sums.
     if ((replace && bound > kMaxHopEdges) || bound == kSaturated) {
       errors::batch_too_large(errors::hop_edges_name(hop), bound, kMaxHopEdges);
     }
     int64_t max_edges = bound;
-    if (fanout < 0 || bound > kQueuedEdgeLimit) {
+    if (node_fanout < 0 || bound > kQueuedEdgeLimit) {
       C10_CUDA_CHECK(cudaMemcpyAsync(board.words(), num_edges, sizeof(int64_t),
                                      cudaMemcpyDeviceToDevice, stream));
       max_edges = board.read(stream, csr.num_nodes, csr.num_edges)[0];
@@ -246,12 +267,13 @@ void queue_batch(const BatchShape<index_t>& shape, const at::Tensor& seeds, cuda
     col_parts.push_back(cols);
     eid_parts.push_back(eids);
     new_node_parts.push_back(new_nodes);
-    stream_base += static_cast<uint64_t>(frontier_bound);
+    stream_base += static_cast<uint64_t>(plan_rows);
     frontier = new_nodes;
     const bool last = hop + 1 == num_hops;
-    if (!last && (fanouts[hop + 1] < 0 ||
-                  saturating_mul(max_new, per_node_bound(fanouts[hop + 1], replace,
-                                                         csr.num_edges)) > kQueuedEdgeLimit)) {
+    const int64_t next_fanout = last ? 0 : shape.node_fanout(hop + 1);
+    if (!last && (next_fanout < 0 ||
+                  saturating_mul(max_new, per_node_bound(next_fanout, replace, csr.num_edges)) >
+                      kQueuedEdgeLimit)) {
       const int64_t* counts = board.read(stream, csr.num_nodes, csr.num_edges);
       queued.waited = true;
       frontier = new_nodes.narrow(0, 0, counts[total_at + hop + 2] - counts[total_at + hop + 1]);

@@ -33,26 +33,35 @@ __global__ void plan_rows_kernel(const Csr<index_t> csr, const int64_t* __restri
                                  bool replace, const RowRules rules, PlanChecks checks,
                                  int64_t* __restrict__ row_begin, int64_t* __restrict__ row_degree,
                                  int64_t* __restrict__ row_count, int64_t* row_cached,
-                                 DeviceStatus* status) {
+                                 int64_t* __restrict__ row_fanout, DeviceStatus* status) {
   if (checks.csr_ends && blockIdx.x == 0 && threadIdx.x == 0) {
     const int64_t first = csr.indptr[0];
     const int64_t last = csr.indptr[csr.num_nodes];
     if (first != 0 || last != csr.num_edges) record_status(status, kCsrEnds, 0, first, last);
   }
-  const int64_t live_rows = live ? live[1] - live[0] : num_rows;
+  const RelationRows& relations = rules.relations;
+  const bool sliced = relations.active();
+  const int64_t live_nodes = live ? live[1] - live[0] : num_rows;
   QUIVER_GRID_LOOP(r, num_rows) {
     int64_t begin = 0, degree = 0;  // rows past the live ones yield nothing
-    const RowTree tree = row_tree(rules, r < live_rows ? nodes[r] : 0);
-    if (r < live_rows) {
+    int64_t fanout_here = fanout;
+    const int64_t i = relations.node_index(r);
+    const bool is_live = i < live_nodes;
+    const RowTree tree = row_tree(rules, is_live ? nodes[i] : 0);
+    if (is_live) {
       const int64_t node = tree.node;
       if (node < 0 || node >= csr.num_nodes) {
-        record_status(status, checks.nodes_are_seeds ? kSeedOutOfRange : kNeighborOutOfRange, r,
+        record_status(status, checks.nodes_are_seeds ? kSeedOutOfRange : kNeighborOutOfRange, i,
                       node, 0);
       } else {
         begin = csr.indptr[node];
         const int64_t end = csr.indptr[node + 1];
         if (0 <= begin && begin <= end && end <= csr.num_edges) {
           degree = end - begin;
+          if (sliced) {
+            fanout_here = relation_slice(relations, rules.hop_fanouts, csr.edge_ids, node,
+                                         r - i * relations.rows_per_node, begin, degree);
+          }
           if (rules.edge_time != nullptr) {
             degree = admitted_prefix(rules.edge_time + begin, degree, tree.seed_time,
                                      rules.strict_time);
@@ -78,7 +87,8 @@ __global__ void plan_rows_kernel(const Csr<index_t> csr, const int64_t* __restri
     }
     row_begin[r] = begin;
     row_degree[r] = degree;
-    row_count[r] = sampled_count(degree, fanout, replace);
+    row_count[r] = sampled_count(degree, fanout_here, replace);
+    if (row_fanout != nullptr) row_fanout[r] = fanout_here;
   }
 }
 
@@ -98,7 +108,8 @@ __global__ void __launch_bounds__(kBlock)
                        int64_t* __restrict__ neighbors_out, int64_t* edge_ids_out,
                        int64_t* __restrict__ cols_out, const int64_t* col_base_ptr,
                        int64_t* pick_sets, const int64_t* __restrict__ row_order,
-                       const int64_t* __restrict__ row_keys) {
+                       const int64_t* __restrict__ row_keys,
+                       const int64_t* __restrict__ row_fanout) {
   constexpr int kGroups = kBlock / G;
   const int64_t col_base = cols_out ? *col_base_ptr : 0;
   __shared__ int64_t shared_picks[kGroups][kSharedPicks];
@@ -115,6 +126,8 @@ __global__ void __launch_bounds__(kBlock)
     const int64_t r = row_order ? row_order[visit] : visit;
     const int64_t count = row_count[r];
     if (count == 0) continue;
+    const int64_t i = rule.rules.relations.node_index(r);  // the row's frontier node
+    const int64_t fanout = row_fanout ? row_fanout[r] : rule.fanout;
     const int64_t begin = row_begin[r];
     const int64_t degree = row_degree[r];
     const int64_t first = out_offsets[r];
@@ -124,17 +137,17 @@ __global__ void __launch_bounds__(kBlock)
 
     // sample_subgraph's rows have no rules; neighbor_sample's may (row_rules.cuh).
     const bool ruled = rule.rules.tree_nodes > 0 || rule.rules.edge_time != nullptr;
-    const RowTree tree = ruled ? row_tree(rule.rules, row_keys[r]) : RowTree{};
+    const RowTree tree = ruled ? row_tree(rule.rules, row_keys[i]) : RowTree{};
     auto emit = [&](int64_t j, int64_t offset) {
       const int64_t pos = begin + offset;
       int64_t neighbor = static_cast<int64_t>(neighbors[offset]);
       if (ruled) neighbor = rule_neighbor_key(rule.rules, tree, neighbor, pos, csr.num_nodes);
       neighbors_out[first + j] = neighbor;
       edge_ids_out[first + j] = csr.edge_ids ? csr.edge_ids[pos] : pos;
-      if (cols_out) cols_out[first + j] = col_base + r;
+      if (cols_out) cols_out[first + j] = col_base + i;
     };
 
-    if (rule.fanout < 0 || (!rule.replace && count == degree)) {
+    if (fanout < 0 || (!rule.replace && count == degree)) {
       for (int64_t j = lane; j < count; j += G) emit(j, j);
     } else if (rule.rules.last) {
       for (int64_t j = lane; j < count; j += G) emit(j, degree - count + j);
@@ -195,7 +208,7 @@ cudaError_t launch_sample_rows(const Csr<index_t>& csr, const RowPlan& plan, con
   sample_rows_kernel<index_t, G><<<blocks_for(plan.num_rows, kBlock / G), kBlock, 0, stream>>>(
       csr, plan.begin, plan.degree, plan.count, plan.cached, plan.num_rows, rule, out.offsets,
       out.neighbors,
-      out.edge_ids, out.cols, out.col_base, out.pick_sets, plan.order, plan.nodes);
+      out.edge_ids, out.cols, out.col_base, out.pick_sets, plan.order, plan.nodes, plan.fanout);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }
@@ -207,8 +220,7 @@ cudaError_t plan_rows(const Csr<index_t>& csr, const RowPlan& plan, const HopRul
                       PlanChecks checks, DeviceStatus* status, cudaStream_t stream) {
   plan_rows_kernel<index_t><<<blocks_for(plan.num_rows, kPlanThreads), kPlanThreads, 0, stream>>>(
       csr, plan.nodes, plan.live, plan.num_rows, rule.fanout, rule.replace, rule.rules, checks,
-      plan.begin,
-      plan.degree, plan.count, plan.cached, status);
+      plan.begin, plan.degree, plan.count, plan.cached, plan.fanout, status);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "ops/cuda/device_status.h"
+#include "ops/sampling_rules.h"
 
 namespace quiver::cuda {
 
@@ -51,6 +52,8 @@ struct RowRules {
   // neighbors are keyed in their row's tree.
   int64_t tree_nodes = 0;
   DeviceStatus* status = nullptr;      // where sampling records bad weights and times
+  RelationRows relations = {};         // heterogeneous graphs (hetero_neighbor_sample)
+  const int64_t* hop_fanouts = nullptr;  // with relations: this hop's fanout of each one
 };
 
 // How one hop samples: its fanout (-1: all neighbors), with or without replacement, and
@@ -82,11 +85,15 @@ struct RowPlan {
   // When set, the order the sampling kernel visits rows in (a permutation of the rows, see
   // order_rows_by_begin); the results do not depend on it.
   const int64_t* order = nullptr;
+  // With RelationRows (rows_per_node > 1 or tables set): each row's fanout, written by
+  // plan_rows; num_rows is then the frontier's size times rows_per_node, and row r belongs
+  // to node nodes[r / rows_per_node].
+  int64_t* fanout = nullptr;
 };
 
 // Where a hop's sampled edges go: row r writes count[r] neighbors (global ids) and edge
-// ids at offsets[r]; when `cols` is given, also *col_base + r (col_base on the device) as
-// each edge's target. `pick_sets` is scratch for rows that pick more than
+// ids at offsets[r]; when `cols` is given, also *col_base + r (col_base on the device; r /
+// rows_per_node with RelationRows) as each edge's target. `pick_sets` is scratch for rows that pick more than
 // kSharedPicks neighbors without replacement (see needs_pick_sets): 2 * (edges of the hop)
 // entries cleared to -1, row r using those from 2 * offsets[r].
 struct HopOutput {

@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kBlock)
                          const HopRule rule, const int64_t* __restrict__ out_offsets,
                          int64_t* __restrict__ neighbors_out, int64_t* __restrict__ edge_ids_out,
                          int64_t* __restrict__ cols_out, const int64_t* col_base_ptr,
-                         int64_t* pick_sets) {
+                         int64_t* pick_sets, const int64_t* __restrict__ row_fanout) {
   constexpr int kGroups = kBlock / G;
   __shared__ double shared_keys[kGroups][kSharedPicks];
   __shared__ int64_t shared_offsets[kGroups][kSharedPicks];
@@ -181,7 +181,9 @@ __global__ void __launch_bounds__(kBlock)
     const int64_t degree = row_degree[r];
     const int64_t first = out_offsets[r];
     const uint64_t stream = rule.stream_base + r;
-    const RowTree tree = row_tree(rules, row_keys[r]);
+    const int64_t i = rules.relations.node_index(r);  // the row's frontier node
+    const int64_t fanout = row_fanout ? row_fanout[r] : rule.fanout;
+    const RowTree tree = row_tree(rules, row_keys[i]);
     const float* weights = rules.edge_weight + begin;
 
     auto weight = [&](int64_t j) {
@@ -202,10 +204,10 @@ __global__ void __launch_bounds__(kBlock)
           rules, tree, static_cast<int64_t>(csr.indices[pos]), pos, csr.num_nodes);
       neighbors_out[first + j] = neighbor;
       edge_ids_out[first + j] = csr.edge_ids ? csr.edge_ids[pos] : pos;
-      if (cols_out) cols_out[first + j] = col_base + r;
+      if (cols_out) cols_out[first + j] = col_base + i;
     };
 
-    if (rule.fanout < 0 || (!rule.replace && count == degree)) {
+    if (fanout < 0 || (!rule.replace && count == degree)) {
       for (int64_t j = lane; j < count; j += G) {
         weight(j);
         emit(j, j);
@@ -345,7 +347,7 @@ cudaError_t launch_weighted_rows(const Csr<index_t>& csr, const RowPlan& plan,
                                  const HopRule& rule, const HopOutput& out, cudaStream_t stream) {
   weighted_rows_kernel<index_t, G><<<blocks_for(plan.num_rows, kBlock / G), kBlock, 0, stream>>>(
       csr, plan.begin, plan.degree, plan.count, plan.nodes, plan.num_rows, rule, out.offsets,
-      out.neighbors, out.edge_ids, out.cols, out.col_base, out.pick_sets);
+      out.neighbors, out.edge_ids, out.cols, out.col_base, out.pick_sets, plan.fanout);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }

@@ -84,6 +84,37 @@ neighbor_sample(const at::Tensor& indptr, const at::Tensor& indices, const at::T
                      edge_weight_cumsum);
 }
 
+// (node_ids, batch, rows, cols, sampled_edge_ids, nodes_per_type_hop,
+//  edges_per_relation_hop): see hetero_neighbor_sample in library.cpp.
+inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                  at::Tensor>
+hetero_neighbor_sample(const at::Tensor& indptr, const at::Tensor& indices,
+                       const at::Tensor& edge_ids, const at::Tensor& seeds,
+                       c10::IntArrayRef node_type_offsets, c10::IntArrayRef relation_src_types,
+                       c10::IntArrayRef relation_dst_types,
+                       c10::IntArrayRef relation_edge_offsets, c10::IntArrayRef fanouts,
+                       bool replace = false,
+                       const std::optional<at::Tensor>& edge_weight = std::nullopt,
+                       const std::optional<at::Tensor>& edge_time = std::nullopt,
+                       const std::optional<at::Tensor>& seed_time = std::nullopt,
+                       bool strict_time = false, c10::string_view temporal_strategy = "uniform",
+                       bool disjoint = false,
+                       const std::optional<at::Generator>& generator = std::nullopt,
+                       const std::optional<at::Tensor>& edge_weight_cumsum = std::nullopt) {
+  static const auto handle = detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                                                   at::Tensor, at::Tensor, at::Tensor>(
+      const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
+      c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef,
+      bool, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
+      const std::optional<at::Tensor>&, bool, c10::string_view, bool,
+      const std::optional<at::Generator>&, const std::optional<at::Tensor>&)>(
+      "quiver::hetero_neighbor_sample");
+  return handle.call(indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
+                     relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight,
+                     edge_time, seed_time, strict_time, temporal_strategy, disjoint, generator,
+                     edge_weight_cumsum);
+}
+
 // Negative destinations, per_src a source (see sample_negatives in library.cpp).
 inline at::Tensor sample_negatives(const at::Tensor& indptr, const at::Tensor& indices,
                                    const at::Tensor& src, int64_t per_src,

@@ -1,0 +1,78 @@
+// CPU entry point of hetero_neighbor_sample: neighbor_sample's rows (ops/cpu/rule_rows.h)
+// sliced by relation (sampling_rules.h: RelationRows), one row per relation ending at a
+// node's type, through the shared hop loop; the output regrouped by type and relation
+// (ops/hetero_layout.h).
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include "ops/checks.h"
+#include "ops/cpu/hop_loop.h"
+#include "ops/cpu/rule_rows.h"
+#include "ops/hetero_layout.h"
+
+namespace quiver {
+namespace {
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+hetero_neighbor_sample_cpu(
+    const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& edge_ids,
+    const at::Tensor& seeds, at::IntArrayRef node_type_offsets,
+    at::IntArrayRef relation_src_types, at::IntArrayRef relation_dst_types,
+    at::IntArrayRef relation_edge_offsets, at::IntArrayRef fanouts, bool replace,
+    const std::optional<at::Tensor>& edge_weight, const std::optional<at::Tensor>& edge_time,
+    const std::optional<at::Tensor>& seed_time, bool strict_time,
+    c10::string_view temporal_strategy, bool disjoint,
+    const std::optional<at::Generator>& generator,
+    const std::optional<at::Tensor>& edge_weight_cumsum) {
+  check_hetero_neighbor_sample_args(indptr, indices, edge_ids, seeds, node_type_offsets,
+                                    relation_src_types, relation_dst_types,
+                                    relation_edge_offsets, fanouts, replace, edge_weight,
+                                    edge_time, seed_time, temporal_strategy, disjoint,
+                                    edge_weight_cumsum);
+  const HeteroTables tables =
+      hetero_tables(node_type_offsets, relation_dst_types, relation_edge_offsets, fanouts);
+  const int64_t num_nodes = indptr.numel() - 1;
+  const at::Tensor seeds64 = seeds.to(at::kLong);
+  const int64_t batch_size = seeds64.numel();
+  check_ids_in_range(seeds64.const_data_ptr<int64_t>(), batch_size, num_nodes, "seeds");
+  const int64_t* offsets = indptr.const_data_ptr<int64_t>();
+  errors::check_csr_ends(offsets[0], offsets[num_nodes], indices.numel());
+  const uint64_t key = cpu::draw_philox_key(generator);
+  const at::Tensor seed_keys =
+      disjoint ? seeds64 + at::arange(batch_size, seeds64.options()) * num_nodes : seeds64;
+  cpu::RuleRows rows{offsets,
+                     num_nodes,
+                     indices.numel(),
+                     replace,
+                     edge_weight ? edge_weight->const_data_ptr<float>() : nullptr,
+                     edge_weight_cumsum ? edge_weight_cumsum->const_data_ptr<double>() : nullptr,
+                     edge_time ? edge_time->const_data_ptr<int64_t>() : nullptr,
+                     seed_time ? seed_time->const_data_ptr<int64_t>() : nullptr,
+                     strict_time,
+                     temporal_strategy == "last",
+                     disjoint,
+                     batch_size};
+  rows.relations = tables.relation_rows(tables.block.data());
+  rows.edge_ids = edge_ids.const_data_ptr<int64_t>();
+  rows.relation_fanouts = tables.block.data() + tables.fanouts_at();
+  // The loop's fanouts bound each hop: the most one node may yield.
+  auto out = AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "hetero_neighbor_sample_cpu", [&] {
+    return cpu::sample_hops<index_t>(rows, indices, edge_ids, seed_keys, tables.node_fanouts,
+                                     key);
+  });
+  at::Tensor node_ids = out.keys, batch = at::empty({0}, seeds64.options());
+  if (disjoint && num_nodes > 0) {
+    batch = at::div(out.keys, num_nodes, "floor");
+    node_ids = out.keys - batch * num_nodes;
+  }
+  return regroup_by_type(tables, node_ids, batch, out.rows, out.cols, out.edge_ids,
+                         out.nodes_per_hop, out.edges_per_hop);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(quiver, CPU, m) {
+  m.impl("hetero_neighbor_sample", &hetero_neighbor_sample_cpu);
+}
+
+}  // namespace quiver

@@ -1,0 +1,125 @@
+// CUDA entry point of hetero_neighbor_sample: neighbor_sample's hop loop (hop_loop.h) with
+// rows sliced by relation (RowRules::relations), every relation of a hop in the same
+// launches, then the output regrouped by type and relation (ops/hetero_layout.h). The
+// graph's small tables go to the GPU in one copy a call; batches are not captured as CUDA
+// graphs (the tables would have to outlive the call).
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <torch/library.h>
+
+#include "ops/checks.h"
+#include "ops/cuda/batch_graphs.h"
+#include "ops/cuda/device_access.h"
+#include "ops/cuda/hop_loop.h"
+#include "ops/hetero_layout.h"
+#include "ops/sampling_rules.h"
+
+namespace quiver {
+namespace {
+
+using Outputs =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+template <typename index_t>
+Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
+                      const at::Tensor& edge_ids, const at::Tensor& seeds,
+                      const HeteroTables& tables, bool replace,
+                      const std::optional<at::Tensor>& edge_weight,
+                      const std::optional<at::Tensor>& edge_time,
+                      const std::optional<at::Tensor>& seed_time, bool strict_time, bool last,
+                      bool disjoint, const std::optional<at::Generator>& generator,
+                      const std::optional<at::Tensor>& edge_weight_cumsum) {
+  const at::Device device = seeds.device();
+  const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
+  const at::Tensor block = at::tensor(tables.block, at::kLong).to(device);
+  const int64_t* block_p = block.const_data_ptr<int64_t>();
+  cuda::RowRules rules;
+  if (edge_weight.has_value()) {
+    rules.edge_weight =
+        static_cast<const float*>(cuda::gpu_readable(*edge_weight, "edge_weight", device));
+  }
+  if (edge_weight_cumsum.has_value()) {
+    rules.weight_sums = static_cast<const double*>(
+        cuda::gpu_readable(*edge_weight_cumsum, "edge_weight_cumsum", device));
+  }
+  at::Tensor seed_times;
+  if (edge_time.has_value()) {
+    rules.edge_time =
+        static_cast<const int64_t*>(cuda::gpu_readable(*edge_time, "edge_time", device));
+    seed_times = seed_time->to(device, /*non_blocking=*/false).contiguous();
+    rules.seed_time = seed_times.const_data_ptr<int64_t>();
+  }
+  rules.strict_time = strict_time;
+  rules.last = last;
+  rules.tree_nodes = disjoint ? csr.num_nodes : 0;
+  rules.relations = tables.relation_rows(block_p);
+
+  cuda::BatchShape<index_t> shape{csr,
+                                  tables.row_fanouts,
+                                  replace,
+                                  cuda::uva_rows_sorted(indices),
+                                  3,
+                                  seeds.numel(),
+                                  cuda::BoardLayout(tables.num_hops),
+                                  rules};
+  shape.node_fanouts = tables.node_fanouts;
+  shape.relation_fanouts = block_p + tables.fanouts_at();
+  const cuda::PhiloxKey key = cuda::batch_philox_key(shape, device, generator);
+  auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] =
+      cuda::sample_batch(shape, seeds, seed_times, key, /*graph_key=*/"");
+  at::Tensor node_ids = keys, batch = at::empty({0}, seeds.options());
+  if (disjoint) {
+    batch = at::div(keys, csr.num_nodes, "floor");
+    node_ids = keys - batch * csr.num_nodes;
+  }
+  return regroup_by_type(tables, node_ids, batch, rows, cols, eids, nodes_per_hop,
+                         edges_per_hop);
+}
+
+Outputs hetero_neighbor_sample_cuda(
+    const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& edge_ids,
+    const at::Tensor& seeds, at::IntArrayRef node_type_offsets,
+    at::IntArrayRef relation_src_types, at::IntArrayRef relation_dst_types,
+    at::IntArrayRef relation_edge_offsets, at::IntArrayRef fanouts, bool replace,
+    const std::optional<at::Tensor>& edge_weight, const std::optional<at::Tensor>& edge_time,
+    const std::optional<at::Tensor>& seed_time, bool strict_time,
+    c10::string_view temporal_strategy, bool disjoint,
+    const std::optional<at::Generator>& generator,
+    const std::optional<at::Tensor>& edge_weight_cumsum) {
+  check_hetero_neighbor_sample_args(indptr, indices, edge_ids, seeds, node_type_offsets,
+                                    relation_src_types, relation_dst_types,
+                                    relation_edge_offsets, fanouts, replace, edge_weight,
+                                    edge_time, seed_time, temporal_strategy, disjoint,
+                                    edge_weight_cumsum);
+  TORCH_CHECK(seeds.is_cuda(), "hetero_neighbor_sample on CUDA needs seeds on a GPU, got ",
+              seeds.device());
+  const c10::cuda::CUDAGuard guard(seeds.device());
+  const HeteroTables tables =
+      hetero_tables(node_type_offsets, relation_dst_types, relation_edge_offsets, fanouts);
+  const at::Tensor seeds64 = seeds.to(at::kLong).contiguous();
+  if (seeds64.numel() == 0) {
+    const auto options = seeds64.options();
+    return {at::empty({0}, options),
+            at::empty({0}, options),
+            at::empty({0}, options),
+            at::empty({0}, options),
+            at::empty({0}, options),
+            at::zeros({tables.num_types, tables.num_hops + 1}, at::kLong),
+            at::zeros({tables.num_relations, tables.num_hops}, at::kLong)};
+  }
+  const bool last = temporal_strategy == "last";
+  return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "hetero_neighbor_sample_cuda", [&] {
+    return hetero_kernel<index_t>(indptr, indices, edge_ids, seeds64, tables, replace,
+                                  edge_weight, edge_time, seed_time, strict_time, last,
+                                  disjoint, generator, edge_weight_cumsum);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(quiver, CUDA, m) {
+  m.impl("hetero_neighbor_sample", &hetero_neighbor_sample_cuda);
+}
+
+}  // namespace quiver

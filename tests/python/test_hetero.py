@@ -1,0 +1,335 @@
+"""quiver::hetero_neighbor_sample and HeteroSampler: a plain-Python breadth-first reference
+for all-neighbor hops (exact), the graph itself for sampled ones (every edge real, counts
+per relation, hop structure), chi-square tests per relation slice, and the weighted,
+temporal and disjoint rules, on every placement."""
+import itertools
+from collections import defaultdict
+
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from stats import assert_uniform, subset_counts
+
+TYPES = {"paper": 40, "author": 25, "field": 8, "lonely": 3}
+EDGE_TYPES = [("author", "writes", "paper"), ("paper", "rev_writes", "author"),
+              ("paper", "cites", "paper"), ("paper", "has", "field"),
+              ("field", "rev_has", "paper")]
+
+
+def random_hetero(seed=0, edges=(90, 90, 160, 50, 50), types=TYPES):
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for et, count in zip(EDGE_TYPES, edges):
+        src = torch.randint(types[et[0]], (count,), generator=gen)
+        dst = (torch.rand(count, generator=gen).square() * types[et[2]]).long()  # skewed
+        out[et] = torch.stack([src, dst])
+    return out
+
+
+def sampler(topo, num_neighbors, mode, **kwargs):
+    device = "cpu" if mode == "CPU" else "cuda"
+    return qv.HeteroSampler(topo, num_neighbors, device=device, mode=mode, **kwargs)
+
+
+def breadth_first(edge_index_dict, types, seeds, hops):
+    """All-neighbor hops in plain Python, numbered as the op numbers them: per hop, each
+    frontier node in order, each relation that ends at its type in relation order, its
+    edges in input order; a node new to its type is appended to it."""
+    node = {t: [] for t in types}
+    where = {}
+    for t, ids in seeds.items():
+        for v in ids:
+            where.setdefault((t, v), len(node[t]))
+            node[t].append(v)
+    incoming = defaultdict(list)  # (type, node) -> [(relation, edge id, source)]
+    for r, (et, ei) in enumerate(edge_index_dict.items()):
+        for e, (s, d) in enumerate(ei.t().tolist()):
+            incoming[(et[2], d)].append((r, e, s))
+    edge_types = list(edge_index_dict)
+    rows, cols, eids = ({et: [] for et in edge_types} for _ in range(3))
+    frontier = [(t, i) for t in types for i in range(len(node[t]))]
+    for _ in range(hops):
+        added = []
+        for t, i in frontier:
+            v = node[t][i]
+            for r, e, s in sorted(incoming[(t, v)]):
+                et = edge_types[r]
+                src_type = et[0]
+                if (src_type, s) not in where:
+                    where[(src_type, s)] = len(node[src_type])
+                    node[src_type].append(s)
+                    added.append((src_type, where[(src_type, s)]))
+                rows[et].append(where[(src_type, s)])
+                cols[et].append(i)
+                eids[et].append(e)
+        frontier = added
+    return node, rows, cols, eids
+
+
+@pytest.mark.parametrize("int32", [False, True])
+def test_all_neighbor_hops_match_breadth_first(mode, int32):
+    edges = random_hetero(1)
+    topo = qv.HeteroCSRTopo(edges, TYPES)
+    if not int32:
+        topo.indices = topo.indices.long()
+    s = sampler(topo, [-1, -1], mode)
+    seeds = {"paper": [3, 0, 17], "author": [5]}
+    out = s.sample({t: torch.tensor(v) for t, v in seeds.items()})
+    node, rows, cols, eids = breadth_first(edges, TYPES, seeds, 2)
+    for t in TYPES:
+        assert out.node[t].cpu().tolist() == node[t], t
+    # Edges are grouped by relation; within one, hop by hop in the reference's order, but
+    # the GPU writes a hop's rows in any order: compare as sets per relation.
+    for et in EDGE_TYPES:
+        got = sorted(zip(out.row[et].cpu().tolist(), out.col[et].cpu().tolist(),
+                         out.edge[et].cpu().tolist()))
+        assert got == sorted(zip(rows[et], cols[et], eids[et])), et
+    assert sum(sum(v) for v in out.num_sampled_edges.values()) == sum(
+        len(v) for v in rows.values())
+
+
+def test_one_type_one_relation_is_neighbor_sample(mode):
+    gen = torch.Generator().manual_seed(4)
+    ei = torch.randint(50, (2, 400), generator=gen)
+    topo = qv.HeteroCSRTopo({("n", "to", "n"): ei}, {"n": 50})
+    s = sampler(topo, [-1, -1], mode)
+    seeds = torch.tensor([4, 9, 4, 31])
+    out = s.sample(("n", seeds))
+    dev = s.device
+    homo = qv.ops.neighbor_sample(s._arrays["indptr"], s._arrays["indices"], seeds.to(dev),
+                                  [-1, -1], edge_ids=s._arrays["eid"])
+    assert torch.equal(out.node["n"].cpu(), homo[0].cpu())
+    et = ("n", "to", "n")
+    got = sorted(zip(out.row[et].tolist(), out.col[et].tolist(), out.edge[et].tolist()))
+    want = sorted(zip(homo[2].tolist(), homo[3].tolist(), homo[4].tolist()))
+    assert got == want
+
+
+def check_sample(out, edges, topo, fanouts, replace=False):
+    """Every sampled edge is real and typed right; per node and relation the count is the
+    fanout's; each node is expanded at the hop after it was added."""
+    types = topo.num_nodes_dict
+    for t in types:
+        assert len(out.node[t]) == sum(out.num_sampled_nodes[t])
+    degree = {}
+    for et, ei in edges.items():
+        degree[et] = torch.bincount(ei[1], minlength=types[et[2]])
+    for r, et in enumerate(topo.edge_types):
+        src, _, dst = et
+        row, col, eid = (x.cpu() for x in (out.row[et], out.col[et], out.edge[et]))
+        assert len(row) == sum(out.num_sampled_edges[et])
+        if len(row) == 0:
+            continue
+        assert int(row.max()) < len(out.node[src]) and int(col.max()) < len(out.node[dst])
+        ei = edges[et]
+        assert torch.equal(ei[0, eid], out.node[src].cpu()[row])
+        assert torch.equal(ei[1, eid], out.node[dst].cpu()[col])
+        # Hop structure: the edges of hop h leave nodes added at hop h (seeds: h = 0).
+        node_bounds = [0] + list(itertools.accumulate(out.num_sampled_nodes[dst]))
+        edge_bounds = [0] + list(itertools.accumulate(out.num_sampled_edges[et]))
+        for h, f in enumerate(fanouts[et]):
+            cols_h = col[edge_bounds[h]:edge_bounds[h + 1]]
+            eids_h = eid[edge_bounds[h]:edge_bounds[h + 1]]
+            if len(cols_h):
+                assert int(cols_h.min()) >= node_bounds[h]
+                assert int(cols_h.max()) < node_bounds[h + 1]
+            per_node = torch.bincount(cols_h - node_bounds[h],
+                                      minlength=node_bounds[h + 1] - node_bounds[h])
+            d = degree[et][out.node[dst].cpu()[node_bounds[h]:node_bounds[h + 1]]]
+            want = d if f < 0 else (torch.where(d > 0, f, 0) if replace else d.clamp(max=f))
+            assert torch.equal(per_node, want), (et, h)
+            if not replace:
+                pairs = set(zip(cols_h.tolist(), eids_h.tolist()))
+                assert len(pairs) == len(cols_h), "an edge sampled twice for one node"
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_sampled_hops_are_real_and_sized(mode, replace):
+    edges = random_hetero(2)
+    topo = qv.HeteroCSRTopo(edges, TYPES)
+    fanouts = {EDGE_TYPES[0]: [3, 2, 1], EDGE_TYPES[1]: [2, 2, 2], EDGE_TYPES[2]: [4, 0, 2],
+               EDGE_TYPES[3]: [1, 1, 1], EDGE_TYPES[4]: [-1, 3, 1]}
+    s = sampler(topo, fanouts, mode, replace=replace)
+    torch.manual_seed(0)
+    for trial in range(5):
+        out = s.sample({"paper": torch.randperm(40)[:12], "field": torch.tensor([trial])})
+        check_sample(out, edges, topo, fanouts, replace)
+        for t in TYPES:  # without disjoint trees a node appears once a type
+            assert out.node[t].unique().numel() == out.node[t].numel()
+
+
+def test_each_relation_slice_is_sampled_uniformly(mode):
+    # Paper 0 has 5 'writes' edges and 4 'cites' edges (interleaved in the input); fanout
+    # 2 of writes and 1 of cites: each draw stays in its relation, uniformly.
+    writes = torch.tensor([[0, 1, 2, 3, 4], [0, 0, 0, 0, 0]])
+    cites = torch.tensor([[1, 2, 3, 4], [0, 0, 0, 0]])
+    edges = {("author", "writes", "paper"): writes, ("paper", "cites", "paper"): cites}
+    topo = qv.HeteroCSRTopo(edges, {"paper": 5, "author": 5})
+    fanouts = {("author", "writes", "paper"): [2], ("paper", "cites", "paper"): [1]}
+    s = sampler(topo, fanouts, mode)
+    trials = 3000
+    torch.manual_seed(1)
+    out = s.sample(("paper", torch.zeros(trials, dtype=torch.long)))
+    et_w, et_c = list(edges)
+    picks_w = [[] for _ in range(trials)]
+    for c, e in zip(out.col[et_w].tolist(), out.edge[et_w].tolist()):
+        picks_w[c].append(e)
+    assert all(len(p) == 2 for p in picks_w)
+    assert_uniform(subset_counts(torch.tensor(picks_w), 5, 2))
+    counts = torch.bincount(out.edge[et_c].cpu(), minlength=4)
+    assert counts.sum() == trials
+    assert_uniform(counts)
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "last"])
+def test_temporal_trees_take_only_the_past(mode, strategy):
+    edges = random_hetero(3)
+    gen = torch.Generator().manual_seed(5)
+    node_time = {t: torch.randint(100, (n,), generator=gen) for t, n in TYPES.items()}
+    topo = qv.HeteroCSRTopo(edges, TYPES, node_time_dict=node_time)
+    fanouts = [3, 2]
+    s = sampler(topo, fanouts, mode, temporal_strategy=strategy)
+    assert s.disjoint
+    seeds = torch.arange(0, 40, 3)
+    seed_time = node_time["paper"][seeds] + 10
+    out = s.sample(("paper", seeds), seed_time=seed_time)
+    for et in EDGE_TYPES:
+        src, _, dst = et
+        row, col = out.row[et].cpu(), out.col[et].cpu()
+        tree = out.batch[dst].cpu()[col]
+        assert torch.equal(tree, out.batch[src].cpu()[row]), "an edge crosses trees"
+        times = node_time[src][out.node[src].cpu()[row]]
+        assert bool((times <= seed_time[tree]).all()), et
+        if strategy == "last" and len(row):
+            # The newest admitted edges: no admitted edge of the same row and relation is
+            # newer than the oldest one taken.
+            ei = edges[et]
+            for c in col.unique()[:10].tolist():
+                d = int(out.node[dst].cpu()[c])
+                t_seed = int(seed_time[int(out.batch[dst].cpu()[c])])
+                admitted = sorted(int(node_time[src][s_]) for s_ in ei[0, ei[1] == d].tolist()
+                                  if int(node_time[src][s_]) <= t_seed)
+                taken = sorted(int(t) for t in times[col == c].tolist())
+                # Hop 0 rows take 3, hop 1 rows 2: the taken are a newest suffix.
+                assert taken == admitted[len(admitted) - len(taken):]
+
+
+def test_disjoint_trees_never_share_nodes(mode):
+    edges = random_hetero(6)
+    topo = qv.HeteroCSRTopo(edges, TYPES)
+    s = sampler(topo, [2, 2], mode, disjoint=True)
+    out = s.sample({"paper": torch.tensor([1, 1, 7]), "author": torch.tensor([3])})
+    for t in TYPES:
+        pairs = list(zip(out.batch[t].tolist(), out.node[t].tolist()))
+        assert len(set(pairs)) == len(pairs)
+    assert out.batch["paper"][:3].tolist() == [0, 1, 2]
+    assert out.batch["author"][:1].tolist() == [3]
+    for et in EDGE_TYPES:
+        src, _, dst = et
+        assert torch.equal(out.batch[src][out.row[et]], out.batch[dst][out.col[et]])
+
+
+def test_weighted_relation_draws_by_weight(mode):
+    sources = torch.arange(6)
+    writes = torch.stack([sources, torch.zeros(6, dtype=torch.long)])
+    cites = torch.tensor([[1, 2], [0, 0]])
+    edges = {("author", "writes", "paper"): writes, ("paper", "cites", "paper"): cites}
+    topo = qv.HeteroCSRTopo(edges, {"paper": 3, "author": 6})
+    w = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    weights = {("author", "writes", "paper"): w, ("paper", "cites", "paper"): torch.ones(2)}
+    fanouts = {("author", "writes", "paper"): [1], ("paper", "cites", "paper"): [1]}
+    s = sampler(topo, fanouts, mode, weights=weights)
+    trials = 4200
+    torch.manual_seed(2)
+    out = s.sample(("paper", torch.zeros(trials, dtype=torch.long)))
+    counts = torch.bincount(out.edge[("author", "writes", "paper")].cpu(), minlength=6)
+    from scipy.stats import chisquare
+    p = chisquare(counts.double().numpy(), (w / w.sum() * trials).numpy()).pvalue
+    assert p > 1e-4, counts.tolist()
+    with pytest.raises(ValueError, match="finite and > 0"):
+        sampler(topo, fanouts, mode, weights={**weights, ("paper", "cites", "paper"):
+                                              torch.tensor([1.0, 0.0])})
+
+
+def test_bad_input_is_named(mode):
+    edges = random_hetero(7)
+    topo = qv.HeteroCSRTopo(edges, TYPES)
+    s = sampler(topo, [2], mode)
+    with pytest.raises(IndexError, match="'author'"):
+        s.sample(("author", torch.tensor([25])))
+    with pytest.raises(KeyError, match="venue"):
+        s.sample({"venue": torch.tensor([0])})
+    with pytest.raises(TypeError, match="integer"):
+        s.sample(("paper", torch.tensor([0.5])))
+    with pytest.raises(ValueError, match="edge types"):
+        sampler(topo, {("paper", "likes", "paper"): [2]}, mode)
+    with pytest.raises(ValueError, match="as many hops"):
+        sampler(topo, {EDGE_TYPES[0]: [2], EDGE_TYPES[1]: [2, 2]}, mode)
+    with pytest.raises(ValueError, match="outside 'paper'"):
+        qv.HeteroCSRTopo({EDGE_TYPES[0]: torch.tensor([[0], [40]])}, TYPES)
+    with pytest.raises(ValueError, match="lacks"):
+        qv.HeteroCSRTopo({("a", "r", "b"): torch.tensor([[0], [0]])}, {"a": 1})
+    # The op names its own arguments.
+    a = s._arrays
+    seeds = torch.tensor([0], device=s.device)
+    args = (a["indptr"], a["indices"], a["eid"], seeds)
+    R = len(EDGE_TYPES)
+    good = dict(node_type_offsets=topo.node_type_offsets,
+                relation_src_types=topo.relation_src_types,
+                relation_dst_types=topo.relation_dst_types,
+                relation_edge_offsets=topo.relation_edge_offsets, fanouts=[1] * R)
+    for change, match in [(dict(node_type_offsets=[0, 10]), "node_type_offsets"),
+                          (dict(relation_edge_offsets=topo.relation_edge_offsets[:-1]),
+                           "relation_edge_offsets"),
+                          (dict(fanouts=[1] * (R + 1)), "fanouts"),
+                          (dict(fanouts=[-2] * R), "fanouts"),
+                          (dict(relation_dst_types=[0] * (R - 1) + [9]), "relation 4")]:
+        with pytest.raises(ValueError, match=match):
+            qv.ops.hetero_neighbor_sample(*args, **{**good, **change})
+
+
+def test_opcheck(mode):
+    if mode == "UVA":
+        pytest.skip("opcheck copies inputs into pageable memory; the GPU-mode run checks "
+                    "the same kernel and fake")
+    edges = random_hetero(8)
+    gen = torch.Generator().manual_seed(1)
+    node_time = {t: torch.randint(100, (n,), generator=gen) for t, n in TYPES.items()}
+    topo = qv.HeteroCSRTopo(edges, TYPES, node_time_dict=node_time)
+    dev = torch.device("cpu") if mode == "CPU" else torch.device("cuda")
+    indptr, indices, eid, times = (t.to(dev) for t in (topo.indptr, topo.indices, topo.eid,
+                                                       topo.edge_time))
+    tables = (topo.node_type_offsets, topo.relation_src_types, topo.relation_dst_types,
+              topo.relation_edge_offsets)
+    R = len(EDGE_TYPES)
+    seeds = torch.tensor([0, 41, 39, 70], device=dev)
+    seed_time = torch.tensor([50, 10, 99, 70], device=dev)
+    cases = [
+        (indptr, indices, eid, seeds, *tables, [2] * R + [1] * R),
+        (indptr, indices, eid, seeds, *tables, [2] * R, True),
+        (indptr, indices, eid, seeds, *tables, [3] * R, False, None, times, seed_time, False,
+         "last", True),
+        (indptr, indices, eid, seeds[:0], *tables, [3] * R),
+    ]
+    for args in cases:
+        torch.library.opcheck(torch.ops.quiver.hetero_neighbor_sample.default, args)
+
+
+def test_scriptable(mode):
+    scripted = torch.jit.script(qv.ops.hetero_neighbor_sample)
+    topo = qv.HeteroCSRTopo(random_hetero(9), TYPES)
+    s = sampler(topo, [2, 2], mode)
+    a = s._arrays
+    seeds = torch.tensor([0, 5], device=s.device)
+    torch.manual_seed(3)
+    first = scripted(a["indptr"], a["indices"], a["eid"], seeds, topo.node_type_offsets,
+                     topo.relation_src_types, topo.relation_dst_types,
+                     topo.relation_edge_offsets, s.fanouts)
+    torch.manual_seed(3)
+    again = qv.ops.hetero_neighbor_sample(a["indptr"], a["indices"], a["eid"], seeds,
+                                          topo.node_type_offsets, topo.relation_src_types,
+                                          topo.relation_dst_types, topo.relation_edge_offsets,
+                                          s.fanouts)
+    for x, y in zip(first, again):
+        assert torch.equal(x.cpu(), y.cpu())

@@ -1,0 +1,388 @@
+"""Heterogeneous graphs: typed nodes and edges as one CSR over global node ids
+(:class:`HeteroCSRTopo`, the layout of ``quiver::hetero_neighbor_sample``) and a multi-hop
+sampler over it (:class:`HeteroSampler`) that returns pyg-lib's dicts.
+
+Node type ``t``'s node ``i`` has the global id ``node_type_offsets[t] + i``; relation
+``r``'s ``k``-th edge (in its ``edge_index`` order) the global edge id
+``relation_edge_offsets[r] + k``. Each node's row lists the sources of its incoming edges of
+every relation, grouped by relation, so that one pass of the kernels per hop samples every
+relation, each with its own fanout."""
+from __future__ import annotations
+
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+import torch
+from torch import Tensor
+
+from . import ops
+from ._device import resolve_device
+from ._load import cuda_kernels_built
+from .uva import pinned
+
+EdgeType = Tuple[str, str, str]
+INT32_MAX = 2**31 - 1
+MODES = ("GPU", "UVA", "CPU")
+
+
+def _edge_type(key) -> EdgeType:
+    if not (isinstance(key, tuple) and len(key) == 3 and all(isinstance(k, str) for k in key)):
+        raise TypeError(f"edge types are (source type, relation, destination type) tuples of "
+                        f"str, got {key!r}")
+    return key
+
+
+class HeteroCSRTopo:
+    """A heterogeneous graph as one CSR: node ``v``'s row holds the sources of its incoming
+    edges of every relation, grouped by relation (messages flow from sampled neighbors to
+    the nodes they were sampled for, as in PyG).
+
+    Args:
+        edge_index_dict: ``{(src_type, relation, dst_type): edge_index [2, E]}``, row 0 the
+            source (local to ``src_type``), row 1 the destination, as ``HeteroData``.
+        num_nodes_dict: ``{node_type: count}``; types without edges are allowed. Its order
+            is the order of the node types (default: the types in order of first mention).
+        edge_time_dict: ``{edge_type: time per edge}`` (int64), or ``node_time_dict``:
+            ``{node_type: time per node}`` (a neighbor's time): rows are then sorted by time
+            within each relation, for temporal sampling.
+
+    Built where the edges are (on a GPU when they are there); the result is kept on the
+    host. Indices are int32 whenever the total node count allows.
+    """
+
+    def __init__(self, edge_index_dict: Dict[EdgeType, Tensor],
+                 num_nodes_dict: Optional[Dict[str, int]] = None,
+                 edge_time_dict: Optional[Dict[EdgeType, Tensor]] = None,
+                 node_time_dict: Optional[Dict[str, Tensor]] = None):
+        if not edge_index_dict:
+            raise ValueError("edge_index_dict holds no edge types")
+        if edge_time_dict is not None and node_time_dict is not None:
+            raise ValueError("give edge_time_dict or node_time_dict, not both")
+        edge_types = [_edge_type(k) for k in edge_index_dict]
+        if num_nodes_dict is None:
+            num_nodes_dict = {}
+            for (src, _, dst), ei in edge_index_dict.items():
+                ei = torch.as_tensor(ei)
+                for t, ids in ((src, ei[0]), (dst, ei[1])):
+                    count = int(ids.max()) + 1 if ids.numel() else 0
+                    num_nodes_dict[t] = max(num_nodes_dict.get(t, 0), count)
+        self.node_types: List[str] = list(num_nodes_dict)
+        self.edge_types: List[EdgeType] = edge_types
+        self.num_nodes_dict: Dict[str, int] = {t: int(n) for t, n in num_nodes_dict.items()}
+        type_index = {t: i for i, t in enumerate(self.node_types)}
+        offsets = [0]
+        for t in self.node_types:
+            if self.num_nodes_dict[t] < 0:
+                raise ValueError(f"num_nodes_dict[{t!r}] = {self.num_nodes_dict[t]} is negative")
+            offsets.append(offsets[-1] + self.num_nodes_dict[t])
+        self.node_type_offsets: List[int] = offsets
+        num_nodes = offsets[-1]
+
+        sources, targets, relation_offsets = [], [], [0]
+        self.relation_src_types: List[int] = []
+        self.relation_dst_types: List[int] = []
+        for et in edge_types:
+            src, _, dst = et
+            for t in (src, dst):
+                if t not in type_index:
+                    raise ValueError(f"edge type {et} names node type {t!r}, which "
+                                     f"num_nodes_dict lacks (it has {self.node_types})")
+            ei = torch.as_tensor(edge_index_dict[et])
+            if ei.dim() != 2 or ei.size(0) != 2:
+                raise ValueError(f"edge_index_dict[{et}] must have shape [2, E], got "
+                                 f"{tuple(ei.shape)}")
+            if ei.dtype.is_floating_point or ei.dtype.is_complex or ei.dtype == torch.bool:
+                raise TypeError(f"edge_index_dict[{et}] must hold integer node ids, got "
+                                f"{ei.dtype}")
+            ei = ei.long()
+            for row, t in ((0, src), (1, dst)):
+                if ei.size(1) and (int(ei[row].min()) < 0
+                                   or int(ei[row].max()) >= self.num_nodes_dict[t]):
+                    bad = int(ei[row].min()) if int(ei[row].min()) < 0 else int(ei[row].max())
+                    raise ValueError(f"edge_index_dict[{et}][{row}] holds node {bad}, outside "
+                                     f"{t!r}'s {self.num_nodes_dict[t]} nodes")
+            sources.append(ei[0] + offsets[type_index[src]])
+            targets.append(ei[1] + offsets[type_index[dst]])
+            relation_offsets.append(relation_offsets[-1] + ei.size(1))
+            self.relation_src_types.append(type_index[src])
+            self.relation_dst_types.append(type_index[dst])
+        self.relation_edge_offsets: List[int] = relation_offsets
+        device = sources[0].device
+        source = torch.cat([s.to(device) for s in sources])
+        target = torch.cat([t.to(device) for t in targets])
+        num_edges = source.numel()
+        relation = torch.repeat_interleave(
+            torch.arange(len(edge_types), device=device),
+            torch.tensor([relation_offsets[r + 1] - relation_offsets[r]
+                          for r in range(len(edge_types))], device=device),
+            output_size=num_edges)
+
+        # Positions sorted by (target, relation[, time]): stable sorts from the last key.
+        order = torch.arange(num_edges, device=device)
+        edge_time = self._edge_times(edge_time_dict, node_time_dict, source, device)
+        if edge_time is not None:
+            order = torch.sort(edge_time, stable=True).indices
+            order = order[torch.sort(relation[order], stable=True).indices]
+        # The global edge ids are the concatenation order, so relations are already grouped.
+        order = order[torch.sort(target[order], stable=True).indices]
+        degree = torch.bincount(target, minlength=num_nodes)
+        indptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=device)
+        torch.cumsum(degree, 0, out=indptr[1:])
+        dtype = torch.int32 if num_nodes <= INT32_MAX else torch.int64
+        self.indptr: Tensor = indptr.cpu()
+        self.indices: Tensor = source[order].to(dtype).cpu().contiguous()
+        self.eid: Tensor = order.cpu().contiguous()  # global edge id of each CSR position
+        self.edge_time: Optional[Tensor] = (None if edge_time is None
+                                            else edge_time[order].cpu().contiguous())
+
+    def _edge_times(self, edge_time_dict, node_time_dict, source: Tensor,
+                    device) -> Optional[Tensor]:
+        if edge_time_dict is not None:
+            return self.per_edge(edge_time_dict, "edge_time_dict").to(device, torch.long)
+        if node_time_dict is not None:
+            return self.per_node(node_time_dict, "node_time_dict").to(device, torch.long)[source]
+        return None
+
+    # ---- sizes and ids ----
+
+    @property
+    def num_nodes(self) -> int:
+        return self.node_type_offsets[-1]
+
+    @property
+    def num_edges(self) -> int:
+        return self.relation_edge_offsets[-1]
+
+    @property
+    def num_edges_dict(self) -> Dict[EdgeType, int]:
+        o = self.relation_edge_offsets
+        return {et: o[r + 1] - o[r] for r, et in enumerate(self.edge_types)}
+
+    def type_offset(self, node_type: str) -> int:
+        if node_type not in self.num_nodes_dict:
+            raise KeyError(f"no node type {node_type!r}; the graph has {self.node_types}")
+        return self.node_type_offsets[self.node_types.index(node_type)]
+
+    def per_edge(self, values: Dict[EdgeType, Tensor], name: str) -> Tensor:
+        """One value per global edge id from ``{edge_type: value per edge}`` (every edge
+        type present)."""
+        parts = []
+        for et, count in self.num_edges_dict.items():
+            if et not in values:
+                raise ValueError(f"{name} lacks edge type {et}")
+            v = torch.as_tensor(values[et])
+            if v.dim() < 1 or v.size(0) != count:
+                raise ValueError(f"{name}[{et}] must hold one value per edge ({count}), got "
+                                 f"shape {tuple(v.shape)}")
+            parts.append(v.cpu())
+        return torch.cat(parts)
+
+    def per_node(self, values: Dict[str, Tensor], name: str) -> Tensor:
+        """One value per global node id from ``{node_type: value per node}`` (every type
+        present)."""
+        parts = []
+        for t in self.node_types:
+            if t not in values:
+                raise ValueError(f"{name} lacks node type {t!r}")
+            v = torch.as_tensor(values[t])
+            if v.dim() < 1 or v.size(0) != self.num_nodes_dict[t]:
+                raise ValueError(f"{name}[{t!r}] must hold one value per node "
+                                 f"({self.num_nodes_dict[t]}), got shape {tuple(v.shape)}")
+            parts.append(v.cpu())
+        return torch.cat(parts)
+
+    def slice_indptr(self) -> Tensor:
+        """Where each (row, relation) slice of the CSR starts: the offsets over which weight
+        prefix sums restart (``edge_weight_cumsum`` of hetero_neighbor_sample)."""
+        relation = torch.searchsorted(torch.tensor(self.relation_edge_offsets), self.eid,
+                                      right=True) - 1
+        row = torch.repeat_interleave(torch.arange(self.num_nodes), self.indptr.diff())
+        key = row * len(self.edge_types) + relation
+        starts = torch.ones(key.numel(), dtype=torch.bool)
+        if key.numel():
+            starts[1:] = key[1:] != key[:-1]
+        return torch.cat([starts.nonzero().view(-1), torch.tensor([key.numel()])])
+
+    def degree_dict(self) -> Dict[str, Tensor]:
+        """Each node's in-degree over every relation, per type (a hotness order)."""
+        degree = self.indptr.diff()
+        o = self.node_type_offsets
+        return {t: degree[o[i]:o[i + 1]] for i, t in enumerate(self.node_types)}
+
+    def __repr__(self) -> str:
+        return (f"HeteroCSRTopo(nodes={self.num_nodes_dict}, "
+                f"edges={ {'__'.join(k): v for k, v in self.num_edges_dict.items()} })")
+
+
+class HeteroSample(NamedTuple):
+    """pyg-lib's ``hetero_neighbor_sample`` output: per node type the sampled ids (seeds
+    first, then by hop) and, when disjoint, each one's seed index; per edge type ``row``
+    (positions in the source type's ``node``), ``col`` (in the target type's) and the edge
+    ids (local to the edge type); counts per hop."""
+    node: Dict[str, Tensor]
+    row: Dict[EdgeType, Tensor]
+    col: Dict[EdgeType, Tensor]
+    edge: Dict[EdgeType, Tensor]
+    batch: Optional[Dict[str, Tensor]]
+    num_sampled_nodes: Dict[str, List[int]]
+    num_sampled_edges: Dict[EdgeType, List[int]]
+
+
+class HeteroSampler:
+    """Multi-hop neighbor sampling over a :class:`HeteroCSRTopo`, every relation in the
+    same kernel launches of a hop (``quiver::hetero_neighbor_sample``).
+
+    Args:
+        topo: the graph.
+        num_neighbors: fanouts per hop, the same for every edge type (``[15, 10]``), or
+            ``{edge_type: [...]}`` (types left out sample nothing; every list as long).
+        device, mode: as :class:`torch_quiver_ops.GraphSageSampler`: ``"GPU"`` (topology in
+            GPU memory), ``"UVA"`` (pinned host memory read by the GPU) or ``"CPU"``.
+        replace: sample with replacement.
+        weights: ``{edge_type: weight per edge}``: weighted sampling (successive sampling
+            without replacement, see :func:`torch_quiver_ops.ops.neighbor_sample`).
+        temporal_strategy, strict_time: temporal sampling when ``topo`` has times.
+        disjoint: each seed grows its own tree (implied by temporal sampling).
+    """
+
+    def __init__(self, topo: HeteroCSRTopo,
+                 num_neighbors: Union[Sequence[int], Dict[EdgeType, Sequence[int]]],
+                 device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
+                 replace: bool = False, *, weights: Optional[Dict[EdgeType, Tensor]] = None,
+                 temporal_strategy: str = "uniform", strict_time: bool = False,
+                 disjoint: bool = False):
+        self.topo = topo
+        self.fanouts, self.num_hops = self._fanouts(num_neighbors)
+        self.replace = bool(replace)
+        self.temporal = topo.edge_time is not None
+        if temporal_strategy not in ("uniform", "last"):
+            raise ValueError(f"temporal_strategy must be 'uniform' or 'last', got "
+                             f"{temporal_strategy!r}")
+        self.temporal_strategy = temporal_strategy
+        self.strict_time = bool(strict_time)
+        self.disjoint = bool(disjoint) or self.temporal
+        self.device = resolve_device(device)
+        if mode is None:
+            mode = "UVA" if self.device.type == "cuda" else "CPU"
+        mode = mode.upper()
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        if mode == "CPU":
+            self.device = torch.device("cpu")
+        elif self.device.type != "cuda" or not torch.cuda.is_available():
+            raise ValueError(f"mode {mode!r} samples on a GPU, but device is {self.device}")
+        elif not cuda_kernels_built():
+            raise RuntimeError(f"mode {mode!r} needs the CUDA kernels, but torch-quiver-ops was "
+                               f"built without them")
+        self.mode = mode
+        edge_weight = None
+        if weights is not None:
+            w = topo.per_edge(weights, "weights").float()[topo.eid].contiguous()
+            bad = ~(torch.isfinite(w) & (w > 0))
+            if bool(bad.any()):
+                at = int(topo.eid[bad.nonzero()[0]])
+                raise ValueError(f"weights: edge {at} (global id) has weight {float(w[bad][0])}:"
+                                 f" every weight must be finite and > 0")
+            edge_weight = w
+        self._pins = []
+        arrays = {"indptr": topo.indptr, "indices": topo.indices, "eid": topo.eid,
+                  "edge_time": topo.edge_time, "edge_weight": edge_weight,
+                  # Prefix sums restart at each relation's slice of a row; not in UVA mode,
+                  # where a binary search is a chain of PCIe round trips.
+                  "weight_sums": (ops.row_cumsum(topo.slice_indptr(), edge_weight)
+                                  if edge_weight is not None and mode != "UVA" else None)}
+        self._arrays = {name: self._place(name, t) for name, t in arrays.items()}
+
+    def _fanouts(self, num_neighbors) -> Tuple[List[int], int]:
+        edge_types = self.topo.edge_types
+        if isinstance(num_neighbors, dict):
+            unknown = [k for k in num_neighbors if k not in edge_types]
+            if unknown:
+                raise ValueError(f"num_neighbors names edge types {unknown} that the graph "
+                                 f"lacks (it has {edge_types})")
+            lengths = {len(v) for v in num_neighbors.values()}
+            if len(lengths) != 1:
+                raise ValueError(f"num_neighbors must give every edge type as many hops, got "
+                                 f"{ {k: list(v) for k, v in num_neighbors.items()} }")
+            hops = lengths.pop()
+            per_type = [list(num_neighbors.get(et, [0] * hops)) for et in edge_types]
+        else:
+            hops = len(num_neighbors)
+            per_type = [list(num_neighbors)] * len(edge_types)
+        if hops == 0:
+            raise ValueError("num_neighbors must name at least one hop")
+        fanouts = [int(per_type[r][h]) for h in range(hops) for r in range(len(edge_types))]
+        bad = [f for f in fanouts if f < -1]
+        if bad:
+            raise ValueError(f"fanouts must be -1 (all neighbors) or >= 0, got {bad[0]} in "
+                             f"num_neighbors={num_neighbors}")
+        return fanouts, hops
+
+    def _place(self, name: str, t: Optional[Tensor]) -> Optional[Tensor]:
+        if t is None:
+            return None
+        if self.mode == "GPU" or (self.mode == "UVA" and name == "indptr"):
+            return t.to(self.device)
+        if self.mode == "UVA":
+            t, handle = pinned(t)
+            self._pins.append(handle)
+        return t
+
+    def global_seeds(self, seeds: Union[Dict[str, Tensor], Tuple[str, Tensor]]) -> Tensor:
+        """Global ids of ``{node_type: ids}`` (or one ``(node_type, ids)``), in node type
+        order, each id checked against its type's count."""
+        if isinstance(seeds, tuple):
+            seeds = {seeds[0]: seeds[1]}
+        parts = []
+        for t in self.topo.node_types:
+            if t not in seeds:
+                continue
+            ids = torch.as_tensor(seeds[t])
+            if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() != 1:
+                raise TypeError(f"seeds[{t!r}] must be a 1-D integer tensor, got {ids.dtype} of "
+                                f"shape {tuple(ids.shape)}")
+            ids = ids.to(self.device, torch.long, non_blocking=True)
+            n = self.topo.num_nodes_dict[t]
+            if ids.numel() and bool(((ids < 0) | (ids >= n)).any()):
+                bad = ids[(ids < 0) | (ids >= n)][0]
+                raise IndexError(f"seeds[{t!r}] holds node {int(bad)}, outside {t!r}'s {n} nodes")
+            parts.append(ids + self.topo.type_offset(t))
+        unknown = [t for t in seeds if t not in self.topo.num_nodes_dict]
+        if unknown:
+            raise KeyError(f"seeds name node types {unknown} that the graph lacks "
+                           f"(it has {self.topo.node_types})")
+        if not parts:
+            return torch.empty(0, dtype=torch.long, device=self.device)
+        return torch.cat(parts)
+
+    def sample(self, seeds: Union[Dict[str, Tensor], Tuple[str, Tensor]],
+               seed_time: Optional[Tensor] = None,
+               generator: Optional[torch.Generator] = None) -> HeteroSample:
+        """Samples around ``seeds`` (``{node_type: ids}`` or ``(node_type, ids)``); with
+        temporal sampling ``seed_time`` holds one time per seed, in the same order."""
+        a = self._arrays
+        global_ids = self.global_seeds(seeds)
+        if self.temporal:
+            if seed_time is None:
+                raise ValueError("temporal sampling needs seed_time: one time per seed")
+            seed_time = torch.as_tensor(seed_time).to(self.device, torch.long)
+        elif seed_time is not None:
+            raise ValueError("seed_time needs temporal sampling: build the HeteroCSRTopo with "
+                             "edge_time_dict or node_time_dict")
+        topo = self.topo
+        node_ids, batch, rows, cols, eids, nodes_per_hop, edges_per_hop = (
+            ops.hetero_neighbor_sample(
+                a["indptr"], a["indices"], a["eid"], global_ids, topo.node_type_offsets,
+                topo.relation_src_types, topo.relation_dst_types, topo.relation_edge_offsets,
+                self.fanouts, self.replace, a["edge_weight"], a["edge_time"], seed_time,
+                self.strict_time, self.temporal_strategy, self.disjoint, generator,
+                a["weight_sums"]))
+        node_sizes = nodes_per_hop.sum(1).tolist()
+        edge_sizes = edges_per_hop.sum(1).tolist()
+        node = dict(zip(topo.node_types, node_ids.split(node_sizes)))
+        batch_dict = dict(zip(topo.node_types, batch.split(node_sizes))) if self.disjoint else None
+        row = dict(zip(topo.edge_types, rows.split(edge_sizes)))
+        col = dict(zip(topo.edge_types, cols.split(edge_sizes)))
+        edge = dict(zip(topo.edge_types, eids.split(edge_sizes)))
+        return HeteroSample(node, row, col, edge, batch_dict,
+                            dict(zip(topo.node_types, nodes_per_hop.tolist())),
+                            dict(zip(topo.edge_types, edges_per_hop.tolist())))
