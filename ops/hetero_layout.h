@@ -131,37 +131,52 @@ regroup_by_type(const HeteroTables& tables, const at::Tensor& node_ids, const at
                 const at::Tensor& nodes_per_hop, const at::Tensor& edges_per_hop) {
   const int64_t T = tables.num_types, R = tables.num_relations, H = tables.num_hops;
   const auto options = node_ids.options();
-  const at::Tensor block = at::tensor(tables.block, at::kLong).to(node_ids.device());
+  // One upload: the graph's tables, then where each hop's nodes and edges end.
+  std::vector<int64_t> host = tables.block;
+  const int64_t hop_ends_at = static_cast<int64_t>(host.size());
+  int64_t total = 0;
+  for (int64_t h = 0; h <= H; ++h) host.push_back(total += nodes_per_hop[h].item<int64_t>());
+  total = 0;
+  for (int64_t h = 0; h < H; ++h) host.push_back(total += edges_per_hop[h].item<int64_t>());
+  const at::Tensor block = at::tensor(host, at::kLong).to(node_ids.device());
   const at::Tensor type_offsets = block.narrow(0, 0, T + 1);
   const at::Tensor relation_offsets = block.narrow(0, tables.relation_edge_offsets_at(), R + 1);
+  const at::Tensor node_hop_ends = block.narrow(0, hop_ends_at, H + 1);
+  const at::Tensor edge_hop_ends = block.narrow(0, hop_ends_at + H + 1, H);
+  // Counts per (type, hop) then per (relation, hop), by atomic adds: no host sync.
+  at::Tensor counts = at::zeros({T * (H + 1) + R * H}, options);
+  auto count = [&](int64_t at, const at::Tensor& key) {
+    counts.narrow(0, at, counts.numel() - at).scatter_add_(0, key, at::ones_like(key));
+  };
+  // Which hop added position i of a list ordered by hop.
+  auto hop_of = [&](const at::Tensor& ends, int64_t n) {
+    return at::searchsorted(ends, at::arange(n, options), false, true);
+  };
 
   const int64_t num_nodes = node_ids.numel();
   const at::Tensor node_type = at::searchsorted(type_offsets, node_ids, false, true) - 1;
-  const at::Tensor node_hop = at::repeat_interleave(
-      at::arange(H + 1, options), nodes_per_hop.to(node_ids.device()), 0, num_nodes);
   const auto [node_order, sorted_types] = stable_order(node_type, T);
-  const at::Tensor type_counts = at::bincount(node_type * (H + 1) + node_hop, {}, T * (H + 1));
-  const at::Tensor type_totals = type_counts.view({T, H + 1}).sum(1);
+  count(0, node_type * (H + 1) + hop_of(node_hop_ends, num_nodes));
+  const at::Tensor type_totals = counts.narrow(0, 0, T * (H + 1)).view({T, H + 1}).sum(1);
   const at::Tensor type_start = at::cumsum(type_totals, 0) - type_totals;
   // Each node's position within its type's group.
   at::Tensor position = at::empty({num_nodes}, options);
-  position.index_put_({node_order}, at::arange(num_nodes, options) - type_start.index({sorted_types}));
+  position.index_put_({node_order},
+                      at::arange(num_nodes, options) - type_start.index({sorted_types}));
   const at::Tensor out_nodes = (node_ids - type_offsets.index({node_type})).index({node_order});
   const at::Tensor out_batch = batch.numel() > 0 ? batch.index({node_order}) : batch;
 
   const int64_t num_edges = edge_ids.numel();
   const at::Tensor relation = at::searchsorted(relation_offsets, edge_ids, false, true) - 1;
-  const at::Tensor edge_hop = at::repeat_interleave(
-      at::arange(H, options), edges_per_hop.to(node_ids.device()), 0, num_edges);
   const at::Tensor edge_order = stable_order(relation, R).first;
-  const at::Tensor relation_counts = at::bincount(relation * H + edge_hop, {}, R * H);
+  count(T * (H + 1), relation * H + hop_of(edge_hop_ends, num_edges));
   const at::Tensor out_rows = position.index({rows.index({edge_order})});
   const at::Tensor out_cols = position.index({cols.index({edge_order})});
   const at::Tensor out_edges =
       (edge_ids - relation_offsets.index({relation})).index({edge_order});
 
   // One copy to the host for both tables of counts.
-  const at::Tensor counts = at::cat({type_counts, relation_counts}).to(at::kCPU);
+  counts = counts.to(at::kCPU);
   return {out_nodes,
           out_batch,
           out_rows,

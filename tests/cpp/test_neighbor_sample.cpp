@@ -1,6 +1,7 @@
-// quiver::neighbor_sample and quiver::sample_negatives through the C++ API (ops.h), as a
-// libtorch program calls them: weighted rows (by keys and by prefix sums), temporal trees
-// and typed errors, on every device.
+// quiver::neighbor_sample, quiver::hetero_neighbor_sample and quiver::sample_negatives
+// through the C++ API (ops.h), as a libtorch program calls them: weighted rows (by keys and
+// by prefix sums), temporal trees, relations with their own fanouts, and typed errors, on
+// every device.
 #include <c10/util/Exception.h>
 
 #include "graphs.h"
@@ -95,6 +96,37 @@ TEST_P(NeighborSample, NegativesAreNotTrueEdges) {
   EXPECT_THROW(quiver::sample_negatives(place_topology(g.indptr), place_topology(g.indices),
                                         at::tensor({100}, at::kLong).to(op_device()), 1),
                c10::IndexError);
+}
+
+TEST_P(NeighborSample, HeteroRelationsKeepTheirFanoutsAndTypes) {
+  // Two types: a (nodes 0-2, global 0-2) and b (nodes 0-3, global 3-6). Relation 0: b -> a,
+  // relation 1: a -> a. Node a0's row: four b sources (relation 0), then two a sources.
+  const at::Tensor indptr = at::tensor({0, 6, 6, 6, 6, 6, 6, 6}, at::kLong);
+  const at::Tensor indices = at::tensor({3, 4, 5, 6, 1, 2}, at::kInt);
+  const at::Tensor edge_ids = at::tensor({0, 1, 2, 3, 4, 5}, at::kLong);
+  const auto dev = op_device();
+  auto [node_ids, batch, rows, cols, eids, nodes_per_type_hop, edges_per_relation_hop] =
+      quiver::hetero_neighbor_sample(place_topology(indptr), place_topology(indices),
+                                     place_topology(edge_ids),
+                                     at::tensor({0}, at::kLong).to(dev), {0, 3, 7}, {1, 0},
+                                     {0, 0}, {0, 4, 6}, {3, 1});
+  // a: the seed and one a neighbor; b: three of four sources.
+  EXPECT_TRUE(at::equal(nodes_per_type_hop, at::tensor({1, 1, 0, 3}, at::kLong).view({2, 2})));
+  EXPECT_TRUE(at::equal(edges_per_relation_hop, at::tensor({3, 1}, at::kLong).view({2, 1})));
+  node_ids = node_ids.cpu(), rows = rows.cpu(), cols = cols.cpu(), eids = eids.cpu();
+  EXPECT_EQ(node_ids[0].item<int64_t>(), 0);
+  EXPECT_TRUE(at::equal(cols, at::zeros({4}, at::kLong)));
+  for (int64_t e = 0; e < 3; ++e) {  // relation 0: local edge ids 0-3, sources b 0-3
+    const int64_t local = eids[e].item<int64_t>();
+    EXPECT_LT(local, 4);
+    EXPECT_EQ(node_ids[2 + rows[e].item<int64_t>()].item<int64_t>(), local);
+  }
+  EXPECT_LT(eids[3].item<int64_t>(), 2);  // relation 1: local edge 0 or 1 (sources a1, a2)
+  EXPECT_THROW(quiver::hetero_neighbor_sample(place_topology(indptr), place_topology(indices),
+                                              place_topology(edge_ids),
+                                              at::tensor({0}, at::kLong).to(dev), {0, 3, 6},
+                                              {1, 0}, {0, 0}, {0, 4, 6}, {3, 1}),
+               c10::ValueError);  // the type offsets do not cover the graph's 7 nodes
 }
 
 QUIVER_ON_EVERY_DEVICE(NeighborSample);

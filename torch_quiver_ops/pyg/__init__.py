@@ -25,8 +25,12 @@ Three pieces plug into PyG's own loaders, and one loader ties them together:
 The modules: ``stores`` (the graph and feature stores), ``sampler`` (the sampler),
 ``loader`` (the loader).
 
-Homogeneous graphs only for now: a ``HeteroData``, an edge type or a node type other than
-``None`` raises ``NotImplementedError``. :class:`GraphSageSampler` is re-exported here so
+Heterogeneous graphs: a ``HeteroData`` (or a ``(FeatureStore, HeteroGraphStore)`` pair)
+goes through :class:`HeteroGraphStore` (every edge type in one CSR) and
+:class:`HeteroNeighborSampler` (every relation of a hop in the same kernel launches,
+``num_neighbors`` per hop or per edge type), with typed tables in the :class:`FeatureStore`
+sharing one GPU cache by hotness; batches are PyG ``HeteroData`` objects, so
+``to_hetero`` models train unchanged. :class:`GraphSageSampler` is re-exported here so
 torch-quiver scripts that use ``quiver.pyg.GraphSageSampler`` run unchanged, and
 :class:`~torch_quiver_ops.loader.Prefetcher` so a PyG script imports all it needs from here.
 """
@@ -35,8 +39,10 @@ from __future__ import annotations
 from ..loader import Prefetcher
 from ..sampler import GraphSageSampler
 from .loader import LinkNeighborLoader, NeighborLoader
-from .sampler import NeighborSampler
-from .stores import _SHARED, FeatureStore, GraphStore, to_stores  # noqa: F401 (_SHARED: benchmarks)
+from .sampler import HeteroNeighborSampler, NeighborSampler
+from .stores import (_SHARED, FeatureStore, GraphStore, HeteroGraphStore,  # noqa: F401
+                     split_cache_budget, to_stores)
 
-__all__ = ["FeatureStore", "GraphStore", "GraphSageSampler", "LinkNeighborLoader",
-           "NeighborLoader", "NeighborSampler", "Prefetcher", "to_stores"]
+__all__ = ["FeatureStore", "GraphStore", "GraphSageSampler", "HeteroGraphStore",
+           "HeteroNeighborSampler", "LinkNeighborLoader", "NeighborLoader", "NeighborSampler",
+           "Prefetcher", "split_cache_budget", "to_stores"]

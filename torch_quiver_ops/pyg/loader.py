@@ -12,8 +12,8 @@ from torch_geometric.loader import LinkNeighborLoader as _PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
 from ..loader import checked_seed_edges
-from .sampler import NeighborSampler
-from .stores import _HETERO, FeatureStore, GraphStore, to_stores
+from .sampler import HeteroNeighborSampler, NeighborSampler
+from .stores import FeatureStore, GraphStore, HeteroGraphStore, to_stores
 
 
 def _refuse(loader: str, **given) -> None:
@@ -21,6 +21,31 @@ def _refuse(loader: str, **given) -> None:
     if named:
         raise NotImplementedError(f"torch_quiver_ops.pyg.{loader} does not support "
                                   f"{', '.join(named)} yet")
+
+
+def _hetero_rules(data: HeteroData, rules: dict) -> dict:
+    """HeteroNeighborSampler's weights / times from PyG's ``weight_attr`` (an attribute of
+    every edge type) and ``time_attr`` (of every node type, or of every edge type)."""
+    weight_attr, time_attr = rules.get("weight_attr"), rules.get("time_attr")
+    out = {"disjoint": bool(rules.get("disjoint")),
+           "temporal_strategy": rules.get("temporal_strategy", "uniform")}
+
+    def every(stores, name, what):
+        lacking = [s._key for s in stores if name not in s]
+        if lacking:
+            raise ValueError(f"{what} {name!r} must be an attribute of every "
+                             f"{'edge' if what == 'weight_attr' else 'node or edge'} type; "
+                             f"{lacking} lack it")
+        return {s._key: s[name] for s in stores}
+
+    if weight_attr is not None:
+        out["weights"] = every(data.edge_stores, weight_attr, "weight_attr")
+    if time_attr is not None:
+        if all(time_attr in s for s in data.node_stores):
+            out["node_time_dict"] = every(data.node_stores, time_attr, "time_attr")
+        else:
+            out["edge_time_dict"] = every(data.edge_stores, time_attr, "time_attr")
+    return out
 
 
 def _sampling_rules(data, rules: dict) -> dict:
@@ -60,8 +85,15 @@ class _OnOurStores:
                 cache_policy, host_reads, replace, return_eid, subgraph_type,
                 sampling_generator, kwargs, rules=None) -> tuple:
         """Returns ``(stores, graph_store, neighbor_sampler)`` and adjusts ``kwargs``."""
-        if isinstance(data, HeteroData):
-            raise NotImplementedError(_HETERO)
+        if isinstance(data, HeteroData) or (isinstance(data, (tuple, list)) and len(data) == 2
+                                            and isinstance(data[1], HeteroGraphStore)):
+            return self._set_up_hetero(data, num_neighbors, neighbor_sampler, device=device,
+                                       mode=mode, cache_size=cache_size,
+                                       cache_policy=cache_policy, host_reads=host_reads,
+                                       replace=replace, return_eid=return_eid,
+                                       subgraph_type=subgraph_type,
+                                       sampling_generator=sampling_generator, kwargs=kwargs,
+                                       rules=rules)
         # Graph-level attributes (neither a row per node nor per edge) go into every batch
         # as they are, as PyG's loaders copy them.
         self._graph_attrs = {}
@@ -117,6 +149,46 @@ class _OnOurStores:
             self._shuffle_generator = kwargs["generator"] = torch.Generator()
         return stores, graph_store, neighbor_sampler
 
+    def _set_up_hetero(self, data, num_neighbors, neighbor_sampler, *, device, mode,
+                       cache_size, cache_policy, host_reads, replace, return_eid,
+                       subgraph_type, sampling_generator, kwargs, rules=None) -> tuple:
+        """_set_up for a ``HeteroData`` or a (FeatureStore, HeteroGraphStore) pair."""
+        if getattr(subgraph_type, "value", subgraph_type) != "directional":
+            raise NotImplementedError(f"subgraph_type {subgraph_type!r} on heterogeneous "
+                                      f"graphs: only 'directional' is supported")
+        self._graph_attrs = {}
+        if isinstance(data, HeteroData):
+            stores = to_stores(data, device, cache_size, cache_policy, host_reads)
+            self._graph_attrs = {k: v for k, v in data._global_store.items()}
+        else:
+            stores = tuple(data)
+        feature_store, graph_store = stores
+        self._edge_store = feature_store if any(
+            not isinstance(k, str) for k in getattr(feature_store, "_edge_tables", {})) else None
+        if self._edge_store is not None:
+            if neighbor_sampler is not None and not neighbor_sampler.return_eid:
+                raise ValueError("the feature store holds edge attributes, gathered by edge "
+                                 "id: build the HeteroNeighborSampler with return_eid=True")
+            return_eid = True
+        if neighbor_sampler is None:
+            hetero_rules = _hetero_rules(data, rules or {}) if isinstance(data, HeteroData) \
+                else {"disjoint": bool((rules or {}).get("disjoint"))}
+            neighbor_sampler = HeteroNeighborSampler(graph_store, num_neighbors, device, mode,
+                                                     replace, return_eid, sampling_generator,
+                                                     **hetero_rules)
+        if neighbor_sampler.device.type == "cuda" and kwargs.get("num_workers", 0) > 0:
+            warnings.warn(f"torch_quiver_ops.pyg.{type(self).__name__} samples on the GPU in "
+                          f"the main process; num_workers={kwargs['num_workers']} is set to 0",
+                          stacklevel=3)
+            kwargs["num_workers"] = 0
+            kwargs.pop("persistent_workers", None)
+            kwargs.pop("prefetch_factor", None)
+        self.quiver_sampler = neighbor_sampler
+        self._shuffle_generator = None
+        if kwargs.get("generator") is None:
+            self._shuffle_generator = kwargs["generator"] = torch.Generator()
+        return stores, graph_store, neighbor_sampler
+
     def _decide_how_batches_are_drawn(self) -> None:
         # Batches are drawn here rather than through torch's DataLoader wherever that draws
         # them the plain way (see _batches): no workers, PyTorch's own samplers.
@@ -130,7 +202,12 @@ class _OnOurStores:
         """PyG's batch of ``out``, with the sampled edges' attributes and the graph-level
         ones added."""
         batch = super().filter_fn(out)
-        if self._edge_store is not None:
+        if self._edge_store is not None and isinstance(batch, HeteroData):
+            for et in batch.edge_types:
+                if "e_id" in batch[et]:
+                    for name, rows in self._edge_store.edge_features(batch[et].e_id, et).items():
+                        batch[et][name] = rows
+        elif self._edge_store is not None:
             for name, rows in self._edge_store.edge_features(batch.e_id).items():
                 batch[name] = rows
         for name, value in self._graph_attrs.items():
@@ -173,6 +250,51 @@ class _OnOurStores:
             yield self.filter_fn(self.collate_fn(index))
 
 
+def _typed_input_nodes(input_nodes, graph_store: HeteroGraphStore):
+    """``(node_type, ids on the host)`` from PyG's forms: a type, or (type, ids / mask /
+    None)."""
+    if isinstance(input_nodes, str):
+        input_nodes = (input_nodes, None)
+    if not (isinstance(input_nodes, (tuple, list)) and len(input_nodes) == 2
+            and isinstance(input_nodes[0], str)):
+        raise ValueError(f"on a heterogeneous graph input_nodes is a node type or "
+                         f"(node_type, ids), got {type(input_nodes).__name__}")
+    node_type, ids = input_nodes
+    counts = graph_store.num_nodes_dict
+    if node_type not in counts:
+        raise ValueError(f"input_nodes names node type {node_type!r}; the graph has "
+                         f"{sorted(counts)}")
+    if ids is None:
+        ids = torch.arange(counts[node_type])
+    ids = torch.as_tensor(ids)
+    return node_type, ids.cpu() if ids.device.type != "cpu" else ids
+
+
+def _typed_seed_edges(edge_label_index, graph_store: HeteroGraphStore, edge_label):
+    """``(edge_type, [2, E] ids on the host)`` from PyG's forms: an edge type (its edges),
+    or (edge_type, ids or None); each end checked against its node type's count."""
+    if isinstance(edge_label_index, tuple) and len(edge_label_index) == 3 and all(
+            isinstance(k, str) for k in edge_label_index):
+        edge_label_index = (edge_label_index, None)
+    if not (isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2):
+        raise ValueError("on a heterogeneous graph edge_label_index is an edge type or "
+                         "(edge_type, [2, E] ids)")
+    edge_type, ids = edge_label_index
+    if edge_type not in graph_store.edge_index_dict:
+        raise ValueError(f"edge_label_index names edge type {edge_type!r}; the graph has "
+                         f"{list(graph_store.edge_index_dict)}")
+    if ids is None:
+        ids = graph_store.edge_index_dict[edge_type]
+    counts = graph_store.num_nodes_dict
+    ids = checked_seed_edges(ids, 1 << 62, edge_label)  # shape and labels; ranges by type:
+    for row, t in ((0, edge_type[0]), (1, edge_type[2])):
+        bad = (ids[row] < 0) | (ids[row] >= counts[t])
+        if bool(bad.any()):
+            raise IndexError(f"edge_label_index[{row}] holds node {int(ids[row][bad][0])}, "
+                             f"outside {t!r}'s {counts[t]} nodes")
+    return edge_type, ids.cpu()
+
+
 class NeighborLoader(_OnOurStores, _PygNeighborLoader):
     """PyG's ``NeighborLoader``, sampling with torch-quiver-ops on the GPU (or CPU) and
     gathering node attributes through tiered feature stores.
@@ -208,8 +330,16 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
     replacement), ``time_attr`` (a node or edge attribute: temporal sampling, each seed's
     tree taking only edges at or before ``input_time``, by default the seeds' own node
     times), ``temporal_strategy`` (``"uniform"`` or ``"last"``) and ``disjoint`` are PyG's;
-    batches then carry ``batch`` (each node's seed index) as PyG's do. Heterogeneous
-    graphs raise ``NotImplementedError``.
+    batches then carry ``batch`` (each node's seed index) as PyG's do.
+
+    A ``HeteroData`` (or a ``(FeatureStore, HeteroGraphStore)`` pair) is sampled by
+    :class:`HeteroNeighborSampler`, every relation of a hop in the same kernel launches:
+    ``num_neighbors`` per hop or per edge type, ``input_nodes`` a node type or
+    ``(node_type, ids)``, and batches are PyG ``HeteroData`` objects with every node type's
+    attributes (the tables of all types sharing one GPU cache of ``cache_size`` by
+    hotness), ``n_id``, ``e_id`` and edge attributes per edge type, ``batch_size``,
+    ``input_id`` and the per-hop counts, as PyG's own. ``weight_attr`` names an attribute
+    of every edge type, ``time_attr`` one of every node type (or of every edge type).
     """
 
     def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
@@ -235,7 +365,9 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
                        temporal_strategy=temporal_strategy))
         if input_time is not None and not neighbor_sampler.sampler.temporal:
             raise ValueError("input_time needs temporal sampling: give time_attr too")
-        if input_nodes is None:
+        if isinstance(graph_store, HeteroGraphStore):
+            input_nodes = _typed_input_nodes(input_nodes, graph_store)
+        elif input_nodes is None:
             input_nodes = torch.arange(graph_store.num_nodes)
         elif isinstance(input_nodes, Tensor) and input_nodes.device.type != "cpu":
             input_nodes = input_nodes.cpu()  # indexed per batch on the host, as PyG does
@@ -268,7 +400,12 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
     about as often as the graph's density); negatives weighted by ``neg_sampling.weight``
     or bound by node times are drawn by PyG's code on the host. ``weight_attr``,
     ``time_attr`` with ``edge_label_time``, ``temporal_strategy`` and ``disjoint`` are as
-    for :class:`NeighborLoader`. Heterogeneous link sampling raises ``NotImplementedError``.
+    for :class:`NeighborLoader`.
+
+    On a ``HeteroData`` ``edge_label_index`` is an edge type or ``(edge_type, ids)``; the
+    negatives are then uniform pairs of its end types, as PyG draws them (not kept off the
+    true edges: ``neg_exclude_edges`` applies to homogeneous graphs), and temporal link
+    sampling is not supported yet (``NotImplementedError``).
     """
 
     def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
@@ -297,6 +434,20 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                        neg_exclude_edges=neg_exclude_edges))
         if edge_label_time is not None and not neighbor_sampler.sampler.temporal:
             raise ValueError("edge_label_time needs temporal sampling: give time_attr too")
+        if isinstance(graph_store, HeteroGraphStore):
+            edge_type, edge_label_index = _typed_seed_edges(edge_label_index, graph_store,
+                                                            edge_label)
+            super().__init__(stores, num_neighbors=num_neighbors,
+                             edge_label_index=(edge_type, edge_label_index),
+                             edge_label=(None if edge_label is None
+                                         else torch.as_tensor(edge_label).cpu()),
+                             neg_sampling=neg_sampling, neg_sampling_ratio=neg_sampling_ratio,
+                             transform=transform,
+                             transform_sampler_output=transform_sampler_output,
+                             filter_per_worker=False, neighbor_sampler=neighbor_sampler,
+                             **kwargs)
+            self._decide_how_batches_are_drawn()
+            return
         if edge_label_index is None:
             if not isinstance(data, Data):
                 raise ValueError("LinkNeighborLoader over a (FeatureStore, GraphStore) pair "

@@ -8,14 +8,15 @@ import math
 
 import torch
 from torch import Tensor
-from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, NegativeSampling,
-                                     NodeSamplerInput, SamplerOutput)
+from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSamplerOutput,
+                                     NegativeSampling, NodeSamplerInput, SamplerOutput)
 from torch_geometric.sampler.base import NumNeighbors
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
+from ..hetero import HeteroCSRTopo, HeteroSampler
 from ..sampler import GraphSageSampler
 from ..topology import CSRTopo
-from .stores import _HETERO, GraphStore
+from .stores import _HETERO, GraphStore, HeteroGraphStore
 
 # ---- sampling ----
 
@@ -23,7 +24,8 @@ def _fanouts(num_neighbors) -> List[int]:
     if isinstance(num_neighbors, NumNeighbors):
         num_neighbors = num_neighbors.values
     if isinstance(num_neighbors, dict):
-        raise NotImplementedError(f"{_HETERO}; got num_neighbors per edge type")
+        raise ValueError(f"num_neighbors per edge type samples a heterogeneous graph: "
+                         f"{_HETERO}")
     return [int(n) for n in num_neighbors]
 
 
@@ -111,7 +113,7 @@ class NeighborSampler(BaseSampler):
             raise ValueError("input_time needs temporal sampling: give the loader time_attr "
                              "(or the sampler edge_time / node_time)")
         if inputs.input_type is not None:
-            raise NotImplementedError(f"{_HETERO}; got input nodes of type {inputs.input_type!r}")
+            raise ValueError(f"{_HETERO}; got input nodes of type {inputs.input_type!r}")
         out = self._sample(inputs.node, inputs.time)
         out.metadata = (inputs.input_id, inputs.time)
         return out
@@ -130,7 +132,7 @@ class NeighborSampler(BaseSampler):
         if self.sampler.temporal and inputs.time is None and self.sampler.node_time is None:
             raise ValueError("temporal link sampling by edge time needs edge_label_time")
         if inputs.input_type is not None:
-            raise NotImplementedError(f"{_HETERO}; got seed edges of type {inputs.input_type!r}")
+            raise ValueError(f"{_HETERO}; got seed edges of type {inputs.input_type!r}")
         num_nodes = self.sampler.csr_topo.node_count
         for name, ids in (("edge_label_index[0]", inputs.row), ("edge_label_index[1]", inputs.col)):
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
@@ -230,3 +232,168 @@ class NeighborSampler(BaseSampler):
     @property
     def edge_permutation(self) -> None:
         return None  # e_id already holds the ids of the edges as they were put
+
+
+class HeteroNeighborSampler(BaseSampler):
+    """PyG's heterogeneous neighbor sampling on ``quiver::hetero_neighbor_sample``: every
+    relation of a hop in the same kernel launches, returning PyG's ``HeteroSamplerOutput``.
+
+    Args:
+        graph: a :class:`HeteroGraphStore` or a :class:`~torch_quiver_ops.HeteroCSRTopo`.
+        num_neighbors: per hop, the same for every edge type (``[10, 10]``), or per edge
+            type (``{("author", "writes", "paper"): [10, 5], ...}``; types left out sample
+            nothing), or PyG's ``NumNeighbors``.
+        device, mode, replace, generator: as :class:`NeighborSampler`.
+        return_eid: put the sampled edges' ids (per edge type) in batches as ``e_id``.
+        weights: ``{edge_type: weight per edge}``: weighted sampling.
+        edge_time_dict, node_time_dict: temporal sampling (times per edge of every edge
+            type, or per node of every node type); ``temporal_strategy``, ``strict_time``
+            and ``disjoint`` as :class:`NeighborSampler`.
+        neg_exclude_edges: must be ``False`` for link sampling here: negatives are uniform
+            node pairs of the edge type's end types, as PyG draws them (a negative is a
+            true edge about as often as the relation's density).
+    """
+
+    def __init__(self, graph: Union[HeteroGraphStore, HeteroCSRTopo], num_neighbors,
+                 device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
+                 replace: bool = False, return_eid: bool = False,
+                 generator: Optional[torch.Generator] = None, *,
+                 weights: Optional[dict] = None, edge_time_dict: Optional[dict] = None,
+                 node_time_dict: Optional[dict] = None, temporal_strategy: str = "uniform",
+                 strict_time: bool = False, disjoint: bool = False,
+                 neg_exclude_edges: bool = False):
+        if isinstance(graph, HeteroGraphStore):
+            topo = graph.topology(edge_time_dict, node_time_dict)
+        elif isinstance(graph, HeteroCSRTopo):
+            if edge_time_dict is not None or node_time_dict is not None:
+                raise ValueError("times of a HeteroCSRTopo are given when it is built "
+                                 "(edge_time_dict / node_time_dict)")
+            topo = graph
+        else:
+            raise TypeError(f"HeteroNeighborSampler samples a HeteroGraphStore or a "
+                            f"HeteroCSRTopo, got {type(graph).__name__}")
+        if isinstance(num_neighbors, NumNeighbors):
+            num_neighbors = num_neighbors.values
+        self.sampler = HeteroSampler(topo, num_neighbors, device, mode, replace,
+                                     weights=weights, temporal_strategy=temporal_strategy,
+                                     strict_time=strict_time, disjoint=disjoint)
+        self.node_time_dict = node_time_dict
+        self.return_eid = bool(return_eid)
+        self.neg_exclude_edges = neg_exclude_edges
+        self._own_generator = generator is None
+        self.generator = generator if generator is not None else torch.Generator(self.device)
+        self.reseed()
+
+    reseed = NeighborSampler.reseed
+    _call_generator = NeighborSampler._call_generator
+
+    @property
+    def device(self) -> torch.device:
+        return self.sampler.device
+
+    @property
+    def disjoint(self) -> bool:
+        return self.sampler.disjoint
+
+    @property
+    def edge_permutation(self) -> None:
+        return None
+
+    def _output(self, seeds, seed_time=None) -> HeteroSamplerOutput:
+        out = self.sampler.sample(seeds, seed_time, self._call_generator())
+        return HeteroSamplerOutput(
+            node=out.node, row=out.row, col=out.col,
+            edge=out.edge if self.return_eid else None,
+            batch=out.batch if self.disjoint else None,
+            num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges)
+
+    def sample_from_nodes(self, inputs: NodeSamplerInput, **kwargs) -> HeteroSamplerOutput:
+        if inputs.input_type is None:
+            raise ValueError("heterogeneous sampling needs the seeds' node type: "
+                             "input_nodes=(node_type, ids)")
+        if inputs.time is not None and not self.sampler.temporal:
+            raise ValueError("input_time needs temporal sampling: give the loader time_attr")
+        seed_time = inputs.time
+        if seed_time is None and self.sampler.temporal:
+            if self.node_time_dict is None:
+                raise ValueError("temporal sampling by edge time needs input_time: one time "
+                                 "per seed")
+            seed_time = torch.as_tensor(self.node_time_dict[inputs.input_type])[inputs.node]
+        out = self._output((inputs.input_type, inputs.node), seed_time)
+        out.metadata = (inputs.input_id, seed_time)
+        return out
+
+    def sample_from_edges(self, inputs: EdgeSamplerInput,
+                          neg_sampling: Optional[NegativeSampling] = None
+                          ) -> HeteroSamplerOutput:
+        """Samples around both endpoints of each seed edge of ``inputs.input_type`` (and
+        of ``neg_sampling``'s uniform negatives: ``binary`` random pairs of the edge type's
+        end types, or ``triplet`` random destinations per source), with PyG's label layout
+        in the metadata (positions in the end types' node lists)."""
+        et = inputs.input_type
+        topo = self.sampler.topo
+        if et not in topo.edge_types:
+            raise ValueError(f"link sampling needs the seed edges' type, one of "
+                             f"{topo.edge_types}; got {et!r}")
+        if self.sampler.temporal or inputs.time is not None:
+            raise NotImplementedError("temporal link sampling on heterogeneous graphs is not "
+                                      "supported yet (node sampling is)")
+        if neg_sampling is not None and getattr(neg_sampling, "weight", None) is not None:
+            raise NotImplementedError("weighted negatives on heterogeneous graphs are not "
+                                      "supported yet")
+        if neg_sampling is not None and self.neg_exclude_edges:
+            raise NotImplementedError("negatives that avoid true edges are drawn on "
+                                      "homogeneous graphs only: pass neg_exclude_edges=False")
+        src_type, _, dst_type = et
+        device, generator = self.device, self._call_generator()
+        n_src, n_dst = topo.num_nodes_dict[src_type], topo.num_nodes_dict[dst_type]
+        src = inputs.row.to(device, non_blocking=True)
+        dst = inputs.col.to(device, non_blocking=True)
+        for name, ids, n, t in (("edge_label_index[0]", src, n_src, src_type),
+                                ("edge_label_index[1]", dst, n_dst, dst_type)):
+            if ids.numel() and bool(((ids < 0) | (ids >= n)).any()):
+                bad = ids[(ids < 0) | (ids >= n)][0]
+                raise IndexError(f"{name} holds node {int(bad)}, outside {t!r}'s {n} nodes")
+        num_pos = src.numel()
+        edge_label = inputs.label
+        neg = NegativeSampling.cast(neg_sampling) if neg_sampling is not None else None
+        if neg is not None and neg.is_binary():
+            num_neg = math.ceil(num_pos * neg.amount)
+            src = torch.cat([src, torch.randint(n_src, (num_neg,), device=device,
+                                                generator=generator)])
+            dst = torch.cat([dst, torch.randint(n_dst, (num_neg,), device=device,
+                                                generator=generator)])
+            if edge_label is None:
+                edge_label = torch.ones(num_pos, device=device)
+            edge_label = edge_label.to(device, non_blocking=True)
+            edge_label = torch.cat([edge_label, edge_label.new_zeros(
+                (num_neg, ) + edge_label.shape[1:])])
+        elif neg is not None:
+            dst = torch.cat([dst, torch.randint(n_dst, (num_pos * int(neg.amount),),
+                                                device=device, generator=generator)])
+        if src_type == dst_type:
+            if self.disjoint:
+                seeds = torch.cat([src, dst])
+                positions = torch.arange(seeds.numel(), device=device)
+            else:
+                seeds, positions = torch.cat([src, dst]).unique(return_inverse=True)
+            src_pos, dst_pos = positions[:src.numel()], positions[src.numel():]
+            seed_dict = {src_type: seeds}
+        else:
+            if self.disjoint:
+                raise NotImplementedError("disjoint link sampling between two node types is "
+                                          "not supported yet")
+            src_seeds, src_pos = src.unique(return_inverse=True)
+            dst_seeds, dst_pos = dst.unique(return_inverse=True)
+            seed_dict = {src_type: src_seeds, dst_type: dst_seeds}
+        out = self._output(seed_dict)
+        if self.disjoint:
+            out.batch = {t: b % num_pos for t, b in out.batch.items()}
+        if neg is None or neg.is_binary():
+            if edge_label is None and neg is None and inputs.label is not None:
+                edge_label = inputs.label.to(device, non_blocking=True)
+            out.metadata = (inputs.input_id, torch.stack([src_pos, dst_pos]), edge_label, None)
+        else:
+            out.metadata = (inputs.input_id, src_pos, dst_pos[:num_pos],
+                            dst_pos[num_pos:].view(num_pos, -1).squeeze(-1), None)
+        return out

@@ -1,7 +1,8 @@
 """PyG's storage interfaces on ours: :class:`GraphStore` (one edge type as a
-:class:`~torch_quiver_ops.CSRTopo`), :class:`FeatureStore` (attributes as tiered
-:class:`~torch_quiver_ops.Feature` tables) and :func:`to_stores`, which builds both from a
-``Data``."""
+:class:`~torch_quiver_ops.CSRTopo`), :class:`HeteroGraphStore` (typed edges, sampled as one
+:class:`~torch_quiver_ops.HeteroCSRTopo`), :class:`FeatureStore` (attributes, per node type
+when typed, as tiered :class:`~torch_quiver_ops.Feature` tables) and :func:`to_stores`,
+which builds them from a ``Data`` or a ``HeteroData``."""
 from __future__ import annotations
 
 import weakref
@@ -15,12 +16,14 @@ from torch_geometric.data import GraphStore as _PygGraphStore
 from torch_geometric.data.graph_store import EdgeLayout
 
 from .. import ops
-from .._device import resolve_device
+from .._device import parse_share, parse_size, resolve_device
 from ..feature import Feature
+from ..hetero import EdgeType, HeteroCSRTopo
 from ..topology import CSRTopo
 
-_HETERO = ("heterogeneous graphs are not supported yet by torch_quiver_ops.pyg (one node "
-           "type and one edge type, named None)")
+_HETERO = ("this store holds one edge type, named None: heterogeneous graphs (typed edges) "
+           "go through torch_quiver_ops.pyg.HeteroGraphStore and HeteroNeighborSampler, which "
+           "the loaders build for a HeteroData")
 
 
 # ---- the graph ----
@@ -59,7 +62,7 @@ class GraphStore(_PygGraphStore):
 
     def _put_edge_index(self, edge_index, edge_attr: EdgeAttr) -> bool:
         if edge_attr.edge_type is not None:
-            raise NotImplementedError(f"{_HETERO}; got edge type {edge_attr.edge_type!r}")
+            raise ValueError(f"{_HETERO}; got edge type {edge_attr.edge_type!r}")
         if self.topo is not None:
             raise ValueError("the graph store already holds an edge index: remove it first")
         num_nodes = max(edge_attr.size) if edge_attr.size is not None else None
@@ -103,6 +106,90 @@ class GraphStore(_PygGraphStore):
         return [EdgeAttr(None, EdgeLayout.CSC, is_sorted=True, size=(n, n))]
 
 
+class HeteroGraphStore(_PygGraphStore):
+    """Typed edges, ``(src_type, relation, dst_type)`` each, sampled together as one
+    :class:`HeteroCSRTopo` (built at first use, on the host). Put them with PyG's
+    ``put_edge_index`` (COO, CSR or CSC; sampled edge ids are positions in the edges as
+    they were put, per edge type), or build the store from a ``HeteroData`` with
+    :func:`to_stores`. ``num_nodes_dict`` gives every node type's count (types without
+    edges included); by default each type's count comes from the sizes put, else the
+    largest id."""
+
+    def __init__(self, num_nodes_dict: Optional[Dict[str, int]] = None):
+        super().__init__()
+        self.edge_index_dict: Dict[EdgeType, Tensor] = {}
+        self._num_nodes: Dict[str, int] = dict(num_nodes_dict or {})
+        self._topos: Dict[tuple, HeteroCSRTopo] = {}
+
+    @property
+    def num_nodes_dict(self) -> Dict[str, int]:
+        counts = dict(self._num_nodes)
+        for (src, _, dst), ei in self.edge_index_dict.items():
+            for t, ids in ((src, ei[0]), (dst, ei[1])):
+                if t not in counts:
+                    counts[t] = int(ids.max()) + 1 if ids.numel() else 0
+        return counts
+
+    def topology(self, edge_time_dict=None, node_time_dict=None) -> HeteroCSRTopo:
+        """The edges as one CSR (rows sorted by time within each relation when times are
+        given); the untimed one is kept while the store lives."""
+        if not self.edge_index_dict:
+            raise KeyError("the graph store holds no edges yet: call put_edge_index first")
+        if edge_time_dict is not None or node_time_dict is not None:
+            return HeteroCSRTopo(self.edge_index_dict, self.num_nodes_dict, edge_time_dict,
+                                 node_time_dict)
+        if "plain" not in self._topos:
+            self._topos["plain"] = HeteroCSRTopo(self.edge_index_dict, self.num_nodes_dict)
+        return self._topos["plain"]
+
+    def _put_edge_index(self, edge_index, edge_attr: EdgeAttr) -> bool:
+        et = edge_attr.edge_type
+        if not (isinstance(et, tuple) and len(et) == 3):
+            raise ValueError(f"HeteroGraphStore holds typed edges (src_type, relation, "
+                             f"dst_type), got edge type {et!r}: use GraphStore for one type")
+        if et in self.edge_index_dict:
+            raise ValueError(f"the graph store already holds edge type {et}: remove it first")
+        first, second = (torch.as_tensor(t) for t in edge_index)
+        layout = EdgeLayout(edge_attr.layout)
+        if layout == EdgeLayout.CSC:  # (row, colptr)
+            second = torch.repeat_interleave(torch.arange(second.numel() - 1),
+                                             second.long().diff())
+        elif layout == EdgeLayout.CSR:  # (rowptr, col)
+            first = torch.repeat_interleave(torch.arange(first.numel() - 1), first.long().diff())
+        if edge_attr.size is not None:
+            for t, n in ((et[0], edge_attr.size[0]), (et[2], edge_attr.size[1])):
+                if n is not None:
+                    self._num_nodes[t] = max(self._num_nodes.get(t, 0), int(n))
+        self.edge_index_dict[et] = torch.stack([first.long().cpu(), second.long().cpu()])
+        self._topos.clear()
+        return True
+
+    def _get_edge_index(self, edge_attr: EdgeAttr) -> Optional[Tuple[Tensor, Tensor]]:
+        ei = self.edge_index_dict.get(edge_attr.edge_type)
+        if ei is None:
+            return None
+        layout = EdgeLayout(edge_attr.layout)
+        if layout == EdgeLayout.COO:
+            return ei[0], ei[1]
+        counts = self.num_nodes_dict
+        src_type, _, dst_type = edge_attr.edge_type
+        if layout == EdgeLayout.CSC:
+            indptr, rows, _ = ops.csr_from_coo(ei[1], ei[0], max(counts[src_type],
+                                                                counts[dst_type]))
+            return rows, indptr[:counts[dst_type] + 1]
+        indptr, cols, _ = ops.csr_from_coo(ei[0], ei[1], max(counts[src_type], counts[dst_type]))
+        return indptr[:counts[src_type] + 1], cols
+
+    def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
+        self._topos.clear()
+        return self.edge_index_dict.pop(edge_attr.edge_type, None) is not None
+
+    def get_all_edge_attrs(self) -> List[EdgeAttr]:
+        counts = self.num_nodes_dict
+        return [EdgeAttr(et, EdgeLayout.COO, size=(counts[et[0]], counts[et[2]]))
+                for et in self.edge_index_dict]
+
+
 # ---- node attributes ----
 
 class FeatureStore(_PygFeatureStore):
@@ -138,10 +225,9 @@ class FeatureStore(_PygFeatureStore):
         self._edge_tables: Dict[str, Feature] = {}
 
     @staticmethod
-    def _name(attr: TensorAttr) -> str:
-        if attr.group_name is not None:
-            raise NotImplementedError(f"{_HETERO}; got node type {attr.group_name!r}")
-        return attr.attr_name
+    def _name(attr: TensorAttr):
+        """A table's key: its attribute name, with its node type when typed."""
+        return attr.attr_name if attr.group_name is None else (attr.group_name, attr.attr_name)
 
     def _feature(self, table: Tensor, cache_size, by_degree: bool = True) -> Feature:
         on_gpu = self.device.type == "cuda"
@@ -155,12 +241,15 @@ class FeatureStore(_PygFeatureStore):
                           host_reads=self.host_reads)
         return feature.from_cpu_tensor(table)
 
-    def put_feature(self, feature: Feature, attr_name: str = "x") -> None:
-        """Stores a ready :class:`Feature` as node attribute ``attr_name``."""
-        self._tables[attr_name] = feature
+    def put_feature(self, feature: Feature, attr_name: str = "x",
+                    node_type: Optional[str] = None) -> None:
+        """Stores a ready :class:`Feature` as node attribute ``attr_name`` (of
+        ``node_type`` on a heterogeneous graph)."""
+        self._tables[attr_name if node_type is None else (node_type, attr_name)] = feature
 
     def put_edge_feature(self, table: Union[Tensor, Feature],
-                         attr_name: str = "edge_attr") -> None:
+                         attr_name: str = "edge_attr",
+                         edge_type: Optional[EdgeType] = None) -> None:
         """Stores edge attribute ``attr_name``: a row per edge, in the order of the graph's
         ``edge_index`` (what ``e_id`` counts). Loaders put its rows for the sampled edges in
         every batch (as ``batch[attr_name]``, beside ``e_id``). A CPU tensor is wrapped
@@ -173,18 +262,25 @@ class FeatureStore(_PygFeatureStore):
                                  f"a scalar")
             cache = "100%" if _whole_on_gpu(table) else self.cache_size
             table = self._feature(table, cache, by_degree=False)
-        self._edge_tables[attr_name] = table
+        self._edge_tables[attr_name if edge_type is None else (edge_type, attr_name)] = table
 
     @property
     def edge_feature_names(self) -> List[str]:
-        return list(self._edge_tables)
+        return [k if isinstance(k, str) else f"{'__'.join(k[0])}.{k[1]}"
+                for k in self._edge_tables]
 
-    def edge_features(self, e_id: Tensor) -> Dict[str, Tensor]:
-        """Every edge attribute's rows for the edges ``e_id`` (positions in the graph's
-        ``edge_index``), on the store's device."""
+    def edge_features(self, e_id: Tensor,
+                      edge_type: Optional[EdgeType] = None) -> Dict[str, Tensor]:
+        """Every edge attribute's rows (of ``edge_type`` on a heterogeneous graph) for the
+        edges ``e_id`` (positions in that edge type's ``edge_index``), on the store's
+        device."""
         if e_id.device.type == "cpu" and self.device.type == "cuda":
             e_id = e_id.to(self.device, non_blocking=True)
-        return {name: table[e_id] for name, table in self._edge_tables.items()}
+        if edge_type is None:
+            return {name: table[e_id] for name, table in self._edge_tables.items()
+                    if isinstance(name, str)}
+        return {key[1]: table[e_id] for key, table in self._edge_tables.items()
+                if not isinstance(key, str) and key[0] == edge_type}
 
     def _put_tensor(self, tensor, attr: TensorAttr) -> bool:
         name = self._name(attr)
@@ -204,7 +300,7 @@ class FeatureStore(_PygFeatureStore):
         name = self._name(attr)
         if name not in self._tables:
             raise KeyError(f"the feature store holds no node attribute {name!r}; it holds "
-                           f"{sorted(self._tables)}")
+                           f"{sorted(map(str, self._tables))}")
         table = self._tables[name]
         index = attr.index
         if index is None or (isinstance(index, slice) and index == slice(None)):
@@ -223,7 +319,8 @@ class FeatureStore(_PygFeatureStore):
         return None if table is None else tuple(table.shape)
 
     def get_all_tensor_attrs(self) -> List[TensorAttr]:
-        return [TensorAttr(None, name) for name in self._tables]
+        return [TensorAttr(None, key) if isinstance(key, str) else TensorAttr(*key)
+                for key in self._tables]
 
     def __getstate__(self):
         return self.__dict__.copy()  # Features pickle themselves (shared memory, IPC)
@@ -267,7 +364,12 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
     (pinned in place): no host copy. While stores built here live, calls for the same
     tensors reuse them (one topology, one GPU cache)."""
     if isinstance(data, HeteroData):
-        raise NotImplementedError(_HETERO)
+        # Shared through the feature store, which holds its graph store.
+        features = _shared(("hetero", id(data), str(resolve_device(device)), str(cache_size),
+                            cache_policy, host_reads), data,
+                           lambda: _hetero_stores(data, device, cache_size, cache_policy,
+                                                  host_reads))
+        return features, features.graph_store
     if getattr(data, "edge_index", None) is None:
         raise ValueError("the Data has no edge_index")
     num_nodes = data.num_nodes
@@ -292,3 +394,84 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
         else:
             features.put_edge_feature(table, key)
     return features, graph
+
+
+def split_cache_budget(degree: Dict[object, Tensor], row_bytes: Dict[object, int],
+                       budget: int) -> Dict[object, int]:
+    """How many rows of each table one GPU cache of ``budget`` bytes holds when all tables
+    compete for it: rows ranked by expected reads per byte (a row's node degree over its
+    bytes), the best taken until the budget is spent. Each table then caches its own
+    top rows by degree, which together are exactly that choice."""
+    keys = [k for k in degree if degree[k].numel() > 0 and row_bytes[k] > 0]
+    if budget <= 0 or not keys:
+        return {k: 0 for k in degree}
+    scores = torch.cat([degree[k].double() / row_bytes[k] for k in keys])
+    sizes = torch.cat([torch.full((degree[k].numel(),), float(row_bytes[k]),
+                                  dtype=torch.double) for k in keys])
+    table = torch.cat([torch.full((degree[k].numel(),), i, dtype=torch.long)
+                       for i, k in enumerate(keys)])
+    order = torch.sort(scores, descending=True, stable=True).indices
+    taken = order[sizes[order].cumsum(0) <= budget]
+    counts = torch.bincount(table[taken], minlength=len(keys)).tolist()
+    out = {k: 0 for k in degree}
+    out.update(zip(keys, counts))
+    return out
+
+
+def _hetero_stores(data: HeteroData, device, cache_size, cache_policy: str,
+                   host_reads: str) -> FeatureStore:
+    """A ``HeteroData`` as typed stores (the feature store, holding the graph store as
+    ``graph_store``): every edge type in one :class:`HeteroGraphStore`;
+    every node type's attributes as typed tables in one :class:`FeatureStore`, the tables
+    of more than 16 bytes a row sharing one GPU cache of ``cache_size`` (bytes, or a share
+    of their total bytes) by hotness (:func:`split_cache_budget`, by in-degree over every
+    relation), the small ones (labels, masks) held whole on the GPU; edge attributes by
+    edge type. Node types without attributes need none (PyG models give them embeddings)."""
+    device = resolve_device(device)
+    if not data.edge_types:
+        raise ValueError("the HeteroData has no edge types: nothing to sample")
+    graph = HeteroGraphStore({t: int(data[t].num_nodes or 0) for t in data.node_types})
+    for et in data.edge_types:
+        ei = data[et].get("edge_index")
+        if ei is None:
+            raise ValueError(f"edge type {et} has no edge_index (adjacency given only as "
+                             f"adj_t is not supported: give edge_index)")
+        counts = graph.num_nodes_dict
+        graph.put_edge_index((ei[0], ei[1]), edge_type=et, layout="coo",
+                             size=(counts.get(et[0]), counts.get(et[2])))
+    degree = graph.topology().degree_dict()
+    features = FeatureStore(device, cache_size, cache_policy, None, host_reads)
+    big, small = {}, {}
+    for t in data.node_types:
+        store = data[t]
+        for key, value in store.items():
+            if not isinstance(value, Tensor) or not store.is_node_attr(key):
+                continue
+            (small if _whole_on_gpu(value) else big)[(t, key)] = value
+    share = parse_share(cache_size, "cache_size")
+    total = sum(v.nbytes for v in big.values())
+    budget = int(share * total) if share is not None else parse_size(cache_size)
+    on_gpu = device.type == "cuda"
+    rows = split_cache_budget({k: degree[k[0]] for k in big},
+                              {k: v[0].nbytes if v.size(0) else 0 for k, v in big.items()},
+                              budget if on_gpu else 0)
+    for (t, key), value in big.items():
+        feature = Feature(rank=device.index or 0, device_list=[device.index] if on_gpu else [],
+                          device_cache_size=rows[(t, key)] * (value[0].nbytes if value.size(0)
+                                                              else 0) if on_gpu else 0,
+                          cache_policy=cache_policy, host_reads=host_reads)
+        hot = torch.sort(degree[t], descending=True, stable=True).indices
+        features.put_feature(feature.from_cpu_tensor(value.detach().cpu(), hot_order=hot),
+                             key, node_type=t)
+    for (t, key), value in small.items():
+        features.put_feature(features._feature(value.detach().cpu(), "100%", by_degree=False),
+                             key, node_type=t)
+    for et in data.edge_types:
+        store = data[et]
+        for key, value in store.items():
+            if key == "edge_index" or not isinstance(value, Tensor) or not store.is_edge_attr(key):
+                continue
+            features.put_edge_feature(value, key, edge_type=et)
+    features.cache_rows = rows  # what the shared budget gave each table (for reports)
+    features.graph_store = graph
+    return features

@@ -1,0 +1,232 @@
+"""torch_quiver_ops.pyg on heterogeneous graphs: HeteroData batches from NeighborLoader and
+LinkNeighborLoader with every field PyG's loaders give, typed stores, the shared GPU
+cache budget, and a to_hetero(GraphSAGE) model training on the batches, on every placement."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import HeteroData
+from torch_geometric.nn import SAGEConv, to_hetero
+
+from torch_quiver_ops import pyg as qpyg
+
+WRITES = ("author", "writes", "paper")
+CITES = ("paper", "cites", "paper")
+HAS = ("paper", "has", "field")
+
+
+def device_of(mode):
+    return torch.device("cpu") if mode == "CPU" else torch.device("cuda")
+
+
+def hetero_data(seed=0, papers=60, authors=40, fields=6):
+    gen = torch.Generator().manual_seed(seed)
+    d = HeteroData()
+    d["paper"].x = torch.randn(papers, 8, generator=gen)
+    d["paper"].y = (d["paper"].x[:, 0] > 0).long()
+    d["paper"].time = torch.randint(100, (papers,), generator=gen)
+    d["author"].x = torch.randn(authors, 8, generator=gen)
+    d["author"].time = torch.randint(100, (authors,), generator=gen)
+    d["field"].num_nodes = fields
+    d["field"].time = torch.zeros(fields, dtype=torch.long)
+    d[WRITES].edge_index = torch.stack([torch.randint(authors, (150,), generator=gen),
+                                        torch.randint(papers, (150,), generator=gen)])
+    d["paper", "rev_writes", "author"].edge_index = d[WRITES].edge_index.flip(0)
+    d[CITES].edge_index = torch.randint(papers, (2, 200), generator=gen)
+    d[CITES].edge_attr = torch.randn(200, 3, generator=gen)
+    d[HAS].edge_index = torch.stack([torch.arange(papers), torch.arange(papers) % fields])
+    d["field", "rev_has", "paper"].edge_index = d[HAS].edge_index.flip(0)
+    for et in d.edge_types:
+        d[et].w = torch.rand(d[et].edge_index.size(1), generator=gen) + 0.1
+    return d
+
+
+def check_batch(batch, data, input_type):
+    for t in batch.node_types:
+        n_id = batch[t].n_id.cpu()
+        assert batch[t].num_nodes == n_id.numel() == sum(batch[t].num_sampled_nodes)
+        for key in ("x", "y", "time"):
+            if key in data[t]:
+                assert torch.equal(batch[t][key].cpu(), data[t][key][n_id]), (t, key)
+    for et in batch.edge_types:
+        src, _, dst = et
+        ei, e_id = batch[et].edge_index.cpu(), batch[et].e_id.cpu()
+        assert ei.size(1) == e_id.numel() == sum(batch[et].num_sampled_edges)
+        want = data[et].edge_index[:, e_id]
+        assert torch.equal(batch[src].n_id.cpu()[ei[0]], want[0]), et
+        assert torch.equal(batch[dst].n_id.cpu()[ei[1]], want[1]), et
+        if "edge_attr" in data[et]:
+            assert torch.equal(batch[et].edge_attr.cpu(), data[et].edge_attr[e_id])
+    b = batch[input_type]
+    assert torch.equal(b.n_id[:b.batch_size].cpu(), b.input_id.cpu())
+
+
+def test_neighbor_loader_gives_pyg_hetero_batches(mode):
+    data = hetero_data()
+    loader = qpyg.NeighborLoader(data, {et: [3, 2] for et in data.edge_types},
+                                 input_nodes=("paper", torch.arange(50)), batch_size=16,
+                                 shuffle=True, device=device_of(mode), mode=mode,
+                                 cache_size="30%", return_eid=True)
+    seen = []
+    for batch in loader:
+        assert batch["paper"].x.device.type == device_of(mode).type
+        check_batch(batch, data, "paper")
+        seen.append(batch["paper"].input_id.cpu())
+    assert torch.equal(torch.cat(seen).sort().values, torch.arange(50))
+
+
+def test_per_edge_type_fanouts_and_node_type_input(mode):
+    data = hetero_data(1)
+    fanouts = {WRITES: [2, 0], CITES: [1, 1], HAS: [0, 0],
+               ("paper", "rev_writes", "author"): [0, 4],
+               ("field", "rev_has", "paper"): [-1, 0]}
+    loader = qpyg.NeighborLoader(data, fanouts, input_nodes="paper", batch_size=60,
+                                 device=device_of(mode), mode=mode)
+    batch = next(iter(loader))
+    check_batch(batch, data, "paper")
+    assert batch[HAS].num_sampled_edges == [0, 0]
+    assert batch[WRITES].num_sampled_edges[1] == 0
+    # Hop 0 expands the 60 papers: at most 2 writes each, all their fields' papers.
+    assert batch[WRITES].num_sampled_edges[0] <= 120
+
+
+def test_temporal_and_weighted_hetero_loader(mode):
+    data = hetero_data(2)
+    loader = qpyg.NeighborLoader(data, [3, 3], input_nodes=("paper", torch.arange(30)),
+                                 batch_size=10, time_attr="time", weight_attr="w",
+                                 device=device_of(mode), mode=mode)
+    for batch in loader:
+        check_batch(batch, data, "paper")
+        seed_time = batch["paper"].time[:batch["paper"].batch_size]
+        for t in batch.node_types:
+            if batch[t].num_nodes:
+                tree_time = seed_time[batch[t].batch]
+                assert bool((batch[t].time <= tree_time).all()), t
+
+
+def test_link_loader_on_an_edge_type(mode):
+    data = hetero_data(3)
+    true = set(map(tuple, data[WRITES].edge_index.t().tolist()))
+    loader = qpyg.LinkNeighborLoader(data, [2, 2], edge_label_index=WRITES,
+                                     neg_sampling="binary", batch_size=32,
+                                     device=device_of(mode), mode=mode)
+    for batch in loader:
+        eli, label = batch[WRITES].edge_label_index.cpu(), batch[WRITES].edge_label.cpu()
+        assert eli.size(1) == label.numel() and int(label.sum()) == label.numel() // 2
+        src = batch["author"].n_id.cpu()[eli[0]]
+        dst = batch["paper"].n_id.cpu()[eli[1]]
+        for s, t, lab in zip(src.tolist(), dst.tolist(), label.tolist()):
+            if lab == 1:
+                assert (s, t) in true
+    triplets = qpyg.LinkNeighborLoader(data, [2], edge_label_index=(CITES, None),
+                                       neg_sampling=dict(mode="triplet", amount=3),
+                                       batch_size=20, device=device_of(mode), mode=mode)
+    batch = next(iter(triplets))
+    p = batch["paper"]
+    assert p.src_index.numel() == p.dst_pos_index.numel() == 20
+    assert tuple(p.dst_neg_index.shape) == (20, 3)
+    pairs = set(map(tuple, data[CITES].edge_index.t().tolist()))
+    for s, t in zip(p.n_id.cpu()[p.src_index.cpu()].tolist(),
+                    p.n_id.cpu()[p.dst_pos_index.cpu()].tolist()):
+        assert (s, t) in pairs
+
+
+def test_shared_cache_budget_ranks_rows_by_reads_per_byte():
+    degree = {"a": torch.tensor([10, 1, 5]), "b": torch.tensor([8, 8, 0, 3])}
+    # a's rows take 4 bytes, b's 2: scores a = 2.5, .25, 1.25; b = 4, 4, 0, 1.5.
+    rows = qpyg.split_cache_budget(degree, {"a": 4, "b": 2}, budget=9)
+    assert rows == {"a": 1, "b": 2}  # b0, b1 (4 bytes), a0 (4): 8 <= 9; b3 next would pass
+    assert qpyg.split_cache_budget(degree, {"a": 4, "b": 2}, budget=0) == {"a": 0, "b": 0}
+    assert sum(qpyg.split_cache_budget(degree, {"a": 4, "b": 2}, budget=1 << 20).values()) == 7
+
+
+@pytest.mark.parametrize("cache_size", ["25%", 600])
+def test_hetero_stores_share_one_budget(mode, cache_size):
+    data = hetero_data(4)
+    features, graph = qpyg.to_stores(data, device_of(mode), cache_size=cache_size)
+    assert isinstance(graph, qpyg.HeteroGraphStore)
+    rows = features.cache_rows
+    total = data["paper"].x.nbytes + data["author"].x.nbytes
+    budget = total // 4 if cache_size == "25%" else cache_size
+    used = rows[("paper", "x")] * 32 + rows[("author", "x")] * 32
+    if mode == "CPU":
+        assert used == 0
+    else:
+        assert 0 < used <= budget and budget - used < 32
+    ids = torch.tensor([5, 0, 59])
+    assert torch.equal(features.get_tensor("paper", "x", ids).cpu(), data["paper"].x[ids])
+    assert torch.equal(features.get_tensor("paper", "y", ids).cpu(), data["paper"].y[ids])
+    attrs = {(a.group_name, a.attr_name) for a in features.get_all_tensor_attrs()}
+    assert ("author", "x") in attrs and ("paper", "y") in attrs
+    for layout in ("coo", "csr", "csc"):
+        back = graph.get_edge_index(edge_type=WRITES, layout=layout)
+        if layout == "coo":
+            assert torch.equal(torch.stack(back), data[WRITES].edge_index)
+        else:
+            assert back[0].numel() > 0
+    assert {a.edge_type for a in graph.get_all_edge_attrs()} == set(data.edge_types)
+
+
+def test_to_hetero_graphsage_trains(mode):
+    torch.manual_seed(0)
+    data = hetero_data(5, papers=300, authors=200, fields=10)
+    device = device_of(mode)
+    loader = qpyg.NeighborLoader(data, [5, 5], input_nodes=("paper", torch.arange(300)),
+                                 batch_size=64, shuffle=True, device=device, mode=mode)
+
+    class GNN(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = SAGEConv((-1, -1), 32)
+            self.conv2 = SAGEConv((-1, -1), 2)
+
+        def forward(self, x, edge_index):
+            return self.conv2(self.conv1(x, edge_index).relu(), edge_index)
+
+    model = to_hetero(GNN(), data.metadata(), aggr="sum").to(device)
+    field_embedding = torch.nn.Embedding(10, 8).to(device)  # fields have no features
+    batch = next(iter(loader))
+
+    def inputs(batch):
+        x = {t: batch[t].x for t in ("paper", "author")}
+        x["field"] = field_embedding(batch["field"].n_id)
+        return x
+
+    with torch.no_grad():
+        model(inputs(batch), batch.edge_index_dict)  # lazy shapes
+    optimizer = torch.optim.Adam(list(model.parameters()) + list(field_embedding.parameters()),
+                                 lr=0.02)
+    losses = []
+    for epoch in range(6):
+        total = 0.0
+        for batch in loader:
+            optimizer.zero_grad()
+            out = model(inputs(batch), batch.edge_index_dict)["paper"][:batch["paper"].batch_size]
+            loss = F.cross_entropy(out, batch["paper"].y[:batch["paper"].batch_size])
+            loss.backward()
+            optimizer.step()
+            total += float(loss.detach())
+        losses.append(total)
+    assert losses[-1] < 0.6 * losses[0], losses
+
+
+def test_bad_hetero_arguments_are_named():
+    data = hetero_data(6)
+    with pytest.raises(ValueError, match="'venue'"):
+        qpyg.NeighborLoader(data, [2], input_nodes="venue", device="cpu")
+    with pytest.raises(ValueError, match="node type or"):
+        qpyg.NeighborLoader(data, [2], input_nodes=torch.arange(3), device="cpu")
+    with pytest.raises(ValueError, match="edge types"):
+        qpyg.NeighborLoader(data, {("paper", "likes", "paper"): [2]}, input_nodes="paper",
+                            device="cpu")
+    with pytest.raises(ValueError, match="edge type"):
+        qpyg.LinkNeighborLoader(data, [2], edge_label_index=("a", "b", "c"), device="cpu")
+    with pytest.raises(IndexError, match="'paper'"):
+        qpyg.LinkNeighborLoader(data, [2], edge_label_index=(WRITES, torch.tensor([[0], [60]])),
+                                device="cpu")
+    with pytest.raises(ValueError, match="lack it"):
+        qpyg.NeighborLoader(data, [2], input_nodes="paper", weight_attr="edge_attr",
+                            device="cpu")
+    loader = qpyg.NeighborLoader(data, [2], input_nodes=("paper", torch.tensor([0, 60])),
+                                 batch_size=2, device="cpu")
+    with pytest.raises(IndexError, match="'paper'"):
+        next(iter(loader))
