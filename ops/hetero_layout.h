@@ -143,10 +143,15 @@ regroup_by_type(const HeteroTables& tables, const at::Tensor& node_ids, const at
   const at::Tensor relation_offsets = block.narrow(0, tables.relation_edge_offsets_at(), R + 1);
   const at::Tensor node_hop_ends = block.narrow(0, hop_ends_at, H + 1);
   const at::Tensor edge_hop_ends = block.narrow(0, hop_ends_at + H + 1, H);
-  // Counts per (type, hop) then per (relation, hop), by atomic adds: no host sync.
-  at::Tensor counts = at::zeros({T * (H + 1) + R * H}, options);
-  auto count = [&](int64_t at, const at::Tensor& key) {
-    counts.narrow(0, at, counts.numel() - at).scatter_add_(0, key, at::ones_like(key));
+  // Counts per (type, hop) then per (relation, hop): histograms with their range given
+  // (bincount reads the keys' min and max back to the host; atomic adds of every key into a
+  // handful of counters serialize on the GPU). histc counts in float, exact below 2^24 a
+  // bin: larger outputs take bincount, sync and all.
+  std::vector<at::Tensor> count_parts;
+  auto count = [&](int64_t bins, const at::Tensor& key) {
+    count_parts.push_back(key.numel() < (int64_t{1} << 24)
+                              ? at::histc(key.to(at::kFloat), bins, 0, bins).to(at::kLong)
+                              : at::bincount(key, {}, bins));
   };
   // Which hop added position i of a list ordered by hop.
   auto hop_of = [&](const at::Tensor& ends, int64_t n) {
@@ -156,8 +161,8 @@ regroup_by_type(const HeteroTables& tables, const at::Tensor& node_ids, const at
   const int64_t num_nodes = node_ids.numel();
   const at::Tensor node_type = at::searchsorted(type_offsets, node_ids, false, true) - 1;
   const auto [node_order, sorted_types] = stable_order(node_type, T);
-  count(0, node_type * (H + 1) + hop_of(node_hop_ends, num_nodes));
-  const at::Tensor type_totals = counts.narrow(0, 0, T * (H + 1)).view({T, H + 1}).sum(1);
+  count(T * (H + 1), node_type * (H + 1) + hop_of(node_hop_ends, num_nodes));
+  const at::Tensor type_totals = count_parts[0].view({T, H + 1}).sum(1);
   const at::Tensor type_start = at::cumsum(type_totals, 0) - type_totals;
   // Each node's position within its type's group.
   at::Tensor position = at::empty({num_nodes}, options);
@@ -169,14 +174,14 @@ regroup_by_type(const HeteroTables& tables, const at::Tensor& node_ids, const at
   const int64_t num_edges = edge_ids.numel();
   const at::Tensor relation = at::searchsorted(relation_offsets, edge_ids, false, true) - 1;
   const at::Tensor edge_order = stable_order(relation, R).first;
-  count(T * (H + 1), relation * H + hop_of(edge_hop_ends, num_edges));
+  count(R * H, relation * H + hop_of(edge_hop_ends, num_edges));
   const at::Tensor out_rows = position.index({rows.index({edge_order})});
   const at::Tensor out_cols = position.index({cols.index({edge_order})});
   const at::Tensor out_edges =
       (edge_ids - relation_offsets.index({relation})).index({edge_order});
 
   // One copy to the host for both tables of counts.
-  counts = counts.to(at::kCPU);
+  const at::Tensor counts = at::cat(count_parts).to(at::kCPU);
   return {out_nodes,
           out_batch,
           out_rows,

@@ -234,7 +234,7 @@ class HeteroSampler:
     Args:
         topo: the graph.
         num_neighbors: fanouts per hop, the same for every edge type (``[15, 10]``), or
-            ``{edge_type: [...]}`` (types left out sample nothing; every list as long).
+            ``{edge_type: [...]}`` for every edge type (0 samples none), every list as long.
         device, mode: as :class:`torch_quiver_ops.GraphSageSampler`: ``"GPU"`` (topology in
             GPU memory), ``"UVA"`` (pinned host memory read by the GPU) or ``"CPU"``.
         replace: sample with replacement.
@@ -299,12 +299,16 @@ class HeteroSampler:
             if unknown:
                 raise ValueError(f"num_neighbors names edge types {unknown} that the graph "
                                  f"lacks (it has {edge_types})")
+            missing = [et for et in edge_types if et not in num_neighbors]
+            if missing:
+                raise ValueError(f"num_neighbors lacks edge types {missing}: give every edge "
+                                 f"type its fanouts (0 samples none)")
             lengths = {len(v) for v in num_neighbors.values()}
             if len(lengths) != 1:
                 raise ValueError(f"num_neighbors must give every edge type as many hops, got "
                                  f"{ {k: list(v) for k, v in num_neighbors.items()} }")
             hops = lengths.pop()
-            per_type = [list(num_neighbors.get(et, [0] * hops)) for et in edge_types]
+            per_type = [list(num_neighbors[et]) for et in edge_types]
         else:
             hops = len(num_neighbors)
             per_type = [list(num_neighbors)] * len(edge_types)

@@ -264,8 +264,10 @@ def test_bad_input_is_named(mode):
         s.sample(("paper", torch.tensor([0.5])))
     with pytest.raises(ValueError, match="edge types"):
         sampler(topo, {("paper", "likes", "paper"): [2]}, mode)
+    with pytest.raises(ValueError, match="lacks edge types"):
+        sampler(topo, {EDGE_TYPES[0]: [2]}, mode)
     with pytest.raises(ValueError, match="as many hops"):
-        sampler(topo, {EDGE_TYPES[0]: [2], EDGE_TYPES[1]: [2, 2]}, mode)
+        sampler(topo, {**{et: [2] for et in EDGE_TYPES}, EDGE_TYPES[1]: [2, 2]}, mode)
     with pytest.raises(ValueError, match="outside 'paper'"):
         qv.HeteroCSRTopo({EDGE_TYPES[0]: torch.tensor([[0], [40]])}, TYPES)
     with pytest.raises(ValueError, match="lacks"):

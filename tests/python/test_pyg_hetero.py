@@ -218,6 +218,8 @@ def test_bad_hetero_arguments_are_named():
     with pytest.raises(ValueError, match="edge types"):
         qpyg.NeighborLoader(data, {("paper", "likes", "paper"): [2]}, input_nodes="paper",
                             device="cpu")
+    with pytest.raises(ValueError, match="lacks edge types"):
+        qpyg.NeighborLoader(data, {WRITES: [2]}, input_nodes="paper", device="cpu")
     with pytest.raises(ValueError, match="edge type"):
         qpyg.LinkNeighborLoader(data, [2], edge_label_index=("a", "b", "c"), device="cpu")
     with pytest.raises(IndexError, match="'paper'"):

@@ -241,8 +241,8 @@ class HeteroNeighborSampler(BaseSampler):
     Args:
         graph: a :class:`HeteroGraphStore` or a :class:`~torch_quiver_ops.HeteroCSRTopo`.
         num_neighbors: per hop, the same for every edge type (``[10, 10]``), or per edge
-            type (``{("author", "writes", "paper"): [10, 5], ...}``; types left out sample
-            nothing), or PyG's ``NumNeighbors``.
+            type (``{("author", "writes", "paper"): [10, 5], ...}``, every edge type; 0
+            samples none), or PyG's ``NumNeighbors``.
         device, mode, replace, generator: as :class:`NeighborSampler`.
         return_eid: put the sampled edges' ids (per edge type) in batches as ``e_id``.
         weights: ``{edge_type: weight per edge}``: weighted sampling.
