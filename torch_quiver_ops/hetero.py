@@ -15,13 +15,11 @@ import torch
 from torch import Tensor
 
 from . import ops
-from ._device import resolve_device
-from ._load import cuda_kernels_built
+from .sampler import sampling_placement
 from .uva import pinned
 
 EdgeType = Tuple[str, str, str]
 INT32_MAX = 2**31 - 1
-MODES = ("GPU", "UVA", "CPU")
 
 
 def _edge_type(key) -> EdgeType:
@@ -260,20 +258,8 @@ class HeteroSampler:
         self.temporal_strategy = temporal_strategy
         self.strict_time = bool(strict_time)
         self.disjoint = bool(disjoint) or self.temporal
-        self.device = resolve_device(device)
-        if mode is None:
-            mode = "UVA" if self.device.type == "cuda" else "CPU"
-        mode = mode.upper()
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if mode == "CPU":
-            self.device = torch.device("cpu")
-        elif self.device.type != "cuda" or not torch.cuda.is_available():
-            raise ValueError(f"mode {mode!r} samples on a GPU, but device is {self.device}")
-        elif not cuda_kernels_built():
-            raise RuntimeError(f"mode {mode!r} needs the CUDA kernels, but torch-quiver-ops was "
-                               f"built without them")
-        self.mode = mode
+        self.device, self.mode = sampling_placement(device, mode)
+        mode = self.mode
         edge_weight = None
         if weights is not None:
             w = topo.per_edge(weights, "weights").float()[topo.eid].contiguous()

@@ -37,6 +37,28 @@ class Adj(NamedTuple):
         return Adj(self.edge_index.to(*args, **kwargs), e_id, self.size)
 
 
+def sampling_placement(device, mode: Optional[str]) -> Tuple[torch.device, str]:
+    """``(device, mode)`` a sampler runs with: ``mode`` ``"GPU"``, ``"UVA"`` or ``"CPU"``
+    (default: ``"UVA"`` on a GPU, else ``"CPU"``), checked against the device and the
+    build."""
+    device = resolve_device(device)
+    if mode is None:
+        mode = "UVA" if device.type == "cuda" else "CPU"
+    mode = mode.upper()
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "CPU":
+        return torch.device("cpu"), mode
+    if device.type != "cuda":
+        raise ValueError(f"mode {mode!r} samples on a GPU, but device is {device}")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"mode {mode!r} needs a CUDA GPU, and torch sees none")
+    if not cuda_kernels_built():
+        raise RuntimeError(f"mode {mode!r} needs the CUDA kernels, but torch-quiver-ops was "
+                           f"built without them (rebuild with nvcc on PATH)")
+    return device, mode
+
+
 def _share_or_warn(topo: CSRTopo) -> None:
     try:
         topo.share_memory_()
@@ -154,22 +176,7 @@ class GraphSageSampler:
                              f"{temporal_strategy!r}")
         self.return_eid = return_eid and csr_topo.eid is not None
         self.csr_topo = csr_topo
-        self.device = resolve_device(device)
-        if mode is None:
-            mode = "UVA" if self.device.type == "cuda" else "CPU"
-        mode = mode.upper()
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        if mode == "CPU":
-            self.device = torch.device("cpu")
-        elif self.device.type != "cuda":
-            raise ValueError(f"mode {mode!r} samples on a GPU, but device is {self.device}")
-        elif not torch.cuda.is_available():
-            raise RuntimeError(f"mode {mode!r} needs a CUDA GPU, and torch sees none")
-        elif not cuda_kernels_built():
-            raise RuntimeError(f"mode {mode!r} needs the CUDA kernels, but torch-quiver-ops was "
-                               f"built without them (rebuild with nvcc on PATH)")
-        self.mode = mode
+        self.device, self.mode = sampling_placement(device, mode)
         self.topology_cache_bytes = self._cache_budget(topology_cache, csr_topo)
         if self.topology_cache_bytes and mode != "UVA":
             raise ValueError(f"topology_cache is for UVA mode, where the neighbor lists are in "

@@ -38,20 +38,10 @@ hetero_neighbor_sample_cpu(
   const int64_t* offsets = indptr.const_data_ptr<int64_t>();
   errors::check_csr_ends(offsets[0], offsets[num_nodes], indices.numel());
   const uint64_t key = cpu::draw_philox_key(generator);
-  const at::Tensor seed_keys =
-      disjoint ? seeds64 + at::arange(batch_size, seeds64.options()) * num_nodes : seeds64;
-  cpu::RuleRows rows{offsets,
-                     num_nodes,
-                     indices.numel(),
-                     replace,
-                     edge_weight ? edge_weight->const_data_ptr<float>() : nullptr,
-                     edge_weight_cumsum ? edge_weight_cumsum->const_data_ptr<double>() : nullptr,
-                     edge_time ? edge_time->const_data_ptr<int64_t>() : nullptr,
-                     seed_time ? seed_time->const_data_ptr<int64_t>() : nullptr,
-                     strict_time,
-                     temporal_strategy == "last",
-                     disjoint,
-                     batch_size};
+  const at::Tensor seed_keys = cpu::seed_keys(seeds64, disjoint, num_nodes);
+  cpu::RuleRows rows =
+      cpu::rule_rows(indptr, indices, replace, edge_weight, edge_weight_cumsum, edge_time,
+                     seed_time, strict_time, temporal_strategy, disjoint, batch_size);
   rows.relations = tables.relation_rows(tables.block.data());
   rows.edge_ids = edge_ids.const_data_ptr<int64_t>();
   rows.relation_fanouts = tables.block.data() + tables.fanouts_at();

@@ -30,20 +30,10 @@ neighbor_sample_cpu(const at::Tensor& indptr, const at::Tensor& indices, const a
   const int64_t* offsets = indptr.const_data_ptr<int64_t>();
   errors::check_csr_ends(offsets[0], offsets[num_nodes], indices.numel());
   const uint64_t key = cpu::draw_philox_key(generator);
-  const at::Tensor seed_keys =
-      disjoint ? seeds64 + at::arange(batch_size, seeds64.options()) * num_nodes : seeds64;
-  const cpu::RuleRows rows{offsets,
-                      num_nodes,
-                      indices.numel(),
-                      replace,
-                      edge_weight ? edge_weight->const_data_ptr<float>() : nullptr,
-                      edge_weight_cumsum ? edge_weight_cumsum->const_data_ptr<double>() : nullptr,
-                      edge_time ? edge_time->const_data_ptr<int64_t>() : nullptr,
-                      seed_time ? seed_time->const_data_ptr<int64_t>() : nullptr,
-                      strict_time,
-                      temporal_strategy == "last",
-                      disjoint,
-                      batch_size};
+  const at::Tensor seed_keys = cpu::seed_keys(seeds64, disjoint, num_nodes);
+  const cpu::RuleRows rows =
+      cpu::rule_rows(indptr, indices, replace, edge_weight, edge_weight_cumsum, edge_time,
+                     seed_time, strict_time, temporal_strategy, disjoint, batch_size);
   auto out = AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "neighbor_sample_cpu", [&] {
     return cpu::sample_hops<index_t>(rows, indices, edge_ids, seed_keys, fanouts, key);
   });

@@ -82,4 +82,31 @@ struct RuleRows {
   }
 };
 
+// The rows of a batch from neighbor_sample's arguments (hetero_neighbor_sample's too).
+inline RuleRows rule_rows(const at::Tensor& indptr, const at::Tensor& indices, bool replace,
+                          const std::optional<at::Tensor>& edge_weight,
+                          const std::optional<at::Tensor>& edge_weight_cumsum,
+                          const std::optional<at::Tensor>& edge_time,
+                          const std::optional<at::Tensor>& seed_time, bool strict_time,
+                          c10::string_view temporal_strategy, bool disjoint,
+                          int64_t batch_size) {
+  return RuleRows{indptr.const_data_ptr<int64_t>(),
+                  indptr.numel() - 1,
+                  indices.numel(),
+                  replace,
+                  edge_weight ? edge_weight->const_data_ptr<float>() : nullptr,
+                  edge_weight_cumsum ? edge_weight_cumsum->const_data_ptr<double>() : nullptr,
+                  edge_time ? edge_time->const_data_ptr<int64_t>() : nullptr,
+                  seed_time ? seed_time->const_data_ptr<int64_t>() : nullptr,
+                  strict_time,
+                  temporal_strategy == "last",
+                  disjoint,
+                  batch_size};
+}
+
+// The seeds' keys: the seeds, or with disjoint trees tree * num_nodes + seed.
+inline at::Tensor seed_keys(const at::Tensor& seeds, bool disjoint, int64_t num_nodes) {
+  return disjoint ? seeds + at::arange(seeds.numel(), seeds.options()) * num_nodes : seeds;
+}
+
 }  // namespace quiver::cpu

@@ -34,25 +34,10 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
   const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
   const at::Tensor block = at::tensor(tables.block, at::kLong).to(device);
   const int64_t* block_p = block.const_data_ptr<int64_t>();
-  cuda::RowRules rules;
-  if (edge_weight.has_value()) {
-    rules.edge_weight =
-        static_cast<const float*>(cuda::gpu_readable(*edge_weight, "edge_weight", device));
-  }
-  if (edge_weight_cumsum.has_value()) {
-    rules.weight_sums = static_cast<const double*>(
-        cuda::gpu_readable(*edge_weight_cumsum, "edge_weight_cumsum", device));
-  }
   at::Tensor seed_times;
-  if (edge_time.has_value()) {
-    rules.edge_time =
-        static_cast<const int64_t*>(cuda::gpu_readable(*edge_time, "edge_time", device));
-    seed_times = seed_time->to(device, /*non_blocking=*/false).contiguous();
-    rules.seed_time = seed_times.const_data_ptr<int64_t>();
-  }
-  rules.strict_time = strict_time;
-  rules.last = last;
-  rules.tree_nodes = disjoint ? csr.num_nodes : 0;
+  cuda::RowRules rules =
+      cuda::rule_rows(edge_weight, edge_weight_cumsum, edge_time, seed_time, strict_time, last,
+                      disjoint, csr.num_nodes, device, seed_times);
   rules.relations = tables.relation_rows(block_p);
 
   cuda::BatchShape<index_t> shape{csr,

@@ -108,6 +108,34 @@ struct BatchShape {
   bool sliced() const { return rules.relations.active(); }
 };
 
+// neighbor_sample's rules from the op's arguments (hetero_neighbor_sample's too): the
+// per-edge arrays where the GPU reads them, and the seed times copied to the device
+// (`seed_times` keeps them alive).
+inline RowRules rule_rows(const std::optional<at::Tensor>& edge_weight,
+                          const std::optional<at::Tensor>& edge_weight_cumsum,
+                          const std::optional<at::Tensor>& edge_time,
+                          const std::optional<at::Tensor>& seed_time, bool strict_time,
+                          bool last, bool disjoint, int64_t num_nodes, const at::Device& device,
+                          at::Tensor& seed_times) {
+  RowRules rules;
+  if (edge_weight.has_value()) {
+    rules.edge_weight = static_cast<const float*>(gpu_readable(*edge_weight, "edge_weight", device));
+  }
+  if (edge_weight_cumsum.has_value()) {
+    rules.weight_sums = static_cast<const double*>(
+        gpu_readable(*edge_weight_cumsum, "edge_weight_cumsum", device));
+  }
+  if (edge_time.has_value()) {
+    rules.edge_time = static_cast<const int64_t*>(gpu_readable(*edge_time, "edge_time", device));
+    seed_times = seed_time->to(device, /*non_blocking=*/false).contiguous();
+    rules.seed_time = seed_times.const_data_ptr<int64_t>();
+  }
+  rules.strict_time = strict_time;
+  rules.last = last;
+  rules.tree_nodes = disjoint ? num_nodes : 0;
+  return rules;
+}
+
 // Queues every hop of a batch on the current stream: the board's upload first (so all the
 // GPU reads of the host is that one copy), then per hop planning, sampling and reindexing.
 template <typename index_t>

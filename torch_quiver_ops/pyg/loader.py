@@ -134,20 +134,24 @@ class _OnOurStores:
             raise ValueError(f"{type(self).__name__} got both a neighbor_sampler and sampling "
                              f"options ({', '.join(k for k, v in rules.items() if v)}): build "
                              f"the NeighborSampler with them")
+        self._take_sampler(neighbor_sampler, kwargs)
+        return stores, graph_store, neighbor_sampler
+
+    def _take_sampler(self, neighbor_sampler, kwargs) -> None:
+        """Both set-ups' end: a GPU sampler runs in the main process, and the shuffle
+        draws from a generator seeded when an epoch starts, in the caller's thread
+        (PyTorch's sampler would draw lazily, inside a prefetching thread)."""
         if neighbor_sampler.device.type == "cuda" and kwargs.get("num_workers", 0) > 0:
             warnings.warn(f"torch_quiver_ops.pyg.{type(self).__name__} samples on the GPU in "
                           f"the main process; num_workers={kwargs['num_workers']} is set to 0",
-                          stacklevel=3)
+                          stacklevel=4)
             kwargs["num_workers"] = 0
             kwargs.pop("persistent_workers", None)
             kwargs.pop("prefetch_factor", None)
         self.quiver_sampler = neighbor_sampler
-        # The shuffle draws from a generator seeded when an epoch starts, in the caller's
-        # thread: PyTorch's sampler would draw lazily, inside a prefetching thread.
         self._shuffle_generator = None
         if kwargs.get("generator") is None:
             self._shuffle_generator = kwargs["generator"] = torch.Generator()
-        return stores, graph_store, neighbor_sampler
 
     def _set_up_hetero(self, data, num_neighbors, neighbor_sampler, *, device, mode,
                        cache_size, cache_policy, host_reads, replace, return_eid,
@@ -176,17 +180,7 @@ class _OnOurStores:
             neighbor_sampler = HeteroNeighborSampler(graph_store, num_neighbors, device, mode,
                                                      replace, return_eid, sampling_generator,
                                                      **hetero_rules)
-        if neighbor_sampler.device.type == "cuda" and kwargs.get("num_workers", 0) > 0:
-            warnings.warn(f"torch_quiver_ops.pyg.{type(self).__name__} samples on the GPU in "
-                          f"the main process; num_workers={kwargs['num_workers']} is set to 0",
-                          stacklevel=3)
-            kwargs["num_workers"] = 0
-            kwargs.pop("persistent_workers", None)
-            kwargs.pop("prefetch_factor", None)
-        self.quiver_sampler = neighbor_sampler
-        self._shuffle_generator = None
-        if kwargs.get("generator") is None:
-            self._shuffle_generator = kwargs["generator"] = torch.Generator()
+        self._take_sampler(neighbor_sampler, kwargs)
         return stores, graph_store, neighbor_sampler
 
     def _decide_how_batches_are_drawn(self) -> None:
