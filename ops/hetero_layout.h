@@ -1,9 +1,9 @@
 // What hetero_neighbor_sample's CPU and CUDA entries share around the hop loop: the small
 // tables that describe a heterogeneous graph (node types, relations, per-relation fanouts)
-// turned into the loop's RelationRows and bounds, and the loop's homogeneous output (global
-// node ids numbered by first appearance, global edge ids) regrouped into pyg-lib's
-// heterogeneous layout by a few device-wide sorts and counts: no loop over types, one copy
-// of the counts to the host.
+// turned into the loop's RelationRows and bounds, and the tables of the regrouping of the
+// loop's homogeneous output (global node ids numbered by first appearance, global edge ids)
+// into pyg-lib's heterogeneous layout (the rule: sampling_rules.h, HeteroGroups), with the
+// CPU's regrouping; the GPU's is ops/cuda/hetero_regroup.cu. No loop over types.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -94,101 +94,101 @@ inline HeteroTables hetero_tables(at::IntArrayRef node_type_offsets,
   return tables;
 }
 
-// The permutation that sorts `keys` (values in [0, num_keys)) stably, and the keys sorted.
-// On the CPU a counting sort (a pass to count, one to place); on the GPU a radix sort of
-// the narrowest integer type that holds the keys (one or two byte passes, not eight).
-inline std::pair<at::Tensor, at::Tensor> stable_order(const at::Tensor& keys, int64_t num_keys) {
-  if (keys.is_cpu()) {
-    const int64_t n = keys.numel();
-    const int64_t* k = keys.const_data_ptr<int64_t>();
-    std::vector<int64_t> next(num_keys + 1, 0);
-    for (int64_t i = 0; i < n; ++i) ++next[k[i] + 1];
-    for (int64_t v = 0; v < num_keys; ++v) next[v + 1] += next[v];
-    at::Tensor order = at::empty({n}, keys.options());
-    at::Tensor sorted = at::empty({n}, keys.options());
-    int64_t* order_p = order.mutable_data_ptr<int64_t>();
-    int64_t* sorted_p = sorted.mutable_data_ptr<int64_t>();
-    for (int64_t i = 0; i < n; ++i) {
-      const int64_t at = next[k[i]]++;
-      order_p[at] = i;
-      sorted_p[at] = k[i];
-    }
-    return {order, sorted};
-  }
-  const at::ScalarType narrow =
-      num_keys <= 256 ? at::kByte : (num_keys <= 32768 ? at::kShort : at::kInt);
-  auto [sorted, order] = at::sort(keys.to(narrow), /*stable=*/true, 0, false);
-  return {order, sorted.to(at::kLong)};
+// Where each hop's nodes and edges start, [num_hops + 2 | num_hops + 1] entries, from the
+// loop's counts per hop (int64 CPU tensors).
+inline std::vector<int64_t> hop_offsets(const at::Tensor& nodes_per_hop,
+                                        const at::Tensor& edges_per_hop) {
+  const int64_t H = edges_per_hop.numel();
+  const int64_t* nodes = nodes_per_hop.const_data_ptr<int64_t>();
+  const int64_t* edges = edges_per_hop.const_data_ptr<int64_t>();
+  std::vector<int64_t> offsets{0};
+  for (int64_t h = 0; h <= H; ++h) offsets.push_back(offsets.back() + nodes[h]);
+  offsets.push_back(0);
+  for (int64_t h = 0; h < H; ++h) offsets.push_back(offsets.back() + edges[h]);
+  return offsets;
 }
 
-// The hop loop's output regrouped: nodes grouped by type (each type's in sampling order,
-// seeds first) as ids local to their type, edges grouped by relation with rows/cols as
-// positions in their source/target type's group and ids local to their relation, and the
-// counts per type and hop [T, H + 1] and per relation and hop [R, H], on the host.
-inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-regroup_by_type(const HeteroTables& tables, const at::Tensor& node_ids, const at::Tensor& batch,
-                const at::Tensor& rows, const at::Tensor& cols, const at::Tensor& edge_ids,
-                const at::Tensor& nodes_per_hop, const at::Tensor& edges_per_hop) {
+// HeteroGroups over copies (host or device) of the graph's block and of hop_offsets.
+inline HeteroGroups hetero_groups(const HeteroTables& tables, const int64_t* block,
+                                  const int64_t* hops) {
+  return HeteroGroups{block,
+                      tables.num_types,
+                      block + tables.relation_edge_offsets_at(),
+                      tables.num_relations,
+                      hops,
+                      hops + tables.num_hops + 2,
+                      tables.num_hops};
+}
+
+using HeteroOutputs =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// The counts read back ([num_counts()] at `counts`) as the op's two int64 tables.
+inline std::pair<at::Tensor, at::Tensor> count_tables(const HeteroTables& tables,
+                                                      const at::Tensor& counts) {
   const int64_t T = tables.num_types, R = tables.num_relations, H = tables.num_hops;
-  const auto options = node_ids.options();
-  // One upload: the graph's tables, then where each hop's nodes and edges end.
-  std::vector<int64_t> host = tables.block;
-  const int64_t hop_ends_at = static_cast<int64_t>(host.size());
-  int64_t total = 0;
-  for (int64_t h = 0; h <= H; ++h) host.push_back(total += nodes_per_hop[h].item<int64_t>());
-  total = 0;
-  for (int64_t h = 0; h < H; ++h) host.push_back(total += edges_per_hop[h].item<int64_t>());
-  const at::Tensor block = at::tensor(host, at::kLong).to(node_ids.device());
-  const at::Tensor type_offsets = block.narrow(0, 0, T + 1);
-  const at::Tensor relation_offsets = block.narrow(0, tables.relation_edge_offsets_at(), R + 1);
-  const at::Tensor node_hop_ends = block.narrow(0, hop_ends_at, H + 1);
-  const at::Tensor edge_hop_ends = block.narrow(0, hop_ends_at + H + 1, H);
-  // Counts per (type, hop) then per (relation, hop): histograms with their range given
-  // (bincount reads the keys' min and max back to the host; atomic adds of every key into a
-  // handful of counters serialize on the GPU). histc counts in float, exact below 2^24 a
-  // bin: larger outputs take bincount, sync and all.
-  std::vector<at::Tensor> count_parts;
-  auto count = [&](int64_t bins, const at::Tensor& key) {
-    count_parts.push_back(key.numel() < (int64_t{1} << 24)
-                              ? at::histc(key.to(at::kFloat), bins, 0, bins).to(at::kLong)
-                              : at::bincount(key, {}, bins));
-  };
-  // Which hop added position i of a list ordered by hop.
-  auto hop_of = [&](const at::Tensor& ends, int64_t n) {
-    return at::searchsorted(ends, at::arange(n, options), false, true);
-  };
-
-  const int64_t num_nodes = node_ids.numel();
-  const at::Tensor node_type = at::searchsorted(type_offsets, node_ids, false, true) - 1;
-  const auto [node_order, sorted_types] = stable_order(node_type, T);
-  count(T * (H + 1), node_type * (H + 1) + hop_of(node_hop_ends, num_nodes));
-  const at::Tensor type_totals = count_parts[0].view({T, H + 1}).sum(1);
-  const at::Tensor type_start = at::cumsum(type_totals, 0) - type_totals;
-  // Each node's position within its type's group.
-  at::Tensor position = at::empty({num_nodes}, options);
-  position.index_put_({node_order},
-                      at::arange(num_nodes, options) - type_start.index({sorted_types}));
-  const at::Tensor out_nodes = (node_ids - type_offsets.index({node_type})).index({node_order});
-  const at::Tensor out_batch = batch.numel() > 0 ? batch.index({node_order}) : batch;
-
-  const int64_t num_edges = edge_ids.numel();
-  const at::Tensor relation = at::searchsorted(relation_offsets, edge_ids, false, true) - 1;
-  const at::Tensor edge_order = stable_order(relation, R).first;
-  count(R * H, relation * H + hop_of(edge_hop_ends, num_edges));
-  const at::Tensor out_rows = position.index({rows.index({edge_order})});
-  const at::Tensor out_cols = position.index({cols.index({edge_order})});
-  const at::Tensor out_edges =
-      (edge_ids - relation_offsets.index({relation})).index({edge_order});
-
-  // One copy to the host for both tables of counts.
-  const at::Tensor counts = at::cat(count_parts).to(at::kCPU);
-  return {out_nodes,
-          out_batch,
-          out_rows,
-          out_cols,
-          out_edges,
-          counts.narrow(0, 0, T * (H + 1)).view({T, H + 1}).clone(),
+  return {counts.narrow(0, 0, T * (H + 1)).view({T, H + 1}).clone(),
           counts.narrow(0, T * (H + 1), R * H).view({R, H}).clone()};
+}
+
+// The hop loop's output regrouped on the CPU: a counting sort by type, then by relation
+// (stable: each group keeps the loop's order), by the rule of HeteroGroups.
+inline HeteroOutputs regroup_on_cpu(const HeteroTables& tables, const at::Tensor& node_ids,
+                                    const at::Tensor& batch, const at::Tensor& rows,
+                                    const at::Tensor& cols, const at::Tensor& edge_ids,
+                                    const at::Tensor& nodes_per_hop,
+                                    const at::Tensor& edges_per_hop) {
+  const std::vector<int64_t> hops = hop_offsets(nodes_per_hop, edges_per_hop);
+  const HeteroGroups groups = hetero_groups(tables, tables.block.data(), hops.data());
+  const int64_t n = node_ids.numel(), m = edge_ids.numel();
+  const auto options = node_ids.options();
+  at::Tensor counts = at::zeros({groups.num_counts()}, options);
+  int64_t* counts_p = counts.mutable_data_ptr<int64_t>();
+  std::vector<int64_t> group(std::max(n, m)), local(std::max(n, m));
+
+  const int64_t* ids = node_ids.const_data_ptr<int64_t>();
+  for (int64_t i = 0; i < n; ++i) ++counts_p[groups.node_count_at(i, ids[i], group[i], local[i])];
+  std::vector<int64_t> next(groups.num_types);
+  for (int64_t t = 0; t < groups.num_types; ++t) next[t] = groups.type_start(counts_p, t);
+  const std::vector<int64_t> starts = next;
+  at::Tensor out_nodes = at::empty({n}, options), position = at::empty({n}, options);
+  at::Tensor out_batch = batch.numel() > 0 ? at::empty({n}, options) : batch;
+  int64_t* out_nodes_p = out_nodes.mutable_data_ptr<int64_t>();
+  int64_t* position_p = position.mutable_data_ptr<int64_t>();
+  const int64_t* batch_p = batch.numel() > 0 ? batch.const_data_ptr<int64_t>() : nullptr;
+  int64_t* out_batch_p = batch.numel() > 0 ? out_batch.mutable_data_ptr<int64_t>() : nullptr;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t at = next[group[i]]++;
+    position_p[i] = at - starts[group[i]];
+    out_nodes_p[at] = local[i];
+    if (batch_p != nullptr) out_batch_p[at] = batch_p[i];
+  }
+
+  const int64_t* edges = edge_ids.const_data_ptr<int64_t>();
+  const int64_t edge_counts_at = groups.num_types * (groups.num_hops + 1);
+  for (int64_t i = 0; i < m; ++i) ++counts_p[groups.edge_count_at(i, edges[i], group[i], local[i])];
+  next.assign(groups.num_relations, 0);
+  for (int64_t r = 1; r < groups.num_relations; ++r) {
+    next[r] = next[r - 1];
+    for (int64_t h = 0; h < groups.num_hops; ++h) {
+      next[r] += counts_p[edge_counts_at + (r - 1) * groups.num_hops + h];
+    }
+  }
+  at::Tensor out_rows = at::empty({m}, options), out_cols = at::empty({m}, options);
+  at::Tensor out_edges = at::empty({m}, options);
+  const int64_t* rows_p = rows.const_data_ptr<int64_t>();
+  const int64_t* cols_p = cols.const_data_ptr<int64_t>();
+  int64_t* out_rows_p = out_rows.mutable_data_ptr<int64_t>();
+  int64_t* out_cols_p = out_cols.mutable_data_ptr<int64_t>();
+  int64_t* out_edges_p = out_edges.mutable_data_ptr<int64_t>();
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t at = next[group[i]]++;
+    out_rows_p[at] = position_p[rows_p[i]];
+    out_cols_p[at] = position_p[cols_p[i]];
+    out_edges_p[at] = local[i];
+  }
+  auto [per_type, per_relation] = count_tables(tables, counts);
+  return {out_nodes, out_batch, out_rows, out_cols, out_edges, per_type, per_relation};
 }
 
 }  // namespace quiver

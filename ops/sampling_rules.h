@@ -111,6 +111,24 @@ QUIVER_HOST_DEVICE inline uint64_t scale_to_range(uint64_t bits, uint64_t n) {
 }
 
 
+// The group g of `value` among `groups` consecutive ranges [offsets[g], offsets[g + 1])
+// (non-decreasing offsets, value inside the whole): the last g with offsets[g] <= value,
+// so empty groups are skipped. Node types of global ids, relations of global edge ids, hops
+// of positions in a list ordered by hop.
+QUIVER_HOST_DEVICE inline int64_t group_of(const int64_t* offsets, int64_t groups,
+                                           int64_t value) {
+  int64_t lo = 0, hi = groups;
+  while (hi - lo > 1) {
+    const int64_t mid = (lo + hi) / 2;
+    if (offsets[mid] <= value) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
 // The first of n positions whose edge id is at least `bound` (ids grouped by relation).
 QUIVER_HOST_DEVICE inline int64_t first_edge_id_at_least(const int64_t* edge_ids, int64_t n,
                                                          int64_t bound) {
@@ -158,17 +176,9 @@ QUIVER_HOST_DEVICE inline int64_t relation_slice(const RelationRows& relations,
                                                  const int64_t* hop_fanouts,
                                                  const int64_t* edge_ids, int64_t node,
                                                  int64_t slot, int64_t& begin, int64_t& degree) {
-  int64_t lo = 0, hi = relations.num_types;  // the t with offsets[t] <= node < offsets[t + 1]
-  while (hi - lo > 1) {
-    const int64_t mid = (lo + hi) / 2;
-    if (relations.type_offsets[mid] <= node) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
-  const int64_t first = relations.type_relations_ptr[lo];
-  const int64_t count = relations.type_relations_ptr[lo + 1] - first;
+  const int64_t type = group_of(relations.type_offsets, relations.num_types, node);
+  const int64_t first = relations.type_relations_ptr[type];
+  const int64_t count = relations.type_relations_ptr[type + 1] - first;
   if (slot >= count) {
     degree = 0;
     return 0;
@@ -184,5 +194,45 @@ QUIVER_HOST_DEVICE inline int64_t relation_slice(const RelationRows& relations,
   }
   return hop_fanouts[relation];
 }
+
+
+// hetero_neighbor_sample's regrouping of the hop loop's output (global node ids numbered by
+// first appearance, each hop's after the last's; global edge ids likewise by hop) by node
+// type and relation. Counts are kept per (type, hop) at type * (hops + 1) + hop, then per
+// (relation, hop) at num_types * (hops + 1) + relation * hops + hop.
+struct HeteroGroups {
+  const int64_t* type_offsets;           // num_types + 1
+  int64_t num_types;
+  const int64_t* relation_edge_offsets;  // num_relations + 1
+  int64_t num_relations;
+  const int64_t* node_hop_offsets;  // num_hops + 2: where each hop's nodes start (seeds: 0)
+  const int64_t* edge_hop_offsets;  // num_hops + 1
+  int64_t num_hops;
+
+  QUIVER_HOST_DEVICE int64_t num_counts() const {
+    return num_types * (num_hops + 1) + num_relations * num_hops;
+  }
+  // Node i (global id `node`): its type, its id within the type, and its count's index.
+  QUIVER_HOST_DEVICE int64_t node_count_at(int64_t i, int64_t node, int64_t& type,
+                                           int64_t& local) const {
+    type = group_of(type_offsets, num_types, node);
+    local = node - type_offsets[type];
+    return type * (num_hops + 1) + group_of(node_hop_offsets, num_hops + 1, i);
+  }
+  // Edge i (global id `edge`): its relation, its id within the relation, its count's index.
+  QUIVER_HOST_DEVICE int64_t edge_count_at(int64_t i, int64_t edge, int64_t& relation,
+                                           int64_t& local) const {
+    relation = group_of(relation_edge_offsets, num_relations, edge);
+    local = edge - relation_edge_offsets[relation];
+    return num_types * (num_hops + 1) + relation * num_hops +
+           group_of(edge_hop_offsets, num_hops, i);
+  }
+  // Where type t's group starts among the sorted nodes: the counts of the types before it.
+  QUIVER_HOST_DEVICE int64_t type_start(const int64_t* counts, int64_t type) const {
+    int64_t start = 0;
+    for (int64_t k = 0; k < type * (num_hops + 1); ++k) start += counts[k];
+    return start;
+  }
+};
 
 }  // namespace quiver

@@ -55,8 +55,8 @@ hetero_neighbor_sample_cpu(
     batch = at::div(out.keys, num_nodes, "floor");
     node_ids = out.keys - batch * num_nodes;
   }
-  return regroup_by_type(tables, node_ids, batch, out.rows, out.cols, out.edge_ids,
-                         out.nodes_per_hop, out.edges_per_hop);
+  return regroup_on_cpu(tables, node_ids, batch, out.rows, out.cols, out.edge_ids,
+                        out.nodes_per_hop, out.edges_per_hop);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // CUDA entry point of hetero_neighbor_sample: neighbor_sample's hop loop (hop_loop.h) with
 // rows sliced by relation (RowRules::relations), every relation of a hop in the same
-// launches, then the output regrouped by type and relation (ops/hetero_layout.h). The
+// launches, then the output regrouped by type and relation (hetero_regroup.cu). The
 // graph's small tables go to the GPU in one copy a call; batches are not captured as CUDA
 // graphs (the tables would have to outlive the call).
 #include <ATen/ATen.h>
@@ -11,6 +11,7 @@
 #include "ops/checks.h"
 #include "ops/cuda/batch_graphs.h"
 #include "ops/cuda/device_access.h"
+#include "ops/cuda/hetero_regroup.h"
 #include "ops/cuda/hop_loop.h"
 #include "ops/hetero_layout.h"
 #include "ops/sampling_rules.h"
@@ -20,6 +21,53 @@ namespace {
 
 using Outputs =
     std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// The hop loop's output regrouped by type and relation (hetero_regroup.cu), the counts
+// read back in one copy. `block` is the graph's tables on the GPU.
+Outputs regroup_on_gpu(const HeteroTables& tables, const at::Tensor& block,
+                       const at::Tensor& node_ids, const at::Tensor& batch,
+                       const at::Tensor& rows, const at::Tensor& cols, const at::Tensor& eids,
+                       const at::Tensor& nodes_per_hop, const at::Tensor& edges_per_hop) {
+  const at::Device device = node_ids.device();
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  const auto options = node_ids.options();
+  const at::Tensor hops =
+      at::tensor(hop_offsets(nodes_per_hop, edges_per_hop), at::kLong).to(device);
+  const HeteroGroups groups =
+      hetero_groups(tables, block.const_data_ptr<int64_t>(), hops.const_data_ptr<int64_t>());
+  const int64_t n = node_ids.numel(), m = eids.numel(), most = std::max(n, m);
+  at::Tensor counts = at::empty({groups.num_counts() + groups.num_types}, options);
+  at::Tensor keys = at::empty({2, most}, options.dtype(at::kInt));
+  at::Tensor scratch = at::empty({3, most}, options);  // local ids, iota, order
+  const size_t sort_bytes = std::max(
+      cuda::group_sort_workspace_bytes(n, groups.num_types),
+      cuda::group_sort_workspace_bytes(m, groups.num_relations));
+  at::Tensor sort_space = cuda::workspace(sort_bytes, device);
+  int32_t* keys_p = keys.mutable_data_ptr<int32_t>();
+  int64_t* scratch_p = scratch.mutable_data_ptr<int64_t>();
+  at::Tensor out_nodes = at::empty({n}, options), position = at::empty({n}, options);
+  at::Tensor out_batch = batch.numel() > 0 ? at::empty({n}, options) : batch;
+  C10_CUDA_CHECK(cuda::group_nodes(
+      groups, node_ids.const_data_ptr<int64_t>(),
+      batch.numel() > 0 ? batch.const_data_ptr<int64_t>() : nullptr, n,
+      counts.mutable_data_ptr<int64_t>(), keys_p, keys_p + most, scratch_p, scratch_p + most,
+      scratch_p + 2 * most, sort_space.mutable_data_ptr(), sort_bytes,
+      out_nodes.mutable_data_ptr<int64_t>(),
+      batch.numel() > 0 ? out_batch.mutable_data_ptr<int64_t>() : nullptr,
+      position.mutable_data_ptr<int64_t>(), stream));
+  at::Tensor out_rows = at::empty({m}, options), out_cols = at::empty({m}, options);
+  at::Tensor out_edges = at::empty({m}, options);
+  C10_CUDA_CHECK(cuda::group_edges(
+      groups, eids.const_data_ptr<int64_t>(), rows.const_data_ptr<int64_t>(),
+      cols.const_data_ptr<int64_t>(), position.const_data_ptr<int64_t>(), m,
+      counts.mutable_data_ptr<int64_t>(), keys_p, keys_p + most, scratch_p, scratch_p + most,
+      scratch_p + 2 * most, sort_space.mutable_data_ptr(), sort_bytes,
+      out_rows.mutable_data_ptr<int64_t>(), out_cols.mutable_data_ptr<int64_t>(),
+      out_edges.mutable_data_ptr<int64_t>(), stream));
+  auto [per_type, per_relation] =
+      count_tables(tables, counts.narrow(0, 0, groups.num_counts()).to(at::kCPU));
+  return {out_nodes, out_batch, out_rows, out_cols, out_edges, per_type, per_relation};
+}
 
 template <typename index_t>
 Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
@@ -58,8 +106,8 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
     batch = at::div(keys, csr.num_nodes, "floor");
     node_ids = keys - batch * csr.num_nodes;
   }
-  return regroup_by_type(tables, node_ids, batch, rows, cols, eids, nodes_per_hop,
-                         edges_per_hop);
+  return regroup_on_gpu(tables, block, node_ids, batch, rows, cols, eids, nodes_per_hop,
+                        edges_per_hop);
 }
 
 Outputs hetero_neighbor_sample_cuda(
