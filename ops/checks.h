@@ -206,6 +206,18 @@ inline void check_hetero_neighbor_sample_args(
                     R, " relations), got ", fanouts.size(), " values");
 }
 
+// hetero_neighbor_sample's relation_slice_starts: int32, `expected` entries (R_t - 1 for
+// each node of a type with R_t > 1 relations).
+inline void check_relation_slice_starts(const std::optional<at::Tensor>& starts,
+                                        int64_t expected) {
+  if (!starts.has_value()) return;
+  TORCH_CHECK_TYPE(starts->scalar_type() == at::kInt, "relation_slice_starts must be int32, got ",
+                   starts->scalar_type());
+  TORCH_CHECK_VALUE(starts->dim() == 1 && starts->numel() == expected && starts->is_contiguous(),
+                    "relation_slice_starts must be a contiguous 1-D tensor of ", expected,
+                    " entries (one per extra relation of each node), got shape ", starts->sizes());
+}
+
 inline void check_sample_negatives_args(const at::Tensor& indptr, const at::Tensor& indices,
                                         const at::Tensor& src, int64_t per_src,
                                         int64_t max_trials) {

@@ -22,8 +22,9 @@ namespace quiver {
 struct HeteroTables {
   int64_t num_types = 0, num_relations = 0, num_hops = 0;
   // [type_offsets (T + 1) | type_relations_ptr (T + 1) | type_relations (R) |
-  //  relation_edge_offsets (R + 1) | fanouts (H x R)]
+  //  relation_edge_offsets (R + 1) | fanouts (H x R) | slice_bases (T)]
   std::vector<int64_t> block;
+  int64_t num_slice_starts = 0;  // entries relation_slice_starts must hold
   int64_t rows_per_node = 1;
   std::vector<int64_t> row_fanouts;   // per hop: the largest fanout of one relation
   std::vector<int64_t> node_fanouts;  // per hop: the most one node may yield (-1: unbounded)
@@ -32,9 +33,11 @@ struct HeteroTables {
   int64_t type_relations_at() const { return 2 * (num_types + 1); }
   int64_t relation_edge_offsets_at() const { return type_relations_at() + num_relations; }
   int64_t fanouts_at() const { return relation_edge_offsets_at() + num_relations + 1; }
+  int64_t slice_bases_at() const { return fanouts_at() + num_hops * num_relations; }
 
-  // The RelationRows over a copy of `block` at `base` (host or device).
-  RelationRows relation_rows(const int64_t* base) const {
+  // The RelationRows over a copy of `block` at `base` (host or device), with the slice
+  // starts when given (`slice_starts`: where relation_rows reads them).
+  RelationRows relation_rows(const int64_t* base, const int32_t* slice_starts = nullptr) const {
     RelationRows rows;
     rows.rows_per_node = rows_per_node;
     rows.type_offsets = base;
@@ -43,6 +46,8 @@ struct HeteroTables {
     rows.type_relations = base + type_relations_at();
     rows.relation_edge_offsets = base + relation_edge_offsets_at();
     rows.num_relations = num_relations;
+    rows.slice_starts = slice_starts;
+    rows.slice_bases = base + slice_bases_at();
     return rows;
   }
 };
@@ -72,6 +77,11 @@ inline HeteroTables hetero_tables(at::IntArrayRef node_type_offsets,
   block.insert(block.end(), grouped.begin(), grouped.end());
   block.insert(block.end(), relation_edge_offsets.begin(), relation_edge_offsets.end());
   block.insert(block.end(), fanouts.begin(), fanouts.end());
+  for (int64_t t = 0; t < T; ++t) {  // slice starts: R_t - 1 a node of a type with R_t > 1
+    block.push_back(tables.num_slice_starts);
+    const int64_t extra = std::max<int64_t>(ptr[t + 1] - ptr[t] - 1, 0);
+    tables.num_slice_starts += extra * (node_type_offsets[t + 1] - node_type_offsets[t]);
+  }
 
   for (int64_t h = 0; h < H; ++h) {
     int64_t row_fanout = -1, node_fanout = 0;

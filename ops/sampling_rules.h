@@ -151,6 +151,10 @@ QUIVER_HOST_DEVICE inline int64_t first_edge_id_at_least(const int64_t* edge_ids
 // j-th is the slice of its row that holds the j-th relation ending at its type
 // (type_relations[type_relations_ptr[t] + j]), sampled with that relation's fanout; j past
 // its type's relations yields nothing. Unset (no tables): one row per node.
+// With `slice_starts` the slices are read, not searched: node v of type t with R_t > 1
+// relations has R_t - 1 entries from slice_bases[t] + (v - type_offsets[t]) * (R_t - 1),
+// where its slices 1..R_t-1 start relative to its row (int32; on the GPU in UVA mode, so a
+// slice costs two reads of GPU memory instead of two searches over PCIe).
 struct RelationRows {
   int64_t rows_per_node = 1;
   const int64_t* type_offsets = nullptr;  // num_types + 1
@@ -159,6 +163,8 @@ struct RelationRows {
   const int64_t* type_relations = nullptr;
   const int64_t* relation_edge_offsets = nullptr;  // num_relations + 1
   int64_t num_relations = 0;
+  const int32_t* slice_starts = nullptr;
+  const int64_t* slice_bases = nullptr;  // num_types
 
   QUIVER_HOST_DEVICE bool active() const { return type_offsets != nullptr; }
   // The frontier node of row r.
@@ -170,8 +176,9 @@ struct RelationRows {
 // Narrows the row [begin, begin + degree) of global node `node` to the slice of its
 // `slot`-th incoming relation and returns that relation's fanout in `hop_fanouts` (one per
 // relation); a slot past its type's relations yields an empty slice. Rows are grouped by
-// relation, so the slice is found by two binary searches over the row's edge ids (none when
-// the type has one relation). Every read stays inside the row whatever the edge ids hold.
+// relation, so the slice is read from slice_starts, or found by two binary searches over
+// the row's edge ids (nothing when the type has one relation). Every read stays inside the
+// row whatever the edge ids or the starts hold.
 QUIVER_HOST_DEVICE inline int64_t relation_slice(const RelationRows& relations,
                                                  const int64_t* hop_fanouts,
                                                  const int64_t* edge_ids, int64_t node,
@@ -185,10 +192,20 @@ QUIVER_HOST_DEVICE inline int64_t relation_slice(const RelationRows& relations,
   }
   const int64_t relation = relations.type_relations[first + slot];
   if (count > 1) {
-    const int64_t from = first_edge_id_at_least(edge_ids + begin, degree,
-                                                relations.relation_edge_offsets[relation]);
-    const int64_t to = first_edge_id_at_least(edge_ids + begin, degree,
-                                              relations.relation_edge_offsets[relation + 1]);
+    int64_t from, to;
+    if (relations.slice_starts != nullptr) {
+      const int32_t* starts = relations.slice_starts + relations.slice_bases[type] +
+                              (node - relations.type_offsets[type]) * (count - 1);
+      from = slot == 0 ? 0 : starts[slot - 1];
+      to = slot == count - 1 ? degree : starts[slot];
+      from = from < 0 ? 0 : (from > degree ? degree : from);  // inside the row, whatever
+      to = to < from ? from : (to > degree ? degree : to);    // the starts hold
+    } else {
+      from = first_edge_id_at_least(edge_ids + begin, degree,
+                                    relations.relation_edge_offsets[relation]);
+      to = first_edge_id_at_least(edge_ids + begin, degree,
+                                  relations.relation_edge_offsets[relation + 1]);
+    }
     begin += from;
     degree = to > from ? to - from : 0;
   }

@@ -58,7 +58,8 @@ def _hetero_neighbor_sample_fake(indptr, indices, edge_ids, seeds, node_type_off
                                  relation_src_types, relation_dst_types, relation_edge_offsets,
                                  fanouts, replace=False, edge_weight=None, edge_time=None,
                                  seed_time=None, strict_time=False, temporal_strategy="uniform",
-                                 disjoint=False, generator=None, edge_weight_cumsum=None):
+                                 disjoint=False, generator=None, edge_weight_cumsum=None,
+                                 relation_slice_starts=None):
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()

@@ -200,6 +200,34 @@ class HeteroCSRTopo:
             starts[1:] = key[1:] != key[:-1]
         return torch.cat([starts.nonzero().view(-1), torch.tensor([key.numel()])])
 
+    @property
+    def slice_starts(self) -> Tensor:
+        """int32: for each node of a type with ``R_t > 1`` incoming relations (types in
+        order), where its relation slices ``1 .. R_t - 1`` start in its row, relative to the
+        row: hetero_neighbor_sample's ``relation_slice_starts``. Built once (``R_t - 1``
+        entries a node, 4 bytes each)."""
+        if getattr(self, "_slice_starts", None) is None:
+            num_relations = len(self.edge_types)
+            relation = torch.searchsorted(torch.tensor(self.relation_edge_offsets), self.eid,
+                                          right=True) - 1
+            parts = []
+            for t in range(len(self.node_types)):
+                relations = [r for r in range(num_relations) if self.relation_dst_types[r] == t]
+                if len(relations) <= 1:
+                    continue
+                lo, hi = self.node_type_offsets[t], self.node_type_offsets[t + 1]
+                begin, end = int(self.indptr[lo]), int(self.indptr[hi])
+                slot = torch.full((num_relations,), -1, dtype=torch.long)
+                slot[relations] = torch.arange(len(relations))
+                row = torch.repeat_interleave(torch.arange(hi - lo), self.indptr[lo:hi + 1].diff())
+                counts = torch.bincount(row * len(relations) + slot[relation[begin:end]],
+                                        minlength=(hi - lo) * len(relations))
+                starts = counts.view(hi - lo, len(relations)).cumsum(1)[:, :-1]
+                parts.append(starts.reshape(-1).to(torch.int32))
+            self._slice_starts = (torch.cat(parts) if parts
+                                  else torch.empty(0, dtype=torch.int32))
+        return self._slice_starts
+
     def degree_dict(self) -> Dict[str, Tensor]:
         """Each node's in-degree over every relation, per type (a hotness order)."""
         degree = self.indptr.diff()
@@ -275,7 +303,9 @@ class HeteroSampler:
                   # Prefix sums restart at each relation's slice of a row; not in UVA mode,
                   # where a binary search is a chain of PCIe round trips.
                   "weight_sums": (ops.row_cumsum(topo.slice_indptr(), edge_weight)
-                                  if edge_weight is not None and mode != "UVA" else None)}
+                                  if edge_weight is not None and mode != "UVA" else None),
+                  # Small (4 bytes an extra relation a node): in GPU memory in UVA mode too.
+                  "slice_starts": topo.slice_starts}
         self._arrays = {name: self._place(name, t) for name, t in arrays.items()}
 
     def _fanouts(self, num_neighbors) -> Tuple[List[int], int]:
@@ -310,7 +340,7 @@ class HeteroSampler:
     def _place(self, name: str, t: Optional[Tensor]) -> Optional[Tensor]:
         if t is None:
             return None
-        if self.mode == "GPU" or (self.mode == "UVA" and name == "indptr"):
+        if self.mode == "GPU" or (self.mode == "UVA" and name in ("indptr", "slice_starts")):
             return t.to(self.device)
         if self.mode == "UVA":
             t, handle = pinned(t)
@@ -365,7 +395,7 @@ class HeteroSampler:
                 topo.relation_src_types, topo.relation_dst_types, topo.relation_edge_offsets,
                 self.fanouts, self.replace, a["edge_weight"], a["edge_time"], seed_time,
                 self.strict_time, self.temporal_strategy, self.disjoint, generator,
-                a["weight_sums"]))
+                a["weight_sums"], a["slice_starts"]))
         node_sizes = nodes_per_hop.sum(1).tolist()
         edge_sizes = edges_per_hop.sum(1).tolist()
         node = dict(zip(topo.node_types, node_ids.split(node_sizes)))

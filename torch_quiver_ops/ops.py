@@ -139,7 +139,8 @@ def hetero_neighbor_sample(indptr: Tensor, indices: Tensor, edge_ids: Tensor, se
                            seed_time: Optional[Tensor] = None, strict_time: bool = False,
                            temporal_strategy: str = "uniform", disjoint: bool = False,
                            generator: Optional[torch.Generator] = None,
-                           edge_weight_cumsum: Optional[Tensor] = None
+                           edge_weight_cumsum: Optional[Tensor] = None,
+                           relation_slice_starts: Optional[Tensor] = None
                            ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """:func:`neighbor_sample` on a heterogeneous graph held as one CSR (pyg-lib's
     ``hetero_neighbor_sample``; :class:`torch_quiver_ops.hetero.HeteroCSRTopo` builds the
@@ -154,7 +155,9 @@ def hetero_neighbor_sample(indptr: Tensor, indices: Tensor, edge_ids: Tensor, se
     relation ``r`` (``-1``: all), every relation in the same kernel launches of each hop.
     Weighted, temporal and disjoint rules as :func:`neighbor_sample`; with ``edge_time``
     each row is sorted by time within each relation's slice, and ``edge_weight_cumsum``
-    restarts at each slice.
+    restarts at each slice. ``relation_slice_starts`` (int32, on the sampling device;
+    :attr:`HeteroCSRTopo.slice_starts`) gives where each node's relation slices start, read
+    instead of two binary searches over the row's edge ids (over PCIe in UVA mode).
 
     Returns:
         ``(node_ids, batch, rows, cols, sampled_edge_ids, nodes_per_type_hop,
@@ -168,7 +171,8 @@ def hetero_neighbor_sample(indptr: Tensor, indices: Tensor, edge_ids: Tensor, se
     return torch.ops.quiver.hetero_neighbor_sample(
         indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
         relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight, edge_time,
-        seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum)
+        seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum,
+        relation_slice_starts)
 
 
 def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:

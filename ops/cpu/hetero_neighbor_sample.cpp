@@ -23,7 +23,8 @@ hetero_neighbor_sample_cpu(
     const std::optional<at::Tensor>& seed_time, bool strict_time,
     c10::string_view temporal_strategy, bool disjoint,
     const std::optional<at::Generator>& generator,
-    const std::optional<at::Tensor>& edge_weight_cumsum) {
+    const std::optional<at::Tensor>& edge_weight_cumsum,
+    const std::optional<at::Tensor>& relation_slice_starts) {
   check_hetero_neighbor_sample_args(indptr, indices, edge_ids, seeds, node_type_offsets,
                                     relation_src_types, relation_dst_types,
                                     relation_edge_offsets, fanouts, replace, edge_weight,
@@ -31,6 +32,10 @@ hetero_neighbor_sample_cpu(
                                     edge_weight_cumsum);
   const HeteroTables tables =
       hetero_tables(node_type_offsets, relation_dst_types, relation_edge_offsets, fanouts);
+  check_relation_slice_starts(relation_slice_starts, tables.num_slice_starts);
+  TORCH_CHECK(!relation_slice_starts.has_value() || relation_slice_starts->is_cpu(),
+              "relation_slice_starts must be on the CPU to sample there, got ",
+              relation_slice_starts->device());
   const int64_t num_nodes = indptr.numel() - 1;
   const at::Tensor seeds64 = seeds.to(at::kLong);
   const int64_t batch_size = seeds64.numel();
@@ -42,7 +47,9 @@ hetero_neighbor_sample_cpu(
   cpu::RuleRows rows =
       cpu::rule_rows(indptr, indices, replace, edge_weight, edge_weight_cumsum, edge_time,
                      seed_time, strict_time, temporal_strategy, disjoint, batch_size);
-  rows.relations = tables.relation_rows(tables.block.data());
+  rows.relations = tables.relation_rows(
+      tables.block.data(), relation_slice_starts ? relation_slice_starts->const_data_ptr<int32_t>()
+                                                 : nullptr);
   rows.edge_ids = edge_ids.const_data_ptr<int64_t>();
   rows.relation_fanouts = tables.block.data() + tables.fanouts_at();
   // The loop's fanouts bound each hop: the most one node may yield.

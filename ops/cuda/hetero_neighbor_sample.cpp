@@ -77,7 +77,8 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
                       const std::optional<at::Tensor>& edge_time,
                       const std::optional<at::Tensor>& seed_time, bool strict_time, bool last,
                       bool disjoint, const std::optional<at::Generator>& generator,
-                      const std::optional<at::Tensor>& edge_weight_cumsum) {
+                      const std::optional<at::Tensor>& edge_weight_cumsum,
+                      const std::optional<at::Tensor>& relation_slice_starts) {
   const at::Device device = seeds.device();
   const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
   const at::Tensor block = at::tensor(tables.block, at::kLong).to(device);
@@ -86,7 +87,10 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
   cuda::RowRules rules =
       cuda::rule_rows(edge_weight, edge_weight_cumsum, edge_time, seed_time, strict_time, last,
                       disjoint, csr.num_nodes, device, seed_times);
-  rules.relations = tables.relation_rows(block_p);
+  rules.relations = tables.relation_rows(
+      block_p, relation_slice_starts ? static_cast<const int32_t*>(cuda::gpu_readable(
+                                           *relation_slice_starts, "relation_slice_starts", device))
+                                     : nullptr);
 
   cuda::BatchShape<index_t> shape{csr,
                                   tables.row_fanouts,
@@ -119,7 +123,8 @@ Outputs hetero_neighbor_sample_cuda(
     const std::optional<at::Tensor>& seed_time, bool strict_time,
     c10::string_view temporal_strategy, bool disjoint,
     const std::optional<at::Generator>& generator,
-    const std::optional<at::Tensor>& edge_weight_cumsum) {
+    const std::optional<at::Tensor>& edge_weight_cumsum,
+    const std::optional<at::Tensor>& relation_slice_starts) {
   check_hetero_neighbor_sample_args(indptr, indices, edge_ids, seeds, node_type_offsets,
                                     relation_src_types, relation_dst_types,
                                     relation_edge_offsets, fanouts, replace, edge_weight,
@@ -130,6 +135,7 @@ Outputs hetero_neighbor_sample_cuda(
   const c10::cuda::CUDAGuard guard(seeds.device());
   const HeteroTables tables =
       hetero_tables(node_type_offsets, relation_dst_types, relation_edge_offsets, fanouts);
+  check_relation_slice_starts(relation_slice_starts, tables.num_slice_starts);
   const at::Tensor seeds64 = seeds.to(at::kLong).contiguous();
   if (seeds64.numel() == 0) {
     const auto options = seeds64.options();
@@ -145,7 +151,8 @@ Outputs hetero_neighbor_sample_cuda(
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "hetero_neighbor_sample_cuda", [&] {
     return hetero_kernel<index_t>(indptr, indices, edge_ids, seeds64, tables, replace,
                                   edge_weight, edge_time, seed_time, strict_time, last,
-                                  disjoint, generator, edge_weight_cumsum);
+                                  disjoint, generator, edge_weight_cumsum,
+                                  relation_slice_starts);
   });
 }
 

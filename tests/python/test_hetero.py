@@ -360,3 +360,32 @@ def test_exports_and_runs_the_exported_program():
     want = Sample()(seeds)
     for x, y in zip(got, want):  # all neighbors: the same output both ways
         assert torch.equal(x, y)
+
+
+def test_slice_starts_give_the_searches_results(mode):
+    edges = random_hetero(11)
+    topo = qv.HeteroCSRTopo(edges, TYPES)
+    s = sampler(topo, [3, 2], mode)
+    a = s._arrays
+    assert a["slice_starts"].dtype == torch.int32
+    # paper has 3 incoming relations (writes, cites, rev_has): 2 starts a paper.
+    assert a["slice_starts"].numel() == 2 * TYPES["paper"]  # the other types have one
+    seeds = torch.tensor([0, 3, 41, 70], device=s.device)
+    args = (a["indptr"], a["indices"], a["eid"], seeds, topo.node_type_offsets,
+            topo.relation_src_types, topo.relation_dst_types, topo.relation_edge_offsets,
+            s.fanouts)
+    torch.manual_seed(5)
+    searched = qv.ops.hetero_neighbor_sample(*args)
+    torch.manual_seed(5)
+    read = qv.ops.hetero_neighbor_sample(*args, relation_slice_starts=a["slice_starts"])
+    for x, y in zip(searched, read):
+        assert torch.equal(x.cpu(), y.cpu())
+    # Garbage starts cannot reach outside a row; a wrong size or dtype is named.
+    garbage = torch.randint(-50, 50, a["slice_starts"].shape, dtype=torch.int32,
+                            device=a["slice_starts"].device)
+    out = qv.ops.hetero_neighbor_sample(*args, relation_slice_starts=garbage)
+    assert out[2].numel() == out[-1].sum()
+    with pytest.raises(ValueError, match="relation_slice_starts"):
+        qv.ops.hetero_neighbor_sample(*args, relation_slice_starts=garbage[1:])
+    with pytest.raises(TypeError, match="relation_slice_starts"):
+        qv.ops.hetero_neighbor_sample(*args, relation_slice_starts=garbage.long())
