@@ -804,3 +804,43 @@ def test_distributed_example_refuses_another_jobs_data_in_one_line(tmp_path):
     worker_part = result.stderr.split("torch/distributed/elastic")[0]
     assert "Traceback" not in worker_part, result.stderr
     assert result.returncode != 0
+
+
+# ---- a typed table split over hosts in the heterogeneous PyG loader ----
+
+def hetero_dist_worker(rank, world, port, base, results):
+    from test_pyg_hetero import hetero_data
+    from torch_quiver_ops import pyg as qpyg
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=60))
+    with reported(results, rank):
+        data = hetero_data(7, papers=120, authors=80)
+        features, graph = qpyg.to_stores(data, "cpu")
+        # The paper rows live split over the hosts: each holds its shard, fetches the rest.
+        papers = qv.dist.DistFeature.load(base, device_list=[], timeout=20.0)
+        features.put_feature(papers, "x", node_type="paper")
+        torch.manual_seed(3)  # the same batches on every host: each gathers once a batch
+        loader = qpyg.NeighborLoader((features, graph), [3, 2],
+                                     input_nodes=("paper", torch.arange(120)), batch_size=32,
+                                     shuffle=True, device="cpu")
+        count = 0
+        for batch in loader:
+            n_id = batch["paper"].n_id
+            assert torch.equal(batch["paper"].x, data["paper"].x[n_id])
+            assert torch.equal(batch["author"].x, data["author"].x[batch["author"].n_id])
+            count += 1
+        assert count == 4
+
+
+@pytest.mark.timeout(300)
+def test_hetero_loader_gathers_a_table_split_over_hosts(tmp_path):
+    from test_pyg_hetero import hetero_data
+    base, results = tmp_path / "papers", tmp_path / "results"
+    results.mkdir()
+    x = hetero_data(7, papers=120, authors=80)["paper"].x
+    qv.dist.partition_features(x, base, 2, torch.randperm(x.size(0)), 0.1)
+    mp.spawn(hetero_dist_worker, args=(2, free_port(), str(base), str(results)), nprocs=2,
+             join=True)
+    seen = {p.name: p.read_text() for p in results.iterdir()}
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen

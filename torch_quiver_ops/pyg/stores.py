@@ -244,7 +244,10 @@ class FeatureStore(_PygFeatureStore):
     def put_feature(self, feature: Feature, attr_name: str = "x",
                     node_type: Optional[str] = None) -> None:
         """Stores a ready :class:`Feature` as node attribute ``attr_name`` (of
-        ``node_type`` on a heterogeneous graph)."""
+        ``node_type`` on a heterogeneous graph), or a
+        :class:`~torch_quiver_ops.dist.DistFeature`: a table split over hosts, each batch's
+        rows fetched from their owners (with a collective transport every host must build
+        its batches alike, as a training loop does)."""
         self._tables[attr_name if node_type is None else (node_type, attr_name)] = feature
 
     def put_edge_feature(self, table: Union[Tensor, Feature],
