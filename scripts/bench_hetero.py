@@ -23,8 +23,10 @@ HBM; UVA: indices in pinned host memory; CPU):
                             [30, 20] (about as many sampled edges): the speed of the same
                             memory without relations
 
-Prints ms per batch (median), sampled edges per second (every edge of every hop) and, per
-edge, the ratio to the homogeneous row (the issue's target: <= 1.5x at the same edge count).
+Each batch goes through every variant in turn (round robin), so a drift of the machine
+weighs on all alike. Prints ms per batch (median), sampled edges per second (every edge of
+every hop) and, per edge, the ratio to the homogeneous row (the issue's target: <= 1.5x at
+the same edge count).
 """
 from __future__ import annotations
 
@@ -104,19 +106,24 @@ def loop_over_relations(topo, per_relation, seeds, device):
     return edges
 
 
-def timed(fn, batches, device, warmup):
+def timed_round_robin(variants, batches, device, warmup):
+    """Each batch through every variant in turn, so that a drift of the machine (clocks,
+    the allocator, another process) weighs on all of them alike: per variant the times of
+    the batches after the warm-up and the edges they sampled."""
     on_gpu = device.type == "cuda"
-    times, edges = [], 0
+    times = {name: [] for name in variants}
+    edges = dict.fromkeys(variants, 0)
     for i, seeds in enumerate(batches):
-        if on_gpu:
-            torch.cuda.synchronize(device)
-        start = time.perf_counter()
-        got = fn(seeds)
-        if on_gpu:
-            torch.cuda.synchronize(device)
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-            edges += got
+        for name, fn in variants.items():
+            if on_gpu:
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            got = fn(seeds)
+            if on_gpu:
+                torch.cuda.synchronize(device)
+            if i >= warmup:
+                times[name].append(time.perf_counter() - start)
+                edges[name] += got
     return times, edges
 
 
@@ -178,8 +185,9 @@ def run(args):
                     "homogeneous, same CSR": homogeneous}
         n = total if mode != "CPU" else args.warmup + args.cpu_batches
         base = None
-        for name, fn in variants.items():
-            times, count = timed(fn, batches[:n], run_device, args.warmup)
+        all_times, all_counts = timed_round_robin(variants, batches[:n], run_device, args.warmup)
+        for name in variants:
+            times, count = all_times[name], all_counts[name]
             ms = 1e3 * statistics.median(times)
             base = base or ms
             row = {"mode": mode, "variant": name, "ms_per_batch": ms,

@@ -360,12 +360,14 @@ class HeteroSampler:
             if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() != 1:
                 raise TypeError(f"seeds[{t!r}] must be a 1-D integer tensor, got {ids.dtype} of "
                                 f"shape {tuple(ids.shape)}")
-            ids = ids.to(self.device, torch.long, non_blocking=True)
+            # Checked where the ids are (on the host, as a DataLoader gives them: no GPU
+            # round trip), then moved: the op checks only the global range.
             n = self.topo.num_nodes_dict[t]
             if ids.numel() and bool(((ids < 0) | (ids >= n)).any()):
                 bad = ids[(ids < 0) | (ids >= n)][0]
                 raise IndexError(f"seeds[{t!r}] holds node {int(bad)}, outside {t!r}'s {n} nodes")
-            parts.append(ids + self.topo.type_offset(t))
+            parts.append(ids.to(self.device, torch.long, non_blocking=True)
+                         + self.topo.type_offset(t))
         unknown = [t for t in seeds if t not in self.topo.num_nodes_dict]
         if unknown:
             raise KeyError(f"seeds name node types {unknown} that the graph lacks "

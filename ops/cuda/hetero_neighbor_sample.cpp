@@ -22,6 +22,12 @@ namespace {
 using Outputs =
     std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
+// A small host table on the GPU without a host wait: copied from pinned memory (PyTorch's
+// host allocator keeps the pinned block until the copy is done).
+at::Tensor to_device(const std::vector<int64_t>& values, const at::Device& device) {
+  return at::tensor(values, at::kLong).pin_memory().to(device, /*non_blocking=*/true);
+}
+
 // The hop loop's output regrouped by type and relation (hetero_regroup.cu), the counts
 // read back in one copy. `block` is the graph's tables on the GPU.
 Outputs regroup_on_gpu(const HeteroTables& tables, const at::Tensor& block,
@@ -31,8 +37,7 @@ Outputs regroup_on_gpu(const HeteroTables& tables, const at::Tensor& block,
   const at::Device device = node_ids.device();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const auto options = node_ids.options();
-  const at::Tensor hops =
-      at::tensor(hop_offsets(nodes_per_hop, edges_per_hop), at::kLong).to(device);
+  const at::Tensor hops = to_device(hop_offsets(nodes_per_hop, edges_per_hop), device);
   const HeteroGroups groups =
       hetero_groups(tables, block.const_data_ptr<int64_t>(), hops.const_data_ptr<int64_t>());
   const int64_t n = node_ids.numel(), m = eids.numel(), most = std::max(n, m);
@@ -81,7 +86,7 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
                       const std::optional<at::Tensor>& relation_slice_starts) {
   const at::Device device = seeds.device();
   const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
-  const at::Tensor block = at::tensor(tables.block, at::kLong).to(device);
+  const at::Tensor block = to_device(tables.block, device);
   const int64_t* block_p = block.const_data_ptr<int64_t>();
   at::Tensor seed_times;
   cuda::RowRules rules =
