@@ -96,6 +96,9 @@ def parse_args(argv=None):
     parser.add_argument("--report", default=None,
                         help="write the per-epoch history (times, loss split, accuracy) as "
                              "JSON to this file")
+    parser.add_argument("--save", default=None,
+                        help="write the trained model and what rebuilds its graph to this "
+                             "file (examples/serve_sage.py serves it)")
     parser.add_argument("--progress", default="auto", choices=["auto", "bar", "lines"],
                         help="a progress bar per epoch (bar), one line per epoch only "
                              "(lines), or a bar when stdout is a terminal (auto)")
@@ -335,6 +338,14 @@ def main(argv=None) -> dict:
     result = {"history": history, "num_classes": meta["num_classes"], "world_size": run.world}
     if args.report and run.lead:
         Path(args.report).write_text(json.dumps(result))
+    if args.save and run.lead:
+        # The graph is rebuilt from its preset and seed where it was built (on a GPU the
+        # generator draws another graph than on the CPU).
+        torch.save({"state_dict": core.state_dict(), "size": args.size, "seed": args.seed,
+                    "graph_device": device.type, "fanouts": fanouts, "hidden": args.hidden,
+                    "in_channels": feature.shape[1], "num_classes": meta["num_classes"]},
+                   args.save)
+        print(f"model saved to {args.save}")
     if run.distributed:
         feature.close()  # collective: peers drop their mappings of each other's shards
         optimizer = None

@@ -1,0 +1,223 @@
+"""Open-loop load against the serving endpoint: Poisson arrivals at given rates, request
+sizes mostly small with a heavy tail; p50 / p99 / p99.9 latency and achieved throughput
+for CPU-only, GPU-only and dispatched sampling, and a plot of latency against offered load.
+
+    python scripts/serve_load.py [--graph products] [--rates 200,500,1000,2000]
+                                 [--duration 5] [--json out.json]
+    python scripts/serve_load.py --url http://127.0.0.1:8000 --rates 100   # a running server
+    python scripts/serve_load.py --plot out.json --png out.png
+
+Self-hosted (no ``--url``): for each configuration a server process is started on
+localhost over a synthetic graph (``--graph``) and a GraphSAGE model with random weights
+(3 layers, hidden 256; serving latency does not depend on the weights), fanouts [15, 10,
+5]: ``cpu`` (CPU samplers only), ``gpu`` (GPU streams only) and ``dispatch`` (both, the
+threshold calibrated at start-up). The load runs in this process, the server in its own,
+so the two do not share an interpreter lock. Arrivals are Poisson at the offered rate;
+each request's size is ``floor(U ** (-1 / 1.5))`` ids (Pareto, mean about 3, one in a
+thousand over 100), capped at 256, drawn uniformly from the nodes. Latency runs from a
+request's scheduled arrival to its answer, so a client that falls behind is charged, as
+open-loop load must be; 503s are counted apart.
+"""
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import threading
+import time
+from urllib.parse import urlparse
+
+try:
+    import torch
+except ImportError:  # --plot needs only matplotlib
+    torch = None
+
+ALPHA, MAX_SIZE, FANOUTS = 1.5, 256, [15, 10, 5]
+CONFIGS = {"cpu": dict(cpu_samplers=8, gpu_streams=0),
+           "gpu": dict(cpu_samplers=0, gpu_streams=4),
+           "dispatch": dict(cpu_samplers=8, gpu_streams=4)}
+
+
+def _serve_child(graph_name, config, port_out, stop):
+    import torch_quiver_ops as qv
+    from torch_quiver_ops.serving import ServingRuntime, serve_http
+    from torch_quiver_ops.synthetic import synthetic_graph
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                                    "examples"))
+    from train_sage import SAGE
+
+    gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
+    device = torch.device("cuda", 0) if gpu else torch.device("cpu")
+    graph = synthetic_graph(graph_name, seed=0, device=device if gpu else None)
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    torch.manual_seed(0)
+    model = SAGE(graph.x.size(1), 256, graph.num_classes, len(FANOUTS))
+    feature = qv.Feature(rank=0, device_list=[0] if gpu else [],
+                         device_cache_size="20%" if gpu else 0, csr_topo=topo)
+    feature.from_cpu_tensor(graph.x)
+    options = dict(CONFIGS[config])
+    if not gpu:
+        options.update(gpu_streams=0, cpu_samplers=max(options["cpu_samplers"], 1))
+    runtime = ServingRuntime(model, topo, FANOUTS, feature, device=device,
+                             max_batch_nodes=1024, max_wait_ms=2.0, max_queue=4096,
+                             **options)
+    server = serve_http(runtime)
+    port_out.put((server.url, graph.num_nodes, runtime.threshold))
+    stop.wait()
+    server.shutdown()
+    port_out.put(runtime.stats())
+
+
+def run_load(url, num_nodes, rate, duration, senders, seed=0):
+    """Open-loop Poisson load: returns latencies (s) of answered requests, 503s, errors."""
+    gen = torch.Generator().manual_seed(seed)
+    count = max(1, int(rate * duration))
+    gaps = -torch.log(torch.rand(count, generator=gen).clamp(min=1e-12)) / rate
+    arrivals = torch.cumsum(gaps, 0).tolist()
+    sizes = torch.floor(torch.rand(count, generator=gen).clamp(min=1e-12) ** (-1 / ALPHA))
+    sizes = sizes.clamp(max=MAX_SIZE).long().tolist()
+    ids = [torch.randint(num_nodes, (s,), generator=gen).tolist() for s in sizes]
+    parsed = urlparse(url)
+    next_index = [0]
+    lock = threading.Lock()
+    latencies, refused, failed = [], [0], [0]
+    start = time.perf_counter() + 0.2
+
+    def sender():
+        connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
+        while True:
+            with lock:
+                i = next_index[0]
+                next_index[0] += 1
+            if i >= count:
+                connection.close()
+                return
+            due = start + arrivals[i]
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            body = json.dumps({"nodes": ids[i]})
+            try:
+                connection.request("POST", "/predict", body,
+                                   {"Content-Type": "application/json"})
+                answer = connection.getresponse()
+                answer.read()
+                status = answer.status
+            except (OSError, http.client.HTTPException):
+                connection.close()
+                connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
+                status = -1
+            done = time.perf_counter()
+            with lock:
+                if status == 200:
+                    latencies.append(done - due)
+                elif status == 503:
+                    refused[0] += 1
+                else:
+                    failed[0] += 1
+
+    threads = [threading.Thread(target=sender) for _ in range(senders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - start
+    return latencies, refused[0], failed[0], wall
+
+
+def percentile(values, q):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(math.ceil(q * len(values))) - 1)]
+
+
+def measure(url, num_nodes, config, args, threshold=None):
+    rows = []
+    for rate in args.rates:
+        latencies, refused, failed, wall = run_load(url, num_nodes, rate, args.duration,
+                                                    args.senders)
+        row = {"config": config, "offered_rps": rate, "achieved_rps": len(latencies) / wall,
+               "p50_ms": 1e3 * percentile(latencies, 0.50),
+               "p99_ms": 1e3 * percentile(latencies, 0.99),
+               "p999_ms": 1e3 * percentile(latencies, 0.999),
+               "answered": len(latencies), "refused_503": refused, "failed": failed,
+               "threshold": threshold}
+        rows.append(row)
+        print(f"  {config:8s} {rate:7.0f} req/s offered  {row['achieved_rps']:7.0f} answered/s  "
+              f"p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms  p99.9 "
+              f"{row['p999_ms']:7.2f} ms  503s {refused}  errors {failed}", flush=True)
+    return rows
+
+
+def plot(path, png):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = json.load(open(path))["rows"]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for config in dict.fromkeys(r["config"] for r in rows):
+        mine = [r for r in rows if r["config"] == config]
+        ax.plot([r["offered_rps"] for r in mine], [r["p99_ms"] for r in mine], "o-",
+                label=f"{config} p99")
+        ax.plot([r["offered_rps"] for r in mine], [r["p50_ms"] for r in mine], "x--",
+                label=f"{config} p50", alpha=0.6)
+    ax.axhline(30, color="#c44", lw=1, ls=":", label="30 ms objective")
+    ax.set_xlabel("offered load, requests/s")
+    ax.set_ylabel("latency, ms")
+    ax.set_yscale("log")
+    ax.legend(fontsize=8)
+    ax.set_title("GraphSAGE serving, [15, 10, 5], Poisson arrivals")
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graph", default="products")
+    parser.add_argument("--url", default=None, help="a running server (else self-hosted)")
+    parser.add_argument("--num-nodes", type=int, default=None, help="with --url: its nodes")
+    parser.add_argument("--rates", default="200,500,1000,2000")
+    parser.add_argument("--duration", type=float, default=5.0)
+    parser.add_argument("--senders", type=int, default=64)
+    parser.add_argument("--configs", default="cpu,gpu,dispatch")
+    parser.add_argument("--json")
+    parser.add_argument("--plot")
+    parser.add_argument("--png", default="serve_load.png")
+    args = parser.parse_args()
+    if args.plot:
+        plot(args.plot, args.png)
+        return
+    args.rates = [float(r) for r in args.rates.split(",")]
+    rows = []
+    if args.url:
+        if args.num_nodes is None:
+            parser.error("--url needs --num-nodes")
+        rows = measure(args.url, args.num_nodes, "server", args)
+    else:
+        context = mp.get_context("spawn")
+        for config in args.configs.split(","):
+            port_out, stop = context.Queue(), context.Event()
+            child = context.Process(target=_serve_child,
+                                    args=(args.graph, config, port_out, stop))
+            child.start()
+            url, num_nodes, threshold = port_out.get(timeout=600)
+            print(f"{config}: serving at {url}, dispatch threshold PSGS {threshold}", flush=True)
+            rows += measure(url, num_nodes, config, args, threshold)
+            stop.set()
+            stats = port_out.get(timeout=120)
+            child.join(60)
+            print(f"  {config}: {stats}", flush=True)
+            rows[-1]["server_stats"] = stats
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
