@@ -16,7 +16,8 @@ so the two do not share an interpreter lock. Arrivals are Poisson at the offered
 each request's size is ``floor(U ** (-1 / 1.5))`` ids (Pareto, mean about 3, one in a
 thousand over 100), capped at 256, drawn uniformly from the nodes. Latency runs from a
 request's scheduled arrival to its answer, so a client that falls behind is charged, as
-open-loop load must be; 503s are counted apart.
+open-loop load must be; 503s are counted apart. Each configuration is warmed up for a
+second at the lowest rate first.
 """
 from __future__ import annotations
 
@@ -138,6 +139,9 @@ def percentile(values, q):
 
 
 def measure(url, num_nodes, config, args, threshold=None):
+    # Warm-up, not measured: the first requests pay for allocations, kernels' first
+    # launches, CUDA graph captures and the connections.
+    run_load(url, num_nodes, args.rates[0], 1.0, args.senders, seed=99)
     rows = []
     for rate in args.rates:
         latencies, refused, failed, wall = run_load(url, num_nodes, rate, args.duration,

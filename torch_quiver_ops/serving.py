@@ -236,12 +236,24 @@ class ServingRuntime:
                 return
 
     def target_of(self, cost: float) -> str:
-        """Where a batch of PSGS ``cost`` samples: the CPU at or below the threshold."""
+        """Where a batch of PSGS ``cost`` samples: the CPU at or below the threshold; above
+        it too when every GPU stream is busy, a CPU sampler is free and the calibration
+        predicts the CPU no slower than twice the GPU (the wait for a stream's current
+        batch, then its own), so that a burst overflows onto idle CPU samplers instead of
+        queueing behind the GPU."""
         if not self._gpu:
             return "cpu"
         if not self._cpu:
             return "gpu"
-        return "cpu" if cost <= self.threshold else "gpu"
+        if cost <= self.threshold:
+            return "cpu"
+        fits = getattr(self, "calibration", None)
+        if fits and self._gpu_pool.empty() and not self._cpu_pool.empty():
+            cpu = fits["cpu"][0] + fits["cpu"][1] * cost
+            gpu = fits["gpu"][0] + fits["gpu"][1] * cost
+            if cpu <= 2 * gpu:
+                return "cpu"
+        return "gpu"
 
     def _dispatch(self, batch: List[_Request]) -> None:
         ids = torch.cat([r.ids for r in batch])
