@@ -165,12 +165,12 @@ def plot(path, png):
     import matplotlib.pyplot as plt
     rows = json.load(open(path))["rows"]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for config in dict.fromkeys(r["config"] for r in rows):
+    for i, config in enumerate(dict.fromkeys(r["config"] for r in rows)):
         mine = [r for r in rows if r["config"] == config]
         ax.plot([r["offered_rps"] for r in mine], [r["p99_ms"] for r in mine], "o-",
-                label=f"{config} p99")
+                color=f"C{i}", label=f"{config} p99")
         ax.plot([r["offered_rps"] for r in mine], [r["p50_ms"] for r in mine], "x--",
-                label=f"{config} p50", alpha=0.6)
+                color=f"C{i}", alpha=0.5, label=f"{config} p50")
     ax.axhline(30, color="#c44", lw=1, ls=":", label="30 ms objective")
     ax.set_xlabel("offered load, requests/s")
     ax.set_ylabel("latency, ms")

@@ -236,24 +236,15 @@ class ServingRuntime:
                 return
 
     def target_of(self, cost: float) -> str:
-        """Where a batch of PSGS ``cost`` samples: the CPU at or below the threshold; above
-        it too when every GPU stream is busy, a CPU sampler is free and the calibration
-        predicts the CPU no slower than twice the GPU (the wait for a stream's current
-        batch, then its own), so that a burst overflows onto idle CPU samplers instead of
-        queueing behind the GPU."""
+        """Where a batch of PSGS ``cost`` samples: the CPU at or below the threshold. (A
+        rule that also sent batches to idle CPU samplers whenever every GPU stream was busy
+        made the tail worse on the H100, docs/benchmarks.md: the CPU samplers compete with
+        the endpoint's threads for the interpreter.)"""
         if not self._gpu:
             return "cpu"
         if not self._cpu:
             return "gpu"
-        if cost <= self.threshold:
-            return "cpu"
-        fits = getattr(self, "calibration", None)
-        if fits and self._gpu_pool.empty() and not self._cpu_pool.empty():
-            cpu = fits["cpu"][0] + fits["cpu"][1] * cost
-            gpu = fits["gpu"][0] + fits["gpu"][1] * cost
-            if cpu <= 2 * gpu:
-                return "cpu"
-        return "gpu"
+        return "cpu" if cost <= self.threshold else "gpu"
 
     def _dispatch(self, batch: List[_Request]) -> None:
         ids = torch.cat([r.ids for r in batch])

@@ -114,23 +114,6 @@ def test_dispatch_follows_the_threshold(graph):
         runtime.close()
 
 
-def test_bursts_overflow_onto_idle_cpu_samplers(graph):
-    import queue
-    runtime, _ = runtime_for(graph, (5, 3), threshold=10.0)
-    try:
-        # A GPU stream that is busy: the overflow rule, on the calibration's lines.
-        runtime._gpu, runtime._gpu_pool = [object()], queue.Queue()
-        runtime.calibration = {"cpu": (0.001, 1e-5), "gpu": (0.002, 1e-6)}
-        assert runtime.target_of(5.0) == "cpu"       # under the threshold
-        assert runtime.target_of(100.0) == "cpu"     # 2.0 ms on the CPU <= 2 x 2.1 ms
-        assert runtime.target_of(1e5) == "gpu"       # 1 s on the CPU: wait for the GPU
-        runtime._gpu_pool.put(runtime._gpu[0])       # a stream is free: no overflow
-        assert runtime.target_of(100.0) == "gpu"
-        runtime._gpu, runtime._gpu_pool = [], queue.Queue()
-    finally:
-        runtime.close()
-
-
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and the CUDA kernels")
 @pytest.mark.parametrize("gpu_mode", ["GPU", "UVA"])
 def test_gpu_dispatch_and_calibration(graph, gpu_mode):
