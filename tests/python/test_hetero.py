@@ -389,3 +389,29 @@ def test_slice_starts_give_the_searches_results(mode):
         qv.ops.hetero_neighbor_sample(*args, relation_slice_starts=garbage[1:])
     with pytest.raises(TypeError, match="relation_slice_starts"):
         qv.ops.hetero_neighbor_sample(*args, relation_slice_starts=garbage.long())
+
+
+def test_hundreds_of_relations_in_one_pass(mode):
+    # 120 node types, 400 relations (a knowledge graph's shape): the op's tables and counts
+    # hold them all; all-neighbor hops still match the breadth-first reference exactly.
+    gen = torch.Generator().manual_seed(12)
+    types = {f"t{i}": int(torch.randint(1, 6, (1,), generator=gen)) for i in range(120)}
+    names = list(types)
+    edges = {}
+    for r in range(400):
+        src, dst = (names[int(i)] for i in torch.randint(120, (2,), generator=gen))
+        count = int(torch.randint(0, 6, (1,), generator=gen))
+        edges[(src, f"r{r}", dst)] = torch.stack([
+            torch.randint(types[src], (count,), generator=gen),
+            torch.randint(types[dst], (count,), generator=gen)])
+    topo = qv.HeteroCSRTopo(edges, types)
+    s = sampler(topo, [-1, -1], mode)
+    seeds = {"t0": list(range(types["t0"])), "t7": [0]}
+    out = s.sample({t: torch.tensor(v) for t, v in seeds.items()})
+    node, rows, cols, eids = breadth_first(edges, types, seeds, 2)
+    for t in types:
+        assert out.node[t].cpu().tolist() == node[t], t
+    for et in edges:
+        got = sorted(zip(out.row[et].cpu().tolist(), out.col[et].cpu().tolist(),
+                         out.edge[et].cpu().tolist()))
+        assert got == sorted(zip(rows[et], cols[et], eids[et])), et

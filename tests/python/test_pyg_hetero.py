@@ -209,6 +209,56 @@ def test_to_hetero_graphsage_trains(mode):
     assert losses[-1] < 0.6 * losses[0], losses
 
 
+def test_hgt_and_rgcn_train_on_the_batches(mode):
+    """HGTConv on the typed batches as they are, R-GCN on their homogeneous view."""
+    from torch_geometric.nn import HGTConv, RGCNConv
+    torch.manual_seed(0)
+    data = hetero_data(8, papers=300, authors=200, fields=10)
+    device = device_of(mode)
+    loader = qpyg.NeighborLoader(data, [5, 5], input_nodes=("paper", torch.arange(300)),
+                                 batch_size=64, shuffle=True, device=device, mode=mode)
+    field_embedding = torch.nn.Embedding(10, 8).to(device)
+
+    def inputs(batch):
+        return {"paper": batch["paper"].x, "author": batch["author"].x,
+                "field": field_embedding(batch["field"].n_id)}
+
+    hgt = torch.nn.ModuleList([HGTConv(8, 16, data.metadata(), heads=2),
+                               torch.nn.Linear(16, 2)]).to(device)
+    rgcn = torch.nn.ModuleList([RGCNConv(8, 16, len(data.edge_types)),
+                                RGCNConv(16, 2, len(data.edge_types))]).to(device)
+
+    def hgt_out(batch):
+        h = hgt[0](inputs(batch), batch.edge_index_dict)
+        return hgt[1](h["paper"])[:batch["paper"].batch_size]
+
+    def rgcn_out(batch):
+        x = inputs(batch)
+        for t in batch.node_types:  # to_homogeneous concatenates each type's x
+            batch[t].x = x[t]
+        homo = batch.to_homogeneous()
+        h = rgcn[0](homo.x, homo.edge_index, homo.edge_type).relu()
+        h = rgcn[1](h, homo.edge_index, homo.edge_type)
+        paper = batch.node_types.index("paper")
+        return h[homo.node_type == paper][:batch["paper"].batch_size]
+
+    for model, forward in ((hgt, hgt_out), (rgcn, rgcn_out)):
+        optimizer = torch.optim.Adam(list(model.parameters()) +
+                                     list(field_embedding.parameters()), lr=0.02)
+        losses = []
+        for epoch in range(6):
+            total = 0.0
+            for batch in loader:
+                optimizer.zero_grad()
+                loss = F.cross_entropy(forward(batch),
+                                       batch["paper"].y[:batch["paper"].batch_size])
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach())
+            losses.append(total)
+        assert losses[-1] < 0.7 * losses[0], (type(model[0]).__name__, losses)
+
+
 def test_bad_hetero_arguments_are_named():
     data = hetero_data(6)
     with pytest.raises(ValueError, match="'venue'"):
