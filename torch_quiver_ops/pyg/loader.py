@@ -30,21 +30,21 @@ def _hetero_rules(data: HeteroData, rules: dict) -> dict:
     out = {"disjoint": bool(rules.get("disjoint")),
            "temporal_strategy": rules.get("temporal_strategy", "uniform")}
 
-    def every(stores, name, what):
-        lacking = [s._key for s in stores if name not in s]
+    def every(keys, name, what):
+        lacking = [k for k in keys if name not in data[k]]
         if lacking:
             raise ValueError(f"{what} {name!r} must be an attribute of every "
                              f"{'edge' if what == 'weight_attr' else 'node or edge'} type; "
                              f"{lacking} lack it")
-        return {s._key: s[name] for s in stores}
+        return {k: data[k][name] for k in keys}
 
     if weight_attr is not None:
-        out["weights"] = every(data.edge_stores, weight_attr, "weight_attr")
+        out["weights"] = every(data.edge_types, weight_attr, "weight_attr")
     if time_attr is not None:
-        if all(time_attr in s for s in data.node_stores):
-            out["node_time_dict"] = every(data.node_stores, time_attr, "time_attr")
+        if all(time_attr in data[t] for t in data.node_types):
+            out["node_time_dict"] = every(data.node_types, time_attr, "time_attr")
         else:
-            out["edge_time_dict"] = every(data.edge_stores, time_attr, "time_attr")
+            out["edge_time_dict"] = every(data.edge_types, time_attr, "time_attr")
     return out
 
 
@@ -190,7 +190,7 @@ class _OnOurStores:
             self.num_workers == 0 and type(self.batch_sampler) is BatchSampler
             and (type(self.sampler) is SequentialSampler
                  or (type(self.sampler) is RandomSampler and not self.sampler.replacement
-                     and self.sampler._num_samples is None)))
+                     and self.sampler.num_samples == len(self.sampler.data_source))))
 
     def filter_fn(self, out):
         """PyG's batch of ``out``, with the sampled edges' attributes and the graph-level
