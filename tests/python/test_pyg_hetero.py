@@ -130,6 +130,47 @@ def test_link_loader_on_an_edge_type(mode):
         assert (s, t) in pairs
 
 
+@pytest.mark.parametrize("edge_type", [WRITES, CITES])
+def test_temporal_and_disjoint_link_loaders(mode, edge_type):
+    data = hetero_data(9)
+    src_type, _, dst_type = edge_type
+    times = torch.randint(30, 100, (data[edge_type].edge_index.size(1),))
+    loader = qpyg.LinkNeighborLoader(data, [3, 2], edge_label_index=edge_type,
+                                     edge_label_time=times, time_attr="time",
+                                     neg_sampling="binary", batch_size=16,
+                                     device=device_of(mode), mode=mode)
+    for batch in loader:
+        b = batch[edge_type]
+        eli, label = b.edge_label_index.cpu(), b.edge_label.cpu()
+        num_pos = int(label.sum())
+        # Each pair's endpoints grow their own trees, keyed by the pair (% positives).
+        src_batch = batch[src_type].batch.cpu()[eli[0]]
+        dst_batch = batch[dst_type].batch.cpu()[eli[1]]
+        assert torch.equal(src_batch, dst_batch)
+        assert torch.equal(src_batch, torch.arange(eli.size(1)) % num_pos)
+        pair_time = times[b.input_id.cpu()]
+        for t in batch.node_types:
+            if batch[t].num_nodes == 0:
+                continue
+            tree = batch[t].batch.cpu()
+            node_time = batch[t].time.cpu()
+            # No sampled node is newer than its tree's seed edge (seeds themselves aside).
+            seeds_here = set(eli[0].tolist()) if t == src_type else set()
+            seeds_here |= set(eli[1].tolist()) if t == dst_type else set()
+            sampled = torch.tensor([i not in seeds_here for i in range(tree.numel())])
+            assert bool((node_time[sampled] <= pair_time[tree[sampled]]).all()), t
+    plain = qpyg.LinkNeighborLoader(data, [3], edge_label_index=WRITES, disjoint=True,
+                                    neg_sampling=dict(mode="triplet", amount=2),
+                                    batch_size=8, device=device_of(mode), mode=mode)
+    batch = next(iter(plain))
+    paper = batch["paper"]
+    assert tuple(paper.dst_neg_index.shape) == (8, 2)
+    # Disjoint: each source and destination is its own tree's seed.
+    assert torch.equal(batch["author"].batch[batch["author"].src_index].cpu(), torch.arange(8))
+    assert torch.equal(paper.batch[paper.dst_neg_index].cpu(),
+                       torch.arange(8).repeat_interleave(2).view(8, 2))
+
+
 def test_shared_cache_budget_ranks_rows_by_reads_per_byte():
     degree = {"a": torch.tensor([10, 1, 5]), "b": torch.tensor([8, 8, 0, 3])}
     # a's rows take 4 bytes, b's 2: scores a = 2.5, .25, 1.25; b = 4, 4, 0, 1.5.

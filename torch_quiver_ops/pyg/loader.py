@@ -398,8 +398,8 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
 
     On a ``HeteroData`` ``edge_label_index`` is an edge type or ``(edge_type, ids)``; the
     negatives are then uniform pairs of its end types, as PyG draws them (not kept off the
-    true edges: ``neg_exclude_edges`` applies to homogeneous graphs), and temporal link
-    sampling is not supported yet (``NotImplementedError``).
+    true edges: ``neg_exclude_edges`` applies to homogeneous graphs); ``time_attr`` with
+    ``edge_label_time`` (default: the source's node time) and ``disjoint`` as above.
     """
 
     def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
@@ -435,6 +435,9 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                              edge_label_index=(edge_type, edge_label_index),
                              edge_label=(None if edge_label is None
                                          else torch.as_tensor(edge_label).cpu()),
+                             edge_label_time=(None if edge_label_time is None
+                                              else torch.as_tensor(edge_label_time).cpu()),
+                             time_attr=time_attr,
                              neg_sampling=neg_sampling, neg_sampling_ratio=neg_sampling_ratio,
                              transform=transform,
                              transform_sampler_output=transform_sampler_output,

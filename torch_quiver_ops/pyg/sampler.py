@@ -335,9 +335,9 @@ class HeteroNeighborSampler(BaseSampler):
         if et not in topo.edge_types:
             raise ValueError(f"link sampling needs the seed edges' type, one of "
                              f"{topo.edge_types}; got {et!r}")
-        if self.sampler.temporal or inputs.time is not None:
-            raise NotImplementedError("temporal link sampling on heterogeneous graphs is not "
-                                      "supported yet (node sampling is)")
+        if inputs.time is not None and not self.sampler.temporal:
+            raise ValueError("edge_label_time needs temporal sampling: give the loader "
+                             "time_attr")
         if neg_sampling is not None and getattr(neg_sampling, "weight", None) is not None:
             raise NotImplementedError("weighted negatives on heterogeneous graphs are not "
                                       "supported yet")
@@ -371,29 +371,56 @@ class HeteroNeighborSampler(BaseSampler):
         elif neg is not None:
             dst = torch.cat([dst, torch.randint(n_dst, (num_pos * int(neg.amount),),
                                                 device=device, generator=generator)])
-        if src_type == dst_type:
-            if self.disjoint:
-                seeds = torch.cat([src, dst])
-                positions = torch.arange(seeds.numel(), device=device)
-            else:
-                seeds, positions = torch.cat([src, dst]).unique(return_inverse=True)
+        # The seed edge (or negative pair) each seed belongs to: a triplet's negatives
+        # belong to their source's edge.
+        src_pair = torch.arange(src.numel(), device=device)
+        dst_pair = torch.arange(dst.numel(), device=device)
+        if neg is not None and not neg.is_binary():
+            dst_pair = torch.cat([src_pair, src_pair.repeat_interleave(int(neg.amount))])
+        src_time = dst_time = None
+        if self.sampler.temporal:  # disjoint trees, each at its pair's time
+            pair_time = inputs.time
+            if pair_time is None:
+                if self.node_time_dict is None:
+                    raise ValueError("temporal link sampling by edge time needs "
+                                     "edge_label_time: one time per seed edge")
+                pair_time = torch.as_tensor(self.node_time_dict[src_type])[inputs.row]
+            pair_time = torch.as_tensor(pair_time).to(device, torch.long)
+            # A negative pair n takes positive n % num_pos's time, as PyG's.
+            src_time, dst_time = pair_time[src_pair % num_pos], pair_time[dst_pair % num_pos]
+        seed_time = None
+        if self.disjoint:
+            # Every seed its own tree, trees in the order the sampler takes the seeds
+            # (node types in the graph's order): positions are plain offsets.
+            blocks = ([(src_type, src, src_pair, src_time), (dst_type, dst, dst_pair, dst_time)]
+                      if src_type != dst_type else
+                      [(src_type, torch.cat([src, dst]), torch.cat([src_pair, dst_pair]),
+                        None if src_time is None else torch.cat([src_time, dst_time]))])
+            blocks.sort(key=lambda block: topo.node_types.index(block[0]))
+            seed_dict = {t: ids for t, ids, _, _ in blocks}
+            pair_of_tree = torch.cat([pairs for _, _, pairs, _ in blocks])
+            if self.sampler.temporal:
+                seed_time = torch.cat([times for _, _, _, times in blocks])
+            src_pos = torch.arange(src.numel(), device=device)
+            dst_pos = torch.arange(dst.numel(), device=device) + (
+                src.numel() if src_type == dst_type else 0)
+        elif src_type == dst_type:
+            seeds, positions = torch.cat([src, dst]).unique(return_inverse=True)
             src_pos, dst_pos = positions[:src.numel()], positions[src.numel():]
             seed_dict = {src_type: seeds}
         else:
-            if self.disjoint:
-                raise NotImplementedError("disjoint link sampling between two node types is "
-                                          "not supported yet")
             src_seeds, src_pos = src.unique(return_inverse=True)
             dst_seeds, dst_pos = dst.unique(return_inverse=True)
             seed_dict = {src_type: src_seeds, dst_type: dst_seeds}
-        out = self._output(seed_dict)
+        out = self._output(seed_dict, seed_time)
         if self.disjoint:
-            out.batch = {t: b % num_pos for t, b in out.batch.items()}
+            out.batch = {t: pair_of_tree[b] % num_pos for t, b in out.batch.items()}
         if neg is None or neg.is_binary():
             if edge_label is None and neg is None and inputs.label is not None:
                 edge_label = inputs.label.to(device, non_blocking=True)
-            out.metadata = (inputs.input_id, torch.stack([src_pos, dst_pos]), edge_label, None)
+            out.metadata = (inputs.input_id, torch.stack([src_pos, dst_pos]), edge_label,
+                            src_time)
         else:
             out.metadata = (inputs.input_id, src_pos, dst_pos[:num_pos],
-                            dst_pos[num_pos:].view(num_pos, -1).squeeze(-1), None)
+                            dst_pos[num_pos:].view(num_pos, -1).squeeze(-1), src_time)
         return out
