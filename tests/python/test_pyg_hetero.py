@@ -319,6 +319,11 @@ def test_bad_hetero_arguments_are_named():
     with pytest.raises(ValueError, match="lack it"):
         qpyg.NeighborLoader(data, [2], input_nodes="paper", weight_attr="edge_attr",
                             device="cpu")
+    excluding = qpyg.LinkNeighborLoader(data, [2], edge_label_index=WRITES,
+                                        neg_sampling="binary", neg_exclude_edges=True,
+                                        device="cpu")
+    with pytest.raises(NotImplementedError, match="homogeneous graphs only"):
+        next(iter(excluding))
     loader = qpyg.NeighborLoader(data, [2], input_nodes=("paper", torch.tensor([0, 60])),
                                  batch_size=2, device="cpu")
     with pytest.raises(IndexError, match="'paper'"):

@@ -54,7 +54,7 @@ def _sampling_rules(data, rules: dict) -> dict:
     weight_attr, time_attr = rules.get("weight_attr"), rules.get("time_attr")
     out = {"disjoint": bool(rules.get("disjoint")),
            "temporal_strategy": rules.get("temporal_strategy", "uniform"),
-           "neg_exclude_edges": rules.get("neg_exclude_edges", True)}
+           "neg_exclude_edges": rules.get("neg_exclude_edges") is not False}
     if (weight_attr or time_attr) and not isinstance(data, Data):
         raise ValueError("weight_attr / time_attr name attributes of a Data: over a "
                          "(FeatureStore, GraphStore) pair pass a NeighborSampler built with "
@@ -177,6 +177,8 @@ class _OnOurStores:
         if neighbor_sampler is None:
             hetero_rules = _hetero_rules(data, rules or {}) if isinstance(data, HeteroData) \
                 else {"disjoint": bool((rules or {}).get("disjoint"))}
+            # Asked for explicitly only (the default keeps PyG's uniform pairs here).
+            hetero_rules["neg_exclude_edges"] = (rules or {}).get("neg_exclude_edges") is True
             neighbor_sampler = HeteroNeighborSampler(graph_store, num_neighbors, device, mode,
                                                      replace, return_eid, sampling_generator,
                                                      **hetero_rules)
@@ -398,8 +400,9 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
 
     On a ``HeteroData`` ``edge_label_index`` is an edge type or ``(edge_type, ids)``; the
     negatives are then uniform pairs of its end types, as PyG draws them (not kept off the
-    true edges: ``neg_exclude_edges`` applies to homogeneous graphs); ``time_attr`` with
-    ``edge_label_time`` (default: the source's node time) and ``disjoint`` as above.
+    true edges: ``neg_exclude_edges=True`` raises ``NotImplementedError`` there);
+    ``time_attr`` with ``edge_label_time`` (default: the source's node time) and
+    ``disjoint`` as above.
     """
 
     def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
@@ -416,7 +419,7 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                  cache_size: Union[int, str] = 0, cache_policy: str = "device_replicate",
                  host_reads: str = "auto", return_eid: bool = False,
                  sampling_generator: Optional[torch.Generator] = None,
-                 neg_exclude_edges: bool = True, **kwargs):
+                 neg_exclude_edges: Optional[bool] = None, **kwargs):
         _refuse("LinkNeighborLoader", **{"directed=False": not directed})
         stores, graph_store, neighbor_sampler = self._set_up(
             data, num_neighbors, neighbor_sampler, device=device, mode=mode,
