@@ -165,7 +165,10 @@ class ServingRuntime:
         """``ids`` as a 1-D int64 CPU tensor, or a ValueError naming what is wrong."""
         if isinstance(ids, (list, tuple)) and len(ids) == 0:
             raise ValueError("a request needs at least one node id")
-        ids = torch.as_tensor(ids)
+        try:
+            ids = torch.as_tensor(ids)
+        except (ValueError, RuntimeError, TypeError, OverflowError) as error:  # past int64
+            raise ValueError(f"node ids must be 64-bit integers: {error}") from None
         if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() != 1:
             raise ValueError(f"node ids must be a 1-D list of integers, got {ids.dtype} of "
                              f"shape {tuple(ids.shape)}")
@@ -377,7 +380,14 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path != "/predict":
             self._reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {self.path!r}"})
             return
-        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self._reply(HTTPStatus.BAD_REQUEST, {"error": "Content-Length must be a byte count"})
+            self.close_connection = True
+            return
         if length > 1 << 20:
             self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                         {"error": f"a request body holds at most 1 MiB, got {length} bytes"})

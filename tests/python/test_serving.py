@@ -148,6 +148,7 @@ def test_http_answers_and_refuses_bad_requests(graph):
                 ({"nodes": ["a"]}, 400, "integers"),
                 ({"ids": [1]}, 400, "nodes"),
                 (b"{not json", 400, "Expecting"),
+                ({"nodes": [2 ** 70]}, 400, "64-bit"),
                 ({"nodes": list(range(65))}, 413, "at most 64")]:
             status, body = post(server.url, bad)
             assert status == code and words in body["error"], (bad, status, body)
