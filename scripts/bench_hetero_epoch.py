@@ -34,6 +34,7 @@ from torch_geometric.nn import SAGEConv, to_hetero
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_hetero import mag_like  # noqa: E402
+from bench_link import timed  # noqa: E402
 
 from torch_quiver_ops.pyg import NeighborLoader, Prefetcher  # noqa: E402
 
@@ -58,14 +59,6 @@ def step(model, optimizer, batch):
     loss = F.cross_entropy(out, batch["paper"].y[:size])
     loss.backward()
     optimizer.step()
-
-
-def timed(fn, device):
-    torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    out = fn()
-    torch.cuda.synchronize(device)
-    return time.perf_counter() - start, out
 
 
 def main():

@@ -241,3 +241,26 @@ def test_serve_sage_serves_the_main_jobs_model(tmp_path):
         out, _ = server.communicate(timeout=60)
     assert server.returncode == 0, out
     assert "shut down after" in out
+
+
+def test_load_generator_drives_the_endpoint(graph):
+    """scripts/serve_load.py's open-loop client against a real endpoint: Poisson arrivals,
+    Pareto sizes, every answer a 200, percentiles taken as documented."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "scripts" / "serve_load.py"
+    spec = importlib.util.spec_from_file_location("serve_load", path)
+    serve_load = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(serve_load)
+    runtime, _ = runtime_for(graph, (5, 3), max_batch_nodes=256)
+    server = serve_http(runtime)
+    try:
+        latencies, refused, failed, wall = serve_load.run_load(server.url, graph.num_nodes,
+                                                               rate=100, duration=0.5,
+                                                               senders=4)
+    finally:
+        server.shutdown()
+    assert len(latencies) == 50 and refused == 0 and failed == 0
+    assert all(0 < t < 10 for t in latencies) and wall > 0.4
+    assert serve_load.percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0
+    assert serve_load.percentile([3.0, 1.0, 2.0, 4.0], 0.99) == 4.0
