@@ -108,16 +108,12 @@ class HeteroCSRTopo:
         source = torch.cat([s.to(device) for s in sources])
         target = torch.cat([t.to(device) for t in targets])
         num_edges = source.numel()
-        relation = torch.repeat_interleave(
-            torch.arange(len(edge_types), device=device),
-            torch.tensor([relation_offsets[r + 1] - relation_offsets[r]
-                          for r in range(len(edge_types))], device=device),
-            output_size=num_edges)
 
         # Positions sorted by (target, relation[, time]): stable sorts from the last key.
         order = torch.arange(num_edges, device=device)
         edge_time = self._edge_times(edge_time_dict, node_time_dict, source, device)
         if edge_time is not None:
+            relation = self._relation_of(order)  # the global edge ids are arange here
             order = torch.sort(edge_time, stable=True).indices
             order = order[torch.sort(relation[order], stable=True).indices]
         # The global edge ids are the concatenation order, so relations are already grouped.
@@ -188,11 +184,15 @@ class HeteroCSRTopo:
             parts.append(v.cpu())
         return torch.cat(parts)
 
+    def _relation_of(self, edge_ids: Tensor) -> Tensor:
+        """The relation of each global edge id."""
+        offsets = torch.tensor(self.relation_edge_offsets, device=edge_ids.device)
+        return torch.searchsorted(offsets, edge_ids, right=True) - 1
+
     def slice_indptr(self) -> Tensor:
         """Where each (row, relation) slice of the CSR starts: the offsets over which weight
         prefix sums restart (``edge_weight_cumsum`` of hetero_neighbor_sample)."""
-        relation = torch.searchsorted(torch.tensor(self.relation_edge_offsets), self.eid,
-                                      right=True) - 1
+        relation = self._relation_of(self.eid)
         row = torch.repeat_interleave(torch.arange(self.num_nodes), self.indptr.diff())
         key = row * len(self.edge_types) + relation
         starts = torch.ones(key.numel(), dtype=torch.bool)
@@ -208,8 +208,7 @@ class HeteroCSRTopo:
         entries a node, 4 bytes each)."""
         if getattr(self, "_slice_starts", None) is None:
             num_relations = len(self.edge_types)
-            relation = torch.searchsorted(torch.tensor(self.relation_edge_offsets), self.eid,
-                                          right=True) - 1
+            relation = self._relation_of(self.eid)
             parts = []
             for t in range(len(self.node_types)):
                 relations = [r for r in range(num_relations) if self.relation_dst_types[r] == t]

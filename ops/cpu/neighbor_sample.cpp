@@ -6,6 +6,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/hop_loop.h"
 #include "ops/cpu/rule_rows.h"
+#include "ops/tree_keys.h"
 
 namespace quiver {
 namespace {
@@ -37,11 +38,7 @@ neighbor_sample_cpu(const at::Tensor& indptr, const at::Tensor& indices, const a
   auto out = AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "neighbor_sample_cpu", [&] {
     return cpu::sample_hops<index_t>(rows, indices, edge_ids, seed_keys, fanouts, key);
   });
-  at::Tensor node_ids = out.keys, batch = at::empty({0}, seeds64.options());
-  if (disjoint && num_nodes > 0) {
-    batch = at::div(out.keys, num_nodes, "floor");
-    node_ids = out.keys - batch * num_nodes;
-  }
+  const auto [node_ids, batch] = split_tree_keys(out.keys, disjoint, num_nodes);
   return {node_ids, batch, out.rows, out.cols, out.edge_ids, out.nodes_per_hop, out.edges_per_hop};
 }
 

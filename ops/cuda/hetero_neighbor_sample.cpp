@@ -15,6 +15,7 @@
 #include "ops/cuda/hop_loop.h"
 #include "ops/hetero_layout.h"
 #include "ops/sampling_rules.h"
+#include "ops/tree_keys.h"
 
 namespace quiver {
 namespace {
@@ -110,11 +111,7 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
   const cuda::PhiloxKey key = cuda::batch_philox_key(shape, device, generator);
   auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] =
       cuda::sample_batch(shape, seeds, seed_times, key, /*graph_key=*/"");
-  at::Tensor node_ids = keys, batch = at::empty({0}, seeds.options());
-  if (disjoint) {
-    batch = at::div(keys, csr.num_nodes, "floor");
-    node_ids = keys - batch * csr.num_nodes;
-  }
+  const auto [node_ids, batch] = split_tree_keys(keys, disjoint, csr.num_nodes);
   return regroup_on_gpu(tables, block, node_ids, batch, rows, cols, eids, nodes_per_hop,
                         edges_per_hop);
 }

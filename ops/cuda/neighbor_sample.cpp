@@ -15,6 +15,7 @@
 #include "ops/cuda/hop_board.h"
 #include "ops/cuda/hop_loop.h"
 #include "ops/sampling_rules.h"
+#include "ops/tree_keys.h"
 
 namespace quiver {
 namespace {
@@ -58,11 +59,7 @@ Outputs neighbor_sample_kernel(const at::Tensor& indptr, const at::Tensor& indic
   graph_key.add(strict_time).add(last).add(disjoint).add(seed_time.has_value());
   auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] =
       cuda::sample_batch(shape, seeds, seed_times, key, graph_key.str());
-  at::Tensor node_ids = keys, batch = at::empty({0}, seeds.options());
-  if (disjoint) {
-    batch = at::div(keys, csr.num_nodes, "floor");
-    node_ids = keys - batch * csr.num_nodes;
-  }
+  const auto [node_ids, batch] = split_tree_keys(keys, disjoint, csr.num_nodes);
   return {node_ids, batch, rows, cols, eids, nodes_per_hop, edges_per_hop};
 }
 
