@@ -69,9 +69,19 @@ stamp="$VENV/.requirements.sha256"
 want=$(sha256sum requirements-dev.txt | cut -d' ' -f1)
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log "creating the virtual environment in $VENV (torch 2.11.0 and test tools)"
+  # torch's wheels with their CUDA libraries take about 5 GiB once installed; say so plainly
+  # rather than let pip fail half-way with ENOSPC.
+  mkdir -p "$(dirname "$VENV")"
+  free_kib=$(df -Pk "$(dirname "$VENV")" | awk 'NR == 2 { print $4 }')
+  if [ "${free_kib:-0}" -lt $((7 * 1024 * 1024)) ]; then
+    echo "setup.sh: the virtual environment needs about 7 GiB free at $(dirname "$VENV");" \
+      "df says $((free_kib / 1024)) MiB (set QUIVER_VENV to put it elsewhere)" >&2
+    exit 1
+  fi
   "$PYTHON" -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip
-  "$VENV/bin/python" -m pip install -q -r requirements-dev.txt
+  # No wheel cache: it would hold a second copy of those gigabytes.
+  "$VENV/bin/python" -m pip install -q --no-cache-dir --upgrade pip
+  "$VENV/bin/python" -m pip install -q --no-cache-dir -r requirements-dev.txt
   echo "$want" > "$stamp"
 fi
 
