@@ -9,6 +9,7 @@
 #include <quiver/feature_tiers.h>
 #include <quiver/host_pin.h>
 #include <quiver/ipc_buffer.h>
+#include <quiver/serving.h>
 #include <quiver/shard_map.h>
 #include <quiver/transport.h>
 
@@ -90,6 +91,53 @@ void register_runtime_classes(torch::Library& m) {
                                     std::make_tuple(std::string("num_hosts"), self->num_hosts()),
                                     std::make_tuple(std::string("collective"), self->is_collective()));
            });
+  m.class_<ServingRuntime>("ServingRuntime")
+      .def(torch::init([](at::Tensor indptr, at::Tensor indices,
+                          std::optional<at::Tensor> gpu_indptr,
+                          std::optional<at::Tensor> gpu_indices,
+                          c10::intrusive_ptr<FeatureTiers> features, std::vector<int64_t> fanouts,
+                          std::string device, int64_t max_batch_nodes, double max_wait_ms,
+                          int64_t max_queue, int64_t cpu_samplers, int64_t gpu_streams,
+                          double threshold, int64_t seed) {
+        ServingOptions options{std::move(fanouts), std::move(device), max_batch_nodes,
+                               max_wait_ms, max_queue, cpu_samplers, gpu_streams, threshold,
+                               seed};
+        return c10::make_intrusive<ServingRuntime>(std::move(indptr), std::move(indices),
+                                                   std::move(gpu_indptr), std::move(gpu_indices),
+                                                   std::move(features), std::move(options));
+      }))
+      .def_static("expected_sampled_counts", &ServingRuntime::expected_sampled_counts)
+      .def("submit", &ServingRuntime::submit)
+      .def("wait", &ServingRuntime::wait)
+      // (id, node_ids, x, seed_count, edge_index per layer, layer sizes, target); id -1 and
+      // empty tensors once closed and drained.
+      .def("next_batch",
+           [](const c10::intrusive_ptr<ServingRuntime>& self) {
+             ServedBatch b = self->next_batch();
+             if (b.id < 0) b.node_ids = b.x = at::empty({0}, at::kLong);
+             return std::make_tuple(b.id, b.node_ids, b.x, b.seed_count, b.edge_index,
+                                    b.layer_sizes, b.target);
+           })
+      .def("finish", &ServingRuntime::finish)
+      .def("fail", &ServingRuntime::fail)
+      .def("close", &ServingRuntime::close)
+      .def("cost", &ServingRuntime::cost)
+      .def("target_of", &ServingRuntime::target_of)
+      .def("threshold", &ServingRuntime::threshold)
+      .def("set_threshold", &ServingRuntime::set_threshold)
+      .def("calibrate", &ServingRuntime::calibrate)
+      .def("psgs", [](const c10::intrusive_ptr<ServingRuntime>& self) { return self->psgs(); })
+      .def("records", &ServingRuntime::records)
+      .def("accepted", &ServingRuntime::accepted)
+      .def("queued", &ServingRuntime::queued)
+      .def("num_nodes", &ServingRuntime::num_nodes)
+      .def("max_batch_nodes",
+           [](const c10::intrusive_ptr<ServingRuntime>& self) {
+             return self->options().max_batch_nodes;
+           })
+      .def("max_queue", [](const c10::intrusive_ptr<ServingRuntime>& self) {
+        return self->options().max_queue;
+      });
   m.class_<FetchWork>("FetchWork").def("wait", &FetchWork::wait).def("done", &FetchWork::done);
   m.class_<DistFeature>("DistFeature")
       .def(torch::init<c10::intrusive_ptr<ShardMap>, c10::intrusive_ptr<FeatureTiers>,

@@ -44,7 +44,7 @@ CONFIGS = {"cpu": dict(cpu_samplers=8, gpu_streams=0),
            "dispatch": dict(cpu_samplers=8, gpu_streams=4)}
 
 
-def _serve_child(graph_name, config, port_out, stop):
+def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0.0):
     import torch_quiver_ops as qv
     from torch_quiver_ops.serving import ServingRuntime, serve_http
     from torch_quiver_ops.synthetic import synthetic_graph
@@ -67,15 +67,24 @@ def _serve_child(graph_name, config, port_out, stop):
     runtime = ServingRuntime(model, topo, FANOUTS, feature, device=device,
                              max_batch_nodes=1024, max_wait_ms=2.0, max_queue=4096,
                              **options)
+    # The runtime driven in this process with no HTTP in between, at the rates asked: the
+    # HTTP layer's cost is the difference to the same rate over HTTP.
+    direct = []
+    if direct_rates:
+        run_load(runtime, graph.num_nodes, direct_rates[0], 1.0, 64, seed=99)  # warm-up
+    for rate in direct_rates:
+        direct.append((rate, *run_load(runtime, graph.num_nodes, rate, duration, 64)))
     server = serve_http(runtime)
-    port_out.put((server.url, graph.num_nodes, runtime.threshold))
+    port_out.put((server.url, graph.num_nodes, runtime.threshold, direct))
     stop.wait()
     server.shutdown()
     port_out.put(runtime.stats())
 
 
-def run_load(url, num_nodes, rate, duration, senders, seed=0):
-    """Open-loop Poisson load: returns latencies (s) of answered requests, 503s, errors."""
+def run_load(target, num_nodes, rate, duration, senders, seed=0):
+    """Open-loop Poisson load on ``target``, an endpoint's URL or a ServingRuntime called
+    in this process: returns latencies (s) of answered requests, 503s, errors, and the
+    wall time."""
     gen = torch.Generator().manual_seed(seed)
     count = max(1, int(rate * duration))
     gaps = -torch.log(torch.rand(count, generator=gen).clamp(min=1e-12)) / rate
@@ -83,36 +92,55 @@ def run_load(url, num_nodes, rate, duration, senders, seed=0):
     sizes = torch.floor(torch.rand(count, generator=gen).clamp(min=1e-12) ** (-1 / ALPHA))
     sizes = sizes.clamp(max=MAX_SIZE).long().tolist()
     ids = [torch.randint(num_nodes, (s,), generator=gen).tolist() for s in sizes]
-    parsed = urlparse(url)
+    parsed = urlparse(target) if isinstance(target, str) else None
     next_index = [0]
     lock = threading.Lock()
     latencies, refused, failed = [], [0], [0]
     start = time.perf_counter() + 0.2
 
+    def call(nodes):
+        from torch_quiver_ops.serving import Overloaded
+        try:
+            target.predict(nodes, 60)
+            return 200
+        except Overloaded:
+            return 503
+        except Exception:  # noqa: BLE001 (counted)
+            return -1
+
+    def post(connection, nodes):
+        try:
+            connection.request("POST", "/predict", json.dumps({"nodes": nodes}),
+                               {"Content-Type": "application/json"})
+            answer = connection.getresponse()
+            answer.read()
+            return answer.status
+        except (OSError, http.client.HTTPException):
+            return -1
+
     def sender():
-        connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
+        connection = (http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
+                      if parsed else None)
         while True:
             with lock:
                 i = next_index[0]
                 next_index[0] += 1
             if i >= count:
-                connection.close()
+                if connection:
+                    connection.close()
                 return
             due = start + arrivals[i]
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            body = json.dumps({"nodes": ids[i]})
-            try:
-                connection.request("POST", "/predict", body,
-                                   {"Content-Type": "application/json"})
-                answer = connection.getresponse()
-                answer.read()
-                status = answer.status
-            except (OSError, http.client.HTTPException):
-                connection.close()
-                connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
-                status = -1
+            if connection is None:
+                status = call(ids[i])
+            else:
+                status = post(connection, ids[i])
+                if status == -1:  # a broken connection: a new one for the next request
+                    connection.close()
+                    connection = http.client.HTTPConnection(parsed.hostname, parsed.port,
+                                                            timeout=60)
             done = time.perf_counter()
             with lock:
                 if status == 200:
@@ -138,24 +166,32 @@ def percentile(values, q):
     return values[min(len(values) - 1, int(math.ceil(q * len(values))) - 1)]
 
 
+def row_of(config, rate, latencies, refused, failed, wall, threshold=None):
+    return {"config": config, "offered_rps": rate, "achieved_rps": len(latencies) / wall,
+            "p50_ms": 1e3 * percentile(latencies, 0.50),
+            "p99_ms": 1e3 * percentile(latencies, 0.99),
+            "p999_ms": 1e3 * percentile(latencies, 0.999),
+            "answered": len(latencies), "refused_503": refused, "failed": failed,
+            "threshold": threshold}
+
+
+def print_row(row):
+    print(f"  {row['config']:15s} {row['offered_rps']:7.0f} req/s offered  "
+          f"{row['achieved_rps']:7.0f} answered/s  p50 {row['p50_ms']:7.2f} ms  p99 "
+          f"{row['p99_ms']:7.2f} ms  p99.9 {row['p999_ms']:7.2f} ms  503s "
+          f"{row['refused_503']}  errors {row['failed']}", flush=True)
+
+
 def measure(url, num_nodes, config, args, threshold=None):
     # Warm-up, not measured: the first requests pay for allocations, kernels' first
     # launches, CUDA graph captures and the connections.
     run_load(url, num_nodes, args.rates[0], 1.0, args.senders, seed=99)
     rows = []
     for rate in args.rates:
-        latencies, refused, failed, wall = run_load(url, num_nodes, rate, args.duration,
-                                                    args.senders)
-        row = {"config": config, "offered_rps": rate, "achieved_rps": len(latencies) / wall,
-               "p50_ms": 1e3 * percentile(latencies, 0.50),
-               "p99_ms": 1e3 * percentile(latencies, 0.99),
-               "p999_ms": 1e3 * percentile(latencies, 0.999),
-               "answered": len(latencies), "refused_503": refused, "failed": failed,
-               "threshold": threshold}
+        row = row_of(config, rate, *run_load(url, num_nodes, rate, args.duration, args.senders),
+                     threshold)
         rows.append(row)
-        print(f"  {config:8s} {rate:7.0f} req/s offered  {row['achieved_rps']:7.0f} answered/s  "
-              f"p50 {row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:7.2f} ms  p99.9 "
-              f"{row['p999_ms']:7.2f} ms  503s {refused}  errors {failed}", flush=True)
+        print_row(row)
     return rows
 
 
@@ -165,7 +201,8 @@ def plot(path, png):
     import matplotlib.pyplot as plt
     rows = json.load(open(path))["rows"]
     fig, ax = plt.subplots(figsize=(6, 4))
-    for i, config in enumerate(dict.fromkeys(r["config"] for r in rows)):
+    for i, config in enumerate(dict.fromkeys(r["config"] for r in rows
+                                             if not r["config"].endswith(" direct"))):
         mine = [r for r in rows if r["config"] == config]
         ax.plot([r["offered_rps"] for r in mine], [r["p99_ms"] for r in mine], "o-",
                 color=f"C{i}", label=f"{config} p99")
@@ -190,6 +227,10 @@ def main():
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--senders", type=int, default=64)
     parser.add_argument("--configs", default="cpu,gpu,dispatch")
+    parser.add_argument("--direct-rates", default="",
+                        help="also drive each self-hosted runtime in its own process, with no "
+                             "HTTP, at these rates (rows 'CONFIG direct'): the HTTP layer's "
+                             "cost is the difference")
     parser.add_argument("--json")
     parser.add_argument("--plot")
     parser.add_argument("--png", default="serve_load.png")
@@ -207,11 +248,16 @@ def main():
         context = mp.get_context("spawn")
         for config in args.configs.split(","):
             port_out, stop = context.Queue(), context.Event()
+            direct_rates = [float(r) for r in args.direct_rates.split(",") if r]
             child = context.Process(target=_serve_child,
-                                    args=(args.graph, config, port_out, stop))
+                                    args=(args.graph, config, port_out, stop, direct_rates,
+                                          args.duration))
             child.start()
-            url, num_nodes, threshold = port_out.get(timeout=600)
+            url, num_nodes, threshold, direct = port_out.get(timeout=900)
             print(f"{config}: serving at {url}, dispatch threshold PSGS {threshold}", flush=True)
+            for rate, *result in direct:
+                rows.append(row_of(f"{config} direct", rate, *result, threshold))
+                print_row(rows[-1])
             rows += measure(url, num_nodes, config, args, threshold)
             stop.set()
             stats = port_out.get(timeout=120)

@@ -295,6 +295,12 @@ class GraphSageSampler:
                 self._place()
             self._placed = True
 
+    def placed_topology(self) -> Tuple[Tensor, Tensor]:
+        """``(indptr, indices)`` as the sampling op reads them on this sampler's device (in
+        GPU memory, in pinned host memory for UVA, or on the CPU), placed on first use."""
+        self._ensure_placed()
+        return self._indptr, self._indices
+
     def _seeds(self, input_nodes) -> Tensor:
         """The seeds on the sampling device; the op checks their shape, dtype and range."""
         return torch.as_tensor(input_nodes).to(self.device, non_blocking=True).contiguous()

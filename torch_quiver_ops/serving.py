@@ -7,9 +7,10 @@ GPU and large ones do not crawl on the CPU.
 
 * :class:`PSGS`: the per-node expected sampled counts and a batch's cost.
 * :class:`ServingRuntime`: the request queue, the batcher, the dispatcher (a pool of CPU
-  samplers, GPU samplers on their own CUDA streams), the gather through the tiered
-  :class:`~torch_quiver_ops.Feature` and the model; ``threshold`` calibrated at start-up on
-  the machine (:meth:`ServingRuntime.calibrate`) or given.
+  samplers, GPU samplers on their own CUDA streams) and the gather through the tiered
+  :class:`~torch_quiver_ops.Feature` run in C++ (``torch.classes.quiver.ServingRuntime``,
+  which a libtorch server uses alone); Python adds the model's threads. ``threshold`` is
+  calibrated at start-up on the machine (:meth:`ServingRuntime.calibrate`) or given.
 * :func:`serve_http`: an HTTP endpoint over a runtime (JSON node ids in, predictions out,
   a health check, 4xx for bad requests, 503 under overload, graceful shutdown). Built on
   the standard library's ``ThreadingHTTPServer``: nothing to install on machines without a
@@ -18,12 +19,10 @@ GPU and large ones do not crawl on the CPU.
 """
 from __future__ import annotations
 
+import contextlib
 import json
-import queue
 import threading
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, Optional, Sequence
@@ -31,7 +30,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 from torch import Tensor
 
-from .sampler import GraphSageSampler
+from .sampler import Adj, GraphSageSampler
 from .topology import CSRTopo
 
 
@@ -45,31 +44,30 @@ class PSGS:
     psgs'(u)``, with ``psgs'`` the same for the remaining fanouts (1 past the last hop):
     uniform sampling without replacement visits each neighbor with probability
     ``min(deg, f) / deg``. A batch's cost is the sum over its seeds; computed once, in
-    O(edges) per hop, on the CSR's device."""
+    O(edges) per hop (the runtime's ``expected_sampled_counts``)."""
 
     def __init__(self, topo: CSRTopo, fanouts: Sequence[int]):
-        indptr = topo.indptr.long()
-        indices = topo.indices.long()
-        degree = (indptr[1:] - indptr[:-1]).double()
-        values = torch.ones(topo.node_count, dtype=torch.double)
-        for fanout in reversed(list(fanouts)):
-            sums = torch.zeros(indices.numel() + 1, dtype=torch.double)
-            torch.cumsum(values[indices], 0, out=sums[1:])
-            neighbor_sum = sums[indptr[1:]] - sums[indptr[:-1]]
-            taken = degree if fanout < 0 else degree.clamp(max=fanout)
-            values = 1 + torch.where(degree > 0, taken / degree.clamp(min=1) * neighbor_sum,
-                                     torch.zeros_like(degree))
-        self.values: Tensor = values.float()
+        self.values: Tensor = torch.classes.quiver.ServingRuntime.expected_sampled_counts(
+            topo.indptr, topo.indices, list(fanouts)).float()
+
+    @classmethod
+    def of_values(cls, values: Tensor) -> "PSGS":
+        psgs = cls.__new__(cls)
+        psgs.values = values.float()
+        return psgs
 
     def __call__(self, ids: Tensor) -> float:
-        return float(self.values[ids.cpu()].sum())
+        return float(self.values[torch.as_tensor(ids).cpu()].sum())
 
 
-@dataclass
-class _Request:
-    ids: Tensor
-    future: Future
-    enqueued: float = field(default_factory=time.perf_counter)
+class _Answer:
+    """A queued request: :meth:`result` waits for the model's rows for its ids."""
+
+    def __init__(self, runtime: "torch.ScriptObject", ticket: int):
+        self._runtime, self._ticket = runtime, ticket
+
+    def result(self, timeout: Optional[float] = None) -> Tensor:
+        return self._runtime.wait(self._ticket, -1.0 if timeout is None else float(timeout))
 
 
 @dataclass
@@ -85,6 +83,11 @@ class BatchRecord:
 
 class ServingRuntime:
     """Batches node-id requests and answers each with the model's output rows.
+
+    The request queue, the batcher, the dispatcher, the samplers and the gather run in
+    ``torch.classes.quiver.ServingRuntime`` (C++: a libtorch server uses the same runtime
+    with no Python, examples/cpp/train_sage.cpp ``--serve``); this class adds the model
+    side: threads that take each sampled batch, run ``model`` and hand the rows back.
 
     Args:
         model: ``model(x, adjs)`` over a sampled computation graph (torch-quiver's
@@ -109,9 +112,6 @@ class ServingRuntime:
                  feature, device=None, cpu_samplers: int = 2, gpu_streams: int = 2,
                  gpu_mode: str = "GPU", max_batch_nodes: int = 1024, max_wait_ms: float = 2.0,
                  max_queue: int = 1024, threshold: Optional[float] = None, seed: int = 0):
-        if max_batch_nodes < 1 or max_queue < 1 or max_wait_ms < 0:
-            raise ValueError(f"max_batch_nodes and max_queue must be >= 1 and max_wait_ms >= 0, "
-                             f"got {max_batch_nodes}, {max_queue}, {max_wait_ms}")
         has_gpu = torch.cuda.is_available() and gpu_streams > 0
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device()) if has_gpu else "cpu"
@@ -119,234 +119,124 @@ class ServingRuntime:
         self.model = model.to(self.device).eval()
         self.topo, self.fanouts = topo, list(fanouts)
         self.num_nodes = topo.node_count
-        self.feature = feature
-        self.psgs = PSGS(topo, self.fanouts)
-        self.max_batch_nodes, self.max_wait = max_batch_nodes, max_wait_ms / 1000
-        self._queue: "queue.Queue[Optional[_Request]]" = queue.Queue(max_queue)
-        self._closing = threading.Event()
-        self.records: List[BatchRecord] = []
-        self.accepted = 0  # requests queued so far
-        self._records_lock = threading.Lock()
-        # Samplers: one per worker thread (a sampler and its generator are not shared).
-        self._cpu: List[tuple] = [
-            (GraphSageSampler(topo, self.fanouts, device="cpu", mode="CPU"),
-             torch.Generator().manual_seed(seed + i)) for i in range(cpu_samplers)]
-        self._gpu: List[tuple] = []
+        self.max_batch_nodes = max_batch_nodes
+        gpu_indptr = gpu_indices = None
         if has_gpu:
-            for i in range(gpu_streams):
-                sampler = GraphSageSampler(topo, self.fanouts, device=self.device, mode=gpu_mode)
-                gen = torch.Generator(self.device).manual_seed(seed + 1000 + i)
-                self._gpu.append((sampler, gen, torch.cuda.Stream(self.device)))
-        if not self._cpu and not self._gpu:
-            raise ValueError("the runtime needs a CPU sampler or a GPU stream")
-        self._cpu_pool = queue.Queue()
-        for item in self._cpu:
-            self._cpu_pool.put(item)
-        self._gpu_pool = queue.Queue()
-        for item in self._gpu:
-            self._gpu_pool.put(item)
-        workers = len(self._cpu) + len(self._gpu)
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="quiver-serve")
-        # Batches in flight, at most one a worker: the batcher waits for a free one, so
-        # requests wait in the bounded queue (and overflow as Overloaded), never in an
-        # unbounded work list behind the executor.
-        self._slots = threading.Semaphore(workers)
-        if threshold is None:
-            threshold = (self.calibrate() if self._cpu and self._gpu
-                         else (float("inf") if self._cpu else -1.0))
-        self.threshold = float(threshold)
-        self._batcher = threading.Thread(target=self._batch_loop, name="quiver-batcher",
-                                         daemon=True)
-        self._batcher.start()
+            gpu_indptr, gpu_indices = GraphSageSampler(
+                topo, self.fanouts, device=self.device, mode=gpu_mode).placed_topology()
+        if isinstance(feature, Tensor):
+            tiers = torch.classes.quiver.FeatureTiers([feature], None)
+        else:
+            tiers = feature.tiers(self.device if self.device.type == "cuda" else None)
+        self._runtime = torch.classes.quiver.ServingRuntime(
+            topo.indptr.cpu(), topo.indices.cpu(), gpu_indptr, gpu_indices, tiers,
+            self.fanouts, str(self.device), max_batch_nodes, float(max_wait_ms), max_queue,
+            cpu_samplers, gpu_streams if has_gpu else 0,
+            float("nan") if threshold is None else float(threshold), seed)
+        self.psgs = PSGS.of_values(self._runtime.psgs())
+        # One model thread per sampler: every batch in flight can be in the model at once.
+        self._model_threads = [
+            threading.Thread(target=self._model_loop, name=f"quiver-model-{i}", daemon=True,
+                             args=(torch.cuda.Stream(self.device)
+                                   if self.device.type == "cuda" else None,))
+            for i in range(cpu_samplers + (gpu_streams if has_gpu else 0))]
+        for thread in self._model_threads:
+            thread.start()
+
+    def _model_loop(self, stream) -> None:
+        while True:
+            batch_id, _, x, seed_count, edge_index, sizes, _ = self._runtime.next_batch()
+            if batch_id < 0:
+                return
+            try:
+                adjs = [Adj(e, None, (sizes[2 * i], sizes[2 * i + 1]))
+                        for i, e in enumerate(edge_index)]
+                with torch.inference_mode(), (torch.cuda.stream(stream) if stream is not None
+                                              else contextlib.nullcontext()):
+                    out = self.model(x, adjs)[:seed_count].cpu()  # waits for this stream only
+            except Exception as error:  # noqa: BLE001 (answered to each request)
+                self._runtime.fail(batch_id, f"{type(error).__name__}: {error}")
+                continue
+            self._runtime.finish(batch_id, out)
 
     # ---- requests ----
 
-    def check_ids(self, ids) -> Tensor:
-        """``ids`` as a 1-D int64 CPU tensor, or a ValueError naming what is wrong."""
+    def submit(self, ids) -> _Answer:
+        """Queues a request; ``.result(timeout)`` of what it returns is the model's rows
+        for ``ids`` (CPU). Raises ValueError for bad ids and :class:`Overloaded` when the
+        queue is full or the runtime is closing."""
         if isinstance(ids, (list, tuple)) and len(ids) == 0:
             raise ValueError("a request needs at least one node id")
         try:
             ids = torch.as_tensor(ids)
         except (ValueError, RuntimeError, TypeError, OverflowError) as error:  # past int64
             raise ValueError(f"node ids must be 64-bit integers: {error}") from None
-        if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() != 1:
-            raise ValueError(f"node ids must be a 1-D list of integers, got {ids.dtype} of "
-                             f"shape {tuple(ids.shape)}")
-        if ids.numel() == 0:
-            raise ValueError("a request needs at least one node id")
-        if ids.numel() > self.max_batch_nodes:
-            raise ValueError(f"a request holds at most {self.max_batch_nodes} node ids, got "
-                             f"{ids.numel()}")
-        bad = (ids < 0) | (ids >= self.num_nodes)
-        if bool(bad.any()):
-            raise ValueError(f"node id {int(ids[bad][0])} is out of range [0, {self.num_nodes})")
-        return ids.long().cpu()
-
-    def submit(self, ids) -> Future:
-        """Queues a request; its future's result is the model's rows for ``ids`` (CPU).
-        Raises ValueError for bad ids and :class:`Overloaded` when the queue is full."""
-        if self._closing.is_set():
+        ticket = self._runtime.submit(ids)  # checks shape, dtype, count and range
+        if ticket == -1:
+            raise Overloaded(f"{self.max_queue} requests are waiting already")
+        if ticket == -2:
             raise Overloaded("the runtime is shutting down")
-        request = _Request(self.check_ids(ids), Future())
-        try:
-            self._queue.put_nowait(request)
-        except queue.Full:
-            raise Overloaded(f"{self._queue.maxsize} requests are waiting already") from None
-        with self._records_lock:
-            self.accepted += 1
-        return request.future
+        return _Answer(self._runtime, ticket)
 
     def predict(self, ids, timeout: Optional[float] = None) -> Tensor:
         return self.submit(ids).result(timeout)
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stops taking requests, answers every queued one, then stops the workers."""
-        if self._closing.is_set():
-            return
-        self._closing.set()
-        self._queue.put(None)  # wakes the batcher; it drains what is queued, then stops
-        self._batcher.join(timeout)
-        self._executor.shutdown(wait=True)
+        """Stops taking requests, answers every queued one, then stops the threads."""
+        self._runtime.close(float(timeout))
+        for thread in self._model_threads:
+            thread.join(timeout)
 
-    # ---- batching and dispatch ----
+    # ---- dispatch ----
 
-    def _batch_loop(self) -> None:
-        pending: Optional[_Request] = None
-        while True:
-            first = pending or self._queue.get()
-            pending = None
-            if first is None:
-                return  # closing, and everything before the marker was batched
-            batch, nodes = [first], first.ids.numel()
-            deadline = first.enqueued + self.max_wait
-            stop = False
-            while nodes < self.max_batch_nodes:
-                left = deadline - time.perf_counter()
-                try:
-                    item = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stop = True
-                    break
-                if nodes + item.ids.numel() > self.max_batch_nodes:
-                    pending = item  # starts the next batch
-                    break
-                batch.append(item)
-                nodes += item.ids.numel()
-            self._dispatch(batch)
-            if stop:
-                return
+    @property
+    def threshold(self) -> float:
+        """PSGS at or below which a batch samples on the CPU."""
+        return self._runtime.threshold()
+
+    @threshold.setter
+    def threshold(self, value: float) -> None:
+        self._runtime.set_threshold(float(value))
 
     def target_of(self, cost: float) -> str:
         """Where a batch of PSGS ``cost`` samples: the CPU at or below the threshold. (A
         rule that also sent batches to idle CPU samplers whenever every GPU stream was busy
         made the tail worse on the H100, docs/benchmarks.md: the CPU samplers compete with
         the endpoint's threads for the interpreter.)"""
-        if not self._gpu:
-            return "cpu"
-        if not self._cpu:
-            return "gpu"
-        return "cpu" if cost <= self.threshold else "gpu"
-
-    def _dispatch(self, batch: List[_Request]) -> None:
-        ids = torch.cat([r.ids for r in batch])
-        cost = self.psgs(ids)
-        target = self.target_of(cost)
-
-        def run():
-            try:
-                out = self._run(ids, target)
-                begin = 0
-                for request in batch:
-                    end = begin + request.ids.numel()
-                    request.future.set_result(out[begin:end])
-                    begin = end
-            except Exception as error:  # noqa: BLE001 (answered to each request)
-                for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(error)
-            finally:
-                with self._records_lock:
-                    self.records.append(BatchRecord(
-                        ids.numel(), len(batch), cost, target,
-                        1000 * (started - batch[0].enqueued),
-                        1000 * (time.perf_counter() - started)))
-                self._slots.release()
-
-        self._slots.acquire()
-        started = time.perf_counter()
-        self._executor.submit(run)
-
-    def _run(self, ids: Tensor, target: str) -> Tensor:
-        """Samples ``ids``' computation graph on ``target``, gathers and runs the model."""
-        if target == "cpu":
-            item = self._cpu_pool.get()
-            try:
-                sampler, gen = item
-                return self._infer(sampler.sample(ids, gen), None)
-            finally:
-                self._cpu_pool.put(item)
-        item = self._gpu_pool.get()
-        try:
-            sampler, gen, stream = item
-            with torch.cuda.stream(stream):
-                out = self._infer(sampler.sample(ids.to(self.device, non_blocking=True), gen),
-                                  stream)
-            return out
-        finally:
-            self._gpu_pool.put(item)
-
-    def _infer(self, sample, stream) -> Tensor:
-        n_id, batch_size, adjs = sample
-        if isinstance(self.feature, Tensor):  # a plain table: indexed where it lies
-            x = self.feature[n_id.to(self.feature.device)]
-        else:  # a Feature gathers on the ids' device
-            x = self.feature[n_id.to(self.device, non_blocking=True)]
-        with torch.inference_mode():
-            out = self.model(x.to(self.device), [adj.to(self.device) for adj in adjs])
-        out = out[:batch_size].cpu()  # waits for this stream only
-        return out
-
-    # ---- calibration ----
+        return self._runtime.target_of(float(cost))
 
     def calibrate(self, sizes: Sequence[int] = (1, 4, 16, 64, 256, 1024), repeats: int = 5,
                   seed: int = 0) -> float:
-        """Measures CPU and GPU batch latency on this machine over batches of ``sizes``
-        random seeds, fits ``latency = a + b * PSGS`` to each, and returns the PSGS where
-        the lines cross (the CPU's below it): the dispatch threshold."""
-        gen = torch.Generator().manual_seed(seed)
-        points = {"cpu": [], "gpu": []}
-        for size in sizes:
-            size = min(size, self.max_batch_nodes)
-            for _ in range(repeats + 1):
-                ids = torch.randint(self.num_nodes, (size,), generator=gen)
-                cost = self.psgs(ids)
-                for target in points:
-                    start = time.perf_counter()
-                    self._run(ids, target)
-                    points[target].append((cost, time.perf_counter() - start))
-        fits = {}
-        for target, pts in points.items():
-            pts = pts[len(pts) // (repeats + 1):] if len(pts) > repeats + 1 else pts
-            xs = torch.tensor([p[0] for p in pts], dtype=torch.double)
-            ys = torch.tensor([p[1] for p in pts], dtype=torch.double)
-            design = torch.stack([torch.ones_like(xs), xs], 1)
-            coef = torch.linalg.lstsq(design, ys.unsqueeze(1)).solution.view(-1)
-            fits[target] = (float(coef[0]), float(coef[1]))
-        (a_cpu, b_cpu), (a_gpu, b_gpu) = fits["cpu"], fits["gpu"]
-        self.calibration = {"cpu": fits["cpu"], "gpu": fits["gpu"]}
-        if b_cpu <= b_gpu:  # the CPU never loses: everything there
-            return float("inf") if a_cpu <= a_gpu else -1.0
-        crossing = (a_gpu - a_cpu) / (b_cpu - b_gpu)
-        return max(crossing, -1.0)
+        """Times sampling and gathering on the CPU and the GPU on this machine over batches
+        of ``sizes`` random seeds, fits ``latency = a + b * PSGS`` to each, and returns the
+        PSGS where the lines cross (the CPU's below it): the dispatch threshold. The fits
+        are kept in ``calibration``; the threshold is not changed."""
+        crossing, cpu, gpu = self._runtime.calibrate(list(sizes), repeats, seed)
+        self.calibration = {"cpu": tuple(cpu), "gpu": tuple(gpu)}
+        return crossing
+
+    # ---- reports ----
+
+    @property
+    def records(self) -> List[BatchRecord]:
+        """The latest batches answered (at most 100000), oldest first."""
+        return [BatchRecord(int(r[0]), int(r[1]), r[2], "gpu" if r[3] else "cpu", r[4], r[5])
+                for r in self._runtime.records().tolist()]
+
+    @property
+    def accepted(self) -> int:
+        """Requests queued so far."""
+        return self._runtime.accepted()
+
+    @property
+    def max_queue(self) -> int:
+        return self._runtime.max_queue()
 
     def stats(self) -> Dict[str, float]:
-        with self._records_lock:
-            records = list(self.records)
-        return {"batches": len(records), "queued": self._queue.qsize(),
-                "cpu_batches": sum(r.target == "cpu" for r in records),
-                "gpu_batches": sum(r.target == "gpu" for r in records),
+        records = self._runtime.records()
+        on_gpu = int(records[:, 3].sum()) if records.numel() else 0
+        return {"batches": records.size(0), "queued": self._runtime.queued(),
+                "cpu_batches": records.size(0) - on_gpu, "gpu_batches": on_gpu,
                 "threshold": self.threshold}
 
 

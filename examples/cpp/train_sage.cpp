@@ -6,6 +6,7 @@
 //   train_sage [--data DIR] [--mode GPU|UVA|CPU] [--epochs 3] [--batch-size 1024]
 //              [--fanouts 15,10,5] [--hidden 256] [--lr 0.003] [--cache 0.2]
 //              [--min-accuracy A] [--eval-nodes 10000] [--split 1] [--seed 0]
+//              [--serve N] [--clients 4]
 //
 // --data reads a graph saved by Python (examples/cpp/save_graph.py: CSRTopo.save,
 // Feature.save and the labels, in the package's raw-file format); without it the program
@@ -13,6 +14,14 @@
 // time split into sampling, gathering and the model (--split 0: the time alone, with no
 // synchronization inside the epoch), and the test accuracy. The exit status
 // is 1 when the final accuracy is below --min-accuracy, 2 on any error.
+//
+// --serve N then serves the trained model as a libtorch server would, with no Python: a
+// quiver::runtime::ServingRuntime batches N requests for test nodes (sizes mostly small,
+// a heavy tail, sent by --clients threads), samples each batch on the CPU or the GPU by its
+// predicted cost, gathers through the same FeatureTiers, and runs the model on its own
+// threads (serve_with). Prints latency percentiles, the batches each kind sampled, and the
+// served answers' accuracy, which --min-accuracy then also bounds.
+#include <quiver/serving.h>
 #include <quiver/feature_tiers.h>
 #include <quiver/host_pin.h>
 #include <quiver/ops.h>
@@ -23,8 +32,12 @@
 using raw_arrays::load_arrays;
 using raw_arrays::require;
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <thread>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -54,6 +67,8 @@ struct Options {
   int64_t eval_nodes = 10000;  // test nodes scored after each epoch
   bool split = true;           // synchronize after each phase to time it (else: epoch only)
   int64_t seed = 0;
+  int64_t serve = 0;    // requests served after training (0: none)
+  int64_t clients = 4;  // threads sending them
   // The synthetic graph.
   int64_t nodes = 20000, classes = 8, features = 32, degree = 12;
 };
@@ -90,6 +105,8 @@ Options parse(int argc, char** argv) {
              "  --split 1|0         time sampling, gathering and the model apart (1, default)\n"
              "                      or the epoch only (0: no synchronization between phases)\n"
              "  --seed N            seeds the synthetic graph, the model and the batches\n"
+             "  --serve N           then serve N requests through quiver's ServingRuntime\n"
+             "  --clients N         threads sending those requests (default: 4)\n"
              "  --nodes N           synthetic graph: nodes (default: 20000)\n"
              "  --classes N         synthetic graph: classes (default: 8)\n"
              "  --features N        synthetic graph: feature width (default: 32)\n"
@@ -110,6 +127,8 @@ Options parse(int argc, char** argv) {
     else if (arg == "--eval-nodes") o.eval_nodes = std::stoll(value);
     else if (arg == "--split") o.split = std::stoll(value) != 0;
     else if (arg == "--seed") o.seed = std::stoll(value);
+    else if (arg == "--serve") o.serve = std::stoll(value);
+    else if (arg == "--clients") o.clients = std::stoll(value);
     else if (arg == "--nodes") o.nodes = std::stoll(value);
     else if (arg == "--classes") o.classes = std::stoll(value);
     else if (arg == "--features") o.features = std::stoll(value);
@@ -118,6 +137,8 @@ Options parse(int argc, char** argv) {
   }
   TORCH_CHECK(o.epochs > 0 && o.batch_size > 0 && !o.fanouts.empty(),
               "--epochs, --batch-size and --fanouts must be positive");
+  TORCH_CHECK(o.serve >= 0 && o.clients >= 1, "--serve must be >= 0 and --clients >= 1, got ",
+              o.serve, " and ", o.clients);
   TORCH_CHECK(o.cache >= 0.0 && o.cache <= 1.0, "--cache must be in [0, 1], got ", o.cache);
   return o;
 }
@@ -270,6 +291,10 @@ class Sampler {
     }
   }
 
+  // The topology as this sampler's device reads it.
+  const Tensor& indptr() const { return indptr_; }
+  const Tensor& indices() const { return indices_; }
+
   Batch sample(const Tensor& seeds) const {
     auto [node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop] =
         quiver::sample_subgraph(indptr_, indices_, seeds.to(device_), fanouts_);
@@ -325,6 +350,87 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 void synchronize(const at::Device& device, bool wanted = true) {
   if (wanted && device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+// --serve: the trained model behind a ServingRuntime, requests from --clients threads.
+double serve(const Options& o, const Graph& g, const Sampler& sampler,
+             const c10::intrusive_ptr<quiver::runtime::FeatureTiers>& tiers, SAGE& model,
+             const at::Device& device, const std::string& mode) {
+  using quiver::runtime::ServedBatch;
+  using quiver::runtime::ServingRuntime;
+  const bool gpu = device.is_cuda();
+  quiver::runtime::ServingOptions options;
+  options.fanouts = o.fanouts;
+  options.device = device.str();
+  options.max_batch_nodes = 256;
+  options.cpu_samplers = 2;
+  options.gpu_streams = gpu ? 2 : 0;
+  options.seed = o.seed;
+  std::optional<Tensor> gpu_indptr, gpu_indices;
+  if (gpu) {
+    gpu_indptr = sampler.indptr();
+    gpu_indices = sampler.indices();
+  }
+  auto runtime = c10::make_intrusive<ServingRuntime>(g.indptr, g.indices, gpu_indptr,
+                                                     gpu_indices, tiers, options);
+  model->eval();
+  runtime->serve_with(
+      [&model](const ServedBatch& b) {
+        torch::NoGradGuard no_grad;  // per thread
+        std::vector<Layer> layers;
+        for (size_t i = 0; i < b.edge_index.size(); ++i)
+          layers.push_back({b.edge_index[i][0], b.edge_index[i][1], b.layer_sizes[2 * i + 1]});
+        return model->forward(b.x, layers);
+      },
+      2);
+  // Request sizes like the load generator's: 1 + a Pareto(1.5) draw, at most 256 ids.
+  const Tensor test = g.test_idx;
+  std::vector<std::vector<double>> latencies(o.clients);
+  std::vector<int64_t> correct(o.clients, 0), answered(o.clients, 0);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> clients;
+  for (int64_t c = 0; c < o.clients; ++c) {
+    clients.emplace_back([&, c] {
+      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + 17 * c + 1);
+      for (int64_t r = c; r < o.serve; r += o.clients) {
+        const double u = at::rand({1}, gen).item<double>();
+        const int64_t size = std::min<int64_t>(256, static_cast<int64_t>(std::pow(1 - u, -1 / 1.5)));
+        const Tensor ids = test.index_select(0, at::randint(test.numel(), {size}, gen, at::kLong));
+        const auto sent = std::chrono::steady_clock::now();
+        int64_t ticket = ServingRuntime::kOverloaded;
+        while (ticket == ServingRuntime::kOverloaded) ticket = runtime->submit(ids);
+        const Tensor scores = runtime->wait(ticket, 60.0);
+        latencies[c].push_back(seconds_since(sent) * 1000);
+        correct[c] += (scores.argmax(1) == g.labels.index_select(0, ids)).sum().item<int64_t>();
+        answered[c] += size;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  const double wall = seconds_since(start);
+  runtime->close(60.0);
+  std::vector<double> all;
+  for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  auto pct = [&](double q) { return all[std::min(all.size() - 1, static_cast<size_t>(q * all.size()))]; };
+  const Tensor records = runtime->records();
+  const int64_t on_gpu = static_cast<int64_t>(records.select(1, 3).sum().item<double>());
+  int64_t total_correct = 0, total = 0;
+  for (int64_t c = 0; c < o.clients; ++c) {
+    total_correct += correct[c];
+    total += answered[c];
+  }
+  const double accuracy = static_cast<double>(total_correct) / static_cast<double>(std::max<int64_t>(1, total));
+  std::printf("served %lld requests in %.2fs (%.0f/s) with %lld clients: p50 %.2f ms, p99 %.2f ms; "
+              "%lld batches (%lld sampled on the CPU, %lld on the GPU, threshold PSGS %.0f, "
+              "sampler mode %s); served accuracy %.3f\n",
+              static_cast<long long>(all.size()), wall, static_cast<double>(all.size()) / wall,
+              static_cast<long long>(o.clients), pct(0.5), pct(0.99),
+              static_cast<long long>(records.size(0)), static_cast<long long>(records.size(0) - on_gpu),
+              static_cast<long long>(on_gpu), runtime->threshold(), gpu ? mode.c_str() : "CPU",
+              accuracy);
+  std::fflush(stdout);
+  return accuracy;
 }
 
 int run(const Options& o) {
@@ -401,6 +507,7 @@ int run(const Options& o) {
                 1.0 / static_cast<double>(g.num_classes));
     std::fflush(stdout);
   }
+  if (o.serve > 0) accuracy = std::min(accuracy, serve(o, g, sampler, tiers, model, device, mode));
   if (accuracy < o.min_accuracy) {
     std::cerr << "test accuracy " << accuracy << " is below --min-accuracy " << o.min_accuracy
               << "\n";

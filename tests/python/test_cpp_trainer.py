@@ -60,6 +60,23 @@ def test_learns_a_graph_saved_by_python(saved_graph, mode):
     assert final_accuracy(done.stdout) > 0.5  # four classes: chance is 0.25
 
 
+@pytest.mark.parametrize("mode", MODES)
+def test_serves_its_model_with_the_cpp_runtime(mode):
+    """--serve: the trained model behind quiver::runtime::ServingRuntime, no Python: every
+    request answered, as accurately as the offline test pass."""
+    import re
+    done = train("--mode", mode, "--epochs", "2", "--hidden", "64", "--serve", "200",
+                 "--clients", "3", "--min-accuracy", "0.5")
+    assert done.returncode == 0, done.stdout + done.stderr
+    served = re.search(r"served (\d+) requests .* (\d+) batches \((\d+) sampled on the CPU, "
+                       r"(\d+) on the GPU.*served accuracy ([0-9.]+)", done.stdout)
+    assert served, done.stdout
+    requests, batches, on_cpu, on_gpu, accuracy = served.groups()
+    assert int(requests) == 200 and int(on_cpu) + int(on_gpu) == int(batches) >= 1
+    assert mode != "CPU" or int(on_gpu) == 0
+    assert abs(float(accuracy) - final_accuracy(done.stdout)) < 0.15
+
+
 def test_low_accuracy_is_a_failure():
     done = train("--epochs", "1", "--nodes", "2000", "--min-accuracy", "1.01")
     assert done.returncode == 1 and "below --min-accuracy" in done.stderr

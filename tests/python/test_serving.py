@@ -178,7 +178,7 @@ def test_overload_gets_503_and_memory_stays_bounded(graph):
             t.join()
         assert results.count(503) >= 1 and results.count(200) >= 1
         assert set(results) <= {200, 503}
-        assert runtime._queue.maxsize == 2
+        assert runtime.max_queue == 2
         with pytest.raises(Overloaded):
             for _ in range(10):
                 runtime.submit([1])

@@ -1,0 +1,193 @@
+// torch.classes.quiver.ServingRuntime: online GNN inference with workload-aware dispatch
+// (torch-quiver's serving), in the op library so that a libtorch server needs no Python.
+//
+// Requests of a few node ids wait in a bounded queue; a batcher closes a batch when it holds
+// max_batch_nodes seeds or its oldest request has waited max_wait_ms, prices it by its PSGS
+// (the expected number of nodes its sampling visits, a sum of per-node values computed once),
+// and hands it to a CPU sampler (PSGS at or below the threshold) or a GPU sampler (each on a
+// CUDA stream of its own). The sampler samples the computation graph with
+// quiver::sample_subgraph, gathers the rows through a FeatureTiers and puts the batch, on the
+// model's device, where the model side takes it: next_batch() ... finish(). The model side
+// is the caller's (a Python thread running an nn.Module, or serve_with() running a C++
+// function), so any model runs: eager, compiled, TorchScript or an AOTInductor package.
+// finish() splits the model's rows among the batch's requests and wakes their waiters.
+//
+// Batches in flight (sampling, waiting for the model, or in it) are at most one per sampler:
+// the batcher waits for a free one, so requests wait in the bounded queue and overflow as a
+// refused submit (HTTP 503), never in an unbounded list. close() stops taking requests and
+// answers every accepted one before it returns.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <quiver/feature_tiers.h>
+#include <torch/custom_class.h>
+
+#include <array>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+namespace quiver::runtime {
+
+struct ServingOptions {
+  std::vector<int64_t> fanouts;  // outermost hop first; -1 takes every neighbor
+  std::string device = "cpu";    // where the model runs: rows and graphs are handed over there
+  int64_t max_batch_nodes = 1024;  // seeds per batch; a larger request is refused
+  double max_wait_ms = 2.0;        // a batch closes when its oldest request waited this long
+  int64_t max_queue = 1024;        // requests waiting at most; more are refused
+  int64_t cpu_samplers = 2;        // threads sampling on the CPU (0: never there)
+  int64_t gpu_streams = 2;         // threads sampling on the GPU, a CUDA stream each (0: never)
+  // PSGS at or below which a batch samples on the CPU; NaN: calibrated at construction when
+  // both kinds of samplers exist (calibrate()).
+  double threshold = std::numeric_limits<double>::quiet_NaN();
+  int64_t seed = 0;  // seeds each sampler's generator, for reproducible answers
+};
+
+// One batch as the model side receives it: the sampled computation graph in torch-quiver's
+// layout (GraphSageSampler.sample) with its rows, all on the model's device.
+struct ServedBatch {
+  int64_t id = -1;     // -1: the runtime closed and every batch was handed out
+  at::Tensor node_ids;  // sampled nodes, the seeds first
+  at::Tensor x;         // their feature rows
+  int64_t seed_count = 0;
+  std::vector<at::Tensor> edge_index;  // one [2, E] per layer, outermost first
+  std::vector<int64_t> layer_sizes;    // (sources, targets) per layer, flattened
+  std::string target;                  // "cpu" or "gpu": where it was sampled
+};
+
+class ServingRuntime : public torch::CustomClassHolder {
+ public:
+  // submit()'s answers that are not tickets.
+  static constexpr int64_t kOverloaded = -1;  // the queue is full
+  static constexpr int64_t kClosed = -2;      // close() was called
+
+  // indptr/indices: the CSR on the CPU (for the CPU samplers). gpu_indptr/gpu_indices: the
+  // same graph as the GPU samplers read it (GPU memory, or pinned host memory: UVA); needed
+  // when options.gpu_streams > 0. features: the rows, gathered where they are best read.
+  ServingRuntime(at::Tensor indptr, at::Tensor indices, std::optional<at::Tensor> gpu_indptr,
+                 std::optional<at::Tensor> gpu_indices, c10::intrusive_ptr<FeatureTiers> features,
+                 ServingOptions options);
+  ~ServingRuntime() override;
+  ServingRuntime(const ServingRuntime&) = delete;
+  ServingRuntime& operator=(const ServingRuntime&) = delete;
+
+  // ---- requests ----
+  // Queues a request (1-D integer node ids in range, at most max_batch_nodes of them; a
+  // ValueError names what is wrong): a ticket for wait(), or kOverloaded / kClosed.
+  int64_t submit(const at::Tensor& ids);
+  // The model's rows for the ticket's ids, on the CPU; raises the model's error, or when
+  // timeout_s (< 0: none) passes first (the answer is then dropped when it comes).
+  at::Tensor wait(int64_t ticket, double timeout_s);
+
+  // ---- the model side ----
+  // The next sampled batch (blocks); id -1 once closed and drained.
+  ServedBatch next_batch();
+  // The model's output for a batch (at least seed_count rows; the first seed_count are the
+  // seeds'), or its failure, answered to each of its requests.
+  void finish(int64_t batch_id, const at::Tensor& out);
+  void fail(int64_t batch_id, const std::string& message);
+  // Runs `model` on `threads` threads of the runtime's own until close(): the model side of a
+  // C++ server. A model that throws fails its batch only.
+  void serve_with(std::function<at::Tensor(const ServedBatch&)> model, int64_t threads);
+  // Stops taking requests, answers every accepted one, stops the threads. Batches the model
+  // side has not finished within timeout_s fail with a message saying so.
+  void close(double timeout_s);
+
+  // ---- dispatch ----
+  // psgs[v] = 1 + min(deg v, f1) * mean over v's neighbors u of psgs'(u), psgs' the same for
+  // the remaining fanouts (1 past the last hop): uniform sampling without replacement visits
+  // each neighbor with probability min(deg, f) / deg. Float64 on the CPU, O(edges) per hop.
+  static at::Tensor expected_sampled_counts(const at::Tensor& indptr, const at::Tensor& indices,
+                                            const std::vector<int64_t>& fanouts);
+  const at::Tensor& psgs() const { return psgs_; }
+  double cost(const at::Tensor& ids) const;  // a batch's PSGS: the sum over its seeds
+  // "cpu" at or below the threshold, else "gpu"; the only kind present when one is missing.
+  std::string target_of(double cost) const;
+  double threshold() const;
+  void set_threshold(double threshold);
+  // Times sampling and gathering on each kind over batches of `sizes` random seeds (the
+  // first of each size's repeats + 1 dropped as warm-up), fits latency = a + b * PSGS to
+  // each, and returns (the PSGS where the lines cross, the CPU's below it: the threshold;
+  // CPU fit (a, b); GPU fit (a, b)). Does not change the threshold.
+  std::tuple<double, std::vector<double>, std::vector<double>> calibrate(
+      const std::vector<int64_t>& sizes, int64_t repeats, int64_t seed);
+
+  // ---- reports ----
+  // One row per batch answered (the latest 100000): nodes, requests, cost, 1 when sampled on
+  // the GPU, ms waited before sampling, ms from sampling to the model's answer.
+  at::Tensor records() const;
+  int64_t accepted() const;  // requests queued so far
+  int64_t queued() const;    // requests waiting now
+  const ServingOptions& options() const { return options_; }
+  int64_t num_nodes() const { return num_nodes_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Request {
+    int64_t ticket;
+    at::Tensor ids;
+    Clock::time_point enqueued;
+  };
+  struct Batch {
+    int64_t id;
+    std::vector<Request> requests;
+    at::Tensor ids;
+    double cost;
+    bool on_gpu;
+    Clock::time_point started;
+  };
+  struct Answer {
+    bool done = false;
+    at::Tensor rows;
+    std::string error;
+  };
+  struct Sampler;  // a generator, and a CUDA stream when the model's device is a GPU
+
+  void batch_loop();
+  void sample_loop(Sampler& sampler);
+  void model_loop(const std::function<at::Tensor(const ServedBatch&)>& model);
+  ServedBatch prepare(const at::Tensor& ids, Sampler& sampler) const;
+  void answer(Batch batch, const at::Tensor& rows, const std::string& error);
+  std::unique_ptr<Sampler> make_sampler(bool on_gpu, int64_t seed) const;
+
+  at::Tensor indptr_, indices_;
+  std::optional<at::Tensor> gpu_indptr_, gpu_indices_;
+  c10::intrusive_ptr<FeatureTiers> features_;
+  ServingOptions options_;
+  at::Device device_;
+  int64_t num_nodes_;
+  at::Tensor psgs_;
+  std::vector<std::unique_ptr<Sampler>> samplers_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;  // any state below changed
+  std::deque<Request> queue_;
+  std::deque<Batch> cpu_work_, gpu_work_;
+  std::deque<std::pair<Batch, ServedBatch>> ready_;
+  std::unordered_map<int64_t, Batch> with_model_;
+  std::unordered_map<int64_t, Answer> answers_;
+  std::deque<std::array<double, 6>> records_;
+  double threshold_;
+  int64_t next_ticket_ = 0, next_batch_ = 0, accepted_ = 0, in_flight_ = 0;
+  int64_t samplers_running_ = 0;
+  bool closing_ = false, batcher_done_ = false, abandoned_ = false;
+  std::thread batcher_;
+  std::vector<std::thread> sampler_threads_, model_threads_;
+  std::mutex close_mutex_;  // one close() at a time; later ones return at once
+  bool closed_ = false;
+};
+
+}  // namespace quiver::runtime

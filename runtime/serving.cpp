@@ -1,0 +1,518 @@
+#include <quiver/serving.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <quiver/ops.h>
+
+#include <cmath>
+#include <exception>
+#include <numeric>
+
+namespace quiver::runtime {
+
+namespace {
+
+constexpr size_t kRecordsKept = 100000;
+
+double ms_between(std::chrono::steady_clock::time_point from,
+                  std::chrono::steady_clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+// latency = a + b * cost by least squares.
+std::vector<double> fit_line(const std::vector<std::pair<double, double>>& points) {
+  const double n = static_cast<double>(points.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : points) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double spread = n * sxx - sx * sx;
+  const double b = spread > 0 ? (n * sxy - sx * sy) / spread : 0.0;
+  return {(sy - b * sx) / n, b};
+}
+
+}  // namespace
+
+struct ServingRuntime::Sampler {
+  bool on_gpu;
+  at::Generator generator;
+  std::optional<c10::Stream> stream;  // when the model's device is a GPU
+};
+
+std::unique_ptr<ServingRuntime::Sampler> ServingRuntime::make_sampler(bool on_gpu,
+                                                                      int64_t seed) const {
+  at::Generator generator;
+  if (on_gpu) {
+    generator = at::globalContext().defaultGenerator(device_).clone();
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(static_cast<uint64_t>(seed));
+  } else {
+    generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
+  }
+  std::optional<c10::Stream> stream;
+  if (device_.is_cuda()) {
+    stream = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA)
+                 .getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
+  }
+  return std::make_unique<Sampler>(Sampler{on_gpu, std::move(generator), stream});
+}
+
+ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
+                               std::optional<at::Tensor> gpu_indptr,
+                               std::optional<at::Tensor> gpu_indices,
+                               c10::intrusive_ptr<FeatureTiers> features, ServingOptions options)
+    : indptr_(std::move(indptr)),
+      indices_(std::move(indices)),
+      gpu_indptr_(std::move(gpu_indptr)),
+      gpu_indices_(std::move(gpu_indices)),
+      features_(std::move(features)),
+      options_(std::move(options)),
+      device_(options_.device) {
+  const ServingOptions& o = options_;
+  TORCH_CHECK_VALUE(!o.fanouts.empty(), "ServingRuntime: fanouts must name at least one hop");
+  TORCH_CHECK_VALUE(o.max_batch_nodes >= 1, "ServingRuntime: max_batch_nodes must be >= 1, got ",
+                    o.max_batch_nodes);
+  TORCH_CHECK_VALUE(o.max_queue >= 1, "ServingRuntime: max_queue must be >= 1, got ", o.max_queue);
+  TORCH_CHECK_VALUE(o.max_wait_ms >= 0 && std::isfinite(o.max_wait_ms),
+                    "ServingRuntime: max_wait_ms must be finite and >= 0, got ", o.max_wait_ms);
+  TORCH_CHECK_VALUE(o.cpu_samplers >= 0 && o.gpu_streams >= 0 && o.cpu_samplers + o.gpu_streams >= 1,
+                    "ServingRuntime: needs a CPU sampler or a GPU stream, got cpu_samplers=",
+                    o.cpu_samplers, " and gpu_streams=", o.gpu_streams);
+  TORCH_CHECK_VALUE(indptr_.is_cpu() && indices_.is_cpu() && indptr_.dim() == 1 &&
+                        indptr_.numel() >= 1,
+                    "ServingRuntime: indptr and indices must be the CSR on the CPU, got indptr ",
+                    indptr_.sizes(), " on ", indptr_.device(), " and indices on ",
+                    indices_.device());
+  TORCH_CHECK_VALUE(o.gpu_streams == 0 || (device_.is_cuda() && gpu_indptr_ && gpu_indices_),
+                    "ServingRuntime: gpu_streams=", o.gpu_streams,
+                    " needs the model on a GPU (device ", device_,
+                    ") and the graph as the GPU reads it (gpu_indptr, gpu_indices)");
+  num_nodes_ = indptr_.numel() - 1;
+  TORCH_CHECK_VALUE(features_->num_rows() >= num_nodes_, "ServingRuntime: the features hold ",
+                    features_->num_rows(), " rows for a graph of ", num_nodes_, " nodes");
+  psgs_ = expected_sampled_counts(indptr_, indices_, o.fanouts);
+
+  for (int64_t i = 0; i < o.cpu_samplers; ++i) samplers_.push_back(make_sampler(false, o.seed + i));
+  for (int64_t i = 0; i < o.gpu_streams; ++i)
+    samplers_.push_back(make_sampler(true, o.seed + 1000 + i));
+
+  threshold_ = o.threshold;
+  if (std::isnan(threshold_)) {
+    threshold_ = o.cpu_samplers == 0 ? -1.0
+                 : o.gpu_streams == 0
+                     ? std::numeric_limits<double>::infinity()
+                     : std::get<0>(calibrate({1, 4, 16, 64, 256, 1024}, 5, o.seed));
+  }
+  samplers_running_ = static_cast<int64_t>(samplers_.size());
+  for (auto& sampler : samplers_) {
+    Sampler* s = sampler.get();
+    sampler_threads_.emplace_back([this, s] { sample_loop(*s); });
+  }
+  batcher_ = std::thread([this] { batch_loop(); });
+}
+
+ServingRuntime::~ServingRuntime() {
+  try {
+    close(30.0);
+  } catch (...) {  // a destructor must not throw; close() only fails answers
+  }
+}
+
+// ---- requests ----
+
+int64_t ServingRuntime::submit(const at::Tensor& ids) {
+  TORCH_CHECK_VALUE(ids.dim() == 1 && at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
+                    "node ids must be a 1-D tensor of integers, got ", ids.scalar_type(),
+                    " of shape ", ids.sizes());
+  TORCH_CHECK_VALUE(ids.numel() >= 1, "a request needs at least one node id");
+  TORCH_CHECK_VALUE(ids.numel() <= options_.max_batch_nodes, "a request holds at most ",
+                    options_.max_batch_nodes, " node ids, got ", ids.numel());
+  at::Tensor owned = ids.to(at::kCPU, at::kLong).contiguous();
+  const at::Tensor bad = (owned < 0).logical_or_(owned >= num_nodes_);
+  if (bad.any().item<bool>()) {
+    TORCH_CHECK_VALUE(false, "node id ", owned.masked_select(bad)[0].item<int64_t>(),
+                      " is out of range [0, ", num_nodes_, ")");
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (closing_) return kClosed;
+  if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) return kOverloaded;
+  const int64_t ticket = next_ticket_++;
+  answers_.emplace(ticket, Answer{});
+  queue_.push_back(Request{ticket, std::move(owned), Clock::now()});
+  ++accepted_;
+  changed_.notify_all();
+  return ticket;
+}
+
+at::Tensor ServingRuntime::wait(int64_t ticket, double timeout_s) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto it = answers_.find(ticket);
+  TORCH_CHECK_VALUE(it != answers_.end(), "ServingRuntime.wait: ticket ", ticket,
+                    " is not waiting for an answer (never given, or answered already)");
+  auto answered = [&] { return answers_.at(ticket).done; };
+  if (timeout_s < 0) {
+    changed_.wait(lock, answered);
+  } else if (!changed_.wait_for(lock, std::chrono::duration<double>(timeout_s), answered)) {
+    answers_.erase(ticket);
+    TORCH_CHECK(false, "ServingRuntime.wait: request ", ticket, " was not answered within ",
+                timeout_s, " s");
+  }
+  Answer done = std::move(answers_.at(ticket));
+  answers_.erase(ticket);
+  TORCH_CHECK(done.error.empty(), done.error);
+  return done.rows;
+}
+
+// ---- batching, sampling and the model side ----
+
+void ServingRuntime::batch_loop() {
+  const auto max_wait = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double, std::milli>(options_.max_wait_ms));
+  std::unique_lock<std::mutex> lock(mutex_);
+  const int64_t slots = static_cast<int64_t>(samplers_.size());
+  while (true) {
+    // A free sampler first, so requests wait in the bounded queue rather than here.
+    changed_.wait(lock, [&] { return abandoned_ || (in_flight_ < slots && (!queue_.empty() || closing_)); });
+    if (abandoned_ || (queue_.empty() && closing_)) break;
+    Batch batch;
+    batch.id = next_batch_++;
+    int64_t nodes = 0;
+    const Clock::time_point deadline = queue_.front().enqueued + max_wait;
+    while (true) {
+      if (queue_.empty()) {
+        if (closing_ || !changed_.wait_until(lock, deadline, [&] { return !queue_.empty() || closing_; }))
+          break;
+        if (queue_.empty()) break;  // closing: what is batched goes now
+      }
+      const int64_t size = queue_.front().ids.numel();
+      if (nodes + size > options_.max_batch_nodes) break;  // starts the next batch
+      nodes += size;
+      batch.requests.push_back(std::move(queue_.front()));
+      queue_.pop_front();
+      if (nodes == options_.max_batch_nodes) break;
+    }
+    ++in_flight_;
+    lock.unlock();
+    std::vector<at::Tensor> parts;
+    for (const Request& r : batch.requests) parts.push_back(r.ids);
+    batch.ids = at::cat(parts);
+    batch.cost = cost(batch.ids);
+    batch.on_gpu = target_of(batch.cost) == "gpu";
+    lock.lock();
+    (batch.on_gpu ? gpu_work_ : cpu_work_).push_back(std::move(batch));
+    changed_.notify_all();
+  }
+  batcher_done_ = true;
+  changed_.notify_all();
+}
+
+void ServingRuntime::sample_loop(Sampler& sampler) {
+  std::deque<Batch>& work = sampler.on_gpu ? gpu_work_ : cpu_work_;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    changed_.wait(lock, [&] { return abandoned_ || !work.empty() || batcher_done_; });
+    if (abandoned_ || work.empty()) break;  // the batcher is done and nothing is left
+    Batch batch = std::move(work.front());
+    work.pop_front();
+    batch.started = Clock::now();
+    lock.unlock();
+    ServedBatch served;
+    std::string error;
+    try {
+      served = prepare(batch.ids, sampler);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    lock.lock();
+    if (!error.empty()) {
+      lock.unlock();
+      answer(std::move(batch), at::Tensor(), error);
+      lock.lock();
+      continue;
+    }
+    served.id = batch.id;
+    ready_.emplace_back(std::move(batch), std::move(served));
+    changed_.notify_all();
+  }
+  --samplers_running_;
+  changed_.notify_all();
+}
+
+ServedBatch ServingRuntime::prepare(const at::Tensor& ids, Sampler& sampler) const {
+  std::optional<c10::StreamGuard> on_stream;
+  if (sampler.stream) on_stream.emplace(*sampler.stream);
+  const at::Tensor& indptr = sampler.on_gpu ? *gpu_indptr_ : indptr_;
+  const at::Tensor& indices = sampler.on_gpu ? *gpu_indices_ : indices_;
+  const at::Tensor seeds = sampler.on_gpu ? ids.to(device_, /*non_blocking=*/true) : ids;
+  auto [node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop] =
+      quiver::sample_subgraph(indptr, indices, seeds, options_.fanouts, /*replace=*/false,
+                              std::nullopt, sampler.generator);
+  // One wait for both count vectors: they size every layer.
+  const at::Tensor counts = at::cat({nodes_per_hop, edges_per_hop}).to(at::kCPU, at::kLong);
+  const int64_t hops = static_cast<int64_t>(options_.fanouts.size());
+  const int64_t* c = counts.const_data_ptr<int64_t>();
+  std::vector<int64_t> cum_nodes(hops + 1), cum_edges(hops);
+  std::partial_sum(c, c + hops + 1, cum_nodes.begin());
+  std::partial_sum(c + hops + 1, c + 2 * hops + 1, cum_edges.begin());
+
+  ServedBatch served;
+  served.seed_count = cum_nodes[0];
+  served.target = sampler.on_gpu ? "gpu" : "cpu";
+  served.node_ids = node_ids.to(device_, /*non_blocking=*/true);
+  served.x = features_->gather(node_ids.to(features_->device())).to(device_);
+  const at::Tensor edge_index = at::stack({rows, cols}).to(device_, /*non_blocking=*/true);
+  for (int64_t hop = hops - 1; hop >= 0; --hop) {  // outermost layer first
+    served.edge_index.push_back(edge_index.narrow(1, 0, cum_edges[hop]));
+    served.layer_sizes.push_back(cum_nodes[hop + 1]);
+    served.layer_sizes.push_back(cum_nodes[hop]);
+  }
+  // The model side runs on streams of its own: everything above must have landed.
+  if (sampler.stream) sampler.stream->synchronize();
+  return served;
+}
+
+ServedBatch ServingRuntime::next_batch() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] {
+    return !ready_.empty() || abandoned_ || (batcher_done_ && samplers_running_ == 0);
+  });
+  if (ready_.empty()) return ServedBatch{};  // id -1: closed and drained
+  auto [batch, served] = std::move(ready_.front());
+  ready_.pop_front();
+  with_model_.emplace(batch.id, std::move(batch));
+  return served;
+}
+
+void ServingRuntime::finish(int64_t batch_id, const at::Tensor& out) {
+  Batch batch;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = with_model_.find(batch_id);
+    TORCH_CHECK_VALUE(it != with_model_.end(), "ServingRuntime.finish: batch ", batch_id,
+                      " is not with the model (never handed out, or answered already)");
+    batch = std::move(it->second);
+    with_model_.erase(it);
+  }
+  const int64_t seeds = batch.ids.numel();
+  if (out.dim() < 1 || out.size(0) < seeds) {
+    answer(std::move(batch), at::Tensor(),
+           "the model answered " + std::to_string(out.dim() < 1 ? 0 : out.size(0)) +
+               " rows for a batch of " + std::to_string(seeds) + " seeds");
+    return;
+  }
+  answer(std::move(batch), out.narrow(0, 0, seeds).to(at::kCPU), "");
+}
+
+void ServingRuntime::fail(int64_t batch_id, const std::string& message) {
+  Batch batch;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = with_model_.find(batch_id);
+    TORCH_CHECK_VALUE(it != with_model_.end(), "ServingRuntime.fail: batch ", batch_id,
+                      " is not with the model (never handed out, or answered already)");
+    batch = std::move(it->second);
+    with_model_.erase(it);
+  }
+  answer(std::move(batch), at::Tensor(), message);
+}
+
+void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::string& error) {
+  const Clock::time_point now = Clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t begin = 0;
+  for (const Request& request : batch.requests) {
+    const int64_t size = request.ids.numel();
+    auto it = answers_.find(request.ticket);
+    if (it != answers_.end()) {  // else its waiter gave up
+      it->second.done = true;
+      if (error.empty()) {
+        it->second.rows = rows.narrow(0, begin, size);
+      } else {
+        it->second.error = error;
+      }
+    }
+    begin += size;
+  }
+  const Clock::time_point first = batch.requests.front().enqueued;
+  records_.push_back({static_cast<double>(batch.ids.numel()),
+                      static_cast<double>(batch.requests.size()), batch.cost,
+                      batch.on_gpu ? 1.0 : 0.0, ms_between(first, batch.started),
+                      ms_between(batch.started, now)});
+  if (records_.size() > kRecordsKept) records_.pop_front();
+  --in_flight_;
+  changed_.notify_all();
+}
+
+void ServingRuntime::model_loop(const std::function<at::Tensor(const ServedBatch&)>& model) {
+  while (true) {
+    ServedBatch served = next_batch();
+    if (served.id < 0) return;
+    at::Tensor out;
+    try {
+      out = model(served);
+    } catch (const std::exception& e) {
+      fail(served.id, e.what());
+      continue;
+    }
+    finish(served.id, out);
+  }
+}
+
+void ServingRuntime::serve_with(std::function<at::Tensor(const ServedBatch&)> model,
+                                int64_t threads) {
+  TORCH_CHECK_VALUE(threads >= 1, "ServingRuntime.serve_with: threads must be >= 1, got ",
+                    threads);
+  auto shared = std::make_shared<std::function<at::Tensor(const ServedBatch&)>>(std::move(model));
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_CHECK(!closing_, "ServingRuntime.serve_with: the runtime is closed");
+  for (int64_t i = 0; i < threads; ++i)
+    model_threads_.emplace_back([this, shared] { model_loop(*shared); });
+}
+
+void ServingRuntime::close(double timeout_s) {
+  std::lock_guard<std::mutex> one_close(close_mutex_);
+  if (closed_) return;
+  std::vector<std::thread> threads;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    closing_ = true;
+    changed_.notify_all();
+    // Every accepted request answered, or the time is up.
+    const auto drained = [&] {
+      return batcher_done_ && samplers_running_ == 0 && ready_.empty() && with_model_.empty();
+    };
+    if (!changed_.wait_for(lock, std::chrono::duration<double>(timeout_s), drained)) {
+      abandoned_ = true;  // the model side stopped taking batches: fail what is left
+      const std::string why = "the runtime closed before the model answered";
+      for (auto& [ticket, a] : answers_) {
+        if (!a.done) {
+          a.done = true;
+          a.error = why;
+        }
+      }
+      ready_.clear();
+      with_model_.clear();
+      cpu_work_.clear();
+      gpu_work_.clear();
+      queue_.clear();
+      changed_.notify_all();
+    }
+    threads.swap(sampler_threads_);
+    threads.insert(threads.end(), std::make_move_iterator(model_threads_.begin()),
+                   std::make_move_iterator(model_threads_.end()));
+    model_threads_.clear();
+  }
+  if (batcher_.joinable()) batcher_.join();
+  for (std::thread& t : threads) t.join();
+  closed_ = true;
+}
+
+// ---- dispatch ----
+
+at::Tensor ServingRuntime::expected_sampled_counts(const at::Tensor& indptr,
+                                                   const at::Tensor& indices,
+                                                   const std::vector<int64_t>& fanouts) {
+  TORCH_CHECK_VALUE(indptr.dim() == 1 && indptr.numel() >= 1 && indices.dim() == 1,
+                    "expected_sampled_counts: indptr and indices must be 1-D, got ",
+                    indptr.sizes(), " and ", indices.sizes());
+  const at::Tensor ptr = indptr.to(at::kCPU, at::kLong);
+  const at::Tensor idx = indices.to(at::kCPU, at::kLong);
+  const at::Tensor begin = ptr.narrow(0, 0, ptr.numel() - 1);
+  const at::Tensor end = ptr.narrow(0, 1, ptr.numel() - 1);
+  const at::Tensor degree = (end - begin).to(at::kDouble);
+  at::Tensor values = at::ones({ptr.numel() - 1}, at::kDouble);
+  for (auto it = fanouts.rbegin(); it != fanouts.rend(); ++it) {
+    at::Tensor sums = at::zeros({idx.numel() + 1}, at::kDouble);
+    at::Tensor running = sums.narrow(0, 1, idx.numel());
+    at::cumsum_out(running, values.index_select(0, idx), 0);
+    const at::Tensor neighbor_sum = sums.index_select(0, end) - sums.index_select(0, begin);
+    const at::Tensor taken = *it < 0 ? degree : degree.clamp_max(static_cast<double>(*it));
+    values = 1 + at::where(degree > 0, taken / degree.clamp_min(1) * neighbor_sum,
+                           at::zeros_like(degree));
+  }
+  return values;
+}
+
+double ServingRuntime::cost(const at::Tensor& ids) const {
+  return psgs_.index_select(0, ids.to(at::kCPU, at::kLong)).sum().item<double>();
+}
+
+std::string ServingRuntime::target_of(double cost) const {
+  if (options_.gpu_streams == 0) return "cpu";
+  if (options_.cpu_samplers == 0) return "gpu";
+  return cost <= threshold() ? "cpu" : "gpu";
+}
+
+double ServingRuntime::threshold() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return threshold_;
+}
+
+void ServingRuntime::set_threshold(double threshold) {
+  TORCH_CHECK_VALUE(!std::isnan(threshold), "ServingRuntime: the threshold must be a number");
+  std::lock_guard<std::mutex> lock(mutex_);
+  threshold_ = threshold;
+}
+
+std::tuple<double, std::vector<double>, std::vector<double>> ServingRuntime::calibrate(
+    const std::vector<int64_t>& sizes, int64_t repeats, int64_t seed) {
+  TORCH_CHECK_VALUE(options_.cpu_samplers > 0 && options_.gpu_streams > 0,
+                    "ServingRuntime.calibrate compares CPU and GPU sampling: it needs both, got "
+                    "cpu_samplers=", options_.cpu_samplers, " and gpu_streams=",
+                    options_.gpu_streams);
+  TORCH_CHECK_VALUE(!sizes.empty() && repeats >= 1,
+                    "ServingRuntime.calibrate: needs batch sizes and repeats >= 1");
+  // Samplers of its own: the serving ones may be busy.
+  const std::unique_ptr<Sampler> on_cpu = make_sampler(false, seed);
+  const std::unique_ptr<Sampler> on_gpu = make_sampler(true, seed + 1);
+  at::Generator draw = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
+  std::vector<std::pair<double, double>> cpu_points, gpu_points;
+  for (int64_t size : sizes) {
+    size = std::max<int64_t>(1, std::min(size, options_.max_batch_nodes));
+    for (int64_t r = 0; r <= repeats; ++r) {
+      const at::Tensor ids = at::randint(num_nodes_, {size}, draw, at::kLong);
+      const double batch_cost = cost(ids);
+      for (Sampler* sampler : {on_cpu.get(), on_gpu.get()}) {
+        const Clock::time_point start = Clock::now();
+        prepare(ids, *sampler);
+        const double seconds = ms_between(start, Clock::now()) / 1000;
+        if (r > 0) (sampler->on_gpu ? gpu_points : cpu_points).emplace_back(batch_cost, seconds);
+      }
+    }
+  }
+  const std::vector<double> cpu = fit_line(cpu_points), gpu = fit_line(gpu_points);
+  double crossing;
+  if (cpu[1] <= gpu[1]) {  // the CPU never loses: everything there
+    crossing = cpu[0] <= gpu[0] ? std::numeric_limits<double>::infinity() : -1.0;
+  } else {
+    crossing = std::max((gpu[0] - cpu[0]) / (cpu[1] - gpu[1]), -1.0);
+  }
+  return {crossing, cpu, gpu};
+}
+
+// ---- reports ----
+
+at::Tensor ServingRuntime::records() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  at::Tensor out = at::empty({static_cast<int64_t>(records_.size()), 6}, at::kDouble);
+  double* row = out.data_ptr<double>();
+  for (const auto& record : records_) row = std::copy(record.begin(), record.end(), row);
+  return out;
+}
+
+int64_t ServingRuntime::accepted() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return accepted_;
+}
+
+int64_t ServingRuntime::queued() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+}  // namespace quiver::runtime
