@@ -92,6 +92,19 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
                     "ServingRuntime: gpu_streams=", o.gpu_streams,
                     " needs the model on a GPU (device ", device_,
                     ") and the graph as the GPU reads it (gpu_indptr, gpu_indices)");
+  if (device_.is_cuda() && !device_.has_index()) {  // "cuda": the current GPU, fixed now
+    device_ = at::Device(at::kCUDA, c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice().index());
+  }
+  // UVA: the GPU samplers read pinned host memory; a pin of our own keeps it readable for as
+  // long as the runtime lives, whoever pinned it.
+  for (const std::optional<at::Tensor>& t : {gpu_indptr_, gpu_indices_}) {
+    if (o.gpu_streams == 0 || !t || t->is_cuda()) continue;
+    TORCH_CHECK_VALUE(t->is_cpu() && t->is_pinned(),
+                      "ServingRuntime: gpu_indptr and gpu_indices must be in GPU memory or in "
+                      "pinned host memory (UVA), got a tensor on ", t->device(),
+                      t->is_cpu() ? " that is not pinned" : "");
+    gpu_pins_.push_back(c10::make_intrusive<HostPin>(*t));
+  }
   num_nodes_ = indptr_.numel() - 1;
   TORCH_CHECK_VALUE(features_->num_rows() >= num_nodes_, "ServingRuntime: the features hold ",
                     features_->num_rows(), " rows for a graph of ", num_nodes_, " nodes");

@@ -22,6 +22,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <quiver/feature_tiers.h>
+#include <quiver/host_pin.h>
 #include <torch/custom_class.h>
 
 #include <array>
@@ -75,8 +76,10 @@ class ServingRuntime : public torch::CustomClassHolder {
   static constexpr int64_t kClosed = -2;      // close() was called
 
   // indptr/indices: the CSR on the CPU (for the CPU samplers). gpu_indptr/gpu_indices: the
-  // same graph as the GPU samplers read it (GPU memory, or pinned host memory: UVA); needed
-  // when options.gpu_streams > 0. features: the rows, gathered where they are best read.
+  // same graph as the GPU samplers read it (GPU memory, or pinned host memory: UVA, kept
+  // pinned by the runtime while it lives); needed when options.gpu_streams > 0. features:
+  // the rows, gathered where they are best read (features->device()), handed over on the
+  // model's device.
   ServingRuntime(at::Tensor indptr, at::Tensor indices, std::optional<at::Tensor> gpu_indptr,
                  std::optional<at::Tensor> gpu_indices, c10::intrusive_ptr<FeatureTiers> features,
                  ServingOptions options);
@@ -165,6 +168,7 @@ class ServingRuntime : public torch::CustomClassHolder {
 
   at::Tensor indptr_, indices_;
   std::optional<at::Tensor> gpu_indptr_, gpu_indices_;
+  std::vector<c10::intrusive_ptr<HostPin>> gpu_pins_;  // of the pinned host ones (UVA)
   c10::intrusive_ptr<FeatureTiers> features_;
   ServingOptions options_;
   at::Device device_;

@@ -1,0 +1,155 @@
+"""The graph partitioner: every method writes parts whose rows are exactly the whole graph's,
+owners and local indices agree, features, labels and splits land with their owners, METIS
+cuts fewer edges than random on a graph with communities, and a truncated, corrupt or
+mismatched file is refused with its name."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_quiver_ops as qv
+from torch_quiver_ops.partition import (assign_owners, load_partition, partition_graph,
+                                        partition_quality, read_manifest)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def community_graph(n=600, communities=4, degree=8, seed=0):
+    """Nodes in `communities` id-interleaved groups; 90% of the edges inside a group."""
+    gen = torch.Generator().manual_seed(seed)
+    group = torch.arange(n) % communities
+    src = torch.randint(n, (n * degree,), generator=gen)
+    inside = torch.rand(n * degree, generator=gen) < 0.9
+    members = [torch.nonzero(group == g).view(-1) for g in range(communities)]
+    dst = torch.randint(n, (n * degree,), generator=gen)
+    for g in range(communities):
+        mask = inside & (group[src] == g)
+        pick = torch.randint(members[g].numel(), (int(mask.sum()),), generator=gen)
+        dst[mask] = members[g][pick]
+    return qv.CSRTopo(torch.stack([src, dst]), num_nodes=n)
+
+
+def has_pymetis():
+    try:
+        import pymetis  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+METHODS = ["range", "random"] + (["metis"] if has_pymetis() else [])
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_parts_hold_exactly_the_whole_graph(tmp_path, method):
+    topo = community_graph()
+    n = topo.node_count
+    x = torch.randn(n, 5)
+    y = torch.randint(3, (n,))
+    splits = {"train": torch.randperm(n)[:300], "test": torch.arange(0, n, 7)}
+    manifest = partition_graph(tmp_path, topo, 3, method, x=x, y=y, splits=splits,
+                               chunk_edges=97)  # many chunks per part
+    assert manifest["num_parts"] == 3 and sum(p["nodes"] for p in manifest["parts"]) == n
+    seen = torch.zeros(n, dtype=torch.long)
+    for part in range(3):
+        p = load_partition(tmp_path, part, verify=True)
+        seen[p.nodes] += 1
+        assert torch.equal(p.owner[p.nodes].long(), torch.full_like(p.nodes, part))
+        assert torch.equal(p.local_index[p.nodes], torch.arange(p.nodes.numel()))
+        for i, v in enumerate(p.nodes.tolist()):
+            whole = topo.indices[topo.indptr[v]:topo.indptr[v + 1]]
+            mine = p.indices[p.indptr[i]:p.indptr[i + 1]]
+            assert torch.equal(whole, mine)
+            assert torch.equal(p.edge_ids[p.indptr[i]:p.indptr[i + 1]],
+                               topo.eid[topo.indptr[v]:topo.indptr[v + 1]])
+        assert torch.equal(p.labels, y[p.nodes])
+        for name, ids in splits.items():
+            assert torch.equal(p.splits[name].sort().values,
+                               ids[p.owner[ids].long() == part].sort().values)
+        assert p.feature_directory is not None
+    assert torch.equal(seen, torch.ones(n, dtype=torch.long))
+    # The feature shards follow the same owners (replicated hot rows aside).
+    shard_map = qv.dist.load_shard_map(tmp_path / "features", verify=True)
+    host_of, _ = shard_map.locate(torch.arange(n))
+    owner = load_partition(tmp_path, 0).owner.long()
+    replicated = host_of < 0
+    assert torch.equal(host_of[~replicated], owner[~replicated])
+
+
+def test_balance_and_what_each_method_cuts():
+    topo = community_graph(n=800)
+    for method in METHODS:
+        owner = assign_owners(topo, 4, method, seed=1)
+        quality = partition_quality(topo, owner, 4)
+        assert quality["node_balance"] <= 1.1, (method, quality)
+        if method == "random":
+            assert 0.6 < quality["edge_cut"] < 0.9  # about 3/4 of the edges cross
+        if method == "metis":  # finds the communities: about the 10% planted across
+            assert quality["edge_cut"] < 0.3, quality
+    assert torch.equal(assign_owners(topo, 4, "random", seed=3), assign_owners(topo, 4, "random", seed=3))
+    with pytest.raises(ValueError, match="method"):
+        assign_owners(topo, 4, "spectral")
+    with pytest.raises(ValueError, match="num_parts"):
+        assign_owners(topo, 0, "range")
+
+
+def test_corrupt_truncated_and_mismatched_files_are_refused(tmp_path):
+    topo = community_graph(n=300)
+    partition_graph(tmp_path / "a", topo, 2, "range", y=torch.zeros(300, dtype=torch.long))
+    partition_graph(tmp_path / "b", topo, 2, "range", y=torch.zeros(300, dtype=torch.long))
+    with pytest.raises(ValueError, match="part 2 is not in"):
+        load_partition(tmp_path / "a", 2)
+    # A part from another run of the partitioner.
+    (tmp_path / "a" / "part_1" / "part.json").write_text(
+        (tmp_path / "b" / "part_1" / "part.json").read_text())
+    with pytest.raises(ValueError, match=r"part_1/part.json is from another partition"):
+        load_partition(tmp_path / "a", 1)
+    # Truncated.
+    indices = tmp_path / "b" / "part_0" / "indices.bin"
+    indices.write_bytes(indices.read_bytes()[:-4])
+    with pytest.raises(ValueError, match=r"part_0/indices.bin holds"):
+        load_partition(tmp_path / "b", 0)
+    # A flipped byte: the checksum, when verified.
+    labels = tmp_path / "b" / "part_1" / "labels.bin"
+    data = bytearray(labels.read_bytes())
+    data[3] ^= 0xFF
+    labels.write_bytes(bytes(data))
+    load_partition(tmp_path / "b", 1)  # sizes alone pass
+    with pytest.raises(ValueError, match=r"part_1/labels.bin does not match the checksum"):
+        load_partition(tmp_path / "b", 1, verify=True)
+    with pytest.raises(FileNotFoundError, match="manifest.json"):
+        load_partition(tmp_path / "nothing", 0)
+    manifest = tmp_path / "a" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": "x"}))
+    with pytest.raises(ValueError, match="is not a quiver-partition-1 manifest"):
+        read_manifest(tmp_path / "a")
+
+
+def test_given_owners_and_bad_inputs(tmp_path):
+    topo = community_graph(n=200)
+    owner = torch.arange(200) % 2
+    manifest = partition_graph(tmp_path, topo, 2, owner=owner)
+    assert manifest["method"] == "given"
+    assert torch.equal(load_partition(tmp_path, 1).nodes, torch.arange(1, 200, 2))
+    with pytest.raises(ValueError, match="outside"):
+        partition_graph(tmp_path / "x", topo, 2, owner=owner * 2)
+    with pytest.raises(ValueError, match="x has 5 rows"):
+        partition_graph(tmp_path / "x", topo, 2, "range", x=torch.zeros(5, 2))
+    with pytest.raises(ValueError, match="split 'train'"):
+        partition_graph(tmp_path / "x", topo, 2, "range", splits={"train": torch.tensor([200])})
+
+
+def test_the_script_partitions_a_saved_graph(tmp_path):
+    topo = community_graph(n=400)
+    topo.save(tmp_path / "csr")
+    torch.save(torch.randn(400, 3), tmp_path / "x.pt")
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "partition_graph.py"),
+                           "--csr", str(tmp_path / "csr"), "--features", str(tmp_path / "x.pt"),
+                           "--parts", "2", "--method", "random", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "edge cut" in done.stdout and "balance" in done.stdout
+    assert load_partition(tmp_path / "out", 1, verify=True).num_nodes == 400

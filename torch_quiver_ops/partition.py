@@ -1,0 +1,275 @@
+"""Graphs partitioned over hosts: each host owns a set of nodes and holds only their
+neighbor lists (global ids, the rows its samplers read), their feature rows (with the
+hottest rows replicated on every host, as :func:`~torch_quiver_ops.dist.partition_features`
+lays them out for :class:`~torch_quiver_ops.dist.DistFeature`), their labels and the
+train/val/test ids it owns, plus the node -> owner map every host needs to route a hop.
+
+:func:`partition_graph` writes a directory::
+
+    manifest.json          parts, sizes, method, edge cut, balance, the partition's id
+    owner/                 owner[v] (int16) and local_index[v] (v's row in its owner's part)
+    part_<p>/              nodes (global ids owned, ascending), indptr, indices, edge_ids,
+                           labels, <split>_ids: this host's share, nothing else
+    features/              DistFeature's shard map and host_<p> tables
+
+Every array is raw bytes with its size and CRC-32 beside it (``_sharing.save_arrays``), and
+:func:`load_partition` maps only one host's part (no copy, MAP_SHARED) after checking sizes
+(CRC-32 too with ``verify``) and that every file is of this very partition: a truncated,
+corrupt or mismatched file is refused with its name.
+
+Memory while partitioning: the node -> owner map, one part's arrays at a time (their rows
+gathered in chunks of ``chunk_edges``), and the input, which may be memory-mapped
+(:meth:`CSRTopo.load_shared`, ``torch.from_file``) so that only the pages read are resident.
+METIS works on an in-memory symmetric copy of the graph, so it needs several times the
+graph's size; ``range`` and ``random`` do not.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, Optional, Union
+
+import torch
+from torch import Tensor
+
+from . import _sharing, ops
+from .topology import CSRTopo
+
+METHODS = ("metis", "range", "random")
+FORMAT = "quiver-partition-1"
+
+
+def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: int = 0) -> Tensor:
+    """Each node's part (int16): ``metis`` (pymetis on the symmetrized graph: few cut edges,
+    balanced node counts), ``range`` (contiguous id ranges of equal size) or ``random``
+    (a random balanced assignment, seeded)."""
+    if not 1 <= num_parts <= 32767:
+        raise ValueError(f"num_parts must be in [1, 32767], got {num_parts}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    n = topo.node_count
+    if method == "range":
+        return (torch.arange(n, dtype=torch.int64) * num_parts // max(n, 1)).to(torch.int16)
+    if method == "random":
+        owner = torch.empty(n, dtype=torch.int16)
+        order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+        owner[order] = (torch.arange(n) % num_parts).to(torch.int16)
+        return owner
+    try:
+        import pymetis
+    except ImportError:
+        raise ImportError("method='metis' needs pymetis (pip install pymetis); 'range' and "
+                          "'random' need nothing") from None
+    if num_parts == 1:
+        return torch.zeros(n, dtype=torch.int16)
+    # METIS wants an undirected graph without self loops or repeated edges.
+    row = torch.repeat_interleave(torch.arange(n, dtype=torch.int64), topo.degree.long())
+    col = topo.indices.long()
+    keep = row != col
+    row, col = row[keep], col[keep]
+    key = torch.unique(torch.cat([row * n + col, col * n + row]))
+    del row, col, keep
+    indptr, indices, _ = ops.csr_from_coo(key // n, key % n, n)
+    del key
+    options = pymetis.Options(seed=seed)
+    if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2
+        graph = {"adjacency": pymetis.CSRAdjacency(indptr.numpy(), indices.numpy())}
+    else:
+        graph = {"xadj": indptr.numpy(), "adjncy": indices.numpy()}
+    _, membership = pymetis.part_graph(num_parts, **graph, options=options)
+    return torch.as_tensor(membership, dtype=torch.int16)
+
+
+def partition_quality(topo: CSRTopo, owner: Tensor, num_parts: int) -> dict:
+    """The share of edges whose two ends have different owners (edge cut) and the largest
+    part's nodes and edges over the mean (balance, 1.0 is perfect)."""
+    owner = owner.long()
+    row_owner = torch.repeat_interleave(owner, topo.degree.long())
+    cut = float((row_owner != owner[topo.indices.long()]).double().mean()) if topo.edge_count else 0.0
+    nodes = torch.bincount(owner, minlength=num_parts).double()
+    edges = torch.bincount(owner, weights=topo.degree.double(), minlength=num_parts)
+    return {"edge_cut": cut,
+            "node_balance": float(nodes.max() / nodes.mean().clamp(min=1e-12)),
+            "edge_balance": float(edges.max() / edges.mean().clamp(min=1e-12)),
+            "nodes_per_part": nodes.long().tolist(), "edges_per_part": edges.long().tolist()}
+
+
+def _owned_rows(topo: CSRTopo, nodes: Tensor, chunk_edges: int):
+    """The CSR rows of ``nodes`` (ascending global ids): (indptr, indices, edge_ids), the
+    neighbor lists gathered ``chunk_edges`` at a time into arrays of their final size."""
+    starts = topo.indptr[nodes].long()
+    degree = topo.indptr[nodes + 1].long() - starts
+    indptr = torch.zeros(nodes.numel() + 1, dtype=torch.int64)
+    torch.cumsum(degree, 0, out=indptr[1:])
+    total = int(indptr[-1])
+    indices = torch.empty(total, dtype=topo.indices.dtype)
+    edge_ids = torch.empty(total, dtype=torch.int64)
+    first = 0
+    while first < nodes.numel():
+        # As many rows as fit in chunk_edges (at least one).
+        last = int(torch.searchsorted(indptr, indptr[first] + chunk_edges, right=True)) - 1
+        last = min(max(last, first + 1), nodes.numel())
+        out_begin, out_end = int(indptr[first]), int(indptr[last])
+        positions = torch.arange(out_begin, out_end, dtype=torch.int64) + torch.repeat_interleave(
+            starts[first:last] - indptr[first:last], degree[first:last],
+            output_size=out_end - out_begin)
+        indices[out_begin:out_end] = topo.indices[positions]
+        edge_ids[out_begin:out_end] = topo.eid[positions] if topo.eid is not None else positions
+        first = last
+    return indptr, indices, edge_ids
+
+
+def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
+                    method: str = "metis", x: Optional[Tensor] = None,
+                    y: Optional[Tensor] = None, splits: Optional[Dict[str, Tensor]] = None,
+                    replicate: float = 0.2, hot_order: Optional[Tensor] = None,
+                    owner: Optional[Tensor] = None, seed: int = 0,
+                    chunk_edges: int = 1 << 24) -> dict:
+    """Writes ``num_parts`` host partitions of ``topo`` into ``directory`` (see the module)
+    and returns the manifest. ``x``: node features ([N, ...], rows of every node; the
+    ``replicate`` share of the hottest, by ``hot_order`` or degree, on every host); ``y``:
+    labels ([N, ...]); ``splits``: named node-id sets (``{"train": ids, ...}``), each host
+    keeping the ids it owns; ``owner``: a given assignment instead of ``method``'s."""
+    directory = Path(directory)
+    n = topo.node_count
+    started = time.perf_counter()
+    if owner is None:
+        owner = assign_owners(topo, num_parts, method, seed)
+    else:
+        owner = torch.as_tensor(owner)
+        method = "given"
+        if owner.shape != (n,) or owner.dtype.is_floating_point:
+            raise ValueError(f"owner must be one integer part per node ({n}), got "
+                             f"{owner.dtype} of shape {tuple(owner.shape)}")
+        if n and (int(owner.min()) < 0 or int(owner.max()) >= num_parts):
+            raise ValueError(f"owner holds parts outside [0, {num_parts})")
+        owner = owner.to(torch.int16)
+    assigned = time.perf_counter() - started
+    for name, t in (("x", x), ("y", y)):
+        if t is not None and t.size(0) != n:
+            raise ValueError(f"{name} has {t.size(0)} rows for a graph of {n} nodes")
+    splits = {name: torch.as_tensor(ids).long() for name, ids in (splits or {}).items()}
+    for name, ids in splits.items():
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
+            raise ValueError(f"split {name!r} holds node ids outside [0, {n})")
+
+    partition_id = secrets.randbits(62)
+    local_index = torch.empty(n, dtype=torch.int64)
+    quality = partition_quality(topo, owner, num_parts)
+    parts = []
+    for part in range(num_parts):
+        nodes = (owner == part).nonzero().view(-1)
+        local_index[nodes] = torch.arange(nodes.numel())
+        indptr, indices, edge_ids = _owned_rows(topo, nodes, chunk_edges)
+        arrays = {"nodes": nodes, "indptr": indptr, "indices": indices, "edge_ids": edge_ids,
+                  "labels": y[nodes] if y is not None else None}
+        for name, ids in splits.items():
+            arrays[f"{name}_ids"] = ids[owner[ids].long() == part]
+        _sharing.save_arrays(directory / f"part_{part}", "part", arrays, part=part,
+                             num_parts=num_parts, partition_id=partition_id)
+        parts.append({"nodes": nodes.numel(), "edges": indices.numel(),
+                      **{f"{name}_ids": arrays[f"{name}_ids"].numel() for name in splits}})
+        del nodes, indptr, indices, edge_ids, arrays
+    _sharing.save_arrays(directory / "owner", "owner",
+                         {"owner": owner, "local_index": local_index},
+                         num_parts=num_parts, partition_id=partition_id)
+    if x is not None:
+        from .dist import partition_features
+        order = hot_order if hot_order is not None else topo.feature_order
+        partition_features(x, directory / "features", num_parts, order, replicate, owner.long())
+    manifest = {"format": FORMAT, "partition_id": partition_id, "num_parts": num_parts,
+                "num_nodes": n, "num_edges": topo.edge_count, "method": method,
+                "features": x is not None, "labels": y is not None, "splits": sorted(splits),
+                "parts": parts, "seconds": {"assign": assigned,
+                                            "total": time.perf_counter() - started},
+                **{k: v for k, v in quality.items() if not k.endswith("_per_part")}}
+    partial = directory / "manifest.json.partial"
+    partial.write_text(json.dumps(manifest, indent=1))
+    os.replace(partial, directory / "manifest.json")  # last: a whole partition or none
+    return manifest
+
+
+def read_manifest(directory: Union[str, Path]) -> dict:
+    path = Path(directory) / "manifest.json"
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist: {directory} is not a partition "
+                                f"written by partition_graph, or it has not finished")
+    try:
+        manifest = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not a partition manifest ({error})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a {FORMAT} manifest")
+    return manifest
+
+
+@dataclass
+class GraphPartition:
+    """One host's share of a partitioned graph (:func:`load_partition`): rows ``indptr`` /
+    ``indices`` (global neighbor ids) / ``edge_ids`` (global) of the owned ``nodes``, and the
+    node -> owner map (``owner``, ``local_index``) of the whole graph."""
+    directory: Path
+    part: int
+    num_parts: int
+    num_nodes: int
+    nodes: Tensor
+    indptr: Tensor
+    indices: Tensor
+    edge_ids: Tensor
+    owner: Tensor
+    local_index: Tensor
+    labels: Optional[Tensor] = None
+    splits: Dict[str, Tensor] = field(default_factory=dict)
+    manifest: dict = field(default_factory=dict)
+
+    @property
+    def feature_directory(self) -> Optional[Path]:
+        """Where :meth:`DistFeature.load` finds the rows, when features were written."""
+        return self.directory / "features" if self.manifest.get("features") else None
+
+
+def load_partition(directory: Union[str, Path], part: int, verify: bool = False) -> GraphPartition:
+    """Maps part ``part`` of a :func:`partition_graph` directory and the owner map, checking
+    every file's size (and CRC-32 with ``verify``) and that all are of one partition."""
+    directory = Path(directory)
+    manifest = read_manifest(directory)
+    num_parts, n = manifest["num_parts"], manifest["num_nodes"]
+    if not 0 <= part < num_parts:
+        raise ValueError(f"part {part} is not in [0, {num_parts}) ({directory}/manifest.json)")
+    splits = manifest.get("splits", [])
+    arrays, meta = _sharing.map_arrays(
+        directory / f"part_{part}", "part", verify=verify,
+        names=("nodes", "indptr", "indices", "edge_ids", "labels", *[f"{s}_ids" for s in splits]),
+        required=("nodes", "indptr", "indices", "edge_ids", *[f"{s}_ids" for s in splits]))
+    owners, owner_meta = _sharing.map_arrays(directory / "owner", "owner", verify=verify,
+                                             names=("owner", "local_index"),
+                                             required=("owner", "local_index"))
+    for where, m in ((directory / f"part_{part}" / "part.json", meta),
+                     (directory / "owner" / "owner.json", owner_meta)):
+        if m.get("partition_id") != manifest["partition_id"] or m.get("num_parts") != num_parts:
+            raise ValueError(f"{where} is from another partition than {directory}/manifest.json "
+                             f"(partition id {m.get('partition_id')} against "
+                             f"{manifest['partition_id']})")
+    if meta.get("part") != part:
+        raise ValueError(f"{directory}/part_{part}/part.json describes part {meta.get('part')}")
+    nodes, indptr, indices = arrays["nodes"], arrays["indptr"], arrays["indices"]
+    expected = manifest["parts"][part]
+    problems = []
+    if nodes.numel() != expected["nodes"] or indptr.numel() != nodes.numel() + 1:
+        problems.append(f"{nodes.numel()} nodes and {indptr.numel()} offsets for the manifest's "
+                        f"{expected['nodes']} nodes")
+    if indices.numel() != expected["edges"] or arrays["edge_ids"].numel() != indices.numel() or \
+            (indptr.numel() and int(indptr[-1]) != indices.numel()):
+        problems.append(f"{indices.numel()} neighbors for the manifest's {expected['edges']}")
+    if owners["owner"].numel() != n or owners["local_index"].numel() != n:
+        problems.append(f"an owner map of {owners['owner'].numel()} nodes for {n}")
+    if problems:
+        raise ValueError(f"{directory}/part_{part} does not match {directory}/manifest.json: "
+                         + "; ".join(problems))
+    return GraphPartition(directory, part, num_parts, n, nodes, indptr, indices,
+                          arrays["edge_ids"], owners["owner"], owners["local_index"],
+                          arrays.get("labels"), {s: arrays[f"{s}_ids"] for s in splits}, manifest)
