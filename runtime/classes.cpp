@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 
 #include <quiver/dist_feature.h>
+#include <quiver/dist_sampler.h>
 #include <quiver/feature_tiers.h>
 #include <quiver/host_pin.h>
 #include <quiver/ipc_buffer.h>
@@ -91,6 +92,15 @@ void register_runtime_classes(torch::Library& m) {
                                     std::make_tuple(std::string("num_hosts"), self->num_hosts()),
                                     std::make_tuple(std::string("collective"), self->is_collective()));
            });
+  m.class_<DistSampler>("DistSampler")
+      .def(torch::init<const c10::intrusive_ptr<c10d::ProcessGroup>&, at::Tensor, at::Tensor,
+                       at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>, bool, double>())
+      .def("sample", &DistSampler::sample)
+      .def("host", &DistSampler::host)
+      .def("num_hosts", &DistSampler::num_hosts)
+      .def("num_nodes", &DistSampler::num_nodes)
+      .def("last_remote_nodes", &DistSampler::last_remote_nodes)
+      .def("last_remote_edges", &DistSampler::last_remote_edges);
   m.class_<ServingRuntime>("ServingRuntime")
       .def(torch::init([](at::Tensor indptr, at::Tensor indices,
                           std::optional<at::Tensor> gpu_indptr,

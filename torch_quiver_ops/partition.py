@@ -31,12 +31,13 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, Optional, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from . import _sharing, ops
+from .sampler import Adj, layers_of
 from .topology import CSRTopo
 
 METHODS = ("metis", "range", "random")
@@ -273,3 +274,51 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
     return GraphPartition(directory, part, num_parts, n, nodes, indptr, indices,
                           arrays["edge_ids"], owners["owner"], owners["local_index"],
                           arrays.get("labels"), {s: arrays[f"{s}_ids"] for s in splits}, manifest)
+
+
+class DistGraphSampler:
+    """Multi-hop sampling over a partitioned graph, :class:`GraphSageSampler`'s face: each
+    process holds one :func:`load_partition` part (its rank in ``group`` is the part) and
+    asks the owners of remote frontier nodes for their samples each hop
+    (``torch.classes.quiver.DistSampler``, over ``group``'s collectives: Gloo for these CPU
+    tensors). Every process of the group samples a batch at the same time, as DDP steps;
+    a peer that dies or stalls makes every survivor raise within ``timeout`` seconds,
+    naming it.
+
+    Args:
+        partition: this process's part.
+        sizes: fanouts per hop, outermost first (-1: every neighbor).
+        group: the process group (default: the world); its rank must be the part.
+        replace: sample with replacement.
+        timeout: seconds an exchange may take.
+    """
+
+    def __init__(self, partition: GraphPartition, sizes: Sequence[int], group=None,
+                 replace: bool = False, timeout: float = 60.0):
+        import torch.distributed as dist
+        group = group if group is not None else dist.group.WORLD
+        rank, size = dist.get_rank(group), dist.get_world_size(group)
+        if rank != partition.part or size != partition.num_parts:
+            raise ValueError(f"this process is rank {rank} of {size} but holds part "
+                             f"{partition.part} of {partition.num_parts}: load part = rank of "
+                             f"a group with one process per part")
+        self.partition, self.sizes = partition, list(sizes)
+        self._sampler = torch.classes.quiver.DistSampler(
+            group.boxed(), partition.indptr, partition.indices, partition.edge_ids,
+            partition.owner, partition.local_index, self.sizes, replace, float(timeout))
+
+    def sample_subgraph(self, input_nodes, generator: Optional[torch.Generator] = None
+                        ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """sample_subgraph's layout: ``(node_ids, rows, cols, edge_ids, nodes_per_hop,
+        edges_per_hop)``, edge ids global (the input's positions, as CSRTopo numbers them)."""
+        return self._sampler.sample(torch.as_tensor(input_nodes).cpu(), generator)
+
+    def sample(self, input_nodes, generator: Optional[torch.Generator] = None
+               ) -> Tuple[Tensor, int, List[Adj]]:
+        """``(n_id, batch_size, adjs)`` as :meth:`GraphSageSampler.sample` returns them."""
+        return layers_of(self.sample_subgraph(input_nodes, generator))
+
+    def remote_share(self) -> Tuple[List[int], List[int]]:
+        """Of the last batch, per hop: frontier nodes asked of other hosts, and the sampled
+        edges that came back from them."""
+        return self._sampler.last_remote_nodes(), self._sampler.last_remote_edges()

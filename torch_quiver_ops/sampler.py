@@ -111,6 +111,23 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     return topo, edge_weight, csr_time.contiguous(), node_time
 
 
+def layers_of(subgraph: Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor],
+              return_eid: bool = True) -> Tuple[Tensor, int, List[Adj]]:
+    """``(n_id, batch_size, adjs)`` from sample_subgraph's output (torch-quiver's layout,
+    :meth:`GraphSageSampler.sample`): one :class:`Adj` per layer, outermost first."""
+    node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = subgraph
+    counts = torch.cat([nodes_per_hop, edges_per_hop]).tolist()  # one wait for both
+    cum_nodes = list(itertools.accumulate(counts[:nodes_per_hop.numel()]))
+    cum_edges = list(itertools.accumulate(counts[nodes_per_hop.numel():]))
+    edge_index = torch.stack([rows, cols])
+    adjs = []
+    for hop in reversed(range(edges_per_hop.numel())):
+        num_edges = cum_edges[hop]
+        e_id = eids[:num_edges] if return_eid else None
+        adjs.append(Adj(edge_index[:, :num_edges], e_id, (cum_nodes[hop + 1], cum_nodes[hop])))
+    return node_ids, cum_nodes[0], adjs
+
+
 class GraphSageSampler:
     """GraphSAGE-style multi-hop sampler, a drop-in for torch-quiver's.
 
@@ -374,18 +391,8 @@ class GraphSageSampler:
             targets are the first ``size[1]`` nodes of ``n_id``: feed ``x[n_id]`` through the
             layers, keeping ``x[:size[1]]`` after each.
         """
-        node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = self.sample_subgraph(
-            input_nodes, generator, seed_time)
-        counts = torch.cat([nodes_per_hop, edges_per_hop]).tolist()  # one wait for both
-        cum_nodes = list(itertools.accumulate(counts[:nodes_per_hop.numel()]))
-        cum_edges = list(itertools.accumulate(counts[nodes_per_hop.numel():]))
-        edge_index = torch.stack([rows, cols])
-        adjs = []
-        for hop in reversed(range(len(self.sizes))):
-            num_edges = cum_edges[hop]
-            e_id = eids[:num_edges] if self.return_eid else None
-            adjs.append(Adj(edge_index[:, :num_edges], e_id, (cum_nodes[hop + 1], cum_nodes[hop])))
-        return node_ids, cum_nodes[0], adjs
+        return layers_of(self.sample_subgraph(input_nodes, generator, seed_time),
+                         self.return_eid)
 
     def __repr__(self) -> str:
         return (f"GraphSageSampler(sizes={self.sizes}, mode={self.mode!r}, device={self.device}, "

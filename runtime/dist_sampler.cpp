@@ -1,0 +1,260 @@
+#include <quiver/dist_sampler.h>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <quiver/ops.h>
+
+#include <numeric>
+#include <sstream>
+#include <thread>
+#include <unordered_map>
+
+#include "runtime/peer_watch.h"
+
+namespace quiver::runtime {
+
+namespace {
+
+constexpr int kBeatsPerTimeout = 10;  // heartbeats per timeout, at least every 100 ms
+constexpr int kSilentPeriods = 3;     // a peer silent this many periods is named
+
+std::vector<int64_t> as_vector(const at::Tensor& counts) {
+  const at::Tensor c = counts.to(at::kLong).contiguous();
+  return std::vector<int64_t>(c.const_data_ptr<int64_t>(), c.const_data_ptr<int64_t>() + c.numel());
+}
+
+// Sums of `counts` over consecutive blocks of `splits` rows (per-peer totals).
+std::vector<int64_t> block_sums(const at::Tensor& counts, const std::vector<int64_t>& splits) {
+  std::vector<int64_t> sums;
+  const int64_t* c = counts.const_data_ptr<int64_t>();
+  int64_t begin = 0;
+  for (int64_t n : splits) {
+    sums.push_back(std::accumulate(c + begin, c + begin + n, int64_t{0}));
+    begin += n;
+  }
+  return sums;
+}
+
+}  // namespace
+
+DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor indptr,
+                         at::Tensor indices, at::Tensor edge_ids, at::Tensor owner,
+                         at::Tensor local_index, std::vector<int64_t> fanouts, bool replace,
+                         double timeout_s)
+    : group_(group),
+      indptr_(std::move(indptr)),
+      indices_(std::move(indices)),
+      edge_ids_(std::move(edge_ids)),
+      owner_(std::move(owner)),
+      local_index_(std::move(local_index)),
+      fanouts_(std::move(fanouts)),
+      replace_(replace),
+      timeout_(static_cast<int64_t>(timeout_s * 1000)) {
+  TORCH_CHECK_VALUE(group_, "DistSampler needs a process group");
+  TORCH_CHECK_VALUE(timeout_s > 0, "DistSampler: timeout_s must be > 0, got ", timeout_s);
+  TORCH_CHECK_VALUE(!fanouts_.empty(), "DistSampler: fanouts must name at least one hop");
+  for (int64_t f : fanouts_) {
+    TORCH_CHECK_VALUE(f == -1 || f >= 0, "DistSampler: each fanout must be >= 0 or -1 (all), got ", f);
+  }
+  host_ = group_->getRank();
+  num_hosts_ = group_->getSize();
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"indptr", indptr_},
+                                {"indices", indices_}, {"edge_ids", edge_ids_},
+                                {"owner", owner_}, {"local_index", local_index_}}) {
+    TORCH_CHECK_VALUE(t.is_cpu() && t.dim() == 1, "DistSampler: ", name,
+                      " must be a 1-D CPU tensor, got ", t.sizes(), " on ", t.device());
+  }
+  TORCH_CHECK_VALUE(owner_.scalar_type() == at::kShort || owner_.scalar_type() == at::kInt,
+                    "DistSampler: owner must be int16 or int32, got ", owner_.scalar_type());
+  TORCH_CHECK_VALUE(local_index_.scalar_type() == at::kLong &&
+                        local_index_.numel() == owner_.numel(),
+                    "DistSampler: local_index must be int64 with one entry per node (",
+                    owner_.numel(), "), got ", local_index_.scalar_type(), " of ",
+                    local_index_.numel());
+  TORCH_CHECK_VALUE(edge_ids_.numel() == indices_.numel(), "DistSampler: edge_ids holds ",
+                    edge_ids_.numel(), " ids for ", indices_.numel(), " neighbors");
+  if (owner_.numel() > 0) {
+    const int64_t low = owner_.min().item<int64_t>(), high = owner_.max().item<int64_t>();
+    TORCH_CHECK_VALUE(low >= 0 && high < num_hosts_, "DistSampler: owner names hosts in [", low,
+                      ", ", high, "] but the group has ", num_hosts_);
+  }
+  const int64_t owned = (owner_ == host_).sum().item<int64_t>();
+  TORCH_CHECK_VALUE(indptr_.numel() == owned + 1, "DistSampler: host ", host_, " owns ", owned,
+                    " nodes by the owner map but its indptr describes ", indptr_.numel() - 1,
+                    ": the partition and the group's ranks do not match");
+  // The rows are checked as the sampling op checks any CSR (neighbor ids are global).
+  const std::string serial =
+      std::to_string(group_->getStore()->add("quiver/dist_sampler/made/" + std::to_string(host_), 1) - 1);
+  const auto period = std::max(std::chrono::milliseconds(100), timeout_ / kBeatsPerTimeout);
+  watch_ = std::make_unique<PeerWatch>(group_->getStore(), "quiver/dist_sampler/beat/" + serial + "/",
+                                       static_cast<int>(host_), static_cast<int>(num_hosts_),
+                                       period);
+}
+
+DistSampler::~DistSampler() = default;
+
+c10::intrusive_ptr<c10d::Work> DistSampler::post(at::Tensor& into, at::Tensor& from,
+                                                 const std::vector<int64_t>& into_splits,
+                                                 const std::vector<int64_t>& from_splits,
+                                                 const char* what) {
+  c10d::AllToAllOptions options;
+  options.timeout = timeout_;
+  try {
+    std::vector<int64_t> into_copy = into_splits, from_copy = from_splits;
+    return group_->alltoall_base(into, from, into_copy, from_copy, options);
+  } catch (const std::exception& error) {
+    fail(what, error);
+  }
+}
+
+void DistSampler::await(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  try {
+    work->wait(timeout_);
+  } catch (const std::exception& error) {
+    fail(what, error);
+  }
+}
+
+void DistSampler::fail(const char* what, const std::exception& error) {
+  std::ostringstream why;
+  why << "exchanging " << what << " failed: " << watch_->describe(watch_->period() * kSilentPeriods)
+      << ". The collective said: " << error.what();
+  broken_ = why.str();
+  TORCH_CHECK(false, "quiver DistSampler (host ", host_, " of ", num_hosts_, "): ", broken_);
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>& generator) {
+  std::lock_guard<std::mutex> one_batch(sample_mutex_);
+  TORCH_CHECK(broken_.empty(), "quiver DistSampler (host ", host_,
+              ") failed before and cannot sample again (its hosts may be out of step; make a "
+              "new one): ", broken_);
+  TORCH_CHECK_VALUE(seeds.is_cpu() && seeds.dim() == 1 &&
+                        at::isIntegralType(seeds.scalar_type(), /*includeBool=*/false),
+                    "DistSampler.sample: seeds must be a 1-D integer CPU tensor, got ",
+                    seeds.scalar_type(), " of shape ", seeds.sizes(), " on ", seeds.device());
+  const at::Tensor seed_ids = seeds.to(at::kLong).contiguous();
+  if (seed_ids.numel() > 0) {
+    const int64_t low = seed_ids.min().item<int64_t>(), high = seed_ids.max().item<int64_t>();
+    TORCH_CHECK_VALUE(low >= 0 && high < num_nodes(), "DistSampler.sample: seed ",
+                      low < 0 ? low : high, " is out of range [0, ", num_nodes(), ")");
+  }
+  const int64_t P = num_hosts_;
+  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+
+  // Reindexing: global id -> position in node_ids (seeds first, as given).
+  std::vector<int64_t> node_ids(seed_ids.const_data_ptr<int64_t>(),
+                                seed_ids.const_data_ptr<int64_t>() + seed_ids.numel());
+  std::unordered_map<int64_t, int64_t> position;
+  position.reserve(node_ids.size() * 8);
+  for (int64_t i = 0; i < static_cast<int64_t>(node_ids.size()); ++i) position.emplace(node_ids[i], i);
+  std::vector<at::Tensor> rows, cols, eids;
+  std::vector<int64_t> nodes_per_hop{static_cast<int64_t>(node_ids.size())}, edges_per_hop;
+  last_remote_nodes_.clear();
+  last_remote_edges_.clear();
+  int64_t frontier_begin = 0;
+
+  for (int64_t fanout : fanouts_) {
+    const int64_t frontier_end = static_cast<int64_t>(node_ids.size());
+    const at::Tensor frontier = at::from_blob(node_ids.data() + frontier_begin,
+                                              {frontier_end - frontier_begin}, long_opts)
+                                    .clone();
+    // Group the frontier by owner (stable: each owner's nodes keep their order).
+    const at::Tensor owners = owner_.index_select(0, frontier).to(at::kLong);
+    const at::Tensor order = std::get<1>(owners.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
+    const at::Tensor send_counts = at::bincount(owners, {}, P);
+    const std::vector<int64_t> send_splits = as_vector(send_counts);
+    at::Tensor requests = local_index_.index_select(0, frontier.index_select(0, order));
+
+    // 1. How many rows each host asks of each other host.
+    at::Tensor recv_counts = at::empty({P}, long_opts);
+    at::Tensor send_counts_buffer = send_counts.clone();
+    await(post(recv_counts, send_counts_buffer, {}, {}, "request counts"), "request counts");
+    const std::vector<int64_t> recv_splits = as_vector(recv_counts);
+    const int64_t asked_of_me = std::accumulate(recv_splits.begin(), recv_splits.end(), int64_t{0});
+
+    // 2. The requests travel while this host samples its own frontier nodes.
+    at::Tensor asked = at::empty({asked_of_me}, long_opts);
+    auto requests_sent = post(asked, requests, recv_splits, send_splits, "requests");
+    const int64_t own_begin = std::accumulate(send_splits.begin(), send_splits.begin() + host_, int64_t{0});
+    auto [own_counts, own_neighbors, own_eids] = quiver::sample_neighbors(
+        indptr_, indices_, requests.narrow(0, own_begin, send_splits[host_]), fanout, replace_,
+        edge_ids_, generator);
+    await(requests_sent, "requests");
+
+    // 3. Sample what the peers asked for (this host's own block is answered already).
+    std::vector<at::Tensor> answer_counts(P), answer_rows(P);
+    int64_t begin = 0;
+    for (int64_t p = 0; p < P; ++p) {
+      if (p == host_) {
+        answer_counts[p] = own_counts.to(at::kLong);
+        answer_rows[p] = at::stack({own_neighbors.to(at::kLong), own_eids.to(at::kLong)}, 1);
+      } else {
+        auto [c, n, e] = quiver::sample_neighbors(indptr_, indices_, asked.narrow(0, begin, recv_splits[p]),
+                                                  fanout, replace_, edge_ids_, generator);
+        answer_counts[p] = c.to(at::kLong);
+        answer_rows[p] = at::stack({n.to(at::kLong), e.to(at::kLong)}, 1);
+      }
+      begin += recv_splits[p];
+    }
+    at::Tensor reply_counts = at::cat(answer_counts);
+    at::Tensor reply_rows = at::cat(answer_rows);
+    std::vector<int64_t> reply_splits(P);
+    for (int64_t p = 0; p < P; ++p) reply_splits[p] = answer_rows[p].size(0);
+
+    // 4. Answers back: counts per asked row (the requests' splits reversed), then the
+    // sampled (neighbor, edge id) pairs, whose per-host totals the counts give.
+    at::Tensor got_counts = at::empty({frontier.numel()}, long_opts);
+    await(post(got_counts, reply_counts, send_splits, recv_splits, "answer counts"), "answer counts");
+    const std::vector<int64_t> got_splits = block_sums(got_counts, send_splits);
+    const int64_t got_total = std::accumulate(got_splits.begin(), got_splits.end(), int64_t{0});
+    at::Tensor got_rows = at::empty({got_total, 2}, long_opts);
+    await(post(got_rows, reply_rows, got_splits, reply_splits, "answers"), "answers");
+    int64_t remote_nodes = 0, remote_edges = 0;
+    for (int64_t p = 0; p < P; ++p) {
+      if (p == host_) continue;
+      remote_nodes += send_splits[p];
+      remote_edges += got_splits[p];
+    }
+    last_remote_nodes_.push_back(remote_nodes);
+    last_remote_edges_.push_back(remote_edges);
+
+    // 5. Back to frontier order: frontier node order[k] got got_counts[k] pairs.
+    at::Tensor counts = at::empty_like(got_counts);
+    counts.index_put_({order}, got_counts);
+    const at::Tensor grouped_start = got_counts.cumsum(0) - got_counts;
+    at::Tensor start_of = at::empty_like(grouped_start);
+    start_of.index_put_({order}, grouped_start);
+    at::Tensor out_start = counts.cumsum(0) - counts;
+    const at::Tensor gather = at::arange(got_total, long_opts) +
+                              at::repeat_interleave(start_of - out_start, counts, /*dim=*/0, got_total);
+    const at::Tensor pairs = got_rows.index_select(0, gather);
+
+    // 6. Reindex: new nodes in order of first appearance.
+    const int64_t* pair = pairs.const_data_ptr<int64_t>();
+    const int64_t* count = counts.const_data_ptr<int64_t>();
+    at::Tensor hop_rows = at::empty({got_total}, long_opts), hop_cols = at::empty({got_total}, long_opts);
+    int64_t* row = hop_rows.data_ptr<int64_t>();
+    int64_t* col = hop_cols.data_ptr<int64_t>();
+    int64_t e = 0;
+    for (int64_t k = 0; k < counts.numel(); ++k) {
+      for (int64_t j = 0; j < count[k]; ++j, ++e) {
+        const int64_t neighbor = pair[2 * e];
+        auto [it, inserted] = position.emplace(neighbor, static_cast<int64_t>(node_ids.size()));
+        if (inserted) node_ids.push_back(neighbor);
+        row[e] = it->second;
+        col[e] = frontier_begin + k;
+      }
+    }
+    rows.push_back(hop_rows);
+    cols.push_back(hop_cols);
+    eids.push_back(pairs.select(1, 1));
+    nodes_per_hop.push_back(static_cast<int64_t>(node_ids.size()) - frontier_end);
+    edges_per_hop.push_back(got_total);
+    frontier_begin = frontier_end;
+  }
+  return {at::tensor(node_ids, long_opts), at::cat(rows), at::cat(cols), at::cat(eids),
+          at::tensor(nodes_per_hop, long_opts), at::tensor(edges_per_hop, long_opts)};
+}
+
+}  // namespace quiver::runtime

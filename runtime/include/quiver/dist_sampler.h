@@ -1,0 +1,83 @@
+// torch.classes.quiver.DistSampler: multi-hop neighbor sampling over a graph partitioned
+// over hosts (torch_quiver_ops.partition), so that no host holds the whole topology. Each
+// host holds the rows of the nodes it owns (neighbor ids and edge ids global) and the node ->
+// owner map. Each hop splits the frontier by owner, asks every owner for its nodes' samples
+// in one all-to-all over the host group (the request exchange overlaps the sampling of this
+// host's own frontier nodes), samples what its peers asked for with the same kernel
+// (quiver::sample_neighbors), sends the answers back, and reindexes. The result is
+// sample_subgraph's layout exactly (node ids seeds first then each hop's new nodes in order
+// of first appearance, per-hop rows/cols local, edge ids global, per-hop counts), so the
+// loaders and models above do not change.
+//
+// Every host samples a batch at the same time (the exchanges are collectives, as DDP's
+// gradients are): each calls sample() once per step, with its own seeds (any number,
+// none included). An exchange that fails or does not complete within timeout_s raises on
+// every survivor, naming the silent peer (from heartbeats in the group's store), and the
+// sampler refuses further batches: the hosts may be out of step.
+//
+// Randomness: each row is sampled by its owner with the owner's generator (uniform without
+// replacement unless `replace`), so a batch's sample has the distribution single-host
+// sampling gives, whatever the partitioning.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/custom_class.h>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace quiver::runtime {
+
+class PeerWatch;
+
+class DistSampler : public torch::CustomClassHolder {
+ public:
+  // indptr/indices/edge_ids: this host's rows (the nodes it owns, in local order);
+  // owner[v] (int16/int32) and local_index[v] (int64): every node's host and its row there.
+  DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor indptr,
+              at::Tensor indices, at::Tensor edge_ids, at::Tensor owner, at::Tensor local_index,
+              std::vector<int64_t> fanouts, bool replace, double timeout_s);
+  ~DistSampler() override;
+
+  // (node_ids, rows, cols, sampled_edge_ids, nodes_per_hop, edges_per_hop), as
+  // quiver::sample_subgraph returns them; seeds: global ids on the CPU.
+  std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample(
+      const at::Tensor& seeds, const std::optional<at::Generator>& generator);
+
+  int64_t host() const { return host_; }
+  int64_t num_hosts() const { return num_hosts_; }
+  int64_t num_nodes() const { return owner_.numel(); }
+  // Of the last batch: per hop, the frontier nodes this host asked its peers for, and the
+  // neighbor ids and edge ids that came back (8 bytes each).
+  std::vector<int64_t> last_remote_nodes() const { return last_remote_nodes_; }
+  std::vector<int64_t> last_remote_edges() const { return last_remote_edges_; }
+
+ private:
+  // One all-to-all of `from` (rows split by from_splits) into a new tensor (rows split by
+  // into_splits), waited for at most the timeout. Started by post, finished by await.
+  c10::intrusive_ptr<c10d::Work> post(at::Tensor& into, at::Tensor& from,
+                                      const std::vector<int64_t>& into_splits,
+                                      const std::vector<int64_t>& from_splits, const char* what);
+  void await(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
+  [[noreturn]] void fail(const char* what, const std::exception& error);
+
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  at::Tensor indptr_, indices_, edge_ids_, owner_, local_index_;
+  std::vector<int64_t> fanouts_;
+  bool replace_;
+  std::chrono::milliseconds timeout_;
+  int64_t host_, num_hosts_;
+  std::unique_ptr<PeerWatch> watch_;
+  std::string broken_;
+  std::mutex sample_mutex_;  // one batch at a time: the hosts' exchanges pair in order
+  std::vector<int64_t> last_remote_nodes_, last_remote_edges_;
+};
+
+}  // namespace quiver::runtime

@@ -1,0 +1,143 @@
+"""Sampling over a partitioned graph, processes as hosts over Gloo: every sampled edge is a
+real edge with its global id, counts are min(degree, fanout), the layout is
+sample_subgraph's, a node's neighbors are drawn uniformly whichever host owns it (chi-square
+against single-host sampling's distribution), a fixed seed reproduces a batch, and a peer
+that dies mid-batch is named by every survivor."""
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from scipy import stats
+
+import torch_quiver_ops as qv
+from test_dist import free_port, reported
+from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
+
+
+def graph(n=400, degree=10, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    edge_index = torch.stack([torch.randint(n, (n * degree,), generator=gen),
+                              torch.randint(n, (n * degree,), generator=gen)])
+    hub = torch.stack([torch.zeros(60, dtype=torch.long), torch.arange(100, 160)])
+    return torch.cat([edge_index, hub], 1)  # node 0: 60 more neighbors, for the chi-square
+
+
+def check_batch(out, seeds, edge_index, degree, fanouts):
+    """The layout and every edge of one sample against the whole graph."""
+    node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = out
+    assert torch.equal(node_ids[:seeds.numel()], seeds)
+    assert int(nodes_per_hop.sum()) == node_ids.numel()
+    assert int(edges_per_hop.sum()) == rows.numel() == cols.numel() == eids.numel()
+    assert node_ids[seeds.numel():].unique().numel() == node_ids.numel() - seeds.numel()
+    # Each sampled edge (v <- u) is input edge eid: edge_index[:, eid] == (v, u).
+    assert torch.equal(edge_index[0, eids], node_ids[cols])
+    assert torch.equal(edge_index[1, eids], node_ids[rows])
+    # Per hop: the frontier is the previous hop's new nodes, each sampled min(deg, f) times.
+    node_begin, edge_begin = 0, 0
+    for hop, fanout in enumerate(fanouts):
+        frontier = range(node_begin, node_begin + int(nodes_per_hop[hop]))
+        hop_cols = cols[edge_begin:edge_begin + int(edges_per_hop[hop])]
+        counts = torch.bincount(hop_cols - node_begin, minlength=len(frontier))
+        want = degree[node_ids[list(frontier)]].clamp(max=fanout)
+        assert torch.equal(counts, want), hop
+        assert eids[edge_begin:edge_begin + int(edges_per_hop[hop])].unique().numel() == \
+            int(edges_per_hop[hop])  # without replacement: no edge twice for one node
+        node_begin += int(nodes_per_hop[hop])
+        edge_begin += int(edges_per_hop[hop])
+
+
+def worker(rank, world, port, directory, results, die_rank):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=60))
+    with reported(results, rank):
+        directory = Path(directory)
+        edge_index = torch.load(directory / "edge_index.pt")
+        topo = qv.CSRTopo(edge_index, num_nodes=400)
+        degree = topo.degree.long()
+        part = load_partition(directory / "parts", rank, verify=True)
+        fanouts = [4, 3]
+        sampler = DistGraphSampler(part, fanouts, timeout=10.0)
+        gen = torch.Generator().manual_seed(rank)
+        for step in range(4):  # hosts ask for different numbers of seeds, none included
+            count = 0 if (rank == 1 and step == 2) else int(torch.randint(1, 60, (1,), generator=gen))
+            seeds = torch.randperm(400, generator=gen)[:count]
+            check_batch(sampler.sample_subgraph(seeds), seeds, edge_index, degree, fanouts)
+        remote_nodes, remote_edges = sampler.remote_share()
+        assert len(remote_nodes) == 2 and sum(remote_nodes) > 0 and sum(remote_edges) > 0
+        n_id, batch_size, adjs = sampler.sample(torch.tensor([5, 6]))
+        assert batch_size == 2 and len(adjs) == 2 and adjs[-1].size[1] == 2
+        # A fixed seed on every host reproduces the batch.
+        seeds = torch.arange(30)
+        first = sampler.sample_subgraph(seeds, torch.Generator().manual_seed(7))
+        again = sampler.sample_subgraph(seeds, torch.Generator().manual_seed(7))
+        assert all(torch.equal(a, b) for a, b in zip(first, again))
+        # Node 0 (owned by host 0) sampled by every host: its 1-hop draws counted.
+        one_hop = DistGraphSampler(part, [5], timeout=10.0)
+        counts = torch.zeros(topo.edge_count, dtype=torch.long)
+        for _ in range(1500):
+            _, _, _, eids, _, _ = one_hop.sample_subgraph(torch.tensor([0]))
+            counts[eids] += 1
+        torch.save(counts, Path(results) / f"counts_{rank}.pt")
+        if rank == die_rank:
+            os._exit(0)  # gone mid-run: the survivors must name it, not hang
+        with pytest.raises(ValueError, match="out of range"):
+            sampler.sample_subgraph(torch.tensor([400]))  # checked before any exchange
+        if die_rank >= 0:
+            sampler.sample_subgraph(torch.arange(10))  # the peer is gone: raises
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("method,world", [("range", 2), ("random", 3)])
+def test_partitioned_sampling_over_gloo(tmp_path, method, world):
+    edge_index = graph()
+    topo = qv.CSRTopo(edge_index, num_nodes=400)
+    torch.save(edge_index, tmp_path / "edge_index.pt")
+    partition_graph(tmp_path / "parts", topo, world, method)
+    results = tmp_path / "results"
+    results.mkdir()
+    mp.spawn(worker, args=(world, free_port(), str(tmp_path), str(results), -1), nprocs=world,
+             join=True)
+    seen = {p.name: p.read_text() for p in results.iterdir() if p.name.startswith(("ok", "error"))}
+    assert seen == {f"ok_{r}": "ok" for r in range(world)}, seen
+    # Chi-square: node 0's 5 of its neighbors, drawn 1500 times by each host, hit each of
+    # its edges equally often (expected 5/deg of the draws), the owner's and the others'.
+    row = slice(int(topo.indptr[0]), int(topo.indptr[1]))
+    deg = row.stop - row.start
+    for rank in range(world):
+        counts = torch.load(results / f"counts_{rank}.pt")
+        hits = counts[topo.eid[row]].double()
+        assert int(hits.sum()) == 1500 * 5
+        p = stats.chisquare(hits.numpy(), [1500 * 5 / deg] * deg).pvalue
+        assert p > 1e-4, (rank, p)
+
+
+@pytest.mark.timeout(600)
+def test_a_peer_that_dies_mid_batch_is_named(tmp_path):
+    edge_index = graph()
+    topo = qv.CSRTopo(edge_index, num_nodes=400)
+    torch.save(edge_index, tmp_path / "edge_index.pt")
+    partition_graph(tmp_path / "parts", topo, 3, "range")
+    results = tmp_path / "results"
+    results.mkdir()
+    mp.spawn(worker, args=(3, free_port(), str(tmp_path), str(results), 2), nprocs=3, join=True)
+    seen = {p.name: p.read_text() for p in results.iterdir() if p.name.startswith(("ok", "error"))}
+    assert set(seen) == {"error_0", "error_1"}, seen
+    for message in seen.values():
+        assert "RuntimeError" in message and "host 2 has stopped answering" in message, message
+
+
+def test_a_part_loaded_on_the_wrong_rank_is_refused(tmp_path):
+    topo = qv.CSRTopo(graph(), num_nodes=400)
+    partition_graph(tmp_path, topo, 2, "range")
+    part = load_partition(tmp_path, 1)
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match="rank 0 of 1 but holds part 1 of 2"):
+            DistGraphSampler(part, [3])
+    finally:
+        dist.destroy_process_group()
