@@ -1,7 +1,15 @@
 """GraphSAGE with its feature table split over hosts: torchrun across machines.
 
     torchrun --nnodes N --nproc-per-node M [--node-rank K --master-addr A --master-port P] \\
-        examples/train_sage_dist.py --data /shared/dir [--size small] [--epochs 3]
+        examples/train_sage_dist.py --data /shared/dir [--size small] [--epochs 3] \\
+        [--partitioned [--partition-method metis|range|random]]
+
+With --partitioned the topology is split too (GLT's distributed mode): --data then holds
+a torch_quiver_ops.partition directory (each host's nodes with their neighbor lists, rows,
+labels and split ids, and the node -> owner map; scripts/partition_graph.py writes the same
+for your own graph), each host maps only its part, samples its own nodes and asks the
+owners of remote frontier nodes for theirs each hop (DistGraphSampler, over Gloo), and
+trains on the train ids it owns.
 
 Each node is a host: it maps only its shard of the features (its partition plus the
 replicated hottest rows), samples with its own copy of the topology, and reads every other
@@ -31,6 +39,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import torch_quiver_ops as qv
+from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
 from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
 
 from train_sage import SAGE, Clock  # noqa: E402  (the same model as the one-host example)
@@ -53,7 +62,20 @@ def parse_args(argv=None):
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--eval-nodes", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--partitioned", action="store_true",
+                        help="split the topology over the hosts too (see the docstring)")
+    parser.add_argument("--partition-method", default=None, choices=("metis", "range", "random"),
+                        help="with --partitioned (default: metis when pymetis is installed, "
+                             "else random)")
     return parser.parse_args(argv)
+
+
+def _has_pymetis() -> bool:
+    try:
+        import pymetis  # noqa: F401
+        return True
+    except ImportError:
+        return False
 
 
 def prepare(args, num_hosts: int) -> Optional[str]:
@@ -62,14 +84,31 @@ def prepare(args, num_hosts: int) -> Optional[str]:
     data = Path(args.data)
     if (data / "ready.json").exists():
         meta = json.loads((data / "ready.json").read_text())
-        if meta["hosts"] != num_hosts or meta["size"] != args.size:
+        partitioned = meta.get("partitioned", False)
+        if meta["hosts"] != num_hosts or meta["size"] != args.size or \
+                partitioned != args.partitioned:
             hosts = f"{num_hosts} host" + ("s" if num_hosts != 1 else "")
-            return (f"{data} holds the {meta['size']!r} graph split for {meta['hosts']} hosts, "
-                    f"but this job is {args.size!r} on {hosts}: give it another --data "
+            how = ["features split", "graph partitioned"]
+            return (f"{data} holds the {meta['size']!r} graph ({how[partitioned]}) for "
+                    f"{meta['hosts']} hosts, but this job is {args.size!r} "
+                    f"({how[args.partitioned]}) on {hosts}: give it another --data "
                     f"directory (or delete this one)")
         return None
     graph = synthetic_graph(args.size, seed=args.seed)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    if args.partitioned:
+        method = args.partition_method or ("metis" if _has_pymetis() else "random")
+        manifest = partition_graph(data / "parts", topo, num_hosts, method, x=graph.x,
+                                   y=graph.y, splits={"train": graph.train_idx,
+                                                      "test": graph.test_idx},
+                                   replicate=args.replicate, seed=args.seed)
+        print(f"partitioned into {num_hosts} by {method}: edge cut "
+              f"{manifest['edge_cut']:.3f}, balance {manifest['node_balance']:.3f}", flush=True)
+        (data / "labels.pt").parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"num_classes": graph.num_classes}, data / "labels.pt")
+        (data / "ready.json").write_text(json.dumps({"hosts": num_hosts, "size": args.size,
+                                                     "partitioned": True}))
+        return None
     topo.save(data / "graph")
     qv.dist.partition_features(graph.x, data / "features", num_hosts, topo.feature_order,
                                args.replicate)
@@ -102,15 +141,43 @@ def main(argv=None) -> dict:
 
     data = Path(args.data)
     torch.manual_seed(args.seed)
-    topo = qv.CSRTopo.load_shared(data / "graph")  # one copy per machine, mapped
     meta = torch.load(data / "labels.pt")
     fanouts = [int(f) for f in args.fanouts.split(",")]
-    sampler = qv.GraphSageSampler(topo, fanouts, device=device,
-                                  mode="UVA" if use_gpu else "CPU")
     host_group = qv.dist.host_groups()
-    shard_rows = qv.dist.load_shard_map(data / "features").local_rows(dist.get_rank(host_group))
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    local_rank_in_node = rank % local_size if local_size > 1 else 0
+    if args.partitioned:
+        # The sampler's exchanges are of CPU tensors: a Gloo twin of the host group.
+        sampler_group = host_group if dist.get_backend(host_group) == "gloo" else \
+            qv.dist.host_groups(backend="gloo")
+        part = load_partition(data / "parts", dist.get_rank(host_group))
+        sampler = DistGraphSampler(part, fanouts, sampler_group, timeout=args.timeout)
+        feature_dir = data / "parts" / "features"
+        labels = torch.zeros(part.num_nodes, dtype=part.labels.dtype)
+        labels[part.nodes] = part.labels  # only this host's seeds are ever looked up
+        # Every process takes as many of its host's train ids as the smallest share allows.
+        shares = torch.tensor([part.splits["train"].numel() // local_size,
+                               part.splits["test"].numel() // local_size])
+        dist.all_reduce(shares, op=dist.ReduceOp.MIN)
+        per_process, test_per_process = shares.tolist()
+        own_train = part.splits["train"][local_rank_in_node::local_size]
+        test = part.splits["test"][local_rank_in_node::local_size]
+        test = test[:min(test_per_process, args.eval_nodes // world)]
+    else:
+        topo = qv.CSRTopo.load_shared(data / "graph")  # one copy per machine, mapped
+        sampler = qv.GraphSageSampler(topo, fanouts, device=device,
+                                      mode="UVA" if use_gpu else "CPU")
+        feature_dir = data / "features"
+        labels = meta["y"]
+        # Every process gets the same number of batches: DDP and the collective transports
+        # need every process in every step.
+        per_process = meta["train_idx"].numel() // world
+        test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(),
+                                               generator=torch.Generator().manual_seed(1))]
+        test = test[:args.eval_nodes - args.eval_nodes % world].view(world, -1)[rank]
+    shard_rows = qv.dist.load_shard_map(feature_dir).local_rows(dist.get_rank(host_group))
     feature = qv.dist.DistFeature.load(
-        data / "features", group=host_group, rank=device.index or 0,
+        feature_dir, group=host_group, rank=device.index or 0,
         device_list=[device.index] if use_gpu else [],
         device_cache_size=args.cache_size if use_gpu else 0,
         transport=args.transport, timeout=args.timeout)
@@ -119,16 +186,14 @@ def main(argv=None) -> dict:
               f"{feature.transport.kind()}; host 0 holds {shard_rows:,} of "
               f"{feature.shape[0]:,} rows; device {device}", flush=True)
 
-    labels = meta["y"].to(device)
+    labels = labels.to(device)
     model = SAGE(feature.shape[1], args.hidden, meta["num_classes"], len(fanouts)).to(device)
     model = DistributedDataParallel(model, device_ids=[device.index] if use_gpu else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
-    # Every process gets the same number of batches: DDP and the collective transports
-    # need every process in every step.
-    per_process = meta["train_idx"].numel() // world
-    test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(),
-                                           generator=torch.Generator().manual_seed(1))]
-    test = test[:args.eval_nodes - args.eval_nodes % world].view(world, -1)[rank]
+    # The test sets of all processes have one size (the accuracy's denominator).
+    test_size = torch.tensor([test.numel()])
+    dist.all_reduce(test_size, op=dist.ReduceOp.MIN)
+    test = test[:int(test_size)]
 
     history = []
     # Tensors handed to collectives live until the process group is gone (see Run in
@@ -138,8 +203,11 @@ def main(argv=None) -> dict:
         model.train()
         clock = Clock(device)
         start = time.perf_counter()
-        order = meta["train_idx"][torch.randperm(meta["train_idx"].numel())]  # same on all
-        mine = order[rank * per_process:(rank + 1) * per_process]
+        if args.partitioned:  # this process's share of its host's train ids
+            mine = own_train[torch.randperm(own_train.numel())][:per_process]
+        else:
+            order = meta["train_idx"][torch.randperm(meta["train_idx"].numel())]  # same on all
+            mine = order[rank * per_process:(rank + 1) * per_process]
         for seeds in mine.split(args.batch_size):
             t = time.perf_counter()
             n_id, _, adjs = sampler.sample(seeds)

@@ -791,6 +791,34 @@ def test_distributed_training_example_learns_on_two_hosts(tmp_path):
     assert "2 hosts x 1 processes" in outputs[0]
 
 
+@pytest.mark.timeout(600)
+def test_partitioned_training_example_learns_on_two_hosts_of_two_processes(tmp_path):
+    """--partitioned, as GLT's example: the graph split in two, then two torchrun nodes of
+    two processes each; every host maps only its part and samples remote nodes through
+    their owners."""
+    port = free_port()
+    runs = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
+         "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
+         str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path / "data"),
+         "--size", "small", "--epochs", "4", "--eval-nodes", "2000", "--fanouts", "10,5",
+         "--transport", "gloo", "--partitioned", "--partition-method", "random"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in range(2)]
+    try:
+        outputs = [run.communicate(timeout=500)[0] for run in runs]
+    finally:
+        for run in runs:
+            run.kill()
+    for run, output in zip(runs, outputs):
+        assert run.returncode == 0, output[-3000:]
+    assert "partitioned into 2 by random" in outputs[0]
+    last = [line for line in outputs[0].splitlines() if line.startswith("epoch 4")][0]
+    accuracy = float(last.split("test accuracy ")[1].split()[0])
+    chance = float(last.split("(chance ")[1].rstrip(")"))
+    assert accuracy > 10 * chance, last
+    assert "2 hosts x 2 processes" in outputs[0]
+
+
 def test_distributed_example_refuses_another_jobs_data_in_one_line(tmp_path):
     (tmp_path / "ready.json").write_text('{"hosts": 5, "size": "tiny"}')
     result = subprocess.run(
@@ -798,7 +826,7 @@ def test_distributed_example_refuses_another_jobs_data_in_one_line(tmp_path):
          str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path), "--size", "tiny"],
         capture_output=True, text=True, timeout=120)
     first = result.stderr.strip().splitlines()[0]
-    assert first.startswith("train_sage_dist.py: ") and "split for 5 hosts" in first, result.stderr
+    assert first.startswith("train_sage_dist.py: ") and "for 5 hosts" in first, result.stderr
     assert "exitcode  : 2" in result.stderr, result.stderr  # torchrun's summary of the worker
     # The worker itself printed no traceback (what follows is torchrun's own report).
     worker_part = result.stderr.split("torch/distributed/elastic")[0]

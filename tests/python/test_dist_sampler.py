@@ -141,3 +141,51 @@ def test_a_part_loaded_on_the_wrong_rank_is_refused(tmp_path):
             DistGraphSampler(part, [3])
     finally:
         dist.destroy_process_group()
+
+
+def loader_worker(rank, world, port, directory, results):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=60))
+    with reported(results, rank):
+        from torch_quiver_ops.pyg import DistNeighborLoader
+        directory = Path(directory)
+        x, y, edge_index = (torch.load(directory / f"{name}.pt") for name in ("x", "y", "edge_index"))
+        feature = qv.dist.DistFeature.load(directory / "parts" / "features", timeout=10.0)
+        loader = DistNeighborLoader(directory / "parts", [4, 3], input_nodes="train",
+                                    batch_size=16, shuffle=True, feature=feature, timeout=10.0)
+        lengths = torch.tensor([len(loader)])
+        dist.all_gather(gathered := [torch.zeros_like(lengths) for _ in range(world)], lengths)
+        assert len({int(t) for t in gathered}) == 1  # every host iterates as many batches
+        part = loader.partition
+        seen = []
+        for epoch in range(2):
+            for batch in loader:
+                seeds = batch.n_id[:batch.batch_size]
+                assert torch.equal(part.owner[seeds].long(), torch.full_like(seeds, rank))
+                assert torch.equal(batch.x, x[batch.n_id]) and torch.equal(batch.y, y[seeds])
+                src, dst = batch.edge_index
+                assert torch.equal(edge_index[0, batch.e_id], batch.n_id[dst])
+                assert torch.equal(edge_index[1, batch.e_id], batch.n_id[src])
+                assert sum(batch.num_sampled_nodes) == batch.num_nodes
+                seen.append(seeds)
+        assert torch.cat(seen).unique().numel() > 16  # shuffled: different seeds each epoch
+        with pytest.raises(ValueError, match="names no split"):
+            DistNeighborLoader(part, [2], input_nodes="validation")
+        feature.close()
+
+
+@pytest.mark.timeout(600)
+def test_dist_neighbor_loader_gives_pyg_batches_of_the_partition(tmp_path):
+    edge_index = graph()
+    topo = qv.CSRTopo(edge_index, num_nodes=400)
+    x, y = torch.randn(400, 5), torch.randint(4, (400,))
+    for name, t in (("x", x), ("y", y), ("edge_index", edge_index)):
+        torch.save(t, tmp_path / f"{name}.pt")
+    partition_graph(tmp_path / "parts", topo, 2, "random", x=x, y=y,
+                    splits={"train": torch.arange(0, 400, 3)}, replicate=0.1)
+    results = tmp_path / "results"
+    results.mkdir()
+    mp.spawn(loader_worker, args=(2, free_port(), str(tmp_path), str(results)), nprocs=2,
+             join=True)
+    seen = {p.name: p.read_text() for p in results.iterdir()}
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen

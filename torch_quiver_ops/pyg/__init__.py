@@ -23,7 +23,9 @@ Three pieces plug into PyG's own loaders, and one loader ties them together:
   ``temporal_strategy`` and ``disjoint`` (batches then carry ``batch``).
 
 The modules: ``stores`` (the graph and feature stores), ``sampler`` (the sampler),
-``loader`` (the loader).
+``loader`` (the loader), ``dist_loader`` (:class:`DistNeighborLoader`: batches of a graph
+partitioned over hosts, each host sampling its own part and asking the owners of remote
+nodes each hop).
 
 Heterogeneous graphs: a ``HeteroData`` (or a ``(FeatureStore, HeteroGraphStore)`` pair)
 goes through :class:`HeteroGraphStore` (every edge type in one CSR) and
@@ -38,11 +40,12 @@ from __future__ import annotations
 
 from ..loader import Prefetcher
 from ..sampler import GraphSageSampler
+from .dist_loader import DistNeighborLoader
 from .loader import LinkNeighborLoader, NeighborLoader
 from .sampler import HeteroNeighborSampler, NeighborSampler
 from .stores import (_SHARED, FeatureStore, GraphStore, HeteroGraphStore,  # noqa: F401
                      split_cache_budget, to_stores)
 
-__all__ = ["FeatureStore", "GraphStore", "GraphSageSampler", "HeteroGraphStore",
+__all__ = ["DistNeighborLoader", "FeatureStore", "GraphStore", "GraphSageSampler", "HeteroGraphStore",
            "HeteroNeighborSampler", "LinkNeighborLoader", "NeighborLoader", "NeighborSampler",
            "Prefetcher", "split_cache_budget", "to_stores"]

@@ -1,0 +1,106 @@
+"""PyG's ``DistNeighborLoader`` over a graph partitioned over hosts: each host holds one part
+(:func:`~torch_quiver_ops.partition.partition_graph`), samples through
+:class:`~torch_quiver_ops.partition.DistGraphSampler` (remote frontier nodes sampled by
+their owners each hop) and gathers rows through a
+:class:`~torch_quiver_ops.dist.DistFeature`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Union
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+from torch_geometric.data import Data
+
+from ..partition import DistGraphSampler, GraphPartition, load_partition
+from .sampler import _fanouts
+
+
+def _gloo_group(group):
+    """``group`` when it runs Gloo, else a Gloo group over the same ranks (the partitioned
+    sampler's exchanges are of CPU tensors). A collective call: every rank of the world."""
+    group = group if group is not None else dist.group.WORLD
+    if dist.get_backend(group) == "gloo":
+        return group
+    return dist.new_group(dist.get_process_group_ranks(group), backend="gloo")
+
+
+class DistNeighborLoader:
+    """Batches of a partitioned graph, as PyG's ``DistNeighborLoader`` gives them.
+
+    Every host of ``group`` (one process per part, its rank the part) iterates at the same
+    time: each batch's sampling and gathering are collectives. The hosts agree on the
+    number of batches (the smallest host's), so an epoch never leaves a host waiting; with
+    ``shuffle`` each epoch draws another order, so the seeds a large host skips in one
+    epoch come up in the next.
+
+    Args:
+        partition: a :func:`partition_graph` directory (this rank's part is loaded) or a
+            loaded :class:`GraphPartition`.
+        num_neighbors: fanouts per hop, outermost first.
+        input_nodes: a split's name (its ids owned by this host) or global node ids.
+        batch_size, shuffle: as PyG's.
+        feature: the rows (a :class:`DistFeature` over the same hosts, or a tensor indexed
+            by global id); None: batches carry no ``x``.
+        group: the hosts (default: the world; a non-Gloo group gets a Gloo twin).
+        replace, timeout, seed: the sampler's, and the shuffle's seed.
+
+    Batches are ``Data`` with ``x`` (the rows of ``n_id``), ``y`` (the seeds' labels, from
+    the part: the first ``batch_size`` nodes), ``edge_index``, ``n_id``, ``e_id`` (global),
+    ``batch_size``, ``num_sampled_nodes`` and ``num_sampled_edges``.
+    """
+
+    def __init__(self, partition: Union[str, Path, GraphPartition], num_neighbors,
+                 input_nodes: Union[str, Tensor] = "train", batch_size: int = 1,
+                 shuffle: bool = False, feature=None, group=None, replace: bool = False,
+                 timeout: float = 60.0, seed: int = 0):
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.group = _gloo_group(group)
+        if not isinstance(partition, GraphPartition):
+            partition = load_partition(partition, dist.get_rank(self.group))
+        self.partition = partition
+        self.sampler = DistGraphSampler(partition, _fanouts(num_neighbors), self.group,
+                                        replace, timeout)
+        if isinstance(input_nodes, str):
+            if input_nodes not in partition.splits:
+                raise ValueError(f"input_nodes={input_nodes!r} names no split of the partition "
+                                 f"(it has {sorted(partition.splits)})")
+            input_nodes = partition.splits[input_nodes]
+        self.input_nodes = torch.as_tensor(input_nodes).long()
+        self.batch_size, self.shuffle, self.feature = batch_size, shuffle, feature
+        self.seed, self.epoch = seed, 0
+        mine = torch.tensor([(self.input_nodes.numel() + batch_size - 1) // batch_size])
+        dist.all_reduce(mine, op=dist.ReduceOp.MIN, group=self.group)
+        self._batches = int(mine)
+
+    def __len__(self) -> int:
+        return self._batches
+
+    def __iter__(self):
+        ids = self.input_nodes
+        if self.shuffle:
+            gen = torch.Generator().manual_seed(
+                self.seed + 7919 * self.epoch + dist.get_rank(self.group))
+            ids = ids[torch.randperm(ids.numel(), generator=gen)]
+        self.epoch += 1
+        for b in range(self._batches):
+            yield self._batch(ids[b * self.batch_size:(b + 1) * self.batch_size])
+
+    def _batch(self, seeds: Tensor) -> Data:
+        node, row, col, edge, nodes_per_hop, edges_per_hop = self.sampler.sample_subgraph(seeds)
+        batch = Data(edge_index=torch.stack([row, col]), n_id=node, e_id=edge,
+                     batch_size=seeds.numel(), num_nodes=node.numel(),
+                     num_sampled_nodes=nodes_per_hop.tolist(),
+                     num_sampled_edges=edges_per_hop.tolist())
+        if self.feature is not None:
+            batch.x = self.feature[node]
+        labels = self.partition.labels
+        if labels is not None:
+            owned = self.partition.owner[seeds].long() == self.partition.part
+            if not bool(owned.all()):
+                raise ValueError("y comes from this host's part: seed "
+                                 f"{int(seeds[~owned][0])} is owned by another host")
+            batch.y = labels[self.partition.local_index[seeds]]
+        return batch
