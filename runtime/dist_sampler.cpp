@@ -7,7 +7,6 @@
 #include <numeric>
 #include <sstream>
 #include <thread>
-#include <unordered_map>
 
 #include "runtime/peer_watch.h"
 
@@ -145,9 +144,11 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
   // Reindexing: global id -> position in node_ids (seeds first, as given).
   std::vector<int64_t> node_ids(seed_ids.const_data_ptr<int64_t>(),
                                 seed_ids.const_data_ptr<int64_t>() + seed_ids.numel());
-  std::unordered_map<int64_t, int64_t> position;
-  position.reserve(node_ids.size() * 8);
-  for (int64_t i = 0; i < static_cast<int64_t>(node_ids.size()); ++i) position.emplace(node_ids[i], i);
+  // position_[v]: v's index in node_ids, -1 when not sampled yet (reset after the batch).
+  if (position_.empty()) position_.assign(static_cast<size_t>(num_nodes()), -1);
+  for (int64_t i = 0; i < static_cast<int64_t>(node_ids.size()); ++i) {
+    if (position_[node_ids[i]] < 0) position_[node_ids[i]] = static_cast<int32_t>(i);
+  }
   std::vector<at::Tensor> rows, cols, eids;
   std::vector<int64_t> nodes_per_hop{static_cast<int64_t>(node_ids.size())}, edges_per_hop;
   last_remote_nodes_.clear();
@@ -240,9 +241,12 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     for (int64_t k = 0; k < counts.numel(); ++k) {
       for (int64_t j = 0; j < count[k]; ++j, ++e) {
         const int64_t neighbor = pair[2 * e];
-        auto [it, inserted] = position.emplace(neighbor, static_cast<int64_t>(node_ids.size()));
-        if (inserted) node_ids.push_back(neighbor);
-        row[e] = it->second;
+        int32_t& at = position_[neighbor];
+        if (at < 0) {
+          at = static_cast<int32_t>(node_ids.size());
+          node_ids.push_back(neighbor);
+        }
+        row[e] = at;
         col[e] = frontier_begin + k;
       }
     }
@@ -253,6 +257,7 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     edges_per_hop.push_back(got_total);
     frontier_begin = frontier_end;
   }
+  for (int64_t v : node_ids) position_[v] = -1;
   return {at::tensor(node_ids, long_opts), at::cat(rows), at::cat(cols), at::cat(eids),
           at::tensor(nodes_per_hop, long_opts), at::tensor(edges_per_hop, long_opts)};
 }

@@ -78,6 +78,9 @@ class DistSampler : public torch::CustomClassHolder {
   std::string broken_;
   std::mutex sample_mutex_;  // one batch at a time: the hosts' exchanges pair in order
   std::vector<int64_t> last_remote_nodes_, last_remote_edges_;
+  // Reindexing: a node's place in the batch, -1 when absent (4 bytes a node of the graph,
+  // touched entries reset after each batch; a hash map cost more than the sampling).
+  std::vector<int32_t> position_;
 };
 
 }  // namespace quiver::runtime

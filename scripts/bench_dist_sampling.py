@@ -1,0 +1,156 @@
+"""Sampling over a partitioned graph against single-host sampling, in the same run.
+
+    python scripts/bench_dist_sampling.py [--graph products] [--parts 2,4]
+        [--methods metis,random] [--fanouts 15,10,5] [--batch-size 1024] [--batches 20]
+        [--json out.json]
+
+For each part count and method: partitions the synthetic graph (the partitioner's time is
+printed), starts one process per part on this machine (Gloo over loopback, each process
+with torch's threads split evenly), and has every process sample --batches batches of its
+own train ids at once (DistGraphSampler), then reports per batch: the median ms over the
+processes' medians, the share of each hop's frontier owned by another host, and the bytes
+the exchanges moved (requests: 8 per remote frontier node; answers: 8 per count and 16 per
+sampled (neighbor, edge id) pair). The baseline is the same batches' seeds sampled by
+quiver::sample_subgraph on the CPU with the whole graph in one process, with the threads
+one process of the distributed run has and with all of them. Edges per second count the
+sampled edges of every hop.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+import torch_quiver_ops as qv
+from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
+from torch_quiver_ops.synthetic import synthetic_graph
+
+
+def seeds_for(part_train: torch.Tensor, batches: int, batch_size: int, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    order = part_train[torch.randperm(part_train.numel(), generator=gen)]
+    return [order[(b * batch_size) % max(1, order.numel()):][:batch_size] for b in range(batches)]
+
+
+def worker(rank, world, port, directory, args, out, threads):
+    torch.set_num_threads(threads)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=300))
+    try:
+        part = load_partition(directory, rank)
+        sampler = DistGraphSampler(part, args.fanouts, timeout=120.0)
+        batches = seeds_for(part.splits["train"], args.batches + 2, args.batch_size, rank)
+        times, remote_nodes, remote_edges, frontier, edges = [], [], [], [], []
+        for i, seeds in enumerate(batches):
+            dist.barrier()
+            start = time.perf_counter()
+            out_i = sampler.sample_subgraph(seeds)
+            elapsed = time.perf_counter() - start
+            if i < 2:
+                continue  # warm-up
+            times.append(elapsed)
+            nodes, edges_i = out_i[4].tolist(), out_i[5].tolist()
+            r_nodes, r_edges = sampler.remote_share()
+            remote_nodes.append(r_nodes)
+            remote_edges.append(r_edges)
+            frontier.append(nodes[:-1])
+            edges.append(sum(edges_i))
+        torch.save({"times": times, "remote_nodes": remote_nodes, "remote_edges": remote_edges,
+                    "frontier": frontier, "edges": edges, "seeds": batches[2:]},
+                   Path(out) / f"rank_{rank}.pt")
+    finally:
+        dist.destroy_process_group()
+
+
+def single_host(topo, seeds_list, fanouts, threads):
+    torch.set_num_threads(threads)
+    times, edges = [], []
+    for i, seeds in enumerate(seeds_list):
+        start = time.perf_counter()
+        out = qv.ops.sample_subgraph(topo.indptr, topo.indices, seeds, fanouts, False, topo.eid)
+        times.append(time.perf_counter() - start)
+        edges.append(int(out[5].sum()))
+    return statistics.median(times), statistics.mean(edges)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graph", default="products")
+    parser.add_argument("--parts", default="2,4")
+    parser.add_argument("--methods", default="metis,random")
+    parser.add_argument("--fanouts", default="15,10,5")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    args.fanouts = [int(f) for f in args.fanouts.split(",")]
+    cores = os.cpu_count() or 1
+    graph = synthetic_graph(args.graph, seed=0)
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    print(f"{args.graph}: {topo.node_count:,} nodes, {topo.edge_count:,} edges; fanouts "
+          f"{args.fanouts}, {args.batch_size} seeds a batch, {cores} cores", flush=True)
+    rows = []
+    header = (f"{'parts':>5} {'method':>7} {'cut':>5} {'partition s':>11} {'dist ms':>8} "
+              f"{'1-host ms (same threads)':>24} {'1-host ms (all)':>15} {'ratio':>6} "
+              f"{'remote share per hop':>24} {'KiB moved':>9} {'Medges/s':>8}")
+    lines = []
+    for parts in [int(p) for p in args.parts.split(",")]:
+        threads = max(1, cores // parts)
+        for method in args.methods.split(","):
+            with tempfile.TemporaryDirectory() as tmp:
+                start = time.perf_counter()
+                manifest = partition_graph(Path(tmp) / "parts", topo, parts, method,
+                                           splits={"train": graph.train_idx})
+                partition_s = time.perf_counter() - start
+                out = Path(tmp) / "out"
+                out.mkdir()
+                port = 29500 + int.from_bytes(os.urandom(2), "little") % 20000
+                mp.spawn(worker, args=(parts, port, str(Path(tmp) / "parts"), args, str(out),
+                                       threads), nprocs=parts, join=True)
+                ranks = [torch.load(out / f"rank_{r}.pt") for r in range(parts)]
+            dist_ms = 1e3 * statistics.median(statistics.median(r["times"]) for r in ranks)
+            seeds = [s for r in ranks for s in r["seeds"]]
+            one_ms_same, mean_edges = single_host(topo, seeds, args.fanouts, threads)
+            one_ms_all, _ = single_host(topo, seeds, args.fanouts, cores)
+            hops = len(args.fanouts)
+            share = []
+            for h in range(hops):
+                remote = sum(n[h] for r in ranks for n in r["remote_nodes"])
+                total = sum(f[h] for r in ranks for f in r["frontier"])
+                share.append(remote / max(total, 1))
+            moved = statistics.mean(
+                8 * sum(rn) + 8 * sum(rn) + 16 * sum(re)
+                for r in ranks for rn, re in zip(r["remote_nodes"], r["remote_edges"]))
+            row = {"parts": parts, "method": method, "edge_cut": manifest["edge_cut"],
+                   "partition_s": partition_s, "dist_ms": dist_ms,
+                   "single_ms_same_threads": 1e3 * one_ms_same,
+                   "single_ms_all_threads": 1e3 * one_ms_all,
+                   "ratio": dist_ms / (1e3 * one_ms_same), "remote_share": share,
+                   "bytes_per_batch": moved, "edges_per_batch": mean_edges,
+                   "medges_per_s": mean_edges / dist_ms / 1e3, "threads_per_process": threads}
+            rows.append(row)
+            lines.append(f"{parts:>5} {method:>7} {row['edge_cut']:5.2f} {partition_s:11.1f} "
+                         f"{dist_ms:8.2f} {row['single_ms_same_threads']:24.2f} "
+                         f"{row['single_ms_all_threads']:15.2f} {row['ratio']:6.2f} "
+                         f"{' / '.join(f'{s:.2f}' for s in share):>24} {moved / 1024:9.0f} "
+                         f"{row['medges_per_s']:8.2f}")
+            print(lines[-1], flush=True)
+    print(header)
+    print("\n".join(lines))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"args": vars(args), "cores": cores, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
