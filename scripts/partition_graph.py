@@ -16,12 +16,40 @@ from __future__ import annotations
 
 import argparse
 import resource
+import threading
 import time
+
+from pathlib import Path
 
 import torch
 
 import torch_quiver_ops as qv
 from torch_quiver_ops.partition import METHODS, load_partition, partition_graph
+
+
+class AnonymousPeak:
+    """Samples this process's anonymous resident memory (RssAnon: what it allocated, not the
+    pages of memory-mapped inputs, which the kernel can drop) every 20 ms; .peak in bytes."""
+
+    def __init__(self):
+        self.peak, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while not self._stop.wait(0.02):
+            try:
+                with open("/proc/self/status") as status:
+                    for line in status:
+                        if line.startswith("RssAnon:"):
+                            self.peak = max(self.peak, int(line.split()[1]) * 1024)
+            except OSError:
+                return
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
 
 
 def main(argv=None):
@@ -61,16 +89,25 @@ def main(argv=None):
     if args.splits:
         splits = torch.load(args.splits)
     loaded = time.perf_counter() - started
+    watch = AnonymousPeak()
+    before = watch.peak
     manifest = partition_graph(args.out, topo, args.parts, args.method, x=x, y=y, splits=splits,
                                replicate=args.replicate, seed=args.seed)
+    anonymous_gib = watch.stop() / 2**30
     for part in range(args.parts):
         load_partition(args.out, part, verify=True)
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    largest = max(sum(f.stat().st_size for f in (Path(args.out) / f"part_{p}").iterdir()) +
+                  sum(f.stat().st_size for f in (Path(args.out) / "features" / f"host_{p}").iterdir()
+                      if (Path(args.out) / "features").exists())
+                  for p in range(args.parts))
     print(f"{topo.node_count} nodes, {topo.edge_count} edges into {args.parts} parts by "
           f"{manifest['method']}: edge cut {manifest['edge_cut']:.3f}, balance "
           f"{manifest['node_balance']:.3f} (nodes) / {manifest['edge_balance']:.3f} (edges); "
           f"loaded in {loaded:.1f}s, owners in {manifest['seconds']['assign']:.1f}s, written "
-          f"in {manifest['seconds']['total']:.1f}s; peak resident {peak_gib:.2f} GiB")
+          f"in {manifest['seconds']['total']:.1f}s; peak resident {peak_gib:.2f} GiB (inputs "
+          f"and mapped pages included), anonymous while partitioning {anonymous_gib:.2f} GiB "
+          f"(before: {before / 2**30:.2f}); largest part {largest / 2**30:.2f} GiB on disk")
     for part, info in enumerate(manifest["parts"]):
         print(f"  part {part}: {info['nodes']} nodes, {info['edges']} edges")
     print(f"every part read back and verified: {args.out}")

@@ -85,15 +85,33 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
     return torch.as_tensor(membership, dtype=torch.int16)
 
 
-def partition_quality(topo: CSRTopo, owner: Tensor, num_parts: int) -> dict:
+def _row_chunks(indptr: Tensor, chunk_edges: int):
+    """(first, last) row ranges of a CSR whose edges fit in ``chunk_edges`` (at least one
+    row each): the unit the partitioner streams in."""
+    rows, first = indptr.numel() - 1, 0
+    while first < rows:
+        last = int(torch.searchsorted(indptr, indptr[first] + chunk_edges, right=True)) - 1
+        last = min(max(last, first + 1), rows)
+        yield first, last
+        first = last
+
+
+def partition_quality(topo: CSRTopo, owner: Tensor, num_parts: int,
+                      chunk_edges: int = 1 << 22) -> dict:
     """The share of edges whose two ends have different owners (edge cut) and the largest
-    part's nodes and edges over the mean (balance, 1.0 is perfect)."""
+    part's nodes and edges over the mean (balance, 1.0 is perfect); edges read
+    ``chunk_edges`` at a time."""
     owner = owner.long()
-    row_owner = torch.repeat_interleave(owner, topo.degree.long())
-    cut = float((row_owner != owner[topo.indices.long()]).double().mean()) if topo.edge_count else 0.0
+    degree = topo.degree.long()
+    cut = 0
+    for first, last in _row_chunks(topo.indptr, chunk_edges):
+        begin, end = int(topo.indptr[first]), int(topo.indptr[last])
+        row_owner = torch.repeat_interleave(owner[first:last], degree[first:last],
+                                            output_size=end - begin)
+        cut += int((row_owner != owner[topo.indices[begin:end].long()]).sum())
     nodes = torch.bincount(owner, minlength=num_parts).double()
-    edges = torch.bincount(owner, weights=topo.degree.double(), minlength=num_parts)
-    return {"edge_cut": cut,
+    edges = torch.bincount(owner, weights=degree.double(), minlength=num_parts)
+    return {"edge_cut": cut / max(topo.edge_count, 1),
             "node_balance": float(nodes.max() / nodes.mean().clamp(min=1e-12)),
             "edge_balance": float(edges.max() / edges.mean().clamp(min=1e-12)),
             "nodes_per_part": nodes.long().tolist(), "edges_per_part": edges.long().tolist()}
@@ -109,18 +127,13 @@ def _owned_rows(topo: CSRTopo, nodes: Tensor, chunk_edges: int):
     total = int(indptr[-1])
     indices = torch.empty(total, dtype=topo.indices.dtype)
     edge_ids = torch.empty(total, dtype=torch.int64)
-    first = 0
-    while first < nodes.numel():
-        # As many rows as fit in chunk_edges (at least one).
-        last = int(torch.searchsorted(indptr, indptr[first] + chunk_edges, right=True)) - 1
-        last = min(max(last, first + 1), nodes.numel())
+    for first, last in _row_chunks(indptr, chunk_edges):
         out_begin, out_end = int(indptr[first]), int(indptr[last])
         positions = torch.arange(out_begin, out_end, dtype=torch.int64) + torch.repeat_interleave(
             starts[first:last] - indptr[first:last], degree[first:last],
             output_size=out_end - out_begin)
         indices[out_begin:out_end] = topo.indices[positions]
         edge_ids[out_begin:out_end] = topo.eid[positions] if topo.eid is not None else positions
-        first = last
     return indptr, indices, edge_ids
 
 
@@ -129,7 +142,7 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
                     y: Optional[Tensor] = None, splits: Optional[Dict[str, Tensor]] = None,
                     replicate: float = 0.2, hot_order: Optional[Tensor] = None,
                     owner: Optional[Tensor] = None, seed: int = 0,
-                    chunk_edges: int = 1 << 24) -> dict:
+                    chunk_edges: int = 1 << 22) -> dict:
     """Writes ``num_parts`` host partitions of ``topo`` into ``directory`` (see the module)
     and returns the manifest. ``x``: node features ([N, ...], rows of every node; the
     ``replicate`` share of the hottest, by ``hot_order`` or degree, on every host); ``y``:
@@ -160,7 +173,7 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
 
     partition_id = secrets.randbits(62)
     local_index = torch.empty(n, dtype=torch.int64)
-    quality = partition_quality(topo, owner, num_parts)
+    quality = partition_quality(topo, owner, num_parts, chunk_edges)
     parts = []
     for part in range(num_parts):
         nodes = (owner == part).nonzero().view(-1)
