@@ -94,8 +94,10 @@ void register_runtime_classes(torch::Library& m) {
            });
   m.class_<DistSampler>("DistSampler")
       .def(torch::init<const c10::intrusive_ptr<c10d::ProcessGroup>&, at::Tensor, at::Tensor,
-                       at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>, bool, double>())
+                       at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>, bool, double,
+                       std::vector<c10::intrusive_ptr<Transport>>>())
       .def("sample", &DistSampler::sample)
+      .def("one_sided", [](const c10::intrusive_ptr<DistSampler>& self) { return self->one_sided(); })
       .def("host", &DistSampler::host)
       .def("num_hosts", &DistSampler::num_hosts)
       .def("num_nodes", &DistSampler::num_nodes)

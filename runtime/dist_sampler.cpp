@@ -39,7 +39,7 @@ std::vector<int64_t> block_sums(const at::Tensor& counts, const std::vector<int6
 DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor indptr,
                          at::Tensor indices, at::Tensor edge_ids, at::Tensor owner,
                          at::Tensor local_index, std::vector<int64_t> fanouts, bool replace,
-                         double timeout_s)
+                         double timeout_s, std::vector<c10::intrusive_ptr<Transport>> reads)
     : group_(group),
       indptr_(std::move(indptr)),
       indices_(std::move(indices)),
@@ -48,7 +48,8 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
       local_index_(std::move(local_index)),
       fanouts_(std::move(fanouts)),
       replace_(replace),
-      timeout_(static_cast<int64_t>(timeout_s * 1000)) {
+      timeout_(static_cast<int64_t>(timeout_s * 1000)),
+      reads_(std::move(reads)) {
   TORCH_CHECK_VALUE(group_, "DistSampler needs a process group");
   TORCH_CHECK_VALUE(timeout_s > 0, "DistSampler: timeout_s must be > 0, got ", timeout_s);
   TORCH_CHECK_VALUE(!fanouts_.empty(), "DistSampler: fanouts must name at least one hop");
@@ -76,6 +77,14 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
     const int64_t low = owner_.min().item<int64_t>(), high = owner_.max().item<int64_t>();
     TORCH_CHECK_VALUE(low >= 0 && high < num_hosts_, "DistSampler: owner names hosts in [", low,
                       ", ", high, "] but the group has ", num_hosts_);
+  }
+  TORCH_CHECK_VALUE(reads_.empty() || reads_.size() == 3,
+                    "DistSampler: reads are three transports (offsets, neighbors, edge ids), got ",
+                    reads_.size());
+  for (const auto& t : reads_) {
+    TORCH_CHECK_VALUE(t && !t->is_collective() && t->host() == host_ && t->num_hosts() == num_hosts_,
+                      "DistSampler: each read transport must be one-sided (RDMA) over the group's "
+                      "hosts, as host ", host_, " of ", num_hosts_);
   }
   const int64_t owned = (owner_ == host_).sum().item<int64_t>();
   TORCH_CHECK_VALUE(indptr_.numel() == owned + 1, "DistSampler: host ", host_, " owns ", owned,
@@ -120,6 +129,144 @@ void DistSampler::fail(const char* what, const std::exception& error) {
       << ". The collective said: " << error.what();
   broken_ = why.str();
   TORCH_CHECK(false, "quiver DistSampler (host ", host_, " of ", num_hosts_, "): ", broken_);
+}
+
+std::pair<at::Tensor, at::Tensor> DistSampler::exchange_hop(
+    at::Tensor& requests, const std::vector<int64_t>& send_splits, int64_t fanout,
+    const std::optional<at::Generator>& generator, const std::function<void()>& sample_own,
+    const at::Tensor& own_counts, const at::Tensor& own_neighbors, const at::Tensor& own_eids) {
+  const int64_t P = num_hosts_;
+  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  // 1. How many rows each host asks of each other host.
+  at::Tensor recv_counts = at::empty({P}, long_opts);
+  at::Tensor send_counts_buffer = at::tensor(send_splits, long_opts);
+  await(post(recv_counts, send_counts_buffer, {}, {}, "request counts"), "request counts");
+  const std::vector<int64_t> recv_splits = as_vector(recv_counts);
+  const int64_t asked_of_me = std::accumulate(recv_splits.begin(), recv_splits.end(), int64_t{0});
+
+  // 2. The requests travel while this host samples its own frontier nodes.
+  at::Tensor asked = at::empty({asked_of_me}, long_opts);
+  auto requests_sent = post(asked, requests, recv_splits, send_splits, "requests");
+  sample_own();
+  await(requests_sent, "requests");
+
+  // 3. Sample what the peers asked for (this host's own block is answered already).
+  std::vector<at::Tensor> answer_counts(P), answer_rows(P);
+  int64_t begin = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    if (p == host_) {
+      answer_counts[p] = own_counts.to(at::kLong);
+      answer_rows[p] = at::stack({own_neighbors.to(at::kLong), own_eids.to(at::kLong)}, 1);
+    } else {
+      auto [c, n, e] = quiver::sample_neighbors(indptr_, indices_, asked.narrow(0, begin, recv_splits[p]),
+                                                fanout, replace_, edge_ids_, generator);
+      answer_counts[p] = c.to(at::kLong);
+      answer_rows[p] = at::stack({n.to(at::kLong), e.to(at::kLong)}, 1);
+    }
+    begin += recv_splits[p];
+  }
+  at::Tensor reply_counts = at::cat(answer_counts);
+  at::Tensor reply_rows = at::cat(answer_rows);
+  std::vector<int64_t> reply_splits(P);
+  for (int64_t p = 0; p < P; ++p) reply_splits[p] = answer_rows[p].size(0);
+
+  // 4. Answers back: counts per asked row (the requests' splits reversed), then the
+  // sampled (neighbor, edge id) pairs, whose per-host totals the counts give.
+  at::Tensor got_counts = at::empty({requests.numel()}, long_opts);
+  await(post(got_counts, reply_counts, send_splits, recv_splits, "answer counts"), "answer counts");
+  const std::vector<int64_t> got_splits = block_sums(got_counts, send_splits);
+  const int64_t got_total = std::accumulate(got_splits.begin(), got_splits.end(), int64_t{0});
+  at::Tensor got_rows = at::empty({got_total, 2}, long_opts);
+  await(post(got_rows, reply_rows, got_splits, reply_splits, "answers"), "answers");
+  return {got_counts, got_rows};
+}
+
+std::pair<at::Tensor, at::Tensor> DistSampler::read_hop(
+    at::Tensor& requests, const std::vector<int64_t>& send_splits, int64_t fanout,
+    const std::optional<at::Generator>& generator, const std::function<void()>& sample_own,
+    const at::Tensor& own_counts, const at::Tensor& own_neighbors, const at::Tensor& own_eids) {
+  const int64_t P = num_hosts_;
+  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  const Transport::Serve no_serve = [](const at::Tensor&, const at::Tensor&) { return at::Tensor(); };
+  const auto read = [&](int which, const std::vector<at::Tensor>& rows, int64_t served,
+                        at::ScalarType dtype) {
+    return reads_[which]->impl().fetch(rows, no_serve, served, at::empty({0, 1}, dtype),
+                                       at::Device(at::kCPU), {}, 0);
+  };
+  // 1. Each remote node's row bounds: its offsets indptr[i] and indptr[i + 1], read from
+  // the owner's memory (the owner's CPU does nothing).
+  std::vector<at::Tensor> bounds_wanted(P, at::empty({0}, long_opts));
+  int64_t begin = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    const at::Tensor mine = requests.narrow(0, begin, send_splits[p]);
+    if (p != host_) bounds_wanted[p] = at::stack({mine, mine + 1}, 1).view(-1);
+    begin += send_splits[p];
+  }
+  std::vector<at::Tensor> bounds;
+  {
+    std::lock_guard<std::mutex> one_fetch(reads_[0]->fetch_mutex());
+    bounds = read(0, bounds_wanted, indptr_.numel(), at::kLong);
+  }
+  sample_own();  // while nothing is in flight: reads are synchronous
+  // 2. Draw positions within each remote row here, with the sampling op itself on a
+  // stand-in CSR whose neighbor ids are the positions (so the draw is the op's).
+  std::vector<at::Tensor> row_begin, row_length;
+  for (int64_t p = 0; p < P; ++p) {
+    if (p == host_ || send_splits[p] == 0) continue;
+    const at::Tensor b = bounds[p].view({-1, 2});
+    row_begin.push_back(b.select(1, 0));
+    row_length.push_back(b.select(1, 1) - b.select(1, 0));
+  }
+  const at::Tensor starts = row_begin.empty() ? at::empty({0}, long_opts) : at::cat(row_begin);
+  const at::Tensor lengths = row_length.empty() ? at::empty({0}, long_opts) : at::cat(row_length);
+  TORCH_CHECK(lengths.numel() == 0 || lengths.min().item<int64_t>() >= 0,
+              "DistSampler: a peer's offsets are not non-decreasing: its partition is corrupt");
+  at::Tensor stand_in_indptr = at::zeros({lengths.numel() + 1}, long_opts);
+  at::Tensor stand_in_ends = stand_in_indptr.narrow(0, 1, lengths.numel());
+  at::cumsum_out(stand_in_ends, lengths, 0);
+  const int64_t positions = stand_in_indptr[-1].item<int64_t>();
+  auto [counts, drawn, ignored] = quiver::sample_neighbors(
+      stand_in_indptr, at::arange(positions, long_opts), at::arange(lengths.numel(), long_opts),
+      fanout, replace_, std::nullopt, generator);
+  const at::Tensor node_of = at::repeat_interleave(at::arange(lengths.numel(), long_opts), counts,
+                                                   /*dim=*/0, drawn.numel());
+  const at::Tensor at_owner = starts.index_select(0, node_of) + drawn -
+                              stand_in_indptr.index_select(0, node_of);
+  // 3. The drawn neighbors and their edge ids, read from the owners.
+  std::vector<at::Tensor> picks(P, at::empty({0}, long_opts)), remote_counts(P);
+  int64_t node = 0, pick = 0;
+  const int64_t* count = counts.const_data_ptr<int64_t>();
+  for (int64_t p = 0; p < P; ++p) {
+    if (p == host_) continue;
+    const int64_t n = send_splits[p];
+    const int64_t k = std::accumulate(count + node, count + node + n, int64_t{0});
+    picks[p] = at_owner.narrow(0, pick, k);
+    remote_counts[p] = counts.narrow(0, node, n);
+    node += n;
+    pick += k;
+  }
+  std::vector<at::Tensor> neighbors, edge_ids;
+  {
+    std::lock_guard<std::mutex> one_fetch(reads_[1]->fetch_mutex());
+    neighbors = read(1, picks, indices_.numel(), indices_.scalar_type());
+  }
+  {
+    std::lock_guard<std::mutex> one_fetch(reads_[2]->fetch_mutex());
+    edge_ids = read(2, picks, edge_ids_.numel(), at::kLong);
+  }
+  std::vector<at::Tensor> got_counts(P), got_rows(P);
+  for (int64_t p = 0; p < P; ++p) {
+    if (p == host_) {
+      got_counts[p] = own_counts.to(at::kLong);
+      got_rows[p] = at::stack({own_neighbors.to(at::kLong), own_eids.to(at::kLong)}, 1);
+    } else {
+      got_counts[p] = remote_counts[p].defined() ? remote_counts[p] : at::empty({0}, long_opts);
+      got_rows[p] = picks[p].numel() == 0
+                        ? at::empty({0, 2}, long_opts)
+                        : at::stack({neighbors[p].view(-1).to(at::kLong), edge_ids[p].view(-1)}, 1);
+    }
+  }
+  return {at::cat(got_counts), at::cat(got_rows)};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
@@ -167,50 +314,21 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     const std::vector<int64_t> send_splits = as_vector(send_counts);
     at::Tensor requests = local_index_.index_select(0, frontier.index_select(0, order));
 
-    // 1. How many rows each host asks of each other host.
-    at::Tensor recv_counts = at::empty({P}, long_opts);
-    at::Tensor send_counts_buffer = send_counts.clone();
-    await(post(recv_counts, send_counts_buffer, {}, {}, "request counts"), "request counts");
-    const std::vector<int64_t> recv_splits = as_vector(recv_counts);
-    const int64_t asked_of_me = std::accumulate(recv_splits.begin(), recv_splits.end(), int64_t{0});
-
-    // 2. The requests travel while this host samples its own frontier nodes.
-    at::Tensor asked = at::empty({asked_of_me}, long_opts);
-    auto requests_sent = post(asked, requests, recv_splits, send_splits, "requests");
     const int64_t own_begin = std::accumulate(send_splits.begin(), send_splits.begin() + host_, int64_t{0});
-    auto [own_counts, own_neighbors, own_eids] = quiver::sample_neighbors(
-        indptr_, indices_, requests.narrow(0, own_begin, send_splits[host_]), fanout, replace_,
-        edge_ids_, generator);
-    await(requests_sent, "requests");
-
-    // 3. Sample what the peers asked for (this host's own block is answered already).
-    std::vector<at::Tensor> answer_counts(P), answer_rows(P);
-    int64_t begin = 0;
-    for (int64_t p = 0; p < P; ++p) {
-      if (p == host_) {
-        answer_counts[p] = own_counts.to(at::kLong);
-        answer_rows[p] = at::stack({own_neighbors.to(at::kLong), own_eids.to(at::kLong)}, 1);
-      } else {
-        auto [c, n, e] = quiver::sample_neighbors(indptr_, indices_, asked.narrow(0, begin, recv_splits[p]),
-                                                  fanout, replace_, edge_ids_, generator);
-        answer_counts[p] = c.to(at::kLong);
-        answer_rows[p] = at::stack({n.to(at::kLong), e.to(at::kLong)}, 1);
-      }
-      begin += recv_splits[p];
-    }
-    at::Tensor reply_counts = at::cat(answer_counts);
-    at::Tensor reply_rows = at::cat(answer_rows);
-    std::vector<int64_t> reply_splits(P);
-    for (int64_t p = 0; p < P; ++p) reply_splits[p] = answer_rows[p].size(0);
-
-    // 4. Answers back: counts per asked row (the requests' splits reversed), then the
-    // sampled (neighbor, edge id) pairs, whose per-host totals the counts give.
-    at::Tensor got_counts = at::empty({frontier.numel()}, long_opts);
-    await(post(got_counts, reply_counts, send_splits, recv_splits, "answer counts"), "answer counts");
+    at::Tensor own_counts, own_neighbors, own_eids;
+    const auto sample_own = [&] {
+      std::tie(own_counts, own_neighbors, own_eids) = quiver::sample_neighbors(
+          indptr_, indices_, requests.narrow(0, own_begin, send_splits[host_]), fanout, replace_,
+          edge_ids_, generator);
+    };
+    // Per frontier node in grouped order, its sample's size; the (neighbor, edge id) pairs.
+    const auto [got_counts, got_rows] =
+        reads_.empty() ? exchange_hop(requests, send_splits, fanout, generator, sample_own,
+                                      own_counts, own_neighbors, own_eids)
+                       : read_hop(requests, send_splits, fanout, generator, sample_own,
+                                  own_counts, own_neighbors, own_eids);
     const std::vector<int64_t> got_splits = block_sums(got_counts, send_splits);
-    const int64_t got_total = std::accumulate(got_splits.begin(), got_splits.end(), int64_t{0});
-    at::Tensor got_rows = at::empty({got_total, 2}, long_opts);
-    await(post(got_rows, reply_rows, got_splits, reply_splits, "answers"), "answers");
+    const int64_t got_total = got_rows.size(0);
     int64_t remote_nodes = 0, remote_edges = 0;
     for (int64_t p = 0; p < P; ++p) {
       if (p == host_) continue;

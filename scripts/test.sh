@@ -39,12 +39,14 @@ elif ! grep -q '"rdma": "ON"' "$BUILD_DIR/build_info.json" 2>/dev/null; then
 elif ! command -v qemu-system-x86_64 >/dev/null || ! ls /lib/modules/*/kernel/drivers/infiniband/sw/rxe/rdma_rxe.ko >/dev/null 2>&1; then
   echo "skipped: QEMU or a kernel with rdma_rxe is missing (scripts/setup.sh installs them on Debian)"
 else
-  # The verbs transport's GoogleTests (two processes over rxe0) and DistFeature over RDMA.
+  # The verbs transport's GoogleTests (two processes over rxe0), DistFeature over RDMA, and
+  # the partitioned sampler reading its peers' rows with one-sided READs.
   bash scripts/rdma_vm.sh --timeout 1200 -- bash -c "
     '$BUILD_DIR/tests/cpp/quiver_tests' --gtest_color=no --gtest_brief=1 \
       --gtest_filter='RdmaOverDevice.*:FakeRdma.*' &&
     cd /tmp && '$VENV/bin/python' -m pytest -q -ra -p no:cacheprovider --rootdir '$REPO' \
-      -c '$REPO/pyproject.toml' '$REPO/tests/python/test_dist.py' -k rdma"
+      -c '$REPO/pyproject.toml' '$REPO/tests/python/test_dist.py' \
+      '$REPO/tests/python/test_dist_sampler.py' -k rdma"
 fi
 
 printf '\n== find_package(TorchQuiverOps) from a separate libtorch project\n'

@@ -304,10 +304,19 @@ class DistGraphSampler:
         group: the process group (default: the world); its rank must be the part.
         replace: sample with replacement.
         timeout: seconds an exchange may take.
+        transport: ``"collective"`` (the group's all-to-alls: every host samples each batch
+            at once, owners sample what they are asked for) or ``"rdma"`` (one-sided RDMA
+            READs of the owners' offsets, neighbor ids and edge ids, registered read-only:
+            the requester draws the positions itself with the same kernel, owners do no
+            work, and hosts sample whenever they like; needs an RDMA device on every host).
+        rdma: with ``"rdma"``: ``device``, ``port``, ``gid_index``, ``qps_per_peer`` and
+            ``staging_bytes`` (each of the three transports registers one buffer), as for
+            :class:`~torch_quiver_ops.dist.DistFeature`.
     """
 
     def __init__(self, partition: GraphPartition, sizes: Sequence[int], group=None,
-                 replace: bool = False, timeout: float = 60.0):
+                 replace: bool = False, timeout: float = 60.0, transport: str = "collective",
+                 rdma: Optional[dict] = None):
         import torch.distributed as dist
         group = group if group is not None else dist.group.WORLD
         rank, size = dist.get_rank(group), dist.get_world_size(group)
@@ -315,10 +324,22 @@ class DistGraphSampler:
             raise ValueError(f"this process is rank {rank} of {size} but holds part "
                              f"{partition.part} of {partition.num_parts}: load part = rank of "
                              f"a group with one process per part")
-        self.partition, self.sizes = partition, list(sizes)
+        if transport not in ("collective", "rdma"):
+            raise ValueError(f"transport must be 'collective' or 'rdma', got {transport!r}")
+        self.partition, self.sizes, self.transport = partition, list(sizes), transport
+        reads = []
+        if transport == "rdma":
+            options = {"device": "", "port": 1, "gid_index": -1, "qps_per_peer": 2,
+                       "staging_bytes": 8 << 20, **(rdma or {})}
+            # Every host registers its three arrays, in this order, at the same point.
+            reads = [torch.classes.quiver.Transport.rdma(
+                group.boxed(), table.contiguous().view(-1, 1), options["device"],
+                options["port"], options["gid_index"], options["qps_per_peer"],
+                options["staging_bytes"], float(timeout))
+                for table in (partition.indptr, partition.indices, partition.edge_ids)]
         self._sampler = torch.classes.quiver.DistSampler(
             group.boxed(), partition.indptr, partition.indices, partition.edge_ids,
-            partition.owner, partition.local_index, self.sizes, replace, float(timeout))
+            partition.owner, partition.local_index, self.sizes, replace, float(timeout), reads)
 
     def sample_subgraph(self, input_nodes, generator: Optional[torch.Generator] = None
                         ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:

@@ -189,3 +189,70 @@ def test_dist_neighbor_loader_gives_pyg_batches_of_the_partition(tmp_path):
              join=True)
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+# ---- one-sided RDMA reads of the owners' rows (runs where a device exists:
+# scripts/rdma_vm.sh, soft-RoCE) ----
+
+def rdma_worker(rank, world, port, directory, results, die_rank):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=120))
+    with reported(results, rank):
+        directory = Path(directory)
+        edge_index = torch.load(directory / "edge_index.pt")
+        topo = qv.CSRTopo(edge_index, num_nodes=400)
+        part = load_partition(directory / "parts", rank)
+        options = {"qps_per_peer": 1, "staging_bytes": 1 << 16,
+                   "device": os.environ.get("RXE_DEV", ""),
+                   "gid_index": int(os.environ.get("RXE_GID_INDEX", "-1"))}
+        sampler = DistGraphSampler(part, [4, 3], timeout=20.0, transport="rdma", rdma=options)
+        collective = DistGraphSampler(part, [4, 3], timeout=20.0)
+        gen = torch.Generator().manual_seed(rank)
+        # Hosts sample on their own: host 0 takes more batches than host 1.
+        for step in range(3 if rank == 0 else 1):
+            seeds = torch.randperm(400, generator=gen)[:int(torch.randint(1, 50, (1,), generator=gen))]
+            check_batch(sampler.sample_subgraph(seeds), seeds, edge_index, topo.degree.long(),
+                        [4, 3])
+        assert sum(sampler.remote_share()[0]) > 0
+        dist.barrier()
+        # The same uniform draws as the collective path: node 0's 1-hop hits, counted.
+        one_hop = DistGraphSampler(part, [5], timeout=20.0, transport="rdma", rdma=options)
+        counts = torch.zeros(topo.edge_count, dtype=torch.long)
+        for _ in range(300):
+            counts[one_hop.sample_subgraph(torch.tensor([0]))[3]] += 1
+        torch.save(counts, Path(results) / f"counts_{rank}.pt")
+        dist.barrier()
+        if rank == die_rank:
+            os._exit(0)
+        if die_rank >= 0:
+            import time
+            time.sleep(2)  # the peer is gone: its queue pairs and memory with it
+            sampler.sample_subgraph(torch.arange(40))
+        del collective
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not torch.classes.quiver.Transport.rdma_available(),
+                    reason="no RDMA device here; scripts/rdma_vm.sh runs this over soft-RoCE")
+@pytest.mark.parametrize("die_rank", [-1, 1])
+def test_rdma_reads_of_the_owners_rows(tmp_path, die_rank):
+    edge_index = graph()
+    topo = qv.CSRTopo(edge_index, num_nodes=400)
+    torch.save(edge_index, tmp_path / "edge_index.pt")
+    partition_graph(tmp_path / "parts", topo, 2, "random")
+    results = tmp_path / "results"
+    results.mkdir()
+    mp.spawn(rdma_worker, args=(2, free_port(), str(tmp_path), str(results), die_rank),
+             nprocs=2, join=True)
+    seen = {p.name: p.read_text() for p in results.iterdir() if p.name.startswith(("ok", "error"))}
+    if die_rank < 0:
+        assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+        row = slice(int(topo.indptr[0]), int(topo.indptr[1]))
+        deg = row.stop - row.start
+        for rank in range(2):  # host 1 reads node 0's row from host 0's memory
+            hits = torch.load(results / f"counts_{rank}.pt")[topo.eid[row]].double()
+            assert int(hits.sum()) == 300 * 5
+            assert stats.chisquare(hits.numpy(), [300 * 5 / deg] * deg).pvalue > 1e-4
+    else:
+        assert set(seen) == {"error_0"}, seen
+        assert "host 1" in seen["error_0"], seen

@@ -11,7 +11,11 @@
 //
 // Every host samples a batch at the same time (the exchanges are collectives, as DDP's
 // gradients are): each calls sample() once per step, with its own seeds (any number,
-// none included). An exchange that fails or does not complete within timeout_s raises on
+// none included). With `reads` (three one-sided RDMA transports serving this host's
+// indptr, indices and edge ids, as rows of one element) a host instead reads each remote
+// node's offsets, draws the positions itself with the same kernel, and reads the drawn
+// neighbors and edge ids from the owner's memory: the owner's CPU does nothing, and hosts
+// sample whenever they like. An exchange that fails or does not complete within timeout_s raises on
 // every survivor, naming the silent peer (from heartbeats in the group's store), and the
 // sampler refuses further batches: the hosts may be out of step.
 //
@@ -22,10 +26,12 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <quiver/transport.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/custom_class.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,7 +49,8 @@ class DistSampler : public torch::CustomClassHolder {
   // owner[v] (int16/int32) and local_index[v] (int64): every node's host and its row there.
   DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor indptr,
               at::Tensor indices, at::Tensor edge_ids, at::Tensor owner, at::Tensor local_index,
-              std::vector<int64_t> fanouts, bool replace, double timeout_s);
+              std::vector<int64_t> fanouts, bool replace, double timeout_s,
+              std::vector<c10::intrusive_ptr<Transport>> reads = {});
   ~DistSampler() override;
 
   // (node_ids, rows, cols, sampled_edge_ids, nodes_per_hop, edges_per_hop), as
@@ -54,6 +61,7 @@ class DistSampler : public torch::CustomClassHolder {
   int64_t host() const { return host_; }
   int64_t num_hosts() const { return num_hosts_; }
   int64_t num_nodes() const { return owner_.numel(); }
+  bool one_sided() const { return !reads_.empty(); }
   // Of the last batch: per hop, the frontier nodes this host asked its peers for, and the
   // neighbor ids and edge ids that came back (8 bytes each).
   std::vector<int64_t> last_remote_nodes() const { return last_remote_nodes_; }
@@ -67,12 +75,25 @@ class DistSampler : public torch::CustomClassHolder {
                                       const std::vector<int64_t>& from_splits, const char* what);
   void await(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
   [[noreturn]] void fail(const char* what, const std::exception& error);
+  // One hop's samples of the frontier, grouped by owner (requests: local rows, send_splits
+  // per owner): per node its sample's size, and the (neighbor, edge id) pairs. sample_own
+  // samples this host's own block into own_*; each path runs it while its exchange travels.
+  using HopSamples = std::pair<at::Tensor, at::Tensor>;
+  HopSamples exchange_hop(at::Tensor& requests, const std::vector<int64_t>& send_splits,
+                          int64_t fanout, const std::optional<at::Generator>& generator,
+                          const std::function<void()>& sample_own, const at::Tensor& own_counts,
+                          const at::Tensor& own_neighbors, const at::Tensor& own_eids);
+  HopSamples read_hop(at::Tensor& requests, const std::vector<int64_t>& send_splits,
+                      int64_t fanout, const std::optional<at::Generator>& generator,
+                      const std::function<void()>& sample_own, const at::Tensor& own_counts,
+                      const at::Tensor& own_neighbors, const at::Tensor& own_eids);
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   at::Tensor indptr_, indices_, edge_ids_, owner_, local_index_;
   std::vector<int64_t> fanouts_;
   bool replace_;
   std::chrono::milliseconds timeout_;
+  std::vector<c10::intrusive_ptr<Transport>> reads_;  // RDMA: offsets, neighbors, edge ids
   int64_t host_, num_hosts_;
   std::unique_ptr<PeerWatch> watch_;
   std::string broken_;
