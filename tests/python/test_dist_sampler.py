@@ -256,3 +256,63 @@ def test_rdma_reads_of_the_owners_rows(tmp_path, die_rank):
     else:
         assert set(seen) == {"error_0"}, seen
         assert "host 1" in seen["error_0"], seen
+
+
+NETNS_WORKER = '''
+import os, sys, torch, torch.distributed as dist
+sys.path.insert(0, sys.argv[2])
+from test_dist_sampler import check_batch
+import torch_quiver_ops as qv
+from torch_quiver_ops.partition import DistGraphSampler, load_partition
+directory = sys.argv[1]
+dist.init_process_group("gloo")
+edge_index = torch.load(os.path.join(directory, "edge_index.pt"))
+degree = qv.CSRTopo(edge_index, num_nodes=400).degree.long()
+sampler = DistGraphSampler(load_partition(os.path.join(directory, "parts"), dist.get_rank()),
+                           [4, 3], timeout=20.0)
+for seed in range(3):
+    seeds = torch.randperm(400, generator=torch.Generator().manual_seed(seed + dist.get_rank()))[:40]
+    check_batch(sampler.sample_subgraph(seeds), seeds, edge_index, degree, [4, 3])
+print(f"host {dist.get_rank()} sampled across the namespaces, remote per hop "
+      f"{sampler.remote_share()[0]}", flush=True)
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.timeout(600)
+def test_two_hosts_in_network_namespaces(tmp_path):
+    """Each host in its own network namespace (its own eth0 on a bridge): the hops cross a
+    network, not loopback."""
+    import subprocess
+    import sys
+    from test_dist import netns_usable
+    if not netns_usable():
+        pytest.skip("needs root and `ip netns` (network namespaces)")
+    edge_index = graph()
+    torch.save(edge_index, tmp_path / "edge_index.pt")
+    partition_graph(tmp_path / "parts", qv.CSRTopo(edge_index, num_nodes=400), 2, "random")
+    (tmp_path / "worker.py").write_text(NETNS_WORKER)
+    repo = Path(__file__).resolve().parents[2]
+    script = repo / "scripts" / "netns_hosts.sh"
+    names = subprocess.run(["bash", str(script), "up", "2"], capture_output=True, text=True,
+                           check=True).stdout.split()
+    try:
+        port = free_port()
+        env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0"}
+        runs = [subprocess.Popen(
+            ["ip", "netns", "exec", name, sys.executable, "-m", "torch.distributed.run",
+             "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
+             "--master-addr", "10.77.0.1", "--master-port", str(port),
+             str(tmp_path / "worker.py"), str(tmp_path), str(Path(__file__).parent)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+            for node, name in enumerate(names)]
+        try:
+            outputs = [run.communicate(timeout=180)[0] for run in runs]
+        finally:
+            for run in runs:
+                run.kill()
+    finally:
+        subprocess.run(["bash", str(script), "down", "2"], capture_output=True)
+    for run, output in zip(runs, outputs):
+        assert run.returncode == 0, output[-3000:]
+    assert sum("sampled across the namespaces" in o for o in outputs) == 2, outputs
