@@ -304,7 +304,9 @@ class DistGraphSampler:
         group: the process group (default: the world); its rank must be the part.
         replace: sample with replacement.
         timeout: seconds an exchange may take.
-        transport: ``"collective"`` (the group's all-to-alls: every host samples each batch
+        transport: ``"auto"`` (RDMA when every host has a device, as
+            :class:`~torch_quiver_ops.dist.DistFeature` chooses), ``"collective"`` (the
+            group's all-to-alls: every host samples each batch
             at once, owners sample what they are asked for) or ``"rdma"`` (one-sided RDMA
             READs of the owners' offsets, neighbor ids and edge ids, registered read-only:
             the requester draws the positions itself with the same kernel, owners do no
@@ -315,7 +317,7 @@ class DistGraphSampler:
     """
 
     def __init__(self, partition: GraphPartition, sizes: Sequence[int], group=None,
-                 replace: bool = False, timeout: float = 60.0, transport: str = "collective",
+                 replace: bool = False, timeout: float = 60.0, transport: str = "auto",
                  rdma: Optional[dict] = None):
         import torch.distributed as dist
         group = group if group is not None else dist.group.WORLD
@@ -324,13 +326,15 @@ class DistGraphSampler:
             raise ValueError(f"this process is rank {rank} of {size} but holds part "
                              f"{partition.part} of {partition.num_parts}: load part = rank of "
                              f"a group with one process per part")
-        if transport not in ("collective", "rdma"):
-            raise ValueError(f"transport must be 'collective' or 'rdma', got {transport!r}")
-        self.partition, self.sizes, self.transport = partition, list(sizes), transport
+        if transport not in ("auto", "collective", "rdma"):
+            raise ValueError(f"transport must be 'auto', 'collective' or 'rdma', got "
+                             f"{transport!r}")
+        self.partition, self.sizes = partition, list(sizes)
+        options = {"device": "", "port": 1, "gid_index": -1, "qps_per_peer": 2,
+                   "staging_bytes": 8 << 20, **(rdma or {})}
+        self.transport = transport = self._agree(group, transport, replace, options, timeout)
         reads = []
         if transport == "rdma":
-            options = {"device": "", "port": 1, "gid_index": -1, "qps_per_peer": 2,
-                       "staging_bytes": 8 << 20, **(rdma or {})}
             # Every host registers its three arrays, in this order, at the same point.
             reads = [torch.classes.quiver.Transport.rdma(
                 group.boxed(), table.contiguous().view(-1, 1), options["device"],
@@ -340,6 +344,44 @@ class DistGraphSampler:
         self._sampler = torch.classes.quiver.DistSampler(
             group.boxed(), partition.indptr, partition.indices, partition.edge_ids,
             partition.owner, partition.local_index, self.sizes, replace, float(timeout), reads)
+
+    def _agree(self, group, asked: str, replace: bool, options: dict, timeout: float) -> str:
+        """The transport every host uses, decided by all of them through the rendezvous
+        store before any exchange (``"auto"``: RDMA when every host has a device), after
+        checking that they hold parts of one partition and sample alike: a ValueError on
+        every host, naming the hosts, instead of exchanges that pair unrelated requests."""
+        from . import preflight
+        rdma_here = asked in ("auto", "rdma") and torch.classes.quiver.Transport.rdma_available()
+        problem = ""
+        if asked == "rdma" and not rdma_here:
+            problem = "transport 'rdma' asked for, but this host lists no RDMA device"
+        elif rdma_here:
+            try:  # peers read the three arrays; each transport registers a staging buffer
+                p = self.partition
+                preflight.check_memlock(p.indptr.nbytes + p.indices.nbytes + p.edge_ids.nbytes
+                                        + 3 * options["staging_bytes"],
+                                        "the partitioned sampler's registered memory")
+            except preflight.ResourceLimitError as error:
+                problem = str(error) if asked == "rdma" else ""
+                rdma_here = False
+        mine = {"partition": self.partition.manifest.get("partition_id"),
+                "part": self.partition.part, "sizes": self.sizes, "replace": replace,
+                "asked": asked, "rdma": rdma_here, "problem": problem}
+        texts = torch.classes.quiver.Transport.agree(
+            group.boxed(), "dist-sampler-setup", json.dumps(mine, sort_keys=True), timeout)
+        everyone = [json.loads(text) for text in texts]
+        troubled = {h: e["problem"] for h, e in enumerate(everyone) if e["problem"]}
+        if troubled:
+            raise ValueError("DistGraphSampler cannot connect its hosts: " + "; ".join(
+                f"host {h}: {why}" for h, why in troubled.items()))
+        for key, what in (("partition", "partitions (ids)"), ("sizes", "fanouts"),
+                          ("replace", "replace flags"), ("asked", "transports")):
+            if len({json.dumps(e[key]) for e in everyone}) > 1:
+                raise ValueError(f"the hosts hold different {what}: " + ", ".join(
+                    f"host {h} {e[key]!r}" for h, e in enumerate(everyone)) +
+                    ": every host must load one partition and build its sampler alike")
+        return asked if asked != "auto" else (
+            "rdma" if all(e["rdma"] for e in everyone) else "collective")
 
     def sample_subgraph(self, input_nodes, generator: Optional[torch.Generator] = None
                         ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:

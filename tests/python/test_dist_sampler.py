@@ -206,7 +206,8 @@ def rdma_worker(rank, world, port, directory, results, die_rank):
                    "device": os.environ.get("RXE_DEV", ""),
                    "gid_index": int(os.environ.get("RXE_GID_INDEX", "-1"))}
         sampler = DistGraphSampler(part, [4, 3], timeout=20.0, transport="rdma", rdma=options)
-        collective = DistGraphSampler(part, [4, 3], timeout=20.0)
+        collective = DistGraphSampler(part, [4, 3], timeout=20.0, transport="collective")
+        assert sampler.transport == "rdma" and collective.transport == "collective"
         gen = torch.Generator().manual_seed(rank)
         # Hosts sample on their own: host 0 takes more batches than host 1.
         for step in range(3 if rank == 0 else 1):
@@ -316,3 +317,31 @@ def test_two_hosts_in_network_namespaces(tmp_path):
     for run, output in zip(runs, outputs):
         assert run.returncode == 0, output[-3000:]
     assert sum("sampled across the namespaces" in o for o in outputs) == 2, outputs
+
+
+def mismatch_worker(rank, world, port, directory, results):
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=60))
+    with reported(results, rank):
+        directory = Path(directory)
+        mine = load_partition(directory / ("a" if rank == 0 else "b"), rank)
+        with pytest.raises(ValueError, match=r"different partitions \(ids\).*host 0.*host 1"):
+            DistGraphSampler(mine, [4, 3], timeout=10.0)
+        same = load_partition(directory / "a", rank)
+        with pytest.raises(ValueError, match="different fanouts"):
+            DistGraphSampler(same, [4, 3] if rank == 0 else [4, 2], timeout=10.0)
+        sampler = DistGraphSampler(same, [2], timeout=10.0)  # still usable together
+        sampler.sample_subgraph(torch.arange(5))
+
+
+@pytest.mark.timeout(300)
+def test_hosts_with_other_partitions_or_fanouts_refuse_together(tmp_path):
+    topo = qv.CSRTopo(graph(), num_nodes=400)
+    partition_graph(tmp_path / "a", topo, 2, "range")
+    partition_graph(tmp_path / "b", topo, 2, "range")  # same sizes, another partition id
+    results = tmp_path / "results"
+    results.mkdir()
+    mp.spawn(mismatch_worker, args=(2, free_port(), str(tmp_path), str(results)), nprocs=2,
+             join=True)
+    seen = {p.name: p.read_text() for p in results.iterdir()}
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen

@@ -44,7 +44,8 @@ class DistNeighborLoader:
         feature: the rows (a :class:`DistFeature` over the same hosts, or a tensor indexed
             by global id); None: batches carry no ``x``.
         group: the hosts (default: the world; a non-Gloo group gets a Gloo twin).
-        replace, timeout, seed: the sampler's, and the shuffle's seed.
+        replace, timeout, transport: the sampler's (:class:`DistGraphSampler`).
+        seed: the shuffle's seed.
 
     Batches are ``Data`` with ``x`` (the rows of ``n_id``), ``y`` (the seeds' labels, from
     the part: the first ``batch_size`` nodes), ``edge_index``, ``n_id``, ``e_id`` (global),
@@ -54,7 +55,7 @@ class DistNeighborLoader:
     def __init__(self, partition: Union[str, Path, GraphPartition], num_neighbors,
                  input_nodes: Union[str, Tensor] = "train", batch_size: int = 1,
                  shuffle: bool = False, feature=None, group=None, replace: bool = False,
-                 timeout: float = 60.0, seed: int = 0):
+                 timeout: float = 60.0, seed: int = 0, transport: str = "auto"):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.group = _gloo_group(group)
@@ -62,7 +63,7 @@ class DistNeighborLoader:
             partition = load_partition(partition, dist.get_rank(self.group))
         self.partition = partition
         self.sampler = DistGraphSampler(partition, _fanouts(num_neighbors), self.group,
-                                        replace, timeout)
+                                        replace, timeout, transport)
         if isinstance(input_nodes, str):
             if input_nodes not in partition.splits:
                 raise ValueError(f"input_nodes={input_nodes!r} names no split of the partition "
