@@ -301,16 +301,18 @@ ServedBatch ServingRuntime::next_batch() {
   return served;
 }
 
+ServingRuntime::Batch ServingRuntime::take_from_model(int64_t batch_id, const char* caller) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = with_model_.find(batch_id);
+  TORCH_CHECK_VALUE(it != with_model_.end(), "ServingRuntime.", caller, ": batch ", batch_id,
+                    " is not with the model (never handed out, or answered already)");
+  Batch batch = std::move(it->second);
+  with_model_.erase(it);
+  return batch;
+}
+
 void ServingRuntime::finish(int64_t batch_id, const at::Tensor& out) {
-  Batch batch;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = with_model_.find(batch_id);
-    TORCH_CHECK_VALUE(it != with_model_.end(), "ServingRuntime.finish: batch ", batch_id,
-                      " is not with the model (never handed out, or answered already)");
-    batch = std::move(it->second);
-    with_model_.erase(it);
-  }
+  Batch batch = take_from_model(batch_id, "finish");
   const int64_t seeds = batch.ids.numel();
   if (out.dim() < 1 || out.size(0) < seeds) {
     answer(std::move(batch), at::Tensor(),
@@ -322,16 +324,7 @@ void ServingRuntime::finish(int64_t batch_id, const at::Tensor& out) {
 }
 
 void ServingRuntime::fail(int64_t batch_id, const std::string& message) {
-  Batch batch;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = with_model_.find(batch_id);
-    TORCH_CHECK_VALUE(it != with_model_.end(), "ServingRuntime.fail: batch ", batch_id,
-                      " is not with the model (never handed out, or answered already)");
-    batch = std::move(it->second);
-    with_model_.erase(it);
-  }
-  answer(std::move(batch), at::Tensor(), message);
+  answer(take_from_model(batch_id, "fail"), at::Tensor(), message);
 }
 
 void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::string& error) {

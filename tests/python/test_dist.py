@@ -401,16 +401,12 @@ def netns_usable() -> bool:
     return probe.returncode == 0
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.skipif(not netns_usable(), reason="needs root and `ip netns` (network namespaces)")
-def test_two_hosts_in_network_namespaces(tmp_path):
-    directory = tmp_path / "features"
-    x = table(400, 5)
-    qv.dist.partition_features(x, directory, 2, torch.randperm(400), 0.2)
-    torch.save(x, directory / "x.pt")
-    (tmp_path / "worker.py").write_text(NETNS_WORKER)
-    script = Path(__file__).resolve().parents[2] / "scripts" / "netns_hosts.sh"
-    names = subprocess.run(["bash", str(script), "up", "2"], capture_output=True, text=True,
+def run_in_namespaces(script: Path, *args) -> list:
+    """``script ARGS`` under torchrun on two hosts, each in its own network namespace
+    (scripts/netns_hosts.sh: its own eth0 on a bridge): the processes' outputs, after
+    checking that both exited cleanly."""
+    netns = Path(__file__).resolve().parents[2] / "scripts" / "netns_hosts.sh"
+    names = subprocess.run(["bash", str(netns), "up", "2"], capture_output=True, text=True,
                            check=True).stdout.split()
     try:
         port = free_port()
@@ -419,8 +415,8 @@ def test_two_hosts_in_network_namespaces(tmp_path):
         runs = [subprocess.Popen(
             ["ip", "netns", "exec", name, sys.executable, "-m", "torch.distributed.run",
              "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
-             "--master-addr", "10.77.0.1", "--master-port", str(port),
-             str(tmp_path / "worker.py"), str(directory)],
+             "--master-addr", "10.77.0.1", "--master-port", str(port), str(script),
+             *map(str, args)],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
             for node, name in enumerate(names)]
         try:
@@ -429,9 +425,21 @@ def test_two_hosts_in_network_namespaces(tmp_path):
             for run in runs:
                 run.kill()
     finally:
-        subprocess.run(["bash", str(script), "down", "2"], capture_output=True)
+        subprocess.run(["bash", str(netns), "down", "2"], capture_output=True)
     for run, output in zip(runs, outputs):
         assert run.returncode == 0, output[-3000:]
+    return outputs
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not netns_usable(), reason="needs root and `ip netns` (network namespaces)")
+def test_two_hosts_in_network_namespaces(tmp_path):
+    directory = tmp_path / "features"
+    x = table(400, 5)
+    qv.dist.partition_features(x, directory, 2, torch.randperm(400), 0.2)
+    torch.save(x, directory / "x.pt")
+    (tmp_path / "worker.py").write_text(NETNS_WORKER)
+    outputs = run_in_namespaces(tmp_path / "worker.py", directory)
     assert sum("gathered from every shard" in o for o in outputs) == 2, outputs
 
 
@@ -766,27 +774,38 @@ def test_partition_script_writes_and_checks_shards(tmp_path):
     assert sum(shard_map.local_rows(h) - 24 for h in range(3)) == 216
 
 
-@pytest.mark.timeout(600)
-def test_distributed_training_example_learns_on_two_hosts(tmp_path):
-    # Two torchrun nodes on loopback (one process each): each maps only its shard.
+def train_on_two_nodes(tmp_path, per_node: int, *args) -> list:
+    """examples/train_sage_dist.py under torchrun as two nodes on loopback, ``per_node``
+    processes each: their outputs, after checking that both exited cleanly."""
     port = free_port()
     runs = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
-         "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", str(port),
-         str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path / "data"),
-         "--size", "small", "--epochs", "2", "--eval-nodes", "2000",
-         "--transport", "gloo"],  # both "nodes" share this machine (and its one GPU)
+         "--nproc-per-node", str(per_node), "--master-addr", "127.0.0.1", "--master-port",
+         str(port), str(REPO / "examples" / "train_sage_dist.py"), "--data",
+         str(tmp_path / "data"), "--size", "small", "--eval-nodes", "2000",
+         "--transport", "gloo", *args],  # both "nodes" share this machine (and its one GPU)
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in range(2)]
     try:
-        outputs = [run.communicate(timeout=400)[0] for run in runs]
+        outputs = [run.communicate(timeout=500)[0] for run in runs]
     finally:
         for run in runs:
             run.kill()
     for run, output in zip(runs, outputs):
         assert run.returncode == 0, output[-3000:]
-    last = [line for line in outputs[0].splitlines() if line.startswith("epoch 2")][0]
-    accuracy = float(last.split("test accuracy ")[1].split()[0])
-    chance = float(last.split("(chance ")[1].rstrip(")"))
+    return outputs
+
+
+def accuracy_and_chance(output: str, epoch: int):
+    last = [line for line in output.splitlines() if line.startswith(f"epoch {epoch}")][0]
+    return (float(last.split("test accuracy ")[1].split()[0]),
+            float(last.split("(chance ")[1].rstrip(")")), last)
+
+
+@pytest.mark.timeout(600)
+def test_distributed_training_example_learns_on_two_hosts(tmp_path):
+    # Two torchrun nodes on loopback (one process each): each maps only its shard.
+    outputs = train_on_two_nodes(tmp_path, 1, "--epochs", "2")
+    accuracy, chance, last = accuracy_and_chance(outputs[0], 2)
     assert accuracy > 10 * chance, last
     assert "2 hosts x 1 processes" in outputs[0]
 
@@ -796,25 +815,10 @@ def test_partitioned_training_example_learns_on_two_hosts_of_two_processes(tmp_p
     """--partitioned, as GLT's example: the graph split in two, then two torchrun nodes of
     two processes each; every host maps only its part and samples remote nodes through
     their owners."""
-    port = free_port()
-    runs = [subprocess.Popen(
-        [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
-         "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-         str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path / "data"),
-         "--size", "small", "--epochs", "4", "--eval-nodes", "2000", "--fanouts", "10,5",
-         "--transport", "gloo", "--partitioned", "--partition-method", "random"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in range(2)]
-    try:
-        outputs = [run.communicate(timeout=500)[0] for run in runs]
-    finally:
-        for run in runs:
-            run.kill()
-    for run, output in zip(runs, outputs):
-        assert run.returncode == 0, output[-3000:]
+    outputs = train_on_two_nodes(tmp_path, 2, "--epochs", "4", "--fanouts", "10,5",
+                                 "--partitioned", "--partition-method", "random")
     assert "partitioned into 2 by random" in outputs[0]
-    last = [line for line in outputs[0].splitlines() if line.startswith("epoch 4")][0]
-    accuracy = float(last.split("test accuracy ")[1].split()[0])
-    chance = float(last.split("(chance ")[1].rstrip(")"))
+    accuracy, chance, last = accuracy_and_chance(outputs[0], 4)
     assert accuracy > 10 * chance, last
     assert "2 hosts x 2 processes" in outputs[0]
 

@@ -284,38 +284,14 @@ dist.destroy_process_group()
 def test_two_hosts_in_network_namespaces(tmp_path):
     """Each host in its own network namespace (its own eth0 on a bridge): the hops cross a
     network, not loopback."""
-    import subprocess
-    import sys
-    from test_dist import netns_usable
+    from test_dist import netns_usable, run_in_namespaces
     if not netns_usable():
         pytest.skip("needs root and `ip netns` (network namespaces)")
     edge_index = graph()
     torch.save(edge_index, tmp_path / "edge_index.pt")
     partition_graph(tmp_path / "parts", qv.CSRTopo(edge_index, num_nodes=400), 2, "random")
     (tmp_path / "worker.py").write_text(NETNS_WORKER)
-    repo = Path(__file__).resolve().parents[2]
-    script = repo / "scripts" / "netns_hosts.sh"
-    names = subprocess.run(["bash", str(script), "up", "2"], capture_output=True, text=True,
-                           check=True).stdout.split()
-    try:
-        port = free_port()
-        env = {**os.environ, "GLOO_SOCKET_IFNAME": "eth0"}
-        runs = [subprocess.Popen(
-            ["ip", "netns", "exec", name, sys.executable, "-m", "torch.distributed.run",
-             "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1",
-             "--master-addr", "10.77.0.1", "--master-port", str(port),
-             str(tmp_path / "worker.py"), str(tmp_path), str(Path(__file__).parent)],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-            for node, name in enumerate(names)]
-        try:
-            outputs = [run.communicate(timeout=180)[0] for run in runs]
-        finally:
-            for run in runs:
-                run.kill()
-    finally:
-        subprocess.run(["bash", str(script), "down", "2"], capture_output=True)
-    for run, output in zip(runs, outputs):
-        assert run.returncode == 0, output[-3000:]
+    outputs = run_in_namespaces(tmp_path / "worker.py", tmp_path, Path(__file__).parent)
     assert sum("sampled across the namespaces" in o for o in outputs) == 2, outputs
 
 

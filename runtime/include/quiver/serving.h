@@ -164,6 +164,7 @@ class ServingRuntime : public torch::CustomClassHolder {
   void model_loop(const std::function<at::Tensor(const ServedBatch&)>& model);
   ServedBatch prepare(const at::Tensor& ids, Sampler& sampler) const;
   void answer(Batch batch, const at::Tensor& rows, const std::string& error);
+  Batch take_from_model(int64_t batch_id, const char* caller);  // for finish and fail
   std::unique_ptr<Sampler> make_sampler(bool on_gpu, int64_t seed) const;
 
   at::Tensor indptr_, indices_;
