@@ -148,6 +148,7 @@ def main(argv=None) -> dict:
     local_rank_in_node = rank % local_size if local_size > 1 else 0
     if args.partitioned:
         # The sampler's exchanges are of CPU tensors: a Gloo twin of the host group.
+        # (Made on every process when needed: groups are created collectively.)
         sampler_group = host_group if dist.get_backend(host_group) == "gloo" else \
             qv.dist.host_groups(backend="gloo")
         part = load_partition(data / "parts", dist.get_rank(host_group))

@@ -90,7 +90,25 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
   TORCH_CHECK_VALUE(indptr_.numel() == owned + 1, "DistSampler: host ", host_, " owns ", owned,
                     " nodes by the owner map but its indptr describes ", indptr_.numel() - 1,
                     ": the partition and the group's ranks do not match");
-  // The rows are checked as the sampling op checks any CSR (neighbor ids are global).
+  // The whole part once (the per-batch op checks only the rows it touches, and neighbor ids
+  // here are global, indexing the reindexing table): a corrupt part is refused here.
+  TORCH_CHECK_VALUE(indptr_.scalar_type() == at::kLong && edge_ids_.scalar_type() == at::kLong &&
+                        (indices_.scalar_type() == at::kInt || indices_.scalar_type() == at::kLong),
+                    "DistSampler: indptr and edge_ids must be int64 and indices int32 or int64, "
+                    "got ", indptr_.scalar_type(), ", ", edge_ids_.scalar_type(), " and ",
+                    indices_.scalar_type());
+  TORCH_CHECK_VALUE(indptr_[0].item<int64_t>() == 0 &&
+                        indptr_[-1].item<int64_t>() == indices_.numel() &&
+                        (indptr_.numel() < 2 || (indptr_.diff() >= 0).all().item<bool>()),
+                    "DistSampler: host ", host_, "'s indptr is not non-decreasing from 0 to ",
+                    indices_.numel(), " (its neighbor count): the partition is corrupt");
+  if (indices_.numel() > 0) {
+    const auto [low, high] = at::aminmax(indices_);
+    TORCH_CHECK_INDEX(low.item<int64_t>() >= 0 && high.item<int64_t>() < owner_.numel(),
+                      "DistSampler: host ", host_, "'s indices hold node ids in [",
+                      low.item<int64_t>(), ", ", high.item<int64_t>(), "], outside [0, ",
+                      owner_.numel(), "): the partition is corrupt");
+  }
   const std::string serial =
       std::to_string(group_->getStore()->add("quiver/dist_sampler/made/" + std::to_string(host_), 1) - 1);
   const auto period = std::max(std::chrono::milliseconds(100), timeout_ / kBeatsPerTimeout);
@@ -329,6 +347,13 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
                                   own_counts, own_neighbors, own_eids);
     const std::vector<int64_t> got_splits = block_sums(got_counts, send_splits);
     const int64_t got_total = got_rows.size(0);
+    if (got_total > 0) {  // peers' answers index the reindexing table: checked first
+      const auto [low, high] = at::aminmax(got_rows.select(1, 0));
+      TORCH_CHECK(low.item<int64_t>() >= 0 && high.item<int64_t>() < num_nodes(),
+                  "DistSampler (host ", host_, "): a peer answered neighbor ids in [",
+                  low.item<int64_t>(), ", ", high.item<int64_t>(), "], outside [0, ",
+                  num_nodes(), "): its partition is corrupt");
+    }
     int64_t remote_nodes = 0, remote_edges = 0;
     for (int64_t p = 0; p < P; ++p) {
       if (p == host_) continue;

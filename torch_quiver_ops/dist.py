@@ -95,11 +95,14 @@ def load_shard_map(directory: Union[str, Path], verify: bool = False) -> "torch.
 def host_groups(backend: Optional[str] = None):
     """Under ``torchrun --nnodes H --nproc-per-node M``: the process group of this
     process's local rank (one process per node, its rank the node's index), made on every
-    process. With one process per node, the world itself."""
+    process. With one process per node, the world itself (or, for a ``backend`` other than
+    the world's, a group of every rank with that backend)."""
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     world = dist.get_world_size()
     if local_size == 1:
-        return dist.group.WORLD
+        if backend is None or backend == dist.get_backend():
+            return dist.group.WORLD
+        return dist.new_group(list(range(world)), backend=backend)
     mine = None
     for local_rank in range(local_size):
         ranks = list(range(local_rank, world, local_size))
@@ -107,6 +110,16 @@ def host_groups(backend: Optional[str] = None):
         if dist.get_rank() in ranks:
             mine = group
     return mine
+
+
+def gloo_twin(group=None):
+    """``group`` (default: the world) when it runs Gloo, else a Gloo group over the same
+    ranks, for exchanges of CPU tensors (the partitioned sampler's) beside an NCCL group.
+    A collective call when it makes one: every rank of the world calls it."""
+    group = group if group is not None else dist.group.WORLD
+    if dist.get_backend(group) == "gloo":
+        return group
+    return dist.new_group(dist.get_process_group_ranks(group), backend="gloo")
 
 
 # Gloo groups the rows of a collective transport travel over, per group of hosts: made

@@ -130,15 +130,27 @@ def test_a_peer_that_dies_mid_batch_is_named(tmp_path):
         assert "RuntimeError" in message and "host 2 has stopped answering" in message, message
 
 
-def test_a_part_loaded_on_the_wrong_rank_is_refused(tmp_path):
+def test_a_part_loaded_on_the_wrong_rank_or_corrupt_is_refused(tmp_path):
+    import dataclasses
     topo = qv.CSRTopo(graph(), num_nodes=400)
-    partition_graph(tmp_path, topo, 2, "range")
-    part = load_partition(tmp_path, 1)
+    partition_graph(tmp_path / "two", topo, 2, "range")
+    partition_graph(tmp_path / "one", topo, 1, "range")
+    part = load_partition(tmp_path / "two", 1)
+    whole = load_partition(tmp_path / "one", 0)
     store = dist.HashStore()
     dist.init_process_group("gloo", store=store, rank=0, world_size=1)
     try:
         with pytest.raises(ValueError, match="rank 0 of 1 but holds part 1 of 2"):
             DistGraphSampler(part, [3])
+        far = whole.indices.clone()
+        far[17] = 400  # a neighbor id past the graph
+        with pytest.raises(IndexError, match=r"outside \[0, 400\): the partition is corrupt"):
+            DistGraphSampler(dataclasses.replace(whole, indices=far), [3])
+        backwards = whole.indptr.clone()
+        backwards[5] = backwards[6] + 1
+        with pytest.raises(ValueError, match="not non-decreasing"):
+            DistGraphSampler(dataclasses.replace(whole, indptr=backwards), [3])
+        assert DistGraphSampler(whole, [3]).sample_subgraph(torch.arange(3))[0].numel() >= 3
     finally:
         dist.destroy_process_group()
 

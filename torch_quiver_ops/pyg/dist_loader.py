@@ -13,17 +13,9 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
+from ..dist import gloo_twin
 from ..partition import DistGraphSampler, GraphPartition, load_partition
 from .sampler import _fanouts
-
-
-def _gloo_group(group):
-    """``group`` when it runs Gloo, else a Gloo group over the same ranks (the partitioned
-    sampler's exchanges are of CPU tensors). A collective call: every rank of the world."""
-    group = group if group is not None else dist.group.WORLD
-    if dist.get_backend(group) == "gloo":
-        return group
-    return dist.new_group(dist.get_process_group_ranks(group), backend="gloo")
 
 
 class DistNeighborLoader:
@@ -58,7 +50,7 @@ class DistNeighborLoader:
                  timeout: float = 60.0, seed: int = 0, transport: str = "auto"):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        self.group = _gloo_group(group)
+        self.group = gloo_twin(group)
         if not isinstance(partition, GraphPartition):
             partition = load_partition(partition, dist.get_rank(self.group))
         self.partition = partition
