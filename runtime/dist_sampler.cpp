@@ -263,15 +263,26 @@ std::pair<at::Tensor, at::Tensor> DistSampler::read_hop(
     node += n;
     pick += k;
   }
+  // In address order, so that neighbors drawn next to each other (a row taken whole) travel
+  // as one READ; put back in draw order after.
+  std::vector<at::Tensor> ascending(P), order(P);
+  for (int64_t p = 0; p < P; ++p) {
+    std::tie(ascending[p], order[p]) = picks[p].sort(/*stable=*/false, /*dim=*/0, /*descending=*/false);
+  }
   std::vector<at::Tensor> neighbors, edge_ids;
   {
     std::lock_guard<std::mutex> one_fetch(reads_[1]->fetch_mutex());
-    neighbors = read(1, picks, indices_.numel(), indices_.scalar_type());
+    neighbors = read(1, ascending, indices_.numel(), indices_.scalar_type());
   }
   {
     std::lock_guard<std::mutex> one_fetch(reads_[2]->fetch_mutex());
-    edge_ids = read(2, picks, edge_ids_.numel(), at::kLong);
+    edge_ids = read(2, ascending, edge_ids_.numel(), at::kLong);
   }
+  const auto in_draw_order = [&](const at::Tensor& got, int64_t p) {
+    at::Tensor out = at::empty({order[p].numel()}, long_opts);
+    out.index_put_({order[p]}, got.view(-1).to(at::kLong));
+    return out;
+  };
   std::vector<at::Tensor> got_counts(P), got_rows(P);
   for (int64_t p = 0; p < P; ++p) {
     if (p == host_) {
@@ -281,7 +292,7 @@ std::pair<at::Tensor, at::Tensor> DistSampler::read_hop(
       got_counts[p] = remote_counts[p].defined() ? remote_counts[p] : at::empty({0}, long_opts);
       got_rows[p] = picks[p].numel() == 0
                         ? at::empty({0, 2}, long_opts)
-                        : at::stack({neighbors[p].view(-1).to(at::kLong), edge_ids[p].view(-1)}, 1);
+                        : at::stack({in_draw_order(neighbors[p], p), in_draw_order(edge_ids[p], p)}, 1);
     }
   }
   return {at::cat(got_counts), at::cat(got_rows)};

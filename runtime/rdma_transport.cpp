@@ -57,6 +57,7 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kMaxQpsPerPeer = 16;
 constexpr int kChain = 16;  // work requests per posted chain; the last one is signaled
+constexpr int64_t kMaxReadBytes = 1 << 20;  // one READ covers consecutive rows up to this
 
 // What a host tells a peer about itself, through the store.
 struct Endpoint {
@@ -433,26 +434,37 @@ class RdmaTransport final : public Transport::Impl {
     ibv_sge sges[kChain];
     // A chain never holds more reads than a queue pair may have in flight.
     const int64_t chain = std::min<int64_t>(kChain, reads_per_qp_);
-    for (int64_t first = 0; first < n; first += chain) {
-      const int64_t count = std::min<int64_t>(chain, n - first);
+    // Rows of consecutive ids land in consecutive slots: one READ covers a run of them (up
+    // to kMaxReadBytes), so a whole neighbor list or a block of rows costs one request.
+    const int64_t max_run = std::max<int64_t>(1, kMaxReadBytes / row_bytes_);
+    int64_t next = 0;
+    while (next < n) {
+      int64_t count = 0;
+      while (count < chain && next < n) {
+        int64_t run = 1;
+        while (next + run < n && run < max_run && index[next + run] == index[next + run - 1] + 1) {
+          ++run;
+        }
+        sges[count].addr = reinterpret_cast<uint64_t>(staging + (slot + next) * row_bytes_);
+        sges[count].length = static_cast<uint32_t>(run * row_bytes_);
+        sges[count].lkey = staging_mr_->lkey;
+        std::memset(&wrs[count], 0, sizeof(wrs[count]));
+        wrs[count].sg_list = &sges[count];
+        wrs[count].num_sge = 1;
+        wrs[count].opcode = IBV_WR_RDMA_READ;
+        wrs[count].wr.rdma.remote_addr = peer.addr + static_cast<uint64_t>(index[next]) * row_bytes_;
+        wrs[count].wr.rdma.rkey = peer.rkey;
+        ++count;
+        next += run;
+      }
       const int64_t qp = peer.next_qp;
       peer.next_qp = (peer.next_qp + 1) % static_cast<int64_t>(peer.qps.size());
-      while (peer.in_flight[qp] + count > reads_per_qp_) poll_once(deadline);
       for (int64_t k = 0; k < count; ++k) {
-        const int64_t row = index[first + k];
-        sges[k].addr = reinterpret_cast<uint64_t>(staging + (slot + first + k) * row_bytes_);
-        sges[k].length = static_cast<uint32_t>(row_bytes_);
-        sges[k].lkey = staging_mr_->lkey;
-        std::memset(&wrs[k], 0, sizeof(wrs[k]));
         wrs[k].wr_id = wr_id(peer_index, qp, k + 1 == count ? count : 0);
-        wrs[k].sg_list = &sges[k];
-        wrs[k].num_sge = 1;
-        wrs[k].opcode = IBV_WR_RDMA_READ;
         wrs[k].send_flags = k + 1 == count ? IBV_SEND_SIGNALED : 0;
-        wrs[k].wr.rdma.remote_addr = peer.addr + static_cast<uint64_t>(row) * row_bytes_;
-        wrs[k].wr.rdma.rkey = peer.rkey;
         wrs[k].next = k + 1 == count ? nullptr : &wrs[k + 1];
       }
+      while (peer.in_flight[qp] + count > reads_per_qp_) poll_once(deadline);
       ibv_send_wr* bad = nullptr;
       const int posted = verbs::api().post_send(peer.qps[qp].get(), wrs, &bad);
       if (posted != 0) {

@@ -39,6 +39,11 @@ class FakeVerbs {
     reads_ = 0;
   }
   int live_objects() const { return live_.load(); }
+  // READ work requests posted so far (each may cover several rows).
+  int reads() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return posted_;
+  }
 
  private:
   struct FakeCq {
@@ -212,6 +217,7 @@ class FakeVerbs {
       wc.wr_id = wr->wr_id;
       wc.opcode = IBV_WC_RDMA_READ;
       wc.status = IBV_WC_SUCCESS;
+      ++posted_;
       const bool faulty = fault_ != Fault::kNone && reads_++ >= fault_after_;
       if (qp->error) {
         wc.status = IBV_WC_WR_FLUSH_ERR;
@@ -261,6 +267,7 @@ class FakeVerbs {
   Fault fault_ = Fault::kNone;
   int fault_after_ = 0;
   int reads_ = 0;
+  int posted_ = 0;
   std::atomic<int> live_{0};
 };
 

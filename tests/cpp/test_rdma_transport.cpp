@@ -289,9 +289,22 @@ TEST_F(FakeRdma, ReadsRowsBetweenTwoHosts) {
   EXPECT_EQ(zero->kind(), "rdma:fake0");
 }
 
+TEST_F(FakeRdma, RunsOfConsecutiveRowsTravelAsOneReadEach) {
+  auto [zero, one] = connect(fake_options());
+  // Runs of every length, ascending and not, some crossing a staging chunk's end.
+  const at::Tensor ids = at::cat({at::arange(0, 700, at::kLong), at::arange(900, 880, -1, at::kLong),
+                                  at::arange(100, 1000, 3, at::kLong), at::arange(kRows - 5, kRows, at::kLong)});
+  const int before = FakeVerbs::instance().reads();
+  expect_rows_of(read_from(*zero, 1, ids), 1, ids);
+  const int reads = FakeVerbs::instance().reads() - before;
+  EXPECT_LT(reads, ids.numel() / 2) << "consecutive rows were read one by one";
+  EXPECT_GE(reads, 20 + 300);  // each descending or strided row is a read of its own
+}
+
 void expect_failure_naming_host_1(Transport& transport, const std::string& what) {
   try {
-    read_from(transport, 1, at::arange(500, at::kLong));
+    // Every other row: 500 separate reads (consecutive rows would travel as one).
+    read_from(transport, 1, at::arange(0, 1000, 2, at::kLong));
     ADD_FAILURE() << "the fetch did not fail";
   } catch (const c10::Error& error) {
     const std::string message = error.what();
@@ -317,7 +330,7 @@ TEST_F(FakeRdma, CompletionQueueOverflowIsReported) {
   auto [zero, one] = connect(fake_options());
   FakeVerbs::instance().set_fault(FakeVerbs::Fault::kCqOverflow, 10);
   try {
-    read_from(*zero, 1, at::arange(500, at::kLong));
+    read_from(*zero, 1, at::arange(0, 1000, 2, at::kLong));
     ADD_FAILURE() << "an overflowed completion queue went unnoticed";
   } catch (const c10::Error& error) {
     EXPECT_NE(std::string(error.what()).find("overflowed"), std::string::npos) << error.what();
