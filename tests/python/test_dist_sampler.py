@@ -3,6 +3,7 @@ real edge with its global id, counts are min(degree, fanout), the layout is
 sample_subgraph's, a node's neighbors are drawn uniformly whichever host owns it (chi-square
 against single-host sampling's distribution), a fixed seed reproduces a batch, and a peer
 that dies mid-batch is named by every survivor."""
+import contextlib
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +17,15 @@ from scipy import stats
 import torch_quiver_ops as qv
 from test_dist import free_port, reported
 from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
+
+
+@contextlib.contextmanager
+def host_of(rank, world, port, results, timeout):
+    """A worker's body as host ``rank`` of a Gloo group: what it saw lands in ``results``."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=timeout))
+    with reported(results, rank):
+        yield
 
 
 def graph(n=400, degree=10, seed=0):
@@ -51,9 +61,7 @@ def check_batch(out, seeds, edge_index, degree, fanouts):
 
 
 def worker(rank, world, port, directory, results, die_rank):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=60))
-    with reported(results, rank):
+    with host_of(rank, world, port, results, 60):
         directory = Path(directory)
         edge_index = torch.load(directory / "edge_index.pt")
         topo = qv.CSRTopo(edge_index, num_nodes=400)
@@ -90,18 +98,31 @@ def worker(rank, world, port, directory, results, die_rank):
             sampler.sample_subgraph(torch.arange(10))  # the peer is gone: raises
 
 
-@pytest.mark.timeout(600)
-@pytest.mark.parametrize("method,world", [("range", 2), ("random", 3)])
-def test_partitioned_sampling_over_gloo(tmp_path, method, world):
+def spawn_hosts(tmp_path, worker_fn, world, method, *extra):
+    """Partitions graph() into ``world`` parts by ``method`` and runs ``worker_fn`` as that
+    many hosts: the whole topology, what each host reported, and the results folder."""
     edge_index = graph()
     topo = qv.CSRTopo(edge_index, num_nodes=400)
     torch.save(edge_index, tmp_path / "edge_index.pt")
     partition_graph(tmp_path / "parts", topo, world, method)
+    return (topo, *spawned(tmp_path, worker_fn, world, *extra))
+
+
+def spawned(tmp_path, worker_fn, world, *extra):
+    """``worker_fn`` run as ``world`` hosts over tmp_path: what each reported (ok_<rank> or
+    error_<rank>), and the results folder."""
     results = tmp_path / "results"
     results.mkdir()
-    mp.spawn(worker, args=(world, free_port(), str(tmp_path), str(results), -1), nprocs=world,
-             join=True)
+    mp.spawn(worker_fn, args=(world, free_port(), str(tmp_path), str(results), *extra),
+             nprocs=world, join=True)
     seen = {p.name: p.read_text() for p in results.iterdir() if p.name.startswith(("ok", "error"))}
+    return seen, results
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("method,world", [("range", 2), ("random", 3)])
+def test_partitioned_sampling_over_gloo(tmp_path, method, world):
+    topo, seen, results = spawn_hosts(tmp_path, worker, world, method, -1)
     assert seen == {f"ok_{r}": "ok" for r in range(world)}, seen
     # Chi-square: node 0's 5 of its neighbors, drawn 1500 times by each host, hit each of
     # its edges equally often (expected 5/deg of the draws), the owner's and the others'.
@@ -117,14 +138,7 @@ def test_partitioned_sampling_over_gloo(tmp_path, method, world):
 
 @pytest.mark.timeout(600)
 def test_a_peer_that_dies_mid_batch_is_named(tmp_path):
-    edge_index = graph()
-    topo = qv.CSRTopo(edge_index, num_nodes=400)
-    torch.save(edge_index, tmp_path / "edge_index.pt")
-    partition_graph(tmp_path / "parts", topo, 3, "range")
-    results = tmp_path / "results"
-    results.mkdir()
-    mp.spawn(worker, args=(3, free_port(), str(tmp_path), str(results), 2), nprocs=3, join=True)
-    seen = {p.name: p.read_text() for p in results.iterdir() if p.name.startswith(("ok", "error"))}
+    _, seen, _ = spawn_hosts(tmp_path, worker, 3, "range", 2)
     assert set(seen) == {"error_0", "error_1"}, seen
     for message in seen.values():
         assert "RuntimeError" in message and "host 2 has stopped answering" in message, message
@@ -156,9 +170,7 @@ def test_a_part_loaded_on_the_wrong_rank_or_corrupt_is_refused(tmp_path):
 
 
 def loader_worker(rank, world, port, directory, results):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=60))
-    with reported(results, rank):
+    with host_of(rank, world, port, results, 60):
         from torch_quiver_ops.pyg import DistNeighborLoader
         directory = Path(directory)
         x, y, edge_index = (torch.load(directory / f"{name}.pt") for name in ("x", "y", "edge_index"))
@@ -195,11 +207,7 @@ def test_dist_neighbor_loader_gives_pyg_batches_of_the_partition(tmp_path):
         torch.save(t, tmp_path / f"{name}.pt")
     partition_graph(tmp_path / "parts", topo, 2, "random", x=x, y=y,
                     splits={"train": torch.arange(0, 400, 3)}, replicate=0.1)
-    results = tmp_path / "results"
-    results.mkdir()
-    mp.spawn(loader_worker, args=(2, free_port(), str(tmp_path), str(results)), nprocs=2,
-             join=True)
-    seen = {p.name: p.read_text() for p in results.iterdir()}
+    seen, _ = spawned(tmp_path, loader_worker, 2)
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
@@ -207,9 +215,7 @@ def test_dist_neighbor_loader_gives_pyg_batches_of_the_partition(tmp_path):
 # scripts/rdma_vm.sh, soft-RoCE) ----
 
 def rdma_worker(rank, world, port, directory, results, die_rank):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=120))
-    with reported(results, rank):
+    with host_of(rank, world, port, results, 120):
         directory = Path(directory)
         edge_index = torch.load(directory / "edge_index.pt")
         topo = qv.CSRTopo(edge_index, num_nodes=400)
@@ -249,15 +255,7 @@ def rdma_worker(rank, world, port, directory, results, die_rank):
                     reason="no RDMA device here; scripts/rdma_vm.sh runs this over soft-RoCE")
 @pytest.mark.parametrize("die_rank", [-1, 1])
 def test_rdma_reads_of_the_owners_rows(tmp_path, die_rank):
-    edge_index = graph()
-    topo = qv.CSRTopo(edge_index, num_nodes=400)
-    torch.save(edge_index, tmp_path / "edge_index.pt")
-    partition_graph(tmp_path / "parts", topo, 2, "random")
-    results = tmp_path / "results"
-    results.mkdir()
-    mp.spawn(rdma_worker, args=(2, free_port(), str(tmp_path), str(results), die_rank),
-             nprocs=2, join=True)
-    seen = {p.name: p.read_text() for p in results.iterdir() if p.name.startswith(("ok", "error"))}
+    topo, seen, results = spawn_hosts(tmp_path, rdma_worker, 2, "random", die_rank)
     if die_rank < 0:
         assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
         row = slice(int(topo.indptr[0]), int(topo.indptr[1]))
@@ -308,9 +306,7 @@ def test_two_hosts_in_network_namespaces(tmp_path):
 
 
 def mismatch_worker(rank, world, port, directory, results):
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world, timeout=timedelta(seconds=60))
-    with reported(results, rank):
+    with host_of(rank, world, port, results, 60):
         directory = Path(directory)
         mine = load_partition(directory / ("a" if rank == 0 else "b"), rank)
         with pytest.raises(ValueError, match=r"different partitions \(ids\).*host 0.*host 1"):
@@ -327,9 +323,5 @@ def test_hosts_with_other_partitions_or_fanouts_refuse_together(tmp_path):
     topo = qv.CSRTopo(graph(), num_nodes=400)
     partition_graph(tmp_path / "a", topo, 2, "range")
     partition_graph(tmp_path / "b", topo, 2, "range")  # same sizes, another partition id
-    results = tmp_path / "results"
-    results.mkdir()
-    mp.spawn(mismatch_worker, args=(2, free_port(), str(tmp_path), str(results)), nprocs=2,
-             join=True)
-    seen = {p.name: p.read_text() for p in results.iterdir()}
+    seen, _ = spawned(tmp_path, mismatch_worker, 2)
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
