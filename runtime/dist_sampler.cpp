@@ -149,10 +149,16 @@ void DistSampler::fail(const char* what, const std::exception& error) {
   TORCH_CHECK(false, "quiver DistSampler (host ", host_, " of ", num_hosts_, "): ", broken_);
 }
 
-std::pair<at::Tensor, at::Tensor> DistSampler::exchange_hop(
+DistSampler::HopSamples DistSampler::sample_rows(const at::Tensor& rows, int64_t fanout,
+                                                const std::optional<at::Generator>& generator) {
+  auto [counts, neighbors, edge_ids] =
+      quiver::sample_neighbors(indptr_, indices_, rows, fanout, replace_, edge_ids_, generator);
+  return {counts.to(at::kLong), at::stack({neighbors.to(at::kLong), edge_ids.to(at::kLong)}, 1)};
+}
+
+DistSampler::HopSamples DistSampler::exchange_hop(
     at::Tensor& requests, const std::vector<int64_t>& send_splits, int64_t fanout,
-    const std::optional<at::Generator>& generator, const std::function<void()>& sample_own,
-    const at::Tensor& own_counts, const at::Tensor& own_neighbors, const at::Tensor& own_eids) {
+    const std::optional<at::Generator>& generator, const OwnSamples& sample_own) {
   const int64_t P = num_hosts_;
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
   // 1. How many rows each host asks of each other host.
@@ -165,22 +171,15 @@ std::pair<at::Tensor, at::Tensor> DistSampler::exchange_hop(
   // 2. The requests travel while this host samples its own frontier nodes.
   at::Tensor asked = at::empty({asked_of_me}, long_opts);
   auto requests_sent = post(asked, requests, recv_splits, send_splits, "requests");
-  sample_own();
+  const HopSamples own = sample_own();
   await(requests_sent, "requests");
 
   // 3. Sample what the peers asked for (this host's own block is answered already).
   std::vector<at::Tensor> answer_counts(P), answer_rows(P);
   int64_t begin = 0;
   for (int64_t p = 0; p < P; ++p) {
-    if (p == host_) {
-      answer_counts[p] = own_counts.to(at::kLong);
-      answer_rows[p] = at::stack({own_neighbors.to(at::kLong), own_eids.to(at::kLong)}, 1);
-    } else {
-      auto [c, n, e] = quiver::sample_neighbors(indptr_, indices_, asked.narrow(0, begin, recv_splits[p]),
-                                                fanout, replace_, edge_ids_, generator);
-      answer_counts[p] = c.to(at::kLong);
-      answer_rows[p] = at::stack({n.to(at::kLong), e.to(at::kLong)}, 1);
-    }
+    std::tie(answer_counts[p], answer_rows[p]) =
+        p == host_ ? own : sample_rows(asked.narrow(0, begin, recv_splits[p]), fanout, generator);
     begin += recv_splits[p];
   }
   at::Tensor reply_counts = at::cat(answer_counts);
@@ -199,10 +198,9 @@ std::pair<at::Tensor, at::Tensor> DistSampler::exchange_hop(
   return {got_counts, got_rows};
 }
 
-std::pair<at::Tensor, at::Tensor> DistSampler::read_hop(
+DistSampler::HopSamples DistSampler::read_hop(
     at::Tensor& requests, const std::vector<int64_t>& send_splits, int64_t fanout,
-    const std::optional<at::Generator>& generator, const std::function<void()>& sample_own,
-    const at::Tensor& own_counts, const at::Tensor& own_neighbors, const at::Tensor& own_eids) {
+    const std::optional<at::Generator>& generator, const OwnSamples& sample_own) {
   const int64_t P = num_hosts_;
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
   const Transport::Serve no_serve = [](const at::Tensor&, const at::Tensor&) { return at::Tensor(); };
@@ -225,7 +223,7 @@ std::pair<at::Tensor, at::Tensor> DistSampler::read_hop(
     std::lock_guard<std::mutex> one_fetch(reads_[0]->fetch_mutex());
     bounds = read(0, bounds_wanted, indptr_.numel(), at::kLong);
   }
-  sample_own();  // while nothing is in flight: reads are synchronous
+  const HopSamples own = sample_own();  // while nothing is in flight: reads are synchronous
   // 2. Draw positions within each remote row here, with the sampling op itself on a
   // stand-in CSR whose neighbor ids are the positions (so the draw is the op's).
   std::vector<at::Tensor> row_begin, row_length;
@@ -286,10 +284,9 @@ std::pair<at::Tensor, at::Tensor> DistSampler::read_hop(
   std::vector<at::Tensor> got_counts(P), got_rows(P);
   for (int64_t p = 0; p < P; ++p) {
     if (p == host_) {
-      got_counts[p] = own_counts.to(at::kLong);
-      got_rows[p] = at::stack({own_neighbors.to(at::kLong), own_eids.to(at::kLong)}, 1);
+      std::tie(got_counts[p], got_rows[p]) = own;
     } else {
-      got_counts[p] = remote_counts[p].defined() ? remote_counts[p] : at::empty({0}, long_opts);
+      got_counts[p] = remote_counts[p];
       got_rows[p] = picks[p].numel() == 0
                         ? at::empty({0, 2}, long_opts)
                         : at::stack({in_draw_order(neighbors[p], p), in_draw_order(edge_ids[p], p)}, 1);
@@ -344,18 +341,13 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     at::Tensor requests = local_index_.index_select(0, frontier.index_select(0, order));
 
     const int64_t own_begin = std::accumulate(send_splits.begin(), send_splits.begin() + host_, int64_t{0});
-    at::Tensor own_counts, own_neighbors, own_eids;
     const auto sample_own = [&] {
-      std::tie(own_counts, own_neighbors, own_eids) = quiver::sample_neighbors(
-          indptr_, indices_, requests.narrow(0, own_begin, send_splits[host_]), fanout, replace_,
-          edge_ids_, generator);
+      return sample_rows(requests.narrow(0, own_begin, send_splits[host_]), fanout, generator);
     };
     // Per frontier node in grouped order, its sample's size; the (neighbor, edge id) pairs.
     const auto [got_counts, got_rows] =
-        reads_.empty() ? exchange_hop(requests, send_splits, fanout, generator, sample_own,
-                                      own_counts, own_neighbors, own_eids)
-                       : read_hop(requests, send_splits, fanout, generator, sample_own,
-                                  own_counts, own_neighbors, own_eids);
+        reads_.empty() ? exchange_hop(requests, send_splits, fanout, generator, sample_own)
+                       : read_hop(requests, send_splits, fanout, generator, sample_own);
     const std::vector<int64_t> got_splits = block_sums(got_counts, send_splits);
     const int64_t got_total = got_rows.size(0);
     if (got_total > 0) {  // peers' answers index the reindexing table: checked first

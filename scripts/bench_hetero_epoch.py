@@ -33,9 +33,9 @@ from torch_geometric.nn import SAGEConv, to_hetero
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_hetero import mag_like  # noqa: E402
-from bench_link import timed  # noqa: E402
+from bench_link import epochs, timed  # noqa: E402
 
-from torch_quiver_ops.pyg import NeighborLoader, Prefetcher  # noqa: E402
+from torch_quiver_ops.pyg import NeighborLoader  # noqa: E402
 
 CLASSES = 349
 FANOUT = [15, 10]
@@ -94,30 +94,9 @@ def main():
             model(first.x_dict, first.edge_index_dict)
         optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
 
-        def sampled_edges(batch):
-            return sum(batch[et].edge_index.size(1) for et in batch.edge_types)
-
-        def prefetching():
-            count = batches = 0
-            for batch in Prefetcher(loader, device):
-                step(model, optimizer, batch)
-                count += sampled_edges(batch)
-                batches += 1
-            return count, batches
-
-        def in_line():
-            build = run = 0.0
-            iterator = iter(loader)
-            while True:
-                seconds, batch = timed(lambda: next(iterator, None), device)
-                if batch is None:
-                    return build, run
-                build += seconds
-                run += timed(lambda: step(model, optimizer, batch), device)[0]
-
-        timed(prefetching, device)  # warm-up: caches, allocator, kernels' first launches
-        epoch, (count, batches) = timed(prefetching, device)
-        line_epoch, (build, run) = timed(in_line, device)
+        epoch, (count, batches), line_epoch, (build, run) = epochs(
+            loader, device, lambda batch: step(model, optimizer, batch),
+            lambda batch: sum(batch[et].edge_index.size(1) for et in batch.edge_types))
         kept = []
         for batch in loader:
             kept.append(batch)

@@ -59,6 +59,34 @@ def timed(fn, device):
     return time.perf_counter() - start, out
 
 
+def epochs(loader, device, run_step, sampled_edges):
+    """One warm-up epoch, then the timed ones: ``(prefetching epoch s, (sampled edges,
+    batches), in-line epoch s, (s building batches, s in the model))``. ``run_step(batch)``
+    trains on a batch; ``sampled_edges(batch)`` counts its edges."""
+    def prefetching():
+        edges = batches = 0
+        for batch in Prefetcher(loader, device):
+            run_step(batch)
+            edges += sampled_edges(batch)
+            batches += 1
+        return edges, batches
+
+    def in_line():
+        build = run = 0.0
+        iterator = iter(loader)
+        while True:
+            seconds, batch = timed(lambda: next(iterator, None), device)
+            if batch is None:
+                return build, run
+            build += seconds
+            run += timed(lambda: run_step(batch), device)[0]
+
+    timed(prefetching, device)  # warm-up: CUDA graphs, caches, allocator, first launches
+    epoch, counts = timed(prefetching, device)
+    line_epoch, split = timed(in_line, device)
+    return epoch, counts, line_epoch, split
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graph", default="products")
@@ -85,27 +113,9 @@ def main():
         model = Encoder(graph.x.size(1)).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
 
-        def prefetching():
-            edges = batches = 0
-            for batch in Prefetcher(loader, device):
-                step(model, optimizer, batch)
-                edges += batch.edge_index.size(1)
-                batches += 1
-            return edges, batches
-
-        def in_line():
-            build = run = 0.0
-            iterator = iter(loader)
-            while True:
-                seconds, batch = timed(lambda: next(iterator, None), device)
-                if batch is None:
-                    return build, run
-                build += seconds
-                run += timed(lambda: step(model, optimizer, batch), device)[0]
-
-        timed(prefetching, device)  # warm-up: CUDA graphs, caches, allocator
-        epoch, (edges, batches) = timed(prefetching, device)
-        line_epoch, (build, run) = timed(in_line, device)
+        epoch, (edges, batches), line_epoch, (build, run) = epochs(
+            loader, device, lambda batch: step(model, optimizer, batch),
+            lambda batch: batch.edge_index.size(1))
         # The same kind of batches built beforehand (the first 200: all of them would not
         # fit in GPU memory), the model timed over them and scaled to the epoch's batches.
         kept = []

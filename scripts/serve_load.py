@@ -27,7 +27,6 @@ import json
 import math
 import multiprocessing as mp
 import os
-import statistics
 import sys
 import threading
 import time

@@ -6,7 +6,7 @@ their owners each hop) and gathers rows through a
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Union
+from typing import Union
 
 import torch
 import torch.distributed as dist

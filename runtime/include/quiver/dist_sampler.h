@@ -75,14 +75,22 @@ class DistSampler : public torch::CustomClassHolder {
                                       const std::vector<int64_t>& from_splits, const char* what);
   void await(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
   [[noreturn]] void fail(const char* what, const std::exception& error);
-  // One hop's samples of the frontier, grouped by owner (requests: local rows, send_splits
-  // per owner): per node its sample's size, and the (neighbor, edge id) pairs. sample_own
-  // samples this host's own block into own_*; each path runs it while its exchange travels.
+  // Samples of some frontier nodes: per node its sample's size (int64), and the (neighbor,
+  // edge id) pairs ([k, 2] int64).
   using HopSamples = std::pair<at::Tensor, at::Tensor>;
+  using OwnSamples = std::function<HopSamples()>;
+  // Rows (this host's local rows) sampled here with the op.
+  HopSamples sample_rows(const at::Tensor& rows, int64_t fanout,
+                         const std::optional<at::Generator>& generator);
+  // One hop's samples of the frontier, grouped by owner (requests: local rows, send_splits
+  // per owner). sample_own samples this host's own block; each path runs it while its
+  // exchange travels.
   HopSamples exchange_hop(at::Tensor& requests, const std::vector<int64_t>& send_splits,
                           int64_t fanout, const std::optional<at::Generator>& generator,
-                          const std::function<void()>& sample_own, const at::Tensor& own_counts,
-                          const at::Tensor& own_neighbors, const at::Tensor& own_eids);
+                          const OwnSamples& sample_own);
+  HopSamples read_hop(at::Tensor& requests, const std::vector<int64_t>& send_splits,
+                      int64_t fanout, const std::optional<at::Generator>& generator,
+                      const OwnSamples& sample_own);
   HopSamples read_hop(at::Tensor& requests, const std::vector<int64_t>& send_splits,
                       int64_t fanout, const std::optional<at::Generator>& generator,
                       const std::function<void()>& sample_own, const at::Tensor& own_counts,
