@@ -3,7 +3,7 @@ labels and split ids, the node -> owner map and a manifest (torch_quiver_ops.par
 
     python scripts/partition_graph.py --csr GRAPH_DIR | --edge-index E.pt | --synthetic NAME
         --parts 4 --out /shared/parts [--method metis|range|random] [--features x.pt]
-        [--labels y.pt] [--splits splits.pt] [--replicate 0.2] [--seed 0]
+        [--labels y.pt] [--splits splits.pt] [--replicate 0.2] [--seed 0] [--no-features]
 
 --csr is a CSRTopo.save directory (memory-mapped: only the pages read are resident);
 --edge-index a [2, E] tensor saved with torch.save; --synthetic one of the package's
@@ -67,14 +67,21 @@ def main(argv=None):
     parser.add_argument("--replicate", type=float, default=0.2,
                         help="share of the hottest feature rows kept on every host")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-features", action="store_true",
+                        help="with --synthetic: topology, labels and splits only")
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
     x = y = splits = None
     if args.synthetic:
         from torch_quiver_ops.synthetic import synthetic_graph
-        graph = synthetic_graph(args.synthetic, seed=args.seed)
-        topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+        # On a GPU the graph and its CSR are drawn there (seconds at papers100M size, where
+        # a CPU int64 edge_index alone is 26 GB); features in bf16 halve the table.
+        on_gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
+        graph = synthetic_graph(args.synthetic, seed=args.seed, features=not args.no_features,
+                                device="cuda" if on_gpu else None, csr=on_gpu,
+                                feature_dtype=torch.bfloat16 if on_gpu else torch.float32)
+        topo = graph.topology()
         x, y = graph.x, graph.y
         splits = {name: getattr(graph, f"{name}_idx") for name in ("train", "val", "test")
                   if getattr(graph, f"{name}_idx", None) is not None}
@@ -97,9 +104,11 @@ def main(argv=None):
     for part in range(args.parts):
         load_partition(args.out, part, verify=True)
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    largest = max(sum(f.stat().st_size for f in (Path(args.out) / f"part_{p}").iterdir()) +
-                  sum(f.stat().st_size for f in (Path(args.out) / "features" / f"host_{p}").iterdir()
-                      if (Path(args.out) / "features").exists())
+    def bytes_under(folder: Path) -> int:
+        return sum(f.stat().st_size for f in folder.iterdir()) if folder.exists() else 0
+
+    largest = max(bytes_under(Path(args.out) / f"part_{p}") +
+                  bytes_under(Path(args.out) / "features" / f"host_{p}")
                   for p in range(args.parts))
     print(f"{topo.node_count} nodes, {topo.edge_count} edges into {args.parts} parts by "
           f"{manifest['method']}: edge cut {manifest['edge_cut']:.3f}, balance "
