@@ -39,9 +39,10 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "ops/cuda/owner_slots.h"
+#include "runtime/cuda/owner_slots.h"
 #include "runtime/nccl_direct.h"
 #endif
+#include "runtime/collective_wait.h"
 #include "runtime/host_agreement.h"
 #include "runtime/peer_watch.h"
 #include "runtime/phase_clock.h"
@@ -584,23 +585,10 @@ class CollectiveTransport final : public Transport::Impl {
     }
   }
 
-  // Waits for a posted exchange, at most the timeout. The wait polls the work (a CUDA event
-  // query for NCCL) instead of wait(timeout), which for NCCL sleeps a millisecond at a
-  // time: four of those per fetch cost more than the rows.
+  // Waits for a posted exchange, at most the timeout (runtime/collective_wait.h).
   void await(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
     try {
-      if (!uses_gpus_) {
-        work->wait(timeout_);  // Gloo blocks on a condition variable: nothing to spin
-        return;
-      }
-      const auto deadline = std::chrono::steady_clock::now() + timeout_;
-      while (!work->isCompleted()) {
-        if (std::chrono::steady_clock::now() > deadline) {
-          throw std::runtime_error("no answer within " + std::to_string(timeout_.count()) + " ms");
-        }
-        std::this_thread::yield();
-      }
-      work->wait();  // raises the collective's own error, orders the current stream after it
+      await_within(work, timeout_, /*poll=*/uses_gpus_);
     } catch (const std::exception& error) {
       fail(what, error);
     }
@@ -683,9 +671,7 @@ class CollectiveTransport final : public Transport::Impl {
       in_backend = true;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || !posted.work->wait(left)) {
-        throw std::runtime_error("no answer within " + std::to_string(timeout_.count()) + " ms");
-      }
+      if (left.count() <= 0 || !posted.work->wait(left)) no_answer_within(timeout_);
       in_backend = false;
     };
     try {

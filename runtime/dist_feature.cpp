@@ -14,8 +14,8 @@
 #include <tuple>
 
 #include "ops/checks.h"
-#include "ops/cpu/owner_groups.h"
-#include "ops/cpu/row_gather.h"
+#include "runtime/cpu/owner_groups.h"
+#include "ops/internal/gather.h"
 #include "ops/errors.h"
 #include "runtime/phase_clock.h"
 #ifdef QUIVER_WITH_CUDA
@@ -24,8 +24,7 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 
-#include "ops/cuda/gather_tiered_rows.h"
-#include "ops/cuda/owner_slots.h"
+#include "runtime/cuda/owner_slots.h"
 #endif
 
 namespace quiver::runtime {
@@ -350,7 +349,7 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
       shape, like.options().device(device).pinned_memory(on_host && holds_cuda_context()));
   const auto place = [&out](const at::Tensor& rows, const at::Tensor& where) {
     if (out.is_cpu()) {
-      cpu::scatter_rows_into(rows.contiguous(), where.contiguous(), out);
+      internal::scatter_rows_into(rows.contiguous(), where.contiguous(), out);
     } else {
       out.index_copy_(0, where, rows);
     }

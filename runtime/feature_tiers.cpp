@@ -4,7 +4,7 @@
 #include <quiver/ops.h>
 
 #include "ops/checks.h"
-#include "ops/cpu/row_gather.h"
+#include "ops/internal/gather.h"
 
 namespace quiver::runtime {
 
@@ -80,7 +80,7 @@ void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) con
                     at::IntArrayRef(shape), " and ", tiers_.front().scalar_type(), ", got ",
                     out.sizes(), " ", out.scalar_type(), " on ", out.device());
   at::Tensor into = out;  // a handle: the rows land in the caller's memory
-  cpu::gather_from_tiers_into(tiers_, positions_, ids, into);
+  internal::gather_from_tiers_into(tiers_, positions_, ids, into);
 }
 
 std::vector<int64_t> FeatureTiers::shape() const {

@@ -1,6 +1,8 @@
 #ifdef QUIVER_WITH_CUDA
 #include "runtime/nccl_direct.h"
 
+#include "runtime/collective_wait.h"
+
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
@@ -209,7 +211,7 @@ void NcclDirect::wait(cudaEvent_t done, std::chrono::milliseconds timeout) {
       if (async != kNcclSuccess && async != kNcclInProgress) fail("NCCL reported", async);
       if (std::chrono::steady_clock::now() > deadline) {
         abort();
-        throw std::runtime_error("no answer within " + std::to_string(timeout.count()) + " ms");
+        no_answer_within(timeout);
       }
     }
     std::this_thread::yield();

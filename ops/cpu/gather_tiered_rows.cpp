@@ -3,6 +3,7 @@
 
 #include "ops/checks.h"
 #include "ops/cpu/row_gather.h"
+#include "ops/internal/gather.h"
 
 namespace quiver {
 namespace {
@@ -21,4 +22,17 @@ at::Tensor gather_tiered_rows_cpu(at::TensorList tiers, const std::optional<at::
 
 TORCH_LIBRARY_IMPL(quiver, CPU, m) { m.impl("gather_tiered_rows", &gather_tiered_rows_cpu); }
 
+namespace internal {
+
+void gather_from_tiers_into(at::ArrayRef<at::Tensor> tiers,
+                            const std::optional<at::Tensor>& positions, const at::Tensor& ids,
+                            at::Tensor& out) {
+  cpu::gather_from_tiers_into(tiers, positions, ids, out);
+}
+
+void scatter_rows_into(const at::Tensor& rows, const at::Tensor& where, at::Tensor& out) {
+  cpu::scatter_rows_into(rows, where, out);
+}
+
+}  // namespace internal
 }  // namespace quiver

@@ -4,7 +4,7 @@
 
 #include "ops/cuda/coo_sort.h"
 #include "ops/cuda/device_status.cuh"
-#include "ops/cuda/launch.cuh"
+#include "ops/internal/launch.cuh"
 
 namespace quiver::cuda {
 namespace {

@@ -1,6 +1,7 @@
 // CUDA entry point of gather_tiered_rows, and the host side of the row gather that
 // gather_rows shares (gather_tiered_rows.h).
 #include "ops/cuda/gather_tiered_rows.h"
+#include "ops/internal/gather.h"
 
 #include <ATen/Parallel.h>
 #include <ATen/cuda/CUDAContext.h>
@@ -475,6 +476,7 @@ PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                                         const std::optional<at::Tensor>& positions,
                                         const at::Tensor& ids, bool group_host_reads,
                                         const char* op) {
+  check_gather_tiered_rows_args(tiers, positions, ids, /*host_read_blocks=*/0);
   PendingGather pending;
   pending.state_ = std::make_unique<PendingGather::State>();
   PendingGather::State& state = *pending.state_;

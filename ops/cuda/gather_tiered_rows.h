@@ -5,7 +5,6 @@
 
 #include <ATen/core/Tensor.h>
 
-#include <memory>
 #include <optional>
 
 namespace quiver::cuda {
@@ -21,38 +20,5 @@ at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
                              bool group_host_reads, bool stage_host_rows, const char* op,
                              int64_t host_read_blocks = 0);
-
-// A gather launched without waiting for it (enqueue_gather_from_tiers): a bad id or
-// position is recorded, not raised, until raise_if_failed, which the caller calls after it
-// has waited for the stream. For callers that must not block the host mid-stream: the
-// distributed fetch enqueues its gathers between collectives, where a wait could hang on a
-// dead peer.
-class PendingGather {
- public:
-  PendingGather();
-  PendingGather(PendingGather&&) noexcept;
-  PendingGather& operator=(PendingGather&&) noexcept;
-  ~PendingGather();
-  // The rows; written once the stream reaches the gather.
-  const at::Tensor& rows() const { return rows_; }
-  // Raises IndexError as gather_from_tiers does, if the gather met a bad id or position.
-  // Call it after the stream has passed the gather.
-  void raise_if_failed() const;
-
- private:
-  struct State;
-  friend PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor>,
-                                                 const std::optional<at::Tensor>&,
-                                                 const at::Tensor&, bool, const char*);
-  at::Tensor rows_;
-  std::unique_ptr<State> state_;
-};
-
-// gather_from_tiers on the current stream, returning before the rows are written (never
-// staged: staging waits for the GPU).
-PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
-                                        const std::optional<at::Tensor>& positions,
-                                        const at::Tensor& ids, bool group_host_reads,
-                                        const char* op);
 
 }  // namespace quiver::cuda

@@ -5,7 +5,7 @@
 #include <cub/device/device_radix_sort.cuh>
 
 #include "ops/cuda/hetero_regroup.h"
-#include "ops/cuda/launch.cuh"
+#include "ops/internal/launch.cuh"
 
 namespace quiver::cuda {
 namespace {

@@ -4,7 +4,7 @@
 #include <curand_kernel.h>
 
 #include "ops/cuda/device_status.cuh"
-#include "ops/cuda/launch.cuh"
+#include "ops/internal/launch.cuh"
 #include "ops/cuda/negatives.h"
 #include "ops/sampling_rules.h"
 

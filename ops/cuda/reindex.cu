@@ -7,7 +7,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "ops/cuda/device_status.cuh"
-#include "ops/cuda/launch.cuh"
+#include "ops/internal/launch.cuh"
 #include "ops/cuda/reindex.h"
 
 namespace quiver::cuda {

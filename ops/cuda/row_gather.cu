@@ -4,7 +4,7 @@
 // since each row costs a chain of dependent reads (id, position, row) whose latency, over
 // PCIe or NVLink especially, only parallelism hides. No division per element: the 2-D
 // block shape gives each thread its row and vector directly.
-#include "ops/cuda/launch.cuh"
+#include "ops/internal/launch.cuh"
 #include "ops/cuda/row_gather.h"
 
 #include <cub/device/device_radix_sort.cuh>

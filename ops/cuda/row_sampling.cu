@@ -9,7 +9,7 @@
 #include <cub/device/device_scan.cuh>
 
 #include "ops/cuda/device_status.cuh"
-#include "ops/cuda/launch.cuh"
+#include "ops/internal/launch.cuh"
 #include "ops/cuda/row_gather.h"
 #include "ops/cuda/row_rules.cuh"
 #include "ops/cuda/row_sampling.h"

@@ -13,7 +13,7 @@
 #include <cfloat>
 
 #include "ops/cuda/device_status.cuh"
-#include "ops/cuda/launch.cuh"
+#include "ops/internal/launch.cuh"
 #include "ops/cuda/row_rules.cuh"
 #include "ops/cuda/weighted_rows.h"
 

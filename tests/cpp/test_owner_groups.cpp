@@ -3,7 +3,7 @@
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 
-#include "ops/cpu/owner_groups.h"
+#include "runtime/cpu/owner_groups.h"
 
 namespace {
 

@@ -1,5 +1,8 @@
 """The source tree keeps its one-way layers: ops/ never includes runtime/ (nor the runtime's
-public headers), the registrar (library.cpp) is the one TORCH_LIBRARY, backends only add
+public headers), runtime/ reaches ops/ only through its faces (<quiver/ops.h>, the shared
+headers at ops/'s top and ops/internal/, never a backend's private ops/cpu/ or ops/cuda/
+headers), every file under ops/cpu/ and ops/cuda/ serves an op (code that serves none lives
+in runtime/), the registrar (library.cpp) is the one TORCH_LIBRARY, backends only add
 TORCH_LIBRARY_IMPL blocks, and .cu files stay torch-free."""
 import re
 from pathlib import Path
@@ -24,6 +27,34 @@ def test_ops_never_include_the_runtime():
                  if inc.startswith("runtime/") or
                  (inc.startswith("quiver/") and inc.split("/", 1)[1] in RUNTIME_HEADERS)]
     assert not offenders, offenders
+
+
+@pytest.mark.skipif(not (REPO / "ops").is_dir(), reason="needs the source tree")
+def test_runtime_reaches_ops_only_through_its_faces():
+    offenders = [f"{p.relative_to(REPO)}: {inc}" for p in sources("runtime") for inc in includes(p)
+                 if inc.startswith(("ops/cpu/", "ops/cuda/"))]
+    assert not offenders, offenders
+
+
+@pytest.mark.skipif(not (REPO / "ops").is_dir(), reason="needs the source tree")
+def test_backend_folders_hold_only_what_serves_an_op():
+    """A backend's file is an op's entry (it registers a kernel) or is reached from one
+    through the includes of its folder and ops/'s top: a kernel that no op calls (as the
+    distributed fetch's owner slots were) belongs in runtime/."""
+    backend = [p for folder in ("ops/cpu", "ops/cuda") for p in sources(folder)]
+    reached = {p for p in backend if "TORCH_LIBRARY_IMPL" in p.read_text()}
+    frontier = list(reached)
+    while frontier:
+        path = frontier.pop()
+        targets = [REPO / inc for inc in includes(path)]
+        if path.suffix == ".h":  # a kernel's header reaches its .cu (same stem)
+            targets.append(path.with_suffix(".cu"))
+        for target in targets:
+            if target in backend and target not in reached:
+                reached.add(target)
+                frontier.append(target)
+    unreached = sorted(str(p.relative_to(REPO)) for p in set(backend) - reached)
+    assert not unreached, unreached
 
 
 @pytest.mark.skipif(not (REPO / "ops").is_dir(), reason="needs the source tree")

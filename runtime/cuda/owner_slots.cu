@@ -1,6 +1,6 @@
 // Kernels of the slotted distributed fetch (owner_slots.h).
-#include "ops/cuda/launch.cuh"
-#include "ops/cuda/owner_slots.h"
+#include "ops/internal/launch.cuh"
+#include "runtime/cuda/owner_slots.h"
 
 namespace quiver::cuda {
 namespace {

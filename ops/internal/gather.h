@@ -1,0 +1,65 @@
+// The row gather's face for runtime/: what the stateful classes (FeatureTiers, DistFeature)
+// need of the gather engine beyond the ops themselves. runtime/ includes this header, the
+// other ops/internal/ headers and <quiver/ops.h>, and nothing under ops/cpu/ or ops/cuda/
+// (tests/python/test_layout.py holds that rule).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <optional>
+
+namespace quiver::internal {
+
+// CPU: rows `ids` of `tiers` into `out`, a contiguous CPU tensor of gathered_shape(tiers[0],
+// ids) and the tiers' dtype. The caller checks the layout and `out` (FeatureTiers does so
+// once, at construction and per call), as the ops' kernels trust their wrappers. For
+// callers that reuse a buffer: a fresh large tensor pays its page faults on first write.
+void gather_from_tiers_into(at::ArrayRef<at::Tensor> tiers,
+                            const std::optional<at::Tensor>& positions, const at::Tensor& ids,
+                            at::Tensor& out);
+
+// CPU: out[where[i]] = rows[i] for every row i, in parallel (the inverse of a gather). Every
+// tensor contiguous, `where` int64 indices into out (checked by the caller), out and rows of
+// one row size.
+void scatter_rows_into(const at::Tensor& rows, const at::Tensor& where, at::Tensor& out);
+
+}  // namespace quiver::internal
+
+namespace quiver::cuda {
+
+// A gather launched without waiting for it (enqueue_gather_from_tiers): a bad id or
+// position is recorded, not raised, until raise_if_failed, which the caller calls after it
+// has waited for the stream. For callers that must not block the host mid-stream: the
+// distributed fetch enqueues its gathers between collectives, where a wait could hang on a
+// dead peer. Defined in the CUDA build only.
+class PendingGather {
+ public:
+  PendingGather();
+  PendingGather(PendingGather&&) noexcept;
+  PendingGather& operator=(PendingGather&&) noexcept;
+  ~PendingGather();
+  // The rows; written once the stream reaches the gather.
+  const at::Tensor& rows() const { return rows_; }
+  // Raises IndexError as gather_tiered_rows does, if the gather met a bad id or position.
+  // Call it after the stream has passed the gather.
+  void raise_if_failed() const;
+
+ private:
+  struct State;
+  friend PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor>,
+                                                 const std::optional<at::Tensor>&,
+                                                 const at::Tensor&, bool, const char*);
+  at::Tensor rows_;
+  std::unique_ptr<State> state_;
+};
+
+// gather_tiered_rows' gather on the current stream (the layout and ids checked as the op
+// checks them), returning before the rows are written (never staged: staging waits for the
+// GPU). `op` names the caller in placement errors.
+PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
+                                        const std::optional<at::Tensor>& positions,
+                                        const at::Tensor& ids, bool group_host_reads,
+                                        const char* op);
+
+}  // namespace quiver::cuda
