@@ -1,6 +1,7 @@
 #include <quiver/dist_sampler.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <quiver/ops.h>
 
@@ -8,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/collective_wait.h"
 #include "runtime/peer_watch.h"
 
 namespace quiver::runtime {
@@ -18,7 +20,7 @@ constexpr int kBeatsPerTimeout = 10;  // heartbeats per timeout, at least every 
 constexpr int kSilentPeriods = 3;     // a peer silent this many periods is named
 
 std::vector<int64_t> as_vector(const at::Tensor& counts) {
-  const at::Tensor c = counts.to(at::kLong).contiguous();
+  const at::Tensor c = counts.to(at::kCPU, at::kLong).contiguous();
   return std::vector<int64_t>(c.const_data_ptr<int64_t>(), c.const_data_ptr<int64_t>() + c.numel());
 }
 
@@ -58,11 +60,25 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
   }
   host_ = group_->getRank();
   num_hosts_ = group_->getSize();
-  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"indptr", indptr_},
-                                {"indices", indices_}, {"edge_ids", edge_ids_},
-                                {"owner", owner_}, {"local_index", local_index_}}) {
+  if (group_->getBackendName() == "nccl") {  // NCCL moves GPU tensors only
+    exchange_device_ = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice();
+  }
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"owner", owner_},
+                                {"local_index", local_index_}}) {
     TORCH_CHECK_VALUE(t.is_cpu() && t.dim() == 1, "DistSampler: ", name,
                       " must be a 1-D CPU tensor, got ", t.sizes(), " on ", t.device());
+  }
+  TORCH_CHECK_VALUE(indptr_.dim() == 1 && (indptr_.is_cpu() || indptr_.is_cuda()),
+                    "DistSampler: indptr must be a 1-D tensor on the CPU or a GPU, got ",
+                    indptr_.sizes(), " on ", indptr_.device());
+  for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"indices", indices_},
+                                {"edge_ids", edge_ids_}}) {
+    // GPU mode: the whole part on indptr's GPU; UVA mode: the lists in pinned host memory.
+    const bool uva = indptr_.is_cuda() && t.is_cpu() && t.is_pinned();
+    TORCH_CHECK_VALUE(t.dim() == 1 && (t.device() == indptr_.device() || uva), "DistSampler: ",
+                      name, " must be a 1-D tensor on indptr's device (", indptr_.device(),
+                      ") or, with indptr on a GPU, in pinned host memory; got ", t.sizes(),
+                      " on ", t.device(), t.is_cpu() ? " (not pinned)" : "");
   }
   TORCH_CHECK_VALUE(owner_.scalar_type() == at::kShort || owner_.scalar_type() == at::kInt,
                     "DistSampler: owner must be int16 or int32, got ", owner_.scalar_type());
@@ -135,7 +151,7 @@ c10::intrusive_ptr<c10d::Work> DistSampler::post(at::Tensor& into, at::Tensor& f
 
 void DistSampler::await(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
   try {
-    work->wait(timeout_);
+    await_within(work, timeout_, /*poll=*/!exchange_device_.is_cpu());
   } catch (const std::exception& error) {
     fail(what, error);
   }
@@ -150,28 +166,50 @@ void DistSampler::fail(const char* what, const std::exception& error) {
 }
 
 DistSampler::HopSamples DistSampler::sample_rows(const at::Tensor& rows, int64_t fanout,
-                                                const std::optional<at::Generator>& generator) {
-  auto [counts, neighbors, edge_ids] =
-      quiver::sample_neighbors(indptr_, indices_, rows, fanout, replace_, edge_ids_, generator);
-  return {counts.to(at::kLong), at::stack({neighbors.to(at::kLong), edge_ids.to(at::kLong)}, 1)};
+                                                const std::optional<at::Generator>& generator,
+                                                const at::Device& to) {
+  auto [counts, neighbors, edge_ids] = quiver::sample_neighbors(
+      indptr_, indices_, rows.to(indptr_.device()), fanout, replace_, edge_ids_, generator);
+  return {counts.to(to, at::kLong),
+          at::stack({neighbors.to(at::kLong), edge_ids.to(at::kLong)}, 1).to(to)};
+}
+
+std::optional<at::Generator> DistSampler::part_generator(
+    const std::optional<at::Generator>& generator) {
+  if (!generator.has_value() || indptr_.is_cpu() || generator->device() == indptr_.device()) {
+    return generator;
+  }
+  if (!part_generator_.has_value()) {
+    part_generator_ = at::globalContext().defaultGenerator(indptr_.device()).clone();
+  }
+  at::Tensor seed = at::empty({1}, at::kLong);
+  seed.random_(generator);
+  {
+    std::lock_guard<std::mutex> lock(part_generator_->mutex());
+    part_generator_->set_current_seed(static_cast<uint64_t>(seed.item<int64_t>()));
+  }
+  return part_generator_;
 }
 
 DistSampler::HopSamples DistSampler::exchange_hop(
     at::Tensor& requests, const std::vector<int64_t>& send_splits, int64_t fanout,
     const std::optional<at::Generator>& generator, const OwnSamples& sample_own) {
   const int64_t P = num_hosts_;
-  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  // Every tensor an all-to-all moves lives on the exchange's device (a GPU for NCCL).
+  const at::Device x = exchange_device_;
+  const auto long_x = at::TensorOptions().dtype(at::kLong).device(x);
   // 1. How many rows each host asks of each other host.
-  at::Tensor recv_counts = at::empty({P}, long_opts);
-  at::Tensor send_counts_buffer = at::tensor(send_splits, long_opts);
+  at::Tensor recv_counts = at::empty({P}, long_x);
+  at::Tensor send_counts_buffer = at::tensor(send_splits, at::kLong).to(x);
   await(post(recv_counts, send_counts_buffer, {}, {}, "request counts"), "request counts");
   const std::vector<int64_t> recv_splits = as_vector(recv_counts);
   const int64_t asked_of_me = std::accumulate(recv_splits.begin(), recv_splits.end(), int64_t{0});
 
   // 2. The requests travel while this host samples its own frontier nodes.
-  at::Tensor asked = at::empty({asked_of_me}, long_opts);
-  auto requests_sent = post(asked, requests, recv_splits, send_splits, "requests");
-  const HopSamples own = sample_own();
+  at::Tensor asked = at::empty({asked_of_me}, long_x);
+  at::Tensor requests_x = requests.to(x);
+  auto requests_sent = post(asked, requests_x, recv_splits, send_splits, "requests");
+  const HopSamples own = sample_own(x);
   await(requests_sent, "requests");
 
   // 3. Sample what the peers asked for (this host's own block is answered already).
@@ -179,7 +217,8 @@ DistSampler::HopSamples DistSampler::exchange_hop(
   int64_t begin = 0;
   for (int64_t p = 0; p < P; ++p) {
     std::tie(answer_counts[p], answer_rows[p]) =
-        p == host_ ? own : sample_rows(asked.narrow(0, begin, recv_splits[p]), fanout, generator);
+        p == host_ ? own
+                   : sample_rows(asked.narrow(0, begin, recv_splits[p]), fanout, generator, x);
     begin += recv_splits[p];
   }
   at::Tensor reply_counts = at::cat(answer_counts);
@@ -189,13 +228,14 @@ DistSampler::HopSamples DistSampler::exchange_hop(
 
   // 4. Answers back: counts per asked row (the requests' splits reversed), then the
   // sampled (neighbor, edge id) pairs, whose per-host totals the counts give.
-  at::Tensor got_counts = at::empty({requests.numel()}, long_opts);
+  at::Tensor got_counts = at::empty({requests.numel()}, long_x);
   await(post(got_counts, reply_counts, send_splits, recv_splits, "answer counts"), "answer counts");
-  const std::vector<int64_t> got_splits = block_sums(got_counts, send_splits);
+  const at::Tensor got_counts_here = got_counts.cpu();
+  const std::vector<int64_t> got_splits = block_sums(got_counts_here, send_splits);
   const int64_t got_total = std::accumulate(got_splits.begin(), got_splits.end(), int64_t{0});
-  at::Tensor got_rows = at::empty({got_total, 2}, long_opts);
+  at::Tensor got_rows = at::empty({got_total, 2}, long_x);
   await(post(got_rows, reply_rows, got_splits, reply_splits, "answers"), "answers");
-  return {got_counts, got_rows};
+  return {got_counts_here, got_rows.cpu()};
 }
 
 DistSampler::HopSamples DistSampler::read_hop(
@@ -223,7 +263,7 @@ DistSampler::HopSamples DistSampler::read_hop(
     std::lock_guard<std::mutex> one_fetch(reads_[0]->fetch_mutex());
     bounds = read(0, bounds_wanted, indptr_.numel(), at::kLong);
   }
-  const HopSamples own = sample_own();  // while nothing is in flight: reads are synchronous
+  const HopSamples own = sample_own(at::kCPU);  // while nothing is in flight: reads are synchronous
   // 2. Draw positions within each remote row here, with the sampling op itself on a
   // stand-in CSR whose neighbor ids are the positions (so the draw is the op's).
   std::vector<at::Tensor> row_begin, row_length;
@@ -313,6 +353,8 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
   }
   const int64_t P = num_hosts_;
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  // The part's kernels (and the owners' answers to peers) draw from this.
+  const std::optional<at::Generator> own_generator = part_generator(generator);
 
   // Reindexing: global id -> position in node_ids (seeds first, as given).
   std::vector<int64_t> node_ids(seed_ids.const_data_ptr<int64_t>(),
@@ -341,12 +383,13 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     at::Tensor requests = local_index_.index_select(0, frontier.index_select(0, order));
 
     const int64_t own_begin = std::accumulate(send_splits.begin(), send_splits.begin() + host_, int64_t{0});
-    const auto sample_own = [&] {
-      return sample_rows(requests.narrow(0, own_begin, send_splits[host_]), fanout, generator);
+    const auto sample_own = [&](const at::Device& to) {
+      return sample_rows(requests.narrow(0, own_begin, send_splits[host_]), fanout, own_generator,
+                         to);
     };
     // Per frontier node in grouped order, its sample's size; the (neighbor, edge id) pairs.
     const auto [got_counts, got_rows] =
-        reads_.empty() ? exchange_hop(requests, send_splits, fanout, generator, sample_own)
+        reads_.empty() ? exchange_hop(requests, send_splits, fanout, own_generator, sample_own)
                        : read_hop(requests, send_splits, fanout, generator, sample_own);
     const std::vector<int64_t> got_splits = block_sums(got_counts, send_splits);
     const int64_t got_total = got_rows.size(0);

@@ -1,6 +1,7 @@
-"""Distributed features on two GPUs of one machine, one process each as a host.
+"""Distributed features on two (or --hosts) GPUs of one machine, one process each as a host.
 
-    python scripts/bench_dist.py [--graph products] [--batches 8] [--epoch] [--json out.json]
+    python scripts/bench_dist.py [--graph products] [--batches 8] [--epoch] [--hosts 2]
+                                 [--json out.json]
 
 The products-like table (2.45M x 100 float32) is split over two hosts, 20% of its rows
 (hottest by degree) replicated on both; the ids are the n_id of real sampled batches
@@ -16,6 +17,11 @@ beside the raw NCCL send/recv rate of the same bytes, and the whole batch throug
 DistFeature. With --epoch it also times a GraphSAGE epoch trained on both GPUs (DDP, each
 host holding half the rows) against one GPU holding the whole table in host memory with
 half as many rows cached. Prints a table; --json writes every number.
+
+With --hosts N > 2 the table is split N ways and only the NCCL paths run (remote rows are
+those of the N - 1 other hosts; the bound is an all-to-all of as many bytes, split evenly
+over the peers); the epoch compares N hosts with one GPU holding as many cached rows as one
+of them.
 """
 from __future__ import annotations
 
@@ -39,7 +45,6 @@ import torch.nn.functional as F
 import torch_quiver_ops as qv
 from torch_quiver_ops.synthetic import synthetic_graph
 
-HOSTS = 2
 # Batches of the CPU paths (Gloo, rpc), the first two a warm-up: 3 timed fetches left their
 # figures within +-15% of each other between runs, so 8 now.
 CPU_BATCHES = 10
@@ -89,29 +94,30 @@ def profile_fetches(feature, batches, sync, rank):
 
 def worker(rank, args, directory, ports, results):
     global _SHARD
-    # Two processes share the machine's cores, as torchrun's ranks would: each gets its half,
-    # so that their thread pools do not spin against each other.
-    torch.set_num_threads(max(1, (os.cpu_count() or 2) // HOSTS))
-    two_gpus = torch.cuda.device_count() >= HOSTS  # else only the CPU paths (Gloo, rpc)
+    hosts = args.hosts
+    # The processes share the machine's cores, as torchrun's ranks would: each gets its
+    # share, so that their thread pools do not spin against each other.
+    torch.set_num_threads(max(1, (os.cpu_count() or 2) // hosts))
+    two_gpus = torch.cuda.device_count() >= hosts  # else only the CPU paths (Gloo, rpc)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(ports[0]))
     if two_gpus:
         torch.cuda.set_device(rank)
         device = torch.device("cuda", rank)
-        dist.init_process_group("nccl", rank=rank, world_size=HOSTS, device_id=device,
+        dist.init_process_group("nccl", rank=rank, world_size=hosts, device_id=device,
                                 timeout=timedelta(seconds=300))
         gloo = dist.new_group(backend="gloo", timeout=timedelta(seconds=300))
     else:
         device = torch.device("cpu")
-        dist.init_process_group("gloo", rank=rank, world_size=HOSTS,
+        dist.init_process_group("gloo", rank=rank, world_size=hosts,
                                 timeout=timedelta(seconds=300))
         gloo = dist.group.WORLD
     directory = Path(directory)
     batches = torch.load(directory / f"batches_{rank}.pt")
     shard_map = qv.dist.load_shard_map(directory / "features")
-    remote = []  # each batch's ids owned by the other host: what travels
+    remote = []  # each batch's ids owned by another host: what travels
     for ids in batches:
         owner, _ = shard_map.locate(ids)
-        remote.append(ids[owner == 1 - rank])
+        remote.append(ids[owner != rank])
     row_bytes = None
     out = {}
 
@@ -166,26 +172,38 @@ def worker(rank, args, directory, ports, results):
         for how in ("", "_c10d"):
             out[f"nccl{how}_remote_hbm_gbps"] = statistics.mean(out[f"nccl{how}_remote_hbm_rounds"])
 
-        # Raw NCCL send/recv of as many bytes (the bound): both hosts move, at each step, the
-        # larger of their two remote batches.
+        # Raw NCCL send/recv of as many bytes (the bound): every host moves, at each step, the
+        # largest of the hosts' remote batches, split evenly over its peers (two hosts: one
+        # send and one receive).
         sizes = torch.tensor([r.numel() for r in remote], device=device)
         dist.all_reduce(sizes, op=dist.ReduceOp.MAX)
-        steps = [torch.empty(int(n) * row_bytes, dtype=torch.uint8, device=device) for n in sizes]
+        peers = hosts - 1
+        steps = [torch.empty(-(-int(n) * row_bytes // peers) * peers, dtype=torch.uint8,
+                             device=device) for n in sizes]
 
         def sendrecv(buffer):
             theirs = torch.empty_like(buffer)
-            ops = [dist.P2POp(dist.isend, buffer, 1 - rank), dist.P2POp(dist.irecv, theirs, 1 - rank)]
+            part = buffer.numel() // peers
+            ops = [op for p in range(hosts) if p != rank
+                   for op in (dist.P2POp(dist.isend, buffer.narrow(0, 0, part), p),
+                              dist.P2POp(dist.irecv, theirs.narrow(0, 0, part), p))]
             for work in dist.batch_isend_irecv(ops):
                 work.wait()
         seconds = timed(sendrecv, steps, sync)
         out["nccl_sendrecv_gbps"] = sum(b.numel() for b in steps[2:]) / sum(seconds) / 1e9
 
+    if hosts > 2:  # the CPU paths are measured between two hosts
+        if args.epoch and two_gpus:
+            out.update(epoch(rank, args, directory, device, None))
+        (Path(results) / f"{rank}.json").write_text(json.dumps(out))
+        dist.destroy_process_group()
+        return
     # torch.distributed.rpc, the baseline: each host asks the other for its rows by local
     # index. Timed in each round beside Gloo, since runs differ by 10-15% between machines.
     _SHARD = qv.Feature.load_shared(directory / "features" / f"host_{rank}", device_list=[])._table()
     options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{ports[1]}",
                                               num_worker_threads=16, rpc_timeout=300)
-    rpc.init_rpc(f"host{rank}", rank=rank, world_size=HOSTS, rpc_backend_options=options)
+    rpc.init_rpc(f"host{rank}", rank=rank, world_size=hosts, rpc_backend_options=options)
     local_of = [shard_map.locate(r)[1] for r in remote[:CPU_BATCHES]]
     for _ in range(args.gloo_rounds):
         seconds = timed(lambda lids: rpc.rpc_sync(f"host{1 - rank}", serve_rows, args=(lids,)),
@@ -212,7 +230,7 @@ def worker(rank, args, directory, ports, results):
 
 
 def epoch(rank, args, directory, device, gloo):
-    """One GraphSAGE epoch over both hosts (DDP), after a warm-up epoch."""
+    """One GraphSAGE epoch over every host (DDP), after a warm-up epoch."""
     from torch.nn.parallel import DistributedDataParallel
     from train_sage import SAGE  # examples/ is on sys.path (main adds it)
 
@@ -225,7 +243,7 @@ def epoch(rank, args, directory, device, gloo):
         SAGE(feature.shape[1], 256, meta["num_classes"], 3).to(device), device_ids=[rank])
     optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
     labels = meta["y"].to(device)
-    per = meta["train_idx"].numel() // HOSTS
+    per = meta["train_idx"].numel() // args.hosts
     times = []
     for _ in range(2):
         torch.cuda.synchronize(device)
@@ -277,6 +295,8 @@ def main():
     parser.add_argument("--graph", default="products")
     parser.add_argument("--batches", type=int, default=8, help="timed batches per host")
     parser.add_argument("--epoch", action="store_true", help="also time a training epoch")
+    parser.add_argument("--hosts", type=int, default=2,
+                        help="processes as hosts, a GPU each (> 2: the NCCL paths only)")
     parser.add_argument("--json", default=None)
     parser.add_argument("--gloo-lanes", default="1,8",
                         type=lambda text: [int(n) for n in text.split(",") if n],
@@ -289,7 +309,15 @@ def main():
     args = parser.parse_args()
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-    two_gpus = torch.cuda.device_count() >= HOSTS
+    hosts = args.hosts
+    if hosts < 2:
+        parser.error(f"--hosts must be >= 2, got {hosts}")
+    two_gpus = torch.cuda.device_count() >= hosts
+    if hosts > 2 and not two_gpus:
+        parser.error(f"--hosts {hosts} needs {hosts} GPUs, this machine has "
+                     f"{torch.cuda.device_count()}")
+    if hosts > 2:
+        args.gloo_lanes = []
     if not two_gpus:
         print("fewer than two GPUs: measuring the CPU paths (Gloo, rpc) only", flush=True)
     device = torch.device("cuda", 0) if torch.cuda.is_available() else torch.device("cpu")
@@ -301,7 +329,7 @@ def main():
     base = shm if shm.is_dir() and shutil.disk_usage(shm).free > 3 * x.nbytes else None
     directory = Path(tempfile.mkdtemp(prefix="quiver-dist-", dir=base))
     try:
-        qv.dist.partition_features(x, directory / "features", HOSTS, topo.feature_order, 0.2)
+        qv.dist.partition_features(x, directory / "features", hosts, topo.feature_order, 0.2)
         topo.save(directory / "graph")
         torch.save({"y": graph.y, "train_idx": graph.train_idx, "num_classes": graph.num_classes},
                    directory / "labels.pt")
@@ -310,19 +338,19 @@ def main():
         seeds = graph.train_idx[torch.randperm(graph.train_idx.numel(),
                                                generator=torch.Generator().manual_seed(5))]
         batches = [sampler.sample_subgraph(b)[0].cpu()
-                   for b in seeds.split(1024)[:2 * (args.batches + 2)]]
-        for rank in range(HOSTS):
-            torch.save(batches[rank::HOSTS], directory / f"batches_{rank}.pt")
-        torch.save(x[batches[0::HOSTS][-1]], directory / "check_rows.pt")
+                   for b in seeds.split(1024)[:hosts * (args.batches + 2)]]
+        for rank in range(hosts):
+            torch.save(batches[rank::hosts], directory / f"batches_{rank}.pt")
+        torch.save(x[batches[0::hosts][-1]], directory / "check_rows.pt")
         rows = statistics.mean(b.numel() for b in batches)
         print(f"== {args.graph}: {tuple(x.shape)} {x.dtype} ({x.nbytes / 1e9:.2f} GB) over "
-              f"{HOSTS} hosts, 20% replicated; {rows:,.0f} rows per batch; prepared in "
+              f"{hosts} hosts, 20% replicated; {rows:,.0f} rows per batch; prepared in "
               f"{time.perf_counter() - start:.0f}s", flush=True)
         results = directory / "results"
         results.mkdir()
         mp.spawn(worker, args=(args, str(directory), (free_port(), free_port()), str(results)),
-                 nprocs=HOSTS, join=True)
-        per_host = [json.loads((results / f"{r}.json").read_text()) for r in range(HOSTS)]
+                 nprocs=hosts, join=True)
+        per_host = [json.loads((results / f"{r}.json").read_text()) for r in range(hosts)]
         summary = {key: ([statistics.mean(v) for v in zip(*(h[key] for h in per_host))]
                          if isinstance(value, list) else statistics.mean(h[key] for h in per_host))
                    for key, value in per_host[0].items()}
@@ -338,7 +366,7 @@ def main():
 
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))
-    rpc_rate = summary["rpc_remote_gbps"]
+    rpc_rate = summary.get("rpc_remote_gbps")
     keys = [("NCCL send/recv (bound)", "nccl_sendrecv_gbps"),
             ("DistFeature, NCCL, tables in HBM", "nccl_remote_hbm_gbps"),
             ("the same through c10d's all-to-all", "nccl_c10d_remote_hbm_gbps"),
@@ -347,12 +375,13 @@ def main():
               for n in args.gloo_lanes),
             ("torch.distributed.rpc (baseline)", "rpc_remote_gbps")]
     print(f"\nremote rows only ({summary['local_fraction']:.0%} of a batch's ids are local), "
-          f"GB/s per host, mean of {HOSTS} hosts:")
+          f"GB/s per host, mean of {hosts} hosts:")
     print("| path | GB/s | x rpc |")
     print("|---|---:|---:|")
     for name, key in keys:
         if key in summary:
-            print(f"| {name} | {summary[key]:.2f} | {summary[key] / rpc_rate:.1f} |")
+            versus = f"{summary[key] / rpc_rate:.1f}" if rpc_rate else ""
+            print(f"| {name} | {summary[key]:.2f} | {versus} |")
     for how, name in (("", "own communicator"), ("_c10d", "c10d's all-to-all")):
         if f"nccl{how}_remote_hbm_rounds" in summary:
             rounds = " / ".join(f"{r:.1f}" for r in summary[f"nccl{how}_remote_hbm_rounds"])
@@ -368,9 +397,9 @@ def main():
           f"{summary['nccl_batch_ms']:.2f} ms per batch; remote part alone "
           f"{summary['nccl_remote_ms']:.2f} ms")
     if args.epoch and "epoch_two_hosts_s" in summary:
-        print(f"GraphSAGE epoch: two hosts {summary['epoch_two_hosts_s']:.2f} s, one host "
-              f"(all rows, {summary['one_host_cached_rows']:,} cached, as one GPU of the two) "
-              f"{summary['epoch_one_host_s']:.2f} s")
+        print(f"GraphSAGE epoch: {hosts} hosts {summary['epoch_two_hosts_s']:.2f} s, one host "
+              f"(all rows, {summary['one_host_cached_rows']:,} cached, as one GPU of the "
+              f"{hosts}) {summary['epoch_one_host_s']:.2f} s")
 
 
 if __name__ == "__main__":

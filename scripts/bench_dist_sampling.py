@@ -2,7 +2,7 @@
 
     python scripts/bench_dist_sampling.py [--graph products] [--parts 2,4]
         [--methods metis,random] [--fanouts 15,10,5] [--batch-size 1024] [--batches 20]
-        [--json out.json]
+        [--mode CPU|GPU|UVA] [--backend gloo|nccl] [--json out.json]
 
 For each part count and method: partitions the synthetic graph (the partitioner's time is
 printed), starts one process per part on this machine (Gloo over loopback, each process
@@ -14,6 +14,12 @@ sampled (neighbor, edge id) pair). The baseline is the same batches' seeds sampl
 quiver::sample_subgraph on the CPU with the whole graph in one process, with the threads
 one process of the distributed run has and with all of them. Edges per second count the
 sampled edges of every hop.
+
+With ``--mode GPU`` or ``UVA`` each process samples its own nodes (and its peers' requests)
+on a GPU (process r on GPU r modulo the GPUs there are), and the baseline is the whole graph
+sampled on one GPU in the same mode, seeds from the CPU as from a DataLoader (copied over,
+sampled, synchronized). ``--backend nccl`` exchanges through the GPUs (one per process);
+gloo through the CPUs.
 """
 from __future__ import annotations
 
@@ -44,11 +50,13 @@ def seeds_for(part_train: torch.Tensor, batches: int, batch_size: int, seed: int
 
 def worker(rank, world, port, directory, args, out, threads):
     torch.set_num_threads(threads)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    if args.mode != "CPU" or args.backend == "nccl":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(args.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=300))
     try:
         part = load_partition(directory, rank)
-        sampler = DistGraphSampler(part, args.fanouts, timeout=120.0)
+        sampler = DistGraphSampler(part, args.fanouts, timeout=120.0, mode=args.mode)
         batches = seeds_for(part.splits["train"], args.batches + 2, args.batch_size, rank)
         times, remote_nodes, remote_edges, frontier, edges = [], [], [], [], []
         for i, seeds in enumerate(batches):
@@ -72,12 +80,27 @@ def worker(rank, world, port, directory, args, out, threads):
         dist.destroy_process_group()
 
 
-def single_host(topo, seeds_list, fanouts, threads):
+def single_host(topo, seeds_list, fanouts, threads, mode="CPU"):
+    """Median seconds a batch and mean sampled edges, the whole graph in this process: CPU
+    sampling with `threads`, or the GraphSageSampler placement of `mode` on GPU 0."""
     torch.set_num_threads(threads)
+    if mode == "CPU":
+        def sample(seeds):
+            return qv.ops.sample_subgraph(topo.indptr, topo.indices, seeds, fanouts, False,
+                                          topo.eid)
+    else:
+        sampler = qv.GraphSageSampler(topo, fanouts, device=0, mode=mode, return_eid=True)
+
+        def sample(seeds):
+            out = sampler.sample_subgraph(seeds)
+            torch.cuda.synchronize()
+            return out
+        for seeds in seeds_list[:3]:
+            sample(seeds)  # warm-up (placement, captured graphs)
     times, edges = [], []
-    for i, seeds in enumerate(seeds_list):
+    for seeds in seeds_list:
         start = time.perf_counter()
-        out = qv.ops.sample_subgraph(topo.indptr, topo.indices, seeds, fanouts, False, topo.eid)
+        out = sample(seeds)
         times.append(time.perf_counter() - start)
         edges.append(int(out[5].sum()))
     return statistics.median(times), statistics.mean(edges)
@@ -91,6 +114,8 @@ def main():
     parser.add_argument("--fanouts", default="15,10,5")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--batches", type=int, default=20)
+    parser.add_argument("--mode", default="CPU", choices=["CPU", "GPU", "UVA"])
+    parser.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     parser.add_argument("--json")
     args = parser.parse_args()
     args.fanouts = [int(f) for f in args.fanouts.split(",")]
@@ -98,11 +123,13 @@ def main():
     graph = synthetic_graph(args.graph, seed=0)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     print(f"{args.graph}: {topo.node_count:,} nodes, {topo.edge_count:,} edges; fanouts "
-          f"{args.fanouts}, {args.batch_size} seeds a batch, {cores} cores", flush=True)
+          f"{args.fanouts}, {args.batch_size} seeds a batch, {cores} cores; {args.mode} "
+          f"sampling, exchanges over {args.backend}", flush=True)
     rows = []
     header = (f"{'parts':>5} {'method':>7} {'cut':>5} {'partition s':>11} {'dist ms':>8} "
               f"{'1-host ms (same threads)':>24} {'1-host ms (all)':>15} {'ratio':>6} "
-              f"{'remote share per hop':>24} {'KiB moved':>9} {'Medges/s':>8}")
+              f"{'remote share per hop':>24} {'KiB moved':>9} {'Medges/s':>8}" +
+              ("" if args.mode == "CPU" else f" {'1-GPU ms':>12} {'x 1-GPU':>8}"))
     lines = []
     for parts in [int(p) for p in args.parts.split(",")]:
         threads = max(1, cores // parts)
@@ -122,6 +149,8 @@ def main():
             seeds = [s for r in ranks for s in r["seeds"]]
             one_ms_same, mean_edges = single_host(topo, seeds, args.fanouts, threads)
             one_ms_all, _ = single_host(topo, seeds, args.fanouts, cores)
+            one_ms_gpu = (None if args.mode == "CPU" else
+                          single_host(topo, seeds, args.fanouts, cores, args.mode)[0])
             hops = len(args.fanouts)
             share = []
             for h in range(hops):
@@ -136,6 +165,9 @@ def main():
                    "single_ms_same_threads": 1e3 * one_ms_same,
                    "single_ms_all_threads": 1e3 * one_ms_all,
                    "ratio": dist_ms / (1e3 * one_ms_same), "remote_share": share,
+                   "single_ms_gpu": None if one_ms_gpu is None else 1e3 * one_ms_gpu,
+                   "ratio_gpu": None if one_ms_gpu is None else dist_ms / (1e3 * one_ms_gpu),
+                   "mode": args.mode, "backend": args.backend,
                    "bytes_per_batch": moved, "edges_per_batch": mean_edges,
                    "medges_per_s": mean_edges / dist_ms / 1e3, "threads_per_process": threads}
             rows.append(row)
@@ -143,7 +175,9 @@ def main():
                          f"{dist_ms:8.2f} {row['single_ms_same_threads']:24.2f} "
                          f"{row['single_ms_all_threads']:15.2f} {row['ratio']:6.2f} "
                          f"{' / '.join(f'{s:.2f}' for s in share):>24} {moved / 1024:9.0f} "
-                         f"{row['medges_per_s']:8.2f}")
+                         f"{row['medges_per_s']:8.2f}" +
+                         ("" if one_ms_gpu is None else
+                          f" {1e3 * one_ms_gpu:12.2f} {row['ratio_gpu']:8.2f}"))
             print(lines[-1], flush=True)
     print(header)
     print("\n".join(lines))

@@ -12,14 +12,14 @@ Ids are the node lists of real sampled batches (GraphSAGE [15,10,5], batch 1024,
   * host: every row in pinned host memory, beside the pinned host-to-device copy and the
     CPU gather + .to('cuda') baseline;
   * a cache of --cache-fraction of the rows, hottest by degree and by presampling;
-  * with two GPUs: p2p_clique_replicate against device_replicate, both GPUs gathering at
-    once, against one GPU alone (worker processes, the table mapped once, torchrun-style).
+  * with two or more GPUs (--gpus, default all): p2p_clique_replicate against
+    device_replicate, every GPU gathering at once, against one GPU alone (worker
+    processes, the table mapped once, torchrun-style).
 """
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import socket
 import statistics
@@ -113,14 +113,15 @@ def sampled_batches(sampler, seeds, batch_size, count, seed):
 
 # ---- two GPUs: worker processes, as under torchrun ----
 
-def two_gpu_worker(rank, directory, cache_bytes, port, warmup):
+def multi_gpu_worker(rank, world, directory, cache_bytes, port, warmup):
     torch.cuda.set_device(rank)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=2)
+                            world_size=world)
     batches = [b.cuda() for b in torch.load(Path(directory) / f"batches_{rank}.pt")]
+    every = list(range(world))
     phases = [("one GPU", "device_replicate", [0], {0}),
-              ("device_replicate x2", "device_replicate", [0, 1], {0, 1}),
-              ("p2p_clique_replicate x2", "p2p_clique_replicate", [0, 1], {0, 1})]
+              (f"device_replicate x{world}", "device_replicate", every, set(every)),
+              (f"p2p_clique_replicate x{world}", "p2p_clique_replicate", every, set(every))]
     results = {}
     for name, policy, devices, gathering in phases:
         feature = qv.Feature.load_shared(directory, rank, devices, cache_bytes, policy)
@@ -139,7 +140,7 @@ def two_gpu_worker(rank, directory, cache_bytes, port, warmup):
             sync()
         seconds = time.perf_counter() - start
         stats = torch.tensor([rows * row_bytes, seconds], dtype=torch.float64)
-        everyone = [torch.zeros_like(stats) for _ in range(2)]
+        everyone = [torch.zeros_like(stats) for _ in range(world)]
         dist.all_gather(everyone, stats)
         hits = (statistics.mean(feature.hit_rate(b) for b in batches[warmup:])
                 if rank in gathering else None)
@@ -161,18 +162,18 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_two_gpus(feature, batches, cache_bytes, warmup):
-    """Both GPUs gather their own batches at once; the table is saved once and mapped."""
+def run_gpus(feature, batches, cache_bytes, warmup, world):
+    """Every GPU gathers its own batches at once; the table is saved once and mapped."""
     shm = Path("/dev/shm")
     room = shutil.disk_usage(shm).free if shm.is_dir() else 0
     base = shm if room > 2 * feature._host.nbytes else Path(tempfile.gettempdir())
     directory = Path(tempfile.mkdtemp(prefix="quiver-bench-", dir=base))
     try:
         feature.save(directory)
-        for rank in range(2):
-            torch.save(batches[rank::2], directory / f"batches_{rank}.pt")
-        mp.spawn(two_gpu_worker, args=(str(directory), cache_bytes, free_port(), warmup),
-                 nprocs=2, join=True)
+        for rank in range(world):
+            torch.save(batches[rank::world], directory / f"batches_{rank}.pt")
+        mp.spawn(multi_gpu_worker, args=(world, str(directory), cache_bytes, free_port(), warmup),
+                 nprocs=world, join=True)
         return json.loads((directory / "result_0.json").read_text())
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -187,7 +188,10 @@ def main():
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--cache-fraction", type=float, default=0.2)
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--two-gpus", choices=["auto", "on", "off"], default="auto")
+    parser.add_argument("--two-gpus", choices=["auto", "on", "off"], default="auto",
+                        help="the multi-GPU rows: auto (when there are 2 or more GPUs), on, off")
+    parser.add_argument("--gpus", type=int, default=0,
+                        help="GPUs of the multi-GPU rows (default: every GPU there is)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     device = torch.device("cuda", torch.cuda.current_device())
@@ -207,7 +211,8 @@ def main():
 
     sampler = qv.GraphSageSampler(topo, fanouts, device=device, mode="GPU")
     per_gpu = args.warmup + args.batches
-    batches = sampled_batches(sampler, graph.train_idx, args.batch_size, 2 * per_gpu, seed=100)
+    gpus = args.gpus or max(2, torch.cuda.device_count())
+    batches = sampled_batches(sampler, graph.train_idx, args.batch_size, gpus * per_gpu, seed=100)
     presampled = qv.presample_hot_order(sampler, graph.train_idx, args.batch_size,
                                         generator=torch.Generator().manual_seed(1))
     del sampler
@@ -344,10 +349,10 @@ def main():
 
     want_two = args.two_gpus == "on" or (args.two_gpus == "auto" and torch.cuda.device_count() >= 2)
     if want_two:
-        two = run_two_gpus(last, batches, cache_bytes, args.warmup)
-        results["two_gpus"] = two
+        two = run_gpus(last, batches, cache_bytes, args.warmup, gpus)
+        results["two_gpus" if gpus == 2 else f"gpus_{gpus}"] = two
         one = two["one GPU"]["total_gbps"]
-        print(f"\n   two GPUs, {args.cache_fraction:.0%} cache per GPU, presampled order:")
+        print(f"\n   {gpus} GPUs, {args.cache_fraction:.0%} cache per GPU, presampled order:")
         for name, r in two.items():
             per = ", ".join(f"{g:.1f}" for g in r["per_gpu_gbps"] if g is not None)
             print(f"   {name:<26} total {r['total_gbps']:7.1f} GB/s ({r['total_gbps'] / one:.2f}x "
@@ -355,7 +360,7 @@ def main():
     del last
 
     results["rows"] = rows
-    print(f"\n| tier | GB/s per call | GB/s in kernel | bound | % of bound | baseline | vs baseline "
+    print("\n| tier | GB/s per call | GB/s in kernel | bound | % of bound | baseline | vs baseline "
           f"| hit rate | target | torch-quiver |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:

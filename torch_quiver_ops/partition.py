@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops
-from .sampler import Adj, layers_of
+from .sampler import Adj, layers_of, sampling_placement
 from .topology import CSRTopo
 
 METHODS = ("metis", "range", "random")
@@ -314,13 +314,26 @@ class DistGraphSampler:
         rdma: with ``"rdma"``: ``device``, ``port``, ``gid_index``, ``qps_per_peer`` and
             ``staging_bytes`` (each of the three transports registers one buffer), as for
             :class:`~torch_quiver_ops.dist.DistFeature`.
+        mode: where this host samples its own nodes and those its peers ask for, as
+            :class:`GraphSageSampler`'s modes: ``"GPU"`` (the part copied to ``device``),
+            ``"UVA"`` (offsets on the GPU, neighbor lists in pinned host memory) or
+            ``"CPU"``. Default: ``"GPU"`` when ``group`` is NCCL, else ``"CPU"``. Hosts may
+            differ.
+        device: the GPU of the GPU and UVA modes (default: the current one).
+
+    The exchange follows ``group``'s backend: Gloo moves CPU tensors, NCCL the same tensors
+    through the current GPU (call ``torch.cuda.set_device`` first, one GPU per process).
+    A CPU generator given to :meth:`sample_subgraph` for a part on a GPU seeds the
+    sampler's own CUDA generator each batch, so a fixed seed still fixes the batch.
     """
 
     def __init__(self, partition: GraphPartition, sizes: Sequence[int], group=None,
                  replace: bool = False, timeout: float = 60.0, transport: str = "auto",
-                 rdma: Optional[dict] = None):
+                 rdma: Optional[dict] = None, mode: Optional[str] = None, device=None):
         import torch.distributed as dist
         group = group if group is not None else dist.group.WORLD
+        nccl = dist.get_backend(group) == "nccl"
+        device, self.mode = sampling_placement(device, mode or ("GPU" if nccl else "CPU"))
         rank, size = dist.get_rank(group), dist.get_world_size(group)
         if rank != partition.part or size != partition.num_parts:
             raise ValueError(f"this process is rank {rank} of {size} but holds part "
@@ -341,9 +354,15 @@ class DistGraphSampler:
                 options["port"], options["gid_index"], options["qps_per_peer"],
                 options["staging_bytes"], float(timeout))
                 for table in (partition.indptr, partition.indices, partition.edge_ids)]
+        indptr, indices, edge_ids = partition.indptr, partition.indices, partition.edge_ids
+        if self.mode == "GPU":
+            indptr, indices, edge_ids = (t.to(device) for t in (indptr, indices, edge_ids))
+        elif self.mode == "UVA":  # pinned copies: the part's files are mapped read-only
+            indptr = indptr.to(device)
+            indices, edge_ids = indices.pin_memory(), edge_ids.pin_memory()
         self._sampler = torch.classes.quiver.DistSampler(
-            group.boxed(), partition.indptr, partition.indices, partition.edge_ids,
-            partition.owner, partition.local_index, self.sizes, replace, float(timeout), reads)
+            group.boxed(), indptr, indices, edge_ids, partition.owner, partition.local_index,
+            self.sizes, replace, float(timeout), reads)
 
     def _agree(self, group, asked: str, replace: bool, options: dict, timeout: float) -> str:
         """The transport every host uses, decided by all of them through the rendezvous

@@ -15,14 +15,18 @@ import torch.multiprocessing as mp
 from scipy import stats
 
 import torch_quiver_ops as qv
+from conftest import HAS_CUDA
 from test_dist import free_port, reported
 from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
 
 
 @contextlib.contextmanager
-def host_of(rank, world, port, results, timeout):
-    """A worker's body as host ``rank`` of a Gloo group: what it saw lands in ``results``."""
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+def host_of(rank, world, port, results, timeout, backend="gloo", gpu=False):
+    """A worker's body as host ``rank`` of a group (Gloo, or NCCL with a GPU a host; with
+    ``gpu``, GPU rank modulo the GPUs is current): what it saw lands in ``results``."""
+    if gpu or backend == "nccl":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=timedelta(seconds=timeout))
     with reported(results, rank):
         yield
@@ -60,15 +64,16 @@ def check_batch(out, seeds, edge_index, degree, fanouts):
         edge_begin += int(edges_per_hop[hop])
 
 
-def worker(rank, world, port, directory, results, die_rank):
-    with host_of(rank, world, port, results, 60):
+def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend="gloo"):
+    with host_of(rank, world, port, results, 60, backend, gpu=mode != "CPU"):
         directory = Path(directory)
         edge_index = torch.load(directory / "edge_index.pt")
         topo = qv.CSRTopo(edge_index, num_nodes=400)
         degree = topo.degree.long()
         part = load_partition(directory / "parts", rank, verify=True)
         fanouts = [4, 3]
-        sampler = DistGraphSampler(part, fanouts, timeout=10.0)
+        sampler = DistGraphSampler(part, fanouts, timeout=10.0, mode=mode)
+        assert sampler.mode == mode
         gen = torch.Generator().manual_seed(rank)
         for step in range(4):  # hosts ask for different numbers of seeds, none included
             count = 0 if (rank == 1 and step == 2) else int(torch.randint(1, 60, (1,), generator=gen))
@@ -84,7 +89,7 @@ def worker(rank, world, port, directory, results, die_rank):
         again = sampler.sample_subgraph(seeds, torch.Generator().manual_seed(7))
         assert all(torch.equal(a, b) for a, b in zip(first, again))
         # Node 0 (owned by host 0) sampled by every host: its 1-hop draws counted.
-        one_hop = DistGraphSampler(part, [5], timeout=10.0)
+        one_hop = DistGraphSampler(part, [5], timeout=10.0, mode=mode)
         counts = torch.zeros(topo.edge_count, dtype=torch.long)
         for _ in range(1500):
             _, _, _, eids, _, _ = one_hop.sample_subgraph(torch.tensor([0]))
@@ -124,8 +129,26 @@ def spawned(tmp_path, worker_fn, world, *extra):
 def test_partitioned_sampling_over_gloo(tmp_path, method, world):
     topo, seen, results = spawn_hosts(tmp_path, worker, world, method, -1)
     assert seen == {f"ok_{r}": "ok" for r in range(world)}, seen
-    # Chi-square: node 0's 5 of its neighbors, drawn 1500 times by each host, hit each of
-    # its edges equally often (expected 5/deg of the draws), the owner's and the others'.
+    assert_hub_drawn_uniformly(topo, results, world)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode,backend", [("GPU", "gloo"), ("UVA", "gloo"), ("GPU", "nccl"),
+                                          ("CPU", "nccl")])
+def test_partitioned_sampling_on_gpus(tmp_path, mode, backend):
+    """Own nodes (and peers' requests) sampled by the GPU kernels, exchanges over Gloo (the
+    hosts may share one GPU) or NCCL (a GPU each): the same checks as on the CPU."""
+    gpus = 2 if backend == "nccl" else 1
+    if not HAS_CUDA or torch.cuda.device_count() < gpus:
+        pytest.skip(f"needs {gpus} GPU(s) and the CUDA kernels")
+    topo, seen, results = spawn_hosts(tmp_path, worker, 2, "random", -1, mode, backend)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+    assert_hub_drawn_uniformly(topo, results, 2)
+
+
+def assert_hub_drawn_uniformly(topo, results, world):
+    """Chi-square: node 0's 5 of its neighbors, drawn 1500 times by each host, hit each of
+    its edges equally often (expected 5/deg of the draws), the owner's and the others'."""
     row = slice(int(topo.indptr[0]), int(topo.indptr[1]))
     deg = row.stop - row.start
     for rank in range(world):
@@ -169,16 +192,23 @@ def test_a_part_loaded_on_the_wrong_rank_or_corrupt_is_refused(tmp_path):
         dist.destroy_process_group()
 
 
-def loader_worker(rank, world, port, directory, results):
-    with host_of(rank, world, port, results, 60):
+def loader_worker(rank, world, port, directory, results, backend="gloo"):
+    with host_of(rank, world, port, results, 60, backend):
         from torch_quiver_ops.pyg import DistNeighborLoader
         directory = Path(directory)
         x, y, edge_index = (torch.load(directory / f"{name}.pt") for name in ("x", "y", "edge_index"))
-        feature = qv.dist.DistFeature.load(directory / "parts" / "features", timeout=10.0)
+        if backend == "gloo":
+            feature = qv.dist.DistFeature.load(directory / "parts" / "features", timeout=10.0)
+        else:  # the sampler exchanges over NCCL; the rows are this test's whole table
+            feature = x
         loader = DistNeighborLoader(directory / "parts", [4, 3], input_nodes="train",
-                                    batch_size=16, shuffle=True, feature=feature, timeout=10.0)
+                                    batch_size=16, shuffle=True, feature=feature, timeout=10.0,
+                                    mode="CPU" if backend == "gloo" else "GPU")
+        assert loader.sampler.mode == ("CPU" if backend == "gloo" else "GPU")
+        assert dist.get_backend(loader.sampler_group) == backend
         lengths = torch.tensor([len(loader)])
-        dist.all_gather(gathered := [torch.zeros_like(lengths) for _ in range(world)], lengths)
+        dist.all_gather(gathered := [torch.zeros_like(lengths) for _ in range(world)], lengths,
+                        group=loader.group)
         assert len({int(t) for t in gathered}) == 1  # every host iterates as many batches
         part = loader.partition
         seen = []
@@ -195,11 +225,15 @@ def loader_worker(rank, world, port, directory, results):
         assert torch.cat(seen).unique().numel() > 16  # shuffled: different seeds each epoch
         with pytest.raises(ValueError, match="names no split"):
             DistNeighborLoader(part, [2], input_nodes="validation")
-        feature.close()
+        if backend == "gloo":
+            feature.close()
 
 
 @pytest.mark.timeout(600)
-def test_dist_neighbor_loader_gives_pyg_batches_of_the_partition(tmp_path):
+@pytest.mark.parametrize("backend", ["gloo", "nccl"])
+def test_dist_neighbor_loader_gives_pyg_batches_of_the_partition(tmp_path, backend):
+    if backend == "nccl" and (not HAS_CUDA or torch.cuda.device_count() < 2):
+        pytest.skip("needs 2 GPUs and the CUDA kernels")
     edge_index = graph()
     topo = qv.CSRTopo(edge_index, num_nodes=400)
     x, y = torch.randn(400, 5), torch.randint(4, (400,))
@@ -207,7 +241,7 @@ def test_dist_neighbor_loader_gives_pyg_batches_of_the_partition(tmp_path):
         torch.save(t, tmp_path / f"{name}.pt")
     partition_graph(tmp_path / "parts", topo, 2, "random", x=x, y=y,
                     splits={"train": torch.arange(0, 400, 3)}, replicate=0.1)
-    seen, _ = spawned(tmp_path, loader_worker, 2)
+    seen, _ = spawned(tmp_path, loader_worker, 2, backend)
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 

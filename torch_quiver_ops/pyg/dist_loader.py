@@ -35,8 +35,11 @@ class DistNeighborLoader:
         batch_size, shuffle: as PyG's.
         feature: the rows (a :class:`DistFeature` over the same hosts, or a tensor indexed
             by global id); None: batches carry no ``x``.
-        group: the hosts (default: the world; a non-Gloo group gets a Gloo twin).
-        replace, timeout, transport: the sampler's (:class:`DistGraphSampler`).
+        group: the hosts (default: the world). The sampler exchanges over it when it is
+            NCCL and ``mode`` samples on a GPU; otherwise (and for the loader's own
+            agreement on the batch count) over a Gloo twin.
+        replace, timeout, transport, mode, device: the sampler's (:class:`DistGraphSampler`;
+            ``mode`` defaults to ``"CPU"``).
         seed: the shuffle's seed.
 
     Batches are ``Data`` with ``x`` (the rows of ``n_id``), ``y`` (the seeds' labels, from
@@ -47,15 +50,19 @@ class DistNeighborLoader:
     def __init__(self, partition: Union[str, Path, GraphPartition], num_neighbors,
                  input_nodes: Union[str, Tensor] = "train", batch_size: int = 1,
                  shuffle: bool = False, feature=None, group=None, replace: bool = False,
-                 timeout: float = 60.0, seed: int = 0, transport: str = "auto"):
+                 timeout: float = 60.0, seed: int = 0, transport: str = "auto",
+                 mode: str = "CPU", device=None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         self.group = gloo_twin(group)
         if not isinstance(partition, GraphPartition):
             partition = load_partition(partition, dist.get_rank(self.group))
         self.partition = partition
-        self.sampler = DistGraphSampler(partition, _fanouts(num_neighbors), self.group,
-                                        replace, timeout, transport)
+        given = group if group is not None else dist.group.WORLD
+        on_gpu = mode.upper() in ("GPU", "UVA") and dist.get_backend(given) == "nccl"
+        self.sampler_group = given if on_gpu else self.group
+        self.sampler = DistGraphSampler(partition, _fanouts(num_neighbors), self.sampler_group,
+                                        replace, timeout, transport, mode=mode, device=device)
         if isinstance(input_nodes, str):
             if input_nodes not in partition.splits:
                 raise ValueError(f"input_nodes={input_nodes!r} names no split of the partition "

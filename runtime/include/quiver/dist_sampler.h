@@ -45,8 +45,11 @@ class PeerWatch;
 
 class DistSampler : public torch::CustomClassHolder {
  public:
-  // indptr/indices/edge_ids: this host's rows (the nodes it owns, in local order);
-  // owner[v] (int16/int32) and local_index[v] (int64): every node's host and its row there.
+  // indptr/indices/edge_ids: this host's rows (the nodes it owns, in local order), on the
+  // CPU, on one GPU (GPU mode), or indptr on a GPU and the rest in pinned host memory (UVA
+  // mode): its own nodes, and those its peers ask for, are sampled there; owner[v]
+  // (int16/int32) and local_index[v] (int64), on the CPU: every node's host and its row
+  // there. A group whose backend is NCCL exchanges through the current GPU.
   DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor indptr,
               at::Tensor indices, at::Tensor edge_ids, at::Tensor owner, at::Tensor local_index,
               std::vector<int64_t> fanouts, bool replace, double timeout_s,
@@ -54,7 +57,7 @@ class DistSampler : public torch::CustomClassHolder {
   ~DistSampler() override;
 
   // (node_ids, rows, cols, sampled_edge_ids, nodes_per_hop, edges_per_hop), as
-  // quiver::sample_subgraph returns them; seeds: global ids on the CPU.
+  // quiver::sample_subgraph returns them, on the CPU; seeds: global ids on the CPU.
   std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample(
       const at::Tensor& seeds, const std::optional<at::Generator>& generator);
 
@@ -78,26 +81,31 @@ class DistSampler : public torch::CustomClassHolder {
   // Samples of some frontier nodes: per node its sample's size (int64), and the (neighbor,
   // edge id) pairs ([k, 2] int64).
   using HopSamples = std::pair<at::Tensor, at::Tensor>;
-  using OwnSamples = std::function<HopSamples()>;
-  // Rows (this host's local rows) sampled here with the op.
+  using OwnSamples = std::function<HopSamples(const at::Device& to)>;
+  // Rows (this host's local rows) sampled here with the op, where the part lies (CPU, or
+  // the GPU in GPU and UVA modes); the samples come back on the device asked for.
   HopSamples sample_rows(const at::Tensor& rows, int64_t fanout,
-                         const std::optional<at::Generator>& generator);
+                         const std::optional<at::Generator>& generator, const at::Device& to);
+  // The generator the part's kernels draw from: a CPU generator given for a part on a GPU
+  // seeds the sampler's own CUDA generator once per batch (so a fixed seed still fixes the
+  // batch); none: the device's default.
+  std::optional<at::Generator> part_generator(const std::optional<at::Generator>& generator);
   // One hop's samples of the frontier, grouped by owner (requests: local rows, send_splits
-  // per owner). sample_own samples this host's own block; each path runs it while its
-  // exchange travels.
+  // per owner), on the CPU. sample_own samples this host's own block; each path runs it
+  // while its exchange travels. exchange_hop's generator is the part's (it samples for its
+  // peers too); read_hop's draws positions on the CPU.
   HopSamples exchange_hop(at::Tensor& requests, const std::vector<int64_t>& send_splits,
                           int64_t fanout, const std::optional<at::Generator>& generator,
                           const OwnSamples& sample_own);
   HopSamples read_hop(at::Tensor& requests, const std::vector<int64_t>& send_splits,
                       int64_t fanout, const std::optional<at::Generator>& generator,
                       const OwnSamples& sample_own);
-  HopSamples read_hop(at::Tensor& requests, const std::vector<int64_t>& send_splits,
-                      int64_t fanout, const std::optional<at::Generator>& generator,
-                      const std::function<void()>& sample_own, const at::Tensor& own_counts,
-                      const at::Tensor& own_neighbors, const at::Tensor& own_eids);
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;
   at::Tensor indptr_, indices_, edge_ids_, owner_, local_index_;
+  // Where the all-to-alls' tensors live: the current GPU for NCCL, else the CPU.
+  at::Device exchange_device_{at::kCPU};
+  std::optional<at::Generator> part_generator_;  // see part_generator
   std::vector<int64_t> fanouts_;
   bool replace_;
   std::chrono::milliseconds timeout_;
