@@ -95,9 +95,6 @@ inline void check_sample_subgraph_args(const at::Tensor& indptr, const at::Tenso
   check_index_vector(seeds, "seeds");
   TORCH_CHECK_VALUE(!fanouts.empty(), "fanouts must name at least one hop, got []");
   for (size_t hop = 0; hop < fanouts.size(); ++hop) {
-    TORCH_CHECK_VALUE(fanouts[hop] >= -1, "fanouts[", hop,
-                      "] must be -1 (all neighbors) or >= 0, got ", fanouts[hop],
-                      " (fanouts = ", fanouts, ")");
     check_fanout(fanouts[hop], replace, "fanouts[" + std::to_string(hop) + "]");
   }
 }

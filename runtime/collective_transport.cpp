@@ -44,6 +44,7 @@
 #endif
 #include "runtime/collective_wait.h"
 #include "runtime/host_agreement.h"
+#include "runtime/kept_buffer.h"
 #include "runtime/peer_watch.h"
 #include "runtime/phase_clock.h"
 
@@ -612,15 +613,13 @@ class CollectiveTransport final : public Transport::Impl {
                 "make a new one): ", broken_);
   }
 
-  // A view of `rows` rows of `row_bytes` in `buffer` (CPU, kept across fetches, grown by a
-  // quarter more than asked when short, so that batches of varying size settle on one).
+  // A view of `rows` rows of `row_bytes` in `buffer` (CPU, kept across fetches:
+  // runtime/kept_buffer.h).
   static at::Tensor kept_bytes(at::Tensor& buffer, int64_t rows, int64_t row_bytes, bool pinned) {
     const int64_t bytes = checked_product(rows, row_bytes, "a transport buffer's bytes");
-    if (!buffer.defined() || buffer.numel() < bytes) {
-      buffer = at::empty({std::max<int64_t>(bytes + bytes / 4, 1)},
-                         at::TensorOptions(at::kByte).pinned_memory(pinned && at::hasCUDA()));
-    }
-    return buffer.narrow(0, 0, bytes).view({rows, row_bytes});
+    return kept_prefix(buffer, bytes,
+                       at::TensorOptions(at::kByte).pinned_memory(pinned && at::hasCUDA()))
+        .view({rows, row_bytes});
   }
 
   // Rows [begin, end) of host h's answer are in (see exchange_over_lanes).

@@ -17,6 +17,7 @@
 #include "runtime/cpu/owner_groups.h"
 #include "ops/internal/gather.h"
 #include "ops/errors.h"
+#include "runtime/kept_buffer.h"
 #include "runtime/phase_clock.h"
 #ifdef QUIVER_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -386,11 +387,7 @@ at::Tensor DistFeature::kept_rows(at::Tensor& buffer, int64_t rows) {
   shape[0] = rows;
   int64_t elements = 1;
   for (int64_t extent : shape) elements *= extent;
-  if (!buffer.defined() || buffer.numel() < elements) {
-    // Grown by a quarter more than asked, so that batches of varying size settle on one.
-    buffer = at::empty({elements + elements / 4}, like.options());
-  }
-  return buffer.narrow(0, 0, elements).view(shape);
+  return kept_prefix(buffer, elements, like.options()).view(shape);
 }
 
 namespace {

@@ -2,6 +2,7 @@
 #include "runtime/nccl_direct.h"
 
 #include "runtime/collective_wait.h"
+#include "runtime/dynamic_library.h"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -41,12 +42,6 @@ struct NcclApi {
   std::string error;  // empty when every symbol was found
 };
 
-template <typename Fn>
-void bind(void* library, const char* name, Fn*& slot, std::string& missing) {
-  slot = reinterpret_cast<Fn*>(dlsym(library, name));
-  if (slot == nullptr) missing += std::string(missing.empty() ? "" : ", ") + name;
-}
-
 const NcclApi& nccl() {
   static const NcclApi api = [] {
     NcclApi a;
@@ -58,15 +53,15 @@ const NcclApi& nccl() {
       return a;
     }
     std::string missing;
-    bind(library, "ncclGetUniqueId", a.get_unique_id, missing);
-    bind(library, "ncclCommInitRank", a.comm_init_rank, missing);
-    bind(library, "ncclCommAbort", a.comm_abort, missing);
-    bind(library, "ncclCommGetAsyncError", a.comm_get_async_error, missing);
-    bind(library, "ncclSend", a.send, missing);
-    bind(library, "ncclRecv", a.recv, missing);
-    bind(library, "ncclGroupStart", a.group_start, missing);
-    bind(library, "ncclGroupEnd", a.group_end, missing);
-    bind(library, "ncclGetErrorString", a.error_string, missing);
+    bind_symbol(library, "ncclGetUniqueId", a.get_unique_id, missing);
+    bind_symbol(library, "ncclCommInitRank", a.comm_init_rank, missing);
+    bind_symbol(library, "ncclCommAbort", a.comm_abort, missing);
+    bind_symbol(library, "ncclCommGetAsyncError", a.comm_get_async_error, missing);
+    bind_symbol(library, "ncclSend", a.send, missing);
+    bind_symbol(library, "ncclRecv", a.recv, missing);
+    bind_symbol(library, "ncclGroupStart", a.group_start, missing);
+    bind_symbol(library, "ncclGroupEnd", a.group_end, missing);
+    bind_symbol(library, "ncclGetErrorString", a.error_string, missing);
     if (!missing.empty()) a.error = "libnccl.so.2 lacks " + missing;
     return a;
   }();

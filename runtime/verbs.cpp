@@ -6,6 +6,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "runtime/dynamic_library.h"
+
 namespace quiver::runtime::verbs {
 namespace {
 
@@ -30,12 +32,6 @@ int poll_cq(ibv_cq* cq, int entries, ibv_wc* wc) {
   return cq->context->ops.poll_cq(cq, entries, wc);
 }
 
-template <typename Fn>
-void bind(void* library, const char* name, Fn*& slot, std::string& missing) {
-  slot = reinterpret_cast<Fn*>(dlsym(library, name));
-  if (slot == nullptr) missing += std::string(missing.empty() ? "" : ", ") + name;
-}
-
 struct Loaded {
   Api api{};
   std::string error;  // empty when loaded
@@ -51,24 +47,24 @@ const Loaded& loaded() {
       return l;
     }
     std::string missing;
-    bind(library, "ibv_get_device_list", l.api.get_device_list, missing);
-    bind(library, "ibv_free_device_list", l.api.free_device_list, missing);
-    bind(library, "ibv_get_device_name", l.api.get_device_name, missing);
-    bind(library, "ibv_open_device", l.api.open_device, missing);
-    bind(library, "ibv_close_device", l.api.close_device, missing);
-    bind(library, "ibv_query_device", l.api.query_device, missing);
-    bind(library, "ibv_query_port", exported_query_port, missing);
-    bind(library, "ibv_query_gid", l.api.query_gid, missing);
-    bind(library, "ibv_alloc_pd", l.api.alloc_pd, missing);
-    bind(library, "ibv_dealloc_pd", l.api.dealloc_pd, missing);
-    bind(library, "ibv_reg_mr", l.api.reg_mr, missing);
-    bind(library, "ibv_dereg_mr", l.api.dereg_mr, missing);
-    bind(library, "ibv_create_cq", l.api.create_cq, missing);
-    bind(library, "ibv_destroy_cq", l.api.destroy_cq, missing);
-    bind(library, "ibv_create_qp", l.api.create_qp, missing);
-    bind(library, "ibv_modify_qp", l.api.modify_qp, missing);
-    bind(library, "ibv_destroy_qp", l.api.destroy_qp, missing);
-    bind(library, "ibv_wc_status_str", l.api.wc_status_str, missing);
+    bind_symbol(library, "ibv_get_device_list", l.api.get_device_list, missing);
+    bind_symbol(library, "ibv_free_device_list", l.api.free_device_list, missing);
+    bind_symbol(library, "ibv_get_device_name", l.api.get_device_name, missing);
+    bind_symbol(library, "ibv_open_device", l.api.open_device, missing);
+    bind_symbol(library, "ibv_close_device", l.api.close_device, missing);
+    bind_symbol(library, "ibv_query_device", l.api.query_device, missing);
+    bind_symbol(library, "ibv_query_port", exported_query_port, missing);
+    bind_symbol(library, "ibv_query_gid", l.api.query_gid, missing);
+    bind_symbol(library, "ibv_alloc_pd", l.api.alloc_pd, missing);
+    bind_symbol(library, "ibv_dealloc_pd", l.api.dealloc_pd, missing);
+    bind_symbol(library, "ibv_reg_mr", l.api.reg_mr, missing);
+    bind_symbol(library, "ibv_dereg_mr", l.api.dereg_mr, missing);
+    bind_symbol(library, "ibv_create_cq", l.api.create_cq, missing);
+    bind_symbol(library, "ibv_destroy_cq", l.api.destroy_cq, missing);
+    bind_symbol(library, "ibv_create_qp", l.api.create_qp, missing);
+    bind_symbol(library, "ibv_modify_qp", l.api.modify_qp, missing);
+    bind_symbol(library, "ibv_destroy_qp", l.api.destroy_qp, missing);
+    bind_symbol(library, "ibv_wc_status_str", l.api.wc_status_str, missing);
     l.api.query_port = &query_port;
     l.api.post_send = &post_send;
     l.api.poll_cq = &poll_cq;
