@@ -33,7 +33,10 @@ void register_runtime_classes(torch::Library& m) {
       .def_static("open", &IpcBuffer::open);
   m.class_<FeatureTiers>("FeatureTiers")
       .def(torch::init<std::vector<at::Tensor>, std::optional<at::Tensor>>())
-      .def("gather", &FeatureTiers::gather)
+      .def("gather", &FeatureTiers::gather, "",
+           {torch::arg("ids"), torch::arg("host_read_blocks") = 0})
+      .def("set_stage_host_rows", &FeatureTiers::set_stage_host_rows)
+      .def("stages_host_rows", &FeatureTiers::stages_host_rows)
       .def("tiers", &FeatureTiers::tiers)
       .def("positions", &FeatureTiers::positions)
       .def("num_rows", &FeatureTiers::num_rows)
@@ -154,8 +157,10 @@ void register_runtime_classes(torch::Library& m) {
   m.class_<DistFeature>("DistFeature")
       .def(torch::init<c10::intrusive_ptr<ShardMap>, c10::intrusive_ptr<FeatureTiers>,
                        c10::intrusive_ptr<Transport>>())
-      .def("gather", &DistFeature::gather)
-      .def("gather_async", &DistFeature::gather_async)
+      .def("gather", &DistFeature::gather, "",
+           {torch::arg("ids"), torch::arg("host_read_blocks") = 0})
+      .def("gather_async", &DistFeature::gather_async, "",
+           {torch::arg("ids"), torch::arg("host_read_blocks") = 0})
       .def("host", &DistFeature::host)
       .def("num_hosts", &DistFeature::num_hosts)
       .def("last_local_fraction", &DistFeature::last_local_fraction)

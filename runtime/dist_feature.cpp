@@ -110,8 +110,11 @@ DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
                     "): ", fault);
 }
 
-at::Tensor DistFeature::gather(const at::Tensor& ids) {
+at::Tensor DistFeature::gather(const at::Tensor& ids, int64_t host_read_blocks) {
   std::lock_guard<std::mutex> lock(transport_->fetch_mutex());
+  TORCH_CHECK_VALUE(host_read_blocks >= 0, "host_read_blocks must be >= 0 (0: no limit), got ",
+                    host_read_blocks);
+  host_read_blocks_->store(host_read_blocks);
   if (!transport_->is_collective()) return gather_grouped(ids);  // one-sided
   // Every host takes part in every collective fetch, in step: a host whose ids are bad
   // still answers its peers (asking nothing itself) and raises after the exchange, so no
@@ -140,12 +143,13 @@ at::Tensor DistFeature::gather(const at::Tensor& ids) {
 Transport::Serve DistFeature::serve_local() const {
   auto local_layout = local_;
   const at::Device local_device = local_->device();
-  return [local_layout, local_device](const at::Tensor& local_ids, const at::Tensor& into) {
+  auto blocks = host_read_blocks_;
+  return [local_layout, local_device, blocks](const at::Tensor& local_ids, const at::Tensor& into) {
     if (into.defined() && local_device.is_cpu()) {
       local_layout->gather_into(local_ids, into);
       return into;
     }
-    return local_layout->gather(local_ids.to(local_device));
+    return local_layout->gather(local_ids.to(local_device), blocks->load());
   };
 }
 
@@ -244,7 +248,10 @@ at::Tensor DistFeature::gather_in_slots(const at::Tensor& ids) {
   };
   auto local_layout = local_;
   const Transport::Serve serve = [&](const at::Tensor& local_ids, const at::Tensor&) {
-    if (!direct) return local_layout->gather(local_ids.to(local_layout->device())).to(device);
+    if (!direct) {
+      return local_layout->gather(local_ids.to(local_layout->device()), host_read_blocks_->load())
+          .to(device);
+    }
     served = cuda::enqueue_gather_from_tiers(local_layout->tiers(), local_layout->positions(),
                                              local_ids, /*group_host_reads=*/true,
                                              "DistFeature.gather (serving a peer)");
@@ -279,7 +286,9 @@ at::Tensor DistFeature::gather_in_slots(const at::Tensor& ids) {
     shape[0] = n;
     out = at::empty(shape, like.options().device(device));
   } else {
-    out = direct ? mine.rows() : local_->gather(local_index.to(local_->device())).to(device);
+    out = direct ? mine.rows()
+                 : local_->gather(local_index.to(local_->device()), host_read_blocks_->load())
+                       .to(device);
   }
   C10_CUDA_CHECK(cuda::scatter_slot_rows(static_cast<const char*>(fetched.rows.const_data_ptr()),
                                          row_bytes, where, n,
@@ -372,7 +381,7 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
       mine = kept_rows(held_rows_, count[0]);
       local_->gather_into(held, mine);
     } else {
-      mine = local_->gather(held.to(local_device));
+      mine = local_->gather(held.to(local_device), host_read_blocks_->load());
     }
     place(mine.to(device), order.narrow(0, 0, count[0]));
   }
@@ -413,12 +422,13 @@ std::future<FetchWork::Fetched> fetch_on_own_thread(Fetch fetch) {
 
 }  // namespace
 
-c10::intrusive_ptr<FetchWork> DistFeature::gather_async(const at::Tensor& ids) {
+c10::intrusive_ptr<FetchWork> DistFeature::gather_async(const at::Tensor& ids,
+                                                       int64_t host_read_blocks) {
   auto self = c10::intrusive_ptr<DistFeature>::reclaim_copy(this);
   const c10::Device device = ids.device();
   if (device.is_cpu()) {
-    return c10::make_intrusive<FetchWork>(fetch_on_own_thread([self, ids] {
-      return FetchWork::Fetched{self->gather(ids), nullptr};
+    return c10::make_intrusive<FetchWork>(fetch_on_own_thread([self, ids, host_read_blocks] {
+      return FetchWork::Fetched{self->gather(ids, host_read_blocks), nullptr};
     }));
   }
   // The side stream waits for the ids (maybe still being written on the caller's stream);
@@ -428,11 +438,13 @@ c10::intrusive_ptr<FetchWork> DistFeature::gather_async(const at::Tensor& ids) {
   const c10::Stream side = guard_impl.getStreamFromGlobalPool(device, /*isHighPriority=*/false);
   auto ids_ready = std::make_shared<c10::Event>(device.type());
   ids_ready->record(caller);
-  return c10::make_intrusive<FetchWork>(fetch_on_own_thread([self, ids, side, ids_ready] {
+  return c10::make_intrusive<FetchWork>(fetch_on_own_thread([self, ids, side, ids_ready,
+                                                             host_read_blocks] {
     const c10::StreamGuard on_side(side);
     ids_ready->block(side);
     ids.record_stream(side);
-    FetchWork::Fetched result{self->gather(ids), std::make_shared<c10::Event>(side.device_type())};
+    FetchWork::Fetched result{self->gather(ids, host_read_blocks),
+                              std::make_shared<c10::Event>(side.device_type())};
     result.written->record(side);
     return result;
   }));

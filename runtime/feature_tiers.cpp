@@ -54,9 +54,10 @@ std::optional<at::Tensor> FeatureTiers::positions() const {
   return positions_;
 }
 
-at::Tensor FeatureTiers::gather(const at::Tensor& ids) const {
+at::Tensor FeatureTiers::gather(const at::Tensor& ids, int64_t host_read_blocks) const {
   check_not_released("gather");
-  return quiver::gather_tiered_rows(tiers_, positions_, ids);
+  return quiver::gather_tiered_rows(tiers_, positions_, ids, /*group_host_reads=*/true,
+                                    stage_host_rows_, host_read_blocks);
 }
 
 void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) const {

@@ -129,14 +129,14 @@ def worker(rank, args, directory, ports, results):
         rows = sum(b.numel() for b in id_batches[2:])
         return rows * row_bytes / sum(seconds) / 1e9
 
-    row_bytes = qv.Feature.load_shared(directory / "features" / "host_0", device_list=[])._table()[0].nbytes
+    row_bytes = qv.Feature.load_shared(directory / "features" / "host_0", device_list=[]).table[0].nbytes
     out["local_fraction"] = statistics.mean(
         1 - r.numel() / b.numel() for r, b in zip(remote, batches))
     if two_gpus:
         # NCCL, rows to this GPU.
         feature = qv.dist.DistFeature.load(directory / "features", rank=rank, device_list=[rank],
                                            device_cache_size="20%", transport="nccl", timeout=120)
-        row_bytes = feature.local._table()[0].nbytes
+        row_bytes = feature.local.table[0].nbytes
         on_gpu = [b.to(device) for b in remote]
         seconds = timed(lambda ids: feature[ids], on_gpu, sync)
         out["nccl_remote_gbps"] = rate(seconds, remote)
@@ -200,7 +200,7 @@ def worker(rank, args, directory, ports, results):
         return
     # torch.distributed.rpc, the baseline: each host asks the other for its rows by local
     # index. Timed in each round beside Gloo, since runs differ by 10-15% between machines.
-    _SHARD = qv.Feature.load_shared(directory / "features" / f"host_{rank}", device_list=[])._table()
+    _SHARD = qv.Feature.load_shared(directory / "features" / f"host_{rank}", device_list=[]).table
     options = rpc.TensorPipeRpcBackendOptions(init_method=f"tcp://127.0.0.1:{ports[1]}",
                                               num_worker_threads=16, rpc_timeout=300)
     rpc.init_rpc(f"host{rank}", rank=rank, world_size=hosts, rpc_backend_options=options)

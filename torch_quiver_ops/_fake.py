@@ -108,8 +108,12 @@ class FakeFeatureTiers:
     def __obj_unflatten__(cls, flattened):
         return cls(**dict(flattened))
 
-    def gather(self, ids):
-        return torch.ops.quiver.gather_tiered_rows.default(self._tiers, self._positions, ids, True)
+    def gather(self, ids, host_read_blocks: int = 0):
+        return torch.ops.quiver.gather_tiered_rows.default(self._tiers, self._positions, ids, True,
+                                                           False, host_read_blocks)
+
+    def stages_host_rows(self) -> bool:  # how host rows are read changes no shape
+        return False
 
     def tiers(self):
         return self._tiers

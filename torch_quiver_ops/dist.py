@@ -23,14 +23,14 @@ import math
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Optional, Sequence, Union
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 
 from . import _sharing, preflight
-from .feature import Feature
+from .feature import Feature, _thread_host_read_blocks
 
 TRANSPORTS = ("auto", "rdma", "nccl", "gloo")
 
@@ -210,14 +210,14 @@ class DistFeature:
         self.local = local
         self.host = dist.get_rank(self.group)
         self.device = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
-                       else local._device_for(None))
+                       else local.device_for())
         options = {"device": "", "port": 1, "gid_index": -1, "qps_per_peer": 4,
                    "staging_bytes": 64 << 20, **(rdma or {})}
         transport = self._agree_on_transport(transport, backend, lanes, timeout, options)
         if transport == "rdma":
             # Peers read this host's whole local table, in local order.
             self.transport = torch.classes.quiver.Transport.rdma(
-                self.group.boxed(), local._table(), options["device"], options["port"],
+                self.group.boxed(), local.table, options["device"], options["port"],
                 options["gid_index"], options["qps_per_peer"], options["staging_bytes"], timeout)
         else:
             chosen = _gloo_lanes(self.group, lanes, timeout) if transport == "gloo" else []
@@ -244,7 +244,7 @@ class DistFeature:
             problem = "transport 'rdma' asked for, but this host lists no RDMA device"
         if not problem and rdma_here:
             try:  # peers read the whole local table; the staging buffer is registered too
-                preflight.check_memlock(self.local._table().nbytes + options["staging_bytes"],
+                preflight.check_memlock(self.local.table.nbytes + options["staging_bytes"],
                                         "the RDMA transport's registered memory")
             except preflight.ResourceLimitError as error:
                 problem = str(error) if asked == "rdma" else ""
@@ -317,12 +317,14 @@ class DistFeature:
         return (ids if ids.device == self.device else ids.to(self.device)).contiguous()
 
     def __getitem__(self, ids) -> Tensor:
-        return self._runtime.gather(self._ids(ids))
+        # This host's own rows come through its local Feature's layout, read as that
+        # Feature's host_reads says, with this thread's block cap (feature.host_read_blocks).
+        return self._runtime.gather(self._ids(ids), _thread_host_read_blocks())
 
     def gather_async(self, ids):
         """Starts ``self[ids]`` on a side stream and thread; ``.wait(timeout)`` on the result
         returns the rows, ordered after the fetch on the current stream."""
-        return self._runtime.gather_async(self._ids(ids))
+        return self._runtime.gather_async(self._ids(ids), _thread_host_read_blocks())
 
     @property
     def last_local_fraction(self) -> float:

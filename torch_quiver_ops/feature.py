@@ -45,12 +45,18 @@ def host_read_blocks(blocks: int):
     work beside them, such as a model training while a :class:`Prefetcher` builds the next
     batch, which sets this in its thread. The rows are the same."""
     check_host_read_blocks(blocks, "blocks")
-    before = getattr(_THREAD_GATHERS, "host_read_blocks", 0)
+    before = _thread_host_read_blocks()
     _THREAD_GATHERS.host_read_blocks = blocks
     try:
         yield
     finally:
         _THREAD_GATHERS.host_read_blocks = before
+
+
+def _thread_host_read_blocks() -> int:
+    """This thread's block cap (host_read_blocks), 0 when none is set: read by every gather
+    of the package (Feature's, DistFeature's local rows)."""
+    return getattr(_THREAD_GATHERS, "host_read_blocks", 0)
 
 
 class Feature:
@@ -98,8 +104,6 @@ class Feature:
                  host_reads: str = "auto"):
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
-        if host_reads not in HOST_READS:
-            raise ValueError(f"host_reads must be one of {HOST_READS}, got {host_reads!r}")
         device_list = [int(d) for d in (device_list if device_list is not None else [rank])]
         if len(set(device_list)) != len(device_list):
             raise ValueError(f"device_list names a GPU twice: {device_list}")
@@ -204,10 +208,29 @@ class Feature:
 
     # ---- per-GPU layout ----
 
-    def _table(self) -> Tensor:
+    @property
+    def table(self) -> Tensor:
+        """Every row, in the table's own order, on the CPU (what RDMA peers read and
+        partitioning splits)."""
         if self._host is None:
             raise RuntimeError("this Feature holds no data yet: call from_cpu_tensor(x) first")
         return self._host
+
+    @property
+    def host_reads(self) -> str:
+        """How a GPU reads a large batch's rows outside its clique's memory (see the
+        constructor). Set it at any time: every layout this Feature handed out
+        (:meth:`tiers`, and through them DistFeature's and scripted models' gathers) reads
+        that way from its next gather."""
+        return self._host_reads
+
+    @host_reads.setter
+    def host_reads(self, value: str) -> None:
+        if value not in HOST_READS:
+            raise ValueError(f"host_reads must be one of {HOST_READS}, got {value!r}")
+        self._host_reads = value
+        for layout, _, _ in getattr(self, "_views", {}).values():
+            layout.set_stage_host_rows(self._stages_host_rows())
 
     def _pinned(self) -> Tensor:
         """The table pinned in place (a small one that cannot be may get a pinned copy)."""
@@ -259,7 +282,7 @@ class Feature:
         """The layout ``device`` reads (a ``torch.classes.quiver.FeatureTiers``, usable from
         TorchScript and savable with a scripted module): its GPU-memory tiers, then the
         host tier. Default: the current GPU, or the CPU without one."""
-        return self._view(self._device_for(device))[0]
+        return self._view(self.device_for(device))[0]
 
     def _view(self, device: torch.device) -> tuple:
         view = self._views.get(device)
@@ -271,7 +294,7 @@ class Feature:
     def _build_view(self, device: torch.device) -> tuple:
         view = self._views.get(device)
         if view is None:
-            host = self._table()
+            host = self.table
             if device.type == "cuda":
                 memory = self._memory_tiers(device)
                 memory_rows = sum(t.size(0) for t in memory)
@@ -282,11 +305,15 @@ class Feature:
                 positions = self._positions_for(memory_rows, device)
             else:
                 tiers, positions = [host], None
-            view = (torch.classes.quiver.FeatureTiers(tiers, positions), tiers, positions)
+            layout = torch.classes.quiver.FeatureTiers(tiers, positions)
+            layout.set_stage_host_rows(self._stages_host_rows())
+            view = (layout, tiers, positions)
             self._views[device] = view
         return view
 
-    def _device_for(self, device) -> torch.device:
+    def device_for(self, device=None) -> torch.device:
+        """Where gathers for ``device`` run: ``device`` itself, or for None the current GPU
+        (the CPU when this Feature uses no GPU)."""
         if device is None and not self.device_list:
             return torch.device("cpu")
         return resolve_device(device)
@@ -299,24 +326,23 @@ class Feature:
             if view is not None:
                 return torch.ops.quiver.gather_tiered_rows.default(
                     view[1], view[2], ids, True, self._stages_host_rows(),
-                    getattr(_THREAD_GATHERS, "host_read_blocks", 0))
+                    _thread_host_read_blocks())
         ids = torch.as_tensor(ids)  # the op checks shape, dtype and range
-        device = ids.device if ids.is_cuda else self._device_for(None)
+        device = ids.device if ids.is_cuda else self.device_for(None)
         _, tiers, positions = self._view(device)
         return ops.gather_tiered_rows(tiers, positions, ids.to(device, non_blocking=True),
                                       stage_host_rows=self._stages_host_rows(),
-                                      host_read_blocks=getattr(_THREAD_GATHERS,
-                                                               "host_read_blocks", 0))
+                                      host_read_blocks=_thread_host_read_blocks())
 
     def _stages_host_rows(self) -> bool:
-        if self.host_reads == "auto":
+        if self._host_reads == "auto":
             return self._host is not None and self._host.nbytes >= STAGED_FROM_BYTES
-        return self.host_reads == "staged"
+        return self._host_reads == "staged"
 
     def hit_rate(self, ids, device: Union[None, int, str, torch.device] = None) -> float:
         """The fraction of ``ids`` that ``device`` (default: current GPU) reads from GPU
         memory: its own cache or its clique's."""
-        view, tiers, _ = self._view(self._device_for(device))
+        view, tiers, _ = self._view(self.device_for(device))
         ids = torch.as_tensor(ids).cpu().long()
         if ids.numel() == 0 or not tiers[0].is_cuda:
             return 0.0
@@ -329,22 +355,22 @@ class Feature:
         return self._cache_rows
 
     def size(self, dim: Optional[int] = None):
-        shape = self._table().shape
+        shape = self.table.shape
         return shape if dim is None else shape[dim]
 
     @property
     def shape(self) -> torch.Size:
-        return self._table().shape
+        return self.table.shape
 
     @property
     def dtype(self) -> torch.dtype:
-        return self._table().dtype
+        return self.table.dtype
 
     def dim(self) -> int:
-        return self._table().dim()
+        return self.table.dim()
 
     def __len__(self) -> int:
-        return self._table().size(0)
+        return self.table.size(0)
 
     def __repr__(self) -> str:
         shape = tuple(self._host.shape) if self._host is not None else None
@@ -423,7 +449,8 @@ class Feature:
         return state
 
     def __setstate__(self, state):
-        state.setdefault("host_reads", "auto")  # pickled before the option existed
+        # Pickled before the option existed, or as a plain attribute.
+        state["_host_reads"] = state.pop("host_reads", state.get("_host_reads", "auto"))
         state.setdefault("_swapped_over", None)
         self.__dict__.update(state)
         self._process_state()
@@ -451,7 +478,7 @@ class Feature:
         """Writes the table (in its own order) and the hot order as raw files (put them on
         /dev/shm to share RAM), for :meth:`load_shared`."""
         return _sharing.save_arrays(directory, "feature",
-                                    {"rows": self._table(), "order": self._order})
+                                    {"rows": self.table, "order": self._order})
 
     @classmethod
     def load_shared(cls, directory: Union[str, Path], rank: int = 0,

@@ -64,3 +64,48 @@ def test_torch_compile_fullgraph_over_a_layouts_tensors():
 
     ids = torch.tensor([3, 63, 3])
     assert torch.allclose(gather_sum(tiers.tiers(), tiers.positions(), ids), tiers.gather(ids).sum(1))
+
+
+@pytest.mark.parametrize("on_gpu", [False] + ([True] if HAS_CUDA else []))
+def test_every_gather_through_a_layout_reads_as_its_feature_says(on_gpu):
+    """One door: a Feature's host_reads (and the thread's block cap) reach its layouts, so
+    TorchScript, C++ and DistFeature gather as Feature does, also after host_reads changes."""
+    table = random_table(3000, 8)
+    device = 0 if on_gpu else None
+    feature = qv.Feature(device_list=[0] if on_gpu else [], device_cache_size="10%",
+                         host_reads="staged").from_cpu_tensor(table)
+    tiers = feature.tiers(device)
+    assert tiers.stages_host_rows()
+    feature.host_reads = "zero_copy"
+    assert not tiers.stages_host_rows() and not feature.tiers(device).stages_host_rows()
+    feature.host_reads = "staged"
+    assert tiers.stages_host_rows()
+    with pytest.raises(ValueError, match="host_reads must be one of"):
+        feature.host_reads = "copy"
+    ids = torch.randint(3000, (2500,))
+    ids = ids.cuda() if on_gpu else ids
+    for blocks in (0, 4):
+        assert torch.equal(tiers.gather(ids, host_read_blocks=blocks).cpu(), table[ids.cpu()])
+    with pytest.raises(ValueError, match="host_read_blocks must be >= 0"):
+        tiers.gather(ids, host_read_blocks=-1)
+
+
+def test_a_dist_feature_reads_its_own_rows_through_its_features_layout():
+    """DistFeature's own rows come through the local Feature's layout with its options
+    (before, staged host reads were silently dropped in distributed runs)."""
+    import torch.distributed as dist
+    table = random_table(400, 4)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        shard_map = qv.dist.build_shard_map(400, 1)
+        local = qv.Feature(device_list=[], host_reads="staged").from_cpu_tensor(table)
+        feature = qv.dist.DistFeature(shard_map, local, transport="gloo", timeout=10.0)
+        assert feature._runtime.local().stages_host_rows()
+        ids = torch.randint(400, (50,))
+        with qv.feature.host_read_blocks(2):
+            assert torch.equal(feature[ids], table[ids])
+        with pytest.raises(ValueError, match="host_read_blocks must be >= 0"):
+            feature._runtime.gather(ids, -1)
+        feature.close()
+    finally:
+        dist.destroy_process_group()

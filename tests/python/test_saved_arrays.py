@@ -131,7 +131,7 @@ def test_a_save_on_a_read_only_mount_loads_and_stays_unchanged(tmp_path):
     try:
         feature = qv.Feature.load_shared(mounted, device_list=[], verify=True)
         assert torch.equal(feature[torch.arange(6)], rows)
-        table = feature._table()
+        table = feature.table
         table[0, 0] = 77  # a private page: the read-only file is not written
         assert (tmp_path / "save" / "rows.bin").read_bytes()[:4] == bytes(4)
         topo = qv.CSRTopo.load_shared(mounted / "csr", verify=True)

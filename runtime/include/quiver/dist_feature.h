@@ -9,6 +9,9 @@
 // stream, or raises naming the peer that did not answer.
 #pragma once
 
+#include <atomic>
+#include <memory>
+
 #include <ATen/core/Tensor.h>
 #include <c10/core/Event.h>
 #include <quiver/feature_tiers.h>
@@ -37,9 +40,11 @@ class DistFeature : public torch::CustomClassHolder {
   // Rows of global ids (1-D int32/int64) on the ids' device. With a collective transport
   // every host calls gather together, once per step, gathering its DistFeatures in the
   // same order (a transport serves one fetch at a time); a host whose ids are bad still
-  // serves its peers in that step, then raises.
-  at::Tensor gather(const at::Tensor& ids);
-  c10::intrusive_ptr<FetchWork> gather_async(const at::Tensor& ids);
+  // serves its peers in that step, then raises. This host's own rows (for itself and for
+  // its peers) come through the local layout's gather, with its options (staged host reads)
+  // and host_read_blocks as FeatureTiers.gather takes it.
+  at::Tensor gather(const at::Tensor& ids, int64_t host_read_blocks = 0);
+  c10::intrusive_ptr<FetchWork> gather_async(const at::Tensor& ids, int64_t host_read_blocks = 0);
 
   int64_t host() const { return transport_->host(); }
   int64_t num_hosts() const { return transport_->num_hosts(); }
@@ -72,6 +77,9 @@ class DistFeature : public torch::CustomClassHolder {
   // A kept CPU buffer of the Gloo path (see gather_grouped): this host's own rows before
   // they are scattered into the output.
   at::Tensor held_rows_;
+  // The block cap of the gather in progress (gathers are serialized by the transport's
+  // fetch lock), shared with serve_local's callbacks.
+  std::shared_ptr<std::atomic<int64_t>> host_read_blocks_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 // The pending result of DistFeature.gather_async.

@@ -2,8 +2,9 @@
 // sees them. Tier k holds the rows at hotness positions [begin_k, begin_k + rows_k): first
 // the GPU-memory tiers (this GPU's cache, or the shards of its NVLink clique), then the
 // host tier (pinned, read with zero copy). positions[id] is row id's hotness position.
-// gather(ids) runs quiver::gather_tiered_rows, so TorchScript models and C++ programs
-// read the store exactly as Python does. It holds the pins of its pinned host tensors, so
+// gather(ids) runs quiver::gather_tiered_rows with the layout's options, so TorchScript
+// models, C++ programs and DistFeature read the store exactly as Python's Feature does: the
+// one door to the gather. It holds the pins of its pinned host tensors, so
 // the layout stays readable for as long as it lives, whoever pinned them. It pickles as its
 // tensors and which of them were pinned, so a scripted module holding one can be saved and
 // loaded, the host tier pinned again in place. release() lets go of every tensor (so a
@@ -14,6 +15,7 @@
 #include <quiver/host_pin.h>
 #include <torch/custom_class.h>
 
+#include <atomic>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -25,8 +27,15 @@ class FeatureTiers : public torch::CustomClassHolder {
   // Checks the layout as gather_tiered_rows does (dtypes, row shapes, positions).
   FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tensor> positions);
 
-  // Rows ids (1-D int32/int64) of the table, on the ids' device.
-  at::Tensor gather(const at::Tensor& ids) const;
+  // Rows ids (1-D int32/int64) of the table, on the ids' device. host_read_blocks > 0 caps
+  // the grid of a GPU gather that reads host tiers (a loader's gathers beside the model:
+  // see gather_tiered_rows in library.cpp); host rows are read as set_stage_host_rows says.
+  at::Tensor gather(const at::Tensor& ids, int64_t host_read_blocks = 0) const;
+  // How a GPU reads a large batch's rows from the host tier: staged by CPU threads and the
+  // copy engine (true) or with zero copy (false, the default). Feature sets it from its
+  // host_reads; every gather through this layout follows it.
+  void set_stage_host_rows(bool stage) { stage_host_rows_ = stage; }
+  bool stages_host_rows() const { return stage_host_rows_; }
   // The same into `out` (a contiguous CPU tensor of [ids.numel(), *row_shape] and the
   // tiers' dtype), for CPU ids and tiers all in host memory: for callers that keep a
   // buffer across gathers (a fresh large tensor pays a page fault per page written).
@@ -69,6 +78,7 @@ class FeatureTiers : public torch::CustomClassHolder {
   at::Device device_ = at::Device(at::kCPU);
   int64_t leading_rows_ = 0;
   bool released_ = false;
+  std::atomic<bool> stage_host_rows_{false};
 
   void check_not_released(const char* what) const;
 };
