@@ -140,6 +140,7 @@ void register_runtime_classes(torch::Library& m) {
       .def("target_of", &ServingRuntime::target_of)
       .def("threshold", &ServingRuntime::threshold)
       .def("set_threshold", &ServingRuntime::set_threshold)
+      .def("dispatches_by_load", &ServingRuntime::dispatches_by_load)
       .def("calibrate", &ServingRuntime::calibrate)
       .def("psgs", [](const c10::intrusive_ptr<ServingRuntime>& self) { return self->psgs(); })
       .def("records", &ServingRuntime::records)

@@ -116,10 +116,14 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
 
   threshold_ = o.threshold;
   if (std::isnan(threshold_)) {
-    threshold_ = o.cpu_samplers == 0 ? -1.0
-                 : o.gpu_streams == 0
-                     ? std::numeric_limits<double>::infinity()
-                     : std::get<0>(calibrate({1, 4, 16, 64, 256, 1024}, 5, o.seed));
+    if (o.cpu_samplers == 0) {
+      threshold_ = -1.0;
+    } else if (o.gpu_streams == 0) {
+      threshold_ = std::numeric_limits<double>::infinity();
+    } else {
+      std::tie(threshold_, cpu_line_, gpu_line_) = calibrate({1, 4, 16, 64, 256, 1024}, 5, o.seed);
+      by_load_ = true;
+    }
   }
   samplers_running_ = static_cast<int64_t>(samplers_.size());
   for (auto& sampler : samplers_) {
@@ -215,13 +219,25 @@ void ServingRuntime::batch_loop() {
     for (const Request& r : batch.requests) parts.push_back(r.ids);
     batch.ids = at::cat(parts);
     batch.cost = cost(batch.ids);
-    batch.on_gpu = target_of(batch.cost) == "gpu";
     lock.lock();
+    batch.on_gpu = send_to_gpu(batch);
     (batch.on_gpu ? gpu_work_ : cpu_work_).push_back(std::move(batch));
     changed_.notify_all();
   }
   batcher_done_ = true;
   changed_.notify_all();
+}
+
+bool ServingRuntime::send_to_gpu(Batch& batch) {
+  if (!by_load_) return target_of(batch.cost) == "gpu";
+  const double on_cpu = cpu_line_[0] + cpu_line_[1] * batch.cost;
+  const double on_gpu = gpu_line_[0] + gpu_line_[1] * batch.cost;
+  const double cpu_done = pending_s_[0] / static_cast<double>(options_.cpu_samplers) + on_cpu;
+  const double gpu_done = pending_s_[1] / static_cast<double>(options_.gpu_streams) + on_gpu;
+  const bool gpu = gpu_done <= cpu_done;
+  batch.predicted_s = gpu ? on_gpu : on_cpu;
+  pending_s_[gpu] += batch.predicted_s;
+  return gpu;
 }
 
 void ServingRuntime::sample_loop(Sampler& sampler) {
@@ -242,6 +258,7 @@ void ServingRuntime::sample_loop(Sampler& sampler) {
       error = e.what();
     }
     lock.lock();
+    pending_s_[batch.on_gpu] = std::max(0.0, pending_s_[batch.on_gpu] - batch.predicted_s);
     if (!error.empty()) {
       lock.unlock();
       answer(std::move(batch), at::Tensor(), error);
@@ -463,6 +480,12 @@ void ServingRuntime::set_threshold(double threshold) {
   TORCH_CHECK_VALUE(!std::isnan(threshold), "ServingRuntime: the threshold must be a number");
   std::lock_guard<std::mutex> lock(mutex_);
   threshold_ = threshold;
+  by_load_ = false;  // a threshold given is followed whatever the load
+}
+
+bool ServingRuntime::dispatches_by_load() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return by_load_;
 }
 
 std::tuple<double, std::vector<double>, std::vector<double>> ServingRuntime::calibrate(

@@ -103,8 +103,12 @@ class ServingRuntime:
             than this is refused: HTTP 413).
         max_wait_ms: ... or when its oldest request has waited this long.
         max_queue: requests waiting at most (more are refused: :class:`Overloaded`).
-        threshold: PSGS at or below which a batch samples on the CPU; ``None`` calibrates
-            it (:meth:`calibrate`) when both kinds of samplers exist.
+        threshold: PSGS at or below which a batch samples on the CPU, whatever the load.
+            ``None`` (with both kinds of samplers) calibrates the runtime at start-up
+            (:meth:`calibrate`) and sends each batch where it is predicted to finish first:
+            the work its side already holds over its samplers, plus the batch's own latency
+            by that side's fitted line (an idle runtime so follows the lines' crossing; a
+            busy GPU overflows onto idle CPU samplers).
         seed: seeds each sampler's generator, for reproducible answers.
     """
 
@@ -121,9 +125,13 @@ class ServingRuntime:
         self.num_nodes = topo.node_count
         self.max_batch_nodes = max_batch_nodes
         gpu_indptr = gpu_indices = None
+        # The GPU sampler lives as long as the runtime: in UVA mode it holds the pin of the
+        # host lists the runtime's streams read (a temporary one unpinned them at once).
+        self._gpu_sampler = None
         if has_gpu:
-            gpu_indptr, gpu_indices = GraphSageSampler(
-                topo, self.fanouts, device=self.device, mode=gpu_mode).placed_topology()
+            self._gpu_sampler = GraphSageSampler(topo, self.fanouts, device=self.device,
+                                                 mode=gpu_mode)
+            gpu_indptr, gpu_indices = self._gpu_sampler.placed_topology()
         if isinstance(feature, Tensor):
             tiers = torch.classes.quiver.FeatureTiers([feature], None)
         else:
@@ -196,13 +204,18 @@ class ServingRuntime:
 
     @threshold.setter
     def threshold(self, value: float) -> None:
+        """Follow this threshold from now on, whatever the load."""
         self._runtime.set_threshold(float(value))
 
+    @property
+    def dispatches_by_load(self) -> bool:
+        """Whether batches go where they are predicted to finish first (a calibrated
+        runtime) rather than by the threshold alone."""
+        return self._runtime.dispatches_by_load()
+
     def target_of(self, cost: float) -> str:
-        """Where a batch of PSGS ``cost`` samples: the CPU at or below the threshold. (A
-        rule that also sent batches to idle CPU samplers whenever every GPU stream was busy
-        made the tail worse on the H100, docs/benchmarks.md: the CPU samplers compete with
-        the endpoint's threads for the interpreter.)"""
+        """Where an idle runtime sends a batch of PSGS ``cost``: the CPU at or below the
+        threshold."""
         return self._runtime.target_of(float(cost))
 
     def calibrate(self, sizes: Sequence[int] = (1, 4, 16, 64, 256, 1024), repeats: int = 5,
@@ -237,7 +250,7 @@ class ServingRuntime:
         on_gpu = int(records[:, 3].sum()) if records.numel() else 0
         return {"batches": records.size(0), "queued": self._runtime.queued(),
                 "cpu_batches": records.size(0) - on_gpu, "gpu_batches": on_gpu,
-                "threshold": self.threshold}
+                "threshold": self.threshold, "by_load": self.dispatches_by_load}
 
 
 # ---- the HTTP endpoint ----

@@ -135,6 +135,34 @@ def test_gpu_dispatch_and_calibration(graph, gpu_mode):
         runtime.close()
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and the CUDA kernels")
+def test_a_calibrated_runtime_sends_batches_where_they_finish_first(graph):
+    """Calibrated (no threshold given): an idle runtime follows the lines' crossing; a burst
+    that queues work on the one GPU stream overflows onto the CPU samplers; every answer is
+    right either way. A threshold set later is followed whatever the load."""
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    model = SAGE([graph.x.size(1), 16, int(graph.y.max()) + 1])
+    runtime = ServingRuntime(model, topo, [-1, -1], graph.x.cuda(), device="cuda",
+                             cpu_samplers=2, gpu_streams=1, max_batch_nodes=8, max_wait_ms=0.0)
+    try:
+        assert runtime.dispatches_by_load
+        alone = runtime.predict(torch.tensor([7]), 30)
+        record = runtime.records[-1]
+        assert record.target == runtime.target_of(record.cost)
+        chunks = torch.randint(graph.num_nodes, (400,)).split(4)
+        burst = [answer.result(60) for answer in [runtime.submit(c) for c in chunks]]
+        targets = {r.target for r in runtime.records[1:]}
+        assert targets == {"cpu", "gpu"}, targets
+        runtime.threshold = float("inf")
+        assert not runtime.dispatches_by_load
+        for chunk, rows in zip(chunks, burst):  # all neighbors: the same answer anywhere
+            assert torch.allclose(runtime.predict(chunk, 60), rows, atol=1e-4)
+        assert torch.allclose(runtime.predict(torch.tensor([7]), 30), alone, atol=1e-4)
+        assert runtime.records[-1].target == "cpu"
+    finally:
+        runtime.close()
+
+
 def test_http_answers_and_refuses_bad_requests(graph):
     runtime, _ = runtime_for(graph, (5, 3), max_batch_nodes=64)
     server = serve_http(runtime)

@@ -4,8 +4,13 @@
 // Requests of a few node ids wait in a bounded queue; a batcher closes a batch when it holds
 // max_batch_nodes seeds or its oldest request has waited max_wait_ms, prices it by its PSGS
 // (the expected number of nodes its sampling visits, a sum of per-node values computed once),
-// and hands it to a CPU sampler (PSGS at or below the threshold) or a GPU sampler (each on a
-// CUDA stream of its own). The sampler samples the computation graph with
+// and hands it to a CPU sampler or a GPU sampler (each on a CUDA stream of its own). With a
+// calibrated runtime (both kinds, no threshold given), each batch goes where it is predicted
+// to finish first: the work already queued or sampling on that side (its predicted latencies
+// over its samplers) plus this batch's latency from the calibrated line a + b * PSGS. An idle
+// runtime so sends batches by the lines' crossing (the threshold); a busy GPU overflows small
+// batches onto idle CPU samplers and back. With a given threshold, PSGS at or below it goes
+// to the CPU, the rest to the GPU, whatever the load. The sampler samples the computation graph with
 // quiver::sample_subgraph, gathers the rows through a FeatureTiers and puts the batch, on the
 // model's device, where the model side takes it: next_batch() ... finish(). The model side
 // is the caller's (a Python thread running an nn.Module, or serve_with() running a C++
@@ -117,8 +122,12 @@ class ServingRuntime : public torch::CustomClassHolder {
                                             const std::vector<int64_t>& fanouts);
   const at::Tensor& psgs() const { return psgs_; }
   double cost(const at::Tensor& ids) const;  // a batch's PSGS: the sum over its seeds
-  // "cpu" at or below the threshold, else "gpu"; the only kind present when one is missing.
+  // Where an idle runtime sends a batch of this cost: "cpu" at or below the threshold, else
+  // "gpu"; the only kind present when one is missing.
   std::string target_of(double cost) const;
+  // Whether batches go where they are predicted to finish first (calibrated at construction;
+  // set_threshold turns it off) rather than by the threshold alone.
+  bool dispatches_by_load() const;
   double threshold() const;
   void set_threshold(double threshold);
   // Times sampling and gathering on each kind over batches of `sizes` random seeds (the
@@ -150,6 +159,7 @@ class ServingRuntime : public torch::CustomClassHolder {
     at::Tensor ids;
     double cost;
     bool on_gpu;
+    double predicted_s = 0;  // its sampling latency by its side's line (dispatch by load)
     Clock::time_point started;
   };
   struct Answer {
@@ -160,6 +170,8 @@ class ServingRuntime : public torch::CustomClassHolder {
   struct Sampler;  // a generator, and a CUDA stream when the model's device is a GPU
 
   void batch_loop();
+  // Where a batch of `cost` goes now (called with mutex_ held); sets its predicted latency.
+  bool send_to_gpu(Batch& batch);
   void sample_loop(Sampler& sampler);
   void model_loop(const std::function<at::Tensor(const ServedBatch&)>& model);
   ServedBatch prepare(const at::Tensor& ids, Sampler& sampler) const;
@@ -186,6 +198,11 @@ class ServingRuntime : public torch::CustomClassHolder {
   std::unordered_map<int64_t, Answer> answers_;
   std::deque<std::array<double, 6>> records_;
   double threshold_;
+  // Dispatch by load: the calibrated lines (latency in s = a + b * PSGS, CPU then GPU) and the
+  // predicted seconds of the batches each side holds (queued or sampling).
+  bool by_load_ = false;
+  std::vector<double> cpu_line_, gpu_line_;
+  double pending_s_[2] = {0, 0};  // [0] CPU, [1] GPU
   int64_t next_ticket_ = 0, next_batch_ = 0, accepted_ = 0, in_flight_ = 0;
   int64_t samplers_running_ = 0;
   bool closing_ = false, batcher_done_ = false, abandoned_ = false;
