@@ -32,19 +32,25 @@ class AnonymousPeak:
     pages of memory-mapped inputs, which the kernel can drop) every 20 ms; .peak in bytes."""
 
     def __init__(self):
-        self.peak, self._stop = 0, threading.Event()
+        self._stop = threading.Event()
+        self.start = self.peak = self._read()
         self._thread = threading.Thread(target=self._watch, daemon=True)
         self._thread.start()
 
+    @staticmethod
+    def _read() -> int:
+        try:
+            with open("/proc/self/status") as status:
+                for line in status:
+                    if line.startswith("RssAnon:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
     def _watch(self):
         while not self._stop.wait(0.02):
-            try:
-                with open("/proc/self/status") as status:
-                    for line in status:
-                        if line.startswith("RssAnon:"):
-                            self.peak = max(self.peak, int(line.split()[1]) * 1024)
-            except OSError:
-                return
+            self.peak = max(self.peak, self._read())
 
     def stop(self) -> int:
         self._stop.set()
@@ -97,12 +103,13 @@ def main(argv=None):
         splits = torch.load(args.splits)
     loaded = time.perf_counter() - started
     watch = AnonymousPeak()
-    before = watch.peak
+    before = watch.start
     manifest = partition_graph(args.out, topo, args.parts, args.method, x=x, y=y, splits=splits,
                                replicate=args.replicate, seed=args.seed)
     anonymous_gib = watch.stop() / 2**30
     for part in range(args.parts):
         load_partition(args.out, part, verify=True)
+    owner_gib = sum(f.stat().st_size for f in (Path(args.out) / "owner").iterdir()) / 2**30
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     def bytes_under(folder: Path) -> int:
         return sum(f.stat().st_size for f in folder.iterdir()) if folder.exists() else 0
@@ -116,7 +123,9 @@ def main(argv=None):
           f"loaded in {loaded:.1f}s, owners in {manifest['seconds']['assign']:.1f}s, written "
           f"in {manifest['seconds']['total']:.1f}s; peak resident {peak_gib:.2f} GiB (inputs "
           f"and mapped pages included), anonymous while partitioning {anonymous_gib:.2f} GiB "
-          f"(before: {before / 2**30:.2f}); largest part {largest / 2**30:.2f} GiB on disk")
+          f"({anonymous_gib - before / 2**30:.2f} above the {before / 2**30:.2f} held before: "
+          f"the process, and inputs not mapped from files); largest part "
+          f"{largest / 2**30:.2f} GiB on disk, owner map {owner_gib:.2f} GiB")
     for part, info in enumerate(manifest["parts"]):
         print(f"  part {part}: {info['nodes']} nodes, {info['edges']} edges")
     print(f"every part read back and verified: {args.out}")

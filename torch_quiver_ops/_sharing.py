@@ -16,8 +16,9 @@ import math
 import os
 import re
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -59,13 +60,45 @@ def _crc32(t: Tensor, described: bool = True) -> int:
     return crc
 
 
-def save_arrays(directory: Union[str, Path], stem: str, arrays: Dict[str, Optional[Tensor]],
-                **meta) -> Path:
+@dataclass
+class Streamed:
+    """An array that :func:`save_arrays` writes chunk by chunk, so that it is never whole in
+    memory (a partition's neighbor lists): its dtype, shape, and its chunks in order."""
+    dtype: torch.dtype
+    shape: Sequence[int]
+    chunks: Iterable[Tensor]
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * torch.empty(0, dtype=self.dtype).element_size()
+
+
+def _write_streamed(name: str, array: Streamed, partial: Path) -> int:
+    """Writes ``array``'s chunks to ``partial``; returns its CRC-32 (as :func:`_crc32`)."""
+    crc = zlib.crc32(f"{_dtype_name(array.dtype)}{list(array.shape)}".encode())
+    written = 0
+    with open(partial, "wb") as out:
+        for chunk in array.chunks:
+            if chunk.dtype != array.dtype:
+                raise TypeError(f"a chunk of {name} holds {chunk.dtype}, not {array.dtype}")
+            data = memoryview(chunk.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+            out.write(data)
+            crc = zlib.crc32(data, crc)
+            written += data.nbytes
+    if written != array.nbytes:
+        raise ValueError(f"the chunks of {name} held {written} bytes where its shape "
+                         f"{list(array.shape)} needs {array.nbytes}")
+    return crc
+
+
+def save_arrays(directory: Union[str, Path], stem: str,
+                arrays: Dict[str, Union[None, Tensor, Streamed]], **meta) -> Path:
     """Writes each array as ``<name>.bin`` (raw bytes) and ``<stem>.json`` describing them
     (dtype, shape, bytes, CRC-32) plus ``meta``, into ``directory``; :func:`map_arrays`
-    reads them back. The json is written last and atomically, so a concurrent
-    :func:`map_arrays` sees the whole save or none of it. Checks first that the directory's
-    file system has room for every array (a RAM-backed /dev/shm is often small)."""
+    reads them back. A :class:`Streamed` array is written chunk by chunk. The json is
+    written last and atomically, so a concurrent :func:`map_arrays` sees the whole save or
+    none of it. Checks first that the directory's file system has room for every array (a
+    RAM-backed /dev/shm is often small)."""
     directory = Path(directory)
     _check_name(stem, str(directory))
     present = {name: t for name, t in arrays.items() if t is not None}
@@ -76,15 +109,19 @@ def save_arrays(directory: Union[str, Path], stem: str, arrays: Dict[str, Option
                          f"saving {', '.join(present) or 'nothing'}")
     described = {}
     for name, t in present.items():
-        t = t.detach().cpu().contiguous()
         if _dtype_name(t.dtype) not in _DTYPES:
             raise TypeError(f"save_arrays cannot save {name} of dtype {t.dtype}")
         path = directory / f"{name}.bin"
         partial = path.with_suffix(".bin.partial")
-        t.view(-1).view(torch.uint8).numpy().tofile(partial)
+        if isinstance(t, Streamed):
+            crc = _write_streamed(name, t, partial)
+        else:
+            t = t.detach().cpu().contiguous()
+            t.view(-1).view(torch.uint8).numpy().tofile(partial)
+            crc = _crc32(t)
         os.replace(partial, path)
         described[name] = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape),
-                           "nbytes": t.nbytes, "crc32": _crc32(t), "crc32_of": _CRC_OF}
+                           "nbytes": t.nbytes, "crc32": crc, "crc32_of": _CRC_OF}
     record = directory / f"{stem}.json"
     partial = record.with_suffix(".json.partial")
     partial.write_text(json.dumps({"arrays": described, **meta}))

@@ -119,21 +119,26 @@ def partition_quality(topo: CSRTopo, owner: Tensor, num_parts: int,
 
 def _owned_rows(topo: CSRTopo, nodes: Tensor, chunk_edges: int):
     """The CSR rows of ``nodes`` (ascending global ids): (indptr, indices, edge_ids), the
-    neighbor lists gathered ``chunk_edges`` at a time into arrays of their final size."""
+    neighbor lists as :class:`~torch_quiver_ops._sharing.Streamed` arrays, gathered
+    ``chunk_edges`` at a time as they are written: a part's lists (the bulk of its bytes)
+    are never whole in memory."""
     starts = topo.indptr[nodes].long()
     degree = topo.indptr[nodes + 1].long() - starts
     indptr = torch.zeros(nodes.numel() + 1, dtype=torch.int64)
     torch.cumsum(degree, 0, out=indptr[1:])
     total = int(indptr[-1])
-    indices = torch.empty(total, dtype=topo.indices.dtype)
-    edge_ids = torch.empty(total, dtype=torch.int64)
-    for first, last in _row_chunks(indptr, chunk_edges):
-        out_begin, out_end = int(indptr[first]), int(indptr[last])
-        positions = torch.arange(out_begin, out_end, dtype=torch.int64) + torch.repeat_interleave(
-            starts[first:last] - indptr[first:last], degree[first:last],
-            output_size=out_end - out_begin)
-        indices[out_begin:out_end] = topo.indices[positions]
-        edge_ids[out_begin:out_end] = topo.eid[positions] if topo.eid is not None else positions
+
+    def positions():  # each chunk's rows, as positions in topo's lists
+        for first, last in _row_chunks(indptr, chunk_edges):
+            out_begin, out_end = int(indptr[first]), int(indptr[last])
+            yield torch.arange(out_begin, out_end, dtype=torch.int64) + torch.repeat_interleave(
+                starts[first:last] - indptr[first:last], degree[first:last],
+                output_size=out_end - out_begin)
+
+    indices = _sharing.Streamed(topo.indices.dtype, [total],
+                                (topo.indices[p] for p in positions()))
+    edge_ids = _sharing.Streamed(torch.int64, [total], (
+        topo.eid[p].long() if topo.eid is not None else p for p in positions()))
     return indptr, indices, edge_ids
 
 
@@ -185,7 +190,7 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
             arrays[f"{name}_ids"] = ids[owner[ids].long() == part]
         _sharing.save_arrays(directory / f"part_{part}", "part", arrays, part=part,
                              num_parts=num_parts, partition_id=partition_id)
-        parts.append({"nodes": nodes.numel(), "edges": indices.numel(),
+        parts.append({"nodes": nodes.numel(), "edges": int(indptr[-1]),
                       **{f"{name}_ids": arrays[f"{name}_ids"].numel() for name in splits}})
         del nodes, indptr, indices, edge_ids, arrays
     _sharing.save_arrays(directory / "owner", "owner",
