@@ -216,7 +216,7 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
             for batch in loader:
                 seeds = batch.n_id[:batch.batch_size]
                 assert torch.equal(part.owner[seeds].long(), torch.full_like(seeds, rank))
-                assert torch.equal(batch.x, x[batch.n_id]) and torch.equal(batch.y, y[seeds])
+                assert torch.equal(batch.x.cpu(), x[batch.n_id]) and torch.equal(batch.y, y[seeds])
                 src, dst = batch.edge_index
                 assert torch.equal(edge_index[0, batch.e_id], batch.n_id[dst])
                 assert torch.equal(edge_index[1, batch.e_id], batch.n_id[src])
