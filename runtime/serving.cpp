@@ -126,6 +126,8 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
     }
   }
   samplers_running_ = static_cast<int64_t>(samplers_.size());
+  idle_[0] = o.cpu_samplers;
+  idle_[1] = o.gpu_streams;
   for (auto& sampler : samplers_) {
     Sampler* s = sampler.get();
     sampler_threads_.emplace_back([this, s] { sample_loop(*s); });
@@ -221,6 +223,19 @@ void ServingRuntime::batch_loop() {
     batch.cost = cost(batch.ids);
     lock.lock();
     batch.on_gpu = send_to_gpu(batch);
+    if (by_load_ && !closing_ && !abandoned_ && idle_[batch.on_gpu] == 0) {
+      // Its side is busy: rather than queue a small batch behind it (while requests that
+      // would have joined it arrive), its requests go back to the front of the queue and
+      // the batch is formed again, larger, once a sampler finishes.
+      pending_s_[batch.on_gpu] -= batch.predicted_s;
+      for (auto it = batch.requests.rbegin(); it != batch.requests.rend(); ++it) {
+        queue_.push_front(std::move(*it));
+      }
+      --in_flight_;
+      const int64_t seen = samplings_done_;
+      changed_.wait(lock, [&] { return abandoned_ || closing_ || samplings_done_ != seen; });
+      continue;
+    }
     (batch.on_gpu ? gpu_work_ : cpu_work_).push_back(std::move(batch));
     changed_.notify_all();
   }
@@ -229,7 +244,7 @@ void ServingRuntime::batch_loop() {
 }
 
 bool ServingRuntime::send_to_gpu(Batch& batch) {
-  if (!by_load_) return target_of(batch.cost) == "gpu";
+  if (!by_load_) return on_gpu_by_threshold(batch.cost);
   const double on_cpu = cpu_line_[0] + cpu_line_[1] * batch.cost;
   const double on_gpu = gpu_line_[0] + gpu_line_[1] * batch.cost;
   const double cpu_done = pending_s_[0] / static_cast<double>(options_.cpu_samplers) + on_cpu;
@@ -248,6 +263,7 @@ void ServingRuntime::sample_loop(Sampler& sampler) {
     if (abandoned_ || work.empty()) break;  // the batcher is done and nothing is left
     Batch batch = std::move(work.front());
     work.pop_front();
+    --idle_[sampler.on_gpu];
     batch.started = Clock::now();
     lock.unlock();
     ServedBatch served;
@@ -259,6 +275,8 @@ void ServingRuntime::sample_loop(Sampler& sampler) {
     }
     lock.lock();
     pending_s_[batch.on_gpu] = std::max(0.0, pending_s_[batch.on_gpu] - batch.predicted_s);
+    ++idle_[sampler.on_gpu];
+    ++samplings_done_;
     if (!error.empty()) {
       lock.unlock();
       answer(std::move(batch), at::Tensor(), error);
@@ -466,9 +484,14 @@ double ServingRuntime::cost(const at::Tensor& ids) const {
 }
 
 std::string ServingRuntime::target_of(double cost) const {
-  if (options_.gpu_streams == 0) return "cpu";
-  if (options_.cpu_samplers == 0) return "gpu";
-  return cost <= threshold() ? "cpu" : "gpu";
+  std::lock_guard<std::mutex> lock(mutex_);
+  return on_gpu_by_threshold(cost) ? "gpu" : "cpu";
+}
+
+bool ServingRuntime::on_gpu_by_threshold(double cost) const {
+  if (options_.gpu_streams == 0) return false;
+  if (options_.cpu_samplers == 0) return true;
+  return cost > threshold_;
 }
 
 double ServingRuntime::threshold() const {

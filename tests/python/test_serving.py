@@ -137,9 +137,10 @@ def test_gpu_dispatch_and_calibration(graph, gpu_mode):
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and the CUDA kernels")
 def test_a_calibrated_runtime_sends_batches_where_they_finish_first(graph):
-    """Calibrated (no threshold given): an idle runtime follows the lines' crossing; a burst
-    that queues work on the one GPU stream overflows onto the CPU samplers; every answer is
-    right either way. A threshold set later is followed whatever the load."""
+    """Calibrated (no threshold given): an idle runtime follows the lines' crossing; under a
+    burst every answer is right, wherever each batch went (a batch whose side is busy waits
+    to grow, or goes to the other side when that is predicted to finish first). A threshold
+    set later is followed whatever the load."""
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     model = SAGE([graph.x.size(1), 16, int(graph.y.max()) + 1])
     runtime = ServingRuntime(model, topo, [-1, -1], graph.x.cuda(), device="cuda",
@@ -151,8 +152,7 @@ def test_a_calibrated_runtime_sends_batches_where_they_finish_first(graph):
         assert record.target == runtime.target_of(record.cost)
         chunks = torch.randint(graph.num_nodes, (400,)).split(4)
         burst = [answer.result(60) for answer in [runtime.submit(c) for c in chunks]]
-        targets = {r.target for r in runtime.records[1:]}
-        assert targets == {"cpu", "gpu"}, targets
+        assert sum(r.requests for r in runtime.records[1:]) == len(chunks)
         runtime.threshold = float("inf")
         assert not runtime.dispatches_by_load
         for chunk, rows in zip(chunks, burst):  # all neighbors: the same answer anywhere

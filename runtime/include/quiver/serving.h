@@ -172,6 +172,7 @@ class ServingRuntime : public torch::CustomClassHolder {
   void batch_loop();
   // Where a batch of `cost` goes now (called with mutex_ held); sets its predicted latency.
   bool send_to_gpu(Batch& batch);
+  bool on_gpu_by_threshold(double cost) const;  // the threshold's rule (mutex_ held)
   void sample_loop(Sampler& sampler);
   void model_loop(const std::function<at::Tensor(const ServedBatch&)>& model);
   ServedBatch prepare(const at::Tensor& ids, Sampler& sampler) const;
@@ -203,6 +204,8 @@ class ServingRuntime : public torch::CustomClassHolder {
   bool by_load_ = false;
   std::vector<double> cpu_line_, gpu_line_;
   double pending_s_[2] = {0, 0};  // [0] CPU, [1] GPU
+  int64_t idle_[2] = {0, 0};       // samplers of each side not sampling now
+  int64_t samplings_done_ = 0;     // batches the samplers have finished (or failed)
   int64_t next_ticket_ = 0, next_batch_ = 0, accepted_ = 0, in_flight_ = 0;
   int64_t samplers_running_ = 0;
   bool closing_ = false, batcher_done_ = false, abandoned_ = false;
