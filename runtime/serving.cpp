@@ -126,8 +126,6 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
     }
   }
   samplers_running_ = static_cast<int64_t>(samplers_.size());
-  idle_[0] = o.cpu_samplers;
-  idle_[1] = o.gpu_streams;
   for (auto& sampler : samplers_) {
     Sampler* s = sampler.get();
     sampler_threads_.emplace_back([this, s] { sample_loop(*s); });
@@ -223,19 +221,23 @@ void ServingRuntime::batch_loop() {
     batch.cost = cost(batch.ids);
     lock.lock();
     batch.on_gpu = send_to_gpu(batch);
-    if (by_load_ && !closing_ && !abandoned_ && idle_[batch.on_gpu] == 0) {
-      // Its side is busy: rather than queue a small batch behind it (while requests that
-      // would have joined it arrive), its requests go back to the front of the queue and
-      // the batch is formed again, larger, once a sampler finishes.
+    const int64_t side_slots = batch.on_gpu ? options_.gpu_streams : options_.cpu_samplers;
+    if (by_load_ && !closing_ && !abandoned_ && in_side_[batch.on_gpu] >= side_slots) {
+      // Its side holds as many batches as it has samplers (sampling, waiting for the model
+      // or in it): rather than queue a small batch behind them (while requests that would
+      // have joined it arrive), its requests go back to the front of the queue and the batch
+      // is formed again, larger, once a batch is answered. The same back-pressure as a
+      // runtime of that side alone.
       pending_s_[batch.on_gpu] -= batch.predicted_s;
       for (auto it = batch.requests.rbegin(); it != batch.requests.rend(); ++it) {
         queue_.push_front(std::move(*it));
       }
       --in_flight_;
-      const int64_t seen = samplings_done_;
-      changed_.wait(lock, [&] { return abandoned_ || closing_ || samplings_done_ != seen; });
+      const int64_t seen = answered_batches_;
+      changed_.wait(lock, [&] { return abandoned_ || closing_ || answered_batches_ != seen; });
       continue;
     }
+    ++in_side_[batch.on_gpu];
     (batch.on_gpu ? gpu_work_ : cpu_work_).push_back(std::move(batch));
     changed_.notify_all();
   }
@@ -263,7 +265,6 @@ void ServingRuntime::sample_loop(Sampler& sampler) {
     if (abandoned_ || work.empty()) break;  // the batcher is done and nothing is left
     Batch batch = std::move(work.front());
     work.pop_front();
-    --idle_[sampler.on_gpu];
     batch.started = Clock::now();
     lock.unlock();
     ServedBatch served;
@@ -275,8 +276,6 @@ void ServingRuntime::sample_loop(Sampler& sampler) {
     }
     lock.lock();
     pending_s_[batch.on_gpu] = std::max(0.0, pending_s_[batch.on_gpu] - batch.predicted_s);
-    ++idle_[sampler.on_gpu];
-    ++samplings_done_;
     if (!error.empty()) {
       lock.unlock();
       answer(std::move(batch), at::Tensor(), error);
@@ -386,6 +385,8 @@ void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::stri
                       ms_between(batch.started, now)});
   if (records_.size() > kRecordsKept) records_.pop_front();
   --in_flight_;
+  --in_side_[batch.on_gpu];
+  ++answered_batches_;
   changed_.notify_all();
 }
 

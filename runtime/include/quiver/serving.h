@@ -204,8 +204,8 @@ class ServingRuntime : public torch::CustomClassHolder {
   bool by_load_ = false;
   std::vector<double> cpu_line_, gpu_line_;
   double pending_s_[2] = {0, 0};  // [0] CPU, [1] GPU
-  int64_t idle_[2] = {0, 0};       // samplers of each side not sampling now
-  int64_t samplings_done_ = 0;     // batches the samplers have finished (or failed)
+  int64_t in_side_[2] = {0, 0};    // batches in flight on each side, until answered
+  int64_t answered_batches_ = 0;   // batches answered (or failed) so far
   int64_t next_ticket_ = 0, next_batch_ = 0, accepted_ = 0, in_flight_ = 0;
   int64_t samplers_running_ = 0;
   bool closing_ = false, batcher_done_ = false, abandoned_ = false;
