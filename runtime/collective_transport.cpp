@@ -11,7 +11,7 @@
 // hang the next synchronization).
 //
 // fetch_slotted (NCCL) drops the counts: requests and rows travel in fixed per-peer slots
-// (ops/cuda/owner_slots.h), the owner checks and serves on the stream between the two
+// (runtime/cuda/owner_slots.h), the owner checks and serves on the stream between the two
 // exchanges, and the host waits once, polling the rows' exchange within the timeout. At
 // 45 MB a fetch the host's work, not the bytes, sets the pace (docs/benchmarks.md): one wait
 // instead of four took two H200s from 38 to 90-109 GB/s. The two exchanges go through a

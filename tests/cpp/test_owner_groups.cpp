@@ -1,4 +1,4 @@
-// Ids grouped by owner on the CPU (ops/cpu/owner_groups.h), against a stable sort.
+// Ids grouped by owner on the CPU (runtime/cpu/owner_groups.h), against a stable sort.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <gtest/gtest.h>

@@ -75,7 +75,7 @@ class Transport : public torch::CustomClassHolder {
     // Whether every host must call fetch together (collectives) or each on its own (RDMA).
     virtual bool collective() const = 0;
 
-    // The fetch in fixed slots (ops/cuda/owner_slots.h), offered by collective transports
+    // The fetch in fixed slots (runtime/cuda/owner_slots.h), offered by collective transports
     // over GPUs: requests and rows travel in equal per-host blocks, so that no count is
     // read back before the rows move, and the host waits once. Every host of the group
     // takes this path together (it depends only on the transport).
