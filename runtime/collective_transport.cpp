@@ -51,6 +51,20 @@
 namespace quiver::runtime {
 namespace {
 
+// The two faults a fetch's verdicts report, one sentence each for every path: a peer refused
+// rows this host asked for, or asked this host for rows outside its table.
+void check_peer_served(int64_t peer, int64_t refused, int64_t asked, int64_t me) {
+  TORCH_CHECK_VALUE(refused == 0, "host ", peer, " refused ", refused, " of the ", asked,
+                    " rows this host (", me, ") asked for: they lie outside its table. ",
+                    "The hosts hold different shard maps or tables");
+}
+
+void check_peer_asked_within(int64_t peer, int64_t outside, int64_t me, int64_t served_rows) {
+  TORCH_CHECK_VALUE(outside == 0, "host ", peer, " asked this host (", me, ") for ", outside,
+                    " rows outside its table of ", served_rows,
+                    " rows. The hosts hold different shard maps or tables");
+}
+
 // Heartbeats run at this fraction of the timeout (at least every 100 ms), and a peer is
 // called silent after this many periods without a beat.
 constexpr double kBeatsPerTimeout = 10.0;
@@ -281,16 +295,11 @@ class CollectiveTransport final : public Transport::Impl {
     const int64_t* verdict = verdicts.const_data_ptr<int64_t>();
     for (int64_t h = 0; h < num_hosts_; ++h) {
       if (send_counts[h] == 0) continue;
-      TORCH_CHECK_VALUE(*verdict == 0, "host ", h, " refused ", *verdict, " of the ",
-                        send_counts[h], " rows this host (", host_,
-                        ") asked for: they lie outside its table. "
-                        "The hosts hold different shard maps or tables");
+      check_peer_served(h, *verdict, send_counts[h], host_);
       ++verdict;
     }
     for (int64_t h = 0; h < num_hosts_; ++h) {
-      TORCH_CHECK_VALUE(verdict[h] == 0, "host ", h, " asked this host (", host_, ") for ",
-                        verdict[h], " rows outside its table of ", served_rows,
-                        " rows. The hosts hold different shard maps or tables");
+      check_peer_asked_within(h, verdict[h], host_, served_rows);
     }
     if (arrived) {
       if (!handed_by_lane) {
@@ -465,7 +474,7 @@ class CollectiveTransport final : public Transport::Impl {
     clock.lap(direct != nullptr ? "rows and summary" : "summary");
     const int64_t* word = summary_host_.const_data_ptr<int64_t>();
     const int64_t* asked_of = word;             // rows this host asked of peer p
-    const int64_t* asked_by = word + peers;     // rows p asked of this host
+    // (word + peers: rows p asked of this host)
     const int64_t* largest = word + 2 * peers;  // the most p asked of any host
     const int64_t* refused_here = word + 3 * peers;
     const int64_t* refused_there = word + 4 * peers;
@@ -490,16 +499,10 @@ class CollectiveTransport final : public Transport::Impl {
     }
     if (result.complete) {  // else every host fetches again, and raises then
       for (int64_t p = 0; p < peers; ++p) {
-        TORCH_CHECK_VALUE(refused_there[p] == 0, "host ", host_of_peer(p), " refused ",
-                          refused_there[p], " of the ", asked_of[p], " rows this host (", host_,
-                          ") asked for: they lie outside its table. "
-                          "The hosts hold different shard maps or tables");
+        check_peer_served(host_of_peer(p), refused_there[p], asked_of[p], host_);
       }
       for (int64_t p = 0; p < peers; ++p) {
-        TORCH_CHECK_VALUE(refused_here[p] == 0, "host ", host_of_peer(p), " asked this host (",
-                          host_, ") for ", refused_here[p], " rows outside its table of ",
-                          served_rows, " rows (", asked_by[p],
-                          " asked). The hosts hold different shard maps or tables");
+        check_peer_asked_within(host_of_peer(p), refused_here[p], host_, served_rows);
       }
     }
     result.extra.assign(word + 5 * peers + 1, word + 5 * peers + 1 + extra_words);
