@@ -18,6 +18,14 @@ TORCH_LIBRARY(quiver, m) {
   // Runtime classes first: op schemas may name them (runtime/classes.cpp).
   quiver::runtime::register_runtime_classes(m);
 
+  // A whole CSR checked once, where a topology is made (the sampling ops check only the rows
+  // they touch): shapes and dtypes, indptr from 0 to the neighbor count and non-decreasing,
+  // every neighbor id in [0, num_nodes) (num_nodes < 0: indptr's node count). Raises the
+  // kernels' own errors (ValueError, IndexError, TypeError); one implementation for every
+  // device (CompositeExplicitAutograd, ops/check_csr.cpp).
+  m.def("check_csr(Tensor indptr, Tensor indices, Tensor? edge_ids=None, int num_nodes=-1) -> ()",
+        {at::Tag::pt2_compliant_tag});
+
   // CSR from COO: rows sorted (stable: edges of one row keep their input order).
   // edge_ids[k] is the input position of the k-th CSR edge.
   m.def(

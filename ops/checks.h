@@ -4,7 +4,7 @@
 // argument and its actual value (ops/errors.h says which fault raises which type).
 #pragma once
 
-#include <ATen/core/Tensor.h>
+#include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -55,6 +55,33 @@ inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices
                      " of shape ", eid.sizes());
     TORCH_CHECK_VALUE(eid.numel() == indices.numel(), "edge_ids has ", eid.numel(),
                       " entries but indices has ", indices.numel());
+  }
+}
+
+// A whole CSR scanned once, where a topology is made (check_csr; the per-batch ops check only
+// the rows they touch): shapes and dtypes, offsets from 0 to the neighbor count and
+// non-decreasing, every neighbor id in [0, num_nodes) (num_nodes < 0: indptr's node count;
+// a host's part of a partitioned graph holds global ids). One read of each array, on the
+// device it lies on; the sentences are errors.h's, as the kernels raise them.
+inline void check_whole_csr(const at::Tensor& indptr, const at::Tensor& indices,
+                            const std::optional<at::Tensor>& edge_ids, int64_t num_nodes = -1) {
+  check_csr_shapes(indptr, indices, edge_ids);
+  if (num_nodes < 0) num_nodes = indptr.numel() - 1;
+  const int64_t first = indptr[0].item<int64_t>(), last = indptr[-1].item<int64_t>();
+  if (first != 0 || last != indices.numel()) errors::csr_ends(first, last, indices.numel());
+  if (indptr.numel() > 2) {
+    const at::Tensor falls = indptr.narrow(0, 1, indptr.numel() - 1) <
+                             indptr.narrow(0, 0, indptr.numel() - 1);
+    if (falls.any().item<bool>()) {
+      const int64_t node = falls.nonzero()[0][0].item<int64_t>();
+      errors::offsets_decrease(node, indptr[node].item<int64_t>(), indptr[node + 1].item<int64_t>());
+    }
+  }
+  if (indices.numel() > 0) {
+    const auto [low, high] = at::aminmax(indices);
+    const int64_t lo = low.item<int64_t>(), hi = high.item<int64_t>();
+    if (lo < 0) errors::neighbor_out_of_range(lo, num_nodes);
+    if (hi >= num_nodes) errors::neighbor_out_of_range(hi, num_nodes);
   }
 }
 

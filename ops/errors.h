@@ -39,6 +39,12 @@ namespace quiver::errors {
                     " does not lie inside cached_indices: the topology cache is corrupt");
 }
 
+// indptr falls between node `node` and the next.
+[[noreturn]] inline void offsets_decrease(int64_t node, int64_t here, int64_t next) {
+  TORCH_CHECK_VALUE(false, "indptr must be non-decreasing, but indptr[", node, "] = ", here,
+                    " > indptr[", node + 1, "] = ", next, ": the CSR is corrupt");
+}
+
 // indptr does not start at 0 or does not end at the number of indices.
 [[noreturn]] inline void csr_ends(int64_t first, int64_t last, int64_t num_edges) {
   TORCH_CHECK_VALUE(false, "indptr and indices disagree: indptr[0] = ", first,

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ops/checks.h"
 #include "runtime/collective_wait.h"
 #include "runtime/peer_watch.h"
 
@@ -108,22 +109,12 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
                     ": the partition and the group's ranks do not match");
   // The whole part once (the per-batch op checks only the rows it touches, and neighbor ids
   // here are global, indexing the reindexing table): a corrupt part is refused here.
-  TORCH_CHECK_VALUE(indptr_.scalar_type() == at::kLong && edge_ids_.scalar_type() == at::kLong &&
-                        (indices_.scalar_type() == at::kInt || indices_.scalar_type() == at::kLong),
-                    "DistSampler: indptr and edge_ids must be int64 and indices int32 or int64, "
-                    "got ", indptr_.scalar_type(), ", ", edge_ids_.scalar_type(), " and ",
-                    indices_.scalar_type());
-  TORCH_CHECK_VALUE(indptr_[0].item<int64_t>() == 0 &&
-                        indptr_[-1].item<int64_t>() == indices_.numel() &&
-                        (indptr_.numel() < 2 || (indptr_.diff() >= 0).all().item<bool>()),
-                    "DistSampler: host ", host_, "'s indptr is not non-decreasing from 0 to ",
-                    indices_.numel(), " (its neighbor count): the partition is corrupt");
-  if (indices_.numel() > 0) {
-    const auto [low, high] = at::aminmax(indices_);
-    TORCH_CHECK_INDEX(low.item<int64_t>() >= 0 && high.item<int64_t>() < owner_.numel(),
-                      "DistSampler: host ", host_, "'s indices hold node ids in [",
-                      low.item<int64_t>(), ", ", high.item<int64_t>(), "], outside [0, ",
-                      owner_.numel(), "): the partition is corrupt");
+  try {
+    check_whole_csr(indptr_, indices_, edge_ids_, owner_.numel());
+  } catch (c10::Error& error) {
+    error.add_context("DistSampler: in host " + std::to_string(host_) +
+                      "'s part (global neighbor ids): the partition is corrupt");
+    throw;
   }
   const std::string serial =
       std::to_string(group_->getStore()->add("quiver/dist_sampler/made/" + std::to_string(host_), 1) - 1);

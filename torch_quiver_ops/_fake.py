@@ -6,6 +6,11 @@ that export traces models that hold them: each is rebuilt from its class's __obj
 import torch
 
 
+@torch.library.register_fake("quiver::check_csr")
+def _check_csr_fake(indptr, indices, edge_ids=None, num_nodes=-1):
+    return None  # a scan of the values: nothing to trace
+
+
 @torch.library.register_fake("quiver::csr_from_coo")
 def _csr_from_coo_fake(row, col, num_nodes):
     indptr = row.new_empty(num_nodes + 1, dtype=torch.long)

@@ -11,6 +11,16 @@ import torch
 from torch import Tensor
 
 
+def check_csr(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor] = None,
+              num_nodes: int = -1) -> None:
+    """Raises unless the CSR is whole and sound: int64 ``indptr`` from 0 to ``indices``'
+    length and non-decreasing, int32/int64 ``indices`` with every id in ``[0, num_nodes)``
+    (default: ``indptr``'s node count), int64 ``edge_ids`` of ``indices``' length. The
+    sampling ops check only the rows a batch touches; this scans every row once (ValueError,
+    IndexError or TypeError, the kernels' own sentences)."""
+    torch.ops.quiver.check_csr(indptr, indices, edge_ids, num_nodes)
+
+
 def csr_from_coo(row: Tensor, col: Tensor, num_nodes: Optional[int] = None
                  ) -> Tuple[Tensor, Tensor, Tensor]:
     """Builds a CSR topology from COO edges ``row[k] -> col[k]``.

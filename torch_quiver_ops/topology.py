@@ -12,43 +12,9 @@ from .hotness import INT32_MAX, degree_order
 
 
 def validate_csr(indptr: Tensor, indices: Tensor, eid: Optional[Tensor] = None) -> None:
-    """Checks a whole CSR once; the per-batch ops check only the rows they touch. Shapes
-    and dtypes are the ops' own checks (the first sampling call makes them); this scan adds
-    what the ops cannot afford per batch, with the same exception types and sentences:
-    non-decreasing offsets (ValueError) and every neighbor id in range (IndexError)."""
-    if indptr.dim() != 1 or indptr.numel() < 1:
-        raise ValueError(f"indptr must be a 1-D tensor of num_nodes + 1 offsets, got shape "
-                         f"{list(indptr.shape)}")
-    if indptr.dtype != torch.long:
-        raise TypeError(f"indptr must be int64, got {indptr.dtype}")
-    if indices.dim() != 1:
-        raise ValueError(f"indices must be a 1-D tensor, got shape {list(indices.shape)}")
-    if indices.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"indices must hold int32 or int64 ids, got {indices.dtype}")
-    num_nodes = indptr.numel() - 1
-    first, last = int(indptr[0]), int(indptr[-1])
-    if first != 0 or last != indices.numel():
-        raise ValueError(f"indptr and indices disagree: indptr[0] = {first} and indptr[-1] = "
-                         f"{last}, but indices has {indices.numel()} entries: the CSR is corrupt")
-    steps = indptr[1:] - indptr[:-1]
-    if steps.numel() and int(steps.min()) < 0:
-        node = int(torch.nonzero(steps < 0)[0])
-        raise ValueError(f"indptr must be non-decreasing, but indptr[{node}] = "
-                         f"{int(indptr[node])} > indptr[{node + 1}] = {int(indptr[node + 1])}: "
-                         f"the CSR is corrupt")
-    if indices.numel():
-        low, high = int(indices.min()), int(indices.max())
-        if low < 0 or high >= num_nodes:
-            bad = low if low < 0 else high
-            raise IndexError(f"indices holds node id {bad}, out of range [0, {num_nodes}): "
-                             f"the CSR is corrupt")
-    if eid is not None:
-        if eid.dtype != torch.long or eid.dim() != 1:
-            raise TypeError(f"edge_ids must be a contiguous 1-D int64 tensor, got {eid.dtype} "
-                            f"of shape {list(eid.shape)}")
-        if eid.numel() != indices.numel():
-            raise ValueError(f"edge_ids has {eid.numel()} entries but indices has "
-                             f"{indices.numel()}")
+    """Checks a whole CSR once (:func:`~torch_quiver_ops.ops.check_csr`); the per-batch ops
+    check only the rows they touch."""
+    ops.check_csr(indptr, indices, eid)
 
 
 def build_topology_cache(indptr: Tensor, indices: Tensor, hot_order: Tensor, budget_bytes: int,

@@ -181,11 +181,11 @@ def test_a_part_loaded_on_the_wrong_rank_or_corrupt_is_refused(tmp_path):
             DistGraphSampler(part, [3])
         far = whole.indices.clone()
         far[17] = 400  # a neighbor id past the graph
-        with pytest.raises(IndexError, match=r"outside \[0, 400\): the partition is corrupt"):
+        with pytest.raises(IndexError, match=r"node id 400, out of range \[0, 400\)"):
             DistGraphSampler(dataclasses.replace(whole, indices=far), [3])
         backwards = whole.indptr.clone()
         backwards[5] = backwards[6] + 1
-        with pytest.raises(ValueError, match="not non-decreasing"):
+        with pytest.raises(ValueError, match="must be non-decreasing"):
             DistGraphSampler(dataclasses.replace(whole, indptr=backwards), [3])
         assert DistGraphSampler(whole, [3]).sample_subgraph(torch.arange(3))[0].numel() >= 3
     finally:

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import torch_quiver_ops as qv
-from conftest import requires_cuda
+from conftest import HAS_CUDA, requires_cuda
 from reference import random_coo
 
 
@@ -51,6 +51,23 @@ def test_from_csr_is_validated_with_the_ops_exception_types():
         qv.CSRTopo(indptr=torch.tensor([0, 1], dtype=torch.int32), indices=torch.tensor([0]))
     with pytest.raises(TypeError, match="indices must hold int32 or int64 ids"):
         qv.CSRTopo(indptr=torch.tensor([0, 1]), indices=torch.tensor([0.0]))
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if HAS_CUDA else []))
+def test_check_csr_scans_the_whole_csr_on_any_device(device):
+    """The one whole-CSR check (CSRTopo and the partitioned sampler both use it): opcheck,
+    and its errors on each device, with num_nodes for global ids."""
+    indptr = torch.tensor([0, 2, 3, 3], device=device)
+    indices = torch.tensor([1, 2, 0], dtype=torch.int32, device=device)
+    eid = torch.arange(3, device=device)
+    torch.library.opcheck(torch.ops.quiver.check_csr.default, (indptr, indices, eid, -1))
+    qv.ops.check_csr(indptr, indices, eid, num_nodes=10)
+    with pytest.raises(IndexError, match="node id 2, out of range \\[0, 2\\)"):
+        qv.ops.check_csr(indptr, indices, num_nodes=2)
+    with pytest.raises(ValueError, match="indptr\\[1\\] = 2 > indptr\\[2\\] = 1"):
+        qv.ops.check_csr(torch.tensor([0, 2, 1, 3], device=device), indices)
+    with pytest.raises(ValueError, match="edge_ids has 2 entries but indices has 3"):
+        qv.ops.check_csr(indptr, indices, eid[:2])
 
 
 def test_bad_edge_index():

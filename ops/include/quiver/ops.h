@@ -21,6 +21,17 @@ c10::TypedOperatorHandle<Signature> op(const char* name) {
 }  // namespace detail
 
 // (indptr, indices, edge_ids)
+// Raises (ValueError, IndexError, TypeError) unless the CSR is whole and sound (see check_csr
+// in library.cpp).
+inline void check_csr(const at::Tensor& indptr, const at::Tensor& indices,
+                      const std::optional<at::Tensor>& edge_ids = std::nullopt,
+                      int64_t num_nodes = -1) {
+  static const auto handle =
+      detail::op<void(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                      int64_t)>("quiver::check_csr");
+  handle.call(indptr, indices, edge_ids, num_nodes);
+}
+
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_coo(const at::Tensor& row,
                                                                    const at::Tensor& col,
                                                                    int64_t num_nodes) {
