@@ -104,8 +104,7 @@ class CSRTopo:
             if num_nodes is None:
                 num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
             dtype = torch.int32 if num_nodes <= INT32_MAX else torch.int64
-            if edge_index.numel() and int(edge_index.min()) < 0:
-                raise ValueError(f"edge_index holds a negative node id {int(edge_index.min())}")
+            # Ids outside [0, num_nodes), negative ones too, are the op's IndexError.
             row = edge_index[0].to(dtype).contiguous()
             col = edge_index[1].to(dtype).contiguous()
             indptr, indices, eid = (t.cpu() for t in ops.csr_from_coo(row, col, num_nodes))

@@ -31,7 +31,7 @@ def test_edges_on_a_gpu_are_built_there_into_the_same_host_csr():
     for name in ("indptr", "indices", "eid"):
         expected, got = getattr(on_host, name), getattr(on_gpu, name)
         assert got.device.type == "cpu" and torch.equal(got, expected), name
-    with pytest.raises(ValueError, match="negative node id"):
+    with pytest.raises(IndexError, match="= -1 is out of range"):
         qv.CSRTopo(torch.tensor([[0, -1], [1, 0]], device="cuda"))
 
 
@@ -73,8 +73,10 @@ def test_check_csr_scans_the_whole_csr_on_any_device(device):
 def test_bad_edge_index():
     with pytest.raises(ValueError, match="shape \\[2, E\\]"):
         qv.CSRTopo(torch.zeros(3, 4, dtype=torch.long))
-    with pytest.raises(ValueError, match="negative node id"):
-        qv.CSRTopo(torch.tensor([[0, -1], [1, 0]]))
+    with pytest.raises(IndexError, match=r"row\[1\] = -1 is out of range \[0, 2\)"):
+        qv.CSRTopo(torch.tensor([[0, -1], [1, 0]]))  # the op's type and sentence
+    with pytest.raises(IndexError, match=r"col\[0\] = 5 is out of range \[0, 3\)"):
+        qv.CSRTopo(torch.tensor([[0, 1], [5, 0]]), num_nodes=3)
 
 
 def test_save_and_load_shared_map_one_copy(tmp_path):
