@@ -88,8 +88,6 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
                     "DistSampler: local_index must be int64 with one entry per node (",
                     owner_.numel(), "), got ", local_index_.scalar_type(), " of ",
                     local_index_.numel());
-  TORCH_CHECK_VALUE(edge_ids_.numel() == indices_.numel(), "DistSampler: edge_ids holds ",
-                    edge_ids_.numel(), " ids for ", indices_.numel(), " neighbors");
   if (owner_.numel() > 0) {
     const int64_t low = owner_.min().item<int64_t>(), high = owner_.max().item<int64_t>();
     TORCH_CHECK_VALUE(low >= 0 && high < num_hosts_, "DistSampler: owner names hosts in [", low,

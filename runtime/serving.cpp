@@ -228,7 +228,6 @@ void ServingRuntime::batch_loop() {
       // have joined it arrive), its requests go back to the front of the queue and the batch
       // is formed again, larger, once a batch is answered. The same back-pressure as a
       // runtime of that side alone.
-      pending_s_[batch.on_gpu] -= batch.predicted_s;
       for (auto it = batch.requests.rbegin(); it != batch.requests.rend(); ++it) {
         queue_.push_front(std::move(*it));
       }
@@ -238,6 +237,7 @@ void ServingRuntime::batch_loop() {
       continue;
     }
     ++in_side_[batch.on_gpu];
+    pending_s_[batch.on_gpu] += batch.predicted_s;
     (batch.on_gpu ? gpu_work_ : cpu_work_).push_back(std::move(batch));
     changed_.notify_all();
   }
@@ -253,7 +253,6 @@ bool ServingRuntime::send_to_gpu(Batch& batch) {
   const double gpu_done = pending_s_[1] / static_cast<double>(options_.gpu_streams) + on_gpu;
   const bool gpu = gpu_done <= cpu_done;
   batch.predicted_s = gpu ? on_gpu : on_cpu;
-  pending_s_[gpu] += batch.predicted_s;
   return gpu;
 }
 

@@ -170,7 +170,8 @@ class ServingRuntime : public torch::CustomClassHolder {
   struct Sampler;  // a generator, and a CUDA stream when the model's device is a GPU
 
   void batch_loop();
-  // Where a batch of `cost` goes now (called with mutex_ held); sets its predicted latency.
+  // Where a batch of `cost` goes now (called with mutex_ held); sets its predicted latency,
+  // which the caller adds to its side's pending seconds once the batch is handed over.
   bool send_to_gpu(Batch& batch);
   bool on_gpu_by_threshold(double cost) const;  // the threshold's rule (mutex_ held)
   void sample_loop(Sampler& sampler);
