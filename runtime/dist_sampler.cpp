@@ -11,6 +11,7 @@
 
 #include "ops/checks.h"
 #include "runtime/collective_wait.h"
+#include "runtime/phase_clock.h"
 #include "runtime/peer_watch.h"
 
 namespace quiver::runtime {
@@ -187,19 +188,23 @@ DistSampler::HopSamples DistSampler::exchange_hop(
   // Every tensor an all-to-all moves lives on the exchange's device (a GPU for NCCL).
   const at::Device x = exchange_device_;
   const auto long_x = at::TensorOptions().dtype(at::kLong).device(x);
+  PhaseClock clock("partitioned hop exchange");
   // 1. How many rows each host asks of each other host.
   at::Tensor recv_counts = at::empty({P}, long_x);
   at::Tensor send_counts_buffer = at::tensor(send_splits, at::kLong).to(x);
   await(post(recv_counts, send_counts_buffer, {}, {}, "request counts"), "request counts");
   const std::vector<int64_t> recv_splits = as_vector(recv_counts);
   const int64_t asked_of_me = std::accumulate(recv_splits.begin(), recv_splits.end(), int64_t{0});
+  clock.lap("request_counts");
 
   // 2. The requests travel while this host samples its own frontier nodes.
   at::Tensor asked = at::empty({asked_of_me}, long_x);
   at::Tensor requests_x = requests.to(x);
   auto requests_sent = post(asked, requests_x, recv_splits, send_splits, "requests");
   const HopSamples own = sample_own(x);
+  clock.lap("own");
   await(requests_sent, "requests");
+  clock.lap("requests");
 
   // 3. Sample what the peers asked for (this host's own block is answered already).
   std::vector<at::Tensor> answer_counts(P), answer_rows(P);
@@ -214,17 +219,21 @@ DistSampler::HopSamples DistSampler::exchange_hop(
   at::Tensor reply_rows = at::cat(answer_rows);
   std::vector<int64_t> reply_splits(P);
   for (int64_t p = 0; p < P; ++p) reply_splits[p] = answer_rows[p].size(0);
+  clock.lap("answer_peers");
 
   // 4. Answers back: counts per asked row (the requests' splits reversed), then the
   // sampled (neighbor, edge id) pairs, whose per-host totals the counts give.
   at::Tensor got_counts = at::empty({requests.numel()}, long_x);
   await(post(got_counts, reply_counts, send_splits, recv_splits, "answer counts"), "answer counts");
   const at::Tensor got_counts_here = got_counts.cpu();
+  clock.lap("answer_counts");
   const std::vector<int64_t> got_splits = block_sums(got_counts_here, send_splits);
   const int64_t got_total = std::accumulate(got_splits.begin(), got_splits.end(), int64_t{0});
   at::Tensor got_rows = at::empty({got_total, 2}, long_x);
   await(post(got_rows, reply_rows, got_splits, reply_splits, "answers"), "answers");
-  return {got_counts_here, got_rows.cpu()};
+  at::Tensor got_rows_here = got_rows.cpu();
+  clock.lap("answers");
+  return {got_counts_here, got_rows_here};
 }
 
 DistSampler::HopSamples DistSampler::read_hop(
@@ -360,6 +369,7 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
   int64_t frontier_begin = 0;
 
   for (int64_t fanout : fanouts_) {
+    PhaseClock clock("partitioned hop");
     const int64_t frontier_end = static_cast<int64_t>(node_ids.size());
     const at::Tensor frontier = at::from_blob(node_ids.data() + frontier_begin,
                                               {frontier_end - frontier_begin}, long_opts)
@@ -376,10 +386,12 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
       return sample_rows(requests.narrow(0, own_begin, send_splits[host_]), fanout, own_generator,
                          to);
     };
+    clock.lap("group");
     // Per frontier node in grouped order, its sample's size; the (neighbor, edge id) pairs.
     const auto [got_counts, got_rows] =
         reads_.empty() ? exchange_hop(requests, send_splits, fanout, own_generator, sample_own)
                        : read_hop(requests, send_splits, fanout, generator, sample_own);
+    clock.lap("exchange");
     const std::vector<int64_t> got_splits = block_sums(got_counts, send_splits);
     const int64_t got_total = got_rows.size(0);
     if (got_total > 0) {  // peers' answers index the reindexing table: checked first
@@ -408,6 +420,7 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     const at::Tensor gather = at::arange(got_total, long_opts) +
                               at::repeat_interleave(start_of - out_start, counts, /*dim=*/0, got_total);
     const at::Tensor pairs = got_rows.index_select(0, gather);
+    clock.lap("order");
 
     // 6. Reindex: new nodes in order of first appearance.
     const int64_t* pair = pairs.const_data_ptr<int64_t>();
@@ -434,6 +447,7 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     nodes_per_hop.push_back(static_cast<int64_t>(node_ids.size()) - frontier_end);
     edges_per_hop.push_back(got_total);
     frontier_begin = frontier_end;
+    clock.lap("reindex");
   }
   for (int64_t v : node_ids) position_[v] = -1;
   return {at::tensor(node_ids, long_opts), at::cat(rows), at::cat(cols), at::cat(eids),

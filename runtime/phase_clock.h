@@ -1,5 +1,5 @@
-// QUIVER_TRACE_TRANSPORT=1 prints the phases of each distributed gather and fetch (ms) to
-// stderr: a tuning aid that costs nothing when off.
+// QUIVER_TRACE_TRANSPORT=1 prints the phases of each distributed gather, fetch and sampling
+// hop (ms) to stderr: a tuning aid that costs nothing when off.
 #pragma once
 
 #include <chrono>

@@ -32,6 +32,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import torch_quiver_ops as qv
+from torch_quiver_ops.hotness import positions_of
 from torch_quiver_ops.synthetic import synthetic_graph
 
 # One H100 (issue 4) and torch-quiver's published figures for the same workload, GB/s.
@@ -285,6 +286,31 @@ def main():
     del feature, hbm
     torch.cuda.empty_cache()
 
+    # Every row in HBM of a store with a hot order (csr_topo given, as torch-quiver's API
+    # asks): the layout a user gets, beside the one it had before 2026-11-26 (hot-ordered
+    # rows, then the whole pinned table as a host tier no id reaches), whose gathers sorted
+    # their reads as for host rows and, in a loader, took its cap on host-reading blocks.
+    feature = qv.Feature(device_list=[device.index], device_cache_size=table_bytes,
+                         host_reads="zero_copy", csr_topo=topo).from_cpu_tensor(x)
+    layout = feature.tiers(device)
+    assert len(layout.tiers()) == 1 and layout.positions() is None
+    record("HBM, degree order", gather_rate(lambda ids: feature[ids], on_gpu, row_bytes,
+                                            args.warmup),
+           kernel_rate(lambda ids: feature[ids], on_gpu[:4], row_bytes),
+           bounds["d2d_output"], "d2d copy (output)", index_select, "torch.index_select")
+    order = topo.feature_order.to(device)
+    old_tiers = [x.to(device)[order.long()], feature._pinned()]
+    old_positions = positions_of(topo.feature_order).to(device).int()
+    assert torch.equal(feature[check], x.to(device)[check])
+    for name, blocks in (("HBM, degree order, before", 0),
+                         ("HBM, degree order, before, loader's cap", 12)):
+        before = lambda ids: torch.ops.quiver.gather_tiered_rows.default(  # noqa: E731
+            old_tiers, old_positions, ids, True, False, blocks)
+        record(name, gather_rate(before, on_gpu, row_bytes, args.warmup),
+               kernel_rate(before, on_gpu[:4], row_bytes))
+    del old_tiers, old_positions, order, feature  # the pin lives as long as the store
+    torch.cuda.empty_cache()
+
     # Every row in pinned host memory.
     feature = qv.Feature(device_list=[device.index], device_cache_size=0,
                          host_reads="zero_copy").from_cpu_tensor(x)
@@ -329,7 +355,6 @@ def main():
     # The same cache over a second, hot-ordered host copy of the table (what the store
     # kept before it used the table in place): what that copy buys in locality. Not for
     # tables of tens of GB, where that copy is the problem.
-    from torch_quiver_ops.hotness import positions_of
     copy_rows = table_bytes <= 8e9
     if not copy_rows:
         print("   (no hot-ordered copy row: the table is too large for a second host copy)")

@@ -251,9 +251,16 @@ class Feature:
                              f"(torch.cuda.set_device) or add it to device_list")
         if len(clique) == 1:
             if device.index not in self._replicas:
-                self._replicas[device.index] = self._hot_rows(0, self._cache_rows, device.index)
+                self._replicas[device.index] = (
+                    self._pinned().to(device.index) if self._holds_every_row(clique)
+                    else self._hot_rows(0, self._cache_rows, device.index))
             return [self._replicas[device.index]]
         return [self._clique_shard(d, device.index) for d in clique]  # the op enables peers
+
+    def _holds_every_row(self, clique: Sequence[int]) -> bool:
+        """Whether the clique's GPU memory holds the whole table. A lone GPU then keeps it
+        in the table's own order (no positions to look up), and no host tier is read."""
+        return len(clique) * self._cache_rows >= self._host.size(0)
 
     def _clique_shard(self, owner: int, reader: int) -> Tensor:
         """A clique member's shard. In a worker its IPC handle is opened at first use, in
@@ -298,11 +305,18 @@ class Feature:
             if device.type == "cuda":
                 memory = self._memory_tiers(device)
                 memory_rows = sum(t.size(0) for t in memory)
-                if self._rank is None:  # the host tier is the table past the cached rows
+                if memory and self._holds_every_row(self._clique_of(device.index)):
+                    # No host tier: with one, every large gather would sort its reads and
+                    # obey the loader's cap on host-reading blocks, for rows all in HBM.
+                    tiers = memory
+                    positions = (None if len(memory) == 1
+                                 else self._positions_for(memory_rows, device))
+                elif self._rank is None:  # the host tier is the table past the cached rows
                     tiers = memory + [self._pinned()[memory_rows:]]
+                    positions = None
                 else:  # the whole table; positions send cached rows to the memory tiers
                     tiers = memory + [self._pinned()]
-                positions = self._positions_for(memory_rows, device)
+                    positions = self._positions_for(memory_rows, device)
             else:
                 tiers, positions = [host], None
             layout = torch.classes.quiver.FeatureTiers(tiers, positions)

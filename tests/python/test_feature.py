@@ -7,6 +7,7 @@ import torch
 
 import torch_quiver_ops as qv
 from conftest import HAS_CUDA, requires_cuda
+from torch_quiver_ops.feature import host_read_blocks
 from torch_quiver_ops.synthetic import synthetic_graph
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -149,6 +150,42 @@ def test_host_tier_is_the_table_itself_pinned_in_place_and_cache_in_hbm():
                         csr_topo=qv.CSRTopo(torch.randint(1000, (2, 5000)))).from_cpu_tensor(x)
     tiers = ranked.tiers().tiers()
     assert tiers[1].shape[0] == 1000 and tiers[1].data_ptr() == x.data_ptr()  # positions rank
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="the layout a GPU reads")
+@pytest.mark.parametrize("order", ["given", "degree"])
+def test_a_cache_of_every_row_reads_no_host_tier(order):
+    """A store whose GPU holds every row has no host tier, so its gathers neither sort
+    their reads nor obey a loader's cap on host-reading blocks (both meant for host rows:
+    together they made such gathers 5x slower, docs/benchmarks.md), and a lone GPU keeps
+    the rows in the table's own order: no positions to look up."""
+    graph, topo, ids = graph_and_ids(seed=4)
+    x = graph.x
+    feature = qv.Feature(device_cache_size=x.nbytes,
+                         csr_topo=topo if order == "degree" else None).from_cpu_tensor(x)
+    layout = feature.tiers()
+    assert [t.device.type for t in layout.tiers()] == ["cuda"]
+    assert layout.positions() is None
+    assert torch.equal(layout.tiers()[0].cpu(), x)
+    with host_read_blocks(1):
+        assert torch.equal(feature[ids.cuda()].cpu(), x[ids])
+    assert feature.hit_rate(ids) == 1.0
+
+
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_clique_holding_every_row_reads_no_host_tier():
+    if not torch.cuda.can_device_access_peer(0, 1):
+        pytest.skip("GPUs 0 and 1 cannot read each other's memory")
+    graph, topo, ids = graph_and_ids(seed=5)
+    x = graph.x
+    half = (x.size(0) + 1) // 2 * x[0].nbytes
+    feature = qv.Feature(0, [0, 1], half, "p2p_clique_replicate",
+                         csr_topo=topo).from_cpu_tensor(x)
+    for device in (0, 1):
+        layout = feature.tiers(device)
+        assert [t.device.index for t in layout.tiers()] == [0, 1]  # the two halves, no host
+        assert layout.positions() is not None  # hot-ordered shards
+        assert torch.equal(feature[ids.to(f"cuda:{device}")].cpu(), x[ids])
 
 
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")

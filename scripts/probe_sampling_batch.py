@@ -1,0 +1,54 @@
+"""Where a GPU-mode batch's time goes through GraphSageSampler.sample with CPU seeds
+(products-like graph, [15, 10, 5], 1024 seeds): the call's median, its parts (seeds to the
+GPU, the op, building the adjacency lists), the op with seeds already on the GPU, and a
+profile of 10 calls (kernels by GPU time, then host calls), its trace in $OUT.
+
+    python scripts/probe_sampling_batch.py                       # batches replayed as graphs
+    QUIVER_SAMPLING_GRAPHS=0 python scripts/probe_sampling_batch.py
+"""
+import statistics, time, sys, os
+import torch
+import torch_quiver_ops as qv
+from torch_quiver_ops.sampler import layers_of
+from torch_quiver_ops.synthetic import synthetic_graph
+
+dev = torch.device("cuda", 0)
+g = synthetic_graph("products", device=dev, csr=True)
+topo = g.topology()
+s = qv.GraphSageSampler(topo, [15, 10, 5], device=dev, mode="GPU")
+gen = torch.Generator().manual_seed(0)
+train = g.train_idx.cpu()
+seeds = [train[torch.randperm(train.numel(), generator=gen)[:1024]] for _ in range(200)]
+for b in seeds[:10]:
+    s.sample(b)
+torch.cuda.synchronize()
+
+def med(xs): return statistics.median(xs) * 1e3
+
+t_sample, t_copy, t_op, t_layers, t_gpu_seeds = [], [], [], [], []
+gpu_seeds = [b.to(dev) for b in seeds]
+for b, gb in zip(seeds[10:], gpu_seeds[10:]):
+    t0 = time.perf_counter(); s.sample(b); t1 = time.perf_counter()
+    t_sample.append(t1 - t0)
+for b in seeds[10:]:
+    t0 = time.perf_counter(); sd = s._seeds(b); t1 = time.perf_counter()
+    out = qv.ops.sample_subgraph(s._indptr, s._indices, sd, s.sizes, s.replace, s._eid, None, None, None)
+    t2 = time.perf_counter(); layers_of(out, s.return_eid); t3 = time.perf_counter()
+    t_copy.append(t1 - t0); t_op.append(t2 - t1); t_layers.append(t3 - t2)
+for gb in gpu_seeds[10:]:
+    t0 = time.perf_counter()
+    qv.ops.sample_subgraph(s._indptr, s._indices, gb, s.sizes, s.replace, s._eid, None, None, None)
+    t_gpu_seeds.append(time.perf_counter() - t0)
+edges = sum(int(x) for x in s.sample_subgraph(seeds[0])[5])
+print(f"sample() CPU seeds: median {med(t_sample):.3f} ms (p10 {statistics.quantiles(t_sample, n=10)[0]*1e3:.3f}); "
+      f"edges/batch {edges}")
+print(f"  seeds .to(cuda) {med(t_copy):.3f} ms, op {med(t_op):.3f} ms, layers_of {med(t_layers):.3f} ms")
+print(f"op, seeds on the GPU: {med(t_gpu_seeds):.3f} ms")
+from torch.profiler import profile, ProfilerActivity
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    for b in seeds[20:30]:
+        s.sample(b)
+    torch.cuda.synchronize()
+print(prof.key_averages().table(sort_by="self_device_time_total", row_limit=30))
+print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+prof.export_chrome_trace(os.path.join(os.environ.get("OUT", "."), "sampling_trace.json"))
