@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <quiver/ops.h>
 
+#include <limits>
 #include <numeric>
 #include <sstream>
 #include <thread>
@@ -20,6 +21,8 @@ namespace {
 
 constexpr int kBeatsPerTimeout = 10;  // heartbeats per timeout, at least every 100 ms
 constexpr int kSilentPeriods = 3;     // a peer silent this many periods is named
+// first_use_ of a node no edge of the current hop names.
+constexpr int32_t kNoUse = std::numeric_limits<int32_t>::max();
 
 std::vector<int64_t> as_vector(const at::Tensor& counts) {
   const at::Tensor c = counts.to(at::kCPU, at::kLong).contiguous();
@@ -231,9 +234,8 @@ DistSampler::HopSamples DistSampler::exchange_hop(
   const int64_t got_total = std::accumulate(got_splits.begin(), got_splits.end(), int64_t{0});
   at::Tensor got_rows = at::empty({got_total, 2}, long_x);
   await(post(got_rows, reply_rows, got_splits, reply_splits, "answers"), "answers");
-  at::Tensor got_rows_here = got_rows.cpu();
   clock.lap("answers");
-  return {got_counts_here, got_rows_here};
+  return {got_counts_here, got_rows};
 }
 
 DistSampler::HopSamples DistSampler::read_hop(
@@ -350,36 +352,45 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
                       low < 0 ? low : high, " is out of range [0, ", num_nodes(), ")");
   }
   const int64_t P = num_hosts_;
-  const auto long_opts = at::TensorOptions().dtype(at::kLong);
+  // A batch is grouped, put back in order and reindexed with tensor ops where the part lies
+  // (its GPU in GPU and UVA modes), so a GPU host's hops stay on its GPU but for their sizes.
+  const at::Device w = indptr_.device();
+  const auto long_w = at::TensorOptions().dtype(at::kLong).device(w);
+  const auto int_w = at::TensorOptions().dtype(at::kInt).device(w);
   // The part's kernels (and the owners' answers to peers) draw from this.
   const std::optional<at::Generator> own_generator = part_generator(generator);
+  if (!owner_w_.defined() || owner_w_.device() != w) {
+    owner_w_ = owner_.to(w, at::kLong);
+    local_index_w_ = local_index_.to(w);
+    position_ = at::full({num_nodes()}, -1, int_w);
+    first_use_ = at::full({num_nodes()}, kNoUse, int_w);
+  }
 
-  // Reindexing: global id -> position in node_ids (seeds first, as given).
-  std::vector<int64_t> node_ids(seed_ids.const_data_ptr<int64_t>(),
-                                seed_ids.const_data_ptr<int64_t>() + seed_ids.numel());
-  // position_[v]: v's index in node_ids, -1 when not sampled yet (reset after the batch).
-  if (position_.empty()) position_.assign(static_cast<size_t>(num_nodes()), -1);
-  for (int64_t i = 0; i < static_cast<int64_t>(node_ids.size()); ++i) {
-    if (position_[node_ids[i]] < 0) position_[node_ids[i]] = static_cast<int32_t>(i);
+  // Reindexing: position_[v] is v's index in the batch's node ids, -1 when absent (reset
+  // after the batch). A seed given twice keeps its first index.
+  const at::Tensor seeds_w = seed_ids.to(w);
+  std::vector<at::Tensor> node_parts{seeds_w};
+  int64_t num_batch_nodes = seeds_w.numel();
+  {
+    const at::Tensor index = at::arange(num_batch_nodes, int_w);
+    first_use_.scatter_reduce_(0, seeds_w, index, "amin");
+    position_.index_put_({seeds_w}, first_use_.index_select(0, seeds_w));
+    first_use_.index_fill_(0, seeds_w, kNoUse);
   }
   std::vector<at::Tensor> rows, cols, eids;
-  std::vector<int64_t> nodes_per_hop{static_cast<int64_t>(node_ids.size())}, edges_per_hop;
+  std::vector<int64_t> nodes_per_hop{num_batch_nodes}, edges_per_hop;
   last_remote_nodes_.clear();
   last_remote_edges_.clear();
   int64_t frontier_begin = 0;
 
   for (int64_t fanout : fanouts_) {
     PhaseClock clock("partitioned hop");
-    const int64_t frontier_end = static_cast<int64_t>(node_ids.size());
-    const at::Tensor frontier = at::from_blob(node_ids.data() + frontier_begin,
-                                              {frontier_end - frontier_begin}, long_opts)
-                                    .clone();
+    const at::Tensor& frontier = node_parts.back();  // the nodes the last hop added
     // Group the frontier by owner (stable: each owner's nodes keep their order).
-    const at::Tensor owners = owner_.index_select(0, frontier).to(at::kLong);
+    const at::Tensor owners = owner_w_.index_select(0, frontier);
     const at::Tensor order = std::get<1>(owners.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
-    const at::Tensor send_counts = at::bincount(owners, {}, P);
-    const std::vector<int64_t> send_splits = as_vector(send_counts);
-    at::Tensor requests = local_index_.index_select(0, frontier.index_select(0, order));
+    const std::vector<int64_t> send_splits = as_vector(at::bincount(owners, {}, P));
+    at::Tensor requests = local_index_w_.index_select(0, frontier.index_select(0, order));
 
     const int64_t own_begin = std::accumulate(send_splits.begin(), send_splits.begin() + host_, int64_t{0});
     const auto sample_own = [&](const at::Device& to) {
@@ -388,70 +399,70 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     };
     clock.lap("group");
     // Per frontier node in grouped order, its sample's size; the (neighbor, edge id) pairs.
-    const auto [got_counts, got_rows] =
+    at::Tensor requests_cpu;
+    auto [got_counts, got_rows] =
         reads_.empty() ? exchange_hop(requests, send_splits, fanout, own_generator, sample_own)
-                       : read_hop(requests, send_splits, fanout, generator, sample_own);
+                       : read_hop(requests_cpu = requests.cpu(), send_splits, fanout, generator,
+                                  sample_own);
+    got_counts = got_counts.to(w);
+    got_rows = got_rows.to(w);
     clock.lap("exchange");
-    const std::vector<int64_t> got_splits = block_sums(got_counts, send_splits);
     const int64_t got_total = got_rows.size(0);
+    TORCH_CHECK(got_total < kNoUse && num_batch_nodes + got_total < kNoUse,
+                "DistSampler: a hop of ", got_total, " edges after ", num_batch_nodes,
+                " nodes is more than a batch's int32 numbering holds");
     if (got_total > 0) {  // peers' answers index the reindexing table: checked first
       const auto [low, high] = at::aminmax(got_rows.select(1, 0));
-      TORCH_CHECK(low.item<int64_t>() >= 0 && high.item<int64_t>() < num_nodes(),
-                  "DistSampler (host ", host_, "): a peer answered neighbor ids in [",
-                  low.item<int64_t>(), ", ", high.item<int64_t>(), "], outside [0, ",
-                  num_nodes(), "): its partition is corrupt");
+      const int64_t lowest = low.item<int64_t>(), highest = high.item<int64_t>();
+      TORCH_CHECK(lowest >= 0 && highest < num_nodes(), "DistSampler (host ", host_,
+                  "): a peer answered neighbor ids in [", lowest, ", ", highest,
+                  "], outside [0, ", num_nodes(), "): its partition is corrupt");
     }
-    int64_t remote_nodes = 0, remote_edges = 0;
-    for (int64_t p = 0; p < P; ++p) {
-      if (p == host_) continue;
-      remote_nodes += send_splits[p];
-      remote_edges += got_splits[p];
-    }
-    last_remote_nodes_.push_back(remote_nodes);
-    last_remote_edges_.push_back(remote_edges);
+    const int64_t own_edges =
+        send_splits[host_] == 0 ? 0
+                                : got_counts.narrow(0, own_begin, send_splits[host_]).sum().item<int64_t>();
+    last_remote_nodes_.push_back(frontier.numel() - send_splits[host_]);
+    last_remote_edges_.push_back(got_total - own_edges);
 
-    // 5. Back to frontier order: frontier node order[k] got got_counts[k] pairs.
+    // Back to frontier order: frontier node order[k] got got_counts[k] pairs.
     at::Tensor counts = at::empty_like(got_counts);
     counts.index_put_({order}, got_counts);
     const at::Tensor grouped_start = got_counts.cumsum(0) - got_counts;
     at::Tensor start_of = at::empty_like(grouped_start);
     start_of.index_put_({order}, grouped_start);
-    at::Tensor out_start = counts.cumsum(0) - counts;
-    const at::Tensor gather = at::arange(got_total, long_opts) +
+    const at::Tensor out_start = counts.cumsum(0) - counts;
+    const at::Tensor gather = at::arange(got_total, long_w) +
                               at::repeat_interleave(start_of - out_start, counts, /*dim=*/0, got_total);
     const at::Tensor pairs = got_rows.index_select(0, gather);
+    const at::Tensor neighbors = pairs.select(1, 0).contiguous();
     clock.lap("order");
 
-    // 6. Reindex: new nodes in order of first appearance.
-    const int64_t* pair = pairs.const_data_ptr<int64_t>();
-    const int64_t* count = counts.const_data_ptr<int64_t>();
-    at::Tensor hop_rows = at::empty({got_total}, long_opts), hop_cols = at::empty({got_total}, long_opts);
-    int64_t* row = hop_rows.data_ptr<int64_t>();
-    int64_t* col = hop_cols.data_ptr<int64_t>();
-    int64_t e = 0;
-    for (int64_t k = 0; k < counts.numel(); ++k) {
-      for (int64_t j = 0; j < count[k]; ++j, ++e) {
-        const int64_t neighbor = pair[2 * e];
-        int32_t& at = position_[neighbor];
-        if (at < 0) {
-          at = static_cast<int32_t>(node_ids.size());
-          node_ids.push_back(neighbor);
-        }
-        row[e] = at;
-        col[e] = frontier_begin + k;
-      }
-    }
-    rows.push_back(hop_rows);
-    cols.push_back(hop_cols);
+    // Reindex: new nodes in order of first appearance. A node's first edge is the least edge
+    // naming it; it is new when the batch does not hold it yet.
+    const at::Tensor edge = at::arange(got_total, int_w);
+    first_use_.scatter_reduce_(0, neighbors, edge, "amin");
+    const at::Tensor is_new = first_use_.index_select(0, neighbors).eq(edge).logical_and_(
+        position_.index_select(0, neighbors).lt(0));
+    const at::Tensor added = neighbors.masked_select(is_new);
+    const int64_t num_added = added.numel();
+    position_.index_put_({added}, at::arange(num_batch_nodes, num_batch_nodes + num_added, int_w));
+    first_use_.index_fill_(0, neighbors, kNoUse);
+    rows.push_back(position_.index_select(0, neighbors).to(at::kLong));
+    cols.push_back(at::repeat_interleave(at::arange(frontier_begin, frontier_begin + frontier.numel(), long_w),
+                                         counts, /*dim=*/0, got_total));
     eids.push_back(pairs.select(1, 1));
-    nodes_per_hop.push_back(static_cast<int64_t>(node_ids.size()) - frontier_end);
+    frontier_begin = num_batch_nodes;
+    num_batch_nodes += num_added;
+    node_parts.push_back(added);
+    nodes_per_hop.push_back(num_added);
     edges_per_hop.push_back(got_total);
-    frontier_begin = frontier_end;
     clock.lap("reindex");
   }
-  for (int64_t v : node_ids) position_[v] = -1;
-  return {at::tensor(node_ids, long_opts), at::cat(rows), at::cat(cols), at::cat(eids),
-          at::tensor(nodes_per_hop, long_opts), at::tensor(edges_per_hop, long_opts)};
+  const at::Tensor node_ids = at::cat(node_parts);
+  position_.index_fill_(0, node_ids, -1);
+  // On the CPU, as before: the loaders and tests take them there.
+  return {node_ids.cpu(), at::cat(rows).cpu(), at::cat(cols).cpu(), at::cat(eids).cpu(),
+          at::tensor(nodes_per_hop, at::kLong), at::tensor(edges_per_hop, at::kLong)};
 }
 
 }  // namespace quiver::runtime

@@ -11,7 +11,8 @@ Self-hosted (no ``--url``): for each configuration a server process is started o
 localhost over a synthetic graph (``--graph``) and a GraphSAGE model with random weights
 (3 layers, hidden 256; serving latency does not depend on the weights), fanouts [15, 10,
 5]: ``cpu`` (CPU samplers only), ``gpu`` (GPU streams only) and ``dispatch`` (both, the
-threshold calibrated at start-up). The load runs in this process, the server in its own,
+threshold calibrated at start-up); ``gpu2`` (``--configs gpu2``, two GPUs: a runtime per GPU
+as ``gpu``, behind a ServingPool that sends each request to the shorter queue). The load runs in this process, the server in its own,
 so the two do not share an interpreter lock. Arrivals are Poisson at the offered rate;
 each request's size is ``floor(U ** (-1 / 1.5))`` ids (Pareto, mean about 3, one in a
 thousand over 100), capped at 256, drawn uniformly from the nodes. Latency runs from a
@@ -22,6 +23,7 @@ second at the lowest rate first.
 from __future__ import annotations
 
 import argparse
+import copy
 import http.client
 import json
 import math
@@ -40,12 +42,14 @@ except ImportError:  # --plot needs only matplotlib
 ALPHA, MAX_SIZE, FANOUTS = 1.5, 256, [15, 10, 5]
 CONFIGS = {"cpu": dict(cpu_samplers=8, gpu_streams=0),
            "gpu": dict(cpu_samplers=0, gpu_streams=4),
-           "dispatch": dict(cpu_samplers=8, gpu_streams=4)}
+           "dispatch": dict(cpu_samplers=8, gpu_streams=4),
+           # a runtime per GPU (as "gpu" each), a ServingPool in front
+           "gpu2": dict(cpu_samplers=0, gpu_streams=4, gpus=2)}
 
 
 def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0.0):
     import torch_quiver_ops as qv
-    from torch_quiver_ops.serving import ServingRuntime, serve_http
+    from torch_quiver_ops.serving import ServingPool, ServingRuntime, serve_http
     from torch_quiver_ops.synthetic import synthetic_graph
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                     "examples"))
@@ -57,15 +61,21 @@ def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     torch.manual_seed(0)
     model = SAGE(graph.x.size(1), 256, graph.num_classes, len(FANOUTS))
-    feature = qv.Feature(rank=0, device_list=[0] if gpu else [],
+    options = dict(CONFIGS[config])
+    gpus = options.pop("gpus", 1)
+    if gpus > (torch.cuda.device_count() if gpu else 0):
+        raise SystemExit(f"{config} needs {gpus} GPUs")
+    feature = qv.Feature(rank=0, device_list=list(range(gpus)) if gpu else [],
                          device_cache_size="20%" if gpu else 0, csr_topo=topo)
     feature.from_cpu_tensor(graph.x)
-    options = dict(CONFIGS[config])
     if not gpu:
         options.update(gpu_streams=0, cpu_samplers=max(options["cpu_samplers"], 1))
-    runtime = ServingRuntime(model, topo, FANOUTS, feature, device=device,
-                             max_batch_nodes=1024, max_wait_ms=2.0, max_queue=4096,
-                             **options)
+    runtimes = [ServingRuntime(copy.deepcopy(model), topo, FANOUTS, feature,
+                               device=torch.device("cuda", d) if gpu else device,
+                               max_batch_nodes=1024, max_wait_ms=2.0, max_queue=4096,
+                               **options)
+                for d in range(gpus)]
+    runtime = runtimes[0] if gpus == 1 else ServingPool(runtimes)
     # The runtime driven in this process with no HTTP in between, at the rates asked: the
     # HTTP layer's cost is the difference to the same rate over HTTP.
     direct = []

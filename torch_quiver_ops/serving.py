@@ -20,12 +20,13 @@ GPU and large ones do not crawl on the CPU.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import threading
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 import torch
 from torch import Tensor
@@ -245,12 +246,69 @@ class ServingRuntime:
     def max_queue(self) -> int:
         return self._runtime.max_queue()
 
+    @property
+    def queued(self) -> int:
+        """Requests waiting now."""
+        return self._runtime.queued()
+
     def stats(self) -> Dict[str, float]:
         records = self._runtime.records()
         on_gpu = int(records[:, 3].sum()) if records.numel() else 0
         return {"batches": records.size(0), "queued": self._runtime.queued(),
                 "cpu_batches": records.size(0) - on_gpu, "gpu_batches": on_gpu,
                 "threshold": self.threshold, "by_load": self.dispatches_by_load}
+
+
+class ServingPool:
+    """Several :class:`ServingRuntime` (one per GPU, say, each with its own samplers, feature
+    tiers and model) behind one face, which :func:`serve_http` and a load generator use like
+    one runtime: each request goes to the runtime with the fewest requests waiting, ties
+    taken in turn. Every runtime must serve the same graph."""
+
+    def __init__(self, runtimes: Sequence[ServingRuntime]):
+        self.runtimes = list(runtimes)
+        if not self.runtimes:
+            raise ValueError("a serving pool needs at least one runtime")
+        nodes = {r.num_nodes for r in self.runtimes}
+        if len(nodes) != 1:
+            raise ValueError(f"the runtimes of a pool must serve one graph; they have "
+                             f"{sorted(nodes)} nodes")
+        self.num_nodes = self.runtimes[0].num_nodes
+        self.max_batch_nodes = min(r.max_batch_nodes for r in self.runtimes)
+        self._turn = itertools.count()
+
+    def submit(self, ids) -> _Answer:
+        """As :meth:`ServingRuntime.submit`, on the runtime with the shortest queue."""
+        first = next(self._turn) % len(self.runtimes)
+        turn = self.runtimes[first:] + self.runtimes[:first]
+        return min(turn, key=lambda r: r.queued).submit(ids)
+
+    def predict(self, ids, timeout: Optional[float] = None) -> Tensor:
+        return self.submit(ids).result(timeout)
+
+    def close(self, timeout: float = 30.0) -> None:
+        for runtime in self.runtimes:
+            runtime.close(timeout)
+
+    @property
+    def threshold(self) -> List[float]:
+        return [r.threshold for r in self.runtimes]
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.accepted for r in self.runtimes)
+
+    @property
+    def max_queue(self) -> int:
+        return sum(r.max_queue for r in self.runtimes)
+
+    def stats(self) -> Dict[str, float]:
+        """The runtimes' stats summed (their thresholds as a list), and each one's batches."""
+        each = [r.stats() for r in self.runtimes]
+        total = {key: sum(s[key] for s in each)
+                 for key in ("batches", "queued", "cpu_batches", "gpu_batches")}
+        return {**total, "threshold": [s["threshold"] for s in each],
+                "batches_per_runtime": [s["batches"] for s in each]}
 
 
 # ---- the HTTP endpoint ----
@@ -327,8 +385,8 @@ class HttpServer:
     """A running endpoint: ``url``, and :meth:`shutdown` that stops taking connections,
     answers every request already accepted, then closes the runtime."""
 
-    def __init__(self, runtime: ServingRuntime, host: str = "127.0.0.1", port: int = 0,
-                 to_json: Optional[Callable[[Tensor], list]] = None):
+    def __init__(self, runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0.1",
+                 port: int = 0, to_json: Optional[Callable[[Tensor], list]] = None):
         handler = type("Handler", (_Handler,), {
             "runtime": runtime,
             "to_json": staticmethod(to_json or (lambda out: out.argmax(-1).tolist()))})
@@ -346,10 +404,10 @@ class HttpServer:
         self.runtime.close()
 
 
-def serve_http(runtime: ServingRuntime, host: str = "127.0.0.1", port: int = 0,
-               to_json: Optional[Callable[[Tensor], list]] = None) -> HttpServer:
-    """Starts the HTTP endpoint over ``runtime`` (``port=0``: any free port; see
-    :class:`HttpServer`): ``POST /predict`` with ``{"nodes": [ids]}`` answers
+def serve_http(runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0.1",
+               port: int = 0, to_json: Optional[Callable[[Tensor], list]] = None) -> HttpServer:
+    """Starts the HTTP endpoint over ``runtime`` or a :class:`ServingPool` (``port=0``: any
+    free port; see :class:`HttpServer`): ``POST /predict`` with ``{"nodes": [ids]}`` answers
     ``{"nodes": ..., "predictions": ...}`` (by default each node's argmax class), ``GET
     /health`` the runtime's counters; a bad body or id is a 400 naming it, too many ids a
     413, a full queue a 503 with ``Retry-After``."""

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import traceback
 from datetime import timedelta
 from pathlib import Path
 
@@ -151,7 +152,11 @@ def reported(results, rank):
         yield
         (Path(results) / f"ok_{rank}").write_text("ok")
     except Exception as error:  # noqa: BLE001
-        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
+        where = traceback.extract_tb(error.__traceback__)[-1]  # a bare assert says nothing
+        (Path(results) / f"error_{rank}").write_text(
+            f"{type(error).__name__}: {error}" + ("" if str(error) else
+                                                  f" (at {Path(where.filename).name}:"
+                                                  f"{where.lineno}: {where.line})"))
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -273,7 +278,11 @@ def mismatched_worker(rank, port, results, lanes, backend="gloo"):
         assert torch.equal(feature.gather(torch.arange(n, device=device)).cpu(), x)
         (Path(results) / f"ok_{rank}").write_text(message)
     except Exception as error:  # noqa: BLE001
-        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
+        where = traceback.extract_tb(error.__traceback__)[-1]  # a bare assert says nothing
+        (Path(results) / f"error_{rank}").write_text(
+            f"{type(error).__name__}: {error}" + ("" if str(error) else
+                                                  f" (at {Path(where.filename).name}:"
+                                                  f"{where.lineno}: {where.line})"))
     finally:
         feature = transport = None
         if dist.is_initialized():
@@ -326,7 +335,11 @@ def export_worker(rank, world, port, directory, results):
                 torch.testing.assert_close(exported(ids), model.lin(x[ids]))
         (Path(results) / f"ok_{rank}").write_text("ok")
     except Exception as error:  # noqa: BLE001
-        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
+        where = traceback.extract_tb(error.__traceback__)[-1]  # a bare assert says nothing
+        (Path(results) / f"error_{rank}").write_text(
+            f"{type(error).__name__}: {error}" + ("" if str(error) else
+                                                  f" (at {Path(where.filename).name}:"
+                                                  f"{where.lineno}: {where.line})"))
     finally:
         feature = model = program = exported = None
         if dist.is_initialized():
@@ -585,7 +598,11 @@ def nccl_late_worker(rank, port, directory, results):
         feature[torch.arange(100).cuda()]
         (Path(results) / f"returned_{rank}").write_text("returned")
     except Exception as error:  # noqa: BLE001
-        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
+        where = traceback.extract_tb(error.__traceback__)[-1]  # a bare assert says nothing
+        (Path(results) / f"error_{rank}").write_text(
+            f"{type(error).__name__}: {error}" + ("" if str(error) else
+                                                  f" (at {Path(where.filename).name}:"
+                                                  f"{where.lineno}: {where.line})"))
     os._exit(0)  # host 0's abandoned join may still be waiting inside NCCL
 
 
@@ -619,7 +636,11 @@ def rdma_worker(rank, world, port, directory, results):
         dist.barrier()
         (Path(results) / f"ok_{rank}").write_text("ok")
     except Exception as error:  # noqa: BLE001
-        (Path(results) / f"error_{rank}").write_text(f"{type(error).__name__}: {error}")
+        where = traceback.extract_tb(error.__traceback__)[-1]  # a bare assert says nothing
+        (Path(results) / f"error_{rank}").write_text(
+            f"{type(error).__name__}: {error}" + ("" if str(error) else
+                                                  f" (at {Path(where.filename).name}:"
+                                                  f"{where.lineno}: {where.line})"))
     finally:
         dist.destroy_process_group()
 

@@ -40,7 +40,7 @@ def graph(n=400, degree=10, seed=0):
     return torch.cat([edge_index, hub], 1)  # node 0: 60 more neighbors, for the chi-square
 
 
-def check_batch(out, seeds, edge_index, degree, fanouts):
+def check_batch(out, seeds, edge_index, degree, fanouts, seeds_distinct=True):
     """The layout and every edge of one sample against the whole graph."""
     node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = out
     assert torch.equal(node_ids[:seeds.numel()], seeds)
@@ -58,8 +58,16 @@ def check_batch(out, seeds, edge_index, degree, fanouts):
         counts = torch.bincount(hop_cols - node_begin, minlength=len(frontier))
         want = degree[node_ids[list(frontier)]].clamp(max=fanout)
         assert torch.equal(counts, want), hop
-        assert eids[edge_begin:edge_begin + int(edges_per_hop[hop])].unique().numel() == \
-            int(edges_per_hop[hop])  # without replacement: no edge twice for one node
+        if seeds_distinct or hop > 0:  # a seed given twice is sampled twice
+            assert eids[edge_begin:edge_begin + int(edges_per_hop[hop])].unique().numel() == \
+                int(edges_per_hop[hop])  # without replacement: no edge twice for one node
+        # The hop's new nodes are numbered in the order their first edges come.
+        new_begin = node_begin + int(nodes_per_hop[hop])
+        hop_rows = rows[edge_begin:edge_begin + int(edges_per_hop[hop])]
+        added = int(nodes_per_hop[hop + 1])
+        first_edge = [int((hop_rows == new_begin + k).nonzero()[0]) for k in range(added)]
+        assert first_edge == sorted(first_edge)
+        assert hop_rows.numel() == 0 or int(hop_rows.max()) < new_begin + added
         node_begin += int(nodes_per_hop[hop])
         edge_begin += int(edges_per_hop[hop])
 
@@ -81,6 +89,9 @@ def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend=
             check_batch(sampler.sample_subgraph(seeds), seeds, edge_index, degree, fanouts)
         remote_nodes, remote_edges = sampler.remote_share()
         assert len(remote_nodes) == 2 and sum(remote_nodes) > 0 and sum(remote_edges) > 0
+        twice = torch.tensor([3, 7, 3, 11])  # a seed given twice is sampled twice
+        check_batch(sampler.sample_subgraph(twice), twice, edge_index, degree, fanouts,
+                    seeds_distinct=False)
         n_id, batch_size, adjs = sampler.sample(torch.tensor([5, 6]))
         assert batch_size == 2 and len(adjs) == 2 and adjs[-1].size[1] == 2
         # A fixed seed on every host reproduces the batch.
@@ -144,6 +155,31 @@ def test_partitioned_sampling_on_gpus(tmp_path, mode, backend):
     topo, seen, results = spawn_hosts(tmp_path, worker, 2, "random", -1, mode, backend)
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
     assert_hub_drawn_uniformly(topo, results, 2)
+
+
+def same_seed_worker(rank, world, port, directory, results, mode):
+    """The same seeds and generator seed through an NCCL group and a Gloo group of the same
+    processes: the owners draw with the same kernels in the same order, so the batches are
+    equal, whichever collective carried them."""
+    with host_of(rank, world, port, results, 60, "nccl"):
+        part = load_partition(Path(directory) / "parts", rank)
+        gloo = dist.new_group(backend="gloo")
+        over_nccl = DistGraphSampler(part, [4, 3], timeout=10.0, mode=mode)
+        over_gloo = DistGraphSampler(part, [4, 3], group=gloo, timeout=10.0, mode=mode)
+        for step in range(3):
+            seeds = torch.randperm(400, generator=torch.Generator().manual_seed(rank + 10 * step))[:40]
+            first = over_nccl.sample_subgraph(seeds, torch.Generator().manual_seed(step))
+            second = over_gloo.sample_subgraph(seeds, torch.Generator().manual_seed(step))
+            assert all(torch.equal(a, b) for a, b in zip(first, second)), step
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["GPU", "CPU"])
+def test_nccl_and_gloo_give_identical_batches_for_one_seed(tmp_path, mode):
+    if not HAS_CUDA or torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs (NCCL: a GPU a host)")
+    _, seen, _ = spawn_hosts(tmp_path, same_seed_worker, 2, "random", mode)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
 def assert_hub_drawn_uniformly(topo, results, world):

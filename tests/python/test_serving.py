@@ -15,7 +15,7 @@ from torch_geometric.nn import SAGEConv
 
 import torch_quiver_ops as qv
 from conftest import HAS_CUDA
-from torch_quiver_ops.serving import PSGS, Overloaded, ServingRuntime, serve_http
+from torch_quiver_ops.serving import PSGS, Overloaded, ServingPool, ServingRuntime, serve_http
 from torch_quiver_ops.synthetic import synthetic_graph
 
 
@@ -95,6 +95,42 @@ def test_seeded_samplers_answer_alike(graph):
     finally:
         first.close()
         second.close()
+
+
+def test_a_pool_spreads_requests_over_its_runtimes_and_serves_http(graph):
+    """Two runtimes (one per GPU in production; CPU samplers here) behind a ServingPool:
+    requests go to the shorter queue, every answer equals the offline model's, the endpoint
+    serves the pool, and its shutdown closes both runtimes."""
+    first, topo = runtime_for(graph, delay=0.02, cpu_samplers=1)
+    second, _ = runtime_for(graph, delay=0.02, cpu_samplers=1)
+    pool = ServingPool([first, second])
+    assert pool.num_nodes == graph.num_nodes and pool.max_batch_nodes == 1024
+    sampler = qv.GraphSageSampler(topo, [-1, -1], device="cpu", mode="CPU")
+    server = serve_http(pool)
+    try:
+        answers = [(ids, pool.submit(ids)) for ids in
+                   (torch.tensor([k, k + 100, 3]) for k in range(12))]
+        for ids, answer in answers:
+            n_id, size, adjs = sampler.sample(ids)
+            with torch.no_grad():
+                offline = first.model(graph.x[n_id], adjs)[:size]
+            assert torch.allclose(answer.result(30), offline, atol=1e-5)
+        assert pool.accepted == 12 and min(first.accepted, second.accepted) >= 4
+        assert min(pool.stats()["batches_per_runtime"]) >= 1  # both sampled and answered
+        status, body = post(server.url, {"nodes": [1, 2, 3]})
+        assert status == 200 and len(body["predictions"]) == 3
+        status, body = post(server.url, {"nodes": [1, 5000]})
+        assert status == 400 and "out of range" in body["error"]
+    finally:
+        server.shutdown()
+    with pytest.raises(Overloaded):
+        second.submit(torch.tensor([1]))  # closed with the pool
+    bigger, _ = runtime_for(synthetic_graph("tiny", seed=0, num_nodes=500))
+    try:
+        with pytest.raises(ValueError, match="one graph"):
+            ServingPool([first, bigger])
+    finally:
+        bigger.close()
 
 
 def test_dispatch_follows_the_threshold(graph):

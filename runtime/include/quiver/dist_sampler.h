@@ -91,7 +91,7 @@ class DistSampler : public torch::CustomClassHolder {
   // batch); none: the device's default.
   std::optional<at::Generator> part_generator(const std::optional<at::Generator>& generator);
   // One hop's samples of the frontier, grouped by owner (requests: local rows, send_splits
-  // per owner), on the CPU. sample_own samples this host's own block; each path runs it
+  // per owner), on the exchange's device (read_hop: the CPU). sample_own samples this host's own block; each path runs it
   // while its exchange travels. exchange_hop's generator is the part's (it samples for its
   // peers too); read_hop's draws positions on the CPU.
   HopSamples exchange_hop(at::Tensor& requests, const std::vector<int64_t>& send_splits,
@@ -115,9 +115,11 @@ class DistSampler : public torch::CustomClassHolder {
   std::string broken_;
   std::mutex sample_mutex_;  // one batch at a time: the hosts' exchanges pair in order
   std::vector<int64_t> last_remote_nodes_, last_remote_edges_;
-  // Reindexing: a node's place in the batch, -1 when absent (4 bytes a node of the graph,
-  // touched entries reset after each batch; a hash map cost more than the sampling).
-  std::vector<int32_t> position_;
+  // Where the part lies (sample()'s tensor work runs there): the owner map and local
+  // indices, and the reindexing tables: a node's place in the batch (-1 when absent) and the
+  // first edge of a hop naming it. 8 bytes a node of the graph, touched entries reset after
+  // each hop or batch; a hash map cost more than the sampling.
+  at::Tensor owner_w_, local_index_w_, position_, first_use_;
 };
 
 }  // namespace quiver::runtime
