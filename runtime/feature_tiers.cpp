@@ -21,7 +21,9 @@ FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tens
   std::vector<int64_t> row_shape = tiers_.front().sizes().vec();
   row_shape[0] = 0;
   row_like_ = at::empty(row_shape, tiers_.front().options().device(at::kCPU).pinned_memory(false));
-  for (size_t k = 0; k + 1 < tiers_.size(); ++k) leading_rows_ += tiers_[k].size(0);
+  // A layout whose GPU memory holds every row has no host tier: all its rows lead.
+  const size_t leading = tiers_.back().is_cuda() ? tiers_.size() : tiers_.size() - 1;
+  for (size_t k = 0; k < leading; ++k) leading_rows_ += tiers_[k].size(0);
   for (const at::Tensor& t : tiers_) {
     if (t.is_cuda()) {
       device_ = t.device();

@@ -135,7 +135,8 @@ class FakeFeatureTiers:
         return [self.num_rows(), *self._tiers[0].shape[1:]]
 
     def leading_rows(self) -> int:
-        return sum(t.size(0) for t in self._tiers[:-1])
+        leading = self._tiers if self._tiers[-1].is_cuda else self._tiers[:-1]
+        return sum(t.size(0) for t in leading)
 
 
 @torch._library.register_fake_class("quiver::ShardMap")

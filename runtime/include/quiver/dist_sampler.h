@@ -117,8 +117,9 @@ class DistSampler : public torch::CustomClassHolder {
   std::vector<int64_t> last_remote_nodes_, last_remote_edges_;
   // Where the part lies (sample()'s tensor work runs there): the owner map and local
   // indices, and the reindexing tables: a node's place in the batch (-1 when absent) and the
-  // first edge of a hop naming it. 8 bytes a node of the graph, touched entries reset after
-  // each hop or batch; a hash map cost more than the sampling.
+  // first edge of a hop naming it (seeds, and every hop of a part on a GPU). 8 bytes a node
+  // of the graph, touched entries reset after each hop or batch; a hash map cost more than
+  // the sampling.
   at::Tensor owner_w_, local_index_w_, position_, first_use_;
 };
 

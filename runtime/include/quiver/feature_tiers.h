@@ -46,8 +46,8 @@ class FeatureTiers : public torch::CustomClassHolder {
   // Ids the table answers, and its shape (num_rows, *row_shape).
   int64_t num_rows() const { return num_rows_; }
   std::vector<int64_t> shape() const;
-  // Rows held by the tiers before the last one: the GPU-memory part when the last tier is
-  // the host tier.
+  // Rows held by the tiers before the host tier (the last, when it is in host memory): the
+  // GPU-memory part; every row when all tiers are in GPU memory.
   int64_t leading_rows() const { return leading_rows_; }
   // Where gathers from this layout run best: the GPU that holds a tier, else the CPU.
   at::Device device() const { return device_; }
