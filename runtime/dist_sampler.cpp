@@ -185,7 +185,7 @@ std::optional<at::Generator> DistSampler::part_generator(
 }
 
 DistSampler::HopSamples DistSampler::exchange_hop(
-    at::Tensor& requests, const std::vector<int64_t>& send_splits, int64_t fanout,
+    const at::Tensor& requests, const std::vector<int64_t>& send_splits, int64_t fanout,
     const std::optional<at::Generator>& generator, const OwnSamples& sample_own) {
   const int64_t P = num_hosts_;
   // Every tensor an all-to-all moves lives on the exchange's device (a GPU for NCCL).
@@ -239,7 +239,7 @@ DistSampler::HopSamples DistSampler::exchange_hop(
 }
 
 DistSampler::HopSamples DistSampler::read_hop(
-    at::Tensor& requests, const std::vector<int64_t>& send_splits, int64_t fanout,
+    const at::Tensor& requests, const std::vector<int64_t>& send_splits, int64_t fanout,
     const std::optional<at::Generator>& generator, const OwnSamples& sample_own) {
   const int64_t P = num_hosts_;
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
@@ -399,11 +399,12 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     };
     clock.lap("group");
     // Per frontier node in grouped order, its sample's size; the (neighbor, edge id) pairs.
-    at::Tensor requests_cpu;
     auto [got_counts, got_rows] =
         reads_.empty() ? exchange_hop(requests, send_splits, fanout, own_generator, sample_own)
-                       : read_hop(requests_cpu = requests.cpu(), send_splits, fanout, generator,
-                                  sample_own);
+                       : read_hop(requests.cpu(), send_splits, fanout, generator, sample_own);
+    // The counts come back on the CPU (their splits are needed there): the own block's
+    // edges are summed before they move.
+    const int64_t own_edges = got_counts.narrow(0, own_begin, send_splits[host_]).sum().item<int64_t>();
     got_counts = got_counts.to(w);
     got_rows = got_rows.to(w);
     clock.lap("exchange");
@@ -418,9 +419,6 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
                   "): a peer answered neighbor ids in [", lowest, ", ", highest,
                   "], outside [0, ", num_nodes(), "): its partition is corrupt");
     }
-    const int64_t own_edges =
-        send_splits[host_] == 0 ? 0
-                                : got_counts.narrow(0, own_begin, send_splits[host_]).sum().item<int64_t>();
     last_remote_nodes_.push_back(frontier.numel() - send_splits[host_]);
     last_remote_edges_.push_back(got_total - own_edges);
 

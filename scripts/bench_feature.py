@@ -299,7 +299,7 @@ def main():
            kernel_rate(lambda ids: feature[ids], on_gpu[:4], row_bytes),
            bounds["d2d_output"], "d2d copy (output)", index_select, "torch.index_select")
     order = topo.feature_order.to(device)
-    old_tiers = [x.to(device)[order.long()], feature._pinned()]
+    old_tiers = [x.to(device)[order.long()], x if x.is_pinned() else x.pin_memory()]
     old_positions = positions_of(topo.feature_order).to(device).int()
     assert torch.equal(feature[check], x.to(device)[check])
     for name, blocks in (("HBM, degree order, before", 0),
@@ -308,7 +308,7 @@ def main():
             old_tiers, old_positions, ids, True, False, blocks)
         record(name, gather_rate(before, on_gpu, row_bytes, args.warmup),
                kernel_rate(before, on_gpu[:4], row_bytes))
-    del old_tiers, old_positions, order, feature  # the pin lives as long as the store
+    del old_tiers, old_positions, order, feature  # x's pin in place lives as long as the store
     torch.cuda.empty_cache()
 
     # Every row in pinned host memory.

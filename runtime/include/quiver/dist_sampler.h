@@ -91,13 +91,14 @@ class DistSampler : public torch::CustomClassHolder {
   // batch); none: the device's default.
   std::optional<at::Generator> part_generator(const std::optional<at::Generator>& generator);
   // One hop's samples of the frontier, grouped by owner (requests: local rows, send_splits
-  // per owner), on the exchange's device (read_hop: the CPU). sample_own samples this host's own block; each path runs it
-  // while its exchange travels. exchange_hop's generator is the part's (it samples for its
-  // peers too); read_hop's draws positions on the CPU.
-  HopSamples exchange_hop(at::Tensor& requests, const std::vector<int64_t>& send_splits,
+  // per owner): the counts on the CPU, the pairs on the exchange's device (read_hop: the
+  // CPU). sample_own samples this host's own block; each path runs it while its exchange
+  // travels. exchange_hop's generator is the part's (it samples for its peers too);
+  // read_hop's draws positions on the CPU.
+  HopSamples exchange_hop(const at::Tensor& requests, const std::vector<int64_t>& send_splits,
                           int64_t fanout, const std::optional<at::Generator>& generator,
                           const OwnSamples& sample_own);
-  HopSamples read_hop(at::Tensor& requests, const std::vector<int64_t>& send_splits,
+  HopSamples read_hop(const at::Tensor& requests, const std::vector<int64_t>& send_splits,
                       int64_t fanout, const std::optional<at::Generator>& generator,
                       const OwnSamples& sample_own);
 
