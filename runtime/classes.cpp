@@ -100,7 +100,8 @@ void register_runtime_classes(torch::Library& m) {
                        at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>, bool, double,
                        std::vector<c10::intrusive_ptr<Transport>>>())
       .def("sample", &DistSampler::sample)
-      .def("one_sided", [](const c10::intrusive_ptr<DistSampler>& self) { return self->one_sided(); })
+      .def("requester_draws",
+           [](const c10::intrusive_ptr<DistSampler>& self) { return self->requester_draws(); })
       .def("host", &DistSampler::host)
       .def("num_hosts", &DistSampler::num_hosts)
       .def("num_nodes", &DistSampler::num_nodes)

@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <quiver/ops.h>
 
+#include <array>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -101,9 +102,10 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
                     "DistSampler: reads are three transports (offsets, neighbors, edge ids), got ",
                     reads_.size());
   for (const auto& t : reads_) {
-    TORCH_CHECK_VALUE(t && !t->is_collective() && t->host() == host_ && t->num_hosts() == num_hosts_,
-                      "DistSampler: each read transport must be one-sided (RDMA) over the group's "
-                      "hosts, as host ", host_, " of ", num_hosts_);
+    TORCH_CHECK_VALUE(t && t->is_collective() == reads_[0]->is_collective() && t->host() == host_ &&
+                          t->num_hosts() == num_hosts_,
+                      "DistSampler: the read transports must be of one kind (one-sided RDMA, or "
+                      "collectives) over the group's hosts, as host ", host_, " of ", num_hosts_);
   }
   const int64_t owned = (owner_ == host_).sum().item<int64_t>();
   TORCH_CHECK_VALUE(indptr_.numel() == owned + 1, "DistSampler: host ", host_, " owns ", owned,
@@ -243,14 +245,25 @@ DistSampler::HopSamples DistSampler::read_hop(
     const std::optional<at::Generator>& generator, const OwnSamples& sample_own) {
   const int64_t P = num_hosts_;
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
-  const Transport::Serve no_serve = [](const at::Tensor&, const at::Tensor&) { return at::Tensor(); };
-  const auto read = [&](int which, const std::vector<at::Tensor>& rows, int64_t served,
-                        at::ScalarType dtype) {
-    return reads_[which]->impl().fetch(rows, no_serve, served, at::empty({0, 1}, dtype),
-                                       at::Device(at::kCPU), {}, 0);
+  // Entries of the owners' arrays (offsets, neighbor ids, edge ids), as rows of one element.
+  // Over RDMA they are read from the owner's memory; over collectives the owner answers its
+  // peers from its own array (this serve) in the same exchange.
+  const std::array<const at::Tensor*, 3> arrays{&indptr_, &indices_, &edge_ids_};
+  const auto read = [&](int which, const std::vector<at::Tensor>& rows, at::ScalarType dtype) {
+    const at::Tensor& array = *arrays[which];
+    const Transport::Serve serve = [&](const at::Tensor& local, const at::Tensor&) {
+      return array.view({-1, 1}).index_select(0, local.to(array.device())).to(at::kCPU, dtype);
+    };
+    std::lock_guard<std::mutex> one_fetch(reads_[which]->fetch_mutex());
+    std::vector<at::Tensor> got = reads_[which]->impl().fetch(
+        rows, serve, array.numel(), at::empty({0, 1}, dtype), at::Device(at::kCPU), {}, which);
+    // Rows may view the transport's buffer until its next fetch, and one transport may
+    // carry all three reads.
+    for (at::Tensor& t : got) t = t.clone();
+    return got;
   };
   // 1. Each remote node's row bounds: its offsets indptr[i] and indptr[i + 1], read from
-  // the owner's memory (the owner's CPU does nothing).
+  // the owner (over RDMA its CPU does nothing).
   std::vector<at::Tensor> bounds_wanted(P, at::empty({0}, long_opts));
   int64_t begin = 0;
   for (int64_t p = 0; p < P; ++p) {
@@ -258,12 +271,8 @@ DistSampler::HopSamples DistSampler::read_hop(
     if (p != host_) bounds_wanted[p] = at::stack({mine, mine + 1}, 1).view(-1);
     begin += send_splits[p];
   }
-  std::vector<at::Tensor> bounds;
-  {
-    std::lock_guard<std::mutex> one_fetch(reads_[0]->fetch_mutex());
-    bounds = read(0, bounds_wanted, indptr_.numel(), at::kLong);
-  }
-  const HopSamples own = sample_own(at::kCPU);  // while nothing is in flight: reads are synchronous
+  const std::vector<at::Tensor> bounds = read(0, bounds_wanted, at::kLong);
+  const HopSamples own = sample_own(at::kCPU);  // while nothing is in flight: reads wait
   // 2. Draw positions within each remote row here, with the sampling op itself on a
   // stand-in CSR whose neighbor ids are the positions (so the draw is the op's).
   std::vector<at::Tensor> row_begin, row_length;
@@ -307,15 +316,8 @@ DistSampler::HopSamples DistSampler::read_hop(
   for (int64_t p = 0; p < P; ++p) {
     std::tie(ascending[p], order[p]) = picks[p].sort(/*stable=*/false, /*dim=*/0, /*descending=*/false);
   }
-  std::vector<at::Tensor> neighbors, edge_ids;
-  {
-    std::lock_guard<std::mutex> one_fetch(reads_[1]->fetch_mutex());
-    neighbors = read(1, ascending, indices_.numel(), indices_.scalar_type());
-  }
-  {
-    std::lock_guard<std::mutex> one_fetch(reads_[2]->fetch_mutex());
-    edge_ids = read(2, ascending, edge_ids_.numel(), at::kLong);
-  }
+  const std::vector<at::Tensor> neighbors = read(1, ascending, indices_.scalar_type());
+  const std::vector<at::Tensor> edge_ids = read(2, ascending, at::kLong);
   const auto in_draw_order = [&](const at::Tensor& got, int64_t p) {
     at::Tensor out = at::empty({order[p].numel()}, long_opts);
     out.index_put_({order[p]}, got.view(-1).to(at::kLong));

@@ -2,7 +2,7 @@
 
     python scripts/bench_dist_sampling.py [--graph products] [--parts 2,4]
         [--methods metis,random] [--fanouts 15,10,5] [--batch-size 1024] [--batches 20]
-        [--mode CPU|GPU|UVA] [--backend gloo|nccl] [--json out.json]
+        [--mode CPU|GPU|UVA] [--backend gloo|nccl] [--draws owner|requester] [--json out.json]
 
 For each part count and method: partitions the synthetic graph (the partitioner's time is
 printed), starts one process per part on this machine (Gloo over loopback, each process
@@ -56,7 +56,8 @@ def worker(rank, world, port, directory, args, out, threads):
                             world_size=world, timeout=timedelta(seconds=300))
     try:
         part = load_partition(directory, rank)
-        sampler = DistGraphSampler(part, args.fanouts, timeout=120.0, mode=args.mode)
+        sampler = DistGraphSampler(part, args.fanouts, timeout=120.0, mode=args.mode,
+                                   draws=args.draws)
         batches = seeds_for(part.splits["train"], args.batches + 2, args.batch_size, rank)
         times, remote_nodes, remote_edges, frontier, edges = [], [], [], [], []
         for i, seeds in enumerate(batches):
@@ -116,6 +117,8 @@ def main():
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--mode", default="CPU", choices=["CPU", "GPU", "UVA"])
     parser.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    parser.add_argument("--draws", default=None, choices=["owner", "requester"],
+                        help="who draws remote nodes' samples (DistGraphSampler's draws)")
     parser.add_argument("--json")
     args = parser.parse_args()
     args.fanouts = [int(f) for f in args.fanouts.split(",")]

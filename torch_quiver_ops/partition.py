@@ -325,6 +325,13 @@ class DistGraphSampler:
             ``"CPU"``. Default: ``"GPU"`` when ``group`` is NCCL, else ``"CPU"``. Hosts may
             differ.
         device: the GPU of the GPU and UVA modes (default: the current one).
+        draws: who draws a remote node's sample. ``"owner"`` (the collective default): the
+            owner samples what it is asked for, one exchange of requests and answers a hop.
+            ``"requester"`` (RDMA's way, and over a Gloo group on request): the host that
+            asks reads the node's offsets, draws the positions with its own generator and
+            reads the drawn entries, three reads a hop. With ``"requester"`` a fixed seed
+            gives the same batch over Gloo as over RDMA; with ``"owner"``, the same over
+            Gloo as over NCCL.
 
     The exchange follows ``group``'s backend: Gloo moves CPU tensors, NCCL the same tensors
     through the current GPU (call ``torch.cuda.set_device`` first, one GPU per process).
@@ -334,7 +341,8 @@ class DistGraphSampler:
 
     def __init__(self, partition: GraphPartition, sizes: Sequence[int], group=None,
                  replace: bool = False, timeout: float = 60.0, transport: str = "auto",
-                 rdma: Optional[dict] = None, mode: Optional[str] = None, device=None):
+                 rdma: Optional[dict] = None, mode: Optional[str] = None, device=None,
+                 draws: Optional[str] = None):
         import torch.distributed as dist
         group = group if group is not None else dist.group.WORLD
         nccl = dist.get_backend(group) == "nccl"
@@ -347,12 +355,29 @@ class DistGraphSampler:
         if transport not in ("auto", "collective", "rdma"):
             raise ValueError(f"transport must be 'auto', 'collective' or 'rdma', got "
                              f"{transport!r}")
+        if draws not in (None, "owner", "requester"):
+            raise ValueError(f"draws must be 'owner' or 'requester', got {draws!r}")
+        if draws == "owner" and transport == "rdma":
+            raise ValueError("transport 'rdma' reads the owners' memory, so the host that asks "
+                             "draws: draws must be 'requester' (or None) with it")
+        if draws == "requester" and transport != "rdma" and nccl:
+            raise ValueError("draws='requester' over collectives is built for Gloo groups "
+                             "only (its reads move CPU tensors); use an NCCL group with "
+                             "draws='owner'")
+        if draws == "owner" and transport == "auto":
+            transport = "collective"
         self.partition, self.sizes = partition, list(sizes)
         options = {"device": "", "port": 1, "gid_index": -1, "qps_per_peer": 2,
                    "staging_bytes": 8 << 20, **(rdma or {})}
-        self.transport = transport = self._agree(group, transport, replace, options, timeout)
+        self.transport = transport = self._agree(group, transport, replace, options, timeout,
+                                                 draws)
+        self.draws = draws or ("requester" if transport == "rdma" else "owner")
         reads = []
-        if transport == "rdma":
+        if self.draws == "requester" and transport == "collective":
+            # One Gloo transport reads all three arrays, in turn, on every host at once.
+            reads = [torch.classes.quiver.Transport.collective(group.boxed(), float(timeout),
+                                                               [])] * 3
+        elif transport == "rdma":
             # Every host registers its three arrays, in this order, at the same point.
             reads = [torch.classes.quiver.Transport.rdma(
                 group.boxed(), table.contiguous().view(-1, 1), options["device"],
@@ -369,7 +394,8 @@ class DistGraphSampler:
             group.boxed(), indptr, indices, edge_ids, partition.owner, partition.local_index,
             self.sizes, replace, float(timeout), reads)
 
-    def _agree(self, group, asked: str, replace: bool, options: dict, timeout: float) -> str:
+    def _agree(self, group, asked: str, replace: bool, options: dict, timeout: float,
+               draws: Optional[str]) -> str:
         """The transport every host uses, decided by all of them through the rendezvous
         store before any exchange (``"auto"``: RDMA when every host has a device), after
         checking that they hold parts of one partition and sample alike: a ValueError on
@@ -390,7 +416,7 @@ class DistGraphSampler:
                 rdma_here = False
         mine = {"partition": self.partition.manifest.get("partition_id"),
                 "part": self.partition.part, "sizes": self.sizes, "replace": replace,
-                "asked": asked, "rdma": rdma_here, "problem": problem}
+                "asked": asked, "draws": draws, "rdma": rdma_here, "problem": problem}
         texts = torch.classes.quiver.Transport.agree(
             group.boxed(), "dist-sampler-setup", json.dumps(mine, sort_keys=True), timeout)
         everyone = [json.loads(text) for text in texts]
@@ -399,7 +425,8 @@ class DistGraphSampler:
             raise ValueError("DistGraphSampler cannot connect its hosts: " + "; ".join(
                 f"host {h}: {why}" for h, why in troubled.items()))
         for key, what in (("partition", "partitions (ids)"), ("sizes", "fanouts"),
-                          ("replace", "replace flags"), ("asked", "transports")):
+                          ("replace", "replace flags"), ("asked", "transports"),
+                          ("draws", "draws")):
             if len({json.dumps(e[key]) for e in everyone}) > 1:
                 raise ValueError(f"the hosts hold different {what}: " + ", ".join(
                     f"host {h} {e[key]!r}" for h, e in enumerate(everyone)) +

@@ -72,7 +72,8 @@ def check_batch(out, seeds, edge_index, degree, fanouts, seeds_distinct=True):
         edge_begin += int(edges_per_hop[hop])
 
 
-def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend="gloo"):
+def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend="gloo",
+           draws=None):
     with host_of(rank, world, port, results, 60, backend, gpu=mode != "CPU"):
         directory = Path(directory)
         edge_index = torch.load(directory / "edge_index.pt")
@@ -80,8 +81,8 @@ def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend=
         degree = topo.degree.long()
         part = load_partition(directory / "parts", rank, verify=True)
         fanouts = [4, 3]
-        sampler = DistGraphSampler(part, fanouts, timeout=10.0, mode=mode)
-        assert sampler.mode == mode
+        sampler = DistGraphSampler(part, fanouts, timeout=10.0, mode=mode, draws=draws)
+        assert sampler.mode == mode and sampler.draws == (draws or "owner")
         gen = torch.Generator().manual_seed(rank)
         for step in range(4):  # hosts ask for different numbers of seeds, none included
             count = 0 if (rank == 1 and step == 2) else int(torch.randint(1, 60, (1,), generator=gen))
@@ -100,7 +101,7 @@ def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend=
         again = sampler.sample_subgraph(seeds, torch.Generator().manual_seed(7))
         assert all(torch.equal(a, b) for a, b in zip(first, again))
         # Node 0 (owned by host 0) sampled by every host: its 1-hop draws counted.
-        one_hop = DistGraphSampler(part, [5], timeout=10.0, mode=mode)
+        one_hop = DistGraphSampler(part, [5], timeout=10.0, mode=mode, draws=draws)
         counts = torch.zeros(topo.edge_count, dtype=torch.long)
         for _ in range(1500):
             _, _, _, eids, _, _ = one_hop.sample_subgraph(torch.tensor([0]))
@@ -136,9 +137,12 @@ def spawned(tmp_path, worker_fn, world, *extra):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("method,world", [("range", 2), ("random", 3)])
-def test_partitioned_sampling_over_gloo(tmp_path, method, world):
-    topo, seen, results = spawn_hosts(tmp_path, worker, world, method, -1)
+@pytest.mark.parametrize("method,world,draws", [("range", 2, None), ("random", 3, None),
+                                                ("random", 2, "requester")])
+def test_partitioned_sampling_over_gloo(tmp_path, method, world, draws):
+    """draws="requester": the host that asks draws, reading the owners' arrays over Gloo
+    (RDMA's protocol over collectives)."""
+    topo, seen, results = spawn_hosts(tmp_path, worker, world, method, -1, "CPU", "gloo", draws)
     assert seen == {f"ok_{r}": "ok" for r in range(world)}, seen
     assert_hub_drawn_uniformly(topo, results, world)
 
@@ -304,6 +308,15 @@ def rdma_worker(rank, world, port, directory, results, die_rank):
                         [4, 3])
         assert sum(sampler.remote_share()[0]) > 0
         dist.barrier()
+        # The host that asks draws over RDMA, and over Gloo with draws="requester": one seed,
+        # the same batch, whichever carries the reads.
+        over_gloo = DistGraphSampler(part, [4, 3], timeout=20.0, transport="collective",
+                                     draws="requester")
+        for step in range(2):
+            seeds = torch.randperm(400, generator=torch.Generator().manual_seed(rank + 10 * step))[:30]
+            read = sampler.sample_subgraph(seeds, torch.Generator().manual_seed(step))
+            exchanged = over_gloo.sample_subgraph(seeds, torch.Generator().manual_seed(step))
+            assert all(torch.equal(a, b) for a, b in zip(read, exchanged)), step
         # The same uniform draws as the collective path: node 0's 1-hop hits, counted.
         one_hop = DistGraphSampler(part, [5], timeout=20.0, transport="rdma", rdma=options)
         counts = torch.zeros(topo.edge_count, dtype=torch.long)
@@ -384,6 +397,13 @@ def mismatch_worker(rank, world, port, directory, results):
         same = load_partition(directory / "a", rank)
         with pytest.raises(ValueError, match="different fanouts"):
             DistGraphSampler(same, [4, 3] if rank == 0 else [4, 2], timeout=10.0)
+        with pytest.raises(ValueError, match="different draws"):
+            DistGraphSampler(same, [4, 3], timeout=10.0,
+                             draws="requester" if rank == 0 else None)
+        with pytest.raises(ValueError, match="draws must be"):
+            DistGraphSampler(same, [4, 3], draws="peer")
+        with pytest.raises(ValueError, match="requester"):
+            DistGraphSampler(same, [4, 3], transport="rdma", draws="owner")
         sampler = DistGraphSampler(same, [2], timeout=10.0)  # still usable together
         sampler.sample_subgraph(torch.arange(5))
 

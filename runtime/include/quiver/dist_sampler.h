@@ -11,17 +11,20 @@
 //
 // Every host samples a batch at the same time (the exchanges are collectives, as DDP's
 // gradients are): each calls sample() once per step, with its own seeds (any number,
-// none included). With `reads` (three one-sided RDMA transports serving this host's
-// indptr, indices and edge ids, as rows of one element) a host instead reads each remote
-// node's offsets, draws the positions itself with the same kernel, and reads the drawn
-// neighbors and edge ids from the owner's memory: the owner's CPU does nothing, and hosts
-// sample whenever they like. An exchange that fails or does not complete within timeout_s raises on
-// every survivor, naming the silent peer (from heartbeats in the group's store), and the
-// sampler refuses further batches: the hosts may be out of step.
+// none included). With `reads` (three transports serving this host's indptr, indices and
+// edge ids, as rows of one element) a host instead reads each remote node's offsets, draws
+// the positions itself with the same kernel, and reads the drawn neighbors and edge ids
+// from the owner. Over one-sided RDMA transports the owner's CPU does nothing, and hosts
+// sample whenever they like; over collective transports the owners answer the reads in
+// lockstep, three exchanges a hop. An exchange that fails or does not complete within
+// timeout_s raises on every survivor, naming the silent peer (from heartbeats in the
+// group's store), and the sampler refuses further batches: the hosts may be out of step.
 //
-// Randomness: each row is sampled by its owner with the owner's generator (uniform without
-// replacement unless `replace`), so a batch's sample has the distribution single-host
-// sampling gives, whatever the partitioning.
+// Randomness: without `reads`, each row is sampled by its owner with the owner's generator;
+// with them, by the host that asks, with its generator (the part's for its own rows).
+// Either way uniform without replacement unless `replace`, so a batch's sample has the
+// distribution single-host sampling gives, whatever the partitioning; and with reads, the
+// same seed gives the same batch whichever kind of transport carries them.
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -64,7 +67,8 @@ class DistSampler : public torch::CustomClassHolder {
   int64_t host() const { return host_; }
   int64_t num_hosts() const { return num_hosts_; }
   int64_t num_nodes() const { return owner_.numel(); }
-  bool one_sided() const { return !reads_.empty(); }
+  // Whether the asking host draws its remote rows' samples (it was given reads).
+  bool requester_draws() const { return !reads_.empty(); }
   // Of the last batch: per hop, the frontier nodes this host asked its peers for, and the
   // neighbor ids and edge ids that came back (8 bytes each).
   std::vector<int64_t> last_remote_nodes() const { return last_remote_nodes_; }
@@ -110,7 +114,7 @@ class DistSampler : public torch::CustomClassHolder {
   std::vector<int64_t> fanouts_;
   bool replace_;
   std::chrono::milliseconds timeout_;
-  std::vector<c10::intrusive_ptr<Transport>> reads_;  // RDMA: offsets, neighbors, edge ids
+  std::vector<c10::intrusive_ptr<Transport>> reads_;  // offsets, neighbor ids, edge ids
   int64_t host_, num_hosts_;
   std::unique_ptr<PeerWatch> watch_;
   std::string broken_;
