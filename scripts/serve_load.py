@@ -23,12 +23,14 @@ second at the lowest rate first.
 from __future__ import annotations
 
 import argparse
+import collections
 import copy
 import http.client
 import json
 import math
 import multiprocessing as mp
 import os
+import queue
 import sys
 import threading
 import time
@@ -63,7 +65,7 @@ def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0
     model = SAGE(graph.x.size(1), 256, graph.num_classes, len(FANOUTS))
     options = dict(CONFIGS[config])
     gpus = options.pop("gpus", 1)
-    if gpus > (torch.cuda.device_count() if gpu else 0):
+    if gpus > 1 and gpus > (torch.cuda.device_count() if gpu else 0):
         raise SystemExit(f"{config} needs {gpus} GPUs")
     feature = qv.Feature(rank=0, device_list=list(range(gpus)) if gpu else [],
                          device_cache_size="20%" if gpu else 0, csr_topo=topo)
@@ -82,7 +84,9 @@ def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0
     if direct_rates:
         run_load(runtime, graph.num_nodes, direct_rates[0], 1.0, 64, seed=99)  # warm-up
     for rate in direct_rates:
-        direct.append((rate, *run_load(runtime, graph.num_nodes, rate, duration, 64)))
+        errors = collections.Counter()
+        result = run_load(runtime, graph.num_nodes, rate, duration, 64, errors=errors)
+        direct.append((rate, result, errors))
     server = serve_http(runtime)
     port_out.put((server.url, graph.num_nodes, runtime.threshold, direct))
     stop.wait()
@@ -90,7 +94,7 @@ def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0
     port_out.put(runtime.stats())
 
 
-def run_load(target, num_nodes, rate, duration, senders, seed=0):
+def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
     """Open-loop Poisson load on ``target``, an endpoint's URL or a ServingRuntime called
     in this process: returns latencies (s) of answered requests, 503s, errors, and the
     wall time."""
@@ -104,7 +108,8 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0):
     parsed = urlparse(target) if isinstance(target, str) else None
     next_index = [0]
     lock = threading.Lock()
-    latencies, refused, failed = [], [0], [0]
+    latencies, refused = [], [0]
+    failed = errors if errors is not None else collections.Counter()  # error -> count
     start = time.perf_counter() + 0.2
 
     def call(nodes):
@@ -114,7 +119,9 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0):
             return 200
         except Overloaded:
             return 503
-        except Exception:  # noqa: BLE001 (counted)
+        except Exception as error:  # noqa: BLE001 (counted, and kept by kind)
+            with lock:
+                failed[f"{type(error).__name__}: {error}"[:200]] += 1
             return -1
 
     def post(connection, nodes):
@@ -122,9 +129,14 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0):
             connection.request("POST", "/predict", json.dumps({"nodes": nodes}),
                                {"Content-Type": "application/json"})
             answer = connection.getresponse()
-            answer.read()
+            body = answer.read()
+            if answer.status not in (200, 503):
+                with lock:
+                    failed[f"HTTP {answer.status}: {body[:200]!r}"] += 1
             return answer.status
-        except (OSError, http.client.HTTPException):
+        except (OSError, http.client.HTTPException) as error:
+            with lock:
+                failed[f"{type(error).__name__}: {error}"[:200]] += 1
             return -1
 
     def sender():
@@ -156,8 +168,6 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0):
                     latencies.append(done - due)
                 elif status == 503:
                     refused[0] += 1
-                else:
-                    failed[0] += 1
 
     threads = [threading.Thread(target=sender) for _ in range(senders)]
     for t in threads:
@@ -165,7 +175,21 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0):
     for t in threads:
         t.join()
     wall = time.perf_counter() - start
-    return latencies, refused[0], failed[0], wall
+    return latencies, refused[0], sum(failed.values()), wall
+
+
+def _from_child(results, child, timeout):
+    """The server process's next message; raises at once if it exited without one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return results.get(timeout=1.0)
+        except queue.Empty:
+            if not child.is_alive():
+                raise SystemExit(f"the server process exited ({child.exitcode}) before "
+                                 f"answering: see its output above") from None
+            if time.monotonic() > deadline:
+                raise SystemExit(f"the server process sent nothing within {timeout} s") from None
 
 
 def percentile(values, q):
@@ -175,12 +199,13 @@ def percentile(values, q):
     return values[min(len(values) - 1, int(math.ceil(q * len(values))) - 1)]
 
 
-def row_of(config, rate, latencies, refused, failed, wall, threshold=None):
+def row_of(config, rate, latencies, refused, failed, wall, threshold=None, errors=None):
     return {"config": config, "offered_rps": rate, "achieved_rps": len(latencies) / wall,
             "p50_ms": 1e3 * percentile(latencies, 0.50),
             "p99_ms": 1e3 * percentile(latencies, 0.99),
             "p999_ms": 1e3 * percentile(latencies, 0.999),
-            "answered": len(latencies), "refused_503": refused, "failed": failed,
+            "answered": len(latencies), "refused_503": refused,
+            "failed": failed, "errors": dict((errors or collections.Counter()).most_common(3)),
             "threshold": threshold}
 
 
@@ -188,7 +213,8 @@ def print_row(row):
     print(f"  {row['config']:15s} {row['offered_rps']:7.0f} req/s offered  "
           f"{row['achieved_rps']:7.0f} answered/s  p50 {row['p50_ms']:7.2f} ms  p99 "
           f"{row['p99_ms']:7.2f} ms  p99.9 {row['p999_ms']:7.2f} ms  503s "
-          f"{row['refused_503']}  errors {row['failed']}", flush=True)
+          f"{row['refused_503']}  errors {row['failed']}"
+          + "".join(f"\n      {n} x {e}" for e, n in row["errors"].items()), flush=True)
 
 
 def measure(url, num_nodes, config, args, threshold=None):
@@ -197,8 +223,9 @@ def measure(url, num_nodes, config, args, threshold=None):
     run_load(url, num_nodes, args.rates[0], 1.0, args.senders, seed=99)
     rows = []
     for rate in args.rates:
-        row = row_of(config, rate, *run_load(url, num_nodes, rate, args.duration, args.senders),
-                     threshold)
+        errors = collections.Counter()
+        row = row_of(config, rate, *run_load(url, num_nodes, rate, args.duration, args.senders,
+                                             errors=errors), threshold, errors)
         rows.append(row)
         print_row(row)
     return rows
@@ -262,14 +289,14 @@ def main():
                                     args=(args.graph, config, port_out, stop, direct_rates,
                                           args.duration))
             child.start()
-            url, num_nodes, threshold, direct = port_out.get(timeout=900)
+            url, num_nodes, threshold, direct = _from_child(port_out, child, 900)
             print(f"{config}: serving at {url}, dispatch threshold PSGS {threshold}", flush=True)
-            for rate, *result in direct:
-                rows.append(row_of(f"{config} direct", rate, *result, threshold))
+            for rate, result, errors in direct:
+                rows.append(row_of(f"{config} direct", rate, *result, threshold, errors))
                 print_row(rows[-1])
             rows += measure(url, num_nodes, config, args, threshold)
             stop.set()
-            stats = port_out.get(timeout=120)
+            stats = _from_child(port_out, child, 120)
             child.join(60)
             print(f"  {config}: {stats}", flush=True)
             rows[-1]["server_stats"] = stats

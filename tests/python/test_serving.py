@@ -326,5 +326,13 @@ def test_load_generator_drives_the_endpoint(graph):
         server.shutdown()
     assert len(latencies) == 50 and refused == 0 and failed == 0
     assert all(0 < t < 10 for t in latencies) and wall > 0.4
+    # A server process that dies before answering is reported at once, not waited for.
+    context = serve_load.mp.get_context("spawn")
+    results, child = context.Queue(), context.Process(target=int)
+    child.start()
+    started = time.monotonic()
+    with pytest.raises(SystemExit, match="exited"):
+        serve_load._from_child(results, child, 60)
+    assert time.monotonic() - started < 30
     assert serve_load.percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0
     assert serve_load.percentile([3.0, 1.0, 2.0, 4.0], 0.99) == 4.0
