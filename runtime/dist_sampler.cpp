@@ -387,7 +387,7 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
 
   for (int64_t fanout : fanouts_) {
     PhaseClock clock("partitioned hop");
-    const at::Tensor& frontier = node_parts.back();  // the nodes the last hop added
+    const at::Tensor frontier = node_parts.back();  // the nodes the last hop added
     // Group the frontier by owner (stable: each owner's nodes keep their order).
     const at::Tensor owners = owner_w_.index_select(0, frontier);
     const at::Tensor order = std::get<1>(owners.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
