@@ -127,11 +127,13 @@ TORCH_LIBRARY(quiver, m) {
   // stands then, so a negative is a true edge with probability at most density^max_trials.
   // The CSR's rows list each node's sources (src[i] in row v: the PyG graph store's
   // layout), or with out_rows its destinations (v in row src[i]: a CSRTopo built from
-  // edge_index). `generator` as for sample_neighbors.
+  // edge_index). `generator` as for sample_neighbors. dst_begin and dst_count (-1: to the
+  // last node) narrow the draws to [dst_begin, dst_begin + dst_count): the destination
+  // type of a relation in hetero_neighbor_sample's layout, whose node ids are global.
   m.def(
       "sample_negatives(Tensor indptr, Tensor indices, Tensor src, int per_src, "
       "bool exclude_edges=True, int max_trials=8, bool out_rows=False, "
-      "Generator? generator=None) -> Tensor",
+      "Generator? generator=None, int dst_begin=0, int dst_count=-1) -> Tensor",
       {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
 
   // out[i] = table[ids[i]] for a row-major table of any dtype.

@@ -242,19 +242,31 @@ inline void check_relation_slice_starts(const std::optional<at::Tensor>& starts,
                     " entries (one per extra relation of each node), got shape ", starts->sizes());
 }
 
-inline void check_sample_negatives_args(const at::Tensor& indptr, const at::Tensor& indices,
-                                        const at::Tensor& src, int64_t per_src,
-                                        int64_t max_trials) {
+// Returns the number of nodes the draws range over (dst_count, or to the last node for -1).
+inline int64_t check_sample_negatives_args(const at::Tensor& indptr, const at::Tensor& indices,
+                                           const at::Tensor& src, int64_t per_src,
+                                           int64_t max_trials, int64_t dst_begin,
+                                           int64_t dst_count) {
   check_csr_shapes(indptr, indices, std::nullopt);
   check_index_vector(src, "src");
   TORCH_CHECK_VALUE(per_src >= 0, "per_src must be >= 0, got ", per_src);
   TORCH_CHECK_VALUE(max_trials >= 1, "max_trials must be >= 1, got ", max_trials);
-  TORCH_CHECK_VALUE(src.numel() == 0 || per_src == 0 || indptr.numel() > 1,
-                    "negatives cannot be drawn from a graph without nodes");
+  const int64_t num_nodes = indptr.numel() - 1;
+  TORCH_CHECK_VALUE(0 <= dst_begin && dst_begin <= num_nodes, "dst_begin = ", dst_begin,
+                    " is outside the graph's ", num_nodes, " nodes");
+  TORCH_CHECK_VALUE(dst_count >= -1 && (dst_count == -1 || dst_count <= num_nodes - dst_begin),
+                    "dst_count = ", dst_count, " from dst_begin = ", dst_begin,
+                    " reaches past the graph's ", num_nodes, " nodes (-1: to the last node)");
+  const int64_t range = dst_count == -1 ? num_nodes - dst_begin : dst_count;
+  TORCH_CHECK_VALUE(src.numel() == 0 || per_src == 0 || range > 0,
+                    "negatives cannot be drawn from an empty range of nodes (dst_begin = ",
+                    dst_begin, ", dst_count = ", dst_count, ", the graph has ", num_nodes,
+                    " nodes)");
   if (src.numel() > 0 && per_src > kMaxHopEdges / src.numel()) {
     errors::batch_too_large("the negatives (src x per_src)", saturating_mul(src.numel(), per_src),
                             kMaxHopEdges);
   }
+  return range;
 }
 
 inline void check_csr_from_coo_args(const at::Tensor& row, const at::Tensor& col,

@@ -375,6 +375,39 @@ class HeteroSampler:
             return torch.empty(0, dtype=torch.long, device=self.device)
         return torch.cat(parts)
 
+    def sample_negatives(self, edge_type: EdgeType, src: Tensor, per_src: int,
+                         exclude_edges: bool = True,
+                         generator: Optional[torch.Generator] = None, *,
+                         checked: bool = False) -> Tensor:
+        """``per_src`` negative destinations for each source of ``edge_type``, on the
+        sampling device (:func:`torch_quiver_ops.ops.sample_negatives` over this graph's
+        rows): ``src`` and the result are ids local to the edge type's source and
+        destination types. With ``exclude_edges`` a draw ``v`` is drawn again while
+        ``(src, v)`` is a true edge of any relation from the source type to the destination
+        type (rows group every relation into a node, so one scan finds it). ``checked``:
+        the caller has checked ``src`` against the source type's count."""
+        if edge_type not in self.topo.edge_types:
+            raise ValueError(f"edge_type {edge_type!r} is not one of the graph's "
+                             f"{self.topo.edge_types}")
+        src_type, _, dst_type = edge_type
+        src = torch.as_tensor(src)
+        if src.dtype.is_floating_point or src.dtype == torch.bool or src.dim() != 1:
+            raise TypeError(f"src must be a 1-D integer tensor, got {src.dtype} of shape "
+                            f"{tuple(src.shape)}")
+        n = self.topo.num_nodes_dict[src_type]
+        if not checked and src.numel() and bool(((src < 0) | (src >= n)).any()):
+            bad = src[(src < 0) | (src >= n)][0]
+            raise IndexError(f"src holds node {int(bad)}, outside the {n} nodes of type "
+                             f"{src_type!r}")
+        dst_begin = self.topo.type_offset(dst_type)
+        a = self._arrays
+        drawn = ops.sample_negatives(
+            a["indptr"], a["indices"],
+            src.to(self.device, torch.long) + self.topo.type_offset(src_type), per_src,
+            exclude_edges, generator=generator, dst_begin=dst_begin,
+            dst_count=self.topo.num_nodes_dict[dst_type])
+        return drawn - dst_begin
+
     def sample(self, seeds: Union[Dict[str, Tensor], Tuple[str, Tensor]],
                seed_time: Optional[Tensor] = None,
                generator: Optional[torch.Generator] = None) -> HeteroSample:

@@ -240,7 +240,8 @@ def sort_rows_by_time(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor
 
 def sample_negatives(indptr: Tensor, indices: Tensor, src: Tensor, per_src: int,
                      exclude_edges: bool = True, max_trials: int = 8, out_rows: bool = False,
-                     generator: Optional[torch.Generator] = None) -> Tensor:
+                     generator: Optional[torch.Generator] = None, dst_begin: int = 0,
+                     dst_count: int = -1) -> Tensor:
     """Negative destinations for link prediction, drawn where ``src`` lives (GPU or CPU).
 
     ``out[i * per_src + j]`` is a node drawn uniformly from ``[0, num_nodes)`` for source
@@ -255,9 +256,15 @@ def sample_negatives(indptr: Tensor, indices: Tensor, src: Tensor, per_src: int,
     The CSR's rows list each node's sources by default (``src[i]`` in row ``v``: the layout
     of :class:`torch_quiver_ops.pyg.GraphStore`); with ``out_rows`` its destinations (``v`` in
     row ``src[i]``: a :class:`~torch_quiver_ops.CSRTopo` built from ``edge_index``).
+
+    ``dst_begin`` and ``dst_count`` (-1: to the last node) narrow the draws to
+    ``[dst_begin, dst_begin + dst_count)``: one node type of a
+    :class:`~torch_quiver_ops.HeteroCSRTopo`, whose ids are global. A pair is then kept off
+    the true edges of every relation between the two types.
     """
     return torch.ops.quiver.sample_negatives(indptr, indices, src, per_src, exclude_edges,
-                                             max_trials, out_rows, generator)
+                                             max_trials, out_rows, generator, dst_begin,
+                                             dst_count)
 
 
 def gather_rows(table: Tensor, ids: Tensor) -> Tensor:

@@ -13,8 +13,8 @@ namespace {
 template <typename index_t>
 void sample_negatives_kernel(const at::Tensor& indptr, const at::Tensor& indices,
                              const at::Tensor& src, int64_t per_src, bool exclude_edges,
-                             int64_t max_trials, bool out_rows, uint64_t key, at::Tensor& out) {
-  const int64_t num_nodes = indptr.numel() - 1;
+                             int64_t max_trials, bool out_rows, int64_t dst_begin,
+                             int64_t dst_range, uint64_t key, at::Tensor& out) {
   const int64_t num_edges = indices.numel();
   const int64_t* indptr_p = indptr.const_data_ptr<int64_t>();
   const index_t* indices_p = indices.const_data_ptr<index_t>();
@@ -26,7 +26,7 @@ void sample_negatives_kernel(const at::Tensor& indptr, const at::Tensor& indices
       at::philox_engine rng(key, static_cast<uint64_t>(k));
       int64_t drawn = 0;
       for (int64_t trial = 0; trial < max_trials; ++trial) {
-        drawn = static_cast<int64_t>(cpu::uniform_below(rng, num_nodes));
+        drawn = dst_begin + static_cast<int64_t>(cpu::uniform_below(rng, dst_range));
         if (!exclude_edges) break;
         // (source, drawn) is an edge when one is in the other's row.
         const int64_t scanned = out_rows ? source : drawn;
@@ -43,8 +43,10 @@ void sample_negatives_kernel(const at::Tensor& indptr, const at::Tensor& indices
 at::Tensor sample_negatives_cpu(const at::Tensor& indptr, const at::Tensor& indices,
                                 const at::Tensor& src, int64_t per_src, bool exclude_edges,
                                 int64_t max_trials, bool out_rows,
-                                const std::optional<at::Generator>& generator) {
-  check_sample_negatives_args(indptr, indices, src, per_src, max_trials);
+                                const std::optional<at::Generator>& generator,
+                                int64_t dst_begin, int64_t dst_count) {
+  const int64_t dst_range =
+      check_sample_negatives_args(indptr, indices, src, per_src, max_trials, dst_begin, dst_count);
   const at::Tensor src64 = src.to(at::kLong).contiguous();
   check_ids_in_range(src64.const_data_ptr<int64_t>(), src64.numel(), indptr.numel() - 1, "src");
   const int64_t* offsets = indptr.const_data_ptr<int64_t>();
@@ -54,7 +56,7 @@ at::Tensor sample_negatives_cpu(const at::Tensor& indptr, const at::Tensor& indi
   const uint64_t key = cpu::draw_philox_key(generator);
   AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_negatives_cpu", [&] {
     sample_negatives_kernel<index_t>(indptr, indices, src64, per_src, exclude_edges, max_trials,
-                                     out_rows, key, out);
+                                     out_rows, dst_begin, dst_range, key, out);
   });
   return out;
 }

@@ -30,7 +30,8 @@ __global__ void sample_negatives_kernel(const Csr<index_t> csr, const NegativeDr
     for (int64_t trial = 0; trial < draws.max_trials; ++trial) {
       const uint64_t high = curand(&state);  // two statements: a fixed order of the draws
       const uint64_t low = curand(&state);
-      drawn = static_cast<int64_t>(scale_to_range((high << 32) | low, csr.num_nodes));
+      drawn = draws.dst_begin +
+              static_cast<int64_t>(scale_to_range((high << 32) | low, draws.dst_range));
       if (!draws.exclude_edges) break;
       // (source, drawn) is an edge when one is in the other's row.
       const int64_t scanned = draws.out_rows ? source : drawn;

@@ -22,6 +22,8 @@ struct NegativeDraws {
   bool exclude_edges;
   int64_t max_trials;
   bool out_rows;  // rows list destinations (else sources): see sample_negatives
+  int64_t dst_begin;  // draws in [dst_begin, dst_begin + dst_range)
+  int64_t dst_range;
   PhiloxKey key;
   int64_t* out;
 };

@@ -15,8 +15,10 @@ namespace {
 at::Tensor sample_negatives_cuda(const at::Tensor& indptr, const at::Tensor& indices,
                                  const at::Tensor& src, int64_t per_src, bool exclude_edges,
                                  int64_t max_trials, bool out_rows,
-                                 const std::optional<at::Generator>& generator) {
-  check_sample_negatives_args(indptr, indices, src, per_src, max_trials);
+                                 const std::optional<at::Generator>& generator,
+                                 int64_t dst_begin, int64_t dst_count) {
+  const int64_t dst_range =
+      check_sample_negatives_args(indptr, indices, src, per_src, max_trials, dst_begin, dst_count);
   TORCH_CHECK(src.is_cuda(), "sample_negatives on CUDA needs src on a GPU, got ", src.device());
   const c10::cuda::CUDAGuard guard(src.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
@@ -33,6 +35,8 @@ at::Tensor sample_negatives_cuda(const at::Tensor& indptr, const at::Tensor& ind
                                     exclude_edges,
                                     max_trials,
                                     out_rows,
+                                    dst_begin,
+                                    dst_range,
                                     cuda::draw_philox_key(src.device(), 4 * max_trials, generator),
                                     out.mutable_data_ptr<int64_t>()};
     C10_CUDA_CHECK(cuda::sample_negatives(csr, draws, board.status(), stream));

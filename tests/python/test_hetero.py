@@ -182,6 +182,43 @@ def test_each_relation_slice_is_sampled_uniformly(mode):
     assert_uniform(counts)
 
 
+def test_negatives_avoid_true_edges_between_the_two_types(mode):
+    """HeteroSampler.sample_negatives: destinations of the edge type's destination type,
+    never a true edge of a relation between the two types, uniform over the rest; without
+    exclusion, true edges about as often as the relation's density."""
+    types = {"paper": 30, "author": 12}
+    gen = torch.Generator().manual_seed(4)
+    writes = torch.stack([torch.randint(12, (150,), generator=gen),
+                          torch.randint(30, (150,), generator=gen)])
+    cites = torch.randint(30, (2, 100), generator=gen)
+    et = ("author", "writes", "paper")
+    edges = {et: writes, ("paper", "cites", "paper"): cites,
+             ("paper", "rev_writes", "author"): writes.flip(0)}
+    s = sampler(qv.HeteroCSRTopo(edges, types), [2], mode)
+    true = set(map(tuple, writes.t().tolist()))
+    out = s.sample_negatives(et, torch.full((3000,), 3), 1).cpu()
+    allowed = [v for v in range(30) if (3, v) not in true]
+    assert len(allowed) < 30 and set(out.tolist()) <= set(allowed)
+    assert_uniform(torch.bincount(out, minlength=30)[allowed])
+    src = torch.randint(12, (20000,), generator=gen)
+    loose = s.sample_negatives(et, src, 1, exclude_edges=False).cpu()
+    assert bool(((loose >= 0) & (loose < 30)).all())
+    hits = sum((a, b) in true for a, b in zip(src.tolist(), loose.tolist()))
+    assert abs(hits / 20000 - len(true) / (12 * 30)) < 0.02
+    triplets = s.sample_negatives(et, src[:500], 4).cpu().view(500, 4)
+    for a, row in zip(src[:500].tolist(), triplets.tolist()):
+        assert not any((a, b) in true for b in row)
+    # paper -> paper: a cites pair; the other relations into paper have other sources.
+    cited = set(map(tuple, cites.t().tolist()))
+    src = torch.randint(30, (2000,), generator=gen)
+    drawn = s.sample_negatives(("paper", "cites", "paper"), src, 1).cpu()
+    assert not any((a, b) in cited for a, b in zip(src.tolist(), drawn.tolist()))
+    with pytest.raises(IndexError, match="outside the 12 nodes of type 'author'"):
+        s.sample_negatives(et, torch.tensor([0, 12]), 1)
+    with pytest.raises(ValueError, match="is not one of the graph's"):
+        s.sample_negatives(("author", "cites", "paper"), torch.tensor([0]), 1)
+
+
 @pytest.mark.parametrize("strategy", ["uniform", "last"])
 def test_temporal_trees_take_only_the_past(mode, strategy):
     edges = random_hetero(3)

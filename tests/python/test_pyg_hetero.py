@@ -115,8 +115,7 @@ def test_link_loader_on_an_edge_type(mode):
         src = batch["author"].n_id.cpu()[eli[0]]
         dst = batch["paper"].n_id.cpu()[eli[1]]
         for s, t, lab in zip(src.tolist(), dst.tolist(), label.tolist()):
-            if lab == 1:
-                assert (s, t) in true
+            assert ((s, t) in true) == (lab == 1)  # negatives kept off the true edges
     triplets = qpyg.LinkNeighborLoader(data, [2], edge_label_index=(CITES, None),
                                        neg_sampling=dict(mode="triplet", amount=3),
                                        batch_size=20, device=device_of(mode), mode=mode)
@@ -125,9 +124,20 @@ def test_link_loader_on_an_edge_type(mode):
     assert p.src_index.numel() == p.dst_pos_index.numel() == 20
     assert tuple(p.dst_neg_index.shape) == (20, 3)
     pairs = set(map(tuple, data[CITES].edge_index.t().tolist()))
-    for s, t in zip(p.n_id.cpu()[p.src_index.cpu()].tolist(),
-                    p.n_id.cpu()[p.dst_pos_index.cpu()].tolist()):
+    sources = p.n_id.cpu()[p.src_index.cpu()].tolist()
+    for s, t in zip(sources, p.n_id.cpu()[p.dst_pos_index.cpu()].tolist()):
         assert (s, t) in pairs
+    for s, row in zip(sources, p.n_id.cpu()[p.dst_neg_index.cpu()].tolist()):
+        assert not any((s, t) in pairs for t in row)
+    uniform = qpyg.LinkNeighborLoader(data, [2], edge_label_index=WRITES, batch_size=150,
+                                      neg_sampling=dict(mode="binary", amount=20),
+                                      neg_exclude_edges=False, device=device_of(mode),
+                                      mode=mode)
+    batch = next(iter(uniform))
+    eli, label = batch[WRITES].edge_label_index.cpu(), batch[WRITES].edge_label.cpu()
+    pairs = zip(batch["author"].n_id.cpu()[eli[0]].tolist(),
+                batch["paper"].n_id.cpu()[eli[1]].tolist(), label.tolist())
+    assert sum((s, t) in true for s, t, lab in pairs if lab == 0) > 0  # PyG's rule
 
 
 @pytest.mark.parametrize("edge_type", [WRITES, CITES])
@@ -319,11 +329,11 @@ def test_bad_hetero_arguments_are_named():
     with pytest.raises(ValueError, match="lack it"):
         qpyg.NeighborLoader(data, [2], input_nodes="paper", weight_attr="edge_attr",
                             device="cpu")
-    excluding = qpyg.LinkNeighborLoader(data, [2], edge_label_index=WRITES,
-                                        neg_sampling="binary", neg_exclude_edges=True,
-                                        device="cpu")
-    with pytest.raises(NotImplementedError, match="homogeneous graphs only"):
-        next(iter(excluding))
+    weighted = qpyg.LinkNeighborLoader(data, [2], edge_label_index=WRITES,
+                                       neg_sampling=dict(mode="binary", dst_weight=torch.ones(60)),
+                                       device="cpu")
+    with pytest.raises(NotImplementedError, match="weighted negatives"):
+        next(iter(weighted))
     loader = qpyg.NeighborLoader(data, [2], input_nodes=("paper", torch.tensor([0, 60])),
                                  batch_size=2, device="cpu")
     with pytest.raises(IndexError, match="'paper'"):

@@ -179,6 +179,21 @@ def test_link_negatives_as_pyg_when_asked(mode):
     assert hits / total < 5 * density + 0.01
 
 
+def test_weighted_negatives_follow_their_weights(mode):
+    """PyG's dst_weight: negatives drawn by PyG's code on the host, only where the weight
+    is (once silently ignored: an older PyG named it ``weight``)."""
+    data = temporal_data(8)
+    weight = torch.zeros(N)
+    weight[[5, 17, 230]] = 1.0
+    loader = LinkNeighborLoader(data, [2], batch_size=256, neg_exclude_edges=False,
+                                neg_sampling=dict(mode="binary", dst_weight=weight),
+                                **where(mode))
+    for batch in loader:
+        label = batch.edge_label.cpu()
+        dst = batch.n_id.cpu()[batch.edge_label_index.cpu()[1, label == 0]]
+        assert set(dst.tolist()) <= {5, 17, 230}
+
+
 def test_more_bad_input_is_named():
     data = temporal_data(7)
     topo = qv.CSRTopo(data.edge_index, num_nodes=N)

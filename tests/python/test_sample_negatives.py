@@ -91,3 +91,37 @@ def test_out_rows_reads_the_source_row(mode):
     out = qv.ops.sample_negatives(indptr, indices, src, 1, out_rows=True, max_trials=100).cpu()
     for s, v in zip(src.cpu().tolist(), out.tolist()):
         assert v not in set(graph.neighbors(s).tolist())
+
+
+def test_draws_narrowed_to_a_node_range(mode):
+    """dst_begin / dst_count: one node type of a graph with global ids; true edges still
+    redrawn, the rest uniform over the range."""
+    graph = random_graph(num_nodes=100, num_edges=1500, seed=9)
+    (indptr, indices, _), dev = place(graph, mode)
+    # The source with the most true edges into the range.
+    source = int(torch.cat([graph.neighbors(v) for v in range(30, 50)]).mode().values)
+    src = torch.full((4000,), source, device=dev)
+    out = qv.ops.sample_negatives(indptr, indices, src, 1, max_trials=100, dst_begin=30,
+                                  dst_count=20).cpu()
+    allowed = [v for v in range(30, 50) if source not in set(graph.neighbors(v).tolist())]
+    assert len(allowed) < 20  # the source has true edges inside the range
+    assert set(out.tolist()) <= set(allowed)
+    p = chisquare(torch.bincount(out, minlength=100)[allowed].double().numpy()).pvalue
+    assert p > P_VALUE_FLOOR
+    tail = qv.ops.sample_negatives(indptr, indices, src[:50], 2, dst_begin=90).cpu()
+    assert bool(((tail >= 90) & (tail < 100)).all())
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(dst_begin=-1), r"dst_begin = -1 is outside the graph's 100 nodes"),
+    (dict(dst_begin=101), r"dst_begin = 101 is outside"),
+    (dict(dst_begin=90, dst_count=11), r"dst_count = 11 from dst_begin = 90 reaches past"),
+    (dict(dst_count=-2), r"dst_count = -2"),
+    (dict(dst_begin=100), r"empty range of nodes \(dst_begin = 100"),
+    (dict(dst_begin=5, dst_count=0), r"empty range of nodes"),
+])
+def test_bad_range_is_named(mode, kwargs, match):
+    graph = random_graph(num_nodes=100, num_edges=800, seed=5)
+    (indptr, indices, _), dev = place(graph, mode)
+    with pytest.raises(ValueError, match=match):
+        qv.ops.sample_negatives(indptr, indices, torch.tensor([1, 2], device=dev), 2, **kwargs)

@@ -177,8 +177,8 @@ class _OnOurStores:
         if neighbor_sampler is None:
             hetero_rules = _hetero_rules(data, rules or {}) if isinstance(data, HeteroData) \
                 else {"disjoint": bool((rules or {}).get("disjoint"))}
-            # Asked for explicitly only (the default keeps PyG's uniform pairs here).
-            hetero_rules["neg_exclude_edges"] = (rules or {}).get("neg_exclude_edges") is True
+            hetero_rules["neg_exclude_edges"] = (
+                (rules or {}).get("neg_exclude_edges") is not False)
             neighbor_sampler = HeteroNeighborSampler(graph_store, num_neighbors, device, mode,
                                                      replace, return_eid, sampling_generator,
                                                      **hetero_rules)
@@ -393,14 +393,14 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
     negatives are drawn on the sampling device (``torch_quiver_ops.ops.sample_negatives``):
     uniform over the nodes that are not true edges of their source, or, with
     ``neg_exclude_edges=False``, uniform over all nodes as PyG's (a negative then a true edge
-    about as often as the graph's density); negatives weighted by ``neg_sampling.weight``
+    about as often as the graph's density); negatives weighted by ``dst_weight``
     or bound by node times are drawn by PyG's code on the host. ``weight_attr``,
     ``time_attr`` with ``edge_label_time``, ``temporal_strategy`` and ``disjoint`` are as
     for :class:`NeighborLoader`.
 
     On a ``HeteroData`` ``edge_label_index`` is an edge type or ``(edge_type, ids)``; the
-    negatives are then uniform pairs of its end types, as PyG draws them (not kept off the
-    true edges: ``neg_exclude_edges=True`` raises ``NotImplementedError`` there);
+    negatives are then pairs of its end types, kept off the true edges of every relation
+    between those two types (or, with ``neg_exclude_edges=False``, uniform as PyG's);
     ``time_attr`` with ``edge_label_time`` (default: the source's node time) and
     ``disjoint`` as above.
     """

@@ -54,7 +54,7 @@ class NeighborSampler(BaseSampler):
             (:func:`torch_quiver_ops.ops.sample_negatives`), redrawing any that is a true
             edge (default); ``False`` keeps PyG's rule (uniform pairs, a negative a true edge
             about as often as the graph's density). Negatives weighted by
-            ``NegativeSampling.weight`` or constrained by node times are drawn by PyG's
+            ``NegativeSampling``'s ``src_weight`` / ``dst_weight`` or constrained by node times are drawn by PyG's
             code on the host.
     """
 
@@ -138,9 +138,11 @@ class NeighborSampler(BaseSampler):
             if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
                 bad = ids[(ids < 0) | (ids >= num_nodes)][0]
                 raise IndexError(f"{name} holds node {int(bad)}, out of range [0, {num_nodes})")
-        if (neg_sampling is not None and getattr(neg_sampling, "weight", None) is None
+        if neg_sampling is not None:
+            neg_sampling = NegativeSampling.cast(neg_sampling)
+        if (neg_sampling is not None and not _weighted(neg_sampling)
                 and self.sampler.node_time is None):
-            return self._link_sample(inputs, NegativeSampling.cast(neg_sampling))
+            return self._link_sample(inputs, neg_sampling)
         out = edge_sample(inputs, self._sample, num_nodes, disjoint=self.disjoint,
                           node_time=self.sampler.node_time, neg_sampling=neg_sampling)
         if self.device.type == "cuda":  # the labels live beside the batch (input_id: host)
@@ -234,6 +236,12 @@ class NeighborSampler(BaseSampler):
         return None  # e_id already holds the ids of the edges as they were put
 
 
+def _weighted(neg: NegativeSampling) -> bool:
+    """Whether negatives are drawn by weight: PyG names the weights ``src_weight`` and
+    ``dst_weight`` (``weight`` before 2.4)."""
+    return any(getattr(neg, k, None) is not None for k in ("weight", "src_weight", "dst_weight"))
+
+
 class HeteroNeighborSampler(BaseSampler):
     """PyG's heterogeneous neighbor sampling on ``quiver::hetero_neighbor_sample``: every
     relation of a hop in the same kernel launches, returning PyG's ``HeteroSamplerOutput``.
@@ -249,9 +257,11 @@ class HeteroNeighborSampler(BaseSampler):
         edge_time_dict, node_time_dict: temporal sampling (times per edge of every edge
             type, or per node of every node type); ``temporal_strategy``, ``strict_time``
             and ``disjoint`` as :class:`NeighborSampler`.
-        neg_exclude_edges: must be ``False`` for link sampling here: negatives are uniform
-            node pairs of the edge type's end types, as PyG draws them (a negative is a
-            true edge about as often as the relation's density).
+        neg_exclude_edges: link sampling draws its negatives on the sampling device
+            (:meth:`HeteroSampler.sample_negatives`): pairs of the edge type's end types,
+            a destination redrawn while the pair is a true edge of a relation between those
+            types (default); ``False`` keeps PyG's uniform pairs (a negative a true edge
+            about as often as the relation's density).
     """
 
     def __init__(self, graph: Union[HeteroGraphStore, HeteroCSRTopo], num_neighbors,
@@ -261,7 +271,7 @@ class HeteroNeighborSampler(BaseSampler):
                  weights: Optional[dict] = None, edge_time_dict: Optional[dict] = None,
                  node_time_dict: Optional[dict] = None, temporal_strategy: str = "uniform",
                  strict_time: bool = False, disjoint: bool = False,
-                 neg_exclude_edges: bool = False):
+                 neg_exclude_edges: bool = True):
         if isinstance(graph, HeteroGraphStore):
             topo = graph.topology(edge_time_dict, node_time_dict)
         elif isinstance(graph, HeteroCSRTopo):
@@ -338,12 +348,9 @@ class HeteroNeighborSampler(BaseSampler):
         if inputs.time is not None and not self.sampler.temporal:
             raise ValueError("edge_label_time needs temporal sampling: give the loader "
                              "time_attr")
-        if neg_sampling is not None and getattr(neg_sampling, "weight", None) is not None:
+        if neg_sampling is not None and _weighted(NegativeSampling.cast(neg_sampling)):
             raise NotImplementedError("weighted negatives on heterogeneous graphs are not "
                                       "supported yet")
-        if neg_sampling is not None and self.neg_exclude_edges:
-            raise NotImplementedError("negatives that avoid true edges are drawn on "
-                                      "homogeneous graphs only: pass neg_exclude_edges=False")
         src_type, _, dst_type = et
         device, generator = self.device, self._call_generator()
         n_src, n_dst = topo.num_nodes_dict[src_type], topo.num_nodes_dict[dst_type]
@@ -357,20 +364,23 @@ class HeteroNeighborSampler(BaseSampler):
         num_pos = src.numel()
         edge_label = inputs.label
         neg = NegativeSampling.cast(neg_sampling) if neg_sampling is not None else None
+
+        def negatives(sources, per_src):
+            return self.sampler.sample_negatives(et, sources, per_src, self.neg_exclude_edges,
+                                                 generator, checked=True)
+
         if neg is not None and neg.is_binary():
             num_neg = math.ceil(num_pos * neg.amount)
-            src = torch.cat([src, torch.randint(n_src, (num_neg,), device=device,
-                                                generator=generator)])
-            dst = torch.cat([dst, torch.randint(n_dst, (num_neg,), device=device,
-                                                generator=generator)])
+            src_neg = torch.randint(n_src, (num_neg,), device=device, generator=generator)
+            src = torch.cat([src, src_neg])
+            dst = torch.cat([dst, negatives(src_neg, 1)])
             if edge_label is None:
                 edge_label = torch.ones(num_pos, device=device)
             edge_label = edge_label.to(device, non_blocking=True)
             edge_label = torch.cat([edge_label, edge_label.new_zeros(
                 (num_neg, ) + edge_label.shape[1:])])
         elif neg is not None:
-            dst = torch.cat([dst, torch.randint(n_dst, (num_pos * int(neg.amount),),
-                                                device=device, generator=generator)])
+            dst = torch.cat([dst, negatives(src, int(neg.amount))])
         # The seed edge (or negative pair) each seed belongs to: a triplet's negatives
         # belong to their source's edge.
         src_pair = torch.arange(src.numel(), device=device)

@@ -132,13 +132,14 @@ inline at::Tensor sample_negatives(const at::Tensor& indptr, const at::Tensor& i
                                    const at::Tensor& src, int64_t per_src,
                                    bool exclude_edges = true, int64_t max_trials = 8,
                                    bool out_rows = false,
-                                   const std::optional<at::Generator>& generator = std::nullopt) {
+                                   const std::optional<at::Generator>& generator = std::nullopt,
+                                   int64_t dst_begin = 0, int64_t dst_count = -1) {
   static const auto handle =
       detail::op<at::Tensor(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
-                            bool, int64_t, bool, const std::optional<at::Generator>&)>(
-          "quiver::sample_negatives");
+                            bool, int64_t, bool, const std::optional<at::Generator>&, int64_t,
+                            int64_t)>("quiver::sample_negatives");
   return handle.call(indptr, indices, src, per_src, exclude_edges, max_trials, out_rows,
-                     generator);
+                     generator, dst_begin, dst_count);
 }
 
 inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
