@@ -128,6 +128,54 @@ class HeteroCSRTopo:
         self.edge_time: Optional[Tensor] = (None if edge_time is None
                                             else edge_time[order].cpu().contiguous())
 
+    @classmethod
+    def from_csr(cls, num_nodes_dict: Dict[str, int], edge_types: Sequence[EdgeType],
+                 indptr: Tensor, indices: Tensor, eid: Tensor,
+                 relation_edge_offsets: Sequence[int],
+                 slice_starts: Optional[Tensor] = None) -> "HeteroCSRTopo":
+        """A graph already in this layout (e.g. built a slice at a time by
+        :func:`torch_quiver_ops.synthetic_hetero.mag240m_like`, too large for an edge list):
+        ``indptr`` over the global node ids (types in ``num_nodes_dict``'s order), each
+        row's sources grouped by relation in ``edge_types``' order, ``eid`` the global edge
+        id of each position, relation ``r`` owning ids ``[relation_edge_offsets[r],
+        relation_edge_offsets[r + 1])``; ``slice_starts`` as the property (computed from
+        ``eid`` when not given). Sizes are checked here; the sampler checks each row it
+        reads."""
+        self = cls.__new__(cls)
+        self.node_types = list(num_nodes_dict)
+        self.num_nodes_dict = {t: int(n) for t, n in num_nodes_dict.items()}
+        self.edge_types = [_edge_type(et) for et in edge_types]
+        self.node_type_offsets = [0]
+        for t in self.node_types:
+            self.node_type_offsets.append(self.node_type_offsets[-1] + self.num_nodes_dict[t])
+        for et in self.edge_types:
+            missing = [t for t in (et[0], et[2]) if t not in self.num_nodes_dict]
+            if missing:
+                raise ValueError(f"edge type {et} names node types {missing} that "
+                                 f"num_nodes_dict lacks (it has {self.node_types})")
+        self.relation_src_types = [self.node_types.index(et[0]) for et in self.edge_types]
+        self.relation_dst_types = [self.node_types.index(et[2]) for et in self.edge_types]
+        self.relation_edge_offsets = [int(o) for o in relation_edge_offsets]
+        if len(self.relation_edge_offsets) != len(self.edge_types) + 1:
+            raise ValueError(f"relation_edge_offsets needs {len(self.edge_types) + 1} entries "
+                             f"(one more than the edge types), got "
+                             f"{len(self.relation_edge_offsets)}")
+        num_nodes, num_edges = self.node_type_offsets[-1], self.relation_edge_offsets[-1]
+        if indptr.dim() != 1 or indptr.numel() != num_nodes + 1 or indptr.dtype != torch.long:
+            raise ValueError(f"indptr must be int64 with {num_nodes + 1} entries, got "
+                             f"{indptr.dtype} of shape {tuple(indptr.shape)}")
+        if int(indptr[0]) != 0 or int(indptr[-1]) != num_edges:
+            raise ValueError(f"indptr must run from 0 to {num_edges} (the relations' edges), "
+                             f"got {int(indptr[0])} to {int(indptr[-1])}")
+        for name, t in (("indices", indices), ("eid", eid)):
+            if t.dim() != 1 or t.numel() != num_edges:
+                raise ValueError(f"{name} must hold {num_edges} entries, got shape "
+                                 f"{tuple(t.shape)}")
+        self.indptr, self.indices, self.eid = indptr, indices, eid
+        self.edge_time = None
+        self._slice_starts = slice_starts
+        return self
+
     def _edge_times(self, edge_time_dict, node_time_dict, source: Tensor,
                     device) -> Optional[Tensor]:
         if edge_time_dict is not None:

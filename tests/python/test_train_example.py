@@ -28,6 +28,16 @@ def test_train_sage_learns():
     assert final["wait"] >= 0 and final["model"] > 0
 
 
+def test_train_hetero_learns():
+    """examples/train_hetero.py: to_hetero(GraphSAGE) with embeddings for the featureless
+    types, on a 1% ogbn-mag-like graph."""
+    result = load("train_hetero").main(["--scale", "0.01", "--epochs", "2", "--device", "cpu",
+                                        "--batch-size", "512"])
+    final = result["history"][-1]
+    assert final["test_accuracy"] > 50 / result["num_classes"], result
+    assert final["loss"] < result["history"][0]["loss"]
+
+
 def test_prefetching_trains_exactly_as_in_line():
     args = ["--size", "tiny", "--epochs", "3", "--batch-size", "64", "--device", "cpu"]
     module = load("train_sage")

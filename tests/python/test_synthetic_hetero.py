@@ -1,0 +1,92 @@
+"""The ogbn-mag-like generator (counts, relations, learnable labels, seeding) and the
+MAG240M-sized builder (its slice-at-a-time CSR is exactly the CSR that HeteroCSRTopo builds
+from the same edges), at small scales on the CPU."""
+import torch
+
+import torch_quiver_ops as qv
+from torch_quiver_ops.synthetic_hetero import (MAG240M_NODES, MAG_NODES, MAG_RELATIONS,
+                                               mag240m_like, mag240m_like_features, mag_like)
+
+
+def test_mag_like_counts_relations_and_seeding():
+    g = mag_like(scale=0.01, seed=3, num_features=16, num_classes=20)
+    assert g.num_nodes_dict == {t: int(n * 0.01) for t, n in MAG_NODES.items()}
+    assert len(g.edge_index_dict) == 7
+    for src, rel, dst, count in MAG_RELATIONS:
+        ei = g.edge_index_dict[(src, rel, dst)]
+        assert ei.size(1) == int(count * 0.01) * (2 if src == dst else 1)
+        if src != dst:
+            assert torch.equal(g.edge_index_dict[(dst, f"rev_{rel}", src)], ei.flip(0))
+    for (src, _, dst), ei in g.edge_index_dict.items():
+        assert int(ei[0].min()) >= 0 and int(ei[0].max()) < g.num_nodes_dict[src]
+        assert int(ei[1].min()) >= 0 and int(ei[1].max()) < g.num_nodes_dict[dst]
+    papers = g.num_nodes_dict["paper"]
+    assert g.x_dict["paper"].shape == (papers, 16) and list(g.x_dict) == ["paper"]
+    assert int(g.y.min()) >= 0 and int(g.y.max()) < 20
+    split = torch.cat([g.train_idx, g.val_idx, g.test_idx])
+    assert torch.equal(split.sort().values, torch.arange(papers))
+    assert abs(g.train_idx.numel() / papers - 0.855) < 0.01
+    again = mag_like(scale=0.01, seed=3, num_features=16, num_classes=20)
+    assert all(torch.equal(again.edge_index_dict[k], v) for k, v in g.edge_index_dict.items())
+    assert torch.equal(again.x_dict["paper"], g.x_dict["paper"])
+    data = g.to_hetero_data()
+    assert data["paper"].train_mask.sum() == g.train_idx.numel()
+    assert data["institution"].num_nodes == g.num_nodes_dict["institution"]
+
+
+def test_mag_like_labels_are_learnable_from_neighbors():
+    """Cited papers share their label far more often than chance, and the features lean
+    toward the label's centroid: the signal a GNN reads."""
+    g = mag_like(scale=0.01, seed=1, num_classes=20)
+    cites = g.edge_index_dict[("paper", "cites", "paper")]
+    same = (g.y[cites[0]] == g.y[cites[1]]).double().mean()
+    assert same > 0.7  # homophily 0.8 plus chance 1/20
+    centroids = torch.stack([g.x_dict["paper"][g.y == c].mean(0) for c in range(20)])
+    nearest = (g.x_dict["paper"] @ centroids.t()).argmax(1)
+    assert (nearest == g.y).double().mean() > 0.2  # far above 1/20
+    degree = torch.bincount(cites[1], minlength=g.num_nodes_dict["paper"]).double()
+    assert degree.max() > 10 * degree.mean()  # heavy tail
+
+
+def test_mag240m_like_is_the_csr_of_its_own_edges():
+    scale = 2e-5
+    topo = mag240m_like(scale=scale, seed=2, chunk_nodes=300)  # several slices a type
+    assert topo.num_nodes_dict == {t: max(1, int(n * scale)) for t, n in MAG240M_NODES.items()}
+    assert len(topo.edge_types) == 5 and topo.indices.dtype == torch.int32
+    # The edges back as edge_index_dict, rebuilt the ordinary way: the same arrays.
+    row = torch.repeat_interleave(torch.arange(topo.num_nodes), topo.indptr.diff())
+    edges = {}
+    for r, (src, _, dst) in enumerate(topo.edge_types):
+        lo, hi = topo.relation_edge_offsets[r], topo.relation_edge_offsets[r + 1]
+        at = torch.empty(hi - lo, dtype=torch.long)
+        mine = (topo.eid >= lo) & (topo.eid < hi)
+        at[topo.eid[mine] - lo] = mine.nonzero().view(-1)
+        edges[topo.edge_types[r]] = torch.stack([
+            topo.indices[at].long() - topo.type_offset(src), row[at] - topo.type_offset(dst)])
+        assert int(edges[topo.edge_types[r]].min()) >= 0
+    rebuilt = qv.HeteroCSRTopo(edges, topo.num_nodes_dict)
+    assert torch.equal(rebuilt.indptr, topo.indptr)
+    assert torch.equal(rebuilt.indices, topo.indices)
+    assert torch.equal(rebuilt.eid, topo.eid)
+    given = topo.slice_starts
+    topo._slice_starts = None  # computed from eid, as for any other graph
+    assert torch.equal(given, topo.slice_starts)
+    sampler = qv.HeteroSampler(topo, [3, 2], device="cpu", mode="CPU")
+    out = sampler.sample(("paper", torch.arange(20)))
+    assert sum(sum(v) for v in out.num_sampled_edges.values()) > 0
+    x = mag240m_like_features(topo.num_nodes_dict["paper"], 8, chunk_rows=500)
+    assert x.shape == (topo.num_nodes_dict["paper"], 8) and x.dtype == torch.bfloat16
+
+
+def test_from_csr_refuses_mismatched_sizes():
+    topo = mag240m_like(scale=1e-5, seed=0)
+    args = dict(num_nodes_dict=topo.num_nodes_dict, edge_types=topo.edge_types,
+                indptr=topo.indptr, indices=topo.indices, eid=topo.eid,
+                relation_edge_offsets=topo.relation_edge_offsets)
+    import pytest
+    for change, match in [(dict(indices=topo.indices[:-1]), "indices must hold"),
+                          (dict(indptr=topo.indptr[:-1]), "indptr must be int64"),
+                          (dict(relation_edge_offsets=[0, 1]), "relation_edge_offsets needs"),
+                          (dict(edge_types=[("paper", "x", "venue")]), "venue")]:
+        with pytest.raises(ValueError, match=match):
+            qv.HeteroCSRTopo.from_csr(**{**args, **change})
