@@ -426,13 +426,14 @@ class HeteroSampler:
     def sample_negatives(self, edge_type: EdgeType, src: Tensor, per_src: int,
                          exclude_edges: bool = True,
                          generator: Optional[torch.Generator] = None, *,
-                         checked: bool = False) -> Tensor:
+                         max_trials: int = 8, checked: bool = False) -> Tensor:
         """``per_src`` negative destinations for each source of ``edge_type``, on the
         sampling device (:func:`torch_quiver_ops.ops.sample_negatives` over this graph's
         rows): ``src`` and the result are ids local to the edge type's source and
         destination types. With ``exclude_edges`` a draw ``v`` is drawn again while
         ``(src, v)`` is a true edge of any relation from the source type to the destination
-        type (rows group every relation into a node, so one scan finds it). ``checked``:
+        type (rows group every relation into a node, so one scan finds it), up to
+        ``max_trials`` draws (see :func:`~torch_quiver_ops.ops.sample_negatives`). ``checked``:
         the caller has checked ``src`` against the source type's count."""
         if edge_type not in self.topo.edge_types:
             raise ValueError(f"edge_type {edge_type!r} is not one of the graph's "
@@ -452,7 +453,7 @@ class HeteroSampler:
         drawn = ops.sample_negatives(
             a["indptr"], a["indices"],
             src.to(self.device, torch.long) + self.topo.type_offset(src_type), per_src,
-            exclude_edges, generator=generator, dst_begin=dst_begin,
+            exclude_edges, max_trials, generator=generator, dst_begin=dst_begin,
             dst_count=self.topo.num_nodes_dict[dst_type])
         return drawn - dst_begin
 
