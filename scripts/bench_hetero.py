@@ -14,7 +14,8 @@ out; fanouts [15, 10] for every relation. Per mode (GPU: topology in
 HBM; UVA: indices in pinned host memory; CPU):
 
   hetero op                 quiver::hetero_neighbor_sample: every relation in the same
-                            launches of a hop, output regrouped by type (flat tensors)
+                            launches of a hop, output regrouped by type (flat tensors),
+                            relation slices read from the graph's slice starts
   HeteroSampler.sample      the user-facing call: the op plus the dicts PyG wants
   loop over relations       what a sampler without the fused op does: per hop and relation
                             one sample_neighbors call on that relation's own CSR, then each
@@ -161,7 +162,8 @@ def run(args):
             out = ops.hetero_neighbor_sample(
                 a["indptr"], a["indices"], a["eid"], seeds.to(run_device, non_blocking=True)
                 + offset, topo.node_type_offsets, topo.relation_src_types,
-                topo.relation_dst_types, topo.relation_edge_offsets, sampler.fanouts)
+                topo.relation_dst_types, topo.relation_edge_offsets, sampler.fanouts,
+                relation_slice_starts=a["slice_starts"])
             return int(out[-1].sum())
 
         def user(seeds):

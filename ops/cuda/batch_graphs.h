@@ -226,8 +226,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
         queued.waited);
   };
   if (graph_key.empty() || !sampling_graphs_enabled() ||
-      queued_edges_bound(shape.batch_size, fanouts, replace, shape.key_space(), csr.num_edges) >
-          kMaxCapturedEdges) {
+      queued_edges_bound(shape.batch_size, shape.bound_fanouts(), replace, shape.key_space(),
+                         csr.num_edges) > kMaxCapturedEdges) {
     return run_once().first;
   }
 

@@ -1,12 +1,17 @@
 // CUDA entry point of hetero_neighbor_sample: neighbor_sample's hop loop (hop_loop.h) with
 // rows sliced by relation (RowRules::relations), every relation of a hop in the same
-// launches, then the output regrouped by type and relation (hetero_regroup.cu). The
-// graph's small tables go to the GPU in one copy a call; batches are not captured as CUDA
-// graphs (the tables would have to outlive the call).
+// launches, then the output regrouped by type and relation (hetero_regroup.cu). The hop
+// loop is captured as a CUDA graph and replayed as neighbor_sample's (batch_graphs.h); the
+// graph's small tables, which a capture reads, stay on the GPU per distinct content.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
+
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <unordered_map>
 
 #include "ops/checks.h"
 #include "ops/cuda/batch_graphs.h"
@@ -27,6 +32,27 @@ using Outputs =
 // host allocator keeps the pinned block until the copy is done).
 at::Tensor to_device(const std::vector<int64_t>& values, const at::Device& device) {
   return at::tensor(values, at::kLong).pin_memory().to(device, /*non_blocking=*/true);
+}
+
+// The graph's tables on the GPU, kept per device and content: a captured batch reads them
+// at replay, so they must outlive the call. A handful per process (one per graph and
+// fanouts); past kKeptTables all are dropped, which is safe because a capture's key holds
+// the tables' content beside their address (a capture is replayed only over equal tables).
+constexpr size_t kKeptTables = 16;
+
+at::Tensor kept_device_tables(const std::vector<int64_t>& values, const at::Device& device) {
+  static std::mutex mutex;
+  static auto* kept = new std::unordered_map<std::string, at::Tensor>();  // never destroyed
+  std::ostringstream key;
+  key << device << ';';
+  for (const int64_t v : values) key << v << ',';
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto found = kept->find(key.str());
+  if (found != kept->end()) return found->second;
+  if (kept->size() >= kKeptTables) kept->clear();
+  at::Tensor tables = to_device(values, device);
+  kept->emplace(key.str(), tables);
+  return tables;
 }
 
 // The hop loop's output regrouped by type and relation (hetero_regroup.cu), the counts
@@ -87,7 +113,7 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
                       const std::optional<at::Tensor>& relation_slice_starts) {
   const at::Device device = seeds.device();
   const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
-  const at::Tensor block = to_device(tables.block, device);
+  const at::Tensor block = kept_device_tables(tables.block, device);
   const int64_t* block_p = block.const_data_ptr<int64_t>();
   at::Tensor seed_times;
   cuda::RowRules rules =
@@ -109,8 +135,13 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
   shape.node_fanouts = tables.node_fanouts;
   shape.relation_fanouts = block_p + tables.fanouts_at();
   const cuda::PhiloxKey key = cuda::batch_philox_key(shape, device, generator);
+  cuda::GraphKey graph_key;
+  graph_key.add(indptr).add(indices).add(edge_ids).add(edge_weight).add(edge_time);
+  graph_key.add(edge_weight_cumsum).add(relation_slice_starts).add(block).add(tables.block);
+  graph_key.add(shape.batch_size).add(replace).add(shape.sort_rows);
+  graph_key.add(strict_time).add(last).add(disjoint).add(seed_time.has_value());
   auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] =
-      cuda::sample_batch(shape, seeds, seed_times, key, /*graph_key=*/"");
+      cuda::sample_batch(shape, seeds, seed_times, key, graph_key.str());
   const auto [node_ids, batch] = split_tree_keys(keys, disjoint, csr.num_nodes);
   return regroup_on_gpu(tables, block, node_ids, batch, rows, cols, eids, nodes_per_hop,
                         edges_per_hop);

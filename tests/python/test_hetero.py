@@ -220,6 +220,42 @@ def test_negatives_avoid_true_edges_between_the_two_types(mode):
         s.sample_negatives(("author", "cites", "paper"), torch.tensor([0]), 1)
 
 
+@pytest.mark.parametrize("rules", ["plain", "weighted", "temporal", "disjoint"])
+def test_replayed_batches_equal_calls_run_as_usual(mode, monkeypatch, rules):
+    """Repeated CUDA calls of one shape are captured as a CUDA graph and replayed (as
+    neighbor_sample's); each replay reads its own seeds (and seed times) and gives what a
+    call run as usual gives."""
+    if mode == "CPU":
+        pytest.skip("CUDA graphs are a GPU's")
+    edges = random_hetero(8)
+    gen = torch.Generator().manual_seed(7)
+    node_time = {t: torch.randint(100, (n,), generator=gen) for t, n in TYPES.items()}
+    topo = qv.HeteroCSRTopo(edges, TYPES,
+                            node_time_dict=node_time if rules == "temporal" else None)
+    kwargs = {"plain": {}, "disjoint": dict(disjoint=True),
+              "weighted": dict(weights={et: torch.rand(ei.size(1), generator=gen) + 0.1
+                                        for et, ei in edges.items()}),
+              "temporal": {}}[rules]
+    s = sampler(topo, [3, 2], mode, **kwargs)
+    batches = [(torch.randint(0, TYPES["paper"], (12,), generator=gen),
+                torch.randint(0, 120, (12,), generator=gen)) for _ in range(5)]
+
+    def calls(setting):
+        monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", setting)
+        sampling = torch.Generator(s.device).manual_seed(9)
+        return [s.sample(("paper", seeds), seed_time if rules == "temporal" else None,
+                         generator=sampling) for seeds, seed_time in batches]
+
+    for k, (a, b) in enumerate(zip(calls("0"), calls("1"))):
+        for field in ("node", "row", "col", "edge"):
+            for key in getattr(a, field):
+                assert torch.equal(getattr(a, field)[key], getattr(b, field)[key]), (k, field)
+        for key in (a.batch or {}):
+            assert torch.equal(a.batch[key], b.batch[key]), (k, "batch")
+        assert a.num_sampled_nodes == b.num_sampled_nodes
+        assert a.num_sampled_edges == b.num_sampled_edges
+
+
 @pytest.mark.parametrize("strategy", ["uniform", "last"])
 def test_temporal_trees_take_only_the_past(mode, strategy):
     edges = random_hetero(3)
