@@ -16,6 +16,9 @@ HBM; UVA: indices in pinned host memory; CPU):
   hetero op                 quiver::hetero_neighbor_sample: every relation in the same
                             launches of a hop, output regrouped by type (flat tensors),
                             relation slices read from the graph's slice starts
+  hetero op, not replayed   the same, every call run as usual (QUIVER_SAMPLING_GRAPHS=0;
+                            GPU calls of one shape are otherwise captured as a CUDA graph
+                            and replayed from the third)
   HeteroSampler.sample      the user-facing call: the op plus the dicts PyG wants
   loop over relations       what a sampler without the fused op does: per hop and relation
                             one sample_neighbors call on that relation's own CSR, then each
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import time
 
@@ -105,6 +109,22 @@ def loop_over_relations(topo, per_relation, seeds, device):
             nodes[t] = torch.cat([nodes[t], new])
             frontier[t] = new
     return edges
+
+
+def uncaptured(fn):
+    """``fn`` with its batches run as usual, never replayed as CUDA graphs
+    (QUIVER_SAMPLING_GRAPHS=0 for the call: the ops read it on every call)."""
+    def call(seeds):
+        before = os.environ.get("QUIVER_SAMPLING_GRAPHS")
+        os.environ["QUIVER_SAMPLING_GRAPHS"] = "0"
+        try:
+            return fn(seeds)
+        finally:
+            if before is None:
+                del os.environ["QUIVER_SAMPLING_GRAPHS"]
+            else:
+                os.environ["QUIVER_SAMPLING_GRAPHS"] = before
+    return call
 
 
 def timed_round_robin(variants, batches, device, warmup):
@@ -181,7 +201,8 @@ def run(args):
                                       HOMOGENEOUS_FANOUT, False, a["eid"])
             return int(out[-1].sum())
 
-        variants = {"hetero op": raw, "HeteroSampler.sample": user,
+        variants = {"hetero op": raw, "hetero op, not replayed": uncaptured(raw),
+                    "HeteroSampler.sample": user,
                     "loop over relations": lambda s: loop_over_relations(topo, per_relation,
                                                                          s, run_device),
                     "homogeneous, same CSR": homogeneous}
@@ -221,7 +242,8 @@ def plot(path, png):
     for ax, mode in zip(axes, modes):
         ms = [next(r["ms_per_batch"] for r in rows if r["mode"] == mode and r["variant"] == n)
               for n in names]
-        ax.barh(range(len(names)), ms, color=["#3b75af", "#3b75af", "#c44", "#777"])
+        colors = {"loop over relations": "#c44", "homogeneous, same CSR": "#777"}
+        ax.barh(range(len(names)), ms, color=[colors.get(n, "#3b75af") for n in names])
         ax.set_yticks(range(len(names)), names if ax is axes[0] else [""] * len(names))
         ax.invert_yaxis()
         ax.set_title(f"{mode}: ms per batch")

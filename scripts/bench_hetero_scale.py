@@ -12,7 +12,8 @@ every relation. Rows, in one run:
 
   sampling, per mode (UVA: indices and edge ids in pinned host memory, row offsets and
   relation slice starts in HBM; GPU: all in HBM when it fits), each batch through every
-  variant in turn: the op (``hetero_neighbor_sample``), ``HeteroSampler.sample`` (the
+  variant in turn: the op (``hetero_neighbor_sample``; also with every call run as usual,
+  not replayed as a CUDA graph), ``HeteroSampler.sample`` (the
   user-facing call), and homogeneous ``sample_subgraph`` on the same CSR with types
   ignored, fanouts [30, 20] (the issue's baseline, compared per sampled edge);
   gather of each batch's sampled papers' rows: ``Feature`` with 20% of the paper bytes in
@@ -35,7 +36,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_hetero import timed_round_robin  # noqa: E402
+from bench_hetero import timed_round_robin, uncaptured  # noqa: E402
 
 import torch_quiver_ops as qv  # noqa: E402
 from torch_quiver_ops import ops  # noqa: E402
@@ -88,8 +89,8 @@ def sampling_rows(topo, mode, device, batches, warmup, report):
                                   HOMOGENEOUS_FANOUT, False, a["eid"])
         return int(out[-1].sum())
 
-    variants = {"hetero op": raw, "HeteroSampler.sample": user,
-                "homogeneous, same CSR": homogeneous}
+    variants = {"hetero op": raw, "hetero op, not replayed": uncaptured(raw),
+                "HeteroSampler.sample": user, "homogeneous, same CSR": homogeneous}
     times, counts = timed_round_robin(variants, batches, device, warmup)
     rows = []
     for name in variants:
