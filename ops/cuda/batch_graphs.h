@@ -161,6 +161,37 @@ class CapturedBatches {
   uint64_t clock_ = 0;
 };
 
+// The stream batches are captured on: one per GPU, created for this and never handed out by
+// PyTorch's stream pool. A pool stream can be another thread's current stream (a serving
+// runtime's samplers, a loader's side stream): while it is being captured, that thread's
+// copies from pageable memory are refused ("Cannot copy between CPU and CUDA tensors during
+// CUDA graph capture") and its kernels would be recorded into the graph. Captures take turns
+// on it (they are few: a couple per shape). Never destroyed, as captured_batches().
+class CaptureStream {
+ public:
+  static CaptureStream& of(c10::DeviceIndex device) {
+    static std::mutex made;
+    static auto* streams = new std::unordered_map<c10::DeviceIndex, CaptureStream*>();
+    const std::lock_guard<std::mutex> lock(made);
+    CaptureStream*& stream = (*streams)[device];
+    if (stream == nullptr) stream = new CaptureStream(device);
+    return *stream;
+  }
+  at::cuda::CUDAStream stream() const {
+    return at::cuda::getStreamFromExternal(stream_, device_);
+  }
+  std::mutex& turn() { return turn_; }
+
+ private:
+  explicit CaptureStream(c10::DeviceIndex device) : device_(device) {
+    const c10::cuda::CUDAGuard guard(device);
+    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  c10::DeviceIndex device_;
+  cudaStream_t stream_ = nullptr;
+  std::mutex turn_;
+};
+
 // Never destroyed: at exit the CUDA context and the allocator may be gone before statics.
 inline CapturedBatches& captured_batches() {
   static auto* batches = new CapturedBatches();
@@ -242,8 +273,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     return outputs;
   }
   if (!batch->captured) {
-    // Captured on a side stream (a graph cannot be captured on the default one) that first
-    // waits for the caller's; other threads' CUDA calls go on meanwhile (thread-local mode).
+    // Captured on the GPU's capture stream (a graph cannot be captured on the default one;
+    // see CaptureStream), which first waits for the caller's; other threads' CUDA calls go
+    // on meanwhile (thread-local mode).
     batch->board = std::make_unique<cuda::HopBoard>(device, shape.layout.words);
     batch->seeds = at::empty_like(seeds);
     BatchShape<index_t> captured_shape = shape;  // reads the capture's own seed times
@@ -252,7 +284,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
       captured_shape.rules.seed_time = batch->seed_time.const_data_ptr<int64_t>();
     }
     prepare_board(*batch->board, shape.layout, shape.batch_size, key);
-    const at::cuda::CUDAStream side = at::cuda::getStreamFromPool(false, device.index());
+    CaptureStream& capture_stream = CaptureStream::of(device.index());
+    const std::lock_guard<std::mutex> one_capture(capture_stream.turn());
+    const at::cuda::CUDAStream side = capture_stream.stream();
     at::cuda::CUDAEvent caller_ready;
     caller_ready.record(stream);
     caller_ready.block(side);

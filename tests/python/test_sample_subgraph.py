@@ -457,6 +457,44 @@ def test_replayed_batches_equal_calls_run_as_usual(mode, index_dtype, monkeypatc
         assert not torch.equal(replayed[name][2][1], replayed[name][3][1])
 
 
+def test_captures_leave_other_threads_streams_alone(mode, monkeypatch):
+    """A batch is captured on a stream of its own, never on one of PyTorch's pool streams:
+    another thread whose current stream is a pool stream (torch.cuda.Stream() takes one;
+    a serving runtime's samplers do too) keeps copying from pageable memory meanwhile. On a
+    pool stream, its copies were refused during the capture ("Cannot copy between CPU and
+    CUDA tensors during CUDA graph capture"), and its kernels would have been recorded."""
+    import threading
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 400, 6000, 23)
+    streams = [torch.cuda.Stream(device) for _ in range(40)]  # every pool stream, in turn
+    pageable = torch.arange(4096)
+    failures, done = [], threading.Event()
+
+    def copier():
+        while not done.is_set():
+            for stream in streams:
+                try:
+                    with torch.cuda.stream(stream):
+                        pageable.to(device, non_blocking=True)
+                except RuntimeError as error:
+                    failures.append(str(error))
+                    return
+
+    thread = threading.Thread(target=copier)
+    thread.start()
+    try:
+        gen = torch.Generator(device).manual_seed(1)
+        for size in range(8, 8 + 30):  # 30 shapes: each captured at its second call
+            seeds = torch.arange(size, device=device)
+            for _ in range(3):
+                out = qv.ops.sample_subgraph(indptr, indices, seeds, [4, 3], False, eid, gen)
+            check_subgraph(graph, seeds, [4, 3], False, out)
+    finally:
+        done.set()
+        thread.join()
+    torch.cuda.synchronize(device)
+    assert not failures, failures[0]
+
+
 def test_a_replayed_batch_reports_bad_seeds_then_samples_again(mode, monkeypatch):
     graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 300, 3000, 22)
     seeds = torch.arange(0, 300, 10, device=device)
