@@ -230,11 +230,12 @@ def run(args):
     return rows
 
 
-def plot(path, png):
+def plot(path, png, title="mag-like graph, 7 relations, [15, 10] a relation, 1024 host seeds"):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = json.load(open(path))["rows"]
+    run = json.load(open(path))
+    rows = run.get("rows") or run["sampling"]  # bench_hetero_scale.py's JSON holds "sampling"
     modes = list(dict.fromkeys(r["mode"] for r in rows))
     names = list(dict.fromkeys(r["variant"] for r in rows))
     fig, axes = plt.subplots(1, len(modes), figsize=(4.2 * len(modes), 3.6))
@@ -247,7 +248,7 @@ def plot(path, png):
         ax.set_yticks(range(len(names)), names if ax is axes[0] else [""] * len(names))
         ax.invert_yaxis()
         ax.set_title(f"{mode}: ms per batch")
-    fig.suptitle("mag-like graph, 7 relations, [15, 10] a relation, 1024 host seeds")
+    fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(png, dpi=120)
 
@@ -262,9 +263,10 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--plot", help="draw the figure from this JSON and exit")
     parser.add_argument("--png", default="bench_hetero.png")
+    parser.add_argument("--title", default=None, help="the figure's title (with --plot)")
     args = parser.parse_args()
     if args.plot:
-        plot(args.plot, args.png)
+        plot(args.plot, args.png, *([args.title] if args.title else []))
         return
     rows = run(args)
     if args.json:
