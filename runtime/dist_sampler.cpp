@@ -247,19 +247,26 @@ DistSampler::HopSamples DistSampler::read_hop(
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
   // Entries of the owners' arrays (offsets, neighbor ids, edge ids), as rows of one element.
   // Over RDMA they are read from the owner's memory; over collectives the owner answers its
-  // peers from its own array (this serve) in the same exchange.
+  // peers from its own array (this serve) in the same exchange. Over NCCL they travel
+  // through this process's GPU and come back here, where the draws are made, as over Gloo
+  // and RDMA: one seed then gives one batch over every transport.
   const std::array<const at::Tensor*, 3> arrays{&indptr_, &indices_, &edge_ids_};
+  const bool through_gpu = reads_[0]->impl().kind() == "collective:nccl";
+  const at::Device comm =
+      through_gpu ? c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice()
+                  : at::Device(at::kCPU);
   const auto read = [&](int which, const std::vector<at::Tensor>& rows, at::ScalarType dtype) {
     const at::Tensor& array = *arrays[which];
     const Transport::Serve serve = [&](const at::Tensor& local, const at::Tensor&) {
-      return array.view({-1, 1}).index_select(0, local.to(array.device())).to(at::kCPU, dtype);
+      return array.view({-1, 1}).index_select(0, local.to(array.device())).to(comm, dtype);
     };
     std::lock_guard<std::mutex> one_fetch(reads_[which]->fetch_mutex());
     std::vector<at::Tensor> got = reads_[which]->impl().fetch(
-        rows, serve, array.numel(), at::empty({0, 1}, dtype), at::Device(at::kCPU), {}, which);
+        rows, serve, array.numel(), at::empty({0, 1}, at::TensorOptions(comm).dtype(dtype)), comm,
+        {}, which);
     // Rows may view the transport's buffer until its next fetch, and one transport may
-    // carry all three reads.
-    for (at::Tensor& t : got) t = t.clone();
+    // carry all three reads: each is copied out (to the host).
+    for (at::Tensor& t : got) t = through_gpu ? t.to(at::kCPU) : t.clone();
     return got;
   };
   // 1. Each remote node's row bounds: its offsets indptr[i] and indptr[i + 1], read from

@@ -327,10 +327,11 @@ class DistGraphSampler:
         device: the GPU of the GPU and UVA modes (default: the current one).
         draws: who draws a remote node's sample. ``"owner"`` (the collective default): the
             owner samples what it is asked for, one exchange of requests and answers a hop.
-            ``"requester"`` (RDMA's way, and over a Gloo group on request): the host that
+            ``"requester"`` (RDMA's way, and over collectives on request): the host that
             asks reads the node's offsets, draws the positions with its own generator and
-            reads the drawn entries, three reads a hop. With ``"requester"`` a fixed seed
-            gives the same batch over Gloo as over RDMA; with ``"owner"``, the same over
+            reads the drawn entries, three reads a hop (over NCCL the reads travel through
+            the GPU and the draws are made on the host). With ``"requester"`` a fixed seed
+            gives the same batch over Gloo, NCCL and RDMA; with ``"owner"``, the same over
             Gloo as over NCCL.
 
     The exchange follows ``group``'s backend: Gloo moves CPU tensors, NCCL the same tensors
@@ -360,10 +361,6 @@ class DistGraphSampler:
         if draws == "owner" and transport == "rdma":
             raise ValueError("transport 'rdma' reads the owners' memory, so the host that asks "
                              "draws: draws must be 'requester' (or None) with it")
-        if draws == "requester" and transport != "rdma" and nccl:
-            raise ValueError("draws='requester' over collectives is built for Gloo groups "
-                             "only (its reads move CPU tensors); use an NCCL group with "
-                             "draws='owner'")
         if draws == "owner" and transport == "auto":
             transport = "collective"
         self.partition, self.sizes = partition, list(sizes)
@@ -374,7 +371,7 @@ class DistGraphSampler:
         self.draws = draws or ("requester" if transport == "rdma" else "owner")
         reads = []
         if self.draws == "requester" and transport == "collective":
-            # One Gloo transport reads all three arrays, in turn, on every host at once.
+            # One transport reads all three arrays, in turn, on every host at once.
             reads = [torch.classes.quiver.Transport.collective(group.boxed(), float(timeout),
                                                                [])] * 3
         elif transport == "rdma":

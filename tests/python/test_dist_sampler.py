@@ -161,15 +161,17 @@ def test_partitioned_sampling_on_gpus(tmp_path, mode, backend):
     assert_hub_drawn_uniformly(topo, results, 2)
 
 
-def same_seed_worker(rank, world, port, directory, results, mode):
+def same_seed_worker(rank, world, port, directory, results, mode, draws):
     """The same seeds and generator seed through an NCCL group and a Gloo group of the same
-    processes: the owners draw with the same kernels in the same order, so the batches are
-    equal, whichever collective carried them."""
+    processes: the owners (or, with draws="requester", the hosts that ask) draw with the
+    same kernels in the same order, so the batches are equal, whichever collective carried
+    them."""
     with host_of(rank, world, port, results, 60, "nccl"):
         part = load_partition(Path(directory) / "parts", rank)
         gloo = dist.new_group(backend="gloo")
-        over_nccl = DistGraphSampler(part, [4, 3], timeout=10.0, mode=mode)
-        over_gloo = DistGraphSampler(part, [4, 3], group=gloo, timeout=10.0, mode=mode)
+        over_nccl = DistGraphSampler(part, [4, 3], timeout=10.0, mode=mode, draws=draws)
+        over_gloo = DistGraphSampler(part, [4, 3], group=gloo, timeout=10.0, mode=mode,
+                                     draws=draws)
         for step in range(3):
             seeds = torch.randperm(400, generator=torch.Generator().manual_seed(rank + 10 * step))[:40]
             first = over_nccl.sample_subgraph(seeds, torch.Generator().manual_seed(step))
@@ -178,11 +180,12 @@ def same_seed_worker(rank, world, port, directory, results, mode):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("mode", ["GPU", "CPU"])
-def test_nccl_and_gloo_give_identical_batches_for_one_seed(tmp_path, mode):
+@pytest.mark.parametrize("mode,draws", [("GPU", "owner"), ("CPU", "owner"),
+                                        ("GPU", "requester"), ("CPU", "requester")])
+def test_nccl_and_gloo_give_identical_batches_for_one_seed(tmp_path, mode, draws):
     if not HAS_CUDA or torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs (NCCL: a GPU a host)")
-    _, seen, _ = spawn_hosts(tmp_path, same_seed_worker, 2, "random", mode)
+    _, seen, _ = spawn_hosts(tmp_path, same_seed_worker, 2, "random", mode, draws)
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
