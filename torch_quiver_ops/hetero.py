@@ -413,15 +413,16 @@ class HeteroSampler:
             if ids.numel() and bool(((ids < 0) | (ids >= n)).any()):
                 bad = ids[(ids < 0) | (ids >= n)][0]
                 raise IndexError(f"seeds[{t!r}] holds node {int(bad)}, outside {t!r}'s {n} nodes")
-            parts.append(ids.to(self.device, torch.long, non_blocking=True)
-                         + self.topo.type_offset(t))
+            ids = ids.to(self.device, torch.long, non_blocking=True)
+            offset = self.topo.type_offset(t)
+            parts.append(ids + offset if offset else ids)  # no kernel for the first type
         unknown = [t for t in seeds if t not in self.topo.num_nodes_dict]
         if unknown:
             raise KeyError(f"seeds name node types {unknown} that the graph lacks "
                            f"(it has {self.topo.node_types})")
         if not parts:
             return torch.empty(0, dtype=torch.long, device=self.device)
-        return torch.cat(parts)
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def sample_negatives(self, edge_type: EdgeType, src: Tensor, per_src: int,
                          exclude_edges: bool = True,
@@ -479,13 +480,15 @@ class HeteroSampler:
                 self.fanouts, self.replace, a["edge_weight"], a["edge_time"], seed_time,
                 self.strict_time, self.temporal_strategy, self.disjoint, generator,
                 a["weight_sums"], a["slice_starts"]))
-        node_sizes = nodes_per_hop.sum(1).tolist()
-        edge_sizes = edges_per_hop.sum(1).tolist()
+        # The counts are on the host (the op reads them back once): plain lists from here.
+        per_type, per_relation = nodes_per_hop.tolist(), edges_per_hop.tolist()
+        node_sizes = [sum(hops) for hops in per_type]
+        edge_sizes = [sum(hops) for hops in per_relation]
         node = dict(zip(topo.node_types, node_ids.split(node_sizes)))
         batch_dict = dict(zip(topo.node_types, batch.split(node_sizes))) if self.disjoint else None
         row = dict(zip(topo.edge_types, rows.split(edge_sizes)))
         col = dict(zip(topo.edge_types, cols.split(edge_sizes)))
         edge = dict(zip(topo.edge_types, eids.split(edge_sizes)))
         return HeteroSample(node, row, col, edge, batch_dict,
-                            dict(zip(topo.node_types, nodes_per_hop.tolist())),
-                            dict(zip(topo.edge_types, edges_per_hop.tolist())))
+                            dict(zip(topo.node_types, per_type)),
+                            dict(zip(topo.edge_types, per_relation)))
