@@ -31,6 +31,7 @@
 #include "runtime/held_memory.h"
 #include "runtime/host_agreement.h"
 #include "runtime/peer_watch.h"
+#include "runtime/rdma_test_hooks.h"
 
 #ifdef QUIVER_WITH_RDMA
 #include <algorithm>
@@ -100,11 +101,13 @@ int roce_v2_ipv4_gid(const std::string& device, int port, int table_size) {
 class RdmaTransport final : public Transport::Impl {
  public:
   RdmaTransport(c10::intrusive_ptr<c10d::Store> store, int64_t host, int64_t num_hosts,
-                at::Tensor table, const Transport::RdmaOptions& options)
+                at::Tensor table, const Transport::RdmaOptions& options,
+                const RdmaTestHooks& hooks)
       : store_(std::move(store)),
         host_(host),
         num_hosts_(num_hosts),
         options_(options),
+        hooks_(hooks),
         table_(std::move(table)),
         timeout_(checked_timeout(options.timeout_s, "timeout_s")) {
     TORCH_CHECK_VALUE(host >= 0 && host < num_hosts, "host ", host, " is out of range [0, ",
@@ -171,7 +174,7 @@ class RdmaTransport final : public Transport::Impl {
                         "from its own host (", host_, ")");
       // Every row is checked before any read is posted: a refusal must not leave reads in
       // flight into the staging buffer that the next fetch reuses.
-      if (h != host_ && ids[h].numel() > 0 && !options_.unchecked_for_testing) {
+      if (h != host_ && ids[h].numel() > 0 && !hooks_.unchecked) {
         const auto [low, high] = at::aminmax(ids[h]);
         const int64_t lowest = low.item<int64_t>(), highest = high.item<int64_t>();
         const int64_t bad = lowest < 0 ? lowest : highest;
@@ -365,7 +368,7 @@ class RdmaTransport final : public Transport::Impl {
       Peer& peer = peers_[h];
       peer.addr = theirs.addr;
       peer.rows = row_bytes_ ? theirs.bytes / row_bytes_ : 0;
-      peer.rkey = options_.wrong_rkey_for_testing ? theirs.rkey ^ 0x5a5a : theirs.rkey;
+      peer.rkey = hooks_.wrong_rkey ? theirs.rkey ^ 0x5a5a : theirs.rkey;
       for (int64_t k = 0; k < options_.qps_per_peer; ++k) {
         ready_to_send(peer.qps[k].get(), theirs, theirs.qpn[k], theirs.psn[k], peer.psn[k],
                       static_cast<ibv_mtu>(std::min<uint32_t>(theirs.mtu, port_attr.active_mtu)));
@@ -561,6 +564,7 @@ class RdmaTransport final : public Transport::Impl {
   c10::intrusive_ptr<c10d::Store> store_;
   int64_t host_, num_hosts_;
   Transport::RdmaOptions options_;
+  RdmaTestHooks hooks_;
   at::Tensor table_;
   std::chrono::milliseconds timeout_;
   int64_t row_bytes_ = 0;
@@ -588,19 +592,23 @@ class RdmaTransport final : public Transport::Impl {
 
 }  // namespace
 
-c10::intrusive_ptr<Transport> Transport::rdma(const c10::intrusive_ptr<c10d::Store>& store,
-                                              int64_t host, int64_t num_hosts, at::Tensor table,
-                                              const RdmaOptions& options) {
+c10::intrusive_ptr<Transport> rdma_with_test_hooks(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   int64_t host, int64_t num_hosts,
+                                                   at::Tensor table,
+                                                   const Transport::RdmaOptions& options,
+                                                   const RdmaTestHooks& hooks) {
   return c10::make_intrusive<Transport>(
-      std::make_unique<RdmaTransport>(store, host, num_hosts, std::move(table), options));
+      std::make_unique<RdmaTransport>(store, host, num_hosts, std::move(table), options, hooks));
 }
 
 bool Transport::rdma_available() { return verbs::device_present(); }
 
 #else  // built without rdma-core's headers
 
-c10::intrusive_ptr<Transport> Transport::rdma(const c10::intrusive_ptr<c10d::Store>&, int64_t,
-                                              int64_t, at::Tensor, const RdmaOptions&) {
+c10::intrusive_ptr<Transport> rdma_with_test_hooks(const c10::intrusive_ptr<c10d::Store>&,
+                                                   int64_t, int64_t, at::Tensor,
+                                                   const Transport::RdmaOptions&,
+                                                   const RdmaTestHooks&) {
   TORCH_CHECK(false,
               "torch-quiver-ops was built without rdma-core's verbs headers, so it has "
               "no RDMA transport: install libibverbs-dev and rebuild (QUIVER_WITH_RDMA=ON)");
@@ -609,6 +617,12 @@ c10::intrusive_ptr<Transport> Transport::rdma(const c10::intrusive_ptr<c10d::Sto
 bool Transport::rdma_available() { return false; }
 
 #endif
+
+c10::intrusive_ptr<Transport> Transport::rdma(const c10::intrusive_ptr<c10d::Store>& store,
+                                              int64_t host, int64_t num_hosts, at::Tensor table,
+                                              const RdmaOptions& options) {
+  return rdma_with_test_hooks(store, host, num_hosts, std::move(table), options, {});
+}
 
 c10::intrusive_ptr<Transport> Transport::rdma_over(
     const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor table, std::string device,

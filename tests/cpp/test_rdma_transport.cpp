@@ -27,10 +27,13 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "fake_verbs.h"
+#include "runtime/rdma_test_hooks.h"
 #include "runtime/verbs.h"
 
 namespace {
 
+using quiver::runtime::rdma_with_test_hooks;
+using quiver::runtime::RdmaTestHooks;
 using quiver::runtime::Transport;
 using quiver::testing::FakeVerbs;
 using Clock = std::chrono::steady_clock;
@@ -155,9 +158,8 @@ TEST_F(RdmaOverDevice, ReadsRandomRowsOfThePeer) {
 TEST_F(RdmaOverDevice, WrongRemoteKeyIsARemoteAccessError) {
   auto store = server_store();
   const pid_t peer = start_peer("serve", store->getPort());
-  Transport::RdmaOptions options = quick();
-  options.wrong_rkey_for_testing = true;
-  auto transport = Transport::rdma(store, 0, 2, host_table(0), options);
+  auto transport = rdma_with_test_hooks(store, 0, 2, host_table(0), quick(),
+                                        RdmaTestHooks{/*unchecked=*/false, /*wrong_rkey=*/true});
   try {
     read_from(*transport, 1, at::arange(10, at::kLong));
     ADD_FAILURE() << "a read with a wrong remote key succeeded";
@@ -175,9 +177,8 @@ TEST_F(RdmaOverDevice, ReadsPastTheServedRegionAreRefused) {
   const pid_t peer = start_peer("serve2", store->getPort());
   auto checked = Transport::rdma(store, 0, 2, host_table(0), quick());
   EXPECT_THROW(read_from(*checked, 1, at::tensor({kRows}, at::kLong)), c10::IndexError);
-  Transport::RdmaOptions options = quick();
-  options.unchecked_for_testing = true;  // let the NIC answer
-  auto unchecked = Transport::rdma(store, 0, 2, host_table(0), options);
+  auto unchecked = rdma_with_test_hooks(store, 0, 2, host_table(0), quick(),  // the NIC answers
+                                        RdmaTestHooks{/*unchecked=*/true, /*wrong_rkey=*/false});
   try {
     read_from(*unchecked, 1, at::tensor({kRows + 3}, at::kLong));
     ADD_FAILURE() << "a read past the peer's table succeeded";

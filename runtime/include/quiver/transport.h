@@ -118,10 +118,6 @@ class Transport : public torch::CustomClassHolder {
     int64_t staging_bytes = 64 << 20;  // registered buffer the reads land in
     int64_t reads_in_flight = 256;     // per queue pair (capped by the device)
     double timeout_s = 30;             // a fetch's completions, and connecting
-    // Test hooks: skip the check of requested rows against a peer's table (so that the
-    // NIC's own bounds check answers), or use a wrong remote key.
-    bool unchecked_for_testing = false;
-    bool wrong_rkey_for_testing = false;
   };
 
   explicit Transport(std::unique_ptr<Impl> impl);
