@@ -74,8 +74,7 @@ class _Endpoints:
     inside one community."""
 
     def __init__(self, num_nodes: int, num_classes: int, gen: torch.Generator, device,
-                 exponent: float = 2.3, max_ratio: float = 400.0):
-        # (the defaults are EXPONENT and MAX_DEGREE_RATIO, as the homogeneous presets')
+                 exponent: float = EXPONENT, max_ratio: float = MAX_DEGREE_RATIO):
         self.num_nodes = num_nodes
         self.community = torch.randint(num_classes, (num_nodes,), generator=gen, device=device)
         weight = torch.rand(num_nodes, generator=gen, dtype=torch.float64,

@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -34,13 +35,16 @@ at::Tensor to_device(const std::vector<int64_t>& values, const at::Device& devic
   return at::tensor(values, at::kLong).pin_memory().to(device, /*non_blocking=*/true);
 }
 
-// The graph's tables on the GPU, kept per device and content: a captured batch reads them
-// at replay, so they must outlive the call. A handful per process (one per graph and
-// fanouts); past kKeptTables all are dropped, which is safe because a capture's key holds
-// the tables' content beside their address (a capture is replayed only over equal tables).
+// The graph's tables on the GPU, kept per device and content for the life of the process:
+// a captured batch reads them at replay, so they must outlive the call, and any thread's
+// stream may read them, so they are copied before they are handed out (a wait, once per
+// content) and never freed. A handful per process (one per graph and fanouts); past
+// kKeptTables distinct contents, none is kept (std::nullopt) and such calls upload their
+// tables and run uncaptured.
 constexpr size_t kKeptTables = 16;
 
-at::Tensor kept_device_tables(const std::vector<int64_t>& values, const at::Device& device) {
+std::optional<at::Tensor> kept_device_tables(const std::vector<int64_t>& values,
+                                             const at::Device& device) {
   static std::mutex mutex;
   static auto* kept = new std::unordered_map<std::string, at::Tensor>();  // never destroyed
   std::ostringstream key;
@@ -49,8 +53,8 @@ at::Tensor kept_device_tables(const std::vector<int64_t>& values, const at::Devi
   const std::lock_guard<std::mutex> lock(mutex);
   const auto found = kept->find(key.str());
   if (found != kept->end()) return found->second;
-  if (kept->size() >= kKeptTables) kept->clear();
-  at::Tensor tables = to_device(values, device);
+  if (kept->size() >= kKeptTables) return std::nullopt;
+  at::Tensor tables = at::tensor(values, at::kLong).to(device);  // waits for the copy
   kept->emplace(key.str(), tables);
   return tables;
 }
@@ -113,7 +117,8 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
                       const std::optional<at::Tensor>& relation_slice_starts) {
   const at::Device device = seeds.device();
   const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
-  const at::Tensor block = kept_device_tables(tables.block, device);
+  const std::optional<at::Tensor> kept = kept_device_tables(tables.block, device);
+  const at::Tensor block = kept ? *kept : to_device(tables.block, device);
   const int64_t* block_p = block.const_data_ptr<int64_t>();
   at::Tensor seed_times;
   cuda::RowRules rules =
@@ -141,7 +146,7 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
   graph_key.add(shape.batch_size).add(replace).add(shape.sort_rows);
   graph_key.add(strict_time).add(last).add(disjoint).add(seed_time.has_value());
   auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] =
-      cuda::sample_batch(shape, seeds, seed_times, key, graph_key.str());
+      cuda::sample_batch(shape, seeds, seed_times, key, kept ? graph_key.str() : std::string());
   const auto [node_ids, batch] = split_tree_keys(keys, disjoint, csr.num_nodes);
   return regroup_on_gpu(tables, block, node_ids, batch, rows, cols, eids, nodes_per_hop,
                         edges_per_hop);
