@@ -247,14 +247,12 @@ DistSampler::HopSamples DistSampler::read_hop(
   const auto long_opts = at::TensorOptions().dtype(at::kLong);
   // Entries of the owners' arrays (offsets, neighbor ids, edge ids), as rows of one element.
   // Over RDMA they are read from the owner's memory; over collectives the owner answers its
-  // peers from its own array (this serve) in the same exchange. Over NCCL they travel
-  // through this process's GPU and come back here, where the draws are made, as over Gloo
-  // and RDMA: one seed then gives one batch over every transport.
+  // peers from its own array (this serve) in the same exchange, over the sampler's group:
+  // over NCCL through this process's GPU (the exchange's device), back here after, where the
+  // draws are made, as over Gloo and RDMA: one seed then gives one batch over every transport.
   const std::array<const at::Tensor*, 3> arrays{&indptr_, &indices_, &edge_ids_};
-  const bool through_gpu = reads_[0]->impl().kind() == "collective:nccl";
-  const at::Device comm =
-      through_gpu ? c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getDevice()
-                  : at::Device(at::kCPU);
+  const at::Device comm = exchange_device_;
+  const bool through_gpu = comm.is_cuda();
   const auto read = [&](int which, const std::vector<at::Tensor>& rows, at::ScalarType dtype) {
     const at::Tensor& array = *arrays[which];
     const Transport::Serve serve = [&](const at::Tensor& local, const at::Tensor&) {

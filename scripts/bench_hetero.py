@@ -127,6 +127,35 @@ def uncaptured(fn):
     return call
 
 
+def sampling_variants(topo, sampler):
+    """The variants both heterogeneous benchmarks time, each a function of a batch of paper
+    seeds (host ids) returning its sampled edge count: the op (the graph's relation slice
+    starts read, as the sampler does), the op run as usual, ``sampler.sample``, and
+    homogeneous ``sample_subgraph`` on the same CSR with HOMOGENEOUS_FANOUT."""
+    a, device = sampler._arrays, sampler.device
+    offset = topo.type_offset("paper")
+
+    def raw(seeds):
+        out = ops.hetero_neighbor_sample(
+            a["indptr"], a["indices"], a["eid"], seeds.to(device, non_blocking=True) + offset,
+            topo.node_type_offsets, topo.relation_src_types, topo.relation_dst_types,
+            topo.relation_edge_offsets, sampler.fanouts, relation_slice_starts=a["slice_starts"])
+        return int(out[-1].sum())
+
+    def user(seeds):
+        out = sampler.sample(("paper", seeds))
+        return sum(sum(v) for v in out.num_sampled_edges.values())
+
+    def homogeneous(seeds):
+        out = ops.sample_subgraph(a["indptr"], a["indices"],
+                                  seeds.to(device, non_blocking=True) + offset,
+                                  HOMOGENEOUS_FANOUT, False, a["eid"])
+        return int(out[-1].sum())
+
+    return {"hetero op": raw, "hetero op, not replayed": uncaptured(raw),
+            "HeteroSampler.sample": user, "homogeneous, same CSR": homogeneous}
+
+
 def timed_round_robin(variants, batches, device, warmup):
     """Each batch through every variant in turn, so that a drift of the machine (clocks,
     the allocator, another process) weighs on all of them alike: per variant the times of
@@ -175,37 +204,15 @@ def run(args):
     for mode in modes:
         run_device = device if mode != "CPU" else torch.device("cpu")
         sampler = qv.HeteroSampler(topo, FANOUT, device=run_device, mode=mode)
-        a = sampler._arrays
-        offset = topo.type_offset("paper")
-
-        def raw(seeds):
-            out = ops.hetero_neighbor_sample(
-                a["indptr"], a["indices"], a["eid"], seeds.to(run_device, non_blocking=True)
-                + offset, topo.node_type_offsets, topo.relation_src_types,
-                topo.relation_dst_types, topo.relation_edge_offsets, sampler.fanouts,
-                relation_slice_starts=a["slice_starts"])
-            return int(out[-1].sum())
-
-        def user(seeds):
-            out = sampler.sample(("paper", seeds))
-            return sum(sum(v) for v in out.num_sampled_edges.values())
-
         place = (lambda t: t.to(run_device)) if mode == "GPU" else (
             (lambda t: t.pin_memory()) if mode == "UVA" else (lambda t: t))
         per_relation = {et: (arrays[0].to(run_device), place(arrays[1]), place(arrays[2]))
                         for et, arrays in per_relation_host.items()}
-
-        def homogeneous(seeds):
-            out = ops.sample_subgraph(a["indptr"], a["indices"],
-                                      seeds.to(run_device, non_blocking=True) + offset,
-                                      HOMOGENEOUS_FANOUT, False, a["eid"])
-            return int(out[-1].sum())
-
-        variants = {"hetero op": raw, "hetero op, not replayed": uncaptured(raw),
-                    "HeteroSampler.sample": user,
-                    "loop over relations": lambda s: loop_over_relations(topo, per_relation,
-                                                                         s, run_device),
-                    "homogeneous, same CSR": homogeneous}
+        variants = sampling_variants(topo, sampler)
+        homogeneous = variants.pop("homogeneous, same CSR")  # the last row
+        variants["loop over relations"] = lambda s: loop_over_relations(topo, per_relation, s,
+                                                                        run_device)
+        variants["homogeneous, same CSR"] = homogeneous
         n = total if mode != "CPU" else args.warmup + args.cpu_batches
         base = None
         all_times, all_counts = timed_round_robin(variants, batches[:n], run_device, args.warmup)
@@ -224,7 +231,7 @@ def run(args):
                   f"{row['edges_per_batch']:10,.0f} edges/batch  {row['eps'] / 1e6:8.1f} M "
                   f"edges/s  {row['vs_op']:5.2f}x the op  {row['per_edge_vs_homogeneous']:5.2f}x "
                   f"homogeneous per edge", flush=True)
-        del sampler, per_relation, a
+        del sampler, per_relation, variants, homogeneous  # the closures hold the arrays
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return rows

@@ -36,15 +36,13 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_hetero import timed_round_robin, uncaptured  # noqa: E402
+from bench_hetero import FANOUT, sampling_variants, timed_round_robin  # noqa: E402
 
 import torch_quiver_ops as qv  # noqa: E402
 from torch_quiver_ops import ops  # noqa: E402
 from torch_quiver_ops.synthetic_hetero import mag240m_like, mag240m_like_features  # noqa: E402
 from torch_quiver_ops.uva import pinned as pin_in_place_or_copy  # noqa: E402
 
-FANOUT = [15, 10]
-HOMOGENEOUS_FANOUT = [30, 20]
 
 
 def host_memory_gib():
@@ -69,28 +67,7 @@ def step(name, start, report):
 
 def sampling_rows(topo, mode, device, batches, warmup, report):
     sampler = qv.HeteroSampler(topo, FANOUT, device=device, mode=mode)
-    a = sampler._arrays
-    offset = topo.type_offset("paper")
-
-    def raw(seeds):
-        out = ops.hetero_neighbor_sample(
-            a["indptr"], a["indices"], a["eid"], seeds.to(device, non_blocking=True) + offset,
-            topo.node_type_offsets, topo.relation_src_types, topo.relation_dst_types,
-            topo.relation_edge_offsets, sampler.fanouts, relation_slice_starts=a["slice_starts"])
-        return int(out[-1].sum())
-
-    def user(seeds):
-        out = sampler.sample(("paper", seeds))
-        return sum(sum(v) for v in out.num_sampled_edges.values())
-
-    def homogeneous(seeds):
-        out = ops.sample_subgraph(a["indptr"], a["indices"],
-                                  seeds.to(device, non_blocking=True) + offset,
-                                  HOMOGENEOUS_FANOUT, False, a["eid"])
-        return int(out[-1].sum())
-
-    variants = {"hetero op": raw, "hetero op, not replayed": uncaptured(raw),
-                "HeteroSampler.sample": user, "homogeneous, same CSR": homogeneous}
+    variants = sampling_variants(topo, sampler)
     times, counts = timed_round_robin(variants, batches, device, warmup)
     rows = []
     for name in variants:

@@ -394,28 +394,30 @@ class HeteroSampler:
             self._pins.append(handle)
         return t
 
+    def _global_ids(self, ids, node_type: str, name: str, checked: bool = False) -> Tensor:
+        """``ids`` of ``node_type`` as global ids on the sampling device. Checked where they
+        are (on the host, as a DataLoader gives them: no GPU round trip) unless ``checked``,
+        then moved: the ops check only the global range."""
+        ids = torch.as_tensor(ids)
+        if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() != 1:
+            raise TypeError(f"{name} must be a 1-D integer tensor, got {ids.dtype} of shape "
+                            f"{tuple(ids.shape)}")
+        n = self.topo.num_nodes_dict[node_type]
+        if not checked and ids.numel() and bool(((ids < 0) | (ids >= n)).any()):
+            bad = ids[(ids < 0) | (ids >= n)][0]
+            raise IndexError(f"{name} holds node {int(bad)}, outside the {n} nodes of type "
+                             f"{node_type!r}")
+        ids = ids.to(self.device, torch.long, non_blocking=True)
+        offset = self.topo.type_offset(node_type)
+        return ids + offset if offset else ids  # no kernel for the first type
+
     def global_seeds(self, seeds: Union[Dict[str, Tensor], Tuple[str, Tensor]]) -> Tensor:
         """Global ids of ``{node_type: ids}`` (or one ``(node_type, ids)``), in node type
         order, each id checked against its type's count."""
         if isinstance(seeds, tuple):
             seeds = {seeds[0]: seeds[1]}
-        parts = []
-        for t in self.topo.node_types:
-            if t not in seeds:
-                continue
-            ids = torch.as_tensor(seeds[t])
-            if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() != 1:
-                raise TypeError(f"seeds[{t!r}] must be a 1-D integer tensor, got {ids.dtype} of "
-                                f"shape {tuple(ids.shape)}")
-            # Checked where the ids are (on the host, as a DataLoader gives them: no GPU
-            # round trip), then moved: the op checks only the global range.
-            n = self.topo.num_nodes_dict[t]
-            if ids.numel() and bool(((ids < 0) | (ids >= n)).any()):
-                bad = ids[(ids < 0) | (ids >= n)][0]
-                raise IndexError(f"seeds[{t!r}] holds node {int(bad)}, outside {t!r}'s {n} nodes")
-            ids = ids.to(self.device, torch.long, non_blocking=True)
-            offset = self.topo.type_offset(t)
-            parts.append(ids + offset if offset else ids)  # no kernel for the first type
+        parts = [self._global_ids(seeds[t], t, f"seeds[{t!r}]")
+                 for t in self.topo.node_types if t in seeds]
         unknown = [t for t in seeds if t not in self.topo.num_nodes_dict]
         if unknown:
             raise KeyError(f"seeds name node types {unknown} that the graph lacks "
@@ -440,20 +442,10 @@ class HeteroSampler:
             raise ValueError(f"edge_type {edge_type!r} is not one of the graph's "
                              f"{self.topo.edge_types}")
         src_type, _, dst_type = edge_type
-        src = torch.as_tensor(src)
-        if src.dtype.is_floating_point or src.dtype == torch.bool or src.dim() != 1:
-            raise TypeError(f"src must be a 1-D integer tensor, got {src.dtype} of shape "
-                            f"{tuple(src.shape)}")
-        n = self.topo.num_nodes_dict[src_type]
-        if not checked and src.numel() and bool(((src < 0) | (src >= n)).any()):
-            bad = src[(src < 0) | (src >= n)][0]
-            raise IndexError(f"src holds node {int(bad)}, outside the {n} nodes of type "
-                             f"{src_type!r}")
         dst_begin = self.topo.type_offset(dst_type)
         a = self._arrays
         drawn = ops.sample_negatives(
-            a["indptr"], a["indices"],
-            src.to(self.device, torch.long) + self.topo.type_offset(src_type), per_src,
+            a["indptr"], a["indices"], self._global_ids(src, src_type, "src", checked), per_src,
             exclude_edges, max_trials, generator=generator, dst_begin=dst_begin,
             dst_count=self.topo.num_nodes_dict[dst_type])
         return drawn - dst_begin

@@ -140,13 +140,18 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
   shape.node_fanouts = tables.node_fanouts;
   shape.relation_fanouts = block_p + tables.fanouts_at();
   const cuda::PhiloxKey key = cuda::batch_philox_key(shape, device, generator);
-  cuda::GraphKey graph_key;
-  graph_key.add(indptr).add(indices).add(edge_ids).add(edge_weight).add(edge_time);
-  graph_key.add(edge_weight_cumsum).add(relation_slice_starts).add(block).add(tables.block);
-  graph_key.add(shape.batch_size).add(replace).add(shape.sort_rows);
-  graph_key.add(strict_time).add(last).add(disjoint).add(seed_time.has_value());
+  // Captured only over kept tables: their address, never reused, stands for their content.
+  std::string graph_key;
+  if (kept) {
+    cuda::GraphKey inputs;
+    inputs.add(indptr).add(indices).add(edge_ids).add(edge_weight).add(edge_time);
+    inputs.add(edge_weight_cumsum).add(relation_slice_starts).add(block);
+    inputs.add(shape.batch_size).add(replace).add(shape.sort_rows);
+    inputs.add(strict_time).add(last).add(disjoint).add(seed_time.has_value());
+    graph_key = inputs.str();
+  }
   auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] =
-      cuda::sample_batch(shape, seeds, seed_times, key, kept ? graph_key.str() : std::string());
+      cuda::sample_batch(shape, seeds, seed_times, key, graph_key);
   const auto [node_ids, batch] = split_tree_keys(keys, disjoint, csr.num_nodes);
   return regroup_on_gpu(tables, block, node_ids, batch, rows, cols, eids, nodes_per_hop,
                         edges_per_hop);

@@ -54,8 +54,8 @@ class NeighborSampler(BaseSampler):
             (:func:`torch_quiver_ops.ops.sample_negatives`), redrawing any that is a true
             edge (default); ``False`` keeps PyG's rule (uniform pairs, a negative a true edge
             about as often as the graph's density). Negatives weighted by
-            ``NegativeSampling``'s ``src_weight`` / ``dst_weight`` or constrained by node times are drawn by PyG's
-            code on the host.
+            ``NegativeSampling``'s ``src_weight`` / ``dst_weight`` or constrained by node
+            times are drawn by PyG's code on the host.
     """
 
     def __init__(self, graph: Union[GraphStore, CSRTopo], num_neighbors,
@@ -348,7 +348,8 @@ class HeteroNeighborSampler(BaseSampler):
         if inputs.time is not None and not self.sampler.temporal:
             raise ValueError("edge_label_time needs temporal sampling: give the loader "
                              "time_attr")
-        if neg_sampling is not None and _weighted(NegativeSampling.cast(neg_sampling)):
+        neg = NegativeSampling.cast(neg_sampling) if neg_sampling is not None else None
+        if neg is not None and _weighted(neg):
             raise NotImplementedError("weighted negatives on heterogeneous graphs are not "
                                       "supported yet")
         src_type, _, dst_type = et
@@ -363,7 +364,6 @@ class HeteroNeighborSampler(BaseSampler):
                 raise IndexError(f"{name} holds node {int(bad)}, outside {t!r}'s {n} nodes")
         num_pos = src.numel()
         edge_label = inputs.label
-        neg = NegativeSampling.cast(neg_sampling) if neg_sampling is not None else None
 
         def negatives(sources, per_src):
             return self.sampler.sample_negatives(et, sources, per_src, self.neg_exclude_edges,
