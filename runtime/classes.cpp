@@ -98,7 +98,8 @@ void register_runtime_classes(torch::Library& m) {
   m.class_<DistSampler>("DistSampler")
       .def(torch::init<const c10::intrusive_ptr<c10d::ProcessGroup>&, at::Tensor, at::Tensor,
                        at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>, bool, double,
-                       std::vector<c10::intrusive_ptr<Transport>>>())
+                       std::vector<c10::intrusive_ptr<Transport>>,
+                       std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>>())
       .def("sample", &DistSampler::sample)
       .def("requester_draws",
            [](const c10::intrusive_ptr<DistSampler>& self) { return self->requester_draws(); })

@@ -45,6 +45,7 @@
 #include "runtime/collective_wait.h"
 #include "runtime/host_agreement.h"
 #include "runtime/kept_buffer.h"
+#include "runtime/lane_exchange.h"
 #include "runtime/peer_watch.h"
 #include "runtime/phase_clock.h"
 
@@ -98,16 +99,9 @@ class CollectiveTransport final : public Transport::Impl {
         host_(group_->getRank()),
         num_hosts_(group_->getSize()),
         uses_gpus_(group_->getBackendName() == "nccl") {
-    for (size_t j = 0; j < lanes_.size(); ++j) {
-      TORCH_CHECK_VALUE(lanes_[j] && lanes_[j]->getBackendName() == "gloo" && !uses_gpus_, "lanes[",
-                        j,
-                        "]: only a Gloo transport takes lanes, and they must be "
-                        "Gloo groups");
-      TORCH_CHECK_VALUE(lanes_[j]->getRank() == host_ && lanes_[j]->getSize() == num_hosts_,
-                        "lanes[", j, "] is rank ", lanes_[j]->getRank(), " of ",
-                        lanes_[j]->getSize(), ", but the transport's group makes this host ", host_,
-                        " of ", num_hosts_, ": lanes must span the same hosts");
-    }
+    TORCH_CHECK_VALUE(lanes_.empty() || !uses_gpus_,
+                      "only a Gloo transport takes lanes; this one's group is NCCL");
+    check_lanes(lanes_, host_, num_hosts_, "Transport.collective");
     // Every host makes its transports over a group in the same order, so the n-th one of
     // each shares its heartbeat keys (counted in the group's store).
     serial_ = group_->getStore()->add("quiver/collective/made/" + std::to_string(host_), 1) - 1;
@@ -276,8 +270,16 @@ class CollectiveTransport final : public Transport::Impl {
       exchange(bytes_in, bytes_out, send_ids, recv_ids, "rows");
       clock.lap("rows");
     } else {
-      exchange_over_lanes(bytes_in, bytes_out, send_ids, recv_ids, header_rows,
-                          handed_by_lane ? landed : Landed());
+      // (Handing each part over as it lands measured no faster than placing everything after
+      // the last lane on the two-H200 host, 16 cores a process: 2.79-2.89 against 2.64-2.88
+      // GB/s; the placement's threads and the connections' compete for the cores, as serving
+      // lane by lane did.)
+      exchange_over_lanes(lanes_, host_, bytes_in, bytes_out, send_ids, recv_ids, header_rows,
+                          timeout_, handed_by_lane ? LaneLanded(landed) : LaneLanded(),
+                          [&](const std::exception& error) {
+                            fail(("rows over " + std::to_string(lanes_.size()) + " lanes").c_str(),
+                                 error);
+                          });
       clock.lap("rows over lanes");
     }
 
@@ -623,92 +625,6 @@ class CollectiveTransport final : public Transport::Impl {
     return kept_prefix(buffer, bytes,
                        at::TensorOptions(at::kByte).pinned_memory(pinned && at::hasCUDA()))
         .view({rows, row_bytes});
-  }
-
-  // Rows [begin, end) of host h's answer are in (see exchange_over_lanes).
-  using Landed = std::function<void(int64_t host, int64_t begin, int64_t end)>;
-
-  // The rows' exchange as point-to-point messages spread over the lanes: each peer's rows
-  // in as many row-aligned parts as there are lanes, part j over lane j, so that the
-  // lanes' connections (and their backends' threads) carry them side by side. Both sides
-  // cut a segment the same way, from the same row count; the `header` rows that lead it
-  // travel whole in part 0. Every receive is posted first. With `landed`, each part is
-  // handed over as soon as it is in, so the caller places it while later ones travel
-  // (measured on the two-H200 host, 16 cores a process: no faster than placing everything
-  // after the last lane, 2.79-2.89 against 2.64-2.88 GB/s; the placement's threads and the
-  // connections' compete for the cores, as serving lane by lane did).
-  void exchange_over_lanes(at::Tensor& into, const at::Tensor& from,
-                           const std::vector<int64_t>& into_rows,
-                           const std::vector<int64_t>& from_rows, int64_t header,
-                           const Landed& landed) {
-    const int64_t lanes = static_cast<int64_t>(lanes_.size());
-    struct Posted {
-      c10::intrusive_ptr<c10d::Work> work;
-      int64_t host, begin, end;  // the rows of that host's part it moves
-    };
-    std::vector<Posted> receives, sends;
-    std::vector<int64_t> into_at(num_hosts_, 0), from_at(num_hosts_, 0);
-    for (int64_t h = 1; h < num_hosts_; ++h) {
-      into_at[h] = into_at[h - 1] + into_rows[h - 1];
-      from_at[h] = from_at[h - 1] + from_rows[h - 1];
-    }
-    const auto deadline = std::chrono::steady_clock::now() + timeout_;
-    bool in_backend = false;  // whether a failure is the backend's, or this host's own work
-    const auto post = [&](bool send, int64_t lane, int64_t h, int64_t rows, int64_t at) {
-      const int64_t data = rows - header;
-      const int64_t begin = lane == 0 ? 0 : header + data * lane / lanes;
-      const int64_t end = header + data * (lane + 1) / lanes;
-      if (end <= begin) return;
-      in_backend = true;
-      std::vector<at::Tensor> message{
-          (send ? from : into).narrow(0, at + begin, end - begin).view(-1)};
-      const int peer = static_cast<int>(h);
-      auto& posted = send ? sends : receives;
-      posted.push_back(
-          {send ? lanes_[lane]->send(message, peer, 0) : lanes_[lane]->recv(message, peer, 0), h,
-           begin, end});
-      in_backend = false;
-    };
-    const auto wait = [&](const Posted& posted) {
-      in_backend = true;
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      if (left.count() <= 0 || !posted.work->wait(left)) no_answer_within(timeout_);
-      in_backend = false;
-    };
-    try {
-      for (int64_t j = 0; j < lanes; ++j) {
-        for (int64_t h = 0; h < num_hosts_; ++h) {
-          if (h != host_) post(false, j, h, into_rows[h], into_at[h]);
-        }
-      }
-      // What this host asked of itself: a copy.
-      into.narrow(0, into_at[host_], into_rows[host_])
-          .copy_(from.narrow(0, from_at[host_], from_rows[host_]));
-      if (landed) landed(host_, 0, into_rows[host_]);
-      for (int64_t j = 0; j < lanes; ++j) {
-        for (int64_t h = 0; h < num_hosts_; ++h) {
-          if (h != host_) post(true, j, h, from_rows[h], from_at[h]);
-        }
-      }
-      for (const Posted& receive : receives) {
-        wait(receive);
-        if (landed) landed(receive.host, receive.begin, receive.end);
-      }
-      for (const Posted& send : sends) wait(send);
-    } catch (const std::exception& error) {
-      // Whatever is still posted must not read or write these buffers after this returns.
-      for (auto* posted : {&receives, &sends}) {
-        for (Posted& message : *posted) {
-          try {
-            message.work->abort();
-          } catch (const std::exception&) {  // a backend without abort: nothing more to do
-          }
-        }
-      }
-      if (!in_backend) throw;  // this host's own placement failed
-      fail(("rows over " + std::to_string(lanes) + " lanes").c_str(), error);
-    }
   }
 
   c10::intrusive_ptr<c10d::ProcessGroup> group_;

@@ -13,6 +13,7 @@
 
 #include "ops/checks.h"
 #include "runtime/collective_wait.h"
+#include "runtime/lane_exchange.h"
 #include "runtime/phase_clock.h"
 #include "runtime/peer_watch.h"
 
@@ -47,7 +48,8 @@ std::vector<int64_t> block_sums(const at::Tensor& counts, const std::vector<int6
 DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor indptr,
                          at::Tensor indices, at::Tensor edge_ids, at::Tensor owner,
                          at::Tensor local_index, std::vector<int64_t> fanouts, bool replace,
-                         double timeout_s, std::vector<c10::intrusive_ptr<Transport>> reads)
+                         double timeout_s, std::vector<c10::intrusive_ptr<Transport>> reads,
+                         std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> lanes)
     : group_(group),
       indptr_(std::move(indptr)),
       indices_(std::move(indices)),
@@ -57,7 +59,8 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
       fanouts_(std::move(fanouts)),
       replace_(replace),
       timeout_(static_cast<int64_t>(timeout_s * 1000)),
-      reads_(std::move(reads)) {
+      reads_(std::move(reads)),
+      lanes_(std::move(lanes)) {
   TORCH_CHECK_VALUE(group_, "DistSampler needs a process group");
   TORCH_CHECK_VALUE(timeout_s > 0, "DistSampler: timeout_s must be > 0, got ", timeout_s);
   TORCH_CHECK_VALUE(!fanouts_.empty(), "DistSampler: fanouts must name at least one hop");
@@ -98,6 +101,9 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
     TORCH_CHECK_VALUE(low >= 0 && high < num_hosts_, "DistSampler: owner names hosts in [", low,
                       ", ", high, "] but the group has ", num_hosts_);
   }
+  TORCH_CHECK_VALUE(lanes_.empty() || exchange_device_.is_cpu(),
+                    "DistSampler: only a Gloo group's exchanges take lanes; this one is NCCL");
+  check_lanes(lanes_, host_, num_hosts_, "DistSampler");
   TORCH_CHECK_VALUE(reads_.empty() || reads_.size() == 3,
                     "DistSampler: reads are three transports (offsets, neighbors, edge ids), got ",
                     reads_.size());
@@ -235,7 +241,13 @@ DistSampler::HopSamples DistSampler::exchange_hop(
   const std::vector<int64_t> got_splits = block_sums(got_counts_here, send_splits);
   const int64_t got_total = std::accumulate(got_splits.begin(), got_splits.end(), int64_t{0});
   at::Tensor got_rows = at::empty({got_total, 2}, long_x);
-  await(post(got_rows, reply_rows, got_splits, reply_splits, "answers"), "answers");
+  if (lanes_.empty()) {
+    await(post(got_rows, reply_rows, got_splits, reply_splits, "answers"), "answers");
+  } else {  // the hop's bulk, over the lanes side by side
+    exchange_over_lanes(lanes_, host_, got_rows, reply_rows, got_splits, reply_splits,
+                        /*header=*/0, timeout_, {},
+                        [&](const std::exception& error) { fail("answers over lanes", error); });
+  }
   clock.lap("answers");
   return {got_counts_here, got_rows};
 }

@@ -2,7 +2,8 @@
 
     python scripts/bench_dist_sampling.py [--graph products] [--parts 2,4]
         [--methods metis,random] [--fanouts 15,10,5] [--batch-size 1024] [--batches 20]
-        [--mode CPU|GPU|UVA] [--backend gloo|nccl] [--draws owner|requester] [--json out.json]
+        [--mode CPU|GPU|UVA] [--backend gloo|nccl] [--draws owner|requester] [--lanes 1,4]
+        [--json out.json] [--plot out.png]
 
 For each part count and method: partitions the synthetic graph (the partitioner's time is
 printed), starts one process per part on this machine (Gloo over loopback, each process
@@ -19,7 +20,14 @@ With ``--mode GPU`` or ``UVA`` each process samples its own nodes (and its peers
 on a GPU (process r on GPU r modulo the GPUs there are), and the baseline is the whole graph
 sampled on one GPU in the same mode, seeds from the CPU as from a DataLoader (copied over,
 sampled, synchronized). ``--backend nccl`` exchanges through the GPUs (one per process);
-gloo through the CPUs.
+gloo through the CPUs. ``--lanes`` (Gloo): each part count and method is run once per lane
+count given (DistGraphSampler's lanes: the connections a hop's bulk travels over side by
+side), on the same partition and seeds.
+
+Then, on paper, for 2-16 hosts on 100 and 400 Gb/s links: the batches a second that a
+host's link allows, from the bytes per batch measured here (random parts: the largest part
+count's bytes scaled by the remote share (H - 1) / H; METIS: the growth from 2 to 4 parts
+extrapolated by the same step per doubling, an assumption). ``--plot`` draws both.
 """
 from __future__ import annotations
 
@@ -48,7 +56,7 @@ def seeds_for(part_train: torch.Tensor, batches: int, batch_size: int, seed: int
     return [order[(b * batch_size) % max(1, order.numel()):][:batch_size] for b in range(batches)]
 
 
-def worker(rank, world, port, directory, args, out, threads):
+def worker(rank, world, port, directory, args, out, threads, lanes):
     torch.set_num_threads(threads)
     if args.mode != "CPU" or args.backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
@@ -57,7 +65,7 @@ def worker(rank, world, port, directory, args, out, threads):
     try:
         part = load_partition(directory, rank)
         sampler = DistGraphSampler(part, args.fanouts, timeout=120.0, mode=args.mode,
-                                   draws=args.draws)
+                                   draws=args.draws, lanes=lanes)
         batches = seeds_for(part.splits["train"], args.batches + 2, args.batch_size, rank)
         times, remote_nodes, remote_edges, frontier, edges = [], [], [], [], []
         for i, seeds in enumerate(batches):
@@ -75,7 +83,8 @@ def worker(rank, world, port, directory, args, out, threads):
             frontier.append(nodes[:-1])
             edges.append(sum(edges_i))
         torch.save({"times": times, "remote_nodes": remote_nodes, "remote_edges": remote_edges,
-                    "frontier": frontier, "edges": edges, "seeds": batches[2:]},
+                    "frontier": frontier, "edges": edges, "seeds": batches[2:],
+                    "lanes": sampler.lanes},
                    Path(out) / f"rank_{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -119,8 +128,12 @@ def main():
     parser.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     parser.add_argument("--draws", default=None, choices=["owner", "requester"],
                         help="who draws remote nodes' samples (DistGraphSampler's draws)")
+    parser.add_argument("--lanes", default="1",
+                        help="comma-separated lane counts, each run (Gloo; NCCL takes none)")
     parser.add_argument("--json")
+    parser.add_argument("--plot", help="PNG: ms per batch against one host, and on paper")
     args = parser.parse_args()
+    lane_counts = [int(n) for n in args.lanes.split(",")]
     args.fanouts = [int(f) for f in args.fanouts.split(",")]
     cores = os.cpu_count() or 1
     graph = synthetic_graph(args.graph, seed=0)
@@ -129,7 +142,7 @@ def main():
           f"{args.fanouts}, {args.batch_size} seeds a batch, {cores} cores; {args.mode} "
           f"sampling, exchanges over {args.backend}", flush=True)
     rows = []
-    header = (f"{'parts':>5} {'method':>7} {'cut':>5} {'partition s':>11} {'dist ms':>8} "
+    header = (f"{'parts':>5} {'method':>7} {'lanes':>5} {'cut':>5} {'partition s':>11} {'dist ms':>8} "
               f"{'1-host ms (same threads)':>24} {'1-host ms (all)':>15} {'ratio':>6} "
               f"{'remote share per hop':>24} {'KiB moved':>9} {'Medges/s':>8}" +
               ("" if args.mode == "CPU" else f" {'1-GPU ms':>12} {'x 1-GPU':>8}"))
@@ -142,51 +155,139 @@ def main():
                 manifest = partition_graph(Path(tmp) / "parts", topo, parts, method,
                                            splits={"train": graph.train_idx})
                 partition_s = time.perf_counter() - start
-                out = Path(tmp) / "out"
-                out.mkdir()
-                port = 29500 + int.from_bytes(os.urandom(2), "little") % 20000
-                mp.spawn(worker, args=(parts, port, str(Path(tmp) / "parts"), args, str(out),
-                                       threads), nprocs=parts, join=True)
-                ranks = [torch.load(out / f"rank_{r}.pt") for r in range(parts)]
-            dist_ms = 1e3 * statistics.median(statistics.median(r["times"]) for r in ranks)
-            seeds = [s for r in ranks for s in r["seeds"]]
+                by_lanes = {}
+                for lanes in lane_counts:
+                    out = Path(tmp) / f"out_{lanes}"
+                    out.mkdir()
+                    port = 29500 + int.from_bytes(os.urandom(2), "little") % 20000
+                    mp.spawn(worker, args=(parts, port, str(Path(tmp) / "parts"), args,
+                                           str(out), threads, lanes), nprocs=parts, join=True)
+                    by_lanes[lanes] = [torch.load(out / f"rank_{r}.pt") for r in range(parts)]
+            # Every lane count sampled the same seeds (seeds_for depends on the rank alone).
+            seeds = [s for r in by_lanes[lane_counts[0]] for s in r["seeds"]]
             one_ms_same, mean_edges = single_host(topo, seeds, args.fanouts, threads)
             one_ms_all, _ = single_host(topo, seeds, args.fanouts, cores)
             one_ms_gpu = (None if args.mode == "CPU" else
                           single_host(topo, seeds, args.fanouts, cores, args.mode)[0])
-            hops = len(args.fanouts)
-            share = []
-            for h in range(hops):
-                remote = sum(n[h] for r in ranks for n in r["remote_nodes"])
-                total = sum(f[h] for r in ranks for f in r["frontier"])
-                share.append(remote / max(total, 1))
-            moved = statistics.mean(
-                8 * sum(rn) + 8 * sum(rn) + 16 * sum(re)
-                for r in ranks for rn, re in zip(r["remote_nodes"], r["remote_edges"]))
-            row = {"parts": parts, "method": method, "edge_cut": manifest["edge_cut"],
-                   "partition_s": partition_s, "dist_ms": dist_ms,
-                   "single_ms_same_threads": 1e3 * one_ms_same,
-                   "single_ms_all_threads": 1e3 * one_ms_all,
-                   "ratio": dist_ms / (1e3 * one_ms_same), "remote_share": share,
-                   "single_ms_gpu": None if one_ms_gpu is None else 1e3 * one_ms_gpu,
-                   "ratio_gpu": None if one_ms_gpu is None else dist_ms / (1e3 * one_ms_gpu),
-                   "mode": args.mode, "backend": args.backend,
-                   "bytes_per_batch": moved, "edges_per_batch": mean_edges,
-                   "medges_per_s": mean_edges / dist_ms / 1e3, "threads_per_process": threads}
-            rows.append(row)
-            lines.append(f"{parts:>5} {method:>7} {row['edge_cut']:5.2f} {partition_s:11.1f} "
-                         f"{dist_ms:8.2f} {row['single_ms_same_threads']:24.2f} "
-                         f"{row['single_ms_all_threads']:15.2f} {row['ratio']:6.2f} "
-                         f"{' / '.join(f'{s:.2f}' for s in share):>24} {moved / 1024:9.0f} "
-                         f"{row['medges_per_s']:8.2f}" +
-                         ("" if one_ms_gpu is None else
-                          f" {1e3 * one_ms_gpu:12.2f} {row['ratio_gpu']:8.2f}"))
-            print(lines[-1], flush=True)
+            for lanes, ranks in by_lanes.items():
+                row, line = summary(args, parts, method, lanes, manifest, partition_s, ranks,
+                                    one_ms_same, one_ms_all, one_ms_gpu, mean_edges, threads)
+                rows.append(row)
+                lines.append(line)
+                print(line, flush=True)
     print(header)
     print("\n".join(lines))
+    projected = on_paper(rows)
+    print("\nOn paper: batches a second a host's link allows, bytes alone")
+    print(f"{'hosts':>5} {'method':>7} {'MB/batch':>9} {'100 Gb/s':>9} {'400 Gb/s':>9}")
+    for p in projected:
+        print(f"{p['hosts']:>5} {p['method']:>7} {p['bytes_per_batch'] / 1e6:9.2f} "
+              f"{p['batches_per_s'][0]:9.0f} {p['batches_per_s'][1]:9.0f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "cores": cores, "rows": rows}, f, indent=1)
+            json.dump({"args": vars(args), "cores": cores, "rows": rows,
+                       "on_paper": projected}, f, indent=1)
+    if args.plot:
+        plot(rows, projected, args.plot, f"{args.graph}-like graph, {args.fanouts}, "
+             f"{args.batch_size} seeds, {args.mode} sampling over {args.backend}")
+
+
+LINKS_GBPS = (100, 400)
+
+
+def on_paper(rows, hosts=(2, 4, 8, 16)):
+    """Per method measured: bytes a host's batch moves at each host count (see the module's
+    text for the extrapolation) and the batches a second each link allows."""
+    import math
+    projected = []
+    for method in dict.fromkeys(r["method"] for r in rows):
+        measured = {}
+        for r in rows:  # lanes change no bytes: the first row of each part count
+            if r["method"] == method:
+                measured.setdefault(r["parts"], r["bytes_per_batch"])
+        parts = sorted(measured)
+        for h in hosts:
+            if method == "metis" and len(parts) >= 2:
+                low, high = parts[-2], parts[-1]
+                step = (measured[high] - measured[low]) / math.log2(high / low)
+                size = measured[high] + step * math.log2(h / high)
+            else:
+                top = parts[-1]
+                size = measured[top] * ((h - 1) / h) / max((top - 1) / top, 1e-9)
+            projected.append({"hosts": h, "method": method, "bytes_per_batch": size,
+                              "links_gbps": list(LINKS_GBPS),
+                              "batches_per_s": [g * 1e9 / 8 / size for g in LINKS_GBPS]})
+    return projected
+
+
+def plot(rows, projected, png, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.8))
+    names = [f"{r['parts']} parts, {r['method']}, {r['lanes']} lane{'s' * (r['lanes'] > 1)}"
+             for r in rows]
+    y = range(len(rows))
+    left.barh([i + 0.2 for i in y], [r["dist_ms"] for r in rows], 0.4, color="#3b75af",
+              label="partitioned, a process per part")
+    left.barh([i - 0.2 for i in y], [r["single_ms_same_threads"] for r in rows], 0.4,
+              color="#999", label="one process, whole graph, same threads")
+    left.set_yticks(list(y), names)
+    left.invert_yaxis()
+    left.set_xlabel("ms per batch (median)")
+    left.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.15))
+    left.set_title("measured, one host's loopback")
+    for method, style in (("metis", "-"), ("random", "--")):
+        points = [p for p in projected if p["method"] == method]
+        if not points:
+            continue
+        for k, gbps in enumerate(LINKS_GBPS):
+            right.plot([p["hosts"] for p in points], [p["batches_per_s"][k] for p in points],
+                       style, marker="o", label=f"{method}, {gbps} Gb/s")
+    right.set_xscale("log", base=2)
+    right.set_yscale("log")
+    right.set_xlabel("hosts")
+    right.set_ylabel("batches / s a host's link allows")
+    right.set_title("on paper, from the measured bytes")
+    right.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+def summary(args, parts, method, lanes, manifest, partition_s, ranks, one_ms_same, one_ms_all,
+            one_ms_gpu, mean_edges, threads):
+    """One table row (and its JSON) of the processes' timings and shares at one lane count."""
+    lanes = ranks[0]["lanes"]  # what the sampler took (NCCL takes none: 1)
+    dist_ms = 1e3 * statistics.median(statistics.median(r["times"]) for r in ranks)
+    hops = len(args.fanouts)
+    share = []
+    for h in range(hops):
+        remote = sum(n[h] for r in ranks for n in r["remote_nodes"])
+        total = sum(f[h] for r in ranks for f in r["frontier"])
+        share.append(remote / max(total, 1))
+    moved = statistics.mean(
+        8 * sum(rn) + 8 * sum(rn) + 16 * sum(re)
+        for r in ranks for rn, re in zip(r["remote_nodes"], r["remote_edges"]))
+    row = {"parts": parts, "method": method, "lanes": lanes, "edge_cut": manifest["edge_cut"],
+           "partition_s": partition_s, "dist_ms": dist_ms,
+           "single_ms_same_threads": 1e3 * one_ms_same,
+           "single_ms_all_threads": 1e3 * one_ms_all,
+           "ratio": dist_ms / (1e3 * one_ms_same), "remote_share": share,
+           "single_ms_gpu": None if one_ms_gpu is None else 1e3 * one_ms_gpu,
+           "ratio_gpu": None if one_ms_gpu is None else dist_ms / (1e3 * one_ms_gpu),
+           "mode": args.mode, "backend": args.backend,
+           "bytes_per_batch": moved, "edges_per_batch": mean_edges,
+           "medges_per_s": mean_edges / dist_ms / 1e3, "threads_per_process": threads}
+    line = (f"{parts:>5} {method:>7} {lanes:>5} {row['edge_cut']:5.2f} "
+            f"{partition_s:11.1f} "
+            f"{dist_ms:8.2f} {row['single_ms_same_threads']:24.2f} "
+            f"{row['single_ms_all_threads']:15.2f} {row['ratio']:6.2f} "
+            f"{' / '.join(f'{s:.2f}' for s in share):>24} {moved / 1024:9.0f} "
+            f"{row['medges_per_s']:8.2f}" +
+            ("" if one_ms_gpu is None else
+             f" {1e3 * one_ms_gpu:12.2f} {row['ratio_gpu']:8.2f}"))
+    return row, line
 
 
 if __name__ == "__main__":

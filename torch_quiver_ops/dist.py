@@ -132,16 +132,20 @@ _LANES: dict = {}
 atexit.register(_LANES.clear)
 
 
-def _gloo_lanes(group, count: int, timeout: float) -> list:
-    """``count`` lanes over ``group``'s hosts (none for one lane: the group itself)."""
+def _gloo_lanes(group, count: int, timeout: float, user: str = "features") -> list:
+    """``count`` lanes over ``group``'s hosts (none for one lane: the group itself), of their
+    ``user``: the features' lanes and the partitioned sampler's are not shared, since a
+    loader may fetch rows while it samples the next batch, and two exchanges posting on one
+    Gloo group from two threads could pair one's messages with the other's."""
     if count <= 1:
         return []
-    lanes = [lane for lane in _LANES.get(group, []) if _registered(lane)]
+    key = (group, user)
+    lanes = [lane for lane in _LANES.get(key, []) if _registered(lane)]
     ranks = dist.get_process_group_ranks(group)
     while len(lanes) < count:  # every host asks for the same lanes in the same order
         lanes.append(dist.new_group(ranks, timeout=timedelta(seconds=timeout),
                                     backend="gloo", use_local_synchronization=True))
-    _LANES[group] = lanes
+    _LANES[key] = lanes
     return lanes[:count]
 
 

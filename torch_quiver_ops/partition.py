@@ -44,9 +44,28 @@ METHODS = ("metis", "range", "random")
 FORMAT = "quiver-partition-1"
 
 
+# Peak memory of method="metis" above the input, per input edge: 99-107 bytes measured on
+# 16M-edge graphs with pymetis 2025.2.2 (2 and 4 parts; 136 on 2M edges, fixed costs
+# weighing more). papers100M's 1.6B edges would need about 165 GiB.
+METIS_BYTES_PER_EDGE = 110
+
+
+def _available_memory() -> Optional[int]:
+    """MemAvailable of /proc/meminfo in bytes (None where there is no such file)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
 def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: int = 0) -> Tensor:
     """Each node's part (int16): ``metis`` (pymetis on the symmetrized graph: few cut edges,
-    balanced node counts), ``range`` (contiguous id ranges of equal size) or ``random``
+    balanced node counts; in memory, about ``METIS_BYTES_PER_EDGE`` bytes an edge, refused
+    with a MemoryError up front where the machine has less available), ``range`` (contiguous id ranges of equal size) or ``random``
     (a random balanced assignment, seeded)."""
     if not 1 <= num_parts <= 32767:
         raise ValueError(f"num_parts must be in [1, 32767], got {num_parts}")
@@ -67,6 +86,14 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
                           "'random' need nothing") from None
     if num_parts == 1:
         return torch.zeros(n, dtype=torch.int16)
+    need, available = METIS_BYTES_PER_EDGE * topo.edge_count, _available_memory()
+    if available is not None and need > available:
+        raise MemoryError(
+            f"method='metis' on {topo.edge_count:,} edges needs about {need / 2**30:.0f} GiB "
+            f"(the symmetrized graph and METIS's own copies: about {METIS_BYTES_PER_EDGE} "
+            f"bytes an input edge, measured with pymetis), and this machine has "
+            f"{available / 2**30:.0f} GiB available: use method='random' or 'range' (streamed, "
+            f"a few GiB at papers100M's size) or a machine with more memory")
     # METIS wants an undirected graph without self loops or repeated edges.
     row = torch.repeat_interleave(torch.arange(n, dtype=torch.int64), topo.degree.long())
     col = topo.indices.long()
@@ -333,6 +360,14 @@ class DistGraphSampler:
             the GPU and the draws are made on the host). With ``"requester"`` a fixed seed
             gives the same batch over Gloo, NCCL and RDMA; with ``"owner"``, the same over
             Gloo as over NCCL.
+        lanes: Gloo only: how many connections (Gloo groups of the same hosts, made once per
+            group and kept) a hop's bulk travels over side by side: the owners' answers, or
+            with ``"requester"`` the three reads' rows (one TCP stream carries about 2 GB/s).
+            1 (the default): the group's own all-to-alls. A products batch moves 2-9 MB
+            over three hops, and on one host's loopback 4 lanes were no faster (60-95 ms a
+            batch either way, docs/benchmarks.md); lanes are for links where one
+            connection cannot fill the wire. Every host must ask for the same number. The
+            batch does not depend on it.
 
     The exchange follows ``group``'s backend: Gloo moves CPU tensors, NCCL the same tensors
     through the current GPU (call ``torch.cuda.set_device`` first, one GPU per process).
@@ -343,8 +378,9 @@ class DistGraphSampler:
     def __init__(self, partition: GraphPartition, sizes: Sequence[int], group=None,
                  replace: bool = False, timeout: float = 60.0, transport: str = "auto",
                  rdma: Optional[dict] = None, mode: Optional[str] = None, device=None,
-                 draws: Optional[str] = None):
+                 draws: Optional[str] = None, lanes: int = 1):
         import torch.distributed as dist
+        from .dist import _gloo_lanes
         group = group if group is not None else dist.group.WORLD
         nccl = dist.get_backend(group) == "nccl"
         device, self.mode = sampling_placement(device, mode or ("GPU" if nccl else "CPU"))
@@ -361,19 +397,25 @@ class DistGraphSampler:
         if draws == "owner" and transport == "rdma":
             raise ValueError("transport 'rdma' reads the owners' memory, so the host that asks "
                              "draws: draws must be 'requester' (or None) with it")
+        if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
+            raise ValueError(f"lanes must be an int >= 1, got {lanes!r}")
         if draws == "owner" and transport == "auto":
             transport = "collective"
         self.partition, self.sizes = partition, list(sizes)
         options = {"device": "", "port": 1, "gid_index": -1, "qps_per_peer": 2,
                    "staging_bytes": 8 << 20, **(rdma or {})}
         self.transport = transport = self._agree(group, transport, replace, options, timeout,
-                                                 draws)
+                                                 draws, lanes)
         self.draws = draws or ("requester" if transport == "rdma" else "owner")
+        self.lanes = lanes if transport == "collective" and not nccl else 1
+        gloo_lanes = [lane.boxed() for lane in
+                      _gloo_lanes(group, self.lanes, timeout, user="sampling")]
         reads = []
         if self.draws == "requester" and transport == "collective":
             # One transport reads all three arrays, in turn, on every host at once.
             reads = [torch.classes.quiver.Transport.collective(group.boxed(), float(timeout),
-                                                               [])] * 3
+                                                               gloo_lanes)] * 3
+            gloo_lanes = []  # the sampler's own exchanges are not used
         elif transport == "rdma":
             # Every host registers its three arrays, in this order, at the same point.
             reads = [torch.classes.quiver.Transport.rdma(
@@ -389,10 +431,10 @@ class DistGraphSampler:
             indices, edge_ids = indices.pin_memory(), edge_ids.pin_memory()
         self._sampler = torch.classes.quiver.DistSampler(
             group.boxed(), indptr, indices, edge_ids, partition.owner, partition.local_index,
-            self.sizes, replace, float(timeout), reads)
+            self.sizes, replace, float(timeout), reads, gloo_lanes)
 
     def _agree(self, group, asked: str, replace: bool, options: dict, timeout: float,
-               draws: Optional[str]) -> str:
+               draws: Optional[str], lanes: int) -> str:
         """The transport every host uses, decided by all of them through the rendezvous
         store before any exchange (``"auto"``: RDMA when every host has a device), after
         checking that they hold parts of one partition and sample alike: a ValueError on
@@ -413,7 +455,8 @@ class DistGraphSampler:
                 rdma_here = False
         mine = {"partition": self.partition.manifest.get("partition_id"),
                 "part": self.partition.part, "sizes": self.sizes, "replace": replace,
-                "asked": asked, "draws": draws, "rdma": rdma_here, "problem": problem}
+                "asked": asked, "draws": draws, "lanes": lanes, "rdma": rdma_here,
+                "problem": problem}
         texts = torch.classes.quiver.Transport.agree(
             group.boxed(), "dist-sampler-setup", json.dumps(mine, sort_keys=True), timeout)
         everyone = [json.loads(text) for text in texts]
@@ -423,7 +466,7 @@ class DistGraphSampler:
                 f"host {h}: {why}" for h, why in troubled.items()))
         for key, what in (("partition", "partitions (ids)"), ("sizes", "fanouts"),
                           ("replace", "replace flags"), ("asked", "transports"),
-                          ("draws", "draws")):
+                          ("draws", "draws"), ("lanes", "lanes")):
             if len({json.dumps(e[key]) for e in everyone}) > 1:
                 raise ValueError(f"the hosts hold different {what}: " + ", ".join(
                     f"host {h} {e[key]!r}" for h, e in enumerate(everyone)) +

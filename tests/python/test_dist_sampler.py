@@ -189,6 +189,34 @@ def test_nccl_and_gloo_give_identical_batches_for_one_seed(tmp_path, mode, draws
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
+def lanes_worker(rank, world, port, directory, results):
+    """One seed through Gloo samplers that move a hop's bulk over 1, 3 and 4 lanes (owner
+    draws: the answers; requester draws: the three reads' rows) gives one batch: the lanes
+    only carry the bytes. Hosts ask for different numbers of seeds, none included, so that
+    some parts of a lane carry nothing."""
+    with host_of(rank, world, port, results, 60):
+        part = load_partition(Path(directory) / "parts", rank)
+        for draws in ("owner", "requester"):
+            samplers = [DistGraphSampler(part, [4, 3], timeout=10.0, draws=draws, lanes=lanes)
+                        for lanes in (1, 3, 4)]
+            assert [s.lanes for s in samplers] == [1, 3, 4]
+            for step in range(3):
+                count = 0 if (rank == 1 and step == 1) else 20 + 15 * rank
+                gen = torch.Generator().manual_seed(rank + 10 * step)
+                seeds = torch.randperm(400, generator=gen)[:count]
+                batches = [s.sample_subgraph(seeds, torch.Generator().manual_seed(step))
+                           for s in samplers]
+                for other in batches[1:]:
+                    assert all(torch.equal(a, b) for a, b in zip(batches[0], other)), \
+                        (draws, step)
+
+
+@pytest.mark.timeout(300)
+def test_gloo_lanes_give_identical_batches_for_one_seed(tmp_path):
+    _, seen, _ = spawn_hosts(tmp_path, lanes_worker, 3, "random")
+    assert seen == {f"ok_{r}": "ok" for r in range(3)}, seen
+
+
 def assert_hub_drawn_uniformly(topo, results, world):
     """Chi-square: node 0's 5 of its neighbors, drawn 1500 times by each host, hit each of
     its edges equally often (expected 5/deg of the draws), the owner's and the others'."""
@@ -403,8 +431,12 @@ def mismatch_worker(rank, world, port, directory, results):
         with pytest.raises(ValueError, match="different draws"):
             DistGraphSampler(same, [4, 3], timeout=10.0,
                              draws="requester" if rank == 0 else None)
+        with pytest.raises(ValueError, match="different lanes"):
+            DistGraphSampler(same, [4, 3], timeout=10.0, lanes=2 if rank == 0 else 3)
         with pytest.raises(ValueError, match="draws must be"):
             DistGraphSampler(same, [4, 3], draws="peer")
+        with pytest.raises(ValueError, match="lanes must be an int >= 1, got 0"):
+            DistGraphSampler(same, [4, 3], lanes=0)
         with pytest.raises(ValueError, match="requester"):
             DistGraphSampler(same, [4, 3], transport="rdma", draws="owner")
         sampler = DistGraphSampler(same, [2], timeout=10.0)  # still usable together

@@ -96,6 +96,22 @@ def test_balance_and_what_each_method_cuts():
         assign_owners(topo, 0, "range")
 
 
+@pytest.mark.skipif(not has_pymetis(), reason="needs pymetis")
+def test_metis_beyond_the_memory_available_is_refused_up_front(monkeypatch):
+    import torch_quiver_ops.partition as partition
+    topo = community_graph(n=300)
+    need = partition.METIS_BYTES_PER_EDGE * topo.edge_count
+    available = partition._available_memory()  # this machine's (Linux: /proc/meminfo)
+    assert available is None or available > 0
+    monkeypatch.setattr(partition, "_available_memory", lambda: need - 1)
+    with pytest.raises(MemoryError, match=f"on {topo.edge_count:,} edges needs.*'random'"):
+        assign_owners(topo, 2, "metis")
+    monkeypatch.setattr(partition, "_available_memory", lambda: need)
+    assert assign_owners(topo, 2, "metis").unique().tolist() == [0, 1]
+    monkeypatch.setattr(partition, "_available_memory", lambda: None)  # unknown: tried
+    assert assign_owners(topo, 2, "metis").numel() == 300
+
+
 def test_corrupt_truncated_and_mismatched_files_are_refused(tmp_path):
     topo = community_graph(n=300)
     partition_graph(tmp_path / "a", topo, 2, "range", y=torch.zeros(300, dtype=torch.long))

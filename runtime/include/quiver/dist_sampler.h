@@ -56,9 +56,12 @@ class DistSampler : public torch::CustomClassHolder {
   DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor indptr,
               at::Tensor indices, at::Tensor edge_ids, at::Tensor owner, at::Tensor local_index,
               std::vector<int64_t> fanouts, bool replace, double timeout_s,
-              std::vector<c10::intrusive_ptr<Transport>> reads = {});
+              std::vector<c10::intrusive_ptr<Transport>> reads = {},
+              std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> lanes = {});
   ~DistSampler() override;
 
+  // lanes: Gloo groups of the same hosts that the answers (the sampled pairs, a hop's bulk)
+  // travel over side by side (runtime/lane_exchange.h); none: the group's all-to-all.
   // (node_ids, rows, cols, sampled_edge_ids, nodes_per_hop, edges_per_hop), as
   // quiver::sample_subgraph returns them, on the CPU; seeds: global ids on the CPU.
   std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample(
@@ -115,6 +118,7 @@ class DistSampler : public torch::CustomClassHolder {
   bool replace_;
   std::chrono::milliseconds timeout_;
   std::vector<c10::intrusive_ptr<Transport>> reads_;  // offsets, neighbor ids, edge ids
+  std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> lanes_;  // Gloo only (see the constructor)
   int64_t host_, num_hosts_;
   std::unique_ptr<PeerWatch> watch_;
   std::string broken_;

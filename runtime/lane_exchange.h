@@ -1,0 +1,46 @@
+// Rows exchanged between hosts as point-to-point messages spread over several Gloo groups
+// ("lanes") of the same hosts, so that their connections (and their backends' threads)
+// carry the rows side by side: one TCP stream carries about 2 GB/s. One way for every
+// runtime class that moves rows over Gloo (the collective transport's rows, DistSampler's
+// answers).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <vector>
+
+namespace quiver::runtime {
+
+// Rows [begin, end) of host h's block of `into` have arrived.
+using LaneLanded = std::function<void(int64_t host, int64_t begin, int64_t end)>;
+// What a failure of the backend (a message that errs or is not in within the timeout)
+// becomes: the caller's error, naming the silent peers. It must throw.
+using LaneFailed = std::function<void(const std::exception& error)>;
+
+// Sends host h the `from_rows[h]` rows of `from` starting at the sum of the earlier counts,
+// and receives host h's `into_rows[h]` rows into `into` likewise (both tensors contiguous,
+// split along dim 0; this host's own block is copied). Each block travels in as many
+// row-aligned parts as there are lanes, part j over lanes[j]; both sides cut a block the
+// same way, from the same row count, and the `header` rows that lead each block travel whole
+// in part 0. Every receive is posted before any send. With `landed`, each part is handed over
+// as soon as it is in, so the caller can place it while later ones travel. The whole
+// exchange takes at most `timeout`; on any failure every posted message is aborted before
+// this returns, so none touches the tensors after, and a failure of the backend goes to
+// `failed` (one of `landed` is rethrown as it is).
+void exchange_over_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>& lanes,
+                         int64_t host, at::Tensor& into, const at::Tensor& from,
+                         const std::vector<int64_t>& into_rows,
+                         const std::vector<int64_t>& from_rows, int64_t header,
+                         std::chrono::milliseconds timeout, const LaneLanded& landed,
+                         const LaneFailed& failed);
+
+// Checks that `lanes` are Gloo groups in which this host has rank `host` of `num_hosts`
+// (`owner` names the class taking them in the error).
+void check_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>& lanes, int64_t host,
+                 int64_t num_hosts, const char* owner);
+
+}  // namespace quiver::runtime

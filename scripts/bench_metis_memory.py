@@ -1,0 +1,42 @@
+"""Peak memory and time of METIS partitioning (assign_owners(method="metis")) above the
+input, per input edge: the measurement behind partition.METIS_BYTES_PER_EDGE.
+
+    python scripts/bench_metis_memory.py [--graph medium] [--parts 2]
+
+Linux only: the peak is VmHWM of /proc/self/status, reset (clear_refs 5) after the graph is
+built, so it counts what partitioning adds.
+"""
+import argparse
+import time
+
+import torch_quiver_ops as qv
+from torch_quiver_ops.partition import assign_owners
+from torch_quiver_ops.synthetic import synthetic_graph
+
+
+def status_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        return int(f.read().split(field + ":")[1].split()[0]) * 1024
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--graph", default="medium")
+    parser.add_argument("--parts", type=int, default=2)
+    args = parser.parse_args()
+    graph = synthetic_graph(args.graph, seed=0, features=False)
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    del graph
+    before = status_bytes("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # the peak resident set starts again from here
+    start = time.perf_counter()
+    assign_owners(topo, args.parts, "metis")
+    seconds = time.perf_counter() - start
+    above = status_bytes("VmHWM") - before
+    print(f"{args.graph}: {topo.edge_count:,} edges, {args.parts} parts: {seconds:.1f} s, "
+          f"{above / 2**30:.2f} GiB above the input, {above / topo.edge_count:.0f} bytes an edge")
+
+
+if __name__ == "__main__":
+    main()
