@@ -305,7 +305,9 @@ def main(argv=None) -> dict:
         if args.prefetch == 0:
             loader.timer = clock  # splits the in-line data path into sampling and gathering
         epoch_start = time.perf_counter()
-        total_loss = 0.0
+        # Summed on the GPU: reading each step's loss on the host would make the host wait
+        # for every step before it launches the next one.
+        total_loss = torch.zeros((), device=device)
         batches = iter(loader)
         waited = 0.0
         for _ in tqdm(range(len(loader)), desc=f"epoch {epoch}", leave=False, disable=not bars):
@@ -318,9 +320,11 @@ def main(argv=None) -> dict:
             loss = F.cross_entropy(out, y)
             loss.backward()
             optimizer.step()
-            total_loss += float(loss.detach())
+            total_loss += loss.detach()
             if args.prefetch == 0:
                 clock.lap("model", t_model)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the epoch's last steps, still queued
         epoch_time = time.perf_counter() - epoch_start
         accuracy = evaluate(core, sampler, feature, labels, test, args.batch_size, run)
         tot = dict(clock.totals)
@@ -332,7 +336,7 @@ def main(argv=None) -> dict:
             split = f"waiting for data {waited:.2f}s, model {epoch_time - waited:.2f}s"
         if run.lead:
             print(f"epoch {epoch}: {epoch_time:6.2f}s  ({split})  loss "
-                  f"{total_loss / max(1, len(loader)):.3f}  test accuracy {accuracy:.3f} "
+                  f"{float(total_loss) / max(1, len(loader)):.3f}  test accuracy {accuracy:.3f} "
                   f"(chance {1 / meta['num_classes']:.3f})", flush=True)
         history.append({"epoch": epoch, "time": epoch_time, **tot, "accuracy": accuracy})
     result = {"history": history, "num_classes": meta["num_classes"], "world_size": run.world}
