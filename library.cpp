@@ -25,6 +25,15 @@ TORCH_LIBRARY(quiver, m) {
   // device (CompositeExplicitAutograd, ops/check_csr.cpp).
   m.def("check_csr(Tensor indptr, Tensor indices, Tensor? edge_ids=None, int num_nodes=-1) -> ()",
         {at::Tag::pt2_compliant_tag});
+  // `order` (1-D int32/int64) lists each of num_rows rows exactly once; `what` names it in
+  // the errors (TypeError, ValueError, IndexError). Hot orders and saved position maps are
+  // checked here, from Python and from the runtime's ShardMap alike.
+  m.def("check_permutation(Tensor order, int num_rows, str what) -> ()",
+        {at::Tag::pt2_compliant_tag});
+  // The sampling ops' own check of per-hop fanouts (at least one hop, each -1 or >= 0, with
+  // replacement within a hop's edge limit), for samplers that check them when made.
+  m.def("check_fanouts(int[] fanouts, bool replace, str what=\"fanouts\") -> ()",
+        {at::Tag::pt2_compliant_tag});
 
   // CSR from COO: rows sorted (stable: edges of one row keep their input order).
   // edge_ids[k] is the input position of the k-th CSR edge.

@@ -85,6 +85,29 @@ inline void check_whole_csr(const at::Tensor& indptr, const at::Tensor& indices,
   }
 }
 
+// `order` lists each of `num_rows` rows exactly once: a 1-D int32/int64 tensor on any
+// device (a hot order, a saved positions map), `what` naming it. One scan where it lies.
+inline void check_permutation(const at::Tensor& order, int64_t num_rows, const char* what) {
+  TORCH_CHECK_TYPE(order.dim() == 1 &&
+                       (order.scalar_type() == at::kInt || order.scalar_type() == at::kLong),
+                   what, " must be a 1-D tensor of int32/int64 ids, got ", order.scalar_type(),
+                   " of shape ", order.sizes());
+  TORCH_CHECK_VALUE(order.numel() == num_rows, what, " must list each of the ", num_rows,
+                    " rows once, got ", order.numel(), " ids");
+  if (num_rows == 0) return;
+  const auto [low, high] = at::aminmax(order);
+  const int64_t lo = low.item<int64_t>(), hi = high.item<int64_t>();
+  TORCH_CHECK_INDEX(lo >= 0 && hi < num_rows, what, " holds id ", lo < 0 ? lo : hi,
+                    ", out of range [0, ", num_rows, ")");
+  at::Tensor seen = at::zeros({num_rows}, order.options().dtype(at::kBool));
+  seen.index_fill_(0, order.to(at::kLong), true);
+  if (!seen.all().item<bool>()) {
+    const int64_t missing = seen.logical_not().nonzero()[0][0].item<int64_t>();
+    TORCH_CHECK_VALUE(false, what, " is not a permutation: row ", missing,
+                      " is missing (and another appears twice)");
+  }
+}
+
 // A topology cache (sample_subgraph): both tensors or neither; cached_starts holds one
 // int32 or int64 start per node, cached_indices neighbor ids of indices' dtype. Their contents are
 // checked by the kernels that read them (each cached row must lie inside cached_indices).
@@ -115,15 +138,20 @@ inline void check_sample_neighbors_args(const at::Tensor& indptr, const at::Tens
   check_fanout(fanout, replace, "fanout");
 }
 
+// Per-hop fanouts: at least one, each as check_fanout wants it; `what` names the list.
+inline void check_fanouts(at::IntArrayRef fanouts, bool replace, const std::string& what = "fanouts") {
+  TORCH_CHECK_VALUE(!fanouts.empty(), what, " must name at least one hop, got []");
+  for (size_t hop = 0; hop < fanouts.size(); ++hop) {
+    check_fanout(fanouts[hop], replace, what + "[" + std::to_string(hop) + "]");
+  }
+}
+
 inline void check_sample_subgraph_args(const at::Tensor& indptr, const at::Tensor& indices,
                                        const at::Tensor& seeds, at::IntArrayRef fanouts,
                                        bool replace, const std::optional<at::Tensor>& edge_ids) {
   check_csr_shapes(indptr, indices, edge_ids);
   check_index_vector(seeds, "seeds");
-  TORCH_CHECK_VALUE(!fanouts.empty(), "fanouts must name at least one hop, got []");
-  for (size_t hop = 0; hop < fanouts.size(); ++hop) {
-    check_fanout(fanouts[hop], replace, "fanouts[" + std::to_string(hop) + "]");
-  }
+  check_fanouts(fanouts, replace);
 }
 
 // neighbor_sample's per-edge arrays (by CSR position) and its temporal and disjoint choices.
@@ -341,10 +369,10 @@ inline int64_t row_bytes_of(const at::Tensor& t) {
   return elements * static_cast<int64_t>(t.element_size());
 }
 
-// Rows gathered from `like`'s tiers: ids.numel() rows of its row shape.
-inline std::vector<int64_t> gathered_shape(const at::Tensor& like, const at::Tensor& ids) {
+// The shape of `rows` rows of `like`'s row shape (like: [any, *row_shape]).
+inline std::vector<int64_t> rows_like(const at::Tensor& like, int64_t rows) {
   std::vector<int64_t> shape = like.sizes().vec();
-  shape[0] = ids.numel();
+  shape[0] = rows;
   return shape;
 }
 

@@ -16,6 +16,8 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include "ops/checks.h"
+
 namespace quiver::runtime {
 
 void register_runtime_classes(torch::Library& m) {
@@ -83,6 +85,7 @@ void register_runtime_classes(torch::Library& m) {
       .def_static("collective", &Transport::collective)
       .def_static("rdma", &Transport::rdma_over)
       .def_static("rdma_available", &Transport::rdma_available)
+      .def_static("rdma_defaults", &Transport::rdma_defaults)
       .def_static("agree", &Transport::agree_over)
       .def("kind", &Transport::kind)
       .def("host", &Transport::host)
@@ -174,8 +177,7 @@ void register_runtime_classes(torch::Library& m) {
       // local table's dtype and row shape (the rows land on the ids' device).
       .def("__obj_flatten__", [](const c10::intrusive_ptr<DistFeature>& self) {
         const at::Tensor first_tier = self->local()->tiers().front();
-        std::vector<int64_t> row_shape = first_tier.sizes().vec();
-        row_shape.front() = 0;
+        const std::vector<int64_t> row_shape = rows_like(first_tier, 0);
         return std::make_tuple(
             std::make_tuple(std::string("no_rows"), at::empty(row_shape, first_tier.options())),
             std::make_tuple(std::string("num_rows"), self->shard_map()->num_rows()),

@@ -89,6 +89,12 @@ at::Tensor as_bytes(const at::Tensor& rows) {
   return rows.dim() == 1 ? rows.view({-1, 1}).view(at::kByte) : rows.view(at::kByte);
 }
 
+// Rows of `row_bytes` that lead each host's block of answered rows, enough for the owner's
+// 8-byte verdict (both fetches' wire format).
+int64_t verdict_rows(int64_t row_bytes) {
+  return (8 + row_bytes - 1) / std::max<int64_t>(row_bytes, 1);
+}
+
 class CollectiveTransport final : public Transport::Impl {
  public:
   CollectiveTransport(c10::intrusive_ptr<c10d::ProcessGroup> group, double timeout_s,
@@ -135,7 +141,7 @@ class CollectiveTransport final : public Transport::Impl {
     // the rows the owner writes its verdict into their first 8 bytes. So the rows go out
     // without another copy, and the verdicts without another exchange.
     const int64_t row_bytes = row_bytes_of(like);
-    const int64_t header_rows = (8 + row_bytes - 1) / std::max<int64_t>(row_bytes, 1);
+    const int64_t header_rows = verdict_rows(row_bytes);
 
     // 1. How many rows each host wants from each, for which table, in rows of which size.
     std::vector<int64_t> send_counts(num_hosts_), recv_counts(num_hosts_);
@@ -226,10 +232,8 @@ class CollectiveTransport final : public Transport::Impl {
     } else {
       bytes_in = at::empty({wanted, row_bytes}, byte_options);
     }
-    std::vector<int64_t> row_shape = like.sizes().vec();
     const auto typed = [&](const at::Tensor& bytes) {
-      row_shape[0] = bytes.size(0);
-      return bytes.view(like.scalar_type()).view(row_shape);
+      return bytes.view(like.scalar_type()).view(rows_like(like, bytes.size(0)));
     };
     // The rows, as bytes (every backend moves uint8, whatever the table's dtype). One
     // gather serves the header slots too (as row 0), so the rows go out without another
@@ -360,7 +364,7 @@ class CollectiveTransport final : public Transport::Impl {
   bool slotted() const override { return uses_gpus_; }
 
   SlotLayout slot_layout(int64_t row_bytes) const override {
-    return {capacity_, (8 + row_bytes - 1) / std::max<int64_t>(row_bytes, 1)};
+    return {capacity_, verdict_rows(row_bytes)};
   }
 
   SlottedRows fetch_slotted(const at::Tensor& requests, const Transport::Serve& serve,
@@ -668,6 +672,16 @@ std::vector<std::string> Transport::agree_over(const c10::intrusive_ptr<c10d::Pr
   TORCH_CHECK_VALUE(group, "Transport.agree needs a process group");
   return agree_among_hosts(*group->getStore(), topic, group->getRank(), group->getSize(), mine,
                            checked_timeout(timeout_s, "timeout"));
+}
+
+c10::Dict<std::string, int64_t> Transport::rdma_defaults() {
+  const RdmaOptions defaults;
+  c10::Dict<std::string, int64_t> named;
+  named.insert("port", defaults.port);
+  named.insert("gid_index", defaults.gid_index);
+  named.insert("qps_per_peer", defaults.qps_per_peer);
+  named.insert("staging_bytes", defaults.staging_bytes);
+  return named;
 }
 
 c10::intrusive_ptr<Transport> Transport::collective(

@@ -236,24 +236,27 @@ at::Tensor DistFeature::gather_in_slots(const at::Tensor& ids) {
   // rows scattered over it at the end (the requested ids read row 0: a wasted read,
   // cheaper than counting the ids on the host). Tiers the GPU cannot read directly are
   // gathered the synchronous way, after the fetch.
-  const bool direct = reads_directly(*local_, device);
+  // A layout that stages its host rows gathers the synchronous way (staging waits for the
+  // GPU), as the grouped path does: host_reads="staged" holds here too.
+  const bool direct = reads_directly(*local_, device) && !local_->stages_host_rows();
+  const int64_t blocks = host_read_blocks_->load();
   const bool empty_table = local_->num_rows() == 0;
   const at::Tensor local_index = slots.narrow(0, 0, n);
   cuda::PendingGather mine, served;
   const auto gather_mine = [&] {
     if (direct && !empty_table) {
       mine = cuda::enqueue_gather_from_tiers(local_->tiers(), local_->positions(), local_index,
-                                             /*group_host_reads=*/true, "DistFeature.gather");
+                                             /*group_host_reads=*/true, blocks,
+                                             "DistFeature.gather");
     }
   };
   auto local_layout = local_;
   const Transport::Serve serve = [&](const at::Tensor& local_ids, const at::Tensor&) {
     if (!direct) {
-      return local_layout->gather(local_ids.to(local_layout->device()), host_read_blocks_->load())
-          .to(device);
+      return local_layout->gather(local_ids.to(local_layout->device()), blocks).to(device);
     }
     served = cuda::enqueue_gather_from_tiers(local_layout->tiers(), local_layout->positions(),
-                                             local_ids, /*group_host_reads=*/true,
+                                             local_ids, /*group_host_reads=*/true, blocks,
                                              "DistFeature.gather (serving a peer)");
     return served.rows();
   };
@@ -282,12 +285,10 @@ at::Tensor DistFeature::gather_in_slots(const at::Tensor& ids) {
 
   at::Tensor out;
   if (empty_table) {
-    std::vector<int64_t> shape = like.sizes().vec();
-    shape[0] = n;
-    out = at::empty(shape, like.options().device(device));
+    out = at::empty(rows_like(like, n), like.options().device(device));
   } else {
     out = direct ? mine.rows()
-                 : local_->gather(local_index.to(local_->device()), host_read_blocks_->load())
+                 : local_->gather(local_index.to(local_->device()), blocks)
                        .to(device);
   }
   C10_CUDA_CHECK(cuda::scatter_slot_rows(static_cast<const char*>(fetched.rows.const_data_ptr()),
@@ -353,8 +354,7 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
   // speed.
   const bool on_host = device.is_cpu() && local_device.is_cpu();
   const at::Tensor like = local_->empty_rows();
-  std::vector<int64_t> shape = like.sizes().vec();
-  shape[0] = ids.numel();
+  const std::vector<int64_t> shape = rows_like(like, ids.numel());
   at::Tensor out = at::empty(
       shape, like.options().device(device).pinned_memory(on_host && holds_cuda_context()));
   const auto place = [&out](const at::Tensor& rows, const at::Tensor& where) {
@@ -392,8 +392,7 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
 
 at::Tensor DistFeature::kept_rows(at::Tensor& buffer, int64_t rows) {
   const at::Tensor like = local_->empty_rows();
-  std::vector<int64_t> shape = like.sizes().vec();
-  shape[0] = rows;
+  const std::vector<int64_t> shape = rows_like(like, rows);
   int64_t elements = 1;
   for (int64_t extent : shape) elements *= extent;
   return kept_prefix(buffer, elements, like.options()).view(shape);

@@ -18,9 +18,7 @@ FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tens
   if (positions_ && positions_->device().is_cpu() && positions_->is_pinned()) {
     pins_.push_back(c10::make_intrusive<HostPin>(*positions_));
   }
-  std::vector<int64_t> row_shape = tiers_.front().sizes().vec();
-  row_shape[0] = 0;
-  row_like_ = at::empty(row_shape, tiers_.front().options().device(at::kCPU).pinned_memory(false));
+  row_like_ = at::empty(rows_like(tiers_.front(), 0), tiers_.front().options().device(at::kCPU).pinned_memory(false));
   // A layout whose GPU memory holds every row has no host tier: all its rows lead.
   const size_t leading = tiers_.back().is_cuda() ? tiers_.size() : tiers_.size() - 1;
   for (size_t k = 0; k < leading; ++k) leading_rows_ += tiers_[k].size(0);
@@ -76,7 +74,7 @@ void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) con
   if (positions_) {
     TORCH_CHECK_VALUE(positions_->is_cpu(), "FeatureTiers.gather_into needs positions on the CPU");
   }
-  const std::vector<int64_t> shape = gathered_shape(tiers_.front(), ids);
+  const std::vector<int64_t> shape = rows_like(tiers_.front(), ids.numel());
   TORCH_CHECK_VALUE(out.is_cpu() && out.is_contiguous() && out.sizes() == at::IntArrayRef(shape) &&
                         out.scalar_type() == tiers_.front().scalar_type(),
                     "FeatureTiers.gather_into: out must be a contiguous CPU tensor of ",
@@ -87,9 +85,7 @@ void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) con
 }
 
 std::vector<int64_t> FeatureTiers::shape() const {
-  std::vector<int64_t> shape = row_like_.sizes().vec();
-  shape[0] = num_rows_;
-  return shape;
+  return rows_like(row_like_, num_rows_);
 }
 
 FeatureTiers::State FeatureTiers::state() const {

@@ -183,9 +183,7 @@ class RdmaTransport final : public Transport::Impl {
                           peers_[h].rows, " rows");
       }
     }
-    std::vector<int64_t> shape = like.sizes().vec();
-    shape[0] = total;
-    at::Tensor out = at::empty(shape, like.options().device(device));
+    at::Tensor out = at::empty(rows_like(like, total), like.options().device(device));
     if (total == 0) {  // nothing remote (an empty batch, or every row held here)
       if (arrived) return {};
       return std::vector<at::Tensor>(num_hosts_, out);

@@ -103,13 +103,7 @@ c10::intrusive_ptr<ShardMap> ShardMap::build(const at::Tensor& hot_order, int64_
   check_host_count(num_hosts);
   TORCH_CHECK_VALUE(num_replicated >= 0 && num_replicated <= n, "num_replicated must be in [0, ", n,
                     "], got ", num_replicated);
-  if (n > 0) {
-    const int64_t low = order.min().item<int64_t>(), high = order.max().item<int64_t>();
-    TORCH_CHECK_INDEX(low >= 0 && high < n, "hot_order holds id ", low < 0 ? low : high,
-                      ", out of range [0, ", n, ")");
-    TORCH_CHECK_VALUE(at::bincount(order, {}, n).eq(1).all().item<bool>(),
-                      "hot_order is not a permutation of the ", n, " rows");
-  }
+  check_permutation(order, n, "hot_order");
   at::Tensor host;
   if (assignment.has_value()) {
     host = as_cpu_index(*assignment, at::kLong, "assignment");

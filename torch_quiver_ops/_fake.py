@@ -11,6 +11,16 @@ def _check_csr_fake(indptr, indices, edge_ids=None, num_nodes=-1):
     return None  # a scan of the values: nothing to trace
 
 
+@torch.library.register_fake("quiver::check_permutation")
+def _check_permutation_fake(order, num_rows, what):
+    return None  # a scan of the values: nothing to trace
+
+
+@torch.library.register_fake("quiver::check_fanouts")
+def _check_fanouts_fake(fanouts, replace, what="fanouts"):
+    return None
+
+
 @torch.library.register_fake("quiver::csr_from_coo")
 def _csr_from_coo_fake(row, col, num_nodes):
     indptr = row.new_empty(num_nodes + 1, dtype=torch.long)

@@ -215,8 +215,8 @@ class DistFeature:
         self.host = dist.get_rank(self.group)
         self.device = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
                        else local.device_for())
-        options = {"device": "", "port": 1, "gid_index": -1, "qps_per_peer": 4,
-                   "staging_bytes": 64 << 20, **(rdma or {})}
+        options = {"device": "", **torch.classes.quiver.Transport.rdma_defaults(),
+                   **(rdma or {})}
         transport = self._agree_on_transport(transport, backend, lanes, timeout, options)
         if transport == "rdma":
             # Peers read this host's whole local table, in local order.

@@ -324,8 +324,8 @@ class HeteroSampler:
                  temporal_strategy: str = "uniform", strict_time: bool = False,
                  disjoint: bool = False):
         self.topo = topo
-        self.fanouts, self.num_hops = self._fanouts(num_neighbors)
         self.replace = bool(replace)
+        self.fanouts, self.num_hops = self._fanouts(num_neighbors)
         self.temporal = topo.edge_time is not None
         if temporal_strategy not in ("uniform", "last"):
             raise ValueError(f"temporal_strategy must be 'uniform' or 'last', got "
@@ -378,10 +378,8 @@ class HeteroSampler:
         if hops == 0:
             raise ValueError("num_neighbors must name at least one hop")
         fanouts = [int(per_type[r][h]) for h in range(hops) for r in range(len(edge_types))]
-        bad = [f for f in fanouts if f < -1]
-        if bad:
-            raise ValueError(f"fanouts must be -1 (all neighbors) or >= 0, got {bad[0]} in "
-                             f"num_neighbors={num_neighbors}")
+        ops.check_fanouts(fanouts, self.replace,
+                          f"num_neighbors={num_neighbors} (hop-major, a relation each) fanouts")
         return fanouts, hops
 
     def _place(self, name: str, t: Optional[Tensor]) -> Optional[Tensor]:

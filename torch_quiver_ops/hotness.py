@@ -17,6 +17,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import ops
+
 INT32_MAX = 2**31 - 1
 
 
@@ -82,25 +84,8 @@ def presample_topology_order(sampler, seeds: Tensor, batch_size: int = 1024,
 def check_hot_order(order, num_rows: int) -> Tensor:
     """``order`` as int64 after checking it lists each of ``num_rows`` rows exactly once."""
     order = torch.as_tensor(order).cpu()
-    if order.dim() != 1 or order.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"hot_order must be a 1-D tensor of int32/int64 ids, got {order.dtype} "
-                        f"of shape {tuple(order.shape)}")
-    if order.numel() != num_rows:
-        raise ValueError(f"hot_order must list each of the {num_rows} rows once, got "
-                         f"{order.numel()} ids")
-    order = order.long()
-    if num_rows:
-        low, high = int(order.min()), int(order.max())
-        if low < 0 or high >= num_rows:
-            raise IndexError(f"hot_order holds id {low if low < 0 else high}, out of range "
-                             f"[0, {num_rows})")
-        seen = torch.zeros(num_rows, dtype=torch.bool)
-        seen[order] = True
-        if not bool(seen.all()):
-            missing = int(torch.nonzero(~seen)[0])
-            raise ValueError(f"hot_order is not a permutation: row {missing} is missing "
-                             f"(and another appears twice)")
-    return order
+    ops.check_permutation(order, num_rows, "hot_order")
+    return order.long()
 
 
 def positions_of(order: Tensor) -> Tensor:
@@ -114,11 +99,8 @@ def positions_of(order: Tensor) -> Tensor:
 def check_positions(positions: Tensor, num_rows: int, what: str = "positions") -> Tensor:
     """``positions`` after checking it is a permutation of ``range(num_rows)`` (e.g. read
     back from a file), so a corrupt map raises here instead of gathering wrong rows."""
-    if positions.dim() != 1 or positions.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"{what} must be a 1-D int32/int64 tensor, got {positions.dtype} of "
-                        f"shape {tuple(positions.shape)}")
     try:
-        check_hot_order(positions, num_rows)
+        ops.check_permutation(positions, num_rows, what)
     except (ValueError, IndexError) as error:
         raise ValueError(f"{what} is not a permutation of the {num_rows} rows: {error}") from None
     return positions

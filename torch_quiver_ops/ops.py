@@ -21,6 +21,19 @@ def check_csr(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor] = None
     torch.ops.quiver.check_csr(indptr, indices, edge_ids, num_nodes)
 
 
+def check_permutation(order: Tensor, num_rows: int, what: str = "order") -> None:
+    """Raises unless ``order`` (1-D int32/int64, any device) lists each of ``num_rows`` rows
+    exactly once (TypeError, ValueError or IndexError, naming it ``what``)."""
+    torch.ops.quiver.check_permutation(order, num_rows, what)
+
+
+def check_fanouts(fanouts: List[int], replace: bool = False, what: str = "fanouts") -> None:
+    """Raises ValueError unless ``fanouts`` names at least one hop, each -1 (all neighbors)
+    or >= 0 (with ``replace``, within a hop's edge limit): the sampling ops' own check, for
+    samplers that check when they are made."""
+    torch.ops.quiver.check_fanouts(fanouts, replace, what)
+
+
 def csr_from_coo(row: Tensor, col: Tensor, num_nodes: Optional[int] = None
                  ) -> Tuple[Tensor, Tensor, Tensor]:
     """Builds a CSR topology from COO edges ``row[k] -> col[k]``.

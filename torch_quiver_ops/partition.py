@@ -402,8 +402,10 @@ class DistGraphSampler:
         if draws == "owner" and transport == "auto":
             transport = "collective"
         self.partition, self.sizes = partition, list(sizes)
-        options = {"device": "", "port": 1, "gid_index": -1, "qps_per_peer": 2,
-                   "staging_bytes": 8 << 20, **(rdma or {})}
+        # Three transports a host: fewer queue pairs and a smaller staging buffer each
+        # than DistFeature's one.
+        options = {"device": "", **torch.classes.quiver.Transport.rdma_defaults(),
+                   "qps_per_peer": 2, "staging_bytes": 8 << 20, **(rdma or {})}
         self.transport = transport = self._agree(group, transport, replace, options, timeout,
                                                  draws, lanes)
         self.draws = draws or ("requester" if transport == "rdma" else "owner")

@@ -178,8 +178,7 @@ class GraphSageSampler:
                  temporal_strategy: str = "uniform", strict_time: bool = False,
                  disjoint: bool = False):
         sizes = [int(s) for s in sizes]
-        if not sizes or any(s < -1 for s in sizes):
-            raise ValueError(f"sizes must be a non-empty list of fanouts >= -1, got {sizes}")
+        ops.check_fanouts(sizes, replace, "sizes")
         self.sizes: List[int] = sizes
         self.replace = replace
         csr_topo, self._edge_weight, self._edge_time, self.node_time = _with_rules(

@@ -74,7 +74,7 @@ void gather_kernel(const std::vector<HostTier>& tiers, int64_t row_bytes, const 
 }  // namespace detail
 
 // Rows `ids` of `tiers` (checked by the caller) into `out`, a contiguous CPU tensor of
-// gathered_shape(tiers[0], ids) and the tiers' dtype (checked by the caller too). For
+// rows_like(tiers[0], ids.numel()) and the tiers' dtype (checked by the caller too). For
 // callers that reuse a buffer: a fresh large tensor pays its page faults (and the kernel's
 // zeroing of each page) on first write, several times the copy itself.
 inline void gather_from_tiers_into(at::ArrayRef<at::Tensor> tiers,
@@ -136,7 +136,7 @@ inline void scatter_rows_into(const at::Tensor& rows, const at::Tensor& where, a
 inline at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                                     const std::optional<at::Tensor>& positions,
                                     const at::Tensor& ids) {
-  at::Tensor out = at::empty(gathered_shape(tiers[0], ids), tiers[0].options());
+  at::Tensor out = at::empty(rows_like(tiers[0], ids.numel()), tiers[0].options());
   gather_from_tiers_into(tiers, positions, ids, out);
   return out;
 }

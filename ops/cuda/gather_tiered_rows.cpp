@@ -383,7 +383,7 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
   const at::Device device = ids.device();
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
-  at::Tensor out = at::empty(gathered_shape(tiers[0], ids), tiers[0].options().device(device));
+  at::Tensor out = at::empty(rows_like(tiers[0], ids.numel()), tiers[0].options().device(device));
   *tier_end = 0;
   for (const at::Tensor& t : tiers) *tier_end += t.size(0);
   if (out.numel() == 0) return out;
@@ -475,8 +475,8 @@ void PendingGather::raise_if_failed() const {
 PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                                         const std::optional<at::Tensor>& positions,
                                         const at::Tensor& ids, bool group_host_reads,
-                                        const char* op) {
-  check_gather_tiered_rows_args(tiers, positions, ids, /*host_read_blocks=*/0);
+                                        int64_t host_read_blocks, const char* op) {
+  check_gather_tiered_rows_args(tiers, positions, ids, host_read_blocks);
   PendingGather pending;
   pending.state_ = std::make_unique<PendingGather::State>();
   PendingGather::State& state = *pending.state_;
@@ -486,7 +486,7 @@ PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
   state.num_ids_allowed = tiered_id_count(tiers, positions);
   pending.rows_ =
       launch_from_tiers(tiers, positions, ids, group_host_reads, /*stage_host_rows=*/false,
-                        /*host_read_blocks=*/0, op, state.word.device, &state.tier_end);
+                        host_read_blocks, op, state.word.device, &state.tier_end);
   return pending;
 }
 

@@ -11,7 +11,7 @@
 
 namespace quiver::internal {
 
-// CPU: rows `ids` of `tiers` into `out`, a contiguous CPU tensor of gathered_shape(tiers[0],
+// CPU: rows `ids` of `tiers` into `out`, a contiguous CPU tensor of rows_like(tiers[0],
 // ids) and the tiers' dtype. The caller checks the layout and `out` (FeatureTiers does so
 // once, at construction and per call), as the ops' kernels trust their wrappers. For
 // callers that reuse a buffer: a fresh large tensor pays its page faults on first write.
@@ -49,17 +49,20 @@ class PendingGather {
   struct State;
   friend PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor>,
                                                  const std::optional<at::Tensor>&,
-                                                 const at::Tensor&, bool, const char*);
+                                                 const at::Tensor&, bool, int64_t,
+                                                 const char*);
   at::Tensor rows_;
   std::unique_ptr<State> state_;
 };
 
 // gather_tiered_rows' gather on the current stream (the layout and ids checked as the op
 // checks them), returning before the rows are written (never staged: staging waits for the
-// GPU). `op` names the caller in placement errors.
+// GPU; a caller whose layout stages gathers the synchronous way instead). host_read_blocks
+// caps the blocks of a gather that reads host rows, as the op's argument does (0: no cap).
+// `op` names the caller in placement errors.
 PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                                         const std::optional<at::Tensor>& positions,
                                         const at::Tensor& ids, bool group_host_reads,
-                                        const char* op);
+                                        int64_t host_read_blocks, const char* op);
 
 }  // namespace quiver::cuda

@@ -897,3 +897,10 @@ def test_hetero_loader_gathers_a_table_split_over_hosts(tmp_path):
              join=True)
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+def test_rdma_defaults_come_from_the_runtime():
+    """The options DistFeature and DistGraphSampler fill in are RdmaOptions' own defaults."""
+    defaults = dict(torch.classes.quiver.Transport.rdma_defaults())
+    assert defaults == {"port": 1, "gid_index": -1, "qps_per_peer": 4,
+                        "staging_bytes": 64 << 20}

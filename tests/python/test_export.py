@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 RUNNER = os.environ.get("QUIVER_CPP_EXPORT_RUNNER")
 if not RUNNER and os.environ.get("QUIVER_REQUIRE_CPP_TESTS") == "1":
     raise RuntimeError("QUIVER_CPP_EXPORT_RUNNER is not set: scripts/test.sh builds examples/cpp")
-OPS = ["check_csr", "csr_from_coo", "sample_neighbors", "sample_subgraph", "neighbor_sample",
+OPS = ["check_csr", "check_permutation", "check_fanouts", "csr_from_coo", "sample_neighbors", "sample_subgraph", "neighbor_sample",
        "hetero_neighbor_sample",
        "sample_negatives", "gather_rows", "gather_tiered_rows"]
 

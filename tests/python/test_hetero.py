@@ -342,6 +342,10 @@ def test_bad_input_is_named(mode):
         sampler(topo, {EDGE_TYPES[0]: [2]}, mode)
     with pytest.raises(ValueError, match="as many hops"):
         sampler(topo, {**{et: [2] for et in EDGE_TYPES}, EDGE_TYPES[1]: [2, 2]}, mode)
+    with pytest.raises(ValueError, match=r"num_neighbors=.*fanouts\[1\] must be -1 \(all "
+                                         r"neighbors\) or >= 0, got -3"):
+        sampler(topo, [2, -3], mode) if len(EDGE_TYPES) == 1 else sampler(
+            topo, {**{et: [2] for et in EDGE_TYPES}, EDGE_TYPES[1]: [-3]}, mode)
     with pytest.raises(ValueError, match="outside 'paper'"):
         qv.HeteroCSRTopo({EDGE_TYPES[0]: torch.tensor([[0], [40]])}, TYPES)
     with pytest.raises(ValueError, match="lacks"):

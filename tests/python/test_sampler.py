@@ -69,10 +69,12 @@ def test_bad_input(graph):
         sampler.sample(torch.tensor([1.0]))
     with pytest.raises(IndexError, match="out of range"):
         sampler.sample(torch.tensor([topo.node_count]))
-    with pytest.raises(ValueError, match="sizes must be"):
+    with pytest.raises(ValueError, match=r"sizes\[1\] must be -1 \(all neighbors\) or >= 0, got -2"):
         qv.GraphSageSampler(topo, [3, -2], mode="CPU")
-    with pytest.raises(ValueError, match="sizes must be"):
+    with pytest.raises(ValueError, match=r"sizes must name at least one hop"):
         qv.GraphSageSampler(topo, [], mode="CPU")
+    with pytest.raises(ValueError, match=r"sizes\[0\] with replacement"):
+        qv.GraphSageSampler(topo, [1 << 40], mode="CPU", replace=True)
     with pytest.raises(ValueError, match="mode must be one of"):
         qv.GraphSageSampler(topo, [3], mode="TPU")
     with pytest.raises(ValueError, match="samples on a GPU"):
