@@ -12,6 +12,7 @@
 #include <quiver/ipc_buffer.h>
 #include <quiver/serving.h>
 #include <quiver/shard_map.h>
+#include <quiver/subgraph_sampler.h>
 #include <quiver/transport.h>
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -98,6 +99,22 @@ void register_runtime_classes(torch::Library& m) {
                                     std::make_tuple(std::string("num_hosts"), self->num_hosts()),
                                     std::make_tuple(std::string("collective"), self->is_collective()));
            });
+  m.class_<SubgraphSampler>("SubgraphSampler")
+      .def(torch::init<at::Tensor, at::Tensor, std::optional<at::Tensor>, std::vector<int64_t>,
+                       bool, std::optional<at::Tensor>, std::optional<at::Tensor>,
+                       std::optional<at::Tensor>, std::optional<at::Tensor>, bool, std::string,
+                       bool, std::optional<at::Tensor>, bool>())
+      .def("sample_subgraph", &SubgraphSampler::sample_subgraph)
+      .def("neighbor_sample", &SubgraphSampler::neighbor_sample)
+      .def("captures_batches", &SubgraphSampler::captures_batches);
+  m.class_<HeteroSubgraphSampler>("HeteroSubgraphSampler")
+      .def(torch::init<at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>,
+                       std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
+                       std::vector<int64_t>, bool, std::optional<at::Tensor>,
+                       std::optional<at::Tensor>, bool, std::string, bool,
+                       std::optional<at::Tensor>, std::optional<at::Tensor>, bool>())
+      .def("sample", &HeteroSubgraphSampler::sample)
+      .def("captures_batches", &HeteroSubgraphSampler::captures_batches);
   m.class_<DistSampler>("DistSampler")
       .def(torch::init<const c10::intrusive_ptr<c10d::ProcessGroup>&, at::Tensor, at::Tensor,
                        at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>, bool, double,

@@ -6,6 +6,8 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <quiver/ops.h>
 
+#include "ops/internal/sampling.h"
+
 #include <cmath>
 #include <exception>
 #include <numeric>
@@ -42,6 +44,9 @@ struct ServingRuntime::Sampler {
   bool on_gpu;
   at::Generator generator;
   std::optional<c10::Stream> stream;  // when the model's device is a GPU
+  // A GPU sampler's batch shapes captured as CUDA graphs and replayed (a few, the most
+  // recently used), as a GraphSageSampler's are.
+  std::unique_ptr<internal::SamplingGraphs> graphs;
 };
 
 std::unique_ptr<ServingRuntime::Sampler> ServingRuntime::make_sampler(bool on_gpu,
@@ -59,7 +64,9 @@ std::unique_ptr<ServingRuntime::Sampler> ServingRuntime::make_sampler(bool on_gp
     stream = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA)
                  .getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
   }
-  return std::make_unique<Sampler>(Sampler{on_gpu, std::move(generator), stream});
+  return std::make_unique<Sampler>(
+      Sampler{on_gpu, std::move(generator), stream,
+              on_gpu ? std::make_unique<internal::SamplingGraphs>() : nullptr});
 }
 
 ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
@@ -296,8 +303,9 @@ ServedBatch ServingRuntime::prepare(const at::Tensor& ids, Sampler& sampler) con
   const at::Tensor& indices = sampler.on_gpu ? *gpu_indices_ : indices_;
   const at::Tensor seeds = sampler.on_gpu ? ids.to(device_, /*non_blocking=*/true) : ids;
   auto [node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop] =
-      quiver::sample_subgraph(indptr, indices, seeds, options_.fanouts, /*replace=*/false,
-                              std::nullopt, sampler.generator);
+      internal::sample_subgraph(sampler.graphs.get(), indptr, indices, seeds, options_.fanouts,
+                                /*replace=*/false, std::nullopt, sampler.generator, std::nullopt,
+                                std::nullopt);
   // One wait for both count vectors: they size every layer.
   const at::Tensor counts = at::cat({nodes_per_hop, edges_per_hop}).to(at::kCPU, at::kLong);
   const int64_t hops = static_cast<int64_t>(options_.fanouts.size());

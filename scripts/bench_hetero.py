@@ -13,19 +13,22 @@ edges. Batches of 1024 paper seeds start on the host (pinned), as a DataLoader h
 out; fanouts [15, 10] for every relation. Per mode (GPU: topology in
 HBM; UVA: indices in pinned host memory; CPU):
 
-  hetero op                 quiver::hetero_neighbor_sample: every relation in the same
-                            launches of a hop, output regrouped by type (flat tensors),
-                            relation slices read from the graph's slice starts
-  hetero op, not replayed   the same, every call run as usual (QUIVER_SAMPLING_GRAPHS=0;
-                            GPU calls of one shape are otherwise captured as a CUDA graph
-                            and replayed from the third)
+  hetero op                 the sampling of quiver::hetero_neighbor_sample through the
+                            sampler's object (HeteroSubgraphSampler): every relation in
+                            the same launches of a hop, output regrouped by type (flat
+                            tensors), relation slices read from the graph's slice starts;
+                            on a GPU a shape is captured as a CUDA graph at its second call
+                            and replayed from the third
+  hetero op, not replayed   quiver::hetero_neighbor_sample itself: the op keeps no
+                            captures, so every call runs as launched
   HeteroSampler.sample      the user-facing call: the op plus the dicts PyG wants
   loop over relations       what a sampler without the fused op does: per hop and relation
                             one sample_neighbors call on that relation's own CSR, then each
                             type's new nodes numbered through a per-type table on the device
-  homogeneous, same CSR     sample_subgraph on the fused CSR with types ignored, fanouts
-                            [30, 20] (about as many sampled edges): the speed of the same
-                            memory without relations
+  homogeneous, same CSR     sample_subgraph's sampling through a SubgraphSampler object
+                            (replayed as the hetero row is) on the fused CSR with types
+                            ignored, fanouts [30, 20] (about as many sampled edges): the
+                            speed of the same memory without relations
 
 Each batch goes through every variant in turn (round robin), so a drift of the machine
 weighs on all alike. Prints ms per batch (median), sampled edges per second (every edge of
@@ -36,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 
@@ -111,29 +113,20 @@ def loop_over_relations(topo, per_relation, seeds, device):
     return edges
 
 
-def uncaptured(fn):
-    """``fn`` with its batches run as usual, never replayed as CUDA graphs
-    (QUIVER_SAMPLING_GRAPHS=0 for the call: the ops read it on every call)."""
-    def call(seeds):
-        before = os.environ.get("QUIVER_SAMPLING_GRAPHS")
-        os.environ["QUIVER_SAMPLING_GRAPHS"] = "0"
-        try:
-            return fn(seeds)
-        finally:
-            if before is None:
-                del os.environ["QUIVER_SAMPLING_GRAPHS"]
-            else:
-                os.environ["QUIVER_SAMPLING_GRAPHS"] = before
-    return call
-
-
 def sampling_variants(topo, sampler):
     """The variants both heterogeneous benchmarks time, each a function of a batch of paper
-    seeds (host ids) returning its sampled edge count: the op (the graph's relation slice
-    starts read, as the sampler does), the op run as usual, ``sampler.sample``, and
-    homogeneous ``sample_subgraph`` on the same CSR with HOMOGENEOUS_FANOUT."""
+    seeds (host ids) returning its sampled edge count: the sampler's object (replayed), the
+    op (run as launched), ``sampler.sample``, and homogeneous sampling on the same CSR with
+    HOMOGENEOUS_FANOUT through a SubgraphSampler (replayed too)."""
     a, device = sampler._arrays, sampler.device
     offset = topo.type_offset("paper")
+    same_csr = torch.classes.quiver.SubgraphSampler(
+        a["indptr"], a["indices"], a["eid"], HOMOGENEOUS_FANOUT, False, None, None, None, None,
+        False, "uniform", False, None, True)
+
+    def replayed(seeds):
+        out = sampler._sampler.sample(seeds.to(device, non_blocking=True) + offset, None, None)
+        return int(out[-1].sum())
 
     def raw(seeds):
         out = ops.hetero_neighbor_sample(
@@ -147,12 +140,10 @@ def sampling_variants(topo, sampler):
         return sum(sum(v) for v in out.num_sampled_edges.values())
 
     def homogeneous(seeds):
-        out = ops.sample_subgraph(a["indptr"], a["indices"],
-                                  seeds.to(device, non_blocking=True) + offset,
-                                  HOMOGENEOUS_FANOUT, False, a["eid"])
+        out = same_csr.sample_subgraph(seeds.to(device, non_blocking=True) + offset, None)
         return int(out[-1].sum())
 
-    return {"hetero op": raw, "hetero op, not replayed": uncaptured(raw),
+    return {"hetero op": replayed, "hetero op, not replayed": raw,
             "HeteroSampler.sample": user, "homogeneous, same CSR": homogeneous}
 
 

@@ -12,10 +12,11 @@ every relation. Rows, in one run:
 
   sampling, per mode (UVA: indices and edge ids in pinned host memory, row offsets and
   relation slice starts in HBM; GPU: all in HBM when it fits), each batch through every
-  variant in turn: the op (``hetero_neighbor_sample``; also with every call run as usual,
-  not replayed as a CUDA graph), ``HeteroSampler.sample`` (the
-  user-facing call), and homogeneous ``sample_subgraph`` on the same CSR with types
-  ignored, fanouts [30, 20] (the issue's baseline, compared per sampled edge);
+  variant in turn: the op's sampling through the sampler's object (replayed as a CUDA
+  graph; also the op itself, whose calls run as launched), ``HeteroSampler.sample`` (the
+  user-facing call), and homogeneous sampling (a ``SubgraphSampler``, replayed too) on the
+  same CSR with types ignored, fanouts [30, 20] (the issue's baseline, compared per
+  sampled edge);
   gather of each batch's sampled papers' rows: ``Feature`` with 20% of the paper bytes in
   HBM by in-degree (the rest read from pinned host memory), against the same ids read
   straight from the pinned table (``gather_rows``: the host's random-read rate at this

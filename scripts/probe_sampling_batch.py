@@ -3,8 +3,8 @@
 GPU, the op, building the adjacency lists), the op with seeds already on the GPU, and a
 profile of 10 calls (kernels by GPU time, then host calls), its trace in $OUT.
 
-    python scripts/probe_sampling_batch.py                       # batches replayed as graphs
-    QUIVER_SAMPLING_GRAPHS=0 python scripts/probe_sampling_batch.py
+    python scripts/probe_sampling_batch.py                  # batches replayed as graphs
+    python scripts/probe_sampling_batch.py --launched       # every batch run as launched
 """
 import statistics, time, sys, os
 import torch
@@ -15,7 +15,8 @@ from torch_quiver_ops.synthetic import synthetic_graph
 dev = torch.device("cuda", 0)
 g = synthetic_graph("products", device=dev, csr=True)
 topo = g.topology()
-s = qv.GraphSageSampler(topo, [15, 10, 5], device=dev, mode="GPU")
+s = qv.GraphSageSampler(topo, [15, 10, 5], device=dev, mode="GPU",
+                       capture_batches="--launched" not in sys.argv)
 gen = torch.Generator().manual_seed(0)
 train = g.train_idx.cpu()
 seeds = [train[torch.randperm(train.numel(), generator=gen)[:1024]] for _ in range(200)]
@@ -32,18 +33,18 @@ for b, gb in zip(seeds[10:], gpu_seeds[10:]):
     t_sample.append(t1 - t0)
 for b in seeds[10:]:
     t0 = time.perf_counter(); sd = s._seeds(b); t1 = time.perf_counter()
-    out = qv.ops.sample_subgraph(s._indptr, s._indices, sd, s.sizes, s.replace, s._eid, None, None, None)
+    out = s._sampler.sample_subgraph(sd, None)
     t2 = time.perf_counter(); layers_of(out, s.return_eid); t3 = time.perf_counter()
     t_copy.append(t1 - t0); t_op.append(t2 - t1); t_layers.append(t3 - t2)
 for gb in gpu_seeds[10:]:
     t0 = time.perf_counter()
-    qv.ops.sample_subgraph(s._indptr, s._indices, gb, s.sizes, s.replace, s._eid, None, None, None)
+    s._sampler.sample_subgraph(gb, None)
     t_gpu_seeds.append(time.perf_counter() - t0)
 edges = sum(int(x) for x in s.sample_subgraph(seeds[0])[5])
 print(f"sample() CPU seeds: median {med(t_sample):.3f} ms (p10 {statistics.quantiles(t_sample, n=10)[0]*1e3:.3f}); "
       f"edges/batch {edges}")
-print(f"  seeds .to(cuda) {med(t_copy):.3f} ms, op {med(t_op):.3f} ms, layers_of {med(t_layers):.3f} ms")
-print(f"op, seeds on the GPU: {med(t_gpu_seeds):.3f} ms")
+print(f"  seeds .to(cuda) {med(t_copy):.3f} ms, sampling {med(t_op):.3f} ms, layers_of {med(t_layers):.3f} ms")
+print(f"sampling, seeds on the GPU: {med(t_gpu_seeds):.3f} ms")
 from torch.profiler import profile, ProfilerActivity
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
     for b in seeds[20:30]:

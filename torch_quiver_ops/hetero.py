@@ -315,6 +315,8 @@ class HeteroSampler:
             without replacement, see :func:`torch_quiver_ops.ops.neighbor_sample`).
         temporal_strategy, strict_time: temporal sampling when ``topo`` has times.
         disjoint: each seed grows its own tree (implied by temporal sampling).
+        capture_batches: as :class:`torch_quiver_ops.GraphSageSampler`'s: batches replayed
+            as CUDA graphs, kept with this sampler (False: every batch runs as launched).
     """
 
     def __init__(self, topo: HeteroCSRTopo,
@@ -322,14 +324,11 @@ class HeteroSampler:
                  device: Union[None, int, str, torch.device] = None, mode: Optional[str] = None,
                  replace: bool = False, *, weights: Optional[Dict[EdgeType, Tensor]] = None,
                  temporal_strategy: str = "uniform", strict_time: bool = False,
-                 disjoint: bool = False):
+                 disjoint: bool = False, capture_batches: bool = True):
         self.topo = topo
         self.replace = bool(replace)
         self.fanouts, self.num_hops = self._fanouts(num_neighbors)
         self.temporal = topo.edge_time is not None
-        if temporal_strategy not in ("uniform", "last"):
-            raise ValueError(f"temporal_strategy must be 'uniform' or 'last', got "
-                             f"{temporal_strategy!r}")
         self.temporal_strategy = temporal_strategy
         self.strict_time = bool(strict_time)
         self.disjoint = bool(disjoint) or self.temporal
@@ -353,7 +352,13 @@ class HeteroSampler:
                                   if edge_weight is not None and mode != "UVA" else None),
                   # Small (4 bytes an extra relation a node): in GPU memory in UVA mode too.
                   "slice_starts": topo.slice_starts}
-        self._arrays = {name: self._place(name, t) for name, t in arrays.items()}
+        self._arrays = a = {name: self._place(name, t) for name, t in arrays.items()}
+        # Holds what stays the same from batch to batch, and its own captured batches.
+        self._sampler = torch.classes.quiver.HeteroSubgraphSampler(
+            a["indptr"], a["indices"], a["eid"], topo.node_type_offsets, topo.relation_src_types,
+            topo.relation_dst_types, topo.relation_edge_offsets, self.fanouts, self.replace,
+            a["edge_weight"], a["edge_time"], self.strict_time, temporal_strategy, self.disjoint,
+            a["weight_sums"], a["slice_starts"], bool(capture_batches))
 
     def _fanouts(self, num_neighbors) -> Tuple[List[int], int]:
         edge_types = self.topo.edge_types
@@ -453,7 +458,6 @@ class HeteroSampler:
                generator: Optional[torch.Generator] = None) -> HeteroSample:
         """Samples around ``seeds`` (``{node_type: ids}`` or ``(node_type, ids)``); with
         temporal sampling ``seed_time`` holds one time per seed, in the same order."""
-        a = self._arrays
         global_ids = self.global_seeds(seeds)
         if self.temporal:
             if seed_time is None:
@@ -464,12 +468,7 @@ class HeteroSampler:
                              "edge_time_dict or node_time_dict")
         topo = self.topo
         node_ids, batch, rows, cols, eids, nodes_per_hop, edges_per_hop = (
-            ops.hetero_neighbor_sample(
-                a["indptr"], a["indices"], a["eid"], global_ids, topo.node_type_offsets,
-                topo.relation_src_types, topo.relation_dst_types, topo.relation_edge_offsets,
-                self.fanouts, self.replace, a["edge_weight"], a["edge_time"], seed_time,
-                self.strict_time, self.temporal_strategy, self.disjoint, generator,
-                a["weight_sums"], a["slice_starts"]))
+            self._sampler.sample(global_ids, seed_time, generator))
         # The counts are on the host (the op reads them back once): plain lists from here.
         per_type, per_relation = nodes_per_hop.tolist(), edges_per_hop.tolist()
         node_sizes = [sum(hops) for hops in per_type]

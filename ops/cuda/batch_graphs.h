@@ -1,5 +1,7 @@
-// Batches of the hop loop (hop_loop.h) captured as CUDA graphs and replayed, for both
-// sampling ops: sample_batch runs a batch once, or captures it, or replays its capture.
+// Batches of the hop loop (hop_loop.h) captured as CUDA graphs and replayed, for the
+// sampling ops' kernels: sample_batch runs a batch once, or, given a sampler's
+// SamplerGraphs (the runtime's sampler classes own one each; the ops pass none and never
+// capture), captures it or replays its capture.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -10,7 +12,6 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,6 +20,7 @@
 #include <tuple>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "ops/cuda/hop_board.h"
 #include "ops/cuda/hop_loop.h"
@@ -33,7 +35,7 @@ namespace quiver::cuda {
 // replay it: the seeds are copied into the graph's input, the board's host half is filled
 // with this call's key, and the outputs are copied out as usual. Each capture keeps its
 // batch's buffers in a memory pool of its own, so only a few shapes are kept (an epoch has
-// two: full batches and the last). QUIVER_SAMPLING_GRAPHS=0 turns this off. On the H100 a
+// two: full batches and the last), and they go with the sampler that owns them. On the H100 a
 // replayed batch ([15, 10, 5] from 1024 seeds) took 0.36 against 0.39-0.45 ms in GPU mode
 // and 1.06-1.11 against 1.16-1.19 ms in UVA mode (docs/benchmarks.md).
 constexpr size_t kMaxCapturedBatches = 3;
@@ -133,6 +135,8 @@ struct CapturedBatch {
   }
 };
 
+// A sampler's captured batches, by every input they depend on (GraphKey), the least
+// recently used past kMaxCapturedBatches let go of.
 class CapturedBatches {
  public:
   std::shared_ptr<CapturedBatch> find(const std::string& key) {
@@ -166,7 +170,8 @@ class CapturedBatches {
 // runtime's samplers, a loader's side stream): while it is being captured, that thread's
 // copies from pageable memory are refused ("Cannot copy between CPU and CUDA tensors during
 // CUDA graph capture") and its kernels would be recorded into the graph. Captures take turns
-// on it (they are few: a couple per shape). Never destroyed, as captured_batches().
+// on it (they are few: a couple per shape). Never destroyed: at exit the CUDA context may be
+// gone before statics.
 class CaptureStream {
  public:
   static CaptureStream& of(c10::DeviceIndex device) {
@@ -192,16 +197,36 @@ class CaptureStream {
   std::mutex turn_;
 };
 
-// Never destroyed: at exit the CUDA context and the allocator may be gone before statics.
-inline CapturedBatches& captured_batches() {
-  static auto* batches = new CapturedBatches();
-  return *batches;
-}
+// What one sampler object keeps for replays: its captured batches, and small tables on the
+// GPU that captures read at replay (so they must outlive the call: the heterogeneous op's
+// graph tables), one per content, both freed with the sampler.
+class SamplerGraphs {
+ public:
+  CapturedBatches& batches() { return batches_; }
 
-inline bool sampling_graphs_enabled() {
-  const char* value = std::getenv("QUIVER_SAMPLING_GRAPHS");
-  return value == nullptr || value[0] != '0';
-}
+  // `values` on `device`, the same tensor for the same content while this object lives,
+  // copied before it is handed out (any thread's stream may read it: a wait, once per
+  // content). Past kKeptTables contents, none (std::nullopt): such calls run uncaptured.
+  std::optional<at::Tensor> kept_tables(const std::vector<int64_t>& values,
+                                        const at::Device& device) {
+    std::ostringstream key;
+    key << device << ';';
+    for (const int64_t v : values) key << v << ',';
+    const std::lock_guard<std::mutex> lock(mutex_);
+    const auto found = tables_.find(key.str());
+    if (found != tables_.end()) return found->second;
+    if (tables_.size() >= kKeptTables) return std::nullopt;
+    at::Tensor tables = at::tensor(values, at::kLong).to(device);  // waits for the copy
+    tables_.emplace(key.str(), tables);
+    return tables;
+  }
+
+ private:
+  static constexpr size_t kKeptTables = 16;
+  CapturedBatches batches_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, at::Tensor> tables_;
+};
 
 // Every input a captured batch depends on, as a string: tensors by address, size, dtype and
 // device (same addresses and sizes: a graph reads whatever is there), then the choices.
@@ -234,13 +259,14 @@ class GraphKey {
 };
 
 // One batch of `shape` from `seeds` (and, when temporal, `seed_time` on the device, which
-// shape.rules.seed_time points to) with Philox `key`: run as usual, or, when `graph_key`
-// names every input the batch depends on (empty: never captured), captured at the second
-// call of that key and replayed from the third.
+// shape.rules.seed_time points to) with Philox `key`: run as usual, or, with a sampler's
+// `graphs` and a `graph_key` that names every input the batch depends on (empty: never
+// captured), captured into `graphs` at the second call of that key and replayed from the
+// third.
 template <typename index_t>
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_batch(
     const BatchShape<index_t>& shape, const at::Tensor& seeds, const at::Tensor& seed_time,
-    const PhiloxKey& key, const std::string& graph_key) {
+    const PhiloxKey& key, const std::string& graph_key, SamplerGraphs* graphs) {
   const at::Device device = seeds.device();
   const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
   const auto& csr = shape.csr;
@@ -256,14 +282,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
         finish_batch(queued, board, shape.layout, seeds, num_hops, csr.num_nodes, csr.num_edges),
         queued.waited);
   };
-  if (graph_key.empty() || !sampling_graphs_enabled() ||
+  if (graphs == nullptr || graph_key.empty() ||
       queued_edges_bound(shape.batch_size, shape.bound_fanouts(), replace, shape.key_space(),
                          csr.num_edges) > kMaxCapturedEdges) {
     return run_once().first;
   }
 
-  const std::shared_ptr<CapturedBatch> batch =
-      captured_batches().find(graph_key);
+  const std::shared_ptr<CapturedBatch> batch = graphs->batches().find(graph_key);
   std::unique_lock<std::mutex> mine(batch->busy, std::try_to_lock);
   if (!mine.owns_lock() || !batch->capturable) return run_once().first;  // in use elsewhere
   if (!batch->captured && !batch->ran) {

@@ -1,24 +1,23 @@
 // CUDA entry point of hetero_neighbor_sample: neighbor_sample's hop loop (hop_loop.h) with
 // rows sliced by relation (RowRules::relations), every relation of a hop in the same
-// launches, then the output regrouped by type and relation (hetero_regroup.cu). The hop
-// loop is captured as a CUDA graph and replayed as neighbor_sample's (batch_graphs.h); the
-// graph's small tables, which a capture reads, stay on the GPU per distinct content.
+// launches, then the output regrouped by type and relation (hetero_regroup.cu). For a
+// sampler that keeps captures (batch_graphs.h: SamplerGraphs), the hop loop is captured as
+// a CUDA graph and replayed as neighbor_sample's, and the graph's small tables, which a
+// capture reads, stay on the GPU with that sampler; the op itself uploads them each call.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
 
-#include <mutex>
 #include <optional>
-#include <sstream>
 #include <string>
-#include <unordered_map>
 
 #include "ops/checks.h"
 #include "ops/cuda/batch_graphs.h"
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/hetero_regroup.h"
 #include "ops/cuda/hop_loop.h"
+#include "ops/cuda/sampling_entries.h"
 #include "ops/hetero_layout.h"
 #include "ops/sampling_rules.h"
 #include "ops/tree_keys.h"
@@ -33,30 +32,6 @@ using Outputs =
 // host allocator keeps the pinned block until the copy is done).
 at::Tensor to_device(const std::vector<int64_t>& values, const at::Device& device) {
   return at::tensor(values, at::kLong).pin_memory().to(device, /*non_blocking=*/true);
-}
-
-// The graph's tables on the GPU, kept per device and content for the life of the process:
-// a captured batch reads them at replay, so they must outlive the call, and any thread's
-// stream may read them, so they are copied before they are handed out (a wait, once per
-// content) and never freed. A handful per process (one per graph and fanouts); past
-// kKeptTables distinct contents, none is kept (std::nullopt) and such calls upload their
-// tables and run uncaptured.
-constexpr size_t kKeptTables = 16;
-
-std::optional<at::Tensor> kept_device_tables(const std::vector<int64_t>& values,
-                                             const at::Device& device) {
-  static std::mutex mutex;
-  static auto* kept = new std::unordered_map<std::string, at::Tensor>();  // never destroyed
-  std::ostringstream key;
-  key << device << ';';
-  for (const int64_t v : values) key << v << ',';
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto found = kept->find(key.str());
-  if (found != kept->end()) return found->second;
-  if (kept->size() >= kKeptTables) return std::nullopt;
-  at::Tensor tables = at::tensor(values, at::kLong).to(device);  // waits for the copy
-  kept->emplace(key.str(), tables);
-  return tables;
 }
 
 // The hop loop's output regrouped by type and relation (hetero_regroup.cu), the counts
@@ -114,10 +89,12 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
                       const std::optional<at::Tensor>& seed_time, bool strict_time, bool last,
                       bool disjoint, const std::optional<at::Generator>& generator,
                       const std::optional<at::Tensor>& edge_weight_cumsum,
-                      const std::optional<at::Tensor>& relation_slice_starts) {
+                      const std::optional<at::Tensor>& relation_slice_starts,
+                      cuda::SamplerGraphs* graphs) {
   const at::Device device = seeds.device();
   const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
-  const std::optional<at::Tensor> kept = kept_device_tables(tables.block, device);
+  const std::optional<at::Tensor> kept =
+      graphs != nullptr ? graphs->kept_tables(tables.block, device) : std::nullopt;
   const at::Tensor block = kept ? *kept : to_device(tables.block, device);
   const int64_t* block_p = block.const_data_ptr<int64_t>();
   at::Tensor seed_times;
@@ -151,15 +128,17 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
     graph_key = inputs.str();
   }
   auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] =
-      cuda::sample_batch(shape, seeds, seed_times, key, graph_key);
+      cuda::sample_batch(shape, seeds, seed_times, key, graph_key, graphs);
   const auto [node_ids, batch] = split_tree_keys(keys, disjoint, csr.num_nodes);
   return regroup_on_gpu(tables, block, node_ids, batch, rows, cols, eids, nodes_per_hop,
                         edges_per_hop);
 }
 
-Outputs hetero_neighbor_sample_cuda(
-    const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& edge_ids,
-    const at::Tensor& seeds, at::IntArrayRef node_type_offsets,
+}  // namespace
+
+cuda::NeighborOutputs cuda::hetero_neighbor_sample_with(
+    SamplerGraphs* graphs, const at::Tensor& indptr, const at::Tensor& indices,
+    const at::Tensor& edge_ids, const at::Tensor& seeds, at::IntArrayRef node_type_offsets,
     at::IntArrayRef relation_src_types, at::IntArrayRef relation_dst_types,
     at::IntArrayRef relation_edge_offsets, at::IntArrayRef fanouts, bool replace,
     const std::optional<at::Tensor>& edge_weight, const std::optional<at::Tensor>& edge_time,
@@ -195,8 +174,28 @@ Outputs hetero_neighbor_sample_cuda(
     return hetero_kernel<index_t>(indptr, indices, edge_ids, seeds64, tables, replace,
                                   edge_weight, edge_time, seed_time, strict_time, last,
                                   disjoint, generator, edge_weight_cumsum,
-                                  relation_slice_starts);
+                                  relation_slice_starts, graphs);
   });
+}
+
+namespace {
+
+Outputs hetero_neighbor_sample_cuda(
+    const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& edge_ids,
+    const at::Tensor& seeds, at::IntArrayRef node_type_offsets,
+    at::IntArrayRef relation_src_types, at::IntArrayRef relation_dst_types,
+    at::IntArrayRef relation_edge_offsets, at::IntArrayRef fanouts, bool replace,
+    const std::optional<at::Tensor>& edge_weight, const std::optional<at::Tensor>& edge_time,
+    const std::optional<at::Tensor>& seed_time, bool strict_time,
+    c10::string_view temporal_strategy, bool disjoint,
+    const std::optional<at::Generator>& generator,
+    const std::optional<at::Tensor>& edge_weight_cumsum,
+    const std::optional<at::Tensor>& relation_slice_starts) {
+  return cuda::hetero_neighbor_sample_with(
+      nullptr, indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
+      relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight, edge_time,
+      seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum,
+      relation_slice_starts);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // CUDA entry point of neighbor_sample: the shared hop loop (hop_loop.h) with the rows'
 // rules (row_sampling.h: RowRules): weighted rows (weighted_rows.cu), time cuts and
 // disjoint trees (row_rules.cuh). One host wait per batch, and batches replayed as CUDA
-// graphs, as sample_subgraph.
+// graphs for a sampler that keeps them, as sample_subgraph's.
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -14,6 +14,7 @@
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/hop_board.h"
 #include "ops/cuda/hop_loop.h"
+#include "ops/cuda/sampling_entries.h"
 #include "ops/sampling_rules.h"
 #include "ops/tree_keys.h"
 
@@ -32,7 +33,8 @@ Outputs neighbor_sample_kernel(const at::Tensor& indptr, const at::Tensor& indic
                                const std::optional<at::Tensor>& seed_time, bool strict_time,
                                bool last, bool disjoint,
                                const std::optional<at::Generator>& generator,
-                               const std::optional<at::Tensor>& edge_weight_cumsum) {
+                               const std::optional<at::Tensor>& edge_weight_cumsum,
+                               cuda::SamplerGraphs* graphs) {
   const at::Device device = seeds.device();
   const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
   at::Tensor seed_times;
@@ -52,26 +54,31 @@ Outputs neighbor_sample_kernel(const at::Tensor& indptr, const at::Tensor& indic
   const cuda::PhiloxKey key = cuda::batch_philox_key(shape, device, generator);
   // Replayed as a CUDA graph from the third call of a shape (batch_graphs.h), like
   // sample_subgraph: the seed times are one more input copied in before each replay.
-  cuda::GraphKey graph_key;
-  graph_key.add(indptr).add(indices).add(edge_ids).add(edge_weight).add(edge_time);
-  graph_key.add(edge_weight_cumsum);
-  graph_key.add(shape.batch_size).add(replace).add(shape.sort_rows).add(fanouts);
-  graph_key.add(strict_time).add(last).add(disjoint).add(seed_time.has_value());
+  std::string graph_key;
+  if (graphs != nullptr) {
+    cuda::GraphKey inputs;
+    inputs.add(indptr).add(indices).add(edge_ids).add(edge_weight).add(edge_time);
+    inputs.add(edge_weight_cumsum);
+    inputs.add(shape.batch_size).add(replace).add(shape.sort_rows).add(fanouts);
+    inputs.add(strict_time).add(last).add(disjoint).add(seed_time.has_value());
+    graph_key = inputs.str();
+  }
   auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] =
-      cuda::sample_batch(shape, seeds, seed_times, key, graph_key.str());
+      cuda::sample_batch(shape, seeds, seed_times, key, graph_key, graphs);
   const auto [node_ids, batch] = split_tree_keys(keys, disjoint, csr.num_nodes);
   return {node_ids, batch, rows, cols, eids, nodes_per_hop, edges_per_hop};
 }
 
-Outputs neighbor_sample_cuda(const at::Tensor& indptr, const at::Tensor& indices,
-                             const at::Tensor& seeds, at::IntArrayRef fanouts, bool replace,
-                             const std::optional<at::Tensor>& edge_ids,
-                             const std::optional<at::Tensor>& edge_weight,
-                             const std::optional<at::Tensor>& edge_time,
-                             const std::optional<at::Tensor>& seed_time, bool strict_time,
-                             c10::string_view temporal_strategy, bool disjoint,
-                             const std::optional<at::Generator>& generator,
-                             const std::optional<at::Tensor>& edge_weight_cumsum) {
+}  // namespace
+
+cuda::NeighborOutputs cuda::neighbor_sample_with(
+    SamplerGraphs* graphs, const at::Tensor& indptr, const at::Tensor& indices,
+    const at::Tensor& seeds, at::IntArrayRef fanouts, bool replace,
+    const std::optional<at::Tensor>& edge_ids, const std::optional<at::Tensor>& edge_weight,
+    const std::optional<at::Tensor>& edge_time, const std::optional<at::Tensor>& seed_time,
+    bool strict_time, c10::string_view temporal_strategy, bool disjoint,
+    const std::optional<at::Generator>& generator,
+    const std::optional<at::Tensor>& edge_weight_cumsum) {
   check_neighbor_sample_args(indptr, indices, seeds, fanouts, replace, edge_ids, edge_weight,
                              edge_time, seed_time, temporal_strategy, disjoint,
                              edge_weight_cumsum);
@@ -93,8 +100,24 @@ Outputs neighbor_sample_cuda(const at::Tensor& indptr, const at::Tensor& indices
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "neighbor_sample_cuda", [&] {
     return neighbor_sample_kernel<index_t>(indptr, indices, seeds64, fanouts, replace, edge_ids,
                                            edge_weight, edge_time, seed_time, strict_time, last,
-                                           disjoint, generator, edge_weight_cumsum);
+                                           disjoint, generator, edge_weight_cumsum, graphs);
   });
+}
+
+namespace {
+
+Outputs neighbor_sample_cuda(const at::Tensor& indptr, const at::Tensor& indices,
+                             const at::Tensor& seeds, at::IntArrayRef fanouts, bool replace,
+                             const std::optional<at::Tensor>& edge_ids,
+                             const std::optional<at::Tensor>& edge_weight,
+                             const std::optional<at::Tensor>& edge_time,
+                             const std::optional<at::Tensor>& seed_time, bool strict_time,
+                             c10::string_view temporal_strategy, bool disjoint,
+                             const std::optional<at::Generator>& generator,
+                             const std::optional<at::Tensor>& edge_weight_cumsum) {
+  return cuda::neighbor_sample_with(nullptr, indptr, indices, seeds, fanouts, replace, edge_ids,
+                                    edge_weight, edge_time, seed_time, strict_time,
+                                    temporal_strategy, disjoint, generator, edge_weight_cumsum);
 }
 
 }  // namespace

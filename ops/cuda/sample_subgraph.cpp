@@ -1,5 +1,6 @@
 // CUDA entry point of sample_subgraph: the shared hop loop (hop_loop.h) over uniform rows,
-// its batches captured as CUDA graphs and replayed (batch_graphs.h).
+// its batches captured as CUDA graphs and replayed for a sampler that keeps them
+// (batch_graphs.h, sampling_entries.h); the op itself keeps none.
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <torch/library.h>
@@ -12,6 +13,7 @@
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/hop_board.h"
 #include "ops/cuda/hop_loop.h"
+#include "ops/cuda/sampling_entries.h"
 #include "ops/sampling_rules.h"
 
 namespace quiver {
@@ -28,7 +30,8 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
                        const std::optional<at::Tensor>& edge_ids,
                        const std::optional<at::Generator>& generator,
                        const std::optional<at::Tensor>& cached_indices,
-                       const std::optional<at::Tensor>& cached_starts) {
+                       const std::optional<at::Tensor>& cached_starts,
+                       cuda::SamplerGraphs* graphs) {
   const at::Device device = seeds.device();
   auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
   if (cached_starts.has_value()) {
@@ -54,19 +57,24 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
                                   BoardLayout(num_hops)};
 
   const cuda::PhiloxKey key = cuda::batch_philox_key(shape, device, generator);
-  cuda::GraphKey graph_key;
-  graph_key.add(indptr).add(indices).add(edge_ids).add(cached_indices).add(cached_starts);
-  graph_key.add(shape.batch_size).add(replace).add(shape.sort_rows).add(fanouts);
-  return cuda::sample_batch(shape, seeds, at::Tensor(), key, graph_key.str());
+  std::string graph_key;
+  if (graphs != nullptr) {
+    cuda::GraphKey inputs;
+    inputs.add(indptr).add(indices).add(edge_ids).add(cached_indices).add(cached_starts);
+    inputs.add(shape.batch_size).add(replace).add(shape.sort_rows).add(fanouts);
+    graph_key = inputs.str();
+  }
+  return cuda::sample_batch(shape, seeds, at::Tensor(), key, graph_key, graphs);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-sample_subgraph_cuda(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
-                     at::IntArrayRef fanouts, bool replace,
-                     const std::optional<at::Tensor>& edge_ids,
-                     const std::optional<at::Generator>& generator,
-                     const std::optional<at::Tensor>& cached_indices,
-                     const std::optional<at::Tensor>& cached_starts) {
+}  // namespace
+
+cuda::SubgraphOutputs cuda::sample_subgraph_with(
+    SamplerGraphs* graphs, const at::Tensor& indptr, const at::Tensor& indices,
+    const at::Tensor& seeds, at::IntArrayRef fanouts, bool replace,
+    const std::optional<at::Tensor>& edge_ids, const std::optional<at::Generator>& generator,
+    const std::optional<at::Tensor>& cached_indices,
+    const std::optional<at::Tensor>& cached_starts) {
   check_sample_subgraph_args(indptr, indices, seeds, fanouts, replace, edge_ids);
   check_topology_cache(indptr, indices, cached_indices, cached_starts);
   TORCH_CHECK(seeds.is_cuda(), "sample_subgraph on CUDA needs seeds on a GPU, got ",
@@ -84,8 +92,20 @@ sample_subgraph_cuda(const at::Tensor& indptr, const at::Tensor& indices, const 
   }
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_subgraph_cuda", [&] {
     return sample_subgraph_kernel<index_t>(indptr, indices, seeds64, fanouts, replace, edge_ids,
-                                           generator, cached_indices, cached_starts);
+                                           generator, cached_indices, cached_starts, graphs);
   });
+}
+
+namespace {
+
+cuda::SubgraphOutputs sample_subgraph_cuda(const at::Tensor& indptr, const at::Tensor& indices,
+                                           const at::Tensor& seeds, at::IntArrayRef fanouts,
+                                           bool replace, const std::optional<at::Tensor>& edge_ids,
+                                           const std::optional<at::Generator>& generator,
+                                           const std::optional<at::Tensor>& cached_indices,
+                                           const std::optional<at::Tensor>& cached_starts) {
+  return cuda::sample_subgraph_with(nullptr, indptr, indices, seeds, fanouts, replace, edge_ids,
+                                    generator, cached_indices, cached_starts);
 }
 
 }  // namespace

@@ -104,3 +104,13 @@ def permutation_positions(num_rows, dtype, seed=3):
     positions = torch.empty(num_rows, dtype=dtype)
     positions[order] = torch.arange(num_rows, dtype=dtype)
     return order, positions
+
+
+def subgraph_sampler(indptr, indices, eid, fanouts, replace=False, cached=(None, None),
+                     capture=True, edge_weight=None, edge_time=None, strict_time=False,
+                     temporal_strategy="uniform", disjoint=False, edge_weight_cumsum=None):
+    """The runtime's sampler object over these arrays (torch.classes.quiver.SubgraphSampler):
+    on a GPU, with ``capture``, its batches are captured as CUDA graphs and replayed."""
+    return torch.classes.quiver.SubgraphSampler(
+        indptr, indices, eid, list(fanouts), replace, cached[0], cached[1], edge_weight,
+        edge_time, strict_time, temporal_strategy, disjoint, edge_weight_cumsum, capture)

@@ -8,7 +8,7 @@ import torch
 from scipy.stats import chisquare
 
 import torch_quiver_ops as qv
-from reference import place, random_graph
+from reference import place, random_graph, subgraph_sampler
 from stats import P_VALUE_FLOOR, star_graph
 
 TRIALS = 6000
@@ -458,13 +458,12 @@ def test_torch_export_traces_neighbor_sample():
     assert torch.allclose(program.module()(*other), model(*other))
 
 
-# Repeated CUDA calls of one shape are captured as a CUDA graph and replayed, as for
-# sample_subgraph; each replay reads its own seeds and seed times.
+# A sampler object's repeated CUDA calls of one shape are captured as a CUDA graph and
+# replayed, as for sample_subgraph; each replay reads its own seeds and seed times.
 
 @pytest.mark.parametrize("rules", ["weighted", "temporal", "last", "disjoint"])
-def test_replayed_batches_equal_calls_run_as_usual(mode, monkeypatch, rules):
-    if mode == "CPU":
-        pytest.skip("CUDA graphs are a GPU's")
+def test_replayed_batches_equal_calls_run_as_usual(mode, rules):
+    """On the CPU too: the sampler object gives the op's batches."""
     graph, indices, eid, times = temporal_graph(11, num_nodes=400, num_edges=5000)
     dev = device_of(mode)
     indptr, indices, eid, times = (place_extra(t, mode) for t in (graph.indptr, indices, eid,
@@ -478,15 +477,19 @@ def test_replayed_batches_equal_calls_run_as_usual(mode, monkeypatch, rules):
     batches = [(torch.randint(0, 400, (48,), generator=gen).to(dev),
                 torch.randint(0, 100, (48,), generator=gen).to(dev)) for _ in range(5)]
 
-    def calls(setting):
-        monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", setting)
+    def calls(capture):
         sampling = torch.Generator(dev).manual_seed(9)
-        return [qv.ops.neighbor_sample(indptr, indices, seeds, [6, 4], edge_ids=eid,
-                                       seed_time=seed_time if "edge_time" in kwargs else None,
-                                       generator=sampling, **kwargs)
-                for seeds, seed_time in batches]
+        times = [seed_time if "edge_time" in kwargs else None for _, seed_time in batches]
+        if capture is None:  # the op
+            return [qv.ops.neighbor_sample(indptr, indices, seeds, [6, 4], edge_ids=eid,
+                                           seed_time=t, generator=sampling, **kwargs)
+                    for (seeds, _), t in zip(batches, times)]
+        sampler = subgraph_sampler(indptr, indices, eid, [6, 4], capture=capture, **kwargs)
+        return [sampler.neighbor_sample(seeds, t, sampling)
+                for (seeds, _), t in zip(batches, times)]
 
-    usual, replayed = calls("0"), calls("1")
+    usual, replayed = calls(None), calls(True)
+    assert all(torch.equal(x, y) for a, b in zip(usual, calls(False)) for x, y in zip(a, b))
     for k, (a, b) in enumerate(zip(usual, replayed)):
         for x, y in zip(a, b):
             assert torch.equal(x, y), (rules, k)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import torch_quiver_ops as qv
-from reference import place, random_graph, reindex_reference
+from reference import place, random_graph, reindex_reference, subgraph_sampler
 from stats import assert_uniform, star_graph
 from test_sample_neighbors import expected_count, place_pair
 
@@ -406,8 +406,9 @@ def test_sampler_topology_cache(mode):
         assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-# Repeated CUDA calls of one shape are captured as a CUDA graph (the second call) and replayed
-# (every later one); QUIVER_SAMPLING_GRAPHS=0 runs every call as usual.
+# A sampler object's repeated CUDA calls of one shape are captured as a CUDA graph (the
+# second call) and replayed (every later one); the op itself, and a sampler made with
+# capture=False, run every call as launched.
 
 def graph_cases(mode, index_dtype):
     graph = random_graph(num_nodes=500, num_edges=8000, dtype=index_dtype, seed=21)
@@ -420,51 +421,59 @@ def graph_cases(mode, index_dtype):
     ]
 
 
-def calls_in_turn(graph_device_cases, seeds, monkeypatch, setting, calls=4):
-    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", setting)
+def calls_in_turn(graph_device_cases, seeds, through, calls=4):
+    """Each case's `calls` batches: through the op ("op"), or a sampler object that captures
+    ("captured") or not ("launched")."""
     out = {}
     for name, fanouts, replace, csr, extra in graph_device_cases:
         gen = torch.Generator(seeds.device).manual_seed(7)
-        out[name] = [qv.ops.sample_subgraph(*csr, seeds, fanouts, replace, extra[0], gen,
-                                            *extra[1:]) for _ in range(calls)]
+        if through == "op":
+            out[name] = [qv.ops.sample_subgraph(*csr, seeds, fanouts, replace, extra[0], gen,
+                                                *extra[1:]) for _ in range(calls)]
+            continue
+        cached = tuple(extra[1:]) or (None, None)
+        sampler = subgraph_sampler(*csr, extra[0], fanouts, replace, cached,
+                                   capture=through == "captured")
+        assert sampler.captures_batches() == (through == "captured")
+        out[name] = [sampler.sample_subgraph(seeds, gen) for _ in range(calls)]
     return out
 
 
-def graph_for_captures(mode, monkeypatch, num_nodes, num_edges, seed):
-    """A random graph and its CSR placed for `mode`, with batches captured as CUDA graphs
-    (QUIVER_SAMPLING_GRAPHS=1); skips CPU mode, CUDA graphs being a GPU's."""
+def graph_for_captures(mode, num_nodes, num_edges, seed):
+    """A random graph and its CSR placed for `mode` (whose sampler objects capture batches
+    as CUDA graphs); skips CPU mode, CUDA graphs being a GPU's."""
     if mode == "CPU":
         pytest.skip("CUDA graphs are a GPU's")
-    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "1")
     graph = random_graph(num_nodes=num_nodes, num_edges=num_edges, seed=seed)
     return (graph, *place(graph, mode))
 
 
-def test_replayed_batches_equal_calls_run_as_usual(mode, index_dtype, monkeypatch):
-    if mode == "CPU":
-        pytest.skip("CUDA graphs are a GPU's")
+def test_replayed_batches_equal_calls_run_as_usual(mode, index_dtype):
+    """On the CPU too: the sampler object gives the op's batches."""
     graph, device, cases = graph_cases(mode, index_dtype)
     seeds = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(4))[:64]
     seeds = seeds.to(device)
-    usual = calls_in_turn(cases, seeds, monkeypatch, "0")
-    replayed = calls_in_turn(cases, seeds, monkeypatch, "1")
+    usual = calls_in_turn(cases, seeds, "op")
+    launched = calls_in_turn(cases, seeds, "launched")
+    replayed = calls_in_turn(cases, seeds, "captured")
     for name, fanouts, replace, _, extra in cases:
-        for k, (a, b) in enumerate(zip(usual[name], replayed[name])):
-            for x, y in zip(a, b):
-                assert torch.equal(x, y), (name, k)
+        for k, (a, b, c) in enumerate(zip(usual[name], replayed[name], launched[name])):
+            for x, y, z in zip(a, b, c):
+                assert torch.equal(x, y) and torch.equal(x, z), (name, k)
             check_subgraph(graph, seeds, fanouts, replace, b, extra[0] is not None)
         # successive calls draw fresh numbers, replayed or not
         assert not torch.equal(replayed[name][2][1], replayed[name][3][1])
 
 
-def test_captures_leave_other_threads_streams_alone(mode, monkeypatch):
+def test_captures_leave_other_threads_streams_alone(mode):
     """A batch is captured on a stream of its own, never on one of PyTorch's pool streams:
     another thread whose current stream is a pool stream (torch.cuda.Stream() takes one;
     a serving runtime's samplers do too) keeps copying from pageable memory meanwhile. On a
     pool stream, its copies were refused during the capture ("Cannot copy between CPU and
     CUDA tensors during CUDA graph capture"), and its kernels would have been recorded."""
     import threading
-    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 400, 6000, 23)
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, 400, 6000, 23)
+    sampler = subgraph_sampler(indptr, indices, eid, [4, 3])
     streams = [torch.cuda.Stream(device) for _ in range(40)]  # every pool stream, in turn
     pageable = torch.arange(4096)
     failures, done = [], threading.Event()
@@ -486,7 +495,7 @@ def test_captures_leave_other_threads_streams_alone(mode, monkeypatch):
         for size in range(8, 8 + 30):  # 30 shapes: each captured at its second call
             seeds = torch.arange(size, device=device)
             for _ in range(3):
-                out = qv.ops.sample_subgraph(indptr, indices, seeds, [4, 3], False, eid, gen)
+                out = sampler.sample_subgraph(seeds, gen)
             check_subgraph(graph, seeds, [4, 3], False, out)
     finally:
         done.set()
@@ -495,38 +504,38 @@ def test_captures_leave_other_threads_streams_alone(mode, monkeypatch):
     assert not failures, failures[0]
 
 
-def test_a_replayed_batch_reports_bad_seeds_then_samples_again(mode, monkeypatch):
-    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 300, 3000, 22)
+def test_a_replayed_batch_reports_bad_seeds_then_samples_again(mode):
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, 300, 3000, 22)
+    sampler = subgraph_sampler(indptr, indices, eid, [5, 3])
     seeds = torch.arange(0, 300, 10, device=device)
     gen = torch.Generator(device)
     for _ in range(3):  # run, captured, replayed
-        qv.ops.sample_subgraph(indptr, indices, seeds, [5, 3], False, eid, gen)
+        sampler.sample_subgraph(seeds, gen)
     bad = seeds.clone()
     bad[4] = 300
     with pytest.raises(IndexError, match=r"seeds\[4\] = 300 is out of range \[0, 300\)"):
-        qv.ops.sample_subgraph(indptr, indices, bad, [5, 3], False, eid, gen)
+        sampler.sample_subgraph(bad, gen)
     gen.manual_seed(3)
-    replayed = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 3], False, eid, gen)
-    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "0")
+    replayed = sampler.sample_subgraph(seeds, gen)
     gen.manual_seed(3)
     usual = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 3], False, eid, gen)
     for a, b in zip(usual, replayed):
         assert torch.equal(a, b)
 
 
-def test_replayed_outputs_are_the_callers_own_on_any_stream(mode, monkeypatch):
+def test_replayed_outputs_are_the_callers_own_on_any_stream(mode):
     """A replay's outputs are copies: the next replay (here on another stream, with other
     seeds) leaves them as they were."""
-    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 400, 6000, 23)
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, 400, 6000, 23)
+    sampler = subgraph_sampler(indptr, indices, eid, [6, 4])
     gen = torch.Generator(device).manual_seed(1)
     seeds = [torch.randperm(400, device=device)[:32] for _ in range(4)]
-    outs = [qv.ops.sample_subgraph(indptr, indices, s, [6, 4], False, eid, gen)
-            for s in seeds[:3]]
+    outs = [sampler.sample_subgraph(s, gen) for s in seeds[:3]]
     kept = [[t.clone() for t in out] for out in outs]
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(side):
-        last = qv.ops.sample_subgraph(indptr, indices, seeds[3], [6, 4], False, eid, gen)
+        last = sampler.sample_subgraph(seeds[3], gen)
     torch.cuda.current_stream(device).wait_stream(side)
     for out, copy in zip(outs, kept):
         for a, b in zip(out, copy):
@@ -535,18 +544,19 @@ def test_replayed_outputs_are_the_callers_own_on_any_stream(mode, monkeypatch):
         check_subgraph(graph, s, [6, 4], False, out)
 
 
-def test_threads_sampling_one_shape_at_once_get_their_own_batches(mode, monkeypatch):
+def test_threads_sampling_one_shape_at_once_get_their_own_batches(mode):
     """One thread replays a captured shape while another finds it busy and runs as usual:
     each gets what its own generator draws."""
     import threading
-    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 400, 6000, 24)
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, 400, 6000, 24)
     seeds = torch.arange(0, 400, 9, device=device)
+    shared = subgraph_sampler(indptr, indices, eid, [5, 5])
 
-    def run(seed, results):
+    def run(seed, results, sampler=shared):
         gen = torch.Generator(device).manual_seed(seed)
         with torch.cuda.stream(torch.cuda.Stream(device)):
             for _ in range(20):
-                out = qv.ops.sample_subgraph(indptr, indices, seeds, [5, 5], False, eid, gen)
+                out = sampler.sample_subgraph(seeds, gen)
                 results.append([t.cpu() for t in out])
 
     got = {1: [], 2: []}
@@ -556,21 +566,22 @@ def test_threads_sampling_one_shape_at_once_get_their_own_batches(mode, monkeypa
     for t in threads:
         t.join()
     assert [len(got[s]) for s in got] == [20, 20]  # neither thread failed
-    monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", "0")
+    launched = subgraph_sampler(indptr, indices, eid, [5, 5], capture=False)
     for seed in got:
         want = []
-        run(seed, want)
+        run(seed, want, launched)
         for a, b in zip(want, got[seed]):
             for x, y in zip(a, b):
                 assert torch.equal(x, y)
 
 
-def test_capturing_batches_leaves_other_threads_random_numbers_alone(mode, monkeypatch):
+def test_capturing_batches_leaves_other_threads_random_numbers_alone(mode):
     """While one thread captures batches, another draws from PyTorch's default CUDA
     generator (as a model beside a prefetching loader does): its numbers are the ones it
     draws with nobody sampling."""
     import threading
-    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 400, 6000, 25)
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, 400, 6000, 25)
+    sampler = subgraph_sampler(indptr, indices, eid, [4, 3])
     done = threading.Event()
     failures = []
 
@@ -581,7 +592,7 @@ def test_capturing_batches_leaves_other_threads_random_numbers_alone(mode, monke
                 for size in range(20, 60):  # a new shape each time: 40 captures
                     seeds = torch.arange(size, device=device)
                     for _ in range(2):
-                        qv.ops.sample_subgraph(indptr, indices, seeds, [4, 3], False, eid, gen)
+                        sampler.sample_subgraph(seeds, gen)
         except BaseException as error:  # noqa: BLE001 - reported below
             failures.append(error)
         finally:
@@ -600,22 +611,21 @@ def test_capturing_batches_leaves_other_threads_random_numbers_alone(mode, monke
         assert torch.equal(got, torch.rand(64, device=device))
 
 
-def test_a_shape_whose_first_call_failed_samples_as_usual_after(mode, monkeypatch):
+def test_a_shape_whose_first_call_failed_samples_as_usual_after(mode):
     """A first call that raised says nothing of its shape: an all-neighbor hop (which waits
     for sizes, so is never captured) then samples as usual call after call."""
-    graph, (indptr, indices, eid), device = graph_for_captures(mode, monkeypatch, 300, 3000, 26)
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, 300, 3000, 26)
     seeds = torch.arange(0, 300, 15, device=device)
     bad = seeds.clone()
     bad[0] = -1
     outs = {}
-    for setting in ["1", "0"]:
-        monkeypatch.setenv("QUIVER_SAMPLING_GRAPHS", setting)
+    for capture in [True, False]:
+        sampler = subgraph_sampler(indptr, indices, eid, [-1, 2], capture=capture)
         with pytest.raises(IndexError, match=r"seeds\[0\] = -1 is out of range"):
-            qv.ops.sample_subgraph(indptr, indices, bad, [-1, 2], False, eid)
+            sampler.sample_subgraph(bad, None)
         gen = torch.Generator(device).manual_seed(4)
-        outs[setting] = [qv.ops.sample_subgraph(indptr, indices, seeds, [-1, 2], False, eid, gen)
-                         for _ in range(3)]
-    for a, b in zip(outs["1"], outs["0"]):
+        outs[capture] = [sampler.sample_subgraph(seeds, gen) for _ in range(3)]
+    for a, b in zip(outs[True], outs[False]):
         for x, y in zip(a, b):
             assert torch.equal(x, y)
-    check_subgraph(graph, seeds, [-1, 2], False, outs["1"][2])
+    check_subgraph(graph, seeds, [-1, 2], False, outs[True][2])

@@ -1,0 +1,71 @@
+// The sampling ops' face for runtime/: the same three samplings as the ops (the same
+// checks, the same results), with a sampler's own captured batches. The ops keep no state
+// and never capture; a runtime sampler class (runtime/subgraph_sampler.cpp) owns a
+// SamplingGraphs, so that on a GPU its batches are captured as CUDA graphs and replayed
+// (ops/cuda/batch_graphs.h), and let go of with it. On the CPU these are the ops.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/string_view.h>
+
+#include <memory>
+#include <optional>
+#include <tuple>
+
+namespace quiver::internal {
+
+// A sampler's captured batches and the small tables they read (nothing in a CPU build).
+class SamplingGraphs {
+ public:
+  SamplingGraphs();
+  ~SamplingGraphs();
+  SamplingGraphs(const SamplingGraphs&) = delete;
+  SamplingGraphs& operator=(const SamplingGraphs&) = delete;
+  struct State;
+  State& state() { return *state_; }
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+using SubgraphOutputs =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using NeighborOutputs =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// quiver::sample_subgraph, its GPU batches replayed from `graphs` (none: as the op).
+SubgraphOutputs sample_subgraph(SamplingGraphs* graphs, const at::Tensor& indptr,
+                                const at::Tensor& indices, const at::Tensor& seeds,
+                                at::IntArrayRef fanouts, bool replace,
+                                const std::optional<at::Tensor>& edge_ids,
+                                const std::optional<at::Generator>& generator,
+                                const std::optional<at::Tensor>& cached_indices,
+                                const std::optional<at::Tensor>& cached_starts);
+
+// quiver::neighbor_sample, likewise.
+NeighborOutputs neighbor_sample(SamplingGraphs* graphs, const at::Tensor& indptr,
+                                const at::Tensor& indices, const at::Tensor& seeds,
+                                at::IntArrayRef fanouts, bool replace,
+                                const std::optional<at::Tensor>& edge_ids,
+                                const std::optional<at::Tensor>& edge_weight,
+                                const std::optional<at::Tensor>& edge_time,
+                                const std::optional<at::Tensor>& seed_time, bool strict_time,
+                                c10::string_view temporal_strategy, bool disjoint,
+                                const std::optional<at::Generator>& generator,
+                                const std::optional<at::Tensor>& edge_weight_cumsum);
+
+// quiver::hetero_neighbor_sample, likewise (the graph's tables kept with `graphs`).
+NeighborOutputs hetero_neighbor_sample(
+    SamplingGraphs* graphs, const at::Tensor& indptr, const at::Tensor& indices,
+    const at::Tensor& edge_ids, const at::Tensor& seeds, at::IntArrayRef node_type_offsets,
+    at::IntArrayRef relation_src_types, at::IntArrayRef relation_dst_types,
+    at::IntArrayRef relation_edge_offsets, at::IntArrayRef fanouts, bool replace,
+    const std::optional<at::Tensor>& edge_weight, const std::optional<at::Tensor>& edge_time,
+    const std::optional<at::Tensor>& seed_time, bool strict_time,
+    c10::string_view temporal_strategy, bool disjoint,
+    const std::optional<at::Generator>& generator,
+    const std::optional<at::Tensor>& edge_weight_cumsum,
+    const std::optional<at::Tensor>& relation_slice_starts);
+
+}  // namespace quiver::internal

@@ -1,0 +1,99 @@
+// ops/internal/sampling.h: a sampler's GPU batches go to the CUDA ops' bodies with its
+// captured batches (ops/cuda/sampling_entries.h); anything else to the ops themselves.
+#include "ops/internal/sampling.h"
+
+#include <quiver/ops.h>
+
+#ifdef QUIVER_WITH_CUDA
+#include "ops/cuda/batch_graphs.h"
+#include "ops/cuda/sampling_entries.h"
+#endif
+
+namespace quiver::internal {
+
+struct SamplingGraphs::State {
+#ifdef QUIVER_WITH_CUDA
+  cuda::SamplerGraphs graphs;
+#endif
+};
+
+SamplingGraphs::SamplingGraphs() : state_(std::make_unique<State>()) {}
+SamplingGraphs::~SamplingGraphs() = default;
+
+namespace {
+
+#ifdef QUIVER_WITH_CUDA
+cuda::SamplerGraphs* on_gpu(SamplingGraphs* graphs) {
+  return graphs == nullptr ? nullptr : &graphs->state().graphs;
+}
+#endif
+
+}  // namespace
+
+SubgraphOutputs sample_subgraph(SamplingGraphs* graphs, const at::Tensor& indptr,
+                                const at::Tensor& indices, const at::Tensor& seeds,
+                                at::IntArrayRef fanouts, bool replace,
+                                const std::optional<at::Tensor>& edge_ids,
+                                const std::optional<at::Generator>& generator,
+                                const std::optional<at::Tensor>& cached_indices,
+                                const std::optional<at::Tensor>& cached_starts) {
+#ifdef QUIVER_WITH_CUDA
+  if (seeds.is_cuda()) {
+    return cuda::sample_subgraph_with(on_gpu(graphs), indptr, indices, seeds, fanouts, replace,
+                                      edge_ids, generator, cached_indices, cached_starts);
+  }
+#endif
+  return quiver::sample_subgraph(indptr, indices, seeds, fanouts, replace, edge_ids, generator,
+                                 cached_indices, cached_starts);
+}
+
+NeighborOutputs neighbor_sample(SamplingGraphs* graphs, const at::Tensor& indptr,
+                                const at::Tensor& indices, const at::Tensor& seeds,
+                                at::IntArrayRef fanouts, bool replace,
+                                const std::optional<at::Tensor>& edge_ids,
+                                const std::optional<at::Tensor>& edge_weight,
+                                const std::optional<at::Tensor>& edge_time,
+                                const std::optional<at::Tensor>& seed_time, bool strict_time,
+                                c10::string_view temporal_strategy, bool disjoint,
+                                const std::optional<at::Generator>& generator,
+                                const std::optional<at::Tensor>& edge_weight_cumsum) {
+#ifdef QUIVER_WITH_CUDA
+  if (seeds.is_cuda()) {
+    return cuda::neighbor_sample_with(on_gpu(graphs), indptr, indices, seeds, fanouts, replace,
+                                      edge_ids, edge_weight, edge_time, seed_time, strict_time,
+                                      temporal_strategy, disjoint, generator, edge_weight_cumsum);
+  }
+#endif
+  return quiver::neighbor_sample(indptr, indices, seeds, fanouts, replace, edge_ids, edge_weight,
+                                 edge_time, seed_time, strict_time, temporal_strategy, disjoint,
+                                 generator, edge_weight_cumsum);
+}
+
+NeighborOutputs hetero_neighbor_sample(
+    SamplingGraphs* graphs, const at::Tensor& indptr, const at::Tensor& indices,
+    const at::Tensor& edge_ids, const at::Tensor& seeds, at::IntArrayRef node_type_offsets,
+    at::IntArrayRef relation_src_types, at::IntArrayRef relation_dst_types,
+    at::IntArrayRef relation_edge_offsets, at::IntArrayRef fanouts, bool replace,
+    const std::optional<at::Tensor>& edge_weight, const std::optional<at::Tensor>& edge_time,
+    const std::optional<at::Tensor>& seed_time, bool strict_time,
+    c10::string_view temporal_strategy, bool disjoint,
+    const std::optional<at::Generator>& generator,
+    const std::optional<at::Tensor>& edge_weight_cumsum,
+    const std::optional<at::Tensor>& relation_slice_starts) {
+#ifdef QUIVER_WITH_CUDA
+  if (seeds.is_cuda()) {
+    return cuda::hetero_neighbor_sample_with(
+        on_gpu(graphs), indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
+        relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight, edge_time,
+        seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum,
+        relation_slice_starts);
+  }
+#endif
+  return quiver::hetero_neighbor_sample(
+      indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
+      relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight, edge_time,
+      seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum,
+      relation_slice_starts);
+}
+
+}  // namespace quiver::internal
