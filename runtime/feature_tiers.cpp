@@ -5,11 +5,14 @@
 
 #include "ops/checks.h"
 #include "ops/internal/gather.h"
+#include "ops/internal/host_read_split.h"
 
 namespace quiver::runtime {
 
 FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tensor> positions)
-    : tiers_(std::move(tiers)), positions_(std::move(positions)) {
+    : tiers_(std::move(tiers)),
+      positions_(std::move(positions)),
+      host_read_split_(std::make_shared<internal::HostReadSplit>()) {
   check_row_tiers(tiers_, positions_);
   num_rows_ = tiered_id_count(tiers_, positions_);
   for (const at::Tensor& t : tiers_) {
@@ -18,7 +21,8 @@ FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tens
   if (positions_ && positions_->device().is_cpu() && positions_->is_pinned()) {
     pins_.push_back(c10::make_intrusive<HostPin>(*positions_));
   }
-  row_like_ = at::empty(rows_like(tiers_.front(), 0), tiers_.front().options().device(at::kCPU).pinned_memory(false));
+  row_like_ = at::empty(rows_like(tiers_.front(), 0),
+                        tiers_.front().options().device(at::kCPU).pinned_memory(false));
   // A layout whose GPU memory holds every row has no host tier: all its rows lead.
   const size_t leading = tiers_.back().is_cuda() ? tiers_.size() : tiers_.size() - 1;
   for (size_t k = 0; k < leading; ++k) leading_rows_ += tiers_[k].size(0);
@@ -56,8 +60,8 @@ std::optional<at::Tensor> FeatureTiers::positions() const {
 
 at::Tensor FeatureTiers::gather(const at::Tensor& ids, int64_t host_read_blocks) const {
   check_not_released("gather");
-  return quiver::gather_tiered_rows(tiers_, positions_, ids, /*group_host_reads=*/true,
-                                    stage_host_rows_, host_read_blocks);
+  return internal::gather_tiered_rows(tiers_, positions_, ids, stage_host_rows_,
+                                      host_read_blocks, host_read_split_.get());
 }
 
 void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) const {

@@ -335,18 +335,16 @@ class Feature:
     # ---- reading ----
 
     def __getitem__(self, ids) -> Tensor:
+        # Through the device's FeatureTiers, the one door every gather of the store takes
+        # (its host-read options and its learned split of staged host reads go with it).
         if isinstance(ids, Tensor) and ids.is_cuda:  # the hot path: sampler output
             view = self._views.get(ids.device)
             if view is not None:
-                return torch.ops.quiver.gather_tiered_rows.default(
-                    view[1], view[2], ids, True, self._stages_host_rows(),
-                    _thread_host_read_blocks())
+                return view[0].gather(ids, _thread_host_read_blocks())
         ids = torch.as_tensor(ids)  # the op checks shape, dtype and range
         device = ids.device if ids.is_cuda else self.device_for(None)
-        _, tiers, positions = self._view(device)
-        return ops.gather_tiered_rows(tiers, positions, ids.to(device, non_blocking=True),
-                                      stage_host_rows=self._stages_host_rows(),
-                                      host_read_blocks=_thread_host_read_blocks())
+        layout = self._view(device)[0]
+        return layout.gather(ids.to(device, non_blocking=True), _thread_host_read_blocks())
 
     def _stages_host_rows(self) -> bool:
         if self._host_reads == "auto":

@@ -22,7 +22,7 @@
 #include "ops/checks.h"
 #include "ops/cpu/row_gather.h"
 #include "ops/cuda/device_access.h"
-#include "ops/cuda/host_read_split.h"
+#include "ops/internal/host_read_split.h"
 #include "ops/cuda/row_gather.h"
 
 namespace quiver {
@@ -289,7 +289,8 @@ void* pinned_scratch(int which, int64_t bytes, bool& grown) {
 template <typename id_t, typename pos_t>
 void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout, int64_t row_bytes,
                           const void* positions, int64_t num_ids_allowed, const at::Tensor& ids,
-                          at::Tensor& out, uint64_t* error, int64_t max_blocks) {
+                          at::Tensor& out, uint64_t* error, int64_t max_blocks,
+                          internal::HostReadSplit* split) {
   const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
   const int device = out.device().index();
   const at::cuda::CUDAStream copies = at::cuda::getStreamFromPool(false, device);
@@ -300,11 +301,11 @@ void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout
   const SortedPositions sorted = sort_positions(gather, ids, 2, stream);
   const PositionOrder& order = sorted.order;
   int64_t* bounds = sorted.extra;  // [first host row, first staged row] in sorted order
-  // Bad ids were reported and sorted as position 0, among the GPU tiers' rows.
-  const void* table = tiers[tiers.size() - 1].const_data_ptr();
+  // Bad ids were reported and sorted as position 0, among the GPU tiers' rows. The split
+  // is the layout's, learned call by call; the op alone keeps none and splits at the first.
+  const double share = split != nullptr ? split->share() : internal::HostReadSplit::kFirstShare;
   C10_CUDA_CHECK(split_sorted_positions(order.sorted_keys, n, trailing_host_begin(tiers, layout),
-                                        HostReadSplit::instance().share(device, table), bounds,
-                                        stream));
+                                        share, bounds, stream));
   at::cuda::CUDAEvent started(cudaEventDefault), gpu_done(cudaEventDefault),
       copies_done(cudaEventDefault), on_host;
   started.record(stream);
@@ -361,10 +362,9 @@ void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout
   // Waits here, not only in the caller: the split needs both parts' times, and the staging
   // buffers and the scratch are reused or freed once this returns.
   C10_CUDA_CHECK(cudaStreamSynchronize(stream));
-  if (staged > 0 && !cold_start) {
-    HostReadSplit::instance().update(device, table, staged_from - host_from,
-                                     started.elapsed_time(gpu_done), staged,
-                                     started.elapsed_time(copies_done));
+  if (split != nullptr && staged > 0 && !cold_start) {
+    split->update(staged_from - host_from, started.elapsed_time(gpu_done), staged,
+                  started.elapsed_time(copies_done));
   }
 }
 
@@ -377,7 +377,8 @@ namespace {
 at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
                              bool group_host_reads, bool stage_host_rows, int64_t host_read_blocks,
-                             const char* op, uint64_t* error, int64_t* tier_end) {
+                             const char* op, uint64_t* error, int64_t* tier_end,
+                             internal::HostReadSplit* split = nullptr) {
   TORCH_CHECK(ids.is_cuda(), op, " on CUDA needs ids on a GPU, got ids on ", ids.device(),
               " (tables on ", tiers[0].device(), ")");
   const at::Device device = ids.device();
@@ -407,10 +408,10 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
   AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "gather_from_tiers", [&] {
     if (staged && wide_positions) {
       launch_staged_gather<index_t, int64_t>(tiers, layout, row_bytes, position_ptr,
-                                             num_ids_allowed, ids, out, error, max_blocks);
+                                             num_ids_allowed, ids, out, error, max_blocks, split);
     } else if (staged) {
       launch_staged_gather<index_t, int32_t>(tiers, layout, row_bytes, position_ptr,
-                                             num_ids_allowed, ids, out, error, max_blocks);
+                                             num_ids_allowed, ids, out, error, max_blocks, split);
     } else if (wide_positions) {
       launch_gather<index_t, int64_t>(layout, row_bytes, position_ptr, num_ids_allowed, ids, out,
                                       error, grouped, max_blocks, stream);
@@ -427,11 +428,11 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
 at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
                              bool group_host_reads, bool stage_host_rows, const char* op,
-                             int64_t host_read_blocks) {
+                             int64_t host_read_blocks, internal::HostReadSplit* split) {
   const ErrorWord& error = cleared_error_word();
   int64_t tier_end = 0;
   at::Tensor out = launch_from_tiers(tiers, positions, ids, group_host_reads, stage_host_rows,
-                                     host_read_blocks, op, error.device, &tier_end);
+                                     host_read_blocks, op, error.device, &tier_end, split);
   if (out.numel() == 0) return out;
   const c10::cuda::CUDAGuard guard(ids.device());
   raise_on_error(error, at::cuda::getCurrentCUDAStream().stream(), ids, positions,

@@ -7,18 +7,24 @@
 
 #include <optional>
 
+namespace quiver::internal {
+class HostReadSplit;
+}
+
 namespace quiver::cuda {
 
 // Rows `ids` (on a GPU) of `tiers` (checked by the caller), on the ids' GPU. With
 // group_host_reads, a large batch that reads a pinned host tier is read in position order
 // (row_gather.h: PositionOrder). With stage_host_rows, such a batch's rows in trailing host
 // tiers are split between the GPU's zero-copy reads and CPU threads that gather them into
-// pinned staging for the copy engine (host_read_split.h). `op` names the calling op in
-// placement errors. host_read_blocks > 0 caps the grid of a gather that reads host tiers
-// (see gather_tiered_rows in library.cpp).
+// pinned staging for the copy engine, split by `split` (ops/internal/host_read_split.h;
+// none: at its first share, learning nothing). `op` names the calling op in placement
+// errors. host_read_blocks > 0 caps the grid of a gather that reads host tiers (see
+// gather_tiered_rows in library.cpp).
 at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
                              bool group_host_reads, bool stage_host_rows, const char* op,
-                             int64_t host_read_blocks = 0);
+                             int64_t host_read_blocks = 0,
+                             internal::HostReadSplit* split = nullptr);
 
 }  // namespace quiver::cuda

@@ -24,6 +24,17 @@ void gather_from_tiers_into(at::ArrayRef<at::Tensor> tiers,
 // one row size.
 void scatter_rows_into(const at::Tensor& rows, const at::Tensor& where, at::Tensor& out);
 
+class HostReadSplit;  // host_read_split.h
+
+// gather_tiered_rows (its checks, its result, group_host_reads on) with a layout's own
+// host-read split: on a GPU a staged gather splits its host rows by `split` and teaches it
+// the call's speeds (none: the op's fixed first share); on the CPU, the op. The door every
+// gather of a FeatureTiers goes through (Feature, DistFeature, serving).
+at::Tensor gather_tiered_rows(at::ArrayRef<at::Tensor> tiers,
+                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
+                              bool stage_host_rows, int64_t host_read_blocks,
+                              HostReadSplit* split);
+
 }  // namespace quiver::internal
 
 namespace quiver::cuda {

@@ -2,9 +2,10 @@
 // sees them. Tier k holds the rows at hotness positions [begin_k, begin_k + rows_k): first
 // the GPU-memory tiers (this GPU's cache, or the shards of its NVLink clique), then the
 // host tier (pinned, read with zero copy). positions[id] is row id's hotness position.
-// gather(ids) runs quiver::gather_tiered_rows with the layout's options, so TorchScript
-// models, C++ programs and DistFeature read the store exactly as Python's Feature does: the
-// one door to the gather. It holds the pins of its pinned host tensors, so
+// gather(ids) runs quiver::gather_tiered_rows with the layout's options and its own
+// host-read split (a staged gather's share of host rows for the GPU, learned call by call),
+// so Python's Feature, TorchScript models, C++ programs and DistFeature all read the store
+// through this one door. It holds the pins of its pinned host tensors, so
 // the layout stays readable for as long as it lives, whoever pinned them. It pickles as its
 // tensors and which of them were pinned, so a scripted module holding one can be saved and
 // loaded, the host tier pinned again in place. release() lets go of every tensor (so a
@@ -16,9 +17,14 @@
 #include <torch/custom_class.h>
 
 #include <atomic>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <vector>
+
+namespace quiver::internal {
+class HostReadSplit;
+}
 
 namespace quiver::runtime {
 
@@ -79,6 +85,8 @@ class FeatureTiers : public torch::CustomClassHolder {
   int64_t leading_rows_ = 0;
   bool released_ = false;
   std::atomic<bool> stage_host_rows_{false};
+  // The GPU's share of a staged gather's host rows, learned by this layout's gathers.
+  std::shared_ptr<internal::HostReadSplit> host_read_split_;
 
   void check_not_released(const char* what) const;
 };
