@@ -352,13 +352,30 @@ class HeteroSampler:
                                   if edge_weight is not None and mode != "UVA" else None),
                   # Small (4 bytes an extra relation a node): in GPU memory in UVA mode too.
                   "slice_starts": topo.slice_starts}
-        self._arrays = a = {name: self._place(name, t) for name, t in arrays.items()}
-        # Holds what stays the same from batch to batch, and its own captured batches.
+        self._arrays = {name: self._place(name, t) for name, t in arrays.items()}
+        self.capture_batches = bool(capture_batches)
+        self._make_sampler()
+
+    def _make_sampler(self) -> None:
+        """The runtime's sampler over the placed arrays: what stays the same from batch to
+        batch, and (on a GPU) its own batches captured as CUDA graphs and replayed."""
+        a, topo = self._arrays, self.topo
         self._sampler = torch.classes.quiver.HeteroSubgraphSampler(
             a["indptr"], a["indices"], a["eid"], topo.node_type_offsets, topo.relation_src_types,
             topo.relation_dst_types, topo.relation_edge_offsets, self.fanouts, self.replace,
-            a["edge_weight"], a["edge_time"], self.strict_time, temporal_strategy, self.disjoint,
-            a["weight_sums"], a["slice_starts"], bool(capture_batches))
+            a["edge_weight"], a["edge_time"], self.strict_time, self.temporal_strategy,
+            self.disjoint, a["weight_sums"], a["slice_starts"], self.capture_batches)
+
+    # Pickling (DataLoader workers, spawned processes): the sampler object is made again from
+    # the arrays on the other side; its captures are the process's own.
+    def __getstate__(self):
+        state = self.__dict__.copy()
+        state.pop("_sampler", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._make_sampler()
 
     def _fanouts(self, num_neighbors) -> Tuple[List[int], int]:
         edge_types = self.topo.edge_types
