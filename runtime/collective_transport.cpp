@@ -105,9 +105,7 @@ class CollectiveTransport final : public Transport::Impl {
         host_(group_->getRank()),
         num_hosts_(group_->getSize()),
         uses_gpus_(group_->getBackendName() == "nccl") {
-    TORCH_CHECK_VALUE(lanes_.empty() || !uses_gpus_,
-                      "only a Gloo transport takes lanes; this one's group is NCCL");
-    check_lanes(lanes_, host_, num_hosts_, "Transport.collective");
+    check_lanes(lanes_, *group_, "Transport.collective");
     // Every host makes its transports over a group in the same order, so the n-th one of
     // each shares its heartbeat keys (counted in the group's store).
     serial_ = group_->getStore()->add("quiver/collective/made/" + std::to_string(host_), 1) - 1;

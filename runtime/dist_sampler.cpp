@@ -101,9 +101,7 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
     TORCH_CHECK_VALUE(low >= 0 && high < num_hosts_, "DistSampler: owner names hosts in [", low,
                       ", ", high, "] but the group has ", num_hosts_);
   }
-  TORCH_CHECK_VALUE(lanes_.empty() || exchange_device_.is_cpu(),
-                    "DistSampler: only a Gloo group's exchanges take lanes; this one is NCCL");
-  check_lanes(lanes_, host_, num_hosts_, "DistSampler");
+  check_lanes(lanes_, *group_, "DistSampler");
   TORCH_CHECK_VALUE(reads_.empty() || reads_.size() == 3,
                     "DistSampler: reads are three transports (offsets, neighbors, edge ids), got ",
                     reads_.size());

@@ -6,8 +6,13 @@
 
 namespace quiver::runtime {
 
-void check_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>& lanes, int64_t host,
-                 int64_t num_hosts, const char* owner) {
+void check_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>& lanes,
+                 const c10d::ProcessGroup& group, const char* owner) {
+  if (lanes.empty()) return;
+  TORCH_CHECK_VALUE(group.getBackendName() == "gloo", owner,
+                    ": only a Gloo group's exchanges take lanes; this one is ",
+                    group.getBackendName());
+  const int64_t host = group.getRank(), num_hosts = group.getSize();
   for (size_t j = 0; j < lanes.size(); ++j) {
     TORCH_CHECK_VALUE(lanes[j] && lanes[j]->getBackendName() == "gloo", owner, ": lanes[", j,
                       "] must be a Gloo group (only Gloo exchanges take lanes)");

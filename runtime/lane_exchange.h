@@ -38,9 +38,10 @@ void exchange_over_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup
                          std::chrono::milliseconds timeout, const LaneLanded& landed,
                          const LaneFailed& failed);
 
-// Checks that `lanes` are Gloo groups in which this host has rank `host` of `num_hosts`
-// (`owner` names the class taking them in the error).
-void check_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>& lanes, int64_t host,
-                 int64_t num_hosts, const char* owner);
+// Checks that lanes go with a Gloo `group` (only Gloo exchanges take them) and are Gloo
+// groups of the same hosts, in which this host has the group's rank (`owner` names the
+// class taking them in the error).
+void check_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>& lanes,
+                 const c10d::ProcessGroup& group, const char* owner);
 
 }  // namespace quiver::runtime
