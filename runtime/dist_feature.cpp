@@ -14,18 +14,13 @@
 #include <tuple>
 
 #include "ops/checks.h"
-#include "runtime/cpu/owner_groups.h"
 #include "ops/internal/gather.h"
-#include "ops/errors.h"
+#include "runtime/cpu/owner_groups.h"
 #include "runtime/kept_buffer.h"
 #include "runtime/phase_clock.h"
+#include "runtime/slot_exchange.h"
 #ifdef QUIVER_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
-#include <c10/cuda/CUDAGuard.h>
-
-#include "runtime/cuda/owner_slots.h"
 #endif
 
 namespace quiver::runtime {
@@ -51,7 +46,78 @@ std::map<std::string, std::string> fields_of(const std::string& text) {
   return fields;
 }
 
+#ifdef QUIVER_WITH_CUDA
+// Whether a GPU gathers from these tiers directly: each on that GPU, or pinned host memory.
+bool reads_directly(const FeatureTiers& local, const at::Device& device) {
+  auto readable = [&](const at::Tensor& t) {
+    return t.device() == device || (t.is_cpu() && t.is_pinned()) || t.numel() == 0;
+  };
+  for (const at::Tensor& t : local.tiers()) {
+    if (!readable(t)) return false;
+  }
+  return !local.positions() || readable(*local.positions());
+}
+#endif
+
 }  // namespace
+
+// The local layout as the transports read it: FeatureTiers' gather with the block cap of
+// the gather in progress (gathers are serialized by the transport's fetch lock). On a GPU
+// that reads the tiers directly (and does not stage host rows: staging waits for the GPU),
+// a read is only enqueued, its faults kept for check_reads.
+class DistFeature::TableRows final : public LocalRows {
+ public:
+  explicit TableRows(c10::intrusive_ptr<FeatureTiers> tiers) : tiers_(std::move(tiers)) {}
+
+  void set_host_read_blocks(int64_t blocks) { blocks_ = blocks; }
+  int64_t host_read_blocks() const { return blocks_; }
+
+  int64_t num_rows() const override { return tiers_->num_rows(); }
+  at::Tensor empty_rows() const override { return tiers_->empty_rows(); }
+
+  at::Tensor read(const at::Tensor& local_ids, const at::Device& device) override {
+#ifdef QUIVER_WITH_CUDA
+    if (reads_on_stream(device)) {
+      pending_.push_back(cuda::enqueue_gather_from_tiers(tiers_->tiers(), tiers_->positions(),
+                                                         local_ids, /*group_host_reads=*/true,
+                                                         blocks_, "DistFeature.gather"));
+      return pending_.back().rows();
+    }
+#endif
+    return tiers_->gather(local_ids.to(tiers_->device()), blocks_).to(device);
+  }
+
+  void read_into(const at::Tensor& local_ids, const at::Tensor& into) override {
+    if (tiers_->device().is_cpu()) {
+      tiers_->gather_into(local_ids, into);
+    } else {
+      LocalRows::read_into(local_ids, into);
+    }
+  }
+
+  bool reads_on_stream(const at::Device& device) const override {
+#ifdef QUIVER_WITH_CUDA
+    return device.is_cuda() && reads_directly(*tiers_, device) && !tiers_->stages_host_rows();
+#else
+    return false;
+#endif
+  }
+
+  void check_reads() override {
+#ifdef QUIVER_WITH_CUDA
+    std::vector<cuda::PendingGather> pending = std::move(pending_);
+    pending_.clear();
+    for (const cuda::PendingGather& gather : pending) gather.raise_if_failed();
+#endif
+  }
+
+ private:
+  c10::intrusive_ptr<FeatureTiers> tiers_;
+  int64_t blocks_ = 0;
+#ifdef QUIVER_WITH_CUDA
+  std::vector<cuda::PendingGather> pending_;  // enqueued reads, until check_reads
+#endif
+};
 
 DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
                          c10::intrusive_ptr<FeatureTiers> local,
@@ -59,6 +125,7 @@ DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
     : shard_map_(std::move(shard_map)), local_(std::move(local)), transport_(std::move(transport)) {
   TORCH_CHECK_VALUE(shard_map_ && local_ && transport_,
                     "DistFeature needs a shard map, a local layout and a transport");
+  table_rows_ = std::make_unique<TableRows>(local_);
   // What this host cannot do is told to every host before anyone raises: a host that
   // raised alone would leave its peers waiting for it in their first gather.
   std::string problem;
@@ -110,54 +177,16 @@ DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
                     "): ", fault);
 }
 
+DistFeature::~DistFeature() = default;
+
 at::Tensor DistFeature::gather(const at::Tensor& ids, int64_t host_read_blocks) {
   std::lock_guard<std::mutex> lock(transport_->fetch_mutex());
   TORCH_CHECK_VALUE(host_read_blocks >= 0, "host_read_blocks must be >= 0 (0: no limit), got ",
                     host_read_blocks);
-  host_read_blocks_->store(host_read_blocks);
-  if (!transport_->is_collective()) return gather_grouped(ids);  // one-sided
-  // Every host takes part in every collective fetch, in step: a host whose ids are bad
-  // still answers its peers (asking nothing itself) and raises after the exchange, so no
-  // peer waits for it, and none pairs its next gather with this one.
-  std::exception_ptr failure;
-  if (transport_->impl().slotted()) {  // the path follows the transport: every host takes it
-#ifdef QUIVER_WITH_CUDA
-    at::Tensor on_gpu;
-    try {
-      check_index_vector(ids, "ids");
-      on_gpu = ids.is_cuda() ? ids : ids.to(at::Device(at::kCUDA, c10::cuda::current_device()));
-    } catch (...) {
-      failure = std::current_exception();
-      on_gpu = at::empty({0}, at::TensorOptions(at::kCUDA).dtype(at::kLong));
-    }
-    at::Tensor out;
-    // A fetch that overflowed the slots grew them on every host: the second is complete.
-    while (!out.defined()) out = gather_in_slots(on_gpu);
-    if (failure) std::rethrow_exception(failure);
-    return out.to(ids.device());
-#endif
-  }
+  table_rows_->set_host_read_blocks(host_read_blocks);
+  // The path follows the transport: every host takes it.
+  if (SlotExchange* slots = transport_->slots()) return gather_in_slots(*slots, ids);
   return gather_grouped(ids);
-}
-
-Transport::Serve DistFeature::serve_local() const {
-  auto local_layout = local_;
-  const at::Device local_device = local_->device();
-  auto blocks = host_read_blocks_;
-  return [local_layout, local_device, blocks](const at::Tensor& local_ids, const at::Tensor& into) {
-    if (into.defined() && local_device.is_cpu()) {
-      local_layout->gather_into(local_ids, into);
-      return into;
-    }
-    return local_layout->gather(local_ids.to(local_device), blocks->load());
-  };
-}
-
-void DistFeature::take_part_without_asking() {
-  std::vector<at::Tensor> requests(num_hosts(), at::empty({0}, at::kLong));
-  transport_->impl().fetch(requests, serve_local(), local_->num_rows(), local_->empty_rows(),
-                           at::Device(at::kCPU),
-                           [](int64_t, int64_t, const at::Tensor&) {}, tag_);
 }
 
 namespace {
@@ -173,133 +202,27 @@ bool holds_cuda_context() {
 #endif
 }
 
-#ifdef QUIVER_WITH_CUDA
-// Whether a GPU gathers from these tiers directly: each on that GPU, or pinned host memory.
-bool reads_directly(const FeatureTiers& local, const at::Device& device) {
-  auto readable = [&](const at::Tensor& t) {
-    return t.device() == device || (t.is_cpu() && t.is_pinned()) || t.numel() == 0;
-  };
-  for (const at::Tensor& t : local.tiers()) {
-    if (!readable(t)) return false;
-  }
-  return !local.positions() || readable(*local.positions());
-}
-#endif
-
 }  // namespace
 
-at::Tensor DistFeature::gather_in_slots(const at::Tensor& ids) {
-#ifdef QUIVER_WITH_CUDA
-  PhaseClock clock("distributed gather in slots");
-  const at::Device device = ids.device();
-  const c10::cuda::CUDAGuard guard(device);
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
-  Transport::Impl& transport = transport_->impl();
-  const at::Tensor like = local_->empty_rows();
-  const int64_t row_bytes = row_bytes_of(like);
-  const auto layout = transport.slot_layout(row_bytes);
-  const int64_t hosts = num_hosts(), n = ids.numel();
-  const auto long_options = ids.options().dtype(at::kLong);
-  // One allocation and one memset for the slotting's outputs (a fetch's host time, not its
-  // bytes, sets its pace): the requests and the status zeroed, then local ids and where.
-  const int64_t request_words = (hosts - 1) * (cuda::kSlotHeader + layout.capacity);
-  at::Tensor words = at::empty({request_words + 2 + 2 * n}, long_options);
-  C10_CUDA_CHECK(
-      cudaMemsetAsync(words.mutable_data_ptr(), 0, (request_words + 2) * sizeof(int64_t), stream));
-  at::Tensor requests =
-      words.narrow(0, 0, request_words).view({hosts - 1, cuda::kSlotHeader + layout.capacity});
-  at::Tensor status = words.narrow(0, request_words, 2);
-  at::Tensor slots = words.narrow(0, request_words + 2, 2 * n);
-  int64_t* local_ids = slots.mutable_data_ptr<int64_t>();
-  int64_t* where = local_ids + n;
-  const at::Tensor packed = shard_map_->packed_on(device);
-  AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "gather_in_slots", [&] {
-    const cuda::OwnerSlotting<index_t> slotting{packed.const_data_ptr<int64_t>(),
-                                                packed.size(0),
-                                                ShardMap::kHostShift,
-                                                ids.const_data_ptr<index_t>(),
-                                                n,
-                                                host(),
-                                                layout.capacity,
-                                                layout.row_header,
-                                                hosts - 1,
-                                                requests.mutable_data_ptr<int64_t>(),
-                                                local_ids,
-                                                where,
-                                                status.mutable_data_ptr<int64_t>()};
-    C10_CUDA_CHECK(cuda::slot_ids_by_owner(slotting, stream));
-  });
-  clock.lap("slot");
-
-  // This host's rows are gathered into the output while the peers' rows travel (enqueued
-  // after the rows' exchange, so that the exchanges do not wait for it), and the peers'
-  // rows scattered over it at the end (the requested ids read row 0: a wasted read,
-  // cheaper than counting the ids on the host). Tiers the GPU cannot read directly are
-  // gathered the synchronous way, after the fetch.
-  // A layout that stages its host rows gathers the synchronous way (staging waits for the
-  // GPU), as the grouped path does: host_reads="staged" holds here too.
-  const bool direct = reads_directly(*local_, device) && !local_->stages_host_rows();
-  const int64_t blocks = host_read_blocks_->load();
-  const bool empty_table = local_->num_rows() == 0;
-  const at::Tensor local_index = slots.narrow(0, 0, n);
-  cuda::PendingGather mine, served;
-  const auto gather_mine = [&] {
-    if (direct && !empty_table) {
-      mine = cuda::enqueue_gather_from_tiers(local_->tiers(), local_->positions(), local_index,
-                                             /*group_host_reads=*/true, blocks,
-                                             "DistFeature.gather");
-    }
-  };
-  auto local_layout = local_;
-  const Transport::Serve serve = [&](const at::Tensor& local_ids, const at::Tensor&) {
-    if (!direct) {
-      return local_layout->gather(local_ids.to(local_layout->device()), blocks).to(device);
-    }
-    served = cuda::enqueue_gather_from_tiers(local_layout->tiers(), local_layout->positions(),
-                                             local_ids, /*group_host_reads=*/true, blocks,
-                                             "DistFeature.gather (serving a peer)");
-    return served.rows();
-  };
-  const Transport::Impl::SlottedRows fetched = transport.fetch_slotted(
-      requests, serve, !direct, local_->num_rows(), row_bytes, status, gather_mine);
-  clock.lap("fetch");
-  // An incomplete fetch is fetched again by every host, this one too, whatever it found
-  // wrong here (it will find it again, and raise then).
-  if (!fetched.complete) {
-    for (const cuda::PendingGather* gather : {&served, &mine}) {
-      try {  // the stream is past them: their error words may be handed out again
-        gather->raise_if_failed();
-      } catch (const c10::Error&) {
-      }
-    }
-    return at::Tensor();
+at::Tensor DistFeature::gather_in_slots(SlotExchange& slots, const at::Tensor& ids) {
+  // Every host takes part in every exchange, in step: a host whose ids are bad still
+  // answers its peers (asking nothing itself) and raises after the exchange, so no peer
+  // waits for it, and none pairs its next gather with this one.
+  const at::Device gpu(at::kCUDA, c10::impl::getDeviceGuardImpl(at::kCUDA)->getDevice().index());
+  std::exception_ptr failure;
+  at::Tensor on_gpu;
+  try {
+    check_index_vector(ids, "ids");
+    on_gpu = ids.is_cuda() ? ids : ids.to(gpu);
+  } catch (...) {
+    failure = std::current_exception();
+    on_gpu = at::empty({0}, at::TensorOptions(gpu).dtype(at::kLong));
   }
-  // The fetch waited for the stream: the gathers' own checks, then the ids'.
-  served.raise_if_failed();
-  mine.raise_if_failed();
-  if (fetched.extra[0] != 0) {
-    const int64_t index = fetched.extra[0] - 1;
-    errors::id_out_of_range("ids", index, ids.select(0, index).item<int64_t>(),
-                            shard_map_->num_rows());
-  }
-
-  at::Tensor out;
-  if (empty_table) {
-    out = at::empty(rows_like(like, n), like.options().device(device));
-  } else {
-    out = direct ? mine.rows()
-                 : local_->gather(local_index.to(local_->device()), blocks)
-                       .to(device);
-  }
-  C10_CUDA_CHECK(cuda::scatter_slot_rows(static_cast<const char*>(fetched.rows.const_data_ptr()),
-                                         row_bytes, where, n,
-                                         static_cast<char*>(out.mutable_data_ptr()), stream));
-  clock.lap("scatter");
-  last_local_fraction_ = n ? static_cast<double>(fetched.extra[1]) / n : 0.0;
-  return out;
-#else
-  TORCH_CHECK(false, "DistFeature: this build has no CUDA kernels for the slotted fetch");
-#endif
+  const SlotExchange::Gathered gathered = slots.gather(on_gpu, *shard_map_, *table_rows_);
+  if (failure) std::rethrow_exception(failure);
+  const int64_t n = on_gpu.numel();
+  last_local_fraction_ = n ? static_cast<double>(gathered.held) / n : 0.0;
+  return gathered.rows.to(ids.device());
 }
 
 at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
@@ -311,7 +234,10 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
     check_index_vector(ids, "ids");
     std::tie(owner, local) = shard_map_->locate(ids);
   } catch (...) {
-    if (transport_->is_collective()) take_part_without_asking();
+    if (transport_->is_collective()) {  // its part of the step: asking nothing
+      const std::vector<at::Tensor> nothing(num_hosts(), at::empty({0}, at::kLong));
+      transport_->fetch(nothing, *table_rows_, at::Device(at::kCPU), tag_);
+    }
     throw;
   }
   const at::Device device = ids.device();
@@ -365,13 +291,12 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
     }
   };
   // Remote rows first: a collective transport also serves peers from this host's table,
-  // on the CPU straight into the transport's send buffer. Each host's rows are placed as
-  // they arrive, maybe while others are still on their way.
-  const Transport::Arrived arrived = [&](int64_t h, int64_t first_row, const at::Tensor& rows) {
-    place(rows.to(device), order.narrow(0, group_at[h] + first_row, rows.size(0)));
-  };
-  transport_->impl().fetch(requests, serve_local(), local_->num_rows(), like, device, arrived,
-                           tag_);
+  // on the CPU straight into the transport's send buffer. The rows view the transport's
+  // buffers until its next fetch: each host's are placed now.
+  const std::vector<at::Tensor> fetched = transport_->fetch(requests, *table_rows_, device, tag_);
+  for (int64_t h = 0; h < hosts; ++h) {
+    if (count[h + 1] > 0) place(fetched[h].to(device), order.narrow(0, group_at[h], count[h + 1]));
+  }
   clock.lap("fetch and place");
 
   if (count[0] > 0) {
@@ -381,7 +306,7 @@ at::Tensor DistFeature::gather_grouped(const at::Tensor& ids) {
       mine = kept_rows(held_rows_, count[0]);
       local_->gather_into(held, mine);
     } else {
-      mine = local_->gather(held.to(local_device), host_read_blocks_->load());
+      mine = local_->gather(held.to(local_device), table_rows_->host_read_blocks());
     }
     place(mine.to(device), order.narrow(0, 0, count[0]));
   }

@@ -12,17 +12,13 @@
 #include <thread>
 
 #include "ops/checks.h"
-#include "runtime/collective_wait.h"
-#include "runtime/lane_exchange.h"
+#include "runtime/collective_channel.h"
 #include "runtime/phase_clock.h"
-#include "runtime/peer_watch.h"
 
 namespace quiver::runtime {
 
 namespace {
 
-constexpr int kBeatsPerTimeout = 10;  // heartbeats per timeout, at least every 100 ms
-constexpr int kSilentPeriods = 3;     // a peer silent this many periods is named
 // first_use_ of a node no edge of the current hop names.
 constexpr int32_t kNoUse = std::numeric_limits<int32_t>::max();
 
@@ -43,6 +39,22 @@ std::vector<int64_t> block_sums(const at::Tensor& counts, const std::vector<int6
   return sums;
 }
 
+// One of this host's arrays (offsets, neighbor ids, edge ids) as the rows of one element a
+// read transport serves, in `dtype` (the exchange's, the same on every host).
+class ArrayRows final : public LocalRows {
+ public:
+  ArrayRows(const at::Tensor& array, at::ScalarType dtype) : array_(array), dtype_(dtype) {}
+  int64_t num_rows() const override { return array_.numel(); }
+  at::Tensor empty_rows() const override { return at::empty({0, 1}, at::dtype(dtype_)); }
+  at::Tensor read(const at::Tensor& local_ids, const at::Device& device) override {
+    return array_.view({-1, 1}).index_select(0, local_ids.to(array_.device())).to(device, dtype_);
+  }
+
+ private:
+  const at::Tensor& array_;
+  at::ScalarType dtype_;
+};
+
 }  // namespace
 
 DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at::Tensor indptr,
@@ -50,26 +62,23 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
                          at::Tensor local_index, std::vector<int64_t> fanouts, bool replace,
                          double timeout_s, std::vector<c10::intrusive_ptr<Transport>> reads,
                          std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> lanes)
-    : group_(group),
-      indptr_(std::move(indptr)),
+    : indptr_(std::move(indptr)),
       indices_(std::move(indices)),
       edge_ids_(std::move(edge_ids)),
       owner_(std::move(owner)),
       local_index_(std::move(local_index)),
       fanouts_(std::move(fanouts)),
       replace_(replace),
-      timeout_(static_cast<int64_t>(timeout_s * 1000)),
-      reads_(std::move(reads)),
-      lanes_(std::move(lanes)) {
-  TORCH_CHECK_VALUE(group_, "DistSampler needs a process group");
+      reads_(std::move(reads)) {
+  TORCH_CHECK_VALUE(group, "DistSampler needs a process group");
   TORCH_CHECK_VALUE(timeout_s > 0, "DistSampler: timeout_s must be > 0, got ", timeout_s);
   TORCH_CHECK_VALUE(!fanouts_.empty(), "DistSampler: fanouts must name at least one hop");
   for (int64_t f : fanouts_) {
     TORCH_CHECK_VALUE(f == -1 || f >= 0, "DistSampler: each fanout must be >= 0 or -1 (all), got ", f);
   }
-  host_ = group_->getRank();
-  num_hosts_ = group_->getSize();
-  if (group_->getBackendName() == "nccl") {  // NCCL moves GPU tensors only
+  host_ = group->getRank();
+  num_hosts_ = group->getSize();
+  if (group->getBackendName() == "nccl") {  // NCCL moves GPU tensors only
     exchange_device_ = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice();
   }
   for (const auto& [name, t] : {std::pair<const char*, const at::Tensor&>{"owner", owner_},
@@ -101,7 +110,6 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
     TORCH_CHECK_VALUE(low >= 0 && high < num_hosts_, "DistSampler: owner names hosts in [", low,
                       ", ", high, "] but the group has ", num_hosts_);
   }
-  check_lanes(lanes_, *group_, "DistSampler");
   TORCH_CHECK_VALUE(reads_.empty() || reads_.size() == 3,
                     "DistSampler: reads are three transports (offsets, neighbors, edge ids), got ",
                     reads_.size());
@@ -124,45 +132,14 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
                       "'s part (global neighbor ids): the partition is corrupt");
     throw;
   }
-  const std::string serial =
-      std::to_string(group_->getStore()->add("quiver/dist_sampler/made/" + std::to_string(host_), 1) - 1);
-  const auto period = std::max(std::chrono::milliseconds(100), timeout_ / kBeatsPerTimeout);
-  watch_ = std::make_unique<PeerWatch>(group_->getStore(), "quiver/dist_sampler/beat/" + serial + "/",
-                                       static_cast<int>(host_), static_cast<int>(num_hosts_),
-                                       period);
+  channel_ = std::make_unique<CollectiveChannel>(
+      group, std::move(lanes), std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
+      "dist_sampler",
+      "quiver DistSampler (host " + std::to_string(host_) + " of " + std::to_string(num_hosts_) +
+          ")");
 }
 
 DistSampler::~DistSampler() = default;
-
-c10::intrusive_ptr<c10d::Work> DistSampler::post(at::Tensor& into, at::Tensor& from,
-                                                 const std::vector<int64_t>& into_splits,
-                                                 const std::vector<int64_t>& from_splits,
-                                                 const char* what) {
-  c10d::AllToAllOptions options;
-  options.timeout = timeout_;
-  try {
-    std::vector<int64_t> into_copy = into_splits, from_copy = from_splits;
-    return group_->alltoall_base(into, from, into_copy, from_copy, options);
-  } catch (const std::exception& error) {
-    fail(what, error);
-  }
-}
-
-void DistSampler::await(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
-  try {
-    await_within(work, timeout_, /*poll=*/!exchange_device_.is_cpu());
-  } catch (const std::exception& error) {
-    fail(what, error);
-  }
-}
-
-void DistSampler::fail(const char* what, const std::exception& error) {
-  std::ostringstream why;
-  why << "exchanging " << what << " failed: " << watch_->describe(watch_->period() * kSilentPeriods)
-      << ". The collective said: " << error.what();
-  broken_ = why.str();
-  TORCH_CHECK(false, "quiver DistSampler (host ", host_, " of ", num_hosts_, "): ", broken_);
-}
 
 DistSampler::HopSamples DistSampler::sample_rows(const at::Tensor& rows, int64_t fanout,
                                                 const std::optional<at::Generator>& generator,
@@ -201,7 +178,7 @@ DistSampler::HopSamples DistSampler::exchange_hop(
   // 1. How many rows each host asks of each other host.
   at::Tensor recv_counts = at::empty({P}, long_x);
   at::Tensor send_counts_buffer = at::tensor(send_splits, at::kLong).to(x);
-  await(post(recv_counts, send_counts_buffer, {}, {}, "request counts"), "request counts");
+  channel_->exchange(recv_counts, send_counts_buffer, {}, {}, "request counts");
   const std::vector<int64_t> recv_splits = as_vector(recv_counts);
   const int64_t asked_of_me = std::accumulate(recv_splits.begin(), recv_splits.end(), int64_t{0});
   clock.lap("request_counts");
@@ -209,10 +186,10 @@ DistSampler::HopSamples DistSampler::exchange_hop(
   // 2. The requests travel while this host samples its own frontier nodes.
   at::Tensor asked = at::empty({asked_of_me}, long_x);
   at::Tensor requests_x = requests.to(x);
-  auto requests_sent = post(asked, requests_x, recv_splits, send_splits, "requests");
+  auto requests_sent = channel_->post(asked, requests_x, recv_splits, send_splits, "requests");
   const HopSamples own = sample_own(x);
   clock.lap("own");
-  await(requests_sent, "requests");
+  channel_->await(requests_sent, "requests");
   clock.lap("requests");
 
   // 3. Sample what the peers asked for (this host's own block is answered already).
@@ -233,18 +210,17 @@ DistSampler::HopSamples DistSampler::exchange_hop(
   // 4. Answers back: counts per asked row (the requests' splits reversed), then the
   // sampled (neighbor, edge id) pairs, whose per-host totals the counts give.
   at::Tensor got_counts = at::empty({requests.numel()}, long_x);
-  await(post(got_counts, reply_counts, send_splits, recv_splits, "answer counts"), "answer counts");
+  channel_->exchange(got_counts, reply_counts, send_splits, recv_splits, "answer counts");
   const at::Tensor got_counts_here = got_counts.cpu();
   clock.lap("answer_counts");
   const std::vector<int64_t> got_splits = block_sums(got_counts_here, send_splits);
   const int64_t got_total = std::accumulate(got_splits.begin(), got_splits.end(), int64_t{0});
   at::Tensor got_rows = at::empty({got_total, 2}, long_x);
-  if (lanes_.empty()) {
-    await(post(got_rows, reply_rows, got_splits, reply_splits, "answers"), "answers");
+  if (channel_->lanes().empty()) {
+    channel_->exchange(got_rows, reply_rows, got_splits, reply_splits, "answers");
   } else {  // the hop's bulk, over the lanes side by side
-    exchange_over_lanes(lanes_, host_, got_rows, reply_rows, got_splits, reply_splits,
-                        /*header=*/0, timeout_, {},
-                        [&](const std::exception& error) { fail("answers over lanes", error); });
+    channel_->exchange_over_lanes(got_rows, reply_rows, got_splits, reply_splits, /*header=*/0,
+                                  "answers");
   }
   clock.lap("answers");
   return {got_counts_here, got_rows};
@@ -264,14 +240,9 @@ DistSampler::HopSamples DistSampler::read_hop(
   const at::Device comm = exchange_device_;
   const bool through_gpu = comm.is_cuda();
   const auto read = [&](int which, const std::vector<at::Tensor>& rows, at::ScalarType dtype) {
-    const at::Tensor& array = *arrays[which];
-    const Transport::Serve serve = [&](const at::Tensor& local, const at::Tensor&) {
-      return array.view({-1, 1}).index_select(0, local.to(array.device())).to(comm, dtype);
-    };
+    ArrayRows array(*arrays[which], dtype);
     std::lock_guard<std::mutex> one_fetch(reads_[which]->fetch_mutex());
-    std::vector<at::Tensor> got = reads_[which]->impl().fetch(
-        rows, serve, array.numel(), at::empty({0, 1}, at::TensorOptions(comm).dtype(dtype)), comm,
-        {}, which);
+    std::vector<at::Tensor> got = reads_[which]->fetch(rows, array, comm, which);
     // Rows may view the transport's buffer until its next fetch, and one transport may
     // carry all three reads: each is copied out (to the host).
     for (at::Tensor& t : got) t = through_gpu ? t.to(at::kCPU) : t.clone();
@@ -355,9 +326,7 @@ DistSampler::HopSamples DistSampler::read_hop(
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>& generator) {
   std::lock_guard<std::mutex> one_batch(sample_mutex_);
-  TORCH_CHECK(broken_.empty(), "quiver DistSampler (host ", host_,
-              ") failed before and cannot sample again (its hosts may be out of step; make a "
-              "new one): ", broken_);
+  channel_->check_not_broken();
   TORCH_CHECK_VALUE(seeds.is_cpu() && seeds.dim() == 1 &&
                         at::isIntegralType(seeds.scalar_type(), /*includeBool=*/false),
                     "DistSampler.sample: seeds must be a 1-D integer CPU tensor, got ",

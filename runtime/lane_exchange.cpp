@@ -27,16 +27,12 @@ void exchange_over_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup
                          int64_t host, at::Tensor& into, const at::Tensor& from,
                          const std::vector<int64_t>& into_rows,
                          const std::vector<int64_t>& from_rows, int64_t header,
-                         std::chrono::milliseconds timeout, const LaneLanded& landed,
-                         const LaneFailed& failed) {
+                         std::chrono::milliseconds timeout, const LaneFailed& failed) {
   const int64_t num_lanes = static_cast<int64_t>(lanes.size());
   const int64_t num_hosts = static_cast<int64_t>(into_rows.size());
   TORCH_CHECK(num_lanes > 0 && static_cast<int64_t>(from_rows.size()) == num_hosts,
               "exchange_over_lanes: needs lanes and one row count per host each way");
-  struct Posted {
-    c10::intrusive_ptr<c10d::Work> work;
-    int64_t host, begin, end;  // the rows of that host's block it moves
-  };
+  using Posted = c10::intrusive_ptr<c10d::Work>;
   std::vector<Posted> receives, sends;
   std::vector<int64_t> into_at(num_hosts, 0), from_at(num_hosts, 0);
   for (int64_t h = 1; h < num_hosts; ++h) {
@@ -44,28 +40,22 @@ void exchange_over_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup
     from_at[h] = from_at[h - 1] + from_rows[h - 1];
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  bool in_backend = false;  // whether a failure is the backend's, or the caller's placement
   const auto post = [&](bool send, int64_t lane, int64_t h, int64_t rows, int64_t at) {
     const int64_t data = rows - header;
     const int64_t begin = lane == 0 ? 0 : header + data * lane / num_lanes;
     const int64_t end = header + data * (lane + 1) / num_lanes;
     if (end <= begin) return;
-    in_backend = true;
     std::vector<at::Tensor> message{
         (send ? from : into).narrow(0, at + begin, end - begin).view(-1)};
     const int peer = static_cast<int>(h);
     auto& posted = send ? sends : receives;
-    posted.push_back(
-        {send ? lanes[lane]->send(message, peer, 0) : lanes[lane]->recv(message, peer, 0), h,
-         begin, end});
-    in_backend = false;
+    posted.push_back(send ? lanes[lane]->send(message, peer, 0)
+                          : lanes[lane]->recv(message, peer, 0));
   };
   const auto wait = [&](const Posted& posted) {
-    in_backend = true;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0 || !posted.work->wait(left)) no_answer_within(timeout);
-    in_backend = false;
+    if (left.count() <= 0 || !posted->wait(left)) no_answer_within(timeout);
   };
   try {
     for (int64_t j = 0; j < num_lanes; ++j) {
@@ -76,28 +66,23 @@ void exchange_over_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup
     // What this host asked of itself: a copy.
     into.narrow(0, into_at[host], into_rows[host])
         .copy_(from.narrow(0, from_at[host], from_rows[host]));
-    if (landed) landed(host, 0, into_rows[host]);
     for (int64_t j = 0; j < num_lanes; ++j) {
       for (int64_t h = 0; h < num_hosts; ++h) {
         if (h != host) post(true, j, h, from_rows[h], from_at[h]);
       }
     }
-    for (const Posted& receive : receives) {
-      wait(receive);
-      if (landed) landed(receive.host, receive.begin, receive.end);
-    }
+    for (const Posted& receive : receives) wait(receive);
     for (const Posted& send : sends) wait(send);
   } catch (const std::exception& error) {
     // Whatever is still posted must not read or write these tensors after this returns.
     for (auto* posted : {&receives, &sends}) {
       for (Posted& message : *posted) {
         try {
-          message.work->abort();
+          message->abort();
         } catch (const std::exception&) {  // a backend without abort: nothing more to do
         }
       }
     }
-    if (!in_backend) throw;  // the caller's own placement failed
     failed(error);
     throw;  // `failed` must throw; should it not, the backend's error goes on
   }

@@ -98,9 +98,9 @@ int roce_v2_ipv4_gid(const std::string& device, int port, int table_size) {
   return -1;
 }
 
-class RdmaTransport final : public Transport::Impl {
+class RdmaReader final : public RowReader {
  public:
-  RdmaTransport(c10::intrusive_ptr<c10d::Store> store, int64_t host, int64_t num_hosts,
+  RdmaReader(c10::intrusive_ptr<c10d::Store> store, int64_t host, int64_t num_hosts,
                 at::Tensor table, const Transport::RdmaOptions& options,
                 const RdmaTestHooks& hooks)
       : store_(std::move(store)),
@@ -150,15 +150,12 @@ class RdmaTransport final : public Transport::Impl {
         static_cast<int>(num_hosts_), std::max(std::chrono::milliseconds(100), timeout_ / 10));
   }
 
-  std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests, const Transport::Serve&,
-                                int64_t, const at::Tensor& like, const at::Device& device,
-                                const Transport::Arrived& arrived, int64_t) override {
+  std::vector<at::Tensor> read(const std::vector<at::Tensor>& requests, const at::Tensor& like,
+                               const at::Device& device) override {
     TORCH_CHECK(broken_.empty(), "quiver RDMA transport (host ", host_,
                 ") failed before and "
                 "cannot be used again: ",
                 broken_);
-    TORCH_CHECK_VALUE(static_cast<int64_t>(requests.size()) == num_hosts_,
-                      "fetch needs one request per host (", num_hosts_, "), got ", requests.size());
     const int64_t wanted_row_bytes = row_bytes_of(like);
     TORCH_CHECK_VALUE(wanted_row_bytes == row_bytes_ && like.scalar_type() == table_.scalar_type(),
                       "rows of ", wanted_row_bytes, " bytes of ", like.scalar_type(),
@@ -185,7 +182,6 @@ class RdmaTransport final : public Transport::Impl {
     }
     at::Tensor out = at::empty(rows_like(like, total), like.options().device(device));
     if (total == 0) {  // nothing remote (an empty batch, or every row held here)
-      if (arrived) return {};
       return std::vector<at::Tensor>(num_hosts_, out);
     }
     at::Tensor out_bytes =
@@ -221,21 +217,11 @@ class RdmaTransport final : public Transport::Impl {
       parts.push_back(out.narrow(0, begin, ids[h].numel()));
       begin += ids[h].numel();
     }
-    if (arrived) {
-      for (int64_t h = 0; h < num_hosts_; ++h) {
-        if (parts[h].numel() > 0) arrived(h, 0, parts[h]);
-      }
-      return {};
-    }
     return parts;
   }
 
-  std::string kind() const override { return "rdma:" + device_name_; }
-  c10::intrusive_ptr<c10d::Store> store() const override { return store_; }
-  std::chrono::milliseconds timeout() const override { return timeout_; }
-  int64_t host() const override { return host_; }
-  int64_t num_hosts() const override { return num_hosts_; }
-  bool collective() const override { return false; }
+  const std::string& device_name() const { return device_name_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
 
  private:
   struct Peer {
@@ -555,7 +541,7 @@ class RdmaTransport final : public Transport::Impl {
 
   [[noreturn]] void fail(const std::string& why) {
     broken_ = why;
-    TORCH_CHECK(false, "quiver RDMA transport (", kind(), ", host ", host_, " of ", num_hosts_,
+    TORCH_CHECK(false, "quiver RDMA transport (rdma:", device_name_, ", host ", host_, " of ", num_hosts_,
                 "): ", why);
   }
 
@@ -595,8 +581,16 @@ c10::intrusive_ptr<Transport> rdma_with_test_hooks(const c10::intrusive_ptr<c10d
                                                    at::Tensor table,
                                                    const Transport::RdmaOptions& options,
                                                    const RdmaTestHooks& hooks) {
-  return c10::make_intrusive<Transport>(
-      std::make_unique<RdmaTransport>(store, host, num_hosts, std::move(table), options, hooks));
+  auto reader = std::make_unique<RdmaReader>(store, host, num_hosts, std::move(table), options,
+                                             hooks);
+  Transport::Parts parts;
+  parts.kind = "rdma:" + reader->device_name();
+  parts.store = store;
+  parts.timeout = reader->timeout();
+  parts.host = host;
+  parts.num_hosts = num_hosts;
+  parts.reader = std::move(reader);
+  return c10::make_intrusive<Transport>(std::move(parts));
 }
 
 bool Transport::rdma_available() { return verbs::device_present(); }

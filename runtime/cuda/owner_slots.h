@@ -1,5 +1,5 @@
 // Torch-free interface of the kernels behind the distributed fetch over NCCL
-// (runtime/collective_transport.cpp, runtime/dist_feature.cpp). That fetch exchanges
+// (runtime/slot_exchange.cpp). That exchange moves
 // requests and rows in fixed per-host slots, so that every size the collectives need is
 // known without reading a count back: one host wait per fetch instead of four.
 //

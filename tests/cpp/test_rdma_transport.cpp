@@ -33,6 +33,7 @@
 namespace {
 
 using quiver::runtime::rdma_with_test_hooks;
+using quiver::runtime::LocalRows;
 using quiver::runtime::RdmaTestHooks;
 using quiver::runtime::Transport;
 using quiver::testing::FakeVerbs;
@@ -50,15 +51,23 @@ at::Tensor host_table(int64_t host) {
 
 at::Tensor like() { return at::empty({0, kWidth}, at::kLong); }
 
-const Transport::Serve kNoServe = [](const at::Tensor&, const at::Tensor&) -> at::Tensor {
-  throw std::logic_error("an RDMA transport never serves through its owner");
+// What a host serves, as a reader sees it: only the rows' dtype and shape. A one-sided
+// reader never asks its own host to serve.
+class NoServedRows final : public LocalRows {
+ public:
+  int64_t num_rows() const override { return kRows; }
+  at::Tensor empty_rows() const override { return like(); }
+  at::Tensor read(const at::Tensor&, const at::Device&) override {
+    throw std::logic_error("an RDMA transport never serves through its owner");
+  }
 };
 
 // Fetches `ids` of `peer`'s table through `transport` (a two-host setup).
 at::Tensor read_from(Transport& transport, int64_t peer, const at::Tensor& ids) {
   std::vector<at::Tensor> requests(2, at::empty({0}, at::kLong));
   requests[peer] = ids;
-  return transport.impl().fetch(requests, kNoServe, kRows, like(), at::kCPU, nullptr, 0)[peer];
+  NoServedRows mine;
+  return transport.fetch(requests, mine, at::kCPU, 0)[peer];
 }
 
 void expect_rows_of(const at::Tensor& rows, int64_t host, const at::Tensor& ids) {
@@ -373,7 +382,8 @@ TEST_F(FakeRdma, FetchesOfNoRowsReturnNoRows) {
     EXPECT_EQ(rows.sizes(), at::IntArrayRef({0, kWidth}));
   }
   std::vector<at::Tensor> nothing(2, at::empty({0}, at::kLong));
-  const auto out = zero->impl().fetch(nothing, kNoServe, kRows, like(), at::kCPU, nullptr, 0);
+  NoServedRows mine;
+  const auto out = zero->fetch(nothing, mine, at::kCPU, 0);
   EXPECT_EQ(out[1].numel(), 0);
   const at::Tensor ids = at::randint(kRows, {100}, at::kLong);
   expect_rows_of(read_from(*zero, 1, ids), 1, ids);  // and the next fetch works

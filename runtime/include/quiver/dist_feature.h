@@ -2,14 +2,14 @@
 // gather(ids) returns the rows of global ids, on the ids' device. Rows this host holds
 // (the replicated hottest rows and its own partition) come from its local layout
 // (FeatureTiers: HBM cache and pinned host table, one kernel); rows of other hosts are
-// grouped by owner and fetched through a Transport, then scattered into the one output.
+// grouped by owner and fetched through a Transport (read from the peers, or exchanged, this
+// host serving its own rows as the transport's LocalRows), then placed into the one output.
 //
 // gather_async(ids) starts the same work on a side stream and thread and returns a
 // FetchWork; wait(timeout) hands over the rows, ordered after the work on the caller's
 // stream, or raises naming the peer that did not answer.
 #pragma once
 
-#include <atomic>
 #include <memory>
 
 #include <ATen/core/Tensor.h>
@@ -36,6 +36,7 @@ class DistFeature : public torch::CustomClassHolder {
   // shapes differ, or one of them cannot serve its share.
   DistFeature(c10::intrusive_ptr<ShardMap> shard_map, c10::intrusive_ptr<FeatureTiers> local,
               c10::intrusive_ptr<Transport> transport);
+  ~DistFeature() override;
 
   // Rows of global ids (1-D int32/int64) on the ids' device. With a collective transport
   // every host calls gather together, once per step, gathering its DistFeatures in the
@@ -55,31 +56,27 @@ class DistFeature : public torch::CustomClassHolder {
   c10::intrusive_ptr<Transport> transport() const { return transport_; }
 
  private:
-  // The gather with a slotted transport (NCCL): ids placed in per-host slots on the GPU,
-  // one wait per gather. Undefined when a host overflowed the slots: every host then
-  // gathers again with gather_grouped.
-  at::Tensor gather_in_slots(const at::Tensor& ids);
-  // The gather with any transport: ids grouped by owner, counts read back first.
+  // This host's table as the transports read it (its local layout, with the gather's block
+  // cap): defined in dist_feature.cpp.
+  class TableRows;
+
+  // The gather with a slotted transport (NCCL): the transport's slotted exchange, one wait.
+  at::Tensor gather_in_slots(SlotExchange& slots, const at::Tensor& ids);
+  // The gather with any transport: ids grouped by owner, the groups fetched, the rows
+  // placed.
   at::Tensor gather_grouped(const at::Tensor& ids);
   // A view of `rows` rows in `buffer` (CPU, kept across gathers, grown when short).
   at::Tensor kept_rows(at::Tensor& buffer, int64_t rows);
-  // Serves peers' requests from this host's local table.
-  Transport::Serve serve_local() const;
-  // A collective fetch in which this host asks for nothing: its part of a step it cannot
-  // take itself.
-  void take_part_without_asking();
 
   c10::intrusive_ptr<ShardMap> shard_map_;
   c10::intrusive_ptr<FeatureTiers> local_;
   c10::intrusive_ptr<Transport> transport_;
+  std::unique_ptr<TableRows> table_rows_;
   int64_t tag_ = 0;  // this DistFeature among those built over the store: the same on every host
   double last_local_fraction_ = 0;
   // A kept CPU buffer of the Gloo path (see gather_grouped): this host's own rows before
   // they are scattered into the output.
   at::Tensor held_rows_;
-  // The block cap of the gather in progress (gathers are serialized by the transport's
-  // fetch lock), shared with serve_local's callbacks.
-  std::shared_ptr<std::atomic<int64_t>> host_read_blocks_ = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 // The pending result of DistFeature.gather_async.

@@ -44,7 +44,7 @@
 
 namespace quiver::runtime {
 
-class PeerWatch;
+class CollectiveChannel;
 
 class DistSampler : public torch::CustomClassHolder {
  public:
@@ -78,13 +78,6 @@ class DistSampler : public torch::CustomClassHolder {
   std::vector<int64_t> last_remote_edges() const { return last_remote_edges_; }
 
  private:
-  // One all-to-all of `from` (rows split by from_splits) into a new tensor (rows split by
-  // into_splits), waited for at most the timeout. Started by post, finished by await.
-  c10::intrusive_ptr<c10d::Work> post(at::Tensor& into, at::Tensor& from,
-                                      const std::vector<int64_t>& into_splits,
-                                      const std::vector<int64_t>& from_splits, const char* what);
-  void await(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
-  [[noreturn]] void fail(const char* what, const std::exception& error);
   // Samples of some frontier nodes: per node its sample's size (int64), and the (neighbor,
   // edge id) pairs ([k, 2] int64).
   using HopSamples = std::pair<at::Tensor, at::Tensor>;
@@ -109,19 +102,16 @@ class DistSampler : public torch::CustomClassHolder {
                       int64_t fanout, const std::optional<at::Generator>& generator,
                       const OwnSamples& sample_own);
 
-  c10::intrusive_ptr<c10d::ProcessGroup> group_;
+  // The group's all-to-alls (and lanes), its heartbeats and its failure state.
+  std::unique_ptr<CollectiveChannel> channel_;
   at::Tensor indptr_, indices_, edge_ids_, owner_, local_index_;
   // Where the all-to-alls' tensors live: the current GPU for NCCL, else the CPU.
   at::Device exchange_device_{at::kCPU};
   std::optional<at::Generator> part_generator_;  // see part_generator
   std::vector<int64_t> fanouts_;
   bool replace_;
-  std::chrono::milliseconds timeout_;
   std::vector<c10::intrusive_ptr<Transport>> reads_;  // offsets, neighbor ids, edge ids
-  std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> lanes_;  // Gloo only (see the constructor)
   int64_t host_, num_hosts_;
-  std::unique_ptr<PeerWatch> watch_;
-  std::string broken_;
   std::mutex sample_mutex_;  // one batch at a time: the hosts' exchanges pair in order
   std::vector<int64_t> last_remote_nodes_, last_remote_edges_;
   // Where the part lies (sample()'s tensor work runs there): the owner map and local

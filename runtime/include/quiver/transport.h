@@ -1,14 +1,19 @@
 // torch.classes.quiver.Transport: moves rows of the hosts' local tables (see
 // <quiver/shard_map.h>) from the hosts that own them to the host that asks.
 //
-// Two kinds, behind one class:
-//  - collective(group): torch.distributed collectives on a c10d process group whose ranks
-//    are the hosts: NCCL between GPUs, Gloo on CPUs. Every host takes part in every fetch
-//    (it serves its peers' requests from its own table while it asks for theirs), so all
-//    hosts fetch once per step, as a training loop's batches do.
-//  - rdma(group, table, ...): one-sided RDMA READs over reliable-connected queue pairs
-//    (rdma-core verbs, loaded at run time): a host reads peers' registered tables without
-//    their CPUs; endpoints are exchanged through the group's store (rdma_transport.cpp).
+// Two protocols, each its own interface below, behind one class:
+//  - RowReader, a one-sided pull: rdma(group, table, ...) reads peers' registered tables
+//    with RDMA READs over reliable-connected queue pairs (rdma-core verbs, loaded at run
+//    time), without their CPUs; endpoints are exchanged through the group's store
+//    (rdma_transport.cpp).
+//  - RowExchange, collectives: collective(group) exchanges over a c10d process group whose
+//    ranks are the hosts (NCCL between GPUs, Gloo on CPUs). Every host takes part in every
+//    exchange, serving its peers' requests from its own rows (LocalRows) while it asks for
+//    theirs, so all hosts fetch once per step, as a training loop's batches do. Over NCCL
+//    the transport also has the slotted exchange (runtime/slot_exchange.h), which takes
+//    global ids on the GPU and returns their rows with one wait.
+// Neither calls back into its caller: what a host serves reaches the transport as
+// LocalRows, and the rows come back as the call's result.
 //
 // Failures (a peer that died, a stalled peer, a refused connection, a remote access error)
 // raise a RuntimeError naming the peer, within the transport's timeout: a heartbeat in the
@@ -22,10 +27,10 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/custom_class.h>
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -33,82 +38,64 @@
 
 namespace c10d {
 class ProcessGroup;
-class Store;
 }  // namespace c10d
 
 namespace quiver::runtime {
 
+// The rows a host serves its peers in a collective exchange: a table's local rows.
+class LocalRows {
+ public:
+  virtual ~LocalRows() = default;
+  virtual int64_t num_rows() const = 0;
+  // No rows, of the table's dtype and row shape ([0, *row_shape]).
+  virtual at::Tensor empty_rows() const = 0;
+  // Rows at `local_ids` (int64, each in [0, num_rows()), checked by the exchange) on
+  // `device`. Where reads_on_stream(device), the read is only enqueued on the current
+  // stream, and its faults wait for check_reads.
+  virtual at::Tensor read(const at::Tensor& local_ids, const at::Device& device) = 0;
+  // The same into `into` (contiguous CPU rows of the table's dtype and row shape): the
+  // exchange's send buffer.
+  virtual void read_into(const at::Tensor& local_ids, const at::Tensor& into) {
+    into.copy_(read(local_ids, into.device()));
+  }
+  // Whether a read onto `device` runs on the current stream without the host waiting (an
+  // exchange may then read between two collectives; a host wait there could hang behind a
+  // peer that died).
+  virtual bool reads_on_stream(const at::Device& device) const { return false; }
+  // Raises what the reads enqueued since the last call found wrong. Call it once the
+  // stream has passed them.
+  virtual void check_reads() {}
+};
+
+// The pull protocol: rows read from peers without their taking part.
+class RowReader {
+ public:
+  virtual ~RowReader() = default;
+  // For each host h, rows requests[h] (int64 local indices of h's table, possibly empty;
+  // empty for this host) as one tensor per host on `device`, shaped like `like`'s rows.
+  // Throws naming the peer on failure (an IndexError for rows outside a peer's table).
+  virtual std::vector<at::Tensor> read(const std::vector<at::Tensor>& requests,
+                                       const at::Tensor& like, const at::Device& device) = 0;
+};
+
+// The exchange protocol: every host serves its peers while it asks.
+class RowExchange {
+ public:
+  virtual ~RowExchange() = default;
+  // As RowReader::read, with this host serving its peers' requests from `mine` (requests
+  // for rows outside it are refused, and both sides raise). The rows may view a buffer the
+  // exchange reuses: they are valid until its next exchange. `tag` names the caller's table
+  // (the same on every host): an exchange whose peers exchange for another tag raises on
+  // every host.
+  virtual std::vector<at::Tensor> exchange(const std::vector<at::Tensor>& requests,
+                                           LocalRows& mine, const at::Device& device,
+                                           int64_t tag) = 0;
+};
+
+class SlotExchange;  // runtime/slot_exchange.h
+
 class Transport : public torch::CustomClassHolder {
  public:
-  // Reads rows of this host's own table: local indices (int64, checked by the caller) ->
-  // rows on the table's device. `into`, when defined, is where the transport wants them
-  // (contiguous CPU rows of the table's shape and dtype): a serve that can gather there
-  // does so and returns `into`; any other result the transport copies there.
-  using Serve = std::function<at::Tensor(const at::Tensor& local_ids, const at::Tensor& into)>;
-  // Takes rows of host `host`'s answer as they arrive: `rows` are its rows from the
-  // `first_row`-th on, valid until the transport's next fetch.
-  using Arrived = std::function<void(int64_t host, int64_t first_row, const at::Tensor& rows)>;
-
-  class Impl {
-   public:
-    virtual ~Impl() = default;
-    // For each host h, rows requests[h] (int64 local indices of h's table, possibly empty;
-    // empty for this host) as one tensor per host on `device`, shaped like `like`'s rows.
-    // `served_rows` is the size of this host's table: requests for rows outside it are
-    // refused, and both sides raise. Throws RuntimeError naming the peer on failure. The
-    // rows may view a buffer the transport reuses: they are valid until its next fetch.
-    // With `arrived`, every row goes to it instead (in pieces, in any order, maybe while
-    // others are still on their way, and before any verdict is checked) and fetch returns
-    // nothing: the caller places rows while the rest travel. `tag` names the caller's table
-    // (the same on every host): a collective fetch whose peers fetch for another tag raises
-    // on every host.
-    virtual std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests,
-                                          const Serve& serve, int64_t served_rows,
-                                          const at::Tensor& like, const at::Device& device,
-                                          const Arrived& arrived, int64_t tag) = 0;
-    virtual std::string kind() const = 0;
-    // The rendezvous store the hosts share, and how long a wait for a peer may last.
-    virtual c10::intrusive_ptr<c10d::Store> store() const = 0;
-    virtual std::chrono::milliseconds timeout() const = 0;
-    virtual int64_t host() const = 0;
-    virtual int64_t num_hosts() const = 0;
-    // Whether every host must call fetch together (collectives) or each on its own (RDMA).
-    virtual bool collective() const = 0;
-
-    // The fetch in fixed slots (runtime/cuda/owner_slots.h), offered by collective transports
-    // over GPUs: requests and rows travel in equal per-host blocks, so that no count is
-    // read back before the rows move, and the host waits once. Every host of the group
-    // takes this path together (it depends only on the transport).
-    struct SlotLayout {
-      int64_t capacity = 0;    // request slots per host, the same on every host
-      int64_t row_header = 0;  // header rows before each host's block of rows
-    };
-    struct SlottedRows {
-      // Bytes [num_hosts * (row_header + capacity), row_bytes]: host h's rows in block h,
-      // after its header rows. Valid until the next fetch.
-      at::Tensor rows;
-      // False when some host asked some host for more rows than the capacity: the rows are
-      // incomplete, every host knows it, and every host must fetch the same ids again
-      // with fetch(). The capacity has grown for the next fetch.
-      bool complete = true;
-      std::vector<int64_t> extra;  // the caller's words, read back with the verdicts
-    };
-    virtual bool slotted() const { return false; }
-    virtual SlotLayout slot_layout(int64_t row_bytes) const { return {}; }
-    // `requests`: int64 [num_hosts, kSlotHeader + capacity] on the GPU, as laid out by
-    // slot_ids_by_owner. `serve` must only enqueue its work on the current stream (a host
-    // wait there could hang behind a peer that died) unless `serve_waits`, in which case
-    // the transport waits for the requests first. `extra`: int64 words on the GPU to read
-    // back in the fetch's one copy. `meanwhile` runs once the rows are on their way: work
-    // the caller enqueues there runs beside the exchange instead of before it.
-    virtual SlottedRows fetch_slotted(const at::Tensor& requests, const Serve& serve,
-                                      bool serve_waits, int64_t served_rows, int64_t row_bytes,
-                                      const at::Tensor& extra,
-                                      const std::function<void()>& meanwhile) {
-      TORCH_CHECK(false, "transport ", kind(), " has no slotted fetch");
-    }
-  };
-
   // How an RDMA transport connects and reads.
   struct RdmaOptions {
     std::string device;  // "" = the first RDMA device
@@ -120,7 +107,19 @@ class Transport : public torch::CustomClassHolder {
     double timeout_s = 30;             // a fetch's completions, and connecting
   };
 
-  explicit Transport(std::unique_ptr<Impl> impl);
+  // What a transport is made of: the hosts it connects, and how it moves rows (a reader,
+  // or an exchange and, over NCCL, the slotted exchange).
+  struct Parts {
+    std::string kind;  // "rdma:<device>", "collective:<backend>"
+    c10::intrusive_ptr<c10d::Store> store;  // the hosts' rendezvous store
+    std::chrono::milliseconds timeout;      // how long a wait for a peer may last
+    int64_t host = 0;
+    int64_t num_hosts = 1;
+    std::unique_ptr<RowReader> reader;
+    std::unique_ptr<RowExchange> exchange;
+    std::shared_ptr<SlotExchange> slots;
+  };
+  explicit Transport(Parts parts);
 
   // Collectives over `group` (its rank is this host), each waited for at most timeout_s.
   // `lanes`: more groups over the same hosts (Gloo only, else empty) that the rows travel
@@ -148,13 +147,23 @@ class Transport : public torch::CustomClassHolder {
   // qps_per_peer, staging_bytes), so that Python fills in only what it is given.
   static c10::Dict<std::string, int64_t> rdma_defaults();
 
-  std::string kind() const { return impl_->kind(); }
-  int64_t host() const { return impl_->host(); }
-  int64_t num_hosts() const { return impl_->num_hosts(); }
-  bool is_collective() const { return impl_->collective(); }
-  Impl& impl() { return *impl_; }
-  // Held by whoever fetches (DistFeature): one fetch at a time per transport, whichever
-  // object and thread asks.
+  const std::string& kind() const { return parts_.kind; }
+  int64_t host() const { return parts_.host; }
+  int64_t num_hosts() const { return parts_.num_hosts; }
+  // Whether every host must fetch together (an exchange) or each on its own (a reader).
+  bool is_collective() const { return parts_.exchange != nullptr; }
+  std::chrono::milliseconds timeout() const { return parts_.timeout; }
+
+  // For each host h, rows requests[h] (int64 local indices of h's table; none of this
+  // host's) on `device`: read from the peers, or exchanged, this host serving `mine` (with
+  // a collective transport every host calls fetch together; see RowExchange). `mine` also
+  // gives the rows' dtype and shape.
+  std::vector<at::Tensor> fetch(const std::vector<at::Tensor>& requests, LocalRows& mine,
+                                const at::Device& device, int64_t tag);
+  // The slotted exchange (NCCL transports in a CUDA build), else null.
+  SlotExchange* slots() const { return parts_.slots.get(); }
+  // Held by whoever fetches (DistFeature, DistSampler): one fetch at a time per transport,
+  // whichever object and thread asks.
   std::mutex& fetch_mutex() { return fetch_mutex_; }
 
   // Every host publishes `mine` under `topic` and gets every host's text, in host order,
@@ -168,7 +177,7 @@ class Transport : public torch::CustomClassHolder {
                                              double timeout_s);
 
  private:
-  std::unique_ptr<Impl> impl_;
+  Parts parts_;
   std::mutex fetch_mutex_;
 };
 

@@ -1,0 +1,114 @@
+#include "runtime/collective_channel.h"
+
+#include <c10/util/Exception.h>
+
+#include <sstream>
+#include <thread>
+
+#include "runtime/collective_wait.h"
+#include "runtime/lane_exchange.h"
+#include "runtime/peer_watch.h"
+
+namespace quiver::runtime {
+namespace {
+
+// Heartbeats run at this fraction of the timeout (at least every 100 ms), and a peer is
+// called silent after this many periods without a beat.
+constexpr int64_t kBeatsPerTimeout = 10;
+constexpr int kSilentPeriods = 3;
+
+}  // namespace
+
+CollectiveChannel::CollectiveChannel(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                                     std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> lanes,
+                                     std::chrono::milliseconds timeout, const std::string& kind,
+                                     std::string owner)
+    : group_(std::move(group)),
+      lanes_(std::move(lanes)),
+      timeout_(timeout),
+      host_(group_->getRank()),
+      num_hosts_(group_->getSize()),
+      uses_gpus_(group_->getBackendName() == "nccl"),
+      owner_(std::move(owner)) {
+  check_lanes(lanes_, *group_, owner_.c_str());
+  const std::string keys = "quiver/" + kind + "/";
+  serial_ = group_->getStore()->add(keys + "made/" + std::to_string(host_), 1) - 1;
+  const auto period = std::max(std::chrono::milliseconds(100), timeout_ / kBeatsPerTimeout);
+  watch_ = std::make_unique<PeerWatch>(group_->getStore(),
+                                       keys + "beat/" + std::to_string(serial_) + "/",
+                                       static_cast<int>(host_), static_cast<int>(num_hosts_),
+                                       period);
+}
+
+CollectiveChannel::~CollectiveChannel() {
+  watch_.reset();
+  // The last reference to a process group may be this one, dropped from Python with the
+  // GIL held (at interpreter exit, say), while a backend thread of the group waits for the
+  // GIL to finish a callback: destroying the group here would wait for that thread
+  // forever. A thread of its own destroys such a group, as torch's own bindings do
+  // without the GIL. A group someone else still holds is only let go of, here: a
+  // destroying thread still running when the process exits aborts it ("terminate
+  // called without an active exception", seen under load at the end of a training run).
+  std::vector<c10::intrusive_ptr<c10d::ProcessGroup>> last_held;
+  lanes_.push_back(std::move(group_));
+  for (auto& group : lanes_) {
+    if (group.use_count() == 1) last_held.push_back(std::move(group));
+  }
+  lanes_.clear();
+  if (!last_held.empty()) {
+    std::thread([groups = std::move(last_held)]() mutable { groups.clear(); }).detach();
+  }
+}
+
+void CollectiveChannel::exchange(at::Tensor& into, at::Tensor& from,
+                                 std::vector<int64_t> into_splits,
+                                 std::vector<int64_t> from_splits, const char* what) {
+  await(post(into, from, std::move(into_splits), std::move(from_splits), what), what);
+}
+
+c10::intrusive_ptr<c10d::Work> CollectiveChannel::post(at::Tensor& into, at::Tensor& from,
+                                                       std::vector<int64_t> into_splits,
+                                                       std::vector<int64_t> from_splits,
+                                                       const char* what) {
+  c10d::AllToAllOptions options;
+  options.timeout = timeout_;
+  try {
+    return group_->alltoall_base(into, from, into_splits, from_splits, options);
+  } catch (const std::exception& error) {
+    fail(what, error);
+  }
+}
+
+void CollectiveChannel::await(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  try {
+    await_within(work, timeout_, /*poll=*/uses_gpus_);
+  } catch (const std::exception& error) {
+    fail(what, error);
+  }
+}
+
+void CollectiveChannel::exchange_over_lanes(at::Tensor& into, const at::Tensor& from,
+                                            const std::vector<int64_t>& into_rows,
+                                            const std::vector<int64_t>& from_rows,
+                                            int64_t header, const char* what) {
+  const std::string over =
+      std::string(what) + " over " + std::to_string(lanes_.size()) + " lanes";
+  runtime::exchange_over_lanes(lanes_, host_, into, from, into_rows, from_rows, header, timeout_,
+                               [&](const std::exception& error) { fail(over.c_str(), error); });
+}
+
+void CollectiveChannel::fail(const char* what, const std::exception& error) {
+  std::ostringstream why;
+  why << "exchanging " << what << " failed: " << watch_->describe(watch_->period() * kSilentPeriods)
+      << ". The collective said: " << error.what();
+  broken_ = why.str();
+  TORCH_CHECK(false, owner_, ": ", broken_);
+}
+
+void CollectiveChannel::check_not_broken() const {
+  TORCH_CHECK(broken_.empty(), owner_,
+              " failed before and cannot be used again (its hosts may be out of step; make a "
+              "new one): ", broken_);
+}
+
+}  // namespace quiver::runtime
