@@ -219,9 +219,12 @@ def test_manual_seed_reproduces_an_epoch_whatever_else_draws(mode):
 
 @pytest.mark.parametrize("shuffle,drop_last,own_generator",
                          [(True, False, False), (True, True, True), (False, False, False)])
-def test_batches_drawn_directly_equal_the_dataloaders(mode, shuffle, drop_last, own_generator):
-    # Without workers the loader draws its batches itself (no list of Python ints a batch);
-    # they must be the very batches torch's DataLoader draws from the same generators.
+def test_batches_drawn_directly_cover_the_seeds_as_the_dataloaders_do(mode, shuffle, drop_last,
+                                                                       own_generator):
+    # Without workers the loader draws its batches itself (no list of Python ints a batch):
+    # one permutation an epoch from the loader's generator (or the default one), every seed
+    # once, batches as the DataLoader sizes them; in order without shuffle, exactly the
+    # DataLoader's batches.
     data = directed_data()
     generator = torch.Generator().manual_seed(9) if own_generator else None
     loader = qpyg.NeighborLoader(data, [3, 2], batch_size=23, shuffle=shuffle,
@@ -229,21 +232,33 @@ def test_batches_drawn_directly_equal_the_dataloaders(mode, shuffle, drop_last, 
                                  generator=generator)
     assert loader._batches_directly
 
-    def epoch():
-        torch.manual_seed(5)
+    def epoch(seed=5):
+        torch.manual_seed(seed)
         if generator is not None:
-            generator.manual_seed(9)
+            generator.manual_seed(9 + seed)
         return [(b.n_id.cpu(), b.edge_index.cpu(), b.input_id.cpu(), b.batch_size)
                 for b in loader]
 
     direct = epoch()
+    again = epoch()  # the same seeds, the same epoch
+    assert all(torch.equal(a[2], b[2]) for a, b in zip(direct, again))
     loader._batches_directly = False
     through_dataloader = epoch()
     assert len(direct) == len(through_dataloader) == len(loader)
-    for a, b in zip(direct, through_dataloader):
-        assert all(torch.equal(x, y) for x, y in zip(a[:3], b[:3])) and a[3] == b[3]
+    assert [a[3] for a in direct] == [b[3] for b in through_dataloader]
+    seeds = torch.cat([a[2] for a in direct])
+    if drop_last:
+        assert seeds.numel() == len(loader) * 23 and seeds.unique().numel() == seeds.numel()
+    else:
+        assert torch.equal(seeds.sort().values, torch.arange(data.num_nodes))
     if not shuffle:
-        assert torch.equal(torch.cat([a[2] for a in direct]), torch.arange(data.num_nodes))
+        assert torch.equal(seeds, torch.arange(data.num_nodes))
+        for a, b in zip(direct, through_dataloader):
+            assert all(torch.equal(x, y) for x, y in zip(a[:3], b[:3])) and a[3] == b[3]
+    else:
+        loader._batches_directly = True
+        other = torch.cat([a[2] for a in epoch(seed=6)])
+        assert not torch.equal(seeds, other)  # another seed, another order
 
 
 def test_a_sampler_of_the_users_own_goes_through_the_dataloader():

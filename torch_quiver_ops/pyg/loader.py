@@ -220,19 +220,17 @@ class _OnOurStores:
         return self._batches() if self._batches_directly else super().__iter__()
 
     def _batches(self):
-        """The DataLoader's batches without its machinery, which cost about 0.5 ms a batch
-        on the H100 host (1024 Python ints drawn one by one, then made a tensor again): the
-        same draws from the same generator (the iterator's base seed, then one permutation),
-        made here in the caller's thread, then the seeds' positions as slices of the
-        permutation, each sampled and filtered by PyG's code."""
+        """The DataLoader's batches without its machinery, which costs about 0.5 ms a batch
+        on the H100 host (1024 Python ints drawn one by one, then made a tensor again): with
+        ``shuffle``, one permutation of the seeds drawn from the loader's ``generator`` (none
+        given: PyTorch's default generator, so ``torch.manual_seed`` fixes the epoch), else
+        the seeds in order; each batch a slice of it, sampled and filtered by PyG's code.
+        The shuffled order is not the one torch's DataLoader would draw from the same seed
+        (that depends on how its iterator consumes the generator, which is not public): the
+        same distribution, one permutation an epoch, every seed once."""
         n = len(self.dataset)
-        generator = self.generator
-        torch.empty((), dtype=torch.int64).random_(generator=generator)  # the base seed
         if type(self.sampler) is RandomSampler:
-            if generator is None:  # as RandomSampler: one seeded from the default generator
-                generator = torch.Generator()
-                generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
-            order = torch.randperm(n, generator=generator)
+            order = torch.randperm(n, generator=self.generator)
         else:
             order = torch.arange(n)
         return self._batches_in(order)
