@@ -152,19 +152,11 @@ TORCH_LIBRARY(quiver, m) {
   // tiers[k].size(0)) with begin_0 = 0: out[i] = the row at position positions[ids[i]]
   // (ids[i] itself when positions is None). On CUDA each tier may be on the ids' GPU, on a
   // peer GPU it can read, or in pinned host memory; positions on the ids' GPU or pinned.
-  // group_host_reads: a large batch that reads pinned host memory is read in position order
-  // (sorted on the GPU), visiting the host table page after page; results are the same.
-  // stage_host_rows: such a batch's rows in the trailing host tiers are split between the
-  // GPU's zero-copy reads and CPU threads that gather into pinned staging for the copy
-  // engine, the split rebalanced per call (faster on host tables of tens of GB); results
-  // are the same. host_read_blocks > 0: a CUDA gather that reads pinned host memory runs on
-  // at most that many thread blocks of 1024 threads (the largest, so that its warps hold
-  // few SMs), so that while its reads wait on PCIe it leaves the SMs to other work on the
-  // GPU (a model training beside a prefetching loader); 0: as many blocks of 256 as its
-  // rows fill. Results are the same.
+  // A large CUDA batch that reads pinned host memory is read in position order (sorted on
+  // the GPU), visiting the host table page after page. How host rows are read (in id
+  // order, staged by CPU threads, on fewer thread blocks) changes no result: those are
+  // options of a layout object (torch.classes.quiver.FeatureTiers), not of this op.
   m.def(
-      "gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids, "
-      "bool group_host_reads=True, bool stage_host_rows=False, int host_read_blocks=0) -> "
-      "Tensor",
+      "gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids) -> Tensor",
       {at::Tag::pt2_compliant_tag});
 }

@@ -68,7 +68,7 @@ class SampledSAGE(torch.nn.Module):
     def forward(self, indptr, indices, table, seeds):
         node_ids, rows, cols, _, nodes_per_hop, edges_per_hop = torch.ops.quiver.sample_subgraph(
             indptr, indices, seeds, self.fanouts, False, None, None)
-        x = torch.ops.quiver.gather_tiered_rows([table], None, node_ids, True)
+        x = torch.ops.quiver.gather_tiered_rows([table], None, node_ids)
         cum_nodes = nodes_per_hop.cumsum(0).tolist()
         cum_edges = edges_per_hop.cumsum(0).tolist()
         layers = len(self.convs)

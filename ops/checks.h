@@ -346,9 +346,13 @@ inline void check_row_tiers(at::ArrayRef<at::Tensor> tiers,
 
 inline void check_gather_tiered_rows_args(at::ArrayRef<at::Tensor> tiers,
                                           const std::optional<at::Tensor>& positions,
-                                          const at::Tensor& ids, int64_t host_read_blocks) {
+                                          const at::Tensor& ids) {
   check_row_tiers(tiers, positions);
   check_index_vector(ids, "ids");
+}
+
+// A layout's cap on the thread blocks of a gather that reads host rows (0: none).
+inline void check_host_read_blocks(int64_t host_read_blocks) {
   TORCH_CHECK_VALUE(host_read_blocks >= 0, "host_read_blocks must be >= 0 (0: no limit), got ",
                     host_read_blocks);
 }

@@ -39,6 +39,7 @@ void register_runtime_classes(torch::Library& m) {
       .def("gather", &FeatureTiers::gather, "",
            {torch::arg("ids"), torch::arg("host_read_blocks") = 0})
       .def("set_stage_host_rows", &FeatureTiers::set_stage_host_rows)
+      .def("set_group_host_reads", &FeatureTiers::set_group_host_reads)
       .def("stages_host_rows", &FeatureTiers::stages_host_rows)
       .def("tiers", &FeatureTiers::tiers)
       .def("positions", &FeatureTiers::positions)

@@ -79,7 +79,7 @@ class DistFeature::TableRows final : public LocalRows {
 #ifdef QUIVER_WITH_CUDA
     if (reads_on_stream(device)) {
       pending_.push_back(cuda::enqueue_gather_from_tiers(tiers_->tiers(), tiers_->positions(),
-                                                         local_ids, /*group_host_reads=*/true,
+                                                         local_ids, tiers_->groups_host_reads(),
                                                          blocks_, "DistFeature.gather"));
       return pending_.back().rows();
     }

@@ -60,8 +60,9 @@ std::optional<at::Tensor> FeatureTiers::positions() const {
 
 at::Tensor FeatureTiers::gather(const at::Tensor& ids, int64_t host_read_blocks) const {
   check_not_released("gather");
-  return internal::gather_tiered_rows(tiers_, positions_, ids, stage_host_rows_,
-                                      host_read_blocks, host_read_split_.get());
+  return internal::gather_tiered_rows(tiers_, positions_, ids, group_host_reads_,
+                                      stage_host_rows_, host_read_blocks,
+                                      host_read_split_.get());
 }
 
 void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) const {

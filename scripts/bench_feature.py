@@ -244,9 +244,10 @@ def main():
     def record_in_id_order(name, feature, hits=None):
         """The same store read in id order (group_host_reads=False): what grouping the
         host tier's reads by position buys."""
-        tiers = feature.tiers(device)
-        plain = lambda ids: torch.ops.quiver.gather_tiered_rows.default(  # noqa: E731
-            tiers.tiers(), tiers.positions(), ids, False)
+        layout = feature.tiers(device)
+        in_id_order = torch.classes.quiver.FeatureTiers(layout.tiers(), layout.positions())
+        in_id_order.set_group_host_reads(False)
+        plain = in_id_order.gather
         record(f"{name}, id order", gather_rate(plain, on_gpu, row_bytes, args.warmup),
                kernel_rate(plain, on_gpu[:4], row_bytes), hit_rate=hits)
 
@@ -304,11 +305,11 @@ def main():
     assert torch.equal(feature[check], x.to(device)[check])
     for name, blocks in (("HBM, degree order, before", 0),
                          ("HBM, degree order, before, loader's cap", 12)):
-        before = lambda ids: torch.ops.quiver.gather_tiered_rows.default(  # noqa: E731
-            old_tiers, old_positions, ids, True, False, blocks)
+        old_layout = torch.classes.quiver.FeatureTiers(old_tiers, old_positions)
+        before = lambda ids: old_layout.gather(ids, blocks)  # noqa: E731
         record(name, gather_rate(before, on_gpu, row_bytes, args.warmup),
                kernel_rate(before, on_gpu[:4], row_bytes))
-    del old_tiers, old_positions, order, feature  # x's pin in place lives as long as the store
+    del old_layout, old_tiers, old_positions, order, feature  # x's pin in place lives as long as the store
     torch.cuda.empty_cache()
 
     # Every row in pinned host memory.
@@ -363,8 +364,9 @@ def main():
         cached = int(args.cache_fraction * x.size(0))
         copy_tiers = [hot_first[:cached].to(device), hot_first[cached:].pin_memory()]
         copy_positions = positions_of(presampled).to(device)
-        gather_copy = lambda ids: qv.ops.gather_tiered_rows(copy_tiers, copy_positions, ids,  # noqa: E731
-                                                            False)
+        copy_layout = torch.classes.quiver.FeatureTiers(copy_tiers, copy_positions)
+        copy_layout.set_group_host_reads(False)
+        gather_copy = copy_layout.gather
         assert torch.equal(gather_copy(on_gpu[-1]).cpu(), x[on_gpu[-1].cpu()])
         record("cache, hot-ordered copy, id order", gather_rate(gather_copy, on_gpu, row_bytes, args.warmup),
                kernel_rate(gather_copy, on_gpu[:4], row_bytes), bounds["pinned_h2d"] / (1 - hits),

@@ -2,7 +2,7 @@
 with the table on 4 KB pages or on 2 MB transparent huge pages (madvise before the pages
 are first touched, then registered in place with cudaHostRegister), beside the CPU-gather
 baseline (16 threads index_select into pinned memory, then one copy), the op's own staged
-reads (``gather_tiered_rows(..., stage_host_rows=True)``: CPU threads gather slices into
+reads (a ``FeatureTiers`` with ``set_stage_host_rows(True)``: CPU threads gather slices into
 pinned staging while the copy engine moves the slices before) and the pinned copy.
 
     python scripts/bench_host_pages.py --sizes 1,4,16,32 --row-bytes 256
@@ -104,7 +104,9 @@ def main():
             staged = rate(lambda ids: (torch.cuda.synchronize(), torch.index_select(
                 table, 0, ids, out=pinned_out).to("cuda", non_blocking=True)), cpu_batches,
                 out_bytes, reps=3)
-            staged_call = lambda ids: qv.ops.gather_tiered_rows([table], None, ids, True, True)  # noqa: E731
+            staged_layout = torch.classes.quiver.FeatureTiers([table], None)
+            staged_layout.set_stage_host_rows(True)
+            staged_call = staged_layout.gather
             rate(staged_call, batches, out_bytes, reps=10)  # the op's GPU/CPU split settles
             staged_op = rate(staged_call, batches, out_bytes, reps=20)
             splits = {}

@@ -63,11 +63,13 @@ def main():
         # Staged host rows: the split, the bounded gather and the scatter (a batch large
         # enough to be staged, rows from every tier).
         many = torch.randint(x.size(0), (20_000,), device=device)
+        staged = torch.classes.quiver.FeatureTiers(split, positions.long())
+        staged.set_stage_host_rows(True)
         for _ in range(3):  # the split moves between calls
-            qv.ops.gather_tiered_rows(split, positions.long(), many, True, True)
+            staged.gather(many)
         bad = many.clone()
         bad[7] = x.size(0)
-        must_reject(qv.ops.gather_tiered_rows, split, positions, bad, True, True)
+        must_reject(staged.gather, bad)
     torch.cuda.synchronize()
     print("sanitizer workload done")
 

@@ -105,8 +105,7 @@ def _gather_rows_fake(table, ids):
 
 
 @torch.library.register_fake("quiver::gather_tiered_rows")
-def _gather_tiered_rows_fake(tiers, positions, ids, group_host_reads=True, stage_host_rows=False,
-                             host_read_blocks=0):
+def _gather_tiered_rows_fake(tiers, positions, ids):
     return tiers[0].new_empty((ids.shape[0], *tiers[0].shape[1:]), device=ids.device)
 
 
@@ -124,8 +123,7 @@ class FakeFeatureTiers:
         return cls(**dict(flattened))
 
     def gather(self, ids, host_read_blocks: int = 0):
-        return torch.ops.quiver.gather_tiered_rows.default(self._tiers, self._positions, ids, True,
-                                                           False, host_read_blocks)
+        return torch.ops.quiver.gather_tiered_rows.default(self._tiers, self._positions, ids)
 
     def stages_host_rows(self) -> bool:  # how host rows are read changes no shape
         return False

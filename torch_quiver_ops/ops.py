@@ -285,26 +285,26 @@ def gather_rows(table: Tensor, ids: Tensor) -> Tensor:
     return torch.ops.quiver.gather_rows(table, ids)
 
 
-def gather_tiered_rows(tiers: List[Tensor], positions: Optional[Tensor], ids: Tensor,
-                       group_host_reads: bool = True, stage_host_rows: bool = False,
-                       host_read_blocks: int = 0) -> Tensor:
+def gather_tiered_rows(tiers: List[Tensor], positions: Optional[Tensor], ids: Tensor) -> Tensor:
     """Rows ``ids`` of a table split over tiers.
 
     Tier ``k`` holds the rows at positions ``[begin_k, begin_k + len(tiers[k]))`` with
     ``begin_0 = 0``; row ``id`` sits at position ``positions[id]`` (at ``id`` when
     ``positions`` is None). On CUDA the tiers may be on the ids' GPU, on a peer GPU it can
-    read (NVLink), or in pinned host memory, and one kernel reads them all. With
-    ``group_host_reads`` (the default) a large batch that reads pinned host memory is read
-    in position order, page after page of the host table, which the GPU reaches faster;
-    the result is the same. With ``stage_host_rows`` such a batch's rows in the trailing
-    host tiers are split: the GPU reads a share with zero copy while CPU threads gather
-    the rest into pinned staging and the copy engine moves it, the share rebalanced after
-    every call. That is 2-3x faster on host tables of tens of GB, whose random pages the GPU
-    reaches slowly; the result is the same. ``host_read_blocks > 0`` runs a CUDA gather
-    that reads pinned host memory on at most that many thread blocks: while its reads wait
-    on PCIe, the other SMs stay free for other work on the GPU (a model training beside a
-    prefetching loader; see :class:`Prefetcher`); the result is the same. Out-of-range ids
-    raise IndexError. Returns ``[len(ids), *row_shape]`` rows on the ids' device.
+    read (NVLink), or in pinned host memory, and one kernel reads them all; a large batch
+    that reads pinned host memory is read in position order, page after page of the host
+    table, which the GPU reaches faster. Out-of-range ids raise IndexError. Returns
+    ``[len(ids), *row_shape]`` rows on the ids' device.
+
+    How a GPU reads host rows changes no result, so it is set on a layout object rather
+    than per call: ``layout = torch.classes.quiver.FeatureTiers(tiers, positions)``, then
+    ``layout.set_stage_host_rows(True)`` (a large batch's host rows split between the
+    GPU's zero-copy reads and CPU threads that gather into pinned staging for the copy
+    engine, the share rebalanced after every call: 2-3x faster on host tables of tens of
+    GB), ``layout.set_group_host_reads(False)`` (id order, to measure what the position
+    order buys), and ``layout.gather(ids, host_read_blocks)`` (``> 0``: a gather that
+    reads host rows runs on at most that many thread blocks, leaving the other SMs to a
+    model training beside a prefetching loader; see :class:`Prefetcher`).
+    :class:`Feature` holds one such layout per device.
     """
-    return torch.ops.quiver.gather_tiered_rows(tiers, positions, ids, group_host_reads,
-                                               stage_host_rows, host_read_blocks)
+    return torch.ops.quiver.gather_tiered_rows(tiers, positions, ids)

@@ -8,13 +8,9 @@
 namespace quiver {
 namespace {
 
-// Grouping reads by position, staging host rows and capping the blocks that read them are
-// GPU matters (its reach over host pages, its SMs); CPU threads read host memory directly,
-// so those arguments change nothing here.
 at::Tensor gather_tiered_rows_cpu(at::TensorList tiers, const std::optional<at::Tensor>& positions,
-                                  const at::Tensor& ids, bool /*group_host_reads*/,
-                                  bool /*stage_host_rows*/, int64_t host_read_blocks) {
-  check_gather_tiered_rows_args(tiers, positions, ids, host_read_blocks);
+                                  const at::Tensor& ids) {
+  check_gather_tiered_rows_args(tiers, positions, ids);
   return cpu::gather_from_tiers(tiers, positions, ids);
 }
 

@@ -477,7 +477,8 @@ PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                                         const std::optional<at::Tensor>& positions,
                                         const at::Tensor& ids, bool group_host_reads,
                                         int64_t host_read_blocks, const char* op) {
-  check_gather_tiered_rows_args(tiers, positions, ids, host_read_blocks);
+  check_gather_tiered_rows_args(tiers, positions, ids);
+  check_host_read_blocks(host_read_blocks);
   PendingGather pending;
   pending.state_ = std::make_unique<PendingGather::State>();
   PendingGather::State& state = *pending.state_;
@@ -496,11 +497,10 @@ PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
 namespace {
 
 at::Tensor gather_tiered_rows_cuda(at::TensorList tiers, const std::optional<at::Tensor>& positions,
-                                   const at::Tensor& ids, bool group_host_reads,
-                                   bool stage_host_rows, int64_t host_read_blocks) {
-  check_gather_tiered_rows_args(tiers, positions, ids, host_read_blocks);
-  return cuda::gather_from_tiers(tiers, positions, ids, group_host_reads, stage_host_rows,
-                                 "gather_tiered_rows", host_read_blocks);
+                                   const at::Tensor& ids) {
+  check_gather_tiered_rows_args(tiers, positions, ids);
+  return cuda::gather_from_tiers(tiers, positions, ids, /*group_host_reads=*/true,
+                                 /*stage_host_rows=*/false, "gather_tiered_rows");
 }
 
 }  // namespace

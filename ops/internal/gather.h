@@ -26,14 +26,19 @@ void scatter_rows_into(const at::Tensor& rows, const at::Tensor& where, at::Tens
 
 class HostReadSplit;  // host_read_split.h
 
-// gather_tiered_rows (its checks, its result, group_host_reads on) with a layout's own
-// host-read split: on a GPU a staged gather splits its host rows by `split` and teaches it
-// the call's speeds (none: the op's fixed first share); on the CPU, the op. The door every
-// gather of a FeatureTiers goes through (Feature, DistFeature, serving).
+// gather_tiered_rows (its checks, its result) with a layout's options, which change how
+// a GPU reads host rows and never the result: group_host_reads (a large batch's host rows
+// read in position order, page after page), stage_host_rows (such a batch's trailing host
+// rows split between the GPU's zero-copy reads and CPU threads that gather into pinned
+// staging for the copy engine, by `split`, which the call's speeds teach; none: a fixed
+// first share), host_read_blocks > 0 (a gather that reads host rows runs on at most that
+// many blocks of 1024 threads, leaving the SMs to other work while its reads wait on PCIe;
+// 0: as many blocks of 256 as its rows fill; < 0 raises ValueError). On the CPU, the op.
+// The door every gather of a FeatureTiers goes through (Feature, DistFeature, serving).
 at::Tensor gather_tiered_rows(at::ArrayRef<at::Tensor> tiers,
                               const std::optional<at::Tensor>& positions, const at::Tensor& ids,
-                              bool stage_host_rows, int64_t host_read_blocks,
-                              HostReadSplit* split);
+                              bool group_host_reads, bool stage_host_rows,
+                              int64_t host_read_blocks, HostReadSplit* split);
 
 }  // namespace quiver::internal
 

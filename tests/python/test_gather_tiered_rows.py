@@ -45,11 +45,6 @@ def test_opcheck(mode):
         if mode == "GPU":  # opcheck's copies of the pinned host tier are pageable
             args = ([t.cuda() for t in args[0]], *args[1:])
         torch.library.opcheck(torch.ops.quiver.gather_tiered_rows.default, args)
-    tiers, positions, ids = cases[0][1]
-    if mode == "GPU":
-        tiers = [t.cuda() for t in tiers]
-    torch.library.opcheck(torch.ops.quiver.gather_tiered_rows.default,
-                          (tiers, positions, ids, True, False, 2))  # host_read_blocks
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64,
@@ -95,9 +90,6 @@ def test_rejects_bad_input(mode):
         qv.ops.gather_tiered_rows(tiers, None, torch.tensor([0.0], device=device))
     with pytest.raises(TypeError, match="positions must hold int32 or int64 ids"):
         qv.ops.gather_tiered_rows(tiers, positions.float(), torch.tensor([0], device=device))
-    with pytest.raises(ValueError, match=r"host_read_blocks must be >= 0 \(0: no limit\), got -1"):
-        qv.ops.gather_tiered_rows(tiers, None, torch.tensor([0], device=device),
-                                  host_read_blocks=-1)
 
 
 @requires_cuda
@@ -158,6 +150,16 @@ HOST_READS = {"id order": (False, False), "grouped": (True, False), "staged": (T
               "staged, not grouped": (False, True)}
 
 
+def gather_read_as(reads, tiers, positions, ids, host_read_blocks=0):
+    """The op's rows through a layout whose host reads are set as HOST_READS[reads] says
+    (how host rows are read is an option of the layout object, not of the op)."""
+    group_host_reads, stage_host_rows = HOST_READS[reads]
+    layout = torch.classes.quiver.FeatureTiers(tiers, positions)
+    layout.set_group_host_reads(group_host_reads)
+    layout.set_stage_host_rows(stage_host_rows)
+    return layout.gather(ids, host_read_blocks)
+
+
 @pytest.mark.parametrize("reads", HOST_READS)
 @pytest.mark.parametrize("positions_dtype", [torch.int32, torch.int64])
 def test_large_batches_read_in_position_order_give_the_same_rows(mode, reads, positions_dtype):
@@ -165,26 +167,22 @@ def test_large_batches_read_in_position_order_give_the_same_rows(mode, reads, po
     # and scatters rows back; staged, CPU threads gather the host tiers' rows and the copy
     # engine moves them (in UVA mode every tier is a host tier). Results and errors must
     # not change.
-    group_host_reads, stage_host_rows = HOST_READS[reads]
     table = random_table(5000, 7, torch.float16, seed=6)
     order, positions = permutation_positions(5000, positions_dtype, seed=8)
     tiers = split_tiers(table[order], [300, 301], mode)
     device = ids_device(mode)
     gen = torch.Generator().manual_seed(2)
     ids = torch.randint(5000, (40_000,), generator=gen)  # many duplicates
-    out = qv.ops.gather_tiered_rows(tiers, positions.to(device), ids.to(device), group_host_reads,
-                                    stage_host_rows)
+    out = gather_read_as(reads, tiers, positions.to(device), ids.to(device))
     assert torch.equal(out.cpu(), table[ids])
     bad = ids.clone()
     bad[31_337] = 5000
     with pytest.raises(IndexError, match=r"ids\[31337\] = 5000 is out of range \[0, 5000\)"):
-        qv.ops.gather_tiered_rows(tiers, positions.to(device), bad.to(device), group_host_reads,
-                                  stage_host_rows)
+        gather_read_as(reads, tiers, positions.to(device), bad.to(device))
     corrupt = positions.clone()
     corrupt[int(ids[20_000])] = 9999
     with pytest.raises(IndexError, match=r"positions\[\d+\] = 9999 is out of range"):
-        qv.ops.gather_tiered_rows(tiers, corrupt.to(device), ids.to(device), group_host_reads,
-                                  stage_host_rows)
+        gather_read_as(reads, tiers, corrupt.to(device), ids.to(device))
 
 
 @pytest.mark.parametrize("reads", HOST_READS)
@@ -193,7 +191,6 @@ def test_few_blocks_for_host_reads_give_the_same_rows(mode, reads, blocks):
     # host_read_blocks caps the grid of a CUDA gather that reads pinned host memory: each
     # block then strides over many rows, in small batches and in large ones (grouped by
     # position or staged). Rows and errors must not change.
-    group_host_reads, stage_host_rows = HOST_READS[reads]
     table = random_table(5000, 100, torch.float32, seed=7)
     order, positions = permutation_positions(5000, torch.int64, seed=9)
     tiers = split_tiers(table[order], [300, 301], mode)
@@ -202,13 +199,11 @@ def test_few_blocks_for_host_reads_give_the_same_rows(mode, reads, blocks):
     gen = torch.Generator().manual_seed(5)
     for n in (100, 40_000):
         ids = torch.randint(5000, (n,), generator=gen)
-        out = qv.ops.gather_tiered_rows(tiers, positions, ids.to(device), group_host_reads,
-                                        stage_host_rows, blocks)
+        out = gather_read_as(reads, tiers, positions, ids.to(device), blocks)
         assert torch.equal(out.cpu(), table[ids]), n
     ids[-1] = 5000
     with pytest.raises(IndexError, match=r"ids\[39999\] = 5000 is out of range \[0, 5000\)"):
-        qv.ops.gather_tiered_rows(tiers, positions, ids.to(device), group_host_reads,
-                                  stage_host_rows, blocks)
+        gather_read_as(reads, tiers, positions, ids.to(device), blocks)
 
 
 @pytest.mark.parametrize("layout", ["host tier last", "host tier between GPU tiers"])
@@ -228,5 +223,5 @@ def test_staged_host_rows_of_wide_rows_over_many_slices(mode, layout):
     positions = positions.to(device)
     for ids in (torch.randint(3000, (50_000,), generator=gen), order[:600].repeat(30),
                 torch.empty(0, dtype=torch.long)):
-        out = qv.ops.gather_tiered_rows(tiers, positions, ids.to(device), True, True)
+        out = gather_read_as("staged", tiers, positions, ids.to(device))
         assert torch.equal(out.cpu(), table[ids]), layout

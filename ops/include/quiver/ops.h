@@ -148,15 +148,15 @@ inline at::Tensor gather_rows(const at::Tensor& table, const at::Tensor& ids) {
   return handle.call(table, ids);
 }
 
-// Rows ids of a table split over tiers (see gather_tiered_rows in library.cpp).
+// Rows ids of a table split over tiers (see gather_tiered_rows in library.cpp; how host
+// rows are read is an option of <quiver/feature_tiers.h>).
 inline at::Tensor gather_tiered_rows(at::TensorList tiers,
                                      const std::optional<at::Tensor>& positions,
-                                     const at::Tensor& ids, bool group_host_reads = true,
-                                     bool stage_host_rows = false, int64_t host_read_blocks = 0) {
+                                     const at::Tensor& ids) {
   static const auto handle =
-      detail::op<at::Tensor(at::TensorList, const std::optional<at::Tensor>&, const at::Tensor&,
-                            bool, bool, int64_t)>("quiver::gather_tiered_rows");
-  return handle.call(tiers, positions, ids, group_host_reads, stage_host_rows, host_read_blocks);
+      detail::op<at::Tensor(at::TensorList, const std::optional<at::Tensor>&, const at::Tensor&)>(
+          "quiver::gather_tiered_rows");
+  return handle.call(tiers, positions, ids);
 }
 
 }  // namespace quiver

@@ -35,13 +35,18 @@ class FeatureTiers : public torch::CustomClassHolder {
 
   // Rows ids (1-D int32/int64) of the table, on the ids' device. host_read_blocks > 0 caps
   // the grid of a GPU gather that reads host tiers (a loader's gathers beside the model:
-  // see gather_tiered_rows in library.cpp); host rows are read as set_stage_host_rows says.
+  // see gather_tiered_rows in ops/internal/gather.h); host rows are read as the options
+  // below say. None of them changes a result.
   at::Tensor gather(const at::Tensor& ids, int64_t host_read_blocks = 0) const;
   // How a GPU reads a large batch's rows from the host tier: staged by CPU threads and the
   // copy engine (true) or with zero copy (false, the default). Feature sets it from its
   // host_reads; every gather through this layout follows it.
   void set_stage_host_rows(bool stage) { stage_host_rows_ = stage; }
   bool stages_host_rows() const { return stage_host_rows_; }
+  // Whether a GPU reads a large batch's host rows in position order (true, the default:
+  // page after page) or in id order (to measure what the order buys). The same result.
+  void set_group_host_reads(bool group) { group_host_reads_ = group; }
+  bool groups_host_reads() const { return group_host_reads_; }
   // The same into `out` (a contiguous CPU tensor of [ids.numel(), *row_shape] and the
   // tiers' dtype), for CPU ids and tiers all in host memory: for callers that keep a
   // buffer across gathers (a fresh large tensor pays a page fault per page written).
@@ -85,6 +90,7 @@ class FeatureTiers : public torch::CustomClassHolder {
   int64_t leading_rows_ = 0;
   bool released_ = false;
   std::atomic<bool> stage_host_rows_{false};
+  std::atomic<bool> group_host_reads_{true};
   // The GPU's share of a staged gather's host rows, learned by this layout's gathers.
   std::shared_ptr<internal::HostReadSplit> host_read_split_;
 
