@@ -57,13 +57,12 @@ TORCH_LIBRARY(quiver, m) {
   // seeds first, then each hop's new nodes in order of first appearance; (rows, cols) are
   // local indices into node_ids, edges flowing from the sampled neighbor (row) to the node
   // it was sampled for (col), grouped by hop. Per-hop counts are int64 CPU tensors.
-  // `generator` as for sample_neighbors. A topology cache (cached_indices, cached_starts:
-  // some nodes' neighbor lists in GPU memory, node v's from cached_starts[v], -1 if absent)
-  // moves those reads off `indices` (pinned host memory in UVA mode); results are the same.
+  // `generator` as for sample_neighbors. (A topology cache, some nodes' neighbor lists in
+  // GPU memory read instead of `indices` in pinned host memory, changes no sample: it is an
+  // option of a sampler object, torch.classes.quiver.SubgraphSampler.)
   m.def(
       "sample_subgraph(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, "
-      "bool replace=False, Tensor? edge_ids=None, Generator? generator=None, "
-      "Tensor? cached_indices=None, Tensor? cached_starts=None) -> "
+      "bool replace=False, Tensor? edge_ids=None, Generator? generator=None) -> "
       "(Tensor node_ids, Tensor rows, Tensor cols, Tensor sampled_edge_ids, "
       "Tensor nodes_per_hop, Tensor edges_per_hop)",
       {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
@@ -114,18 +113,16 @@ TORCH_LIBRARY(quiver, m) {
   // in the source and target type's group) and sampled_edge_ids (ids local to the
   // relation) grouped by relation; nodes_per_type_hop [num_types, hops + 1] and
   // edges_per_relation_hop [num_relations, hops], int64 CPU tensors that size the groups.
-  // relation_slice_starts (int32; on the seeds' device, or the CPU): for each node of a type
-  // with R_t > 1 incoming relations, where its relation slices 1..R_t-1 start in its row
-  // (relative), types in order, R_t - 1 entries a node; read instead of searching the row's
-  // edge ids, the same results.
+  // (Where each node's relation slices start, read instead of searching the row's edge ids,
+  // changes no sample: it is an option of a sampler object,
+  // torch.classes.quiver.HeteroSubgraphSampler.)
   m.def(
       "hetero_neighbor_sample(Tensor indptr, Tensor indices, Tensor edge_ids, Tensor seeds, "
       "int[] node_type_offsets, int[] relation_src_types, int[] relation_dst_types, "
       "int[] relation_edge_offsets, int[] fanouts, bool replace=False, "
       "Tensor? edge_weight=None, Tensor? edge_time=None, Tensor? seed_time=None, "
       "bool strict_time=False, str temporal_strategy=\"uniform\", bool disjoint=False, "
-      "Generator? generator=None, Tensor? edge_weight_cumsum=None, "
-      "Tensor? relation_slice_starts=None) -> "
+      "Generator? generator=None, Tensor? edge_weight_cumsum=None) -> "
       "(Tensor node_ids, Tensor batch, Tensor rows, Tensor cols, Tensor sampled_edge_ids, "
       "Tensor nodes_per_type_hop, Tensor edges_per_relation_hop)",
       {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});

@@ -37,7 +37,7 @@ def _sample_neighbors_fake(indptr, indices, seeds, fanout, replace=False, edge_i
 
 @torch.library.register_fake("quiver::sample_subgraph")
 def _sample_subgraph_fake(indptr, indices, seeds, fanouts, replace=False, edge_ids=None,
-                          generator=None, cached_indices=None, cached_starts=None):
+                          generator=None):
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()
@@ -73,8 +73,7 @@ def _hetero_neighbor_sample_fake(indptr, indices, edge_ids, seeds, node_type_off
                                  relation_src_types, relation_dst_types, relation_edge_offsets,
                                  fanouts, replace=False, edge_weight=None, edge_time=None,
                                  seed_time=None, strict_time=False, temporal_strategy="uniform",
-                                 disjoint=False, generator=None, edge_weight_cumsum=None,
-                                 relation_slice_starts=None):
+                                 disjoint=False, generator=None, edge_weight_cumsum=None):
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()

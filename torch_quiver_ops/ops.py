@@ -77,9 +77,7 @@ def sample_neighbors(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int
 
 def sample_subgraph(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: List[int],
                     replace: bool = False, edge_ids: Optional[Tensor] = None,
-                    generator: Optional[torch.Generator] = None,
-                    cached_indices: Optional[Tensor] = None,
-                    cached_starts: Optional[Tensor] = None
+                    generator: Optional[torch.Generator] = None
                     ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """Multi-hop neighbor sampling fused with reindexing, in PyG's layout.
 
@@ -95,15 +93,14 @@ def sample_subgraph(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Lis
         int64 CPU tensors of new nodes per hop (seeds first) and edges per hop. Random
         numbers come from ``generator`` as in :func:`sample_neighbors`.
 
-    ``cached_indices`` and ``cached_starts`` (int32 or int64; both on the seeds' GPU) are a
-    topology cache:
-    node ``v``'s neighbor list copied to ``cached_indices[cached_starts[v]:][:degree(v)]``, or
-    ``cached_starts[v] == -1``. The kernels read cached lists from GPU memory instead of
-    ``indices`` (pinned host memory in UVA mode); the output is the same.
-    :func:`torch_quiver_ops.topology.build_topology_cache` makes one.
+    A topology cache (some nodes' neighbor lists copied to GPU memory and read there
+    instead of ``indices`` in pinned host memory) changes no sample, so it is not an
+    argument here: a sampler object holds it (``GraphSageSampler(topology_cache=...)``, or
+    ``torch.classes.quiver.SubgraphSampler`` with
+    :func:`torch_quiver_ops.topology.build_topology_cache`'s tensors).
     """
     return torch.ops.quiver.sample_subgraph(indptr, indices, seeds, fanouts, replace, edge_ids,
-                                            generator, cached_indices, cached_starts)
+                                            generator)
 
 
 def neighbor_sample(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: List[int],
@@ -162,8 +159,7 @@ def hetero_neighbor_sample(indptr: Tensor, indices: Tensor, edge_ids: Tensor, se
                            seed_time: Optional[Tensor] = None, strict_time: bool = False,
                            temporal_strategy: str = "uniform", disjoint: bool = False,
                            generator: Optional[torch.Generator] = None,
-                           edge_weight_cumsum: Optional[Tensor] = None,
-                           relation_slice_starts: Optional[Tensor] = None
+                           edge_weight_cumsum: Optional[Tensor] = None
                            ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     """:func:`neighbor_sample` on a heterogeneous graph held as one CSR (pyg-lib's
     ``hetero_neighbor_sample``; :class:`torch_quiver_ops.hetero.HeteroCSRTopo` builds the
@@ -178,9 +174,10 @@ def hetero_neighbor_sample(indptr: Tensor, indices: Tensor, edge_ids: Tensor, se
     relation ``r`` (``-1``: all), every relation in the same kernel launches of each hop.
     Weighted, temporal and disjoint rules as :func:`neighbor_sample`; with ``edge_time``
     each row is sorted by time within each relation's slice, and ``edge_weight_cumsum``
-    restarts at each slice. ``relation_slice_starts`` (int32, on the sampling device;
-    :attr:`HeteroCSRTopo.slice_starts`) gives where each node's relation slices start, read
-    instead of two binary searches over the row's edge ids (over PCIe in UVA mode).
+    restarts at each slice. (Where each node's relation slices start, read instead of two
+    binary searches over the row's edge ids, over PCIe in UVA mode, changes no sample: a
+    sampler object holds it, :class:`torch_quiver_ops.hetero.HeteroSampler` from
+    :attr:`HeteroCSRTopo.slice_starts`.)
 
     Returns:
         ``(node_ids, batch, rows, cols, sampled_edge_ids, nodes_per_type_hop,
@@ -194,8 +191,7 @@ def hetero_neighbor_sample(indptr: Tensor, indices: Tensor, edge_ids: Tensor, se
     return torch.ops.quiver.hetero_neighbor_sample(
         indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
         relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight, edge_time,
-        seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum,
-        relation_slice_starts)
+        seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum)
 
 
 def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:

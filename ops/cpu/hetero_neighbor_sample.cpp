@@ -7,15 +7,14 @@
 
 #include "ops/checks.h"
 #include "ops/cpu/hop_loop.h"
+#include "ops/cpu/sampling_entries.h"
 #include "ops/cpu/rule_rows.h"
 #include "ops/hetero_layout.h"
 #include "ops/tree_keys.h"
 
 namespace quiver {
-namespace {
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
-hetero_neighbor_sample_cpu(
+cpu::NeighborOutputs cpu::hetero_neighbor_sample_with(
     const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& edge_ids,
     const at::Tensor& seeds, at::IntArrayRef node_type_offsets,
     at::IntArrayRef relation_src_types, at::IntArrayRef relation_dst_types,
@@ -61,6 +60,25 @@ hetero_neighbor_sample_cpu(
   const auto [node_ids, batch] = split_tree_keys(out.keys, disjoint, num_nodes);
   return regroup_on_cpu(tables, node_ids, batch, out.rows, out.cols, out.edge_ids,
                         out.nodes_per_hop, out.edges_per_hop);
+}
+
+namespace {
+
+cpu::NeighborOutputs hetero_neighbor_sample_cpu(
+    const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& edge_ids,
+    const at::Tensor& seeds, at::IntArrayRef node_type_offsets,
+    at::IntArrayRef relation_src_types, at::IntArrayRef relation_dst_types,
+    at::IntArrayRef relation_edge_offsets, at::IntArrayRef fanouts, bool replace,
+    const std::optional<at::Tensor>& edge_weight, const std::optional<at::Tensor>& edge_time,
+    const std::optional<at::Tensor>& seed_time, bool strict_time,
+    c10::string_view temporal_strategy, bool disjoint,
+    const std::optional<at::Generator>& generator,
+    const std::optional<at::Tensor>& edge_weight_cumsum) {
+  return cpu::hetero_neighbor_sample_with(
+      indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
+      relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight, edge_time,
+      seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum,
+      std::nullopt);
 }
 
 }  // namespace

@@ -40,12 +40,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 sample_subgraph_cpu(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                     at::IntArrayRef fanouts, bool replace,
                     const std::optional<at::Tensor>& edge_ids,
-                    const std::optional<at::Generator>& generator,
-                    const std::optional<at::Tensor>& cached_indices,
-                    const std::optional<at::Tensor>& cached_starts) {
+                    const std::optional<at::Generator>& generator) {
   check_sample_subgraph_args(indptr, indices, seeds, fanouts, replace, edge_ids);
-  // A topology cache only moves reads from host to GPU memory: the CPU reads indices.
-  check_topology_cache(indptr, indices, cached_indices, cached_starts);
   const at::Tensor seeds64 = seeds.to(at::kLong);
   check_ids_in_range(seeds64.const_data_ptr<int64_t>(), seeds64.numel(), indptr.numel() - 1,
                      "seeds");

@@ -189,13 +189,12 @@ Outputs hetero_neighbor_sample_cuda(
     const std::optional<at::Tensor>& seed_time, bool strict_time,
     c10::string_view temporal_strategy, bool disjoint,
     const std::optional<at::Generator>& generator,
-    const std::optional<at::Tensor>& edge_weight_cumsum,
-    const std::optional<at::Tensor>& relation_slice_starts) {
+    const std::optional<at::Tensor>& edge_weight_cumsum) {
   return cuda::hetero_neighbor_sample_with(
       nullptr, indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
       relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight, edge_time,
       seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum,
-      relation_slice_starts);
+      std::nullopt);
 }
 
 }  // namespace

@@ -101,11 +101,9 @@ namespace {
 cuda::SubgraphOutputs sample_subgraph_cuda(const at::Tensor& indptr, const at::Tensor& indices,
                                            const at::Tensor& seeds, at::IntArrayRef fanouts,
                                            bool replace, const std::optional<at::Tensor>& edge_ids,
-                                           const std::optional<at::Generator>& generator,
-                                           const std::optional<at::Tensor>& cached_indices,
-                                           const std::optional<at::Tensor>& cached_starts) {
+                                           const std::optional<at::Generator>& generator) {
   return cuda::sample_subgraph_with(nullptr, indptr, indices, seeds, fanouts, replace, edge_ids,
-                                    generator, cached_indices, cached_starts);
+                                    generator, std::nullopt, std::nullopt);
 }
 
 }  // namespace

@@ -4,6 +4,9 @@
 
 #include <quiver/ops.h>
 
+#include "ops/checks.h"
+#include "ops/cpu/sampling_entries.h"
+
 #ifdef QUIVER_WITH_CUDA
 #include "ops/cuda/batch_graphs.h"
 #include "ops/cuda/sampling_entries.h"
@@ -43,8 +46,10 @@ SubgraphOutputs sample_subgraph(SamplingGraphs* graphs, const at::Tensor& indptr
                                       edge_ids, generator, cached_indices, cached_starts);
   }
 #endif
-  return quiver::sample_subgraph(indptr, indices, seeds, fanouts, replace, edge_ids, generator,
-                                 cached_indices, cached_starts);
+  // A topology cache only moves a GPU's reads from host to GPU memory: the CPU reads
+  // indices, and checks the cache it was given.
+  check_topology_cache(indptr, indices, cached_indices, cached_starts);
+  return quiver::sample_subgraph(indptr, indices, seeds, fanouts, replace, edge_ids, generator);
 }
 
 NeighborOutputs neighbor_sample(SamplingGraphs* graphs, const at::Tensor& indptr,
@@ -89,7 +94,7 @@ NeighborOutputs hetero_neighbor_sample(
         relation_slice_starts);
   }
 #endif
-  return quiver::hetero_neighbor_sample(
+  return cpu::hetero_neighbor_sample_with(
       indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
       relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight, edge_time,
       seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum,

@@ -34,7 +34,10 @@ using SubgraphOutputs =
 using NeighborOutputs =
     std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
-// quiver::sample_subgraph, its GPU batches replayed from `graphs` (none: as the op).
+// quiver::sample_subgraph, its GPU batches replayed from `graphs` (none: as the op), with a
+// topology cache (cached_indices, cached_starts: some nodes' neighbor lists in GPU memory,
+// node v's from cached_starts[v], -1 if absent; both or neither) that moves those reads off
+// `indices` (pinned host memory in UVA mode). The samples are the op's.
 SubgraphOutputs sample_subgraph(SamplingGraphs* graphs, const at::Tensor& indptr,
                                 const at::Tensor& indices, const at::Tensor& seeds,
                                 at::IntArrayRef fanouts, bool replace,
@@ -55,7 +58,11 @@ NeighborOutputs neighbor_sample(SamplingGraphs* graphs, const at::Tensor& indptr
                                 const std::optional<at::Generator>& generator,
                                 const std::optional<at::Tensor>& edge_weight_cumsum);
 
-// quiver::hetero_neighbor_sample, likewise (the graph's tables kept with `graphs`).
+// quiver::hetero_neighbor_sample, likewise (the graph's tables kept with `graphs`), with
+// relation_slice_starts (int32; on the seeds' device, or the CPU): for each node of a type
+// with R_t > 1 incoming relations, where its relation slices 1..R_t-1 start in its row
+// (relative), types in order, R_t - 1 entries a node; read instead of searching the row's
+// edge ids. The samples are the op's.
 NeighborOutputs hetero_neighbor_sample(
     SamplingGraphs* graphs, const at::Tensor& indptr, const at::Tensor& indices,
     const at::Tensor& edge_ids, const at::Tensor& seeds, at::IntArrayRef node_type_offsets,

@@ -12,7 +12,7 @@ import torch
 
 import torch_quiver_ops as qv
 from conftest import HAS_CUDA
-from reference import csr_reference
+from reference import csr_reference, subgraph_sampler
 
 CLEAR_ERRORS = (TypeError, ValueError, IndexError, RuntimeError)
 CASES = {"CPU": 5000, "GPU": 1500, "UVA": 1500}
@@ -24,6 +24,14 @@ class Case:
 
     def __init__(self, op, args, must_raise=None, check=None, note=""):
         self.op, self.args, self.must_raise, self.check, self.note = op, args, must_raise, check, note
+
+
+def sample_with_cache(indptr, indices, seeds, fanouts, replace, eid, cache):
+    """sample_subgraph through a sampler object that holds a topology cache, run as
+    launched."""
+    sampler = subgraph_sampler(indptr, indices, eid, fanouts, replace, tuple(cache),
+                               capture=False)
+    return sampler.sample_subgraph(seeds, None)
 
 
 def placed(t, mode, role):
@@ -129,8 +137,11 @@ def sample_case(rng, mode, multi_hop):
                 assert torch.equal(indices[pos].long(), node_ids[rows])
                 owner = torch.searchsorted(indptr, pos, right=True) - 1
                 assert torch.equal(owner, node_ids[cols])
+        if cache:  # a topology cache is an option of a sampler object, not of the op
+            return Case(sample_with_cache, (*topology, seeds_placed, fanouts, replace, args_eid,
+                                            cache), must_raise, check, kind or "valid")
         return Case(qv.ops.sample_subgraph,
-                    (*topology, seeds_placed, fanouts, replace, args_eid, None, *cache),
+                    (*topology, seeds_placed, fanouts, replace, args_eid, None),
                     must_raise, check, kind or "valid")
 
     def check(out):

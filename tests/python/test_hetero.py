@@ -450,21 +450,28 @@ def test_slice_starts_give_the_searches_results(mode):
     args = (a["indptr"], a["indices"], a["eid"], seeds, topo.node_type_offsets,
             topo.relation_src_types, topo.relation_dst_types, topo.relation_edge_offsets,
             s.fanouts)
+
+    def with_starts(starts):
+        # The starts are an option of the sampler object, not an argument of the op.
+        return torch.classes.quiver.HeteroSubgraphSampler(
+            *args[:3], *args[4:], False, None, None, False, "uniform", False, None, starts,
+            False).sample(seeds, None, None)
+
     torch.manual_seed(5)
     searched = qv.ops.hetero_neighbor_sample(*args)
     torch.manual_seed(5)
-    read = qv.ops.hetero_neighbor_sample(*args, relation_slice_starts=a["slice_starts"])
+    read = with_starts(a["slice_starts"])
     for x, y in zip(searched, read):
         assert torch.equal(x.cpu(), y.cpu())
     # Garbage starts cannot reach outside a row; a wrong size or dtype is named.
     garbage = torch.randint(-50, 50, a["slice_starts"].shape, dtype=torch.int32,
                             device=a["slice_starts"].device)
-    out = qv.ops.hetero_neighbor_sample(*args, relation_slice_starts=garbage)
+    out = with_starts(garbage)
     assert out[2].numel() == out[-1].sum()
     with pytest.raises(ValueError, match="relation_slice_starts"):
-        qv.ops.hetero_neighbor_sample(*args, relation_slice_starts=garbage[1:])
+        with_starts(garbage[1:])
     with pytest.raises(TypeError, match="relation_slice_starts"):
-        qv.ops.hetero_neighbor_sample(*args, relation_slice_starts=garbage.long())
+        with_starts(garbage.long())
 
 
 def test_hundreds_of_relations_in_one_pass(mode):

@@ -26,11 +26,6 @@ def sample_inputs(mode):
         ("-1 after a finite hop", (indptr, indices, seeds, [2, -1], False, eid)),
         ("int32 indices", (narrow[0], narrow[1], seeds, [4, 3], False, narrow[2])),
     ]
-    if mode != "UVA":  # a topology cache: every list, int32 starts (the cache is on `device`)
-        budget = 4 * 60 + indices.numel() * indices.element_size()
-        cache = qv.topology.build_topology_cache(indptr, indices, torch.arange(60), budget, device)
-        cases.append(("topology cache", (indptr, indices, seeds, [3, 2], False, eid, None,
-                                          *cache)))
     return graph, cases
 
 
@@ -304,10 +299,18 @@ def test_build_topology_cache_copies_the_hottest_lists_within_the_budget(mode, i
         assert hit.numel() == graph.num_nodes
 
 
+def sample_with_cache(indptr, indices, seeds, fanouts, replace, eid, cache):
+    """The op's batch through a sampler object holding a topology cache (an option of the
+    object, not an argument of the op), each batch run as launched."""
+    sampler = subgraph_sampler(indptr, indices, eid, fanouts, replace, tuple(cache),
+                               capture=False)
+    return sampler.sample_subgraph(seeds, None)
+
+
 @pytest.mark.parametrize("fanouts,replace", [([15, 10, 5], False), ([4, 3], True), ([-1, 2], False),
                                              ([40], False)])
 def test_cache_gives_the_same_samples(mode, index_dtype, fanouts, replace):
-    """With a cache of any size the op's output is bit for bit what it is without one."""
+    """With a cache of any size a sampler's output is bit for bit the op's without one."""
     graph = random_graph(num_nodes=500, num_edges=8000, dtype=index_dtype, seed=9)
     seeds = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(1))[:64]
     for share, eid_given, wide_starts in [(0.0, True, False), (0.25, True, False),
@@ -320,8 +323,8 @@ def test_cache_gives_the_same_samples(mode, index_dtype, fanouts, replace):
         torch.manual_seed(5)
         plain = qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts, replace, eid)
         torch.manual_seed(5)
-        cached = qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts, replace,
-                                        eid, None, *cache)
+        cached = sample_with_cache(indptr, indices, seeds.to(device), fanouts, replace, eid,
+                                   cache)
         for a, b in zip(plain, cached):
             assert torch.equal(a, b), (share, eid_given)
         check_subgraph(graph, seeds, fanouts, replace, cached, eid_given)
@@ -338,13 +341,13 @@ def test_uva_rows_visited_in_list_order_give_the_same_samples(mode, index_dtype,
     graph = random_graph(num_nodes=40000, num_edges=400000, dtype=index_dtype, seed=4)
     seeds = torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(2))[:20000]
     (indptr, indices, eid), device, cache = cache_for(graph, mode, 0.3)
-    for extra in [(), (None, *cache)]:  # with and without a topology cache
+    for extra in [(None, None), cache]:  # with and without a topology cache
         outs = []
         for setting in ["0", "1"]:
             monkeypatch.setenv("QUIVER_UVA_SORTED_ROWS", setting)
             torch.manual_seed(11)
-            outs.append(qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts,
-                                               replace, eid, *extra))
+            outs.append(sample_with_cache(indptr, indices, seeds.to(device), fanouts, replace,
+                                          eid, extra))
         for a, b in zip(*outs):
             assert torch.equal(a, b)
         check_subgraph(graph, seeds, fanouts, replace, outs[1])
@@ -356,30 +359,27 @@ def test_cache_input_is_checked(mode):
     seeds = torch.arange(10, device=device)
     with pytest.raises(ValueError, match=r"cannot hold even the per-node starts of 50 nodes"):
         qv.topology.build_topology_cache(indptr, indices, torch.arange(50), 199, device)
+    def sample(*cache):
+        return sample_with_cache(indptr, indices, seeds, [3], False, None, cache)
+
     with pytest.raises(ValueError, match="needs both cached_indices and cached_starts"):
-        qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None, cached_indices)
+        sample(cached_indices, None)
     with pytest.raises(TypeError, match="cached_indices is Int but indices is Long"):
-        qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None,
-                               cached_indices.int(), cached_starts)
+        sample(cached_indices.int(), cached_starts)
     with pytest.raises(ValueError, match=r"one start per node \(50\)"):
-        qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None, cached_indices,
-                               cached_starts[:-1])
+        sample(cached_indices, cached_starts[:-1])
     with pytest.raises(TypeError, match="cached_starts must be int32 or int64"):
-        qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None, cached_indices,
-                               cached_starts.short())
+        sample(cached_indices, cached_starts.short())
     if device.type == "cuda":  # the GPU reads the cache: a corrupt one is reported, not read
         degree = int(graph.indptr[4] - graph.indptr[3])
         for corrupt in (cached_starts.clone(), cached_starts.long()):
             corrupt[3] = cached_indices.numel() - degree + 1
             with pytest.raises(ValueError,
                                match=r"cached_starts\[3\] = .* the topology cache is corrupt"):
-                qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None,
-                                       cached_indices, corrupt)
+                sample(cached_indices, corrupt)
         with pytest.raises(RuntimeError, match="must be in the memory of cuda"):
-            qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None,
-                                   cached_indices.cpu(), cached_starts.cpu())
-        out = qv.ops.sample_subgraph(indptr, indices, seeds, [3], False, None, None,
-                                     cached_indices, cached_starts)  # the GPU still works
+            sample(cached_indices.cpu(), cached_starts.cpu())
+        out = sample(cached_indices, cached_starts)  # the GPU still works
         assert out[0].numel() >= 10
 
 
@@ -422,14 +422,15 @@ def graph_cases(mode, index_dtype):
 
 
 def calls_in_turn(graph_device_cases, seeds, through, calls=4):
-    """Each case's `calls` batches: through the op ("op"), or a sampler object that captures
-    ("captured") or not ("launched")."""
+    """Each case's `calls` batches: through the op ("op", which takes no topology cache: a
+    cache changes no sample), or a sampler object that captures ("captured") or not
+    ("launched")."""
     out = {}
     for name, fanouts, replace, csr, extra in graph_device_cases:
         gen = torch.Generator(seeds.device).manual_seed(7)
         if through == "op":
-            out[name] = [qv.ops.sample_subgraph(*csr, seeds, fanouts, replace, extra[0], gen,
-                                                *extra[1:]) for _ in range(calls)]
+            out[name] = [qv.ops.sample_subgraph(*csr, seeds, fanouts, replace, extra[0], gen)
+                         for _ in range(calls)]
             continue
         cached = tuple(extra[1:]) or (None, None)
         sampler = subgraph_sampler(*csr, extra[0], fanouts, replace, cached,

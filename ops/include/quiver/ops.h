@@ -57,17 +57,13 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at
 sample_subgraph(const at::Tensor& indptr, const at::Tensor& indices, const at::Tensor& seeds,
                 c10::IntArrayRef fanouts, bool replace = false,
                 const std::optional<at::Tensor>& edge_ids = std::nullopt,
-                const std::optional<at::Generator>& generator = std::nullopt,
-                const std::optional<at::Tensor>& cached_indices = std::nullopt,
-                const std::optional<at::Tensor>& cached_starts = std::nullopt) {
+                const std::optional<at::Generator>& generator = std::nullopt) {
   static const auto handle =
       detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
           const at::Tensor&, const at::Tensor&, const at::Tensor&, c10::IntArrayRef, bool,
-          const std::optional<at::Tensor>&, const std::optional<at::Generator>&,
-          const std::optional<at::Tensor>&, const std::optional<at::Tensor>&)>(
+          const std::optional<at::Tensor>&, const std::optional<at::Generator>&)>(
           "quiver::sample_subgraph");
-  return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids, generator, cached_indices,
-                     cached_starts);
+  return handle.call(indptr, indices, seeds, fanouts, replace, edge_ids, generator);
 }
 
 // (node_ids, batch, rows, cols, sampled_edge_ids, nodes_per_hop, edges_per_hop)
@@ -111,20 +107,19 @@ hetero_neighbor_sample(const at::Tensor& indptr, const at::Tensor& indices,
                        bool strict_time = false, c10::string_view temporal_strategy = "uniform",
                        bool disjoint = false,
                        const std::optional<at::Generator>& generator = std::nullopt,
-                       const std::optional<at::Tensor>& edge_weight_cumsum = std::nullopt,
-                       const std::optional<at::Tensor>& relation_slice_starts = std::nullopt) {
+                       const std::optional<at::Tensor>& edge_weight_cumsum = std::nullopt) {
   static const auto handle = detail::op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,
                                                    at::Tensor, at::Tensor, at::Tensor>(
       const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&,
       c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef, c10::IntArrayRef,
       bool, const std::optional<at::Tensor>&, const std::optional<at::Tensor>&,
       const std::optional<at::Tensor>&, bool, c10::string_view, bool,
-      const std::optional<at::Generator>&, const std::optional<at::Tensor>&,
-      const std::optional<at::Tensor>&)>("quiver::hetero_neighbor_sample");
+      const std::optional<at::Generator>&, const std::optional<at::Tensor>&)>(
+      "quiver::hetero_neighbor_sample");
   return handle.call(indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
                      relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight,
                      edge_time, seed_time, strict_time, temporal_strategy, disjoint, generator,
-                     edge_weight_cumsum, relation_slice_starts);
+                     edge_weight_cumsum);
 }
 
 // Negative destinations, per_src a source (see sample_negatives in library.cpp).
