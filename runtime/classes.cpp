@@ -107,7 +107,8 @@ void register_runtime_classes(torch::Library& m) {
                        bool, std::optional<at::Tensor>, bool>())
       .def("sample_subgraph", &SubgraphSampler::sample_subgraph)
       .def("neighbor_sample", &SubgraphSampler::neighbor_sample)
-      .def("captures_batches", &SubgraphSampler::captures_batches);
+      .def("captures_batches", &SubgraphSampler::captures_batches)
+      .def("set_uva_row_order", &SubgraphSampler::set_uva_row_order);
   m.class_<HeteroSubgraphSampler>("HeteroSubgraphSampler")
       .def(torch::init<at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>,
                        std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,
@@ -115,7 +116,8 @@ void register_runtime_classes(torch::Library& m) {
                        std::optional<at::Tensor>, bool, std::string, bool,
                        std::optional<at::Tensor>, std::optional<at::Tensor>, bool>())
       .def("sample", &HeteroSubgraphSampler::sample)
-      .def("captures_batches", &HeteroSubgraphSampler::captures_batches);
+      .def("captures_batches", &HeteroSubgraphSampler::captures_batches)
+      .def("set_uva_row_order", &HeteroSubgraphSampler::set_uva_row_order);
   m.class_<DistSampler>("DistSampler")
       .def(torch::init<const c10::intrusive_ptr<c10d::ProcessGroup>&, at::Tensor, at::Tensor,
                        at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>, bool, double,

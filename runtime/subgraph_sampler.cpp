@@ -44,10 +44,29 @@ SubgraphSampler::SubgraphSampler(at::Tensor indptr, at::Tensor indices,
   check_fanouts(fanouts_, replace_);
   check_topology_cache(indptr_, indices_, cached_indices_, cached_starts_);
   check_strategy(temporal_strategy_);
-  if (capture_batches) graphs_ = std::make_unique<internal::SamplingGraphs>();
+  graphs_ = std::make_unique<internal::SamplingGraphs>(capture_batches);
 }
 
 SubgraphSampler::~SubgraphSampler() = default;
+
+namespace {
+
+// -1 (by the lists' size), 0 or 1 as SamplingGraphs takes it.
+std::optional<bool> uva_row_order_of(int64_t order) {
+  TORCH_CHECK_VALUE(order >= -1 && order <= 1,
+                    "uva_row_order must be -1 (by the lists' size), 0 (never) or 1 (always), "
+                    "got ", order);
+  if (order < 0) return std::nullopt;
+  return order == 1;
+}
+
+}  // namespace
+
+bool SubgraphSampler::captures_batches() const { return graphs_->captures(); }
+
+void SubgraphSampler::set_uva_row_order(int64_t order) {
+  graphs_->set_uva_row_order(uva_row_order_of(order));
+}
 
 SubgraphSampler::Subgraph SubgraphSampler::sample_subgraph(
     const at::Tensor& seeds, const std::optional<at::Generator>& generator) {
@@ -95,10 +114,16 @@ HeteroSubgraphSampler::HeteroSubgraphSampler(
   check_csr_shapes(indptr_, indices_, edge_ids_);
   check_strategy(temporal_strategy_);
   for (const int64_t f : fanouts_) check_fanout(f, replace_, "fanouts");
-  if (capture_batches) graphs_ = std::make_unique<internal::SamplingGraphs>();
+  graphs_ = std::make_unique<internal::SamplingGraphs>(capture_batches);
 }
 
 HeteroSubgraphSampler::~HeteroSubgraphSampler() = default;
+
+bool HeteroSubgraphSampler::captures_batches() const { return graphs_->captures(); }
+
+void HeteroSubgraphSampler::set_uva_row_order(int64_t order) {
+  graphs_->set_uva_row_order(uva_row_order_of(order));
+}
 
 HeteroSubgraphSampler::Sample HeteroSubgraphSampler::sample(
     const at::Tensor& seeds, const std::optional<at::Tensor>& seed_time,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import time
 
@@ -129,7 +128,7 @@ def run_graph(name, args, device, results):
     cache_labels = {f"UVA+{args.topology_cache} deg": "degree",
                     f"UVA+{args.topology_cache} pre": "presampled"}
     # "UVA unsorted": rows visited in frontier order, not in the order of their lists'
-    # addresses (QUIVER_UVA_SORTED_ROWS=0), to measure what the ordering buys.
+    # addresses (GraphSageSampler(uva_row_order=False)), to measure what the ordering buys.
     modes = (["GPU", "UVA unsorted", "UVA", *cache_labels, "CPU"] if device.type == "cuda"
              else ["CPU"])
     if device.type == "cuda" and topo.indices.nbytes + topo.indptr.nbytes > 0.8 * \
@@ -158,7 +157,8 @@ def run_graph(name, args, device, results):
         build_start = time.perf_counter()
         sampler = qv.GraphSageSampler(topo, fanouts, device=device if mode != "CPU" else "cpu",
                                       mode="UVA" if cache or mode.startswith("UVA") else mode,
-                                      topology_cache=cache, hot_order=hot_order)
+                                      topology_cache=cache, hot_order=hot_order,
+                                      uva_row_order=False if mode == "UVA unsorted" else None)
         build_s = time.perf_counter() - build_start
         if cache:
             cached_edges = sampler._cached_indices.numel()
@@ -167,12 +167,7 @@ def run_graph(name, args, device, results):
                   f"{cached_nodes:,} nodes' lists ({cached_edges / topo.edge_count:.1%} of the "
                   f"edges) + {sampler._cached_starts.nbytes / 1e9:.2f} GB of starts, built in "
                   f"{build_s:.1f}s", flush=True)
-        if mode == "UVA unsorted":
-            os.environ["QUIVER_UVA_SORTED_ROWS"] = "0"
-        try:
-            times, edges = time_batches(sampler, bench_batches, args.warmup)
-        finally:
-            os.environ.pop("QUIVER_UVA_SORTED_ROWS", None)
+        times, edges = time_batches(sampler, bench_batches, args.warmup)
         if args.profile and mode != "CPU":
             profile_batches(sampler, bench_batches[:5], f"{name} {mode}")
         peak = (torch.cuda.max_memory_allocated() - base_mem) if device.type == "cuda" else 0

@@ -34,9 +34,13 @@ def main():
                 qv.ops.sample_subgraph(indptr, idx, seeds[:4], [-1, 2], replace, None)  # growth
                 qv.ops.sample_subgraph(indptr, idx, seeds, [3, -1], replace, eid)  # rehash
                 qv.ops.sample_subgraph(indptr, idx, seeds, [40, 2], replace, None)
-                # A hop of 2^14 rows or more: over UVA (with QUIVER_UVA_SORTED_ROWS=1, as
-                # gpu_check.sh runs this) its rows are visited in their lists' order.
-                qv.ops.sample_subgraph(indptr, idx, seeds.repeat(300)[:20000], [4, 2], replace, eid)
+                # A hop of 2^14 rows or more: over UVA (with the order forced on, as a
+                # sampler object allows) its rows are visited in their lists' order.
+                ordered = torch.classes.quiver.SubgraphSampler(
+                    indptr, idx, eid, [4, 2], replace, None, None, None, None, False,
+                    "uniform", False, None, False)
+                ordered.set_uva_row_order(1)
+                ordered.sample_subgraph(seeds.repeat(300)[:20000], None)
             must_reject(qv.ops.sample_subgraph, indptr, idx,
                         torch.tensor([0, topo.node_count], device=device), [3])
             must_reject(qv.ops.sample_neighbors, indptr, idx,

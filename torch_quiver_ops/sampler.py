@@ -165,6 +165,11 @@ class GraphSageSampler:
             and replay it from the third (one launch instead of about 15 kernels a hop),
             keeping up to 3 shapes' buffers with this sampler. False: every batch runs as
             launched, as the ops do. Same samples either way.
+        uva_row_order: in UVA mode, whether a hop of 16384 rows or more visits its rows in
+            the order of their neighbor lists' addresses (the GPU reaches host pages in
+            order faster): None (the default) when the lists take 2 GiB or more, True
+            always, False never. Same samples either way; it is there to measure what the
+            order buys.
 
     A sampler can be handed to ``torch.multiprocessing.spawn`` workers: the topology
     travels as shared memory, and each worker samples on the GPU that is current at its
@@ -180,7 +185,8 @@ class GraphSageSampler:
                  hot_order: Optional[Tensor] = None, *, weights: Optional[Tensor] = None,
                  edge_time: Optional[Tensor] = None, node_time: Optional[Tensor] = None,
                  temporal_strategy: str = "uniform", strict_time: bool = False,
-                 disjoint: bool = False, capture_batches: bool = True):
+                 disjoint: bool = False, capture_batches: bool = True,
+                 uva_row_order: Optional[bool] = None):
         sizes = [int(s) for s in sizes]
         ops.check_fanouts(sizes, replace, "sizes")
         self.sizes: List[int] = sizes
@@ -192,6 +198,7 @@ class GraphSageSampler:
         self.strict_time = bool(strict_time)
         self.disjoint = bool(disjoint) or self.temporal
         self.capture_batches = bool(capture_batches)
+        self.uva_row_order = None if uva_row_order is None else bool(uva_row_order)
         self.return_eid = return_eid and csr_topo.eid is not None
         self.csr_topo = csr_topo
         self.device, self.mode = sampling_placement(device, mode)
@@ -259,6 +266,8 @@ class GraphSageSampler:
             self._cached_indices, self._cached_starts, self._weight, self._time,
             self.strict_time, self.temporal_strategy, self.disjoint, self._weight_sums,
             self.capture_batches)
+        if self.uva_row_order is not None:
+            self._sampler.set_uva_row_order(int(self.uva_row_order))
 
     def _row_sums(self) -> Optional[Tensor]:
         """Each row's prefix sums of the weights (8 bytes an edge), so that weighted rows

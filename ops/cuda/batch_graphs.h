@@ -199,10 +199,19 @@ class CaptureStream {
 
 // What one sampler object keeps for replays: its captured batches, and small tables on the
 // GPU that captures read at replay (so they must outlive the call: the heterogeneous op's
-// graph tables), one per content, both freed with the sampler.
+// graph tables), one per content, both freed with the sampler. And the sampler's options
+// that change no sample: whether it captures at all, and the order of a UVA hop's rows.
 class SamplerGraphs {
  public:
   CapturedBatches& batches() { return batches_; }
+
+  // Whether batches are captured and replayed (false: each runs as launched).
+  bool captures() const { return captures_; }
+  void set_captures(bool captures) { captures_ = captures; }
+  // Whether a large UVA hop visits its rows in their lists' order (hop_loop.h:
+  // uva_rows_sorted); none: by the lists' size.
+  std::optional<bool> uva_row_order() const { return uva_row_order_; }
+  void set_uva_row_order(std::optional<bool> order) { uva_row_order_ = order; }
 
   // `values` on `device`, the same tensor for the same content while this object lives,
   // copied before it is handed out (any thread's stream may read it: a wait, once per
@@ -223,6 +232,8 @@ class SamplerGraphs {
 
  private:
   static constexpr size_t kKeptTables = 16;
+  bool captures_ = true;
+  std::optional<bool> uva_row_order_;
   CapturedBatches batches_;
   std::mutex mutex_;
   std::unordered_map<std::string, at::Tensor> tables_;
@@ -282,7 +293,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
         finish_batch(queued, board, shape.layout, seeds, num_hops, csr.num_nodes, csr.num_edges),
         queued.waited);
   };
-  if (graphs == nullptr || graph_key.empty() ||
+  if (graphs == nullptr || !graphs->captures() || graph_key.empty() ||
       queued_edges_bound(shape.batch_size, shape.bound_fanouts(), replace, shape.key_space(),
                          csr.num_edges) > kMaxCapturedEdges) {
     return run_once().first;

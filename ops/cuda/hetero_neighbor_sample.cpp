@@ -109,7 +109,9 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
   cuda::BatchShape<index_t> shape{csr,
                                   tables.row_fanouts,
                                   replace,
-                                  cuda::uva_rows_sorted(indices),
+                                  cuda::uva_rows_sorted(indices, graphs != nullptr
+                                                                     ? graphs->uva_row_order()
+                                                                     : std::nullopt),
                                   3,
                                   seeds.numel(),
                                   cuda::BoardLayout(tables.num_hops),
@@ -119,7 +121,7 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
   const cuda::PhiloxKey key = cuda::batch_philox_key(shape, device, generator);
   // Captured only over kept tables: their address, never reused, stands for their content.
   std::string graph_key;
-  if (kept) {
+  if (kept && graphs->captures()) {
     cuda::GraphKey inputs;
     inputs.add(indptr).add(indices).add(edge_ids).add(edge_weight).add(edge_time);
     inputs.add(edge_weight_cumsum).add(relation_slice_starts).add(block);

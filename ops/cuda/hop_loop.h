@@ -33,16 +33,14 @@ constexpr int64_t kQueuedEdgeLimit = int64_t{1} << 24;
 // neighbor lists' addresses (row_sampling.h: order_rows_by_begin), when the lists take at
 // least kSortedRowsMinBytes: measured on the H100, a papers-sized graph (6.5 GB of lists)
 // samples 1.18x faster, a products-sized one (0.5 GB) no faster. A smaller hop gains less
-// than the sort costs. QUIVER_UVA_SORTED_ROWS=0 turns the ordering off and =1 on whatever
-// the lists' size (to measure it, and to test it on small graphs).
+// than the sort costs. A sampler object may force it (`forced`: its uva_row_order option,
+// batch_graphs.h), to measure it, and to test it on small graphs.
 constexpr int64_t kSortedRowsMin = int64_t{1} << 14;
 constexpr int64_t kSortedRowsMinBytes = int64_t{2} << 30;
 
-inline bool uva_rows_sorted(const at::Tensor& indices) {
+inline bool uva_rows_sorted(const at::Tensor& indices, std::optional<bool> forced) {
   if (indices.is_cuda()) return false;
-  const char* value = std::getenv("QUIVER_UVA_SORTED_ROWS");
-  if (value != nullptr && value[0] == '0') return false;
-  if (value != nullptr && value[0] == '1') return true;
+  if (forced.has_value()) return *forced;
   return static_cast<int64_t>(indices.nbytes()) >= kSortedRowsMinBytes;
 }
 

@@ -46,7 +46,9 @@ Outputs neighbor_sample_kernel(const at::Tensor& indptr, const at::Tensor& indic
   const cuda::BatchShape<index_t> shape{csr,
                                         fanouts,
                                         replace,
-                                        cuda::uva_rows_sorted(indices),
+                                        cuda::uva_rows_sorted(indices, graphs != nullptr
+                                                                     ? graphs->uva_row_order()
+                                                                     : std::nullopt),
                                         3,
                                         seeds.numel(),
                                         cuda::BoardLayout(num_hops),
@@ -55,7 +57,7 @@ Outputs neighbor_sample_kernel(const at::Tensor& indptr, const at::Tensor& indic
   // Replayed as a CUDA graph from the third call of a shape (batch_graphs.h), like
   // sample_subgraph: the seed times are one more input copied in before each replay.
   std::string graph_key;
-  if (graphs != nullptr) {
+  if (graphs != nullptr && graphs->captures()) {
     cuda::GraphKey inputs;
     inputs.add(indptr).add(indices).add(edge_ids).add(edge_weight).add(edge_time);
     inputs.add(edge_weight_cumsum);

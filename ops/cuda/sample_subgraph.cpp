@@ -51,14 +51,16 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
   const BatchShape<index_t> shape{csr,
                                   fanouts,
                                   replace,
-                                  uva_rows_sorted(indices),
+                                  uva_rows_sorted(indices, graphs != nullptr
+                                                               ? graphs->uva_row_order()
+                                                               : std::nullopt),
                                   cached_starts.has_value() ? 4 : 3,
                                   seeds.numel(),
                                   BoardLayout(num_hops)};
 
   const cuda::PhiloxKey key = cuda::batch_philox_key(shape, device, generator);
   std::string graph_key;
-  if (graphs != nullptr) {
+  if (graphs != nullptr && graphs->captures()) {
     cuda::GraphKey inputs;
     inputs.add(indptr).add(indices).add(edge_ids).add(cached_indices).add(cached_starts);
     inputs.add(shape.batch_size).add(replace).add(shape.sort_rows).add(fanouts);

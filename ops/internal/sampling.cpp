@@ -17,10 +17,34 @@ namespace quiver::internal {
 struct SamplingGraphs::State {
 #ifdef QUIVER_WITH_CUDA
   cuda::SamplerGraphs graphs;
+#else
+  bool captures = true;  // kept only to be read back: a CPU build captures nothing
 #endif
 };
 
-SamplingGraphs::SamplingGraphs() : state_(std::make_unique<State>()) {}
+SamplingGraphs::SamplingGraphs(bool capture_batches) : state_(std::make_unique<State>()) {
+#ifdef QUIVER_WITH_CUDA
+  state_->graphs.set_captures(capture_batches);
+#else
+  state_->captures = capture_batches;
+#endif
+}
+
+bool SamplingGraphs::captures() const {
+#ifdef QUIVER_WITH_CUDA
+  return state_->graphs.captures();
+#else
+  return state_->captures;
+#endif
+}
+
+void SamplingGraphs::set_uva_row_order(std::optional<bool> order) {
+#ifdef QUIVER_WITH_CUDA
+  state_->graphs.set_uva_row_order(order);
+#else
+  (void)order;  // no UVA hops without CUDA
+#endif
+}
 SamplingGraphs::~SamplingGraphs() = default;
 
 namespace {

@@ -15,10 +15,18 @@
 
 namespace quiver::internal {
 
-// A sampler's captured batches and the small tables they read (nothing in a CPU build).
+// A sampler's captured batches and the small tables they read (nothing in a CPU build),
+// and its options that change no sample.
 class SamplingGraphs {
  public:
-  SamplingGraphs();
+  // `capture_batches` false: every batch runs as launched (to compare, or to keep GPU
+  // memory).
+  explicit SamplingGraphs(bool capture_batches = true);
+  bool captures() const;
+  // Whether a large hop over lists in pinned host memory (UVA) visits its rows in the order
+  // of their lists' addresses: none, by the lists' size (2 GiB or more); true or false
+  // forces it (to measure what it buys, or test it on small graphs).
+  void set_uva_row_order(std::optional<bool> order);
   ~SamplingGraphs();
   SamplingGraphs(const SamplingGraphs&) = delete;
   SamplingGraphs& operator=(const SamplingGraphs&) = delete;

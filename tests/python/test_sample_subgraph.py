@@ -332,10 +332,10 @@ def test_cache_gives_the_same_samples(mode, index_dtype, fanouts, replace):
 
 @pytest.mark.parametrize("fanouts,replace", [([5, 3], False), ([2, 2], True), ([40], False)])
 def test_uva_rows_visited_in_list_order_give_the_same_samples(mode, index_dtype, fanouts,
-                                                              replace, monkeypatch):
+                                                              replace):
     """UVA hops of 2^14 rows or more visit rows in the order of their lists' addresses
-    (by default on lists of 2 GiB or more; QUIVER_UVA_SORTED_ROWS=1 always, =0 never): the
-    samples are bit for bit the same."""
+    (by default on lists of 2 GiB or more; a sampler's uva_row_order 1 always, 0 never):
+    the samples are bit for bit the same."""
     if mode != "UVA":
         pytest.skip("rows are ordered only when the lists are in pinned host memory")
     graph = random_graph(num_nodes=40000, num_edges=400000, dtype=index_dtype, seed=4)
@@ -343,11 +343,12 @@ def test_uva_rows_visited_in_list_order_give_the_same_samples(mode, index_dtype,
     (indptr, indices, eid), device, cache = cache_for(graph, mode, 0.3)
     for extra in [(None, None), cache]:  # with and without a topology cache
         outs = []
-        for setting in ["0", "1"]:
-            monkeypatch.setenv("QUIVER_UVA_SORTED_ROWS", setting)
+        for order in [0, 1]:
+            sampler = subgraph_sampler(indptr, indices, eid, fanouts, replace, tuple(extra),
+                                       capture=False)
+            sampler.set_uva_row_order(order)
             torch.manual_seed(11)
-            outs.append(sample_with_cache(indptr, indices, seeds.to(device), fanouts, replace,
-                                          eid, extra))
+            outs.append(sampler.sample_subgraph(seeds.to(device), None))
         for a, b in zip(*outs):
             assert torch.equal(a, b)
         check_subgraph(graph, seeds, fanouts, replace, outs[1])

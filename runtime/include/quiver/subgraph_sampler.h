@@ -46,7 +46,11 @@ class SubgraphSampler : public torch::CustomClassHolder {
   // neighbor_sample's result, with this sampler's rules.
   Sample neighbor_sample(const at::Tensor& seeds, const std::optional<at::Tensor>& seed_time,
                          const std::optional<at::Generator>& generator);
-  bool captures_batches() const { return graphs_ != nullptr; }
+  bool captures_batches() const;
+  // Whether a large hop over lists in pinned host memory visits its rows in the order of
+  // their lists' addresses: -1 by the lists' size (2 GiB or more, the default), 0 never, 1
+  // always. The samples are the same; it is there to measure what the order buys.
+  void set_uva_row_order(int64_t order);
 
  private:
   at::Tensor indptr_, indices_;
@@ -55,7 +59,7 @@ class SubgraphSampler : public torch::CustomClassHolder {
   std::vector<int64_t> fanouts_;
   bool replace_, strict_time_, disjoint_;
   std::string temporal_strategy_;
-  std::unique_ptr<internal::SamplingGraphs> graphs_;  // none: batches run as launched
+  std::unique_ptr<internal::SamplingGraphs> graphs_;  // its captures and options
 };
 
 class HeteroSubgraphSampler : public torch::CustomClassHolder {
@@ -78,7 +82,11 @@ class HeteroSubgraphSampler : public torch::CustomClassHolder {
 
   Sample sample(const at::Tensor& seeds, const std::optional<at::Tensor>& seed_time,
                 const std::optional<at::Generator>& generator);
-  bool captures_batches() const { return graphs_ != nullptr; }
+  bool captures_batches() const;
+  // Whether a large hop over lists in pinned host memory visits its rows in the order of
+  // their lists' addresses: -1 by the lists' size (2 GiB or more, the default), 0 never, 1
+  // always. The samples are the same; it is there to measure what the order buys.
+  void set_uva_row_order(int64_t order);
 
  private:
   at::Tensor indptr_, indices_, edge_ids_;
