@@ -129,8 +129,7 @@ std::optional<SlotExchange::Gathered> SlotExchange::gather_once(const at::Tensor
     sizes[host] = 0;
     return sizes;
   };
-  Direct* direct = nullptr;
-  if (peers > 0 && direct_on(device) != nullptr) direct = direct_.get();
+  Direct* direct = peers > 0 ? direct_on(device) : nullptr;
   const auto exchange_directly = [&](const at::Tensor& from, const at::Tensor& into,
                                      int64_t block_bytes, cudaStream_t on, const char* what) {
     try {
@@ -291,7 +290,7 @@ std::optional<SlotExchange::Gathered> SlotExchange::gather_once(const at::Tensor
   return gathered;
 }
 
-NcclDirect* SlotExchange::direct_on(const at::Device& device) {
+SlotExchange::Direct* SlotExchange::direct_on(const at::Device& device) {
   if (!direct_decided_) {
     // Decided once: after a failed set-up the hosts are out of step, and this exchange
     // raises from then on rather than try again.
@@ -326,7 +325,7 @@ NcclDirect* SlotExchange::direct_on(const at::Device& device) {
   TORCH_CHECK(direct_->comm->device() == device.index(),
               "this transport's NCCL communicator is on cuda:", direct_->comm->device(),
               ", but the rows are wanted on ", device);
-  return direct_->comm.get();
+  return direct_.get();
 }
 
 #else  // a build without CUDA has no slotted exchange (Transport::collective makes none)

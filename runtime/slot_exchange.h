@@ -22,7 +22,6 @@
 namespace quiver::runtime {
 
 class CollectiveChannel;
-class NcclDirect;
 class ShardMap;
 
 class SlotExchange {
@@ -52,8 +51,8 @@ class SlotExchange {
   // The communicator of the exchange's own, made at the first gather, which every host
   // reaches together; null when some host cannot drive NCCL directly (then c10d's
   // all-to-all moves the blocks).
-  NcclDirect* direct_on(const at::Device& device);
   struct Direct;
+  Direct* direct_on(const at::Device& device);
 
   std::shared_ptr<CollectiveChannel> channel_;
   int64_t capacity_ = 0;     // request slots per host (agreed: see gather_once)
