@@ -87,6 +87,16 @@ void CollectiveChannel::await(const c10::intrusive_ptr<c10d::Work>& work, const 
   }
 }
 
+void CollectiveChannel::order_after(const c10::intrusive_ptr<c10d::Work>& work,
+                                    const char* what) {
+  if (!uses_gpus_) return await(work, what);
+  try {
+    work->wait();  // NCCL: without a timeout, orders the current stream only
+  } catch (const std::exception& error) {
+    fail(what, error);
+  }
+}
+
 void CollectiveChannel::exchange_over_lanes(at::Tensor& into, const at::Tensor& from,
                                             const std::vector<int64_t>& into_rows,
                                             const std::vector<int64_t>& from_rows,

@@ -53,6 +53,9 @@ class CollectiveChannel {
                                       std::vector<int64_t> into_splits,
                                       std::vector<int64_t> from_splits, const char* what);
   void await(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
+  // Over NCCL: the current stream waits for `work`, the host does not (a later await of a
+  // collective posted after it bounds the wait). Over Gloo, await.
+  void order_after(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
   // Rows over the lanes side by side (exchange_over_lanes), failing as the others do.
   void exchange_over_lanes(at::Tensor& into, const at::Tensor& from,
                            const std::vector<int64_t>& into_rows,

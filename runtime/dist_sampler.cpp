@@ -5,6 +5,7 @@
 #include <c10/util/Exception.h>
 #include <quiver/ops.h>
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <numeric>
@@ -12,8 +13,15 @@
 #include <thread>
 
 #include "ops/checks.h"
+#include "ops/internal/slotted_hops.h"
 #include "runtime/collective_channel.h"
 #include "runtime/phase_clock.h"
+#ifdef QUIVER_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+
+#include "runtime/nccl_direct.h"
+#endif
 
 namespace quiver::runtime {
 
@@ -139,7 +147,98 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
           ")");
 }
 
+#ifdef QUIVER_WITH_CUDA
+struct DistSampler::Direct {
+  std::unique_ptr<NcclDirect> comm;
+  cudaEvent_t done = nullptr;  // recorded after what the host waits for
+  ~Direct() {
+    if (done != nullptr) cudaEventDestroy(done);
+  }
+};
+#else
+struct DistSampler::Direct {};
+#endif
+
 DistSampler::~DistSampler() = default;
+
+DistSampler::Direct* DistSampler::direct_link() {
+#ifdef QUIVER_WITH_CUDA
+  if (!exchange_device_.is_cuda()) return nullptr;
+  if (!direct_decided_) {
+    // Decided once, at the same exchange on every host; after a failed set-up the hosts are
+    // out of step, and the channel refuses every later batch.
+    direct_decided_ = true;
+    std::string why_not;
+    std::unique_ptr<NcclDirect> comm;
+    try {
+      comm = NcclDirect::connect(*channel_->group().getStore(),
+                                 "quiver/dist_sampler_nccl/" + std::to_string(channel_->serial()) + "/",
+                                 static_cast<int>(host_), static_cast<int>(num_hosts_),
+                                 exchange_device_.index(), channel_->timeout(), why_not);
+    } catch (const std::exception& error) {
+      channel_->fail("the NCCL communicator's set-up", error);
+    }
+    if (!comm && tracing_transport()) {
+      std::fprintf(stderr, "quiver DistSampler: NCCL through c10d (%s)\n", why_not.c_str());
+    }
+    if (comm) {
+      direct_ = std::make_unique<Direct>();
+      direct_->comm = std::move(comm);
+      C10_CUDA_CHECK(cudaEventCreateWithFlags(&direct_->done, cudaEventDisableTiming));
+    }
+  }
+  return direct_.get();
+#else
+  return nullptr;
+#endif
+}
+
+c10::intrusive_ptr<c10d::Work> DistSampler::all_to_all(at::Tensor& into, at::Tensor& from,
+                                                       const std::vector<int64_t>& into_splits,
+                                                       const std::vector<int64_t>& from_splits,
+                                                       const char* what, bool host_waits) {
+#ifdef QUIVER_WITH_CUDA
+  if (Direct* direct = direct_link()) {
+    const auto bytes = [](const at::Tensor& t, const std::vector<int64_t>& splits) {
+      const size_t row = t.dim() == 0 || t.size(0) == 0 ? 0 : t.nbytes() / t.size(0);
+      std::vector<size_t> sizes;
+      for (const int64_t rows : splits) sizes.push_back(static_cast<size_t>(rows) * row);
+      return sizes;
+    };
+    try {
+      direct->comm->exchange_varied(from.const_data_ptr(), bytes(from, from_splits),
+                                    into.mutable_data_ptr(), bytes(into, into_splits),
+                                    at::cuda::getCurrentCUDAStream(exchange_device_.index()));
+    } catch (const std::exception& error) {
+      channel_->fail(what, error);
+    }
+    if (host_waits) settle({}, what);
+    return {};
+  }
+#endif
+  auto work = channel_->post(into, from, into_splits, from_splits, what);
+  if (host_waits) {
+    channel_->await(work, what);
+  } else {
+    channel_->order_after(work, what);
+  }
+  return work;
+}
+
+void DistSampler::settle(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  if (work) return channel_->await(work, what);
+#ifdef QUIVER_WITH_CUDA
+  if (direct_ != nullptr) {
+    try {
+      C10_CUDA_CHECK(cudaEventRecord(direct_->done,
+                                     at::cuda::getCurrentCUDAStream(exchange_device_.index())));
+      direct_->comm->wait(direct_->done, channel_->timeout());
+    } catch (const std::exception& error) {
+      channel_->fail(what, error);
+    }
+  }
+#endif
+}
 
 DistSampler::HopSamples DistSampler::sample_rows(const at::Tensor& rows, int64_t fanout,
                                                 const std::optional<at::Generator>& generator,
@@ -224,6 +323,103 @@ DistSampler::HopSamples DistSampler::exchange_hop(
   }
   clock.lap("answers");
   return {got_counts_here, got_rows};
+}
+
+DistSampler::SlotHop DistSampler::slot_hop(const at::Tensor& requests,
+                                            const at::Tensor& send_counts, int64_t fanout,
+                                            const std::optional<at::Generator>& generator,
+                                            internal::SlottedBatch* report, bool defer_answers) {
+  const int64_t P = num_hosts_;
+  const at::Device x = exchange_device_;
+  const auto long_x = at::TensorOptions().dtype(at::kLong).device(x);
+  PhaseClock clock("partitioned hop exchange in slots");
+  // 1. How many rows each host asks of each other host, both ways: the only sizes of the
+  // hop the host reads.
+  at::Tensor counts = at::empty({2 * P}, long_x);  // sent, then received
+  at::Tensor counts_out = counts.narrow(0, 0, P).copy_(send_counts);
+  at::Tensor counts_in = counts.narrow(0, P, P);
+  const std::vector<int64_t> one_each(P, 1);
+  std::vector<int64_t> both;
+#ifdef QUIVER_WITH_CUDA
+  if (direct_link() != nullptr) {
+    // Brought to the host on the stream, behind the exchange: the one wait covers both.
+    all_to_all(counts_in, counts_out, one_each, one_each, "request counts", /*host_waits=*/false);
+    at::Tensor here = at::empty({2 * P}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+    here.copy_(counts, /*non_blocking=*/true);
+    settle({}, "request counts");
+    both.assign(here.const_data_ptr<int64_t>(), here.const_data_ptr<int64_t>() + 2 * P);
+  }
+#endif
+  if (both.empty()) {
+    all_to_all(counts_in, counts_out, one_each, one_each, "request counts", /*host_waits=*/true);
+    both = as_vector(counts);
+  }
+  SlotHop hop;
+  hop.send_splits.assign(both.begin(), both.begin() + P);
+  const std::vector<int64_t> recv_splits(both.begin() + P, both.end());
+  const int64_t asked_of_me = std::accumulate(recv_splits.begin(), recv_splits.end(), int64_t{0});
+  const int64_t frontier =
+      std::accumulate(hop.send_splits.begin(), hop.send_splits.end(), int64_t{0});
+  hop.slots = at::empty({frontier, 2, fanout}, long_x);
+  clock.lap("counts");
+  if (fanout == 0) return hop;  // every host's slots are empty: nothing to move
+  // 2. The requests; the sampling below waits for them on the stream, not the host.
+  at::Tensor asked = at::empty({asked_of_me}, long_x);
+  at::Tensor requests_x = requests.to(x);
+  all_to_all(asked, requests_x, recv_splits, hop.send_splits, "requests", /*host_waits=*/false);
+  clock.lap("requests");
+  // 3. Every asked row in its slot, back to the host that asked. The slots' sizes are the
+  // requests' splits times the slot: no count is exchanged or read back.
+  at::Tensor answers = internal::sample_into_slots(indptr_, indices_, edge_ids_,
+                                                   asked.to(indptr_.device()), fanout, replace_,
+                                                   generator, report)
+                           .to(x);
+  clock.lap("answer");
+  if (!channel_->lanes().empty()) {  // the hop's bulk, over the lanes side by side
+    at::Tensor into = hop.slots.view({frontier, 2 * fanout});
+    channel_->exchange_over_lanes(into, answers.view({asked_of_me, 2 * fanout}), hop.send_splits,
+                                  recv_splits, /*header=*/0, "answers");
+    return hop;
+  }
+  const bool defer = defer_answers && x.is_cuda();
+  hop.answers = all_to_all(hop.slots, answers, hop.send_splits, recv_splits, "answers",
+                           /*host_waits=*/!defer);
+  hop.answers_pending = defer;
+  clock.lap("answers");
+  return hop;
+}
+
+DistSampler::Outputs DistSampler::sample_on_gpu(const at::Tensor& seed_ids,
+                                                const std::optional<at::Generator>& generator) {
+  const at::Device w = indptr_.device();
+  PhaseClock clock("partitioned batch in slots");
+  internal::SlottedBatch batch(seed_ids.to(w), num_nodes(), fanouts_);
+  last_remote_nodes_.clear();
+  clock.lap("start");
+  for (const int64_t fanout : fanouts_) {
+    PhaseClock hop_clock("partitioned hop in slots");
+    const at::Tensor frontier = batch.frontier();  // the hop's first wait
+    hop_clock.lap("frontier");
+    // Grouped by owner (stable: each owner's nodes keep their order), counted on the GPU.
+    const auto [order, requests, send_counts] =
+        internal::group_by_owner(frontier, owner_w_, local_index_w_, num_hosts_);
+    hop_clock.lap("group");
+    SlotHop hop = slot_hop(requests, send_counts, fanout, generator, &batch, /*defer_answers=*/true);
+    hop_clock.lap("exchange");
+    const int64_t own_begin = std::accumulate(hop.send_splits.begin(),
+                                              hop.send_splits.begin() + host_, int64_t{0});
+    last_remote_nodes_.push_back(frontier.numel() - hop.send_splits[host_]);
+    batch.add_hop(hop.slots.to(w), order, own_begin, own_begin + hop.send_splits[host_]);
+    // The numbering is queued after the answers; the host waits for them (at most the
+    // timeout, naming a silent peer) before the next hop reads the device.
+    if (hop.answers_pending) settle(hop.answers, "answers");
+    hop_clock.lap("number");
+  }
+  clock.lap("hops");
+  auto [node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop, remote_edges] = batch.finish();
+  clock.lap("finish");
+  last_remote_edges_ = std::move(remote_edges);
+  return {node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop};
 }
 
 DistSampler::HopSamples DistSampler::read_hop(
@@ -346,8 +542,14 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
   // The part's kernels (and the owners' answers to peers) draw from this.
   const std::optional<at::Generator> own_generator = part_generator(generator);
   if (!owner_w_.defined() || owner_w_.device() != w) {
-    owner_w_ = owner_.to(w, at::kLong);
+    owner_w_ = owner_.to(w);  // int16 or int32
     local_index_w_ = local_index_.to(w);
+  }
+  if (w.is_cuda() && reads_.empty() &&
+      std::all_of(fanouts_.begin(), fanouts_.end(), [](int64_t f) { return f >= 0; })) {
+    return sample_on_gpu(seed_ids, own_generator);
+  }
+  if (!position_.defined() || position_.device() != w) {
     position_ = at::full({num_nodes()}, -1, int_w);
     first_use_ = at::full({num_nodes()}, kNoUse, int_w);  // the seeds', and on a GPU each hop's
   }
@@ -373,7 +575,7 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     PhaseClock clock("partitioned hop");
     const at::Tensor frontier = node_parts.back();  // the nodes the last hop added
     // Group the frontier by owner (stable: each owner's nodes keep their order).
-    const at::Tensor owners = owner_w_.index_select(0, frontier);
+    const at::Tensor owners = owner_w_.index_select(0, frontier).to(at::kLong);
     const at::Tensor order = std::get<1>(owners.sort(/*stable=*/true, /*dim=*/0, /*descending=*/false));
     const std::vector<int64_t> send_splits = as_vector(at::bincount(owners, {}, P));
     at::Tensor requests = local_index_w_.index_select(0, frontier.index_select(0, order));
@@ -385,9 +587,18 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     };
     clock.lap("group");
     // Per frontier node in grouped order, its sample's size; the (neighbor, edge id) pairs.
-    auto [got_counts, got_rows] =
-        reads_.empty() ? exchange_hop(requests, send_splits, fanout, own_generator, sample_own)
-                       : read_hop(requests.cpu(), send_splits, fanout, generator, sample_own);
+    HopSamples got;
+    if (!reads_.empty()) {
+      got = read_hop(requests.cpu(), send_splits, fanout, generator, sample_own);
+    } else if (fanout >= 0) {  // in slots, as every host's hop of this fanout
+      const SlotHop hop = slot_hop(requests, at::tensor(send_splits, at::kLong), fanout,
+                                   own_generator, nullptr, /*defer_answers=*/false);
+      got = internal::slots_as_samples(hop.slots);
+      got.first = got.first.cpu();
+    } else {
+      got = exchange_hop(requests, send_splits, fanout, own_generator, sample_own);
+    }
+    auto [got_counts, got_rows] = std::move(got);
     // The counts come back on the CPU (their splits are needed there): the own block's
     // edges are summed before they move.
     const int64_t own_edges = got_counts.narrow(0, own_begin, send_splits[host_]).sum().item<int64_t>();
@@ -467,8 +678,8 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
   }
   const at::Tensor node_ids = at::cat(node_parts);
   position_.index_fill_(0, node_ids, -1);
-  // On the CPU, as before: the loaders and tests take them there.
-  return {node_ids.cpu(), at::cat(rows).cpu(), at::cat(cols).cpu(), at::cat(eids).cpu(),
+  // Where the part lies, as the single-host sampler returns them; the counts on the CPU.
+  return {node_ids, at::cat(rows), at::cat(cols), at::cat(eids),
           at::tensor(nodes_per_hop, at::kLong), at::tensor(edges_per_hop, at::kLong)};
 }
 

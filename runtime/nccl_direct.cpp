@@ -192,6 +192,45 @@ void NcclDirect::exchange_blocks(const void* from, void* into, size_t block_byte
   if (result != kNcclSuccess) fail("posting ncclSend/ncclRecv", result);
 }
 
+void NcclDirect::exchange_varied(const void* from, const std::vector<size_t>& send_bytes,
+                                 void* into, const std::vector<size_t>& recv_bytes,
+                                 cudaStream_t stream) {
+  TORCH_CHECK(comm_ != nullptr,
+              "this transport's NCCL communicator was aborted after a failed fetch");
+  TORCH_CHECK(static_cast<int>(send_bytes.size()) == size_ &&
+                  static_cast<int>(recv_bytes.size()) == size_,
+              "exchange_varied: one size per rank (", size_, "), got ", send_bytes.size(), " and ",
+              recv_bytes.size());
+  const auto* sending = static_cast<const char*>(from);
+  auto* receiving = static_cast<char*>(into);
+  std::vector<size_t> send_at(size_ + 1, 0), recv_at(size_ + 1, 0);
+  for (int r = 0; r < size_; ++r) {
+    send_at[r + 1] = send_at[r] + send_bytes[r];
+    recv_at[r + 1] = recv_at[r] + recv_bytes[r];
+  }
+  TORCH_CHECK(send_bytes[rank_] == recv_bytes[rank_], "exchange_varied: this rank sends itself ",
+              send_bytes[rank_], " bytes but expects ", recv_bytes[rank_]);
+  if (send_bytes[rank_] > 0) {
+    C10_CUDA_CHECK(cudaMemcpyAsync(receiving + recv_at[rank_], sending + send_at[rank_],
+                                   send_bytes[rank_], cudaMemcpyDeviceToDevice, stream));
+  }
+  // Empty blocks are skipped on both sides: the sizes were agreed (each side's send is the
+  // other's receive).
+  int result = nccl().group_start();
+  for (int r = 0; r < size_ && result == kNcclSuccess; ++r) {
+    if (r == rank_) continue;
+    if (send_bytes[r] > 0) {
+      result = nccl().send(sending + send_at[r], send_bytes[r], kNcclUint8, r, comm_, stream);
+    }
+    if (result == kNcclSuccess && recv_bytes[r] > 0) {
+      result = nccl().recv(receiving + recv_at[r], recv_bytes[r], kNcclUint8, r, comm_, stream);
+    }
+  }
+  const int ended = nccl().group_end();  // always closes the group it opened
+  if (result == kNcclSuccess) result = ended;
+  if (result != kNcclSuccess) fail("posting ncclSend/ncclRecv", result);
+}
+
 void NcclDirect::wait(cudaEvent_t done, std::chrono::milliseconds timeout) {
   TORCH_CHECK(comm_ != nullptr,
               "this transport's NCCL communicator was aborted after a failed fetch");

@@ -1,4 +1,5 @@
-// NCCL driven directly, for the slotted fetch's two exchanges of fixed blocks.
+// NCCL driven directly, for the slotted fetch's two exchanges of fixed blocks and the
+// partitioned sampler's three exchanges a hop.
 //
 // Why: each c10d all-to-all costs 50-120 us of host time to post (its work object, events
 // between its stream and ours, the flight recorder), and a fetch of 45 MB takes about
@@ -23,6 +24,7 @@
 #include <memory>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <vector>
 
 namespace quiver::runtime {
 
@@ -44,6 +46,12 @@ class NcclDirect {
   // order without this one: the block of the p-th other rank at from + p * block_bytes.
   // Raises on an NCCL error (the communicator is then aborted).
   void exchange_blocks(const void* from, void* into, size_t block_bytes, cudaStream_t stream);
+
+  // Enqueues on `stream` an all-to-all of varied sizes: send_bytes[r] bytes to rank r from
+  // `from` (blocks in rank order), recv_bytes[r] from rank r into `into` likewise; this
+  // rank's own block is copied on the stream. Raises on an NCCL error (then aborted).
+  void exchange_varied(const void* from, const std::vector<size_t>& send_bytes, void* into,
+                       const std::vector<size_t>& recv_bytes, cudaStream_t stream);
 
   // Waits for `done` (recorded after the exchange) within `timeout`, polling; on a timeout
   // or an asynchronous NCCL error, aborts the communicator and raises std::runtime_error.

@@ -479,7 +479,9 @@ class DistGraphSampler:
     def sample_subgraph(self, input_nodes, generator: Optional[torch.Generator] = None
                         ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         """sample_subgraph's layout: ``(node_ids, rows, cols, edge_ids, nodes_per_hop,
-        edges_per_hop)``, edge ids global (the input's positions, as CSRTopo numbers them)."""
+        edges_per_hop)``, edge ids global (the input's positions, as CSRTopo numbers them).
+        As :class:`GraphSageSampler`'s: the first four on the sampling GPU in the GPU and UVA
+        modes (on the CPU in the CPU mode), the counts on the CPU."""
         return self._sampler.sample(torch.as_tensor(input_nodes).cpu(), generator)
 
     def sample(self, input_nodes, generator: Optional[torch.Generator] = None

@@ -41,8 +41,10 @@ def graph(n=400, degree=10, seed=0):
 
 
 def check_batch(out, seeds, edge_index, degree, fanouts, seeds_distinct=True):
-    """The layout and every edge of one sample against the whole graph."""
-    node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = out
+    """The layout and every edge of one sample against the whole graph (the outputs of a
+    GPU part come on its GPU, the counts on the CPU)."""
+    assert out[4].device.type == out[5].device.type == "cpu"
+    node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = (t.cpu() for t in out)
     assert torch.equal(node_ids[:seeds.numel()], seeds)
     assert int(nodes_per_hop.sum()) == node_ids.numel()
     assert int(edges_per_hop.sum()) == rows.numel() == cols.numel() == eids.numel()
@@ -93,6 +95,8 @@ def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend=
         twice = torch.tensor([3, 7, 3, 11])  # a seed given twice is sampled twice
         check_batch(sampler.sample_subgraph(twice), twice, edge_index, degree, fanouts,
                     seeds_distinct=False)
+        where = sampler.sample_subgraph(torch.tensor([1, 2]))  # as GraphSageSampler's
+        assert all(t.device.type == ("cpu" if mode == "CPU" else "cuda") for t in where[:4])
         n_id, batch_size, adjs = sampler.sample(torch.tensor([5, 6]))
         assert batch_size == 2 and len(adjs) == 2 and adjs[-1].size[1] == 2
         # A fixed seed on every host reproduces the batch.
@@ -105,7 +109,7 @@ def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend=
         counts = torch.zeros(topo.edge_count, dtype=torch.long)
         for _ in range(1500):
             _, _, _, eids, _, _ = one_hop.sample_subgraph(torch.tensor([0]))
-            counts[eids] += 1
+            counts[eids.cpu()] += 1
         torch.save(counts, Path(results) / f"counts_{rank}.pt")
         if rank == die_rank:
             os._exit(0)  # gone mid-run: the survivors must name it, not hang
@@ -285,6 +289,8 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
         seen = []
         for epoch in range(2):
             for batch in loader:
+                assert batch.n_id.device.type == ("cpu" if backend == "gloo" else "cuda")
+                batch = batch.cpu()
                 seeds = batch.n_id[:batch.batch_size]
                 assert torch.equal(part.owner[seeds].long(), torch.full_like(seeds, rank))
                 assert torch.equal(batch.x.cpu(), x[batch.n_id]) and torch.equal(batch.y, y[seeds])

@@ -94,8 +94,9 @@ class DistNeighborLoader:
                      batch_size=seeds.numel(), num_nodes=node.numel(),
                      num_sampled_nodes=nodes_per_hop.tolist(),
                      num_sampled_edges=edges_per_hop.tolist())
-        if self.feature is not None:
-            batch.x = self.feature[node]
+        if self.feature is not None:  # a table is indexed where it lies
+            batch.x = self.feature[node.to(self.feature.device)
+                                   if isinstance(self.feature, Tensor) else node]
         labels = self.partition.labels
         if labels is not None:
             owned = self.partition.owner[seeds].long() == self.partition.part

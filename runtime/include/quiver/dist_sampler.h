@@ -1,13 +1,17 @@
 // torch.classes.quiver.DistSampler: multi-hop neighbor sampling over a graph partitioned
 // over hosts (torch_quiver_ops.partition), so that no host holds the whole topology. Each
 // host holds the rows of the nodes it owns (neighbor ids and edge ids global) and the node ->
-// owner map. Each hop splits the frontier by owner, asks every owner for its nodes' samples
-// in one all-to-all over the host group (the request exchange overlaps the sampling of this
-// host's own frontier nodes), samples what its peers asked for with the same kernel
-// (quiver::sample_neighbors), sends the answers back, and reindexes. The result is
-// sample_subgraph's layout exactly (node ids seeds first then each hop's new nodes in order
-// of first appearance, per-hop rows/cols local, edge ids global, per-hop counts), so the
-// loaders and models above do not change.
+// owner map. Each hop splits the frontier by owner and asks every owner (itself included)
+// for its nodes' samples over the host group: the request counts, the requests, then the
+// answers, each row's sample in a fixed slot of `fanout` (neighbor, edge id) pairs
+// (ops/internal/slotted_hops.h), so the answers' sizes are known without a count read
+// back. Owners sample with the same kernels as one host. The asking host then reindexes.
+// A part on a GPU does all of it there (the grouping, the unpacking and the numbering of
+// the single-host sampler), over NCCL driven directly when every host can: two host waits
+// a hop. An all-neighbors hop (fanout -1) has no slot: its answers' counts travel first.
+// The result is sample_subgraph's layout exactly (node ids seeds first then each hop's new
+// nodes in order of first appearance, per-hop rows/cols local, edge ids global, per-hop
+// counts), so the loaders and models above do not change.
 //
 // Every host samples a batch at the same time (the exchanges are collectives, as DDP's
 // gradients are): each calls sample() once per step, with its own seeds (any number,
@@ -42,6 +46,10 @@
 #include <tuple>
 #include <vector>
 
+namespace quiver::internal {
+class SlottedBatch;
+}
+
 namespace quiver::runtime {
 
 class CollectiveChannel;
@@ -63,7 +71,8 @@ class DistSampler : public torch::CustomClassHolder {
   // lanes: Gloo groups of the same hosts that the answers (the sampled pairs, a hop's bulk)
   // travel over side by side (runtime/lane_exchange.h); none: the group's all-to-all.
   // (node_ids, rows, cols, sampled_edge_ids, nodes_per_hop, edges_per_hop), as
-  // quiver::sample_subgraph returns them, on the CPU; seeds: global ids on the CPU.
+  // quiver::sample_subgraph returns them: the first four where the part lies (the CPU, or
+  // its GPU in GPU and UVA modes), the counts on the CPU; seeds: global ids on the CPU.
   std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample(
       const at::Tensor& seeds, const std::optional<at::Generator>& generator);
 
@@ -93,14 +102,51 @@ class DistSampler : public torch::CustomClassHolder {
   // One hop's samples of the frontier, grouped by owner (requests: local rows, send_splits
   // per owner): the counts on the CPU, the pairs on the exchange's device (read_hop: the
   // CPU). sample_own samples this host's own block; each path runs it while its exchange
-  // travels. exchange_hop's generator is the part's (it samples for its peers too);
-  // read_hop's draws positions on the CPU.
+  // travels. exchange_hop (an all-neighbors hop: its answers' counts first) draws from the
+  // part's generator (it samples for its peers too); read_hop draws positions on the CPU.
   HopSamples exchange_hop(const at::Tensor& requests, const std::vector<int64_t>& send_splits,
                           int64_t fanout, const std::optional<at::Generator>& generator,
                           const OwnSamples& sample_own);
   HopSamples read_hop(const at::Tensor& requests, const std::vector<int64_t>& send_splits,
                       int64_t fanout, const std::optional<at::Generator>& generator,
                       const OwnSamples& sample_own);
+  // A hop of fanout >= 0 in fixed slots (ops/internal/slotted_hops.h), three exchanges: the
+  // request counts (send_counts: per owner, where the part lies), the requests, then every
+  // asked row's slot (this host's own through itself) back: `slots` [frontier, 2, fanout]
+  // in grouped order, on the exchange's device. Over NCCL with `defer_answers` the current
+  // stream is ordered after the answers but the host has not waited for them: the caller
+  // awaits `answers` (so that a silent peer still raises) before it reads the device.
+  struct SlotHop {
+    at::Tensor slots;
+    std::vector<int64_t> send_splits;
+    bool answers_pending = false;  // the caller settles `answers`
+    c10::intrusive_ptr<c10d::Work> answers;  // null when NCCL is driven directly
+  };
+  SlotHop slot_hop(const at::Tensor& requests, const at::Tensor& send_counts, int64_t fanout,
+                   const std::optional<at::Generator>& generator,
+                   internal::SlottedBatch* report, bool defer_answers);
+  // The group's all-to-all of rows (`from` split per host by from_splits, `into` by
+  // into_splits). Over NCCL driven directly (runtime/nccl_direct.h), when every host can,
+  // it is enqueued on the current stream and the result is null; else c10d's, its work
+  // returned. With host_waits the host waits for it within the timeout (a silent peer is
+  // named); without, only the current stream is ordered after it, and the caller settles it
+  // before it reads the device.
+  c10::intrusive_ptr<c10d::Work> all_to_all(at::Tensor& into, at::Tensor& from,
+                                            const std::vector<int64_t>& into_splits,
+                                            const std::vector<int64_t>& from_splits,
+                                            const char* what, bool host_waits);
+  void settle(const c10::intrusive_ptr<c10d::Work>& work, const char* what);
+  // NCCL driven directly over the group, set up by every host at its first exchange through
+  // the GPU; null when some host cannot (c10d's all-to-all then).
+  struct Direct;
+  Direct* direct_link();
+  std::unique_ptr<Direct> direct_;
+  bool direct_decided_ = false;
+  // A batch of a part on a GPU whose fanouts are all >= 0: every hop in slots, grouped and
+  // numbered on the GPU (internal::SlottedBatch), two host waits a hop.
+  using Outputs =
+      std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+  Outputs sample_on_gpu(const at::Tensor& seed_ids, const std::optional<at::Generator>& generator);
 
   // The group's all-to-alls (and lanes), its heartbeats and its failure state.
   std::unique_ptr<CollectiveChannel> channel_;
