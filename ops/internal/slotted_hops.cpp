@@ -7,6 +7,7 @@
 #include <quiver/ops.h>
 
 #include "ops/checks.h"
+#include "ops/errors.h"
 #include "ops/sampling_rules.h"
 
 #ifdef QUIVER_WITH_CUDA
@@ -69,7 +70,8 @@ struct SlottedBatch::State {
         edges_at(total_at + num_hops + 2),
         remote_at(edges_at + num_hops),
         board(seeds.device(), remote_at + num_hops),
-        seeds(seeds) {}
+        seeds(seeds),
+        fanouts(fanouts.vec()) {}
   at::Device device;
   int64_t num_nodes;
   int64_t num_hops;
@@ -78,6 +80,7 @@ struct SlottedBatch::State {
   int64_t remote_at;
   cuda::HopBoard board;
   at::Tensor seeds;
+  std::vector<int64_t> fanouts;  // what the table was sized for
   at::Tensor table_space;
   cuda::NodeTable table{nullptr, 0};
   std::vector<at::Tensor> new_nodes, rows, cols, eids;
@@ -136,7 +139,13 @@ void SlottedBatch::add_hop(const at::Tensor& slots, const at::Tensor& order, int
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t h = s.hops_added;
   const int64_t frontier = slots.size(0), fanout = slots.size(2);
-  const int64_t max_edges = frontier * fanout;
+  TORCH_CHECK(fanout == s.fanouts[h], "SlottedBatch: hop ", h, "'s slots hold ", fanout,
+              " pairs but its fanout is ", s.fanouts[h]);
+  const int64_t max_edges = saturating_mul(frontier, fanout);
+  // Reindexing keys an edge's first mention in 32 bits (reindex.h).
+  if (max_edges > kMaxHopEdges) {
+    errors::batch_too_large(errors::hop_edges_name(h), max_edges, kMaxHopEdges);
+  }
   const auto options = s.seeds.options();
   int64_t* words = s.board.words();
   int64_t* node_total = words + s.total_at;

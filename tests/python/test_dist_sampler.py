@@ -58,7 +58,8 @@ def check_batch(out, seeds, edge_index, degree, fanouts, seeds_distinct=True):
         frontier = range(node_begin, node_begin + int(nodes_per_hop[hop]))
         hop_cols = cols[edge_begin:edge_begin + int(edges_per_hop[hop])]
         counts = torch.bincount(hop_cols - node_begin, minlength=len(frontier))
-        want = degree[node_ids[list(frontier)]].clamp(max=fanout)
+        want = degree[node_ids[list(frontier)]]
+        want = want if fanout < 0 else want.clamp(max=fanout)
         assert torch.equal(counts, want), hop
         if seeds_distinct or hop > 0:  # a seed given twice is sampled twice
             assert eids[edge_begin:edge_begin + int(edges_per_hop[hop])].unique().numel() == \
@@ -219,6 +220,31 @@ def lanes_worker(rank, world, port, directory, results):
 def test_gloo_lanes_give_identical_batches_for_one_seed(tmp_path):
     _, seen, _ = spawn_hosts(tmp_path, lanes_worker, 3, "random")
     assert seen == {f"ok_{r}": "ok" for r in range(3)}, seen
+
+
+def mixed_hops_worker(rank, world, port, directory, results, mode):
+    """One batch with every kind of hop: a fanout (answers in slots), none (empty slots),
+    and every neighbor (no slot: the answers' counts travel first), in either order."""
+    with host_of(rank, world, port, results, 60, gpu=mode != "CPU"):
+        directory = Path(directory)
+        edge_index = torch.load(directory / "edge_index.pt")
+        degree = qv.CSRTopo(edge_index, num_nodes=400).degree.long()
+        part = load_partition(directory / "parts", rank)
+        for fanouts in ([3, -1], [-1, 2], [2, 0, 3], [0, 4]):
+            sampler = DistGraphSampler(part, fanouts, timeout=10.0, mode=mode)
+            gen = torch.Generator().manual_seed(rank)
+            for count in (5, 0, 20):
+                seeds = torch.randperm(400, generator=gen)[:count]
+                check_batch(sampler.sample_subgraph(seeds), seeds, edge_index, degree, fanouts)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("mode", ["CPU", "GPU"])
+def test_hops_in_slots_mix_with_all_neighbor_and_empty_hops(tmp_path, mode):
+    if mode == "GPU" and not HAS_CUDA:
+        pytest.skip("needs a GPU and the CUDA kernels")
+    _, seen, _ = spawn_hosts(tmp_path, mixed_hops_worker, 2, "random", mode)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
 def assert_hub_drawn_uniformly(topo, results, world):
