@@ -115,6 +115,10 @@ void CollectiveChannel::fail(const char* what, const std::exception& error) {
   TORCH_CHECK(false, owner_, ": ", broken_);
 }
 
+void CollectiveChannel::abandon(const std::string& why) {
+  if (broken_.empty()) broken_ = "a step stopped midway on this host: " + why;
+}
+
 void CollectiveChannel::check_not_broken() const {
   TORCH_CHECK(broken_.empty(), owner_,
               " failed before and cannot be used again (its hosts may be out of step; make a "

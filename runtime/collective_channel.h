@@ -65,6 +65,10 @@ class CollectiveChannel {
   // An exchange (`what`) failed with `error`: the channel records why, naming the silent
   // peers, and raises; every later use raises with that reason.
   [[noreturn]] void fail(const char* what, const std::exception& error);
+  // A step of the hosts' lockstep stopped on this host for `why` (its own error, raised by
+  // the caller): the channel refuses every later use, as after a failed exchange, since its
+  // next exchange would pair with the peers' later ones. Keeps an earlier reason.
+  void abandon(const std::string& why);
   // Raises when an exchange failed before.
   void check_not_broken() const;
   // "quiver transport (collective:gloo, host 0 of 2)": how the errors begin.

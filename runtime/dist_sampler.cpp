@@ -1,6 +1,7 @@
 #include <quiver/dist_sampler.h>
 
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <quiver/ops.h>
@@ -182,9 +183,14 @@ DistSampler::Direct* DistSampler::direct_link() {
       std::fprintf(stderr, "quiver DistSampler: NCCL through c10d (%s)\n", why_not.c_str());
     }
     if (comm) {
-      direct_ = std::make_unique<Direct>();
-      direct_->comm = std::move(comm);
-      C10_CUDA_CHECK(cudaEventCreateWithFlags(&direct_->done, cudaEventDisableTiming));
+      auto direct = std::make_unique<Direct>();
+      try {
+        C10_CUDA_CHECK(cudaEventCreateWithFlags(&direct->done, cudaEventDisableTiming));
+      } catch (const std::exception& error) {
+        channel_->fail("the NCCL communicator's set-up", error);
+      }
+      direct->comm = std::move(comm);
+      direct_ = std::move(direct);
     }
   }
   return direct_.get();
@@ -363,10 +369,14 @@ DistSampler::SlotHop DistSampler::slot_hop(const at::Tensor& requests,
   hop.slots = at::empty({frontier, 2, fanout}, long_x);
   clock.lap("counts");
   if (fanout == 0) return hop;  // every host's slots are empty: nothing to move
-  // 2. The requests; the sampling below waits for them on the stream, not the host.
+  // 2. The requests. A hop kept on the stream samples them after them on the stream;
+  // otherwise the sampling below may wait on the device itself (a CPU part copies them
+  // over, a GPU part without `report` reads its status), so the host first waits for them
+  // within the timeout: a blocking wait behind a dead peer's exchange would never end.
   at::Tensor asked = at::empty({asked_of_me}, long_x);
   at::Tensor requests_x = requests.to(x);
-  all_to_all(asked, requests_x, recv_splits, hop.send_splits, "requests", /*host_waits=*/false);
+  all_to_all(asked, requests_x, recv_splits, hop.send_splits, "requests",
+             /*host_waits=*/!defer_answers);
   clock.lap("requests");
   // 3. Every asked row in its slot, back to the host that asked. The slots' sizes are the
   // requests' splits times the slot: no count is exchanged or read back.
@@ -393,8 +403,9 @@ DistSampler::Outputs DistSampler::sample_on_gpu(const at::Tensor& seed_ids,
                                                 const std::optional<at::Generator>& generator) {
   const at::Device w = indptr_.device();
   PhaseClock clock("partitioned batch in slots");
-  internal::SlottedBatch batch(seed_ids.to(w), num_nodes(), fanouts_);
   last_remote_nodes_.clear();
+  last_remote_edges_.clear();
+  internal::SlottedBatch batch(seed_ids.to(w), num_nodes(), fanouts_);
   clock.lap("start");
   for (const int64_t fanout : fanouts_) {
     PhaseClock hop_clock("partitioned hop in slots");
@@ -533,9 +544,24 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     TORCH_CHECK_VALUE(low >= 0 && high < num_nodes(), "DistSampler.sample: seed ",
                       low < 0 ? low : high, " is out of range [0, ", num_nodes(), ")");
   }
+  // The exchanges' NCCL calls and events go to the exchange's GPU.
+  const c10::OptionalDeviceGuard on_exchange_gpu(
+      exchange_device_.is_cuda() ? std::optional<at::Device>(exchange_device_) : std::nullopt);
+  try {
+    return sample_batch(seed_ids, generator);
+  } catch (const std::exception& error) {
+    // Stopped midway (a peer's failure has already broken the channel): this host's next
+    // exchange would pair with the peers' later ones, so the sampler refuses further batches.
+    channel_->abandon(error.what());
+    throw;
+  }
+}
+
+DistSampler::Outputs DistSampler::sample_batch(const at::Tensor& seed_ids,
+                                               const std::optional<at::Generator>& generator) {
   const int64_t P = num_hosts_;
-  // A batch is grouped, put back in order and reindexed with tensor ops where the part lies
-  // (its GPU in GPU and UVA modes), so a GPU host's hops stay on its GPU but for their sizes.
+  // Without slots (an all-neighbors hop, or reads), a batch is grouped, put back in order
+  // and reindexed with tensor ops where the part lies (its GPU in GPU and UVA modes).
   const at::Device w = indptr_.device();
   const auto long_w = at::TensorOptions().dtype(at::kLong).device(w);
   const auto int_w = at::TensorOptions().dtype(at::kInt).device(w);

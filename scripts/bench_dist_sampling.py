@@ -10,8 +10,9 @@ printed), starts one process per part on this machine (Gloo over loopback, each 
 with torch's threads split evenly), and has every process sample --batches batches of its
 own train ids at once (DistGraphSampler), then reports per batch: the median ms over the
 processes' medians, the share of each hop's frontier owned by another host, and the bytes
-the exchanges moved (requests: 8 per remote frontier node; answers: 8 per count and 16 per
-sampled (neighbor, edge id) pair). The baseline is the same batches' seeds sampled by
+the exchanges moved (requests: 8 per remote frontier node; answers of a hop of fanout f >= 0
+with the owners drawing: a slot of f (neighbor, edge id) pairs, 16 f bytes, per remote node,
+padding included; otherwise 8 per count and 16 per sampled pair). The baseline is the same batches' seeds sampled by
 quiver::sample_subgraph on the CPU with the whole graph in one process, with the threads
 one process of the distributed run has and with all of them. Edges per second count the
 sampled edges of every hop.
@@ -268,8 +269,12 @@ def summary(args, parts, method, lanes, manifest, partition_s, ranks, one_ms_sam
         remote = sum(n[h] for r in ranks for n in r["remote_nodes"])
         total = sum(f[h] for r in ranks for f in r["frontier"])
         share.append(remote / max(total, 1))
+    def hop_bytes(fanout, nodes, edges):
+        if fanout >= 0 and (args.draws or "owner") == "owner":  # answers in fixed slots
+            return 8 * nodes + 16 * fanout * nodes
+        return 8 * nodes + 8 * nodes + 16 * edges
     moved = statistics.mean(
-        8 * sum(rn) + 8 * sum(rn) + 16 * sum(re)
+        sum(hop_bytes(f, n, e) for f, n, e in zip(args.fanouts, rn, re))
         for r in ranks for rn, re in zip(r["remote_nodes"], r["remote_edges"]))
     row = {"parts": parts, "method": method, "lanes": lanes, "edge_cut": manifest["edge_cut"],
            "partition_s": partition_s, "dist_ms": dist_ms,

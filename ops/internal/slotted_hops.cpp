@@ -293,7 +293,7 @@ at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices
                                              generator),
                        0};
     // The part was checked whole when its sampler was made: a row outside it is a peer's
-    // bad request, reported as such.
+    // bad request, reported (as a seed out of range) at the next read of the board.
     C10_CUDA_CHECK(cuda::plan_rows(csr, plan, rule, {/*nodes_are_seeds=*/true, /*csr_ends=*/false},
                                    status, stream));
     // Row r's slot starts at r * 2 * fanout: its neighbor ids there, its edge ids `fanout`

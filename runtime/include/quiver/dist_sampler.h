@@ -6,9 +6,10 @@
 // answers, each row's sample in a fixed slot of `fanout` (neighbor, edge id) pairs
 // (ops/internal/slotted_hops.h), so the answers' sizes are known without a count read
 // back. Owners sample with the same kernels as one host. The asking host then reindexes.
-// A part on a GPU does all of it there (the grouping, the unpacking and the numbering of
-// the single-host sampler), over NCCL driven directly when every host can: two host waits
-// a hop. An all-neighbors hop (fanout -1) has no slot: its answers' counts travel first.
+// A part on a GPU whose fanouts are all >= 0 does all of it there (the grouping, the
+// unpacking and the numbering of the single-host sampler), over NCCL driven directly when
+// every host can: the host waits for the request counts and for the answers, then reads
+// the new frontier's size. An all-neighbors hop (fanout -1) has no slot: its answers' counts travel first.
 // The result is sample_subgraph's layout exactly (node ids seeds first then each hop's new
 // nodes in order of first appearance, per-hop rows/cols local, edge ids global, per-hop
 // counts), so the loaders and models above do not change.
@@ -113,9 +114,11 @@ class DistSampler : public torch::CustomClassHolder {
   // A hop of fanout >= 0 in fixed slots (ops/internal/slotted_hops.h), three exchanges: the
   // request counts (send_counts: per owner, where the part lies), the requests, then every
   // asked row's slot (this host's own through itself) back: `slots` [frontier, 2, fanout]
-  // in grouped order, on the exchange's device. Over NCCL with `defer_answers` the current
-  // stream is ordered after the answers but the host has not waited for them: the caller
-  // awaits `answers` (so that a silent peer still raises) before it reads the device.
+  // in grouped order, on the exchange's device. With `defer_answers` (a GPU part whose
+  // sampling reports to `report`) the hop stays on the stream: over NCCL the current stream
+  // is ordered after the requests and the answers but the host has waited for neither; the
+  // caller settles `answers` (so that a silent peer still raises) before it reads the
+  // device. Without, the host waits for each exchange within the timeout.
   struct SlotHop {
     at::Tensor slots;
     std::vector<int64_t> send_splits;
@@ -142,10 +145,12 @@ class DistSampler : public torch::CustomClassHolder {
   Direct* direct_link();
   std::unique_ptr<Direct> direct_;
   bool direct_decided_ = false;
-  // A batch of a part on a GPU whose fanouts are all >= 0: every hop in slots, grouped and
-  // numbered on the GPU (internal::SlottedBatch), two host waits a hop.
   using Outputs =
       std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+  // sample() past its checks of the seeds: a batch in step with the other hosts.
+  Outputs sample_batch(const at::Tensor& seed_ids, const std::optional<at::Generator>& generator);
+  // A batch of a part on a GPU whose fanouts are all >= 0, without reads: every hop in
+  // slots, grouped and numbered on the GPU (internal::SlottedBatch).
   Outputs sample_on_gpu(const at::Tensor& seed_ids, const std::optional<at::Generator>& generator);
 
   // The group's all-to-alls (and lanes), its heartbeats and its failure state.
