@@ -17,6 +17,7 @@
 #include "ops/internal/slotted_hops.h"
 #include "runtime/collective_channel.h"
 #include "runtime/phase_clock.h"
+#include "runtime/slotted_batch.h"
 #ifdef QUIVER_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -334,7 +335,7 @@ DistSampler::HopSamples DistSampler::exchange_hop(
 DistSampler::SlotHop DistSampler::slot_hop(const at::Tensor& requests,
                                             const at::Tensor& send_counts, int64_t fanout,
                                             const std::optional<at::Generator>& generator,
-                                            internal::SlottedBatch* report, bool defer_answers) {
+                                            internal::HopNumbering* report, bool defer_answers) {
   const int64_t P = num_hosts_;
   const at::Device x = exchange_device_;
   const auto long_x = at::TensorOptions().dtype(at::kLong).device(x);
@@ -405,7 +406,7 @@ DistSampler::Outputs DistSampler::sample_on_gpu(const at::Tensor& seed_ids,
   PhaseClock clock("partitioned batch in slots");
   last_remote_nodes_.clear();
   last_remote_edges_.clear();
-  internal::SlottedBatch batch(seed_ids.to(w), num_nodes(), fanouts_);
+  SlottedBatch batch(seed_ids.to(w), num_nodes(), fanouts_);
   clock.lap("start");
   for (const int64_t fanout : fanouts_) {
     PhaseClock hop_clock("partitioned hop in slots");
@@ -413,9 +414,9 @@ DistSampler::Outputs DistSampler::sample_on_gpu(const at::Tensor& seed_ids,
     hop_clock.lap("frontier");
     // Grouped by owner (stable: each owner's nodes keep their order), counted on the GPU.
     const auto [order, requests, send_counts] =
-        internal::group_by_owner(frontier, owner_w_, local_index_w_, num_hosts_);
+        group_by_owner(frontier, owner_w_, local_index_w_, num_hosts_);
     hop_clock.lap("group");
-    SlotHop hop = slot_hop(requests, send_counts, fanout, generator, &batch, /*defer_answers=*/true);
+    SlotHop hop = slot_hop(requests, send_counts, fanout, generator, batch.report(), /*defer_answers=*/true);
     hop_clock.lap("exchange");
     const int64_t own_begin = std::accumulate(hop.send_splits.begin(),
                                               hop.send_splits.begin() + host_, int64_t{0});

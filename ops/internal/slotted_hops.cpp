@@ -1,6 +1,6 @@
 // ops/internal/slotted_hops.h: the owner's slots (the sampling kernels of row_sampling.h on
-// a GPU part, the sampling op on a CPU one) and the GPU numbering of a batch's hops
-// (slotted_hops.h's unpacking, then reindex.h's four launches, as the single-host loop).
+// a GPU part, the sampling op on a CPU one) and a batch's numbering on the GPU (reindex.h's
+// four launches a hop, as the single-host loop).
 #include "ops/internal/slotted_hops.h"
 
 #include <ATen/ATen.h>
@@ -18,7 +18,6 @@
 #include "ops/cuda/hop_board.h"
 #include "ops/cuda/reindex.h"
 #include "ops/cuda/row_sampling.h"
-#include "ops/cuda/slotted_hops.h"
 #endif
 
 namespace quiver::internal {
@@ -60,16 +59,17 @@ std::pair<at::Tensor, at::Tensor> slots_as_samples(const at::Tensor& slots) {
 #ifdef QUIVER_WITH_CUDA
 
 // Board words: [0] scratch, node_total (num_hops + 2 words, as hop_loop.h's BoardLayout:
-// hop h's frontier is [node_total[h], node_total[h + 1])), each hop's edges, and each hop's
-// edges answered by other hosts.
-struct SlottedBatch::State {
-  State(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts)
+// hop h's frontier is [node_total[h], node_total[h + 1])), each hop's edges, and the
+// caller's counters.
+struct HopNumbering::State {
+  State(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts, int64_t counters)
       : device(seeds.device()),
         num_nodes(num_nodes),
         num_hops(static_cast<int64_t>(fanouts.size())),
         edges_at(total_at + num_hops + 2),
-        remote_at(edges_at + num_hops),
-        board(seeds.device(), remote_at + num_hops),
+        counters_at(edges_at + num_hops),
+        num_counters(counters),
+        board(seeds.device(), counters_at + counters),
         seeds(seeds),
         fanouts(fanouts.vec()) {}
   at::Device device;
@@ -77,24 +77,27 @@ struct SlottedBatch::State {
   int64_t num_hops;
   int64_t total_at = 1;
   int64_t edges_at;
-  int64_t remote_at;
+  int64_t counters_at;
+  int64_t num_counters;
   cuda::HopBoard board;
   at::Tensor seeds;
-  std::vector<int64_t> fanouts;  // what the table was sized for
+  std::vector<int64_t> fanouts;  // a hop's most edges a node: what the table was sized for
   at::Tensor table_space;
   cuda::NodeTable table{nullptr, 0};
   std::vector<at::Tensor> new_nodes, rows, cols, eids;
+  at::Tensor open_offsets;  // the open hop's, until close_hop()
   int64_t hops_added = 0;
 };
 
-SlottedBatch::SlottedBatch(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts)
-    : state_(std::make_unique<State>(seeds, num_nodes, fanouts)) {
+HopNumbering::HopNumbering(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts,
+                           int64_t counters)
+    : state_(std::make_unique<State>(seeds, num_nodes, fanouts, counters)) {
   State& s = *state_;
   TORCH_CHECK(seeds.is_cuda() && seeds.scalar_type() == at::kLong && seeds.dim() == 1,
-              "SlottedBatch: seeds must be 1-D int64 on a GPU, got ", seeds.scalar_type(), " ",
+              "HopNumbering: seeds must be 1-D int64 on a GPU, got ", seeds.scalar_type(), " ",
               seeds.sizes(), " on ", seeds.device());
   for (const int64_t fanout : fanouts) {
-    TORCH_CHECK(fanout >= 0, "SlottedBatch: every fanout must be >= 0, got ", fanout);
+    TORCH_CHECK(fanout >= 0, "HopNumbering: every fanout must be >= 0, got ", fanout);
   }
   const c10::cuda::CUDAGuard guard(s.device);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
@@ -114,9 +117,9 @@ SlottedBatch::SlottedBatch(const at::Tensor& seeds, int64_t num_nodes, at::IntAr
                                     entries.mutable_data_ptr<int64_t>(), stream));
 }
 
-SlottedBatch::~SlottedBatch() = default;
+HopNumbering::~HopNumbering() = default;
 
-at::Tensor SlottedBatch::frontier() {
+at::Tensor HopNumbering::frontier() {
   State& s = *state_;
   if (s.hops_added == 0) return s.seeds;
   const c10::cuda::CUDAGuard guard(s.device);
@@ -126,53 +129,57 @@ at::Tensor SlottedBatch::frontier() {
   return s.new_nodes.back().narrow(0, 0, words[s.total_at + h + 1] - words[s.total_at + h]);
 }
 
-void SlottedBatch::add_hop(const at::Tensor& slots, const at::Tensor& order, int64_t own_begin,
-                           int64_t own_end) {
+int64_t* HopNumbering::counter(int64_t i) {
   State& s = *state_;
-  TORCH_CHECK(s.hops_added < s.num_hops, "SlottedBatch: more hops than its ", s.num_hops,
-              " fanouts");
-  TORCH_CHECK(slots.device() == s.device && slots.dim() == 3 && slots.size(1) == 2 &&
-                  slots.is_contiguous() && slots.size(0) == order.numel(),
-              "SlottedBatch: slots must be [", order.numel(), ", 2, fanout] contiguous on ",
-              s.device, ", got ", slots.sizes(), " on ", slots.device());
+  TORCH_CHECK(i >= 0 && i < s.num_counters, "HopNumbering: counter ", i, " of ", s.num_counters);
+  return s.board.words() + s.counters_at + i;
+}
+
+HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor& counts) {
+  State& s = *state_;
+  TORCH_CHECK(s.hops_added < s.num_hops && !s.open_offsets.defined(),
+              "HopNumbering: a hop opened past its ", s.num_hops, " fanouts, or twice");
+  TORCH_CHECK(counts.device() == s.device && counts.scalar_type() == at::kLong &&
+                  counts.dim() == 1 && counts.is_contiguous(),
+              "HopNumbering: counts must be 1-D contiguous int64 on ", s.device, ", got ",
+              counts.scalar_type(), " ", counts.sizes(), " on ", counts.device());
   const c10::cuda::CUDAGuard guard(s.device);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
-  const int64_t h = s.hops_added;
-  const int64_t frontier = slots.size(0), fanout = slots.size(2);
-  TORCH_CHECK(fanout == s.fanouts[h], "SlottedBatch: hop ", h, "'s slots hold ", fanout,
-              " pairs but its fanout is ", s.fanouts[h]);
-  const int64_t max_edges = saturating_mul(frontier, fanout);
+  const int64_t h = s.hops_added, frontier = counts.numel();
+  const int64_t max_edges = saturating_mul(frontier, s.fanouts[h]);
   // Reindexing keys an edge's first mention in 32 bits (reindex.h).
   if (max_edges > kMaxHopEdges) {
     errors::batch_too_large(errors::hop_edges_name(h), max_edges, kMaxHopEdges);
   }
   const auto options = s.seeds.options();
-  int64_t* words = s.board.words();
-  int64_t* node_total = words + s.total_at;
-
-  const cuda::FrontierSlots answers{slots.const_data_ptr<int64_t>(), order.const_data_ptr<int64_t>(),
-                                    frontier, fanout, own_begin, own_end};
-  at::Tensor counts = at::empty({frontier}, options);
-  C10_CUDA_CHECK(cuda::count_slot_edges(answers, counts.mutable_data_ptr<int64_t>(),
-                                        words + s.remote_at + h, stream));
   at::Tensor offsets = at::empty({frontier + 1}, options);
   const size_t scan_bytes = cuda::offsets_workspace_bytes(frontier);
   at::Tensor scan_space = cuda::workspace(scan_bytes, s.device);
   C10_CUDA_CHECK(cuda::offsets_from_counts(counts.const_data_ptr<int64_t>(), frontier,
                                            offsets.mutable_data_ptr<int64_t>(),
                                            scan_space.mutable_data_ptr(), scan_bytes, stream));
-  at::Tensor rows = at::empty({max_edges}, options);
-  at::Tensor cols = at::empty({max_edges}, options);
-  at::Tensor eids = at::empty({max_edges}, options);
-  C10_CUDA_CHECK(cuda::unpack_slots(answers, counts.const_data_ptr<int64_t>(),
-                                    offsets.const_data_ptr<int64_t>(), node_total + h,
-                                    rows.mutable_data_ptr<int64_t>(),
-                                    eids.mutable_data_ptr<int64_t>(),
-                                    cols.mutable_data_ptr<int64_t>(), stream));
-  // Then as every hop of the single-host loop (hop_loop.h): number the new ids in order of
-  // first appearance, and relabel the rows.
-  const cuda::HopEdges edges{rows.mutable_data_ptr<int64_t>(), max_edges,
-                             offsets.const_data_ptr<int64_t>() + frontier};
+  s.open_offsets = offsets;
+  s.rows.push_back(at::empty({max_edges}, options));
+  s.cols.push_back(at::empty({max_edges}, options));
+  s.eids.push_back(at::empty({max_edges}, options));
+  return {offsets, s.rows.back(), s.cols.back(), s.eids.back(),
+          s.board.words() + s.total_at + h};
+}
+
+void HopNumbering::close_hop() {
+  State& s = *state_;
+  TORCH_CHECK(s.open_offsets.defined(), "HopNumbering: close_hop() without an open hop");
+  const c10::cuda::CUDAGuard guard(s.device);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  const int64_t h = s.hops_added;
+  const int64_t frontier = s.open_offsets.numel() - 1;
+  const int64_t max_edges = s.rows.back().numel();
+  const auto options = s.seeds.options();
+  int64_t* words = s.board.words();
+  // As every hop of the single-host loop (hop_loop.h): number the new ids in order of first
+  // appearance, and relabel the rows.
+  const cuda::HopEdges edges{s.rows.back().mutable_data_ptr<int64_t>(), max_edges,
+                             s.open_offsets.const_data_ptr<int64_t>() + frontier};
   C10_CUDA_CHECK(cuda::insert_neighbors(s.table, edges, s.num_nodes, s.board.status(), stream));
   at::Tensor new_pos = at::empty({max_edges + 1}, options);
   const size_t new_scan_bytes = cuda::scan_new_nodes_workspace_bytes(max_edges);
@@ -181,20 +188,20 @@ void SlottedBatch::add_hop(const at::Tensor& slots, const at::Tensor& order, int
                                       new_scan_space.mutable_data_ptr(), new_scan_bytes, stream));
   at::Tensor new_nodes = at::empty({std::min(max_edges, s.num_nodes)}, options);
   C10_CUDA_CHECK(cuda::assign_new_nodes(s.table, edges, new_pos.const_data_ptr<int64_t>(),
-                                        node_total + h + 1, new_nodes.mutable_data_ptr<int64_t>(),
+                                        words + s.total_at + h + 1,
+                                        new_nodes.mutable_data_ptr<int64_t>(),
                                         words + s.edges_at + h, stream));
   C10_CUDA_CHECK(cuda::relabel_rows(s.table, edges, stream));
-  s.rows.push_back(rows);
-  s.cols.push_back(cols);
-  s.eids.push_back(eids);
   s.new_nodes.push_back(new_nodes);
+  s.open_offsets = at::Tensor();
   ++s.hops_added;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
            std::vector<int64_t>>
-SlottedBatch::finish() {
+HopNumbering::finish() {
   State& s = *state_;
+  TORCH_CHECK(!s.open_offsets.defined(), "HopNumbering: finish() with a hop still open");
   const c10::cuda::CUDAGuard guard(s.device);
   const int64_t* words = s.board.read(at::cuda::getCurrentCUDAStream().stream(), s.num_nodes,
                                       s.num_nodes);
@@ -203,7 +210,6 @@ SlottedBatch::finish() {
   at::Tensor edges_per_hop = at::zeros({hops}, at::kLong);
   nodes_per_hop.mutable_data_ptr<int64_t>()[0] = s.seeds.numel();
   std::vector<at::Tensor> node_parts{s.seeds}, row_parts, col_parts, eid_parts;
-  std::vector<int64_t> remote_edges;
   for (int64_t h = 0; h < hops; ++h) {
     const int64_t edges = words[s.edges_at + h];
     const int64_t added = words[s.total_at + h + 2] - words[s.total_at + h + 1];
@@ -213,58 +219,21 @@ SlottedBatch::finish() {
     node_parts.push_back(s.new_nodes[h].narrow(0, 0, added));
     nodes_per_hop.mutable_data_ptr<int64_t>()[h + 1] = added;
     edges_per_hop.mutable_data_ptr<int64_t>()[h] = edges;
-    remote_edges.push_back(words[s.remote_at + h]);
   }
+  const std::vector<int64_t> counters(words + s.counters_at,
+                                      words + s.counters_at + s.num_counters);
   const auto join = [&](const std::vector<at::Tensor>& parts) {
     return parts.empty() ? at::empty({0}, s.seeds.options()) : at::cat(parts);
   };
   return {join(node_parts), join(row_parts), join(col_parts), join(eid_parts),
-          nodes_per_hop,    edges_per_hop,   remote_edges};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> group_by_owner(const at::Tensor& frontier,
-                                                              const at::Tensor& owner,
-                                                              const at::Tensor& local_index,
-                                                              int64_t num_hosts) {
-  const at::Device device = frontier.device();
-  TORCH_CHECK(frontier.is_cuda() && frontier.scalar_type() == at::kLong &&
-                  owner.device() == device && local_index.device() == device &&
-                  local_index.scalar_type() == at::kLong,
-              "group_by_owner: frontier and local_index int64, and owner, on one GPU; got ",
-              frontier.scalar_type(), " on ", frontier.device(), ", ", owner.scalar_type(),
-              " on ", owner.device(), ", ", local_index.scalar_type(), " on ",
-              local_index.device());
-  const c10::cuda::CUDAGuard guard(device);
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
-  const int64_t n = frontier.numel();
-  const auto options = frontier.options();
-  at::Tensor order = at::empty({n}, options), requests = at::empty({n}, options);
-  at::Tensor send_counts = at::empty({num_hosts}, options);
-  const size_t bytes = cuda::group_by_owner_workspace_bytes(n, num_hosts);
-  at::Tensor space = cuda::workspace(bytes, device);
-  const auto group = [&](auto typed) {
-    using owner_t = decltype(typed);
-    const cuda::OwnerGrouping<owner_t> grouping{
-        frontier.const_data_ptr<int64_t>(), n, owner.const_data_ptr<owner_t>(),
-        local_index.const_data_ptr<int64_t>(), num_hosts, order.mutable_data_ptr<int64_t>(),
-        requests.mutable_data_ptr<int64_t>(), send_counts.mutable_data_ptr<int64_t>()};
-    C10_CUDA_CHECK(cuda::group_by_owner(grouping, space.mutable_data_ptr(), bytes, stream));
-  };
-  if (owner.scalar_type() == at::kShort) {
-    group(int16_t{});
-  } else {
-    TORCH_CHECK(owner.scalar_type() == at::kInt, "group_by_owner: owner must be int16 or int32, got ",
-                owner.scalar_type());
-    group(int32_t{});
-  }
-  return {order, requests, send_counts};
+          nodes_per_hop,    edges_per_hop,   counters};
 }
 
 at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices,
                              const at::Tensor& edge_ids, const at::Tensor& rows,
                              int64_t fanout, bool replace,
                              const std::optional<at::Generator>& generator,
-                             SlottedBatch* report) {
+                             HopNumbering* report) {
   TORCH_CHECK(fanout >= 0, "sample_into_slots: fanout must be >= 0, got ", fanout);
   if (!indptr.is_cuda()) {
     return cpu_slots(indptr, indices, edge_ids, rows, fanout, replace, generator);
@@ -315,30 +284,26 @@ at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices
 
 #else  // a CPU build: CPU parts only
 
-struct SlottedBatch::State {};
+struct HopNumbering::State {};
 
-SlottedBatch::SlottedBatch(const at::Tensor&, int64_t, at::IntArrayRef) {
-  TORCH_CHECK(false, "SlottedBatch numbers batches on a GPU: this build has no CUDA");
+HopNumbering::HopNumbering(const at::Tensor&, int64_t, at::IntArrayRef, int64_t) {
+  TORCH_CHECK(false, "HopNumbering numbers batches on a GPU: this build has no CUDA");
 }
-SlottedBatch::~SlottedBatch() = default;
-at::Tensor SlottedBatch::frontier() { return {}; }
-void SlottedBatch::add_hop(const at::Tensor&, const at::Tensor&, int64_t, int64_t) {}
+HopNumbering::~HopNumbering() = default;
+at::Tensor HopNumbering::frontier() { return {}; }
+HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor&) { return {}; }
+void HopNumbering::close_hop() {}
+int64_t* HopNumbering::counter(int64_t) { return nullptr; }
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
            std::vector<int64_t>>
-SlottedBatch::finish() {
+HopNumbering::finish() {
   return {};
-}
-
-std::tuple<at::Tensor, at::Tensor, at::Tensor> group_by_owner(const at::Tensor&,
-                                                              const at::Tensor&,
-                                                              const at::Tensor&, int64_t) {
-  TORCH_CHECK(false, "group_by_owner groups on a GPU: this build has no CUDA");
 }
 
 at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices,
                              const at::Tensor& edge_ids, const at::Tensor& rows,
                              int64_t fanout, bool replace,
-                             const std::optional<at::Generator>& generator, SlottedBatch*) {
+                             const std::optional<at::Generator>& generator, HopNumbering*) {
   TORCH_CHECK(fanout >= 0, "sample_into_slots: fanout must be >= 0, got ", fanout);
   TORCH_CHECK(!indptr.is_cuda(), "sample_into_slots: a part on a GPU needs the CUDA build");
   return cpu_slots(indptr, indices, edge_ids, rows, fanout, replace, generator);

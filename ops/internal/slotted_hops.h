@@ -1,10 +1,10 @@
-// Partitioned sampling in fixed slots, the ops' face for runtime/dist_sampler.cpp. An owner
-// answers each row it is asked for in a slot of `fanout` (neighbor id, edge id) pairs laid
-// out [rows, 2, fanout]: the row's sampled neighbor ids, then their edge ids, -1 past its
-// sample. A hop's answers then take request count x slot bytes, known to both sides
-// without a count exchanged or read back, and on a GPU the asking host numbers them where
-// they land (SlottedBatch), with the single-host sampler's reindexing. The draws are
-// sample_neighbors': uniform, without replacement unless `replace`.
+// Partitioned sampling in fixed slots, the ops' face for runtime/ (DistSampler,
+// runtime/slotted_batch.h). An owner answers each row it is asked for in a slot of `fanout`
+// (neighbor id, edge id) pairs laid out [rows, 2, fanout]: the row's sampled neighbor ids,
+// then their edge ids, -1 past its sample. A hop's answers then take request count x slot
+// bytes, known to both sides without a count exchanged or read back. The draws are
+// sample_neighbors': uniform, without replacement unless `replace`. On a GPU the asking host
+// numbers the edges it gets back with the single-host sampler's reindexing (HopNumbering).
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -14,55 +14,61 @@
 #include <memory>
 #include <optional>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace quiver::internal {
 
-class SlottedBatch;
+class HopNumbering;
 
 // Rows (local rows of this host's part, int64, where indptr lies) sampled into slots
 // [rows, 2, fanout] int64 (fanout >= 0), with the part's generator. Over a GPU part a row
-// outside the part is reported to `report`'s next wait (none: waited for here); on the CPU
-// it raises here.
+// outside the part is reported to `report`'s next read (none: waited for here); on the
+// CPU it raises here.
 at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices,
                              const at::Tensor& edge_ids, const at::Tensor& rows,
                              int64_t fanout, bool replace,
                              const std::optional<at::Generator>& generator,
-                             SlottedBatch* report = nullptr);
-
-// A hop's frontier (global ids, int64 on a GPU) grouped by owner, stable, on that GPU:
-// (order: grouped place g holds frontier node order[g]; requests: each one's row at its
-// owner; send_counts: per host, the nodes it owns). owner (int16 or int32) and local_index
-// (int64) hold every node of the graph, on the same GPU.
-std::tuple<at::Tensor, at::Tensor, at::Tensor> group_by_owner(const at::Tensor& frontier,
-                                                              const at::Tensor& owner,
-                                                              const at::Tensor& local_index,
-                                                              int64_t num_hosts);
+                             HopNumbering* report = nullptr);
 
 // Slots as sample_neighbors' outputs, in slot order, on the slots' device: (per slot its
 // sample's size, the (neighbor, edge id) pairs [k, 2]).
 std::pair<at::Tensor, at::Tensor> slots_as_samples(const at::Tensor& slots);
 
-// One batch's nodes numbered on the GPU hop by hop as the slots arrive: seeds first, then
-// each hop's new nodes in order of first appearance (sample_subgraph's layout). One wait
-// on the device a hop (frontier()) and one at the end (finish()).
-class SlottedBatch {
+// One batch's nodes numbered on a GPU hop by hop, for a runtime sampler whose hops' edges
+// come from elsewhere: seeds first, then each hop's new nodes in order of first appearance
+// (sample_subgraph's layout), with the single-host sampler's reindexing (one wait on the
+// device a hop, frontier(), and one at the end, finish()). A hop: open_hop() lays out its
+// edges by per-node counts, the caller fills them on the current stream, close_hop()
+// numbers them.
+class HopNumbering {
  public:
-  // seeds: int64 on the GPU; num_nodes: the graph's; fanouts: every hop's, each >= 0.
-  SlottedBatch(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts);
-  ~SlottedBatch();
-  SlottedBatch(const SlottedBatch&) = delete;
-  SlottedBatch& operator=(const SlottedBatch&) = delete;
+  // seeds: int64 on the GPU; num_nodes: the graph's; fanouts: every hop's, each >= 0;
+  // `counters`: device words of the caller's own, zeroed, read back by finish().
+  HopNumbering(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts,
+               int64_t counters = 0);
+  ~HopNumbering();
+  HopNumbering(const HopNumbering&) = delete;
+  HopNumbering& operator=(const HopNumbering&) = delete;
 
   // The next hop's frontier (global ids, exactly sized): the seeds, then the nodes the
   // last hop added, read from the device (which raises any bad input a kernel met).
   at::Tensor frontier();
-  // The frontier's slots, grouped by owner (slot g answers frontier node order[g]; slots
-  // [own_begin, own_end) answered by this host), queued for numbering.
-  void add_hop(const at::Tensor& slots, const at::Tensor& order, int64_t own_begin,
-               int64_t own_end);
+
+  // The open hop's edges: node i of the frontier (of counts' size) fills counts[i] edges
+  // from offsets[i] of rows (its neighbors' global ids), cols (its local index,
+  // *frontier_start + i) and edge_ids; offsets[frontier] is the hop's edge count.
+  struct HopEdges {
+    at::Tensor offsets, rows, cols, edge_ids;
+    const int64_t* frontier_start;  // device word
+  };
+  HopEdges open_hop(const at::Tensor& counts);
+  void close_hop();
+  // Device word `i` of the caller's counters.
+  int64_t* counter(int64_t i);
+
   // (node_ids, rows, cols, edge_ids on the GPU; nodes_per_hop, edges_per_hop on the CPU),
-  // sample_subgraph's outputs, and per hop the edges other hosts answered.
+  // sample_subgraph's outputs, and the caller's counters.
   std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
              std::vector<int64_t>>
   finish();

@@ -48,7 +48,7 @@
 #include <vector>
 
 namespace quiver::internal {
-class SlottedBatch;
+class HopNumbering;
 }
 
 namespace quiver::runtime {
@@ -127,7 +127,7 @@ class DistSampler : public torch::CustomClassHolder {
   };
   SlotHop slot_hop(const at::Tensor& requests, const at::Tensor& send_counts, int64_t fanout,
                    const std::optional<at::Generator>& generator,
-                   internal::SlottedBatch* report, bool defer_answers);
+                   internal::HopNumbering* report, bool defer_answers);
   // The group's all-to-all of rows (`from` split per host by from_splits, `into` by
   // into_splits). Over NCCL driven directly (runtime/nccl_direct.h), when every host can,
   // it is enqueued on the current stream and the result is null; else c10d's, its work
@@ -150,7 +150,7 @@ class DistSampler : public torch::CustomClassHolder {
   // sample() past its checks of the seeds: a batch in step with the other hosts.
   Outputs sample_batch(const at::Tensor& seed_ids, const std::optional<at::Generator>& generator);
   // A batch of a part on a GPU whose fanouts are all >= 0, without reads: every hop in
-  // slots, grouped and numbered on the GPU (internal::SlottedBatch).
+  // slots, grouped and numbered on the GPU (runtime/slotted_batch.h).
   Outputs sample_on_gpu(const at::Tensor& seed_ids, const std::optional<at::Generator>& generator);
 
   // The group's all-to-alls (and lanes), its heartbeats and its failure state.

@@ -1,4 +1,5 @@
-// Torch-free kernels of partitioned sampling in fixed slots (ops/internal/slotted_hops.h).
+// Torch-free kernels of partitioned sampling in fixed slots (runtime/slotted_batch.h; the
+// slots: ops/internal/slotted_hops.h). They serve DistSampler, no op.
 // An owner samples each row it is asked for into a slot of 2 * fanout int64 entries: the
 // sampled neighbor ids, then their edge ids, each padded with -1 past the row's sample
 // (row_sampling.h writes a row's picks from its slot's start). So every size an exchange

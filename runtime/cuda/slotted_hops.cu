@@ -5,7 +5,7 @@
 #include <cub/block/block_reduce.cuh>
 #include <cub/device/device_radix_sort.cuh>
 
-#include "ops/cuda/slotted_hops.h"
+#include "runtime/cuda/slotted_hops.h"
 #include "ops/internal/launch.cuh"
 
 namespace quiver::cuda {
