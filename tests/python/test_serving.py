@@ -226,8 +226,11 @@ def test_http_answers_and_refuses_bad_requests(graph):
 
 
 def test_overload_gets_503_and_memory_stays_bounded(graph):
+    # A forming batch takes in requests that arrive while it forms (between two submits it
+    # may release the lock), at most max_batch_nodes of them: kept small, so that a few
+    # submits overflow the queue however the threads interleave.
     runtime, _ = runtime_for(graph, (3,), max_queue=2, max_wait_ms=0.0, cpu_samplers=1,
-                             delay=0.2)
+                             delay=0.2, max_batch_nodes=4)
     server = serve_http(runtime)
     try:
         results = []
@@ -243,7 +246,7 @@ def test_overload_gets_503_and_memory_stays_bounded(graph):
         assert results.count(503) >= 1 and results.count(200) >= 1
         assert set(results) <= {200, 503}
         assert runtime.max_queue == 2
-        with pytest.raises(Overloaded):
+        with pytest.raises(Overloaded):  # one batch of 4 with the model, 2 queued
             for _ in range(10):
                 runtime.submit([1])
     finally:
