@@ -13,27 +13,25 @@
 namespace quiver::runtime {
 
 SlottedBatch::SlottedBatch(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts)
-    : fanouts_(fanouts.vec()),
-      numbering_(seeds, num_nodes, fanouts, static_cast<int64_t>(fanouts.size())) {}
+    : numbering_(seeds, num_nodes, fanouts, static_cast<int64_t>(fanouts.size())) {}
 
 #ifdef QUIVER_WITH_CUDA
 
 void SlottedBatch::add_hop(const at::Tensor& slots, const at::Tensor& order, int64_t own_begin,
                            int64_t own_end) {
-  const int64_t h = hops_added_;
-  TORCH_CHECK(h < static_cast<int64_t>(fanouts_.size()), "SlottedBatch: more hops than its ",
-              fanouts_.size(), " fanouts");
+  const int64_t h = numbering_.hops_numbered();
+  const int64_t fanout = numbering_.fanout(h);
   TORCH_CHECK(slots.is_cuda() && slots.dim() == 3 && slots.size(1) == 2 &&
                   slots.is_contiguous() && slots.size(0) == order.numel() &&
-                  slots.size(2) == fanouts_[h] && order.device() == slots.device(),
-              "SlottedBatch: hop ", h, "'s slots must be [", order.numel(), ", 2, ", fanouts_[h],
+                  slots.size(2) == fanout && order.device() == slots.device(),
+              "SlottedBatch: hop ", h, "'s slots must be [", order.numel(), ", 2, ", fanout,
               "] contiguous on order's GPU ", order.device(), ", got ", slots.sizes(), " on ",
               slots.device());
   const c10::cuda::CUDAGuard guard(slots.device());
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t frontier = slots.size(0);
   const cuda::FrontierSlots answers{slots.const_data_ptr<int64_t>(),
-                                    order.const_data_ptr<int64_t>(), frontier, fanouts_[h],
+                                    order.const_data_ptr<int64_t>(), frontier, fanout,
                                     own_begin, own_end};
   at::Tensor counts = at::empty({frontier}, order.options());
   C10_CUDA_CHECK(cuda::count_slot_edges(answers, counts.mutable_data_ptr<int64_t>(),
@@ -45,7 +43,6 @@ void SlottedBatch::add_hop(const at::Tensor& slots, const at::Tensor& order, int
                                     edges.edge_ids.mutable_data_ptr<int64_t>(),
                                     edges.cols.mutable_data_ptr<int64_t>(), stream));
   numbering_.close_hop();
-  ++hops_added_;
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> group_by_owner(const at::Tensor& frontier,

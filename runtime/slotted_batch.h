@@ -46,9 +46,7 @@ class SlottedBatch {
   internal::HopNumbering* report() { return &numbering_; }
 
  private:
-  std::vector<int64_t> fanouts_;
   internal::HopNumbering numbering_;  // counters: each hop's edges answered by other hosts
-  int64_t hops_added_ = 0;
 };
 
 }  // namespace quiver::runtime

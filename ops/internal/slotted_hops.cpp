@@ -16,6 +16,7 @@
 
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/hop_board.h"
+#include "ops/cuda/hop_loop.h"
 #include "ops/cuda/reindex.h"
 #include "ops/cuda/row_sampling.h"
 #endif
@@ -58,33 +59,30 @@ std::pair<at::Tensor, at::Tensor> slots_as_samples(const at::Tensor& slots) {
 
 #ifdef QUIVER_WITH_CUDA
 
-// Board words: [0] scratch, node_total (num_hops + 2 words, as hop_loop.h's BoardLayout:
-// hop h's frontier is [node_total[h], node_total[h + 1])), each hop's edges, and the
-// caller's counters.
+// The board is the single-host loop's (hop_loop.h: BoardLayout, the node totals and each
+// hop's edges; its key words unused), then the caller's counters; the hops' buffers are a
+// QueuedBatch, cut to size by the loop's finish_batch.
 struct HopNumbering::State {
   State(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts, int64_t counters)
       : device(seeds.device()),
         num_nodes(num_nodes),
         num_hops(static_cast<int64_t>(fanouts.size())),
-        edges_at(total_at + num_hops + 2),
-        counters_at(edges_at + num_hops),
+        layout(num_hops),
         num_counters(counters),
-        board(seeds.device(), counters_at + counters),
+        board(seeds.device(), layout.words + counters),
         seeds(seeds),
         fanouts(fanouts.vec()) {}
   at::Device device;
   int64_t num_nodes;
   int64_t num_hops;
-  int64_t total_at = 1;
-  int64_t edges_at;
-  int64_t counters_at;
-  int64_t num_counters;
+  cuda::BoardLayout layout;
+  int64_t num_counters;  // at layout.words
   cuda::HopBoard board;
   at::Tensor seeds;
   std::vector<int64_t> fanouts;  // a hop's most edges a node: what the table was sized for
   at::Tensor table_space;
   cuda::NodeTable table{nullptr, 0};
-  std::vector<at::Tensor> new_nodes, rows, cols, eids;
+  cuda::QueuedBatch queued;  // each hop's new nodes, rows, cols and edge ids, bound-sized
   at::Tensor open_offsets;  // the open hop's, until close_hop()
   int64_t hops_added = 0;
 };
@@ -103,7 +101,7 @@ HopNumbering::HopNumbering(const at::Tensor& seeds, int64_t num_nodes, at::IntAr
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t batch_size = seeds.numel();
   s.board.clear_host();
-  s.board.host_words()[s.total_at + 1] = batch_size;
+  s.board.host_words()[s.layout.total_at + 1] = batch_size;
   s.board.upload(stream);
   // Every node the batch can reach, so the table never fills past half.
   const int64_t nodes_bound = node_bound(batch_size, fanouts, num_nodes);
@@ -126,13 +124,22 @@ at::Tensor HopNumbering::frontier() {
   const int64_t* words = s.board.read(at::cuda::getCurrentCUDAStream().stream(), s.num_nodes,
                                       s.num_nodes);
   const int64_t h = s.hops_added;  // the frontier of hop h: what hop h - 1 added
-  return s.new_nodes.back().narrow(0, 0, words[s.total_at + h + 1] - words[s.total_at + h]);
+  const int64_t* node_total = words + s.layout.total_at;
+  return s.queued.new_node_parts.back().narrow(0, 0, node_total[h + 1] - node_total[h]);
 }
 
 int64_t* HopNumbering::counter(int64_t i) {
   State& s = *state_;
   TORCH_CHECK(i >= 0 && i < s.num_counters, "HopNumbering: counter ", i, " of ", s.num_counters);
-  return s.board.words() + s.counters_at + i;
+  return s.board.words() + s.layout.words + i;
+}
+
+int64_t HopNumbering::hops_numbered() const { return state().hops_added; }
+
+int64_t HopNumbering::fanout(int64_t hop) const {
+  const State& s = state();
+  TORCH_CHECK(hop >= 0 && hop < s.num_hops, "HopNumbering: hop ", hop, " of ", s.num_hops);
+  return s.fanouts[hop];
 }
 
 HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor& counts) {
@@ -159,11 +166,12 @@ HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor& counts) {
                                            offsets.mutable_data_ptr<int64_t>(),
                                            scan_space.mutable_data_ptr(), scan_bytes, stream));
   s.open_offsets = offsets;
-  s.rows.push_back(at::empty({max_edges}, options));
-  s.cols.push_back(at::empty({max_edges}, options));
-  s.eids.push_back(at::empty({max_edges}, options));
-  return {offsets, s.rows.back(), s.cols.back(), s.eids.back(),
-          s.board.words() + s.total_at + h};
+  cuda::QueuedBatch& q = s.queued;
+  q.row_parts.push_back(at::empty({max_edges}, options));
+  q.col_parts.push_back(at::empty({max_edges}, options));
+  q.eid_parts.push_back(at::empty({max_edges}, options));
+  return {offsets, q.row_parts.back(), q.col_parts.back(), q.eid_parts.back(),
+          s.board.words() + s.layout.total_at + h};
 }
 
 void HopNumbering::close_hop() {
@@ -173,12 +181,13 @@ void HopNumbering::close_hop() {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t h = s.hops_added;
   const int64_t frontier = s.open_offsets.numel() - 1;
-  const int64_t max_edges = s.rows.back().numel();
+  const at::Tensor& rows = s.queued.row_parts.back();
+  const int64_t max_edges = rows.numel();
   const auto options = s.seeds.options();
   int64_t* words = s.board.words();
   // As every hop of the single-host loop (hop_loop.h): number the new ids in order of first
   // appearance, and relabel the rows.
-  const cuda::HopEdges edges{s.rows.back().mutable_data_ptr<int64_t>(), max_edges,
+  const cuda::HopEdges edges{rows.mutable_data_ptr<int64_t>(), max_edges,
                              s.open_offsets.const_data_ptr<int64_t>() + frontier};
   C10_CUDA_CHECK(cuda::insert_neighbors(s.table, edges, s.num_nodes, s.board.status(), stream));
   at::Tensor new_pos = at::empty({max_edges + 1}, options);
@@ -188,11 +197,11 @@ void HopNumbering::close_hop() {
                                       new_scan_space.mutable_data_ptr(), new_scan_bytes, stream));
   at::Tensor new_nodes = at::empty({std::min(max_edges, s.num_nodes)}, options);
   C10_CUDA_CHECK(cuda::assign_new_nodes(s.table, edges, new_pos.const_data_ptr<int64_t>(),
-                                        words + s.total_at + h + 1,
+                                        words + s.layout.total_at + h + 1,
                                         new_nodes.mutable_data_ptr<int64_t>(),
-                                        words + s.edges_at + h, stream));
+                                        words + s.layout.edges_at + h, stream));
   C10_CUDA_CHECK(cuda::relabel_rows(s.table, edges, stream));
-  s.new_nodes.push_back(new_nodes);
+  s.queued.new_node_parts.push_back(new_nodes);
   s.open_offsets = at::Tensor();
   ++s.hops_added;
 }
@@ -203,30 +212,12 @@ HopNumbering::finish() {
   State& s = *state_;
   TORCH_CHECK(!s.open_offsets.defined(), "HopNumbering: finish() with a hop still open");
   const c10::cuda::CUDAGuard guard(s.device);
-  const int64_t* words = s.board.read(at::cuda::getCurrentCUDAStream().stream(), s.num_nodes,
-                                      s.num_nodes);
-  const int64_t hops = s.hops_added;
-  at::Tensor nodes_per_hop = at::zeros({hops + 1}, at::kLong);
-  at::Tensor edges_per_hop = at::zeros({hops}, at::kLong);
-  nodes_per_hop.mutable_data_ptr<int64_t>()[0] = s.seeds.numel();
-  std::vector<at::Tensor> node_parts{s.seeds}, row_parts, col_parts, eid_parts;
-  for (int64_t h = 0; h < hops; ++h) {
-    const int64_t edges = words[s.edges_at + h];
-    const int64_t added = words[s.total_at + h + 2] - words[s.total_at + h + 1];
-    row_parts.push_back(s.rows[h].narrow(0, 0, edges));
-    col_parts.push_back(s.cols[h].narrow(0, 0, edges));
-    eid_parts.push_back(s.eids[h].narrow(0, 0, edges));
-    node_parts.push_back(s.new_nodes[h].narrow(0, 0, added));
-    nodes_per_hop.mutable_data_ptr<int64_t>()[h + 1] = added;
-    edges_per_hop.mutable_data_ptr<int64_t>()[h] = edges;
-  }
-  const std::vector<int64_t> counters(words + s.counters_at,
-                                      words + s.counters_at + s.num_counters);
-  const auto join = [&](const std::vector<at::Tensor>& parts) {
-    return parts.empty() ? at::empty({0}, s.seeds.options()) : at::cat(parts);
-  };
-  return {join(node_parts), join(row_parts), join(col_parts), join(eid_parts),
-          nodes_per_hop,    edges_per_hop,   counters};
+  auto [node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop] = cuda::finish_batch(
+      s.queued, s.board, s.layout, s.seeds, s.hops_added, s.num_nodes, s.num_nodes);
+  const int64_t* counters = s.board.host_words() + s.layout.words;  // read with the sizes
+  return {node_ids,      rows,          cols,
+          edge_ids,      nodes_per_hop, edges_per_hop,
+          std::vector<int64_t>(counters, counters + s.num_counters)};
 }
 
 at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices,
@@ -294,6 +285,8 @@ at::Tensor HopNumbering::frontier() { return {}; }
 HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor&) { return {}; }
 void HopNumbering::close_hop() {}
 int64_t* HopNumbering::counter(int64_t) { return nullptr; }
+int64_t HopNumbering::hops_numbered() const { return 0; }
+int64_t HopNumbering::fanout(int64_t) const { return 0; }
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
            std::vector<int64_t>>
 HopNumbering::finish() {

@@ -66,6 +66,9 @@ class HopNumbering {
   void close_hop();
   // Device word `i` of the caller's counters.
   int64_t* counter(int64_t i);
+  // The hops closed so far (the open one's index), and hop h's fanout.
+  int64_t hops_numbered() const;
+  int64_t fanout(int64_t hop) const;
 
   // (node_ids, rows, cols, edge_ids on the GPU; nodes_per_hop, edges_per_hop on the CPU),
   // sample_subgraph's outputs, and the caller's counters.
@@ -75,6 +78,7 @@ class HopNumbering {
 
   struct State;
   State& state() { return *state_; }
+  const State& state() const { return *state_; }
 
  private:
   std::unique_ptr<State> state_;
