@@ -124,6 +124,8 @@ void register_runtime_classes(torch::Library& m) {
                        std::vector<c10::intrusive_ptr<Transport>>,
                        std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>>())
       .def("sample", &DistSampler::sample)
+      .def("set_bounded_slots", &DistSampler::set_bounded_slots)
+      .def("set_capture_batches", &DistSampler::set_capture_batches)
       .def("requester_draws",
            [](const c10::intrusive_ptr<DistSampler>& self) { return self->requester_draws(); })
       .def("host", &DistSampler::host)

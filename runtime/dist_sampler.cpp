@@ -15,6 +15,7 @@
 
 #include "ops/checks.h"
 #include "ops/internal/slotted_hops.h"
+#include "ops/sampling_rules.h"
 #include "runtime/collective_channel.h"
 #include "runtime/phase_clock.h"
 #include "runtime/slotted_batch.h"
@@ -28,6 +29,11 @@
 namespace quiver::runtime {
 
 namespace {
+
+// Slots sized by bounds pad every exchange to the hop's bound: a batch takes them while a
+// hop's answers, over all hosts, fit in this many bytes (4 hosts, 1024 seeds, fanouts
+// [15, 10, 5]: 49 MB at the last hop); beyond, the hosts exchange exact counts first.
+constexpr int64_t kBoundedSlotBytes = int64_t{256} << 20;
 
 // first_use_ of a node no edge of the current hop names.
 constexpr int32_t kNoUse = std::numeric_limits<int32_t>::max();
@@ -400,6 +406,98 @@ DistSampler::SlotHop DistSampler::slot_hop(const at::Tensor& requests,
   return hop;
 }
 
+std::vector<int64_t> DistSampler::bounded_slot_rows(int64_t batch_size, bool able) {
+  const int64_t P = num_hosts_;
+  const auto long_x = at::TensorOptions().dtype(at::kLong).device(exchange_device_);
+  // Every host tells every other whether it can, and its batch's size: one wait a batch.
+  at::Tensor from = at::tensor(std::vector<int64_t>{able ? 1 : 0, batch_size}, at::kLong)
+                        .repeat({P})
+                        .view({P, 2})
+                        .to(exchange_device_);
+  at::Tensor into = at::empty({P, 2}, long_x);
+  const std::vector<int64_t> one_each(P, 1);
+  all_to_all(into, from, one_each, one_each, "batch sizes", /*host_waits=*/false);
+  at::Tensor here = at::empty({P, 2}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  here.copy_(into, /*non_blocking=*/true);
+  settle({}, "batch sizes");
+  const int64_t* words = here.const_data_ptr<int64_t>();
+  int64_t rows = 0;
+  for (int64_t p = 0; p < P; ++p) {
+    if (words[2 * p] != 1) return {};
+    rows = std::max(rows, words[2 * p + 1]);
+  }
+  if (P > kMaxBoundedSlotHosts) return {};
+  std::vector<int64_t> slot_rows;
+  for (const int64_t fanout : fanouts_) {
+    const int64_t edges = saturating_mul(rows, fanout);
+    if (edges > kMaxHopEdges ||
+        saturating_mul(saturating_mul(P, edges), 2 * int64_t{sizeof(int64_t)}) > kBoundedSlotBytes) {
+      return {};
+    }
+    slot_rows.push_back(rows);
+    rows = std::min(edges, num_nodes());  // HopNumbering's bound of the hop's new nodes
+  }
+  return slot_rows;
+}
+
+DistSampler::Outputs DistSampler::sample_in_bounded_slots(
+    const at::Tensor& seed_ids, const std::optional<at::Generator>& generator,
+    const std::vector<int64_t>& slot_rows) {
+  const at::Device w = indptr_.device();
+  const int64_t P = num_hosts_, H = static_cast<int64_t>(fanouts_.size());
+  const auto long_w = at::TensorOptions().dtype(at::kLong).device(w);
+  PhaseClock clock("partitioned batch in bounded slots");
+  // Each sampled hop's key, drawn in hop order as the exact exchange's owners draw them.
+  std::vector<int64_t> key_words(2 * H, 0);
+  for (int64_t h = 0; h < H; ++h) {
+    if (fanouts_[h] > 0 && slot_rows[h] > 0) {
+      std::tie(key_words[2 * h], key_words[2 * h + 1]) =
+          internal::draw_slots_key(w, fanouts_[h], replace_, indices_.numel(), generator);
+    }
+  }
+  const auto queue = [&](SlottedBatch& batch, const int64_t* keys) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t fanout = fanouts_[h], rows = slot_rows[h];
+      // Each owner's block of requests, and which frontier node each slot answers, sized
+      // by the bound: nothing is read back.
+      const auto [frontier, live] = batch.frontier_bound();
+      auto [requests, slot_order] =
+          group_into_bounded_slots(frontier, live, owner_w_, local_index_w_, P, rows, host_,
+                                   batch.remote_nodes_counter(h));
+      at::Tensor slots = at::empty({P * rows, 2, fanout}, long_w);
+      if (fanout > 0 && rows > 0) {  // the same on every host: its fanout, and the bound
+        at::Tensor requests_flat = requests.view({-1});
+        at::Tensor asked_padded = at::empty({P * (rows + 1)}, long_w);
+        const std::vector<int64_t> request_splits(P, rows + 1), slot_splits(P, rows);
+        all_to_all(asked_padded, requests_flat, request_splits, request_splits, "requests",
+                   /*host_waits=*/false);
+        // The peers' rows in the order an exact exchange gives (so the same draws), each
+        // answered in its bounded slot.
+        const auto [asked, slot_of, asked_live] = compact_requests(asked_padded, P, rows);
+        at::Tensor answers = internal::sample_into_slots(
+            indptr_, indices_, edge_ids_, asked, fanout, replace_, generator, batch.report(),
+            {asked_live.const_data_ptr<int64_t>(), slot_of, keys + 2 * h});
+        all_to_all(slots, answers, slot_splits, slot_splits, "answers", /*host_waits=*/false);
+      }
+      batch.add_hop(slots, slot_order, host_ * rows, (host_ + 1) * rows, frontier.numel());
+    }
+  };
+  if (!bounded_batches_) bounded_batches_ = std::make_unique<BoundedBatches>(capture_batches_);
+  bounded_batches_->set_capture(capture_batches_);
+  SlottedBatch& batch =
+      bounded_batches_->run(seed_ids, w, num_nodes(), fanouts_, slot_rows, key_words, queue);
+  clock.lap("queue");
+  // One wait for the whole batch, within the timeout (a silent peer is named), before the
+  // sizes are read.
+  settle({}, "answers");
+  clock.lap("hops");
+  auto [node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop, counters] = batch.finish();
+  clock.lap("finish");
+  last_remote_edges_.assign(counters.begin(), counters.begin() + H);
+  last_remote_nodes_.assign(counters.begin() + H, counters.begin() + 2 * H);
+  return {node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop};
+}
+
 DistSampler::Outputs DistSampler::sample_on_gpu(const at::Tensor& seed_ids,
                                                 const std::optional<at::Generator>& generator) {
   const at::Device w = indptr_.device();
@@ -421,16 +519,17 @@ DistSampler::Outputs DistSampler::sample_on_gpu(const at::Tensor& seed_ids,
     const int64_t own_begin = std::accumulate(hop.send_splits.begin(),
                                               hop.send_splits.begin() + host_, int64_t{0});
     last_remote_nodes_.push_back(frontier.numel() - hop.send_splits[host_]);
-    batch.add_hop(hop.slots.to(w), order, own_begin, own_begin + hop.send_splits[host_]);
+    batch.add_hop(hop.slots.to(w), order, own_begin, own_begin + hop.send_splits[host_],
+                  frontier.numel());
     // The numbering is queued after the answers; the host waits for them (at most the
     // timeout, naming a silent peer) before the next hop reads the device.
     if (hop.answers_pending) settle(hop.answers, "answers");
     hop_clock.lap("number");
   }
   clock.lap("hops");
-  auto [node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop, remote_edges] = batch.finish();
+  auto [node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop, counters] = batch.finish();
   clock.lap("finish");
-  last_remote_edges_ = std::move(remote_edges);
+  last_remote_edges_.assign(counters.begin(), counters.begin() + fanouts_.size());
   return {node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop};
 }
 
@@ -572,10 +671,18 @@ DistSampler::Outputs DistSampler::sample_batch(const at::Tensor& seed_ids,
     owner_w_ = owner_.to(w);  // int16 or int32
     local_index_w_ = local_index_.to(w);
   }
-  if (w.is_cuda() && reads_.empty() &&
-      std::all_of(fanouts_.begin(), fanouts_.end(), [](int64_t f) { return f >= 0; })) {
-    return sample_on_gpu(seed_ids, own_generator);
+  const bool gpu_slots =
+      w.is_cuda() && reads_.empty() &&
+      std::all_of(fanouts_.begin(), fanouts_.end(), [](int64_t f) { return f >= 0; });
+  // Over NCCL driven directly every host says whether it can take slots sized by bounds
+  // (a GPU part whose exchanges run on its GPU); the batch takes them when all can.
+  if (direct_link() != nullptr) {
+    const bool able = gpu_slots && bounded_slots_ && exchange_device_ == w &&
+                      channel_->lanes().empty();
+    const std::vector<int64_t> slot_rows = bounded_slot_rows(seed_ids.numel(), able);
+    if (!slot_rows.empty()) return sample_in_bounded_slots(seed_ids, own_generator, slot_rows);
   }
+  if (gpu_slots) return sample_on_gpu(seed_ids, own_generator);
   if (!position_.defined() || position_.device() != w) {
     position_ = at::full({num_nodes()}, -1, int_w);
     first_use_ = at::full({num_nodes()}, kNoUse, int_w);  // the seeds', and on a GPU each hop's

@@ -7,6 +7,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/ArrayRef.h>
 
+#include <functional>
+#include <map>
 #include <memory>
 #include <tuple>
 #include <vector>
@@ -24,21 +26,55 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_by_owner(const at::Tensor& 
                                                               const at::Tensor& local_index,
                                                               int64_t num_hosts);
 
+// Slots sized by bounds: the frontier (at its bound's size, `live` its device {begin, end})
+// grouped into a fixed block per owner: (padded_requests [num_hosts, slot_rows + 1], each
+// block its count then its rows; slot_order [num_hosts * slot_rows], the frontier index
+// each slot answers, -1 where none). *remote_nodes (a device word) += the live nodes other
+// hosts own. Nothing is read back: the hop stays on the stream.
+std::tuple<at::Tensor, at::Tensor> group_into_bounded_slots(
+    const at::Tensor& frontier, const int64_t* live, const at::Tensor& owner,
+    const at::Tensor& local_index, int64_t num_hosts, int64_t slot_rows, int64_t host,
+    int64_t* remote_nodes);
+
+// The most hosts slots sized by bounds serve (compact_requests keeps their counts' prefix
+// sums in a block's shared memory).
+constexpr int64_t kMaxBoundedSlotHosts = 4096;
+
+// What an owner received in slots sized by bounds ([num_hosts, slot_rows + 1]) as the rows
+// an exact exchange would have brought, in the same order: (asked [num_hosts * slot_rows],
+// of which the first live[1] - live[0] are real; slot_of, each one's slot; live [2]), for
+// internal::sample_into_slots' SlotPlacement.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> compact_requests(const at::Tensor& padded_requests,
+                                                                int64_t num_hosts,
+                                                                int64_t slot_rows);
+
 // One batch: seeds first, then each hop's new nodes in order of first appearance. One wait
-// on the device a hop (frontier()) and one at the end (finish()).
+// on the device a hop (frontier()) and one at the end (finish()); or, in slots sized by
+// bounds (frontier_bound()), the one at the end alone.
 class SlottedBatch {
  public:
   // seeds: int64 on the GPU; num_nodes: the graph's; fanouts: every hop's, each >= 0.
-  SlottedBatch(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts);
+  // Unless `start` is false (a batch to capture, which calls start() under capture), the
+  // batch's first work is queued here.
+  SlottedBatch(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts,
+               bool start = true);
+  void start() { numbering_.start(); }
+  void prepare_replay() { numbering_.prepare_replay(); }
 
   // The next hop's frontier (global ids, exactly sized), read from the device.
   at::Tensor frontier() { return numbering_.frontier(); }
-  // The frontier's slots [frontier, 2, fanout], grouped by owner (slot g answers frontier
-  // node order[g]; slots [own_begin, own_end) answered by this host), queued for numbering.
+  // The same at its bound's size, without a wait (see HopNumbering::frontier_bound).
+  std::pair<at::Tensor, const int64_t*> frontier_bound() { return numbering_.frontier_bound(); }
+  // The frontier's slots [rows, 2, fanout], grouped by owner (slot g answers frontier node
+  // order[g], none when -1; slots [own_begin, own_end) answered by this host), queued for
+  // numbering; frontier_rows: the frontier's size (or bound).
   void add_hop(const at::Tensor& slots, const at::Tensor& order, int64_t own_begin,
-               int64_t own_end);
+               int64_t own_end, int64_t frontier_rows);
+  // Device word counting hop h's frontier nodes other hosts own (slots sized by bounds).
+  int64_t* remote_nodes_counter(int64_t hop) { return numbering_.counter(num_hops_ + hop); }
   // (node_ids, rows, cols, edge_ids on the GPU; nodes_per_hop, edges_per_hop on the CPU),
-  // sample_subgraph's outputs, and per hop the edges other hosts answered.
+  // sample_subgraph's outputs, and per hop the edges other hosts answered, then per hop
+  // remote_nodes_counter's count.
   std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
              std::vector<int64_t>>
   finish() { return numbering_.finish(); }
@@ -46,7 +82,41 @@ class SlottedBatch {
   internal::HopNumbering* report() { return &numbering_; }
 
  private:
-  internal::HopNumbering numbering_;  // counters: each hop's edges answered by other hosts
+  int64_t num_hops_;
+  // counters: each hop's edges answered by other hosts, then each hop's remote nodes
+  internal::HopNumbering numbering_;
+};
+
+// Batches in slots sized by bounds as CUDA graphs. Their every size follows from the
+// agreed bounds, so a batch can be captured whole, exchanges (NCCL driven directly) and
+// owners' sampling included: a replay is one launch where a batch as usual is about 100
+// kernels and allocations, which take the host longer than the GPU. The first batch of a
+// shape (this host's seed count and the hops' bounds) runs as usual, the second is
+// captured, later ones replay it; every host sends and receives the same either way, so
+// the hosts need not agree on it. The draws' keys are given per batch.
+class BoundedBatches {
+ public:
+  // Queues every hop of `batch` on the current stream, its rows drawing from `keys`
+  // (device words: hop h's Philox {seed, offset} at 2h).
+  using Queue = std::function<void(SlottedBatch& batch, const int64_t* keys)>;
+  explicit BoundedBatches(bool capture);
+  ~BoundedBatches();
+  void set_capture(bool capture) { capture_ = capture; }
+  bool captures() const { return capture_; }
+  // One batch of `seeds` (int64 on the CPU) on `device` through `queue`, as usual, captured
+  // or replayed; key_words: two a hop. The batch returned is to be finished (its board read)
+  // before the next run.
+  SlottedBatch& run(const at::Tensor& seeds, const at::Device& device, int64_t num_nodes,
+                    at::IntArrayRef fanouts, const std::vector<int64_t>& slot_rows,
+                    const std::vector<int64_t>& key_words, const Queue& queue);
+
+ private:
+  struct Captured;
+  bool capture_;
+  std::map<std::vector<int64_t>, std::unique_ptr<Captured>> captured_;
+  std::map<std::vector<int64_t>, int64_t> seen_;
+  std::unique_ptr<SlottedBatch> as_usual_;
+  at::Tensor as_usual_keys_;
 };
 
 }  // namespace quiver::runtime

@@ -3,7 +3,7 @@
     python scripts/bench_dist_sampling.py [--graph products] [--parts 2,4]
         [--methods metis,random] [--fanouts 15,10,5] [--batch-size 1024] [--batches 20]
         [--mode CPU|GPU|UVA] [--backend gloo|nccl] [--draws owner|requester] [--lanes 1,4]
-        [--json out.json] [--plot out.png]
+        [--slots bounded,launched,exact] [--json out.json] [--plot out.png]
 
 For each part count and method: partitions the synthetic graph (the partitioner's time is
 printed), starts one process per part on this machine (Gloo over loopback, each process
@@ -12,7 +12,8 @@ own train ids at once (DistGraphSampler), then reports per batch: the median ms 
 processes' medians, the share of each hop's frontier owned by another host, and the bytes
 the exchanges moved (requests: 8 per remote frontier node; answers of a hop of fanout f >= 0
 with the owners drawing: a slot of f (neighbor, edge id) pairs, 16 f bytes, per remote node,
-padding included; otherwise 8 per count and 16 per sampled pair). The baseline is the same batches' seeds sampled by
+padding included; otherwise 8 per count and 16 per sampled pair; in slots sized by bounds,
+every block to every peer, whatever it holds: 8 (bound + 1) + 16 f bound). The baseline is the same batches' seeds sampled by
 quiver::sample_subgraph on the CPU with the whole graph in one process, with the threads
 one process of the distributed run has and with all of them. Edges per second count the
 sampled edges of every hop.
@@ -23,7 +24,10 @@ sampled on one GPU in the same mode, seeds from the CPU as from a DataLoader (co
 sampled, synchronized). ``--backend nccl`` exchanges through the GPUs (one per process);
 gloo through the CPUs. ``--lanes`` (Gloo): each part count and method is run once per lane
 count given (DistGraphSampler's lanes: the connections a hop's bulk travels over side by
-side), on the same partition and seeds.
+side), on the same partition and seeds. ``--slots`` (NCCL, GPU parts): each run with slots
+sized by bounds (every hop queued on the stream, padded to its bound: one wait a batch
+besides the end), replayed as CUDA graphs ("bounded") or launched as usual ("launched"),
+and with exact counts exchanged first ("exact": three waits a hop).
 
 Then, on paper, for 2-16 hosts on 100 and 400 Gb/s links: the batches a second that a
 host's link allows, from the bytes per batch measured here (random parts: the largest part
@@ -57,7 +61,7 @@ def seeds_for(part_train: torch.Tensor, batches: int, batch_size: int, seed: int
     return [order[(b * batch_size) % max(1, order.numel()):][:batch_size] for b in range(batches)]
 
 
-def worker(rank, world, port, directory, args, out, threads, lanes):
+def worker(rank, world, port, directory, args, out, threads, lanes, slots="bounded"):
     torch.set_num_threads(threads)
     if args.mode != "CPU" or args.backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
@@ -67,6 +71,8 @@ def worker(rank, world, port, directory, args, out, threads, lanes):
         part = load_partition(directory, rank)
         sampler = DistGraphSampler(part, args.fanouts, timeout=120.0, mode=args.mode,
                                    draws=args.draws, lanes=lanes)
+        sampler._sampler.set_bounded_slots(slots != "exact")
+        sampler._sampler.set_capture_batches(slots == "bounded")
         batches = seeds_for(part.splits["train"], args.batches + 2, args.batch_size, rank)
         times, remote_nodes, remote_edges, frontier, edges = [], [], [], [], []
         for i, seeds in enumerate(batches):
@@ -133,10 +139,17 @@ def main():
                         help="who draws remote nodes' samples (DistGraphSampler's draws)")
     parser.add_argument("--lanes", default="1",
                         help="comma-separated lane counts, each run (Gloo; NCCL takes none)")
+    parser.add_argument("--slots", default="bounded",
+                        help="comma list of bounded,launched,exact: each run (NCCL, GPU parts)")
     parser.add_argument("--json")
     parser.add_argument("--plot", help="PNG: ms per batch against one host, and on paper")
     args = parser.parse_args()
     lane_counts = [int(n) for n in args.lanes.split(",")]
+    slot_kinds = args.slots.split(",")
+    if any(k not in ("bounded", "launched", "exact") for k in slot_kinds):
+        parser.error(f"--slots takes bounded, launched and exact, got {args.slots}")
+    if args.backend != "nccl" or args.mode == "CPU":
+        slot_kinds = slot_kinds[:1]  # only GPU parts over NCCL have slots sized by bounds
     args.fanouts = [int(f) for f in args.fanouts.split(",")]
     cores = os.cpu_count() or 1
     graph = synthetic_graph(args.graph, seed=0)
@@ -145,7 +158,7 @@ def main():
           f"{args.fanouts}, {args.batch_size} seeds a batch, {cores} cores; {args.mode} "
           f"sampling, exchanges over {args.backend}", flush=True)
     rows = []
-    header = (f"{'parts':>5} {'method':>7} {'lanes':>5} {'cut':>5} {'partition s':>11} {'dist ms':>8} "
+    header = (f"{'parts':>5} {'method':>7} {'lanes':>5} {'slots':>8} {'cut':>5} {'partition s':>11} {'dist ms':>8} "
               f"{'1-host ms (same threads)':>24} {'1-host ms (all)':>15} {'ratio':>6} "
               f"{'remote share per hop':>24} {'KiB moved':>9} {'Medges/s':>8}" +
               ("" if args.mode == "CPU" else f" {'1-GPU ms':>12} {'x 1-GPU':>8}"))
@@ -160,21 +173,25 @@ def main():
                 partition_s = time.perf_counter() - start
                 by_lanes = {}
                 for lanes in lane_counts:
-                    out = Path(tmp) / f"out_{lanes}"
-                    out.mkdir()
-                    port = 29500 + int.from_bytes(os.urandom(2), "little") % 20000
-                    mp.spawn(worker, args=(parts, port, str(Path(tmp) / "parts"), args,
-                                           str(out), threads, lanes), nprocs=parts, join=True)
-                    by_lanes[lanes] = [torch.load(out / f"rank_{r}.pt") for r in range(parts)]
-            # Every lane count sampled the same seeds (seeds_for depends on the rank alone).
-            seeds = [s for r in by_lanes[lane_counts[0]] for s in r["seeds"]]
+                    for slots in slot_kinds:
+                        out = Path(tmp) / f"out_{lanes}_{slots}"
+                        out.mkdir()
+                        port = 29500 + int.from_bytes(os.urandom(2), "little") % 20000
+                        mp.spawn(worker, args=(parts, port, str(Path(tmp) / "parts"), args,
+                                               str(out), threads, lanes, slots),
+                                 nprocs=parts, join=True)
+                        by_lanes[lanes, slots] = [torch.load(out / f"rank_{r}.pt")
+                                                  for r in range(parts)]
+            # Every run sampled the same seeds (seeds_for depends on the rank alone).
+            seeds = [s for r in next(iter(by_lanes.values())) for s in r["seeds"]]
             one_ms_same, mean_edges = single_host(topo, seeds, args.fanouts, threads)
             one_ms_all, _ = single_host(topo, seeds, args.fanouts, cores)
             one_ms_gpu = (None if args.mode == "CPU" else
                           single_host(topo, seeds, args.fanouts, cores, args.mode)[0])
-            for lanes, ranks in by_lanes.items():
+            for (lanes, slots), ranks in by_lanes.items():
                 row, line = summary(args, parts, method, lanes, manifest, partition_s, ranks,
-                                    one_ms_same, one_ms_all, one_ms_gpu, mean_edges, threads)
+                                    one_ms_same, one_ms_all, one_ms_gpu, mean_edges, threads,
+                                    slots)
                 rows.append(row)
                 lines.append(line)
                 print(line, flush=True)
@@ -228,8 +245,8 @@ def plot(rows, projected, png, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.8))
-    names = [f"{r['parts']} parts, {r['method']}, {r['lanes']} lane{'s' * (r['lanes'] > 1)}"
-             for r in rows]
+    names = [f"{r['parts']} parts, {r['method']}, {r['lanes']} lane{'s' * (r['lanes'] > 1)}, "
+             f"{r.get('slots', 'exact')} slots" for r in rows]
     y = range(len(rows))
     left.barh([i + 0.2 for i in y], [r["dist_ms"] for r in rows], 0.4, color="#3b75af",
               label="partitioned, a process per part")
@@ -258,8 +275,18 @@ def plot(rows, projected, png, title):
     fig.savefig(png, dpi=120)
 
 
+def bounded_rows(args, num_nodes):
+    """Rows of each hop's block in slots sized by bounds: the batch times the fanouts before
+    it, at most the graph's nodes (DistSampler's bounded_slot_rows)."""
+    rows, out = args.batch_size, []
+    for fanout in args.fanouts:
+        out.append(rows)
+        rows = min(rows * fanout, num_nodes)
+    return out
+
+
 def summary(args, parts, method, lanes, manifest, partition_s, ranks, one_ms_same, one_ms_all,
-            one_ms_gpu, mean_edges, threads):
+            one_ms_gpu, mean_edges, threads, slots="exact"):
     """One table row (and its JSON) of the processes' timings and shares at one lane count."""
     lanes = ranks[0]["lanes"]  # what the sampler took (NCCL takes none: 1)
     dist_ms = 1e3 * statistics.median(statistics.median(r["times"]) for r in ranks)
@@ -273,10 +300,15 @@ def summary(args, parts, method, lanes, manifest, partition_s, ranks, one_ms_sam
         if fanout >= 0 and (args.draws or "owner") == "owner":  # answers in fixed slots
             return 8 * nodes + 16 * fanout * nodes
         return 8 * nodes + 8 * nodes + 16 * edges
-    moved = statistics.mean(
-        sum(hop_bytes(f, n, e) for f, n, e in zip(args.fanouts, rn, re))
-        for r in ranks for rn, re in zip(r["remote_nodes"], r["remote_edges"]))
-    row = {"parts": parts, "method": method, "lanes": lanes, "edge_cut": manifest["edge_cut"],
+    if slots in ("bounded", "launched") and args.backend == "nccl" and args.mode != "CPU":
+        bounds = bounded_rows(args, manifest["num_nodes"])
+        moved = (parts - 1) * sum(8 * (n + 1) + 16 * f * n for f, n in zip(args.fanouts, bounds))
+    else:
+        slots = "exact"
+        moved = statistics.mean(
+            sum(hop_bytes(f, n, e) for f, n, e in zip(args.fanouts, rn, re))
+            for r in ranks for rn, re in zip(r["remote_nodes"], r["remote_edges"]))
+    row = {"parts": parts, "method": method, "lanes": lanes, "slots": slots, "edge_cut": manifest["edge_cut"],
            "partition_s": partition_s, "dist_ms": dist_ms,
            "single_ms_same_threads": 1e3 * one_ms_same,
            "single_ms_all_threads": 1e3 * one_ms_all,
@@ -286,7 +318,7 @@ def summary(args, parts, method, lanes, manifest, partition_s, ranks, one_ms_sam
            "mode": args.mode, "backend": args.backend,
            "bytes_per_batch": moved, "edges_per_batch": mean_edges,
            "medges_per_s": mean_edges / dist_ms / 1e3, "threads_per_process": threads}
-    line = (f"{parts:>5} {method:>7} {lanes:>5} {row['edge_cut']:5.2f} "
+    line = (f"{parts:>5} {method:>7} {lanes:>5} {slots:>8} {row['edge_cut']:5.2f} "
             f"{partition_s:11.1f} "
             f"{dist_ms:8.2f} {row['single_ms_same_threads']:24.2f} "
             f"{row['single_ms_all_threads']:15.2f} {row['ratio']:6.2f} "

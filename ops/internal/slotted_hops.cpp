@@ -82,6 +82,7 @@ struct HopNumbering::State {
   std::vector<int64_t> fanouts;  // a hop's most edges a node: what the table was sized for
   at::Tensor table_space;
   cuda::NodeTable table{nullptr, 0};
+  at::Tensor seed_entries;  // insert_nodes' scratch
   cuda::QueuedBatch queued;  // each hop's new nodes, rows, cols and edge ids, bound-sized
   at::Tensor open_offsets;  // the open hop's, until close_hop()
   int64_t hops_added = 0;
@@ -98,21 +99,31 @@ HopNumbering::HopNumbering(const at::Tensor& seeds, int64_t num_nodes, at::IntAr
     TORCH_CHECK(fanout >= 0, "HopNumbering: every fanout must be >= 0, got ", fanout);
   }
   const c10::cuda::CUDAGuard guard(s.device);
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t batch_size = seeds.numel();
-  s.board.clear_host();
-  s.board.host_words()[s.layout.total_at + 1] = batch_size;
-  s.board.upload(stream);
   // Every node the batch can reach, so the table never fills past half.
   const int64_t nodes_bound = node_bound(batch_size, fanouts, num_nodes);
   check_batch_nodes(nodes_bound);
   const int64_t capacity = node_table_capacity(nodes_bound);
   s.table_space = cuda::workspace(capacity * sizeof(NodeSlot), s.device);
   s.table = {static_cast<NodeSlot*>(s.table_space.mutable_data_ptr()), capacity};
+  s.seed_entries = at::empty({batch_size}, seeds.options());
+  prepare_replay();
+}
+
+void HopNumbering::prepare_replay() {
+  State& s = *state_;
+  s.board.clear_host();
+  s.board.host_words()[s.layout.total_at + 1] = s.seeds.numel();
+}
+
+void HopNumbering::start() {
+  State& s = *state_;
+  const c10::cuda::CUDAGuard guard(s.device);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  s.board.upload(stream);
   C10_CUDA_CHECK(cuda::clear_node_table(s.table, stream));
-  at::Tensor entries = at::empty({batch_size}, seeds.options());
-  C10_CUDA_CHECK(cuda::insert_nodes(s.table, seeds.const_data_ptr<int64_t>(), batch_size,
-                                    entries.mutable_data_ptr<int64_t>(), stream));
+  C10_CUDA_CHECK(cuda::insert_nodes(s.table, s.seeds.const_data_ptr<int64_t>(), s.seeds.numel(),
+                                    s.seed_entries.mutable_data_ptr<int64_t>(), stream));
 }
 
 HopNumbering::~HopNumbering() = default;
@@ -126,6 +137,12 @@ at::Tensor HopNumbering::frontier() {
   const int64_t h = s.hops_added;  // the frontier of hop h: what hop h - 1 added
   const int64_t* node_total = words + s.layout.total_at;
   return s.queued.new_node_parts.back().narrow(0, 0, node_total[h + 1] - node_total[h]);
+}
+
+std::pair<at::Tensor, const int64_t*> HopNumbering::frontier_bound() {
+  State& s = *state_;
+  const int64_t* live = s.board.words() + s.layout.total_at + s.hops_added;
+  return {s.hops_added == 0 ? s.seeds : s.queued.new_node_parts.back(), live};
 }
 
 int64_t* HopNumbering::counter(int64_t i) {
@@ -220,12 +237,30 @@ HopNumbering::finish() {
           std::vector<int64_t>(counters, counters + s.num_counters)};
 }
 
+std::pair<int64_t, int64_t> draw_slots_key(const at::Device& device, int64_t fanout,
+                                           bool replace, int64_t num_edges,
+                                           const std::optional<at::Generator>& generator) {
+  const cuda::PhiloxKey key =
+      cuda::draw_philox_key(device, draws_per_row(fanout, replace, num_edges), generator);
+  return {static_cast<int64_t>(key.seed), static_cast<int64_t>(key.offset)};
+}
+
 at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices,
                              const at::Tensor& edge_ids, const at::Tensor& rows,
                              int64_t fanout, bool replace,
                              const std::optional<at::Generator>& generator,
-                             HopNumbering* report) {
+                             HopNumbering* report, const SlotPlacement& placement) {
   TORCH_CHECK(fanout >= 0, "sample_into_slots: fanout must be >= 0, got ", fanout);
+  const bool placed = placement.live != nullptr || placement.slot_of.defined();
+  TORCH_CHECK(!placed || indptr.is_cuda(),
+              "sample_into_slots: a SlotPlacement needs a part on a GPU");
+  TORCH_CHECK(!placement.slot_of.defined() ||
+                  (placement.slot_of.device() == indptr.device() &&
+                   placement.slot_of.scalar_type() == at::kLong &&
+                   placement.slot_of.is_contiguous() && placement.slot_of.numel() == rows.numel()),
+              "sample_into_slots: slot_of must be contiguous int64 on ", indptr.device(), " with ",
+              rows.numel(), " entries, got ", placement.slot_of.scalar_type(), " of ",
+              placement.slot_of.numel(), " on ", placement.slot_of.device());
   if (!indptr.is_cuda()) {
     return cpu_slots(indptr, indices, edge_ids, rows, fanout, replace, generator);
   }
@@ -237,7 +272,15 @@ at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t num_rows = rows.numel();
   at::Tensor slots = at::full({num_rows, 2, fanout}, -1, rows.options());
-  if (num_rows == 0 || fanout == 0) return slots;
+  if (fanout == 0) return slots;
+  // Drawn even for no rows: an owner asked for nothing at an exact hop still moves the
+  // generator as in slots sized by bounds (whose owners cannot know), so both give one batch.
+  cuda::PhiloxKey key{0, 0};
+  if (placement.device_key == nullptr) {
+    const auto [seed, offset] = draw_slots_key(device, fanout, replace, indices.numel(), generator);
+    key = {static_cast<uint64_t>(seed), static_cast<uint64_t>(offset)};
+  }
+  if (num_rows == 0) return slots;
   std::optional<cuda::HopBoard> own_board;
   if (report == nullptr) own_board.emplace(device, /*words=*/1);
   cuda::DeviceStatus* status =
@@ -246,19 +289,19 @@ at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices
     const auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
     at::Tensor plan_space = at::empty({3, num_rows}, rows.options());
     int64_t* plan_p = plan_space.mutable_data_ptr<int64_t>();
-    const cuda::RowPlan plan{rows.const_data_ptr<int64_t>(), nullptr, num_rows, plan_p,
+    const cuda::RowPlan plan{rows.const_data_ptr<int64_t>(), placement.live, num_rows, plan_p,
                              plan_p + num_rows, plan_p + 2 * num_rows};
-    cuda::HopRule rule{fanout, replace,
-                       cuda::draw_philox_key(device, draws_per_row(fanout, replace, csr.num_edges),
-                                             generator),
-                       0};
+    cuda::HopRule rule{fanout, replace, key, 0, placement.device_key};
     // The part was checked whole when its sampler was made: a row outside it is a peer's
     // bad request, reported (as a seed out of range) at the next read of the board.
     C10_CUDA_CHECK(cuda::plan_rows(csr, plan, rule, {/*nodes_are_seeds=*/true, /*csr_ends=*/false},
                                    status, stream));
-    // Row r's slot starts at r * 2 * fanout: its neighbor ids there, its edge ids `fanout`
-    // entries on.
-    const at::Tensor offsets = at::arange(0, (num_rows + 1) * 2 * fanout, 2 * fanout, rows.options());
+    // Row r's slot starts at r * 2 * fanout (placed: slot_of[r] * 2 * fanout): its neighbor
+    // ids there, its edge ids `fanout` entries on.
+    const at::Tensor offsets =
+        placement.slot_of.defined()
+            ? placement.slot_of * (2 * fanout)
+            : at::arange(0, (num_rows + 1) * 2 * fanout, 2 * fanout, rows.options());
     at::Tensor pick_sets = cuda::pick_sets(fanout, replace, num_rows * 2 * fanout, device, stream);
     int64_t* slots_p = slots.mutable_data_ptr<int64_t>();
     const cuda::HopOutput out{offsets.const_data_ptr<int64_t>(),
@@ -281,7 +324,10 @@ HopNumbering::HopNumbering(const at::Tensor&, int64_t, at::IntArrayRef, int64_t)
   TORCH_CHECK(false, "HopNumbering numbers batches on a GPU: this build has no CUDA");
 }
 HopNumbering::~HopNumbering() = default;
+void HopNumbering::start() {}
+void HopNumbering::prepare_replay() {}
 at::Tensor HopNumbering::frontier() { return {}; }
+std::pair<at::Tensor, const int64_t*> HopNumbering::frontier_bound() { return {}; }
 HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor&) { return {}; }
 void HopNumbering::close_hop() {}
 int64_t* HopNumbering::counter(int64_t) { return nullptr; }
@@ -293,11 +339,19 @@ HopNumbering::finish() {
   return {};
 }
 
+std::pair<int64_t, int64_t> draw_slots_key(const at::Device&, int64_t, bool, int64_t,
+                                           const std::optional<at::Generator>&) {
+  TORCH_CHECK(false, "draw_slots_key draws for a GPU: this build has no CUDA");
+}
+
 at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices,
                              const at::Tensor& edge_ids, const at::Tensor& rows,
                              int64_t fanout, bool replace,
-                             const std::optional<at::Generator>& generator, HopNumbering*) {
+                             const std::optional<at::Generator>& generator, HopNumbering*,
+                             const SlotPlacement& placement) {
   TORCH_CHECK(fanout >= 0, "sample_into_slots: fanout must be >= 0, got ", fanout);
+  TORCH_CHECK(placement.live == nullptr && !placement.slot_of.defined(),
+              "sample_into_slots: a SlotPlacement needs a part on a GPU");
   TORCH_CHECK(!indptr.is_cuda(), "sample_into_slots: a part on a GPU needs the CUDA build");
   return cpu_slots(indptr, indices, edge_ids, rows, fanout, replace, generator);
 }

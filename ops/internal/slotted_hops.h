@@ -21,6 +21,25 @@ namespace quiver::internal {
 
 class HopNumbering;
 
+// Where a GPU part's rows land when the host does not know how many there are (slots
+// sized by bounds): only the first live[1] - live[0] rows are real (`live`: device words),
+// and row k is answered in slot slot_of[k] (int64 on the GPU, one per row) instead of k.
+// Each row draws as row k, so the samples are those of the rows given exactly.
+// With device_key (device words {seed, offset}, from draw_slots_key) the rows draw from
+// that key, read when the kernels run (a replayed CUDA graph's own), not from `generator`.
+struct SlotPlacement {
+  const int64_t* live = nullptr;
+  at::Tensor slot_of;
+  const int64_t* device_key = nullptr;
+};
+
+// The Philox key {seed, offset} sample_into_slots draws from `generator` (or the GPU's
+// default) for rows of `fanout` over a part of num_edges edges on `device`: drawn ahead,
+// for SlotPlacement::device_key.
+std::pair<int64_t, int64_t> draw_slots_key(const at::Device& device, int64_t fanout,
+                                           bool replace, int64_t num_edges,
+                                           const std::optional<at::Generator>& generator);
+
 // Rows (local rows of this host's part, int64, where indptr lies) sampled into slots
 // [rows, 2, fanout] int64 (fanout >= 0), with the part's generator. Over a GPU part a row
 // outside the part is reported to `report`'s next read (none: waited for here); on the
@@ -29,7 +48,8 @@ at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices
                              const at::Tensor& edge_ids, const at::Tensor& rows,
                              int64_t fanout, bool replace,
                              const std::optional<at::Generator>& generator,
-                             HopNumbering* report = nullptr);
+                             HopNumbering* report = nullptr,
+                             const SlotPlacement& placement = {});
 
 // Slots as sample_neighbors' outputs, in slot order, on the slots' device: (per slot its
 // sample's size, the (neighbor, edge id) pairs [k, 2]).
@@ -44,9 +64,15 @@ std::pair<at::Tensor, at::Tensor> slots_as_samples(const at::Tensor& slots);
 class HopNumbering {
  public:
   // seeds: int64 on the GPU; num_nodes: the graph's; fanouts: every hop's, each >= 0;
-  // `counters`: device words of the caller's own, zeroed, read back by finish().
+  // `counters`: device words of the caller's own, zeroed, read back by finish(). The
+  // constructor allocates; start() queues the batch's first work (the board's upload, the
+  // seeds into the reindexing table) on the current stream.
   HopNumbering(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts,
                int64_t counters = 0);
+  void start();
+  // For a replay of a captured batch (whose capture began with start()): the board's host
+  // half as start() leaves it, for the captured upload to copy again.
+  void prepare_replay();
   ~HopNumbering();
   HopNumbering(const HopNumbering&) = delete;
   HopNumbering& operator=(const HopNumbering&) = delete;
@@ -54,6 +80,9 @@ class HopNumbering {
   // The next hop's frontier (global ids, exactly sized): the seeds, then the nodes the
   // last hop added, read from the device (which raises any bad input a kernel met).
   at::Tensor frontier();
+  // The same without a wait: the frontier at its bound's size, of which only the first
+  // live[1] - live[0] entries are real (`live`: device words of the numbering's board).
+  std::pair<at::Tensor, const int64_t*> frontier_bound();
 
   // The open hop's edges: node i of the frontier (of counts' size) fills counts[i] edges
   // from offsets[i] of rows (its neighbors' global ids), cols (its local index,

@@ -20,16 +20,21 @@ int host_bits(int64_t num_hosts) {
 }
 
 // Each node's owner as a sort key, its frontier index as the value, and the owners
-// counted (one atomic per owner a warp meets).
+// counted (one atomic per owner a warp meets). Entries past the live ones (`live` given) are
+// keyed num_hosts, so that they sort last, and are not counted.
 template <typename owner_t>
 __global__ void owner_keys_kernel(OwnerGrouping<owner_t> grouping, int32_t* __restrict__ keys,
                                   int64_t* __restrict__ indices) {
+  const int64_t* live = grouping.live;
+  const int64_t num_live = live != nullptr ? live[1] - live[0] : grouping.num_frontier;
   QUIVER_GRID_LOOP(i, grouping.num_frontier) {
-    const int32_t owner = static_cast<int32_t>(grouping.owner[grouping.frontier[i]]);
+    const int32_t owner =
+        i < num_live ? static_cast<int32_t>(grouping.owner[grouping.frontier[i]])
+                     : static_cast<int32_t>(grouping.num_hosts);
     keys[i] = owner;
     indices[i] = i;
     const unsigned same = __match_any_sync(__activemask(), owner);
-    if ((threadIdx.x & 31) == __ffs(same) - 1) {
+    if ((threadIdx.x & 31) == __ffs(same) - 1 && owner < grouping.num_hosts) {
       atomicAdd(reinterpret_cast<unsigned long long*>(grouping.send_counts + owner),
                 static_cast<unsigned long long>(__popc(same)));
     }
@@ -43,6 +48,66 @@ __global__ void owner_requests_kernel(OwnerGrouping<owner_t> grouping) {
   }
 }
 
+// Bounded grouping: grouped place g (owner p = sorted_keys[g], the r-th of p's nodes) goes
+// to p's block of requests and slots. Thread 0 also writes every block's count and this
+// host's remote nodes.
+template <typename owner_t>
+__global__ void bounded_requests_kernel(OwnerGrouping<owner_t> grouping,
+                                        BoundedGrouping bounded,
+                                        const int32_t* __restrict__ sorted_keys) {
+  const int64_t n = grouping.num_frontier, hosts = grouping.num_hosts;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    int64_t remote = 0;
+    for (int64_t p = 0; p < hosts; ++p) {
+      const int64_t count = grouping.send_counts[p];
+      bounded.padded_requests[p * (bounded.slot_rows + 1)] = count;
+      if (p != bounded.host) remote += count;
+    }
+    *bounded.remote_nodes += remote;
+  }
+  QUIVER_GRID_LOOP(g, n) {
+    const int32_t p = sorted_keys[g];
+    if (p >= hosts) continue;  // past the live nodes (they sort last)
+    int64_t low = 0, high = g;  // p's first grouped place
+    while (low < high) {
+      const int64_t mid = (low + high) / 2;
+      if (sorted_keys[mid] < p) low = mid + 1; else high = mid;
+    }
+    const int64_t r = g - low, i = grouping.order[g];
+    bounded.slot_order[p * bounded.slot_rows + r] = i;
+    bounded.padded_requests[p * (bounded.slot_rows + 1) + 1 + r] =
+        grouping.local_index[grouping.frontier[i]];
+  }
+}
+
+// An owner's received blocks compacted (compact_requests): each block's start among the
+// compacted rows from the counts' prefix sums, in shared memory.
+__global__ void compact_requests_kernel(const int64_t* __restrict__ padded, int64_t hosts,
+                                        int64_t slot_rows, int64_t* __restrict__ asked,
+                                        int64_t* __restrict__ slot_of, int64_t* __restrict__ live) {
+  extern __shared__ int64_t starts[];  // hosts + 1
+  for (int64_t p = threadIdx.x; p < hosts; p += blockDim.x) {
+    starts[p + 1] = padded[p * (slot_rows + 1)];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    starts[0] = 0;
+    for (int64_t p = 0; p < hosts; ++p) starts[p + 1] += starts[p];
+    if (blockIdx.x == 0) {
+      live[0] = 0;
+      live[1] = starts[hosts];
+    }
+  }
+  __syncthreads();
+  QUIVER_GRID_LOOP(slot, hosts * slot_rows) {
+    const int64_t p = slot / slot_rows, r = slot - p * slot_rows;
+    const int64_t at = starts[p] + r;
+    if (at >= starts[p + 1]) continue;  // past p's count
+    asked[at] = padded[p * (slot_rows + 1) + 1 + r];
+    slot_of[at] = slot;
+  }
+}
+
 inline size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 size_t sort_bytes_for(int64_t n, int64_t num_hosts) {
@@ -50,7 +115,7 @@ size_t sort_bytes_for(int64_t n, int64_t num_hosts) {
   cub::DeviceRadixSort::SortPairs(nullptr, bytes, static_cast<const int32_t*>(nullptr),
                                   static_cast<int32_t*>(nullptr),
                                   static_cast<const int64_t*>(nullptr),
-                                  static_cast<int64_t*>(nullptr), n, 0, host_bits(num_hosts));
+                                  static_cast<int64_t*>(nullptr), n, 0, host_bits(num_hosts + 1));
   return bytes;
 }
 
@@ -81,10 +146,12 @@ __global__ void count_slot_edges_kernel(FrontierSlots answers, int64_t* __restri
   for (int64_t round = 0; round < rounds; ++round) {
     const int64_t g = (round * gridDim.x + blockIdx.x) * int64_t{kThreads} + threadIdx.x;
     if (g >= answers.num_rows) continue;
+    const int64_t i = answers.order[g];
+    if (i < 0) continue;  // a bounded slot no node used
     const int64_t* slot = answers.slots + g * stride;
     int64_t count = 0;
     while (count < answers.fanout && slot[count] >= 0) ++count;
-    counts[answers.order[g]] = count;
+    counts[i] = count;
     if (g < answers.own_begin || g >= answers.own_end) remote += count;
   }
   const int64_t block_remote = Reduce(reduce_space).Sum(remote);
@@ -103,7 +170,7 @@ __global__ void unpack_slots_kernel(FrontierSlots answers, const int64_t* __rest
   QUIVER_GRID_LOOP(entry, answers.num_rows * fanout) {
     const int64_t g = entry / fanout, k = entry - g * fanout;
     const int64_t i = answers.order[g];
-    if (k >= counts[i]) continue;  // past the row's sample
+    if (i < 0 || k >= counts[i]) continue;  // an unused slot, or past the row's sample
     const int64_t* slot = answers.slots + g * 2 * fanout;
     const int64_t at = offsets[i] + k;
     neighbors[at] = slot[k];
@@ -121,29 +188,46 @@ size_t group_by_owner_workspace_bytes(int64_t num_frontier, int64_t num_hosts) {
 
 template <typename owner_t>
 cudaError_t group_by_owner(const OwnerGrouping<owner_t>& grouping, void* workspace,
-                           size_t workspace_bytes, cudaStream_t stream) {
+                           size_t workspace_bytes, cudaStream_t stream,
+                           const BoundedGrouping* bounded) {
   const int64_t n = grouping.num_frontier;
   QUIVER_CUDA_TRY(cudaMemsetAsync(grouping.send_counts, 0, grouping.num_hosts * sizeof(int64_t),
                                   stream));
-  if (n == 0) return cudaSuccess;
+  if (bounded != nullptr) {
+    QUIVER_CUDA_TRY(cudaMemsetAsync(bounded->slot_order, 0xff,
+                                    grouping.num_hosts * bounded->slot_rows * sizeof(int64_t),
+                                    stream));
+  }
+  if (n == 0) {
+    if (bounded == nullptr) return cudaSuccess;
+    bounded_requests_kernel<owner_t><<<1, 1, 0, stream>>>(grouping, *bounded, nullptr);
+    QUIVER_LAUNCH_TRY();
+    return cudaSuccess;
+  }
   const GroupingSpace space(workspace, n);
   owner_keys_kernel<owner_t><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
       grouping, space.keys_in, space.indices);
   QUIVER_LAUNCH_TRY();
-  // LSD radix sort is stable: each owner's nodes keep their frontier order.
+  // LSD radix sort is stable: each owner's nodes keep their frontier order. Bounded, the
+  // keys go up to num_hosts (the dead entries).
   size_t sort_bytes = sort_bytes_for(n, grouping.num_hosts);
   QUIVER_CUDA_TRY(cub::DeviceRadixSort::SortPairs(
       space.sort_space, sort_bytes, space.keys_in, space.keys_out, space.indices, grouping.order,
-      n, 0, host_bits(grouping.num_hosts), stream));
-  owner_requests_kernel<owner_t><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(grouping);
+      n, 0, host_bits(grouping.num_hosts + 1), stream));
+  if (bounded != nullptr) {
+    bounded_requests_kernel<owner_t><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
+        grouping, *bounded, space.keys_out);
+  } else {
+    owner_requests_kernel<owner_t><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(grouping);
+  }
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }
 
 template cudaError_t group_by_owner<int16_t>(const OwnerGrouping<int16_t>&, void*, size_t,
-                                             cudaStream_t);
+                                             cudaStream_t, const BoundedGrouping*);
 template cudaError_t group_by_owner<int32_t>(const OwnerGrouping<int32_t>&, void*, size_t,
-                                             cudaStream_t);
+                                             cudaStream_t, const BoundedGrouping*);
 
 cudaError_t count_slot_edges(const FrontierSlots& answers, int64_t* counts,
                              int64_t* remote_edges, cudaStream_t stream) {
@@ -161,6 +245,16 @@ cudaError_t unpack_slots(const FrontierSlots& answers, const int64_t* counts,
   if (entries == 0) return cudaSuccess;
   unpack_slots_kernel<<<blocks_for(entries, kThreads), kThreads, 0, stream>>>(
       answers, counts, offsets, col_base, neighbors, edge_ids, cols);
+  QUIVER_LAUNCH_TRY();
+  return cudaSuccess;
+}
+
+cudaError_t compact_requests(const int64_t* padded_requests, int64_t num_hosts,
+                             int64_t slot_rows, int64_t* asked, int64_t* slot_of, int64_t* live,
+                             cudaStream_t stream) {
+  const size_t shared = (num_hosts + 1) * sizeof(int64_t);
+  compact_requests_kernel<<<blocks_for(num_hosts * slot_rows, kThreads), kThreads, shared,
+                            stream>>>(padded_requests, num_hosts, slot_rows, asked, slot_of, live);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }

@@ -16,7 +16,7 @@ from scipy import stats
 
 import torch_quiver_ops as qv
 from conftest import HAS_CUDA
-from test_dist import free_port, reported
+from test_dist import free_port, reported, run_two_nccl_processes
 from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
 
 
@@ -194,6 +194,39 @@ def test_nccl_and_gloo_give_identical_batches_for_one_seed(tmp_path, mode, draws
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
+def bounded_slots_worker(rank, world, port, directory, results):
+    """GPU parts over NCCL: slots sized by bounds (every hop queued, padded to its bound;
+    a shape's second batch captured as a CUDA graph, later ones replayed) and exact counts
+    exchanged first give the same batch and the same remote shares, with hosts asking for
+    different numbers of seeds (none included) and an empty hop."""
+    with host_of(rank, world, port, results, 60, "nccl"):
+        directory = Path(directory)
+        edge_index = torch.load(directory / "edge_index.pt")
+        degree = qv.CSRTopo(edge_index, num_nodes=400).degree.long()
+        part = load_partition(directory / "parts", rank)
+        for fanouts in ([4, 3], [2, 0, 3], [5, 5, 5]):
+            sampler = DistGraphSampler(part, fanouts, timeout=10.0, mode="GPU")
+            gen = torch.Generator().manual_seed(rank)
+            for step, count in enumerate((30, 30, 0 if rank == 1 else 7, 30, 1, 60, 30)):
+                seeds = torch.randperm(400, generator=gen)[:count]
+                batches, shares = [], []
+                for bounded in (True, False):
+                    sampler._sampler.set_bounded_slots(bounded)
+                    batches.append(sampler.sample_subgraph(seeds, torch.Generator().manual_seed(step)))
+                    shares.append(sampler.remote_share())
+                check_batch(batches[0], seeds, edge_index, degree, fanouts)
+                assert all(torch.equal(a, b) for a, b in zip(*batches)), (fanouts, step)
+                assert shares[0] == shares[1], (fanouts, step, shares)
+
+
+@pytest.mark.timeout(300)
+def test_bounded_and_exact_slots_give_identical_batches(tmp_path):
+    if not HAS_CUDA or torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs (NCCL: a GPU a host)")
+    _, seen, _ = spawn_hosts(tmp_path, bounded_slots_worker, 2, "random")
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
 def lanes_worker(rank, world, port, directory, results):
     """One seed through Gloo samplers that move a hop's bulk over 1, 3 and 4 lanes (owner
     draws: the answers; requester draws: the three reads' rows) gives one batch: the lanes
@@ -266,6 +299,40 @@ def test_a_peer_that_dies_mid_batch_is_named(tmp_path):
     assert set(seen) == {"error_0", "error_1"}, seen
     for message in seen.values():
         assert "RuntimeError" in message and "host 2 has stopped answering" in message, message
+
+
+def nccl_dying_sampler_worker(rank, port, directory, results):
+    """GPU parts over NCCL (slots sized by bounds): host 1 leaves after a batch; host 0's
+    next batch must raise naming it within the timeout (its NCCL kernels then wait
+    forever: the process exits hard)."""
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2, device_id=torch.device("cuda", rank))
+    part = load_partition(Path(directory) / "parts", rank)
+    sampler = DistGraphSampler(part, [4, 3], timeout=8.0, mode="GPU")
+    sampler.sample_subgraph(torch.arange(20))
+    torch.cuda.synchronize()
+    if rank == 1:
+        os._exit(0)
+    try:
+        for _ in range(3):
+            sampler.sample_subgraph(torch.arange(20))
+        (Path(results) / "returned_0").write_text("a batch without its peer returned")
+    except Exception as error:  # noqa: BLE001
+        (Path(results) / "error_0").write_text(f"{type(error).__name__}: {error}")
+    os._exit(0)
+
+
+@pytest.mark.timeout(300)
+def test_a_peer_that_dies_is_named_over_nccl_in_bounded_slots(tmp_path):
+    if not HAS_CUDA or torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 GPUs (NCCL: a GPU a host)")
+    edge_index = graph()
+    partition_graph(tmp_path / "parts", qv.CSRTopo(edge_index, num_nodes=400), 2, "random")
+    seen = run_two_nccl_processes(nccl_dying_sampler_worker, tmp_path, patience=240)
+    assert set(seen) == {"error_0"}, seen
+    assert "RuntimeError" in seen["error_0"] and "host 1" in seen["error_0"], seen
+    assert "RuntimeError" in seen["error_0"] and "host 1 has stopped answering" in seen["error_0"], seen
 
 
 def test_a_part_loaded_on_the_wrong_rank_or_corrupt_is_refused(tmp_path):

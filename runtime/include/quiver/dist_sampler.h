@@ -9,7 +9,11 @@
 // A part on a GPU whose fanouts are all >= 0 does all of it there (the grouping, the
 // unpacking and the numbering of the single-host sampler), over NCCL driven directly when
 // every host can: the host waits for the request counts and for the answers, then reads
-// the new frontier's size. An all-neighbors hop (fanout -1) has no slot: its answers' counts travel first.
+// the new frontier's size. Over NCCL driven directly, when every host's part is on its GPU,
+// a batch instead takes slots sized by bounds: the hosts tell each other their batch's
+// size once (one wait), and every hop's requests and answers are padded to the hop's bound
+// (seeds x the fanouts before it), so the whole batch is queued on the stream and the host
+// waits once more, at the end. An all-neighbors hop (fanout -1) has no slot: its answers' counts travel first.
 // The result is sample_subgraph's layout exactly (node ids seeds first then each hop's new
 // nodes in order of first appearance, per-hop rows/cols local, edge ids global, per-hop
 // counts), so the loaders and models above do not change.
@@ -53,6 +57,7 @@ class HopNumbering;
 
 namespace quiver::runtime {
 
+class BoundedBatches;
 class CollectiveChannel;
 
 class DistSampler : public torch::CustomClassHolder {
@@ -77,6 +82,12 @@ class DistSampler : public torch::CustomClassHolder {
   std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample(
       const at::Tensor& seeds, const std::optional<at::Generator>& generator);
 
+  // Slots sized by bounds when every host can (the default); off, the hosts exchange each
+  // hop's exact counts first. Either way the same batch for the same seed.
+  void set_bounded_slots(bool on) { bounded_slots_ = on; }
+  // Whether batches in slots sized by bounds are captured as CUDA graphs and replayed (the
+  // default); off, each runs as launched (to compare). The batch is the same.
+  void set_capture_batches(bool on) { capture_batches_ = on; }
   int64_t host() const { return host_; }
   int64_t num_hosts() const { return num_hosts_; }
   int64_t num_nodes() const { return owner_.numel(); }
@@ -152,6 +163,17 @@ class DistSampler : public torch::CustomClassHolder {
   // A batch of a part on a GPU whose fanouts are all >= 0, without reads: every hop in
   // slots, grouped and numbered on the GPU (runtime/slotted_batch.h).
   Outputs sample_on_gpu(const at::Tensor& seed_ids, const std::optional<at::Generator>& generator);
+  // Slots sized by bounds: every host's `able` and batch size exchanged (over NCCL driven
+  // directly), then per hop the rows of each host's block (the largest batch times the
+  // fanouts before it), or none when some host cannot or a hop's padded answers would
+  // pass kBoundedSlotBytes.
+  std::vector<int64_t> bounded_slot_rows(int64_t batch_size, bool able);
+  Outputs sample_in_bounded_slots(const at::Tensor& seed_ids,
+                                  const std::optional<at::Generator>& generator,
+                                  const std::vector<int64_t>& slot_rows);
+  bool bounded_slots_ = true;
+  bool capture_batches_ = true;
+  std::unique_ptr<BoundedBatches> bounded_batches_;  // runtime/slotted_batch.h
 
   // The group's all-to-alls (and lanes), its heartbeats and its failure state.
   std::unique_ptr<CollectiveChannel> channel_;
