@@ -167,7 +167,12 @@ struct DistSampler::Direct {
 struct DistSampler::Direct {};
 #endif
 
-DistSampler::~DistSampler() = default;
+DistSampler::~DistSampler() {
+  // The captured batches first: their graphs hold NCCL calls of the communicator, whose
+  // abort would wait for them.
+  bounded_batches_.reset();
+  direct_.reset();
+}
 
 DistSampler::Direct* DistSampler::direct_link() {
 #ifdef QUIVER_WITH_CUDA
@@ -197,6 +202,11 @@ DistSampler::Direct* DistSampler::direct_link() {
         channel_->fail("the NCCL communicator's set-up", error);
       }
       direct->comm = std::move(comm);
+      // A failed or timed-out exchange aborts the communicator: the captured batches go
+      // first (they are of no use once the hosts are out of step).
+      direct->comm->set_before_abort([this] {
+        if (bounded_batches_) bounded_batches_->drop_captures();
+      });
       direct_ = std::move(direct);
     }
   }
@@ -447,10 +457,11 @@ DistSampler::Outputs DistSampler::sample_in_bounded_slots(
   const int64_t P = num_hosts_, H = static_cast<int64_t>(fanouts_.size());
   const auto long_w = at::TensorOptions().dtype(at::kLong).device(w);
   PhaseClock clock("partitioned batch in bounded slots");
-  // Each sampled hop's key, drawn in hop order as the exact exchange's owners draw them.
+  // Each hop's key, drawn in hop order as the exact exchange's owners draw them (every hop
+  // of a fanout > 0, rows or none).
   std::vector<int64_t> key_words(2 * H, 0);
   for (int64_t h = 0; h < H; ++h) {
-    if (fanouts_[h] > 0 && slot_rows[h] > 0) {
+    if (fanouts_[h] > 0) {
       std::tie(key_words[2 * h], key_words[2 * h + 1]) =
           internal::draw_slots_key(w, fanouts_[h], replace_, indices_.numel(), generator);
     }

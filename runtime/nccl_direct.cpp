@@ -162,7 +162,9 @@ NcclDirect::~NcclDirect() { abort(); }
 void NcclDirect::abort() {
   // Local: frees this rank's resources and ends its kernels still waiting for a peer; the
   // peers are not waited for (a destroy would wait for unfinished work).
-  if (comm_ != nullptr) nccl().comm_abort(comm_);
+  if (comm_ == nullptr) return;
+  if (before_abort_) before_abort_();
+  nccl().comm_abort(comm_);
   comm_ = nullptr;
 }
 

@@ -21,6 +21,7 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -59,12 +60,20 @@ class NcclDirect {
 
   int device() const { return device_; }
 
+  // Called before the communicator is aborted (a failure, a timeout, or destruction), on the
+  // thread that aborts it. ncclCommAbort waits until every CUDA graph holding NCCL calls of
+  // this communicator is destroyed: an owner that captures them lets go of its graphs here.
+  void set_before_abort(std::function<void()> before_abort) {
+    before_abort_ = std::move(before_abort);
+  }
+
  private:
   NcclDirect(void* comm, int rank, int size, int device);
   void abort();
   [[noreturn]] void fail(const std::string& what, int result);
 
   void* comm_;  // ncclComm_t; null once aborted
+  std::function<void()> before_abort_;
   int rank_;
   int size_;
   int device_;

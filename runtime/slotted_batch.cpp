@@ -25,6 +25,7 @@ SlottedBatch::SlottedBatch(const at::Tensor& seeds, int64_t num_nodes, at::IntAr
 // Only a few shapes are kept (an epoch has two: full batches and the last); others run as
 // usual.
 constexpr size_t kMaxCapturedShapes = 3;
+constexpr size_t kMaxSeenShapes = 64;
 
 #ifdef QUIVER_WITH_CUDA
 struct BoundedBatches::Captured {
@@ -39,6 +40,16 @@ struct BoundedBatches::Captured {};
 BoundedBatches::BoundedBatches(bool capture) : capture_(capture) {}
 BoundedBatches::~BoundedBatches() = default;
 
+void BoundedBatches::set_capture(bool capture) {
+  capture_ = capture;
+  if (!capture) drop_captures();
+}
+
+void BoundedBatches::drop_captures() {
+  captured_.clear();
+  seen_.clear();
+}
+
 SlottedBatch& BoundedBatches::run(const at::Tensor& seeds, const at::Device& device,
                                   int64_t num_nodes, at::IntArrayRef fanouts,
                                   const std::vector<int64_t>& slot_rows,
@@ -47,6 +58,7 @@ SlottedBatch& BoundedBatches::run(const at::Tensor& seeds, const at::Device& dev
   shape.insert(shape.end(), slot_rows.begin(), slot_rows.end());
 #ifdef QUIVER_WITH_CUDA
   auto found = captured_.find(shape);
+  if (seen_.size() > kMaxSeenShapes) seen_.clear();  // batch sizes that keep changing
   const bool capture = capture_ && found == captured_.end() && ++seen_[shape] >= 2 &&
                        captured_.size() < kMaxCapturedShapes;
   if (capture) {

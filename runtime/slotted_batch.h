@@ -101,7 +101,10 @@ class BoundedBatches {
   using Queue = std::function<void(SlottedBatch& batch, const int64_t* keys)>;
   explicit BoundedBatches(bool capture);
   ~BoundedBatches();
-  void set_capture(bool capture) { capture_ = capture; }
+  // Off, the captures are let go of too: every batch runs as launched.
+  void set_capture(bool capture);
+  // Lets go of every captured batch (their graphs and buffers).
+  void drop_captures();
   bool captures() const { return capture_; }
   // One batch of `seeds` (int64 on the CPU) on `device` through `queue`, as usual, captured
   // or replayed; key_words: two a hop. The batch returned is to be finished (its board read)

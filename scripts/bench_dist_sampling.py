@@ -302,7 +302,10 @@ def summary(args, parts, method, lanes, manifest, partition_s, ranks, one_ms_sam
         return 8 * nodes + 8 * nodes + 16 * edges
     if slots in ("bounded", "launched") and args.backend == "nccl" and args.mode != "CPU":
         bounds = bounded_rows(args, manifest["num_nodes"])
-        moved = (parts - 1) * sum(8 * (n + 1) + 16 * f * n for f, n in zip(args.fanouts, bounds))
+        # The batch sizes (2 words a peer), then each hop of a fanout > 0 (others move
+        # nothing); batches past DistSampler's byte bound would take exact counts instead.
+        moved = (parts - 1) * (16 + sum(8 * (n + 1) + 16 * f * n
+                                        for f, n in zip(args.fanouts, bounds) if f > 0 and n > 0))
     else:
         slots = "exact"
         moved = statistics.mean(

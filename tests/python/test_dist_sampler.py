@@ -194,7 +194,7 @@ def test_nccl_and_gloo_give_identical_batches_for_one_seed(tmp_path, mode, draws
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
-def bounded_slots_worker(rank, world, port, directory, results):
+def bounded_slots_worker(rank, world, port, directory, results, mode):
     """GPU parts over NCCL: slots sized by bounds (every hop queued, padded to its bound;
     a shape's second batch captured as a CUDA graph, later ones replayed) and exact counts
     exchanged first give the same batch and the same remote shares, with hosts asking for
@@ -205,7 +205,7 @@ def bounded_slots_worker(rank, world, port, directory, results):
         degree = qv.CSRTopo(edge_index, num_nodes=400).degree.long()
         part = load_partition(directory / "parts", rank)
         for fanouts in ([4, 3], [2, 0, 3], [5, 5, 5]):
-            sampler = DistGraphSampler(part, fanouts, timeout=10.0, mode="GPU")
+            sampler = DistGraphSampler(part, fanouts, timeout=10.0, mode=mode)
             gen = torch.Generator().manual_seed(rank)
             for step, count in enumerate((30, 30, 0 if rank == 1 else 7, 30, 1, 60, 30)):
                 seeds = torch.randperm(400, generator=gen)[:count]
@@ -220,10 +220,11 @@ def bounded_slots_worker(rank, world, port, directory, results):
 
 
 @pytest.mark.timeout(300)
-def test_bounded_and_exact_slots_give_identical_batches(tmp_path):
+@pytest.mark.parametrize("mode", ["GPU", "UVA"])
+def test_bounded_and_exact_slots_give_identical_batches(tmp_path, mode):
     if not HAS_CUDA or torch.cuda.device_count() < 2:
         pytest.skip("needs 2 GPUs (NCCL: a GPU a host)")
-    _, seen, _ = spawn_hosts(tmp_path, bounded_slots_worker, 2, "random")
+    _, seen, _ = spawn_hosts(tmp_path, bounded_slots_worker, 2, "random", mode)
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
@@ -302,15 +303,17 @@ def test_a_peer_that_dies_mid_batch_is_named(tmp_path):
 
 
 def nccl_dying_sampler_worker(rank, port, directory, results):
-    """GPU parts over NCCL (slots sized by bounds): host 1 leaves after a batch; host 0's
-    next batch must raise naming it within the timeout (its NCCL kernels then wait
-    forever: the process exits hard)."""
+    """GPU parts over NCCL (slots sized by bounds): host 1 leaves after three batches of
+    one shape (the second captured as a CUDA graph, the third replayed); host 0's next batch
+    must raise naming it within the timeout, its graphs let go of so that NCCL's abort ends
+    (the process then exits hard)."""
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=2, device_id=torch.device("cuda", rank))
     part = load_partition(Path(directory) / "parts", rank)
     sampler = DistGraphSampler(part, [4, 3], timeout=8.0, mode="GPU")
-    sampler.sample_subgraph(torch.arange(20))
+    for _ in range(3):
+        sampler.sample_subgraph(torch.arange(20))
     torch.cuda.synchronize()
     if rank == 1:
         os._exit(0)
