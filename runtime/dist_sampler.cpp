@@ -503,6 +503,7 @@ DistSampler::Outputs DistSampler::sample_in_bounded_slots(
   settle({}, "answers");
   clock.lap("hops");
   auto [node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop, counters] = batch.finish();
+  bounded_batches_->outputs_copied();
   clock.lap("finish");
   last_remote_edges_.assign(counters.begin(), counters.begin() + H);
   last_remote_nodes_.assign(counters.begin() + H, counters.begin() + 2 * H);

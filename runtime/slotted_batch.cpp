@@ -7,6 +7,8 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <ATen/cuda/CUDAEvent.h>
+
 #include "ops/internal/batch_graph.h"
 #include "runtime/cuda/slotted_hops.h"
 #endif
@@ -43,6 +45,13 @@ BoundedBatches::~BoundedBatches() = default;
 void BoundedBatches::set_capture(bool capture) {
   capture_ = capture;
   if (!capture) drop_captures();
+}
+
+void BoundedBatches::outputs_copied() {
+#ifdef QUIVER_WITH_CUDA
+  if (!outputs_copied_) outputs_copied_ = std::make_shared<at::cuda::CUDAEvent>();
+  static_cast<at::cuda::CUDAEvent*>(outputs_copied_.get())->record();
+#endif
 }
 
 void BoundedBatches::drop_captures() {
@@ -94,7 +103,11 @@ SlottedBatch& BoundedBatches::run(const at::Tensor& seeds, const at::Device& dev
     std::memcpy(c.keys_host.mutable_data_ptr(), key_words.data(),
                 key_words.size() * sizeof(int64_t));
     c.batch->prepare_replay();
-    c.graph.replay(at::cuda::getCurrentCUDAStream(device.index()).stream());
+    const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream(device.index());
+    if (outputs_copied_) {
+      static_cast<at::cuda::CUDAEvent*>(outputs_copied_.get())->block(stream);
+    }
+    c.graph.replay(stream.stream());
     return *c.batch;
   }
 #endif

@@ -112,6 +112,9 @@ class BoundedBatches {
   SlottedBatch& run(const at::Tensor& seeds, const at::Device& device, int64_t num_nodes,
                     at::IntArrayRef fanouts, const std::vector<int64_t>& slot_rows,
                     const std::vector<int64_t>& key_words, const Queue& queue);
+  // After the batch's outputs were copied out (finish(), on the current stream): the next
+  // replay, on whatever stream, waits for those copies before it writes the same buffers.
+  void outputs_copied();
 
  private:
   struct Captured;
@@ -120,6 +123,7 @@ class BoundedBatches {
   std::map<std::vector<int64_t>, int64_t> seen_;
   std::unique_ptr<SlottedBatch> as_usual_;
   at::Tensor as_usual_keys_;
+  std::shared_ptr<void> outputs_copied_;  // a CUDA event, where the build has CUDA
 };
 
 }  // namespace quiver::runtime
