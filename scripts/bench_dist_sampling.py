@@ -70,8 +70,8 @@ def worker(rank, world, port, directory, args, out, threads, lanes, slots="bound
     try:
         part = load_partition(directory, rank)
         sampler = DistGraphSampler(part, args.fanouts, timeout=120.0, mode=args.mode,
-                                   draws=args.draws, lanes=lanes)
-        sampler._sampler.set_bounded_slots(slots != "exact")
+                                   draws=args.draws, lanes=lanes,
+                                   bounded_slots=slots != "exact")
         sampler._sampler.set_capture_batches(slots == "bounded")
         batches = seeds_for(part.splits["train"], args.batches + 2, args.batch_size, rank)
         times, remote_nodes, remote_edges, frontier, edges = [], [], [], [], []

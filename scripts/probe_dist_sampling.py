@@ -33,8 +33,7 @@ def worker(rank, world, port, directory, slots, out):
                             world_size=world, timeout=timedelta(seconds=120),
                             device_id=torch.device("cuda", rank))
     sampler = DistGraphSampler(load_partition(directory, rank), [15, 10, 5], timeout=60.0,
-                               mode="GPU")
-    sampler._sampler.set_bounded_slots(slots != "exact")
+                               mode="GPU", bounded_slots=slots != "exact")
     sampler._sampler.set_capture_batches(slots == "bounded")
     batches = seeds_for(sampler.partition.splits["train"], 30, 1024, rank)
     for seeds in batches[:5]:  # warm-up (and the captures)

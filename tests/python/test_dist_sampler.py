@@ -5,6 +5,7 @@ against single-host sampling's distribution), a fixed seed reproduces a batch, a
 that dies mid-batch is named by every survivor."""
 import contextlib
 import os
+import socket
 from datetime import timedelta
 from pathlib import Path
 
@@ -519,6 +520,28 @@ def test_two_hosts_in_network_namespaces(tmp_path):
     (tmp_path / "worker.py").write_text(NETNS_WORKER)
     outputs = run_in_namespaces(tmp_path / "worker.py", tmp_path, Path(__file__).parent)
     assert sum("sampled across the namespaces" in o for o in outputs) == 2, outputs
+
+
+def machines_worker(rank, world, port, directory, results):
+    """Slots sized by bounds by default only when every host runs on one machine: a host
+    with another host name turns them off on every host; asked for, they are on."""
+    with host_of(rank, world, port, results, 60):
+        part = load_partition(Path(directory) / "parts", rank)
+        assert DistGraphSampler(part, [2], timeout=10.0).bounded_slots is True
+        if rank == 1:
+            socket.gethostname = lambda: "another-machine"
+        apart = DistGraphSampler(part, [2], timeout=10.0)
+        assert apart.bounded_slots is False
+        assert DistGraphSampler(part, [2], timeout=10.0, bounded_slots=True).bounded_slots is True
+        with pytest.raises(ValueError, match="bounded_slots must be None, True or False"):
+            DistGraphSampler(part, [2], bounded_slots="yes")
+        apart.sample_subgraph(torch.arange(5))
+
+
+@pytest.mark.timeout(300)
+def test_bounded_slots_default_to_one_machine(tmp_path):
+    _, seen, _ = spawn_hosts(tmp_path, machines_worker, 2, "random")
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
 def mismatch_worker(rank, world, port, directory, results):
