@@ -447,8 +447,7 @@ class DistGraphSampler:
         self._sampler = torch.classes.quiver.DistSampler(
             group.boxed(), indptr, indices, edge_ids, partition.owner, partition.local_index,
             self.sizes, replace, float(timeout), reads, gloo_lanes)
-        # Asked for, or one machine: a host that asks for none still takes exact counts
-        # when another host does not (they agree every batch).
+        # Each batch the hosts check that all of them have it on; else exact counts for all.
         self.bounded_slots = self._one_machine if bounded_slots is None else bounded_slots
         self._sampler.set_bounded_slots(self.bounded_slots)
 
