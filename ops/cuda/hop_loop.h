@@ -17,6 +17,7 @@
 #include "ops/checks.h"
 #include "ops/cuda/device_access.h"
 #include "ops/cuda/hop_board.h"
+#include "ops/cuda/join_parts.h"
 #include "ops/cuda/reindex.h"
 #include "ops/cuda/row_sampling.h"
 #include "ops/sampling_rules.h"
@@ -308,35 +309,89 @@ void queue_batch(const BatchShape<index_t>& shape, const at::Tensor& seeds, cuda
 }
 
 // The batch's one wait (true sizes, and any invalid input the kernels met), then its outputs
-// cut to size and joined. `queued` is left as it is (a captured batch's buffers).
+// cut to size and joined, all four in one launch (join_parts). `queued` is left as it is (a
+// captured batch's buffers): the outputs never alias it.
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> finish_batch(
     const QueuedBatch& queued, cuda::HopBoard& board, const BoardLayout& layout,
     const at::Tensor& seeds, int64_t num_hops, int64_t num_nodes, int64_t num_edges) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t* counts = board.read(stream, num_nodes, num_edges);
-  at::Tensor nodes_per_hop = at::zeros({num_hops + 1}, at::kLong);
-  at::Tensor edges_per_hop = at::zeros({num_hops}, at::kLong);
+  const int64_t hops = static_cast<int64_t>(queued.row_parts.size());
+  at::Tensor nodes_per_hop = at::empty({num_hops + 1}, at::kLong);
+  at::Tensor edges_per_hop = at::empty({num_hops}, at::kLong);
   int64_t* nodes_per_hop_p = nodes_per_hop.mutable_data_ptr<int64_t>();
   int64_t* edges_per_hop_p = edges_per_hop.mutable_data_ptr<int64_t>();
+  std::fill(nodes_per_hop_p, nodes_per_hop_p + num_hops + 1, int64_t{0});
+  std::fill(edges_per_hop_p, edges_per_hop_p + num_hops, int64_t{0});
   nodes_per_hop_p[0] = seeds.numel();
-  std::vector<at::Tensor> node_parts{queued.seed_keys.defined() ? queued.seed_keys : seeds},
-      row_parts, col_parts, eid_parts;
-  for (size_t hop = 0; hop < queued.row_parts.size(); ++hop) {
-    const int64_t hop_edges = counts[layout.edges_at + hop];
-    const int64_t added = counts[layout.total_at + hop + 2] - counts[layout.total_at + hop + 1];
-    row_parts.push_back(queued.row_parts[hop].narrow(0, 0, hop_edges));
-    col_parts.push_back(queued.col_parts[hop].narrow(0, 0, hop_edges));
-    eid_parts.push_back(queued.eid_parts[hop].narrow(0, 0, hop_edges));
-    node_parts.push_back(queued.new_node_parts[hop].narrow(0, 0, added));
-    nodes_per_hop_p[hop + 1] = added;
-    edges_per_hop_p[hop] = hop_edges;
+  int64_t total_nodes = seeds.numel(), total_edges = 0;
+  for (int64_t hop = 0; hop < hops; ++hop) {
+    edges_per_hop_p[hop] = counts[layout.edges_at + hop];
+    nodes_per_hop_p[hop + 1] =
+        counts[layout.total_at + hop + 2] - counts[layout.total_at + hop + 1];
+    total_nodes += nodes_per_hop_p[hop + 1];
+    total_edges += edges_per_hop_p[hop];
   }
-  // at::cat copies even a single part: the outputs never alias a captured batch's buffers.
-  auto join = [&](const std::vector<at::Tensor>& parts) {
-    return parts.empty() ? at::empty({0}, seeds.options()) : at::cat(parts);
+  const at::Tensor& seed_part = queued.seed_keys.defined() ? queued.seed_keys : seeds;
+  const auto options = seeds.options().dtype(at::kLong);
+  at::Tensor node_ids = at::empty({total_nodes}, options);
+  at::Tensor rows = at::empty({total_edges}, options);
+  at::Tensor cols = at::empty({total_edges}, options);
+  at::Tensor edge_ids = at::empty({total_edges}, options);
+  const auto joinable = [](const at::Tensor& t) {
+    return t.scalar_type() == at::kLong && t.is_contiguous();
   };
-  return {join(node_parts), join(row_parts), join(col_parts),
-          join(eid_parts),  nodes_per_hop,   edges_per_hop};
+  bool fused = 4 * hops + 1 <= kMaxJoinedParts && joinable(seed_part);
+  for (int64_t hop = 0; fused && hop < hops; ++hop) {
+    fused = joinable(queued.row_parts[hop]) && joinable(queued.col_parts[hop]) &&
+            joinable(queued.eid_parts[hop]) && joinable(queued.new_node_parts[hop]);
+  }
+  if (!fused) {  // more hops than one launch takes: at::cat, an output at a time
+    std::vector<at::Tensor> node_parts{seed_part}, row_parts, col_parts, eid_parts;
+    for (int64_t hop = 0; hop < hops; ++hop) {
+      const int64_t hop_edges = edges_per_hop_p[hop];
+      row_parts.push_back(queued.row_parts[hop].narrow(0, 0, hop_edges));
+      col_parts.push_back(queued.col_parts[hop].narrow(0, 0, hop_edges));
+      eid_parts.push_back(queued.eid_parts[hop].narrow(0, 0, hop_edges));
+      node_parts.push_back(queued.new_node_parts[hop].narrow(0, 0, nodes_per_hop_p[hop + 1]));
+    }
+    const auto join = [](const std::vector<at::Tensor>& parts, at::Tensor& into) {
+      if (!parts.empty()) at::cat_out(into, parts);
+    };
+    join(node_parts, node_ids);
+    join(row_parts, rows);
+    join(col_parts, cols);
+    join(eid_parts, edge_ids);
+    return {node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop};
+  }
+  JoinedParts parts;
+  const auto add = [&parts](const at::Tensor& from, int64_t* to, int64_t count) {
+    if (count == 0) return;
+    parts.from[parts.num_parts] = from.const_data_ptr<int64_t>();
+    parts.to[parts.num_parts] = to;
+    parts.count[parts.num_parts] = count;
+    parts.longest = std::max(parts.longest, count);
+    ++parts.num_parts;
+  };
+  int64_t* node_at = node_ids.mutable_data_ptr<int64_t>();
+  int64_t* rows_at = rows.mutable_data_ptr<int64_t>();
+  int64_t* cols_at = cols.mutable_data_ptr<int64_t>();
+  int64_t* eids_at = edge_ids.mutable_data_ptr<int64_t>();
+  add(seed_part, node_at, seeds.numel());
+  node_at += seeds.numel();
+  for (int64_t hop = 0; hop < hops; ++hop) {
+    const int64_t hop_edges = edges_per_hop_p[hop], added = nodes_per_hop_p[hop + 1];
+    add(queued.new_node_parts[hop], node_at, added);
+    add(queued.row_parts[hop], rows_at, hop_edges);
+    add(queued.col_parts[hop], cols_at, hop_edges);
+    add(queued.eid_parts[hop], eids_at, hop_edges);
+    node_at += added;
+    rows_at += hop_edges;
+    cols_at += hop_edges;
+    eids_at += hop_edges;
+  }
+  C10_CUDA_CHECK(join_parts(parts, stream));
+  return {node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop};
 }
 
 // The Philox key of one batch of `shape`. Each uniform row reserves the draws its hop may take
