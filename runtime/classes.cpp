@@ -126,6 +126,11 @@ void register_runtime_classes(torch::Library& m) {
       .def("sample", &DistSampler::sample)
       .def("set_bounded_slots", &DistSampler::set_bounded_slots)
       .def("set_capture_batches", &DistSampler::set_capture_batches)
+      .def("set_slot_margin", &DistSampler::set_slot_margin)
+      .def("slot_margin", &DistSampler::slot_margin)
+      .def("last_slot_rows", &DistSampler::last_slot_rows)
+      .def("overflowed_batches", &DistSampler::overflowed_batches)
+      .def("size_exchanges", &DistSampler::size_exchanges)
       .def("requester_draws",
            [](const c10::intrusive_ptr<DistSampler>& self) { return self->requester_draws(); })
       .def("host", &DistSampler::host)

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <sstream>
@@ -416,49 +417,111 @@ DistSampler::SlotHop DistSampler::slot_hop(const at::Tensor& requests,
   return hop;
 }
 
-std::vector<int64_t> DistSampler::bounded_slot_rows(int64_t batch_size, bool able) {
-  const int64_t P = num_hosts_;
+namespace {
+
+// "None seen yet" in a host's proposal of a hop's block rows: the agreed rows are the bound.
+constexpr int64_t kNoneSeen = std::numeric_limits<int64_t>::max();
+
+// `rows` rounded up to one of 8 steps an octave: blocks sized by what was seen take few
+// distinct shapes, so that their captured batches keep being replayed.
+int64_t rounded_up_to_step(int64_t rows) {
+  if (rows <= 8) return rows;
+  int64_t step = 1;
+  while ((step << 4) <= rows) step <<= 1;  // rows / 16 < step <= rows / 8
+  return (rows + step - 1) / step * step;
+}
+
+}  // namespace
+
+void DistSampler::set_slot_margin(double margin) {
+  TORCH_CHECK(std::isfinite(margin) && margin >= 0 && margin <= 1000,
+              "DistSampler.set_slot_margin: margin must be 0 (blocks of the bounds) or a finite "
+              "factor in (0, 1000], got ", margin);
+  std::lock_guard<std::mutex> lock(sample_mutex_);
+  slot_margin_ = margin;
+  seen_slot_rows_.clear();
+  slots_agreed_ = false;
+  if (bounded_batches_) bounded_batches_->drop_captures();
+}
+
+std::vector<int64_t> DistSampler::agreed_slot_rows() const {
+  const int64_t H = static_cast<int64_t>(fanouts_.size());
+  if (!slots_agreed_ || slot_margin_ <= 0 || static_cast<int64_t>(seen_slot_rows_.size()) != H) {
+    return {};
+  }
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t rows = seen_slot_rows_[h], fanout = fanouts_[h];
+    // A hop none has asked for yet keeps blocks of no rows: a batch that asks overflows.
+    if (fanout > 0 && saturating_mul(saturating_mul(num_hosts_, rows),
+                                     saturating_mul(fanout, 2 * int64_t{sizeof(int64_t)})) >
+                          kBoundedSlotBytes) {
+      return {};
+    }
+  }
+  return seen_slot_rows_;
+}
+
+DistSampler::BoundedSlots DistSampler::bounded_slot_rows(int64_t batch_size, bool able) {
+  const int64_t P = num_hosts_, H = static_cast<int64_t>(fanouts_.size());
   const auto long_x = at::TensorOptions().dtype(at::kLong).device(exchange_device_);
-  // Every host tells every other whether it can, and its batch's size: one wait a batch.
-  at::Tensor from = at::tensor(std::vector<int64_t>{able ? 1 : 0, batch_size}, at::kLong)
-                        .repeat({P})
-                        .view({P, 2})
-                        .to(exchange_device_);
-  at::Tensor into = at::empty({P, 2}, long_x);
-  const std::vector<int64_t> one_each(P, 1);
-  all_to_all(into, from, one_each, one_each, "batch sizes", /*host_waits=*/false);
-  at::Tensor here = at::empty({P, 2}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
-  here.copy_(into, /*non_blocking=*/true);
+  PhaseClock clock("partitioned batch's sizes");
+  ++size_exchanges_;
+  // Every host tells every other whether it can, its batch's size, and per hop the block
+  // rows it proposes from what it has seen: one host wait. The hosts take the largest
+  // proposal, so they agree on the blocks whatever each has seen.
+  std::vector<int64_t> message{able ? 1 : 0, batch_size};
+  for (int64_t h = 0; h < H; ++h) {
+    const bool seen = slot_margin_ > 0 && h < static_cast<int64_t>(seen_slot_rows_.size()) &&
+                      seen_slot_rows_[h] > 0;
+    message.push_back(seen ? seen_slot_rows_[h] : kNoneSeen);
+  }
+  const int64_t words = 2 + H;
+  // Pinned buffers kept across batches (free again: the host waits for the copies below).
+  if (!sizes_host_.defined() || sizes_host_.numel() != 2 * P * words) {
+    sizes_host_ = at::empty({2, P * words}, at::TensorOptions().dtype(at::kLong).pinned_memory(true));
+  }
+  at::Tensor out_host = sizes_host_[0], in_host = sizes_host_[1];
+  int64_t* out_words = out_host.mutable_data_ptr<int64_t>();
+  for (int64_t p = 0; p < P; ++p) std::copy(message.begin(), message.end(), out_words + p * words);
+  at::Tensor from = out_host.to(exchange_device_, /*non_blocking=*/true);
+  at::Tensor into = at::empty({P * words}, long_x);
+  const std::vector<int64_t> each(P, words);
+  all_to_all(into, from, each, each, "batch sizes", /*host_waits=*/false);
+  in_host.copy_(into, /*non_blocking=*/true);
+  clock.lap("queue");
   settle({}, "batch sizes");
-  const int64_t* words = here.const_data_ptr<int64_t>();
+  clock.lap("exchange");
+  const int64_t* got = in_host.const_data_ptr<int64_t>();
   int64_t rows = 0;
+  std::vector<int64_t> proposed(H, 0);
   for (int64_t p = 0; p < P; ++p) {
-    if (words[2 * p] != 1) return {};
-    rows = std::max(rows, words[2 * p + 1]);
+    const int64_t* word = got + p * words;
+    if (word[0] != 1) return {};
+    rows = std::max(rows, word[1]);
+    for (int64_t h = 0; h < H; ++h) proposed[h] = std::max(proposed[h], word[2 + h]);
   }
   if (P > kMaxBoundedSlotHosts) return {};
-  std::vector<int64_t> slot_rows;
-  for (const int64_t fanout : fanouts_) {
-    const int64_t edges = saturating_mul(rows, fanout);
+  BoundedSlots slots;
+  for (int64_t h = 0; h < H; ++h) {
+    const int64_t edges = saturating_mul(rows, fanouts_[h]);
     if (edges > kMaxHopEdges ||
         saturating_mul(saturating_mul(P, edges), 2 * int64_t{sizeof(int64_t)}) > kBoundedSlotBytes) {
       return {};
     }
-    slot_rows.push_back(rows);
+    slots.bounds.push_back(rows);
+    slots.rows.push_back(std::min(rows, proposed[h]));
     rows = std::min(edges, num_nodes());  // HopNumbering's bound of the hop's new nodes
   }
-  return slot_rows;
+  return slots;
 }
 
 DistSampler::Outputs DistSampler::sample_in_bounded_slots(
     const at::Tensor& seed_ids, const std::optional<at::Generator>& generator,
-    const std::vector<int64_t>& slot_rows) {
+    const BoundedSlots& slots) {
   const at::Device w = indptr_.device();
-  const int64_t P = num_hosts_, H = static_cast<int64_t>(fanouts_.size());
-  const auto long_w = at::TensorOptions().dtype(at::kLong).device(w);
-  PhaseClock clock("partitioned batch in bounded slots");
+  const int64_t H = static_cast<int64_t>(fanouts_.size());
   // Each hop's key, drawn in hop order as the exact exchange's owners draw them (every hop
-  // of a fanout > 0, rows or none).
+  // of a fanout > 0, rows or none); a batch taken again draws from the same keys.
   std::vector<int64_t> key_words(2 * H, 0);
   for (int64_t h = 0; h < H; ++h) {
     if (fanouts_[h] > 0) {
@@ -466,32 +529,109 @@ DistSampler::Outputs DistSampler::sample_in_bounded_slots(
           internal::draw_slots_key(w, fanouts_[h], replace_, indices_.numel(), generator);
     }
   }
+  std::vector<int64_t> most_asked;
+  Outputs outputs = queue_bounded_batch(seed_ids, generator, key_words, slots.rows, most_asked);
+  // Every host read the same maxima, so all learn the same and all agree on taking the
+  // batch again.
+  bool overflowed = false, grew = false;
+  const auto learn = [&] {
+    seen_slot_rows_.resize(H, 0);
+    for (int64_t h = 0; h < H; ++h) {
+      if (slot_margin_ <= 0 || most_asked[h] <= 0) continue;
+      const double wanted = std::ceil(static_cast<double>(most_asked[h]) * slot_margin_);
+      const int64_t rows = rounded_up_to_step(
+          static_cast<int64_t>(std::min(wanted, static_cast<double>(kMaxHopEdges))));
+      if (rows > seen_slot_rows_[h]) {
+        seen_slot_rows_[h] = rows;
+        grew = true;
+      }
+    }
+  };
+  for (int64_t h = 0; h < H; ++h) {
+    overflowed |= fanouts_[h] > 0 && most_asked[h] > slots.rows[h];
+  }
+  learn();
+  last_slot_rows_ = slots.rows;
+  if (overflowed) {
+    // Some owner was asked for more rows than its block held: the batch is taken again in
+    // blocks of the bounds, which hold every request, with the same keys, so the same draws.
+    // Blocks that were agreed without an exchange have no bounds yet: every host saw the
+    // overflow, so all exchange their batch sizes now.
+    ++overflowed_batches_;
+    slots_agreed_ = false;
+    const std::vector<int64_t> bounds =
+        slots.bounds.empty() ? bounded_slot_rows(seed_ids.numel(), /*able=*/true).bounds
+                             : slots.bounds;
+    if (bounds.empty()) {
+      // The bounds' padding would pass kBoundedSlotBytes: the hops' exact counts instead
+      // (a valid batch, drawn from the generator anew).
+      last_slot_rows_.clear();
+      return sample_on_gpu(seed_ids, generator);
+    }
+    outputs = queue_bounded_batch(seed_ids, generator, key_words, bounds, most_asked);
+    learn();
+    last_slot_rows_ = bounds;
+  }
+  slots_agreed_ = true;
+  if (grew && bounded_batches_) {
+    // Batches of the old blocks will not come back: their captures go, once this batch's
+    // outputs are copied out of them.
+#ifdef QUIVER_WITH_CUDA
+    at::cuda::getCurrentCUDAStream(w.index()).synchronize();
+#endif
+    bounded_batches_->drop_captures();
+  }
+  return outputs;
+}
+
+DistSampler::Outputs DistSampler::queue_bounded_batch(
+    const at::Tensor& seed_ids, const std::optional<at::Generator>& generator,
+    const std::vector<int64_t>& key_words, const std::vector<int64_t>& slot_rows,
+    std::vector<int64_t>& most_asked) {
+  const at::Device w = indptr_.device();
+  const int64_t P = num_hosts_, H = static_cast<int64_t>(fanouts_.size());
+  const auto long_w = at::TensorOptions().dtype(at::kLong).device(w);
+  PhaseClock clock("partitioned batch in bounded slots");
   const auto queue = [&](SlottedBatch& batch, const int64_t* keys) {
+    // Per hop, the most rows a host asked this host for (its blocks' counts).
+    at::Tensor most_here = at::zeros({H}, long_w);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t fanout = fanouts_[h], rows = slot_rows[h];
       // Each owner's block of requests, and which frontier node each slot answers, sized
-      // by the bound: nothing is read back.
+      // by the agreed rows: nothing is read back.
       const auto [frontier, live] = batch.frontier_bound();
       auto [requests, slot_order] =
           group_into_bounded_slots(frontier, live, owner_w_, local_index_w_, P, rows, host_,
                                    batch.remote_nodes_counter(h));
       at::Tensor slots = at::empty({P * rows, 2, fanout}, long_w);
-      if (fanout > 0 && rows > 0) {  // the same on every host: its fanout, and the bound
+      if (fanout > 0 && rows > 0) {  // the same on every host: its fanout, and the rows
         at::Tensor requests_flat = requests.view({-1});
         at::Tensor asked_padded = at::empty({P * (rows + 1)}, long_w);
         const std::vector<int64_t> request_splits(P, rows + 1), slot_splits(P, rows);
         all_to_all(asked_padded, requests_flat, request_splits, request_splits, "requests",
                    /*host_waits=*/false);
         // The peers' rows in the order an exact exchange gives (so the same draws), each
-        // answered in its bounded slot.
-        const auto [asked, slot_of, asked_live] = compact_requests(asked_padded, P, rows);
+        // answered in its block's slot.
+        const auto [asked, slot_of, asked_live] = compact_requests(
+            asked_padded, P, rows, most_here.mutable_data_ptr<int64_t>() + h);
         at::Tensor answers = internal::sample_into_slots(
             indptr_, indices_, edge_ids_, asked, fanout, replace_, generator, batch.report(),
             {asked_live.const_data_ptr<int64_t>(), slot_of, keys + 2 * h});
         all_to_all(slots, answers, slot_splits, slot_splits, "answers", /*host_waits=*/false);
+      } else if (fanout > 0) {
+        // Blocks of no rows move nothing, so no owner counts what it was asked for: the
+        // asking side's counts (each block's first word) tell of an overflow instead.
+        most_here.narrow(0, h, 1).copy_(requests.select(1, 0).amax(0, /*keepdim=*/true));
       }
       batch.add_hop(slots, slot_order, host_ * rows, (host_ + 1) * rows, frontier.numel());
     }
+    // Every host's maxima to every host, so that all hold the same largest counts (read
+    // back with the batch's other counters).
+    at::Tensor most_all = at::empty({P * H}, long_w);
+    const std::vector<int64_t> each(P, H);
+    at::Tensor most_each = most_here.repeat({P});
+    all_to_all(most_all, most_each, each, each, "most asked", /*host_waits=*/false);
+    at::from_blob(batch.most_asked_counters(), {H}, long_w).copy_(most_all.view({P, H}).amax(0));
   };
   if (!bounded_batches_) bounded_batches_ = std::make_unique<BoundedBatches>(capture_batches_);
   bounded_batches_->set_capture(capture_batches_);
@@ -507,6 +647,7 @@ DistSampler::Outputs DistSampler::sample_in_bounded_slots(
   clock.lap("finish");
   last_remote_edges_.assign(counters.begin(), counters.begin() + H);
   last_remote_nodes_.assign(counters.begin() + H, counters.begin() + 2 * H);
+  most_asked.assign(counters.begin() + 2 * H, counters.begin() + 3 * H);
   return {node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop};
 }
 
@@ -691,8 +832,15 @@ DistSampler::Outputs DistSampler::sample_batch(const at::Tensor& seed_ids,
   if (direct_link() != nullptr) {
     const bool able = gpu_slots && bounded_slots_ && exchange_device_ == w &&
                       channel_->lanes().empty();
-    const std::vector<int64_t> slot_rows = bounded_slot_rows(seed_ids.numel(), able);
-    if (!slot_rows.empty()) return sample_in_bounded_slots(seed_ids, own_generator, slot_rows);
+    // Once the hosts agree on blocks sized by what was seen, a batch takes them at once:
+    // its first wait on the host is its end.
+    std::vector<int64_t> agreed = able ? agreed_slot_rows() : std::vector<int64_t>{};
+    const BoundedSlots slots = !agreed.empty()
+                                   ? BoundedSlots{{}, std::move(agreed)}
+                                   : bounded_slot_rows(seed_ids.numel(), able);
+    if (!slots.rows.empty()) return sample_in_bounded_slots(seed_ids, own_generator, slots);
+    last_slot_rows_.clear();
+    slots_agreed_ = false;
   }
   if (gpu_slots) return sample_on_gpu(seed_ids, own_generator);
   if (!position_.defined() || position_.device() != w) {

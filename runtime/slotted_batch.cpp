@@ -20,7 +20,7 @@ namespace quiver::runtime {
 SlottedBatch::SlottedBatch(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts,
                            bool start)
     : num_hops_(static_cast<int64_t>(fanouts.size())),
-      numbering_(seeds, num_nodes, fanouts, 2 * num_hops_) {
+      numbering_(seeds, num_nodes, fanouts, 3 * num_hops_) {
   if (start) numbering_.start();
 }
 
@@ -207,9 +207,8 @@ std::tuple<at::Tensor, at::Tensor> group_into_bounded_slots(
     const at::Tensor& frontier, const int64_t* live, const at::Tensor& owner,
     const at::Tensor& local_index, int64_t num_hosts, int64_t slot_rows, int64_t host,
     int64_t* remote_nodes) {
-  TORCH_CHECK(frontier.numel() <= slot_rows && live != nullptr,
-              "group_into_bounded_slots: a frontier of ", frontier.numel(),
-              " entries in blocks of ", slot_rows, " rows");
+  TORCH_CHECK(slot_rows >= 0 && live != nullptr,
+              "group_into_bounded_slots: blocks of ", slot_rows, " rows, and live, are needed");
   const auto options = frontier.options();
   at::Tensor padded_requests = at::empty({num_hosts, slot_rows + 1}, options);
   at::Tensor slot_order = at::empty({num_hosts * slot_rows}, options);
@@ -221,7 +220,8 @@ std::tuple<at::Tensor, at::Tensor> group_into_bounded_slots(
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> compact_requests(const at::Tensor& padded_requests,
                                                                 int64_t num_hosts,
-                                                                int64_t slot_rows) {
+                                                                int64_t slot_rows,
+                                                                int64_t* most_asked) {
   TORCH_CHECK(padded_requests.is_cuda() && padded_requests.scalar_type() == at::kLong &&
                   padded_requests.is_contiguous() &&
                   padded_requests.numel() == num_hosts * (slot_rows + 1),
@@ -239,7 +239,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> compact_requests(const at::Tensor
   C10_CUDA_CHECK(cuda::compact_requests(
       padded_requests.const_data_ptr<int64_t>(), num_hosts, slot_rows,
       asked.mutable_data_ptr<int64_t>(), slot_of.mutable_data_ptr<int64_t>(),
-      live.mutable_data_ptr<int64_t>(), at::cuda::getCurrentCUDAStream().stream()));
+      live.mutable_data_ptr<int64_t>(), most_asked, at::cuda::getCurrentCUDAStream().stream()));
   return {asked, slot_of, live};
 }
 
@@ -260,7 +260,7 @@ std::tuple<at::Tensor, at::Tensor> group_into_bounded_slots(const at::Tensor&, c
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> compact_requests(const at::Tensor&, int64_t,
-                                                                int64_t) {
+                                                                int64_t, int64_t*) {
   TORCH_CHECK(false, "compact_requests runs on a GPU: this build has no CUDA");
 }
 

@@ -29,8 +29,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> group_by_owner(const at::Tensor& 
 // Slots sized by bounds: the frontier (at its bound's size, `live` its device {begin, end})
 // grouped into a fixed block per owner: (padded_requests [num_hosts, slot_rows + 1], each
 // block its count then its rows; slot_order [num_hosts * slot_rows], the frontier index
-// each slot answers, -1 where none). *remote_nodes (a device word) += the live nodes other
-// hosts own. Nothing is read back: the hop stays on the stream.
+// each slot answers, -1 where none). A block holds at most slot_rows rows; its count is
+// what the owner was due, so an owner sees a block that overflowed (compact_requests'
+// most_asked). *remote_nodes (a device word) += the live nodes other hosts own. Nothing is
+// read back: the hop stays on the stream.
 std::tuple<at::Tensor, at::Tensor> group_into_bounded_slots(
     const at::Tensor& frontier, const int64_t* live, const at::Tensor& owner,
     const at::Tensor& local_index, int64_t num_hosts, int64_t slot_rows, int64_t host,
@@ -43,10 +45,12 @@ constexpr int64_t kMaxBoundedSlotHosts = 4096;
 // What an owner received in slots sized by bounds ([num_hosts, slot_rows + 1]) as the rows
 // an exact exchange would have brought, in the same order: (asked [num_hosts * slot_rows],
 // of which the first live[1] - live[0] are real; slot_of, each one's slot; live [2]), for
-// internal::sample_into_slots' SlotPlacement.
+// internal::sample_into_slots' SlotPlacement. *most_asked (a device word, when given): the
+// largest count a host sent, past slot_rows when its block overflowed.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> compact_requests(const at::Tensor& padded_requests,
                                                                 int64_t num_hosts,
-                                                                int64_t slot_rows);
+                                                                int64_t slot_rows,
+                                                                int64_t* most_asked = nullptr);
 
 // One batch: seeds first, then each hop's new nodes in order of first appearance. One wait
 // on the device a hop (frontier()) and one at the end (finish()); or, in slots sized by
@@ -72,9 +76,12 @@ class SlottedBatch {
                int64_t own_end, int64_t frontier_rows);
   // Device word counting hop h's frontier nodes other hosts own (slots sized by bounds).
   int64_t* remote_nodes_counter(int64_t hop) { return numbering_.counter(num_hops_ + hop); }
+  // Device words, one a hop: the most rows any host asked any owner for in hop h (slots
+  // sized by bounds; the caller writes them).
+  int64_t* most_asked_counters() { return numbering_.counter(2 * num_hops_); }
   // (node_ids, rows, cols, edge_ids on the GPU; nodes_per_hop, edges_per_hop on the CPU),
   // sample_subgraph's outputs, and per hop the edges other hosts answered, then per hop
-  // remote_nodes_counter's count.
+  // remote_nodes_counter's count, then most_asked_counters'.
   std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
              std::vector<int64_t>>
   finish() { return numbering_.finish(); }
@@ -83,7 +90,8 @@ class SlottedBatch {
 
  private:
   int64_t num_hops_;
-  // counters: each hop's edges answered by other hosts, then each hop's remote nodes
+  // counters: each hop's edges answered by other hosts, then each hop's remote nodes, then
+  // each hop's most rows asked of an owner
   internal::HopNumbering numbering_;
 };
 

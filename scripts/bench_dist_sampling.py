@@ -3,7 +3,7 @@
     python scripts/bench_dist_sampling.py [--graph products] [--parts 2,4]
         [--methods metis,random] [--fanouts 15,10,5] [--batch-size 1024] [--batches 20]
         [--mode CPU|GPU|UVA] [--backend gloo|nccl] [--draws owner|requester] [--lanes 1,4]
-        [--slots bounded,launched,exact] [--json out.json] [--plot out.png]
+        [--slots seen,bounded,launched,exact] [--json out.json] [--plot out.png]
 
 For each part count and method: partitions the synthetic graph (the partitioner's time is
 printed), starts one process per part on this machine (Gloo over loopback, each process
@@ -13,7 +13,8 @@ processes' medians, the share of each hop's frontier owned by another host, and 
 the exchanges moved (requests: 8 per remote frontier node; answers of a hop of fanout f >= 0
 with the owners drawing: a slot of f (neighbor, edge id) pairs, 16 f bytes, per remote node,
 padding included; otherwise 8 per count and 16 per sampled pair; in slots sized by bounds,
-every block to every peer, whatever it holds: 8 (bound + 1) + 16 f bound). The baseline is the same batches' seeds sampled by
+every block to every peer, whatever it holds: 8 (rows + 1) + 16 f rows, with each batch's
+block rows as the sampler reports them). The baseline is the same batches' seeds sampled by
 quiver::sample_subgraph on the CPU with the whole graph in one process, with the threads
 one process of the distributed run has and with all of them. Edges per second count the
 sampled edges of every hop.
@@ -25,9 +26,11 @@ sampled, synchronized). ``--backend nccl`` exchanges through the GPUs (one per p
 gloo through the CPUs. ``--lanes`` (Gloo): each part count and method is run once per lane
 count given (DistGraphSampler's lanes: the connections a hop's bulk travels over side by
 side), on the same partition and seeds. ``--slots`` (NCCL, GPU parts): each run with slots
-sized by bounds (every hop queued on the stream, padded to its bound: one wait a batch
-besides the end), replayed as CUDA graphs ("bounded") or launched as usual ("launched"),
-and with exact counts exchanged first ("exact": three waits a hop).
+sized by bounds (every hop queued on the stream in fixed blocks: one wait a batch besides
+the end), blocks sized by what was seen and replayed as CUDA graphs ("seen", the default),
+the same launched as usual ("launched"), blocks of the bounds replayed ("bounded": the
+largest batch times the fanouts before the hop), and with exact counts exchanged first
+("exact": three waits a hop).
 
 Then, on paper, for 2-16 hosts on 100 and 400 Gb/s links: the batches a second that a
 host's link allows, from the bytes per batch measured here (random parts: the largest part
@@ -61,7 +64,7 @@ def seeds_for(part_train: torch.Tensor, batches: int, batch_size: int, seed: int
     return [order[(b * batch_size) % max(1, order.numel()):][:batch_size] for b in range(batches)]
 
 
-def worker(rank, world, port, directory, args, out, threads, lanes, slots="bounded"):
+def worker(rank, world, port, directory, args, out, threads, lanes, slots="seen"):
     torch.set_num_threads(threads)
     if args.mode != "CPU" or args.backend == "nccl":
         torch.cuda.set_device(rank % torch.cuda.device_count())
@@ -72,9 +75,11 @@ def worker(rank, world, port, directory, args, out, threads, lanes, slots="bound
         sampler = DistGraphSampler(part, args.fanouts, timeout=120.0, mode=args.mode,
                                    draws=args.draws, lanes=lanes,
                                    bounded_slots=slots != "exact")
-        sampler._sampler.set_capture_batches(slots == "bounded")
+        sampler._sampler.set_capture_batches(slots != "launched")
+        if slots == "bounded":
+            sampler._sampler.set_slot_margin(0.0)  # blocks of the bounds
         batches = seeds_for(part.splits["train"], args.batches + 2, args.batch_size, rank)
-        times, remote_nodes, remote_edges, frontier, edges = [], [], [], [], []
+        times, remote_nodes, remote_edges, frontier, edges, slot_rows = [], [], [], [], [], []
         for i, seeds in enumerate(batches):
             dist.barrier()
             start = time.perf_counter()
@@ -83,8 +88,11 @@ def worker(rank, world, port, directory, args, out, threads, lanes, slots="bound
                 torch.cuda.synchronize()  # outputs on the GPU, as the baseline's
             elapsed = time.perf_counter() - start
             if i < 2:
+                overflows = sampler._sampler.overflowed_batches()
+                exchanges = sampler._sampler.size_exchanges()
                 continue  # warm-up
             times.append(elapsed)
+            slot_rows.append(sampler._sampler.last_slot_rows())
             nodes, edges_i = out_i[4].tolist(), out_i[5].tolist()
             r_nodes, r_edges = sampler.remote_share()
             remote_nodes.append(r_nodes)
@@ -93,7 +101,9 @@ def worker(rank, world, port, directory, args, out, threads, lanes, slots="bound
             edges.append(sum(edges_i))
         torch.save({"times": times, "remote_nodes": remote_nodes, "remote_edges": remote_edges,
                     "frontier": frontier, "edges": edges, "seeds": batches[2:],
-                    "lanes": sampler.lanes},
+                    "lanes": sampler.lanes, "slot_rows": slot_rows,
+                    "overflows": sampler._sampler.overflowed_batches() - overflows,
+                    "size_exchanges": sampler._sampler.size_exchanges() - exchanges},
                    Path(out) / f"rank_{rank}.pt")
     finally:
         dist.destroy_process_group()
@@ -139,15 +149,16 @@ def main():
                         help="who draws remote nodes' samples (DistGraphSampler's draws)")
     parser.add_argument("--lanes", default="1",
                         help="comma-separated lane counts, each run (Gloo; NCCL takes none)")
-    parser.add_argument("--slots", default="bounded",
-                        help="comma list of bounded,launched,exact: each run (NCCL, GPU parts)")
+    parser.add_argument("--slots", default="seen",
+                        help="comma list of seen,bounded,launched,exact: each run (NCCL, GPU "
+                             "parts)")
     parser.add_argument("--json")
     parser.add_argument("--plot", help="PNG: ms per batch against one host, and on paper")
     args = parser.parse_args()
     lane_counts = [int(n) for n in args.lanes.split(",")]
     slot_kinds = args.slots.split(",")
-    if any(k not in ("bounded", "launched", "exact") for k in slot_kinds):
-        parser.error(f"--slots takes bounded, launched and exact, got {args.slots}")
+    if any(k not in ("seen", "bounded", "launched", "exact") for k in slot_kinds):
+        parser.error(f"--slots takes seen, bounded, launched and exact, got {args.slots}")
     if args.backend != "nccl" or args.mode == "CPU":
         slot_kinds = slot_kinds[:1]  # only GPU parts over NCCL have slots sized by bounds
     args.fanouts = [int(f) for f in args.fanouts.split(",")]
@@ -275,16 +286,6 @@ def plot(rows, projected, png, title):
     fig.savefig(png, dpi=120)
 
 
-def bounded_rows(args, num_nodes):
-    """Rows of each hop's block in slots sized by bounds: the batch times the fanouts before
-    it, at most the graph's nodes (DistSampler's bounded_slot_rows)."""
-    rows, out = args.batch_size, []
-    for fanout in args.fanouts:
-        out.append(rows)
-        rows = min(rows * fanout, num_nodes)
-    return out
-
-
 def summary(args, parts, method, lanes, manifest, partition_s, ranks, one_ms_same, one_ms_all,
             one_ms_gpu, mean_edges, threads, slots="exact"):
     """One table row (and its JSON) of the processes' timings and shares at one lane count."""
@@ -300,18 +301,28 @@ def summary(args, parts, method, lanes, manifest, partition_s, ranks, one_ms_sam
         if fanout >= 0 and (args.draws or "owner") == "owner":  # answers in fixed slots
             return 8 * nodes + 16 * fanout * nodes
         return 8 * nodes + 8 * nodes + 16 * edges
-    if slots in ("bounded", "launched") and args.backend == "nccl" and args.mode != "CPU":
-        bounds = bounded_rows(args, manifest["num_nodes"])
-        # The batch sizes (2 words a peer), then each hop of a fanout > 0 (others move
-        # nothing); batches past DistSampler's byte bound would take exact counts instead.
-        moved = (parts - 1) * (16 + sum(8 * (n + 1) + 16 * f * n
-                                        for f, n in zip(args.fanouts, bounds) if f > 0 and n > 0))
+    in_slots = [rows for r in ranks for rows in r.get("slot_rows", []) if rows]
+    overflows = sum(r.get("overflows", 0) for r in ranks)
+    size_exchanges = sum(r.get("size_exchanges", 0) for r in ranks)
+    if in_slots:
+        # To each peer: the batch sizes and proposed rows (2 + H words; counted though a
+        # batch on agreed blocks sends none), each hop of a fanout
+        # > 0 in its blocks (others move nothing), and the most rows asked (H words); a batch
+        # taken again (overflows, counted apart) moves its blocks twice.
+        moved = statistics.mean(
+            (parts - 1) * (8 * (2 + 2 * hops) + sum(8 * (n + 1) + 16 * f * n
+                                                   for f, n in zip(args.fanouts, rows)
+                                                   if f > 0 and n > 0))
+            for rows in in_slots)
     else:
         slots = "exact"
         moved = statistics.mean(
             sum(hop_bytes(f, n, e) for f, n, e in zip(args.fanouts, rn, re))
             for r in ranks for rn, re in zip(r["remote_nodes"], r["remote_edges"]))
-    row = {"parts": parts, "method": method, "lanes": lanes, "slots": slots, "edge_cut": manifest["edge_cut"],
+    row = {"parts": parts, "method": method, "lanes": lanes, "slots": slots,
+           "slot_rows": in_slots[-1] if in_slots else None, "overflows": overflows,
+           "size_exchanges": size_exchanges,
+           "edge_cut": manifest["edge_cut"],
            "partition_s": partition_s, "dist_ms": dist_ms,
            "single_ms_same_threads": 1e3 * one_ms_same,
            "single_ms_all_threads": 1e3 * one_ms_all,
@@ -328,7 +339,9 @@ def summary(args, parts, method, lanes, manifest, partition_s, ranks, one_ms_sam
             f"{' / '.join(f'{s:.2f}' for s in share):>24} {moved / 1024:9.0f} "
             f"{row['medges_per_s']:8.2f}" +
             ("" if one_ms_gpu is None else
-             f" {1e3 * one_ms_gpu:12.2f} {row['ratio_gpu']:8.2f}"))
+             f" {1e3 * one_ms_gpu:12.2f} {row['ratio_gpu']:8.2f}") +
+            (f"  block rows {in_slots[-1]}, {overflows} batches taken again, "
+             f"{size_exchanges} exchanges of batch sizes (all hosts)" if in_slots else ""))
     return row, line
 
 

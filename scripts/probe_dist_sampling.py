@@ -1,10 +1,12 @@
-"""Where a partitioned GPU batch goes: two processes, a GPU each, NCCL, the products-like
-graph in 2 random parts, [15, 10, 5] from 1024 seeds. For each way the hops travel
-(slots sized by bounds replayed as CUDA graphs, the same launched as usual, exact counts
-first) it prints host 0's median ms a batch over 15 batches, then the profile of 10 more
-(kernels by GPU time), and writes each profile's Chrome trace into --out.
+"""Where a partitioned GPU batch goes: a process a GPU, NCCL, the products-like graph in
+--parts random parts (2), [15, 10, 5] from 1024 seeds. For each way the hops travel given
+in --slots (as bench_dist_sampling.py's: blocks sized by what was seen replayed as CUDA
+graphs, the same launched as usual, blocks of the bounds replayed, exact counts first) it
+prints host 0's median ms a batch over 15 batches, then the profile of 10 more (kernels by
+GPU time), and writes each profile's Chrome trace into --out. With
+QUIVER_TRACE_TRANSPORT=1 the sampler also prints each batch's host phases.
 
-    python3 scripts/probe_dist_sampling.py [--out DIR]
+    python3 scripts/probe_dist_sampling.py [--parts 2] [--slots seen,launched,exact] [--out DIR]
 """
 import argparse
 import os
@@ -34,7 +36,9 @@ def worker(rank, world, port, directory, slots, out):
                             device_id=torch.device("cuda", rank))
     sampler = DistGraphSampler(load_partition(directory, rank), [15, 10, 5], timeout=60.0,
                                mode="GPU", bounded_slots=slots != "exact")
-    sampler._sampler.set_capture_batches(slots == "bounded")
+    sampler._sampler.set_capture_batches(slots != "launched")
+    if slots == "bounded":
+        sampler._sampler.set_slot_margin(0.0)
     batches = seeds_for(sampler.partition.splits["train"], 30, 1024, rank)
     for seeds in batches[:5]:  # warm-up (and the captures)
         sampler.sample_subgraph(seeds)
@@ -62,15 +66,18 @@ def worker(rank, world, port, directory, slots, out):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--parts", type=int, default=2)
+    parser.add_argument("--slots", default="seen,launched,exact")
     args = parser.parse_args()
     graph = synthetic_graph("products", seed=0)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     with tempfile.TemporaryDirectory() as tmp:
-        partition_graph(Path(tmp) / "parts", topo, 2, "random", splits={"train": graph.train_idx})
-        for slots in ("bounded", "launched", "exact"):
+        partition_graph(Path(tmp) / "parts", topo, args.parts, "random",
+                        splits={"train": graph.train_idx})
+        for slots in args.slots.split(","):
             port = 29500 + int.from_bytes(os.urandom(2), "little") % 20000
-            mp.spawn(worker, args=(2, port, str(Path(tmp) / "parts"), slots, args.out),
-                     nprocs=2, join=True)
+            mp.spawn(worker, args=(args.parts, port, str(Path(tmp) / "parts"), slots, args.out),
+                     nprocs=args.parts, join=True)
 
 
 if __name__ == "__main__":

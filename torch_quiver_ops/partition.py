@@ -369,15 +369,19 @@ class DistGraphSampler:
             batch either way, docs/benchmarks.md); lanes are for links where one
             connection cannot fill the wire. Every host must ask for the same number. The
             batch does not depend on it.
-        bounded_slots: over NCCL with every part on its GPU, pad each hop's requests and
-            answers to the hop's bound (the largest batch times the fanouts before it), so
-            that a batch needs one host wait instead of three a hop and, from a shape's
-            second batch, replays as one CUDA graph. The padding moves more bytes (a
-            products batch, [15, 10, 5], 1024 seeds: 16 MB with 2 parts, 48 MB with 4,
-            against 6 and 9 MB exact), cheap between the GPUs of one machine (1.5-1.9x one
-            GPU's time with 2 parts on H100s, against 2.4-2.9x exact), dear over a network.
-            None (the default): on when every host runs on one machine (same host name),
-            else off; True or False force it. The batch does not depend on it.
+        bounded_slots: over NCCL with every part on its GPU, send each hop's requests and
+            answers in fixed blocks per owner, so that a batch needs one host wait instead
+            of three a hop and, from a shape's second batch, replays as one CUDA graph. A
+            block holds the most rows any host has asked one owner for so far, times 1.15;
+            once the hosts agree on the blocks they take them without asking each other
+            first (the only host wait is the batch's end). A batch that asks an owner for
+            more is taken again in blocks of the hop's bound (the largest batch times the
+            fanouts before it), with the same draws, and the blocks grow. The padding moves
+            more bytes (a products batch, [15, 10, 5], 1024 seeds: 7 MB with 2 parts, 11 MB
+            with 4, against 6 and 9 MB exact), cheap between the GPUs of one machine, dear
+            over a network. None (the default): on when every host runs on one machine
+            (same host name), else off; True or False force it. The batch does not depend
+            on it.
 
     The exchange follows ``group``'s backend: Gloo moves CPU tensors, NCCL the same tensors
     through the current GPU (call ``torch.cuda.set_device`` first, one GPU per process).

@@ -49,8 +49,9 @@ __global__ void owner_requests_kernel(OwnerGrouping<owner_t> grouping) {
 }
 
 // Bounded grouping: grouped place g (owner p = sorted_keys[g], the r-th of p's nodes) goes
-// to p's block of requests and slots. Thread 0 also writes every block's count and this
-// host's remote nodes.
+// to p's block of requests and slots, unless r is past the block's rows (an overflow: the
+// block's count, which thread 0 writes with this host's remote nodes, says how many the
+// owner was due, so the hosts see it and take the batch again in blocks that fit).
 template <typename owner_t>
 __global__ void bounded_requests_kernel(OwnerGrouping<owner_t> grouping,
                                         BoundedGrouping bounded,
@@ -74,6 +75,7 @@ __global__ void bounded_requests_kernel(OwnerGrouping<owner_t> grouping,
       if (sorted_keys[mid] < p) low = mid + 1; else high = mid;
     }
     const int64_t r = g - low, i = grouping.order[g];
+    if (r >= bounded.slot_rows) continue;
     bounded.slot_order[p * bounded.slot_rows + r] = i;
     bounded.padded_requests[p * (bounded.slot_rows + 1) + 1 + r] =
         grouping.local_index[grouping.frontier[i]];
@@ -81,10 +83,12 @@ __global__ void bounded_requests_kernel(OwnerGrouping<owner_t> grouping,
 }
 
 // An owner's received blocks compacted (compact_requests): each block's start among the
-// compacted rows from the counts' prefix sums, in shared memory.
+// compacted rows from the counts' prefix sums (a count past the block's rows taken as the
+// rows the block holds), in shared memory.
 __global__ void compact_requests_kernel(const int64_t* __restrict__ padded, int64_t hosts,
                                         int64_t slot_rows, int64_t* __restrict__ asked,
-                                        int64_t* __restrict__ slot_of, int64_t* __restrict__ live) {
+                                        int64_t* __restrict__ slot_of, int64_t* __restrict__ live,
+                                        int64_t* __restrict__ most_asked) {
   extern __shared__ int64_t starts[];  // hosts + 1
   for (int64_t p = threadIdx.x; p < hosts; p += blockDim.x) {
     starts[p + 1] = padded[p * (slot_rows + 1)];
@@ -92,10 +96,15 @@ __global__ void compact_requests_kernel(const int64_t* __restrict__ padded, int6
   __syncthreads();
   if (threadIdx.x == 0) {
     starts[0] = 0;
-    for (int64_t p = 0; p < hosts; ++p) starts[p + 1] += starts[p];
+    int64_t most = 0;
+    for (int64_t p = 0; p < hosts; ++p) {
+      most = max(most, starts[p + 1]);
+      starts[p + 1] = starts[p] + min(starts[p + 1], slot_rows);
+    }
     if (blockIdx.x == 0) {
       live[0] = 0;
       live[1] = starts[hosts];
+      if (most_asked != nullptr) *most_asked = most;
     }
   }
   __syncthreads();
@@ -251,10 +260,11 @@ cudaError_t unpack_slots(const FrontierSlots& answers, const int64_t* counts,
 
 cudaError_t compact_requests(const int64_t* padded_requests, int64_t num_hosts,
                              int64_t slot_rows, int64_t* asked, int64_t* slot_of, int64_t* live,
-                             cudaStream_t stream) {
+                             int64_t* most_asked, cudaStream_t stream) {
   const size_t shared = (num_hosts + 1) * sizeof(int64_t);
   compact_requests_kernel<<<blocks_for(num_hosts * slot_rows, kThreads), kThreads, shared,
-                            stream>>>(padded_requests, num_hosts, slot_rows, asked, slot_of, live);
+                            stream>>>(padded_requests, num_hosts, slot_rows, asked, slot_of, live,
+                                      most_asked);
   QUIVER_LAUNCH_TRY();
   return cudaSuccess;
 }

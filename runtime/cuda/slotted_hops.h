@@ -25,8 +25,9 @@ namespace quiver::cuda {
 // each owner p gets a fixed block of slot_rows + 1 words at
 // padded_requests[p * (slot_rows + 1)], its count then its rows, and
 // slot_order[p * slot_rows + r] = the frontier index of the r-th node p owns, -1 past
-// send_counts[p] (cleared here); *remote_nodes += the live nodes hosts other than `host`
-// own. `order` and `requests` are then scratch.
+// send_counts[p] (cleared here); nodes past a block's slot_rows are left out, and its count
+// (send_counts[p], the rows p was due) says so; *remote_nodes += the live nodes hosts other
+// than `host` own. `order` and `requests` are then scratch.
 struct BoundedGrouping {
   int64_t slot_rows;
   int64_t host;
@@ -58,12 +59,14 @@ cudaError_t group_by_owner(const OwnerGrouping<owner_t>& grouping, void* workspa
 // What an owner received in slots sized by bounds: from each host p a block of slot_rows + 1
 // words (the count, then the rows; see BoundedGrouping), compacted into the order the
 // exact exchange would have given: asked[k], the hosts' rows one after another, each
-// answered in slot slot_of[k] = p * slot_rows + r; live = {0, rows asked in all}. Up to
-// kMaxCompactedHosts hosts (their counts' prefix sums are kept in shared memory).
+// answered in slot slot_of[k] = p * slot_rows + r; live = {0, rows asked in all}; a block
+// whose count passes slot_rows gives its slot_rows. *most_asked (when given): the largest
+// count. Up to kMaxCompactedHosts hosts (their counts' prefix sums are kept in shared
+// memory).
 constexpr int64_t kMaxCompactedHosts = 4096;
 cudaError_t compact_requests(const int64_t* padded_requests, int64_t num_hosts,
                              int64_t slot_rows, int64_t* asked, int64_t* slot_of, int64_t* live,
-                             cudaStream_t stream);
+                             int64_t* most_asked, cudaStream_t stream);
 
 // The slots that came back for one hop's frontier, grouped by owner: slot g answers
 // frontier node order[g] (none when -1: a bounded slot no node used); slots

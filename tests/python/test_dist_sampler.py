@@ -195,29 +195,68 @@ def test_nccl_and_gloo_give_identical_batches_for_one_seed(tmp_path, mode, draws
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
+def slot_bounds(largest_batch, fanouts, num_nodes):
+    """DistSampler's bound of each hop's block: the largest batch times the fanouts before
+    the hop, at most the graph's nodes from the second hop on."""
+    rows, bounds = largest_batch, []
+    for fanout in fanouts:
+        bounds.append(rows)
+        rows = min(rows * fanout, num_nodes)
+    return bounds
+
+
 def bounded_slots_worker(rank, world, port, directory, results, mode):
-    """GPU parts over NCCL: slots sized by bounds (every hop queued, padded to its bound;
-    a shape's second batch captured as a CUDA graph, later ones replayed) and exact counts
+    """GPU parts over NCCL: slots sized by bounds (every hop queued in fixed blocks; a
+    shape's second batch captured as a CUDA graph, later ones replayed) and exact counts
     exchanged first give the same batch and the same remote shares, with hosts asking for
-    different numbers of seeds (none included) and an empty hop."""
+    different numbers of seeds (none included) and an empty hop. Blocks sized by what was
+    seen (the default margin, taken without an exchange of batch sizes once agreed) end up
+    smaller than the bounds; a batch that asks for more (60 seeds after 30) and, with a
+    margin of 0.5, most batches overflow their blocks and are taken again in blocks of the
+    bounds, with the same draws."""
     with host_of(rank, world, port, results, 60, "nccl"):
         directory = Path(directory)
         edge_index = torch.load(directory / "edge_index.pt")
         degree = qv.CSRTopo(edge_index, num_nodes=400).degree.long()
         part = load_partition(directory / "parts", rank)
+        counts = (30, 30, 0 if rank == 1 else 7, 30, 1, 60, 30, 30, 30, 30)
         for fanouts in ([4, 3], [2, 0, 3], [5, 5, 5]):
-            sampler = DistGraphSampler(part, fanouts, timeout=10.0, mode=mode)
+            exact_counts = DistGraphSampler(part, fanouts, timeout=10.0, mode=mode,
+                                            bounded_slots=False)
+            seen = DistGraphSampler(part, fanouts, timeout=10.0, mode=mode, bounded_slots=True)
+            overflowing = DistGraphSampler(part, fanouts, timeout=10.0, mode=mode,
+                                           bounded_slots=True)
+            overflowing._sampler.set_slot_margin(0.5)
             gen = torch.Generator().manual_seed(rank)
-            for step, count in enumerate((30, 30, 0 if rank == 1 else 7, 30, 1, 60, 30)):
+            smaller = False
+            for step, count in enumerate(counts):
                 seeds = torch.randperm(400, generator=gen)[:count]
-                batches, shares = [], []
-                for bounded in (True, False):
-                    sampler._sampler.set_bounded_slots(bounded)
-                    batches.append(sampler.sample_subgraph(seeds, torch.Generator().manual_seed(step)))
-                    shares.append(sampler.remote_share())
-                check_batch(batches[0], seeds, edge_index, degree, fanouts)
-                assert all(torch.equal(a, b) for a, b in zip(*batches)), (fanouts, step)
-                assert shares[0] == shares[1], (fanouts, step, shares)
+                exact = exact_counts.sample_subgraph(seeds, torch.Generator().manual_seed(step))
+                exact_share = exact_counts.remote_share()
+                assert exact_counts._sampler.last_slot_rows() == []
+                check_batch(exact, seeds, edge_index, degree, fanouts)
+                largest = max(counts[step], 7 if step == 2 else 0)
+                bounds = slot_bounds(largest, fanouts, 400)
+                for sampler in (seen, overflowing):
+                    batch = sampler.sample_subgraph(seeds, torch.Generator().manual_seed(step))
+                    assert all(torch.equal(a, b) for a, b in zip(batch, exact)), (fanouts, step)
+                    assert sampler.remote_share() == exact_share, (fanouts, step)
+                    rows = sampler._sampler.last_slot_rows()
+                    assert len(rows) == len(fanouts) and min(rows) >= 0, rows
+                smaller |= sum(seen._sampler.last_slot_rows()) < sum(bounds)
+            # Blocks sized by what was seen were smaller than the bounds (30 seeds after 30:
+            # about 15 a host); at a margin of 0.5 the second and fourth batches (30 seeds
+            # after 30) overflowed, and at the default the 60 seeds after 30 did, and few.
+            assert smaller, fanouts
+            assert overflowing._sampler.overflowed_batches() >= 2, fanouts
+            assert 1 <= seen._sampler.overflowed_batches() <= 4, fanouts
+            # Sizes are exchanged for the first batch and to take an overflowing one again;
+            # the other batches ask nothing first. A host that cannot take slots says so
+            # every batch.
+            for sampler in (seen, overflowing):
+                overflows = sampler._sampler.overflowed_batches()
+                assert sampler._sampler.size_exchanges() == 1 + overflows, fanouts
+            assert exact_counts._sampler.size_exchanges() == len(counts)
 
 
 @pytest.mark.timeout(300)

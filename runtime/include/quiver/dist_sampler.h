@@ -83,11 +83,30 @@ class DistSampler : public torch::CustomClassHolder {
       const at::Tensor& seeds, const std::optional<at::Generator>& generator);
 
   // Slots sized by bounds when every host can (the default); off, the hosts exchange each
-  // hop's exact counts first. Either way the same batch for the same seed.
-  void set_bounded_slots(bool on) { bounded_slots_ = on; }
+  // hop's exact counts first. Either way the same batch for the same seed. This and
+  // set_slot_margin are to be called alike on every host, between the same batches: once
+  // the hosts agree on blocks sized by what was seen, they take them without asking each
+  // other again until one of these calls or a batch that overflows.
+  void set_bounded_slots(bool on) {
+    bounded_slots_ = on;
+    slots_agreed_ = false;
+  }
   // Whether batches in slots sized by bounds are captured as CUDA graphs and replayed (the
   // default); off, each runs as launched (to compare). The batch is the same.
   void set_capture_batches(bool on) { capture_batches_ = on; }
+  // Slots sized by what was seen: each hop's block holds the most rows any host has asked
+  // one owner for so far, times `margin` (rounded up to one of 8 steps an octave; at most
+  // the bound). A batch that asks an owner for more is taken again in blocks of the bounds,
+  // with the same draws, and the blocks grow. 0: blocks of the bounds (the padding grows with
+  // the hosts). Default 1.15.
+  void set_slot_margin(double margin);
+  double slot_margin() const { return slot_margin_; }
+  // Of the last batch in slots sized by bounds, each hop's block rows (empty when it
+  // exchanged exact counts); and the batches taken again since the sampler was made.
+  std::vector<int64_t> last_slot_rows() const { return last_slot_rows_; }
+  int64_t overflowed_batches() const { return overflowed_batches_; }
+  // The exchanges of batch sizes so far (one a batch, but none once blocks are agreed).
+  int64_t size_exchanges() const { return size_exchanges_; }
   int64_t host() const { return host_; }
   int64_t num_hosts() const { return num_hosts_; }
   int64_t num_nodes() const { return owner_.numel(); }
@@ -163,16 +182,40 @@ class DistSampler : public torch::CustomClassHolder {
   // A batch of a part on a GPU whose fanouts are all >= 0, without reads: every hop in
   // slots, grouped and numbered on the GPU (runtime/slotted_batch.h).
   Outputs sample_on_gpu(const at::Tensor& seed_ids, const std::optional<at::Generator>& generator);
-  // Slots sized by bounds: every host's `able` and batch size exchanged (over NCCL driven
-  // directly), then per hop the rows of each host's block (the largest batch times the
-  // fanouts before it), or none when some host cannot or a hop's padded answers would
-  // pass kBoundedSlotBytes.
-  std::vector<int64_t> bounded_slot_rows(int64_t batch_size, bool able);
+  // Slots sized by bounds: every host's `able`, batch size and proposed block rows
+  // exchanged (over NCCL driven directly, one host wait), then per hop the bound of a block (the largest
+  // batch times the fanouts before it) and the rows agreed (at most the bound), or none
+  // when some host cannot or a hop's padded answers would pass kBoundedSlotBytes.
+  struct BoundedSlots {
+    std::vector<int64_t> bounds, rows;  // bounds empty: not exchanged (agreed rows)
+  };
+  BoundedSlots bounded_slot_rows(int64_t batch_size, bool able);
+  // A batch in blocks of slots.rows, taken again in blocks of the bounds when one
+  // overflowed; what it saw sizes the next batches' blocks.
   Outputs sample_in_bounded_slots(const at::Tensor& seed_ids,
                                   const std::optional<at::Generator>& generator,
-                                  const std::vector<int64_t>& slot_rows);
+                                  const BoundedSlots& slots);
+  // One batch queued in blocks of slot_rows, each hop drawing from key_words; most_asked:
+  // per hop, the most rows any host asked one owner for (past the rows: it overflowed).
+  Outputs queue_bounded_batch(const at::Tensor& seed_ids,
+                              const std::optional<at::Generator>& generator,
+                              const std::vector<int64_t>& key_words,
+                              const std::vector<int64_t>& slot_rows,
+                              std::vector<int64_t>& most_asked);
   bool bounded_slots_ = true;
   bool capture_batches_ = true;
+  double slot_margin_ = 1.15;
+  std::vector<int64_t> seen_slot_rows_;  // per hop, 0 while none seen
+  // Whether every host holds the same seen_slot_rows_ and took the last batch in them (or
+  // in the bounds): the next batch takes them without the exchange of batch sizes.
+  bool slots_agreed_ = false;
+  // The blocks of a batch that needs no exchange first: seen_slot_rows_, when every hop
+  // that asks has seen rows whose padded answers fit kBoundedSlotBytes; else none.
+  std::vector<int64_t> agreed_slot_rows() const;
+  std::vector<int64_t> last_slot_rows_;
+  int64_t overflowed_batches_ = 0;
+  int64_t size_exchanges_ = 0;
+  at::Tensor sizes_host_;  // bounded_slot_rows' messages out and in, pinned
   std::unique_ptr<BoundedBatches> bounded_batches_;  // runtime/slotted_batch.h
 
   // The group's all-to-alls (and lanes), its heartbeats and its failure state.
