@@ -438,6 +438,7 @@ void DistSampler::set_slot_margin(double margin) {
               "DistSampler.set_slot_margin: margin must be 0 (blocks of the bounds) or a finite "
               "factor in (0, 1000], got ", margin);
   std::lock_guard<std::mutex> lock(sample_mutex_);
+  if (margin == slot_margin_) return;  // no change: the blocks stay agreed
   slot_margin_ = margin;
   seen_slot_rows_.clear();
   slots_agreed_ = false;

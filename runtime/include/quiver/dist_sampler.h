@@ -88,6 +88,7 @@ class DistSampler : public torch::CustomClassHolder {
   // the hosts agree on blocks sized by what was seen, they take them without asking each
   // other again until one of these calls or a batch that overflows.
   void set_bounded_slots(bool on) {
+    if (on == bounded_slots_) return;  // no change: nothing to agree on again
     bounded_slots_ = on;
     slots_agreed_ = false;
   }
