@@ -521,6 +521,16 @@ DistSampler::Outputs DistSampler::sample_in_bounded_slots(
     const BoundedSlots& slots) {
   const at::Device w = indptr_.device();
   const int64_t H = static_cast<int64_t>(fanouts_.size());
+  // A batch in agreed blocks that overflows and whose bounds are refused takes exact
+  // counts, which draw the keys again: from the generator as it stands now, so that it is
+  // the batch exact counts give.
+  std::optional<at::Generator> keys_from;
+  at::Tensor keys_state;
+  if (slots.bounds.empty()) {
+    keys_from = generator.has_value() ? *generator : at::globalContext().defaultGenerator(w);
+    const std::lock_guard<std::mutex> lock(keys_from->mutex());
+    keys_state = keys_from->get_state();
+  }
   // Each hop's key, drawn in hop order as the exact exchange's owners draw them (every hop
   // of a fanout > 0, rows or none); a batch taken again draws from the same keys.
   std::vector<int64_t> key_words(2 * H, 0);
@@ -540,8 +550,9 @@ DistSampler::Outputs DistSampler::sample_in_bounded_slots(
     for (int64_t h = 0; h < H; ++h) {
       if (slot_margin_ <= 0 || most_asked[h] <= 0) continue;
       const double wanted = std::ceil(static_cast<double>(most_asked[h]) * slot_margin_);
-      const int64_t rows = rounded_up_to_step(
-          static_cast<int64_t>(std::min(wanted, static_cast<double>(kMaxHopEdges))));
+      const int64_t rows = std::min(
+          rounded_up_to_step(static_cast<int64_t>(std::min(wanted, static_cast<double>(kMaxHopEdges)))),
+          kMaxHopEdges);
       if (rows > seen_slot_rows_[h]) {
         seen_slot_rows_[h] = rows;
         grew = true;
@@ -564,9 +575,13 @@ DistSampler::Outputs DistSampler::sample_in_bounded_slots(
         slots.bounds.empty() ? bounded_slot_rows(seed_ids.numel(), /*able=*/true).bounds
                              : slots.bounds;
     if (bounds.empty()) {
-      // The bounds' padding would pass kBoundedSlotBytes: the hops' exact counts instead
-      // (a valid batch, drawn from the generator anew).
+      // The bounds' padding would pass kBoundedSlotBytes: the hops' exact counts instead,
+      // drawing the same keys from the generator put back as it was.
       last_slot_rows_.clear();
+      {
+        const std::lock_guard<std::mutex> lock(keys_from->mutex());
+        keys_from->set_state(keys_state);
+      }
       return sample_on_gpu(seed_ids, generator);
     }
     outputs = queue_bounded_batch(seed_ids, generator, key_words, bounds, most_asked);

@@ -140,7 +140,9 @@ void SlottedBatch::add_hop(const at::Tensor& slots, const at::Tensor& order, int
   at::Tensor counts = at::zeros({frontier_rows}, order.options());
   C10_CUDA_CHECK(cuda::count_slot_edges(answers, counts.mutable_data_ptr<int64_t>(),
                                         numbering_.counter(h), stream));
-  const internal::HopNumbering::HopEdges edges = numbering_.open_hop(counts);
+  // Only the nodes a slot answered have edges: with blocks smaller than the frontier's
+  // bound, the hop's buffers are sized by the blocks.
+  const internal::HopNumbering::HopEdges edges = numbering_.open_hop(counts, slots.size(0));
   C10_CUDA_CHECK(cuda::unpack_slots(answers, counts.const_data_ptr<int64_t>(),
                                     edges.offsets.const_data_ptr<int64_t>(),
                                     edges.frontier_start, edges.rows.mutable_data_ptr<int64_t>(),

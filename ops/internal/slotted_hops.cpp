@@ -159,7 +159,7 @@ int64_t HopNumbering::fanout(int64_t hop) const {
   return s.fanouts[hop];
 }
 
-HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor& counts) {
+HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor& counts, int64_t answered_rows) {
   State& s = *state_;
   TORCH_CHECK(s.hops_added < s.num_hops && !s.open_offsets.defined(),
               "HopNumbering: a hop opened past its ", s.num_hops, " fanouts, or twice");
@@ -170,7 +170,8 @@ HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor& counts) {
   const c10::cuda::CUDAGuard guard(s.device);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t h = s.hops_added, frontier = counts.numel();
-  const int64_t max_edges = saturating_mul(frontier, s.fanouts[h]);
+  const int64_t rows_with_edges = answered_rows >= 0 ? std::min(frontier, answered_rows) : frontier;
+  const int64_t max_edges = saturating_mul(rows_with_edges, s.fanouts[h]);
   // Reindexing keys an edge's first mention in 32 bits (reindex.h).
   if (max_edges > kMaxHopEdges) {
     errors::batch_too_large(errors::hop_edges_name(h), max_edges, kMaxHopEdges);
@@ -328,7 +329,7 @@ void HopNumbering::start() {}
 void HopNumbering::prepare_replay() {}
 at::Tensor HopNumbering::frontier() { return {}; }
 std::pair<at::Tensor, const int64_t*> HopNumbering::frontier_bound() { return {}; }
-HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor&) { return {}; }
+HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor&, int64_t) { return {}; }
 void HopNumbering::close_hop() {}
 int64_t* HopNumbering::counter(int64_t) { return nullptr; }
 int64_t HopNumbering::hops_numbered() const { return 0; }

@@ -87,11 +87,13 @@ class HopNumbering {
   // The open hop's edges: node i of the frontier (of counts' size) fills counts[i] edges
   // from offsets[i] of rows (its neighbors' global ids), cols (its local index,
   // *frontier_start + i) and edge_ids; offsets[frontier] is the hop's edge count.
+  // answered_rows (when >= 0): at most that many of the frontier's nodes have edges (the
+  // slots that came back), which bounds the hop's buffers below the frontier's size.
   struct HopEdges {
     at::Tensor offsets, rows, cols, edge_ids;
     const int64_t* frontier_start;  // device word
   };
-  HopEdges open_hop(const at::Tensor& counts);
+  HopEdges open_hop(const at::Tensor& counts, int64_t answered_rows = -1);
   void close_hop();
   // Device word `i` of the caller's counters.
   int64_t* counter(int64_t i);

@@ -249,7 +249,7 @@ def bounded_slots_worker(rank, world, port, directory, results, mode):
             # after 30) overflowed, and at the default the 60 seeds after 30 did, and few.
             assert smaller, fanouts
             assert overflowing._sampler.overflowed_batches() >= 2, fanouts
-            assert 1 <= seen._sampler.overflowed_batches() <= 4, fanouts
+            assert 1 <= seen._sampler.overflowed_batches() <= len(counts) // 2, fanouts
             # Sizes are exchanged for the first batch and to take an overflowing one again;
             # the other batches ask nothing first. A host that cannot take slots says so
             # every batch.

@@ -97,7 +97,8 @@ class DistSampler : public torch::CustomClassHolder {
   void set_capture_batches(bool on) { capture_batches_ = on; }
   // Slots sized by what was seen: each hop's block holds the most rows any host has asked
   // one owner for so far, times `margin` (rounded up to one of 8 steps an octave; at most
-  // the bound). A batch that asks an owner for more is taken again in blocks of the bounds,
+  // the bound in a batch that exchanged batch sizes, else as agreed, whatever the batch's
+  // size). A batch that asks an owner for more is taken again in blocks of the bounds,
   // with the same draws, and the blocks grow. 0: blocks of the bounds (the padding grows with
   // the hosts). Default 1.15.
   void set_slot_margin(double margin);
@@ -184,8 +185,9 @@ class DistSampler : public torch::CustomClassHolder {
   // slots, grouped and numbered on the GPU (runtime/slotted_batch.h).
   Outputs sample_on_gpu(const at::Tensor& seed_ids, const std::optional<at::Generator>& generator);
   // Slots sized by bounds: every host's `able`, batch size and proposed block rows
-  // exchanged (over NCCL driven directly, one host wait), then per hop the bound of a block (the largest
-  // batch times the fanouts before it) and the rows agreed (at most the bound), or none
+  // exchanged (over NCCL driven directly, one host wait), then per hop the bound of a
+  // block (the largest batch times the fanouts before it) and the rows agreed (at most the
+  // bound), or none
   // when some host cannot or a hop's padded answers would pass kBoundedSlotBytes.
   struct BoundedSlots {
     std::vector<int64_t> bounds, rows;  // bounds empty: not exchanged (agreed rows)
