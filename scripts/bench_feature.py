@@ -4,6 +4,11 @@ beside the bound and baseline measured in the same run.
     python scripts/bench_feature.py                  # products-like, on the current GPU
     python scripts/bench_feature.py --graph small    # quick
     python scripts/bench_feature.py --graph papers --dtype bfloat16   # 111M x 128, 28 GB
+    python scripts/bench_feature.py --graph papers --dtype bfloat16 --reorder bfs
+
+With --reorder bfs (or degree) the nodes are renumbered first (torch_quiver_ops.reorder),
+so that a batch's rows share pages of the host tier; run it beside the plain run, on the
+same machine, to compare.
 
 Ids are the node lists of real sampled batches (GraphSAGE [15,10,5], batch 1024, about
 545k rows each on the products-like graph). Rows:
@@ -193,6 +198,9 @@ def main():
                         help="the multi-GPU rows: auto (when there are 2 or more GPUs), on, off")
     parser.add_argument("--gpus", type=int, default=0,
                         help="GPUs of the multi-GPU rows (default: every GPU there is)")
+    parser.add_argument("--reorder", choices=["none", "bfs", "degree"], default="none",
+                        help="renumber the graph's nodes first (torch_quiver_ops.reorder): "
+                             "features, topology and seeds follow")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     device = torch.device("cuda", torch.cuda.current_device())
@@ -205,23 +213,35 @@ def main():
                             feature_dtype=getattr(torch, args.dtype))
     topo = graph.topology()
     x = graph.x
+    train_idx = graph.train_idx
     row_bytes = x[0].nbytes
     table_bytes = x.nbytes
     print(f"== {args.graph}: {tuple(x.shape)} {x.dtype} ({table_bytes / 1e9:.2f} GB), "
           f"{topo.edge_count:,} edges; built in {time.perf_counter() - start:.0f}s", flush=True)
+    results["reorder"] = args.reorder
+    if args.reorder != "none":
+        start = time.perf_counter()
+        old_of_new = (qv.reorder.bfs_order(topo) if args.reorder == "bfs"
+                      else qv.reorder.degree_order_of(topo))
+        topo, new_of_old = qv.reorder.permute_topology(topo, old_of_new)
+        x, train_idx = x[old_of_new], new_of_old[train_idx].sort().values
+        del graph, new_of_old
+        results["reorder_s"] = time.perf_counter() - start
+        print(f"   nodes renumbered in {args.reorder} order in {results['reorder_s']:.0f}s",
+              flush=True)
 
     sampler = qv.GraphSageSampler(topo, fanouts, device=device, mode="GPU")
     per_gpu = args.warmup + args.batches
     gpus = args.gpus or max(2, torch.cuda.device_count())
-    batches = sampled_batches(sampler, graph.train_idx, args.batch_size, gpus * per_gpu, seed=100)
-    presampled = qv.presample_hot_order(sampler, graph.train_idx, args.batch_size,
+    batches = sampled_batches(sampler, train_idx, args.batch_size, gpus * per_gpu, seed=100)
+    presampled = qv.presample_hot_order(sampler, train_idx, args.batch_size,
                                         generator=torch.Generator().manual_seed(1))
     del sampler
     torch.cuda.empty_cache()
     rows_per_batch = statistics.mean(b.numel() for b in batches)
     results["rows_per_batch"] = rows_per_batch
     print(f"   {rows_per_batch:,.0f} rows ({rows_per_batch * row_bytes / 1e6:.0f} MB) per "
-          f"sampled batch; presampled one epoch of {graph.train_idx.numel():,} seeds", flush=True)
+          f"sampled batch; presampled one epoch of {train_idx.numel():,} seeds", flush=True)
     on_gpu = [b.to(device) for b in batches[:per_gpu]]
 
     bounds = copy_bounds(device)

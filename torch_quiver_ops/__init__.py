@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 load_library()
 
 from . import _fake  # noqa: E402,F401  (registers the fake kernels)
-from . import aoti, dist, hotness, ops, synthetic, synthetic_hetero  # noqa: E402
+from . import aoti, dist, hotness, ops, reorder, synthetic, synthetic_hetero  # noqa: E402
 from ._device import init_p2p, p2p_cliques  # noqa: E402
 from ._sharing import map_arrays as load_arrays, save_arrays  # noqa: E402
 from .feature import Feature  # noqa: E402
@@ -26,7 +26,7 @@ cmake_prefix_path = str(package_root())
 
 __all__ = ["Adj", "aoti", "CSRTopo", "Feature", "GraphSageSampler", "HeteroCSRTopo",
            "HeteroSampler", "LinkSampleLoader", "Prefetcher", "SampleLoader", "dist", "hotness",
-           "ops", "pyg", "synthetic", "init_p2p", "p2p_cliques", "presample_hot_order",
+           "ops", "pyg", "reorder", "synthetic", "init_p2p", "p2p_cliques", "presample_hot_order",
            "presample_topology_order",
            "cuda_kernels_built", "library_path", "cmake_prefix_path", "save_arrays",
            "load_arrays"]
