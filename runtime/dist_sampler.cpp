@@ -559,6 +559,15 @@ DistSampler::Outputs DistSampler::sample_in_bounded_slots(
       }
     }
   };
+  // Batches of blocks that grew will not come back: their captures go, once this batch's
+  // outputs are copied out of them.
+  const auto drop_outgrown_captures = [&] {
+    if (!grew || !bounded_batches_) return;
+#ifdef QUIVER_WITH_CUDA
+    at::cuda::getCurrentCUDAStream(w.index()).synchronize();
+#endif
+    bounded_batches_->drop_captures();
+  };
   for (int64_t h = 0; h < H; ++h) {
     overflowed |= fanouts_[h] > 0 && most_asked[h] > slots.rows[h];
   }
@@ -578,6 +587,7 @@ DistSampler::Outputs DistSampler::sample_in_bounded_slots(
       // The bounds' padding would pass kBoundedSlotBytes: the hops' exact counts instead,
       // drawing the same keys from the generator put back as it was.
       last_slot_rows_.clear();
+      drop_outgrown_captures();
       {
         const std::lock_guard<std::mutex> lock(keys_from->mutex());
         keys_from->set_state(keys_state);
@@ -589,14 +599,7 @@ DistSampler::Outputs DistSampler::sample_in_bounded_slots(
     last_slot_rows_ = bounds;
   }
   slots_agreed_ = true;
-  if (grew && bounded_batches_) {
-    // Batches of the old blocks will not come back: their captures go, once this batch's
-    // outputs are copied out of them.
-#ifdef QUIVER_WITH_CUDA
-    at::cuda::getCurrentCUDAStream(w.index()).synchronize();
-#endif
-    bounded_batches_->drop_captures();
-  }
+  drop_outgrown_captures();
   return outputs;
 }
 
