@@ -422,6 +422,13 @@ namespace {
 // "None seen yet" in a host's proposal of a hop's block rows: the agreed rows are the bound.
 constexpr int64_t kNoneSeen = std::numeric_limits<int64_t>::max();
 
+// Whether a hop's answers in blocks of `rows` (fanout pairs of 8-byte ids a row), over all
+// hosts, fit kBoundedSlotBytes.
+bool padded_answers_fit(int64_t hosts, int64_t rows, int64_t fanout) {
+  return saturating_mul(saturating_mul(hosts, saturating_mul(rows, fanout)),
+                        2 * int64_t{sizeof(int64_t)}) <= kBoundedSlotBytes;
+}
+
 // `rows` rounded up to one of 8 steps an octave: blocks sized by what was seen take few
 // distinct shapes, so that their captured batches keep being replayed.
 int64_t rounded_up_to_step(int64_t rows) {
@@ -453,11 +460,7 @@ std::vector<int64_t> DistSampler::agreed_slot_rows() const {
   for (int64_t h = 0; h < H; ++h) {
     const int64_t rows = seen_slot_rows_[h], fanout = fanouts_[h];
     // A hop none has asked for yet keeps blocks of no rows: a batch that asks overflows.
-    if (fanout > 0 && saturating_mul(saturating_mul(num_hosts_, rows),
-                                     saturating_mul(fanout, 2 * int64_t{sizeof(int64_t)})) >
-                          kBoundedSlotBytes) {
-      return {};
-    }
+    if (fanout > 0 && !padded_answers_fit(num_hosts_, rows, fanout)) return {};
   }
   return seen_slot_rows_;
 }
@@ -505,10 +508,7 @@ DistSampler::BoundedSlots DistSampler::bounded_slot_rows(int64_t batch_size, boo
   BoundedSlots slots;
   for (int64_t h = 0; h < H; ++h) {
     const int64_t edges = saturating_mul(rows, fanouts_[h]);
-    if (edges > kMaxHopEdges ||
-        saturating_mul(saturating_mul(P, edges), 2 * int64_t{sizeof(int64_t)}) > kBoundedSlotBytes) {
-      return {};
-    }
+    if (edges > kMaxHopEdges || !padded_answers_fit(P, rows, fanouts_[h])) return {};
     slots.bounds.push_back(rows);
     slots.rows.push_back(std::min(rows, proposed[h]));
     rows = std::min(edges, num_nodes());  // HopNumbering's bound of the hop's new nodes

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from . import ops
 from .hotness import degree_order
-from .topology import CSRTopo
+from .topology import CSRTopo, edge_chunks, list_positions
 
 __all__ = ["bfs_order", "degree_order_of", "permute_topology"]
 
@@ -35,28 +35,6 @@ DEFAULT_CHUNK_EDGES = 1 << 26  # 64M edges: about 1.5 GB of temporaries a chunk
 def degree_order_of(topo: CSRTopo) -> Tensor:
     """``old_of_new``: node ids from highest to lowest degree (ties by id)."""
     return degree_order(topo.degree)
-
-
-def _chunks(degree: Tensor, chunk_edges: int):
-    """(begin, end) ranges of consecutive entries whose degrees sum to at most chunk_edges
-    (a single entry above it makes a chunk of its own)."""
-    ends = torch.cumsum(degree, 0)
-    begin, count = 0, degree.numel()
-    while begin < count:
-        base = int(ends[begin - 1]) if begin > 0 else 0
-        end = int(torch.searchsorted(ends, base + chunk_edges, right=True))
-        end = min(max(end, begin + 1), count)
-        yield begin, end
-        begin = end
-
-
-def _edge_positions(indptr: Tensor, rows: Tensor, degree: Tensor) -> Tuple[Tensor, Tensor]:
-    """The CSR positions of every edge of `rows` (their lists one after another), and the
-    index in `rows` each belongs to."""
-    size = int(degree.sum())
-    owner = torch.repeat_interleave(torch.arange(rows.numel()), degree, output_size=size)
-    first = torch.cumsum(degree, 0) - degree
-    return indptr[rows][owner] + torch.arange(size) - first[owner], owner
 
 
 def bfs_order(topo: CSRTopo, max_roots: int = 1024,
@@ -102,10 +80,9 @@ def bfs_order(topo: CSRTopo, max_roots: int = 1024,
             parts.append(frontier)
             placed += frontier.numel()
             found = []
-            for begin, end in _chunks(degree[frontier], chunk_edges):
+            for begin, end in edge_chunks(degree[frontier], chunk_edges):
                 rows = frontier[begin:end]
-                positions, _ = _edge_positions(indptr, rows, degree[rows])
-                neighbors = indices[positions].long()
+                neighbors = indices[list_positions(indptr, rows, degree[rows])].long()
                 neighbors = neighbors[~visited[neighbors]]
                 if neighbors.numel() == 0:
                     continue
@@ -147,8 +124,8 @@ def permute_topology(topo: CSRTopo, old_of_new: Tensor,
     torch.cumsum(new_degree, 0, out=new_indptr[1:])
     new_indices = torch.empty_like(indices)
     new_eid = torch.empty(indices.numel(), dtype=torch.long)
-    for begin, end in _chunks(new_degree, chunk_edges):
-        positions, _ = _edge_positions(indptr, old_of_new[begin:end], new_degree[begin:end])
+    for begin, end in edge_chunks(new_degree, chunk_edges):
+        positions = list_positions(indptr, old_of_new[begin:end], new_degree[begin:end])
         first, last = int(new_indptr[begin]), int(new_indptr[end])
         new_indices[first:last] = new_of_old[indices[positions].long()].to(indices.dtype)
         new_eid[first:last] = topo.eid[positions] if topo.eid is not None else positions

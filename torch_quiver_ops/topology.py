@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Tuple, Union
+from typing import Iterator, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -15,6 +15,30 @@ def validate_csr(indptr: Tensor, indices: Tensor, eid: Optional[Tensor] = None) 
     """Checks a whole CSR once (:func:`~torch_quiver_ops.ops.check_csr`); the per-batch ops
     check only the rows they touch."""
     ops.check_csr(indptr, indices, eid)
+
+
+def edge_chunks(degree: Tensor, max_edges: int) -> Iterator[Tuple[int, int]]:
+    """(begin, end) ranges of consecutive lists whose lengths (``degree``) sum to at most
+    ``max_edges``; a longer list makes a chunk of its own."""
+    ends = torch.cumsum(degree, 0)
+    begin, count = 0, degree.numel()
+    while begin < count:
+        base = int(ends[begin - 1]) if begin > 0 else 0
+        end = int(torch.searchsorted(ends, base + max_edges, right=True))
+        end = min(max(end, begin + 1), count)
+        yield begin, end
+        begin = end
+
+
+def list_positions(indptr: Tensor, rows: Tensor, degree: Tensor) -> Tensor:
+    """The CSR positions of every entry of the lists of ``rows`` (``degree`` long), one list
+    after another, on ``indptr``'s device."""
+    device = indptr.device
+    size = int(degree.sum())
+    owner = torch.repeat_interleave(torch.arange(rows.numel(), device=device), degree,
+                                    output_size=size)
+    first = torch.cumsum(degree, 0) - degree
+    return indptr[rows][owner] + torch.arange(size, device=device) - first[owner]
 
 
 def build_topology_cache(indptr: Tensor, indices: Tensor, hot_order: Tensor, budget_bytes: int,
@@ -52,22 +76,11 @@ def build_topology_cache(indptr: Tensor, indices: Tensor, hot_order: Tensor, bud
     cached_starts[chosen] = first.to(starts_dtype)
     cached_indices = torch.empty(total, dtype=indices.dtype, device=device)
     table = indices.view(-1, 1)
-    begin_node = 0
-    while begin_node < count:
-        # Nodes whose lists end within max_chunk_edges of this chunk's first entry.
-        base = int(first[begin_node])
-        end_node = int(torch.searchsorted(ends, torch.tensor([base + max_chunk_edges],
-                                                             device=device), right=True))
-        end_node = max(end_node, begin_node + 1)
-        part_degree = degree[begin_node:end_node]
-        part_first = first[begin_node:end_node] - base
-        size = int(ends[end_node - 1]) - base
-        owner = torch.repeat_interleave(torch.arange(end_node - begin_node, device=device),
-                                        part_degree, output_size=size)
-        positions = (indptr_here[chosen[begin_node:end_node]][owner]
-                     + torch.arange(size, device=device) - part_first[owner])
-        cached_indices[base:base + size] = ops.gather_rows(table, positions).view(-1)
-        begin_node = end_node
+    for begin_node, end_node in edge_chunks(degree, max_chunk_edges):
+        base, end = int(first[begin_node]), int(ends[end_node - 1])
+        positions = list_positions(indptr_here, chosen[begin_node:end_node],
+                                   degree[begin_node:end_node])
+        cached_indices[base:end] = ops.gather_rows(table, positions).view(-1)
     return cached_indices, cached_starts
 
 
