@@ -167,6 +167,7 @@ void register_runtime_classes(torch::Library& m) {
            })
       .def("finish", &ServingRuntime::finish)
       .def("fail", &ServingRuntime::fail)
+      .def("serve_package", &ServingRuntime::serve_package)
       .def("close", &ServingRuntime::close)
       .def("cost", &ServingRuntime::cost)
       .def("target_of", &ServingRuntime::target_of)
@@ -178,6 +179,7 @@ void register_runtime_classes(torch::Library& m) {
       .def("records", &ServingRuntime::records)
       .def("accepted", &ServingRuntime::accepted)
       .def("queued", &ServingRuntime::queued)
+      .def("outstanding", &ServingRuntime::outstanding)
       .def("num_nodes", &ServingRuntime::num_nodes)
       .def("max_batch_nodes",
            [](const c10::intrusive_ptr<ServingRuntime>& self) {

@@ -2,15 +2,21 @@
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <quiver/ops.h>
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include "ops/internal/sampling.h"
 
 #include <cmath>
 #include <exception>
 #include <numeric>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace quiver::runtime {
 
@@ -36,6 +42,19 @@ std::vector<double> fit_line(const std::vector<std::pair<double, double>>& point
   const double spread = n * sxx - sx * sx;
   const double b = spread > 0 ? (n * sxy - sx * sy) / spread : 0.0;
   return {(sy - b * sx) / n, b};
+}
+
+// The calling thread's parallel loops (at::parallel_for) run on `threads` threads. ATen gives
+// every thread that enters one a team of all the cores: eight CPU samplers at once ran 128
+// spinning threads on 16 cores. Only this thread's setting changes (at::set_num_threads
+// would change every thread's).
+void limit_intra_op_threads(int threads) {
+#ifdef _OPENMP
+  at::internal::lazy_init_num_threads();  // else its first parallel loop resets the count
+  omp_set_num_threads(threads);
+#else
+  (void)threads;
+#endif
 }
 
 }  // namespace
@@ -66,7 +85,8 @@ std::unique_ptr<ServingRuntime::Sampler> ServingRuntime::make_sampler(bool on_gp
   }
   return std::make_unique<Sampler>(
       Sampler{on_gpu, std::move(generator), stream,
-              on_gpu ? std::make_unique<internal::SamplingGraphs>() : nullptr});
+              on_gpu ? std::make_unique<internal::SamplingGraphs>(options_.capture_batches)
+                     : nullptr});
 }
 
 ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
@@ -116,6 +136,8 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
   TORCH_CHECK_VALUE(features_->num_rows() >= num_nodes_, "ServingRuntime: the features hold ",
                     features_->num_rows(), " rows for a graph of ", num_nodes_, " nodes");
   psgs_ = expected_sampled_counts(indptr_, indices_, o.fanouts);
+  cpu_sampler_threads_ =
+      std::max<int>(1, at::get_num_threads() / static_cast<int>(std::max<int64_t>(1, o.cpu_samplers)));
 
   for (int64_t i = 0; i < o.cpu_samplers; ++i) samplers_.push_back(make_sampler(false, o.seed + i));
   for (int64_t i = 0; i < o.gpu_streams; ++i)
@@ -166,10 +188,10 @@ int64_t ServingRuntime::submit(const at::Tensor& ids) {
   if (closing_) return kClosed;
   if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) return kOverloaded;
   const int64_t ticket = next_ticket_++;
-  answers_.emplace(ticket, Answer{});
+  answers_.try_emplace(ticket);
   queue_.push_back(Request{ticket, std::move(owned), Clock::now()});
   ++accepted_;
-  changed_.notify_all();
+  batcher_wakes_.notify_one();
   return ticket;
 }
 
@@ -178,18 +200,20 @@ at::Tensor ServingRuntime::wait(int64_t ticket, double timeout_s) {
   auto it = answers_.find(ticket);
   TORCH_CHECK_VALUE(it != answers_.end(), "ServingRuntime.wait: ticket ", ticket,
                     " is not waiting for an answer (never given, or answered already)");
-  auto answered = [&] { return answers_.at(ticket).done; };
+  Answer& answer = it->second;  // stays put while others are added and erased
+  auto answered = [&] { return answer.done; };
   if (timeout_s < 0) {
-    changed_.wait(lock, answered);
-  } else if (!changed_.wait_for(lock, std::chrono::duration<double>(timeout_s), answered)) {
-    answers_.erase(ticket);
+    answer.answered.wait(lock, answered);
+  } else if (!answer.answered.wait_for(lock, std::chrono::duration<double>(timeout_s), answered)) {
+    answers_.erase(it);
     TORCH_CHECK(false, "ServingRuntime.wait: request ", ticket, " was not answered within ",
                 timeout_s, " s");
   }
-  Answer done = std::move(answers_.at(ticket));
-  answers_.erase(ticket);
-  TORCH_CHECK(done.error.empty(), done.error);
-  return done.rows;
+  at::Tensor rows = std::move(answer.rows);
+  const std::string error = std::move(answer.error);
+  answers_.erase(it);
+  TORCH_CHECK(error.empty(), error);
+  return rows;
 }
 
 // ---- batching, sampling and the model side ----
@@ -201,7 +225,9 @@ void ServingRuntime::batch_loop() {
   const int64_t slots = static_cast<int64_t>(samplers_.size());
   while (true) {
     // A free sampler first, so requests wait in the bounded queue rather than here.
-    changed_.wait(lock, [&] { return abandoned_ || (in_flight_ < slots && (!queue_.empty() || closing_)); });
+    batcher_wakes_.wait(lock, [&] {
+      return abandoned_ || (in_flight_ < slots && (!queue_.empty() || closing_));
+    });
     if (abandoned_ || (queue_.empty() && closing_)) break;
     Batch batch;
     batch.id = next_batch_++;
@@ -209,7 +235,8 @@ void ServingRuntime::batch_loop() {
     const Clock::time_point deadline = queue_.front().enqueued + max_wait;
     while (true) {
       if (queue_.empty()) {
-        if (closing_ || !changed_.wait_until(lock, deadline, [&] { return !queue_.empty() || closing_; }))
+        if (closing_ || !batcher_wakes_.wait_until(lock, deadline,
+                                                   [&] { return !queue_.empty() || closing_; }))
           break;
         if (queue_.empty()) break;  // closing: what is batched goes now
       }
@@ -228,28 +255,41 @@ void ServingRuntime::batch_loop() {
     batch.cost = cost(batch.ids);
     lock.lock();
     batch.on_gpu = send_to_gpu(batch);
-    const int64_t side_slots = batch.on_gpu ? options_.gpu_streams : options_.cpu_samplers;
-    if (by_load_ && !closing_ && !abandoned_ && in_side_[batch.on_gpu] >= side_slots) {
-      // Its side holds as many batches as it has samplers (sampling, waiting for the model
-      // or in it): rather than queue a small batch behind them (while requests that would
-      // have joined it arrive), its requests go back to the front of the queue and the batch
-      // is formed again, larger, once a batch is answered. The same back-pressure as a
-      // runtime of that side alone.
+    const auto side_full = [&](bool gpu) {
+      return in_side_[gpu] >= (gpu ? options_.gpu_streams : options_.cpu_samplers);
+    };
+    if (by_load_ && !closing_ && !abandoned_ && side_full(batch.on_gpu) &&
+        !side_full(!batch.on_gpu)) {
+      // Its side holds as many batches as it has samplers and the other side has one free:
+      // there rather than wait (a busy GPU overflows onto idle CPU samplers and back).
+      batch.on_gpu = !batch.on_gpu;
+      const std::vector<double>& line = batch.on_gpu ? gpu_line_ : cpu_line_;
+      batch.predicted_s = line[0] + line[1] * batch.cost;
+    }
+    if (by_load_ && !closing_ && !abandoned_ && side_full(batch.on_gpu)) {
+      // Both sides hold as many batches as they have samplers (sampling, waiting for the
+      // model or in it): rather than queue a small batch behind them (while requests that
+      // would have joined it arrive), its requests go back to the front of the queue and the
+      // batch is formed again, larger, once a batch is answered. The same back-pressure as a
+      // runtime of one side alone.
       for (auto it = batch.requests.rbegin(); it != batch.requests.rend(); ++it) {
         queue_.push_front(std::move(*it));
       }
       --in_flight_;
       const int64_t seen = answered_batches_;
-      changed_.wait(lock, [&] { return abandoned_ || closing_ || answered_batches_ != seen; });
+      batcher_wakes_.wait(lock, [&] { return abandoned_ || closing_ || answered_batches_ != seen; });
       continue;
     }
     ++in_side_[batch.on_gpu];
     pending_s_[batch.on_gpu] += batch.predicted_s;
-    (batch.on_gpu ? gpu_work_ : cpu_work_).push_back(std::move(batch));
-    changed_.notify_all();
+    const bool on_gpu = batch.on_gpu;
+    (on_gpu ? gpu_work_ : cpu_work_).push_back(std::move(batch));
+    work_queued_[on_gpu].notify_one();
   }
   batcher_done_ = true;
-  changed_.notify_all();
+  for (auto& side : work_queued_) side.notify_all();
+  batch_ready_.notify_all();
+  progress_.notify_all();
 }
 
 bool ServingRuntime::send_to_gpu(Batch& batch) {
@@ -265,9 +305,11 @@ bool ServingRuntime::send_to_gpu(Batch& batch) {
 
 void ServingRuntime::sample_loop(Sampler& sampler) {
   std::deque<Batch>& work = sampler.on_gpu ? gpu_work_ : cpu_work_;
+  if (!sampler.on_gpu) limit_intra_op_threads(cpu_sampler_threads_);
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    changed_.wait(lock, [&] { return abandoned_ || !work.empty() || batcher_done_; });
+    work_queued_[sampler.on_gpu].wait(lock,
+                                      [&] { return abandoned_ || !work.empty() || batcher_done_; });
     if (abandoned_ || work.empty()) break;  // the batcher is done and nothing is left
     Batch batch = std::move(work.front());
     work.pop_front();
@@ -290,10 +332,11 @@ void ServingRuntime::sample_loop(Sampler& sampler) {
     }
     served.id = batch.id;
     ready_.emplace_back(std::move(batch), std::move(served));
-    changed_.notify_all();
+    batch_ready_.notify_one();
   }
   --samplers_running_;
-  changed_.notify_all();
+  batch_ready_.notify_all();
+  progress_.notify_all();
 }
 
 ServedBatch ServingRuntime::prepare(const at::Tensor& ids, Sampler& sampler) const {
@@ -332,7 +375,7 @@ ServedBatch ServingRuntime::prepare(const at::Tensor& ids, Sampler& sampler) con
 
 ServedBatch ServingRuntime::next_batch() {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] {
+  batch_ready_.wait(lock, [&] {
     return !ready_.empty() || abandoned_ || (batcher_done_ && samplers_running_ == 0);
   });
   if (ready_.empty()) return ServedBatch{};  // id -1: closed and drained
@@ -382,6 +425,7 @@ void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::stri
       } else {
         it->second.error = error;
       }
+      it->second.answered.notify_one();
     }
     begin += size;
   }
@@ -394,7 +438,9 @@ void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::stri
   --in_flight_;
   --in_side_[batch.on_gpu];
   ++answered_batches_;
-  changed_.notify_all();
+  answered_requests_ += static_cast<int64_t>(batch.requests.size());
+  batcher_wakes_.notify_one();  // a sampler's slot is free
+  progress_.notify_all();
 }
 
 void ServingRuntime::model_loop(const std::function<at::Tensor(const ServedBatch&)>& model) {
@@ -419,8 +465,52 @@ void ServingRuntime::serve_with(std::function<at::Tensor(const ServedBatch&)> mo
   auto shared = std::make_shared<std::function<at::Tensor(const ServedBatch&)>>(std::move(model));
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_CHECK(!closing_, "ServingRuntime.serve_with: the runtime is closed");
-  for (int64_t i = 0; i < threads; ++i)
-    model_threads_.emplace_back([this, shared] { model_loop(*shared); });
+  for (int64_t i = 0; i < threads; ++i) {
+    model_threads_.emplace_back([this, shared] {
+      // A stream of its own, as the Python model threads have: on the default stream every
+      // model thread's kernels would queue behind the others'.
+      std::optional<c10::StreamGuard> on_stream;
+      if (device_.is_cuda()) {
+        on_stream.emplace(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA)
+                              .getStreamFromGlobalPool(device_, /*isHighPriority=*/false));
+      }
+      model_loop(*shared);
+    });
+  }
+}
+
+void ServingRuntime::serve_package(const std::string& package_path, int64_t threads) {
+  TORCH_CHECK_VALUE(threads >= 1, "ServingRuntime.serve_package: threads must be >= 1, got ",
+                    threads);
+  std::shared_ptr<torch::inductor::AOTIModelPackageLoader> package;
+  try {
+    // One runner per thread: the package's container hands each call a model of its own.
+    package = std::make_shared<torch::inductor::AOTIModelPackageLoader>(
+        package_path, "model", /*run_single_threaded=*/false, static_cast<size_t>(threads),
+        device_.is_cuda() ? device_.index() : static_cast<c10::DeviceIndex>(-1));
+  } catch (const std::exception& e) {
+    TORCH_CHECK_VALUE(false, "ServingRuntime.serve_package: could not load ", package_path,
+                      " for ", device_, ": ", e.what());
+  }
+  serve_with(
+      [this, package](const ServedBatch& batch) {
+        std::vector<at::Tensor> inputs{batch.x};
+        // Contiguous: a package reads inputs with the strides it was traced with (a layer's
+        // edges are a narrowed view of the batch's, rows apart by all its edges).
+        for (const at::Tensor& edges : batch.edge_index)
+          inputs.push_back(edges.to(at::kLong).contiguous());
+        for (size_t layer = 0; layer < batch.edge_index.size(); ++layer) {
+          inputs.push_back(at::empty({batch.layer_sizes[2 * layer + 1], 0}, batch.x.options()));
+        }
+        void* stream = nullptr;  // the thread's own (serve_with), as a cudaStream_t
+        if (device_.is_cuda()) {
+          stream = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device_).native_handle();
+        }
+        std::vector<at::Tensor> outputs = package->run(inputs, stream);
+        TORCH_CHECK(!outputs.empty(), "the package returned no output");
+        return outputs.front();
+      },
+      threads);
 }
 
 void ServingRuntime::close(double timeout_s) {
@@ -430,18 +520,19 @@ void ServingRuntime::close(double timeout_s) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     closing_ = true;
-    changed_.notify_all();
+    batcher_wakes_.notify_one();
     // Every accepted request answered, or the time is up.
     const auto drained = [&] {
       return batcher_done_ && samplers_running_ == 0 && ready_.empty() && with_model_.empty();
     };
-    if (!changed_.wait_for(lock, std::chrono::duration<double>(timeout_s), drained)) {
+    if (!progress_.wait_for(lock, std::chrono::duration<double>(timeout_s), drained)) {
       abandoned_ = true;  // the model side stopped taking batches: fail what is left
       const std::string why = "the runtime closed before the model answered";
       for (auto& [ticket, a] : answers_) {
         if (!a.done) {
           a.done = true;
           a.error = why;
+          a.answered.notify_one();
         }
       }
       ready_.clear();
@@ -449,7 +540,9 @@ void ServingRuntime::close(double timeout_s) {
       cpu_work_.clear();
       gpu_work_.clear();
       queue_.clear();
-      changed_.notify_all();
+      batcher_wakes_.notify_one();
+      for (auto& side : work_queued_) side.notify_all();
+      batch_ready_.notify_all();
     }
     threads.swap(sampler_threads_);
     threads.insert(threads.end(), std::make_move_iterator(model_threads_.begin()),
@@ -532,19 +625,31 @@ std::tuple<double, std::vector<double>, std::vector<double>> ServingRuntime::cal
   const std::unique_ptr<Sampler> on_gpu = make_sampler(true, seed + 1);
   at::Generator draw = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
   std::vector<std::pair<double, double>> cpu_points, gpu_points;
-  for (int64_t size : sizes) {
-    size = std::max<int64_t>(1, std::min(size, options_.max_batch_nodes));
-    for (int64_t r = 0; r <= repeats; ++r) {
-      const at::Tensor ids = at::randint(num_nodes_, {size}, draw, at::kLong);
-      const double batch_cost = cost(ids);
-      for (Sampler* sampler : {on_cpu.get(), on_gpu.get()}) {
-        const Clock::time_point start = Clock::now();
-        prepare(ids, *sampler);
-        const double seconds = ms_between(start, Clock::now()) / 1000;
-        if (r > 0) (sampler->on_gpu ? gpu_points : cpu_points).emplace_back(batch_cost, seconds);
+  // On a thread of its own, its parallel loops limited as a CPU sampler's are, so the CPU's
+  // line is what a sampler will see (and the caller's own setting stays as it was).
+  std::exception_ptr failure;
+  std::thread timing([&] {
+    try {
+      limit_intra_op_threads(cpu_sampler_threads_);
+      for (int64_t size : sizes) {
+        size = std::max<int64_t>(1, std::min(size, options_.max_batch_nodes));
+        for (int64_t r = 0; r <= repeats; ++r) {
+          const at::Tensor ids = at::randint(num_nodes_, {size}, draw, at::kLong);
+          const double batch_cost = cost(ids);
+          for (Sampler* sampler : {on_cpu.get(), on_gpu.get()}) {
+            const Clock::time_point start = Clock::now();
+            prepare(ids, *sampler);
+            const double seconds = ms_between(start, Clock::now()) / 1000;
+            if (r > 0) (sampler->on_gpu ? gpu_points : cpu_points).emplace_back(batch_cost, seconds);
+          }
+        }
       }
+    } catch (...) {
+      failure = std::current_exception();
     }
-  }
+  });
+  timing.join();
+  if (failure) std::rethrow_exception(failure);
   const std::vector<double> cpu = fit_line(cpu_points), gpu = fit_line(gpu_points);
   double crossing;
   if (cpu[1] <= gpu[1]) {  // the CPU never loses: everything there
@@ -563,6 +668,11 @@ at::Tensor ServingRuntime::records() const {
   double* row = out.data_ptr<double>();
   for (const auto& record : records_) row = std::copy(record.begin(), record.end(), row);
   return out;
+}
+
+int64_t ServingRuntime::outstanding() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return accepted_ - answered_requests_;
 }
 
 int64_t ServingRuntime::accepted() const {

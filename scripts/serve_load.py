@@ -12,13 +12,15 @@ localhost over a synthetic graph (``--graph``) and a GraphSAGE model with random
 (3 layers, hidden 256; serving latency does not depend on the weights), fanouts [15, 10,
 5]: ``cpu`` (CPU samplers only), ``gpu`` (GPU streams only) and ``dispatch`` (both, the
 threshold calibrated at start-up); ``gpu2`` (``--configs gpu2``, two GPUs: a runtime per GPU
-as ``gpu``, behind a ServingPool that sends each request to the shorter queue). The load runs in this process, the server in its own,
+as ``gpu``, behind a ServingPool that sends each request to the runtime with fewer requests outstanding). The load runs in this process, the server in its own,
 so the two do not share an interpreter lock. Arrivals are Poisson at the offered rate;
 each request's size is ``floor(U ** (-1 / 1.5))`` ids (Pareto, mean about 3, one in a
 thousand over 100), capped at 256, drawn uniformly from the nodes. Latency runs from a
 request's scheduled arrival to its answer, so a client that falls behind is charged, as
 open-loop load must be; 503s are counted apart. Each configuration is warmed up for a
-second at the lowest rate first.
+second at the lowest rate first. ``--model package`` compiles the model once with
+AOTInductor (``package_for_serving``) and every runtime runs it on C++ threads, so no batch
+waits for the server's interpreter lock.
 """
 from __future__ import annotations
 
@@ -49,9 +51,11 @@ CONFIGS = {"cpu": dict(cpu_samplers=8, gpu_streams=0),
            "gpu2": dict(cpu_samplers=0, gpu_streams=4, gpus=2)}
 
 
-def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0.0):
+def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0.0,
+                 package=None):
     import torch_quiver_ops as qv
-    from torch_quiver_ops.serving import ServingPool, ServingRuntime, serve_http
+    from torch_quiver_ops.serving import (ServingPool, ServingRuntime, package_for_serving,
+                                          serve_http)
     from torch_quiver_ops.synthetic import synthetic_graph
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                                     "examples"))
@@ -72,7 +76,9 @@ def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0
     feature.from_cpu_tensor(graph.x)
     if not gpu:
         options.update(gpu_streams=0, cpu_samplers=max(options["cpu_samplers"], 1))
-    runtimes = [ServingRuntime(copy.deepcopy(model), topo, FANOUTS, feature,
+    if package is not None and not os.path.exists(package):  # the first configuration's
+        package_for_serving(model, len(FANOUTS), graph.x.size(1), package, device=device)
+    runtimes = [ServingRuntime(package or copy.deepcopy(model), topo, FANOUTS, feature,
                                device=torch.device("cuda", d) if gpu else device,
                                max_batch_nodes=1024, max_wait_ms=2.0, max_queue=4096,
                                **options)
@@ -267,6 +273,10 @@ def main():
                         help="also drive each self-hosted runtime in its own process, with no "
                              "HTTP, at these rates (rows 'CONFIG direct'): the HTTP layer's "
                              "cost is the difference")
+    parser.add_argument("--model", default="python", choices=["python", "package"],
+                        help="python: the model in Python threads; package: compiled by "
+                             "AOTInductor (package_for_serving) and run by the runtime's C++ "
+                             "threads")
     parser.add_argument("--json")
     parser.add_argument("--plot")
     parser.add_argument("--png", default="serve_load.png")
@@ -282,12 +292,17 @@ def main():
         rows = measure(args.url, args.num_nodes, "server", args)
     else:
         context = mp.get_context("spawn")
+        scratch = None
+        if args.model == "package":
+            import tempfile
+            scratch = tempfile.mkdtemp(prefix="serve-load-")
+        package = os.path.join(scratch, "sage.pt2") if scratch else None
         for config in args.configs.split(","):
             port_out, stop = context.Queue(), context.Event()
             direct_rates = [float(r) for r in args.direct_rates.split(",") if r]
             child = context.Process(target=_serve_child,
                                     args=(args.graph, config, port_out, stop, direct_rates,
-                                          args.duration))
+                                          args.duration, package))
             child.start()
             url, num_nodes, threshold, direct = _from_child(port_out, child, 900)
             print(f"{config}: serving at {url}, dispatch threshold PSGS {threshold}", flush=True)

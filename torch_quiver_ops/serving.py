@@ -9,8 +9,10 @@ GPU and large ones do not crawl on the CPU.
 * :class:`ServingRuntime`: the request queue, the batcher, the dispatcher (a pool of CPU
   samplers, GPU samplers on their own CUDA streams) and the gather through the tiered
   :class:`~torch_quiver_ops.Feature` run in C++ (``torch.classes.quiver.ServingRuntime``,
-  which a libtorch server uses alone); Python adds the model's threads. ``threshold`` is
-  calibrated at start-up on the machine (:meth:`ServingRuntime.calibrate`) or given.
+  which a libtorch server uses alone); Python adds the model's threads, or, given a package
+  from :func:`package_for_serving` (AOTInductor), the model runs on C++ threads too and no
+  batch waits for Python's interpreter lock. ``threshold`` is calibrated at start-up on the
+  machine (:meth:`ServingRuntime.calibrate`) or given.
 * :func:`serve_http`: an HTTP endpoint over a runtime (JSON node ids in, predictions out,
   a health check, 4xx for bad requests, 503 under overload, graceful shutdown). Built on
   the standard library's ``ThreadingHTTPServer``: nothing to install on machines without a
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import os
 import threading
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -92,7 +95,9 @@ class ServingRuntime:
 
     Args:
         model: ``model(x, adjs)`` over a sampled computation graph (torch-quiver's
-            layout, :meth:`GraphSageSampler.sample`); put in eval mode here.
+            layout, :meth:`GraphSageSampler.sample`), put in eval mode here and run by
+            Python threads; or the path of its AOTInductor package
+            (:func:`package_for_serving`, compiled for ``device``), run by C++ threads.
         topo, fanouts: the graph and the fanouts to sample.
         feature: the node features: a :class:`~torch_quiver_ops.Feature` or a tensor.
         device: where the model runs (default: the current GPU, else the CPU).
@@ -121,7 +126,16 @@ class ServingRuntime:
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device()) if has_gpu else "cpu"
         self.device = torch.device(device)
-        self.model = model.to(self.device).eval()
+        self.package = None
+        if isinstance(model, (str, os.PathLike)):
+            from .aoti import check_package
+            self.package, self.model = os.fspath(model), None
+            if not os.path.isfile(self.package):
+                raise ValueError(f"no model package at {self.package!r} (package_for_serving "
+                                 f"builds one)")
+            check_package(self.package)  # a package that would crash this process on load
+        else:
+            self.model = model.to(self.device).eval()
         self.topo, self.fanouts = topo, list(fanouts)
         self.num_nodes = topo.node_count
         self.max_batch_nodes = max_batch_nodes
@@ -144,11 +158,20 @@ class ServingRuntime:
             float("nan") if threshold is None else float(threshold), seed)
         self.psgs = PSGS.of_values(self._runtime.psgs())
         # One model thread per sampler: every batch in flight can be in the model at once.
+        model_threads = cpu_samplers + (gpu_streams if has_gpu else 0)
+        self._model_threads = []
+        if self.package is not None:
+            try:
+                self._runtime.serve_package(self.package, model_threads)
+            except BaseException:
+                self._runtime.close(1.0)
+                raise
+            return
         self._model_threads = [
             threading.Thread(target=self._model_loop, name=f"quiver-model-{i}", daemon=True,
                              args=(torch.cuda.Stream(self.device)
                                    if self.device.type == "cuda" else None,))
-            for i in range(cpu_samplers + (gpu_streams if has_gpu else 0))]
+            for i in range(model_threads)]
         for thread in self._model_threads:
             thread.start()
 
@@ -251,6 +274,11 @@ class ServingRuntime:
         """Requests waiting now."""
         return self._runtime.queued()
 
+    @property
+    def outstanding(self) -> int:
+        """Requests accepted and not yet answered (waiting, batched or in the model)."""
+        return self._runtime.outstanding()
+
     def stats(self) -> Dict[str, float]:
         records = self._runtime.records()
         on_gpu = int(records[:, 3].sum()) if records.numel() else 0
@@ -259,11 +287,66 @@ class ServingRuntime:
                 "threshold": self.threshold, "by_load": self.dispatches_by_load}
 
 
+class _LayersToAdjs(torch.nn.Module):
+    """``model(x, adjs)`` called with the tensors a package takes: x, each layer's
+    edge_index, then each layer's target count as the first dimension of an empty tensor."""
+
+    def __init__(self, model: torch.nn.Module, num_layers: int):
+        super().__init__()
+        self.model, self.num_layers = model, num_layers
+
+    def forward(self, x: Tensor, *layers: Tensor) -> Tensor:
+        adjs, sources = [], x.size(0)
+        for edge_index, targets in zip(layers[:self.num_layers], layers[self.num_layers:]):
+            adjs.append(Adj(edge_index, None, (sources, targets.size(0))))
+            sources = targets.size(0)
+        return self.model(x, adjs)
+
+
+def package_for_serving(model: torch.nn.Module, num_layers: int, in_channels: int,
+                        package_path: Union[str, os.PathLike], device=None,
+                        dtype: torch.dtype = torch.float32) -> str:
+    """Compiles ``model(x, adjs)`` (as :class:`ServingRuntime` takes it) with torch.export
+    and AOTInductor into a package a ServingRuntime runs on C++ threads: batches then never
+    wait for Python (on the H100, Python model threads capped a runtime near 3,000 requests
+    a second). Every size is dynamic: nodes, edges and targets per layer. ``device`` (default:
+    the current GPU, else the CPU) and ``dtype`` (the features') must be the runtime's.
+    Returns the package's path. Compiling takes a minute or so. The package reads its inputs
+    with the strides it was traced with (contiguous): the runtime hands it contiguous ones."""
+    from torch.export import Dim, export
+
+    from .aoti import compile_and_package
+    if num_layers < 1 or in_channels < 1:
+        raise ValueError(f"num_layers and in_channels must be positive, got {num_layers} and "
+                         f"{in_channels}")
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) \
+            if torch.cuda.is_available() else torch.device("cpu")
+    device = torch.device(device)
+    model = model.to(device).eval()
+    # An example batch whose sizes are all different and above 1, so that none is
+    # specialized: nodes shrink layer by layer, as sampled layers do.
+    nodes = [5 + 7 * (num_layers - i) ** 2 for i in range(num_layers + 1)]
+    x = torch.randn(nodes[0], in_channels, device=device, dtype=dtype)
+    edges = [torch.stack([torch.randint(nodes[i], (3 * nodes[i] + 2,), device=device),
+                          torch.randint(nodes[i + 1], (3 * nodes[i] + 2,), device=device)])
+             for i in range(num_layers)]
+    targets = [torch.empty(nodes[i + 1], 0, device=device, dtype=dtype)
+               for i in range(num_layers)]
+    dynamic = ({0: Dim.DYNAMIC},  # x, then *layers: the edges, then the targets
+               ({1: Dim.DYNAMIC},) * num_layers + ({0: Dim.DYNAMIC},) * num_layers)
+    with torch.no_grad():
+        program = export(_LayersToAdjs(model, num_layers).eval(), (x, *edges, *targets),
+                         dynamic_shapes=dynamic)
+    return compile_and_package(program, package_path)
+
+
 class ServingPool:
     """Several :class:`ServingRuntime` (one per GPU, say, each with its own samplers, feature
     tiers and model) behind one face, which :func:`serve_http` and a load generator use like
-    one runtime: each request goes to the runtime with the fewest requests waiting, ties
-    taken in turn. Every runtime must serve the same graph."""
+    one runtime: each request goes to the runtime with the fewest requests outstanding
+    (waiting, batched or in the model), ties taken in turn. Every runtime must serve the
+    same graph."""
 
     def __init__(self, runtimes: Sequence[ServingRuntime]):
         self.runtimes = list(runtimes)
@@ -278,10 +361,11 @@ class ServingPool:
         self._turn = itertools.count()
 
     def submit(self, ids) -> _Answer:
-        """As :meth:`ServingRuntime.submit`, on the runtime with the shortest queue."""
+        """As :meth:`ServingRuntime.submit`, on the runtime with the fewest requests
+        outstanding (ties in turn)."""
         first = next(self._turn) % len(self.runtimes)
         turn = self.runtimes[first:] + self.runtimes[:first]
-        return min(turn, key=lambda r: r.queued).submit(ids)
+        return min(turn, key=lambda r: r.outstanding).submit(ids)
 
     def predict(self, ids, timeout: Optional[float] = None) -> Tensor:
         return self.submit(ids).result(timeout)

@@ -7,6 +7,9 @@
 //              [--fanouts 15,10,5] [--hidden 256] [--lr 0.003] [--cache 0.2]
 //              [--min-accuracy A] [--eval-nodes 10000] [--split 1] [--seed 0]
 //              [--serve N] [--clients 4]
+//              [--load-rates R1,R2,...] [--load-configs cpu,gpu,dispatch] [--load-seconds 4]
+//              [--cpu-samplers 8] [--gpu-streams 4] [--max-batch 1024] [--max-wait-ms 2]
+//              [--capture 1]
 //
 // --data reads a graph saved by Python (examples/cpp/save_graph.py: CSRTopo.save,
 // Feature.save and the labels, in the package's raw-file format); without it the program
@@ -21,6 +24,15 @@
 // predicted cost, gathers through the same FeatureTiers, and runs the model on its own
 // threads (serve_with). Prints latency percentiles, the batches each kind sampled, and the
 // served answers' accuracy, which --min-accuracy then also bounds.
+//
+// --load-rates measures the same runtime under open-loop load, as scripts/serve_load.py
+// does from Python but with no Python anywhere (no GIL between the clients, the batcher
+// and the model threads): for each configuration (cpu: --cpu-samplers only; gpu:
+// --gpu-streams only; dispatch: both, calibrated at start-up) and each rate, requests
+// arrive as a Poisson process for --load-seconds, Pareto-sized like the load generator's,
+// and each is timed from its scheduled arrival to its answer. Prints a table, then for each
+// configuration the highest rate answered with p99 <= 30 ms. --epochs 0 serves the model
+// untrained (the load does not depend on the weights).
 #include <quiver/serving.h>
 #include <quiver/feature_tiers.h>
 #include <quiver/host_pin.h>
@@ -35,6 +47,12 @@ using raw_arrays::require;
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <random>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -69,6 +87,13 @@ struct Options {
   int64_t seed = 0;
   int64_t serve = 0;    // requests served after training (0: none)
   int64_t clients = 4;  // threads sending them
+  // Open-loop load (--load-rates): configurations, requests a second, seconds each.
+  std::vector<int64_t> load_rates;
+  std::vector<std::string> load_configs{"cpu", "gpu", "dispatch"};
+  double load_seconds = 4.0;
+  int64_t cpu_samplers = 8, gpu_streams = 4, max_batch = 1024;
+  double max_wait_ms = 2.0;
+  bool capture = true;  // GPU samplers replay batch shapes seen before as CUDA graphs
   // The synthetic graph.
   int64_t nodes = 20000, classes = 8, features = 32, degree = 12;
 };
@@ -78,6 +103,13 @@ std::vector<int64_t> parse_list(const std::string& text) {
   std::stringstream stream(text);
   for (std::string item; std::getline(stream, item, ',');) values.push_back(std::stoll(item));
   return values;
+}
+
+std::vector<std::string> parse_words(const std::string& text) {
+  std::vector<std::string> words;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');) words.push_back(item);
+  return words;
 }
 
 Options parse(int argc, char** argv) {
@@ -107,6 +139,17 @@ Options parse(int argc, char** argv) {
              "  --seed N            seeds the synthetic graph, the model and the batches\n"
              "  --serve N           then serve N requests through quiver's ServingRuntime\n"
              "  --clients N         threads sending those requests (default: 4)\n"
+             "  --load-rates R,...  then measure the runtime under open-loop Poisson load at\n"
+             "                      these requests a second (no Python involved)\n"
+             "  --load-configs ...  of cpu, gpu, dispatch (default: all three)\n"
+             "  --load-seconds S    seconds of load per rate (default: 4)\n"
+             "  --cpu-samplers N    CPU sampler threads under load (default: 8)\n"
+             "  --gpu-streams N     GPU sampler streams under load (default: 4)\n"
+             "  --max-batch N       seeds per batch at most under load (default: 1024)\n"
+             "  --max-wait-ms X     a batch closes when its oldest request waited this long\n"
+             "                      (default: 2)\n"
+             "  --capture 1|0       GPU samplers replay batch shapes seen before as CUDA\n"
+             "                      graphs under load (default: 1)\n"
              "  --nodes N           synthetic graph: nodes (default: 20000)\n"
              "  --classes N         synthetic graph: classes (default: 8)\n"
              "  --features N        synthetic graph: feature width (default: 32)\n"
@@ -129,14 +172,31 @@ Options parse(int argc, char** argv) {
     else if (arg == "--seed") o.seed = std::stoll(value);
     else if (arg == "--serve") o.serve = std::stoll(value);
     else if (arg == "--clients") o.clients = std::stoll(value);
+    else if (arg == "--load-rates") o.load_rates = parse_list(value);
+    else if (arg == "--load-configs") o.load_configs = parse_words(value);
+    else if (arg == "--load-seconds") o.load_seconds = std::stod(value);
+    else if (arg == "--cpu-samplers") o.cpu_samplers = std::stoll(value);
+    else if (arg == "--gpu-streams") o.gpu_streams = std::stoll(value);
+    else if (arg == "--max-batch") o.max_batch = std::stoll(value);
+    else if (arg == "--max-wait-ms") o.max_wait_ms = std::stod(value);
+    else if (arg == "--capture") o.capture = std::stoll(value) != 0;
     else if (arg == "--nodes") o.nodes = std::stoll(value);
     else if (arg == "--classes") o.classes = std::stoll(value);
     else if (arg == "--features") o.features = std::stoll(value);
     else if (arg == "--degree") o.degree = std::stoll(value);
     else TORCH_CHECK(false, "unknown option ", arg, " (see --help)");
   }
-  TORCH_CHECK(o.epochs > 0 && o.batch_size > 0 && !o.fanouts.empty(),
-              "--epochs, --batch-size and --fanouts must be positive");
+  TORCH_CHECK(o.epochs >= 0 && o.batch_size > 0 && !o.fanouts.empty(),
+              "--epochs must be >= 0, --batch-size and --fanouts positive");
+  for (const int64_t rate : o.load_rates)
+    TORCH_CHECK(rate > 0, "--load-rates must be positive, got ", rate);
+  for (const std::string& config : o.load_configs)
+    TORCH_CHECK(config == "cpu" || config == "gpu" || config == "dispatch",
+                "--load-configs takes cpu, gpu and dispatch, got ", config);
+  TORCH_CHECK(o.load_seconds > 0 && o.cpu_samplers >= 1 && o.gpu_streams >= 1 &&
+                  o.max_batch >= 1 && o.max_wait_ms >= 0,
+              "--load-seconds, --cpu-samplers, --gpu-streams and --max-batch must be positive "
+              "and --max-wait-ms >= 0");
   TORCH_CHECK(o.serve >= 0 && o.clients >= 1, "--serve must be >= 0 and --clients >= 1, got ",
               o.serve, " and ", o.clients);
   TORCH_CHECK(o.cache >= 0.0 && o.cache <= 1.0, "--cache must be in [0, 1], got ", o.cache);
@@ -352,6 +412,23 @@ void synchronize(const at::Device& device, bool wanted = true) {
   if (wanted && device.is_cuda()) torch::cuda::synchronize(device.index());
 }
 
+// The model side of a ServingRuntime: the libtorch GraphSAGE over a served batch.
+std::function<Tensor(const quiver::runtime::ServedBatch&)> sage_on_batches(SAGE& model) {
+  return [&model](const quiver::runtime::ServedBatch& b) {
+    torch::NoGradGuard no_grad;  // per thread
+    std::vector<Layer> layers;
+    for (size_t i = 0; i < b.edge_index.size(); ++i)
+      layers.push_back({b.edge_index[i][0], b.edge_index[i][1], b.layer_sizes[2 * i + 1]});
+    return model->forward(b.x, layers);
+  };
+}
+
+// A request's size as scripts/serve_load.py draws it: floor(U^(-1/1.5)) ids (Pareto, mostly
+// one or two, a heavy tail), at most 256.
+int64_t request_size(double u) {
+  return std::min<int64_t>(256, static_cast<int64_t>(std::pow(1 - u, -1 / 1.5)));
+}
+
 // --serve: the trained model behind a ServingRuntime, requests from --clients threads.
 double serve(const Options& o, const Graph& g, const Sampler& sampler,
              const c10::intrusive_ptr<quiver::runtime::FeatureTiers>& tiers, SAGE& model,
@@ -374,16 +451,7 @@ double serve(const Options& o, const Graph& g, const Sampler& sampler,
   auto runtime = c10::make_intrusive<ServingRuntime>(g.indptr, g.indices, gpu_indptr,
                                                      gpu_indices, tiers, options);
   model->eval();
-  runtime->serve_with(
-      [&model](const ServedBatch& b) {
-        torch::NoGradGuard no_grad;  // per thread
-        std::vector<Layer> layers;
-        for (size_t i = 0; i < b.edge_index.size(); ++i)
-          layers.push_back({b.edge_index[i][0], b.edge_index[i][1], b.layer_sizes[2 * i + 1]});
-        return model->forward(b.x, layers);
-      },
-      2);
-  // Request sizes like the load generator's: 1 + a Pareto(1.5) draw, at most 256 ids.
+  runtime->serve_with(sage_on_batches(model), 2);
   const Tensor test = g.test_idx;
   std::vector<std::vector<double>> latencies(o.clients);
   std::vector<int64_t> correct(o.clients, 0), answered(o.clients, 0);
@@ -393,8 +461,7 @@ double serve(const Options& o, const Graph& g, const Sampler& sampler,
     clients.emplace_back([&, c] {
       at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + 17 * c + 1);
       for (int64_t r = c; r < o.serve; r += o.clients) {
-        const double u = at::rand({1}, gen).item<double>();
-        const int64_t size = std::min<int64_t>(256, static_cast<int64_t>(std::pow(1 - u, -1 / 1.5)));
+        const int64_t size = request_size(at::rand({1}, gen).item<double>());
         const Tensor ids = test.index_select(0, at::randint(test.numel(), {size}, gen, at::kLong));
         const auto sent = std::chrono::steady_clock::now();
         int64_t ticket = ServingRuntime::kOverloaded;
@@ -431,6 +498,191 @@ double serve(const Options& o, const Graph& g, const Sampler& sampler,
               accuracy);
   std::fflush(stdout);
   return accuracy;
+}
+
+// ---- --load-rates: the runtime under open-loop load ----
+
+struct LoadRow {
+  std::string config;
+  int64_t rate = 0, sent = 0, answered = 0, refused = 0, failed = 0;
+  double answered_per_s = 0, p50 = 0, p99 = 0, p999 = 0;
+  int64_t cpu_batches = 0, gpu_batches = 0;
+  double seeds_per_batch = 0;
+};
+
+// `rate` requests a second for `seconds` as a Poisson process, each of request_size() test
+// nodes, sent at their scheduled times (drawn before the clock starts) whatever the answers
+// do, by 4 threads taking every 4th (a submit checks its ids: one thread would cap the rate);
+// 1024 threads wait for the answers (more than are ever outstanding at once). A refused request (queue full) counts as
+// refused, not answered.
+LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, int64_t rate,
+                  double seconds, uint64_t seed) {
+  using Clock = std::chrono::steady_clock;
+  std::mt19937_64 rng(seed);
+  std::exponential_distribution<double> gap(static_cast<double>(rate));
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  std::vector<double> arrival;
+  std::vector<int64_t> sizes;
+  int64_t total = 0;
+  for (double t = gap(rng); t < seconds; t += gap(rng)) {
+    arrival.push_back(t);
+    sizes.push_back(request_size(unit(rng)));
+    total += sizes.back();
+  }
+  const Tensor pool = test.index_select(
+      0, torch::randint(test.numel(), {std::max<int64_t>(total, 1)}, at::kLong));
+  std::vector<Tensor> requests;
+  for (int64_t i = 0, offset = 0; i < static_cast<int64_t>(sizes.size()); offset += sizes[i++])
+    requests.push_back(pool.narrow(0, offset, sizes[i]));
+  const int64_t batches_before = runtime.records().size(0);
+
+  const size_t n = arrival.size();
+  std::vector<double> latency(n, -1.0);
+  std::mutex mutex;
+  std::condition_variable queued;
+  std::deque<std::pair<int64_t, size_t>> pending;  // (ticket, request)
+  bool all_sent = false;
+  std::atomic<int64_t> refused{0}, failed{0};
+  const Clock::time_point start = Clock::now() + std::chrono::milliseconds(20);
+  auto scheduled = [&](size_t i) {
+    return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival[i]));
+  };
+  std::vector<std::thread> waiters;
+  for (int k = 0; k < 1024; ++k) {
+    waiters.emplace_back([&] {
+      while (true) {
+        std::pair<int64_t, size_t> next;
+        {
+          std::unique_lock<std::mutex> lock(mutex);
+          queued.wait(lock, [&] { return !pending.empty() || all_sent; });
+          if (pending.empty()) return;
+          next = pending.front();
+          pending.pop_front();
+        }
+        try {
+          runtime.wait(next.first, 60.0);
+          latency[next.second] =
+              std::chrono::duration<double, std::milli>(Clock::now() - scheduled(next.second)).count();
+        } catch (const std::exception&) {
+          ++failed;
+        }
+      }
+    });
+  }
+  constexpr size_t kSenders = 4;
+  std::vector<std::thread> senders;
+  for (size_t first = 0; first < kSenders; ++first) {
+    senders.emplace_back([&, first] {
+      for (size_t i = first; i < n; i += kSenders) {
+        std::this_thread::sleep_until(scheduled(i));
+        const int64_t ticket = runtime.submit(requests[i]);
+        if (ticket < 0) {
+          ++refused;
+          continue;
+        }
+        std::lock_guard<std::mutex> lock(mutex);
+        pending.emplace_back(ticket, i);
+        queued.notify_one();
+      }
+    });
+  }
+  for (std::thread& t : senders) t.join();
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    all_sent = true;
+    queued.notify_all();
+  }
+  for (std::thread& t : waiters) t.join();
+  const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+
+  LoadRow row;
+  row.rate = rate;
+  row.sent = static_cast<int64_t>(n);
+  row.refused = refused;
+  row.failed = failed;
+  std::vector<double> done;
+  for (double l : latency)
+    if (l >= 0) done.push_back(l);
+  std::sort(done.begin(), done.end());
+  row.answered = static_cast<int64_t>(done.size());
+  row.answered_per_s = static_cast<double>(done.size()) / std::max(wall, seconds);
+  auto pct = [&](double q) {
+    return done.empty() ? 0.0 : done[std::min(done.size() - 1, static_cast<size_t>(q * done.size()))];
+  };
+  row.p50 = pct(0.5);
+  row.p99 = pct(0.99);
+  row.p999 = pct(0.999);
+  const Tensor records = runtime.records();
+  const int64_t batches = std::max<int64_t>(0, records.size(0) - batches_before);
+  const Tensor mine = records.narrow(0, records.size(0) - batches, batches);
+  row.gpu_batches = static_cast<int64_t>(mine.select(1, 3).sum().item<double>());
+  row.cpu_batches = batches - row.gpu_batches;
+  row.seeds_per_batch = batches ? mine.select(1, 0).mean().item<double>() : 0.0;
+  return row;
+}
+
+// Each configuration's runtime under each rate (after half a second of warm-up at the lowest,
+// not counted): a table, then the highest rate each answered in full with p99 <= 30 ms.
+void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
+                  const c10::intrusive_ptr<quiver::runtime::FeatureTiers>& tiers, SAGE& model,
+                  const at::Device& device) {
+  using quiver::runtime::ServingRuntime;
+  model->eval();
+  std::vector<LoadRow> rows;
+  std::printf("open-loop load, %.1f s a rate, batches of at most %lld seeds closed after %.1f ms\n",
+              o.load_seconds, static_cast<long long>(o.max_batch), o.max_wait_ms);
+  std::printf("%-9s %8s %9s %8s %7s %8s %8s %9s %6s %6s %7s\n", "config", "offered", "answered/s",
+              "refused", "failed", "p50 ms", "p99 ms", "p99.9 ms", "cpu b", "gpu b", "seeds/b");
+  std::fflush(stdout);
+  for (const std::string& config : o.load_configs) {
+    TORCH_CHECK(config == "cpu" || device.is_cuda(), "--load-configs ", config,
+                " samples on a GPU, and this run has none (--mode CPU or no CUDA)");
+    quiver::runtime::ServingOptions options;
+    options.fanouts = o.fanouts;
+    options.device = device.str();
+    options.max_batch_nodes = o.max_batch;
+    options.max_wait_ms = o.max_wait_ms;
+    options.cpu_samplers = config == "gpu" ? 0 : o.cpu_samplers;
+    options.gpu_streams = config == "cpu" ? 0 : o.gpu_streams;
+    options.seed = o.seed;
+    options.capture_batches = o.capture;
+    std::optional<Tensor> gpu_indptr, gpu_indices;
+    if (options.gpu_streams > 0) {
+      gpu_indptr = sampler.indptr();
+      gpu_indices = sampler.indices();
+    }
+    auto runtime = c10::make_intrusive<ServingRuntime>(g.indptr, g.indices, gpu_indptr,
+                                                       gpu_indices, tiers, options);
+    runtime->serve_with(sage_on_batches(model), options.cpu_samplers + options.gpu_streams);
+    if (config == "dispatch") {
+      std::printf("dispatch: calibrated threshold PSGS %.0f (batches at or below it sample on the "
+                  "CPU when the runtime is idle)\n", runtime->threshold());
+    }
+    const int64_t lowest = *std::min_element(o.load_rates.begin(), o.load_rates.end());
+    open_loop(*runtime, g.test_idx, lowest, 0.5, o.seed + 1);  // warm-up: captures, caches
+    for (size_t r = 0; r < o.load_rates.size(); ++r) {
+      LoadRow row = open_loop(*runtime, g.test_idx, o.load_rates[r], o.load_seconds,
+                              o.seed + 2 + r);
+      row.config = config;
+      std::printf("%-9s %8lld %9.0f %8lld %7lld %8.2f %8.2f %9.2f %6lld %6lld %7.1f\n",
+                  config.c_str(), static_cast<long long>(row.rate), row.answered_per_s,
+                  static_cast<long long>(row.refused), static_cast<long long>(row.failed), row.p50,
+                  row.p99, row.p999, static_cast<long long>(row.cpu_batches),
+                  static_cast<long long>(row.gpu_batches), row.seeds_per_batch);
+      std::fflush(stdout);
+      rows.push_back(row);
+    }
+    runtime->close(60.0);
+  }
+  for (const std::string& config : o.load_configs) {
+    int64_t best = 0;
+    for (const LoadRow& row : rows)
+      if (row.config == config && row.refused == 0 && row.failed == 0 && row.p99 <= 30.0)
+        best = std::max(best, row.rate);
+    std::printf("highest rate with p99 <= 30 ms, %s: %lld requests/s\n", config.c_str(),
+                static_cast<long long>(best));
+  }
+  std::fflush(stdout);
 }
 
 int run(const Options& o) {
@@ -508,6 +760,7 @@ int run(const Options& o) {
     std::fflush(stdout);
   }
   if (o.serve > 0) accuracy = std::min(accuracy, serve(o, g, sampler, tiers, model, device, mode));
+  if (!o.load_rates.empty()) measure_load(o, g, sampler, tiers, model, device);
   if (accuracy < o.min_accuracy) {
     std::cerr << "test accuracy " << accuracy << " is below --min-accuracy " << o.min_accuracy
               << "\n";

@@ -15,7 +15,8 @@ from torch_geometric.nn import SAGEConv
 
 import torch_quiver_ops as qv
 from conftest import HAS_CUDA
-from torch_quiver_ops.serving import PSGS, Overloaded, ServingPool, ServingRuntime, serve_http
+from torch_quiver_ops.serving import (PSGS, Overloaded, ServingPool, ServingRuntime,
+                                      package_for_serving, serve_http)
 from torch_quiver_ops.synthetic import synthetic_graph
 
 
@@ -97,9 +98,82 @@ def test_seeded_samplers_answer_alike(graph):
         second.close()
 
 
+@pytest.fixture(scope="module")
+def packaged(graph, tmp_path_factory):
+    """A two-layer SAGE and its AOTInductor package for the CPU (compiled once: a minute or
+    so on two cores)."""
+    torch.manual_seed(0)
+    model = SAGE([graph.x.size(1), 16, int(graph.y.max()) + 1]).eval()
+    path = package_for_serving(model, 2, graph.x.size(1),
+                               tmp_path_factory.mktemp("package") / "sage.pt2", device="cpu")
+    return model, path
+
+
+def test_a_package_answers_as_the_python_model_does(graph, packaged):
+    """The model as an AOTInductor package, run by the runtime's C++ threads, answers what
+    the same model in Python threads answers for the same seeded samples; every size varies
+    (one seed, many, a repeated one)."""
+    model, path = packaged
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    in_python = ServingRuntime(model, topo, [5, 3], graph.x, device="cpu", cpu_samplers=1,
+                               gpu_streams=0, seed=4)
+    in_cpp = ServingRuntime(path, topo, [5, 3], graph.x, device="cpu", cpu_samplers=1,
+                            gpu_streams=0, seed=4)
+    try:
+        assert in_cpp.model is None and in_cpp.package == str(path)
+        for ids in (torch.arange(40), torch.tensor([7]), torch.tensor([5, 17, 1999, 5]),
+                    torch.randint(graph.num_nodes, (300,))):
+            expected = in_python.predict(ids, 30)
+            assert torch.allclose(in_cpp.predict(ids, 30), expected, atol=1e-5)
+        assert in_cpp.stats()["batches"] == 4
+    finally:
+        in_python.close()
+        in_cpp.close()
+
+
+def test_a_package_that_does_not_fit_fails_its_requests_only(graph, packaged, tmp_path):
+    """A package for two layers behind three-layer sampling fails each request with the
+    package's error, and the runtime keeps answering; a missing package is a ValueError."""
+    _, path = packaged
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    with pytest.raises(ValueError, match="no model package at"):
+        ServingRuntime(tmp_path / "missing.pt2", topo, [5, 3], graph.x, device="cpu",
+                       gpu_streams=0)
+    runtime = ServingRuntime(path, topo, [5, 3, 2], graph.x, device="cpu", cpu_samplers=1,
+                             gpu_streams=0)
+    try:
+        for _ in range(2):
+            with pytest.raises(RuntimeError):
+                runtime.predict(torch.tensor([1, 2]), 30)
+    finally:
+        runtime.close()
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU")
+def test_a_package_serves_from_gpu_samplers(graph, tmp_path):
+    """On a GPU: the package compiled for it, behind GPU and CPU samplers, answers as the
+    Python model does for every request (seeded samplers, one request at a time)."""
+    torch.manual_seed(0)
+    model = SAGE([graph.x.size(1), 16, int(graph.y.max()) + 1]).eval()
+    path = package_for_serving(model, 2, graph.x.size(1), tmp_path / "sage.pt2",
+                               device="cuda")
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    for cpu_samplers, gpu_streams in ((0, 1), (1, 0)):
+        runtimes = [ServingRuntime(m, topo, [5, 3], graph.x, device="cuda",
+                                   cpu_samplers=cpu_samplers, gpu_streams=gpu_streams, seed=4)
+                    for m in (model, path)]
+        try:
+            for ids in (torch.arange(40), torch.tensor([7]), torch.tensor([5, 17, 1999, 5])):
+                expected = runtimes[0].predict(ids, 30)
+                assert torch.allclose(runtimes[1].predict(ids, 30), expected, atol=1e-4)
+        finally:
+            for runtime in runtimes:
+                runtime.close()
+
+
 def test_a_pool_spreads_requests_over_its_runtimes_and_serves_http(graph):
     """Two runtimes (one per GPU in production; CPU samplers here) behind a ServingPool:
-    requests go to the shorter queue, every answer equals the offline model's, the endpoint
+    requests go to the runtime with fewer outstanding, every answer equals the offline model's, the endpoint
     serves the pool, and its shutdown closes both runtimes."""
     first, topo = runtime_for(graph, delay=0.02, cpu_samplers=1)
     second, _ = runtime_for(graph, delay=0.02, cpu_samplers=1)
@@ -308,6 +382,27 @@ def test_serve_sage_serves_the_main_jobs_model(tmp_path):
         out, _ = server.communicate(timeout=60)
     assert server.returncode == 0, out
     assert "shut down after" in out
+
+
+def test_load_generator_serves_a_package_end_to_end(tmp_path):
+    """scripts/serve_load.py --model package, as run on the GPU host, here on the CPU: the
+    model compiled once, each configuration's server process running it on C++ threads,
+    every request answered directly and over HTTP."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "load.json"
+    done = subprocess.run(
+        [sys.executable, str(repo / "scripts" / "serve_load.py"), "--graph", "tiny", "--model",
+         "package", "--configs", "cpu", "--rates", "40", "--direct-rates", "40",
+         "--duration", "0.5", "--senders", "4", "--json", str(out)],
+        capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [row["config"] for row in rows] == ["cpu direct", "cpu"], rows
+    for row in rows:
+        assert row["answered"] >= 10 and row["refused_503"] == 0 and row["failed"] == 0, row
 
 
 def test_load_generator_drives_the_endpoint(graph):

@@ -60,6 +60,9 @@ struct ServingOptions {
   // both kinds of samplers exist (calibrate()).
   double threshold = std::numeric_limits<double>::quiet_NaN();
   int64_t seed = 0;  // seeds each sampler's generator, for reproducible answers
+  // Whether GPU samplers replay batches of a shape seen before as CUDA graphs. Served batches
+  // come in many sizes, each a shape of its own: captures then churn (a few kept per sampler).
+  bool capture_batches = true;
 };
 
 // One batch as the model side receives it: the sampled computation graph in torch-quiver's
@@ -110,6 +113,12 @@ class ServingRuntime : public torch::CustomClassHolder {
   // Runs `model` on `threads` threads of the runtime's own until close(): the model side of a
   // C++ server. A model that throws fails its batch only.
   void serve_with(std::function<at::Tensor(const ServedBatch&)> model, int64_t threads);
+  // serve_with() for a model compiled by AOTInductor (torch._inductor.aoti_compile_and_package;
+  // torch_quiver_ops.serving.package_for_serving builds one): the model side with no Python.
+  // The package takes x, each layer's edge_index (int64, outermost layer first), then each
+  // layer's target count as the first dimension of an empty [targets, 0] tensor of x's dtype
+  // (a package takes tensors only), and returns the rows.
+  void serve_package(const std::string& package_path, int64_t threads);
   // Stops taking requests, answers every accepted one, stops the threads. Batches the model
   // side has not finished within timeout_s fail with a message saying so.
   void close(double timeout_s);
@@ -143,6 +152,9 @@ class ServingRuntime : public torch::CustomClassHolder {
   at::Tensor records() const;
   int64_t accepted() const;  // requests queued so far
   int64_t queued() const;    // requests waiting now
+  // Requests accepted and not yet answered: waiting, batched, sampling or in the model (what
+  // a pool of runtimes balances, where queued() misses a batch being formed or in flight).
+  int64_t outstanding() const;
   const ServingOptions& options() const { return options_; }
   int64_t num_nodes() const { return num_nodes_; }
 
@@ -166,6 +178,8 @@ class ServingRuntime : public torch::CustomClassHolder {
     bool done = false;
     at::Tensor rows;
     std::string error;
+    // Its waiter's own: an answer wakes the one thread waiting for it, not every waiter.
+    std::condition_variable answered;
   };
   struct Sampler;  // a generator, and a CUDA stream when the model's device is a GPU
 
@@ -190,9 +204,16 @@ class ServingRuntime : public torch::CustomClassHolder {
   int64_t num_nodes_;
   at::Tensor psgs_;
   std::vector<std::unique_ptr<Sampler>> samplers_;
+  int cpu_sampler_threads_ = 1;  // a CPU sampler's share of the cores, for its parallel loops
 
-  mutable std::mutex mutex_;
-  std::condition_variable changed_;  // any state below changed
+  mutable std::mutex mutex_;  // guards the state below
+  // Each waits for its own event, so an event wakes only the threads it concerns: under load
+  // a single variable woke every sampler, model thread and client at every submit and answer,
+  // and they queued for mutex_ in turn.
+  std::condition_variable batcher_wakes_;   // a request queued, a batch answered, closing
+  std::condition_variable work_queued_[2];  // a batch for the CPU [0] or GPU [1] samplers
+  std::condition_variable batch_ready_;     // a sampled batch for the model side
+  std::condition_variable progress_;        // close(): the runtime may have drained
   std::deque<Request> queue_;
   std::deque<Batch> cpu_work_, gpu_work_;
   std::deque<std::pair<Batch, ServedBatch>> ready_;
@@ -207,6 +228,7 @@ class ServingRuntime : public torch::CustomClassHolder {
   double pending_s_[2] = {0, 0};  // [0] CPU, [1] GPU
   int64_t in_side_[2] = {0, 0};    // batches in flight on each side, until answered
   int64_t answered_batches_ = 0;   // batches answered (or failed) so far
+  int64_t answered_requests_ = 0;  // their requests
   int64_t next_ticket_ = 0, next_batch_ = 0, accepted_ = 0, in_flight_ = 0;
   int64_t samplers_running_ = 0;
   bool closing_ = false, batcher_done_ = false, abandoned_ = false;
