@@ -543,7 +543,7 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
   std::deque<std::pair<int64_t, size_t>> pending;  // (ticket, request)
   bool all_sent = false;
   std::atomic<int64_t> refused{0}, failed{0};
-  const Clock::time_point start = Clock::now() + std::chrono::milliseconds(20);
+  Clock::time_point start;  // set once the waiters run: starting 1024 threads takes a while
   auto scheduled = [&](size_t i) {
     return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival[i]));
   };
@@ -568,6 +568,10 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
         }
       }
     });
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex);  // the waiters read it after a ticket comes
+    start = Clock::now() + std::chrono::milliseconds(20);
   }
   constexpr size_t kSenders = 4;
   std::vector<std::thread> senders;
@@ -622,7 +626,8 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
 }
 
 // Each configuration's runtime under each rate (after half a second of warm-up at the lowest,
-// not counted): a table, then the highest rate each answered in full with p99 <= 30 ms.
+// not counted): a table, then the highest rate each answered in full with p99 <= 30 ms, it
+// and every lower rate.
 void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
                   const c10::intrusive_ptr<quiver::runtime::FeatureTiers>& tiers, SAGE& model,
                   const at::Device& device) {
@@ -674,11 +679,19 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
     }
     runtime->close(60.0);
   }
+  // The highest rate answered in full within the objective with every lower rate also
+  // answered so: one lucky window above a failing rate does not count.
   for (const std::string& config : o.load_configs) {
-    int64_t best = 0;
+    std::vector<const LoadRow*> mine;
     for (const LoadRow& row : rows)
-      if (row.config == config && row.refused == 0 && row.failed == 0 && row.p99 <= 30.0)
-        best = std::max(best, row.rate);
+      if (row.config == config) mine.push_back(&row);
+    std::sort(mine.begin(), mine.end(),
+              [](const LoadRow* a, const LoadRow* b) { return a->rate < b->rate; });
+    int64_t best = 0;
+    for (const LoadRow* row : mine) {
+      if (row->refused != 0 || row->failed != 0 || row->p99 > 30.0) break;
+      best = row->rate;
+    }
     std::printf("highest rate with p99 <= 30 ms, %s: %lld requests/s\n", config.c_str(),
                 static_cast<long long>(best));
   }
