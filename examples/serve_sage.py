@@ -9,7 +9,9 @@ sampled on the CPU or the GPU by its predicted cost (torch_quiver_ops.serving).
 The graph is rebuilt from the preset and seed the model was trained on. Answers are each
 node's predicted class; a bad body or id gets a 400 naming it, too many ids a 413, a full
 queue a 503. Ctrl-C (or SIGTERM, or ``--duration``) stops taking connections and answers
-every request already accepted before it exits.
+every request already accepted before it exits. ``--package build/sage.pt2`` first compiles
+the model with AOTInductor (a minute or so) and serves it from the runtime's C++ threads,
+so that no batch waits for Python's interpreter lock.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from train_sage import SAGE  # noqa: E402
 
 import torch_quiver_ops as qv  # noqa: E402
-from torch_quiver_ops.serving import ServingRuntime, serve_http  # noqa: E402
+from torch_quiver_ops.serving import (ServingRuntime, package_for_serving,  # noqa: E402
+                                      serve_http)
 from torch_quiver_ops.synthetic import synthetic_graph  # noqa: E402
 
 
@@ -42,7 +45,11 @@ def build_runtime(checkpoint: dict, args) -> ServingRuntime:
     feature = qv.Feature(rank=device.index or 0, device_list=[device.index] if gpu else [],
                          device_cache_size=args.cache_size if gpu else 0, csr_topo=topo)
     feature.from_cpu_tensor(graph.x)
-    return ServingRuntime(model, topo, checkpoint["fanouts"], feature, device=device,
+    served = model
+    if args.package:
+        served = package_for_serving(model, len(checkpoint["fanouts"]), graph.x.size(1),
+                                     args.package, device=device, dtype=graph.x.dtype)
+    return ServingRuntime(served, topo, checkpoint["fanouts"], feature, device=device,
                           cpu_samplers=args.cpu_samplers,
                           gpu_streams=args.gpu_streams if gpu else 0,
                           max_batch_nodes=args.max_batch_nodes, max_wait_ms=args.max_wait_ms,
@@ -63,6 +70,9 @@ def main(argv=None):
     parser.add_argument("--threshold", type=float, default=None,
                         help="PSGS at or below which a batch samples on the CPU (default: "
                              "calibrated at start-up on this machine)")
+    parser.add_argument("--package", default=None,
+                        help="compile the model into this AOTInductor package and serve it "
+                             "from C++ threads (default: the model in Python threads)")
     parser.add_argument("--duration", type=float, default=None,
                         help="serve this many seconds, then shut down (default: until "
                              "Ctrl-C or SIGTERM)")

@@ -98,18 +98,17 @@ struct Options {
   int64_t nodes = 20000, classes = 8, features = 32, degree = 12;
 };
 
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> values;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');) values.push_back(std::stoll(item));
-  return values;
-}
-
 std::vector<std::string> parse_words(const std::string& text) {
   std::vector<std::string> words;
   std::stringstream stream(text);
   for (std::string item; std::getline(stream, item, ',');) words.push_back(item);
   return words;
+}
+
+std::vector<int64_t> parse_list(const std::string& text) {
+  std::vector<int64_t> values;
+  for (const std::string& word : parse_words(text)) values.push_back(std::stoll(word));
+  return values;
 }
 
 Options parse(int argc, char** argv) {

@@ -352,9 +352,11 @@ def test_shutdown_answers_every_accepted_request(graph):
         runtime.submit([1])
 
 
-def test_serve_sage_serves_the_main_jobs_model(tmp_path):
-    """examples/train_sage.py --save, then examples/serve_sage.py over HTTP: the served
-    classes are the trained model's on the same graph; SIGTERM shuts it down cleanly."""
+@pytest.mark.parametrize("package", [False, True], ids=["python-model", "package"])
+def test_serve_sage_serves_the_main_jobs_model(tmp_path, package):
+    """examples/train_sage.py --save, then examples/serve_sage.py over HTTP (the model in
+    Python threads, or compiled with --package and run by C++ threads): the served classes
+    are the trained model's on the same graph; SIGTERM shuts it down cleanly."""
     import re
     import signal
     import subprocess
@@ -367,11 +369,15 @@ def test_serve_sage_serves_the_main_jobs_model(tmp_path):
                    check=True, capture_output=True, timeout=600)
     server = subprocess.Popen([sys.executable, str(repo / "examples" / "serve_sage.py"),
                                str(checkpoint), "--port", "0", "--gpu-streams", "0",
-                               "--cpu-samplers", "2"],
+                               "--cpu-samplers", "2"]
+                              + (["--package", str(tmp_path / "sage.pt2")] if package else []),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        line = server.stdout.readline()
-        url = re.search(r"http://[0-9.:]+", line).group(0)
+        lines = []  # compiling a package may warn first
+        while not lines or not lines[-1].startswith("serving"):
+            lines.append(server.stdout.readline())
+            assert lines[-1], "".join(lines)  # the server exited
+        url = re.search(r"http://[0-9.:]+", lines[-1]).group(0)
         status, body = post(url, {"nodes": [0, 1, 2, 3]})
         assert status == 200 and len(body["predictions"]) == 4
         assert all(0 <= c < 4 for c in body["predictions"])  # the tiny preset's 4 classes
