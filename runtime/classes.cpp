@@ -180,6 +180,7 @@ void register_runtime_classes(torch::Library& m) {
       .def("accepted", &ServingRuntime::accepted)
       .def("queued", &ServingRuntime::queued)
       .def("outstanding", &ServingRuntime::outstanding)
+      .def("answered_batches", &ServingRuntime::answered_batches)
       .def("num_nodes", &ServingRuntime::num_nodes)
       .def("max_batch_nodes",
            [](const c10::intrusive_ptr<ServingRuntime>& self) {

@@ -50,7 +50,11 @@ std::vector<double> fit_line(const std::vector<std::pair<double, double>>& point
 // would change every thread's).
 void limit_intra_op_threads(int threads) {
 #ifdef _OPENMP
-  at::internal::lazy_init_num_threads();  // else its first parallel loop resets the count
+  // Each thread's first parallel loop sets its count to the process's, once, by a flag kept
+  // per thread and per library: libtorch's (reached by at::get_num_threads) and this
+  // library's copy of the inline one (its own parallel loops). Both first, then the limit.
+  (void)at::get_num_threads();
+  at::internal::lazy_init_num_threads();
   omp_set_num_threads(threads);
 #else
   (void)threads;
@@ -201,17 +205,22 @@ at::Tensor ServingRuntime::wait(int64_t ticket, double timeout_s) {
   TORCH_CHECK_VALUE(it != answers_.end(), "ServingRuntime.wait: ticket ", ticket,
                     " is not waiting for an answer (never given, or answered already)");
   Answer& answer = it->second;  // stays put while others are added and erased
+  // One waiter a ticket: the waiter erases the answer, with its condition variable.
+  TORCH_CHECK_VALUE(!answer.waited, "ServingRuntime.wait: ticket ", ticket,
+                    " is already being waited for by another thread");
+  answer.waited = true;
   auto answered = [&] { return answer.done; };
+  // By key, not by `it`: a submit while this thread waited may have rehashed the table.
   if (timeout_s < 0) {
     answer.answered.wait(lock, answered);
   } else if (!answer.answered.wait_for(lock, std::chrono::duration<double>(timeout_s), answered)) {
-    answers_.erase(it);
+    answers_.erase(ticket);
     TORCH_CHECK(false, "ServingRuntime.wait: request ", ticket, " was not answered within ",
                 timeout_s, " s");
   }
   at::Tensor rows = std::move(answer.rows);
   const std::string error = std::move(answer.error);
-  answers_.erase(it);
+  answers_.erase(ticket);
   TORCH_CHECK(error.empty(), error);
   return rows;
 }
@@ -259,12 +268,13 @@ void ServingRuntime::batch_loop() {
       return in_side_[gpu] >= (gpu ? options_.gpu_streams : options_.cpu_samplers);
     };
     if (by_load_ && !closing_ && !abandoned_ && side_full(batch.on_gpu) &&
-        !side_full(!batch.on_gpu)) {
-      // Its side holds as many batches as it has samplers and the other side has one free:
-      // there rather than wait (a busy GPU overflows onto idle CPU samplers and back).
+        !side_full(!batch.on_gpu) && finishes_first_elsewhere(batch)) {
+      // Its side holds as many batches as it has samplers, and the other side, with one
+      // free, is predicted to finish it before a sampler here frees up and samples it: a
+      // busy GPU overflows onto idle CPU samplers (and back), a batch too large for them
+      // waits.
       batch.on_gpu = !batch.on_gpu;
-      const std::vector<double>& line = batch.on_gpu ? gpu_line_ : cpu_line_;
-      batch.predicted_s = line[0] + line[1] * batch.cost;
+      batch.predicted_s = line_latency(batch.on_gpu, batch.cost);
     }
     if (by_load_ && !closing_ && !abandoned_ && side_full(batch.on_gpu)) {
       // Both sides hold as many batches as they have samplers (sampling, waiting for the
@@ -290,6 +300,22 @@ void ServingRuntime::batch_loop() {
   for (auto& side : work_queued_) side.notify_all();
   batch_ready_.notify_all();
   progress_.notify_all();
+}
+
+double ServingRuntime::line_latency(bool gpu, double cost) const {
+  const std::vector<double>& line = gpu ? gpu_line_ : cpu_line_;
+  return line[0] + line[1] * cost;
+}
+
+bool ServingRuntime::finishes_first_elsewhere(const Batch& batch) const {
+  const bool here = batch.on_gpu;
+  const auto slots = [&](bool gpu) {
+    return static_cast<double>(gpu ? options_.gpu_streams : options_.cpu_samplers);
+  };
+  // A full side frees a sampler every (time a batch holds one) / samplers, on average.
+  const double here_done = residence_s_[here] / slots(here) + line_latency(here, batch.cost);
+  const double there_done = pending_s_[!here] / slots(!here) + line_latency(!here, batch.cost);
+  return there_done <= here_done;
 }
 
 bool ServingRuntime::send_to_gpu(Batch& batch) {
@@ -404,7 +430,14 @@ void ServingRuntime::finish(int64_t batch_id, const at::Tensor& out) {
                " rows for a batch of " + std::to_string(seeds) + " seeds");
     return;
   }
-  answer(std::move(batch), out.narrow(0, 0, seeds).to(at::kCPU), "");
+  at::Tensor rows;
+  std::string error;
+  try {  // taken from the model side already: a failing copy fails its requests
+    rows = out.narrow(0, 0, seeds).to(at::kCPU);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  answer(std::move(batch), rows, error);
 }
 
 void ServingRuntime::fail(int64_t batch_id, const std::string& message) {
@@ -435,6 +468,11 @@ void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::stri
                       batch.on_gpu ? 1.0 : 0.0, ms_between(first, batch.started),
                       ms_between(batch.started, now)});
   if (records_.size() > kRecordsKept) records_.pop_front();
+  if (batch.started != Clock::time_point{}) {  // sampled (closing fails some before)
+    const double held = ms_between(batch.started, now) / 1000;
+    double& mean = residence_s_[batch.on_gpu];
+    mean = mean == 0 ? held : 0.9 * mean + 0.1 * held;
+  }
   --in_flight_;
   --in_side_[batch.on_gpu];
   ++answered_batches_;
@@ -447,14 +485,19 @@ void ServingRuntime::model_loop(const std::function<at::Tensor(const ServedBatch
   while (true) {
     ServedBatch served = next_batch();
     if (served.id < 0) return;
-    at::Tensor out;
+    // Nothing may escape a thread of the runtime's: after a close() that gave up on the
+    // model, finish and fail find the batch gone (already failed) and raise.
     try {
-      out = model(served);
-    } catch (const std::exception& e) {
-      fail(served.id, e.what());
-      continue;
+      at::Tensor out;
+      try {
+        out = model(served);
+      } catch (const std::exception& e) {
+        fail(served.id, e.what());
+        continue;
+      }
+      finish(served.id, out);
+    } catch (const std::exception&) {
     }
-    finish(served.id, out);
   }
 }
 
@@ -535,6 +578,9 @@ void ServingRuntime::close(double timeout_s) {
           a.answered.notify_one();
         }
       }
+      answered_requests_ = accepted_;  // every accepted request is answered or failed
+      answered_batches_ += static_cast<int64_t>(ready_.size() + with_model_.size() +
+                                                cpu_work_.size() + gpu_work_.size());
       ready_.clear();
       with_model_.clear();
       cpu_work_.clear();
@@ -668,6 +714,11 @@ at::Tensor ServingRuntime::records() const {
   double* row = out.data_ptr<double>();
   for (const auto& record : records_) row = std::copy(record.begin(), record.end(), row);
   return out;
+}
+
+int64_t ServingRuntime::answered_batches() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return answered_batches_;
 }
 
 int64_t ServingRuntime::outstanding() const {

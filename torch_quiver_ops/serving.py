@@ -187,9 +187,14 @@ class ServingRuntime:
                                               else contextlib.nullcontext()):
                     out = self.model(x, adjs)[:seed_count].cpu()  # waits for this stream only
             except Exception as error:  # noqa: BLE001 (answered to each request)
-                self._runtime.fail(batch_id, f"{type(error).__name__}: {error}")
-                continue
-            self._runtime.finish(batch_id, out)
+                out, failure = None, f"{type(error).__name__}: {error}"
+            try:
+                if out is None:
+                    self._runtime.fail(batch_id, failure)
+                else:
+                    self._runtime.finish(batch_id, out)
+            except ValueError:  # a close() that gave up on the model failed it already
+                pass
 
     # ---- requests ----
 

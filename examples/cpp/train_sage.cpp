@@ -512,7 +512,9 @@ struct LoadRow {
 // `rate` requests a second for `seconds` as a Poisson process, each of request_size() test
 // nodes, sent at their scheduled times (drawn before the clock starts) whatever the answers
 // do, by 4 threads taking every 4th (a submit checks its ids: one thread would cap the rate);
-// 1024 threads wait for the answers (more than are ever outstanding at once). A refused request (queue full) counts as
+// 1024 threads wait for the answers, in arrival order. Past that many outstanding (only at
+// rates the runtime cannot keep up with) a request is timed when a waiter gets to it, so its
+// latency is overstated. A refused request (queue full) counts as
 // refused, not answered.
 LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, int64_t rate,
                   double seconds, uint64_t seed) {
@@ -533,7 +535,7 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
   std::vector<Tensor> requests;
   for (int64_t i = 0, offset = 0; i < static_cast<int64_t>(sizes.size()); offset += sizes[i++])
     requests.push_back(pool.narrow(0, offset, sizes[i]));
-  const int64_t batches_before = runtime.records().size(0);
+  const int64_t batches_before = runtime.answered_batches();
 
   const size_t n = arrival.size();
   std::vector<double> latency(n, -1.0);
@@ -615,8 +617,9 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
   row.p50 = pct(0.5);
   row.p99 = pct(0.99);
   row.p999 = pct(0.999);
+  // This rate's batches are the latest answered; records() keeps the latest 100000.
   const Tensor records = runtime.records();
-  const int64_t batches = std::max<int64_t>(0, records.size(0) - batches_before);
+  const int64_t batches = std::min(runtime.answered_batches() - batches_before, records.size(0));
   const Tensor mine = records.narrow(0, records.size(0) - batches, batches);
   row.gpu_batches = static_cast<int64_t>(mine.select(1, 3).sum().item<double>());
   row.cpu_batches = batches - row.gpu_batches;

@@ -171,6 +171,26 @@ def test_a_package_serves_from_gpu_samplers(graph, tmp_path):
                 runtime.close()
 
 
+def test_one_waiter_a_ticket_and_nothing_outstanding_after_a_close_that_gives_up(graph):
+    """A second thread waiting for a ticket already waited for gets a ValueError (the
+    answer is the first waiter's); a close() that gives up on a slow model fails what is
+    left, after which nothing is outstanding, and the model thread that comes back late
+    finds its batch gone without taking the process down."""
+    runtime, _ = runtime_for(graph, delay=1.0, cpu_samplers=1)
+    answer = runtime.submit(torch.tensor([1, 2]))
+    first = threading.Thread(target=lambda: pytest.raises(RuntimeError, answer.result, 30))
+    first.start()
+    time.sleep(0.3)
+    with pytest.raises(ValueError, match="already being waited for"):
+        runtime._runtime.wait(answer._ticket, 5.0)
+    assert runtime.outstanding == 1
+    runtime._runtime.close(0.2)  # the model is still asleep: its batch fails
+    first.join(30)
+    assert not first.is_alive() and runtime.outstanding == 0
+    time.sleep(1.0)  # the model thread returns to a batch close() already failed
+    assert runtime._runtime.answered_batches() == 1
+
+
 def test_a_pool_spreads_requests_over_its_runtimes_and_serves_http(graph):
     """Two runtimes (one per GPU in production; CPU samplers here) behind a ServingPool:
     requests go to the runtime with fewer outstanding, every answer equals the offline model's, the endpoint

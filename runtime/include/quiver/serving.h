@@ -152,6 +152,7 @@ class ServingRuntime : public torch::CustomClassHolder {
   at::Tensor records() const;
   int64_t accepted() const;  // requests queued so far
   int64_t queued() const;    // requests waiting now
+  int64_t answered_batches() const;  // batches answered or failed so far (records() keeps the latest)
   // Requests accepted and not yet answered: waiting, batched, sampling or in the model (what
   // a pool of runtimes balances, where queued() misses a batch being formed or in flight).
   int64_t outstanding() const;
@@ -180,6 +181,7 @@ class ServingRuntime : public torch::CustomClassHolder {
     std::string error;
     // Its waiter's own: an answer wakes the one thread waiting for it, not every waiter.
     std::condition_variable answered;
+    bool waited = false;  // a thread waits for it (at most one may)
   };
   struct Sampler;  // a generator, and a CUDA stream when the model's device is a GPU
 
@@ -188,6 +190,11 @@ class ServingRuntime : public torch::CustomClassHolder {
   // which the caller adds to its side's pending seconds once the batch is handed over.
   bool send_to_gpu(Batch& batch);
   bool on_gpu_by_threshold(double cost) const;  // the threshold's rule (mutex_ held)
+  // Dispatch by load (mutex_ held): a batch's sampling latency on a side by its fitted line;
+  // whether the other side, with a sampler free, is predicted to finish it first, counting
+  // the wait for a sampler on its own, full side.
+  double line_latency(bool gpu, double cost) const;
+  bool finishes_first_elsewhere(const Batch& batch) const;
   void sample_loop(Sampler& sampler);
   void model_loop(const std::function<at::Tensor(const ServedBatch&)>& model);
   ServedBatch prepare(const at::Tensor& ids, Sampler& sampler) const;
@@ -227,7 +234,8 @@ class ServingRuntime : public torch::CustomClassHolder {
   std::vector<double> cpu_line_, gpu_line_;
   double pending_s_[2] = {0, 0};  // [0] CPU, [1] GPU
   int64_t in_side_[2] = {0, 0};    // batches in flight on each side, until answered
-  int64_t answered_batches_ = 0;   // batches answered (or failed) so far
+  double residence_s_[2] = {0, 0};  // mean seconds a batch holds a sampler's slot, sampled to answered
+  int64_t answered_batches_ = 0;   // batches answered (or failed) so far; answered_batches()
   int64_t answered_requests_ = 0;  // their requests
   int64_t next_ticket_ = 0, next_batch_ = 0, accepted_ = 0, in_flight_ = 0;
   int64_t samplers_running_ = 0;
