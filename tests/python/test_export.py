@@ -258,18 +258,20 @@ def static_libstdcxx_compiler(tmp_path) -> str:
 
 
 @pytest.mark.skipif(not Path("/usr/bin/g++").exists(), reason="needs g++")
-def test_a_compiler_linking_libstdcxx_statically_is_refused_before_compiling(
-        tmp_path, monkeypatch):
+def test_a_compiler_linking_libstdcxx_statically_is_refused_before_compiling(tmp_path):
     wrapper = static_libstdcxx_compiler(tmp_path)
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", (wrapper,))
-    with pytest.raises(RuntimeError, match="links libstdc\\+\\+ statically.*CXX=/usr/bin/g\\+\\+"):
-        qv.aoti.check_compiler()
-    program = torch.export.export(torch.nn.Linear(2, 2), (torch.ones(1, 2),))
-    with pytest.raises(RuntimeError, match="static-g\\+\\+"):
-        qv.aoti.compile_and_package(program, tmp_path / "never.pt2")
+    # config.patch, not monkeypatch: undoing a monkeypatch deletes the option from
+    # inductor's config, and every later compile in the process then fails.
+    with torch._inductor.config.patch({"cpp.cxx": (wrapper,)}):
+        with pytest.raises(RuntimeError,
+                           match="links libstdc\\+\\+ statically.*CXX=/usr/bin/g\\+\\+"):
+            qv.aoti.check_compiler()
+        program = torch.export.export(torch.nn.Linear(2, 2), (torch.ones(1, 2),))
+        with pytest.raises(RuntimeError, match="static-g\\+\\+"):
+            qv.aoti.compile_and_package(program, tmp_path / "never.pt2")
     assert not (tmp_path / "never.pt2").exists()
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", ("/usr/bin/g++",))
-    assert qv.aoti.check_compiler() == "/usr/bin/g++"
+    with torch._inductor.config.patch({"cpp.cxx": ("/usr/bin/g++",)}):
+        assert qv.aoti.check_compiler() == "/usr/bin/g++"
 
 
 @pytest.mark.skipif(not Path("/usr/bin/g++").exists(), reason="needs g++")
