@@ -265,7 +265,7 @@ void ServingRuntime::batch_loop() {
     lock.lock();
     batch.on_gpu = send_to_gpu(batch);
     const auto side_full = [&](bool gpu) {
-      return in_side_[gpu] >= (gpu ? options_.gpu_streams : options_.cpu_samplers);
+      return in_side_[gpu] >= samplers_on(gpu);
     };
     if (by_load_ && !closing_ && !abandoned_ && side_full(batch.on_gpu) &&
         !side_full(!batch.on_gpu) && finishes_first_elsewhere(batch)) {
@@ -302,30 +302,31 @@ void ServingRuntime::batch_loop() {
   progress_.notify_all();
 }
 
+int64_t ServingRuntime::samplers_on(bool gpu) const {
+  return gpu ? options_.gpu_streams : options_.cpu_samplers;
+}
+
 double ServingRuntime::line_latency(bool gpu, double cost) const {
   const std::vector<double>& line = gpu ? gpu_line_ : cpu_line_;
   return line[0] + line[1] * cost;
 }
 
+double ServingRuntime::predicted_finish_s(bool gpu, double cost) const {
+  return pending_s_[gpu] / static_cast<double>(samplers_on(gpu)) + line_latency(gpu, cost);
+}
+
 bool ServingRuntime::finishes_first_elsewhere(const Batch& batch) const {
   const bool here = batch.on_gpu;
-  const auto slots = [&](bool gpu) {
-    return static_cast<double>(gpu ? options_.gpu_streams : options_.cpu_samplers);
-  };
   // A full side frees a sampler every (time a batch holds one) / samplers, on average.
-  const double here_done = residence_s_[here] / slots(here) + line_latency(here, batch.cost);
-  const double there_done = pending_s_[!here] / slots(!here) + line_latency(!here, batch.cost);
-  return there_done <= here_done;
+  const double here_done = residence_s_[here] / static_cast<double>(samplers_on(here)) +
+                           line_latency(here, batch.cost);
+  return predicted_finish_s(!here, batch.cost) <= here_done;
 }
 
 bool ServingRuntime::send_to_gpu(Batch& batch) {
   if (!by_load_) return on_gpu_by_threshold(batch.cost);
-  const double on_cpu = cpu_line_[0] + cpu_line_[1] * batch.cost;
-  const double on_gpu = gpu_line_[0] + gpu_line_[1] * batch.cost;
-  const double cpu_done = pending_s_[0] / static_cast<double>(options_.cpu_samplers) + on_cpu;
-  const double gpu_done = pending_s_[1] / static_cast<double>(options_.gpu_streams) + on_gpu;
-  const bool gpu = gpu_done <= cpu_done;
-  batch.predicted_s = gpu ? on_gpu : on_cpu;
+  const bool gpu = predicted_finish_s(true, batch.cost) <= predicted_finish_s(false, batch.cost);
+  batch.predicted_s = line_latency(gpu, batch.cost);
   return gpu;
 }
 

@@ -34,6 +34,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
+from ._device import resolve_device
 from .sampler import Adj, GraphSageSampler
 from .topology import CSRTopo
 
@@ -324,10 +325,7 @@ def package_for_serving(model: torch.nn.Module, num_layers: int, in_channels: in
     if num_layers < 1 or in_channels < 1:
         raise ValueError(f"num_layers and in_channels must be positive, got {num_layers} and "
                          f"{in_channels}")
-    if device is None:
-        device = torch.device("cuda", torch.cuda.current_device()) \
-            if torch.cuda.is_available() else torch.device("cpu")
-    device = torch.device(device)
+    device = resolve_device(device)
     model = model.to(device).eval()
     # An example batch whose sizes are all different and above 1, so that none is
     # specialized: nodes shrink layer by layer, as sampled layers do.

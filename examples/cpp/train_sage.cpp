@@ -428,11 +428,28 @@ int64_t request_size(double u) {
   return std::min<int64_t>(256, static_cast<int64_t>(std::pow(1 - u, -1 / 1.5)));
 }
 
+// A ServingRuntime of `options` over the graph (as the GPU sampler reads it, when it has GPU
+// streams), the libtorch GraphSAGE answering on `model_threads` threads of its own.
+c10::intrusive_ptr<quiver::runtime::ServingRuntime> serving_runtime(
+    const quiver::runtime::ServingOptions& options, const Graph& g, const Sampler& sampler,
+    const c10::intrusive_ptr<quiver::runtime::FeatureTiers>& tiers, SAGE& model,
+    int64_t model_threads) {
+  std::optional<Tensor> gpu_indptr, gpu_indices;
+  if (options.gpu_streams > 0) {
+    gpu_indptr = sampler.indptr();
+    gpu_indices = sampler.indices();
+  }
+  auto runtime = c10::make_intrusive<quiver::runtime::ServingRuntime>(
+      g.indptr, g.indices, gpu_indptr, gpu_indices, tiers, options);
+  model->eval();
+  runtime->serve_with(sage_on_batches(model), model_threads);
+  return runtime;
+}
+
 // --serve: the trained model behind a ServingRuntime, requests from --clients threads.
 double serve(const Options& o, const Graph& g, const Sampler& sampler,
              const c10::intrusive_ptr<quiver::runtime::FeatureTiers>& tiers, SAGE& model,
              const at::Device& device, const std::string& mode) {
-  using quiver::runtime::ServedBatch;
   using quiver::runtime::ServingRuntime;
   const bool gpu = device.is_cuda();
   quiver::runtime::ServingOptions options;
@@ -442,15 +459,7 @@ double serve(const Options& o, const Graph& g, const Sampler& sampler,
   options.cpu_samplers = 2;
   options.gpu_streams = gpu ? 2 : 0;
   options.seed = o.seed;
-  std::optional<Tensor> gpu_indptr, gpu_indices;
-  if (gpu) {
-    gpu_indptr = sampler.indptr();
-    gpu_indices = sampler.indices();
-  }
-  auto runtime = c10::make_intrusive<ServingRuntime>(g.indptr, g.indices, gpu_indptr,
-                                                     gpu_indices, tiers, options);
-  model->eval();
-  runtime->serve_with(sage_on_batches(model), 2);
+  auto runtime = serving_runtime(options, g, sampler, tiers, model, 2);
   const Tensor test = g.test_idx;
   std::vector<std::vector<double>> latencies(o.clients);
   std::vector<int64_t> correct(o.clients, 0), answered(o.clients, 0);
@@ -633,8 +642,6 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
 void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
                   const c10::intrusive_ptr<quiver::runtime::FeatureTiers>& tiers, SAGE& model,
                   const at::Device& device) {
-  using quiver::runtime::ServingRuntime;
-  model->eval();
   std::vector<LoadRow> rows;
   std::printf("open-loop load, %.1f s a rate, batches of at most %lld seeds closed after %.1f ms\n",
               o.load_seconds, static_cast<long long>(o.max_batch), o.max_wait_ms);
@@ -653,14 +660,8 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
     options.gpu_streams = config == "cpu" ? 0 : o.gpu_streams;
     options.seed = o.seed;
     options.capture_batches = o.capture;
-    std::optional<Tensor> gpu_indptr, gpu_indices;
-    if (options.gpu_streams > 0) {
-      gpu_indptr = sampler.indptr();
-      gpu_indices = sampler.indices();
-    }
-    auto runtime = c10::make_intrusive<ServingRuntime>(g.indptr, g.indices, gpu_indptr,
-                                                       gpu_indices, tiers, options);
-    runtime->serve_with(sage_on_batches(model), options.cpu_samplers + options.gpu_streams);
+    auto runtime = serving_runtime(options, g, sampler, tiers, model,
+                                   options.cpu_samplers + options.gpu_streams);
     if (config == "dispatch") {
       std::printf("dispatch: calibrated threshold PSGS %.0f (batches at or below it sample on the "
                   "CPU when the runtime is idle)\n", runtime->threshold());

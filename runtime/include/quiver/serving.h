@@ -190,10 +190,13 @@ class ServingRuntime : public torch::CustomClassHolder {
   // which the caller adds to its side's pending seconds once the batch is handed over.
   bool send_to_gpu(Batch& batch);
   bool on_gpu_by_threshold(double cost) const;  // the threshold's rule (mutex_ held)
+  int64_t samplers_on(bool gpu) const;  // a side's samplers
   // Dispatch by load (mutex_ held): a batch's sampling latency on a side by its fitted line;
+  // when that side would finish it (the work it holds over its samplers, then the batch);
   // whether the other side, with a sampler free, is predicted to finish it first, counting
   // the wait for a sampler on its own, full side.
   double line_latency(bool gpu, double cost) const;
+  double predicted_finish_s(bool gpu, double cost) const;
   bool finishes_first_elsewhere(const Batch& batch) const;
   void sample_loop(Sampler& sampler);
   void model_loop(const std::function<at::Tensor(const ServedBatch&)>& model);
