@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -67,7 +68,7 @@ struct CapturedBatch {
   std::mutex busy;
   bool ran = false;  // a call of this shape ran as usual (so whether it waits is known)
   bool capturable = true;
-  bool captured = false;
+  std::atomic<bool> captured{false};  // read by CapturedBatches::find under its own lock
   uint64_t last_use = 0;
 
   ~CapturedBatch() {
@@ -78,16 +79,29 @@ struct CapturedBatch {
   }
 };
 
+// A sampler whose batch shapes keep changing (a serving runtime's, each batch as large as the
+// requests that came) would capture shape after shape and let each go. A capture costs a
+// graph instantiation and fresh device memory, and a capture's pool let go goes back to the
+// device only when some allocation fails: the caching allocator then frees every cached
+// block, which synchronizes the device. So once this many captured batches have been let go,
+// shapes not seen before run as launched, and the captured ones are kept.
+constexpr int64_t kMaxCapturesLetGo = 8;
+
 // A sampler's captured batches, by every input they depend on (GraphKey), the least
-// recently used past kMaxCapturedBatches let go of.
+// recently used past kMaxCapturedBatches let go of (see kMaxCapturesLetGo).
 class CapturedBatches {
  public:
+  // The batch of `key`; none once too many captures were let go and `key` is new: run it as
+  // launched.
   std::shared_ptr<CapturedBatch> find(const std::string& key) {
     const std::lock_guard<std::mutex> lock(mutex_);
-    auto& entry = batches_[key];
-    if (!entry) entry = std::make_shared<CapturedBatch>();
-    entry->last_use = ++clock_;
-    std::shared_ptr<CapturedBatch> found = entry;
+    auto known = batches_.find(key);
+    if (known == batches_.end()) {
+      if (captures_let_go_ >= kMaxCapturesLetGo) return nullptr;
+      known = batches_.emplace(key, std::make_shared<CapturedBatch>()).first;
+    }
+    std::shared_ptr<CapturedBatch> found = known->second;
+    found->last_use = ++clock_;
     while (batches_.size() > kMaxCapturedBatches) {
       auto oldest = batches_.end();
       for (auto it = batches_.begin(); it != batches_.end(); ++it) {
@@ -97,15 +111,23 @@ class CapturedBatches {
         }
       }
       if (oldest == batches_.end()) break;
+      if (oldest->second->captured) ++captures_let_go_;
       batches_.erase(oldest);  // destroyed once no call holds it
     }
     return found;
+  }
+
+  // Captured batches let go of so far (at most kMaxCapturesLetGo, then no new shape is kept).
+  int64_t captures_let_go() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return captures_let_go_;
   }
 
  private:
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<CapturedBatch>> batches_;
   uint64_t clock_ = 0;
+  int64_t captures_let_go_ = 0;
 };
 
 // What one sampler object keeps for replays: its captured batches, and small tables on the
@@ -211,6 +233,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   }
 
   const std::shared_ptr<CapturedBatch> batch = graphs->batches().find(graph_key);
+  if (!batch) return run_once().first;  // a new shape, with captures churning
   std::unique_lock<std::mutex> mine(batch->busy, std::try_to_lock);
   if (!mine.owns_lock() || !batch->capturable) return run_once().first;  // in use elsewhere
   if (!batch->captured && !batch->ran) {

@@ -496,7 +496,8 @@ def test_captures_leave_other_threads_streams_alone(mode):
     thread.start()
     try:
         gen = torch.Generator(device).manual_seed(1)
-        for size in range(8, 8 + 30):  # 30 shapes: each captured at its second call
+        for size in range(8, 8 + 30):  # 30 shapes: captured at their second call, until
+            # captures churn (ops/cuda/batch_graphs.h: kMaxCapturesLetGo)
             seeds = torch.arange(size, device=device)
             for _ in range(3):
                 out = sampler.sample_subgraph(seeds, gen)
@@ -506,6 +507,28 @@ def test_captures_leave_other_threads_streams_alone(mode):
         thread.join()
     torch.cuda.synchronize(device)
     assert not failures, failures[0]
+
+
+def test_shapes_that_keep_changing_stop_being_captured(mode):
+    """A sampler whose batches keep changing size (a serving runtime's) captured shape after
+    shape and let each go: every capture took fresh device memory, which came back only when
+    an allocation failed and the allocator freed all it held (a device-wide stall). Past a
+    few captures let go, new shapes run as launched; their samples stay right."""
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, 500, 8000, 24)
+    sampler = subgraph_sampler(indptr, indices, eid, [4, 3])
+    gen = torch.Generator(device).manual_seed(2)
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_stats(device).get("num_device_alloc", 0)
+    for size in range(5, 5 + 120):
+        seeds = torch.arange(size, device=device)
+        for _ in range(3):  # run, then captured (while captures do not churn), then replayed
+            out = sampler.sample_subgraph(seeds, gen)
+        if size % 17 == 0:
+            check_subgraph(graph, seeds, [4, 3], False, out)
+    torch.cuda.synchronize(device)
+    allocations = torch.cuda.memory_stats(device).get("num_device_alloc", 0) - before
+    # Each capture takes memory of its own (a pool): 120 shapes captured took 120 or more.
+    assert allocations < 60, allocations
 
 
 def test_a_replayed_batch_reports_bad_seeds_then_samples_again(mode):
