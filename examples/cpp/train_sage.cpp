@@ -30,8 +30,10 @@
 // and the model threads): for each configuration (cpu: --cpu-samplers only; gpu:
 // --gpu-streams only; dispatch: both, calibrated at start-up) and each rate, requests
 // arrive as a Poisson process for --load-seconds, Pareto-sized like the load generator's,
-// and each is timed from its scheduled arrival to its answer. Prints a table, then for each
-// configuration the highest rate answered with p99 <= 30 ms. --epochs 0 serves the model
+// and each is timed from its scheduled arrival to its answer (gpu2: gpu on each of two GPUs,
+// each request to the runtime with fewer outstanding). Prints a table (with the caching
+// allocator's cudaMalloc calls and retries during each rate), then for each configuration
+// the highest rate answered with p99 <= 30 ms. --epochs 0 serves the model
 // untrained (the load does not depend on the weights).
 #include <quiver/serving.h>
 #include <quiver/feature_tiers.h>
@@ -45,6 +47,7 @@ using raw_arrays::load_arrays;
 using raw_arrays::require;
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 
 #include <algorithm>
 #include <atomic>
@@ -140,7 +143,9 @@ Options parse(int argc, char** argv) {
              "  --clients N         threads sending those requests (default: 4)\n"
              "  --load-rates R,...  then measure the runtime under open-loop Poisson load at\n"
              "                      these requests a second (no Python involved)\n"
-             "  --load-configs ...  of cpu, gpu, dispatch (default: all three)\n"
+             "  --load-configs ...  of cpu, gpu, dispatch, gpu2 (gpu on each of two GPUs, a\n"
+             "                      request to the one with fewer outstanding; default: the\n"
+             "                      first three)\n"
              "  --load-seconds S    seconds of load per rate (default: 4)\n"
              "  --cpu-samplers N    CPU sampler threads under load (default: 8)\n"
              "  --gpu-streams N     GPU sampler streams under load (default: 4)\n"
@@ -190,8 +195,8 @@ Options parse(int argc, char** argv) {
   for (const int64_t rate : o.load_rates)
     TORCH_CHECK(rate > 0, "--load-rates must be positive, got ", rate);
   for (const std::string& config : o.load_configs)
-    TORCH_CHECK(config == "cpu" || config == "gpu" || config == "dispatch",
-                "--load-configs takes cpu, gpu and dispatch, got ", config);
+    TORCH_CHECK(config == "cpu" || config == "gpu" || config == "dispatch" || config == "gpu2",
+                "--load-configs takes cpu, gpu, dispatch and gpu2, got ", config);
   TORCH_CHECK(o.load_seconds > 0 && o.cpu_samplers >= 1 && o.gpu_streams >= 1 &&
                   o.max_batch >= 1 && o.max_wait_ms >= 0,
               "--load-seconds, --cpu-samplers, --gpu-streams and --max-batch must be positive "
@@ -516,17 +521,33 @@ struct LoadRow {
   double answered_per_s = 0, p50 = 0, p99 = 0, p999 = 0;
   int64_t cpu_batches = 0, gpu_batches = 0;
   double seeds_per_batch = 0;
+  // The caching allocator's calls to cudaMalloc during the rate, and its retries (an
+  // allocation that failed, after which it freed every cached block: the device waits).
+  int64_t device_mallocs = 0, alloc_retries = 0;
 };
+
+// The caching allocator's counts on `devices` so far: cudaMalloc calls and retries.
+std::pair<int64_t, int64_t> allocator_counts(const std::vector<at::Device>& devices) {
+  int64_t mallocs = 0, retries = 0;
+  for (const at::Device& device : devices) {
+    if (!device.is_cuda()) continue;
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    mallocs += stats.num_device_alloc;
+    retries += stats.num_alloc_retries;
+  }
+  return {mallocs, retries};
+}
 
 // `rate` requests a second for `seconds` as a Poisson process, each of request_size() test
 // nodes, sent at their scheduled times (drawn before the clock starts) whatever the answers
-// do, by 4 threads taking every 4th (a submit checks its ids: one thread would cap the rate);
-// 1024 threads wait for the answers, in arrival order. Past that many outstanding (only at
+// do, by 4 threads taking every 4th (a submit checks its ids: one thread would cap the rate),
+// each to the runtime with the fewest requests outstanding (ties in turn; a pool of one per
+// GPU, as ServingPool does in Python); 1024 threads wait for the answers, in arrival order. Past that many outstanding (only at
 // rates the runtime cannot keep up with) a request is timed when a waiter gets to it, so its
 // latency is overstated. A refused request (queue full) counts as
 // refused, not answered.
-LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, int64_t rate,
-                  double seconds, uint64_t seed) {
+LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
+                  const Tensor& test, int64_t rate, double seconds, uint64_t seed) {
   using Clock = std::chrono::steady_clock;
   std::mt19937_64 rng(seed);
   std::exponential_distribution<double> gap(static_cast<double>(rate));
@@ -544,13 +565,29 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
   std::vector<Tensor> requests;
   for (int64_t i = 0, offset = 0; i < static_cast<int64_t>(sizes.size()); offset += sizes[i++])
     requests.push_back(pool.narrow(0, offset, sizes[i]));
-  const int64_t batches_before = runtime.answered_batches();
+  std::vector<int64_t> batches_before;
+  for (auto* runtime : runtimes) batches_before.push_back(runtime->answered_batches());
+  std::atomic<size_t> turn{0};
+  auto least_busy = [&]() {
+    const size_t first = turn++ % runtimes.size();
+    size_t best = first;
+    for (size_t k = 1; k < runtimes.size(); ++k) {
+      const size_t r = (first + k) % runtimes.size();
+      if (runtimes[r]->outstanding() < runtimes[best]->outstanding()) best = r;
+    }
+    return best;
+  };
 
   const size_t n = arrival.size();
   std::vector<double> latency(n, -1.0);
   std::mutex mutex;
   std::condition_variable queued;
-  std::deque<std::pair<int64_t, size_t>> pending;  // (ticket, request)
+  struct Pending {
+    size_t runtime;
+    int64_t ticket;
+    size_t request;
+  };
+  std::deque<Pending> pending;
   bool all_sent = false;
   std::atomic<int64_t> refused{0}, failed{0};
   Clock::time_point start;  // set once the waiters run: starting 1024 threads takes a while
@@ -561,7 +598,7 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
   for (int k = 0; k < 1024; ++k) {
     waiters.emplace_back([&] {
       while (true) {
-        std::pair<int64_t, size_t> next;
+        Pending next;
         {
           std::unique_lock<std::mutex> lock(mutex);
           queued.wait(lock, [&] { return !pending.empty() || all_sent; });
@@ -570,9 +607,9 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
           pending.pop_front();
         }
         try {
-          runtime.wait(next.first, 60.0);
-          latency[next.second] =
-              std::chrono::duration<double, std::milli>(Clock::now() - scheduled(next.second)).count();
+          runtimes[next.runtime]->wait(next.ticket, 60.0);
+          latency[next.request] =
+              std::chrono::duration<double, std::milli>(Clock::now() - scheduled(next.request)).count();
         } catch (const std::exception&) {
           ++failed;
         }
@@ -589,13 +626,14 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
     senders.emplace_back([&, first] {
       for (size_t i = first; i < n; i += kSenders) {
         std::this_thread::sleep_until(scheduled(i));
-        const int64_t ticket = runtime.submit(requests[i]);
+        const size_t r = least_busy();
+        const int64_t ticket = runtimes[r]->submit(requests[i]);
         if (ticket < 0) {
           ++refused;
           continue;
         }
         std::lock_guard<std::mutex> lock(mutex);
-        pending.emplace_back(ticket, i);
+        pending.push_back(Pending{r, ticket, i});
         queued.notify_one();
       }
     });
@@ -627,12 +665,19 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
   row.p99 = pct(0.99);
   row.p999 = pct(0.999);
   // This rate's batches are the latest answered; records() keeps the latest 100000.
-  const Tensor records = runtime.records();
-  const int64_t batches = std::min(runtime.answered_batches() - batches_before, records.size(0));
-  const Tensor mine = records.narrow(0, records.size(0) - batches, batches);
-  row.gpu_batches = static_cast<int64_t>(mine.select(1, 3).sum().item<double>());
-  row.cpu_batches = batches - row.gpu_batches;
-  row.seeds_per_batch = batches ? mine.select(1, 0).mean().item<double>() : 0.0;
+  double seeds = 0;
+  for (size_t r = 0; r < runtimes.size(); ++r) {
+    const Tensor records = runtimes[r]->records();
+    const int64_t batches =
+        std::min(runtimes[r]->answered_batches() - batches_before[r], records.size(0));
+    const Tensor mine = records.narrow(0, records.size(0) - batches, batches);
+    const auto gpu_batches = static_cast<int64_t>(mine.select(1, 3).sum().item<double>());
+    row.gpu_batches += gpu_batches;
+    row.cpu_batches += batches - gpu_batches;
+    seeds += mine.select(1, 0).sum().item<double>();
+  }
+  const int64_t batches = row.gpu_batches + row.cpu_batches;
+  row.seeds_per_batch = batches ? seeds / static_cast<double>(batches) : 0.0;
   return row;
 }
 
@@ -641,46 +686,88 @@ LoadRow open_loop(quiver::runtime::ServingRuntime& runtime, const Tensor& test, 
 // and every lower rate.
 void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
                   const c10::intrusive_ptr<quiver::runtime::FeatureTiers>& tiers, SAGE& model,
-                  const at::Device& device) {
+                  const at::Device& device, const std::string& mode) {
   std::vector<LoadRow> rows;
   std::printf("open-loop load, %.1f s a rate, batches of at most %lld seeds closed after %.1f ms\n",
               o.load_seconds, static_cast<long long>(o.max_batch), o.max_wait_ms);
-  std::printf("%-9s %8s %9s %8s %7s %8s %8s %9s %6s %6s %7s\n", "config", "offered", "answered/s",
-              "refused", "failed", "p50 ms", "p99 ms", "p99.9 ms", "cpu b", "gpu b", "seeds/b");
+  std::printf("%-9s %8s %9s %8s %7s %8s %8s %9s %6s %6s %7s %7s %7s\n", "config", "offered",
+              "answered/s", "refused", "failed", "p50 ms", "p99 ms", "p99.9 ms", "cpu b", "gpu b",
+              "seeds/b", "mallocs", "retries");
   std::fflush(stdout);
+  // gpu2: a runtime on each of two GPUs, each with its own copy of the topology, the cache
+  // and the model, as scripts/serve_load.py's gpu2 (ServingPool).
+  struct OtherGpu {
+    at::Device device;
+    std::unique_ptr<Sampler> sampler;
+    c10::intrusive_ptr<quiver::runtime::FeatureTiers> tiers;
+    SAGE model;
+  };
+  std::vector<OtherGpu> others;
   for (const std::string& config : o.load_configs) {
     TORCH_CHECK(config == "cpu" || device.is_cuda(), "--load-configs ", config,
                 " samples on a GPU, and this run has none (--mode CPU or no CUDA)");
+    if (config != "gpu2" || !others.empty()) continue;
+    TORCH_CHECK(torch::cuda::device_count() >= 2, "--load-configs gpu2 needs two GPUs, and "
+                "libtorch sees ", torch::cuda::device_count());
+    const at::Device second(at::kCUDA, 1);
+    SAGE copy(g.rows.size(1), o.hidden, g.num_classes, o.fanouts.size());
+    copy->to(second);
+    {
+      torch::NoGradGuard no_grad;
+      auto theirs = copy->named_parameters();
+      for (const auto& p : model->named_parameters()) theirs[p.key()].copy_(p.value());
+    }
+    others.push_back(OtherGpu{second, std::make_unique<Sampler>(g, mode, second, o.fanouts),
+                              feature_tiers(g, second, o.cache), copy});
+  }
+  for (const std::string& config : o.load_configs) {
     quiver::runtime::ServingOptions options;
     options.fanouts = o.fanouts;
     options.device = device.str();
     options.max_batch_nodes = o.max_batch;
     options.max_wait_ms = o.max_wait_ms;
-    options.cpu_samplers = config == "gpu" ? 0 : o.cpu_samplers;
+    options.cpu_samplers = config == "gpu" || config == "gpu2" ? 0 : o.cpu_samplers;
     options.gpu_streams = config == "cpu" ? 0 : o.gpu_streams;
     options.seed = o.seed;
     options.capture_batches = o.capture;
-    auto runtime = serving_runtime(options, g, sampler, tiers, model,
-                                   options.cpu_samplers + options.gpu_streams);
+    const int64_t model_threads = options.cpu_samplers + options.gpu_streams;
+    std::vector<c10::intrusive_ptr<quiver::runtime::ServingRuntime>> runtimes{
+        serving_runtime(options, g, sampler, tiers, model, model_threads)};
+    std::vector<at::Device> devices{device};
+    if (config == "gpu2") {
+      for (OtherGpu& other : others) {
+        options.device = other.device.str();
+        runtimes.push_back(
+            serving_runtime(options, g, *other.sampler, other.tiers, other.model, model_threads));
+        devices.push_back(other.device);
+      }
+    }
+    std::vector<quiver::runtime::ServingRuntime*> pool;
+    for (const auto& runtime : runtimes) pool.push_back(runtime.get());
     if (config == "dispatch") {
       std::printf("dispatch: calibrated threshold PSGS %.0f (batches at or below it sample on the "
-                  "CPU when the runtime is idle)\n", runtime->threshold());
+                  "CPU when the runtime is idle)\n", runtimes.front()->threshold());
     }
     const int64_t lowest = *std::min_element(o.load_rates.begin(), o.load_rates.end());
-    open_loop(*runtime, g.test_idx, lowest, 0.5, o.seed + 1);  // warm-up: captures, caches
+    open_loop(pool, g.test_idx, lowest, 0.5, o.seed + 1);  // warm-up: captures, caches
     for (size_t r = 0; r < o.load_rates.size(); ++r) {
-      LoadRow row = open_loop(*runtime, g.test_idx, o.load_rates[r], o.load_seconds,
-                              o.seed + 2 + r);
+      const auto before = allocator_counts(devices);
+      LoadRow row = open_loop(pool, g.test_idx, o.load_rates[r], o.load_seconds, o.seed + 2 + r);
+      const auto after = allocator_counts(devices);
       row.config = config;
-      std::printf("%-9s %8lld %9.0f %8lld %7lld %8.2f %8.2f %9.2f %6lld %6lld %7.1f\n",
+      row.device_mallocs = after.first - before.first;
+      row.alloc_retries = after.second - before.second;
+      std::printf("%-9s %8lld %9.0f %8lld %7lld %8.2f %8.2f %9.2f %6lld %6lld %7.1f %7lld %7lld\n",
                   config.c_str(), static_cast<long long>(row.rate), row.answered_per_s,
                   static_cast<long long>(row.refused), static_cast<long long>(row.failed), row.p50,
                   row.p99, row.p999, static_cast<long long>(row.cpu_batches),
-                  static_cast<long long>(row.gpu_batches), row.seeds_per_batch);
+                  static_cast<long long>(row.gpu_batches), row.seeds_per_batch,
+                  static_cast<long long>(row.device_mallocs),
+                  static_cast<long long>(row.alloc_retries));
       std::fflush(stdout);
       rows.push_back(row);
     }
-    runtime->close(60.0);
+    for (const auto& runtime : runtimes) runtime->close(60.0);
   }
   // The highest rate answered in full within the objective with every lower rate also
   // answered so: one lucky window above a failing rate does not count.
@@ -776,7 +863,7 @@ int run(const Options& o) {
     std::fflush(stdout);
   }
   if (o.serve > 0) accuracy = std::min(accuracy, serve(o, g, sampler, tiers, model, device, mode));
-  if (!o.load_rates.empty()) measure_load(o, g, sampler, tiers, model, device);
+  if (!o.load_rates.empty()) measure_load(o, g, sampler, tiers, model, device, mode);
   if (accuracy < o.min_accuracy) {
     std::cerr << "test accuracy " << accuracy << " is below --min-accuracy " << o.min_accuracy
               << "\n";

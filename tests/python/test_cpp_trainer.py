@@ -81,24 +81,27 @@ def test_serves_its_model_with_the_cpp_runtime(mode):
 def test_measures_the_runtime_under_open_loop_load(mode):
     """--load-rates: each configuration's runtime under Poisson arrivals, no Python. At a
     rate far below capacity every request is answered, none refused, and each configuration
-    samples only where it may."""
+    samples only where it may (gpu2, with two GPUs: on both)."""
     import re
     configs = "cpu" if mode == "CPU" else "cpu,gpu,dispatch"
+    if mode != "CPU" and torch.cuda.device_count() >= 2:
+        configs += ",gpu2"
     done = train("--mode", mode, "--epochs", "0", "--hidden", "32", "--load-rates", "100,200",
                  "--load-seconds", "1", "--load-configs", configs, "--cpu-samplers", "2",
                  "--gpu-streams", "2", "--max-batch", "256")
     assert done.returncode == 0, done.stdout + done.stderr
-    rows = re.findall(r"^(cpu|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)\s+"
-                      r"([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)", done.stdout, re.M)
+    rows = re.findall(r"^(cpu|gpu2|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+"
+                      r"([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+[0-9.]+\s+(\d+)\s+"
+                      r"(\d+)$", done.stdout, re.M)
     assert len(rows) == 2 * len(configs.split(",")), done.stdout
-    for config, rate, per_s, refused, failed, p50, p99, _, on_cpu, on_gpu in rows:
+    for config, rate, per_s, refused, failed, p50, p99, _, on_cpu, on_gpu, _, _ in rows:
         assert int(refused) == 0 and int(failed) == 0, done.stdout
         # Poisson counts over one second: a rate of 100 sends 100 +- 10 on average.
         assert 0.6 * int(rate) < float(per_s) < 1.4 * int(rate), done.stdout
         assert 0 < float(p50) <= float(p99) < 5000, done.stdout
         assert int(on_cpu) + int(on_gpu) >= 1
         assert config != "cpu" or int(on_gpu) == 0
-        assert config != "gpu" or int(on_cpu) == 0
+        assert config not in ("gpu", "gpu2") or int(on_cpu) == 0
     for config in configs.split(","):
         assert re.search(rf"highest rate with p99 <= 30 ms, {config}: \d+ requests/s",
                          done.stdout), done.stdout
@@ -149,7 +152,11 @@ def test_bad_arguments_are_errors(tmp_path):
     done = train("--load-rates", "100,-5")
     assert done.returncode == 2 and "--load-rates must be positive, got -5" in done.stderr
     done = train("--load-configs", "cpu,tpu")
-    assert done.returncode == 2 and "--load-configs takes cpu, gpu and dispatch, got tpu" in done.stderr
+    assert done.returncode == 2 and "--load-configs takes cpu, gpu, dispatch and gpu2, got tpu" in done.stderr
     if not torch.cuda.is_available():
         done = train("--epochs", "0", "--load-rates", "10", "--load-configs", "gpu")
         assert done.returncode == 2 and "samples on a GPU, and this run has none" in done.stderr
+    if torch.cuda.device_count() == 1:
+        done = train("--mode", "GPU", "--epochs", "0", "--load-rates", "10", "--load-configs",
+                     "gpu2")
+        assert done.returncode == 2 and "gpu2 needs two GPUs" in done.stderr
