@@ -145,10 +145,12 @@ void register_runtime_classes(torch::Library& m) {
                           c10::intrusive_ptr<FeatureTiers> features, std::vector<int64_t> fanouts,
                           std::string device, int64_t max_batch_nodes, double max_wait_ms,
                           int64_t max_queue, int64_t cpu_samplers, int64_t gpu_streams,
-                          double threshold, int64_t seed) {
+                          double threshold, int64_t seed, bool capture_batches,
+                          double latency_objective_ms) {
         ServingOptions options{std::move(fanouts), std::move(device), max_batch_nodes,
-                               max_wait_ms, max_queue, cpu_samplers, gpu_streams, threshold,
-                               seed};
+                               max_wait_ms,        max_queue,         cpu_samplers,
+                               gpu_streams,        threshold,         seed,
+                               capture_batches,    latency_objective_ms};
         return c10::make_intrusive<ServingRuntime>(std::move(indptr), std::move(indices),
                                                    std::move(gpu_indptr), std::move(gpu_indices),
                                                    std::move(features), std::move(options));

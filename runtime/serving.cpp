@@ -111,6 +111,9 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
   TORCH_CHECK_VALUE(o.max_queue >= 1, "ServingRuntime: max_queue must be >= 1, got ", o.max_queue);
   TORCH_CHECK_VALUE(o.max_wait_ms >= 0 && std::isfinite(o.max_wait_ms),
                     "ServingRuntime: max_wait_ms must be finite and >= 0, got ", o.max_wait_ms);
+  TORCH_CHECK_VALUE(o.latency_objective_ms > 0 && std::isfinite(o.latency_objective_ms),
+                    "ServingRuntime: latency_objective_ms must be finite and > 0, got ",
+                    o.latency_objective_ms);
   TORCH_CHECK_VALUE(o.cpu_samplers >= 0 && o.gpu_streams >= 0 && o.cpu_samplers + o.gpu_streams >= 1,
                     "ServingRuntime: needs a CPU sampler or a GPU stream, got cpu_samplers=",
                     o.cpu_samplers, " and gpu_streams=", o.gpu_streams);
@@ -268,11 +271,11 @@ void ServingRuntime::batch_loop() {
       return in_side_[gpu] >= samplers_on(gpu);
     };
     if (by_load_ && !closing_ && !abandoned_ && side_full(batch.on_gpu) &&
-        !side_full(!batch.on_gpu) && finishes_first_elsewhere(batch)) {
+        !side_full(!batch.on_gpu) && better_elsewhere(batch, Clock::now())) {
       // Its side holds as many batches as it has samplers, and the other side, with one
-      // free, is predicted to finish it before a sampler here frees up and samples it: a
-      // busy GPU overflows onto idle CPU samplers (and back), a batch too large for them
-      // waits.
+      // free, is predicted to finish it before a sampler here frees up and samples it, or
+      // in time: a busy GPU overflows onto idle CPU samplers (and back), a batch too large
+      // for them waits.
       batch.on_gpu = !batch.on_gpu;
       batch.predicted_s = line_latency(batch.on_gpu, batch.cost);
     }
@@ -315,12 +318,17 @@ double ServingRuntime::predicted_finish_s(bool gpu, double cost) const {
   return pending_s_[gpu] / static_cast<double>(samplers_on(gpu)) + line_latency(gpu, cost);
 }
 
-bool ServingRuntime::finishes_first_elsewhere(const Batch& batch) const {
+bool ServingRuntime::better_elsewhere(const Batch& batch, Clock::time_point now) const {
   const bool here = batch.on_gpu;
+  const double there_done = predicted_finish_s(!here, batch.cost);
   // A full side frees a sampler every (time a batch holds one) / samplers, on average.
   const double here_done = residence_s_[here] / static_cast<double>(samplers_on(here)) +
                            line_latency(here, batch.cost);
-  return predicted_finish_s(!here, batch.cost) <= here_done;
+  if (there_done <= here_done) return true;
+  // Slower there, but in time: waiting here for a sampler would let the batch grow while
+  // the other side's samplers idle (the sum of both sides is what holds a rate).
+  const double waited_s = ms_between(batch.requests.front().enqueued, now) / 1000;
+  return waited_s + there_done <= options_.latency_objective_ms / 2000;
 }
 
 bool ServingRuntime::send_to_gpu(Batch& batch) {

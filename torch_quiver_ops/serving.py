@@ -117,12 +117,17 @@ class ServingRuntime:
             by that side's fitted line (an idle runtime so follows the lines' crossing; a
             busy GPU overflows onto idle CPU samplers).
         seed: seeds each sampler's generator, for reproducible answers.
+        capture_batches: GPU samplers replay batch shapes seen before as CUDA graphs.
+        latency_objective_ms: the latency requests should be answered within (dispatch by
+            load): a batch whose side is full moves to the other side, where a sampler is
+            free, when it is predicted to be sampled there within half of it.
     """
 
     def __init__(self, model: torch.nn.Module, topo: CSRTopo, fanouts: Sequence[int],
                  feature, device=None, cpu_samplers: int = 2, gpu_streams: int = 2,
                  gpu_mode: str = "GPU", max_batch_nodes: int = 1024, max_wait_ms: float = 2.0,
-                 max_queue: int = 1024, threshold: Optional[float] = None, seed: int = 0):
+                 max_queue: int = 1024, threshold: Optional[float] = None, seed: int = 0,
+                 capture_batches: bool = True, latency_objective_ms: float = 30.0):
         has_gpu = torch.cuda.is_available() and gpu_streams > 0
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device()) if has_gpu else "cpu"
@@ -156,7 +161,8 @@ class ServingRuntime:
             topo.indptr.cpu(), topo.indices.cpu(), gpu_indptr, gpu_indices, tiers,
             self.fanouts, str(self.device), max_batch_nodes, float(max_wait_ms), max_queue,
             cpu_samplers, gpu_streams if has_gpu else 0,
-            float("nan") if threshold is None else float(threshold), seed)
+            float("nan") if threshold is None else float(threshold), seed,
+            bool(capture_batches), float(latency_objective_ms))
         self.psgs = PSGS.of_values(self._runtime.psgs())
         # One model thread per sampler: every batch in flight can be in the model at once.
         model_threads = cpu_samplers + (gpu_streams if has_gpu else 0)

@@ -293,6 +293,35 @@ def test_a_calibrated_runtime_sends_batches_where_they_finish_first(graph):
         runtime.close()
 
 
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and the CUDA kernels")
+def test_a_full_side_overflows_onto_free_samplers_within_the_objective(graph):
+    """With an objective no batch can miss, a batch whose side is full goes to the other
+    side whenever a sampler there is free: a burst is sampled on both sides, and every
+    answer is the one the other side gives (all neighbors: the same graph anywhere)."""
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    model = SAGE([graph.x.size(1), 16, int(graph.y.max()) + 1])
+    runtime = ServingRuntime(model, topo, [-1, -1], graph.x.cuda(), device="cuda",
+                             cpu_samplers=2, gpu_streams=1, max_batch_nodes=8, max_wait_ms=0.0,
+                             latency_objective_ms=1e9)
+    try:
+        assert runtime.dispatches_by_load
+        chunks = torch.randint(graph.num_nodes, (800,)).split(4)
+        burst = [answer.result(60) for answer in [runtime.submit(c) for c in chunks]]
+        targets = {r.target for r in runtime.records}
+        assert targets == {"cpu", "gpu"}, targets
+        runtime.threshold = float("inf")
+        for chunk, rows in list(zip(chunks, burst))[::20]:
+            assert torch.allclose(runtime.predict(chunk, 60), rows, atol=1e-4)
+    finally:
+        runtime.close()
+
+
+def test_bad_options_are_value_errors(graph):
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="latency_objective_ms must be finite and > 0"):
+            runtime_for(graph, latency_objective_ms=bad, cpu_samplers=1)
+
+
 def test_http_answers_and_refuses_bad_requests(graph):
     runtime, _ = runtime_for(graph, (5, 3), max_batch_nodes=64)
     server = serve_http(runtime)

@@ -63,6 +63,10 @@ struct ServingOptions {
   // Whether GPU samplers replay batches of a shape seen before as CUDA graphs. Served batches
   // come in many sizes, each a shape of its own: captures then churn (a few kept per sampler).
   bool capture_batches = true;
+  // The latency a request should be answered within, ms (dispatch by load): a batch whose
+  // side is full moves to the other side, where a sampler is free, when it is predicted to be
+  // sampled there within half of it (the other half left for the model and the wait so far).
+  double latency_objective_ms = 30.0;
 };
 
 // One batch as the model side receives it: the sampled computation graph in torch-quiver's
@@ -193,11 +197,12 @@ class ServingRuntime : public torch::CustomClassHolder {
   int64_t samplers_on(bool gpu) const;  // a side's samplers
   // Dispatch by load (mutex_ held): a batch's sampling latency on a side by its fitted line;
   // when that side would finish it (the work it holds over its samplers, then the batch);
-  // whether the other side, with a sampler free, is predicted to finish it first, counting
-  // the wait for a sampler on its own, full side.
+  // whether the other side, with a sampler free, should take it: it is predicted to finish it
+  // first (counting the wait for a sampler on its own, full side), or within the latency
+  // objective (ServingOptions.latency_objective_ms).
   double line_latency(bool gpu, double cost) const;
   double predicted_finish_s(bool gpu, double cost) const;
-  bool finishes_first_elsewhere(const Batch& batch) const;
+  bool better_elsewhere(const Batch& batch, Clock::time_point now) const;
   void sample_loop(Sampler& sampler);
   void model_loop(const std::function<at::Tensor(const ServedBatch&)>& model);
   ServedBatch prepare(const at::Tensor& ids, Sampler& sampler) const;
