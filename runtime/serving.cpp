@@ -191,12 +191,13 @@ int64_t ServingRuntime::submit(const at::Tensor& ids) {
     TORCH_CHECK_VALUE(false, "node id ", owned.masked_select(bad)[0].item<int64_t>(),
                       " is out of range [0, ", num_nodes_, ")");
   }
+  const double request_cost = cost(owned);  // here, not under the batcher's lock
   std::lock_guard<std::mutex> lock(mutex_);
   if (closing_) return kClosed;
   if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) return kOverloaded;
   const int64_t ticket = next_ticket_++;
   answers_.try_emplace(ticket);
-  queue_.push_back(Request{ticket, std::move(owned), Clock::now()});
+  queue_.push_back(Request{ticket, std::move(owned), Clock::now(), request_cost});
   ++accepted_;
   batcher_wakes_.notify_one();
   return ticket;
@@ -244,7 +245,16 @@ void ServingRuntime::batch_loop() {
     Batch batch;
     batch.id = next_batch_++;
     int64_t nodes = 0;
+    double batch_cost = 0;
     const Clock::time_point deadline = queue_.front().enqueued + max_wait;
+    // Dispatch by load, with the GPU side full and a CPU sampler free: the batch closes at
+    // the cost the CPU is predicted to sample in time (once it has waited up to max_wait),
+    // so the CPU takes a share rather than the batch growing while it waits for the GPU
+    // (at high load batches grow past what a CPU sampler does within the objective).
+    double cost_cap = std::numeric_limits<double>::infinity();
+    if (by_load_ && in_side_[1] >= samplers_on(true) && in_side_[0] < samplers_on(false)) {
+      cost_cap = cost_in_time(false, ms_between(queue_.front().enqueued, deadline) / 1000);
+    }
     while (true) {
       if (queue_.empty()) {
         if (closing_ || !batcher_wakes_.wait_until(lock, deadline,
@@ -254,7 +264,9 @@ void ServingRuntime::batch_loop() {
       }
       const int64_t size = queue_.front().ids.numel();
       if (nodes + size > options_.max_batch_nodes) break;  // starts the next batch
+      if (nodes > 0 && batch_cost + queue_.front().cost > cost_cap) break;
       nodes += size;
+      batch_cost += queue_.front().cost;
       batch.requests.push_back(std::move(queue_.front()));
       queue_.pop_front();
       if (nodes == options_.max_batch_nodes) break;
@@ -264,7 +276,7 @@ void ServingRuntime::batch_loop() {
     std::vector<at::Tensor> parts;
     for (const Request& r : batch.requests) parts.push_back(r.ids);
     batch.ids = at::cat(parts);
-    batch.cost = cost(batch.ids);
+    batch.cost = batch_cost;
     lock.lock();
     batch.on_gpu = send_to_gpu(batch);
     const auto side_full = [&](bool gpu) {
@@ -316,6 +328,14 @@ double ServingRuntime::line_latency(bool gpu, double cost) const {
 
 double ServingRuntime::predicted_finish_s(bool gpu, double cost) const {
   return pending_s_[gpu] / static_cast<double>(samplers_on(gpu)) + line_latency(gpu, cost);
+}
+
+double ServingRuntime::cost_in_time(bool gpu, double waited_s) const {
+  const std::vector<double>& line = gpu ? gpu_line_ : cpu_line_;
+  if (line[1] <= 0) return std::numeric_limits<double>::infinity();
+  const double budget_s = options_.latency_objective_ms / 2000 - waited_s -
+                          pending_s_[gpu] / static_cast<double>(samplers_on(gpu)) - line[0];
+  return std::max(0.0, budget_s / line[1]);
 }
 
 bool ServingRuntime::better_elsewhere(const Batch& batch, Clock::time_point now) const {

@@ -9,7 +9,7 @@
 //              [--serve N] [--clients 4]
 //              [--load-rates R1,R2,...] [--load-configs cpu,gpu,dispatch] [--load-seconds 4]
 //              [--cpu-samplers 8] [--gpu-streams 4] [--max-batch 1024] [--max-wait-ms 2]
-//              [--capture 1]
+//              [--capture 1] [--objective-ms 30]
 //
 // --data reads a graph saved by Python (examples/cpp/save_graph.py: CSRTopo.save,
 // Feature.save and the labels, in the package's raw-file format); without it the program
@@ -96,6 +96,7 @@ struct Options {
   double load_seconds = 4.0;
   int64_t cpu_samplers = 8, gpu_streams = 4, max_batch = 1024;
   double max_wait_ms = 2.0;
+  double objective_ms = 30.0;  // dispatch's latency objective (ServingOptions)
   bool capture = true;  // GPU samplers replay batch shapes seen before as CUDA graphs
   // The synthetic graph.
   int64_t nodes = 20000, classes = 8, features = 32, degree = 12;
@@ -152,6 +153,9 @@ Options parse(int argc, char** argv) {
              "  --max-batch N       seeds per batch at most under load (default: 1024)\n"
              "  --max-wait-ms X     a batch closes when its oldest request waited this long\n"
              "                      (default: 2)\n"
+             "  --objective-ms X    dispatch's latency objective: a full side's batch moves to\n"
+             "                      the other side if sampled there within half of it\n"
+             "                      (default: 30)\n"
              "  --capture 1|0       GPU samplers replay batch shapes seen before as CUDA\n"
              "                      graphs under load (default: 1)\n"
              "  --nodes N           synthetic graph: nodes (default: 20000)\n"
@@ -184,6 +188,7 @@ Options parse(int argc, char** argv) {
     else if (arg == "--max-batch") o.max_batch = std::stoll(value);
     else if (arg == "--max-wait-ms") o.max_wait_ms = std::stod(value);
     else if (arg == "--capture") o.capture = std::stoll(value) != 0;
+    else if (arg == "--objective-ms") o.objective_ms = std::stod(value);
     else if (arg == "--nodes") o.nodes = std::stoll(value);
     else if (arg == "--classes") o.classes = std::stoll(value);
     else if (arg == "--features") o.features = std::stoll(value);
@@ -198,9 +203,9 @@ Options parse(int argc, char** argv) {
     TORCH_CHECK(config == "cpu" || config == "gpu" || config == "dispatch" || config == "gpu2",
                 "--load-configs takes cpu, gpu, dispatch and gpu2, got ", config);
   TORCH_CHECK(o.load_seconds > 0 && o.cpu_samplers >= 1 && o.gpu_streams >= 1 &&
-                  o.max_batch >= 1 && o.max_wait_ms >= 0,
-              "--load-seconds, --cpu-samplers, --gpu-streams and --max-batch must be positive "
-              "and --max-wait-ms >= 0");
+                  o.max_batch >= 1 && o.max_wait_ms >= 0 && o.objective_ms > 0,
+              "--load-seconds, --cpu-samplers, --gpu-streams, --max-batch and --objective-ms "
+              "must be positive and --max-wait-ms >= 0");
   TORCH_CHECK(o.serve >= 0 && o.clients >= 1, "--serve must be >= 0 and --clients >= 1, got ",
               o.serve, " and ", o.clients);
   TORCH_CHECK(o.cache >= 0.0 && o.cache <= 1.0, "--cache must be in [0, 1], got ", o.cache);
@@ -730,6 +735,7 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
     options.gpu_streams = config == "cpu" ? 0 : o.gpu_streams;
     options.seed = o.seed;
     options.capture_batches = o.capture;
+    options.latency_objective_ms = o.objective_ms;
     const int64_t model_threads = options.cpu_samplers + options.gpu_streams;
     std::vector<c10::intrusive_ptr<quiver::runtime::ServingRuntime>> runtimes{
         serving_runtime(options, g, sampler, tiers, model, model_threads)};

@@ -169,6 +169,7 @@ class ServingRuntime : public torch::CustomClassHolder {
     int64_t ticket;
     at::Tensor ids;
     Clock::time_point enqueued;
+    double cost;  // its ids' PSGS, summed
   };
   struct Batch {
     int64_t id;
@@ -202,6 +203,9 @@ class ServingRuntime : public torch::CustomClassHolder {
   // objective (ServingOptions.latency_objective_ms).
   double line_latency(bool gpu, double cost) const;
   double predicted_finish_s(bool gpu, double cost) const;
+  // The largest batch cost a side is predicted to sample within half the latency objective,
+  // after `waited_s` and the work it holds (infinite where its line does not grow).
+  double cost_in_time(bool gpu, double waited_s) const;
   bool better_elsewhere(const Batch& batch, Clock::time_point now) const;
   void sample_loop(Sampler& sampler);
   void model_loop(const std::function<at::Tensor(const ServedBatch&)>& model);
