@@ -2,14 +2,18 @@
 the offered rate per configuration (the 30 ms objective drawn across), and the rate answered.
 
     python scripts/plot_serve_cpp_load.py OUT.png "title one=run1.log" "title two=run2.log"
+
+Each title should name the machine the run had.
 """
 from __future__ import annotations
 
 import re
 import sys
 
-ROW = re.compile(r"^(cpu|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)\s+"
-                 r"([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)\s*$")
+# The logs of 2026-11-28's twelfth session end at seeds/batch; later ones add the caching
+# allocator's mallocs and retries.
+ROW = re.compile(r"^(cpu|gpu2|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)\s+"
+                 r"([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)(\s+\d+\s+\d+)?\s*$")
 
 
 def read_rows(path: str) -> dict:
@@ -31,7 +35,7 @@ def main(argv):
     import matplotlib.pyplot as plt
     out, runs = argv[0], [item.split("=", 1) for item in argv[1:]]
     fig, axes = plt.subplots(2, len(runs), figsize=(5 * len(runs), 8), squeeze=False)
-    colors = {"gpu": "C0", "dispatch": "C2", "cpu": "C3"}
+    colors = {"gpu": "C0", "dispatch": "C2", "cpu": "C3", "gpu2": "C4"}
     for column, (title, path) in enumerate(runs):
         rows = read_rows(path)
         latency, answered = axes[0][column], axes[1][column]
@@ -55,7 +59,7 @@ def main(argv):
         answered.set_ylabel("answered requests/s")
         answered.legend(fontsize=7)
     fig.suptitle("ServingRuntime under open-loop load, no Python (examples/cpp/train_sage "
-                 "--load-rates), H100, products-like graph, [15, 10, 5]")
+                 "--load-rates), products-like graph, [15, 10, 5]")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print("wrote", out)
