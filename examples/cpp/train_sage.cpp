@@ -546,11 +546,11 @@ std::pair<int64_t, int64_t> allocator_counts(const std::vector<at::Device>& devi
 // `rate` requests a second for `seconds` as a Poisson process, each of request_size() test
 // nodes, sent at their scheduled times (drawn before the clock starts) whatever the answers
 // do, by 4 threads taking every 4th (a submit checks its ids: one thread would cap the rate),
-// each to the runtime with the fewest requests outstanding (ties in turn; a pool of one per
-// GPU, as ServingPool does in Python); 1024 threads wait for the answers, in arrival order. Past that many outstanding (only at
-// rates the runtime cannot keep up with) a request is timed when a waiter gets to it, so its
-// latency is overstated. A refused request (queue full) counts as
-// refused, not answered.
+// each to the runtime with the fewest requests outstanding (ties in turn; a runtime per GPU,
+// as ServingPool does in Python); 1024 threads wait for the answers, in arrival order. Past
+// that many outstanding (only at rates the runtime cannot keep up with) a request is timed
+// when a waiter gets to it, so its latency is overstated. A refused request (queue full)
+// counts as refused, not answered.
 LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
                   const Tensor& test, int64_t rate, double seconds, uint64_t seed) {
   using Clock = std::chrono::steady_clock;
@@ -711,7 +711,8 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
   for (const std::string& config : o.load_configs) {
     TORCH_CHECK(config == "cpu" || device.is_cuda(), "--load-configs ", config,
                 " samples on a GPU, and this run has none (--mode CPU or no CUDA)");
-    if (config != "gpu2" || !others.empty()) continue;
+  }
+  if (std::count(o.load_configs.begin(), o.load_configs.end(), "gpu2") > 0) {
     TORCH_CHECK(torch::cuda::device_count() >= 2, "--load-configs gpu2 needs two GPUs, and "
                 "libtorch sees ", torch::cuda::device_count());
     const at::Device second(at::kCUDA, 1);
