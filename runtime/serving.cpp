@@ -251,9 +251,12 @@ void ServingRuntime::batch_loop() {
     // the cost the CPU is predicted to sample in time (once it has waited up to max_wait),
     // so the CPU takes a share rather than the batch growing while it waits for the GPU
     // (at high load batches grow past what a CPU sampler does within the objective).
+    // The wait counted is the front request's by the time the batch closes: a request put
+    // back by a full runtime has waited longer than max_wait already.
     double cost_cap = std::numeric_limits<double>::infinity();
     if (by_load_ && in_side_[1] >= samplers_on(true) && in_side_[0] < samplers_on(false)) {
-      cost_cap = cost_in_time(false, ms_between(queue_.front().enqueued, deadline) / 1000);
+      const Clock::time_point closes = std::max(Clock::now(), deadline);
+      cost_cap = cost_in_time(false, ms_between(queue_.front().enqueued, closes) / 1000);
     }
     while (true) {
       if (queue_.empty()) {

@@ -163,8 +163,10 @@ class GraphSageSampler:
             :meth:`neighbor_sample` returns each node's seed index.
         capture_batches: on a GPU, capture a batch shape as a CUDA graph at its second call
             and replay it from the third (one launch instead of about 15 kernels a hop),
-            keeping up to 3 shapes' buffers with this sampler. False: every batch runs as
-            launched, as the ops do. Same samples either way.
+            keeping up to 3 shapes' buffers with this sampler. Shapes that keep changing
+            (8 captures let go before 4 replays each) stop being captured: new shapes then
+            run as launched. False: every batch runs as launched, as the ops do. Same
+            samples either way.
         uva_row_order: in UVA mode, whether a hop of 16384 rows or more visits its rows in
             the order of their neighbor lists' addresses (the GPU reaches host pages in
             order faster): None (the default) when the lists take 2 GiB or more, True

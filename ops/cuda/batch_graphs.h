@@ -69,6 +69,7 @@ struct CapturedBatch {
   bool ran = false;  // a call of this shape ran as usual (so whether it waits is known)
   bool capturable = true;
   std::atomic<bool> captured{false};  // read by CapturedBatches::find under its own lock
+  std::atomic<int64_t> replays{0};    // likewise
   uint64_t last_use = 0;
 
   ~CapturedBatch() {
@@ -83,9 +84,13 @@ struct CapturedBatch {
 // requests that came) would capture shape after shape and let each go. A capture costs a
 // graph instantiation and fresh device memory, and a capture's pool let go goes back to the
 // device only when some allocation fails: the caching allocator then frees every cached
-// block, which synchronizes the device. So once this many captured batches have been let go,
-// shapes not seen before run as launched, and the captured ones are kept.
+// block, which synchronizes the device. So once this many captures have been let go before
+// they paid for themselves (fewer than kRepaidAfterReplays replays), shapes not seen before
+// run as launched, and the captured ones are kept. Shapes that take turns for long stretches
+// (a loader's training and evaluation batches) replay many times before they go, and keep
+// being captured.
 constexpr int64_t kMaxCapturesLetGo = 8;
+constexpr int64_t kRepaidAfterReplays = 4;
 
 // A sampler's captured batches, by every input they depend on (GraphKey), the least
 // recently used past kMaxCapturedBatches let go of (see kMaxCapturesLetGo).
@@ -111,13 +116,16 @@ class CapturedBatches {
         }
       }
       if (oldest == batches_.end()) break;
-      if (oldest->second->captured) ++captures_let_go_;
+      if (oldest->second->captured && oldest->second->replays < kRepaidAfterReplays) {
+        ++captures_let_go_;
+      }
       batches_.erase(oldest);  // destroyed once no call holds it
     }
     return found;
   }
 
-  // Captured batches let go of so far (at most kMaxCapturesLetGo, then no new shape is kept).
+  // Captures let go of before they paid for themselves (at most kMaxCapturesLetGo, then no
+  // new shape is kept).
   int64_t captures_let_go() {
     const std::lock_guard<std::mutex> lock(mutex_);
     return captures_let_go_;
@@ -278,6 +286,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   batch->seeds.copy_(seeds, /*non_blocking=*/true);
   if (seed_time.defined()) batch->seed_time.copy_(seed_time, /*non_blocking=*/true);
   batch->graph.replay(stream.stream());
+  ++batch->replays;
   auto outputs = finish_batch(batch->queued, *batch->board, shape.layout, seeds, num_hops,
                               csr.num_nodes, csr.num_edges);
   batch->outputs_copied.record(stream);

@@ -531,6 +531,32 @@ def test_shapes_that_keep_changing_stop_being_captured(mode):
     assert allocations < 60, allocations
 
 
+def test_shapes_that_take_turns_keep_being_captured(mode):
+    """Four shapes taking turns (a loader's training and evaluation batches, say) evict one
+    another from the three kept, but each replays many times first: such captures paid for
+    themselves, so the sampler keeps capturing them and never freezes."""
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, 500, 8000, 25)
+    sampler = subgraph_sampler(indptr, indices, eid, [4, 3])
+    gen = torch.Generator(device).manual_seed(3)
+
+    def rounds(count):
+        for _ in range(count):
+            for size in (40, 41, 42, 43):
+                seeds = torch.arange(size, device=device)
+                for _ in range(8):  # run, captured, then replayed 6 times
+                    out = sampler.sample_subgraph(seeds, gen)
+        return seeds, out
+
+    rounds(6)  # past kMaxCapturesLetGo let-gos, had they counted
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_stats(device).get("num_device_alloc", 0)
+    seeds, out = rounds(3)
+    torch.cuda.synchronize(device)
+    # Still capturing: each recapture takes memory of its own.
+    assert torch.cuda.memory_stats(device).get("num_device_alloc", 0) - before >= 4
+    check_subgraph(graph, seeds, [4, 3], False, out)
+
+
 def test_a_replayed_batch_reports_bad_seeds_then_samples_again(mode):
     graph, (indptr, indices, eid), device = graph_for_captures(mode, 300, 3000, 22)
     sampler = subgraph_sampler(indptr, indices, eid, [5, 3])

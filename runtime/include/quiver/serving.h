@@ -2,7 +2,8 @@
 // (torch-quiver's serving), in the op library so that a libtorch server needs no Python.
 //
 // Requests of a few node ids wait in a bounded queue; a batcher closes a batch when it holds
-// max_batch_nodes seeds or its oldest request has waited max_wait_ms, prices it by its PSGS
+// max_batch_nodes seeds or its oldest request has waited max_wait_ms (or, dispatching by
+// load with the GPU side full, at the PSGS a free CPU sampler does in time), prices it by its PSGS
 // (the expected number of nodes its sampling visits, a sum of per-node values computed once),
 // and hands it to a CPU sampler or a GPU sampler (each on a CUDA stream of its own). With a
 // calibrated runtime (both kinds, no threshold given), each batch goes where it is predicted
@@ -61,11 +62,14 @@ struct ServingOptions {
   double threshold = std::numeric_limits<double>::quiet_NaN();
   int64_t seed = 0;  // seeds each sampler's generator, for reproducible answers
   // Whether GPU samplers replay batches of a shape seen before as CUDA graphs. Served batches
-  // come in many sizes, each a shape of its own: captures then churn (a few kept per sampler).
+  // come in many sizes, each a shape of its own: a sampler captures a few, then keeps them
+  // (ops/cuda/batch_graphs.h: kMaxCapturesLetGo).
   bool capture_batches = true;
-  // The latency a request should be answered within, ms (dispatch by load): a batch whose
-  // side is full moves to the other side, where a sampler is free, when it is predicted to be
-  // sampled there within half of it (the other half left for the model and the wait so far).
+  // The latency a request should be answered within, ms (dispatch by load): with the GPU side
+  // full and a CPU sampler free, a batch closes at the cost the CPU is predicted to sample in
+  // time, and a batch whose side is full moves to the other side, where a sampler is free,
+  // when it is predicted to have waited and been sampled there within half of it (the other
+  // half left for the model and the answer).
   double latency_objective_ms = 30.0;
 };
 
@@ -199,8 +203,8 @@ class ServingRuntime : public torch::CustomClassHolder {
   // Dispatch by load (mutex_ held): a batch's sampling latency on a side by its fitted line;
   // when that side would finish it (the work it holds over its samplers, then the batch);
   // whether the other side, with a sampler free, should take it: it is predicted to finish it
-  // first (counting the wait for a sampler on its own, full side), or within the latency
-  // objective (ServingOptions.latency_objective_ms).
+  // first (counting the wait for a sampler on its own, full side), or to have waited and
+  // sampled it within half the latency objective (ServingOptions.latency_objective_ms).
   double line_latency(bool gpu, double cost) const;
   double predicted_finish_s(bool gpu, double cost) const;
   // The largest batch cost a side is predicted to sample within half the latency objective,
