@@ -333,12 +333,16 @@ double ServingRuntime::predicted_finish_s(bool gpu, double cost) const {
   return pending_s_[gpu] / static_cast<double>(samplers_on(gpu)) + line_latency(gpu, cost);
 }
 
+double ServingRuntime::sampling_budget_s() const {
+  return options_.latency_objective_ms / 2000;  // half: the rest for the model and the answer
+}
+
 double ServingRuntime::cost_in_time(bool gpu, double waited_s) const {
-  const std::vector<double>& line = gpu ? gpu_line_ : cpu_line_;
-  if (line[1] <= 0) return std::numeric_limits<double>::infinity();
-  const double budget_s = options_.latency_objective_ms / 2000 - waited_s -
-                          pending_s_[gpu] / static_cast<double>(samplers_on(gpu)) - line[0];
-  return std::max(0.0, budget_s / line[1]);
+  const double per_cost_s = (gpu ? gpu_line_ : cpu_line_)[1];
+  if (per_cost_s <= 0) return std::numeric_limits<double>::infinity();
+  // What is left once the wait, the side's pending work and the line's intercept are paid.
+  const double left_s = sampling_budget_s() - waited_s - predicted_finish_s(gpu, 0.0);
+  return std::max(0.0, left_s / per_cost_s);
 }
 
 bool ServingRuntime::better_elsewhere(const Batch& batch, Clock::time_point now) const {
@@ -351,7 +355,7 @@ bool ServingRuntime::better_elsewhere(const Batch& batch, Clock::time_point now)
   // Slower there, but in time: waiting here for a sampler would let the batch grow while
   // the other side's samplers idle (the sum of both sides is what holds a rate).
   const double waited_s = ms_between(batch.requests.front().enqueued, now) / 1000;
-  return waited_s + there_done <= options_.latency_objective_ms / 2000;
+  return waited_s + there_done <= sampling_budget_s();
 }
 
 bool ServingRuntime::send_to_gpu(Batch& batch) {

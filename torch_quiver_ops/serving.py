@@ -119,8 +119,10 @@ class ServingRuntime:
         seed: seeds each sampler's generator, for reproducible answers.
         capture_batches: GPU samplers replay batch shapes seen before as CUDA graphs.
         latency_objective_ms: the latency requests should be answered within (dispatch by
-            load): a batch whose side is full moves to the other side, where a sampler is
-            free, when it is predicted to be sampled there within half of it.
+            load): with the GPU side full and a CPU sampler free, a batch closes at the size
+            the CPU is predicted to sample within half of it, and a batch whose side is full
+            moves to the other side, where a sampler is free, when it is predicted to have
+            waited and been sampled there within half of it.
     """
 
     def __init__(self, model: torch.nn.Module, topo: CSRTopo, fanouts: Sequence[int],

@@ -124,17 +124,12 @@ class CapturedBatches {
     return found;
   }
 
-  // Captures let go of before they paid for themselves (at most kMaxCapturesLetGo, then no
-  // new shape is kept).
-  int64_t captures_let_go() {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    return captures_let_go_;
-  }
-
  private:
   std::mutex mutex_;
   std::unordered_map<std::string, std::shared_ptr<CapturedBatch>> batches_;
   uint64_t clock_ = 0;
+  // Captures let go of before they paid for themselves (then, at kMaxCapturesLetGo, no new
+  // shape is kept).
   int64_t captures_let_go_ = 0;
 };
 

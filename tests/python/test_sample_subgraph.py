@@ -509,6 +509,13 @@ def test_captures_leave_other_threads_streams_alone(mode):
     assert not failures, failures[0]
 
 
+def device_allocations(device):
+    """The caching allocator's cudaMalloc calls on `device` so far (a capture's memory pool
+    takes fresh ones)."""
+    torch.cuda.synchronize(device)
+    return torch.cuda.memory_stats(device).get("num_device_alloc", 0)
+
+
 def test_shapes_that_keep_changing_stop_being_captured(mode):
     """A sampler whose batches keep changing size (a serving runtime's) captured shape after
     shape and let each go: every capture took fresh device memory, which came back only when
@@ -517,16 +524,14 @@ def test_shapes_that_keep_changing_stop_being_captured(mode):
     graph, (indptr, indices, eid), device = graph_for_captures(mode, 500, 8000, 24)
     sampler = subgraph_sampler(indptr, indices, eid, [4, 3])
     gen = torch.Generator(device).manual_seed(2)
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_stats(device).get("num_device_alloc", 0)
+    before = device_allocations(device)
     for size in range(5, 5 + 120):
         seeds = torch.arange(size, device=device)
         for _ in range(3):  # run, then captured (while captures do not churn), then replayed
             out = sampler.sample_subgraph(seeds, gen)
         if size % 17 == 0:
             check_subgraph(graph, seeds, [4, 3], False, out)
-    torch.cuda.synchronize(device)
-    allocations = torch.cuda.memory_stats(device).get("num_device_alloc", 0) - before
+    allocations = device_allocations(device) - before
     # Each capture takes memory of its own (a pool): 120 shapes captured took 120 or more.
     assert allocations < 60, allocations
 
@@ -548,12 +553,10 @@ def test_shapes_that_take_turns_keep_being_captured(mode):
         return seeds, out
 
     rounds(6)  # past kMaxCapturesLetGo let-gos, had they counted
-    torch.cuda.synchronize(device)
-    before = torch.cuda.memory_stats(device).get("num_device_alloc", 0)
+    before = device_allocations(device)
     seeds, out = rounds(3)
-    torch.cuda.synchronize(device)
     # Still capturing: each recapture takes memory of its own.
-    assert torch.cuda.memory_stats(device).get("num_device_alloc", 0) - before >= 4
+    assert device_allocations(device) - before >= 4
     check_subgraph(graph, seeds, [4, 3], False, out)
 
 

@@ -207,8 +207,10 @@ class ServingRuntime : public torch::CustomClassHolder {
   // sampled it within half the latency objective (ServingOptions.latency_objective_ms).
   double line_latency(bool gpu, double cost) const;
   double predicted_finish_s(bool gpu, double cost) const;
-  // The largest batch cost a side is predicted to sample within half the latency objective,
-  // after `waited_s` and the work it holds (infinite where its line does not grow).
+  // Half the latency objective, in seconds: the time a batch may wait and sample.
+  double sampling_budget_s() const;
+  // The largest batch cost a side is predicted to sample within that budget, after `waited_s`
+  // and the work it holds (infinite where its line does not grow).
   double cost_in_time(bool gpu, double waited_s) const;
   bool better_elsewhere(const Batch& batch, Clock::time_point now) const;
   void sample_loop(Sampler& sampler);
