@@ -85,9 +85,13 @@ inline int64_t node_table_capacity(int64_t nodes) {
 // key -1 (empty), local -1 (not numbered yet), first = no edge yet.
 struct alignas(16) NodeSlot {
   int64_t key;     // the global node id, -1 while the slot is empty
-  int32_t local;   // its local index once numbered, else -1
   uint32_t first;  // while unnumbered: the first edge position that named this id
+  int32_t local;   // its local index once numbered, else -1
 };
+// `first` then `local` read as one little-endian 64-bit word: local in the high half, so
+// that one atomic minimum with (all ones << 32 | e) lowers `first` only while the id is
+// unnumbered (a numbered id's word is smaller), with no read of `local` first (reindex.cu).
+constexpr int64_t kSlotMentionOffset = 8;
 static_assert(sizeof(NodeSlot) == 16, "one slot per half sector");
 constexpr int64_t kEmptyNodeKey = -1;
 

@@ -45,6 +45,21 @@ print(f"sample() CPU seeds: median {med(t_sample):.3f} ms (p10 {statistics.quant
       f"edges/batch {edges}")
 print(f"  seeds .to(cuda) {med(t_copy):.3f} ms, sampling {med(t_op):.3f} ms, layers_of {med(t_layers):.3f} ms")
 print(f"sampling, seeds on the GPU: {med(t_gpu_seeds):.3f} ms")
+# The GPU's span of one op call (first kernel queued to the last done, gaps included), and
+# the floor: one seed, so that host work and launches are nearly all there is.
+spans = []
+for gb in gpu_seeds[10:110]:
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record(); s._sampler.sample_subgraph(gb, None); end.record(); end.synchronize()
+    spans.append(start.elapsed_time(end) * 1e-3)
+one = [b[:1] for b in seeds]
+for b in one[:10]:
+    s.sample(b)
+t_one = []
+for b in one[10:]:
+    t0 = time.perf_counter(); s.sample(b); t_one.append(time.perf_counter() - t0)
+print(f"GPU span of the op (events), seeds on the GPU: {med(spans):.3f} ms; "
+      f"sample() of one seed: {med(t_one):.3f} ms")
 from torch.profiler import profile, ProfilerActivity
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
     for b in seeds[20:30]:

@@ -111,15 +111,31 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     return topo, edge_weight, csr_time.contiguous(), node_time
 
 
+def _edge_index_of(rows: Tensor, cols: Tensor) -> Tensor:
+    """``torch.stack([rows, cols])``, without the copy when they already are the two rows of
+    one [2, E] tensor (as a GPU sampler object returns them)."""
+    base = rows._base
+    if (base is not None and base is cols._base and base.dim() == 2 and base.size(0) == 2
+            and base.size(1) == rows.numel() and base.is_contiguous()
+            and rows.data_ptr() == base.data_ptr()
+            and cols.data_ptr() == base.data_ptr() + rows.numel() * base.element_size()):
+        return base
+    return torch.stack([rows, cols])
+
+
 def layers_of(subgraph: Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor],
               return_eid: bool = True) -> Tuple[Tensor, int, List[Adj]]:
     """``(n_id, batch_size, adjs)`` from sample_subgraph's output (torch-quiver's layout,
     :meth:`GraphSageSampler.sample`): one :class:`Adj` per layer, outermost first."""
     node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop = subgraph
-    counts = torch.cat([nodes_per_hop, edges_per_hop]).tolist()  # one wait for both
-    cum_nodes = list(itertools.accumulate(counts[:nodes_per_hop.numel()]))
-    cum_edges = list(itertools.accumulate(counts[nodes_per_hop.numel():]))
-    edge_index = torch.stack([rows, cols])
+    if nodes_per_hop.is_cpu and edges_per_hop.is_cpu:
+        node_counts, edge_counts = nodes_per_hop.tolist(), edges_per_hop.tolist()
+    else:
+        counts = torch.cat([nodes_per_hop, edges_per_hop]).tolist()  # one wait for both
+        node_counts, edge_counts = counts[:nodes_per_hop.numel()], counts[nodes_per_hop.numel():]
+    cum_nodes = list(itertools.accumulate(node_counts))
+    cum_edges = list(itertools.accumulate(edge_counts))
+    edge_index = _edge_index_of(rows, cols)
     adjs = []
     for hop in reversed(range(edges_per_hop.numel())):
         num_edges = cum_edges[hop]

@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -179,30 +181,45 @@ class SamplerGraphs {
 // device (same addresses and sizes: a graph reads whatever is there), then the choices.
 class GraphKey {
  public:
-  GraphKey() { key_ << at::cuda::current_device() << ';'; }
+  GraphKey() {
+    key_.reserve(160);
+    number(at::cuda::current_device());
+  }
   GraphKey& add(const at::Tensor& t) {
-    key_ << t.data_ptr() << ':' << t.numel() << ':' << t.scalar_type() << ':' << t.device()
-         << ';';
+    number(reinterpret_cast<uintptr_t>(t.data_ptr()));
+    number(t.numel());
+    number(static_cast<int64_t>(t.scalar_type()));
+    number(static_cast<int64_t>(t.device().type()));
+    number(t.device().index());
     return *this;
   }
   GraphKey& add(const std::optional<at::Tensor>& t) {
     if (t.has_value()) return add(*t);
-    key_ << "-;";
+    key_ += "-;";
     return *this;
   }
   GraphKey& add(int64_t value) {
-    key_ << value << ';';
+    number(value);
     return *this;
   }
   GraphKey& add(at::IntArrayRef values) {
-    for (const int64_t v : values) key_ << v << ',';
-    key_ << ';';
+    for (const int64_t v : values) number(v);
+    key_ += ';';
     return *this;
   }
-  std::string str() const { return key_.str(); }
+  std::string str() const { return key_; }
 
  private:
-  std::ostringstream key_;
+  // Appended as text with a separator (no stream: this runs on every sampling call).
+  template <typename Number>
+  void number(Number value) {
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof(digits), value).ptr;
+    key_.append(digits, end);
+    key_ += ',';
+  }
+
+  std::string key_;
 };
 
 // One batch of `shape` from `seeds` (and, when temporal, `seed_time` on the device, which
@@ -226,7 +243,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     QueuedBatch queued;
     queue_batch(shape, seeds, board, queued);
     return std::make_pair(
-        finish_batch(queued, board, shape.layout, seeds, num_hops, csr.num_nodes, csr.num_edges),
+        finish_batch(queued, board, shape.layout, seeds, num_hops, csr.num_nodes, csr.num_edges,
+                     /*edge_index_rows=*/graphs != nullptr),
         queued.waited);
   };
   if (graphs == nullptr || !graphs->captures() || graph_key.empty() ||
@@ -283,7 +301,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
   batch->graph.replay(stream.stream());
   ++batch->replays;
   auto outputs = finish_batch(batch->queued, *batch->board, shape.layout, seeds, num_hops,
-                              csr.num_nodes, csr.num_edges);
+                              csr.num_nodes, csr.num_edges, /*edge_index_rows=*/true);
   batch->outputs_copied.record(stream);
   return outputs;
 }

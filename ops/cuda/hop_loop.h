@@ -279,16 +279,14 @@ void queue_batch(const BatchShape<index_t>& shape, const at::Tensor& seeds, cuda
     C10_CUDA_CHECK(cuda::sample_rows(csr, plan, rule, out, stream));
     const cuda::HopEdges edges{rows_p, max_edges, num_edges};
     C10_CUDA_CHECK(cuda::insert_neighbors(table, edges, key_space, board.status(), stream));
-    at::Tensor new_pos = at::empty({max_edges + 1}, options);
-    const size_t new_scan_bytes = cuda::scan_new_nodes_workspace_bytes(max_edges);
-    at::Tensor new_scan_space = cuda::workspace(new_scan_bytes, device);
-    C10_CUDA_CHECK(cuda::scan_new_nodes(table, edges, new_pos.mutable_data_ptr<int64_t>(),
-                                        new_scan_space.mutable_data_ptr(), new_scan_bytes, stream));
     at::Tensor new_nodes = at::empty({max_new}, options);
-    C10_CUDA_CHECK(cuda::assign_new_nodes(
-        table, edges, new_pos.const_data_ptr<int64_t>(), node_total + hop + 1,
-        new_nodes.mutable_data_ptr<int64_t>(), board.words() + edges_at + hop, stream));
-    C10_CUDA_CHECK(cuda::relabel_rows(table, edges, stream));
+    const size_t numbering_bytes = cuda::number_new_nodes_workspace_bytes(max_edges);
+    at::Tensor numbering_space = cuda::workspace(numbering_bytes, device);
+    C10_CUDA_CHECK(cuda::number_new_nodes(table, edges, node_total + hop + 1,
+                                          new_nodes.mutable_data_ptr<int64_t>(),
+                                          board.words() + edges_at + hop,
+                                          numbering_space.mutable_data_ptr(), numbering_bytes,
+                                          stream));
 
     row_parts.push_back(rows);
     col_parts.push_back(cols);
@@ -310,10 +308,14 @@ void queue_batch(const BatchShape<index_t>& shape, const at::Tensor& seeds, cuda
 
 // The batch's one wait (true sizes, and any invalid input the kernels met), then its outputs
 // cut to size and joined, all four in one launch (join_parts). `queued` is left as it is (a
-// captured batch's buffers): the outputs never alias it.
+// captured batch's buffers): the outputs never alias it. With `edge_index_rows`, rows and
+// cols are the two rows of one [2, edges] tensor (their `_base`), so that Python's
+// layers_of takes it as edge_index with no copy: for sampler objects, whose methods no
+// schema check covers; an op's outputs must not alias one another.
 inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> finish_batch(
     const QueuedBatch& queued, cuda::HopBoard& board, const BoardLayout& layout,
-    const at::Tensor& seeds, int64_t num_hops, int64_t num_nodes, int64_t num_edges) {
+    const at::Tensor& seeds, int64_t num_hops, int64_t num_nodes, int64_t num_edges,
+    bool edge_index_rows = false) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t* counts = board.read(stream, num_nodes, num_edges);
   const int64_t hops = static_cast<int64_t>(queued.row_parts.size());
@@ -335,8 +337,15 @@ inline std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at
   const at::Tensor& seed_part = queued.seed_keys.defined() ? queued.seed_keys : seeds;
   const auto options = seeds.options().dtype(at::kLong);
   at::Tensor node_ids = at::empty({total_nodes}, options);
-  at::Tensor rows = at::empty({total_edges}, options);
-  at::Tensor cols = at::empty({total_edges}, options);
+  at::Tensor rows, cols;
+  if (edge_index_rows) {
+    const at::Tensor edge_index = at::empty({2, total_edges}, options);
+    rows = edge_index.select(0, 0);
+    cols = edge_index.select(0, 1);
+  } else {
+    rows = at::empty({total_edges}, options);
+    cols = at::empty({total_edges}, options);
+  }
   at::Tensor edge_ids = at::empty({total_edges}, options);
   const auto joinable = [](const at::Tensor& t) {
     return t.scalar_type() == at::kLong && t.is_contiguous();

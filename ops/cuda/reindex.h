@@ -41,23 +41,19 @@ cudaError_t rehash_node_table(const NodeTable& from, const NodeTable& to, cudaSt
 cudaError_t insert_nodes(const NodeTable& table, const int64_t* nodes, int64_t n, int64_t* entries,
                          cudaStream_t stream);
 
-// One hop's reindexing, in four launches:
+// One hop's reindexing:
 //  1. insert_neighbors: insert each id, rows[e] becomes its table slot, and an id new to
 //     the table records the first edge e that named it;
-//  2. scan_new_nodes: new_pos[e] = how many new ids were first named before edge e
-//     (max_edges + 1 entries);
-//  3. assign_new_nodes: a new id's local index = node_total[0] + new_pos[e]; new_nodes lists
-//     the new ids in order of first appearance; writes *hop_edges = *num_edges and
-//     node_total[1] = node_total[0] + the number of new nodes (all on the device);
-//  4. relabel_rows: rows[e] = local index of its id.
+//  2. number_new_nodes (three launches: flags, their scan, numbering): a new id's local
+//     index = node_total[0] + (new ids first named before its first edge); new_nodes lists
+//     the new ids in order of first appearance; rows[e] becomes the local index of its id;
+//     writes *hop_edges = *num_edges and node_total[1] = node_total[0] + the number of new
+//     nodes (all on the device). `workspace` holds number_new_nodes_workspace_bytes.
 cudaError_t insert_neighbors(const NodeTable& table, const HopEdges& edges, int64_t num_nodes,
                              DeviceStatus* status, cudaStream_t stream);
-size_t scan_new_nodes_workspace_bytes(int64_t max_edges);
-cudaError_t scan_new_nodes(const NodeTable& table, const HopEdges& edges, int64_t* new_pos,
-                           void* workspace, size_t workspace_bytes, cudaStream_t stream);
-cudaError_t assign_new_nodes(const NodeTable& table, const HopEdges& edges, const int64_t* new_pos,
-                             int64_t* node_total, int64_t* new_nodes, int64_t* hop_edges,
-                             cudaStream_t stream);
-cudaError_t relabel_rows(const NodeTable& table, const HopEdges& edges, cudaStream_t stream);
+size_t number_new_nodes_workspace_bytes(int64_t max_edges);
+cudaError_t number_new_nodes(const NodeTable& table, const HopEdges& edges, int64_t* node_total,
+                             int64_t* new_nodes, int64_t* hop_edges, void* workspace,
+                             size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace quiver::cuda

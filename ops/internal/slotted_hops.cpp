@@ -208,17 +208,14 @@ void HopNumbering::close_hop() {
   const cuda::HopEdges edges{rows.mutable_data_ptr<int64_t>(), max_edges,
                              s.open_offsets.const_data_ptr<int64_t>() + frontier};
   C10_CUDA_CHECK(cuda::insert_neighbors(s.table, edges, s.num_nodes, s.board.status(), stream));
-  at::Tensor new_pos = at::empty({max_edges + 1}, options);
-  const size_t new_scan_bytes = cuda::scan_new_nodes_workspace_bytes(max_edges);
-  at::Tensor new_scan_space = cuda::workspace(new_scan_bytes, s.device);
-  C10_CUDA_CHECK(cuda::scan_new_nodes(s.table, edges, new_pos.mutable_data_ptr<int64_t>(),
-                                      new_scan_space.mutable_data_ptr(), new_scan_bytes, stream));
   at::Tensor new_nodes = at::empty({std::min(max_edges, s.num_nodes)}, options);
-  C10_CUDA_CHECK(cuda::assign_new_nodes(s.table, edges, new_pos.const_data_ptr<int64_t>(),
-                                        words + s.layout.total_at + h + 1,
+  const size_t numbering_bytes = cuda::number_new_nodes_workspace_bytes(max_edges);
+  at::Tensor numbering_space = cuda::workspace(numbering_bytes, s.device);
+  C10_CUDA_CHECK(cuda::number_new_nodes(s.table, edges, words + s.layout.total_at + h + 1,
                                         new_nodes.mutable_data_ptr<int64_t>(),
-                                        words + s.layout.edges_at + h, stream));
-  C10_CUDA_CHECK(cuda::relabel_rows(s.table, edges, stream));
+                                        words + s.layout.edges_at + h,
+                                        numbering_space.mutable_data_ptr(), numbering_bytes,
+                                        stream));
   s.queued.new_node_parts.push_back(new_nodes);
   s.open_offsets = at::Tensor();
   ++s.hops_added;

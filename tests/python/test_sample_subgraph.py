@@ -4,7 +4,8 @@ import pytest
 import torch
 
 import torch_quiver_ops as qv
-from reference import place, random_graph, reindex_reference, subgraph_sampler
+from reference import (Graph, csr_reference, place, random_graph, reindex_reference,
+                       subgraph_sampler)
 from stats import assert_uniform, star_graph
 from test_sample_neighbors import expected_count, place_pair
 
@@ -105,6 +106,23 @@ def test_layout_against_graph(mode, index_dtype, fanouts, replace):
     for t in out[:4]:
         assert t.device.type == device.type and t.dtype == torch.long
     check_subgraph(graph, seeds, fanouts, replace, out)
+
+
+def test_hubs_named_by_many_edges_are_numbered_at_their_first_mention(mode):
+    """Every node links to the hubs 0 and 1 and to four others, so a hop names each hub by
+    hundreds of edges at once, before and after the hub was numbered: the numbering still
+    follows first appearance, as the reference's."""
+    num_nodes = 500
+    gen = torch.Generator().manual_seed(4)
+    hubs = torch.tensor([0, 1]).repeat(num_nodes, 1)
+    col = torch.cat([hubs, torch.randint(num_nodes, (num_nodes, 4), generator=gen)], 1).flatten()
+    row = torch.arange(num_nodes).repeat_interleave(6)
+    graph = Graph(*csr_reference(row, col, num_nodes), row, col)
+    (indptr, indices, eid), device = place(graph, mode)
+    for seeds in (torch.randperm(num_nodes - 2, generator=gen)[:64] + 2, torch.tensor([1, 9, 0])):
+        for fanouts in ([6, 6, 6], [3, 3]):  # every neighbor taken, and a few
+            out = qv.ops.sample_subgraph(indptr, indices, seeds.to(device), fanouts, False, eid)
+            check_subgraph(graph, seeds, fanouts, False, out)
 
 
 def test_duplicate_and_int32_seeds(mode):

@@ -97,3 +97,38 @@ def test_zero_degree_seed_yields_lonely_subgraph():
     n_id, batch_size, adjs = qv.GraphSageSampler(topo, [2, 2], mode="CPU").sample(torch.tensor([3]))
     assert n_id.tolist() == [3] and batch_size == 1
     assert all(adj.edge_index.size(1) == 0 and adj.size == (1, 1) for adj in adjs)
+
+
+def test_layers_take_one_edge_index_tensor_as_it_is():
+    """layers_of stacks rows and cols, unless they already are the two rows of one [2, E]
+    tensor, which it then takes as edge_index with no copy."""
+    from torch_quiver_ops.sampler import _edge_index_of
+    base = torch.arange(10).view(2, 5).clone()  # a tensor of its own, not a view
+    assert _edge_index_of(base[0], base[1]) is base
+    assert torch.equal(_edge_index_of(torch.arange(5), torch.arange(5, 10)), base)
+    swapped = _edge_index_of(base[1], base[0])
+    assert swapped is not base and torch.equal(swapped, base.flip(0))
+    wide = torch.arange(12).view(2, 6)
+    assert torch.equal(_edge_index_of(wide[0, :5], wide[1, :5]), wide[:, :5])
+
+
+@pytest.mark.parametrize("gpu_mode", ["GPU", "UVA"])
+def test_a_gpu_sampler_hands_its_edge_index_over_without_a_copy(graph, gpu_mode):
+    """A GPU sampler object's rows and cols share one [2, E] tensor, through its first call
+    (run as launched), its capture and its replays, and the layers' edge_index is that
+    tensor; the op's own outputs alias nothing (its schema says so)."""
+    if not HAS_CUDA:
+        pytest.skip("needs a CUDA GPU and the CUDA kernels")
+    from torch_quiver_ops.sampler import layers_of
+    topo = qv.CSRTopo(graph.edge_index)
+    sampler = qv.GraphSageSampler(topo, [4, 3], device=0, mode=gpu_mode)
+    for seeds in (graph.train_idx[:20], graph.train_idx[20:40], graph.train_idx[40:60]):
+        out = sampler.sample_subgraph(seeds)
+        rows, cols = out[1], out[2]
+        assert rows._base is not None and rows._base is cols._base
+        _, _, adjs = layers_of(out, False)
+        assert adjs[0].edge_index.data_ptr() == rows.data_ptr()
+        assert torch.equal(adjs[0].edge_index, torch.stack([rows, cols]))
+    indptr, indices = sampler._indptr, sampler._indices
+    op_out = qv.ops.sample_subgraph(indptr, indices, graph.train_idx[:20].cuda(), [4, 3])
+    assert all(t._base is None for t in op_out[:4])
