@@ -106,6 +106,7 @@ void register_runtime_classes(torch::Library& m) {
                        std::optional<at::Tensor>, std::optional<at::Tensor>, bool, std::string,
                        bool, std::optional<at::Tensor>, bool>())
       .def("sample_subgraph", &SubgraphSampler::sample_subgraph)
+      .def("sample_subgraph_on", &SubgraphSampler::sample_subgraph_on)
       .def("neighbor_sample", &SubgraphSampler::neighbor_sample)
       .def("captures_batches", &SubgraphSampler::captures_batches)
       .def("set_uva_row_order", &SubgraphSampler::set_uva_row_order);

@@ -77,6 +77,18 @@ SubgraphSampler::Subgraph SubgraphSampler::sample_subgraph(
                                    edge_ids_, generator, cached_indices_, cached_starts_);
 }
 
+SubgraphSampler::Subgraph SubgraphSampler::sample_subgraph_on(
+    const at::Tensor& seeds, int64_t device, const std::optional<at::Generator>& generator) {
+  TORCH_CHECK_VALUE(!edge_weight_ && !edge_time_ && !disjoint_,
+                    "SubgraphSampler.sample_subgraph_on is uniform sampling; this sampler has "
+                    "weights, times or trees: call neighbor_sample");
+  TORCH_CHECK_VALUE(device >= 0 && device < 256, "device must be a GPU index, got ", device);
+  if (seeds.is_cuda()) return sample_subgraph(seeds, generator);
+  return internal::sample_subgraph(graphs_.get(), indptr_, indices_, seeds, fanouts_, replace_,
+                                   edge_ids_, generator, cached_indices_, cached_starts_,
+                                   at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));
+}
+
 SubgraphSampler::Sample SubgraphSampler::neighbor_sample(
     const at::Tensor& seeds, const std::optional<at::Tensor>& seed_time,
     const std::optional<at::Generator>& generator) {

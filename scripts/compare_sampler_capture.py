@@ -1,13 +1,16 @@
-"""GraphSageSampler.sample with its batches replayed as CUDA graphs or run as launched
-(products-like graph, [15, 10, 5], 1024 CPU seeds, synchronized per batch): median and p10
-of 280 batches after 20 warm-up, GPU and UVA modes.
+"""GraphSageSampler.sample with CPU seeds, synchronized per batch (products-like graph,
+[15, 10, 5], 1024 seeds): median and p10 ms of 280 batches after 20 warm-up, sampled edges a
+batch (every hop's) and edges per second at the median, GPU and UVA modes; and the raw op
+(quiver::sample_subgraph, seeds already on the GPU, synchronized) beside it. One JSON line
+at the end for plots.
 
-    python scripts/compare_sampler_capture.py new captured|launched
-    python scripts/compare_sampler_capture.py old     # a build before capture_batches existed
+    python scripts/compare_sampler_capture.py LABEL [captured|launched]
 
-Run the variants in turn, each in its own process, on one machine (docs/benchmarks.md).
+Run the builds or variants to compare in turn, each in its own process, on one machine
+(PYTHONPATH and TORCH_QUIVER_OPS_LIBRARY pointing at each build), as docs/benchmarks.md
+describes; a build before capture_batches existed takes no second argument.
 """
-import statistics, sys, time, torch
+import json, statistics, sys, time, torch
 import torch_quiver_ops as qv
 from torch_quiver_ops.synthetic import synthetic_graph
 dev = torch.device("cuda", 0)
@@ -16,15 +19,31 @@ topo = g.topology()
 train = g.train_idx.cpu()
 gen = torch.Generator().manual_seed(0)
 seeds = [train[torch.randperm(train.numel(), generator=gen)[:1024]] for _ in range(300)]
-res = []
-for mode in ("GPU", "UVA"):
-    kw = {} if sys.argv[1] == "old" else {"capture_batches": sys.argv[2] == "captured"}
-    s = qv.GraphSageSampler(topo, [15, 10, 5], device=dev, mode=mode, **kw)
-    for b in seeds[:20]:
-        s.sample(b)
+res, row = [], {"label": sys.argv[1]}
+
+
+def timed(call, batches):
+    for b in batches[:20]:
+        call(b)
     torch.cuda.synchronize()
     ts = []
-    for b in seeds[20:]:
-        t0 = time.perf_counter(); s.sample(b); torch.cuda.synchronize(); ts.append(time.perf_counter() - t0)
-    res.append(f"{mode} {statistics.median(ts)*1e3:.3f} ms (p10 {statistics.quantiles(ts, n=10)[0]*1e3:.3f})")
+    for b in batches[20:]:
+        t0 = time.perf_counter(); call(b); torch.cuda.synchronize(); ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), statistics.quantiles(ts, n=10)[0]
+
+
+for mode in ("GPU", "UVA"):
+    kw = {} if len(sys.argv) < 3 else {"capture_batches": sys.argv[2] == "captured"}
+    s = qv.GraphSageSampler(topo, [15, 10, 5], device=dev, mode=mode, **kw)
+    edges = statistics.mean(int(s.sample_subgraph(b)[5].sum()) for b in seeds[:20])
+    med, p10 = timed(s.sample, seeds)
+    res.append(f"{mode} sample() {med*1e3:.3f} ms (p10 {p10*1e3:.3f}), {edges:.0f} edges, "
+               f"{edges / med / 1e9:.2f} G edges/s")
+    row[mode] = {"ms": med * 1e3, "p10_ms": p10 * 1e3, "edges": edges}
+    indptr, indices = s.placed_topology()
+    op_med, _ = timed(lambda b: qv.ops.sample_subgraph(indptr, indices, b, [15, 10, 5]),
+                      [b.to(dev) for b in seeds])
+    res.append(f"{mode} op {op_med*1e3:.3f} ms")
+    row[mode]["op_ms"] = op_med * 1e3
 print(sys.argv[1:], "; ".join(res), flush=True)
+print("JSON", json.dumps(row), flush=True)

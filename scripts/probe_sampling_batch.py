@@ -1,6 +1,7 @@
 """Where a GPU-mode batch's time goes through GraphSageSampler.sample with CPU seeds
 (products-like graph, [15, 10, 5], 1024 seeds): the call's median, its parts (seeds to the
-GPU, the op, building the adjacency lists), the op with seeds already on the GPU, and a
+GPU, the op, building the adjacency lists), the op with seeds already on the GPU and with
+seeds from the host carried in the batch's upload (sample()'s own path since 2026-11-28), and a
 profile of 10 calls (kernels by GPU time, then host calls), its trace in $OUT.
 
     python scripts/probe_sampling_batch.py                  # batches replayed as graphs
@@ -40,11 +41,17 @@ for gb in gpu_seeds[10:]:
     t0 = time.perf_counter()
     s._sampler.sample_subgraph(gb, None)
     t_gpu_seeds.append(time.perf_counter() - t0)
+t_host_seeds = []
+for b in seeds[10:]:
+    t0 = time.perf_counter()
+    s._sampler.sample_subgraph_on(b, dev.index, None)
+    t_host_seeds.append(time.perf_counter() - t0)
 edges = sum(int(x) for x in s.sample_subgraph(seeds[0])[5])
 print(f"sample() CPU seeds: median {med(t_sample):.3f} ms (p10 {statistics.quantiles(t_sample, n=10)[0]*1e3:.3f}); "
       f"edges/batch {edges}")
 print(f"  seeds .to(cuda) {med(t_copy):.3f} ms, sampling {med(t_op):.3f} ms, layers_of {med(t_layers):.3f} ms")
-print(f"sampling, seeds on the GPU: {med(t_gpu_seeds):.3f} ms")
+print(f"sampling, seeds on the GPU: {med(t_gpu_seeds):.3f} ms; seeds from the host riding "
+      f"on the batch's upload (what sample() does): {med(t_host_seeds):.3f} ms")
 # The GPU's span of one op call (first kernel queued to the last done, gaps included), and
 # the floor: one seed, so that host work and launches are nearly all there is.
 spans = []

@@ -377,7 +377,12 @@ class GraphSageSampler:
             out = self.neighbor_sample(input_nodes, seed_time, generator)
             return (out[0], *out[2:])
         self._ensure_placed()
-        return self._sampler.sample_subgraph(self._seeds(input_nodes), generator)
+        seeds = torch.as_tensor(input_nodes)
+        if self.device.type == "cuda" and seeds.device.type == "cpu":
+            # Seeds from the host (a DataLoader's) reach the GPU inside the batch's one upload.
+            return self._sampler.sample_subgraph_on(seeds.contiguous(), self.device.index,
+                                                    generator)
+        return self._sampler.sample_subgraph(self._seeds(seeds), generator)
 
     def neighbor_sample(self, input_nodes, seed_time: Optional[Tensor] = None,
                         generator: Optional[torch.Generator] = None

@@ -222,29 +222,31 @@ class GraphKey {
   std::string key_;
 };
 
-// One batch of `shape` from `seeds` (and, when temporal, `seed_time` on the device, which
-// shape.rules.seed_time points to) with Philox `key`: run as usual, or, with a sampler's
-// `graphs` and a `graph_key` that names every input the batch depends on (empty: never
-// captured), captured into `graphs` at the second call of that key and replayed from the
-// third.
+// One batch of `shape` on `device` from `seeds` (and, when temporal, `seed_time` on the
+// device, which shape.rules.seed_time points to) with Philox `key`: run as usual, or, with a
+// sampler's `graphs` and a `graph_key` that names every input the batch depends on (empty:
+// never captured), captured into `graphs` at the second call of that key and replayed from
+// the third. The seeds are on `device`, or, when shape.layout carries them, int64 in host
+// memory: then they ride on the board (hop_loop.h: BoardLayout).
 template <typename index_t>
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> sample_batch(
     const BatchShape<index_t>& shape, const at::Tensor& seeds, const at::Tensor& seed_time,
-    const PhiloxKey& key, const std::string& graph_key, SamplerGraphs* graphs) {
-  const at::Device device = seeds.device();
+    const PhiloxKey& key, const std::string& graph_key, SamplerGraphs* graphs,
+    const at::Device& device) {
   const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
   const auto& csr = shape.csr;
   const at::IntArrayRef fanouts = shape.fanouts;
   const bool replace = shape.replace;
   const int64_t num_hops = static_cast<int64_t>(fanouts.size());
   auto run_once = [&]() {
-    cuda::HopBoard board(device, shape.layout.words);
-    prepare_board(board, shape.layout, shape.batch_size, key);
+    const std::unique_ptr<cuda::HopBoard> board = board_for(shape.layout, device);
+    prepare_board(*board, shape.layout, shape.batch_size, key, seeds);
+    const at::Tensor device_seeds = board_seeds(*board, shape.layout, seeds, device);
     QueuedBatch queued;
-    queue_batch(shape, seeds, board, queued);
+    queue_batch(shape, device_seeds, *board, queued);
     return std::make_pair(
-        finish_batch(queued, board, shape.layout, seeds, num_hops, csr.num_nodes, csr.num_edges,
-                     /*edge_index_rows=*/graphs != nullptr),
+        finish_batch(queued, *board, shape.layout, device_seeds, num_hops, csr.num_nodes,
+                     csr.num_edges, /*edge_index_rows=*/graphs != nullptr),
         queued.waited);
   };
   if (graphs == nullptr || !graphs->captures() || graph_key.empty() ||
@@ -267,14 +269,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     // Captured on the GPU's capture stream (a graph cannot be captured on the default one;
     // see CaptureStream), which first waits for the caller's; other threads' CUDA calls go
     // on meanwhile (thread-local mode).
-    batch->board = std::make_unique<cuda::HopBoard>(device, shape.layout.words);
-    batch->seeds = at::empty_like(seeds);
+    batch->board = board_for(shape.layout, device);
+    batch->seeds = shape.layout.host_seeds > 0
+                       ? board_seeds(*batch->board, shape.layout, seeds, device)
+                       : at::empty_like(seeds);
     BatchShape<index_t> captured_shape = shape;  // reads the capture's own seed times
     if (seed_time.defined()) {
       batch->seed_time = at::empty_like(seed_time);
       captured_shape.rules.seed_time = batch->seed_time.const_data_ptr<int64_t>();
     }
-    prepare_board(*batch->board, shape.layout, shape.batch_size, key);
+    prepare_board(*batch->board, shape.layout, shape.batch_size, key, seeds);
     CaptureStream& capture_stream = CaptureStream::of(device.index());
     const std::lock_guard<std::mutex> one_capture(capture_stream.turn());
     const at::cuda::CUDAStream side = capture_stream.stream();
@@ -294,13 +298,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
       return run_once().first;
     }
   }
-  prepare_board(*batch->board, shape.layout, shape.batch_size, key);
+  prepare_board(*batch->board, shape.layout, shape.batch_size, key, seeds);
   batch->outputs_copied.block(stream);  // the last call's copies out of the buffers are done
-  batch->seeds.copy_(seeds, /*non_blocking=*/true);
+  if (shape.layout.host_seeds == 0) {
+    C10_CUDA_CHECK(cudaMemcpyAsync(batch->seeds.mutable_data_ptr(), seeds.const_data_ptr(),
+                                   seeds.nbytes(), cudaMemcpyDeviceToDevice, stream.stream()));
+  }
   if (seed_time.defined()) batch->seed_time.copy_(seed_time, /*non_blocking=*/true);
   batch->graph.replay(stream.stream());
   ++batch->replays;
-  auto outputs = finish_batch(batch->queued, *batch->board, shape.layout, seeds, num_hops,
+  auto outputs = finish_batch(batch->queued, *batch->board, shape.layout, batch->seeds, num_hops,
                               csr.num_nodes, csr.num_edges, /*edge_index_rows=*/true);
   batch->outputs_copied.record(stream);
   return outputs;

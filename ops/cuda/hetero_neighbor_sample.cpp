@@ -130,7 +130,7 @@ Outputs hetero_kernel(const at::Tensor& indptr, const at::Tensor& indices,
     graph_key = inputs.str();
   }
   auto [keys, rows, cols, eids, nodes_per_hop, edges_per_hop] =
-      cuda::sample_batch(shape, seeds, seed_times, key, graph_key, graphs);
+      cuda::sample_batch(shape, seeds, seed_times, key, graph_key, graphs, device);
   const auto [node_ids, batch] = split_tree_keys(keys, disjoint, csr.num_nodes);
   return regroup_on_gpu(tables, block, node_ids, batch, rows, cols, eids, nodes_per_hop,
                         edges_per_hop);

@@ -39,8 +39,11 @@ inline PhiloxKey draw_philox_key(const at::Device& device, uint64_t increment,
 // the op's own, mirrored in pinned host memory. read() is the op's synchronization point.
 class HopBoard {
  public:
-  HopBoard(const at::Device& device, int64_t words)
+  // The last `unread_words` of `words` go to the device only (a batch's seeds): read()
+  // leaves them there.
+  HopBoard(const at::Device& device, int64_t words, int64_t unread_words = 0)
       : words_(kStatusWords + words),
+        read_words_(words_ - unread_words),
         device_(at::zeros({words_}, at::TensorOptions(device).dtype(at::kLong))),
         host_(at::zeros({words_}, at::TensorOptions(at::kLong).pinned_memory(true))) {}
 
@@ -60,7 +63,7 @@ class HopBoard {
   // Fetches the block and waits for it, raises on invalid input, returns the counters.
   const int64_t* read(cudaStream_t stream, int64_t num_nodes, int64_t num_edges) {
     C10_CUDA_CHECK(cudaMemcpyAsync(host_.mutable_data_ptr(), device_.const_data_ptr(),
-                                   words_ * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
+                                   read_words_ * sizeof(int64_t), cudaMemcpyDeviceToHost, stream));
     C10_CUDA_CHECK(cudaStreamSynchronize(stream));
     raise_status(*reinterpret_cast<const DeviceStatus*>(host_.const_data_ptr()), num_nodes,
                  num_edges);
@@ -103,6 +106,7 @@ class HopBoard {
   }
 
   int64_t words_;
+  int64_t read_words_;
   at::Tensor device_;
   at::Tensor host_;
 };

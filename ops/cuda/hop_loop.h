@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <tuple>
 #include <vector>
@@ -49,24 +51,49 @@ inline bool uva_rows_sorted(const at::Tensor& indices, std::optional<bool> force
 // words: node_total[h] = nodes numbered before hop h - 1 adds any, so hop h's frontier is
 // [node_total[h], node_total[h + 1])), the edges of each hop, and the call's Philox key
 // {seed, offset}, which the kernels read from the device (so a replayed graph gets each
-// call's own).
+// call's own). With `host_seeds`, the batch's seeds (from host memory) follow: they reach
+// the GPU in the board's one upload, with no copy of their own, and are never read back.
 struct BoardLayout {
-  explicit BoardLayout(int64_t num_hops)
-      : edges_at(total_at + num_hops + 2), key_at(edges_at + num_hops), words(key_at + 2) {}
+  explicit BoardLayout(int64_t num_hops, int64_t host_seeds = 0)
+      : edges_at(total_at + num_hops + 2),
+        key_at(edges_at + num_hops),
+        seeds_at(key_at + 2),
+        host_seeds(host_seeds),
+        words(seeds_at + host_seeds) {}
   int64_t total_at = 1;
   int64_t edges_at;
   int64_t key_at;
+  int64_t seeds_at;
+  int64_t host_seeds;  // seeds on the board (0: the seeds are a device tensor of their own)
   int64_t words;
 };
 
-// The host's half of a board before a call: the seeds counted, the key, nothing else.
+inline std::unique_ptr<cuda::HopBoard> board_for(const BoardLayout& layout,
+                                                 const at::Device& device) {
+  return std::make_unique<cuda::HopBoard>(device, layout.words, layout.host_seeds);
+}
+
+// The seeds as the kernels read them: the device tensor given, or the board's copy.
+inline at::Tensor board_seeds(cuda::HopBoard& board, const BoardLayout& layout,
+                              const at::Tensor& seeds, const at::Device& device) {
+  if (layout.host_seeds == 0) return seeds;
+  return at::from_blob(board.words() + layout.seeds_at, {layout.host_seeds},
+                       at::TensorOptions(device).dtype(at::kLong));
+}
+
+// The host's half of a board before a call: the seeds counted, the key, the seeds
+// themselves when they ride on the board (int64, contiguous, in host memory), nothing else.
 inline void prepare_board(cuda::HopBoard& board, const BoardLayout& layout, int64_t batch_size,
-                   const cuda::PhiloxKey& key) {
+                          const cuda::PhiloxKey& key, const at::Tensor& seeds) {
   board.clear_host();
   int64_t* words = board.host_words();
   words[layout.total_at + 1] = batch_size;
   words[layout.key_at] = static_cast<int64_t>(key.seed);
   words[layout.key_at + 1] = static_cast<int64_t>(key.offset);
+  if (layout.host_seeds > 0) {
+    std::memcpy(words + layout.seeds_at, seeds.const_data_ptr<int64_t>(),
+                layout.host_seeds * sizeof(int64_t));
+  }
 }
 
 // What a queued batch leaves on the GPU: each hop's outputs, sized by their bounds (the true

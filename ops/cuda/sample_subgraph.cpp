@@ -31,8 +31,8 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
                        const std::optional<at::Generator>& generator,
                        const std::optional<at::Tensor>& cached_indices,
                        const std::optional<at::Tensor>& cached_starts,
-                       cuda::SamplerGraphs* graphs) {
-  const at::Device device = seeds.device();
+                       cuda::SamplerGraphs* graphs, const at::Device& device) {
+  const bool host_seeds = !seeds.is_cuda();
   auto csr = cuda::readable_csr<index_t>(indptr, indices, edge_ids, device);
   if (cached_starts.has_value()) {
     TORCH_CHECK(cached_starts->device() == device && cached_indices->device() == device,
@@ -56,7 +56,7 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
                                                                : std::nullopt),
                                   cached_starts.has_value() ? 4 : 3,
                                   seeds.numel(),
-                                  BoardLayout(num_hops)};
+                                  BoardLayout(num_hops, host_seeds ? seeds.numel() : 0)};
 
   const cuda::PhiloxKey key = cuda::batch_philox_key(shape, device, generator);
   std::string graph_key;
@@ -64,9 +64,10 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
     cuda::GraphKey inputs;
     inputs.add(indptr).add(indices).add(edge_ids).add(cached_indices).add(cached_starts);
     inputs.add(shape.batch_size).add(replace).add(shape.sort_rows).add(fanouts);
+    inputs.add(int64_t{host_seeds});
     graph_key = inputs.str();
   }
-  return cuda::sample_batch(shape, seeds, at::Tensor(), key, graph_key, graphs);
+  return cuda::sample_batch(shape, seeds, at::Tensor(), key, graph_key, graphs, device);
 }
 
 }  // namespace
@@ -76,15 +77,22 @@ cuda::SubgraphOutputs cuda::sample_subgraph_with(
     const at::Tensor& seeds, at::IntArrayRef fanouts, bool replace,
     const std::optional<at::Tensor>& edge_ids, const std::optional<at::Generator>& generator,
     const std::optional<at::Tensor>& cached_indices,
-    const std::optional<at::Tensor>& cached_starts) {
+    const std::optional<at::Tensor>& cached_starts, std::optional<at::Device> host_seeds_on) {
   check_sample_subgraph_args(indptr, indices, seeds, fanouts, replace, edge_ids);
   check_topology_cache(indptr, indices, cached_indices, cached_starts);
-  TORCH_CHECK(seeds.is_cuda(), "sample_subgraph on CUDA needs seeds on a GPU, got ",
-              seeds.device());
-  const c10::cuda::CUDAGuard guard(seeds.device());
+  if (host_seeds_on.has_value()) {
+    TORCH_CHECK(seeds.device().is_cpu() && host_seeds_on->is_cuda() && host_seeds_on->has_index(),
+                "seeds from the host are sampled on a numbered GPU: got seeds on ",
+                seeds.device(), " for ", *host_seeds_on);
+  } else {
+    TORCH_CHECK(seeds.is_cuda(), "sample_subgraph on CUDA needs seeds on a GPU, got ",
+                seeds.device());
+  }
+  const at::Device device = host_seeds_on.value_or(seeds.device());
+  const c10::cuda::CUDAGuard guard(device);
   const at::Tensor seeds64 = seeds.to(at::kLong);
   if (seeds64.numel() == 0) {
-    const auto options = seeds64.options();
+    const auto options = seeds64.options().device(device);
     return {at::empty({0}, options),
             at::empty({0}, options),
             at::empty({0}, options),
@@ -94,7 +102,8 @@ cuda::SubgraphOutputs cuda::sample_subgraph_with(
   }
   return AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "sample_subgraph_cuda", [&] {
     return sample_subgraph_kernel<index_t>(indptr, indices, seeds64, fanouts, replace, edge_ids,
-                                           generator, cached_indices, cached_starts, graphs);
+                                           generator, cached_indices, cached_starts, graphs,
+                                           device);
   });
 }
 

@@ -1,10 +1,13 @@
 // The CUDA sampling ops' bodies with the sampler's captured batches as an argument
 // (batch_graphs.h: SamplerGraphs). The ops pass none, and so never capture: each call runs
 // its kernels as launched. A runtime sampler class passes its own (ops/internal/sampling.h),
-// so that its batches are replayed as CUDA graphs and freed with it.
+// so that its batches are replayed as CUDA graphs and freed with it. sample_subgraph_with
+// also takes seeds in host memory (host_seeds_on: the GPU to sample on), which reach the GPU
+// with the batch's bookkeeping in one upload instead of a copy of their own.
 #pragma once
 
 #include <ATen/core/Generator.h>
+#include <c10/core/Device.h>
 #include <ATen/core/Tensor.h>
 #include <c10/util/string_view.h>
 
@@ -26,7 +29,8 @@ SubgraphOutputs sample_subgraph_with(SamplerGraphs* graphs, const at::Tensor& in
                                      const std::optional<at::Tensor>& edge_ids,
                                      const std::optional<at::Generator>& generator,
                                      const std::optional<at::Tensor>& cached_indices,
-                                     const std::optional<at::Tensor>& cached_starts);
+                                     const std::optional<at::Tensor>& cached_starts,
+                                     std::optional<at::Device> host_seeds_on = std::nullopt);
 
 NeighborOutputs neighbor_sample_with(SamplerGraphs* graphs, const at::Tensor& indptr,
                                      const at::Tensor& indices, const at::Tensor& seeds,

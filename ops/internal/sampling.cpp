@@ -63,12 +63,18 @@ SubgraphOutputs sample_subgraph(SamplingGraphs* graphs, const at::Tensor& indptr
                                 const std::optional<at::Tensor>& edge_ids,
                                 const std::optional<at::Generator>& generator,
                                 const std::optional<at::Tensor>& cached_indices,
-                                const std::optional<at::Tensor>& cached_starts) {
+                                const std::optional<at::Tensor>& cached_starts,
+                                std::optional<at::Device> host_seeds_on) {
+  const bool to_gpu = host_seeds_on.has_value() && host_seeds_on->is_cuda() && !seeds.is_cuda();
 #ifdef QUIVER_WITH_CUDA
-  if (seeds.is_cuda()) {
+  if (seeds.is_cuda() || to_gpu) {
     return cuda::sample_subgraph_with(on_gpu(graphs), indptr, indices, seeds, fanouts, replace,
-                                      edge_ids, generator, cached_indices, cached_starts);
+                                      edge_ids, generator, cached_indices, cached_starts,
+                                      to_gpu ? host_seeds_on : std::nullopt);
   }
+#else
+  TORCH_CHECK(!to_gpu, "sampling on ", *host_seeds_on,
+              " needs the CUDA kernels; this build of torch_quiver_ops has none");
 #endif
   // A topology cache only moves a GPU's reads from host to GPU memory: the CPU reads
   // indices, and checks the cache it was given.

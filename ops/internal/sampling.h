@@ -7,6 +7,7 @@
 
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <c10/util/string_view.h>
 
 #include <memory>
@@ -45,14 +46,17 @@ using NeighborOutputs =
 // quiver::sample_subgraph, its GPU batches replayed from `graphs` (none: as the op), with a
 // topology cache (cached_indices, cached_starts: some nodes' neighbor lists in GPU memory,
 // node v's from cached_starts[v], -1 if absent; both or neither) that moves those reads off
-// `indices` (pinned host memory in UVA mode). The samples are the op's.
+// `indices` (pinned host memory in UVA mode). The samples are the op's. Seeds in host
+// memory are sampled on the CPU, or, given `host_seeds_on` (a GPU), on that GPU, carried
+// there with the batch's bookkeeping (no copy of their own).
 SubgraphOutputs sample_subgraph(SamplingGraphs* graphs, const at::Tensor& indptr,
                                 const at::Tensor& indices, const at::Tensor& seeds,
                                 at::IntArrayRef fanouts, bool replace,
                                 const std::optional<at::Tensor>& edge_ids,
                                 const std::optional<at::Generator>& generator,
                                 const std::optional<at::Tensor>& cached_indices,
-                                const std::optional<at::Tensor>& cached_starts);
+                                const std::optional<at::Tensor>& cached_starts,
+                                std::optional<at::Device> host_seeds_on = std::nullopt);
 
 // quiver::neighbor_sample, likewise.
 NeighborOutputs neighbor_sample(SamplingGraphs* graphs, const at::Tensor& indptr,

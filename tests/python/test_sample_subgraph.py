@@ -597,6 +597,40 @@ def test_a_replayed_batch_reports_bad_seeds_then_samples_again(mode):
         assert torch.equal(a, b)
 
 
+def test_seeds_from_the_host_give_the_batches_of_seeds_on_the_gpu(mode):
+    """sample_subgraph_on takes seeds in host memory, carried to the GPU with the batch's
+    bookkeeping: as launched, captured and replayed, and at another batch size, the samples
+    are those of the same seeds copied to the GPU first; the outputs are on the GPU; bad
+    seeds raise the usual errors, and the sampler samples again after."""
+    graph, (indptr, indices, eid), device = graph_for_captures(mode, 300, 3000, 27)
+    on_host = subgraph_sampler(indptr, indices, eid, [5, 3])
+    on_gpu = subgraph_sampler(indptr, indices, eid, [5, 3])
+    gen = torch.Generator(device)
+    index = torch.cuda.current_device()
+    batches = [torch.randperm(300, generator=torch.Generator().manual_seed(i))[:40]
+               for i in range(4)] + [torch.arange(7, dtype=torch.int32)]
+    for seeds in batches + batches:
+        gen.manual_seed(9)
+        got = on_host.sample_subgraph_on(seeds, index, gen)
+        gen.manual_seed(9)
+        want = on_gpu.sample_subgraph(seeds.to(device), gen)
+        for a, b in zip(got, want):
+            assert a.device == b.device and torch.equal(a, b)
+        check_subgraph(graph, seeds, [5, 3], False, got)
+    empty = on_host.sample_subgraph_on(torch.empty(0, dtype=torch.long), index, gen)
+    assert all(t.numel() == 0 for t in empty[:4]) and empty[0].is_cuda
+    bad = batches[0].clone()
+    bad[4] = 300
+    with pytest.raises(IndexError, match=r"seeds\[4\] = 300 is out of range \[0, 300\)"):
+        on_host.sample_subgraph_on(bad, index, gen)
+    with pytest.raises(TypeError, match="int32 or int64"):
+        on_host.sample_subgraph_on(batches[0].float(), index, gen)
+    with pytest.raises(ValueError, match="device must be a GPU index, got -1"):
+        on_host.sample_subgraph_on(batches[0], -1, gen)
+    again = on_host.sample_subgraph_on(batches[1], index, gen)
+    check_subgraph(graph, batches[1], [5, 3], False, again)
+
+
 def test_replayed_outputs_are_the_callers_own_on_any_stream(mode):
     """A replay's outputs are copies: the next replay (here on another stream, with other
     seeds) leaves them as they were."""

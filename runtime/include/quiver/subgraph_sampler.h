@@ -43,6 +43,10 @@ class SubgraphSampler : public torch::CustomClassHolder {
 
   // Uniform sampling (no weights, times or trees): sample_subgraph's result.
   Subgraph sample_subgraph(const at::Tensor& seeds, const std::optional<at::Generator>& generator);
+  // The same on GPU `device` (its index) from seeds in host memory, which reach the GPU with
+  // the batch's bookkeeping in one upload (no copy of their own, none by the caller).
+  Subgraph sample_subgraph_on(const at::Tensor& seeds, int64_t device,
+                              const std::optional<at::Generator>& generator);
   // neighbor_sample's result, with this sampler's rules.
   Sample neighbor_sample(const at::Tensor& seeds, const std::optional<at::Tensor>& seed_time,
                          const std::optional<at::Generator>& generator);
