@@ -1,5 +1,6 @@
 #include <quiver/subgraph_sampler.h>
 
+#include <ATen/Context.h>
 #include <c10/util/Exception.h>
 
 #include "ops/checks.h"
@@ -82,8 +83,14 @@ SubgraphSampler::Subgraph SubgraphSampler::sample_subgraph_on(
   TORCH_CHECK_VALUE(!edge_weight_ && !edge_time_ && !disjoint_,
                     "SubgraphSampler.sample_subgraph_on is uniform sampling; this sampler has "
                     "weights, times or trees: call neighbor_sample");
-  TORCH_CHECK_VALUE(device >= 0 && device < 256, "device must be a GPU index, got ", device);
-  if (seeds.is_cuda()) return sample_subgraph(seeds, generator);
+  const int64_t gpus = static_cast<int64_t>(at::getNumGPUs());
+  TORCH_CHECK_VALUE(device >= 0 && device < gpus, "device must be a GPU index below ", gpus,
+                    " (this process's GPUs), got ", device);
+  if (seeds.is_cuda()) {
+    TORCH_CHECK_VALUE(seeds.get_device() == device, "seeds are on cuda:", seeds.get_device(),
+                      " but device is ", device, ": pass host seeds, or seeds on that GPU");
+    return sample_subgraph(seeds, generator);
+  }
   return internal::sample_subgraph(graphs_.get(), indptr_, indices_, seeds, fanouts_, replace_,
                                    edge_ids_, generator, cached_indices_, cached_starts_,
                                    at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device)));

@@ -116,6 +116,8 @@ def _edge_index_of(rows: Tensor, cols: Tensor) -> Tensor:
     one [2, E] tensor (as a GPU sampler object returns them)."""
     base = rows._base
     if (base is not None and base is cols._base and base.dim() == 2 and base.size(0) == 2
+            and rows.dim() == cols.dim() == 1 and rows.stride(0) == cols.stride(0) == 1
+            and rows.dtype == cols.dtype == base.dtype
             and base.size(1) == rows.numel() and base.is_contiguous()
             and rows.data_ptr() == base.data_ptr()
             and cols.data_ptr() == base.data_ptr() + rows.numel() * base.element_size()):

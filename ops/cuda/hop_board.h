@@ -25,7 +25,7 @@ inline PhiloxKey draw_philox_key(const at::Device& device, uint64_t increment,
       generator, at::cuda::detail::getDefaultCUDAGenerator(device.index()));
   // torch.Generator("cuda") names no index (-1): like PyTorch's own ops, take it anywhere.
   TORCH_CHECK(gen->device().index() == device.index() || gen->device().index() < 0,
-              "generator must be on the seeds' device ", device, ", got a generator on ",
+              "generator must be on the sampling device ", device, ", got a generator on ",
               gen->device());
   std::lock_guard<std::mutex> lock(gen->mutex_);
   const at::PhiloxCudaState state = gen->philox_cuda_state((increment + 3) / 4 * 4);

@@ -77,8 +77,11 @@ inline std::unique_ptr<cuda::HopBoard> board_for(const BoardLayout& layout,
 inline at::Tensor board_seeds(cuda::HopBoard& board, const BoardLayout& layout,
                               const at::Tensor& seeds, const at::Device& device) {
   if (layout.host_seeds == 0) return seeds;
-  return at::from_blob(board.words() + layout.seeds_at, {layout.host_seeds},
-                       at::TensorOptions(device).dtype(at::kLong));
+  // The device named, so that no pointer lookup runs on every call.
+  return at::for_blob(board.words() + layout.seeds_at, {layout.host_seeds})
+      .options(at::TensorOptions(device).dtype(at::kLong))
+      .target_device(device)
+      .make_tensor();
 }
 
 // The host's half of a board before a call: the seeds counted, the key, the seeds

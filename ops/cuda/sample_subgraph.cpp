@@ -37,7 +37,7 @@ sample_subgraph_kernel(const at::Tensor& indptr, const at::Tensor& indices, cons
   if (cached_starts.has_value()) {
     TORCH_CHECK(cached_starts->device() == device && cached_indices->device() == device,
                 "the topology cache must be in the memory of ", device,
-                " (the seeds' GPU), got cached_indices on ", cached_indices->device(),
+                " (the GPU that samples), got cached_indices on ", cached_indices->device(),
                 " and cached_starts on ", cached_starts->device());
     csr.cached_indices = cached_indices->const_data_ptr<index_t>();
     if (cached_starts->scalar_type() == at::kInt) {

@@ -625,8 +625,9 @@ def test_seeds_from_the_host_give_the_batches_of_seeds_on_the_gpu(mode):
         on_host.sample_subgraph_on(bad, index, gen)
     with pytest.raises(TypeError, match="int32 or int64"):
         on_host.sample_subgraph_on(batches[0].float(), index, gen)
-    with pytest.raises(ValueError, match="device must be a GPU index, got -1"):
-        on_host.sample_subgraph_on(batches[0], -1, gen)
+    for wrong in (-1, 255, torch.cuda.device_count()):
+        with pytest.raises(ValueError, match=f"device must be a GPU index below .*, got {wrong}"):
+            on_host.sample_subgraph_on(batches[0], wrong, gen)
     again = on_host.sample_subgraph_on(batches[1], index, gen)
     check_subgraph(graph, batches[1], [5, 3], False, again)
 

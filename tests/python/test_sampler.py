@@ -110,6 +110,11 @@ def test_layers_take_one_edge_index_tensor_as_it_is():
     assert swapped is not base and torch.equal(swapped, base.flip(0))
     wide = torch.arange(12).view(2, 6)
     assert torch.equal(_edge_index_of(wide[0, :5], wide[1, :5]), wide[:, :5])
+    flat = base.view(-1)  # strided or reinterpreted views of the base are stacked, not taken
+    assert torch.equal(_edge_index_of(flat[::2], flat[5:]), torch.stack([flat[::2], flat[5:]]))
+    halves = base.view(torch.int32)
+    assert torch.equal(_edge_index_of(halves[0, :5], halves[1, :5]),
+                       torch.stack([halves[0, :5], halves[1, :5]]))
 
 
 @pytest.mark.parametrize("gpu_mode", ["GPU", "UVA"])
