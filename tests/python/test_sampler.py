@@ -137,3 +137,15 @@ def test_a_gpu_sampler_hands_its_edge_index_over_without_a_copy(graph, gpu_mode)
     indptr, indices = sampler._indptr, sampler._indices
     op_out = qv.ops.sample_subgraph(indptr, indices, graph.train_idx[:20].cuda(), [4, 3])
     assert all(t._base is None for t in op_out[:4])
+
+
+def test_host_seeds_on_a_gpu_this_process_lacks_are_a_value_error(graph):
+    """SubgraphSampler.sample_subgraph_on names its GPU by index; one past this process's
+    GPUs (all of them on a machine without any) is refused before anything runs."""
+    topo = qv.CSRTopo(graph.edge_index)
+    sampler = torch.classes.quiver.SubgraphSampler(
+        topo.indptr, topo.indices, None, [3, 2], False, None, None, None, None, False,
+        "uniform", False, None, True)
+    gpus = torch.cuda.device_count()
+    with pytest.raises(ValueError, match=f"device must be a GPU index below {gpus} .*got {gpus}"):
+        sampler.sample_subgraph_on(graph.train_idx[:4], gpus, None)
