@@ -8,7 +8,7 @@ same process and counts outputs that differ (races).
     python scripts/compare_sampling_builds.py before.pt              # with the build before
     REPEATS=2 python scripts/compare_sampling_builds.py after.pt before.pt
 """
-import sys, torch
+import os, sys, torch
 import torch_quiver_ops as qv
 from torch_quiver_ops import ops
 from torch_quiver_ops.synthetic import synthetic_graph
@@ -27,7 +27,8 @@ def sample_all():
     indptr, indices = topo.indptr.to(dev), topo.indices.to(dev)
     for fan, rep in (([15, 10, 5], False), ([40, 3], False), ([10, 5], True), ([-1, 3], False)):
         torch.manual_seed(7)
-        outs[f"op{fan}{rep}"] = [ops.sample_subgraph(indptr, indices, b.to(dev), fan, rep) for b in batches]
+        outs[f"op{fan}{rep}"] = [ops.sample_subgraph(indptr, indices, b.to(dev), fan, rep)
+                                 for b in batches]
     for mode in ("GPU", "UVA"):
         s = qv.GraphSageSampler(topo, [15, 10, 5], device=dev, mode=mode)
         torch.manual_seed(8)
@@ -37,24 +38,32 @@ def sample_all():
     outs["disjoint"] = [s.neighbor_sample(b[:64]) for b in batches]
     return outs
 
+
+
+def differing(ref, outs):
+    """(key, batch, output, first, second) for every output that differs."""
+    for key in ref:
+        for i, (a, b) in enumerate(zip(ref[key], outs[key])):
+            for j, (x, y) in enumerate(zip(a, b)):
+                if x.shape != y.shape or not torch.equal(x, y):
+                    yield key, i, j, x, y
+
+
 outs = sample_all()
-for rep in range(int(__import__("os").environ.get("REPEATS", "0"))):
-    again = sample_all()
-    diff = sum(not torch.equal(x, y) for k in outs for a_, b_ in zip(outs[k], again[k]) for x, y in zip(a_, b_))
+for rep in range(int(os.environ.get("REPEATS", "0"))):
+    diff = sum(1 for _ in differing(outs, sample_all()))
     print("in-process repeat", rep, "differs in", diff, "outputs")
 outs = {k: [[t.cpu() for t in o] for o in v] for k, v in outs.items()}
-outs["graph"] = [[topo.indptr.cpu(), topo.indices.cpu()] + ([topo.eid.cpu()] if topo.eid is not None else [])]
+outs["graph"] = [[topo.indptr.cpu(), topo.indices.cpu()] +
+                 ([topo.eid.cpu()] if topo.eid is not None else [])]
 torch.save(outs, sys.argv[1])
 if len(sys.argv) > 2:
     ref = torch.load(sys.argv[2])
     bad = 0
-    for k in ref:
-        for i, (a, b) in enumerate(zip(ref[k], outs[k])):
-            for j, (x, y) in enumerate(zip(a, b)):
-                if x.shape != y.shape or not torch.equal(x, y):
-                    bad += 1
-                    n = (x != y).sum().item() if x.shape == y.shape else -1
-                    where = (x != y).nonzero()[:3].flatten().tolist() if n > 0 else []
-                    print("DIFFERENT", k, i, j, x.shape, y.shape, "elements", n, "at", where,
-                          [x[w].item() for w in where], [y[w].item() for w in where])
+    for k, i, j, x, y in differing(ref, outs):
+        bad += 1
+        n = (x != y).sum().item() if x.shape == y.shape else -1
+        where = (x != y).nonzero()[:3].flatten().tolist() if n > 0 else []
+        print("DIFFERENT", k, i, j, x.shape, y.shape, "elements", n, "at", where,
+              [x[w].item() for w in where], [y[w].item() for w in where])
     print("compared", sum(len(v) for v in ref.values()), "outputs;", bad, "differ")

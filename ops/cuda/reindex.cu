@@ -140,11 +140,6 @@ __global__ void number_and_relabel_kernel(NodeTable table, HopEdges edges,
     const int64_t h = edges.rows[e];
     if (h < 0) continue;  // -1 already: an invalid neighbor, reported by insert_neighbors
     const int32_t pos = new_pos[e];
-#ifdef QUIVER_SEPARATE_RELABEL
-    if (new_pos[e + 1] == pos) continue;
-    table.slots[h].local = static_cast<int32_t>(nodes_before + pos);
-    new_nodes[pos] = table.slots[h].key;
-#else
     // One load of the whole slot. Its `local` may or may not show the number another
     // thread writes meanwhile; both ways give the same number.
     const NodeSlot seen = table.slots[h];
@@ -157,28 +152,14 @@ __global__ void number_and_relabel_kernel(NodeTable table, HopEdges edges,
       local = seen.local >= 0 ? seen.local : nodes_before + new_pos[seen.first];
     }
     edges.rows[e] = local;
-#endif
   }
 }
 
-#ifdef QUIVER_SEPARATE_RELABEL
-__global__ void relabel_rows_kernel(NodeTable table, HopEdges edges) {
-  const int64_t count = live_edges(edges);
-  QUIVER_GRID_LOOP(e, count) {
-    const int64_t h = edges.rows[e];
-    edges.rows[e] = h >= 0 ? table.slots[h].local : -1;
-  }
-}
-#endif
-
-constexpr size_t kWorkspaceAlign = 256;
-
-size_t aligned(size_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
-
-size_t cub_scan_bytes(int64_t items) {
-  size_t bytes = 0;
-  cub::DeviceScan::ExclusiveSum(nullptr, bytes, static_cast<int32_t*>(nullptr), items);
-  return bytes;
+// The numbering workspace: `items` int32 flags (scanned in place), then CUB's scratch at a
+// 256-byte boundary.
+size_t flag_bytes(int64_t items) {
+  constexpr size_t kAlign = 256;
+  return (static_cast<size_t>(items) * sizeof(int32_t) + kAlign - 1) / kAlign * kAlign;
 }
 
 }  // namespace
@@ -212,8 +193,10 @@ cudaError_t insert_neighbors(const NodeTable& table, const HopEdges& edges, int6
 }
 
 size_t number_new_nodes_workspace_bytes(int64_t max_edges) {
-  return aligned(static_cast<size_t>(max_edges + 1) * sizeof(int32_t)) +
-         cub_scan_bytes(max_edges + 1);
+  size_t scan_bytes = 0;
+  cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, static_cast<int32_t*>(nullptr),
+                                max_edges + 1);
+  return flag_bytes(max_edges + 1) + scan_bytes;
 }
 
 cudaError_t number_new_nodes(const NodeTable& table, const HopEdges& edges, int64_t* node_total,
@@ -221,20 +204,16 @@ cudaError_t number_new_nodes(const NodeTable& table, const HopEdges& edges, int6
                              size_t workspace_bytes, cudaStream_t stream) {
   const int64_t items = edges.max_edges + 1;
   auto* flags = static_cast<int32_t*>(workspace);
-  const size_t flag_bytes = aligned(static_cast<size_t>(items) * sizeof(int32_t));
-  size_t scan_bytes = workspace_bytes - flag_bytes;
+  const size_t flags_end = flag_bytes(items);
+  size_t scan_bytes = workspace_bytes - flags_end;  // CUB takes it by reference
   flag_first_mentions_kernel<<<blocks_for(items, kThreads), kThreads, 0, stream>>>(table.slots,
                                                                                    edges, flags);
   QUIVER_LAUNCH_TRY();
-  QUIVER_CUDA_TRY(cub::DeviceScan::ExclusiveSum(static_cast<char*>(workspace) + flag_bytes,
+  QUIVER_CUDA_TRY(cub::DeviceScan::ExclusiveSum(static_cast<char*>(workspace) + flags_end,
                                                 scan_bytes, flags, items, stream));
   number_and_relabel_kernel<<<blocks_for(edges.max_edges, kThreads), kThreads, 0, stream>>>(
       table, edges, flags, node_total, new_nodes, hop_edges);
   QUIVER_LAUNCH_TRY();
-#ifdef QUIVER_SEPARATE_RELABEL
-  relabel_rows_kernel<<<blocks_for(edges.max_edges, kThreads), kThreads, 0, stream>>>(table, edges);
-  QUIVER_LAUNCH_TRY();
-#endif
   return cudaSuccess;
 }
 
