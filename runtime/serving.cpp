@@ -9,14 +9,11 @@
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include "ops/internal/sampling.h"
+#include "runtime/intra_op_threads.h"
 
 #include <cmath>
 #include <exception>
 #include <numeric>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 namespace quiver::runtime {
 
@@ -42,23 +39,6 @@ std::vector<double> fit_line(const std::vector<std::pair<double, double>>& point
   const double spread = n * sxx - sx * sx;
   const double b = spread > 0 ? (n * sxy - sx * sy) / spread : 0.0;
   return {(sy - b * sx) / n, b};
-}
-
-// The calling thread's parallel loops (at::parallel_for) run on `threads` threads. ATen gives
-// every thread that enters one a team of all the cores: eight CPU samplers at once ran 128
-// spinning threads on 16 cores. Only this thread's setting changes (at::set_num_threads
-// would change every thread's).
-void limit_intra_op_threads(int threads) {
-#ifdef _OPENMP
-  // Each thread's first parallel loop sets its count to the process's, once, by a flag kept
-  // per thread and per library: libtorch's (reached by at::get_num_threads) and this
-  // library's copy of the inline one (its own parallel loops). Both first, then the limit.
-  (void)at::get_num_threads();
-  at::internal::lazy_init_num_threads();
-  omp_set_num_threads(threads);
-#else
-  (void)threads;
-#endif
 }
 
 }  // namespace
