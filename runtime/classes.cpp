@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 
+#include <quiver/batch_prefetcher.h>
 #include <quiver/dist_feature.h>
 #include <quiver/dist_sampler.h>
 #include <quiver/feature_tiers.h>
@@ -110,6 +111,14 @@ void register_runtime_classes(torch::Library& m) {
       .def("neighbor_sample", &SubgraphSampler::neighbor_sample)
       .def("captures_batches", &SubgraphSampler::captures_batches)
       .def("set_uva_row_order", &SubgraphSampler::set_uva_row_order);
+  m.class_<BatchPrefetcher>("BatchPrefetcher")
+      .def(torch::init<c10::intrusive_ptr<SubgraphSampler>,
+                       std::optional<c10::intrusive_ptr<FeatureTiers>>, std::optional<at::Tensor>,
+                       int64_t, int64_t, int64_t, int64_t>())
+      .def("start", &BatchPrefetcher::start)
+      .def("next", &BatchPrefetcher::next)
+      .def("stop", &BatchPrefetcher::stop)
+      .def("depth", &BatchPrefetcher::depth);
   m.class_<HeteroSubgraphSampler>("HeteroSubgraphSampler")
       .def(torch::init<at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>,
                        std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torch_quiver_ops as qv
-from conftest import requires_cuda
+from conftest import HAS_CUDA, requires_cuda
 from reference import random_coo
 
 
@@ -362,3 +362,97 @@ def test_link_sample_loader_refuses_bad_input():
     temporal = qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(300))
     with pytest.raises(ValueError, match="LinkNeighborLoader"):
         qv.LinkSampleLoader(temporal, None, edges, 8)
+
+
+def test_a_sample_loader_builds_ahead_in_cpp_with_the_same_batches(mode):
+    # prefetch_in_cpp=True builds the batches ahead in a C++ thread (BatchPrefetcher) rather
+    # than the Prefetcher's Python one. Same batches, same order, either way, with and
+    # without rows and labels, and on the epochs that follow.
+    sampler, feature, table, labels = setup(mode)
+    seeds = torch.arange(0, 300, 3)
+    for rows, ys in [(feature, labels), (None, labels), (feature, None)]:
+        native = qv.SampleLoader(sampler, rows, seeds, 16, labels=ys, prefetch_in_cpp=True)
+        python = qv.SampleLoader(sampler, rows, seeds, 16, labels=ys)
+        for seed in (4, 5):
+            torch.manual_seed(seed)
+            built = list(native)
+            torch.manual_seed(seed)
+            assert same([flatten_all(b) for b in built], [flatten_all(b) for b in python])
+        assert native._native is not None and python._native is None
+        for batch in built:
+            assert (batch.x is None) == (rows is None) and (batch.y is None) == (ys is None)
+            if rows is not None:
+                assert torch.equal(batch.x.cpu(), table[batch.n_id.cpu()])
+
+
+def flatten_all(batch):
+    n_id, batch_size, adjs, x, y = batch
+    parts = [n_id] + [t for t in (x, y) if t is not None]
+    parts += [t for adj in adjs for t in (adj.edge_index,)]
+    return batch_size, [t.cpu() for t in parts]
+
+
+def test_loaders_the_cpp_thread_cannot_build_are_refused(mode):
+    sampler, feature, table, labels = setup(mode)
+    weighted = qv.GraphSageSampler(sampler.csr_topo, [4, 3], device=device_of(mode), mode=mode,
+                                   weights=torch.rand(sampler.csr_topo.edge_count))
+    seeds = torch.arange(40)
+    for kwargs, why in [({"prefetch": 0}, "prefetch is 0"),
+                        ({"prefetch": 2, "workers": 2}, "workers=2"),
+                        ({"prefetch_sms": 8}, "prefetch_sms is given"),
+                        ({"sampler": weighted}, "the sampler has rules"),
+                        ({"feature": table}, "the feature is a Tensor, not a Feature")]:
+        kwargs = {"sampler": sampler, "feature": feature, **kwargs}
+        with pytest.raises(ValueError, match=f"prefetch_in_cpp=True .* here {why}"):
+            qv.SampleLoader(seeds=seeds, batch_size=8, prefetch_in_cpp=True, **kwargs)
+    loader = qv.SampleLoader(sampler, feature, seeds, 8)  # by default the Python thread
+    assert len(list(loader)) == 5 and loader._native is None
+
+
+def test_the_cpp_thread_raises_in_turn_and_stops_on_early_exits(mode):
+    sampler, feature, table, labels = setup(mode)
+    bad = torch.cat([torch.arange(40), torch.tensor([999])])  # batch 2 holds node 999
+    for in_cpp in (True, False):
+        loader = qv.SampleLoader(sampler, feature, bad, 16, labels=labels, shuffle=False,
+                                 prefetch_in_cpp=in_cpp)
+        taken = []
+        with pytest.raises(IndexError, match="999"):
+            for batch in loader:
+                taken.append(batch.batch_size)
+        assert taken == [16, 16]
+    loader = qv.SampleLoader(sampler, feature, torch.arange(300), 4, labels=labels,
+                             prefetch_in_cpp=True)
+    for _ in range(3):  # leave epochs early: the thread stops, the next epoch starts afresh
+        for i, _ in enumerate(loader):
+            if i == 2:
+                break
+    assert len(list(loader)) == 75
+
+
+def test_batch_prefetcher_refuses_bad_arguments():
+    sampler, feature, _, labels = setup("CPU")
+    sampler._ensure_placed()
+
+    def make(labels=None, device=-1, depth=2, blocks=0, threads=0):
+        return torch.classes.quiver.BatchPrefetcher(sampler._sampler, None, labels, device,
+                                                    depth, blocks, threads)
+
+    for kwargs, message in [({"depth": 0}, "depth must be >= 1, got 0"),
+                            ({"device": -2}, "GPU index or -1 for the CPU, got -2"),
+                            ({"device": 64}, "device=64"),
+                            ({"blocks": -1}, "host_read_blocks must be >= 0, got -1"),
+                            ({"threads": -3}, "gather_threads must be >= 0, got -3"),
+                            ({"labels": torch.tensor(1)}, "a row per node")]:
+        with pytest.raises(ValueError, match=message):
+            make(**kwargs)
+    if HAS_CUDA:
+        with pytest.raises(ValueError, match="labels are on cpu, but batches are sampled on cuda"):
+            make(labels=labels, device=0)
+    prefetcher = make()
+    assert prefetcher.next() == []  # no epoch started
+    with pytest.raises(ValueError, match="2 seed batches but 1 sampling seeds"):
+        prefetcher.start([torch.arange(3), torch.arange(3)], [1])
+    with pytest.raises(ValueError, match=r"seed_batches\[0\] must be 1-D node ids in host"):
+        prefetcher.start([torch.arange(6).view(2, 3)], [1])
+    prefetcher.start([torch.arange(3), torch.arange(3, 9)], [1, 2])
+    assert [len(prefetcher.next()) for _ in range(3)] == [8, 8, 0]

@@ -1,0 +1,201 @@
+#include <quiver/batch_prefetcher.h>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include "runtime/intra_op_threads.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace quiver::runtime {
+
+namespace {
+
+at::Device sampling_device(int64_t device) {
+  if (device < 0) {
+    TORCH_CHECK_VALUE(device == -1, "BatchPrefetcher: device must be a GPU index or -1 for the CPU, "
+                      "got ", device);
+    return at::Device(at::kCPU);
+  }
+  TORCH_CHECK_VALUE(c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA),
+                    "BatchPrefetcher: device=", device, " names a GPU, and this process has no CUDA");
+  const auto count = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).deviceCount();
+  TORCH_CHECK_VALUE(device < count, "BatchPrefetcher: device=", device, ", but this process sees ",
+                    static_cast<int>(count), " GPU(s)");
+  return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(device));
+}
+
+}  // namespace
+
+BatchPrefetcher::BatchPrefetcher(c10::intrusive_ptr<SubgraphSampler> sampler,
+                                 std::optional<c10::intrusive_ptr<FeatureTiers>> features,
+                                 std::optional<at::Tensor> labels, int64_t device, int64_t depth,
+                                 int64_t host_read_blocks, int64_t gather_threads)
+    : sampler_(std::move(sampler)),
+      features_(std::move(features)),
+      labels_(std::move(labels)),
+      device_(sampling_device(device)),
+      depth_(depth),
+      host_read_blocks_(host_read_blocks),
+      gather_threads_(gather_threads) {
+  TORCH_CHECK_VALUE(depth >= 1, "BatchPrefetcher: depth must be >= 1, got ", depth);
+  TORCH_CHECK_VALUE(host_read_blocks >= 0, "BatchPrefetcher: host_read_blocks must be >= 0, got ",
+                    host_read_blocks);
+  TORCH_CHECK_VALUE(gather_threads >= 0, "BatchPrefetcher: gather_threads must be >= 0, got ",
+                    gather_threads);
+  if (labels_) {
+    TORCH_CHECK_VALUE(labels_->device() == device_, "BatchPrefetcher: labels are on ",
+                      labels_->device(), ", but batches are sampled on ", device_);
+    TORCH_CHECK_VALUE(labels_->dim() >= 1, "BatchPrefetcher: labels must have a row per node, got "
+                      "a 0-d tensor");
+  }
+  if (device_.is_cuda()) {
+    stream_ = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA)
+                  .getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
+  }
+}
+
+BatchPrefetcher::~BatchPrefetcher() { stop(); }
+
+void BatchPrefetcher::start(std::vector<at::Tensor> seed_batches,
+                            std::vector<int64_t> sampling_seeds) {
+  TORCH_CHECK_VALUE(seed_batches.size() == sampling_seeds.size(), "BatchPrefetcher.start: ",
+                    seed_batches.size(), " seed batches but ", sampling_seeds.size(),
+                    " sampling seeds; give one seed per batch");
+  for (size_t i = 0; i < seed_batches.size(); ++i) {
+    const at::Tensor& seeds = seed_batches[i];
+    TORCH_CHECK_VALUE(seeds.defined() && seeds.is_cpu() && seeds.dim() == 1,
+                      "BatchPrefetcher.start: seed_batches[", i, "] must be 1-D node ids in host "
+                      "memory, got ", seeds.defined() ? seeds.toString() : "None", " of shape ",
+                      seeds.defined() ? seeds.sizes() : at::IntArrayRef{});
+  }
+  stop();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    epoch_done_ = false;
+  }
+  worker_ = std::thread([this, batches = std::move(seed_batches),
+                         seeds = std::move(sampling_seeds)]() mutable {
+    build_epoch(std::move(batches), std::move(seeds));
+  });
+}
+
+std::vector<at::Tensor> BatchPrefetcher::build_one(const at::Tensor& seeds, uint64_t sampling_seed,
+                                                   at::Generator& generator) {
+  {
+    std::lock_guard<std::mutex> lock(generator.mutex());
+    generator.set_current_seed(sampling_seed);
+  }
+  auto [node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop] =
+      device_.is_cuda() ? sampler_->sample_subgraph_on(seeds, device_.index(), generator)
+                        : sampler_->sample_subgraph(seeds, generator);
+  at::Tensor x = features_ ? (*features_)->gather(node_ids, host_read_blocks_) : at::Tensor();
+  at::Tensor y;
+  if (labels_) {
+    const int64_t batch_size = nodes_per_hop.select(0, 0).item<int64_t>();  // the seeds, first
+    y = labels_->index_select(0, node_ids.narrow(0, 0, batch_size));
+  }
+  auto empty_if_none = [&](const at::Tensor& t) {
+    return t.defined() ? t : at::empty({0}, node_ids.options());
+  };
+  return {node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop, empty_if_none(x),
+          empty_if_none(y)};
+}
+
+void BatchPrefetcher::build_epoch(std::vector<at::Tensor> seed_batches,
+                                  std::vector<int64_t> sampling_seeds) {
+  auto finish = [&](std::optional<Built> last) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (last && !stopping_) built_.push_back(std::move(*last));
+    epoch_done_ = true;
+    changed_.notify_all();
+  };
+  std::optional<at::Generator> generator;
+  std::optional<c10::StreamGuard> on_stream;
+  try {
+    if (stream_) on_stream.emplace(*stream_);  // also makes the sampling GPU current here
+    const int threads = gather_threads_ > 0
+                            ? static_cast<int>(gather_threads_)
+                            : std::max(1, at::get_num_threads() - 2);
+    limit_intra_op_threads(threads);
+    generator = device_.is_cuda()
+                    ? at::globalContext().getAcceleratorHooksInterface(at::kCUDA).getNewGenerator(
+                          device_.index())
+                    : at::detail::createCPUGenerator();
+  } catch (...) {
+    Built failed;
+    failed.error = std::current_exception();
+    finish(std::move(failed));
+    return;
+  }
+  for (size_t i = 0; i < seed_batches.size(); ++i) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return stopping_ || static_cast<int64_t>(built_.size()) < depth_; });
+      if (stopping_) break;
+    }
+    Built item;
+    try {
+      item.tensors =
+          build_one(seed_batches[i], static_cast<uint64_t>(sampling_seeds[i]), *generator);
+      if (stream_) {
+        item.ready.emplace(c10::DeviceType::CUDA);
+        item.ready->record(*stream_);
+      }
+    } catch (...) {
+      item.error = std::current_exception();
+      finish(std::move(item));  // nothing after a failed batch: the caller raises in its turn
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) break;
+    built_.push_back(std::move(item));
+    changed_.notify_all();
+  }
+  finish(std::nullopt);
+}
+
+std::vector<at::Tensor> BatchPrefetcher::next() {
+  Built item;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return !built_.empty() || epoch_done_; });
+    if (built_.empty()) return {};
+    item = std::move(built_.front());
+    built_.pop_front();
+    changed_.notify_all();  // room for the next build
+  }
+  if (item.error) std::rethrow_exception(item.error);
+  if (item.ready) {
+    const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
+    const c10::Stream consumer = cuda.getStream(device_);
+    item.ready->block(consumer);
+    // Freed by the caller, the batch's memory is not the side stream's to reuse until the
+    // caller's stream is done with it.
+    for (const at::Tensor& t : item.tensors) {
+      if (t.defined() && t.is_cuda() && t.has_storage()) {
+        cuda.recordDataPtrOnStream(t.storage().data_ptr(), consumer);
+      }
+    }
+  }
+  return std::move(item.tensors);
+}
+
+void BatchPrefetcher::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    changed_.notify_all();
+  }
+  if (worker_.joinable()) worker_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  built_.clear();
+  stopping_ = false;
+  epoch_done_ = true;
+}
+
+}  // namespace quiver::runtime

@@ -1,0 +1,89 @@
+// torch.classes.quiver.BatchPrefetcher: a SampleLoader's batches built ahead by a C++ thread
+// that never takes Python's lock. Each batch is sampled by a SubgraphSampler, its rows
+// gathered through a FeatureTiers and its seeds' labels read, on a side stream of the
+// sampling GPU (or on the CPU), at most `depth` batches ahead of the caller. The batches
+// are the ones the same calls make in Python: batch i samples with a generator seeded with
+// sampling_seeds[i].
+//
+// Why a C++ thread: a GraphSAGE step on an H200 is bound by the host's time to issue it
+// (about 2.9 ms of host work to 2.5 ms on the GPU), and a loader thread in Python takes
+// the interpreter's lock between its calls. Measured in turns against the Python thread
+// (docs/benchmarks.md, fifteenth session), the lock was not what slows a prefetching
+// epoch: the C++ thread was 8% faster on one graph and 8% slower on another, so Python's
+// SampleLoader uses it only when asked (prefetch_in_cpp). It also gives libtorch
+// programs a prefetching loader. Its parallel loops (a staged gather's) leave two cores
+// to the caller's thread and autograd's.
+#pragma once
+
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+#include <torch/custom_class.h>
+
+#include <quiver/feature_tiers.h>
+#include <quiver/subgraph_sampler.h>
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+namespace quiver::runtime {
+
+class BatchPrefetcher : public torch::CustomClassHolder {
+ public:
+  // features and labels may be None (batches without rows or labels); the rows are gathered
+  // with the sampled ids where those lie, and labels must be on the sampling device.
+  // device: the sampling GPU's index, or -1 for the CPU. depth >= 1: batches built ahead.
+  // host_read_blocks: the cap on a gather's blocks that read host rows (see
+  // FeatureTiers::gather). gather_threads: CPU threads of this thread's parallel loops (a
+  // staged gather's); 0 leaves two of the process's to the caller's thread and autograd's.
+  BatchPrefetcher(c10::intrusive_ptr<SubgraphSampler> sampler,
+                  std::optional<c10::intrusive_ptr<FeatureTiers>> features,
+                  std::optional<at::Tensor> labels, int64_t device, int64_t depth,
+                  int64_t host_read_blocks, int64_t gather_threads);
+  ~BatchPrefetcher() override;
+
+  // Starts an epoch: seed_batches[i] (1-D CPU ids) is batch i, sampled with a generator
+  // seeded with sampling_seeds[i] (an unsigned 64-bit seed, as Python's manual_seed takes
+  // it, passed as its two's-complement int64). An epoch still running is stopped first.
+  void start(std::vector<at::Tensor> seed_batches, std::vector<int64_t> sampling_seeds);
+  // The next batch in order: (node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop,
+  // x, y), x and y empty without features or labels; an empty list when the epoch is done.
+  // The caller's current stream waits for the batch, and its tensors are marked as used on
+  // that stream. An error raised while building a batch is raised here, in its turn.
+  std::vector<at::Tensor> next();
+  // Stops the epoch's thread and drops the batches built ahead (start and the destructor
+  // call it). A build under way finishes first.
+  void stop();
+  int64_t depth() const { return depth_; }
+
+ private:
+  struct Built {
+    std::vector<at::Tensor> tensors;
+    std::optional<c10::Event> ready;  // recorded on the side stream after the batch
+    std::exception_ptr error;
+  };
+  void build_epoch(std::vector<at::Tensor> seed_batches, std::vector<int64_t> sampling_seeds);
+  std::vector<at::Tensor> build_one(const at::Tensor& seeds, uint64_t sampling_seed,
+                                    at::Generator& generator);
+
+  c10::intrusive_ptr<SubgraphSampler> sampler_;
+  std::optional<c10::intrusive_ptr<FeatureTiers>> features_;
+  std::optional<at::Tensor> labels_;
+  at::Device device_;
+  int64_t depth_, host_read_blocks_, gather_threads_;
+  std::optional<c10::Stream> stream_;  // the side stream, kept from epoch to epoch
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Built> built_;
+  bool stopping_ = false, epoch_done_ = true;
+  std::thread worker_;
+};
+
+}  // namespace quiver::runtime
