@@ -56,13 +56,18 @@ from torch_geometric.nn import SAGEConv
 from torch_geometric.utils import trim_to_layer
 
 import torch_quiver_ops as qv
-from torch_quiver_ops.synthetic import synthetic_graph
+from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
 
 REPO = Path(__file__).resolve().parents[1]
 # s per epoch, H100; either way of reading host rows may meet them
 TARGETS = {"prefetch GPU 20%": 1.0, "prefetch GPU 20% staged": 1.0,
            "pyg loader + prefetch, targets GPU": 1.3,
            "pyg loader + prefetch, targets GPU staged": 1.3}
+
+
+# Graphs too large for an edge_index, with what an epoch of them means: papers100M's own
+# training split (1,207,179 seeds, 1,179 batches of 1024), not the preset's 8%.
+LARGE_GRAPHS = {"papers": {"train_seeds": 1_207_179, "feature_dtype": "bfloat16"}}
 
 
 def load_example(name: str):
@@ -100,6 +105,18 @@ class PygSAGE(torch.nn.Module):
             if i < layers - 1:
                 x = F.dropout(x.relu(), p=0.5, training=self.training)
         return x
+
+
+class FloatInput(torch.nn.Module):
+    """A model fed 16-bit feature rows (a table stored in bf16 to halve its bytes) that
+    trains in float32: the rows are widened on the GPU, after the gather."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, adjs):
+        return self.model(x.float(), adjs)
 
 
 def sync(device):
@@ -167,6 +184,16 @@ def cpu_pipeline_epoch(sampler, x, labels, seeds, batch_size, model, optimizer, 
     return time.perf_counter() - start
 
 
+def loader_epoch(loader, device):
+    """Seconds of one epoch of the loader alone: its batches built, no model."""
+    sync(device)
+    start = time.perf_counter()
+    for _ in loader:
+        pass
+    sync(device)
+    return time.perf_counter() - start
+
+
 def model_alone(model, optimizer, batches, device):
     """Seconds per batch of the training step alone, on batches built beforehand."""
     sync(device)
@@ -199,6 +226,28 @@ def green_rows(args, device, sampler, feature, train, labels, model, optimizer, 
                 print(f"   {label}: failed: {type(error).__name__}: {error}", flush=True)
 
 
+def build_graph(name, device, train_seeds=None, feature_dtype=None):
+    """The preset graph ``name`` on the CPU: features, CSRTopo, edge_index (None for a
+    large graph), labels, train and test ids, and the class count.
+
+    A papers-sized graph is drawn as a CSR on the GPU with bf16 features (an int64
+    edge_index alone would be 26 GB, f32 features 57 GB), and its epoch is papers100M's
+    own training split; the configurations that need an edge_index (PyG's loader, the C++
+    program) are skipped for it."""
+    large = name in LARGE_GRAPHS
+    overrides = {}
+    train_seeds = train_seeds or LARGE_GRAPHS.get(name, {}).get("train_seeds")
+    if train_seeds:
+        overrides["train_fraction"] = train_seeds / PRESETS[name].num_nodes
+    dtype = getattr(torch, feature_dtype or LARGE_GRAPHS.get(name, {}).get(
+        "feature_dtype", "float32"))
+    graph = synthetic_graph(name, device=device if device.type == "cuda" else None, csr=large,
+                            feature_dtype=dtype, **overrides)
+    edge_index = None if large else graph.edge_index.cpu()
+    return (graph.x.cpu(), graph.topology(), edge_index, graph.y, graph.train_idx.cpu(),
+            graph.test_idx.cpu(), graph.num_classes)
+
+
 def single_gpu(args, results):
     device = torch.device(args.device) if args.device else torch.device(
         "cuda" if torch.cuda.is_available() else "cpu")
@@ -208,20 +257,16 @@ def single_gpu(args, results):
     fanouts = [int(f) for f in args.fanouts.split(",")]
     torch.manual_seed(0)
     start = time.perf_counter()
-    graph = synthetic_graph(args.graph, device=device if cuda else None)
-    edge_index = graph.edge_index.cpu()
-    x = graph.x.cpu()
-    labels = graph.y.to(device)
-    train = graph.train_idx.cpu()
-    graph_test = graph.test_idx.cpu()
-    num_classes, num_features = graph.num_classes, x.size(1)
-    del graph
-    topo = qv.CSRTopo(edge_index, num_nodes=x.size(0))
+    large = args.graph in LARGE_GRAPHS
+    x, topo, edge_index, labels, train, graph_test, num_classes = build_graph(
+        args.graph, device, args.train_seeds, args.feature_dtype)
+    labels = labels.to(device)
+    num_features = x.size(1)
     num_batches = (train.numel() + args.batch_size - 1) // args.batch_size
     print(f"== {args.graph}: {x.size(0):,} nodes, {topo.edge_count:,} edges, "
-          f"{tuple(x.shape)} features, {train.numel():,} train seeds = {num_batches} batches "
-          f"of {args.batch_size}; built in {time.perf_counter() - start:.0f}s on {device}",
-          flush=True)
+          f"{tuple(x.shape)} {x.dtype} features ({x.nbytes / 1e9:.1f} GB), {train.numel():,} "
+          f"train seeds = {num_batches} batches of {args.batch_size}; built in "
+          f"{time.perf_counter() - start:.0f}s on {device}", flush=True)
     results.update(device=torch.cuda.get_device_name(device) if cuda else "cpu",
                    graph=args.graph, batches=num_batches, fanouts=fanouts,
                    batch_size=args.batch_size, rows=[])
@@ -231,6 +276,8 @@ def single_gpu(args, results):
     def fresh_model():
         torch.manual_seed(1)
         model = sage(num_features, args.hidden, num_classes, len(fanouts)).to(device)
+        if x.dtype != torch.float32:  # 16-bit features are stored, the model trains in f32
+            model = FloatInput(model)
         return model, torch.optim.Adam(model.parameters(), lr=0.003)
 
     def record(name, epoch, split=None, note=""):
@@ -247,7 +294,16 @@ def single_gpu(args, results):
     model_bound = None
     hot_gpu = None
     for mode in modes:
+        # "UVA+20%": UVA sampling with that share of the topology cached in HBM, the lists
+        # chosen by presampling (as the README shows).
+        mode, _, topology_cache = mode.partition("+")
         sampler = qv.GraphSageSampler(topo, fanouts, device=device, mode=mode)
+        if topology_cache:
+            order = qv.presample_topology_order(sampler, train, args.batch_size,
+                                                generator=torch.Generator().manual_seed(4))
+            sampler = qv.GraphSageSampler(topo, fanouts, device=device, mode=mode,
+                                          topology_cache=topology_cache, hot_order=order)
+            mode = f"{mode}+{topology_cache}"
         hot = qv.presample_hot_order(sampler, train, args.batch_size,
                                      generator=torch.Generator().manual_seed(2))
         hot_gpu = hot if hot_gpu is None else hot_gpu
@@ -268,7 +324,10 @@ def single_gpu(args, results):
                 name = f"{'prefetch' if prefetch else 'in line'} {mode} {cache_name}"
                 if prefetch:
                     record(name, plain)
-                    if cuda and cache != "100%":  # the same, host rows read on every block
+                    record(f"{name} loader alone", loader_epoch(loader, device),
+                           note="(batches built, no model)")
+                    if cuda and cache != "100%" and not args.no_all_blocks:
+                        # the same, host rows read on every block
                         every = qv.SampleLoader(sampler, feature, train, args.batch_size,
                                                 labels=labels, prefetch=prefetch,
                                                 prefetch_host_read_blocks=0)
@@ -303,9 +362,15 @@ def single_gpu(args, results):
             if cuda:
                 torch.cuda.empty_cache()
 
+    if large:
+        print(f"   (PyG's loader, the C++ program and the CPU pipeline are not run on "
+              f"'{args.graph}': they need its edge_index)", flush=True)
+        print_table(results)
+        return
     # PyG's NeighborLoader on our sampler and stores, as examples/pyg_neighbor_loader.py.
     data = Data(x=x, edge_index=edge_index, y=labels.cpu(), num_nodes=x.size(0))
-    for mode, reads in [(mode, reads) for mode in modes for reads in host_reads]:
+    pyg_modes = [mode for mode in modes if "+" not in mode]
+    for mode, reads in [(mode, reads) for mode in pyg_modes for reads in host_reads]:
         loader = qv.pyg.NeighborLoader(data, input_nodes=train, num_neighbors=fanouts,
                                        batch_size=args.batch_size, shuffle=True, device=device,
                                        mode=mode, cache_size=args.cache if cuda else 0,
@@ -491,6 +556,51 @@ def print_table(results):
               f"{cell('sample')} {cell('gather')} {cell('model')} {ratio} {target}")
 
 
+def plot_epochs(results, path):
+    """Each configuration's epoch as a bar, split into sampling, gathering and model where
+    it ran in line, beside a line at the model alone."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = results["rows"]
+    bound = next((r["epoch_s"] for r in rows if r["config"] == "model alone"), None)
+    fig, ax = plt.subplots(figsize=(9, 0.34 * len(rows) + 2.0))
+    colors = {"sample": "tab:orange", "gather": "tab:green", "model": "tab:blue"}
+    labelled = set()
+    for y, row in enumerate(rows):
+        split = row["split"]
+        if split:
+            left = 0.0
+            for phase in ("sample", "gather", "model"):
+                width = split.get(phase, 0.0)
+                ax.barh(y, width, left=left, color=colors[phase],
+                        label=None if phase in labelled else f"in line: {phase}")
+                labelled.add(phase)
+                left += width
+        else:
+            alone = "alone" in row["config"]
+            ax.barh(y, row["epoch_s"], color="lightgray" if alone else "tab:purple",
+                    label=None if alone in labelled else
+                    ("alone (no model, or no loader)" if alone else "prefetching epoch"))
+            labelled.add(alone)
+        ratio = f"  {row['epoch_s'] / bound:.2f}x" if bound else ""
+        split_s = f" (split {sum(split.values()):.2f} s, synchronized)" if split else ""
+        ax.text(max(row["epoch_s"], sum(split.values())), y,
+                f" {row['epoch_s']:.2f} s{ratio}{split_s}", va="center", fontsize=7)
+    if bound:
+        ax.axvline(bound, color="black", linestyle="--", linewidth=1, label="model alone")
+    ax.set_yticks(range(len(rows)), [r["config"] for r in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds per epoch")
+    ax.set_xlim(0, max(max(r["epoch_s"], sum(r["split"].values())) for r in rows) * 1.55)
+    ax.set_title(f"GraphSAGE epoch, '{results['graph']}', {results['batches']} batches of "
+                 f"{results['batch_size']}, {results['device']}", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
+
+
 def scaling(args, results):
     """examples/train_sage.py under torchrun on 1..N GPUs, both cache policies."""
     counts = [int(n) for n in args.scaling.split(",")]
@@ -541,7 +651,9 @@ def main():
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--cache", default="20%", help="GPU feature cache (default 20%%)")
     parser.add_argument("--device", default=None, help="default: cuda when present")
-    parser.add_argument("--modes", default="GPU,UVA", help="sampling modes on a GPU")
+    parser.add_argument("--modes", default="GPU,UVA",
+                        help="sampling modes on a GPU; UVA+20%% also caches that share of "
+                             "the topology in HBM")
     parser.add_argument("--host-reads", default="zero_copy,staged",
                         help="ways of reading uncached rows (Feature's host_reads)")
     parser.add_argument("--pyg-models", default="full,trim,targets",
@@ -549,6 +661,19 @@ def main():
     parser.add_argument("--green-sms", default="",
                         help="also time the prefetching loader on green contexts of these SM "
                              "counts, e.g. 8,16")
+    parser.add_argument("--no-all-blocks", action="store_true",
+                        help="skip the rows whose host reads run on every block")
+    parser.add_argument("--train-seeds", type=int, default=None,
+                        help="train seeds an epoch (default: the preset's split; papers: "
+                             "papers100M's own 1,207,179)")
+    parser.add_argument("--feature-dtype", default=None,
+                        choices=["float32", "bfloat16", "float16"],
+                        help="default float32 (papers: bfloat16, a 28 GB table)")
+    parser.add_argument("--plot", default=None,
+                        help="write a PNG of each epoch beside the model alone, split where "
+                             "it runs in line")
+    parser.add_argument("--replot", default=None,
+                        help="only draw --plot from the --json of an earlier run")
     parser.add_argument("--no-cpu-pipeline", action="store_true",
                         help="skip configuration 5 (CPU sampling and gather; slow)")
     parser.add_argument("--scaling", default=None,
@@ -570,8 +695,13 @@ def main():
         scaling(args, results)
     elif args.compile:
         compile_speed(args, results)
+    elif args.replot:
+        plot_epochs(json.loads(Path(args.replot).read_text()), args.plot)
+        return
     else:
         single_gpu(args, results)
+        if args.plot:
+            plot_epochs(results, args.plot)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 
