@@ -74,14 +74,16 @@ void BatchPrefetcher::start(std::vector<at::Tensor> seed_batches,
                       seeds.defined() ? seeds.sizes() : at::IntArrayRef{});
   }
   stop();
+  // The epoch's seeds stay with this object, not the thread: the last reference to a tensor
+  // that Python made releases its Python object, which takes Python's lock, and a caller
+  // that joins the thread (a destructor run by Python's garbage collector) may hold it.
+  epoch_seeds_ = std::move(seed_batches);
+  epoch_sampling_seeds_ = std::move(sampling_seeds);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     epoch_done_ = false;
   }
-  worker_ = std::thread([this, batches = std::move(seed_batches),
-                         seeds = std::move(sampling_seeds)]() mutable {
-    build_epoch(std::move(batches), std::move(seeds));
-  });
+  worker_ = std::thread([this] { build_epoch(); });
 }
 
 std::vector<at::Tensor> BatchPrefetcher::build_one(const at::Tensor& seeds, uint64_t sampling_seed,
@@ -106,8 +108,9 @@ std::vector<at::Tensor> BatchPrefetcher::build_one(const at::Tensor& seeds, uint
           empty_if_none(y)};
 }
 
-void BatchPrefetcher::build_epoch(std::vector<at::Tensor> seed_batches,
-                                  std::vector<int64_t> sampling_seeds) {
+void BatchPrefetcher::build_epoch() {
+  const std::vector<at::Tensor>& seed_batches = epoch_seeds_;
+  const std::vector<int64_t>& sampling_seeds = epoch_sampling_seeds_;
   auto finish = [&](std::optional<Built> last) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (last && !stopping_) built_.push_back(std::move(*last));
@@ -192,6 +195,9 @@ void BatchPrefetcher::stop() {
     changed_.notify_all();
   }
   if (worker_.joinable()) worker_.join();
+  // Dropped here, in the caller's thread, as the seeds are (see start).
+  epoch_seeds_.clear();
+  epoch_sampling_seeds_.clear();
   std::lock_guard<std::mutex> lock(mutex_);
   built_.clear();
   stopping_ = false;

@@ -456,3 +456,32 @@ def test_batch_prefetcher_refuses_bad_arguments():
         prefetcher.start([torch.arange(6).view(2, 3)], [1])
     prefetcher.start([torch.arange(3), torch.arange(3, 9)], [1, 2])
     assert [len(prefetcher.next()) for _ in range(3)] == [8, 8, 0]
+
+
+def test_a_batch_prefetcher_freed_by_python_mid_epoch_stops_without_deadlock(tmp_path):
+    # Python frees the object holding its lock, and the destructor joins the thread; the
+    # seeds Python made must not be released by that thread (that takes the same lock).
+    # Here the thread waits for room when the object goes: it must stop, and the process
+    # exit cleanly. In a subprocess, so that a deadlock fails the test instead of hanging.
+    import subprocess
+    import sys
+    script = tmp_path / "freed.py"
+    script.write_text(
+        "import gc, sys, torch\n"
+        f"sys.path.insert(0, {str(__import__('os').path.dirname(__file__))!r})\n"
+        "from test_loader import setup\n"
+        "sampler, _, _, labels = setup('CPU')\n"
+        "sampler._ensure_placed()\n"
+        "for _ in range(20):\n"
+        "    p = torch.classes.quiver.BatchPrefetcher(sampler._sampler, None, labels, -1, 1,"
+        " 0, 0)\n"
+        "    p.start([torch.arange(i, i + 4) for i in range(0, 200, 4)], list(range(50)))\n"
+        "    assert len(p.next()) == 8\n"
+        "    del p\n"
+        "    gc.collect()\n"
+        "q = torch.classes.quiver.BatchPrefetcher(sampler._sampler, None, None, -1, 1, 0, 0)\n"
+        "q.start([torch.arange(4) for _ in range(30)], list(range(30)))\n"
+        "print('done')\n")  # q is still building when the interpreter exits
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]

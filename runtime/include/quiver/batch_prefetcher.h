@@ -68,7 +68,7 @@ class BatchPrefetcher : public torch::CustomClassHolder {
     std::optional<c10::Event> ready;  // recorded on the side stream after the batch
     std::exception_ptr error;
   };
-  void build_epoch(std::vector<at::Tensor> seed_batches, std::vector<int64_t> sampling_seeds);
+  void build_epoch();  // the worker thread: epoch_seeds_ in order
   std::vector<at::Tensor> build_one(const at::Tensor& seeds, uint64_t sampling_seed,
                                     at::Generator& generator);
 
@@ -78,6 +78,8 @@ class BatchPrefetcher : public torch::CustomClassHolder {
   at::Device device_;
   int64_t depth_, host_read_blocks_, gather_threads_;
   std::optional<c10::Stream> stream_;  // the side stream, kept from epoch to epoch
+  std::vector<at::Tensor> epoch_seeds_;    // the epoch's batches; read by the worker only
+  std::vector<int64_t> epoch_sampling_seeds_;  // while it runs, dropped by stop()
 
   std::mutex mutex_;
   std::condition_variable changed_;
