@@ -221,8 +221,7 @@ def main():
     results["reorder"] = args.reorder
     if args.reorder != "none":
         start = time.perf_counter()
-        old_of_new = (qv.reorder.bfs_order(topo) if args.reorder == "bfs"
-                      else qv.reorder.degree_order_of(topo))
+        old_of_new = qv.reorder.order_by(topo, args.reorder)
         topo, new_of_old = qv.reorder.permute_topology(topo, old_of_new)
         x, train_idx = x[old_of_new], new_of_old[train_idx].sort().values
         del graph, new_of_old

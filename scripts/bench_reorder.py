@@ -139,8 +139,7 @@ def main():
     measure("as generated", topo, x, train, 0.0, 0.0)
     for name in [o for o in args.orders.split(",") if o]:
         start = time.perf_counter()
-        old_of_new = (qv.reorder.bfs_order(topo) if name == "bfs"
-                      else qv.reorder.degree_order_of(topo))
+        old_of_new = qv.reorder.order_by(topo, name)
         order_s = time.perf_counter() - start
         start = time.perf_counter()
         renumbered, new_of_old = qv.reorder.permute_topology(topo, old_of_new)

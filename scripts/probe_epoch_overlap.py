@@ -145,14 +145,7 @@ def main():
             if interval:
                 sys.setswitchinterval(interval)
             try:
-                for batch in loader:  # warm-up
-                    consume(batch)
-                torch.cuda.synchronize()
-                start = time.perf_counter()
-                for batch in loader:
-                    consume(batch)
-                torch.cuda.synchronize()
-                return (time.perf_counter() - start) / len(loader) * 1e3
+                return timed_pass(loader, consume)
             finally:
                 sys.setswitchinterval(old)
 
@@ -206,28 +199,30 @@ def main():
     print(json.dumps(results))
 
 
+def timed_pass(batches, consume, warmup=None):
+    """Milliseconds a batch of one pass of ``consume`` over ``batches``, after a warm-up
+    pass over ``warmup`` (default: ``batches`` themselves)."""
+    for batch in batches if warmup is None else warmup:
+        consume(batch)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    count = 0
+    for batch in batches:
+        consume(batch)
+        count += 1
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / count * 1e3
+
+
 def model_alone(step, order, sampler, feature, labels, batch_size, count=40):
     built = list(qv.SampleLoader(sampler, feature, order[-count * batch_size:], batch_size,
                                  labels=labels, prefetch=0))
-    step(built[0])
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for batch in built:
-        step(batch)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / len(built) * 1e3
+    return timed_pass(built, step, warmup=built[:1])
 
 
 def in_line(sampler, feature, seeds, batch_size, labels, step):
-    loader = qv.SampleLoader(sampler, feature, seeds, batch_size, labels=labels, prefetch=0)
-    for batch in loader:
-        step(batch)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for batch in loader:
-        step(batch)
-    torch.cuda.synchronize()
-    return (time.perf_counter() - start) / len(loader) * 1e3
+    return timed_pass(qv.SampleLoader(sampler, feature, seeds, batch_size, labels=labels,
+                                      prefetch=0), step)
 
 
 if __name__ == "__main__":

@@ -43,8 +43,7 @@ def main():
     print(f"{'as made':>8} {'':>8} {'':>9} {plain:13,.0f} {rows:12,.0f} {1:15.2f}", flush=True)
     for name in ("bfs", "degree"):
         start = time.perf_counter()
-        order = (qv.reorder.bfs_order(topo) if name == "bfs"
-                 else qv.reorder.degree_order_of(topo))
+        order = qv.reorder.order_by(topo, name)
         ordered_s = time.perf_counter() - start
         start = time.perf_counter()
         renumbered, new_of_old = qv.reorder.permute_topology(topo, order)

@@ -27,9 +27,19 @@ from . import ops
 from .hotness import degree_order
 from .topology import CSRTopo, edge_chunks, list_positions
 
-__all__ = ["bfs_order", "degree_order_of", "permute_topology"]
+__all__ = ["bfs_order", "degree_order_of", "order_by", "permute_topology"]
 
 DEFAULT_CHUNK_EDGES = 1 << 26  # 64M edges: about 1.5 GB of temporaries a chunk
+
+
+def order_by(topo: CSRTopo, name: str) -> Tensor:
+    """``old_of_new`` by the order named ``name``: ``"bfs"`` (:func:`bfs_order`) or
+    ``"degree"`` (:func:`degree_order_of`)."""
+    if name == "bfs":
+        return bfs_order(topo)
+    if name == "degree":
+        return degree_order_of(topo)
+    raise ValueError(f"name must be 'bfs' or 'degree', got {name!r}")
 
 
 def degree_order_of(topo: CSRTopo) -> Tensor:

@@ -6,6 +6,7 @@ import torch
 
 import torch_quiver_ops as qv
 from torch_quiver_ops import reorder
+from reference import random_coo
 
 
 def random_topo(num_nodes, num_edges, seed, isolated=0):
@@ -111,3 +112,12 @@ def test_bad_orders_are_named():
         reorder.bfs_order(topo, max_roots=0)
     with pytest.raises(ValueError, match="chunk_edges"):
         reorder.permute_topology(topo, torch.arange(10), chunk_edges=0)
+
+
+def test_orders_by_name():
+    row, col = random_coo(50, 300, seed=4)
+    topo = qv.CSRTopo(torch.stack([row, col]), num_nodes=50)
+    assert torch.equal(qv.reorder.order_by(topo, "bfs"), qv.reorder.bfs_order(topo))
+    assert torch.equal(qv.reorder.order_by(topo, "degree"), qv.reorder.degree_order_of(topo))
+    with pytest.raises(ValueError, match="name must be 'bfs' or 'degree', got 'random'"):
+        qv.reorder.order_by(topo, "random")
