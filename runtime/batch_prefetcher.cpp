@@ -45,13 +45,14 @@ BatchPrefetcher::BatchPrefetcher(c10::intrusive_ptr<SubgraphSampler> sampler,
   TORCH_CHECK_VALUE(depth >= 1, "BatchPrefetcher: depth must be >= 1, got ", depth);
   TORCH_CHECK_VALUE(host_read_blocks >= 0, "BatchPrefetcher: host_read_blocks must be >= 0, got ",
                     host_read_blocks);
-  TORCH_CHECK_VALUE(gather_threads >= 0, "BatchPrefetcher: gather_threads must be >= 0, got ",
-                    gather_threads);
+  TORCH_CHECK_VALUE(gather_threads >= 0 && gather_threads <= 4096,
+                    "BatchPrefetcher: gather_threads must be in [0, 4096], got ", gather_threads);
   if (labels_) {
     TORCH_CHECK_VALUE(labels_->device() == device_, "BatchPrefetcher: labels are on ",
                       labels_->device(), ", but batches are sampled on ", device_);
-    TORCH_CHECK_VALUE(labels_->dim() >= 1, "BatchPrefetcher: labels must have a row per node, got "
-                      "a 0-d tensor");
+    TORCH_CHECK_VALUE(labels_->dim() >= 1 && labels_->size(0) == sampler_->num_nodes(),
+                      "BatchPrefetcher: labels must have a row per node of the sampler's graph (",
+                      sampler_->num_nodes(), "), got shape ", labels_->sizes());
   }
   if (device_.is_cuda()) {
     stream_ = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA)
@@ -74,6 +75,13 @@ void BatchPrefetcher::start(std::vector<at::Tensor> seed_batches,
                       seeds.defined() ? seeds.sizes() : at::IntArrayRef{});
   }
   stop();
+  if (stream_) {
+    // What the caller queued before the epoch (a store's cache tiers built on its stream, the
+    // labels copied there) is done before the side stream reads it.
+    c10::Event queued(c10::DeviceType::CUDA);
+    queued.record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device_));
+    queued.block(*stream_);
+  }
   // The epoch's seeds stay with this object, not the thread: the last reference to a tensor
   // that Python made releases its Python object, which takes Python's lock, and a caller
   // that joins the thread (a destructor run by Python's garbage collector) may hold it.
@@ -83,7 +91,13 @@ void BatchPrefetcher::start(std::vector<at::Tensor> seed_batches,
     std::lock_guard<std::mutex> lock(mutex_);
     epoch_done_ = false;
   }
-  worker_ = std::thread([this] { build_epoch(); });
+  try {
+    worker_ = std::thread([this] { build_epoch(); });
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    epoch_done_ = true;  // no thread: next() must not wait for one
+    throw;
+  }
 }
 
 std::vector<at::Tensor> BatchPrefetcher::build_one(const at::Tensor& seeds, uint64_t sampling_seed,
@@ -92,9 +106,10 @@ std::vector<at::Tensor> BatchPrefetcher::build_one(const at::Tensor& seeds, uint
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_current_seed(sampling_seed);
   }
+  const at::Tensor ids = seeds.contiguous();
   auto [node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop] =
-      device_.is_cuda() ? sampler_->sample_subgraph_on(seeds, device_.index(), generator)
-                        : sampler_->sample_subgraph(seeds, generator);
+      device_.is_cuda() ? sampler_->sample_subgraph_on(ids, device_.index(), generator)
+                        : sampler_->sample_subgraph(ids, generator);
   at::Tensor x = features_ ? (*features_)->gather(node_ids, host_read_blocks_) : at::Tensor();
   at::Tensor y;
   if (labels_) {

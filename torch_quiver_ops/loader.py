@@ -373,7 +373,10 @@ class SampleLoader:
                    if not isinstance(sampler, GraphSageSampler) else
                    "the sampler has rules (weights, times or trees)" if sampler.has_rules else
                    f"the feature is a {type(feature).__name__}, not a Feature"
-                   if feature is not None and not isinstance(feature, Feature) else None)
+                   if feature is not None and not isinstance(feature, Feature) else
+                   "the sampler is on the CPU and the feature's rows are read on a GPU"
+                   if feature is not None and sampler.device.type == "cpu"
+                   and feature.device_for(None).type != "cpu" else None)
             if why:
                 raise ValueError(f"prefetch_in_cpp=True builds batches ahead, one at a time, "
                                  f"with a GraphSageSampler without rules and a Feature (or "
@@ -382,16 +385,15 @@ class SampleLoader:
                                       host_read_blocks=prefetch_host_read_blocks,
                                       workers=workers)
         self._in_cpp = prefetch_in_cpp
-        self._native = None  # the C++ prefetcher, made at the first epoch
 
     def __len__(self) -> int:
         full, rest = divmod(self.seeds.numel(), self.batch_size)
         return full + (1 if rest and not self.drop_last else 0)
 
     def __iter__(self) -> Iterator[Batch]:
-        native = self._native_prefetcher() if self.timer is None else None
-        if native is not None:
-            return self._native_epoch(native)
+        if self._in_cpp and self.timer is None:
+            # Drawn now, as the Python thread's epoch draws them at iter().
+            return self._native_epoch(self._native_prefetcher(), *self._epoch_plan())
         return iter(self._prefetcher)
 
     def batch_builders(self) -> List[Callable[[], Batch]]:
@@ -418,21 +420,19 @@ class SampleLoader:
         return batches, [(seed + 1 + i) % 2**64 for i in range(len(batches))]
 
     def _native_prefetcher(self):
-        """The C++ prefetcher with ``prefetch_in_cpp``, else None."""
-        if not self._in_cpp or self._native is not None:
-            return self._native
+        """A C++ prefetcher for one epoch (``prefetch_in_cpp``): each iterator has its own,
+        so that two epochs alive at once, or one left unfinished, never share a thread."""
         sampler = self.sampler
         sampler._ensure_placed()
         device = sampler.device
         # The layout the device reads the store through, as Feature's own gathers do.
         tiers = None if self.feature is None else self.feature._view(device)[0]
-        self._native = torch.classes.quiver.BatchPrefetcher(
+        return torch.classes.quiver.BatchPrefetcher(
             sampler._sampler, tiers, self.labels, device.index if device.type == "cuda" else -1,
             self.prefetch, self._prefetcher.host_read_blocks, 0)
-        return self._native
 
-    def _native_epoch(self, native) -> Iterator[Batch]:
-        batches, sampling_seeds = self._epoch_plan()
+    def _native_epoch(self, native, batches: List[Tensor],
+                      sampling_seeds: List[int]) -> Iterator[Batch]:
         # Seeds up to 2**64 - 1 travel as the int64 of the same bits.
         native.start(batches, [s - 2**64 if s >= 2**63 else s for s in sampling_seeds])
         try:
@@ -445,7 +445,7 @@ class SampleLoader:
                             None if self.feature is None else built[6],
                             None if self.labels is None else built[7])
         finally:
-            native.stop()
+            native.stop()  # here, where Python's lock is let go while the thread stops
 
     def _sampling_generator(self, seed: int) -> torch.Generator:
         generator = getattr(self._generators, "generator", None)

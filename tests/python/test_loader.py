@@ -255,11 +255,11 @@ def test_a_loader_without_feature_gives_batches_without_rows(mode):
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and qv.cuda_kernels_built()),
                     reason="needs a CUDA GPU and the CUDA kernels")
-@pytest.mark.parametrize("workers", [1, 3])
-def test_side_stream_batches_are_ready_for_a_busy_main_stream(workers):
+@pytest.mark.parametrize("workers,in_cpp", [(1, False), (3, False), (1, True)])
+def test_side_stream_batches_are_ready_for_a_busy_main_stream(workers, in_cpp):
     sampler, feature, table, labels = setup("GPU", num_nodes=300)
     loader = qv.SampleLoader(sampler, feature, torch.arange(300), 8, labels=labels, prefetch=3,
-                             workers=workers)
+                             workers=workers, prefetch_in_cpp=in_cpp)
     big = torch.randn(2048, 2048, device="cuda")
     for n_id, batch_size, adjs, x, y in loader:
         for _ in range(4):  # keep the main stream busy while batches are built beside it
@@ -378,7 +378,7 @@ def test_a_sample_loader_builds_ahead_in_cpp_with_the_same_batches(mode):
             built = list(native)
             torch.manual_seed(seed)
             assert same([flatten_all(b) for b in built], [flatten_all(b) for b in python])
-        assert native._native is not None and python._native is None
+        assert native._in_cpp and not python._in_cpp
         for batch in built:
             assert (batch.x is None) == (rows is None) and (batch.y is None) == (ys is None)
             if rows is not None:
@@ -406,7 +406,7 @@ def test_loaders_the_cpp_thread_cannot_build_are_refused(mode):
         with pytest.raises(ValueError, match=f"prefetch_in_cpp=True .* here {why}"):
             qv.SampleLoader(seeds=seeds, batch_size=8, prefetch_in_cpp=True, **kwargs)
     loader = qv.SampleLoader(sampler, feature, seeds, 8)  # by default the Python thread
-    assert len(list(loader)) == 5 and loader._native is None
+    assert len(list(loader)) == 5 and not loader._in_cpp
 
 
 def test_the_cpp_thread_raises_in_turn_and_stops_on_early_exits(mode):
@@ -429,6 +429,30 @@ def test_the_cpp_thread_raises_in_turn_and_stops_on_early_exits(mode):
     assert len(list(loader)) == 75
 
 
+def test_epochs_of_the_cpp_thread_are_drawn_at_iter_and_kept_apart(mode):
+    # As with the Python thread: each iter() draws its epoch at once, and two epochs alive
+    # at once (or one left unfinished) each get their own batches.
+    sampler, feature, table, labels = setup(mode)
+    seeds = torch.arange(0, 300, 3)
+    outs = []
+    for in_cpp in (True, False):
+        loader = qv.SampleLoader(sampler, feature, seeds, 16, labels=labels,
+                                 prefetch_in_cpp=in_cpp)
+        torch.manual_seed(8)
+        first, second = iter(loader), iter(loader)
+        torch.rand(5)  # a draw between iter() and the first batch changes nothing
+        a = [flatten_all(next(first))]
+        b = [flatten_all(batch) for batch in second]
+        a += [flatten_all(batch) for batch in first]
+        left = iter(loader)
+        next(left)  # left unfinished
+        c = [flatten_all(batch) for batch in loader]
+        outs.append((a, b, c))
+    for cpp, python in zip(*outs):
+        assert same(cpp, python)
+    assert not same(outs[0][0], outs[0][1])
+
+
 def test_batch_prefetcher_refuses_bad_arguments():
     sampler, feature, _, labels = setup("CPU")
     sampler._ensure_placed()
@@ -441,8 +465,10 @@ def test_batch_prefetcher_refuses_bad_arguments():
                             ({"device": -2}, "GPU index or -1 for the CPU, got -2"),
                             ({"device": 64}, "device=64"),
                             ({"blocks": -1}, "host_read_blocks must be >= 0, got -1"),
-                            ({"threads": -3}, "gather_threads must be >= 0, got -3"),
-                            ({"labels": torch.tensor(1)}, "a row per node")]:
+                            ({"threads": -3}, r"gather_threads must be in \[0, 4096\], got -3"),
+                            ({"threads": 5000}, "got 5000"),
+                            ({"labels": torch.tensor(1)}, "a row per node"),
+                            ({"labels": torch.zeros(7)}, r"graph \(300\), got shape \[7\]")]:
         with pytest.raises(ValueError, match=message):
             make(**kwargs)
     if HAS_CUDA:

@@ -37,7 +37,10 @@ namespace quiver::runtime {
 class BatchPrefetcher : public torch::CustomClassHolder {
  public:
   // features and labels may be None (batches without rows or labels); the rows are gathered
-  // with the sampled ids where those lie, and labels must be on the sampling device.
+  // with the sampled ids where those lie, and labels (a row per node) must be on the
+  // sampling device. One object serves one epoch at a time (start stops the one before);
+  // Python's SampleLoader makes one per epoch, and stops it itself when the epoch ends, so
+  // that the destructor (run holding Python's lock) never waits for a running thread.
   // device: the sampling GPU's index, or -1 for the CPU. depth >= 1: batches built ahead.
   // host_read_blocks: the cap on a gather's blocks that read host rows (see
   // FeatureTiers::gather). gather_threads: CPU threads of this thread's parallel loops (a
@@ -50,7 +53,8 @@ class BatchPrefetcher : public torch::CustomClassHolder {
 
   // Starts an epoch: seed_batches[i] (1-D CPU ids) is batch i, sampled with a generator
   // seeded with sampling_seeds[i] (an unsigned 64-bit seed, as Python's manual_seed takes
-  // it, passed as its two's-complement int64). An epoch still running is stopped first.
+  // it, passed as its two's-complement int64). An epoch still running is stopped first. On
+  // a GPU the side stream first waits for the work the caller's stream holds.
   void start(std::vector<at::Tensor> seed_batches, std::vector<int64_t> sampling_seeds);
   // The next batch in order: (node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop,
   // x, y), x and y empty without features or labels; an empty list when the epoch is done.

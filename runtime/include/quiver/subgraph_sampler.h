@@ -51,6 +51,8 @@ class SubgraphSampler : public torch::CustomClassHolder {
   Sample neighbor_sample(const at::Tensor& seeds, const std::optional<at::Tensor>& seed_time,
                          const std::optional<at::Generator>& generator);
   bool captures_batches() const;
+  // Nodes of the graph (indptr's length less one).
+  int64_t num_nodes() const { return indptr_.size(0) - 1; }
   // Whether a large hop over lists in pinned host memory visits its rows in the order of
   // their lists' addresses: -1 by the lists' size (2 GiB or more, the default), 0 never, 1
   // always. The samples are the same; it is there to measure what the order buys.
