@@ -6,6 +6,7 @@
 //   train_sage [--data DIR] [--mode GPU|UVA|CPU] [--epochs 3] [--batch-size 1024]
 //              [--fanouts 15,10,5] [--hidden 256] [--lr 0.003] [--cache 0.2]
 //              [--min-accuracy A] [--eval-nodes 10000] [--split 1] [--seed 0]
+//              [--prefetch 0]
 //              [--serve N] [--clients 4]
 //              [--load-rates R1,R2,...] [--load-configs cpu,gpu,dispatch] [--load-seconds 4]
 //              [--cpu-samplers 8] [--gpu-streams 4] [--max-batch 1024] [--max-wait-ms 2]
@@ -36,9 +37,11 @@
 // the highest rate answered with p99 within --objective-ms. --epochs 0 serves the model
 // untrained (the load does not depend on the weights).
 #include <quiver/serving.h>
+#include <quiver/batch_prefetcher.h>
 #include <quiver/feature_tiers.h>
 #include <quiver/host_pin.h>
 #include <quiver/ops.h>
+#include <quiver/subgraph_sampler.h>
 #include <torch/torch.h>
 
 #include "raw_arrays.h"
@@ -66,6 +69,7 @@ using raw_arrays::require;
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -89,6 +93,7 @@ struct Options {
   double min_accuracy = 0.0;
   int64_t eval_nodes = 10000;  // test nodes scored after each epoch
   bool split = true;           // synchronize after each phase to time it (else: epoch only)
+  int64_t prefetch = 0;        // batches built ahead by a BatchPrefetcher thread (0: in line)
   int64_t seed = 0;
   int64_t serve = 0;    // requests served after training (0: none)
   int64_t clients = 4;  // threads sending them
@@ -140,6 +145,7 @@ Options parse(int argc, char** argv) {
              "                      reaches X (default: 0)\n"
              "  --eval-nodes N      test nodes scored after each epoch (default: 10000)\n"
              "  --split 1|0         time sampling, gathering and the model apart (1, default)\n"
+             "  --prefetch N        build batches N ahead in a BatchPrefetcher thread (0: in line)\n"
              "                      or the epoch only (0: no synchronization between phases)\n"
              "  --seed N            seeds the synthetic graph, the model and the batches\n"
              "  --serve N           then serve N requests through quiver's ServingRuntime\n"
@@ -179,6 +185,7 @@ Options parse(int argc, char** argv) {
     else if (arg == "--min-accuracy") o.min_accuracy = std::stod(value);
     else if (arg == "--eval-nodes") o.eval_nodes = std::stoll(value);
     else if (arg == "--split") o.split = std::stoll(value) != 0;
+    else if (arg == "--prefetch") o.prefetch = std::stoll(value);
     else if (arg == "--seed") o.seed = std::stoll(value);
     else if (arg == "--serve") o.serve = std::stoll(value);
     else if (arg == "--clients") o.clients = std::stoll(value);
@@ -199,6 +206,8 @@ Options parse(int argc, char** argv) {
   }
   TORCH_CHECK(o.epochs >= 0 && o.batch_size > 0 && !o.fanouts.empty(),
               "--epochs must be >= 0, --batch-size and --fanouts positive");
+  TORCH_CHECK(o.prefetch >= 0 && o.prefetch <= 64, "--prefetch must be in [0, 64], got ",
+              o.prefetch);
   for (const int64_t rate : o.load_rates)
     TORCH_CHECK(rate > 0, "--load-rates must be positive, got ", rate);
   for (const std::string& config : o.load_configs)
@@ -369,15 +378,29 @@ class Sampler {
   Batch sample(const Tensor& seeds) const {
     auto [node_ids, rows, cols, eids, nodes_per_hop, edges_per_hop] =
         quiver::sample_subgraph(indptr_, indices_, seeds.to(device_), fanouts_);
+    return batch_of(node_ids, rows, cols, nodes_per_hop, edges_per_hop);
+  }
+
+  // The same batch from sample_subgraph's outputs: its layers, outermost first.
+  static Batch batch_of(const Tensor& node_ids, const Tensor& rows, const Tensor& cols,
+                        const Tensor& nodes_per_hop, const Tensor& edges_per_hop) {
     const Tensor cum_nodes = nodes_per_hop.cumsum(0).cpu();
     const Tensor cum_edges = edges_per_hop.cumsum(0).cpu();
     Batch batch{node_ids, {}};
-    for (int64_t hop = static_cast<int64_t>(fanouts_.size()) - 1; hop >= 0; --hop) {
+    for (int64_t hop = edges_per_hop.size(0) - 1; hop >= 0; --hop) {
       const int64_t edges = cum_edges[hop].item<int64_t>();
       batch.layers.push_back(
           {rows.slice(0, 0, edges), cols.slice(0, 0, edges), cum_nodes[hop].item<int64_t>()});
     }
     return batch;
+  }
+
+  // A runtime sampler over the same topology, for a BatchPrefetcher.
+  c10::intrusive_ptr<quiver::runtime::SubgraphSampler> runtime_sampler() const {
+    return c10::make_intrusive<quiver::runtime::SubgraphSampler>(
+        indptr_, indices_, std::nullopt, fanouts_, /*replace=*/false, std::nullopt, std::nullopt,
+        std::nullopt, std::nullopt, /*strict_time=*/false, "uniform", /*disjoint=*/false,
+        std::nullopt, /*capture_batches=*/true);
   }
 
  private:
@@ -826,6 +849,14 @@ int run(const Options& o) {
   model->to(device);
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(o.lr));
 
+  // --prefetch N: a BatchPrefetcher thread builds each batch (sample, gather, labels) up to
+  // N batches ahead on a side stream, while this thread trains.
+  c10::intrusive_ptr<quiver::runtime::BatchPrefetcher> prefetcher;
+  if (o.prefetch > 0) {
+    prefetcher = c10::make_intrusive<quiver::runtime::BatchPrefetcher>(
+        sampler.runtime_sampler(), tiers, labels, device.is_cuda() ? device.index() : -1,
+        o.prefetch, /*host_read_blocks=*/12, /*gather_threads=*/0);
+  }
   double accuracy = 0.0;
   for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
     model->train();
@@ -833,7 +864,27 @@ int run(const Options& o) {
     int64_t batches = 0;
     const auto epoch_start = std::chrono::steady_clock::now();
     Tensor order = g.train_idx.index_select(0, torch::randperm(g.train_idx.numel()));
-    for (const Tensor& seeds : order.split(o.batch_size)) {
+    if (prefetcher) {
+      std::vector<Tensor> seed_batches;
+      for (const Tensor& seeds : order.split(o.batch_size)) seed_batches.push_back(seeds.contiguous());
+      const Tensor draws = torch::randint(std::numeric_limits<int64_t>::max(),
+                                          {static_cast<int64_t>(seed_batches.size())}, torch::kLong);
+      prefetcher->start(seed_batches, std::vector<int64_t>(draws.data_ptr<int64_t>(),
+                                                           draws.data_ptr<int64_t>() + draws.numel()));
+      for (std::vector<Tensor> built = prefetcher->next(); !built.empty();
+           built = prefetcher->next()) {
+        const Batch batch = Sampler::batch_of(built[0], built[1], built[2], built[4], built[5]);
+        optimizer.zero_grad();
+        Tensor loss = torch::nn::functional::cross_entropy(model->forward(built[6], batch.layers),
+                                                           built[7]);
+        loss.backward();
+        optimizer.step();
+        total_loss += loss.item<double>();
+        ++batches;
+      }
+      prefetcher->stop();
+    }
+    for (const Tensor& seeds : prefetcher ? std::vector<Tensor>{} : order.split(o.batch_size)) {
       auto t = std::chrono::steady_clock::now();
       Batch batch = sampler.sample(seeds);
       synchronize(device, o.split);
@@ -866,7 +917,10 @@ int run(const Options& o) {
     }
     accuracy = static_cast<double>(correct) / static_cast<double>(std::max<int64_t>(1, test.numel()));
     char split[96] = "";
-    if (o.split) {
+    if (prefetcher) {
+      std::snprintf(split, sizeof(split), " (batches built %lld ahead by a BatchPrefetcher)",
+                    static_cast<long long>(o.prefetch));
+    } else if (o.split) {
       std::snprintf(split, sizeof(split), " (sample %.2fs, gather %.2fs, model %.2fs)", t_sample,
                     t_gather, t_model);
     }

@@ -52,6 +52,17 @@ def test_learns_its_synthetic_graph(mode):
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_learns_with_batches_built_ahead_by_a_batch_prefetcher(mode):
+    # --prefetch 2: a quiver::runtime::BatchPrefetcher thread samples, gathers and reads the
+    # labels two batches ahead (on a side stream on a GPU) while the program trains.
+    done = train("--mode", mode, "--epochs", "3", "--hidden", "64", "--prefetch", "2",
+                 "--min-accuracy", "0.6")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("built 2 ahead by a BatchPrefetcher") == 3
+    assert final_accuracy(done.stdout) > 0.6
+
+
+@pytest.mark.parametrize("mode", MODES)
 def test_learns_a_graph_saved_by_python(saved_graph, mode):
     done = train("--data", saved_graph, "--mode", mode, "--epochs", "6", "--batch-size", "64",
                  "--hidden", "64", "--min-accuracy", "0.5")
@@ -149,6 +160,8 @@ def test_bad_arguments_are_errors(tmp_path):
     assert done.returncode == 2 and "--mode must be GPU, UVA or CPU" in done.stderr
     done = train("--fanouts")
     assert done.returncode == 2 and "needs a value" in done.stderr
+    done = train("--prefetch", "-1")
+    assert done.returncode == 2 and "--prefetch must be in [0, 64], got -1" in done.stderr
     done = train("--load-rates", "100,-5")
     assert done.returncode == 2 and "--load-rates must be positive, got -5" in done.stderr
     done = train("--load-configs", "cpu,tpu")
