@@ -132,6 +132,12 @@ void BatchPrefetcher::build_epoch() {
     epoch_done_ = true;
     changed_.notify_all();
   };
+  // The error in flight ends the epoch; the caller raises it in its turn.
+  auto fail = [&] {
+    Built failed;
+    failed.error = std::current_exception();
+    finish(std::move(failed));
+  };
   std::optional<at::Generator> generator;
   std::optional<c10::StreamGuard> on_stream;
   try {
@@ -145,9 +151,7 @@ void BatchPrefetcher::build_epoch() {
                           device_.index())
                     : at::detail::createCPUGenerator();
   } catch (...) {
-    Built failed;
-    failed.error = std::current_exception();
-    finish(std::move(failed));
+    fail();
     return;
   }
   for (size_t i = 0; i < seed_batches.size(); ++i) {
@@ -165,8 +169,7 @@ void BatchPrefetcher::build_epoch() {
         item.ready->record(*stream_);
       }
     } catch (...) {
-      item.error = std::current_exception();
-      finish(std::move(item));  // nothing after a failed batch: the caller raises in its turn
+      fail();  // nothing is built after a failed batch
       return;
     }
     std::lock_guard<std::mutex> lock(mutex_);

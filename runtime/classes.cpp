@@ -117,8 +117,7 @@ void register_runtime_classes(torch::Library& m) {
                        int64_t, int64_t, int64_t, int64_t>())
       .def("start", &BatchPrefetcher::start)
       .def("next", &BatchPrefetcher::next)
-      .def("stop", &BatchPrefetcher::stop)
-      .def("depth", &BatchPrefetcher::depth);
+      .def("stop", &BatchPrefetcher::stop);
   m.class_<HeteroSubgraphSampler>("HeteroSubgraphSampler")
       .def(torch::init<at::Tensor, at::Tensor, at::Tensor, std::vector<int64_t>,
                        std::vector<int64_t>, std::vector<int64_t>, std::vector<int64_t>,

@@ -366,17 +366,7 @@ class SampleLoader:
         self.timer = None  # see _build_one
         self.prefetch = prefetch
         if prefetch_in_cpp:
-            why = ("prefetch is 0" if prefetch == 0 else
-                   f"workers={workers}" if workers != 1 else
-                   "prefetch_sms is given" if prefetch_sms is not None else
-                   "the sampler is not a GraphSageSampler"
-                   if not isinstance(sampler, GraphSageSampler) else
-                   "the sampler has rules (weights, times or trees)" if sampler.has_rules else
-                   f"the feature is a {type(feature).__name__}, not a Feature"
-                   if feature is not None and not isinstance(feature, Feature) else
-                   "the sampler is on the CPU and the feature's rows are read on a GPU"
-                   if feature is not None and sampler.device.type == "cpu"
-                   and feature.device_for(None).type != "cpu" else None)
+            why = _why_not_in_cpp(sampler, feature, prefetch, workers, prefetch_sms)
             if why:
                 raise ValueError(f"prefetch_in_cpp=True builds batches ahead, one at a time, "
                                  f"with a GraphSageSampler without rules and a Feature (or "
@@ -468,6 +458,28 @@ class SampleLoader:
         if timer:
             timer.lap("gather", t)
         return Batch(n_id, batch_size, adjs, x, y)
+
+
+def _why_not_in_cpp(sampler, feature, prefetch: int, workers: int,
+                    prefetch_sms: Optional[int]) -> Optional[str]:
+    """Why the C++ prefetcher cannot build this SampleLoader's batches; None when it can."""
+    if prefetch == 0:
+        return "prefetch is 0"
+    if workers != 1:
+        return f"workers={workers}"
+    if prefetch_sms is not None:
+        return "prefetch_sms is given"
+    if not isinstance(sampler, GraphSageSampler):
+        return "the sampler is not a GraphSageSampler"
+    if sampler.has_rules:
+        return "the sampler has rules (weights, times or trees)"
+    if feature is None:
+        return None
+    if not isinstance(feature, Feature):
+        return f"the feature is a {type(feature).__name__}, not a Feature"
+    if sampler.device.type == "cpu" and feature.device_for(None).type != "cpu":
+        return "the sampler is on the CPU and the feature's rows are read on a GPU"
+    return None
 
 
 class _Epochs:

@@ -145,8 +145,8 @@ Options parse(int argc, char** argv) {
              "                      reaches X (default: 0)\n"
              "  --eval-nodes N      test nodes scored after each epoch (default: 10000)\n"
              "  --split 1|0         time sampling, gathering and the model apart (1, default)\n"
-             "  --prefetch N        build batches N ahead in a BatchPrefetcher thread (0: in line)\n"
              "                      or the epoch only (0: no synchronization between phases)\n"
+             "  --prefetch N        build batches N ahead in a BatchPrefetcher thread (0: in line)\n"
              "  --seed N            seeds the synthetic graph, the model and the batches\n"
              "  --serve N           then serve N requests through quiver's ServingRuntime\n"
              "  --clients N         threads sending those requests (default: 4)\n"
@@ -864,6 +864,14 @@ int run(const Options& o) {
     int64_t batches = 0;
     const auto epoch_start = std::chrono::steady_clock::now();
     Tensor order = g.train_idx.index_select(0, torch::randperm(g.train_idx.numel()));
+    auto train_step = [&](const Tensor& x, const std::vector<Layer>& layers, const Tensor& y) {
+      optimizer.zero_grad();
+      Tensor loss = torch::nn::functional::cross_entropy(model->forward(x, layers), y);
+      loss.backward();
+      optimizer.step();
+      total_loss += loss.item<double>();  // waits for the step, as Python's float(loss) does
+      ++batches;
+    };
     if (prefetcher) {
       std::vector<Tensor> seed_batches;
       for (const Tensor& seeds : order.split(o.batch_size)) seed_batches.push_back(seeds.contiguous());
@@ -873,35 +881,26 @@ int run(const Options& o) {
                                                            draws.data_ptr<int64_t>() + draws.numel()));
       for (std::vector<Tensor> built = prefetcher->next(); !built.empty();
            built = prefetcher->next()) {
-        const Batch batch = Sampler::batch_of(built[0], built[1], built[2], built[4], built[5]);
-        optimizer.zero_grad();
-        Tensor loss = torch::nn::functional::cross_entropy(model->forward(built[6], batch.layers),
-                                                           built[7]);
-        loss.backward();
-        optimizer.step();
-        total_loss += loss.item<double>();
-        ++batches;
+        // (node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop, x, y)
+        train_step(built[6], Sampler::batch_of(built[0], built[1], built[2], built[4], built[5]).layers,
+                   built[7]);
       }
       prefetcher->stop();
-    }
-    for (const Tensor& seeds : prefetcher ? std::vector<Tensor>{} : order.split(o.batch_size)) {
-      auto t = std::chrono::steady_clock::now();
-      Batch batch = sampler.sample(seeds);
-      synchronize(device, o.split);
-      t_sample += seconds_since(t);
-      t = std::chrono::steady_clock::now();
-      Tensor x = tiers->gather(batch.node_ids);
-      Tensor y = labels.index_select(0, seeds.to(device));
-      synchronize(device, o.split);
-      t_gather += seconds_since(t);
-      t = std::chrono::steady_clock::now();
-      optimizer.zero_grad();
-      Tensor loss = torch::nn::functional::cross_entropy(model->forward(x, batch.layers), y);
-      loss.backward();
-      optimizer.step();
-      total_loss += loss.item<double>();  // waits for the step, as Python's float(loss) does
-      t_model += seconds_since(t);
-      ++batches;
+    } else {
+      for (const Tensor& seeds : order.split(o.batch_size)) {
+        auto t = std::chrono::steady_clock::now();
+        Batch batch = sampler.sample(seeds);
+        synchronize(device, o.split);
+        t_sample += seconds_since(t);
+        t = std::chrono::steady_clock::now();
+        Tensor x = tiers->gather(batch.node_ids);
+        Tensor y = labels.index_select(0, seeds.to(device));
+        synchronize(device, o.split);
+        t_gather += seconds_since(t);
+        t = std::chrono::steady_clock::now();
+        train_step(x, batch.layers, y);
+        t_model += seconds_since(t);
+      }
     }
     synchronize(device);
     const double epoch_time = seconds_since(epoch_start);

@@ -64,7 +64,6 @@ class BatchPrefetcher : public torch::CustomClassHolder {
   // Stops the epoch's thread and drops the batches built ahead (start and the destructor
   // call it). A build under way finishes first.
   void stop();
-  int64_t depth() const { return depth_; }
 
  private:
   struct Built {
