@@ -99,6 +99,14 @@ def parse_args(argv=None):
     parser.add_argument("--save", default=None,
                         help="write the trained model and what rebuilds its graph to this "
                              "file (examples/serve_sage.py serves it)")
+    parser.add_argument("--prefetch-in-cpp", action="store_true",
+                        help="build the batches ahead in a C++ thread (SampleLoader's "
+                             "prefetch_in_cpp) instead of a Python one")
+    parser.add_argument("--step", default="lean", choices=["plain", "lean"],
+                        help="lean (default): fused Adam on a GPU and, under torchrun, DDP "
+                             "with a static graph and gradients viewing its buckets: less "
+                             "host work a step, which bounds this model's step; plain: "
+                             "PyTorch's defaults")
     parser.add_argument("--progress", default="auto", choices=["auto", "bar", "lines"],
                         help="a progress bar per epoch (bar), one line per epoch only "
                              "(lines), or a bar when stdout is a terminal (auto)")
@@ -279,9 +287,11 @@ def main(argv=None) -> dict:
     model = SAGE(feature.shape[1], args.hidden, meta["num_classes"], len(fanouts)).to(device)
     core = model
     if run.distributed:
+        lean = {"static_graph": True, "gradient_as_bucket_view": True} if args.step == "lean" else {}
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
-                                        else None)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+                                        else None, **lean)
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr,
+                                 fused=args.step == "lean" and device.type == "cuda")
     labels = meta["y"].to(device)
     # Every process gets as many batches as every other (DDP steps together): its share of
     # the seeds, shuffled every epoch by the loader.
@@ -290,7 +300,7 @@ def main(argv=None) -> dict:
     loader = qv.SampleLoader(sampler, feature, train, args.batch_size, labels=labels,
                              prefetch=(max(args.prefetch, args.loader_workers) if args.prefetch
                                        else 0),  # workers > 1 with 0: the loader says why
-                             workers=args.loader_workers)
+                             workers=args.loader_workers, prefetch_in_cpp=args.prefetch_in_cpp)
     eval_gen = torch.Generator().manual_seed(args.seed + 1)
     test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(), generator=eval_gen)
                             [:args.eval_nodes]][run.rank::run.world]

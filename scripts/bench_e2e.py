@@ -278,7 +278,8 @@ def single_gpu(args, results):
         model = sage(num_features, args.hidden, num_classes, len(fanouts)).to(device)
         if x.dtype != torch.float32:  # 16-bit features are stored, the model trains in f32
             model = FloatInput(model)
-        return model, torch.optim.Adam(model.parameters(), lr=0.003)
+        return model, torch.optim.Adam(model.parameters(), lr=0.003,
+                                       fused=args.fused_adam and cuda)
 
     def record(name, epoch, split=None, note=""):
         row = {"config": name, "epoch_s": epoch, "split": split or {},
@@ -602,43 +603,56 @@ def plot_epochs(results, path):
 
 
 def scaling(args, results):
-    """examples/train_sage.py under torchrun on 1..N GPUs, both cache policies."""
+    """examples/train_sage.py under torchrun on 1..N GPUs, both cache policies, each training
+    variant (--scaling-variants: the training step, and 'cpp' for the C++ loader thread) with
+    its own one-GPU baseline."""
     counts = [int(n) for n in args.scaling.split(",")]
     runs = []
-    for policy in ("device_replicate", "p2p_clique_replicate"):
-        for n in counts:
-            if n == 1 and policy != "device_replicate":
-                continue  # one GPU: the policies are the same
-            with tempfile.TemporaryDirectory() as tmp:
-                report = Path(tmp) / "report.json"
-                command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           f"--nproc-per-node={n}", str(REPO / "examples" / "train_sage.py"),
-                           "--size", args.graph, "--epochs", str(args.scaling_epochs),
-                           "--cache-size", args.cache, "--cache-policy", policy,
-                           "--mode", args.scaling_mode, "--report", str(report)]
-                start = time.perf_counter()
-                done = subprocess.run(command, capture_output=True, text=True,
-                                      env={**os.environ, "PYTHONUNBUFFERED": "1"})
-                if done.returncode != 0:
-                    print(done.stdout[-4000:], done.stderr[-4000:])
-                    raise SystemExit(f"torchrun on {n} GPUs failed ({policy})")
-                history = json.loads(report.read_text())["history"]
-            timed = history[1:]  # the first epoch warms up
-            epoch = sum(h["time"] for h in timed) / len(timed)
-            run = {"gpus": n, "policy": policy, "epoch_s": epoch,
-                   "accuracy": history[-1]["accuracy"], "wall_s": time.perf_counter() - start,
-                   "epochs": [h["time"] for h in history]}
-            runs.append(run)
-            print(f"   {n} GPU(s) {policy:<22} epoch {epoch:6.2f} s  accuracy "
-                  f"{run['accuracy']:.3f}  (run took {run['wall_s']:.0f}s)", flush=True)
-    one = next(r["epoch_s"] for r in runs if r["gpus"] == 1)
+    for step in args.scaling_variants.split(","):
+        step_name, *extras = step.split("+")
+        if step_name not in ("plain", "lean") or set(extras) - {"cpp"}:
+            raise SystemExit(f"--scaling-variants: plain or lean, optionally +cpp; got {step}")
+        for policy in args.scaling_policies.split(","):
+            for n in counts:
+                if n == 1 and policy != args.scaling_policies.split(",")[0]:
+                    continue  # one GPU: the policies are the same
+                with tempfile.TemporaryDirectory() as tmp:
+                    report = Path(tmp) / "report.json"
+                    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                               f"--nproc-per-node={n}", str(REPO / "examples" / "train_sage.py"),
+                               "--size", args.graph, "--epochs", str(args.scaling_epochs),
+                               "--cache-size", args.cache, "--cache-policy", policy,
+                               "--mode", args.scaling_mode, "--step", step_name,
+                               "--report", str(report)] + (
+                                   ["--prefetch-in-cpp"] if "cpp" in extras else [])
+                    start = time.perf_counter()
+                    done = subprocess.run(command, capture_output=True, text=True,
+                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                    if done.returncode != 0:
+                        print(done.stdout[-4000:], done.stderr[-4000:])
+                        raise SystemExit(f"torchrun on {n} GPUs failed ({policy}, {step} step)")
+                    history = json.loads(report.read_text())["history"]
+                timed = history[1:]  # the first epoch warms up
+                epoch = sum(h["time"] for h in timed) / len(timed)
+                wait = sum(h.get("wait", 0.0) for h in timed) / len(timed)
+                run = {"gpus": n, "policy": policy, "step": step, "epoch_s": epoch,
+                       "wait_s": wait, "accuracy": history[-1]["accuracy"],
+                       "wall_s": time.perf_counter() - start,
+                       "epochs": [h["time"] for h in history]}
+                runs.append(run)
+                print(f"   {n} GPU(s) {policy:<22} {step:<8} epoch {epoch:6.2f} s  waiting "
+                      f"{wait:5.2f} s  accuracy {run['accuracy']:.3f}  (run took "
+                      f"{run['wall_s']:.0f}s)", flush=True)
     print(f"\ntorchrun scaling on {torch.cuda.get_device_name()}, '{args.graph}' graph, "
-          f"{args.scaling_mode} sampling, {args.cache} cache; throughput against one GPU")
-    print(f"{'GPUs':>4} {'policy':<22} {'epoch s':>8} {'speed-up':>9} {'accuracy':>9}")
+          f"{args.scaling_mode} sampling, {args.cache} cache; throughput against one GPU with "
+          f"the same step; 'waiting': rank 0's time in next(loader)")
+    print(f"{'GPUs':>4} {'policy':<22} {'step':<8} {'epoch s':>8} {'waiting s':>9} "
+          f"{'speed-up':>9} {'accuracy':>9}")
     for run in runs:
+        one = next(r["epoch_s"] for r in runs if r["gpus"] == 1 and r["step"] == run["step"])
         run["speedup"] = one / run["epoch_s"]
-        print(f"{run['gpus']:>4} {run['policy']:<22} {run['epoch_s']:8.2f} "
-              f"{run['speedup']:8.2f}x {run['accuracy']:9.3f}")
+        print(f"{run['gpus']:>4} {run['policy']:<22} {run['step']:<8} {run['epoch_s']:8.2f} "
+              f"{run['wait_s']:9.2f} {run['speedup']:8.2f}x {run['accuracy']:9.3f}")
     results["scaling"] = {"graph": args.graph, "mode": args.scaling_mode, "cache": args.cache,
                           "device": torch.cuda.get_device_name(), "runs": runs}
 
@@ -674,12 +688,20 @@ def main():
                              "it runs in line")
     parser.add_argument("--replot", default=None,
                         help="only draw --plot from the --json of an earlier run")
+    parser.add_argument("--fused-adam", action="store_true",
+                        help="one fused Adam kernel a step (examples/train_sage.py --step lean) "
+                             "for every model timed")
     parser.add_argument("--no-cpu-pipeline", action="store_true",
                         help="skip configuration 5 (CPU sampling and gather; slow)")
     parser.add_argument("--scaling", default=None,
                         help="GPU counts for torchrun runs, e.g. 1,2,4 (skips the one-GPU table)")
     parser.add_argument("--scaling-mode", default="GPU", choices=["GPU", "UVA"])
     parser.add_argument("--scaling-epochs", type=int, default=3)
+    parser.add_argument("--scaling-variants", default="lean",
+                        help="examples/train_sage.py variants: --step plain or lean, +cpp for "
+                             "--prefetch-in-cpp (e.g. plain,lean,lean+cpp)")
+    parser.add_argument("--scaling-policies", default="device_replicate,p2p_clique_replicate",
+                        help="cache policies to run (one GPU runs once, under the first)")
     parser.add_argument("--compile", action="store_true",
                         help="only time torch.compile and the AOTInductor package against eager")
     parser.add_argument("--cpp", default=None,
