@@ -73,15 +73,18 @@ def main(argv=None):
     parser.add_argument("--package", default=None,
                         help="compile the model into this AOTInductor package and serve it "
                              "from C++ threads (default: the model in Python threads)")
+    parser.add_argument("--server", default="auto", choices=["auto", "uvicorn", "stdlib"],
+                        help="the HTTP server: uvicorn (where installed; auto picks it) or the "
+                             "standard library's threads")
     parser.add_argument("--duration", type=float, default=None,
                         help="serve this many seconds, then shut down (default: until "
                              "Ctrl-C or SIGTERM)")
     args = parser.parse_args(argv)
     checkpoint = torch.load(args.checkpoint, weights_only=False)
     runtime = build_runtime(checkpoint, args)
-    server = serve_http(runtime, args.host, args.port)
-    print(f"serving {checkpoint['size']!r} GraphSAGE at {server.url} (POST /predict, GET "
-          f"/health); dispatch threshold PSGS {runtime.threshold:.0f}", flush=True)
+    server = serve_http(runtime, args.host, args.port, server=args.server)
+    print(f"serving {checkpoint['size']!r} GraphSAGE at {server.url} ({server.kind}; POST "
+          f"/predict, GET /health); dispatch threshold PSGS {runtime.threshold:.0f}", flush=True)
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())

@@ -52,7 +52,7 @@ CONFIGS = {"cpu": dict(cpu_samplers=8, gpu_streams=0),
 
 
 def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0.0,
-                 package=None):
+                 package=None, server_kind="auto"):
     import torch_quiver_ops as qv
     from torch_quiver_ops.serving import (ServingPool, ServingRuntime, package_for_serving,
                                           serve_http)
@@ -93,8 +93,8 @@ def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0
         errors = collections.Counter()
         result = run_load(runtime, graph.num_nodes, rate, duration, 64, errors=errors)
         direct.append((rate, result, errors))
-    server = serve_http(runtime)
-    port_out.put((server.url, graph.num_nodes, runtime.threshold, direct))
+    server = serve_http(runtime, server=server_kind)
+    port_out.put((server.url, server.kind, graph.num_nodes, runtime.threshold, direct))
     stop.wait()
     server.shutdown()
     port_out.put(runtime.stats())
@@ -277,6 +277,8 @@ def main():
                         help="python: the model in Python threads; package: compiled by "
                              "AOTInductor (package_for_serving) and run by the runtime's C++ "
                              "threads")
+    parser.add_argument("--server", default="auto", choices=["auto", "uvicorn", "stdlib"],
+                        help="the self-hosted endpoint's HTTP server (serve_http's server)")
     parser.add_argument("--json")
     parser.add_argument("--plot")
     parser.add_argument("--png", default="serve_load.png")
@@ -302,10 +304,10 @@ def main():
             direct_rates = [float(r) for r in args.direct_rates.split(",") if r]
             child = context.Process(target=_serve_child,
                                     args=(args.graph, config, port_out, stop, direct_rates,
-                                          args.duration, package))
+                                          args.duration, package, args.server))
             child.start()
-            url, num_nodes, threshold, direct = _from_child(port_out, child, 900)
-            print(f"{config}: serving at {url}, dispatch threshold PSGS {threshold}", flush=True)
+            url, kind, num_nodes, threshold, direct = _from_child(port_out, child, 900)
+            print(f"{config}: serving at {url} ({kind}), dispatch threshold PSGS {threshold}", flush=True)
             for rate, result, errors in direct:
                 rows.append(row_of(f"{config} direct", rate, *result, threshold, errors))
                 print_row(rows[-1])

@@ -41,6 +41,14 @@ def graph():
     return synthetic_graph("tiny", seed=0)
 
 
+@pytest.fixture(params=["stdlib", "uvicorn"])
+def server_kind(request):
+    """Each endpoint test runs on both servers (uvicorn: CI installs it with the test tools)."""
+    if request.param == "uvicorn":
+        pytest.importorskip("uvicorn")
+    return request.param
+
+
 def runtime_for(graph, fanouts=(-1, -1), **kwargs):
     torch.manual_seed(0)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
@@ -191,7 +199,7 @@ def test_one_waiter_a_ticket_and_nothing_outstanding_after_a_close_that_gives_up
     assert runtime._runtime.answered_batches() == 1
 
 
-def test_a_pool_spreads_requests_over_its_runtimes_and_serves_http(graph):
+def test_a_pool_spreads_requests_over_its_runtimes_and_serves_http(graph, server_kind):
     """Two runtimes (one per GPU in production; CPU samplers here) behind a ServingPool:
     requests go to the runtime with fewer outstanding, every answer equals the offline model's, the endpoint
     serves the pool, and its shutdown closes both runtimes."""
@@ -200,7 +208,8 @@ def test_a_pool_spreads_requests_over_its_runtimes_and_serves_http(graph):
     pool = ServingPool([first, second])
     assert pool.num_nodes == graph.num_nodes and pool.max_batch_nodes == 1024
     sampler = qv.GraphSageSampler(topo, [-1, -1], device="cpu", mode="CPU")
-    server = serve_http(pool)
+    server = serve_http(pool, server=server_kind)
+    assert server.kind == server_kind
     try:
         answers = [(ids, pool.submit(ids)) for ids in
                    (torch.tensor([k, k + 100, 3]) for k in range(12))]
@@ -322,9 +331,27 @@ def test_bad_options_are_value_errors(graph):
             runtime_for(graph, latency_objective_ms=bad, cpu_samplers=1)
 
 
-def test_http_answers_and_refuses_bad_requests(graph):
+def raw_request(url, head: bytes, body: bytes = b""):
+    """Sends a hand-written request (headers a client library would not send) and returns
+    the status and the JSON body of the answer."""
+    import http.client
+    import socket
+    from urllib.parse import urlparse
+    parsed = urlparse(url)
+    with socket.create_connection((parsed.hostname, parsed.port), timeout=30) as sock:
+        sock.sendall(head + body)
+        answer = http.client.HTTPResponse(sock)
+        answer.begin()
+        data = answer.read()
+    try:
+        return answer.status, json.loads(data)
+    except ValueError:  # the server's own refusal (uvicorn's parser), not our JSON
+        return answer.status, {"error": data.decode(errors="replace")}
+
+
+def test_http_answers_and_refuses_bad_requests(graph, server_kind):
     runtime, _ = runtime_for(graph, (5, 3), max_batch_nodes=64)
-    server = serve_http(runtime)
+    server = serve_http(runtime, server=server_kind)
     try:
         status, body = post(server.url, {"nodes": [1, 2, 3]})
         assert status == 200 and len(body["predictions"]) == 3
@@ -339,6 +366,18 @@ def test_http_answers_and_refuses_bad_requests(graph):
                 ({"nodes": list(range(65))}, 413, "at most 64")]:
             status, body = post(server.url, bad)
             assert status == code and words in body["error"], (bad, status, body)
+        status, body = raw_request(server.url, b"POST /predict HTTP/1.1\r\nHost: x\r\n"
+                                   b"Content-Length: 2000000\r\n\r\n")
+        assert status == 413 and "1 MiB" in body["error"], (status, body)
+        status, body = raw_request(server.url, b"POST /predict HTTP/1.1\r\nHost: x\r\n"
+                                   b"Content-Length: -5\r\n\r\n")
+        assert status == 400, (status, body)
+        status, body = raw_request(server.url, b"POST /predict HTTP/1.1\r\nHost: x\r\n"
+                                   b"Content-Length: 4\r\n\r\n", b"\xff\xfe[]")
+        assert status == 400, (status, body)
+        status, body = raw_request(server.url, b"POST /other HTTP/1.1\r\nHost: x\r\n"
+                                   b"Content-Length: 2\r\n\r\n", b"{}")
+        assert status == 404 and "/other" in body["error"], (status, body)
         status, body = post(server.url, {"nodes": [7]})  # still serving
         assert status == 200
         with urllib.request.urlopen(server.url + "/health", timeout=10) as answer:
@@ -348,13 +387,27 @@ def test_http_answers_and_refuses_bad_requests(graph):
         server.shutdown()
 
 
-def test_overload_gets_503_and_memory_stays_bounded(graph):
+def test_a_busy_port_is_an_error(graph, server_kind):
+    first, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    second, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(first, server=server_kind)
+    try:
+        with pytest.raises((OSError, RuntimeError)):
+            serve_http(second, port=int(server.url.rsplit(":", 1)[1]), server=server_kind)
+        with pytest.raises(ValueError, match="server must be one of"):
+            serve_http(second, server="flask")
+    finally:
+        server.shutdown()
+        second.close()
+
+
+def test_overload_gets_503_and_memory_stays_bounded(graph, server_kind):
     # A forming batch takes in requests that arrive while it forms (between two submits it
     # may release the lock), at most max_batch_nodes of them: kept small, so that a few
     # submits overflow the queue however the threads interleave.
     runtime, _ = runtime_for(graph, (3,), max_queue=2, max_wait_ms=0.0, cpu_samplers=1,
                              delay=0.2, max_batch_nodes=4)
-    server = serve_http(runtime)
+    server = serve_http(runtime, server=server_kind)
     try:
         results = []
 
@@ -376,10 +429,10 @@ def test_overload_gets_503_and_memory_stays_bounded(graph):
         server.shutdown()
 
 
-def test_shutdown_answers_every_accepted_request(graph):
+def test_shutdown_answers_every_accepted_request(graph, server_kind):
     runtime, _ = runtime_for(graph, (3,), max_queue=64, max_wait_ms=1.0, cpu_samplers=1,
                              delay=0.05)
-    server = serve_http(runtime)
+    server = serve_http(runtime, server=server_kind)
     results = []
 
     def one(i):
