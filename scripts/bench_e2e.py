@@ -393,7 +393,8 @@ def single_gpu(args, results):
             torch.manual_seed(1)
             model = PygSAGE(num_features, args.hidden, num_classes, len(fanouts),
                             variant).to(device)
-            optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.003,
+                                         fused=args.fused_adam and cuda)
             pyg_epoch(built[:4], model, optimizer, device)
             alone = pyg_epoch(built, model, optimizer, device) / len(built) * num_batches
             pyg_epoch(qv.Prefetcher(loader, device), model, optimizer, device)  # warm-up
@@ -485,7 +486,8 @@ def compile_speed(args, results):
     torch.manual_seed(1)
     model = example.SampledSAGE(graph.x.size(1), args.hidden, graph.num_classes,
                                 fanouts).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.003,
+                                 fused=args.fused_adam and device.type == "cuda")
 
     def loss_of(indptr, indices, table, seeds):
         scores = model(indptr, indices, table, seeds)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, Optional, Sequence, Union
+from urllib.parse import urlsplit
 
 import torch
 from torch import Tensor
@@ -470,8 +471,8 @@ def _answer(nodes, answer, to_json, timeout: float = 60.0):
     return HTTPStatus.OK, {"nodes": nodes, "predictions": to_json(out)}
 
 
-def _not_found(path: str) -> _Reply:
-    return _Reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {path!r}"})
+def _not_found(path: str, close: bool = False) -> _Reply:
+    return _Reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {path!r}"}, close=close)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -481,6 +482,9 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body leave in two writes: with Nagle's algorithm the second waits for the
     # client's delayed ACK of the first (about 40 ms on Linux).
     disable_nagle_algorithm = True
+    # An idle kept-alive connection closes after this many seconds (uvicorn's default too),
+    # so that shutdown, which joins every connection's thread, never waits on one forever.
+    timeout = 5
 
     def log_message(self, format, *args):  # noqa: A002 (the base class's name)
         pass  # one line per request on stderr would swamp a load test
@@ -496,20 +500,26 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _refuse(self, reply: _Reply) -> None:
-        self._reply(reply.status, reply.body, reply.headers)
-        if reply.close:
-            self.close_connection = True
+        # send_header("Connection", "close") also ends the connection after this answer.
+        self._reply(reply.status, reply.body,
+                    {**reply.headers, **({"Connection": "close"} if reply.close else {})})
 
     def do_GET(self):  # noqa: N802 (http.server's name)
-        if self.path == "/health":
+        path = urlsplit(self.path).path
+        if path == "/health":
             self._reply(HTTPStatus.OK, {"status": "ok", **self.runtime.stats()})
         else:
-            self._refuse(_not_found(self.path))
+            self._refuse(_not_found(path))
 
     def do_POST(self):  # noqa: N802
         try:
-            if self.path != "/predict":
-                raise _not_found(self.path)
+            path = urlsplit(self.path).path
+            if path != "/predict":  # the body is left unread: the connection must close
+                raise _not_found(path, close=True)
+            if self.headers.get("Transfer-Encoding"):
+                raise _Reply(HTTPStatus.LENGTH_REQUIRED,
+                             {"error": "send the body with a Content-Length (this server "
+                                       "reads no chunked bodies)"}, close=True)
             length = _body_length(self.headers.get("Content-Length"))
             nodes, answer = _submit_body(self.runtime, self.rfile.read(length))
         except _Reply as reply:
@@ -527,7 +537,13 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
     from concurrent.futures import ThreadPoolExecutor
 
     to_json = to_json or (lambda out: out.argmax(-1).tolist())
-    pool = ThreadPoolExecutor(max_workers=waiters, thread_name_prefix="quiver-http-wait")
+    waiting = []  # the pool of waiting threads, made at start-up or at the first request
+
+    def pool() -> ThreadPoolExecutor:
+        if not waiting:
+            waiting.append(ThreadPoolExecutor(max_workers=waiters,
+                                              thread_name_prefix="quiver-http-wait"))
+        return waiting[0]
 
     async def send_json(send, status: int, body: dict, headers: Optional[dict] = None):
         data = json.dumps(body).encode()
@@ -558,9 +574,11 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
             while True:
                 message = await receive()
                 if message["type"] == "lifespan.startup":
+                    pool()
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
-                    pool.shutdown(wait=True)  # every accepted request has had its answer
+                    if waiting:  # every accepted request has had its answer by now
+                        await asyncio.to_thread(waiting.pop().shutdown)
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         if scope["type"] != "http":
@@ -584,7 +602,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
         except ConnectionResetError:
             return
         status, body = await asyncio.get_running_loop().run_in_executor(
-            pool, _answer, nodes, answer, to_json)
+            pool(), _answer, nodes, answer, to_json)
         await send_json(send, status, body)
 
     return app
@@ -625,11 +643,22 @@ class HttpServer:
                                             name="quiver-http", daemon=True)
             self._thread.start()
         else:
+            if not _has_uvicorn():
+                raise ValueError("server='uvicorn' needs uvicorn (pip install uvicorn "
+                                 "httptools); server='stdlib' needs nothing")
+            import logging
+            import socket
+
             import uvicorn
+            # One address: a name such as localhost would be bound once per address, each
+            # on its own port when port is 0.
+            address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
             # uvicorn binds the socket itself: one handed to it bound makes its replies wait
-            # for delayed ACKs (about 40 ms each on Linux, measured).
-            config = uvicorn.Config(asgi_app(runtime, to_json), host=host, port=port,
-                                    log_level="warning", access_log=False, lifespan="on",
+            # for delayed ACKs (about 40 ms each on Linux, measured). log_config=None keeps
+            # the program's own logging as it is (uvicorn's would replace its handlers).
+            logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+            config = uvicorn.Config(asgi_app(runtime, to_json), host=address, port=port,
+                                    log_config=None, access_log=False, lifespan="on",
                                     timeout_graceful_shutdown=90)
             self._uvicorn = uvicorn.Server(config)
             self._uvicorn.install_signal_handlers = lambda: None  # not the main thread

@@ -380,6 +380,28 @@ def test_http_answers_and_refuses_bad_requests(graph, server_kind):
         assert status == 404 and "/other" in body["error"], (status, body)
         status, body = post(server.url, {"nodes": [7]})  # still serving
         assert status == 200
+        # One kept-alive connection: a refused request's unread body is not taken for the
+        # next request (the stdlib server closes the connection; http.client reopens it).
+        import http.client
+        from urllib.parse import urlparse
+        parsed = urlparse(server.url)
+        connection = http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=30)
+        try:
+            for path, code in [("/other", 404), ("/predict", 200), ("/predict", 200)]:
+                connection.request("POST", path, json.dumps({"nodes": [1, 2]}),
+                                   {"Content-Type": "application/json"})
+                answer = connection.getresponse()
+                assert answer.status == code, (path, answer.status, answer.read())
+                answer.read()
+        finally:
+            connection.close()
+        status, body = raw_request(server.url, b"POST /predict HTTP/1.1\r\nHost: x\r\n"
+                                   b"Transfer-Encoding: chunked\r\n\r\n",
+                                   b"11\r\n{\"nodes\": [1, 2]}\r\n0\r\n\r\n")  # 0x11 bytes
+        # uvicorn reads chunked bodies; the stdlib server asks for a Content-Length.
+        assert status == (200 if server_kind == "uvicorn" else 411), (status, body)
+        with urllib.request.urlopen(server.url + "/health?verbose=1", timeout=10) as answer:
+            assert answer.status == 200
         with urllib.request.urlopen(server.url + "/health", timeout=10) as answer:
             health = json.loads(answer.read())
         assert health["status"] == "ok" and health["batches"] >= 2
@@ -399,6 +421,20 @@ def test_a_busy_port_is_an_error(graph, server_kind):
     finally:
         server.shutdown()
         second.close()
+
+
+def test_without_uvicorn_auto_serves_from_the_standard_library(graph, monkeypatch):
+    import torch_quiver_ops.serving as serving
+    monkeypatch.setattr(serving, "_has_uvicorn", lambda: False)
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    with pytest.raises(ValueError, match="needs uvicorn"):
+        serve_http(runtime, server="uvicorn")
+    server = serve_http(runtime)
+    try:
+        assert server.kind == "stdlib"
+        assert post(server.url, {"nodes": [1]})[0] == 200
+    finally:
+        server.shutdown()
 
 
 def test_overload_gets_503_and_memory_stays_bounded(graph, server_kind):
@@ -446,6 +482,7 @@ def test_shutdown_answers_every_accepted_request(graph, server_kind):
         time.sleep(0.005)
     assert runtime.accepted == 8
     server.shutdown()
+    assert not server._thread.is_alive()  # the server stopped before the runtime closed
     for t in threads:
         t.join()
     assert len(results) == 8
