@@ -148,6 +148,7 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
     def sender():
         connection = (http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
                       if parsed else None)
+        last_used = time.perf_counter()
         while True:
             with lock:
                 i = next_index[0]
@@ -163,7 +164,12 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
             if connection is None:
                 status = call(ids[i])
             else:
+                if time.perf_counter() - last_used > 4.0:  # servers close idle connections
+                    connection.close()                     # after 5 s (uvicorn, stdlib)
+                    connection = http.client.HTTPConnection(parsed.hostname, parsed.port,
+                                                            timeout=60)
                 status = post(connection, ids[i])
+                last_used = time.perf_counter()
                 if status == -1:  # a broken connection: a new one for the next request
                     connection.close()
                     connection = http.client.HTTPConnection(parsed.hostname, parsed.port,
