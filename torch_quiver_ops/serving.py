@@ -471,6 +471,11 @@ def _answer(nodes, answer, to_json, timeout: float = 60.0):
     return HTTPStatus.OK, {"nodes": nodes, "predictions": to_json(out)}
 
 
+def _argmax_classes(out: Tensor) -> list:
+    """The default answer: each node's class, the argmax of its model output row."""
+    return out.argmax(-1).tolist()
+
+
 def _not_found(path: str, close: bool = False) -> _Reply:
     return _Reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {path!r}"}, close=close)
 
@@ -536,7 +541,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
     import asyncio
     from concurrent.futures import ThreadPoolExecutor
 
-    to_json = to_json or (lambda out: out.argmax(-1).tolist())
+    to_json = to_json or _argmax_classes
     waiting = []  # the pool of waiting threads, made at start-up or at the first request
 
     def pool() -> ThreadPoolExecutor:
@@ -635,7 +640,7 @@ class HttpServer:
         if server == "stdlib":
             handler = type("Handler", (_Handler,), {
                 "runtime": runtime,
-                "to_json": staticmethod(to_json or (lambda out: out.argmax(-1).tolist()))})
+                "to_json": staticmethod(to_json or _argmax_classes)})
             self._stdlib = _ThreadingServer((host, port), handler)
             self._stdlib.daemon_threads = False  # server_close waits for requests in flight
             bound = self._stdlib.server_address[1]
