@@ -609,14 +609,15 @@ def scaling(args, results):
     variant (--scaling-variants: the training step, and 'cpp' for the C++ loader thread) with
     its own one-GPU baseline."""
     counts = [int(n) for n in args.scaling.split(",")]
+    policies = args.scaling_policies.split(",")
     runs = []
     for step in args.scaling_variants.split(","):
         step_name, *extras = step.split("+")
         if step_name not in ("plain", "lean") or set(extras) - {"cpp"}:
             raise SystemExit(f"--scaling-variants: plain or lean, optionally +cpp; got {step}")
-        for policy in args.scaling_policies.split(","):
+        for policy in policies:
             for n in counts:
-                if n == 1 and policy != args.scaling_policies.split(",")[0]:
+                if n == 1 and policy != policies[0]:
                     continue  # one GPU: the policies are the same
                 with tempfile.TemporaryDirectory() as tmp:
                     report = Path(tmp) / "report.json"

@@ -146,9 +146,11 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
             return -1
 
     def sender():
-        connection = (http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
-                      if parsed else None)
-        last_used = time.perf_counter()
+        def connect():
+            return http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
+
+        connection = connect() if parsed else None
+        last_used, broken = time.perf_counter(), False
         while True:
             with lock:
                 i = next_index[0]
@@ -164,16 +166,13 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
             if connection is None:
                 status = call(ids[i])
             else:
-                if time.perf_counter() - last_used > 4.0:  # servers close idle connections
-                    connection.close()                     # after 5 s (uvicorn, stdlib)
-                    connection = http.client.HTTPConnection(parsed.hostname, parsed.port,
-                                                            timeout=60)
-                status = post(connection, ids[i])
-                last_used = time.perf_counter()
-                if status == -1:  # a broken connection: a new one for the next request
+                # A new connection after a broken one, or after 4 s idle: the endpoints
+                # close idle connections after 5 s (uvicorn, stdlib).
+                if broken or time.perf_counter() - last_used > 4.0:
                     connection.close()
-                    connection = http.client.HTTPConnection(parsed.hostname, parsed.port,
-                                                            timeout=60)
+                    connection = connect()
+                status = post(connection, ids[i])
+                last_used, broken = time.perf_counter(), status == -1
             done = time.perf_counter()
             with lock:
                 if status == 200:

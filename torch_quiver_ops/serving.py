@@ -424,6 +424,10 @@ class _Reply(Exception):
         super().__init__(body)
         self.status, self.body, self.headers, self.close = status, body, headers or {}, close
 
+    def headers_to_send(self) -> dict:
+        """Its headers, with ``Connection: close`` when the connection ends after it."""
+        return {**self.headers, **({"Connection": "close"} if self.close else {})}
+
 
 def _body_length(header: Optional[str]) -> int:
     """A request body's byte count from its Content-Length header, or the reply refusing it."""
@@ -506,8 +510,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _refuse(self, reply: _Reply) -> None:
         # send_header("Connection", "close") also ends the connection after this answer.
-        self._reply(reply.status, reply.body,
-                    {**reply.headers, **({"Connection": "close"} if reply.close else {})})
+        self._reply(reply.status, reply.body, reply.headers_to_send())
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         path = urlsplit(self.path).path
@@ -600,9 +603,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
             _body_length(dict(scope["headers"]).get(b"content-length", b"0").decode("latin-1"))
             nodes, answer = _submit_body(runtime, await read_body(receive, MAX_BODY_BYTES))
         except _Reply as reply:
-            await send_json(send, reply.status, reply.body,
-                            {**reply.headers, **({"Connection": "close"} if reply.close
-                                                 else {})})
+            await send_json(send, reply.status, reply.body, reply.headers_to_send())
             return
         except ConnectionResetError:
             return
@@ -637,53 +638,55 @@ class HttpServer:
         if server == "auto":
             server = "uvicorn" if _has_uvicorn() else "stdlib"
         self.runtime, self.kind = runtime, server
-        if server == "stdlib":
-            handler = type("Handler", (_Handler,), {
-                "runtime": runtime,
-                "to_json": staticmethod(to_json or _argmax_classes)})
-            self._stdlib = _ThreadingServer((host, port), handler)
-            self._stdlib.daemon_threads = False  # server_close waits for requests in flight
-            bound = self._stdlib.server_address[1]
-            self._thread = threading.Thread(target=self._stdlib.serve_forever,
-                                            name="quiver-http", daemon=True)
-            self._thread.start()
-        else:
-            if not _has_uvicorn():
-                raise ValueError("server='uvicorn' needs uvicorn (pip install uvicorn "
-                                 "httptools); server='stdlib' needs nothing")
-            import logging
-            import socket
+        start = self._start_stdlib if server == "stdlib" else self._start_uvicorn
+        self.url = f"http://{host}:{start(host, port, to_json or _argmax_classes)}"
 
-            import uvicorn
-            # One address: a name such as localhost would be bound once per address, each
-            # on its own port when port is 0.
-            address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
-            # uvicorn binds the socket itself: one handed to it bound makes its replies wait
-            # for delayed ACKs (about 40 ms each on Linux, measured). log_config=None keeps
-            # the program's own logging as it is (uvicorn's would replace its handlers).
-            logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-            config = uvicorn.Config(asgi_app(runtime, to_json), host=address, port=port,
-                                    log_config=None, access_log=False, lifespan="on",
-                                    timeout_graceful_shutdown=90)
-            self._uvicorn = uvicorn.Server(config)
-            self._uvicorn.install_signal_handlers = lambda: None  # not the main thread
-            failure = []
+    def _start_stdlib(self, host: str, port: int, to_json) -> int:
+        handler = type("Handler", (_Handler,), {"runtime": self.runtime,
+                                                "to_json": staticmethod(to_json)})
+        self._stdlib = _ThreadingServer((host, port), handler)
+        self._stdlib.daemon_threads = False  # server_close waits for requests in flight
+        self._thread = threading.Thread(target=self._stdlib.serve_forever, name="quiver-http",
+                                        daemon=True)
+        self._thread.start()
+        return self._stdlib.server_address[1]
 
-            def run():
-                try:
-                    self._uvicorn.run()
-                except SystemExit as exit_:  # uvicorn's way to fail at start-up (it logged why)
-                    failure.append(exit_)
+    def _start_uvicorn(self, host: str, port: int, to_json) -> int:
+        if not _has_uvicorn():
+            raise ValueError("server='uvicorn' needs uvicorn (pip install uvicorn httptools); "
+                             "server='stdlib' needs nothing")
+        import logging
+        import socket
 
-            self._thread = threading.Thread(target=run, name="quiver-http", daemon=True)
-            self._thread.start()
-            while not self._uvicorn.started and self._thread.is_alive():
-                threading.Event().wait(0.01)
-            if not self._uvicorn.started:
-                raise OSError(f"uvicorn could not serve on {host}:{port} (exit {failure}; "
-                              f"its log above says why, e.g. the port is taken)")
-            bound = self._uvicorn.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://{host}:{bound}"
+        import uvicorn
+        # One address: a name such as localhost would be bound once per address, each on its
+        # own port when port is 0.
+        address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][0]
+        # uvicorn binds the socket itself: one handed to it bound makes its replies wait for
+        # delayed ACKs (about 40 ms each on Linux, measured). log_config=None keeps the
+        # program's own logging as it is (uvicorn's would replace its handlers).
+        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+        config = uvicorn.Config(asgi_app(self.runtime, to_json), host=address, port=port,
+                                log_config=None, access_log=False, lifespan="on",
+                                timeout_graceful_shutdown=90)
+        self._uvicorn = uvicorn.Server(config)
+        self._uvicorn.install_signal_handlers = lambda: None  # not the main thread
+        failure = []
+
+        def run():
+            try:
+                self._uvicorn.run()
+            except SystemExit as exit_:  # uvicorn's way to fail at start-up (it logged why)
+                failure.append(exit_)
+
+        self._thread = threading.Thread(target=run, name="quiver-http", daemon=True)
+        self._thread.start()
+        while not self._uvicorn.started and self._thread.is_alive():
+            threading.Event().wait(0.01)
+        if not self._uvicorn.started:
+            raise OSError(f"uvicorn could not serve on {host}:{port} (exit {failure}; its log "
+                          f"above says why, e.g. the port is taken)")
+        return self._uvicorn.servers[0].sockets[0].getsockname()[1]
 
     def shutdown(self) -> None:
         if self.kind == "stdlib":
