@@ -136,6 +136,12 @@ class Clock:
         return now
 
 
+def longest_over_ranks(value: float, device: torch.device) -> float:
+    longest = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(longest, op=dist.ReduceOp.MAX)
+    return float(longest)
+
+
 class Run:
     """Who this process is: alone, or one of a torchrun job (one GPU each)."""
 
@@ -344,6 +350,11 @@ def main(argv=None) -> dict:
         else:
             tot = {"wait": waited, "model": epoch_time - waited}
             split = f"waiting for data {waited:.2f}s, model {epoch_time - waited:.2f}s"
+            if run.distributed:
+                # DDP steps together, so a rank that waits for its batches holds up all:
+                # the longest wait of any rank, beside this one's.
+                tot["wait_max"] = longest_over_ranks(waited, device)
+                split += f", longest wait of any rank {tot['wait_max']:.2f}s"
         if run.lead:
             print(f"epoch {epoch}: {epoch_time:6.2f}s  ({split})  loss "
                   f"{float(total_loss) / max(1, len(loader)):.3f}  test accuracy {accuracy:.3f} "

@@ -638,24 +638,29 @@ def scaling(args, results):
                 timed = history[1:]  # the first epoch warms up
                 epoch = sum(h["time"] for h in timed) / len(timed)
                 wait = sum(h.get("wait", 0.0) for h in timed) / len(timed)
+                wait_max = sum(h.get("wait_max", h.get("wait", 0.0)) for h in timed) / len(timed)
                 run = {"gpus": n, "policy": policy, "step": step, "epoch_s": epoch,
-                       "wait_s": wait, "accuracy": history[-1]["accuracy"],
+                       "wait_s": wait, "wait_max_s": wait_max,
+                       "accuracy": history[-1]["accuracy"],
                        "wall_s": time.perf_counter() - start,
                        "epochs": [h["time"] for h in history]}
                 runs.append(run)
                 print(f"   {n} GPU(s) {policy:<22} {step:<8} epoch {epoch:6.2f} s  waiting "
-                      f"{wait:5.2f} s  accuracy {run['accuracy']:.3f}  (run took "
+                      f"{wait:5.2f} s (longest {wait_max:5.2f} s)  accuracy "
+                      f"{run['accuracy']:.3f}  (run took "
                       f"{run['wall_s']:.0f}s)", flush=True)
     print(f"\ntorchrun scaling on {torch.cuda.get_device_name()}, '{args.graph}' graph, "
           f"{args.scaling_mode} sampling, {args.cache} cache; throughput against one GPU with "
-          f"the same step; 'waiting': rank 0's time in next(loader)")
+          f"the same step; 'waiting': rank 0's time in next(loader), 'longest': the longest "
+          f"of any rank")
     print(f"{'GPUs':>4} {'policy':<22} {'step':<8} {'epoch s':>8} {'waiting s':>9} "
-          f"{'speed-up':>9} {'accuracy':>9}")
+          f"{'longest s':>9} {'speed-up':>9} {'accuracy':>9}")
     for run in runs:
         one = next(r["epoch_s"] for r in runs if r["gpus"] == 1 and r["step"] == run["step"])
         run["speedup"] = one / run["epoch_s"]
         print(f"{run['gpus']:>4} {run['policy']:<22} {run['step']:<8} {run['epoch_s']:8.2f} "
-              f"{run['wait_s']:9.2f} {run['speedup']:8.2f}x {run['accuracy']:9.3f}")
+              f"{run['wait_s']:9.2f} {run['wait_max_s']:9.2f} {run['speedup']:8.2f}x "
+              f"{run['accuracy']:9.3f}")
     results["scaling"] = {"graph": args.graph, "mode": args.scaling_mode, "cache": args.cache,
                           "device": torch.cuda.get_device_name(), "runs": runs}
 

@@ -240,11 +240,12 @@ def open_payload(payload: tuple, reader: int) -> Tensor:
     return memory.view(dtype).view(shape)
 
 
-def local_shards(rows_of: Callable, clique: List[int], bounds, skip=()) -> Dict[int, tuple]:
+def local_shards(rows_of: Callable, clique: List[int], shard_ranks, skip=()) -> Dict[int, tuple]:
     """This process's ``(buffer, shard)`` of each of a clique's members (but those in
-    ``skip``); ``rows_of(begin, end, device)`` gives a member's rows on its GPU."""
-    return {device: shareable_copy(rows_of(begin, end, device), device)
-            for device, (begin, end) in zip(clique, bounds) if device not in skip}
+    ``skip``); ``rows_of(ranks, device)`` gives a member's rows (its ``shard_ranks``
+    entry) on its GPU."""
+    return {device: shareable_copy(rows_of(ranks, device), device)
+            for device, ranks in zip(clique, shard_ranks) if device not in skip}
 
 
 def shards_swapped_over(group):
@@ -255,14 +256,13 @@ def shards_swapped_over(group):
     worker raises instead of waiting for it."""
     import torch.distributed as dist
 
-    def make_shards(rows_of: Callable, clique: List[int], bounds) -> Dict[int, tuple]:
+    def make_shards(rows_of: Callable, clique: List[int], shard_ranks) -> Dict[int, tuple]:
         mine = torch.cuda.current_device()
         made: Dict[int, tuple] = {}
         payload = None
         try:
             if mine in clique:
-                begin, end = bounds[clique.index(mine)]
-                made[mine] = shareable_copy(rows_of(begin, end, mine), mine)
+                made[mine] = shareable_copy(rows_of(shard_ranks[clique.index(mine)], mine), mine)
                 payload = (mine, ipc_payload(*made[mine]))
         except Exception as error:  # noqa: BLE001 (sent to every worker, then raised)
             payload = ("error", f"{type(error).__name__}: {error}")
@@ -277,7 +277,8 @@ def shards_swapped_over(group):
         for item in gathered:
             if item is not None and item[0] in clique and item[0] not in made:
                 made[item[0]] = (None, open_payload(item[1], mine))  # a peer's, mapped
-        made.update(local_shards(rows_of, clique, bounds, skip=made))  # GPUs no worker runs on
+        # The shards of GPUs no worker runs on.
+        made.update(local_shards(rows_of, clique, shard_ranks, skip=made))
         return made
 
     return make_shards

@@ -3,7 +3,6 @@ read by one gather kernel (``quiver::gather_tiered_rows``)."""
 from __future__ import annotations
 
 import contextlib
-import math
 import threading
 import warnings
 from pathlib import Path
@@ -68,7 +67,10 @@ class Feature:
     * ``"device_replicate"``: every GPU of ``device_list`` keeps its own copy of them;
     * ``"p2p_clique_replicate"``: GPUs that can read each other's memory (an NVLink
       clique, found with :func:`p2p_cliques`) split ``clique size x device_cache_size``
-      bytes of the hottest rows between them and read their peers' parts directly.
+      bytes of the hottest rows between them and read their peers' parts directly. The
+      rows are dealt round-robin in hotness order (member ``j`` of ``k`` holds ranks
+      ``j, j + k, ...``), so every member holds an equal share of the hottest rows and
+      every GPU reads about ``1/k`` of its hits from its own memory.
 
     The host tier is the table itself, pinned in place (never copied): the GPU reads it
     with zero copy for rows outside its cache, and the hot order lives in a positions map
@@ -187,24 +189,32 @@ class Feature:
         for clique in self._cliques:
             if len(clique) > 1 and self._cache_rows:
                 self._shards.update((make_shards or _sharing.local_shards)(
-                    self._hot_rows, clique, self._shard_bounds(clique)))
+                    self._hot_rows, clique, self._shard_ranks(clique)))
 
-    def _hot_rows(self, begin: int, end: int, device: Optional[int] = None) -> Tensor:
-        """The rows of hotness ranks [begin, end), gathered on ``device`` when given
-        (straight from the pinned table, no host copy), else on the host."""
+    def _hot_rows(self, ranks: slice, device: Optional[int] = None) -> Tensor:
+        """The rows of the hotness ranks ``ranks`` (a slice, maybe strided), gathered on
+        ``device`` when given (straight from the pinned table, no host copy), else on the
+        host."""
         if self._order is None:
-            rows = self._host[begin:end]
-            return rows if device is None else rows.to(device)
-        ids = self._order[begin:end]
+            rows = self._host[ranks]
+            return rows.contiguous() if device is None else rows.to(device).contiguous()
+        ids = self._order[ranks]
         if device is None:
             return self._host[ids.long()]
         return ops.gather_rows(self._pinned(), ids.to(device))
 
-    def _shard_bounds(self, clique: Sequence[int]):
-        """Contiguous runs of the clique's hot rows, one per member, in clique order."""
-        total = min(self._host.size(0), len(clique) * self._cache_rows)
-        per = math.ceil(total / len(clique))
-        return [(min(j * per, total), min((j + 1) * per, total)) for j in range(len(clique))]
+    def _clique_rows(self, clique: Sequence[int]) -> int:
+        """Rows a clique's memory holds (its members' caches together, at most the table)."""
+        return min(self._host.size(0), len(clique) * self._cache_rows)
+
+    def _shard_ranks(self, clique: Sequence[int]) -> List[slice]:
+        """The hotness ranks of each member's shard, in clique order: dealt round-robin,
+        so that the hottest rows, which most reads hit, are spread over every member's
+        memory and links. (Contiguous runs put them all on the first GPU: its peers then
+        read most of their hits over NVLink while it read its own, and the data path of a
+        2-GPU clique trained slower than two plain replicas.)"""
+        total, k = self._clique_rows(clique), len(clique)
+        return [slice(j, total, k) for j in range(k)]
 
     # ---- per-GPU layout ----
 
@@ -253,14 +263,14 @@ class Feature:
             if device.index not in self._replicas:
                 self._replicas[device.index] = (
                     self._pinned().to(device.index) if self._holds_every_row(clique)
-                    else self._hot_rows(0, self._cache_rows, device.index))
+                    else self._hot_rows(slice(0, self._cache_rows), device.index))
             return [self._replicas[device.index]]
         return [self._clique_shard(d, device.index) for d in clique]  # the op enables peers
 
     def _holds_every_row(self, clique: Sequence[int]) -> bool:
         """Whether the clique's GPU memory holds the whole table. A lone GPU then keeps it
         in the table's own order (no positions to look up), and no host tier is read."""
-        return len(clique) * self._cache_rows >= self._host.size(0)
+        return self._clique_rows(clique) >= self._host.size(0)
 
     def _clique_shard(self, owner: int, reader: int) -> Tensor:
         """A clique member's shard. In a worker its IPC handle is opened at first use, in
@@ -273,17 +283,27 @@ class Feature:
                                                                   reader)
         return self._mapped[(owner, reader)]
 
-    def _positions_for(self, memory_rows: int, device: torch.device) -> Optional[Tensor]:
-        """Where each row sits in [memory tiers..., the whole table]: its hotness rank
-        when the memory tiers hold it, else memory_rows + its id (its row of the table)."""
-        if self._rank is None:
+    def _positions_for(self, clique: Sequence[int], device: torch.device) -> Optional[Tensor]:
+        """Where each row sits in [memory tiers..., the whole table]: its place in the
+        shard that holds it (see :meth:`_shard_ranks`) when the memory tiers hold it, else
+        memory_rows + its id (its row of the table)."""
+        k, memory_rows = len(clique), self._clique_rows(clique)
+        if self._rank is None and k == 1:
             return None  # memory tiers hold the first rows; the host tier starts after them
         ids_fit = memory_rows + self._host.size(0) <= INT32_MAX
-        rank = self._rank.to(device)
-        ids = torch.arange(self._host.size(0), device=device,
-                           dtype=torch.int32 if ids_fit else torch.int64)
-        positions = torch.where(rank < memory_rows, rank.to(ids.dtype), ids + memory_rows)
-        return positions
+        dtype = torch.int32 if ids_fit else torch.int64
+        ids = torch.arange(self._host.size(0), device=device, dtype=dtype)
+        rank = ids if self._rank is None else self._rank.to(device, dtype)
+        if k > 1:
+            # Member j holds ranks j, j + k, ...: rank r is row r // k of member r % k,
+            # whose shard starts after the rows of members 0..j-1.
+            shard_rows = torch.tensor([len(range(*s.indices(memory_rows)))
+                                       for s in self._shard_ranks(clique)], dtype=dtype)
+            starts = (torch.cumsum(shard_rows, 0) - shard_rows).to(device)
+            place = starts[rank.remainder(k)] + rank.div(k, rounding_mode="floor")
+        else:
+            place = rank
+        return torch.where(rank < memory_rows, place, ids + memory_rows)
 
     def tiers(self, device: Union[None, int, str, torch.device] = None) -> "torch.ScriptObject":
         """The layout ``device`` reads (a ``torch.classes.quiver.FeatureTiers``, usable from
@@ -305,18 +325,20 @@ class Feature:
             if device.type == "cuda":
                 memory = self._memory_tiers(device)
                 memory_rows = sum(t.size(0) for t in memory)
-                if memory and self._holds_every_row(self._clique_of(device.index)):
+                clique = self._clique_of(device.index)
+                if memory and self._holds_every_row(clique):
                     # No host tier: with one, every large gather would sort its reads and
                     # obey the loader's cap on host-reading blocks, for rows all in HBM.
                     tiers = memory
                     positions = (None if len(memory) == 1
-                                 else self._positions_for(memory_rows, device))
-                elif self._rank is None:  # the host tier is the table past the cached rows
+                                 else self._positions_for(clique, device))
+                elif self._rank is None and len(memory) <= 1:
+                    # The cache holds the first rows; the host tier is the table past them.
                     tiers = memory + [self._pinned()[memory_rows:]]
                     positions = None
                 else:  # the whole table; positions send cached rows to the memory tiers
                     tiers = memory + [self._pinned()]
-                    positions = self._positions_for(memory_rows, device)
+                    positions = self._positions_for(clique, device)
             else:
                 tiers, positions = [host], None
             layout = torch.classes.quiver.FeatureTiers(tiers, positions)

@@ -172,6 +172,34 @@ def test_a_cache_of_every_row_reads_no_host_tier(order):
     assert feature.hit_rate(ids) == 1.0
 
 
+@pytest.mark.parametrize("members", [2, 3, 4])
+@pytest.mark.parametrize("cached_share", [0.1, 0.26, 0.5])
+@pytest.mark.parametrize("order", ["given", "degree", "user"])
+def test_a_cliques_layout_places_every_row_and_deals_the_hottest_round_robin(
+        members, cached_share, order):
+    # The clique's layout without GPUs: the shards as the members would hold them, then
+    # the table, read at the positions the gather kernel is given.
+    graph, topo, _ = graph_and_ids(seed=11)
+    x = graph.x
+    hot_order = torch.randperm(x.size(0)) if order == "user" else None
+    feature = qv.Feature(device_list=[], csr_topo=topo if order == "degree" else None)
+    feature.from_cpu_tensor(x, hot_order=hot_order)
+    feature._cache_rows = int(cached_share * x.size(0))  # as GPUs would have sized it
+    clique = list(range(members))
+    shards = [feature._hot_rows(ranks) for ranks in feature._shard_ranks(clique)]
+    held = min(x.size(0), members * feature._cache_rows)
+    assert sum(s.size(0) for s in shards) == held
+    assert max(s.size(0) for s in shards) - min(s.size(0) for s in shards) <= 1
+    hot = (hot_order if order == "user" else
+           topo.feature_order if order == "degree" else torch.arange(x.size(0)))
+    for j, shard in enumerate(shards):  # member j holds hotness ranks j, j + k, ...
+        assert torch.equal(shard, x[hot[j:held:members]])
+    positions = feature._positions_for(clique, torch.device("cpu"))
+    laid_out = torch.cat(shards + [x])
+    assert torch.equal(laid_out[positions.long()], x)
+    assert int((positions < held).sum()) == held  # every held row read from a shard
+
+
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_a_clique_holding_every_row_reads_no_host_tier():
     if not torch.cuda.can_device_access_peer(0, 1):
@@ -205,6 +233,10 @@ def test_two_gpus(policy):
         if policy == "p2p_clique_replicate":  # both halves, read through peer pointers
             assert [t.device.index for t in tiers[:2]] == [0, 1]
             assert sum(t.size(0) for t in tiers[:2]) == 2 * feature.cached_rows
+            # The hottest rows dealt in turn: GPU 0 holds the hottest, GPU 1 the next.
+            hottest = topo.feature_order[:2]
+            assert torch.equal(tiers[0][0].cpu(), x[hottest[0]])
+            assert torch.equal(tiers[1][0].cpu(), x[hottest[1]])
         else:
             assert tiers[0].device.index == device and tiers[0].size(0) == feature.cached_rows
     assert feature.hit_rate(ids, 0) == feature.hit_rate(ids, 1)

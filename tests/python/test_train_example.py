@@ -64,6 +64,8 @@ def test_train_sage_under_torchrun_matches_one_process(tmp_path, step):
     assert together["world_size"] == 2
     accuracy = together["history"][-1]["accuracy"]
     assert accuracy > 2 / together["num_classes"] and abs(accuracy - alone) < 0.1, (accuracy, alone)
+    # Rank 0's wait for batches, and the longest of any rank's (a max over both ranks).
+    assert all(h["wait_max"] >= h["wait"] >= 0 for h in together["history"])
     assert {p.name for p in Path("/dev/shm").glob("quiver-train-*")} == before  # cleaned up
 
 
