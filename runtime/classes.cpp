@@ -167,6 +167,9 @@ void register_runtime_classes(torch::Library& m) {
       .def_static("expected_sampled_counts", &ServingRuntime::expected_sampled_counts)
       .def("submit", &ServingRuntime::submit)
       .def("wait", &ServingRuntime::wait)
+      .def("collect", &ServingRuntime::collect)
+      .def("next_collected", &ServingRuntime::next_collected)
+      .def("take", &ServingRuntime::take)
       // (id, node_ids, x, seed_count, edge_index per layer, layer sizes, target); id -1 and
       // empty tensors once closed and drained.
       .def("next_batch",

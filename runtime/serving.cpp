@@ -11,6 +11,7 @@
 #include "ops/internal/sampling.h"
 #include "runtime/intra_op_threads.h"
 
+#include <algorithm>
 #include <cmath>
 #include <exception>
 #include <numeric>
@@ -190,8 +191,8 @@ at::Tensor ServingRuntime::wait(int64_t ticket, double timeout_s) {
                     " is not waiting for an answer (never given, or answered already)");
   Answer& answer = it->second;  // stays put while others are added and erased
   // One waiter a ticket: the waiter erases the answer, with its condition variable.
-  TORCH_CHECK_VALUE(!answer.waited, "ServingRuntime.wait: ticket ", ticket,
-                    " is already being waited for by another thread");
+  TORCH_CHECK_VALUE(!answer.waited && !answer.collected, "ServingRuntime.wait: ticket ", ticket,
+                    " is already being waited for by another thread, or collected");
   answer.waited = true;
   auto answered = [&] { return answer.done; };
   // By key, not by `it`: a submit while this thread waited may have rehashed the table.
@@ -207,6 +208,53 @@ at::Tensor ServingRuntime::wait(int64_t ticket, double timeout_s) {
   answers_.erase(ticket);
   TORCH_CHECK(error.empty(), error);
   return rows;
+}
+
+void ServingRuntime::collect(int64_t ticket) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = answers_.find(ticket);
+  TORCH_CHECK_VALUE(it != answers_.end(), "ServingRuntime.collect: ticket ", ticket,
+                    " is not waiting for an answer (never given, or answered already)");
+  Answer& answer = it->second;
+  TORCH_CHECK_VALUE(!answer.waited && !answer.collected, "ServingRuntime.collect: ticket ",
+                    ticket, " is already being waited for or collected");
+  answer.collected = true;
+  if (answer.done) {  // answered before it was collected
+    collected_.push_back(ticket);
+    collected_ready_.notify_one();
+  }
+}
+
+std::vector<int64_t> ServingRuntime::next_collected(double timeout_s) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  collected_ready_.wait_for(lock, std::chrono::duration<double>(std::max(0.0, timeout_s)),
+                            [&] { return !collected_.empty(); });
+  std::vector<int64_t> tickets;
+  tickets.swap(collected_);
+  return tickets;
+}
+
+at::Tensor ServingRuntime::take(int64_t ticket) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = answers_.find(ticket);
+  TORCH_CHECK_VALUE(it != answers_.end() && it->second.collected && it->second.done,
+                    "ServingRuntime.take: ticket ", ticket,
+                    " is not an answer next_collected() handed out (or was taken already)");
+  at::Tensor rows = std::move(it->second.rows);
+  const std::string error = std::move(it->second.error);
+  answers_.erase(it);
+  TORCH_CHECK(error.empty(), error);
+  return rows;
+}
+
+void ServingRuntime::mark_answered(int64_t ticket, Answer& answer) {
+  answer.done = true;
+  if (answer.collected) {
+    collected_.push_back(ticket);
+    collected_ready_.notify_one();
+  } else {
+    answer.answered.notify_one();
+  }
 }
 
 // ---- batching, sampling and the model side ----
@@ -468,13 +516,12 @@ void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::stri
     const int64_t size = request.ids.numel();
     auto it = answers_.find(request.ticket);
     if (it != answers_.end()) {  // else its waiter gave up
-      it->second.done = true;
       if (error.empty()) {
         it->second.rows = rows.narrow(0, begin, size);
       } else {
         it->second.error = error;
       }
-      it->second.answered.notify_one();
+      mark_answered(request.ticket, it->second);
     }
     begin += size;
   }
@@ -589,9 +636,8 @@ void ServingRuntime::close(double timeout_s) {
       const std::string why = "the runtime closed before the model answered";
       for (auto& [ticket, a] : answers_) {
         if (!a.done) {
-          a.done = true;
           a.error = why;
-          a.answered.notify_one();
+          mark_answered(ticket, a);
         }
       }
       answered_requests_ = accepted_;  // every accepted request is answered or failed

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <unordered_map>
 
 #include "graphs.h"
 
@@ -95,6 +96,67 @@ TEST_P(Serving, AnswersEqualTheReferenceFromManyClients) {
       EXPECT_EQ(records[r][3].item<double>() == 1.0, records[r][2].item<double>() > 30.0);
     }
   }
+}
+
+// What an event loop does: every request collected, one thread taking the answers as they
+// come; a failing batch's error comes the same way.
+TEST_P(Serving, CollectedAnswersComeToOneThreadAndEqualTheReference) {
+  ServingOptions o;
+  o.fanouts = {-1};
+  o.cpu_samplers = 2;
+  o.gpu_streams = 2;
+  o.max_batch_nodes = 32;
+  auto runtime = make(o);
+  constexpr int64_t kBadNode = 499;  // a batch that holds it fails
+  runtime->serve_with(
+      [](const ServedBatch& b) -> at::Tensor {
+        TORCH_CHECK(!b.node_ids.narrow(0, 0, b.seed_count).eq(kBadNode).any().item<bool>(),
+                    "node 499 is bad luck");
+        return sum_model(b);
+      },
+      2);
+  const auto hand_out = [&](size_t count) {
+    std::vector<int64_t> handed;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (handed.size() < count && std::chrono::steady_clock::now() < until) {
+      for (int64_t t : runtime->next_collected(1.0)) handed.push_back(t);
+    }
+    return handed;
+  };
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(7);
+  std::unordered_map<int64_t, at::Tensor> sent;
+  for (int i = 0; i < 60; ++i) {
+    const at::Tensor ids = at::randint(kBadNode, {1 + i % 9}, gen, at::kLong);
+    const int64_t ticket = runtime->submit(ids);
+    ASSERT_GE(ticket, 0);
+    if (i % 2) std::this_thread::sleep_for(std::chrono::microseconds(300));  // some answered
+    runtime->collect(ticket);
+    sent.emplace(ticket, ids);
+  }
+  const std::vector<int64_t> handed = hand_out(sent.size());
+  ASSERT_EQ(handed.size(), sent.size());
+  EXPECT_TRUE(runtime->next_collected(0.01).empty());
+  int wrong = 0;
+  for (int64_t t : handed) {
+    if (!at::allclose(runtime->take(t), reference(sent.at(t)), 1e-4, 1e-4)) ++wrong;
+    sent.erase(t);
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_TRUE(sent.empty());  // each ticket handed out once
+  EXPECT_THROW(runtime->take(handed.front()), c10::ValueError);  // taken already
+
+  const int64_t unlucky = runtime->submit(at::tensor({kBadNode}, at::kLong));
+  runtime->collect(unlucky);
+  EXPECT_THROW(runtime->collect(unlucky), c10::ValueError);
+  EXPECT_THROW(runtime->wait(unlucky, 1.0), c10::ValueError);
+  ASSERT_EQ(hand_out(1), std::vector<int64_t>{unlucky});
+  try {
+    runtime->take(unlucky);
+    ADD_FAILURE() << "the model's error was not raised";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bad luck"), std::string::npos) << e.what();
+  }
+  runtime->close(30.0);
 }
 
 TEST_P(Serving, RefusesBadIdsAndOverflowAndAnswersEveryAcceptedRequestOnClose) {

@@ -7,6 +7,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -199,6 +200,51 @@ def test_one_waiter_a_ticket_and_nothing_outstanding_after_a_close_that_gives_up
     assert runtime._runtime.answered_batches() == 1
 
 
+def test_collected_answers_come_to_one_thread_and_equal_waited_ones(graph):
+    """collect() hands a ticket's answer to next_collected() (the event loop's one waiting
+    thread), whether it comes after or came before the collect; take() gives the rows
+    that wait() would have, once; misuse is a ValueError; a close that gives up hands the
+    failures out too."""
+    runtime, _ = runtime_for(graph, cpu_samplers=2, seed=3)
+    core = runtime._runtime
+    try:
+        ids = [torch.tensor([i, i + 1, 5]) for i in range(40)]
+        expected = [runtime.predict(i, 30) for i in ids]  # the same model, one at a time
+        tickets = [runtime.submit(i)._ticket for i in ids]
+        time.sleep(0.2)  # some answered before they are collected
+        for ticket in tickets:
+            core.collect(ticket)
+        with pytest.raises(ValueError, match="already being waited for or collected"):
+            core.collect(tickets[0])
+        with pytest.raises(ValueError, match="already being waited for by another thread, or "
+                                             "collected"):
+            core.wait(tickets[0], 1.0)
+        with pytest.raises(ValueError, match="not waiting for an answer"):
+            core.collect(10 ** 9)
+        handed = []
+        until = time.monotonic() + 30
+        while len(handed) < len(tickets) and time.monotonic() < until:
+            handed += core.next_collected(1.0)
+        assert sorted(handed) == sorted(tickets)  # each once
+        assert core.next_collected(0.05) == []    # nothing more: the time passes
+        for ticket, rows in zip(tickets, expected):
+            assert torch.allclose(core.take(ticket), rows, atol=1e-5)
+        with pytest.raises(ValueError, match="not an answer next_collected"):
+            core.take(tickets[0])  # taken already
+    finally:
+        runtime.close()
+    slow, _ = runtime_for(graph, delay=1.0, cpu_samplers=1)
+    ticket = slow.submit(torch.tensor([1, 2]))._ticket
+    slow._runtime.collect(ticket)
+    with pytest.raises(ValueError, match="not an answer next_collected"):
+        slow._runtime.take(ticket)  # not answered yet
+    slow._runtime.close(0.2)  # gives up on the sleeping model: the request fails
+    assert slow._runtime.next_collected(5.0) == [ticket]
+    with pytest.raises(RuntimeError, match="closed before the model answered"):
+        slow._runtime.take(ticket)
+    time.sleep(1.0)  # the model thread comes back to a failed batch
+
+
 def test_a_pool_spreads_requests_over_its_runtimes_and_serves_http(graph, server_kind):
     """Two runtimes (one per GPU in production; CPU samplers here) behind a ServingPool:
     requests go to the runtime with fewer outstanding, every answer equals the offline model's, the endpoint
@@ -224,6 +270,18 @@ def test_a_pool_spreads_requests_over_its_runtimes_and_serves_http(graph, server
         assert status == 200 and len(body["predictions"]) == 3
         status, body = post(server.url, {"nodes": [1, 5000]})
         assert status == 400 and "out of range" in body["error"]
+        # Requests at once over HTTP reach both runtimes (and, under uvicorn, both
+        # runtimes' collectors); each answer is its own nodes' offline classes.
+        before = [first.accepted, second.accepted]
+        bodies = [{"nodes": [k, k + 50, 7]} for k in range(24)]
+        with ThreadPoolExecutor(8) as senders:
+            replies = list(senders.map(lambda b: post(server.url, b), bodies))
+        for sent, (status, body) in zip(bodies, replies):
+            n_id, size, adjs = sampler.sample(torch.tensor(sent["nodes"]))
+            with torch.no_grad():
+                offline = first.model(graph.x[n_id], adjs)[:size].argmax(-1).tolist()
+            assert status == 200 and body == {"nodes": sent["nodes"], "predictions": offline}
+        assert first.accepted > before[0] and second.accepted > before[1]
     finally:
         server.shutdown()
     with pytest.raises(Overloaded):
@@ -405,6 +463,26 @@ def test_http_answers_and_refuses_bad_requests(graph, server_kind):
         with urllib.request.urlopen(server.url + "/health", timeout=10) as answer:
             health = json.loads(answer.read())
         assert health["status"] == "ok" and health["batches"] >= 2
+    finally:
+        server.shutdown()
+
+
+def test_a_failing_model_answers_500_and_the_endpoint_keeps_serving(graph, server_kind):
+    runtime, _ = runtime_for(graph, cpu_samplers=1)
+    model = runtime.model
+    forward = model.forward
+
+    def failing(x, adjs):
+        raise RuntimeError("the model broke")
+
+    server = serve_http(runtime, server=server_kind)
+    try:
+        model.forward = failing
+        status, body = post(server.url, {"nodes": [1, 2]})
+        assert status == 500 and "the model broke" in body["error"]
+        model.forward = forward
+        status, body = post(server.url, {"nodes": [1, 2]})
+        assert status == 200 and len(body["predictions"]) == 2
     finally:
         server.shutdown()
 

@@ -110,6 +110,15 @@ class ServingRuntime : public torch::CustomClassHolder {
   // The model's rows for the ticket's ids, on the CPU; raises the model's error, or when
   // timeout_s (< 0: none) passes first (the answer is then dropped when it comes).
   at::Tensor wait(int64_t ticket, double timeout_s);
+  // Answers for one thread to hand out, in the order they come, instead of a thread waiting
+  // on each ticket (an event loop serving many connections: a thread a request costs more
+  // in switching than the request itself). collect() gives the ticket's answer to
+  // next_collected(), which returns the tickets answered since its last call (waiting up to
+  // timeout_s for one; none when the time passes); take() then returns a returned ticket's
+  // rows, or raises its error, and forgets it.
+  void collect(int64_t ticket);
+  std::vector<int64_t> next_collected(double timeout_s);
+  at::Tensor take(int64_t ticket);
 
   // ---- the model side ----
   // The next sampled batch (blocks); id -1 once closed and drained.
@@ -191,6 +200,7 @@ class ServingRuntime : public torch::CustomClassHolder {
     // Its waiter's own: an answer wakes the one thread waiting for it, not every waiter.
     std::condition_variable answered;
     bool waited = false;  // a thread waits for it (at most one may)
+    bool collected = false;  // next_collected() hands it out instead
   };
   struct Sampler;  // a generator, and a CUDA stream when the model's device is a GPU
 
@@ -216,6 +226,9 @@ class ServingRuntime : public torch::CustomClassHolder {
   void sample_loop(Sampler& sampler);
   void model_loop(const std::function<at::Tensor(const ServedBatch&)>& model);
   ServedBatch prepare(const at::Tensor& ids, Sampler& sampler) const;
+  // Marks an answer done (mutex_ held) and wakes its waiter, or queues it for
+  // next_collected().
+  void mark_answered(int64_t ticket, Answer& answer);
   void answer(Batch batch, const at::Tensor& rows, const std::string& error);
   Batch take_from_model(int64_t batch_id, const char* caller);  // for finish and fail
   std::unique_ptr<Sampler> make_sampler(bool on_gpu, int64_t seed) const;
@@ -239,6 +252,8 @@ class ServingRuntime : public torch::CustomClassHolder {
   std::condition_variable work_queued_[2];  // a batch for the CPU [0] or GPU [1] samplers
   std::condition_variable batch_ready_;     // a sampled batch for the model side
   std::condition_variable progress_;        // close(): the runtime may have drained
+  std::condition_variable collected_ready_;  // an answer for next_collected()
+  std::vector<int64_t> collected_;           // answered collected tickets not yet handed out
   std::deque<Request> queue_;
   std::deque<Batch> cpu_work_, gpu_work_;
   std::deque<std::pair<Batch, ServedBatch>> ready_;
