@@ -515,7 +515,9 @@ void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::stri
   for (const Request& request : batch.requests) {
     const int64_t size = request.ids.numel();
     auto it = answers_.find(request.ticket);
-    if (it != answers_.end()) {  // else its waiter gave up
+    // Gone: its waiter gave up. Done: a close() that gave up failed it while this batch's
+    // rows were being copied.
+    if (it != answers_.end() && !it->second.done) {
       if (error.empty()) {
         it->second.rows = rows.narrow(0, begin, size);
       } else {

@@ -196,8 +196,12 @@ class Feature:
         ``device`` when given (straight from the pinned table, no host copy), else on the
         host."""
         if self._order is None:
-            rows = self._host[ranks]
-            return rows.contiguous() if device is None else rows.to(device).contiguous()
+            if device is None or ranks.step in (None, 1):
+                rows = self._host[ranks]
+                return rows.contiguous() if device is None else rows.to(device)
+            # Every k-th row, read by the GPU from the pinned table (no strided host copy).
+            ids = torch.arange(*ranks.indices(self._host.size(0)))
+            return ops.gather_rows(self._pinned(), ids.to(device))
         ids = self._order[ranks]
         if device is None:
             return self._host[ids.long()]
@@ -299,7 +303,7 @@ class Feature:
             # whose shard starts after the rows of members 0..j-1.
             shard_rows = torch.tensor([len(range(*s.indices(memory_rows)))
                                        for s in self._shard_ranks(clique)], dtype=dtype)
-            starts = (torch.cumsum(shard_rows, 0) - shard_rows).to(device)
+            starts = (torch.cumsum(shard_rows, 0, dtype=dtype) - shard_rows).to(device)
             place = starts[rank.remainder(k)] + rank.div(k, rounding_mode="floor")
         else:
             place = rank
@@ -325,7 +329,9 @@ class Feature:
             if device.type == "cuda":
                 memory = self._memory_tiers(device)
                 memory_rows = sum(t.size(0) for t in memory)
-                clique = self._clique_of(device.index)
+                # A GPU that caches nothing (not in device_list, nothing to cache) reads the
+                # host tier alone, as a clique of itself holding no rows.
+                clique = self._clique_of(device.index) or [device.index]
                 if memory and self._holds_every_row(clique):
                     # No host tier: with one, every large gather would sort its reads and
                     # obey the loader's cap on host-reading blocks, for rows all in HBM.

@@ -28,6 +28,7 @@ import json
 import os
 import threading
 import sys
+import warnings
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -69,13 +70,19 @@ class PSGS:
 
 
 class _Answer:
-    """A queued request: :meth:`result` waits for the model's rows for its ids."""
+    """A queued request: :meth:`result` waits for the model's rows for its ids, or (in an
+    event loop) :meth:`collected` is a future of them."""
 
-    def __init__(self, runtime: "torch.ScriptObject", ticket: int):
-        self._runtime, self._ticket = runtime, ticket
+    def __init__(self, runtime: "torch.ScriptObject", ticket: int, owner: "ServingRuntime"):
+        self._runtime, self._ticket, self._owner = runtime, ticket, owner
 
     def result(self, timeout: Optional[float] = None) -> Tensor:
         return self._runtime.wait(self._ticket, -1.0 if timeout is None else float(timeout))
+
+    def collected(self):
+        """An asyncio future (of the running loop) of ``(rows, None)`` or ``(None, error)``,
+        resolved by the runtime's one collecting thread: no thread waits for this request."""
+        return self._owner._collector().expect(self._ticket)
 
 
 @dataclass
@@ -169,6 +176,8 @@ class ServingRuntime:
             float("nan") if threshold is None else float(threshold), seed,
             bool(capture_batches), float(latency_objective_ms))
         self.psgs = PSGS.of_values(self._runtime.psgs())
+        self._collecting = threading.Lock()  # guards the collecting thread, made at first use
+        self._collector_thread: Optional[_Collector] = None
         # One model thread per sampler: every batch in flight can be in the model at once.
         model_threads = cpu_samplers + (gpu_streams if has_gpu else 0)
         self._model_threads = []
@@ -225,7 +234,7 @@ class ServingRuntime:
             raise Overloaded(f"{self.max_queue} requests are waiting already")
         if ticket == -2:
             raise Overloaded("the runtime is shutting down")
-        return _Answer(self._runtime, ticket)
+        return _Answer(self._runtime, ticket, self)
 
     def predict(self, ids, timeout: Optional[float] = None) -> Tensor:
         return self.submit(ids).result(timeout)
@@ -235,6 +244,17 @@ class ServingRuntime:
         self._runtime.close(float(timeout))
         for thread in self._model_threads:
             thread.join(timeout)
+        with self._collecting:
+            collector, self._collector_thread = self._collector_thread, None
+        if collector is not None:
+            collector.stop()  # after close: it hands out every answer first
+
+    def _collector(self) -> "_Collector":
+        """The runtime's one thread handing answers to event loops (made at first use)."""
+        with self._collecting:
+            if self._collector_thread is None:
+                self._collector_thread = _Collector(self._runtime)
+            return self._collector_thread
 
     # ---- dispatch ----
 
@@ -487,41 +507,71 @@ def _failed(error: Exception):
 
 
 class _Collector:
-    """Hands one runtime's answers to an asyncio event loop: a single thread takes every
-    answer as it comes (``next_collected``) and resolves its request's future in the loop.
-    A thread waiting on each request instead made the endpoint switch between hundreds of
-    threads, each taking Python's lock in turn: on 2 cores it answered half as many
-    requests a second (docs/benchmarks.md)."""
+    """Hands one runtime's answers to asyncio event loops: a single thread takes every
+    answer as it comes (``next_collected``) and resolves its request's future in the
+    future's loop. A thread waiting on each request instead made the endpoint switch
+    between hundreds of threads, each taking Python's lock in turn: on 2 cores it answered
+    less than half as many requests a second (docs/benchmarks.md). One per runtime, for
+    every loop and app over it (``next_collected`` hands each answer out once); stopped by
+    the runtime's close."""
 
-    def __init__(self, runtime: "torch.ScriptObject", loop):
-        self._runtime, self._loop = runtime, loop
-        self._futures: Dict[int, object] = {}  # ticket -> its future, touched in the loop only
+    def __init__(self, runtime: "torch.ScriptObject"):
+        import asyncio
+        self._asyncio = asyncio
+        self._runtime = runtime
+        self._futures: Dict[int, object] = {}  # ticket -> its future
+        self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._hand_out, name="quiver-http-collect",
+        self._thread = threading.Thread(target=self._hand_out, name="quiver-collect",
                                         daemon=True)
         self._thread.start()
 
     def expect(self, ticket: int):
-        """The future of a submitted ticket's (rows, None) or (None, error); in the loop."""
-        future = self._loop.create_future()
-        self._futures[ticket] = future
-        self._runtime.collect(ticket)
+        """The future of a submitted ticket's ``(rows, None)`` or ``(None, error)``, in the
+        running loop."""
+        future = self._asyncio.get_running_loop().create_future()
+        with self._lock:
+            self._futures[ticket] = future
+        try:
+            self._runtime.collect(ticket)
+        except Exception:
+            with self._lock:
+                self._futures.pop(ticket, None)
+            raise
         return future
 
     def _hand_out(self) -> None:
-        while not self._stopping.is_set():
+        while True:
             tickets = self._runtime.next_collected(0.1)  # waits without Python's lock
-            if tickets:
-                self._loop.call_soon_threadsafe(self._resolve, tickets)
+            if not tickets and self._stopping.is_set():
+                return  # the runtime is closed: every answer has been handed out
+            by_loop: Dict[object, list] = {}
+            with self._lock:
+                found = [(ticket, self._futures.pop(ticket, None)) for ticket in tickets]
+            for ticket, future in found:
+                if future is None:  # cannot happen: expect() adds it before collect()
+                    self._take(ticket)
+                else:
+                    by_loop.setdefault(future.get_loop(), []).append((ticket, future))
+            # One call into each loop for all its answers: the rows are taken there, under
+            # the lock that loop holds anyway, not passed from thread to thread.
+            for loop, waiting in by_loop.items():
+                try:
+                    loop.call_soon_threadsafe(self._settle, waiting)
+                except RuntimeError:  # that loop is closed: nobody waits for these
+                    for ticket, _ in waiting:
+                        self._take(ticket)
 
-    def _resolve(self, tickets: List[int]) -> None:
-        for ticket in tickets:
-            future = self._futures.pop(ticket, None)
-            try:
-                outcome = (self._runtime.take(ticket), None)
-            except Exception as error:  # noqa: BLE001 (the model's or the runtime's failure)
-                outcome = (None, error)
-            if future is not None and not future.done():  # else its request gave up
+    def _take(self, ticket: int) -> tuple:
+        try:
+            return self._runtime.take(ticket), None
+        except Exception as error:  # noqa: BLE001 (the model's or the runtime's failure)
+            return None, error
+
+    def _settle(self, waiting) -> None:
+        for ticket, future in waiting:
+            outcome = self._take(ticket)
+            if not future.done():  # else its request gave up (timed out, or went away)
                 future.set_result(outcome)
 
     def stop(self) -> None:
@@ -591,20 +641,20 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def asgi_app(runtime: Union[ServingRuntime, ServingPool],
-             to_json: Optional[Callable[[Tensor], list]] = None):
+             to_json: Optional[Callable[[Tensor], list]] = None,
+             waiters: Optional[int] = None):
     """The endpoint of :func:`serve_http` as an ASGI application, for any ASGI server
     (uvicorn, hypercorn...). The event loop never blocks: one thread per runtime takes the
-    answers as they come and hands each to its request (:class:`_Collector`)."""
+    answers as they come and hands each to its request (:class:`_Collector`); closing the
+    runtime stops it. ``to_json`` runs in the event loop, so keep it cheap (the default
+    takes each row's argmax). ``waiters`` is ignored (there is no pool of waiting
+    threads any more)."""
     import asyncio
 
+    if waiters is not None:
+        warnings.warn("asgi_app(waiters=...) is ignored: one thread per runtime hands out "
+                      "the answers", DeprecationWarning, stacklevel=2)
     to_json = to_json or _argmax_classes
-    collectors: Dict[int, _Collector] = {}  # id of a C++ runtime -> its collector
-
-    def collector_of(answer: _Answer) -> _Collector:
-        key = id(answer._runtime)
-        if key not in collectors:
-            collectors[key] = _Collector(answer._runtime, asyncio.get_running_loop())
-        return collectors[key]
 
     async def send_json(send, status: int, body: dict, headers: Optional[dict] = None):
         data = json.dumps(body).encode()
@@ -632,8 +682,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
 
     async def answer_of(nodes, answer: _Answer):
         try:
-            rows, error = await asyncio.wait_for(
-                collector_of(answer).expect(answer._ticket), ANSWER_TIMEOUT_S)
+            rows, error = await asyncio.wait_for(answer.collected(), ANSWER_TIMEOUT_S)
         except asyncio.TimeoutError:
             return _failed(TimeoutError(f"request {answer._ticket} was not answered within "
                                         f"{ANSWER_TIMEOUT_S:g} s"))
@@ -646,9 +695,6 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
                 if message["type"] == "lifespan.startup":
                     await send({"type": "lifespan.startup.complete"})
                 elif message["type"] == "lifespan.shutdown":
-                    # Every accepted request has had its answer by now.
-                    while collectors:
-                        await asyncio.to_thread(collectors.popitem()[1].stop)
                     await send({"type": "lifespan.shutdown.complete"})
                     return
         if scope["type"] != "http":

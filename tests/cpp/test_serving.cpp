@@ -125,13 +125,25 @@ TEST_P(Serving, CollectedAnswersComeToOneThreadAndEqualTheReference) {
   };
   at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(7);
   std::unordered_map<int64_t, at::Tensor> sent;
+  std::vector<int64_t> early;  // answered before they are collected
   for (int i = 0; i < 60; ++i) {
     const at::Tensor ids = at::randint(kBadNode, {1 + i % 9}, gen, at::kLong);
     const int64_t ticket = runtime->submit(ids);
     ASSERT_GE(ticket, 0);
-    if (i % 2) std::this_thread::sleep_for(std::chrono::microseconds(300));  // some answered
-    runtime->collect(ticket);
     sent.emplace(ticket, ids);
+    if (i < 30) {
+      early.push_back(ticket);
+    } else {
+      runtime->collect(ticket);
+    }
+    if (i == 29) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (runtime->outstanding() > 0 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      ASSERT_EQ(runtime->outstanding(), 0);
+      for (int64_t t : early) runtime->collect(t);
+    }
   }
   const std::vector<int64_t> handed = hand_out(sent.size());
   ASSERT_EQ(handed.size(), sent.size());

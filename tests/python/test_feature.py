@@ -195,9 +195,19 @@ def test_a_cliques_layout_places_every_row_and_deals_the_hottest_round_robin(
     for j, shard in enumerate(shards):  # member j holds hotness ranks j, j + k, ...
         assert torch.equal(shard, x[hot[j:held:members]])
     positions = feature._positions_for(clique, torch.device("cpu"))
+    assert positions.dtype == torch.int32  # 4 bytes a row while the table allows it
     laid_out = torch.cat(shards + [x])
     assert torch.equal(laid_out[positions.long()], x)
     assert int((positions < held).sum()) == held  # every held row read from a shard
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU")
+def test_a_gpu_that_caches_nothing_reads_an_ordered_table_from_the_host():
+    # No GPU cache (device_list empty): CUDA ids still gather, from the pinned table.
+    graph, topo, ids = graph_and_ids(seed=6)
+    feature = qv.Feature(device_list=[], csr_topo=topo).from_cpu_tensor(graph.x)
+    assert torch.equal(feature[ids.cuda()].cpu(), graph.x[ids])
+    assert feature.hit_rate(ids, 0) == 0.0
 
 
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")

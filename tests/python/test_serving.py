@@ -210,9 +210,15 @@ def test_collected_answers_come_to_one_thread_and_equal_waited_ones(graph):
     try:
         ids = [torch.tensor([i, i + 1, 5]) for i in range(40)]
         expected = [runtime.predict(i, 30) for i in ids]  # the same model, one at a time
-        tickets = [runtime.submit(i)._ticket for i in ids]
-        time.sleep(0.2)  # some answered before they are collected
-        for ticket in tickets:
+        early = [runtime.submit(i)._ticket for i in ids[:20]]
+        until = time.monotonic() + 30
+        while runtime.outstanding and time.monotonic() < until:
+            time.sleep(0.01)
+        assert runtime.outstanding == 0  # the first half answered before it is collected
+        for ticket in early:
+            core.collect(ticket)
+        tickets = early + [runtime.submit(i)._ticket for i in ids[20:]]
+        for ticket in tickets[20:]:
             core.collect(ticket)
         with pytest.raises(ValueError, match="already being waited for or collected"):
             core.collect(tickets[0])
@@ -234,15 +240,44 @@ def test_collected_answers_come_to_one_thread_and_equal_waited_ones(graph):
     finally:
         runtime.close()
     slow, _ = runtime_for(graph, delay=1.0, cpu_samplers=1)
-    ticket = slow.submit(torch.tensor([1, 2]))._ticket
-    slow._runtime.collect(ticket)
-    with pytest.raises(ValueError, match="not an answer next_collected"):
-        slow._runtime.take(ticket)  # not answered yet
-    slow._runtime.close(0.2)  # gives up on the sleeping model: the request fails
-    assert slow._runtime.next_collected(5.0) == [ticket]
-    with pytest.raises(RuntimeError, match="closed before the model answered"):
-        slow._runtime.take(ticket)
-    time.sleep(1.0)  # the model thread comes back to a failed batch
+    try:
+        ticket = slow.submit(torch.tensor([1, 2]))._ticket
+        slow._runtime.collect(ticket)
+        with pytest.raises(ValueError, match="not an answer next_collected"):
+            slow._runtime.take(ticket)  # not answered yet
+        slow._runtime.close(0.2)  # gives up on the sleeping model: the request fails
+        assert slow._runtime.next_collected(5.0) == [ticket]
+        with pytest.raises(RuntimeError, match="closed before the model answered"):
+            slow._runtime.take(ticket)
+        time.sleep(1.0)  # the model thread comes back to a failed batch...
+        assert slow._runtime.next_collected(0.05) == []  # ...which hands out nothing again
+    finally:
+        slow.close()
+
+
+def test_one_collecting_thread_serves_every_event_loop_and_stops_with_the_runtime(graph):
+    """Two event loops (two apps, say) over one runtime: each request's answer reaches its
+    own loop; the runtime's close stops the collecting thread."""
+    import asyncio
+    runtime, _ = runtime_for(graph, cpu_samplers=2)
+    expected = runtime.predict([4, 9], 30)
+
+    def in_a_loop():
+        async def ask():
+            outcomes = await asyncio.gather(*(runtime.submit([4, 9]).collected()
+                                              for _ in range(10)))
+            return [rows for rows, error in outcomes if error is None]
+        return asyncio.run(ask())
+
+    try:
+        with ThreadPoolExecutor(2) as loops:
+            answers = [a for rows in loops.map(lambda _: in_a_loop(), range(2)) for a in rows]
+        assert len(answers) == 20 and all(torch.allclose(a, expected) for a in answers)
+        collector = runtime._collector_thread
+        assert collector is not None and collector._thread.is_alive()
+    finally:
+        runtime.close()
+    assert not collector._thread.is_alive() and runtime._collector_thread is None
 
 
 def test_a_pool_spreads_requests_over_its_runtimes_and_serves_http(graph, server_kind):
