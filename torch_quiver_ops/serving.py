@@ -245,7 +245,7 @@ class ServingRuntime:
         for thread in self._model_threads:
             thread.join(timeout)
         with self._collecting:
-            collector, self._collector_thread = self._collector_thread, None
+            collector = self._collector_thread
         if collector is not None:
             collector.stop()  # after close: it hands out every answer first
 
@@ -520,8 +520,13 @@ class _Collector:
         self._asyncio = asyncio
         self._runtime = runtime
         self._futures: Dict[int, object] = {}  # ticket -> its future
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards _futures and _thread
         self._stopping = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        with self._lock:
+            self._start()
+
+    def _start(self) -> None:  # with _lock held
         self._thread = threading.Thread(target=self._hand_out, name="quiver-collect",
                                         daemon=True)
         self._thread.start()
@@ -532,6 +537,8 @@ class _Collector:
         future = self._asyncio.get_running_loop().create_future()
         with self._lock:
             self._futures[ticket] = future
+            if self._thread is None:  # stopped with the runtime: a request raced its close
+                self._start()
         try:
             self._runtime.collect(ticket)
         except Exception:
@@ -543,18 +550,18 @@ class _Collector:
     def _hand_out(self) -> None:
         while True:
             tickets = self._runtime.next_collected(0.1)  # waits without Python's lock
-            if not tickets and self._stopping.is_set():
-                return  # the runtime is closed: every answer has been handed out
             by_loop: Dict[object, list] = {}
             with self._lock:
+                if not tickets and not self._futures and self._stopping.is_set():
+                    self._thread = None  # the runtime is closed and every answer is out
+                    return
                 found = [(ticket, self._futures.pop(ticket, None)) for ticket in tickets]
             for ticket, future in found:
                 if future is None:  # cannot happen: expect() adds it before collect()
                     self._take(ticket)
                 else:
                     by_loop.setdefault(future.get_loop(), []).append((ticket, future))
-            # One call into each loop for all its answers: the rows are taken there, under
-            # the lock that loop holds anyway, not passed from thread to thread.
+            # One call into each loop for all its answers, which takes their rows there.
             for loop, waiting in by_loop.items():
                 try:
                     loop.call_soon_threadsafe(self._settle, waiting)
@@ -575,8 +582,12 @@ class _Collector:
                 future.set_result(outcome)
 
     def stop(self) -> None:
+        """Once the runtime is closed: ends the thread when every answer is out."""
         self._stopping.set()
-        self._thread.join()
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
 
 
 def _argmax_classes(out: Tensor) -> list:

@@ -274,10 +274,11 @@ def test_one_collecting_thread_serves_every_event_loop_and_stops_with_the_runtim
             answers = [a for rows in loops.map(lambda _: in_a_loop(), range(2)) for a in rows]
         assert len(answers) == 20 and all(torch.allclose(a, expected) for a in answers)
         collector = runtime._collector_thread
-        assert collector is not None and collector._thread.is_alive()
+        thread = collector._thread
+        assert thread is not None and thread.is_alive()
     finally:
         runtime.close()
-    assert not collector._thread.is_alive() and runtime._collector_thread is None
+    assert not thread.is_alive() and collector._thread is None
 
 
 def test_a_pool_spreads_requests_over_its_runtimes_and_serves_http(graph, server_kind):
