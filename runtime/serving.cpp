@@ -219,10 +219,7 @@ void ServingRuntime::collect(int64_t ticket) {
   TORCH_CHECK_VALUE(!answer.waited && !answer.collected, "ServingRuntime.collect: ticket ",
                     ticket, " is already being waited for or collected");
   answer.collected = true;
-  if (answer.done) {  // answered before it was collected
-    collected_.push_back(ticket);
-    collected_ready_.notify_one();
-  }
+  if (answer.done) hand_out(ticket);  // answered before it was collected
 }
 
 std::vector<int64_t> ServingRuntime::next_collected(double timeout_s) {
@@ -247,11 +244,15 @@ at::Tensor ServingRuntime::take(int64_t ticket) {
   return rows;
 }
 
+void ServingRuntime::hand_out(int64_t ticket) {
+  collected_.push_back(ticket);
+  collected_ready_.notify_one();
+}
+
 void ServingRuntime::mark_answered(int64_t ticket, Answer& answer) {
   answer.done = true;
   if (answer.collected) {
-    collected_.push_back(ticket);
-    collected_ready_.notify_one();
+    hand_out(ticket);
   } else {
     answer.answered.notify_one();
   }

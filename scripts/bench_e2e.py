@@ -636,9 +636,10 @@ def scaling(args, results):
                         raise SystemExit(f"torchrun on {n} GPUs failed ({policy}, {step} step)")
                     history = json.loads(report.read_text())["history"]
                 timed = history[1:]  # the first epoch warms up
-                epoch = sum(h["time"] for h in timed) / len(timed)
-                wait = sum(h.get("wait", 0.0) for h in timed) / len(timed)
-                wait_max = sum(h.get("wait_max", h.get("wait", 0.0)) for h in timed) / len(timed)
+                mean = lambda of: sum(map(of, timed)) / len(timed)  # noqa: E731
+                epoch = mean(lambda h: h["time"])
+                wait = mean(lambda h: h.get("wait", 0.0))
+                wait_max = mean(lambda h: h.get("wait_max", h.get("wait", 0.0)))
                 run = {"gpus": n, "policy": policy, "step": step, "epoch_s": epoch,
                        "wait_s": wait, "wait_max_s": wait_max,
                        "accuracy": history[-1]["accuracy"],

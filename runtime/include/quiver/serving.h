@@ -229,6 +229,7 @@ class ServingRuntime : public torch::CustomClassHolder {
   // Marks an answer done (mutex_ held) and wakes its waiter, or queues it for
   // next_collected().
   void mark_answered(int64_t ticket, Answer& answer);
+  void hand_out(int64_t ticket);  // queues a collected, answered ticket (mutex_ held)
   void answer(Batch batch, const at::Tensor& rows, const std::string& error);
   Batch take_from_model(int64_t batch_id, const char* caller);  // for finish and fail
   std::unique_ptr<Sampler> make_sampler(bool on_gpu, int64_t seed) const;
