@@ -27,9 +27,10 @@ synchronized epoch split into sampling, gathering and model. In one run:
      pipeline does (PyG's own NeighborLoader cannot sample here: no pyg-lib, no
      torch-sparse on this machine).
 
-The model alone (synchronized, over batches sampled beforehand) is the bound a hidden data
-path approaches. ``--scaling 1,2,4`` launches ``examples/train_sage.py`` under torchrun on
-1, 2 and 4 GPUs with both cache policies and reports throughput (train seeds per second of
+The model alone (synchronized, over 24 batches sampled beforehand, the median of three
+passes) is the bound a hidden data path approaches; ``--compile-model`` runs every row's
+model, that one included, under torch.compile. ``--scaling 1,2,4`` launches
+``examples/train_sage.py`` under torchrun on 1, 2 and 4 GPUs with both cache policies and reports throughput (train seeds per second of
 epochs after the first) against one GPU. ``--cpp build/.../train_sage`` also times the
 libtorch training program (examples/cpp) on the same graph, saved as Python saves it;
 ``--compile`` times examples/export_sage.py's model (sampling, gathering and GraphSAGE in
@@ -268,6 +269,7 @@ def single_gpu(args, results):
           f"train seeds = {num_batches} batches of {args.batch_size}; built in "
           f"{time.perf_counter() - start:.0f}s on {device}", flush=True)
     results.update(device=torch.cuda.get_device_name(device) if cuda else "cpu",
+                   model="torch.compile(dynamic=True)" if args.compile_model else "eager",
                    graph=args.graph, batches=num_batches, fanouts=fanouts,
                    batch_size=args.batch_size, rows=[])
     train_sage = load_example("train_sage")
@@ -278,6 +280,9 @@ def single_gpu(args, results):
         model = sage(num_features, args.hidden, num_classes, len(fanouts)).to(device)
         if x.dtype != torch.float32:  # 16-bit features are stored, the model trains in f32
             model = FloatInput(model)
+        if args.compile_model:  # fewer, fused kernels and no Python per layer in the step
+            return torch.compile(model, dynamic=True), torch.optim.Adam(
+                model.parameters(), lr=0.003, fused=args.fused_adam and cuda)
         return model, torch.optim.Adam(model.parameters(), lr=0.003,
                                        fused=args.fused_adam and cuda)
 
@@ -356,9 +361,15 @@ def single_gpu(args, results):
                                          args.batch_size, labels=labels, prefetch=0)
                 built = list(loader)
                 model_alone(model, optimizer, built[:4], device)
-                model_bound = model_alone(model, optimizer, built, device) * num_batches
+                # The step's time drifts by up to 30% within a run: the median of three
+                # passes, each pass shown.
+                passes = [model_alone(model, optimizer, built, device) * num_batches
+                          for _ in range(3)]
+                model_bound = sorted(passes)[1]
                 del built
-                record("model alone", model_bound, note="(bound: batches built beforehand)")
+                record("model alone", model_bound,
+                       note="(bound: batches built beforehand; median of passes "
+                            + ", ".join(f"{p:.2f}" for p in passes) + " s)")
             del feature, model, optimizer, loader
             if cuda:
                 torch.cuda.empty_cache()
@@ -546,7 +557,8 @@ def compile_speed(args, results):
 
 def print_table(results):
     print(f"\nGraphSAGE epoch on {results['device']}, '{results['graph']}' graph, "
-          f"{results['batches']} batches of {results['batch_size']}, fanouts {results['fanouts']}")
+          f"{results['batches']} batches of {results['batch_size']}, fanouts {results['fanouts']}, "
+          f"model {results.get('model', 'eager')}")
     print(f"{'configuration':<32} {'epoch s':>8} {'ms/batch':>9} {'sample':>7} {'gather':>7} "
           f"{'model':>7} {'vs model':>9} {'target':>7}")
     bound = next((r["epoch_s"] for r in results["rows"] if r["config"] == "model alone"), None)
@@ -599,6 +611,36 @@ def plot_epochs(results, path):
     ax.set_title(f"GraphSAGE epoch, '{results['graph']}', {results['batches']} batches of "
                  f"{results['batch_size']}, {results['device']}", fontsize=9)
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
+
+
+def plot_runs(runs, path):
+    """Several runs' prefetching epochs and model alone side by side, one panel a graph, one
+    bar a run (its label: the JSON's name and its model), to compare runs of one session."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    graphs = sorted({results["graph"] for _, results in runs}, reverse=True)
+    fig, axes = plt.subplots(1, len(graphs), figsize=(6.5 * len(graphs), 5.4), squeeze=False)
+    for ax, graph in zip(axes[0], graphs):
+        chosen = [(label, results) for label, results in runs if results["graph"] == graph]
+        configs = [row["config"] for row in chosen[0][1]["rows"]
+                   if row["config"] == "model alone" or (row["config"].startswith("prefetch")
+                                                         and "alone" not in row["config"])]
+        width = 0.8 / len(chosen)
+        for k, (label, results) in enumerate(chosen):
+            epochs = {row["config"]: row["epoch_s"] for row in results["rows"]}
+            xs = [i + (k - (len(chosen) - 1) / 2) * width for i in range(len(configs))]
+            heights = [epochs.get(c, 0.0) for c in configs]
+            ax.bar(xs, heights, width, label=f"{label} ({results.get('model', 'eager')})")
+            for x, h in zip(xs, heights):
+                ax.text(x, h, f"{h:.2f}", ha="center", va="bottom", fontsize=6)
+        ax.set_xticks(range(len(configs)), configs, rotation=20, ha="right", fontsize=7)
+        ax.set_ylabel("seconds per epoch")
+        ax.set_title(f"'{graph}', {chosen[0][1]['device']}", fontsize=9)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"plot: {path}")
@@ -700,6 +742,9 @@ def main():
     parser.add_argument("--fused-adam", action="store_true",
                         help="one fused Adam kernel a step (examples/train_sage.py --step lean) "
                              "for every model timed")
+    parser.add_argument("--compile-model", action="store_true",
+                        help="every row's GraphSAGE under torch.compile(dynamic=True), the "
+                             "model alone included")
     parser.add_argument("--no-cpu-pipeline", action="store_true",
                         help="skip configuration 5 (CPU sampling and gather; slow)")
     parser.add_argument("--scaling", default=None,
@@ -726,6 +771,12 @@ def main():
         scaling(args, results)
     elif args.compile:
         compile_speed(args, results)
+    elif args.replot and "," in args.replot:  # several runs, compared
+        files = args.replot.split(",")
+        common = os.path.commonprefix([Path(f).stem for f in files])
+        common = common[:common.rfind("-") + 1]  # whole words only
+        plot_runs([(Path(f).stem[len(common):] or Path(f).stem, json.loads(Path(f).read_text()))
+                   for f in files], args.plot)
     elif args.replot:
         plot_epochs(json.loads(Path(args.replot).read_text()), args.plot)
         return
