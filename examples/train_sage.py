@@ -107,6 +107,11 @@ def parse_args(argv=None):
                              "with a static graph and gradients viewing its buckets: less "
                              "host work a step, which bounds this model's step; plain: "
                              "PyTorch's defaults")
+    parser.add_argument("--compile", action="store_true",
+                        help="train the model under torch.compile(dynamic=True): the loader's "
+                             "batches change size every batch and are traced once; fewer "
+                             "kernels and less host work a step, which bounds this model's "
+                             "step (the first epoch includes the compile)")
     parser.add_argument("--progress", default="auto", choices=["auto", "bar", "lines"],
                         help="a progress bar per epoch (bar), one line per epoch only "
                              "(lines), or a bar when stdout is a terminal (auto)")
@@ -296,6 +301,8 @@ def main(argv=None) -> dict:
         lean = {"static_graph": True, "gradient_as_bucket_view": True} if args.step == "lean" else {}
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda"
                                         else None, **lean)
+    if args.compile:  # under DDP too: torch.compile splits its graph at DDP's buckets
+        model = torch.compile(model, dynamic=True)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr,
                                  fused=args.step == "lean" and device.type == "cuda")
     labels = meta["y"].to(device)

@@ -47,6 +47,15 @@ def test_prefetching_trains_exactly_as_in_line():
     assert all(h["sample"] > 0 and h["gather"] > 0 and h["model"] > 0 for h in inline)
 
 
+def test_a_compiled_model_learns():
+    """--compile: the model under torch.compile(dynamic=True) over batches of changing size
+    (Inductor's own dropout draws other numbers than eager's, so the runs are not equal)."""
+    result = load("train_sage").main(["--size", "tiny", "--epochs", "3", "--batch-size", "64",
+                                      "--device", "cpu", "--compile"])
+    history = result["history"]
+    assert history[-1]["accuracy"] > 2 / result["num_classes"], result
+
+
 @pytest.mark.parametrize("step", ["plain", "lean"])
 def test_train_sage_under_torchrun_matches_one_process(tmp_path, step):
     """Lean steps: DDP with a static graph and bucket views (fused Adam needs a GPU)."""
