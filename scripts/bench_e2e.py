@@ -28,10 +28,11 @@ synchronized epoch split into sampling, gathering and model. In one run:
      torch-sparse on this machine).
 
 The model alone (synchronized, over 24 batches sampled beforehand, the median of three
-passes) is the bound a hidden data path approaches; ``--compile-model`` runs every row's
-model, that one included, under torch.compile. ``--scaling 1,2,4`` launches
-``examples/train_sage.py`` under torchrun on 1, 2 and 4 GPUs with both cache policies and reports throughput (train seeds per second of
-epochs after the first) against one GPU. ``--cpp build/.../train_sage`` also times the
+passes) is the bound a hidden data path approaches; ``--compile-model`` runs the loop's
+model in every row, that one included, under torch.compile (PyG's models stay eager).
+``--scaling 1,2,4`` launches ``examples/train_sage.py`` under torchrun on 1, 2 and 4 GPUs
+with both cache policies and reports throughput (train seeds per second of epochs after
+the first) against one GPU. ``--cpp build/.../train_sage`` also times the
 libtorch training program (examples/cpp) on the same graph, saved as Python saves it;
 ``--compile`` times examples/export_sage.py's model (sampling, gathering and GraphSAGE in
 one forward) eager, under torch.compile and as an AOTInductor package. Prints tables; ``--json`` writes every number.
@@ -269,7 +270,8 @@ def single_gpu(args, results):
           f"train seeds = {num_batches} batches of {args.batch_size}; built in "
           f"{time.perf_counter() - start:.0f}s on {device}", flush=True)
     results.update(device=torch.cuda.get_device_name(device) if cuda else "cpu",
-                   model="torch.compile(dynamic=True)" if args.compile_model else "eager",
+                   model=("torch.compile(dynamic=True) (PyG's models eager)"
+                          if args.compile_model else "eager"),
                    graph=args.graph, batches=num_batches, fanouts=fanouts,
                    batch_size=args.batch_size, rows=[])
     train_sage = load_example("train_sage")
@@ -623,24 +625,30 @@ def plot_runs(runs, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     graphs = sorted({results["graph"] for _, results in runs}, reverse=True)
-    fig, axes = plt.subplots(1, len(graphs), figsize=(6.5 * len(graphs), 5.4), squeeze=False)
+    devices = {results["device"] for _, results in runs}
+    fig, axes = plt.subplots(1, len(graphs), figsize=(6.5 * len(graphs), 6.0), squeeze=False)
     for ax, graph in zip(axes[0], graphs):
         chosen = [(label, results) for label, results in runs if results["graph"] == graph]
-        configs = [row["config"] for row in chosen[0][1]["rows"]
-                   if row["config"] == "model alone" or (row["config"].startswith("prefetch")
-                                                         and "alone" not in row["config"])]
+        configs = list(dict.fromkeys(
+            row["config"] for _, results in chosen for row in results["rows"]
+            if row["config"] == "model alone" or (row["config"].startswith("prefetch")
+                                                  and "alone" not in row["config"])))
         width = 0.8 / len(chosen)
         for k, (label, results) in enumerate(chosen):
             epochs = {row["config"]: row["epoch_s"] for row in results["rows"]}
-            xs = [i + (k - (len(chosen) - 1) / 2) * width for i in range(len(configs))]
-            heights = [epochs.get(c, 0.0) for c in configs]
-            ax.bar(xs, heights, width, label=f"{label} ({results.get('model', 'eager')})")
+            drawn = [(i + (k - (len(chosen) - 1) / 2) * width, epochs[c])
+                     for i, c in enumerate(configs) if c in epochs]  # a run's own rows only
+            xs, heights = [x for x, _ in drawn], [h for _, h in drawn]
+            where = "" if len(devices) == 1 else f", {results['device']}"
+            ax.bar(xs, heights, width, label=f"{label} ({results.get('model', 'eager')}{where})")
             for x, h in zip(xs, heights):
                 ax.text(x, h, f"{h:.2f}", ha="center", va="bottom", fontsize=6)
         ax.set_xticks(range(len(configs)), configs, rotation=20, ha="right", fontsize=7)
         ax.set_ylabel("seconds per epoch")
-        ax.set_title(f"'{graph}', {chosen[0][1]['device']}", fontsize=9)
-        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=2)
+        ax.set_title(f"'{graph}'", fontsize=9)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1)
+    if len(devices) == 1:
+        fig.suptitle(f"GraphSAGE epochs, {devices.pop()}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"plot: {path}")
@@ -738,13 +746,15 @@ def main():
                         help="write a PNG of each epoch beside the model alone, split where "
                              "it runs in line")
     parser.add_argument("--replot", default=None,
-                        help="only draw --plot from the --json of an earlier run")
+                        help="only draw --plot from the --json of an earlier run, or of "
+                             "several (comma separated: their epochs compared, a panel a graph)")
     parser.add_argument("--fused-adam", action="store_true",
                         help="one fused Adam kernel a step (examples/train_sage.py --step lean) "
                              "for every model timed")
     parser.add_argument("--compile-model", action="store_true",
-                        help="every row's GraphSAGE under torch.compile(dynamic=True), the "
-                             "model alone included")
+                        help="the torch-quiver loop's GraphSAGE under "
+                             "torch.compile(dynamic=True) in every row, the model alone "
+                             "included (PyG's models stay eager)")
     parser.add_argument("--no-cpu-pipeline", action="store_true",
                         help="skip configuration 5 (CPU sampling and gather; slow)")
     parser.add_argument("--scaling", default=None,
@@ -771,14 +781,21 @@ def main():
         scaling(args, results)
     elif args.compile:
         compile_speed(args, results)
-    elif args.replot and "," in args.replot:  # several runs, compared
+    elif args.replot:
+        if not args.plot:
+            parser.error("--replot draws into --plot: give it a PNG path")
         files = args.replot.split(",")
+        runs = [json.loads(Path(f).read_text()) for f in files]
+        if any("rows" not in run or "graph" not in run for run in runs):
+            parser.error("--replot takes the --json of single-GPU epoch runs (not --scaling "
+                         "or --compile runs)")
+        if len(runs) == 1:
+            plot_epochs(runs[0], args.plot)
+            return
         common = os.path.commonprefix([Path(f).stem for f in files])
         common = common[:common.rfind("-") + 1]  # whole words only
-        plot_runs([(Path(f).stem[len(common):] or Path(f).stem, json.loads(Path(f).read_text()))
-                   for f in files], args.plot)
-    elif args.replot:
-        plot_epochs(json.loads(Path(args.replot).read_text()), args.plot)
+        plot_runs([(Path(f).stem[len(common):] or Path(f).stem, run)
+                   for f, run in zip(files, runs)], args.plot)
         return
     else:
         single_gpu(args, results)

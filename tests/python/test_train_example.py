@@ -50,10 +50,29 @@ def test_prefetching_trains_exactly_as_in_line():
 def test_a_compiled_model_learns():
     """--compile: the model under torch.compile(dynamic=True) over batches of changing size
     (Inductor's own dropout draws other numbers than eager's, so the runs are not equal)."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     result = load("train_sage").main(["--size", "tiny", "--epochs", "3", "--batch-size", "64",
                                       "--device", "cpu", "--compile"])
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs  # it was compiled
     history = result["history"]
     assert history[-1]["accuracy"] > 2 / result["num_classes"], result
+
+
+def test_a_compiled_model_trains_under_torchrun(tmp_path):
+    """--compile with DDP (its default lean step: a static graph, bucket views), two Gloo
+    processes."""
+    report = tmp_path / "report.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(REPO / "examples" / "train_sage.py"), "--size", "tiny", "--epochs", "3",
+         "--batch-size", "32", "--device", "cpu", "--compile", "--report", str(report)],
+        capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    together = json.loads(report.read_text())
+    assert together["world_size"] == 2
+    assert together["history"][-1]["accuracy"] > 2 / together["num_classes"], together
 
 
 @pytest.mark.parametrize("step", ["plain", "lean"])
