@@ -282,11 +282,11 @@ def single_gpu(args, results):
         model = sage(num_features, args.hidden, num_classes, len(fanouts)).to(device)
         if x.dtype != torch.float32:  # 16-bit features are stored, the model trains in f32
             model = FloatInput(model)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.003,
+                                     fused=args.fused_adam and cuda)
         if args.compile_model:  # fewer, fused kernels and no Python per layer in the step
-            return torch.compile(model, dynamic=True), torch.optim.Adam(
-                model.parameters(), lr=0.003, fused=args.fused_adam and cuda)
-        return model, torch.optim.Adam(model.parameters(), lr=0.003,
-                                       fused=args.fused_adam and cuda)
+            model = torch.compile(model, dynamic=True)
+        return model, optimizer
 
     def record(name, epoch, split=None, note=""):
         row = {"config": name, "epoch_s": epoch, "split": split or {},

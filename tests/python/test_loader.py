@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torch_quiver_ops as qv
-from conftest import HAS_CUDA, requires_cuda
+from conftest import HAS_CUDA, load_example, requires_cuda
 from reference import random_coo
 
 
@@ -519,14 +519,9 @@ def test_a_compiled_model_takes_every_batch_without_recompiling(mode):
     first batch share a symbol until they differ), the eager model's outputs, a backward
     through it; what `scripts/bench_e2e.py --compile-model` and `train_sage.py --compile`
     run."""
-    import importlib.util
-    from pathlib import Path
     from torch._dynamo.testing import CompileCounter
 
-    path = Path(__file__).resolve().parents[2] / "examples" / "train_sage.py"
-    spec = importlib.util.spec_from_file_location("train_sage", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
+    example = load_example("train_sage")
     sampler, feature, _, labels = setup(mode)
     device = device_of(mode)
     torch.manual_seed(0)

@@ -1,26 +1,19 @@
 """The README's main job and the PyG example, shortened: they must train to well above
 chance, in line or prefetching (the same batches), alone or under torchrun."""
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_example
 
 pytest.importorskip("torch_geometric")
 REPO = Path(__file__).resolve().parents[2]
 
 
-def load(example):
-    spec = importlib.util.spec_from_file_location(example, REPO / "examples" / f"{example}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_train_sage_learns():
-    result = load("train_sage").main(["--size", "small", "--epochs", "3", "--eval-nodes",
+    result = load_example("train_sage").main(["--size", "small", "--epochs", "3", "--eval-nodes",
                                       "3000", "--device", "cpu"])
     final = result["history"][-1]
     chance = 1 / result["num_classes"]
@@ -31,7 +24,7 @@ def test_train_sage_learns():
 def test_train_hetero_learns():
     """examples/train_hetero.py: to_hetero(GraphSAGE) with embeddings for the featureless
     types, on a 1% ogbn-mag-like graph."""
-    result = load("train_hetero").main(["--scale", "0.01", "--epochs", "2", "--device", "cpu",
+    result = load_example("train_hetero").main(["--scale", "0.01", "--epochs", "2", "--device", "cpu",
                                         "--batch-size", "512"])
     final = result["history"][-1]
     assert final["test_accuracy"] > 50 / result["num_classes"], result
@@ -40,7 +33,7 @@ def test_train_hetero_learns():
 
 def test_prefetching_trains_exactly_as_in_line():
     args = ["--size", "tiny", "--epochs", "3", "--batch-size", "64", "--device", "cpu"]
-    module = load("train_sage")
+    module = load_example("train_sage")
     inline = module.main(args + ["--prefetch", "0"])["history"]
     ahead = module.main(args + ["--prefetch", "3"])["history"]
     assert [h["accuracy"] for h in inline] == [h["accuracy"] for h in ahead]
@@ -53,7 +46,7 @@ def test_a_compiled_model_learns():
     import torch._dynamo
     torch._dynamo.reset()
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    result = load("train_sage").main(["--size", "tiny", "--epochs", "3", "--batch-size", "64",
+    result = load_example("train_sage").main(["--size", "tiny", "--epochs", "3", "--batch-size", "64",
                                       "--device", "cpu", "--compile"])
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs  # it was compiled
     history = result["history"]
@@ -80,7 +73,7 @@ def test_train_sage_under_torchrun_matches_one_process(tmp_path, step):
     """Lean steps: DDP with a static graph and bucket views (fused Adam needs a GPU)."""
     args = ["--size", "tiny", "--epochs", "6", "--batch-size", "32", "--device", "cpu",
             "--step", step]
-    alone = load("train_sage").main(args)["history"][-1]["accuracy"]
+    alone = load_example("train_sage").main(args)["history"][-1]["accuracy"]
     report = tmp_path / "report.json"
     before = {p.name for p in Path("/dev/shm").glob("quiver-train-*")}
     result = subprocess.run(
@@ -113,7 +106,7 @@ def test_pyg_example_learns_with_few_changed_lines(workers):
 
 
 def test_link_prediction_example_learns():
-    result = load("link_prediction").main(["--size", "tiny", "--epochs", "2", "--batch-size",
+    result = load_example("link_prediction").main(["--size", "tiny", "--epochs", "2", "--batch-size",
                                            "256", "--device", "cpu"])
     final = result["history"][-1]
     assert final["test_auc"] > 0.7 and final["val_auc"] > 0.7, result  # chance: 0.5
@@ -121,7 +114,7 @@ def test_link_prediction_example_learns():
 
 
 def test_temporal_link_prediction_example_learns():
-    result = load("temporal_link_prediction").main(["--size", "tiny", "--epochs", "2",
+    result = load_example("temporal_link_prediction").main(["--size", "tiny", "--epochs", "2",
                                                     "--batch-size", "256", "--device", "cpu"])
     final = result["history"][-1]
     assert final["test_auc"] > 0.65 and final["val_auc"] > 0.65, result  # chance: 0.5
