@@ -1,3 +1,4 @@
+import multiprocessing
 import os
 import sys
 
@@ -12,6 +13,46 @@ HAS_CUDA = torch.cuda.is_available() and qv.cuda_kernels_built()
 MODES = ["CPU"] + (["GPU", "UVA"] if HAS_CUDA else [])
 requires_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and the CUDA kernels")
 EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+# The multi-host tests' worker processes. Spawned, each imports torch afresh: about 2 s on
+# this machine, 60-80 s on the soft-RoCE guest's emulated CPU (scripts/test.sh), twice a
+# test. Without a GPU they are forked instead from one server that imported torch, our
+# package and the test modules once. With a GPU they are spawned: that server would have
+# initialized CUDA's driver (HAS_CUDA asks torch.cuda.is_available()), which a forked
+# child cannot use.
+WORKER_START = "spawn" if torch.cuda.is_available() else "forkserver"
+
+
+def worker_context():
+    """The multiprocessing context of the multi-host tests' workers (WORKER_START)."""
+    if WORKER_START == "forkserver":  # read once, when the server starts
+        multiprocessing.set_forkserver_preload(
+            ["torch", "torch.distributed", "torch_quiver_ops",
+             *sorted(name for name in sys.modules if name.startswith("test_"))])
+    return torch.multiprocessing.get_context(WORKER_START)
+
+
+def in_environment(rank, environment, fn, *args):
+    """fn(rank, *args) under ``environment``: the parent's when the worker was started (a
+    fork server's children would otherwise see the server's, which monkeypatch.setenv does
+    not reach)."""
+    os.environ.clear()
+    os.environ.update(environment)
+    return fn(rank, *args)
+
+
+def spawn_workers(fn, args=(), nprocs=1, join=True):
+    """torch.multiprocessing.spawn(fn, args, nprocs, join) through worker_context()."""
+    worker_context()
+    return torch.multiprocessing.start_processes(
+        in_environment, args=(dict(os.environ), fn, *args), nprocs=nprocs, join=join,
+        start_method=WORKER_START)
+
+
+def worker_process(fn, rank, *args):
+    """A worker process, not started, that runs fn(rank, *args) (worker_context())."""
+    return worker_context().Process(target=in_environment,
+                                    args=(rank, dict(os.environ), fn, *args))
 
 
 def load_example(name):

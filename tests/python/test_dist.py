@@ -17,11 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from multiprocessing.reduction import ForkingPickler
 
 import torch_quiver_ops as qv
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, spawn_workers, worker_process
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -195,8 +194,8 @@ def run_hosts(world, configs, tmp_path, die_rank=-1):
     for name, (x, fraction) in configs.items():
         qv.dist.partition_features(x, base / name, world, torch.randperm(x.size(0)), fraction)
         torch.save(x, base / name / "x.pt")
-    mp.spawn(gloo_worker, args=(world, free_port(), str(base), str(results), die_rank),
-             nprocs=world, join=True)
+    spawn_workers(gloo_worker, args=(world, free_port(), str(base), str(results), die_rank),
+                  nprocs=world)
     return {p.name: p.read_text() for p in results.iterdir()}
 
 
@@ -292,7 +291,7 @@ def mismatched_worker(rank, port, results, lanes, backend="gloo"):
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("lanes", [0, 3])  # rows over the group itself, or over 3 lanes
 def test_hosts_with_different_shard_maps_refuse_on_both_sides(tmp_path, lanes):
-    mp.spawn(mismatched_worker, args=(free_port(), str(tmp_path), lanes), nprocs=2, join=True)
+    spawn_workers(mismatched_worker, args=(free_port(), str(tmp_path), lanes), nprocs=2)
     seen = {p.name: p.read_text() for p in tmp_path.iterdir()}
     assert set(seen) == {"ok_0", "ok_1"}, seen
 
@@ -354,7 +353,7 @@ def run_on_a_split_table(worker, tmp_path, nprocs, *args):
     qv.dist.partition_features(x, parts, 2, torch.randperm(400), 0.2)
     torch.save(x, parts / "x.pt")
     results.mkdir()
-    mp.spawn(worker, args=(*args, str(parts), str(results)), nprocs=nprocs, join=True)
+    spawn_workers(worker, args=(*args, str(parts), str(results)), nprocs=nprocs)
     return {p.name: p.read_text() for p in results.iterdir()}
 
 
@@ -511,8 +510,8 @@ def test_nccl_between_gpus(tmp_path, monkeypatch, direct, world):
     results.mkdir()
     qv.dist.partition_features(x, tmp_path, world, torch.randperm(x.size(0)), 0.2)
     torch.save(x, tmp_path / "x.pt")
-    mp.spawn(nccl_worker, args=(world, free_port(), str(tmp_path), str(results)), nprocs=world,
-             join=True)
+    spawn_workers(nccl_worker, args=(world, free_port(), str(tmp_path), str(results)), nprocs=world,
+                  join=True)
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert seen == {f"ok_{r}": "ok" for r in range(world)}, seen
 
@@ -523,8 +522,8 @@ def test_nccl_between_gpus(tmp_path, monkeypatch, direct, world):
 def test_nccl_hosts_with_different_shard_maps_refuse_on_both_sides(tmp_path, monkeypatch,
                                                                     direct):
     monkeypatch.setenv("QUIVER_NCCL_DIRECT", direct)
-    mp.spawn(mismatched_worker, args=(free_port(), str(tmp_path), 0, "nccl"), nprocs=2,
-             join=True)
+    spawn_workers(mismatched_worker, args=(free_port(), str(tmp_path), 0, "nccl"), nprocs=2,
+                  join=True)
     seen = {p.name: p.read_text() for p in tmp_path.iterdir()}
     assert set(seen) == {"ok_0", "ok_1"}, seen
 
@@ -538,9 +537,8 @@ def run_two_nccl_processes(worker, tmp_path, patience):
     results.mkdir()
     qv.dist.partition_features(x, tmp_path, 2, torch.randperm(x.size(0)), 0.2)
     torch.save(x, tmp_path / "x.pt")
-    ctx = mp.get_context("spawn")
     port = free_port()
-    procs = [ctx.Process(target=worker, args=(r, port, str(tmp_path), str(results)))
+    procs = [worker_process(worker, r, port, str(tmp_path), str(results))
              for r in range(2)]
     for p in procs:
         p.start()
@@ -654,7 +652,7 @@ def test_rdma_between_hosts(tmp_path):
     x = table(800, 6, torch.bfloat16)
     qv.dist.partition_features(x, directory, 2, torch.randperm(800), 0.2)
     torch.save(x, directory / "x.pt")
-    mp.spawn(rdma_worker, args=(2, free_port(), str(directory), str(results)), nprocs=2, join=True)
+    spawn_workers(rdma_worker, args=(2, free_port(), str(directory), str(results)), nprocs=2)
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
@@ -699,8 +697,8 @@ def test_rdma_empty_local_and_moved_tables(tmp_path):
         x = table(rows, 16, seed=rows)
         qv.dist.partition_features(x, base / name, 2, torch.randperm(rows), fraction)
         torch.save(x, base / name / "x.pt")
-    mp.spawn(rdma_edges_worker, args=(2, free_port(), str(base), str(results)), nprocs=2,
-             join=True)
+    spawn_workers(rdma_edges_worker, args=(2, free_port(), str(base), str(results)), nprocs=2,
+                  join=True)
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
@@ -723,7 +721,7 @@ def rdma_mismatch_worker(rank, world, port, results):
 def test_rdma_hosts_with_another_dtype_refuse(tmp_path):
     results = tmp_path / "results"
     results.mkdir()
-    mp.spawn(rdma_mismatch_worker, args=(2, free_port(), str(results)), nprocs=2, join=True)
+    spawn_workers(rdma_mismatch_worker, args=(2, free_port(), str(results)), nprocs=2)
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
@@ -760,9 +758,8 @@ def test_rdma_killed_peer_with_default_buffers(tmp_path):
     x = table(6000, 8)
     qv.dist.partition_features(x, directory, 2, torch.randperm(6000), 0.0)
     torch.save(x, directory / "x.pt")
-    ctx = mp.get_context("spawn")
     port = free_port()
-    procs = [ctx.Process(target=rdma_killed_worker, args=(r, port, str(directory), str(results)))
+    procs = [worker_process(rdma_killed_worker, r, port, str(directory), str(results))
              for r in range(2)]
     for p in procs:
         p.start()
@@ -893,8 +890,8 @@ def test_hetero_loader_gathers_a_table_split_over_hosts(tmp_path):
     results.mkdir()
     x = hetero_data(7, papers=120, authors=80)["paper"].x
     qv.dist.partition_features(x, base, 2, torch.randperm(x.size(0)), 0.1)
-    mp.spawn(hetero_dist_worker, args=(2, free_port(), str(base), str(results)), nprocs=2,
-             join=True)
+    spawn_workers(hetero_dist_worker, args=(2, free_port(), str(base), str(results)), nprocs=2,
+                  join=True)
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 

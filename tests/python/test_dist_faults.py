@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import torch_quiver_ops as qv
+from conftest import spawn_workers
 from test_dist import free_port, reported, table
 
 
@@ -23,7 +23,7 @@ def start(rank, world, port, seconds=60):
 def spawn(worker, tmp_path, world=2, *args):
     results = tmp_path / "results"
     results.mkdir(exist_ok=True)
-    mp.spawn(worker, args=(world, free_port(), str(results), *args), nprocs=world, join=True)
+    spawn_workers(worker, args=(world, free_port(), str(results), *args), nprocs=world)
     return {p.name: p.read_text() for p in results.iterdir()}
 
 

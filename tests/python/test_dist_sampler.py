@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from scipy import stats
 
 import torch_quiver_ops as qv
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, spawn_workers
 from test_dist import free_port, reported, run_two_nccl_processes
 from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
 
@@ -136,8 +135,8 @@ def spawned(tmp_path, worker_fn, world, *extra):
     error_<rank>), and the results folder."""
     results = tmp_path / "results"
     results.mkdir()
-    mp.spawn(worker_fn, args=(world, free_port(), str(tmp_path), str(results), *extra),
-             nprocs=world, join=True)
+    spawn_workers(worker_fn, args=(world, free_port(), str(tmp_path), str(results), *extra),
+                  nprocs=world)
     seen = {p.name: p.read_text() for p in results.iterdir() if p.name.startswith(("ok", "error"))}
     return seen, results
 
