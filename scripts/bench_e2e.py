@@ -28,8 +28,13 @@ synchronized epoch split into sampling, gathering and model. In one run:
      torch-sparse on this machine).
 
 The model alone (synchronized, over 24 batches sampled beforehand, the median of three
-passes) is the bound a hidden data path approaches; ``--compile-model`` runs the loop's
-model in every row, that one included, under torch.compile (PyG's models stay eager).
+passes) is the bound a hidden data path approaches. It drifts within a run, so each
+prefetching epoch also runs between two runs of it as long as an epoch (its steps going
+round the same 24 batches), and its ratio to their mean is the "vs beside" column.
+``--both-loader-threads`` runs each prefetching epoch with its batches built by the
+loader's Python thread and by its C++ one (by default the loader picks: the C++ thread on
+a GPU). ``--compile-model`` runs the loop's model in every row, that one included, under
+torch.compile (PyG's models stay eager).
 ``--scaling 1,2,4`` launches ``examples/train_sage.py`` under torchrun on 1, 2 and 4 GPUs
 with both cache policies and reports throughput (train seeds per second of epochs after
 the first) against one GPU. ``--cpp build/.../train_sage`` also times the
@@ -196,14 +201,17 @@ def loader_epoch(loader, device):
     return time.perf_counter() - start
 
 
-def model_alone(model, optimizer, batches, device):
-    """Seconds per batch of the training step alone, on batches built beforehand."""
+def model_alone(model, optimizer, batches, device, steps=None):
+    """Seconds per batch of the training step alone, on batches built beforehand: one pass
+    over them, or ``steps`` steps going round them."""
+    steps = steps or len(batches)
     sync(device)
     start = time.perf_counter()
-    for _, _, adjs, x, y in batches:
+    for step in range(steps):
+        _, _, adjs, x, y = batches[step % len(batches)]
         train_step(model, optimizer, lambda m: m(x, adjs), y)
     sync(device)
-    return (time.perf_counter() - start) / len(batches)
+    return (time.perf_counter() - start) / steps
 
 
 def green_rows(args, device, sampler, feature, train, labels, model, optimizer, record, name):
@@ -288,10 +296,10 @@ def single_gpu(args, results):
             model = torch.compile(model, dynamic=True)
         return model, optimizer
 
-    def record(name, epoch, split=None, note=""):
+    def record(name, epoch, split=None, note="", beside=None):
         row = {"config": name, "epoch_s": epoch, "split": split or {},
                "ms_per_batch": 1e3 * epoch / num_batches, "target_s": TARGETS.get(name),
-               "note": note}
+               "note": note, "model_alone_beside_s": beside}
         results["rows"].append(row)
         parts = ", ".join(f"{k} {v:.2f}" for k, v in (split or {}).items())
         print(f"   {name:<30} epoch {epoch:6.2f} s  {row['ms_per_batch']:6.2f} ms/batch"
@@ -300,6 +308,10 @@ def single_gpu(args, results):
     modes = args.modes.split(",") if cuda else ["CPU"]
     host_reads = args.host_reads.split(",") if cuda else ["zero_copy"]
     model_bound = None
+    built = None  # 24 batches for the model alone
+    # What builds the prefetching loader's batches: its default choice, or both threads.
+    loader_threads = ([(" Python thread", False), (" C++ thread", True)]
+                      if args.both_loader_threads else [("", None)])
     hot_gpu = None
     for mode in modes:
         # "UVA+20%": UVA sampling with that share of the topology cached in HBM, the lists
@@ -324,32 +336,47 @@ def single_gpu(args, results):
                                  host_reads=reads)
             feature.from_cpu_tensor(x, hot_order=hot)
             model, optimizer = fresh_model()
+            if built is None:  # the model alone's batches, built once, before any epoch
+                some = train[torch.randperm(train.numel(),
+                                            generator=torch.Generator().manual_seed(3))]
+                built = list(qv.SampleLoader(sampler, feature, some[:args.batch_size * 24],
+                                             args.batch_size, labels=labels, prefetch=0))
+
+            def record_beside(name, loader):
+                """A prefetching epoch between two runs of the model alone as long as an
+                epoch (as many steps), so that the step's drift within the run, tens of
+                percent over seconds, hits the epoch and its bound alike."""
+                quiver_epoch(loader, model, optimizer, device)  # warm-up
+                before = model_alone(model, optimizer, built, device, num_batches) * num_batches
+                epoch = quiver_epoch(loader, model, optimizer, device)
+                after = model_alone(model, optimizer, built, device, num_batches) * num_batches
+                record(name, epoch, beside=(before + after) / 2,
+                       note=f"(model alone beside it {before:.2f}, {after:.2f} s)")
+
             for prefetch in (2, 0):
                 loader = qv.SampleLoader(sampler, feature, train, args.batch_size,
                                          labels=labels, prefetch=prefetch)
-                quiver_epoch(loader, model, optimizer, device)  # warm-up
-                plain = quiver_epoch(loader, model, optimizer, device)
                 name = f"{'prefetch' if prefetch else 'in line'} {mode} {cache_name}"
                 if prefetch:
-                    record(name, plain)
+                    for thread, in_cpp in loader_threads:
+                        record_beside(f"{name}{thread}", qv.SampleLoader(
+                            sampler, feature, train, args.batch_size, labels=labels,
+                            prefetch=prefetch, prefetch_in_cpp=in_cpp))
+                    loader_epoch(loader, device)  # warm-up
                     record(f"{name} loader alone", loader_epoch(loader, device),
                            note="(batches built, no model)")
                     if cuda and cache != "100%" and not args.no_all_blocks:
                         # the same, host rows read on every block
-                        every = qv.SampleLoader(sampler, feature, train, args.batch_size,
-                                                labels=labels, prefetch=prefetch,
-                                                prefetch_host_read_blocks=0)
-                        quiver_epoch(every, model, optimizer, device)  # warm-up
-                        record(f"{name} all blocks", quiver_epoch(every, model, optimizer,
-                                                                  device))
+                        record_beside(f"{name} all blocks", qv.SampleLoader(
+                            sampler, feature, train, args.batch_size, labels=labels,
+                            prefetch=prefetch, prefetch_host_read_blocks=0))
                     for workers in args.loader_workers:  # several batches built at once
-                        several = qv.SampleLoader(sampler, feature, train, args.batch_size,
-                                                  labels=labels, prefetch=max(2, workers),
-                                                  workers=workers)
-                        quiver_epoch(several, model, optimizer, device)  # warm-up
-                        record(f"{name} {workers} workers",
-                               quiver_epoch(several, model, optimizer, device))
+                        record_beside(f"{name} {workers} workers", qv.SampleLoader(
+                            sampler, feature, train, args.batch_size, labels=labels,
+                            prefetch=max(2, workers), workers=workers))
                 else:
+                    quiver_epoch(loader, model, optimizer, device)  # warm-up
+                    plain = quiver_epoch(loader, model, optimizer, device)
                     clock = Clock(device)
                     quiver_epoch(loader, model, optimizer, device, clock)
                     record(name, plain, clock.totals)
@@ -357,24 +384,19 @@ def single_gpu(args, results):
                 green_rows(args, device, sampler, feature, train, labels, model, optimizer,
                            record, cache_name)
             if model_bound is None:
-                some = train[torch.randperm(train.numel(),
-                                            generator=torch.Generator().manual_seed(3))]
-                loader = qv.SampleLoader(sampler, feature, some[:args.batch_size * 24],
-                                         args.batch_size, labels=labels, prefetch=0)
-                built = list(loader)
                 model_alone(model, optimizer, built[:4], device)
                 # The step's time drifts by up to 30% within a run: the median of three
-                # passes, each pass shown.
+                # passes, each pass shown (and each prefetching epoch has its own, beside it).
                 passes = [model_alone(model, optimizer, built, device) * num_batches
                           for _ in range(3)]
                 model_bound = sorted(passes)[1]
-                del built
                 record("model alone", model_bound,
                        note="(bound: batches built beforehand; median of passes "
                             + ", ".join(f"{p:.2f}" for p in passes) + " s)")
             del feature, model, optimizer, loader
             if cuda:
                 torch.cuda.empty_cache()
+    del built
 
     if large:
         print(f"   (PyG's loader, the C++ program and the CPU pipeline are not run on "
@@ -562,15 +584,18 @@ def print_table(results):
           f"{results['batches']} batches of {results['batch_size']}, fanouts {results['fanouts']}, "
           f"model {results.get('model', 'eager')}")
     print(f"{'configuration':<32} {'epoch s':>8} {'ms/batch':>9} {'sample':>7} {'gather':>7} "
-          f"{'model':>7} {'vs model':>9} {'target':>7}")
+          f"{'model':>7} {'vs model':>9} {'vs beside':>10} {'target':>7}")
+    print(f"{'':<75}{'(median)':>9} {'(own)':>10}")
     bound = next((r["epoch_s"] for r in results["rows"] if r["config"] == "model alone"), None)
     for row in results["rows"]:
         split = row["split"]
         cell = lambda k: f"{split[k]:7.2f}" if k in split else f"{'':>7}"  # noqa: E731
         ratio = f"{row['epoch_s'] / bound:8.2f}x" if bound else f"{'':>9}"
+        beside = row.get("model_alone_beside_s")
+        own = f"{row['epoch_s'] / beside:9.2f}x" if beside else f"{'':>10}"
         target = f"{row['target_s']:7.2f}" if row["target_s"] else f"{'':>7}"
         print(f"{row['config']:<32} {row['epoch_s']:8.2f} {row['ms_per_batch']:9.2f} "
-              f"{cell('sample')} {cell('gather')} {cell('model')} {ratio} {target}")
+              f"{cell('sample')} {cell('gather')} {cell('model')} {ratio} {own} {target}")
 
 
 def plot_epochs(results, path):
@@ -600,7 +625,9 @@ def plot_epochs(results, path):
                     label=None if alone in labelled else
                     ("alone (no model, or no loader)" if alone else "prefetching epoch"))
             labelled.add(alone)
-        ratio = f"  {row['epoch_s'] / bound:.2f}x" if bound else ""
+        beside = row.get("model_alone_beside_s")
+        ratio = (f"  {row['epoch_s'] / beside:.2f}x its own model alone" if beside else
+                 f"  {row['epoch_s'] / bound:.2f}x" if bound else "")
         split_s = f" (split {sum(split.values()):.2f} s, synchronized)" if split else ""
         ax.text(max(row["epoch_s"], sum(split.values())), y,
                 f" {row['epoch_s']:.2f} s{ratio}{split_s}", va="center", fontsize=7)
@@ -635,14 +662,20 @@ def plot_runs(runs, path):
                                                   and "alone" not in row["config"])))
         width = 0.8 / len(chosen)
         for k, (label, results) in enumerate(chosen):
-            epochs = {row["config"]: row["epoch_s"] for row in results["rows"]}
-            drawn = [(i + (k - (len(chosen) - 1) / 2) * width, epochs[c])
-                     for i, c in enumerate(configs) if c in epochs]  # a run's own rows only
-            xs, heights = [x for x, _ in drawn], [h for _, h in drawn]
+            rows = {row["config"]: row for row in results["rows"]}
+            drawn = [(i + (k - (len(chosen) - 1) / 2) * width, rows[c])
+                     for i, c in enumerate(configs) if c in rows]  # a run's own rows only
+            xs, heights = [x for x, _ in drawn], [row["epoch_s"] for _, row in drawn]
             where = "" if len(devices) == 1 else f", {results['device']}"
             ax.bar(xs, heights, width, label=f"{label} ({results.get('model', 'eager')}{where})")
             for x, h in zip(xs, heights):
                 ax.text(x, h, f"{h:.2f}", ha="center", va="bottom", fontsize=6)
+            besides = [(x, row["model_alone_beside_s"]) for x, row in drawn
+                       if row.get("model_alone_beside_s")]
+            if besides:  # each epoch's own model alone, run beside it
+                ax.scatter([x for x, _ in besides], [b for _, b in besides], marker="_",
+                           s=120 * width, color="black", zorder=3,
+                           label=None if k else "model alone beside that epoch")
         ax.set_xticks(range(len(configs)), configs, rotation=20, ha="right", fontsize=7)
         ax.set_ylabel("seconds per epoch")
         ax.set_title(f"'{graph}'", fontsize=9)
@@ -677,7 +710,7 @@ def scaling(args, results):
                                "--cache-size", args.cache, "--cache-policy", policy,
                                "--mode", args.scaling_mode, "--step", step_name,
                                "--report", str(report)] + (
-                                   ["--prefetch-in-cpp"] if "cpp" in extras else [])
+                                   ["--loader-thread", "cpp"] if "cpp" in extras else [])
                     start = time.perf_counter()
                     done = subprocess.run(command, capture_output=True, text=True,
                                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -755,6 +788,10 @@ def main():
                         help="the torch-quiver loop's GraphSAGE under "
                              "torch.compile(dynamic=True) in every row, the model alone "
                              "included (PyG's models stay eager)")
+    parser.add_argument("--both-loader-threads", action="store_true",
+                        help="each prefetching epoch twice, its batches built by the "
+                             "loader's Python thread and by its C++ one (prefetch_in_cpp "
+                             "False and True; by default the loader picks)")
     parser.add_argument("--no-cpu-pipeline", action="store_true",
                         help="skip configuration 5 (CPU sampling and gather; slow)")
     parser.add_argument("--scaling", default=None,
@@ -763,7 +800,7 @@ def main():
     parser.add_argument("--scaling-epochs", type=int, default=3)
     parser.add_argument("--scaling-variants", default="lean",
                         help="examples/train_sage.py variants: --step plain or lean, +cpp for "
-                             "--prefetch-in-cpp (e.g. plain,lean,lean+cpp)")
+                             "--loader-thread cpp (e.g. plain,lean,lean+cpp)")
     parser.add_argument("--scaling-policies", default="device_replicate,p2p_clique_replicate",
                         help="cache policies to run (one GPU runs once, under the first)")
     parser.add_argument("--compile", action="store_true",
