@@ -99,9 +99,10 @@ def parse_args(argv=None):
     parser.add_argument("--save", default=None,
                         help="write the trained model and what rebuilds its graph to this "
                              "file (examples/serve_sage.py serves it)")
-    parser.add_argument("--prefetch-in-cpp", action="store_true",
-                        help="build the batches ahead in a C++ thread (SampleLoader's "
-                             "prefetch_in_cpp) instead of a Python one")
+    parser.add_argument("--loader-thread", default="auto", choices=["auto", "cpp", "python"],
+                        help="what builds the batches ahead: auto (default) a C++ thread "
+                             "wherever it can (a GPU's sampler, SampleLoader's "
+                             "prefetch_in_cpp), cpp requires it, python the Python thread")
     parser.add_argument("--step", default="lean", choices=["plain", "lean"],
                         help="lean (default): fused Adam on a GPU and, under torchrun, DDP "
                              "with a static graph and gradients viewing its buckets: less "
@@ -313,7 +314,9 @@ def main(argv=None) -> dict:
     loader = qv.SampleLoader(sampler, feature, train, args.batch_size, labels=labels,
                              prefetch=(max(args.prefetch, args.loader_workers) if args.prefetch
                                        else 0),  # workers > 1 with 0: the loader says why
-                             workers=args.loader_workers, prefetch_in_cpp=args.prefetch_in_cpp)
+                             workers=args.loader_workers,
+                             prefetch_in_cpp={"auto": None, "cpp": True,
+                                              "python": False}[args.loader_thread])
     eval_gen = torch.Generator().manual_seed(args.seed + 1)
     test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(), generator=eval_gen)
                             [:args.eval_nodes]][run.rank::run.world]

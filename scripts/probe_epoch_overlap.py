@@ -137,7 +137,7 @@ def main():
         native = qv.SampleLoader(sampler, feature, seeds, batch_size, labels=labels, prefetch=2,
                                  prefetch_in_cpp=True)
         in_python = qv.SampleLoader(sampler, feature, seeds, batch_size, labels=labels,
-                                    prefetch=2)
+                                    prefetch=2, prefetch_in_cpp=False)
         loader = in_python
 
         def epoch(consume, interval=None):

@@ -327,10 +327,11 @@ class SampleLoader:
             (``torch.classes.quiver.BatchPrefetcher``) that never takes Python's lock,
             instead of the :class:`Prefetcher`'s Python thread. Same batches. For a sampler
             without rules (no weights, times or trees), a :class:`Feature` or None, one
-            worker and no ``prefetch_sms``. Off by default: on an H200, in turns with the
-            Python thread beside a GraphSAGE model, it was 8% faster a batch on the
-            papers-sized graph with a 20% cache and 8% slower on the products-like one with
-            every row in HBM (docs/benchmarks.md).
+            worker and no ``prefetch_sms``. None (the default) takes it wherever it can
+            build the batches of a sampler on a GPU (GPU or UVA mode); True requires it,
+            False keeps the Python thread. On three H200s beside a GraphSAGE model it was
+            faster or as fast in 22 of 24 epochs (2-3% slower in two, UVA mode), by up to
+            26%, and 19% on the papers-sized graph (docs/benchmarks.md, 2026-12-02).
 
     ``for n_id, batch_size, adjs, x, y in loader:`` replaces the torch-quiver loop
     ``for seeds in loader: n_id, batch_size, adjs = sampler.sample(seeds); x = feature[n_id]``.
@@ -342,7 +343,7 @@ class SampleLoader:
                  generator: Optional[torch.Generator] = None,
                  prefetch_sms: Optional[int] = None,
                  prefetch_host_read_blocks: int = HOST_READ_BLOCKS, workers: int = 1,
-                 prefetch_in_cpp: bool = False):
+                 prefetch_in_cpp: Optional[bool] = None):
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         seeds = torch.as_tensor(seeds)
@@ -365,12 +366,15 @@ class SampleLoader:
         self._generators = threading.local()  # each building thread samples with its own
         self.timer = None  # see _build_one
         self.prefetch = prefetch
-        if prefetch_in_cpp:
+        if prefetch_in_cpp is not False:
             why = _why_not_in_cpp(sampler, feature, prefetch, workers, prefetch_sms)
-            if why:
+            if why and prefetch_in_cpp:
                 raise ValueError(f"prefetch_in_cpp=True builds batches ahead, one at a time, "
                                  f"with a GraphSageSampler without rules and a Feature (or "
                                  f"None): here {why}")
+            # Measured faster only beside a GPU's model; a CPU sampler keeps Python's thread.
+            prefetch_in_cpp = bool(prefetch_in_cpp or (
+                why is None and sampler.device.type == "cuda"))
         self._prefetcher = Prefetcher(_Epochs(self), self.device, prefetch, sms=prefetch_sms,
                                       host_read_blocks=prefetch_host_read_blocks,
                                       workers=workers)
@@ -569,9 +573,10 @@ class LinkSampleLoader(SampleLoader):
         if neg_ratio < 0:
             raise ValueError(f"neg_ratio must be >= 0, got {neg_ratio}")
         num_edges = edge_label_index.size(1)
+        # Its batches are built by _build_one below, in Python: never the C++ thread's.
         super().__init__(sampler, feature, torch.arange(num_edges), batch_size, None, shuffle,
                          drop_last, prefetch, generator, prefetch_sms, prefetch_host_read_blocks,
-                         workers)
+                         workers, prefetch_in_cpp=False)
         self.edge_label_index = edge_label_index.long().to(self.device)
         self.edge_label = (None if edge_label is None
                            else torch.as_tensor(edge_label).to(self.device))

@@ -351,6 +351,26 @@ def test_link_sample_loader_prefetch_gives_the_same_batches(mode):
         assert torch.equal(a, c) and torch.equal(b, d)
 
 
+def test_a_link_loader_with_a_feature_store_builds_link_batches(mode):
+    # A Feature (or no rows) would let the C++ thread build a GPU sampler's batches by
+    # default; it builds node batches, so a link loader must keep to its own.
+    graph, x, edges, _ = _link_setup(mode)
+    topo = qv.CSRTopo(torch.stack([graph.row, graph.col]), num_nodes=300)
+    sampler = qv.GraphSageSampler(topo, [4, 3], device=device_of(mode), mode=mode)
+    feature = qv.Feature(rank=0, device_list=[0] if mode != "CPU" else [],
+                         device_cache_size="30%", csr_topo=topo)
+    feature.from_cpu_tensor(x)
+    for rows in (feature, None):
+        loader = qv.LinkSampleLoader(sampler, rows, edges, 128)
+        batches = list(loader)
+        assert not loader._in_cpp and len(batches) == 8
+        assert sum(batch.edge_label.numel() for batch in batches) == 2000  # 1 negative each
+        for batch in batches:
+            assert isinstance(batch, qv.loader.LinkBatch)
+            if rows is not None:
+                assert torch.equal(batch.x.cpu(), x[batch.n_id.cpu()])
+
+
 def test_link_sample_loader_refuses_bad_input():
     graph, _, edges, _ = _link_setup("CPU")
     topo = qv.CSRTopo(torch.stack([graph.row, graph.col]), num_nodes=300)
@@ -372,7 +392,7 @@ def test_a_sample_loader_builds_ahead_in_cpp_with_the_same_batches(mode):
     seeds = torch.arange(0, 300, 3)
     for rows, ys in [(feature, labels), (None, labels), (feature, None)]:
         native = qv.SampleLoader(sampler, rows, seeds, 16, labels=ys, prefetch_in_cpp=True)
-        python = qv.SampleLoader(sampler, rows, seeds, 16, labels=ys)
+        python = qv.SampleLoader(sampler, rows, seeds, 16, labels=ys, prefetch_in_cpp=False)
         for seed in (4, 5):
             torch.manual_seed(seed)
             built = list(native)
@@ -397,16 +417,23 @@ def test_loaders_the_cpp_thread_cannot_build_are_refused(mode):
     weighted = qv.GraphSageSampler(sampler.csr_topo, [4, 3], device=device_of(mode), mode=mode,
                                    weights=torch.rand(sampler.csr_topo.edge_count))
     seeds = torch.arange(40)
-    for kwargs, why in [({"prefetch": 0}, "prefetch is 0"),
-                        ({"prefetch": 2, "workers": 2}, "workers=2"),
-                        ({"prefetch_sms": 8}, "prefetch_sms is given"),
-                        ({"sampler": weighted}, "the sampler has rules"),
-                        ({"feature": table}, "the feature is a Tensor, not a Feature")]:
+    refused = [({"prefetch": 0}, "prefetch is 0"),
+               ({"prefetch": 2, "workers": 2}, "workers=2"),
+               ({"prefetch_sms": 8}, "prefetch_sms is given"),
+               ({"sampler": weighted}, "the sampler has rules"),
+               ({"feature": table}, "the feature is a Tensor, not a Feature")]
+    for kwargs, why in refused:
         kwargs = {"sampler": sampler, "feature": feature, **kwargs}
         with pytest.raises(ValueError, match=f"prefetch_in_cpp=True .* here {why}"):
             qv.SampleLoader(seeds=seeds, batch_size=8, prefetch_in_cpp=True, **kwargs)
-    loader = qv.SampleLoader(sampler, feature, seeds, 8)  # by default the Python thread
-    assert len(list(loader)) == 5 and not loader._in_cpp
+    # By default the C++ thread wherever it can build a GPU sampler's batches, else the
+    # Python thread, without a word.
+    loader = qv.SampleLoader(sampler, feature, seeds, 8)
+    assert len(list(loader)) == 5 and loader._in_cpp == (mode != "CPU")
+    for kwargs in [{"workers": 2}, {"sampler": weighted}, {"feature": table}]:
+        kwargs = {"sampler": sampler, "feature": feature, **kwargs}
+        assert not qv.SampleLoader(seeds=seeds, batch_size=8, **kwargs)._in_cpp
+    assert not qv.SampleLoader(sampler, feature, seeds, 8, prefetch_in_cpp=False)._in_cpp
 
 
 def test_the_cpp_thread_raises_in_turn_and_stops_on_early_exits(mode):
