@@ -51,6 +51,23 @@ std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
   }
+  // Host 0, which holds the store when the group was made with init_process_group's
+  // tcp:// address, returns only once every host has read every text: raising and exiting
+  // at once, it would take the store from a host still reading, which would then see a
+  // lost connection instead of the disagreement. The others need the store no more once
+  // their count is in, so they never wait on a store that may be gone.
+  const std::string read = prefix + "read";
+  int64_t done = store.add(read, 1);
+  pause = std::chrono::milliseconds(1);
+  while (host == 0 && done < num_hosts) {
+    TORCH_CHECK(std::chrono::steady_clock::now() <= deadline, "host ", host, " waited ",
+                timeout.count(), " ms for every host to read what the others said on ", topic,
+                ": ", num_hosts - done, " of ", num_hosts,
+                " had not (late, dead, or running other code)");
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    done = store.add(read, 0);
+  }
   return everyone;
 }
 
