@@ -101,8 +101,8 @@ def parse_args(argv=None):
                              "file (examples/serve_sage.py serves it)")
     parser.add_argument("--loader-thread", default="auto", choices=["auto", "cpp", "python"],
                         help="what builds the batches ahead: auto (default) a C++ thread "
-                             "wherever it can (a GPU's sampler, SampleLoader's "
-                             "prefetch_in_cpp), cpp requires it, python the Python thread")
+                             "wherever it can in GPU mode (SampleLoader's prefetch_in_cpp), "
+                             "cpp requires it, python the Python thread")
     parser.add_argument("--step", default="lean", choices=["plain", "lean"],
                         help="lean (default): fused Adam on a GPU and, under torchrun, DDP "
                              "with a static graph and gradients viewing its buckets: less "
@@ -317,6 +317,9 @@ def main(argv=None) -> dict:
                              workers=args.loader_workers,
                              prefetch_in_cpp={"auto": None, "cpp": True,
                                               "python": False}[args.loader_thread])
+    if run.lead and loader.prefetch:
+        print(f"batches built {loader.prefetch} ahead by the loader's "
+              f"{'C++' if loader.prefetch_in_cpp else 'Python'} thread")
     eval_gen = torch.Generator().manual_seed(args.seed + 1)
     test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(), generator=eval_gen)
                             [:args.eval_nodes]][run.rank::run.world]

@@ -297,8 +297,9 @@ def single_gpu(args, results):
         return model, optimizer
 
     def record(name, epoch, split=None, note="", beside=None):
+        target = TARGETS.get(name.removesuffix(" Python thread").removesuffix(" C++ thread"))
         row = {"config": name, "epoch_s": epoch, "split": split or {},
-               "ms_per_batch": 1e3 * epoch / num_batches, "target_s": TARGETS.get(name),
+               "ms_per_batch": 1e3 * epoch / num_batches, "target_s": target,
                "note": note, "model_alone_beside_s": beside}
         results["rows"].append(row)
         parts = ", ".join(f"{k} {v:.2f}" for k, v in (split or {}).items())
@@ -350,8 +351,10 @@ def single_gpu(args, results):
                 before = model_alone(model, optimizer, built, device, num_batches) * num_batches
                 epoch = quiver_epoch(loader, model, optimizer, device)
                 after = model_alone(model, optimizer, built, device, num_batches) * num_batches
+                thread = "C++" if loader.prefetch_in_cpp else "Python"
                 record(name, epoch, beside=(before + after) / 2,
-                       note=f"(model alone beside it {before:.2f}, {after:.2f} s)")
+                       note=f"({thread} thread; model alone beside it {before:.2f}, "
+                            f"{after:.2f} s)")
 
             for prefetch in (2, 0):
                 loader = qv.SampleLoader(sampler, feature, train, args.batch_size,
@@ -710,7 +713,7 @@ def scaling(args, results):
                                "--cache-size", args.cache, "--cache-policy", policy,
                                "--mode", args.scaling_mode, "--step", step_name,
                                "--report", str(report)] + (
-                                   ["--loader-thread", "cpp"] if "cpp" in extras else [])
+                                   ["--loader-thread", "cpp" if "cpp" in extras else "python"])
                     start = time.perf_counter()
                     done = subprocess.run(command, capture_output=True, text=True,
                                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
@@ -799,8 +802,8 @@ def main():
     parser.add_argument("--scaling-mode", default="GPU", choices=["GPU", "UVA"])
     parser.add_argument("--scaling-epochs", type=int, default=3)
     parser.add_argument("--scaling-variants", default="lean",
-                        help="examples/train_sage.py variants: --step plain or lean, +cpp for "
-                             "--loader-thread cpp (e.g. plain,lean,lean+cpp)")
+                        help="examples/train_sage.py variants: --step plain or lean, with "
+                             "--loader-thread python, or cpp with +cpp (e.g. plain,lean,lean+cpp)")
     parser.add_argument("--scaling-policies", default="device_replicate,p2p_clique_replicate",
                         help="cache policies to run (one GPU runs once, under the first)")
     parser.add_argument("--compile", action="store_true",

@@ -62,7 +62,7 @@ def time_loader(sampler, seeds, batch_size, workers):
     epoch (as in training, where the loader's streams and memory carry over), and the
     edges sampled (all hops) in it."""
     loader = qv.SampleLoader(sampler, None, seeds, batch_size, prefetch=max(2, workers),
-                             workers=workers)
+                             workers=workers, prefetch_in_cpp=False)  # Python's, any count
     for _ in loader:
         pass
     sync()

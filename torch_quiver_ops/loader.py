@@ -328,10 +328,11 @@ class SampleLoader:
             instead of the :class:`Prefetcher`'s Python thread. Same batches. For a sampler
             without rules (no weights, times or trees), a :class:`Feature` or None, one
             worker and no ``prefetch_sms``. None (the default) takes it wherever it can
-            build the batches of a sampler on a GPU (GPU or UVA mode); True requires it,
-            False keeps the Python thread. On three H200s beside a GraphSAGE model it was
-            faster or as fast in 22 of 24 epochs (2-3% slower in two, UVA mode), by up to
-            26%, and 19% on the papers-sized graph (docs/benchmarks.md, 2026-12-02).
+            build the batches of a GPU-mode sampler, and otherwise the Python thread
+            without a word; True requires it, False keeps the Python thread. On three
+            H200s beside a GraphSAGE model, GPU mode, its epochs were shorter in 19 of 20
+            pairs (median 6.5%, 6-19% on the papers-sized graph); in UVA mode in 2 of 4, so
+            UVA keeps the Python thread (docs/benchmarks.md, 2026-12-02).
 
     ``for n_id, batch_size, adjs, x, y in loader:`` replaces the torch-quiver loop
     ``for seeds in loader: n_id, batch_size, adjs = sampler.sample(seeds); x = feature[n_id]``.
@@ -358,6 +359,10 @@ class SampleLoader:
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.generator = generator
+        # A sampler handed to a worker process is placed on that worker's GPU at first use:
+        # now, so that the loader's device, its labels and the C++ thread all agree.
+        if hasattr(sampler, "_ensure_placed"):
+            sampler._ensure_placed()
         self.device = sampler.device
         self.labels = None if labels is None else torch.as_tensor(labels).to(self.device)
         if self.labels is not None and self.labels.size(0) != sampler.csr_topo.node_count:
@@ -366,19 +371,30 @@ class SampleLoader:
         self._generators = threading.local()  # each building thread samples with its own
         self.timer = None  # see _build_one
         self.prefetch = prefetch
-        if prefetch_in_cpp is not False:
+        chosen = prefetch_in_cpp is None  # the loader picks
+        prefetch_in_cpp = bool(prefetch_in_cpp)
+        if prefetch_in_cpp or chosen:
             why = _why_not_in_cpp(sampler, feature, prefetch, workers, prefetch_sms)
             if why and prefetch_in_cpp:
                 raise ValueError(f"prefetch_in_cpp=True builds batches ahead, one at a time, "
                                  f"with a GraphSageSampler without rules and a Feature (or "
                                  f"None): here {why}")
-            # Measured faster only beside a GPU's model; a CPU sampler keeps Python's thread.
-            prefetch_in_cpp = bool(prefetch_in_cpp or (
-                why is None and sampler.device.type == "cuda"))
+            # Picked only where it measured faster (GPU mode: not UVA, not the CPU), and only
+            # for this class's own batches: a subclass that builds others keeps them.
+            builds_its_own = (type(self)._build_one is not SampleLoader._build_one or
+                              type(self).batch_builders is not SampleLoader.batch_builders)
+            prefetch_in_cpp = prefetch_in_cpp or (why is None and not builds_its_own and
+                                                  getattr(sampler, "mode", None) == "GPU")
         self._prefetcher = Prefetcher(_Epochs(self), self.device, prefetch, sms=prefetch_sms,
                                       host_read_blocks=prefetch_host_read_blocks,
                                       workers=workers)
         self._in_cpp = prefetch_in_cpp
+
+    @property
+    def prefetch_in_cpp(self) -> bool:
+        """Whether a C++ thread builds the batches ahead (the argument, or the loader's
+        choice when it was None)."""
+        return self._in_cpp
 
     def __len__(self) -> int:
         full, rest = divmod(self.seeds.numel(), self.batch_size)

@@ -26,9 +26,10 @@ WORKER_START = "spawn" if torch.cuda.is_available() else "forkserver"
 def worker_context():
     """The multiprocessing context of the multi-host tests' workers (WORKER_START)."""
     if WORKER_START == "forkserver":  # read once, when the server starts
+        # The modules whose functions the workers run (test_dist*), already imported here.
         multiprocessing.set_forkserver_preload(
             ["torch", "torch.distributed", "torch_quiver_ops",
-             *sorted(name for name in sys.modules if name.startswith("test_"))])
+             *sorted(name for name in sys.modules if name.startswith("test_dist"))])
     return torch.multiprocessing.get_context(WORKER_START)
 
 

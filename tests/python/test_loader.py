@@ -363,7 +363,7 @@ def test_a_link_loader_with_a_feature_store_builds_link_batches(mode):
     for rows in (feature, None):
         loader = qv.LinkSampleLoader(sampler, rows, edges, 128)
         batches = list(loader)
-        assert not loader._in_cpp and len(batches) == 8
+        assert not loader.prefetch_in_cpp and len(batches) == 8
         assert sum(batch.edge_label.numel() for batch in batches) == 2000  # 1 negative each
         for batch in batches:
             assert isinstance(batch, qv.loader.LinkBatch)
@@ -398,7 +398,7 @@ def test_a_sample_loader_builds_ahead_in_cpp_with_the_same_batches(mode):
             built = list(native)
             torch.manual_seed(seed)
             assert same([flatten_all(b) for b in built], [flatten_all(b) for b in python])
-        assert native._in_cpp and not python._in_cpp
+        assert native.prefetch_in_cpp and not python.prefetch_in_cpp
         for batch in built:
             assert (batch.x is None) == (rows is None) and (batch.y is None) == (ys is None)
             if rows is not None:
@@ -426,14 +426,15 @@ def test_loaders_the_cpp_thread_cannot_build_are_refused(mode):
         kwargs = {"sampler": sampler, "feature": feature, **kwargs}
         with pytest.raises(ValueError, match=f"prefetch_in_cpp=True .* here {why}"):
             qv.SampleLoader(seeds=seeds, batch_size=8, prefetch_in_cpp=True, **kwargs)
-    # By default the C++ thread wherever it can build a GPU sampler's batches, else the
-    # Python thread, without a word.
+    # By default the C++ thread wherever it can build a GPU-mode sampler's batches, else
+    # the Python thread, without a word.
     loader = qv.SampleLoader(sampler, feature, seeds, 8)
-    assert len(list(loader)) == 5 and loader._in_cpp == (mode != "CPU")
+    assert len(list(loader)) == 5 and loader.prefetch_in_cpp == (mode == "GPU")
+    assert not qv.SampleLoader(sampler, feature, seeds, 8, prefetch_in_cpp=0).prefetch_in_cpp
     for kwargs in [{"workers": 2}, {"sampler": weighted}, {"feature": table}]:
         kwargs = {"sampler": sampler, "feature": feature, **kwargs}
-        assert not qv.SampleLoader(seeds=seeds, batch_size=8, **kwargs)._in_cpp
-    assert not qv.SampleLoader(sampler, feature, seeds, 8, prefetch_in_cpp=False)._in_cpp
+        assert not qv.SampleLoader(seeds=seeds, batch_size=8, **kwargs).prefetch_in_cpp
+    assert not qv.SampleLoader(sampler, feature, seeds, 8, prefetch_in_cpp=False).prefetch_in_cpp
 
 
 def test_the_cpp_thread_raises_in_turn_and_stops_on_early_exits(mode):
