@@ -589,10 +589,10 @@ class LinkSampleLoader(SampleLoader):
         if neg_ratio < 0:
             raise ValueError(f"neg_ratio must be >= 0, got {neg_ratio}")
         num_edges = edge_label_index.size(1)
-        # Its batches are built by _build_one below, in Python: never the C++ thread's.
+        # Its own _build_one builds its batches: SampleLoader never gives them to C++.
         super().__init__(sampler, feature, torch.arange(num_edges), batch_size, None, shuffle,
                          drop_last, prefetch, generator, prefetch_sms, prefetch_host_read_blocks,
-                         workers, prefetch_in_cpp=False)
+                         workers)
         self.edge_label_index = edge_label_index.long().to(self.device)
         self.edge_label = (None if edge_label is None
                            else torch.as_tensor(edge_label).to(self.device))

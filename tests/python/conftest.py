@@ -42,11 +42,11 @@ def in_environment(rank, environment, fn, *args):
     return fn(rank, *args)
 
 
-def spawn_workers(fn, args=(), nprocs=1, join=True):
-    """torch.multiprocessing.spawn(fn, args, nprocs, join) through worker_context()."""
+def spawn_workers(fn, args=(), nprocs=1):
+    """torch.multiprocessing.spawn(fn, args, nprocs) through worker_context(), joined."""
     worker_context()
-    return torch.multiprocessing.start_processes(
-        in_environment, args=(dict(os.environ), fn, *args), nprocs=nprocs, join=join,
+    torch.multiprocessing.start_processes(
+        in_environment, args=(dict(os.environ), fn, *args), nprocs=nprocs,
         start_method=WORKER_START)
 
 

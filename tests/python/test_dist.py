@@ -510,8 +510,7 @@ def test_nccl_between_gpus(tmp_path, monkeypatch, direct, world):
     results.mkdir()
     qv.dist.partition_features(x, tmp_path, world, torch.randperm(x.size(0)), 0.2)
     torch.save(x, tmp_path / "x.pt")
-    spawn_workers(nccl_worker, args=(world, free_port(), str(tmp_path), str(results)), nprocs=world,
-                  join=True)
+    spawn_workers(nccl_worker, args=(world, free_port(), str(tmp_path), str(results)), nprocs=world)
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert seen == {f"ok_{r}": "ok" for r in range(world)}, seen
 
@@ -522,8 +521,7 @@ def test_nccl_between_gpus(tmp_path, monkeypatch, direct, world):
 def test_nccl_hosts_with_different_shard_maps_refuse_on_both_sides(tmp_path, monkeypatch,
                                                                     direct):
     monkeypatch.setenv("QUIVER_NCCL_DIRECT", direct)
-    spawn_workers(mismatched_worker, args=(free_port(), str(tmp_path), 0, "nccl"), nprocs=2,
-                  join=True)
+    spawn_workers(mismatched_worker, args=(free_port(), str(tmp_path), 0, "nccl"), nprocs=2)
     seen = {p.name: p.read_text() for p in tmp_path.iterdir()}
     assert set(seen) == {"ok_0", "ok_1"}, seen
 
@@ -697,8 +695,7 @@ def test_rdma_empty_local_and_moved_tables(tmp_path):
         x = table(rows, 16, seed=rows)
         qv.dist.partition_features(x, base / name, 2, torch.randperm(rows), fraction)
         torch.save(x, base / name / "x.pt")
-    spawn_workers(rdma_edges_worker, args=(2, free_port(), str(base), str(results)), nprocs=2,
-                  join=True)
+    spawn_workers(rdma_edges_worker, args=(2, free_port(), str(base), str(results)), nprocs=2)
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
@@ -890,8 +887,7 @@ def test_hetero_loader_gathers_a_table_split_over_hosts(tmp_path):
     results.mkdir()
     x = hetero_data(7, papers=120, authors=80)["paper"].x
     qv.dist.partition_features(x, base, 2, torch.randperm(x.size(0)), 0.1)
-    spawn_workers(hetero_dist_worker, args=(2, free_port(), str(base), str(results)), nprocs=2,
-                  join=True)
+    spawn_workers(hetero_dist_worker, args=(2, free_port(), str(base), str(results)), nprocs=2)
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 

@@ -354,11 +354,10 @@ def test_link_sample_loader_prefetch_gives_the_same_batches(mode):
 def test_a_link_loader_with_a_feature_store_builds_link_batches(mode):
     # A Feature (or no rows) would let the C++ thread build a GPU sampler's batches by
     # default; it builds node batches, so a link loader must keep to its own.
-    graph, x, edges, _ = _link_setup(mode)
-    topo = qv.CSRTopo(torch.stack([graph.row, graph.col]), num_nodes=300)
-    sampler = qv.GraphSageSampler(topo, [4, 3], device=device_of(mode), mode=mode)
+    _, x, edges, with_a_tensor = _link_setup(mode)
+    sampler = with_a_tensor.sampler
     feature = qv.Feature(rank=0, device_list=[0] if mode != "CPU" else [],
-                         device_cache_size="30%", csr_topo=topo)
+                         device_cache_size="30%", csr_topo=sampler.csr_topo)
     feature.from_cpu_tensor(x)
     for rows in (feature, None):
         loader = qv.LinkSampleLoader(sampler, rows, edges, 128)

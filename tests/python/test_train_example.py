@@ -13,8 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_train_sage_learns():
-    result = load_example("train_sage").main(["--size", "small", "--epochs", "3", "--eval-nodes",
-                                      "3000", "--device", "cpu"])
+    result = load_example("train_sage").main(
+        ["--size", "small", "--epochs", "3", "--eval-nodes", "3000", "--device", "cpu"])
     final = result["history"][-1]
     chance = 1 / result["num_classes"]
     assert final["accuracy"] > 10 * chance, result
@@ -24,8 +24,8 @@ def test_train_sage_learns():
 def test_train_hetero_learns():
     """examples/train_hetero.py: to_hetero(GraphSAGE) with embeddings for the featureless
     types, on a 1% ogbn-mag-like graph."""
-    result = load_example("train_hetero").main(["--scale", "0.01", "--epochs", "2", "--device", "cpu",
-                                        "--batch-size", "512"])
+    result = load_example("train_hetero").main(
+        ["--scale", "0.01", "--epochs", "2", "--device", "cpu", "--batch-size", "512"])
     final = result["history"][-1]
     assert final["test_accuracy"] > 50 / result["num_classes"], result
     assert final["loss"] < result["history"][0]["loss"]
@@ -46,8 +46,9 @@ def test_a_compiled_model_learns():
     import torch._dynamo
     torch._dynamo.reset()
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
-    result = load_example("train_sage").main(["--size", "tiny", "--epochs", "3", "--batch-size", "64",
-                                      "--device", "cpu", "--compile"])
+    result = load_example("train_sage").main(
+        ["--size", "tiny", "--epochs", "3", "--batch-size", "64", "--device", "cpu",
+         "--compile"])
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs  # it was compiled
     history = result["history"]
     assert history[-1]["accuracy"] > 2 / result["num_classes"], result
@@ -106,16 +107,16 @@ def test_pyg_example_learns_with_few_changed_lines(workers):
 
 
 def test_link_prediction_example_learns():
-    result = load_example("link_prediction").main(["--size", "tiny", "--epochs", "2", "--batch-size",
-                                           "256", "--device", "cpu"])
+    result = load_example("link_prediction").main(
+        ["--size", "tiny", "--epochs", "2", "--batch-size", "256", "--device", "cpu"])
     final = result["history"][-1]
     assert final["test_auc"] > 0.7 and final["val_auc"] > 0.7, result  # chance: 0.5
     assert final["loss"] < result["history"][0]["loss"] + 0.05
 
 
 def test_temporal_link_prediction_example_learns():
-    result = load_example("temporal_link_prediction").main(["--size", "tiny", "--epochs", "2",
-                                                    "--batch-size", "256", "--device", "cpu"])
+    result = load_example("temporal_link_prediction").main(
+        ["--size", "tiny", "--epochs", "2", "--batch-size", "256", "--device", "cpu"])
     final = result["history"][-1]
     assert final["test_auc"] > 0.65 and final["val_auc"] > 0.65, result  # chance: 0.5
     assert final["test_mrr"] > 1.5 * result["chance_mrr"], result
