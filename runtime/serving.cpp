@@ -413,6 +413,7 @@ void ServingRuntime::sample_loop(Sampler& sampler) {
     } catch (const std::exception& e) {
       error = e.what();
     }
+    batch.prepared = Clock::now();
     lock.lock();
     pending_s_[batch.on_gpu] = std::max(0.0, pending_s_[batch.on_gpu] - batch.predicted_s);
     if (!error.empty()) {
@@ -532,7 +533,7 @@ void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::stri
   records_.push_back({static_cast<double>(batch.ids.numel()),
                       static_cast<double>(batch.requests.size()), batch.cost,
                       batch.on_gpu ? 1.0 : 0.0, ms_between(first, batch.started),
-                      ms_between(batch.started, now)});
+                      ms_between(batch.started, now), ms_between(batch.started, batch.prepared)});
   if (records_.size() > kRecordsKept) records_.pop_front();
   if (batch.started != Clock::time_point{}) {  // sampled (closing fails some before)
     const double held = ms_between(batch.started, now) / 1000;
@@ -775,7 +776,7 @@ std::tuple<double, std::vector<double>, std::vector<double>> ServingRuntime::cal
 
 at::Tensor ServingRuntime::records() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  at::Tensor out = at::empty({static_cast<int64_t>(records_.size()), 6}, at::kDouble);
+  at::Tensor out = at::empty({static_cast<int64_t>(records_.size()), 7}, at::kDouble);
   double* row = out.data_ptr<double>();
   for (const auto& record : records_) row = std::copy(record.begin(), record.end(), row);
   return out;

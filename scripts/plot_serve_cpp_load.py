@@ -11,9 +11,10 @@ import re
 import sys
 
 # The logs of 2026-11-28's twelfth session end at seeds/batch; later ones add the caching
-# allocator's mallocs and retries.
+# allocator's mallocs and retries, and from 2026-12-02 a batch's mean ms in three parts.
 ROW = re.compile(r"^(cpu|gpu2|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)\s+"
-                 r"([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)(\s+\d+\s+\d+)?\s*$")
+                 r"([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)(\s+\d+\s+\d+)?"
+                 r"(\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+)?\s*$")
 
 
 def read_rows(path: str) -> dict:

@@ -92,8 +92,9 @@ class BatchRecord:
     requests: int
     cost: float
     target: str  # "cpu" or "gpu"
-    wait_ms: float
-    run_ms: float
+    wait_ms: float  # from its first request's arrival to a sampler taking it
+    run_ms: float  # from a sampler taking it to its answer
+    prepare_ms: float  # of run_ms, sampling and gathering (the rest: the model side)
 
 
 class ServingRuntime:
@@ -294,7 +295,7 @@ class ServingRuntime:
     @property
     def records(self) -> List[BatchRecord]:
         """The latest batches answered (at most 100000), oldest first."""
-        return [BatchRecord(int(r[0]), int(r[1]), r[2], "gpu" if r[3] else "cpu", r[4], r[5])
+        return [BatchRecord(int(r[0]), int(r[1]), r[2], "gpu" if r[3] else "cpu", r[4], r[5], r[6])
                 for r in self._runtime.records().tolist()]
 
     @property

@@ -554,6 +554,9 @@ struct LoadRow {
   // The caching allocator's calls to cudaMalloc during the rate, and its retries (an
   // allocation that failed, after which it freed every cached block: the device waits).
   int64_t device_mallocs = 0, alloc_retries = 0;
+  // Per batch, means (ms): waited for a sampler; sampled and gathered; then with the model
+  // side (waiting for a model thread, the model, the answer's copy).
+  double wait_ms = 0, prepare_ms = 0, model_side_ms = 0;
 };
 
 // The caching allocator's counts on `devices` so far: cudaMalloc calls and retries (none
@@ -700,7 +703,7 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
   row.p99 = pct(0.99);
   row.p999 = pct(0.999);
   // This rate's batches are the latest answered; records() keeps the latest 100000.
-  double seeds = 0;
+  double seeds = 0, wait_ms = 0, prepare_ms = 0, run_ms = 0;
   for (size_t r = 0; r < runtimes.size(); ++r) {
     const Tensor records = runtimes[r]->records();
     const int64_t batches =
@@ -710,9 +713,16 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
     row.gpu_batches += gpu_batches;
     row.cpu_batches += batches - gpu_batches;
     seeds += mine.select(1, 0).sum().item<double>();
+    wait_ms += mine.select(1, 4).sum().item<double>();
+    run_ms += mine.select(1, 5).sum().item<double>();
+    prepare_ms += mine.select(1, 6).sum().item<double>();
   }
   const int64_t batches = row.gpu_batches + row.cpu_batches;
-  row.seeds_per_batch = batches ? seeds / static_cast<double>(batches) : 0.0;
+  const double per_batch = batches ? 1.0 / static_cast<double>(batches) : 0.0;
+  row.seeds_per_batch = seeds * per_batch;
+  row.wait_ms = wait_ms * per_batch;
+  row.prepare_ms = prepare_ms * per_batch;
+  row.model_side_ms = (run_ms - prepare_ms) * per_batch;
   return row;
 }
 
@@ -725,9 +735,11 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
   std::vector<LoadRow> rows;
   std::printf("open-loop load, %.1f s a rate, batches of at most %lld seeds closed after %.1f ms\n",
               o.load_seconds, static_cast<long long>(o.max_batch), o.max_wait_ms);
-  std::printf("%-9s %8s %9s %8s %7s %8s %8s %9s %6s %6s %7s %7s %7s\n", "config", "offered",
-              "answered/s", "refused", "failed", "p50 ms", "p99 ms", "p99.9 ms", "cpu b", "gpu b",
-              "seeds/b", "mallocs", "retries");
+  std::printf("%-9s %8s %9s %8s %7s %8s %8s %9s %6s %6s %7s %7s %7s %7s %7s %7s\n", "config",
+              "offered", "answered/s", "refused", "failed", "p50 ms", "p99 ms", "p99.9 ms",
+              "cpu b", "gpu b", "seeds/b", "mallocs", "retries", "wait/b", "prep/b", "model/b");
+  std::printf("(wait/b, prep/b, model/b: a batch's mean ms waiting for a sampler, sampling and "
+              "gathering, then with the model side)\n");
   std::fflush(stdout);
   // gpu2: a runtime on each of two GPUs, each with its own copy of the topology, the cache
   // and the model, as scripts/serve_load.py's gpu2 (ServingPool).
@@ -794,13 +806,14 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
       row.config = config;
       row.device_mallocs = after.first - before.first;
       row.alloc_retries = after.second - before.second;
-      std::printf("%-9s %8lld %9.0f %8lld %7lld %8.2f %8.2f %9.2f %6lld %6lld %7.1f %7lld %7lld\n",
-                  config.c_str(), static_cast<long long>(row.rate), row.answered_per_s,
-                  static_cast<long long>(row.refused), static_cast<long long>(row.failed), row.p50,
-                  row.p99, row.p999, static_cast<long long>(row.cpu_batches),
-                  static_cast<long long>(row.gpu_batches), row.seeds_per_batch,
-                  static_cast<long long>(row.device_mallocs),
-                  static_cast<long long>(row.alloc_retries));
+      std::printf(
+          "%-9s %8lld %9.0f %8lld %7lld %8.2f %8.2f %9.2f %6lld %6lld %7.1f %7lld %7lld %7.2f "
+          "%7.2f %7.2f\n",
+          config.c_str(), static_cast<long long>(row.rate), row.answered_per_s,
+          static_cast<long long>(row.refused), static_cast<long long>(row.failed), row.p50, row.p99,
+          row.p999, static_cast<long long>(row.cpu_batches), static_cast<long long>(row.gpu_batches),
+          row.seeds_per_batch, static_cast<long long>(row.device_mallocs),
+          static_cast<long long>(row.alloc_retries), row.wait_ms, row.prepare_ms, row.model_side_ms);
       std::fflush(stdout);
       rows.push_back(row);
     }

@@ -103,9 +103,10 @@ def test_measures_the_runtime_under_open_loop_load(mode):
     assert done.returncode == 0, done.stdout + done.stderr
     rows = re.findall(r"^(cpu|gpu2|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+"
                       r"([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+[0-9.]+\s+(\d+)\s+"
-                      r"(\d+)$", done.stdout, re.M)
+                      r"(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)$", done.stdout, re.M)
     assert len(rows) == 2 * len(configs.split(",")), done.stdout
-    for config, rate, per_s, refused, failed, p50, p99, _, on_cpu, on_gpu, _, _ in rows:
+    for (config, rate, per_s, refused, failed, p50, p99, _, on_cpu, on_gpu, _, _, wait_ms,
+         prepare_ms, model_side_ms) in rows:
         assert int(refused) == 0 and int(failed) == 0, done.stdout
         # Poisson counts over one second: a rate of 100 sends 100 +- 10 on average.
         assert 0.6 * int(rate) < float(per_s) < 1.4 * int(rate), done.stdout
@@ -113,6 +114,10 @@ def test_measures_the_runtime_under_open_loop_load(mode):
         assert int(on_cpu) + int(on_gpu) >= 1
         assert config != "cpu" or int(on_gpu) == 0
         assert config not in ("gpu", "gpu2") or int(on_cpu) == 0
+        # A batch's parts: each sampled and gathered in some time, and no part longer than
+        # a request's whole latency could allow.
+        assert float(prepare_ms) > 0, done.stdout
+        assert max(float(wait_ms), float(prepare_ms), float(model_side_ms)) < 5000, done.stdout
     for config in configs.split(","):
         assert re.search(rf"highest rate with p99 <= 30 ms, {config}: \d+ requests/s",
                          done.stdout), done.stdout

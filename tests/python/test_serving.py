@@ -338,6 +338,10 @@ def test_dispatch_follows_the_threshold(graph):
         runtime.predict(large, 30)
         first, second = runtime.records[-2:]
         assert first.cost <= 50 and first.target == "cpu"
+        # Sampling and gathering is part of a batch's run, and the larger batch's took time.
+        for record in (first, second):
+            assert 0 <= record.prepare_ms <= record.run_ms and record.wait_ms >= 0
+        assert second.prepare_ms > 0
         assert second.cost > 50
         # Without a GPU stream every batch samples on the CPU, whatever its cost.
         assert second.target == "cpu" and runtime.target_of(1e9) == "cpu"

@@ -165,7 +165,9 @@ class ServingRuntime : public torch::CustomClassHolder {
 
   // ---- reports ----
   // One row per batch answered (the latest 100000): nodes, requests, cost, 1 when sampled on
-  // the GPU, ms waited before sampling, ms from sampling to the model's answer.
+  // the GPU, ms waited before sampling, ms from sampling to the model's answer, and of those
+  // the ms its sampler took to sample and gather (the rest: waiting for a model thread, the
+  // model, the answer's copy).
   at::Tensor records() const;
   int64_t accepted() const;  // requests queued so far
   int64_t queued() const;    // requests waiting now
@@ -191,7 +193,8 @@ class ServingRuntime : public torch::CustomClassHolder {
     double cost;
     bool on_gpu;
     double predicted_s = 0;  // its sampling latency by its side's line (dispatch by load)
-    Clock::time_point started;
+    Clock::time_point started;   // a sampler took it
+    Clock::time_point prepared;  // sampled and gathered, waiting for the model side
   };
   struct Answer {
     bool done = false;
@@ -260,7 +263,7 @@ class ServingRuntime : public torch::CustomClassHolder {
   std::deque<std::pair<Batch, ServedBatch>> ready_;
   std::unordered_map<int64_t, Batch> with_model_;
   std::unordered_map<int64_t, Answer> answers_;
-  std::deque<std::array<double, 6>> records_;
+  std::deque<std::array<double, 7>> records_;
   double threshold_;
   // Dispatch by load: the calibrated lines (latency in s = a + b * PSGS, CPU then GPU) and the
   // predicted seconds of the batches each side holds (queued or sampling).
