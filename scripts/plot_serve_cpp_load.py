@@ -11,10 +11,11 @@ import re
 import sys
 
 # The logs of 2026-11-28's twelfth session end at seeds/batch; later ones add the caching
-# allocator's mallocs and retries, and from 2026-12-02 a batch's mean ms in three parts.
+# allocator's mallocs and retries, and from 2026-12-02 a batch's mean ms in three parts and
+# the senders' lateness.
 ROW = re.compile(r"^(cpu|gpu2|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)\s+"
                  r"([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)(\s+\d+\s+\d+)?"
-                 r"(\s+[0-9.]+\s+[0-9.]+\s+[0-9.]+)?\s*$")
+                 r"(\s+[0-9.]+){0,5}\s*$")
 
 
 def read_rows(path: str) -> dict:

@@ -52,12 +52,14 @@ using raw_arrays::require;
 #include <ATen/CPUGeneratorImpl.h>
 #ifdef TRAIN_SAGE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
 #endif
 
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <numeric>
 #include <functional>
 #include <mutex>
 #include <random>
@@ -105,6 +107,9 @@ struct Options {
   double max_wait_ms = 2.0;
   double objective_ms = 30.0;  // dispatch's latency objective (ServingOptions)
   bool capture = true;  // GPU samplers replay batch shapes seen before as CUDA graphs
+  // How a thread waiting for the GPU waits (cudaSetDeviceFlags' schedule): auto (CUDA's
+  // choice: spinning while the process has fewer contexts than cores), spin, yield or block.
+  std::string cuda_sync = "auto";
   // The synthetic graph.
   int64_t nodes = 20000, classes = 8, features = 32, degree = 12;
 };
@@ -166,6 +171,8 @@ Options parse(int argc, char** argv) {
              "                      (default: 30)\n"
              "  --capture 1|0       GPU samplers replay batch shapes seen before as CUDA\n"
              "                      graphs under load (default: 1)\n"
+             "  --cuda-sync auto|spin|yield|block  how threads wait for the GPU (CUDA's device\n"
+             "                      schedule; default: auto, CUDA's choice)\n"
              "  --nodes N           synthetic graph: nodes (default: 20000)\n"
              "  --classes N         synthetic graph: classes (default: 8)\n"
              "  --features N        synthetic graph: feature width (default: 32)\n"
@@ -198,6 +205,7 @@ Options parse(int argc, char** argv) {
     else if (arg == "--max-wait-ms") o.max_wait_ms = std::stod(value);
     else if (arg == "--capture") o.capture = std::stoll(value) != 0;
     else if (arg == "--objective-ms") o.objective_ms = std::stod(value);
+    else if (arg == "--cuda-sync") o.cuda_sync = value;
     else if (arg == "--nodes") o.nodes = std::stoll(value);
     else if (arg == "--classes") o.classes = std::stoll(value);
     else if (arg == "--features") o.features = std::stoll(value);
@@ -220,6 +228,9 @@ Options parse(int argc, char** argv) {
   TORCH_CHECK(o.serve >= 0 && o.clients >= 1, "--serve must be >= 0 and --clients >= 1, got ",
               o.serve, " and ", o.clients);
   TORCH_CHECK(o.cache >= 0.0 && o.cache <= 1.0, "--cache must be in [0, 1], got ", o.cache);
+  TORCH_CHECK(o.cuda_sync == "auto" || o.cuda_sync == "spin" || o.cuda_sync == "yield" ||
+                  o.cuda_sync == "block",
+              "--cuda-sync takes auto, spin, yield or block, got ", o.cuda_sync);
   return o;
 }
 
@@ -557,6 +568,9 @@ struct LoadRow {
   // Per batch, means (ms): waited for a sampler; sampled and gathered; then with the model
   // side (waiting for a model thread, the model, the answer's copy).
   double wait_ms = 0, prepare_ms = 0, model_side_ms = 0;
+  // How late the senders submitted requests against their schedule (ms; mean, 99th
+  // percentile): a tool that cannot keep its schedule overstates latency.
+  double late_mean_ms = 0, late_p99_ms = 0;
 };
 
 // The caching allocator's counts on `devices` so far: cudaMalloc calls and retries (none
@@ -618,6 +632,7 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
 
   const size_t n = arrival.size();
   std::vector<double> latency(n, -1.0);
+  std::vector<double> late(n, 0.0);
   std::mutex mutex;
   std::condition_variable queued;
   struct Pending {
@@ -664,6 +679,7 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
     senders.emplace_back([&, first] {
       for (size_t i = first; i < n; i += kSenders) {
         std::this_thread::sleep_until(scheduled(i));
+        late[i] = std::chrono::duration<double, std::milli>(Clock::now() - scheduled(i)).count();
         const size_t r = least_busy();
         const int64_t ticket = runtimes[r]->submit(requests[i]);
         if (ticket < 0) {
@@ -702,6 +718,11 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
   row.p50 = pct(0.5);
   row.p99 = pct(0.99);
   row.p999 = pct(0.999);
+  if (n > 0) {
+    row.late_mean_ms = std::accumulate(late.begin(), late.end(), 0.0) / static_cast<double>(n);
+    std::sort(late.begin(), late.end());
+    row.late_p99_ms = late[std::min(n - 1, static_cast<size_t>(0.99 * static_cast<double>(n)))];
+  }
   // This rate's batches are the latest answered; records() keeps the latest 100000.
   double seeds = 0, wait_ms = 0, prepare_ms = 0, run_ms = 0;
   for (size_t r = 0; r < runtimes.size(); ++r) {
@@ -735,11 +756,13 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
   std::vector<LoadRow> rows;
   std::printf("open-loop load, %.1f s a rate, batches of at most %lld seeds closed after %.1f ms\n",
               o.load_seconds, static_cast<long long>(o.max_batch), o.max_wait_ms);
-  std::printf("%-9s %8s %9s %8s %7s %8s %8s %9s %6s %6s %7s %7s %7s %7s %7s %7s\n", "config",
+  std::printf("%-9s %8s %9s %8s %7s %8s %8s %9s %6s %6s %7s %7s %7s %7s %7s %7s %6s %6s\n", "config",
               "offered", "answered/s", "refused", "failed", "p50 ms", "p99 ms", "p99.9 ms",
-              "cpu b", "gpu b", "seeds/b", "mallocs", "retries", "wait/b", "prep/b", "model/b");
+              "cpu b", "gpu b", "seeds/b", "mallocs", "retries", "wait/b", "prep/b", "model/b",
+              "late", "late99");
   std::printf("(wait/b, prep/b, model/b: a batch's mean ms waiting for a sampler, sampling and "
-              "gathering, then with the model side)\n");
+              "gathering, then with the model side; late, late99: ms the senders submitted behind "
+              "schedule, mean and 99th percentile)\n");
   std::fflush(stdout);
   // gpu2: a runtime on each of two GPUs, each with its own copy of the topology, the cache
   // and the model, as scripts/serve_load.py's gpu2 (ServingPool).
@@ -808,12 +831,13 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
       row.alloc_retries = after.second - before.second;
       std::printf(
           "%-9s %8lld %9.0f %8lld %7lld %8.2f %8.2f %9.2f %6lld %6lld %7.1f %7lld %7lld %7.2f "
-          "%7.2f %7.2f\n",
+          "%7.2f %7.2f %6.2f %6.2f\n",
           config.c_str(), static_cast<long long>(row.rate), row.answered_per_s,
           static_cast<long long>(row.refused), static_cast<long long>(row.failed), row.p50, row.p99,
           row.p999, static_cast<long long>(row.cpu_batches), static_cast<long long>(row.gpu_batches),
           row.seeds_per_batch, static_cast<long long>(row.device_mallocs),
-          static_cast<long long>(row.alloc_retries), row.wait_ms, row.prepare_ms, row.model_side_ms);
+          static_cast<long long>(row.alloc_retries), row.wait_ms, row.prepare_ms, row.model_side_ms,
+          row.late_mean_ms, row.late_p99_ms);
       std::fflush(stdout);
       rows.push_back(row);
     }
@@ -838,7 +862,25 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
   std::fflush(stdout);
 }
 
+// Sets how threads wait for the GPU, before anything creates the CUDA context (the flags
+// apply only then). Spinning waits keep a core busy each: beside many client threads they
+// can starve the threads that submit and answer.
+void set_cuda_sync(const std::string& how) {
+  if (how == "auto") return;
+#ifdef TRAIN_SAGE_WITH_CUDA
+  const unsigned flags = how == "spin"    ? cudaDeviceScheduleSpin
+                         : how == "yield" ? cudaDeviceScheduleYield
+                                          : cudaDeviceScheduleBlockingSync;
+  const cudaError_t status = cudaSetDeviceFlags(flags);
+  TORCH_CHECK(status == cudaSuccess, "--cuda-sync ", how, ": cudaSetDeviceFlags failed: ",
+              cudaGetErrorString(status));
+#else
+  TORCH_CHECK(false, "--cuda-sync ", how, " needs a CUDA build of libtorch");
+#endif
+}
+
 int run(const Options& o) {
+  set_cuda_sync(o.cuda_sync);
   torch::manual_seed(o.seed);
   const bool gpu = torch::cuda::is_available() && o.mode != "CPU";
   const std::string mode = o.mode.empty() ? (gpu ? "UVA" : "CPU") : o.mode;

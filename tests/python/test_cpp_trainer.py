@@ -103,10 +103,11 @@ def test_measures_the_runtime_under_open_loop_load(mode):
     assert done.returncode == 0, done.stdout + done.stderr
     rows = re.findall(r"^(cpu|gpu2|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+"
                       r"([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+[0-9.]+\s+(\d+)\s+"
-                      r"(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)$", done.stdout, re.M)
+                      r"(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)$",
+                      done.stdout, re.M)
     assert len(rows) == 2 * len(configs.split(",")), done.stdout
     for (config, rate, per_s, refused, failed, p50, p99, _, on_cpu, on_gpu, _, _, wait_ms,
-         prepare_ms, model_side_ms) in rows:
+         prepare_ms, model_side_ms, late_ms, late_p99_ms) in rows:
         assert int(refused) == 0 and int(failed) == 0, done.stdout
         # Poisson counts over one second: a rate of 100 sends 100 +- 10 on average.
         assert 0.6 * int(rate) < float(per_s) < 1.4 * int(rate), done.stdout
@@ -118,6 +119,7 @@ def test_measures_the_runtime_under_open_loop_load(mode):
         # a request's whole latency could allow.
         assert float(prepare_ms) > 0, done.stdout
         assert max(float(wait_ms), float(prepare_ms), float(model_side_ms)) < 5000, done.stdout
+        assert 0 <= float(late_ms) <= float(late_p99_ms) < 5000, done.stdout
     for config in configs.split(","):
         assert re.search(rf"highest rate with p99 <= 30 ms, {config}: \d+ requests/s",
                          done.stdout), done.stdout
@@ -171,6 +173,8 @@ def test_bad_arguments_are_errors(tmp_path):
     assert done.returncode == 2 and "--load-rates must be positive, got -5" in done.stderr
     done = train("--load-configs", "cpu,tpu")
     assert done.returncode == 2 and "--load-configs takes cpu, gpu, dispatch and gpu2, got tpu" in done.stderr
+    done = train("--cuda-sync", "sleep")
+    assert done.returncode == 2 and "--cuda-sync takes auto, spin, yield or block, got sleep" in done.stderr
     if not torch.cuda.is_available():
         done = train("--epochs", "0", "--load-rates", "10", "--load-configs", "gpu")
         assert done.returncode == 2 and "samples on a GPU, and this run has none" in done.stderr
