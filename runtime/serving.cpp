@@ -123,7 +123,7 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
   num_nodes_ = indptr_.numel() - 1;
   TORCH_CHECK_VALUE(features_->num_rows() >= num_nodes_, "ServingRuntime: the features hold ",
                     features_->num_rows(), " rows for a graph of ", num_nodes_, " nodes");
-  psgs_ = expected_sampled_counts(indptr_, indices_, o.fanouts);
+  psgs_ = expected_sampled_counts(indptr_, indices_, o.fanouts).contiguous();
   cpu_sampler_threads_ =
       std::max<int>(1, at::get_num_threads() / static_cast<int>(std::max<int64_t>(1, o.cpu_samplers)));
 
@@ -167,12 +167,7 @@ int64_t ServingRuntime::submit(const at::Tensor& ids) {
   TORCH_CHECK_VALUE(ids.numel() <= options_.max_batch_nodes, "a request holds at most ",
                     options_.max_batch_nodes, " node ids, got ", ids.numel());
   at::Tensor owned = ids.to(at::kCPU, at::kLong).contiguous();
-  const at::Tensor bad = (owned < 0).logical_or_(owned >= num_nodes_);
-  if (bad.any().item<bool>()) {
-    TORCH_CHECK_VALUE(false, "node id ", owned.masked_select(bad)[0].item<int64_t>(),
-                      " is out of range [0, ", num_nodes_, ")");
-  }
-  const double request_cost = cost(owned);  // here, not under the batcher's lock
+  const double request_cost = checked_cost(owned);  // here, not under the batcher's lock
   std::lock_guard<std::mutex> lock(mutex_);
   if (closing_) return kClosed;
   if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) return kOverloaded;
@@ -693,7 +688,22 @@ at::Tensor ServingRuntime::expected_sampled_counts(const at::Tensor& indptr,
 }
 
 double ServingRuntime::cost(const at::Tensor& ids) const {
-  return psgs_.index_select(0, ids.to(at::kCPU, at::kLong)).sum().item<double>();
+  TORCH_CHECK_VALUE(ids.dim() <= 1 && at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
+                    "node ids must be a 1-D tensor of integers, got ", ids.scalar_type(),
+                    " of shape ", ids.sizes());
+  return checked_cost(ids.to(at::kCPU, at::kLong).reshape(-1).contiguous());
+}
+
+double ServingRuntime::checked_cost(const at::Tensor& ids) const {
+  const int64_t* id = ids.const_data_ptr<int64_t>();
+  const double* psgs = psgs_.const_data_ptr<double>();
+  double sum = 0;
+  for (int64_t i = 0, n = ids.numel(); i < n; ++i) {
+    TORCH_CHECK_VALUE(id[i] >= 0 && id[i] < num_nodes_, "node id ", id[i],
+                      " is out of range [0, ", num_nodes_, ")");
+    sum += psgs[id[i]];
+  }
+  return sum;
 }
 
 std::string ServingRuntime::target_of(double cost) const {

@@ -212,6 +212,9 @@ class ServingRuntime : public torch::CustomClassHolder {
   // which the caller adds to its side's pending seconds once the batch is handed over.
   bool send_to_gpu(Batch& batch);
   bool on_gpu_by_threshold(double cost) const;  // the threshold's rule (mutex_ held)
+  // cost() of contiguous int64 CPU ids, each checked to be a node, in one pass with no tensor
+  // op: a submit pays it per request, and under load the submitting threads hold the rate.
+  double checked_cost(const at::Tensor& ids) const;
   int64_t samplers_on(bool gpu) const;  // a side's samplers
   // Dispatch by load (mutex_ held): a batch's sampling latency on a side by its fitted line;
   // when that side would finish it (the work it holds over its samplers, then the batch);
