@@ -1,9 +1,11 @@
 """Plots examples/cpp/train_sage --load-rates logs: for each log, p50 and p99 latency against
 the offered rate per configuration (the 30 ms objective drawn across), and the rate answered.
 
-    python scripts/plot_serve_cpp_load.py OUT.png "title one=run1.log" "title two=run2.log"
+    python scripts/plot_serve_cpp_load.py OUT.png "title one=run1.log" "title two=a.log+b.log"
 
-Each title should name the machine the run had.
+Each title should name the machine the run had; logs joined by "+" share a column. Where the
+logs have the senders' lateness (from 2026-12-02), its 99th percentile is drawn dotted: a
+latency that follows it was spent before the request reached the runtime.
 """
 from __future__ import annotations
 
@@ -15,19 +17,23 @@ import sys
 # the senders' lateness.
 ROW = re.compile(r"^(cpu|gpu2|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)\s+"
                  r"([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)(\s+\d+\s+\d+)?"
-                 r"(\s+[0-9.]+){0,5}\s*$")
+                 r"((?:\s+[0-9.]+){0,5})\s*$")
 
 
 def read_rows(path: str) -> dict:
-    """config -> list of (offered, answered/s, refused, p50 ms, p99 ms), in the log's order."""
+    """config -> list of (offered, answered/s, refused, p50 ms, p99 ms, senders' late p99 ms or
+    None), in the logs' order; `path` may join several logs with "+"."""
     rows: dict = {}
-    with open(path) as log:
-        for line in log:
-            match = ROW.match(line.strip())
-            if match:
-                config, offered, answered, refused = match.group(1), *map(float, match.groups()[1:4])
-                p50, p99 = float(match.group(6)), float(match.group(7))
-                rows.setdefault(config, []).append((offered, answered, refused, p50, p99))
+    for one in path.split("+"):
+        with open(one) as log:
+            for line in log:
+                match = ROW.match(line.strip())
+                if match:
+                    config, offered, answered, refused = match.group(1), *map(float, match.groups()[1:4])
+                    p50, p99 = float(match.group(6)), float(match.group(7))
+                    parts = match.group(13).split()
+                    late99 = float(parts[4]) if len(parts) == 5 else None
+                    rows.setdefault(config, []).append((offered, answered, refused, p50, p99, late99))
     return rows
 
 
@@ -47,6 +53,9 @@ def main(argv):
                          label=f"{config} p99")
             latency.plot(offered, [p[3] for p in points], "x--", color=colors[config],
                          alpha=0.6, label=f"{config} p50")
+            if all(p[5] is not None for p in points):
+                latency.plot(offered, [max(p[5], 0.01) for p in points], ":", color=colors[config],
+                             label=f"{config} senders' late p99")
             answered.plot(offered, [p[1] for p in points], "o-", color=colors[config],
                           label=config)
         latency.axhline(30, color="grey", linestyle=":", label="30 ms objective")
