@@ -689,12 +689,13 @@ at::Tensor ServingRuntime::expected_sampled_counts(const at::Tensor& indptr,
 
 double ServingRuntime::cost(const at::Tensor& ids) const {
   TORCH_CHECK_VALUE(ids.dim() <= 1 && at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
-                    "node ids must be a 1-D tensor of integers, got ", ids.scalar_type(),
-                    " of shape ", ids.sizes());
+                    "ServingRuntime.cost: ids must be a 0-d or 1-D tensor of integers, got ",
+                    ids.scalar_type(), " of shape ", ids.sizes());
   return checked_cost(ids.to(at::kCPU, at::kLong).reshape(-1).contiguous());
 }
 
 double ServingRuntime::checked_cost(const at::Tensor& ids) const {
+  TORCH_INTERNAL_ASSERT_DEBUG_ONLY(ids.is_contiguous() && ids.scalar_type() == at::kLong);
   const int64_t* id = ids.const_data_ptr<int64_t>();
   const double* psgs = psgs_.const_data_ptr<double>();
   double sum = 0;

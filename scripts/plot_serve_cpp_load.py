@@ -17,7 +17,7 @@ import sys
 # the senders' lateness.
 ROW = re.compile(r"^(cpu|gpu2|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)\s+"
                  r"([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+([0-9.]+)(\s+\d+\s+\d+)?"
-                 r"((?:\s+[0-9.]+){0,5})\s*$")
+                 r"((?:\s+[0-9.]+){5})?\s*$")
 
 
 def read_rows(path: str) -> dict:
@@ -31,8 +31,7 @@ def read_rows(path: str) -> dict:
                 if match:
                     config, offered, answered, refused = match.group(1), *map(float, match.groups()[1:4])
                     p50, p99 = float(match.group(6)), float(match.group(7))
-                    parts = match.group(13).split()
-                    late99 = float(parts[4]) if len(parts) == 5 else None
+                    late99 = float(match.group(13).split()[4]) if match.group(13) else None
                     rows.setdefault(config, []).append((offered, answered, refused, p50, p99, late99))
     return rows
 

@@ -59,9 +59,9 @@ using raw_arrays::require;
 #include <atomic>
 #include <condition_variable>
 #include <deque>
-#include <numeric>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <random>
 #include <chrono>
 #include <cmath>
@@ -565,8 +565,9 @@ struct LoadRow {
   // The caching allocator's calls to cudaMalloc during the rate, and its retries (an
   // allocation that failed, after which it freed every cached block: the device waits).
   int64_t device_mallocs = 0, alloc_retries = 0;
-  // Per batch, means (ms): waited for a sampler; sampled and gathered; then with the model
-  // side (waiting for a model thread, the model, the answer's copy).
+  // Per batch, means (ms): from its first request's arrival to a sampler taking it (the
+  // batching window included); sampled and gathered; then with the model side (waiting for a
+  // model thread, the model, the answer's copy).
   double wait_ms = 0, prepare_ms = 0, model_side_ms = 0;
   // How late the senders submitted requests against their schedule (ms; mean, 99th
   // percentile): a tool that cannot keep its schedule overstates latency.
@@ -760,8 +761,9 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
               "offered", "answered/s", "refused", "failed", "p50 ms", "p99 ms", "p99.9 ms",
               "cpu b", "gpu b", "seeds/b", "mallocs", "retries", "wait/b", "prep/b", "model/b",
               "late", "late99");
-  std::printf("(wait/b, prep/b, model/b: a batch's mean ms waiting for a sampler, sampling and "
-              "gathering, then with the model side; late, late99: ms the senders submitted behind "
+  std::printf("(wait/b, prep/b, model/b: a batch's mean ms from its first request's arrival to "
+              "a sampler taking it (the batching window included), sampling and gathering, then "
+              "with the model side; late, late99: ms the senders submitted behind "
               "schedule, mean and 99th percentile)\n");
   std::fflush(stdout);
   // gpu2: a runtime on each of two GPUs, each with its own copy of the topology, the cache
@@ -862,17 +864,23 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
   std::fflush(stdout);
 }
 
-// Sets how threads wait for the GPU, before anything creates the CUDA context (the flags
-// apply only then). Spinning waits keep a core busy each: beside many client threads they
-// can starve the threads that submit and answer.
-void set_cuda_sync(const std::string& how) {
-  if (how == "auto") return;
+// Sets how threads wait for every GPU, before their first use, so that every stream and
+// event sees it. Spinning waits keep a core busy each: beside many client threads they can
+// starve the threads that submit and answer. Nothing for a run on the CPU.
+void set_cuda_sync(const std::string& how, bool on_gpu) {
+  if (how == "auto" || !on_gpu) return;
 #ifdef TRAIN_SAGE_WITH_CUDA
   const unsigned flags = how == "spin"    ? cudaDeviceScheduleSpin
                          : how == "yield" ? cudaDeviceScheduleYield
                                           : cudaDeviceScheduleBlockingSync;
-  const cudaError_t status = cudaSetDeviceFlags(flags);
-  TORCH_CHECK(status == cudaSuccess, "--cuda-sync ", how, ": cudaSetDeviceFlags failed: ",
+  int devices = 0;
+  cudaError_t status = cudaGetDeviceCount(&devices);
+  for (int d = 0; status == cudaSuccess && d < devices; ++d) {
+    status = cudaSetDevice(d);
+    if (status == cudaSuccess) status = cudaSetDeviceFlags(flags);
+  }
+  if (status == cudaSuccess && devices > 0) status = cudaSetDevice(0);
+  TORCH_CHECK(status == cudaSuccess, "--cuda-sync ", how, ": setting CUDA's device flags failed: ",
               cudaGetErrorString(status));
 #else
   TORCH_CHECK(false, "--cuda-sync ", how, " needs a CUDA build of libtorch");
@@ -880,9 +888,9 @@ void set_cuda_sync(const std::string& how) {
 }
 
 int run(const Options& o) {
-  set_cuda_sync(o.cuda_sync);
-  torch::manual_seed(o.seed);
   const bool gpu = torch::cuda::is_available() && o.mode != "CPU";
+  set_cuda_sync(o.cuda_sync, gpu);
+  torch::manual_seed(o.seed);
   const std::string mode = o.mode.empty() ? (gpu ? "UVA" : "CPU") : o.mode;
   TORCH_CHECK(mode == "GPU" || mode == "UVA" || mode == "CPU", "--mode must be GPU, UVA or CPU, got ",
               mode);

@@ -91,6 +91,12 @@ TEST_P(Serving, AnswersEqualTheReferenceFromManyClients) {
   const at::Tensor records = runtime->records();
   EXPECT_EQ(records.select(1, 0).sum().item<double>(), static_cast<double>(nodes.load()));
   EXPECT_EQ(runtime->accepted(), 45);
+  // A batch's sampling and gathering is part of its run (from a sampler taking it to its
+  // answer), and its wait before that is not negative.
+  ASSERT_EQ(records.size(1), 7);
+  EXPECT_TRUE(records.select(1, 6).ge(0).all().item<bool>());
+  EXPECT_TRUE(records.select(1, 6).le(records.select(1, 5)).all().item<bool>());
+  EXPECT_TRUE(records.select(1, 4).ge(0).all().item<bool>());
   if (on_gpu()) {  // each batch went where the threshold says
     for (int64_t r = 0; r < records.size(0); ++r) {
       EXPECT_EQ(records[r][3].item<double>() == 1.0, records[r][2].item<double>() > 30.0);

@@ -97,9 +97,10 @@ def test_measures_the_runtime_under_open_loop_load(mode):
     configs = "cpu" if mode == "CPU" else "cpu,gpu,dispatch"
     if mode != "CPU" and torch.cuda.device_count() >= 2:
         configs += ",gpu2"
+    # On a GPU the threads' waits yield (CUDA's device flags, set before the first use).
     done = train("--mode", mode, "--epochs", "0", "--hidden", "32", "--load-rates", "100,200",
                  "--load-seconds", "1", "--load-configs", configs, "--cpu-samplers", "2",
-                 "--gpu-streams", "2", "--max-batch", "256")
+                 "--gpu-streams", "2", "--max-batch", "256", "--cuda-sync", "yield")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = re.findall(r"^(cpu|gpu2|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+"
                       r"([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+[0-9.]+\s+(\d+)\s+"
@@ -119,7 +120,8 @@ def test_measures_the_runtime_under_open_loop_load(mode):
         # a request's whole latency could allow.
         assert float(prepare_ms) > 0, done.stdout
         assert max(float(wait_ms), float(prepare_ms), float(model_side_ms)) < 5000, done.stdout
-        assert 0 <= float(late_ms) <= float(late_p99_ms) < 5000, done.stdout
+        # (a mean may exceed the 99th percentile: one stall among 200 requests)
+        assert 0 <= float(late_ms) < 5000 and 0 <= float(late_p99_ms) < 5000, done.stdout
     for config in configs.split(","):
         assert re.search(rf"highest rate with p99 <= 30 ms, {config}: \d+ requests/s",
                          done.stdout), done.stdout
