@@ -22,7 +22,12 @@ std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string
   std::vector<std::string> everyone(num_hosts);
   std::vector<bool> have(num_hosts, false);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  // Between reads of the store, pauses growing from 1 ms to 50 ms.
   auto pause = std::chrono::milliseconds(1);
+  const auto back_off = [&pause] {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  };
   for (;;) {
     bool missing = false;
     for (int64_t h = 0; h < num_hosts; ++h) {
@@ -48,8 +53,7 @@ std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string
                   ": ", count == 1 ? "it has" : "they have",
                   " not reached the same point (late, dead, or running other code)");
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    back_off();
   }
   // Host 0, which holds the store when the group was made with init_process_group's
   // tcp:// address, returns only once every host has read every text: raising and exiting
@@ -64,8 +68,7 @@ std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string
                 timeout.count(), " ms for every host to read what the others said on ", topic,
                 ": ", num_hosts - done, " of ", num_hosts,
                 " had not (late, dead, or running other code)");
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    back_off();
     done = store.add(read, 0);
   }
   return everyone;

@@ -453,6 +453,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The q-quantile of ascending `sorted` (0 when it is empty).
+double percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0.0;
+  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
+}
+
 void synchronize(const at::Device& device, bool wanted = true) {
   if (wanted && device.is_cuda()) torch::cuda::synchronize(device.index());
 }
@@ -533,7 +539,6 @@ double serve(const Options& o, const Graph& g, const Sampler& sampler,
   std::vector<double> all;
   for (const auto& l : latencies) all.insert(all.end(), l.begin(), l.end());
   std::sort(all.begin(), all.end());
-  auto pct = [&](double q) { return all[std::min(all.size() - 1, static_cast<size_t>(q * all.size()))]; };
   const Tensor records = runtime->records();
   const int64_t on_gpu = static_cast<int64_t>(records.select(1, 3).sum().item<double>());
   int64_t total_correct = 0, total = 0;
@@ -546,7 +551,7 @@ double serve(const Options& o, const Graph& g, const Sampler& sampler,
               "%lld batches (%lld sampled on the CPU, %lld on the GPU, threshold PSGS %.0f, "
               "sampler mode %s); served accuracy %.3f\n",
               static_cast<long long>(all.size()), wall, static_cast<double>(all.size()) / wall,
-              static_cast<long long>(o.clients), pct(0.5), pct(0.99),
+              static_cast<long long>(o.clients), percentile(all, 0.5), percentile(all, 0.99),
               static_cast<long long>(records.size(0)), static_cast<long long>(records.size(0) - on_gpu),
               static_cast<long long>(on_gpu), runtime->threshold(), gpu ? mode.c_str() : "CPU",
               accuracy);
@@ -713,16 +718,13 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
   std::sort(done.begin(), done.end());
   row.answered = static_cast<int64_t>(done.size());
   row.answered_per_s = static_cast<double>(done.size()) / std::max(wall, seconds);
-  auto pct = [&](double q) {
-    return done.empty() ? 0.0 : done[std::min(done.size() - 1, static_cast<size_t>(q * done.size()))];
-  };
-  row.p50 = pct(0.5);
-  row.p99 = pct(0.99);
-  row.p999 = pct(0.999);
+  row.p50 = percentile(done, 0.5);
+  row.p99 = percentile(done, 0.99);
+  row.p999 = percentile(done, 0.999);
   if (n > 0) {
     row.late_mean_ms = std::accumulate(late.begin(), late.end(), 0.0) / static_cast<double>(n);
     std::sort(late.begin(), late.end());
-    row.late_p99_ms = late[std::min(n - 1, static_cast<size_t>(0.99 * static_cast<double>(n)))];
+    row.late_p99_ms = percentile(late, 0.99);
   }
   // This rate's batches are the latest answered; records() keeps the latest 100000.
   double seeds = 0, wait_ms = 0, prepare_ms = 0, run_ms = 0;
