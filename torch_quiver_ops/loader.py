@@ -237,7 +237,6 @@ class Prefetcher:
                                                                     self._streams))]
         for producer in producers:
             producer.start()
-        consumer = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
         try:
             for turn in itertools.count():
                 # Batch i is worker i % workers's: the first end met in turn ends the epoch.
@@ -248,6 +247,9 @@ class Prefetcher:
                     raise item.error
                 batch, event = item
                 if event is not None:
+                    # The stream current at each next(), not at iter(): the caller may
+                    # change it between batches.
+                    consumer = torch.cuda.current_stream(self.device)
                     consumer.wait_event(event)
                     for tensor in _tensors(batch):
                         if tensor.is_cuda:
@@ -389,6 +391,10 @@ class SampleLoader:
                                       host_read_blocks=prefetch_host_read_blocks,
                                       workers=workers)
         self._in_cpp = prefetch_in_cpp
+        # The C++ prefetcher of a finished epoch, kept for the next: it holds its side
+        # stream, and the caching allocator reuses freed blocks only on the stream they
+        # were allocated on (a new prefetcher would take another of the pool's streams).
+        self._spare_native = None
 
     @property
     def prefetch_in_cpp(self) -> bool:
@@ -403,7 +409,8 @@ class SampleLoader:
     def __iter__(self) -> Iterator[Batch]:
         if self._in_cpp and self.timer is None:
             # Drawn now, as the Python thread's epoch draws them at iter().
-            return self._native_epoch(self._native_prefetcher(), *self._epoch_plan())
+            native, made_of = self._native_prefetcher()
+            return self._native_epoch(native, made_of, *self._epoch_plan())
         return iter(self._prefetcher)
 
     def batch_builders(self) -> List[Callable[[], Batch]]:
@@ -422,7 +429,8 @@ class SampleLoader:
         seeds = self.seeds if order is None else self.seeds[order]
         if self.device.type == "cuda":
             seeds = seeds.pin_memory()  # so that each batch's seeds move without a wait
-        batches = list(seeds.split(self.batch_size))
+        # No seeds, no batch (split would give one empty chunk, where len() says 0).
+        batches = list(seeds.split(self.batch_size)) if seeds.numel() else []
         if self.drop_last and batches and batches[-1].numel() < self.batch_size:
             batches.pop()
         # Batch i samples from seed + 1 + i, so that a batch's samples do not depend on
@@ -430,18 +438,26 @@ class SampleLoader:
         return batches, [(seed + 1 + i) % 2**64 for i in range(len(batches))]
 
     def _native_prefetcher(self):
-        """A C++ prefetcher for one epoch (``prefetch_in_cpp``): each iterator has its own,
-        so that two epochs alive at once, or one left unfinished, never share a thread."""
+        """A C++ prefetcher for one epoch (``prefetch_in_cpp``) and what it was made of:
+        each iterator has its own, so that two epochs alive at once, or one left
+        unfinished, never share a thread; a finished epoch's is taken again when it was
+        made of the same sampler, rows, labels and settings."""
         sampler = self.sampler
         sampler._ensure_placed()
         device = sampler.device
         # The layout the device reads the store through, as Feature's own gathers do.
         tiers = None if self.feature is None else self.feature._view(device)[0]
-        return torch.classes.quiver.BatchPrefetcher(
+        made_of = (sampler._sampler, tiers, self.labels, self.prefetch,
+                   self._prefetcher.host_read_blocks)
+        spare, self._spare_native = self._spare_native, None
+        if spare is not None and all(a is b for a, b in zip(spare[1], made_of)):
+            return spare
+        native = torch.classes.quiver.BatchPrefetcher(
             sampler._sampler, tiers, self.labels, device.index if device.type == "cuda" else -1,
             self.prefetch, self._prefetcher.host_read_blocks, 0)
+        return native, made_of
 
-    def _native_epoch(self, native, batches: List[Tensor],
+    def _native_epoch(self, native, made_of: tuple, batches: List[Tensor],
                       sampling_seeds: List[int]) -> Iterator[Batch]:
         # Seeds up to 2**64 - 1 travel as the int64 of the same bits.
         native.start(batches, [s - 2**64 if s >= 2**63 else s for s in sampling_seeds])
@@ -456,6 +472,7 @@ class SampleLoader:
                             None if self.labels is None else built[7])
         finally:
             native.stop()  # here, where Python's lock is let go while the thread stops
+            self._spare_native = (native, made_of)  # its side stream, for the next epoch
 
     def _sampling_generator(self, seed: int) -> torch.Generator:
         generator = getattr(self._generators, "generator", None)

@@ -330,8 +330,10 @@ void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout
   const int64_t host_from = host_positions[n];
   const int64_t staged_from = host_positions[n + 1];
   const int64_t staged = n - staged_from;
+  // Lives past the wait below: the scatter on `stream` reads it, and a block freed
+  // earlier would go back to the copies' stream's pool while that kernel may still be queued.
+  at::Tensor staging_on_gpu;
   if (staged > 0) {
-    at::Tensor staging_on_gpu;
     {
       // Allocated on the copies' stream, which writes it first: a block freed by work still
       // queued on `stream` is then never handed out under it.

@@ -480,6 +480,67 @@ def test_epochs_of_the_cpp_thread_are_drawn_at_iter_and_kept_apart(mode):
     assert not same(outs[0][0], outs[0][1])
 
 
+def test_no_seeds_give_no_batch_on_either_thread(mode):
+    sampler, feature, table, labels = setup(mode)
+    for in_cpp in (True, False):
+        for drop_last in (True, False):
+            loader = qv.SampleLoader(sampler, feature, torch.empty(0, dtype=torch.long), 16,
+                                     labels=labels, drop_last=drop_last, prefetch_in_cpp=in_cpp)
+            assert len(loader) == 0 and list(loader) == []
+
+
+def test_the_cpp_thread_is_kept_from_epoch_to_epoch_unless_in_use_or_remade(mode):
+    # A finished epoch's C++ prefetcher (and its side stream) serves the next one; one still
+    # in use is not shared, and one made of other labels is not taken.
+    sampler, feature, table, labels = setup(mode)
+    loader = qv.SampleLoader(sampler, feature, torch.arange(0, 300, 3), 16, labels=labels,
+                             prefetch_in_cpp=True)
+    assert len(list(loader)) == 7
+    kept = loader._spare_native[0]
+    assert len(list(loader)) == 7 and loader._spare_native[0] is kept
+    first = iter(loader)
+    next(first)
+    assert loader._spare_native is None
+    second = iter(loader)
+    assert len(list(second)) == 7 and loader._spare_native[0] is not kept
+    assert len(list(first)) == 6 and loader._spare_native[0] is kept
+    relabelled = (labels + 1) % 7
+    loader.labels = relabelled.to(loader.device)
+    built = list(loader)
+    assert loader._spare_native[0] is not kept
+    for batch in built:
+        assert torch.equal(batch.y.cpu(), relabelled[batch.n_id[:batch.batch_size].cpu()])
+
+
+@requires_cuda
+@pytest.mark.parametrize("in_cpp", [True, False])
+def test_epochs_reuse_the_side_streams_memory_and_follow_the_callers_stream(in_cpp):
+    # Each epoch on the same side stream: the caching allocator reuses blocks only on the
+    # stream that allocated them, so a stream per epoch would reserve more memory each epoch.
+    sampler, feature, table, labels = setup("GPU")
+    loader = qv.SampleLoader(sampler, feature, torch.arange(300), 8, labels=labels,
+                             prefetch_in_cpp=in_cpp)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    big = torch.randn(1024, 1024, device="cuda")
+    reserved = []
+    for _ in range(12):
+        batches = iter(loader)
+        for i in range(len(loader)):
+            # The stream current at each next() waits for its batch, whichever it is.
+            with torch.cuda.stream(streams[i % 2]):
+                n_id, batch_size, adjs, x, y = next(batches)
+                for _ in range(2):
+                    big = (big @ big).tanh_()
+                x = x * 1.0  # read on this stream after its wait
+                assert torch.equal(x.cpu(), table[n_id.cpu()])
+                assert torch.equal(y.cpu(), labels[n_id[:batch_size].cpu()])
+            del n_id, adjs, x, y
+        assert next(batches, None) is None
+        torch.cuda.synchronize()
+        reserved.append(torch.cuda.memory_reserved())
+    assert reserved[-1] - reserved[2] < 8 * 2**20, reserved
+
+
 def test_batch_prefetcher_refuses_bad_arguments():
     sampler, feature, _, labels = setup("CPU")
     sampler._ensure_placed()

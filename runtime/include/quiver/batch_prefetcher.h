@@ -7,12 +7,12 @@
 //
 // Why a C++ thread: a GraphSAGE step on an H200 is bound by the host's time to issue it
 // (about 2.9 ms of host work to 2.5 ms on the GPU), and a loader thread in Python takes
-// the interpreter's lock between its calls. Measured in turns against the Python thread
-// (docs/benchmarks.md, fifteenth session), the lock was not what slows a prefetching
-// epoch: the C++ thread was 8% faster on one graph and 8% slower on another, so Python's
-// SampleLoader uses it only when asked (prefetch_in_cpp). It also gives libtorch
-// programs a prefetching loader. Its parallel loops (a staged gather's) leave two cores
-// to the caller's thread and autograd's.
+// the interpreter's lock between its calls. Beside a GraphSAGE model in GPU sampling mode
+// its epochs were shorter than the Python thread's in 19 of 20 pairs (docs/benchmarks.md,
+// nineteenth session), so Python's SampleLoader takes it by default there
+// (prefetch_in_cpp=None); UVA mode showed no gain and keeps the Python thread. It also
+// gives libtorch programs a prefetching loader. Its parallel loops (a staged gather's)
+// leave two cores to the caller's thread and autograd's.
 #pragma once
 
 #include <ATen/core/Generator.h>
