@@ -86,8 +86,16 @@ def main(argv=None):
     print(f"serving {checkpoint['size']!r} GraphSAGE at {server.url} ({server.kind}; POST "
           f"/predict, GET /health); dispatch threshold PSGS {runtime.threshold:.0f}", flush=True)
     stop = threading.Event()
+
+    def on_signal(signum, _frame):
+        if stop.is_set():  # a second one: exit now, without answering what is in flight
+            os._exit(128 + signum)
+        print("shutting down: answering the requests in flight (again to exit at once)",
+              flush=True)
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, on_signal)
     stop.wait(args.duration)
     server.shutdown()
     print(f"shut down after {runtime.stats()['batches']} batches", flush=True)

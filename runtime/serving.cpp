@@ -27,6 +27,28 @@ double ms_between(std::chrono::steady_clock::time_point from,
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
+// Timeouts at or past this many seconds are no limit: std::chrono turns a wait's seconds
+// into int64 nanoseconds, which overflow near 9.2e9 s (and at infinity), and libstdc++'s
+// deadline then lies in the past, so such a wait would give up at once.
+constexpr double kNoLimitS = 1e9;
+
+void check_timeout(double timeout_s, const char* caller) {
+  TORCH_CHECK_VALUE(!std::isnan(timeout_s), "ServingRuntime.", caller,
+                    ": timeout_s must be a number of seconds, got nan");
+}
+
+// Waits on `wakes` until `done`: for ever when timeout_s >= kNoLimitS, else at most
+// timeout_s. Whether `done` holds.
+template <typename Done>
+bool wait_up_to(std::condition_variable& wakes, std::unique_lock<std::mutex>& lock,
+                double timeout_s, Done done) {
+  if (timeout_s >= kNoLimitS) {
+    wakes.wait(lock, done);
+    return true;
+  }
+  return wakes.wait_for(lock, std::chrono::duration<double>(timeout_s), done);
+}
+
 // latency = a + b * cost by least squares.
 std::vector<double> fit_line(const std::vector<std::pair<double, double>>& points) {
   const double n = static_cast<double>(points.size());
@@ -180,6 +202,7 @@ int64_t ServingRuntime::submit(const at::Tensor& ids) {
 }
 
 at::Tensor ServingRuntime::wait(int64_t ticket, double timeout_s) {
+  check_timeout(timeout_s, "wait");
   std::unique_lock<std::mutex> lock(mutex_);
   auto it = answers_.find(ticket);
   TORCH_CHECK_VALUE(it != answers_.end(), "ServingRuntime.wait: ticket ", ticket,
@@ -191,9 +214,7 @@ at::Tensor ServingRuntime::wait(int64_t ticket, double timeout_s) {
   answer.waited = true;
   auto answered = [&] { return answer.done; };
   // By key, not by `it`: a submit while this thread waited may have rehashed the table.
-  if (timeout_s < 0) {
-    answer.answered.wait(lock, answered);
-  } else if (!answer.answered.wait_for(lock, std::chrono::duration<double>(timeout_s), answered)) {
+  if (!wait_up_to(answer.answered, lock, timeout_s < 0 ? kNoLimitS : timeout_s, answered)) {
     answers_.erase(ticket);
     TORCH_CHECK(false, "ServingRuntime.wait: request ", ticket, " was not answered within ",
                 timeout_s, " s");
@@ -218,9 +239,9 @@ void ServingRuntime::collect(int64_t ticket) {
 }
 
 std::vector<int64_t> ServingRuntime::next_collected(double timeout_s) {
+  check_timeout(timeout_s, "next_collected");
   std::unique_lock<std::mutex> lock(mutex_);
-  collected_ready_.wait_for(lock, std::chrono::duration<double>(std::max(0.0, timeout_s)),
-                            [&] { return !collected_.empty(); });
+  wait_up_to(collected_ready_, lock, std::max(0.0, timeout_s), [&] { return !collected_.empty(); });
   std::vector<int64_t> tickets;
   tickets.swap(collected_);
   return tickets;
@@ -413,7 +434,7 @@ void ServingRuntime::sample_loop(Sampler& sampler) {
     pending_s_[batch.on_gpu] = std::max(0.0, pending_s_[batch.on_gpu] - batch.predicted_s);
     if (!error.empty()) {
       lock.unlock();
-      answer(std::move(batch), at::Tensor(), error);
+      answer(std::move(batch), at::Tensor(), error, /*from_model=*/false);
       lock.lock();
       continue;
     }
@@ -479,6 +500,7 @@ ServingRuntime::Batch ServingRuntime::take_from_model(int64_t batch_id, const ch
                     " is not with the model (never handed out, or answered already)");
   Batch batch = std::move(it->second);
   with_model_.erase(it);
+  ++being_answered_;
   return batch;
 }
 
@@ -488,7 +510,8 @@ void ServingRuntime::finish(int64_t batch_id, const at::Tensor& out) {
   if (out.dim() < 1 || out.size(0) < seeds) {
     answer(std::move(batch), at::Tensor(),
            "the model answered " + std::to_string(out.dim() < 1 ? 0 : out.size(0)) +
-               " rows for a batch of " + std::to_string(seeds) + " seeds");
+               " rows for a batch of " + std::to_string(seeds) + " seeds",
+           /*from_model=*/true);
     return;
   }
   at::Tensor rows;
@@ -498,16 +521,18 @@ void ServingRuntime::finish(int64_t batch_id, const at::Tensor& out) {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  answer(std::move(batch), rows, error);
+  answer(std::move(batch), rows, error, /*from_model=*/true);
 }
 
 void ServingRuntime::fail(int64_t batch_id, const std::string& message) {
-  answer(take_from_model(batch_id, "fail"), at::Tensor(), message);
+  answer(take_from_model(batch_id, "fail"), at::Tensor(), message, /*from_model=*/true);
 }
 
-void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::string& error) {
+void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::string& error,
+                            bool from_model) {
   const Clock::time_point now = Clock::now();
   std::lock_guard<std::mutex> lock(mutex_);
+  if (from_model) --being_answered_;
   int64_t begin = 0;
   for (const Request& request : batch.requests) {
     const int64_t size = request.ids.numel();
@@ -619,6 +644,7 @@ void ServingRuntime::serve_package(const std::string& package_path, int64_t thre
 }
 
 void ServingRuntime::close(double timeout_s) {
+  check_timeout(timeout_s, "close");
   std::lock_guard<std::mutex> one_close(close_mutex_);
   if (closed_) return;
   std::vector<std::thread> threads;
@@ -628,9 +654,10 @@ void ServingRuntime::close(double timeout_s) {
     batcher_wakes_.notify_one();
     // Every accepted request answered, or the time is up.
     const auto drained = [&] {
-      return batcher_done_ && samplers_running_ == 0 && ready_.empty() && with_model_.empty();
+      return batcher_done_ && samplers_running_ == 0 && ready_.empty() && with_model_.empty() &&
+             being_answered_ == 0;
     };
-    if (!progress_.wait_for(lock, std::chrono::duration<double>(timeout_s), drained)) {
+    if (!wait_up_to(progress_, lock, timeout_s, drained)) {
       abandoned_ = true;  // the model side stopped taking batches: fail what is left
       const std::string why = "the runtime closed before the model answered";
       for (auto& [ticket, a] : answers_) {

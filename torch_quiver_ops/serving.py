@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import math
 import os
 import threading
 import sys
@@ -241,10 +242,11 @@ class ServingRuntime:
         return self.submit(ids).result(timeout)
 
     def close(self, timeout: float = 30.0) -> None:
-        """Stops taking requests, answers every queued one, then stops the threads."""
+        """Stops taking requests, answers every queued one (waiting up to ``timeout``
+        seconds, ``math.inf`` for as long as it takes), then stops the threads."""
         self._runtime.close(float(timeout))
         for thread in self._model_threads:
-            thread.join(timeout)
+            thread.join(timeout if timeout < _NO_LIMIT_S else None)
         with self._collecting:
             collector = self._collector_thread
         if collector is not None:
@@ -488,12 +490,17 @@ def _submit_body(runtime, body: bytes):
 
 
 ANSWER_TIMEOUT_S = 60.0  # an endpoint's longest wait for the model's answer to a request
+_NO_LIMIT_S = 1e9  # a timeout this long is none (threading's waits refuse infinity)
+# How the runtime words the failures that are not the model's (runtime/serving.cpp): an
+# answer that took too long (504) and one a closing runtime gave up on (503).
+_NOT_ANSWERED_IN_TIME = "was not answered within"
+_CLOSED_BEFORE_ANSWER = "the runtime closed before the model answered"
 
 
-def _answer(nodes, answer, to_json, timeout: float = ANSWER_TIMEOUT_S):
+def _answer(nodes, answer, to_json):
     """The status and body of a queued request once the model has answered it."""
     try:
-        out = answer.result(timeout=timeout)
+        out = answer.result(timeout=ANSWER_TIMEOUT_S)
     except Exception as error:  # noqa: BLE001 (the model's or the runtime's failure)
         return _failed(error)
     return _answered(nodes, out, to_json)
@@ -504,7 +511,25 @@ def _answered(nodes, out: Tensor, to_json):
 
 
 def _failed(error: Exception):
-    return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": str(error)}
+    """The status of a request the model did not answer: 504 when the answer took too long,
+    503 when the runtime closed first (neither is the server's fault), else 500."""
+    message = str(error)
+    if isinstance(error, TimeoutError) or _NOT_ANSWERED_IN_TIME in message:
+        return HTTPStatus.GATEWAY_TIMEOUT, {"error": message}
+    if _CLOSED_BEFORE_ANSWER in message:
+        return HTTPStatus.SERVICE_UNAVAILABLE, {"error": message}
+    return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message}
+
+
+def _health(runtime) -> dict:
+    """GET /health's body: the runtime's stats as strict JSON (a threshold of infinity,
+    every batch on the CPU, is null: JSON has no infinity, and strict parsers refuse
+    Python's ``Infinity``)."""
+    def finite(value):
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        return [finite(v) for v in value] if isinstance(value, list) else value
+    return {"status": "ok", **{key: finite(value) for key, value in runtime.stats().items()}}
 
 
 class _Collector:
@@ -619,7 +644,13 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        for key, value in (headers or {}).items():
+        headers = dict(headers or {})
+        if self.server.stopping:
+            # Shutting down: this connection's last answer. Shutdown joins every
+            # connection's thread, and a client that kept sending on a kept-alive one
+            # would hold it (and be served) for as long as it kept sending.
+            headers["Connection"] = "close"
+        for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(data)
@@ -631,7 +662,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self):  # noqa: N802 (http.server's name)
         path = urlsplit(self.path).path
         if path == "/health":
-            self._reply(HTTPStatus.OK, {"status": "ok", **self.runtime.stats()})
+            self._reply(HTTPStatus.OK, _health(self.runtime))
         else:
             self._refuse(_not_found(path))
 
@@ -714,7 +745,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
         method, path = scope["method"], scope["path"]
         try:
             if method == "GET" and path == "/health":
-                await send_json(send, HTTPStatus.OK, {"status": "ok", **runtime.stats()})
+                await send_json(send, HTTPStatus.OK, _health(runtime))
                 return
             if method != "POST" or path != "/predict":
                 raise _not_found(path)
@@ -736,6 +767,7 @@ class _ThreadingServer(ThreadingHTTPServer):
     # socketserver's backlog of 5 drops the SYNs of a burst of new connections, which the
     # clients resend a second later (seen as a p99 of 0.4-0.8 s under 32 connections).
     request_queue_size = 1024
+    stopping = False  # set by HttpServer.shutdown: each connection closes after its answer
 
     def handle_error(self, request, client_address):
         if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
@@ -808,6 +840,7 @@ class HttpServer:
 
     def shutdown(self) -> None:
         if self.kind == "stdlib":
+            self._stdlib.stopping = True  # kept-alive connections close after their answer
             self._stdlib.shutdown()       # no new connections
             self._stdlib.server_close()   # joins the handler threads: accepted requests finish
         else:

@@ -3,6 +3,7 @@ answers equal the offline model's on the same sampled graphs, the dispatcher fol
 threshold, bad requests get clear 4xx answers while the server keeps serving, overload gets
 503s from a bounded queue, and shutdown answers every accepted request."""
 import json
+import math
 import threading
 import time
 import urllib.error
@@ -533,6 +534,79 @@ def test_a_failing_model_answers_500_and_the_endpoint_keeps_serving(graph, serve
         assert status == 200 and len(body["predictions"]) == 2
     finally:
         server.shutdown()
+
+
+def test_answers_that_take_too_long_are_504_and_health_is_strict_json(graph, server_kind,
+                                                                      monkeypatch):
+    import torch_quiver_ops.serving as serving
+    monkeypatch.setattr(serving, "ANSWER_TIMEOUT_S", 0.3)
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1, delay=1.0)
+    server = serve_http(runtime, server=server_kind)
+    try:
+        status, body = post(server.url, {"nodes": [1, 2]})
+        assert status == 504 and "within 0.3 s" in body["error"], (status, body)
+        # A CPU-only runtime's threshold is infinity: null in strict JSON.
+        with urllib.request.urlopen(server.url + "/health", timeout=30) as answer:
+            health = json.loads(answer.read(), parse_constant=lambda name: pytest.fail(name))
+        assert health["status"] == "ok" and health["threshold"] is None
+    finally:
+        server.shutdown()
+    assert serving._failed(RuntimeError("the runtime closed before the model answered"))[0] == 503
+
+
+def test_timeouts_of_infinity_wait_as_long_as_it_takes_and_nan_is_refused(graph):
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1, delay=0.3)
+    answers = [runtime.submit([i]) for i in range(3)]
+    assert answers[0].result(timeout=math.inf).shape[0] == 1
+    with pytest.raises(ValueError, match="timeout_s must be a number of seconds, got nan"):
+        answers[1].result(timeout=math.nan)
+    with pytest.raises(ValueError, match="timeout_s must be a number of seconds, got nan"):
+        runtime.close(math.nan)
+    runtime.close(math.inf)  # waits for the slow model: every accepted request answered
+    assert answers[1].result(timeout=1e12).shape[0] == 1
+    assert answers[2].result(timeout=0).shape[0] == 1
+    with pytest.raises(ValueError, match="got nan"):
+        runtime._runtime.next_collected(math.nan)
+
+
+def test_shutdown_closes_kept_alive_connections_a_client_keeps_using(graph):
+    # A client that keeps posting on one kept-alive connection must not hold the stdlib
+    # server's shutdown (which joins every connection's thread) for as long as it sends.
+    import http.client
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, server="stdlib")
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    statuses, stop = [], threading.Event()
+
+    def keep_posting():
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            while not stop.is_set():
+                connection.request("POST", "/predict", body=json.dumps({"nodes": [1]}),
+                                   headers={"Content-Type": "application/json"})
+                answer = connection.getresponse()
+                answer.read()
+                statuses.append(answer.status)
+                if answer.getheader("Connection") == "close":
+                    return
+        except (OSError, http.client.HTTPException):
+            return
+        finally:
+            connection.close()
+
+    client = threading.Thread(target=keep_posting)
+    client.start()
+    while len(statuses) < 5:
+        time.sleep(0.01)
+    closer = threading.Thread(target=server.shutdown)
+    closer.start()
+    closer.join(20)
+    stop.set()
+    shut = not closer.is_alive()
+    client.join(30)
+    closer.join(30)
+    assert shut, "shutdown waited for a client that kept its connection busy"
+    assert set(statuses) == {200}
 
 
 def test_a_busy_port_is_an_error(graph, server_kind):

@@ -236,7 +236,9 @@ class ServingRuntime : public torch::CustomClassHolder {
   // next_collected().
   void mark_answered(int64_t ticket, Answer& answer);
   void hand_out(int64_t ticket);  // queues a collected, answered ticket (mutex_ held)
-  void answer(Batch batch, const at::Tensor& rows, const std::string& error);
+  // Answers the batch's requests; `from_model`: a batch take_from_model counted in
+  // being_answered_.
+  void answer(Batch batch, const at::Tensor& rows, const std::string& error, bool from_model);
   Batch take_from_model(int64_t batch_id, const char* caller);  // for finish and fail
   std::unique_ptr<Sampler> make_sampler(bool on_gpu, int64_t seed) const;
 
@@ -279,6 +281,10 @@ class ServingRuntime : public torch::CustomClassHolder {
   int64_t answered_requests_ = 0;  // their requests
   int64_t next_ticket_ = 0, next_batch_ = 0, accepted_ = 0, in_flight_ = 0;
   int64_t samplers_running_ = 0;
+  // Batches taken from the model side whose answers are not yet given (finish copies the
+  // rows outside the lock): close() waits for them too, so that it returns only once every
+  // accepted request is marked answered.
+  int64_t being_answered_ = 0;
   bool closing_ = false, batcher_done_ = false, abandoned_ = false;
   std::thread batcher_;
   std::vector<std::thread> sampler_threads_, model_threads_;
