@@ -87,4 +87,27 @@ class CollectiveChannel {
   std::string broken_;  // why an exchange failed, else empty
 };
 
+// A stretch of a step between two of the hosts' exchanges: left by an exception (this host's
+// own failure, such as a buffer it could not allocate or a read of its table), the peers
+// wait in an exchange this host will not join, so the channel is abandoned and refuses
+// later use (which would pair with the peers' later exchanges). Errors that every host
+// raises together, in step, belong outside such a stretch.
+class MidExchange {
+ public:
+  MidExchange(CollectiveChannel& channel, const char* stretch)
+      : channel_(channel), stretch_(stretch), exceptions_(std::uncaught_exceptions()) {}
+  ~MidExchange() {
+    if (std::uncaught_exceptions() > exceptions_) {
+      channel_.abandon(std::string("it raised between the exchanges of ") + stretch_);
+    }
+  }
+  MidExchange(const MidExchange&) = delete;
+  MidExchange& operator=(const MidExchange&) = delete;
+
+ private:
+  CollectiveChannel& channel_;
+  const char* stretch_;
+  int exceptions_;
+};
+
 }  // namespace quiver::runtime

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -103,6 +104,10 @@ class CollectiveExchange final : public RowExchange {
       }
     }
     clock.lap("counts");
+    // From here until the rows have moved, a failure of this host alone leaves the peers
+    // waiting; past it (the verdicts), every host raises in step.
+    std::optional<MidExchange> mid_exchange;
+    mid_exchange.emplace(*channel_, "requested rows and of rows");
 
     // 2. The requested local indices, each peer's behind its header slots.
     std::vector<int64_t> send_ids(num_hosts_), recv_ids(num_hosts_);
@@ -192,6 +197,7 @@ class CollectiveExchange final : public RowExchange {
       channel_->exchange_over_lanes(bytes_in, bytes_out, send_ids, recv_ids, header_rows, "rows");
     }
     clock.lap("rows");
+    mid_exchange.reset();
 
     // The verdicts: what each peer refused this host, and what this host refused each peer,
     // read back in one copy.

@@ -15,6 +15,7 @@
 
 #include "ops/checks.h"
 #include "ops/internal/gather.h"
+#include "runtime/bounded_wait.h"
 #include "runtime/cpu/owner_groups.h"
 #include "runtime/kept_buffer.h"
 #include "runtime/phase_clock.h"
@@ -382,8 +383,8 @@ bool FetchWork::done() const {
 
 at::Tensor FetchWork::wait(double timeout_s) {
   TORCH_CHECK(fetched_.valid(), "FetchWork.wait: the rows were already taken");
-  const auto budget = std::chrono::duration<double>(timeout_s);
-  TORCH_CHECK(fetched_.wait_for(budget) == std::future_status::ready,
+  check_wait_seconds(timeout_s, "FetchWork.wait");
+  TORCH_CHECK(ready_within(fetched_, timeout_s),
               "DistFeature.gather_async: the fetch did not finish within ", timeout_s,
               " s (the transport raises naming a silent peer once its own timeout passes)");
   Fetched fetched = fetched_.get();  // rethrows the fetch's error

@@ -18,6 +18,7 @@
 #include "ops/internal/slotted_hops.h"
 #include "ops/sampling_rules.h"
 #include "runtime/collective_channel.h"
+#include "runtime/host_agreement.h"
 #include "runtime/phase_clock.h"
 #include "runtime/slotted_batch.h"
 #ifdef QUIVER_WITH_CUDA
@@ -88,7 +89,8 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
       replace_(replace),
       reads_(std::move(reads)) {
   TORCH_CHECK_VALUE(group, "DistSampler needs a process group");
-  TORCH_CHECK_VALUE(timeout_s > 0, "DistSampler: timeout_s must be > 0, got ", timeout_s);
+  // Finite, in (0, a year]: a timeout under a millisecond is one (c10d reads 0 as none).
+  const std::chrono::milliseconds timeout = checked_timeout(timeout_s, "DistSampler: timeout_s");
   TORCH_CHECK_VALUE(!fanouts_.empty(), "DistSampler: fanouts must name at least one hop");
   for (int64_t f : fanouts_) {
     TORCH_CHECK_VALUE(f == -1 || f >= 0, "DistSampler: each fanout must be >= 0 or -1 (all), got ", f);
@@ -150,7 +152,7 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
     throw;
   }
   channel_ = std::make_unique<CollectiveChannel>(
-      group, std::move(lanes), std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)),
+      group, std::move(lanes), timeout,
       "dist_sampler",
       "quiver DistSampler (host " + std::to_string(host_) + " of " + std::to_string(num_hosts_) +
           ")");

@@ -9,6 +9,7 @@
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include "ops/internal/sampling.h"
+#include "runtime/bounded_wait.h"
 #include "runtime/intra_op_threads.h"
 
 #include <algorithm>
@@ -25,28 +26,6 @@ constexpr size_t kRecordsKept = 100000;
 double ms_between(std::chrono::steady_clock::time_point from,
                   std::chrono::steady_clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
-}
-
-// Timeouts at or past this many seconds are no limit: std::chrono turns a wait's seconds
-// into int64 nanoseconds, which overflow near 9.2e9 s (and at infinity), and libstdc++'s
-// deadline then lies in the past, so such a wait would give up at once.
-constexpr double kNoLimitS = 1e9;
-
-void check_timeout(double timeout_s, const char* caller) {
-  TORCH_CHECK_VALUE(!std::isnan(timeout_s), "ServingRuntime.", caller,
-                    ": timeout_s must be a number of seconds, got nan");
-}
-
-// Waits on `wakes` until `done`: for ever when timeout_s >= kNoLimitS, else at most
-// timeout_s. Whether `done` holds.
-template <typename Done>
-bool wait_up_to(std::condition_variable& wakes, std::unique_lock<std::mutex>& lock,
-                double timeout_s, Done done) {
-  if (timeout_s >= kNoLimitS) {
-    wakes.wait(lock, done);
-    return true;
-  }
-  return wakes.wait_for(lock, std::chrono::duration<double>(timeout_s), done);
 }
 
 // latency = a + b * cost by least squares.
@@ -202,7 +181,7 @@ int64_t ServingRuntime::submit(const at::Tensor& ids) {
 }
 
 at::Tensor ServingRuntime::wait(int64_t ticket, double timeout_s) {
-  check_timeout(timeout_s, "wait");
+  check_wait_seconds(timeout_s, "ServingRuntime.wait");
   std::unique_lock<std::mutex> lock(mutex_);
   auto it = answers_.find(ticket);
   TORCH_CHECK_VALUE(it != answers_.end(), "ServingRuntime.wait: ticket ", ticket,
@@ -239,7 +218,7 @@ void ServingRuntime::collect(int64_t ticket) {
 }
 
 std::vector<int64_t> ServingRuntime::next_collected(double timeout_s) {
-  check_timeout(timeout_s, "next_collected");
+  check_wait_seconds(timeout_s, "ServingRuntime.next_collected");
   std::unique_lock<std::mutex> lock(mutex_);
   wait_up_to(collected_ready_, lock, std::max(0.0, timeout_s), [&] { return !collected_.empty(); });
   std::vector<int64_t> tickets;
@@ -644,7 +623,7 @@ void ServingRuntime::serve_package(const std::string& package_path, int64_t thre
 }
 
 void ServingRuntime::close(double timeout_s) {
-  check_timeout(timeout_s, "close");
+  check_wait_seconds(timeout_s, "ServingRuntime.close");
   std::lock_guard<std::mutex> one_close(close_mutex_);
   if (closed_) return;
   std::vector<std::thread> threads;

@@ -71,6 +71,10 @@ std::optional<SlotExchange::Gathered> SlotExchange::gather_once(const at::Tensor
                                                                 const ShardMap& map,
                                                                 LocalRows& mine) {
   PhaseClock clock("slotted exchange");
+  // Until every host has read the summary, a failure of this host alone leaves the peers
+  // waiting; past it, every host decides (and raises) alike.
+  std::optional<MidExchange> mid_exchange;
+  mid_exchange.emplace(*channel_, "requested rows and of rows");
   const at::Device device = ids.device();
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
@@ -225,6 +229,7 @@ std::optional<SlotExchange::Gathered> SlotExchange::gather_once(const at::Tensor
     C10_CUDA_CHECK(cudaStreamSynchronize(stream));
   }
   clock.lap(direct != nullptr ? "rows and summary" : "summary");
+  mid_exchange.reset();
   const int64_t* word = summary_host_.const_data_ptr<int64_t>();
   const int64_t* asked_of = word;             // rows this host asked of peer p
   // (word + peers: rows p asked of this host)

@@ -67,7 +67,10 @@ def partition_features(x: Tensor, directory: Union[str, Path], num_hosts: int,
                          num_hosts=num_hosts, fingerprint=shard_map.fingerprint())
     for host in range(num_hosts):
         local = x[shard_map.local_ids(host)]
-        _sharing.save_arrays(directory / f"host_{host}", "feature", {"rows": local})  # Feature's
+        # Feature's format, marked with the map and the host it was cut for (DistFeature.load
+        # checks both: a host folder left from another partitioning has the same row count).
+        _sharing.save_arrays(directory / f"host_{host}", "feature", {"rows": local},
+                             fingerprint=shard_map.fingerprint(), host=host)
         rows, _ = _sharing.map_arrays(directory / f"host_{host}", "feature", verify=True)
         if not torch.equal(rows["rows"], local):
             raise RuntimeError(f"{directory}/host_{host} reads back different rows than written")
@@ -289,6 +292,15 @@ class DistFeature:
         group = group if group is not None else dist.group.WORLD
         host = dist.get_rank(group)
         shard_map = load_shard_map(directory, verify=verify)
+        _, meta = _sharing.map_arrays(Path(directory) / f"host_{host}", "feature",
+                                      names=("rows", "order"), required=("rows",))
+        if (meta.get("fingerprint"), meta.get("host")) != (shard_map.fingerprint(), host):
+            raise ValueError(
+                f"{directory}/host_{host} was not cut for host {host} of this shard map "
+                f"(it names fingerprint {meta.get('fingerprint')} and host "
+                f"{meta.get('host')}; the map's fingerprint is {shard_map.fingerprint()}): "
+                f"it is left from another partitioning, or written before the folders were "
+                f"marked; run partition_features again")
         local = Feature.load_shared(Path(directory) / f"host_{host}", rank, device_list,
                                     device_cache_size, cache_policy, verify=verify)
         return cls(shard_map, local, group, transport, timeout, rdma, lanes)
@@ -323,16 +335,20 @@ class DistFeature:
     def __getitem__(self, ids) -> Tensor:
         # This host's own rows come through its local Feature's layout, read as that
         # Feature's host_reads says, with this thread's block cap (feature.host_read_blocks).
-        return self._runtime.gather(self._ids(ids), _thread_host_read_blocks())
+        ids = self._ids(ids)  # first: it names a closed store
+        return self._runtime.gather(ids, _thread_host_read_blocks())
 
     def gather_async(self, ids):
         """Starts ``self[ids]`` on a side stream and thread; ``.wait(timeout)`` on the result
         returns the rows, ordered after the fetch on the current stream."""
-        return self._runtime.gather_async(self._ids(ids), _thread_host_read_blocks())
+        ids = self._ids(ids)
+        return self._runtime.gather_async(ids, _thread_host_read_blocks())
 
     @property
     def last_local_fraction(self) -> float:
         """The share of the last gather's ids this host served from its own table."""
+        if self._runtime is None:
+            raise RuntimeError("this DistFeature was closed")
         return self._runtime.last_local_fraction()
 
     @property

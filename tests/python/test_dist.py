@@ -3,6 +3,7 @@ DistFeature over real process groups: Gloo on loopback with 2 to 4 processes as 
 two hosts in separate network namespaces joined by veth under torchrun --nnodes 2, and
 (on the GPU machine) NCCL between GPUs. Every gather is checked against x[ids]."""
 import contextlib
+import math
 import os
 import shutil
 import socket
@@ -143,6 +144,25 @@ def test_partition_writes_checked_shards(tmp_path):
         qv.Feature.load_shared(tmp_path / "host_1")
 
 
+def test_a_host_folder_left_from_another_partitioning_is_refused(tmp_path, monkeypatch):
+    # Two partitionings of one table by different hot orders give every host as many rows:
+    # a host folder of the first beside the second's shard map would serve wrong rows.
+    x = table(300)
+    first, second = tmp_path / "first", tmp_path / "second"
+    qv.dist.partition_features(x, first, 2, torch.randperm(300), 0.2)
+    qv.dist.partition_features(x, second, 2, torch.randperm(300), 0.2)
+    shutil.rmtree(second / "host_1")
+    shutil.copytree(first / "host_1", second / "host_1")
+    monkeypatch.setattr(qv.dist.dist, "get_rank", lambda group: 1)
+    with pytest.raises(ValueError, match="host_1 was not cut for host 1 of this shard map"):
+        qv.dist.DistFeature.load(second, group=object(), device_list=[])
+    # Nor is a folder cut for another host of the same map.
+    shutil.rmtree(second / "host_1")
+    shutil.copytree(second / "host_0", second / "host_1")
+    with pytest.raises(ValueError, match="names fingerprint .* and host 0"):
+        qv.dist.DistFeature.load(second, group=object(), device_list=[])
+
+
 @contextlib.contextmanager
 def reported(results, rank):
     """Runs a worker's body: writes ok_<rank> if it finishes, else error_<rank> with the
@@ -182,9 +202,13 @@ def gloo_worker(rank, world, port, base, results, die_rank):
             assert torch.equal(feature[ids], x[ids])  # an empty batch still takes part
             ids = torch.randint(x.size(0), (250,), generator=gen)
             work = feature.gather_async(ids)
-            assert torch.equal(work.wait(30.0), x[ids])
+            # No limit (infinity) on one host, 30 s on the other.
+            assert torch.equal(work.wait(math.inf if rank == 0 else 30.0), x[ids])
             with pytest.raises(IndexError, match="out of range"):
                 feature[torch.tensor([x.size(0)])]  # checked before any exchange
+            feature.close()
+            with pytest.raises(RuntimeError, match="was closed"):
+                feature[ids]
 
 
 def run_hosts(world, configs, tmp_path, die_rank=-1):
