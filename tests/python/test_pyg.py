@@ -412,9 +412,13 @@ def test_edge_attributes_need_edge_ids():
     sampler = qpyg.NeighborSampler(stores[1], [2], device="cpu", mode="CPU")
     with pytest.raises(ValueError, match="return_eid=True"):
         qpyg.NeighborLoader(stores, [2], neighbor_sampler=sampler, batch_size=8)
-    with pytest.raises(NotImplementedError, match="bidirectional"):
-        qpyg.NeighborLoader(data, [2], subgraph_type="bidirectional", batch_size=8,
-                            device="cpu")
+    # Bidirectional: a reversed edge carries its edge's id, and so its attributes (PyG's).
+    for batch in qpyg.NeighborLoader(data, [3, 2], subgraph_type="bidirectional",
+                                     batch_size=16, device="cpu"):
+        ends = torch.stack([batch.n_id[batch.edge_index[0]], batch.n_id[batch.edge_index[1]]])
+        named = data.edge_index[:, batch.e_id]
+        assert bool(((ends == named).all(0) | (ends == named.flip(0)).all(0)).all())
+        assert torch.equal(batch.edge_attr, data.edge_attr[batch.e_id])
     # The stores alone: an edge feature put by hand rides along too.
     features, graph = qpyg.FeatureStore("cpu"), qpyg.GraphStore.from_edge_index(data.edge_index)
     features.put_tensor(data.x, group_name=None, attr_name="x", index=None)
@@ -422,6 +426,52 @@ def test_edge_attributes_need_edge_ids():
     batch = next(iter(qpyg.NeighborLoader((features, graph), [3], batch_size=16,
                                           device="cpu")))
     assert torch.equal(batch.edge_attr, 2 * data.edge_attr[batch.e_id])
+
+
+def test_a_transform_sees_the_whole_batch_and_runs_last():
+    data = directed_data()
+    data.edge_attr = torch.randn(data.num_edges, 3)
+    data.num_classes = 5
+    seen = []
+
+    def transform(batch):
+        seen.append(sorted(batch.keys()))
+        return batch, "extra"  # PyG lets a transform return anything
+
+    loader = qpyg.NeighborLoader(data, [3], batch_size=16, device="cpu", transform=transform)
+    assert loader.transform is transform
+    batch, extra = next(iter(loader))
+    assert extra == "extra" and {"edge_attr", "num_classes", "e_id", "x"} <= set(seen[0])
+    assert torch.equal(batch.edge_attr, data.edge_attr[batch.e_id])
+
+
+@pytest.mark.parametrize("undirected", [True, False])
+def test_a_random_link_split_gives_the_loaders_own_labels(undirected):
+    # PyG's recipe: RandomLinkSplit, then LinkNeighborLoader over its train split with its
+    # labels. The split's own edge_label / edge_label_index attributes (the whole split's)
+    # must not replace the batch's, nor be taken for edge attributes.
+    import torch_geometric.transforms as T
+    torch.manual_seed(0)
+    row, col = random_coo(100, 600, 3)
+    data = Data(edge_index=torch.stack([row, col]).long(), x=torch.randn(100, 4), num_nodes=100)
+    train, _, _ = T.RandomLinkSplit(is_undirected=undirected,
+                                    add_negative_train_samples=False)(data)
+    loader = qpyg.LinkNeighborLoader(train, [5, 5], edge_label_index=train.edge_label_index,
+                                     edge_label=train.edge_label, neg_sampling_ratio=2.0,
+                                     batch_size=16, device="cpu")
+    batch = next(iter(loader))
+    assert batch.edge_label.numel() == 48 and int(batch.edge_label.sum()) == 16
+    assert batch.edge_label_index.shape == (2, 48)
+    assert int(batch.edge_label_index.max()) < batch.num_nodes
+    pos = batch.edge_label_index[:, batch.edge_label == 1]
+    assert torch.equal(batch.n_id[pos], train.edge_label_index[:, batch.input_id])
+
+
+def test_attributes_pyg_indexes_along_another_dimension_are_refused():
+    data = directed_data()
+    data.pair_index = torch.randint(0, 200, (2, data.num_edges))  # PyG: indexed along dim -1
+    with pytest.raises(NotImplementedError, match="'pair_index' .* along dimension -1"):
+        qpyg.NeighborLoader(data, [3], batch_size=8, device="cpu")
 
 
 # ---- link prediction ----

@@ -103,6 +103,37 @@ def test_temporal_and_weighted_hetero_loader(mode):
                 assert bool((batch[t].time <= tree_time).all()), t
 
 
+def test_time_on_some_node_types_samples_the_others_regardless(mode):
+    # As PyG with pyg-lib: node times when any node type has them; a type without (here
+    # "field", an entity table) is sampled whatever the seed's time; its seeds need
+    # input_time.
+    data = hetero_data(3)
+    del data["field"].time
+    data["paper"].time = torch.randint(50, 100, (60,), generator=torch.Generator().manual_seed(4))
+    loader = qpyg.NeighborLoader(data, [4, 4], input_nodes=("paper", torch.arange(60)),
+                                 batch_size=20, time_attr="time", device=device_of(mode),
+                                 mode=mode)
+    fields = 0
+    for batch in loader:
+        check_batch(batch, data, "paper")
+        seed_time = batch["paper"].time[:batch["paper"].batch_size]
+        for t in ("paper", "author"):
+            if batch[t].num_nodes:
+                assert bool((batch[t].time <= seed_time[batch[t].batch]).all()), t
+        fields += batch["field"].num_nodes
+    assert fields > 0  # every paper has a field, reached whatever the time
+    with pytest.raises(ValueError, match="node type 'field' has no node times.*give input_time"):
+        next(iter(qpyg.NeighborLoader(data, [2], input_nodes="field", batch_size=4,
+                                      time_attr="time", device=device_of(mode), mode=mode)))
+    batch = next(iter(qpyg.NeighborLoader(data, [2], input_nodes="field", batch_size=6,
+                                          input_time=torch.full((6,), 75), time_attr="time",
+                                          device=device_of(mode), mode=mode)))
+    assert bool((batch["paper"].time <= 75).all())
+    data["paper", "cites", "paper"].time = torch.zeros(200, dtype=torch.long)
+    with pytest.raises(ValueError, match="names both node and edge attributes"):
+        qpyg.NeighborLoader(data, [2], input_nodes="paper", time_attr="time", device="cpu")
+
+
 def test_link_loader_on_an_edge_type(mode):
     data = hetero_data(3)
     true = set(map(tuple, data[WRITES].edge_index.t().tolist()))

@@ -1,6 +1,7 @@
 """PyG's ``NeighborLoader`` and ``LinkNeighborLoader`` on our sampler and stores."""
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Optional, Tuple, Union
 
@@ -13,7 +14,11 @@ from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
 from ..loader import checked_seed_edges
 from .sampler import HeteroNeighborSampler, NeighborSampler
-from .stores import FeatureStore, GraphStore, HeteroGraphStore, to_stores
+from .stores import LOADER_KEYS, FeatureStore, GraphStore, HeteroGraphStore, to_stores
+
+# Set while PyG's filter_fn builds a batch in this thread: the loaders' ``transform`` then
+# reads as None, so that it runs last, on the whole batch (see _OnOurStores.filter_fn).
+_BUILDING = threading.local()
 
 
 def _refuse(loader: str, **given) -> None:
@@ -41,8 +46,14 @@ def _hetero_rules(data: HeteroData, rules: dict) -> dict:
     if weight_attr is not None:
         out["weights"] = every(data.edge_types, weight_attr, "weight_attr")
     if time_attr is not None:
-        if all(time_attr in data[t] for t in data.node_types):
-            out["node_time_dict"] = every(data.node_types, time_attr, "time_attr")
+        timed = [t for t in data.node_types if time_attr in data[t]]
+        if timed and any(time_attr in data[et] for et in data.edge_types):
+            raise ValueError(f"time_attr {time_attr!r} names both node and edge attributes: "
+                             f"it must be one or the other (as in PyG)")
+        if timed:
+            # As PyG: node times when any node type has them; the types without any (an
+            # entity table beside timed facts, say) are sampled regardless of time.
+            out["node_time_dict"] = {t: data[t][time_attr] for t in timed}
         else:
             out["edge_time_dict"] = every(data.edge_types, time_attr, "time_attr")
     return out
@@ -101,7 +112,7 @@ class _OnOurStores:
             stores = to_stores(data, device, cache_size, cache_policy, host_reads)
             self._graph_attrs = {
                 key: value for key, value in data.items()
-                if key not in ("edge_index", "num_nodes") and not (
+                if key not in ("edge_index", "num_nodes") and key not in LOADER_KEYS and not (
                     isinstance(value, Tensor) and (data.is_node_attr(key)
                                                    or data.is_edge_attr(key)))}
         elif isinstance(data, (tuple, list)) and len(data) == 2:
@@ -115,9 +126,8 @@ class _OnOurStores:
                             else None)
         if self._edge_store is not None:
             names = self._edge_store.edge_feature_names
-            if getattr(subgraph_type, "value", subgraph_type) == "bidirectional":
-                raise NotImplementedError(f"edge attributes {names} with subgraph_type="
-                                          f"'bidirectional': its reversed edges have no ids")
+            # (With subgraph_type='bidirectional' a reversed edge carries its edge's id, so
+            # its attributes too, as in PyG.)
             if neighbor_sampler is not None and not neighbor_sampler.sampler.return_eid:
                 raise ValueError(f"the feature store holds edge attributes {names}, gathered "
                                  f"by edge id: build the NeighborSampler with return_eid=True")
@@ -163,7 +173,8 @@ class _OnOurStores:
         self._graph_attrs = {}
         if isinstance(data, HeteroData):
             stores = to_stores(data, device, cache_size, cache_policy, host_reads)
-            self._graph_attrs = {k: v for k, v in data._global_store.items()}
+            self._graph_attrs = {k: v for k, v in data._global_store.items()
+                                 if k not in LOADER_KEYS}
         else:
             stores = tuple(data)
         feature_store, graph_store = stores
@@ -194,10 +205,24 @@ class _OnOurStores:
                  or (type(self.sampler) is RandomSampler and not self.sampler.replacement
                      and self.sampler.num_samples == len(self.sampler.data_source))))
 
+    @property
+    def transform(self):
+        """PyG's ``transform``: applied to each batch once it is whole."""
+        return None if getattr(_BUILDING, "batch", False) else self._transform
+
+    @transform.setter
+    def transform(self, transform) -> None:
+        self._transform = transform
+
     def filter_fn(self, out):
         """PyG's batch of ``out``, with the sampled edges' attributes and the graph-level
-        ones added."""
-        batch = super().filter_fn(out)
+        ones added, then ``transform`` applied (as PyG's, to the whole batch: PyG's
+        filter_fn, which applies it, runs with it held back)."""
+        _BUILDING.batch = True
+        try:
+            batch = super().filter_fn(out)
+        finally:
+            _BUILDING.batch = False
         if self._edge_store is not None and isinstance(batch, HeteroData):
             for et in batch.edge_types:
                 if "e_id" in batch[et]:
@@ -208,7 +233,7 @@ class _OnOurStores:
                 batch[name] = rows
         for name, value in self._graph_attrs.items():
             batch[name] = value
-        return batch
+        return batch if self._transform is None else self._transform(batch)
 
     def __iter__(self):
         # Both draws in the caller's thread, in a fixed order (see Prefetcher).
@@ -333,7 +358,8 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
     attributes (the tables of all types sharing one GPU cache of ``cache_size`` by
     hotness), ``n_id``, ``e_id`` and edge attributes per edge type, ``batch_size``,
     ``input_id`` and the per-hop counts, as PyG's own. ``weight_attr`` names an attribute
-    of every edge type, ``time_attr`` one of every node type (or of every edge type).
+    of every edge type, ``time_attr`` one of some node types (the others sampled regardless
+    of time; seeds of such a type need ``input_time``) or of every edge type.
     """
 
     def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,

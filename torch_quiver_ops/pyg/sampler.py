@@ -2,7 +2,7 @@
 sampling returning PyG's ``SamplerOutput``."""
 from __future__ import annotations
 
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
 import math
 
@@ -242,6 +242,22 @@ def _weighted(neg: NegativeSampling) -> bool:
     return any(getattr(neg, k, None) is not None for k in ("weight", "src_weight", "dst_weight"))
 
 
+def _every_type_timed(node_time_dict: dict, num_nodes_dict: dict):
+    """``node_time_dict`` with every node type: a type without times gets int64's least
+    value for each node (as pyg-lib samples such types, their edges pass any seed's time);
+    and those types."""
+    unknown = [t for t in node_time_dict if t not in num_nodes_dict]
+    if unknown:
+        raise ValueError(f"node_time_dict names node types {unknown} the graph lacks "
+                         f"(it has {sorted(num_nodes_dict)})")
+    untimed = tuple(t for t in num_nodes_dict if t not in node_time_dict)
+    every = dict(node_time_dict)
+    for t in untimed:
+        every[t] = torch.full((num_nodes_dict[t],), torch.iinfo(torch.int64).min,
+                              dtype=torch.long)
+    return every, untimed
+
+
 class HeteroNeighborSampler(BaseSampler):
     """PyG's heterogeneous neighbor sampling on ``quiver::hetero_neighbor_sample``: every
     relation of a hop in the same kernel launches, returning PyG's ``HeteroSamplerOutput``.
@@ -255,8 +271,10 @@ class HeteroNeighborSampler(BaseSampler):
         return_eid: put the sampled edges' ids (per edge type) in batches as ``e_id``.
         weights: ``{edge_type: weight per edge}``: weighted sampling.
         edge_time_dict, node_time_dict: temporal sampling (times per edge of every edge
-            type, or per node of every node type); ``temporal_strategy``, ``strict_time``
-            and ``disjoint`` as :class:`NeighborSampler`.
+            type, or per node of some node types: the others are sampled regardless of
+            time, as pyg-lib does, and their seeds need times of their own);
+            ``temporal_strategy``, ``strict_time`` and ``disjoint`` as
+            :class:`NeighborSampler`.
         neg_exclude_edges: link sampling draws its negatives on the sampling device
             (:meth:`HeteroSampler.sample_negatives`): pairs of the edge type's end types,
             a destination redrawn while the pair is a true edge of a relation between those
@@ -272,7 +290,11 @@ class HeteroNeighborSampler(BaseSampler):
                  node_time_dict: Optional[dict] = None, temporal_strategy: str = "uniform",
                  strict_time: bool = False, disjoint: bool = False,
                  neg_exclude_edges: bool = True):
+        self.untimed_node_types: Tuple[str, ...] = ()
         if isinstance(graph, HeteroGraphStore):
+            if node_time_dict is not None:
+                node_time_dict, self.untimed_node_types = _every_type_timed(
+                    node_time_dict, graph.num_nodes_dict)
             topo = graph.topology(edge_time_dict, node_time_dict)
         elif isinstance(graph, HeteroCSRTopo):
             if edge_time_dict is not None or node_time_dict is not None:
@@ -296,6 +318,11 @@ class HeteroNeighborSampler(BaseSampler):
 
     reseed = NeighborSampler.reseed
     _call_generator = NeighborSampler._call_generator
+
+    def _check_timed(self, node_type: str, argument: str) -> None:
+        if node_type in self.untimed_node_types:
+            raise ValueError(f"node type {node_type!r} has no node times, so its seeds have "
+                             f"none: give {argument} (one time per seed)")
 
     @property
     def device(self) -> torch.device:
@@ -328,6 +355,7 @@ class HeteroNeighborSampler(BaseSampler):
             if self.node_time_dict is None:
                 raise ValueError("temporal sampling by edge time needs input_time: one time "
                                  "per seed")
+            self._check_timed(inputs.input_type, "input_time")
             seed_time = torch.as_tensor(self.node_time_dict[inputs.input_type])[inputs.node]
         out = self._output((inputs.input_type, inputs.node), seed_time)
         out.metadata = (inputs.input_id, seed_time)
@@ -394,6 +422,7 @@ class HeteroNeighborSampler(BaseSampler):
                 if self.node_time_dict is None:
                     raise ValueError("temporal link sampling by edge time needs "
                                      "edge_label_time: one time per seed edge")
+                self._check_timed(src_type, "edge_label_time")
                 pair_time = torch.as_tensor(self.node_time_dict[src_type])[inputs.row]
             pair_time = torch.as_tensor(pair_time).to(device, torch.long)
             # A negative pair n takes positive n % num_pos's time, as PyG's.

@@ -21,6 +21,28 @@ from ..feature import Feature
 from ..hetero import EdgeType, HeteroCSRTopo
 from ..topology import CSRTopo
 
+# What PyG's loaders write into every batch themselves (filter_fn, after the data's own
+# attributes): a Data's attributes of these names (RandomLinkSplit's edge_label and
+# edge_label_index, say, the whole split's) would only be overwritten, so no table holds
+# them and no batch copies them.
+LOADER_KEYS = frozenset({
+    "n_id", "e_id", "batch", "batch_size", "input_id", "seed_time", "num_sampled_nodes",
+    "num_sampled_edges", "edge_label", "edge_label_index", "edge_label_time", "src_index",
+    "dst_pos_index", "dst_neg_index"})
+
+
+def _row_per_item(store, key: str, value: Tensor, what: str) -> None:
+    """Refuses a node or edge attribute that is not a row per node / edge (PyG indexes it
+    along another dimension, such as the last of a key holding "index"): our tables gather
+    rows."""
+    dim = store._parent().__cat_dim__(key, value, store)
+    if not isinstance(dim, int) or dim % value.dim() != 0:
+        raise NotImplementedError(
+            f"{what} attribute {key!r} (shape {tuple(value.shape)}) is indexed by PyG along "
+            f"dimension {dim}, not 0: torch_quiver_ops.pyg gathers rows; store it with a row "
+            f"per {what} (or under a name without 'index')")
+
+
 _HETERO = ("this store holds one edge type, named None: heterogeneous graphs (typed edges) "
            "go through torch_quiver_ops.pyg.HeteroGraphStore and HeteroNeighborSampler, which "
            "the loaders build for a HeteroData")
@@ -382,11 +404,12 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
     device = resolve_device(device)
     features = FeatureStore(device, cache_size, cache_policy, graph.topo, host_reads)
     for key, value in data.items():
-        if key == "edge_index" or not isinstance(value, Tensor):
+        if key == "edge_index" or key in LOADER_KEYS or not isinstance(value, Tensor):
             continue
         node = data.is_node_attr(key)
         if not node and not data.is_edge_attr(key):
             continue  # graph-level: the loader copies it into every batch, as PyG's does
+        _row_per_item(data._store, key, value, "node" if node else "edge")
         cache = "100%" if _whole_on_gpu(value) else cache_size
         table = _shared(("feature" if node else "edge feature", id(value), str(device),
                          str(cache), cache_policy, host_reads), value,
@@ -448,8 +471,9 @@ def _hetero_stores(data: HeteroData, device, cache_size, cache_policy: str,
     for t in data.node_types:
         store = data[t]
         for key, value in store.items():
-            if not isinstance(value, Tensor) or not store.is_node_attr(key):
+            if key in LOADER_KEYS or not isinstance(value, Tensor) or not store.is_node_attr(key):
                 continue
+            _row_per_item(store, key, value, "node")
             (small if _whole_on_gpu(value) else big)[(t, key)] = value
     share = parse_share(cache_size, "cache_size")
     total = sum(v.nbytes for v in big.values())
@@ -472,8 +496,10 @@ def _hetero_stores(data: HeteroData, device, cache_size, cache_policy: str,
     for et in data.edge_types:
         store = data[et]
         for key, value in store.items():
-            if key == "edge_index" or not isinstance(value, Tensor) or not store.is_edge_attr(key):
+            if (key == "edge_index" or key in LOADER_KEYS or not isinstance(value, Tensor)
+                    or not store.is_edge_attr(key)):
                 continue
+            _row_per_item(store, key, value, "edge")
             features.put_edge_feature(value, key, edge_type=et)
     features.cache_rows = rows  # what the shared budget gave each table (for reports)
     features.graph_store = graph
