@@ -18,7 +18,8 @@ each feature cache:
      thread, with the model.
 
 With ``--ab-rounds N``, after 1. only the model alone and the prefetching loop with the
-model, the Python thread and the C++ one in turn, N rounds. Prints ms per batch for each;
+model, the Python thread and the C++ one in turn (Python first in even rounds, C++ first in
+odd ones), N rounds. Prints ms per batch for each;
 one line of JSON at the end.
 """
 from __future__ import annotations
@@ -164,7 +165,10 @@ def main():
                 record(cache, f"round {round_}: model alone", model_alone(step, order,
                                                                           sampler, feature,
                                                                           labels, batch_size))
-                for loader, thread in [(in_python, "Python"), (native, "C++")]:
+                # Each round in the other order: whichever runs second may gain (a warmer
+                # cache) or lose (the machine's drift), and alternating cancels either.
+                pair = [(in_python, "Python"), (native, "C++")]
+                for loader, thread in (pair if round_ % 2 == 0 else pair[::-1]):
                     record(cache, f"round {round_}: prefetching loop ({thread} thread), the "
                            f"model", epoch(step))
             del feature, model, optimizer, loader, native, in_python
