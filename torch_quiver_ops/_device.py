@@ -2,7 +2,9 @@
 each other's memory, and byte counts such as "200M"."""
 from __future__ import annotations
 
+import math
 import re
+from fractions import Fraction
 from typing import List, Optional, Sequence, Union
 
 import torch
@@ -60,12 +62,17 @@ def init_p2p(device_list: Sequence[int]) -> List[List[int]]:
     return p2p_cliques(device_list)
 
 
-def parse_share(size, what: str) -> Optional[float]:
-    """The fraction a size such as "20%" names (None for any other size); `what` names the
-    argument in the error for a share outside [0%, 100%]."""
+def parse_share(size, what: str) -> Optional[Fraction]:
+    """The fraction a size such as "20%" names, exactly (None for any other size): a share
+    of N rows is ``int(share * N)`` with no float rounding ("29%" of 100 rows is 29, where
+    0.29 * 100 is 28.999...). `what` names the argument in the errors."""
     if not (isinstance(size, str) and size.strip().endswith("%")):
         return None
-    share = float(size.strip()[:-1]) / 100
+    try:
+        share = Fraction(size.strip()[:-1].strip()) / 100
+    except (ValueError, ZeroDivisionError):
+        raise ValueError(f"{what} share must be a percentage such as '20%', got "
+                         f"{size!r}") from None
     if not 0 <= share <= 1:
         raise ValueError(f"{what} share must be in [0%, 100%], got {size!r}")
     return share
@@ -74,8 +81,12 @@ def parse_share(size, what: str) -> Optional[float]:
 def parse_size(size: Union[int, float, str]) -> int:
     """Bytes from 1024, "200M", "0.9G" or "1.5GB"."""
     if isinstance(size, (int, float)):
-        if size < 0:
-            raise ValueError(f"a cache size must be >= 0, got {size}")
+        if not math.isfinite(size) or size < 0:
+            raise ValueError(f"a cache size must be a byte count >= 0, got {size}")
+        if isinstance(size, float) and 0 < size < 1:
+            raise ValueError(f"a cache size of {size} bytes is less than one byte: for a "
+                             f"share of the table write a percentage such as "
+                             f"'{size * 100:g}%'")
         return int(size)
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)B?\s*", str(size).upper())
     if not match:

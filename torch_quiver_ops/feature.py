@@ -58,6 +58,10 @@ def _thread_host_read_blocks() -> int:
     return getattr(_THREAD_GATHERS, "host_read_blocks", 0)
 
 
+def _is_empty_list(ids) -> bool:
+    return isinstance(ids, (list, tuple)) and len(ids) == 0
+
+
 class Feature:
     """A node feature table larger than GPU memory, gathered at GPU speed: ``feature[ids]``.
 
@@ -77,7 +81,9 @@ class Feature:
     (4 or 8 bytes a row). One kernel reads every tier.
 
     Args:
-        rank: the default GPU of ``device_list``.
+        rank: the GPU ``device_list`` names by default (``[rank]``); CPU ids gather on
+            the current GPU, or on ``rank`` for the Feature :meth:`new_from_ipc_handle`
+            gives a worker.
         device_list: GPUs that cache rows (default ``[rank]``).
         device_cache_size: bytes of rows per GPU: an int, a string such as ``"200M"``, or a
             share of the table such as ``"20%"``.
@@ -110,6 +116,7 @@ class Feature:
         if len(set(device_list)) != len(device_list):
             raise ValueError(f"device_list names a GPU twice: {device_list}")
         self.rank = rank
+        self._gather_on: Optional[int] = None  # where CPU ids gather (None: the current GPU)
         self.device_list: List[int] = device_list
         # A "20%" cache is sized once the table is known.
         self._cache_share = parse_share(device_cache_size, "a cache")
@@ -146,7 +153,10 @@ class Feature:
     def from_cpu_tensor(self, x: Tensor, hot_order: Optional[Tensor] = None) -> "Feature":
         """Takes the table ``x`` (rows first; any dtype and row shape) and places it. A
         contiguous CPU ``x`` is used in place (pinned where it lies when GPUs read it), so
-        the store costs no second host copy; do not resize it while the store lives.
+        the store costs no second host copy; do not resize it while the store lives. The
+        GPU caches copy their rows at the first gather on each GPU: write ``x`` before
+        that, or call ``from_cpu_tensor`` again after writing it (a later in-place write
+        reaches the rows read from host memory, not the cached ones).
 
         ``hot_order`` lists the row ids hottest first (e.g. from
         :func:`presample_hot_order`); without it the order is by degree when ``csr_topo``
@@ -358,6 +368,8 @@ class Feature:
         (the CPU when this Feature uses no GPU)."""
         if device is None and not self.device_list:
             return torch.device("cpu")
+        if device is None and self._gather_on is not None and gpus_usable():
+            return torch.device("cuda", self._gather_on)
         return resolve_device(device)
 
     # ---- reading ----
@@ -369,10 +381,12 @@ class Feature:
             view = self._views.get(ids.device)
             if view is not None:
                 return view[0].gather(ids, _thread_host_read_blocks())
-        ids = torch.as_tensor(ids)  # the op checks shape, dtype and range
+        # The op checks shape, dtype and range. No ids at all are int64 ones (not floats).
+        ids = torch.as_tensor(ids) if not _is_empty_list(ids) else torch.empty(0, dtype=torch.long)
         device = ids.device if ids.is_cuda else self.device_for(None)
         layout = self._view(device)[0]
-        return layout.gather(ids.to(device, non_blocking=True), _thread_host_read_blocks())
+        return layout.gather(ids.to(device, non_blocking=True).contiguous(),
+                             _thread_host_read_blocks())
 
     def _stages_host_rows(self) -> bool:
         if self._host_reads == "auto":
@@ -433,15 +447,16 @@ class Feature:
         if not isinstance(ipc_handle, cls):
             raise TypeError(f"ipc_handle must come from Feature.share_ipc(), got "
                             f"{type(ipc_handle).__name__}")
-        ipc_handle.rank = int(rank)
+        ipc_handle.rank = ipc_handle._gather_on = int(rank)
         return ipc_handle
 
     @classmethod
     def lazy_from_ipc_handle(cls, ipc_handle: "Feature") -> "Feature":
-        """As :meth:`new_from_ipc_handle`, on the GPU current at the first gather."""
+        """As :meth:`new_from_ipc_handle`, on the GPU current at each gather."""
         if not isinstance(ipc_handle, cls):
             raise TypeError(f"ipc_handle must come from Feature.share_ipc(), got "
                             f"{type(ipc_handle).__name__}")
+        ipc_handle._gather_on = None
         return ipc_handle
 
     def close(self, group=None, timeout: float = 60.0) -> None:
@@ -492,6 +507,7 @@ class Feature:
         # Pickled before the option existed, or as a plain attribute.
         state["_host_reads"] = state.pop("host_reads", state.get("_host_reads", "auto"))
         state.setdefault("_swapped_over", None)
+        state.setdefault("_gather_on", None)
         self.__dict__.update(state)
         self._process_state()
 

@@ -93,6 +93,25 @@ def test_cache_size_as_a_share_of_the_table():
     feature = qv.Feature(device_cache_size="25%").from_cpu_tensor(x)
     assert feature.cached_rows == (250 if HAS_CUDA else 0)
     assert feature.device_cache_size == 250 * x[0].nbytes
+    # Exactly: 29% of 100 rows is 29 (0.29 * 100 is 28.999... in floating point).
+    for share in ("29%", "57%", "58%", "12.5%"):
+        feature = qv.Feature(device_cache_size=share).from_cpu_tensor(x[:100])
+        want = int(float(share[:-1]) * 100) // 100 if share != "12.5%" else 12
+        assert feature.device_cache_size == want * x[0].nbytes, share
+    with pytest.raises(ValueError, match="cache share must be a percentage .* got 'abc%'"):
+        qv.Feature(device_cache_size="abc%")
+    with pytest.raises(ValueError, match="less than one byte: .* '20%'"):
+        qv.Feature(device_cache_size=0.2)
+    with pytest.raises(ValueError, match="byte count >= 0, got nan"):
+        qv.Feature(device_cache_size=float("nan"))
+
+
+def test_empty_lists_and_strided_ids_gather_as_tensors_do():
+    x = torch.randn(20, 3)
+    feature = qv.Feature(device_cache_size="25%").from_cpu_tensor(x)
+    assert feature[[]].shape == (0, 3)
+    ids = torch.arange(20)[::3]
+    assert torch.equal(feature[ids].cpu(), x[ids])
 
 
 def test_feature_shape_and_row_shapes():
