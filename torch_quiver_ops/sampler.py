@@ -94,7 +94,7 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
             raise ValueError(f"weights[{int(eid[at])}] = {float(edge_weight[at])}: every weight "
                              f"must be finite and > 0 (drop an edge that must never be sampled)")
     if node_time is not None:
-        node_time = torch.as_tensor(node_time).cpu().long()
+        node_time = _whole_times(node_time, "node_time").cpu()
         if node_time.dim() != 1 or node_time.numel() != topo.node_count:
             raise ValueError(f"node_time must hold one time per node ({topo.node_count}), got "
                              f"shape {tuple(node_time.shape)}")
@@ -104,11 +104,40 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     order_ids = torch.arange(topo.edge_count)
     indices, order, csr_time = ops.sort_rows_by_time(
         topo.indptr, topo.indices, order_ids,
-        edge_time=None if times is None else times.long(), node_time=node_time)
+        edge_time=None if times is None else _whole_times(times, "edge_time"),
+        node_time=node_time)
     topo = CSRTopo(indptr=topo.indptr, indices=indices.contiguous(), eid=eid[order].contiguous())
     if edge_weight is not None:
         edge_weight = edge_weight[order].contiguous()
     return topo, edge_weight, csr_time.contiguous(), node_time
+
+
+def _ids(ids) -> Tensor:
+    """``ids`` as a tensor; an empty list is no int64 ids (``torch.as_tensor([])`` would be
+    floats, which the ops refuse)."""
+    if isinstance(ids, (list, tuple)) and len(ids) == 0:
+        return torch.empty(0, dtype=torch.long)
+    return torch.as_tensor(ids)
+
+
+def _whole_times(times, name: str) -> Tensor:
+    """Times as int64, refusing floating-point ones: truncating them would let an edge at
+    0.9 pass a seed at 0.5 (both would read 0)."""
+    times = torch.as_tensor(times)
+    if times.dtype.is_floating_point or times.dtype.is_complex or times.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer times (int64 timestamps), got "
+                        f"{times.dtype}: scale them to whole units first")
+    return times.long()
+
+
+def checked_node_ids(ids: Tensor, num_nodes: int, name: str) -> Tensor:
+    """``ids`` as int64, each in [0, num_nodes), else an IndexError naming ``name``."""
+    ids = ids.long()
+    bad = (ids < 0) | (ids >= num_nodes)
+    if bool(bad.any()):
+        at = int(bad.nonzero()[0])
+        raise IndexError(f"{name}[{at}] = {int(ids[at])} is out of range [0, {num_nodes})")
+    return ids
 
 
 def _edge_index_of(rows: Tensor, cols: Tensor) -> Tensor:
@@ -160,7 +189,8 @@ class GraphSageSampler:
             ``"CPU"`` otherwise.
         replace: sample with replacement.
         return_eid: fill ``Adj.e_id`` with the sampled edges' ids in ``edge_index`` input
-            order (for edge features). Off by default, as in torch-quiver: reading the ids
+            order (for edge features; a CSRTopo built from ``indptr``/``indices`` without
+            ``eid``: their CSR positions). Off by default, as in torch-quiver: reading the ids
             costs a second random read per sampled edge, over PCIe in UVA mode.
         topology_cache: UVA mode only: GPU memory for a topology cache, in bytes, ``"1G"``,
             or a share of the neighbor lists' bytes such as ``"20%"`` (4 bytes a node of
@@ -191,6 +221,14 @@ class GraphSageSampler:
             always, False never. Same samples either way; it is there to measure what the
             order buys.
 
+    Each node is expanded once per batch, and a layer's edges are those of its hop and of
+    every hop inside it (PyG's ``NeighborLoader`` layout, which ``trim_to_layer`` reads):
+    a node within reach of both a seed's first and second hop keeps the neighbors sampled
+    for it the first time. torch-quiver's sampler (as PyG's old ``NeighborSampler``)
+    samples each layer anew, so a node's neighbors may differ between layers there, and
+    the same seed's first layer may hold fewer edges into it here. Either is a GraphSAGE
+    sample of the same distribution per node.
+
     A sampler can be handed to ``torch.multiprocessing.spawn`` workers: the topology
     travels as shared memory, and each worker samples on the GPU that is current at its
     first ``sample`` (call ``torch.cuda.set_device(rank)`` before it). UVA mode pins the
@@ -219,14 +257,15 @@ class GraphSageSampler:
         self.disjoint = bool(disjoint) or self.temporal
         self.capture_batches = bool(capture_batches)
         self.uva_row_order = None if uva_row_order is None else bool(uva_row_order)
-        self.return_eid = return_eid and csr_topo.eid is not None
+        # Without eid, a CSRTopo's edges are named by their CSR positions (the op's ids).
+        self.return_eid = bool(return_eid)
         self.csr_topo = csr_topo
         self.device, self.mode = sampling_placement(device, mode)
         self.topology_cache_bytes = self._cache_budget(topology_cache, csr_topo)
-        if self.topology_cache_bytes and mode != "UVA":
+        if self.topology_cache_bytes and self.mode != "UVA":
             raise ValueError(f"topology_cache is for UVA mode, where the neighbor lists are in "
-                             f"host memory; mode {mode!r} reads them from "
-                             f"{'GPU' if mode == 'GPU' else 'host'} memory already")
+                             f"host memory; mode {self.mode!r} reads them from "
+                             f"{'GPU' if self.mode == 'GPU' else 'host'} memory already")
         self.hot_order = (None if hot_order is None
                           else check_hot_order(hot_order, csr_topo.node_count))
         self._place()
@@ -363,7 +402,7 @@ class GraphSageSampler:
 
     def _seeds(self, input_nodes) -> Tensor:
         """The seeds on the sampling device; the op checks their shape, dtype and range."""
-        return torch.as_tensor(input_nodes).to(self.device, non_blocking=True).contiguous()
+        return _ids(input_nodes).to(self.device, non_blocking=True).contiguous()
 
     @property
     def has_rules(self) -> bool:
@@ -379,7 +418,7 @@ class GraphSageSampler:
             out = self.neighbor_sample(input_nodes, seed_time, generator)
             return (out[0], *out[2:])
         self._ensure_placed()
-        seeds = torch.as_tensor(input_nodes)
+        seeds = _ids(input_nodes)
         if self.device.type == "cuda" and seeds.device.type == "cpu":
             # Seeds from the host (a DataLoader's) reach the GPU inside the batch's one upload.
             return self._sampler.sample_subgraph_on(seeds.contiguous(), self.device.index,
@@ -400,9 +439,10 @@ class GraphSageSampler:
                 if self.node_time is None:
                     raise ValueError("temporal sampling by edge time needs seed_time: one time "
                                      "per seed")
-                seed_time = self.node_time[torch.as_tensor(input_nodes).cpu().long()]
-            seed_time = torch.as_tensor(seed_time).to(self.device, torch.long,
-                                                      non_blocking=True)
+                seed_time = self.node_time[checked_node_ids(
+                    _ids(input_nodes).cpu(), self.node_time.numel(), "seeds")]
+            seed_time = _whole_times(seed_time, "seed_time").to(self.device,
+                                                                non_blocking=True)
         elif seed_time is not None:
             raise ValueError("seed_time is for temporal sampling: build the sampler with "
                              "edge_time or node_time")

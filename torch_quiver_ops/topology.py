@@ -117,7 +117,15 @@ class CSRTopo:
             if num_nodes is None:
                 num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
             dtype = torch.int32 if num_nodes <= INT32_MAX else torch.int64
-            # Ids outside [0, num_nodes), negative ones too, are the op's IndexError.
+            # Ids outside [0, num_nodes), negative ones too, are the op's IndexError; ids
+            # that int32 cannot hold are refused here, before the conversion wraps them
+            # onto valid ones.
+            if dtype == torch.int32 and edge_index.dtype == torch.int64 and edge_index.numel():
+                low, high = int(edge_index.min()), int(edge_index.max())
+                if low < -INT32_MAX - 1 or high > INT32_MAX:
+                    bad = low if low < -INT32_MAX - 1 else high
+                    raise IndexError(f"edge_index holds node {bad}, out of range "
+                                     f"[0, {num_nodes})")
             row = edge_index[0].to(dtype).contiguous()
             col = edge_index[1].to(dtype).contiguous()
             indptr, indices, eid = (t.cpu() for t in ops.csr_from_coo(row, col, num_nodes))

@@ -198,14 +198,23 @@ def test_more_bad_input_is_named():
     data = temporal_data(7)
     topo = qv.CSRTopo(data.edge_index, num_nodes=N)
     with pytest.raises(ValueError, match=r"node_time must hold one time per node \(300\)"):
-        qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(N - 1))
+        qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(N - 1, dtype=torch.long))
+    # Float times would be truncated (0.9 and 0.1 both 0): refused by name.
+    for name, times in (("node_time", torch.rand(N)), ("edge_time", torch.rand(E))):
+        with pytest.raises(TypeError, match=f"{name} must hold integer times"):
+            qv.GraphSageSampler(topo, [2], device="cpu", **{name: times})
+    timed = qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.arange(N))
+    with pytest.raises(TypeError, match="seed_time must hold integer times"):
+        timed.sample(torch.tensor([0, 1]), seed_time=torch.tensor([0.5, 0.5]))
+    with pytest.raises(IndexError, match=r"seeds\[1\] = 300 is out of range \[0, 300\)"):
+        timed.sample(torch.tensor([0, 300]))
     with pytest.raises(ValueError, match=r"weights must hold one value per edge \(3000\)"):
         qv.GraphSageSampler(topo, [2], device="cpu", weights=torch.ones(E + 1))
     with pytest.raises(ValueError, match="give edge_time or node_time, not both"):
-        qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(N),
-                            edge_time=torch.zeros(E))
+        qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(N, dtype=torch.long),
+                            edge_time=torch.zeros(E, dtype=torch.long))
     with pytest.raises(ValueError, match="temporal_strategy must be 'uniform' or 'last'"):
-        qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(N),
+        qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(N, dtype=torch.long),
                             temporal_strategy="newest")
     with pytest.raises(ValueError, match="amount"):
         LinkNeighborLoader(data, [2], batch_size=8, device="cpu",

@@ -417,6 +417,10 @@ def test_sampler_topology_cache(mode):
     plain = qv.pyg.GraphSageSampler(topo, [10, 5], mode="UVA")
     cached = qv.pyg.GraphSageSampler(topo, [10, 5], mode="UVA", topology_cache="20%")
     assert cached.topology_cache_bytes == int(0.2 * topo.indices.nbytes)
+    # UVA by default on a GPU, or named in lower case: the cache is taken too.
+    assert qv.pyg.GraphSageSampler(topo, [10, 5], topology_cache="20%").topology_cache_bytes
+    assert qv.pyg.GraphSageSampler(topo, [10, 5], mode="uva",
+                                   topology_cache="20%").topology_cache_bytes
     assert cached._cached_indices.is_cuda and 0 < cached._cached_indices.numel()
     seeds = torch.arange(0, 2000, 7)
     for seed in (0, 1):

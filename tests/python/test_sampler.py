@@ -45,6 +45,13 @@ def test_edge_ids_only_on_request(graph, mode):
     assert all(adj.e_id is None for adj in adjs)
     with_ids = qv.GraphSageSampler(topo, [3, 2], device=device, mode=mode, return_eid=True)
     assert all(adj.e_id is not None for adj in with_ids.sample(graph.train_idx[:8])[2])
+    # A CSR given without eid: its edges are named by their CSR positions.
+    csr = qv.CSRTopo(indptr=topo.indptr, indices=topo.indices)
+    n_id, _, adjs = qv.GraphSageSampler(csr, [3], device=device, mode=mode,
+                                        return_eid=True).sample(graph.train_idx[:8])
+    e_id, ei, n_id = adjs[0].e_id.cpu(), adjs[0].edge_index.cpu(), n_id.cpu()
+    assert torch.equal(csr.indices[e_id].long(), n_id[ei[0]])  # the neighbor's CSR slot
+    assert bool(((csr.indptr[n_id[ei[1]]] <= e_id) & (e_id < csr.indptr[n_id[ei[1]] + 1])).all())
 
 
 def test_adjs_feed_a_pyg_model(graph):
@@ -87,9 +94,10 @@ def test_bad_input(graph):
 def test_empty_batch_gives_an_empty_subgraph(graph, mode):
     topo = qv.CSRTopo(graph.edge_index)
     sampler = qv.GraphSageSampler(topo, [3, 2], device="cpu" if mode == "CPU" else 0, mode=mode)
-    n_id, batch_size, adjs = sampler.sample(torch.tensor([], dtype=torch.long))
-    assert n_id.numel() == 0 and batch_size == 0
-    assert all(adj.edge_index.size(1) == 0 and adj.size == (0, 0) for adj in adjs)
+    for empty in (torch.tensor([], dtype=torch.long), []):  # an empty list too
+        n_id, batch_size, adjs = sampler.sample(empty)
+        assert n_id.numel() == 0 and batch_size == 0
+        assert all(adj.edge_index.size(1) == 0 and adj.size == (0, 0) for adj in adjs)
 
 
 def test_zero_degree_seed_yields_lonely_subgraph():

@@ -77,6 +77,11 @@ def test_bad_edge_index():
         qv.CSRTopo(torch.tensor([[0, -1], [1, 0]]))  # the op's type and sentence
     with pytest.raises(IndexError, match=r"col\[0\] = 5 is out of range \[0, 3\)"):
         qv.CSRTopo(torch.tensor([[0, 1], [5, 0]]), num_nodes=3)
+    # Ids that int32 cannot hold are refused before the int32 CSR would wrap them onto
+    # valid nodes (2**32 + 3 onto node 3).
+    for bad in (2**32 + 3, -(2**32) + 1):
+        with pytest.raises(IndexError, match=f"edge_index holds node {bad}, out of range"):
+            qv.CSRTopo(torch.tensor([[0, 1, 2], [1, 2, bad]]), num_nodes=10)
 
 
 def test_save_and_load_shared_map_one_copy(tmp_path):
