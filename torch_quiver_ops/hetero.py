@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from . import ops
-from .sampler import sampling_placement
+from .sampler import integer_times, sampling_placement
 from .uva import pinned
 
 EdgeType = Tuple[str, str, str]
@@ -178,10 +178,14 @@ class HeteroCSRTopo:
 
     def _edge_times(self, edge_time_dict, node_time_dict, source: Tensor,
                     device) -> Optional[Tensor]:
+        # Integer times only: truncating floats would let a later edge pass (see
+        # sampler.integer_times).
         if edge_time_dict is not None:
-            return self.per_edge(edge_time_dict, "edge_time_dict").to(device, torch.long)
+            times = self.per_edge(edge_time_dict, "edge_time_dict")
+            return integer_times(times, "edge_time_dict").to(device)
         if node_time_dict is not None:
-            return self.per_node(node_time_dict, "node_time_dict").to(device, torch.long)[source]
+            times = self.per_node(node_time_dict, "node_time_dict")
+            return integer_times(times, "node_time_dict").to(device)[source]
         return None
 
     # ---- sizes and ids ----
@@ -479,7 +483,7 @@ class HeteroSampler:
         if self.temporal:
             if seed_time is None:
                 raise ValueError("temporal sampling needs seed_time: one time per seed")
-            seed_time = torch.as_tensor(seed_time).to(self.device, torch.long)
+            seed_time = integer_times(seed_time, "seed_time").to(self.device)
         elif seed_time is not None:
             raise ValueError("seed_time needs temporal sampling: build the HeteroCSRTopo with "
                              "edge_time_dict or node_time_dict")

@@ -94,7 +94,7 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
             raise ValueError(f"weights[{int(eid[at])}] = {float(edge_weight[at])}: every weight "
                              f"must be finite and > 0 (drop an edge that must never be sampled)")
     if node_time is not None:
-        node_time = _whole_times(node_time, "node_time").cpu()
+        node_time = integer_times(node_time, "node_time").cpu()
         if node_time.dim() != 1 or node_time.numel() != topo.node_count:
             raise ValueError(f"node_time must hold one time per node ({topo.node_count}), got "
                              f"shape {tuple(node_time.shape)}")
@@ -104,7 +104,7 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     order_ids = torch.arange(topo.edge_count)
     indices, order, csr_time = ops.sort_rows_by_time(
         topo.indptr, topo.indices, order_ids,
-        edge_time=None if times is None else _whole_times(times, "edge_time"),
+        edge_time=None if times is None else integer_times(times, "edge_time"),
         node_time=node_time)
     topo = CSRTopo(indptr=topo.indptr, indices=indices.contiguous(), eid=eid[order].contiguous())
     if edge_weight is not None:
@@ -120,7 +120,7 @@ def _ids(ids) -> Tensor:
     return torch.as_tensor(ids)
 
 
-def _whole_times(times, name: str) -> Tensor:
+def integer_times(times, name: str) -> Tensor:
     """Times as int64, refusing floating-point ones: truncating them would let an edge at
     0.9 pass a seed at 0.5 (both would read 0)."""
     times = torch.as_tensor(times)
@@ -441,7 +441,7 @@ class GraphSageSampler:
                                      "per seed")
                 seed_time = self.node_time[checked_node_ids(
                     _ids(input_nodes).cpu(), self.node_time.numel(), "seeds")]
-            seed_time = _whole_times(seed_time, "seed_time").to(self.device,
+            seed_time = integer_times(seed_time, "seed_time").to(self.device,
                                                                 non_blocking=True)
         elif seed_time is not None:
             raise ValueError("seed_time is for temporal sampling: build the sampler with "

@@ -14,7 +14,7 @@ from torch_geometric.sampler.base import NumNeighbors
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 from ..hetero import HeteroCSRTopo, HeteroSampler
-from ..sampler import GraphSageSampler
+from ..sampler import GraphSageSampler, integer_times
 from ..topology import CSRTopo
 from .stores import _HETERO, GraphStore, HeteroGraphStore
 
@@ -424,7 +424,7 @@ class HeteroNeighborSampler(BaseSampler):
                                      "edge_label_time: one time per seed edge")
                 self._check_timed(src_type, "edge_label_time")
                 pair_time = torch.as_tensor(self.node_time_dict[src_type])[inputs.row]
-            pair_time = torch.as_tensor(pair_time).to(device, torch.long)
+            pair_time = integer_times(pair_time, "edge_label_time").to(device)
             # A negative pair n takes positive n % num_pos's time, as PyG's.
             src_time, dst_time = pair_time[src_pair % num_pos], pair_time[dst_pair % num_pos]
         seed_time = None
