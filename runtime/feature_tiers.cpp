@@ -98,6 +98,9 @@ FeatureTiers::State FeatureTiers::state() const {
   std::vector<int64_t> pinned;
   for (const at::Tensor& t : tiers_) pinned.push_back(t.device().is_cpu() && t.is_pinned());
   pinned.push_back(positions_ && positions_->device().is_cpu() && positions_->is_pinned());
+  // Then how host rows are read, so that a restored layout reads them the same way.
+  pinned.push_back(stage_host_rows_.load());
+  pinned.push_back(group_host_reads_.load());
   return {tiers_, positions_, pinned};
 }
 
@@ -105,8 +108,12 @@ at::Tensor FeatureTiers::empty_rows() const { return at::empty_like(row_like_); 
 
 c10::intrusive_ptr<FeatureTiers> FeatureTiers::from_state(State state) {
   auto& [tiers, positions, pinned] = state;
-  TORCH_CHECK_VALUE(pinned.size() == tiers.size() + 1, "a FeatureTiers state names ", pinned.size(),
-                    " pinned flags for ", tiers.size(), " tiers and positions");
+  // One pinned flag per tier and one for the positions, then (states saved since
+  // 2026-12-02) whether host rows are staged and grouped.
+  const bool has_reads = pinned.size() == tiers.size() + 3;
+  TORCH_CHECK_VALUE(pinned.size() == tiers.size() + 1 || has_reads, "a FeatureTiers state names ",
+                    pinned.size(), " flags for ", tiers.size(),
+                    " tiers and positions (and the two host-read options)");
   // Loaded tensors are pageable: pin again in place what was pinned (a GPU reads it with
   // zero copy); the pins live as long as the restored layout.
   std::vector<c10::intrusive_ptr<HostPin>> pins;
@@ -117,9 +124,15 @@ c10::intrusive_ptr<FeatureTiers> FeatureTiers::from_state(State state) {
       }
     };
     for (size_t k = 0; k < tiers.size(); ++k) repin(tiers[k], pinned[k] != 0);
-    if (positions) repin(*positions, pinned.back() != 0);
+    if (positions) repin(*positions, pinned[tiers.size()] != 0);
   }
-  return c10::make_intrusive<FeatureTiers>(std::move(tiers), std::move(positions));
+  const size_t reads_at = tiers.size() + 1;
+  auto restored = c10::make_intrusive<FeatureTiers>(std::move(tiers), std::move(positions));
+  if (has_reads) {
+    restored->set_stage_host_rows(pinned[reads_at] != 0);
+    restored->set_group_host_reads(pinned[reads_at + 1] != 0);
+  }
+  return restored;
 }
 
 }  // namespace quiver::runtime

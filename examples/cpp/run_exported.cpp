@@ -21,6 +21,7 @@
 #include <iostream>
 #include <string>
 
+#include "option_values.h"
 #include "raw_arrays.h"
 
 namespace {
@@ -29,8 +30,9 @@ torch::inductor::AOTIModelPackageLoader load_package(const std::string& package,
                                                      const at::Device& device) {
   TORCH_CHECK(device.is_cpu() || torch::cuda::is_available(), "--device ", device,
               " needs a CUDA GPU, and libtorch sees none");
-  return torch::inductor::AOTIModelPackageLoader(package, "model", false, 1,
-                                                 device.is_cuda() ? 0 : -1);
+  // The GPU named (cuda:1 runs there, as the inputs are moved there), cuda alone: GPU 0.
+  const c10::DeviceIndex index = device.is_cuda() ? (device.has_index() ? device.index() : 0) : -1;
+  return torch::inductor::AOTIModelPackageLoader(package, "model", false, 1, index);
 }
 
 // The second form: the package's inputs from arrays, its outputs to arrays.
@@ -70,10 +72,10 @@ int main(int argc, char** argv) {
       if (arg == "--seeds") {
         const auto colon = value.find(':');
         TORCH_CHECK(colon != std::string::npos, "--seeds takes A:B, got ", value);
-        first = std::stoll(value.substr(0, colon));
-        last = std::stoll(value.substr(colon + 1));
+        first = option_values::whole(arg, value.substr(0, colon));
+        last = option_values::whole(arg, value.substr(colon + 1));
       } else if (arg == "--seed") {
-        seed = std::stoll(value);
+        seed = option_values::whole(arg, value);
       } else if (arg == "--device") {
         device_name = value;
       } else if (arg == "--out") {

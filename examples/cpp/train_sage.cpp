@@ -44,6 +44,7 @@
 #include <quiver/subgraph_sampler.h>
 #include <torch/torch.h>
 
+#include "option_values.h"
 #include "raw_arrays.h"
 
 using raw_arrays::load_arrays;
@@ -60,6 +61,7 @@ using raw_arrays::require;
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <exception>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -113,19 +115,6 @@ struct Options {
   // The synthetic graph.
   int64_t nodes = 20000, classes = 8, features = 32, degree = 12;
 };
-
-std::vector<std::string> parse_words(const std::string& text) {
-  std::vector<std::string> words;
-  std::stringstream stream(text);
-  for (std::string item; std::getline(stream, item, ',');) words.push_back(item);
-  return words;
-}
-
-std::vector<int64_t> parse_list(const std::string& text) {
-  std::vector<int64_t> values;
-  for (const std::string& word : parse_words(text)) values.push_back(std::stoll(word));
-  return values;
-}
 
 Options parse(int argc, char** argv) {
   Options o;
@@ -183,33 +172,33 @@ Options parse(int argc, char** argv) {
     const std::string value = argv[++i];
     if (arg == "--data") o.data = value;
     else if (arg == "--mode") o.mode = value;
-    else if (arg == "--epochs") o.epochs = std::stoll(value);
-    else if (arg == "--batch-size") o.batch_size = std::stoll(value);
-    else if (arg == "--fanouts") o.fanouts = parse_list(value);
-    else if (arg == "--hidden") o.hidden = std::stoll(value);
-    else if (arg == "--lr") o.lr = std::stod(value);
-    else if (arg == "--cache") o.cache = std::stod(value);
-    else if (arg == "--min-accuracy") o.min_accuracy = std::stod(value);
-    else if (arg == "--eval-nodes") o.eval_nodes = std::stoll(value);
-    else if (arg == "--split") o.split = std::stoll(value) != 0;
-    else if (arg == "--prefetch") o.prefetch = std::stoll(value);
-    else if (arg == "--seed") o.seed = std::stoll(value);
-    else if (arg == "--serve") o.serve = std::stoll(value);
-    else if (arg == "--clients") o.clients = std::stoll(value);
-    else if (arg == "--load-rates") o.load_rates = parse_list(value);
-    else if (arg == "--load-configs") o.load_configs = parse_words(value);
-    else if (arg == "--load-seconds") o.load_seconds = std::stod(value);
-    else if (arg == "--cpu-samplers") o.cpu_samplers = std::stoll(value);
-    else if (arg == "--gpu-streams") o.gpu_streams = std::stoll(value);
-    else if (arg == "--max-batch") o.max_batch = std::stoll(value);
-    else if (arg == "--max-wait-ms") o.max_wait_ms = std::stod(value);
-    else if (arg == "--capture") o.capture = std::stoll(value) != 0;
-    else if (arg == "--objective-ms") o.objective_ms = std::stod(value);
+    else if (arg == "--epochs") o.epochs = option_values::whole(arg, value);
+    else if (arg == "--batch-size") o.batch_size = option_values::whole(arg, value);
+    else if (arg == "--fanouts") o.fanouts = option_values::wholes(arg, value);
+    else if (arg == "--hidden") o.hidden = option_values::whole(arg, value);
+    else if (arg == "--lr") o.lr = option_values::number(arg, value);
+    else if (arg == "--cache") o.cache = option_values::number(arg, value);
+    else if (arg == "--min-accuracy") o.min_accuracy = option_values::number(arg, value);
+    else if (arg == "--eval-nodes") o.eval_nodes = option_values::whole(arg, value);
+    else if (arg == "--split") o.split = option_values::whole(arg, value) != 0;
+    else if (arg == "--prefetch") o.prefetch = option_values::whole(arg, value);
+    else if (arg == "--seed") o.seed = option_values::whole(arg, value);
+    else if (arg == "--serve") o.serve = option_values::whole(arg, value);
+    else if (arg == "--clients") o.clients = option_values::whole(arg, value);
+    else if (arg == "--load-rates") o.load_rates = option_values::wholes(arg, value);
+    else if (arg == "--load-configs") o.load_configs = option_values::words(value);
+    else if (arg == "--load-seconds") o.load_seconds = option_values::number(arg, value);
+    else if (arg == "--cpu-samplers") o.cpu_samplers = option_values::whole(arg, value);
+    else if (arg == "--gpu-streams") o.gpu_streams = option_values::whole(arg, value);
+    else if (arg == "--max-batch") o.max_batch = option_values::whole(arg, value);
+    else if (arg == "--max-wait-ms") o.max_wait_ms = option_values::number(arg, value);
+    else if (arg == "--capture") o.capture = option_values::whole(arg, value) != 0;
+    else if (arg == "--objective-ms") o.objective_ms = option_values::number(arg, value);
     else if (arg == "--cuda-sync") o.cuda_sync = value;
-    else if (arg == "--nodes") o.nodes = std::stoll(value);
-    else if (arg == "--classes") o.classes = std::stoll(value);
-    else if (arg == "--features") o.features = std::stoll(value);
-    else if (arg == "--degree") o.degree = std::stoll(value);
+    else if (arg == "--nodes") o.nodes = option_values::whole(arg, value);
+    else if (arg == "--classes") o.classes = option_values::whole(arg, value);
+    else if (arg == "--features") o.features = option_values::whole(arg, value);
+    else if (arg == "--degree") o.degree = option_values::whole(arg, value);
     else TORCH_CHECK(false, "unknown option ", arg, " (see --help)");
   }
   TORCH_CHECK(o.epochs >= 0 && o.batch_size > 0 && !o.fanouts.empty(),
@@ -474,6 +463,29 @@ std::function<Tensor(const quiver::runtime::ServedBatch&)> sage_on_batches(SAGE&
   };
 }
 
+// The first error of several threads, raised in the thread that joins them: an exception
+// that left a std::thread would end the program (std::terminate) without its message or
+// the exit status 2 that every other error gets.
+class FirstError {
+ public:
+  template <typename Body>
+  void run(Body&& body) {
+    try {
+      body();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!first_) first_ = std::current_exception();
+    }
+  }
+  void rethrow() {
+    if (first_) std::rethrow_exception(first_);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr first_;
+};
+
 // A request's size as scripts/serve_load.py draws it: floor(U^(-1/1.5)) ids (Pareto, mostly
 // one or two, a heavy tail), at most 256.
 int64_t request_size(double u) {
@@ -517,23 +529,28 @@ double serve(const Options& o, const Graph& g, const Sampler& sampler,
   std::vector<int64_t> correct(o.clients, 0), answered(o.clients, 0);
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::thread> clients;
+  FirstError client_error;
   for (int64_t c = 0; c < o.clients; ++c) {
     clients.emplace_back([&, c] {
-      at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + 17 * c + 1);
-      for (int64_t r = c; r < o.serve; r += o.clients) {
-        const int64_t size = request_size(at::rand({1}, gen).item<double>());
-        const Tensor ids = test.index_select(0, at::randint(test.numel(), {size}, gen, at::kLong));
-        const auto sent = std::chrono::steady_clock::now();
-        int64_t ticket = ServingRuntime::kOverloaded;
-        while (ticket == ServingRuntime::kOverloaded) ticket = runtime->submit(ids);
-        const Tensor scores = runtime->wait(ticket, 60.0);
-        latencies[c].push_back(seconds_since(sent) * 1000);
-        correct[c] += (scores.argmax(1) == g.labels.index_select(0, ids)).sum().item<int64_t>();
-        answered[c] += size;
-      }
+      client_error.run([&] {
+        at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + 17 * c + 1);
+        for (int64_t r = c; r < o.serve; r += o.clients) {
+          const int64_t size = request_size(at::rand({1}, gen).item<double>());
+          const Tensor ids =
+              test.index_select(0, at::randint(test.numel(), {size}, gen, at::kLong));
+          const auto sent = std::chrono::steady_clock::now();
+          int64_t ticket = ServingRuntime::kOverloaded;
+          while (ticket == ServingRuntime::kOverloaded) ticket = runtime->submit(ids);
+          const Tensor scores = runtime->wait(ticket, 60.0);
+          latencies[c].push_back(seconds_since(sent) * 1000);
+          correct[c] += (scores.argmax(1) == g.labels.index_select(0, ids)).sum().item<int64_t>();
+          answered[c] += size;
+        }
+      });
     });
   }
   for (auto& t : clients) t.join();
+  client_error.rethrow();
   const double wall = seconds_since(start);
   runtime->close(60.0);
   std::vector<double> all;
@@ -613,9 +630,12 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
   std::vector<double> arrival;
   std::vector<int64_t> sizes;
   int64_t total = 0;
+  // No request larger than a runtime takes (--max-batch may be below request_size's 256).
+  int64_t largest = std::numeric_limits<int64_t>::max();
+  for (auto* runtime : runtimes) largest = std::min(largest, runtime->options().max_batch_nodes);
   for (double t = gap(rng); t < seconds; t += gap(rng)) {
     arrival.push_back(t);
-    sizes.push_back(request_size(unit(rng)));
+    sizes.push_back(std::min(largest, request_size(unit(rng))));
     total += sizes.back();
   }
   const Tensor pool = test.index_select(
@@ -681,21 +701,24 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
   }
   constexpr size_t kSenders = 4;
   std::vector<std::thread> senders;
+  FirstError sender_error;
   for (size_t first = 0; first < kSenders; ++first) {
     senders.emplace_back([&, first] {
-      for (size_t i = first; i < n; i += kSenders) {
-        std::this_thread::sleep_until(scheduled(i));
-        late[i] = std::chrono::duration<double, std::milli>(Clock::now() - scheduled(i)).count();
-        const size_t r = least_busy();
-        const int64_t ticket = runtimes[r]->submit(requests[i]);
-        if (ticket < 0) {
-          ++refused;
-          continue;
+      sender_error.run([&] {
+        for (size_t i = first; i < n; i += kSenders) {
+          std::this_thread::sleep_until(scheduled(i));
+          late[i] = std::chrono::duration<double, std::milli>(Clock::now() - scheduled(i)).count();
+          const size_t r = least_busy();
+          const int64_t ticket = runtimes[r]->submit(requests[i]);
+          if (ticket < 0) {
+            ++refused;
+            continue;
+          }
+          std::lock_guard<std::mutex> lock(mutex);
+          pending.push_back(Pending{r, ticket, i});
+          queued.notify_one();
         }
-        std::lock_guard<std::mutex> lock(mutex);
-        pending.push_back(Pending{r, ticket, i});
-        queued.notify_one();
-      }
+      });
     });
   }
   for (std::thread& t : senders) t.join();
@@ -705,6 +728,7 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
     queued.notify_all();
   }
   for (std::thread& t : waiters) t.join();
+  sender_error.rethrow();  // the waiters are done: nothing of ours runs any more
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
 
   LoadRow row;

@@ -48,6 +48,20 @@ TEST_P(FeatureTiers, StateRoundTripsThroughTheValidatingConstructor) {
   auto restored = quiver::runtime::FeatureTiers::from_state(tiers->state());
   at::Tensor ids = at::randint(300, {64}).to(op_device());
   EXPECT_TRUE(at::equal(restored->gather(ids).cpu(), tiers->gather(ids).cpu()));
+  // How host rows are read travels too; a state without it (saved before 2026-12-02: one
+  // flag per tier and one for the positions) restores the defaults.
+  tiers->set_stage_host_rows(true);
+  tiers->set_group_host_reads(false);
+  restored = quiver::runtime::FeatureTiers::from_state(tiers->state());
+  EXPECT_TRUE(restored->stages_host_rows());
+  EXPECT_FALSE(restored->groups_host_reads());
+  auto older = tiers->state();
+  std::get<2>(older).resize(std::get<0>(older).size() + 1);
+  restored = quiver::runtime::FeatureTiers::from_state(older);
+  EXPECT_FALSE(restored->stages_host_rows());
+  EXPECT_TRUE(restored->groups_host_reads());
+  std::get<2>(older).push_back(1);  // neither form
+  EXPECT_THROW(quiver::runtime::FeatureTiers::from_state(older), c10::ValueError);
   auto state = tiers->state();
   std::get<0>(state)[1] = std::get<0>(state)[1].to(at::kDouble);
   EXPECT_THROW(quiver::runtime::FeatureTiers::from_state(state), c10::TypeError);

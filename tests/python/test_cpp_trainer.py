@@ -98,9 +98,10 @@ def test_measures_the_runtime_under_open_loop_load(mode):
     if mode != "CPU" and torch.cuda.device_count() >= 2:
         configs += ",gpu2"
     # On a GPU the threads' waits yield (CUDA's device flags, set before the first use).
+    # Batches of at most 16 seeds: requests (up to 256 ids, 1 in 64 over 16) are cut to fit.
     done = train("--mode", mode, "--epochs", "0", "--hidden", "32", "--load-rates", "100,200",
                  "--load-seconds", "1", "--load-configs", configs, "--cpu-samplers", "2",
-                 "--gpu-streams", "2", "--max-batch", "256", "--cuda-sync", "yield")
+                 "--gpu-streams", "2", "--max-batch", "16", "--cuda-sync", "yield")
     assert done.returncode == 0, done.stdout + done.stderr
     rows = re.findall(r"^(cpu|gpu2|gpu|dispatch)\s+(\d+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+"
                       r"([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+(\d+)\s+(\d+)\s+[0-9.]+\s+(\d+)\s+"
@@ -177,6 +178,13 @@ def test_bad_arguments_are_errors(tmp_path):
     assert done.returncode == 2 and "--load-configs takes cpu, gpu, dispatch and gpu2, got tpu" in done.stderr
     done = train("--cuda-sync", "sleep")
     assert done.returncode == 2 and "--cuda-sync takes auto, spin, yield or block, got sleep" in done.stderr
+    # Numbers are read whole: 1e4 is not the batch size 1, '' is not a fanout of 0.
+    for option, value in (("--batch-size", "1e4"), ("--epochs", "3x"), ("--fanouts", "15,,5")):
+        done = train(option, value)
+        bad = "" if value == "15,,5" else value
+        assert done.returncode == 2 and f"{option} takes a whole number, got '{bad}'" in done.stderr
+    done = train("--lr", "0.0o1")
+    assert done.returncode == 2 and "--lr takes a number, got '0.0o1'" in done.stderr
     if not torch.cuda.is_available():
         done = train("--epochs", "0", "--load-rates", "10", "--load-configs", "gpu")
         assert done.returncode == 2 and "samples on a GPU, and this run has none" in done.stderr

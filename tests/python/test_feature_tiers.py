@@ -42,7 +42,10 @@ class GatherModule(torch.nn.Module):
 @pytest.mark.parametrize("on_gpu", [False] + ([True] if HAS_CUDA else []))
 def test_scripted_module_holding_a_layout_saves_and_loads(tmp_path, on_gpu):
     table = random_table(50, 3)
-    module = torch.jit.script(GatherModule(layout(table, on_gpu)))
+    tiers = layout(table, on_gpu)
+    tiers.set_stage_host_rows(True)  # not the defaults: they travel with the layout
+    tiers.set_group_host_reads(False)
+    module = torch.jit.script(GatherModule(tiers))
     path = tmp_path / "gather.pt"
     module.save(str(path))
     loaded = torch.jit.load(str(path))
@@ -52,6 +55,7 @@ def test_scripted_module_holding_a_layout_saves_and_loads(tmp_path, on_gpu):
     assert torch.equal(loaded(ids).cpu(), table[ids.cpu()])
     restored = loaded.tiers
     assert restored.num_rows() == 50 and restored.leading_rows() == 20
+    assert restored.stages_host_rows()  # (grouping is checked in C++: test_feature_tiers.cpp)
 
 
 def test_torch_compile_fullgraph_over_a_layouts_tensors():

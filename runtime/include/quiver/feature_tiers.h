@@ -71,10 +71,11 @@ class FeatureTiers : public torch::CustomClassHolder {
   void release();
   bool released() const { return released_; }
 
-  // The pickle pair. The state is (tiers, positions, pinned) where pinned[k] is 1 when
-  // tiers[k] (k < tiers.size()) or positions (k == tiers.size()) was pinned host memory.
-  // Restoring pins those tensors in place again (when a GPU is present) and runs the
-  // validating constructor.
+  // The pickle pair. The state is (tiers, positions, flags) where flags[k] is 1 when
+  // tiers[k] (k < tiers.size()) or positions (k == tiers.size()) was pinned host memory,
+  // then whether host rows are staged and grouped (absent from older states: the defaults).
+  // Restoring pins those tensors in place again (when a GPU is present), runs the
+  // validating constructor and sets the two read options.
   using State =
       std::tuple<std::vector<at::Tensor>, std::optional<at::Tensor>, std::vector<int64_t>>;
   State state() const;

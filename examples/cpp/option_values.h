@@ -1,0 +1,54 @@
+// Command-line values read whole: "1e4" is not the integer 1, "3x" is not 3, "" is not 0.
+// A value that does not read as a whole number names its option (the programs exit 2).
+#pragma once
+
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace option_values {
+
+inline int64_t whole(const std::string& option, const std::string& value) {
+  size_t end = 0;
+  int64_t n = 0;
+  try {
+    n = std::stoll(value, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  TORCH_CHECK_VALUE(!value.empty() && end == value.size(), option,
+                    " takes a whole number, got '", value, "'");
+  return n;
+}
+
+inline double number(const std::string& option, const std::string& value) {
+  size_t end = 0;
+  double x = 0;
+  try {
+    x = std::stod(value, &end);
+  } catch (const std::exception&) {
+    end = 0;
+  }
+  TORCH_CHECK_VALUE(!value.empty() && end == value.size(), option, " takes a number, got '",
+                    value, "'");
+  return x;
+}
+
+// "15,10,5": comma-separated words, then whole numbers.
+inline std::vector<std::string> words(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream stream(text);
+  for (std::string item; std::getline(stream, item, ',');) out.push_back(item);
+  return out;
+}
+
+inline std::vector<int64_t> wholes(const std::string& option, const std::string& text) {
+  std::vector<int64_t> out;
+  for (const std::string& word : words(text)) out.push_back(whole(option, word));
+  return out;
+}
+
+}  // namespace option_values
