@@ -11,30 +11,29 @@
 
 namespace option_values {
 
-inline int64_t whole(const std::string& option, const std::string& value) {
+// `value` read by `parse` (std::stoll or std::stod with its end position), all of it.
+template <typename T, typename Parse>
+T read_all(const std::string& option, const std::string& value, const char* kind, Parse parse) {
   size_t end = 0;
-  int64_t n = 0;
+  T x{};
   try {
-    n = std::stoll(value, &end);
+    x = parse(value, &end);
   } catch (const std::exception&) {
     end = 0;
   }
-  TORCH_CHECK_VALUE(!value.empty() && end == value.size(), option,
-                    " takes a whole number, got '", value, "'");
-  return n;
+  TORCH_CHECK_VALUE(!value.empty() && end == value.size(), option, " takes ", kind, ", got '",
+                    value, "'");
+  return x;
+}
+
+inline int64_t whole(const std::string& option, const std::string& value) {
+  return read_all<int64_t>(option, value, "a whole number",
+                           [](const std::string& s, size_t* end) { return std::stoll(s, end); });
 }
 
 inline double number(const std::string& option, const std::string& value) {
-  size_t end = 0;
-  double x = 0;
-  try {
-    x = std::stod(value, &end);
-  } catch (const std::exception&) {
-    end = 0;
-  }
-  TORCH_CHECK_VALUE(!value.empty() && end == value.size(), option, " takes a number, got '",
-                    value, "'");
-  return x;
+  return read_all<double>(option, value, "a number",
+                          [](const std::string& s, size_t* end) { return std::stod(s, end); });
 }
 
 // "15,10,5": comma-separated words, then whole numbers.
