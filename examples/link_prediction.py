@@ -99,12 +99,15 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     fanouts = [int(f) for f in args.num_neighbors.split(",")]
 
     graph = synthetic_graph(args.size, seed=args.seed)
-    edges = graph.edge_index
+    # The graph holds both directions of each undirected edge: hold out whole pairs, so that
+    # a held-out edge's reverse cannot carry it into the training graph's messages.
+    pairs = graph.edge_index[:, graph.edge_index[0] < graph.edge_index[1]]
     gen = torch.Generator().manual_seed(args.seed)
-    order = torch.randperm(edges.size(1), generator=gen)
-    held = int(edges.size(1) * args.held_out)
-    val_edges, test_edges = edges[:, order[:held // 2]], edges[:, order[held // 2:held]]
-    train_edges = edges[:, order[held:]]
+    order = torch.randperm(pairs.size(1), generator=gen)
+    held = int(pairs.size(1) * args.held_out)
+    val_edges, test_edges = pairs[:, order[:held // 2]], pairs[:, order[held // 2:held]]
+    kept = pairs[:, order[held:]]
+    train_edges = torch.cat([kept, kept.flip(0)], 1)
     # The model sees only the training edges: held-out edges must not leak into messages.
     data = Data(x=graph.x, edge_index=train_edges, num_nodes=graph.num_nodes)
 
@@ -135,7 +138,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
             negative.append(out[batch.edge_label == 0])
         return auc(torch.cat(positive), torch.cat(negative))
 
-    print(f"graph {args.size!r}: {graph.num_nodes:,} nodes, {edges.size(1):,} edges "
+    print(f"graph {args.size!r}: {graph.num_nodes:,} nodes, {graph.edge_index.size(1):,} edges "
           f"({train_edges.size(1):,} seen in training, {val_edges.size(1):,} validation, "
           f"{test_edges.size(1):,} test); device {device}; seed edges per epoch "
           f"{seeds.size(1):,}, batch {args.batch_size} + as many random pairs", flush=True)

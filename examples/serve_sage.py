@@ -34,9 +34,19 @@ from torch_quiver_ops.synthetic import synthetic_graph  # noqa: E402
 
 
 def build_runtime(checkpoint: dict, args) -> ServingRuntime:
-    gpu = torch.cuda.is_available() and qv.cuda_kernels_built() and args.gpu_streams > 0
+    has_gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
+    gpu = has_gpu and args.gpu_streams > 0
     device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
-    graph_device = device if checkpoint["graph_device"] == "cuda" and gpu else None
+    # The graph the model was trained on: a graph drawn on a GPU differs from the one the
+    # CPU draws from the same seed, so it is drawn where it was (on a GPU whatever
+    # --gpu-streams says), and a server without a GPU refuses rather than serve another.
+    graph_device = None
+    if checkpoint["graph_device"] == "cuda":
+        if not has_gpu:
+            raise SystemExit(f"serve_sage: {checkpoint['size']!r} was trained on a graph drawn "
+                             f"on a GPU, which this machine lacks: the CPU would draw another "
+                             f"graph from seed {checkpoint['seed']}")
+        graph_device = torch.device("cuda", torch.cuda.current_device())
     graph = synthetic_graph(checkpoint["size"], seed=checkpoint["seed"], device=graph_device)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     model = SAGE(checkpoint["in_channels"], checkpoint["hidden"], checkpoint["num_classes"],

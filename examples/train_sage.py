@@ -116,12 +116,37 @@ def parse_args(argv=None):
     parser.add_argument("--progress", default="auto", choices=["auto", "bar", "lines"],
                         help="a progress bar per epoch (bar), one line per epoch only "
                              "(lines), or a bar when stdout is a terminal (auto)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    # Checked here, not after an epoch (or a whole run, for --save) has gone by.
+    try:
+        fanouts = [int(f) for f in args.fanouts.split(",")]
+    except ValueError:
+        parser.error(f"--fanouts takes whole numbers such as 15,10,5, got {args.fanouts!r}")
+    if any(f < -1 for f in fanouts):
+        parser.error(f"--fanouts takes counts >= 0, or -1 for every neighbor, got {args.fanouts}")
+    for name in ("epochs", "prefetch"):
+        if getattr(args, name) < 0:
+            parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
+    for name in ("batch_size", "hidden", "loader_workers", "eval_nodes"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.prefetch == 0 and (args.loader_workers > 1 or args.loader_thread == "cpp"):
+        parser.error("--loader-workers above 1 and --loader-thread cpp build batches ahead: "
+                     "they need --prefetch 1 or more")
+    for name in ("save", "report"):
+        path = getattr(args, name)
+        if path is not None and not Path(path).resolve().parent.is_dir():
+            parser.error(f"--{name} {path}: the folder {Path(path).resolve().parent} does not "
+                         f"exist")
+    return args
 
 
 def pick_device(name: str, local_rank: int = 0) -> torch.device:
     if name != "auto":
-        return torch.device(name)
+        device = torch.device(name)
+        if device.type == "cuda" and device.index is None:  # "cuda": this process's GPU
+            device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
+        return device
     if torch.cuda.is_available() and qv.cuda_kernels_built():
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")
@@ -337,6 +362,7 @@ def main(argv=None) -> dict:
         # Summed on the GPU: reading each step's loss on the host would make the host wait
         # for every step before it launches the next one.
         total_loss = torch.zeros((), device=device)
+        seen = 0
         batches = iter(loader)
         waited = 0.0
         for _ in tqdm(range(len(loader)), desc=f"epoch {epoch}", leave=False, disable=not bars):
@@ -349,7 +375,8 @@ def main(argv=None) -> dict:
             loss = F.cross_entropy(out, y)
             loss.backward()
             optimizer.step()
-            total_loss += loss.detach()
+            total_loss += loss.detach() * batch_size  # a short last batch weighs less
+            seen += batch_size
             if args.prefetch == 0:
                 clock.lap("model", t_model)
         if device.type == "cuda":
@@ -370,7 +397,7 @@ def main(argv=None) -> dict:
                 split += f", longest wait of any rank {tot['wait_max']:.2f}s"
         if run.lead:
             print(f"epoch {epoch}: {epoch_time:6.2f}s  ({split})  loss "
-                  f"{float(total_loss) / max(1, len(loader)):.3f}  test accuracy {accuracy:.3f} "
+                  f"{float(total_loss) / max(1, seen):.3f}  test accuracy {accuracy:.3f} "
                   f"(chance {1 / meta['num_classes']:.3f})", flush=True)
         history.append({"epoch": epoch, "time": epoch_time, **tot, "accuracy": accuracy})
     result = {"history": history, "num_classes": meta["num_classes"], "world_size": run.world}

@@ -35,8 +35,14 @@ def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[i
     if seeds.dim() != 1 or seeds.numel() == 0:
         raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
     batches = seeds[torch.randperm(seeds.numel(), generator=generator)].split(batch_size)
+    # With a generator, the sampling draws come from it too (a generator of the sampling
+    # device, seeded from it), so that the same generator gives the same order.
+    sampling = None
+    if generator is not None:
+        draw = torch.empty((), dtype=torch.int64).random_(generator=generator)
+        sampling = torch.Generator(sampler.device).manual_seed(int(draw))
     for batch in batches[:num_batches] if num_batches is not None else batches:
-        yield sampler.sample_subgraph(batch)
+        yield sampler.sample_subgraph(batch, sampling)
 
 
 def presample_hot_order(sampler, seeds: Tensor, batch_size: int = 1024,

@@ -46,13 +46,15 @@ def test_presampled_order_beats_degree_on_sampled_batches():
     hot = qv.presample_hot_order(sampler, train, batch_size=64,
                                  generator=torch.Generator().manual_seed(1))
     assert torch.equal(torch.sort(hot).values, torch.arange(topo.node_count))
-    # Replays the same batches (same seeds) and counts: hotter rows were read more often,
-    # and equally often read rows go by degree.
-    torch.manual_seed(11)
+    # Replays the same batches (the generator's shuffle, then its sampling generator) and
+    # counts: hotter rows were read more often, and equally often read rows go by degree.
+    given = torch.Generator().manual_seed(1)
+    shuffled = train[torch.randperm(train.numel(), generator=given)]
+    draw = int(torch.empty((), dtype=torch.int64).random_(generator=given))
+    sampling = torch.Generator(sampler.device).manual_seed(draw)
     counts = torch.zeros(topo.node_count, dtype=torch.long)
-    shuffled = train[torch.randperm(train.numel(), generator=torch.Generator().manual_seed(1))]
     for batch in shuffled.split(64):
-        counts[sampler.sample_subgraph(batch)[0].cpu()] += 1
+        counts[sampler.sample_subgraph(batch, sampling)[0].cpu()] += 1
     assert counts.sum() > 0 and (counts == 0).any()
     ranked = counts[hot]
     assert bool((ranked[:-1] >= ranked[1:]).all())
@@ -78,6 +80,18 @@ def test_presample_rejects_empty_seeds():
     sampler = qv.GraphSageSampler(topo, [2], mode="CPU")
     with pytest.raises(ValueError, match="non-empty 1-D"):
         qv.presample_hot_order(sampler, torch.tensor([], dtype=torch.long))
+
+
+def test_one_generator_gives_one_order_whatever_else_draws():
+    topo = qv.CSRTopo(synthetic_graph("tiny", seed=3).edge_index)
+    sampler = qv.GraphSageSampler(topo, [5, 3], device="cpu", mode="CPU")
+    seeds = torch.arange(0, 2000, 3)
+    orders = []
+    for noise in range(2):
+        torch.manual_seed(noise)  # the global generator differs; the given one does not
+        orders.append(qv.presample_hot_order(sampler, seeds, 64, 5,
+                                             generator=torch.Generator().manual_seed(1)))
+    assert torch.equal(orders[0], orders[1])
 
 
 def test_presampled_topology_order_serves_more_sampled_edges_than_degree():

@@ -108,10 +108,12 @@ def test_pyg_example_learns_with_few_changed_lines(workers):
 
 def test_link_prediction_example_learns():
     result = load_example("link_prediction").main(
-        ["--size", "tiny", "--epochs", "2", "--batch-size", "256", "--device", "cpu",
+        ["--size", "tiny", "--epochs", "3", "--batch-size", "256", "--device", "cpu",
          "--num-neighbors", "5,5", "--hidden", "64"])  # half the time of 10,5 and 128 wide
     final = result["history"][-1]
-    assert final["test_auc"] > 0.7 and final["val_auc"] > 0.7, result  # chance: 0.5
+    # Held-out edges leave the graph in both directions (AUC about 0.7 after 2-4 epochs on
+    # 300 edges; with their reverses left in it read 0.8).
+    assert final["test_auc"] > 0.62 and final["val_auc"] > 0.62, result  # chance: 0.5
     assert final["loss"] < result["history"][0]["loss"] + 0.05
 
 
