@@ -204,10 +204,14 @@ def main(argv=None) -> dict:
         model.train()
         clock = Clock(device)
         start = time.perf_counter()
+        # The epoch's order from a generator of its own: the global one drifts apart between
+        # ranks (dropout draws as many numbers as each rank's batches have nodes).
+        order_gen = torch.Generator().manual_seed(args.seed * 1000 + epoch)
         if args.partitioned:  # this process's share of its host's train ids
-            mine = own_train[torch.randperm(own_train.numel())][:per_process]
+            mine = own_train[torch.randperm(own_train.numel(), generator=order_gen)][:per_process]
         else:
-            order = meta["train_idx"][torch.randperm(meta["train_idx"].numel())]  # same on all
+            train_ids = meta["train_idx"]
+            order = train_ids[torch.randperm(train_ids.numel(), generator=order_gen)]  # same on all
             mine = order[rank * per_process:(rank + 1) * per_process]
         for seeds in mine.split(args.batch_size):
             t = time.perf_counter()

@@ -5,8 +5,12 @@ labels and split ids, the node -> owner map and a manifest (torch_quiver_ops.par
         --parts 4 --out /shared/parts [--method metis|range|random] [--features x.pt]
         [--labels y.pt] [--splits splits.pt] [--replicate 0.2] [--seed 0] [--no-features]
 
---csr is a CSRTopo.save directory (memory-mapped: only the pages read are resident);
---edge-index a [2, E] tensor saved with torch.save; --synthetic one of the package's
+--csr is a CSRTopo.save directory (memory-mapped: only the pages read are resident), its
+neighbor lists sampled as they are; --edge-index a PyG edge_index ([2, E] sources then
+targets, saved with torch.save), each node's list then holding the sources of its
+in-edges, as PyG's NeighborLoader samples (DistNeighborLoader's edge_index and e_id then
+agree with it), with --num-nodes nodes (default: the rows of --features or --labels, else
+the largest id + 1); --synthetic one of the package's
 synthetic presets (features, labels and a train/val/test split included). --features and
 --labels are tensors saved with torch.save, --splits a dict of node-id tensors. Prints the
 edge cut, the balance, the time and the peak resident memory, then reads every part back
@@ -64,6 +68,9 @@ def main(argv=None):
     source.add_argument("--csr", help="a CSRTopo.save directory")
     source.add_argument("--edge-index", help="a [2, E] tensor saved with torch.save")
     source.add_argument("--synthetic", help="a synthetic preset (tiny, small, products, ...)")
+    parser.add_argument("--num-nodes", type=int, default=None,
+                        help="with --edge-index: the node count (default: the rows of "
+                             "--features or --labels, else the largest id + 1)")
     parser.add_argument("--parts", type=int, required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--method", choices=METHODS, default="metis")
@@ -94,7 +101,14 @@ def main(argv=None):
     elif args.csr:
         topo = qv.CSRTopo.load_shared(args.csr)
     else:
-        topo = qv.CSRTopo(torch.load(args.edge_index))
+        edge_index = torch.load(args.edge_index)
+        num_nodes = args.num_nodes
+        if num_nodes is None:  # nodes past the last one with an edge still count
+            for table in (args.features, args.labels):
+                if table:
+                    num_nodes = torch.load(table, mmap=True).size(0)
+                    break
+        topo = qv.CSRTopo(edge_index.flip(0), num_nodes=num_nodes)  # in-neighbor lists
     if args.features:
         x = torch.load(args.features, mmap=True)
     if args.labels:

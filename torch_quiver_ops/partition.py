@@ -40,6 +40,7 @@ from torch import Tensor
 from . import _sharing, ops
 from .sampler import Adj, layers_of, sampling_placement
 from .topology import CSRTopo
+from .hotness import check_hot_order
 
 METHODS = ("metis", "range", "random")
 FORMAT = "quiver-partition-1"
@@ -199,6 +200,12 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
     for name, t in (("x", x), ("y", y)):
         if t is not None and t.size(0) != n:
             raise ValueError(f"{name} has {t.size(0)} rows for a graph of {n} nodes")
+    # The features' options too, before any part is written over an earlier partition.
+    if x is not None:
+        if not 0.0 <= replicate <= 1.0:
+            raise ValueError(f"replicate must be in [0, 1], got {replicate}")
+        if hot_order is not None:
+            check_hot_order(hot_order, n)
     splits = {name: torch.as_tensor(ids).long() for name, ids in (splits or {}).items()}
     for name, ids in splits.items():
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):

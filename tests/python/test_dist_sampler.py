@@ -422,7 +422,9 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
         assert len({int(t) for t in gathered}) == 1  # every host iterates as many batches
         part = loader.partition
         seen = []
+        own = part.splits["train"]
         for epoch in range(2):
+            in_epoch = []
             for batch in loader:
                 assert batch.n_id.device.type == ("cpu" if backend == "gloo" else "cuda")
                 batch = batch.cpu()
@@ -433,8 +435,16 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
                 assert torch.equal(edge_index[0, batch.e_id], batch.n_id[dst])
                 assert torch.equal(edge_index[1, batch.e_id], batch.n_id[src])
                 assert sum(batch.num_sampled_nodes) == batch.num_nodes
+                assert batch.batch_size > 0
                 seen.append(seeds)
+                in_epoch.append(seeds)
+            # Every host's every seed in each epoch (the hosts own different counts: the
+            # one with fewer goes round its seeds again).
+            assert torch.equal(torch.cat(in_epoch).unique(), own.unique().sort().values)
         assert torch.cat(seen).unique().numel() > 16  # shuffled: different seeds each epoch
+        if backend == "gloo":  # a host without input nodes is an error on every host
+            with pytest.raises(ValueError, match="has no input nodes"):
+                DistNeighborLoader(part, [2], input_nodes=own[:0] if rank == 1 else own)
         with pytest.raises(ValueError, match="names no split"):
             DistNeighborLoader(part, [2], input_nodes="validation")
         if backend == "gloo":

@@ -156,6 +156,33 @@ def test_given_owners_and_bad_inputs(tmp_path):
         partition_graph(tmp_path / "x", topo, 2, "range", x=torch.zeros(5, 2))
     with pytest.raises(ValueError, match="split 'train'"):
         partition_graph(tmp_path / "x", topo, 2, "range", splits={"train": torch.tensor([200])})
+    # The features' options are checked before any part is written over the one there.
+    for bad, words in (({"replicate": 1.5}, r"replicate must be in \[0, 1\], got 1.5"),
+                       ({"hot_order": torch.arange(40)}, "hot_order")):
+        with pytest.raises(ValueError, match=words):
+            partition_graph(tmp_path, topo, 2, owner=owner, x=torch.zeros(200, 2), **bad)
+        assert load_partition(tmp_path, 1, verify=True).num_nodes == 200
+
+
+def test_the_script_reads_a_pyg_edge_index_as_in_neighbor_lists(tmp_path):
+    # A directed chain 0 -> 1 -> ... -> 5 and two isolated nodes past it (8 rows of x):
+    # node v's list holds its in-neighbor v - 1, as PyG samples, and every node counts.
+    edge_index = torch.stack([torch.arange(5), torch.arange(1, 6)])
+    torch.save(edge_index, tmp_path / "edges.pt")
+    torch.save(torch.randn(8, 3), tmp_path / "x.pt")
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "partition_graph.py"),
+                           "--edge-index", str(tmp_path / "edges.pt"), "--features",
+                           str(tmp_path / "x.pt"), "--parts", "1", "--method", "range",
+                           "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    part = load_partition(tmp_path / "out", 0, verify=True)
+    assert part.num_nodes == 8
+    v = 3
+    neighbors = part.indices[part.indptr[v]:part.indptr[v + 1]]
+    assert neighbors.tolist() == [2]
+    edge = part.edge_ids[part.indptr[v]]
+    assert edge_index[:, edge].tolist() == [2, 3]  # e_id names the input edge (2, 3)
 
 
 def test_the_script_partitions_a_saved_graph(tmp_path):

@@ -23,9 +23,10 @@ class DistNeighborLoader:
 
     Every host of ``group`` (one process per part, its rank the part) iterates at the same
     time: each batch's sampling and gathering are collectives. The hosts agree on the
-    number of batches (the smallest host's), so an epoch never leaves a host waiting; with
-    ``shuffle`` each epoch draws another order, so the seeds a large host skips in one
-    epoch come up in the next.
+    number of batches, the largest host's, so that every host's every seed comes up in
+    each epoch; a host whose own batches run out goes on with its seeds from the start of
+    its order (as ``DistributedSampler`` pads a rank's share), so no batch is empty. A host
+    with no input nodes at all is an error on every host.
 
     Args:
         partition: a :func:`partition_graph` directory (this rank's part is loaded) or a
@@ -71,9 +72,17 @@ class DistNeighborLoader:
         self.input_nodes = torch.as_tensor(input_nodes).long()
         self.batch_size, self.shuffle, self.feature = batch_size, shuffle, feature
         self.seed, self.epoch = seed, 0
-        mine = torch.tensor([(self.input_nodes.numel() + batch_size - 1) // batch_size])
-        dist.all_reduce(mine, op=dist.ReduceOp.MIN, group=self.group)
-        self._batches = int(mine)
+        count = self.input_nodes.numel()
+        self._own_batches = (count + batch_size - 1) // batch_size
+        # One agreement: the most batches, and (negated) the fewest input nodes.
+        agreed = torch.tensor([self._own_batches, -count])
+        dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=self.group)
+        if int(agreed[1]) == 0:
+            raise ValueError(f"a host of this DistNeighborLoader has no input nodes (this one, "
+                             f"host {dist.get_rank(self.group)}, has {count}): each host "
+                             f"samples its own nodes' batches, so every host needs some "
+                             f"(partition so that each part owns input nodes)")
+        self._batches = int(agreed[0])
 
     def __len__(self) -> int:
         return self._batches
@@ -85,8 +94,13 @@ class DistNeighborLoader:
                 self.seed + 7919 * self.epoch + dist.get_rank(self.group))
             ids = ids[torch.randperm(ids.numel(), generator=gen)]
         self.epoch += 1
+        size, count = self.batch_size, ids.numel()
         for b in range(self._batches):
-            yield self._batch(ids[b * self.batch_size:(b + 1) * self.batch_size])
+            if b < self._own_batches:
+                seeds = ids[b * size:(b + 1) * size]
+            else:  # past this host's own batches: its seeds again, from the start
+                seeds = ids[(torch.arange(size) + b * size) % count][:min(size, count)]
+            yield self._batch(seeds)
 
     def _batch(self, seeds: Tensor) -> Data:
         node, row, col, edge, nodes_per_hop, edges_per_hop = self.sampler.sample_subgraph(seeds)
