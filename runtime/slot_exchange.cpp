@@ -71,10 +71,6 @@ std::optional<SlotExchange::Gathered> SlotExchange::gather_once(const at::Tensor
                                                                 const ShardMap& map,
                                                                 LocalRows& mine) {
   PhaseClock clock("slotted exchange");
-  // Until every host has read the summary, a failure of this host alone leaves the peers
-  // waiting; past it, every host decides (and raises) alike.
-  std::optional<MidExchange> mid_exchange;
-  mid_exchange.emplace(*channel_, "requested rows and of rows");
   const at::Device device = ids.device();
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(device.index()).stream();
@@ -152,6 +148,10 @@ std::optional<SlotExchange::Gathered> SlotExchange::gather_once(const at::Tensor
       channel_->fail(what, error);
     }
   };
+  // From the first exchange until every host has read the summary, a failure of this host
+  // alone leaves the peers waiting; past it, every host decides (and raises) alike.
+  std::optional<MidExchange> mid_exchange;
+  mid_exchange.emplace(*channel_, "requested rows and of rows");
   if (peers > 0) {
     if (direct != nullptr) {
       exchange_directly(sent, asked, request_block * sizeof(int64_t), stream, "requested rows");

@@ -378,7 +378,7 @@ def test_link_sample_loader_refuses_bad_input():
         qv.LinkSampleLoader(sampler, None, torch.tensor([[0], [300]]), 8)
     with pytest.raises(ValueError, match="neg_ratio must be >= 0"):
         qv.LinkSampleLoader(sampler, None, edges, 8, neg_ratio=-1)
-    temporal = qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(300))
+    temporal = qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(300, dtype=torch.long))
     with pytest.raises(ValueError, match="LinkNeighborLoader"):
         qv.LinkSampleLoader(temporal, None, edges, 8)
 

@@ -467,6 +467,15 @@ def test_a_random_link_split_gives_the_loaders_own_labels(undirected):
     assert torch.equal(batch.n_id[pos], train.edge_label_index[:, batch.input_id])
 
 
+def test_a_node_loader_gathers_a_per_edge_edge_label_with_its_edges():
+    # Edge classification: edge_label with a row per edge is an edge attribute to a node
+    # loader (only link loaders write edge_label themselves).
+    data = directed_data()
+    data.edge_label = torch.randint(0, 3, (data.num_edges,))
+    batch = next(iter(qpyg.NeighborLoader(data, [3], batch_size=8, device="cpu")))
+    assert torch.equal(batch.edge_label, data.edge_label[batch.e_id])
+
+
 def test_attributes_pyg_indexes_along_another_dimension_are_refused():
     data = directed_data()
     data.pair_index = torch.randint(0, 200, (2, data.num_edges))  # PyG: indexed along dim -1

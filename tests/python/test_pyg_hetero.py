@@ -129,6 +129,9 @@ def test_time_on_some_node_types_samples_the_others_regardless(mode):
                                           input_time=torch.full((6,), 75), time_attr="time",
                                           device=device_of(mode), mode=mode)))
     assert bool((batch["paper"].time <= 75).all())
+    with pytest.raises(ValueError, match=r"temporal_strategy='last' needs times on every node type; \['field'\]"):
+        qpyg.NeighborLoader(data, [2], input_nodes="paper", time_attr="time", device="cpu",
+                            temporal_strategy="last")
     data["paper"].time = data["paper"].time.float()
     with pytest.raises(TypeError, match="node_time_dict must hold integer times"):
         qpyg.NeighborLoader(data, [2], input_nodes="paper", time_attr="time", device="cpu")

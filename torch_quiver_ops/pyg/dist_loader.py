@@ -99,7 +99,8 @@ class DistNeighborLoader:
             if b < self._own_batches:
                 seeds = ids[b * size:(b + 1) * size]
             else:  # past this host's own batches: its seeds again, from the start
-                seeds = ids[(torch.arange(size) + b * size) % count][:min(size, count)]
+                again = (b - self._own_batches) * size
+                seeds = ids[(torch.arange(size) + again) % count][:min(size, count)]
             yield self._batch(seeds)
 
     def _batch(self, seeds: Tensor) -> Data:

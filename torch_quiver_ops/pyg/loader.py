@@ -14,7 +14,7 @@ from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
 from ..loader import checked_seed_edges
 from .sampler import HeteroNeighborSampler, NeighborSampler
-from .stores import LOADER_KEYS, FeatureStore, GraphStore, HeteroGraphStore, to_stores
+from .stores import LINK_LOADER_KEYS, LOADER_KEYS, FeatureStore, GraphStore, HeteroGraphStore, to_stores
 
 # Set while PyG's filter_fn builds a batch in this thread: the loaders' ``transform`` then
 # reads as None, so that it runs last, on the whole batch (see _OnOurStores.filter_fn).
@@ -92,6 +92,9 @@ class _OnOurStores:
     the caller's thread, and batches drawn without the DataLoader's machinery where it adds
     nothing."""
 
+    # The keys PyG's loader of this kind writes into its batches (see stores.LOADER_KEYS).
+    _own_keys = LOADER_KEYS
+
     def _set_up(self, data, num_neighbors, neighbor_sampler, *, device, mode, cache_size,
                 cache_policy, host_reads, replace, return_eid, subgraph_type,
                 sampling_generator, kwargs, rules=None) -> tuple:
@@ -112,7 +115,7 @@ class _OnOurStores:
             stores = to_stores(data, device, cache_size, cache_policy, host_reads)
             self._graph_attrs = {
                 key: value for key, value in data.items()
-                if key not in ("edge_index", "num_nodes") and key not in LOADER_KEYS and not (
+                if key not in ("edge_index", "num_nodes") and key not in self._own_keys and not (
                     isinstance(value, Tensor) and (data.is_node_attr(key)
                                                    or data.is_edge_attr(key)))}
         elif isinstance(data, (tuple, list)) and len(data) == 2:
@@ -174,7 +177,7 @@ class _OnOurStores:
         if isinstance(data, HeteroData):
             stores = to_stores(data, device, cache_size, cache_policy, host_reads)
             self._graph_attrs = {k: v for k, v in data._global_store.items()
-                                 if k not in LOADER_KEYS}
+                                 if k not in self._own_keys}
         else:
             stores = tuple(data)
         feature_store, graph_store = stores
@@ -218,19 +221,22 @@ class _OnOurStores:
         """PyG's batch of ``out``, with the sampled edges' attributes and the graph-level
         ones added, then ``transform`` applied (as PyG's, to the whole batch: PyG's
         filter_fn, which applies it, runs with it held back)."""
+        outer = getattr(_BUILDING, "batch", False)  # a filter_fn inside another's
         _BUILDING.batch = True
         try:
             batch = super().filter_fn(out)
         finally:
-            _BUILDING.batch = False
+            _BUILDING.batch = outer
         if self._edge_store is not None and isinstance(batch, HeteroData):
             for et in batch.edge_types:
                 if "e_id" in batch[et]:
                     for name, rows in self._edge_store.edge_features(batch[et].e_id, et).items():
-                        batch[et][name] = rows
+                        if name not in self._own_keys:
+                            batch[et][name] = rows
         elif self._edge_store is not None:
             for name, rows in self._edge_store.edge_features(batch.e_id).items():
-                batch[name] = rows
+                if name not in self._own_keys:
+                    batch[name] = rows
         for name, value in self._graph_attrs.items():
             batch[name] = value
         return batch if self._transform is None else self._transform(batch)
@@ -428,6 +434,8 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
     ``time_attr`` with ``edge_label_time`` (default: the source's node time) and
     ``disjoint`` as above.
     """
+
+    _own_keys = LOADER_KEYS | LINK_LOADER_KEYS
 
     def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
                  edge_label_index=None, edge_label: Optional[Tensor] = None,

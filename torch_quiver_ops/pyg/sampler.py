@@ -295,6 +295,11 @@ class HeteroNeighborSampler(BaseSampler):
             if node_time_dict is not None:
                 node_time_dict, self.untimed_node_types = _every_type_timed(
                     node_time_dict, graph.num_nodes_dict)
+                if self.untimed_node_types and temporal_strategy == "last":
+                    # Their edges would all tie at one time, and "last" would take the same
+                    # neighbors every time (pyg-lib samples such types uniformly).
+                    raise ValueError(f"temporal_strategy='last' needs times on every node "
+                                     f"type; {list(self.untimed_node_types)} have none")
             topo = graph.topology(edge_time_dict, node_time_dict)
         elif isinstance(graph, HeteroCSRTopo):
             if edge_time_dict is not None or node_time_dict is not None:

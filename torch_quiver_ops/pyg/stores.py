@@ -22,25 +22,34 @@ from ..hetero import EdgeType, HeteroCSRTopo
 from ..topology import CSRTopo
 
 # What PyG's loaders write into every batch themselves (filter_fn, after the data's own
-# attributes): a Data's attributes of these names (RandomLinkSplit's edge_label and
-# edge_label_index, say, the whole split's) would only be overwritten, so no table holds
-# them and no batch copies them.
+# attributes): a Data's attributes of these names would only be overwritten, so no table
+# holds them and no batch copies them.
 LOADER_KEYS = frozenset({
     "n_id", "e_id", "batch", "batch_size", "input_id", "seed_time", "num_sampled_nodes",
-    "num_sampled_edges", "edge_label", "edge_label_index", "edge_label_time", "src_index",
-    "dst_pos_index", "dst_neg_index"})
+    "num_sampled_edges"})
+# And what the link loaders write too (the labels of their seed edges and negatives):
+# RandomLinkSplit's edge_label and edge_label_index, the whole split's, must not replace a
+# link batch's. A node loader keeps them as the data holds them (a per-edge edge_label for
+# edge classification is gathered with its edges; others are copied whole, as PyG does).
+LINK_LOADER_KEYS = frozenset({
+    "edge_label", "edge_label_index", "edge_label_time", "src_index", "dst_pos_index",
+    "dst_neg_index"})
 
 
-def _row_per_item(store, key: str, value: Tensor, what: str) -> None:
-    """Refuses a node or edge attribute that is not a row per node / edge (PyG indexes it
-    along another dimension, such as the last of a key holding "index"): our tables gather
-    rows."""
+def _row_per_item(store, key: str, value: Tensor, what: str) -> bool:
+    """Whether a node or edge attribute is a row per node / edge, as our tables gather
+    them; one that PyG indexes along another dimension (the last, for a key holding
+    "index") is refused, unless a link loader writes that key itself (then no table holds
+    it: False)."""
     dim = store._parent().__cat_dim__(key, value, store)
     if not isinstance(dim, int) or dim % value.dim() != 0:
+        if key in LINK_LOADER_KEYS:
+            return False
         raise NotImplementedError(
             f"{what} attribute {key!r} (shape {tuple(value.shape)}) is indexed by PyG along "
             f"dimension {dim}, not 0: torch_quiver_ops.pyg gathers rows; store it with a row "
             f"per {what} (or under a name without 'index')")
+    return True
 
 
 _HETERO = ("this store holds one edge type, named None: heterogeneous graphs (typed edges) "
@@ -409,7 +418,8 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
         node = data.is_node_attr(key)
         if not node and not data.is_edge_attr(key):
             continue  # graph-level: the loader copies it into every batch, as PyG's does
-        _row_per_item(data._store, key, value, "node" if node else "edge")
+        if not _row_per_item(data._store, key, value, "node" if node else "edge"):
+            continue
         cache = "100%" if _whole_on_gpu(value) else cache_size
         table = _shared(("feature" if node else "edge feature", id(value), str(device),
                          str(cache), cache_policy, host_reads), value,
@@ -473,7 +483,8 @@ def _hetero_stores(data: HeteroData, device, cache_size, cache_policy: str,
         for key, value in store.items():
             if key in LOADER_KEYS or not isinstance(value, Tensor) or not store.is_node_attr(key):
                 continue
-            _row_per_item(store, key, value, "node")
+            if not _row_per_item(store, key, value, "node"):
+                continue
             (small if _whole_on_gpu(value) else big)[(t, key)] = value
     share = parse_share(cache_size, "cache_size")
     total = sum(v.nbytes for v in big.values())
@@ -499,7 +510,8 @@ def _hetero_stores(data: HeteroData, device, cache_size, cache_policy: str,
             if (key == "edge_index" or key in LOADER_KEYS or not isinstance(value, Tensor)
                     or not store.is_edge_attr(key)):
                 continue
-            _row_per_item(store, key, value, "edge")
+            if not _row_per_item(store, key, value, "edge"):
+                continue
             features.put_edge_feature(value, key, edge_type=et)
     features.cache_rows = rows  # what the shared budget gave each table (for reports)
     features.graph_store = graph
