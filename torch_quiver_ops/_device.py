@@ -62,6 +62,14 @@ def init_p2p(device_list: Sequence[int]) -> List[List[int]]:
     return p2p_cliques(device_list)
 
 
+def as_ids(ids) -> torch.Tensor:
+    """``ids`` as a tensor; an empty list is no int64 ids (``torch.as_tensor([])`` would be
+    floats, which the ops refuse)."""
+    if isinstance(ids, (list, tuple)) and len(ids) == 0:
+        return torch.empty(0, dtype=torch.long)
+    return torch.as_tensor(ids)
+
+
 def parse_share(size, what: str) -> Optional[Fraction]:
     """The fraction a size such as "20%" names, exactly (None for any other size): a share
     of N rows is ``int(share * N)`` with no float rounding ("29%" of 100 rows is 29, where

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops, preflight
-from ._device import gpus_usable, p2p_cliques, parse_share, parse_size, resolve_device
+from ._device import as_ids, gpus_usable, p2p_cliques, parse_share, parse_size, resolve_device
 from .hotness import INT32_MAX, check_hot_order, check_positions, positions_of
 from .topology import CSRTopo
 from .uva import pinned
@@ -56,10 +56,6 @@ def _thread_host_read_blocks() -> int:
     """This thread's block cap (host_read_blocks), 0 when none is set: read by every gather
     of the package (Feature's, DistFeature's local rows)."""
     return getattr(_THREAD_GATHERS, "host_read_blocks", 0)
-
-
-def _is_empty_list(ids) -> bool:
-    return isinstance(ids, (list, tuple)) and len(ids) == 0
 
 
 class Feature:
@@ -381,8 +377,7 @@ class Feature:
             view = self._views.get(ids.device)
             if view is not None:
                 return view[0].gather(ids, _thread_host_read_blocks())
-        # The op checks shape, dtype and range. No ids at all are int64 ones (not floats).
-        ids = torch.as_tensor(ids) if not _is_empty_list(ids) else torch.empty(0, dtype=torch.long)
+        ids = as_ids(ids)  # the op checks shape, dtype and range
         device = ids.device if ids.is_cuda else self.device_for(None)
         layout = self._view(device)[0]
         return layout.gather(ids.to(device, non_blocking=True).contiguous(),

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from . import ops
 from ._load import cuda_kernels_built
-from ._device import parse_share, parse_size, resolve_device
+from ._device import as_ids, parse_share, parse_size, resolve_device
 from .hotness import check_hot_order, degree_order
 from .topology import CSRTopo, build_topology_cache
 from .uva import pinned
@@ -110,14 +110,6 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     if edge_weight is not None:
         edge_weight = edge_weight[order].contiguous()
     return topo, edge_weight, csr_time.contiguous(), node_time
-
-
-def _ids(ids) -> Tensor:
-    """``ids`` as a tensor; an empty list is no int64 ids (``torch.as_tensor([])`` would be
-    floats, which the ops refuse)."""
-    if isinstance(ids, (list, tuple)) and len(ids) == 0:
-        return torch.empty(0, dtype=torch.long)
-    return torch.as_tensor(ids)
 
 
 def integer_times(times, name: str) -> Tensor:
@@ -402,7 +394,7 @@ class GraphSageSampler:
 
     def _seeds(self, input_nodes) -> Tensor:
         """The seeds on the sampling device; the op checks their shape, dtype and range."""
-        return _ids(input_nodes).to(self.device, non_blocking=True).contiguous()
+        return as_ids(input_nodes).to(self.device, non_blocking=True).contiguous()
 
     @property
     def has_rules(self) -> bool:
@@ -418,7 +410,7 @@ class GraphSageSampler:
             out = self.neighbor_sample(input_nodes, seed_time, generator)
             return (out[0], *out[2:])
         self._ensure_placed()
-        seeds = _ids(input_nodes)
+        seeds = as_ids(input_nodes)
         if self.device.type == "cuda" and seeds.device.type == "cpu":
             # Seeds from the host (a DataLoader's) reach the GPU inside the batch's one upload.
             return self._sampler.sample_subgraph_on(seeds.contiguous(), self.device.index,
@@ -440,7 +432,7 @@ class GraphSageSampler:
                     raise ValueError("temporal sampling by edge time needs seed_time: one time "
                                      "per seed")
                 seed_time = self.node_time[checked_node_ids(
-                    _ids(input_nodes).cpu(), self.node_time.numel(), "seeds")]
+                    as_ids(input_nodes).cpu(), self.node_time.numel(), "seeds")]
             seed_time = integer_times(seed_time, "seed_time").to(self.device,
                                                                 non_blocking=True)
         elif seed_time is not None:
