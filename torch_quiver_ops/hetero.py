@@ -15,7 +15,8 @@ import torch
 from torch import Tensor
 
 from . import ops
-from .sampler import integer_times, sampling_placement
+from .ops import integer_times
+from .sampler import sampling_placement
 from .uva import pinned
 
 EdgeType = Tuple[str, str, str]

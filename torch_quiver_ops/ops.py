@@ -48,6 +48,12 @@ def csr_from_coo(row: Tensor, col: Tensor, num_nodes: Optional[int] = None
         ``indices[indptr[v]:indptr[v+1]]`` in input order, and int64 ``edge_ids`` giving
         each CSR edge's position in the input.
     """
+    if num_nodes is None and row.numel() and col.numel():
+        low = int(torch.minimum(row.min(), col.min()))
+        if low < 0:  # else the op would name a num_nodes the caller never passed
+            which = "row" if int(row.min()) == low else "col"
+            at = int((row if which == "row" else col).argmin())
+            raise IndexError(f"{which}[{at}] = {low} is a negative node id")
     if num_nodes is None:
         num_nodes = int(torch.maximum(row.max(), col.max()).item()) + 1 if row.numel() else 0
     return torch.ops.quiver.csr_from_coo(row, col, num_nodes)
@@ -67,6 +73,10 @@ def sample_neighbors(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int
         ``(counts, neighbors, sampled_edge_ids)``: int64 per-seed counts, the neighbors of
         all seeds back to back, and their edge ids (``edge_ids[pos]`` if ``edge_ids`` is
         given, else the CSR position ``pos``). Outputs live on ``seeds``' device.
+
+    One hop reads no neighbor's own row, so the neighbors are returned as ``indices``
+    holds them, not checked against the node count (the multi-hop ops check them);
+    :func:`torch_quiver_ops.topology.validate_csr` checks a CSR once, as ``CSRTopo`` does.
 
     Random numbers come from ``generator`` (a ``torch.Generator`` on ``seeds``' device),
     else from that device's default generator.
@@ -194,10 +204,23 @@ def hetero_neighbor_sample(indptr: Tensor, indices: Tensor, edge_ids: Tensor, se
         seed_time, strict_time, temporal_strategy, disjoint, generator, edge_weight_cumsum)
 
 
+def integer_times(times, name: str) -> Tensor:
+    """Times as int64, refusing floating-point ones: truncating them would let an edge at
+    0.9 pass a seed at 0.5 (both would read 0)."""
+    times = torch.as_tensor(times)
+    if times.dtype.is_floating_point or times.dtype.is_complex or times.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer times (int64 timestamps), got "
+                        f"{times.dtype}: scale them to whole units first")
+    return times.long()
+
+
 def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
     """Each CSR row's inclusive prefix sums of ``edge_weight`` (one weight per CSR edge,
     every one finite and > 0, else ``ValueError``), in float64: the ``edge_weight_cumsum``
     of :func:`neighbor_sample`. Runs on the weights' device."""
+    if edge_weight.dim() != 1 or edge_weight.numel() != int(indptr[-1]):
+        raise ValueError(f"edge_weight must hold one weight per CSR edge ({int(indptr[-1])}), "
+                         f"got shape {tuple(edge_weight.shape)}")
     weight = edge_weight.double()
     if weight.numel() == 0:
         return weight
@@ -211,9 +234,20 @@ def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
     degrees = indptr[1:].to(weight.device) - starts
     before = torch.where(starts > 0, sums[(starts - 1).clamp(min=0)],
                          torch.zeros_like(starts, dtype=torch.double))
-    # Subtracting a row's start from a global running sum keeps about 1e-16 of the graph's
-    # total weight in each row's sums: exact enough at a billion edges.
-    return sums - torch.repeat_interleave(before, degrees, output_size=weight.numel())
+    # Subtracting a row's start from a global running sum leaves an error of a few 1e-16 of
+    # the running total in each row's sums: exact enough unless a row's weights are that
+    # small beside the rows before it. A row whose sums then fail to grow is summed again
+    # on its own (such rows are rare, and the op would refuse them).
+    out = sums - torch.repeat_interleave(before, degrees, output_size=weight.numel())
+    previous = torch.cat([out.new_zeros(1), out[:-1]])
+    previous[starts[degrees > 0]] = 0.0  # a row's first sum follows no other
+    flat = (out <= previous).nonzero().view(-1)
+    if flat.numel():
+        for row in torch.unique(torch.searchsorted(indptr.to(flat.device), flat,
+                                                   right=True) - 1).tolist():
+            begin, end = int(indptr[row]), int(indptr[row + 1])
+            out[begin:end] = weight[begin:end].cumsum(0)
+    return out
 
 
 def sort_rows_by_time(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor] = None,
@@ -229,12 +263,12 @@ def sort_rows_by_time(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor
     if (edge_time is None) == (node_time is None):
         raise ValueError("sort_rows_by_time needs exactly one of edge_time and node_time")
     if edge_time is None:
-        node_time = torch.as_tensor(node_time)
+        node_time = integer_times(node_time, "node_time")
         if node_time.dim() != 1 or node_time.numel() != indptr.numel() - 1:
             raise ValueError(f"node_time must hold one time per node ({indptr.numel() - 1}), "
                              f"got shape {tuple(node_time.shape)}")
         edge_time = node_time.to(indices.device, torch.long)[indices.long()]
-    edge_time = torch.as_tensor(edge_time).to(indices.device, torch.long)
+    edge_time = integer_times(edge_time, "edge_time").to(indices.device)
     if edge_time.dim() != 1 or edge_time.numel() != indices.numel():
         raise ValueError(f"edge_time must hold one time per CSR edge ({indices.numel()}), "
                          f"got shape {tuple(edge_time.shape)}")

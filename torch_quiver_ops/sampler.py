@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from . import ops
+from .ops import integer_times
 from ._load import cuda_kernels_built
 from ._device import as_ids, parse_share, parse_size, resolve_device
 from .hotness import check_hot_order, degree_order
@@ -110,16 +111,6 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     if edge_weight is not None:
         edge_weight = edge_weight[order].contiguous()
     return topo, edge_weight, csr_time.contiguous(), node_time
-
-
-def integer_times(times, name: str) -> Tensor:
-    """Times as int64, refusing floating-point ones: truncating them would let an edge at
-    0.9 pass a seed at 0.5 (both would read 0)."""
-    times = torch.as_tensor(times)
-    if times.dtype.is_floating_point or times.dtype.is_complex or times.dtype == torch.bool:
-        raise TypeError(f"{name} must hold integer times (int64 timestamps), got "
-                        f"{times.dtype}: scale them to whole units first")
-    return times.long()
 
 
 def checked_node_ids(ids: Tensor, num_nodes: int, name: str) -> Tensor:

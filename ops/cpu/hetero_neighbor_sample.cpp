@@ -44,9 +44,11 @@ cpu::NeighborOutputs cpu::hetero_neighbor_sample_with(
   errors::check_csr_ends(offsets[0], offsets[num_nodes], indices.numel());
   const uint64_t key = cpu::draw_philox_key(generator);
   const at::Tensor seed_keys = cpu::seed_keys(seeds64, disjoint, num_nodes);
+  at::Tensor seed_times;  // rows read seed_time from it
   cpu::RuleRows rows =
       cpu::rule_rows(indptr, indices, replace, edge_weight, edge_weight_cumsum, edge_time,
-                     seed_time, strict_time, temporal_strategy, disjoint, batch_size);
+                     seed_time, strict_time, temporal_strategy, disjoint, batch_size,
+                     seed_times);
   rows.relations = tables.relation_rows(
       tables.block.data(), relation_slice_starts ? relation_slice_starts->const_data_ptr<int32_t>()
                                                  : nullptr);

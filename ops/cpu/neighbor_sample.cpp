@@ -32,9 +32,11 @@ neighbor_sample_cpu(const at::Tensor& indptr, const at::Tensor& indices, const a
   errors::check_csr_ends(offsets[0], offsets[num_nodes], indices.numel());
   const uint64_t key = cpu::draw_philox_key(generator);
   const at::Tensor seed_keys = cpu::seed_keys(seeds64, disjoint, num_nodes);
+  at::Tensor seed_times;  // rows read seed_time from it
   const cpu::RuleRows rows =
       cpu::rule_rows(indptr, indices, replace, edge_weight, edge_weight_cumsum, edge_time,
-                     seed_time, strict_time, temporal_strategy, disjoint, batch_size);
+                     seed_time, strict_time, temporal_strategy, disjoint, batch_size,
+                     seed_times);
   auto out = AT_DISPATCH_INDEX_TYPES(indices.scalar_type(), "neighbor_sample_cpu", [&] {
     return cpu::sample_hops<index_t>(rows, indices, edge_ids, seed_keys, fanouts, key);
   });

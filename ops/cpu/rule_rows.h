@@ -83,13 +83,16 @@ struct RuleRows {
 };
 
 // The rows of a batch from neighbor_sample's arguments (hetero_neighbor_sample's too).
+// `seed_times` keeps a contiguous copy of seed_time alive (one time expanded over every
+// seed is a natural way to pass it, and its elements share one address).
 inline RuleRows rule_rows(const at::Tensor& indptr, const at::Tensor& indices, bool replace,
                           const std::optional<at::Tensor>& edge_weight,
                           const std::optional<at::Tensor>& edge_weight_cumsum,
                           const std::optional<at::Tensor>& edge_time,
                           const std::optional<at::Tensor>& seed_time, bool strict_time,
                           c10::string_view temporal_strategy, bool disjoint,
-                          int64_t batch_size) {
+                          int64_t batch_size, at::Tensor& seed_times) {
+  if (seed_time.has_value()) seed_times = seed_time->contiguous();
   return RuleRows{indptr.const_data_ptr<int64_t>(),
                   indptr.numel() - 1,
                   indices.numel(),
@@ -97,7 +100,7 @@ inline RuleRows rule_rows(const at::Tensor& indptr, const at::Tensor& indices, b
                   edge_weight ? edge_weight->const_data_ptr<float>() : nullptr,
                   edge_weight_cumsum ? edge_weight_cumsum->const_data_ptr<double>() : nullptr,
                   edge_time ? edge_time->const_data_ptr<int64_t>() : nullptr,
-                  seed_time ? seed_time->const_data_ptr<int64_t>() : nullptr,
+                  seed_time ? seed_times.const_data_ptr<int64_t>() : nullptr,
                   strict_time,
                   temporal_strategy == "last",
                   disjoint,

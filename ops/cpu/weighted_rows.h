@@ -67,15 +67,23 @@ inline int64_t max_sum_draws(int64_t count) { return 8 * count + 64; }
 // `count` distinct edges of a sequence of such draws (the order in which independent draws
 // first meet the edges is successive sampling), and, should max_sum_draws pass first, the
 // remaining picks by keys among the edges not met yet (successive sampling goes on from any
-// prefix as it would have). A position where the sums do not grow raises.
+// prefix as it would have). A position where the sums do not grow raises, and so does a bad
+// weight of a row taken whole or of an edge the keys reach (as on the GPU); the sums spare
+// reading the weights of the edges the draws pass over.
 inline void weighted_offsets_by_sums(const double* sums, const float* weights, int64_t begin,
                                      int64_t node, int64_t degree, int64_t count, bool replace,
                                      at::philox_engine& rng, int64_t* out) {
-  if (count == 0) return;
+  auto checked_weight = [&](int64_t j) {
+    const float w = weights[j];
+    if (!(w > 0.0f) || !std::isfinite(w)) errors::bad_edge_weight(begin + j, w, node);
+    return w;
+  };
   if (!replace && count == degree) {
+    for (int64_t j = 0; j < degree; ++j) checked_weight(j);
     std::iota(out, out + count, int64_t{0});
     return;
   }
+  if (count == 0) return;
   const double total = sums[degree - 1];
   if (!(total > 0.0) || !std::isfinite(total)) {
     errors::cumsum_not_increasing(begin + degree - 1, node);
@@ -102,7 +110,7 @@ inline void weighted_offsets_by_sums(const double* sums, const float* weights, i
   keys.reserve(degree - met);
   for (int64_t j = 0; j < degree; ++j) {
     if (std::find(out, out + met, j) != out + met) continue;
-    keys.emplace_back(std::log(uniform_open(rng)) / weights[j], j);
+    keys.emplace_back(std::log(uniform_open(rng)) / checked_weight(j), j);
   }
   const int64_t rest = count - met;
   std::nth_element(keys.begin(), keys.begin() + rest, keys.end(),

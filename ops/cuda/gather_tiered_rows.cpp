@@ -30,16 +30,20 @@ namespace cuda {
 namespace {
 
 // A pointer `device` can read for a tier: its own memory, a peer GPU's (enabling peer
-// access once per pair), or pinned host memory.
-const void* tier_pointer(const at::Tensor& tier, size_t k, const at::Device& device) {
+// access once per pair), or pinned host memory. Errors name the tier as the calling op's
+// arguments do: gather_rows has one `table`, the others `tiers[k]`.
+const void* tier_pointer(const at::Tensor& tier, size_t k, const at::Device& device,
+                         const char* op) {
+  const std::string name = std::string(op) == "gather_rows"
+                               ? std::string("table")
+                               : "tiers[" + std::to_string(k) + "]";
   if (tier.is_cuda() && tier.device() != device) {
-    TORCH_CHECK(at::cuda::get_p2p_access(device.index(), tier.device().index()), "tiers[", k,
-                "] is on ", tier.device(), ", which ", device,
+    TORCH_CHECK(at::cuda::get_p2p_access(device.index(), tier.device().index()), name, " is on ",
+                tier.device(), ", which ", device,
                 " cannot read directly (no peer access between them): keep a GPU's tiers on "
                 "GPUs of its NVLink clique");
     return tier.const_data_ptr();
   }
-  const std::string name = "tiers[" + std::to_string(k) + "]";
   return gpu_readable(tier, name.c_str(), device);
 }
 
@@ -394,7 +398,7 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
   RowTiers layout{};
   layout.num_tiers = static_cast<int>(tiers.size());
   for (size_t k = 0; k < tiers.size(); ++k) {
-    layout.rows[k] = tier_pointer(tiers[k], k, device);
+    layout.rows[k] = tier_pointer(tiers[k], k, device, op);
     layout.begin[k + 1] = layout.begin[k] + tiers[k].size(0);
   }
   const void* position_ptr = positions ? gpu_readable(*positions, "positions", device) : nullptr;

@@ -3,8 +3,8 @@
 // a lane, when count <= G; else shared memory, or the hop's pick_sets scratch past
 // kSharedPicks) and offers the rest of the row to it G edges at a time; a key enters only if
 // it beats the buffer's smallest, which for random keys happens about count * ln(degree /
-// count) times a row. The register path's keys are floats (24-bit uniforms, fast log):
-// measured on the H200 the double keys cost 7x uniform sampling's time.
+// count) times a row. The register path's keys are floats (23-bit uniforms): measured on
+// the H200 the double keys cost 7x uniform sampling's time.
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 #include <cooperative_groups/scan.h>
@@ -45,12 +45,18 @@ __device__ inline double edge_uniform(uint64_t seed, uint64_t call, uint64_t str
   return (static_cast<double>(word >> 11) + 0.5) * 0x1.0p-53;
 }
 
-// The same draw as a float in (0, 1) (24 bits), for the register path's float keys.
-__device__ inline float edge_uniform24(uint64_t seed, uint64_t call, uint64_t stream,
+// The same draw as a float in (0, 1), for the register path's float keys: 23 bits, so that
+// the largest, (2^23 - 0.5) / 2^23, is a float below 1 (from 24 bits it rounds to 1.0, whose
+// key 0 would beat every weight).
+__device__ inline float edge_uniform23(uint64_t seed, uint64_t call, uint64_t stream,
                                        int64_t offset) {
-  return (static_cast<float>(edge_bits(seed, call, stream, offset).x >> 8) + 0.5f) *
-         0x1.0p-24f;
+  return (static_cast<float>(edge_bits(seed, call, stream, offset).x >> 9) + 0.5f) *
+         0x1.0p-23f;
 }
+
+// A float key log(u) / w. logf, not __logf: the fast log's absolute error near 1 (about
+// 2^-21) can make log(u) zero or positive for u close to 1, a key that ignores the weight.
+__device__ inline float float_key(float u, float w) { return logf(u) / w; }
 
 // Counter offsets of a row's draws by prefix sums, apart from its keys' (edge offsets).
 constexpr int64_t kSumDrawBase = int64_t{1} << 40;
@@ -117,26 +123,29 @@ __device__ void sample_by_sums(const Group& group, const RowRules& rules, const 
   }
   if (met < count) {
     // Keys for the rest among the edges not met: slots met..count-1 start empty; slots
-    // before met (and lanes past count) are never the least.
-    float held = lane >= met && lane < count ? -FLT_MAX : FLT_MAX;
-    float least;
+    // before met (and lanes past count) are never the least. Double keys, as on the CPU:
+    // a float log(u) / w is -inf for weights below about 1e-37, which would never beat an
+    // empty slot's sentinel and leave it unfilled. In double every key of a positive float
+    // weight is finite, so above -DBL_MAX.
+    double held = lane >= met && lane < count ? -DBL_MAX : DBL_MAX;
+    double least;
     int least_lane;
     auto find_least = [&] {
-      least = cg::reduce(group, held, cg::less<float>());
+      least = cg::reduce(group, held, cg::less<double>());
       least_lane = __ffs(group.ballot(held == least)) - 1;
     };
     find_least();
     for (int64_t base = 0; base < degree; base += G) {
       const int64_t j = base + lane;
       const bool skip = was_met(j);
-      const float key = j < degree && !skip
-                            ? __logf(edge_uniform24(seed, call, stream, j)) / weight(j)
-                            : -FLT_MAX;
+      const double key = j < degree && !skip
+                             ? log(edge_uniform(seed, call, stream, j)) / weight(j)
+                             : -DBL_MAX;
       unsigned offered = group.ballot(key > least);
       while (offered != 0) {
         const int l = __ffs(offered) - 1;
         offered &= offered - 1;
-        const float candidate = group.shfl(key, l);
+        const double candidate = group.shfl(key, l);
         if (candidate > least) {
           if (lane == least_lane) {
             held = candidate;
@@ -196,8 +205,8 @@ __global__ void __launch_bounds__(kBlock)
       return w;
     };
     // Key parts of edge j: its uniform's bits and its (checked) weight.
-    auto j_key = [&](int64_t j) { return make_float2(edge_uniform24(seed, call, stream, j), weight(j)); };
-    auto fast_key = [](float2 uw) { return __logf(uw.x) / uw.y; };
+    auto j_key = [&](int64_t j) { return make_float2(edge_uniform23(seed, call, stream, j), weight(j)); };
+    auto fast_key = [](float2 uw) { return float_key(uw.x, uw.y); };
     auto emit = [&](int64_t j, int64_t offset) {
       const int64_t pos = begin + offset;
       const int64_t neighbor = rule_neighbor_key(

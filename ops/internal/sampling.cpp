@@ -124,6 +124,20 @@ NeighborOutputs hetero_neighbor_sample(
         relation_slice_starts);
   }
 #endif
+  // CPU seeds sample on the CPU, which reads every array through host pointers: a graph
+  // held on a GPU (GPU and UVA modes) needs its seeds there.
+  auto check_on_cpu = [&](const std::optional<at::Tensor>& t, const char* name) {
+    TORCH_CHECK_VALUE(!t.has_value() || t->is_cpu(), "hetero_neighbor_sample with seeds on the "
+                      "CPU samples there, but ", name, " is on ", t->device(),
+                      ": pass the seeds on that device");
+  };
+  check_on_cpu(indptr, "indptr");
+  check_on_cpu(indices, "indices");
+  check_on_cpu(edge_ids, "edge_ids");
+  check_on_cpu(edge_weight, "edge_weight");
+  check_on_cpu(edge_time, "edge_time");
+  check_on_cpu(seed_time, "seed_time");
+  check_on_cpu(edge_weight_cumsum, "edge_weight_cumsum");
   return cpu::hetero_neighbor_sample_with(
       indptr, indices, edge_ids, seeds, node_type_offsets, relation_src_types,
       relation_dst_types, relation_edge_offsets, fanouts, replace, edge_weight, edge_time,

@@ -114,5 +114,8 @@ def test_bad_input_raises_clear_errors():
         qv.ops.csr_from_coo(row.float(), col.float(), 3)
     with pytest.raises(ValueError, match="num_nodes must be >= 0, got -1"):
         qv.ops.csr_from_coo(row, col, -1)
+    # Without num_nodes a negative id is named itself (not the count inferred from it).
+    with pytest.raises(IndexError, match=r"col\[1\] = -3 is a negative node id"):
+        qv.ops.csr_from_coo(row, torch.tensor([1, -3, 0]))
     with pytest.raises(ValueError, match="1-D"):
         qv.ops.csr_from_coo(row.view(3, 1), col.view(3, 1), 3)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import torch_quiver_ops as qv
+from conftest import requires_cuda
 from reference import random_table
 
 
@@ -92,6 +93,12 @@ def test_bad_input():
         qv.ops.gather_rows(table, torch.tensor([[0]]))
     with pytest.raises(ValueError, match="at least one dimension"):
         qv.ops.gather_rows(torch.tensor(3.0), torch.tensor([0]))
+
+
+@requires_cuda
+def test_a_pageable_table_is_named_as_gather_rows_names_it():
+    with pytest.raises(RuntimeError, match="^table is in pageable host memory"):
+        qv.ops.gather_rows(torch.randn(4, 3), torch.tensor([0, 1], device="cuda"))
 
 
 @pytest.mark.skipif(torch.cuda.is_available() and torch.cuda.device_count() < 2,

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import torch_quiver_ops as qv
+from conftest import requires_cuda
 from stats import assert_uniform, subset_counts
 
 TYPES = {"paper": 40, "author": 25, "field": 8, "lonely": 3}
@@ -287,6 +288,34 @@ def test_temporal_trees_take_only_the_past(mode, strategy):
                 assert taken == admitted[len(admitted) - len(taken):]
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_strict_time_refuses_edges_at_the_seed_time(mode, strict):
+    """Paper 0 cited by papers 1-4 at times 5, 5, 4, 9, the seed at time 5: strict_time
+    keeps only the strictly older citation."""
+    cites = torch.tensor([[1, 2, 3, 4], [0, 0, 0, 0]])
+    node_time = {"paper": torch.tensor([0, 5, 5, 4, 9])}
+    topo = qv.HeteroCSRTopo({("paper", "cites", "paper"): cites}, {"paper": 5},
+                            node_time_dict=node_time)
+    s = sampler(topo, [-1], mode, strict_time=strict)
+    out = s.sample(("paper", torch.tensor([0])), seed_time=torch.tensor([5]))
+    assert sorted(out.node["paper"].cpu().tolist()) == ([0, 3] if strict else [0, 1, 2, 3])
+
+
+@pytest.mark.parametrize("view", ["expanded", "strided"])
+def test_seed_time_may_be_a_view(mode, view):
+    indptr, indices = torch.tensor([0, 4, 4, 4, 4, 4]), torch.tensor([1, 2, 3, 4])
+    edge_time = torch.tensor([0, 10, 20, 30])
+    dev = "cpu" if mode == "CPU" else "cuda"
+    where = (lambda t: t) if mode == "CPU" else (lambda t: t.cuda() if mode == "GPU" else t.pin_memory())
+    seed_time = (torch.tensor(5, device=dev).expand(4) if view == "expanded"
+                 else torch.tensor([5, 99] * 4, device=dev)[::2])
+    out = qv.ops.hetero_neighbor_sample(
+        where(indptr), where(indices), where(torch.arange(4)),
+        torch.zeros(4, dtype=torch.long, device=dev), [0, 5], [0], [0], [0, 4], [-1],
+        edge_time=where(edge_time), seed_time=seed_time, disjoint=True)
+    assert edge_time[out[4].cpu()].tolist() == [0] * 4
+
+
 def test_disjoint_trees_never_share_nodes(mode):
     edges = random_hetero(6)
     topo = qv.HeteroCSRTopo(edges, TYPES)
@@ -322,6 +351,23 @@ def test_weighted_relation_draws_by_weight(mode):
     with pytest.raises(ValueError, match="finite and > 0"):
         sampler(topo, fanouts, mode, weights={**weights, ("paper", "cites", "paper"):
                                               torch.tensor([1.0, 0.0])})
+
+
+@requires_cuda
+@pytest.mark.parametrize("uva", [False, True])
+def test_cpu_seeds_for_a_graph_on_the_gpu_are_refused(uva):
+    """The sampler object takes CPU seeds to the CPU's sampler, which must not read a graph
+    held on the GPU through host pointers."""
+    indptr = torch.tensor([0, 2, 3, 3], device="cuda")
+    indices = torch.tensor([1, 2, 0])
+    indices = indices.pin_memory() if uva else indices.cuda()
+    eid = torch.arange(3, device="cuda")
+    s = torch.classes.quiver.HeteroSubgraphSampler(indptr, indices, eid, [0, 3], [0], [0],
+                                                   [0, 3], [2], False, None, None, False,
+                                                   "uniform", False, None, None, False)
+    with pytest.raises(ValueError, match="indptr is on cuda:0: pass the seeds on that device"):
+        s.sample(torch.tensor([0, 1]), None, None)
+    assert s.sample(torch.tensor([0, 1], device="cuda"), None, None)[0].numel() >= 2
 
 
 def test_bad_input_is_named(mode):

@@ -176,6 +176,26 @@ def test_row_cumsum_and_bad_sums(mode):
                                edge_weight_cumsum=place_extra(sums.float(), mode))
 
 
+def test_row_cumsum_of_rows_far_lighter_than_the_rows_before():
+    """A row of weights about 1e-16 of the running total before it: a global running sum
+    would leave its sums flat; it is summed on its own."""
+    indptr = torch.tensor([0, 2, 5])
+    weights = torch.tensor([1e12, 1e12, 3e-5, 1e-5, 2e-5])
+    sums = qv.ops.row_cumsum(indptr, weights)
+    want = torch.cat([weights[:2].double().cumsum(0), weights[2:].double().cumsum(0)])
+    torch.testing.assert_close(sums, want, rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match=r"one weight per CSR edge \(5\), got shape \(4,\)"):
+        qv.ops.row_cumsum(indptr, weights[:4])
+
+
+def test_sort_rows_by_time_refuses_fractional_times():
+    indptr, indices = star_graph(2)
+    with pytest.raises(TypeError, match="edge_time must hold integer times"):
+        qv.ops.sort_rows_by_time(indptr, indices, edge_time=torch.tensor([0.7, 0.3]))
+    with pytest.raises(TypeError, match="node_time must hold integer times"):
+        qv.ops.sort_rows_by_time(indptr, indices, node_time=torch.tensor([0.0, 0.7, 0.3]))
+
+
 def test_weighted_large_fanout_beyond_shared_buffer(mode):
     """More picks than the GPU keeps in shared memory: the scratch buffer path."""
     degree, fanout = 60, 40
@@ -185,6 +205,66 @@ def test_weighted_large_fanout_beyond_shared_buffer(mode):
     # successive sampling leaves out light edges more often than heavy ones
     counts = torch.bincount(torch.tensor([e for r in rows for e in r]), minlength=degree)
     assert counts[:10].sum() < counts[-10:].sum()
+
+
+@pytest.mark.parametrize("cumsum", [False, True], ids=["keys", "sums"])
+def test_weighted_more_picks_than_a_warp_is_successive_sampling(mode, cumsum):
+    """33 picks of 34 edges (past the 32 a GPU warp holds in registers): a draw is told by
+    the one edge left out, the edge whose exponential clock E_i / w_i runs longest, with
+    probability integral of w_i exp(-w_i t) prod_{j != i} (1 - exp(-w_j t)) dt."""
+    from scipy.integrate import quad
+    degree, fanout = 34, 33
+    weights = torch.linspace(0.5, 5.0, degree, dtype=torch.float64)
+    w = weights.tolist()
+
+    def left_out(i):
+        def density(t):
+            return w[i] * math.exp(-w[i] * t) * math.prod(
+                1 - math.exp(-w[j] * t) for j in range(degree) if j != i)
+        return quad(density, 0, math.inf, limit=200)[0]
+
+    expected = torch.tensor([left_out(i) for i in range(degree)], dtype=torch.float64)
+    assert abs(float(expected.sum()) - 1) < 1e-6
+    rows = star_rows(mode, degree, fanout, weights=weights.float(), cumsum=cumsum)
+    assert all(len(r) == fanout and len(set(r)) == fanout for r in rows)
+    left = torch.tensor([next(iter(set(range(degree)) - set(r))) for r in rows])
+    observed = torch.bincount(left, minlength=degree)
+    p = chisquare(observed.numpy(), (expected / expected.sum() * len(rows)).numpy()).pvalue
+    assert p > P_VALUE_FLOOR, (observed.tolist(), (expected * len(rows)).tolist())
+
+
+def test_weights_far_below_the_rest_are_still_weighted(mode):
+    """16 edges of weight 1 among many of weight 1e-20, one pick a row: a light edge has
+    probability about 1e-15. A uniform that reaches 1.0, or a fast log that reads 0 near
+    1, makes a key 0 that beats every weight (about degree / 2^24 a row on the GPU's
+    float keys before)."""
+    degree, trials = (1 << 20, 2000) if mode != "CPU" else (1 << 16, 200)
+    weights = torch.full((degree,), 1e-20)
+    weights[torch.arange(0, degree, degree // 16)] = 1.0
+    rows = star_rows(mode, degree, 1, weights=weights, trials=trials)
+    picks = torch.tensor([r[0] for r in rows])
+    assert int((weights[picks] < 1).sum()) == 0
+
+
+def test_sums_fallback_with_tiny_weights_stays_in_the_row(mode):
+    """Draws by prefix sums that never meet two edges of weight 1.4e-45 (their sums do not
+    move in float64) end by keys, which must still fill every pick from the seed's own row
+    (float keys of such weights are -inf; an unfilled pick read the row before)."""
+    indptr = torch.tensor([0, 1, 4, 4, 4, 4, 4])
+    indices = torch.tensor([5, 2, 3, 4])
+    weights = torch.tensor([1.0, 1.0, 1e-45, 1e-45])
+    assert bool((weights > 0).all())
+    sums = qv.ops.row_cumsum(indptr, weights)
+    dev = device_of(mode)
+    seeds = torch.ones(200, dtype=torch.long, device=dev)
+    out = qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode), seeds,
+                                 [2], edge_weight=place_extra(weights, mode),
+                                 edge_weight_cumsum=place_extra(sums, mode))
+    eids, eph = out[4].cpu(), out[6].cpu()
+    assert int(eph[0]) == 2 * 200
+    assert set(eids.tolist()) <= {1, 2, 3}
+    cols = out[3].cpu()
+    assert torch.equal(torch.bincount(cols, minlength=200), torch.full((200,), 2))
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
@@ -258,9 +338,9 @@ def test_temporal_rule_never_broken(mode, strategy, strict, seed):
     limit = seed_time[batch[cols]]
     t = time_of_input_edge[eids]
     assert bool(((t < limit) if strict else (t <= limit)).all())
-    # every edge is real: the input edge eids[k] joins the two nodes
-    assert torch.equal(graph.col[eids], node_ids[cols]) or torch.equal(graph.row[eids],
-                                                                       node_ids[cols])
+    # every edge is real: the input edge eids[k] runs from the expanded node to the neighbor
+    assert torch.equal(graph.row[eids], node_ids[cols])
+    assert torch.equal(graph.col[eids], node_ids[rows])
     # per expanded node: min(fanout, admitted) edges; `last` takes the newest admitted ones
     hop_edges = eph.tolist()
     start = 0
@@ -279,6 +359,44 @@ def test_temporal_rule_never_broken(mode, strategy, strict, seed):
                 expected = eid[b + admitted - mine.numel():b + admitted]
                 assert sorted(mine.tolist()) == sorted(expected.tolist())
         start += hop_edges[hop]
+
+
+@pytest.mark.parametrize("view", ["expanded", "strided"])
+def test_seed_time_may_be_a_view(mode, view):
+    """One time for every seed passed as an expanded tensor, or every other element of a
+    longer one: the seeds' times are what the view shows (not its storage read as if
+    contiguous)."""
+    indptr, indices = star_graph(5)
+    times = torch.tensor([0, 0, 10, 20, 30])
+    dev = device_of(mode)
+    seed_time = (torch.tensor(5, device=dev).expand(4) if view == "expanded"
+                 else torch.tensor([5, 99] * 4, device=dev)[::2])
+    out = qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode),
+                                 torch.zeros(4, dtype=torch.long, device=dev), [5],
+                                 edge_time=place_extra(times, mode), seed_time=seed_time,
+                                 disjoint=True)
+    eids = out[4].cpu()
+    assert eids.numel() == 4 * 2 and bool((times[eids] <= 5).all())
+
+
+def test_sums_path_checks_the_weights_it_reads(mode):
+    """A hand-made edge_weight_cumsum that hides bad weights: an edge the keys reach, or a
+    row taken whole, still has its weight checked (the draws by sums skip edges they never
+    land on)."""
+    indptr, indices = star_graph(3)
+    dev = device_of(mode)
+    seeds = torch.zeros(4, dtype=torch.long, device=dev)
+
+    def call(weights, sums, fanout):
+        return qv.ops.neighbor_sample(
+            place_extra(indptr, mode), place_extra(indices, mode), seeds, [fanout],
+            edge_weight=place_extra(torch.tensor(weights), mode),
+            edge_weight_cumsum=place_extra(torch.tensor(sums, dtype=torch.double), mode))
+
+    with pytest.raises(ValueError, match=r"edge_weight\[[12]\] = 0"):
+        call([1.0, 0.0, 0.0], [1.0, 1.0, 1.0], 2)  # zero-width edges: reached by keys only
+    with pytest.raises(ValueError, match=r"edge_weight\[1\] = nan"):
+        call([1.0, float("nan"), 1.0], [1.0, 2.0, 3.0], -1)  # the row taken whole
 
 
 def test_unsorted_times_are_caught(mode):
@@ -307,6 +425,30 @@ def test_sort_rows_by_time_node_times():
 
 # ---- disjoint ----
 
+def test_disjoint_second_hop_draws_apart_from_the_first(mode):
+    """Each tree picks one of node 0's three neighbors, then one of its three leaves: the
+    nine pairs equally likely over the trees of one batch (a second hop that reused the
+    first hop's random stream would pick the leaf at the neighbor's offset)."""
+    from stats import assert_uniform
+    from test_sample_subgraph import star_of_stars
+    indptr, indices = star_of_stars()
+    dev = device_of(mode)
+    torch.manual_seed(9)
+    trees = 900
+    out = qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode),
+                                 torch.zeros(trees, dtype=torch.long, device=dev), [1, 1],
+                                 disjoint=True)
+    batch, cols, eids, eph = out[1].cpu(), out[3].cpu(), out[4].cpu(), out[6].cpu()
+    assert eph.tolist() == [trees, trees]
+    first = torch.empty(trees, dtype=torch.long)
+    second = torch.empty(trees, dtype=torch.long)
+    first[batch[cols[:trees]]] = eids[:trees]
+    second[batch[cols[trees:]]] = eids[trees:]
+    leaf = second - 3 * (first + 1)
+    assert bool(((leaf >= 0) & (leaf < 3)).all())
+    assert_uniform(torch.bincount(3 * first + leaf, minlength=9))
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_disjoint_trees_never_share_nodes(mode, index_dtype, weighted):
     graph = random_graph(num_nodes=120, num_edges=1500, seed=4, dtype=index_dtype)
@@ -323,8 +465,8 @@ def test_disjoint_trees_never_share_nodes(mode, index_dtype, weighted):
     for tree in range(6):
         members = node_ids[batch == tree]
         assert members.unique().numel() == members.numel()
-    assert torch.equal(graph.row[eids], node_ids[cols]) or torch.equal(graph.col[eids],
-                                                                       node_ids[rows])
+    assert torch.equal(graph.row[eids], node_ids[cols])
+    assert torch.equal(graph.col[eids], node_ids[rows])
     # tree of a repeated seed is sampled on its own: same structure as a one-seed call
     assert int(eph.sum()) == rows.numel() and int(nph.sum()) == node_ids.numel()
 
@@ -340,6 +482,7 @@ def test_not_disjoint_matches_sample_subgraph_layout(mode):
     rest = node_ids[4:]
     assert rest.unique().numel() == rest.numel()
     assert torch.equal(graph.row[out[4].cpu()], node_ids[cols])
+    assert torch.equal(graph.col[out[4].cpu()], node_ids[rows])
 
 
 # ---- bad input ----

@@ -156,6 +156,29 @@ def test_first_hop_is_uniform(mode):
     assert_uniform(torch.bincount(picks, minlength=25))
 
 
+def star_of_stars():
+    """Node 0's neighbors 1, 2, 3; node k's (k = 1..3) the three leaves 3k+1..3k+3."""
+    indptr = torch.tensor([0, 3, 6, 9, 12] + [12] * 9)
+    indices = torch.tensor([1, 2, 3] + list(range(4, 13)))
+    return indptr, indices
+
+
+def test_second_hop_draws_apart_from_the_first(mode):
+    """Hop 1 picks one of node 0's three neighbors, hop 2 one of its three leaves: the nine
+    (neighbor, leaf) pairs are equally likely. A second hop that reused the first hop's
+    random stream would pick the leaf at the neighbor's offset every time."""
+    torch.manual_seed(5)
+    (indptr, indices), device = place_pair(*star_of_stars(), mode)
+    seed = torch.zeros(1, dtype=torch.long, device=device)
+    pairs = torch.zeros(9, dtype=torch.long)
+    for _ in range(450):
+        _, _, _, eids, _, edges_per_hop = qv.ops.sample_subgraph(indptr, indices, seed, [1, 1])
+        assert edges_per_hop.tolist() == [1, 1]
+        first, second = eids.cpu().tolist()  # CSR positions: 0..2, then 3 * (first + 1) + leaf
+        pairs[3 * first + (second - 3 * (first + 1))] += 1
+    assert_uniform(pairs)
+
+
 def test_manual_seed_reproduces_and_calls_differ(mode):
     graph = random_graph(seed=8)
     (indptr, indices, eid), device = place(graph, mode)

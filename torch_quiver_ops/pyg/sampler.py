@@ -14,7 +14,8 @@ from torch_geometric.sampler.base import NumNeighbors
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 from ..hetero import HeteroCSRTopo, HeteroSampler
-from ..sampler import GraphSageSampler, integer_times
+from ..ops import integer_times
+from ..sampler import GraphSageSampler
 from ..topology import CSRTopo
 from .stores import _HETERO, GraphStore, HeteroGraphStore
 
