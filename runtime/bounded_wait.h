@@ -35,9 +35,10 @@ bool wait_up_to(std::condition_variable& wakes, std::unique_lock<std::mutex>& lo
   return wakes.wait_for(lock, std::chrono::duration<double>(timeout_s), done);
 }
 
-// Whether `result` is ready within timeout_s (for ever at kNoLimitS or more).
-template <typename T>
-bool ready_within(const std::future<T>& result, double timeout_s) {
+// Whether `result` (a std::future or std::shared_future) is ready within timeout_s (for
+// ever at kNoLimitS or more).
+template <typename Future>
+bool ready_within(const Future& result, double timeout_s) {
   if (timeout_s >= kNoLimitS) {
     result.wait();
     return true;

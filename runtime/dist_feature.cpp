@@ -182,12 +182,21 @@ DistFeature::~DistFeature() = default;
 
 at::Tensor DistFeature::gather(const at::Tensor& ids, int64_t host_read_blocks) {
   std::lock_guard<std::mutex> lock(transport_->fetch_mutex());
-  TORCH_CHECK_VALUE(host_read_blocks >= 0, "host_read_blocks must be >= 0 (0: no limit), got ",
-                    host_read_blocks);
-  table_rows_->set_host_read_blocks(host_read_blocks);
   // The path follows the transport: every host takes it.
-  if (SlotExchange* slots = transport_->slots()) return gather_in_slots(*slots, ids);
-  return gather_grouped(ids);
+  auto gather_on_path = [&](const at::Tensor& asked) {
+    if (SlotExchange* slots = transport_->slots()) return gather_in_slots(*slots, asked);
+    return gather_grouped(asked);
+  };
+  if (host_read_blocks < 0) {
+    // Refused after this host's part in the step (asking nothing), as bad ids are, so that
+    // its peers do not wait for it and its next gather pairs with theirs.
+    table_rows_->set_host_read_blocks(0);
+    gather_on_path(at::empty({0}, ids.options().dtype(at::kLong)));
+    TORCH_CHECK_VALUE(false, "host_read_blocks must be >= 0 (0: no limit), got ",
+                      host_read_blocks);
+  }
+  table_rows_->set_host_read_blocks(host_read_blocks);
+  return gather_on_path(ids);
 }
 
 namespace {
@@ -375,19 +384,34 @@ c10::intrusive_ptr<FetchWork> DistFeature::gather_async(const at::Tensor& ids,
   }));
 }
 
-FetchWork::FetchWork(std::future<Fetched> fetched) : fetched_(std::move(fetched)) {}
+FetchWork::FetchWork(std::future<Fetched> fetched) : fetched_(fetched.share()) {}
 
 bool FetchWork::done() const {
-  return fetched_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  std::lock_guard<std::mutex> lock(taken_mutex_);
+  return taken_ || fetched_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
 }
 
 at::Tensor FetchWork::wait(double timeout_s) {
-  TORCH_CHECK(fetched_.valid(), "FetchWork.wait: the rows were already taken");
+  auto check_not_taken = [&] {
+    TORCH_CHECK(!taken_, "FetchWork.wait: the rows were already taken");
+  };
+  std::shared_future<Fetched> mine;  // this waiter's copy: others may drop theirs meanwhile
+  {
+    std::lock_guard<std::mutex> lock(taken_mutex_);
+    check_not_taken();
+    mine = fetched_;
+  }
   check_wait_seconds(timeout_s, "FetchWork.wait");
-  TORCH_CHECK(ready_within(fetched_, timeout_s),
+  TORCH_CHECK(ready_within(mine, timeout_s),
               "DistFeature.gather_async: the fetch did not finish within ", timeout_s,
               " s (the transport raises naming a silent peer once its own timeout passes)");
-  Fetched fetched = fetched_.get();  // rethrows the fetch's error
+  {
+    std::lock_guard<std::mutex> lock(taken_mutex_);
+    check_not_taken();
+    taken_ = true;
+    fetched_ = {};  // the work no longer holds the rows once they are taken
+  }
+  Fetched fetched = mine.get();  // rethrows the fetch's error
   if (fetched.written) {
     // The rows were written on the side stream: order the caller's stream after them, and
     // tell the allocator the caller's stream uses them.

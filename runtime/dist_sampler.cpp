@@ -808,27 +808,40 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
 DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>& generator) {
   std::lock_guard<std::mutex> one_batch(sample_mutex_);
   channel_->check_not_broken();
-  TORCH_CHECK_VALUE(seeds.is_cpu() && seeds.dim() == 1 &&
-                        at::isIntegralType(seeds.scalar_type(), /*includeBool=*/false),
-                    "DistSampler.sample: seeds must be a 1-D integer CPU tensor, got ",
-                    seeds.scalar_type(), " of shape ", seeds.sizes(), " on ", seeds.device());
-  const at::Tensor seed_ids = seeds.to(at::kLong).contiguous();
-  if (seed_ids.numel() > 0) {
-    const int64_t low = seed_ids.min().item<int64_t>(), high = seed_ids.max().item<int64_t>();
-    TORCH_CHECK_VALUE(low >= 0 && high < num_nodes(), "DistSampler.sample: seed ",
-                      low < 0 ? low : high, " is out of range [0, ", num_nodes(), ")");
+  // Seeds this host cannot sample are refused after the batch, not before it: its peers
+  // take part in every batch, so this host takes part too, with no seeds, and the hosts
+  // stay in step (raising at once would pair its next batch with their current one).
+  std::string refused;
+  at::Tensor seed_ids = at::empty({0}, at::kLong);
+  if (!(seeds.is_cpu() && seeds.dim() == 1 &&
+        at::isIntegralType(seeds.scalar_type(), /*includeBool=*/false))) {
+    refused = c10::str("DistSampler.sample: seeds must be a 1-D integer CPU tensor, got ",
+                       seeds.scalar_type(), " of shape ", seeds.sizes(), " on ", seeds.device());
+  } else if (seeds.numel() > 0) {
+    const at::Tensor ids = seeds.to(at::kLong).contiguous();
+    const int64_t low = ids.min().item<int64_t>(), high = ids.max().item<int64_t>();
+    if (low >= 0 && high < num_nodes()) {
+      seed_ids = ids;
+    } else {
+      refused = c10::str("DistSampler.sample: seed ", low < 0 ? low : high,
+                         " is out of range [0, ", num_nodes(), ")");
+    }
   }
   // The exchanges' NCCL calls and events go to the exchange's GPU.
   const c10::OptionalDeviceGuard on_exchange_gpu(
       exchange_device_.is_cuda() ? std::optional<at::Device>(exchange_device_) : std::nullopt);
+  Outputs out;
   try {
-    return sample_batch(seed_ids, generator);
+    out = sample_batch(seed_ids, generator);
   } catch (const std::exception& error) {
     // Stopped midway (a peer's failure has already broken the channel): this host's next
     // exchange would pair with the peers' later ones, so the sampler refuses further batches.
     channel_->abandon(error.what());
     throw;
   }
+  TORCH_CHECK_VALUE(refused.empty(), refused,
+                    " (this host took part in the batch with no seeds, so the hosts stay in step)");
+  return out;
 }
 
 DistSampler::Outputs DistSampler::sample_batch(const at::Tensor& seed_ids,

@@ -15,7 +15,10 @@ at::Tensor as_cpu_index(const at::Tensor& t, at::ScalarType dtype, const char* n
   TORCH_CHECK_VALUE(t.dim() == 1, name, " must be a 1-D tensor, got shape ", t.sizes());
   TORCH_CHECK_TYPE(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), name,
                    " must hold integers, got ", t.scalar_type());
-  return t.to(at::kCPU, dtype).contiguous();
+  // Always a copy of its own: the map checks its rows once, here, and later reads trust them
+  // (an owner out of range would index past a per-host table), so a caller's later write to
+  // the tensor it passed must not reach them.
+  return t.to(at::kCPU, dtype, /*non_blocking=*/false, /*copy=*/true).contiguous();
 }
 
 // Order-independent checksum of (id, host, local) triples: the same map gives the same

@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _sharing, preflight
+from ._device import as_ids
 from .feature import Feature, _thread_host_read_blocks
 
 TRANSPORTS = ("auto", "rdma", "nccl", "gloo")
@@ -152,6 +153,25 @@ def _gloo_lanes(group, count: int, timeout: float, user: str = "features") -> li
     return lanes[:count]
 
 
+# Gloo groups of one collective transport each (a DistFeature's, a DistGraphSampler's),
+# kept until exit like the lanes above, and for the same reason.
+_OWN_GROUPS: list = []
+atexit.register(_OWN_GROUPS.clear)
+
+
+def _own_group(group, timeout: float):
+    """A Gloo group over ``group``'s hosts for one collective transport alone. Two
+    transports posting on one Gloo group from two threads (a feature fetched on its own
+    thread by ``gather_async`` while another is gathered, or while the sampler exchanges)
+    would pair one's messages with the other's in whatever order each host's threads ran,
+    and Gloo aborts the process on a size it did not expect. Every host makes it at the
+    same point, as it makes the transport."""
+    own = dist.new_group(dist.get_process_group_ranks(group), timeout=timedelta(seconds=timeout),
+                         backend="gloo", use_local_synchronization=True)
+    _OWN_GROUPS.append(own)
+    return own
+
+
 def _rdma_available() -> bool:
     """Whether this machine lists an RDMA device (a function of its own so that tests can
     stand in for a machine that has one)."""
@@ -188,12 +208,15 @@ class DistFeature:
         timeout: seconds a fetch may wait for a peer before it raises naming the peer.
         rdma: options of the RDMA transport: ``device`` (default: the first), ``port``,
             ``gid_index`` (-1: RoCE v2 over IPv4 when the port has it), ``qps_per_peer``,
-            ``staging_bytes``.
+            ``staging_bytes`` (another key is a ValueError).
         lanes: Gloo only: how many connections the rows travel over side by side (each a
-            process group of its own over the group's hosts, made by the first DistFeature
-            that needs it and kept for later ones; they go with ``destroy_process_group``).
-            One TCP stream carries about 2 GB/s; 8 lanes moved about twice as much on the
-            two-H200 host's loopback (docs/benchmarks.md).
+            process group of its own over the group's hosts). Over Gloo each DistFeature
+            makes its lanes and one more group for its other exchanges, kept until exit
+            or ``destroy_process_group``: two DistFeatures, or one and a partitioned
+            sampler, share no connection, so one may fetch on its own thread
+            (``gather_async``) while another exchanges. One TCP stream carries about
+            2 GB/s; 8 lanes moved about twice as much on the two-H200 host's loopback
+            (docs/benchmarks.md).
 
     With a collective transport every host reads ``feature[ids]`` once per step, as a
     training loop does: a host serves its peers' requests while it fetches its own. With
@@ -218,8 +241,12 @@ class DistFeature:
         self.host = dist.get_rank(self.group)
         self.device = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
                        else local.device_for())
-        options = {"device": "", **torch.classes.quiver.Transport.rdma_defaults(),
-                   **(rdma or {})}
+        defaults = torch.classes.quiver.Transport.rdma_defaults()
+        unknown = sorted(set(rdma or {}) - set(defaults) - {"device"})
+        if unknown:
+            raise ValueError(f"rdma options are {sorted(['device', *defaults])}, got unknown "
+                             f"{unknown}")
+        options = {"device": "", **defaults, **(rdma or {})}
         transport = self._agree_on_transport(transport, backend, lanes, timeout, options)
         if transport == "rdma":
             # Peers read this host's whole local table, in local order.
@@ -227,9 +254,12 @@ class DistFeature:
                 self.group.boxed(), local.table, options["device"], options["port"],
                 options["gid_index"], options["qps_per_peer"], options["staging_bytes"], timeout)
         else:
-            chosen = _gloo_lanes(self.group, lanes, timeout) if transport == "gloo" else []
+            exchanges, chosen = self.group, []
+            if transport == "gloo":  # a group and lanes of its own (see _own_group)
+                exchanges = _own_group(self.group, timeout)
+                chosen = _gloo_lanes(exchanges, lanes, timeout)
             self.transport = torch.classes.quiver.Transport.collective(
-                self.group.boxed(), timeout, [lane.boxed() for lane in chosen])
+                exchanges.boxed(), timeout, [lane.boxed() for lane in chosen])
         # The runtime checks, among all hosts, that they hold the same shard map and rows of
         # one dtype and shape (a ValueError on every host, naming the hosts that differ).
         self._runtime = torch.classes.quiver.DistFeature(shard_map, local.tiers(self.device),
@@ -329,7 +359,7 @@ class DistFeature:
     def _ids(self, ids) -> Tensor:
         if self._runtime is None:
             raise RuntimeError("this DistFeature was closed")
-        ids = torch.as_tensor(ids)
+        ids = as_ids(ids)
         return (ids if ids.device == self.device else ids.to(self.device)).contiguous()
 
     def __getitem__(self, ids) -> Tensor:
@@ -363,5 +393,6 @@ class DistFeature:
         return self.shard_map.num_rows()
 
     def __repr__(self) -> str:
+        kind = "closed" if self.transport is None else self.transport.kind()
         return (f"DistFeature(rows={self.shard_map.num_rows()}, host={self.host} of "
-                f"{self.shard_map.num_hosts()}, transport={self.transport.kind()})")
+                f"{self.shard_map.num_hosts()}, transport={kind})")

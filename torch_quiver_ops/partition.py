@@ -40,6 +40,7 @@ from torch import Tensor
 from . import _sharing, ops
 from .sampler import Adj, layers_of, sampling_placement
 from .topology import CSRTopo
+from ._device import as_ids
 from .hotness import check_hot_order
 
 METHODS = ("metis", "range", "random")
@@ -171,6 +172,27 @@ def _owned_rows(topo: CSRTopo, nodes: Tensor, chunk_edges: int):
     return indptr, indices, edge_ids
 
 
+def _split_ids(name: str, ids, num_nodes: int) -> Tensor:
+    """A split's node ids (int64): ids, or a boolean mask over the nodes such as PyG's
+    ``train_mask``, taken as the nodes it marks (its int64 value would be ids 0 and 1)."""
+    ids = as_ids(ids)
+    if ids.dim() != 1:
+        raise ValueError(f"split {name!r} must be 1-D node ids or a mask, got shape "
+                         f"{tuple(ids.shape)}")
+    if ids.dtype == torch.bool:
+        if ids.numel() != num_nodes:
+            raise ValueError(f"split {name!r} is a mask of {ids.numel()} entries for a graph "
+                             f"of {num_nodes} nodes")
+        return ids.nonzero().view(-1)
+    if ids.is_floating_point() or ids.is_complex():
+        raise ValueError(f"split {name!r} must hold integer node ids (or be a bool mask), "
+                         f"got {ids.dtype}")
+    ids = ids.long()
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
+        raise ValueError(f"split {name!r} holds node ids outside [0, {num_nodes})")
+    return ids
+
+
 def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
                     method: str = "metis", x: Optional[Tensor] = None,
                     y: Optional[Tensor] = None, splits: Optional[Dict[str, Tensor]] = None,
@@ -188,6 +210,8 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
     if owner is None:
         owner = assign_owners(topo, num_parts, method, seed)
     else:
+        if not isinstance(num_parts, int) or not 1 <= num_parts <= 32767:  # int16 owners
+            raise ValueError(f"num_parts must be in [1, 32767], got {num_parts!r}")
         owner = torch.as_tensor(owner)
         method = "given"
         if owner.shape != (n,) or owner.dtype.is_floating_point:
@@ -206,10 +230,7 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
             raise ValueError(f"replicate must be in [0, 1], got {replicate}")
         if hot_order is not None:
             check_hot_order(hot_order, n)
-    splits = {name: torch.as_tensor(ids).long() for name, ids in (splits or {}).items()}
-    for name, ids in splits.items():
-        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= n):
-            raise ValueError(f"split {name!r} holds node ids outside [0, {n})")
+    splits = {name: _split_ids(name, ids, n) for name, ids in (splits or {}).items()}
 
     partition_id = secrets.randbits(62)
     local_index = torch.empty(n, dtype=torch.int64)
@@ -402,7 +423,7 @@ class DistGraphSampler:
                  draws: Optional[str] = None, lanes: int = 1,
                  bounded_slots: Optional[bool] = None):
         import torch.distributed as dist
-        from .dist import _gloo_lanes
+        from .dist import _gloo_lanes, _own_group
         group = group if group is not None else dist.group.WORLD
         nccl = dist.get_backend(group) == "nccl"
         device, self.mode = sampling_placement(device, mode or ("GPU" if nccl else "CPU"))
@@ -428,10 +449,19 @@ class DistGraphSampler:
         self.partition, self.sizes = partition, list(sizes)
         # Three transports a host: fewer queue pairs and a smaller staging buffer each
         # than DistFeature's one.
-        options = {"device": "", **torch.classes.quiver.Transport.rdma_defaults(),
-                   "qps_per_peer": 2, "staging_bytes": 8 << 20, **(rdma or {})}
+        defaults = torch.classes.quiver.Transport.rdma_defaults()
+        unknown = sorted(set(rdma or {}) - set(defaults) - {"device"})
+        if unknown:
+            raise ValueError(f"rdma options are {sorted(['device', *defaults])}, got unknown "
+                             f"{unknown}")
+        options = {"device": "", **defaults, "qps_per_peer": 2, "staging_bytes": 8 << 20,
+                   **(rdma or {})}
         self.transport = transport = self._agree(group, transport, replace, options, timeout,
                                                  draws, lanes)
+        if not nccl:
+            # A Gloo group of the sampler's own, so that its exchanges never pair with a
+            # DistFeature's posted from another thread (see dist._own_group).
+            group = _own_group(group, timeout)
         self.draws = draws or ("requester" if transport == "rdma" else "owner")
         self.lanes = lanes if transport == "collective" and not nccl else 1
         gloo_lanes = [lane.boxed() for lane in
@@ -510,7 +540,7 @@ class DistGraphSampler:
         edges_per_hop)``, edge ids global (the input's positions, as CSRTopo numbers them).
         As :class:`GraphSageSampler`'s: the first four on the sampling GPU in the GPU and UVA
         modes (on the CPU in the CPU mode), the counts on the CPU."""
-        return self._sampler.sample(torch.as_tensor(input_nodes).cpu(), generator)
+        return self._sampler.sample(as_ids(input_nodes).cpu(), generator)
 
     def sample(self, input_nodes, generator: Optional[torch.Generator] = None
                ) -> Tuple[Tensor, int, List[Adj]]:

@@ -84,7 +84,8 @@ __global__ void bounded_requests_kernel(OwnerGrouping<owner_t> grouping,
 
 // An owner's received blocks compacted (compact_requests): each block's start among the
 // compacted rows from the counts' prefix sums (a count past the block's rows taken as the
-// rows the block holds), in shared memory.
+// rows the block holds, a negative one, which only a corrupt peer sends, as none), in
+// shared memory.
 __global__ void compact_requests_kernel(const int64_t* __restrict__ padded, int64_t hosts,
                                         int64_t slot_rows, int64_t* __restrict__ asked,
                                         int64_t* __restrict__ slot_of, int64_t* __restrict__ live,
@@ -99,7 +100,7 @@ __global__ void compact_requests_kernel(const int64_t* __restrict__ padded, int6
     int64_t most = 0;
     for (int64_t p = 0; p < hosts; ++p) {
       most = max(most, starts[p + 1]);
-      starts[p + 1] = starts[p] + min(starts[p + 1], slot_rows);
+      starts[p + 1] = starts[p] + min(max(starts[p + 1], int64_t{0}), slot_rows);
     }
     if (blockIdx.x == 0) {
       live[0] = 0;

@@ -82,6 +82,97 @@ def test_shard_map_locates_many_ids_as_its_tables_say(dtype):
         shard_map.locate(ids)
 
 
+def two_tables_worker(rank, world, port, results, lanes):
+    """Two DistFeatures over one Gloo world, used as a loader does: one table fetched on its
+    own thread (gather_async) while the other is gathered, then both from two threads of
+    their own at once; a fetch waited on by four threads; the small Python faces."""
+    import threading
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=timedelta(seconds=60))
+    with reported(results, rank):
+        n = 900
+        shard_map = qv.dist.build_shard_map(n, world, None, 0.1)
+        x, y = table(n, 8, seed=1), table(n, 2, seed=2)
+
+        def dist_feature(rows):
+            local = qv.Feature(device_list=[]).from_cpu_tensor(rows[shard_map.local_ids(rank)])
+            return qv.dist.DistFeature(shard_map, local, transport="gloo", timeout=20.0,
+                                       lanes=lanes)
+
+        fx, fy = dist_feature(x), dist_feature(y)
+        gen = torch.Generator().manual_seed(rank)
+        for _ in range(15):
+            ids = torch.randint(n, (int(torch.randint(1, 300, (1,), generator=gen)),),
+                                generator=gen)
+            work = fx.gather_async(ids)
+            assert torch.equal(fy[ids], y[ids])
+            assert torch.equal(work.wait(30.0), x[ids])
+        failures = []
+
+        def gather_often(feature, rows, seed):
+            try:
+                g = torch.Generator().manual_seed(seed)
+                for _ in range(15):
+                    ids = torch.randint(n, (200,), generator=g)
+                    assert torch.equal(feature[ids], rows[ids])
+            except Exception as error:  # noqa: BLE001
+                failures.append(repr(error))
+
+        threads = [threading.Thread(target=gather_often, args=(fx, x, 10 + rank)),
+                   threading.Thread(target=gather_often, args=(fy, y, 20 + rank))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failures, failures
+        # One fetch, four waiters: one takes the rows, the others are told so.
+        ids = torch.randint(n, (100,), generator=gen)
+        work, taken = fx.gather_async(ids), []
+
+        def wait_for_it():
+            try:
+                taken.append(work.wait(30.0))
+            except RuntimeError as error:
+                taken.append(str(error))
+
+        waiters = [threading.Thread(target=wait_for_it) for _ in range(4)]
+        for t in waiters:
+            t.start()
+        for t in waiters:
+            t.join()
+        rows = [t for t in taken if isinstance(t, torch.Tensor)]
+        assert len(rows) == 1 and torch.equal(rows[0], x[ids]), taken
+        assert all("already taken" in t for t in taken if isinstance(t, str)), taken
+        assert work.done()
+        assert fx[[]].shape == (0, 8)  # an empty list is no ids (every host, in step)
+        with pytest.raises(ValueError, match=r"unknown \['qps_per_peerr'\]"):
+            qv.dist.DistFeature(shard_map, fx.local, transport="gloo", rdma={"qps_per_peerr": 2})
+        fx.close()
+        assert "transport=closed" in repr(fx)
+        fy.close()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("lanes", [1, 4])
+def test_two_tables_fetched_side_by_side_over_gloo(tmp_path, lanes):
+    spawn_workers(two_tables_worker, args=(2, free_port(), str(tmp_path), lanes), nprocs=2)
+    seen = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+def test_a_shard_map_keeps_its_own_copy_of_its_tensors():
+    """The map checks its rows once: a later write to the tensors it was built from, or to
+    those it hands out, must not reach it (an owner out of range would be read unchecked)."""
+    host_of = torch.tensor([0, 1, -1, 1], dtype=torch.int32)
+    local_index = torch.tensor([1, 1, 0, 2])
+    shard_map = torch.classes.quiver.ShardMap(host_of, local_index, 2)
+    host_of.fill_(7)
+    local_index.fill_(-5)
+    shard_map.host_of().fill_(9)
+    owner, where = shard_map.locate(torch.arange(4))
+    assert owner.tolist() == [0, 1, -1, 1] and where.tolist() == [1, 1, 0, 2]
+
+
 def test_shard_map_follows_an_assignment_and_rejects_bad_input():
     assignment = torch.tensor([2, 0, 1, 2, 0, 1])
     shard_map = qv.dist.build_shard_map(6, 3, replicate_fraction=0.0, assignment=assignment)

@@ -115,7 +115,16 @@ def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend=
         if rank == die_rank:
             os._exit(0)  # gone mid-run: the survivors must name it, not hang
         with pytest.raises(ValueError, match="out of range"):
-            sampler.sample_subgraph(torch.tensor([400]))  # checked before any exchange
+            sampler.sample_subgraph(torch.tensor([400]))  # every host's seeds bad
+        # One host's seeds bad: it takes part with none and raises after the batch, so the
+        # hosts stay in step for the next one.
+        seeds = torch.arange(20)
+        if rank == 0:
+            with pytest.raises(ValueError, match="seed 400 is out of range"):
+                sampler.sample_subgraph(torch.tensor([1, 400]))
+        else:
+            check_batch(sampler.sample_subgraph(seeds), seeds, edge_index, degree, fanouts)
+        check_batch(sampler.sample_subgraph(seeds), seeds, edge_index, degree, fanouts)
         if die_rank >= 0:
             sampler.sample_subgraph(torch.arange(10))  # the peer is gone: raises
 

@@ -156,6 +156,17 @@ def test_given_owners_and_bad_inputs(tmp_path):
         partition_graph(tmp_path / "x", topo, 2, "range", x=torch.zeros(5, 2))
     with pytest.raises(ValueError, match="split 'train'"):
         partition_graph(tmp_path / "x", topo, 2, "range", splits={"train": torch.tensor([200])})
+    with pytest.raises(ValueError, match="split 'train' must hold integer node ids"):
+        partition_graph(tmp_path / "x", topo, 2, "range", splits={"train": torch.tensor([3.7])})
+    with pytest.raises(ValueError, match="a mask of 5 entries for a graph of 200 nodes"):
+        partition_graph(tmp_path / "x", topo, 2, "range",
+                        splits={"train": torch.ones(5, dtype=torch.bool)})
+    # A boolean mask (PyG's train_mask) names the nodes it marks.
+    mask = torch.zeros(200, dtype=torch.bool)
+    mask[[3, 4, 150]] = True
+    partition_graph(tmp_path / "masked", topo, 2, owner=owner, splits={"train": mask})
+    assert load_partition(tmp_path / "masked", 0).splits["train"].tolist() == [4, 150]
+    assert load_partition(tmp_path / "masked", 1).splits["train"].tolist() == [3]
     # The features' options are checked before any part is written over the one there.
     for bad, words in (({"replicate": 1.5}, r"replicate must be in \[0, 1\], got 1.5"),
                        ({"hot_order": torch.arange(40)}, "hot_order")):

@@ -92,11 +92,16 @@ class FetchWork : public torch::CustomClassHolder {
   // fetch is not done by then, or rethrows its failure). The caller's current stream is
   // ordered after the fetch's work. Dropping a FetchWork never waits: an unfinished fetch
   // ends on its own thread, within the transport's timeout.
+  // Safe from several threads: one takes the rows, the others raise.
   at::Tensor wait(double timeout_s);
   bool done() const;
 
  private:
-  std::future<Fetched> fetched_;
+  // Shared, so that threads may wait on it together; the rows go to the first that takes
+  // them (under taken_mutex_).
+  std::shared_future<Fetched> fetched_;
+  mutable std::mutex taken_mutex_;
+  bool taken_ = false;
 };
 
 }  // namespace quiver::runtime

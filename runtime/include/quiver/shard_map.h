@@ -44,8 +44,9 @@ class ShardMap : public torch::CustomClassHolder {
   int64_t local_rows(int64_t host) const;
   // Global ids of host's local table, in local order (int64).
   at::Tensor local_ids(int64_t host) const;
-  at::Tensor host_of() const { return host_of_; }
-  at::Tensor local_index() const { return local_index_; }
+  // Copies: the map's own tensors were checked once and are trusted from then on.
+  at::Tensor host_of() const { return host_of_.clone(); }
+  at::Tensor local_index() const { return local_index_.clone(); }
 
   // For ids (1-D int32/int64, any device): (host_of[ids], local_index[ids]) as int64 on
   // the ids' device. Out-of-range ids raise IndexError (no device assert). The map is
