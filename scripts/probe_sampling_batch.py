@@ -1,5 +1,6 @@
 """Where a GPU-mode batch's time goes through GraphSageSampler.sample with CPU seeds
-(products-like graph, [15, 10, 5], 1024 seeds): the call's median, its parts (seeds to the
+(products-like graph, [15, 10, 5], 1024 seeds): the call's median, unsynchronized (as a
+loader calls it) and synchronized each call, its parts (seeds to the
 GPU, the op, building the adjacency lists), the op with seeds already on the GPU and with
 seeds from the host carried in the batch's upload (sample()'s own path since 2026-11-28), and a
 profile of 10 calls (kernels by GPU time, then host calls), its trace in $OUT.
@@ -27,11 +28,18 @@ torch.cuda.synchronize()
 
 def med(xs): return statistics.median(xs) * 1e3
 
-t_sample, t_copy, t_op, t_layers, t_gpu_seeds = [], [], [], [], []
+t_sample, t_synced, t_copy, t_op, t_layers, t_gpu_seeds = [], [], [], [], [], []
 gpu_seeds = [b.to(dev) for b in seeds]
-for b, gb in zip(seeds[10:], gpu_seeds[10:]):
-    t0 = time.perf_counter(); s.sample(b); t1 = time.perf_counter()
-    t_sample.append(t1 - t0)
+# sample() as a loader calls it (no synchronize: the host returns once the batch's kernels
+# are queued and its sizes known) and each call synchronized (the batch's kernels done), in
+# alternating order so that drift within the run falls on both.
+for i, b in enumerate(seeds[10:]):
+    for synced in ((False, True) if i % 2 == 0 else (True, False)):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter(); s.sample(b)
+        if synced:
+            torch.cuda.synchronize()
+        (t_synced if synced else t_sample).append(time.perf_counter() - t0)
 for b in seeds[10:]:
     t0 = time.perf_counter(); sd = s._seeds(b); t1 = time.perf_counter()
     out = s._sampler.sample_subgraph(sd, None)
@@ -47,8 +55,12 @@ for b in seeds[10:]:
     s._sampler.sample_subgraph_on(b, dev.index, None)
     t_host_seeds.append(time.perf_counter() - t0)
 edges = sum(int(x) for x in s.sample_subgraph(seeds[0])[5])
-print(f"sample() CPU seeds: median {med(t_sample):.3f} ms (p10 {statistics.quantiles(t_sample, n=10)[0]*1e3:.3f}); "
-      f"edges/batch {edges}")
+print(f"sample() CPU seeds, unsynchronized: median {med(t_sample):.3f} ms "
+      f"(p10 {statistics.quantiles(t_sample, n=10)[0]*1e3:.3f}); edges/batch {edges} "
+      f"(every hop's sampled edges): {edges / med(t_sample) * 1e-6:.2f} G edges/s")
+print(f"sample() CPU seeds, each call synchronized: median {med(t_synced):.3f} ms "
+      f"(p10 {statistics.quantiles(t_synced, n=10)[0]*1e3:.3f}): "
+      f"{edges / med(t_synced) * 1e-6:.2f} G edges/s")
 print(f"  seeds .to(cuda) {med(t_copy):.3f} ms, sampling {med(t_op):.3f} ms, layers_of {med(t_layers):.3f} ms")
 print(f"sampling, seeds on the GPU: {med(t_gpu_seeds):.3f} ms; seeds from the host riding "
       f"on the batch's upload (what sample() does): {med(t_host_seeds):.3f} ms")

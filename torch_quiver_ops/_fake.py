@@ -193,7 +193,7 @@ class FakeDistFeature:
     def __obj_unflatten__(cls, flattened):
         return cls(**dict(flattened))
 
-    def gather(self, ids):
+    def gather(self, ids, host_read_blocks: int = 0):
         return self._no_rows.new_empty((ids.shape[0], *self._no_rows.shape[1:]),
                                        device=ids.device)
 

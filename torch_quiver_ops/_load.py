@@ -89,6 +89,13 @@ def check_build_matches(build_info: dict) -> None:
         )
     built_cuda = build_info.get("cuda", "")
     running_cuda = torch.version.cuda
+    if built_cuda and not running_cuda:
+        # The library links torch's CUDA libraries and CUDA's runtime: loading it would fail
+        # in the dynamic linker, naming a file rather than the cause.
+        raise ImportError(
+            f"torch-quiver-ops was built with CUDA {built_cuda}, but this torch "
+            f"({torch.__version__}) has no CUDA; install a CUDA build of torch "
+            f"{built_torch or ''}, or rebuild torch-quiver-ops against this torch.")
     if built_cuda and running_cuda and _major_minor(built_cuda) != _major_minor(running_cuda):
         raise ImportError(
             f"torch-quiver-ops was built with CUDA {built_cuda}, but this torch uses CUDA "
@@ -116,7 +123,14 @@ def load_library() -> Path:
     if not path.exists():
         raise ImportError(_missing_library_message(path))
     info_file = path.parent / "build_info.json"
-    build_info = json.loads(info_file.read_text()) if info_file.exists() else {}
+    try:
+        build_info = json.loads(info_file.read_text()) if info_file.exists() else {}
+    except (OSError, ValueError) as error:
+        raise ImportError(f"{info_file} is not the build record the install writes ({error}): "
+                          f"reinstall torch-quiver-ops") from None
+    if not isinstance(build_info, dict):
+        raise ImportError(f"{info_file} is not the build record the install writes: reinstall "
+                          f"torch-quiver-ops")
     check_build_matches(build_info)
     torch.ops.load_library(str(path))
     return path

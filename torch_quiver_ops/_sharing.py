@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import secrets
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,8 @@ from torch import Tensor
 from . import preflight
 
 _CRC_CHUNK = 64 << 20
+# The json's key for the id of one save (see save_arrays).
+_SAVE_ID = "save_id"
 
 
 # The dtypes a save may hold (what torch.from_file maps), by their names in the metadata.
@@ -95,10 +98,13 @@ def save_arrays(directory: Union[str, Path], stem: str,
                 arrays: Dict[str, Union[None, Tensor, Streamed]], **meta) -> Path:
     """Writes each array as ``<name>.bin`` (raw bytes) and ``<stem>.json`` describing them
     (dtype, shape, bytes, CRC-32) plus ``meta``, into ``directory``; :func:`map_arrays`
-    reads them back. A :class:`Streamed` array is written chunk by chunk. The json is
-    written last and atomically, so a concurrent :func:`map_arrays` sees the whole save or
-    none of it. Checks first that the directory's file system has room for every array (a
-    RAM-backed /dev/shm is often small)."""
+    reads them back. A :class:`Streamed` array is written chunk by chunk. An earlier
+    save's json is removed before any of its files is replaced, and the new one is written
+    last and atomically, with an id of this save: an interrupted save leaves nothing to
+    load rather than a mix of two saves, and a concurrent :func:`map_arrays` sees the whole
+    save or raises (it reads the json again once it has mapped the files). Checks first
+    that the directory's file system has room for every array (a RAM-backed /dev/shm is
+    often small)."""
     directory = Path(directory)
     _check_name(stem, str(directory))
     present = {name: t for name, t in arrays.items() if t is not None}
@@ -107,6 +113,8 @@ def save_arrays(directory: Union[str, Path], stem: str,
     directory.mkdir(parents=True, exist_ok=True)
     preflight.check_room(directory, sum(t.nbytes for t in present.values()),
                          f"saving {', '.join(present) or 'nothing'}")
+    record = directory / f"{stem}.json"
+    record.unlink(missing_ok=True)
     described = {}
     for name, t in present.items():
         if _dtype_name(t.dtype) not in _DTYPES:
@@ -122,9 +130,9 @@ def save_arrays(directory: Union[str, Path], stem: str,
         os.replace(partial, path)
         described[name] = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape),
                            "nbytes": t.nbytes, "crc32": crc, "crc32_of": _CRC_OF}
-    record = directory / f"{stem}.json"
     partial = record.with_suffix(".json.partial")
-    partial.write_text(json.dumps({"arrays": described, **meta}))
+    partial.write_text(json.dumps({"arrays": described, **meta,
+                                   _SAVE_ID: secrets.token_hex(8)}))
     os.replace(partial, record)
     return directory
 
@@ -178,7 +186,8 @@ def map_arrays(directory: Union[str, Path], stem: str,
         raise FileNotFoundError(f"{record} does not exist: nothing was saved in {directory}, "
                                 f"or the save has not finished")
     try:
-        meta = json.loads(record.read_text())
+        text = record.read_text()
+        meta = json.loads(text)
     except (ValueError, UnicodeDecodeError) as error:
         raise ValueError(f"{record} is not the JSON save_arrays writes ({error}): the save "
                          f"is corrupt") from None
@@ -210,6 +219,16 @@ def map_arrays(directory: Union[str, Path], stem: str,
     if missing:
         raise ValueError(f"{record} lists no {', '.join(missing)}: the save is incomplete or "
                          f"from something else")
+    # A save over this one began while the files were mapped (it removes the json first):
+    # some of them may be the new save's.
+    try:
+        unchanged = record.read_text() == text
+    except OSError:
+        unchanged = False
+    if not unchanged:
+        raise ValueError(f"{directory} was saved over while it was being loaded: load it again "
+                         f"once that save has finished")
+    meta.pop(_SAVE_ID, None)
     return arrays, meta
 
 

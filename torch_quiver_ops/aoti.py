@@ -91,6 +91,11 @@ def check_package(package_path: Union[str, Path]) -> None:
     """Raises RuntimeError when a package's compiled model links libstdc++ statically (it
     would crash this process on load), naming the package and the fix."""
     package_path = Path(package_path)
+    if not package_path.is_file():
+        raise FileNotFoundError(f"no AOTInductor package at {package_path}")
+    if not zipfile.is_zipfile(package_path):
+        raise ValueError(f"{package_path} is not an AOTInductor package (.pt2, a zip archive): "
+                         f"make one with torch_quiver_ops.aoti.compile_and_package")
     with zipfile.ZipFile(package_path) as archive, \
             tempfile.TemporaryDirectory(prefix="quiver-aoti-package-") as scratch:
         for name in archive.namelist():

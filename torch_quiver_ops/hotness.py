@@ -34,6 +34,12 @@ def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[i
     seeds = torch.as_tensor(seeds).cpu()
     if seeds.dim() != 1 or seeds.numel() == 0:
         raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+    if num_batches is not None and (isinstance(num_batches, bool)
+                                    or not isinstance(num_batches, int) or num_batches < 0):
+        raise ValueError(f"num_batches must be None (one epoch) or an int >= 0, got "
+                         f"{num_batches!r}")
     batches = seeds[torch.randperm(seeds.numel(), generator=generator)].split(batch_size)
     # With a generator, the sampling draws come from it too (a generator of the sampling
     # device, seeded from it), so that the same generator gives the same order.

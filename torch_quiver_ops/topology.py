@@ -95,7 +95,8 @@ class CSRTopo:
     Args:
         edge_index: ``[2, E]`` int tensor of edges.
         indptr, indices: an existing CSR (checked once here), instead of ``edge_index``.
-        eid: with ``indptr``/``indices``, the id of each CSR edge.
+        eid: the id of each edge: with ``indptr``/``indices``, of each CSR edge; with
+            ``edge_index``, of each of its columns (PyG's ``e_id``; default: the column).
         num_nodes: node count (default: inferred from the ids).
     """
 
@@ -126,9 +127,18 @@ class CSRTopo:
                     bad = low if low < -INT32_MAX - 1 else high
                     raise IndexError(f"edge_index holds node {bad}, out of range "
                                      f"[0, {num_nodes})")
+            if eid is not None:
+                eid = torch.as_tensor(eid)
+                if (eid.dim() != 1 or eid.numel() != edge_index.size(1)
+                        or eid.is_floating_point() or eid.is_complex() or eid.dtype == torch.bool):
+                    raise ValueError(f"eid must hold one integer id per column of edge_index "
+                                     f"({edge_index.size(1)}), got {eid.dtype} of shape "
+                                     f"{tuple(eid.shape)}")
             row = edge_index[0].to(dtype).contiguous()
             col = edge_index[1].to(dtype).contiguous()
-            indptr, indices, eid = (t.cpu() for t in ops.csr_from_coo(row, col, num_nodes))
+            indptr, indices, positions = (t.cpu() for t in ops.csr_from_coo(row, col, num_nodes))
+            # csr_from_coo numbers a CSR edge by its column; the caller's ids name them.
+            eid = positions if eid is None else eid.cpu().long()[positions.long()]
         else:
             if indptr is None or indices is None:
                 raise ValueError("CSRTopo needs edge_index, or both indptr and indices")

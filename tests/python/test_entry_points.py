@@ -137,3 +137,10 @@ def test_version_mismatch_is_explained():
     if torch.version.cuda:
         with pytest.raises(ImportError, match="built with CUDA 9.2"):
             check_build_matches({"torch": torch.__version__, "cuda": "9.2"})
+
+
+def test_a_cuda_build_under_a_torch_without_cuda_is_explained(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(ImportError, match="built with CUDA 13.0, but this torch .* has no CUDA"):
+        check_build_matches({"torch": torch.__version__, "cuda": "13.0"})
+    check_build_matches({"torch": torch.__version__, "cuda": ""})  # a CPU build loads

@@ -246,6 +246,18 @@ def test_fake_transport_and_dist_feature_answer_as_the_real_ones():
     fake = _fake.FakeDistFeature(torch.empty(0, 5, dtype=torch.bfloat16), 10, 0, 2)
     rows = fake.gather(torch.zeros(7, dtype=torch.long))
     assert rows.shape == (7, 5) and rows.dtype == torch.bfloat16
+    # DistFeature.__getitem__ passes this thread's host_read_blocks too.
+    assert fake.gather(torch.zeros(3, dtype=torch.long), 0).shape == (3, 5)
+
+
+def test_a_file_that_is_no_package_is_named(tmp_path):
+    from torch_quiver_ops import aoti
+    junk = tmp_path / "model.pt2"
+    junk.write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="model.pt2 is not an AOTInductor package"):
+        aoti.load_package(junk)
+    with pytest.raises(FileNotFoundError, match="no AOTInductor package at"):
+        aoti.load_package(tmp_path / "missing.pt2")
 
 
 def static_libstdcxx_compiler(tmp_path) -> str:

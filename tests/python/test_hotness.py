@@ -87,6 +87,15 @@ def test_presample_rejects_empty_seeds():
         qv.presample_hot_order(sampler, torch.tensor([], dtype=torch.long))
 
 
+@pytest.mark.parametrize("option,value", [("batch_size", 0), ("batch_size", -3),
+                                          ("num_batches", -1), ("batch_size", 2.5)])
+def test_presample_options_are_checked(option, value):
+    topo = qv.CSRTopo(torch.tensor([[0, 1], [1, 0]]))
+    sampler = qv.GraphSageSampler(topo, [2], mode="CPU")
+    with pytest.raises(ValueError, match=f"{option} must be"):
+        qv.presample_hot_order(sampler, torch.tensor([0, 1]), **{option: value})
+
+
 def test_one_generator_gives_one_order_whatever_else_draws():
     topo = qv.CSRTopo(synthetic_graph("tiny", seed=3).edge_index)
     sampler = qv.GraphSageSampler(topo, [5, 3], device="cpu", mode="CPU")

@@ -28,6 +28,47 @@ def edit_metadata(directory, **changes):
     record.write_text(json.dumps(meta))
 
 
+def test_an_interrupted_save_over_another_leaves_nothing_to_load(tmp_path, monkeypatch):
+    """Two saves of the same sizes: one stopped after replacing its first file must not
+    load as a mix of the two (the earlier save's json goes first)."""
+    first = {"a": torch.zeros(4), "b": torch.zeros(4)}
+    _sharing.save_arrays(tmp_path, "pair", first)
+    replaced = []
+    real_replace = os.replace
+
+    def stop_after_one(source, target):
+        if replaced:
+            raise KeyboardInterrupt
+        replaced.append(target)
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", stop_after_one)
+    with pytest.raises(KeyboardInterrupt):
+        _sharing.save_arrays(tmp_path, "pair", {"a": torch.ones(4), "b": torch.ones(4)})
+    monkeypatch.setattr(os, "replace", real_replace)
+    with pytest.raises(FileNotFoundError, match="has not finished"):
+        _sharing.map_arrays(tmp_path, "pair")
+
+
+def test_a_load_that_a_save_overtook_is_refused(tmp_path, monkeypatch):
+    """A save over the directory while a load maps it: the load raises rather than return
+    files of two saves."""
+    _sharing.save_arrays(tmp_path, "pair", {"a": torch.zeros(4)})
+    real_from_file = torch.from_file
+
+    def save_meanwhile(*args, **kwargs):
+        mapped = real_from_file(*args, **kwargs)
+        monkeypatch.setattr(torch, "from_file", real_from_file)
+        _sharing.save_arrays(tmp_path, "pair", {"a": torch.ones(4)})
+        return mapped
+
+    monkeypatch.setattr(torch, "from_file", save_meanwhile)
+    with pytest.raises(ValueError, match="saved over while it was being loaded"):
+        _sharing.map_arrays(tmp_path, "pair")
+    arrays, meta = _sharing.map_arrays(tmp_path, "pair")
+    assert torch.equal(arrays["a"], torch.ones(4)) and "save_id" not in meta
+
+
 @pytest.mark.parametrize("shape", [[12, 4], [3, 4], [6, 2]])
 def test_a_shape_that_disagrees_with_the_bytes_is_refused_and_the_file_left_alone(tmp_path,
                                                                                   shape):

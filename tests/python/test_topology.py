@@ -23,6 +23,16 @@ def test_from_edge_index_uses_int32_and_keeps_edge_ids():
     assert torch.all(topo.degree[order][:-1] >= topo.degree[order][1:])
 
 
+def test_edge_ids_given_with_edge_index_name_the_csr_edges():
+    row, col = random_coo(50, 300, seed=5)
+    e_id = torch.randperm(1000)[:300]  # PyG's e_id: ids of some larger edge set
+    topo = qv.CSRTopo(torch.stack([row, col]), eid=e_id)
+    plain = qv.CSRTopo(torch.stack([row, col]))
+    assert torch.equal(topo.eid, e_id[plain.eid])
+    with pytest.raises(ValueError, match=r"one integer id per column of edge_index \(300\)"):
+        qv.CSRTopo(torch.stack([row, col]), eid=e_id[:10])
+
+
 @requires_cuda
 def test_edges_on_a_gpu_are_built_there_into_the_same_host_csr():
     row, col = random_coo(3000, 40000, seed=8)
