@@ -127,11 +127,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         triplets = NegativeSampling("triplet", amount=args.mrr_negatives)
         for batch in loader(ids, triplets, batch_size=1024):
             batch = batch.to(device)
-            z = embed(batch)
-            src = z[batch.src_index]
-            pos = (src * z[batch.dst_pos_index]).sum(-1, keepdim=True)
-            neg = (src.unsqueeze(1) * z[batch.dst_neg_index]).sum(-1)
-            ranks.append(1 + (neg >= pos).sum(-1))
+            ranks.append(ranks_of(embed(batch), batch))
         mrr = float((1.0 / torch.cat(ranks).double()).mean())
         return auc(torch.cat(positive), torch.cat(negative)), mrr
 
@@ -170,6 +166,16 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         with open(args.report, "w") as f:
             json.dump(result, f, indent=1)
     return result
+
+
+def ranks_of(z, batch):
+    """Each seed edge's rank among its triplet negatives by dot product (1 = first)."""
+    src = z[batch.src_index]
+    pos = (src * z[batch.dst_pos_index]).sum(-1, keepdim=True)
+    # PyG squeezes one negative a source to shape [B]: [B, amount] either way.
+    neg_index = batch.dst_neg_index.view(src.size(0), -1)
+    neg = (src.unsqueeze(1) * z[neg_index]).sum(-1)
+    return 1 + (neg >= pos).sum(-1)
 
 
 def chance_mrr(negatives: int) -> float:

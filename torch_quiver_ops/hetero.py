@@ -9,12 +9,14 @@ every relation, grouped by relation, so that one pass of the kernels per hop sam
 relation, each with its own fanout."""
 from __future__ import annotations
 
+import itertools
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from . import ops
+from ._device import as_ids
 from .ops import integer_times
 from .sampler import sampling_placement
 from .uva import pinned
@@ -211,7 +213,11 @@ class HeteroCSRTopo:
 
     def per_edge(self, values: Dict[EdgeType, Tensor], name: str) -> Tensor:
         """One value per global edge id from ``{edge_type: value per edge}`` (every edge
-        type present)."""
+        type present, no other)."""
+        unknown = [et for et in values if et not in self.num_edges_dict]
+        if unknown:
+            raise ValueError(f"{name} names edge types {unknown} that the graph lacks (it has "
+                             f"{list(self.num_edges_dict)})")
         parts = []
         for et, count in self.num_edges_dict.items():
             if et not in values:
@@ -225,7 +231,11 @@ class HeteroCSRTopo:
 
     def per_node(self, values: Dict[str, Tensor], name: str) -> Tensor:
         """One value per global node id from ``{node_type: value per node}`` (every type
-        present)."""
+        present, no other)."""
+        unknown = [t for t in values if t not in self.num_nodes_dict]
+        if unknown:
+            raise ValueError(f"{name} names node types {unknown} that the graph lacks (it has "
+                             f"{self.node_types})")
         parts = []
         for t in self.node_types:
             if t not in values:
@@ -423,7 +433,7 @@ class HeteroSampler:
         """``ids`` of ``node_type`` as global ids on the sampling device. Checked where they
         are (on the host, as a DataLoader gives them: no GPU round trip) unless ``checked``,
         then moved: the ops check only the global range."""
-        ids = torch.as_tensor(ids)
+        ids = as_ids(ids)
         if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() != 1:
             raise TypeError(f"{name} must be a 1-D integer tensor, got {ids.dtype} of shape "
                             f"{tuple(ids.shape)}")
@@ -432,7 +442,7 @@ class HeteroSampler:
             bad = ids[(ids < 0) | (ids >= n)][0]
             raise IndexError(f"{name} holds node {int(bad)}, outside the {n} nodes of type "
                              f"{node_type!r}")
-        ids = ids.to(self.device, torch.long, non_blocking=True)
+        ids = ids.to(self.device, torch.long, non_blocking=True).contiguous()
         offset = self.topo.type_offset(node_type)
         return ids + offset if offset else ids  # no kernel for the first type
 
@@ -479,12 +489,26 @@ class HeteroSampler:
                seed_time: Optional[Tensor] = None,
                generator: Optional[torch.Generator] = None) -> HeteroSample:
         """Samples around ``seeds`` (``{node_type: ids}`` or ``(node_type, ids)``); with
-        temporal sampling ``seed_time`` holds one time per seed, in the same order."""
+        temporal sampling ``seed_time`` holds one time per seed, in the same order (the
+        dict's, then each type's ids). With disjoint trees, ``batch`` numbers a seed's tree
+        by its place in that order too."""
+        if isinstance(seeds, tuple):
+            seeds = {seeds[0]: seeds[1]}
         global_ids = self.global_seeds(seeds)
+        # The op takes the seeds in node type order; the caller's place of each of them.
+        taken = [t for t in self.topo.node_types if t in seeds]
+        caller_of_taken = None
+        if list(seeds) != taken:
+            sizes = {t: as_ids(ids).numel() for t, ids in seeds.items()}
+            starts = dict(zip(seeds, itertools.accumulate([0, *sizes.values()])))
+            caller_of_taken = torch.cat([torch.arange(starts[t], starts[t] + sizes[t])
+                                         for t in taken]).to(self.device)
         if self.temporal:
             if seed_time is None:
                 raise ValueError("temporal sampling needs seed_time: one time per seed")
             seed_time = integer_times(seed_time, "seed_time").to(self.device)
+            if caller_of_taken is not None and seed_time.numel() == global_ids.numel():
+                seed_time = seed_time[caller_of_taken]
         elif seed_time is not None:
             raise ValueError("seed_time needs temporal sampling: build the HeteroCSRTopo with "
                              "edge_time_dict or node_time_dict")
@@ -496,6 +520,8 @@ class HeteroSampler:
         node_sizes = [sum(hops) for hops in per_type]
         edge_sizes = [sum(hops) for hops in per_relation]
         node = dict(zip(topo.node_types, node_ids.split(node_sizes)))
+        if self.disjoint and caller_of_taken is not None:
+            batch = caller_of_taken[batch]
         batch_dict = dict(zip(topo.node_types, batch.split(node_sizes))) if self.disjoint else None
         row = dict(zip(topo.edge_types, rows.split(edge_sizes)))
         col = dict(zip(topo.edge_types, cols.split(edge_sizes)))

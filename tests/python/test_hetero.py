@@ -316,6 +316,25 @@ def test_seed_time_may_be_a_view(mode, view):
     assert edge_time[out[4].cpu()].tolist() == [0] * 4
 
 
+def test_seed_times_follow_the_callers_order(mode):
+    """Seeds given b first: seed_time and the trees' numbers follow that order, not the
+    graph's node type order."""
+    edges = {("a", "r", "b"): torch.tensor([[0, 1], [0, 0]]),
+             ("b", "s", "a"): torch.tensor([[0, 0], [0, 1]])}
+    times = {et: torch.tensor([100, 100]) for et in edges}
+    topo = qv.HeteroCSRTopo(edges, {"a": 2, "b": 1}, edge_time_dict=times)
+    s = sampler(topo, [-1], mode)
+    out = s.sample({"b": torch.tensor([0]), "a": [0]}, torch.tensor([200, 0]))
+    assert out.num_sampled_edges[("a", "r", "b")] == [2]  # b at 200 takes both edges
+    assert out.num_sampled_edges[("b", "s", "a")] == [0]  # a at 0 takes none
+    assert out.batch["b"].tolist() == [0] and out.batch["a"].tolist() == [1, 0, 0]
+    strided = s.sample({"a": torch.tensor([0, 9, 1])[::2]}, torch.tensor([200, 200]))
+    assert strided.node["a"][:2].tolist() == [0, 1]
+    assert s.sample(("a", []), torch.tensor([], dtype=torch.long)).node["a"].numel() == 0
+    with pytest.raises(ValueError, match=r"edge_time_dict names edge types \[\('q', 'q', 'q'\)\]"):
+        qv.HeteroCSRTopo(edges, {"a": 2, "b": 1}, edge_time_dict={**times, ("q", "q", "q"): [1]})
+
+
 def test_disjoint_trees_never_share_nodes(mode):
     edges = random_hetero(6)
     topo = qv.HeteroCSRTopo(edges, TYPES)

@@ -17,6 +17,22 @@ from reference import random_coo
 from stats import assert_uniform
 
 
+def test_triplet_negatives_of_disjoint_trees_name_their_pair(mode):
+    """batch numbers each tree by its seed edge: source i's negatives are pair i's."""
+    gen = torch.Generator().manual_seed(0)
+    edge_index, times = torch.randint(40, (2, 300), generator=gen), torch.randint(50, (300,), generator=gen)
+    data = Data(x=torch.randn(40, 3), edge_index=edge_index, edge_time=times, num_nodes=40)
+    for rules in (dict(edge_label_time=times - 1, time_attr="edge_time"), dict(disjoint=True)):
+        loader = qpyg.LinkNeighborLoader(data, [3, 3], edge_label_index=edge_index,
+                                         neg_sampling=dict(mode="triplet", amount=3),
+                                         batch_size=4, device=device_of(mode), mode=mode,
+                                         **rules)
+        batch = next(iter(loader))
+        pairs = torch.arange(4)
+        assert torch.equal(batch.batch[batch.src_index].cpu(), pairs)
+        assert torch.equal(batch.batch[batch.dst_neg_index].cpu(), pairs.view(4, 1).expand(4, 3))
+
+
 def device_of(mode):
     return torch.device("cpu") if mode == "CPU" else torch.device("cuda", 0)
 

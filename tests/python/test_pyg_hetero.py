@@ -89,6 +89,67 @@ def test_per_edge_type_fanouts_and_node_type_input(mode):
     assert batch[WRITES].num_sampled_edges[0] <= 120
 
 
+def test_pyg_num_neighbors_forms(mode):
+    """PyG's NumNeighbors (its default for the types it leaves out) and its string keys."""
+    from torch_geometric.sampler.base import NumNeighbors
+    data = hetero_data(1)
+    string_keys = {"__".join(et): [2] for et in data.edge_types}
+    for num_neighbors in (NumNeighbors({WRITES: [2]}, default=[0]), string_keys,
+                          NumNeighbors(string_keys)):
+        loader = qpyg.NeighborLoader(data, num_neighbors, input_nodes="paper", batch_size=20,
+                                     device=device_of(mode), mode=mode)
+        batch = next(iter(loader))
+        check_batch(batch, data, "paper")
+        if isinstance(num_neighbors, NumNeighbors) and num_neighbors.default == [0]:
+            assert batch[WRITES].num_sampled_edges[0] > 0
+            assert all(sum(batch[et].num_sampled_edges) == 0
+                       for et in batch.edge_types if et != WRITES)
+
+
+def test_a_node_type_without_attributes_is_counted_from_its_edges(mode):
+    data = HeteroData()
+    data["paper"].x = torch.randn(5, 4)
+    writes = torch.tensor([[0, 7, 3], [0, 1, 4]])
+    data[WRITES].edge_index = writes
+    data["paper", "rev_writes", "author"].edge_index = writes.flip(0)
+    loader = qpyg.NeighborLoader(data, [2], input_nodes="paper", batch_size=5,
+                                 device=device_of(mode), mode=mode)
+    assert sorted(next(iter(loader))["author"].n_id.tolist()) == [0, 3, 7]
+
+
+def test_temporal_link_negatives_exist_by_their_pair_time(mode):
+    """As PyG's: with node times a negative is a node already there at its pair's time;
+    without edge_label_time a pair's time is its source's node time."""
+    gen = torch.Generator().manual_seed(0)
+    data = HeteroData()
+    data["paper"].x = torch.randn(50, 4, generator=gen)
+    data["paper"].time = torch.arange(50) * 2  # papers appear over times 0..98
+    data["author"].x = torch.randn(30, 4, generator=gen)
+    data["author"].time = torch.zeros(30, dtype=torch.long)
+    writes = torch.stack([torch.randint(30, (100,), generator=gen),
+                          torch.randint(50, (100,), generator=gen)])
+    data[WRITES].edge_index = writes
+    data["paper", "rev_writes", "author"].edge_index = writes.flip(0)
+    at_ten = torch.full((100,), 10)
+    for neg in (dict(mode="binary", amount=5), dict(mode="triplet", amount=3)):
+        loader = qpyg.LinkNeighborLoader(data, [2], edge_label_index=WRITES,
+                                         edge_label_time=at_ten, time_attr="time",
+                                         neg_sampling=neg, batch_size=100,
+                                         device=device_of(mode), mode=mode)
+        batch = next(iter(loader))
+        n_id = batch["paper"].n_id.cpu()
+        if neg["mode"] == "binary":
+            label_index, label = batch[WRITES].edge_label_index.cpu(), batch[WRITES].edge_label
+            negatives = n_id[label_index[1][label.cpu() == 0]]
+        else:
+            negatives = n_id[batch["paper"].dst_neg_index.cpu()].view(-1)
+        assert negatives.numel() and int((data["paper"].time[negatives] > 10).sum()) == 0
+    loader = qpyg.LinkNeighborLoader(data, [2], edge_label_index=WRITES, time_attr="time",
+                                     neg_sampling="binary", batch_size=10,
+                                     device=device_of(mode), mode=mode)
+    assert next(iter(loader))[WRITES].edge_label_time.tolist() == [0] * 20
+
+
 def test_temporal_and_weighted_hetero_loader(mode):
     data = hetero_data(2)
     loader = qpyg.NeighborLoader(data, [3, 3], input_nodes=("paper", torch.arange(30)),

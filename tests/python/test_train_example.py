@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import load_example
 
 pytest.importorskip("torch_geometric")
@@ -115,6 +116,19 @@ def test_link_prediction_example_learns():
     # 300 edges; with their reverses left in it read 0.8).
     assert final["test_auc"] > 0.62 and final["val_auc"] > 0.62, result  # chance: 0.5
     assert final["loss"] < result["history"][0]["loss"] + 0.05
+
+
+def test_temporal_example_ranks_against_each_sources_own_negatives():
+    from types import SimpleNamespace
+    ranks_of = load_example("temporal_link_prediction").ranks_of
+    z = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [2.0, 0.0], [0.5, 0.0]])
+    # Source 0: positive 1 (score 1) against negative 2 (0): first. Source 3: positive 4
+    # (1) against negative 1 (2): second. One negative each, squeezed to [B] as PyG does.
+    batch = SimpleNamespace(src_index=torch.tensor([0, 3]), dst_pos_index=torch.tensor([1, 4]),
+                            dst_neg_index=torch.tensor([2, 1]))
+    assert ranks_of(z, batch).tolist() == [1, 2]
+    batch.dst_neg_index = torch.tensor([[2, 1], [2, 4]])
+    assert ranks_of(z, batch).tolist() == [2, 2]
 
 
 def test_temporal_link_prediction_example_learns():

@@ -466,6 +466,13 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
         if isinstance(graph_store, HeteroGraphStore):
             edge_type, edge_label_index = _typed_seed_edges(edge_label_index, graph_store,
                                                             edge_label)
+            node_time_dict = getattr(neighbor_sampler, "node_time_dict", None)
+            if edge_label_time is None and time_attr is not None and node_time_dict is not None:
+                # The documented default, filled in here: PyG's loader refuses time_attr
+                # without edge_label_time.
+                neighbor_sampler._check_timed(edge_type[0], "edge_label_time")
+                edge_label_time = torch.as_tensor(node_time_dict[edge_type[0]]).cpu()[
+                    torch.as_tensor(edge_label_index[0]).cpu().long()]
             super().__init__(stores, num_neighbors=num_neighbors,
                              edge_label_index=(edge_type, edge_label_index),
                              edge_label=(None if edge_label is None

@@ -11,6 +11,7 @@ from torch import Tensor
 from torch_geometric.sampler import (BaseSampler, EdgeSamplerInput, HeteroSamplerOutput,
                                      NegativeSampling, NodeSamplerInput, SamplerOutput)
 from torch_geometric.sampler.base import NumNeighbors
+from torch_geometric.typing import EdgeTypeStr
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 from ..hetero import HeteroCSRTopo, HeteroSampler
@@ -191,7 +192,14 @@ class NeighborSampler(BaseSampler):
             seed_time = torch.cat([seed_time, dst_time])
         if self.disjoint:
             out = self._sample(seed, seed_time)
-            out.batch = out.batch % num_pos
+            # Each tree's batch entry names its pair: tree t < 2 * num_pos is pair
+            # t % num_pos; binary negative n takes pair n % num_pos (as its time), and
+            # triplet source i's negatives, at 2 * num_pos + i * amount + r, take pair i.
+            pairs = torch.arange(num_pos, device=device)
+            pair_of_tree = (pairs.repeat(math.ceil(seed.numel() / num_pos))[:seed.numel()]
+                            if neg.is_binary() else
+                            torch.cat([pairs, pairs, pairs.repeat_interleave(int(neg.amount))]))
+            out.batch = pair_of_tree[out.batch]
             positions = torch.arange(seed.numel(), device=device)
         else:
             seed, positions = seed.unique(return_inverse=True)
@@ -311,7 +319,13 @@ class HeteroNeighborSampler(BaseSampler):
             raise TypeError(f"HeteroNeighborSampler samples a HeteroGraphStore or a "
                             f"HeteroCSRTopo, got {type(graph).__name__}")
         if isinstance(num_neighbors, NumNeighbors):
-            num_neighbors = num_neighbors.values
+            # PyG's own reading (string keys, `default` for the types it leaves out), from a
+            # fresh copy: get_values keeps its first answer.
+            num_neighbors = NumNeighbors(num_neighbors.values, num_neighbors.default
+                                         ).get_values(topo.edge_types)
+        elif isinstance(num_neighbors, dict):  # PyG also takes "src__rel__dst" keys
+            num_neighbors = {EdgeTypeStr(k).to_tuple() if isinstance(k, str) else k: v
+                             for k, v in num_neighbors.items()}
         self.sampler = HeteroSampler(topo, num_neighbors, device, mode, replace,
                                      weights=weights, temporal_strategy=temporal_strategy,
                                      strict_time=strict_time, disjoint=disjoint)
@@ -398,30 +412,7 @@ class HeteroNeighborSampler(BaseSampler):
                 raise IndexError(f"{name} holds node {int(bad)}, outside {t!r}'s {n} nodes")
         num_pos = src.numel()
         edge_label = inputs.label
-
-        def negatives(sources, per_src):
-            return self.sampler.sample_negatives(et, sources, per_src, self.neg_exclude_edges,
-                                                 generator, checked=True)
-
-        if neg is not None and neg.is_binary():
-            num_neg = math.ceil(num_pos * neg.amount)
-            src_neg = torch.randint(n_src, (num_neg,), device=device, generator=generator)
-            src = torch.cat([src, src_neg])
-            dst = torch.cat([dst, negatives(src_neg, 1)])
-            if edge_label is None:
-                edge_label = torch.ones(num_pos, device=device)
-            edge_label = edge_label.to(device, non_blocking=True)
-            edge_label = torch.cat([edge_label, edge_label.new_zeros(
-                (num_neg, ) + edge_label.shape[1:])])
-        elif neg is not None:
-            dst = torch.cat([dst, negatives(src, int(neg.amount))])
-        # The seed edge (or negative pair) each seed belongs to: a triplet's negatives
-        # belong to their source's edge.
-        src_pair = torch.arange(src.numel(), device=device)
-        dst_pair = torch.arange(dst.numel(), device=device)
-        if neg is not None and not neg.is_binary():
-            dst_pair = torch.cat([src_pair, src_pair.repeat_interleave(int(neg.amount))])
-        src_time = dst_time = None
+        pair_time = None
         if self.sampler.temporal:  # disjoint trees, each at its pair's time
             pair_time = inputs.time
             if pair_time is None:
@@ -431,6 +422,59 @@ class HeteroNeighborSampler(BaseSampler):
                 self._check_timed(src_type, "edge_label_time")
                 pair_time = torch.as_tensor(self.node_time_dict[src_type])[inputs.row]
             pair_time = integer_times(pair_time, "edge_label_time").to(device)
+
+        def negatives(sources, per_src):
+            return self.sampler.sample_negatives(et, sources, per_src, self.neg_exclude_edges,
+                                                 generator, checked=True)
+
+        def existing_by(ids, node_type, times, redraw):
+            # PyG's rule with node times: a negative must exist by its pair's time. Late
+            # ones are drawn again, five rounds, then the type's earliest node takes them.
+            if (pair_time is None or self.node_time_dict is None
+                    or node_type in self.untimed_node_types):
+                return ids
+            node_time = torch.as_tensor(self.node_time_dict[node_type]).to(device)
+            late = node_time[ids] > times
+            for _ in range(5):
+                if not bool(late.any()):
+                    return ids
+                where = late.nonzero().view(-1)
+                ids = ids.clone()
+                ids[where] = redraw(where)
+                late[where] = node_time[ids[where]] > times[where]
+            return torch.where(late, node_time.argmin(), ids)
+
+        if neg is not None and neg.is_binary():
+            num_neg = math.ceil(num_pos * neg.amount)
+            neg_time = (None if pair_time is None else
+                        pair_time[torch.arange(num_neg, device=device) % num_pos])
+            src_neg = torch.randint(n_src, (num_neg,), device=device, generator=generator)
+            src_neg = existing_by(src_neg, src_type, neg_time, lambda where: torch.randint(
+                n_src, (where.numel(),), device=device, generator=generator))
+            dst_neg = existing_by(negatives(src_neg, 1), dst_type, neg_time,
+                                  lambda where: negatives(src_neg[where], 1))
+            src = torch.cat([src, src_neg])
+            dst = torch.cat([dst, dst_neg])
+            if edge_label is None:
+                edge_label = torch.ones(num_pos, device=device)
+            edge_label = edge_label.to(device, non_blocking=True)
+            edge_label = torch.cat([edge_label, edge_label.new_zeros(
+                (num_neg, ) + edge_label.shape[1:])])
+        elif neg is not None:
+            per_src = int(neg.amount)  # source i's negatives at i * per_src + r
+            dst_neg = existing_by(
+                negatives(src, per_src), dst_type,
+                None if pair_time is None else pair_time.repeat_interleave(per_src),
+                lambda where: negatives(src[where // per_src], 1))
+            dst = torch.cat([dst, dst_neg])
+        # The seed edge (or negative pair) each seed belongs to: a triplet's negatives
+        # belong to their source's edge.
+        src_pair = torch.arange(src.numel(), device=device)
+        dst_pair = torch.arange(dst.numel(), device=device)
+        if neg is not None and not neg.is_binary():
+            dst_pair = torch.cat([src_pair, src_pair.repeat_interleave(int(neg.amount))])
+        src_time = dst_time = None
+        if pair_time is not None:
             # A negative pair n takes positive n % num_pos's time, as PyG's.
             src_time, dst_time = pair_time[src_pair % num_pos], pair_time[dst_pair % num_pos]
         seed_time = None

@@ -466,7 +466,9 @@ def _hetero_stores(data: HeteroData, device, cache_size, cache_policy: str,
     device = resolve_device(device)
     if not data.edge_types:
         raise ValueError("the HeteroData has no edge types: nothing to sample")
-    graph = HeteroGraphStore({t: int(data[t].num_nodes or 0) for t in data.node_types})
+    # A type whose count PyG cannot tell (no attributes) is counted from its edges.
+    graph = HeteroGraphStore({t: int(data[t].num_nodes) for t in data.node_types
+                              if data[t].num_nodes is not None})
     for et in data.edge_types:
         ei = data[et].get("edge_index")
         if ei is None:
