@@ -111,7 +111,7 @@ def run(args):
     seed_times = [pin(torch.randint(TIME_SPAN // 2, TIME_SPAN, (args.batch_size,),
                                     generator=cpu_gen)) for _ in range(total)]
     rows = []
-    modes = ["GPU", "UVA", "CPU"] if device.type == "cuda" else ["CPU"]
+    modes = ([m for m in args.modes.split(",") if m] if device.type == "cuda" else ["CPU"])
     for mode in modes:
         run_device = device if mode != "CPU" else torch.device("cpu")
         arrays = [place(host[0], "GPU" if mode != "CPU" else "CPU", device)] + \
@@ -168,6 +168,8 @@ def main():
     parser.add_argument("--batches", type=int, default=100)
     parser.add_argument("--cpu-batches", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--modes", default="GPU,UVA,CPU", help="on a GPU machine: which of "
+                        "GPU, UVA, CPU to run")
     parser.add_argument("--json")
     parser.add_argument("--plot", help="draw the figure from this JSON and exit")
     parser.add_argument("--png", default="bench_sampling_rules.png")
