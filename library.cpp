@@ -3,6 +3,7 @@
 // once. Backends register only implementations for these names, next to their kernels
 // (ops/cpu/<op>.cpp, ops/cuda/<op>.cpp); fake kernels live in torch_quiver_ops/_fake.py.
 // ops/ never includes runtime/; runtime/ may use ops/; only this file sees both.
+#include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
 #include <torch/library.h>
 
 #include "runtime/classes.h"
@@ -156,4 +157,12 @@ TORCH_LIBRARY(quiver, m) {
   m.def(
       "gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids) -> Tensor",
       {at::Tag::pt2_compliant_tag});
+}
+
+// The gathers have no derivative: a table that requires grad (an embedding's weight, say)
+// gets an error when backward reaches them, not a gradient silently left None (torch's
+// default for an op without one is a warning). Gather such a table with table[ids].
+TORCH_LIBRARY_IMPL(quiver, Autograd, m) {
+  m.impl("gather_rows", torch::autograd::autogradNotImplementedFallback());
+  m.impl("gather_tiered_rows", torch::autograd::autogradNotImplementedFallback());
 }

@@ -366,6 +366,32 @@ inline int64_t tiered_id_count(at::ArrayRef<at::Tensor> tiers,
   return rows;
 }
 
+// A gather of rows of no bytes moves nothing, so its kernels never run and never see the
+// ids: they are checked here instead (tensor ops on the ids' device; such tables are rare
+// enough that the error path's synchronization does not matter).
+inline void check_ids_of_empty_rows(at::ArrayRef<at::Tensor> tiers,
+                                    const std::optional<at::Tensor>& positions,
+                                    const at::Tensor& ids) {
+  if (ids.numel() == 0) return;
+  const int64_t allowed = tiered_id_count(tiers, positions);
+  const at::Tensor ids64 = ids.to(at::kLong);
+  const at::Tensor bad = (ids64 < 0).logical_or_(ids64 >= allowed);
+  if (bad.any().item<bool>()) {
+    const int64_t index = bad.nonzero().select(0, 0).item<int64_t>();
+    errors::id_out_of_range("ids", index, ids64.select(0, index).item<int64_t>(), allowed);
+  }
+  if (!positions.has_value()) return;
+  int64_t rows = 0;
+  for (const at::Tensor& t : tiers) rows += t.size(0);
+  const at::Tensor where = positions->index_select(0, ids64.to(positions->device())).to(at::kLong);
+  const at::Tensor far = (where < 0).logical_or_(where >= rows);
+  if (far.any().item<bool>()) {
+    const int64_t index = far.nonzero().select(0, 0).item<int64_t>();
+    errors::position_out_of_range(ids64.select(0, index).item<int64_t>(),
+                                  where.select(0, index).item<int64_t>(), rows);
+  }
+}
+
 // Bytes of one row of a table shaped like `t` ([rows, *row_shape]).
 inline int64_t row_bytes_of(const at::Tensor& t) {
   int64_t elements = 1;

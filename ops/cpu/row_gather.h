@@ -80,7 +80,10 @@ void gather_kernel(const std::vector<HostTier>& tiers, int64_t row_bytes, const 
 inline void gather_from_tiers_into(at::ArrayRef<at::Tensor> tiers,
                                    const std::optional<at::Tensor>& positions,
                                    const at::Tensor& ids, at::Tensor& out) {
-  if (out.numel() == 0) return;
+  if (out.numel() == 0) {
+    if (row_bytes_of(tiers[0]) == 0) check_ids_of_empty_rows(tiers, positions, ids);
+    return;
+  }
   const int64_t row_bytes = out.nbytes() / ids.numel();
   std::vector<detail::HostTier> host_tiers;
   int64_t begin = 0;

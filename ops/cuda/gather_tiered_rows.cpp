@@ -400,6 +400,13 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
   for (size_t k = 0; k < tiers.size(); ++k) {
     layout.rows[k] = tier_pointer(tiers[k], k, device, op);
     layout.begin[k + 1] = layout.begin[k] + tiers[k].size(0);
+    if (tiers[k].is_cuda() && tiers[k].device() != device && tiers[k].numel() > 0) {
+      // A peer GPU's tier is read after the work queued on its own current stream (a copy
+      // that fills a clique's shard, say), as a copy between the two devices would wait.
+      at::cuda::CUDAEvent written;
+      written.record(at::cuda::getCurrentCUDAStream(tiers[k].device().index()));
+      written.block(at::cuda::getCurrentCUDAStream(device.index()));
+    }
   }
   const void* position_ptr = positions ? gpu_readable(*positions, "positions", device) : nullptr;
   const int64_t num_ids_allowed = tiered_id_count(tiers, positions);
@@ -439,7 +446,10 @@ at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
   int64_t tier_end = 0;
   at::Tensor out = launch_from_tiers(tiers, positions, ids, group_host_reads, stage_host_rows,
                                      host_read_blocks, op, error.device, &tier_end, split);
-  if (out.numel() == 0) return out;
+  if (out.numel() == 0) {
+    if (row_bytes_of(tiers[0]) == 0) check_ids_of_empty_rows(tiers, positions, ids);
+    return out;
+  }
   const c10::cuda::CUDAGuard guard(ids.device());
   raise_on_error(error, at::cuda::getCurrentCUDAStream().stream(), ids, positions,
                  tiered_id_count(tiers, positions), tier_end);
@@ -495,6 +505,9 @@ PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
   pending.rows_ =
       launch_from_tiers(tiers, positions, ids, group_host_reads, /*stage_host_rows=*/false,
                         host_read_blocks, op, state.word.device, &state.tier_end);
+  if (pending.rows_.numel() == 0 && row_bytes_of(tiers[0]) == 0) {
+    check_ids_of_empty_rows(tiers, positions, ids);
+  }
   return pending;
 }
 

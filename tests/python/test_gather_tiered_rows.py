@@ -105,6 +105,55 @@ def test_placement_errors():
         qv.ops.gather_tiered_rows([table.cuda()], torch.arange(10), torch.tensor([5], device="cuda"))
 
 
+def test_rows_of_no_bytes_still_check_their_ids(mode):
+    """A table of [N, 0] rows moves nothing, so no kernel sees the ids: they are checked all
+    the same (ids, then the positions they name)."""
+    device = ids_device(mode)
+    table = torch.empty(5, 0)
+    tiers = split_tiers(table, [2], mode)
+    assert qv.ops.gather_tiered_rows(tiers, None, torch.tensor([4, 0], device=device)).shape == (2, 0)
+    with pytest.raises(IndexError, match=r"ids\[1\] = 99 is out of range \[0, 5\)"):
+        qv.ops.gather_tiered_rows(tiers, None, torch.tensor([0, 99], device=device))
+    with pytest.raises(IndexError, match=r"ids\[0\] = -7"):
+        qv.ops.gather_rows(tiers[0] if mode == "CPU" else table[:2].to(device), torch.tensor([-7], device=device))
+    positions = torch.tensor([0, 9, 1])
+    positions = positions.to(device) if mode == "CPU" or mode == "GPU" else positions.pin_memory()
+    with pytest.raises(IndexError, match=r"positions\[1\] = 9 is out of range \[0, 5\)"):
+        qv.ops.gather_tiered_rows(tiers, positions, torch.tensor([0, 1], device=device))
+
+
+def test_a_table_that_requires_grad_is_refused_at_backward(mode):
+    """No silent None gradient: backward through a gather raises (gather a trainable table
+    with table[ids])."""
+    device = ids_device(mode)
+    weight = torch.nn.Embedding(4, 3).weight.to(device).detach().requires_grad_()
+    ids = torch.tensor([1, 2, 2], device=device)
+    for out in (qv.ops.gather_rows(weight, ids), qv.ops.gather_tiered_rows([weight], None, ids)):
+        assert torch.equal(out.detach(), weight.detach()[ids])
+        with pytest.raises(RuntimeError, match="not implemented"):
+            out.sum().backward()
+
+
+@pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.device_count() >= 2
+                         and torch.cuda.can_device_access_peer(0, 1)),
+                    reason="needs two GPUs with peer access")
+def test_a_peer_gpus_tier_is_read_after_its_queued_work():
+    """A tier on another GPU, written on that GPU's stream behind a long kernel: the gather
+    reads what the write leaves, as a copy between the devices would."""
+    rows = torch.zeros(1 << 16, 64, device="cuda:1")
+    ids = torch.arange(rows.size(0), device="cuda:0")
+    qv.ops.gather_rows(rows, ids)  # peer access enabled once
+    for value, gather in ((1.0, lambda: qv.ops.gather_rows(rows, ids)),
+                          (2.0, lambda: qv.ops.gather_tiered_rows(
+                              [torch.zeros(0, 64, device="cuda:0"), rows], None, ids))):
+        torch.cuda.synchronize(1)
+        with torch.cuda.device(1):
+            torch.cuda._sleep(int(1e9))  # about half a second on cuda:1's stream
+            rows.fill_(value)
+        out = gather()
+        assert float(out.min()) == float(out.max()) == value
+
+
 def test_torch_compile_fullgraph():
     table = random_table(64, 4, torch.float32)
     tiers, positions = [table[:10], table[10:]], torch.arange(64)
