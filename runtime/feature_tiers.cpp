@@ -6,6 +6,7 @@
 #include "ops/checks.h"
 #include "ops/internal/gather.h"
 #include "ops/internal/host_read_split.h"
+#include "runtime/held_memory.h"
 
 namespace quiver::runtime {
 
@@ -15,12 +16,20 @@ FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tens
       host_read_split_(std::make_shared<internal::HostReadSplit>()) {
   check_row_tiers(tiers_, positions_);
   num_rows_ = tiered_id_count(tiers_, positions_);
-  for (const at::Tensor& t : tiers_) {
-    if (t.device().is_cpu() && t.is_pinned()) pins_.push_back(c10::make_intrusive<HostPin>(t));
-  }
-  if (positions_ && positions_->device().is_cpu() && positions_->is_pinned()) {
-    pins_.push_back(c10::make_intrusive<HostPin>(*positions_));
-  }
+  // Host memory stays allocated while the layout lives, whatever happens to its tensors:
+  // pickling a Feature for workers runs share_memory_(), which moves a storage to shared
+  // memory and frees its pages under a gather that is reading them (runtime/held_memory.h).
+  // Pinned tiers are held by their pins, the others here.
+  auto hold = [&](const at::Tensor& t) {
+    if (!t.device().is_cpu()) return;
+    if (t.is_pinned()) {
+      pins_.push_back(c10::make_intrusive<HostPin>(t));
+    } else if (std::shared_ptr<void> held = hold_storage_memory(t.storage())) {
+      held_memory_.push_back(std::move(held));
+    }
+  };
+  for (const at::Tensor& t : tiers_) hold(t);
+  if (positions_) hold(*positions_);
   row_like_ = at::empty(rows_like(tiers_.front(), 0),
                         tiers_.front().options().device(at::kCPU).pinned_memory(false));
   // A layout whose GPU memory holds every row has no host tier: all its rows lead.
@@ -42,23 +51,30 @@ void FeatureTiers::check_not_released(const char* what) const {
 }
 
 void FeatureTiers::release() {
+  // Waits for gathers under way (a loader's thread may be reading the tiers while the
+  // Feature closes, and the memory goes right after this returns).
+  const std::unique_lock<std::shared_mutex> no_gathers(memory_mutex_);
   released_ = true;
   tiers_.clear();
   positions_.reset();
   pins_.clear();
+  held_memory_.clear();
 }
 
 std::vector<at::Tensor> FeatureTiers::tiers() const {
+  const std::shared_lock<std::shared_mutex> reading(memory_mutex_);
   check_not_released("tiers");
   return tiers_;
 }
 
 std::optional<at::Tensor> FeatureTiers::positions() const {
+  const std::shared_lock<std::shared_mutex> reading(memory_mutex_);
   check_not_released("positions");
   return positions_;
 }
 
 at::Tensor FeatureTiers::gather(const at::Tensor& ids, int64_t host_read_blocks) const {
+  const std::shared_lock<std::shared_mutex> reading(memory_mutex_);  // until the rows are in
   check_not_released("gather");
   return internal::gather_tiered_rows(tiers_, positions_, ids, group_host_reads_,
                                       stage_host_rows_, host_read_blocks,
@@ -66,6 +82,7 @@ at::Tensor FeatureTiers::gather(const at::Tensor& ids, int64_t host_read_blocks)
 }
 
 void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) const {
+  const std::shared_lock<std::shared_mutex> reading(memory_mutex_);
   check_not_released("gather_into");
   check_index_vector(ids, "ids");
   TORCH_CHECK_VALUE(ids.is_cpu() && device().is_cpu(),
@@ -94,6 +111,7 @@ std::vector<int64_t> FeatureTiers::shape() const {
 }
 
 FeatureTiers::State FeatureTiers::state() const {
+  const std::shared_lock<std::shared_mutex> reading(memory_mutex_);
   check_not_released("state (pickling)");
   std::vector<int64_t> pinned;
   for (const at::Tensor& t : tiers_) pinned.push_back(t.device().is_cpu() && t.is_pinned());

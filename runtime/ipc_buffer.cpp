@@ -4,6 +4,7 @@
 
 #ifdef QUIVER_WITH_CUDA
 #include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda.h>  // types of the one driver call, reached through the runtime (no -lcuda)
 #include <cuda_runtime_api.h>
@@ -35,10 +36,19 @@ size_t allocation_bytes(void* pointer) {
   return bytes - (reinterpret_cast<CUdeviceptr>(pointer) - base);
 }
 
+// A device index of this process's GPUs, else a ValueError naming `what` and its value
+// (a DeviceIndex is 8 bits: 256 would wrap to GPU 0).
+void check_gpu_index(int64_t device, const char* what) {
+  const int64_t count = c10::cuda::device_count();
+  TORCH_CHECK_VALUE(device >= 0 && device < count, what, " must be a GPU index in [0, ", count,
+                    "), got ", device);
+}
+
 }  // namespace
 
 IpcBuffer::IpcBuffer(int64_t nbytes, int64_t device) : nbytes_(nbytes), device_(device) {
   TORCH_CHECK_VALUE(nbytes >= 0, "IpcBuffer: nbytes must be >= 0, got ", nbytes);
+  check_gpu_index(device, "IpcBuffer: device");
   const c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   C10_CUDA_CHECK(cudaMalloc(&base_, std::max<int64_t>(nbytes, 1)));
 }
@@ -75,6 +85,8 @@ at::Tensor IpcBuffer::open(const at::Tensor& handle, int64_t nbytes, int64_t own
                     "-byte CPU uint8 tensor from IpcBuffer.handle, got ", handle.scalar_type(),
                     " of shape ", handle.sizes(), " on ", handle.device());
   TORCH_CHECK_VALUE(nbytes >= 0, "IpcBuffer.open: nbytes must be >= 0, got ", nbytes);
+  check_gpu_index(owner, "IpcBuffer.open: owner");
+  check_gpu_index(reader, "IpcBuffer.open: reader");
   std::memcpy(&h, handle.contiguous().const_data_ptr(), sizeof(h));
   const auto reader_index = static_cast<c10::DeviceIndex>(reader);
   const c10::cuda::CUDAGuard guard(reader_index);

@@ -70,6 +70,16 @@ def as_ids(ids) -> torch.Tensor:
     return torch.as_tensor(ids)
 
 
+def checked_node_ids(ids: torch.Tensor, num_nodes: int, name: str) -> torch.Tensor:
+    """``ids`` as int64, each in [0, num_nodes), else an IndexError naming ``name``."""
+    ids = ids.long()
+    bad = (ids < 0) | (ids >= num_nodes)
+    if bool(bad.any()):
+        at = int(bad.nonzero()[0])
+        raise IndexError(f"{name}[{at}] = {int(ids[at])} is out of range [0, {num_nodes})")
+    return ids
+
+
 def parse_share(size, what: str) -> Optional[Fraction]:
     """The fraction a size such as "20%" names, exactly (None for any other size): a share
     of N rows is ``int(share * N)`` with no float rounding ("29%" of 100 rows is 29, where
@@ -99,4 +109,8 @@ def parse_size(size: Union[int, float, str]) -> int:
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)B?\s*", str(size).upper())
     if not match:
         raise ValueError(f"cannot read {size!r} as a size; use bytes or e.g. '200M', '1.5G'")
-    return int(float(match.group(1)) * _UNITS[match.group(2)])
+    count = float(match.group(1)) * _UNITS[match.group(2)]
+    if 0 < count < 1:  # as for a number: a share is a percentage
+        raise ValueError(f"a cache size of {size!r} is less than one byte: for a share of the "
+                         f"table write a percentage such as '{count * 100:g}%'")
+    return int(count)

@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops, preflight
-from ._device import as_ids, gpus_usable, p2p_cliques, parse_share, parse_size, resolve_device
+from ._device import (as_ids, checked_node_ids, gpus_usable, p2p_cliques, parse_share,
+                      parse_size, resolve_device)
 from .hotness import INT32_MAX, check_hot_order, check_positions, positions_of
 from .topology import CSRTopo
 from .uva import pinned
@@ -375,8 +376,8 @@ class Feature:
         # (its host-read options and its learned split of staged host reads go with it).
         if isinstance(ids, Tensor) and ids.is_cuda:  # the hot path: sampler output
             view = self._views.get(ids.device)
-            if view is not None:
-                return view[0].gather(ids, _thread_host_read_blocks())
+            if view is not None:  # (contiguous: a no-op for the sampler's ids)
+                return view[0].gather(ids.contiguous(), _thread_host_read_blocks())
         ids = as_ids(ids)  # the op checks shape, dtype and range
         device = ids.device if ids.is_cuda else self.device_for(None)
         layout = self._view(device)[0]
@@ -392,7 +393,12 @@ class Feature:
         """The fraction of ``ids`` that ``device`` (default: current GPU) reads from GPU
         memory: its own cache or its clique's."""
         view, tiers, _ = self._view(self.device_for(device))
-        ids = torch.as_tensor(ids).cpu().long()
+        ids = as_ids(ids)
+        if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or \
+                ids.dtype == torch.bool:
+            raise TypeError(f"ids must be a 1-D tensor of integer ids, got {ids.dtype} of "
+                            f"shape {tuple(ids.shape)}")
+        ids = checked_node_ids(ids.cpu(), self.shape[0], "ids")
         if ids.numel() == 0 or not tiers[0].is_cuda:
             return 0.0
         ranks = self._rank[ids] if self._rank is not None else ids

@@ -395,6 +395,7 @@ class SampleLoader:
         # stream, and the caching allocator reuses freed blocks only on the stream they
         # were allocated on (a new prefetcher would take another of the pool's streams).
         self._spare_native = None
+        self._shapes_captured: set = set()  # (sampler, batch size) captured by this loader
 
     @property
     def prefetch_in_cpp(self) -> bool:
@@ -433,9 +434,31 @@ class SampleLoader:
         batches = list(seeds.split(self.batch_size)) if seeds.numel() else []
         if self.drop_last and batches and batches[-1].numel() < self.batch_size:
             batches.pop()
+        self._capture_shapes_here(batches)
         # Batch i samples from seed + 1 + i, so that a batch's samples do not depend on
         # which thread builds it or when.
         return batches, [(seed + 1 + i) % 2**64 for i in range(len(batches))]
+
+    def _capture_shapes_here(self, batches: List[Tensor]) -> None:
+        """Captures in this thread the batch shapes the GPU sampler has not captured (it
+        does at a shape's second call) before a prefetching thread builds the batches. CUDA
+        forbids synchronizing the device while any stream captures: a capture in the
+        loader's thread would make the training loop's ``torch.cuda.synchronize()`` fail.
+        Two calls a shape, drawing from a generator of their own: the epoch's batches do
+        not change."""
+        sampler = self.sampler
+        if (self.prefetch == 0 or not getattr(sampler, "capture_batches", False)
+                or getattr(sampler, "device", torch.device("cpu")).type != "cuda"
+                or type(self)._build_one is not SampleLoader._build_one):  # others' batches
+            return
+        for seeds in {b.numel(): b for b in batches}.values():
+            shape = (id(getattr(sampler, "_sampler", sampler)), seeds.numel())
+            if shape in self._shapes_captured:
+                continue
+            generator = torch.Generator(sampler.device).manual_seed(0)
+            for _ in range(2):  # seen, then captured
+                sampler.sample(seeds, generator)
+            self._shapes_captured.add(shape)
 
     def _native_prefetcher(self):
         """A C++ prefetcher for one epoch (``prefetch_in_cpp``) and what it was made of:

@@ -13,7 +13,7 @@ from torch import Tensor
 from . import ops
 from .ops import integer_times
 from ._load import cuda_kernels_built
-from ._device import as_ids, parse_share, parse_size, resolve_device
+from ._device import as_ids, checked_node_ids, parse_share, parse_size, resolve_device
 from .hotness import check_hot_order, degree_order
 from .topology import CSRTopo, build_topology_cache
 from .uva import pinned
@@ -111,16 +111,6 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     if edge_weight is not None:
         edge_weight = edge_weight[order].contiguous()
     return topo, edge_weight, csr_time.contiguous(), node_time
-
-
-def checked_node_ids(ids: Tensor, num_nodes: int, name: str) -> Tensor:
-    """``ids`` as int64, each in [0, num_nodes), else an IndexError naming ``name``."""
-    ids = ids.long()
-    bad = (ids < 0) | (ids >= num_nodes)
-    if bool(bad.any()):
-        at = int(bad.nonzero()[0])
-        raise IndexError(f"{name}[{at}] = {int(ids[at])} is out of range [0, {num_nodes})")
-    return ids
 
 
 def _edge_index_of(rows: Tensor, cols: Tensor) -> Tensor:

@@ -15,6 +15,8 @@ def test_parse_size():
         parse_size("lots")
     with pytest.raises(ValueError, match=">= 0"):
         parse_size(-1)
+    with pytest.raises(ValueError, match="less than one byte: .* '50%'"):
+        parse_size("0.5")  # as parse_size(0.5): a share is written as a percentage
 
 
 def test_p2p_cliques_follow_peer_access(monkeypatch):

@@ -272,6 +272,63 @@ def test_side_stream_batches_are_ready_for_a_busy_main_stream(workers, in_cpp):
 
 
 @requires_cuda
+@pytest.mark.parametrize("in_cpp", [False, True])
+def test_the_training_loop_may_synchronize_beside_a_prefetching_loader(in_cpp):
+    """CUDA forbids synchronizing the device while any stream captures a graph: the
+    loader's sampler captures its batch shapes in the iterating thread, not its own."""
+    sampler, feature, table, labels = setup("GPU", num_nodes=3000, num_edges=40000)
+    loader = qv.SampleLoader(sampler, feature, torch.arange(2990), 256, labels=labels,
+                             prefetch=2, prefetch_in_cpp=in_cpp)
+    for _ in range(2):
+        for n_id, _, _, x, _ in loader:
+            torch.cuda.synchronize()
+            assert torch.equal(x.cpu(), table[n_id.cpu()])
+    # The epoch's batches are what they would have been without the captures first.
+    torch.manual_seed(3)
+    captured = epoch(loader)
+    torch.manual_seed(3)
+    plain = qv.SampleLoader(qv.GraphSageSampler(sampler.csr_topo, [4, 3], device=0, mode="GPU",
+                                                capture_batches=False),
+                            feature, torch.arange(2990), 256, labels=labels, prefetch=2,
+                            prefetch_in_cpp=in_cpp)
+    assert same(captured, epoch(plain))
+
+
+@requires_cuda
+def test_closing_the_feature_mid_epoch_fails_the_epoch_cleanly():
+    """Feature.close() while the loader's C++ thread gathers: the gather under way finishes
+    first, later ones raise (the memory was freed under them before)."""
+    sampler, feature, _, _ = setup("GPU", num_nodes=20000, num_edges=400000, width=64)
+    loader = qv.SampleLoader(sampler, feature, torch.arange(20000), 512, prefetch=4,
+                             prefetch_in_cpp=True)
+    batches = iter(loader)
+    next(batches)
+    feature.close()
+    with pytest.raises(RuntimeError, match="released"):
+        for _ in batches:
+            pass
+    assert int(torch.arange(10, device="cuda").sum()) == 45  # the context still works
+
+
+@requires_cuda
+def test_strided_gpu_ids_gather_every_time():
+    _, feature, table, _ = setup("GPU")
+    pairs = torch.randint(0, 300, (50, 2), device="cuda")
+    for _ in range(3):  # the first call builds the device's view; later ones take it
+        assert torch.equal(feature[pairs[:, 0]].cpu(), table[pairs[:, 0].cpu()])
+
+
+def test_hit_rate_checks_its_ids():
+    _, feature, _, _ = setup("CPU")
+    with pytest.raises(IndexError, match=r"ids\[0\] = -1 is out of range \[0, 300\)"):
+        feature.hit_rate([-1, 2])
+    with pytest.raises(TypeError, match="integer ids"):
+        feature.hit_rate(torch.tensor([0.5]))
+    with pytest.raises(TypeError, match="integer ids"):
+        feature.hit_rate(torch.ones(300, dtype=torch.bool))
+
+
+@requires_cuda
 @pytest.mark.parametrize("where", ["stream", "green stream", "sms", "sms, 2 workers"])
 def test_batches_built_on_a_given_stream_equal_serial_ones(where):
     # Prefetcher(stream=...): a stream of the caller's choosing, such as one of a green

@@ -19,6 +19,7 @@
 #include <atomic>
 #include <memory>
 #include <optional>
+#include <shared_mutex>
 #include <tuple>
 #include <vector>
 
@@ -67,7 +68,7 @@ class FeatureTiers : public torch::CustomClassHolder {
 
   // Drops the tiers, positions and pins (Feature.close() calls it on the layouts it handed
   // out, before the shards they map are freed). Afterwards gather, tiers, positions and
-  // state raise; shape and the other facts stay. Not to be called while a gather runs.
+  // state raise; shape and the other facts stay. Waits for gathers under way.
   void release();
   bool released() const { return released_; }
 
@@ -86,10 +87,13 @@ class FeatureTiers : public torch::CustomClassHolder {
   std::optional<at::Tensor> positions_;
   int64_t num_rows_;
   std::vector<c10::intrusive_ptr<HostPin>> pins_;  // of the pinned host tensors
+  std::vector<std::shared_ptr<void>> held_memory_;  // of the other host tensors
   at::Tensor row_like_;  // [0, *row_shape] of the rows' dtype on the CPU: kept past release
   at::Device device_ = at::Device(at::kCPU);
   int64_t leading_rows_ = 0;
-  bool released_ = false;
+  std::atomic<bool> released_{false};
+  // Gathers hold it shared while they read the tiers; release() takes it alone.
+  mutable std::shared_mutex memory_mutex_;
   std::atomic<bool> stage_host_rows_{false};
   std::atomic<bool> group_host_reads_{true};
   // The GPU's share of a staged gather's host rows, learned by this layout's gathers.
