@@ -326,3 +326,15 @@ def test_building_a_store_makes_no_second_host_copy():
     assert feature._host.data_ptr() == x.data_ptr()
     if HAS_CUDA:
         assert feature.tiers().tiers()[-1].data_ptr() == x.data_ptr()
+
+
+@requires_cuda
+def test_ipc_buffers_check_their_gpu_indices():
+    count = torch.cuda.device_count()
+    for device in (count, 256, -1):  # 256 would wrap to GPU 0 as an 8-bit index
+        with pytest.raises(ValueError, match=rf"device must be a GPU index in \[0, {count}\), "
+                                             rf"got {device}"):
+            torch.classes.quiver.IpcBuffer(16, device)
+    buffer = torch.classes.quiver.IpcBuffer(16, 0)
+    with pytest.raises(ValueError, match="reader must be a GPU index"):
+        torch.classes.quiver.IpcBuffer.open(buffer.handle(), 16, 0, 256)
