@@ -114,7 +114,8 @@ def train_briefly(model, indptr, indices, table, labels, train_idx, batches=30, 
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("directory")
     parser.add_argument("--size", default="tiny", choices=sorted(PRESETS))
     parser.add_argument("--device", default="cpu")

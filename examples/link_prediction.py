@@ -2,7 +2,8 @@
 torch-quiver-ops' sampler and tiered feature store (the loaders come from
 ``torch_quiver_ops.pyg``; a prefetcher builds the next batches on a side CUDA stream).
 
-    python examples/link_prediction.py                    # small graph, CPU or GPU
+    python examples/link_prediction.py                    # small graph (1.9M edges), GPU
+    python examples/link_prediction.py --size tiny --device cpu   # minutes on 2 CPU cores
     python examples/link_prediction.py --size products    # ogbn-products-sized, GPU
 
 A share of the graph's edges (--held-out) is removed from the graph the model sees and
@@ -36,8 +37,8 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--batch-size", type=int, default=1024,
                         help="seed edges per batch, each with one random pair (default: 1024)")
     parser.add_argument("--num-neighbors", default="10,5",
-                        help="neighbors sampled per hop around every endpoint, outermost "
-                             "first (default: 10,5)")
+                        help="neighbors sampled per hop around every endpoint, the "
+                             "endpoints' hop first (default: 10,5)")
     parser.add_argument("--train-edges", type=int, default=None,
                         help="seed edges per epoch, drawn from the training edges (default: "
                              "all of them)")

@@ -1,7 +1,8 @@
 """Temporal link prediction with GraphSAGE: every seed edge sees only the graph as it was
 before it appeared, through ``torch_quiver_ops.pyg.LinkNeighborLoader(time_attr=...)``.
 
-    python examples/temporal_link_prediction.py                  # small graph, CPU or GPU
+    python examples/temporal_link_prediction.py                  # small graph, GPU
+    python examples/temporal_link_prediction.py --size tiny --device cpu  # a CPU: minutes
     python examples/temporal_link_prediction.py --size products  # ogbn-products-sized, GPU
 
 Each undirected edge of a synthetic graph gets a timestamp (uniform in [0, 1000), both

@@ -4,7 +4,7 @@ loader comes from ``torch_quiver_ops.pyg``; a prefetcher builds the next batches
 CUDA stream).
 
     python examples/train_hetero.py                  # ogbn-mag-sized (1.9M nodes), GPU
-    python examples/train_hetero.py --scale 0.05     # a 5% graph: a minute on a CPU
+    python examples/train_hetero.py --scale 0.05     # a 5% graph: minutes on 2 CPU cores
 
 The graph (:func:`torch_quiver_ops.synthetic_hetero.mag_like`) has papers, authors,
 institutions and fields of study, seven relations (``cites`` symmetric, every other one
@@ -36,8 +36,8 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--batch-size", type=int, default=1024,
                         help="paper seeds per batch (default: 1024)")
     parser.add_argument("--num-neighbors", default="15,10",
-                        help="neighbors sampled per hop and relation, outermost first "
-                             "(default: 15,10)")
+                        help="neighbors sampled per hop and relation, the seeds' hop "
+                             "first (default: 15,10)")
     parser.add_argument("--train-papers", type=int, default=None,
                         help="seed papers per epoch, drawn from the training papers "
                              "(default: all of them)")

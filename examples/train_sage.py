@@ -64,7 +64,7 @@ def parse_args(argv=None):
     parser.add_argument("--batch-size", type=int, default=1024,
                         help="seed nodes per batch (default: 1024)")
     parser.add_argument("--fanouts", default="15,10,5",
-                        help="neighbors sampled per hop, comma separated, outermost hop first; "
+                        help="neighbors sampled per hop, comma separated, the seeds' hop first; "
                              "-1 takes every neighbor (default: 15,10,5)")
     parser.add_argument("--hidden", type=int, default=128,
                         help="width of GraphSAGE's hidden layers (default: 128)")

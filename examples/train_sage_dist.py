@@ -46,7 +46,8 @@ from train_sage import SAGE, Clock  # noqa: E402  (the same model as the one-hos
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="directory of the partitioned graph")
     parser.add_argument("--size", default="small", choices=sorted(PRESETS))
     parser.add_argument("--epochs", type=int, default=3)
@@ -63,7 +64,7 @@ def parse_args(argv=None):
     parser.add_argument("--eval-nodes", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--partitioned", action="store_true",
-                        help="split the topology over the hosts too (see the docstring)")
+                        help="split the topology over the hosts too (see above)")
     parser.add_argument("--partition-method", default=None, choices=("metis", "range", "random"),
                         help="with --partitioned (default: metis when pymetis is installed, "
                              "else random)")

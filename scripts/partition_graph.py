@@ -63,7 +63,8 @@ class AnonymousPeak:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--csr", help="a CSRTopo.save directory")
     source.add_argument("--edge-index", help="a [2, E] tensor saved with torch.save")

@@ -114,6 +114,20 @@ def save_arrays(directory: Union[str, Path], stem: str,
     preflight.check_room(directory, sum(t.nbytes for t in present.values()),
                          f"saving {', '.join(present) or 'nothing'}")
     record = directory / f"{stem}.json"
+    # Files are named by array, not by save: another save in this directory that lists one
+    # of these names would load this one's bytes as its own.
+    for other in directory.glob("*.json"):
+        if other == record:
+            continue
+        try:
+            listed = json.loads(other.read_text()).get("arrays", {})
+        except (OSError, ValueError, AttributeError):
+            continue  # not a save of save_arrays
+        shared = sorted(set(listed) & set(present)) if isinstance(listed, dict) else []
+        if shared:
+            raise ValueError(f"{directory} holds another save, {other.name}, with arrays named "
+                             f"{shared}: its files would be overwritten; save to a directory "
+                             f"of its own")
     record.unlink(missing_ok=True)
     described = {}
     for name, t in present.items():

@@ -361,7 +361,7 @@ class DistGraphSampler:
 
     Args:
         partition: this process's part.
-        sizes: fanouts per hop, outermost first (-1: every neighbor).
+        sizes: fanouts per hop, the seeds' hop first (-1: every neighbor).
         group: the process group (default: the world); its rank must be the part.
         replace: sample with replacement.
         timeout: seconds an exchange may take.

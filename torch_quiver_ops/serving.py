@@ -49,7 +49,7 @@ class Overloaded(RuntimeError):
 
 
 class PSGS:
-    """Expected sampled-graph size per node for ``fanouts`` (outermost first, as a
+    """Expected sampled-graph size per node for ``fanouts`` (the seeds' hop first, as a
     sampler's ``sizes``): ``psgs[v] = 1 + min(deg v, f1) * mean over v's neighbors u of
     psgs'(u)``, with ``psgs'`` the same for the remaining fanouts (1 past the last hop):
     uniform sampling without replacement visits each neighbor with probability

@@ -13,7 +13,8 @@ from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("directory")
     parser.add_argument("--size", default="small", choices=sorted(PRESETS))
     parser.add_argument("--seed", type=int, default=0)

@@ -130,7 +130,7 @@ Options parse(int argc, char** argv) {
              "  --mode GPU|UVA|CPU  where the topology lives (default: UVA with a GPU, else CPU)\n"
              "  --epochs N          training epochs (default: 3)\n"
              "  --batch-size N      seed nodes per batch (default: 1024)\n"
-             "  --fanouts A,B,C     neighbors sampled per hop, outermost first (default: 15,10,5)\n"
+             "  --fanouts A,B,C     neighbors sampled per hop, the seeds' hop first (default: 15,10,5)\n"
              "  --hidden N          width of the hidden layers (default: 256)\n"
              "  --lr X              Adam's learning rate (default: 0.003)\n"
              "  --cache X           share of the feature rows cached in GPU memory, in [0, 1]\n"

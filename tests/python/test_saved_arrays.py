@@ -50,6 +50,17 @@ def test_an_interrupted_save_over_another_leaves_nothing_to_load(tmp_path, monke
         _sharing.map_arrays(tmp_path, "pair")
 
 
+def test_two_saves_in_one_directory_may_not_share_an_array_name(tmp_path):
+    """Files are named by array: a second stem writing ids.bin would change the first
+    save's data under its json."""
+    _sharing.save_arrays(tmp_path, "train", {"ids": torch.arange(4)})
+    with pytest.raises(ValueError, match=r"another save, train.json, with arrays named \['ids'\]"):
+        _sharing.save_arrays(tmp_path, "test", {"ids": torch.arange(100, 104)})
+    _sharing.save_arrays(tmp_path, "test", {"test_ids": torch.arange(100, 104)})  # other names
+    assert torch.equal(_sharing.map_arrays(tmp_path, "train")[0]["ids"], torch.arange(4))
+    _sharing.save_arrays(tmp_path, "train", {"ids": torch.arange(8)})  # the same save again
+
+
 def test_a_load_that_a_save_overtook_is_refused(tmp_path, monkeypatch):
     """A save over the directory while a load maps it: the load raises rather than return
     files of two saves."""

@@ -31,7 +31,7 @@ class DistNeighborLoader:
     Args:
         partition: a :func:`partition_graph` directory (this rank's part is loaded) or a
             loaded :class:`GraphPartition`.
-        num_neighbors: fanouts per hop, outermost first.
+        num_neighbors: fanouts per hop, the seeds' hop first.
         input_nodes: a split's name (its ids owned by this host) or global node ids.
         batch_size, shuffle: as PyG's.
         feature: the rows (a :class:`DistFeature` over the same hosts, or a tensor indexed

@@ -238,7 +238,8 @@ class FeatureStore(_PygFeatureStore):
         host_reads: ``"auto"``, ``"zero_copy"`` or ``"staged"``: how rows outside the
             cache are read (see :class:`Feature`).
 
-    ``put_tensor(x, attr_name="x")`` wraps a CPU tensor without copying it (see
+    ``put_tensor(x, group_name=None, attr_name="x", index=None)`` (PyG's ``TensorAttr``
+    fields, each named) wraps a CPU tensor without copying it (see
     :meth:`Feature.from_cpu_tensor`); :meth:`put_feature` takes a ready :class:`Feature`
     (your own hot order, cache sizes, or a store shared with worker processes).
     """

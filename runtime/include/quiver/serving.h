@@ -50,7 +50,7 @@
 namespace quiver::runtime {
 
 struct ServingOptions {
-  std::vector<int64_t> fanouts;  // outermost hop first; -1 takes every neighbor
+  std::vector<int64_t> fanouts;  // the seeds' hop first; -1 takes every neighbor
   std::string device = "cpu";    // where the model runs: rows and graphs are handed over there
   int64_t max_batch_nodes = 1024;  // seeds per batch; a larger request is refused
   double max_wait_ms = 2.0;        // a batch closes when its oldest request waited this long
