@@ -31,6 +31,17 @@ def test_triplet_negatives_of_disjoint_trees_name_their_pair(mode):
         pairs = torch.arange(4)
         assert torch.equal(batch.batch[batch.src_index].cpu(), pairs)
         assert torch.equal(batch.batch[batch.dst_neg_index].cpu(), pairs.view(4, 1).expand(4, 3))
+        # Binary negatives, a ratio that is no whole number: both ends of a pair, negative
+        # pair n numbered (and timed) as positive n % 4.
+        loader = qpyg.LinkNeighborLoader(data, [3, 3], edge_label_index=edge_index,
+                                         neg_sampling=dict(mode="binary", amount=1.5),
+                                         batch_size=4, device=device_of(mode), mode=mode,
+                                         **rules)
+        batch = next(iter(loader))
+        src, dst = batch.edge_label_index.cpu()
+        assert src.numel() == 4 + 6
+        assert torch.equal(batch.batch[src].cpu(), torch.arange(10) % 4)
+        assert torch.equal(batch.batch[dst].cpu(), torch.arange(10) % 4)
 
 
 def device_of(mode):

@@ -192,13 +192,17 @@ class NeighborSampler(BaseSampler):
             seed_time = torch.cat([seed_time, dst_time])
         if self.disjoint:
             out = self._sample(seed, seed_time)
-            # Each tree's batch entry names its pair: tree t < 2 * num_pos is pair
-            # t % num_pos; binary negative n takes pair n % num_pos (as its time), and
-            # triplet source i's negatives, at 2 * num_pos + i * amount + r, take pair i.
+            # Each tree's batch entry names the pair whose time it takes. Binary: the
+            # seeds are every pair's source, then every pair's destination, and pair n
+            # (negatives after the positives) takes positive n % num_pos's. Triplet: the
+            # sources, the positive destinations, then source i's negatives (at
+            # 2 * num_pos + i * amount + r) take pair i.
             pairs = torch.arange(num_pos, device=device)
-            pair_of_tree = (pairs.repeat(math.ceil(seed.numel() / num_pos))[:seed.numel()]
-                            if neg.is_binary() else
-                            torch.cat([pairs, pairs, pairs.repeat_interleave(int(neg.amount))]))
+            if neg.is_binary():
+                one_end = torch.arange(src.numel(), device=device) % num_pos
+                pair_of_tree = torch.cat([one_end, one_end])
+            else:
+                pair_of_tree = torch.cat([pairs, pairs, pairs.repeat_interleave(int(neg.amount))])
             out.batch = pair_of_tree[out.batch]
             positions = torch.arange(seed.numel(), device=device)
         else:
