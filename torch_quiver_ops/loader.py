@@ -445,20 +445,26 @@ class SampleLoader:
         forbids synchronizing the device while any stream captures: a capture in the
         loader's thread would make the training loop's ``torch.cuda.synchronize()`` fail.
         Two calls a shape, drawing from a generator of their own: the epoch's batches do
-        not change."""
+        not change. A batch that cannot be sampled (a bad seed) is left to raise in its
+        turn, as the loader's thread meets it."""
         sampler = self.sampler
         if (self.prefetch == 0 or not getattr(sampler, "capture_batches", False)
                 or getattr(sampler, "device", torch.device("cpu")).type != "cuda"
                 or type(self)._build_one is not SampleLoader._build_one):  # others' batches
             return
-        for seeds in {b.numel(): b for b in batches}.values():
-            shape = (id(getattr(sampler, "_sampler", sampler)), seeds.numel())
+        for size in {b.numel() for b in batches}:
+            shape = (id(getattr(sampler, "_sampler", sampler)), size)
             if shape in self._shapes_captured:
                 continue
             generator = torch.Generator(sampler.device).manual_seed(0)
-            for _ in range(2):  # seen, then captured
-                sampler.sample(seeds, generator)
-            self._shapes_captured.add(shape)
+            for seeds in (b for b in batches if b.numel() == size):
+                try:
+                    for _ in range(2):  # seen, then captured
+                        sampler.sample(seeds, generator)
+                except (IndexError, ValueError, TypeError):
+                    continue  # this batch raises in its turn; another of its size may do
+                self._shapes_captured.add(shape)
+                break
 
     def _native_prefetcher(self):
         """A C++ prefetcher for one epoch (``prefetch_in_cpp``) and what it was made of:
