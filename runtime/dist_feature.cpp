@@ -192,8 +192,7 @@ at::Tensor DistFeature::gather(const at::Tensor& ids, int64_t host_read_blocks) 
     // its peers do not wait for it and its next gather pairs with theirs.
     table_rows_->set_host_read_blocks(0);
     gather_on_path(at::empty({0}, ids.options().dtype(at::kLong)));
-    TORCH_CHECK_VALUE(false, "host_read_blocks must be >= 0 (0: no limit), got ",
-                      host_read_blocks);
+    check_host_read_blocks(host_read_blocks);
   }
   table_rows_->set_host_read_blocks(host_read_blocks);
   return gather_on_path(ids);

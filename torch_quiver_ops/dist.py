@@ -172,6 +172,16 @@ def _own_group(group, timeout: float):
     return own
 
 
+def _rdma_options(given: Optional[dict], **defaults) -> dict:
+    """The RDMA transport's options: the runtime's defaults, then ``defaults``, then the
+    caller's ``given`` (a key the transport does not know is a ValueError)."""
+    known = {"device": "", **torch.classes.quiver.Transport.rdma_defaults()}
+    unknown = sorted(set(given or {}) - set(known))
+    if unknown:
+        raise ValueError(f"rdma options are {sorted(known)}, got unknown {unknown}")
+    return {**known, **defaults, **(given or {})}
+
+
 def _rdma_available() -> bool:
     """Whether this machine lists an RDMA device (a function of its own so that tests can
     stand in for a machine that has one)."""
@@ -241,12 +251,7 @@ class DistFeature:
         self.host = dist.get_rank(self.group)
         self.device = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
                        else local.device_for())
-        defaults = torch.classes.quiver.Transport.rdma_defaults()
-        unknown = sorted(set(rdma or {}) - set(defaults) - {"device"})
-        if unknown:
-            raise ValueError(f"rdma options are {sorted(['device', *defaults])}, got unknown "
-                             f"{unknown}")
-        options = {"device": "", **defaults, **(rdma or {})}
+        options = _rdma_options(rdma)
         transport = self._agree_on_transport(transport, backend, lanes, timeout, options)
         if transport == "rdma":
             # Peers read this host's whole local table, in local order.

@@ -423,7 +423,7 @@ class DistGraphSampler:
                  draws: Optional[str] = None, lanes: int = 1,
                  bounded_slots: Optional[bool] = None):
         import torch.distributed as dist
-        from .dist import _gloo_lanes, _own_group
+        from .dist import _gloo_lanes, _own_group, _rdma_options
         group = group if group is not None else dist.group.WORLD
         nccl = dist.get_backend(group) == "nccl"
         device, self.mode = sampling_placement(device, mode or ("GPU" if nccl else "CPU"))
@@ -449,13 +449,7 @@ class DistGraphSampler:
         self.partition, self.sizes = partition, list(sizes)
         # Three transports a host: fewer queue pairs and a smaller staging buffer each
         # than DistFeature's one.
-        defaults = torch.classes.quiver.Transport.rdma_defaults()
-        unknown = sorted(set(rdma or {}) - set(defaults) - {"device"})
-        if unknown:
-            raise ValueError(f"rdma options are {sorted(['device', *defaults])}, got unknown "
-                             f"{unknown}")
-        options = {"device": "", **defaults, "qps_per_peer": 2, "staging_bytes": 8 << 20,
-                   **(rdma or {})}
+        options = _rdma_options(rdma, qps_per_peer=2, staging_bytes=8 << 20)
         self.transport = transport = self._agree(group, transport, replace, options, timeout,
                                                  draws, lanes)
         if not nccl:
