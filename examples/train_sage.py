@@ -20,6 +20,7 @@ reach each other over NVLink (``p2p_clique_replicate``).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -113,6 +114,11 @@ def parse_args(argv=None):
                              "batches change size every batch and are traced once; fewer "
                              "kernels and less host work a step, which bounds this model's "
                              "step (the first epoch includes the compile)")
+    parser.add_argument("--cuda-graph", action="store_true",
+                        help="replay the training step as one CUDA graph on batches padded "
+                             "to fixed shapes (torch_quiver_ops.GraphedStep): a step's host "
+                             "work becomes a few copies and one launch. One GPU; not with "
+                             "--compile; three warm-up steps on one batch come first")
     parser.add_argument("--progress", default="auto", choices=["auto", "bar", "lines"],
                         help="a progress bar per epoch (bar), one line per epoch only "
                              "(lines), or a bar when stdout is a terminal (auto)")
@@ -130,6 +136,8 @@ def parse_args(argv=None):
     for name in ("batch_size", "hidden", "loader_workers", "eval_nodes"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.cuda_graph and args.compile:
+        parser.error("--cuda-graph and --compile are two ways to run the step: give one")
     if args.prefetch == 0 and (args.loader_workers > 1 or args.loader_thread == "cpp"):
         parser.error("--loader-workers above 1 and --loader-thread cpp build batches ahead: "
                      "they need --prefetch 1 or more")
@@ -329,8 +337,13 @@ def main(argv=None) -> dict:
                                         else None, **lean)
     if args.compile:  # under DDP too: torch.compile splits its graph at DDP's buckets
         model = torch.compile(model, dynamic=True)
-    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr,
-                                 fused=args.step == "lean" and device.type == "cuda")
+    if args.cuda_graph and (run.distributed or device.type != "cuda"):
+        raise SystemExit("--cuda-graph replays the step on one GPU: not under torchrun, and "
+                         f"not on {device}")
+    # A captured step needs an optimizer whose step can be captured (no fused Adam).
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, capturable=args.cuda_graph,
+                                 fused=(args.step == "lean" and device.type == "cuda"
+                                        and not args.cuda_graph))
     labels = meta["y"].to(device)
     # Every process gets as many batches as every other (DDP steps together): its share of
     # the seeds, shuffled every epoch by the loader.
@@ -345,6 +358,13 @@ def main(argv=None) -> dict:
     if run.lead and loader.prefetch:
         print(f"batches built {loader.prefetch} ahead by the loader's "
               f"{'C++' if loader.prefetch_in_cpp else 'Python'} thread")
+    graphed = None
+    if args.cuda_graph:  # shapes from 8 batches; larger ones run eager
+        model.train()
+        shapes = list(itertools.islice(qv.SampleLoader(sampler, feature, train, args.batch_size,
+                                                       labels=labels, prefetch=0), 8))
+        graphed = qv.GraphedStep(model, optimizer, shapes)
+        print(f"training step captured as a CUDA graph: {graphed}")
     eval_gen = torch.Generator().manual_seed(args.seed + 1)
     test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(), generator=eval_gen)
                             [:args.eval_nodes]][run.rank::run.world]
@@ -367,14 +387,18 @@ def main(argv=None) -> dict:
         waited = 0.0
         for _ in tqdm(range(len(loader)), desc=f"epoch {epoch}", leave=False, disable=not bars):
             t = time.perf_counter()
-            n_id, batch_size, adjs, x, y = next(batches)
+            batch = next(batches)
+            n_id, batch_size, adjs, x, y = batch
             t_model = time.perf_counter()
             waited += t_model - t
-            optimizer.zero_grad()
-            out = model(x.to(device), [adj.to(device) for adj in adjs])
-            loss = F.cross_entropy(out, y)
-            loss.backward()
-            optimizer.step()
+            if graphed is not None:
+                loss = graphed(batch)  # overwritten by the next replay, read before it
+            else:
+                optimizer.zero_grad()
+                out = model(x.to(device), [adj.to(device) for adj in adjs])
+                loss = F.cross_entropy(out, y)
+                loss.backward()
+                optimizer.step()
             total_loss += loss.detach() * batch_size  # a short last batch weighs less
             seen += batch_size
             if args.prefetch == 0:
@@ -411,6 +435,8 @@ def main(argv=None) -> dict:
                     "in_channels": feature.shape[1], "num_classes": meta["num_classes"]},
                    args.save)
         print(f"model saved to {args.save}")
+    if graphed is not None:
+        print(f"steps run eager (batches over the captured shapes): {graphed.eager_steps}")
     if run.distributed:
         feature.close()  # collective: peers drop their mappings of each other's shards
         optimizer = None

@@ -34,7 +34,9 @@ round the same 24 batches), and its ratio to their mean is the "vs beside" colum
 ``--both-loader-threads`` runs each prefetching epoch with its batches built by the
 loader's Python thread and by its C++ one (by default the loader picks: the C++ thread on
 a GPU). ``--compile-model`` runs the loop's model in every row, that one included, under
-torch.compile (PyG's models stay eager).
+torch.compile (PyG's models stay eager). ``--graphed-model`` instead replays the loop's
+training step as one CUDA graph on padded batches (``torch_quiver_ops.GraphedStep``, shapes
+from the model alone's 24 batches; the CPU pipeline's model stays eager).
 ``--scaling 1,2,4`` launches ``examples/train_sage.py`` under torchrun on 1, 2 and 4 GPUs
 with both cache policies and reports throughput (train seeds per second of epochs after
 the first) against one GPU. ``--cpp build/.../train_sage`` also times the
@@ -140,14 +142,23 @@ def train_step(model, optimizer, forward, y):
     return loss
 
 
+def loop_step(model, optimizer, batch):
+    """The loop's training step on a loader batch: eager (or compiled), or a GraphedStep's
+    replay (``model`` is then the GraphedStep, ``optimizer`` None)."""
+    if isinstance(model, qv.GraphedStep):
+        return model(batch)
+    _, _, adjs, x, y = batch
+    return train_step(model, optimizer, lambda m: m(x, adjs), y)
+
+
 def quiver_epoch(loader, model, optimizer, device, clock=None):
     """One epoch of the torch-quiver-style loop; with ``clock``, in line and split."""
     loader.timer = clock
     sync(device)
     start = time.perf_counter()
-    for _, _, adjs, x, y in loader:
+    for batch in loader:
         t = time.perf_counter()
-        train_step(model, optimizer, lambda m: m(x, adjs), y)
+        loop_step(model, optimizer, batch)
         if clock:
             clock.lap("model", t)
     sync(device)
@@ -208,8 +219,7 @@ def model_alone(model, optimizer, batches, device, steps=None):
     sync(device)
     start = time.perf_counter()
     for step in range(steps):
-        _, _, adjs, x, y = batches[step % len(batches)]
-        train_step(model, optimizer, lambda m: m(x, adjs), y)
+        loop_step(model, optimizer, batches[step % len(batches)])
     sync(device)
     return (time.perf_counter() - start) / steps
 
@@ -279,17 +289,24 @@ def single_gpu(args, results):
           f"{time.perf_counter() - start:.0f}s on {device}", flush=True)
     results.update(device=torch.cuda.get_device_name(device) if cuda else "cpu",
                    model=("torch.compile(dynamic=True) (PyG's models eager)"
-                          if args.compile_model else "eager"),
+                          if args.compile_model else
+                          "GraphedStep (CUDA graph, padded batches)" if args.graphed_model and cuda
+                          else "eager"),
                    graph=args.graph, batches=num_batches, fanouts=fanouts,
                    batch_size=args.batch_size, rows=[])
     train_sage = load_example("train_sage")
     sage, Clock = train_sage.SAGE, train_sage.Clock  # the main job's model and phase clock
 
-    def fresh_model():
+    def fresh_model(shapes_from=None):
+        """The loop's model and optimizer; with ``--graphed-model`` and ``shapes_from`` (some
+        batches), a GraphedStep of them and None."""
         torch.manual_seed(1)
         model = sage(num_features, args.hidden, num_classes, len(fanouts)).to(device)
         if x.dtype != torch.float32:  # 16-bit features are stored, the model trains in f32
             model = FloatInput(model)
+        if args.graphed_model and cuda and shapes_from is not None:
+            optimizer = torch.optim.Adam(model.parameters(), lr=0.003, capturable=True)
+            return qv.GraphedStep(model, optimizer, shapes_from), None
         optimizer = torch.optim.Adam(model.parameters(), lr=0.003,
                                      fused=args.fused_adam and cuda)
         if args.compile_model:  # fewer, fused kernels and no Python per layer in the step
@@ -336,12 +353,12 @@ def single_gpu(args, results):
                                  device_cache_size=cache if cuda else 0, csr_topo=topo,
                                  host_reads=reads)
             feature.from_cpu_tensor(x, hot_order=hot)
-            model, optimizer = fresh_model()
             if built is None:  # the model alone's batches, built once, before any epoch
                 some = train[torch.randperm(train.numel(),
                                             generator=torch.Generator().manual_seed(3))]
                 built = list(qv.SampleLoader(sampler, feature, some[:args.batch_size * 24],
                                              args.batch_size, labels=labels, prefetch=0))
+            model, optimizer = fresh_model(built)
 
             def record_beside(name, loader):
                 """A prefetching epoch between two runs of the model alone as long as an
@@ -787,6 +804,9 @@ def main():
     parser.add_argument("--fused-adam", action="store_true",
                         help="one fused Adam kernel a step (examples/train_sage.py --step lean) "
                              "for every model timed")
+    parser.add_argument("--graphed-model", action="store_true",
+                        help="the loop's training step as one CUDA graph on padded batches "
+                             "(torch_quiver_ops.GraphedStep), the model alone included")
     parser.add_argument("--compile-model", action="store_true",
                         help="the torch-quiver loop's GraphSAGE under "
                              "torch.compile(dynamic=True) in every row, the model alone "
@@ -815,6 +835,9 @@ def main():
                              "building batches at once (comma list, e.g. 2,3)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    if args.graphed_model and args.compile_model:
+        parser.error("--graphed-model and --compile-model are two ways to run the step: "
+                     "give one")
     args.loader_workers = [int(w) for w in args.loader_workers.split(",") if w]
     results = {}
     if args.scaling:

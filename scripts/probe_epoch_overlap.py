@@ -17,6 +17,10 @@ each feature cache:
   3. with ``--trace DIR``, a torch.profiler trace of 20 batches prefetched by the Python
      thread, with the model.
 
+With ``--graphed-rounds N``, only: the step eager and as one CUDA graph on padded batches
+(``torch_quiver_ops.GraphedStep``, shapes from 8 batches), first checked against each other
+(SGD, dropout off), then each alone and beside the prefetching loader, in turns, N rounds.
+
 With ``--ab-rounds N``, after 1. only the model alone and the prefetching loop with the
 model, the Python thread and the C++ one in turn (Python first in even rounds, C++ first in
 odd ones), N rounds. Prints ms per batch for each;
@@ -55,6 +59,10 @@ def main():
     parser.add_argument("--ab-rounds", type=int, default=0,
                         help="only the model alone and the prefetching loop with the model, "
                              "the Python thread and the C++ one in turn, this many rounds")
+    parser.add_argument("--graphed-rounds", type=int, default=0,
+                        help="only the model step eager and as one CUDA graph on padded "
+                             "batches (GraphedStep), alone and beside the prefetching loader, "
+                             "this many rounds in turns")
     args = parser.parse_args()
     e2e = load_bench_e2e()
     device = torch.device("cuda", torch.cuda.current_device())
@@ -71,12 +79,12 @@ def main():
     results = {"graph": args.graph, "device": torch.cuda.get_device_name(device),
                "batches": args.batches, "rows": []}
 
-    def fresh_model():
+    def fresh_model(capturable=False):
         torch.manual_seed(1)
         model = sage(x.size(1), 256, num_classes, len(fanouts)).to(device)
         if x.dtype != torch.float32:
             model = e2e.FloatInput(model)
-        return model, torch.optim.Adam(model.parameters(), lr=0.003)
+        return model, torch.optim.Adam(model.parameters(), lr=0.003, capturable=capturable)
 
     def record(cache, name, ms, note=""):
         results["rows"].append({"cache": cache, "what": name, "ms_per_batch": ms})
@@ -87,6 +95,12 @@ def main():
                              device_cache_size="100%" if cache == "HBM" else cache,
                              csr_topo=topo)
         feature.from_cpu_tensor(x, hot_order=hot)
+        if args.graphed_rounds:
+            graphed_rounds(args, cache, sampler, feature, order, seeds, labels, batch_size,
+                           fresh_model, e2e, record)
+            del feature
+            torch.cuda.empty_cache()
+            continue
         model, optimizer = fresh_model()
         built = list(qv.SampleLoader(sampler, feature, order[-60 * batch_size:], batch_size,
                                      labels=labels, prefetch=0))
@@ -201,6 +215,84 @@ def main():
         del feature, model, optimizer, loader, native, in_python
         torch.cuda.empty_cache()
     print(json.dumps(results))
+
+
+def graphed_rounds(args, cache, sampler, feature, order, seeds, labels, batch_size,
+                   fresh_model, e2e, record):
+    """The model step eager and as one CUDA graph (GraphedStep), each alone and beside the
+    prefetching loader, in turns (eager first in even rounds)."""
+    built = list(qv.SampleLoader(sampler, feature, order[-40 * batch_size:], batch_size,
+                                 labels=labels, prefetch=0))
+    model, optimizer = fresh_model()
+    graphed_model, graphed_optimizer = fresh_model(capturable=True)
+    graphed = qv.GraphedStep(graphed_model, graphed_optimizer, built[:8])
+
+    def eager(batch):
+        _, _, adjs, rows, y = batch
+        e2e.train_step(model, optimizer, lambda m: m(rows, adjs), y)
+
+    for name, step in (("eager", eager), ("graphed", graphed)):
+        issue = []
+        for batch in built[:20]:
+            torch.cuda._sleep(int(2e8))
+            t = time.perf_counter()
+            step(batch)
+            issue.append(time.perf_counter() - t)
+            torch.cuda.synchronize()
+        record(cache, f"{name} step, host time to issue (GPU busy)", 1e3 * sorted(issue)[10])
+        gpu = []
+        for batch in built[:30]:
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(int(2e7))
+            begin.record()
+            step(batch)
+            end.record()
+            torch.cuda.synchronize()
+            gpu.append(begin.elapsed_time(end))
+        record(cache, f"{name} step, GPU span with the host ahead (median)", sorted(gpu)[15])
+    check_graphed(fresh_model, built, batch_size, record, cache)
+    loader = qv.SampleLoader(sampler, feature, seeds, batch_size, labels=labels, prefetch=2)
+    for round_ in range(args.graphed_rounds):
+        pair = [("eager", eager), ("graphed", graphed)]
+        for name, step in (pair if round_ % 2 == 0 else pair[::-1]):
+            record(cache, f"round {round_}: {name} model alone",
+                   timed_pass(built, step, warmup=built[:1]))
+            record(cache, f"round {round_}: {name} prefetching loop", timed_pass(loader, step))
+    record(cache, "graphed steps run eager (batch over the captured shapes)",
+           float(graphed.eager_steps))
+
+
+def check_graphed(fresh_model, built, batch_size, record, cache):
+    """The graphed step against the eager one from the same weights, dropout off: the
+    losses of three steps and the weights after them."""
+    # SGD, not Adam: Adam turns a gradient's last-bit difference (the order of atomic adds)
+    # into a whole step of either sign, for weights whose gradient is near zero
+    model, _ = fresh_model()
+    graphed_model, _ = fresh_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    graphed_optimizer = torch.optim.SGD(graphed_model.parameters(), lr=0.01)
+    model.eval()
+    graphed_model.eval()
+    graphed = qv.GraphedStep(graphed_model, graphed_optimizer, built[:8])
+    # the capture's warm-up took three steps on the first batch: the eager copy takes them too
+    for _ in range(3):
+        _, _, adjs, rows, y = built[0]
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(rows, adjs), y).backward()
+        optimizer.step()
+    worst = 0.0
+    for batch in built[1:4]:
+        _, _, adjs, rows, y = batch
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(rows, adjs), y)
+        loss.backward()
+        optimizer.step()
+        loss_g = graphed(batch)
+        worst = max(worst, abs(loss.item() - loss_g.item()))
+    weights = max((a - b).abs().max().item()
+                  for a, b in zip(graphed_model.parameters(), model.parameters()))
+    record(cache, "check: graphed against eager, largest loss difference", worst)
+    record(cache, "check: graphed against eager, largest weight difference", weights)
 
 
 def timed_pass(batches, consume, warmup=None):

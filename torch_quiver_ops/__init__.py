@@ -14,6 +14,7 @@ from . import aoti, dist, hotness, ops, reorder, synthetic, synthetic_hetero  # 
 from ._device import init_p2p, p2p_cliques  # noqa: E402
 from ._sharing import map_arrays as load_arrays, save_arrays  # noqa: E402
 from .feature import Feature  # noqa: E402
+from .graphed import GraphedStep  # noqa: E402
 from .hetero import HeteroCSRTopo, HeteroSampler  # noqa: E402
 from .hotness import presample_hot_order, presample_topology_order  # noqa: E402
 from .loader import LinkSampleLoader, Prefetcher, SampleLoader  # noqa: E402
@@ -24,7 +25,7 @@ from .topology import CSRTopo  # noqa: E402
 # the package whose library was loaded (the installed copy's, for a source checkout).
 cmake_prefix_path = str(package_root())
 
-__all__ = ["Adj", "aoti", "CSRTopo", "Feature", "GraphSageSampler", "HeteroCSRTopo",
+__all__ = ["Adj", "aoti", "CSRTopo", "Feature", "GraphedStep", "GraphSageSampler", "HeteroCSRTopo",
            "HeteroSampler", "LinkSampleLoader", "Prefetcher", "SampleLoader", "dist", "hotness",
            "ops", "pyg", "reorder", "synthetic", "init_p2p", "p2p_cliques", "presample_hot_order",
            "presample_topology_order",

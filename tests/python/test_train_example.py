@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import load_example
+from conftest import load_example, requires_cuda
 
 pytest.importorskip("torch_geometric")
 REPO = Path(__file__).resolve().parents[2]
@@ -53,6 +53,24 @@ def test_a_compiled_model_learns():
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > graphs  # it was compiled
     history = result["history"]
     assert history[-1]["accuracy"] > 2 / result["num_classes"], result
+
+
+def test_cuda_graph_is_refused_where_it_cannot_replay(capsys):
+    module = load_example("train_sage")
+    with pytest.raises(SystemExit, match="--cuda-graph replays the step on one GPU"):
+        module.main(["--size", "tiny", "--epochs", "1", "--device", "cpu", "--cuda-graph"])
+    with pytest.raises(SystemExit):
+        module.parse_args(["--cuda-graph", "--compile"])
+    assert "--cuda-graph and --compile are two ways" in capsys.readouterr().err
+
+
+@requires_cuda
+def test_a_graphed_step_learns_on_a_gpu():
+    """--cuda-graph: the step replayed as one CUDA graph on padded batches (GraphedStep)."""
+    result = load_example("train_sage").main(
+        ["--size", "small", "--epochs", "3", "--eval-nodes", "3000", "--cuda-graph"])
+    final = result["history"][-1]
+    assert final["accuracy"] > 10 / result["num_classes"], result
 
 
 def test_a_compiled_model_trains_under_torchrun(tmp_path):

@@ -1,0 +1,167 @@
+"""torch_quiver_ops.GraphedStep: a training step on batches padded to fixed shapes (replayed
+as a CUDA graph on a GPU) takes the same steps as the eager step on the real batches;
+batches over the shapes run eager; bad arguments are refused by name."""
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import torch_quiver_ops as qv
+from conftest import load_example, requires_cuda
+from reference import random_coo
+
+SAGE = load_example("train_sage").SAGE
+
+
+def batches_of(mode, num_nodes=2000, num_edges=30000, width=12, batch_size=64, seeds=400,
+               fanouts=(5, 4, 3)):
+    row, col = random_coo(num_nodes, num_edges, seed=1)
+    topo = qv.CSRTopo(torch.stack([row, col]), num_nodes=num_nodes)
+    device = torch.device("cpu") if mode == "CPU" else torch.device("cuda", 0)
+    sampler = qv.GraphSageSampler(topo, list(fanouts), device=device, mode=mode)
+    table = torch.randn(num_nodes, width, generator=torch.Generator().manual_seed(2))
+    feature = qv.Feature(rank=0, device_list=[] if mode == "CPU" else [0],
+                         device_cache_size=0 if mode == "CPU" else "30%", csr_topo=topo)
+    feature.from_cpu_tensor(table)
+    labels = torch.randint(0, 5, (num_nodes,), generator=torch.Generator().manual_seed(3))
+    torch.manual_seed(4)
+    loader = qv.SampleLoader(sampler, feature, torch.arange(seeds), batch_size, labels=labels,
+                             prefetch=0)
+    return list(loader), device
+
+
+def twin_models(device, width=12, optimizer=lambda p: torch.optim.SGD(p, lr=0.05)):
+    """Two copies of one model (dropout off), each with its optimizer."""
+    pairs = []
+    for _ in range(2):
+        torch.manual_seed(7)
+        model = SAGE(width, 16, 5, 3).to(device).eval()
+        pairs.append((model, optimizer(model.parameters())))
+    return pairs
+
+
+def eager_step(model, optimizer, batch):
+    _, _, adjs, x, y = batch
+    optimizer.zero_grad()
+    loss = F.cross_entropy(model(x, adjs), y)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def largest_difference(a, b):
+    return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_padded_steps_equal_the_eager_steps_on_the_cpu():
+    batches, device = batches_of("CPU")
+    assert batches[-1].batch_size < batches[0].batch_size  # the epoch's short last batch
+    (model, optimizer), (twin, twin_optimizer) = twin_models(device)
+    step = qv.GraphedStep(twin, twin_optimizer, batches, spare=16)
+    assert step.graph is None and all(step.fits(b) for b in batches)
+    for batch in batches:
+        expected = eager_step(model, optimizer, batch)
+        got = step(batch)
+        assert torch.allclose(got, expected, rtol=1e-5, atol=1e-6), (got, expected)
+    assert largest_difference(model, twin) < 1e-5
+    assert step.eager_steps == 0
+    # the padding was real: padded rows, edges and labels were there
+    assert step.rows.size(0) > batches[0].x.size(0)
+    assert (step.labels == -100).sum() >= 16
+
+
+def test_a_batch_over_the_shapes_runs_eager_and_is_counted():
+    batches, device = batches_of("CPU")
+    small = min(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    large = max(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    assert large.adjs[0].edge_index.size(1) > small.adjs[0].edge_index.size(1)
+    (model, optimizer), (twin, twin_optimizer) = twin_models(device)
+    step = qv.GraphedStep(twin, twin_optimizer, [small], margin=1.0, spare=4)
+    assert not step.fits(large)
+    assert torch.allclose(step(large), eager_step(model, optimizer, large), atol=1e-6)
+    assert step.eager_steps == 1
+    assert largest_difference(model, twin) < 1e-6
+
+
+def test_bad_arguments_are_refused_by_name():
+    batches, device = batches_of("CPU", seeds=128)
+    model, optimizer = twin_models(device)[0]
+    for kwargs, words in [({"margin": 0.9}, "margin"), ({"margin": "2"}, "margin"),
+                          ({"spare": 0}, "spare"), ({"spare": 2.5}, "spare"),
+                          ({"warmup": 0}, "warmup")]:
+        with pytest.raises(ValueError, match=words):
+            qv.GraphedStep(model, optimizer, batches, **kwargs)
+    with pytest.raises(ValueError, match="batches is empty"):
+        qv.GraphedStep(model, optimizer, [])
+    unlabeled = batches[0]._replace(y=None)
+    with pytest.raises(ValueError, match=r"batches\[0\].*labels"):
+        qv.GraphedStep(model, optimizer, [unlabeled])
+    with pytest.raises(ValueError, match=r"batches\[1\] has 2 layers"):
+        qv.GraphedStep(model, optimizer, [batches[0], batches[1]._replace(
+            adjs=batches[1].adjs[:2])])
+    with pytest.raises(ValueError, match="expected a SampleLoader batch"):
+        qv.GraphedStep(model, optimizer, [(1, 2)])
+    step = qv.GraphedStep(model, optimizer, batches)
+    with pytest.raises(ValueError, match="captured for torch.float32"):
+        step(batches[0]._replace(x=batches[0].x.double()))
+
+
+@requires_cuda
+def test_graphed_steps_follow_the_eager_steps_on_a_gpu():
+    batches, device = batches_of("GPU", seeds=640)
+    (model, optimizer), (twin, twin_optimizer) = twin_models(device)
+    step = qv.GraphedStep(twin, twin_optimizer, batches[:4], warmup=2)
+    assert step.graph is not None
+    for _ in range(2):  # the warm-up's steps, on the first batch
+        eager_step(model, optimizer, batches[0])
+    # atomic adds sum in any order: equal up to rounding
+    for batch in batches[1:]:
+        expected = eager_step(model, optimizer, batch)
+        got = step(batch).clone()
+        assert torch.allclose(got, expected, rtol=1e-4, atol=1e-5), (got, expected)
+    assert largest_difference(model, twin) < 1e-4
+    assert step.eager_steps == 0
+
+
+@requires_cuda
+def test_a_graphed_epoch_trains_with_adam_and_dropout():
+    batches, device = batches_of("GPU", seeds=2000)
+    torch.manual_seed(7)
+    model = SAGE(12, 32, 5, 3).to(device)  # train mode: dropout inside the graph
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True)
+    step = qv.GraphedStep(model, optimizer, batches[:8])
+    first = [step(b).item() for b in batches[:6]]
+    for _ in range(15):
+        losses = [step(b).item() for b in batches]
+    assert sum(losses[:6]) < 0.9 * sum(first)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@requires_cuda
+def test_an_oversized_batch_runs_eager_beside_the_graph_without_stream_warnings():
+    batches, device = batches_of("GPU", seeds=640)
+    small = min(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    large = max(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    (model, optimizer), (twin, twin_optimizer) = twin_models(device)
+    step = qv.GraphedStep(twin, twin_optimizer, [small], margin=1.0, spare=4, warmup=1)
+    eager_step(model, optimizer, small)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for batch in (large, small, large):
+            expected = eager_step(model, optimizer, batch)
+            assert torch.allclose(step(batch), expected, rtol=1e-4, atol=1e-5)
+    assert step.eager_steps == 2
+    assert largest_difference(model, twin) < 1e-4
+
+
+@requires_cuda
+def test_an_optimizer_that_cannot_be_captured_is_refused_by_name():
+    batches, device = batches_of("GPU", seeds=128)
+    torch.manual_seed(7)
+    model = SAGE(12, 16, 5, 3).to(device)
+    with pytest.raises(ValueError, match="capturable=True"):
+        qv.GraphedStep(model, torch.optim.Adam(model.parameters()), batches)
+    cpu_model = SAGE(12, 16, 5, 3)
+    with pytest.raises(ValueError, match="model parameter .* is on cpu"):
+        qv.GraphedStep(cpu_model, torch.optim.SGD(cpu_model.parameters(), lr=0.1), batches)

@@ -1,0 +1,222 @@
+"""A GraphSAGE-style training step replayed as one CUDA graph, on the loader's batches
+padded to fixed shapes.
+
+A training step issues a few thousand kernels (forward, backward, optimizer). Where the
+host issues them more slowly than the GPU runs them, the step is bound by the host, its
+pace drifts with whatever else the host does, and a prefetching loader's own host work
+slows it further. :class:`GraphedStep` captures the step once and then replays it: a
+step's host work becomes a few copies into fixed buffers and one graph launch.
+
+A graph has fixed shapes and a sampled batch does not, so each batch is padded up to
+shapes taken from some batches given at construction (the largest of each layer's
+sources, targets and edges, grown by ``margin``). Padding changes no real output: each
+layer keeps its last ``spare`` target rows out of the batch, padded edges end only on
+them, and padded labels are ``ignore_index``. A layer's real targets then aggregate only
+real edges, the loss averages over the real seeds only, and every gradient is the real
+batch's. A batch larger than the captured shapes runs eager (``eager_steps`` counts them).
+
+What the model and loss must do for that to hold:
+
+- the model is called ``model(x, adjs)`` with torch-quiver's layers (``(edge_index, e_id,
+  (sources, targets))``, outermost first, a layer's targets the first rows of its sources),
+  and row ``i`` of a layer's output depends only on row ``i`` of its targets and the edges
+  into ``i`` (message passing, as SAGEConv, GCNConv or GATConv; no batch norm across rows);
+- it reads no edge ids: the padded layers carry ``e_id=None``;
+- ``loss_fn(out, y)`` ignores targets equal to ``ignore_index`` and averages over the rest
+  (:func:`torch.nn.functional.cross_entropy`'s default);
+- the optimizer's step can be captured: Adam and AdamW built with ``capturable=True``.
+
+The model's mode (train or eval) and its parameters' addresses are fixed at capture:
+change weights in place (``load_state_dict`` does), not by replacing parameters. On the
+CPU nothing is captured: the step runs eager on the padded batch (the same arithmetic,
+which is what the CPU tests check).
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+__all__ = ["GraphedStep"]
+
+
+def _parts(batch, where: str):
+    """``(adjs, x, y)`` of a :class:`~torch_quiver_ops.loader.Batch`, checked."""
+    try:
+        _, _, adjs, x, y = batch
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: expected a SampleLoader batch (n_id, batch_size, adjs, x, "
+                         f"y), got {type(batch).__name__}") from None
+    if x is None or y is None:
+        raise ValueError(f"{where}: the batch has no {'rows' if x is None else 'labels'}: "
+                         f"build the SampleLoader with a feature and labels")
+    if len(adjs) == 0:
+        raise ValueError(f"{where}: the batch has no layers")
+    return adjs, x, y
+
+
+class GraphedStep:
+    """``step(batch)``: one training step (zero the gradients, forward, ``loss_fn``,
+    backward, ``optimizer.step()``) on a :class:`~torch_quiver_ops.SampleLoader` batch,
+    replayed as one CUDA graph. Returns the loss, a tensor the next call overwrites (clone
+    it to keep it; reading it with ``.item()`` waits for the step).
+
+    Args:
+        model: called as ``model(x, adjs)``; see the module's notes for what it must do.
+        optimizer: steps ``model``'s parameters; capturable (``capturable=True`` for Adam).
+        batches: a few batches of the loader (the more, the fewer that run eager); the
+            first also warms the step up before the capture, taking ``warmup`` real steps.
+        loss_fn: ``loss_fn(out, y)``, ignoring ``ignore_index`` targets.
+        margin: the captured shapes are the largest of ``batches``' times this (>= 1).
+        spare: target rows each layer keeps for padded edges (>= 1); more spreads their
+            atomic adds thinner (one row made the step half again as slow on an H200).
+        ignore_index: the label of padded seeds.
+        warmup: steps taken on ``batches[0]`` before the capture (CUDA only, >= 1).
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 batches: Sequence, loss_fn: Callable[[Tensor, Tensor], Tensor] = F.cross_entropy,
+                 *, margin: float = 1.02, spare: int = 1024, ignore_index: int = -100,
+                 warmup: int = 3):
+        if not isinstance(margin, (int, float)) or not margin >= 1.0:
+            raise ValueError(f"margin must be a number >= 1, got {margin!r}")
+        if isinstance(spare, bool) or not isinstance(spare, int) or spare < 1:
+            raise ValueError(f"spare must be an int >= 1, got {spare!r}")
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
+            raise ValueError(f"warmup must be an int >= 1, got {warmup!r}")
+        batches = list(batches)
+        if not batches:
+            raise ValueError("batches is empty: give at least one batch to take shapes from")
+        parts = [_parts(b, f"batches[{i}]") for i, b in enumerate(batches)]
+        adjs, x, y = parts[0]
+        layers = len(adjs)
+        for i, (a, rows, labels) in enumerate(parts):
+            if len(a) != layers:
+                raise ValueError(f"batches[{i}] has {len(a)} layers, batches[0] has {layers}")
+            if rows.device != x.device or rows.dtype != x.dtype or rows.dim() != 2 \
+                    or rows.size(1) != x.size(1):
+                raise ValueError(f"batches[{i}].x is {tuple(rows.shape)} {rows.dtype} on "
+                                 f"{rows.device}, batches[0].x is {tuple(x.shape)} {x.dtype} "
+                                 f"on {x.device}")
+        device = x.device
+        for name, param in model.named_parameters():
+            if param.device != device:
+                raise ValueError(f"model parameter {name} is on {param.device}, the batches' "
+                                 f"rows on {device}")
+        if device.type == "cuda":
+            for group in optimizer.param_groups:
+                if group.get("capturable") is False:
+                    raise ValueError(f"optimizer {type(optimizer).__name__} has capturable="
+                                     f"False: build it with capturable=True so that its step "
+                                     f"can be captured in a CUDA graph")
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.spare, self.ignore_index = spare, ignore_index
+        self.eager_steps = 0
+
+        def grow(count: int) -> int:
+            return int(count * margin) + 1
+
+        largest = [(max(p[0][i].size[0] for p in parts), max(p[0][i].size[1] for p in parts),
+                    max(p[0][i].edge_index.size(1) for p in parts)) for i in range(layers)]
+        seeds = max(p[2].numel() for p in parts)
+        # A layer's targets are its first sources, and layer i + 1 reads layer i's targets.
+        self.targets: List[int] = [grow(dst) + spare for _, dst, _ in largest[:-1]]
+        self.targets.append(grow(seeds) + spare)
+        self.sources: List[int] = [max(grow(largest[0][0]), self.targets[0])] + self.targets[:-1]
+        self.edges: List[int] = [grow(edges) for _, _, edges in largest]
+        self.rows = torch.zeros(self.sources[0], x.size(1), dtype=x.dtype, device=device)
+        self.labels = torch.full((self.targets[-1],), ignore_index, dtype=y.dtype,
+                                 device=device)
+        # Padded edge k joins source k mod S (any row: it feeds only spare targets) to spare
+        # target k mod spare.
+        self._padding: List[Tensor] = []
+        self.edge_index: List[Tensor] = []
+        index_dtype = adjs[0].edge_index.dtype
+        for src, dst, count in zip(self.sources, self.targets, self.edges):
+            k = torch.arange(count, device=device, dtype=index_dtype)
+            pad = torch.stack([k % src, dst - spare + k % spare])
+            self._padding.append(pad)
+            self.edge_index.append(pad.clone())
+        self.layers = [(ei, None, (src, dst))
+                       for ei, src, dst in zip(self.edge_index, self.sources, self.targets)]
+        self.graph: Optional[torch.cuda.CUDAGraph] = None
+        self._stream: Optional[torch.cuda.Stream] = None
+        self.loss: Optional[Tensor] = None
+        if device.type == "cuda":
+            self._capture(batches[0], warmup)
+
+    def __repr__(self) -> str:
+        return (f"GraphedStep(sources={self.sources}, targets={self.targets}, "
+                f"edges={self.edges}, spare={self.spare}, captured={self.graph is not None}, "
+                f"eager_steps={self.eager_steps})")
+
+    def _step(self, x: Tensor, adjs, y: Tensor) -> Tensor:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(x, adjs), y)
+        loss.backward()
+        self.optimizer.step()
+        return loss
+
+    def _padded_step(self) -> Tensor:
+        return self._step(self.rows, self.layers, self.labels)
+
+    def _capture(self, batch, warmup: int) -> None:
+        device = self.rows.device
+        self._stream = torch.cuda.Stream(device)
+        current = torch.cuda.current_stream(device)
+        self._fill(batch)
+        # Warm-up on a side stream, as CUDA graph capture asks: libraries' workspaces and
+        # the autograd engine's per-parameter nodes are made there, outside the graph.
+        self._stream.wait_stream(current)
+        with torch.cuda.stream(self._stream):
+            for _ in range(warmup):
+                self._padded_step()
+        current.wait_stream(self._stream)
+        self.graph = torch.cuda.CUDAGraph()
+        # gradients made inside the graph live in its memory, at fixed addresses
+        self.optimizer.zero_grad(set_to_none=True)
+        with torch.cuda.graph(self.graph):
+            self.loss = self._padded_step()
+
+    def fits(self, batch) -> bool:
+        """Whether ``batch`` fits the captured shapes (else ``step`` runs it eager)."""
+        adjs, x, y = _parts(batch, "batch")
+        return (len(adjs) == len(self.targets) and x.size(0) <= self.sources[0]
+                and y.numel() <= self.targets[-1] - self.spare
+                and all(adj.size[1] <= dst - self.spare and adj.edge_index.size(1) <= count
+                        for adj, dst, count in zip(adjs, self.targets, self.edges)))
+
+    def _fill(self, batch) -> None:
+        adjs, x, y = _parts(batch, "batch")
+        self.rows[:x.size(0)].copy_(x)
+        for edge_index, pad, adj in zip(self.edge_index, self._padding, adjs):
+            count = adj.edge_index.size(1)
+            edge_index[:, :count].copy_(adj.edge_index)
+            edge_index[:, count:].copy_(pad[:, count:])
+        self.labels[:y.numel()].copy_(y)
+        self.labels[y.numel():].fill_(self.ignore_index)
+
+    def __call__(self, batch) -> Tensor:
+        adjs, x, y = _parts(batch, "batch")
+        if x.device != self.rows.device or x.dtype != self.rows.dtype:
+            raise ValueError(f"batch.x is {x.dtype} on {x.device}; the step was captured for "
+                             f"{self.rows.dtype} on {self.rows.device}")
+        if not self.fits(batch):
+            self.eager_steps += 1
+            if self._stream is None:
+                return self._step(x, adjs, y)
+            # On the stream the warm-up made the parameters' autograd nodes on: another
+            # stream would make autograd wait for it at every gradient.
+            current = torch.cuda.current_stream(self.rows.device)
+            self._stream.wait_stream(current)
+            with torch.cuda.stream(self._stream):
+                loss = self._step(x, adjs, y)
+            current.wait_stream(self._stream)
+            return loss
+        self._fill(batch)
+        if self.graph is None:  # CPU: the same padded step, eager
+            return self._padded_step()
+        self.graph.replay()
+        return self.loss
