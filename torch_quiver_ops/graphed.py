@@ -142,7 +142,6 @@ class GraphedStep:
         self.layers = [(ei, None, (src, dst))
                        for ei, src, dst in zip(self.edge_index, self.sources, self.targets)]
         self.graph: Optional[torch.cuda.CUDAGraph] = None
-        self._stream: Optional[torch.cuda.Stream] = None
         self.loss: Optional[Tensor] = None
         if device.type == "cuda":
             self._capture(batches[0], warmup)
@@ -164,21 +163,25 @@ class GraphedStep:
 
     def _capture(self, batch, warmup: int) -> None:
         device = self.rows.device
-        self._stream = torch.cuda.Stream(device)
+        side = torch.cuda.Stream(device)
         current = torch.cuda.current_stream(device)
         self._fill(batch)
-        # Warm-up on a side stream, as CUDA graph capture asks: libraries' workspaces and
-        # the autograd engine's per-parameter nodes are made there, outside the graph.
-        self._stream.wait_stream(current)
-        with torch.cuda.stream(self._stream):
+        # Warm-up on a side stream, as CUDA graph capture asks: libraries' workspaces are
+        # made there, outside the graph.
+        side.wait_stream(current)
+        with torch.cuda.stream(side):
             for _ in range(warmup):
                 self._padded_step()
-        current.wait_stream(self._stream)
+        current.wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         # gradients made inside the graph live in its memory, at fixed addresses
         self.optimizer.zero_grad(set_to_none=True)
         with torch.cuda.graph(self.graph):
-            self.loss = self._padded_step()
+            loss = self._padded_step()
+        # Kept without its autograd graph: that graph would keep the parameters' gradient
+        # nodes made on the capture's stream alive, and an eager step on another stream
+        # would then wait for that stream at every gradient (PyTorch warns of it).
+        self.loss = loss.detach()
 
     def fits(self, batch) -> bool:
         """Whether ``batch`` fits the captured shapes (else ``step`` runs it eager)."""
@@ -205,16 +208,7 @@ class GraphedStep:
                              f"{self.rows.dtype} on {self.rows.device}")
         if not self.fits(batch):
             self.eager_steps += 1
-            if self._stream is None:
-                return self._step(x, adjs, y)
-            # On the stream the warm-up made the parameters' autograd nodes on: another
-            # stream would make autograd wait for it at every gradient.
-            current = torch.cuda.current_stream(self.rows.device)
-            self._stream.wait_stream(current)
-            with torch.cuda.stream(self._stream):
-                loss = self._step(x, adjs, y)
-            current.wait_stream(self._stream)
-            return loss
+            return self._step(x, adjs, y)
         self._fill(batch)
         if self.graph is None:  # CPU: the same padded step, eager
             return self._padded_step()

@@ -24,7 +24,7 @@ def batches_of(mode, num_nodes=2000, num_edges=30000, width=12, batch_size=64, s
     feature = qv.Feature(rank=0, device_list=[] if mode == "CPU" else [0],
                          device_cache_size=0 if mode == "CPU" else "30%", csr_topo=topo)
     feature.from_cpu_tensor(table)
-    labels = torch.randint(0, 5, (num_nodes,), generator=torch.Generator().manual_seed(3))
+    labels = table[:, :5].argmax(1)  # learnable from a node's own row
     torch.manual_seed(4)
     loader = qv.SampleLoader(sampler, feature, torch.arange(seeds), batch_size, labels=labels,
                              prefetch=0)
@@ -131,15 +131,19 @@ def test_a_graphed_epoch_trains_with_adam_and_dropout():
     model = SAGE(12, 32, 5, 3).to(device)  # train mode: dropout inside the graph
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True)
     step = qv.GraphedStep(model, optimizer, batches[:8])
-    first = [step(b).item() for b in batches[:6]]
-    for _ in range(15):
-        losses = [step(b).item() for b in batches]
-    assert sum(losses[:6]) < 0.9 * sum(first)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. autograd waiting on the capture's stream
+        first = [step(b).item() for b in batches[:6]]
+        for _ in range(15):
+            losses = [step(b).item() for b in batches]
+    assert sum(losses[:6]) < 0.7 * sum(first), (first, losses[:6])
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
 @requires_cuda
 def test_an_oversized_batch_runs_eager_beside_the_graph_without_stream_warnings():
+    """An eager step between replays: autograd must not find gradient nodes the capture
+    made on its own stream (PyTorch warns, and waits for that stream at every gradient)."""
     batches, device = batches_of("GPU", seeds=640)
     small = min(batches, key=lambda b: b.adjs[0].edge_index.size(1))
     large = max(batches, key=lambda b: b.adjs[0].edge_index.size(1))
