@@ -20,7 +20,9 @@ What the model and loss must do for that to hold:
 - the model is called ``model(x, adjs)`` with torch-quiver's layers (``(edge_index, e_id,
   (sources, targets))``, outermost first, a layer's targets the first rows of its sources),
   and row ``i`` of a layer's output depends only on row ``i`` of its targets and the edges
-  into ``i`` (message passing, as SAGEConv, GCNConv or GATConv; no batch norm across rows);
+  into ``i`` (message passing over a bipartite layer, as SAGEConv or GATConv). Not: a
+  normalization by degree of the source rows (GCNConv's): padded edges raise the in-degree
+  of the spare rows, which are sources too; nor batch norm across rows;
 - it reads no edge ids: the padded layers carry ``e_id=None``;
 - ``loss_fn(out, y)`` ignores targets equal to ``ignore_index`` and averages over the rest
   (:func:`torch.nn.functional.cross_entropy`'s default);

@@ -31,12 +31,32 @@ def batches_of(mode, num_nodes=2000, num_edges=30000, width=12, batch_size=64, s
     return list(loader), device
 
 
-def twin_models(device, width=12, optimizer=lambda p: torch.optim.SGD(p, lr=0.05)):
+class GAT(torch.nn.Module):
+    """Attention over each layer's incoming edges: a softmax per target row."""
+
+    def __init__(self, width, hidden, classes, layers):
+        super().__init__()
+        from torch_geometric.nn import GATConv
+        dims = [width] + [hidden] * (layers - 1) + [classes]
+        self.convs = torch.nn.ModuleList(GATConv((a, a), b, heads=2, concat=False,
+                                                 add_self_loops=False)
+                                         for a, b in zip(dims[:-1], dims[1:]))
+
+    def forward(self, x, adjs):
+        for i, (edge_index, _, size) in enumerate(adjs):
+            x = self.convs[i]((x, x[:size[1]]), edge_index)
+            if i < len(self.convs) - 1:
+                x = F.elu(x)
+        return x
+
+
+def twin_models(device, width=12, optimizer=lambda p: torch.optim.SGD(p, lr=0.05),
+                kind=SAGE):
     """Two copies of one model (dropout off), each with its optimizer."""
     pairs = []
     for _ in range(2):
         torch.manual_seed(7)
-        model = SAGE(width, 16, 5, 3).to(device).eval()
+        model = kind(width, 16, 5, 3).to(device).eval()
         pairs.append((model, optimizer(model.parameters())))
     return pairs
 
@@ -54,10 +74,11 @@ def largest_difference(a, b):
     return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters()))
 
 
-def test_padded_steps_equal_the_eager_steps_on_the_cpu():
+@pytest.mark.parametrize("kind", [SAGE, GAT], ids=["sage", "gat"])
+def test_padded_steps_equal_the_eager_steps_on_the_cpu(kind):
     batches, device = batches_of("CPU")
     assert batches[-1].batch_size < batches[0].batch_size  # the epoch's short last batch
-    (model, optimizer), (twin, twin_optimizer) = twin_models(device)
+    (model, optimizer), (twin, twin_optimizer) = twin_models(device, kind=kind)
     step = qv.GraphedStep(twin, twin_optimizer, batches, spare=16)
     assert step.graph is None and all(step.fits(b) for b in batches)
     for batch in batches:
