@@ -210,7 +210,11 @@ class GraphedStep:
                              f"{self.rows.dtype} on {self.rows.device}")
         if not self.fits(batch):
             self.eager_steps += 1
-            return self._step(x, adjs, y)
+            # A CPU sampler's layers and labels come on the CPU beside rows on the GPU; the
+            # padded path copies them over, and so must this one.
+            device = self.rows.device
+            adjs = [(adj[0].to(device), adj[1], adj[2]) for adj in adjs]
+            return self._step(x, adjs, y.to(device))
         self._fill(batch)
         if self.graph is None:  # CPU: the same padded step, eager
             return self._padded_step()

@@ -181,6 +181,27 @@ def test_an_oversized_batch_runs_eager_beside_the_graph_without_stream_warnings(
 
 
 @requires_cuda
+def test_cpu_sampled_layers_beside_gpu_rows_are_copied_over():
+    """CPU sampling with rows gathered onto the GPU: layers and labels on the CPU, in the
+    graphed path and in the eager fallback."""
+    batches, _ = batches_of("CPU", seeds=640)
+    device = torch.device("cuda", 0)
+    batches = [b._replace(x=b.x.to(device)) for b in batches]
+    assert batches[0].adjs[0].edge_index.is_cpu and batches[0].y.is_cpu
+    small = min(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    large = max(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    (model, optimizer), (twin, twin_optimizer) = twin_models(device)
+    step = qv.GraphedStep(twin, twin_optimizer, [small], margin=1.0, spare=4, warmup=1)
+    moved = lambda b: b._replace(adjs=[a.to(device) for a in b.adjs], y=b.y.to(device))
+    eager_step(model, optimizer, moved(small))
+    for batch in (large, small):
+        expected = eager_step(model, optimizer, moved(batch))
+        assert torch.allclose(step(batch), expected, rtol=1e-4, atol=1e-5)
+    assert step.eager_steps == 1
+    assert largest_difference(model, twin) < 1e-4
+
+
+@requires_cuda
 def test_an_optimizer_that_cannot_be_captured_is_refused_by_name():
     batches, device = batches_of("GPU", seeds=128)
     torch.manual_seed(7)
