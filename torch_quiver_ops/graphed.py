@@ -28,18 +28,29 @@ What the model and loss must do for that to hold:
   (:func:`torch.nn.functional.cross_entropy`'s default);
 - the optimizer's step can be captured: Adam and AdamW built with ``capturable=True``.
 
-The model's mode (train or eval) and its parameters' addresses are fixed at capture:
-change weights in place (``load_state_dict`` does), not by replacing parameters. On the
+The model's mode (train or eval), its parameters' addresses and the optimizer's
+hyperparameters are fixed at capture: change weights in place (``load_state_dict`` does),
+not by replacing parameters, and give a learning rate that a scheduler will change as a
+tensor (``Adam(..., lr=torch.tensor(0.003, device=...), capturable=True)``): a float one is
+baked into the graph, and only eager steps would see a new value. Each spare row takes
+about ``padded edges / spare`` edges: with a sum aggregation in 16-bit floats, give enough
+spare rows that their sums cannot overflow (an inf there, times a zero gradient, is a NaN
+in the weights' gradients). On the
 CPU nothing is captured: the step runs eager on the padded batch (the same arithmetic,
 which is what the CPU tests check).
 """
 from __future__ import annotations
 
+import math
+import numbers
+import operator
 from typing import Callable, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from .sampler import Adj
 
 __all__ = ["GraphedStep"]
 
@@ -56,7 +67,23 @@ def _parts(batch, where: str):
                          f"build the SampleLoader with a feature and labels")
     if len(adjs) == 0:
         raise ValueError(f"{where}: the batch has no layers")
+    if x.dim() != 2:
+        raise ValueError(f"{where}.x must be 2-D (rows, features), got shape {tuple(x.shape)}")
+    if y.dim() != 1:
+        raise ValueError(f"{where}.y must be 1-D (one label a seed), got shape "
+                         f"{tuple(y.shape)}")
     return adjs, x, y
+
+
+def _count(name: str, value, least: int) -> int:
+    """An integer argument (a Python or NumPy int, not a bool) of at least ``least``."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        number = None
+    if isinstance(value, bool) or number is None or number < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    return number
 
 
 class GraphedStep:
@@ -82,12 +109,15 @@ class GraphedStep:
                  batches: Sequence, loss_fn: Callable[[Tensor, Tensor], Tensor] = F.cross_entropy,
                  *, margin: float = 1.02, spare: int = 1024, ignore_index: int = -100,
                  warmup: int = 3):
-        if not isinstance(margin, (int, float)) or not margin >= 1.0:
-            raise ValueError(f"margin must be a number >= 1, got {margin!r}")
-        if isinstance(spare, bool) or not isinstance(spare, int) or spare < 1:
-            raise ValueError(f"spare must be an int >= 1, got {spare!r}")
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 1:
-            raise ValueError(f"warmup must be an int >= 1, got {warmup!r}")
+        if (isinstance(margin, bool) or not isinstance(margin, numbers.Real)
+                or not math.isfinite(margin) or margin < 1.0):
+            raise ValueError(f"margin must be a finite number >= 1, got {margin!r}")
+        margin = float(margin)
+        spare = _count("spare", spare, 1)
+        warmup = _count("warmup", warmup, 1)
+        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+            raise ValueError(f"ignore_index must be an int (the label of padded seeds), got "
+                             f"{ignore_index!r}")
         batches = list(batches)
         if not batches:
             raise ValueError("batches is empty: give at least one batch to take shapes from")
@@ -97,8 +127,7 @@ class GraphedStep:
         for i, (a, rows, labels) in enumerate(parts):
             if len(a) != layers:
                 raise ValueError(f"batches[{i}] has {len(a)} layers, batches[0] has {layers}")
-            if rows.device != x.device or rows.dtype != x.dtype or rows.dim() != 2 \
-                    or rows.size(1) != x.size(1):
+            if rows.device != x.device or rows.dtype != x.dtype or rows.size(1) != x.size(1):
                 raise ValueError(f"batches[{i}].x is {tuple(rows.shape)} {rows.dtype} on "
                                  f"{rows.device}, batches[0].x is {tuple(x.shape)} {x.dtype} "
                                  f"on {x.device}")
@@ -141,7 +170,7 @@ class GraphedStep:
             pad = torch.stack([k % src, dst - spare + k % spare])
             self._padding.append(pad)
             self.edge_index.append(pad.clone())
-        self.layers = [(ei, None, (src, dst))
+        self.layers = [Adj(ei, None, (src, dst))
                        for ei, src, dst in zip(self.edge_index, self.sources, self.targets)]
         self.graph: Optional[torch.cuda.CUDAGraph] = None
         self.loss: Optional[Tensor] = None
@@ -154,7 +183,9 @@ class GraphedStep:
                 f"eager_steps={self.eager_steps})")
 
     def _step(self, x: Tensor, adjs, y: Tensor) -> Tensor:
-        self.optimizer.zero_grad(set_to_none=True)
+        # Once captured, the gradients are the graph's tensors: an eager step zeroes and
+        # fills them in place, so that `p.grad` keeps showing each step's gradients.
+        self.optimizer.zero_grad(set_to_none=self.graph is None)
         loss = self.loss_fn(self.model(x, adjs), y)
         loss.backward()
         self.optimizer.step()
@@ -205,15 +236,17 @@ class GraphedStep:
 
     def __call__(self, batch) -> Tensor:
         adjs, x, y = _parts(batch, "batch")
-        if x.device != self.rows.device or x.dtype != self.rows.dtype:
-            raise ValueError(f"batch.x is {x.dtype} on {x.device}; the step was captured for "
-                             f"{self.rows.dtype} on {self.rows.device}")
+        if x.device != self.rows.device or x.dtype != self.rows.dtype \
+                or x.size(1) != self.rows.size(1):
+            raise ValueError(f"batch.x is {tuple(x.shape)} {x.dtype} on {x.device}; the step "
+                             f"was captured for rows of {self.rows.size(1)} {self.rows.dtype} "
+                             f"on {self.rows.device}")
         if not self.fits(batch):
             self.eager_steps += 1
             # A CPU sampler's layers and labels come on the CPU beside rows on the GPU; the
             # padded path copies them over, and so must this one.
             device = self.rows.device
-            adjs = [(adj[0].to(device), adj[1], adj[2]) for adj in adjs]
+            adjs = [Adj(*adj).to(device) for adj in adjs]
             return self._step(x, adjs, y.to(device))
         self._fill(batch)
         if self.graph is None:  # CPU: the same padded step, eager

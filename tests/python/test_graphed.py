@@ -109,10 +109,18 @@ def test_bad_arguments_are_refused_by_name():
     batches, device = batches_of("CPU", seeds=128)
     model, optimizer = twin_models(device)[0]
     for kwargs, words in [({"margin": 0.9}, "margin"), ({"margin": "2"}, "margin"),
+                          ({"margin": float("inf")}, "margin"), ({"margin": True}, "margin"),
                           ({"spare": 0}, "spare"), ({"spare": 2.5}, "spare"),
-                          ({"warmup": 0}, "warmup")]:
+                          ({"warmup": 0}, "warmup"), ({"ignore_index": 0.5}, "ignore_index"),
+                          ({"ignore_index": None}, "ignore_index")]:
         with pytest.raises(ValueError, match=words):
             qv.GraphedStep(model, optimizer, batches, **kwargs)
+    import numpy as np
+    assert qv.GraphedStep(model, optimizer, batches, spare=np.int64(4)).spare == 4
+    with pytest.raises(ValueError, match=r"batches\[0\].x must be 2-D"):
+        qv.GraphedStep(model, optimizer, [batches[0]._replace(x=batches[0].x[:, 0])])
+    with pytest.raises(ValueError, match=r"batches\[0\].y must be 1-D"):
+        qv.GraphedStep(model, optimizer, [batches[0]._replace(y=batches[0].y[:, None])])
     with pytest.raises(ValueError, match="batches is empty"):
         qv.GraphedStep(model, optimizer, [])
     unlabeled = batches[0]._replace(y=None)
@@ -124,8 +132,35 @@ def test_bad_arguments_are_refused_by_name():
     with pytest.raises(ValueError, match="expected a SampleLoader batch"):
         qv.GraphedStep(model, optimizer, [(1, 2)])
     step = qv.GraphedStep(model, optimizer, batches)
-    with pytest.raises(ValueError, match="captured for torch.float32"):
+    with pytest.raises(ValueError, match="captured for rows of 12 torch.float32"):
         step(batches[0]._replace(x=batches[0].x.double()))
+    # a row one feature wide would broadcast over the buffer's 12 columns
+    with pytest.raises(ValueError, match="captured for rows of 12"):
+        step(batches[0]._replace(x=batches[0].x[:, :1]))
+
+
+class ReadsLayerFields(torch.nn.Module):
+    """A model that reads its layers by the fields of Adj, as a loader batch gives them."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = SAGE(12, 16, 5, 3)
+
+    def forward(self, x, adjs):
+        assert all(isinstance(adj, qv.Adj) for adj in adjs)
+        return self.inner(x, [(adj.edge_index, adj.e_id, adj.size) for adj in adjs])
+
+
+def test_the_model_gets_layers_as_adj_on_both_paths():
+    batches, device = batches_of("CPU")
+    small = min(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    large = max(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    model = ReadsLayerFields().eval()
+    step = qv.GraphedStep(model, torch.optim.SGD(model.parameters(), lr=0.1), [small],
+                          margin=1.0, spare=4)
+    step(small)
+    step(large)
+    assert step.eager_steps == 1
 
 
 @requires_cuda
@@ -199,6 +234,25 @@ def test_cpu_sampled_layers_beside_gpu_rows_are_copied_over():
         assert torch.allclose(step(batch), expected, rtol=1e-4, atol=1e-5)
     assert step.eager_steps == 1
     assert largest_difference(model, twin) < 1e-4
+
+
+@requires_cuda
+def test_gradients_stay_the_graphs_after_an_eager_step():
+    """p.grad after a replay shows that step's gradients, before and after an eager step."""
+    batches, device = batches_of("GPU", seeds=640)
+    small = min(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    large = max(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    (model, optimizer), (twin, twin_optimizer) = twin_models(device)
+    step = qv.GraphedStep(twin, twin_optimizer, [small], margin=1.0, spare=4, warmup=1)
+    eager_step(model, optimizer, small)
+    before = [p.grad for p in twin.parameters()]
+    for batch in (small, large, small):
+        eager_step(model, optimizer, batch)
+        step(batch)
+        for mine, theirs in zip(twin.parameters(), model.parameters()):
+            assert torch.allclose(mine.grad, theirs.grad, rtol=1e-4, atol=1e-5)
+    assert all(p.grad is g for p, g in zip(twin.parameters(), before))
+    assert step.eager_steps == 1
 
 
 @requires_cuda
