@@ -97,8 +97,13 @@ def export(model: SampledSAGE, example_inputs: tuple, package_path: str | Path) 
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
         program = torch.export.export(model.eval(), example_inputs,
                                       dynamic_shapes=({0: auto}, {0: auto}, {0: auto}, {0: batch}))
-    # Checks first that the compiler builds packages this process can load (qv.aoti).
-    return qv.aoti.compile_and_package(program, package_path)
+    # Checks first that the compiler builds packages this process can load (qv.aoti). The
+    # feature table's width and dtype go with it: compiled kernels read the table as they
+    # were built to, and examples/cpp/run_exported refuses a table of another shape by them.
+    rows = example_inputs[2]
+    return qv.aoti.compile_and_package(program, package_path, metadata={
+        "quiver.feature_width": str(rows.size(1)),
+        "quiver.feature_dtype": str(rows.dtype).removeprefix("torch.")})
 
 
 def train_briefly(model, indptr, indices, table, labels, train_idx, batches=30, batch_size=64):

@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import List, Optional, Union
+from typing import Dict, List, Optional, Union
 
 import torch
 
@@ -111,10 +111,19 @@ def check_package(package_path: Union[str, Path]) -> None:
 
 
 def compile_and_package(program: "torch.export.ExportedProgram",
-                        package_path: Union[str, Path]) -> str:
-    """``torch._inductor.aoti_compile_and_package`` after :func:`check_compiler`."""
+                        package_path: Union[str, Path],
+                        metadata: Optional[Dict[str, str]] = None) -> str:
+    """``torch._inductor.aoti_compile_and_package`` after :func:`check_compiler`.
+    ``metadata`` (strings to strings) travels in the package; a libtorch program reads it
+    with ``AOTIModelPackageLoader::get_metadata()`` (``examples/cpp/run_exported`` checks
+    the feature width and dtype that ``examples/export_sage.py`` records there)."""
+    if metadata is not None and not (isinstance(metadata, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in metadata.items())):
+        raise ValueError(f"metadata must map strings to strings, got {metadata!r}")
     check_compiler()
-    return torch._inductor.aoti_compile_and_package(program, package_path=str(package_path))
+    configs = {"aot_inductor.metadata": dict(metadata)} if metadata else None
+    return torch._inductor.aoti_compile_and_package(program, package_path=str(package_path),
+                                                    inductor_configs=configs)
 
 
 def load_package(package_path: Union[str, Path]):

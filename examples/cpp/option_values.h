@@ -4,6 +4,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <cmath>
 #include <cstdint>
 #include <sstream>
 #include <string>
@@ -31,22 +32,30 @@ inline int64_t whole(const std::string& option, const std::string& value) {
                            [](const std::string& s, size_t* end) { return std::stoll(s, end); });
 }
 
+// A finite number: inf or nan would pass every range check and then loop or compare false.
 inline double number(const std::string& option, const std::string& value) {
-  return read_all<double>(option, value, "a number",
-                          [](const std::string& s, size_t* end) { return std::stod(s, end); });
+  const double x = read_all<double>(option, value, "a number",
+                                    [](const std::string& s, size_t* end) { return std::stod(s, end); });
+  TORCH_CHECK_VALUE(std::isfinite(x), option, " takes a finite number, got '", value, "'");
+  return x;
 }
 
-// "15,10,5": comma-separated words, then whole numbers.
-inline std::vector<std::string> words(const std::string& text) {
+// "15,10,5": comma-separated words, none empty ("15,10," is refused: std::getline would drop
+// the empty last one).
+inline std::vector<std::string> words(const std::string& option, const std::string& text) {
   std::vector<std::string> out;
   std::stringstream stream(text);
   for (std::string item; std::getline(stream, item, ',');) out.push_back(item);
+  bool empty_item = text.empty() || text.back() == ',';
+  for (const std::string& item : out) empty_item = empty_item || item.empty();
+  TORCH_CHECK_VALUE(!empty_item, option, " takes a comma-separated list with no empty item, got '",
+                    text, "'");
   return out;
 }
 
 inline std::vector<int64_t> wholes(const std::string& option, const std::string& text) {
   std::vector<int64_t> out;
-  for (const std::string& word : words(text)) out.push_back(whole(option, word));
+  for (const std::string& word : words(option, text)) out.push_back(whole(option, word));
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <regex>
 #include <sstream>
@@ -37,8 +38,24 @@ inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, 
   // {"name": {"dtype": "...", "shape": [...], "nbytes": N, ...}, ...}
   static const std::regex entry(
       R"re("(\w+)"\s*:\s*\{\s*"dtype"\s*:\s*"(\w+)"\s*,\s*"shape"\s*:\s*\[([0-9,\s]*)\]\s*,\s*"nbytes"\s*:\s*(\d+))re");
+  // The record whole: a file cut short still holds the entries written before the cut, which
+  // the pattern would take as the whole save.
+  size_t last = json.find_last_not_of(" \t\r\n");
+  int64_t depth = 0;
+  bool balanced = true;
+  for (char c : json) {
+    depth += c == '{' ? 1 : c == '}' ? -1 : 0;
+    balanced = balanced && depth >= 0;
+  }
+  // Each array's entry opens with its dtype; the caller's metadata comes after "arrays".
+  static const std::regex entry_start(R"re(\{\s*"dtype"\s*:)re");
+  const auto declared = static_cast<size_t>(std::distance(
+      std::sregex_iterator(json.begin(), json.end(), entry_start), std::sregex_iterator()));
+  TORCH_CHECK(last != std::string::npos && json[last] == '}' && balanced && depth == 0,
+              record.string(), " is not a whole record (cut short or not JSON)");
   std::map<std::string, at::Tensor> arrays;
-  for (std::sregex_iterator it(json.begin(), json.end(), entry), end; it != end; ++it) {
+  size_t matched = 0;
+  for (std::sregex_iterator it(json.begin(), json.end(), entry), end; it != end; ++it, ++matched) {
     const std::string name = (*it)[1], dtype = (*it)[2];
     const auto found = dtypes().find(dtype);
     TORCH_CHECK(found != dtypes().end(), record.string(), ": array ", name, " has dtype ", dtype,
@@ -48,7 +65,13 @@ inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, 
     for (char& c : dims) c = c == ',' ? ' ' : c;
     std::stringstream stream(dims);
     for (int64_t d; stream >> d;) shape.push_back(d);
-    const int64_t nbytes = std::stoll((*it)[4]);
+    int64_t nbytes = 0;
+    try {
+      nbytes = std::stoll((*it)[4]);
+    } catch (const std::out_of_range&) {
+      TORCH_CHECK(false, record.string(), ": array ", name, " has nbytes ", (*it)[4].str(),
+                  ", past any file's size: the metadata is corrupt");
+    }
     const fs::path path = directory / (name + ".bin");
     const int64_t size = fs::exists(path) ? static_cast<int64_t>(fs::file_size(path)) : -1;
     TORCH_CHECK(size == nbytes, path.string(), " holds ", size, " bytes but ", record.string(),
@@ -71,6 +94,8 @@ inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, 
                               : at::from_file(path.string(), writable, count, options).view(shape);
   }
   TORCH_CHECK(!arrays.empty(), record.string(), " names no arrays");
+  TORCH_CHECK(matched == declared, record.string(), " declares ", declared, " arrays but ",
+              matched, " of them read as {dtype, shape, nbytes}: the metadata is corrupt");
   return arrays;
 }
 

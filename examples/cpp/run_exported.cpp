@@ -18,6 +18,7 @@
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -32,7 +33,13 @@ torch::inductor::AOTIModelPackageLoader load_package(const std::string& package,
               " needs a CUDA GPU, and libtorch sees none");
   // The GPU named (cuda:1 runs there, as the inputs are moved there), cuda alone: GPU 0.
   const c10::DeviceIndex index = device.is_cuda() ? (device.has_index() ? device.index() : 0) : -1;
-  return torch::inductor::AOTIModelPackageLoader(package, "model", false, 1, index);
+  try {
+    return torch::inductor::AOTIModelPackageLoader(package, "model", false, 1, index);
+  } catch (const std::exception& error) {
+    const c10::Error* c10_error = dynamic_cast<const c10::Error*>(&error);
+    TORCH_CHECK(false, package, " could not be loaded as an AOTInductor package: ",
+                c10_error ? c10_error->what_without_backtrace() : error.what());
+  }
 }
 
 // The second form: the package's inputs from arrays, its outputs to arrays.
@@ -57,16 +64,30 @@ void run_on_arrays(const std::string& package, const std::filesystem::path& inpu
 }  // namespace
 
 int main(int argc, char** argv) {
+  const char* usage =
+      "usage: run_exported MODEL.pt2 GRAPH_DIR [--seeds A:B] [--seed N] [--device cpu|cuda] "
+      "[--out DIR]\n       run_exported MODEL.pt2 --inputs DIR --out DIR [--seed N] "
+      "[--device cpu|cuda]";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "-h" || arg == "--help") {
+      std::cout << usage << std::endl;
+      return 0;
+    }
+  }
   try {
-    TORCH_CHECK(argc >= 3, "usage: run_exported MODEL.pt2 GRAPH_DIR [--seeds A:B] [--seed N] "
-                "[--device cpu|cuda] [--out DIR]\n       run_exported MODEL.pt2 --inputs DIR "
-                "--out DIR [--seed N] [--device cpu|cuda]");
+    TORCH_CHECK(argc >= 3, usage);
     const std::string package = argv[1];
+    TORCH_CHECK(std::filesystem::is_regular_file(package), "MODEL.pt2 ", package,
+                " is not a file (an AOTInductor package from examples/export_sage.py)");
     const bool on_arrays = std::string(argv[2]) == "--inputs";
     int64_t first = 0, last = 1024, seed = 0;
     std::string out, inputs_dir, device_name = "cpu";
     for (int i = on_arrays ? 2 : 3; i < argc; ++i) {
       const std::string arg = argv[i];
+      TORCH_CHECK(arg == "--seeds" || arg == "--seed" || arg == "--device" || arg == "--out" ||
+                      arg == "--inputs",
+                  "unknown option ", arg, " (see --help)");
       TORCH_CHECK(i + 1 < argc, "option ", arg, " needs a value");
       const std::string value = argv[++i];
       if (arg == "--seeds") {
@@ -106,6 +127,19 @@ int main(int argc, char** argv) {
     const at::Tensor seeds = torch::arange(first, last);
 
     auto loader = load_package(package, device);
+    // The kernels read the table with the width and dtype they were compiled for: another
+    // table would be read past its end or as other numbers, with no error.
+    const auto metadata = loader.get_metadata();
+    if (const auto width = metadata.find("quiver.feature_width"); width != metadata.end())
+      TORCH_CHECK(std::to_string(rows.size(1)) == width->second, (graph / "features").string(),
+                  " holds rows of ", rows.size(1), " features, but ", package,
+                  " was exported for ", width->second);
+    if (const auto dtype = metadata.find("quiver.feature_dtype"); dtype != metadata.end()) {
+      const auto known = raw_arrays::dtypes().find(dtype->second);
+      TORCH_CHECK(known != raw_arrays::dtypes().end() && known->second == rows.scalar_type(),
+                  (graph / "features").string(), " holds rows of ", rows.scalar_type(),
+                  ", but ", package, " was exported for ", dtype->second);
+    }
     torch::manual_seed(seed);
     const at::Tensor scores =
         loader.run({indptr.to(device), indices.to(device), rows.to(device), seeds.to(device)})[0]

@@ -76,6 +76,7 @@ using raw_arrays::require;
 #include <limits>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -168,6 +169,13 @@ Options parse(int argc, char** argv) {
              "  --degree N          synthetic graph: edges per node (default: 12)\n";
       std::exit(0);
     }
+    static const std::set<std::string> kOptions = {
+        "--data", "--mode", "--epochs", "--batch-size", "--fanouts", "--hidden", "--lr",
+        "--cache", "--min-accuracy", "--eval-nodes", "--split", "--prefetch", "--seed",
+        "--serve", "--clients", "--load-rates", "--load-configs", "--load-seconds",
+        "--cpu-samplers", "--gpu-streams", "--max-batch", "--max-wait-ms", "--capture",
+        "--objective-ms", "--cuda-sync", "--nodes", "--classes", "--features", "--degree"};
+    TORCH_CHECK_VALUE(kOptions.count(arg), "unknown option ", arg, " (see --help)");
     TORCH_CHECK(i + 1 < argc, "option ", arg, " needs a value");
     const std::string value = argv[++i];
     if (arg == "--data") o.data = value;
@@ -186,7 +194,7 @@ Options parse(int argc, char** argv) {
     else if (arg == "--serve") o.serve = option_values::whole(arg, value);
     else if (arg == "--clients") o.clients = option_values::whole(arg, value);
     else if (arg == "--load-rates") o.load_rates = option_values::wholes(arg, value);
-    else if (arg == "--load-configs") o.load_configs = option_values::words(value);
+    else if (arg == "--load-configs") o.load_configs = option_values::words(arg, value);
     else if (arg == "--load-seconds") o.load_seconds = option_values::number(arg, value);
     else if (arg == "--cpu-samplers") o.cpu_samplers = option_values::whole(arg, value);
     else if (arg == "--gpu-streams") o.gpu_streams = option_values::whole(arg, value);
@@ -201,8 +209,17 @@ Options parse(int argc, char** argv) {
     else if (arg == "--degree") o.degree = option_values::whole(arg, value);
     else TORCH_CHECK(false, "unknown option ", arg, " (see --help)");
   }
-  TORCH_CHECK(o.epochs >= 0 && o.batch_size > 0 && !o.fanouts.empty(),
-              "--epochs must be >= 0, --batch-size and --fanouts positive");
+  TORCH_CHECK(o.epochs >= 0 && o.batch_size > 0,
+              "--epochs must be >= 0 and --batch-size >= 1, got ", o.epochs, " and ",
+              o.batch_size);
+  for (const int64_t fanout : o.fanouts)
+    TORCH_CHECK(fanout >= -1, "--fanouts takes counts >= 0, or -1 for every neighbor, got ",
+                fanout);
+  TORCH_CHECK(o.hidden >= 1 && o.nodes >= 1 && o.classes >= 1 && o.features >= 1 &&
+                  o.degree >= 0,
+              "--hidden, --nodes, --classes and --features must be >= 1 and --degree >= 0, got ",
+              o.hidden, ", ", o.nodes, ", ", o.classes, ", ", o.features, " and ", o.degree);
+  TORCH_CHECK(o.eval_nodes >= 1, "--eval-nodes must be >= 1, got ", o.eval_nodes);
   TORCH_CHECK(o.prefetch >= 0 && o.prefetch <= 64, "--prefetch must be in [0, 64], got ",
               o.prefetch);
   for (const int64_t rate : o.load_rates)
@@ -210,6 +227,12 @@ Options parse(int argc, char** argv) {
   for (const std::string& config : o.load_configs)
     TORCH_CHECK(config == "cpu" || config == "gpu" || config == "dispatch" || config == "gpu2",
                 "--load-configs takes cpu, gpu, dispatch and gpu2, got ", config);
+  for (const int64_t rate : o.load_rates)
+    TORCH_CHECK(static_cast<double>(rate) * o.load_seconds <= 1e7,
+                "--load-rates times --load-seconds is the requests of one rate, at most 1e7, "
+                "got ", rate, " x ", o.load_seconds);
+  TORCH_CHECK(o.load_rates.empty() || !o.load_configs.empty(),
+              "--load-rates needs --load-configs");
   TORCH_CHECK(o.load_seconds > 0 && o.cpu_samplers >= 1 && o.gpu_streams >= 1 &&
                   o.max_batch >= 1 && o.max_wait_ms >= 0 && o.objective_ms > 0,
               "--load-seconds, --cpu-samplers, --gpu-streams, --max-batch and --objective-ms "
@@ -442,10 +465,12 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// The q-quantile of ascending `sorted` (0 when it is empty).
+// The q-quantile of ascending `sorted` by nearest rank, as scripts/serve_load.py takes it
+// (0 when it is empty): the p99 of 100 latencies is the 99th, not the largest.
 double percentile(const std::vector<double>& sorted, double q) {
   if (sorted.empty()) return 0.0;
-  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * static_cast<double>(sorted.size())))];
+  const double rank = std::ceil(q * static_cast<double>(sorted.size()));
+  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(std::max(rank, 1.0)) - 1)];
 }
 
 void synchronize(const at::Device& device, bool wanted = true) {
@@ -484,6 +509,36 @@ class FirstError {
  private:
   std::mutex mutex_;
   std::exception_ptr first_;
+};
+
+// Threads joined on every way out of their scope. A thread that cannot be started (a limit
+// on threads or processes) throws from std::thread's constructor, and a vector of joinable
+// threads destroyed unjoined would std::terminate without the message. `stop` (if given)
+// first tells the started threads to finish.
+class JoinedThreads {
+ public:
+  explicit JoinedThreads(std::function<void()> stop = {}) : stop_(std::move(stop)) {}
+  JoinedThreads(const JoinedThreads&) = delete;
+  JoinedThreads& operator=(const JoinedThreads&) = delete;
+  ~JoinedThreads() {
+    try {
+      if (stop_) stop_();
+    } catch (...) {
+    }
+    join();
+  }
+  template <typename Body>
+  void start(Body&& body) {
+    threads_.emplace_back(std::forward<Body>(body));
+  }
+  void join() {
+    for (std::thread& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+ private:
+  std::vector<std::thread> threads_;
+  std::function<void()> stop_;
 };
 
 // A request's size as scripts/serve_load.py draws it: floor(U^(-1/1.5)) ids (Pareto, mostly
@@ -528,10 +583,10 @@ double serve(const Options& o, const Graph& g, const Sampler& sampler,
   std::vector<std::vector<double>> latencies(o.clients);
   std::vector<int64_t> correct(o.clients, 0), answered(o.clients, 0);
   const auto start = std::chrono::steady_clock::now();
-  std::vector<std::thread> clients;
   FirstError client_error;
+  JoinedThreads clients;  // each client ends after its share of the requests
   for (int64_t c = 0; c < o.clients; ++c) {
-    clients.emplace_back([&, c] {
+    clients.start([&, c] {
       client_error.run([&] {
         at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(o.seed + 17 * c + 1);
         for (int64_t r = c; r < o.serve; r += o.clients) {
@@ -549,7 +604,7 @@ double serve(const Options& o, const Graph& g, const Sampler& sampler,
       });
     });
   }
-  for (auto& t : clients) t.join();
+  clients.join();
   client_error.rethrow();
   const double wall = seconds_since(start);
   runtime->close(60.0);
@@ -673,9 +728,13 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
   auto scheduled = [&](size_t i) {
     return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival[i]));
   };
-  std::vector<std::thread> waiters;
+  JoinedThreads waiters([&] {
+    std::lock_guard<std::mutex> lock(mutex);
+    all_sent = true;
+    queued.notify_all();
+  });
   for (int k = 0; k < 1024; ++k) {
-    waiters.emplace_back([&] {
+    waiters.start([&] {
       while (true) {
         Pending next;
         {
@@ -700,10 +759,10 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
     start = Clock::now() + std::chrono::milliseconds(20);
   }
   constexpr size_t kSenders = 4;
-  std::vector<std::thread> senders;
   FirstError sender_error;
+  JoinedThreads senders;  // each sender ends after its share of the arrivals
   for (size_t first = 0; first < kSenders; ++first) {
-    senders.emplace_back([&, first] {
+    senders.start([&, first] {
       sender_error.run([&] {
         for (size_t i = first; i < n; i += kSenders) {
           std::this_thread::sleep_until(scheduled(i));
@@ -721,13 +780,13 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
       });
     });
   }
-  for (std::thread& t : senders) t.join();
+  senders.join();
   {
     std::lock_guard<std::mutex> lock(mutex);
     all_sent = true;
     queued.notify_all();
   }
-  for (std::thread& t : waiters) t.join();
+  waiters.join();
   sender_error.rethrow();  // the waiters are done: nothing of ours runs any more
   const double wall = std::chrono::duration<double>(Clock::now() - start).count();
 

@@ -150,6 +150,30 @@ def test_truncated_file_is_an_error(saved_graph, tmp_path):
     assert done.returncode == 2 and "truncated" in done.stderr, done.stderr
 
 
+@pytest.mark.parametrize("damage", ["cut", "overflow", "unreadable entry"])
+def test_a_damaged_record_is_an_error(saved_graph, tmp_path, damage):
+    """A record cut short still holds its first entries whole, which the program read as
+    the whole save; an nbytes past int64 and an entry that does not parse are named too."""
+    broken = copied(saved_graph, tmp_path)
+    record = broken / "topology" / "csr.json"
+    text = record.read_text()
+    if damage == "cut":
+        record.write_text(text[:text.index('"indices"')])
+        words = "is not a whole record"
+    elif damage == "overflow":
+        meta = json.loads(text)
+        meta["arrays"]["indices"]["nbytes"] = 99999999999999999999
+        record.write_text(json.dumps(meta))
+        words = "past any file's size"
+    else:
+        meta = json.loads(text)
+        meta["arrays"]["indices"]["shape"] = [-1]
+        record.write_text(json.dumps(meta))
+        words = "of them read as {dtype, shape, nbytes}"
+    done = train("--data", broken)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+
+
 def test_a_shape_that_disagrees_with_the_bytes_is_an_error_and_the_file_left_alone(
         saved_graph, tmp_path):
     broken = copied(saved_graph, tmp_path)
@@ -179,12 +203,32 @@ def test_bad_arguments_are_errors(tmp_path):
     done = train("--cuda-sync", "sleep")
     assert done.returncode == 2 and "--cuda-sync takes auto, spin, yield or block, got sleep" in done.stderr
     # Numbers are read whole: 1e4 is not the batch size 1, '' is not a fanout of 0.
-    for option, value in (("--batch-size", "1e4"), ("--epochs", "3x"), ("--fanouts", "15,,5")):
+    for option, value in (("--batch-size", "1e4"), ("--epochs", "3x")):
         done = train(option, value)
-        bad = "" if value == "15,,5" else value
-        assert done.returncode == 2 and f"{option} takes a whole number, got '{bad}'" in done.stderr
+        assert done.returncode == 2 and f"{option} takes a whole number, got '{value}'" in done.stderr
     done = train("--lr", "0.0o1")
     assert done.returncode == 2 and "--lr takes a number, got '0.0o1'" in done.stderr
+    # Lists have no empty item (a trailing comma was dropped), numbers are finite (an inf
+    # load ran without end), and an unknown flag is named as one.
+    for option, value in (("--fanouts", "15,,5"), ("--fanouts", "15,10,"),
+                          ("--load-rates", "10,"), ("--load-configs", "")):
+        done = train(option, value)
+        assert done.returncode == 2 and (f"{option} takes a comma-separated list with no empty "
+                                         f"item, got '{value}'") in done.stderr
+    for option in ("--load-seconds", "--min-accuracy"):
+        done = train(option, "inf")
+        assert done.returncode == 2 and f"{option} takes a finite number, got 'inf'" in done.stderr
+    done = train("--verbose")
+    assert done.returncode == 2 and "unknown option --verbose" in done.stderr
+    for option, value, words in (("--eval-nodes", "0", "--eval-nodes must be >= 1, got 0"),
+                                 ("--hidden", "0", "--hidden, --nodes"),
+                                 ("--degree", "-1", "--degree >= 0"),
+                                 ("--fanouts", "5,-2", "-1 for every neighbor, got -2")):
+        done = train(option, value)
+        assert done.returncode == 2 and words in done.stderr, (option, done.stderr)
+    done = train("--epochs", "0", "--load-rates", "100000000", "--load-seconds", "1",
+                 "--load-configs", "cpu")
+    assert done.returncode == 2 and "at most 1e7, got 100000000 x 1" in done.stderr
     if not torch.cuda.is_available():
         done = train("--epochs", "0", "--load-rates", "10", "--load-configs", "gpu")
         assert done.returncode == 2 and "samples on a GPU, and this run has none" in done.stderr

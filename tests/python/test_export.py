@@ -74,6 +74,32 @@ def test_package_raises_on_bad_ids(exported):
 
 @pytest.mark.skipif(not RUNNER, reason="QUIVER_CPP_EXPORT_RUNNER is not set (scripts/test.sh "
                     "builds examples/cpp)")
+def test_the_runner_names_what_it_cannot_use(tmp_path):
+    """--help is usage (exit 0); a package that is missing, a folder or not a package, and
+    an unknown option, are named (exit 2)."""
+    done = subprocess.run([RUNNER, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "usage: run_exported" in done.stdout
+    not_a_package = tmp_path / "model.pt2"
+    not_a_package.write_text("{}")
+    graph = tmp_path / "graph"  # a whole graph, so that the package is what fails
+    qv.save_arrays(graph / "topology", "csr", {"indptr": torch.tensor([0, 1, 2]),
+                                               "indices": torch.tensor([1, 0])})
+    qv.save_arrays(graph / "features", "feature", {"rows": torch.zeros(2, 3)})
+    qv.save_arrays(graph / "labels", "labels", {"y": torch.tensor([0, 1])})
+    for package, words in ((tmp_path / "nothing.pt2", "is not a file"),
+                           (tmp_path, "is not a file"),
+                           (not_a_package, "could not be loaded as an AOTInductor package")):
+        done = subprocess.run([RUNNER, str(package), str(graph), "--seeds", "0:2"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and str(package) in done.stderr and words in done.stderr, \
+            done.stderr
+    done = subprocess.run([RUNNER, str(not_a_package), str(tmp_path), "--verbose"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown option --verbose" in done.stderr, done.stderr
+
+
+@pytest.mark.skipif(not RUNNER, reason="QUIVER_CPP_EXPORT_RUNNER is not set (scripts/test.sh "
+                    "builds examples/cpp)")
 def test_cpp_runs_the_package_as_eager_does(exported, tmp_path):
     done = subprocess.run([RUNNER, str(exported["package"]), str(exported["directory"] / "graph"),
                            "--seeds", "100:400", "--seed", "5", "--device", exported["device"],
@@ -88,6 +114,29 @@ def test_cpp_runs_the_package_as_eager_does(exported, tmp_path):
     bad = subprocess.run([RUNNER, str(exported["package"]), str(exported["directory"] / "graph"),
                           "--seeds", "0:999999999"], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and "--seeds" in bad.stderr
+
+
+@pytest.mark.skipif(not RUNNER, reason="QUIVER_CPP_EXPORT_RUNNER is not set (scripts/test.sh "
+                    "builds examples/cpp)")
+def test_cpp_refuses_a_table_the_package_was_not_built_for(exported, tmp_path):
+    """The compiled kernels read rows of the width and dtype they were exported with: a
+    table of another width read past its end (or as other numbers) and scored, rc 0."""
+    graph = exported["directory"] / "graph"
+    rows, _ = qv.load_arrays(graph / "features", "feature")
+    width = rows["rows"].size(1)
+    for table, words in ((torch.zeros(rows["rows"].size(0), width // 2),
+                          f"rows of {width // 2} features, but"),
+                         (torch.zeros(rows["rows"].size(0), width, dtype=torch.float64),
+                          "was exported for float32")):
+        other = tmp_path / f"graph-{table.size(1)}-{table.dtype}".replace("torch.", "")
+        other.mkdir()
+        for part in ("topology", "labels"):
+            (other / part).symlink_to(graph / part, target_is_directory=True)
+        qv.save_arrays(other / "features", "feature", {"rows": table})
+        done = subprocess.run([RUNNER, str(exported["package"]), str(other), "--seeds", "0:10",
+                               "--device", exported["device"]],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and words in done.stderr, done.stdout + done.stderr
 
 
 def test_compiled_training_step_has_no_graph_break(exported):
