@@ -68,7 +68,25 @@ def parse_args(argv=None):
     parser.add_argument("--partition-method", default=None, choices=("metis", "range", "random"),
                         help="with --partitioned (default: metis when pymetis is installed, "
                              "else random)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    try:
+        fanouts = [int(f) for f in args.fanouts.split(",")]
+    except ValueError:
+        parser.error(f"--fanouts takes whole numbers such as 15,10,5, got {args.fanouts!r}")
+    if any(f < -1 for f in fanouts):
+        parser.error(f"--fanouts takes counts >= 0, or -1 for every neighbor, got {args.fanouts}")
+    if args.epochs < 0:
+        parser.error(f"--epochs must be >= 0, got {args.epochs}")
+    for name in ("batch_size", "hidden", "eval_nodes"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if not args.lr > 0:
+        parser.error(f"--lr must be > 0, got {args.lr}")
+    if not 0 <= args.replicate <= 1:
+        parser.error(f"--replicate is a share of the rows, in [0, 1], got {args.replicate}")
+    if not args.timeout > 0:
+        parser.error(f"--timeout must be > 0, got {args.timeout}")
+    return args
 
 
 def _has_pymetis() -> bool:
@@ -86,6 +104,13 @@ def prepare(args, num_hosts: int) -> Optional[str]:
     if (data / "ready.json").exists():
         meta = json.loads((data / "ready.json").read_text())
         partitioned = meta.get("partitioned", False)
+        # The graph is drawn from --seed and split by --replicate: another value would be
+        # ignored without a word (files of before this check record neither).
+        for option, value in (("seed", args.seed), ("replicate", args.replicate)):
+            if option in meta and meta[option] != value:
+                return (f"{data} holds a graph built with --{option} {meta[option]}, but this "
+                        f"job gives --{option} {value}: give it another --data directory (or "
+                        f"delete this one)")
         if meta["hosts"] != num_hosts or meta["size"] != args.size or \
                 partitioned != args.partitioned:
             hosts = f"{num_hosts} host" + ("s" if num_hosts != 1 else "")
@@ -108,14 +133,17 @@ def prepare(args, num_hosts: int) -> Optional[str]:
         (data / "labels.pt").parent.mkdir(parents=True, exist_ok=True)
         torch.save({"num_classes": graph.num_classes}, data / "labels.pt")
         (data / "ready.json").write_text(json.dumps({"hosts": num_hosts, "size": args.size,
-                                                     "partitioned": True}))
+                                                     "partitioned": True, "seed": args.seed,
+                                                     "replicate": args.replicate}))
         return None
     topo.save(data / "graph")
     qv.dist.partition_features(graph.x, data / "features", num_hosts, topo.feature_order,
                                args.replicate)
     torch.save({"y": graph.y, "train_idx": graph.train_idx, "test_idx": graph.test_idx,
                 "num_classes": graph.num_classes}, data / "labels.pt")
-    (data / "ready.json").write_text(json.dumps({"hosts": num_hosts, "size": args.size}))
+    (data / "ready.json").write_text(json.dumps({"hosts": num_hosts, "size": args.size,
+                                                 "seed": args.seed,
+                                                 "replicate": args.replicate}))
     return None
 
 
@@ -176,7 +204,9 @@ def main(argv=None) -> dict:
         per_process = meta["train_idx"].numel() // world
         test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(),
                                                generator=torch.Generator().manual_seed(1))]
-        test = test[:args.eval_nodes - args.eval_nodes % world].view(world, -1)[rank]
+        # An equal share each: at most --eval-nodes, never more than the test set holds.
+        count = min(args.eval_nodes, test.numel())
+        test = test[:count - count % world].view(world, -1)[rank]
     shard_rows = qv.dist.load_shard_map(feature_dir).local_rows(dist.get_rank(host_group))
     feature = qv.dist.DistFeature.load(
         feature_dir, group=host_group, rank=device.index or 0,
@@ -196,6 +226,10 @@ def main(argv=None) -> dict:
     test_size = torch.tensor([test.numel()])
     dist.all_reduce(test_size, op=dist.ReduceOp.MIN)
     test = test[:int(test_size)]
+    if int(test_size) == 0:  # every process sees the same minimum: all stop here together
+        raise SystemExit(f"--eval-nodes {args.eval_nodes} leaves some of the {world} processes "
+                         f"no test node: give at least {world} (and the test split must hold "
+                         f"that many)")
 
     history = []
     # Tensors handed to collectives live until the process group is gone (see Run in

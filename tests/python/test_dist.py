@@ -3,6 +3,7 @@ DistFeature over real process groups: Gloo on loopback with 2 to 4 processes as 
 two hosts in separate network namespaces joined by veth under torchrun --nnodes 2, and
 (on the GPU machine) NCCL between GPUs. Every gather is checked against x[ids]."""
 import contextlib
+import importlib.util
 import math
 import os
 import shutil
@@ -966,6 +967,39 @@ def test_distributed_example_refuses_another_jobs_data_in_one_line(tmp_path):
     worker_part = result.stderr.split("torch/distributed/elastic")[0]
     assert "Traceback" not in worker_part, result.stderr
     assert result.returncode != 0
+
+
+def test_distributed_example_refuses_data_built_with_another_seed(tmp_path):
+    (tmp_path / "ready.json").write_text('{"hosts": 1, "size": "tiny", "seed": 3, '
+                                         '"replicate": 0.2}')
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+         str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path), "--size", "tiny"],
+        capture_output=True, text=True, timeout=120)
+    first = result.stderr.strip().splitlines()[0]
+    assert "built with --seed 3, but this job gives --seed 0" in first, result.stderr
+    assert result.returncode != 0
+
+
+def test_distributed_example_checks_its_options_before_starting(capsys):
+    sys.path.insert(0, str(REPO / "examples"))  # it imports train_sage's model
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "train_sage_dist", REPO / "examples" / "train_sage_dist.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(REPO / "examples"))
+    for option, value, words in (("--eval-nodes", "0", "--eval-nodes must be >= 1, got 0"),
+                                 ("--batch-size", "0", "--batch-size must be >= 1"),
+                                 ("--fanouts", "1,,2", "--fanouts takes whole numbers"),
+                                 ("--fanouts", "5,-3", "-1 for every neighbor"),
+                                 ("--replicate", "1.5", "--replicate is a share"),
+                                 ("--epochs", "-1", "--epochs must be >= 0")):
+        with pytest.raises(SystemExit):
+            module.parse_args(["--data", "d", option, value])
+        assert words in capsys.readouterr().err, (option, value)
+    assert module.parse_args(["--data", "d"]).eval_nodes == 10_000
 
 
 # ---- a typed table split over hosts in the heterogeneous PyG loader ----
