@@ -16,11 +16,13 @@ so that no batch waits for Python's interpreter lock.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
 import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -91,11 +93,42 @@ def main(argv=None):
                         help="serve this many seconds, then shut down (default: until "
                              "Ctrl-C or SIGTERM)")
     args = parser.parse_args(argv)
-    checkpoint = torch.load(args.checkpoint, weights_only=False)
+    # Checked before the graph is rebuilt (and a package compiled): seconds to minutes.
+    for name in ("cpu_samplers", "max_batch_nodes", "max_queue"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.gpu_streams < 0:
+        parser.error(f"--gpu-streams must be >= 0, got {args.gpu_streams}")
+    if not args.max_wait_ms >= 0:
+        parser.error(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port must be in [0, 65535], got {args.port}")
+    if args.duration is not None and not args.duration > 0:
+        parser.error(f"--duration must be > 0 seconds, got {args.duration}")
+    if args.package is not None and not Path(args.package).resolve().parent.is_dir():
+        parser.error(f"--package {args.package}: the folder {Path(args.package).resolve().parent} "
+                     f"does not exist")
+    if not Path(args.checkpoint).is_file():
+        parser.error(f"checkpoint {args.checkpoint} is not a file (train_sage.py --save writes "
+                     f"one)")
+    try:
+        checkpoint = torch.load(args.checkpoint, weights_only=False)
+    except Exception as error:  # a package, a state_dict's zip of another kind, any file
+        parser.error(f"checkpoint {args.checkpoint} could not be read as train_sage.py --save "
+                     f"writes it: {type(error).__name__}: {str(error).splitlines()[0]}")
+    wanted = {"state_dict", "size", "seed", "graph_device", "fanouts", "hidden", "in_channels",
+              "num_classes"}
+    if not isinstance(checkpoint, dict) or not wanted <= checkpoint.keys():
+        missing = sorted(wanted - checkpoint.keys()) if isinstance(checkpoint, dict) else wanted
+        parser.error(f"checkpoint {args.checkpoint} is not what train_sage.py --save writes "
+                     f"(missing {', '.join(sorted(missing))})")
     runtime = build_runtime(checkpoint, args)
     server = serve_http(runtime, args.host, args.port, server=args.server)
     print(f"serving {checkpoint['size']!r} GraphSAGE at {server.url} ({server.kind}; POST "
-          f"/predict, GET /health); dispatch threshold PSGS {runtime.threshold:.0f}", flush=True)
+          f"/predict, GET /health); " + (
+              f"dispatch threshold PSGS {runtime.threshold:.0f}"
+              if math.isfinite(runtime.threshold) else "every batch on the CPU (no GPU)"),
+          flush=True)
     stop = threading.Event()
 
     def on_signal(signum, _frame):

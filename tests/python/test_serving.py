@@ -729,6 +729,32 @@ def test_serve_sage_serves_the_main_jobs_model(tmp_path, package):
     assert "shut down after" in out
 
 
+def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_path):
+    """A checkpoint that is missing, not train_sage.py's, or a package; options out of
+    range: refused by argparse (exit 2) before the graph is rebuilt."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[2]
+    state_dict = tmp_path / "weights.pt"
+    torch.save({"state_dict": {}}, state_dict)
+    not_torch = tmp_path / "notes.txt"
+    not_torch.write_text("hello")
+    for args, words in (([str(tmp_path / "nothing.pt")], "is not a file"),
+                        ([str(tmp_path)], "is not a file"),
+                        ([str(state_dict)], "missing fanouts, graph_device"),
+                        ([str(not_torch)], "could not be read as train_sage.py --save"),
+                        ([str(state_dict), "--cpu-samplers", "0"], "--cpu-samplers must be >= 1"),
+                        ([str(state_dict), "--max-queue", "0"], "--max-queue must be >= 1"),
+                        ([str(state_dict), "--port", "70000"], "--port must be in [0, 65535]"),
+                        ([str(state_dict), "--max-wait-ms", "-5"], "--max-wait-ms must be >= 0"),
+                        ([str(state_dict), "--package", str(tmp_path / "no" / "s.pt2")],
+                         "does not exist")):
+        done = subprocess.run([sys.executable, str(repo / "examples" / "serve_sage.py"), *args],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and words in done.stderr, (args, done.stderr[-2000:])
+
+
 def test_load_generator_serves_a_package_end_to_end(tmp_path):
     """scripts/serve_load.py --model package, as run on the GPU host, here on the CPU: the
     model compiled once, each configuration's server process running it on C++ threads,
