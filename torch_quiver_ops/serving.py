@@ -621,7 +621,16 @@ def _argmax_classes(out: Tensor) -> list:
     return out.argmax(-1).tolist()
 
 
-def _not_found(path: str, close: bool = False) -> _Reply:
+_METHODS = {"/health": "GET", "/predict": "POST"}
+
+
+def _not_found(path: str, close: bool = False, method: str = "") -> _Reply:
+    """404 for a path the endpoint does not have; 405 (with Allow) for one of its paths
+    asked with another method, which is not a missing path."""
+    if path in _METHODS:
+        return _Reply(HTTPStatus.METHOD_NOT_ALLOWED,
+                      {"error": f"{path} takes {_METHODS[path]}, got {method or 'another'}"},
+                      {"Allow": _METHODS[path]}, close=close)
     return _Reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {path!r}"}, close=close)
 
 
@@ -664,13 +673,13 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/health":
             self._reply(HTTPStatus.OK, _health(self.runtime))
         else:
-            self._refuse(_not_found(path))
+            self._refuse(_not_found(path, method="GET"))
 
     def do_POST(self):  # noqa: N802
         try:
             path = urlsplit(self.path).path
             if path != "/predict":  # the body is left unread: the connection must close
-                raise _not_found(path, close=True)
+                raise _not_found(path, close=True, method="POST")
             if self.headers.get("Transfer-Encoding"):
                 raise _Reply(HTTPStatus.LENGTH_REQUIRED,
                              {"error": "send the body with a Content-Length (this server "
@@ -748,7 +757,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
                 await send_json(send, HTTPStatus.OK, _health(runtime))
                 return
             if method != "POST" or path != "/predict":
-                raise _not_found(path)
+                raise _not_found(path, method=method)
             # A stated length past the cap is refused before its body is read; a body
             # without one (chunked) is read up to the cap.
             _body_length(dict(scope["headers"]).get(b"content-length", b"0").decode("latin-1"))

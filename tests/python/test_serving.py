@@ -485,6 +485,12 @@ def test_http_answers_and_refuses_bad_requests(graph, server_kind):
         status, body = raw_request(server.url, b"POST /other HTTP/1.1\r\nHost: x\r\n"
                                    b"Content-Length: 2\r\n\r\n", b"{}")
         assert status == 404 and "/other" in body["error"], (status, body)
+        # the endpoint's own paths asked with the other method: 405, not a missing path
+        status, body = raw_request(server.url, b"POST /health HTTP/1.1\r\nHost: x\r\n"
+                                   b"Content-Length: 2\r\n\r\n", b"{}")
+        assert status == 405 and "/health takes GET" in body["error"], (status, body)
+        status, body = raw_request(server.url, b"GET /predict HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 405 and "/predict takes POST" in body["error"], (status, body)
         status, body = post(server.url, {"nodes": [7]})  # still serving
         assert status == 200
         # One kept-alive connection: a refused request's unread body is not taken for the
