@@ -146,6 +146,16 @@ def parse_args(argv=None):
         if path is not None and not Path(path).resolve().parent.is_dir():
             parser.error(f"--{name} {path}: the folder {Path(path).resolve().parent} does not "
                          f"exist")
+        if path is not None and Path(path).is_dir():
+            parser.error(f"--{name} {path} is a folder: give a file name in it")
+    if not args.lr > 0:
+        parser.error(f"--lr must be > 0, got {args.lr}")
+    if args.device != "auto":
+        try:
+            torch.device(args.device)
+        except RuntimeError:
+            parser.error(f"--device takes auto, cpu or a CUDA device such as cuda:0, got "
+                         f"{args.device!r}")
     return args
 
 

@@ -55,6 +55,16 @@ def test_a_compiled_model_learns():
     assert history[-1]["accuracy"] > 2 / result["num_classes"], result
 
 
+def test_train_sage_refuses_bad_options_before_building(tmp_path, capsys):
+    module = load_example("train_sage")
+    for args, words in ((["--lr", "-1"], "--lr must be > 0, got -1.0"),
+                        (["--device", "foo"], "--device takes auto, cpu or a CUDA device"),
+                        (["--save", str(tmp_path)], "is a folder: give a file name in it")):
+        with pytest.raises(SystemExit):
+            module.parse_args(args)
+        assert words in capsys.readouterr().err, args
+
+
 def test_cuda_graph_is_refused_where_it_cannot_replay(capsys):
     module = load_example("train_sage")
     with pytest.raises(SystemExit, match="--cuda-graph replays the step on one GPU"):
