@@ -118,16 +118,7 @@ def main():
         torch.cuda.synchronize()
         alone = (time.perf_counter() - start) / len(built) * 1e3
         record(cache, "model alone, unsynchronized", alone)
-        # The host's time to issue a step: the GPU's queue is first filled with a long sleep,
-        # so no call waits for the GPU (unless the step itself synchronizes).
-        issue = []
-        for batch in built[:20]:
-            torch.cuda._sleep(int(2e8))
-            t = time.perf_counter()
-            step(batch)
-            issue.append(time.perf_counter() - t)
-            torch.cuda.synchronize()
-        record(cache, "model step, host time to issue (GPU busy)", 1e3 * sorted(issue)[10])
+        record(cache, "model step, host time to issue (GPU busy)", host_issue_ms(step, built))
         synced = []
         for batch in built:
             t = time.perf_counter()
@@ -135,17 +126,7 @@ def main():
             torch.cuda.synchronize()
             synced.append(time.perf_counter() - t)
         record(cache, "model step, synchronized each (median)", 1e3 * sorted(synced)[30])
-        # GPU time of a step, from events around each synchronized step
-        gpu = []
-        for batch in built[:30]:
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(int(2e7))
-            begin.record()
-            step(batch)
-            end.record()
-            torch.cuda.synchronize()
-            gpu.append(begin.elapsed_time(end))
-        gpu_ms = sorted(gpu)[15]
+        gpu_ms = gpu_span_ms(step, built)
         record(cache, "model step, GPU span with the host ahead (median)", gpu_ms)
         del built
 
@@ -232,24 +213,9 @@ def graphed_rounds(args, cache, sampler, feature, order, seeds, labels, batch_si
         e2e.train_step(model, optimizer, lambda m: m(rows, adjs), y)
 
     for name, step in (("eager", eager), ("graphed", graphed)):
-        issue = []
-        for batch in built[:20]:
-            torch.cuda._sleep(int(2e8))
-            t = time.perf_counter()
-            step(batch)
-            issue.append(time.perf_counter() - t)
-            torch.cuda.synchronize()
-        record(cache, f"{name} step, host time to issue (GPU busy)", 1e3 * sorted(issue)[10])
-        gpu = []
-        for batch in built[:30]:
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(int(2e7))
-            begin.record()
-            step(batch)
-            end.record()
-            torch.cuda.synchronize()
-            gpu.append(begin.elapsed_time(end))
-        record(cache, f"{name} step, GPU span with the host ahead (median)", sorted(gpu)[15])
+        record(cache, f"{name} step, host time to issue (GPU busy)", host_issue_ms(step, built))
+        record(cache, f"{name} step, GPU span with the host ahead (median)",
+               gpu_span_ms(step, built))
     check_graphed(fresh_model, built, batch_size, record, cache)
     loader = qv.SampleLoader(sampler, feature, seeds, batch_size, labels=labels, prefetch=2)
     for round_ in range(args.graphed_rounds):
@@ -293,6 +259,33 @@ def check_graphed(fresh_model, built, batch_size, record, cache):
                   for a, b in zip(graphed_model.parameters(), model.parameters()))
     record(cache, "check: graphed against eager, largest loss difference", worst)
     record(cache, "check: graphed against eager, largest weight difference", weights)
+
+
+def host_issue_ms(step, batches) -> float:
+    """The host's time to issue a step (median of 20), the GPU's queue first filled with a
+    long sleep so that no call waits for the GPU (unless the step itself synchronizes)."""
+    issue = []
+    for batch in batches[:20]:
+        torch.cuda._sleep(int(2e8))
+        t = time.perf_counter()
+        step(batch)
+        issue.append(time.perf_counter() - t)
+        torch.cuda.synchronize()
+    return 1e3 * sorted(issue)[len(issue) // 2]
+
+
+def gpu_span_ms(step, batches) -> float:
+    """A step's GPU time (median of 30), from events around it with the host ahead."""
+    gpu = []
+    for batch in batches[:30]:
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(int(2e7))
+        begin.record()
+        step(batch)
+        end.record()
+        torch.cuda.synchronize()
+        gpu.append(begin.elapsed_time(end))
+    return sorted(gpu)[len(gpu) // 2]
 
 
 def timed_pass(batches, consume, warmup=None):

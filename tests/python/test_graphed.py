@@ -94,8 +94,7 @@ def test_padded_steps_equal_the_eager_steps_on_the_cpu(kind):
 
 def test_a_batch_over_the_shapes_runs_eager_and_is_counted():
     batches, device = batches_of("CPU")
-    small = min(batches, key=lambda b: b.adjs[0].edge_index.size(1))
-    large = max(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    small, large = fewest_and_most_edges(batches)
     assert large.adjs[0].edge_index.size(1) > small.adjs[0].edge_index.size(1)
     (model, optimizer), (twin, twin_optimizer) = twin_models(device)
     step = qv.GraphedStep(twin, twin_optimizer, [small], margin=1.0, spare=4)
@@ -153,14 +152,30 @@ class ReadsLayerFields(torch.nn.Module):
 
 def test_the_model_gets_layers_as_adj_on_both_paths():
     batches, device = batches_of("CPU")
-    small = min(batches, key=lambda b: b.adjs[0].edge_index.size(1))
-    large = max(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    small, large = fewest_and_most_edges(batches)
     model = ReadsLayerFields().eval()
     step = qv.GraphedStep(model, torch.optim.SGD(model.parameters(), lr=0.1), [small],
                           margin=1.0, spare=4)
     step(small)
     step(large)
     assert step.eager_steps == 1
+
+
+def fewest_and_most_edges(batches):
+    return (min(batches, key=lambda b: b.adjs[0].edge_index.size(1)),
+            max(batches, key=lambda b: b.adjs[0].edge_index.size(1)))
+
+
+def captured_on_the_smallest_batch():
+    """On a GPU: the batches with the fewest and the most edges, an eager model that took
+    the same warm-up step as its twin, the twin and a GraphedStep of it captured on the
+    smallest batch alone (so the largest runs eager)."""
+    batches, device = batches_of("GPU", seeds=640)
+    small, large = fewest_and_most_edges(batches)
+    (model, optimizer), (twin, twin_optimizer) = twin_models(device)
+    step = qv.GraphedStep(twin, twin_optimizer, [small], margin=1.0, spare=4, warmup=1)
+    eager_step(model, optimizer, small)
+    return small, large, (model, optimizer), twin, step
 
 
 @requires_cuda
@@ -200,12 +215,7 @@ def test_a_graphed_epoch_trains_with_adam_and_dropout():
 def test_an_oversized_batch_runs_eager_beside_the_graph_without_stream_warnings():
     """An eager step between replays: autograd must not find gradient nodes the capture
     made on its own stream (PyTorch warns, and waits for that stream at every gradient)."""
-    batches, device = batches_of("GPU", seeds=640)
-    small = min(batches, key=lambda b: b.adjs[0].edge_index.size(1))
-    large = max(batches, key=lambda b: b.adjs[0].edge_index.size(1))
-    (model, optimizer), (twin, twin_optimizer) = twin_models(device)
-    step = qv.GraphedStep(twin, twin_optimizer, [small], margin=1.0, spare=4, warmup=1)
-    eager_step(model, optimizer, small)
+    small, large, (model, optimizer), twin, step = captured_on_the_smallest_batch()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for batch in (large, small, large):
@@ -223,8 +233,7 @@ def test_cpu_sampled_layers_beside_gpu_rows_are_copied_over():
     device = torch.device("cuda", 0)
     batches = [b._replace(x=b.x.to(device)) for b in batches]
     assert batches[0].adjs[0].edge_index.is_cpu and batches[0].y.is_cpu
-    small = min(batches, key=lambda b: b.adjs[0].edge_index.size(1))
-    large = max(batches, key=lambda b: b.adjs[0].edge_index.size(1))
+    small, large = fewest_and_most_edges(batches)
     (model, optimizer), (twin, twin_optimizer) = twin_models(device)
     step = qv.GraphedStep(twin, twin_optimizer, [small], margin=1.0, spare=4, warmup=1)
     moved = lambda b: b._replace(adjs=[a.to(device) for a in b.adjs], y=b.y.to(device))
@@ -239,12 +248,7 @@ def test_cpu_sampled_layers_beside_gpu_rows_are_copied_over():
 @requires_cuda
 def test_gradients_stay_the_graphs_after_an_eager_step():
     """p.grad after a replay shows that step's gradients, before and after an eager step."""
-    batches, device = batches_of("GPU", seeds=640)
-    small = min(batches, key=lambda b: b.adjs[0].edge_index.size(1))
-    large = max(batches, key=lambda b: b.adjs[0].edge_index.size(1))
-    (model, optimizer), (twin, twin_optimizer) = twin_models(device)
-    step = qv.GraphedStep(twin, twin_optimizer, [small], margin=1.0, spare=4, warmup=1)
-    eager_step(model, optimizer, small)
+    small, large, (model, optimizer), twin, step = captured_on_the_smallest_batch()
     before = [p.grad for p in twin.parameters()]
     for batch in (small, large, small):
         eager_step(model, optimizer, batch)
