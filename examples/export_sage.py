@@ -27,6 +27,8 @@ then refuse a batch of one seed.)
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -35,8 +37,11 @@ from typing import List
 import torch
 import torch.nn.functional as F
 
-import torch_quiver_ops as qv
-from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import option_checks  # noqa: E402  (the examples' shared option checks)
+
+import torch_quiver_ops as qv  # noqa: E402
+from torch_quiver_ops.synthetic import PRESETS, synthetic_graph  # noqa: E402
 
 
 class SAGEConv(torch.nn.Module):
@@ -118,16 +123,34 @@ def train_briefly(model, indptr, indices, table, labels, train_idx, batches=30, 
     return model.eval()
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("directory")
+    parser.add_argument("directory", help="where model.pt2 and graph/ are written (made if "
+                                          "missing)")
     parser.add_argument("--size", default="tiny", choices=sorted(PRESETS))
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--fanouts", default="10,5")
+    parser.add_argument("--fanouts", default="10,5",
+                        help="neighbors sampled per hop, comma separated, the seeds' hop "
+                             "first; -1 takes every neighbor (default: 10,5)")
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    # Checked here, before any file is written.
+    args.fanouts = option_checks.fanout_list(parser, args.fanouts)
+    option_checks.at_least(parser, args, ["hidden"], 1)
+    directory = Path(args.directory)
+    if directory.exists() and not directory.is_dir():
+        parser.error(f"directory {args.directory} exists and is not a directory")
+    # The nearest part of it that exists must be a directory for the rest to be made in.
+    existing = next((p for p in directory.resolve().parents if p.exists()), None)
+    if not directory.exists() and existing is not None and not existing.is_dir():
+        parser.error(f"directory {args.directory}: {existing} is not a directory")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     device = torch.device(args.device)
     directory = Path(args.directory)
     torch.manual_seed(args.seed)
@@ -141,8 +164,7 @@ def main(argv=None):
                    num_classes=graph.num_classes)
     indptr, indices, table = (t.to(device) for t in (topo.indptr, topo.indices, graph.x))
     labels = graph.y.to(device)
-    fanouts = [int(f) for f in args.fanouts.split(",")]
-    model = SampledSAGE(graph.x.size(1), args.hidden, graph.num_classes, fanouts).to(device)
+    model = SampledSAGE(graph.x.size(1), args.hidden, graph.num_classes, args.fanouts).to(device)
     train_briefly(model, indptr, indices, table, labels, graph.train_idx.to(device))
 
     seeds = graph.test_idx[:256].to(device)

@@ -15,6 +15,8 @@ dot product of two embeddings scores a pair. Each epoch prints the loss and the 
 """
 import argparse
 import json
+import os
+import sys
 import time
 from typing import Optional, Sequence
 
@@ -23,9 +25,12 @@ import torch.nn.functional as F
 from torch_geometric.data import Data
 from torch_geometric.nn import SAGEConv
 
-import torch_quiver_ops as qv
-from torch_quiver_ops.pyg import LinkNeighborLoader, Prefetcher
-from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import option_checks  # noqa: E402  (the examples' shared option checks)
+
+import torch_quiver_ops as qv  # noqa: E402
+from torch_quiver_ops.pyg import LinkNeighborLoader, Prefetcher  # noqa: E402
+from torch_quiver_ops.synthetic import PRESETS, synthetic_graph  # noqa: E402
 
 
 def parse_args(argv: Optional[Sequence[str]] = None):
@@ -56,7 +61,18 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--seed", type=int, default=0, help="seeds the graph, split and model")
     parser.add_argument("--report", default=None,
                         help="write the per-epoch history (loss, times, AUC) as JSON here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    # Checked here, before the graph is built, not after an epoch (or a run) has gone by.
+    option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
+    option_checks.at_least(parser, args, ["epochs"], 0)
+    # --train-edges left out (None) takes every one
+    option_checks.at_least(parser, args, ["batch_size", "hidden", "train_edges"], 1)
+    if not 0 < args.held_out < 1:
+        parser.error(f"--held-out is a share of the edges, between 0 and 1 (both excluded), "
+                     f"got {args.held_out}")
+    option_checks.positive(parser, args, ["lr"])
+    option_checks.output_file(parser, "report", args.report)
+    return args
 
 
 class Encoder(torch.nn.Module):
@@ -108,6 +124,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     held = int(pairs.size(1) * args.held_out)
     val_edges, test_edges = pairs[:, order[:held // 2]], pairs[:, order[held // 2:held]]
     kept = pairs[:, order[held:]]
+    for split, part in (("validation", val_edges), ("test", test_edges), ("training", kept)):
+        if part.size(1) == 0:  # before the first epoch, not after it
+            raise SystemExit(f"link_prediction.py: --held-out {args.held_out} of the "
+                             f"{pairs.size(1):,} undirected edges leaves no {split} edge")
     train_edges = torch.cat([kept, kept.flip(0)], 1)
     # The model sees only the training edges: held-out edges must not leak into messages.
     data = Data(x=graph.x, edge_index=train_edges, num_nodes=graph.num_nodes)

@@ -13,7 +13,7 @@ PyG's disjoint sampling), so no future edge, and not the seed edge itself, leaks
 messages. Training uses binary negatives (random non-edges, drawn on the sampling device);
 each epoch prints the loss, the test AUC (chance 0.5) and the test MRR of each true
 destination among --mrr-negatives random ones (chance about
-H(k + 1) / (k + 1), 0.18 for 20).
+H(k + 1) / (k + 1), 0.17 for 20).
 """
 import argparse
 import json
@@ -28,6 +28,7 @@ from torch_geometric.data import Data
 from torch_geometric.sampler import NegativeSampling
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import option_checks  # noqa: E402
 from link_prediction import Encoder, auc  # noqa: E402
 
 import torch_quiver_ops as qv  # noqa: E402
@@ -62,7 +63,24 @@ def parse_args(argv: Optional[Sequence[str]] = None):
                         help="auto (the GPU when there is one), cpu, or a CUDA device")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--report", default=None, help="write the history as JSON here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    # Checked here, before the graph is built, not after an epoch (or a run) has gone by.
+    option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
+    option_checks.at_least(parser, args, ["epochs"], 0)
+    # --train-edges left out (None) takes every one
+    option_checks.at_least(parser, args, ["batch_size", "hidden", "train_edges", "eval_edges",
+                                          "mrr_negatives"], 1)
+    option_checks.positive(parser, args, ["lr"])
+    # Times are whole numbers in [0, TIME_SPAN): training takes t < --train-until, validation
+    # --train-until <= t < --test-from, test t >= --test-from, none of them empty.
+    if not 1 <= args.train_until < args.test_from < TIME_SPAN:
+        parser.error(f"--train-until and --test-from need 1 <= --train-until < --test-from < "
+                     f"{TIME_SPAN} (edge times are whole numbers in [0, {TIME_SPAN}); "
+                     f"training takes t < --train-until, validation the times between, test "
+                     f"t >= --test-from), got --train-until {args.train_until} and "
+                     f"--test-from {args.test_from}")
+    option_checks.output_file(parser, "report", args.report)
+    return args
 
 
 def timed_edges(graph, gen):
@@ -96,6 +114,11 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     train = pick(edge_time < args.train_until, args.train_edges)
     val = pick((edge_time >= args.train_until) & (edge_time < args.test_from), args.eval_edges)
     test = pick(edge_time >= args.test_from, args.eval_edges)
+    for split, ids in (("training", train), ("validation", val), ("test", test)):
+        if ids.numel() == 0:  # before the first epoch, not after it
+            raise SystemExit(f"temporal_link_prediction.py: --train-until {args.train_until} "
+                             f"and --test-from {args.test_from} leave no {split} edge among "
+                             f"the graph's {edges.size(1):,} timed edges")
     placement = dict(device=device, mode="UVA" if device.type == "cuda" else "CPU",
                      cache_size="20%" if device.type == "cuda" else 0)
 

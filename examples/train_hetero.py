@@ -15,6 +15,9 @@ test accuracy of the papers (chance: 1/349).
 """
 import argparse
 import json
+import math
+import os
+import sys
 import time
 from typing import Optional, Sequence
 
@@ -22,9 +25,12 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.nn import SAGEConv, to_hetero
 
-import torch_quiver_ops as qv
-from torch_quiver_ops.pyg import NeighborLoader, Prefetcher
-from torch_quiver_ops.synthetic_hetero import mag_like
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import option_checks  # noqa: E402  (the examples' shared option checks)
+
+import torch_quiver_ops as qv  # noqa: E402
+from torch_quiver_ops.pyg import NeighborLoader, Prefetcher  # noqa: E402
+from torch_quiver_ops.synthetic_hetero import mag_like  # noqa: E402
 
 
 def parse_args(argv: Optional[Sequence[str]] = None):
@@ -55,7 +61,17 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--seed", type=int, default=0, help="seeds the graph, split and model")
     parser.add_argument("--report", default=None,
                         help="write the per-epoch history (loss, times, accuracy) as JSON here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    # Checked here, before the graph is built, not after an epoch (or a run) has gone by.
+    if not (math.isfinite(args.scale) and args.scale > 0):
+        parser.error(f"--scale must be a number > 0, got {args.scale}")
+    option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
+    option_checks.at_least(parser, args, ["epochs"], 0)
+    # --train-papers left out (None) takes every one
+    option_checks.at_least(parser, args, ["batch_size", "hidden", "train_papers", "eval_papers"], 1)
+    option_checks.positive(parser, args, ["lr"])
+    option_checks.output_file(parser, "report", args.report)
+    return args
 
 
 class SAGE(torch.nn.Module):
@@ -95,6 +111,11 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         else torch.device(args.device)
     fanouts = [int(f) for f in args.num_neighbors.split(",")]
     graph = mag_like(args.scale, seed=args.seed)
+    for split, ids in (("validation", graph.val_idx), ("test", graph.test_idx)):
+        if ids.numel() == 0:  # a graph of a few papers
+            raise SystemExit(f"train_hetero.py: --scale {args.scale} leaves "
+                             f"{graph.num_nodes_dict['paper']} papers and no {split} paper: "
+                             f"give a larger --scale")
     data = graph.to_hetero_data()
     gen = torch.Generator().manual_seed(args.seed)
     train = graph.train_idx
@@ -107,9 +128,16 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                                   batch_size=args.batch_size, shuffle=True, **placement)
 
     def scoring_loader(ids):
-        ids = ids[torch.randperm(ids.numel(), generator=gen)[:args.eval_papers]]
         return NeighborLoader(data, fanouts, input_nodes=("paper", ids), batch_size=4096,
                               **placement)
+
+    # The papers scored after each epoch: drawn once, by a generator of their own, so that
+    # every epoch scores the same ones (the curve shows the model change, not the subset's)
+    # and the training draws above do not move them.
+    eval_gen = torch.Generator().manual_seed(args.seed + 1)
+    val_papers, test_papers = (
+        ids[torch.randperm(ids.numel(), generator=eval_gen)[:args.eval_papers]]
+        for ids in (graph.val_idx, graph.test_idx))
 
     model = Classifier(data, args.hidden, graph.num_classes).to(device)
     with torch.no_grad():  # lazy (-1) input sizes are fixed by a first batch
@@ -150,7 +178,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        val, test = accuracy(graph.val_idx), accuracy(graph.test_idx)
+        val, test = accuracy(val_papers), accuracy(test_papers)
         history.append({"epoch": epoch, "loss": total_loss / total, "seconds": seconds,
                         "val_accuracy": val, "test_accuracy": test})
         print(f"epoch {epoch}: {seconds:6.2f}s  loss {total_loss / total:.4f}  validation "

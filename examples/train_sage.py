@@ -35,8 +35,11 @@ from torch.nn.parallel import DistributedDataParallel
 from torch_geometric.nn import SAGEConv
 from tqdm import tqdm
 
-import torch_quiver_ops as qv
-from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import option_checks  # noqa: E402  (the examples' shared option checks)
+
+import torch_quiver_ops as qv  # noqa: E402
+from torch_quiver_ops.synthetic import PRESETS, synthetic_graph  # noqa: E402
 
 
 class SAGE(torch.nn.Module):
@@ -124,32 +127,18 @@ def parse_args(argv=None):
                              "(lines), or a bar when stdout is a terminal (auto)")
     args = parser.parse_args(argv)
     # Checked here, not after an epoch (or a whole run, for --save) has gone by.
-    try:
-        fanouts = [int(f) for f in args.fanouts.split(",")]
-    except ValueError:
-        parser.error(f"--fanouts takes whole numbers such as 15,10,5, got {args.fanouts!r}")
-    if any(f < -1 for f in fanouts):
-        parser.error(f"--fanouts takes counts >= 0, or -1 for every neighbor, got {args.fanouts}")
-    for name in ("epochs", "prefetch"):
-        if getattr(args, name) < 0:
-            parser.error(f"--{name.replace('_', '-')} must be >= 0, got {getattr(args, name)}")
-    for name in ("batch_size", "hidden", "loader_workers", "eval_nodes"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    option_checks.fanout_list(parser, args.fanouts)
+    option_checks.at_least(parser, args, ["epochs", "prefetch"], 0)
+    option_checks.at_least(parser, args, ["batch_size", "hidden", "loader_workers",
+                                          "eval_nodes"], 1)
     if args.cuda_graph and args.compile:
         parser.error("--cuda-graph and --compile are two ways to run the step: give one")
     if args.prefetch == 0 and (args.loader_workers > 1 or args.loader_thread == "cpp"):
         parser.error("--loader-workers above 1 and --loader-thread cpp build batches ahead: "
                      "they need --prefetch 1 or more")
     for name in ("save", "report"):
-        path = getattr(args, name)
-        if path is not None and not Path(path).resolve().parent.is_dir():
-            parser.error(f"--{name} {path}: the folder {Path(path).resolve().parent} does not "
-                         f"exist")
-        if path is not None and Path(path).is_dir():
-            parser.error(f"--{name} {path} is a folder: give a file name in it")
-    if not args.lr > 0:
-        parser.error(f"--lr must be > 0, got {args.lr}")
+        option_checks.output_file(parser, name, getattr(args, name))
+    option_checks.positive(parser, args, ["lr"])
     if args.device != "auto":
         try:
             torch.device(args.device)

@@ -42,6 +42,7 @@ import torch_quiver_ops as qv
 from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
 from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
 
+import option_checks  # noqa: E402  (the examples' shared option checks)
 from train_sage import SAGE, Clock  # noqa: E402  (the same model as the one-host example)
 
 
@@ -69,23 +70,12 @@ def parse_args(argv=None):
                         help="with --partitioned (default: metis when pymetis is installed, "
                              "else random)")
     args = parser.parse_args(argv)
-    try:
-        fanouts = [int(f) for f in args.fanouts.split(",")]
-    except ValueError:
-        parser.error(f"--fanouts takes whole numbers such as 15,10,5, got {args.fanouts!r}")
-    if any(f < -1 for f in fanouts):
-        parser.error(f"--fanouts takes counts >= 0, or -1 for every neighbor, got {args.fanouts}")
-    if args.epochs < 0:
-        parser.error(f"--epochs must be >= 0, got {args.epochs}")
-    for name in ("batch_size", "hidden", "eval_nodes"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if not args.lr > 0:
-        parser.error(f"--lr must be > 0, got {args.lr}")
+    option_checks.fanout_list(parser, args.fanouts)
+    option_checks.at_least(parser, args, ["epochs"], 0)
+    option_checks.at_least(parser, args, ["batch_size", "hidden", "eval_nodes"], 1)
+    option_checks.positive(parser, args, ["lr", "timeout"])
     if not 0 <= args.replicate <= 1:
         parser.error(f"--replicate is a share of the rows, in [0, 1], got {args.replicate}")
-    if not args.timeout > 0:
-        parser.error(f"--timeout must be > 0, got {args.timeout}")
     return args
 
 

@@ -1,0 +1,47 @@
+"""Checks the examples run on their options in parse_args, before a graph is built: each
+refusal is an argparse error naming the option and its value (exit 2), not a traceback
+after an epoch has gone by."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+
+def fanout_list(parser, text: str, option: str = "--fanouts") -> List[int]:
+    """``text`` as fanouts (outermost first): whole numbers, each >= 0 or -1 (every
+    neighbor)."""
+    try:
+        fanouts = [int(f) for f in text.split(",")]
+    except ValueError:
+        parser.error(f"{option} takes whole numbers such as 15,10,5, got {text!r}")
+    if any(f < -1 for f in fanouts):
+        parser.error(f"{option} takes counts >= 0, or -1 for every neighbor, got {text}")
+    return fanouts
+
+
+def at_least(parser, args, names: Sequence[str], least: int) -> None:
+    """Each option in ``names`` (argparse's dest names) is None (left out) or >= ``least``."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value < least:
+            parser.error(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
+
+
+def positive(parser, args, names: Sequence[str]) -> None:
+    """Each option in ``names`` is a number > 0 (nan refused)."""
+    for name in names:
+        value = getattr(args, name)
+        if not value > 0:
+            parser.error(f"--{name.replace('_', '-')} must be > 0, got {value}")
+
+
+def output_file(parser, name: str, path: Optional[str]) -> None:
+    """``path`` (when given) can be written as a file: its folder exists and it is not a
+    folder itself."""
+    if path is None:
+        return
+    if Path(path).is_dir():
+        parser.error(f"--{name} {path} is a folder: give a file name in it")
+    folder = Path(path).resolve().parent
+    if not folder.is_dir():
+        parser.error(f"--{name} {path}: the folder {folder} does not exist")

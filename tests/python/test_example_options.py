@@ -1,0 +1,201 @@
+"""The examples refuse bad options when they parse them (argparse errors naming the option
+and the value), before a graph is built or a file written, rather than trimming a count
+silently or crashing after an epoch; the splits they make from the data are refused, when
+one comes out empty, before the first epoch."""
+import pytest
+import torch
+from conftest import load_example
+
+pytest.importorskip("torch_geometric")
+
+
+@pytest.fixture(scope="module")
+def hetero():
+    return load_example("train_hetero")
+
+
+@pytest.fixture(scope="module")
+def link():
+    return load_example("link_prediction")
+
+
+@pytest.fixture(scope="module")
+def temporal():
+    return load_example("temporal_link_prediction")
+
+
+@pytest.fixture(scope="module")
+def export_sage():
+    return load_example("export_sage")
+
+
+def refused(capsys, parse, argv, *expected):
+    """parse(argv) exits through argparse; its message names each of ``expected``."""
+    with pytest.raises(SystemExit) as exit_info:
+        parse(argv)
+    assert exit_info.value.code == 2  # argparse's usage error
+    err = capsys.readouterr().err
+    for text in expected:
+        assert text in err, err
+    return err
+
+
+# Options every training example checks the same way: (argv, texts the message names).
+COMMON = [
+    (["--epochs", "-1"], ["--epochs", "-1"]),
+    (["--batch-size", "0"], ["--batch-size", "0"]),
+    (["--batch-size", "-5"], ["--batch-size", "-5"]),
+    (["--hidden", "0"], ["--hidden", "0"]),
+    (["--lr", "0"], ["--lr", "0.0"]),
+    (["--lr", "-0.1"], ["--lr", "-0.1"]),
+    (["--lr", "nan"], ["--lr", "nan"]),
+    (["--num-neighbors", "15,,10"], ["--num-neighbors", "'15,,10'"]),
+    (["--num-neighbors", ""], ["--num-neighbors", "''"]),
+    (["--num-neighbors", "a,5"], ["--num-neighbors", "'a,5'"]),
+    (["--num-neighbors", "10,-2"], ["--num-neighbors", "10,-2"]),
+]
+HETERO = COMMON + [
+    (["--train-papers", "0"], ["--train-papers", "0"]),
+    (["--train-papers", "-3"], ["--train-papers", "-3"]),
+    (["--eval-papers", "0"], ["--eval-papers", "0"]),
+    (["--eval-papers", "-1"], ["--eval-papers", "-1"]),
+    (["--scale", "0"], ["--scale", "0.0"]),
+    (["--scale", "-0.5"], ["--scale", "-0.5"]),
+    (["--scale", "nan"], ["--scale", "nan"]),
+    (["--scale", "inf"], ["--scale", "inf"]),
+]
+LINK = COMMON + [
+    (["--train-edges", "0"], ["--train-edges", "0"]),
+    (["--train-edges", "-10"], ["--train-edges", "-10"]),
+    (["--held-out", "0"], ["--held-out", "0.0"]),
+    (["--held-out", "1"], ["--held-out", "1.0"]),
+    (["--held-out", "-0.1"], ["--held-out", "-0.1"]),
+    (["--held-out", "1.5"], ["--held-out", "1.5"]),
+]
+TEMPORAL = COMMON + [
+    (["--train-edges", "0"], ["--train-edges", "0"]),
+    (["--train-edges", "-10"], ["--train-edges", "-10"]),
+    (["--eval-edges", "0"], ["--eval-edges", "0"]),
+    (["--eval-edges", "-1"], ["--eval-edges", "-1"]),
+    (["--mrr-negatives", "0"], ["--mrr-negatives", "0"]),
+    (["--train-until", "-1"], ["--train-until -1"]),
+    (["--train-until", "0"], ["--train-until 0"]),  # nothing is older than time 0
+    (["--train-until", "900"], ["--train-until 900", "--test-from 900"]),
+    (["--train-until", "950"], ["--train-until 950", "--test-from 900"]),
+    (["--test-from", "1000"], ["--test-from 1000"]),  # times end at 999
+    (["--test-from", "5000"], ["--test-from 5000"]),
+]
+
+
+@pytest.mark.parametrize("argv,expected", HETERO, ids=lambda v: " ".join(v))
+def test_train_hetero_refuses(hetero, capsys, argv, expected):
+    refused(capsys, hetero.parse_args, argv, *expected)
+
+
+@pytest.mark.parametrize("argv,expected", LINK, ids=lambda v: " ".join(v))
+def test_link_prediction_refuses(link, capsys, argv, expected):
+    refused(capsys, link.parse_args, argv, *expected)
+
+
+@pytest.mark.parametrize("argv,expected", TEMPORAL, ids=lambda v: " ".join(v))
+def test_temporal_link_prediction_refuses(temporal, capsys, argv, expected):
+    refused(capsys, temporal.parse_args, argv, *expected)
+
+
+@pytest.mark.parametrize("name", ["hetero", "link", "temporal"])
+def test_report_paths_that_cannot_be_written_are_refused(request, capsys, tmp_path, name):
+    parse = request.getfixturevalue(name).parse_args
+    missing = tmp_path / "no-such-folder" / "report.json"
+    refused(capsys, parse, ["--report", str(missing)], "--report", str(missing),
+            "does not exist")
+    refused(capsys, parse, ["--report", str(tmp_path)], "--report", str(tmp_path),
+            "is a folder")
+    assert parse(["--report", str(tmp_path / "report.json")]).report == str(
+        tmp_path / "report.json")
+
+
+def test_defaults_and_valid_values_parse(hetero, link, temporal):
+    args = hetero.parse_args([])
+    assert (args.scale, args.train_papers, args.eval_papers) == (1.0, None, 20_000)
+    args = hetero.parse_args(["--scale", "0.01", "--train-papers", "1", "--eval-papers", "1",
+                              "--num-neighbors=-1,0", "--epochs", "0"])
+    assert (args.train_papers, args.num_neighbors, args.epochs) == (1, "-1,0", 0)
+    args = link.parse_args([])
+    assert (args.held_out, args.train_edges, args.num_neighbors) == (0.05, None, "10,5")
+    assert link.parse_args(["--held-out", "0.5", "--train-edges", "1"]).held_out == 0.5
+    args = temporal.parse_args([])
+    assert (args.train_until, args.test_from, args.train_edges, args.eval_edges,
+            args.mrr_negatives) == (800, 900, None, 20_000, 20)
+    args = temporal.parse_args(["--train-until", "1", "--test-from", "999",
+                                "--mrr-negatives", "1", "--eval-edges", "1"])
+    assert (args.train_until, args.test_from) == (1, 999)
+
+
+def test_export_sage_checks_its_options_before_writing(export_sage, capsys, tmp_path):
+    out = tmp_path / "sage"
+    args = export_sage.parse_args([str(out)])
+    assert (args.fanouts, args.hidden) == ([10, 5], 64)
+    assert export_sage.parse_args([str(out), "--fanouts=-1,0"]).fanouts == [-1, 0]
+    for argv, expected in [(["--fanouts", "10,,5"], ["--fanouts", "'10,,5'"]),
+                           (["--fanouts", "x"], ["--fanouts", "'x'"]),
+                           (["--fanouts", "10,-3"], ["--fanouts", "10,-3"]),
+                           (["--hidden", "0"], ["--hidden", "0"])]:
+        refused(capsys, export_sage.main, [str(out)] + argv, *expected)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    refused(capsys, export_sage.main, [str(a_file)], str(a_file), "not a directory")
+    refused(capsys, export_sage.main, [str(a_file / "sage")], str(a_file), "not a directory")
+    assert not out.exists()  # main refused before writing anything
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_link_prediction_refuses_an_empty_split_before_training(link, capsys):
+    # The tiny graph's 11,502 undirected edges: 0.0001 of them is one edge, none validates.
+    with pytest.raises(SystemExit, match=r"--held-out 0\.0001 .* no validation edge"):
+        link.main(["--size", "tiny", "--held-out", "0.0001", "--device", "cpu"])
+    assert "epoch" not in capsys.readouterr().out
+
+
+def test_temporal_refuses_an_empty_split_before_training(temporal, capsys, monkeypatch):
+    def all_at_time_5(graph, gen):  # every edge at time 5: nothing validates or tests
+        return graph.edge_index, torch.full((graph.edge_index.size(1),), 5)
+
+    monkeypatch.setattr(temporal, "timed_edges", all_at_time_5)
+    with pytest.raises(SystemExit, match="--train-until 800 and --test-from 900 leave no "
+                                         "validation edge"):
+        temporal.main(["--size", "tiny", "--device", "cpu"])
+    assert "epoch" not in capsys.readouterr().out
+
+
+def test_train_hetero_refuses_a_graph_without_test_papers(hetero):
+    with pytest.raises(SystemExit, match=r"--scale 1e-06 leaves 1 papers and no validation"):
+        hetero.main(["--scale", "1e-6", "--device", "cpu"])
+
+
+def test_temporal_docstring_states_the_chance_mrr_it_prints(temporal):
+    assert f"{temporal.chance_mrr(20):.2f}" == "0.17"
+    assert "0.17 for 20" in " ".join(temporal.__doc__.split())
+
+
+def test_train_hetero_scores_the_same_papers_every_epoch(hetero, monkeypatch):
+    """The validation and test subsets (--eval-papers below the splits' sizes) are drawn
+    once, not redrawn each epoch."""
+    scored = []
+
+    class Recording(hetero.NeighborLoader):
+        def __init__(self, data, fanouts, input_nodes=None, batch_size=1, **kwargs):
+            if batch_size == 4096:  # the scoring loaders (the first fixes lazy sizes)
+                scored.append(input_nodes[1].clone())
+            super().__init__(data, fanouts, input_nodes=input_nodes, batch_size=batch_size,
+                             **kwargs)
+
+    monkeypatch.setattr(hetero, "NeighborLoader", Recording)
+    epochs = 3
+    hetero.main(["--scale", "0.001", "--epochs", str(epochs), "--device", "cpu",
+                 "--batch-size", "512", "--eval-papers", "5", "--num-neighbors", "3,2",
+                 "--hidden", "16", "--train-papers", "64"])
+    assert len(scored) == 1 + 2 * epochs
+    val, test = scored[1::2], scored[2::2]
+    assert all(v.numel() == 5 and torch.equal(v, val[0]) for v in val), val
+    assert all(t.numel() == 5 and torch.equal(t, test[0]) for t in test), test
+    assert not torch.equal(val[0], test[0])
