@@ -216,7 +216,7 @@ def graphed_rounds(args, cache, sampler, feature, order, seeds, labels, batch_si
         record(cache, f"{name} step, host time to issue (GPU busy)", host_issue_ms(step, built))
         record(cache, f"{name} step, GPU span with the host ahead (median)",
                gpu_span_ms(step, built))
-    check_graphed(fresh_model, built, batch_size, record, cache)
+    check_graphed(fresh_model, built, e2e, record, cache)
     loader = qv.SampleLoader(sampler, feature, seeds, batch_size, labels=labels, prefetch=2)
     for round_ in range(args.graphed_rounds):
         pair = [("eager", eager), ("graphed", graphed)]
@@ -228,7 +228,7 @@ def graphed_rounds(args, cache, sampler, feature, order, seeds, labels, batch_si
            float(graphed.eager_steps))
 
 
-def check_graphed(fresh_model, built, batch_size, record, cache):
+def check_graphed(fresh_model, built, e2e, record, cache):
     """The graphed step against the eager one from the same weights, dropout off: the
     losses of three steps and the weights after them."""
     # SGD, not Adam: Adam turns a gradient's last-bit difference (the order of atomic adds)
@@ -240,19 +240,17 @@ def check_graphed(fresh_model, built, batch_size, record, cache):
     model.eval()
     graphed_model.eval()
     graphed = qv.GraphedStep(graphed_model, graphed_optimizer, built[:8])
+
+    def eager(batch):
+        _, _, adjs, rows, y = batch
+        return e2e.train_step(model, optimizer, lambda m: m(rows, adjs), y)
+
     # the capture's warm-up took three steps on the first batch: the eager copy takes them too
     for _ in range(3):
-        _, _, adjs, rows, y = built[0]
-        optimizer.zero_grad()
-        torch.nn.functional.cross_entropy(model(rows, adjs), y).backward()
-        optimizer.step()
+        eager(built[0])
     worst = 0.0
     for batch in built[1:4]:
-        _, _, adjs, rows, y = batch
-        optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(rows, adjs), y)
-        loss.backward()
-        optimizer.step()
+        loss = eager(batch)
         loss_g = graphed(batch)
         worst = max(worst, abs(loss.item() - loss_g.item()))
     weights = max((a - b).abs().max().item()

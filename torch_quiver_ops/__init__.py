@@ -25,8 +25,8 @@ from .topology import CSRTopo  # noqa: E402
 # the package whose library was loaded (the installed copy's, for a source checkout).
 cmake_prefix_path = str(package_root())
 
-__all__ = ["Adj", "aoti", "CSRTopo", "Feature", "GraphedStep", "GraphSageSampler", "HeteroCSRTopo",
-           "HeteroSampler", "LinkSampleLoader", "Prefetcher", "SampleLoader", "dist", "hotness",
+__all__ = ["Adj", "aoti", "CSRTopo", "Feature", "GraphedStep", "GraphSageSampler",
+           "HeteroCSRTopo", "HeteroSampler", "LinkSampleLoader", "Prefetcher", "SampleLoader", "dist", "hotness",
            "ops", "pyg", "reorder", "synthetic", "init_p2p", "p2p_cliques", "presample_hot_order",
            "presample_topology_order",
            "cuda_kernels_built", "library_path", "cmake_prefix_path", "save_arrays",

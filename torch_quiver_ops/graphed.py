@@ -198,7 +198,7 @@ class GraphedStep:
         device = self.rows.device
         side = torch.cuda.Stream(device)
         current = torch.cuda.current_stream(device)
-        self._fill(batch)
+        self._fill(*_parts(batch, "batch"))
         # Warm-up on a side stream, as CUDA graph capture asks: libraries' workspaces are
         # made there, outside the graph.
         side.wait_stream(current)
@@ -218,14 +218,15 @@ class GraphedStep:
 
     def fits(self, batch) -> bool:
         """Whether ``batch`` fits the captured shapes (else ``step`` runs it eager)."""
-        adjs, x, y = _parts(batch, "batch")
+        return self._fits(*_parts(batch, "batch"))
+
+    def _fits(self, adjs, x: Tensor, y: Tensor) -> bool:
         return (len(adjs) == len(self.targets) and x.size(0) <= self.sources[0]
                 and y.numel() <= self.targets[-1] - self.spare
                 and all(adj.size[1] <= dst - self.spare and adj.edge_index.size(1) <= count
                         for adj, dst, count in zip(adjs, self.targets, self.edges)))
 
-    def _fill(self, batch) -> None:
-        adjs, x, y = _parts(batch, "batch")
+    def _fill(self, adjs, x: Tensor, y: Tensor) -> None:
         self.rows[:x.size(0)].copy_(x)
         for edge_index, pad, adj in zip(self.edge_index, self._padding, adjs):
             count = adj.edge_index.size(1)
@@ -241,14 +242,14 @@ class GraphedStep:
             raise ValueError(f"batch.x is {tuple(x.shape)} {x.dtype} on {x.device}; the step "
                              f"was captured for rows of {self.rows.size(1)} {self.rows.dtype} "
                              f"on {self.rows.device}")
-        if not self.fits(batch):
+        if not self._fits(adjs, x, y):
             self.eager_steps += 1
             # A CPU sampler's layers and labels come on the CPU beside rows on the GPU; the
             # padded path copies them over, and so must this one.
             device = self.rows.device
             adjs = [Adj(*adj).to(device) for adj in adjs]
             return self._step(x, adjs, y.to(device))
-        self._fill(batch)
+        self._fill(adjs, x, y)
         if self.graph is None:  # CPU: the same padded step, eager
             return self._padded_step()
         self.graph.replay()

@@ -624,7 +624,7 @@ def _argmax_classes(out: Tensor) -> list:
 _METHODS = {"/health": "GET", "/predict": "POST"}
 
 
-def _not_found(path: str, close: bool = False, method: str = "") -> _Reply:
+def _refused_path(path: str, close: bool = False, method: str = "") -> _Reply:
     """404 for a path the endpoint does not have; 405 (with Allow) for one of its paths
     asked with another method, which is not a missing path."""
     if path in _METHODS:
@@ -673,13 +673,13 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/health":
             self._reply(HTTPStatus.OK, _health(self.runtime))
         else:
-            self._refuse(_not_found(path, method="GET"))
+            self._refuse(_refused_path(path, method="GET"))
 
     def do_POST(self):  # noqa: N802
         try:
             path = urlsplit(self.path).path
             if path != "/predict":  # the body is left unread: the connection must close
-                raise _not_found(path, close=True, method="POST")
+                raise _refused_path(path, close=True, method="POST")
             if self.headers.get("Transfer-Encoding"):
                 raise _Reply(HTTPStatus.LENGTH_REQUIRED,
                              {"error": "send the body with a Content-Length (this server "
@@ -757,7 +757,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
                 await send_json(send, HTTPStatus.OK, _health(runtime))
                 return
             if method != "POST" or path != "/predict":
-                raise _not_found(path, method=method)
+                raise _refused_path(path, method=method)
             # A stated length past the cap is refused before its body is read; a body
             # without one (chunked) is read up to the cap.
             _body_length(dict(scope["headers"]).get(b"content-length", b"0").decode("latin-1"))

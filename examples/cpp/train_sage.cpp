@@ -76,7 +76,6 @@ using raw_arrays::require;
 #include <limits>
 #include <map>
 #include <regex>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -119,6 +118,40 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
+  // Each option and what its value sets: one table, so that a name is known (and an
+  // unknown one refused as such, not as "needs a value") exactly where it is read.
+  using option_values::number, option_values::whole, option_values::wholes;
+  using Set = std::function<void(const std::string&, const std::string&)>;
+  const std::map<std::string, Set> setters = {
+      {"--data", [&](auto&, auto& v) { o.data = v; }},
+      {"--mode", [&](auto&, auto& v) { o.mode = v; }},
+      {"--epochs", [&](auto& a, auto& v) { o.epochs = whole(a, v); }},
+      {"--batch-size", [&](auto& a, auto& v) { o.batch_size = whole(a, v); }},
+      {"--fanouts", [&](auto& a, auto& v) { o.fanouts = wholes(a, v); }},
+      {"--hidden", [&](auto& a, auto& v) { o.hidden = whole(a, v); }},
+      {"--lr", [&](auto& a, auto& v) { o.lr = number(a, v); }},
+      {"--cache", [&](auto& a, auto& v) { o.cache = number(a, v); }},
+      {"--min-accuracy", [&](auto& a, auto& v) { o.min_accuracy = number(a, v); }},
+      {"--eval-nodes", [&](auto& a, auto& v) { o.eval_nodes = whole(a, v); }},
+      {"--split", [&](auto& a, auto& v) { o.split = whole(a, v) != 0; }},
+      {"--prefetch", [&](auto& a, auto& v) { o.prefetch = whole(a, v); }},
+      {"--seed", [&](auto& a, auto& v) { o.seed = whole(a, v); }},
+      {"--serve", [&](auto& a, auto& v) { o.serve = whole(a, v); }},
+      {"--clients", [&](auto& a, auto& v) { o.clients = whole(a, v); }},
+      {"--load-rates", [&](auto& a, auto& v) { o.load_rates = wholes(a, v); }},
+      {"--load-configs", [&](auto& a, auto& v) { o.load_configs = option_values::words(a, v); }},
+      {"--load-seconds", [&](auto& a, auto& v) { o.load_seconds = number(a, v); }},
+      {"--cpu-samplers", [&](auto& a, auto& v) { o.cpu_samplers = whole(a, v); }},
+      {"--gpu-streams", [&](auto& a, auto& v) { o.gpu_streams = whole(a, v); }},
+      {"--max-batch", [&](auto& a, auto& v) { o.max_batch = whole(a, v); }},
+      {"--max-wait-ms", [&](auto& a, auto& v) { o.max_wait_ms = number(a, v); }},
+      {"--capture", [&](auto& a, auto& v) { o.capture = whole(a, v) != 0; }},
+      {"--objective-ms", [&](auto& a, auto& v) { o.objective_ms = number(a, v); }},
+      {"--cuda-sync", [&](auto&, auto& v) { o.cuda_sync = v; }},
+      {"--nodes", [&](auto& a, auto& v) { o.nodes = whole(a, v); }},
+      {"--classes", [&](auto& a, auto& v) { o.classes = whole(a, v); }},
+      {"--features", [&](auto& a, auto& v) { o.features = whole(a, v); }},
+      {"--degree", [&](auto& a, auto& v) { o.degree = whole(a, v); }}};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -169,45 +202,10 @@ Options parse(int argc, char** argv) {
              "  --degree N          synthetic graph: edges per node (default: 12)\n";
       std::exit(0);
     }
-    static const std::set<std::string> kOptions = {
-        "--data", "--mode", "--epochs", "--batch-size", "--fanouts", "--hidden", "--lr",
-        "--cache", "--min-accuracy", "--eval-nodes", "--split", "--prefetch", "--seed",
-        "--serve", "--clients", "--load-rates", "--load-configs", "--load-seconds",
-        "--cpu-samplers", "--gpu-streams", "--max-batch", "--max-wait-ms", "--capture",
-        "--objective-ms", "--cuda-sync", "--nodes", "--classes", "--features", "--degree"};
-    TORCH_CHECK_VALUE(kOptions.count(arg), "unknown option ", arg, " (see --help)");
+    const auto setter = setters.find(arg);
+    TORCH_CHECK_VALUE(setter != setters.end(), "unknown option ", arg, " (see --help)");
     TORCH_CHECK(i + 1 < argc, "option ", arg, " needs a value");
-    const std::string value = argv[++i];
-    if (arg == "--data") o.data = value;
-    else if (arg == "--mode") o.mode = value;
-    else if (arg == "--epochs") o.epochs = option_values::whole(arg, value);
-    else if (arg == "--batch-size") o.batch_size = option_values::whole(arg, value);
-    else if (arg == "--fanouts") o.fanouts = option_values::wholes(arg, value);
-    else if (arg == "--hidden") o.hidden = option_values::whole(arg, value);
-    else if (arg == "--lr") o.lr = option_values::number(arg, value);
-    else if (arg == "--cache") o.cache = option_values::number(arg, value);
-    else if (arg == "--min-accuracy") o.min_accuracy = option_values::number(arg, value);
-    else if (arg == "--eval-nodes") o.eval_nodes = option_values::whole(arg, value);
-    else if (arg == "--split") o.split = option_values::whole(arg, value) != 0;
-    else if (arg == "--prefetch") o.prefetch = option_values::whole(arg, value);
-    else if (arg == "--seed") o.seed = option_values::whole(arg, value);
-    else if (arg == "--serve") o.serve = option_values::whole(arg, value);
-    else if (arg == "--clients") o.clients = option_values::whole(arg, value);
-    else if (arg == "--load-rates") o.load_rates = option_values::wholes(arg, value);
-    else if (arg == "--load-configs") o.load_configs = option_values::words(arg, value);
-    else if (arg == "--load-seconds") o.load_seconds = option_values::number(arg, value);
-    else if (arg == "--cpu-samplers") o.cpu_samplers = option_values::whole(arg, value);
-    else if (arg == "--gpu-streams") o.gpu_streams = option_values::whole(arg, value);
-    else if (arg == "--max-batch") o.max_batch = option_values::whole(arg, value);
-    else if (arg == "--max-wait-ms") o.max_wait_ms = option_values::number(arg, value);
-    else if (arg == "--capture") o.capture = option_values::whole(arg, value) != 0;
-    else if (arg == "--objective-ms") o.objective_ms = option_values::number(arg, value);
-    else if (arg == "--cuda-sync") o.cuda_sync = value;
-    else if (arg == "--nodes") o.nodes = option_values::whole(arg, value);
-    else if (arg == "--classes") o.classes = option_values::whole(arg, value);
-    else if (arg == "--features") o.features = option_values::whole(arg, value);
-    else if (arg == "--degree") o.degree = option_values::whole(arg, value);
-    else TORCH_CHECK(false, "unknown option ", arg, " (see --help)");
+    setter->second(arg, argv[++i]);
   }
   TORCH_CHECK(o.epochs >= 0 && o.batch_size > 0,
               "--epochs must be >= 0 and --batch-size >= 1, got ", o.epochs, " and ",
