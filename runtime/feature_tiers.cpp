@@ -106,6 +106,17 @@ void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) con
   internal::gather_from_tiers_into(tiers_, positions_, ids, into);
 }
 
+double FeatureTiers::host_read_share() const { return host_read_split_->share(); }
+
+void FeatureTiers::set_host_read_share(std::optional<double> share) {
+  TORCH_CHECK_VALUE(!share || (*share >= 0.0 && *share <= 1.0),
+                    "FeatureTiers.set_host_read_share: share is the GPU's share of a staged "
+                    "gather's host rows, in [0, 1] (or None to learn it), got ", *share);
+  host_read_split_->fix(share);
+}
+
+bool FeatureTiers::host_read_share_fixed() const { return host_read_split_->fixed(); }
+
 std::vector<int64_t> FeatureTiers::shape() const {
   return rows_like(row_like_, num_rows_);
 }

@@ -3,6 +3,7 @@ read by one gather kernel (``quiver::gather_tiered_rows``)."""
 from __future__ import annotations
 
 import contextlib
+import numbers
 import threading
 import warnings
 from pathlib import Path
@@ -121,6 +122,7 @@ class Feature:
             device_cache_size = 0
         self.device_cache_size = parse_size(device_cache_size)
         self.cache_policy = cache_policy
+        self._host_read_share: Optional[float] = None  # learned (see host_read_share)
         self.host_reads = host_reads
         self.csr_topo = csr_topo
         self._host: Optional[Tensor] = None    # every row, in the table's own order
@@ -253,6 +255,39 @@ class Feature:
         for layout, _, _ in getattr(self, "_views", {}).values():
             layout.set_stage_host_rows(self._stages_host_rows())
 
+    @property
+    def host_read_share(self) -> Optional[float]:
+        """The GPU's share of a staged gather's host rows (``host_reads`` staged, or auto on
+        a large table), fixed by the user; None (the default): each GPU's layout learns it
+        after every gather, so that the GPU's zero-copy reads and the CPU threads' staging
+        end together (:meth:`current_host_read_share` reads it).
+
+        Balanced is the quickest gather, but beside a model that fills the SMs every row the
+        GPU reads takes SM time from the model: a lower share (0.0: the CPU threads and the
+        copy engine move every host row, no SM reads one) can make the quicker epoch when
+        the host has cores to spare. Set it at any time; every layout of this Feature
+        follows from its next gather."""
+        return self._host_read_share
+
+    @host_read_share.setter
+    def host_read_share(self, value: Optional[float]) -> None:
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
+                    not 0.0 <= float(value) <= 1.0:
+                raise ValueError("host_read_share is the GPU's share of a staged gather's host "
+                                 f"rows, a number in [0, 1] or None (learned), got {value!r}")
+            value = float(value)
+        self._host_read_share = value
+        for layout, _, _ in getattr(self, "_views", {}).values():
+            layout.set_host_read_share(value)
+
+    def current_host_read_share(self, device: Union[None, int, str, torch.device] = None
+                                ) -> float:
+        """The GPU's share of host rows the next staged gather on ``device`` (default: the
+        current GPU) reads with zero copy: :attr:`host_read_share` when fixed, else what its
+        layout has learned so far (0.3 before any staged gather)."""
+        return self._view(self.device_for(device))[0].host_read_share()
+
     def _pinned(self) -> Tensor:
         """The table pinned in place (a small one that cannot be may get a pinned copy)."""
         if self._pinned_host is None:
@@ -356,6 +391,7 @@ class Feature:
                 tiers, positions = [host], None
             layout = torch.classes.quiver.FeatureTiers(tiers, positions)
             layout.set_stage_host_rows(self._stages_host_rows())
+            layout.set_host_read_share(self._host_read_share)
             view = (layout, tiers, positions)
             self._views[device] = view
         return view
@@ -509,6 +545,7 @@ class Feature:
         state["_host_reads"] = state.pop("host_reads", state.get("_host_reads", "auto"))
         state.setdefault("_swapped_over", None)
         state.setdefault("_gather_on", None)
+        state.setdefault("_host_read_share", None)
         self.__dict__.update(state)
         self._process_state()
 

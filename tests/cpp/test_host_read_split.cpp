@@ -56,4 +56,20 @@ TEST(HostReadSplit, IgnoresCallsWithNothingToMeasure) {
   EXPECT_DOUBLE_EQ(split.share(), HostReadSplit::kFirstShare);
 }
 
+TEST(HostReadSplit, AFixedShareHoldsUntilLearningIsAskedBack) {
+  HostReadSplit split;
+  split.fix(0.0);  // every host row to the CPU threads: none is read by the SMs
+  EXPECT_TRUE(split.fixed());
+  for (int call = 0; call < 10; ++call) split.update(1000, 0.001f, 1, 1000.0f);
+  EXPECT_DOUBLE_EQ(split.share(), 0.0);
+  split.fix(1.0);
+  EXPECT_DOUBLE_EQ(split.share(), 1.0);
+  // Learning again starts from the fixed share, within the learned bounds.
+  split.fix(std::nullopt);
+  EXPECT_FALSE(split.fixed());
+  EXPECT_DOUBLE_EQ(split.share(), HostReadSplit::kMaxShare);
+  split.update(100, 1.0f, 100, 1.0f);
+  EXPECT_NEAR(split.share(), 0.5 * HostReadSplit::kMaxShare + 0.25, 1e-12);
+}
+
 }  // namespace

@@ -1,5 +1,7 @@
 """torch.classes.quiver.FeatureTiers: one GPU's layout of a feature table as TorchScript,
 torch.compile and C++ see it, and saved with a scripted module (its pickle pair)."""
+import pickle
+
 import pytest
 import torch
 
@@ -92,6 +94,41 @@ def test_every_gather_through_a_layout_reads_as_its_feature_says(on_gpu):
         assert torch.equal(tiers.gather(ids, host_read_blocks=blocks).cpu(), table[ids.cpu()])
     with pytest.raises(ValueError, match="host_read_blocks must be >= 0"):
         tiers.gather(ids, host_read_blocks=-1)
+
+
+@pytest.mark.parametrize("on_gpu", [False] + ([True] if HAS_CUDA else []))
+def test_a_fixed_host_read_share_reaches_every_layout_and_changes_no_row(on_gpu):
+    """Feature.host_read_share fixes the GPU's share of a staged gather's host rows in
+    every layout (made before or after), travels with a pickled Feature, and None learns
+    again; every share gathers the same rows."""
+    table = random_table(3000, 8)
+    device = 0 if on_gpu else None
+    feature = qv.Feature(device_list=[0] if on_gpu else [], device_cache_size="10%",
+                         host_reads="staged").from_cpu_tensor(table)
+    tiers = feature.tiers(device)
+    assert feature.host_read_share is None and not tiers.host_read_share_fixed()
+    assert feature.current_host_read_share(device) == pytest.approx(0.3)  # the first share
+    ids = torch.randint(3000, (2500,))
+    ids = ids.cuda() if on_gpu else ids
+    for share in (0.0, 0.5, 1, 1.0):
+        feature.host_read_share = share
+        assert tiers.host_read_share_fixed() and tiers.host_read_share() == share
+        for _ in range(2):  # a gather measures both parts; a fixed share is kept
+            assert torch.equal(tiers.gather(ids).cpu(), table[ids.cpu()])
+        assert feature.current_host_read_share(device) == share
+    feature.host_read_share = 0.25
+    assert pickle.loads(pickle.dumps(feature)).host_read_share == 0.25
+    tiers = feature.tiers(device)  # pickling moved the table to shared memory: new layouts
+    assert tiers.host_read_share() == 0.25
+    feature.host_read_share = None
+    assert not tiers.host_read_share_fixed()
+    assert feature.current_host_read_share(device) == pytest.approx(0.25)  # learns from there
+    for bad in (1.5, -0.1, float("nan"), True, "0.5", [0.5]):
+        with pytest.raises(ValueError, match=r"host_read_share is the GPU's share .* got"):
+            feature.host_read_share = bad
+    assert not tiers.host_read_share_fixed()  # a refused value changes nothing
+    with pytest.raises(ValueError, match=r"set_host_read_share: share .* in \[0, 1\].* got 2"):
+        tiers.set_host_read_share(2.0)
 
 
 def test_a_dist_feature_reads_its_own_rows_through_its_features_layout():

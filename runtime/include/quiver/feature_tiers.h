@@ -48,6 +48,12 @@ class FeatureTiers : public torch::CustomClassHolder {
   // page after page) or in id order (to measure what the order buys). The same result.
   void set_group_host_reads(bool group) { group_host_reads_ = group; }
   bool groups_host_reads() const { return group_host_reads_; }
+  // The GPU's share of a staged gather's host rows (the rest go through CPU threads and the
+  // copy engine): learned after every staged gather so that both parts end together, or
+  // fixed by set_host_read_share(share in [0, 1]) until set_host_read_share(None).
+  double host_read_share() const;
+  void set_host_read_share(std::optional<double> share);
+  bool host_read_share_fixed() const;
   // The same into `out` (a contiguous CPU tensor of [ids.numel(), *row_shape] and the
   // tiers' dtype), for CPU ids and tiers all in host memory: for callers that keep a
   // buffer across gathers (a fresh large tensor pays a page fault per page written).
