@@ -224,9 +224,10 @@ def model_alone(model, optimizer, batches, device, steps=None):
     return (time.perf_counter() - start) / steps
 
 
-def green_rows(args, device, sampler, feature, train, labels, model, optimizer, record, name):
+def green_rows(args, device, sampler, feature, train, labels, record_beside, name):
     """The prefetching loader's kernels on SMs of their own (green contexts), so that they
-    never queue behind the model's: the loader alone on N SMs, or the model on the rest."""
+    never queue behind the model's: the loader alone on N SMs, or the model on the rest
+    too (its model-alone runs beside the epoch then on the rest as well)."""
     total = torch.cuda.get_device_properties(device).multi_processor_count
     for sms in (int(s) for s in args.green_sms.split(",")):
         for split_model in (False, True):
@@ -236,12 +237,10 @@ def green_rows(args, device, sampler, feature, train, labels, model, optimizer, 
                 if split_model:
                     stream, model_context = qv.loader.green_context_stream(total - sms, device)
                     model_stream = torch.cuda.stream(stream)
-                loader = qv.SampleLoader(sampler, feature, train, args.batch_size,
-                                         labels=labels, prefetch=0)
-                ahead = qv.Prefetcher(loader, device, 2, sms=sms)
                 with model_stream:
-                    quiver_epoch(ahead, model, optimizer, device)  # warm-up
-                    record(label, quiver_epoch(ahead, model, optimizer, device))
+                    record_beside(label, qv.SampleLoader(sampler, feature, train,
+                                                         args.batch_size, labels=labels,
+                                                         prefetch=2, prefetch_sms=sms))
             except Exception as error:  # an experiment: report and go on
                 print(f"   {label}: failed: {type(error).__name__}: {error}", flush=True)
 
@@ -345,14 +344,18 @@ def single_gpu(args, results):
         hot = qv.presample_hot_order(sampler, train, args.batch_size,
                                      generator=torch.Generator().manual_seed(2))
         hot_gpu = hot if hot_gpu is None else hot_gpu
-        caches = [(f"20%{'' if reads == 'zero_copy' else ' ' + reads}", args.cache, reads)
+        caches = [(f"20%{'' if reads == 'zero_copy' else ' ' + reads}", args.cache, reads, None)
                   for reads in host_reads]
-        caches += [("HBM", "100%", "zero_copy")] if cuda and mode == "GPU" else []
-        for cache_name, cache, reads in caches:
+        # Staged host reads with the GPU's share fixed (learned, balanced, otherwise).
+        caches += [(f"20% staged share {share:g}", args.cache, "staged", share)
+                   for share in args.host_read_shares if cuda]
+        caches += [("HBM", "100%", "zero_copy", None)] if cuda and mode == "GPU" else []
+        for cache_name, cache, reads, share in caches:
             feature = qv.Feature(device_list=[device.index] if cuda else [],
                                  device_cache_size=cache if cuda else 0, csr_topo=topo,
                                  host_reads=reads)
             feature.from_cpu_tensor(x, hot_order=hot)
+            feature.host_read_share = share
             if built is None:  # the model alone's batches, built once, before any epoch
                 some = train[torch.randperm(train.numel(),
                                             generator=torch.Generator().manual_seed(3))]
@@ -382,6 +385,10 @@ def single_gpu(args, results):
                         record_beside(f"{name}{thread}", qv.SampleLoader(
                             sampler, feature, train, args.batch_size, labels=labels,
                             prefetch=prefetch, prefetch_in_cpp=in_cpp))
+                    if reads == "staged" and cuda:
+                        print(f"   {name}: the GPU's share of staged host rows after the "
+                              f"epochs beside the model: {feature.current_host_read_share():.3f}"
+                              f"{' (fixed)' if share is not None else ' (learned)'}", flush=True)
                     loader_epoch(loader, device)  # warm-up
                     record(f"{name} loader alone", loader_epoch(loader, device),
                            note="(batches built, no model)")
@@ -401,8 +408,8 @@ def single_gpu(args, results):
                     quiver_epoch(loader, model, optimizer, device, clock)
                     record(name, plain, clock.totals)
             if args.green_sms and cuda and mode == "GPU" and cache_name.startswith("20%"):
-                green_rows(args, device, sampler, feature, train, labels, model, optimizer,
-                           record, cache_name)
+                green_rows(args, device, sampler, feature, train, labels, record_beside,
+                           cache_name)
             if model_bound is None:
                 model_alone(model, optimizer, built[:4], device)
                 # The step's time drifts by up to 30% within a run: the median of three
@@ -787,6 +794,10 @@ def main():
     parser.add_argument("--green-sms", default="",
                         help="also time the prefetching loader on green contexts of these SM "
                              "counts, e.g. 8,16")
+    parser.add_argument("--host-read-shares", default="",
+                        help="also staged host reads with the GPU's share of the host rows fixed "
+                             "at each of these (Feature.host_read_share: 0 = CPU threads and "
+                             "the copy engine move every host row), e.g. 0,0.1")
     parser.add_argument("--no-all-blocks", action="store_true",
                         help="skip the rows whose host reads run on every block")
     parser.add_argument("--train-seeds", type=int, default=None,
@@ -839,6 +850,12 @@ def main():
         parser.error("--graphed-model and --compile-model are two ways to run the step: "
                      "give one")
     args.loader_workers = [int(w) for w in args.loader_workers.split(",") if w]
+    try:
+        args.host_read_shares = [float(s) for s in args.host_read_shares.split(",") if s]
+    except ValueError:
+        parser.error(f"--host-read-shares takes numbers in [0, 1], got {args.host_read_shares!r}")
+    if not all(0.0 <= share <= 1.0 for share in args.host_read_shares):
+        parser.error(f"--host-read-shares takes numbers in [0, 1], got {args.host_read_shares}")
     results = {}
     if args.scaling:
         scaling(args, results)
