@@ -90,6 +90,7 @@ void BatchPrefetcher::start(std::vector<at::Tensor> seed_batches,
   {
     std::lock_guard<std::mutex> lock(mutex_);
     epoch_done_ = false;
+    handed_out_ = 0;
   }
   try {
     worker_ = std::thread([this] { build_epoch(); });
@@ -155,11 +156,14 @@ void BatchPrefetcher::build_epoch() {
     return;
   }
   for (size_t i = 0; i < seed_batches.size(); ++i) {
+    bool ahead = false;  // of the model: this batch waits for room among those built
     {
       std::unique_lock<std::mutex> lock(mutex_);
+      ahead = static_cast<int64_t>(built_.size()) >= depth_;
       changed_.wait(lock, [&] { return stopping_ || static_cast<int64_t>(built_.size()) < depth_; });
       if (stopping_) break;
     }
+    if (ahead && features_) (*features_)->note_loader_pace(/*loader_ahead=*/true);
     Built item;
     try {
       item.tensors =
@@ -182,14 +186,18 @@ void BatchPrefetcher::build_epoch() {
 
 std::vector<at::Tensor> BatchPrefetcher::next() {
   Built item;
+  bool model_waited = false;  // for a batch after the epoch's first, which all wait for
   {
     std::unique_lock<std::mutex> lock(mutex_);
+    model_waited = built_.empty() && !epoch_done_ && handed_out_ > 0;
     changed_.wait(lock, [&] { return !built_.empty() || epoch_done_; });
     if (built_.empty()) return {};
     item = std::move(built_.front());
     built_.pop_front();
+    ++handed_out_;
     changed_.notify_all();  // room for the next build
   }
+  if (model_waited && features_) (*features_)->note_loader_pace(/*loader_ahead=*/false);
   if (item.error) std::rethrow_exception(item.error);
   if (item.ready) {
     const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);

@@ -117,6 +117,10 @@ void FeatureTiers::set_host_read_share(std::optional<double> share) {
 
 bool FeatureTiers::host_read_share_fixed() const { return host_read_split_->fixed(); }
 
+void FeatureTiers::note_loader_pace(bool loader_ahead) const {
+  host_read_split_->note_pace(loader_ahead);
+}
+
 std::vector<int64_t> FeatureTiers::shape() const {
   return rows_like(row_like_, num_rows_);
 }

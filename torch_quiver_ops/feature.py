@@ -288,6 +288,17 @@ class Feature:
         layout has learned so far (0.3 before any staged gather)."""
         return self._view(self.device_for(device))[0].host_read_share()
 
+    def note_loader_pace(self, loader_ahead: bool,
+                         device: Union[None, int, str, torch.device] = None) -> None:
+        """Tells the layout on ``device`` a prefetching loader's pace at one batch: ahead of
+        the model (the batch waited for room) or behind it (the model waited). While the
+        loader is ahead, staged gathers leave the GPU a smaller part of their learned share
+        of host rows, since rows the CPU threads copy take no SMs from the model; when the
+        model waits, the GPU takes its part back. A fixed :attr:`host_read_share` ignores
+        it. :class:`SampleLoader` calls it; other loaders may pass it to
+        :class:`Prefetcher` as ``pace``."""
+        self._view(self.device_for(device))[0].note_loader_pace(bool(loader_ahead))
+
     def _pinned(self) -> Tensor:
         """The table pinned in place (a small one that cannot be may get a pinned copy)."""
         if self._pinned_host is None:

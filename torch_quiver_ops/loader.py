@@ -131,6 +131,11 @@ class Prefetcher:
             list of zero-argument callables, each building one batch. Not with ``stream``
             (one stream would serialize them); with ``sms``, every worker gets a stream of
             the same SMs.
+        pace: called in a building thread with True when a built batch waits for room (the
+            loader ahead of the model) and with False when the model waits for a batch
+            after the epoch's first (behind). A :class:`SampleLoader` passes its
+            :class:`Feature`'s :meth:`~Feature.note_loader_pace`, so that staged gathers
+            take fewer SMs from the model while the loader is ahead.
 
     Leaving an epoch early (``break``) stops the threads before the next epoch starts.
     An exception raised while building a batch is raised by ``next()`` in the caller, in
@@ -140,7 +145,7 @@ class Prefetcher:
     def __init__(self, loader: Iterable, device: Union[None, int, str, torch.device] = None,
                  depth: int = 2, stream: Optional[torch.cuda.Stream] = None,
                  sms: Optional[int] = None, host_read_blocks: int = HOST_READ_BLOCKS,
-                 workers: int = 1):
+                 workers: int = 1, pace: Optional[Callable[[bool], None]] = None):
         if depth < 0:
             raise ValueError(f"depth must be >= 0, got {depth}")
         check_host_read_blocks(host_read_blocks, "host_read_blocks")
@@ -161,6 +166,9 @@ class Prefetcher:
                                  f"built apart (a SampleLoader, or one with batch_builders()); "
                                  f"{type(loader).__name__} has no batch_builders()")
         self.workers = workers
+        if pace is not None and not callable(pace):
+            raise ValueError(f"pace must be a callable taking a bool, got {pace!r}")
+        self.pace = pace
         if device is None:
             device = (torch.device("cuda", torch.cuda.current_device())
                       if torch.cuda.is_available() else torch.device("cpu"))
@@ -212,6 +220,8 @@ class Prefetcher:
                     if cuda:
                         event = torch.cuda.Event()
                         event.record(stream)
+                    if self.pace is not None and ready.full():
+                        self.pace(True)
                     if not _put(ready, (batch, event), stop):
                         return
             _put(ready, _END, stop)
@@ -240,7 +250,10 @@ class Prefetcher:
         try:
             for turn in itertools.count():
                 # Batch i is worker i % workers's: the first end met in turn ends the epoch.
-                item = queues[turn % workers].get()
+                ready = queues[turn % workers]
+                if self.pace is not None and turn > 0 and ready.empty():
+                    self.pace(False)
+                item = ready.get()
                 if item is _END:
                     return
                 if isinstance(item, _Failure):
@@ -387,9 +400,13 @@ class SampleLoader:
                               type(self).batch_builders is not SampleLoader.batch_builders)
             prefetch_in_cpp = prefetch_in_cpp or (why is None and not builds_its_own and
                                                   getattr(sampler, "mode", None) == "GPU")
+        pace = None
+        if isinstance(feature, Feature):  # its layout that the building thread gathers through
+            pace = functools.partial(feature.note_loader_pace,
+                                     device=self.device if self.device.type == "cuda" else None)
         self._prefetcher = Prefetcher(_Epochs(self), self.device, prefetch, sms=prefetch_sms,
                                       host_read_blocks=prefetch_host_read_blocks,
-                                      workers=workers)
+                                      workers=workers, pace=pace)
         self._in_cpp = prefetch_in_cpp
         # The C++ prefetcher of a finished epoch, kept for the next: it holds its side
         # stream, and the caching allocator reuses freed blocks only on the stream they

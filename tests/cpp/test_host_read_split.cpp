@@ -2,6 +2,7 @@
 // (ops/internal/host_read_split.h): plain C++, tested without a GPU.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "ops/internal/host_read_split.h"
@@ -70,6 +71,43 @@ TEST(HostReadSplit, AFixedShareHoldsUntilLearningIsAskedBack) {
   EXPECT_DOUBLE_EQ(split.share(), HostReadSplit::kMaxShare);
   split.update(100, 1.0f, 100, 1.0f);
   EXPECT_NEAR(split.share(), 0.5 * HostReadSplit::kMaxShare + 0.25, 1e-12);
+}
+
+TEST(HostReadSplit, ALoaderAheadOfTheModelLeavesTheGpuLessOfTheBalancedShare) {
+  HostReadSplit split;
+  for (int call = 0; call < 60; ++call) split.update(100, 1.0f, 100, 1.0f);
+  ASSERT_NEAR(split.share(), 0.5, 1e-9);
+  for (int batch = 0; batch < 5; ++batch) split.note_pace(/*loader_ahead=*/true);
+  EXPECT_NEAR(split.yield(), std::pow(HostReadSplit::kYieldAhead, 5), 1e-12);
+  EXPECT_NEAR(split.share(), 0.5 * std::pow(HostReadSplit::kYieldAhead, 5), 1e-9);
+  // The balance is still learned beneath: the GPU now twice as fast as the CPU.
+  for (int call = 0; call < 60; ++call) split.update(200, 1.0f, 100, 1.0f);
+  EXPECT_NEAR(split.share(), 2.0 / 3.0 * split.yield(), 1e-9);
+  // The model waited for a batch: the GPU takes part of it back, faster than it gave it.
+  const double before = split.yield();
+  split.note_pace(/*loader_ahead=*/false);
+  EXPECT_NEAR(split.yield(), before * HostReadSplit::kReclaimBehind, 1e-12);
+}
+
+TEST(HostReadSplit, ThePaceMovesThePartWithinItsBounds) {
+  HostReadSplit split;
+  for (int batch = 0; batch < 200; ++batch) split.note_pace(true);
+  EXPECT_DOUBLE_EQ(split.yield(), HostReadSplit::kMinYield);
+  EXPECT_GE(split.share(), HostReadSplit::kMinShare);
+  for (int batch = 0; batch < 8; ++batch) split.note_pace(false);
+  EXPECT_DOUBLE_EQ(split.yield(), 1.0);
+  EXPECT_DOUBLE_EQ(split.share(), HostReadSplit::kFirstShare);
+}
+
+TEST(HostReadSplit, AFixedShareIgnoresThePace) {
+  HostReadSplit split;
+  split.fix(0.4);
+  for (int batch = 0; batch < 10; ++batch) split.note_pace(true);
+  EXPECT_DOUBLE_EQ(split.share(), 0.4);
+  // Learning again starts from the fixed share whole.
+  split.fix(std::nullopt);
+  EXPECT_DOUBLE_EQ(split.yield(), 1.0);
+  EXPECT_DOUBLE_EQ(split.share(), 0.4);
 }
 
 }  // namespace

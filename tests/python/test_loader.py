@@ -213,6 +213,8 @@ def test_bad_arguments_raise():
         qv.SampleLoader(sampler, feature, torch.arange(3), 2, labels=torch.zeros(5))
     with pytest.raises(ValueError, match="depth"):
         qv.Prefetcher([], "cpu", depth=-1)
+    with pytest.raises(ValueError, match="pace must be a callable taking a bool, got 3"):
+        qv.Prefetcher([], "cpu", pace=3)
     with pytest.raises(IndexError):  # a seed outside the graph, raised by next()
         list(qv.SampleLoader(sampler, feature, torch.tensor([0, 300]), 2))
 
@@ -459,6 +461,33 @@ def test_a_sample_loader_builds_ahead_in_cpp_with_the_same_batches(mode):
             assert (batch.x is None) == (rows is None) and (batch.y is None) == (ys is None)
             if rows is not None:
                 assert torch.equal(batch.x.cpu(), table[batch.n_id.cpu()])
+
+
+@pytest.mark.parametrize("in_cpp", [True, False])
+def test_a_prefetching_loader_tells_the_feature_store_its_pace(in_cpp):
+    # Ahead of a slow model (the thread waited for room), staged gathers leave the GPU less
+    # of the host rows; when the model waits for batches, it takes them back
+    # (HostReadSplit::note_pace). The pace is the building thread's, whatever the device.
+    num_nodes = 20000
+    row, col = random_coo(num_nodes, 400000, seed=1)
+    topo = qv.CSRTopo(torch.stack([row, col]), num_nodes=num_nodes)
+    sampler = qv.GraphSageSampler(topo, [25, 10], device=torch.device("cpu"), mode="CPU")
+    feature = qv.Feature(rank=0, device_list=[], device_cache_size="30%", csr_topo=topo)
+    feature.from_cpu_tensor(torch.randn(num_nodes, 8))
+    first = feature.current_host_read_share("cpu")
+    slow = qv.SampleLoader(sampler, feature, torch.arange(640), 64, prefetch_in_cpp=in_cpp)
+    for _ in slow:
+        time.sleep(0.02)  # a model slower than the loader
+    # 10 batches, 2 built ahead: at least the last 5 waited for room.
+    assert feature.current_host_read_share("cpu") <= first * 0.9 ** 5 + 1e-9
+    fast = qv.SampleLoader(sampler, feature, torch.arange(num_nodes), 2048,
+                           prefetch_in_cpp=in_cpp)
+    for _ in range(10):  # a model that takes no time waits for batches: back whole in 8
+        for _ in fast:
+            pass
+        if feature.current_host_read_share("cpu") == pytest.approx(first):
+            break
+    assert feature.current_host_read_share("cpu") == pytest.approx(first)
 
 
 def flatten_all(batch):

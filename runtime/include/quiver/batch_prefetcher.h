@@ -12,7 +12,9 @@
 // nineteenth session), so Python's SampleLoader takes it by default there
 // (prefetch_in_cpp=None); UVA mode showed no gain and keeps the Python thread. It also
 // gives libtorch programs a prefetching loader. Its parallel loops (a staged gather's)
-// leave two cores to the caller's thread and autograd's.
+// leave two cores to the caller's thread and autograd's. It tells the features its pace
+// (FeatureTiers::note_loader_pace), so that a staged gather takes fewer SMs from the model
+// while batches are built faster than the model takes them.
 #pragma once
 
 #include <ATen/core/Generator.h>
@@ -88,6 +90,7 @@ class BatchPrefetcher : public torch::CustomClassHolder {
   std::condition_variable changed_;
   std::deque<Built> built_;
   bool stopping_ = false, epoch_done_ = true;
+  int64_t handed_out_ = 0;  // batches next() returned this epoch
   std::thread worker_;
 };
 

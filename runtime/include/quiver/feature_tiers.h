@@ -54,6 +54,10 @@ class FeatureTiers : public torch::CustomClassHolder {
   double host_read_share() const;
   void set_host_read_share(std::optional<double> share);
   bool host_read_share_fixed() const;
+  // A prefetching loader's pace at one batch (HostReadSplit::note_pace): while it runs
+  // ahead of the model, staged gathers leave more host rows to the CPU threads, whose
+  // copies take no SMs from the model; when the model waits for a batch, they take them back.
+  void note_loader_pace(bool loader_ahead) const;
   // The same into `out` (a contiguous CPU tensor of [ids.numel(), *row_shape] and the
   // tiers' dtype), for CPU ids and tiers all in host memory: for callers that keep a
   // buffer across gathers (a fresh large tensor pays a page fault per page written).
