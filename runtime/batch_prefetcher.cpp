@@ -163,13 +163,14 @@ void BatchPrefetcher::build_epoch() {
       changed_.wait(lock, [&] { return stopping_ || static_cast<int64_t>(built_.size()) < depth_; });
       if (stopping_) break;
     }
-    if (ahead && features_) (*features_)->note_loader_pace(/*loader_ahead=*/true);
+    // The host's pace, on the CPU; a GPU's is read from events in next().
+    if (ahead && !stream_ && features_) (*features_)->note_loader_pace(/*loader_ahead=*/true);
     Built item;
     try {
       item.tensors =
           build_one(seed_batches[i], static_cast<uint64_t>(sampling_seeds[i]), *generator);
-      if (stream_) {
-        item.ready.emplace(c10::DeviceType::CUDA);
+      if (stream_) {  // timed, so that the pace can tell which came first
+        item.ready.emplace(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
         item.ready->record(*stream_);
       }
     } catch (...) {
@@ -186,10 +187,18 @@ void BatchPrefetcher::build_epoch() {
 
 std::vector<at::Tensor> BatchPrefetcher::next() {
   Built item;
-  bool model_waited = false;  // for a batch after the epoch's first, which all wait for
+  // handed_out_ is written by this thread alone (next and start). Every model waits for
+  // an epoch's first batch: its pace says nothing.
+  const bool first_of_epoch = handed_out_ == 0;
+  std::optional<c10::Event> asked;  // before any wait for the batch, which it must time
+  if (stream_ && features_ && !first_of_epoch) {
+    asked.emplace(c10::DeviceType::CUDA, c10::EventFlag::BACKEND_DEFAULT);
+    asked->record(c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA).getStream(device_));
+  }
+  bool model_waited = false;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    model_waited = built_.empty() && !epoch_done_ && handed_out_ > 0;
+    model_waited = built_.empty() && !epoch_done_ && !first_of_epoch;
     changed_.wait(lock, [&] { return !built_.empty() || epoch_done_; });
     if (built_.empty()) return {};
     item = std::move(built_.front());
@@ -197,12 +206,18 @@ std::vector<at::Tensor> BatchPrefetcher::next() {
     ++handed_out_;
     changed_.notify_all();  // room for the next build
   }
-  if (model_waited && features_) (*features_)->note_loader_pace(/*loader_ahead=*/false);
+  if (model_waited && !stream_ && features_) {
+    (*features_)->note_loader_pace(/*loader_ahead=*/false);
+  }
   if (item.error) std::rethrow_exception(item.error);
   if (item.ready) {
     const c10::impl::VirtualGuardImpl cuda(c10::DeviceType::CUDA);
     const c10::Stream consumer = cuda.getStream(device_);
     item.ready->block(consumer);
+    if (asked) {
+      pace_probes_.push_back(PaceProbe{std::move(*asked), std::move(*item.ready)});
+      note_decided_paces();
+    }
     // Freed by the caller, the batch's memory is not the side stream's to reuse until the
     // caller's stream is done with it.
     for (const at::Tensor& t : item.tensors) {
@@ -212,6 +227,25 @@ std::vector<at::Tensor> BatchPrefetcher::next() {
     }
   }
   return std::move(item.tensors);
+}
+
+void BatchPrefetcher::note_decided_paces() {
+  // Kept to a few: a caller whose stream runs far behind leaves them undecided for long.
+  constexpr size_t kMaxProbes = 64;
+  while (!pace_probes_.empty()) {
+    PaceProbe& probe = pace_probes_.front();
+    const bool asked_done = probe.asked.query(), ready_done = probe.ready.query();
+    if (asked_done || ready_done) {
+      // Both done: the order of their times; one done: that one came first.
+      const bool ready_first = asked_done && ready_done
+                                   ? probe.ready.elapsedTime(probe.asked) >= 0.0
+                                   : ready_done;
+      (*features_)->note_loader_pace(/*loader_ahead=*/ready_first);
+    } else if (pace_probes_.size() <= kMaxProbes) {
+      return;  // this one, and most likely the later ones, not yet known
+    }
+    pace_probes_.pop_front();
+  }
 }
 
 void BatchPrefetcher::stop() {
@@ -224,6 +258,7 @@ void BatchPrefetcher::stop() {
   // Dropped here, in the caller's thread, as the seeds are (see start).
   epoch_seeds_.clear();
   epoch_sampling_seeds_.clear();
+  pace_probes_.clear();
   std::lock_guard<std::mutex> lock(mutex_);
   built_.clear();
   stopping_ = false;

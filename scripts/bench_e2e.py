@@ -151,8 +151,9 @@ def loop_step(model, optimizer, batch):
     return train_step(model, optimizer, lambda m: m(x, adjs), y)
 
 
-def quiver_epoch(loader, model, optimizer, device, clock=None):
-    """One epoch of the torch-quiver-style loop; with ``clock``, in line and split."""
+def quiver_epoch(loader, model, optimizer, device, clock=None, after_step=None):
+    """One epoch of the torch-quiver-style loop; with ``clock``, in line and split;
+    ``after_step()`` is called after each step is queued."""
     loader.timer = clock
     sync(device)
     start = time.perf_counter()
@@ -161,6 +162,8 @@ def quiver_epoch(loader, model, optimizer, device, clock=None):
         loop_step(model, optimizer, batch)
         if clock:
             clock.lap("model", t)
+        if after_step:
+            after_step()
     sync(device)
     loader.timer = None
     return time.perf_counter() - start
@@ -369,12 +372,19 @@ def single_gpu(args, results):
                 percent over seconds, hits the epoch and its bound alike."""
                 quiver_epoch(loader, model, optimizer, device)  # warm-up
                 before = model_alone(model, optimizer, built, device, num_batches) * num_batches
-                epoch = quiver_epoch(loader, model, optimizer, device)
+                shares = []  # the GPU's share of staged host rows, read after each step
+                read_share = None
+                if reads == "staged" and cuda:
+                    read_share = lambda: shares.append(feature.current_host_read_share())  # noqa: E731
+                epoch = quiver_epoch(loader, model, optimizer, device, after_step=read_share)
                 after = model_alone(model, optimizer, built, device, num_batches) * num_batches
                 thread = "C++" if loader.prefetch_in_cpp else "Python"
+                over_epoch = (f"; GPU's share of host rows over the epoch {min(shares):.2f}-"
+                              f"{max(shares):.2f}, mean {sum(shares) / len(shares):.2f}"
+                              if shares else "")
                 record(name, epoch, beside=(before + after) / 2,
                        note=f"({thread} thread; model alone beside it {before:.2f}, "
-                            f"{after:.2f} s)")
+                            f"{after:.2f} s{over_epoch})")
 
             for prefetch in (2, 0):
                 loader = qv.SampleLoader(sampler, feature, train, args.batch_size,

@@ -18,6 +18,7 @@ GIL), without streams.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import itertools
@@ -131,11 +132,14 @@ class Prefetcher:
             list of zero-argument callables, each building one batch. Not with ``stream``
             (one stream would serialize them); with ``sms``, every worker gets a stream of
             the same SMs.
-        pace: called in a building thread with True when a built batch waits for room (the
-            loader ahead of the model) and with False when the model waits for a batch
-            after the epoch's first (behind). A :class:`SampleLoader` passes its
-            :class:`Feature`'s :meth:`~Feature.note_loader_pace`, so that staged gathers
-            take fewer SMs from the model while the loader is ahead.
+        pace: called with True when a batch is ready before the model needs it (the
+            loader ahead) and False when the model waits for it (behind), for each batch
+            after an epoch's first. On a GPU it is the GPU's pace, read from events (the
+            batch's against the caller's stream at the batch's ``next()``; the host's loop
+            may run many steps ahead of its stream); on the CPU, the threads'. A
+            :class:`SampleLoader` passes its :class:`Feature`'s
+            :meth:`~Feature.note_loader_pace`, so that staged gathers take fewer SMs from
+            the model while the loader is ahead.
 
     Leaving an epoch early (``break``) stops the threads before the next epoch starts.
     An exception raised while building a batch is raised by ``next()`` in the caller, in
@@ -217,10 +221,10 @@ class Prefetcher:
                     host_read_blocks_of(self.host_read_blocks):
                 for batch in batches:
                     event = None
-                    if cuda:
-                        event = torch.cuda.Event()
+                    if cuda:  # timed when the pace is read from it
+                        event = torch.cuda.Event(enable_timing=self.pace is not None)
                         event.record(stream)
-                    if self.pace is not None and ready.full():
+                    elif self.pace is not None and ready.full():
                         self.pace(True)
                     if not _put(ready, (batch, event), stop):
                         return
@@ -247,12 +251,19 @@ class Prefetcher:
                                                                     self._streams))]
         for producer in producers:
             producer.start()
+        paced = self.pace is not None
+        probes = collections.deque()  # (asked, ready) events of batches whose pace is unknown
         try:
             for turn in itertools.count():
                 # Batch i is worker i % workers's: the first end met in turn ends the epoch.
                 ready = queues[turn % workers]
-                if self.pace is not None and turn > 0 and ready.empty():
-                    self.pace(False)
+                asked = None  # recorded before any wait for the batch, which it must time
+                if paced and turn > 0:
+                    if self.device.type == "cuda":
+                        asked = torch.cuda.Event(enable_timing=True)
+                        asked.record(torch.cuda.current_stream(self.device))
+                    elif ready.empty():
+                        self.pace(False)
                 item = ready.get()
                 if item is _END:
                     return
@@ -264,6 +275,9 @@ class Prefetcher:
                     # change it between batches.
                     consumer = torch.cuda.current_stream(self.device)
                     consumer.wait_event(event)
+                    if asked is not None:
+                        probes.append((asked, event))
+                        _note_decided_paces(probes, self.pace)
                     for tensor in _tensors(batch):
                         if tensor.is_cuda:
                             tensor.record_stream(consumer)
@@ -282,6 +296,22 @@ class Prefetcher:
                     except queue.Empty:
                         pass
                     producer.join(timeout=0.001)
+
+
+def _note_decided_paces(probes: "collections.deque", pace: Callable[[bool], None],
+                        most: int = 64) -> None:
+    """Tells ``pace`` the order of each (asked, ready) pair of events known so far, oldest
+    first: the batch ready before the caller's stream had done what it held when the batch
+    was asked for (ahead), or after (behind). Past ``most`` pairs, the oldest are dropped."""
+    while probes:
+        asked, ready = probes[0]
+        asked_done, ready_done = asked.query(), ready.query()
+        if asked_done or ready_done:
+            # Both done: the order of their times; one done: that one came first.
+            pace(ready.elapsed_time(asked) >= 0 if asked_done and ready_done else ready_done)
+        elif len(probes) <= most:
+            return
+        probes.popleft()
 
 
 class _nothing:

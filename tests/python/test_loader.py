@@ -490,6 +490,29 @@ def test_a_prefetching_loader_tells_the_feature_store_its_pace(in_cpp):
     assert feature.current_host_read_share("cpu") == pytest.approx(first)
 
 
+@requires_cuda
+@pytest.mark.parametrize("in_cpp", [True, False])
+def test_on_a_gpu_the_loaders_pace_is_the_gpus(in_cpp):
+    # The host's loop runs ahead of its stream, so on a GPU the pace is read from events:
+    # a model whose GPU work outlasts the builds leaves the loader ahead however fast the
+    # host asks, and a model with no GPU work waits for its batches.
+    sampler, feature, _, labels = setup("GPU", num_nodes=3000, num_edges=60000)
+    first = feature.current_host_read_share()
+    slow = qv.SampleLoader(sampler, feature, torch.arange(160), 16, prefetch_in_cpp=in_cpp)
+    assert slow.prefetch_in_cpp == in_cpp
+    for _ in slow:
+        torch.cuda._sleep(40_000_000)  # tens of milliseconds of GPU time, none of the host's
+    torch.cuda.synchronize()
+    assert feature.current_host_read_share() <= first * 0.9 ** 5 + 1e-9
+    fast = qv.SampleLoader(sampler, feature, torch.arange(3000), 256, prefetch_in_cpp=in_cpp)
+    for _ in range(10):
+        for _ in fast:
+            pass
+        if feature.current_host_read_share() == pytest.approx(first):
+            break
+    assert feature.current_host_read_share() == pytest.approx(first)
+
+
 def flatten_all(batch):
     n_id, batch_size, adjs, x, y = batch
     parts = [n_id] + [t for t in (x, y) if t is not None]

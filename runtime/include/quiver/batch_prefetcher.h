@@ -73,6 +73,14 @@ class BatchPrefetcher : public torch::CustomClassHolder {
     std::optional<c10::Event> ready;  // recorded on the side stream after the batch
     std::exception_ptr error;
   };
+  // On a GPU the pace is the GPU's, not the host's (whose loop may run many steps ahead of
+  // its stream): for each batch after an epoch's first, whether it was ready before the
+  // caller's stream had finished the work queued before it was asked for.
+  struct PaceProbe {
+    c10::Event asked;  // recorded on the caller's stream when the batch was asked for
+    c10::Event ready;  // the batch's own
+  };
+  void note_decided_paces();  // the probes whose order is known, oldest first
   void build_epoch();  // the worker thread: epoch_seeds_ in order
   std::vector<at::Tensor> build_one(const at::Tensor& seeds, uint64_t sampling_seed,
                                     at::Generator& generator);
@@ -91,6 +99,7 @@ class BatchPrefetcher : public torch::CustomClassHolder {
   std::deque<Built> built_;
   bool stopping_ = false, epoch_done_ = true;
   int64_t handed_out_ = 0;  // batches next() returned this epoch
+  std::deque<PaceProbe> pace_probes_;  // the caller's thread's (next and stop)
   std::thread worker_;
 };
 
