@@ -291,7 +291,8 @@ class Feature:
     def note_loader_pace(self, loader_ahead: bool,
                          device: Union[None, int, str, torch.device] = None) -> None:
         """Tells the layout on ``device`` a prefetching loader's pace at one batch: ahead of
-        the model (the batch waited for room) or behind it (the model waited). While the
+        the model (the batch ready before the model needed it) or behind it (the model
+        waited for it). While the
         loader is ahead, staged gathers leave the GPU a smaller part of their learned share
         of host rows, since rows the CPU threads copy take no SMs from the model; when the
         model waits, the GPU takes its part back. A fixed :attr:`host_read_share` ignores

@@ -60,8 +60,9 @@ class HostReadSplit {
     share_ = std::clamp(0.5 * share_ + 0.5 * balanced, kMinShare, kMaxShare);
   }
 
-  // A prefetching loader's pace at one batch: ahead when it waited for room among the
-  // batches built ahead, behind when the model waited for a batch.
+  // A prefetching loader's pace at one batch: ahead when the batch was ready before the
+  // model needed it, behind when the model waited for it (on a GPU, the GPU's order of the
+  // two: BatchPrefetcher and Prefetcher read it from events).
   void note_pace(bool loader_ahead) {
     std::lock_guard<std::mutex> lock(mutex_);
     yield_ = std::clamp(yield_ * (loader_ahead ? kYieldAhead : kReclaimBehind), kMinYield, 1.0);
