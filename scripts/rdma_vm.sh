@@ -90,14 +90,19 @@ modprobe virtio_net; modprobe rdma_rxe && modprobe ib_uverbs || { echo "rdma_vm:
 ip link set lo up
 ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0
 rdma link add rxe0 type rxe netdev eth0
-for try in \$(seq 50); do
+# The RoCE v2 GID of eth0's IPv4 address, once rxe0 has it. Read with the shell's own read:
+# the table has hundreds of entries, and a process per file (grep) takes minutes on an
+# emulated CPU.
+for try in \$(seq 100); do
   for index in /sys/class/infiniband/rxe0/ports/1/gid_attrs/types/*; do
-    if grep -q "v2" "\$index" 2>/dev/null &&
-       grep -q "0000:0000:0000:0000:0000:ffff" "/sys/class/infiniband/rxe0/ports/1/gids/\${index##*/}" 2>/dev/null; then
+    read -r type < "\$index" 2>/dev/null || continue
+    [[ "\$type" == *v2* ]] || continue
+    read -r gid < "/sys/class/infiniband/rxe0/ports/1/gids/\${index##*/}" 2>/dev/null || continue
+    if [[ "\$gid" == 0000:0000:0000:0000:0000:ffff:* ]]; then
       export RXE_GID_INDEX=\${index##*/}
+      break 2
     fi
   done
-  [ -n "\${RXE_GID_INDEX:-}" ] && break
   sleep 0.1
 done
 export RXE_DEV=rxe0

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from scipy import stats
 
 import torch_quiver_ops as qv
 from conftest import HAS_CUDA, spawn_workers
@@ -332,6 +331,7 @@ def test_hops_in_slots_mix_with_all_neighbor_and_empty_hops(tmp_path, mode):
 def assert_hub_drawn_uniformly(topo, results, world):
     """Chi-square: node 0's 5 of its neighbors, drawn 1500 times by each host, hit each of
     its edges equally often (expected 5/deg of the draws), the owner's and the others'."""
+    from scipy import stats  # here: a minute to import on the soft-RoCE guest's emulated CPU
     row = slice(int(topo.indptr[0]), int(topo.indptr[1]))
     deg = row.stop - row.start
     for rank in range(world):
@@ -531,6 +531,7 @@ def rdma_worker(rank, world, port, directory, results, die_rank):
 def test_rdma_reads_of_the_owners_rows(tmp_path, die_rank):
     topo, seen, results = spawn_hosts(tmp_path, rdma_worker, 2, "random", die_rank)
     if die_rank < 0:
+        from scipy import stats
         assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
         row = slice(int(topo.indptr[0]), int(topo.indptr[1]))
         deg = row.stop - row.start
