@@ -46,6 +46,8 @@ void register_runtime_classes(torch::Library& m) {
       .def("set_host_read_share", &FeatureTiers::set_host_read_share)
       .def("host_read_share_fixed", &FeatureTiers::host_read_share_fixed)
       .def("note_loader_pace", &FeatureTiers::note_loader_pace)
+      .def("set_follow_loader_pace", &FeatureTiers::set_follow_loader_pace)
+      .def("follows_loader_pace", &FeatureTiers::follows_loader_pace)
       .def("tiers", &FeatureTiers::tiers)
       .def("positions", &FeatureTiers::positions)
       .def("num_rows", &FeatureTiers::num_rows)

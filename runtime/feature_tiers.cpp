@@ -121,6 +121,12 @@ void FeatureTiers::note_loader_pace(bool loader_ahead) const {
   host_read_split_->note_pace(loader_ahead);
 }
 
+void FeatureTiers::set_follow_loader_pace(bool follow) const {
+  host_read_split_->follow_pace(follow);
+}
+
+bool FeatureTiers::follows_loader_pace() const { return host_read_split_->follows_pace(); }
+
 std::vector<int64_t> FeatureTiers::shape() const {
   return rows_like(row_like_, num_rows_);
 }

@@ -347,18 +347,22 @@ def single_gpu(args, results):
         hot = qv.presample_hot_order(sampler, train, args.batch_size,
                                      generator=torch.Generator().manual_seed(2))
         hot_gpu = hot if hot_gpu is None else hot_gpu
-        caches = [(f"20%{'' if reads == 'zero_copy' else ' ' + reads}", args.cache, reads, None)
-                  for reads in host_reads]
+        caches = [(f"20%{'' if reads == 'zero_copy' else ' ' + reads}", args.cache, reads, None,
+                   True) for reads in host_reads]
         # Staged host reads with the GPU's share fixed (learned, balanced, otherwise).
-        caches += [(f"20% staged share {share:g}", args.cache, "staged", share)
+        caches += [(f"20% staged share {share:g}", args.cache, "staged", share, True)
                    for share in args.host_read_shares if cuda]
-        caches += [("HBM", "100%", "zero_copy", None)] if cuda and mode == "GPU" else []
-        for cache_name, cache, reads, share in caches:
+        # Staged host reads learned but deaf to the loader's pace (Feature.host_read_pace).
+        caches += [("20% staged unpaced", args.cache, "staged", None, False)] \
+            if args.unpaced and cuda else []
+        caches += [("HBM", "100%", "zero_copy", None, True)] if cuda and mode == "GPU" else []
+        for cache_name, cache, reads, share, paced in caches:
             feature = qv.Feature(device_list=[device.index] if cuda else [],
                                  device_cache_size=cache if cuda else 0, csr_topo=topo,
                                  host_reads=reads)
             feature.from_cpu_tensor(x, hot_order=hot)
             feature.host_read_share = share
+            feature.host_read_pace = paced
             if built is None:  # the model alone's batches, built once, before any epoch
                 some = train[torch.randperm(train.numel(),
                                             generator=torch.Generator().manual_seed(3))]
@@ -396,9 +400,11 @@ def single_gpu(args, results):
                             sampler, feature, train, args.batch_size, labels=labels,
                             prefetch=prefetch, prefetch_in_cpp=in_cpp))
                     if reads == "staged" and cuda:
+                        how = ("fixed" if share is not None else
+                               "learned" if paced else "learned, unpaced")
                         print(f"   {name}: the GPU's share of staged host rows after the "
                               f"epochs beside the model: {feature.current_host_read_share():.3f}"
-                              f"{' (fixed)' if share is not None else ' (learned)'}", flush=True)
+                              f" ({how})", flush=True)
                     loader_epoch(loader, device)  # warm-up
                     record(f"{name} loader alone", loader_epoch(loader, device),
                            note="(batches built, no model)")
@@ -808,6 +814,9 @@ def main():
                         help="also staged host reads with the GPU's share of the host rows fixed "
                              "at each of these (Feature.host_read_share: 0 = CPU threads and "
                              "the copy engine move every host row), e.g. 0,0.1")
+    parser.add_argument("--unpaced", action="store_true",
+                        help="also staged host reads whose learned share ignores the "
+                             "prefetching loader's pace (Feature.host_read_pace = False)")
     parser.add_argument("--no-all-blocks", action="store_true",
                         help="skip the rows whose host reads run on every block")
     parser.add_argument("--train-seeds", type=int, default=None,

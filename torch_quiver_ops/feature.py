@@ -123,6 +123,7 @@ class Feature:
         self.device_cache_size = parse_size(device_cache_size)
         self.cache_policy = cache_policy
         self._host_read_share: Optional[float] = None  # learned (see host_read_share)
+        self._host_read_pace = True  # see host_read_pace
         self.host_reads = host_reads
         self.csr_topo = csr_topo
         self._host: Optional[Tensor] = None    # every row, in the table's own order
@@ -281,6 +282,22 @@ class Feature:
         for layout, _, _ in getattr(self, "_views", {}).values():
             layout.set_host_read_share(value)
 
+    @property
+    def host_read_pace(self) -> bool:
+        """Whether a prefetching loader's pace moves the learned :attr:`host_read_share`
+        (True, the default; see :meth:`note_loader_pace`). False: staged gathers take the
+        balanced share whatever the pace, as the quickest gather does; for a host whose
+        cores are wanted elsewhere, or to measure what the pace buys. Set it at any time."""
+        return self._host_read_pace
+
+    @host_read_pace.setter
+    def host_read_pace(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"host_read_pace is True or False, got {value!r}")
+        self._host_read_pace = value
+        for layout, _, _ in getattr(self, "_views", {}).values():
+            layout.set_follow_loader_pace(value)
+
     def current_host_read_share(self, device: Union[None, int, str, torch.device] = None
                                 ) -> float:
         """The GPU's share of host rows the next staged gather on ``device`` (default: the
@@ -295,8 +312,8 @@ class Feature:
         waited for it). While the
         loader is ahead, staged gathers leave the GPU a smaller part of their learned share
         of host rows, since rows the CPU threads copy take no SMs from the model; when the
-        model waits, the GPU takes its part back. A fixed :attr:`host_read_share` ignores
-        it. :class:`SampleLoader` calls it; other loaders may pass it to
+        model waits, the GPU takes its part back. A fixed :attr:`host_read_share`, or
+        :attr:`host_read_pace` False, ignores it. :class:`SampleLoader` calls it; other loaders may pass it to
         :class:`Prefetcher` as ``pace``."""
         self._view(self.device_for(device))[0].note_loader_pace(bool(loader_ahead))
 
@@ -404,6 +421,7 @@ class Feature:
             layout = torch.classes.quiver.FeatureTiers(tiers, positions)
             layout.set_stage_host_rows(self._stages_host_rows())
             layout.set_host_read_share(self._host_read_share)
+            layout.set_follow_loader_pace(self._host_read_pace)
             view = (layout, tiers, positions)
             self._views[device] = view
         return view
@@ -558,6 +576,7 @@ class Feature:
         state.setdefault("_swapped_over", None)
         state.setdefault("_gather_on", None)
         state.setdefault("_host_read_share", None)
+        state.setdefault("_host_read_pace", True)
         self.__dict__.update(state)
         self._process_state()
 

@@ -65,6 +65,7 @@ class HostReadSplit {
   // two: BatchPrefetcher and Prefetcher read it from events).
   void note_pace(bool loader_ahead) {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!follows_pace_) return;
     yield_ = std::clamp(yield_ * (loader_ahead ? kYieldAhead : kReclaimBehind), kMinYield, 1.0);
   }
 
@@ -82,11 +83,26 @@ class HostReadSplit {
     return fixed_;
   }
 
+  // Whether the loader's pace moves the share (the default). Off, the GPU takes the whole
+  // balanced share whatever the pace: to measure what the pace buys, or where the host's
+  // cores are wanted elsewhere.
+  void follow_pace(bool follow) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    follows_pace_ = follow;
+    yield_ = 1.0;
+  }
+
+  bool follows_pace() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return follows_pace_;
+  }
+
  private:
   std::mutex mutex_;
   double share_ = kFirstShare;  // balanced, or fixed
   double yield_ = 1.0;
   bool fixed_ = false;
+  bool follows_pace_ = true;
 };
 
 }  // namespace quiver::internal

@@ -110,4 +110,20 @@ TEST(HostReadSplit, AFixedShareIgnoresThePace) {
   EXPECT_DOUBLE_EQ(split.share(), 0.4);
 }
 
+TEST(HostReadSplit, NotFollowingThePaceKeepsTheBalancedShare) {
+  HostReadSplit split;
+  for (int call = 0; call < 60; ++call) split.update(100, 1.0f, 100, 1.0f);
+  for (int batch = 0; batch < 5; ++batch) split.note_pace(true);
+  ASSERT_LT(split.share(), 0.4);
+  split.follow_pace(false);  // gives the GPU its whole part back at once
+  EXPECT_FALSE(split.follows_pace());
+  EXPECT_NEAR(split.share(), 0.5, 1e-9);
+  for (int batch = 0; batch < 20; ++batch) split.note_pace(batch % 3 != 0);
+  EXPECT_DOUBLE_EQ(split.yield(), 1.0);
+  EXPECT_NEAR(split.share(), 0.5, 1e-9);
+  split.follow_pace(true);
+  split.note_pace(true);
+  EXPECT_NEAR(split.share(), 0.5 * HostReadSplit::kYieldAhead, 1e-9);
+}
+
 }  // namespace

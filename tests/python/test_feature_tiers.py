@@ -131,6 +131,38 @@ def test_a_fixed_host_read_share_reaches_every_layout_and_changes_no_row(on_gpu)
         tiers.set_host_read_share(2.0)
 
 
+@pytest.mark.parametrize("on_gpu", [False] + ([True] if HAS_CUDA else []))
+def test_host_read_pace_switches_the_loaders_pace_off_in_every_layout(on_gpu):
+    """Feature.host_read_pace False: a loader's pace no longer moves any layout's share
+    (made before or after), it travels with a pickled Feature, and True follows it again."""
+    table = random_table(3000, 8)
+    device = 0 if on_gpu else None
+    feature = qv.Feature(device_list=[0] if on_gpu else [], device_cache_size="10%",
+                         host_reads="staged").from_cpu_tensor(table)
+    tiers = feature.tiers(device)
+    assert feature.host_read_pace and tiers.follows_loader_pace()
+    first = feature.current_host_read_share(device)
+    feature.note_loader_pace(True, device)
+    assert feature.current_host_read_share(device) == pytest.approx(first * 0.9)
+    feature.host_read_pace = False  # the whole balanced share back, whatever the pace
+    assert not tiers.follows_loader_pace()
+    assert feature.current_host_read_share(device) == pytest.approx(first)
+    for _ in range(5):
+        feature.note_loader_pace(True, device)
+    assert feature.current_host_read_share(device) == pytest.approx(first)
+    copy = pickle.loads(pickle.dumps(feature))
+    assert copy.host_read_pace is False and not copy.tiers(device).follows_loader_pace()
+    tiers = feature.tiers(device)  # pickling moved the table to shared memory: new layouts
+    assert not tiers.follows_loader_pace()
+    feature.host_read_pace = True
+    feature.note_loader_pace(True, device)
+    assert feature.current_host_read_share(device) == pytest.approx(first * 0.9)
+    for bad in (0, 1, None, "yes"):
+        with pytest.raises(ValueError, match="host_read_pace is True or False, got"):
+            feature.host_read_pace = bad
+    assert tiers.follows_loader_pace()
+
+
 def test_a_dist_feature_reads_its_own_rows_through_its_features_layout():
     """DistFeature's own rows come through the local Feature's layout with its options
     (before, staged host reads were silently dropped in distributed runs)."""

@@ -58,6 +58,9 @@ class FeatureTiers : public torch::CustomClassHolder {
   // ahead of the model, staged gathers leave more host rows to the CPU threads, whose
   // copies take no SMs from the model; when the model waits for a batch, they take them back.
   void note_loader_pace(bool loader_ahead) const;
+  // Whether the loader's pace moves the share (true, the default); false ignores it.
+  void set_follow_loader_pace(bool follow) const;
+  bool follows_loader_pace() const;
   // The same into `out` (a contiguous CPU tensor of [ids.numel(), *row_shape] and the
   // tiers' dtype), for CPU ids and tiers all in host memory: for callers that keep a
   // buffer across gathers (a fresh large tensor pays a page fault per page written).
