@@ -78,16 +78,20 @@ if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
       "df says $((free_kib / 1024)) MiB (set QUIVER_VENV to put it elsewhere)" >&2
     exit 1
   fi
+  started=$SECONDS
   "$PYTHON" -m venv "$VENV"
   # No wheel cache: it would hold a second copy of those gigabytes.
   "$VENV/bin/python" -m pip install -q --no-cache-dir --upgrade pip
   "$VENV/bin/python" -m pip install -q --no-cache-dir -r requirements-dev.txt
   echo "$want" > "$stamp"
+  echo "created in $((SECONDS - started)) s"
 fi
 
 log "building and installing torch-quiver-ops (CMake build folder: $BUILD_DIR)"
+started=$SECONDS
 export PATH="$VENV/bin:$PATH"
 command -v ccache >/dev/null && export CCACHE_DIR=${CCACHE_DIR:-$REPO/build/ccache}
 "$VENV/bin/python" -m pip install -q --no-build-isolation --no-deps \
   -Cbuild-dir="$BUILD_DIR" -Ccmake.define.BUILD_TESTING=ON -Cbuild.verbose=false .
 "$VENV/bin/python" -P -c 'import torch_quiver_ops as q, torch; print("torch-quiver-ops", q.__version__, "on torch", torch.__version__, "| CUDA kernels:", q.cuda_kernels_built())'
+echo "built and installed in $((SECONDS - started)) s"

@@ -14,10 +14,13 @@ VENV=${QUIVER_VENV:-$REPO/.venv}
 BUILD_DIR=${QUIVER_BUILD_DIR:-$REPO/build/py}
 export PATH="$VENV/bin:$PATH"
 
-printf '\n== C++ tests (GoogleTest through the dispatcher)\n'
+# Each section's header says when it began (seconds since the start): where CI's time goes.
+section() { printf '\n== %s (at %d s)\n' "$1" "$SECONDS"; }
+
+section "C++ tests (GoogleTest through the dispatcher)"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2
 
-printf '\n== examples/cpp: the libtorch training program, built on the installed package\n'
+section "examples/cpp: the libtorch training program, built on the installed package"
 # The README's command, from the repository root (tests/python/test_readme.py checks it too).
 prefix="$("$VENV/bin/python" -c 'import torch, torch_quiver_ops as q; print(q.cmake_prefix_path + ";" + torch.utils.cmake_prefix_path)')"
 cmake -S examples/cpp -B build/examples_cpp -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
@@ -26,12 +29,12 @@ cmake --build build/examples_cpp
 export QUIVER_CPP_TRAINER="$REPO/build/examples_cpp/train_sage"  # run by the Python tests
 export QUIVER_CPP_EXPORT_RUNNER="$REPO/build/examples_cpp/run_exported"
 
-printf '\n== Python tests\n'
+section "Python tests"
 # Run from outside the source tree so that the installed package is the one under test.
 (cd /tmp && QUIVER_TEST_BINARY_DIR="$BUILD_DIR/tests/cpp" QUIVER_REQUIRE_CPP_TESTS=1 \
   "$VENV/bin/python" -m pytest -q -ra --rootdir "$REPO" -c "$REPO/pyproject.toml" "$REPO/tests/python" "$@")
 
-printf '\n== RDMA for real: soft-RoCE (rdma_rxe) in a QEMU guest\n'
+section "RDMA for real: soft-RoCE (rdma_rxe) in a QEMU guest"
 if [ "${QUIVER_SKIP_RDMA_VM:-0}" = 1 ]; then
   echo "skipped: QUIVER_SKIP_RDMA_VM=1"
 elif ! grep -q '"rdma": "ON"' "$BUILD_DIR/build_info.json" 2>/dev/null; then
@@ -50,10 +53,10 @@ else
       '$REPO/tests/python/test_dist_sampler.py' -k rdma"
 fi
 
-printf '\n== find_package(TorchQuiverOps) from a separate libtorch project\n'
+section "find_package(TorchQuiverOps) from a separate libtorch project"
 cmake -S tests/cpp/consumer -B build/consumer -G Ninja -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release -Wno-dev > build/consumer.log 2>&1 || { cat build/consumer.log; exit 1; }
 cmake --build build/consumer
 ./build/consumer/consumer
 
-printf '\nall tests passed\n'
+printf '\nall tests passed in %d s\n' "$SECONDS"
