@@ -48,7 +48,7 @@ else
   bash scripts/rdma_vm.sh --timeout 1200 -- bash -c "
     '$BUILD_DIR/tests/cpp/quiver_tests' --gtest_color=no --gtest_brief=1 \
       --gtest_filter='RdmaOverDevice.*' &&
-    cd /tmp && '$VENV/bin/python' -m pytest -q -ra -p no:cacheprovider --rootdir '$REPO' \
+    cd /tmp && QUIVER_EARLY_FORKSERVER=1 '$VENV/bin/python' -m pytest -q -ra -p no:cacheprovider --rootdir '$REPO' \
       -c '$REPO/pyproject.toml' '$REPO/tests/python/test_dist.py' \
       '$REPO/tests/python/test_dist_sampler.py' -k rdma"
 fi

@@ -3,10 +3,22 @@ import os
 import sys
 
 import pytest
-import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# The multi-host tests' fork server (see WORKER_START), started before this process imports
+# torch when QUIVER_EARLY_FORKSERVER=1, so that both imports run at once: on the soft-RoCE
+# guest (scripts/test.sh sets it there) each takes a minute and a half of emulated CPU.
+# The modules the server imports import this file again: the second variable stops it there.
+if os.environ.get("QUIVER_EARLY_FORKSERVER") == "1" and "QUIVER_FORKSERVER_STARTED" not in os.environ:
+    os.environ["QUIVER_FORKSERVER_STARTED"] = "1"  # what the server inherits
+    multiprocessing.set_forkserver_preload(
+        ["torch", "torch.distributed", "torch_quiver_ops", "test_dist", "test_dist_faults",
+         "test_dist_sampler"])
+    from multiprocessing import forkserver
+    forkserver.ensure_running()
+
+import torch  # noqa: E402
 import torch_quiver_ops as qv  # noqa: E402
 
 HAS_CUDA = torch.cuda.is_available() and qv.cuda_kernels_built()
@@ -25,7 +37,7 @@ WORKER_START = "spawn" if torch.cuda.is_available() else "forkserver"
 
 def worker_context():
     """The multiprocessing context of the multi-host tests' workers (WORKER_START)."""
-    if WORKER_START == "forkserver":  # read once, when the server starts
+    if WORKER_START == "forkserver":  # read once, when the server starts (unless it has)
         # The modules whose functions the workers run (test_dist*), already imported here.
         multiprocessing.set_forkserver_preload(
             ["torch", "torch.distributed", "torch_quiver_ops",
