@@ -68,6 +68,16 @@ def worker_process(fn, rank, *args):
                                     args=(rank, dict(os.environ), fn, *args))
 
 
+def run_commands(commands, timeout):
+    """subprocess.run(command, capture_output=True, text=True) of each command, two at a
+    time (each mostly imports torch on one core), in the order given."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(lambda command: subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout), commands))
+
+
 def load_example(name):
     """examples/<name>.py as a module (the examples are scripts, not a package)."""
     import importlib.util

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import SAGEConv
 
 import torch_quiver_ops as qv
-from conftest import HAS_CUDA
+from conftest import HAS_CUDA, run_commands
 from torch_quiver_ops.serving import (PSGS, Overloaded, ServingPool, ServingRuntime,
                                       package_for_serving, serve_http)
 from torch_quiver_ops.synthetic import synthetic_graph
@@ -738,7 +738,6 @@ def test_serve_sage_serves_the_main_jobs_model(tmp_path, package):
 def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_path):
     """A checkpoint that is missing, not train_sage.py's, or a package; options out of
     range: refused by argparse (exit 2) before the graph is rebuilt."""
-    import subprocess
     import sys
     from pathlib import Path
     repo = Path(__file__).resolve().parents[2]
@@ -746,6 +745,7 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
     torch.save({"state_dict": {}}, state_dict)
     not_torch = tmp_path / "notes.txt"
     not_torch.write_text("hello")
+    cases = []
     for args, words in (([str(tmp_path / "nothing.pt")], "is not a file"),
                         ([str(tmp_path)], "is not a file"),
                         ([str(state_dict)], "missing fanouts, graph_device"),
@@ -756,8 +756,10 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
                         ([str(state_dict), "--max-wait-ms", "-5"], "--max-wait-ms must be >= 0"),
                         ([str(state_dict), "--package", str(tmp_path / "no" / "s.pt2")],
                          "does not exist")):
-        done = subprocess.run([sys.executable, str(repo / "examples" / "serve_sage.py"), *args],
-                              capture_output=True, text=True, timeout=120)
+        cases.append((args, words))
+    runs = run_commands([[sys.executable, str(repo / "examples" / "serve_sage.py"), *args]
+                         for args, _ in cases], timeout=120)
+    for (args, words), done in zip(cases, runs):
         assert done.returncode == 2 and words in done.stderr, (args, done.stderr[-2000:])
 
 

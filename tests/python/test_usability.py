@@ -12,6 +12,7 @@ import torch
 
 import torch_quiver_ops as qv
 from torch_quiver_ops import preflight
+from conftest import run_commands
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,16 +28,16 @@ def test_train_example_help_describes_every_option():
 
 def test_train_example_refuses_bad_options_before_training(tmp_path):
     # Each refused by argparse (exit 2, a sentence naming the option), not after a run.
-    for options, words in (
-            (["--fanouts", "15,x"], "--fanouts takes whole numbers"),
-            (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
-            (["--prefetch", "-1"], "--prefetch must be >= 0, got -1"),
-            (["--eval-nodes", "0"], "--eval-nodes must be >= 1, got 0"),
-            (["--prefetch", "0", "--loader-thread", "cpp"], "need --prefetch 1 or more"),
-            (["--save", str(tmp_path / "missing" / "m.pt")], "does not exist")):
-        result = subprocess.run([sys.executable, str(REPO / "examples" / "train_sage.py"),
-                                 "--size", "tiny", "--device", "cpu", *options],
-                                capture_output=True, text=True, timeout=120)
+    cases = [(["--fanouts", "15,x"], "--fanouts takes whole numbers"),
+             (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+             (["--prefetch", "-1"], "--prefetch must be >= 0, got -1"),
+             (["--eval-nodes", "0"], "--eval-nodes must be >= 1, got 0"),
+             (["--prefetch", "0", "--loader-thread", "cpp"], "need --prefetch 1 or more"),
+             (["--save", str(tmp_path / "missing" / "m.pt")], "does not exist")]
+    results = run_commands([[sys.executable, str(REPO / "examples" / "train_sage.py"), "--size",
+                             "tiny", "--device", "cpu", *options] for options, _ in cases],
+                           timeout=120)
+    for (options, words), result in zip(cases, results):
         assert result.returncode == 2 and words in result.stderr, (options, result.stderr)
 
 
