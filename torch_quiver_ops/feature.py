@@ -309,12 +309,12 @@ class Feature:
                          device: Union[None, int, str, torch.device] = None) -> None:
         """Tells the layout on ``device`` a prefetching loader's pace at one batch: ahead of
         the model (the batch ready before the model needed it) or behind it (the model
-        waited for it). While the
-        loader is ahead, staged gathers leave the GPU a smaller part of their learned share
-        of host rows, since rows the CPU threads copy take no SMs from the model; when the
-        model waits, the GPU takes its part back. A fixed :attr:`host_read_share`, or
-        :attr:`host_read_pace` False, ignores it. :class:`SampleLoader` calls it; other loaders may pass it to
-        :class:`Prefetcher` as ``pace``."""
+        waited for it). While the loader is ahead, staged gathers leave the GPU a smaller
+        part of their learned share of host rows, since rows the CPU threads copy take no
+        SMs from the model; when the model waits, the GPU takes its part back. A fixed
+        :attr:`host_read_share`, or :attr:`host_read_pace` False, ignores it.
+        :class:`SampleLoader` calls it; other loaders may pass it to :class:`Prefetcher`
+        as ``pace``."""
         self._view(self.device_for(device))[0].note_loader_pace(bool(loader_ahead))
 
     def _pinned(self) -> Tensor:

@@ -10,7 +10,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 # torch when QUIVER_EARLY_FORKSERVER=1, so that both imports run at once: on the soft-RoCE
 # guest (scripts/test.sh sets it there) each takes a minute and a half of emulated CPU.
 # The modules the server imports import this file again: the second variable stops it there.
-if os.environ.get("QUIVER_EARLY_FORKSERVER") == "1" and "QUIVER_FORKSERVER_STARTED" not in os.environ:
+if os.environ.get("QUIVER_EARLY_FORKSERVER") == "1" and \
+        "QUIVER_FORKSERVER_STARTED" not in os.environ:
     os.environ["QUIVER_FORKSERVER_STARTED"] = "1"  # what the server inherits
     multiprocessing.set_forkserver_preload(
         ["torch", "torch.distributed", "torch_quiver_ops", "test_dist", "test_dist_faults",
