@@ -23,12 +23,14 @@ GPU and large ones do not crawl on the CPU.
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import json
 import math
 import os
 import threading
 import sys
+import time
 import warnings
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -435,6 +437,10 @@ class ServingPool:
 # ---- the HTTP endpoint ----
 
 MAX_BODY_BYTES = 1 << 20
+# The longest a client may take to send one request's headers and body: a client that sends
+# a byte now and then would otherwise hold a connection (and shutdown, which waits for the
+# requests it reads) for as long as it keeps sending.
+READ_TIMEOUT_S = 10.0
 SERVERS = ("auto", "uvicorn", "stdlib")
 
 
@@ -453,14 +459,15 @@ class _Reply(Exception):
 
 
 def _body_length(header: Optional[str]) -> int:
-    """A request body's byte count from its Content-Length header, or the reply refusing it."""
-    try:
-        length = int(header or 0)
-    except ValueError:
-        length = -1
-    if length < 0:
-        raise _Reply(HTTPStatus.BAD_REQUEST, {"error": "Content-Length must be a byte count"},
+    """A request body's byte count from its Content-Length header, or the reply refusing it.
+    Only decimal digits count: int() would also take "+15" or "1_5", which a proxy in front
+    may read otherwise, and then the two disagree on where the next request starts."""
+    header = "0" if header is None else header.strip()
+    if not (header.isascii() and header.isdigit()):
+        raise _Reply(HTTPStatus.BAD_REQUEST,
+                     {"error": f"Content-Length must be a byte count, got {header!r}"},
                      close=True)
+    length = int(header)
     if length > MAX_BODY_BYTES:
         raise _Reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                      {"error": f"a request body holds at most 1 MiB, got {length} bytes"},
@@ -484,6 +491,10 @@ def _submit_body(runtime, body: bytes):
         return nodes, runtime.submit(nodes)
     except (ValueError, json.JSONDecodeError) as error:  # UnicodeDecodeError is a ValueError
         raise _Reply(HTTPStatus.BAD_REQUEST, {"error": str(error)}) from None
+    except RecursionError:  # json's parser recurses once per nested list or object
+        raise _Reply(HTTPStatus.BAD_REQUEST,
+                     {"error": 'the body nests too deeply; it must be {"nodes": [node ids '
+                               'as integers]}'}) from None
     except Overloaded as error:
         raise _Reply(HTTPStatus.SERVICE_UNAVAILABLE, {"error": str(error)},
                      {"Retry-After": "1"}) from None
@@ -634,9 +645,37 @@ def _refused_path(path: str, close: bool = False, method: str = "") -> _Reply:
     return _Reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {path!r}"}, close=close)
 
 
+class _ReadsByDeadline(io.RawIOBase):
+    """A connection's reads, each of which waits at most until its request's deadline (and
+    at most the handler's idle timeout): a socket timeout alone restarts with every byte.
+    The deadline is `read_timeout` after the request's first bytes."""
+
+    def __init__(self, handler: "_Handler"):
+        super().__init__()
+        self._handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        left = self._handler.read_deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request took longer to arrive than its deadline")
+        handler = self._handler
+        handler.connection.settimeout(min(left, handler.timeout))
+        count = handler.connection.recv_into(buffer)
+        if count and handler.awaiting_request:
+            handler.awaiting_request = False
+            handler.read_deadline = time.monotonic() + handler.read_timeout
+        return count
+
+
 class _Handler(BaseHTTPRequestHandler):
     runtime: ServingRuntime
     to_json: Callable[[Tensor], list]
+    read_timeout: float = READ_TIMEOUT_S
+    read_deadline: float = 0.0  # set as each request is awaited, then as its bytes come
+    awaiting_request = True
     protocol_version = "HTTP/1.1"
     # Headers and body leave in two writes: with Nagle's algorithm the second waits for the
     # client's delayed ACK of the first (about 40 ms on Linux).
@@ -648,7 +687,28 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format, *args):  # noqa: A002 (the base class's name)
         pass  # one line per request on stderr would swamp a load test
 
+    def setup(self):
+        super().setup()
+        self.rfile = io.BufferedReader(_ReadsByDeadline(self))
+
+    def handle_one_request(self):
+        # An idle kept-alive connection may wait `timeout` for its next request, which then
+        # has `read_timeout` from its first bytes to arrive whole.
+        self.awaiting_request = True
+        self.read_deadline = time.monotonic() + self.timeout
+        super().handle_one_request()
+
+    def send_error(self, code, message=None, explain=None):
+        """The base class's own refusals (a malformed request line, headers too large, a
+        method no HTTP server knows) as JSON, like the endpoint's."""
+        try:
+            phrase = HTTPStatus(code).phrase
+        except ValueError:
+            phrase = str(code)
+        self._reply(code, {"error": message or phrase}, {"Connection": "close"})
+
     def _reply(self, status: int, body: dict, headers: Optional[dict] = None) -> None:
+        self.connection.settimeout(self.timeout)  # not what is left of the read deadline
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -662,7 +722,8 @@ class _Handler(BaseHTTPRequestHandler):
         for key, value in headers.items():
             self.send_header(key, value)
         self.end_headers()
-        self.wfile.write(data)
+        if getattr(self, "command", None) != "HEAD":  # a HEAD answer has headers only
+            self.wfile.write(data)
 
     def _refuse(self, reply: _Reply) -> None:
         # send_header("Connection", "close") also ends the connection after this answer.
@@ -675,6 +736,14 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._refuse(_refused_path(path, method="GET"))
 
+    def _refuse_method(self):
+        # Any body is left unread: the connection must close.
+        self._refuse(_refused_path(urlsplit(self.path).path, close=True, method=self.command))
+
+    # Methods the endpoint does not take on any path: 405 with Allow where the path is one
+    # of its own (http.server would answer 501, which says no server knows the method).
+    do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method
+
     def do_POST(self):  # noqa: N802
         try:
             path = urlsplit(self.path).path
@@ -684,8 +753,23 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _Reply(HTTPStatus.LENGTH_REQUIRED,
                              {"error": "send the body with a Content-Length (this server "
                                        "reads no chunked bodies)"}, close=True)
-            length = _body_length(self.headers.get("Content-Length"))
-            nodes, answer = _submit_body(self.runtime, self.rfile.read(length))
+            lengths = {v.strip() for v in self.headers.get_all("Content-Length") or []}
+            if len(lengths) > 1:  # which one frames the body is anyone's guess
+                raise _Reply(HTTPStatus.BAD_REQUEST,
+                             {"error": f"Content-Length given as {sorted(lengths)}"},
+                             close=True)
+            length = _body_length(lengths.pop() if lengths else None)
+            try:
+                body = self.rfile.read(length)
+            except TimeoutError:
+                raise _Reply(HTTPStatus.REQUEST_TIMEOUT,
+                             {"error": f"the body did not arrive within {self.read_timeout:g} "
+                                       f"s"}, close=True) from None
+            if len(body) < length:  # the client stopped sending: nothing to answer from
+                raise _Reply(HTTPStatus.BAD_REQUEST,
+                             {"error": f"the body ended after {len(body)} of its "
+                                       f"Content-Length of {length} bytes"}, close=True)
+            nodes, answer = _submit_body(self.runtime, body)
         except _Reply as reply:
             self._refuse(reply)
             return
@@ -694,15 +778,17 @@ class _Handler(BaseHTTPRequestHandler):
 
 def asgi_app(runtime: Union[ServingRuntime, ServingPool],
              to_json: Optional[Callable[[Tensor], list]] = None,
-             waiters: Optional[int] = None):
+             waiters: Optional[int] = None, read_timeout: float = READ_TIMEOUT_S):
     """The endpoint of :func:`serve_http` as an ASGI application, for any ASGI server
     (uvicorn, hypercorn...). The event loop never blocks: one thread per runtime takes the
     answers as they come and hands each to its request (:class:`_Collector`); closing the
     runtime stops it. ``to_json`` runs in the event loop, so keep it cheap (the default
-    takes each row's argmax). ``waiters`` is ignored (there is no pool of waiting
-    threads any more)."""
+    takes each row's argmax). A body that takes longer than ``read_timeout`` seconds to
+    arrive is a 408 (headers are the server's to time). ``waiters`` is ignored (there is no
+    pool of waiting threads any more)."""
     import asyncio
 
+    read_timeout = _checked_read_timeout(read_timeout)
     if waiters is not None:
         warnings.warn("asgi_app(waiters=...) is ignored: one thread per runtime hands out "
                       "the answers", DeprecationWarning, stacklevel=2)
@@ -761,7 +847,13 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
             # A stated length past the cap is refused before its body is read; a body
             # without one (chunked) is read up to the cap.
             _body_length(dict(scope["headers"]).get(b"content-length", b"0").decode("latin-1"))
-            nodes, answer = _submit_body(runtime, await read_body(receive, MAX_BODY_BYTES))
+            try:
+                body = await asyncio.wait_for(read_body(receive, MAX_BODY_BYTES), read_timeout)
+            except asyncio.TimeoutError:
+                raise _Reply(HTTPStatus.REQUEST_TIMEOUT,
+                             {"error": f"the body did not arrive within {read_timeout:g} s"},
+                             close=True) from None
+            nodes, answer = _submit_body(runtime, body)
         except _Reply as reply:
             await send_json(send, reply.status, reply.body, reply.headers_to_send())
             return
@@ -770,6 +862,14 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
         await send_json(send, *(await answer_of(nodes, answer)))
 
     return app
+
+
+def _checked_read_timeout(read_timeout: float) -> float:
+    read_timeout = float(read_timeout)
+    if not (0 < read_timeout < math.inf):
+        raise ValueError(f"read_timeout must be a positive number of seconds, got "
+                         f"{read_timeout}")
+    return read_timeout
 
 
 class _ThreadingServer(ThreadingHTTPServer):
@@ -791,9 +891,10 @@ class HttpServer:
 
     def __init__(self, runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0.1",
                  port: int = 0, to_json: Optional[Callable[[Tensor], list]] = None,
-                 server: str = "auto"):
+                 server: str = "auto", read_timeout: float = READ_TIMEOUT_S):
         if server not in SERVERS:
             raise ValueError(f"server must be one of {SERVERS}, got {server!r}")
+        self._read_timeout = _checked_read_timeout(read_timeout)
         if server == "auto":
             server = "uvicorn" if _has_uvicorn() else "stdlib"
         self.runtime, self.kind = runtime, server
@@ -802,7 +903,8 @@ class HttpServer:
 
     def _start_stdlib(self, host: str, port: int, to_json) -> int:
         handler = type("Handler", (_Handler,), {"runtime": self.runtime,
-                                                "to_json": staticmethod(to_json)})
+                                                "to_json": staticmethod(to_json),
+                                                "read_timeout": self._read_timeout})
         self._stdlib = _ThreadingServer((host, port), handler)
         self._stdlib.daemon_threads = False  # server_close waits for requests in flight
         self._thread = threading.Thread(target=self._stdlib.serve_forever, name="quiver-http",
@@ -825,7 +927,9 @@ class HttpServer:
         # delayed ACKs (about 40 ms each on Linux, measured). log_config=None keeps the
         # program's own logging as it is (uvicorn's would replace its handlers).
         logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-        config = uvicorn.Config(asgi_app(self.runtime, to_json), host=address, port=port,
+        config = uvicorn.Config(asgi_app(self.runtime, to_json,
+                                         read_timeout=self._read_timeout),
+                                host=address, port=port,
                                 log_config=None, access_log=False, lifespan="on",
                                 timeout_graceful_shutdown=90)
         self._uvicorn = uvicorn.Server(config)
@@ -865,7 +969,7 @@ def _has_uvicorn() -> bool:
 
 def serve_http(runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0.1",
                port: int = 0, to_json: Optional[Callable[[Tensor], list]] = None,
-               server: str = "auto") -> HttpServer:
+               server: str = "auto", read_timeout: float = READ_TIMEOUT_S) -> HttpServer:
     """Starts the HTTP endpoint over ``runtime`` or a :class:`ServingPool` (``port=0``: any
     free port; see :class:`HttpServer`): ``POST /predict`` with ``{"nodes": [ids]}`` answers
     ``{"nodes": ..., "predictions": ...}`` (by default each node's argmax class), ``GET
@@ -873,5 +977,8 @@ def serve_http(runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0
     413, a full queue a 503 with ``Retry-After``. ``server``: ``"uvicorn"`` (an event loop
     and a C HTTP parser, the endpoint as :func:`asgi_app`), ``"stdlib"`` (the standard
     library's ``ThreadingHTTPServer``, a thread a connection: nothing to install), or
-    ``"auto"`` (uvicorn where it is installed)."""
-    return HttpServer(runtime, host, port, to_json, server)
+    ``"auto"`` (uvicorn where it is installed). A request whose body (on the standard
+    library's server: headers and body) takes longer than ``read_timeout`` seconds to
+    arrive is refused (408) or its connection closed, so that a client sending a byte now
+    and then holds neither a connection nor shutdown for long."""
+    return HttpServer(runtime, host, port, to_json, server, read_timeout)

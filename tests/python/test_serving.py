@@ -491,6 +491,22 @@ def test_http_answers_and_refuses_bad_requests(graph, server_kind):
         assert status == 405 and "/health takes GET" in body["error"], (status, body)
         status, body = raw_request(server.url, b"GET /predict HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 405 and "/predict takes POST" in body["error"], (status, body)
+        for method, path, allowed in [(b"PUT", b"/predict", "POST"), (b"DELETE", b"/health", "GET"),
+                                      (b"PATCH", b"/predict", "POST")]:
+            status, body = raw_request(server.url, method + b" " + path + b" HTTP/1.1\r\n"
+                                       b"Host: x\r\nContent-Length: 2\r\n\r\n", b"{}")
+            assert status == 405 and f"takes {allowed}, got {method.decode()}" in body["error"], (
+                method, status, body)
+        # JSON nested past the parser's recursion: a bad body, not a server error
+        nested = b'{"nodes": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+        status, body = post(server.url, nested)
+        assert status == 400 and "nests too deeply" in body["error"], (status, body)
+        # a Content-Length that is not plain digits, or two that disagree, frames nothing
+        for lengths in [[b"+15"], [b"1_5"], [b"15", b"3"]]:
+            head = b"".join(b"Content-Length: " + length + b"\r\n" for length in lengths)
+            status, body = raw_request(server.url, b"POST /predict HTTP/1.1\r\nHost: x\r\n" +
+                                       head + b"\r\n", b'{"nodes":[1,2]}')
+            assert status == 400, (lengths, status, body)
         status, body = post(server.url, {"nodes": [7]})  # still serving
         assert status == 200
         # One kept-alive connection: a refused request's unread body is not taken for the
@@ -520,6 +536,103 @@ def test_http_answers_and_refuses_bad_requests(graph, server_kind):
         assert health["status"] == "ok" and health["batches"] >= 2
     finally:
         server.shutdown()
+
+
+def test_the_stdlib_servers_own_refusals_are_json(graph):
+    import http.client
+    import socket
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, server="stdlib")
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    try:
+        for request, code, words in [
+                (b"FOO /predict HTTP/1.1\r\nHost: x\r\n\r\n", 501, "FOO"),  # no server knows FOO
+                (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 414, "URI")]:
+            with socket.create_connection((host, int(port)), timeout=30) as sock:
+                sock.sendall(request)
+                answer = http.client.HTTPResponse(sock)
+                answer.begin()
+                body = json.loads(answer.read())
+            assert answer.status == code and words in body["error"], (answer.status, body)
+            assert answer.getheader("Content-Type") == "application/json"
+        assert post(server.url, {"nodes": [1]})[0] == 200
+    finally:
+        server.shutdown()
+
+
+def test_slow_and_cut_off_requests_are_refused_and_hold_no_shutdown(graph, server_kind):
+    import socket
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, server=server_kind, read_timeout=1.0)
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    partial = b'POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"nodes": [1, 2]}'
+
+    def answer_of(sock):
+        import http.client
+        answer = http.client.HTTPResponse(sock)
+        try:
+            answer.begin()
+        except (http.client.RemoteDisconnected, ConnectionResetError):
+            return None, None  # closed without an answer
+        return answer.status, json.loads(answer.read())
+
+    shut = False
+    try:
+        # A body cut off by its client (17 of 100 bytes) is never run as a prediction.
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(partial)
+            sock.shutdown(socket.SHUT_WR)
+            status, body = answer_of(sock)
+        assert status in (None, 400), (status, body)  # uvicorn: a client gone, no answer
+        if status is not None:
+            assert "ended after 17" in body["error"], body
+        # A body that stops arriving is refused when its time is up.
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(partial)
+            start = time.monotonic()
+            status, body = answer_of(sock)
+        assert status == 408 and "did not arrive within 1 s" in body["error"], (status, body)
+        assert time.monotonic() - start < 10
+        if server_kind == "stdlib":
+            # Headers a byte at a time: the connection closes at the deadline, though each
+            # byte comes before the idle timeout would.
+            with socket.create_connection((host, int(port)), timeout=30) as sock:
+                sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\n")
+                start = time.monotonic()
+                with pytest.raises(OSError):
+                    for _ in range(100):
+                        sock.sendall(b"X")
+                        time.sleep(0.2)
+                assert time.monotonic() - start < 10
+        assert post(server.url, {"nodes": [1]})[0] == 200
+        # A client trickling a body when shutdown starts holds it no longer than its deadline.
+        stop = threading.Event()
+
+        def trickle():
+            with socket.create_connection((host, int(port)), timeout=30) as sock:
+                sock.sendall(partial[:-10])
+                try:
+                    for byte in partial[-10:]:
+                        if stop.wait(0.3):
+                            return
+                        sock.sendall(bytes([byte]))
+                    stop.wait()
+                except OSError:
+                    return
+
+        trickler = threading.Thread(target=trickle)
+        trickler.start()
+        time.sleep(0.5)
+        start = time.monotonic()
+        server.shutdown()
+        shut = True
+        took = time.monotonic() - start
+        stop.set()
+        trickler.join(30)
+        assert took < 15, took
+    finally:
+        if not shut:
+            server.shutdown()
 
 
 def test_a_failing_model_answers_500_and_the_endpoint_keeps_serving(graph, server_kind):
