@@ -22,6 +22,7 @@ GPU and large ones do not crawl on the CPU.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import itertools
@@ -32,6 +33,7 @@ import threading
 import sys
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -98,6 +100,20 @@ class BatchRecord:
     wait_ms: float  # from its first request's arrival to a sampler taking it
     run_ms: float  # from a sampler taking it to its answer
     prepare_ms: float  # of run_ms, sampling and gathering (the rest: the model side)
+
+
+# The runtimes not closed yet: closed as the interpreter exits (_close_open_runtimes).
+_open_runtimes: "weakref.WeakSet[ServingRuntime]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_runtimes() -> None:
+    """Closes what a program left open while its model threads can still run. A request in
+    flight at exit would otherwise wake a model thread during the interpreter's shutdown,
+    which aborts the process (terminate called without an active exception)."""
+    for runtime in list(_open_runtimes):
+        with contextlib.suppress(Exception):
+            runtime.close()
 
 
 class ServingRuntime:
@@ -180,6 +196,7 @@ class ServingRuntime:
             float("nan") if threshold is None else float(threshold), seed,
             bool(capture_batches), float(latency_objective_ms))
         self.psgs = PSGS.of_values(self._runtime.psgs())
+        _open_runtimes.add(self)
         self._collecting = threading.Lock()  # guards the collecting thread, made at first use
         self._collector_thread: Optional[_Collector] = None
         # One model thread per sampler: every batch in flight can be in the model at once.
@@ -245,8 +262,10 @@ class ServingRuntime:
 
     def close(self, timeout: float = 30.0) -> None:
         """Stops taking requests, answers every queued one (waiting up to ``timeout``
-        seconds, ``math.inf`` for as long as it takes), then stops the threads."""
+        seconds, ``math.inf`` for as long as it takes), then stops the threads. A runtime
+        still open when the interpreter exits is closed then."""
         self._runtime.close(float(timeout))
+        _open_runtimes.discard(self)
         for thread in self._model_threads:
             thread.join(timeout if timeout < _NO_LIMIT_S else None)
         with self._collecting:

@@ -432,6 +432,27 @@ def test_a_full_side_overflows_onto_free_samplers_within_the_objective(graph):
         runtime.close()
 
 
+def test_a_program_that_exits_with_requests_in_flight_exits_cleanly():
+    # A runtime left open, a request in flight and another still queued as the script
+    # ends: the interpreter's exit closes it (answering both), never an abort.
+    import sys
+    script = """
+import torch, torch_quiver_ops as qv
+from torch_quiver_ops.serving import ServingRuntime
+edge_index = torch.randint(0, 30, (2, 120), generator=torch.Generator().manual_seed(0))
+class Identity(torch.nn.Module):
+    def forward(self, x, adjs):
+        return x
+runtime = ServingRuntime(Identity(), qv.CSRTopo(edge_index, num_nodes=30), [3, 2],
+                         torch.randn(30, 4), device="cpu", cpu_samplers=1, gpu_streams=0)
+answers = [runtime.submit([1]), runtime.submit([2, 3])]
+print("submitted", flush=True)
+"""
+    [done] = run_commands([[sys.executable, "-c", script]], timeout=120)
+    assert done.returncode == 0 and "submitted" in done.stdout, (done.returncode, done.stderr)
+    assert "terminate" not in done.stderr, done.stderr
+
+
 def test_bad_options_are_value_errors(graph):
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="latency_objective_ms must be finite and > 0"):
