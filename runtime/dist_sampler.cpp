@@ -138,6 +138,20 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
                       "DistSampler: the read transports must be of one kind (one-sided RDMA, or "
                       "collectives) over the group's hosts, as host ", host_, " of ", num_hosts_);
   }
+  if (owner_.numel() > 0) {
+    // Each node's row in its owner's part, within that part: a row past it would be read
+    // from whatever lies there, and reported as the caller's seed.
+    const at::Tensor owners = owner_.to(at::kLong);
+    const at::Tensor rows_of_owner = at::bincount(owners, {}, num_hosts_).index_select(0, owners);
+    const at::Tensor bad = (local_index_ < 0) | (local_index_ >= rows_of_owner);
+    if (bad.any().item<bool>()) {
+      const int64_t v = bad.nonzero()[0][0].item<int64_t>();
+      TORCH_CHECK_VALUE(false, "DistSampler: local_index[", v, "] = ",
+                        local_index_[v].item<int64_t>(), " but host ", owners[v].item<int64_t>(),
+                        " owns ", rows_of_owner[v].item<int64_t>(),
+                        " nodes: the partition is corrupt");
+    }
+  }
   const int64_t owned = (owner_ == host_).sum().item<int64_t>();
   TORCH_CHECK_VALUE(indptr_.numel() == owned + 1, "DistSampler: host ", host_, " owns ", owned,
                     " nodes by the owner map but its indptr describes ", indptr_.numel() - 1,
