@@ -17,7 +17,7 @@ from torch import Tensor
 
 from . import ops
 from ._device import as_ids
-from .ops import integer_times
+from .ops import integer_fanouts, integer_times
 from .sampler import sampling_placement
 from .uva import pinned
 
@@ -403,15 +403,16 @@ class HeteroSampler:
             if missing:
                 raise ValueError(f"num_neighbors lacks edge types {missing}: give every edge "
                                  f"type its fanouts (0 samples none)")
-            lengths = {len(v) for v in num_neighbors.values()}
+            per_type = [integer_fanouts(num_neighbors[et], f"num_neighbors[{et!r}]")
+                        for et in edge_types]
+            lengths = {len(v) for v in per_type}
             if len(lengths) != 1:
                 raise ValueError(f"num_neighbors must give every edge type as many hops, got "
                                  f"{ {k: list(v) for k, v in num_neighbors.items()} }")
             hops = lengths.pop()
-            per_type = [list(num_neighbors[et]) for et in edge_types]
         else:
-            hops = len(num_neighbors)
-            per_type = [list(num_neighbors)] * len(edge_types)
+            shared = integer_fanouts(num_neighbors, "num_neighbors")
+            hops, per_type = len(shared), [shared] * len(edge_types)
         if hops == 0:
             raise ValueError("num_neighbors must name at least one hop")
         fanouts = [int(per_type[r][h]) for h in range(hops) for r in range(len(edge_types))]
@@ -434,7 +435,8 @@ class HeteroSampler:
         are (on the host, as a DataLoader gives them: no GPU round trip) unless ``checked``,
         then moved: the ops check only the global range."""
         ids = as_ids(ids)
-        if ids.dtype.is_floating_point or ids.dtype == torch.bool or ids.dim() != 1:
+        if (ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool
+                or ids.dim() != 1):
             raise TypeError(f"{name} must be a 1-D integer tensor, got {ids.dtype} of shape "
                             f"{tuple(ids.shape)}")
         n = self.topo.num_nodes_dict[node_type]

@@ -617,7 +617,8 @@ def checked_seed_edges(edge_label_index, num_nodes: int,
     with ``edge_label`` (if given) one label per seed edge; both link loaders' check."""
     edge_label_index = torch.as_tensor(edge_label_index)
     if (edge_label_index.dim() != 2 or edge_label_index.size(0) != 2
-            or edge_label_index.dtype.is_floating_point):
+            or edge_label_index.dtype.is_floating_point or edge_label_index.dtype.is_complex
+            or edge_label_index.dtype == torch.bool):  # True and False are no node ids
         raise ValueError(f"edge_label_index must be a [2, num_edges] tensor of node ids, "
                          f"got {tuple(edge_label_index.shape)} {edge_label_index.dtype}")
     if edge_label_index.numel() and (int(edge_label_index.min()) < 0
@@ -679,8 +680,8 @@ class LinkSampleLoader(SampleLoader):
                              "torch_quiver_ops.pyg.LinkNeighborLoader")
         edge_label_index = checked_seed_edges(edge_label_index, sampler.csr_topo.node_count,
                                               edge_label)
-        if neg_ratio < 0:
-            raise ValueError(f"neg_ratio must be >= 0, got {neg_ratio}")
+        if not 0 <= neg_ratio < math.inf:  # NaN would ask for no negatives, unsaid
+            raise ValueError(f"neg_ratio must be a finite number >= 0, got {neg_ratio}")
         num_edges = edge_label_index.size(1)
         # Its own _build_one builds its batches: SampleLoader never gives them to C++.
         super().__init__(sampler, feature, torch.arange(num_edges), batch_size, None, shuffle,

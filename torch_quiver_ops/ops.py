@@ -27,6 +27,23 @@ def check_permutation(order: Tensor, num_rows: int, what: str = "order") -> None
     torch.ops.quiver.check_permutation(order, num_rows, what)
 
 
+def integer_fanouts(fanouts, what: str = "fanouts") -> List[int]:
+    """``fanouts`` as a list of Python ints, else a TypeError naming ``what``: a string
+    ("15" would be the hops 1 and 5), floats (2.9 would be 2) or bools are no fanouts."""
+    if isinstance(fanouts, (str, bytes)) or not hasattr(fanouts, "__iter__"):
+        raise TypeError(f"{what} must be a sequence of ints, one per hop, got {fanouts!r}")
+    values, ints = list(fanouts), []
+    for value in values:
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            ints.append(value.__index__())  # ints, numpy ints, integer 0-d tensors
+        except (AttributeError, TypeError):
+            raise TypeError(f"{what} must be a sequence of ints, one per hop, got {value!r} "
+                            f"in {values!r}") from None
+    return ints
+
+
 def check_fanouts(fanouts: List[int], replace: bool = False, what: str = "fanouts") -> None:
     """Raises ValueError unless ``fanouts`` names at least one hop, each -1 (all neighbors)
     or >= 0 (with ``replace``, within a hop's edge limit): the sampling ops' own check, for

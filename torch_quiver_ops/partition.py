@@ -446,7 +446,7 @@ class DistGraphSampler:
             raise ValueError(f"bounded_slots must be None, True or False, got {bounded_slots!r}")
         if draws == "owner" and transport == "auto":
             transport = "collective"
-        self.partition, self.sizes = partition, list(sizes)
+        self.partition, self.sizes = partition, ops.integer_fanouts(sizes, "sizes")
         # Three transports a host: fewer queue pairs and a smaller staging buffer each
         # than DistFeature's one.
         options = _rdma_options(rdma, qps_per_peer=2, staging_bytes=8 << 20)

@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 
 from . import ops
-from .ops import integer_times
+from .ops import integer_fanouts, integer_times
 from ._load import cuda_kernels_built
 from ._device import as_ids, checked_node_ids, parse_share, parse_size, resolve_device
 from .hotness import check_hot_order, degree_order
@@ -218,7 +218,7 @@ class GraphSageSampler:
                  temporal_strategy: str = "uniform", strict_time: bool = False,
                  disjoint: bool = False, capture_batches: bool = True,
                  uva_row_order: Optional[bool] = None):
-        sizes = [int(s) for s in sizes]
+        sizes = integer_fanouts(sizes, "sizes")
         ops.check_fanouts(sizes, replace, "sizes")
         self.sizes: List[int] = sizes
         self.replace = replace
@@ -387,7 +387,8 @@ class GraphSageSampler:
                         ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         """The raw PyG-layout output of :func:`torch_quiver_ops.ops.sample_subgraph` (of
         :meth:`neighbor_sample`, less its ``batch``, when sampling has rules)."""
-        if self.has_rules:
+        # A seed_time given to a sampler without times is refused there, not ignored here.
+        if self.has_rules or seed_time is not None:
             out = self.neighbor_sample(input_nodes, seed_time, generator)
             return (out[0], *out[2:])
         self._ensure_placed()

@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 
 from ._device import resolve_device
+from .ops import integer_fanouts
 from .sampler import Adj, GraphSageSampler
 from .topology import CSRTopo
 
@@ -62,7 +63,7 @@ class PSGS:
 
     def __init__(self, topo: CSRTopo, fanouts: Sequence[int]):
         self.values: Tensor = torch.classes.quiver.ServingRuntime.expected_sampled_counts(
-            topo.indptr, topo.indices, list(fanouts)).float()
+            topo.indptr, topo.indices, integer_fanouts(fanouts)).float()
 
     @classmethod
     def of_values(cls, values: Tensor) -> "PSGS":
@@ -174,7 +175,7 @@ class ServingRuntime:
             check_package(self.package)  # a package that would crash this process on load
         else:
             self.model = model.to(self.device).eval()
-        self.topo, self.fanouts = topo, list(fanouts)
+        self.topo, self.fanouts = topo, integer_fanouts(fanouts)
         self.num_nodes = topo.node_count
         self.max_batch_nodes = max_batch_nodes
         gpu_indptr = gpu_indices = None

@@ -406,6 +406,15 @@ def test_a_part_loaded_on_the_wrong_rank_or_corrupt_is_refused(tmp_path):
         backwards[5] = backwards[6] + 1
         with pytest.raises(ValueError, match="must be non-decreasing"):
             DistGraphSampler(dataclasses.replace(whole, indptr=backwards), [3])
+        for row in (400, -1):  # a node's row past (or before) its owner's part
+            rows = whole.local_index.clone()
+            rows[5] = row
+            with pytest.raises(ValueError, match=rf"local_index\[5\] = {row} but host 0 owns "
+                                                 r"400 nodes: the partition is corrupt"):
+                DistGraphSampler(dataclasses.replace(whole, local_index=rows), [3])
+        for fanouts in ("3", [2.5]):
+            with pytest.raises(TypeError, match="sizes must be a sequence of ints"):
+                DistGraphSampler(whole, fanouts)
         assert DistGraphSampler(whole, [3]).sample_subgraph(torch.arange(3))[0].numel() >= 3
     finally:
         dist.destroy_process_group()

@@ -397,8 +397,13 @@ def test_bad_input_is_named(mode):
         s.sample(("author", torch.tensor([25])))
     with pytest.raises(KeyError, match="venue"):
         s.sample({"venue": torch.tensor([0])})
-    with pytest.raises(TypeError, match="integer"):
-        s.sample(("paper", torch.tensor([0.5])))
+    for ids in (torch.tensor([0.5]), torch.tensor([0j])):
+        with pytest.raises(TypeError, match="1-D integer tensor"):
+            s.sample(("paper", ids))
+    with pytest.raises(TypeError, match="num_neighbors must be a sequence of ints.*'22'"):
+        sampler(topo, "22", mode)  # not two hops of 2
+    with pytest.raises(TypeError, match=r"num_neighbors\[.*\] must be a sequence of ints.*2.5"):
+        sampler(topo, {et: [2.5] for et in EDGE_TYPES}, mode)
     with pytest.raises(ValueError, match="edge types"):
         sampler(topo, {("paper", "likes", "paper"): [2]}, mode)
     with pytest.raises(ValueError, match="lacks edge types"):

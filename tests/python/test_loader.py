@@ -435,8 +435,12 @@ def test_link_sample_loader_refuses_bad_input():
     sampler = qv.GraphSageSampler(topo, [2], device="cpu")
     with pytest.raises(IndexError, match="edge_label_index holds node 300"):
         qv.LinkSampleLoader(sampler, None, torch.tensor([[0], [300]]), 8)
-    with pytest.raises(ValueError, match="neg_ratio must be >= 0"):
-        qv.LinkSampleLoader(sampler, None, edges, 8, neg_ratio=-1)
+    for ratio in (-1, float("nan"), float("inf")):  # NaN would draw no negatives, unsaid
+        with pytest.raises(ValueError, match="neg_ratio must be a finite number >= 0"):
+            qv.LinkSampleLoader(sampler, None, edges, 8, neg_ratio=ratio)
+    for dtype in (torch.bool, torch.complex64):  # True and False are no node ids
+        with pytest.raises(ValueError, match=r"\[2, num_edges\] tensor of node ids"):
+            qv.LinkSampleLoader(sampler, None, torch.ones(2, 3, dtype=dtype), 8)
     temporal = qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(300, dtype=torch.long))
     with pytest.raises(ValueError, match="LinkNeighborLoader"):
         qv.LinkSampleLoader(temporal, None, edges, 8)

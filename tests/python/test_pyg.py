@@ -137,6 +137,35 @@ def test_graph_store_layouts_agree_and_hold_in_neighbors():
         coo.put_edge_index((row, col), edge_type=None, layout="coo", size=(n, n))
 
 
+def test_malformed_edge_indices_are_refused_not_truncated():
+    x = torch.randn(4, 2)
+    for edge_index, error, words in [
+            (torch.tensor([[0.9, 1.5], [1.7, 2.2]]), TypeError, "row must hold integer node ids"),
+            (torch.tensor([[0, 1], [1, 2], [3, 3]]), ValueError, r"shape \[2, E\], got \(3, 2\)")]:
+        data = Data(x=x, edge_index=edge_index, num_nodes=4)
+        with pytest.raises(error, match=words):
+            next(iter(qpyg.NeighborLoader(data, num_neighbors=[-1], batch_size=4, device="cpu")))
+        hetero = HeteroData()
+        hetero["a"].x = x
+        hetero["a", "to", "a"].edge_index = edge_index
+        with pytest.raises(error, match=words):
+            next(iter(qpyg.NeighborLoader(hetero, num_neighbors=[-1], batch_size=4,
+                                          input_nodes="a", device="cpu")))
+    for pair, layout, error, words in [
+            ((torch.tensor([0.7, 1.2]), torch.tensor([1, 2])), "coo", TypeError, "row must hold"),
+            ((torch.tensor([0, 1, 2]), torch.tensor([1, 2])), "coo", ValueError,
+             "row and col must have equal length, got 3 and 2"),
+            ((torch.tensor([0, 3, 1, 4]), torch.tensor([1, 2, 0, 1])), "csr", ValueError,
+             "rowptr must start at 0, never decrease and end at 4"),
+            ((torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0, 1])), "csr", ValueError,
+             "the CSR is corrupt")]:
+        with pytest.raises(error, match=words):
+            qpyg.GraphStore().put_edge_index(pair, edge_type=None, layout=layout, size=(3, 3))
+        with pytest.raises(error, match=words):
+            qpyg.HeteroGraphStore().put_edge_index(pair, edge_type=("a", "to", "a"),
+                                                   layout=layout, size=(3, 3))
+
+
 def test_feature_store_gathers_and_names_what_it_lacks(mode):
     device = device_of(mode)
     data = directed_data()

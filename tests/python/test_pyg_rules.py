@@ -129,6 +129,19 @@ def test_loader_options_are_checked(kwargs, match):
         NeighborLoader(temporal_data(), [3], batch_size=8, device="cpu", **kwargs)
 
 
+def test_seed_times_of_the_wrong_length_are_named():
+    data = temporal_data()
+    with pytest.raises(ValueError, match=r"input_time must hold one time per input node \(4\), "
+                                         r"got 2"):
+        NeighborLoader(data, [2], batch_size=4, device="cpu", input_nodes=torch.arange(4),
+                       time_attr="edge_time", input_time=torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=r"edge_label_time must hold one time per seed edge "
+                                         r"\(2\), got 1"):
+        LinkNeighborLoader(data, [2], batch_size=4, device="cpu", time_attr="edge_time",
+                           edge_label_index=torch.tensor([[0, 1], [2, 3]]),
+                           edge_label_time=torch.tensor([5]))
+
+
 def test_bad_weights_refused_at_construction():
     data = temporal_data()
     data.edge_weight[17] = 0.0

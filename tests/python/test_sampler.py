@@ -80,6 +80,13 @@ def test_bad_input(graph):
         qv.GraphSageSampler(topo, [3, -2], mode="CPU")
     with pytest.raises(ValueError, match=r"sizes must name at least one hop"):
         qv.GraphSageSampler(topo, [], mode="CPU")
+    # "15" is not the hops 1 and 5, nor 2.9 a fanout of 2
+    for sizes, bad in [("15", "'15'"), ([2.9, 1], "2.9"), ([True], "True")]:
+        with pytest.raises(TypeError, match=f"sizes must be a sequence of ints.*got {bad}"):
+            qv.GraphSageSampler(topo, sizes, mode="CPU")
+    assert qv.GraphSageSampler(topo, (torch.tensor(3), 2), mode="CPU").sizes == [3, 2]
+    with pytest.raises(ValueError, match="seed_time is for temporal sampling"):
+        sampler.sample(torch.tensor([0]), seed_time=torch.tensor([-999]))  # not ignored
     with pytest.raises(ValueError, match=r"sizes\[0\] with replacement"):
         qv.GraphSageSampler(topo, [1 << 40], mode="CPU", replace=True)
     with pytest.raises(ValueError, match="mode must be one of"):

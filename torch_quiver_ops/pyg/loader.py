@@ -402,7 +402,17 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
                          time_attr=time_attr,
                          transform=transform, transform_sampler_output=transform_sampler_output,
                          filter_per_worker=False, neighbor_sampler=neighbor_sampler, **kwargs)
+        _check_one_time_each(self.input_data.time, self.input_data.node, "input_time",
+                             "input node")
         self._decide_how_batches_are_drawn()
+
+
+def _check_one_time_each(times: Optional[Tensor], items: Tensor, name: str, what: str) -> None:
+    """A ValueError naming ``name`` unless it holds one time per item (PyG would fail later,
+    in a batch, with an IndexError that names neither)."""
+    if times is not None and times.numel() != items.numel():
+        raise ValueError(f"{name} must hold one time per {what} ({items.numel()}), got "
+                         f"{times.numel()}")
 
 
 class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
@@ -485,6 +495,8 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                              transform_sampler_output=transform_sampler_output,
                              filter_per_worker=False, neighbor_sampler=neighbor_sampler,
                              **kwargs)
+            _check_one_time_each(self.input_data.time, self.input_data.row, "edge_label_time",
+                                 "seed edge")
             self._decide_how_batches_are_drawn()
             return
         if edge_label_index is None:
@@ -505,4 +517,6 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                          neg_sampling=neg_sampling, neg_sampling_ratio=neg_sampling_ratio,
                          transform=transform, transform_sampler_output=transform_sampler_output,
                          filter_per_worker=False, neighbor_sampler=neighbor_sampler, **kwargs)
+        _check_one_time_each(self.input_data.time, self.input_data.row, "edge_label_time",
+                             "seed edge")
         self._decide_how_batches_are_drawn()

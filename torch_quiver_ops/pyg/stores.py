@@ -78,6 +78,7 @@ class GraphStore(_PygGraphStore):
     def from_edge_index(cls, edge_index: Tensor, num_nodes: Optional[int] = None) -> "GraphStore":
         store = cls()
         size = None if num_nodes is None else (num_nodes, num_nodes)
+        edge_index = _two_rows(edge_index, "edge_index")
         store.put_edge_index((edge_index[0], edge_index[1]), edge_type=None, layout="coo",
                              size=size)
         return store
@@ -97,15 +98,13 @@ class GraphStore(_PygGraphStore):
         if self.topo is not None:
             raise ValueError("the graph store already holds an edge index: remove it first")
         num_nodes = max(edge_attr.size) if edge_attr.size is not None else None
-        first, second = (torch.as_tensor(t) for t in edge_index)
         layout = EdgeLayout(edge_attr.layout)
+        first, second = _id_pair(edge_index, layout)
         if layout == EdgeLayout.CSC:  # (row, colptr): already grouped by destination
             self.topo = CSRTopo(indptr=second, indices=first, num_nodes=num_nodes)
             return True
         if layout == EdgeLayout.CSR:  # (rowptr, col): back to COO, edge ids in CSR order
-            rowptr = first.long()
-            first = torch.repeat_interleave(torch.arange(rowptr.numel() - 1),
-                                            rowptr[1:] - rowptr[:-1])
+            first = _rows_of_pointers(first, second.numel(), "rowptr")
         # COO (row, col): group by destination col; CSRTopo records each edge's position.
         self.topo = CSRTopo(torch.stack([second.long(), first.long()]), num_nodes=num_nodes)
         return True
@@ -135,6 +134,46 @@ class GraphStore(_PygGraphStore):
             return []
         n = self.topo.node_count
         return [EdgeAttr(None, EdgeLayout.CSC, is_sorted=True, size=(n, n))]
+
+
+def _two_rows(edge_index, what: str) -> Tensor:
+    """``edge_index`` as a tensor, else a ValueError unless it is ``[2, E]``."""
+    edge_index = torch.as_tensor(edge_index)
+    if edge_index.dim() != 2 or edge_index.size(0) != 2:
+        raise ValueError(f"{what} must have shape [2, E], got {tuple(edge_index.shape)}")
+    return edge_index
+
+
+def _id_pair(edge_index, layout: EdgeLayout, whose: str = "") -> Tuple[Tensor, Tensor]:
+    """The two tensors of a put edge index, each 1-D and of integers (float ids would be
+    truncated), of equal length in COO."""
+    names = {EdgeLayout.COO: ("row", "col"), EdgeLayout.CSR: ("rowptr", "col"),
+             EdgeLayout.CSC: ("row", "colptr")}[layout]
+    pair = tuple(torch.as_tensor(t) for t in edge_index)
+    if len(pair) != 2:
+        raise ValueError(f"{whose}edge index must be a pair {names}, got {len(pair)} tensors")
+    for name, t in zip(names, pair):
+        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+            raise TypeError(f"{whose}{name} must hold integer node ids, got {t.dtype}")
+        if t.dim() != 1:
+            raise ValueError(f"{whose}{name} must be 1-D, got shape {tuple(t.shape)}")
+    if layout == EdgeLayout.COO and pair[0].numel() != pair[1].numel():
+        raise ValueError(f"{whose}row and col must have equal length, got {pair[0].numel()} "
+                         f"and {pair[1].numel()}")
+    return pair
+
+
+def _rows_of_pointers(pointers: Tensor, count: int, what: str) -> Tensor:
+    """Each of ``count`` entries' row from CSR-style ``pointers``, which must start at 0,
+    never decrease and end at ``count`` (else a ValueError: the CSR is corrupt)."""
+    pointers = pointers.long()
+    steps = pointers.diff()
+    if (pointers.numel() == 0 or int(pointers[0]) != 0 or int(pointers[-1]) != count
+            or bool((steps < 0).any())):
+        raise ValueError(f"{what} must start at 0, never decrease and end at {count} (the "
+                         f"other tensor's length), got {pointers.tolist()[:8]}"
+                         f"{'...' if pointers.numel() > 8 else ''}: the CSR is corrupt")
+    return torch.repeat_interleave(torch.arange(pointers.numel() - 1), steps)
 
 
 class HeteroGraphStore(_PygGraphStore):
@@ -180,13 +219,12 @@ class HeteroGraphStore(_PygGraphStore):
                              f"dst_type), got edge type {et!r}: use GraphStore for one type")
         if et in self.edge_index_dict:
             raise ValueError(f"the graph store already holds edge type {et}: remove it first")
-        first, second = (torch.as_tensor(t) for t in edge_index)
         layout = EdgeLayout(edge_attr.layout)
+        first, second = _id_pair(edge_index, layout, f"edge type {et}'s ")
         if layout == EdgeLayout.CSC:  # (row, colptr)
-            second = torch.repeat_interleave(torch.arange(second.numel() - 1),
-                                             second.long().diff())
+            second = _rows_of_pointers(second, first.numel(), f"edge type {et}'s colptr")
         elif layout == EdgeLayout.CSR:  # (rowptr, col)
-            first = torch.repeat_interleave(torch.arange(first.numel() - 1), first.long().diff())
+            first = _rows_of_pointers(first, second.numel(), f"edge type {et}'s rowptr")
         if edge_attr.size is not None:
             for t, n in ((et[0], edge_attr.size[0]), (et[2], edge_attr.size[1])):
                 if n is not None:
@@ -476,6 +514,7 @@ def _hetero_stores(data: HeteroData, device, cache_size, cache_policy: str,
             raise ValueError(f"edge type {et} has no edge_index (adjacency given only as "
                              f"adj_t is not supported: give edge_index)")
         counts = graph.num_nodes_dict
+        ei = _two_rows(ei, f"edge type {et}'s edge_index")
         graph.put_edge_index((ei[0], ei[1]), edge_type=et, layout="coo",
                              size=(counts.get(et[0]), counts.get(et[2])))
     degree = graph.topology().degree_dict()
