@@ -678,10 +678,10 @@ class _ReadsByDeadline(io.RawIOBase):
         return True
 
     def readinto(self, buffer) -> int:
-        left = self._handler.read_deadline - time.monotonic()
+        handler = self._handler
+        left = handler.read_deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the request took longer to arrive than its deadline")
-        handler = self._handler
         handler.connection.settimeout(min(left, handler.timeout))
         count = handler.connection.recv_into(buffer)
         if count and handler.awaiting_request:

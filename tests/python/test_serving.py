@@ -457,6 +457,15 @@ def test_bad_options_are_value_errors(graph):
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="latency_objective_ms must be finite and > 0"):
             runtime_for(graph, latency_objective_ms=bad, cpu_samplers=1)
+    runtime, _ = runtime_for(graph, cpu_samplers=1)
+    try:
+        for bad in (0.0, -1.0, float("inf"), float("nan")):
+            with pytest.raises(ValueError, match="read_timeout must be a positive number"):
+                serve_http(runtime, server="stdlib", read_timeout=bad)
+        with pytest.raises(TypeError, match="fanouts must be a sequence of ints"):
+            PSGS(runtime.topo, "32")
+    finally:
+        runtime.close()
 
 
 def raw_request(url, head: bytes, body: bytes = b""):
