@@ -383,6 +383,8 @@ def test_unsupported_arguments_raise_clearly():
         qpyg.NeighborLoader(data, [2], subgraph_type="induced", device="cpu")
     with pytest.raises(TypeError, match="Data"):
         qpyg.NeighborLoader(data.edge_index, [2], device="cpu")
+    with pytest.raises(ValueError, match="cannot read '1x' as a size"):  # on the CPU too
+        qpyg.NeighborLoader(data, [2], cache_size="1x", device="cpu")
     with pytest.raises(IndexError):
         next(iter(qpyg.NeighborLoader(data, [2], input_nodes=torch.tensor([0, 200]),
                                       batch_size=2, device="cpu")))

@@ -287,6 +287,8 @@ class FeatureStore(_PygFeatureStore):
                  csr_topo: Optional[CSRTopo] = None, host_reads: str = "auto"):
         super().__init__()
         self.device = resolve_device(device)
+        if parse_share(cache_size, "cache_size") is None:
+            parse_size(cache_size)  # refused here, on the CPU too, not first on a GPU
         self.cache_size = cache_size
         self.cache_policy = cache_policy
         self.csr_topo = csr_topo
