@@ -93,7 +93,8 @@ HopOutputs sample_hops(const Rows& rows_policy, const at::Tensor& indices,
         counts[r] = rows_policy.count(planned[r].span, planned[r].fanout);
       }
     });
-    const int64_t hop_edges = prefix_counts(counts.data(), num_rows, ends.data(), hop);
+    const int64_t hop_edges = prefix_counts(counts.data(), num_rows, ends.data(), hop,
+                                            /*bytes_per_edge=*/3 * sizeof(int64_t));
     nodes_bound = std::min(nodes_bound + std::min(hop_edges, key_space), key_space + batch_size);
     check_batch_nodes(nodes_bound);
     table.reserve(nodes_bound);

@@ -8,6 +8,8 @@
 #include <ATen/core/PhiloxRNGEngine.h>
 #include <c10/util/flat_hash_map.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <mutex>
@@ -71,9 +73,19 @@ inline void sample_offsets(int64_t degree, int64_t fanout, bool replace, at::phi
   }
 }
 
+// This host's memory in bytes (0 where it cannot tell).
+inline int64_t host_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
 // ends[i] = counts[0] + ... + counts[i] over n rows of hop `hop` (-1: sample_neighbors),
-// raising before any sum passes kMaxHopEdges, so that none can wrap. Returns the total.
-inline int64_t prefix_counts(const int64_t* counts, int64_t n, int64_t* ends, int64_t hop) {
+// raising before any sum passes kMaxHopEdges, so that none can wrap, and when the hop's
+// output (`bytes_per_edge` a sampled edge) would not fit in this host's memory: Linux would
+// grant the allocation and then kill the process as it filled it (a huge fanout with
+// replacement). Returns the total.
+inline int64_t prefix_counts(const int64_t* counts, int64_t n, int64_t* ends, int64_t hop,
+                             int64_t bytes_per_edge) {
   int64_t total = 0;
   for (int64_t i = 0; i < n; ++i) {
     if (counts[i] > kMaxHopEdges - total) {
@@ -83,6 +95,12 @@ inline int64_t prefix_counts(const int64_t* counts, int64_t n, int64_t* ends, in
     total += counts[i];
     ends[i] = total;
   }
+  static const int64_t memory = host_memory_bytes();
+  TORCH_CHECK_VALUE(memory == 0 || total <= memory / bytes_per_edge,
+                    errors::hop_edges_name(hop), " would be ", total, ", whose ",
+                    (total * bytes_per_edge) >> 20, " MiB of output exceed this host's ",
+                    memory >> 20, " MiB of memory: sample fewer seeds per batch or use a "
+                    "smaller fanout");
   return total;
 }
 

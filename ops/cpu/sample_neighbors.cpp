@@ -33,7 +33,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> sample_neighbors_kernel(
   });
   at::Tensor ends = at::empty({num_seeds}, seeds.options());
   int64_t* ends_p = ends.mutable_data_ptr<int64_t>();
-  const int64_t total = cpu::prefix_counts(counts_p, num_seeds, ends_p, /*hop=*/-1);
+  const int64_t total = cpu::prefix_counts(counts_p, num_seeds, ends_p, /*hop=*/-1,
+                                           /*bytes_per_edge=*/2 * sizeof(int64_t));
 
   at::Tensor neighbors = at::empty({total}, seeds.options());
   at::Tensor sampled_eids = at::empty({total}, seeds.options());

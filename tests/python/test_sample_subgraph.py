@@ -265,6 +265,22 @@ def test_huge_fanouts_raise_instead_of_wrapping(mode):
         qv.ops.sample_subgraph(indptr, indices, seeds, [3, 2**62], True)
 
 
+def test_a_hop_larger_than_the_hosts_memory_raises_instead_of_being_killed():
+    # A legal fanout with replacement whose hop alone would not fit in this host's memory:
+    # the allocation would succeed (overcommit) and the process die filling it.
+    import os
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    fanout = memory // 16 + 1  # sample_neighbors: 16 bytes an edge; sample_subgraph: 24
+    if fanout > (1 << 32) - 2:
+        pytest.skip(f"this host's {memory >> 30} GiB hold the largest hop the ops allow")
+    graph = random_graph(num_nodes=50, num_edges=400)
+    seeds = graph.indptr.diff().argmax().reshape(1)  # a node with neighbors
+    with pytest.raises(ValueError, match="MiB of output exceed this host's"):
+        qv.ops.sample_subgraph(graph.indptr, graph.indices, seeds, [fanout], True)
+    with pytest.raises(ValueError, match="MiB of output exceed this host's"):
+        qv.ops.sample_neighbors(graph.indptr, graph.indices, seeds, fanout, True)
+
+
 @pytest.mark.parametrize("fanout", [10**9, 2**31 - 1, 2**62, 2**62 + 1])
 def test_huge_finite_fanout_without_replacement_takes_every_neighbor(mode, fanout):
     graph = random_graph(num_nodes=200, num_edges=2000, seed=9)
