@@ -62,6 +62,13 @@ def init_p2p(device_list: Sequence[int]) -> List[List[int]]:
     return p2p_cliques(device_list)
 
 
+def holds_integers(tensor: torch.Tensor) -> bool:
+    """Whether ``tensor`` holds integers that can be ids or times: not floats (which would
+    be truncated), complex numbers or bools (True and False are no node ids)."""
+    dtype = tensor.dtype
+    return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
+
+
 def as_ids(ids) -> torch.Tensor:
     """``ids`` as a tensor; an empty list is no int64 ids (``torch.as_tensor([])`` would be
     floats, which the ops refuse)."""

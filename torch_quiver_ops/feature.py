@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops, preflight
-from ._device import (as_ids, checked_node_ids, gpus_usable, p2p_cliques, parse_share,
-                      parse_size, resolve_device)
+from ._device import (as_ids, checked_node_ids, gpus_usable, holds_integers, p2p_cliques,
+                      parse_share, parse_size, resolve_device)
 from .hotness import INT32_MAX, check_hot_order, check_positions, positions_of
 from .topology import CSRTopo
 from .uva import pinned
@@ -460,8 +460,7 @@ class Feature:
         memory: its own cache or its clique's."""
         view, tiers, _ = self._view(self.device_for(device))
         ids = as_ids(ids)
-        if ids.dim() != 1 or ids.dtype.is_floating_point or ids.dtype.is_complex or \
-                ids.dtype == torch.bool:
+        if ids.dim() != 1 or not holds_integers(ids):
             raise TypeError(f"ids must be a 1-D tensor of integer ids, got {ids.dtype} of "
                             f"shape {tuple(ids.shape)}")
         ids = checked_node_ids(ids.cpu(), self.shape[0], "ids")

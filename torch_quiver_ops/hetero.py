@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from . import ops
-from ._device import as_ids
+from ._device import as_ids, holds_integers
 from .ops import integer_fanouts, integer_times
 from .sampler import sampling_placement
 from .uva import pinned
@@ -91,7 +91,7 @@ class HeteroCSRTopo:
             if ei.dim() != 2 or ei.size(0) != 2:
                 raise ValueError(f"edge_index_dict[{et}] must have shape [2, E], got "
                                  f"{tuple(ei.shape)}")
-            if ei.dtype.is_floating_point or ei.dtype.is_complex or ei.dtype == torch.bool:
+            if not holds_integers(ei):
                 raise TypeError(f"edge_index_dict[{et}] must hold integer node ids, got "
                                 f"{ei.dtype}")
             ei = ei.long()
@@ -415,7 +415,7 @@ class HeteroSampler:
             hops, per_type = len(shared), [shared] * len(edge_types)
         if hops == 0:
             raise ValueError("num_neighbors must name at least one hop")
-        fanouts = [int(per_type[r][h]) for h in range(hops) for r in range(len(edge_types))]
+        fanouts = [per_type[r][h] for h in range(hops) for r in range(len(edge_types))]
         ops.check_fanouts(fanouts, self.replace,
                           f"num_neighbors={num_neighbors} (hop-major, a relation each) fanouts")
         return fanouts, hops
@@ -435,8 +435,7 @@ class HeteroSampler:
         are (on the host, as a DataLoader gives them: no GPU round trip) unless ``checked``,
         then moved: the ops check only the global range."""
         ids = as_ids(ids)
-        if (ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool
-                or ids.dim() != 1):
+        if not holds_integers(ids) or ids.dim() != 1:
             raise TypeError(f"{name} must be a 1-D integer tensor, got {ids.dtype} of shape "
                             f"{tuple(ids.shape)}")
         n = self.topo.num_nodes_dict[node_type]

@@ -32,6 +32,7 @@ from typing import (Any, Callable, Iterable, Iterator, List, NamedTuple, Optiona
 import torch
 from torch import Tensor
 
+from ._device import holds_integers
 from .feature import Feature, check_host_read_blocks
 from .feature import host_read_blocks as host_read_blocks_of
 from .sampler import Adj, GraphSageSampler, layers_of
@@ -617,8 +618,7 @@ def checked_seed_edges(edge_label_index, num_nodes: int,
     with ``edge_label`` (if given) one label per seed edge; both link loaders' check."""
     edge_label_index = torch.as_tensor(edge_label_index)
     if (edge_label_index.dim() != 2 or edge_label_index.size(0) != 2
-            or edge_label_index.dtype.is_floating_point or edge_label_index.dtype.is_complex
-            or edge_label_index.dtype == torch.bool):  # True and False are no node ids
+            or not holds_integers(edge_label_index)):
         raise ValueError(f"edge_label_index must be a [2, num_edges] tensor of node ids, "
                          f"got {tuple(edge_label_index.shape)} {edge_label_index.dtype}")
     if edge_label_index.numel() and (int(edge_label_index.min()) < 0

@@ -10,6 +10,8 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
+from ._device import holds_integers
+
 
 def check_csr(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor] = None,
               num_nodes: int = -1) -> None:
@@ -225,7 +227,7 @@ def integer_times(times, name: str) -> Tensor:
     """Times as int64, refusing floating-point ones: truncating them would let an edge at
     0.9 pass a seed at 0.5 (both would read 0)."""
     times = torch.as_tensor(times)
-    if times.dtype.is_floating_point or times.dtype.is_complex or times.dtype == torch.bool:
+    if not holds_integers(times):
         raise TypeError(f"{name} must hold integer times (int64 timestamps), got "
                         f"{times.dtype}: scale them to whole units first")
     return times.long()

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops
+from ._device import holds_integers
 from .hotness import INT32_MAX, degree_order
 
 
@@ -108,8 +109,7 @@ class CSRTopo:
                 raise ValueError("give either edge_index or indptr/indices, not both")
             if edge_index.dim() != 2 or edge_index.size(0) != 2:
                 raise ValueError(f"edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
-            if edge_index.dtype.is_floating_point or edge_index.dtype.is_complex or \
-                    edge_index.dtype == torch.bool:
+            if not holds_integers(edge_index):
                 raise TypeError(f"edge_index must hold integer node ids, got {edge_index.dtype}")
             # Built where the edges are: on a GPU (csr_from_coo's CUDA kernel, a fraction of a
             # second for a billion edges) when they are there; the CSR is kept on the host.
@@ -130,7 +130,7 @@ class CSRTopo:
             if eid is not None:
                 eid = torch.as_tensor(eid)
                 if (eid.dim() != 1 or eid.numel() != edge_index.size(1)
-                        or eid.is_floating_point() or eid.is_complex() or eid.dtype == torch.bool):
+                        or not holds_integers(eid)):
                     raise ValueError(f"eid must hold one integer id per column of edge_index "
                                      f"({edge_index.size(1)}), got {eid.dtype} of shape "
                                      f"{tuple(eid.shape)}")

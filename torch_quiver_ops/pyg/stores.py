@@ -16,7 +16,7 @@ from torch_geometric.data import GraphStore as _PygGraphStore
 from torch_geometric.data.graph_store import EdgeLayout
 
 from .. import ops
-from .._device import parse_share, parse_size, resolve_device
+from .._device import holds_integers, parse_share, parse_size, resolve_device
 from ..feature import Feature
 from ..hetero import EdgeType, HeteroCSRTopo
 from ..topology import CSRTopo
@@ -153,7 +153,7 @@ def _id_pair(edge_index, layout: EdgeLayout, whose: str = "") -> Tuple[Tensor, T
     if len(pair) != 2:
         raise ValueError(f"{whose}edge index must be a pair {names}, got {len(pair)} tensors")
     for name, t in zip(names, pair):
-        if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        if not holds_integers(t):
             raise TypeError(f"{whose}{name} must hold integer node ids, got {t.dtype}")
         if t.dim() != 1:
             raise ValueError(f"{whose}{name} must be 1-D, got shape {tuple(t.shape)}")
