@@ -311,9 +311,12 @@ def sample_negatives(indptr: Tensor, indices: Tensor, src: Tensor, per_src: int,
     ``src[i] -> v`` (``src[i]`` among ``v``'s neighbors in the CSR, whose rows list each
     node's sources, as the samplers read them) is drawn again, up to ``max_trials`` draws
     in all: the negatives are then uniform over the non-neighbors of ``src[i]``, except that
-    after ``max_trials`` true edges in a row the last one stands (probability at most
-    ``density ** max_trials``, below 1e-20 for any sparse graph at the default 8). Without
-    it, a negative is a true edge about as often as the graph's density, as PyG's.
+    after ``max_trials`` true edges in a row the last one stands: with probability
+    ``(d / n) ** max_trials`` for a source with ``d`` of the ``n`` candidate nodes as
+    neighbors (below 1e-8 at the default 8 for a source linked to under a tenth of the
+    nodes, but 0.43 for a hub linked to nine tenths of them, and 1 on a complete graph,
+    where no negative exists). Without it, a negative is a true edge with probability
+    ``d / n``, as PyG's.
 
     The CSR's rows list each node's sources by default (``src[i]`` in row ``v``: the layout
     of :class:`torch_quiver_ops.pyg.GraphStore`); with ``out_rows`` its destinations (``v`` in

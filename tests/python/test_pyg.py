@@ -3,6 +3,7 @@ itself, PyG's conventions (edge direction, hop layout for trim_to_layer, input i
 uniformity test, on every placement."""
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -325,6 +326,99 @@ def test_a_sampler_of_the_users_own_goes_through_the_dataloader():
     assert sum(b.batch_size for b in loader) == 30
 
 
+def test_a_sampler_over_some_positions_and_a_batch_sampler_are_honoured():
+    """A SequentialSampler or RandomSampler over some positions is no DataLoader default:
+    it draws only those seeds (the fast path took every seed); a batch_sampler gives the
+    batches (it failed with a bare TypeError)."""
+    data = directed_data()
+    for sampler in (torch.utils.data.SequentialSampler(range(5)),
+                    torch.utils.data.RandomSampler(range(5))):
+        loader = qpyg.NeighborLoader(data, [2], batch_size=4, device="cpu", sampler=sampler)
+        seeds = [b.n_id[:b.batch_size].tolist() for b in loader]
+        assert len(loader) == len(seeds) == 2
+        assert sorted(sum(seeds, [])) == [0, 1, 2, 3, 4]
+    batch_sampler = torch.utils.data.BatchSampler(torch.utils.data.SequentialSampler(range(10)),
+                                                  3, drop_last=True)
+    loader = qpyg.NeighborLoader(data, [2], device="cpu", batch_sampler=batch_sampler)
+    assert [b.n_id[:b.batch_size].tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+
+
+def test_input_nodes_as_a_list_tuple_or_range():
+    data = directed_data()
+    for ids in ([3, 4, 7], (3, 4, 7), range(3, 6)):
+        loader = qpyg.NeighborLoader(data, [2], input_nodes=ids, batch_size=8, device="cpu")
+        batch = next(iter(loader))
+        assert batch.n_id[:batch.batch_size].tolist() == list(ids)
+    with pytest.raises(TypeError, match="input_nodes"):
+        qpyg.NeighborLoader(data, [2], input_nodes={"a": 1}, batch_size=8, device="cpu")
+
+
+def test_numpy_attributes_are_gathered_and_lists_refused():
+    """As PyG's batches: a numpy attribute with a row per node or edge comes as a tensor of
+    the sampled rows (it was copied whole into every batch); a per-node list is refused by
+    name (PyG's batches fail on it without naming it)."""
+    data = directed_data()
+    data.np_rows = np.arange(400).reshape(200, 2)
+    data.np_edges = np.arange(2500, dtype=np.float32)
+    batch = next(iter(qpyg.NeighborLoader(data, [3], batch_size=8, device="cpu",
+                                          return_eid=True)))
+    assert torch.equal(batch.np_rows, torch.from_numpy(data.np_rows)[batch.n_id])
+    assert torch.equal(batch.np_edges, torch.from_numpy(data.np_edges)[batch.e_id])
+    data.names = [f"node {i}" for i in range(200)]
+    with pytest.raises(TypeError, match="'names' is a list with a row per node"):
+        qpyg.NeighborLoader(data, [3], batch_size=8, device="cpu")
+
+
+def test_num_neighbors_must_be_integers():
+    with pytest.raises(TypeError, match="num_neighbors.*2.9"):
+        qpyg.NeighborLoader(directed_data(), [2.9], batch_size=8, device="cpu")
+
+
+def test_the_loader_reads_the_data_as_it_is_at_each_epoch():
+    """As PyG's loaders, which read the data at every batch: loader.data is the Data, and an
+    attribute set, replaced, deleted or changed in place (the graph too) shows from the next
+    epoch on. A new loader after an in-place change of edge_index samples the new graph (a
+    shared topology was keyed on the tensor alone)."""
+    data = directed_data()
+    loader = qpyg.NeighborLoader(data, [-1], batch_size=200, device="cpu")
+    assert loader.data is data
+    data.x = torch.full_like(data.x, 7.0)
+    data.z = torch.arange(200) * 3
+    del data.train_mask
+    batch = next(iter(loader))
+    assert bool((batch.x == 7.0).all()) and torch.equal(batch.z, batch.n_id * 3)
+    assert "train_mask" not in batch
+    data.x.mul_(2)  # in place
+    assert bool((next(iter(loader)).x == 14.0).all())
+    # The graph changed in place: node 0 now has every node as an in-neighbor.
+    old = qpyg.NeighborLoader(data, [-1], input_nodes=torch.tensor([0]), batch_size=1,
+                              device="cpu")
+    next(iter(old))
+    data.edge_index[1, :200] = 0
+    data.edge_index[0, :200] = torch.arange(200)
+    expected = int((data.edge_index[1] == 0).sum())
+    new = qpyg.NeighborLoader(data, [-1], input_nodes=torch.tensor([0]), batch_size=1,
+                              device="cpu")
+    for loader in (new, old):
+        assert next(iter(loader)).edge_index.size(1) == expected
+    # PyG's layer-wise inference recipe
+    loader = qpyg.NeighborLoader(data, [-1], batch_size=50, device="cpu")
+    del loader.data.x, loader.data.y
+    loader.data.num_nodes = 200
+    batch = next(iter(loader))
+    assert "x" not in batch and "y" not in batch and batch.n_id.numel() > 0
+    # A sampler of the caller's cannot follow a new graph: said, not sampled stale.
+    data.x = torch.randn(200, 6)
+    stores = qpyg.to_stores(data, "cpu")
+    given = qpyg.NeighborSampler(stores[1], [2])
+    loader = qpyg.NeighborLoader(data, [2], batch_size=50, device="cpu", neighbor_sampler=given)
+    data.x = torch.zeros(200, 6)  # features alone: the sampler still fits
+    assert bool((next(iter(loader)).x == 0).all())
+    data.edge_index = data.edge_index.flip(0)
+    with pytest.raises(ValueError, match="graph changed"):
+        next(iter(loader))
+
+
 def test_bidirectional_subgraph_has_both_directions(mode):
     data = directed_data()
     loader = qpyg.NeighborLoader(data, [3, 2], batch_size=25, subgraph_type="bidirectional",
@@ -338,8 +432,8 @@ def test_stores_of_one_data_are_shared_between_loaders():
     data = directed_data()
     train = qpyg.NeighborLoader(data, [2], batch_size=8, device="cpu")
     test = qpyg.NeighborLoader(data, [-1], batch_size=8, device="cpu")
-    assert train.data[1] is test.data[1]
-    assert train.data[0]._tables["x"] is test.data[0]._tables["x"]
+    assert train.stores[1] is test.stores[1]
+    assert train.stores[0]._tables["x"] is test.stores[0]._tables["x"]
 
 
 def test_user_stores_and_own_sampler(mode):
@@ -602,6 +696,16 @@ def test_link_triplets_follow_pygs_layout(mode):
         assert neg.shape == (32, 3)
         assert torch.equal(torch.stack([n_id[src], n_id[pos]]), seeds[:, batch.input_id.cpu()])
         assert int(neg.max()) < n_id.numel()
+
+
+def test_seed_edges_over_a_pair_of_stores_in_pygs_typed_form():
+    """Over a (FeatureStore, GraphStore) pair PyG takes (edge type, ids), None the type."""
+    data = directed_data()
+    stores = qpyg.to_stores(data, "cpu")
+    seeds = data.edge_index[:, :8]
+    batch = next(iter(qpyg.LinkNeighborLoader(stores, [2], edge_label_index=(None, seeds),
+                                              batch_size=8, device="cpu")))
+    assert torch.equal(batch.n_id[batch.edge_label_index], seeds)
 
 
 def test_link_loader_refuses_bad_input():

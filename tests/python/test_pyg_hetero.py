@@ -1,6 +1,7 @@
 """torch_quiver_ops.pyg on heterogeneous graphs: HeteroData batches from NeighborLoader and
 LinkNeighborLoader with every field PyG's loaders give, typed stores, the shared GPU
 cache budget, and a to_hetero(GraphSAGE) model training on the batches, on every placement."""
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -406,6 +407,35 @@ def test_hgt_and_rgcn_train_on_the_batches(mode):
                 total += float(loss.detach())
             losses.append(total)
         assert losses[-1] < 0.7 * losses[0], (type(model[0]).__name__, losses)
+
+
+def test_a_changed_hetero_data_is_read_again_and_pair_rules_are_named():
+    """A HeteroData changed after its loader was built is read again at the next epoch (a
+    second loader of it got the first's stale stores); over a pair of stores, weight_attr
+    and time_attr name attributes the pair does not have: refused, not ignored."""
+    data = hetero_data()
+    loader = qpyg.NeighborLoader(data, [3, 3], input_nodes="paper", batch_size=60, device="cpu")
+    assert loader.data is data
+    next(iter(loader))
+    data["paper"].x = torch.full((60, 8), 5.0)
+    batch = next(iter(loader))
+    assert bool((batch["paper"].x == 5.0).all())
+    other = qpyg.NeighborLoader(data, [3, 3], input_nodes="paper", batch_size=60, device="cpu")
+    assert bool((next(iter(other))["paper"].x == 5.0).all())
+    # A numpy attribute is gathered per node type as a tensor (it was dropped).
+    data["paper"].np_rows = np.arange(120).reshape(60, 2)
+    batch = next(iter(loader))
+    assert torch.equal(batch["paper"].np_rows,
+                       torch.from_numpy(data["paper"].np_rows)[batch["paper"].n_id])
+    stores = qpyg.to_stores(data, "cpu")
+    for rules in (dict(weight_attr="w"), dict(time_attr="time"),
+                  dict(time_attr="time", temporal_strategy="last")):
+        with pytest.raises(ValueError, match="pair pass a HeteroNeighborSampler"):
+            qpyg.NeighborLoader(stores, [3, 3], input_nodes="paper", batch_size=8,
+                                device="cpu", **rules)
+        with pytest.raises(ValueError, match="pair pass a HeteroNeighborSampler"):
+            qpyg.LinkNeighborLoader(stores, [3, 3], edge_label_index=WRITES, batch_size=8,
+                                    device="cpu", **rules)
 
 
 def test_bad_hetero_arguments_are_named():

@@ -5,6 +5,7 @@ import threading
 import warnings
 from typing import Optional, Tuple, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import BatchSampler, RandomSampler, SequentialSampler
@@ -14,7 +15,8 @@ from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
 from ..loader import checked_seed_edges
 from .sampler import HeteroNeighborSampler, NeighborSampler
-from .stores import LINK_LOADER_KEYS, LOADER_KEYS, FeatureStore, GraphStore, HeteroGraphStore, to_stores
+from .stores import (LINK_LOADER_KEYS, LOADER_KEYS, FeatureStore, GraphStore, HeteroGraphStore,
+                     data_stamp, to_stores)
 
 # Set while PyG's filter_fn builds a batch in this thread: the loaders' ``transform`` then
 # reads as None, so that it runs last, on the whole batch (see _OnOurStores.filter_fn).
@@ -99,6 +101,66 @@ class _OnOurStores:
                 cache_policy, host_reads, replace, return_eid, subgraph_type,
                 sampling_generator, kwargs, rules=None) -> tuple:
         """Returns ``(stores, graph_store, neighbor_sampler)`` and adjusts ``kwargs``."""
+        # What _refresh needs to build it all again from the data as it is then.
+        self._source = data if isinstance(data, (Data, HeteroData)) else None
+        self._given_sampler = neighbor_sampler
+        self._set_up_args = dict(num_neighbors=num_neighbors, device=device, mode=mode,
+                                 cache_size=cache_size, cache_policy=cache_policy,
+                                 host_reads=host_reads, replace=replace, return_eid=return_eid,
+                                 subgraph_type=subgraph_type,
+                                 sampling_generator=sampling_generator, rules=rules)
+        stores, graph_store, neighbor_sampler = self._set_up_from(
+            data, num_neighbors, neighbor_sampler, device=device, mode=mode,
+            cache_size=cache_size, cache_policy=cache_policy, host_reads=host_reads,
+            replace=replace, return_eid=return_eid, subgraph_type=subgraph_type,
+            sampling_generator=sampling_generator, kwargs=kwargs, rules=rules)
+        self._graph_store = graph_store
+        self._source_print = None if self._source is None else data_stamp(self._source)
+        return stores, graph_store, neighbor_sampler
+
+    @property
+    def data(self):
+        """The ``Data`` (or ``HeteroData``, or pair of stores) the loader was given, as PyG's
+        loaders keep it. While PyG's code builds a batch it reads our stores instead."""
+        if getattr(_BUILDING, "batch", False) or self._source is None:
+            return self._stores
+        return self._source
+
+    @data.setter
+    def data(self, value) -> None:
+        self._stores = value  # PyG's loader sets it to what it was given: our stores
+
+    @property
+    def stores(self):
+        """The ``(FeatureStore, GraphStore)`` pair the batches are gathered from."""
+        return self._stores
+
+    def _refresh(self) -> None:
+        """Builds the stores again, and the sampler if the graph changed, when the ``Data``
+        changed since they were built: an attribute set, replaced or deleted, or a tensor
+        changed in place (seen at the start of an epoch: PyG's loaders read the data at
+        every batch, and ours hold it in stores, a GPU cache among them)."""
+        if self._source is None or data_stamp(self._source) == self._source_print:
+            return
+        shuffle_generator = self._shuffle_generator
+        stores, graph_store, neighbor_sampler = self._set_up_from(
+            self._source, neighbor_sampler=self._given_sampler,
+            kwargs={"num_workers": self.num_workers, "generator": self.generator},
+            **self._set_up_args)
+        if self._given_sampler is not None and graph_store is not self._graph_store:
+            raise ValueError(f"the data's graph changed after this {type(self).__name__} was "
+                             f"built, and it samples with the neighbor_sampler it was given, "
+                             f"built on the graph before: build a new sampler and loader")
+        self._shuffle_generator = shuffle_generator
+        self._stores, self._graph_store = stores, graph_store
+        for name in ("node_sampler", "link_sampler"):  # PyG's name for it, by loader
+            if hasattr(self, name):
+                setattr(self, name, neighbor_sampler)
+        self._source_print = data_stamp(self._source)
+
+    def _set_up_from(self, data, num_neighbors, neighbor_sampler, *, device, mode, cache_size,
+                     cache_policy, host_reads, replace, return_eid, subgraph_type,
+                     sampling_generator, kwargs, rules=None) -> tuple:
         if isinstance(data, HeteroData) or (isinstance(data, (tuple, list)) and len(data) == 2
                                             and isinstance(data[1], HeteroGraphStore)):
             return self._set_up_hetero(data, num_neighbors, neighbor_sampler, device=device,
@@ -116,8 +178,8 @@ class _OnOurStores:
             self._graph_attrs = {
                 key: value for key, value in data.items()
                 if key not in ("edge_index", "num_nodes") and key not in self._own_keys and not (
-                    isinstance(value, Tensor) and (data.is_node_attr(key)
-                                                   or data.is_edge_attr(key)))}
+                    isinstance(value, (Tensor, np.ndarray)) and (data.is_node_attr(key)
+                                                                 or data.is_edge_attr(key)))}
         elif isinstance(data, (tuple, list)) and len(data) == 2:
             stores = tuple(data)
         else:
@@ -189,6 +251,12 @@ class _OnOurStores:
                                  "id: build the HeteroNeighborSampler with return_eid=True")
             return_eid = True
         if neighbor_sampler is None:
+            if not isinstance(data, HeteroData) and any(
+                    (rules or {}).get(k) is not None for k in ("weight_attr", "time_attr")):
+                raise ValueError("weight_attr / time_attr name attributes of a HeteroData: over "
+                                 "a (FeatureStore, HeteroGraphStore) pair pass a "
+                                 "HeteroNeighborSampler built with weights / node_time_dict / "
+                                 "edge_time_dict")
             hetero_rules = _hetero_rules(data, rules or {}) if isinstance(data, HeteroData) \
                 else {"disjoint": bool((rules or {}).get("disjoint"))}
             hetero_rules["neg_exclude_edges"] = (
@@ -201,9 +269,14 @@ class _OnOurStores:
 
     def _decide_how_batches_are_drawn(self) -> None:
         # Batches are drawn here rather than through torch's DataLoader wherever that draws
-        # them the plain way (see _batches): no workers, PyTorch's own samplers.
+        # them the plain way (see _batches): no workers, the samplers the DataLoader made
+        # itself over every seed. A sampler or batch_sampler the caller gave (over some
+        # positions, in its own order) goes through the DataLoader, which honours it.
         self._batches_directly = (
-            self.num_workers == 0 and type(self.batch_sampler) is BatchSampler
+            self.num_workers == 0 and self.batch_size is not None
+            and type(self.batch_sampler) is BatchSampler
+            and self.batch_sampler.sampler is self.sampler
+            and getattr(self.sampler, "data_source", None) is self.dataset
             and (type(self.sampler) is SequentialSampler
                  or (type(self.sampler) is RandomSampler and not self.sampler.replacement
                      and self.sampler.num_samples == len(self.sampler.data_source))))
@@ -242,6 +315,7 @@ class _OnOurStores:
         return batch if self._transform is None else self._transform(batch)
 
     def __iter__(self):
+        self._refresh()
         # Both draws in the caller's thread, in a fixed order (see Prefetcher).
         if self._shuffle_generator is not None:
             self._shuffle_generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
@@ -273,6 +347,16 @@ class _OnOurStores:
             if self.drop_last and index.numel() < size:
                 return
             yield self.filter_fn(self.collate_fn(index))
+
+
+def _id_tensor(ids, name: str) -> Tensor:
+    """A tensor of the ids in a list, tuple, range or array; a TypeError naming ``name``
+    for anything else."""
+    try:
+        return torch.as_tensor(list(ids) if isinstance(ids, range) else ids)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(f"{name} must be node ids (a tensor, list or range) or a bool mask, "
+                        f"got {type(ids).__name__}: {error}") from None
 
 
 def _typed_input_nodes(input_nodes, graph_store: HeteroGraphStore):
@@ -397,6 +481,10 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
             input_nodes = torch.arange(graph_store.num_nodes)
         elif isinstance(input_nodes, Tensor) and input_nodes.device.type != "cpu":
             input_nodes = input_nodes.cpu()  # indexed per batch on the host, as PyG does
+        elif not isinstance(input_nodes, Tensor):
+            # A list, tuple, range or array of ids, as PyG takes with a Data (the pair of
+            # stores PyG's loader gets from us takes tensors only).
+            input_nodes = _id_tensor(input_nodes, "input_nodes")
         super().__init__(stores, num_neighbors=num_neighbors, input_nodes=input_nodes,
                          input_time=None if input_time is None else torch.as_tensor(input_time),
                          time_attr=time_attr,
@@ -499,6 +587,9 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                                  "seed edge")
             self._decide_how_batches_are_drawn()
             return
+        if (isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2
+                and edge_label_index[0] is None):
+            edge_label_index = edge_label_index[1]  # PyG's (edge type, ids), one edge type
         if edge_label_index is None:
             if not isinstance(data, Data):
                 raise ValueError("LinkNeighborLoader over a (FeatureStore, GraphStore) pair "

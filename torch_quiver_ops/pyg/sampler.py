@@ -15,7 +15,7 @@ from torch_geometric.typing import EdgeTypeStr
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
 from ..hetero import HeteroCSRTopo, HeteroSampler
-from ..ops import integer_times
+from ..ops import integer_fanouts, integer_times
 from ..sampler import GraphSageSampler
 from ..topology import CSRTopo
 from .stores import _HETERO, GraphStore, HeteroGraphStore
@@ -28,7 +28,7 @@ def _fanouts(num_neighbors) -> List[int]:
     if isinstance(num_neighbors, dict):
         raise ValueError(f"num_neighbors per edge type samples a heterogeneous graph: "
                          f"{_HETERO}")
-    return [int(n) for n in num_neighbors]
+    return integer_fanouts(num_neighbors, "num_neighbors")
 
 
 class NeighborSampler(BaseSampler):

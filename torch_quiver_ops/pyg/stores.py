@@ -6,6 +6,8 @@ which builds them from a ``Data`` or a ``HeteroData``."""
 from __future__ import annotations
 
 import weakref
+
+import numpy as np
 from typing import Dict, List, Optional, Tuple, Union
 
 import torch
@@ -50,6 +52,23 @@ def _row_per_item(store, key: str, value: Tensor, what: str) -> bool:
             f"dimension {dim}, not 0: torch_quiver_ops.pyg gathers rows; store it with a row "
             f"per {what} (or under a name without 'index')")
     return True
+
+
+def _table(store, key: str, value, what: str) -> Optional[Tensor]:
+    """A node or edge attribute (``what``) as the tensor our tables gather rows of: a
+    tensor as it is, a numpy array as a tensor sharing its memory (PyG's batches hold its
+    rows as a tensor too); None for anything else (graph-level, copied whole). A list or
+    tuple with a row per item is refused, as PyG's batches refuse it, but here by name."""
+    if isinstance(value, np.ndarray) and value.ndim > 0:
+        if value.dtype == object:
+            raise TypeError(f"{what} attribute {key!r} is a numpy array of Python objects: "
+                            f"batches gather tensors; store it as a numeric array or tensor")
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, (list, tuple)):
+        raise TypeError(f"{what} attribute {key!r} is a {type(value).__name__} with a row per "
+                        f"{what}: batches gather tensors (PyG's refuse it too); store it as a "
+                        f"tensor or numpy array")
+    return value if isinstance(value, Tensor) else None
 
 
 _HETERO = ("this store holds one edge type, named None: heterogeneous graphs (typed edges) "
@@ -413,10 +432,20 @@ class FeatureStore(_PygFeatureStore):
 _SHARED: Dict[tuple, tuple] = {}
 
 
+def data_stamp(data) -> tuple:
+    """What a ``Data`` or ``HeteroData`` holds: every attribute of every store by identity,
+    and each tensor's version (which each in-place change bumps)."""
+    return tuple((getattr(store, "_key", None), key, id(value),
+                  value._version if isinstance(value, Tensor) else None)
+                 for store in data.stores for key, value in store.items())
+
+
 def _shared(key: tuple, owner: Tensor, build):
     entry = _SHARED.get(key)
     if entry is not None and entry[0]() is owner and entry[1]() is not None:
         return entry[1]()
+    for stale in [k for k, (o, v) in _SHARED.items() if o() is None or v() is None]:
+        del _SHARED[stale]
     value = build()
     _SHARED[key] = (weakref.ref(owner), weakref.ref(value))
     return value
@@ -440,8 +469,9 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
     tensors reuse them (one topology, one GPU cache)."""
     if isinstance(data, HeteroData):
         # Shared through the feature store, which holds its graph store.
-        features = _shared(("hetero", id(data), str(resolve_device(device)), str(cache_size),
-                            cache_policy, host_reads), data,
+        # Keyed by what the data holds too: a HeteroData changed since is built again.
+        features = _shared(("hetero", id(data), data_stamp(data), str(resolve_device(device)),
+                            str(cache_size), cache_policy, host_reads), data,
                            lambda: _hetero_stores(data, device, cache_size, cache_policy,
                                                   host_reads))
         return features, features.graph_store
@@ -449,20 +479,24 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
         raise ValueError("the Data has no edge_index")
     num_nodes = data.num_nodes
     edge_index = data.edge_index
-    graph = _shared(("graph", id(edge_index), num_nodes), edge_index,
+    # Keyed by each tensor's version too: one changed in place is built again.
+    graph = _shared(("graph", id(edge_index), edge_index._version, num_nodes), edge_index,
                     lambda: GraphStore.from_edge_index(edge_index, num_nodes))
     device = resolve_device(device)
     features = FeatureStore(device, cache_size, cache_policy, graph.topo, host_reads)
     for key, value in data.items():
-        if key == "edge_index" or key in LOADER_KEYS or not isinstance(value, Tensor):
+        if key == "edge_index" or key in LOADER_KEYS:
             continue
         node = data.is_node_attr(key)
         if not node and not data.is_edge_attr(key):
             continue  # graph-level: the loader copies it into every batch, as PyG's does
-        if not _row_per_item(data._store, key, value, "node" if node else "edge"):
+        value = _table(data._store, key, value, "node" if node else "edge")
+        if value is None or not _row_per_item(data._store, key, value,
+                                              "node" if node else "edge"):
             continue
         cache = "100%" if _whole_on_gpu(value) else cache_size
-        table = _shared(("feature" if node else "edge feature", id(value), str(device),
+        table = _shared(("feature" if node else "edge feature", id(value), value._version,
+                         str(device),
                          str(cache), cache_policy, host_reads), value,
                         lambda value=value, cache=cache, node=node:
                         features._feature(value, cache, by_degree=node))
@@ -525,9 +559,10 @@ def _hetero_stores(data: HeteroData, device, cache_size, cache_policy: str,
     for t in data.node_types:
         store = data[t]
         for key, value in store.items():
-            if key in LOADER_KEYS or not isinstance(value, Tensor) or not store.is_node_attr(key):
+            if key in LOADER_KEYS or not store.is_node_attr(key):
                 continue
-            if not _row_per_item(store, key, value, "node"):
+            value = _table(store, key, value, "node")
+            if value is None or not _row_per_item(store, key, value, "node"):
                 continue
             (small if _whole_on_gpu(value) else big)[(t, key)] = value
     share = parse_share(cache_size, "cache_size")
@@ -551,10 +586,10 @@ def _hetero_stores(data: HeteroData, device, cache_size, cache_policy: str,
     for et in data.edge_types:
         store = data[et]
         for key, value in store.items():
-            if (key == "edge_index" or key in LOADER_KEYS or not isinstance(value, Tensor)
-                    or not store.is_edge_attr(key)):
+            if key == "edge_index" or key in LOADER_KEYS or not store.is_edge_attr(key):
                 continue
-            if not _row_per_item(store, key, value, "edge"):
+            value = _table(store, key, value, "edge")
+            if value is None or not _row_per_item(store, key, value, "edge"):
                 continue
             features.put_edge_feature(value, key, edge_type=et)
     features.cache_rows = rows  # what the shared budget gave each table (for reports)
