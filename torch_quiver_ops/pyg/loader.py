@@ -142,16 +142,18 @@ class _OnOurStores:
         every batch, and ours hold it in stores, a GPU cache among them)."""
         if self._source is None or data_stamp(self._source) == self._source_print:
             return
-        shuffle_generator = self._shuffle_generator
-        stores, graph_store, neighbor_sampler = self._set_up_from(
-            self._source, neighbor_sampler=self._given_sampler,
-            kwargs={"num_workers": self.num_workers, "generator": self.generator},
-            **self._set_up_args)
+        shuffle_generator = self._shuffle_generator  # the set-up would drop it (given)
+        try:
+            stores, graph_store, neighbor_sampler = self._set_up_from(
+                self._source, neighbor_sampler=self._given_sampler,
+                kwargs={"num_workers": self.num_workers, "generator": self.generator},
+                **self._set_up_args)
+        finally:
+            self._shuffle_generator = shuffle_generator
         if self._given_sampler is not None and graph_store is not self._graph_store:
             raise ValueError(f"the data's graph changed after this {type(self).__name__} was "
                              f"built, and it samples with the neighbor_sampler it was given, "
                              f"built on the graph before: build a new sampler and loader")
-        self._shuffle_generator = shuffle_generator
         self._stores, self._graph_store = stores, graph_store
         for name in ("node_sampler", "link_sampler"):  # PyG's name for it, by loader
             if hasattr(self, name):
