@@ -35,6 +35,32 @@ from torch_quiver_ops.serving import (ServingRuntime, package_for_serving,  # no
 from torch_quiver_ops.synthetic import synthetic_graph  # noqa: E402
 
 
+def checkpoint_field_errors(checkpoint: dict) -> list:
+    """What is wrong with the fields train_sage.py --save writes, one sentence each."""
+    def count(value):
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+    errors = []
+    if not isinstance(checkpoint["size"], str):
+        errors.append(f"size must be a preset name, got {checkpoint['size']!r}")
+    if not (isinstance(checkpoint["seed"], int) and not isinstance(checkpoint["seed"], bool)):
+        errors.append(f"seed must be an int, got {checkpoint['seed']!r}")
+    if checkpoint["graph_device"] not in ("cpu", "cuda"):
+        errors.append(f"graph_device must be 'cpu' or 'cuda', got {checkpoint['graph_device']!r}")
+    fanouts = checkpoint["fanouts"]
+    if not (isinstance(fanouts, (list, tuple)) and fanouts and all(
+            isinstance(f, int) and not isinstance(f, bool) and (f == -1 or f >= 0)
+            for f in fanouts)):
+        errors.append(f"fanouts must be a list of ints (-1 or >= 0), got {fanouts!r}")
+    for key in ("hidden", "in_channels", "num_classes"):
+        if not count(checkpoint[key]):
+            errors.append(f"{key} must be an int >= 1, got {checkpoint[key]!r}")
+    if not isinstance(checkpoint["state_dict"], dict):
+        errors.append(f"state_dict must be a dict of tensors, got "
+                      f"{type(checkpoint['state_dict']).__name__}")
+    return errors
+
+
 def build_runtime(checkpoint: dict, args) -> ServingRuntime:
     has_gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
     gpu = has_gpu and args.gpu_streams > 0
@@ -112,7 +138,9 @@ def main(argv=None):
         parser.error(f"checkpoint {args.checkpoint} is not a file (train_sage.py --save writes "
                      f"one)")
     try:
-        checkpoint = torch.load(args.checkpoint, weights_only=False)
+        # Tensors, strings, ints and lists: nothing in it needs unpickling code (a checkpoint
+        # from elsewhere then cannot run any).
+        checkpoint = torch.load(args.checkpoint, weights_only=True)
     except Exception as error:  # a package, a state_dict's zip of another kind, any file
         parser.error(f"checkpoint {args.checkpoint} could not be read as train_sage.py --save "
                      f"writes it: {type(error).__name__}: {str(error).splitlines()[0]}")
@@ -122,6 +150,10 @@ def main(argv=None):
         missing = sorted(wanted - checkpoint.keys()) if isinstance(checkpoint, dict) else wanted
         parser.error(f"checkpoint {args.checkpoint} is not what train_sage.py --save writes "
                      f"(missing {', '.join(sorted(missing))})")
+    bad = checkpoint_field_errors(checkpoint)
+    if bad:
+        parser.error(f"checkpoint {args.checkpoint} is not what train_sage.py --save writes: "
+                     f"{'; '.join(bad)}")
     runtime = build_runtime(checkpoint, args)
     server = serve_http(runtime, args.host, args.port, server=args.server)
     print(f"serving {checkpoint['size']!r} GraphSAGE at {server.url} ({server.kind}; POST "

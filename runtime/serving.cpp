@@ -6,8 +6,10 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <quiver/ops.h>
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
+#include "ops/checks.h"
 #include "ops/internal/sampling.h"
 #include "runtime/bounded_wait.h"
 #include "runtime/intra_op_threads.h"
@@ -22,6 +24,36 @@ namespace quiver::runtime {
 namespace {
 
 constexpr size_t kRecordsKept = 100000;
+constexpr int64_t kMaxSamplers = 1024;  // CPU samplers, and GPU streams, each a thread
+
+// torch's package loader takes a zip without the layout it writes (one folder holding
+// archive_format "pt2" and the compiled model under data/aotinductor/model/) for an older
+// format, and crashes the process reading it: such a file is refused here, by name.
+void check_package_layout(const std::string& package_path) {
+  const std::string refused = "ServingRuntime.serve_package: " + package_path +
+                              " is not an AOTInductor package (torch_quiver_ops.aoti."
+                              "compile_and_package makes one): ";
+  std::vector<std::string> records;
+  std::string format;
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(package_path);
+    records = reader.getAllRecords();
+    if (reader.hasRecord("archive_format")) {
+      auto [data, size] = reader.getRecord("archive_format");
+      format.assign(static_cast<const char*>(data.get()), std::min<size_t>(size, 16));
+    }
+  } catch (const c10::Error& e) {
+    TORCH_CHECK_VALUE(false, refused, e.what_without_backtrace());
+  }
+  TORCH_CHECK_VALUE(format == "pt2", refused, "its archive_format is ",
+                    format.empty() ? std::string("missing") : "'" + format + "'",
+                    ", not 'pt2'");
+  const std::string model_dir = "data/aotinductor/model/";
+  const bool has_model = std::any_of(records.begin(), records.end(), [&](const std::string& r) {
+    return r.rfind(model_dir, 0) == 0 && r.size() > 3 && r.compare(r.size() - 3, 3, ".so") == 0;
+  });
+  TORCH_CHECK_VALUE(has_model, refused, "it holds no compiled model (", model_dir, "*.so)");
+}
 
 double ms_between(std::chrono::steady_clock::time_point from,
                   std::chrono::steady_clock::time_point to) {
@@ -87,7 +119,7 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
       options_(std::move(options)),
       device_(options_.device) {
   const ServingOptions& o = options_;
-  TORCH_CHECK_VALUE(!o.fanouts.empty(), "ServingRuntime: fanouts must name at least one hop");
+  check_fanouts(o.fanouts, /*replace=*/false, "ServingRuntime: fanouts");
   TORCH_CHECK_VALUE(o.max_batch_nodes >= 1, "ServingRuntime: max_batch_nodes must be >= 1, got ",
                     o.max_batch_nodes);
   TORCH_CHECK_VALUE(o.max_queue >= 1, "ServingRuntime: max_queue must be >= 1, got ", o.max_queue);
@@ -99,6 +131,11 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
   TORCH_CHECK_VALUE(o.cpu_samplers >= 0 && o.gpu_streams >= 0 && o.cpu_samplers + o.gpu_streams >= 1,
                     "ServingRuntime: needs a CPU sampler or a GPU stream, got cpu_samplers=",
                     o.cpu_samplers, " and gpu_streams=", o.gpu_streams);
+  // A thread each: past this many a runtime only thrashes, and a count in the billions would
+  // exhaust the process (a thread that cannot start would end it, in this constructor).
+  TORCH_CHECK_VALUE(o.cpu_samplers <= kMaxSamplers && o.gpu_streams <= kMaxSamplers,
+                    "ServingRuntime: cpu_samplers and gpu_streams must each be <= ", kMaxSamplers,
+                    ", got cpu_samplers=", o.cpu_samplers, " and gpu_streams=", o.gpu_streams);
   TORCH_CHECK_VALUE(indptr_.is_cpu() && indices_.is_cpu() && indptr_.dim() == 1 &&
                         indptr_.numel() >= 1,
                     "ServingRuntime: indptr and indices must be the CSR on the CPU, got indptr ",
@@ -121,6 +158,9 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
                       t->is_cpu() ? " that is not pinned" : "");
     gpu_pins_.push_back(c10::make_intrusive<HostPin>(*t));
   }
+  // The whole CSR once, by name (a request would otherwise find a bad one, or the PSGS
+  // below fail with an index error that names neither array).
+  check_whole_csr(indptr_, indices_, std::nullopt);
   num_nodes_ = indptr_.numel() - 1;
   TORCH_CHECK_VALUE(features_->num_rows() >= num_nodes_, "ServingRuntime: the features hold ",
                     features_->num_rows(), " rows for a graph of ", num_nodes_, " nodes");
@@ -220,7 +260,9 @@ void ServingRuntime::collect(int64_t ticket) {
 std::vector<int64_t> ServingRuntime::next_collected(double timeout_s) {
   check_wait_seconds(timeout_s, "ServingRuntime.next_collected");
   std::unique_lock<std::mutex> lock(mutex_);
-  wait_up_to(collected_ready_, lock, std::max(0.0, timeout_s), [&] { return !collected_.empty(); });
+  // A closed runtime hands out nothing more: a wait for it ends (empty) rather than never.
+  wait_up_to(collected_ready_, lock, std::max(0.0, timeout_s),
+             [&] { return !collected_.empty() || closed_; });
   std::vector<int64_t> tickets;
   tickets.swap(collected_);
   return tickets;
@@ -591,6 +633,7 @@ void ServingRuntime::serve_with(std::function<at::Tensor(const ServedBatch&)> mo
 void ServingRuntime::serve_package(const std::string& package_path, int64_t threads) {
   TORCH_CHECK_VALUE(threads >= 1, "ServingRuntime.serve_package: threads must be >= 1, got ",
                     threads);
+  check_package_layout(package_path);
   std::shared_ptr<torch::inductor::AOTIModelPackageLoader> package;
   try {
     // One runner per thread: the package's container hands each call a model of its own.
@@ -664,7 +707,11 @@ void ServingRuntime::close(double timeout_s) {
   }
   if (batcher_.joinable()) batcher_.join();
   for (std::thread& t : threads) t.join();
-  closed_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closed_ = true;
+  }
+  collected_ready_.notify_all();
 }
 
 // ---- dispatch ----

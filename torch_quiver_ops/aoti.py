@@ -25,10 +25,13 @@ _PROBE = '#include <string>\nextern "C" int quiver_probe(const char* s) ' \
 
 
 def _needed_libraries(shared_object: Path) -> Optional[List[str]]:
-    """The DT_NEEDED entries of an ELF shared object (None when no tool can read them)."""
+    """The DT_NEEDED entries of an ELF shared object (None when no tool is installed to
+    read them; a ValueError when the tools cannot read it: no shared object)."""
+    tried = False
     for tool, args in (("readelf", ["-d"]), ("objdump", ["-p"])):
         if shutil.which(tool) is None:
             continue
+        tried = True
         listing = subprocess.run([tool, *args, str(shared_object)], capture_output=True,
                                  text=True, timeout=60)
         if listing.returncode != 0:
@@ -38,6 +41,8 @@ def _needed_libraries(shared_object: Path) -> Optional[List[str]]:
             if "NEEDED" in line:
                 needed.append(line.split()[-1].strip("[]"))
         return needed
+    if tried:
+        raise ValueError(f"{shared_object.name} is not a shared library the ELF tools can read")
     return None
 
 
@@ -98,16 +103,47 @@ def check_package(package_path: Union[str, Path]) -> None:
                          f"make one with torch_quiver_ops.aoti.compile_and_package")
     with zipfile.ZipFile(package_path) as archive, \
             tempfile.TemporaryDirectory(prefix="quiver-aoti-package-") as scratch:
+        _check_layout(package_path, archive.namelist(), archive.read)
         for name in archive.namelist():
             if not name.endswith(".so"):
                 continue
             extracted = Path(archive.extract(name, scratch))
+            try:
+                needed = _needed_libraries(extracted)
+            except ValueError as error:
+                raise ValueError(f"{package_path} holds {name}: {error}") from None
+            if needed == []:
+                raise ValueError(f"{package_path} holds {name}, which names no shared library "
+                                 f"(a model AOTInductor compiled needs libtorch's): not a "
+                                 f"compiled model")
             if _links_libstdcxx_dynamically(extracted) is False:
                 raise RuntimeError(
                     f"{package_path} holds {name}, compiled by a C++ compiler that links "
                     f"libstdc++ statically: loading it would crash this process. Build the "
                     f"package again with a compiler that links it dynamically, e.g. "
                     f"CXX=/usr/bin/g++.")
+
+
+def _check_layout(package_path: Path, names: List[str], read) -> None:
+    """torch's package loader takes a zip without the layout it writes (one folder holding
+    ``archive_format`` "pt2" and the compiled model under ``data/aotinductor/model/``) for
+    an older format, and crashes the process reading it: a ValueError naming the file."""
+    refused = (f"{package_path} is not an AOTInductor package (make one with "
+               f"torch_quiver_ops.aoti.compile_and_package): ")
+    roots = {name.split("/", 1)[0] for name in names}
+    if len(roots) != 1 or any("/" not in name for name in names):
+        raise ValueError(refused + f"its files must lie in one folder, got {sorted(roots)[:5]}")
+    root = roots.pop()
+    try:
+        format_ = read(f"{root}/archive_format")[:16].decode(errors="replace")
+    except KeyError:
+        format_ = None
+    if format_ != "pt2":
+        raise ValueError(refused + f"its archive_format is "
+                         f"{'missing' if format_ is None else repr(format_)}, not 'pt2'")
+    model_dir = f"{root}/data/aotinductor/model/"
+    if not any(name.startswith(model_dir) and name.endswith(".so") for name in names):
+        raise ValueError(refused + "it holds no compiled model (data/aotinductor/model/*.so)")
 
 
 def compile_and_package(program: "torch.export.ExportedProgram",

@@ -345,6 +345,7 @@ def test_a_package_linking_libstdcxx_statically_is_refused_before_loading(tmp_pa
                     str(library)], check=True)
     package = tmp_path / "model.pt2"
     with zipfile.ZipFile(package, "w") as archive:
+        archive.writestr("model/archive_format", "pt2")  # the layout torch's loader needs
         archive.write(library, "model/data/aotinductor/model/model.so")
     with pytest.raises(RuntimeError, match="model.pt2 holds .*links libstdc\\+\\+ statically"):
         qv.aoti.load_package(package)

@@ -8,6 +8,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+import zipfile
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -157,6 +158,80 @@ def test_a_package_that_does_not_fit_fails_its_requests_only(graph, packaged, tm
                 runtime.predict(torch.tensor([1, 2]), 30)
     finally:
         runtime.close()
+
+
+def test_a_zip_that_is_no_package_is_refused_by_name(graph, packaged, tmp_path):
+    """torch's loader crashed the process on a zip without a package's layout (a folder
+    holding archive_format 'pt2' and data/aotinductor/model/*.so): both the Python check and
+    the C++ runtime's own refuse it by name, and a .so that names no library is no model."""
+    _, path = packaged
+    with zipfile.ZipFile(path) as real:
+        root = real.namelist()[0].split("/")[0]
+    cases = {"loose.pt2": ([("a.txt", b"hi")], "must lie in one folder"),
+             "old.pt2": ([("pkg/a.txt", b"hi")], "archive_format is missing"),
+             "empty.pt2": ([("pkg/archive_format", b"pt2"), ("pkg/data/x.txt", b"")],
+                           "holds no compiled model"),
+             "junk.pt2": ([("pkg/archive_format", b"pt2"),
+                           ("pkg/data/aotinductor/model/x.so", b"\x7fELF not a library")],
+                          "x.so is not a shared library")}
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    for name, (entries, words) in cases.items():
+        bad = tmp_path / name
+        with zipfile.ZipFile(bad, "w") as archive:
+            for entry, data in entries:
+                archive.writestr(entry, data)
+        with pytest.raises(ValueError, match=words):
+            qv.aoti.load_package(bad)
+        with pytest.raises(ValueError, match=words):
+            ServingRuntime(bad, topo, [5, 3], graph.x, device="cpu", cpu_samplers=1,
+                           gpu_streams=0)
+    # The C++ runtime's check alone, as a libtorch server meets it.
+    runtime, _ = runtime_for(graph, (5, 3), cpu_samplers=1)
+    try:
+        for name in ("loose.pt2", "old.pt2", "empty.pt2", "junk.pt2"):
+            with pytest.raises(ValueError, match=f"{name} is not an AOTInductor package"):
+                runtime._runtime.serve_package(str(tmp_path / name), 1)
+    finally:
+        runtime.close()
+    assert root  # the real package passed both checks above (the fixture loaded it)
+
+
+def test_runtime_arguments_are_checked_when_it_is_made(graph):
+    """Fanouts, the CSR and the thread counts are refused by name at construction (a negative
+    fanout served and failed every request; a billion samplers ended the process)."""
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    with pytest.raises(ValueError, match=r"fanouts\[1\] must be -1"):
+        ServingRuntime(SAGE([graph.x.size(1), 4, 2]), topo, [5, -3], graph.x, device="cpu",
+                       gpu_streams=0)
+    with pytest.raises(ValueError, match="must each be <= 1024, got cpu_samplers=100000"):
+        ServingRuntime(SAGE([graph.x.size(1), 4, 2]), topo, [5, 3], graph.x, device="cpu",
+                       gpu_streams=0, cpu_samplers=100_000)
+    bad_indptr = topo.indptr.clone()
+    bad_indptr[-1] += 5  # more edges than indices holds
+    with pytest.raises((ValueError, IndexError), match="indptr|indices"):
+        torch.classes.quiver.ServingRuntime(
+            bad_indptr, topo.indices, None, None,
+            torch.classes.quiver.FeatureTiers([graph.x], None), [5, 3], "cpu", 64, 2.0, 64,
+            1, 0, float("nan"), 0, False, 30.0)
+
+
+def test_next_collected_ends_once_the_runtime_closes(graph):
+    """A thread waiting without a limit for collected answers is let go by close(), and a
+    wait after close returns at once (it blocked forever: C++ and TorchScript callers)."""
+    runtime, _ = runtime_for(graph, (5, 3), cpu_samplers=1)
+    inner = runtime._runtime
+    woken = threading.Event()
+
+    def wait_forever():
+        inner.next_collected(float("inf"))
+        woken.set()
+
+    waiter = threading.Thread(target=wait_forever, daemon=True)
+    waiter.start()
+    time.sleep(0.2)
+    runtime.close()
+    assert woken.wait(10)
+    assert inner.next_collected(float("inf")) == []
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a GPU")
@@ -889,7 +964,19 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
     torch.save({"state_dict": {}}, state_dict)
     not_torch = tmp_path / "notes.txt"
     not_torch.write_text("hello")
-    cases = []
+    fields = {"state_dict": {}, "size": "small", "seed": 0, "graph_device": "tpu",
+              "fanouts": "15,10,5", "hidden": 16, "in_channels": "100", "num_classes": 4}
+    mangled = tmp_path / "mangled.pt"
+    torch.save(fields, mangled)
+    import argparse  # an object only unpickling code could rebuild
+    fields.update(graph_device="cpu", fanouts=[5, 3], in_channels=100,
+                  state_dict=argparse.Namespace(code="not run"))
+    pickled = tmp_path / "pickled.pt"
+    torch.save(fields, pickled)
+    cases = [([str(mangled)], "graph_device must be 'cpu' or 'cuda', got 'tpu'; fanouts must "
+                              "be a list of ints (-1 or >= 0), got '15,10,5'; in_channels must "
+                              "be an int >= 1, got '100'"),
+             ([str(pickled)], "could not be read as train_sage.py --save")]
     for args, words in (([str(tmp_path / "nothing.pt")], "is not a file"),
                         ([str(tmp_path)], "is not a file"),
                         ([str(state_dict)], "missing fanouts, graph_device"),

@@ -289,7 +289,7 @@ class ServingRuntime : public torch::CustomClassHolder {
   std::thread batcher_;
   std::vector<std::thread> sampler_threads_, model_threads_;
   std::mutex close_mutex_;  // one close() at a time; later ones return at once
-  bool closed_ = false;
+  bool closed_ = false;     // written under both mutexes; next_collected reads it under mutex_
 };
 
 }  // namespace quiver::runtime
