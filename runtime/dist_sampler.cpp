@@ -151,6 +151,20 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
                         " owns ", rows_of_owner[v].item<int64_t>(),
                         " nodes: the partition is corrupt");
     }
+    // And no row of a part named twice: two nodes on one row would read one's neighbors
+    // for the other, silently (ShardMap refuses the same of its rows).
+    const at::Tensor counts = at::bincount(owners, {}, num_hosts_);
+    const at::Tensor part_begin = counts.cumsum(0) - counts;
+    const at::Tensor row = part_begin.index_select(0, owners) + local_index_;
+    const at::Tensor named = at::bincount(row, {}, owner_.numel());
+    if (named.gt(1).any().item<bool>()) {
+      const int64_t twice = named.gt(1).nonzero()[0][0].item<int64_t>();
+      const at::Tensor nodes = (row == twice).nonzero().view(-1);
+      const int64_t a = nodes[0].item<int64_t>(), b = nodes[1].item<int64_t>();
+      TORCH_CHECK_VALUE(false, "DistSampler: local_index[", a, "] and local_index[", b,
+                        "] both name row ", local_index_[a].item<int64_t>(), " of host ",
+                        owners[a].item<int64_t>(), "'s part: the partition is corrupt");
+    }
   }
   const int64_t owned = (owner_ == host_).sum().item<int64_t>();
   TORCH_CHECK_VALUE(indptr_.numel() == owned + 1, "DistSampler: host ", host_, " owns ", owned,

@@ -23,6 +23,7 @@ def _check_fanouts_fake(fanouts, replace, what="fanouts"):
 
 @torch.library.register_fake("quiver::csr_from_coo")
 def _csr_from_coo_fake(row, col, num_nodes):
+    _no_meta_beside_real(row=row, col=col)
     indptr = row.new_empty(num_nodes + 1, dtype=torch.long)
     return indptr, col.new_empty(col.shape), row.new_empty(row.shape, dtype=torch.long)
 
@@ -96,8 +97,20 @@ def _sample_negatives_fake(indptr, indices, src, per_src, exclude_edges=True, ma
     return src.new_empty(src.shape[0] * per_src, dtype=torch.long)
 
 
+def _no_meta_beside_real(**tensors) -> None:
+    """These kernels also run for a real meta tensor among real ones (the Meta key wins the
+    dispatch) and would hand back uninitialized memory: refused, naming the meta ones. A
+    fake tensor reports its own device, so tracing never lands here."""
+    meta = [name for name, t in tensors.items() if t.device.type == "meta"]
+    if meta and len(meta) < len(tensors):
+        real = next(t.device for t in tensors.values() if t.device.type != "meta")
+        raise ValueError(f"{', '.join(meta)} on the meta device, which holds no data, beside "
+                         f"tensors on {real}: give tensors with data")
+
+
 @torch.library.register_fake("quiver::gather_rows")
 def _gather_rows_fake(table, ids):
+    _no_meta_beside_real(table=table, ids=ids)
     # Rows land where the ids are (the CUDA op reads a table on a peer GPU or in pinned
     # host memory and writes on the ids' GPU).
     return table.new_empty((ids.shape[0], *table.shape[1:]), device=ids.device)
@@ -105,6 +118,7 @@ def _gather_rows_fake(table, ids):
 
 @torch.library.register_fake("quiver::gather_tiered_rows")
 def _gather_tiered_rows_fake(tiers, positions, ids):
+    _no_meta_beside_real(ids=ids, **{f"tiers[{k}]": t for k, t in enumerate(tiers)})
     return tiers[0].new_empty((ids.shape[0], *tiers[0].shape[1:]), device=ids.device)
 
 

@@ -156,12 +156,13 @@ def _described(info, name: str, record: Path) -> Tuple[torch.dtype, list, int]:
     bad = f"{record} describes {name}.bin"
     if not isinstance(info, dict):
         raise ValueError(f"{bad} as {info!r}, not as a dtype, shape and size")
-    dtype = _DTYPES.get(info.get("dtype"))
+    dtype = _DTYPES.get(info.get("dtype")) if isinstance(info.get("dtype"), str) else None
     if dtype is None:
         raise ValueError(f"{bad} with dtype {info.get('dtype')!r}, which is none of "
                          f"{sorted(_DTYPES)}")
     shape, nbytes = info.get("shape"), info.get("nbytes")
-    if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+    if not isinstance(shape, list) or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
         raise ValueError(f"{bad} with shape {shape!r}: a list of sizes >= 0 is expected")
     expected = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     if nbytes != expected:

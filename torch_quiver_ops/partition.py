@@ -277,8 +277,26 @@ def read_manifest(directory: Union[str, Path]) -> dict:
         manifest = json.loads(path.read_text())
     except (ValueError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not a partition manifest ({error})") from None
+    except (IsADirectoryError, PermissionError) as error:
+        raise type(error)(f"{path} cannot be read as a partition manifest: {error}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{path} is not a {FORMAT} manifest")
+
+    def count(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+    problems = [f"{key} is {manifest.get(key)!r}, not a count"
+                for key in ("num_parts", "num_nodes") if not count(manifest.get(key))]
+    parts = manifest.get("parts")
+    if not problems and not (
+            isinstance(parts, list) and len(parts) == manifest["num_parts"] and all(
+                isinstance(p, dict) and count(p.get("nodes")) and count(p.get("edges"))
+                for p in parts)):
+        problems.append(f"parts must list {manifest['num_parts']} parts' node and edge counts")
+    if "partition_id" not in manifest:
+        problems.append("it has no partition_id")
+    if problems:
+        raise ValueError(f"{path} is corrupt: {'; '.join(problems)}")
     return manifest
 
 

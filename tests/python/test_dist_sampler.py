@@ -412,6 +412,12 @@ def test_a_part_loaded_on_the_wrong_rank_or_corrupt_is_refused(tmp_path):
             with pytest.raises(ValueError, match=rf"local_index\[5\] = {row} but host 0 owns "
                                                  r"400 nodes: the partition is corrupt"):
                 DistGraphSampler(dataclasses.replace(whole, local_index=rows), [3])
+        # Two nodes on one row: one would be sampled with the other's neighbors, silently.
+        rows = whole.local_index.clone()
+        rows[150] = rows[103]
+        with pytest.raises(ValueError, match=r"local_index\[103\] and local_index\[150\] both "
+                                             r"name row \d+ of host 0's part"):
+            DistGraphSampler(dataclasses.replace(whole, local_index=rows), [3])
         for fanouts in ("3", [2.5]):
             with pytest.raises(TypeError, match="sizes must be a sequence of ints"):
                 DistGraphSampler(whole, fanouts)

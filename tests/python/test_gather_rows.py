@@ -112,3 +112,16 @@ def test_fake_puts_rows_on_the_ids_device():
         ids = torch.empty(3, dtype=torch.long, device="cuda:0")
         assert torch.ops.quiver.gather_rows(table, ids).device == torch.device("cuda:0")
         assert torch.ops.quiver.gather_tiered_rows([table], None, ids).device == ids.device
+
+
+def test_a_meta_table_beside_real_ids_is_refused():
+    """The fake kernels ran for a meta table among real tensors and returned uninitialized
+    rows; a meta COO among real ids the same. All on meta (tracing) still works."""
+    table, ids = torch.empty(3, 4, device="meta"), torch.tensor([0, 1])
+    with pytest.raises(ValueError, match="table on the meta device"):
+        torch.ops.quiver.gather_rows(table, ids)
+    with pytest.raises(ValueError, match=r"tiers\[0\] on the meta device"):
+        torch.ops.quiver.gather_tiered_rows([table], None, ids)
+    with pytest.raises(ValueError, match="row on the meta device"):
+        torch.ops.quiver.csr_from_coo(ids.to("meta"), ids, 2)
+    assert torch.ops.quiver.gather_rows(table, ids.to("meta")).shape == (2, 4)

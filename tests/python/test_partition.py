@@ -142,6 +142,17 @@ def test_corrupt_truncated_and_mismatched_files_are_refused(tmp_path):
     manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "format": "x"}))
     with pytest.raises(ValueError, match="is not a quiver-partition-1 manifest"):
         read_manifest(tmp_path / "a")
+    # Fields missing or of the wrong kind are named, not a bare KeyError or TypeError.
+    good = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    for edit, words in ((lambda m: m.pop("num_parts"), "num_parts is None, not a count"),
+                        (lambda m: m.update(num_nodes="400"), "num_nodes is '400', not a count"),
+                        (lambda m: m.update(parts=m["parts"][:1]), "parts must list 2 parts'"),
+                        (lambda m: m.pop("partition_id"), "it has no partition_id")):
+        edited = dict(good)
+        edit(edited)
+        manifest.write_text(json.dumps(edited))
+        with pytest.raises(ValueError, match=f"manifest.json is corrupt: {words}"):
+            load_partition(tmp_path / "a", 0)
 
 
 def test_given_owners_and_bad_inputs(tmp_path):

@@ -91,7 +91,7 @@ def test_a_shape_that_disagrees_with_the_bytes_is_refused_and_the_file_left_alon
     assert (tmp_path / "rows.bin").stat().st_size == size
 
 
-@pytest.mark.parametrize("dtype", ["int32", "save", "Tensor", 7])
+@pytest.mark.parametrize("dtype", ["int32", "save", "Tensor", 7, ["int32"]])
 def test_a_dtype_is_one_of_a_fixed_set_and_agrees_with_the_bytes(tmp_path, dtype):
     saved(tmp_path)
     edit_metadata(tmp_path, dtype=dtype)

@@ -61,7 +61,9 @@ class BatchPrefetcher : public torch::CustomClassHolder {
   // The next batch in order: (node_ids, rows, cols, edge_ids, nodes_per_hop, edges_per_hop,
   // x, y), x and y empty without features or labels; an empty list when the epoch is done.
   // The caller's current stream waits for the batch, and its tensors are marked as used on
-  // that stream. An error raised while building a batch is raised here, in its turn.
+  // that stream. An error raised while building a batch is raised here, in its turn, and
+  // ends the epoch (the thread stops there: later calls return the empty list), as an
+  // exception ends a Python loop over the batches; start() begins the next epoch.
   std::vector<at::Tensor> next();
   // Stops the epoch's thread and drops the batches built ahead (start and the destructor
   // call it). A build under way finishes first.
