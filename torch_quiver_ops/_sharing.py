@@ -196,6 +196,7 @@ def map_arrays(directory: Union[str, Path], stem: str,
     it privately). A save on a read-only file system is mapped privately instead.
     """
     directory = Path(directory)
+    _check_name(stem, str(directory))  # as save_arrays: no path that leaves the directory
     record = directory / f"{stem}.json"
     if not record.exists():
         raise FileNotFoundError(f"{record} does not exist: nothing was saved in {directory}, "

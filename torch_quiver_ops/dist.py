@@ -136,6 +136,15 @@ _LANES: dict = {}
 atexit.register(_LANES.clear)
 
 
+MAX_LANES = 64  # Gloo lanes (8 moved twice what 1 did; 10,000 took minutes to set up)
+
+
+def check_lanes(lanes) -> None:
+    """Each lane is a process group with a connection to every host, kept until exit."""
+    if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= MAX_LANES:
+        raise ValueError(f"lanes must be an int in [1, {MAX_LANES}], got {lanes!r}")
+
+
 def _gloo_lanes(group, count: int, timeout: float, user: str = "features") -> list:
     """``count`` lanes over ``group``'s hosts (none for one lane: the group itself), of their
     ``user``: the features' lanes and the partitioned sampler's are not shared, since a
@@ -237,8 +246,7 @@ class DistFeature:
                  timeout: float = 60.0, rdma: Optional[dict] = None, lanes: int = 8):
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-        if not isinstance(lanes, int) or lanes < 1:
-            raise ValueError(f"lanes must be an int >= 1, got {lanes!r}")
+        check_lanes(lanes)
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("DistFeature needs torch.distributed: call "
                                "init_process_group first (torchrun sets up its environment)")

@@ -441,7 +441,7 @@ class DistGraphSampler:
                  draws: Optional[str] = None, lanes: int = 1,
                  bounded_slots: Optional[bool] = None):
         import torch.distributed as dist
-        from .dist import _gloo_lanes, _own_group, _rdma_options
+        from .dist import _gloo_lanes, _own_group, _rdma_options, check_lanes
         group = group if group is not None else dist.group.WORLD
         nccl = dist.get_backend(group) == "nccl"
         device, self.mode = sampling_placement(device, mode or ("GPU" if nccl else "CPU"))
@@ -458,8 +458,7 @@ class DistGraphSampler:
         if draws == "owner" and transport == "rdma":
             raise ValueError("transport 'rdma' reads the owners' memory, so the host that asks "
                              "draws: draws must be 'requester' (or None) with it")
-        if not isinstance(lanes, int) or isinstance(lanes, bool) or lanes < 1:
-            raise ValueError(f"lanes must be an int >= 1, got {lanes!r}")
+        check_lanes(lanes)
         if bounded_slots not in (None, True, False):
             raise ValueError(f"bounded_slots must be None, True or False, got {bounded_slots!r}")
         if draws == "owner" and transport == "auto":

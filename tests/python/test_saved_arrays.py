@@ -118,6 +118,9 @@ def test_names_stay_inside_the_directory(tmp_path, name):
     with pytest.raises(ValueError, match="not a plain file name"):
         _sharing.save_arrays(inside, "feature", {name: torch.zeros(3)})
     assert (tmp_path / "outside.bin").read_bytes() == bytes(96)
+    # The record's own name too, as save_arrays checks it (it was read from outside).
+    with pytest.raises(ValueError, match="not a plain file name"):
+        _sharing.map_arrays(inside, "../save/feature")
 
 
 def test_unexpected_missing_arrays_and_corrupt_json_are_refused(tmp_path):
