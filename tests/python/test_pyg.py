@@ -343,6 +343,15 @@ def test_a_sampler_over_some_positions_and_a_batch_sampler_are_honoured():
     assert [b.n_id[:b.batch_size].tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
 
 
+def test_a_data_made_in_inference_mode_loads():
+    """Inference tensors keep no version counter (reading it raises): the stores' stamp of
+    what the data holds must do without it."""
+    with torch.inference_mode():
+        data = directed_data()
+    loader = qpyg.NeighborLoader(data, [2], batch_size=50, device="cpu")
+    assert sum(b.batch_size for b in loader) == 200
+
+
 def test_input_nodes_as_a_list_tuple_or_range():
     data = directed_data()
     for ids in ([3, 4, 7], (3, 4, 7), range(3, 6)):

@@ -432,11 +432,19 @@ class FeatureStore(_PygFeatureStore):
 _SHARED: Dict[tuple, tuple] = {}
 
 
+def _version(value) -> Optional[int]:
+    """A tensor's version, which each in-place change bumps (None for anything else, and for
+    an inference tensor, which keeps none: it cannot be changed in place outside inference
+    mode)."""
+    if not isinstance(value, Tensor) or value.is_inference():
+        return None
+    return value._version
+
+
 def data_stamp(data) -> tuple:
     """What a ``Data`` or ``HeteroData`` holds: every attribute of every store by identity,
-    and each tensor's version (which each in-place change bumps)."""
-    return tuple((getattr(store, "_key", None), key, id(value),
-                  value._version if isinstance(value, Tensor) else None)
+    and each tensor's version."""
+    return tuple((getattr(store, "_key", None), key, id(value), _version(value))
                  for store in data.stores for key, value in store.items())
 
 
@@ -480,7 +488,7 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
     num_nodes = data.num_nodes
     edge_index = data.edge_index
     # Keyed by each tensor's version too: one changed in place is built again.
-    graph = _shared(("graph", id(edge_index), edge_index._version, num_nodes), edge_index,
+    graph = _shared(("graph", id(edge_index), _version(edge_index), num_nodes), edge_index,
                     lambda: GraphStore.from_edge_index(edge_index, num_nodes))
     device = resolve_device(device)
     features = FeatureStore(device, cache_size, cache_policy, graph.topo, host_reads)
@@ -495,7 +503,7 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
                                               "node" if node else "edge"):
             continue
         cache = "100%" if _whole_on_gpu(value) else cache_size
-        table = _shared(("feature" if node else "edge feature", id(value), value._version,
+        table = _shared(("feature" if node else "edge feature", id(value), _version(value),
                          str(device),
                          str(cache), cache_policy, host_reads), value,
                         lambda value=value, cache=cache, node=node:
