@@ -37,20 +37,22 @@ from torch_quiver_ops.synthetic import synthetic_graph  # noqa: E402
 
 def checkpoint_field_errors(checkpoint: dict) -> list:
     """What is wrong with the fields train_sage.py --save writes, one sentence each."""
+    def is_int(value):  # True is an int to Python, and no count or seed
+        return isinstance(value, int) and not isinstance(value, bool)
+
     def count(value):
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        return is_int(value) and value >= 1
 
     errors = []
     if not isinstance(checkpoint["size"], str):
         errors.append(f"size must be a preset name, got {checkpoint['size']!r}")
-    if not (isinstance(checkpoint["seed"], int) and not isinstance(checkpoint["seed"], bool)):
+    if not is_int(checkpoint["seed"]):
         errors.append(f"seed must be an int, got {checkpoint['seed']!r}")
     if checkpoint["graph_device"] not in ("cpu", "cuda"):
         errors.append(f"graph_device must be 'cpu' or 'cuda', got {checkpoint['graph_device']!r}")
     fanouts = checkpoint["fanouts"]
     if not (isinstance(fanouts, (list, tuple)) and fanouts and all(
-            isinstance(f, int) and not isinstance(f, bool) and (f == -1 or f >= 0)
-            for f in fanouts)):
+            is_int(f) and (f == -1 or f >= 0) for f in fanouts)):
         errors.append(f"fanouts must be a list of ints (-1 or >= 0), got {fanouts!r}")
     for key in ("hidden", "in_channels", "num_classes"):
         if not count(checkpoint[key]):

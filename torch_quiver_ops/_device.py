@@ -62,6 +62,12 @@ def init_p2p(device_list: Sequence[int]) -> List[List[int]]:
     return p2p_cliques(device_list)
 
 
+def is_int(value) -> bool:
+    """Whether ``value`` is a Python int and not a bool (``isinstance(True, int)`` holds, and
+    True is no count, id or size)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def holds_integers(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` holds integers that can be ids or times: not floats (which would
     be truncated), complex numbers or bools (True and False are no node ids)."""

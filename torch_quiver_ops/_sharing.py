@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from . import preflight
+from ._device import is_int
 
 _CRC_CHUNK = 64 << 20
 # The json's key for the id of one save (see save_arrays).
@@ -162,7 +163,7 @@ def _described(info, name: str, record: Path) -> Tuple[torch.dtype, list, int]:
                          f"{sorted(_DTYPES)}")
     shape, nbytes = info.get("shape"), info.get("nbytes")
     if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            is_int(d) and d >= 0 for d in shape):
         raise ValueError(f"{bad} with shape {shape!r}: a list of sizes >= 0 is expected")
     expected = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
     if nbytes != expected:

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _sharing, preflight
-from ._device import as_ids
+from ._device import as_ids, is_int
 from .feature import Feature, _thread_host_read_blocks
 
 TRANSPORTS = ("auto", "rdma", "nccl", "gloo")
@@ -141,7 +141,7 @@ MAX_LANES = 64  # Gloo lanes (8 moved twice what 1 did; 10,000 took minutes to s
 
 def check_lanes(lanes) -> None:
     """Each lane is a process group with a connection to every host, kept until exit."""
-    if not isinstance(lanes, int) or isinstance(lanes, bool) or not 1 <= lanes <= MAX_LANES:
+    if not is_int(lanes) or not 1 <= lanes <= MAX_LANES:
         raise ValueError(f"lanes must be an int in [1, {MAX_LANES}], got {lanes!r}")
 
 

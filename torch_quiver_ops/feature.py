@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops, preflight
-from ._device import (as_ids, checked_node_ids, gpus_usable, holds_integers, p2p_cliques,
-                      parse_share, parse_size, resolve_device)
+from ._device import (as_ids, checked_node_ids, gpus_usable, holds_integers, is_int,
+                      p2p_cliques, parse_share, parse_size, resolve_device)
 from .hotness import INT32_MAX, check_hot_order, check_positions, positions_of
 from .topology import CSRTopo
 from .uva import pinned
@@ -33,7 +33,7 @@ _VIEWING = threading.RLock()
 
 
 def check_host_read_blocks(blocks, name: str) -> None:
-    if not isinstance(blocks, int) or isinstance(blocks, bool) or blocks < 0:
+    if not is_int(blocks) or blocks < 0:
         raise ValueError(f"{name} must be an int >= 0 (0: no limit), got {blocks!r}")
 
 

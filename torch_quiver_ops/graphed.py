@@ -50,6 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ._device import is_int
 from .sampler import Adj
 
 __all__ = ["GraphedStep"]
@@ -115,7 +116,7 @@ class GraphedStep:
         margin = float(margin)
         spare = _count("spare", spare, 1)
         warmup = _count("warmup", warmup, 1)
-        if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        if not is_int(ignore_index):
             raise ValueError(f"ignore_index must be an int (the label of padded seeds), got "
                              f"{ignore_index!r}")
         batches = list(batches)

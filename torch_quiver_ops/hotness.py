@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from . import ops
+from ._device import is_int
 
 INT32_MAX = 2**31 - 1
 
@@ -34,10 +35,9 @@ def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[i
     seeds = torch.as_tensor(seeds).cpu()
     if seeds.dim() != 1 or seeds.numel() == 0:
         raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if num_batches is not None and (isinstance(num_batches, bool)
-                                    or not isinstance(num_batches, int) or num_batches < 0):
+    if num_batches is not None and (not is_int(num_batches) or num_batches < 0):
         raise ValueError(f"num_batches must be None (one epoch) or an int >= 0, got "
                          f"{num_batches!r}")
     batches = seeds[torch.randperm(seeds.numel(), generator=generator)].split(batch_size)

@@ -32,7 +32,7 @@ from typing import (Any, Callable, Iterable, Iterator, List, NamedTuple, Optiona
 import torch
 from torch import Tensor
 
-from ._device import holds_integers
+from ._device import holds_integers, is_int
 from .feature import Feature, check_host_read_blocks
 from .feature import host_read_blocks as host_read_blocks_of
 from .sampler import Adj, GraphSageSampler, layers_of
@@ -157,7 +157,7 @@ class Prefetcher:
         self.host_read_blocks = host_read_blocks
         if sms is not None and stream is not None:
             raise ValueError("give a stream or a number of SMs for the loader, not both")
-        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        if not is_int(workers) or workers < 1:
             raise ValueError(f"workers must be an int >= 1, got {workers!r}")
         if workers > 1:
             if depth < workers:

@@ -40,7 +40,7 @@ from torch import Tensor
 from . import _sharing, ops
 from .sampler import Adj, layers_of, sampling_placement
 from .topology import CSRTopo
-from ._device import as_ids
+from ._device import as_ids, is_int
 from .hotness import check_hot_order
 
 METHODS = ("metis", "range", "random")
@@ -283,7 +283,7 @@ def read_manifest(directory: Union[str, Path]) -> dict:
         raise ValueError(f"{path} is not a {FORMAT} manifest")
 
     def count(value) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return is_int(value) and value >= 0
 
     problems = [f"{key} is {manifest.get(key)!r}, not a count"
                 for key in ("num_parts", "num_nodes") if not count(manifest.get(key))]

@@ -43,7 +43,7 @@ from urllib.parse import urlsplit
 import torch
 from torch import Tensor
 
-from ._device import resolve_device
+from ._device import is_int, resolve_device
 from .ops import integer_fanouts
 from .sampler import Adj, GraphSageSampler
 from .topology import CSRTopo
@@ -501,8 +501,7 @@ def _submit_body(runtime, body: bytes):
     try:
         parsed = json.loads(body or b"null")
         nodes = parsed.get("nodes") if isinstance(parsed, dict) else None
-        if not isinstance(nodes, list) or not all(
-                isinstance(v, int) and not isinstance(v, bool) for v in nodes):
+        if not isinstance(nodes, list) or not all(map(is_int, nodes)):
             raise ValueError('the body must be {"nodes": [node ids as integers]}')
         if len(nodes) > runtime.max_batch_nodes:
             raise _Reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {

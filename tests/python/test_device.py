@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import HAS_CUDA
-from torch_quiver_ops._device import p2p_cliques, parse_size, resolve_device
+from torch_quiver_ops._device import is_int, p2p_cliques, parse_size, resolve_device
 
 
 def test_parse_size():
@@ -17,6 +17,11 @@ def test_parse_size():
         parse_size(-1)
     with pytest.raises(ValueError, match="less than one byte: .* '50%'"):
         parse_size("0.5")  # as parse_size(0.5): a share is written as a percentage
+
+
+def test_is_int_refuses_bools_and_floats():
+    assert is_int(0) and is_int(-3) and is_int(2**70)
+    assert not any(map(is_int, [True, False, 1.0, "1", None, torch.tensor(1)]))
 
 
 def test_p2p_cliques_follow_peer_access(monkeypatch):
