@@ -428,6 +428,37 @@ def test_the_loader_reads_the_data_as_it_is_at_each_epoch():
         next(iter(loader))
 
 
+def test_new_features_keep_the_sampler_and_new_weights_or_edges_replace_it():
+    """An epoch after only the Data's features changed keeps the loader's sampler (a new one
+    copies the whole topology to the GPU again in GPU mode); weights or edges changed, in
+    place or replaced, get a new sampler that reads them."""
+    data = directed_data()
+    data.w = torch.rand(data.edge_index.size(1)) + 0.1
+    loader = qpyg.NeighborLoader(data, [3], batch_size=50, device="cpu", weight_attr="w")
+    next(iter(loader))
+    sampler = loader.quiver_sampler
+    data.x = torch.zeros_like(data.x)
+    data.x.add_(1)
+    data.z = torch.arange(200)
+    batch = next(iter(loader))
+    assert bool((batch.x == 1).all()) and torch.equal(batch.z, batch.n_id)
+    assert loader.quiver_sampler is sampler
+    data.w.fill_(-1.0)  # in place: the new sampler reads them, and refuses them
+    with pytest.raises(ValueError, match="must be finite and > 0"):
+        next(iter(loader))
+    data.w = torch.ones(data.edge_index.size(1))
+    next(iter(loader))
+    assert loader.quiver_sampler is not sampler
+    sampler = loader.quiver_sampler
+    data.edge_index[1, :200] = 0
+    data.edge_index[0, :200] = torch.arange(200)
+    whole = qpyg.NeighborLoader(data, [-1], input_nodes=torch.tensor([0]), batch_size=1,
+                                device="cpu")
+    next(iter(loader))
+    assert loader.quiver_sampler is not sampler
+    assert next(iter(whole)).edge_index.size(1) == int((data.edge_index[1] == 0).sum())
+
+
 def test_bidirectional_subgraph_has_both_directions(mode):
     data = directed_data()
     loader = qpyg.NeighborLoader(data, [3, 2], batch_size=25, subgraph_type="bidirectional",

@@ -438,6 +438,35 @@ def test_a_changed_hetero_data_is_read_again_and_pair_rules_are_named():
                                     device="cpu", **rules)
 
 
+def test_new_hetero_features_keep_the_graph_and_sampler():
+    """New features of a HeteroData keep its graph store and the loader's sampler (they were
+    built again, and a loader given its own sampler then said the graph had changed); new
+    edges or weights replace them."""
+    data = hetero_data()
+    loader = qpyg.NeighborLoader(data, [3, 3], input_nodes="paper", batch_size=60,
+                                 device="cpu", weight_attr="w")
+    next(iter(loader))
+    sampler, graph = loader.quiver_sampler, loader.stores[1]
+    data["author"].x = torch.full((40, 8), 2.0)
+    batch = next(iter(loader))
+    assert bool((batch["author"].x == 2.0).all())
+    assert loader.quiver_sampler is sampler and loader.stores[1] is graph
+    data[CITES].w.mul_(3)
+    next(iter(loader))
+    assert loader.quiver_sampler is not sampler and loader.stores[1] is graph
+    given = qpyg.HeteroNeighborSampler(qpyg.to_stores(data, "cpu")[1], [3, 3], return_eid=True)
+    mine = qpyg.NeighborLoader(data, [3, 3], input_nodes="paper", batch_size=60,
+                               device="cpu", neighbor_sampler=given)
+    data["paper"].x = torch.zeros(60, 8)
+    assert bool((next(iter(mine))["paper"].x == 0).all())
+    data[CITES].edge_index = data[CITES].edge_index.flip(0)
+    with pytest.raises(ValueError, match="graph changed"):
+        next(iter(mine))
+    next(iter(loader))
+    assert loader.stores[1] is not graph
+    assert torch.equal(loader.stores[1].edge_index_dict[CITES], data[CITES].edge_index)
+
+
 def test_bad_hetero_arguments_are_named():
     data = hetero_data(6)
     with pytest.raises(ValueError, match="'venue'"):

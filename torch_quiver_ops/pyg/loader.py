@@ -16,7 +16,7 @@ from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 from ..loader import checked_seed_edges
 from .sampler import HeteroNeighborSampler, NeighborSampler
 from .stores import (LINK_LOADER_KEYS, LOADER_KEYS, FeatureStore, GraphStore, HeteroGraphStore,
-                     data_stamp, to_stores)
+                     data_stamp, tensor_version, to_stores)
 
 # Set while PyG's filter_fn builds a batch in this thread: the loaders' ``transform`` then
 # reads as None, so that it runs last, on the whole batch (see _OnOurStores.filter_fn).
@@ -86,6 +86,17 @@ def _sampling_rules(data, rules: dict) -> dict:
         else:
             raise ValueError(f"time_attr {time_attr!r} is neither a node nor an edge attribute")
     return out
+
+
+def _rule_tensors(rules: dict) -> list:
+    """The tensors among a sampler's options (weights, times, dicts of them), named."""
+    found = []
+    for key, value in rules.items():
+        if isinstance(value, Tensor):
+            found.append((key, value))
+        elif isinstance(value, dict):
+            found.extend(((key, k), v) for k, v in value.items() if isinstance(v, Tensor))
+    return found
 
 
 class _OnOurStores:
@@ -203,9 +214,12 @@ class _OnOurStores:
             if not isinstance(graph_store, GraphStore):
                 raise TypeError(f"the graph store must be a torch_quiver_ops.pyg.GraphStore, "
                                 f"got {type(graph_store).__name__}")
-            neighbor_sampler = NeighborSampler(graph_store, num_neighbors, device, mode, replace,
-                                               return_eid, subgraph_type, sampling_generator,
-                                               **_sampling_rules(data, rules or {}))
+            sampling = _sampling_rules(data, rules or {})
+            neighbor_sampler = self._sampler_for(
+                graph_store, sampling, return_eid,
+                lambda: NeighborSampler(graph_store, num_neighbors, device, mode, replace,
+                                        return_eid, subgraph_type, sampling_generator,
+                                        **sampling))
         elif rules and any(v not in (None, False, "uniform") for k, v in rules.items()
                            if k != "neg_exclude_edges"):
             raise ValueError(f"{type(self).__name__} got both a neighbor_sampler and sampling "
@@ -213,6 +227,23 @@ class _OnOurStores:
                              f"the NeighborSampler with them")
         self._take_sampler(neighbor_sampler, kwargs)
         return stores, graph_store, neighbor_sampler
+
+    def _sampler_for(self, graph_store, rules: dict, return_eid: bool, build):
+        """The sampler this loader holds when what it samples from is unchanged (the graph
+        store, the weight and time tensors, return_eid), else ``build()``: an epoch whose
+        Data changed only in its features keeps its sampler, rather than copying the
+        topology to the GPU again."""
+        tensors = _rule_tensors(rules)
+        held = getattr(self, "_sampler_basis", None)
+        if (held is not None and held[0] is graph_store and held[1] == return_eid
+                and len(held[2]) == len(tensors)
+                and all(name == new_name and t is new and version == tensor_version(new)
+                        for (name, t, version), (new_name, new) in zip(held[2], tensors))):
+            return self.quiver_sampler
+        sampler = build()
+        self._sampler_basis = (graph_store, return_eid,
+                               [(name, t, tensor_version(t)) for name, t in tensors])
+        return sampler
 
     def _take_sampler(self, neighbor_sampler, kwargs) -> None:
         """Both set-ups' end: a GPU sampler runs in the main process, and the shuffle
@@ -263,9 +294,11 @@ class _OnOurStores:
                 else {"disjoint": bool((rules or {}).get("disjoint"))}
             hetero_rules["neg_exclude_edges"] = (
                 (rules or {}).get("neg_exclude_edges") is not False)
-            neighbor_sampler = HeteroNeighborSampler(graph_store, num_neighbors, device, mode,
-                                                     replace, return_eid, sampling_generator,
-                                                     **hetero_rules)
+            neighbor_sampler = self._sampler_for(
+                graph_store, hetero_rules, return_eid,
+                lambda: HeteroNeighborSampler(graph_store, num_neighbors, device, mode,
+                                              replace, return_eid, sampling_generator,
+                                              **hetero_rules))
         self._take_sampler(neighbor_sampler, kwargs)
         return stores, graph_store, neighbor_sampler
 

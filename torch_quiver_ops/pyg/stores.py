@@ -432,7 +432,7 @@ class FeatureStore(_PygFeatureStore):
 _SHARED: Dict[tuple, tuple] = {}
 
 
-def _version(value) -> Optional[int]:
+def tensor_version(value) -> Optional[int]:
     """A tensor's version, which each in-place change bumps (None for anything else, and for
     an inference tensor, which keeps none: it cannot be changed in place outside inference
     mode)."""
@@ -444,18 +444,32 @@ def _version(value) -> Optional[int]:
 def data_stamp(data) -> tuple:
     """What a ``Data`` or ``HeteroData`` holds: every attribute of every store by identity,
     and each tensor's version."""
-    return tuple((getattr(store, "_key", None), key, id(value), _version(value))
+    return tuple((getattr(store, "_key", None), key, id(value), tensor_version(value))
                  for store in data.stores for key, value in store.items())
 
 
-def _shared(key: tuple, owner: Tensor, build):
+def graph_stamp(data: HeteroData) -> tuple:
+    """What a ``HeteroData``'s graph store is built from: each node type's count and each
+    edge type's edge_index, by identity and version."""
+    edges = {et: data[et].get("edge_index") for et in data.edge_types}
+    return (tuple((t, data[t].num_nodes) for t in data.node_types),
+            tuple((et, id(ei), tensor_version(ei)) for et, ei in edges.items()))
+
+
+def _shared(key: tuple, owner, build, sources: Tuple[Tensor, ...] = ()):
+    """The value built for ``key`` while ``owner`` and the value live, else ``build()``.
+    ``sources`` are the tensors a key names by id: the entry holds only while they live
+    (another tensor may take a dead one's id)."""
     entry = _SHARED.get(key)
-    if entry is not None and entry[0]() is owner and entry[1]() is not None:
+    if (entry is not None and entry[0]() is owner and entry[1]() is not None
+            and all(ref() is s for ref, s in zip(entry[2], sources))):
         return entry[1]()
-    for stale in [k for k, (o, v) in _SHARED.items() if o() is None or v() is None]:
+    for stale in [k for k, (o, v, refs) in _SHARED.items()
+                  if o() is None or v() is None or any(r() is None for r in refs)]:
         del _SHARED[stale]
     value = build()
-    _SHARED[key] = (weakref.ref(owner), weakref.ref(value))
+    _SHARED[key] = (weakref.ref(owner), weakref.ref(value),
+                    tuple(weakref.ref(s) for s in sources))
     return value
 
 
@@ -476,19 +490,27 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
     (pinned in place): no host copy. While stores built here live, calls for the same
     tensors reuse them (one topology, one GPU cache)."""
     if isinstance(data, HeteroData):
-        # Shared through the feature store, which holds its graph store.
-        # Keyed by what the data holds too: a HeteroData changed since is built again.
-        features = _shared(("hetero", id(data), data_stamp(data), str(resolve_device(device)),
-                            str(cache_size), cache_policy, host_reads), data,
-                           lambda: _hetero_stores(data, device, cache_size, cache_policy,
-                                                  host_reads))
+        # Keyed by what the data holds too: a HeteroData changed since is built again, the
+        # graph store only when its edges or node counts changed (new features keep it, and
+        # the sampler on it).
+        graph = _shared(("hetero graph", id(data), graph_stamp(data)), data,
+                        lambda: _hetero_graph(data),
+                        tuple(data[et].edge_index for et in data.edge_types
+                              if isinstance(data[et].get("edge_index"), Tensor)))
+        features = _shared(("hetero", id(data), data_stamp(data), id(graph),
+                            str(resolve_device(device)), str(cache_size), cache_policy,
+                            host_reads), data,
+                           lambda: _hetero_stores(data, graph, device, cache_size, cache_policy,
+                                                  host_reads),
+                           tuple(v for store in data.stores for v in store.values()
+                                 if isinstance(v, Tensor)))
         return features, features.graph_store
     if getattr(data, "edge_index", None) is None:
         raise ValueError("the Data has no edge_index")
     num_nodes = data.num_nodes
     edge_index = data.edge_index
     # Keyed by each tensor's version too: one changed in place is built again.
-    graph = _shared(("graph", id(edge_index), _version(edge_index), num_nodes), edge_index,
+    graph = _shared(("graph", id(edge_index), tensor_version(edge_index), num_nodes), edge_index,
                     lambda: GraphStore.from_edge_index(edge_index, num_nodes))
     device = resolve_device(device)
     features = FeatureStore(device, cache_size, cache_policy, graph.topo, host_reads)
@@ -503,7 +525,7 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
                                               "node" if node else "edge"):
             continue
         cache = "100%" if _whole_on_gpu(value) else cache_size
-        table = _shared(("feature" if node else "edge feature", id(value), _version(value),
+        table = _shared(("feature" if node else "edge feature", id(value), tensor_version(value),
                          str(device),
                          str(cache), cache_policy, host_reads), value,
                         lambda value=value, cache=cache, node=node:
@@ -537,16 +559,8 @@ def split_cache_budget(degree: Dict[object, Tensor], row_bytes: Dict[object, int
     return out
 
 
-def _hetero_stores(data: HeteroData, device, cache_size, cache_policy: str,
-                   host_reads: str) -> FeatureStore:
-    """A ``HeteroData`` as typed stores (the feature store, holding the graph store as
-    ``graph_store``): every edge type in one :class:`HeteroGraphStore`;
-    every node type's attributes as typed tables in one :class:`FeatureStore`, the tables
-    of more than 16 bytes a row sharing one GPU cache of ``cache_size`` (bytes, or a share
-    of their total bytes) by hotness (:func:`split_cache_budget`, by in-degree over every
-    relation), the small ones (labels, masks) held whole on the GPU; edge attributes by
-    edge type. Node types without attributes need none (PyG models give them embeddings)."""
-    device = resolve_device(device)
+def _hetero_graph(data: HeteroData) -> HeteroGraphStore:
+    """Every edge type of a ``HeteroData`` in one :class:`HeteroGraphStore`."""
     if not data.edge_types:
         raise ValueError("the HeteroData has no edge types: nothing to sample")
     # A type whose count PyG cannot tell (no attributes) is counted from its edges.
@@ -561,6 +575,19 @@ def _hetero_stores(data: HeteroData, device, cache_size, cache_policy: str,
         ei = _two_rows(ei, f"edge type {et}'s edge_index")
         graph.put_edge_index((ei[0], ei[1]), edge_type=et, layout="coo",
                              size=(counts.get(et[0]), counts.get(et[2])))
+    return graph
+
+
+def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size,
+                   cache_policy: str, host_reads: str) -> FeatureStore:
+    """A ``HeteroData``'s attributes as a typed feature store beside its graph store
+    ``graph`` (held as ``graph_store``):
+    every node type's attributes as typed tables in one :class:`FeatureStore`, the tables
+    of more than 16 bytes a row sharing one GPU cache of ``cache_size`` (bytes, or a share
+    of their total bytes) by hotness (:func:`split_cache_budget`, by in-degree over every
+    relation), the small ones (labels, masks) held whole on the GPU; edge attributes by
+    edge type. Node types without attributes need none (PyG models give them embeddings)."""
+    device = resolve_device(device)
     degree = graph.topology().degree_dict()
     features = FeatureStore(device, cache_size, cache_policy, None, host_reads)
     big, small = {}, {}
