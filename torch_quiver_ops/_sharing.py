@@ -16,6 +16,7 @@ import math
 import os
 import re
 import secrets
+import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,22 @@ def _check_name(name: str, where: str) -> None:
     if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
         raise ValueError(f"{where}: array name {name!r} is not a plain file name (letters, "
                          f"digits, '_', '.', '-'; no path separators)")
+
+
+# A record or manifest is a few KB; one far larger is not ours.
+MAX_RECORD_BYTES = 64 << 20
+
+
+def read_record(path: Path) -> str:
+    """The text of a small JSON record. Anything but a regular file (a FIFO, a device) is
+    refused before it is opened: opening a FIFO waits for a writer, forever."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{path} is not a regular file: it cannot be a saved record")
+    if info.st_size > MAX_RECORD_BYTES:
+        raise ValueError(f"{path} holds {info.st_size} bytes, more than a record's "
+                         f"{MAX_RECORD_BYTES}: it is not one")
+    return path.read_text()
 
 
 # What a save's CRC-32 covers: the array's dtype and shape, then its bytes (so a dtype or a
@@ -121,7 +138,7 @@ def save_arrays(directory: Union[str, Path], stem: str,
         if other == record:
             continue
         try:
-            listed = json.loads(other.read_text()).get("arrays", {})
+            listed = json.loads(read_record(other)).get("arrays", {})
         except (OSError, ValueError, AttributeError):
             continue  # not a save of save_arrays
         shared = sorted(set(listed) & set(present)) if isinstance(listed, dict) else []
@@ -203,7 +220,7 @@ def map_arrays(directory: Union[str, Path], stem: str,
         raise FileNotFoundError(f"{record} does not exist: nothing was saved in {directory}, "
                                 f"or the save has not finished")
     try:
-        text = record.read_text()
+        text = read_record(record)
         meta = json.loads(text)
     except (ValueError, UnicodeDecodeError) as error:
         raise ValueError(f"{record} is not the JSON save_arrays writes ({error}): the save "
@@ -239,7 +256,7 @@ def map_arrays(directory: Union[str, Path], stem: str,
     # A save over this one began while the files were mapped (it removes the json first):
     # some of them may be the new save's.
     try:
-        unchanged = record.read_text() == text
+        unchanged = read_record(record) == text
     except OSError:
         unchanged = False
     if not unchanged:

@@ -274,7 +274,7 @@ def read_manifest(directory: Union[str, Path]) -> dict:
         raise FileNotFoundError(f"{path} does not exist: {directory} is not a partition "
                                 f"written by partition_graph, or it has not finished")
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(_sharing.read_record(path))
     except (ValueError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not a partition manifest ({error})") from None
     except (IsADirectoryError, PermissionError) as error:

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 
 import torch_quiver_ops as qv
 from torch_quiver_ops import _sharing
+from torch_quiver_ops.partition import read_manifest
 
 
 def saved(tmp_path, rows=None):
@@ -133,6 +135,45 @@ def test_unexpected_missing_arrays_and_corrupt_json_are_refused(tmp_path):
     (tmp_path / "feature.json").write_text("{not json")
     with pytest.raises(ValueError, match="is not the JSON save_arrays writes"):
         qv.Feature.load_shared(tmp_path)
+
+
+def test_a_record_that_is_no_regular_file_is_refused_not_waited_on(tmp_path):
+    """A FIFO in place of a record (or of a partition's manifest) blocked the load forever:
+    opening it waits for a writer. It is now refused by name, as is a huge record."""
+    saved(tmp_path)
+    record = tmp_path / "feature.json"
+    record.unlink()
+    os.mkfifo(record)
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    os.mkfifo(parts / "manifest.json")
+    calls = [lambda: qv.Feature.load_shared(tmp_path),
+             lambda: _sharing.save_arrays(tmp_path, "other", {"rows": torch.ones(2)}),
+             lambda: read_manifest(parts)]
+    outcomes = []
+    worker = threading.Thread(target=lambda: [outcomes.append(_outcome(c)) for c in calls],
+                              daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive():  # release the blocked open, so that the process can end
+        for fifo in (record, parts / "manifest.json"):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail(f"a load waited on a FIFO (done before: {outcomes})")
+    assert "not a regular file" in outcomes[0] and "not a regular file" in outcomes[2]
+    assert outcomes[1] == "ok"  # the save passes over the FIFO (not a save of its own)
+    record.unlink()
+    with open(record, "wb") as f:
+        f.truncate(_sharing.MAX_RECORD_BYTES + 1)
+    with pytest.raises(ValueError, match="more than a record's"):
+        qv.Feature.load_shared(tmp_path)
+
+
+def _outcome(call) -> str:
+    try:
+        call()
+        return "ok"
+    except Exception as error:  # noqa: BLE001 (what was raised is the result)
+        return f"{type(error).__name__}: {error}"
 
 
 def test_verify_finds_a_flipped_byte_through_every_loader(tmp_path):
