@@ -401,7 +401,7 @@ at::Tensor FetchWork::wait(double timeout_s) {
     mine = fetched_;
   }
   check_wait_seconds(timeout_s, "FetchWork.wait");
-  TORCH_CHECK(ready_within(mine, timeout_s),
+  TORCH_CHECK(ready_within(mine, timeout_s < 0 ? kNoLimitS : timeout_s),
               "DistFeature.gather_async: the fetch did not finish within ", timeout_s,
               " s (the transport raises naming a silent peer once its own timeout passes)");
   {

@@ -88,8 +88,9 @@ class FetchWork : public torch::CustomClassHolder {
     std::shared_ptr<c10::Event> written;
   };
   explicit FetchWork(std::future<Fetched> fetched);
-  // The rows, once fetched (at most timeout_s seconds from now; raises RuntimeError if the
-  // fetch is not done by then, or rethrows its failure). The caller's current stream is
+  // The rows, once fetched (at most timeout_s seconds from now, < 0: no limit, as
+  // ServingRuntime::wait; raises RuntimeError if the fetch is not done by then, or
+  // rethrows its failure). The caller's current stream is
   // ordered after the fetch's work. Dropping a FetchWork never waits: an unfinished fetch
   // ends on its own thread, within the transport's timeout.
   // Safe from several threads: one takes the rows, the others raise.
