@@ -42,12 +42,15 @@ def sampling_placement(device, mode: Optional[str]) -> Tuple[torch.device, str]:
     """``(device, mode)`` a sampler runs with: ``mode`` ``"GPU"``, ``"UVA"`` or ``"CPU"``
     (default: ``"UVA"`` on a GPU, else ``"CPU"``), checked against the device and the
     build."""
+    if mode is not None and not (isinstance(mode, str) and mode.upper() in MODES):
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode is not None and mode.upper() == "CPU":
+        # The device is not read, as in torch-quiver (whose scripts pass device='CPU').
+        return torch.device("cpu"), "CPU"
     device = resolve_device(device)
     if mode is None:
         mode = "UVA" if device.type == "cuda" else "CPU"
     mode = mode.upper()
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if mode == "CPU":
         return torch.device("cpu"), mode
     if device.type != "cuda":

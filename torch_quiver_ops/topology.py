@@ -104,6 +104,9 @@ class CSRTopo:
     def __init__(self, edge_index: Optional[Tensor] = None, indptr: Optional[Tensor] = None,
                  indices: Optional[Tensor] = None, eid: Optional[Tensor] = None,
                  num_nodes: Optional[int] = None):
+        # Numpy arrays too (torch-quiver takes them): as tensors, sharing their memory.
+        edge_index, indptr, indices, eid = (None if t is None else torch.as_tensor(t)
+                                            for t in (edge_index, indptr, indices, eid))
         if edge_index is not None:
             if indptr is not None or indices is not None:
                 raise ValueError("give either edge_index or indptr/indices, not both")

@@ -89,8 +89,11 @@ def test_bad_input(graph):
         sampler.sample(torch.tensor([0]), seed_time=torch.tensor([-999]))  # not ignored
     with pytest.raises(ValueError, match=r"sizes\[0\] with replacement"):
         qv.GraphSageSampler(topo, [1 << 40], mode="CPU", replace=True)
-    with pytest.raises(ValueError, match="mode must be one of"):
-        qv.GraphSageSampler(topo, [3], mode="TPU")
+    for mode in ("TPU", 3):
+        with pytest.raises(ValueError, match="mode must be one of"):
+            qv.GraphSageSampler(topo, [3], mode=mode)
+    # In CPU mode the device is not read, as in torch-quiver, whose scripts pass 'CPU'.
+    assert qv.GraphSageSampler(topo, [3], device="CPU", mode="cpu").device.type == "cpu"
     with pytest.raises(ValueError, match="samples on a GPU"):
         qv.GraphSageSampler(topo, [3], device="cpu", mode="GPU")
     if not HAS_CUDA:

@@ -23,6 +23,17 @@ def test_from_edge_index_uses_int32_and_keeps_edge_ids():
     assert torch.all(topo.degree[order][:-1] >= topo.degree[order][1:])
 
 
+def test_numpy_arrays_are_taken_as_tensors():
+    """torch-quiver takes numpy CSRs (an AttributeError here before)."""
+    row, col = random_coo(50, 300, seed=4)
+    built = qv.CSRTopo(torch.stack([row, col]))
+    for topo in (qv.CSRTopo(torch.stack([row, col]).numpy()),
+                 qv.CSRTopo(indptr=built.indptr.numpy(), indices=built.indices.numpy(),
+                            eid=built.eid.numpy())):
+        assert torch.equal(topo.indptr, built.indptr)
+        assert torch.equal(topo.indices, built.indices) and torch.equal(topo.eid, built.eid)
+
+
 def test_edge_ids_given_with_edge_index_name_the_csr_edges():
     row, col = random_coo(50, 300, seed=5)
     e_id = torch.randperm(1000)[:300]  # PyG's e_id: ids of some larger edge set
