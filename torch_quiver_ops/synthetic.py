@@ -9,11 +9,14 @@ neighborhood says much more, which is what a GNN exploits.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
 from torch import Tensor
+
+from ._device import is_int
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,35 @@ def _sample_pairs(count: int, node_order: Tensor, cum_weight: Tensor, community:
     return torch.cat(keys) if keys else torch.empty(0, dtype=torch.long, device=device)
 
 
+def check_spec(spec: GraphSpec) -> None:
+    """Each field of ``spec`` in its range, named when it is not (a negative degree gave no
+    edges, an exponent of 1 a ZeroDivisionError, fractions over 1 an empty test set)."""
+    def number(value) -> bool:
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value))
+
+    problems = [f"{name} must be an int >= 1, got {getattr(spec, name)!r}"
+                for name in ("num_nodes", "num_features", "num_classes")
+                if not is_int(getattr(spec, name)) or getattr(spec, name) < 1]
+    ranges = {"avg_degree": (">= 0", lambda v: v >= 0),
+              "max_degree_ratio": ("> 0", lambda v: v > 0),
+              "homophily": ("in [0, 1]", lambda v: 0 <= v <= 1),
+              "feature_signal": ("", lambda v: True),
+              "exponent": ("> 1 (a power law's)", lambda v: v > 1),
+              "train_fraction": ("in (0, 1)", lambda v: 0 < v < 1),
+              "val_fraction": ("in (0, 1)", lambda v: 0 < v < 1)}
+    for name, (what, holds) in ranges.items():
+        value = getattr(spec, name)
+        if not number(value) or not holds(value):
+            problems.append(f"{name} must be a finite number {what}".rstrip()
+                            + f", got {value!r}")
+    if not problems and spec.train_fraction + spec.val_fraction >= 1:
+        problems.append(f"train_fraction + val_fraction must be under 1 (the rest are the "
+                        f"test nodes), got {spec.train_fraction} + {spec.val_fraction}")
+    if problems:
+        raise ValueError("bad graph spec: " + "; ".join(problems))
+
+
 def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
              device: Optional[torch.device] = None, csr: bool = False,
              feature_dtype: torch.dtype = torch.float32) -> SyntheticGraph:
@@ -117,6 +149,7 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
     With `csr`, the CSR is built where the graph is drawn (csr_from_coo, on the GPU for a
     CUDA device) and returned instead of edge_index: at papers100M scale this takes
     seconds, where an int64 edge_index alone would be 26 GB and a CPU build minutes."""
+    check_spec(spec)
     device = torch.device(device or "cpu")
     gen = torch.Generator(device=device).manual_seed(seed)
     n, num_classes = spec.num_nodes, spec.num_classes
@@ -164,6 +197,9 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
         edge_index = torch.stack([torch.cat([low, high]), torch.cat([high, low])]).cpu()
         del low, high
 
+    # The split is drawn before the features, so that a graph without them (features=False)
+    # has the same split as with them.
+    perm = torch.randperm(n, generator=gen, device=device).cpu()
     x = None
     if features:
         centroids = torch.randn(num_classes, spec.num_features, generator=gen, device=device)
@@ -181,7 +217,6 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
                           alpha=spec.feature_signal)
                 x[start:start + part.size(0)] = part.to(feature_dtype).cpu()
 
-    perm = torch.randperm(n, generator=gen, device=device).cpu()
     community = community.cpu()
     num_train = max(1, int(n * spec.train_fraction))
     num_val = max(1, int(n * spec.val_fraction))

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 import torch_quiver_ops as qv
@@ -64,3 +65,26 @@ def test_large_feature_tables_are_drawn_in_slices(monkeypatch):
     # Still a class signal: class means differ more than the noise of a mean.
     means = torch.stack([g.x[g.y == c].float().mean(0) for c in range(4)])
     assert (means[0] - means[1]).norm() > 0.3
+
+
+def test_a_graph_without_features_has_the_same_split():
+    """partition_graph.py --no-features wrote another split than the run with features."""
+    a, b = synthetic_graph("tiny", seed=3), synthetic_graph("tiny", seed=3, features=False)
+    assert b.x is None and torch.equal(a.edge_index, b.edge_index) and torch.equal(a.y, b.y)
+    for name in ("train_idx", "val_idx", "test_idx"):
+        assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+@pytest.mark.parametrize("override, named", [
+    (dict(avg_degree=-3), "avg_degree must be a finite number >= 0"),
+    (dict(exponent=1.0), "exponent must be a finite number > 1"),
+    (dict(num_classes=0), "num_classes must be an int >= 1"),
+    (dict(num_nodes=True), "num_nodes must be an int >= 1"),
+    (dict(homophily=1.5), r"homophily must be a finite number in \[0, 1\]"),
+    (dict(train_fraction=1.0), r"train_fraction must be a finite number in \(0, 1\)"),
+    (dict(train_fraction=0.7, val_fraction=0.5), "must be under 1"),
+    (dict(feature_signal=float("nan")), "feature_signal must be a finite number, got nan"),
+])
+def test_a_spec_out_of_range_is_named(override, named):
+    with pytest.raises(ValueError, match=named):
+        synthetic_graph("tiny", **override)
