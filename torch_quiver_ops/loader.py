@@ -32,7 +32,7 @@ from typing import (Any, Callable, Iterable, Iterator, List, NamedTuple, Optiona
 import torch
 from torch import Tensor
 
-from ._device import holds_integers, is_int
+from ._device import checked_node_ids, holds_integers, is_int
 from .feature import Feature, check_host_read_blocks
 from .feature import host_read_blocks as host_read_blocks_of
 from .sampler import Adj, GraphSageSampler, layers_of
@@ -151,8 +151,8 @@ class Prefetcher:
                  depth: int = 2, stream: Optional[torch.cuda.Stream] = None,
                  sms: Optional[int] = None, host_read_blocks: int = HOST_READ_BLOCKS,
                  workers: int = 1, pace: Optional[Callable[[bool], None]] = None):
-        if depth < 0:
-            raise ValueError(f"depth must be >= 0, got {depth}")
+        if not is_int(depth) or depth < 0:
+            raise ValueError(f"depth (a loader's prefetch) must be an int >= 0, got {depth!r}")
         check_host_read_blocks(host_read_blocks, "host_read_blocks")
         self.host_read_blocks = host_read_blocks
         if sms is not None and stream is not None:
@@ -384,6 +384,8 @@ class SampleLoader:
     ``for seeds in loader: n_id, batch_size, adjs = sampler.sample(seeds); x = feature[n_id]``.
     """
 
+    _seeds_are_nodes = True  # node ids (a subclass may seed with others)
+
     def __init__(self, sampler: GraphSageSampler, feature: Union[None, Feature, Tensor],
                  seeds: Tensor, batch_size: int, labels: Optional[Tensor] = None,
                  shuffle: bool = True, drop_last: bool = False, prefetch: int = 2,
@@ -391,13 +393,25 @@ class SampleLoader:
                  prefetch_sms: Optional[int] = None,
                  prefetch_host_read_blocks: int = HOST_READ_BLOCKS, workers: int = 1,
                  prefetch_in_cpp: Optional[bool] = None):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not is_int(batch_size) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         seeds = torch.as_tensor(seeds)
         if seeds.dtype == torch.bool:
             seeds = torch.nonzero(seeds).view(-1)
         if seeds.dim() != 1:
             raise ValueError(f"seeds must be one-dimensional, got shape {tuple(seeds.shape)}")
+        if not holds_integers(seeds):
+            raise TypeError(f"seeds must hold integer node ids, got {seeds.dtype}")
+        topo = getattr(sampler, "csr_topo", None)
+        if self._seeds_are_nodes and topo is not None:
+            # Once here, by position in seeds: in a batch's turn, an epoch in, the sampler
+            # named the position within the batch.
+            checked_node_ids(seeds.cpu(), topo.node_count, "seeds")
+            if getattr(sampler, "temporal", False) and getattr(sampler, "node_time", 1) is None:
+                raise ValueError("the sampler samples by edge time, which needs a time per "
+                                 "seed, and SampleLoader passes none: build the sampler with "
+                                 "node_time (seeds then take their own), or call "
+                                 "sampler.sample(seeds, seed_time=...) yourself")
         self.sampler = sampler
         self.feature = feature
         self.seeds = seeds.cpu()
@@ -666,6 +680,8 @@ class LinkSampleLoader(SampleLoader):
         shuffle, drop_last, prefetch, generator, prefetch_sms, prefetch_host_read_blocks,
         workers: as for :class:`SampleLoader` (batches are the same for any ``workers``).
     """
+
+    _seeds_are_nodes = False  # edge positions
 
     def __init__(self, sampler: GraphSageSampler, feature: Union[None, Feature, Tensor],
                  edge_label_index: Tensor, batch_size: int,

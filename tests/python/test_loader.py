@@ -215,8 +215,26 @@ def test_bad_arguments_raise():
         qv.Prefetcher([], "cpu", depth=-1)
     with pytest.raises(ValueError, match="pace must be a callable taking a bool, got 3"):
         qv.Prefetcher([], "cpu", pace=3)
-    with pytest.raises(IndexError):  # a seed outside the graph, raised by next()
-        list(qv.SampleLoader(sampler, feature, torch.tensor([0, 300]), 2))
+    # A seed outside the graph, named by its place in seeds when the loader is built (it
+    # was raised in its batch's turn, an epoch in, by its place in the batch).
+    with pytest.raises(IndexError, match=r"seeds\[45\] = 300 is out of range \[0, 300\)"):
+        qv.SampleLoader(sampler, feature, torch.cat([torch.arange(45), torch.tensor([300])]),
+                        10, shuffle=False)
+    with pytest.raises(TypeError, match="seeds must hold integer node ids"):
+        qv.SampleLoader(sampler, feature, torch.arange(3.0), 2)
+    import numpy as np
+    for bad in (np.int64(64), 2.5, True, torch.tensor(64)):  # failed later, inside torch
+        with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
+            qv.SampleLoader(sampler, feature, torch.arange(3), bad)
+    for bad in (1.5, None):
+        with pytest.raises(ValueError, match="prefetch.* must be an int >= 0"):
+            qv.SampleLoader(sampler, feature, torch.arange(3), 2, prefetch=bad)
+    # By edge time, a sampler needs a time per seed, which SampleLoader does not pass.
+    timed = qv.GraphSageSampler(sampler.csr_topo, [2], mode="CPU",
+                                edge_time=torch.zeros(sampler.csr_topo.edge_count,
+                                                      dtype=torch.long))
+    with pytest.raises(ValueError, match="needs a time per seed"):
+        qv.SampleLoader(timed, feature, torch.arange(3), 2)
 
 
 @pytest.mark.parametrize("workers", [2, 3])
@@ -553,8 +571,9 @@ def test_the_cpp_thread_raises_in_turn_and_stops_on_early_exits(mode):
     sampler, feature, table, labels = setup(mode)
     bad = torch.cat([torch.arange(40), torch.tensor([999])])  # batch 2 holds node 999
     for in_cpp in (True, False):
-        loader = qv.SampleLoader(sampler, feature, bad, 16, labels=labels, shuffle=False,
-                                 prefetch_in_cpp=in_cpp)
+        loader = qv.SampleLoader(sampler, feature, torch.arange(41), 16, labels=labels,
+                                 shuffle=False, prefetch_in_cpp=in_cpp)
+        loader.seeds = bad  # past the loader's own check of its seeds: a batch that fails
         taken = []
         with pytest.raises(IndexError, match="999"):
             for batch in loader:
