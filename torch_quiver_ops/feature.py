@@ -624,6 +624,9 @@ class Feature:
         arrays, _ = _sharing.map_arrays(directory, "feature", verify=verify,
                                          names=("rows", "order"), required=("rows",))
         host = arrays["rows"]
+        if host.dim() == 0:
+            raise ValueError(f"{directory}/rows.bin holds one value (shape []): a saved table "
+                             f"has a row per node")
         order = arrays.get("order")
         if order is not None:
             check_positions(order, host.size(0), f"{directory}/order.bin")

@@ -209,7 +209,12 @@ class CSRTopo:
         arrays, _ = _sharing.map_arrays(directory, "csr", verify=verify,
                                          names=("indptr", "indices", "eid"),
                                          required=("indptr", "indices"))
-        return cls(indptr=arrays["indptr"], indices=arrays["indices"], eid=arrays.get("eid"))
+        try:
+            return cls(indptr=arrays["indptr"], indices=arrays["indices"], eid=arrays.get("eid"))
+        except (ValueError, TypeError, IndexError) as error:
+            # The check names the op's arguments; the reader needs the save that holds them.
+            raise type(error)(f"{Path(directory) / 'csr.json'} and its .bin files hold no "
+                              f"valid CSR: {error}") from None
 
     def __repr__(self) -> str:
         return (f"CSRTopo(nodes={self.node_count}, edges={self.edge_count}, "

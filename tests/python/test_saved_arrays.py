@@ -168,6 +168,13 @@ def test_a_record_that_is_no_regular_file_is_refused_not_waited_on(tmp_path):
         qv.Feature.load_shared(tmp_path)
 
 
+def test_a_saved_table_of_no_rows_dimension_is_named(tmp_path):
+    """rows saved as one value (shape []) reached a bare torch IndexError."""
+    _sharing.save_arrays(tmp_path, "feature", {"rows": torch.tensor(1.5)})
+    with pytest.raises(ValueError, match=r"rows.bin holds one value \(shape \[\]\)"):
+        qv.Feature.load_shared(tmp_path)
+
+
 def _outcome(call) -> str:
     try:
         call()

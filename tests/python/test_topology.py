@@ -127,3 +127,17 @@ def test_truncated_save_is_an_error_not_zeros(tmp_path):
     (tmp_path / "csr.json").unlink()
     with pytest.raises(FileNotFoundError, match="or the save has not finished"):
         qv.CSRTopo.load_shared(tmp_path)
+
+
+def test_an_edited_save_names_the_save(tmp_path):
+    """A saved CSR whose bytes were edited is refused naming the save, not only the op's
+    argument (indices, edge_ids)."""
+    row, col = random_coo(300, 3000, seed=2)
+    qv.CSRTopo(torch.stack([row, col])).save(tmp_path)
+    indices = tmp_path / "indices.bin"
+    data = bytearray(indices.read_bytes())
+    data[40:44] = (10**8).to_bytes(4, "little")  # int32 ids
+    indices.write_bytes(bytes(data))
+    with pytest.raises(IndexError, match=r"csr.json and its .bin files hold no valid CSR: "
+                                         r".*100000000"):
+        qv.CSRTopo.load_shared(tmp_path)
