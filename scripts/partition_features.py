@@ -15,6 +15,7 @@ import time
 import torch
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 
 
 def main():
@@ -27,6 +28,15 @@ def main():
     parser.add_argument("--csr", default=None)
     parser.add_argument("--assignment", default=None)
     args = parser.parse_args()
+    if args.hosts < 1:
+        parser.error(f"--hosts must be >= 1, got {args.hosts}")
+    if not 0 <= args.replicate <= 1:
+        parser.error(f"--replicate must be a share in [0, 1], got {args.replicate}")
+    _cli.check_files(parser, args, ("features", "hot_order", "assignment"))
+    _cli.run(parser, split, args)
+
+
+def split(args) -> None:
     start = time.perf_counter()
     x = torch.load(args.features)
     hot_order = None

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 from torch_quiver_ops.partition import METHODS, load_partition, partition_graph
 
 
@@ -84,7 +85,19 @@ def main(argv=None):
     parser.add_argument("--no-features", action="store_true",
                         help="with --synthetic: topology, labels and splits only")
     args = parser.parse_args(argv)
+    if args.parts < 1:
+        parser.error(f"--parts must be >= 1, got {args.parts}")
+    if not 0 <= args.replicate <= 1:
+        parser.error(f"--replicate must be a share in [0, 1], got {args.replicate}")
+    if args.synthetic:
+        from torch_quiver_ops.synthetic import PRESETS
+        if args.synthetic not in PRESETS:
+            parser.error(f"--synthetic must be one of {sorted(PRESETS)}, got {args.synthetic!r}")
+    _cli.check_files(parser, args, ("edge_index", "features", "labels", "splits"))
+    _cli.run(parser, partition, args)
 
+
+def partition(args) -> None:
     started = time.perf_counter()
     x = y = splits = None
     if args.synthetic:

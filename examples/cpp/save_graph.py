@@ -9,6 +9,7 @@ import argparse
 import torch
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
 
 
@@ -21,6 +22,12 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=1024,
                         help="batch size of the presampling that orders the rows by heat")
     args = parser.parse_args(argv)
+    if args.batch_size < 1:  # before the graph is built
+        parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    _cli.run(parser, save, args)
+
+
+def save(args) -> None:
     device = torch.device("cuda") if torch.cuda.is_available() and qv.cuda_kernels_built() \
         else None
     graph = synthetic_graph(args.size, seed=args.seed, device=device)

@@ -218,3 +218,22 @@ def test_the_script_partitions_a_saved_graph(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "edge cut" in done.stdout and "balance" in done.stdout
     assert load_partition(tmp_path / "out", 1, verify=True).num_nodes == 400
+
+
+@pytest.mark.parametrize("script, args, said", [
+    ("scripts/partition_graph.py", ["--synthetic", "tiny", "--parts", "0"], "--parts must be >= 1"),
+    ("scripts/partition_graph.py", ["--csr", "/nonexistent", "--parts", "2"],
+     "/nonexistent/csr.json does not exist"),
+    ("scripts/partition_graph.py", ["--synthetic", "bogus", "--parts", "2"],
+     "--synthetic must be one of"),
+    ("scripts/partition_features.py", ["--features", "/nonexistent.pt", "--hosts", "2"],
+     "--features /nonexistent.pt is not a file"),
+    ("examples/cpp/save_graph.py", ["--batch-size", "0"], "--batch-size must be >= 1"),
+])
+def test_the_scripts_name_a_bad_argument_without_a_traceback(tmp_path, script, args, said):
+    done = subprocess.run([sys.executable, str(REPO / script), *args,
+                           *(["--out", str(tmp_path / "out")] if "partition" in script
+                             else [str(tmp_path / "out")])],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
