@@ -32,7 +32,7 @@ from typing import (Any, Callable, Iterable, Iterator, List, NamedTuple, Optiona
 import torch
 from torch import Tensor
 
-from ._device import checked_node_ids, holds_integers, is_int
+from ._device import as_ids, checked_node_ids, holds_integers, is_int
 from .feature import Feature, check_host_read_blocks
 from .feature import host_read_blocks as host_read_blocks_of
 from .sampler import Adj, GraphSageSampler, layers_of
@@ -395,7 +395,7 @@ class SampleLoader:
                  prefetch_in_cpp: Optional[bool] = None):
         if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        seeds = torch.as_tensor(seeds)
+        seeds = as_ids(seeds)  # an empty list too (torch.as_tensor([]) holds floats)
         if seeds.dtype == torch.bool:
             seeds = torch.nonzero(seeds).view(-1)
         if seeds.dim() != 1:

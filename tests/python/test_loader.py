@@ -222,6 +222,7 @@ def test_bad_arguments_raise():
                         10, shuffle=False)
     with pytest.raises(TypeError, match="seeds must hold integer node ids"):
         qv.SampleLoader(sampler, feature, torch.arange(3.0), 2)
+    assert len(qv.SampleLoader(sampler, feature, [], 2)) == 0  # no seeds: an empty epoch
     import numpy as np
     for bad in (np.int64(64), 2.5, True, torch.tensor(64)):  # failed later, inside torch
         with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
