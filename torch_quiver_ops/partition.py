@@ -172,24 +172,26 @@ def _owned_rows(topo: CSRTopo, nodes: Tensor, chunk_edges: int):
     return indptr, indices, edge_ids
 
 
-def _split_ids(name: str, ids, num_nodes: int) -> Tensor:
+def _split_ids(name: str, ids, num_nodes: int, label: Optional[str] = None) -> Tensor:
     """A split's node ids (int64): ids, or a boolean mask over the nodes such as PyG's
-    ``train_mask``, taken as the nodes it marks (its int64 value would be ids 0 and 1)."""
+    ``train_mask``, taken as the nodes it marks (its int64 value would be ids 0 and 1).
+    Errors name ``label`` (default: the split)."""
+    label = label or f"split {name!r}"
     ids = as_ids(ids)
     if ids.dim() != 1:
-        raise ValueError(f"split {name!r} must be 1-D node ids or a mask, got shape "
+        raise ValueError(f"{label} must be 1-D node ids or a mask, got shape "
                          f"{tuple(ids.shape)}")
     if ids.dtype == torch.bool:
         if ids.numel() != num_nodes:
-            raise ValueError(f"split {name!r} is a mask of {ids.numel()} entries for a graph "
+            raise ValueError(f"{label} is a mask of {ids.numel()} entries for a graph "
                              f"of {num_nodes} nodes")
         return ids.nonzero().view(-1)
     if ids.is_floating_point() or ids.is_complex():
-        raise ValueError(f"split {name!r} must hold integer node ids (or be a bool mask), "
+        raise ValueError(f"{label} must hold integer node ids (or be a bool mask), "
                          f"got {ids.dtype}")
     ids = ids.long()
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
-        raise ValueError(f"split {name!r} holds node ids outside [0, {num_nodes})")
+        raise ValueError(f"{label} holds node ids outside [0, {num_nodes})")
     return ids
 
 
@@ -331,8 +333,9 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
     directory = Path(directory)
     manifest = read_manifest(directory)
     num_parts, n = manifest["num_parts"], manifest["num_nodes"]
-    if not 0 <= part < num_parts:
-        raise ValueError(f"part {part} is not in [0, {num_parts}) ({directory}/manifest.json)")
+    if not is_int(part) or not 0 <= part < num_parts:
+        raise ValueError(f"part {part!r} is not an int in [0, {num_parts}) "
+                         f"({directory}/manifest.json)")
     splits = manifest.get("splits", [])
     arrays, meta = _sharing.map_arrays(
         directory / f"part_{part}", "part", verify=verify,

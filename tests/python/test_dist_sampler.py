@@ -469,6 +469,22 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
         if backend == "gloo":  # a host without input nodes is an error on every host
             with pytest.raises(ValueError, match="has no input nodes"):
                 DistNeighborLoader(part, [2], input_nodes=own[:0] if rank == 1 else own)
+            # A mask (PyG's train_mask) is the nodes it marks (it was seeds 0 and 1).
+            mask = torch.zeros(400, dtype=torch.bool)
+            mask[own] = True
+            masked = DistNeighborLoader(part, [2], input_nodes=mask, batch_size=16)
+            assert torch.equal(masked.input_nodes, own.unique())
+            # Input nodes one host refuses (floats; another host's nodes, whose y this part
+            # lacks) raise on every host at once: the other host waited, then timed out.
+            others = (part.owner.long() != rank).nonzero().view(-1)[:5]
+            for bad, said in ((torch.tensor([1.5]), "input_nodes must hold integer node ids"),
+                              (others, "owned by another host")):
+                with pytest.raises(ValueError, match=said if rank == 0 else "another host's"):
+                    DistNeighborLoader(part, [2], input_nodes=bad if rank == 0 else own)
+            with pytest.raises(ValueError, match="batch_size must be an int >= 1, got 2.5"):
+                DistNeighborLoader(part, [2], batch_size=2.5)
+        with pytest.raises(ValueError, match="part True is not an int"):
+            load_partition(directory / "parts", True)
         with pytest.raises(ValueError, match="names no split"):
             DistNeighborLoader(part, [2], input_nodes="validation")
         if backend == "gloo":

@@ -13,8 +13,9 @@ import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
+from .._device import is_int
 from ..dist import gloo_twin
-from ..partition import DistGraphSampler, GraphPartition, load_partition
+from ..partition import DistGraphSampler, GraphPartition, _split_ids, load_partition
 from .sampler import _fanouts
 
 
@@ -53,8 +54,8 @@ class DistNeighborLoader:
                  shuffle: bool = False, feature=None, group=None, replace: bool = False,
                  timeout: float = 60.0, seed: int = 0, transport: str = "auto",
                  mode: str = "CPU", device=None):
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not is_int(batch_size) or batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         self.group = gloo_twin(group)
         if not isinstance(partition, GraphPartition):
             partition = load_partition(partition, dist.get_rank(self.group))
@@ -64,25 +65,52 @@ class DistNeighborLoader:
         self.sampler_group = given if on_gpu else self.group
         self.sampler = DistGraphSampler(partition, _fanouts(num_neighbors), self.sampler_group,
                                         replace, timeout, transport, mode=mode, device=device)
-        if isinstance(input_nodes, str):
-            if input_nodes not in partition.splits:
-                raise ValueError(f"input_nodes={input_nodes!r} names no split of the partition "
-                                 f"(it has {sorted(partition.splits)})")
-            input_nodes = partition.splits[input_nodes]
-        self.input_nodes = torch.as_tensor(input_nodes).long()
+        # A problem with this host's input nodes is raised on every host, after the
+        # agreement below: raised here alone, it left the others waiting on this one.
+        try:
+            self.input_nodes = self._own_input_nodes(input_nodes)
+            problem = None
+        except (ValueError, TypeError) as error:
+            self.input_nodes, problem = torch.empty(0, dtype=torch.long), error
         self.batch_size, self.shuffle, self.feature = batch_size, shuffle, feature
         self.seed, self.epoch = seed, 0
         count = self.input_nodes.numel()
         self._own_batches = (count + batch_size - 1) // batch_size
-        # One agreement: the most batches, and (negated) the fewest input nodes.
-        agreed = torch.tensor([self._own_batches, -count])
+        # One agreement: the most batches, (negated) the fewest input nodes, and whether
+        # any host's input nodes were refused.
+        agreed = torch.tensor([self._own_batches, -count, int(problem is not None)])
         dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=self.group)
+        if problem is not None:
+            raise problem
+        if int(agreed[2]):
+            raise ValueError("another host's input_nodes were refused (that host names why): "
+                             "this DistNeighborLoader cannot run")
         if int(agreed[1]) == 0:
             raise ValueError(f"a host of this DistNeighborLoader has no input nodes (this one, "
                              f"host {dist.get_rank(self.group)}, has {count}): each host "
                              f"samples its own nodes' batches, so every host needs some "
                              f"(partition so that each part owns input nodes)")
         self._batches = int(agreed[0])
+
+    def _own_input_nodes(self, input_nodes) -> Tensor:
+        """This host's seeds: a split's ids, or given ids or a mask (such as PyG's
+        ``train_mask``: the nodes it marks), each in the graph and, when batches carry
+        ``y`` from this host's part, owned by this host."""
+        partition = self.partition
+        if isinstance(input_nodes, str):
+            if input_nodes not in partition.splits:
+                raise ValueError(f"input_nodes={input_nodes!r} names no split of the partition "
+                                 f"(it has {sorted(partition.splits)})")
+            return partition.splits[input_nodes].long()
+        ids = _split_ids("input_nodes", input_nodes, partition.num_nodes, "input_nodes")
+        if partition.labels is not None and ids.numel():
+            foreign = partition.owner[ids].long() != partition.part
+            if bool(foreign.any()):
+                raise ValueError(f"input_nodes holds node {int(ids[foreign][0])}, owned by "
+                                 f"another host: y comes from each host's own part, so each "
+                                 f"host's input nodes must be its own (a split's name gives "
+                                 f"them)")
+        return ids
 
     def __len__(self) -> int:
         return self._batches
