@@ -172,7 +172,7 @@ def _owned_rows(topo: CSRTopo, nodes: Tensor, chunk_edges: int):
     return indptr, indices, edge_ids
 
 
-def _split_ids(name: str, ids, num_nodes: int, label: Optional[str] = None) -> Tensor:
+def split_ids(name: str, ids, num_nodes: int, label: Optional[str] = None) -> Tensor:
     """A split's node ids (int64): ids, or a boolean mask over the nodes such as PyG's
     ``train_mask``, taken as the nodes it marks (its int64 value would be ids 0 and 1).
     Errors name ``label`` (default: the split)."""
@@ -232,7 +232,7 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
             raise ValueError(f"replicate must be in [0, 1], got {replicate}")
         if hot_order is not None:
             check_hot_order(hot_order, n)
-    splits = {name: _split_ids(name, ids, n) for name, ids in (splits or {}).items()}
+    splits = {name: split_ids(name, ids, n) for name, ids in (splits or {}).items()}
 
     partition_id = secrets.randbits(62)
     local_index = torch.empty(n, dtype=torch.int64)

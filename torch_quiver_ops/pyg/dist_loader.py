@@ -15,7 +15,7 @@ from torch_geometric.data import Data
 
 from .._device import is_int
 from ..dist import gloo_twin
-from ..partition import DistGraphSampler, GraphPartition, _split_ids, load_partition
+from ..partition import DistGraphSampler, GraphPartition, split_ids, load_partition
 from .sampler import _fanouts
 
 
@@ -33,7 +33,9 @@ class DistNeighborLoader:
         partition: a :func:`partition_graph` directory (this rank's part is loaded) or a
             loaded :class:`GraphPartition`.
         num_neighbors: fanouts per hop, the seeds' hop first.
-        input_nodes: a split's name (its ids owned by this host) or global node ids.
+        input_nodes: a split's name (its ids owned by this host), or global node ids or a
+            boolean mask over the nodes (PyG's ``train_mask``), owned by this host when the
+            partition holds labels.
         batch_size, shuffle: as PyG's.
         feature: the rows (a :class:`DistFeature` over the same hosts, or a tensor indexed
             by global id); None: batches carry no ``x``.
@@ -102,7 +104,7 @@ class DistNeighborLoader:
                 raise ValueError(f"input_nodes={input_nodes!r} names no split of the partition "
                                  f"(it has {sorted(partition.splits)})")
             return partition.splits[input_nodes].long()
-        ids = _split_ids("input_nodes", input_nodes, partition.num_nodes, "input_nodes")
+        ids = split_ids("input_nodes", input_nodes, partition.num_nodes, "input_nodes")
         if partition.labels is not None and ids.numel():
             foreign = partition.owner[ids].long() != partition.part
             if bool(foreign.any()):
