@@ -453,6 +453,7 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
                 assert batch.n_id.device.type == ("cpu" if backend == "gloo" else "cuda")
                 batch = batch.cpu()
                 seeds = batch.n_id[:batch.batch_size]
+                assert torch.equal(loader.input_nodes[batch.input_id], seeds)  # as in PyG
                 assert torch.equal(part.owner[seeds].long(), torch.full_like(seeds, rank))
                 assert torch.equal(batch.x.cpu(), x[batch.n_id]) and torch.equal(batch.y, y[seeds])
                 src, dst = batch.edge_index
@@ -483,6 +484,8 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
                     DistNeighborLoader(part, [2], input_nodes=bad if rank == 0 else own)
             with pytest.raises(ValueError, match="batch_size must be an int >= 1, got 2.5"):
                 DistNeighborLoader(part, [2], batch_size=2.5)
+            with pytest.raises(ValueError, match="num_neighbors"):
+                DistNeighborLoader(part, [2, -2])
         with pytest.raises(ValueError, match="part True is not an int"):
             load_partition(directory / "parts", True)
         with pytest.raises(ValueError, match="names no split"):

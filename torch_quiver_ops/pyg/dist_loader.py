@@ -15,6 +15,7 @@ from torch_geometric.data import Data
 
 from .._device import is_int
 from ..dist import gloo_twin
+from ..ops import check_fanouts
 from ..partition import DistGraphSampler, GraphPartition, split_ids, load_partition
 from .sampler import _fanouts
 
@@ -48,7 +49,8 @@ class DistNeighborLoader:
 
     Batches are ``Data`` with ``x`` (the rows of ``n_id``), ``y`` (the seeds' labels, from
     the part: the first ``batch_size`` nodes), ``edge_index``, ``n_id``, ``e_id`` (global),
-    ``batch_size``, ``num_sampled_nodes`` and ``num_sampled_edges``.
+    ``input_id`` (each seed's place in this host's input nodes, as in PyG), ``batch_size``,
+    ``num_sampled_nodes`` and ``num_sampled_edges``.
     """
 
     def __init__(self, partition: Union[str, Path, GraphPartition], num_neighbors,
@@ -58,6 +60,8 @@ class DistNeighborLoader:
                  mode: str = "CPU", device=None):
         if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        fanouts = _fanouts(num_neighbors)
+        check_fanouts(fanouts, replace, "num_neighbors")  # here, naming the argument
         self.group = gloo_twin(group)
         if not isinstance(partition, GraphPartition):
             partition = load_partition(partition, dist.get_rank(self.group))
@@ -65,7 +69,7 @@ class DistNeighborLoader:
         given = group if group is not None else dist.group.WORLD
         on_gpu = mode.upper() in ("GPU", "UVA") and dist.get_backend(given) == "nccl"
         self.sampler_group = given if on_gpu else self.group
-        self.sampler = DistGraphSampler(partition, _fanouts(num_neighbors), self.sampler_group,
+        self.sampler = DistGraphSampler(partition, fanouts, self.sampler_group,
                                         replace, timeout, transport, mode=mode, device=device)
         # A problem with this host's input nodes is raised on every host, after the
         # agreement below: raised here alone, it left the others waiting on this one.
@@ -118,25 +122,28 @@ class DistNeighborLoader:
         return self._batches
 
     def __iter__(self):
-        ids = self.input_nodes
+        count = self.input_nodes.numel()
+        # Each seed's place in input_nodes: PyG's input_id.
+        order = torch.arange(count)
         if self.shuffle:
             gen = torch.Generator().manual_seed(
                 self.seed + 7919 * self.epoch + dist.get_rank(self.group))
-            ids = ids[torch.randperm(ids.numel(), generator=gen)]
+            order = torch.randperm(count, generator=gen)
         self.epoch += 1
-        size, count = self.batch_size, ids.numel()
+        size = self.batch_size
         for b in range(self._batches):
             if b < self._own_batches:
-                seeds = ids[b * size:(b + 1) * size]
+                places = order[b * size:(b + 1) * size]
             else:  # past this host's own batches: its seeds again, from the start
                 again = (b - self._own_batches) * size
-                seeds = ids[(torch.arange(size) + again) % count][:min(size, count)]
-            yield self._batch(seeds)
+                places = order[(torch.arange(size) + again) % count][:min(size, count)]
+            yield self._batch(self.input_nodes[places], places)
 
-    def _batch(self, seeds: Tensor) -> Data:
+    def _batch(self, seeds: Tensor, places: Tensor) -> Data:
         node, row, col, edge, nodes_per_hop, edges_per_hop = self.sampler.sample_subgraph(seeds)
         batch = Data(edge_index=torch.stack([row, col]), n_id=node, e_id=edge,
-                     batch_size=seeds.numel(), num_nodes=node.numel(),
+                     input_id=places.to(node.device), batch_size=seeds.numel(),
+                     num_nodes=node.numel(),
                      num_sampled_nodes=nodes_per_hop.tolist(),
                      num_sampled_edges=edges_per_hop.tolist())
         if self.feature is not None:  # a table is indexed where it lies
