@@ -279,7 +279,7 @@ def read_manifest(directory: Union[str, Path]) -> dict:
         manifest = json.loads(_sharing.read_record(path))
     except (ValueError, UnicodeDecodeError) as error:
         raise ValueError(f"{path} is not a partition manifest ({error})") from None
-    except (IsADirectoryError, PermissionError) as error:
+    except PermissionError as error:
         raise type(error)(f"{path} cannot be read as a partition manifest: {error}") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise ValueError(f"{path} is not a {FORMAT} manifest")
