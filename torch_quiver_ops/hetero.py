@@ -179,6 +179,32 @@ class HeteroCSRTopo:
         self._slice_starts = slice_starts
         return self
 
+    def keeping(self, keep: Tensor) -> Tuple["HeteroCSRTopo", Dict[EdgeType, Tensor]]:
+        """The graph of the edges whose global id ``keep`` (a bool per edge) marks, with
+        their global ids renumbered in order, and each edge type's kept ids (local to the
+        type, ascending): the new graph's local id ``i`` of a type is ``kept[type][i]``
+        here."""
+        old_of_new = keep.nonzero().view(-1)
+        new_of_old = torch.cumsum(keep, 0) - 1
+        kept_positions = keep[self.eid]
+        rows = torch.repeat_interleave(torch.arange(self.num_nodes), self.indptr.diff(),
+                                       output_size=self.eid.numel())
+        indptr = torch.zeros_like(self.indptr)
+        torch.cumsum(torch.bincount(rows[kept_positions], minlength=self.num_nodes), 0,
+                     out=indptr[1:])
+        o = self.relation_edge_offsets
+        counts = [int(keep[o[r]:o[r + 1]].sum()) for r in range(len(self.edge_types))]
+        kept = {et: old_of_new[sum(counts[:r]):sum(counts[:r + 1])] - o[r]
+                for r, et in enumerate(self.edge_types)}
+        topo = HeteroCSRTopo.from_csr(
+            self.num_nodes_dict, self.edge_types, indptr,
+            self.indices[kept_positions].contiguous(),
+            new_of_old[self.eid[kept_positions]].contiguous(),
+            list(itertools.accumulate([0, *counts])))
+        if self.edge_time is not None:
+            topo.edge_time = self.edge_time[kept_positions].contiguous()
+        return topo, kept
+
     def _edge_times(self, edge_time_dict, node_time_dict, source: Tensor,
                     device) -> Optional[Tensor]:
         # Integer times only: truncating floats would let a later edge pass (see
@@ -350,14 +376,22 @@ class HeteroSampler:
         self.device, self.mode = sampling_placement(device, mode)
         mode = self.mode
         edge_weight = None
+        self._kept_edges: Optional[Dict[EdgeType, Tensor]] = None
         if weights is not None:
-            w = topo.per_edge(weights, "weights").float()[topo.eid].contiguous()
-            bad = ~(torch.isfinite(w) & (w > 0))
+            by_id = topo.per_edge(weights, "weights").float()
+            bad = ~(torch.isfinite(by_id) & (by_id >= 0))
             if bool(bad.any()):
-                at = int(topo.eid[bad.nonzero()[0]])
-                raise ValueError(f"weights: edge {at} (global id) has weight {float(w[bad][0])}:"
-                                 f" every weight must be finite and > 0")
-            edge_weight = w
+                at = int(bad.nonzero()[0])
+                raise ValueError(f"weights: edge {at} (global id) has weight {float(by_id[at])}:"
+                                 f" every weight must be finite and >= 0")
+            if not bool((by_id > 0).all()):
+                # PyG's weight_attr allows zero weights (a way to mask edges): such an edge
+                # is never sampled, so the sampler's graph leaves it out, and sampled edge
+                # ids are mapped back to the caller's.
+                topo, kept = topo.keeping(by_id > 0)
+                self.topo, by_id = topo, by_id[by_id > 0]
+                self._kept_edges = {et: ids.to(self.device) for et, ids in kept.items()}
+            edge_weight = by_id[topo.eid].contiguous()
         self._pins = []
         arrays = {"indptr": topo.indptr, "indices": topo.indices, "eid": topo.eid,
                   "edge_time": topo.edge_time, "edge_weight": edge_weight,
@@ -527,6 +561,8 @@ class HeteroSampler:
         row = dict(zip(topo.edge_types, rows.split(edge_sizes)))
         col = dict(zip(topo.edge_types, cols.split(edge_sizes)))
         edge = dict(zip(topo.edge_types, eids.split(edge_sizes)))
+        if self._kept_edges is not None:
+            edge = {et: self._kept_edges[et][ids] for et, ids in edge.items()}
         return HeteroSample(node, row, col, edge, batch_dict,
                             dict(zip(topo.node_types, per_type)),
                             dict(zip(topo.edge_types, per_relation)))

@@ -92,11 +92,24 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     edge_weight = per_csr_edge.get("weights")
     if edge_weight is not None:
         edge_weight = edge_weight.float().contiguous()
-        bad = ~(torch.isfinite(edge_weight) & (edge_weight > 0))
+        bad = ~(torch.isfinite(edge_weight) & (edge_weight >= 0))
         if bool(bad.any()):
             at = int(bad.nonzero()[0])
             raise ValueError(f"weights[{int(eid[at])}] = {float(edge_weight[at])}: every weight "
-                             f"must be finite and > 0 (drop an edge that must never be sampled)")
+                             f"must be finite and >= 0")
+        kept = edge_weight > 0
+        if not bool(kept.all()):
+            # PyG's weight_attr allows zero weights (a way to mask edges): such an edge is
+            # never sampled, so the sampler's graph leaves it out (eid keeps the input ids).
+            indptr = torch.zeros_like(topo.indptr)
+            rows = torch.repeat_interleave(torch.arange(topo.node_count), topo.indptr.diff(),
+                                           output_size=topo.edge_count)
+            torch.cumsum(torch.bincount(rows[kept], minlength=topo.node_count), 0,
+                         out=indptr[1:])
+            topo = CSRTopo(indptr=indptr, indices=topo.indices[kept].contiguous(),
+                           eid=eid[kept].contiguous())
+            eid, edge_weight = topo.eid, edge_weight[kept].contiguous()
+            per_csr_edge = {name: values[kept] for name, values in per_csr_edge.items()}
     if node_time is not None:
         node_time = integer_times(node_time, "node_time").cpu()
         if node_time.dim() != 1 or node_time.numel() != topo.node_count:
@@ -177,7 +190,9 @@ class GraphSageSampler:
         weights: one weight per edge, in the order of ``csr_topo``'s input edges (its
             ``eid``): weighted sampling, successive sampling without replacement (see
             :func:`torch_quiver_ops.ops.neighbor_sample` for the exact distribution).
-            Every weight must be finite and > 0 (checked here, once).
+            Every weight must be finite and >= 0 (checked here, once); an edge of weight 0
+            is never sampled (PyG's masking by ``weight_attr``): the sampler's
+            ``csr_topo`` leaves it out.
         edge_time, node_time: one time per input edge, or per node (a neighbor's time):
             temporal sampling. Each sample call then takes ``seed_time`` (default with
             ``node_time``: the seeds' own times), and a tree takes only edges at or before

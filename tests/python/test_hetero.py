@@ -367,9 +367,42 @@ def test_weighted_relation_draws_by_weight(mode):
     from scipy.stats import chisquare
     p = chisquare(counts.double().numpy(), (w / w.sum() * trials).numpy()).pvalue
     assert p > 1e-4, counts.tolist()
-    with pytest.raises(ValueError, match="finite and > 0"):
-        sampler(topo, fanouts, mode, weights={**weights, ("paper", "cites", "paper"):
-                                              torch.tensor([1.0, 0.0])})
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite and >= 0"):
+            sampler(topo, fanouts, mode, weights={**weights, ("paper", "cites", "paper"):
+                                                  torch.tensor([1.0, bad])})
+
+
+@pytest.mark.parametrize("replace", [False, True])
+def test_zero_weight_edges_are_never_sampled(mode, replace):
+    """PyG's weight_attr may hold zeros (masked edges): they are never drawn, a node whose
+    edges of a relation all weigh 0 gets none of them, and the edge ids returned are the
+    caller's (local to the type), not the sampler's renumbered ones."""
+    edges = random_hetero(seed=5)
+    topo = qv.HeteroCSRTopo(edges, TYPES)
+    gen = torch.Generator().manual_seed(5)
+    weights = {et: torch.rand(ei.size(1), generator=gen) for et, ei in edges.items()}
+    for et, w in weights.items():
+        w[torch.rand(w.numel(), generator=gen) < 0.4] = 0.0
+    cites = ("paper", "cites", "paper")
+    weights[cites][edges[cites][1] == 0] = 0.0  # paper 0: every citation masked
+    s = sampler(topo, [4, 3], mode, weights=weights, replace=replace)
+    seen = 0
+    for seed in range(3):
+        torch.manual_seed(seed)
+        out = s.sample(("paper", torch.arange(TYPES["paper"])))
+        for et, ids in out.edge.items():
+            ids = ids.cpu()
+            assert bool((weights[et][ids] > 0).all()), et
+            src, _, dst = et
+            # The ids name the caller's edges: their ends are the sampled pair.
+            assert torch.equal(edges[et][0][ids], out.node[src].cpu()[out.row[et].cpu()])
+            assert torch.equal(edges[et][1][ids], out.node[dst].cpu()[out.col[et].cpu()])
+            seen += ids.numel()
+        first_hop = out.num_sampled_edges[cites][0]
+        seed_col = out.col[cites][:first_hop].cpu()
+        assert not bool((out.node["paper"].cpu()[seed_col] == 0).any())
+    assert seen > 0
 
 
 @requires_cuda

@@ -444,7 +444,7 @@ def test_new_features_keep_the_sampler_and_new_weights_or_edges_replace_it():
     assert bool((batch.x == 1).all()) and torch.equal(batch.z, batch.n_id)
     assert loader.quiver_sampler is sampler
     data.w.fill_(-1.0)  # in place: the new sampler reads them, and refuses them
-    with pytest.raises(ValueError, match="must be finite and > 0"):
+    with pytest.raises(ValueError, match="must be finite and >= 0"):
         next(iter(loader))
     data.w = torch.ones(data.edge_index.size(1))
     next(iter(loader))
@@ -764,3 +764,14 @@ def test_link_loader_refuses_bad_input():
                                 time_attr="time", device="cpu")
     with pytest.raises(ValueError, match="edge_label_time needs temporal sampling"):
         qpyg.LinkNeighborLoader(data, [2], edge_label_time=torch.zeros(2500), device="cpu")
+
+
+def test_a_graph_without_edges_or_nodes_keeps_its_empty_tables():
+    """Empty [0, F] tables (no nodes, no edges) load: 0 batches, not an IndexError."""
+    data = Data(x=torch.empty(0, 8), edge_index=torch.empty(2, 0, dtype=torch.long),
+                edge_attr=torch.empty(0, 4))
+    assert len(list(qpyg.NeighborLoader(data, [2], batch_size=4, device="cpu"))) == 0
+    data = Data(x=torch.randn(5, 8), edge_index=torch.empty(2, 0, dtype=torch.long),
+                edge_attr=torch.empty(0, 4))
+    batch = next(iter(qpyg.NeighborLoader(data, [2], batch_size=5, device="cpu")))
+    assert torch.equal(batch.x, data.x) and batch.edge_attr.shape == (0, 4)

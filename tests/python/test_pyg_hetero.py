@@ -185,15 +185,33 @@ def test_time_on_some_node_types_samples_the_others_regardless(mode):
         fields += batch["field"].num_nodes
     assert fields > 0  # every paper has a field, reached whatever the time
     with pytest.raises(ValueError, match="node type 'field' has no node times.*give input_time"):
-        next(iter(qpyg.NeighborLoader(data, [2], input_nodes="field", batch_size=4,
-                                      time_attr="time", device=device_of(mode), mode=mode)))
+        qpyg.NeighborLoader(data, [2], input_nodes="field", batch_size=4, time_attr="time",
+                            device=device_of(mode), mode=mode)  # named when built
     batch = next(iter(qpyg.NeighborLoader(data, [2], input_nodes="field", batch_size=6,
                                           input_time=torch.full((6,), 75), time_attr="time",
                                           device=device_of(mode), mode=mode)))
     assert bool((batch["paper"].time <= 75).all())
-    with pytest.raises(ValueError, match=r"temporal_strategy='last' needs times on every node type; \['field'\]"):
+    with pytest.raises(ValueError, match=r"temporal_strategy='last' needs times on every node "
+                                         r"type that is a neighbor .*; \['field'\]"):
         qpyg.NeighborLoader(data, [2], input_nodes="paper", time_attr="time", device="cpu",
                             temporal_strategy="last")
+    # An untimed type that is no edge's source is never a neighbor: "last" is fine.
+    leaf = data.clone()
+    leaf["venue"].num_nodes = 3
+    leaf["paper", "in", "venue"].edge_index = torch.tensor([[0, 1], [2, 2]])
+    del leaf["field"]
+    for et in [et for et in leaf.edge_types if "field" in (et[0], et[2])]:
+        del leaf[et]
+    batch = next(iter(qpyg.NeighborLoader(leaf, [3, 3], input_nodes=("paper", torch.arange(20)),
+                                          batch_size=20, time_attr="time", device="cpu",
+                                          temporal_strategy="last")))
+    assert bool((batch["paper"].time <= batch["paper"].time[:20][batch["paper"].batch]).all())
+    by_edge = hetero_data(3)
+    for et in by_edge.edge_types:
+        by_edge[et].stamp = torch.zeros(by_edge[et].edge_index.size(1), dtype=torch.long)
+    with pytest.raises(ValueError, match="by edge time needs input_time"):
+        qpyg.NeighborLoader(by_edge, [2], input_nodes="paper", time_attr="stamp",
+                            device="cpu")
     data["paper"].time = data["paper"].time.float()
     with pytest.raises(TypeError, match="node_time_dict must hold integer times"):
         qpyg.NeighborLoader(data, [2], input_nodes="paper", time_attr="time", device="cpu")
@@ -465,6 +483,80 @@ def test_new_hetero_features_keep_the_graph_and_sampler():
     next(iter(loader))
     assert loader.stores[1] is not graph
     assert torch.equal(loader.stores[1].edge_index_dict[CITES], data[CITES].edge_index)
+
+
+def test_types_without_rows_keep_their_tables(mode):
+    """A node type of no nodes with an [0, F] table, and an edge type of no edges with an
+    [0, F] edge attribute (as after a split by time), load and give empty tables."""
+    data = hetero_data(8)
+    data["venue"].x = torch.empty(0, 8)
+    data["venue", "hosts", "paper"].edge_index = torch.empty(2, 0, dtype=torch.long)
+    data["venue", "hosts", "paper"].edge_attr = torch.empty(0, 3)
+    loader = qpyg.NeighborLoader(data, [2, 2], input_nodes="paper", batch_size=16,
+                                 device=device_of(mode), mode=mode)
+    for batch in loader:
+        check_batch(batch, data, "paper")
+        assert batch["venue"].x.shape == (0, 8)
+        assert batch["venue", "hosts", "paper"].edge_attr.shape == (0, 3)
+
+
+def test_bidirectional_hetero_subgraphs(mode):
+    """subgraph_type='bidirectional' joins each edge type with its rev_ type (and an edge
+    type between one node type with its own reverse), as PyG's HeteroSamplerOutput
+    .to_bidirectional: every edge sampled either way appears both ways, each edge is real,
+    and (as in PyG) those types carry no e_id; 'induced' is refused by name."""
+    data = hetero_data(9)
+    rev_writes = ("paper", "rev_writes", "author")
+    known = {et: set(zip(*data[et].edge_index.tolist())) for et in data.edge_types}
+    for make in (lambda **kw: qpyg.NeighborLoader(data, [3, 2], input_nodes="paper",
+                                                  batch_size=16, **kw),
+                 lambda **kw: qpyg.LinkNeighborLoader(data, [3, 2], edge_label_index=WRITES,
+                                                      batch_size=16, **kw)):
+        torch.manual_seed(9)  # each loader seeds its sampler from it: the same draws
+        plain = next(iter(make(device=device_of(mode), mode=mode)))
+        torch.manual_seed(9)
+        both = next(iter(make(device=device_of(mode), mode=mode,
+                              subgraph_type="bidirectional")))
+        assert "e_id" not in both[CITES]
+
+        def pairs(batch, et):
+            src, _, dst = et
+            ends = batch[et].edge_index.cpu()
+            return set(zip(batch[src].n_id.cpu()[ends[0]].tolist(),
+                           batch[dst].n_id.cpu()[ends[1]].tolist()))
+        for et in both.edge_types:
+            assert pairs(both, et) <= known[et] | {(b, a) for a, b in known[et]}, et
+        writes, reverse = pairs(both, WRITES), pairs(both, rev_writes)
+        assert writes == {(b, a) for a, b in reverse}
+        assert pairs(plain, WRITES) <= writes
+        assert {(b, a) for a, b in pairs(plain, rev_writes)} <= writes
+        cites = pairs(both, CITES)
+        assert cites == {(b, a) for a, b in cites} and pairs(plain, CITES) <= cites
+    with pytest.raises(NotImplementedError, match="subgraph_type 'induced'"):
+        qpyg.NeighborLoader(data, [2], input_nodes="paper", subgraph_type="induced",
+                            device="cpu")
+
+
+def test_pyg_short_edge_type_forms_for_seed_edges():
+    """PyG reads ("author", "paper") and a relation name alone as the one edge type that
+    matches (HeteroData._to_canonical), bare or with ids; an ambiguous form is named."""
+    data = hetero_data(7)
+    ids = data[WRITES].edge_index[:, :8]
+    for form in [("author", "paper"), (("author", "paper"), ids), "writes", ("writes", ids)]:
+        batch = next(iter(qpyg.LinkNeighborLoader(data, [2], edge_label_index=form,
+                                                  batch_size=8, device="cpu")))
+        label = batch[WRITES].edge_label_index
+        ends = torch.stack([batch["author"].n_id[label[0]], batch["paper"].n_id[label[1]]])
+        if isinstance(form[-1], torch.Tensor):
+            assert torch.equal(ends, ids)
+        else:  # every edge of the type is a seed: each one a real edge
+            known = set(zip(*data[WRITES].edge_index.tolist()))
+            assert all(pair in known for pair in zip(*ends.tolist()))
+    data["author", "reviews", "paper"].edge_index = torch.tensor([[0], [1]])
+    with pytest.raises(ValueError, match=r"several of the graph's edge types match: \["):
+        qpyg.LinkNeighborLoader(data, [2], edge_label_index=("author", "paper"), device="cpu")
+    with pytest.raises(ValueError, match="none of the graph's edge types match"):
+        qpyg.LinkNeighborLoader(data, [2], edge_label_index=("paper", "venue"), device="cpu")
 
 
 def test_bad_hetero_arguments_are_named():

@@ -144,9 +144,42 @@ def test_seed_times_of_the_wrong_length_are_named():
 
 def test_bad_weights_refused_at_construction():
     data = temporal_data()
-    data.edge_weight[17] = 0.0
-    with pytest.raises(ValueError, match=r"weights\[17\] = 0.0: every weight must be finite"):
+    data.edge_weight[17] = -0.5
+    with pytest.raises(ValueError, match=r"weights\[17\] = -0.5: every weight must be finite "
+                                         r"and >= 0"):
         NeighborLoader(data, [3], batch_size=8, weight_attr="edge_weight", device="cpu")
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("timed", [False, True])
+def test_zero_weights_mask_edges(mode, replace, timed):
+    """PyG documents weights as non-negative: an edge of weight 0 is never sampled (with
+    or without replacement, with times too), a node whose edges all weigh 0 gets no
+    neighbors, and e_id still names the Data's edges."""
+    data = temporal_data(6)
+    gen = torch.Generator().manual_seed(6)
+    data.edge_weight[torch.rand(data.edge_weight.numel(), generator=gen) < 0.5] = 0.0
+    masked_node = int(data.edge_index[1, 0])
+    data.edge_weight[data.edge_index[1] == masked_node] = 0.0
+    kwargs = dict(time_attr="edge_time", input_time=torch.full((N,), 10**6)) if timed else {}
+    loader = NeighborLoader(data, [6, 4], batch_size=N, weight_attr="edge_weight",
+                            replace=replace, return_eid=True, **kwargs, **where(mode))
+    for _ in range(3):
+        batch = next(iter(loader))
+        e_id = batch.e_id.cpu()
+        assert e_id.numel() > 0
+        assert bool((data.edge_weight[e_id] > 0).all())
+        ends = batch.n_id.cpu()[batch.edge_index.cpu()]
+        assert torch.equal(ends, data.edge_index[:, e_id])
+        if not timed:  # one tree over every node: the masked node's own row is empty
+            assert not bool((ends[1] == masked_node).any())
+    # torch-quiver's layout: a node's row holds its out-edges.
+    data.edge_weight[data.edge_index[0] == masked_node] = 0.0
+    sampler = qv.GraphSageSampler(qv.CSRTopo(data.edge_index, num_nodes=N), [8],
+                                  return_eid=True, weights=data.edge_weight, replace=replace,
+                                  **where(mode))
+    _, _, adjs = sampler.sample(torch.tensor([masked_node]))
+    assert adjs[0].e_id.numel() == 0
 
 
 @pytest.mark.parametrize("neg", ["binary", "triplet"])

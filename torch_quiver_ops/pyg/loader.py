@@ -265,9 +265,12 @@ class _OnOurStores:
                        cache_size, cache_policy, host_reads, replace, return_eid,
                        subgraph_type, sampling_generator, kwargs, rules=None) -> tuple:
         """_set_up for a ``HeteroData`` or a (FeatureStore, HeteroGraphStore) pair."""
-        if getattr(subgraph_type, "value", subgraph_type) != "directional":
-            raise NotImplementedError(f"subgraph_type {subgraph_type!r} on heterogeneous "
-                                      f"graphs: only 'directional' is supported")
+        subgraph_type = getattr(subgraph_type, "value", subgraph_type)
+        built_with = getattr(neighbor_sampler, "subgraph_type", "directional")
+        if neighbor_sampler is not None and subgraph_type not in ("directional", built_with):
+            raise ValueError(f"subgraph_type={subgraph_type!r} but the neighbor_sampler "
+                             f"given was built with {built_with!r}: build "
+                             f"it with the subgraph_type wanted")
         self._graph_attrs = {}
         if isinstance(data, HeteroData):
             stores = to_stores(data, device, cache_size, cache_policy, host_reads)
@@ -298,7 +301,7 @@ class _OnOurStores:
                 graph_store, hetero_rules, return_eid,
                 lambda: HeteroNeighborSampler(graph_store, num_neighbors, device, mode,
                                               replace, return_eid, sampling_generator,
-                                              **hetero_rules))
+                                              subgraph_type=subgraph_type, **hetero_rules))
         self._take_sampler(neighbor_sampler, kwargs)
         return stores, graph_store, neighbor_sampler
 
@@ -416,17 +419,34 @@ def _typed_input_nodes(input_nodes, graph_store: HeteroGraphStore):
 
 def _typed_seed_edges(edge_label_index, graph_store: HeteroGraphStore, edge_label):
     """``(edge_type, [2, E] ids on the host)`` from PyG's forms: an edge type (its edges),
-    or (edge_type, ids or None); each end checked against its node type's count."""
-    if isinstance(edge_label_index, tuple) and len(edge_label_index) == 3 and all(
-            isinstance(k, str) for k in edge_label_index):
+    or (edge_type, ids or None), the edge type written in full or, as PyG allows, as
+    ``(src_type, dst_type)`` or a relation name that only one edge type has; each end
+    checked against its node type's count."""
+    def names_a_type(k) -> bool:
+        return isinstance(k, str) or (isinstance(k, tuple) and len(k) in (2, 3)
+                                      and all(isinstance(n, str) for n in k))
+
+    if names_a_type(edge_label_index):
         edge_label_index = (edge_label_index, None)
-    if not (isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2):
+    if not (isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2
+            and names_a_type(edge_label_index[0])):
         raise ValueError("on a heterogeneous graph edge_label_index is an edge type or "
                          "(edge_type, [2, E] ids)")
     edge_type, ids = edge_label_index
-    if edge_type not in graph_store.edge_index_dict:
-        raise ValueError(f"edge_label_index names edge type {edge_type!r}; the graph has "
-                         f"{list(graph_store.edge_index_dict)}")
+    edge_types = list(graph_store.edge_index_dict)
+    if edge_type not in edge_types:
+        # PyG's short forms (HeteroData._to_canonical): the pair of end types, or the
+        # relation name, when one edge type alone matches.
+        matches = ([et for et in edge_types if et[1] == edge_type]
+                   if isinstance(edge_type, str) else
+                   [et for et in edge_types if (et[0], et[2]) == edge_type]
+                   if len(edge_type) == 2 else [])
+        if len(matches) != 1:
+            raise ValueError(f"edge_label_index names edge type {edge_type!r}, which "
+                             f"{'several' if matches else 'none'} of the graph's edge types "
+                             f"match{': ' + str(matches) if matches else ''}; the graph has "
+                             f"{edge_types}")
+        edge_type = matches[0]
     if ids is None:
         ids = graph_store.edge_index_dict[edge_type]
     counts = graph_store.num_nodes_dict
@@ -512,6 +532,12 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
             raise ValueError("input_time needs temporal sampling: give time_attr too")
         if isinstance(graph_store, HeteroGraphStore):
             input_nodes = _typed_input_nodes(input_nodes, graph_store)
+            if input_time is None and neighbor_sampler.sampler.temporal:
+                # Named now, not at the first batch: seeds with no times of their own.
+                if getattr(neighbor_sampler, "node_time_dict", None) is None:
+                    raise ValueError("temporal sampling by edge time needs input_time: one "
+                                     "time per seed")
+                neighbor_sampler._check_timed(input_nodes[0], "input_time")
         elif input_nodes is None:
             input_nodes = torch.arange(graph_store.num_nodes)
         elif isinstance(input_nodes, Tensor) and input_nodes.device.type != "cpu":

@@ -293,6 +293,10 @@ class HeteroNeighborSampler(BaseSampler):
             a destination redrawn while the pair is a true edge of a relation between those
             types (default); ``False`` keeps PyG's uniform pairs (a negative a true edge
             about as often as the relation's density).
+        subgraph_type: ``"directional"`` (the sampled edges) or ``"bidirectional"``: PyG's
+            ``HeteroSamplerOutput.to_bidirectional`` (each edge type joined with its
+            ``rev_`` type, or its own reverse; those types then carry no ``e_id``, as in
+            PyG).
     """
 
     def __init__(self, graph: Union[HeteroGraphStore, HeteroCSRTopo], num_neighbors,
@@ -302,18 +306,28 @@ class HeteroNeighborSampler(BaseSampler):
                  weights: Optional[dict] = None, edge_time_dict: Optional[dict] = None,
                  node_time_dict: Optional[dict] = None, temporal_strategy: str = "uniform",
                  strict_time: bool = False, disjoint: bool = False,
-                 neg_exclude_edges: bool = True):
+                 neg_exclude_edges: bool = True, subgraph_type: str = "directional"):
+        subgraph_type = getattr(subgraph_type, "value", subgraph_type)
+        if subgraph_type not in ("directional", "bidirectional"):
+            raise NotImplementedError(f"subgraph_type {subgraph_type!r} is not supported: use "
+                                      f"'directional' or 'bidirectional'")
+        self.subgraph_type = subgraph_type
         self.untimed_node_types: Tuple[str, ...] = ()
         if isinstance(graph, HeteroGraphStore):
             if node_time_dict is not None:
                 node_time_dict, self.untimed_node_types = _every_type_timed(
                     node_time_dict, graph.num_nodes_dict)
-                if self.untimed_node_types and temporal_strategy == "last":
-                    # Their edges would all tie at one time, and "last" would take the same
-                    # neighbors every time (pyg-lib samples such types uniformly).
-                    raise ValueError(f"temporal_strategy='last' needs times on every node "
-                                     f"type; {list(self.untimed_node_types)} have none")
             topo = graph.topology(edge_time_dict, node_time_dict)
+            if self.untimed_node_types and temporal_strategy == "last":
+                # Edges from such a type would all tie at one time, and "last" would take
+                # the same neighbors every time (pyg-lib samples them uniformly). A type
+                # that is no edge's source is never a neighbor, so it needs no times.
+                sources = sorted({et[0] for et, n in topo.num_edges_dict.items()
+                                  if n and et[0] in self.untimed_node_types})
+                if sources:
+                    raise ValueError(f"temporal_strategy='last' needs times on every node "
+                                     f"type that is a neighbor (an edge's source); "
+                                     f"{sources} have none")
         elif isinstance(graph, HeteroCSRTopo):
             if edge_time_dict is not None or node_time_dict is not None:
                 raise ValueError("times of a HeteroCSRTopo are given when it is built "
@@ -362,11 +376,12 @@ class HeteroNeighborSampler(BaseSampler):
 
     def _output(self, seeds, seed_time=None) -> HeteroSamplerOutput:
         out = self.sampler.sample(seeds, seed_time, self._call_generator())
-        return HeteroSamplerOutput(
+        out = HeteroSamplerOutput(
             node=out.node, row=out.row, col=out.col,
             edge=out.edge if self.return_eid else None,
             batch=out.batch if self.disjoint else None,
             num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges)
+        return out.to_bidirectional() if self.subgraph_type == "bidirectional" else out
 
     def sample_from_nodes(self, inputs: NodeSamplerInput, **kwargs) -> HeteroSamplerOutput:
         if inputs.input_type is None:

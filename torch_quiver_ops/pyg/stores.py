@@ -5,6 +5,7 @@ when typed, as tiered :class:`~torch_quiver_ops.Feature` tables) and :func:`to_s
 which builds them from a ``Data`` or a ``HeteroData``."""
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -461,9 +462,12 @@ def _shared(key: tuple, owner, build, sources: Tuple[Tensor, ...] = ()):
     ``sources`` are the tensors a key names by id: the entry holds only while they live
     (another tensor may take a dead one's id)."""
     entry = _SHARED.get(key)
-    if (entry is not None and entry[0]() is owner and entry[1]() is not None
+    # One strong reference, taken once: a second call of the weak one could meet the value
+    # collected in between (a cycle the garbage collector frees on any allocation).
+    value = entry[1]() if entry is not None else None
+    if (value is not None and entry[0]() is owner
             and all(ref() is s for ref, s in zip(entry[2], sources))):
-        return entry[1]()
+        return value
     for stale in [k for k, (o, v, refs) in _SHARED.items()
                   if o() is None or v() is None or any(r() is None for r in refs)]:
         del _SHARED[stale]
@@ -475,7 +479,8 @@ def _shared(key: tuple, owner, build, sources: Tuple[Tensor, ...] = ()):
 
 def _whole_on_gpu(table: Tensor) -> bool:
     """Labels, masks and other tables of a few bytes a row are held whole in GPU memory."""
-    return table.dim() <= 1 or table[0].nbytes <= 16
+    # A row's size from the shape, not table[0]: a type may have no nodes or edges.
+    return table.dim() <= 1 or table.element_size() * math.prod(table.shape[1:]) <= 16
 
 
 def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
