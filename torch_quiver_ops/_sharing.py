@@ -212,6 +212,8 @@ def map_arrays(directory: Union[str, Path], stem: str,
     copied by pinning: measured in docs/benchmarks.md). The mapping is the save itself:
     an in-place write reaches every process and later loads (``clone()`` a table to change
     it privately). A save on a read-only file system is mapped privately instead.
+    Objects that hold such arrays pickle them as their files (:func:`portable`); a bare
+    array cannot go to another process through torch's pickling: load it there.
     """
     directory = Path(directory)
     _check_name(stem, str(directory))  # as save_arrays: no path that leaves the directory
@@ -264,6 +266,52 @@ def map_arrays(directory: Union[str, Path], stem: str,
                          f"once that save has finished")
     meta.pop(_SAVE_ID, None)
     return arrays, meta
+
+
+# ---- mapped saves across a pickle (mp.spawn workers) ----
+
+def _map_again(path: str, nbytes: int, dtype: torch.dtype, offset: int,
+               size: Sequence[int], stride: Sequence[int]) -> Tensor:
+    """The worker side of :func:`portable`: the same view of the file, mapped shared."""
+    now = os.path.getsize(path) if os.path.isfile(path) else None
+    if now != nbytes:
+        raise ValueError(f"{path} holds {now if now is not None else 'no'} bytes where the "
+                         f"table mapped from it held {nbytes}: the save changed after it was "
+                         f"loaded")
+    whole = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+    return whole.view(dtype).as_strided(size, stride, offset)
+
+
+class _MappedView:
+    """A tensor over a mapped save file, pickled as that file: unpickled, the same view of
+    it mapped again (see :func:`portable`)."""
+
+    def __init__(self, t: Tensor, path: str):
+        storage = t.untyped_storage()
+        self.args = (path, storage.nbytes(), t.dtype, t.storage_offset(), tuple(t.shape),
+                     t.stride())
+
+    def __reduce__(self):
+        return _map_again, self.args
+
+
+def portable(value):
+    """``value``, or, for a CPU tensor over a file that :func:`map_arrays` mapped shared,
+    what pickles as that file: torch's own reductions cannot pass such pages to another
+    process (EBADF under the file_descriptor strategy) or copy them into a new segment
+    (file_system), which cuts the table off its save. A worker maps the file again: the
+    same pages, no copy."""
+    if not isinstance(value, Tensor) or value.device.type != "cpu" or not value.is_shared():
+        return value
+    path = value.untyped_storage().filename
+    if not path or not os.path.isfile(path):  # shared memory segments name no file
+        return value
+    return _MappedView(value, path)
+
+
+def portable_state(state: dict) -> dict:
+    """A ``__getstate__`` dict with every tensor over a mapped save made :func:`portable`."""
+    return {key: portable(value) for key, value in state.items()}
 
 
 # ---- CUDA IPC: clique shards between processes ----

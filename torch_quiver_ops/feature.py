@@ -567,7 +567,8 @@ class Feature:
                                        if buffer is not None},
                                     **self._shard_payloads}
         state["_shards"] = {}
-        return state
+        # A table from load_shared travels as its files (mapped again in the worker).
+        return _sharing.portable_state(state)
 
     def __setstate__(self, state):
         # Pickled before the option existed, or as a plain attribute.

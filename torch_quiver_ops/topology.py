@@ -216,6 +216,10 @@ class CSRTopo:
             raise type(error)(f"{Path(directory) / 'csr.json'} and its .bin files hold no "
                               f"valid CSR: {error}") from None
 
+    def __getstate__(self):
+        # A topology from load_shared travels as its files (mapped again in the worker).
+        return _sharing.portable_state(self.__dict__)
+
     def __repr__(self) -> str:
         return (f"CSRTopo(nodes={self.node_count}, edges={self.edge_count}, "
                 f"indices={self.indices.dtype})")

@@ -181,3 +181,37 @@ def test_cuda_ipc_shards_map_in_another_process():
     empty = shareable_copy(rows[:0], 0)
     mp.spawn(ipc_reader, args=((ipc_payload(buffer, shard), ipc_payload(*empty)), rows),
              nprocs=1, join=True)
+
+
+def loaded_worker(rank, feature, topo, sampler, seeds):
+    # The worker maps the save again: the same file, the same values, no private copy.
+    for t in (feature._host, topo.indices, sampler.csr_topo.indptr):
+        assert t.untyped_storage().filename is not None, "a copy, not the saved file"
+    assert torch.equal(feature[torch.arange(6)], torch.arange(12.0).view(6, 2))
+    assert torch.equal(topo.indices.long(), torch.tensor([1, 2, 0]))
+    n_id, batch_size, _ = sampler.sample(seeds)
+    assert batch_size == seeds.numel()
+    feature._host[5] = -1.0  # reaches the parent: one set of pages
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
+def test_loaded_saves_pass_to_spawned_workers(tmp_path, strategy):
+    """A Feature, CSRTopo or sampler from load_shared goes to mp.spawn workers as its files:
+    torch's own pickling failed (EBADF) or silently copied the table off its save."""
+    before = mp.get_sharing_strategy()
+    mp.set_sharing_strategy(strategy)
+    try:
+        qv.Feature(0, [], 0).from_cpu_tensor(torch.arange(12.0).view(6, 2)).save(tmp_path / "f")
+        qv.CSRTopo(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=6).save(tmp_path / "t")
+        feature = qv.Feature.load_shared(tmp_path / "f")
+        topo = qv.CSRTopo.load_shared(tmp_path / "t")
+        sampler = qv.GraphSageSampler(qv.CSRTopo.load_shared(tmp_path / "t"), [2],
+                                      device="cpu", mode="CPU")
+        mp.spawn(loaded_worker, args=(feature, topo, sampler, torch.tensor([0, 1])), nprocs=1)
+        assert feature._host.untyped_storage().filename == str(tmp_path / "f" / "rows.bin")
+        assert torch.equal(feature[torch.tensor([5])], torch.full((1, 2), -1.0))
+        saved, _ = qv.load_arrays(tmp_path / "f", "feature")
+        assert torch.equal(saved["rows"][5], torch.full((2,), -1.0))
+    finally:
+        mp.set_sharing_strategy(before)
