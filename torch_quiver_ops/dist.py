@@ -32,6 +32,7 @@ from torch import Tensor
 from . import _sharing, preflight
 from ._device import as_ids, is_int
 from .feature import Feature, _thread_host_read_blocks
+from .hotness import check_hot_order
 
 TRANSPORTS = ("auto", "rdma", "nccl", "gloo")
 
@@ -45,9 +46,16 @@ def build_shard_map(num_rows: int, num_hosts: int, hot_order: Optional[Tensor] =
     default: by id) are replicated on every host; every other row goes to
     ``assignment[id]`` when given (one host per row), else to contiguous ranges of ids.
     """
-    if not 0.0 <= replicate_fraction <= 1.0:
-        raise ValueError(f"replicate_fraction must be in [0, 1], got {replicate_fraction}")
-    order = torch.arange(num_rows) if hot_order is None else torch.as_tensor(hot_order)
+    if not is_int(num_rows) or num_rows < 0:
+        raise ValueError(f"num_rows must be an int >= 0, got {num_rows!r}")
+    if not is_int(num_hosts) or num_hosts < 1:
+        raise ValueError(f"num_hosts must be an int >= 1, got {num_hosts!r}")
+    if (isinstance(replicate_fraction, bool) or not isinstance(replicate_fraction, (int, float))
+            or not 0.0 <= replicate_fraction <= 1.0):
+        raise ValueError(f"replicate_fraction must be a number in [0, 1], got "
+                         f"{replicate_fraction!r}")
+    # Every row once: a short order would leave rows on no host, to fail later as ids.
+    order = torch.arange(num_rows) if hot_order is None else check_hot_order(hot_order, num_rows)
     replicated = int(round(replicate_fraction * num_rows))
     return torch.classes.quiver.ShardMap.build(order, num_hosts, replicated, assignment)
 
@@ -101,8 +109,12 @@ def host_groups(backend: Optional[str] = None):
     process's local rank (one process per node, its rank the node's index), made on every
     process. With one process per node, the world itself (or, for a ``backend`` other than
     the world's, a group of every rank with that backend)."""
-    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    text = os.environ.get("LOCAL_WORLD_SIZE", "1")
     world = dist.get_world_size()
+    local_size = int(text) if text.strip().isdigit() else 0
+    if local_size < 1 or world % local_size:
+        raise ValueError(f"LOCAL_WORLD_SIZE={text!r} must be a whole number of processes per "
+                         f"node that divides WORLD_SIZE={world} (torchrun sets both)")
     if local_size == 1:
         if backend is None or backend == dist.get_backend():
             return dist.group.WORLD

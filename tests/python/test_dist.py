@@ -189,6 +189,17 @@ def test_shard_map_follows_an_assignment_and_rejects_bad_input():
         qv.dist.build_shard_map(3, 2, torch.tensor([0, 0, 1]))
     with pytest.raises(ValueError, match="replicate_fraction"):
         qv.dist.build_shard_map(3, 2, replicate_fraction=1.5)
+    # A short order used to leave the last row on no host (an IndexError later, as an id).
+    with pytest.raises(ValueError, match="hot_order.*10"):
+        qv.dist.build_shard_map(10, 2, torch.arange(9))
+    for bad, match in [(dict(num_hosts=2.0), "num_hosts must be an int"),
+                       (dict(num_hosts=True), "num_hosts must be an int"),
+                       (dict(num_hosts=0), "num_hosts must be an int >= 1"),
+                       (dict(replicate_fraction="20%"), "replicate_fraction must be a number"),
+                       (dict(num_rows=-1), "num_rows must be an int >= 0")]:
+        args = {"num_rows": 10, "num_hosts": 2, **bad}
+        with pytest.raises(ValueError, match=match):
+            qv.dist.build_shard_map(**args)
     host_of = shard_map.host_of()
     with pytest.raises(ValueError, match="host_of holds host 7"):
         torch.classes.quiver.ShardMap(host_of.clone().fill_(7), shard_map.local_index(), 3)
@@ -497,6 +508,16 @@ def host_group_worker(rank, port, directory, results):
             ids = torch.randint(x.size(0), (300,), generator=torch.Generator().manual_seed(seed))
             assert torch.equal(feature[ids], x[ids])
         feature.close()
+
+
+@pytest.mark.parametrize("local", ["3", "0", "-1", "abc"])
+def test_host_groups_name_a_local_world_size_that_cannot_be(monkeypatch, local):
+    """Checked before any group is made: 3 used to fail inside pybind, 0 and -1 to give
+    no group (so DistFeature fell back to the whole world)."""
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", local)
+    monkeypatch.setattr(qv.dist.dist, "get_world_size", lambda *a: 2)
+    with pytest.raises(ValueError, match=f"LOCAL_WORLD_SIZE='{local}'.*WORLD_SIZE=2"):
+        qv.dist.host_groups()
 
 
 @pytest.mark.timeout(300)
