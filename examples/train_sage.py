@@ -24,6 +24,7 @@ import itertools
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 from pathlib import Path
@@ -316,16 +317,25 @@ def evaluate(model, sampler, feature, labels, nodes, batch_size, run: Run) -> fl
     return run.sum(correct) / max(1.0, run.sum(nodes.numel()))
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     run = Run(args.device)
     torch.manual_seed(args.seed)
     fanouts = [int(f) for f in args.fanouts.split(",")]
+    # torchrun ends the other workers with SIGTERM when one fails: raised here as SystemExit,
+    # so that the finally below still removes the machine's copy of the graph.
+    cleaning = run.distributed and run.local_rank == 0
+    before = signal.signal(signal.SIGTERM, _exit_on_sigterm) if cleaning else None
     try:
         sampler, feature, meta = build(args, run, fanouts)
     finally:
-        if run.distributed and run.local_rank == 0:  # nothing left behind in /dev/shm
+        if cleaning:  # nothing left behind in /dev/shm
             shutil.rmtree(shared_dir(args), ignore_errors=True)
+            signal.signal(signal.SIGTERM, before)
     device = run.device
 
     model = SAGE(feature.shape[1], args.hidden, meta["num_classes"], len(fanouts)).to(device)

@@ -166,3 +166,30 @@ def test_temporal_link_prediction_example_learns():
     final = result["history"][-1]
     assert final["test_auc"] > 0.65 and final["val_auc"] > 0.65, result  # chance: 0.5
     assert final["test_mrr"] > 1.5 * result["chance_mrr"], result
+
+
+DIES_WHILE_THE_GRAPH_IS_SAVED = '''
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+import torch_quiver_ops as qv
+import train_sage
+if os.environ["LOCAL_RANK"] == "1":  # dies before mapping the graph: torchrun ends rank 0
+    qv.CSRTopo.load_shared = lambda *a, **k: os._exit(7)
+else:  # still saving the graph (not in a collective) when SIGTERM comes
+    save = qv.Feature.save
+    qv.Feature.save = lambda self, d: (save(self, d), time.sleep(120))[0]
+train_sage.main(["--size", "tiny", "--epochs", "1", "--device", "cpu"])
+'''
+
+
+def test_a_worker_ended_by_torchrun_leaves_no_graph_in_shared_memory(tmp_path):
+    """torchrun SIGTERMs the other workers when one fails; the first worker's copy of the
+    graph in /dev/shm used to stay behind (GBs at products size)."""
+    script = tmp_path / "dies.py"
+    script.write_text(DIES_WHILE_THE_GRAPH_IS_SAVED)
+    before = {p.name for p in Path("/dev/shm").glob("quiver-train-*")}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script), str(REPO / "examples")], capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "exitcode  : 7" in result.stderr, result.stderr[-3000:]
+    assert {p.name for p in Path("/dev/shm").glob("quiver-train-*")} == before
