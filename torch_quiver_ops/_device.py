@@ -110,7 +110,9 @@ def parse_share(size, what: str) -> Optional[Fraction]:
 
 
 def parse_size(size: Union[int, float, str]) -> int:
-    """Bytes from 1024, "200M", "0.9G" or "1.5GB"."""
+    """Bytes from 1024, "200M", "0.9G", "1.5GB" or "20MiB" (units of 1024)."""
+    if isinstance(size, bool):
+        raise ValueError(f"a cache size must be a byte count, got {size!r}")
     if isinstance(size, (int, float)):
         if not math.isfinite(size) or size < 0:
             raise ValueError(f"a cache size must be a byte count >= 0, got {size}")
@@ -119,10 +121,10 @@ def parse_size(size: Union[int, float, str]) -> int:
                              f"share of the table write a percentage such as "
                              f"'{size * 100:g}%'")
         return int(size)
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?)B?\s*", str(size).upper())
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(?:([KMGT])I?)?B?\s*", str(size).upper())
     if not match:
         raise ValueError(f"cannot read {size!r} as a size; use bytes or e.g. '200M', '1.5G'")
-    count = float(match.group(1)) * _UNITS[match.group(2)]
+    count = float(match.group(1)) * _UNITS[match.group(2) or ""]
     if 0 < count < 1:  # as for a number: a share is a percentage
         raise ValueError(f"a cache size of {size!r} is less than one byte: for a share of the "
                          f"table write a percentage such as '{count * 100:g}%'")

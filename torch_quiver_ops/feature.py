@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -110,7 +111,17 @@ class Feature:
                  host_reads: str = "auto"):
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
-        device_list = [int(d) for d in (device_list if device_list is not None else [rank])]
+        if device_list is None:
+            device_list = [rank]
+        if (not isinstance(device_list, (list, tuple, range))
+                or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool)
+                           and d >= 0 for d in device_list)):
+            raise ValueError(f"device_list must be a list of GPU indices (ints >= 0), got "
+                             f"{device_list!r}")
+        device_list = [int(d) for d in device_list]
+        if csr_topo is not None and not isinstance(csr_topo, CSRTopo):
+            raise TypeError(f"csr_topo must be a CSRTopo (to rank rows by degree), got "
+                            f"{type(csr_topo).__name__}: build one with CSRTopo(edge_index)")
         if len(set(device_list)) != len(device_list):
             raise ValueError(f"device_list names a GPU twice: {device_list}")
         self.rank = rank
@@ -162,9 +173,14 @@ class Feature:
         :func:`presample_hot_order`); without it the order is by degree when ``csr_topo``
         was given, else the rows' own order.
         """
-        if not isinstance(x, Tensor) or x.dim() < 1:
-            raise ValueError(f"a feature table needs at least one dimension, got "
-                             f"{getattr(x, 'shape', type(x))}")
+        if isinstance(x, np.ndarray):  # torch-quiver's users pass numpy tables too
+            x = torch.from_numpy(x)
+        if not isinstance(x, Tensor):
+            raise TypeError(f"a feature table is a tensor (or numpy array), got "
+                            f"{type(x).__name__}")
+        if x.dim() < 1:
+            raise ValueError(f"a feature table needs at least one dimension, got shape "
+                             f"{tuple(x.shape)}")
         num_rows = x.size(0)
         if self.csr_topo is not None and num_rows != self.csr_topo.node_count:
             raise ValueError(f"the table has {num_rows} rows but csr_topo has "
@@ -444,6 +460,8 @@ class Feature:
             view = self._views.get(ids.device)
             if view is not None:  # (contiguous: a no-op for the sampler's ids)
                 return view[0].gather(ids.contiguous(), _thread_host_read_blocks())
+        if isinstance(ids, slice):  # rows start:stop:step, as a tensor would give them
+            ids = torch.arange(*ids.indices(len(self)))
         ids = as_ids(ids)  # the op checks shape, dtype and range
         device = ids.device if ids.is_cuda else self.device_for(None)
         layout = self._view(device)[0]

@@ -2,6 +2,7 @@
 size, against x[ids]; the op underneath is tested in test_gather_tiered_rows.py."""
 import pickle
 
+import numpy as np
 import pytest
 import torch
 
@@ -147,6 +148,25 @@ def test_feature_rejects_bad_input():
         feature[torch.tensor([[0]])]
     with pytest.raises(ValueError, match="csr_topo has"):
         qv.Feature(csr_topo=qv.CSRTopo(torch.tensor([[0], [1]]), num_nodes=4)).from_cpu_tensor(x)
+    # Named, where they used to fail inside or pass as something else.
+    with pytest.raises(TypeError, match="csr_topo must be a CSRTopo .* got Tensor"):
+        qv.Feature(csr_topo=torch.tensor([[0], [1]]))
+    for devices in (["cuda:0"], 0, [-1], [True]):
+        with pytest.raises(ValueError, match="device_list must be a list of GPU indices"):
+            qv.Feature(device_list=devices)
+    with pytest.raises(ValueError, match="a cache size must be a byte count, got True"):
+        qv.Feature(device_cache_size=True)
+    with pytest.raises(TypeError, match="a feature table is a tensor .* got list"):
+        qv.Feature().from_cpu_tensor([[1.0]])
+
+
+def test_feature_takes_numpy_tables_slices_and_mib():
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    feature = qv.Feature(device_list=[], device_cache_size="1MiB").from_cpu_tensor(x)
+    assert feature.device_cache_size == 2**20
+    assert torch.equal(feature[torch.arange(6)], torch.from_numpy(x))
+    assert torch.equal(feature[1:5:2], torch.from_numpy(x)[1:5:2])
+    assert torch.equal(feature[-2:], torch.from_numpy(x)[-2:])
 
 
 @requires_cuda
