@@ -93,7 +93,8 @@ def build_runtime(checkpoint: dict, args) -> ServingRuntime:
                           cpu_samplers=args.cpu_samplers,
                           gpu_streams=args.gpu_streams if gpu else 0,
                           max_batch_nodes=args.max_batch_nodes, max_wait_ms=args.max_wait_ms,
-                          max_queue=args.max_queue, threshold=args.threshold)
+                          max_queue=args.max_queue, max_queue_nodes=args.max_queue_nodes,
+                          threshold=args.threshold)
 
 
 def main(argv=None):
@@ -108,6 +109,9 @@ def main(argv=None):
     parser.add_argument("--max-batch-nodes", type=int, default=1024)
     parser.add_argument("--max-wait-ms", type=float, default=2.0)
     parser.add_argument("--max-queue", type=int, default=1024)
+    parser.add_argument("--max-queue-nodes", type=int, default=None,
+                        help="node ids waiting at most, over every queued request; a request "
+                             "past it gets a 503 at once (default: 8 x --max-batch-nodes)")
     parser.add_argument("--threshold", type=float, default=None,
                         help="PSGS at or below which a batch samples on the CPU (default: "
                              "calibrated at start-up on this machine)")
@@ -125,6 +129,8 @@ def main(argv=None):
     for name in ("cpu_samplers", "max_batch_nodes", "max_queue"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.max_queue_nodes is not None and args.max_queue_nodes < 1:
+        parser.error(f"--max-queue-nodes must be >= 1, got {args.max_queue_nodes}")
     if args.gpu_streams < 0:
         parser.error(f"--gpu-streams must be >= 0, got {args.gpu_streams}")
     if not args.max_wait_ms >= 0:

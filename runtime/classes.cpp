@@ -161,11 +161,11 @@ void register_runtime_classes(torch::Library& m) {
                           std::string device, int64_t max_batch_nodes, double max_wait_ms,
                           int64_t max_queue, int64_t cpu_samplers, int64_t gpu_streams,
                           double threshold, int64_t seed, bool capture_batches,
-                          double latency_objective_ms) {
+                          double latency_objective_ms, int64_t max_queue_nodes) {
         ServingOptions options{std::move(fanouts), std::move(device), max_batch_nodes,
                                max_wait_ms,        max_queue,         cpu_samplers,
                                gpu_streams,        threshold,         seed,
-                               capture_batches,    latency_objective_ms};
+                               capture_batches,    latency_objective_ms, max_queue_nodes};
         return c10::make_intrusive<ServingRuntime>(std::move(indptr), std::move(indices),
                                                    std::move(gpu_indptr), std::move(gpu_indices),
                                                    std::move(features), std::move(options));
@@ -206,6 +206,9 @@ void register_runtime_classes(torch::Library& m) {
            [](const c10::intrusive_ptr<ServingRuntime>& self) {
              return self->options().max_batch_nodes;
            })
+      .def("max_queue_nodes", [](const c10::intrusive_ptr<ServingRuntime>& self) {
+        return self->options().max_queue_nodes;
+      })
       .def("max_queue", [](const c10::intrusive_ptr<ServingRuntime>& self) {
         return self->options().max_queue;
       });

@@ -123,6 +123,11 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
   TORCH_CHECK_VALUE(o.max_batch_nodes >= 1, "ServingRuntime: max_batch_nodes must be >= 1, got ",
                     o.max_batch_nodes);
   TORCH_CHECK_VALUE(o.max_queue >= 1, "ServingRuntime: max_queue must be >= 1, got ", o.max_queue);
+  TORCH_CHECK_VALUE(o.max_queue_nodes >= 0, "ServingRuntime: max_queue_nodes must be >= 0 (0: 8 x ",
+                    "max_batch_nodes), got ", o.max_queue_nodes);
+  if (o.max_queue_nodes == 0) {
+    options_.max_queue_nodes = 8 * o.max_batch_nodes;
+  }
   TORCH_CHECK_VALUE(o.max_wait_ms >= 0 && std::isfinite(o.max_wait_ms),
                     "ServingRuntime: max_wait_ms must be finite and >= 0, got ", o.max_wait_ms);
   TORCH_CHECK_VALUE(o.latency_objective_ms > 0 && std::isfinite(o.latency_objective_ms),
@@ -212,6 +217,11 @@ int64_t ServingRuntime::submit(const at::Tensor& ids) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (closing_) return kClosed;
   if (static_cast<int64_t>(queue_.size()) >= options_.max_queue) return kOverloaded;
+  // An empty queue takes any request max_batch_nodes allows.
+  if (queued_nodes_ > 0 && queued_nodes_ + owned.numel() > options_.max_queue_nodes) {
+    return kOverloaded;
+  }
+  queued_nodes_ += owned.numel();
   const int64_t ticket = next_ticket_++;
   answers_.try_emplace(ticket);
   queue_.push_back(Request{ticket, std::move(owned), Clock::now(), request_cost});
@@ -336,6 +346,7 @@ void ServingRuntime::batch_loop() {
       if (nodes > 0 && batch_cost + queue_.front().cost > cost_cap) break;
       nodes += size;
       batch_cost += queue_.front().cost;
+      queued_nodes_ -= queue_.front().ids.numel();
       batch.requests.push_back(std::move(queue_.front()));
       queue_.pop_front();
       if (nodes == options_.max_batch_nodes) break;
@@ -696,6 +707,7 @@ void ServingRuntime::close(double timeout_s) {
       cpu_work_.clear();
       gpu_work_.clear();
       queue_.clear();
+      queued_nodes_ = 0;
       batcher_wakes_.notify_one();
       for (auto& side : work_queued_) side.notify_all();
       batch_ready_.notify_all();

@@ -102,8 +102,10 @@ def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0
 
 def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
     """Open-loop Poisson load on ``target``, an endpoint's URL or a ServingRuntime called
-    in this process: returns latencies (s) of answered requests, 503s, errors, and the
-    wall time."""
+    in this process: returns latencies (s) of answered requests, 503s, errors, the wall
+    time, and how late (s) each request left its sender: ``senders`` threads send, so past
+    what they can keep in flight requests leave late and the offered rate is not met (the
+    rows say so, rather than count the senders' backlog as the server's latency alone)."""
     gen = torch.Generator().manual_seed(seed)
     count = max(1, int(rate * duration))
     gaps = -torch.log(torch.rand(count, generator=gen).clamp(min=1e-12)) / rate
@@ -114,7 +116,7 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
     parsed = urlparse(target) if isinstance(target, str) else None
     next_index = [0]
     lock = threading.Lock()
-    latencies, refused = [], [0]
+    latencies, refused, late = [], [0], []
     failed = errors if errors is not None else collections.Counter()  # error -> count
     start = time.perf_counter() + 0.2
 
@@ -147,6 +149,7 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
 
     def sender():
         def connect():
+            # Lazy: the connection opens at its first request, inside post's error counting.
             return http.client.HTTPConnection(parsed.hostname, parsed.port, timeout=60)
 
         connection = connect() if parsed else None
@@ -163,6 +166,7 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
+            sent_late = max(0.0, time.perf_counter() - due)
             if connection is None:
                 status = call(ids[i])
             else:
@@ -175,6 +179,7 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
                 last_used, broken = time.perf_counter(), status == -1
             done = time.perf_counter()
             with lock:
+                late.append(sent_late)
                 if status == 200:
                     latencies.append(done - due)
                 elif status == 503:
@@ -186,7 +191,7 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
     for t in threads:
         t.join()
     wall = time.perf_counter() - start
-    return latencies, refused[0], sum(failed.values()), wall
+    return latencies, refused[0], sum(failed.values()), wall, late
 
 
 def _from_child(results, child, timeout):
@@ -210,8 +215,9 @@ def percentile(values, q):
     return values[min(len(values) - 1, int(math.ceil(q * len(values))) - 1)]
 
 
-def row_of(config, rate, latencies, refused, failed, wall, threshold=None, errors=None):
+def row_of(config, rate, latencies, refused, failed, wall, late, threshold=None, errors=None):
     return {"config": config, "offered_rps": rate, "achieved_rps": len(latencies) / wall,
+            "sent_late_p99_ms": 1e3 * percentile(late, 0.99),
             "p50_ms": 1e3 * percentile(latencies, 0.50),
             "p99_ms": 1e3 * percentile(latencies, 0.99),
             "p999_ms": 1e3 * percentile(latencies, 0.999),
@@ -224,7 +230,8 @@ def print_row(row):
     print(f"  {row['config']:15s} {row['offered_rps']:7.0f} req/s offered  "
           f"{row['achieved_rps']:7.0f} answered/s  p50 {row['p50_ms']:7.2f} ms  p99 "
           f"{row['p99_ms']:7.2f} ms  p99.9 {row['p999_ms']:7.2f} ms  503s "
-          f"{row['refused_503']}  errors {row['failed']}"
+          f"{row['refused_503']}  errors {row['failed']}  sent late p99 "
+          f"{row['sent_late_p99_ms']:.1f} ms"
           + "".join(f"\n      {n} x {e}" for e, n in row["errors"].items()), flush=True)
 
 
@@ -265,6 +272,17 @@ def plot(path, png):
     fig.savefig(png, dpi=120)
 
 
+def rates_of(parser, text: str, name: str, empty_ok: bool = False):
+    """Comma-separated request rates, each finite and > 0, or parser.error naming ``name``."""
+    try:
+        rates = [float(r) for r in text.split(",") if r or not empty_ok]
+    except ValueError:
+        parser.error(f"{name} takes comma-separated rates such as 200,500, got {text!r}")
+    if not all(math.isfinite(r) and r > 0 for r in rates) or not (rates or empty_ok):
+        parser.error(f"{name} must be rates > 0 (requests/s), got {text!r}")
+    return rates
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graph", default="products")
@@ -291,7 +309,28 @@ def main():
     if args.plot:
         plot(args.plot, args.png)
         return
-    args.rates = [float(r) for r in args.rates.split(",")]
+    # Checked before any server starts: bad values used to end in a thread's traceback, or
+    # in rows of negative or NaN rates with exit status 0.
+    args.rates = rates_of(parser, args.rates, "--rates")
+    rates_of(parser, args.direct_rates, "--direct-rates", empty_ok=True)
+    if not args.duration > 0 or not math.isfinite(args.duration):
+        parser.error(f"--duration must be > 0 seconds, got {args.duration}")
+    if args.senders < 1:
+        parser.error(f"--senders must be >= 1, got {args.senders}")
+    if args.url:
+        url = urlparse(args.url)
+        if url.scheme != "http" or not url.hostname:
+            parser.error(f"--url must be an http:// URL such as http://127.0.0.1:8000, got "
+                         f"{args.url!r}")
+        if args.num_nodes is not None and args.num_nodes < 1:
+            parser.error(f"--num-nodes must be >= 1, got {args.num_nodes}")
+    else:
+        from torch_quiver_ops.synthetic import PRESETS
+        if args.graph not in PRESETS:
+            parser.error(f"--graph must be one of {sorted(PRESETS)}, got {args.graph!r}")
+        unknown = [c for c in args.configs.split(",") if c not in ("cpu", "gpu", "dispatch")]
+        if unknown:
+            parser.error(f"--configs takes cpu, gpu and dispatch, got {unknown}")
     rows = []
     if args.url:
         if args.num_nodes is None:

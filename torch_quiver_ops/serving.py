@@ -83,7 +83,14 @@ class _Answer:
         self._runtime, self._ticket, self._owner = runtime, ticket, owner
 
     def result(self, timeout: Optional[float] = None) -> Tensor:
-        return self._runtime.wait(self._ticket, -1.0 if timeout is None else float(timeout))
+        """The rows, waiting up to ``timeout`` seconds (None: no limit). Past it,
+        ``TimeoutError``, and the answer is given up: a request is waited for once."""
+        try:
+            return self._runtime.wait(self._ticket, -1.0 if timeout is None else float(timeout))
+        except RuntimeError as error:
+            if _NOT_ANSWERED_IN_TIME in str(error):
+                raise TimeoutError(str(error).splitlines()[0]) from None
+            raise
 
     def collected(self):
         """An asyncio future (of the running loop) of ``(rows, None)`` or ``(None, error)``,
@@ -141,6 +148,11 @@ class ServingRuntime:
             than this is refused: HTTP 413).
         max_wait_ms: ... or when its oldest request has waited this long.
         max_queue: requests waiting at most (more are refused: :class:`Overloaded`).
+        max_queue_nodes: node ids waiting at most, over every queued request (None:
+            8 x ``max_batch_nodes``): a request that would pass it is refused
+            (:class:`Overloaded`, HTTP 503), so a burst of large requests past capacity is
+            turned away at once instead of waiting seconds in the queue. An empty queue
+            takes any request.
         threshold: PSGS at or below which a batch samples on the CPU, whatever the load.
             ``None`` (with both kinds of samplers) calibrates the runtime at start-up
             (:meth:`calibrate`) and sends each batch where it is predicted to finish first:
@@ -160,7 +172,13 @@ class ServingRuntime:
                  feature, device=None, cpu_samplers: int = 2, gpu_streams: int = 2,
                  gpu_mode: str = "GPU", max_batch_nodes: int = 1024, max_wait_ms: float = 2.0,
                  max_queue: int = 1024, threshold: Optional[float] = None, seed: int = 0,
-                 capture_batches: bool = True, latency_objective_ms: float = 30.0):
+                 capture_batches: bool = True, latency_objective_ms: float = 30.0,
+                 max_queue_nodes: Optional[int] = None):
+        if max_queue_nodes is not None and (not is_int(max_queue_nodes) or max_queue_nodes < 1):
+            raise ValueError(f"max_queue_nodes must be an int >= 1 (None: 8 x max_batch_nodes), "
+                             f"got {max_queue_nodes!r}")
+        if not is_int(seed) or not -2**63 <= seed < 2**63:
+            raise ValueError(f"seed must be an int that fits in 64 bits, got {seed!r}")
         has_gpu = torch.cuda.is_available() and gpu_streams > 0
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device()) if has_gpu else "cpu"
@@ -195,7 +213,8 @@ class ServingRuntime:
             self.fanouts, str(self.device), max_batch_nodes, float(max_wait_ms), max_queue,
             cpu_samplers, gpu_streams if has_gpu else 0,
             float("nan") if threshold is None else float(threshold), seed,
-            bool(capture_batches), float(latency_objective_ms))
+            bool(capture_batches), float(latency_objective_ms),
+            0 if max_queue_nodes is None else max_queue_nodes)
         self.psgs = PSGS.of_values(self._runtime.psgs())
         _open_runtimes.add(self)
         self._collecting = threading.Lock()  # guards the collecting thread, made at first use
@@ -253,7 +272,8 @@ class ServingRuntime:
             raise ValueError(f"node ids must be 64-bit integers: {error}") from None
         ticket = self._runtime.submit(ids)  # checks shape, dtype, count and range
         if ticket == -1:
-            raise Overloaded(f"{self.max_queue} requests are waiting already")
+            raise Overloaded(f"the queue is full ({self.queued} requests waiting; at most "
+                             f"{self.max_queue} requests and {self.max_queue_nodes} node ids)")
         if ticket == -2:
             raise Overloaded("the runtime is shutting down")
         return _Answer(self._runtime, ticket, self)
@@ -265,10 +285,12 @@ class ServingRuntime:
         """Stops taking requests, answers every queued one (waiting up to ``timeout``
         seconds, ``math.inf`` for as long as it takes), then stops the threads. A runtime
         still open when the interpreter exits is closed then."""
+        deadline = time.monotonic() + min(float(timeout), _NO_LIMIT_S)
         self._runtime.close(float(timeout))
         _open_runtimes.discard(self)
-        for thread in self._model_threads:
-            thread.join(timeout if timeout < _NO_LIMIT_S else None)
+        for thread in self._model_threads:  # within what is left of the one timeout
+            thread.join(max(0.0, deadline - time.monotonic()) if timeout < _NO_LIMIT_S
+                        else None)
         with self._collecting:
             collector = self._collector_thread
         if collector is not None:
@@ -330,6 +352,10 @@ class ServingRuntime:
     @property
     def max_queue(self) -> int:
         return self._runtime.max_queue()
+
+    @property
+    def max_queue_nodes(self) -> int:
+        return self._runtime.max_queue_nodes()
 
     @property
     def queued(self) -> int:
@@ -665,9 +691,10 @@ def _refused_path(path: str, close: bool = False, method: str = "") -> _Reply:
 
 
 class _ReadsByDeadline(io.RawIOBase):
-    """A connection's reads, each of which waits at most until its request's deadline (and
-    at most the handler's idle timeout): a socket timeout alone restarts with every byte.
-    The deadline is `read_timeout` after the request's first bytes."""
+    """A connection's reads, each of which waits at most until its request's deadline (and,
+    before a request's first bytes, at most the handler's idle timeout): a socket timeout
+    alone restarts with every byte. The deadline is `read_timeout` after the request's
+    first bytes."""
 
     def __init__(self, handler: "_Handler"):
         super().__init__()
@@ -681,7 +708,11 @@ class _ReadsByDeadline(io.RawIOBase):
         left = handler.read_deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("the request took longer to arrive than its deadline")
-        handler.connection.settimeout(min(left, handler.timeout))
+        # The idle timeout bounds the wait for a request; once its bytes come, only its
+        # deadline does (capping each read at 5 s too gave a 408 after a 5 s pause that
+        # said read_timeout had passed).
+        handler.connection.settimeout(min(left, handler.timeout) if handler.awaiting_request
+                                      else left)
         count = handler.connection.recv_into(buffer)
         if count and handler.awaiting_request:
             handler.awaiting_request = False
@@ -999,5 +1030,8 @@ def serve_http(runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0
     ``"auto"`` (uvicorn where it is installed). A request whose body (on the standard
     library's server: headers and body) takes longer than ``read_timeout`` seconds to
     arrive is refused (408) or its connection closed, so that a client sending a byte now
-    and then holds neither a connection nor shutdown for long."""
+    and then holds neither a connection nor shutdown for long. uvicorn has no limit on
+    the time headers take: there, a client that never finishes its headers keeps its
+    connection (not shutdown) until it leaves; facing untrusted clients, put a proxy with
+    a header timeout in front (nginx's ``client_header_timeout``) or use ``"stdlib"``."""
     return HttpServer(runtime, host, port, to_json, server, read_timeout)

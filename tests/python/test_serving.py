@@ -212,7 +212,7 @@ def test_runtime_arguments_are_checked_when_it_is_made(graph):
         torch.classes.quiver.ServingRuntime(
             bad_indptr, topo.indices, None, None,
             torch.classes.quiver.FeatureTiers([graph.x], None), [5, 3], "cpu", 64, 2.0, 64,
-            1, 0, float("nan"), 0, False, 30.0)
+            1, 0, float("nan"), 0, False, 30.0, 0)
 
 
 def test_next_collected_ends_once_the_runtime_closes(graph):
@@ -666,6 +666,31 @@ def test_the_stdlib_servers_own_refusals_are_json(graph):
         server.shutdown()
 
 
+def test_a_body_that_pauses_within_read_timeout_is_answered(graph, monkeypatch):
+    """The stdlib server capped each read of a body at its idle timeout (5 s), so a body
+    that paused longer got a 408 long before read_timeout, saying read_timeout passed."""
+    import socket
+    from torch_quiver_ops import serving
+    monkeypatch.setattr(serving._Handler, "timeout", 0.5)  # the idle timeout, shortened
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, server="stdlib", read_timeout=5.0)
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    body = b'{"nodes": [1, 2, 3]}'
+    try:
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                         % len(body) + body[:4])
+            time.sleep(1.5)  # three idle timeouts, well within read_timeout
+            sock.sendall(body[4:])
+            import http.client
+            answer = http.client.HTTPResponse(sock)
+            answer.begin()
+            assert answer.status == 200, answer.read()
+            assert json.loads(answer.read())["nodes"] == [1, 2, 3]
+    finally:
+        server.shutdown()
+
+
 def test_slow_and_cut_off_requests_are_refused_and_hold_no_shutdown(graph, server_kind):
     import socket
     runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
@@ -890,6 +915,52 @@ def test_overload_gets_503_and_memory_stays_bounded(graph, server_kind):
         server.shutdown()
 
 
+def test_a_result_past_its_timeout_is_a_timeout_error_and_close_keeps_to_one_timeout(graph):
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1, delay=3.0, max_wait_ms=0.0)
+    try:
+        answer = runtime.submit([1, 2])
+        with pytest.raises(TimeoutError, match="was not answered within 0.05 s"):
+            answer.result(0.05)
+        runtime.submit([3])
+        started = time.monotonic()
+    finally:
+        runtime.close(1.0)  # joined the model threads for another 1 s after the runtime's
+    assert time.monotonic() - started < 1.6
+
+
+def test_queued_node_ids_are_bounded(graph):
+    """A queue bounded by requests alone took in 1,024 requests of 1,024 ids (seconds of
+    work, answered 20-50 s late); max_queue_nodes turns such a burst away at once."""
+    runtime, _ = runtime_for(graph, (3,), max_queue=1000, max_queue_nodes=16, max_wait_ms=0.0,
+                             cpu_samplers=1, delay=0.2, max_batch_nodes=8)
+    try:
+        assert runtime.max_queue_nodes == 16
+        answers, refused = [], 0
+        for i in range(20):
+            try:
+                answers.append(runtime.submit(torch.arange(i, i + 8)))
+            except Overloaded as error:
+                refused += 1
+                assert "16 node ids" in str(error)
+        # Two requests of 8 fill the queue; the rest are a batch being formed or sampled.
+        assert refused >= 12 and len(answers) <= 8, (refused, len(answers))
+        for answer in answers:
+            assert answer.result(30).size(0) == 8
+        assert runtime.submit(torch.arange(8)).result(30).size(0) == 8  # drained: takes more
+    finally:
+        runtime.close()
+    default, _ = runtime_for(graph, (3,), max_batch_nodes=8, cpu_samplers=1)
+    try:
+        assert default.max_queue_nodes == 64  # 8 x max_batch_nodes
+    finally:
+        default.close()
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="max_queue_nodes must be an int >= 1"):
+            runtime_for(graph, (3,), max_queue_nodes=bad, cpu_samplers=1)
+    with pytest.raises(ValueError, match="seed must be an int that fits in 64 bits"):
+        runtime_for(graph, (3,), seed=2**63, cpu_samplers=1)
+
+
 def test_shutdown_answers_every_accepted_request(graph, server_kind):
     runtime, _ = runtime_for(graph, (3,), max_queue=64, max_wait_ms=1.0, cpu_samplers=1,
                              delay=0.05)
@@ -1015,6 +1086,28 @@ def test_load_generator_serves_a_package_end_to_end(tmp_path):
         assert row["answered"] >= 10 and row["refused_503"] == 0 and row["failed"] == 0, row
 
 
+def test_load_generator_names_bad_arguments():
+    """Refused by argparse before any server starts: these used to end in a thread's
+    traceback, or in rows of negative or NaN rates with exit status 0."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "scripts" / "serve_load.py"
+    cases = [(["--url", "localhost:18000", "--num-nodes", "5"], "--url must be an http://"),
+             (["--url", "http://127.0.0.1:1", "--num-nodes", "0"], "--num-nodes must be >= 1"),
+             (["--rates", "0"], "--rates must be rates > 0"),
+             (["--rates", "-5"], "--rates must be rates > 0"),
+             (["--rates", "abc"], "--rates takes comma-separated rates"),
+             (["--senders", "0"], "--senders must be >= 1"),
+             (["--duration", "0"], "--duration must be > 0"),
+             (["--graph", "nope"], "--graph must be one of"),
+             (["--configs", "bogus"], "--configs takes cpu, gpu and dispatch")]
+    for args, words in cases:
+        done = subprocess.run([sys.executable, str(script), *args], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2 and words in done.stderr, (args, done.stderr[-2000:])
+
+
 def test_load_generator_drives_the_endpoint(graph):
     """scripts/serve_load.py's open-loop client against a real endpoint: Poisson arrivals,
     Pareto sizes, every answer a 200, percentiles taken as documented."""
@@ -1027,13 +1120,13 @@ def test_load_generator_drives_the_endpoint(graph):
     runtime, _ = runtime_for(graph, (5, 3), max_batch_nodes=256)
     server = serve_http(runtime)
     try:
-        latencies, refused, failed, wall = serve_load.run_load(server.url, graph.num_nodes,
-                                                               rate=100, duration=0.5,
-                                                               senders=4)
+        latencies, refused, failed, wall, late = serve_load.run_load(
+            server.url, graph.num_nodes, rate=100, duration=0.5, senders=4)
     finally:
         server.shutdown()
     assert len(latencies) == 50 and refused == 0 and failed == 0
     assert all(0 < t < 10 for t in latencies) and wall > 0.4
+    assert len(late) == 50 and all(t >= 0 for t in late)
     # A server process that dies before answering is reported at once, not waited for.
     context = serve_load.mp.get_context("spawn")
     results, child = context.Queue(), context.Process(target=int)

@@ -71,6 +71,10 @@ struct ServingOptions {
   // when it is predicted to have waited and been sampled there within half of it (the other
   // half left for the model and the answer).
   double latency_objective_ms = 30.0;
+  // Node ids waiting at most, over every queued request (0: 8 x max_batch_nodes). A request
+  // count alone let a queue of large requests hold seconds of work; this bounds the wait
+  // by work, so a burst past capacity gets prompt refusals (503s) instead.
+  int64_t max_queue_nodes = 0;
 };
 
 // One batch as the model side receives it: the sampled computation graph in torch-quiver's
@@ -280,6 +284,7 @@ class ServingRuntime : public torch::CustomClassHolder {
   int64_t answered_batches_ = 0;   // batches answered (or failed) so far; answered_batches()
   int64_t answered_requests_ = 0;  // their requests
   int64_t next_ticket_ = 0, next_batch_ = 0, accepted_ = 0, in_flight_ = 0;
+  int64_t queued_nodes_ = 0;  // node ids of the requests in queue_
   int64_t samplers_running_ = 0;
   // Batches taken from the model side whose answers are not yet given (finish copies the
   // rows outside the lock): close() waits for them too, so that it returns only once every
