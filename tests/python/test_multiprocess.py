@@ -187,7 +187,7 @@ def loaded_worker(rank, feature, topo, sampler, seeds):
     # The worker maps the save again: the same file, the same values, no private copy.
     for t in (feature._host, topo.indices, sampler.csr_topo.indptr):
         assert t.untyped_storage().filename is not None, "a copy, not the saved file"
-    assert torch.equal(feature[torch.arange(6)], torch.arange(12.0).view(6, 2))
+    assert torch.equal(feature[torch.arange(6)].cpu(), torch.arange(12.0).view(6, 2))
     assert torch.equal(topo.indices.long(), torch.tensor([1, 2, 0]))
     n_id, batch_size, _ = sampler.sample(seeds)
     assert batch_size == seeds.numel()
@@ -210,7 +210,7 @@ def test_loaded_saves_pass_to_spawned_workers(tmp_path, strategy):
                                       device="cpu", mode="CPU")
         mp.spawn(loaded_worker, args=(feature, topo, sampler, torch.tensor([0, 1])), nprocs=1)
         assert feature._host.untyped_storage().filename == str(tmp_path / "f" / "rows.bin")
-        assert torch.equal(feature[torch.tensor([5])], torch.full((1, 2), -1.0))
+        assert torch.equal(feature[torch.tensor([5])].cpu(), torch.full((1, 2), -1.0))
         saved, _ = qv.load_arrays(tmp_path / "f", "feature")
         assert torch.equal(saved["rows"][5], torch.full((2,), -1.0))
     finally:
