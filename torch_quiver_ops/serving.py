@@ -37,7 +37,7 @@ import weakref
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Set, Union
 from urllib.parse import urlsplit
 
 import torch
@@ -112,16 +112,23 @@ class BatchRecord:
 
 # The runtimes not closed yet: closed as the interpreter exits (_close_open_runtimes).
 _open_runtimes: "weakref.WeakSet[ServingRuntime]" = weakref.WeakSet()
+# Model threads still in a model call when their runtime's close() ran out of time.
+_lingering_model_threads: Set[threading.Thread] = set()
+LINGERING_JOIN_S = 60.0  # at exit, the longest a model call may go on being waited for
 
 
 @atexit.register
 def _close_open_runtimes() -> None:
-    """Closes what a program left open while its model threads can still run. A request in
-    flight at exit would otherwise wake a model thread during the interpreter's shutdown,
-    which aborts the process (terminate called without an active exception)."""
+    """Closes what a program left open, and waits for model calls still running, while its
+    model threads can still run. A model thread that wakes during the interpreter's shutdown
+    (a request in flight, or a call that outlived close's timeout) aborts the process
+    (terminate called without an active exception: it is ended inside the runtime's C++)."""
     for runtime in list(_open_runtimes):
         with contextlib.suppress(Exception):
             runtime.close()
+    deadline = time.monotonic() + LINGERING_JOIN_S
+    for thread in list(_lingering_model_threads):
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class ServingRuntime:
@@ -241,6 +248,7 @@ class ServingRuntime:
         while True:
             batch_id, _, x, seed_count, edge_index, sizes, _ = self._runtime.next_batch()
             if batch_id < 0:
+                _lingering_model_threads.discard(threading.current_thread())
                 return
             try:
                 adjs = [Adj(e, None, (sizes[2 * i], sizes[2 * i + 1]))
@@ -291,6 +299,8 @@ class ServingRuntime:
         for thread in self._model_threads:  # within what is left of the one timeout
             thread.join(max(0.0, deadline - time.monotonic()) if timeout < _NO_LIMIT_S
                         else None)
+            if thread.is_alive():  # still in a model call: waited for at exit
+                _lingering_model_threads.add(thread)
         with self._collecting:
             collector = self._collector_thread
         if collector is not None:

@@ -930,6 +930,45 @@ def test_a_result_past_its_timeout_is_a_timeout_error_and_close_keeps_to_one_tim
         thread.join()
 
 
+EXITS_WHILE_THE_MODEL_RUNS = """
+import sys, time, torch
+sys.path.insert(0, sys.argv[1])
+import torch_quiver_ops as qv
+from torch_quiver_ops.serving import ServingRuntime
+from torch_quiver_ops.synthetic import synthetic_graph
+
+
+class Slow(torch.nn.Module):
+    def forward(self, x, adjs):
+        time.sleep(1.5)
+        open(sys.argv[2], "w").write("finished")
+        return x
+
+
+graph = synthetic_graph("tiny", seed=0)
+runtime = ServingRuntime(Slow(), qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes), [3],
+                         graph.x, device="cpu", cpu_samplers=1, gpu_streams=0)
+runtime.submit([1])
+time.sleep(0.3)  # the model call has begun
+runtime.close(0.1)  # gives up on it; the program then ends at once
+"""
+
+
+def test_exit_waits_for_a_model_call_that_outlived_close(tmp_path):
+    """A model thread left in a call when close's timeout ran out was killed at exit, and
+    on the H200 host (Python 3.12) the process sometimes aborted then ("terminate called
+    without an active exception"): exit now waits for the call (up to 60 s)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script, mark = tmp_path / "exits.py", tmp_path / "finished"
+    script.write_text(EXITS_WHILE_THE_MODEL_RUNS)
+    done = subprocess.run([sys.executable, str(script), str(Path(__file__).parent), str(mark)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert mark.read_text() == "finished"
+
+
 def test_queued_node_ids_are_bounded(graph):
     """A queue bounded by requests alone took in 1,024 requests of 1,024 ids (seconds of
     work, answered 20-50 s late); max_queue_nodes turns such a burst away at once."""
