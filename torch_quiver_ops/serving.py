@@ -292,7 +292,8 @@ class ServingRuntime:
     def close(self, timeout: float = 30.0) -> None:
         """Stops taking requests, answers every queued one (waiting up to ``timeout``
         seconds, ``math.inf`` for as long as it takes), then stops the threads. A runtime
-        still open when the interpreter exits is closed then."""
+        still open when the interpreter exits is closed then, and a model call still
+        running is waited for then (up to ``LINGERING_JOIN_S``)."""
         deadline = time.monotonic() + min(float(timeout), _NO_LIMIT_S)
         self._runtime.close(float(timeout))
         _open_runtimes.discard(self)
