@@ -19,6 +19,7 @@ from . import ops
 from ._device import as_ids, holds_integers
 from .ops import integer_fanouts, integer_times
 from .sampler import sampling_placement
+from .topology import kept_indptr
 from .uva import pinned
 
 EdgeType = Tuple[str, str, str]
@@ -187,17 +188,12 @@ class HeteroCSRTopo:
         old_of_new = keep.nonzero().view(-1)
         new_of_old = torch.cumsum(keep, 0) - 1
         kept_positions = keep[self.eid]
-        rows = torch.repeat_interleave(torch.arange(self.num_nodes), self.indptr.diff(),
-                                       output_size=self.eid.numel())
-        indptr = torch.zeros_like(self.indptr)
-        torch.cumsum(torch.bincount(rows[kept_positions], minlength=self.num_nodes), 0,
-                     out=indptr[1:])
         o = self.relation_edge_offsets
         counts = [int(keep[o[r]:o[r + 1]].sum()) for r in range(len(self.edge_types))]
         kept = {et: old_of_new[sum(counts[:r]):sum(counts[:r + 1])] - o[r]
                 for r, et in enumerate(self.edge_types)}
         topo = HeteroCSRTopo.from_csr(
-            self.num_nodes_dict, self.edge_types, indptr,
+            self.num_nodes_dict, self.edge_types, kept_indptr(self.indptr, kept_positions),
             self.indices[kept_positions].contiguous(),
             new_of_old[self.eid[kept_positions]].contiguous(),
             list(itertools.accumulate([0, *counts])))

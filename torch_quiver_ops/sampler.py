@@ -15,7 +15,7 @@ from .ops import integer_fanouts, integer_times
 from ._load import cuda_kernels_built
 from ._device import as_ids, checked_node_ids, parse_share, parse_size, resolve_device
 from .hotness import check_hot_order, degree_order
-from .topology import CSRTopo, build_topology_cache
+from .topology import CSRTopo, build_topology_cache, kept_indptr
 from .uva import pinned
 
 MODES = ("GPU", "UVA", "CPU")
@@ -101,12 +101,7 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
         if not bool(kept.all()):
             # PyG's weight_attr allows zero weights (a way to mask edges): such an edge is
             # never sampled, so the sampler's graph leaves it out (eid keeps the input ids).
-            indptr = torch.zeros_like(topo.indptr)
-            rows = torch.repeat_interleave(torch.arange(topo.node_count), topo.indptr.diff(),
-                                           output_size=topo.edge_count)
-            torch.cumsum(torch.bincount(rows[kept], minlength=topo.node_count), 0,
-                         out=indptr[1:])
-            topo = CSRTopo(indptr=indptr, indices=topo.indices[kept].contiguous(),
+            topo = CSRTopo(indptr=kept_indptr(topo.indptr, kept), indices=topo.indices[kept].contiguous(),
                            eid=eid[kept].contiguous())
             eid, edge_weight = topo.eid, edge_weight[kept].contiguous()
             per_csr_edge = {name: values[kept] for name, values in per_csr_edge.items()}

@@ -42,6 +42,17 @@ def list_positions(indptr: Tensor, rows: Tensor, degree: Tensor) -> Tensor:
     return indptr[rows][owner] + torch.arange(size, device=device) - first[owner]
 
 
+def kept_indptr(indptr: Tensor, kept: Tensor) -> Tensor:
+    """The row offsets of the CSR that keeps only the entries ``kept`` (a bool per CSR
+    position) marks, each row keeping its kept entries in order."""
+    num_rows = indptr.numel() - 1
+    rows = torch.repeat_interleave(torch.arange(num_rows), indptr.diff(),
+                                   output_size=kept.numel())
+    out = torch.zeros_like(indptr)
+    torch.cumsum(torch.bincount(rows[kept], minlength=num_rows), 0, out=out[1:])
+    return out
+
+
 def build_topology_cache(indptr: Tensor, indices: Tensor, hot_order: Tensor, budget_bytes: int,
                          device: torch.device, max_chunk_edges: int = 1 << 26
                          ) -> Tuple[Tensor, Tensor]:

@@ -417,6 +417,14 @@ def _typed_input_nodes(input_nodes, graph_store: HeteroGraphStore):
     return node_type, ids.cpu() if ids.device.type != "cpu" else ids
 
 
+def _short_form_matches(short, edge_type) -> bool:
+    """Whether PyG's short form ``short`` (a relation name, or the pair of end types)
+    could name ``edge_type``."""
+    if isinstance(short, str):
+        return edge_type[1] == short
+    return len(short) == 2 and (edge_type[0], edge_type[2]) == tuple(short)
+
+
 def _typed_seed_edges(edge_label_index, graph_store: HeteroGraphStore, edge_label):
     """``(edge_type, [2, E] ids on the host)`` from PyG's forms: an edge type (its edges),
     or (edge_type, ids or None), the edge type written in full or, as PyG allows, as
@@ -437,10 +445,7 @@ def _typed_seed_edges(edge_label_index, graph_store: HeteroGraphStore, edge_labe
     if edge_type not in edge_types:
         # PyG's short forms (HeteroData._to_canonical): the pair of end types, or the
         # relation name, when one edge type alone matches.
-        matches = ([et for et in edge_types if et[1] == edge_type]
-                   if isinstance(edge_type, str) else
-                   [et for et in edge_types if (et[0], et[2]) == edge_type]
-                   if len(edge_type) == 2 else [])
+        matches = [et for et in edge_types if _short_form_matches(edge_type, et)]
         if len(matches) != 1:
             raise ValueError(f"edge_label_index names edge type {edge_type!r}, which "
                              f"{'several' if matches else 'none'} of the graph's edge types "
