@@ -26,35 +26,6 @@ namespace {
 constexpr size_t kRecordsKept = 100000;
 constexpr int64_t kMaxSamplers = 1024;  // CPU samplers, and GPU streams, each a thread
 
-// torch's package loader takes a zip without the layout it writes (one folder holding
-// archive_format "pt2" and the compiled model under data/aotinductor/model/) for an older
-// format, and crashes the process reading it: such a file is refused here, by name.
-void check_package_layout(const std::string& package_path) {
-  const std::string refused = "ServingRuntime.serve_package: " + package_path +
-                              " is not an AOTInductor package (torch_quiver_ops.aoti."
-                              "compile_and_package makes one): ";
-  std::vector<std::string> records;
-  std::string format;
-  try {
-    caffe2::serialize::PyTorchStreamReader reader(package_path);
-    records = reader.getAllRecords();
-    if (reader.hasRecord("archive_format")) {
-      auto [data, size] = reader.getRecord("archive_format");
-      format.assign(static_cast<const char*>(data.get()), std::min<size_t>(size, 16));
-    }
-  } catch (const c10::Error& e) {
-    TORCH_CHECK_VALUE(false, refused, e.what_without_backtrace());
-  }
-  TORCH_CHECK_VALUE(format == "pt2", refused, "its archive_format is ",
-                    format.empty() ? std::string("missing") : "'" + format + "'",
-                    ", not 'pt2'");
-  const std::string model_dir = "data/aotinductor/model/";
-  const bool has_model = std::any_of(records.begin(), records.end(), [&](const std::string& r) {
-    return r.rfind(model_dir, 0) == 0 && r.size() > 3 && r.compare(r.size() - 3, 3, ".so") == 0;
-  });
-  TORCH_CHECK_VALUE(has_model, refused, "it holds no compiled model (", model_dir, "*.so)");
-}
-
 double ms_between(std::chrono::steady_clock::time_point from,
                   std::chrono::steady_clock::time_point to) {
   return std::chrono::duration<double, std::milli>(to - from).count();
@@ -126,7 +97,10 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
   TORCH_CHECK_VALUE(o.max_queue_nodes >= 0, "ServingRuntime: max_queue_nodes must be >= 0 (0: 8 x ",
                     "max_batch_nodes), got ", o.max_queue_nodes);
   if (o.max_queue_nodes == 0) {
-    options_.max_queue_nodes = 8 * o.max_batch_nodes;
+    // Saturated: 8 x a huge max_batch_nodes would wrap negative and refuse every request.
+    options_.max_queue_nodes = o.max_batch_nodes > std::numeric_limits<int64_t>::max() / 8
+                                   ? std::numeric_limits<int64_t>::max()
+                                   : 8 * o.max_batch_nodes;
   }
   TORCH_CHECK_VALUE(o.max_wait_ms >= 0 && std::isfinite(o.max_wait_ms),
                     "ServingRuntime: max_wait_ms must be finite and >= 0, got ", o.max_wait_ms);
@@ -308,8 +282,10 @@ void ServingRuntime::mark_answered(int64_t ticket, Answer& answer) {
 // ---- batching, sampling and the model side ----
 
 void ServingRuntime::batch_loop() {
+  // At most kNoLimitS (about 32 years): a longer wait, in int64 nanoseconds added to the
+  // enqueue time, would wrap into the past and close every batch at once.
   const auto max_wait = std::chrono::duration_cast<Clock::duration>(
-      std::chrono::duration<double, std::milli>(options_.max_wait_ms));
+      std::chrono::duration<double, std::milli>(std::min(options_.max_wait_ms, kNoLimitS * 1e3)));
   std::unique_lock<std::mutex> lock(mutex_);
   const int64_t slots = static_cast<int64_t>(samplers_.size());
   while (true) {
@@ -641,10 +617,36 @@ void ServingRuntime::serve_with(std::function<at::Tensor(const ServedBatch&)> mo
   }
 }
 
+void check_package_layout(const std::string& package_path, const std::string& caller) {
+  const std::string refused = caller + ": " + package_path +
+                              " is not an AOTInductor package (torch_quiver_ops.aoti."
+                              "compile_and_package makes one): ";
+  std::vector<std::string> records;
+  std::string format;
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(package_path);
+    records = reader.getAllRecords();
+    if (reader.hasRecord("archive_format")) {
+      auto [data, size] = reader.getRecord("archive_format");
+      format.assign(static_cast<const char*>(data.get()), std::min<size_t>(size, 16));
+    }
+  } catch (const c10::Error& e) {
+    TORCH_CHECK_VALUE(false, refused, e.what_without_backtrace());
+  }
+  TORCH_CHECK_VALUE(format == "pt2", refused, "its archive_format is ",
+                    format.empty() ? std::string("missing") : "'" + format + "'",
+                    ", not 'pt2'");
+  const std::string model_dir = "data/aotinductor/model/";
+  const bool has_model = std::any_of(records.begin(), records.end(), [&](const std::string& r) {
+    return r.rfind(model_dir, 0) == 0 && r.size() > 3 && r.compare(r.size() - 3, 3, ".so") == 0;
+  });
+  TORCH_CHECK_VALUE(has_model, refused, "it holds no compiled model (", model_dir, "*.so)");
+}
+
 void ServingRuntime::serve_package(const std::string& package_path, int64_t threads) {
   TORCH_CHECK_VALUE(threads >= 1, "ServingRuntime.serve_package: threads must be >= 1, got ",
                     threads);
-  check_package_layout(package_path);
+  check_package_layout(package_path, "ServingRuntime.serve_package");
   std::shared_ptr<torch::inductor::AOTIModelPackageLoader> package;
   try {
     // One runner per thread: the package's container hands each call a model of its own.

@@ -6,11 +6,13 @@
 #include <ATen/ATen.h>
 #include <unistd.h>
 
+#include <cctype>
+#include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,51 +29,231 @@ inline const std::map<std::string, at::ScalarType>& dtypes() {
   return names;
 }
 
+// What the record says of one array.
+struct Described {
+  std::string dtype;
+  std::vector<int64_t> shape;
+  int64_t nbytes = -1;
+};
+
+// Reads the record's JSON by hand, one pass, nesting bounded: std::regex recursed once per
+// character it matched and overflowed the stack on a long record. Takes the entries of
+// "arrays" ({"dtype", "shape", "nbytes", ...} each) and skips every other value.
+class RecordReader {
+ public:
+  RecordReader(const std::string& text, std::string where) : text_(text), where_(std::move(where)) {}
+
+  std::map<std::string, Described> arrays() {
+    std::map<std::string, Described> found;
+    bool saw_arrays = false;
+    members(0, [&](const std::string& key) {
+      if (key != "arrays") return skip_value(1);
+      saw_arrays = true;
+      members(1, [&](const std::string& name) {
+        check_name(name);
+        fail_unless(!found.count(name), "names array " + name + " twice");
+        found[name] = described(name);
+      });
+    });
+    space();
+    fail_unless(at_ == text_.size(), "has text after its closing brace");
+    fail_unless(saw_arrays, "has no \"arrays\" entry");
+    return found;
+  }
+
+ private:
+  static constexpr int kMaxDepth = 64;
+
+  [[noreturn]] void fail(const std::string& why) const {
+    TORCH_CHECK(false, where_, " is not a whole record (cut short or not JSON): it ", why,
+                " (at byte ", at_, ")");
+  }
+  void fail_unless(bool ok, const std::string& why) const {
+    if (!ok) fail(why);
+  }
+  void space() {
+    while (at_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[at_]))) ++at_;
+  }
+  bool next_is(char c) {
+    space();
+    return at_ < text_.size() && text_[at_] == c;
+  }
+  void expect(char c) {
+    fail_unless(next_is(c), std::string("lacks a '") + c + "' where one belongs");
+    ++at_;
+  }
+
+  // Calls `on_member(key)` for each key of the object here, which must read its value.
+  template <typename OnMember>
+  void members(int depth, OnMember&& on_member) {
+    fail_unless(depth < kMaxDepth, "nests deeper than the format ever does");
+    expect('{');
+    if (next_is('}')) {
+      ++at_;
+      return;
+    }
+    while (true) {
+      const std::string key = string();
+      expect(':');
+      on_member(key);
+      if (next_is(',')) {
+        ++at_;
+        continue;
+      }
+      expect('}');
+      return;
+    }
+  }
+
+  std::string string() {
+    expect('"');
+    std::string out;
+    while (true) {
+      fail_unless(at_ < text_.size(), "ends inside a string");
+      const char c = text_[at_++];
+      if (c == '"') return out;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      fail_unless(at_ < text_.size(), "ends inside a string");
+      const char escaped = text_[at_++];
+      if (escaped == 'u') {
+        fail_unless(at_ + 4 <= text_.size(), "ends inside a string");
+        out += "\\u" + text_.substr(at_, 4);  // kept as written: no array name holds one
+        at_ += 4;
+      } else {
+        out += escaped;
+      }
+    }
+  }
+
+  int64_t integer(const std::string& what) {
+    space();
+    const size_t begin = at_;
+    if (at_ < text_.size() && text_[at_] == '-') ++at_;
+    while (at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_]))) ++at_;
+    const bool fraction = at_ < text_.size() && std::strchr(".eE", text_[at_]) != nullptr;
+    fail_unless(at_ > begin && std::isdigit(static_cast<unsigned char>(text_[at_ - 1])) && !fraction,
+                "gives " + what + " as something other than an integer");
+    int64_t value = 0;
+    const auto [end, error] = std::from_chars(text_.data() + begin, text_.data() + at_, value);
+    TORCH_CHECK(error == std::errc() && end == text_.data() + at_, where_, ": ", what, " ",
+                text_.substr(begin, at_ - begin), " is past any file's size: the metadata is corrupt");
+    return value;
+  }
+
+  void skip_value(int depth) {
+    fail_unless(depth < kMaxDepth, "nests deeper than the format ever does");
+    space();
+    fail_unless(at_ < text_.size(), "ends where a value belongs");
+    const char c = text_[at_];
+    if (c == '{') {
+      members(depth, [&](const std::string&) { skip_value(depth + 1); });
+    } else if (c == '[') {
+      ++at_;
+      if (next_is(']')) {
+        ++at_;
+        return;
+      }
+      while (true) {
+        skip_value(depth + 1);
+        if (next_is(',')) {
+          ++at_;
+          continue;
+        }
+        expect(']');
+        return;
+      }
+    } else if (c == '"') {
+      string();
+    } else {
+      // A number, true, false or null: the characters they are written with.
+      const size_t begin = at_;
+      while (at_ < text_.size() && (std::isalnum(static_cast<unsigned char>(text_[at_])) ||
+                                    std::strchr("+-.", text_[at_]) != nullptr)) {
+        ++at_;
+      }
+      fail_unless(at_ > begin, "holds a value that is not JSON");
+    }
+  }
+
+  Described described(const std::string& name) {
+    Described d;
+    members(2, [&](const std::string& key) {
+      if (key == "dtype") {
+        d.dtype = string();
+      } else if (key == "shape") {
+        d.shape.clear();
+        expect('[');
+        if (next_is(']')) {
+          ++at_;
+          return;
+        }
+        while (true) {
+          d.shape.push_back(integer(name + "'s shape"));
+          if (next_is(',')) {
+            ++at_;
+            continue;
+          }
+          expect(']');
+          return;
+        }
+      } else if (key == "nbytes") {
+        d.nbytes = integer(name + "'s nbytes");
+      } else {
+        skip_value(3);
+      }
+    });
+    TORCH_CHECK(!d.dtype.empty() && d.nbytes >= 0, where_, " describes array ", name,
+                " without a dtype or a non-negative nbytes: the metadata is corrupt");
+    for (int64_t extent : d.shape) {
+      TORCH_CHECK(extent >= 0, where_, " gives array ", name, " the shape ", at::IntArrayRef(d.shape),
+                  ": the metadata is corrupt");
+    }
+    return d;
+  }
+
+  // As Python's save_arrays allows: letters, digits, '_', '.', '-', no "..", no path.
+  void check_name(const std::string& name) const {
+    bool plain = !name.empty() && name[0] != '.' && name[0] != '-' &&
+                 name.find("..") == std::string::npos;
+    for (char c : name) {
+      plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-');
+    }
+    TORCH_CHECK(plain, where_, " names an array '", name,
+                "', which is not a plain file name: the metadata is corrupt");
+  }
+
+  const std::string& text_;
+  const std::string where_;
+  size_t at_ = 0;
+};
+
+// A record is a few KB, as Python's load_arrays holds (MAX_RECORD_BYTES): a far larger file
+// is not one.
+constexpr int64_t kMaxRecordBytes = int64_t{64} << 20;
+
 // Maps every array of `directory/<stem>.json` (MAP_SHARED, no copy) after checking that
 // each file holds exactly the bytes the record names, and that its dtype and shape do too.
 inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, const std::string& stem) {
   const fs::path record = directory / (stem + ".json");
-  std::ifstream file(record);
-  TORCH_CHECK(file, record.string(), " does not exist: nothing was saved in ",
+  TORCH_CHECK(fs::exists(record), record.string(), " does not exist: nothing was saved in ",
               directory.string());
+  TORCH_CHECK(fs::is_regular_file(record), record.string(), " is not a regular file: it cannot be a saved record");
+  const auto record_bytes = static_cast<int64_t>(fs::file_size(record));
+  TORCH_CHECK(record_bytes <= kMaxRecordBytes, record.string(), " holds ", record_bytes,
+              " bytes, more than a record's ", kMaxRecordBytes, ": it is not one");
+  std::ifstream file(record);
+  TORCH_CHECK(file, record.string(), " could not be opened");
   const std::string json((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-  // {"name": {"dtype": "...", "shape": [...], "nbytes": N, ...}, ...}
-  static const std::regex entry(
-      R"re("(\w+)"\s*:\s*\{\s*"dtype"\s*:\s*"(\w+)"\s*,\s*"shape"\s*:\s*\[([0-9,\s]*)\]\s*,\s*"nbytes"\s*:\s*(\d+))re");
-  // The record whole: a file cut short still holds the entries written before the cut, which
-  // the pattern would take as the whole save.
-  size_t last = json.find_last_not_of(" \t\r\n");
-  int64_t depth = 0;
-  bool balanced = true;
-  for (char c : json) {
-    depth += c == '{' ? 1 : c == '}' ? -1 : 0;
-    balanced = balanced && depth >= 0;
-  }
-  // Each array's entry opens with its dtype; the caller's metadata comes after "arrays".
-  static const std::regex entry_start(R"re(\{\s*"dtype"\s*:)re");
-  const auto declared = static_cast<size_t>(std::distance(
-      std::sregex_iterator(json.begin(), json.end(), entry_start), std::sregex_iterator()));
-  TORCH_CHECK(last != std::string::npos && json[last] == '}' && balanced && depth == 0,
-              record.string(), " is not a whole record (cut short or not JSON)");
   std::map<std::string, at::Tensor> arrays;
-  size_t matched = 0;
-  for (std::sregex_iterator it(json.begin(), json.end(), entry), end; it != end; ++it, ++matched) {
-    const std::string name = (*it)[1], dtype = (*it)[2];
-    const auto found = dtypes().find(dtype);
-    TORCH_CHECK(found != dtypes().end(), record.string(), ": array ", name, " has dtype ", dtype,
-                ", which this program does not read");
-    std::vector<int64_t> shape;
-    std::string dims = (*it)[3];
-    for (char& c : dims) c = c == ',' ? ' ' : c;
-    std::stringstream stream(dims);
-    for (int64_t d; stream >> d;) shape.push_back(d);
-    int64_t nbytes = 0;
-    try {
-      nbytes = std::stoll((*it)[4]);
-    } catch (const std::out_of_range&) {
-      TORCH_CHECK(false, record.string(), ": array ", name, " has nbytes ", (*it)[4].str(),
-                  ", past any file's size: the metadata is corrupt");
-    }
+  for (const auto& [name, info] : RecordReader(json, record.string()).arrays()) {
+    const auto found = dtypes().find(info.dtype);
+    TORCH_CHECK(found != dtypes().end(), record.string(), ": array ", name, " has dtype ",
+                info.dtype, ", which this program does not read");
+    const std::vector<int64_t>& shape = info.shape;
+    const int64_t nbytes = info.nbytes;
     const fs::path path = directory / (name + ".bin");
     const int64_t size = fs::exists(path) ? static_cast<int64_t>(fs::file_size(path)) : -1;
     TORCH_CHECK(size == nbytes, path.string(), " holds ", size, " bytes but ", record.string(),
@@ -85,7 +267,7 @@ inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, 
     overflow |= __builtin_mul_overflow(count, static_cast<int64_t>(c10::elementSize(found->second)),
                                        &described);
     TORCH_CHECK(!overflow && described == nbytes, record.string(), " describes ", name, ".bin as ",
-                dtype, " ", at::IntArrayRef(shape), " but with nbytes ", nbytes,
+                info.dtype, " ", at::IntArrayRef(shape), " but with nbytes ", nbytes,
                 ": the metadata is corrupt");
     const auto options = at::TensorOptions().dtype(found->second);
     // Shared (one copy per machine, also once pinned); a read-only file maps privately.
@@ -94,8 +276,6 @@ inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, 
                               : at::from_file(path.string(), writable, count, options).view(shape);
   }
   TORCH_CHECK(!arrays.empty(), record.string(), " names no arrays");
-  TORCH_CHECK(matched == declared, record.string(), " declares ", declared, " arrays but ",
-              matched, " of them read as {dtype, shape, nbytes}: the metadata is corrupt");
   return arrays;
 }
 
@@ -131,7 +311,10 @@ inline void save_arrays(const fs::path& directory, const std::string& stem,
   }
   record << "}}";
   const fs::path partial = directory / (stem + ".json.partial");
-  std::ofstream(partial) << record.str();
+  std::ofstream partial_file(partial);
+  partial_file << record.str();
+  partial_file.close();
+  TORCH_CHECK(partial_file.good(), "save_arrays: could not write ", partial.string());
   fs::rename(partial, directory / (stem + ".json"));
 }
 

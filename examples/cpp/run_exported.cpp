@@ -15,6 +15,7 @@
 // save_arrays(DIR, "inputs", ...) wrote, and its outputs are written as output_0, ... (stem
 // "outputs"). Objects the model holds (a FeatureTiers, a ShardMap) come from the package.
 #include <quiver/ops.h>  // links the library: the package calls the quiver ops by name
+#include <quiver/serving.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 #include <torch/torch.h>
 
@@ -31,6 +32,8 @@ torch::inductor::AOTIModelPackageLoader load_package(const std::string& package,
                                                      const at::Device& device) {
   TORCH_CHECK(device.is_cpu() || torch::cuda::is_available(), "--device ", device,
               " needs a CUDA GPU, and libtorch sees none");
+  // torch's loader crashes the process on a zip of another layout: refused first, by name.
+  quiver::runtime::check_package_layout(package, "MODEL.pt2");
   // The GPU named (cuda:1 runs there, as the inputs are moved there), cuda alone: GPU 0.
   const c10::DeviceIndex index = device.is_cuda() ? (device.has_index() ? device.index() : 0) : -1;
   try {
@@ -83,6 +86,7 @@ int main(int argc, char** argv) {
     const bool on_arrays = std::string(argv[2]) == "--inputs";
     int64_t first = 0, last = 1024, seed = 0;
     std::string out, inputs_dir, device_name = "cpu";
+    bool seeds_given = false;
     for (int i = on_arrays ? 2 : 3; i < argc; ++i) {
       const std::string arg = argv[i];
       TORCH_CHECK(arg == "--seeds" || arg == "--seed" || arg == "--device" || arg == "--out" ||
@@ -93,6 +97,7 @@ int main(int argc, char** argv) {
       if (arg == "--seeds") {
         const auto colon = value.find(':');
         TORCH_CHECK(colon != std::string::npos, "--seeds takes A:B, got ", value);
+        seeds_given = true;
         first = option_values::whole(arg, value.substr(0, colon));
         last = option_values::whole(arg, value.substr(colon + 1));
       } else if (arg == "--seed") {
@@ -107,7 +112,20 @@ int main(int argc, char** argv) {
         TORCH_CHECK(false, "unknown option ", arg);
       }
     }
-    const at::Device device(device_name);
+    TORCH_CHECK(on_arrays || inputs_dir.empty(),
+                "--inputs DIR takes the place of GRAPH_DIR (run_exported MODEL.pt2 --inputs DIR "
+                "--out DIR), not an option after it");
+    TORCH_CHECK(!on_arrays || !seeds_given, "--seeds belongs to the GRAPH_DIR form; with --inputs "
+                "the seeds are among the arrays");
+    const at::Device device = [&] {
+      try {
+        return at::Device(device_name);
+      } catch (const c10::Error&) {
+        TORCH_CHECK(false, "--device takes cpu or cuda[:N], got '", device_name, "'");
+      }
+    }();
+    TORCH_CHECK(device.is_cpu() || device.is_cuda(), "--device takes cpu or cuda[:N], got '",
+                device_name, "'");
     torch::manual_seed(seed);
     if (on_arrays) {
       run_on_arrays(package, inputs_dir, out, device);

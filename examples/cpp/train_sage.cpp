@@ -213,9 +213,10 @@ Options parse(int argc, char** argv) {
   for (const int64_t fanout : o.fanouts)
     TORCH_CHECK(fanout >= -1, "--fanouts takes counts >= 0, or -1 for every neighbor, got ",
                 fanout);
-  TORCH_CHECK(o.hidden >= 1 && o.nodes >= 1 && o.classes >= 1 && o.features >= 1 &&
+  TORCH_CHECK(o.hidden >= 1 && o.nodes >= 2 && o.classes >= 1 && o.features >= 1 &&
                   o.degree >= 0,
-              "--hidden, --nodes, --classes and --features must be >= 1 and --degree >= 0, got ",
+              "--hidden, --nodes (half of them train), --classes, --features and --degree must "
+              "be >= 1, >= 2, >= 1, >= 1 and >= 0, got ",
               o.hidden, ", ", o.nodes, ", ", o.classes, ", ", o.features, " and ", o.degree);
   TORCH_CHECK(o.eval_nodes >= 1, "--eval-nodes must be >= 1, got ", o.eval_nodes);
   TORCH_CHECK(o.prefetch >= 0 && o.prefetch <= 64, "--prefetch must be in [0, 64], got ",
@@ -235,8 +236,9 @@ Options parse(int argc, char** argv) {
                   o.max_batch >= 1 && o.max_wait_ms >= 0 && o.objective_ms > 0,
               "--load-seconds, --cpu-samplers, --gpu-streams, --max-batch and --objective-ms "
               "must be positive and --max-wait-ms >= 0");
-  TORCH_CHECK(o.serve >= 0 && o.clients >= 1, "--serve must be >= 0 and --clients >= 1, got ",
-              o.serve, " and ", o.clients);
+  TORCH_CHECK(o.serve >= 0 && o.clients >= 1 && o.clients <= 1024,
+              "--serve must be >= 0 and --clients in [1, 1024] (a thread each), got ", o.serve,
+              " and ", o.clients);
   TORCH_CHECK(o.cache >= 0.0 && o.cache <= 1.0, "--cache must be in [0, 1], got ", o.cache);
   TORCH_CHECK(o.cuda_sync == "auto" || o.cuda_sync == "spin" || o.cuda_sync == "yield" ||
                   o.cuda_sync == "block",
@@ -267,10 +269,29 @@ Graph load_graph(const fs::path& directory) {
   g.train_idx = require(labels, "train_idx", directory / "labels").to(at::kLong);
   g.test_idx = require(labels, "test_idx", directory / "labels").to(at::kLong);
   const int64_t nodes = g.indptr.numel() - 1;
-  TORCH_CHECK(g.rows.dim() == 2 && g.rows.size(0) == nodes && g.labels.numel() == nodes,
-              directory.string(), ": ", nodes, " nodes in the topology, ", g.rows.size(0),
-              " feature rows, ", g.labels.numel(), " labels");
+  TORCH_CHECK(g.rows.dim() == 2, (directory / "features").string(),
+              ": rows must be [nodes, features], got shape ", g.rows.sizes());
+  TORCH_CHECK(g.rows.scalar_type() == at::kFloat, (directory / "features").string(),
+              ": rows must be float32 (the model's dtype), got ", g.rows.scalar_type());
+  TORCH_CHECK(g.rows.size(0) == nodes && g.labels.numel() == nodes, directory.string(), ": ",
+              nodes, " nodes in the topology, ", g.rows.size(0), " feature rows, ",
+              g.labels.numel(), " labels");
+  TORCH_CHECK(nodes >= 1 && g.labels.min().item<int64_t>() >= 0, (directory / "labels").string(),
+              ": y must hold class ids >= 0, got ", nodes >= 1 ? g.labels.min().item<int64_t>() : 0);
   g.num_classes = g.labels.max().item<int64_t>() + 1;
+  for (const auto& [name, ids] : {std::pair{"train_idx", g.train_idx}, {"test_idx", g.test_idx}}) {
+    TORCH_CHECK(ids.numel() == 0 || (ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < nodes),
+                (directory / "labels").string(), ": ", name, " holds node ids outside [0, ", nodes, ")");
+  }
+  TORCH_CHECK(g.train_idx.numel() > 0, (directory / "labels").string(),
+              ": train_idx is empty: there is nothing to train on");
+  if (g.order.defined()) {
+    // Hottest first, each node once: the cache's positions are its inverse.
+    TORCH_CHECK(g.order.dim() == 1 && g.order.numel() == nodes &&
+                    torch::equal(std::get<0>(g.order.sort()), torch::arange(nodes)),
+                (directory / "features").string(), ": order must hold each of the ", nodes,
+                " node ids once (hottest first)");
+  }
   return g;
 }
 
@@ -979,6 +1000,16 @@ int run(const Options& o) {
               mode);
   TORCH_CHECK(mode == "CPU" || gpu, "--mode ", mode, " needs a CUDA GPU, and libtorch sees none");
   const at::Device device = gpu ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  // Before the graph and the training: a load run that cannot run is refused at once.
+  if (!o.load_rates.empty()) {
+    for (const std::string& config : o.load_configs) {
+      TORCH_CHECK(config == "cpu" || device.is_cuda(), "--load-configs ", config,
+                  " samples on a GPU, and this run has none (--mode CPU or no CUDA): give "
+                  "--load-configs cpu");
+      TORCH_CHECK(config != "gpu2" || torch::cuda::device_count() >= 2, "--load-configs gpu2 "
+                  "needs two GPUs, and libtorch sees ", torch::cuda::device_count());
+    }
+  }
 
   auto start = std::chrono::steady_clock::now();
   Graph g = o.data.empty() ? synthetic_graph(o) : load_graph(o.data);

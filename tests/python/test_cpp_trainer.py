@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import torch_quiver_ops as qv
+
 REPO = Path(__file__).resolve().parents[2]
 TRAINER = os.environ.get("QUIVER_CPP_TRAINER")
 if not TRAINER:
@@ -169,8 +171,77 @@ def test_a_damaged_record_is_an_error(saved_graph, tmp_path, damage):
         meta = json.loads(text)
         meta["arrays"]["indices"]["shape"] = [-1]
         record.write_text(json.dumps(meta))
-        words = "of them read as {dtype, shape, nbytes}"
+        words = "the shape [-1]: the metadata is corrupt"
     done = train("--data", broken)
+    assert done.returncode == 2 and words in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("form", ["long note", "spaces", "deep", "name with - and .",
+                                  "text after", "fraction"])
+def test_records_are_read_by_a_parser_that_cannot_overflow(saved_graph, tmp_path, form):
+    """The record was matched by std::regex, which recursed once per character: a valid
+    save with a long note (or a long run of spaces) crashed the program (exit 139). Names
+    with '-' and '.' (which Python allows) were called corrupt."""
+    broken = copied(saved_graph, tmp_path)
+    labels = broken / "labels"
+    record = labels / "labels.json"
+    text = record.read_text()
+    good = True
+    if form == "long note":
+        arrays, meta = qv.load_arrays(labels, "labels")
+        qv.save_arrays(labels, "labels", dict(arrays), **meta, note="x" * 300000)
+    elif form == "spaces":
+        record.write_text("{" + " " * 300000 + text[1:])
+    elif form == "deep":
+        record.write_text(text[:-1] + ', "m": ' + "[" * 200 + "]" * 200 + "}")
+        good, words = False, "nests deeper than the format ever does"
+    elif form == "name with - and .":
+        arrays, meta = qv.load_arrays(labels, "labels")
+        qv.save_arrays(labels, "labels", {**arrays, "val-idx.v2": arrays["test_idx"]}, **meta)
+    elif form == "text after":
+        record.write_text(text + " x")
+        good, words = False, "has text after its closing brace"
+    else:
+        meta = json.loads(text)
+        record.write_text(json.dumps(meta).replace('"nbytes": 16000', '"nbytes": 16000.0', 1))
+        good, words = False, "something other than an integer"
+    done = train("--data", broken, "--epochs", "1")
+    if good:
+        assert done.returncode == 0, done.stderr
+    else:
+        assert done.returncode == 2 and words in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("damage", ["3-D rows", "float16 rows", "negative label",
+                                    "train id out of range", "no train ids", "order repeats"])
+def test_arrays_the_model_cannot_use_are_named(saved_graph, tmp_path, damage):
+    broken = copied(saved_graph, tmp_path)
+    part, stem = ("features", "feature") if "rows" in damage or "order" in damage else \
+        ("labels", "labels")
+    arrays, meta = qv.load_arrays(broken / part, stem)
+    arrays = {k: v.clone() for k, v in arrays.items()}
+    if damage == "3-D rows":
+        arrays["rows"] = arrays["rows"].view(arrays["rows"].shape[0], 1, -1)
+        words = "rows must be [nodes, features]"
+    elif damage == "float16 rows":
+        arrays["rows"] = arrays["rows"].half()
+        words = "rows must be float32 (the model's dtype), got Half"
+    elif damage == "negative label":
+        arrays["y"][arrays["test_idx"][0]] = -1
+        words = "y must hold class ids >= 0, got -1"
+    elif damage == "train id out of range":
+        arrays["train_idx"][0] = arrays["y"].numel()
+        words = "train_idx holds node ids outside"
+    elif damage == "no train ids":
+        arrays["train_idx"] = arrays["train_idx"][:0]
+        words = "train_idx is empty"
+    else:
+        order = torch.arange(arrays["rows"].shape[0])
+        order[1] = 0
+        arrays["order"] = order
+        words = "order must hold each of the"
+    qv.save_arrays(broken / part, stem, arrays, **meta)
+    done = train("--data", broken, "--epochs", "1")
     assert done.returncode == 2 and words in done.stderr, done.stderr
 
 
@@ -222,7 +293,9 @@ def test_bad_arguments_are_errors(tmp_path):
     assert done.returncode == 2 and "unknown option --verbose" in done.stderr
     for option, value, words in (("--eval-nodes", "0", "--eval-nodes must be >= 1, got 0"),
                                  ("--hidden", "0", "--hidden, --nodes"),
-                                 ("--degree", "-1", "--degree >= 0"),
+                                 ("--degree", "-1", "and --degree must be"),
+                                 ("--nodes", "1", "--nodes (half of them train)"),
+                                 ("--clients", "2000", "--clients in [1, 1024]"),
                                  ("--fanouts", "5,-2", "-1 for every neighbor, got -2")):
         done = train(option, value)
         assert done.returncode == 2 and words in done.stderr, (option, done.stderr)
@@ -232,6 +305,10 @@ def test_bad_arguments_are_errors(tmp_path):
     if not torch.cuda.is_available():
         done = train("--epochs", "0", "--load-rates", "10", "--load-configs", "gpu")
         assert done.returncode == 2 and "samples on a GPU, and this run has none" in done.stderr
+        # Refused before the graph and the training (it came after both, and a table header).
+        done = train("--epochs", "50", "--load-rates", "10", timeout=60)
+        assert done.returncode == 2 and "samples on a GPU, and this run has none" in done.stderr
+        assert "epoch" not in done.stdout, done.stdout
     if torch.cuda.device_count() == 1:
         done = train("--mode", "GPU", "--epochs", "0", "--load-rates", "10", "--load-configs",
                      "gpu2")

@@ -5,6 +5,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -86,9 +87,17 @@ def test_the_runner_names_what_it_cannot_use(tmp_path):
                                                "indices": torch.tensor([1, 0])})
     qv.save_arrays(graph / "features", "feature", {"rows": torch.zeros(2, 3)})
     qv.save_arrays(graph / "labels", "labels", {"y": torch.tensor([0, 1])})
+    # Zips of another layout crashed torch's loader (the process, exit 139): refused first.
+    loose, nested = tmp_path / "loose.pt2", tmp_path / "nested.pt2"
+    with zipfile.ZipFile(loose, "w") as z:
+        z.writestr("a.txt", "x")
+    with zipfile.ZipFile(nested, "w") as z:
+        z.writestr("pkg/a.txt", "x")
     for package, words in ((tmp_path / "nothing.pt2", "is not a file"),
                            (tmp_path, "is not a file"),
-                           (not_a_package, "could not be loaded as an AOTInductor package")):
+                           (not_a_package, "is not an AOTInductor package"),
+                           (loose, "is not an AOTInductor package"),
+                           (nested, "is not an AOTInductor package")):
         done = subprocess.run([RUNNER, str(package), str(graph), "--seeds", "0:2"],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and str(package) in done.stderr and words in done.stderr, \
@@ -96,6 +105,14 @@ def test_the_runner_names_what_it_cannot_use(tmp_path):
     done = subprocess.run([RUNNER, str(not_a_package), str(tmp_path), "--verbose"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "unknown option --verbose" in done.stderr, done.stderr
+    done = subprocess.run([RUNNER, str(loose), str(tmp_path / "in"), "--inputs", str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--inputs DIR takes the place of GRAPH_DIR" in done.stderr
+    for device in ("gpu", "meta"):
+        done = subprocess.run([RUNNER, str(loose), str(graph), "--device", device],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "--device takes cpu or cuda[:N]" in done.stderr, \
+            done.stderr
 
 
 @pytest.mark.skipif(not RUNNER, reason="QUIVER_CPP_EXPORT_RUNNER is not set (scripts/test.sh "
@@ -337,7 +354,6 @@ def test_a_compiler_linking_libstdcxx_statically_is_refused_before_compiling(tmp
 
 @pytest.mark.skipif(not Path("/usr/bin/g++").exists(), reason="needs g++")
 def test_a_package_linking_libstdcxx_statically_is_refused_before_loading(tmp_path):
-    import zipfile
     source = tmp_path / "model.cpp"
     source.write_text('#include <string>\nextern "C" int f() { return std::string("x").size(); }\n')
     library = tmp_path / "model.so"

@@ -1002,6 +1002,28 @@ def test_queued_node_ids_are_bounded(graph):
         runtime_for(graph, (3,), seed=2**63, cpu_samplers=1)
 
 
+def test_huge_batching_limits_saturate_rather_than_wrap(graph):
+    """A max_wait_ms past int64 nanoseconds wrapped the batch's deadline into the past (the
+    batch closed at once), and 8 x a huge max_batch_nodes wrapped the queue's bound
+    negative (every request but the first refused)."""
+    for max_wait_ms in (2000.0, 1e13, 1e300):
+        runtime, _ = runtime_for(graph, (3,), max_wait_ms=max_wait_ms, cpu_samplers=1)
+        try:
+            answer = runtime.submit(torch.tensor([1]))
+            with pytest.raises(TimeoutError):
+                answer.result(0.5)  # the batch stays open for more requests
+        finally:
+            runtime.close(timeout=0)
+    runtime, _ = runtime_for(graph, (3,), max_batch_nodes=2**61, max_wait_ms=0.0,
+                             cpu_samplers=1)
+    try:
+        assert runtime.max_queue_nodes == 2**63 - 1
+        answers = [runtime.submit(torch.tensor([i])) for i in range(3)]
+        assert [a.result(30).size(0) for a in answers] == [1, 1, 1]
+    finally:
+        runtime.close()
+
+
 def test_shutdown_answers_every_accepted_request(graph, server_kind):
     runtime, _ = runtime_for(graph, (3,), max_queue=64, max_wait_ms=1.0, cpu_samplers=1,
                              delay=0.05)

@@ -49,6 +49,12 @@
 
 namespace quiver::runtime {
 
+// torch's package loader takes a zip without the layout it writes (one folder holding
+// archive_format "pt2" and the compiled model under data/aotinductor/model/) for an older
+// format, and crashes the process reading it: such a file is refused, naming `caller`.
+// Call it before constructing a torch::inductor::AOTIModelPackageLoader.
+void check_package_layout(const std::string& package_path, const std::string& caller);
+
 struct ServingOptions {
   std::vector<int64_t> fanouts;  // the seeds' hop first; -1 takes every neighbor
   std::string device = "cpu";    // where the model runs: rows and graphs are handed over there
