@@ -278,7 +278,11 @@ inline int64_t check_sample_negatives_args(const at::Tensor& indptr, const at::T
   check_csr_shapes(indptr, indices, std::nullopt);
   check_index_vector(src, "src");
   TORCH_CHECK_VALUE(per_src >= 0, "per_src must be >= 0, got ", per_src);
-  TORCH_CHECK_VALUE(max_trials >= 1, "max_trials must be >= 1, got ", max_trials);
+  // Each trial scans the source's neighbors; past a thousand a negative is a true edge
+  // with probability density^1000, while 2^62 trials of a node that links to every
+  // destination ran without end.
+  TORCH_CHECK_VALUE(max_trials >= 1 && max_trials <= 1000, "max_trials must be in [1, 1000], got ",
+                    max_trials);
   const int64_t num_nodes = indptr.numel() - 1;
   TORCH_CHECK_VALUE(0 <= dst_begin && dst_begin <= num_nodes, "dst_begin = ", dst_begin,
                     " is outside the graph's ", num_nodes, " nodes");

@@ -65,6 +65,14 @@ namespace quiver::errors {
                     "sums of positive weights (torch_quiver_ops.ops.row_cumsum)");
 }
 
+// A row's prefix sums do not start at its first weight (CSR position `pos`).
+[[noreturn]] inline void cumsum_not_per_row(int64_t pos, int64_t node) {
+  TORCH_CHECK_VALUE(false, "edge_weight_cumsum at CSR position ", pos, " (the first edge of node ",
+                    node, "'s row or relation slice) is not that edge's weight: the sums must "
+                    "restart at each row (torch_quiver_ops.ops.row_cumsum; on a heterogeneous "
+                    "graph, at each relation slice: row_cumsum(topo.slice_indptr(), weights))");
+}
+
 // A sampled edge's time breaks the seed time's rule: its row is not sorted by time.
 [[noreturn]] inline void edge_time_unsorted(int64_t node, int64_t pos, int64_t seed_time) {
   TORCH_CHECK_VALUE(false, "edge_time is not non-decreasing within the row of node ", node,

@@ -22,7 +22,8 @@ namespace quiver {
 struct HeteroTables {
   int64_t num_types = 0, num_relations = 0, num_hops = 0;
   // [type_offsets (T + 1) | type_relations_ptr (T + 1) | type_relations (R) |
-  //  relation_edge_offsets (R + 1) | fanouts (H x R) | slice_bases (T)]
+  //  relation_edge_offsets (R + 1) | fanouts (H x R) | slice_bases (T) |
+  //  relation_src_types (R) | relation_dst_types (R)]
   std::vector<int64_t> block;
   int64_t num_slice_starts = 0;  // entries relation_slice_starts must hold
   int64_t rows_per_node = 1;
@@ -34,6 +35,8 @@ struct HeteroTables {
   int64_t relation_edge_offsets_at() const { return type_relations_at() + num_relations; }
   int64_t fanouts_at() const { return relation_edge_offsets_at() + num_relations + 1; }
   int64_t slice_bases_at() const { return fanouts_at() + num_hops * num_relations; }
+  int64_t relation_src_types_at() const { return slice_bases_at() + num_types; }
+  int64_t relation_dst_types_at() const { return relation_src_types_at() + num_relations; }
 
   // The RelationRows over a copy of `block` at `base` (host or device), with the slice
   // starts when given (`slice_starts`: where relation_rows reads them).
@@ -53,6 +56,7 @@ struct HeteroTables {
 };
 
 inline HeteroTables hetero_tables(at::IntArrayRef node_type_offsets,
+                                  at::IntArrayRef relation_src_types,
                                   at::IntArrayRef relation_dst_types,
                                   at::IntArrayRef relation_edge_offsets, at::IntArrayRef fanouts) {
   HeteroTables tables;
@@ -82,6 +86,8 @@ inline HeteroTables hetero_tables(at::IntArrayRef node_type_offsets,
     const int64_t extra = std::max<int64_t>(ptr[t + 1] - ptr[t] - 1, 0);
     tables.num_slice_starts += extra * (node_type_offsets[t + 1] - node_type_offsets[t]);
   }
+  block.insert(block.end(), relation_src_types.begin(), relation_src_types.end());
+  block.insert(block.end(), relation_dst_types.begin(), relation_dst_types.end());
 
   for (int64_t h = 0; h < H; ++h) {
     int64_t row_fanout = -1, node_fanout = 0;
@@ -127,7 +133,29 @@ inline HeteroGroups hetero_groups(const HeteroTables& tables, const int64_t* blo
                       tables.num_relations,
                       hops,
                       hops + tables.num_hops + 2,
-                      tables.num_hops};
+                      tables.num_hops,
+                      block + tables.relation_src_types_at(),
+                      block + tables.relation_dst_types_at()};
+}
+
+// The error for a sampled edge that does not fit the layout (HeteroGroups::edge_fits):
+// global edge id `edge` read from node `target` to its neighbor `source`.
+[[noreturn]] inline void edge_does_not_fit(const HeteroTables& tables, int64_t edge,
+                                           int64_t source, int64_t target) {
+  const int64_t* block = tables.block.data();
+  const int64_t* edge_offsets = block + tables.relation_edge_offsets_at();
+  const int64_t num_edges = edge_offsets[tables.num_relations];
+  TORCH_CHECK_INDEX(edge >= 0 && edge < num_edges, "hetero_neighbor_sample: edge_ids holds ",
+                    edge, " at a sampled position of node ", target, "'s row, outside [0, ",
+                    num_edges, "): edge_ids and relation_edge_offsets disagree");
+  const int64_t relation = group_of(edge_offsets, tables.num_relations, edge);
+  const int64_t source_type = group_of(block, tables.num_types, source);
+  const int64_t target_type = group_of(block, tables.num_types, target);
+  TORCH_CHECK_VALUE(false, "hetero_neighbor_sample: edge ", edge, " (relation ", relation,
+                    ", from type ", block[tables.relation_src_types_at() + relation], " to type ",
+                    block[tables.relation_dst_types_at() + relation], ") was read in the row of "
+                    "node ", target, " (type ", target_type, ") to neighbor ", source, " (type ",
+                    source_type, "): indices, edge_ids and the type tables disagree");
 }
 
 using HeteroOutputs =
@@ -175,8 +203,15 @@ inline HeteroOutputs regroup_on_cpu(const HeteroTables& tables, const at::Tensor
   }
 
   const int64_t* edges = edge_ids.const_data_ptr<int64_t>();
+  const int64_t* rows_p = rows.const_data_ptr<int64_t>();
+  const int64_t* cols_p = cols.const_data_ptr<int64_t>();
   const int64_t edge_counts_at = groups.num_types * (groups.num_hops + 1);
-  for (int64_t i = 0; i < m; ++i) ++counts_p[groups.edge_count_at(i, edges[i], group[i], local[i])];
+  for (int64_t i = 0; i < m; ++i) {
+    if (!groups.edge_fits(edges[i], ids[rows_p[i]], ids[cols_p[i]])) {
+      edge_does_not_fit(tables, edges[i], ids[rows_p[i]], ids[cols_p[i]]);
+    }
+    ++counts_p[groups.edge_count_at(i, edges[i], group[i], local[i])];
+  }
   next.assign(groups.num_relations, 0);
   for (int64_t r = 1; r < groups.num_relations; ++r) {
     next[r] = next[r - 1];
@@ -186,8 +221,6 @@ inline HeteroOutputs regroup_on_cpu(const HeteroTables& tables, const at::Tensor
   }
   at::Tensor out_rows = at::empty({m}, options), out_cols = at::empty({m}, options);
   at::Tensor out_edges = at::empty({m}, options);
-  const int64_t* rows_p = rows.const_data_ptr<int64_t>();
-  const int64_t* cols_p = cols.const_data_ptr<int64_t>();
   int64_t* out_rows_p = out_rows.mutable_data_ptr<int64_t>();
   int64_t* out_cols_p = out_cols.mutable_data_ptr<int64_t>();
   int64_t* out_edges_p = out_edges.mutable_data_ptr<int64_t>();

@@ -56,6 +56,19 @@ QUIVER_HOST_DEVICE inline int64_t draws_per_row(int64_t fanout, bool replace, in
   return saturating_mul(4, picks > 1 ? picks : 1);
 }
 
+// A row drawn by its prefix sums (edge_weight_cumsum): the sums must start at the row's
+// first weight (a cumsum over the whole CSR, not restarting at each row or relation slice,
+// grows as well and would skew every row but the first), and a draw's position must fit
+// them: `low` (the sum before it) <= the target < its sum <= the row's total. Falling sums
+// send the binary search anywhere; these catch it where it lands. NaN fails every test.
+QUIVER_HOST_DEVICE inline bool sums_start_at(double first_sum, float first_weight) {
+  const double w = first_weight;
+  return first_sum - w <= 1e-6 * w && w - first_sum <= 1e-6 * w;
+}
+QUIVER_HOST_DEVICE inline bool sum_draw_fits(double low, double target, double sum, double total) {
+  return low <= target && target < sum && sum > low && sum <= total;
+}
+
 // Nodes a batch can reach at most before its first all-neighbors hop: seeds times the
 // fanout products, capped by the graph (every node once, plus duplicate seeds). The
 // reindexing table starts at this size and grows at an all-neighbors hop, once its exact
@@ -71,6 +84,18 @@ int64_t node_bound(int64_t batch_size, const Fanouts& fanouts, int64_t num_nodes
     if (total >= cap) return cap;
   }
   return total;
+}
+
+// Nodes the reindexing table starts sized for: node_bound, but at most 2^21 past the
+// seeds. Disjoint trees multiply the key space by the batch, where node_bound with large
+// fanouts asked for tens of GiB before a node was sampled; each hop grows the table to its
+// exact bound anyway, so a large batch pays one rehash a hop past this size.
+constexpr int64_t kInitialTableNodes = int64_t{1} << 21;
+template <typename Fanouts>
+int64_t initial_table_nodes(int64_t batch_size, const Fanouts& fanouts, int64_t key_space) {
+  const int64_t bound = node_bound(batch_size, fanouts, key_space);
+  const int64_t cap = saturating_add(batch_size, kInitialTableNodes);
+  return bound < cap ? bound : cap;
 }
 
 // Slots of a reindexing table for `nodes` ids: a power of two, at most half full, so that
@@ -229,6 +254,8 @@ struct HeteroGroups {
   const int64_t* node_hop_offsets;  // num_hops + 2: where each hop's nodes start (seeds: 0)
   const int64_t* edge_hop_offsets;  // num_hops + 1
   int64_t num_hops;
+  const int64_t* relation_src_types;  // num_relations
+  const int64_t* relation_dst_types;  // num_relations
 
   QUIVER_HOST_DEVICE int64_t num_counts() const {
     return num_types * (num_hops + 1) + num_relations * num_hops;
@@ -247,6 +274,16 @@ struct HeteroGroups {
     local = edge - relation_edge_offsets[relation];
     return num_types * (num_hops + 1) + relation * num_hops +
            group_of(edge_hop_offsets, num_hops, i);
+  }
+  // Whether a sampled edge (global id `edge`, read from node `target` to its neighbor
+  // `source`, global ids) fits the layout: an id of the graph's, ends of its relation's
+  // types. The loop trusts each row's edge ids to say where a relation's slice starts;
+  // a CSR whose ids disagree with it would have edges filed under another relation.
+  QUIVER_HOST_DEVICE bool edge_fits(int64_t edge, int64_t source, int64_t target) const {
+    if (edge < 0 || edge >= relation_edge_offsets[num_relations]) return false;
+    const int64_t relation = group_of(relation_edge_offsets, num_relations, edge);
+    return group_of(type_offsets, num_types, source) == relation_src_types[relation] &&
+           group_of(type_offsets, num_types, target) == relation_dst_types[relation];
   }
   // Where type t's group starts among the sorted nodes: the counts of the types before it.
   QUIVER_HOST_DEVICE int64_t type_start(const int64_t* counts, int64_t type) const {

@@ -94,6 +94,7 @@ def _hetero_neighbor_sample_fake(indptr, indices, edge_ids, seeds, node_type_off
 @torch.library.register_fake("quiver::sample_negatives")
 def _sample_negatives_fake(indptr, indices, src, per_src, exclude_edges=True, max_trials=8,
                            out_rows=False, generator=None, dst_begin=0, dst_count=-1):
+    _no_meta_beside_real(indptr=indptr, indices=indices, src=src)
     return src.new_empty(src.shape[0] * per_src, dtype=torch.long)
 
 

@@ -245,14 +245,14 @@ class HeteroCSRTopo:
             if et not in values:
                 raise ValueError(f"{name} lacks edge type {et}")
             v = torch.as_tensor(values[et])
-            if v.dim() < 1 or v.size(0) != count:
+            if v.dim() != 1 or v.size(0) != count:
                 raise ValueError(f"{name}[{et}] must hold one value per edge ({count}), got "
                                  f"shape {tuple(v.shape)}")
             parts.append(v.cpu())
         return torch.cat(parts)
 
     def per_node(self, values: Dict[str, Tensor], name: str) -> Tensor:
-        """One value per global node id from ``{node_type: value per node}`` (every type
+        """One value per global node id from ``{node_type: 1-D value per node}`` (every type
         present, no other)."""
         unknown = [t for t in values if t not in self.num_nodes_dict]
         if unknown:
@@ -263,7 +263,7 @@ class HeteroCSRTopo:
             if t not in values:
                 raise ValueError(f"{name} lacks node type {t!r}")
             v = torch.as_tensor(values[t])
-            if v.dim() < 1 or v.size(0) != self.num_nodes_dict[t]:
+            if v.dim() != 1 or v.size(0) != self.num_nodes_dict[t]:
                 raise ValueError(f"{name}[{t!r}] must hold one value per node "
                                  f"({self.num_nodes_dict[t]}), got shape {tuple(v.shape)}")
             parts.append(v.cpu())
@@ -372,6 +372,7 @@ class HeteroSampler:
         self.device, self.mode = sampling_placement(device, mode)
         mode = self.mode
         edge_weight = None
+        every_edge = topo  # negatives exclude each true edge, weight 0 or not
         self._kept_edges: Optional[Dict[EdgeType, Tensor]] = None
         if weights is not None:
             by_id = topo.per_edge(weights, "weights").float()
@@ -398,6 +399,10 @@ class HeteroSampler:
                   # Small (4 bytes an extra relation a node): in GPU memory in UVA mode too.
                   "slice_starts": topo.slice_starts}
         self._arrays = {name: self._place(name, t) for name, t in arrays.items()}
+        self._negatives_csr = ((self._arrays["indptr"], self._arrays["indices"])
+                               if every_edge is topo else
+                               (self._place("indptr", every_edge.indptr),
+                                self._place("indices", every_edge.indices)))
         self.capture_batches = bool(capture_batches)
         self._make_sampler()
 
@@ -509,9 +514,9 @@ class HeteroSampler:
                              f"{self.topo.edge_types}")
         src_type, _, dst_type = edge_type
         dst_begin = self.topo.type_offset(dst_type)
-        a = self._arrays
+        indptr, indices = self._negatives_csr
         drawn = ops.sample_negatives(
-            a["indptr"], a["indices"], self._global_ids(src, src_type, "src", checked), per_src,
+            indptr, indices, self._global_ids(src, src_type, "src", checked), per_src,
             exclude_edges, max_trials, generator=generator, dst_begin=dst_begin,
             dst_count=self.topo.num_nodes_dict[dst_type])
         return drawn - dst_begin

@@ -237,6 +237,12 @@ def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
     """Each CSR row's inclusive prefix sums of ``edge_weight`` (one weight per CSR edge,
     every one finite and > 0, else ``ValueError``), in float64: the ``edge_weight_cumsum``
     of :func:`neighbor_sample`. Runs on the weights' device."""
+    if (indptr.dim() != 1 or indptr.numel() < 1 or not holds_integers(indptr)
+            or int(indptr[0]) != 0 or bool((indptr.diff() < 0).any())):
+        raise ValueError(f"indptr must be a CSR's row offsets (1-D integers from 0, never "
+                         f"falling), got {indptr.dtype} of shape {tuple(indptr.shape)}"
+                         + (f" from {int(indptr[0])} to {int(indptr[-1])}"
+                            if indptr.dim() == 1 and indptr.numel() else ""))
     if edge_weight.dim() != 1 or edge_weight.numel() != int(indptr[-1]):
         raise ValueError(f"edge_weight must hold one weight per CSR edge ({int(indptr[-1])}), "
                          f"got shape {tuple(edge_weight.shape)}")
@@ -281,6 +287,10 @@ def sort_rows_by_time(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor
     """
     if (edge_time is None) == (node_time is None):
         raise ValueError("sort_rows_by_time needs exactly one of edge_time and node_time")
+    check_csr(indptr, indices)  # the rows it sorts, and the neighbors whose times it reads
+    if edge_ids is not None and (edge_ids.dim() != 1 or edge_ids.numel() != indices.numel()):
+        raise ValueError(f"edge_ids must hold one id per CSR edge ({indices.numel()}), got "
+                         f"shape {tuple(edge_ids.shape)}")
     if edge_time is None:
         node_time = integer_times(node_time, "node_time")
         if node_time.dim() != 1 or node_time.numel() != indptr.numel() - 1:

@@ -235,8 +235,12 @@ class GraphSageSampler:
         ops.check_fanouts(sizes, replace, "sizes")
         self.sizes: List[int] = sizes
         self.replace = replace
+        given = csr_topo
         csr_topo, self._edge_weight, self._edge_time, self.node_time = _with_rules(
             csr_topo, weights, edge_time, node_time)
+        # Zero-weight edges leave the sampler's graph but stay true edges, which negatives
+        # must not be: sample_negatives reads the given graph then.
+        self._every_edge = given if csr_topo.edge_count != given.edge_count else None
         self.temporal = self._edge_time is not None
         self.temporal_strategy = temporal_strategy
         self.strict_time = bool(strict_time)
@@ -336,6 +340,7 @@ class GraphSageSampler:
         state = self.__dict__.copy()
         state.pop("_pins", None)
         state.pop("_sampler", None)  # made again where the arrays are placed
+        state.pop("_every_edge_placed", None)
         if self.mode != "GPU":
             for key in ("_indptr", "_indices", "_eid", "_cached_indices", "_cached_starts",
                         "_weight", "_time", "_weight_sums"):
@@ -445,7 +450,15 @@ class GraphSageSampler:
         an edge when ``v`` is among ``s``'s neighbors (the orientation of ``CSRTopo``'s
         ``edge_index``); False: when ``s`` is among ``v``'s (the PyG graph store's)."""
         self._ensure_placed()
-        return ops.sample_negatives(self._indptr, self._indices, self._seeds(src), per_src,
+        indptr, indices = self._indptr, self._indices
+        if self._every_edge is not None:
+            placed = getattr(self, "_every_edge_placed", None)
+            if placed is None or placed[0].device != self.device:
+                placed = (self._every_edge.indptr.to(self.device),
+                          self._every_edge.indices.to(self.device))
+                self._every_edge_placed = placed
+            indptr, indices = placed
+        return ops.sample_negatives(indptr, indices, self._seeds(src), per_src,
                                     exclude_edges, out_rows=out_rows, generator=generator)
 
     def sample(self, input_nodes, generator: Optional[torch.Generator] = None,

@@ -31,7 +31,8 @@ cpu::NeighborOutputs cpu::hetero_neighbor_sample_with(
                                     edge_time, seed_time, temporal_strategy, disjoint,
                                     edge_weight_cumsum);
   const HeteroTables tables =
-      hetero_tables(node_type_offsets, relation_dst_types, relation_edge_offsets, fanouts);
+      hetero_tables(node_type_offsets, relation_src_types, relation_dst_types,
+                    relation_edge_offsets, fanouts);
   check_relation_slice_starts(relation_slice_starts, tables.num_slice_starts);
   TORCH_CHECK(!relation_slice_starts.has_value() || relation_slice_starts->is_cpu(),
               "relation_slice_starts must be on the CPU to sample there, got ",

@@ -61,9 +61,9 @@ HopOutputs sample_hops(const Rows& rows_policy, const at::Tensor& indices,
   const int64_t num_hops = static_cast<int64_t>(fanouts.size());
   const auto options = seed_keys.options();
 
-  // Sized for every node the batch can reach before an all-neighbors hop; such a hop grows
-  // it once its size is known, so it never fills past half.
-  NodeTable table(node_bound(batch_size, fanouts, key_space));
+  // Sized for the nodes the batch can reach before an all-neighbors hop (initial_table_nodes
+  // caps it); each hop grows it to its exact bound, so it never fills past half.
+  NodeTable table(initial_table_nodes(batch_size, fanouts, key_space));
   int64_t nodes_bound = batch_size;  // nodes the table may hold so far
   const int64_t* seeds_p = seed_keys.const_data_ptr<int64_t>();
   for (int64_t i = 0; i < batch_size; ++i) {  // a repeated seed keeps its first index

@@ -88,12 +88,13 @@ inline void weighted_offsets_by_sums(const double* sums, const float* weights, i
   if (!(total > 0.0) || !std::isfinite(total)) {
     errors::cumsum_not_increasing(begin + degree - 1, node);
   }
+  if (!sums_start_at(sums[0], checked_weight(0))) errors::cumsum_not_per_row(begin, node);
   auto draw = [&]() {
     const double target = uniform_open(rng) * total;
     const int64_t j = std::min<int64_t>(std::upper_bound(sums, sums + degree, target) - sums,
                                         degree - 1);
     const double low = j == 0 ? 0.0 : sums[j - 1];
-    if (!(sums[j] > low) || !std::isfinite(sums[j])) errors::cumsum_not_increasing(begin + j, node);
+    if (!sum_draw_fits(low, target, sums[j], total)) errors::cumsum_not_increasing(begin + j, node);
     return j;
   };
   if (replace) {

@@ -17,6 +17,7 @@ enum StatusCode : long long {
   kEdgeTimeUnsorted = 8,       // index = node, value = CSR position, extra = seed time
   kSrcOutOfRange = 9,          // index = position in src, value = node id
   kCumsumNotIncreasing = 10,   // index = CSR position, value = node
+  kCumsumNotPerRow = 11,       // index = CSR position (a row's first), value = node
 };
 
 // Written once (the first error wins), read by the host after the batch's one wait.

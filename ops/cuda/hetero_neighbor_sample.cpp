@@ -47,7 +47,8 @@ Outputs regroup_on_gpu(const HeteroTables& tables, const at::Tensor& block,
   const HeteroGroups groups =
       hetero_groups(tables, block.const_data_ptr<int64_t>(), hops.const_data_ptr<int64_t>());
   const int64_t n = node_ids.numel(), m = eids.numel(), most = std::max(n, m);
-  at::Tensor counts = at::empty({groups.num_counts() + groups.num_types}, options);
+  // Counts, then each type's start, then the index + 1 of an edge that does not fit.
+  at::Tensor counts = at::empty({groups.num_counts() + groups.num_types + 1}, options);
   at::Tensor keys = at::empty({2, most}, options.dtype(at::kInt));
   at::Tensor scratch = at::empty({3, most}, options);  // local ids, iota, order
   const size_t sort_bytes = std::max(
@@ -69,14 +70,22 @@ Outputs regroup_on_gpu(const HeteroTables& tables, const at::Tensor& block,
   at::Tensor out_rows = at::empty({m}, options), out_cols = at::empty({m}, options);
   at::Tensor out_edges = at::empty({m}, options);
   C10_CUDA_CHECK(cuda::group_edges(
-      groups, eids.const_data_ptr<int64_t>(), rows.const_data_ptr<int64_t>(),
+      groups, eids.const_data_ptr<int64_t>(), node_ids.const_data_ptr<int64_t>(),
+      rows.const_data_ptr<int64_t>(),
       cols.const_data_ptr<int64_t>(), position.const_data_ptr<int64_t>(), m,
       counts.mutable_data_ptr<int64_t>(), keys_p, keys_p + most, scratch_p, scratch_p + most,
       scratch_p + 2 * most, sort_space.mutable_data_ptr(), sort_bytes,
       out_rows.mutable_data_ptr<int64_t>(), out_cols.mutable_data_ptr<int64_t>(),
       out_edges.mutable_data_ptr<int64_t>(), stream));
+  const at::Tensor host_counts = counts.to(at::kCPU);
+  const int64_t misfit = host_counts[groups.num_counts() + groups.num_types].item<int64_t>();
+  if (misfit > 0) {
+    edge_does_not_fit(tables, eids[misfit - 1].item<int64_t>(),
+                      node_ids[rows[misfit - 1].item<int64_t>()].item<int64_t>(),
+                      node_ids[cols[misfit - 1].item<int64_t>()].item<int64_t>());
+  }
   auto [per_type, per_relation] =
-      count_tables(tables, counts.narrow(0, 0, groups.num_counts()).to(at::kCPU));
+      count_tables(tables, host_counts.narrow(0, 0, groups.num_counts()));
   return {out_nodes, out_batch, out_rows, out_cols, out_edges, per_type, per_relation};
 }
 
@@ -158,7 +167,8 @@ cuda::NeighborOutputs cuda::hetero_neighbor_sample_with(
               seeds.device());
   const c10::cuda::CUDAGuard guard(seeds.device());
   const HeteroTables tables =
-      hetero_tables(node_type_offsets, relation_dst_types, relation_edge_offsets, fanouts);
+      hetero_tables(node_type_offsets, relation_src_types, relation_dst_types,
+                    relation_edge_offsets, fanouts);
   check_relation_slice_starts(relation_slice_starts, tables.num_slice_starts);
   const at::Tensor seeds64 = seeds.to(at::kLong).contiguous();
   if (seeds64.numel() == 0) {

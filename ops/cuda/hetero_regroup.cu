@@ -20,11 +20,15 @@ int bits_for(int64_t values) {
 }
 
 // Keys each element (its group: type or relation), records its local id and counts it.
+// For edges, `node_ids`, `rows` and `cols` name each edge's ends, and an edge that does
+// not fit the layout (HeteroGroups::edge_fits) leaves its index + 1 in `misfit`.
 template <bool kNodes>
 __global__ void key_kernel(const HeteroGroups groups, const int64_t* __restrict__ ids, int64_t n,
                            int64_t* __restrict__ counts, int64_t counts_at, int64_t num_counts,
                            int32_t* __restrict__ keys, int64_t* __restrict__ local,
-                           int64_t* __restrict__ iota) {
+                           int64_t* __restrict__ iota, const int64_t* __restrict__ node_ids,
+                           const int64_t* __restrict__ rows, const int64_t* __restrict__ cols,
+                           int64_t* __restrict__ misfit) {
   __shared__ unsigned long long shared[kSharedCounts];
   const bool in_shared = num_counts <= kSharedCounts;
   if (in_shared) {
@@ -32,6 +36,11 @@ __global__ void key_kernel(const HeteroGroups groups, const int64_t* __restrict_
     __syncthreads();
   }
   QUIVER_GRID_LOOP(i, n) {
+    if (!kNodes && !groups.edge_fits(ids[i], node_ids[rows[i]], node_ids[cols[i]])) {
+      // Still counted (under the relation its id clamps to): the op raises once it reads
+      // the counts back.
+      atomicMax(reinterpret_cast<unsigned long long*>(misfit), static_cast<unsigned long long>(i + 1));
+    }
     int64_t group = 0, id = 0;
     const int64_t at = kNodes ? groups.node_count_at(i, ids[i], group, id)
                               : groups.edge_count_at(i, ids[i], group, id);
@@ -121,10 +130,11 @@ cudaError_t group_nodes(const HeteroGroups& groups, const int64_t* node_ids,
                         int64_t* out_batch, int64_t* position, cudaStream_t stream) {
   const int64_t node_counts = groups.num_types * (groups.num_hops + 1);
   QUIVER_CUDA_TRY(cudaMemsetAsync(
-      counts, 0, sizeof(int64_t) * (groups.num_counts() + groups.num_types), stream));
+      counts, 0, sizeof(int64_t) * (groups.num_counts() + groups.num_types + 1), stream));
   if (n > 0) {
     key_kernel<true><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
-        groups, node_ids, n, counts, 0, node_counts, keys, local, iota);
+        groups, node_ids, n, counts, 0, node_counts, keys, local, iota, nullptr, nullptr,
+        nullptr, nullptr);
     QUIVER_LAUNCH_TRY();
   }
   type_starts_kernel<<<1, 1, 0, stream>>>(groups, counts);
@@ -140,7 +150,8 @@ cudaError_t group_nodes(const HeteroGroups& groups, const int64_t* node_ids,
 }
 
 cudaError_t group_edges(const HeteroGroups& groups, const int64_t* edge_ids,
-                        const int64_t* rows, const int64_t* cols, const int64_t* position,
+                        const int64_t* node_ids, const int64_t* rows, const int64_t* cols,
+                        const int64_t* position,
                         int64_t m, int64_t* counts, int32_t* keys, int32_t* sorted_keys,
                         int64_t* local, int64_t* iota, int64_t* order, void* workspace,
                         size_t workspace_bytes, int64_t* out_rows, int64_t* out_cols,
@@ -149,7 +160,7 @@ cudaError_t group_edges(const HeteroGroups& groups, const int64_t* edge_ids,
   const int64_t node_counts = groups.num_types * (groups.num_hops + 1);
   key_kernel<false><<<blocks_for(m, kThreads), kThreads, 0, stream>>>(
       groups, edge_ids, m, counts, node_counts, groups.num_relations * groups.num_hops, keys,
-      local, iota);
+      local, iota, node_ids, rows, cols, counts + groups.num_counts() + groups.num_types);
   QUIVER_LAUNCH_TRY();
   QUIVER_CUDA_TRY(sort_by_group(keys, sorted_keys, iota, order, m, groups.num_relations,
                                 workspace, workspace_bytes, stream));

@@ -96,6 +96,8 @@ class HopBoard {
         errors::edge_time_unsorted(s.index, s.value, s.extra);
       case kCumsumNotIncreasing:
         errors::cumsum_not_increasing(s.index, s.value);
+      case kCumsumNotPerRow:
+        errors::cumsum_not_per_row(s.index, s.value);
       case kSrcOutOfRange:
         errors::id_out_of_range("src", s.index, s.value, num_nodes);
       case kCooEndpointOutOfRange:

@@ -194,8 +194,8 @@ void queue_batch(const BatchShape<index_t>& shape, const at::Tensor& seeds, cuda
     queued.seed_keys = seed_keys;
   }
 
-  // Sized for every node the batch can reach before an all-neighbors hop; such a hop grows
-  // it once its exact size is known, so the table never fills past half.
+  // Sized for the nodes the batch can reach before an all-neighbors hop (initial_table_nodes
+  // caps it); each hop grows it to its exact bound, so the table never fills past half.
   at::Tensor table_space;
   cuda::NodeTable table{nullptr, 0};
   auto reserve_table = [&](int64_t nodes) {
@@ -208,7 +208,7 @@ void queue_batch(const BatchShape<index_t>& shape, const at::Tensor& seeds, cuda
     table_space = grown;  // the old table returns to the allocator in stream order
     table = bigger;
   };
-  reserve_table(node_bound(batch_size, shape.bound_fanouts(), key_space));
+  reserve_table(initial_table_nodes(batch_size, shape.bound_fanouts(), key_space));
   int64_t nodes_bound = batch_size;  // nodes the table may hold so far
   at::Tensor entries = at::empty({batch_size}, options);
   C10_CUDA_CHECK(cuda::insert_nodes(table, seed_keys.const_data_ptr<int64_t>(), batch_size,

@@ -79,6 +79,11 @@ __device__ void sample_by_sums(const Group& group, const RowRules& rules, const 
     for (int64_t j = lane; j < count; j += G) emit(j, 0);  // placeholders: the batch raises
     return;
   }
+  if (!sums_start_at(sums[0], weight(0))) {
+    record_status(rules.status, kCumsumNotPerRow, begin, tree.node, 0);
+    for (int64_t j = lane; j < count; j += G) emit(j, 0);  // placeholders: the batch raises
+    return;
+  }
   auto draw = [&](int64_t d) {
     const double target = edge_uniform(seed, call, stream, kSumDrawBase + d) * total;
     int64_t lo = 0, hi = degree - 1;  // the first edge whose sum passes the target
@@ -91,7 +96,7 @@ __device__ void sample_by_sums(const Group& group, const RowRules& rules, const 
       }
     }
     const double low = lo == 0 ? 0.0 : sums[lo - 1];
-    if (!(sums[lo] > low) || !isfinite(sums[lo])) {
+    if (!sum_draw_fits(low, target, sums[lo], total)) {
       record_status(rules.status, kCumsumNotIncreasing, begin + lo, tree.node, 0);
     }
     return lo;

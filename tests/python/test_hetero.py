@@ -405,6 +405,61 @@ def test_zero_weight_edges_are_never_sampled(mode, replace):
     assert seen > 0
 
 
+def test_negatives_exclude_zero_weight_edges_too(mode):
+    """Masked edges leave the sampler's graph but are true edges: never a negative."""
+    edges = {("author", "writes", "paper"): torch.tensor([[0, 0, 1], [0, 1, 2]])}
+    types = {"author": 2, "paper": 3}
+    topo = qv.HeteroCSRTopo(edges, types)
+    weights = {("author", "writes", "paper"): torch.tensor([0.0, 1.0, 1.0])}
+    s = sampler(topo, [2], mode, weights=weights)
+    drawn = s.sample_negatives(("author", "writes", "paper"),
+                               torch.zeros(2000, dtype=torch.long), 1, max_trials=1000).cpu()
+    assert bool((drawn == 2).all())
+
+
+@pytest.mark.parametrize("damage", ["edge id out of range", "edge id of another relation",
+                                    "neighbor of another type"])
+def test_a_layout_whose_tables_disagree_is_refused(mode, damage):
+    """hetero_neighbor_sample trusted each row's edge ids and neighbor types: a CSR built by
+    hand (HeteroCSRTopo.from_csr) whose ids or types disagree with the relations filed
+    edges under the wrong relation, or reported them between the wrong types."""
+    edges = {("a", "r0", "b"): torch.tensor([[0, 1], [0, 0]]),
+             ("b", "r1", "a"): torch.tensor([[0], [1]])}
+    topo = qv.HeteroCSRTopo(edges, {"a": 2, "b": 1})
+    indices, eid = topo.indices.clone(), topo.eid.clone()
+    at = int(topo.indptr[2])  # node b0's row: its two r0 edges
+    if damage == "edge id out of range":
+        eid[at] = 50
+        error, words = IndexError, "edge_ids holds 50"
+    elif damage == "edge id of another relation":
+        eid[at] = 2  # r1's edge, whose ends are b -> a
+        error, words = ValueError, "indices, edge_ids and the type tables disagree"
+    else:
+        indices[at] = 2  # b0 as a neighbor through r0, whose sources are a's
+        error, words = ValueError, "indices, edge_ids and the type tables disagree"
+    dev = "cpu" if mode == "CPU" else "cuda"
+    indptr = topo.indptr.to(dev)
+    if mode == "GPU":
+        indices, eid = indices.to(dev), eid.to(dev)
+    elif mode == "UVA":
+        indices, eid = indices.pin_memory(), eid.pin_memory()
+    with pytest.raises(error, match=words):
+        torch.ops.quiver.hetero_neighbor_sample(
+            indptr, indices, eid, torch.tensor([2], device=dev), topo.node_type_offsets,
+            topo.relation_src_types, topo.relation_dst_types, topo.relation_edge_offsets,
+            [-1, -1])
+
+
+def test_per_edge_and_per_node_values_are_one_dimensional():
+    edges = {("a", "r0", "b"): torch.tensor([[0, 1], [0, 0]])}
+    with pytest.raises(ValueError, match="edge_time_dict.* must hold one value per edge"):
+        qv.HeteroCSRTopo(edges, {"a": 2, "b": 1},
+                         edge_time_dict={("a", "r0", "b"): torch.tensor([[1, 2], [3, 4]])})
+    with pytest.raises(ValueError, match="node_time_dict.* must hold one value per node"):
+        qv.HeteroCSRTopo(edges, {"a": 2, "b": 1},
+                         node_time_dict={"a": torch.zeros(2, 1), "b": torch.zeros(1, 1)})
+
+
 @requires_cuda
 @pytest.mark.parametrize("uva", [False, True])
 def test_cpu_seeds_for_a_graph_on_the_gpu_are_refused(uva):

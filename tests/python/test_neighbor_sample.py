@@ -176,6 +176,55 @@ def test_row_cumsum_and_bad_sums(mode):
                                edge_weight_cumsum=place_extra(sums.float(), mode))
 
 
+@pytest.mark.parametrize("sums", ["global", "falling"])
+def test_sums_that_do_not_restart_or_fall_are_refused(mode, sums):
+    """A cumsum over the whole CSR (not per row) grows everywhere, and falling sums send the
+    binary search anywhere: both were sampled, silently skewed (edge 4 drawn 5x its share;
+    only the first edge of falling sums)."""
+    indptr = torch.tensor([0, 4, 8])
+    indices = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    weights = torch.ones(8)
+    if sums == "global":
+        bad = weights.double().cumsum(0)
+        words = "edge_weight_cumsum at CSR position 4 .* is not that edge's weight"
+        seeds = torch.ones(64, dtype=torch.long)
+    else:
+        bad = torch.tensor([1.0, 0.5, 0.25, 0.125] * 2, dtype=torch.double)
+        words = "edge_weight_cumsum does not grow"
+        seeds = torch.zeros(64, dtype=torch.long)
+    with pytest.raises(ValueError, match=words):
+        qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode),
+                               seeds.to(device_of(mode)), [1], replace=True,
+                               edge_weight=place_extra(weights, mode),
+                               edge_weight_cumsum=place_extra(bad, mode))
+
+
+def test_row_cumsum_names_bad_offsets():
+    for indptr in (torch.tensor([1, 2, 4]), torch.tensor([0, 3, 2, 4])):
+        with pytest.raises(ValueError, match="indptr must be a CSR's row offsets"):
+            qv.ops.row_cumsum(indptr, torch.ones(4))
+
+
+def test_sort_rows_by_time_names_a_bad_csr_and_edge_ids():
+    indptr, indices = torch.tensor([0, 2, 3]), torch.tensor([1, 0, 1])
+    with pytest.raises(ValueError, match="indptr"):
+        qv.ops.sort_rows_by_time(torch.tensor([0, 3, 2]), indices, edge_time=torch.arange(3))
+    with pytest.raises(IndexError, match="-1"):
+        qv.ops.sort_rows_by_time(indptr, torch.tensor([1, -1, 1]), node_time=torch.arange(2))
+    with pytest.raises(ValueError, match="edge_ids must hold one id per CSR edge"):
+        qv.ops.sort_rows_by_time(indptr, indices, torch.arange(5), edge_time=torch.arange(3))
+
+
+def test_disjoint_trees_with_large_fanouts_size_their_table_by_what_is_reached():
+    """The reindexing table was sized for fanout products over a key space of nodes x
+    batch: a ring of 10^6 nodes with fanouts [2^31] asked for 32 GiB before sampling."""
+    n = 1_000_000
+    indptr, indices = torch.arange(n + 1), (torch.arange(n) + 1) % n
+    out = qv.ops.neighbor_sample(indptr, indices, torch.arange(1000), [2**31, 2**31],
+                                 disjoint=True)
+    assert out[0].numel() == 3000 and out[2].numel() == 2000
+
+
 def test_row_cumsum_of_rows_far_lighter_than_the_rows_before():
     """A row of weights about 1e-16 of the running total before it: a global running sum
     would leave its sums flat; it is summed on its own."""

@@ -59,7 +59,7 @@ def test_layout_and_seeding(mode, index_dtype):
 @pytest.mark.parametrize("kwargs,error,match", [
     (dict(src=torch.tensor([0, 100])), IndexError, r"src\[1\] = 100 is out of range \[0, 100\)"),
     (dict(per_src=-1), ValueError, "per_src must be >= 0, got -1"),
-    (dict(max_trials=0), ValueError, "max_trials must be >= 1, got 0"),
+    (dict(max_trials=0), ValueError, r"max_trials must be in \[1, 1000\], got 0"),
     (dict(src=torch.tensor([0.5])), TypeError, "src must hold int32 or int64 ids"),
 ])
 def test_bad_input_is_named(mode, kwargs, error, match):
@@ -125,3 +125,32 @@ def test_bad_range_is_named(mode, kwargs, match):
     (indptr, indices, _), dev = place(graph, mode)
     with pytest.raises(ValueError, match=match):
         qv.ops.sample_negatives(indptr, indices, torch.tensor([1, 2], device=dev), 2, **kwargs)
+
+
+def test_meta_beside_real_tensors_is_refused():
+    """The Meta key wins the dispatch: the fake kernel handed back uninitialized ids."""
+    indptr, indices = torch.tensor([0, 2, 3]), torch.tensor([1, 0, 1])
+    with pytest.raises(ValueError, match="on the meta device"):
+        torch.ops.quiver.sample_negatives(indptr.to("meta"), indices.to("meta"),
+                                          torch.tensor([0, 1]), 3)
+
+
+def test_max_trials_is_bounded():
+    n = 4
+    indptr, indices = torch.arange(0, n * n + 1, n), torch.arange(n).repeat(n)
+    with pytest.raises(ValueError, match=r"max_trials must be in \[1, 1000\]"):
+        qv.ops.sample_negatives(indptr, indices, torch.tensor([0]), 1, max_trials=2**62)
+
+
+def test_zero_weight_edges_stay_true_edges_for_negatives():
+    """Zero-weight edges leave the sampler's graph; negatives read the graph as given."""
+    indptr = torch.tensor([0, 2, 4, 5, 7, 7])
+    indices = torch.tensor([1, 2, 0, 3, 4, 0, 1])
+    topo = qv.CSRTopo(indptr=indptr, indices=indices)
+    weights = torch.ones(7)
+    weights[0] = 0  # the edge 0 -> 1
+    sampler = qv.GraphSageSampler(topo, [2], device="cpu", mode="CPU", weights=weights)
+    drawn = sampler.sample_negatives(torch.zeros(3000, dtype=torch.long), 1)
+    # A true edge stands after 8 true draws in a row: (2/5)^8 of draws, about 2 of 3000;
+    # with the masked edge forgotten, node 1 came back a quarter of the time.
+    assert int(((drawn == 1) | (drawn == 2)).sum()) <= 15
