@@ -107,6 +107,7 @@ def export(model: SampledSAGE, example_inputs: tuple, package_path: str | Path) 
     # were built to, and examples/cpp/run_exported refuses a table of another shape by them.
     rows = example_inputs[2]
     return qv.aoti.compile_and_package(program, package_path, metadata={
+        "quiver.feature_input": "2",
         "quiver.feature_width": str(rows.size(1)),
         "quiver.feature_dtype": str(rows.dtype).removeprefix("torch.")})
 
@@ -139,6 +140,7 @@ def parse_args(argv=None):
     # Checked here, before any file is written.
     args.fanouts = option_checks.fanout_list(parser, args.fanouts)
     option_checks.at_least(parser, args, ["hidden"], 1)
+    option_checks.device_option(parser, args.device)
     directory = Path(args.directory)
     if directory.exists() and not directory.is_dir():
         parser.error(f"directory {args.directory} exists and is not a directory")

@@ -45,3 +45,33 @@ def output_file(parser, name: str, path: Optional[str]) -> None:
     folder = Path(path).resolve().parent
     if not folder.is_dir():
         parser.error(f"--{name} {path}: the folder {folder} does not exist")
+
+
+def cuda_usable() -> bool:
+    """A GPU that torch sees, and a library built with the CUDA kernels."""
+    import torch
+    import torch_quiver_ops as qv
+    return torch.cuda.is_available() and qv.cuda_kernels_built()
+
+
+def device_option(parser, text: str, option: str = "--device", auto: bool = False) -> None:
+    """``text`` names a device this machine can run on: cpu, or a CUDA device when
+    :func:`cuda_usable` (and ``auto`` when allowed), refused before anything is written."""
+    import torch
+    if auto and text == "auto":
+        return
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        parser.error(f"{option} takes {'auto, ' if auto else ''}cpu or a CUDA device such as "
+                     f"cuda:0, got {text!r}")
+    if device.type not in ("cpu", "cuda"):
+        parser.error(f"{option} takes {'auto, ' if auto else ''}cpu or a CUDA device such as "
+                     f"cuda:0, got {text!r}")
+    if device.type == "cuda":
+        if not cuda_usable():
+            parser.error(f"{option} {text}: this machine has no usable GPU (torch sees "
+                         f"{torch.cuda.device_count()}, or the library was built without "
+                         f"its CUDA kernels)")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            parser.error(f"{option} {text}: torch sees {torch.cuda.device_count()} GPU(s)")

@@ -140,12 +140,10 @@ def parse_args(argv=None):
     for name in ("save", "report"):
         option_checks.output_file(parser, name, getattr(args, name))
     option_checks.positive(parser, args, ["lr"])
-    if args.device != "auto":
-        try:
-            torch.device(args.device)
-        except RuntimeError:
-            parser.error(f"--device takes auto, cpu or a CUDA device such as cuda:0, got "
-                         f"{args.device!r}")
+    option_checks.device_option(parser, args.device, auto=True)
+    if args.mode in ("GPU", "UVA") and (args.device == "cpu" or not option_checks.cuda_usable()):
+        parser.error(f"--mode {args.mode} samples on a GPU, and this run has none (--device "
+                     f"{args.device}): give --mode CPU")
     return args
 
 

@@ -19,6 +19,7 @@ import time
 import torch
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 
 
 def seconds(fn, repeats=3):
@@ -62,6 +63,7 @@ def main(argv=None):
                         help="also time synthetic_graph(NAME, csr=True) on the GPU")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
+    _cli.require_gpu(parser)
     n, m = args.nodes, args.edges
     name = torch.cuda.get_device_name()
     print(f"device: {name}; {n:,} nodes, {m:,} edges, int32 ids")

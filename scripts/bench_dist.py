@@ -43,6 +43,7 @@ import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 from torch_quiver_ops.synthetic import synthetic_graph
 
 # Batches of the CPU paths (Gloo, rpc), the first two a warm-up: 3 timed fetches left their
@@ -307,6 +308,7 @@ def main():
     parser.add_argument("--profile", action="store_true",
                         help="print torch.profiler tables of a few NCCL fetches (tables in HBM)")
     args = parser.parse_args()
+    _cli.check_args(parser, args, {"batches": 1}, ["graph"])
     import sys
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
     hosts = args.hosts
@@ -339,6 +341,10 @@ def main():
                                                generator=torch.Generator().manual_seed(5))]
         batches = [sampler.sample_subgraph(b)[0].cpu()
                    for b in seeds.split(1024)[:hosts * (args.batches + 2)]]
+        if len(batches) < hosts * 3:  # each host times at least one after two warm-ups
+            raise SystemExit(f"--graph {args.graph} has {graph.train_idx.numel()} training "
+                             f"seeds, {len(batches)} batches of 1024: too few for {hosts} "
+                             f"hosts (3 each); take a larger graph")
         for rank in range(hosts):
             torch.save(batches[rank::hosts], directory / f"batches_{rank}.pt")
         torch.save(x[batches[0::hosts][-1]], directory / "check_rows.pt")

@@ -54,6 +54,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
 from torch_quiver_ops.synthetic import synthetic_graph
 
@@ -155,6 +156,21 @@ def main():
     parser.add_argument("--json")
     parser.add_argument("--plot", help="PNG: ms per batch against one host, and on paper")
     args = parser.parse_args()
+    _cli.check_args(parser, args, {"batch_size": 1, "batches": 1}, ["graph"])
+    try:
+        part_counts = [int(p) for p in args.parts.split(",")]
+    except ValueError:
+        parser.error(f"--parts takes comma-separated counts such as 2,4, got {args.parts!r}")
+    if any(p < 1 for p in part_counts):
+        parser.error(f"--parts must be counts >= 1, got {args.parts}")
+    unknown = [m for m in args.methods.split(",") if m not in ("metis", "random", "range")]
+    if unknown:
+        parser.error(f"--methods takes metis, random and range, got {unknown}")
+    if args.mode != "CPU" or args.backend == "nccl":
+        _cli.require_gpu(parser)
+        if args.backend == "nccl" and torch.cuda.device_count() < max(part_counts):
+            parser.error(f"--backend nccl runs a GPU per part: {max(part_counts)} parts, "
+                         f"{torch.cuda.device_count()} GPU(s)")
     lane_counts = [int(n) for n in args.lanes.split(",")]
     slot_kinds = args.slots.split(",")
     if any(k not in ("seen", "bounded", "launched", "exact") for k in slot_kinds):
@@ -174,7 +190,7 @@ def main():
               f"{'remote share per hop':>24} {'KiB moved':>9} {'Medges/s':>8}" +
               ("" if args.mode == "CPU" else f" {'1-GPU ms':>12} {'x 1-GPU':>8}"))
     lines = []
-    for parts in [int(p) for p in args.parts.split(",")]:
+    for parts in part_counts:
         threads = max(1, cores // parts)
         for method in args.methods.split(","):
             with tempfile.TemporaryDirectory() as tmp:

@@ -65,6 +65,7 @@ from torch_geometric.nn import SAGEConv
 from torch_geometric.utils import trim_to_layer
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
 
 REPO = Path(__file__).resolve().parents[1]
@@ -865,6 +866,7 @@ def main():
                              "building batches at once (comma list, e.g. 2,3)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    _cli.check_args(parser, args, {"batch_size": 1, "hidden": 1, "train_seeds": 1, "scaling_epochs": 1}, ["graph"])
     if args.graphed_model and args.compile_model:
         parser.error("--graphed-model and --compile-model are two ways to run the step: "
                      "give one")

@@ -37,6 +37,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 from torch_quiver_ops.hotness import positions_of
 from torch_quiver_ops.synthetic import synthetic_graph
 
@@ -203,6 +204,7 @@ def main():
                              "features, topology and seeds follow")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    _cli.require_gpu(parser)
     device = torch.device("cuda", torch.cuda.current_device())
     fanouts = [int(f) for f in args.fanouts.split(",")]
     results = {"device": torch.cuda.get_device_name(device), "graph": args.graph,

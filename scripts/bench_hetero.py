@@ -268,6 +268,12 @@ def main():
     parser.add_argument("--png", default="bench_hetero.png")
     parser.add_argument("--title", default=None, help="the figure's title (with --plot)")
     args = parser.parse_args()
+    for name, least in (("batch_size", 1), ("batches", 1), ("cpu_batches", 1), ("warmup", 0)):
+        if getattr(args, name) < least:
+            parser.error(f"--{name.replace('_', '-')} must be >= {least}, got "
+                         f"{getattr(args, name)}")
+    if not args.scale > 0:
+        parser.error(f"--scale must be > 0, got {args.scale}")
     if args.plot:
         plot(args.plot, args.png, *([args.title] if args.title else []))
         return

@@ -27,6 +27,8 @@ import os
 import sys
 
 import torch
+
+from torch_quiver_ops import _cli
 import torch.nn.functional as F
 from torch_geometric.data import HeteroData
 from torch_geometric.nn import SAGEConv, to_hetero
@@ -67,6 +69,7 @@ def main():
     parser.add_argument("--kept", type=int, default=100)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    _cli.require_gpu(parser)
     device = torch.device("cuda", torch.cuda.current_device())
     edges, nodes = mag_like(1.0)
     gen = torch.Generator().manual_seed(0)

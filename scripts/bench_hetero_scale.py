@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_hetero import FANOUT, sampling_variants, timed_round_robin  # noqa: E402
 
 import torch_quiver_ops as qv  # noqa: E402
+from torch_quiver_ops import _cli  # noqa: E402
 from torch_quiver_ops import ops  # noqa: E402
 from torch_quiver_ops.synthetic_hetero import mag240m_like, mag240m_like_features  # noqa: E402
 from torch_quiver_ops.uva import pinned as pin_in_place_or_copy  # noqa: E402
@@ -115,6 +116,7 @@ def main():
     parser.add_argument("--modes", default="UVA,GPU")
     parser.add_argument("--json")
     args = parser.parse_args()
+    _cli.require_gpu(parser)
     device = torch.device("cuda", torch.cuda.current_device())
     report = {"args": vars(args), "device": torch.cuda.get_device_name(device), "steps": [],
               "sampling": [], "gather": []}

@@ -25,6 +25,7 @@ import time
 import torch
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 
 
 def meminfo(key):
@@ -76,6 +77,7 @@ def main():
     parser.add_argument("--split", default="", help="CPU shares of a split gather, e.g. 0.5,0.67")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    _cli.require_gpu(parser)
     print(f"device: {torch.cuda.get_device_name()}; CPU threads {torch.get_num_threads()}; "
           f"THP: {open('/sys/kernel/mm/transparent_hugepage/enabled').read().strip()}")
     width = args.row_bytes // 4

@@ -24,6 +24,8 @@ import json
 import time
 
 import torch
+
+from torch_quiver_ops import _cli
 import torch.nn.functional as F
 from torch_geometric.data import Data
 from torch_geometric.nn import SAGEConv
@@ -94,6 +96,7 @@ def main():
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    _cli.require_gpu(parser)
     device = torch.device("cuda", torch.cuda.current_device())
     graph = synthetic_graph(args.graph, seed=0)
     data = Data(x=graph.x, edge_index=graph.edge_index, num_nodes=graph.num_nodes)

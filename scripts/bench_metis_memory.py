@@ -10,6 +10,7 @@ import argparse
 import time
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 from torch_quiver_ops.partition import assign_owners
 from torch_quiver_ops.synthetic import synthetic_graph
 
@@ -24,6 +25,7 @@ def main():
     parser.add_argument("--graph", default="medium")
     parser.add_argument("--parts", type=int, default=2)
     args = parser.parse_args()
+    _cli.check_args(parser, args, {"parts": 1}, ["graph"])
     graph = synthetic_graph(args.graph, seed=0, features=False)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     del graph

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -78,6 +79,7 @@ def main():
     parser.add_argument("--replot", default=None,
                         help="only draw --plot from the --json of an earlier run")
     args = parser.parse_args()
+    _cli.require_gpu(parser)
     if args.replot:
         plot(json.loads(Path(args.replot).read_text()), args.plot)
         return

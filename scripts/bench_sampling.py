@@ -30,6 +30,7 @@ import time
 import torch
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 from torch_quiver_ops.synthetic import synthetic_graph
 
 WORKLOADS = {"products": [15, 10, 5], "reddit": [25, 10], "papers": [15, 10, 5]}
@@ -244,6 +245,7 @@ def main():
                         help="also time GPU mode and the presampled cache through "
                              "SampleLoader with these many workers (comma list; '' for none)")
     args = parser.parse_args()
+    _cli.check_args(parser, args, {"batch_size": 1, "batches": 1, "cpu_batches": 1, "warmup": 0}, ["graphs"])
     args.loader_workers = [int(w) for w in args.loader_workers.split(",") if w]
     device = torch.device("cuda" if torch.cuda.is_available() and qv.cuda_kernels_built() else "cpu")
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"

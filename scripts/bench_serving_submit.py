@@ -32,6 +32,8 @@ def main(argv=None):
     parser.add_argument("--requests", type=int, default=6000, help="submits a loop")
     parser.add_argument("--library", help="another build of libtorch_quiver_ops.so to time")
     args = parser.parse_args(argv)
+    if args.requests < 1:  # the library is loaded later (--library), so no _cli here
+        parser.error(f"--requests must be >= 1, got {args.requests}")
     if args.library:
         os.environ["TORCH_QUIVER_OPS_LIBRARY"] = os.path.abspath(args.library)
     import torch

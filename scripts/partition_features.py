@@ -38,13 +38,14 @@ def main():
 
 def split(args) -> None:
     start = time.perf_counter()
-    x = torch.load(args.features)
+    x = _cli.load_file("features", args.features, torch.Tensor)
     hot_order = None
     if args.hot_order:
-        hot_order = torch.load(args.hot_order)
+        hot_order = _cli.load_file("hot-order", args.hot_order, torch.Tensor)
     elif args.csr:
         hot_order = qv.CSRTopo.load_shared(args.csr).feature_order
-    assignment = torch.load(args.assignment) if args.assignment else None
+    assignment = (_cli.load_file("assignment", args.assignment, torch.Tensor)
+                  if args.assignment else None)
     qv.dist.partition_features(x, args.out, args.hosts, hot_order, args.replicate, assignment)
     shard_map = qv.dist.load_shard_map(args.out, verify=True)
     rows = [shard_map.local_rows(h) for h in range(args.hosts)]

@@ -115,20 +115,21 @@ def partition(args) -> None:
     elif args.csr:
         topo = qv.CSRTopo.load_shared(args.csr)
     else:
-        edge_index = torch.load(args.edge_index)
+        edge_index = _cli.load_file("edge-index", args.edge_index, torch.Tensor)
         num_nodes = args.num_nodes
         if num_nodes is None:  # nodes past the last one with an edge still count
             for table in (args.features, args.labels):
                 if table:
-                    num_nodes = torch.load(table, mmap=True).size(0)
+                    flag = "features" if table == args.features else "labels"
+                    num_nodes = _cli.load_file(flag, table, torch.Tensor, mmap=True).size(0)
                     break
         topo = qv.CSRTopo(edge_index.flip(0), num_nodes=num_nodes)  # in-neighbor lists
     if args.features:
-        x = torch.load(args.features, mmap=True)
+        x = _cli.load_file("features", args.features, torch.Tensor, mmap=True)
     if args.labels:
-        y = torch.load(args.labels)
+        y = _cli.load_file("labels", args.labels, torch.Tensor)
     if args.splits:
-        splits = torch.load(args.splits)
+        splits = _cli.load_file("splits", args.splits, dict)
     loaded = time.perf_counter() - started
     watch = AnonymousPeak()
     before = watch.start

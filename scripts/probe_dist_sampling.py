@@ -23,6 +23,7 @@ import torch.multiprocessing as mp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch_quiver_ops as qv  # noqa: E402
+from torch_quiver_ops import _cli
 from bench_dist_sampling import seeds_for  # noqa: E402
 from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph  # noqa: E402
 from torch_quiver_ops.synthetic import synthetic_graph  # noqa: E402
@@ -69,6 +70,7 @@ def main():
     parser.add_argument("--parts", type=int, default=2)
     parser.add_argument("--slots", default="seen,launched,exact")
     args = parser.parse_args()
+    _cli.check_args(parser, args, {"parts": 1}, [])
     graph = synthetic_graph("products", seed=0)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     with tempfile.TemporaryDirectory() as tmp:

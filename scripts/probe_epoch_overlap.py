@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,6 +65,7 @@ def main():
                              "batches (GraphedStep), alone and beside the prefetching loader, "
                              "this many rounds in turns")
     args = parser.parse_args()
+    _cli.require_gpu(parser)
     e2e = load_bench_e2e()
     device = torch.device("cuda", torch.cuda.current_device())
     fanouts, batch_size = [15, 10, 5], 1024

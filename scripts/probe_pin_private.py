@@ -1,4 +1,8 @@
-"""Does pinning a MAP_PRIVATE file mapping (torch.from_file(shared=False)) copy its pages?"""
+"""Does pinning a MAP_PRIVATE file mapping (torch.from_file(shared=False)) copy its pages?
+
+    python scripts/probe_pin_private.py     # every case, each in a child process; writes
+                                            # 512 MiB to /dev/shm and needs a CUDA GPU
+"""
 import ctypes, os, subprocess, sys, json
 import torch
 
@@ -31,8 +35,13 @@ def case(shared, flags):
 
 if __name__ == "__main__":
     if len(sys.argv) > 1:
+        if len(sys.argv) != 3 or sys.argv[1] not in ("shared", "private") \
+                or not sys.argv[2].isdigit():
+            sys.exit(__doc__)  # --help too; the two arguments are the children's
         case(sys.argv[1] == "shared", int(sys.argv[2]))
         sys.exit(0)
+    if not torch.cuda.is_available():
+        sys.exit("probe_pin_private.py pins host memory for a CUDA GPU, and torch sees none")
     torch.cuda.init()
     lib = ctypes.CDLL("libcudart.so.13")
     value = ctypes.c_int(-1)

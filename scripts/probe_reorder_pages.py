@@ -13,6 +13,7 @@ import time
 import torch
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 from torch_quiver_ops.synthetic import synthetic_graph
 
 
@@ -32,6 +33,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graph", default="products")
     args = parser.parse_args()
+    _cli.check_args(parser, args, {}, ["graph"])
     start = time.perf_counter()
     graph = synthetic_graph(args.graph, csr=True, features=False)
     topo = graph.topology()

@@ -291,7 +291,9 @@ def main():
     parser.add_argument("--rates", default="200,500,1000,2000")
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--senders", type=int, default=64)
-    parser.add_argument("--configs", default="cpu,gpu,dispatch")
+    parser.add_argument("--configs", default=None,
+                        help=f"comma-separated, of {', '.join(CONFIGS)} (default: "
+                             f"cpu,gpu,dispatch on a GPU host, cpu elsewhere)")
     parser.add_argument("--direct-rates", default="",
                         help="also drive each self-hosted runtime in its own process, with no "
                              "HTTP, at these rates (rows 'CONFIG direct'): the HTTP layer's "
@@ -328,9 +330,21 @@ def main():
         from torch_quiver_ops.synthetic import PRESETS
         if args.graph not in PRESETS:
             parser.error(f"--graph must be one of {sorted(PRESETS)}, got {args.graph!r}")
-        unknown = [c for c in args.configs.split(",") if c not in ("cpu", "gpu", "dispatch")]
+        import torch_quiver_ops as qv
+        gpus = torch.cuda.device_count() if qv.cuda_kernels_built() else 0
+        if args.configs is None:
+            args.configs = "cpu,gpu,dispatch" if gpus else "cpu"
+        configs = args.configs.split(",")
+        unknown = [c for c in configs if c not in CONFIGS]
         if unknown:
-            parser.error(f"--configs takes cpu, gpu and dispatch, got {unknown}")
+            parser.error(f"--configs takes {', '.join(CONFIGS)}, got {unknown}")
+        # Run as asked or not at all: without GPUs the rows would be CPU-only ones, labelled
+        # as the GPU configurations.
+        for config in configs:
+            needs = 0 if CONFIGS[config]["gpu_streams"] == 0 else CONFIGS[config].get("gpus", 1)
+            if needs > gpus:
+                parser.error(f"--configs {config} samples on {needs} GPU(s), and this machine "
+                             f"has {gpus} usable")
     rows = []
     if args.url:
         if args.num_nodes is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Dict, Iterable
 
 # What the library raises for input it refuses (a missing or corrupt file, an id out of
 # range, a wrong dtype): the user's to fix, so the message is all they need.
@@ -18,6 +18,49 @@ def check_files(parser: argparse.ArgumentParser, args: argparse.Namespace,
         path = getattr(args, flag)
         if path and not Path(path).is_file():
             parser.error(f"--{flag.replace('_', '-')} {path} is not a file")
+
+
+def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                at_least: Dict[str, int] = None, graphs: Iterable[str] = ()) -> None:
+    """parser.error for an option below its least value (``at_least``: dest name -> least;
+    None, an option left out, passes) and for a graph preset ``graphs`` (dest names of a
+    preset or a comma list of them) that torch_quiver_ops.synthetic does not have."""
+    from .synthetic import PRESETS
+    for name, least in (at_least or {}).items():
+        value = getattr(args, name)
+        if value is not None and not value >= least:
+            parser.error(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
+    for name in graphs:
+        unknown = [g for g in str(getattr(args, name)).split(",") if g not in PRESETS]
+        if unknown:
+            parser.error(f"--{name.replace('_', '-')} takes presets of {sorted(PRESETS)}, got "
+                         f"{unknown}")
+
+
+def require_gpu(parser: argparse.ArgumentParser) -> None:
+    """parser.error unless torch sees a CUDA GPU and the library has its CUDA kernels: for
+    scripts that measure GPU paths (they failed deep inside torch on a CPU-only machine)."""
+    import torch
+    from ._load import cuda_kernels_built
+    if not (torch.cuda.is_available() and cuda_kernels_built()):
+        parser.error(f"{parser.prog} measures GPU paths: it needs a CUDA GPU (torch sees "
+                     f"{torch.cuda.device_count()}) and the library built with its CUDA kernels")
+
+
+def load_file(flag: str, path, kind: type = None, mmap: bool = False):
+    """``torch.load(path)`` of the file given as ``--flag``: whatever torch.load raises on a
+    truncated or foreign file (a pickle KeyError, a zip error, EINVAL) becomes a ValueError
+    naming the flag and the file, and a value that is not a ``kind`` is refused too."""
+    import torch
+    try:
+        value = torch.load(path, mmap=mmap)
+    except Exception as error:  # noqa: BLE001  (pickle, zip and I/O errors alike)
+        raise ValueError(f"--{flag} {path} is not a file torch.save wrote whole "
+                         f"({type(error).__name__}: {error})") from None
+    if kind is not None and not isinstance(value, kind):
+        raise ValueError(f"--{flag} {path} holds a {type(value).__name__}, not a "
+                         f"{kind.__name__}")
+    return value
 
 
 def run(parser: argparse.ArgumentParser, body: Callable[[argparse.Namespace], None],

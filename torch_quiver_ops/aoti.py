@@ -163,6 +163,42 @@ def compile_and_package(program: "torch.export.ExportedProgram",
 
 
 def load_package(package_path: Union[str, Path]):
-    """``torch._inductor.aoti_load_package`` after :func:`check_package`."""
+    """``torch._inductor.aoti_load_package`` after :func:`check_package`. A package whose
+    metadata names its feature table (``quiver.feature_input``, the argument's position,
+    with ``quiver.feature_width`` and ``quiver.feature_dtype``, as ``examples/export_sage.py``
+    writes them) is returned wrapped: each call checks that argument first, since the
+    compiled kernels read a table with the width they were built for and another one would
+    be read past its end, with no error."""
     check_package(package_path)
-    return torch._inductor.aoti_load_package(str(package_path))
+    package = torch._inductor.aoti_load_package(str(package_path))
+    metadata = package.get_metadata()
+    if "quiver.feature_input" not in metadata:
+        return package
+    return FeatureCheckedPackage(package, int(metadata["quiver.feature_input"]),
+                                 int(metadata["quiver.feature_width"]),
+                                 metadata["quiver.feature_dtype"], str(package_path))
+
+
+class FeatureCheckedPackage:
+    """A loaded package whose calls check the feature table they are given (see
+    :func:`load_package`); every other attribute is the package's."""
+
+    def __init__(self, package, feature_input: int, width: int, dtype: str, path: str):
+        self._package, self._feature_input = package, feature_input
+        self._width, self._dtype, self._path = width, dtype, path
+
+    def __call__(self, *args, **kwargs):
+        if len(args) > self._feature_input:
+            table = args[self._feature_input]
+            dtype = str(getattr(table, "dtype", "")).removeprefix("torch.")
+            if (not isinstance(table, torch.Tensor) or table.dim() != 2
+                    or table.size(1) != self._width or dtype != self._dtype):
+                shape = tuple(table.shape) if isinstance(table, torch.Tensor) else type(table)
+                raise ValueError(f"argument {self._feature_input} (the feature table) is "
+                                 f"{dtype or 'not a tensor'} of shape {shape}, but "
+                                 f"{self._path} was compiled for [N, {self._width}] "
+                                 f"{self._dtype} rows")
+        return self._package(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._package, name)

@@ -139,8 +139,13 @@ def test_export_sage_checks_its_options_before_writing(export_sage, capsys, tmp_
     for argv, expected in [(["--fanouts", "10,,5"], ["--fanouts", "'10,,5'"]),
                            (["--fanouts", "x"], ["--fanouts", "'x'"]),
                            (["--fanouts", "10,-3"], ["--fanouts", "10,-3"]),
-                           (["--hidden", "0"], ["--hidden", "0"])]:
+                           (["--hidden", "0"], ["--hidden", "0"]),
+                           (["--device", "foo"], ["--device", "'foo'"]),
+                           (["--device", "cuda:99"], ["--device", "cuda:99"])]:
         refused(capsys, export_sage.main, [str(out)] + argv, *expected)
+    if not torch.cuda.is_available():  # refused before the graph is written
+        refused(capsys, export_sage.main, [str(out), "--device", "cuda"], "--device",
+                "no usable GPU")
     a_file = tmp_path / "a-file"
     a_file.write_text("")
     refused(capsys, export_sage.main, [str(a_file)], str(a_file), "not a directory")

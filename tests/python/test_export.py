@@ -61,6 +61,19 @@ def test_package_gives_eager_outputs_for_any_batch_size(exported, batch):
     assert packaged.shape == (batch, exported["num_classes"])
 
 
+def test_loaded_package_refuses_a_feature_table_of_another_width(exported):
+    """The kernels read the table with the width they were compiled for: a narrower one was
+    read past its end (outputs changing from call to call), a wider one gave wrong scores."""
+    package = qv.aoti.load_package(exported["package"])
+    indptr, indices, table = exported["inputs"]
+    seeds = torch.tensor([0, 1], device=exported["device"])
+    for bad in (table[:, :1].contiguous(), torch.cat([table, table], 1), table.double()):
+        with pytest.raises(ValueError, match="the feature table"):
+            package(indptr, indices, bad, seeds)
+    assert package(indptr, indices, table, seeds).shape[0] == 2
+    assert package.get_metadata()["quiver.feature_width"] == str(table.size(1))
+
+
 def test_package_raises_on_bad_ids(exported):
     package = torch._inductor.aoti_load_package(str(exported["package"]))
     nodes = exported["inputs"][0].numel() - 1

@@ -237,3 +237,39 @@ def test_the_scripts_name_a_bad_argument_without_a_traceback(tmp_path, script, a
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and said in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "a dict as edge index",
+                                    "a tensor as splits"])
+def test_the_scripts_name_a_bad_input_file_without_a_traceback(tmp_path, damage):
+    """torch.load's own errors (a pickle KeyError, EINVAL with no file named) and inputs of
+    the wrong kind went up as tracebacks deep in torch or in the partitioner."""
+    edge_index = torch.randint(50, (2, 200))
+    good, bad = tmp_path / "ei.pt", tmp_path / "bad.pt"
+    torch.save(edge_index, good)
+    flag, words = "--edge-index", "is not a file torch.save wrote whole"
+    if damage == "garbage":
+        bad.write_bytes(b"\x80\x02}q\x00K\x65" + bytes(range(200)))
+    elif damage == "truncated":
+        bad.write_bytes(good.read_bytes()[:300])
+    elif damage == "a dict as edge index":
+        torch.save({"edge_index": edge_index}, bad)
+        words = "holds a dict, not a Tensor"
+    else:
+        torch.save(torch.arange(10), bad)
+        flag, words = "--splits", "holds a Tensor, not a dict"
+    args = ["--edge-index", str(good), "--splits", str(bad)] if flag == "--splits" else \
+        ["--edge-index", str(bad)]
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "partition_graph.py"), *args,
+                           "--parts", "2", "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and f"{flag} {bad}" in done.stderr and words in done.stderr, \
+        done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    if flag == "--splits":
+        return
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "partition_features.py"),
+                           "--features", str(bad), "--hosts", "2", "--out", str(tmp_path / "f")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and f"--features {bad}" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr

@@ -1164,7 +1164,12 @@ def test_load_generator_names_bad_arguments():
              (["--senders", "0"], "--senders must be >= 1"),
              (["--duration", "0"], "--duration must be > 0"),
              (["--graph", "nope"], "--graph must be one of"),
-             (["--configs", "bogus"], "--configs takes cpu, gpu and dispatch")]
+             (["--configs", "bogus"], "--configs takes cpu, gpu, dispatch, gpu2, got"),
+             (["--configs", "gpu2"] if torch.cuda.device_count() < 2 else ["--configs", "x"],
+              "--configs gpu2 samples on 2 GPU(s)" if torch.cuda.device_count() < 2
+              else "--configs takes")]
+    if not torch.cuda.is_available():  # measured as CPU rows labelled gpu, with exit 0
+        cases.append((["--configs", "cpu,dispatch"], "--configs dispatch samples on 1 GPU(s)"))
     for args, words in cases:
         done = subprocess.run([sys.executable, str(script), *args], capture_output=True,
                               text=True, timeout=120)

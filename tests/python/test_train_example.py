@@ -59,6 +59,8 @@ def test_train_sage_refuses_bad_options_before_building(tmp_path, capsys):
     module = load_example("train_sage")
     for args, words in ((["--lr", "-1"], "--lr must be > 0, got -1.0"),
                         (["--device", "foo"], "--device takes auto, cpu or a CUDA device"),
+                        (["--device", "cuda:99"], "--device cuda:99"),
+                        (["--device", "cpu", "--mode", "GPU"], "--mode GPU samples on a GPU"),
                         (["--save", str(tmp_path)], "is a folder: give a file name in it")):
         with pytest.raises(SystemExit):
             module.parse_args(args)

@@ -89,3 +89,30 @@ def test_saving_to_a_full_file_system_is_refused_before_writing(tmp_path, monkey
     with pytest.raises(preflight.ResourceLimitError, match="saving rows"):
         qv.save_arrays(tmp_path / "save", "feature", {"rows": torch.zeros(4, 4)})
     assert not list((tmp_path / "save").glob("*.bin"))
+
+
+GPU_ONLY = not (torch.cuda.is_available() and qv.cuda_kernels_built())
+
+
+@pytest.mark.parametrize("script, args, words", [
+    ("bench_sampling.py", ["--graphs", "tiny", "--batch-size", "0"], "--batch-size must be >= 1"),
+    ("bench_sampling.py", ["--graphs", "nope"], "--graphs takes presets of"),
+    ("bench_e2e.py", ["--graph", "nope"], "--graph takes presets of"),
+    ("bench_hetero.py", ["--scale", "-1"], "--scale must be > 0"),
+    ("bench_metis_memory.py", ["--parts", "0"], "--parts must be >= 1"),
+    ("bench_dist_sampling.py", ["--parts", "2,0"], "--parts must be counts >= 1"),
+    ("bench_dist_sampling.py", ["--methods", "bogus"], "--methods takes metis, random"),
+    ("bench_serving_submit.py", ["--requests", "-1"], "--requests must be >= 1"),
+    ("probe_dist_sampling.py", ["--parts", "0"], "--parts must be >= 1"),
+    pytest.param("bench_feature.py", ["--graph", "tiny"], "measures GPU paths",
+                 marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
+    pytest.param("bench_csr.py", [], "measures GPU paths",
+                 marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
+])
+def test_benchmark_scripts_name_a_bad_option_before_running(script, args, words):
+    """Zero sizes, unknown presets and GPU-only scripts on a CPU machine ended in
+    ZeroDivisionError, negative-dimension or "no NVIDIA driver" tracebacks."""
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / script), *args],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
