@@ -21,9 +21,10 @@ import atexit
 import json
 import math
 import os
+import secrets
 from datetime import timedelta
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -71,18 +72,24 @@ def partition_features(x: Tensor, directory: Union[str, Path], num_hosts: int,
     directory = Path(directory)
     x = x.detach().cpu().contiguous()
     shard_map = build_shard_map(x.size(0), num_hosts, hot_order, replicate_fraction, assignment)
-    _sharing.save_arrays(directory / "shard_map", "shard_map",
-                         {"host_of": shard_map.host_of(), "local_index": shard_map.local_index()},
-                         num_hosts=num_hosts, fingerprint=shard_map.fingerprint())
+    # One id a run, in every folder: the fingerprint names the map's shape, not the table's
+    # rows, so host folders of two runs (one cut short, or a stale copy on one machine)
+    # would load together and serve each other's rows.
+    run = secrets.randbits(62)
     for host in range(num_hosts):
         local = x[shard_map.local_ids(host)]
-        # Feature's format, marked with the map and the host it was cut for (DistFeature.load
-        # checks both: a host folder left from another partitioning has the same row count).
+        # Feature's format, marked with the map, the run and the host it was cut for
+        # (DistFeature.load checks them: a host folder left from another partitioning has
+        # the same row count).
         _sharing.save_arrays(directory / f"host_{host}", "feature", {"rows": local},
-                             fingerprint=shard_map.fingerprint(), host=host)
+                             fingerprint=shard_map.fingerprint(), host=host, run=run)
         rows, _ = _sharing.map_arrays(directory / f"host_{host}", "feature", verify=True)
         if not torch.equal(rows["rows"], local):
             raise RuntimeError(f"{directory}/host_{host} reads back different rows than written")
+    # Last: a run that stops before here leaves no map naming its run.
+    _sharing.save_arrays(directory / "shard_map", "shard_map",
+                         {"host_of": shard_map.host_of(), "local_index": shard_map.local_index()},
+                         num_hosts=num_hosts, fingerprint=shard_map.fingerprint(), run=run)
     load_shard_map(directory, verify=True)
     return directory
 
@@ -90,6 +97,12 @@ def partition_features(x: Tensor, directory: Union[str, Path], num_hosts: int,
 def load_shard_map(directory: Union[str, Path], verify: bool = False) -> "torch.ScriptObject":
     """The shard map written by :func:`partition_features` (sizes always checked, the CRC-32
     with ``verify``)."""
+    return _load_shard_map(directory, verify)[0]
+
+
+def _load_shard_map(directory, verify: bool) -> Tuple["torch.ScriptObject", Optional[int]]:
+    """The shard map and the id of the run that wrote it (None for saves before runs had
+    one)."""
     arrays, meta = _sharing.map_arrays(Path(directory) / "shard_map", "shard_map", verify=verify,
                                        names=("host_of", "local_index"),
                                        required=("host_of", "local_index"))
@@ -101,7 +114,7 @@ def load_shard_map(directory: Union[str, Path], verify: bool = False) -> "torch.
     if shard_map.fingerprint() != meta["fingerprint"]:
         raise ValueError(f"{directory}/shard_map does not match the fingerprint it was saved "
                          f"with: the files are from different partitions")
-    return shard_map
+    return shard_map, meta.get("run")
 
 
 def host_groups(backend: Optional[str] = None):
@@ -225,6 +238,20 @@ def _registered(group) -> bool:
         return False
 
 
+def _tell_setup_problem(group, asked: str, lanes: int, timeout: float, problem: str) -> None:
+    """This host's part of DistFeature's setup agreement when it cannot construct one: the
+    other hosts then raise naming it, at once (errors of the agreement itself are left to
+    the caller's own error)."""
+    try:
+        mine = {"asked": asked, "rdma": False, "lanes": lanes,
+                "backend": dist.get_backend(group), "problem": problem, "run": None}
+        torch.classes.quiver.Transport.agree(group.boxed(), "dist-feature-setup",
+                                             json.dumps(mine, sort_keys=True),
+                                             _checked_timeout(timeout))
+    except Exception:  # noqa: BLE001  (best effort: the caller raises its own error)
+        pass
+
+
 class DistFeature:
     """A feature table split over hosts: ``feature[ids]`` returns the rows of global ids.
 
@@ -312,7 +339,7 @@ class DistFeature:
                 problem = str(error) if asked == "rdma" else ""
                 rdma_here = False  # "auto" falls back to the collectives on every host
         mine = {"asked": asked, "rdma": rdma_here, "lanes": lanes, "backend": backend,
-                "problem": problem}
+                "problem": problem, "run": getattr(self, "_run", None)}
         texts = torch.classes.quiver.Transport.agree(self.group.boxed(), "dist-feature-setup",
                                                      json.dumps(mine, sort_keys=True), timeout)
         everyone = [json.loads(text) for text in texts]
@@ -320,6 +347,13 @@ class DistFeature:
         if troubled:
             raise ValueError("DistFeature cannot connect its hosts: " + "; ".join(
                 f"host {h}: {why}" for h, why in troubled.items()))
+        runs = {e.get("run") for e in everyone}
+        if len(runs) > 1:
+            raise ValueError("the hosts loaded shards of different partition_features runs: " +
+                             ", ".join(f"host {h} run {e.get('run')}"
+                                       for h, e in enumerate(everyone)) +
+                             ": a host's copy of the folder is stale; copy the whole output "
+                             "of one run to every host")
         for key, what in (("asked", "transport"), ("backend", "process group backend")):
             values = {e[key] for e in everyone}
             if len(values) > 1:
@@ -346,19 +380,33 @@ class DistFeature:
         ``verify`` checks the files' CRC-32 too, not only their sizes."""
         group = group if group is not None else dist.group.WORLD
         host = dist.get_rank(group)
-        shard_map = load_shard_map(directory, verify=verify)
-        _, meta = _sharing.map_arrays(Path(directory) / f"host_{host}", "feature",
-                                      names=("rows", "order"), required=("rows",))
-        if (meta.get("fingerprint"), meta.get("host")) != (shard_map.fingerprint(), host):
-            raise ValueError(
-                f"{directory}/host_{host} was not cut for host {host} of this shard map "
-                f"(it names fingerprint {meta.get('fingerprint')} and host "
-                f"{meta.get('host')}; the map's fingerprint is {shard_map.fingerprint()}): "
-                f"it is left from another partitioning, or written before the folders were "
-                f"marked; run partition_features again")
-        local = Feature.load_shared(Path(directory) / f"host_{host}", rank, device_list,
-                                    device_cache_size, cache_policy, verify=verify)
-        return cls(shard_map, local, group, transport, timeout, rdma, lanes)
+        try:
+            shard_map, run = _load_shard_map(directory, verify)
+            if shard_map.num_hosts() != dist.get_world_size(group):
+                raise ValueError(f"{directory} is cut for {shard_map.num_hosts()} hosts, but "
+                                 f"the process group has {dist.get_world_size(group)}")
+            _, meta = _sharing.map_arrays(Path(directory) / f"host_{host}", "feature",
+                                          names=("rows", "order"), required=("rows",))
+            if ((meta.get("fingerprint"), meta.get("host"), meta.get("run"))
+                    != (shard_map.fingerprint(), host, run)):
+                raise ValueError(
+                    f"{directory}/host_{host} was not cut for host {host} of this shard map "
+                    f"(it names fingerprint {meta.get('fingerprint')}, host {meta.get('host')} "
+                    f"and run {meta.get('run')}; the map's are {shard_map.fingerprint()} and "
+                    f"run {run}): it is left from another partitioning (or one cut short), "
+                    f"or written before the folders were marked; run partition_features again")
+            local = Feature.load_shared(Path(directory) / f"host_{host}", rank, device_list,
+                                        device_cache_size, cache_policy, verify=verify)
+        except (ValueError, TypeError, IndexError, OSError) as error:
+            # Told to the other hosts, which wait in the setup's agreement, so that every
+            # host raises at once rather than after the timeout with nothing said.
+            _tell_setup_problem(group, transport, lanes, timeout,
+                                f"loading {directory}: {error}")
+            raise
+        feature = cls.__new__(cls)
+        feature._run = run
+        feature.__init__(shard_map, local, group, transport, timeout, rdma, lanes)
+        return feature
 
     def close(self) -> None:
         """Lets go of the transport (its queue pairs and registrations, or its hold on the
@@ -384,8 +432,19 @@ class DistFeature:
     def _ids(self, ids) -> Tensor:
         if self._runtime is None:
             raise RuntimeError("this DistFeature was closed")
-        ids = as_ids(ids)
-        return (ids if ids.device == self.device else ids.to(self.device)).contiguous()
+        try:
+            ids = as_ids(ids)
+            return (ids if ids.device == self.device else ids.to(self.device)).contiguous()
+        except (TypeError, ValueError, RuntimeError, NotImplementedError):
+            # Ids that cannot even be read (None, a meta tensor): this host still takes its
+            # turn in the step, with none, as it does for ids the runtime refuses; skipping
+            # it would pair every later step with the peers' next one.
+            try:
+                self._runtime.gather(torch.empty(0, dtype=torch.long, device=self.device),
+                                     _thread_host_read_blocks())
+            except RuntimeError:
+                pass  # a peer gone too: the ids' own error says more
+            raise
 
     def __getitem__(self, ids) -> Tensor:
         # This host's own rows come through its local Feature's layout, read as that

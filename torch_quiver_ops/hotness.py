@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import ops
-from ._device import is_int
+from ._device import checked_node_ids, holds_integers, is_int
 
 INT32_MAX = 2**31 - 1
 
@@ -40,6 +40,10 @@ def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[i
     if num_batches is not None and (not is_int(num_batches) or num_batches < 0):
         raise ValueError(f"num_batches must be None (one epoch) or an int >= 0, got "
                          f"{num_batches!r}")
+    topo = getattr(sampler, "csr_topo", None)
+    if topo is not None and holds_integers(seeds):
+        # By position in seeds, before the shuffle (the sampler names one in its batch).
+        checked_node_ids(seeds, topo.node_count, "seeds")
     batches = seeds[torch.randperm(seeds.numel(), generator=generator)].split(batch_size)
     # With a generator, the sampling draws come from it too (a generator of the sampling
     # device, seeded from it), so that the same generator gives the same order.

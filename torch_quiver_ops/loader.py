@@ -397,6 +397,11 @@ class SampleLoader:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         seeds = as_ids(seeds)  # an empty list too (torch.as_tensor([]) holds floats)
         if seeds.dtype == torch.bool:
+            topo = getattr(sampler, "csr_topo", None)
+            if (self._seeds_are_nodes and topo is not None
+                    and (seeds.dim() != 1 or seeds.numel() != topo.node_count)):
+                raise ValueError(f"seeds as a mask must hold one bool per node "
+                                 f"({topo.node_count}), got shape {tuple(seeds.shape)}")
             seeds = torch.nonzero(seeds).view(-1)
         if seeds.dim() != 1:
             raise ValueError(f"seeds must be one-dimensional, got shape {tuple(seeds.shape)}")

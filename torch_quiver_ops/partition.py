@@ -554,7 +554,17 @@ class DistGraphSampler:
         edges_per_hop)``, edge ids global (the input's positions, as CSRTopo numbers them).
         As :class:`GraphSageSampler`'s: the first four on the sampling GPU in the GPU and UVA
         modes (on the CPU in the CPU mode), the counts on the CPU."""
-        return self._sampler.sample(as_ids(input_nodes).cpu(), generator)
+        try:
+            seeds = as_ids(input_nodes).cpu()
+        except (TypeError, ValueError, RuntimeError, NotImplementedError):
+            # Seeds that cannot even be read: this host still takes its turn in the step,
+            # with none (as for seeds the runtime refuses), so the hosts stay in step.
+            try:
+                self._sampler.sample(torch.empty(0, dtype=torch.long), generator)
+            except RuntimeError:
+                pass  # a peer gone too: the seeds' own error says more
+            raise
+        return self._sampler.sample(seeds, generator)
 
     def sample(self, input_nodes, generator: Optional[torch.Generator] = None
                ) -> Tuple[Tensor, int, List[Adj]]:

@@ -73,6 +73,29 @@ def check_shared_memory(nbytes: int, what: str) -> None:
         check_room(Path("/dev/shm"), nbytes, what)
 
 
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo in bytes (-1 where there is none to read)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return -1
+
+
+def check_host_memory(nbytes: int, what: str, fix: str) -> None:
+    """Raises ResourceLimitError when host memory has less than ``nbytes`` available: an
+    allocation past it is granted by overcommit, then the process is killed as it fills it,
+    with no Python error at all."""
+    available = available_memory()
+    if available < 0 or nbytes <= available:
+        return
+    raise ResourceLimitError(f"{what} needs {_size(nbytes)} of host memory, but "
+                             f"{_size(available)} is available: {fix}")
+
+
 def memlock_limit() -> int:
     """The soft RLIMIT_MEMLOCK in bytes (-1: unlimited)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)

@@ -7,7 +7,7 @@ from typing import Iterator, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import _sharing, ops
+from . import _sharing, ops, preflight
 from ._device import holds_integers
 from .hotness import INT32_MAX, degree_order
 
@@ -129,8 +129,23 @@ class CSRTopo:
             # second for a billion edges) when they are there; the CSR is kept on the host.
             if not edge_index.is_cuda:
                 edge_index = edge_index.cpu()
+            if edge_index.dtype not in (torch.int32, torch.int64):
+                # Unsigned and narrow ids as int64 (torch has no max of uint32 or uint64,
+                # and converting to int32 below would wrap them onto valid nodes); a uint64
+                # past int64's range turns negative there and is named here as it was.
+                wide = edge_index.to(torch.int64)
+                if edge_index.dtype == torch.uint64 and wide.numel() and bool((wide < 0).any()):
+                    raise IndexError(f"edge_index holds node {int(wide[wide < 0][0]) + 2**64}, "
+                                     f"out of range")
+                edge_index = wide
             if num_nodes is None:
                 num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
+                # One stray large id sizes the offsets (8 bytes a node): past the memory
+                # there is, the process was killed filling them, with no error.
+                preflight.check_host_memory(
+                    8 * (num_nodes + 1), f"CSRTopo's offsets for {num_nodes:,} nodes (the "
+                    f"largest id in edge_index is {num_nodes - 1:,})",
+                    "check edge_index for a stray id, or give num_nodes")
             dtype = torch.int32 if num_nodes <= INT32_MAX else torch.int64
             # Ids outside [0, num_nodes), negative ones too, are the op's IndexError; ids
             # that int32 cannot hold are refused here, before the conversion wraps them

@@ -260,13 +260,28 @@ def test_a_host_folder_left_from_another_partitioning_is_refused(tmp_path, monke
     shutil.rmtree(second / "host_1")
     shutil.copytree(first / "host_1", second / "host_1")
     monkeypatch.setattr(qv.dist.dist, "get_rank", lambda group: 1)
+    monkeypatch.setattr(qv.dist.dist, "get_world_size", lambda group: 2)
     with pytest.raises(ValueError, match="host_1 was not cut for host 1 of this shard map"):
         qv.dist.DistFeature.load(second, group=object(), device_list=[])
     # Nor is a folder cut for another host of the same map.
     shutil.rmtree(second / "host_1")
     shutil.copytree(second / "host_0", second / "host_1")
-    with pytest.raises(ValueError, match="names fingerprint .* and host 0"):
+    with pytest.raises(ValueError, match="names fingerprint .*, host 0"):
         qv.dist.DistFeature.load(second, group=object(), device_list=[])
+    # Nor one of another run with the same hot order (the same fingerprint): a re-run over
+    # another table that stopped part-way left the new host_0 beside the old host_1.
+    order = torch.randperm(300)
+    qv.dist.partition_features(x, first, 2, order, 0.2)
+    qv.dist.partition_features(table(300, seed=1), second, 2, order, 0.2)
+    shutil.rmtree(second / "host_1")
+    shutil.copytree(first / "host_1", second / "host_1")
+    with pytest.raises(ValueError, match="left from another partitioning .*run"):
+        qv.dist.DistFeature.load(second, group=object(), device_list=[])
+    # A map cut for 2 hosts loaded by 3 is named on every host (one lacked its folder and
+    # the others waited for it).
+    monkeypatch.setattr(qv.dist.dist, "get_world_size", lambda group: 3)
+    with pytest.raises(ValueError, match="cut for 2 hosts, but the process group has 3"):
+        qv.dist.DistFeature.load(first, group=object(), device_list=[])
 
 
 @contextlib.contextmanager
@@ -416,6 +431,45 @@ def mismatched_worker(rank, port, results, lanes, backend="gloo"):
         feature = transport = None
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def stale_copy_worker(rank, port, base, results):
+    """Ids that cannot be read (None) on one host: it still takes its turn, so the steps
+    after stay paired; then each host loads its own copy of the folder, host 1's from
+    another run of the same shape: both refuse at once, naming the runs."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2, timeout=timedelta(seconds=60))
+    with reported(results, rank):
+        x = torch.load(Path(base) / "a" / "x.pt")
+        feature = qv.dist.DistFeature.load(Path(base) / "a", device_list=[], timeout=10.0)
+        if rank == 0:
+            with pytest.raises(RuntimeError):
+                feature[None]
+        else:
+            assert torch.equal(feature[torch.arange(7)], x[:7])
+        for step in range(2):
+            ids = torch.arange(step, x.size(0), 3 + rank)
+            assert torch.equal(feature[ids], x[ids]), step
+        feature.close()
+        began = time.monotonic()
+        with pytest.raises(ValueError, match="different partition_features runs"):
+            qv.dist.DistFeature.load(Path(base) / ("a" if rank == 0 else "b"), device_list=[],
+                                     timeout=20.0)
+        assert time.monotonic() - began < 10, "the refusal waited for the timeout"
+
+
+@pytest.mark.timeout(300)
+def test_unreadable_ids_keep_the_hosts_in_step_and_stale_copies_are_refused(tmp_path):
+    base, results = tmp_path / "base", tmp_path / "results"
+    results.mkdir()
+    order = torch.randperm(200)
+    for name, seed in (("a", 0), ("b", 1)):
+        x = table(200, seed=seed)
+        qv.dist.partition_features(x, base / name, 2, order, 0.2)
+        torch.save(x, base / name / "x.pt")
+    spawn_workers(stale_copy_worker, args=(free_port(), str(base), str(results)), nprocs=2)
+    seen = {p.name: p.read_text() for p in results.iterdir()}
+    assert set(seen) == {"ok_0", "ok_1"}, seen
 
 
 @pytest.mark.timeout(300)

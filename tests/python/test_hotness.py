@@ -131,3 +131,10 @@ def test_presampled_topology_order_serves_more_sampled_edges_than_degree():
 
     by_degree, presampled = served(degree_order(topo.degree)), served(order)
     assert presampled > by_degree + 0.15, (presampled, by_degree)
+
+
+def test_presampling_names_a_bad_seed_by_its_position():
+    topo = qv.CSRTopo(torch.tensor([[0, 1, 2], [1, 2, 0]]))
+    sampler = qv.GraphSageSampler(topo, [2], device="cpu", mode="CPU")
+    with pytest.raises(IndexError, match=r"seeds\[1\] = -1"):
+        qv.hotness.presample_hot_order(sampler, torch.tensor([0, -1]))

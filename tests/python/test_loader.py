@@ -762,3 +762,17 @@ def test_a_compiled_model_takes_every_batch_without_recompiling(mode):
     assert len(traces) == 7 and len(sizes) >= 5  # 100 seeds in batches of 16
     assert traces[0] >= 1 and traces[-1] <= traces[0] + 1, traces
     assert all(p.grad is not None for p in model.parameters())
+
+
+def test_a_seed_mask_must_cover_every_node():
+    """A mask of 2 entries over 2,000 nodes trained on node 1 alone, silently."""
+    topo = qv.CSRTopo(torch.stack(random_coo(2000, 8000, seed=0)), num_nodes=2000)
+    sampler = qv.GraphSageSampler(topo, [2], device="cpu", mode="CPU")
+    x = torch.randn(2000, 4)
+    with pytest.raises(ValueError, match=r"one bool per node \(2000\)"):
+        qv.SampleLoader(sampler, x, torch.tensor([False, True]), 5)
+    mask = torch.zeros(2000, dtype=torch.bool)
+    mask[[3, 7]] = True
+    loader = qv.SampleLoader(sampler, x, mask, 5, shuffle=False)
+    seen = [int(n) for n_id, batch_size, *_ in loader for n in n_id[:batch_size]]
+    assert sorted(seen) == [3, 7]

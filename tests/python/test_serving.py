@@ -464,8 +464,10 @@ def test_a_calibrated_runtime_sends_batches_where_they_finish_first(graph):
     set later is followed whatever the load."""
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     model = SAGE([graph.x.size(1), 16, int(graph.y.max()) + 1])
+    # A burst of 100 requests queued at once: more ids than the default bound (8 batches).
     runtime = ServingRuntime(model, topo, [-1, -1], graph.x.cuda(), device="cuda",
-                             cpu_samplers=2, gpu_streams=1, max_batch_nodes=8, max_wait_ms=0.0)
+                             cpu_samplers=2, gpu_streams=1, max_batch_nodes=8, max_wait_ms=0.0,
+                             max_queue_nodes=4096)
     try:
         assert runtime.dispatches_by_load
         alone = runtime.predict(torch.tensor([7]), 30)
@@ -493,7 +495,7 @@ def test_a_full_side_overflows_onto_free_samplers_within_the_objective(graph):
     model = SAGE([graph.x.size(1), 16, int(graph.y.max()) + 1])
     runtime = ServingRuntime(model, topo, [-1, -1], graph.x.cuda(), device="cuda",
                              cpu_samplers=2, gpu_streams=1, max_batch_nodes=8, max_wait_ms=0.0,
-                             latency_objective_ms=1e9)
+                             latency_objective_ms=1e9, max_queue_nodes=4096)
     try:
         assert runtime.dispatches_by_load
         chunks = torch.randint(graph.num_nodes, (800,)).split(4)

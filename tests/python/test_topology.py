@@ -141,3 +141,24 @@ def test_an_edited_save_names_the_save(tmp_path):
     with pytest.raises(IndexError, match=r"csr.json and its .bin files hold no valid CSR: "
                                          r".*100000000"):
         qv.CSRTopo.load_shared(tmp_path)
+
+
+def test_unsigned_ids_are_checked_not_wrapped():
+    """A uint64 id past int32 was converted to int32 and wrapped onto a valid node (with
+    num_nodes given); without num_nodes, torch has no max of uint32 (a raw torch error)."""
+    import numpy as np
+    with pytest.raises(IndexError, match="4294967297"):
+        qv.CSRTopo(np.array([[0, 2**32 + 1], [1, 2]], dtype=np.uint64), num_nodes=3)
+    with pytest.raises(IndexError, match="18446744073709551615"):
+        qv.CSRTopo(np.array([[0, 2**64 - 1], [1, 2]], dtype=np.uint64), num_nodes=3)
+    topo = qv.CSRTopo(np.array([[0, 1], [1, 2]], dtype=np.uint32))
+    assert topo.indptr.tolist() == [0, 1, 2, 2] and topo.indices.tolist() == [1, 2]
+
+
+def test_a_stray_id_past_the_memory_there_is_is_named(monkeypatch):
+    """One id of 2^40 sized offsets of 8 TiB: granted by overcommit, the process was killed
+    filling them (here, whatever the machine, the memory available is made small)."""
+    monkeypatch.setattr(qv.preflight, "available_memory", lambda: 1 << 30)
+    with pytest.raises(qv.preflight.ResourceLimitError,
+                       match="largest id in edge_index is 1,099,511,627,776.*give num_nodes"):
+        qv.CSRTopo(torch.tensor([[0, 2**40], [1, 2]]))
