@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 import torch_quiver_ops as qv
-from torch_quiver_ops import _cli
+from torch_quiver_ops import _cli, preflight
 from torch_quiver_ops.partition import METHODS, load_partition, partition_graph
 
 
@@ -44,14 +44,7 @@ class AnonymousPeak:
 
     @staticmethod
     def _read() -> int:
-        try:
-            with open("/proc/self/status") as status:
-                for line in status:
-                    if line.startswith("RssAnon:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            pass
-        return 0
+        return max(0, preflight.proc_bytes("/proc/self/status", "RssAnon"))
 
     def _watch(self):
         while not self._stop.wait(0.02):

@@ -73,16 +73,22 @@ def check_shared_memory(nbytes: int, what: str) -> None:
         check_room(Path("/dev/shm"), nbytes, what)
 
 
-def available_memory() -> int:
-    """MemAvailable of /proc/meminfo in bytes (-1 where there is none to read)."""
+def proc_bytes(path: str, key: str) -> int:
+    """A ``key: N kB`` line of a /proc file (/proc/meminfo, /proc/self/status) in bytes;
+    -1 where there is none to read."""
     try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
+        with open(path) as lines:
+            for line in lines:
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
     return -1
+
+
+def available_memory() -> int:
+    """MemAvailable of /proc/meminfo in bytes (-1 where there is none to read)."""
+    return proc_bytes("/proc/meminfo", "MemAvailable")
 
 
 def check_host_memory(nbytes: int, what: str, fix: str) -> None:

@@ -83,26 +83,38 @@ class RecordReader {
     ++at_;
   }
 
-  // Calls `on_member(key)` for each key of the object here, which must read its value.
-  template <typename OnMember>
-  void members(int depth, OnMember&& on_member) {
+  // Reads the object or array opening with `open` here, calling `on_item()` for each of
+  // its items (which must read it), at most kMaxDepth deep.
+  template <typename OnItem>
+  void items(int depth, char open, char close, OnItem&& on_item) {
     fail_unless(depth < kMaxDepth, "nests deeper than the format ever does");
-    expect('{');
-    if (next_is('}')) {
+    expect(open);
+    if (next_is(close)) {
       ++at_;
       return;
     }
     while (true) {
+      on_item();
+      if (!next_is(',')) break;
+      ++at_;
+    }
+    expect(close);
+  }
+
+  // Calls `on_member(key)` for each key of the object here, which must read its value.
+  template <typename OnMember>
+  void members(int depth, OnMember&& on_member) {
+    items(depth, '{', '}', [&] {
       const std::string key = string();
       expect(':');
       on_member(key);
-      if (next_is(',')) {
-        ++at_;
-        continue;
-      }
-      expect('}');
-      return;
-    }
+    });
+  }
+
+  // Calls `on_element()` for each element of the array here, which must read it.
+  template <typename OnElement>
+  void elements(int depth, OnElement&& on_element) {
+    items(depth, '[', ']', on_element);
   }
 
   std::string string() {
@@ -151,20 +163,7 @@ class RecordReader {
     if (c == '{') {
       members(depth, [&](const std::string&) { skip_value(depth + 1); });
     } else if (c == '[') {
-      ++at_;
-      if (next_is(']')) {
-        ++at_;
-        return;
-      }
-      while (true) {
-        skip_value(depth + 1);
-        if (next_is(',')) {
-          ++at_;
-          continue;
-        }
-        expect(']');
-        return;
-      }
+      elements(depth, [&] { skip_value(depth + 1); });
     } else if (c == '"') {
       string();
     } else {
@@ -185,20 +184,7 @@ class RecordReader {
         d.dtype = string();
       } else if (key == "shape") {
         d.shape.clear();
-        expect('[');
-        if (next_is(']')) {
-          ++at_;
-          return;
-        }
-        while (true) {
-          d.shape.push_back(integer(name + "'s shape"));
-          if (next_is(',')) {
-            ++at_;
-            continue;
-          }
-          expect(']');
-          return;
-        }
+        elements(3, [&] { d.shape.push_back(integer(name + "'s shape")); });
       } else if (key == "nbytes") {
         d.nbytes = integer(name + "'s nbytes");
       } else {
