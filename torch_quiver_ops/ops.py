@@ -261,11 +261,19 @@ def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
                          torch.zeros_like(starts, dtype=torch.double))
     # Subtracting a row's start from a global running sum leaves an error of a few 1e-16 of
     # the running total in each row's sums: exact enough unless a row's weights are that
-    # small beside the rows before it. A row whose sums then fail to grow is summed again
-    # on its own (such rows are rare, and the op would refuse them).
+    # small beside the rows before it. Each row is shifted so that its first sum is its
+    # first weight (the op checks that, to 1e-6: a row of 1e-3 weights after 1e9 of others
+    # was off by 1e-4 of it); a row whose sums then fail to grow is summed again on its
+    # own (such rows are rare, and the op would refuse them).
     out = sums - torch.repeat_interleave(before, degrees, output_size=weight.numel())
+    nonempty = degrees > 0
+    firsts = starts[nonempty]
+    stray = torch.zeros_like(before)
+    stray[nonempty] = weight[firsts] - out[firsts]
+    out += torch.repeat_interleave(stray, degrees, output_size=weight.numel())
+    out[firsts] = weight[firsts]
     previous = torch.cat([out.new_zeros(1), out[:-1]])
-    previous[starts[degrees > 0]] = 0.0  # a row's first sum follows no other
+    previous[firsts] = 0.0  # a row's first sum follows no other
     flat = (out <= previous).nonzero().view(-1)
     if flat.numel():
         for row in torch.unique(torch.searchsorted(indptr.to(flat.device), flat,

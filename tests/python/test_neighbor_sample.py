@@ -199,6 +199,18 @@ def test_sums_that_do_not_restart_or_fall_are_refused(mode, sums):
                                edge_weight_cumsum=place_extra(bad, mode))
 
 
+def test_row_cumsum_rows_start_at_their_first_weight_beside_heavy_rows():
+    """A row of weights 1e-3 after rows summing to 1e9: the global running sum left its
+    first sum 1e-7 off its weight, which the op's per-row check (1e-6 relative) refused."""
+    indptr = torch.tensor([0, 3, 6])
+    weights = torch.tensor([4e8, 3e8, 3e8, 1.1e-3, 2e-3, 3e-3])
+    sums = qv.ops.row_cumsum(indptr, weights)
+    assert float(sums[3]) == float(weights[3])
+    out = qv.ops.neighbor_sample(indptr, torch.tensor([0, 1, 0, 1, 0, 1]), torch.tensor([1]),
+                                 [2], edge_weight=weights, edge_weight_cumsum=sums)
+    assert out[2].numel() == 2
+
+
 def test_row_cumsum_names_bad_offsets():
     for indptr in (torch.tensor([1, 2, 4]), torch.tensor([0, 3, 2, 4])):
         with pytest.raises(ValueError, match="indptr must be a CSR's row offsets"):
