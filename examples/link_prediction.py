@@ -72,6 +72,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
                      f"got {args.held_out}")
     option_checks.positive(parser, args, ["lr"])
     option_checks.output_file(parser, "report", args.report)
+    option_checks.device_option(parser, args.device, auto=True)
     return args
 
 

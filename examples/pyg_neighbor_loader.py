@@ -33,6 +33,9 @@ parser.add_argument("--num-workers", type=int, default=min(4, os.cpu_count() or 
                          "process; default: 4, or fewer on a machine with fewer cores)")
 parser.add_argument("--seed", type=int, default=0, help="seeds the graph, model and batches")
 args = parser.parse_args()
+for name, least in (("epochs", 0), ("batch_size", 1), ("num_workers", 0)):
+    if getattr(args, name) < least:  # before the graph: DataLoader would refuse it later
+        parser.error(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
 torch.manual_seed(args.seed)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -19,6 +19,7 @@ import argparse
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -101,14 +102,26 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", help="the file train_sage.py --save wrote")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--cpu-samplers", type=int, default=4)
-    parser.add_argument("--gpu-streams", type=int, default=2)
-    parser.add_argument("--cache-size", default="20%")
-    parser.add_argument("--max-batch-nodes", type=int, default=1024)
-    parser.add_argument("--max-wait-ms", type=float, default=2.0)
-    parser.add_argument("--max-queue", type=int, default=1024)
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="the address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000,
+                        help="the port to listen on, 0 for any free one (default: 8000)")
+    parser.add_argument("--cpu-samplers", type=int, default=4,
+                        help="threads sampling batches on the CPU (default: 4)")
+    parser.add_argument("--gpu-streams", type=int, default=2,
+                        help="CUDA streams sampling batches on the GPU, 0 for none "
+                             "(default: 2; none without a GPU)")
+    parser.add_argument("--cache-size", default="20%",
+                        help="feature rows kept in GPU memory: a share such as 20%% or bytes "
+                             "such as 2G (default: 20%%)")
+    parser.add_argument("--max-batch-nodes", type=int, default=1024,
+                        help="node ids in one batch at most, and in one request (default: 1024)")
+    parser.add_argument("--max-wait-ms", type=float, default=2.0,
+                        help="a batch closes when its oldest request has waited this long "
+                             "(default: 2.0)")
+    parser.add_argument("--max-queue", type=int, default=1024,
+                        help="requests waiting at most; past it a request gets a 503 "
+                             "(default: 1024)")
     parser.add_argument("--max-queue-nodes", type=int, default=None,
                         help="node ids waiting at most, over every queued request; a request "
                              "past it gets a 503 at once (default: 8 x --max-batch-nodes)")
@@ -133,8 +146,10 @@ def main(argv=None):
         parser.error(f"--max-queue-nodes must be >= 1, got {args.max_queue_nodes}")
     if args.gpu_streams < 0:
         parser.error(f"--gpu-streams must be >= 0, got {args.gpu_streams}")
-    if not args.max_wait_ms >= 0:
-        parser.error(f"--max-wait-ms must be >= 0, got {args.max_wait_ms}")
+    if not (math.isfinite(args.max_wait_ms) and args.max_wait_ms >= 0):
+        parser.error(f"--max-wait-ms must be a finite number >= 0, got {args.max_wait_ms}")
+    if args.threshold is not None and not (math.isfinite(args.threshold) and args.threshold >= 0):
+        parser.error(f"--threshold must be a finite PSGS >= 0, got {args.threshold}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be in [0, 65535], got {args.port}")
     if args.duration is not None and not args.duration > 0:
@@ -142,6 +157,13 @@ def main(argv=None):
     if args.package is not None and not Path(args.package).resolve().parent.is_dir():
         parser.error(f"--package {args.package}: the folder {Path(args.package).resolve().parent} "
                      f"does not exist")
+    if args.package is not None and (Path(args.package).is_dir()
+                                     or not args.package.endswith(".pt2")):
+        parser.error(f"--package {args.package} must name a file ending in .pt2")
+    try:
+        socket.getaddrinfo(args.host, args.port)
+    except (socket.gaierror, UnicodeError) as error:
+        parser.error(f"--host {args.host} cannot be listened on: {error}")
     if not Path(args.checkpoint).is_file():
         parser.error(f"checkpoint {args.checkpoint} is not a file (train_sage.py --save writes "
                      f"one)")
@@ -151,7 +173,8 @@ def main(argv=None):
         checkpoint = torch.load(args.checkpoint, weights_only=True)
     except Exception as error:  # a package, a state_dict's zip of another kind, any file
         parser.error(f"checkpoint {args.checkpoint} could not be read as train_sage.py --save "
-                     f"writes it: {type(error).__name__}: {str(error).splitlines()[0]}")
+                     f"writes it: {type(error).__name__}: "
+                     f"{(str(error).splitlines() or ['(no message: an empty file?)'])[0]}")
     wanted = {"state_dict", "size", "seed", "graph_device", "fanouts", "hidden", "in_channels",
               "num_classes"}
     if not isinstance(checkpoint, dict) or not wanted <= checkpoint.keys():

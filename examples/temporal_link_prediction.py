@@ -80,6 +80,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
                      f"t >= --test-from), got --train-until {args.train_until} and "
                      f"--test-from {args.test_from}")
     option_checks.output_file(parser, "report", args.report)
+    option_checks.device_option(parser, args.device, auto=True)
     return args
 
 

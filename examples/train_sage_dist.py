@@ -76,6 +76,16 @@ def parse_args(argv=None):
     option_checks.positive(parser, args, ["lr", "timeout"])
     if not 0 <= args.replicate <= 1:
         parser.error(f"--replicate is a share of the rows, in [0, 1], got {args.replicate}")
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        parser.error("run it under torchrun (e.g. torchrun --standalone --nproc-per-node 2 "
+                     "examples/train_sage_dist.py --data DIR): it reads RANK and WORLD_SIZE "
+                     "from torchrun's environment")
+    world = int(os.environ["WORLD_SIZE"])
+    if args.eval_nodes < world:
+        parser.error(f"--eval-nodes {args.eval_nodes} leaves some of the {world} processes no "
+                     f"test node: give at least {world}")
+    if Path(args.data).exists() and not Path(args.data).is_dir():
+        parser.error(f"--data {args.data} is not a directory")
     return args
 
 

@@ -1059,7 +1059,7 @@ def test_distributed_example_refuses_data_built_with_another_seed(tmp_path):
     assert result.returncode != 0
 
 
-def test_distributed_example_checks_its_options_before_starting(capsys):
+def test_distributed_example_checks_its_options_before_starting(capsys, monkeypatch, tmp_path):
     sys.path.insert(0, str(REPO / "examples"))  # it imports train_sage's model
     try:
         spec = importlib.util.spec_from_file_location(
@@ -1068,6 +1068,8 @@ def test_distributed_example_checks_its_options_before_starting(capsys):
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(REPO / "examples"))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
     for option, value, words in (("--eval-nodes", "0", "--eval-nodes must be >= 1, got 0"),
                                  ("--batch-size", "0", "--batch-size must be >= 1"),
                                  ("--fanouts", "1,,2", "--fanouts takes whole numbers"),
@@ -1077,6 +1079,20 @@ def test_distributed_example_checks_its_options_before_starting(capsys):
         with pytest.raises(SystemExit):
             module.parse_args(["--data", "d", option, value])
         assert words in capsys.readouterr().err, (option, value)
+    # Outside torchrun: one line saying how to launch it (it was a traceback).
+    monkeypatch.delenv("RANK", raising=False)
+    with pytest.raises(SystemExit):
+        module.parse_args(["--data", "d"])
+    assert "run it under torchrun" in capsys.readouterr().err
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for argv, words in ((["--eval-nodes", "3"], "leaves some of the 4 processes no test node"),
+                        (["--data", str(a_file)], "is not a directory")):
+        with pytest.raises(SystemExit):
+            module.parse_args(["--data", "d", *argv])
+        assert words in capsys.readouterr().err, argv
     assert module.parse_args(["--data", "d"]).eval_nodes == 10_000
 
 

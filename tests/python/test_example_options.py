@@ -204,3 +204,25 @@ def test_train_hetero_scores_the_same_papers_every_epoch(hetero, monkeypatch):
     assert all(v.numel() == 5 and torch.equal(v, val[0]) for v in val), val
     assert all(t.numel() == 5 and torch.equal(t, test[0]) for t in test), test
     assert not torch.equal(val[0], test[0])
+
+
+@pytest.mark.parametrize("example", ["hetero", "link", "temporal"])
+def test_training_examples_refuse_a_device_they_cannot_use(example, request, capsys):
+    """A CUDA device on a machine without one, or a made-up name, ended in a traceback
+    (after building the graph, for train_hetero.py at its default scale)."""
+    module = request.getfixturevalue(example)
+    refused(capsys, module.parse_args, ["--device", "foo"], "--device", "'foo'")
+    refused(capsys, module.parse_args, ["--device", "cuda:99"], "--device cuda:99")
+
+
+def test_the_pyg_drop_in_example_checks_its_sizes_before_the_graph():
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = Path(__file__).resolve().parents[2] / "examples" / "pyg_neighbor_loader.py"
+    for argv, words in ((["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+                        (["--num-workers", "-1"], "--num-workers must be >= 0, got -1"),
+                        (["--epochs", "-1"], "--epochs must be >= 0, got -1")):
+        done = subprocess.run([sys.executable, str(script), *argv], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]

@@ -1100,6 +1100,8 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
     torch.save({"state_dict": {}}, state_dict)
     not_torch = tmp_path / "notes.txt"
     not_torch.write_text("hello")
+    empty = tmp_path / "empty.pt"
+    empty.write_bytes(b"")
     fields = {"state_dict": {}, "size": "small", "seed": 0, "graph_device": "tpu",
               "fanouts": "15,10,5", "hidden": 16, "in_channels": "100", "num_classes": 4}
     mangled = tmp_path / "mangled.pt"
@@ -1120,7 +1122,13 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
                         ([str(state_dict), "--cpu-samplers", "0"], "--cpu-samplers must be >= 1"),
                         ([str(state_dict), "--max-queue", "0"], "--max-queue must be >= 1"),
                         ([str(state_dict), "--port", "70000"], "--port must be in [0, 65535]"),
-                        ([str(state_dict), "--max-wait-ms", "-5"], "--max-wait-ms must be >= 0"),
+                        ([str(state_dict), "--max-wait-ms", "-5"], "--max-wait-ms must be a"),
+                        ([str(state_dict), "--max-wait-ms", "inf"], "--max-wait-ms must be a"),
+                        ([str(state_dict), "--threshold", "nan"], "--threshold must be a"),
+                        ([str(state_dict), "--package", str(tmp_path)], "ending in .pt2"),
+                        ([str(state_dict), "--host", "not.a.host.invalid"],
+                         "--host not.a.host.invalid cannot be listened on"),
+                        ([str(empty)], "(no message: an empty file?)"),
                         ([str(state_dict), "--package", str(tmp_path / "no" / "s.pt2")],
                          "does not exist")):
         cases.append((args, words))
