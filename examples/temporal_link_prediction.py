@@ -42,7 +42,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", default="small", choices=sorted(PRESETS))
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=3, help="default: 3")
     parser.add_argument("--batch-size", type=int, default=1024, help="seed edges per batch")
     parser.add_argument("--num-neighbors", default="10,5",
                         help="neighbors per hop around every endpoint (default: 10,5)")
@@ -56,12 +56,15 @@ def parse_args(argv: Optional[Sequence[str]] = None):
                         help="seed edges per epoch (default: every training edge)")
     parser.add_argument("--eval-edges", type=int, default=20000,
                         help="validation and test edges scored (default: 20000)")
-    parser.add_argument("--mrr-negatives", type=int, default=20)
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--mrr-negatives", type=int, default=20,
+                        help="negatives each test source is ranked against (default: 20)")
+    parser.add_argument("--hidden", type=int, default=128,
+                        help="the encoder's hidden width (default: 128)")
+    parser.add_argument("--lr", type=float, default=0.003, help="Adam's (default: 0.003)")
     parser.add_argument("--device", default="auto",
                         help="auto (the GPU when there is one), cpu, or a CUDA device")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds the graph, the model and the batches (default: 0)")
     parser.add_argument("--report", default=None, help="write the history as JSON here")
     args = parser.parse_args(argv)
     # Checked here, before the graph is built, not after an epoch (or a run) has gone by.

@@ -50,20 +50,31 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True, help="directory of the partitioned graph")
-    parser.add_argument("--size", default="small", choices=sorted(PRESETS))
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--fanouts", default="15,10,5")
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=0.003)
+    parser.add_argument("--size", default="small", choices=sorted(PRESETS),
+                        help="the synthetic graph built into --data (default: small)")
+    parser.add_argument("--epochs", type=int, default=3, help="default: 3")
+    parser.add_argument("--batch-size", type=int, default=1024,
+                        help="seed nodes per batch and process (default: 1024)")
+    parser.add_argument("--fanouts", default="15,10,5",
+                        help="neighbors sampled per hop, comma separated, the seeds' hop "
+                             "first; -1 takes every neighbor (default: 15,10,5)")
+    parser.add_argument("--hidden", type=int, default=128,
+                        help="GraphSAGE's hidden width (default: 128)")
+    parser.add_argument("--lr", type=float, default=0.003, help="Adam's (default: 0.003)")
     parser.add_argument("--replicate", type=float, default=0.2,
                         help="share of the rows (hottest by degree) on every host")
     parser.add_argument("--cache-size", default="20%",
                         help="each GPU's cache of its host's table: bytes or a share of it")
-    parser.add_argument("--transport", default="auto", choices=qv.dist.TRANSPORTS)
-    parser.add_argument("--timeout", type=float, default=120.0)
-    parser.add_argument("--eval-nodes", type=int, default=10_000)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--transport", default="auto", choices=qv.dist.TRANSPORTS,
+                        help="how hosts fetch each other's rows (default: auto, RDMA where "
+                             "every host has a device, else the process group's backend)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds a host waits for a peer before naming it (default: 120)")
+    parser.add_argument("--eval-nodes", type=int, default=10_000,
+                        help="test nodes scored after each epoch, over all processes "
+                             "(default: 10000)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds the graph, the model and the batches (default: 0)")
     parser.add_argument("--partitioned", action="store_true",
                         help="split the topology over the hosts too (see above)")
     parser.add_argument("--partition-method", default=None, choices=("metis", "range", "random"),
@@ -76,6 +87,9 @@ def parse_args(argv=None):
     option_checks.positive(parser, args, ["lr", "timeout"])
     if not 0 <= args.replicate <= 1:
         parser.error(f"--replicate is a share of the rows, in [0, 1], got {args.replicate}")
+    if args.partition_method is not None and not args.partitioned:
+        parser.error("--partition-method chooses how --partitioned splits the topology: give "
+                     "--partitioned too")
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         parser.error("run it under torchrun (e.g. torchrun --standalone --nproc-per-node 2 "
                      "examples/train_sage_dist.py --data DIR): it reads RANK and WORLD_SIZE "

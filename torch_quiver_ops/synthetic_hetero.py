@@ -105,6 +105,13 @@ class _Endpoints:
         return self.order[at]
 
 
+def _check_scale(scale) -> None:
+    """A scale is a finite number > 0 (0 or less had quietly given one node a type)."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (
+            0 < scale < float("inf")):
+        raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+
+
 def mag_like(scale: float = 1.0, seed: int = 0, num_features: int = 128,
              num_classes: int = 349, homophily: float = 0.8, feature_signal: float = 0.3,
              device: Optional[torch.device] = None) -> HeteroGraph:
@@ -116,6 +123,9 @@ def mag_like(scale: float = 1.0, seed: int = 0, num_features: int = 128,
     ``num_classes`` paper labels, ogbn-mag's split shares. The same seed (and device) gives
     the same graph; the result is on the CPU. Multi-edges may occur (about as often as a
     relation's density)."""
+    _check_scale(scale)
+    if not (isinstance(num_classes, int) and num_classes >= 1):
+        raise ValueError(f"num_classes must be an int >= 1, got {num_classes!r}")
     device = torch.device(device or "cpu")
     gen = torch.Generator(device=device).manual_seed(seed)
     nodes = {t: max(1, int(n * scale)) for t, n in MAG_NODES.items()}
@@ -173,6 +183,7 @@ def mag240m_like(scale: float = 1.0, seed: int = 0, device: Optional[torch.devic
     each other's mirror. Relation ``r``'s edges are numbered in CSR order."""
     device = torch.device(device or "cpu")
     gen = torch.Generator(device=device).manual_seed(seed)
+    _check_scale(scale)
     nodes = {t: max(1, int(n * scale)) for t, n in MAG240M_NODES.items()}
     relations = [(et, max(1, int(count * scale)))
                  for et, count in _relations_with_reverses(MAG240M_RELATIONS)]

@@ -1089,6 +1089,7 @@ def test_distributed_example_checks_its_options_before_starting(capsys, monkeypa
     a_file = tmp_path / "a-file"
     a_file.write_text("")
     for argv, words in ((["--eval-nodes", "3"], "leaves some of the 4 processes no test node"),
+                        (["--partition-method", "range"], "give --partitioned too"),
                         (["--data", str(a_file)], "is not a directory")):
         with pytest.raises(SystemExit):
             module.parse_args(["--data", "d", *argv])

@@ -1,6 +1,7 @@
 """The ogbn-mag-like generator (counts, relations, learnable labels, seeding) and the
 MAG240M-sized builder (its slice-at-a-time CSR is exactly the CSR that HeteroCSRTopo builds
 from the same edges), at small scales on the CPU."""
+import pytest
 import torch
 
 import torch_quiver_ops as qv
@@ -90,3 +91,14 @@ def test_from_csr_refuses_mismatched_sizes():
                           (dict(edge_types=[("paper", "x", "venue")]), "venue")]:
         with pytest.raises(ValueError, match=match):
             qv.HeteroCSRTopo.from_csr(**{**args, **change})
+
+
+@pytest.mark.parametrize("kwargs", [dict(scale=0), dict(scale=-1), dict(scale=float("nan")),
+                                    dict(num_classes=0)])
+def test_sizes_that_give_no_graph_are_refused(kwargs):
+    """scale <= 0 quietly gave one node a type; num_classes=0 failed inside torch.randint."""
+    with pytest.raises(ValueError, match="scale must be a finite number > 0|num_classes must"):
+        mag_like(**kwargs)
+    if "scale" in kwargs:
+        with pytest.raises(ValueError, match="scale must be a finite number > 0"):
+            mag240m_like(**kwargs)
