@@ -129,8 +129,14 @@ def save_arrays(directory: Union[str, Path], stem: str,
     for name in present:
         _check_name(name, str(directory))
     directory.mkdir(parents=True, exist_ok=True)
-    preflight.check_room(directory, sum(t.nbytes for t in present.values()),
-                         f"saving {', '.join(present) or 'nothing'}")
+    # Each file is written beside the one it replaces, then takes its place: the room a
+    # re-save needs at most is what the files before have grown, plus the file being written.
+    needed = grown = 0
+    for name, t in present.items():
+        path = directory / f"{name}.bin"
+        needed = max(needed, grown + t.nbytes)
+        grown += t.nbytes - (path.stat().st_size if path.is_file() else 0)
+    preflight.check_room(directory, needed, f"saving {', '.join(present) or 'nothing'}")
     record = directory / f"{stem}.json"
     # Files are named by array, not by save: another save in this directory that lists one
     # of these names would load this one's bytes as its own.

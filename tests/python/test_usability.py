@@ -91,6 +91,19 @@ def test_saving_to_a_full_file_system_is_refused_before_writing(tmp_path, monkey
     assert not list((tmp_path / "save").glob("*.bin"))
 
 
+def test_a_re_save_is_granted_the_room_its_old_files_free(tmp_path, monkeypatch):
+    """Files are replaced one at a time: re-saving four arrays of 1 MiB needs room for one
+    more file, not for all four again (the check asked for all four)."""
+    arrays = {f"a{i}": torch.zeros(1 << 18) for i in range(4)}  # 1 MiB each
+    qv.save_arrays(tmp_path, "four", arrays)
+    asked = []
+    monkeypatch.setattr(preflight, "check_room", lambda d, nbytes, what: asked.append(nbytes))
+    qv.save_arrays(tmp_path, "four", arrays)
+    assert asked == [1 << 20]
+    qv.save_arrays(tmp_path, "four", {k: torch.zeros(1 << 19) for k in arrays})  # each grows
+    assert asked[-1] == 5 << 20  # three grown by 1 MiB each, then the fourth's 2 MiB
+
+
 GPU_ONLY = not (torch.cuda.is_available() and qv.cuda_kernels_built())
 
 
