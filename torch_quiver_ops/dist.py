@@ -238,15 +238,20 @@ def _registered(group) -> bool:
         return False
 
 
+def _setup_text(asked: str, rdma: bool, lanes: int, backend: str, problem: str,
+                run: Optional[int]) -> str:
+    """What a host says in DistFeature's setup agreement."""
+    return json.dumps({"asked": asked, "rdma": rdma, "lanes": lanes, "backend": backend,
+                       "problem": problem, "run": run}, sort_keys=True)
+
+
 def _tell_setup_problem(group, asked: str, lanes: int, timeout: float, problem: str) -> None:
     """This host's part of DistFeature's setup agreement when it cannot construct one: the
     other hosts then raise naming it, at once (errors of the agreement itself are left to
     the caller's own error)."""
     try:
-        mine = {"asked": asked, "rdma": False, "lanes": lanes,
-                "backend": dist.get_backend(group), "problem": problem, "run": None}
-        torch.classes.quiver.Transport.agree(group.boxed(), "dist-feature-setup",
-                                             json.dumps(mine, sort_keys=True),
+        text = _setup_text(asked, False, lanes, dist.get_backend(group), problem, None)
+        torch.classes.quiver.Transport.agree(group.boxed(), "dist-feature-setup", text,
                                              _checked_timeout(timeout))
     except Exception:  # noqa: BLE001  (best effort: the caller raises its own error)
         pass
@@ -282,7 +287,9 @@ class DistFeature:
     """
 
     def __init__(self, shard_map, local: Feature, group=None, transport: str = "auto",
-                 timeout: float = 60.0, rdma: Optional[dict] = None, lanes: int = 8):
+                 timeout: float = 60.0, rdma: Optional[dict] = None, lanes: int = 8, *,
+                 _run: Optional[int] = None):
+        self._run = _run  # partition_features' run, when load() read one: hosts must agree
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         check_lanes(lanes)
@@ -338,19 +345,18 @@ class DistFeature:
             except preflight.ResourceLimitError as error:
                 problem = str(error) if asked == "rdma" else ""
                 rdma_here = False  # "auto" falls back to the collectives on every host
-        mine = {"asked": asked, "rdma": rdma_here, "lanes": lanes, "backend": backend,
-                "problem": problem, "run": getattr(self, "_run", None)}
-        texts = torch.classes.quiver.Transport.agree(self.group.boxed(), "dist-feature-setup",
-                                                     json.dumps(mine, sort_keys=True), timeout)
+        texts = torch.classes.quiver.Transport.agree(
+            self.group.boxed(), "dist-feature-setup",
+            _setup_text(asked, rdma_here, lanes, backend, problem, self._run), timeout)
         everyone = [json.loads(text) for text in texts]
         troubled = {h: e["problem"] for h, e in enumerate(everyone) if e["problem"]}
         if troubled:
             raise ValueError("DistFeature cannot connect its hosts: " + "; ".join(
                 f"host {h}: {why}" for h, why in troubled.items()))
-        runs = {e.get("run") for e in everyone}
+        runs = {e["run"] for e in everyone}
         if len(runs) > 1:
             raise ValueError("the hosts loaded shards of different partition_features runs: " +
-                             ", ".join(f"host {h} run {e.get('run')}"
+                             ", ".join(f"host {h} run {e['run']}"
                                        for h, e in enumerate(everyone)) +
                              ": a host's copy of the folder is stale; copy the whole output "
                              "of one run to every host")
@@ -403,10 +409,7 @@ class DistFeature:
             _tell_setup_problem(group, transport, lanes, timeout,
                                 f"loading {directory}: {error}")
             raise
-        feature = cls.__new__(cls)
-        feature._run = run
-        feature.__init__(shard_map, local, group, transport, timeout, rdma, lanes)
-        return feature
+        return cls(shard_map, local, group, transport, timeout, rdma, lanes, _run=run)
 
     def close(self) -> None:
         """Lets go of the transport (its queue pairs and registrations, or its hold on the
