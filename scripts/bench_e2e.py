@@ -228,6 +228,28 @@ def model_alone(model, optimizer, batches, device, steps=None):
     return (time.perf_counter() - start) / steps
 
 
+# --model-streams: where the loop's steps queue their kernels, and the rows' name suffixes.
+MODEL_STREAM_NAMES = {"default": "", "default-kept": " on the default stream",
+                      "normal": " on a new stream", "high": " on a high-priority stream"}
+
+
+@contextlib.contextmanager
+def model_stream(device, where):
+    """The loop run from the default stream ("default": a prefetching SampleLoader then
+    runs the steps on a stream of its own; "default-kept": with its ``own_stream`` off, on
+    the default stream itself), or from a new stream of the lowest priority, as the
+    loader's side stream ("normal"), or of the device's greatest ("high": the block
+    scheduler then starts the model's blocks before the loader's pending ones)."""
+    if where in ("default", "default-kept") or device.type != "cuda":
+        yield
+        return
+    sync(device)
+    with torch.cuda.stream(torch.cuda.Stream(device, priority=-100 if where == "high"
+                                             else 0)):
+        yield
+    sync(device)
+
+
 def green_rows(args, device, sampler, feature, train, labels, record_beside, name):
     """The prefetching loader's kernels on SMs of their own (green contexts), so that they
     never queue behind the model's: the loader alone on N SMs, or the model on the rest
@@ -372,6 +394,15 @@ def single_gpu(args, results):
             model, optimizer = fresh_model(built)
 
             def record_beside(name, loader):
+                """``record_epoch_beside`` once per ``--model-streams`` entry, in turns
+                (the default: once, the loop on the default stream, as users run it)."""
+                for where in args.model_streams if cuda else ["default"]:
+                    loader.own_stream = where != "default-kept"
+                    with model_stream(device, where):
+                        record_epoch_beside(name + MODEL_STREAM_NAMES[where], loader)
+                loader.own_stream = True
+
+            def record_epoch_beside(name, loader):
                 """A prefetching epoch between two runs of the model alone as long as an
                 epoch (as many steps), so that the step's drift within the run, tens of
                 percent over seconds, hits the epoch and its bound alike."""
@@ -864,6 +895,13 @@ def main():
     parser.add_argument("--loader-workers", default="",
                         help="also time the prefetching loader with these many workers "
                              "building batches at once (comma list, e.g. 2,3)")
+    parser.add_argument("--model-streams", default="default",
+                        help="run each prefetching epoch and the model alone beside it from "
+                             "the default stream (default: the loader then runs the steps on "
+                             "a stream of its own; default-kept: its own_stream off), or from "
+                             "a new stream of the lowest priority (normal) or of the greatest "
+                             "(high); a comma list runs each in turns, e.g. "
+                             "default,default-kept,default-kept,default")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     _cli.check_args(parser, args, {"batch_size": 1, "hidden": 1, "train_seeds": 1, "scaling_epochs": 1}, ["graph"])
@@ -871,6 +909,10 @@ def main():
         parser.error("--graphed-model and --compile-model are two ways to run the step: "
                      "give one")
     args.loader_workers = [int(w) for w in args.loader_workers.split(",") if w]
+    args.model_streams = args.model_streams.split(",")
+    if not set(args.model_streams) <= set(MODEL_STREAM_NAMES):
+        parser.error(f"--model-streams takes {', '.join(MODEL_STREAM_NAMES)} (a comma list), "
+                     f"got {','.join(args.model_streams)!r}")
     try:
         args.host_read_shares = [float(s) for s in args.host_read_shares.split(",") if s]
     except ValueError:

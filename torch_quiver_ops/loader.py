@@ -74,6 +74,40 @@ def _as_cuda_stream(stream) -> torch.cuda.Stream:
                              device_type=stream.device_type)
 
 
+def _steps_on_own_stream(batches: Iterator, device: torch.device, holder: Any) -> Iterator:
+    """``batches``, with ``holder._step_stream`` (a stream of the loader's own, made at the
+    first epoch and kept: the caching allocator keeps freed blocks per stream) current in
+    the caller's thread from the first batch to the end of the epoch, when the caller
+    iterates on ``device``'s default stream. It waits for the caller's stream first, and
+    the caller's stream waits for it at the end (also after a ``break`` or an error).
+
+    Why: beside a prefetching loader whose gathers stage host rows, an eager model's kernels
+    queued on the default stream ran 20-30% slower than the same kernels on a stream of
+    their own (a products epoch 1.08-1.10 s against 0.85-0.88 s on an H200; with zero-copy
+    reads, every row in HBM, or a step replayed as a CUDA graph, no difference), and the
+    loader's pace read on the default stream always said "ahead" (docs/benchmarks.md,
+    2026-12-04). The cause inside the driver was not found; the default stream is
+    avoided."""
+    if torch.cuda.current_stream(device) != torch.cuda.default_stream(device):
+        yield from batches
+        return
+    caller = torch.cuda.default_stream(device)
+    if holder._step_stream is None:
+        holder._step_stream = torch.cuda.Stream(device)
+    own = holder._step_stream
+    thread = threading.get_ident()
+    own.wait_stream(caller)
+    torch.cuda.set_stream(own)
+    try:
+        yield from batches
+    finally:
+        # Left alone when the caller made another stream current meanwhile, or when this
+        # generator is finished in another thread (the current stream is per thread).
+        if threading.get_ident() == thread and torch.cuda.current_stream(device) == own:
+            torch.cuda.set_stream(caller)
+        caller.wait_stream(own)
+
+
 # Thread blocks (of 1024 threads) for a prefetching loader's gathers of host rows
 # (Prefetcher): on the H100, with a GraphSAGE model training beside it, 12 beat 6, 8, 10,
 # 14 and 16, and 48 blocks of 256 threads, the same warps spread over four times the SMs
@@ -133,6 +167,16 @@ class Prefetcher:
             list of zero-argument callables, each building one batch. Not with ``stream``
             (one stream would serialize them); with ``sms``, every worker gets a stream of
             the same SMs.
+        own_stream: when the caller iterates on the device's default stream, make a
+            stream of the loader's own current in the caller's thread from an epoch's first
+            batch to its end, so that the loop's steps queue their kernels there (ordered
+            after the caller's earlier work, and the caller's stream after theirs at the
+            end; the caller's stream is current again after the loop, a ``break`` or an
+            error). On an H200, an eager GraphSAGE step beside staged host reads took a
+            products epoch from 1.08-1.10 s to 0.85-0.88 s this way; elsewhere it changed
+            nothing measurable (docs/benchmarks.md, 2026-12-04). False leaves the caller's
+            stream alone. Nothing changes for a caller already on another stream, with
+            ``depth=0`` or on the CPU.
         pace: called with True when a batch is ready before the model needs it (the
             loader ahead) and False when the model waits for it (behind), for each batch
             after an epoch's first. On a GPU it is the GPU's pace, read from events (the
@@ -150,7 +194,8 @@ class Prefetcher:
     def __init__(self, loader: Iterable, device: Union[None, int, str, torch.device] = None,
                  depth: int = 2, stream: Optional[torch.cuda.Stream] = None,
                  sms: Optional[int] = None, host_read_blocks: int = HOST_READ_BLOCKS,
-                 workers: int = 1, pace: Optional[Callable[[bool], None]] = None):
+                 workers: int = 1, pace: Optional[Callable[[bool], None]] = None,
+                 own_stream: bool = True):
         if not is_int(depth) or depth < 0:
             raise ValueError(f"depth (a loader's prefetch) must be an int >= 0, got {depth!r}")
         check_host_read_blocks(host_read_blocks, "host_read_blocks")
@@ -171,6 +216,10 @@ class Prefetcher:
                                  f"built apart (a SampleLoader, or one with batch_builders()); "
                                  f"{type(loader).__name__} has no batch_builders()")
         self.workers = workers
+        if not isinstance(own_stream, bool):
+            raise ValueError(f"own_stream must be True or False, got {own_stream!r}")
+        self.own_stream = own_stream
+        self._step_stream: Optional[torch.cuda.Stream] = None  # see _steps_on_own_stream
         if pace is not None and not callable(pace):
             raise ValueError(f"pace must be a callable taking a bool, got {pace!r}")
         self.pace = pace
@@ -206,11 +255,18 @@ class Prefetcher:
             # Worker k builds batches k, k + workers, ...: lazily, in its own thread.
             shares = [(build() for build in builders[k::self.workers])
                       for k in range(self.workers)]
-            return self._prefetch(shares)
+            return self._on_own_stream(self._prefetch(shares))
         batches = iter(self.loader)
         if self.depth == 0:
             return batches
-        return self._prefetch([batches])
+        return self._on_own_stream(self._prefetch([batches]))
+
+    def _on_own_stream(self, batches: Iterator) -> Iterator:
+        """``batches`` handed out with the loop's steps on a stream of the loader's own
+        (``own_stream``; see :func:`_steps_on_own_stream`)."""
+        if not self.own_stream or self.device.type != "cuda":
+            return batches
+        return _steps_on_own_stream(batches, self.device, self)
 
     def _produce(self, batches: Iterator, ready: "queue.Queue", stop: threading.Event,
                  stream: Optional[torch.cuda.Stream]) -> None:
@@ -379,6 +435,8 @@ class SampleLoader:
             H200s beside a GraphSAGE model, GPU mode, its epochs were shorter in 19 of 20
             pairs (median 6.5%, 6-19% on the papers-sized graph); in UVA mode in 2 of 4, so
             UVA keeps the Python thread (docs/benchmarks.md, 2026-12-02).
+        own_stream: run the loop's steps on a stream of the loader's own while the caller
+            iterates on the default stream (see :class:`Prefetcher`'s ``own_stream``).
 
     ``for n_id, batch_size, adjs, x, y in loader:`` replaces the torch-quiver loop
     ``for seeds in loader: n_id, batch_size, adjs = sampler.sample(seeds); x = feature[n_id]``.
@@ -392,7 +450,7 @@ class SampleLoader:
                  generator: Optional[torch.Generator] = None,
                  prefetch_sms: Optional[int] = None,
                  prefetch_host_read_blocks: int = HOST_READ_BLOCKS, workers: int = 1,
-                 prefetch_in_cpp: Optional[bool] = None):
+                 prefetch_in_cpp: Optional[bool] = None, own_stream: bool = True):
         if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         seeds = as_ids(seeds)  # an empty list too (torch.as_tensor([]) holds floats)
@@ -456,13 +514,25 @@ class SampleLoader:
                                      device=self.device if self.device.type == "cuda" else None)
         self._prefetcher = Prefetcher(_Epochs(self), self.device, prefetch, sms=prefetch_sms,
                                       host_read_blocks=prefetch_host_read_blocks,
-                                      workers=workers, pace=pace)
+                                      workers=workers, pace=pace, own_stream=own_stream)
         self._in_cpp = prefetch_in_cpp
         # The C++ prefetcher of a finished epoch, kept for the next: it holds its side
         # stream, and the caching allocator reuses freed blocks only on the stream they
         # were allocated on (a new prefetcher would take another of the pool's streams).
         self._spare_native = None
         self._shapes_captured: set = set()  # (sampler, batch size) captured by this loader
+
+    @property
+    def own_stream(self) -> bool:
+        """Whether the loop's steps run on a stream of the loader's own while the caller
+        iterates on the default stream (see :class:`Prefetcher`); settable between epochs."""
+        return self._prefetcher.own_stream
+
+    @own_stream.setter
+    def own_stream(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"own_stream must be True or False, got {value!r}")
+        self._prefetcher.own_stream = value
 
     @property
     def prefetch_in_cpp(self) -> bool:
@@ -478,7 +548,8 @@ class SampleLoader:
         if self._in_cpp and self.timer is None:
             # Drawn now, as the Python thread's epoch draws them at iter().
             native, made_of = self._native_prefetcher()
-            return self._native_epoch(native, made_of, *self._epoch_plan())
+            return self._prefetcher._on_own_stream(
+                self._native_epoch(native, made_of, *self._epoch_plan()))
         return iter(self._prefetcher)
 
     def batch_builders(self) -> List[Callable[[], Batch]]:

@@ -776,3 +776,84 @@ def test_a_seed_mask_must_cover_every_node():
     loader = qv.SampleLoader(sampler, x, mask, 5, shuffle=False)
     seen = [int(n) for n_id, batch_size, *_ in loader for n in n_id[:batch_size]]
     assert sorted(seen) == [3, 7]
+
+
+def test_own_stream_is_a_bool():
+    sampler, feature, _, _ = setup("CPU")
+    with pytest.raises(ValueError, match="own_stream must be True or False, got 1"):
+        qv.SampleLoader(sampler, feature, torch.arange(10), 4, own_stream=1)
+    with pytest.raises(ValueError, match="own_stream must be True or False, got 'no'"):
+        qv.Prefetcher([], "cpu", own_stream="no")
+    loader = qv.SampleLoader(sampler, feature, torch.arange(10), 4)
+    assert loader.own_stream is True
+    with pytest.raises(ValueError, match="own_stream must be True or False, got None"):
+        loader.own_stream = None
+    loader.own_stream = False
+    assert loader.own_stream is False
+
+
+@requires_cuda
+@pytest.mark.parametrize("in_cpp", [False, True])
+def test_a_prefetching_loop_runs_its_steps_on_the_loaders_own_stream(in_cpp):
+    # Iterated from the default stream, the steps run on a stream of the loader's own (the
+    # same one every epoch); the default stream is current again after the loop, a break
+    # or an error, and has waited for the steps' work.
+    sampler, feature, table, labels = setup("GPU", num_nodes=3000, num_edges=40000)
+    device = torch.device("cuda", 0)
+    default = torch.cuda.default_stream(device)
+    loader = qv.SampleLoader(sampler, feature, torch.arange(2990), 256, labels=labels,
+                             prefetch=2, prefetch_in_cpp=in_cpp)
+    assert torch.cuda.current_stream(device) == default
+    seen = set()
+    sums = []
+    for n_id, batch_size, _, x, _ in loader:
+        current = torch.cuda.current_stream(device)
+        assert current != default
+        seen.add(current)
+        torch.cuda._sleep(2_000_000)  # the step's work, still queued when the loop ends
+        sums.append(x[:batch_size].sum(dim=0))  # the seeds' rows: each seed once an epoch
+    assert torch.cuda.current_stream(device) == default
+    # read on the default stream without a sync: it waited for the steps' stream
+    assert torch.allclose(torch.stack(sums).sum(dim=0).cpu(), table[:2990].sum(dim=0),
+                          rtol=1e-4, atol=1e-3)
+    for n_id, _, _, x, _ in loader:  # the same stream next epoch
+        seen.add(torch.cuda.current_stream(device))
+        break
+    assert len(seen) == 1
+    assert torch.cuda.current_stream(device) == default
+    with pytest.raises(RuntimeError, match="a step failed"):
+        for _ in loader:
+            raise RuntimeError("a step failed")
+    assert torch.cuda.current_stream(device) == default
+    # A caller on a stream of its own keeps it; own_stream=False keeps the default one.
+    side = torch.cuda.Stream(device)
+    with torch.cuda.stream(side):
+        for _ in loader:
+            assert torch.cuda.current_stream(device) == side
+    loader.own_stream = False
+    for _ in loader:
+        assert torch.cuda.current_stream(device) == default
+    torch.cuda.synchronize()
+
+
+@requires_cuda
+def test_batches_on_the_loaders_own_stream_equal_serial_ones():
+    # The rows each step reads on the loader's stream are the batch's, and work queued by
+    # the steps there is finished for the default stream after the loop.
+    sampler, feature, table, labels = setup("GPU", num_nodes=3000, num_edges=40000)
+    seeds = torch.arange(0, 3000, 3)
+    serial = qv.SampleLoader(sampler, feature, seeds, 64, labels=labels, prefetch=0)
+    ahead = qv.SampleLoader(sampler, feature, seeds, 64, labels=labels, prefetch=2)
+    torch.manual_seed(11)
+    first = epoch(serial)
+    torch.manual_seed(11)
+    outputs = []
+    for batch in ahead:
+        torch.cuda._sleep(1_000_000)  # the step's kernels lag the host
+        outputs.append(batch.x * 2 + 1)  # queued on the loader's stream
+        outputs.append(flatten(batch))
+    steps = outputs[0::2]
+    assert same(first, outputs[1::2])
+    # read on the default stream, no sync asked for: ordered after the steps' stream
+    for (_, parts), doubled in zip(first, steps):
+        assert torch.equal(doubled.cpu(), parts[1] * 2 + 1)
