@@ -80,6 +80,11 @@ def as_ids(ids) -> torch.Tensor:
     floats, which the ops refuse)."""
     if isinstance(ids, (list, tuple)) and len(ids) == 0:
         return torch.empty(0, dtype=torch.long)
+    if (isinstance(ids, (list, tuple)) and any(isinstance(v, bool) for v in ids)
+            and not all(isinstance(v, bool) for v in ids)):
+        # torch.as_tensor([0, True]) is [0, 1]: True would be read as node 1
+        raise TypeError(f"ids mix bools with ints ({list(ids)[:8]!r}): True and False are "
+                        f"no ids")
     return torch.as_tensor(ids)
 
 

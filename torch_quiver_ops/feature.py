@@ -462,6 +462,16 @@ class Feature:
                 return view[0].gather(ids.contiguous(), _thread_host_read_blocks())
         if isinstance(ids, slice):  # rows start:stop:step, as a tensor would give them
             ids = torch.arange(*ids.indices(len(self)))
+        elif isinstance(ids, tuple):
+            # A tensor reads x[3, 1] as one element; a store of rows takes one index, and
+            # reading (3, 1) as two row ids would return whole rows where an element was
+            # meant.
+            raise TypeError(f"Feature takes one index, the row ids, got a tuple of "
+                            f"{len(ids)}: pass several ids as a list or a tensor, and index "
+                            f"the rows returned for columns")
+        elif ids is None or ids is Ellipsis:
+            raise TypeError(f"Feature's index must be row ids (a tensor, a list, an int or "
+                            f"a slice), got {ids!r}")
         ids = as_ids(ids)  # the op checks shape, dtype and range
         device = ids.device if ids.is_cuda else self.device_for(None)
         layout = self._view(device)[0]
@@ -494,7 +504,12 @@ class Feature:
 
     def size(self, dim: Optional[int] = None):
         shape = self.table.shape
-        return shape if dim is None else shape[dim]
+        if dim is None:
+            return shape
+        if not -len(shape) <= dim < len(shape):
+            raise IndexError(f"dim {dim} is out of range for a table of {len(shape)} "
+                             f"dimensions {tuple(shape)}")
+        return shape[dim]
 
     @property
     def shape(self) -> torch.Size:

@@ -22,10 +22,12 @@ What the model and loss must do for that to hold:
   and row ``i`` of a layer's output depends only on row ``i`` of its targets and the edges
   into ``i`` (message passing over a bipartite layer, as SAGEConv or GATConv). Not: a
   normalization by degree of the source rows (GCNConv's): padded edges raise the in-degree
-  of the spare rows, which are sources too; nor batch norm across rows;
+  of the spare rows, which are sources too; nor batch norm across rows; nor an aggregation
+  that needs the edges sorted by target (SAGEConv's ``aggr="lstm"``): padded edges cycle
+  over the spare rows;
 - it reads no edge ids: the padded layers carry ``e_id=None``;
 - ``loss_fn(out, y)`` ignores targets equal to ``ignore_index`` and averages over the rest
-  (:func:`torch.nn.functional.cross_entropy`'s default);
+  (the default loss is :func:`torch.nn.functional.cross_entropy` given ``ignore_index``);
 - the optimizer's step can be captured: Adam and AdamW built with ``capturable=True``.
 
 The model's mode (train or eval), its parameters' addresses and the optimizer's
@@ -38,9 +40,16 @@ spare rows that their sums cannot overflow (an inf there, times a zero gradient,
 in the weights' gradients). On the
 CPU nothing is captured: the step runs eager on the padded batch (the same arithmetic,
 which is what the CPU tests check).
+
+Each batch's layout is checked on the host (dtypes, shapes, each layer's sizes against the
+rows, the next layer and the labels). Its edge indices are checked against the layer's
+sizes on the CPU only: on a GPU that check would wait for the device at every step, which
+is what the graph exists to avoid, so a GPU batch's indices are trusted, as the loader's
+batches can be.
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import operator
@@ -50,14 +59,37 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._device import is_int
 from .sampler import Adj
 
 __all__ = ["GraphedStep"]
 
 
+def _layer(adj, where: str) -> Adj:
+    """``adj`` as an :class:`Adj` (a plain ``(edge_index, e_id, size)`` tuple too), its
+    edge_index an integer ``(2, E)`` tensor and its size two ints."""
+    try:
+        edge_index, e_id, size = adj
+        sources, targets = size
+        sources, targets = operator.index(sources), operator.index(targets)
+    except (TypeError, ValueError):
+        raise ValueError(f"{where} must be a layer (edge_index, e_id, (sources, targets)), "
+                         f"got {type(adj).__name__}") from None
+    if (not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2
+            or edge_index.dtype.is_floating_point or edge_index.dtype.is_complex
+            or edge_index.dtype == torch.bool):
+        shape = tuple(edge_index.shape) if isinstance(edge_index, Tensor) else None
+        raise ValueError(f"{where}.edge_index must be an integer tensor of shape (2, edges), "
+                         f"got {type(edge_index).__name__} "
+                         f"{getattr(edge_index, 'dtype', '')} of shape {shape}")
+    if sources < 0 or targets < 0:
+        raise ValueError(f"{where}.size must be two counts >= 0, got {size!r}")
+    return Adj(edge_index, e_id, (sources, targets))
+
+
 def _parts(batch, where: str):
-    """``(adjs, x, y)`` of a :class:`~torch_quiver_ops.loader.Batch`, checked."""
+    """``(adjs, x, y)`` of a :class:`~torch_quiver_ops.loader.Batch`, checked on the host:
+    types, shapes, and each layer's sizes against the rows, the next layer and the labels
+    (not the edge indices: see :meth:`GraphedStep._check_indices`)."""
     try:
         _, _, adjs, x, y = batch
     except (TypeError, ValueError):
@@ -66,13 +98,28 @@ def _parts(batch, where: str):
     if x is None or y is None:
         raise ValueError(f"{where}: the batch has no {'rows' if x is None else 'labels'}: "
                          f"build the SampleLoader with a feature and labels")
-    if len(adjs) == 0:
-        raise ValueError(f"{where}: the batch has no layers")
+    if not isinstance(x, Tensor) or not isinstance(y, Tensor):
+        raise ValueError(f"{where}: x and y must be tensors, got {type(x).__name__} and "
+                         f"{type(y).__name__}")
+    if not isinstance(adjs, (list, tuple)) or len(adjs) == 0:
+        raise ValueError(f"{where}: the batch's adjs must be a non-empty list of layers, got "
+                         f"{adjs!r:.60}")
+    adjs = [_layer(adj, f"{where}.adjs[{i}]") for i, adj in enumerate(adjs)]
     if x.dim() != 2:
         raise ValueError(f"{where}.x must be 2-D (rows, features), got shape {tuple(x.shape)}")
     if y.dim() != 1:
         raise ValueError(f"{where}.y must be 1-D (one label a seed), got shape "
                          f"{tuple(y.shape)}")
+    if adjs[0].size[0] != x.size(0):
+        raise ValueError(f"{where}: the first layer has {adjs[0].size[0]} sources but x has "
+                         f"{x.size(0)} rows")
+    for i in range(len(adjs) - 1):
+        if adjs[i + 1].size[0] != adjs[i].size[1]:
+            raise ValueError(f"{where}: layer {i + 1} has {adjs[i + 1].size[0]} sources but "
+                             f"layer {i} has {adjs[i].size[1]} targets")
+    if adjs[-1].size[1] != y.numel():
+        raise ValueError(f"{where}: the last layer has {adjs[-1].size[1]} targets but y has "
+                         f"{y.numel()} labels")
     return adjs, x, y
 
 
@@ -116,10 +163,33 @@ class GraphedStep:
         margin = float(margin)
         spare = _count("spare", spare, 1)
         warmup = _count("warmup", warmup, 1)
-        if not is_int(ignore_index):
+        try:
+            ignore_index = operator.index(ignore_index)
+        except TypeError:
+            ignore_index = None
+        if ignore_index is None or isinstance(ignore_index, bool):
             raise ValueError(f"ignore_index must be an int (the label of padded seeds), got "
                              f"{ignore_index!r}")
-        batches = list(batches)
+        if not isinstance(model, torch.nn.Module):
+            raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ValueError(f"optimizer must be a torch.optim.Optimizer, got "
+                             f"{type(optimizer).__name__}")
+        if isinstance(optimizer, torch.optim.LBFGS):
+            raise ValueError("optimizer LBFGS steps with a closure that re-evaluates the model, "
+                             "which one captured step cannot: give Adam, AdamW or SGD")
+        if not callable(loss_fn):
+            raise ValueError(f"loss_fn must be callable as loss_fn(out, y), got {loss_fn!r}")
+        if margin > 4.0:
+            raise ValueError(f"margin must be at most 4 (a batch padded to more than 4 times "
+                             f"its size trains faster eager), got {margin!r}")
+        if spare > 2**20:
+            raise ValueError(f"spare must be at most 2**20 rows, got {spare}")
+        try:
+            batches = list(batches)
+        except TypeError:
+            raise ValueError(f"batches must be a list of loader batches, got "
+                             f"{type(batches).__name__}") from None
         if not batches:
             raise ValueError("batches is empty: give at least one batch to take shapes from")
         parts = [_parts(b, f"batches[{i}]") for i, b in enumerate(batches)]
@@ -133,6 +203,13 @@ class GraphedStep:
                                  f"{rows.device}, batches[0].x is {tuple(x.shape)} {x.dtype} "
                                  f"on {x.device}")
         device = x.device
+        if y.dtype.is_floating_point or y.dtype.is_complex or y.dtype == torch.bool:
+            raise ValueError(f"batches[0].y holds {y.dtype}: the padded seeds need an integer "
+                             f"label (ignore_index)")
+        info = torch.iinfo(y.dtype)
+        if not info.min <= ignore_index <= info.max:
+            raise ValueError(f"ignore_index={ignore_index} does not fit the labels' dtype "
+                             f"{y.dtype} ([{info.min}, {info.max}])")
         for name, param in model.named_parameters():
             if param.device != device:
                 raise ValueError(f"model parameter {name} is on {param.device}, the batches' "
@@ -143,6 +220,8 @@ class GraphedStep:
                     raise ValueError(f"optimizer {type(optimizer).__name__} has capturable="
                                      f"False: build it with capturable=True so that its step "
                                      f"can be captured in a CUDA graph")
+        if loss_fn is F.cross_entropy:  # it ignores -100 unless told otherwise
+            loss_fn = functools.partial(F.cross_entropy, ignore_index=ignore_index)
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
         self.spare, self.ignore_index = spare, ignore_index
         self.eager_steps = 0
@@ -218,7 +297,9 @@ class GraphedStep:
         self.loss = loss.detach()
 
     def fits(self, batch) -> bool:
-        """Whether ``batch`` fits the captured shapes (else ``step`` runs it eager)."""
+        """Whether ``batch`` fits the captured shapes (else ``step`` runs it eager). A batch
+        whose rows or labels differ in width, dtype or device is refused by ``step``
+        either way."""
         return self._fits(*_parts(batch, "batch"))
 
     def _fits(self, adjs, x: Tensor, y: Tensor) -> bool:
@@ -227,6 +308,7 @@ class GraphedStep:
                 and all(adj.size[1] <= dst - self.spare and adj.edge_index.size(1) <= count
                         for adj, dst, count in zip(adjs, self.targets, self.edges)))
 
+    @torch.no_grad()  # the buffers are the graph's inputs, not part of any autograd graph
     def _fill(self, adjs, x: Tensor, y: Tensor) -> None:
         self.rows[:x.size(0)].copy_(x)
         for edge_index, pad, adj in zip(self.edge_index, self._padding, adjs):
@@ -236,6 +318,21 @@ class GraphedStep:
         self.labels[:y.numel()].copy_(y)
         self.labels[y.numel():].fill_(self.ignore_index)
 
+    @staticmethod
+    def _check_indices(adjs) -> None:
+        """Each layer's edge indices within its sizes: on the CPU only (module notes)."""
+        for i, adj in enumerate(adjs):
+            edge_index = adj.edge_index
+            if edge_index.device.type != "cpu" or edge_index.numel() == 0:
+                continue
+            sources, targets = adj.size
+            low = int(edge_index.min())
+            high_source, high_target = int(edge_index[0].max()), int(edge_index[1].max())
+            if low < 0 or high_source >= sources or high_target >= targets:
+                raise IndexError(f"batch.adjs[{i}].edge_index holds sources {low}.."
+                                 f"{high_source} and targets up to {high_target} for a layer "
+                                 f"of {sources} sources and {targets} targets")
+
     def __call__(self, batch) -> Tensor:
         adjs, x, y = _parts(batch, "batch")
         if x.device != self.rows.device or x.dtype != self.rows.dtype \
@@ -243,13 +340,22 @@ class GraphedStep:
             raise ValueError(f"batch.x is {tuple(x.shape)} {x.dtype} on {x.device}; the step "
                              f"was captured for rows of {self.rows.size(1)} {self.rows.dtype} "
                              f"on {self.rows.device}")
+        if y.dtype != self.labels.dtype:
+            raise ValueError(f"batch.y holds {y.dtype}; the step was captured for labels of "
+                             f"{self.labels.dtype}")
+        if x.requires_grad:
+            raise ValueError("batch.x requires grad (rows computed by a learnable layer): the "
+                             "step copies rows into its fixed buffer, which would cut them off "
+                             "from their gradients; run such a step eager")
+        self._check_indices(adjs)
         if not self._fits(adjs, x, y):
-            self.eager_steps += 1
             # A CPU sampler's layers and labels come on the CPU beside rows on the GPU; the
             # padded path copies them over, and so must this one.
             device = self.rows.device
-            adjs = [Adj(*adj).to(device) for adj in adjs]
-            return self._step(x, adjs, y.to(device))
+            adjs = [adj.to(device) for adj in adjs]
+            loss = self._step(x, adjs, y.to(device))
+            self.eager_steps += 1  # counted once it ran
+            return loss
         self._fill(adjs, x, y)
         if self.graph is None:  # CPU: the same padded step, eager
             return self._padded_step()

@@ -25,6 +25,26 @@ def test_feature_indexes_like_a_tensor():
         feature[torch.tensor([200])]
 
 
+def test_feature_takes_one_index_of_row_ids():
+    # A tuple read as row ids returned whole rows where a tensor gives one element, and a
+    # bool among ints was read as node 1 (found by a probe).
+    x = torch.arange(40.).view(10, 4)
+    feature = qv.Feature().from_cpu_tensor(x)
+    for index in [(3, 1), (torch.tensor(3), torch.tensor(1)), ([1, 2], 0), (slice(1, 3), 0)]:
+        with pytest.raises(TypeError, match="Feature takes one index, the row ids"):
+            feature[index]
+    for index in [None, ...]:
+        with pytest.raises(TypeError, match="must be row ids"):
+            feature[index]
+    with pytest.raises(TypeError, match="ids mix bools with ints"):
+        feature[[0, True]]
+    assert torch.equal(feature[[3, 1]], x[[3, 1]])
+    assert torch.equal(feature[1:3], x[1:3])
+    assert feature.size(-1) == 4
+    with pytest.raises(IndexError, match="dim 5 is out of range for a table of 2"):
+        feature.size(5)
+
+
 def graph_and_ids(seed=0):
     graph = synthetic_graph("tiny", seed=seed)
     topo = qv.CSRTopo(graph.edge_index)

@@ -125,7 +125,8 @@ def test_bad_arguments_are_refused_by_name():
     unlabeled = batches[0]._replace(y=None)
     with pytest.raises(ValueError, match=r"batches\[0\].*labels"):
         qv.GraphedStep(model, optimizer, [unlabeled])
-    with pytest.raises(ValueError, match=r"batches\[1\] has 2 layers"):
+    # (refused by its own layout first: two layers end on the second one's targets)
+    with pytest.raises(ValueError, match=r"batches\[1\]: the last layer has \d+ targets"):
         qv.GraphedStep(model, optimizer, [batches[0], batches[1]._replace(
             adjs=batches[1].adjs[:2])])
     with pytest.raises(ValueError, match="expected a SampleLoader batch"):
@@ -136,6 +137,74 @@ def test_bad_arguments_are_refused_by_name():
     # a row one feature wide would broadcast over the buffer's 12 columns
     with pytest.raises(ValueError, match="captured for rows of 12"):
         step(batches[0]._replace(x=batches[0].x[:, :1]))
+
+
+def test_malformed_batches_are_refused_as_the_eager_step_would():
+    # The padded path copies into fixed buffers, where a malformed batch would have trained
+    # silently (found by a probe): each is refused by name instead.
+    batches, device = batches_of("CPU", seeds=128)
+    model, optimizer = twin_models(device)[0]
+    step = qv.GraphedStep(model, optimizer, batches, spare=4)
+    b = batches[0]
+    adjs = list(b.adjs)
+    last = adjs[-1]
+    cases = [
+        (b._replace(y=torch.cat([b.y, b.y[:1]])), ValueError, "targets but y has"),
+        (b._replace(y=b.y.float() + 0.7), ValueError, "batch.y holds torch.float32"),
+        (b._replace(adjs=adjs[:-1] + [last._replace(edge_index=last.edge_index.float())]),
+         ValueError, r"adjs\[2\].edge_index must be an integer tensor"),
+        (b._replace(adjs=adjs[:-1] + [last._replace(edge_index=last.edge_index[:1])]),
+         ValueError, r"of shape \(2, edges\)"),
+        (b._replace(adjs=adjs[:-1] + [last._replace(size=(last.size[0] + 1, last.size[1]))]),
+         ValueError, "layer 2 has"),
+        (b._replace(adjs=None), ValueError, "non-empty list of layers"),
+        (b._replace(x=b.x.requires_grad_(False).clone().requires_grad_(True)), ValueError,
+         "requires grad"),
+    ]
+    bad_index = last.edge_index.clone()
+    bad_index[0, 0] = last.size[0]  # one source past the layer's sources
+    cases.append((b._replace(adjs=adjs[:-1] + [last._replace(edge_index=bad_index)]),
+                  IndexError, r"adjs\[2\].edge_index holds sources"))
+    for batch, error, words in cases:
+        with pytest.raises(error, match=words):
+            step(batch)
+    assert step.eager_steps == 0
+    # plain tuples are layers too, as the eager path takes them
+    step(b._replace(adjs=[tuple(adj) for adj in adjs]))
+
+
+def test_odd_constructor_arguments_are_refused_by_name():
+    batches, device = batches_of("CPU", seeds=128)
+    model, optimizer = twin_models(device)[0]
+    for args, kwargs, words in [
+            ((None, optimizer, batches), {}, "model must be a torch.nn.Module"),
+            ((model, None, batches), {}, "optimizer must be a torch.optim.Optimizer"),
+            ((model, torch.optim.LBFGS(model.parameters()), batches), {}, "LBFGS"),
+            ((model, optimizer, None), {}, "batches must be a list"),
+            ((model, optimizer, batches, None), {}, "loss_fn must be callable"),
+            ((model, optimizer, batches), {"margin": 1e15}, "at most 4"),
+            ((model, optimizer, batches), {"spare": 2**62}, "at most 2\\*\\*20"),
+            ((model, optimizer, [batches[0]._replace(y=batches[0].y.to(torch.uint8))]), {},
+             "ignore_index=-100 does not fit")]:
+        with pytest.raises(ValueError, match=words):
+            qv.GraphedStep(*args, **kwargs)
+    import numpy as np
+    assert qv.GraphedStep(model, optimizer, batches, ignore_index=np.int64(-1)).ignore_index == -1
+
+
+def test_the_default_loss_ignores_the_given_ignore_index():
+    # F.cross_entropy ignores -100 unless told: with ignore_index=-1 the padded seeds' -1
+    # labels were out of range, and with 0 the padding counted in the loss.
+    batches, device = batches_of("CPU", seeds=128)
+    for ignore in (-1, 0):
+        (model, optimizer), (twin, twin_optimizer) = twin_models(device)
+        step = qv.GraphedStep(twin, twin_optimizer, batches, spare=4, ignore_index=ignore)
+        b = batches[0]
+        y = b.y.clone()
+        y[y == ignore] = 1  # no real seed carries the ignored label
+        b = b._replace(y=y)
+        expected = F.cross_entropy(model(b.x, b.adjs), y, ignore_index=ignore)
+        assert torch.allclose(step(b), expected, atol=1e-6)
 
 
 class ReadsLayerFields(torch.nn.Module):

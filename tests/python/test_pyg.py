@@ -187,6 +187,13 @@ def test_feature_store_gathers_and_names_what_it_lacks(mode):
     with pytest.raises(KeyError, match="paper"):
         store.get_tensor("paper", "x", ids)
     assert store.remove_tensor(None, "y", None) and store.get_tensor_size(None, "y") is None
+    # PyG's IndexType allows slices
+    assert torch.equal(store.get_tensor(None, "x", slice(2, 5)).cpu(), data.x[2:5])
+    # bad options are refused when the store is made, not at its first put_tensor
+    with pytest.raises(ValueError, match="host_reads must be one of .*got 'bogus'"):
+        qpyg.FeatureStore(device=device, host_reads="bogus")
+    with pytest.raises(ValueError, match="cache_policy must be one of .*got 'bogus'"):
+        qpyg.FeatureStore(device=device, cache_policy="bogus")
 
 
 @pytest.mark.parametrize("fanouts,replace,with_eid", [([4, 3], False, False),

@@ -20,7 +20,7 @@ from torch_geometric.data.graph_store import EdgeLayout
 
 from .. import ops
 from .._device import holds_integers, parse_share, parse_size, resolve_device
-from ..feature import Feature
+from ..feature import CACHE_POLICIES, HOST_READS, Feature
 from ..hetero import EdgeType, HeteroCSRTopo
 from ..topology import CSRTopo
 
@@ -309,6 +309,13 @@ class FeatureStore(_PygFeatureStore):
         self.device = resolve_device(device)
         if parse_share(cache_size, "cache_size") is None:
             parse_size(cache_size)  # refused here, on the CPU too, not first on a GPU
+        # refused here, not first at put_tensor
+        if cache_policy not in CACHE_POLICIES:
+            raise ValueError(f"cache_policy must be one of {', '.join(CACHE_POLICIES)}, got "
+                             f"{cache_policy!r}")
+        if host_reads not in HOST_READS:
+            raise ValueError(f"host_reads must be one of {', '.join(HOST_READS)}, got "
+                             f"{host_reads!r}")
         self.cache_size = cache_size
         self.cache_policy = cache_policy
         self.csr_topo = csr_topo
@@ -400,6 +407,8 @@ class FeatureStore(_PygFeatureStore):
         index = attr.index
         if index is None or (isinstance(index, slice) and index == slice(None)):
             index = torch.arange(len(table))
+        elif isinstance(index, slice):  # PyG's IndexType allows slices
+            index = torch.arange(*index.indices(len(table)))
         elif not isinstance(index, Tensor):
             index = torch.as_tensor(index)
         if index.device.type == "cpu" and self.device.type == "cuda":
