@@ -102,6 +102,8 @@ class PygSAGE(torch.nn.Module):
         self.variant = variant
 
     def forward(self, x, edge_index, num_sampled_nodes=None, num_sampled_edges=None):
+        if x.dtype in (torch.float16, torch.bfloat16):  # stored rows train in f32 (FloatInput)
+            x = x.float()
         layers = len(self.convs)
         for i, conv in enumerate(self.convs):
             if self.variant == "trim":
@@ -370,13 +372,15 @@ def single_gpu(args, results):
         hot = qv.presample_hot_order(sampler, train, args.batch_size,
                                      generator=torch.Generator().manual_seed(2))
         hot_gpu = hot if hot_gpu is None else hot_gpu
-        caches = [(f"20%{'' if reads == 'zero_copy' else ' ' + reads}", args.cache, reads, None,
-                   True) for reads in host_reads]
+        # Rows named by the cache they ran with ("20%", the default, in earlier logs).
+        cached = args.cache if cuda else "no cache"
+        caches = [(f"{cached}{'' if reads == 'zero_copy' else ' ' + reads}", args.cache, reads,
+                   None, True) for reads in host_reads]
         # Staged host reads with the GPU's share fixed (learned, balanced, otherwise).
-        caches += [(f"20% staged share {share:g}", args.cache, "staged", share, True)
+        caches += [(f"{cached} staged share {share:g}", args.cache, "staged", share, True)
                    for share in args.host_read_shares if cuda]
         # Staged host reads learned but deaf to the loader's pace (Feature.host_read_pace).
-        caches += [("20% staged unpaced", args.cache, "staged", None, False)] \
+        caches += [(f"{cached} staged unpaced", args.cache, "staged", None, False)] \
             if args.unpaced and cuda else []
         caches += [("HBM", "100%", "zero_copy", None, True)] if cuda and mode == "GPU" else []
         for cache_name, cache, reads, share, paced in caches:
@@ -455,7 +459,7 @@ def single_gpu(args, results):
                     clock = Clock(device)
                     quiver_epoch(loader, model, optimizer, device, clock)
                     record(name, plain, clock.totals)
-            if args.green_sms and cuda and mode == "GPU" and cache_name.startswith("20%"):
+            if args.green_sms and cuda and mode == "GPU" and cache_name.startswith(cached):
                 green_rows(args, device, sampler, feature, train, labels, record_beside,
                            cache_name)
             if model_bound is None:
@@ -824,6 +828,66 @@ def scaling(args, results):
                           "device": torch.cuda.get_device_name(), "runs": runs}
 
 
+PYG_MODELS = ("full", "trim", "targets")
+
+
+def check_options(parser, args) -> None:
+    """parser.error for options that would fail (or be dropped) only after the graph was
+    built: each names the option and its value."""
+    if "," in args.graph:
+        parser.error(f"--graph takes one preset, got {args.graph!r}")
+    try:
+        fanouts = [int(f) for f in args.fanouts.split(",")]
+    except ValueError:
+        fanouts = []
+    if not fanouts or any(f == 0 or f < -1 for f in fanouts):
+        parser.error(f"--fanouts takes a comma list of fanouts >= 1 (or -1: every neighbor), "
+                     f"got {args.fanouts!r}")
+    try:
+        workers = [int(w) for w in args.loader_workers.split(",") if w]
+    except ValueError:
+        workers = [0]
+    if any(w < 1 for w in workers):
+        parser.error(f"--loader-workers takes a comma list of counts >= 1, got "
+                     f"{args.loader_workers!r}")
+    unknown = [m for m in args.pyg_models.split(",") if m and m not in PYG_MODELS]
+    if unknown:
+        parser.error(f"--pyg-models takes {', '.join(PYG_MODELS)} (a comma list, or \"\" for "
+                     f"none), got {unknown}")
+    bad_reads = [r for r in args.host_reads.split(",") if r not in ("zero_copy", "staged")]
+    if bad_reads:
+        parser.error(f"--host-reads takes zero_copy, staged or both, got {bad_reads}")
+    bad_modes = [m for m in args.modes.split(",")
+                 if m.partition("+")[0] not in ("GPU", "UVA", "CPU")]
+    if bad_modes:
+        parser.error(f"--modes takes GPU, UVA (UVA+20%: with a topology cache) or CPU, got "
+                     f"{bad_modes}")
+    nodes = PRESETS[args.graph].num_nodes
+    if args.train_seeds is not None and args.train_seeds >= nodes:
+        parser.error(f"--train-seeds must be below the '{args.graph}' graph's {nodes:,} nodes, "
+                     f"got {args.train_seeds}")
+    if args.device is not None:
+        try:
+            device = torch.device(args.device)
+        except RuntimeError:
+            device = None
+        if device is None or device.type not in ("cpu", "cuda"):
+            parser.error(f"--device takes cpu or a CUDA device such as cuda:0, got "
+                         f"{args.device!r}")
+        if device.type == "cuda" and not (torch.cuda.is_available() and qv.cuda_kernels_built()):
+            parser.error(f"--device {args.device}: this machine has no CUDA GPU that the "
+                         f"library can use")
+    if not (torch.cuda.is_available() and qv.cuda_kernels_built()) or (
+            args.device is not None and torch.device(args.device).type == "cpu"):
+        gpu_only = [flag for flag, given in [
+            ("--green-sms", args.green_sms), ("--host-read-shares", args.host_read_shares),
+            ("--unpaced", args.unpaced), ("--graphed-model", args.graphed_model),
+            ("--model-streams", args.model_streams != "default")] if given]
+        if gpu_only:
+            print(f"note: {', '.join(gpu_only)} apply on a GPU only; on the CPU they change "
+                  f"nothing", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graph", default="products")
@@ -904,11 +968,13 @@ def main():
                              "default,default-kept,default-kept,default")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
-    _cli.check_args(parser, args, {"batch_size": 1, "hidden": 1, "train_seeds": 1, "scaling_epochs": 1}, ["graph"])
+    _cli.check_args(parser, args, {"batch_size": 1, "hidden": 1, "train_seeds": 1,
+                                   "scaling_epochs": 1}, ["graph"])
+    check_options(parser, args)
     if args.graphed_model and args.compile_model:
         parser.error("--graphed-model and --compile-model are two ways to run the step: "
                      "give one")
-    args.loader_workers = [int(w) for w in args.loader_workers.split(",") if w]
+    args.loader_workers = [int(w) for w in args.loader_workers.split(",") if w]  # checked
     args.model_streams = args.model_streams.split(",")
     if not set(args.model_streams) <= set(MODEL_STREAM_NAMES):
         parser.error(f"--model-streams takes {', '.join(MODEL_STREAM_NAMES)} (a comma list), "

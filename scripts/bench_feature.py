@@ -187,7 +187,7 @@ def run_gpus(feature, batches, cache_bytes, warmup, world):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--graph", default="products")
     parser.add_argument("--fanouts", default="15,10,5")
     parser.add_argument("--batch-size", type=int, default=1024)
@@ -204,9 +204,16 @@ def main():
                              "features, topology and seeds follow")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    _cli.check_args(parser, args, {"batch_size": 1, "batches": 1, "warmup": 0, "gpus": 0},
+                    ["graph"])
+    if not 0.0 < args.cache_fraction <= 1.0:
+        parser.error(f"--cache-fraction must be in (0, 1], got {args.cache_fraction}")
+    try:
+        fanouts = [int(f) for f in args.fanouts.split(",")]
+    except ValueError:
+        parser.error(f"--fanouts takes a comma list of ints, got {args.fanouts!r}")
     _cli.require_gpu(parser)
     device = torch.device("cuda", torch.cuda.current_device())
-    fanouts = [int(f) for f in args.fanouts.split(",")]
     results = {"device": torch.cuda.get_device_name(device), "graph": args.graph,
                "fanouts": fanouts, "batch_size": args.batch_size}
 

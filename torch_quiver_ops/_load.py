@@ -128,11 +128,19 @@ def load_library() -> Path:
     except (OSError, ValueError) as error:
         raise ImportError(f"{info_file} is not the build record the install writes ({error}): "
                           f"reinstall torch-quiver-ops") from None
-    if not isinstance(build_info, dict):
+    if not isinstance(build_info, dict) or not all(
+            isinstance(build_info.get(key, ""), str) for key in ("torch", "cuda")):
         raise ImportError(f"{info_file} is not the build record the install writes: reinstall "
                           f"torch-quiver-ops")
     check_build_matches(build_info)
-    torch.ops.load_library(str(path))
+    try:
+        torch.ops.load_library(str(path))
+    except OSError as error:
+        raise ImportError(f"{path} could not be loaded as torch-quiver-ops' library ({error})"
+                          + ("; $TORCH_QUIVER_OPS_LIBRARY points there: unset it or point it "
+                             "at a built libtorch_quiver_ops.so"
+                             if os.environ.get("TORCH_QUIVER_OPS_LIBRARY") else
+                             ": reinstall torch-quiver-ops")) from None
     return path
 
 

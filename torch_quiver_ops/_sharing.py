@@ -128,6 +128,21 @@ def save_arrays(directory: Union[str, Path], stem: str,
     present = {name: t for name, t in arrays.items() if t is not None}
     for name in present:
         _check_name(name, str(directory))
+    # Everything that can refuse the save is checked before the old save is touched: a
+    # refusal after its json was removed would have lost it.
+    for name, t in present.items():
+        if _dtype_name(t.dtype) not in _DTYPES:
+            raise TypeError(f"save_arrays cannot save {name} of dtype {t.dtype} (it saves "
+                            f"{', '.join(sorted(_DTYPES))})")
+        if isinstance(t, Tensor) and (t.is_conj() or t.is_neg()):
+            present[name] = t.resolve_conj().resolve_neg()
+    if _SAVE_ID in meta:
+        raise ValueError(f"meta may not use the key {_SAVE_ID!r}: it marks each save")
+    try:
+        json.dumps(meta)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"save_arrays' meta must be JSON data (numbers, strings, lists, "
+                        f"dicts): {error}") from None
     directory.mkdir(parents=True, exist_ok=True)
     # Each file is written beside the one it replaces, then takes its place: the room a
     # re-save needs at most is what the files before have grown, plus the file being written.
@@ -155,8 +170,6 @@ def save_arrays(directory: Union[str, Path], stem: str,
     record.unlink(missing_ok=True)
     described = {}
     for name, t in present.items():
-        if _dtype_name(t.dtype) not in _DTYPES:
-            raise TypeError(f"save_arrays cannot save {name} of dtype {t.dtype}")
         path = directory / f"{name}.bin"
         partial = path.with_suffix(".bin.partial")
         if isinstance(t, Streamed):

@@ -634,9 +634,15 @@ class Feature:
 
     def save(self, directory: Union[str, Path]) -> Path:
         """Writes the table (in its own order) and the hot order as raw files (put them on
-        /dev/shm to share RAM), for :meth:`load_shared`."""
-        return _sharing.save_arrays(directory, "feature",
-                                    {"rows": self.table, "order": self._order})
+        /dev/shm to share RAM), for :meth:`load_shared`. Tables of these dtypes
+        only (bool, uint8, int8 to int64, float16, bfloat16, float32, float64,
+        complex64, complex128): a store of another dtype (uint16, float8, ...) gathers but
+        does not save."""
+        try:
+            return _sharing.save_arrays(directory, "feature",
+                                        {"rows": self.table, "order": self._order})
+        except TypeError as error:
+            raise TypeError(f"Feature.save: {error}") from None
 
     @classmethod
     def load_shared(cls, directory: Union[str, Path], rank: int = 0,

@@ -28,7 +28,10 @@ def back_with_huge_pages(tensor: Tensor) -> bool:
     docs/benchmarks.md), so it is left to the caller. Best effort: returns whether
     Linux did it (not on other systems, older kernels, or memory it cannot collapse, such as
     shared memory where shmem huge pages are off, or pages already pinned)."""
-    if not sys.platform.startswith("linux") or tensor.device.type != "cpu":
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"back_with_huge_pages takes a CPU tensor, got {type(tensor).__name__}")
+    if (not sys.platform.startswith("linux") or tensor.device.type != "cpu"
+            or tensor.layout != torch.strided):
         return False
     start = tensor.data_ptr()
     begin = (start + _HUGE_PAGE - 1) // _HUGE_PAGE * _HUGE_PAGE
@@ -65,7 +68,7 @@ def pinned(tensor: Tensor):
     try:
         return tensor, pin_in_place(tensor)
     except RuntimeError as error:
-        if tensor.nbytes > _COPY_FALLBACK_BYTES:
-            raise
+        if tensor.nbytes > _COPY_FALLBACK_BYTES or not torch.cuda.is_available():
+            raise  # (without a GPU a pinned copy fails too, less clearly)
         warnings.warn(f"{error} Using a pinned copy of this {tensor.nbytes}-byte tensor instead.")
         return tensor.pin_memory(), None

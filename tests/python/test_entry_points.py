@@ -144,3 +144,17 @@ def test_a_cuda_build_under_a_torch_without_cuda_is_explained(monkeypatch):
     with pytest.raises(ImportError, match="built with CUDA 13.0, but this torch .* has no CUDA"):
         check_build_matches({"torch": torch.__version__, "cuda": "13.0"})
     check_build_matches({"torch": torch.__version__, "cuda": ""})  # a CPU build loads
+
+
+def test_a_library_path_that_is_no_library_is_explained(tmp_path, monkeypatch):
+    from torch_quiver_ops import _load
+    fake = tmp_path / "libtorch_quiver_ops.so"
+    fake.write_text("not a shared library")
+    monkeypatch.setenv("TORCH_QUIVER_OPS_LIBRARY", str(fake))
+    with pytest.raises(ImportError, match="could not be loaded as torch-quiver-ops' library.*"
+                                          "TORCH_QUIVER_OPS_LIBRARY points there"):
+        _load.load_library()
+    # a build record whose fields are not the strings the install writes
+    (tmp_path / "build_info.json").write_text('{"torch": 2.11, "cuda": ""}')
+    with pytest.raises(ImportError, match="is not the build record the install writes"):
+        _load.load_library()

@@ -242,3 +242,22 @@ def test_a_save_on_a_read_only_mount_loads_and_stays_unchanged(tmp_path):
         del feature, table, topo
     finally:
         subprocess.run(["umount", str(mounted)], capture_output=True)
+
+
+def test_a_refused_save_leaves_the_previous_one_whole(tmp_path):
+    # A dtype it cannot save, meta that is no JSON, or the save id's key were refused only
+    # after the old save's json was removed and a file overwritten (found by a probe).
+    rows = torch.arange(12.).view(3, 4)
+    _sharing.save_arrays(tmp_path, "s", {"a": rows}, note="first")
+    for arrays, meta, error, words in [
+            ({"a": rows.to(torch.uint16)}, {}, TypeError, "cannot save a of dtype torch.uint16"),
+            ({"a": rows * 2}, {"note": torch.ones(1)}, TypeError, "meta must be JSON data"),
+            ({"a": rows * 2}, {"save_id": "mine"}, ValueError, "may not use the key 'save_id'")]:
+        with pytest.raises(error, match=words):
+            _sharing.save_arrays(tmp_path, "s", arrays, **meta)
+        loaded, meta_loaded = _sharing.map_arrays(tmp_path, "s", names=["a"])
+        assert torch.equal(loaded["a"], rows) and meta_loaded["note"] == "first"
+    # a negated or conjugated view is saved as its values
+    _sharing.save_arrays(tmp_path, "s", {"a": torch.tensor([1j, 2j])._neg_view()})
+    loaded, _ = _sharing.map_arrays(tmp_path, "s", names=["a"])
+    assert torch.equal(loaded["a"], torch.tensor([-1j, -2j]))

@@ -148,3 +148,11 @@ def test_back_with_huge_pages_keeps_the_contents():
     assert torch.equal(x, before)
     assert qv.uva.back_with_huge_pages(torch.randn(10)) is False  # no aligned 2 MiB inside
     assert qv.uva.back_with_huge_pages(x[:0]) is False
+
+
+def test_huge_pages_take_a_tensor_and_skip_other_layouts():
+    from torch_quiver_ops.uva import back_with_huge_pages
+    for value in (None, [1, 2]):
+        with pytest.raises(TypeError, match="back_with_huge_pages takes a CPU tensor"):
+            back_with_huge_pages(value)
+    assert back_with_huge_pages(torch.eye(4).to_sparse()) is False
