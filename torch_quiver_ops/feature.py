@@ -253,6 +253,9 @@ class Feature:
         """Every row, in the table's own order, on the CPU (what RDMA peers read and
         partitioning splits)."""
         if self._host is None:
+            if getattr(self, "_closed", False):
+                raise RuntimeError("this Feature was closed (close() let go of its table): "
+                                   "build or load another")
             raise RuntimeError("this Feature holds no data yet: call from_cpu_tensor(x) first")
         return self._host
 
@@ -331,7 +334,9 @@ class Feature:
         :attr:`host_read_share`, or :attr:`host_read_pace` False, ignores it.
         :class:`SampleLoader` calls it; other loaders may pass it to :class:`Prefetcher`
         as ``pace``."""
-        self._view(self.device_for(device))[0].note_loader_pace(bool(loader_ahead))
+        if not isinstance(loader_ahead, bool):  # bool("no") is True
+            raise ValueError(f"loader_ahead must be True or False, got {loader_ahead!r}")
+        self._view(self.device_for(device))[0].note_loader_pace(loader_ahead)
 
     def _pinned(self) -> Tensor:
         """The table pinned in place (a small one that cannot be may get a pinned copy)."""
@@ -585,6 +590,7 @@ class Feature:
             buffer.mark_unmapped()
         self._process_state()
         self._host = self._order = self._rank = None
+        self._closed = True
 
     def __getstate__(self):
         if self._host is not None and not self._host.is_shared():

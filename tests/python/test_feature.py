@@ -45,6 +45,16 @@ def test_feature_takes_one_index_of_row_ids():
         feature.size(5)
 
 
+def test_a_closed_feature_says_so_and_the_pace_is_a_bool():
+    feature = qv.Feature().from_cpu_tensor(torch.randn(10, 3))
+    with pytest.raises(ValueError, match="loader_ahead must be True or False, got 'no'"):
+        feature.note_loader_pace("no")
+    feature.note_loader_pace(True)
+    feature.close()
+    with pytest.raises(RuntimeError, match="this Feature was closed"):
+        feature[[1]]
+
+
 def graph_and_ids(seed=0):
     graph = synthetic_graph("tiny", seed=seed)
     topo = qv.CSRTopo(graph.edge_index)
