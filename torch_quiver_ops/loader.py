@@ -97,15 +97,24 @@ def _steps_on_own_stream(batches: Iterator, device: torch.device, holder: Any) -
     own = holder._step_stream
     thread = threading.get_ident()
     own.wait_stream(caller)
-    torch.cuda.set_stream(own)
+    _make_current(own)
     try:
         yield from batches
     finally:
         # Left alone when the caller made another stream current meanwhile, or when this
         # generator is finished in another thread (the current stream is per thread).
         if threading.get_ident() == thread and torch.cuda.current_stream(device) == own:
-            torch.cuda.set_stream(caller)
+            _make_current(caller)
         caller.wait_stream(own)
+
+
+def _make_current(stream: torch.cuda.Stream) -> None:
+    """``stream`` current on its device, the current device unchanged (``set_stream`` also
+    makes the stream's device current)."""
+    device = torch.cuda.current_device()
+    torch.cuda.set_stream(stream)
+    if torch.cuda.current_device() != device:
+        torch.cuda.set_device(device)
 
 
 # Thread blocks (of 1024 threads) for a prefetching loader's gathers of host rows
@@ -216,8 +225,6 @@ class Prefetcher:
                                  f"built apart (a SampleLoader, or one with batch_builders()); "
                                  f"{type(loader).__name__} has no batch_builders()")
         self.workers = workers
-        if not isinstance(own_stream, bool):
-            raise ValueError(f"own_stream must be True or False, got {own_stream!r}")
         self.own_stream = own_stream
         self._step_stream: Optional[torch.cuda.Stream] = None  # see _steps_on_own_stream
         if pace is not None and not callable(pace):
@@ -244,6 +251,17 @@ class Prefetcher:
         self._streams = [self.stream] + [
             _as_cuda_stream(self._green_context.Stream()) if self._green_context else None
             for _ in range(workers - 1)]
+
+    @property
+    def own_stream(self) -> bool:
+        """See the class's ``own_stream``; settable between epochs."""
+        return self._own_stream
+
+    @own_stream.setter
+    def own_stream(self, value: bool) -> None:
+        if not isinstance(value, bool):
+            raise ValueError(f"own_stream must be True or False, got {value!r}")
+        self._own_stream = value
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -530,8 +548,6 @@ class SampleLoader:
 
     @own_stream.setter
     def own_stream(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise ValueError(f"own_stream must be True or False, got {value!r}")
         self._prefetcher.own_stream = value
 
     @property
