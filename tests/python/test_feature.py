@@ -38,8 +38,8 @@ def test_feature_takes_one_index_of_row_ids():
             feature[index]
     with pytest.raises(TypeError, match="ids mix bools with ints"):
         feature[[0, True]]
-    assert torch.equal(feature[[3, 1]], x[[3, 1]])
-    assert torch.equal(feature[1:3], x[1:3])
+    assert torch.equal(feature[[3, 1]].cpu(), x[[3, 1]])  # (rows on a GPU where there is one)
+    assert torch.equal(feature[1:3].cpu(), x[1:3])
     assert feature.size(-1) == 4
     with pytest.raises(IndexError, match="dim 5 is out of range for a table of 2"):
         feature.size(5)
