@@ -128,9 +128,15 @@ def save_arrays(directory: Union[str, Path], stem: str,
     present = {name: t for name, t in arrays.items() if t is not None}
     for name in present:
         _check_name(name, str(directory))
-    # Everything that can refuse the save is checked before the old save is touched: a
-    # refusal after its json was removed would have lost it.
+    # What can be checked is checked before the old save is touched: a refusal after its
+    # json was removed would have lost it. (A Streamed array's chunks are seen only as they
+    # are written: one that falls short fails the save like an interruption.)
     for name, t in present.items():
+        if not isinstance(t, (Tensor, Streamed)):
+            raise TypeError(f"save_arrays saves tensors (or Streamed arrays): {name} is a "
+                            f"{type(t).__name__}")
+        if isinstance(t, Tensor) and t.is_meta:
+            raise TypeError(f"save_arrays cannot save {name}: a meta tensor holds no data")
         if _dtype_name(t.dtype) not in _DTYPES:
             raise TypeError(f"save_arrays cannot save {name} of dtype {t.dtype} (it saves "
                             f"{', '.join(sorted(_DTYPES))})")

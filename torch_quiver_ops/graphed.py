@@ -326,12 +326,13 @@ class GraphedStep:
             if edge_index.device.type != "cpu" or edge_index.numel() == 0:
                 continue
             sources, targets = adj.size
-            low = int(edge_index.min())
-            high_source, high_target = int(edge_index[0].max()), int(edge_index[1].max())
-            if low < 0 or high_source >= sources or high_target >= targets:
-                raise IndexError(f"batch.adjs[{i}].edge_index holds sources {low}.."
-                                 f"{high_source} and targets up to {high_target} for a layer "
-                                 f"of {sources} sources and {targets} targets")
+            (low_source, low_target), (high_source, high_target) = (
+                edge_index.min(dim=1).values.tolist(), edge_index.max(dim=1).values.tolist())
+            if (min(low_source, low_target) < 0 or high_source >= sources
+                    or high_target >= targets):
+                raise IndexError(f"batch.adjs[{i}].edge_index holds sources {low_source}.."
+                                 f"{high_source} and targets {low_target}..{high_target} for a "
+                                 f"layer of {sources} sources and {targets} targets")
 
     def __call__(self, batch) -> Tensor:
         adjs, x, y = _parts(batch, "batch")

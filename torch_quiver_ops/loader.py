@@ -74,27 +74,40 @@ def _as_cuda_stream(stream) -> torch.cuda.Stream:
                              device_type=stream.device_type)
 
 
-def _steps_on_own_stream(batches: Iterator, device: torch.device, holder: Any) -> Iterator:
-    """``batches``, with ``holder._step_stream`` (a stream of the loader's own, made at the
-    first epoch and kept: the caching allocator keeps freed blocks per stream) current in
-    the caller's thread from the first batch to the end of the epoch, when the caller
-    iterates on ``device``'s default stream. It waits for the caller's stream first, and
-    the caller's stream waits for it at the end (also after a ``break`` or an error).
+# The loops' step stream of each device (see _steps_on_own_stream): one for every loader,
+# so that the caching allocator's blocks for the steps' tensors stay in one pool.
+_STEP_STREAMS: dict = {}
+
+
+def _step_stream(device: torch.device) -> torch.cuda.Stream:
+    """``device``'s step stream: of the greatest priority, so that it is never one of the
+    pool's ordinary streams that prefetching threads build batches on (PyTorch hands
+    those out round robin: the steps would queue behind the builds), and so that the
+    block scheduler starts the steps' blocks first."""
+    stream = _STEP_STREAMS.get(device.index)
+    if stream is None:
+        stream = _STEP_STREAMS[device.index] = torch.cuda.Stream(device, priority=-100)
+    return stream
+
+
+def _steps_on_own_stream(batches: Iterator, device: torch.device) -> Iterator:
+    """``batches``, with ``device``'s step stream current in the caller's thread from the
+    first batch to the end of the epoch, when the caller iterates on ``device``'s default
+    stream. It waits for the caller's stream first, and the caller's stream waits for it at
+    the end (also after a ``break`` or an error).
 
     Why: beside a prefetching loader whose gathers stage host rows, an eager model's kernels
-    queued on the default stream ran 20-30% slower than the same kernels on a stream of
-    their own (a products epoch 1.08-1.10 s against 0.85-0.88 s on an H200; with zero-copy
-    reads, every row in HBM, or a step replayed as a CUDA graph, no difference), and the
-    loader's pace read on the default stream always said "ahead" (docs/benchmarks.md,
-    2026-12-04). The cause inside the driver was not found; the default stream is
-    avoided."""
+    queued on the default stream ran slower than the same kernels on a stream of their own
+    (a products epoch 1.16-1.21 s against 0.92-0.98 s on an H200, papers-sized 6.48-7.96 s
+    against 5.16-6.12 s; with zero-copy reads, every row in HBM, or a step replayed as a
+    CUDA graph, no difference), and the loader's pace read on the default stream always
+    said "ahead" (docs/benchmarks.md, 2026-12-04). The cause inside the driver was not
+    found; the default stream is avoided."""
     if torch.cuda.current_stream(device) != torch.cuda.default_stream(device):
         yield from batches
         return
     caller = torch.cuda.default_stream(device)
-    if holder._step_stream is None:
-        holder._step_stream = torch.cuda.Stream(device)
-    own = holder._step_stream
+    own = _step_stream(device)
     thread = threading.get_ident()
     own.wait_stream(caller)
     _make_current(own)
@@ -177,15 +190,19 @@ class Prefetcher:
             (one stream would serialize them); with ``sms``, every worker gets a stream of
             the same SMs.
         own_stream: when the caller iterates on the device's default stream, make a
-            stream of the loader's own current in the caller's thread from an epoch's first
-            batch to its end, so that the loop's steps queue their kernels there (ordered
-            after the caller's earlier work, and the caller's stream after theirs at the
-            end; the caller's stream is current again after the loop, a ``break`` or an
-            error). On an H200, an eager GraphSAGE step beside staged host reads took a
-            products epoch from 1.08-1.10 s to 0.85-0.88 s this way; elsewhere it changed
-            nothing measurable (docs/benchmarks.md, 2026-12-04). False leaves the caller's
-            stream alone. Nothing changes for a caller already on another stream, with
-            ``depth=0`` or on the CPU.
+            stream of the loaders' own (one a device, of the greatest priority) current in
+            the caller's thread from an epoch's first batch to its end, so that the loop's
+            steps queue their kernels there (ordered after the caller's earlier work, and
+            the caller's stream after theirs at the end; the caller's stream is current
+            again after the loop, a ``break`` or an error). On an H200, an eager GraphSAGE
+            step beside staged host reads took a products epoch from 1.16-1.21 s to
+            0.92-0.98 s this way; elsewhere it changed nothing measurable
+            (docs/benchmarks.md, 2026-12-04). Inside the loop, work put on the default
+            stream by name (``torch.cuda.default_stream()``, or an extension that launches
+            on CUDA's legacy stream) is not ordered with the steps or the batches: use the
+            current stream, or False, which leaves the caller's stream alone. Nothing
+            changes for a caller already on another stream, with ``depth=0`` or on the
+            CPU.
         pace: called with True when a batch is ready before the model needs it (the
             loader ahead) and False when the model waits for it (behind), for each batch
             after an epoch's first. On a GPU it is the GPU's pace, read from events (the
@@ -226,7 +243,6 @@ class Prefetcher:
                                  f"{type(loader).__name__} has no batch_builders()")
         self.workers = workers
         self.own_stream = own_stream
-        self._step_stream: Optional[torch.cuda.Stream] = None  # see _steps_on_own_stream
         if pace is not None and not callable(pace):
             raise ValueError(f"pace must be a callable taking a bool, got {pace!r}")
         self.pace = pace
@@ -280,11 +296,11 @@ class Prefetcher:
         return self._on_own_stream(self._prefetch([batches]))
 
     def _on_own_stream(self, batches: Iterator) -> Iterator:
-        """``batches`` handed out with the loop's steps on a stream of the loader's own
+        """``batches`` handed out with the loop's steps on the device's step stream
         (``own_stream``; see :func:`_steps_on_own_stream`)."""
         if not self.own_stream or self.device.type != "cuda":
             return batches
-        return _steps_on_own_stream(batches, self.device, self)
+        return _steps_on_own_stream(batches, self.device)
 
     def _produce(self, batches: Iterator, ready: "queue.Queue", stop: threading.Event,
                  stream: Optional[torch.cuda.Stream]) -> None:
@@ -319,6 +335,13 @@ class Prefetcher:
             # blocks per stream, so a new stream each epoch would allocate anew.
             self._streams = [stream if stream is not None else torch.cuda.Stream(self.device)
                              for stream in self._streams]
+            # The builds start after the consumer's work queued so far, as the C++
+            # prefetcher's do: a batch of an earlier epoch, freed after being read on
+            # another stream than this epoch's consumer, is then never overwritten under
+            # that read.
+            consumer = torch.cuda.current_stream(self.device)
+            for stream in self._streams:
+                stream.wait_stream(consumer)
         producers = [threading.Thread(target=self._produce,
                                       args=(share, ready, stop, stream),
                                       name=f"quiver-prefetch-{k}", daemon=True)
@@ -453,7 +476,7 @@ class SampleLoader:
             H200s beside a GraphSAGE model, GPU mode, its epochs were shorter in 19 of 20
             pairs (median 6.5%, 6-19% on the papers-sized graph); in UVA mode in 2 of 4, so
             UVA keeps the Python thread (docs/benchmarks.md, 2026-12-02).
-        own_stream: run the loop's steps on a stream of the loader's own while the caller
+        own_stream: run the loop's steps on a stream of the loaders' own while the caller
             iterates on the default stream (see :class:`Prefetcher`'s ``own_stream``).
 
     ``for n_id, batch_size, adjs, x, y in loader:`` replaces the torch-quiver loop
@@ -542,7 +565,7 @@ class SampleLoader:
 
     @property
     def own_stream(self) -> bool:
-        """Whether the loop's steps run on a stream of the loader's own while the caller
+        """Whether the loop's steps run on a stream of the loaders' own while the caller
         iterates on the default stream (see :class:`Prefetcher`); settable between epochs."""
         return self._prefetcher.own_stream
 
@@ -781,7 +804,8 @@ class LinkSampleLoader(SampleLoader):
                  neg_exclude_edges: bool = True, shuffle: bool = True, drop_last: bool = False,
                  prefetch: int = 2, generator: Optional[torch.Generator] = None,
                  prefetch_sms: Optional[int] = None,
-                 prefetch_host_read_blocks: int = HOST_READ_BLOCKS, workers: int = 1):
+                 prefetch_host_read_blocks: int = HOST_READ_BLOCKS, workers: int = 1,
+                 own_stream: bool = True):
         if sampler.disjoint:
             raise ValueError("LinkSampleLoader samples one graph around a batch's endpoints; "
                              "for temporal or disjoint link sampling use "
@@ -794,7 +818,7 @@ class LinkSampleLoader(SampleLoader):
         # Its own _build_one builds its batches: SampleLoader never gives them to C++.
         super().__init__(sampler, feature, torch.arange(num_edges), batch_size, None, shuffle,
                          drop_last, prefetch, generator, prefetch_sms, prefetch_host_read_blocks,
-                         workers)
+                         workers, own_stream=own_stream)
         self.edge_label_index = edge_label_index.long().to(self.device)
         self.edge_label = (None if edge_label is None
                            else torch.as_tensor(edge_label).to(self.device))

@@ -838,22 +838,45 @@ def test_a_prefetching_loop_runs_its_steps_on_the_loaders_own_stream(in_cpp):
 
 @requires_cuda
 def test_batches_on_the_loaders_own_stream_equal_serial_ones():
-    # The rows each step reads on the loader's stream are the batch's, and work queued by
-    # the steps there is finished for the default stream after the loop.
+    # The rows each step reads on the loader's stream are the batch's; work queued on the
+    # default stream before the loop is done before the first step reads it, and work the
+    # steps queue is done before the default stream reads it after the loop. Nothing in
+    # the loop waits on the host, so only the streams' ordering makes the results right.
     sampler, feature, table, labels = setup("GPU", num_nodes=3000, num_edges=40000)
     seeds = torch.arange(0, 3000, 3)
     serial = qv.SampleLoader(sampler, feature, seeds, 64, labels=labels, prefetch=0)
     ahead = qv.SampleLoader(sampler, feature, seeds, 64, labels=labels, prefetch=2)
     torch.manual_seed(11)
     first = epoch(serial)
+    device = torch.device("cuda", 0)
+    before = torch.zeros(1, device=device)
+    torch.cuda._sleep(50_000_000)  # the default stream busy, then the write the steps read
+    before += 7
     torch.manual_seed(11)
-    outputs = []
+    batches, steps, seen = [], [], []
     for batch in ahead:
+        seen.append(before * 1)  # queued on the loader's stream: after the write above
         torch.cuda._sleep(1_000_000)  # the step's kernels lag the host
-        outputs.append(batch.x * 2 + 1)  # queued on the loader's stream
-        outputs.append(flatten(batch))
-    steps = outputs[0::2]
-    assert same(first, outputs[1::2])
+        steps.append(batch.x * 2 + 1)
+        batches.append(batch)
     # read on the default stream, no sync asked for: ordered after the steps' stream
+    assert all(int(v) == 7 for v in seen)
+    assert same(first, [flatten(b) for b in batches])
     for (_, parts), doubled in zip(first, steps):
         assert torch.equal(doubled.cpu(), parts[1] * 2 + 1)
+
+
+@requires_cuda
+def test_every_loader_steps_on_one_stream_of_the_greatest_priority():
+    sampler, feature, _, labels = setup("GPU", num_nodes=3000, num_edges=40000)
+    device = torch.device("cuda", 0)
+    streams = set()
+    for in_cpp in (False, True):
+        loader = qv.SampleLoader(sampler, feature, torch.arange(600), 128, labels=labels,
+                                 prefetch=2, prefetch_in_cpp=in_cpp)
+        for _ in loader:
+            streams.add(torch.cuda.current_stream(device))
+    assert len(streams) == 1
+    (stream,) = streams
+    assert stream.priority == torch.cuda.Stream.priority_range()[1]
+    torch.cuda.synchronize()
