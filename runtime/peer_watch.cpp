@@ -32,12 +32,17 @@ void PeerWatch::beat() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!wake_.wait_for(lock, period_, [this] { return stop_; })) {
     lock.unlock();  // a slow store must not hold up the destructor or a reader
-    bool answered = true;
-    try {
-      store_->add(key(rank_), 1);
-      for (int r = 0; r < size_; ++r) counts[r] = store_->add(key(r), 0);
-    } catch (const std::exception&) {
-      answered = false;  // the store's host died: nothing to read; errors say so
+    bool answered = !store_lost_;
+    if (answered) {
+      try {
+        store_->add(key(rank_), 1);
+        for (int r = 0; r < size_; ++r) counts[r] = store_->add(key(r), 0);
+      } catch (const std::exception&) {
+        // The store's host died: nothing to read, and errors say so. Not asked again:
+        // each failed call logs its stack (c10d), every period, until this watch ends.
+        answered = false;
+        store_lost_ = true;
+      }
     }
     lock.lock();
     if (!answered) continue;

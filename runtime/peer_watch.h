@@ -54,6 +54,7 @@ class PeerWatch {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   bool stop_ = false;
+  bool store_lost_ = false;  // written and read by the beating thread only
   std::vector<int64_t> last_count_;           // per peer, as last read
   std::vector<Clock::time_point> last_move_;  // per peer, when its count last changed
   Clock::time_point last_answer_;             // when the store last answered

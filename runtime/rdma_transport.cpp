@@ -56,7 +56,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kMaxQpsPerPeer = 16;
+constexpr int kMaxQpsPerPeer = static_cast<int>(Transport::kMaxQpsPerPeer);
 constexpr int kChain = 16;  // work requests per posted chain; the last one is signaled
 constexpr int64_t kMaxReadBytes = 1 << 20;  // one READ covers consecutive rows up to this
 
@@ -112,18 +112,15 @@ class RdmaReader final : public RowReader {
         timeout_(checked_timeout(options.timeout_s, "timeout_s")) {
     TORCH_CHECK_VALUE(host >= 0 && host < num_hosts, "host ", host, " is out of range [0, ",
                       num_hosts, ")");
-    TORCH_CHECK_VALUE(options.qps_per_peer >= 1 && options.qps_per_peer <= kMaxQpsPerPeer,
-                      "qps_per_peer must be in [1, ", kMaxQpsPerPeer, "], got ",
-                      options.qps_per_peer);
-    TORCH_CHECK_VALUE(options.port >= 1 && options.port <= 255, "port must be in [1, 255], got ",
-                      options.port);
-    TORCH_CHECK_VALUE(options.gid_index >= -1 && options.gid_index <= 255,
-                      "gid_index must be -1 (pick RoCE v2 over IPv4) or in [0, 255], got ",
-                      options.gid_index);
+    // Every host makes its transports on a store in the same order, so the n-th one of each
+    // host shares its keys (counted in the store: two hosts may share a process in tests).
+    // Taken before any check: a host that refuses its options still uses up its turn, so
+    // the hosts' next transports keep sharing keys.
+    const int64_t serial = store_->add("quiver/rdma/made/" + std::to_string(host_), 1) - 1;
+    Transport::check_rdma_options(options.port, options.gid_index, options.qps_per_peer,
+                                  options.staging_bytes);
     TORCH_CHECK_VALUE(options.reads_in_flight >= 1, "reads_in_flight must be >= 1, got ",
                       options.reads_in_flight);
-    TORCH_CHECK_VALUE(options.staging_bytes >= 0, "staging_bytes must be >= 0, got ",
-                      options.staging_bytes);
     TORCH_CHECK_VALUE(table_.device().is_cpu() && table_.is_contiguous() && table_.dim() >= 1,
                       "an RDMA transport serves a contiguous host table, got one on ",
                       table_.device());
@@ -136,11 +133,11 @@ class RdmaReader final : public RowReader {
       served_hold_ = hold_storage_memory(table_.storage());
       served_address_ = table_.storage().data();
     }
-    // Every host makes its transports on a store in the same order, so the n-th one of each
-    // host shares its keys (counted in the store: two hosts may share a process in tests).
-    const int64_t serial = store_->add("quiver/rdma/made/" + std::to_string(host_), 1) - 1;
     try {
       connect(serial);
+    } catch (const c10::Error& error) {  // its message, not the C++ frames behind it
+      TORCH_CHECK(false, "quiver RDMA transport (host ", host_, " of ", num_hosts_,
+                  "): could not connect: ", error.what_without_backtrace());
     } catch (const std::exception& error) {
       TORCH_CHECK(false, "quiver RDMA transport (host ", host_, " of ", num_hosts_,
                   "): could not connect: ", error.what());
@@ -256,6 +253,11 @@ class RdmaReader final : public RowReader {
     ibv_gid gid{};
     TORCH_CHECK(api.query_gid(context_.get(), port, gid_index, &gid) == 0, "ibv_query_gid failed ",
                 "for index ", gid_index);
+    const bool empty_gid = std::all_of(std::begin(gid.raw), std::end(gid.raw),
+                                       [](uint8_t byte) { return byte == 0; });
+    TORCH_CHECK_VALUE(!empty_gid, "gid_index ", gid_index, " of ", device_name_, " port ",
+                      options_.port, " holds no GID (the port's table has ",
+                      port_attr.gid_tbl_len, " entries; -1 picks RoCE v2 over IPv4)");
     reads_per_qp_ = std::max<int64_t>(1, std::min<int64_t>(options_.reads_in_flight,
                                                             device_attr.max_qp_wr));
     // A provider that leaves max_msg_sz at 0 states no limit.

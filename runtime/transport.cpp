@@ -37,6 +37,20 @@ std::vector<std::string> Transport::agree_over(const c10::intrusive_ptr<c10d::Pr
                            checked_timeout(timeout_s, "timeout"));
 }
 
+void Transport::check_rdma_options(int64_t port, int64_t gid_index, int64_t qps_per_peer,
+                                   int64_t staging_bytes) {
+  TORCH_CHECK_VALUE(qps_per_peer >= 1 && qps_per_peer <= kMaxQpsPerPeer,
+                    "qps_per_peer must be in [1, ", kMaxQpsPerPeer, "], got ", qps_per_peer);
+  TORCH_CHECK_VALUE(port >= 1 && port <= 255, "port must be in [1, 255], got ", port);
+  TORCH_CHECK_VALUE(gid_index >= -1 && gid_index <= 255,
+                    "gid_index must be -1 (pick RoCE v2 over IPv4) or in [0, 255], got ",
+                    gid_index);
+  TORCH_CHECK_VALUE(staging_bytes >= 0 && staging_bytes <= kMaxStagingBytes,
+                    "staging_bytes must be in [0, ", kMaxStagingBytes,
+                    "] (reads land in it slice after slice: a larger buffer gains nothing), got ",
+                    staging_bytes);
+}
+
 c10::Dict<std::string, int64_t> Transport::rdma_defaults() {
   const RdmaOptions defaults;
   c10::Dict<std::string, int64_t> named;

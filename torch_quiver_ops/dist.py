@@ -210,9 +210,17 @@ def _rdma_options(given: Optional[dict], **defaults) -> dict:
     """The RDMA transport's options: the runtime's defaults, then ``defaults``, then the
     caller's ``given`` (a key the transport does not know is a ValueError)."""
     known = {"device": "", **torch.classes.quiver.Transport.rdma_defaults()}
+    if given is not None and not isinstance(given, dict):
+        raise ValueError(f"rdma takes a dict of options {sorted(known)}, got {given!r}")
     unknown = sorted(set(given or {}) - set(known))
     if unknown:
         raise ValueError(f"rdma options are {sorted(known)}, got unknown {unknown}")
+    for name, value in (given or {}).items():
+        if name == "device" and not isinstance(value, str):
+            raise ValueError(f"rdma option device must be a device name (a str, '' for the "
+                             f"first), got {value!r}")
+        if name != "device" and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"rdma option {name} must be an int, got {value!r}")
     return {**known, **defaults, **(given or {})}
 
 
@@ -305,7 +313,11 @@ class DistFeature:
         self.host = dist.get_rank(self.group)
         self.device = (torch.device("cuda", torch.cuda.current_device()) if backend == "nccl"
                        else local.device_for())
-        options = _rdma_options(rdma)
+        try:
+            options = _rdma_options(rdma)
+        except ValueError as error:  # told to the other hosts, which then raise at once
+            _tell_setup_problem(self.group, transport, lanes, timeout, str(error))
+            raise
         transport = self._agree_on_transport(transport, backend, lanes, timeout, options)
         if transport == "rdma":
             # Peers read this host's whole local table, in local order.
@@ -339,9 +351,19 @@ class DistFeature:
         elif asked == "rdma" and not rdma_here:
             problem = "transport 'rdma' asked for, but this host lists no RDMA device"
         if not problem and rdma_here:
+            try:  # what the transport would refuse, said here so that every host hears it
+                torch.classes.quiver.Transport.check_rdma_options(
+                    options["port"], options["gid_index"], options["qps_per_peer"],
+                    options["staging_bytes"])
+            except ValueError as error:
+                problem = f"rdma options: {error}"
+        if not problem and rdma_here:
             try:  # peers read the whole local table; the staging buffer is registered too
                 preflight.check_memlock(self.local.table.nbytes + options["staging_bytes"],
                                         "the RDMA transport's registered memory")
+                preflight.check_host_memory(options["staging_bytes"],
+                                            "the RDMA transport's staging buffer",
+                                            "give a smaller rdma staging_bytes")
             except preflight.ResourceLimitError as error:
                 problem = str(error) if asked == "rdma" else ""
                 rdma_here = False  # "auto" falls back to the collectives on every host

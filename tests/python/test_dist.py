@@ -151,6 +151,13 @@ def two_tables_worker(rank, world, port, results, lanes):
         assert fx[[]].shape == (0, 8)  # an empty list is no ids (every host, in step)
         with pytest.raises(ValueError, match=r"unknown \['qps_per_peerr'\]"):
             qv.dist.DistFeature(shard_map, fx.local, transport="gloo", rdma={"qps_per_peerr": 2})
+        # One host's bad option is told to the other, which raises at once naming it
+        # (it had waited out the timeout in the transport's own exchange).
+        bad = {"qps_per_peer": "2"} if rank == 0 else None
+        started = time.monotonic()
+        with pytest.raises(ValueError, match="rdma option qps_per_peer must be an int"):
+            qv.dist.DistFeature(shard_map, fx.local, transport="gloo", rdma=bad, timeout=20)
+        assert time.monotonic() - started < 15
         fx.close()
         assert "transport=closed" in repr(fx)
         fy.close()
@@ -1134,6 +1141,23 @@ def test_hetero_loader_gathers_a_table_split_over_hosts(tmp_path):
     spawn_workers(hetero_dist_worker, args=(2, free_port(), str(base), str(results)), nprocs=2)
     seen = {p.name: p.read_text() for p in results.iterdir()}
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+def test_rdma_options_are_checked_by_type_and_range_before_any_host_connects():
+    for given, words in [(5, "rdma takes a dict"), ("fast", "rdma takes a dict"),
+                         ({"staging_bytes": "big"}, "staging_bytes must be an int"),
+                         ({"qps_per_peer": True}, "qps_per_peer must be an int"),
+                         ({"qps_per_peer": 2.0}, "qps_per_peer must be an int"),
+                         ({"device": 3}, "device must be a device name")]:
+        with pytest.raises(ValueError, match=words):
+            qv.dist._rdma_options(given)
+    check = torch.classes.quiver.Transport.check_rdma_options
+    check(1, -1, 4, 64 << 20)
+    for args, words in [((1, -1, 0, 0), r"qps_per_peer must be in \[1, 16\], got 0"),
+                        ((0, -1, 4, 0), "port must be in"), ((1, 256, 4, 0), "gid_index"),
+                        ((1, -1, 4, 2 << 30), r"staging_bytes must be in \[0, 1073741824\]")]:
+        with pytest.raises(ValueError, match=words):
+            check(*args)
 
 
 def test_rdma_defaults_come_from_the_runtime():

@@ -146,6 +146,15 @@ class Transport : public torch::CustomClassHolder {
   // RdmaOptions' defaults for the options a caller may give by name (port, gid_index,
   // qps_per_peer, staging_bytes), so that Python fills in only what it is given.
   static c10::Dict<std::string, int64_t> rdma_defaults();
+  // Raises ValueError naming the first of those options out of its range: the transport
+  // checks them so, and Python asks first so that every host hears of a refusal at once.
+  static void check_rdma_options(int64_t port, int64_t gid_index, int64_t qps_per_peer,
+                                 int64_t staging_bytes);
+  // At most this many queue pairs to each peer (an endpoint's fixed arrays hold them).
+  static constexpr int64_t kMaxQpsPerPeer = 16;
+  // At most this large a staging buffer: reads land in it slice after slice, so a larger
+  // one gains nothing, and it is pinned (registered) memory the host may not have.
+  static constexpr int64_t kMaxStagingBytes = int64_t{1} << 30;
 
   const std::string& kind() const { return parts_.kind; }
   int64_t host() const { return parts_.host; }
