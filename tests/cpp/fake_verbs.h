@@ -38,6 +38,8 @@ class FakeVerbs {
     fault_after_ = after_reads;
     reads_ = 0;
   }
+  // Every GID slot reads empty (all zero), as a gid_index past the port's GIDs does.
+  void set_empty_gids(bool empty) { empty_gids_ = empty; }
   int live_objects() const { return live_.load(); }
   // READ work requests posted so far (each may cover several rows).
   int reads() {
@@ -104,8 +106,14 @@ class FakeVerbs {
       attr->max_msg_sz = 1u << 31;  // as rxe and most HCAs report
       return 0;
     };
-    api_.query_gid = [](ibv_context*, uint8_t, int, ibv_gid* gid) {
+    api_.query_gid = [](ibv_context*, uint8_t, int index, ibv_gid* gid) {
+      // A link-local GID, as a port's slot holds one: an all-zero slot is an empty one,
+      // which the transport refuses.
       std::memset(gid, 0, sizeof(*gid));
+      if (instance().empty_gids_) return 0;
+      gid->raw[0] = 0xfe;
+      gid->raw[1] = 0x80;
+      gid->raw[15] = static_cast<uint8_t>(index + 1);
       return 0;
     };
     api_.alloc_pd = [](ibv_context* context) {
@@ -265,6 +273,7 @@ class FakeVerbs {
   uint32_t next_key_ = 100;
   uint32_t next_qpn_ = 10;
   Fault fault_ = Fault::kNone;
+  std::atomic<bool> empty_gids_{false};
   int fault_after_ = 0;
   int reads_ = 0;
   int posted_ = 0;

@@ -298,6 +298,22 @@ TEST_F(FakeRdma, ReadsRowsBetweenTwoHosts) {
   EXPECT_EQ(zero->kind(), "rdma:fake0");
 }
 
+TEST_F(FakeRdma, AnEmptyGidSlotIsNamed) {
+  FakeVerbs::instance().set_empty_gids(true);
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Transport::RdmaOptions options = fake_options();
+  options.gid_index = 5;
+  try {
+    Transport::rdma(store, 0, 2, host_table(0), options);
+    ADD_FAILURE() << "an empty GID slot was used";
+  } catch (const c10::Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("gid_index 5 of fake0 port 1 holds no GID"), std::string::npos)
+        << message;
+  }
+  FakeVerbs::instance().set_empty_gids(false);
+}
+
 TEST_F(FakeRdma, RunsOfConsecutiveRowsTravelAsOneReadEach) {
   auto [zero, one] = connect(fake_options());
   // Runs of every length, ascending and not, some crossing a staging chunk's end.
