@@ -94,6 +94,7 @@ void register_runtime_classes(torch::Library& m) {
       .def_static("collective", &Transport::collective)
       .def_static("rdma", &Transport::rdma_over)
       .def_static("rdma_available", &Transport::rdma_available)
+      .def_static("rdma_devices", &Transport::rdma_devices)
       .def_static("rdma_defaults", &Transport::rdma_defaults)
       .def_static("check_rdma_options", &Transport::check_rdma_options)
       .def_static("agree", &Transport::agree_over)

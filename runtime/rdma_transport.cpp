@@ -334,7 +334,12 @@ class RdmaReader final : public RowReader {
     }
     for (int64_t h = 0; h < num_hosts_; ++h) {
       if (h == host_) continue;
-      store_->wait({key(serial, h, host_)}, timeout_);
+      try {
+        store_->wait({key(serial, h, host_)}, timeout_);
+      } catch (const std::exception&) {
+        TORCH_CHECK(false, "host ", h, " did not publish its endpoint within ", timeout_.count(),
+                    " ms: it is late, it failed to set up its transport, or it runs other code");
+      }
       const std::vector<uint8_t> raw = store_->get(key(serial, h, host_));
       TORCH_CHECK(raw.size() == sizeof(Endpoint), "host ", h, " published a ", raw.size(),
                   "-byte endpoint; this build expects ", sizeof(Endpoint));
@@ -597,6 +602,8 @@ c10::intrusive_ptr<Transport> rdma_with_test_hooks(const c10::intrusive_ptr<c10d
 
 bool Transport::rdma_available() { return verbs::device_present(); }
 
+std::vector<std::string> Transport::rdma_devices() { return verbs::device_names(); }
+
 #else  // built without rdma-core's headers
 
 c10::intrusive_ptr<Transport> rdma_with_test_hooks(const c10::intrusive_ptr<c10d::Store>&,
@@ -609,6 +616,8 @@ c10::intrusive_ptr<Transport> rdma_with_test_hooks(const c10::intrusive_ptr<c10d
 }
 
 bool Transport::rdma_available() { return false; }
+
+std::vector<std::string> Transport::rdma_devices() { return {}; }
 
 #endif
 

@@ -98,6 +98,21 @@ bool device_present() {
   }
 }
 
+std::vector<std::string> device_names() {
+  std::vector<std::string> names;
+  try {
+    int count = 0;
+    ibv_device** list = api().get_device_list(&count);
+    for (int k = 0; list != nullptr && k < count; ++k) {
+      names.emplace_back(api().get_device_name(list[k]));
+    }
+    if (list != nullptr) api().free_device_list(list);
+  } catch (const std::exception&) {
+    names.clear();  // libibverbs does not load: no devices
+  }
+  return names;
+}
+
 Context open_device(const std::string& name) {
   int count = 0;
   ibv_device** list = api().get_device_list(&count);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace quiver::runtime::verbs {
 
@@ -45,6 +46,8 @@ struct Api {
 const Api& api();
 // Whether libibverbs can be loaded and lists at least one device (never throws).
 bool device_present();
+// The names of the RDMA devices libibverbs lists (none when it cannot load).
+std::vector<std::string> device_names();
 // Installs a fake provider (nullptr: back to libibverbs). For tests only.
 void install(const Api* fake);
 

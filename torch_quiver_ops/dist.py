@@ -24,7 +24,7 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
-from typing import Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -230,6 +230,11 @@ def _rdma_available() -> bool:
     return torch.classes.quiver.Transport.rdma_available()
 
 
+def _rdma_devices() -> List[str]:
+    """The RDMA devices this machine lists (a function of its own, as _rdma_available)."""
+    return list(torch.classes.quiver.Transport.rdma_devices())
+
+
 def _checked_timeout(timeout) -> float:
     if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
             or not math.isfinite(timeout) or not 0 < timeout <= 365 * 24 * 3600):
@@ -357,6 +362,10 @@ class DistFeature:
                     options["staging_bytes"])
             except ValueError as error:
                 problem = f"rdma options: {error}"
+            devices = _rdma_devices()
+            if not problem and options["device"] and options["device"] not in devices:
+                problem = (f"rdma option device {options['device']!r} is not one of this "
+                           f"host's RDMA devices {devices}")
         if not problem and rdma_here:
             try:  # peers read the whole local table; the staging buffer is registered too
                 preflight.check_memlock(self.local.table.nbytes + options["staging_bytes"],

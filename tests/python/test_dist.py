@@ -823,6 +823,9 @@ def rdma_worker(rank, world, port, directory, results):
         feature = qv.dist.DistFeature.load(directory, device_list=[], timeout=60.0,
                                            rdma={"qps_per_peer": 2, "staging_bytes": 1 << 16})
         assert feature.transport.kind().startswith("rdma:"), feature.transport.kind()
+        # the device it opened is one the host lists (what the device option may name)
+        assert feature.transport.kind()[len("rdma:"):] in \
+            torch.classes.quiver.Transport.rdma_devices()
         for seed in range(2):
             ids = torch.randint(x.size(0), (700,), generator=torch.Generator().manual_seed(seed + rank))
             assert torch.equal(feature[ids], x[ids])

@@ -225,8 +225,17 @@ def unlike_worker(rank, world, port, results, what):
         if what == "auto":  # host 0 lists an RDMA device, host 1 none: both choose Gloo
             qv.dist._rdma_available = lambda: rank == 0
             options = {"transport": "auto"}
+        if what == "device":  # both list rxe0; host 0 asks for a device it does not have
+            qv.dist._rdma_available = lambda: True
+            qv.dist._rdma_devices = lambda: ["rxe0"]
+            options = {"transport": "rdma", "rdma": {"device": ("nosuch0", "")[rank]}}
         began = time.monotonic()
-        if what == "auto":
+        if what == "device":  # both raise at once, naming host 0, before any connection
+            with pytest.raises(ValueError, match=r"host 0: rdma option device 'nosuch0' is "
+                                                 r"not one of this host's RDMA devices"):
+                qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x), timeout=30.0,
+                                    **options)
+        elif what == "auto":
             feature = qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x),
                                           timeout=10.0, **options)
             assert feature.transport.kind() == "collective:gloo"
@@ -240,7 +249,7 @@ def unlike_worker(rank, world, port, results, what):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("what", ["lanes", "transport", "auto"])
+@pytest.mark.parametrize("what", ["lanes", "transport", "auto", "device"])
 def test_hosts_choose_their_transport_together(tmp_path, what):
     seen = spawn(unlike_worker, tmp_path, 2, what)
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen

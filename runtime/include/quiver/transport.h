@@ -143,6 +143,8 @@ class Transport : public torch::CustomClassHolder {
       double timeout_s);
   // Whether this build has verbs, libibverbs loads and lists a device.
   static bool rdma_available();
+  // The RDMA devices this host lists (what the `device` option may name).
+  static std::vector<std::string> rdma_devices();
   // RdmaOptions' defaults for the options a caller may give by name (port, gid_index,
   // qps_per_peer, staging_bytes), so that Python fills in only what it is given.
   static c10::Dict<std::string, int64_t> rdma_defaults();
