@@ -866,19 +866,20 @@ def check_options(parser, args) -> None:
     if args.train_seeds is not None and args.train_seeds >= nodes:
         parser.error(f"--train-seeds must be below the '{args.graph}' graph's {nodes:,} nodes, "
                      f"got {args.train_seeds}")
+    gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
+    device = None
     if args.device is not None:
         try:
             device = torch.device(args.device)
         except RuntimeError:
-            device = None
+            pass
         if device is None or device.type not in ("cpu", "cuda"):
             parser.error(f"--device takes cpu or a CUDA device such as cuda:0, got "
                          f"{args.device!r}")
-        if device.type == "cuda" and not (torch.cuda.is_available() and qv.cuda_kernels_built()):
+        if device.type == "cuda" and not gpu:
             parser.error(f"--device {args.device}: this machine has no CUDA GPU that the "
                          f"library can use")
-    if not (torch.cuda.is_available() and qv.cuda_kernels_built()) or (
-            args.device is not None and torch.device(args.device).type == "cpu"):
+    if not gpu or (device is not None and device.type == "cpu"):
         gpu_only = [flag for flag, given in [
             ("--green-sms", args.green_sms), ("--host-read-shares", args.host_read_shares),
             ("--unpaced", args.unpaced), ("--graphed-model", args.graphed_model),

@@ -235,6 +235,22 @@ def _rdma_devices() -> List[str]:
     return list(torch.classes.quiver.Transport.rdma_devices())
 
 
+def _rdma_options_problem(options: dict) -> str:
+    """What the RDMA transport would refuse in ``options`` ("" for nothing), found before
+    any host connects so that DistFeature's setup agreement tells every host at once."""
+    try:
+        torch.classes.quiver.Transport.check_rdma_options(
+            options["port"], options["gid_index"], options["qps_per_peer"],
+            options["staging_bytes"])
+    except ValueError as error:
+        return f"rdma options: {error}"
+    devices = _rdma_devices()
+    if options["device"] and options["device"] not in devices:
+        return (f"rdma option device {options['device']!r} is not one of this host's RDMA "
+                f"devices {devices}")
+    return ""
+
+
 def _checked_timeout(timeout) -> float:
     if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
             or not math.isfinite(timeout) or not 0 < timeout <= 365 * 24 * 3600):
@@ -356,16 +372,7 @@ class DistFeature:
         elif asked == "rdma" and not rdma_here:
             problem = "transport 'rdma' asked for, but this host lists no RDMA device"
         if not problem and rdma_here:
-            try:  # what the transport would refuse, said here so that every host hears it
-                torch.classes.quiver.Transport.check_rdma_options(
-                    options["port"], options["gid_index"], options["qps_per_peer"],
-                    options["staging_bytes"])
-            except ValueError as error:
-                problem = f"rdma options: {error}"
-            devices = _rdma_devices()
-            if not problem and options["device"] and options["device"] not in devices:
-                problem = (f"rdma option device {options['device']!r} is not one of this "
-                           f"host's RDMA devices {devices}")
+            problem = _rdma_options_problem(options)
         if not problem and rdma_here:
             try:  # peers read the whole local table; the staging buffer is registered too
                 preflight.check_memlock(self.local.table.nbytes + options["staging_bytes"],

@@ -103,10 +103,10 @@ def _steps_on_own_stream(batches: Iterator, device: torch.device) -> Iterator:
     CUDA graph, no difference), and the loader's pace read on the default stream always
     said "ahead" (docs/benchmarks.md, 2026-12-04). The cause inside the driver was not
     found; the default stream is avoided."""
-    if torch.cuda.current_stream(device) != torch.cuda.default_stream(device):
+    caller = torch.cuda.default_stream(device)
+    if torch.cuda.current_stream(device) != caller:
         yield from batches
         return
-    caller = torch.cuda.default_stream(device)
     own = _step_stream(device)
     thread = threading.get_ident()
     own.wait_stream(caller)
