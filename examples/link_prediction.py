@@ -64,6 +64,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     args = parser.parse_args(argv)
     # Checked here, before the graph is built, not after an epoch (or a run) has gone by.
     option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
+    option_checks.cache_size(parser, args.cache_size)
     option_checks.at_least(parser, args, ["epochs"], 0)
     # --train-edges left out (None) takes every one
     option_checks.at_least(parser, args, ["batch_size", "hidden", "train_edges"], 1)

@@ -19,6 +19,17 @@ def fanout_list(parser, text: str, option: str = "--fanouts") -> List[int]:
     return fanouts
 
 
+def cache_size(parser, text: str, option: str = "--cache-size") -> None:
+    """``text`` reads as a feature cache size (a share such as 20%, or bytes such as 200M),
+    checked on every machine: a CPU-only run, which caches nothing, used to pass a typo on."""
+    from torch_quiver_ops._device import parse_share, parse_size  # what Feature reads it with
+    try:
+        if parse_share(text, "the") is None:
+            parse_size(text)
+    except ValueError as error:
+        parser.error(f"{option} {text!r}: {error}")
+
+
 def at_least(parser, args, names: Sequence[str], least: int) -> None:
     """Each option in ``names`` (argparse's dest names) is None (left out) or >= ``least``."""
     for name in names:

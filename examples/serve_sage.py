@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import option_checks  # noqa: E402  (the examples' shared option checks)
 from train_sage import SAGE  # noqa: E402
 
 import torch_quiver_ops as qv  # noqa: E402
@@ -146,6 +147,7 @@ def main(argv=None):
         parser.error(f"--max-queue-nodes must be >= 1, got {args.max_queue_nodes}")
     if args.gpu_streams < 0:
         parser.error(f"--gpu-streams must be >= 0, got {args.gpu_streams}")
+    option_checks.cache_size(parser, args.cache_size)
     if not (math.isfinite(args.max_wait_ms) and args.max_wait_ms >= 0):
         parser.error(f"--max-wait-ms must be a finite number >= 0, got {args.max_wait_ms}")
     if args.threshold is not None and not (math.isfinite(args.threshold) and args.threshold >= 0):

@@ -66,6 +66,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     if not (math.isfinite(args.scale) and args.scale > 0):
         parser.error(f"--scale must be a number > 0, got {args.scale}")
     option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
+    option_checks.cache_size(parser, args.cache_size)
     option_checks.at_least(parser, args, ["epochs"], 0)
     # --train-papers left out (None) takes every one
     option_checks.at_least(parser, args, ["batch_size", "hidden", "train_papers", "eval_papers"], 1)

@@ -129,6 +129,7 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     # Checked here, not after an epoch (or a whole run, for --save) has gone by.
     option_checks.fanout_list(parser, args.fanouts)
+    option_checks.cache_size(parser, args.cache_size)
     option_checks.at_least(parser, args, ["epochs", "prefetch"], 0)
     option_checks.at_least(parser, args, ["batch_size", "hidden", "loader_workers",
                                           "eval_nodes"], 1)

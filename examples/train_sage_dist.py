@@ -82,6 +82,7 @@ def parse_args(argv=None):
                              "else random)")
     args = parser.parse_args(argv)
     option_checks.fanout_list(parser, args.fanouts)
+    option_checks.cache_size(parser, args.cache_size)
     option_checks.at_least(parser, args, ["epochs"], 0)
     option_checks.at_least(parser, args, ["batch_size", "hidden", "eval_nodes"], 1)
     option_checks.positive(parser, args, ["lr", "timeout"])

@@ -1085,7 +1085,8 @@ def test_distributed_example_checks_its_options_before_starting(capsys, monkeypa
                                  ("--fanouts", "1,,2", "--fanouts takes whole numbers"),
                                  ("--fanouts", "5,-3", "-1 for every neighbor"),
                                  ("--replicate", "1.5", "--replicate is a share"),
-                                 ("--epochs", "-1", "--epochs must be >= 0")):
+                                 ("--epochs", "-1", "--epochs must be >= 0"),
+                                 ("--cache-size", "2O%", "a percentage such as '20%', got '2O%'")):
         with pytest.raises(SystemExit):
             module.parse_args(["--data", "d", option, value])
         assert words in capsys.readouterr().err, (option, value)

@@ -54,7 +54,12 @@ COMMON = [
     (["--num-neighbors", "a,5"], ["--num-neighbors", "'a,5'"]),
     (["--num-neighbors", "10,-2"], ["--num-neighbors", "10,-2"]),
 ]
-HETERO = COMMON + [
+# Examples with a feature cache: its size read on CPU-only machines too.
+CACHED = [
+    (["--cache-size", "bogus"], ["--cache-size 'bogus'", "cannot read"]),
+    (["--cache-size", "101%"], ["--cache-size '101%'", "[0%, 100%]"]),
+]
+HETERO = COMMON + CACHED + [
     (["--train-papers", "0"], ["--train-papers", "0"]),
     (["--train-papers", "-3"], ["--train-papers", "-3"]),
     (["--eval-papers", "0"], ["--eval-papers", "0"]),
@@ -64,7 +69,7 @@ HETERO = COMMON + [
     (["--scale", "nan"], ["--scale", "nan"]),
     (["--scale", "inf"], ["--scale", "inf"]),
 ]
-LINK = COMMON + [
+LINK = COMMON + CACHED + [
     (["--train-edges", "0"], ["--train-edges", "0"]),
     (["--train-edges", "-10"], ["--train-edges", "-10"]),
     (["--held-out", "0"], ["--held-out", "0.0"]),

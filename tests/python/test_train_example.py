@@ -61,7 +61,14 @@ def test_train_sage_refuses_bad_options_before_building(tmp_path, capsys):
                         (["--device", "foo"], "--device takes auto, cpu or a CUDA device"),
                         (["--device", "cuda:99"], "--device cuda:99"),
                         (["--device", "cpu", "--mode", "GPU"], "--mode GPU samples on a GPU"),
+                        (["--device", "cpu", "--cache-size", "20"],  # bytes, and fine
+                         None),
+                        (["--device", "cpu", "--cache-size", "bogus"], "--cache-size 'bogus'"),
+                        (["--cache-size", "150%"], "the share must be in [0%, 100%]"),
                         (["--save", str(tmp_path)], "is a folder: give a file name in it")):
+        if words is None:
+            module.parse_args(args)
+            continue
         with pytest.raises(SystemExit):
             module.parse_args(args)
         assert words in capsys.readouterr().err, args
