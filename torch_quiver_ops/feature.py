@@ -461,7 +461,8 @@ class Feature:
     def __getitem__(self, ids) -> Tensor:
         # Through the device's FeatureTiers, the one door every gather of the store takes
         # (its host-read options and its learned split of staged host reads go with it).
-        if isinstance(ids, Tensor) and ids.is_cuda:  # the hot path: sampler output
+        # The hot path: the sampler's output.
+        if isinstance(ids, Tensor) and ids.is_cuda and ids.dim() == 1:
             view = self._views.get(ids.device)
             if view is not None:  # (contiguous: a no-op for the sampler's ids)
                 return view[0].gather(ids.contiguous(), _thread_host_read_blocks())
@@ -478,6 +479,8 @@ class Feature:
             raise TypeError(f"Feature's index must be row ids (a tensor, a list, an int or "
                             f"a slice), got {ids!r}")
         ids = as_ids(ids)  # the op checks shape, dtype and range
+        if ids.dim() == 0:  # one id (an int, a 0-d tensor): its row, as a tensor gives it
+            return self[ids.reshape(1)][0]
         device = ids.device if ids.is_cuda else self.device_for(None)
         layout = self._view(device)[0]
         return layout.gather(ids.to(device, non_blocking=True).contiguous(),

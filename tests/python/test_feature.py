@@ -40,6 +40,15 @@ def test_feature_takes_one_index_of_row_ids():
         feature[[0, True]]
     assert torch.equal(feature[[3, 1]].cpu(), x[[3, 1]])  # (rows on a GPU where there is one)
     assert torch.equal(feature[1:3].cpu(), x[1:3])
+    # One id gives its row, as a tensor does (it was "ids must be a 1-D tensor"), on the
+    # GPU too when the id is there.
+    ids = [3, torch.tensor(3), np.int64(3)] + ([torch.tensor(3, device="cuda")] if HAS_CUDA else [])
+    for one in ids:
+        assert feature[one].shape == (4,) and torch.equal(feature[one].cpu(), x[3]), one
+    with pytest.raises(IndexError, match=r"ids\[0\] = 10 is out of range"):
+        feature[10]
+    with pytest.raises(TypeError, match="int32 or int64 ids, got Bool"):
+        feature[True]
     assert feature.size(-1) == 4
     with pytest.raises(IndexError, match="dim 5 is out of range for a table of 2"):
         feature.size(5)
