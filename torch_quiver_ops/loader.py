@@ -18,6 +18,7 @@ GIL), without streams.
 """
 from __future__ import annotations
 
+import atexit
 import collections
 import dataclasses
 import functools
@@ -72,6 +73,39 @@ def _as_cuda_stream(stream) -> torch.cuda.Stream:
         return stream
     return torch.cuda.Stream(stream_id=stream.stream_id, device_index=stream.device_index,
                              device_type=stream.device_type)
+
+
+# Epochs whose batches are being built, each with what stops its builders: stopped at exit,
+# so that no builder is still inside torch while the interpreter finalizes, which aborts the
+# process ("terminate called without an active exception") when a prefetching epoch was
+# left unfinished.
+_RUNNING_BUILDS: dict = {}
+_RUNNING_BUILDS_LOCK = threading.Lock()
+
+
+def _builds_running(stop: Callable[[], None]) -> object:
+    """Registers ``stop`` until :func:`_builds_stopped` with the token returned."""
+    token = object()
+    with _RUNNING_BUILDS_LOCK:
+        _RUNNING_BUILDS[token] = stop
+    return token
+
+
+def _builds_stopped(token: object) -> None:
+    with _RUNNING_BUILDS_LOCK:
+        _RUNNING_BUILDS.pop(token, None)
+
+
+@atexit.register
+def _stop_running_builds() -> None:
+    with _RUNNING_BUILDS_LOCK:
+        stops = list(_RUNNING_BUILDS.values())
+        _RUNNING_BUILDS.clear()
+    for stop in stops:
+        try:
+            stop()
+        except Exception:  # noqa: BLE001  (at exit: stop the others all the same)
+            pass
 
 
 # The loops' step stream of each device (see _steps_on_own_stream): one for every loader,
@@ -347,8 +381,27 @@ class Prefetcher:
                                       name=f"quiver-prefetch-{k}", daemon=True)
                      for k, (share, ready, stream) in enumerate(zip(shares, queues,
                                                                     self._streams))]
+
+        def halt(wait_s: Optional[float] = None) -> None:
+            """Stops the producers and waits for them (at exit, for at most ``wait_s``)."""
+            stop.set()
+            deadline = None if wait_s is None else time.monotonic() + wait_s
+            for producer, ready in zip(producers, queues):
+                # Empties the queue (a producer waiting for room then sees `stop`) and
+                # waits for the thread. Not get(timeout=...): a producer that has already
+                # put its last item and is exiting would leave that wait to time out, a
+                # stall at the end of every epoch.
+                while producer.is_alive() and (deadline is None or time.monotonic() < deadline):
+                    try:
+                        while True:
+                            ready.get_nowait()
+                    except queue.Empty:
+                        pass
+                    producer.join(timeout=0.001)
+
         for producer in producers:
             producer.start()
+        running = _builds_running(functools.partial(halt, 10.0))
         paced = self.pace is not None
         probes = collections.deque()  # (asked, ready) events of batches whose pace is unknown
         try:
@@ -381,19 +434,8 @@ class Prefetcher:
                             tensor.record_stream(consumer)
                 yield batch
         finally:
-            stop.set()
-            for producer, ready in zip(producers, queues):
-                # Empties the queue (a producer waiting for room then sees `stop`) and
-                # waits for the thread. Not get(timeout=...): a producer that has already
-                # put its last item and is exiting would leave that wait to time out, a
-                # stall at the end of every epoch.
-                while producer.is_alive():
-                    try:
-                        while True:
-                            ready.get_nowait()
-                    except queue.Empty:
-                        pass
-                    producer.join(timeout=0.001)
+            _builds_stopped(running)
+            halt()
 
 
 def _note_decided_paces(probes: "collections.deque", pace: Callable[[bool], None],
@@ -667,6 +709,7 @@ class SampleLoader:
                       sampling_seeds: List[int]) -> Iterator[Batch]:
         # Seeds up to 2**64 - 1 travel as the int64 of the same bits.
         native.start(batches, [s - 2**64 if s >= 2**63 else s for s in sampling_seeds])
+        running = _builds_running(native.stop)
         try:
             while True:
                 built = native.next()
@@ -677,6 +720,7 @@ class SampleLoader:
                             None if self.feature is None else built[6],
                             None if self.labels is None else built[7])
         finally:
+            _builds_stopped(running)
             native.stop()  # here, where Python's lock is let go while the thread stops
             self._spare_native = (native, made_of)  # its side stream, for the next epoch
 

@@ -734,6 +734,43 @@ def test_a_batch_prefetcher_freed_by_python_mid_epoch_stops_without_deadlock(tmp
     assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
 
 
+# Each alone: in one process together the Python threads' aborts did not show.
+@pytest.mark.parametrize("left_open", ["python_thread", "two_workers", "cpp_thread,prefetcher"])
+def test_an_epoch_left_unfinished_at_exit_does_not_abort_the_process(tmp_path, left_open):
+    # Builder threads still inside torch while the interpreter finalized aborted the process
+    # ("terminate called without an active exception", status 134, each of the first two
+    # every time; found by a probe): the loaders' epochs left mid-way are now stopped at exit.
+    import subprocess
+    import sys
+    script = tmp_path / "unfinished.py"
+    script.write_text(
+        "import sys, torch\n"
+        "import torch_quiver_ops as qv\n"
+        f"sys.path.insert(0, {str(__import__('os').path.dirname(__file__))!r})\n"
+        "from test_loader import setup\n"
+        "sampler, feature, _, labels = setup('CPU')\n"
+        "seeds = torch.arange(300)\n"
+        "def matmuls():\n"
+        "    a = torch.randn(300, 300)\n"
+        "    while True:\n"
+        "        yield a @ a\n"
+        "epochs = {\n"
+        "    'python_thread': lambda: qv.SampleLoader(sampler, feature, seeds, 8, labels=labels,\n"
+        "                                             prefetch=2),\n"
+        "    'two_workers': lambda: qv.SampleLoader(sampler, feature, seeds, 8, prefetch=4,\n"
+        "                                           workers=2),\n"
+        "    'cpp_thread': lambda: qv.SampleLoader(sampler, feature, seeds, 8, prefetch=2,\n"
+        "                                          prefetch_in_cpp=True),\n"
+        "    'prefetcher': lambda: qv.Prefetcher(matmuls(), torch.device('cpu'))}\n"
+        f"left = [iter(epochs[name]()) for name in {left_open.split(',')!r}]\n"
+        "for epoch in left:\n"
+        "    next(epoch)\n"
+        "print('done')\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
+
+
 def test_a_compiled_model_takes_every_batch_without_recompiling(mode):
     """examples/train_sage.py's GraphSAGE under torch.compile(dynamic=True), over the loader's
     batches, whose sizes change every batch: traced once (twice at most: sizes equal in the
