@@ -303,10 +303,13 @@ class DistFeature:
             ``staging_bytes`` (another key is a ValueError).
         lanes: Gloo only: how many connections the rows travel over side by side (each a
             process group of its own over the group's hosts). Over Gloo each DistFeature
-            makes its lanes and one more group for its other exchanges, kept until exit
-            or ``destroy_process_group``: two DistFeatures, or one and a partitioned
-            sampler, share no connection, so one may fetch on its own thread
-            (``gather_async``) while another exchanges. One TCP stream carries about
+            makes its lanes and one more group for its other exchanges: two DistFeatures,
+            or one and a partitioned sampler, share no connection, so one may fetch on
+            its own thread (``gather_async``) while another exchanges. Those groups are
+            kept until the process exits, even past ``close`` and
+            ``destroy_process_group`` (see ``_LANES``): about 3 threads and 4 file
+            descriptors each, so make one DistFeature a table and keep it, rather than
+            one an epoch. One TCP stream carries about
             2 GB/s; 8 lanes moved about twice as much on the two-H200 host's loopback
             (docs/benchmarks.md).
 

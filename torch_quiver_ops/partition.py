@@ -417,7 +417,10 @@ class DistGraphSampler:
             over three hops, and on one host's loopback 4 lanes were no faster (60-95 ms a
             batch either way, docs/benchmarks.md); lanes are for links where one
             connection cannot fill the wire. Every host must ask for the same number. The
-            batch does not depend on it.
+            batch does not depend on it. Over Gloo the sampler also makes a group of its
+            own for its exchanges; it and the lanes are kept until the process exits
+            (about 3 threads and 4 file descriptors each), so make one sampler a graph
+            and keep it.
         bounded_slots: over NCCL with every part on its GPU, send each hop's requests and
             answers in fixed blocks per owner, so that a batch needs one host wait instead
             of three a hop and, from a shape's second batch, replays as one CUDA graph. A
