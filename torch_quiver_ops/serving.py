@@ -131,6 +131,38 @@ def _close_open_runtimes() -> None:
         thread.join(max(0.0, deadline - time.monotonic()))
 
 
+def _model_loop(runtime, model, stream) -> None:
+    """A model thread: the runtime's batches through ``model`` until it closes."""
+    while True:
+        batch_id, _, x, seed_count, edge_index, sizes, _ = runtime.next_batch()
+        if batch_id < 0:
+            _lingering_model_threads.discard(threading.current_thread())
+            return
+        try:
+            adjs = [Adj(e, None, (sizes[2 * i], sizes[2 * i + 1]))
+                    for i, e in enumerate(edge_index)]
+            with torch.inference_mode(), (torch.cuda.stream(stream) if stream is not None
+                                          else contextlib.nullcontext()):
+                out = model(x, adjs)[:seed_count].cpu()  # waits for this stream only
+        except Exception as error:  # noqa: BLE001 (answered to each request)
+            out, failure = None, f"{type(error).__name__}: {error}"
+        try:
+            if out is None:
+                runtime.fail(batch_id, failure)
+            else:
+                runtime.finish(batch_id, out)
+        except ValueError:  # a close() that gave up on the model failed it already
+            pass
+
+
+def _close_dropped(runtime, gpu_sampler) -> None:
+    """Closes the C++ runtime of a ServingRuntime collected without close(): no answer can
+    be waited for any more (each holds its runtime), so nothing is left to answer."""
+    with contextlib.suppress(Exception):
+        runtime.close(0.0)
+    del gpu_sampler  # held until here: the runtime's GPU streams read its pinned lists
+
+
 class ServingRuntime:
     """Batches node-id requests and answers each with the model's output rows.
 
@@ -224,6 +256,10 @@ class ServingRuntime:
             0 if max_queue_nodes is None else max_queue_nodes)
         self.psgs = PSGS.of_values(self._runtime.psgs())
         _open_runtimes.add(self)
+        # A runtime dropped without close() is closed when collected (its threads hold only
+        # what they use, not the runtime itself), before the GPU sampler's pins go with it.
+        self._closer = weakref.finalize(self, _close_dropped, self._runtime, self._gpu_sampler)
+        self._closer.atexit = False  # at exit, _close_open_runtimes waits properly
         self._collecting = threading.Lock()  # guards the collecting thread, made at first use
         self._collector_thread: Optional[_Collector] = None
         # One model thread per sampler: every batch in flight can be in the model at once.
@@ -237,34 +273,12 @@ class ServingRuntime:
                 raise
             return
         self._model_threads = [
-            threading.Thread(target=self._model_loop, name=f"quiver-model-{i}", daemon=True,
-                             args=(torch.cuda.Stream(self.device)
-                                   if self.device.type == "cuda" else None,))
+            threading.Thread(target=_model_loop, name=f"quiver-model-{i}", daemon=True,
+                             args=(self._runtime, self.model, torch.cuda.Stream(self.device)
+                                   if self.device.type == "cuda" else None))
             for i in range(model_threads)]
         for thread in self._model_threads:
             thread.start()
-
-    def _model_loop(self, stream) -> None:
-        while True:
-            batch_id, _, x, seed_count, edge_index, sizes, _ = self._runtime.next_batch()
-            if batch_id < 0:
-                _lingering_model_threads.discard(threading.current_thread())
-                return
-            try:
-                adjs = [Adj(e, None, (sizes[2 * i], sizes[2 * i + 1]))
-                        for i, e in enumerate(edge_index)]
-                with torch.inference_mode(), (torch.cuda.stream(stream) if stream is not None
-                                              else contextlib.nullcontext()):
-                    out = self.model(x, adjs)[:seed_count].cpu()  # waits for this stream only
-            except Exception as error:  # noqa: BLE001 (answered to each request)
-                out, failure = None, f"{type(error).__name__}: {error}"
-            try:
-                if out is None:
-                    self._runtime.fail(batch_id, failure)
-                else:
-                    self._runtime.finish(batch_id, out)
-            except ValueError:  # a close() that gave up on the model failed it already
-                pass
 
     # ---- requests ----
 
@@ -297,6 +311,7 @@ class ServingRuntime:
         deadline = time.monotonic() + min(float(timeout), _NO_LIMIT_S)
         self._runtime.close(float(timeout))
         _open_runtimes.discard(self)
+        self._closer.detach()
         for thread in self._model_threads:  # within what is left of the one timeout
             thread.join(max(0.0, deadline - time.monotonic()) if timeout < _NO_LIMIT_S
                         else None)
@@ -306,6 +321,12 @@ class ServingRuntime:
             collector = self._collector_thread
         if collector is not None:
             collector.stop()  # after close: it hands out every answer first
+
+    def __enter__(self) -> "ServingRuntime":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _collector(self) -> "_Collector":
         """The runtime's one thread handing answers to event loops (made at first use)."""
@@ -469,6 +490,12 @@ class ServingPool:
     def close(self, timeout: float = 30.0) -> None:
         for runtime in self.runtimes:
             runtime.close(timeout)
+
+    def __enter__(self) -> "ServingPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     @property
     def threshold(self) -> List[float]:
