@@ -6,6 +6,7 @@ that dies mid-batch is named by every survivor."""
 import contextlib
 import os
 import socket
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -482,6 +483,25 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
                               (others, "owned by another host")):
                 with pytest.raises(ValueError, match=said if rank == 0 else "another host's"):
                     DistNeighborLoader(part, [2], input_nodes=bad if rank == 0 else own)
+            # A host that stops after its sampler is made is named within the loader's
+            # timeout (the batch count's all-reduce waited the group's, 30 min by default).
+            if rank == 1:  # stalls between its sampler's agreement and the loader's
+                own_input_nodes = DistNeighborLoader._own_input_nodes
+
+                def stalled(self, input_nodes):
+                    time.sleep(6)
+                    return own_input_nodes(self, input_nodes)
+                DistNeighborLoader._own_input_nodes = stalled
+                try:
+                    with contextlib.suppress(RuntimeError):  # it may find host 0's word
+                        DistNeighborLoader(part, [2], input_nodes=own, timeout=2.0)
+                finally:
+                    DistNeighborLoader._own_input_nodes = own_input_nodes
+            else:
+                started = time.monotonic()
+                with pytest.raises(RuntimeError, match="host 1"):
+                    DistNeighborLoader(part, [2], input_nodes=own, timeout=2.0)
+                assert time.monotonic() - started < 5.5
             with pytest.raises(ValueError, match="batch_size must be an int >= 1, got 2.5"):
                 DistNeighborLoader(part, [2], batch_size=2.5)
             with pytest.raises(ValueError, match="num_neighbors"):

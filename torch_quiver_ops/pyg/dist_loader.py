@@ -5,6 +5,7 @@ their owners each hop) and gathers rows through a
 :class:`~torch_quiver_ops.dist.DistFeature`."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Union
 
@@ -82,21 +83,24 @@ class DistNeighborLoader:
         self.seed, self.epoch = seed, 0
         count = self.input_nodes.numel()
         self._own_batches = (count + batch_size - 1) // batch_size
-        # One agreement: the most batches, (negated) the fewest input nodes, and whether
-        # any host's input nodes were refused.
-        agreed = torch.tensor([self._own_batches, -count, int(problem is not None)])
-        dist.all_reduce(agreed, op=dist.ReduceOp.MAX, group=self.group)
+        # One agreement (within `timeout`, naming a host that does not come; an all-reduce
+        # waited the process group's timeout, 30 minutes by default): the most batches, the
+        # fewest input nodes, and whether any host's input nodes were refused.
+        texts = torch.classes.quiver.Transport.agree(
+            self.group.boxed(), "dist-neighbor-loader-batches",
+            json.dumps([self._own_batches, count, problem is not None]), float(timeout))
+        everyone = [json.loads(text) for text in texts]
         if problem is not None:
             raise problem
-        if int(agreed[2]):
+        if any(refused for _, _, refused in everyone):
             raise ValueError("another host's input_nodes were refused (that host names why): "
                              "this DistNeighborLoader cannot run")
-        if int(agreed[1]) == 0:
+        if min(nodes for _, nodes, _ in everyone) == 0:
             raise ValueError(f"a host of this DistNeighborLoader has no input nodes (this one, "
                              f"host {dist.get_rank(self.group)}, has {count}): each host "
                              f"samples its own nodes' batches, so every host needs some "
                              f"(partition so that each part owns input nodes)")
-        self._batches = int(agreed[0])
+        self._batches = max(batches for batches, _, _ in everyone)
 
     def _own_input_nodes(self, input_nodes) -> Tensor:
         """This host's seeds: a split's ids, or given ids or a mask (such as PyG's
