@@ -109,8 +109,11 @@ void CollectiveChannel::exchange_over_lanes(at::Tensor& into, const at::Tensor& 
 
 void CollectiveChannel::fail(const char* what, const std::exception& error) {
   std::ostringstream why;
+  // c10 errors (Gloo's timeouts among them) carry their C++ frames in what(): not for users.
+  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
   why << "exchanging " << what << " failed: " << watch_->describe(watch_->period() * kSilentPeriods)
-      << ". The collective said: " << error.what();
+      << ". The collective said: "
+      << (c10_error != nullptr ? c10_error->what_without_backtrace() : error.what());
   broken_ = why.str();
   TORCH_CHECK(false, owner_, ": ", broken_);
 }

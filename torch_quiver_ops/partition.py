@@ -377,8 +377,9 @@ class DistGraphSampler:
     asks the owners of remote frontier nodes for their samples each hop
     (``torch.classes.quiver.DistSampler``, over ``group``'s collectives: Gloo for these CPU
     tensors). Every process of the group samples a batch at the same time, as DDP steps;
-    a peer that dies or stalls makes every survivor raise within ``timeout`` seconds,
-    naming it.
+    a peer that dies makes every survivor raise within seconds, naming it (its heartbeat
+    stops); one that stalls alive (its heartbeat still beating) is raised about 1.5 x
+    ``timeout`` seconds later, as a peer that may be slow rather than dead.
 
     Args:
         partition: this process's part.

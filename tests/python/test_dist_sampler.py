@@ -349,6 +349,7 @@ def test_a_peer_that_dies_mid_batch_is_named(tmp_path):
     assert set(seen) == {"error_0", "error_1"}, seen
     for message in seen.values():
         assert "RuntimeError" in message and "host 2 has stopped answering" in message, message
+        assert "frame #" not in message, message  # Gloo's error without its C++ frames
 
 
 def nccl_dying_sampler_worker(rank, port, directory, results):
