@@ -817,12 +817,29 @@ class _Handler(BaseHTTPRequestHandler):
         # send_header("Connection", "close") also ends the connection after this answer.
         self._reply(reply.status, reply.body, reply.headers_to_send())
 
+    def parse_request(self):
+        if not super().parse_request():
+            return False
+        if self.headers.defects:
+            # A header line without a colon ends http.client's parsing of the headers:
+            # those after it (Content-Length among them) were dropped, and the body would
+            # have been read as the next request.
+            self.send_error(HTTPStatus.BAD_REQUEST, "a malformed header line")
+            return False
+        return True
+
     def do_GET(self):  # noqa: N802 (http.server's name)
         path = urlsplit(self.path).path
+        # A body is never read here: left in the stream it would be read as the next
+        # request, so a GET that announces one ends its connection.
+        has_body = (bool(self.headers.get("Transfer-Encoding")) or
+                    any(v.strip() not in ("", "0")
+                        for v in self.headers.get_all("Content-Length") or []))
         if path == "/health":
-            self._reply(HTTPStatus.OK, _health(self.runtime))
+            self._reply(HTTPStatus.OK, _health(self.runtime),
+                        {"Connection": "close"} if has_body else None)
         else:
-            self._refuse(_refused_path(path, method="GET"))
+            self._refuse(_refused_path(path, close=has_body, method="GET"))
 
     def _refuse_method(self):
         # Any body is left unread: the connection must close.

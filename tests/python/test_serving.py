@@ -693,6 +693,41 @@ def test_the_stdlib_servers_own_refusals_are_json(graph):
         server.shutdown()
 
 
+def test_no_body_is_read_as_the_next_request(graph):
+    """A GET's body, and a POST's after a header line with no colon (which ended the
+    parsing of the headers, Content-Length with them), were read by the stdlib server as
+    the next request on the connection: a request smuggled past a proxy (found by a probe).
+    Now a GET with a body is answered and its connection closed, and a malformed header is
+    a 400 that closes it."""
+    import http.client
+    import socket
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, server="stdlib")
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    smuggled = b"GET /nope HTTP/1.1\r\nHost: y\r\n\r\n"  # would be a 404 if answered
+    try:
+        for request, code in [
+                (b"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                 % len(smuggled) + smuggled, 200),
+                (b"GET /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                 % len(smuggled) + smuggled, 405),
+                (b"POST /predict HTTP/1.1\r\nHost: x\r\nBadHeader\r\nContent-Length: %d\r\n"
+                 b"\r\n" % len(smuggled) + smuggled, 400),
+                (b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length : %d\r\n\r\n"
+                 % len(smuggled) + smuggled, 400)]:
+            with socket.create_connection((host, int(port)), timeout=30) as sock:
+                sock.sendall(request)
+                answer = http.client.HTTPResponse(sock)
+                answer.begin()
+                answer.read()
+                assert answer.status == code, (request, answer.status)
+                assert answer.getheader("Connection") == "close", request
+                assert sock.recv(1024) == b"", request  # closed: no second answer
+        assert post(server.url, {"nodes": [1]})[0] == 200
+    finally:
+        server.shutdown()
+
+
 def test_a_body_that_pauses_within_read_timeout_is_answered(graph, monkeypatch):
     """The stdlib server capped each read of a body at its idle timeout (5 s), so a body
     that paused longer got a 408 long before read_timeout, saying read_timeout passed."""
