@@ -268,10 +268,10 @@ def _registered(group) -> bool:
 
 
 def _setup_text(asked: str, rdma: bool, lanes: int, backend: str, problem: str,
-                run: Optional[int]) -> str:
+                run: Optional[int], name: Optional[str] = None) -> str:
     """What a host says in DistFeature's setup agreement."""
     return json.dumps({"asked": asked, "rdma": rdma, "lanes": lanes, "backend": backend,
-                       "problem": problem, "run": run}, sort_keys=True)
+                       "problem": problem, "run": run, "name": name}, sort_keys=True)
 
 
 def _tell_setup_problem(group, asked: str, lanes: int, timeout: float, problem: str) -> None:
@@ -312,6 +312,11 @@ class DistFeature:
             one an epoch. One TCP stream carries about
             2 GB/s; 8 lanes moved about twice as much on the two-H200 host's loopback
             (docs/benchmarks.md).
+        name: the table's name, which every host must give alike (checked when they
+            connect). Hosts must build their DistFeatures in the same order, as for any
+            collective: two tables of one shard map, dtype and shape built in different
+            orders would be paired with each other's rows, and only a name tells them apart
+            (:meth:`load` also tells apart tables of different ``partition_features`` runs).
 
     With a collective transport every host reads ``feature[ids]`` once per step, as a
     training loop does: a host serves its peers' requests while it fetches its own. With
@@ -320,8 +325,11 @@ class DistFeature:
 
     def __init__(self, shard_map, local: Feature, group=None, transport: str = "auto",
                  timeout: float = 60.0, rdma: Optional[dict] = None, lanes: int = 8, *,
-                 _run: Optional[int] = None):
+                 name: Optional[str] = None, _run: Optional[int] = None):
         self._run = _run  # partition_features' run, when load() read one: hosts must agree
+        if name is not None and not isinstance(name, str):
+            raise ValueError(f"name must be a str or None, got {name!r}")
+        self.name = name
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         check_lanes(lanes)
@@ -388,12 +396,17 @@ class DistFeature:
                 rdma_here = False  # "auto" falls back to the collectives on every host
         texts = torch.classes.quiver.Transport.agree(
             self.group.boxed(), "dist-feature-setup",
-            _setup_text(asked, rdma_here, lanes, backend, problem, self._run), timeout)
+            _setup_text(asked, rdma_here, lanes, backend, problem, self._run, self.name), timeout)
         everyone = [json.loads(text) for text in texts]
         troubled = {h: e["problem"] for h, e in enumerate(everyone) if e["problem"]}
         if troubled:
             raise ValueError("DistFeature cannot connect its hosts: " + "; ".join(
                 f"host {h}: {why}" for h, why in troubled.items()))
+        if len({e["name"] for e in everyone}) > 1:
+            raise ValueError("the hosts built different tables at this point: " + ", ".join(
+                f"host {h} name {e['name']!r}" for h, e in enumerate(everyone)) +
+                ": every host must build its DistFeatures in the same order, with the same "
+                "names")
         runs = {e["run"] for e in everyone}
         if len(runs) > 1:
             raise ValueError("the hosts loaded shards of different partition_features runs: " +
@@ -421,7 +434,7 @@ class DistFeature:
              device_list: Optional[Sequence[int]] = None, device_cache_size: Union[int, str] = 0,
              cache_policy: str = "device_replicate", transport: str = "auto",
              timeout: float = 60.0, rdma: Optional[dict] = None,
-             lanes: int = 8, verify: bool = False) -> "DistFeature":
+             lanes: int = 8, verify: bool = False, name: Optional[str] = None) -> "DistFeature":
         """Maps this host's shard of :func:`partition_features`'s output (one copy per
         machine, as :meth:`Feature.load_shared`) and connects to the other hosts.
         ``verify`` checks the files' CRC-32 too, not only their sizes."""
@@ -450,7 +463,7 @@ class DistFeature:
             _tell_setup_problem(group, transport, lanes, timeout,
                                 f"loading {directory}: {error}")
             raise
-        return cls(shard_map, local, group, transport, timeout, rdma, lanes, _run=run)
+        return cls(shard_map, local, group, transport, timeout, rdma, lanes, name=name, _run=run)
 
     def close(self) -> None:
         """Lets go of the transport (its queue pairs and registrations, or its hold on the

@@ -158,6 +158,20 @@ def two_tables_worker(rank, world, port, results, lanes):
         with pytest.raises(ValueError, match="rdma option qps_per_peer must be an int"):
             qv.dist.DistFeature(shard_map, fx.local, transport="gloo", rdma=bad, timeout=20)
         assert time.monotonic() - started < 15
+        # Tables of one map, dtype and shape built in different orders were paired with
+        # each other's rows, silently (found by a probe): names tell them apart at once.
+        z = table(n, 8, seed=3)
+        local_z = qv.Feature(device_list=[]).from_cpu_tensor(z[shard_map.local_ids(rank)])
+        first = ("x", fx.local) if rank == 0 else ("z", local_z)
+        with pytest.raises(ValueError, match="host 0 name 'x', host 1 name 'z': every host "
+                                             "must build its DistFeatures in the same order"):
+            qv.dist.DistFeature(shard_map, first[1], transport="gloo", name=first[0])
+        with pytest.raises(ValueError, match="name must be a str or None, got 3"):
+            qv.dist.DistFeature(shard_map, local_z, transport="gloo", name=3)
+        fz = qv.dist.DistFeature(shard_map, local_z, transport="gloo", name="z", lanes=lanes)
+        ids = torch.randint(n, (200,), generator=torch.Generator().manual_seed(5))
+        assert torch.equal(fz[ids], z[ids]) and fz.name == "z"
+        fz.close()
         fx.close()
         assert "transport=closed" in repr(fx)
         fy.close()
