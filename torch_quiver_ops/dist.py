@@ -181,10 +181,23 @@ def _gloo_lanes(group, count: int, timeout: float, user: str = "features") -> li
     lanes = [lane for lane in _LANES.get(key, []) if _registered(lane)]
     ranks = dist.get_process_group_ranks(group)
     while len(lanes) < count:  # every host asks for the same lanes in the same order
-        lanes.append(dist.new_group(ranks, timeout=timedelta(seconds=timeout),
-                                    backend="gloo", use_local_synchronization=True))
+        lanes.append(_new_gloo_group(ranks, timeout, f"lane {len(lanes)} for {user}"))
     _LANES[key] = lanes
     return lanes[:count]
+
+
+def _new_gloo_group(ranks: list, timeout: float, what: str):
+    """A Gloo group over ``ranks`` made with local synchronization; a host that does not
+    come (dead, or running other code) is a RuntimeError saying so, not the store's bare
+    key timeout."""
+    try:
+        return dist.new_group(ranks, timeout=timedelta(seconds=timeout), backend="gloo",
+                              use_local_synchronization=True)
+    except RuntimeError as error:  # the store's DistStoreError among them
+        raise RuntimeError(
+            f"connecting {what} among hosts {ranks} failed within {timeout:g} s: a host "
+            f"did not come (dead, or building another store or sampler at this point). "
+            f"The store said: {str(error).splitlines()[0] if str(error) else error!r}") from None
 
 
 # Gloo groups of one collective transport each (a DistFeature's, a DistGraphSampler's),
@@ -200,8 +213,7 @@ def _own_group(group, timeout: float):
     would pair one's messages with the other's in whatever order each host's threads ran,
     and Gloo aborts the process on a size it did not expect. Every host makes it at the
     same point, as it makes the transport."""
-    own = dist.new_group(dist.get_process_group_ranks(group), timeout=timedelta(seconds=timeout),
-                         backend="gloo", use_local_synchronization=True)
+    own = _new_gloo_group(dist.get_process_group_ranks(group), timeout, "a transport's group")
     _OWN_GROUPS.append(own)
     return own
 

@@ -455,6 +455,30 @@ def mismatched_worker(rank, port, results, lanes, backend="gloo"):
             dist.destroy_process_group()
 
 
+def absent_host_worker(rank, port, results):
+    """Host 1 does not come to the lanes' setup: host 0 is told so within its timeout."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=2, timeout=timedelta(seconds=60))
+    with reported(results, rank):
+        if rank == 1:
+            time.sleep(4)
+            return
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match=r"connecting lane 0 for features among hosts "
+                                               r"\[0, 1\] failed within 1.5 s: a host did not "
+                                               r"come"):
+            qv.dist._gloo_lanes(dist.group.WORLD, 2, 1.5)
+        assert time.monotonic() - started < 4
+
+
+@pytest.mark.timeout(120)
+def test_a_host_absent_from_the_lanes_setup_is_said_to_be(tmp_path):
+    # It was the store's bare "wait timeout after 1500ms, keys: /default_pg/..." (a probe).
+    spawn_workers(absent_host_worker, args=(free_port(), str(tmp_path)), nprocs=2)
+    seen = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    assert set(seen) == {"ok_0", "ok_1"}, seen
+
+
 def stale_copy_worker(rank, port, base, results):
     """Ids that cannot be read (None) on one host: it still takes its turn, so the steps
     after stay paired; then each host loads its own copy of the folder, host 1's from
