@@ -196,8 +196,8 @@ def _new_gloo_group(ranks: list, timeout: float, what: str):
     except RuntimeError as error:  # the store's DistStoreError among them
         raise RuntimeError(
             f"connecting {what} among hosts {ranks} failed within {timeout:g} s: a host "
-            f"did not come (dead, or building another store or sampler at this point). "
-            f"The store said: {str(error).splitlines()[0] if str(error) else error!r}") from None
+            f"did not come (dead, or building another store or sampler at this point), or "
+            f"the hosts cannot reach each other. It said: {error}") from error
 
 
 # Gloo groups of one collective transport each (a DistFeature's, a DistGraphSampler's),

@@ -709,7 +709,14 @@ class SampleLoader:
                       sampling_seeds: List[int]) -> Iterator[Batch]:
         # Seeds up to 2**64 - 1 travel as the int64 of the same bits.
         native.start(batches, [s - 2**64 if s >= 2**63 else s for s in sampling_seeds])
-        running = _builds_running(native.stop)
+        # One stop at a time: the exit hook's may meet this epoch's own (its thread woken by
+        # the first), and the C++ stop joins the thread and clears what it built.
+        stopping = threading.Lock()
+
+        def stop() -> None:
+            with stopping:
+                native.stop()
+        running = _builds_running(stop)
         try:
             while True:
                 built = native.next()
@@ -721,7 +728,7 @@ class SampleLoader:
                             None if self.labels is None else built[7])
         finally:
             _builds_stopped(running)
-            native.stop()  # here, where Python's lock is let go while the thread stops
+            stop()  # here, where Python's lock is let go while the thread stops
             self._spare_native = (native, made_of)  # its side stream, for the next epoch
 
     def _sampling_generator(self, seed: int) -> torch.Generator:

@@ -377,9 +377,10 @@ class DistGraphSampler:
     asks the owners of remote frontier nodes for their samples each hop
     (``torch.classes.quiver.DistSampler``, over ``group``'s collectives: Gloo for these CPU
     tensors). Every process of the group samples a batch at the same time, as DDP steps;
-    a peer that dies makes every survivor raise within seconds, naming it (its heartbeat
-    stops); one that stalls alive (its heartbeat still beating) is raised about 1.5 x
-    ``timeout`` seconds later, as a peer that may be slow rather than dead.
+    a peer whose process dies makes every survivor raise, naming it: within seconds over
+    Gloo (its connections close and its heartbeat stops), within ``timeout`` over NCCL or
+    when its machine vanishes; one that stalls alive (its heartbeat still beating) is
+    raised about 1.5 x ``timeout`` seconds later, as a peer that may be slow, not dead.
 
     Args:
         partition: this process's part.

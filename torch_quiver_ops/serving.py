@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import email.errors
 import io
 import itertools
 import json
@@ -131,8 +132,9 @@ def _close_open_runtimes() -> None:
         thread.join(max(0.0, deadline - time.monotonic()))
 
 
-def _model_loop(runtime, model, stream) -> None:
-    """A model thread: the runtime's batches through ``model`` until it closes."""
+def _model_loop(runtime, model_box: list, stream) -> None:
+    """A model thread: the runtime's batches through ``model_box[0]`` (the runtime's
+    ``model``, read each batch) until it closes."""
     while True:
         batch_id, _, x, seed_count, edge_index, sizes, _ = runtime.next_batch()
         if batch_id < 0:
@@ -143,7 +145,7 @@ def _model_loop(runtime, model, stream) -> None:
                     for i, e in enumerate(edge_index)]
             with torch.inference_mode(), (torch.cuda.stream(stream) if stream is not None
                                           else contextlib.nullcontext()):
-                out = model(x, adjs)[:seed_count].cpu()  # waits for this stream only
+                out = model_box[0](x, adjs)[:seed_count].cpu()  # waits for this stream only
         except Exception as error:  # noqa: BLE001 (answered to each request)
             out, failure = None, f"{type(error).__name__}: {error}"
         try:
@@ -155,11 +157,18 @@ def _model_loop(runtime, model, stream) -> None:
             pass
 
 
-def _close_dropped(runtime, gpu_sampler) -> None:
+def _close_dropped(runtime, gpu_sampler, model_threads: list, collectors: list) -> None:
     """Closes the C++ runtime of a ServingRuntime collected without close(): no answer can
-    be waited for any more (each holds its runtime), so nothing is left to answer."""
+    be waited for any more (each holds its runtime), so nothing is left to answer. Its
+    collecting thread is stopped, and model threads still in a call are waited for at exit,
+    as close() leaves them."""
     with contextlib.suppress(Exception):
         runtime.close(0.0)
+    for collector in collectors:
+        collector.stop()
+    for thread in model_threads:
+        if thread.is_alive():
+            _lingering_model_threads.add(thread)
     del gpu_sampler  # held until here: the runtime's GPU streams read its pinned lists
 
 
@@ -225,13 +234,13 @@ class ServingRuntime:
         self.package = None
         if isinstance(model, (str, os.PathLike)):
             from .aoti import check_package
-            self.package, self.model = os.fspath(model), None
+            self.package, self._model_box = os.fspath(model), [None]
             if not os.path.isfile(self.package):
                 raise ValueError(f"no model package at {self.package!r} (package_for_serving "
                                  f"builds one)")
             check_package(self.package)  # a package that would crash this process on load
         else:
-            self.model = model.to(self.device).eval()
+            self._model_box = [model.to(self.device).eval()]
         self.topo, self.fanouts = topo, integer_fanouts(fanouts)
         self.num_nodes = topo.node_count
         self.max_batch_nodes = max_batch_nodes
@@ -258,13 +267,15 @@ class ServingRuntime:
         _open_runtimes.add(self)
         # A runtime dropped without close() is closed when collected (its threads hold only
         # what they use, not the runtime itself), before the GPU sampler's pins go with it.
-        self._closer = weakref.finalize(self, _close_dropped, self._runtime, self._gpu_sampler)
-        self._closer.atexit = False  # at exit, _close_open_runtimes waits properly
         self._collecting = threading.Lock()  # guards the collecting thread, made at first use
         self._collector_thread: Optional[_Collector] = None
+        self._collectors: List[_Collector] = []  # the same, for the finalizer to stop
+        self._model_threads: List[threading.Thread] = []
+        self._closer = weakref.finalize(self, _close_dropped, self._runtime, self._gpu_sampler,
+                                        self._model_threads, self._collectors)
+        self._closer.atexit = False  # at exit, _close_open_runtimes waits properly
         # One model thread per sampler: every batch in flight can be in the model at once.
         model_threads = cpu_samplers + (gpu_streams if has_gpu else 0)
-        self._model_threads = []
         if self.package is not None:
             try:
                 self._runtime.serve_package(self.package, model_threads)
@@ -272,11 +283,11 @@ class ServingRuntime:
                 self._runtime.close(1.0)
                 raise
             return
-        self._model_threads = [
+        self._model_threads.extend(
             threading.Thread(target=_model_loop, name=f"quiver-model-{i}", daemon=True,
-                             args=(self._runtime, self.model, torch.cuda.Stream(self.device)
+                             args=(self._runtime, self._model_box, torch.cuda.Stream(self.device)
                                    if self.device.type == "cuda" else None))
-            for i in range(model_threads)]
+            for i in range(model_threads))
         for thread in self._model_threads:
             thread.start()
 
@@ -322,6 +333,16 @@ class ServingRuntime:
         if collector is not None:
             collector.stop()  # after close: it hands out every answer first
 
+    @property
+    def model(self):
+        """The model the runtime's threads call (None for a package); assigning one takes
+        effect from the next batch."""
+        return self._model_box[0]
+
+    @model.setter
+    def model(self, model) -> None:
+        self._model_box[0] = model
+
     def __enter__(self) -> "ServingRuntime":
         return self
 
@@ -333,6 +354,7 @@ class ServingRuntime:
         with self._collecting:
             if self._collector_thread is None:
                 self._collector_thread = _Collector(self._runtime)
+                self._collectors.append(self._collector_thread)
             return self._collector_thread
 
     # ---- dispatch ----
@@ -820,7 +842,9 @@ class _Handler(BaseHTTPRequestHandler):
     def parse_request(self):
         if not super().parse_request():
             return False
-        if self.headers.defects:
+        if any(isinstance(d, (email.errors.MissingHeaderBodySeparatorDefect,
+                              email.errors.FirstHeaderLineIsContinuationDefect))
+               for d in self.headers.defects):
             # A header line without a colon ends http.client's parsing of the headers:
             # those after it (Content-Length among them) were dropped, and the body would
             # have been read as the next request.
@@ -993,11 +1017,11 @@ class _ThreadingServer(ThreadingHTTPServer):
         it stopped (up to the backlog of 1024): closing the socket with them still queued
         reset clients whose requests were already sent (88 of a burst of 600, seen by a
         probe), where uvicorn answers them."""
-        self.socket.setblocking(False)
         while True:
             try:
+                self.socket.setblocking(False)
                 request, address = self.socket.accept()
-            except OSError:  # none left (BlockingIOError), or the socket is gone
+            except OSError:  # none left (BlockingIOError), or the socket is closed
                 return
             request.setblocking(True)
             self.process_request(request, address)  # a thread, joined by server_close
@@ -1073,9 +1097,11 @@ class HttpServer:
     def shutdown(self) -> None:
         if self.kind == "stdlib":
             self._stdlib.stopping = True  # kept-alive connections close after their answer
-            self._stdlib.shutdown()       # no new connections
-            self._stdlib.take_backlog()   # but those already queued are served
-            self._stdlib.server_close()   # joins the handler threads: accepted requests finish
+            self._stdlib.shutdown()           # no new connections
+            try:
+                self._stdlib.take_backlog()   # but those already queued are served
+            finally:
+                self._stdlib.server_close()   # joins the handler threads: accepted ones finish
         else:
             self._uvicorn.should_exit = True  # stops accepting, then waits for requests
             self._thread.join()               # in flight to be answered

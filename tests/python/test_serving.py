@@ -215,6 +215,26 @@ def test_a_runtime_dropped_without_close_lets_its_threads_go(graph):
     while model_threads() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not model_threads()
+    # One that handed answers to an event loop: its collecting thread stops too (it spun on
+    # the closed runtime, and the process aborted at exit; found by a review).
+    import asyncio
+    runtime, _ = runtime_for(graph, cpu_samplers=1)
+
+    async def collected():
+        return await runtime.submit([1, 2]).collected()
+    rows, error = asyncio.run(collected())
+    assert error is None and rows.shape[0] == 2
+    del runtime
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while any(t.name == "quiver-collect" for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the collecting thread outlived its runtime"
+        time.sleep(0.01)
+    # A model assigned later is the one the threads call.
+    runtime, _ = runtime_for(graph, cpu_samplers=1)
+    runtime.model = lambda x, adjs: torch.full((x.size(0), 3), 7.0)
+    assert torch.equal(runtime.predict([1]), torch.full((1, 3), 7.0))
+    runtime.close()
     with runtime_for(graph, cpu_samplers=2)[0] as runtime:  # closed on leaving the block
         assert runtime.predict([3]).shape[0] == 1
     with pytest.raises(Overloaded, match="shutting down"):
@@ -724,8 +744,18 @@ def test_no_body_is_read_as_the_next_request(graph):
                 assert answer.getheader("Connection") == "close", request
                 assert sock.recv(1024) == b"", request  # closed: no second answer
         assert post(server.url, {"nodes": [1]})[0] == 200
+        # Headers the parser only finds odd (a multipart type with no boundary, whose body
+        # it never parses) are no malformed line: answered (a review).
+        body = b'{"nodes": [1]}'
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data"
+                         b"\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            answer = http.client.HTTPResponse(sock)
+            answer.begin()
+            assert answer.status == 200, answer.read()
     finally:
         server.shutdown()
+        server.shutdown()  # a second shutdown does nothing (it raised on the closed socket)
 
 
 def test_stdlib_shutdown_answers_connections_still_in_the_backlog(graph):
@@ -740,24 +770,31 @@ def test_stdlib_shutdown_answers_connections_still_in_the_backlog(graph):
     server = serve_http(runtime, server="stdlib")
     host, port = server.url.rsplit("/", 1)[1].split(":")
     body = b'{"nodes": [1, 2, 3]}'
-    statuses = collections.Counter()
+    statuses, counting = collections.Counter(), threading.Lock()
+    sent = threading.Semaphore(0)
 
     def client():
         try:
             with socket.create_connection((host, int(port)), timeout=60) as sock:
                 sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
                              b"\r\n" % len(body) + body)
+                sent.release()
                 answer = http.client.HTTPResponse(sock)
                 answer.begin()
                 answer.read()
-                statuses[answer.status] += 1
+                outcome = answer.status
         except OSError as error:
-            statuses[type(error).__name__] += 1
+            outcome = type(error).__name__
+        with counting:
+            statuses[outcome] += 1
 
     clients = [threading.Thread(target=client) for _ in range(400)]
     for thread in clients:
         thread.start()
-    time.sleep(0.05)
+    # Shut down once every request is sent (each connection then is established): most are
+    # still queued, in the backlog or waiting for a thread.
+    for _ in clients:
+        assert sent.acquire(timeout=60), statuses
     server.shutdown()
     for thread in clients:
         thread.join()
