@@ -268,8 +268,7 @@ class ServingRuntime:
         # A runtime dropped without close() is closed when collected (its threads hold only
         # what they use, not the runtime itself), before the GPU sampler's pins go with it.
         self._collecting = threading.Lock()  # guards the collecting thread, made at first use
-        self._collector_thread: Optional[_Collector] = None
-        self._collectors: List[_Collector] = []  # the same, for the finalizer to stop
+        self._collectors: List[_Collector] = []  # it, once made (a list the finalizer holds)
         self._model_threads: List[threading.Thread] = []
         self._closer = weakref.finalize(self, _close_dropped, self._runtime, self._gpu_sampler,
                                         self._model_threads, self._collectors)
@@ -329,7 +328,7 @@ class ServingRuntime:
             if thread.is_alive():  # still in a model call: waited for at exit
                 _lingering_model_threads.add(thread)
         with self._collecting:
-            collector = self._collector_thread
+            collector = self._collectors[0] if self._collectors else None
         if collector is not None:
             collector.stop()  # after close: it hands out every answer first
 
@@ -352,10 +351,9 @@ class ServingRuntime:
     def _collector(self) -> "_Collector":
         """The runtime's one thread handing answers to event loops (made at first use)."""
         with self._collecting:
-            if self._collector_thread is None:
-                self._collector_thread = _Collector(self._runtime)
-                self._collectors.append(self._collector_thread)
-            return self._collector_thread
+            if not self._collectors:
+                self._collectors.append(_Collector(self._runtime))
+            return self._collectors[0]
 
     # ---- dispatch ----
 

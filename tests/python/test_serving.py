@@ -394,7 +394,7 @@ def test_one_collecting_thread_serves_every_event_loop_and_stops_with_the_runtim
         with ThreadPoolExecutor(2) as loops:
             answers = [a for rows in loops.map(lambda _: in_a_loop(), range(2)) for a in rows]
         assert len(answers) == 20 and all(torch.allclose(a, expected) for a in answers)
-        collector = runtime._collector_thread
+        collector = runtime._collectors[0]
         thread = collector._thread
         assert thread is not None and thread.is_alive()
     finally:
