@@ -735,7 +735,14 @@ def _argmax_classes(out: Tensor) -> list:
     return out.argmax(-1).tolist()
 
 
-_METHODS = {"/health": "GET", "/predict": "POST"}
+_METHODS = {"/health": "GET, HEAD", "/predict": "POST"}
+
+
+def _host_refusal(hosts: int) -> str:
+    """RFC 9112 (3.2): a server must answer 400 to an HTTP/1.1 request without a Host
+    header, and to any with more than one (proxies may route by the one we do not read)."""
+    return ("an HTTP/1.1 request needs a Host header" if not hosts else
+            f"a request holds one Host header, got {hosts}")
 
 
 def _refused_path(path: str, close: bool = False, method: str = "") -> _Reply:
@@ -743,7 +750,8 @@ def _refused_path(path: str, close: bool = False, method: str = "") -> _Reply:
     asked with another method, which is not a missing path."""
     if path in _METHODS:
         return _Reply(HTTPStatus.METHOD_NOT_ALLOWED,
-                      {"error": f"{path} takes {_METHODS[path]}, got {method or 'another'}"},
+                      {"error": f"{path} takes {_METHODS[path].replace(', ', ' or ')}, got "
+                                f"{method or 'another'}"},
                       {"Allow": _METHODS[path]}, close=close)
     return _Reply(HTTPStatus.NOT_FOUND, {"error": f"no such path {path!r}"}, close=close)
 
@@ -848,6 +856,10 @@ class _Handler(BaseHTTPRequestHandler):
             # have been read as the next request.
             self.send_error(HTTPStatus.BAD_REQUEST, "a malformed header line")
             return False
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) > 1 or (not hosts and self.request_version == "HTTP/1.1"):
+            self.send_error(HTTPStatus.BAD_REQUEST, _host_refusal(len(hosts)))
+            return False
         return True
 
     def do_GET(self):  # noqa: N802 (http.server's name)
@@ -861,7 +873,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._reply(HTTPStatus.OK, _health(self.runtime),
                         {"Connection": "close"} if has_body else None)
         else:
-            self._refuse(_refused_path(path, close=has_body, method="GET"))
+            self._refuse(_refused_path(path, close=has_body, method=self.command))
+
+    do_HEAD = do_GET  # a load balancer's probe: the same headers, no body (see _reply)
 
     def _refuse_method(self):
         # Any body is left unread: the connection must close.
@@ -869,7 +883,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # Methods the endpoint does not take on any path: 405 with Allow where the path is one
     # of its own (http.server would answer 501, which says no server knows the method).
-    do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method
 
     def do_POST(self):  # noqa: N802
         try:
@@ -966,7 +980,11 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
             return
         method, path = scope["method"], scope["path"]
         try:
-            if method == "GET" and path == "/health":
+            hosts = sum(name == b"host" for name, _ in scope["headers"])
+            if hosts > 1 or (not hosts and scope.get("http_version") == "1.1"):
+                raise _Reply(HTTPStatus.BAD_REQUEST, {"error": _host_refusal(hosts)},
+                             close=True)
+            if method in ("GET", "HEAD") and path == "/health":  # uvicorn drops HEAD's body
                 await send_json(send, HTTPStatus.OK, _health(runtime))
                 return
             if method != "POST" or path != "/predict":

@@ -643,7 +643,7 @@ def test_http_answers_and_refuses_bad_requests(graph, server_kind):
         assert status == 405 and "/health takes GET" in body["error"], (status, body)
         status, body = raw_request(server.url, b"GET /predict HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 405 and "/predict takes POST" in body["error"], (status, body)
-        for method, path, allowed in [(b"PUT", b"/predict", "POST"), (b"DELETE", b"/health", "GET"),
+        for method, path, allowed in [(b"PUT", b"/predict", "POST"), (b"DELETE", b"/health", "GET or HEAD"),
                                       (b"PATCH", b"/predict", "POST")]:
             status, body = raw_request(server.url, method + b" " + path + b" HTTP/1.1\r\n"
                                        b"Host: x\r\nContent-Length: 2\r\n\r\n", b"{}")
@@ -687,6 +687,44 @@ def test_http_answers_and_refuses_bad_requests(graph, server_kind):
         with urllib.request.urlopen(server.url + "/health", timeout=10) as answer:
             health = json.loads(answer.read())
         assert health["status"] == "ok" and health["batches"] >= 2
+    finally:
+        server.shutdown()
+
+
+def test_head_health_answers_and_host_headers_are_checked(graph, server_kind):
+    """HEAD /health (a load balancer's probe) is a 200 with GET's headers and no body; it
+    was a 405. An HTTP/1.1 request without a Host header, or any with two, is a 400 (RFC
+    9112, 3.2): both were answered."""
+    import http.client
+    import socket
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, server=server_kind)
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+
+    def exchange(request: bytes, method: str = "GET"):
+        with socket.create_connection((host, int(port)), timeout=30) as sock:
+            sock.sendall(request)
+            answer = http.client.HTTPResponse(sock, method=method)
+            answer.begin()
+            return answer, answer.read()
+    try:
+        answer, data = exchange(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n", "HEAD")
+        assert answer.status == 200 and data == b"", (answer.status, data)
+        assert int(answer.getheader("Content-Length")) > 0
+        answer, data = exchange(b"HEAD /predict HTTP/1.1\r\nHost: x\r\n\r\n", "HEAD")
+        assert answer.status == 405 and answer.getheader("Allow") == "POST", answer.status
+        answer, data = exchange(b"PUT /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert answer.status == 405 and answer.getheader("Allow") == "GET, HEAD"
+        body = b'{"nodes": [1]}'
+        for head, words in [(b"", "needs a Host"), (b"Host: x\r\nHost: y\r\n", "got 2")]:
+            answer, data = exchange(b"POST /predict HTTP/1.1\r\n" + head +
+                                    b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            assert answer.status == 400 and words in json.loads(data)["error"], (head, data)
+        # HTTP/1.0 has no Host header to require
+        answer, data = exchange(b"POST /predict HTTP/1.0\r\nContent-Length: %d\r\n\r\n"
+                                % len(body) + body)
+        assert answer.status == 200 and len(json.loads(data)["predictions"]) == 1, data
+        assert post(server.url, {"nodes": [2]})[0] == 200
     finally:
         server.shutdown()
 
