@@ -63,7 +63,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
                         help="write the per-epoch history (loss, times, AUC) as JSON here")
     args = parser.parse_args(argv)
     # Checked here, before the graph is built, not after an epoch (or a run) has gone by.
-    option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
+    args.num_neighbors = option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
     option_checks.cache_size(parser, args.cache_size)
     option_checks.at_least(parser, args, ["epochs"], 0)
     # --train-edges left out (None) takes every one
@@ -115,7 +115,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     use_gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
     device = torch.device("cuda" if use_gpu else "cpu") if args.device == "auto" \
         else torch.device(args.device)
-    fanouts = [int(f) for f in args.num_neighbors.split(",")]
+    fanouts = args.num_neighbors
 
     graph = synthetic_graph(args.size, seed=args.seed)
     # The graph holds both directions of each undirected edge: hold out whole pairs, so that

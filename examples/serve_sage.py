@@ -22,7 +22,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 
 import torch

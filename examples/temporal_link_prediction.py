@@ -68,7 +68,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--report", default=None, help="write the history as JSON here")
     args = parser.parse_args(argv)
     # Checked here, before the graph is built, not after an epoch (or a run) has gone by.
-    option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
+    args.num_neighbors = option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
     option_checks.at_least(parser, args, ["epochs"], 0)
     # --train-edges left out (None) takes every one
     option_checks.at_least(parser, args, ["batch_size", "hidden", "train_edges", "eval_edges",
@@ -103,7 +103,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     use_gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
     device = torch.device("cuda" if use_gpu else "cpu") if args.device == "auto" \
         else torch.device(args.device)
-    fanouts = [int(f) for f in args.num_neighbors.split(",")]
+    fanouts = args.num_neighbors
     gen = torch.Generator().manual_seed(args.seed)
     graph = synthetic_graph(args.size, seed=args.seed)
     edges, edge_time = timed_edges(graph, gen)

@@ -65,7 +65,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     # Checked here, before the graph is built, not after an epoch (or a run) has gone by.
     if not (math.isfinite(args.scale) and args.scale > 0):
         parser.error(f"--scale must be a number > 0, got {args.scale}")
-    option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
+    args.num_neighbors = option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
     option_checks.cache_size(parser, args.cache_size)
     option_checks.at_least(parser, args, ["epochs"], 0)
     # --train-papers left out (None) takes every one
@@ -111,7 +111,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     use_gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
     device = torch.device("cuda" if use_gpu else "cpu") if args.device == "auto" \
         else torch.device(args.device)
-    fanouts = [int(f) for f in args.num_neighbors.split(",")]
+    fanouts = args.num_neighbors
     graph = mag_like(args.scale, seed=args.seed)
     for split, ids in (("validation", graph.val_idx), ("test", graph.test_idx)):
         if ids.numel() == 0:  # a graph of a few papers

@@ -128,7 +128,7 @@ def parse_args(argv=None):
                              "(lines), or a bar when stdout is a terminal (auto)")
     args = parser.parse_args(argv)
     # Checked here, not after an epoch (or a whole run, for --save) has gone by.
-    option_checks.fanout_list(parser, args.fanouts)
+    args.fanouts = option_checks.fanout_list(parser, args.fanouts)
     option_checks.cache_size(parser, args.cache_size)
     option_checks.at_least(parser, args, ["epochs", "prefetch"], 0)
     option_checks.at_least(parser, args, ["batch_size", "hidden", "loader_workers",
@@ -324,7 +324,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     run = Run(args.device)
     torch.manual_seed(args.seed)
-    fanouts = [int(f) for f in args.fanouts.split(",")]
+    fanouts = args.fanouts
     # torchrun ends the other workers with SIGTERM when one fails: raised here as SystemExit,
     # so that the finally below still removes the machine's copy of the graph.
     cleaning = run.distributed and run.local_rank == 0

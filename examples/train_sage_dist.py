@@ -81,7 +81,7 @@ def parse_args(argv=None):
                         help="with --partitioned (default: metis when pymetis is installed, "
                              "else random)")
     args = parser.parse_args(argv)
-    option_checks.fanout_list(parser, args.fanouts)
+    args.fanouts = option_checks.fanout_list(parser, args.fanouts)
     option_checks.cache_size(parser, args.cache_size)
     option_checks.at_least(parser, args, ["epochs"], 0)
     option_checks.at_least(parser, args, ["batch_size", "hidden", "eval_nodes"], 1)
@@ -186,7 +186,7 @@ def main(argv=None) -> dict:
     data = Path(args.data)
     torch.manual_seed(args.seed)
     meta = torch.load(data / "labels.pt")
-    fanouts = [int(f) for f in args.fanouts.split(",")]
+    fanouts = args.fanouts
     host_group = qv.dist.host_groups()
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     local_rank_in_node = rank % local_size if local_size > 1 else 0

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -838,21 +839,33 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
   channel_->check_not_broken();
   // Seeds this host cannot sample are refused after the batch, not before it: its peers
   // take part in every batch, so this host takes part too, with no seeds, and the hosts
-  // stay in step (raising at once would pair its next batch with their current one).
-  std::string refused;
+  // stay in step (raising at once would pair its next batch with their current one). The
+  // refusal has the Python type the ops give that fault.
+  static constexpr const char* kStaysInStep =
+      " (this host took part in the batch with no seeds, so the hosts stay in step)";
+  std::function<void()> refuse;
   at::Tensor seed_ids = at::empty({0}, at::kLong);
-  if (!(seeds.is_cpu() && seeds.dim() == 1 &&
-        at::isIntegralType(seeds.scalar_type(), /*includeBool=*/false))) {
-    refused = c10::str("DistSampler.sample: seeds must be a 1-D integer CPU tensor, got ",
-                       seeds.scalar_type(), " of shape ", seeds.sizes(), " on ", seeds.device());
+  if (!seeds.is_cpu()) {
+    refuse = [device = seeds.device()] {
+      TORCH_CHECK(false, "DistSampler.sample: seeds must be a CPU tensor, got one on ", device,
+                  kStaysInStep);
+    };
+  } else if (!(seeds.dim() == 1 &&
+               at::isIntegralType(seeds.scalar_type(), /*includeBool=*/false))) {
+    refuse = [dtype = seeds.scalar_type(), shape = seeds.sizes().vec()] {
+      TORCH_CHECK_TYPE(false, "DistSampler.sample: seeds must be a 1-D tensor of integers, got ",
+                       dtype, " of shape ", shape, kStaysInStep);
+    };
   } else if (seeds.numel() > 0) {
     const at::Tensor ids = seeds.to(at::kLong).contiguous();
     const int64_t low = ids.min().item<int64_t>(), high = ids.max().item<int64_t>();
     if (low >= 0 && high < num_nodes()) {
       seed_ids = ids;
     } else {
-      refused = c10::str("DistSampler.sample: seed ", low < 0 ? low : high,
-                         " is out of range [0, ", num_nodes(), ")");
+      refuse = [seed = low < 0 ? low : high, limit = num_nodes()] {
+        TORCH_CHECK_INDEX(false, "DistSampler.sample: seed ", seed, " is out of range [0, ", limit,
+                          ")", kStaysInStep);
+      };
     }
   }
   // The exchanges' NCCL calls and events go to the exchange's GPU.
@@ -867,8 +880,7 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     channel_->abandon(error.what());
     throw;
   }
-  TORCH_CHECK_VALUE(refused.empty(), refused,
-                    " (this host took part in the batch with no seeds, so the hosts stay in step)");
+  if (refuse) refuse();
   return out;
 }
 

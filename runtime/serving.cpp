@@ -10,6 +10,7 @@
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
 #include "ops/checks.h"
+#include "ops/errors.h"
 #include "ops/internal/sampling.h"
 #include "runtime/bounded_wait.h"
 #include "runtime/intra_op_threads.h"
@@ -180,9 +181,9 @@ ServingRuntime::~ServingRuntime() {
 // ---- requests ----
 
 int64_t ServingRuntime::submit(const at::Tensor& ids) {
-  TORCH_CHECK_VALUE(ids.dim() == 1 && at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
-                    "node ids must be a 1-D tensor of integers, got ", ids.scalar_type(),
-                    " of shape ", ids.sizes());
+  TORCH_CHECK_TYPE(ids.dim() == 1 && at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
+                   "node ids must be a 1-D tensor of integers, got ", ids.scalar_type(),
+                   " of shape ", ids.sizes());
   TORCH_CHECK_VALUE(ids.numel() >= 1, "a request needs at least one node id");
   TORCH_CHECK_VALUE(ids.numel() <= options_.max_batch_nodes, "a request holds at most ",
                     options_.max_batch_nodes, " node ids, got ", ids.numel());
@@ -755,9 +756,9 @@ at::Tensor ServingRuntime::expected_sampled_counts(const at::Tensor& indptr,
 }
 
 double ServingRuntime::cost(const at::Tensor& ids) const {
-  TORCH_CHECK_VALUE(ids.dim() <= 1 && at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
-                    "ServingRuntime.cost: ids must be a 0-d or 1-D tensor of integers, got ",
-                    ids.scalar_type(), " of shape ", ids.sizes());
+  TORCH_CHECK_TYPE(ids.dim() <= 1 && at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
+                   "ServingRuntime.cost: ids must be a 0-d or 1-D tensor of integers, got ",
+                   ids.scalar_type(), " of shape ", ids.sizes());
   return checked_cost(ids.to(at::kCPU, at::kLong).reshape(-1).contiguous());
 }
 
@@ -767,8 +768,7 @@ double ServingRuntime::checked_cost(const at::Tensor& ids) const {
   const double* psgs = psgs_.const_data_ptr<double>();
   double sum = 0;
   for (int64_t i = 0, n = ids.numel(); i < n; ++i) {
-    TORCH_CHECK_VALUE(id[i] >= 0 && id[i] < num_nodes_, "node id ", id[i],
-                      " is out of range [0, ", num_nodes_, ")");
+    if (id[i] < 0 || id[i] >= num_nodes_) errors::id_out_of_range("node ids", i, id[i], num_nodes_);
     sum += psgs[id[i]];
   }
   return sum;

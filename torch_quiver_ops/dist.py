@@ -483,6 +483,8 @@ class DistFeature:
         peers read this host's table without its CPU, so the hosts first wait for each
         other (at most the timeout; a host that never closes is named) before any
         registration goes. The store is unusable afterwards."""
+        # Held in locals until the hosts agree: the runtime owns the registrations that
+        # peers may still be reading.
         transport, runtime = self.transport, self._runtime
         self._runtime = self.transport = None
         if transport is not None and transport.kind().startswith("rdma"):

@@ -204,7 +204,7 @@ class HeteroCSRTopo:
     def _edge_times(self, edge_time_dict, node_time_dict, source: Tensor,
                     device) -> Optional[Tensor]:
         # Integer times only: truncating floats would let a later edge pass (see
-        # sampler.integer_times).
+        # ops.integer_times).
         if edge_time_dict is not None:
             times = self.per_edge(edge_time_dict, "edge_time_dict")
             return integer_times(times, "edge_time_dict").to(device)

@@ -95,7 +95,7 @@ def sample_neighbors(indptr: Tensor, indices: Tensor, seeds: Tensor, fanout: int
 
     One hop reads no neighbor's own row, so the neighbors are returned as ``indices``
     holds them, not checked against the node count (the multi-hop ops check them);
-    :func:`torch_quiver_ops.topology.validate_csr` checks a CSR once, as ``CSRTopo`` does.
+    :func:`check_csr` checks a whole CSR once, as ``CSRTopo`` does.
 
     Random numbers come from ``generator`` (a ``torch.Generator`` on ``seeds``' device),
     else from that device's default generator.

@@ -294,8 +294,9 @@ class ServingRuntime:
 
     def submit(self, ids) -> _Answer:
         """Queues a request; ``.result(timeout)`` of what it returns is the model's rows
-        for ``ids`` (CPU). Raises ValueError for bad ids and :class:`Overloaded` when the
-        queue is full or the runtime is closing."""
+        for ``ids`` (CPU). Raises as the ops do for bad ids (TypeError for ids that are not
+        integers, IndexError for one out of range, ValueError for none or too many) and
+        :class:`Overloaded` when the queue is full or the runtime is closing."""
         if isinstance(ids, (list, tuple)) and len(ids) == 0:
             raise ValueError("a request needs at least one node id")
         try:
@@ -592,7 +593,7 @@ def _submit_body(runtime, body: bytes):
                 "error": f"a request holds at most {runtime.max_batch_nodes} node ids, got "
                          f"{len(nodes)}"})
         return nodes, runtime.submit(nodes)
-    except (ValueError, json.JSONDecodeError) as error:  # UnicodeDecodeError is a ValueError
+    except (ValueError, TypeError, IndexError) as error:  # JSON's and Unicode's are ValueErrors
         raise _Reply(HTTPStatus.BAD_REQUEST, {"error": str(error)}) from None
     except RecursionError:  # json's parser recurses once per nested list or object
         raise _Reply(HTTPStatus.BAD_REQUEST,

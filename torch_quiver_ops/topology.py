@@ -12,12 +12,6 @@ from ._device import holds_integers
 from .hotness import INT32_MAX, degree_order
 
 
-def validate_csr(indptr: Tensor, indices: Tensor, eid: Optional[Tensor] = None) -> None:
-    """Checks a whole CSR once (:func:`~torch_quiver_ops.ops.check_csr`); the per-batch ops
-    check only the rows they touch."""
-    ops.check_csr(indptr, indices, eid)
-
-
 def edge_chunks(degree: Tensor, max_edges: int) -> Iterator[Tuple[int, int]]:
     """(begin, end) ranges of consecutive lists whose lengths (``degree``) sum to at most
     ``max_edges``; a longer list makes a chunk of its own."""
@@ -173,7 +167,7 @@ class CSRTopo:
                 raise ValueError("CSRTopo needs edge_index, or both indptr and indices")
             indptr, indices = indptr.cpu().contiguous(), indices.cpu().contiguous()
             eid = None if eid is None else eid.cpu().contiguous()
-            validate_csr(indptr, indices, eid)
+            ops.check_csr(indptr, indices, eid)  # once: each op checks only rows it reads
             if num_nodes is not None and num_nodes != indptr.numel() - 1:
                 raise ValueError(f"num_nodes = {num_nodes} but indptr describes "
                                  f"{indptr.numel() - 1} nodes")

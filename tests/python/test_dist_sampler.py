@@ -114,13 +114,15 @@ def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend=
         torch.save(counts, Path(results) / f"counts_{rank}.pt")
         if rank == die_rank:
             os._exit(0)  # gone mid-run: the survivors must name it, not hang
-        with pytest.raises(ValueError, match="out of range"):
+        with pytest.raises(IndexError, match="out of range"):  # as GraphSageSampler's
             sampler.sample_subgraph(torch.tensor([400]))  # every host's seeds bad
+        with pytest.raises(TypeError, match="seeds must be a 1-D tensor of integers"):
+            sampler.sample_subgraph(torch.tensor([1.0]))
         # One host's seeds bad: it takes part with none and raises after the batch, so the
         # hosts stay in step for the next one.
         seeds = torch.arange(20)
         if rank == 0:
-            with pytest.raises(ValueError, match="seed 400 is out of range"):
+            with pytest.raises(IndexError, match="seed 400 is out of range"):
                 sampler.sample_subgraph(torch.tensor([1, 400]))
         else:
             check_batch(sampler.sample_subgraph(seeds), seeds, edge_index, degree, fanouts)

@@ -124,9 +124,9 @@ def test_defaults_and_valid_values_parse(hetero, link, temporal):
     assert (args.scale, args.train_papers, args.eval_papers) == (1.0, None, 20_000)
     args = hetero.parse_args(["--scale", "0.01", "--train-papers", "1", "--eval-papers", "1",
                               "--num-neighbors=-1,0", "--epochs", "0"])
-    assert (args.train_papers, args.num_neighbors, args.epochs) == (1, "-1,0", 0)
+    assert (args.train_papers, args.num_neighbors, args.epochs) == (1, [-1, 0], 0)
     args = link.parse_args([])
-    assert (args.held_out, args.train_edges, args.num_neighbors) == (0.05, None, "10,5")
+    assert (args.held_out, args.train_edges, args.num_neighbors) == (0.05, None, [10, 5])
     assert link.parse_args(["--held-out", "0.5", "--train-edges", "1"]).held_out == 0.5
     args = temporal.parse_args([])
     assert (args.train_until, args.test_from, args.train_edges, args.eval_edges,

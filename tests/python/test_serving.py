@@ -468,10 +468,14 @@ def test_dispatch_follows_the_threshold(graph):
         psgs = PSGS(qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes), [5, 3]).values
         assert abs(second.cost - float(psgs.double()[large].sum())) < 1e-6 * second.cost
         assert abs(runtime._runtime.cost(large) - second.cost) < 1e-9 * second.cost
-        with pytest.raises(ValueError, match=f"node id {graph.num_nodes} is out of range"):
+        # The ops' exception types: IndexError for an id out of range, TypeError for ids
+        # that are not integers (both were ValueErrors).
+        with pytest.raises(IndexError, match=rf"node ids\[1\] = {graph.num_nodes} is out of range"):
             runtime._runtime.cost(torch.tensor([0, graph.num_nodes, -1]))
-        with pytest.raises(ValueError, match="node id -1 is out of range"):
+        with pytest.raises(IndexError, match=r"node ids\[1\] = -1 is out of range"):
             runtime.submit(torch.tensor([3, -1]))
+        with pytest.raises(TypeError, match="node ids must be a 1-D tensor of integers"):
+            runtime.submit(torch.tensor([3.0]))
         # Without a GPU stream every batch samples on the CPU, whatever its cost.
         assert second.target == "cpu" and runtime.target_of(1e9) == "cpu"
         runtime.threshold = 1e9

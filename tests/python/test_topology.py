@@ -91,6 +91,21 @@ def test_check_csr_scans_the_whole_csr_on_any_device(device):
         qv.ops.check_csr(indptr, indices, eid[:2])
 
 
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if HAS_CUDA else []))
+def test_the_permutation_and_fanout_checks_pass_opcheck(device):
+    """Both are tagged pt2_compliant beside the sampling ops: opcheck on each, and the
+    faults each names."""
+    for dtype in (torch.int32, torch.int64):
+        order = torch.tensor([2, 0, 1], dtype=dtype, device=device)
+        torch.library.opcheck(torch.ops.quiver.check_permutation.default, (order, 3, "order"))
+    with pytest.raises(ValueError, match="hot_order"):
+        qv.ops.check_permutation(torch.tensor([0, 0, 1], device=device), 3, "hot_order")
+    torch.library.opcheck(torch.ops.quiver.check_fanouts.default, ([15, 10, -1], False, "fanouts"))
+    torch.library.opcheck(torch.ops.quiver.check_fanouts.default, ([2], True, "num_neighbors"))
+    with pytest.raises(ValueError, match="num_neighbors"):
+        qv.ops.check_fanouts([3, -2], False, "num_neighbors")
+
+
 def test_bad_edge_index():
     with pytest.raises(ValueError, match="shape \\[2, E\\]"):
         qv.CSRTopo(torch.zeros(3, 4, dtype=torch.long))
