@@ -510,6 +510,32 @@ def test_cpu_workers_sample_valid_and_different_batches():
     assert len(distinct) > 1  # workers do not repeat each other's draws
 
 
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_users_generator_with_workers_draws_anew_each_epoch_and_worker(persistent):
+    """A sampling_generator copied into DataLoader workers as it was: every worker drew the
+    same stream, and every epoch repeated the first (found by a probe). Now each epoch's
+    workers are seeded by one draw from it and their ids: epochs and workers differ, and
+    the run still repeats from the same generator seed."""
+    data = directed_data()
+    seeds = torch.zeros(32, dtype=torch.long)  # one node: only the draws tell batches apart
+
+    def epochs(generator_seed: int):
+        loader = qpyg.NeighborLoader(data, [3, 2], input_nodes=seeds, batch_size=8,
+                                     device="cpu", num_workers=2, persistent_workers=persistent,
+                                     sampling_generator=torch.Generator().manual_seed(
+                                         generator_seed))
+        return [[tuple(b.n_id.tolist()) for b in loader] for _ in range(2)]
+
+    first, second = epochs(0)
+    for batches in (first, second):
+        for batch in batches:
+            assert batch[0] == 0
+    assert first != second  # epochs differ
+    assert first[0] != first[1]  # workers differ: batch 0 is worker 0's first, 1 worker 1's
+    assert epochs(0) == [first, second]  # reproducible from the generator
+    assert epochs(1) != [first, second]
+
+
 def test_unsupported_arguments_raise_clearly():
     data = directed_data()
     with pytest.raises(ValueError, match="time_attr 't' is not an attribute of data"):

@@ -359,7 +359,7 @@ class _OnOurStores:
             self._shuffle_generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
         reseed = getattr(self.quiver_sampler, "reseed", None)
         if reseed is not None:
-            reseed()
+            reseed(0 if self._batches_directly else self.num_workers)
         return self._batches() if self._batches_directly else super().__iter__()
 
     def _batches(self):
@@ -487,7 +487,9 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
             draws. By default the sampler has its own, seeded at the start of every epoch
             from PyTorch's default generator (as the shuffle is), so ``torch.manual_seed``
             reproduces the batches whatever else draws random numbers meanwhile (dropout,
-            or a loader that prefetches batches ahead of the model).
+            or a loader that prefetches batches ahead of the model). With ``num_workers``,
+            each epoch's workers draw from generators seeded by one draw from it and their
+            ids (its copies in the workers would all repeat one stream).
 
     Batches carry every node attribute for the sampled nodes, every edge attribute
     (``edge_attr``, ``edge_weight``, ...) for the sampled edges, gathered by ``e_id``

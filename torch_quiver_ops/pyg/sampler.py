@@ -92,11 +92,17 @@ class NeighborSampler(BaseSampler):
         self.generator = generator if generator is not None else torch.Generator(self.device)
         self.reseed()
 
-    def reseed(self) -> None:
-        """Seeds the sampler's own generator with one draw from PyTorch's default CPU
-        generator (a generator given by the user is left alone)."""
+    def reseed(self, workers: int = 0) -> None:
+        """At an epoch's start: seeds the sampler's own generator with one draw from
+        PyTorch's default CPU generator. A generator given by the user is left alone,
+        except that with DataLoader ``workers`` one draw from it seeds the epoch's workers
+        (see :meth:`_call_generator`)."""
         if self._own_generator:
             self.generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
+        elif workers > 0:
+            self._workers_seed = int(torch.empty((), dtype=torch.int64,
+                                                 device=self.generator.device
+                                                 ).random_(generator=self.generator))
 
     @property
     def device(self) -> torch.device:
@@ -219,11 +225,22 @@ class NeighborSampler(BaseSampler):
         return out
 
     def _call_generator(self) -> Optional[torch.Generator]:
-        if self._own_generator and torch.utils.data.get_worker_info() is not None:
-            # A DataLoader worker (CPU mode) inherited the parent's generator state; its
-            # default generator is the one PyTorch seeds per worker.
-            return None
-        return self.generator
+        worker = torch.utils.data.get_worker_info()
+        if worker is None:
+            return self.generator
+        # A DataLoader worker (CPU mode) inherited the parent's generator state: used as
+        # is, every worker would draw the same stream, and every epoch too, as the
+        # parent's copy never advances.
+        if self._own_generator:
+            return None  # its default generator, which PyTorch seeds per worker and epoch
+        # A user's generator: one of the worker's own, seeded from the epoch's draw from it
+        # (reseed) and the worker's id, so the run stays reproducible from that generator.
+        # It lives in the worker's copy of this sampler: persistent workers keep drawing
+        # from it epoch after epoch.
+        if getattr(self, "_worker_generator", None) is None:
+            seed = hash((getattr(self, "_workers_seed", 0), worker.id)) & (2 ** 63 - 1)
+            self._worker_generator = torch.Generator().manual_seed(seed)
+        return self._worker_generator
 
     def _sample(self, seeds: Tensor, seed_time: Optional[Tensor] = None) -> SamplerOutput:
         """The subgraph around ``seeds`` (they come first in ``node``, in their order)."""
