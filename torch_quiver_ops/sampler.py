@@ -80,6 +80,15 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     if edge_time is not None and node_time is not None:
         raise ValueError("give edge_time or node_time, not both")
     eid = topo.eid if topo.eid is not None else torch.arange(topo.edge_count)
+    if topo.edge_count and (weights is not None or edge_time is not None):
+        low, high = int(eid.min()), int(eid.max())
+        if low < 0 or high >= topo.edge_count:
+            # Per-edge values are read as values[eid]: ids of the caller's own (a
+            # subgraph's e_id) name no position in them.
+            raise ValueError(f"weights and edge_time are indexed by csr_topo.eid, which holds "
+                             f"{low if low < 0 else high}, outside [0, {topo.edge_count}) "
+                             f"(the edge count): build the CSRTopo without eid, or with ids "
+                             f"that are positions in these values")
     per_csr_edge = {}
     for name, values in (("weights", weights), ("edge_time", edge_time)):
         if values is None:
@@ -182,13 +191,15 @@ class GraphSageSampler:
             GPU and read there; the rest stay in pinned host memory. Same samples either way.
         hot_order: node ids hottest first for the topology cache (e.g.
             :func:`torch_quiver_ops.hotness.presample_topology_order`); default: by degree.
-        weights: one weight per edge, in the order of ``csr_topo``'s input edges (its
-            ``eid``): weighted sampling, successive sampling without replacement (see
+        weights: one weight per edge, indexed by ``csr_topo.eid`` (by default the edge's
+            ``edge_index`` column or CSR position; ids of your own must then lie in
+            ``[0, E)``: ``weights[eid]`` is the edge's weight): weighted sampling, successive sampling without replacement (see
             :func:`torch_quiver_ops.ops.neighbor_sample` for the exact distribution).
             Every weight must be finite and >= 0 (checked here, once); an edge of weight 0
             is never sampled (PyG's masking by ``weight_attr``): the sampler's
             ``csr_topo`` leaves it out.
-        edge_time, node_time: one time per input edge, or per node (a neighbor's time):
+        edge_time, node_time: one time per edge (indexed by ``eid``, as ``weights``), or
+            per node (a neighbor's time):
             temporal sampling. Each sample call then takes ``seed_time`` (default with
             ``node_time``: the seeds' own times), and a tree takes only edges at or before
             its seed's time (strictly before with ``strict_time``). The rows are sorted by

@@ -167,3 +167,23 @@ def test_host_seeds_on_a_gpu_this_process_lacks_are_a_value_error(graph):
     gpus = torch.cuda.device_count()
     with pytest.raises(ValueError, match=f"device must be a GPU index below {gpus} .*got {gpus}"):
         sampler.sample_subgraph_on(graph.train_idx[:4], gpus, None)
+
+
+def test_weights_follow_the_topologys_eid_and_refuse_ids_past_them():
+    """Per-edge weights and times are read as values[eid]. With eid a permutation of the
+    columns, the weight given at position k is that of the edge whose id is k; ids that are
+    no positions (a subgraph's e_id) were an IndexError from inside torch (found by a
+    probe), now a ValueError that says how the values are indexed."""
+    edge_index = torch.tensor([[0, 0, 0], [1, 2, 3]])  # node 0 lists 1, 2, 3
+    eid = torch.tensor([2, 0, 1])  # column 0 is edge 2, column 1 edge 0, column 2 edge 1
+    topo = qv.CSRTopo(edge_index, eid=eid)
+    weights = torch.tensor([0.0, 0.0, 1.0])  # only edge 2 (column 0: 0 -> 1) may be drawn
+    sampler = qv.GraphSageSampler(topo, [2], mode="CPU", weights=weights)
+    for _ in range(5):
+        nodes, _, _ = sampler.sample(torch.tensor([0]))
+        assert nodes.tolist() == [0, 1]
+    topo = qv.CSRTopo(edge_index, eid=torch.tensor([10, 11, 12]))
+    for name in ("weights", "edge_time"):
+        with pytest.raises(ValueError, match=r"indexed by csr_topo.eid, which holds 12, "
+                                             r"outside \[0, 3\)"):
+            qv.GraphSageSampler(topo, [2], mode="CPU", **{name: torch.ones(3)})
