@@ -14,7 +14,8 @@ TORCH_LIBRARY(quiver, m) {
 
   // Every op is tagged pt2_compliant: opcheck (schema, fake kernel, autograd registration,
   // AOT dispatch) passes for each on CPU and CUDA in its test file, and torch.export +
-  // AOTInductor run them (tests/python/test_export.py).
+  // AOTInductor run them (tests/python/test_export.py). A call given a torch.Generator is
+  // the exception: torch 2.11 cannot make a Generator a graph input.
 
   // Runtime classes first: op schemas may name them (runtime/classes.cpp).
   quiver::runtime::register_runtime_classes(m);

@@ -58,8 +58,15 @@ void register_runtime_classes(torch::Library& m) {
       // torch.export rebuilds the fake class (torch_quiver_ops/_fake.py) from these.
       .def("__obj_flatten__",
            [](const c10::intrusive_ptr<FeatureTiers>& self) {
-             return std::make_tuple(std::make_tuple(std::string("tiers"), self->tiers()),
-                                    std::make_tuple(std::string("positions"), self->positions()));
+             // How host rows are read changes no shape, but a model may branch on it.
+             return std::make_tuple(
+                 std::make_tuple(std::string("tiers"), self->tiers()),
+                 std::make_tuple(std::string("positions"), self->positions()),
+                 std::make_tuple(std::string("stage_host_rows"), self->stages_host_rows()),
+                 std::make_tuple(std::string("host_read_share"), self->host_read_share()),
+                 std::make_tuple(std::string("host_read_share_fixed"),
+                                 self->host_read_share_fixed()),
+                 std::make_tuple(std::string("follow_loader_pace"), self->follows_loader_pace()));
            })
       .def_pickle(
           [](const c10::intrusive_ptr<FeatureTiers>& self) { return self->state(); },
@@ -84,9 +91,17 @@ void register_runtime_classes(torch::Library& m) {
       .def("fingerprint", &ShardMap::fingerprint)
       .def("__obj_flatten__",
            [](const c10::intrusive_ptr<ShardMap>& self) {
-             return std::make_tuple(std::make_tuple(std::string("host_of"), self->host_of()),
-                                    std::make_tuple(std::string("local_index"), self->local_index()),
-                                    std::make_tuple(std::string("num_hosts"), self->num_hosts()));
+             std::vector<int64_t> local_rows;
+             for (int64_t host = 0; host < self->num_hosts(); ++host) {
+               local_rows.push_back(self->local_rows(host));
+             }
+             return std::make_tuple(
+                 std::make_tuple(std::string("host_of"), self->host_of()),
+                 std::make_tuple(std::string("local_index"), self->local_index()),
+                 std::make_tuple(std::string("num_hosts"), self->num_hosts()),
+                 std::make_tuple(std::string("num_replicated"), self->num_replicated()),
+                 std::make_tuple(std::string("local_rows"), local_rows),
+                 std::make_tuple(std::string("fingerprint"), self->fingerprint()));
            })
       .def_pickle([](const c10::intrusive_ptr<ShardMap>& self) { return self->state(); },
                   [](ShardMap::State state) { return ShardMap::from_state(std::move(state)); });

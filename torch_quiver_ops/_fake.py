@@ -5,14 +5,66 @@ that export traces models that hold them: each is rebuilt from its class's __obj
 (runtime/classes.cpp), and answers its methods with fake tensors."""
 import torch
 
+# The kernels' checks of what a fake tensor also has (dims, dtypes, counts), with their
+# sentences and types (ops/checks.h): a bad call then fails while it is traced, as it
+# would eagerly, not with an unrelated error from building the outputs (an IndexError
+# for 0-d ids, a negative dimension). Checks of values are left to the kernels.
+_IDS = (torch.int32, torch.int64)
+MAX_ROW_TIERS = 17  # ops/row_tiers.h
+
+
+def _index_vector(t, name: str) -> None:
+    if t.dim() != 1:
+        raise ValueError(f"{name} must be a 1-D tensor, got shape {list(t.shape)}")
+    if t.dtype not in _IDS:
+        raise TypeError(f"{name} must hold int32 or int64 ids, got {t.dtype}")
+
+
+def _csr(indptr, indices, edge_ids=None) -> None:
+    if indptr.dim() != 1:
+        raise ValueError(f"indptr must be a 1-D tensor of num_nodes + 1 offsets, got shape "
+                         f"{list(indptr.shape)}")
+    if indptr.dtype != torch.int64:
+        raise TypeError(f"indptr must be int64, got {indptr.dtype}")
+    _index_vector(indices, "indices")
+    if edge_ids is not None and (edge_ids.dim() != 1 or edge_ids.dtype != torch.int64):
+        raise TypeError(f"edge_ids must be a contiguous 1-D int64 tensor, got "
+                        f"{edge_ids.dtype} of shape {list(edge_ids.shape)}")
+
+
+def _fanouts(fanouts, what: str = "fanouts") -> None:
+    if len(fanouts) == 0:
+        raise ValueError(f"{what} must name at least one hop, got []")
+    for hop, fanout in enumerate(fanouts):
+        if fanout < -1:
+            raise ValueError(f"{what}[{hop}] must be -1 (all neighbors) or >= 0, got {fanout}")
+
+
+def _sampling(indptr, indices, seeds, fanouts, edge_ids=None, seed_time=None,
+              temporal_strategy="uniform", disjoint=False) -> None:
+    _csr(indptr, indices, edge_ids)
+    _index_vector(seeds, "seeds")
+    _fanouts(fanouts)
+    if temporal_strategy not in ("uniform", "last"):
+        raise ValueError(f"temporal_strategy must be 'uniform' or 'last', got "
+                         f"'{temporal_strategy}'")
+    if seed_time is not None and not disjoint:
+        raise ValueError("temporal sampling needs disjoint=True: each seed's tree keeps its "
+                         "own time")
+
 
 @torch.library.register_fake("quiver::check_csr")
 def _check_csr_fake(indptr, indices, edge_ids=None, num_nodes=-1):
+    _no_meta_beside_real(indptr=indptr, indices=indices,
+                         **({} if edge_ids is None else {"edge_ids": edge_ids}))
+    _csr(indptr, indices, edge_ids)
     return None  # a scan of the values: nothing to trace
 
 
 @torch.library.register_fake("quiver::check_permutation")
 def _check_permutation_fake(order, num_rows, what):
+    if order.device.type == "meta":  # beside no real tensor, but it holds nothing to check
+        raise ValueError(f"{what} is on the meta device, which holds no data to check")
     return None  # a scan of the values: nothing to trace
 
 
@@ -24,6 +76,12 @@ def _check_fanouts_fake(fanouts, replace, what="fanouts"):
 @torch.library.register_fake("quiver::csr_from_coo")
 def _csr_from_coo_fake(row, col, num_nodes):
     _no_meta_beside_real(row=row, col=col)
+    _index_vector(row, "row")
+    _index_vector(col, "col")
+    if row.dtype != col.dtype:
+        raise TypeError(f"row is {row.dtype} but col is {col.dtype}")
+    if num_nodes < 0:
+        raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
     indptr = row.new_empty(num_nodes + 1, dtype=torch.long)
     return indptr, col.new_empty(col.shape), row.new_empty(row.shape, dtype=torch.long)
 
@@ -31,6 +89,9 @@ def _csr_from_coo_fake(row, col, num_nodes):
 @torch.library.register_fake("quiver::sample_neighbors")
 def _sample_neighbors_fake(indptr, indices, seeds, fanout, replace=False, edge_ids=None,
                            generator=None):
+    _csr(indptr, indices, edge_ids)
+    _index_vector(seeds, "seeds")
+    _fanouts([fanout], "fanout")
     total = torch.library.get_ctx().new_dynamic_size()
     counts = seeds.new_empty(seeds.shape, dtype=torch.long)
     return counts, seeds.new_empty(total, dtype=torch.long), seeds.new_empty(total, dtype=torch.long)
@@ -39,6 +100,7 @@ def _sample_neighbors_fake(indptr, indices, seeds, fanout, replace=False, edge_i
 @torch.library.register_fake("quiver::sample_subgraph")
 def _sample_subgraph_fake(indptr, indices, seeds, fanouts, replace=False, edge_ids=None,
                           generator=None):
+    _sampling(indptr, indices, seeds, fanouts, edge_ids)
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()
@@ -56,6 +118,7 @@ def _neighbor_sample_fake(indptr, indices, seeds, fanouts, replace=False, edge_i
                           edge_weight=None, edge_time=None, seed_time=None, strict_time=False,
                           temporal_strategy="uniform", disjoint=False, generator=None,
                           edge_weight_cumsum=None):
+    _sampling(indptr, indices, seeds, fanouts, edge_ids, seed_time, temporal_strategy, disjoint)
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()
@@ -75,6 +138,15 @@ def _hetero_neighbor_sample_fake(indptr, indices, edge_ids, seeds, node_type_off
                                  fanouts, replace=False, edge_weight=None, edge_time=None,
                                  seed_time=None, strict_time=False, temporal_strategy="uniform",
                                  disjoint=False, generator=None, edge_weight_cumsum=None):
+    _sampling(indptr, indices, seeds, fanouts, edge_ids, seed_time, temporal_strategy, disjoint)
+    relations = len(relation_dst_types)
+    if relations < 1 or len(relation_src_types) != relations:
+        raise ValueError(f"relation_src_types and relation_dst_types must name the same "
+                         f"relations (at least one), got {list(relation_src_types)} and "
+                         f"{list(relation_dst_types)}")
+    if len(fanouts) % relations:
+        raise ValueError(f"fanouts must hold one fanout per relation and hop (hop-major, a "
+                         f"multiple of {relations} relations), got {len(fanouts)} values")
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()
@@ -95,6 +167,10 @@ def _hetero_neighbor_sample_fake(indptr, indices, edge_ids, seeds, node_type_off
 def _sample_negatives_fake(indptr, indices, src, per_src, exclude_edges=True, max_trials=8,
                            out_rows=False, generator=None, dst_begin=0, dst_count=-1):
     _no_meta_beside_real(indptr=indptr, indices=indices, src=src)
+    _csr(indptr, indices)
+    _index_vector(src, "src")
+    if per_src < 0:
+        raise ValueError(f"per_src must be >= 0, got {per_src}")
     return src.new_empty(src.shape[0] * per_src, dtype=torch.long)
 
 
@@ -112,6 +188,9 @@ def _no_meta_beside_real(**tensors) -> None:
 @torch.library.register_fake("quiver::gather_rows")
 def _gather_rows_fake(table, ids):
     _no_meta_beside_real(table=table, ids=ids)
+    if table.dim() < 1:
+        raise ValueError("table must have at least one dimension (rows), got a scalar")
+    _index_vector(ids, "ids")
     # Rows land where the ids are (the CUDA op reads a table on a peer GPU or in pinned
     # host memory and writes on the ids' GPU).
     return table.new_empty((ids.shape[0], *table.shape[1:]), device=ids.device)
@@ -119,7 +198,23 @@ def _gather_rows_fake(table, ids):
 
 @torch.library.register_fake("quiver::gather_tiered_rows")
 def _gather_tiered_rows_fake(tiers, positions, ids):
-    _no_meta_beside_real(ids=ids, **{f"tiers[{k}]": t for k, t in enumerate(tiers)})
+    if not 1 <= len(tiers) <= MAX_ROW_TIERS:
+        raise ValueError(f"tiers must hold 1 to {MAX_ROW_TIERS} tensors, got {len(tiers)}")
+    _no_meta_beside_real(ids=ids, **{f"tiers[{k}]": t for k, t in enumerate(tiers)},
+                         **({} if positions is None else {"positions": positions}))
+    for k, tier in enumerate(tiers):
+        if tier.dim() < 1:
+            raise ValueError(f"tiers[{k}] must have at least one dimension (rows), got a "
+                             f"scalar")
+        if tier.dtype != tiers[0].dtype:
+            raise TypeError(f"tiers[{k}] holds {tier.dtype} but tiers[0] holds "
+                            f"{tiers[0].dtype}")
+        if tier.shape[1:] != tiers[0].shape[1:]:
+            raise ValueError(f"tiers[{k}] has rows of shape {list(tier.shape[1:])} but "
+                             f"tiers[0] has rows of shape {list(tiers[0].shape[1:])}")
+    if positions is not None:
+        _index_vector(positions, "positions")
+    _index_vector(ids, "ids")
     return tiers[0].new_empty((ids.shape[0], *tiers[0].shape[1:]), device=ids.device)
 
 
@@ -128,9 +223,17 @@ class FakeFeatureTiers:
     """FeatureTiers while torch.export traces a model that holds one: its tensors (fake),
     and gather as the op it runs."""
 
-    def __init__(self, tiers, positions):
+    # torch.compile reads each __obj_flatten__ key as an attribute of the fake (for the
+    # sizes it holds): a key is an attribute here, or a method of the same name.
+    def __init__(self, tiers, positions, stage_host_rows=False, host_read_share=0.0,
+                 host_read_share_fixed=False, follow_loader_pace=True):
         self._tiers = list(tiers)
         self._positions = positions
+        self.stage_host_rows = stage_host_rows
+        self._host_read_share = host_read_share
+        self._host_read_share_fixed = host_read_share_fixed
+        self.follow_loader_pace = follow_loader_pace
+        self._released = False
 
     @classmethod
     def __obj_unflatten__(cls, flattened):
@@ -139,8 +242,46 @@ class FakeFeatureTiers:
     def gather(self, ids, host_read_blocks: int = 0):
         return torch.ops.quiver.gather_tiered_rows.default(self._tiers, self._positions, ids)
 
-    def stages_host_rows(self) -> bool:  # how host rows are read changes no shape
-        return False
+    # How host rows are read changes no shape: the settings are kept, as the real class
+    # keeps them, so that a model that reads them traces the branch it would take.
+    def stages_host_rows(self) -> bool:
+        return self.stage_host_rows
+
+    def set_stage_host_rows(self, stage: bool) -> None:
+        self.stage_host_rows = stage
+
+    def set_group_host_reads(self, group: bool) -> None:
+        pass
+
+    def host_read_share(self) -> float:
+        return self._host_read_share
+
+    def set_host_read_share(self, share) -> None:
+        if share is not None and not 0.0 <= share <= 1.0:
+            raise ValueError(f"FeatureTiers.set_host_read_share: share is the GPU's share of a "
+                             f"staged gather's host rows, in [0, 1] (or None to learn it), "
+                             f"got {share}")
+        self._host_read_share_fixed = share is not None
+        if share is not None:
+            self._host_read_share = share
+
+    def host_read_share_fixed(self) -> bool:
+        return self._host_read_share_fixed
+
+    def note_loader_pace(self, loader_ahead: bool) -> None:
+        pass
+
+    def set_follow_loader_pace(self, follow: bool) -> None:
+        self.follow_loader_pace = follow
+
+    def follows_loader_pace(self) -> bool:
+        return self.follow_loader_pace
+
+    def release(self) -> None:
+        self._released = True
+
+    def released(self) -> bool:
+        return self._released
 
     def tiers(self):
         return self._tiers
@@ -163,12 +304,17 @@ class FakeFeatureTiers:
 
 @torch._library.register_fake_class("quiver::ShardMap")
 class FakeShardMap:
-    """ShardMap while export traces: its two tensors (fake) and the host count."""
+    """ShardMap while export traces: its two tensors (fake), the host count and each
+    host's local rows."""
 
-    def __init__(self, host_of, local_index, num_hosts):
+    def __init__(self, host_of, local_index, num_hosts, num_replicated=0, local_rows=(),
+                 fingerprint=0):
         self._host_of = host_of
         self._local_index = local_index
         self._num_hosts = num_hosts
+        self._num_replicated = num_replicated
+        self._local_rows = list(local_rows)
+        self._fingerprint = fingerprint
 
     @classmethod
     def __obj_unflatten__(cls, flattened):
@@ -191,6 +337,18 @@ class FakeShardMap:
     def num_hosts(self) -> int:
         return self._num_hosts
 
+    def num_replicated(self) -> int:
+        return self._num_replicated
+
+    def local_rows(self, host: int) -> int:
+        return self._local_rows[host]
+
+    def local_ids(self, host: int):
+        return self._host_of.new_empty(self._local_rows[host], dtype=torch.long)
+
+    def fingerprint(self) -> int:
+        return self._fingerprint
+
 
 @torch._library.register_fake_class("quiver::DistFeature")
 class FakeDistFeature:
@@ -199,8 +357,8 @@ class FakeDistFeature:
     exported program does."""
 
     def __init__(self, no_rows, num_rows, host, num_hosts):
-        self._no_rows = no_rows
-        self._num_rows = num_rows
+        self.no_rows = no_rows  # attributes named as the flattened keys (see FeatureTiers)
+        self.num_rows = num_rows
         self._host = host
         self._num_hosts = num_hosts
 
@@ -209,8 +367,8 @@ class FakeDistFeature:
         return cls(**dict(flattened))
 
     def gather(self, ids, host_read_blocks: int = 0):
-        return self._no_rows.new_empty((ids.shape[0], *self._no_rows.shape[1:]),
-                                       device=ids.device)
+        return self.no_rows.new_empty((ids.shape[0], *self.no_rows.shape[1:]),
+                                      device=ids.device)
 
     def host(self) -> int:
         return self._host
@@ -227,7 +385,7 @@ class FakeTransport:
         self._kind = kind
         self._host = host
         self._num_hosts = num_hosts
-        self._collective = collective
+        self.collective = collective  # named as its flattened key (see FeatureTiers)
 
     @classmethod
     def __obj_unflatten__(cls, flattened):
@@ -243,4 +401,4 @@ class FakeTransport:
         return self._num_hosts
 
     def is_collective(self) -> bool:
-        return self._collective
+        return self.collective

@@ -411,6 +411,12 @@ class Feature:
         view = self._views.get(device)
         if view is not None:
             return view
+        return self._new_view(device)
+
+    # Built eagerly under torch.compile too: traced, the new FeatureTiers was a fake whose
+    # settings the build sets, and the first read of a store in a compiled function failed.
+    @torch.compiler.disable
+    def _new_view(self, device: torch.device) -> tuple:
         with _VIEWING:  # a loader's worker threads may gather at once on a new device
             return self._build_view(device)
 

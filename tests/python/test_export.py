@@ -321,12 +321,113 @@ def test_export_and_package_a_model_holding_a_shard_map(tmp_path):
 def test_fake_transport_and_dist_feature_answer_as_the_real_ones():
     from torch_quiver_ops import _fake
     flat = dict(torch.classes.quiver.ShardMap.build(torch.arange(10), 2, 2, None).__obj_flatten__())
-    assert set(flat) == {"host_of", "local_index", "num_hosts"} and flat["num_hosts"] == 2
+    assert set(flat) == {"host_of", "local_index", "num_hosts", "num_replicated", "local_rows",
+                         "fingerprint"} and flat["num_hosts"] == 2
     fake = _fake.FakeDistFeature(torch.empty(0, 5, dtype=torch.bfloat16), 10, 0, 2)
     rows = fake.gather(torch.zeros(7, dtype=torch.long))
     assert rows.shape == (7, 5) and rows.dtype == torch.bfloat16
     # DistFeature.__getitem__ passes this thread's host_read_blocks too.
     assert fake.gather(torch.zeros(3, dtype=torch.long), 0).shape == (3, 5)
+
+
+class ReadsSettings(torch.nn.Module):
+    """Branches on a FeatureTiers' setting and reads a ShardMap's counts and local ids."""
+
+    def __init__(self, shard_map, tiers):
+        super().__init__()
+        self.shard_map = shard_map
+        self.tiers = tiers
+
+    def forward(self, ids):
+        rows = self.tiers.gather(ids)
+        if self.tiers.stages_host_rows() and self.tiers.follows_loader_pace():
+            rows = rows * 2
+        local = self.shard_map.local_ids(1)
+        return (rows.sum(1) + self.shard_map.num_replicated() + self.shard_map.local_rows(0),
+                local.float().sum().expand(1))
+
+
+def test_fake_classes_answer_every_method_as_the_real_ones():
+    """The fakes lacked most of the real classes' methods (export failed on
+    host_read_share, num_replicated, local_rows, local_ids), and stages_host_rows was
+    always False, so a model that branched on it exported the other branch (a probe)."""
+    n = 30
+    table = torch.randn(n, 4)
+    shard_map = qv.dist.build_shard_map(n, 2, torch.randperm(n), 0.2)
+    for stage in (False, True):
+        tiers = torch.classes.quiver.FeatureTiers([table.clone()], None)
+        tiers.set_stage_host_rows(stage)
+        model = ReadsSettings(shard_map, tiers)
+        program = torch.export.export(model, (torch.tensor([0, 5, 7]),), strict=False)
+        ids = torch.tensor([3, 1, 4])
+        for got, want in zip(program.module()(ids), model(ids)):
+            torch.testing.assert_close(got, want)
+    # a fake rebuilt from the real object's flattened state keeps its settings
+    from torch_quiver_ops import _fake
+    tiers.set_host_read_share(0.25)
+    fake = _fake.FakeFeatureTiers(**dict(tiers.__obj_flatten__()))
+    assert fake.stages_host_rows() and fake.host_read_share() == 0.25
+    assert fake.host_read_share_fixed() and fake.follows_loader_pace()
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        fake.set_host_read_share(2.0)
+    fake_map = _fake.FakeShardMap(**dict(shard_map.__obj_flatten__()))
+    assert [fake_map.local_rows(h) for h in range(2)] == [shard_map.local_rows(h)
+                                                          for h in range(2)]
+    assert fake_map.fingerprint() == shard_map.fingerprint()
+
+
+def test_a_features_first_read_may_be_compiled():
+    """The store's first read built its FeatureTiers inside the traced function, as a fake
+    without the setters the build calls: torch.compile failed (a probe). It is built
+    eagerly now; later reads compile in one graph."""
+    table = torch.randn(50, 3)
+    feature = qv.Feature(rank=0, device_list=[], device_cache_size=0)
+    feature.from_cpu_tensor(table)
+    ids = torch.tensor([1, 5, 7])
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(lambda i: feature[i] * 2)(ids), table[ids] * 2)
+    again = torch.compile(lambda i: feature[i] + 1, fullgraph=True)
+    torch.testing.assert_close(again(ids), table[ids] + 1)
+
+
+@pytest.mark.parametrize("call, inputs, error, words", [
+    (lambda t, i: qv.ops.gather_rows(t, i), (torch.randn(4, 2), torch.tensor(1)), ValueError,
+     "ids must be a 1-D tensor"),
+    (lambda t, i: qv.ops.gather_rows(t, i), (torch.randn(4, 2), torch.tensor([1.0])), TypeError,
+     "ids must hold int32 or int64 ids"),
+    (lambda i: torch.ops.quiver.gather_tiered_rows([], None, i), (torch.tensor([1]),),
+     ValueError, "tiers must hold 1 to 17 tensors, got 0"),
+    (lambda a, b, i: torch.ops.quiver.gather_tiered_rows([a, b], None, i),
+     (torch.randn(4, 2), torch.randn(4, 3), torch.tensor([1])), ValueError,
+     "tiers\\[1\\] has rows of shape"),
+    (lambda r, c: qv.ops.csr_from_coo(r, c, -5), (torch.tensor([0]), torch.tensor([1])),
+     ValueError, "num_nodes must be >= 0, got -5"),
+    (lambda p, i, s: torch.ops.quiver.sample_subgraph(p, i, s, []),
+     (torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([0])), ValueError,
+     "fanouts must name at least one hop"),
+    (lambda p, i, s: qv.ops.sample_negatives(p, i, s, -1),
+     (torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([0])), ValueError,
+     "per_src must be >= 0, got -1"),
+])
+def test_traced_calls_raise_the_ops_own_errors(call, inputs, error, words):
+    """Under torch.compile a bad call failed in the fake kernel with an unrelated error
+    (IndexError: tuple index out of range for 0-d ids, a negative dimension): the fakes
+    now make the ops' checks of what a fake tensor also has, with their sentences."""
+    with pytest.raises(error, match=words):
+        call(*inputs)  # eager: the op's own check
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match=words):  # dynamo wraps the fake's error in its own
+        torch.compile(call, fullgraph=True, dynamic=True)(*inputs)
+
+
+def test_meta_positions_beside_real_tensors_are_refused():
+    """A meta positions tensor beside real tiers and ids ran the fake and returned
+    uninitialized memory (a probe); check_csr with a meta indptr checked nothing."""
+    table = torch.arange(6.0).view(3, 2)
+    with pytest.raises(ValueError, match="positions on the meta device"):
+        qv.ops.gather_tiered_rows([table], torch.arange(3).to("meta"), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="indptr on the meta device"):
+        qv.ops.check_csr(torch.tensor([0, 1, 1]).to("meta"), torch.tensor([99]))
 
 
 def test_a_file_that_is_no_package_is_named(tmp_path):
