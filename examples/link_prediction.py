@@ -112,7 +112,7 @@ def auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
 def main(argv: Optional[Sequence[str]] = None) -> dict:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
-    use_gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
+    use_gpu = option_checks.cuda_usable()
     device = torch.device("cuda" if use_gpu else "cpu") if args.device == "auto" \
         else torch.device(args.device)
     fanouts = args.num_neighbors

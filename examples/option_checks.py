@@ -31,11 +31,10 @@ def cache_size(parser, text: str, option: str = "--cache-size") -> None:
 
 
 def at_least(parser, args, names: Sequence[str], least: int) -> None:
-    """Each option in ``names`` (argparse's dest names) is None (left out) or >= ``least``."""
-    for name in names:
-        value = getattr(args, name)
-        if value is not None and value < least:
-            parser.error(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
+    """Each option in ``names`` (argparse's dest names) is None (left out) or >= ``least``
+    (the scripts' own check, torch_quiver_ops._cli.check_args)."""
+    from torch_quiver_ops import _cli
+    _cli.check_args(parser, args, {name: least for name in names})
 
 
 def positive(parser, args, names: Sequence[str]) -> None:

@@ -51,10 +51,10 @@ def checkpoint_field_errors(checkpoint: dict) -> list:
         errors.append(f"seed must be an int, got {checkpoint['seed']!r}")
     if checkpoint["graph_device"] not in ("cpu", "cuda"):
         errors.append(f"graph_device must be 'cpu' or 'cuda', got {checkpoint['graph_device']!r}")
-    fanouts = checkpoint["fanouts"]
-    if not (isinstance(fanouts, (list, tuple)) and fanouts and all(
-            is_int(f) and (f == -1 or f >= 0) for f in fanouts)):
-        errors.append(f"fanouts must be a list of ints (-1 or >= 0), got {fanouts!r}")
+    try:  # the sampling ops' own check
+        qv.ops.check_fanouts(qv.ops.integer_fanouts(checkpoint["fanouts"]))
+    except (TypeError, ValueError) as error:
+        errors.append(str(error))
     for key in ("hidden", "in_channels", "num_classes"):
         if not count(checkpoint[key]):
             errors.append(f"{key} must be an int >= 1, got {checkpoint[key]!r}")
@@ -65,7 +65,7 @@ def checkpoint_field_errors(checkpoint: dict) -> list:
 
 
 def build_runtime(checkpoint: dict, args) -> ServingRuntime:
-    has_gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
+    has_gpu = option_checks.cuda_usable()
     gpu = has_gpu and args.gpu_streams > 0
     device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
     # The graph the model was trained on: a graph drawn on a GPU differs from the one the

@@ -154,7 +154,7 @@ def pick_device(name: str, local_rank: int = 0) -> torch.device:
         if device.type == "cuda" and device.index is None:  # "cuda": this process's GPU
             device = torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
         return device
-    if torch.cuda.is_available() and qv.cuda_kernels_built():
+    if option_checks.cuda_usable():
         return torch.device("cuda", local_rank % torch.cuda.device_count())
     return torch.device("cpu")
 

@@ -165,7 +165,7 @@ def prepare(args, num_hosts: int) -> Optional[str]:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    use_gpu = torch.cuda.is_available() and qv.cuda_kernels_built()
+    use_gpu = option_checks.cuda_usable()
     if use_gpu:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
     backend = "nccl" if use_gpu and args.transport != "gloo" else "gloo"

@@ -195,7 +195,7 @@ def worker(rank, args, directory, ports, results):
 
     if hosts > 2:  # the CPU paths are measured between two hosts
         if args.epoch and two_gpus:
-            out.update(epoch(rank, args, directory, device, None))
+            out.update(epoch(rank, args, directory, device))
         (Path(results) / f"{rank}.json").write_text(json.dumps(out))
         dist.destroy_process_group()
         return
@@ -225,12 +225,12 @@ def worker(rank, args, directory, ports, results):
     rpc.shutdown()
 
     if args.epoch and two_gpus:
-        out.update(epoch(rank, args, directory, device, gloo))
+        out.update(epoch(rank, args, directory, device))
     (Path(results) / f"{rank}.json").write_text(json.dumps(out))
     dist.destroy_process_group()
 
 
-def epoch(rank, args, directory, device, gloo):
+def epoch(rank, args, directory, device):
     """One GraphSAGE epoch over every host (DDP), after a warm-up epoch."""
     from torch.nn.parallel import DistributedDataParallel
     from train_sage import SAGE  # examples/ is on sys.path (main adds it)

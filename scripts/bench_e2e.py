@@ -532,7 +532,7 @@ def single_gpu(args, results):
             torch.cuda.empty_cache()
 
     if args.cpp:  # examples/cpp/train_sage on the same graph, beside the Python loop
-        cpp_rows(args, x, edge_index, topo, train, graph_test, labels, num_classes, hot_gpu,
+        cpp_rows(args, x, topo, train, graph_test, labels, num_classes, hot_gpu,
                  record)
 
     if cuda and not args.no_cpu_pipeline:  # what a PyG CPU pipeline does, on our CPU sampler
@@ -550,7 +550,7 @@ def single_gpu(args, results):
     print_table(results)
 
 
-def cpp_rows(args, x, edge_index, topo, train, test, labels, num_classes, hot, record):
+def cpp_rows(args, x, topo, train, test, labels, num_classes, hot, record):
     """The libtorch program (examples/cpp/train_sage, built beforehand) on this graph, saved
     as Python saves it, in GPU mode with the same cache share and hot order: the mean of its
     epochs after the first, in line and without synchronization inside the epoch, beside the

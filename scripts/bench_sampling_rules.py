@@ -48,7 +48,7 @@ def place(t, mode, device):
     return t
 
 
-def variants(arrays, mode):
+def variants(arrays):
     indptr, indices, eid, weight, times, sums = arrays
     uniform = lambda s, st: ops.sample_subgraph(indptr, indices, s, FANOUTS, False, eid)
     general = lambda s, st, **kw: ops.neighbor_sample(indptr, indices, s, FANOUTS, edge_ids=eid,
@@ -118,7 +118,7 @@ def run(args):
                  [place(t, mode, device) for t in host[1:]]
         n = total if mode != "CPU" else args.warmup + args.cpu_batches
         base = base_eps = None
-        for name, fn in variants(arrays, mode).items():
+        for name, fn in variants(arrays).items():
             times, edges = time_variant(fn, batches[:n], seed_times[:n], run_device, args.warmup)
             ms = 1e3 * statistics.median(times)
             base = base or ms

@@ -41,8 +41,8 @@ def require_gpu(parser: argparse.ArgumentParser) -> None:
     """parser.error unless torch sees a CUDA GPU and the library has its CUDA kernels: for
     scripts that measure GPU paths (they failed deep inside torch on a CPU-only machine)."""
     import torch
-    from ._load import cuda_kernels_built
-    if not (torch.cuda.is_available() and cuda_kernels_built()):
+    from ._device import gpus_usable
+    if not gpus_usable():
         parser.error(f"{parser.prog} measures GPU paths: it needs a CUDA GPU (torch sees "
                      f"{torch.cuda.device_count()}) and the library built with its CUDA kernels")
 

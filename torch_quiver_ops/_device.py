@@ -18,12 +18,13 @@ def resolve_device(device: Union[None, int, str, torch.device]) -> torch.device:
     """None: the current GPU when there is one (and the CUDA kernels are built), else the
     CPU; an int: that GPU; "cuda" without an index: the current GPU."""
     if device is None:
-        usable = torch.cuda.is_available() and cuda_kernels_built()
-        return torch.device("cuda", torch.cuda.current_device()) if usable else torch.device("cpu")
-    if isinstance(device, int):
-        return torch.device("cuda", device)
-    device = torch.device(device)
+        return torch.device("cuda", torch.cuda.current_device()) if gpus_usable() else \
+            torch.device("cpu")
+    device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
     if device.type == "cuda" and device.index is None:
+        if not torch.cuda.is_available():  # torch's own error ("Found no NVIDIA driver")
+            raise RuntimeError(f"device {str(device)!r} is a GPU, and torch sees none (a "
+                               f"CPU-only torch, or no driver): give device='cpu'")
         device = torch.device("cuda", torch.cuda.current_device())
     return device
 

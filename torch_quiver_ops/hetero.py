@@ -100,8 +100,8 @@ class HeteroCSRTopo:
                 if ei.size(1) and (int(ei[row].min()) < 0
                                    or int(ei[row].max()) >= self.num_nodes_dict[t]):
                     bad = int(ei[row].min()) if int(ei[row].min()) < 0 else int(ei[row].max())
-                    raise ValueError(f"edge_index_dict[{et}][{row}] holds node {bad}, outside "
-                                     f"{t!r}'s {self.num_nodes_dict[t]} nodes")
+                    raise IndexError(f"edge_index_dict[{et}][{row}] holds node {bad}, outside "
+                                     f"{t!r}'s {self.num_nodes_dict[t]} nodes")  # as CSRTopo
             sources.append(ei[0] + offsets[type_index[src]])
             targets.append(ei[1] + offsets[type_index[dst]])
             relation_offsets.append(relation_offsets[-1] + ei.size(1))
@@ -165,9 +165,11 @@ class HeteroCSRTopo:
                              f"(one more than the edge types), got "
                              f"{len(self.relation_edge_offsets)}")
         num_nodes, num_edges = self.node_type_offsets[-1], self.relation_edge_offsets[-1]
-        if indptr.dim() != 1 or indptr.numel() != num_nodes + 1 or indptr.dtype != torch.long:
-            raise ValueError(f"indptr must be int64 with {num_nodes + 1} entries, got "
-                             f"{indptr.dtype} of shape {tuple(indptr.shape)}")
+        if indptr.dtype != torch.long:  # the ops' type for a dtype
+            raise TypeError(f"indptr must be int64, got {indptr.dtype}")
+        if indptr.dim() != 1 or indptr.numel() != num_nodes + 1:
+            raise ValueError(f"indptr must hold {num_nodes + 1} entries, got shape "
+                             f"{tuple(indptr.shape)}")
         if int(indptr[0]) != 0 or int(indptr[-1]) != num_edges:
             raise ValueError(f"indptr must run from 0 to {num_edges} (the relations' edges), "
                              f"got {int(indptr[0])} to {int(indptr[-1])}")

@@ -1,7 +1,9 @@
 """Typed Python entry points of the quiver ops (``torch.ops.quiver.*``).
 
-Each function is a thin call into the op, which validates its arguments itself, so the
-same checks hold from Python, TorchScript and C++.
+Each op wrapper is a thin call into the op, which validates its arguments itself, so the
+same checks hold from Python, TorchScript and C++. Beside them are a few Python helpers
+that prepare an op's inputs (``row_cumsum``, ``sort_rows_by_time``, ``integer_fanouts``,
+``integer_times``): C++ callers build those inputs themselves.
 """
 from __future__ import annotations
 

@@ -187,11 +187,11 @@ def split_ids(name: str, ids, num_nodes: int, label: Optional[str] = None) -> Te
                              f"of {num_nodes} nodes")
         return ids.nonzero().view(-1)
     if ids.is_floating_point() or ids.is_complex():
-        raise ValueError(f"{label} must hold integer node ids (or be a bool mask), "
-                         f"got {ids.dtype}")
+        raise TypeError(f"{label} must hold integer node ids (or be a bool mask), "
+                        f"got {ids.dtype}")
     ids = ids.long()
     if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= num_nodes):
-        raise ValueError(f"{label} holds node ids outside [0, {num_nodes})")
+        raise IndexError(f"{label} holds node ids outside [0, {num_nodes})")  # as the ops
     return ids
 
 

@@ -218,7 +218,8 @@ class GraphSageSampler:
             always, False never. Same samples either way; it is there to measure what the
             order buys.
 
-    Each node is expanded once per batch, and a layer's edges are those of its hop and of
+    Each node is expanded once per batch (a seed given twice is two targets, each
+    expanded, as in PyG), and a layer's edges are those of its hop and of
     every hop inside it (PyG's ``NeighborLoader`` layout, which ``trim_to_layer`` reads):
     a node within reach of both a seed's first and second hop keeps the neighbors sampled
     for it the first time. torch-quiver's sampler (as PyG's old ``NeighborSampler``)
@@ -269,6 +270,10 @@ class GraphSageSampler:
                              f"{'GPU' if self.mode == 'GPU' else 'host'} memory already")
         self.hot_order = (None if hot_order is None
                           else check_hot_order(hot_order, csr_topo.node_count))
+        if hot_order is not None and topology_cache is None:
+            raise ValueError("hot_order orders the topology cache, and this sampler has none: "
+                             "give topology_cache too (UVA mode), or leave hot_order out (a "
+                             "Feature takes its own hot_order)")
         self._place()
         self._placed = True
 

@@ -1,6 +1,7 @@
 """Graph topology in CSR form."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Iterator, Optional, Tuple, Union
 
@@ -159,7 +160,13 @@ class CSRTopo:
                                      f"{tuple(eid.shape)}")
             row = edge_index[0].to(dtype).contiguous()
             col = edge_index[1].to(dtype).contiguous()
-            indptr, indices, positions = (t.cpu() for t in ops.csr_from_coo(row, col, num_nodes))
+            try:
+                indptr, indices, positions = (t.cpu()
+                                              for t in ops.csr_from_coo(row, col, num_nodes))
+            except IndexError as error:  # the op names row/col: the caller gave edge_index
+                raise IndexError(re.sub(r"^(row|col)\[(\d+)\]",
+                                        lambda m: f"edge_index[{ {'row': 0, 'col': 1}[m[1]]}, {m[2]}]",
+                                        str(error))) from None
             # csr_from_coo numbers a CSR edge by its column; the caller's ids name them.
             eid = positions if eid is None else eid.cpu().long()[positions.long()]
         else:

@@ -29,8 +29,7 @@ __global__ void iota_kernel(position_t* positions, int64_t n) {
 // Each row's first position is where the sorted rows step up to it; rows with no edges
 // between two that have some take the same start. Rows after the last edge start at the end.
 template <typename key_t>
-__global__ void row_starts_kernel(const key_t* sorted_rows, int64_t num_edges, int64_t num_nodes,
-                                  int64_t* indptr) {
+__global__ void row_starts_kernel(const key_t* sorted_rows, int64_t num_edges, int64_t* indptr) {
   QUIVER_GRID_LOOP(k, num_edges) {
     const int64_t row = static_cast<int64_t>(sorted_rows[k]);
     const int64_t previous = k == 0 ? -1 : static_cast<int64_t>(sorted_rows[k - 1]);
@@ -110,7 +109,7 @@ cudaError_t indptr_from_sorted_rows(const key_t* sorted_rows, int64_t num_edges,
     return cudaSuccess;
   }
   row_starts_kernel<<<blocks_for(num_edges, kThreads * 4), kThreads, 0, stream>>>(
-      sorted_rows, num_edges, num_nodes, indptr);
+      sorted_rows, num_edges, indptr);
   QUIVER_LAUNCH_TRY();
   tail_row_kernel<<<blocks_for(num_nodes + 1, kThreads * 4), kThreads, 0, stream>>>(
       sorted_rows, num_edges, num_nodes, indptr);

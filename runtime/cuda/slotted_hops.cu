@@ -214,6 +214,10 @@ cudaError_t group_by_owner(const OwnerGrouping<owner_t>& grouping, void* workspa
     QUIVER_LAUNCH_TRY();
     return cudaSuccess;
   }
+  // The caller sized the workspace: one too small would be written past its end.
+  if (workspace_bytes < group_by_owner_workspace_bytes(n, grouping.num_hosts)) {
+    return cudaErrorInvalidValue;
+  }
   const GroupingSpace space(workspace, n);
   owner_keys_kernel<owner_t><<<blocks_for(n, kThreads), kThreads, 0, stream>>>(
       grouping, space.keys_in, space.indices);

@@ -484,7 +484,9 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
             others = (part.owner.long() != rank).nonzero().view(-1)[:5]
             for bad, said in ((torch.tensor([1.5]), "input_nodes must hold integer node ids"),
                               (others, "owned by another host")):
-                with pytest.raises(ValueError, match=said if rank == 0 else "another host's"):
+                raised = ((TypeError if bad.is_floating_point() else ValueError) if rank == 0
+                          else ValueError)  # the refusing host's own type, else "another's"
+                with pytest.raises(raised, match=said if rank == 0 else "another host's"):
                     DistNeighborLoader(part, [2], input_nodes=bad if rank == 0 else own)
             # A host that stops after its sampler is made is named within the loader's
             # timeout (the batch count's all-reduce waited the group's, 30 min by default).

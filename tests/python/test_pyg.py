@@ -536,6 +536,19 @@ def test_a_users_generator_with_workers_draws_anew_each_epoch_and_worker(persist
     assert epochs(1) != [first, second]
 
 
+def test_filter_per_worker_true_warns_that_it_is_ignored():
+    """It was taken and dropped silently (a probe): attributes are gathered in the main
+    process, from the store on the sampling device."""
+    data = directed_data()
+    with pytest.warns(UserWarning, match="filter_per_worker=True is ignored"):
+        qpyg.NeighborLoader(data, [2], device="cpu", filter_per_worker=True)
+    with pytest.warns(UserWarning, match="LinkNeighborLoader gathers"):
+        qpyg.LinkNeighborLoader(data, [2], device="cpu", filter_per_worker=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        qpyg.NeighborLoader(data, [2], device="cpu", filter_per_worker=False)
+
+
 def test_unsupported_arguments_raise_clearly():
     data = directed_data()
     with pytest.raises(ValueError, match="time_attr 't' is not an attribute of data"):

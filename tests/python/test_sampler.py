@@ -187,3 +187,18 @@ def test_weights_follow_the_topologys_eid_and_refuse_ids_past_them():
         with pytest.raises(ValueError, match=r"indexed by csr_topo.eid, which holds 12, "
                                              r"outside \[0, 3\)"):
             qv.GraphSageSampler(topo, [2], mode="CPU", **{name: torch.ones(3)})
+
+
+def test_hot_order_without_a_topology_cache_and_a_gpu_without_gpus_are_named(graph):
+    """hot_order orders only the topology cache: without one it was checked and dropped
+    silently. device='cuda' on a machine whose torch sees no GPU raised torch's own "no
+    NVIDIA driver" from deep inside (both found by a probe)."""
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    with pytest.raises(ValueError, match="hot_order orders the topology cache"):
+        qv.GraphSageSampler(topo, [2], mode="CPU", hot_order=torch.arange(graph.num_nodes))
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="'cuda' is a GPU, and torch sees none"):
+            qv.GraphSageSampler(topo, [2], device="cuda")
+        for device in ("cuda:0", 0):  # an index is parsed; the sampler names the lack
+            with pytest.raises(RuntimeError, match="needs a CUDA GPU, and torch sees none"):
+                qv.GraphSageSampler(topo, [2], device=device)

@@ -109,9 +109,10 @@ def test_the_permutation_and_fanout_checks_pass_opcheck(device):
 def test_bad_edge_index():
     with pytest.raises(ValueError, match="shape \\[2, E\\]"):
         qv.CSRTopo(torch.zeros(3, 4, dtype=torch.long))
-    with pytest.raises(IndexError, match=r"row\[1\] = -1 is out of range \[0, 2\)"):
-        qv.CSRTopo(torch.tensor([[0, -1], [1, 0]]))  # the op's type and sentence
-    with pytest.raises(IndexError, match=r"col\[0\] = 5 is out of range \[0, 3\)"):
+    # the op's type and sentence, naming the argument the caller gave (not the op's row/col)
+    with pytest.raises(IndexError, match=r"^edge_index\[0, 1\] = -1 is out of range \[0, 2\)"):
+        qv.CSRTopo(torch.tensor([[0, -1], [1, 0]]))
+    with pytest.raises(IndexError, match=r"^edge_index\[1, 0\] = 5 is out of range \[0, 3\)"):
         qv.CSRTopo(torch.tensor([[0, 1], [5, 0]]), num_nodes=3)
     # Ids that int32 cannot hold are refused before the int32 CSR would wrap them onto
     # valid nodes (2**32 + 3 onto node 3).

@@ -77,7 +77,7 @@ class DistNeighborLoader:
         try:
             self.input_nodes = self._own_input_nodes(input_nodes)
             problem = None
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, IndexError) as error:
             self.input_nodes, problem = torch.empty(0, dtype=torch.long), error
         self.batch_size, self.shuffle, self.feature = batch_size, shuffle, feature
         self.seed, self.epoch = seed, 0

@@ -30,6 +30,15 @@ def _refuse(loader: str, **given) -> None:
                                   f"{', '.join(named)} yet")
 
 
+def _filter_in_the_main_process(loader: str, filter_per_worker: Optional[bool]) -> None:
+    """PyG's filter_per_worker=True gathers a batch's attributes in the DataLoader's
+    workers; ours are read from a store on the sampling device, in the main process."""
+    if filter_per_worker:
+        warnings.warn(f"torch_quiver_ops.pyg.{loader} gathers every batch's attributes in the "
+                      f"main process, from its feature store on the sampling device: "
+                      f"filter_per_worker=True is ignored", UserWarning, stacklevel=3)
+
+
 def _hetero_rules(data: HeteroData, rules: dict) -> dict:
     """HeteroNeighborSampler's weights / times from PyG's ``weight_attr`` (an attribute of
     every edge type) and ``time_attr`` (of every node type, or of every edge type)."""
@@ -469,7 +478,10 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
     gathering node attributes through tiered feature stores.
 
     Takes PyG's arguments (``data``, ``num_neighbors``, ``input_nodes``, ``replace``,
-    ``subgraph_type``, ``transform``, ``batch_size``, ``shuffle``, ``drop_last``, ...) plus:
+    ``subgraph_type``, ``transform``, ``batch_size``, ``shuffle``, ``drop_last``, ...),
+    except that batches are always filtered in the main process (``filter_per_worker=True``
+    warns) and ``is_sorted`` changes nothing (the topology is sorted once, when the store
+    is built), plus:
 
     Args:
         device: the GPU to sample on and build batches on (default: the current GPU, else
@@ -528,6 +540,7 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
                  sampling_generator: Optional[torch.Generator] = None,
                  **kwargs):
         _refuse("NeighborLoader", **{"directed=False": not directed})
+        _filter_in_the_main_process("NeighborLoader", filter_per_worker)
         stores, graph_store, neighbor_sampler = self._set_up(
             data, num_neighbors, neighbor_sampler, device=device, mode=mode,
             cache_size=cache_size, cache_policy=cache_policy, host_reads=host_reads,
@@ -619,6 +632,7 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                  sampling_generator: Optional[torch.Generator] = None,
                  neg_exclude_edges: Optional[bool] = None, **kwargs):
         _refuse("LinkNeighborLoader", **{"directed=False": not directed})
+        _filter_in_the_main_process("LinkNeighborLoader", filter_per_worker)
         stores, graph_store, neighbor_sampler = self._set_up(
             data, num_neighbors, neighbor_sampler, device=device, mode=mode,
             cache_size=cache_size, cache_policy=cache_policy, host_reads=host_reads,

@@ -55,7 +55,7 @@ def _row_per_item(store, key: str, value: Tensor, what: str) -> bool:
     return True
 
 
-def _table(store, key: str, value, what: str) -> Optional[Tensor]:
+def _table(key: str, value, what: str) -> Optional[Tensor]:
     """A node or edge attribute (``what``) as the tensor our tables gather rows of: a
     tensor as it is, a numpy array as a tensor sharing its memory (PyG's batches hold its
     rows as a tensor too); None for anything else (graph-level, copied whole). A list or
@@ -534,7 +534,7 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
         node = data.is_node_attr(key)
         if not node and not data.is_edge_attr(key):
             continue  # graph-level: the loader copies it into every batch, as PyG's does
-        value = _table(data._store, key, value, "node" if node else "edge")
+        value = _table(key, value, "node" if node else "edge")
         if value is None or not _row_per_item(data._store, key, value,
                                               "node" if node else "edge"):
             continue
@@ -610,7 +610,7 @@ def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size
         for key, value in store.items():
             if key in LOADER_KEYS or not store.is_node_attr(key):
                 continue
-            value = _table(store, key, value, "node")
+            value = _table(key, value, "node")
             if value is None or not _row_per_item(store, key, value, "node"):
                 continue
             (small if _whole_on_gpu(value) else big)[(t, key)] = value
@@ -637,7 +637,7 @@ def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size
         for key, value in store.items():
             if key == "edge_index" or key in LOADER_KEYS or not store.is_edge_attr(key):
                 continue
-            value = _table(store, key, value, "edge")
+            value = _table(key, value, "edge")
             if value is None or not _row_per_item(store, key, value, "edge"):
                 continue
             features.put_edge_feature(value, key, edge_type=et)
