@@ -408,3 +408,28 @@ def shards_swapped_over(group):
         return made
 
     return make_shards
+
+
+# ---- generators across spawned processes ----
+
+def _generator_of(device: str, state: bytes) -> torch.Generator:
+    generator = torch.Generator(device)
+    generator.set_state(torch.frombuffer(bytearray(state), dtype=torch.uint8))
+    return generator
+
+
+def _reduce_generator(generator: torch.Generator):
+    # torch's own reduction sends the state as a tensor, and torch.multiprocessing sends a
+    # tensor as a shared-memory file descriptor, which a spawned process cannot open here
+    # ("bad value(s) in fds_to_keep", or a worker that dies): our samplers and loaders hold
+    # generators, so every DataLoader with multiprocessing_context="spawn" failed. As bytes,
+    # the state travels in the pickle (a few KB).
+    return _generator_of, (str(generator.device), generator.get_state().numpy().tobytes())
+
+
+def _send_generators_as_bytes() -> None:
+    from multiprocessing.reduction import ForkingPickler
+    ForkingPickler.register(torch.Generator, _reduce_generator)
+
+
+_send_generators_as_bytes()

@@ -536,6 +536,31 @@ def test_a_users_generator_with_workers_draws_anew_each_epoch_and_worker(persist
     assert epochs(1) != [first, second]
 
 
+def test_spawned_workers_sample_and_persistent_ones_see_the_data_change():
+    """Both found by a probe. Spawned (and forkserver) workers failed to start: the loader
+    and sampler hold torch.Generators, which torch sends as shared-memory descriptors a
+    spawned process cannot open. Persistent workers kept sampling the graph and weights of
+    the first epoch after the data changed (the main process rebuilt its stores, the
+    workers kept their copies)."""
+    data = directed_data()
+    loader = qpyg.NeighborLoader(data, [3, 2], input_nodes=torch.arange(64), batch_size=16,
+                                 device="cpu", num_workers=2, multiprocessing_context="spawn",
+                                 sampling_generator=torch.Generator().manual_seed(3))
+    batches = list(loader)
+    assert len(batches) == 4
+    for batch in batches:
+        check_batch(data, batch, [3, 2], torch.arange(64))
+    data = directed_data()
+    data.w = torch.ones(data.num_edges)
+    loader = qpyg.NeighborLoader(data, [5, 5], batch_size=50, device="cpu", return_eid=True,
+                                 weight_attr="w", num_workers=2, persistent_workers=True)
+    list(loader)  # the workers start
+    data.w.zero_()
+    data.w[::7] = 1.0  # now only every 7th edge may be drawn
+    for batch in loader:
+        assert bool((batch.e_id % 7 == 0).all())
+
+
 def test_filter_per_worker_true_warns_that_it_is_ignored():
     """It was taken and dropped silently (a probe): attributes are gathered in the main
     process, from the store on the sampling device."""

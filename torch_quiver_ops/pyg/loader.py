@@ -179,6 +179,13 @@ class _OnOurStores:
             if hasattr(self, name):
                 setattr(self, name, neighbor_sampler)
         self._source_print = data_stamp(self._source)
+        # Persistent workers hold copies of the stores and sampler built before: new ones
+        # are started for this epoch (torch starts them when it has no iterator).
+        if getattr(self, "_iterator", None) is not None:
+            workers = getattr(self._iterator, "iterator", self._iterator)  # PyG wraps torch's
+            if hasattr(workers, "_shutdown_workers"):
+                workers._shutdown_workers()
+            self._iterator = None
 
     def _set_up_from(self, data, num_neighbors, neighbor_sampler, *, device, mode, cache_size,
                      cache_policy, host_reads, replace, return_eid, subgraph_type,
@@ -501,7 +508,10 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
             reproduces the batches whatever else draws random numbers meanwhile (dropout,
             or a loader that prefetches batches ahead of the model). With ``num_workers``,
             each epoch's workers draw from generators seeded by one draw from it and their
-            ids (its copies in the workers would all repeat one stream).
+            ids (its copies in the workers would all repeat one stream). Negatives that
+            PyG's code draws on the host (weighted by ``dst_weight``, or constrained by
+            node times) come from PyTorch's default generator in the main process, so
+            other draws there (dropout) change them.
 
     Batches carry every node attribute for the sampled nodes, every edge attribute
     (``edge_attr``, ``edge_weight``, ...) for the sampled edges, gathered by ``e_id``
