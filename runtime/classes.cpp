@@ -58,14 +58,17 @@ void register_runtime_classes(torch::Library& m) {
       // torch.export rebuilds the fake class (torch_quiver_ops/_fake.py) from these.
       .def("__obj_flatten__",
            [](const c10::intrusive_ptr<FeatureTiers>& self) {
-             // How host rows are read changes no shape, but a model may branch on it.
+             // How host rows are read changes no shape, but a model may branch on the
+             // settings. torch.compile guards on every value here, so a learned share,
+             // which moves batch by batch, would recompile: only a fixed one is sent
+             // (-1: learned).
+             const double fixed_share =
+                 self->host_read_share_fixed() ? self->host_read_share() : -1.0;
              return std::make_tuple(
                  std::make_tuple(std::string("tiers"), self->tiers()),
                  std::make_tuple(std::string("positions"), self->positions()),
                  std::make_tuple(std::string("stage_host_rows"), self->stages_host_rows()),
-                 std::make_tuple(std::string("host_read_share"), self->host_read_share()),
-                 std::make_tuple(std::string("host_read_share_fixed"),
-                                 self->host_read_share_fixed()),
+                 std::make_tuple(std::string("fixed_host_read_share"), fixed_share),
                  std::make_tuple(std::string("follow_loader_pace"), self->follows_loader_pace()));
            })
       .def_pickle(

@@ -850,11 +850,15 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
       TORCH_CHECK(false, "DistSampler.sample: seeds must be a CPU tensor, got one on ", device,
                   kStaysInStep);
     };
-  } else if (!(seeds.dim() == 1 &&
-               at::isIntegralType(seeds.scalar_type(), /*includeBool=*/false))) {
-    refuse = [dtype = seeds.scalar_type(), shape = seeds.sizes().vec()] {
-      TORCH_CHECK_TYPE(false, "DistSampler.sample: seeds must be a 1-D tensor of integers, got ",
-                       dtype, " of shape ", shape, kStaysInStep);
+  } else if (seeds.dim() != 1) {
+    refuse = [shape = seeds.sizes().vec()] {
+      TORCH_CHECK_VALUE(false, "DistSampler.sample: seeds must be a 1-D tensor, got shape ", shape,
+                        kStaysInStep);
+    };
+  } else if (!at::isIntegralType(seeds.scalar_type(), /*includeBool=*/false)) {
+    refuse = [dtype = seeds.scalar_type()] {
+      TORCH_CHECK_TYPE(false, "DistSampler.sample: seeds must be integers, got ", dtype,
+                       kStaysInStep);
     };
   } else if (seeds.numel() > 0) {
     const at::Tensor ids = seeds.to(at::kLong).contiguous();

@@ -181,9 +181,9 @@ ServingRuntime::~ServingRuntime() {
 // ---- requests ----
 
 int64_t ServingRuntime::submit(const at::Tensor& ids) {
-  TORCH_CHECK_TYPE(ids.dim() == 1 && at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
-                   "node ids must be a 1-D tensor of integers, got ", ids.scalar_type(),
-                   " of shape ", ids.sizes());
+  TORCH_CHECK_VALUE(ids.dim() == 1, "node ids must be a 1-D tensor, got shape ", ids.sizes());
+  TORCH_CHECK_TYPE(at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
+                   "node ids must be integers, got ", ids.scalar_type());
   TORCH_CHECK_VALUE(ids.numel() >= 1, "a request needs at least one node id");
   TORCH_CHECK_VALUE(ids.numel() <= options_.max_batch_nodes, "a request holds at most ",
                     options_.max_batch_nodes, " node ids, got ", ids.numel());
@@ -756,9 +756,10 @@ at::Tensor ServingRuntime::expected_sampled_counts(const at::Tensor& indptr,
 }
 
 double ServingRuntime::cost(const at::Tensor& ids) const {
-  TORCH_CHECK_TYPE(ids.dim() <= 1 && at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
-                   "ServingRuntime.cost: ids must be a 0-d or 1-D tensor of integers, got ",
-                   ids.scalar_type(), " of shape ", ids.sizes());
+  TORCH_CHECK_VALUE(ids.dim() <= 1, "ServingRuntime.cost: ids must be a 0-d or 1-D tensor, got "
+                    "shape ", ids.sizes());
+  TORCH_CHECK_TYPE(at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
+                   "ServingRuntime.cost: ids must be integers, got ", ids.scalar_type());
   return checked_cost(ids.to(at::kCPU, at::kLong).reshape(-1).contiguous());
 }
 

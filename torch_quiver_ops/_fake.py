@@ -63,8 +63,6 @@ def _check_csr_fake(indptr, indices, edge_ids=None, num_nodes=-1):
 
 @torch.library.register_fake("quiver::check_permutation")
 def _check_permutation_fake(order, num_rows, what):
-    if order.device.type == "meta":  # beside no real tensor, but it holds nothing to check
-        raise ValueError(f"{what} is on the meta device, which holds no data to check")
     return None  # a scan of the values: nothing to trace
 
 
@@ -225,13 +223,15 @@ class FakeFeatureTiers:
 
     # torch.compile reads each __obj_flatten__ key as an attribute of the fake (for the
     # sizes it holds): a key is an attribute here, or a method of the same name.
-    def __init__(self, tiers, positions, stage_host_rows=False, host_read_share=0.0,
-                 host_read_share_fixed=False, follow_loader_pace=True):
+    # The share the real layout starts from before it learns one (HostReadSplit).
+    FIRST_HOST_READ_SHARE = 0.3
+
+    def __init__(self, tiers, positions, stage_host_rows=False, fixed_host_read_share=-1.0,
+                 follow_loader_pace=True):
         self._tiers = list(tiers)
         self._positions = positions
         self.stage_host_rows = stage_host_rows
-        self._host_read_share = host_read_share
-        self._host_read_share_fixed = host_read_share_fixed
+        self.fixed_host_read_share = fixed_host_read_share  # -1: learned, not sent
         self.follow_loader_pace = follow_loader_pace
         self._released = False
 
@@ -254,19 +254,18 @@ class FakeFeatureTiers:
         pass
 
     def host_read_share(self) -> float:
-        return self._host_read_share
+        return (self.fixed_host_read_share if self.host_read_share_fixed()
+                else self.FIRST_HOST_READ_SHARE)
 
     def set_host_read_share(self, share) -> None:
         if share is not None and not 0.0 <= share <= 1.0:
             raise ValueError(f"FeatureTiers.set_host_read_share: share is the GPU's share of a "
                              f"staged gather's host rows, in [0, 1] (or None to learn it), "
                              f"got {share}")
-        self._host_read_share_fixed = share is not None
-        if share is not None:
-            self._host_read_share = share
+        self.fixed_host_read_share = -1.0 if share is None else share
 
     def host_read_share_fixed(self) -> bool:
-        return self._host_read_share_fixed
+        return self.fixed_host_read_share >= 0
 
     def note_loader_pace(self, loader_ahead: bool) -> None:
         pass

@@ -45,6 +45,8 @@ def integer_fanouts(fanouts, what: str = "fanouts") -> List[int]:
         except (AttributeError, TypeError):
             raise TypeError(f"{what} must be a sequence of ints, one per hop, got {value!r} "
                             f"in {values!r}") from None
+        if not -2 ** 63 <= ints[-1] < 2 ** 63:  # the ops' int[] would refuse it unnamed
+            raise ValueError(f"{what}[{len(ints) - 1}] = {ints[-1]} does not fit in 64 bits")
     return ints
 
 

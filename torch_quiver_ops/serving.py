@@ -294,8 +294,9 @@ class ServingRuntime:
 
     def submit(self, ids) -> _Answer:
         """Queues a request; ``.result(timeout)`` of what it returns is the model's rows
-        for ``ids`` (CPU). Raises as the ops do for bad ids (TypeError for ids that are not
-        integers, IndexError for one out of range, ValueError for none or too many) and
+        for ``ids`` (CPU). Raises as the ops do for bad ids (TypeError for a tensor that
+        holds no integers, IndexError for an id out of range, ValueError for a wrong shape,
+        none or too many ids, or input that reads as no ids at all) and
         :class:`Overloaded` when the queue is full or the runtime is closing."""
         if isinstance(ids, (list, tuple)) and len(ids) == 0:
             raise ValueError("a request needs at least one node id")

@@ -368,6 +368,11 @@ def test_fake_classes_answer_every_method_as_the_real_ones():
     fake = _fake.FakeFeatureTiers(**dict(tiers.__obj_flatten__()))
     assert fake.stages_host_rows() and fake.host_read_share() == 0.25
     assert fake.host_read_share_fixed() and fake.follows_loader_pace()
+    # A learned share (it moves batch by batch) is not flattened: torch.compile guards on
+    # every flattened value and recompiled as it moved.
+    tiers.set_host_read_share(None)
+    assert dict(tiers.__obj_flatten__())["fixed_host_read_share"] == -1.0
+    assert not _fake.FakeFeatureTiers(**dict(tiers.__obj_flatten__())).host_read_share_fixed()
     with pytest.raises(ValueError, match="in \\[0, 1\\]"):
         fake.set_host_read_share(2.0)
     fake_map = _fake.FakeShardMap(**dict(shard_map.__obj_flatten__()))
@@ -416,7 +421,9 @@ def test_traced_calls_raise_the_ops_own_errors(call, inputs, error, words):
     with pytest.raises(error, match=words):
         call(*inputs)  # eager: the op's own check
     torch._dynamo.reset()
-    with pytest.raises(Exception, match=words):  # dynamo wraps the fake's error in its own
+    # Raised while tracing (dynamo wraps the fake's error): a fake that let the call through
+    # would leave the op to raise the same words when the graph runs, as its own type.
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match=words):
         torch.compile(call, fullgraph=True, dynamic=True)(*inputs)
 
 

@@ -189,11 +189,14 @@ def test_weights_follow_the_topologys_eid_and_refuse_ids_past_them():
             qv.GraphSageSampler(topo, [2], mode="CPU", **{name: torch.ones(3)})
 
 
-def test_hot_order_without_a_topology_cache_and_a_gpu_without_gpus_are_named(graph):
-    """hot_order orders only the topology cache: without one it was checked and dropped
-    silently. device='cuda' on a machine whose torch sees no GPU raised torch's own "no
-    NVIDIA driver" from deep inside (both found by a probe)."""
+def test_huge_fanouts_hot_order_without_a_cache_and_missing_gpus_are_named(graph):
+    """A fanout past 64 bits was torch's unnamed "Expected a value of type List[int]" (a
+    review). hot_order orders only the topology cache: without one it was checked and
+    dropped silently. device='cuda' on a machine whose torch sees no GPU raised torch's
+    own "no NVIDIA driver" from deep inside (both found by a probe)."""
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    with pytest.raises(ValueError, match=r"sizes\[1\] = 2361183241434822606848 does not fit"):
+        qv.GraphSageSampler(topo, [2, 2 ** 71], mode="CPU")  # was torch's unnamed refusal
     with pytest.raises(ValueError, match="hot_order orders the topology cache"):
         qv.GraphSageSampler(topo, [2], mode="CPU", hot_order=torch.arange(graph.num_nodes))
     if not torch.cuda.is_available():

@@ -474,8 +474,10 @@ def test_dispatch_follows_the_threshold(graph):
             runtime._runtime.cost(torch.tensor([0, graph.num_nodes, -1]))
         with pytest.raises(IndexError, match=r"node ids\[1\] = -1 is out of range"):
             runtime.submit(torch.tensor([3, -1]))
-        with pytest.raises(TypeError, match="node ids must be a 1-D tensor of integers"):
+        with pytest.raises(TypeError, match="node ids must be integers, got Float"):
             runtime.submit(torch.tensor([3.0]))
+        with pytest.raises(ValueError, match="node ids must be a 1-D tensor, got shape"):
+            runtime.submit(torch.tensor([[3]]))  # a shape is a value, as for the ops
         # Without a GPU stream every batch samples on the CPU, whatever its cost.
         assert second.target == "cpu" and runtime.target_of(1e9) == "cpu"
         runtime.threshold = 1e9
@@ -723,7 +725,10 @@ def test_head_health_answers_and_host_headers_are_checked(graph, server_kind):
         for head, words in [(b"", "needs a Host"), (b"Host: x\r\nHost: y\r\n", "got 2")]:
             answer, data = exchange(b"POST /predict HTTP/1.1\r\n" + head +
                                     b"Content-Length: %d\r\n\r\n" % len(body) + body)
-            assert answer.status == 400 and words in json.loads(data)["error"], (head, data)
+            assert answer.status == 400, (head, answer.status, data)
+            if not (server_kind == "uvicorn" and data.startswith(b"Invalid")):
+                # (uvicorn on h11, without httptools, refuses these itself, in plain text)
+                assert words in json.loads(data)["error"], (head, data)
         # HTTP/1.0 has no Host header to require
         answer, data = exchange(b"POST /predict HTTP/1.0\r\nContent-Length: %d\r\n\r\n"
                                 % len(body) + body)
