@@ -58,10 +58,10 @@ def output_file(parser, name: str, path: Optional[str]) -> None:
 
 
 def cuda_usable() -> bool:
-    """A GPU that torch sees, and a library built with the CUDA kernels."""
-    import torch
-    import torch_quiver_ops as qv
-    return torch.cuda.is_available() and qv.cuda_kernels_built()
+    """A GPU that torch sees, and a library built with the CUDA kernels (the package's own
+    check)."""
+    from torch_quiver_ops._device import gpus_usable
+    return gpus_usable()
 
 
 def device_option(parser, text: str, option: str = "--device", auto: bool = False) -> None:
