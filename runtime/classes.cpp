@@ -43,6 +43,7 @@ void register_runtime_classes(torch::Library& m) {
       .def("set_group_host_reads", &FeatureTiers::set_group_host_reads)
       .def("stages_host_rows", &FeatureTiers::stages_host_rows)
       .def("host_read_share", &FeatureTiers::host_read_share)
+      .def_static("first_host_read_share", &FeatureTiers::first_host_read_share)
       .def("set_host_read_share", &FeatureTiers::set_host_read_share)
       .def("host_read_share_fixed", &FeatureTiers::host_read_share_fixed)
       .def("note_loader_pace", &FeatureTiers::note_loader_pace)

@@ -108,6 +108,8 @@ void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) con
 
 double FeatureTiers::host_read_share() const { return host_read_split_->share(); }
 
+double FeatureTiers::first_host_read_share() { return internal::HostReadSplit::kFirstShare; }
+
 void FeatureTiers::set_host_read_share(std::optional<double> share) {
   TORCH_CHECK_VALUE(!share || (*share >= 0.0 && *share <= 1.0),
                     "FeatureTiers.set_host_read_share: share is the GPU's share of a staged "

@@ -223,9 +223,6 @@ class FakeFeatureTiers:
 
     # torch.compile reads each __obj_flatten__ key as an attribute of the fake (for the
     # sizes it holds): a key is an attribute here, or a method of the same name.
-    # The share the real layout starts from before it learns one (HostReadSplit).
-    FIRST_HOST_READ_SHARE = 0.3
-
     def __init__(self, tiers, positions, stage_host_rows=False, fixed_host_read_share=-1.0,
                  follow_loader_pace=True):
         self._tiers = list(tiers)
@@ -255,7 +252,7 @@ class FakeFeatureTiers:
 
     def host_read_share(self) -> float:
         return (self.fixed_host_read_share if self.host_read_share_fixed()
-                else self.FIRST_HOST_READ_SHARE)
+                else torch.classes.quiver.FeatureTiers.first_host_read_share())
 
     def set_host_read_share(self, share) -> None:
         if share is not None and not 0.0 <= share <= 1.0:

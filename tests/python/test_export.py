@@ -372,7 +372,11 @@ def test_fake_classes_answer_every_method_as_the_real_ones():
     # every flattened value and recompiled as it moved.
     tiers.set_host_read_share(None)
     assert dict(tiers.__obj_flatten__())["fixed_host_read_share"] == -1.0
-    assert not _fake.FakeFeatureTiers(**dict(tiers.__obj_flatten__())).host_read_share_fixed()
+    learning = _fake.FakeFeatureTiers(**dict(tiers.__obj_flatten__()))
+    assert not learning.host_read_share_fixed()
+    # an unfixed fake answers the share a fresh real layout starts from (one constant, in C++)
+    fresh = torch.classes.quiver.FeatureTiers([table.clone()], None)
+    assert learning.host_read_share() == fresh.host_read_share() == pytest.approx(0.3)
     with pytest.raises(ValueError, match="in \\[0, 1\\]"):
         fake.set_host_read_share(2.0)
     fake_map = _fake.FakeShardMap(**dict(shard_map.__obj_flatten__()))

@@ -52,6 +52,8 @@ class FeatureTiers : public torch::CustomClassHolder {
   // copy engine): learned after every staged gather so that both parts end together, or
   // fixed by set_host_read_share(share in [0, 1]) until set_host_read_share(None).
   double host_read_share() const;
+  // The share a learned split starts from, before its first staged gather.
+  static double first_host_read_share();
   void set_host_read_share(std::optional<double> share);
   bool host_read_share_fixed() const;
   // A prefetching loader's pace at one batch (HostReadSplit::note_pace): while it runs
