@@ -65,7 +65,7 @@ def library_path() -> Path:
     the package by `pip install .` (the installed copy's, for a source checkout)."""
     override = os.environ.get("TORCH_QUIVER_OPS_LIBRARY")
     if override:
-        return Path(override).resolve()
+        return Path(override).expanduser().resolve()
     return package_root() / "lib" / LIBRARY_NAME
 
 
@@ -133,14 +133,23 @@ def load_library() -> Path:
         raise ImportError(f"{info_file} is not the build record the install writes: reinstall "
                           f"torch-quiver-ops")
     check_build_matches(build_info)
+    fix = ("; $TORCH_QUIVER_OPS_LIBRARY points there: unset it or point it at a built "
+           f"{LIBRARY_NAME}" if os.environ.get("TORCH_QUIVER_OPS_LIBRARY") else
+           ": reinstall torch-quiver-ops")
     try:
         torch.ops.load_library(str(path))
     except OSError as error:
-        raise ImportError(f"{path} could not be loaded as torch-quiver-ops' library ({error})"
-                          + ("; $TORCH_QUIVER_OPS_LIBRARY points there: unset it or point it "
-                             "at a built libtorch_quiver_ops.so"
-                             if os.environ.get("TORCH_QUIVER_OPS_LIBRARY") else
-                             ": reinstall torch-quiver-ops")) from None
+        # torch's own message only names the path; the loader's (a missing dependency, a
+        # bad ELF header) is its cause.
+        raise ImportError(f"{path} could not be loaded as torch-quiver-ops' library "
+                          f"({error.__cause__ or error}){fix}") from None
+    try:  # a shared library that loads but registers none of our ops
+        ours = torch._C._dispatch_has_kernel_for_dispatch_key("quiver::sample_subgraph", "CPU")
+    except RuntimeError:  # "operator quiver::sample_subgraph does not exist"
+        ours = False
+    if not ours:
+        raise ImportError(f"{path} loaded, but it is not torch-quiver-ops' library (it "
+                          f"registers no quiver ops){fix}")
     return path
 
 

@@ -2,6 +2,7 @@
 saved model, torch.compile, and the import-time version check."""
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,23 @@ def test_a_library_path_that_is_no_library_is_explained(tmp_path, monkeypatch):
     with pytest.raises(ImportError, match="could not be loaded as torch-quiver-ops' library.*"
                                           "TORCH_QUIVER_OPS_LIBRARY points there"):
         _load.load_library()
+    # the loader's own reason is kept (torch's message names only the path)
+    with pytest.raises(ImportError, match="header|too short|ELF"):
+        _load.load_library()
+    # ~ is the home folder, as in a shell
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("TORCH_QUIVER_OPS_LIBRARY", "~/libtorch_quiver_ops.so")
+    assert _load.library_path() == fake.resolve()
+    # a shared library that loads but is not ours (it had failed later, in torch, with
+    # "operator quiver::check_csr does not exist")
+    other = Path(torch.__file__).parent / "lib" / "libc10.so"
+    result = subprocess.run([sys.executable, "-c", "import torch_quiver_ops"],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "TORCH_QUIVER_OPS_LIBRARY": str(other)})
+    assert result.returncode != 0
+    assert "ImportError" in result.stderr and "loaded, but it is not torch-quiver-ops' " \
+        "library (it registers no quiver ops); $TORCH_QUIVER_OPS_LIBRARY points there" in \
+        result.stderr, result.stderr[-800:]
     # a build record whose fields are not the strings the install writes
     (tmp_path / "build_info.json").write_text('{"torch": 2.11, "cuda": ""}')
     with pytest.raises(ImportError, match="is not the build record the install writes"):
