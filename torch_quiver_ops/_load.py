@@ -112,7 +112,9 @@ def _missing_library_message(path: Path) -> str:
                 f"(Python puts the current directory first on sys.path), which holds no "
                 f"compiled library, and no installed torch-quiver-ops was found beside it. "
                 f"Run `bash scripts/setup.sh` in {_PACKAGE_DIR.parent} (it builds the library "
-                f"and installs the package into .venv) and use .venv/bin/python.")
+                f"and installs the package into .venv) and use .venv/bin/python; or, in an "
+                f"environment of your own with torch {_release(torch.__version__)} and "
+                f"scikit-build-core, run `pip install --no-build-isolation .` there.")
     return (f"the installed torch_quiver_ops at {_PACKAGE_DIR} lacks its compiled library "
             f"{path.name}: the install is incomplete; reinstall it with "
             f"`pip install --no-build-isolation --force-reinstall .` from the source checkout.")

@@ -176,3 +176,12 @@ def test_a_library_path_that_is_no_library_is_explained(tmp_path, monkeypatch):
     (tmp_path / "build_info.json").write_text('{"torch": 2.11, "cuda": ""}')
     with pytest.raises(ImportError, match="is not the build record the install writes"):
         _load.load_library()
+
+
+def test_a_source_checkout_without_a_library_names_both_ways_to_build_it(monkeypatch):
+    from torch_quiver_ops import _load
+    monkeypatch.delenv("TORCH_QUIVER_OPS_LIBRARY", raising=False)
+    monkeypatch.setattr(_load, "_is_source_checkout", lambda directory: True)
+    message = _load._missing_library_message(Path("libtorch_quiver_ops.so"))
+    assert "bash scripts/setup.sh" in message
+    assert "pip install --no-build-isolation ." in message and "scikit-build-core" in message
