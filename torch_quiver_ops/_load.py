@@ -145,16 +145,21 @@ def load_library() -> Path:
         # bad ELF header) is its cause.
         raise ImportError(f"{path} could not be loaded as torch-quiver-ops' library "
                           f"({error.__cause__ or error}){fix}") from None
-    try:  # a shared library that loads but registers none of our ops
-        ours = torch._C._dispatch_has_kernel_for_dispatch_key("quiver::sample_subgraph", "CPU")
-    except RuntimeError:  # "operator quiver::sample_subgraph does not exist"
-        ours = False
-    if not ours:
+    if not _has_kernels("CPU"):  # a shared library that loads but registers none of our ops
         raise ImportError(f"{path} loaded, but it is not torch-quiver-ops' library (it "
                           f"registers no quiver ops){fix}")
     return path
 
 
+def _has_kernels(dispatch_key: str) -> bool:
+    """Whether the loaded library registered the ops' kernels for ``dispatch_key``."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key("quiver::sample_subgraph",
+                                                               dispatch_key)
+    except RuntimeError:  # "operator quiver::sample_subgraph does not exist"
+        return False
+
+
 def cuda_kernels_built() -> bool:
     """True when the library holds CUDA kernels (torch had CUDA and nvcc was found)."""
-    return torch._C._dispatch_has_kernel_for_dispatch_key("quiver::sample_subgraph", "CUDA")
+    return _has_kernels("CUDA")
