@@ -61,6 +61,7 @@ HopOutputs sample_hops(const Rows& rows_policy, const at::Tensor& indices,
   const int64_t num_hops = static_cast<int64_t>(fanouts.size());
   const auto options = seed_keys.options();
 
+  check_batch_nodes(batch_size);  // before the seeds' local indices are numbered in int32
   // Sized for the nodes the batch can reach before an all-neighbors hop (initial_table_nodes
   // caps it); each hop grows it to its exact bound, so it never fills past half.
   NodeTable table(initial_table_nodes(batch_size, fanouts, key_space));

@@ -194,6 +194,7 @@ void queue_batch(const BatchShape<index_t>& shape, const at::Tensor& seeds, cuda
     queued.seed_keys = seed_keys;
   }
 
+  check_batch_nodes(batch_size);  // before the seeds' local indices are numbered in int32
   // Sized for the nodes the batch can reach before an all-neighbors hop (initial_table_nodes
   // caps it); each hop grows it to its exact bound, so the table never fills past half.
   at::Tensor table_space;
