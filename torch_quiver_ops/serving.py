@@ -1048,7 +1048,8 @@ class _ThreadingServer(ThreadingHTTPServer):
 class HttpServer:
     """A running endpoint: ``url``, ``kind`` (``"uvicorn"`` or ``"stdlib"``), and
     :meth:`shutdown` that stops taking connections, answers every request already
-    accepted, then closes the runtime."""
+    accepted, then closes the runtime. An endpoint still running when the program's main
+    thread ends (its last line, or a Ctrl-C) is shut down so then."""
 
     def __init__(self, runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0.1",
                  port: int = 0, to_json: Optional[Callable[[Tensor], list]] = None,
@@ -1061,6 +1062,7 @@ class HttpServer:
         self.runtime, self.kind = runtime, server
         start = self._start_stdlib if server == "stdlib" else self._start_uvicorn
         self.url = f"http://{host}:{start(host, port, to_json or _argmax_classes)}"
+        _open_servers[self] = os.getpid()
 
     def _start_stdlib(self, host: str, port: int, to_json) -> int:
         handler = type("Handler", (_Handler,), {"runtime": self.runtime,
@@ -1113,6 +1115,7 @@ class HttpServer:
         return self._uvicorn.servers[0].sockets[0].getsockname()[1]
 
     def shutdown(self) -> None:
+        _open_servers.pop(self, None)
         if self.kind == "stdlib":
             self._stdlib.stopping = True  # kept-alive connections close after their answer
             self._stdlib.shutdown()           # no new connections
@@ -1124,6 +1127,29 @@ class HttpServer:
             self._uvicorn.should_exit = True  # stops accepting, then waits for requests
             self._thread.join()               # in flight to be answered
         self.runtime.close()
+
+
+# Endpoints not shut down yet, with the process that started them: shut down as the main
+# thread ends (_shut_down_open_servers). A forked child inherits the set but not the threads.
+_open_servers: Dict["HttpServer", int] = {}
+
+
+def _shut_down_open_servers() -> None:
+    """Shuts down the endpoints a program left running when its main thread ends (the end
+    of the script, or a Ctrl-C): each answers the requests it accepted, closes its
+    kept-alive connections and its runtime. It runs before the interpreter waits for its
+    threads: the stdlib server's connection threads are not daemons (shutdown waits for
+    them), and after a Ctrl-C they went on answering clients that kept their connections,
+    so the program did not exit while they kept sending."""
+    for server, pid in list(_open_servers.items()):
+        if pid == os.getpid():
+            with contextlib.suppress(Exception):
+                server.shutdown()
+
+
+# threading's exit hooks run before it joins the threads that are not daemons; atexit's run
+# after (the fallback, for an interpreter without the hook, still closes at exit).
+getattr(threading, "_register_atexit", atexit.register)(_shut_down_open_servers)
 
 
 def _has_uvicorn() -> bool:

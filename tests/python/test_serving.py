@@ -1151,6 +1151,81 @@ def test_exit_waits_for_a_model_call_that_outlived_close(tmp_path):
     assert mark.read_text() == "finished"
 
 
+SERVES_UNTIL_INTERRUPTED = """
+import sys, time, torch
+sys.path.insert(0, sys.argv[1])
+import torch_quiver_ops as qv
+from test_serving import runtime_for
+from torch_quiver_ops.serving import serve_http
+from torch_quiver_ops.synthetic import synthetic_graph
+
+runtime, _ = runtime_for(synthetic_graph("tiny", seed=0), (3,), cpu_samplers=1)
+print(serve_http(runtime, server=sys.argv[2]).url, flush=True)
+while True:  # no handler of its own: Ctrl-C ends the main thread
+    time.sleep(0.1)
+"""
+
+
+def test_a_ctrl_c_ends_an_endpoint_whose_clients_keep_sending(tmp_path, server_kind):
+    """A program that serves until Ctrl-C, with no handler of its own: the stdlib server's
+    connection threads went on answering clients that kept their connections, and the
+    program exited only once they stopped sending (11 s after the Ctrl-C with six clients
+    for 12 s, found by a probe). Now the endpoint shuts down as the main thread ends: the
+    requests it took are answered, then the program exits."""
+    import http.client
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = tmp_path / "serves.py"
+    script.write_text(SERVES_UNTIL_INTERRUPTED)
+    server = subprocess.Popen([sys.executable, str(script), str(Path(__file__).parent),
+                               server_kind], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    statuses, stop = [], threading.Event()
+    try:
+        host, port = server.stdout.readline().strip().rsplit("/", 1)[1].split(":")
+
+        def keep_posting():
+            while not stop.is_set():  # a new connection whenever the server closes one
+                connection = http.client.HTTPConnection(host, int(port), timeout=30)
+                try:
+                    while not stop.is_set():
+                        connection.request("POST", "/predict", body=json.dumps({"nodes": [1]}),
+                                           headers={"Content-Type": "application/json"})
+                        answer = connection.getresponse()
+                        answer.read()
+                        statuses.append(answer.status)
+                        if answer.getheader("Connection") == "close":
+                            break
+                except (OSError, http.client.HTTPException):
+                    time.sleep(0.01)
+                finally:
+                    connection.close()
+
+        clients = [threading.Thread(target=keep_posting) for _ in range(3)]
+        for client in clients:
+            client.start()
+        while len(statuses) < 20:
+            time.sleep(0.01)
+        server.send_signal(signal.SIGINT)
+        try:
+            server.wait(20)
+        except subprocess.TimeoutExpired:
+            pass  # asserted below
+        finally:
+            stop.set()
+            for client in clients:
+                client.join(30)
+    finally:
+        exited = server.poll() is not None
+        server.kill()
+        _, errors = server.communicate(timeout=30)
+    assert exited, f"the endpoint kept serving its clients 20 s after a Ctrl-C: {errors[-2000:]}"
+    assert "KeyboardInterrupt" in errors and "Fatal" not in errors, errors[-3000:]
+    assert set(statuses) == {200}, sorted(set(statuses))
+
+
 def test_queued_node_ids_are_bounded(graph):
     """A queue bounded by requests alone took in 1,024 requests of 1,024 ids (seconds of
     work, answered 20-50 s late); max_queue_nodes turns such a burst away at once."""
