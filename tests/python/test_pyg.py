@@ -561,6 +561,33 @@ def test_spawned_workers_sample_and_persistent_ones_see_the_data_change():
         assert bool((batch.e_id % 7 == 0).all())
 
 
+@pytest.mark.parametrize("kind", ["node", "link"])
+def test_persistent_workers_stopped_by_a_ctrl_c_are_replaced(kind):
+    """A Ctrl-C in a terminal reaches the workers too; a program that caught it and went on
+    got "worker exited unexpectedly" (or a FileNotFoundError) at the next epoch, from
+    torch's reset of the kept iterator (found by a probe). New workers are started."""
+    import os
+    import signal
+    data = directed_data()
+    if kind == "node":
+        loader = qpyg.NeighborLoader(data, [3, 2], input_nodes=torch.arange(64), batch_size=8,
+                                     device="cpu", num_workers=2, persistent_workers=True)
+    else:
+        loader = qpyg.LinkNeighborLoader(data, [3, 2], edge_label_index=data.edge_index[:, :64],
+                                         batch_size=8, device="cpu", num_workers=2,
+                                         persistent_workers=True)
+    for step, _ in enumerate(loader):
+        if step == 1:
+            break  # the workers have more batches queued
+    workers = loader._iterator.iterator._workers
+    for worker in workers:
+        os.kill(worker.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
+        worker.join(30)
+    assert not any(worker.is_alive() for worker in workers)
+    assert sum(1 for _ in loader) == 8
+    assert sum(1 for _ in loader) == 8  # the new workers persist
+
+
 def test_filter_per_worker_true_warns_that_it_is_ignored():
     """It was taken and dropped silently (a probe): attributes are gathered in the main
     process, from the store on the sampling device."""

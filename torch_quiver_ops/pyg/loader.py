@@ -376,7 +376,22 @@ class _OnOurStores:
         reseed = getattr(self.quiver_sampler, "reseed", None)
         if reseed is not None:
             reseed(0 if self._batches_directly else self.num_workers)
-        return self._batches() if self._batches_directly else super().__iter__()
+        if self._batches_directly:
+            return self._batches()
+        self._replace_dead_workers()
+        return super().__iter__()
+
+    def _replace_dead_workers(self) -> None:
+        """Persistent workers that died are replaced by new ones. A Ctrl-C in a terminal
+        reaches the whole process group, so a program that catches it and goes on training
+        meets its workers gone, and torch's reset of the iterator then failed on them ("worker
+        exited unexpectedly", or a FileNotFoundError from a batch a dead worker had shared)."""
+        kept = getattr(self, "_iterator", None)  # PyG's wrapper of torch's iterator
+        iterator = getattr(kept, "iterator", kept)
+        workers = getattr(iterator, "_workers", None)
+        if workers and not all(worker.is_alive() for worker in workers):
+            iterator._shutdown_workers()
+            self._iterator = None
 
     def _batches(self):
         """The DataLoader's batches without its machinery, which costs about 0.5 ms a batch
