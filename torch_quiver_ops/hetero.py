@@ -310,9 +310,9 @@ class HeteroCSRTopo:
                                         minlength=(hi - lo) * len(relations))
                 starts = counts.view(hi - lo, len(relations)).cumsum(1)[:, :-1]
                 if starts.numel() and int(starts.max()) > torch.iinfo(torch.int32).max:
-                    raise ValueError(f"a {self.node_types[t]!r} node has more than 2^31 "
-                                     "edges of its first relations; relation slices are "
-                                     "int32 offsets in its row")
+                    raise ValueError(f"a {self.node_types[t]!r} node's relation slices start "
+                                     "2^31 or more edges into its row; they are int32 "
+                                     "offsets")
                 parts.append(starts.reshape(-1).to(torch.int32))
             self._slice_starts = (torch.cat(parts) if parts
                                   else torch.empty(0, dtype=torch.int32))

@@ -1049,7 +1049,7 @@ class HttpServer:
     """A running endpoint: ``url``, ``kind`` (``"uvicorn"`` or ``"stdlib"``), and
     :meth:`shutdown` that stops taking connections, answers every request already
     accepted, then closes the runtime. An endpoint still running when the program's main
-    thread ends (its last line, or a Ctrl-C) is shut down so then."""
+    thread ends (its last line, or a Ctrl-C) is shut down the same way then."""
 
     def __init__(self, runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0.1",
                  port: int = 0, to_json: Optional[Callable[[Tensor], list]] = None,
@@ -1130,7 +1130,7 @@ class HttpServer:
 
 
 # Endpoints not shut down yet, with the process that started them: shut down as the main
-# thread ends (_shut_down_open_servers). A forked child inherits the set but not the threads.
+# thread ends (_shut_down_open_servers). A forked child inherits the entries, not the threads.
 _open_servers: Dict["HttpServer", int] = {}
 
 

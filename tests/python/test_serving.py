@@ -1152,9 +1152,8 @@ def test_exit_waits_for_a_model_call_that_outlived_close(tmp_path):
 
 
 SERVES_UNTIL_INTERRUPTED = """
-import sys, time, torch
+import sys, time
 sys.path.insert(0, sys.argv[1])
-import torch_quiver_ops as qv
 from test_serving import runtime_for
 from torch_quiver_ops.serving import serve_http
 from torch_quiver_ops.synthetic import synthetic_graph
