@@ -71,6 +71,31 @@ def post(url, body, timeout=30):
         return error.code, json.loads(error.read())
 
 
+def keep_posting(url, statuses, stop, reconnect=False):
+    """Posts one node on a kept-alive connection until ``stop`` is set, each answer's status
+    appended to ``statuses``; when the server closes the connection, returns, or with
+    ``reconnect`` opens another."""
+    import http.client
+    host, port = url.rsplit("/", 1)[1].split(":")
+    while not stop.is_set():
+        connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        try:
+            while not stop.is_set():
+                connection.request("POST", "/predict", body=json.dumps({"nodes": [1]}),
+                                   headers={"Content-Type": "application/json"})
+                answer = connection.getresponse()
+                answer.read()
+                statuses.append(answer.status)
+                if answer.getheader("Connection") == "close":
+                    break
+        except (OSError, http.client.HTTPException):
+            time.sleep(0.01)
+        finally:
+            connection.close()
+        if not reconnect:
+            return
+
+
 def test_psgs_is_the_expected_sampled_count(graph):
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     degree = topo.indptr.diff().double()
@@ -1004,29 +1029,10 @@ def test_timeouts_of_infinity_wait_as_long_as_it_takes_and_nan_is_refused(graph)
 def test_shutdown_closes_kept_alive_connections_a_client_keeps_using(graph):
     # A client that keeps posting on one kept-alive connection must not hold the stdlib
     # server's shutdown (which joins every connection's thread) for as long as it sends.
-    import http.client
     runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
     server = serve_http(runtime, server="stdlib")
-    host, port = server.url.rsplit("/", 1)[1].split(":")
     statuses, stop = [], threading.Event()
-
-    def keep_posting():
-        connection = http.client.HTTPConnection(host, int(port), timeout=30)
-        try:
-            while not stop.is_set():
-                connection.request("POST", "/predict", body=json.dumps({"nodes": [1]}),
-                                   headers={"Content-Type": "application/json"})
-                answer = connection.getresponse()
-                answer.read()
-                statuses.append(answer.status)
-                if answer.getheader("Connection") == "close":
-                    return
-        except (OSError, http.client.HTTPException):
-            return
-        finally:
-            connection.close()
-
-    client = threading.Thread(target=keep_posting)
+    client = threading.Thread(target=keep_posting, args=(server.url, statuses, stop))
     client.start()
     while len(statuses) < 5:
         time.sleep(0.01)
@@ -1171,7 +1177,6 @@ def test_a_ctrl_c_ends_an_endpoint_whose_clients_keep_sending(tmp_path, server_k
     program exited only once they stopped sending (11 s after the Ctrl-C with six clients
     for 12 s, found by a probe). Now the endpoint shuts down as the main thread ends: the
     requests it took are answered, then the program exits."""
-    import http.client
     import signal
     import subprocess
     import sys
@@ -1183,26 +1188,9 @@ def test_a_ctrl_c_ends_an_endpoint_whose_clients_keep_sending(tmp_path, server_k
                               text=True)
     statuses, stop = [], threading.Event()
     try:
-        host, port = server.stdout.readline().strip().rsplit("/", 1)[1].split(":")
-
-        def keep_posting():
-            while not stop.is_set():  # a new connection whenever the server closes one
-                connection = http.client.HTTPConnection(host, int(port), timeout=30)
-                try:
-                    while not stop.is_set():
-                        connection.request("POST", "/predict", body=json.dumps({"nodes": [1]}),
-                                           headers={"Content-Type": "application/json"})
-                        answer = connection.getresponse()
-                        answer.read()
-                        statuses.append(answer.status)
-                        if answer.getheader("Connection") == "close":
-                            break
-                except (OSError, http.client.HTTPException):
-                    time.sleep(0.01)
-                finally:
-                    connection.close()
-
-        clients = [threading.Thread(target=keep_posting) for _ in range(3)]
+        url = server.stdout.readline().strip()
+        clients = [threading.Thread(target=keep_posting, args=(url, statuses, stop, True))
+                   for _ in range(3)]
         for client in clients:
             client.start()
         while len(statuses) < 20:
