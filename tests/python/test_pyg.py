@@ -562,10 +562,12 @@ def test_spawned_workers_sample_and_persistent_ones_see_the_data_change():
 
 
 @pytest.mark.parametrize("kind", ["node", "link"])
-def test_persistent_workers_stopped_by_a_ctrl_c_are_replaced(kind):
+@pytest.mark.parametrize("gone", [True, False])
+def test_persistent_workers_stopped_by_a_ctrl_c_are_replaced(kind, gone):
     """A Ctrl-C in a terminal reaches the workers too; a program that caught it and went on
     got "worker exited unexpectedly" (or a FileNotFoundError) at the next epoch, from
-    torch's reset of the kept iterator (found by a probe). New workers are started."""
+    torch's reset of the kept iterator (found by a probe). New workers are started, whether
+    the old ones are gone when the epoch begins or still exiting."""
     import os
     import signal
     data = directed_data()
@@ -582,8 +584,10 @@ def test_persistent_workers_stopped_by_a_ctrl_c_are_replaced(kind):
     workers = loader._iterator.iterator._workers
     for worker in workers:
         os.kill(worker.pid, signal.SIGINT)  # as a terminal's Ctrl-C does
-        worker.join(30)
-    assert not any(worker.is_alive() for worker in workers)
+    if gone:
+        for worker in workers:
+            worker.join(30)
+        assert not any(worker.is_alive() for worker in workers)
     assert sum(1 for _ in loader) == 8
     assert sum(1 for _ in loader) == 8  # the new workers persist
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import warnings
 from typing import Optional, Tuple, Union
 
@@ -18,6 +19,9 @@ from .sampler import HeteroNeighborSampler, NeighborSampler
 from .stores import (LINK_LOADER_KEYS, LOADER_KEYS, FeatureStore, GraphStore, HeteroGraphStore,
                      data_stamp, tensor_version, to_stores)
 
+# After a failed reset, how long a persistent worker that had been told to stop (a Ctrl-C)
+# may take to exit before the failure is taken as the loader's own.
+DYING_WORKER_WAIT_S = 5.0
 # Set while PyG's filter_fn builds a batch in this thread: the loaders' ``transform`` then
 # reads as None, so that it runs last, on the whole batch (see _OnOurStores.filter_fn).
 _BUILDING = threading.local()
@@ -379,19 +383,33 @@ class _OnOurStores:
         if self._batches_directly:
             return self._batches()
         self._replace_dead_workers()
-        return super().__iter__()
+        try:
+            return super().__iter__()
+        except Exception:
+            # Workers still exiting when the epoch began: their end shows up in the reset.
+            if not self._replace_dead_workers(wait_s=DYING_WORKER_WAIT_S):
+                raise
+            return super().__iter__()
 
-    def _replace_dead_workers(self) -> None:
-        """Persistent workers that died are replaced by new ones. A Ctrl-C in a terminal
-        reaches the whole process group, so a program that catches it and goes on training
-        meets its workers gone, and torch's reset of the iterator then failed on them ("worker
-        exited unexpectedly", or a FileNotFoundError from a batch a dead worker had shared)."""
+    def _replace_dead_workers(self, wait_s: float = 0.0) -> bool:
+        """Replaces persistent workers when one of them has died, or dies within ``wait_s``
+        seconds; whether it did. A Ctrl-C in a terminal reaches the whole process group, so
+        a program that catches it and goes on training meets its workers gone or going, and
+        torch's reset of the kept iterator then failed on them ("worker exited
+        unexpectedly", or a FileNotFoundError from a batch a dead worker had shared)."""
         kept = getattr(self, "_iterator", None)  # PyG's wrapper of torch's iterator
         iterator = getattr(kept, "iterator", kept)
         workers = getattr(iterator, "_workers", None)
-        if workers and not all(worker.is_alive() for worker in workers):
-            iterator._shutdown_workers()
-            self._iterator = None
+        if not workers:
+            return False
+        deadline = time.monotonic() + wait_s
+        while all(worker.is_alive() for worker in workers):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+        iterator._shutdown_workers()
+        self._iterator = None
+        return True
 
     def _batches(self):
         """The DataLoader's batches without its machinery, which costs about 0.5 ms a batch
