@@ -568,6 +568,17 @@ def test_persistent_workers_stopped_by_a_ctrl_c_are_replaced(kind, gone):
     got "worker exited unexpectedly" (or a FileNotFoundError) at the next epoch, from
     torch's reset of the kept iterator (found by a probe). New workers are started, whether
     the old ones are gone when the epoch begins or still exiting."""
+    import signal
+    # The workers take Python's Ctrl-C handler from this process, as a terminal's program
+    # has it (under a shell's background job, CI's perhaps, SIGINT starts ignored).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        check_workers_replaced(kind, gone)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def check_workers_replaced(kind, gone):
     import os
     import signal
     data = directed_data()
