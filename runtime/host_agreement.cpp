@@ -8,12 +8,13 @@
 
 namespace quiver::runtime {
 
-std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string& topic,
-                                           int64_t host, int64_t num_hosts,
-                                           const std::string& mine,
-                                           std::chrono::milliseconds timeout, int64_t* round_out) {
-  TORCH_CHECK_VALUE(host >= 0 && host < num_hosts, "host ", host, " is out of range [0, ",
-                    num_hosts, ")");
+namespace {
+
+std::vector<std::string> agree_over_store(c10d::Store& store, const std::string& topic,
+                                          int64_t host, int64_t num_hosts,
+                                          const std::string& mine,
+                                          std::chrono::milliseconds timeout,
+                                          int64_t* round_out) {
   const std::string base = "quiver/agree/" + topic + "/";
   const int64_t round = store.add(base + "count/" + std::to_string(host), 1) - 1;
   if (round_out != nullptr) *round_out = round;
@@ -72,6 +73,26 @@ std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string
     done = store.add(read, 0);
   }
   return everyone;
+}
+
+}  // namespace
+
+std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string& topic,
+                                           int64_t host, int64_t num_hosts,
+                                           const std::string& mine,
+                                           std::chrono::milliseconds timeout, int64_t* round_out) {
+  TORCH_CHECK_VALUE(host >= 0 && host < num_hosts, "host ", host, " is out of range [0, ",
+                    num_hosts, ")");
+  try {
+    return agree_over_store(store, topic, host, num_hosts, mine, timeout, round_out);
+  } catch (const c10::DistNetworkError& error) {
+    // torch's own message names neither a host nor the step (a probe met it in set-up).
+    C10_THROW_ERROR(DistNetworkError,
+                    "host " + std::to_string(host) + " of " + std::to_string(num_hosts) +
+                        " lost the rendezvous store while the hosts agreed on " + topic +
+                        " (the store lives in host 0's process, or in torchrun's on the " +
+                        "first node: it may have ended): " + error.what_without_backtrace());
+  }
 }
 
 std::chrono::milliseconds checked_timeout(double seconds, const char* name) {

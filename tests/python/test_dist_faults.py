@@ -2,9 +2,11 @@
 that disagree, a host that raises alone, a host that is late or never comes, a dropped
 fetch, and the bounds every timeout must hold. Each case names what must not happen: a
 process aborted, a host waiting past its timeout, hosts out of step, or wrong rows."""
+import os
 import threading
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch
@@ -293,6 +295,31 @@ def test_a_failed_transport_refuses_later_fetches(tmp_path):
 
 
 # ---- one process: bounds ----
+
+def store_lost_worker(rank, world, port, results):
+    start(rank, world, port, seconds=30)
+    if rank == 0:  # holds the store (tcp:// init) and ends before agreeing
+        (Path(results) / "ok_0").write_text("ok")
+        os._exit(0)
+    with reported(results, rank):
+        time.sleep(1.0)
+        began = time.monotonic()
+        with pytest.raises(RuntimeError) as caught:
+            torch.classes.quiver.Transport.agree(dist.group.WORLD.boxed(), "probe-setup", "",
+                                                 10.0)
+        message = str(caught.value)
+        assert "host 1 of 2 lost the rendezvous store while the hosts agreed on probe-setup" \
+            in message, message
+        assert time.monotonic() - began < 8
+
+
+@pytest.mark.timeout(300)
+def test_a_store_that_ends_during_an_agreement_is_named(tmp_path):
+    """A probe stopped the host holding the store during set-up: the other got torch's
+    "Failed to recv, got 0 bytes", naming neither host nor step."""
+    seen = spawn(store_lost_worker, tmp_path)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
 
 def test_timeouts_must_be_finite_and_positive():
     for timeout in (float("inf"), float("nan"), 0, -1, 1e300):
