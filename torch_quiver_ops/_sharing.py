@@ -178,12 +178,16 @@ def save_arrays(directory: Union[str, Path], stem: str,
     for name, t in present.items():
         path = directory / f"{name}.bin"
         partial = path.with_suffix(".bin.partial")
-        if isinstance(t, Streamed):
-            crc = _write_streamed(name, t, partial)
-        else:
-            t = t.detach().cpu().contiguous()
-            t.view(-1).view(torch.uint8).numpy().tofile(partial)
-            crc = _crc32(t)
+        try:
+            if isinstance(t, Streamed):
+                crc = _write_streamed(name, t, partial)
+            else:
+                t = t.detach().cpu().contiguous()
+                t.view(-1).view(torch.uint8).numpy().tofile(partial)
+                crc = _crc32(t)
+        except BaseException:  # a failed chunk, a full disk, a Ctrl-C: no half file left
+            partial.unlink(missing_ok=True)
+            raise
         os.replace(partial, path)
         described[name] = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape),
                            "nbytes": t.nbytes, "crc32": crc, "crc32_of": _CRC_OF}
