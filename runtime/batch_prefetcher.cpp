@@ -6,6 +6,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include "runtime/bounded_wait.h"
 #include "runtime/intra_op_threads.h"
 
 #include <algorithm>
@@ -199,7 +200,11 @@ std::vector<at::Tensor> BatchPrefetcher::next() {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     model_waited = built_.empty() && !epoch_done_ && !first_of_epoch;
-    changed_.wait(lock, [&] { return !built_.empty() || epoch_done_; });
+    const InterruptWatch interrupts;  // interrupted, nothing is taken: next() may be called again
+    if (!wait_up_to(changed_, lock, kNoLimitS, [&] { return !built_.empty() || epoch_done_; },
+                    &interrupts)) {
+      throw Interrupted("the next batch");
+    }
     if (built_.empty()) return {};
     item = std::move(built_.front());
     built_.pop_front();

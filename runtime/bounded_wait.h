@@ -7,11 +7,14 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <future>
 #include <mutex>
+
+#include "runtime/interrupt_watch.h"
 
 namespace quiver::runtime {
 
@@ -23,11 +26,34 @@ inline void check_wait_seconds(double timeout_s, const char* caller) {
                     ": timeout_s must be a number of seconds, got nan");
 }
 
+// Cuts a wait of timeout_s (for ever at kNoLimitS or more) into slices of at most
+// kInterruptSlice, asking `ready(slice)` until it holds, the time is up, or `interrupts`
+// says a Ctrl-C came. Whether `ready` held.
+template <typename Ready>
+bool wait_in_slices(double timeout_s, const InterruptWatch& interrupts, Ready ready) {
+  using Clock = std::chrono::steady_clock;
+  const bool limited = timeout_s < kNoLimitS;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(limited ? timeout_s : 0));
+  for (;;) {
+    Clock::duration slice = kInterruptSlice;
+    if (limited) slice = std::min(slice, deadline - Clock::now());
+    if (ready(std::max(slice, Clock::duration::zero()))) return true;
+    if (interrupts.interrupted() || (limited && Clock::now() >= deadline)) return false;
+  }
+}
+
 // Waits on `wakes` until `done`, at most timeout_s (for ever at kNoLimitS or more; at once
-// at 0 or less). Whether `done` holds.
+// at 0 or less). Given `interrupts`, a Ctrl-C ends the wait too (interrupt_watch.h): the
+// caller tells it from a timeout by interrupts->interrupted(). Whether `done` holds.
 template <typename Done>
 bool wait_up_to(std::condition_variable& wakes, std::unique_lock<std::mutex>& lock,
-                double timeout_s, Done done) {
+                double timeout_s, Done done, const InterruptWatch* interrupts = nullptr) {
+  if (interrupts != nullptr && timeout_s > 0) {
+    return wait_in_slices(timeout_s, *interrupts,
+                          [&](auto slice) { return wakes.wait_for(lock, slice, done); });
+  }
   if (timeout_s >= kNoLimitS) {
     wakes.wait(lock, done);
     return true;
@@ -36,9 +62,15 @@ bool wait_up_to(std::condition_variable& wakes, std::unique_lock<std::mutex>& lo
 }
 
 // Whether `result` (a std::future or std::shared_future) is ready within timeout_s (for
-// ever at kNoLimitS or more).
+// ever at kNoLimitS or more), or, given `interrupts`, before a Ctrl-C.
 template <typename Future>
-bool ready_within(const Future& result, double timeout_s) {
+bool ready_within(const Future& result, double timeout_s,
+                  const InterruptWatch* interrupts = nullptr) {
+  if (interrupts != nullptr && timeout_s > 0) {
+    return wait_in_slices(timeout_s, *interrupts, [&](auto slice) {
+      return result.wait_for(slice) == std::future_status::ready;
+    });
+  }
   if (timeout_s >= kNoLimitS) {
     result.wait();
     return true;

@@ -401,7 +401,10 @@ at::Tensor FetchWork::wait(double timeout_s) {
     mine = fetched_;
   }
   check_wait_seconds(timeout_s, "FetchWork.wait");
-  TORCH_CHECK(ready_within(mine, timeout_s < 0 ? kNoLimitS : timeout_s),
+  const InterruptWatch interrupts;  // interrupted, the fetch goes on and may be waited for again
+  const bool ready = ready_within(mine, timeout_s < 0 ? kNoLimitS : timeout_s, &interrupts);
+  if (!ready && interrupts.interrupted()) throw Interrupted("a fetch of remote rows");
+  TORCH_CHECK(ready,
               "DistFeature.gather_async: the fetch did not finish within ", timeout_s,
               " s (the transport raises naming a silent peer once its own timeout passes)");
   {

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/interrupt_watch.h"
+
 namespace quiver::runtime {
 
 namespace {
@@ -23,11 +25,14 @@ std::vector<std::string> agree_over_store(c10d::Store& store, const std::string&
   std::vector<std::string> everyone(num_hosts);
   std::vector<bool> have(num_hosts, false);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  // Between reads of the store, pauses growing from 1 ms to 50 ms.
+  const InterruptWatch interrupts;
+  // Between reads of the store, pauses growing from 1 ms to one interrupt slice.
   auto pause = std::chrono::milliseconds(1);
-  const auto back_off = [&pause] {
+  const auto back_off = [&] {
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+    pause = std::min(pause * 2, kInterruptSlice);
+    interrupts.check("the hosts to agree on " + topic + " (host " + std::to_string(host) +
+                     " of " + std::to_string(num_hosts) + ")");
   };
   for (;;) {
     bool missing = false;
@@ -92,6 +97,28 @@ std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string
                         " lost the rendezvous store while the hosts agreed on " + topic +
                         " (the store lives in host 0's process, or in torchrun's on the " +
                         "first node: it may have ended): " + error.what_without_backtrace());
+  }
+}
+
+void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
+                   std::chrono::milliseconds timeout, const std::string& waiting_for) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const InterruptWatch interrupts;
+  auto pause = std::chrono::milliseconds(1);
+  for (;;) {
+    if (store.check(keys)) return;  // one request for them all: every host polls the store
+    if (std::chrono::steady_clock::now() > deadline) {
+      std::ostringstream names;
+      int count = 0;
+      for (const std::string& key : keys) {
+        if (!store.check({key})) names << (count++ ? ", " : "") << key;
+      }
+      TORCH_CHECK(false, "waited ", timeout.count(), " ms for ", waiting_for,
+                  "; still missing from the store: ", names.str());
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, kInterruptSlice);
+    interrupts.check(waiting_for);
   }
 }
 

@@ -23,6 +23,12 @@ std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string
                                            std::chrono::milliseconds timeout,
                                            int64_t* round = nullptr);
 
+// Waits until every key of `keys` is in the store, at most `timeout`, looking for Ctrl-C
+// between reads (Interrupted names `waiting_for`). Raises RuntimeError naming `waiting_for`
+// and the keys still missing at the timeout.
+void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
+                   std::chrono::milliseconds timeout, const std::string& waiting_for);
+
 // `seconds` as a timeout: finite and > 0 (at most a year: a wait has to end), else a
 // ValueError naming `name` and the value.
 std::chrono::milliseconds checked_timeout(double seconds, const char* name);

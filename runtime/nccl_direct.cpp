@@ -3,6 +3,8 @@
 
 #include "runtime/collective_wait.h"
 #include "runtime/dynamic_library.h"
+#include "runtime/host_agreement.h"
+#include "runtime/interrupt_watch.h"
 
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -93,7 +95,7 @@ std::unique_ptr<NcclDirect> NcclDirect::connect(c10d::Store& store, const std::s
   store.set(prefix + "can/" + std::to_string(rank), as_bytes(mine.empty() ? "1" : "0" + mine));
   std::vector<std::string> keys;
   for (int r = 0; r < size; ++r) keys.push_back(prefix + "can/" + std::to_string(r));
-  store.wait(keys, timeout);  // raises naming the keys when a rank does not arrive
+  wait_for_keys(store, keys, timeout, "every rank to say whether it can drive NCCL directly");
   for (int r = 0; r < size; ++r) {
     const std::vector<uint8_t> said = store.get(keys[r]);
     if (!said.empty() && said[0] == '0') {
@@ -112,7 +114,7 @@ std::unique_ptr<NcclDirect> NcclDirect::connect(c10d::Store& store, const std::s
     TORCH_CHECK(made == kNcclSuccess, "ncclGetUniqueId: ", nccl_error(made));
     store.set(id_key, std::vector<uint8_t>(id.internal, id.internal + sizeof(id.internal)));
   } else {
-    store.wait({id_key}, timeout);
+    wait_for_keys(store, {id_key}, timeout, "rank 0's NCCL id");
     const std::vector<uint8_t> bytes = store.get(id_key);
     TORCH_CHECK(bytes.size() == sizeof(id.internal), "the NCCL id in the store has ", bytes.size(),
                 " bytes, not ", sizeof(id.internal));
@@ -144,10 +146,18 @@ std::unique_ptr<NcclDirect> NcclDirect::connect(c10d::Store& store, const std::s
     join->finished.notify_all();
   }).detach();
   std::unique_lock<std::mutex> lock(join->mutex);
-  if (!join->finished.wait_for(lock, timeout, [&] { return join->done; })) {
-    join->abandoned = true;
-    TORCH_CHECK(false, "ncclCommInitRank (rank ", rank, " of ", size, ") did not complete within ",
-                timeout.count(), " ms: a rank did not join");
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const InterruptWatch interrupts;
+  while (!join->finished.wait_for(lock, kInterruptSlice, [&] { return join->done; })) {
+    if (interrupts.interrupted()) {
+      join->abandoned = true;
+      throw Interrupted("every rank to join the NCCL communicator");
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      join->abandoned = true;
+      TORCH_CHECK(false, "ncclCommInitRank (rank ", rank, " of ", size,
+                  ") did not complete within ", timeout.count(), " ms: a rank did not join");
+    }
   }
   TORCH_CHECK(join->result == kNcclSuccess, "ncclCommInitRank (rank ", rank, " of ", size,
               "): ", nccl_error(join->result));
@@ -237,6 +247,7 @@ void NcclDirect::wait(cudaEvent_t done, std::chrono::milliseconds timeout) {
   TORCH_CHECK(comm_ != nullptr,
               "this transport's NCCL communicator was aborted after a failed fetch");
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const InterruptWatch interrupts;
   for (uint32_t spin = 0;; ++spin) {
     const cudaError_t state = cudaEventQuery(done);
     if (state == cudaSuccess) return;
@@ -248,6 +259,10 @@ void NcclDirect::wait(cudaEvent_t done, std::chrono::milliseconds timeout) {
       if (std::chrono::steady_clock::now() > deadline) {
         abort();
         no_answer_within(timeout);
+      }
+      if (interrupts.interrupted()) {
+        abort();  // as a timeout does: the peers may be midway through the exchange
+        throw Interrupted("the other hosts");
       }
     }
     std::this_thread::yield();

@@ -30,6 +30,7 @@
 #include "ops/checks.h"
 #include "runtime/held_memory.h"
 #include "runtime/host_agreement.h"
+#include "runtime/interrupt_watch.h"
 #include "runtime/peer_watch.h"
 #include "runtime/rdma_test_hooks.h"
 
@@ -185,6 +186,7 @@ class RdmaReader final : public RowReader {
         out.view({total, row_bytes_ / static_cast<int64_t>(out.element_size())}).view(at::kByte);
     // Rows in request order, peer after peer, through the staging buffer a chunk at a time.
     const int64_t chunk_rows = std::max<int64_t>(1, staging_.numel() / row_bytes_);
+    interrupts_ = InterruptWatch();  // one for the fetch: a SIGINT in any chunk ends it
     int64_t row = 0;
     int64_t peer = 0, within = 0;
     while (row < total) {
@@ -335,8 +337,9 @@ class RdmaReader final : public RowReader {
     for (int64_t h = 0; h < num_hosts_; ++h) {
       if (h == host_) continue;
       try {
-        store_->wait({key(serial, h, host_)}, timeout_);
-      } catch (const std::exception&) {
+        wait_for_keys(*store_, {key(serial, h, host_)}, timeout_,
+                      "host " + std::to_string(h) + "'s RDMA endpoint");
+      } catch (const c10::Error&) {  // not Interrupted: that says what it is
         TORCH_CHECK(false, "host ", h, " did not publish its endpoint within ", timeout_.count(),
                     " ms: it is late, it failed to set up its transport, or it runs other code");
       }
@@ -369,9 +372,11 @@ class RdmaReader final : public RowReader {
     // receive would be refused.
     store_->add("quiver/rdma/" + std::to_string(serial) + "/ready", 1);
     const auto deadline = Clock::now() + timeout_;
+    const InterruptWatch connecting;
     while (store_->add("quiver/rdma/" + std::to_string(serial) + "/ready", 0) < num_hosts_) {
       TORCH_CHECK(Clock::now() < deadline, "not every host connected within ", options_.timeout_s,
                   " s");
+      connecting.check("every host to connect its RDMA queue pairs");
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
@@ -532,6 +537,9 @@ class RdmaReader final : public RowReader {
         outstanding_ -= count;
       }
     }
+    if (got == 0 && interrupts_.interrupted()) {
+      fail(Interrupted("reads from the other hosts").what());
+    }
     if (got == 0 && Clock::now() > deadline) {
       std::ostringstream pending;
       const char* separator = "";
@@ -558,6 +566,7 @@ class RdmaReader final : public RowReader {
   RdmaTestHooks hooks_;
   at::Tensor table_;
   std::chrono::milliseconds timeout_;
+  InterruptWatch interrupts_;  // made anew for each fetch
   int64_t row_bytes_ = 0;
   // Keeps the registered memory allocated until the registration is gone (destroyed after
   // `served_`, declared before it).

@@ -59,14 +59,14 @@ struct ServingRuntime::Sampler {
 };
 
 std::unique_ptr<ServingRuntime::Sampler> ServingRuntime::make_sampler(bool on_gpu,
-                                                                      int64_t seed) const {
+                                                                      uint64_t seed) const {
   at::Generator generator;
   if (on_gpu) {
     generator = at::globalContext().defaultGenerator(device_).clone();
     std::lock_guard<std::mutex> lock(generator.mutex());
-    generator.set_current_seed(static_cast<uint64_t>(seed));
+    generator.set_current_seed(seed);
   } else {
-    generator = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
+    generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   }
   std::optional<c10::Stream> stream;
   if (device_.is_cuda()) {
@@ -148,9 +148,10 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
   cpu_sampler_threads_ =
       std::max<int>(1, at::get_num_threads() / static_cast<int>(std::max<int64_t>(1, o.cpu_samplers)));
 
-  for (int64_t i = 0; i < o.cpu_samplers; ++i) samplers_.push_back(make_sampler(false, o.seed + i));
+  const auto seed = static_cast<uint64_t>(o.seed);
+  for (int64_t i = 0; i < o.cpu_samplers; ++i) samplers_.push_back(make_sampler(false, seed + i));
   for (int64_t i = 0; i < o.gpu_streams; ++i)
-    samplers_.push_back(make_sampler(true, o.seed + 1000 + i));
+    samplers_.push_back(make_sampler(true, seed + 1000 + i));
 
   threshold_ = o.threshold;
   if (std::isnan(threshold_)) {
@@ -218,8 +219,13 @@ at::Tensor ServingRuntime::wait(int64_t ticket, double timeout_s) {
   answer.waited = true;
   auto answered = [&] { return answer.done; };
   // By key, not by `it`: a submit while this thread waited may have rehashed the table.
-  if (!wait_up_to(answer.answered, lock, timeout_s < 0 ? kNoLimitS : timeout_s, answered)) {
+  const InterruptWatch interrupts;
+  if (!wait_up_to(answer.answered, lock, timeout_s < 0 ? kNoLimitS : timeout_s, answered,
+                  &interrupts)) {
     answers_.erase(ticket);
+    if (interrupts.interrupted()) {
+      throw Interrupted("the answer to request " + std::to_string(ticket));
+    }
     TORCH_CHECK(false, "ServingRuntime.wait: request ", ticket, " was not answered within ",
                 timeout_s, " s");
   }
@@ -693,7 +699,9 @@ void ServingRuntime::close(double timeout_s) {
       return batcher_done_ && samplers_running_ == 0 && ready_.empty() && with_model_.empty() &&
              being_answered_ == 0;
     };
-    if (!wait_up_to(progress_, lock, timeout_s, drained)) {
+    // A second Ctrl-C (the first often asked for the close) gives up as the timeout would.
+    const InterruptWatch interrupts;
+    if (!wait_up_to(progress_, lock, timeout_s, drained, &interrupts)) {
       abandoned_ = true;  // the model side stopped taking batches: fail what is left
       const std::string why = "the runtime closed before the model answered";
       for (auto& [ticket, a] : answers_) {
@@ -812,8 +820,8 @@ std::tuple<double, std::vector<double>, std::vector<double>> ServingRuntime::cal
   TORCH_CHECK_VALUE(!sizes.empty() && repeats >= 1,
                     "ServingRuntime.calibrate: needs batch sizes and repeats >= 1");
   // Samplers of its own: the serving ones may be busy.
-  const std::unique_ptr<Sampler> on_cpu = make_sampler(false, seed);
-  const std::unique_ptr<Sampler> on_gpu = make_sampler(true, seed + 1);
+  const std::unique_ptr<Sampler> on_cpu = make_sampler(false, static_cast<uint64_t>(seed));
+  const std::unique_ptr<Sampler> on_gpu = make_sampler(true, static_cast<uint64_t>(seed) + 1);
   at::Generator draw = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed));
   std::vector<std::pair<double, double>> cpu_points, gpu_points;
   // On a thread of its own, its parallel loops limited as a CPU sampler's are, so the CPU's

@@ -31,6 +31,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _sharing, preflight
+from ._interrupts import ctrl_c_ends_waits
 from ._device import as_ids, is_int
 from .feature import Feature, _thread_host_read_blocks
 from .hotness import check_hot_order
@@ -335,6 +336,7 @@ class DistFeature:
     RDMA a host reads its peers' registered tables without their CPUs, whenever it likes.
     """
 
+    @ctrl_c_ends_waits
     def __init__(self, shard_map, local: Feature, group=None, transport: str = "auto",
                  timeout: float = 60.0, rdma: Optional[dict] = None, lanes: int = 8, *,
                  name: Optional[str] = None, _run: Optional[int] = None):
@@ -477,6 +479,7 @@ class DistFeature:
             raise
         return cls(shard_map, local, group, transport, timeout, rdma, lanes, name=name, _run=run)
 
+    @ctrl_c_ends_waits
     def close(self) -> None:
         """Lets go of the transport (its queue pairs and registrations, or its hold on the
         process group): call it on every host before ``destroy_process_group``. Over RDMA,
@@ -517,6 +520,7 @@ class DistFeature:
                 pass  # a peer gone too: the ids' own error says more
             raise
 
+    @ctrl_c_ends_waits
     def __getitem__(self, ids) -> Tensor:
         # This host's own rows come through its local Feature's layout, read as that
         # Feature's host_reads says, with this thread's block cap (feature.host_read_blocks).

@@ -16,6 +16,7 @@ from torch import Tensor
 from . import _sharing, ops, preflight
 from ._device import (as_ids, checked_node_ids, gpus_usable, holds_integers, is_int,
                       p2p_cliques, parse_share, parse_size, resolve_device)
+from ._interrupts import ctrl_c_ends_waits
 from .hotness import INT32_MAX, check_hot_order, check_positions, positions_of
 from .topology import CSRTopo
 from .uva import pinned
@@ -572,6 +573,7 @@ class Feature:
         ipc_handle._gather_on = None
         return ipc_handle
 
+    @ctrl_c_ends_waits
     def close(self, group=None, timeout: float = 60.0) -> None:
         """Lets go of the table and of clique shards across processes, safely: releases the
         layouts this Feature handed out (:meth:`tiers`, a DistFeature's; later gathers from

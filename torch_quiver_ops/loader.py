@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from ._device import as_ids, checked_node_ids, holds_integers, is_int
+from ._interrupts import ctrl_c_ends_waits
 from .feature import Feature, check_host_read_blocks
 from .feature import host_read_blocks as host_read_blocks_of
 from .sampler import Adj, GraphSageSampler, layers_of
@@ -719,7 +720,8 @@ class SampleLoader:
         running = _builds_running(stop)
         try:
             while True:
-                built = native.next()
+                with ctrl_c_ends_waits:
+                    built = native.next()
                 if not built:
                     return
                 n_id, batch_size, adjs = layers_of(tuple(built[:6]), self.sampler.return_eid)

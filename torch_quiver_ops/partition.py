@@ -38,6 +38,7 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops
+from ._interrupts import ctrl_c_ends_waits
 from .sampler import Adj, layers_of, sampling_placement
 from .topology import CSRTopo
 from ._device import as_ids, is_int
@@ -443,6 +444,7 @@ class DistGraphSampler:
     sampler's own CUDA generator each batch, so a fixed seed still fixes the batch.
     """
 
+    @ctrl_c_ends_waits
     def __init__(self, partition: GraphPartition, sizes: Sequence[int], group=None,
                  replace: bool = False, timeout: float = 60.0, transport: str = "auto",
                  rdma: Optional[dict] = None, mode: Optional[str] = None, device=None,
@@ -553,6 +555,7 @@ class DistGraphSampler:
         return asked if asked != "auto" else (
             "rdma" if all(e["rdma"] for e in everyone) else "collective")
 
+    @ctrl_c_ends_waits
     def sample_subgraph(self, input_nodes, generator: Optional[torch.Generator] = None
                         ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         """sample_subgraph's layout: ``(node_ids, rows, cols, edge_ids, nodes_per_hop,

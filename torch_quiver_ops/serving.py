@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from ._device import is_int, resolve_device
+from ._interrupts import ctrl_c_ends_waits
 from .ops import integer_fanouts
 from .sampler import Adj, GraphSageSampler
 from .topology import CSRTopo
@@ -83,6 +84,7 @@ class _Answer:
     def __init__(self, runtime: "torch.ScriptObject", ticket: int, owner: "ServingRuntime"):
         self._runtime, self._ticket, self._owner = runtime, ticket, owner
 
+    @ctrl_c_ends_waits
     def result(self, timeout: Optional[float] = None) -> Tensor:
         """The rows, waiting up to ``timeout`` seconds (None: no limit). Past it,
         ``TimeoutError``, and the answer is given up: a request is waited for once."""
@@ -315,6 +317,7 @@ class ServingRuntime:
     def predict(self, ids, timeout: Optional[float] = None) -> Tensor:
         return self.submit(ids).result(timeout)
 
+    @ctrl_c_ends_waits
     def close(self, timeout: float = 30.0) -> None:
         """Stops taking requests, answers every queued one (waiting up to ``timeout``
         seconds, ``math.inf`` for as long as it takes), then stops the threads. A runtime

@@ -1462,3 +1462,41 @@ def test_load_generator_drives_the_endpoint(graph):
     assert time.monotonic() - started < 30
     assert serve_load.percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0
     assert serve_load.percentile([3.0, 1.0, 2.0, 4.0], 0.99) == 4.0
+
+
+WAITS_FOR_A_SLOW_ANSWER = """
+import os, signal, sys, threading, time
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in SERVES_UNTIL_INTERRUPTED
+sys.path.insert(0, sys.argv[1])
+from test_serving import runtime_for
+from torch_quiver_ops.synthetic import synthetic_graph
+
+runtime, _ = runtime_for(synthetic_graph("tiny", seed=0), (3,), cpu_samplers=1, delay=30.0)
+request = runtime.submit([1])
+threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+began = time.monotonic()
+try:
+    request.result()
+    print("answered")
+except KeyboardInterrupt as interrupt:
+    print(f"KeyboardInterrupt after {time.monotonic() - began:.1f} s: {interrupt.__context__}")
+sys.stdout.flush()
+os._exit(0)  # not waiting for the model's 30 s
+"""
+
+
+def test_a_ctrl_c_ends_a_wait_for_an_answer(tmp_path):
+    """A probe pressed Ctrl-C while a program waited for an answer with no timeout: nothing
+    happened until the model answered, since Python's handler runs only between calls."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = tmp_path / "waits.py"
+    script.write_text(WAITS_FOR_A_SLOW_ANSWER)
+    done = subprocess.run([sys.executable, str(script), str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    said = done.stdout.strip()
+    assert said.startswith("KeyboardInterrupt after "), said + done.stderr[-3000:]
+    assert float(said.split()[2]) < 5, said
+    assert "interrupted by SIGINT (Ctrl-C) while waiting for the answer to request" in said, said

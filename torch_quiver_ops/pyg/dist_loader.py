@@ -15,6 +15,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 
 from .._device import is_int
+from .._interrupts import ctrl_c_ends_waits
 from ..dist import gloo_twin
 from ..ops import check_fanouts
 from ..partition import DistGraphSampler, GraphPartition, split_ids, load_partition
@@ -54,6 +55,7 @@ class DistNeighborLoader:
     ``num_sampled_nodes`` and ``num_sampled_edges``.
     """
 
+    @ctrl_c_ends_waits
     def __init__(self, partition: Union[str, Path, GraphPartition], num_neighbors,
                  input_nodes: Union[str, Tensor] = "train", batch_size: int = 1,
                  shuffle: bool = False, feature=None, group=None, replace: bool = False,

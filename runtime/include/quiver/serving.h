@@ -250,7 +250,9 @@ class ServingRuntime : public torch::CustomClassHolder {
   // being_answered_.
   void answer(Batch batch, const at::Tensor& rows, const std::string& error, bool from_model);
   Batch take_from_model(int64_t batch_id, const char* caller);  // for finish and fail
-  std::unique_ptr<Sampler> make_sampler(bool on_gpu, int64_t seed) const;
+  // `seed` unsigned: the samplers' seeds are the given one plus offsets, which wrap rather
+  // than overflow for a seed near 2^63.
+  std::unique_ptr<Sampler> make_sampler(bool on_gpu, uint64_t seed) const;
 
   at::Tensor indptr_, indices_;
   std::optional<at::Tensor> gpu_indptr_, gpu_indices_;

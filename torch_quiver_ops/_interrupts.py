@@ -1,0 +1,40 @@
+"""Ctrl-C during the library's waits.
+
+The runtime's waits for peers, the rendezvous store, collectives, batches and answers end on
+SIGINT once they have lasted half a second (``runtime/interrupt_watch.h``), raising a
+RuntimeError that says "interrupted by SIGINT (Ctrl-C)". Python runs its own SIGINT handler
+only at its next check, which may fall in any later line (or never, for an error on its way
+out of the program), so ``except KeyboardInterrupt`` would miss it. The library's entry
+points that wait run the handler at once instead, through :data:`ctrl_c_ends_waits`:
+KeyboardInterrupt by default, chained to the RuntimeError; whatever the program's own
+handler does otherwise (and the RuntimeError follows if that handler returns)."""
+import ctypes
+import functools
+
+INTERRUPTED_TEXT = "interrupted by SIGINT (Ctrl-C)"  # the runtime's kInterruptedText
+
+
+class _CtrlCEndsWaits:
+    """A context manager, and a decorator, that runs Python's pending signal handlers when
+    the code inside raises a wait's "interrupted by SIGINT" RuntimeError. Stateless: one is
+    shared (a class, not a generator: it wraps every batch of a loader)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, error, traceback) -> bool:
+        if kind is not None and issubclass(kind, RuntimeError) and INTERRUPTED_TEXT in str(error):
+            # Raises what the handler raises (ctypes raises the Python error it left set).
+            # Off the main thread the handlers do not run here: the main thread runs them.
+            ctypes.pythonapi.PyErr_CheckSignals()
+        return False
+
+    def __call__(self, function):
+        @functools.wraps(function)
+        def waiting(*args, **kwargs):
+            with self:
+                return function(*args, **kwargs)
+        return waiting
+
+
+ctrl_c_ends_waits = _CtrlCEndsWaits()
