@@ -2,10 +2,13 @@
 
 #include <c10/util/Exception.h>
 
+#include <mutex>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "runtime/collective_wait.h"
+#include "runtime/interrupt_watch.h"
 #include "runtime/lane_exchange.h"
 #include "runtime/peer_watch.h"
 
@@ -16,6 +19,17 @@ namespace {
 // called silent after this many periods without a beat.
 constexpr int64_t kBeatsPerTimeout = 10;
 constexpr int kSilentPeriods = 3;
+
+// Groups whose collective was left running when a wait for it ended on Ctrl-C, held until
+// the process ends and never destroyed: a Gloo group's destructor joins its worker threads,
+// which wait in that collective until the peers answer or its timeout passes (a minute by
+// default), and would hold up the exit the Ctrl-C asked for.
+void keep_until_exit(const c10::intrusive_ptr<c10d::ProcessGroup>& group) {
+  static auto* const kept_mutex = new std::mutex();  // never destroyed, as what it guards
+  static auto* const kept = new std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>();
+  const std::lock_guard<std::mutex> lock(*kept_mutex);
+  kept->push_back(group);
+}
 
 }  // namespace
 
@@ -70,6 +84,7 @@ c10::intrusive_ptr<c10d::Work> CollectiveChannel::post(at::Tensor& into, at::Ten
                                                        std::vector<int64_t> into_splits,
                                                        std::vector<int64_t> from_splits,
                                                        const char* what) {
+  watch_->reached(posted_.fetch_add(1, std::memory_order_relaxed) + 1);
   c10d::AllToAllOptions options;
   options.timeout = timeout_;
   try {
@@ -108,6 +123,13 @@ void CollectiveChannel::exchange_over_lanes(at::Tensor& into, const at::Tensor& 
 }
 
 void CollectiveChannel::fail(const char* what, const std::exception& error) {
+  if (dynamic_cast<const Interrupted*>(&error) != nullptr) {
+    keep_until_exit(group_);
+    for (const auto& lane : lanes_) keep_until_exit(lane);
+    // Not the silent peers' names: looking for them could take periods of the heartbeat.
+    broken_ = std::string("exchanging ") + what + ": " + error.what();
+    TORCH_CHECK(false, owner_, ": ", broken_);
+  }
   std::ostringstream why;
   // c10 errors (Gloo's timeouts among them) carry their C++ frames in what(): not for users.
   const auto* c10_error = dynamic_cast<const c10::Error*>(&error);

@@ -10,6 +10,7 @@
 #include <ATen/core/Tensor.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <memory>
@@ -84,6 +85,8 @@ class CollectiveChannel {
   int64_t serial_ = 0;
   std::string owner_;
   std::unique_ptr<PeerWatch> watch_;
+  // All-to-alls posted (from any thread): the hosts' step count, for naming a slow one.
+  std::atomic<int64_t> posted_{0};
   std::string broken_;  // why an exchange failed, else empty
 };
 

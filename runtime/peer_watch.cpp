@@ -13,7 +13,8 @@ PeerWatch::PeerWatch(c10::intrusive_ptr<c10d::Store> store, std::string prefix, 
       period_(period),
       last_count_(size, -1),
       last_move_(size, Clock::now()),
-      last_answer_(Clock::now()) {
+      last_answer_(Clock::now()),
+      last_attempt_(Clock::now()) {
   store_->add(key(rank_), 1);  // present before any peer looks
   thread_ = std::thread([this] { beat(); });
 }
@@ -31,10 +32,18 @@ void PeerWatch::beat() {
   std::vector<int64_t> counts(size_);
   std::unique_lock<std::mutex> lock(mutex_);
   while (!wake_.wait_for(lock, period_, [this] { return stop_; })) {
+    last_attempt_ = Clock::now();
+    asking_ = true;
     lock.unlock();  // a slow store must not hold up the destructor or a reader
     bool answered = !store_lost_;
     if (answered) {
       try {
+        const int64_t step = step_.load(std::memory_order_relaxed);
+        if (step != published_step_) {
+          const std::string text = std::to_string(step);
+          store_->set(step_key(rank_), std::vector<uint8_t>(text.begin(), text.end()));
+          published_step_ = step;
+        }
         store_->add(key(rank_), 1);
         for (int r = 0; r < size_; ++r) counts[r] = store_->add(key(r), 0);
       } catch (const std::exception&) {
@@ -45,6 +54,7 @@ void PeerWatch::beat() {
       }
     }
     lock.lock();
+    asking_ = false;
     if (!answered) continue;
     const auto now = Clock::now();
     last_answer_ = now;
@@ -62,6 +72,10 @@ PeerWatch::Silence PeerWatch::silent_peers(std::chrono::milliseconds patience) c
   Silence silence;
   const auto now = Clock::now();
   if (now - last_answer_ > patience) {
+    // Unanswered because unasked: this process was stopped (SIGSTOP, a debugger) or
+    // starved, not the store lost.
+    // Or asking now: just woken from such a stop, the answer may be a moment away.
+    silence.watch_stalled = now - last_attempt_ > patience || asking_;
     silence.store_reachable = false;
     return silence;
   }
@@ -75,6 +89,12 @@ std::string PeerWatch::describe(std::chrono::milliseconds patience) const {
   // Its last beat may be read up to a period late, and seen a period after that.
   const auto give_up = Clock::now() + patience + 2 * period_;
   Silence silence = silent_peers(patience);
+  // A watch that stalled with its process reads afresh within a period of running again.
+  const auto fresh_by = Clock::now() + 2 * period_;
+  while (silence.watch_stalled && Clock::now() < fresh_by) {
+    std::this_thread::sleep_for(period_ / 4);
+    silence = silent_peers(patience);
+  }
   while (silence.store_reachable && silence.peers.empty() && Clock::now() < give_up) {
     std::this_thread::sleep_for(period_);
     silence = silent_peers(patience);
@@ -84,7 +104,13 @@ std::string PeerWatch::describe(std::chrono::milliseconds patience) const {
     out << "the rendezvous store has not answered for " << patience.count()
         << " ms (its host may have died), so the failed peer cannot be named";
   } else if (silence.peers.empty()) {
-    out << "every peer's heartbeat is still moving (a peer may be slow, not dead)";
+    const std::string behind = peers_behind();
+    if (behind.empty()) {
+      out << "every peer's heartbeat is still moving (a peer may be slow, not dead)";
+    } else {
+      out << "every peer's heartbeat is still moving, but " << behind
+          << ": alive, but slow or held up elsewhere";
+    }
   } else {
     out << (silence.peers.size() == 1 ? "host " : "hosts ");
     for (size_t k = 0; k < silence.peers.size(); ++k) {
@@ -93,6 +119,30 @@ std::string PeerWatch::describe(std::chrono::milliseconds patience) const {
     out << (silence.peers.size() == 1 ? " has" : " have") << " stopped answering (no heartbeat for "
         << patience.count() << " ms)";
   }
+  return out.str();
+}
+
+std::string PeerWatch::peers_behind() const {
+  const int64_t mine = step_.load(std::memory_order_relaxed);
+  std::ostringstream out;
+  int count = 0;
+  try {
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      int64_t theirs = 0;  // a peer that never published has made no exchange yet
+      if (store_->check({step_key(r)})) {
+        const std::vector<uint8_t> text = store_->get(step_key(r));
+        theirs = std::stoll(std::string(text.begin(), text.end()));
+      }
+      if (theirs < mine) {
+        out << (count++ ? ", " : "") << "host " << r << " is at exchange " << theirs;
+      }
+    }
+  } catch (const std::exception&) {
+    return "";  // the store stopped answering: say nothing rather than guess
+  }
+  if (count == 0) return "";
+  out << ", this host at " << mine;
   return out.str();
 }
 

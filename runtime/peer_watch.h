@@ -5,6 +5,7 @@
 // is immediate: the watch has been reading the counters all along.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -30,6 +31,7 @@ class PeerWatch {
   struct Silence {
     std::vector<int> peers;
     bool store_reachable = true;
+    bool watch_stalled = false;  // this watch's own thread has not run for `patience`
   };
   Silence silent_peers(std::chrono::milliseconds patience) const;
 
@@ -41,10 +43,19 @@ class PeerWatch {
 
   std::chrono::milliseconds period() const { return period_; }
 
+  // This host has begun its `step`-th exchange with its peers (every host makes the same
+  // exchanges in the same order). Published with the next beat, so that a failure met while
+  // every heartbeat moves can name the peers still at an earlier exchange.
+  void reached(int64_t step) { step_.store(step, std::memory_order_relaxed); }
+
  private:
   using Clock = std::chrono::steady_clock;
   std::string key(int rank) const { return prefix_ + std::to_string(rank); }
+  std::string step_key(int rank) const { return prefix_ + "step/" + std::to_string(rank); }
   void beat();
+  // "host 1 is at exchange 41, this host at 42", for the peers whose published step is
+  // behind this host's; empty when none is, or the store does not say.
+  std::string peers_behind() const;
 
   c10::intrusive_ptr<c10d::Store> store_;
   std::string prefix_;
@@ -58,6 +69,10 @@ class PeerWatch {
   std::vector<int64_t> last_count_;           // per peer, as last read
   std::vector<Clock::time_point> last_move_;  // per peer, when its count last changed
   Clock::time_point last_answer_;             // when the store last answered
+  Clock::time_point last_attempt_;            // when this thread last asked the store
+  bool asking_ = false;                       // whether it is asking now
+  std::atomic<int64_t> step_{0};
+  int64_t published_step_ = 0;  // the beating thread's own
   std::thread thread_;
 };
 

@@ -3,6 +3,8 @@ that disagree, a host that raises alone, a host that is late or never comes, a d
 fetch, and the bounds every timeout must hold. Each case names what must not happen: a
 process aborted, a host waiting past its timeout, hosts out of step, or wrong rows."""
 import os
+import re
+import signal
 import threading
 import time
 from datetime import timedelta
@@ -294,13 +296,17 @@ def test_a_failed_transport_refuses_later_fetches(tmp_path):
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
-# ---- one process: bounds ----
+# ---- the host holding the store ends during set-up ----
 
 def store_lost_worker(rank, world, port, results):
     start(rank, world, port, seconds=30)
+    joined = Path(results) / "joined_1"
     if rank == 0:  # holds the store (tcp:// init) and ends before agreeing
+        while not joined.exists():  # host 1 may still be in init_process_group's own steps
+            time.sleep(0.05)
         (Path(results) / "ok_0").write_text("ok")
         os._exit(0)
+    joined.write_text("")
     with reported(results, rank):
         time.sleep(1.0)
         began = time.monotonic()
@@ -318,6 +324,108 @@ def test_a_store_that_ends_during_an_agreement_is_named(tmp_path):
     """A probe stopped the host holding the store during set-up: the other got torch's
     "Failed to recv, got 0 bytes", naming neither host nor step."""
     seen = spawn(store_lost_worker, tmp_path)
+    seen.pop("joined_1", None)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+# ---- a peer alive but held up: named by the exchange it has not reached ----
+
+def held_up_worker(rank, world, port, results, how):
+    start(rank, world, port)
+    pid_file = Path(results) / "pid_1"
+    with reported(results, rank):
+        _, feature = split_feature(rank, 100, timeout=3.0)
+        waiter = 1 if how == "stopped" else 0  # the host whose fetch fails
+        if rank != waiter:
+            if how == "late":
+                time.sleep(8)  # heartbeats go on; the fetch is never joined
+            else:  # freezes host 1 inside its fetch, then lets it run again
+                while not pid_file.exists():
+                    time.sleep(0.05)
+                time.sleep(1.0)
+                pid = int(pid_file.read_text())
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(5)
+                os.kill(pid, signal.SIGCONT)
+                while not (Path(results) / "ok_1").exists() and \
+                        not (Path(results) / "error_1").exists():
+                    time.sleep(0.05)  # holds the store (host 0's) while host 1 reports
+            (Path(results) / f"ok_{rank}").write_text("ok")
+            os._exit(0)
+        if how == "stopped":
+            pid_file.write_text(str(os.getpid()))
+        with pytest.raises(RuntimeError) as caught:
+            feature[torch.arange(100)]
+        message = str(caught.value)
+        other = 1 - rank
+        assert re.search(rf"host {other} is at exchange \d+, this host at \d+: alive, but "
+                         r"slow or held up elsewhere", message), message
+        (Path(results) / f"ok_{rank}").write_text("ok")
+        os._exit(0)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("how", ["late", "stopped"])
+def test_a_peer_alive_but_held_up_is_named(tmp_path, how):
+    """A probe's peer slept past the timeout: the error said only "every peer's heartbeat is
+    still moving", naming no host. A host frozen (SIGSTOP) in a fetch and resumed said "the
+    rendezvous store has not answered for 3000 ms": its own watch had been frozen too."""
+    seen = spawn(held_up_worker, tmp_path, 2, how)
+    seen.pop("pid_1", None)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
+# ---- Ctrl-C during a wait for a peer ----
+
+def ctrl_c_worker(rank, world, port, results, where):
+    # A CI job started in the background inherits SIGINT ignored: Python's handler, as a
+    # terminal's Python has it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    start(rank, world, port)
+    with reported(results, rank):
+        if rank == 1:  # never joins host 0's wait
+            if where == "fetch":
+                split_feature(rank, 100, timeout=30.0)
+            time.sleep(8)
+            (Path(results) / "ok_1").write_text("ok")
+            os._exit(0)  # not closing: that would wait for host 0
+        feature = split_feature(rank, 100, timeout=30.0)[1] if where == "fetch" else None
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+        began = time.monotonic()
+        try:
+            if where == "setup":
+                split_feature(rank, 100, timeout=30.0)
+            else:
+                feature[torch.arange(100)]
+            raise AssertionError("the wait ended without host 1")
+        except KeyboardInterrupt as interrupt:
+            took = time.monotonic() - began
+            assert took < 5, f"Ctrl-C ended a wait with a 30 s timeout after {took:.1f} s"
+            cause = interrupt.__context__
+            assert isinstance(cause, RuntimeError), repr(cause)
+            assert "interrupted by SIGINT (Ctrl-C) while waiting for" in str(cause), str(cause)
+        if where == "fetch":  # out of step with host 1 now, as after a timeout
+            with pytest.raises(RuntimeError, match="cannot be used again"):
+                feature[torch.arange(100)]
+            # What exit lets go of. The group's all-to-all still waits for host 1: destroying
+            # the group joined its threads, and exit waited until host 1 answered or left.
+            began = time.monotonic()
+            feature.close()
+            del feature
+            qv.dist._OWN_GROUPS.clear()
+            qv.dist._LANES.clear()
+            took = time.monotonic() - began
+            assert took < 3, f"letting go of the interrupted transport took {took:.1f} s"
+        (Path(results) / "ok_0").write_text("ok")
+        os._exit(0)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("where", ["setup", "fetch"])
+def test_ctrl_c_ends_a_wait_for_a_peer_that_never_comes(tmp_path, where):
+    """A probe pressed Ctrl-C while a host waited for a frozen peer: nothing happened until
+    the timeout (a minute by default), since Python's handler runs only between calls."""
+    seen = spawn(ctrl_c_worker, tmp_path, 2, where)
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
