@@ -50,7 +50,7 @@ bool wait_in_slices(double timeout_s, const InterruptWatch& interrupts, Ready re
 template <typename Done>
 bool wait_up_to(std::condition_variable& wakes, std::unique_lock<std::mutex>& lock,
                 double timeout_s, Done done, const InterruptWatch* interrupts = nullptr) {
-  if (interrupts != nullptr && timeout_s > 0) {
+  if (interrupts != nullptr && interrupts->armed() && timeout_s > 0) {
     return wait_in_slices(timeout_s, *interrupts,
                           [&](auto slice) { return wakes.wait_for(lock, slice, done); });
   }
@@ -66,7 +66,7 @@ bool wait_up_to(std::condition_variable& wakes, std::unique_lock<std::mutex>& lo
 template <typename Future>
 bool ready_within(const Future& result, double timeout_s,
                   const InterruptWatch* interrupts = nullptr) {
-  if (interrupts != nullptr && timeout_s > 0) {
+  if (interrupts != nullptr && interrupts->armed() && timeout_s > 0) {
     return wait_in_slices(timeout_s, *interrupts, [&](auto slice) {
       return result.wait_for(slice) == std::future_status::ready;
     });

@@ -56,8 +56,9 @@ inline void await_within(const c10::intrusive_ptr<c10d::Work>& work,
       completion->completed.notify_all();
     });
     std::unique_lock<std::mutex> lock(completion->mutex);
-    while (!completion->completed.wait_for(lock, kInterruptSlice,
-                                           [&] { return completion->done; })) {
+    // Off the main thread nothing is looked for between slices: one slice, the timeout.
+    const std::chrono::milliseconds slice = interrupts.armed() ? kInterruptSlice : timeout;
+    while (!completion->completed.wait_for(lock, slice, [&] { return completion->done; })) {
       interrupts.check("the other hosts");
       if (std::chrono::steady_clock::now() > deadline) no_answer_within(timeout);
     }

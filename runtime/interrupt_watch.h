@@ -47,6 +47,10 @@ class InterruptWatch {
   // Whether a SIGINT came since this watch was made, and the watch is kInterruptGrace old.
   bool interrupted() const;
 
+  // Whether this watch can report a SIGINT at all (it was made on the main thread): a wait
+  // cut into slices only to look for one need not be, otherwise.
+  bool armed() const { return armed_; }
+
   // Raises Interrupted naming what was waited for, once a SIGINT came.
   void check(const std::string& waiting_for) const {
     if (interrupted()) throw Interrupted(waiting_for);
