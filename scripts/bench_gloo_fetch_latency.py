@@ -8,7 +8,7 @@ rounds) for each library given, the libraries in turns, ROUNDS times:
 
 With no --libraries, the installed library. A library other than the installed one is
 loaded through $TORCH_QUIVER_OPS_LIBRARY with the installed Python package (to compare a
-change in the C++ waits alone)."""
+change in the C++ waits alone). $BENCH_LANES sets DistFeature's lanes (default 8)."""
 import argparse
 import datetime
 import os
@@ -32,7 +32,8 @@ def worker(rank, port, out, fetches, ids):
     shard_map = qv.dist.build_shard_map(rows, 2, None, 0.0)
     local = qv.Feature(device_list=[])
     local.from_cpu_tensor(x[shard_map.local_ids(rank)].clone())
-    feature = qv.dist.DistFeature(shard_map, local, transport="gloo", timeout=60.0)
+    feature = qv.dist.DistFeature(shard_map, local, transport="gloo", timeout=60.0,
+                                  lanes=int(os.environ.get("BENCH_LANES", "8")))
     draw = torch.Generator().manual_seed(rank)
     batches = [torch.randint(0, rows, (ids,), generator=draw) for _ in range(fetches)]
     for batch in batches[:50]:
