@@ -29,7 +29,7 @@ constexpr std::chrono::milliseconds kInterruptSlice{50};
 // How long a wait lasts before a Ctrl-C ends it.
 constexpr std::chrono::milliseconds kInterruptGrace{500};
 
-// The text every interrupted wait's error starts with; the Python package looks for it.
+// The text every interrupted wait's error starts with.
 constexpr const char* kInterruptedText = "interrupted by SIGINT (Ctrl-C)";
 
 // A wait that ended on SIGINT: "interrupted by SIGINT (Ctrl-C) while waiting for <what>".

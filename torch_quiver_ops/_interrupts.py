@@ -11,21 +11,23 @@ handler does otherwise (and the RuntimeError follows if that handler returns).""
 import ctypes
 import functools
 
-INTERRUPTED_TEXT = "interrupted by SIGINT (Ctrl-C)"  # the runtime's kInterruptedText
-
 
 class _CtrlCEndsWaits:
     """A context manager, and a decorator, that runs Python's pending signal handlers when
-    the code inside raises a wait's "interrupted by SIGINT" RuntimeError. Stateless: one is
-    shared (a class, not a generator: it wraps every batch of a loader)."""
+    the code inside raises (a wait's "interrupted by SIGINT" RuntimeError among others).
+    Stateless: one is shared (a class, not a generator: it wraps every batch of a loader)."""
 
     def __enter__(self) -> None:
         return None
 
     def __exit__(self, kind, error, traceback) -> bool:
-        if kind is not None and issubclass(kind, RuntimeError) and INTERRUPTED_TEXT in str(error):
-            # Raises what the handler raises (ctypes raises the Python error it left set).
-            # Off the main thread the handlers do not run here: the main thread runs them.
+        if kind is not None:
+            # Any error, not only the interrupted wait's: a wait inside a fallback (a host's
+            # empty turn after ids it could not read) ends on SIGINT too, and its error is
+            # swallowed there. With no signal pending this does nothing; with one, it runs
+            # the handler now, as Python would at its next check anyway. Raises what the
+            # handler raises (ctypes raises the Python error it left set). Off the main
+            # thread the handlers do not run here: the main thread runs them.
             ctypes.pythonapi.PyErr_CheckSignals()
         return False
 
