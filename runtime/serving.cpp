@@ -813,12 +813,14 @@ bool ServingRuntime::dispatches_by_load() const {
 
 std::tuple<double, std::vector<double>, std::vector<double>> ServingRuntime::calibrate(
     const std::vector<int64_t>& sizes, int64_t repeats, int64_t seed) {
+  constexpr int64_t kMostRepeats = 1'000'000;  // its loop counts to repeats + 1
+  TORCH_CHECK_VALUE(!sizes.empty() && repeats >= 1 && repeats <= kMostRepeats,
+                    "ServingRuntime.calibrate: needs batch sizes and repeats in [1, ",
+                    kMostRepeats, "], got ", sizes.size(), " sizes and repeats=", repeats);
   TORCH_CHECK_VALUE(options_.cpu_samplers > 0 && options_.gpu_streams > 0,
                     "ServingRuntime.calibrate compares CPU and GPU sampling: it needs both, got "
                     "cpu_samplers=", options_.cpu_samplers, " and gpu_streams=",
                     options_.gpu_streams);
-  TORCH_CHECK_VALUE(!sizes.empty() && repeats >= 1,
-                    "ServingRuntime.calibrate: needs batch sizes and repeats >= 1");
   // Samplers of its own: the serving ones may be busy.
   const std::unique_ptr<Sampler> on_cpu = make_sampler(false, static_cast<uint64_t>(seed));
   const std::unique_ptr<Sampler> on_gpu = make_sampler(true, static_cast<uint64_t>(seed) + 1);

@@ -1500,3 +1500,19 @@ def test_a_ctrl_c_ends_a_wait_for_an_answer(tmp_path):
     assert said.startswith("KeyboardInterrupt after "), said + done.stderr[-3000:]
     assert float(said.split()[2]) < 5, said
     assert "interrupted by SIGINT (Ctrl-C) while waiting for the answer to request" in said, said
+
+
+def test_calibrate_refuses_repeats_out_of_range():
+    """A review found calibrate(repeats=2**63 - 1) looping for ever (its count to repeats + 1
+    wrapped); the arguments are checked before the samplers it needs."""
+    graph = synthetic_graph("tiny", seed=0)
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    try:
+        for repeats in (0, 2**63 - 1):
+            with pytest.raises(ValueError, match=rf"repeats in \[1, 1000000\], got 6 sizes and "
+                                                 rf"repeats={repeats}"):
+                runtime.calibrate(repeats=repeats)
+        with pytest.raises(ValueError, match="it needs both"):
+            runtime.calibrate(repeats=2)
+    finally:
+        runtime.close()
