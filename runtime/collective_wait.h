@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "runtime/bounded_wait.h"
 #include "runtime/interrupt_watch.h"
 
 namespace quiver::runtime {
@@ -33,7 +34,6 @@ namespace quiver::runtime {
 inline void await_within(const c10::intrusive_ptr<c10d::Work>& work,
                          std::chrono::milliseconds timeout, bool poll) {
   const InterruptWatch interrupts;
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
   if (!poll) {
     struct Completion {
       std::mutex mutex;
@@ -56,16 +56,18 @@ inline void await_within(const c10::intrusive_ptr<c10d::Work>& work,
       completion->completed.notify_all();
     });
     std::unique_lock<std::mutex> lock(completion->mutex);
-    // Off the main thread nothing is looked for between slices: one slice, the timeout.
-    const std::chrono::milliseconds slice = interrupts.armed() ? kInterruptSlice : timeout;
-    while (!completion->completed.wait_for(lock, slice, [&] { return completion->done; })) {
-      interrupts.check("the other hosts");
-      if (std::chrono::steady_clock::now() > deadline) no_answer_within(timeout);
-    }
+    const bool done =
+        wait_up_to(completion->completed, lock, std::chrono::duration<double>(timeout).count(),
+                   [&] { return completion->done; }, &interrupts);
     lock.unlock();
+    if (!done) {
+      interrupts.check("the other hosts");
+      no_answer_within(timeout);
+    }
     work->wait();  // raises the collective's own error
     return;
   }
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!work->isCompleted()) {
     if (std::chrono::steady_clock::now() > deadline) no_answer_within(timeout);
     interrupts.check("the other hosts");

@@ -12,6 +12,23 @@ namespace quiver::runtime {
 
 namespace {
 
+// The pauses between reads of the store: from 1 ms, doubling up to one interrupt slice,
+// each followed by a look for Ctrl-C (Interrupted naming what was waited for).
+class StorePolls {
+ public:
+  template <typename WaitingFor>
+  void pause(WaitingFor waiting_for) {
+    std::this_thread::sleep_for(pause_);
+    pause_ = std::min(pause_ * 2, kInterruptSlice);
+    if (interrupts_.interrupted()) throw Interrupted(waiting_for());
+  }
+  void restart() { pause_ = std::chrono::milliseconds(1); }
+
+ private:
+  const InterruptWatch interrupts_;
+  std::chrono::milliseconds pause_{1};
+};
+
 std::vector<std::string> agree_over_store(c10d::Store& store, const std::string& topic,
                                           int64_t host, int64_t num_hosts,
                                           const std::string& mine,
@@ -25,14 +42,12 @@ std::vector<std::string> agree_over_store(c10d::Store& store, const std::string&
   std::vector<std::string> everyone(num_hosts);
   std::vector<bool> have(num_hosts, false);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  const InterruptWatch interrupts;
-  // Between reads of the store, pauses growing from 1 ms to one interrupt slice.
-  auto pause = std::chrono::milliseconds(1);
+  StorePolls polls;
   const auto back_off = [&] {
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, kInterruptSlice);
-    interrupts.check("the hosts to agree on " + topic + " (host " + std::to_string(host) +
-                     " of " + std::to_string(num_hosts) + ")");
+    polls.pause([&] {
+      return "the hosts to agree on " + topic + " (host " + std::to_string(host) + " of " +
+             std::to_string(num_hosts) + ")";
+    });
   };
   for (;;) {
     bool missing = false;
@@ -68,7 +83,7 @@ std::vector<std::string> agree_over_store(c10d::Store& store, const std::string&
   // their count is in, so they never wait on a store that may be gone.
   const std::string read = prefix + "read";
   int64_t done = store.add(read, 1);
-  pause = std::chrono::milliseconds(1);
+  polls.restart();
   while (host == 0 && done < num_hosts) {
     TORCH_CHECK(std::chrono::steady_clock::now() <= deadline, "host ", host, " waited ",
                 timeout.count(), " ms for every host to read what the others said on ", topic,
@@ -103,8 +118,7 @@ std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string
 void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
                    std::chrono::milliseconds timeout, const std::string& waiting_for) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  const InterruptWatch interrupts;
-  auto pause = std::chrono::milliseconds(1);
+  StorePolls polls;
   for (;;) {
     if (store.check(keys)) return;  // one request for them all: every host polls the store
     if (std::chrono::steady_clock::now() > deadline) {
@@ -116,9 +130,7 @@ void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,
       TORCH_CHECK(false, "waited ", timeout.count(), " ms for ", waiting_for,
                   "; still missing from the store: ", names.str());
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, kInterruptSlice);
-    interrupts.check(waiting_for);
+    polls.pause([&] { return waiting_for; });
   }
 }
 

@@ -1,6 +1,7 @@
 #ifdef QUIVER_WITH_CUDA
 #include "runtime/nccl_direct.h"
 
+#include "runtime/bounded_wait.h"
 #include "runtime/collective_wait.h"
 #include "runtime/dynamic_library.h"
 #include "runtime/host_agreement.h"
@@ -146,18 +147,13 @@ std::unique_ptr<NcclDirect> NcclDirect::connect(c10d::Store& store, const std::s
     join->finished.notify_all();
   }).detach();
   std::unique_lock<std::mutex> lock(join->mutex);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
   const InterruptWatch interrupts;
-  while (!join->finished.wait_for(lock, kInterruptSlice, [&] { return join->done; })) {
-    if (interrupts.interrupted()) {
-      join->abandoned = true;
-      throw Interrupted("every rank to join the NCCL communicator");
-    }
-    if (std::chrono::steady_clock::now() > deadline) {
-      join->abandoned = true;
-      TORCH_CHECK(false, "ncclCommInitRank (rank ", rank, " of ", size,
-                  ") did not complete within ", timeout.count(), " ms: a rank did not join");
-    }
+  if (!wait_up_to(join->finished, lock, std::chrono::duration<double>(timeout).count(),
+                  [&] { return join->done; }, &interrupts)) {
+    join->abandoned = true;
+    if (interrupts.interrupted()) throw Interrupted("every rank to join the NCCL communicator");
+    TORCH_CHECK(false, "ncclCommInitRank (rank ", rank, " of ", size, ") did not complete within ",
+                timeout.count(), " ms: a rank did not join");
   }
   TORCH_CHECK(join->result == kNcclSuccess, "ncclCommInitRank (rank ", rank, " of ", size,
               "): ", nccl_error(join->result));

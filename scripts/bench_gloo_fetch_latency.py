@@ -53,7 +53,6 @@ def worker(rank, port, out, fetches, ids):
 
 
 def one_run(library, fetches, ids):
-    import torch.multiprocessing as mp
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -82,7 +81,7 @@ def main():
         return
     libraries = [lib for lib in args.libraries.split(",") if lib] or [""]
     print(f"{args.fetches} fetches of {args.ids} ids a round, 5 rounds; us per fetch")
-    print(f"| turn | library | median | min | max |\n|---|---|---:|---:|---:|")
+    print("| turn | library | median | min | max |\n|---|---|---:|---:|---:|")
     for turn in range(args.turns):
         for library in libraries:
             median, low, high = one_run(library, args.fetches, args.ids)
