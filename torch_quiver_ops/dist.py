@@ -299,6 +299,27 @@ def _tell_setup_problem(group, asked: str, lanes: int, timeout: float, problem: 
         pass
 
 
+class PendingRows:
+    """A fetch started by :meth:`DistFeature.gather_async`. A Python object over the
+    runtime's FetchWork so that Ctrl-C in ``wait`` is a KeyboardInterrupt at once, as in the
+    store's other waits, not a line later."""
+
+    __slots__ = ("_work",)
+
+    def __init__(self, work: "torch.ScriptObject"):
+        self._work = work
+
+    @ctrl_c_ends_waits
+    def wait(self, timeout: Optional[float] = None) -> Tensor:
+        """The rows, waiting up to ``timeout`` seconds (None or < 0: no limit); past it,
+        RuntimeError. The rows go to the first caller; a second wait raises."""
+        return self._work.wait(-1.0 if timeout is None else float(timeout))
+
+    def done(self) -> bool:
+        """Whether ``wait`` would return (or raise) without waiting."""
+        return self._work.done()
+
+
 class DistFeature:
     """A feature table split over hosts: ``feature[ids]`` returns the rows of global ids.
 
@@ -527,11 +548,11 @@ class DistFeature:
         ids = self._ids(ids)  # first: it names a closed store
         return self._runtime.gather(ids, _thread_host_read_blocks())
 
-    def gather_async(self, ids):
+    def gather_async(self, ids) -> "PendingRows":
         """Starts ``self[ids]`` on a side stream and thread; ``.wait(timeout)`` on the result
         returns the rows, ordered after the fetch on the current stream."""
         ids = self._ids(ids)
-        return self._runtime.gather_async(ids, _thread_host_read_blocks())
+        return PendingRows(self._runtime.gather_async(ids, _thread_host_read_blocks()))
 
     @property
     def last_local_fraction(self) -> float:

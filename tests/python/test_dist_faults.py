@@ -384,19 +384,21 @@ def ctrl_c_worker(rank, world, port, results, where):
     start(rank, world, port)
     with reported(results, rank):
         if rank == 1:  # never joins host 0's wait
-            if where == "fetch":
+            if where != "setup":
                 split_feature(rank, 100, timeout=30.0)
             time.sleep(8)
             (Path(results) / "ok_1").write_text("ok")
             os._exit(0)  # not closing: that would wait for host 0
-        feature = split_feature(rank, 100, timeout=30.0)[1] if where == "fetch" else None
+        feature = split_feature(rank, 100, timeout=30.0)[1] if where != "setup" else None
         threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
         began = time.monotonic()
         try:
             if where == "setup":
                 split_feature(rank, 100, timeout=30.0)
-            else:
+            elif where == "fetch":
                 feature[torch.arange(100)]
+            else:  # the fetch on its own thread; this thread waits for its rows
+                feature.gather_async(torch.arange(100)).wait(30.0)
             raise AssertionError("the wait ended without host 1")
         except KeyboardInterrupt as interrupt:
             took = time.monotonic() - began
@@ -421,10 +423,12 @@ def ctrl_c_worker(rank, world, port, results, where):
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("where", ["setup", "fetch"])
+@pytest.mark.parametrize("where", ["setup", "fetch", "fetch_async"])
 def test_ctrl_c_ends_a_wait_for_a_peer_that_never_comes(tmp_path, where):
     """A probe pressed Ctrl-C while a host waited for a frozen peer: nothing happened until
-    the timeout (a minute by default), since Python's handler runs only between calls."""
+    the timeout (a minute by default), since Python's handler runs only between calls.
+    gather_async's wait raised the KeyboardInterrupt a line late (from the next Python
+    line), outside the caller's ``except``."""
     seen = spawn(ctrl_c_worker, tmp_path, 2, where)
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
