@@ -1,6 +1,9 @@
 #include "runtime/lane_exchange.h"
 
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
+
+#include <algorithm>
 
 #include "runtime/collective_wait.h"
 
@@ -23,6 +26,18 @@ void check_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>& lane
   }
 }
 
+namespace {
+
+int64_t row_bytes(const at::Tensor& rows) {
+  return c10::multiply_integers(rows.sizes().slice(1)) * static_cast<int64_t>(rows.element_size());
+}
+
+}  // namespace
+
+int64_t parts_for_block(int64_t bytes, int64_t num_lanes) {
+  return std::clamp<int64_t>(bytes / kMinLanePartBytes, 1, std::max<int64_t>(num_lanes, 1));
+}
+
 void exchange_over_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>& lanes,
                          int64_t host, at::Tensor& into, const at::Tensor& from,
                          const std::vector<int64_t>& into_rows,
@@ -40,10 +55,16 @@ void exchange_over_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup
     from_at[h] = from_at[h - 1] + from_rows[h - 1];
   }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const int64_t into_row_bytes = row_bytes(into), from_row_bytes = row_bytes(from);
   const auto post = [&](bool send, int64_t lane, int64_t h, int64_t rows, int64_t at) {
+    // A block's sender and receiver see the same bytes (a message's two ends), so they
+    // cut it into the same parts without telling each other.
+    const int64_t parts =
+        parts_for_block(rows * (send ? from_row_bytes : into_row_bytes), num_lanes);
+    if (lane >= parts) return;
     const int64_t data = rows - header;
-    const int64_t begin = lane == 0 ? 0 : header + data * lane / num_lanes;
-    const int64_t end = header + data * (lane + 1) / num_lanes;
+    const int64_t begin = lane == 0 ? 0 : header + data * lane / parts;
+    const int64_t end = header + data * (lane + 1) / parts;
     if (end <= begin) return;
     std::vector<at::Tensor> message{
         (send ? from : into).narrow(0, at + begin, end - begin).view(-1)};

@@ -383,7 +383,9 @@ def test_more_hosts(tmp_path, world):
 @pytest.mark.timeout(600)
 def test_gloo_lanes_move_rows_smaller_than_a_verdict(tmp_path):
     # 2-byte rows: each peer's answer leads with 4 header rows, which travel whole on lane 0.
-    seen = run_hosts(3, {"f16": (table(500, 1, torch.float16), 0.2)}, tmp_path)
+    # Host 1's fetch of every row takes about 1.1M rows (2.1 MB) from each peer: 4 parts
+    # over 4 lanes (a block travels in parts of 512 KiB or more); the small fetches, whole.
+    seen = run_hosts(3, {"f16": (table(4_000_000, 1, torch.float16), 0.2)}, tmp_path)
     assert seen == {f"ok_{r}": "ok" for r in range(3)}, seen
 
 

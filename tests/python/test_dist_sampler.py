@@ -131,11 +131,11 @@ def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend=
             sampler.sample_subgraph(torch.arange(10))  # the peer is gone: raises
 
 
-def spawn_hosts(tmp_path, worker_fn, world, method, *extra):
-    """Partitions graph() into ``world`` parts by ``method`` and runs ``worker_fn`` as that
-    many hosts: the whole topology, what each host reported, and the results folder."""
-    edge_index = graph()
-    topo = qv.CSRTopo(edge_index, num_nodes=400)
+def spawn_hosts(tmp_path, worker_fn, world, method, *extra, nodes=400):
+    """Partitions graph(nodes) into ``world`` parts by ``method`` and runs ``worker_fn`` as
+    that many hosts: the whole topology, what each host reported, and the results folder."""
+    edge_index = graph(nodes)
+    topo = qv.CSRTopo(edge_index, num_nodes=nodes)
     torch.save(edge_index, tmp_path / "edge_index.pt")
     partition_graph(tmp_path / "parts", topo, world, method)
     return (topo, *spawned(tmp_path, worker_fn, world, *extra))
@@ -280,11 +280,14 @@ def test_bounded_and_exact_slots_give_identical_batches(tmp_path, mode):
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
-def lanes_worker(rank, world, port, directory, results):
+def lanes_worker(rank, world, port, directory, results, nodes, scale):
     """One seed through Gloo samplers that move a hop's bulk over 1, 3 and 4 lanes (owner
     draws: the answers; requester draws: the three reads' rows) gives one batch: the lanes
     only carry the bytes. Hosts ask for different numbers of seeds, none included, so that
-    some parts of a lane carry nothing."""
+    some parts of a lane carry nothing. A block travels in parts of 512 KiB or more: on the
+    400-node graph every block travels whole on one lane; on the 100,000-node graph, with
+    1,000 times the seeds, the requester's second-hop reads are about 1 MB a block, in 2
+    parts."""
     with host_of(rank, world, port, results, 60):
         part = load_partition(Path(directory) / "parts", rank)
         for draws in ("owner", "requester"):
@@ -292,9 +295,9 @@ def lanes_worker(rank, world, port, directory, results):
                         for lanes in (1, 3, 4)]
             assert [s.lanes for s in samplers] == [1, 3, 4]
             for step in range(3):
-                count = 0 if (rank == 1 and step == 1) else 20 + 15 * rank
+                count = 0 if (rank == 1 and step == 1) else (20 + 15 * rank) * scale
                 gen = torch.Generator().manual_seed(rank + 10 * step)
-                seeds = torch.randperm(400, generator=gen)[:count]
+                seeds = torch.randperm(nodes, generator=gen)[:count]
                 batches = [s.sample_subgraph(seeds, torch.Generator().manual_seed(step))
                            for s in samplers]
                 for other in batches[1:]:
@@ -303,8 +306,9 @@ def lanes_worker(rank, world, port, directory, results):
 
 
 @pytest.mark.timeout(300)
-def test_gloo_lanes_give_identical_batches_for_one_seed(tmp_path):
-    _, seen, _ = spawn_hosts(tmp_path, lanes_worker, 3, "random")
+@pytest.mark.parametrize("nodes,scale", [(400, 1), (100_000, 1000)])
+def test_gloo_lanes_give_identical_batches_for_one_seed(tmp_path, nodes, scale):
+    _, seen, _ = spawn_hosts(tmp_path, lanes_worker, 3, "random", nodes, scale, nodes=nodes)
     assert seen == {f"ok_{r}": "ok" for r in range(3)}, seen
 
 
