@@ -345,7 +345,8 @@ class DistFeature:
             descriptors each, so make one DistFeature a table and keep it, rather than
             one an epoch. One TCP stream carries about
             2 GB/s; 8 lanes moved about twice as much on the two-H200 host's loopback
-            (docs/benchmarks.md).
+            (docs/benchmarks.md). A peer's rows take one lane per 512 KiB, so a small
+            fetch travels on one lane: splitting it only cost messages.
         name: the table's name, which every host must give alike (checked when they
             connect). Hosts must build their DistFeatures in the same order, as for any
             collective: two tables of one shard map, dtype and shape built in different
