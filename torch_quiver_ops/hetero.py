@@ -18,7 +18,7 @@ from torch import Tensor
 from . import ops
 from ._device import as_ids, holds_integers
 from .ops import integer_fanouts, integer_times
-from .sampler import sampling_placement
+from .sampler import ops_temporal_strategy, sampling_placement
 from .topology import kept_indptr
 from .uva import pinned
 
@@ -395,6 +395,8 @@ class HeteroSampler:
                 self.topo, by_id = topo, by_id[by_id > 0]
                 self._kept_edges = {et: ids.to(self.device) for et, ids in kept.items()}
             edge_weight = by_id[topo.eid].contiguous()
+        self._ops_temporal_strategy = ops_temporal_strategy(
+            temporal_strategy, self.temporal, weights is not None, self.replace)
         self._pins = []
         arrays = {"indptr": topo.indptr, "indices": topo.indices, "eid": topo.eid,
                   "edge_time": topo.edge_time, "edge_weight": edge_weight,
@@ -419,7 +421,7 @@ class HeteroSampler:
         self._sampler = torch.classes.quiver.HeteroSubgraphSampler(
             a["indptr"], a["indices"], a["eid"], topo.node_type_offsets, topo.relation_src_types,
             topo.relation_dst_types, topo.relation_edge_offsets, self.fanouts, self.replace,
-            a["edge_weight"], a["edge_time"], self.strict_time, self.temporal_strategy,
+            a["edge_weight"], a["edge_time"], self.strict_time, self._ops_temporal_strategy,
             self.disjoint, a["weight_sums"], a["slice_starts"], self.capture_batches)
 
     # Pickling (DataLoader workers, spawned processes): the sampler object is made again from

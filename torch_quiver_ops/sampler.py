@@ -38,6 +38,26 @@ class Adj(NamedTuple):
         return Adj(self.edge_index.to(*args, **kwargs), e_id, self.size)
 
 
+def ops_temporal_strategy(strategy: str, temporal: bool, weighted: bool, replace: bool,
+                          weights_name: str = "weights") -> str:
+    """The temporal strategy the ops get from a sampler's ``temporal_strategy``, checked when
+    the sampler is made rather than at its first batch: without times it means nothing
+    (ignored, as PyG ignores it without ``time_attr``); "last" takes each node's most
+    recent edges, so it takes no weights (named ``weights_name``) and no replacement."""
+    if strategy not in ("uniform", "last"):
+        raise ValueError(f"temporal_strategy must be 'uniform' or 'last', got {strategy!r}")
+    if not temporal:
+        return "uniform"
+    if strategy == "last" and weighted:
+        raise ValueError(f"temporal_strategy='last' takes the most recent edges and ignores "
+                         f"weights: leave {weights_name} out, or sample by weight with "
+                         f"temporal_strategy='uniform'")
+    if strategy == "last" and replace:
+        raise ValueError("temporal_strategy='last' takes the most recent edges: it cannot "
+                         "sample with replacement (replace=True)")
+    return strategy
+
+
 def sampling_placement(device, mode: Optional[str]) -> Tuple[torch.device, str]:
     """``(device, mode)`` a sampler runs with: ``mode`` ``"GPU"``, ``"UVA"`` or ``"CPU"``
     (default: ``"UVA"`` on a GPU, else ``"CPU"``), checked against the device and the
@@ -255,6 +275,8 @@ class GraphSageSampler:
         self._every_edge = given if csr_topo.edge_count != given.edge_count else None
         self.temporal = self._edge_time is not None
         self.temporal_strategy = temporal_strategy
+        self._ops_temporal_strategy = ops_temporal_strategy(
+            temporal_strategy, self.temporal, self._edge_weight is not None, replace)
         self.strict_time = bool(strict_time)
         self.disjoint = bool(disjoint) or self.temporal
         self.capture_batches = bool(capture_batches)
@@ -329,7 +351,7 @@ class GraphSageSampler:
         self._sampler = torch.classes.quiver.SubgraphSampler(
             self._indptr, self._indices, self._eid, self.sizes, self.replace,
             self._cached_indices, self._cached_starts, self._weight, self._time,
-            self.strict_time, self.temporal_strategy, self.disjoint, self._weight_sums,
+            self.strict_time, self._ops_temporal_strategy, self.disjoint, self._weight_sums,
             self.capture_batches)
         if self.uva_row_order is not None:
             self._sampler.set_uva_row_order(int(self.uva_row_order))

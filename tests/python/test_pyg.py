@@ -167,6 +167,17 @@ def test_malformed_edge_indices_are_refused_not_truncated():
                                                    layout=layout, size=(3, 3))
 
 
+def test_an_id_out_of_range_is_named_where_it_is_in_edge_index():
+    """A probe: the error named edge_index[1, 1] for a bad source at [0, 1], and the
+    reverse (the graph store stacks the rows the other way round for the CSR)."""
+    for edge_index, words in [([[0, 55], [1, 2]], r"edge_index\[0, 1\] = 55"),
+                              ([[0, 1], [1, 55]], r"edge_index\[1, 1\] = 55"),
+                              ([[0, 1, 2], [-4, 1, 2]], r"edge_index\[1, 0\] = -4")]:
+        data = Data(x=torch.randn(10, 2), edge_index=torch.tensor(edge_index), num_nodes=10)
+        with pytest.raises(IndexError, match=words):
+            next(iter(qpyg.NeighborLoader(data, [-1], batch_size=4, device="cpu")))
+
+
 def test_feature_store_gathers_and_names_what_it_lacks(mode):
     device = device_of(mode)
     data = directed_data()
@@ -632,9 +643,15 @@ def test_unsupported_arguments_raise_clearly():
         qpyg.NeighborLoader(data.edge_index, [2], device="cpu")
     with pytest.raises(ValueError, match="cannot read '1x' as a size"):  # on the CPU too
         qpyg.NeighborLoader(data, [2], cache_size="1x", device="cpu")
-    with pytest.raises(IndexError):
-        next(iter(qpyg.NeighborLoader(data, [2], input_nodes=torch.tensor([0, 200]),
-                                      batch_size=2, device="cpu")))
+    # When the loader is made (a mask longer than the graph, too), not at the batch
+    # that holds the id somewhere in an epoch.
+    with pytest.raises(IndexError, match=r"input_nodes\[1\] = 200 is out of range \[0, "):
+        qpyg.NeighborLoader(data, [2], input_nodes=torch.tensor([0, 200]), batch_size=2,
+                            device="cpu")
+    mask = torch.zeros(data.num_nodes + 3, dtype=torch.bool)
+    mask[-1] = True
+    with pytest.raises(IndexError, match="out of range"):
+        qpyg.NeighborLoader(data, [2], input_nodes=mask, batch_size=2, device="cpu")
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and qv.cuda_kernels_built()),

@@ -583,7 +583,49 @@ def test_bad_hetero_arguments_are_named():
                                        device="cpu")
     with pytest.raises(NotImplementedError, match="weighted negatives"):
         next(iter(weighted))
-    loader = qpyg.NeighborLoader(data, [2], input_nodes=("paper", torch.tensor([0, 60])),
-                                 batch_size=2, device="cpu")
-    with pytest.raises(IndexError, match="'paper'"):
-        next(iter(loader))
+    # When the loader is made, not at the batch that holds it somewhere in an epoch.
+    with pytest.raises(IndexError, match=r"input_nodes\[1\]\[1\] = 60 is out of range "
+                                         r"\[0, 60\) \(nodes of type 'paper'\)"):
+        qpyg.NeighborLoader(data, [2], input_nodes=("paper", torch.tensor([0, 60])),
+                            batch_size=2, device="cpu")
+
+
+def test_type_attributes_that_are_no_rows_come_whole_and_types_keep_their_order():
+    """A probe: a node type's class count and class weights, a relation's embedding and a
+    tensor whose rows do not match its type's count were left out of every batch (PyG's
+    batches, a copy of the data, hold them whole), and a type without attributes came last,
+    so type ids from to_homogeneous() disagreed between a batch and the whole graph."""
+    data = HeteroData()
+    data["paper"].x = torch.randn(10, 2)
+    data["paper"].num_classes = 3
+    data["paper"].class_weight = torch.tensor([0.2, 0.3, 0.5])
+    data["paper"].short = torch.arange(7)  # 7 rows for 10 papers: no row per node
+    data["author"].num_nodes = 5           # no attributes, declared second
+    data["venue"].x = torch.randn(4, 2)
+    data["author", "writes", "paper"].edge_index = torch.tensor([[0, 1, 4], [0, 1, 2]])
+    data["paper", "in", "venue"].edge_index = torch.tensor([[0, 1, 2], [0, 1, 3]])
+    data["paper", "in", "venue"].rel_emb = torch.randn(2)
+    data["venue", "has", "paper"].edge_index = torch.tensor([[0, 1, 3], [0, 1, 2]])
+    data["venue", "has", "paper"].edge_attr = torch.randn(3, 2)
+    for loader in (
+            qpyg.NeighborLoader(data, [-1, -1], input_nodes="paper", batch_size=4,
+                                device="cpu"),
+            qpyg.LinkNeighborLoader(data, [-1], edge_label_index=("paper", "in", "venue"),
+                                    batch_size=2, device="cpu")):
+        for batch in loader:
+            assert batch.node_types == data.node_types
+            assert batch.edge_types == data.edge_types
+            paper = batch["paper"]
+            assert paper.num_classes == 3
+            assert torch.equal(paper.class_weight, data["paper"].class_weight)
+            assert torch.equal(paper.short, torch.arange(7))
+            assert torch.equal(batch["paper", "in", "venue"].rel_emb,
+                               data["paper", "in", "venue"].rel_emb)
+            has = batch["venue", "has", "paper"]
+            assert torch.equal(has.edge_attr, data["venue", "has", "paper"].edge_attr[has.e_id])
+            homogeneous = batch.to_homogeneous()
+            author = batch.node_types.index("author")
+            assert author == data.node_types.index("author")
+            starts = torch.tensor([0] + [batch[t].num_nodes for t in batch.node_types]).cumsum(0)
+            assert bool((homogeneous.node_type[starts[author]:starts[author + 1]]
+                         == author).all())

@@ -268,3 +268,35 @@ def test_more_bad_input_is_named():
     with pytest.raises(IndexError, match="edge_label_index holds node 300"):
         LinkNeighborLoader(data, [2], batch_size=8, device="cpu",
                            edge_label_index=torch.tensor([[0], [300]]))
+
+
+def test_last_with_weights_is_refused_when_made_and_ignored_without_times():
+    """A probe: weight_attr with temporal_strategy='last' was accepted, then the first batch
+    failed naming edge_weight, an argument the caller never gave."""
+    data = temporal_data(5)
+    with pytest.raises(ValueError, match="'last' takes the most recent edges and ignores "
+                                         "weights: leave weight_attr out"):
+        NeighborLoader(data, [3], input_nodes=torch.arange(4), input_time=torch.full((4,), 50),
+                       weight_attr="edge_weight", time_attr="edge_time",
+                       temporal_strategy="last", batch_size=2, device="cpu")
+    topo = qv.CSRTopo(data.edge_index, num_nodes=N)
+    with pytest.raises(ValueError, match="leave weights out"):
+        qv.GraphSageSampler(topo, [3], device="cpu", mode="CPU", weights=data.edge_weight,
+                            edge_time=data.edge_time, temporal_strategy="last")
+    with pytest.raises(ValueError, match="cannot sample with replacement"):
+        qv.GraphSageSampler(topo, [3], replace=True, device="cpu", mode="CPU",
+                            edge_time=data.edge_time, temporal_strategy="last")
+    hetero = qv.HeteroCSRTopo({("n", "to", "n"): data.edge_index}, {"n": N},
+                              edge_time_dict={("n", "to", "n"): data.edge_time})
+    with pytest.raises(ValueError, match="leave weights out"):
+        qv.HeteroSampler(hetero, [3], device="cpu", mode="CPU", temporal_strategy="last",
+                         weights={("n", "to", "n"): data.edge_weight})
+    # Without times the strategy means nothing, as in PyG: weighted batches as usual.
+    for loader in (NeighborLoader(data, [3], input_nodes=torch.arange(4), batch_size=2,
+                                  weight_attr="edge_weight", temporal_strategy="last",
+                                  device="cpu"),
+                   NeighborLoader(data, [3], input_nodes=torch.arange(4), batch_size=2,
+                                  temporal_strategy="last", device="cpu")):
+        assert sum(batch.batch_size for batch in loader) == 4
+    with pytest.raises(ValueError, match="'uniform' or 'last', got 'latest'"):
+        qv.GraphSageSampler(topo, [3], device="cpu", mode="CPU", temporal_strategy="latest")

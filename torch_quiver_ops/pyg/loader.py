@@ -14,6 +14,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader import LinkNeighborLoader as _PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
+from .._device import checked_node_ids
 from ..loader import checked_seed_edges
 from .sampler import HeteroNeighborSampler, NeighborSampler
 from .stores import (LINK_LOADER_KEYS, LOADER_KEYS, FeatureStore, GraphStore, HeteroGraphStore,
@@ -43,9 +44,20 @@ def _filter_in_the_main_process(loader: str, filter_per_worker: Optional[bool]) 
                       f"filter_per_worker=True is ignored", UserWarning, stacklevel=3)
 
 
+def _check_last_without_weights(rules: dict) -> None:
+    """temporal_strategy='last' with weight_attr, refused when the loader is made (the
+    sampler would refuse it too, naming its own argument)."""
+    if (rules.get("weight_attr") is not None and rules.get("time_attr") is not None
+            and rules.get("temporal_strategy", "uniform") == "last"):
+        raise ValueError("temporal_strategy='last' takes the most recent edges and ignores "
+                         "weights: leave weight_attr out, or sample by weight with "
+                         "temporal_strategy='uniform'")
+
+
 def _hetero_rules(data: HeteroData, rules: dict) -> dict:
     """HeteroNeighborSampler's weights / times from PyG's ``weight_attr`` (an attribute of
     every edge type) and ``time_attr`` (of every node type, or of every edge type)."""
+    _check_last_without_weights(rules)
     weight_attr, time_attr = rules.get("weight_attr"), rules.get("time_attr")
     out = {"disjoint": bool(rules.get("disjoint")),
            "temporal_strategy": rules.get("temporal_strategy", "uniform")}
@@ -77,6 +89,7 @@ def _hetero_rules(data: HeteroData, rules: dict) -> dict:
 def _sampling_rules(data, rules: dict) -> dict:
     """NeighborSampler's weights / times from PyG's ``weight_attr`` and ``time_attr`` (a node
     or an edge attribute of ``data``), and its temporal and disjoint options."""
+    _check_last_without_weights(rules)
     weight_attr, time_attr = rules.get("weight_attr"), rules.get("time_attr")
     out = {"disjoint": bool(rules.get("disjoint")),
            "temporal_strategy": rules.get("temporal_strategy", "uniform"),
@@ -120,6 +133,9 @@ class _OnOurStores:
 
     # The keys PyG's loader of this kind writes into its batches (see stores.LOADER_KEYS).
     _own_keys = LOADER_KEYS
+    # A HeteroData's per-type attributes copied whole, and its type order (_set_up_hetero).
+    _typed_graph_attrs: dict = {}
+    _type_order: Optional[tuple] = None
 
     def _set_up(self, data, num_neighbors, neighbor_sampler, *, device, mode, cache_size,
                 cache_policy, host_reads, replace, return_eid, subgraph_type,
@@ -291,11 +307,15 @@ class _OnOurStores:
             raise ValueError(f"subgraph_type={subgraph_type!r} but the neighbor_sampler "
                              f"given was built with {built_with!r}: build "
                              f"it with the subgraph_type wanted")
-        self._graph_attrs = {}
+        self._graph_attrs, self._typed_graph_attrs, self._type_order = {}, {}, None
         if isinstance(data, HeteroData):
             stores = to_stores(data, device, cache_size, cache_policy, host_reads)
             self._graph_attrs = {k: v for k, v in data._global_store.items()
                                  if k not in self._own_keys}
+            self._typed_graph_attrs = self._whole_typed_attrs(data)
+            # PyG's batches keep the data's type order (they start from a copy of it), so
+            # type ids from to_homogeneous() agree between a batch and the whole graph.
+            self._type_order = (list(data.node_types), list(data.edge_types))
         else:
             stores = tuple(data)
         feature_store, graph_store = stores
@@ -324,6 +344,25 @@ class _OnOurStores:
                                               subgraph_type=subgraph_type, **hetero_rules))
         self._take_sampler(neighbor_sampler, kwargs)
         return stores, graph_store, neighbor_sampler
+
+    def _whole_typed_attrs(self, data: HeteroData) -> dict:
+        """A node or edge type's attributes that are not a row per node / edge of that type
+        (a type's class count or class weights, a relation's embedding, a tensor whose rows
+        do not match the type's count): ``{(type, key): value}``, copied whole into every
+        batch, as PyG's batches (a copy of the data) hold them and as a Data's graph-level
+        attributes are."""
+        whole = {}
+        for types, skipped, per_item in (
+                (data.node_types, ("num_nodes",), lambda store, key: store.is_node_attr(key)),
+                (data.edge_types, ("edge_index",), lambda store, key: store.is_edge_attr(key))):
+            for t in types:
+                store = data[t]
+                for key, value in store.items():
+                    if key in skipped or key in self._own_keys:
+                        continue
+                    if not (isinstance(value, (Tensor, np.ndarray)) and per_item(store, key)):
+                        whole[(t, key)] = value
+        return whole
 
     def _decide_how_batches_are_drawn(self) -> None:
         # Batches are drawn here rather than through torch's DataLoader wherever that draws
@@ -370,6 +409,10 @@ class _OnOurStores:
                     batch[name] = rows
         for name, value in self._graph_attrs.items():
             batch[name] = value
+        if isinstance(batch, HeteroData) and self._type_order is not None:
+            for (t, name), value in self._typed_graph_attrs.items():
+                batch[t][name] = value
+            _in_type_order(batch, *self._type_order)
         return batch if self._transform is None else self._transform(batch)
 
     def __iter__(self):
@@ -616,7 +659,29 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
                          filter_per_worker=False, neighbor_sampler=neighbor_sampler, **kwargs)
         _check_one_time_each(self.input_data.time, self.input_data.node, "input_time",
                              "input node")
+        # Now rather than at the batch that holds a bad id, somewhere in a shuffled epoch.
+        if isinstance(graph_store, HeteroGraphStore):
+            seed_type = self.input_data.input_type
+            try:  # the (node_type, ids) form: its ids are input_nodes[1]
+                checked_node_ids(self.input_data.node, graph_store.num_nodes_dict[seed_type],
+                                 "input_nodes[1]")
+            except IndexError as error:
+                raise IndexError(f"{error} (nodes of type {seed_type!r})") from None
+        else:
+            checked_node_ids(self.input_data.node, graph_store.num_nodes, "input_nodes")
         self._decide_how_batches_are_drawn()
+
+
+def _in_type_order(batch: HeteroData, node_types: list, edge_types: list) -> None:
+    """Puts ``batch``'s node and edge stores in the data's order (types the data lacks, if
+    any, after). The stores are kept, only their order changes."""
+    for attr, order in (("_node_store_dict", node_types), ("_edge_store_dict", edge_types)):
+        stores = getattr(batch, attr)
+        ranked = {t: stores[t] for t in order if t in stores}
+        ranked.update((t, store) for t, store in stores.items() if t not in ranked)
+        if list(ranked) != list(stores):
+            stores.clear()
+            stores.update(ranked)
 
 
 def _check_one_time_each(times: Optional[Tensor], items: Tensor, name: str, what: str) -> None:

@@ -6,6 +6,7 @@ which builds them from a ``Data`` or a ``HeteroData``."""
 from __future__ import annotations
 
 import math
+import re
 import weakref
 
 import numpy as np
@@ -126,7 +127,13 @@ class GraphStore(_PygGraphStore):
         if layout == EdgeLayout.CSR:  # (rowptr, col): back to COO, edge ids in CSR order
             first = _rows_of_pointers(first, second.numel(), "rowptr")
         # COO (row, col): group by destination col; CSRTopo records each edge's position.
-        self.topo = CSRTopo(torch.stack([second.long(), first.long()]), num_nodes=num_nodes)
+        try:
+            self.topo = CSRTopo(torch.stack([second.long(), first.long()]),
+                                num_nodes=num_nodes)
+        except IndexError as error:  # it names the rows as stacked here, the caller's swapped
+            raise IndexError(re.sub(r"^edge_index\[([01]), ",
+                                    lambda m: f"edge_index[{1 - int(m[1])}, ",
+                                    str(error))) from None
         return True
 
     def _get_edge_index(self, edge_attr: EdgeAttr) -> Optional[Tuple[Tensor, Tensor]]:
