@@ -23,7 +23,8 @@ inline void check_index_vector(const at::Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(t.dim() == 1, name, " must be a 1-D tensor, got shape ", t.sizes());
   TORCH_CHECK_TYPE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, name,
                    " must hold int32 or int64 ids, got ", t.scalar_type());
-  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous");
+  TORCH_CHECK(t.is_contiguous(), name, " must be contiguous (a view such as edge_index[0] of a "
+              "transposed tensor is not): pass it through .contiguous()");
 }
 
 // A fanout is -1 (all neighbors) or a count; with replacement every node with neighbors
@@ -46,7 +47,8 @@ inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices
                     indptr.sizes());
   TORCH_CHECK_TYPE(indptr.scalar_type() == at::kLong, "indptr must be int64, got ",
                    indptr.scalar_type());
-  TORCH_CHECK(indptr.is_contiguous(), "indptr must be contiguous");
+  TORCH_CHECK(indptr.is_contiguous(),
+              "indptr must be contiguous: pass it through .contiguous()");
   check_index_vector(indices, "indices");
   if (edge_ids.has_value()) {
     const at::Tensor& eid = *edge_ids;
@@ -171,7 +173,7 @@ inline void check_neighbor_sample_args(const at::Tensor& indptr, const at::Tenso
     TORCH_CHECK_VALUE(t->dim() == 1 && t->numel() == indices.numel(), name,
                       " must hold one value per CSR edge (", indices.numel(), "), got shape ",
                       t->sizes());
-    TORCH_CHECK(t->is_contiguous(), name, " must be contiguous");
+    TORCH_CHECK(t->is_contiguous(), name, " must be contiguous: pass it through .contiguous()");
   };
   per_edge(edge_weight, "edge_weight", at::kFloat);
   per_edge(edge_weight_cumsum, "edge_weight_cumsum", at::kDouble);

@@ -10,6 +10,7 @@ relation, each with its own fanout."""
 from __future__ import annotations
 
 import itertools
+import operator
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
@@ -31,6 +32,24 @@ def _edge_type(key) -> EdgeType:
         raise TypeError(f"edge types are (source type, relation, destination type) tuples of "
                         f"str, got {key!r}")
     return key
+
+
+def _node_counts(num_nodes_dict) -> Dict[str, int]:
+    """Each node type's count as an int >= 0: a float (10.5) is refused rather than
+    truncated, a negative count named here rather than as offsets that decrease."""
+    counts = {}
+    for t, n in num_nodes_dict.items():
+        try:
+            if isinstance(n, bool):
+                raise TypeError
+            count = operator.index(n)  # ints, numpy ints, 0-d integer tensors
+        except TypeError:
+            raise TypeError(f"num_nodes_dict[{t!r}] must be an int node count, got {n!r}") \
+                from None
+        if count < 0:
+            raise ValueError(f"num_nodes_dict[{t!r}] = {count} is negative")
+        counts[t] = count
+    return counts
 
 
 class HeteroCSRTopo:
@@ -69,12 +88,10 @@ class HeteroCSRTopo:
                     num_nodes_dict[t] = max(num_nodes_dict.get(t, 0), count)
         self.node_types: List[str] = list(num_nodes_dict)
         self.edge_types: List[EdgeType] = edge_types
-        self.num_nodes_dict: Dict[str, int] = {t: int(n) for t, n in num_nodes_dict.items()}
+        self.num_nodes_dict: Dict[str, int] = _node_counts(num_nodes_dict)
         type_index = {t: i for i, t in enumerate(self.node_types)}
         offsets = [0]
         for t in self.node_types:
-            if self.num_nodes_dict[t] < 0:
-                raise ValueError(f"num_nodes_dict[{t!r}] = {self.num_nodes_dict[t]} is negative")
             offsets.append(offsets[-1] + self.num_nodes_dict[t])
         self.node_type_offsets: List[int] = offsets
         num_nodes = offsets[-1]
@@ -147,7 +164,7 @@ class HeteroCSRTopo:
         reads."""
         self = cls.__new__(cls)
         self.node_types = list(num_nodes_dict)
-        self.num_nodes_dict = {t: int(n) for t, n in num_nodes_dict.items()}
+        self.num_nodes_dict = _node_counts(num_nodes_dict)
         self.edge_types = [_edge_type(et) for et in edge_types]
         self.node_type_offsets = [0]
         for t in self.node_types:

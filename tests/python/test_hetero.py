@@ -5,6 +5,7 @@ temporal and disjoint rules, on every placement."""
 import itertools
 from collections import defaultdict
 
+import numpy as np
 import pytest
 import torch
 
@@ -475,6 +476,22 @@ def test_cpu_seeds_for_a_graph_on_the_gpu_are_refused(uva):
     with pytest.raises(ValueError, match="indptr is on cuda:0: pass the seeds on that device"):
         s.sample(torch.tensor([0, 1]), None, None)
     assert s.sample(torch.tensor([0, 1], device="cuda"), None, None)[0].numel() >= 2
+
+
+def test_node_counts_are_whole_and_not_negative():
+    """A probe: from_csr took {'a': -3} (sampling then mixed the types) and 10.5 as 10."""
+    csr = ([("b", "r", "b")], torch.tensor([0, 1, 2, 3]), torch.tensor([1, 2, 0]),
+           torch.tensor([0, 1, 2]), [0, 3])
+    edges = {("b", "r", "b"): torch.tensor([[0, 1], [1, 2]])}
+    for counts, error, words in [({"a": -3, "b": 3}, ValueError, r"\['a'\] = -3 is negative"),
+                                 ({"a": 10.5, "b": 3}, TypeError, r"\['a'\] must be an int"),
+                                 ({"a": True, "b": 3}, TypeError, r"\['a'\] must be an int")]:
+        with pytest.raises(error, match=words):
+            qv.HeteroCSRTopo.from_csr(counts, *csr)
+        with pytest.raises(error, match=words):
+            qv.HeteroCSRTopo(edges, counts)
+    topo = qv.HeteroCSRTopo.from_csr({"a": torch.tensor(0), "b": np.int64(3)}, *csr)
+    assert topo.num_nodes_dict == {"a": 0, "b": 3}
 
 
 def test_bad_input_is_named(mode):

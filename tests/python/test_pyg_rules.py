@@ -300,3 +300,15 @@ def test_last_with_weights_is_refused_when_made_and_ignored_without_times():
         assert sum(batch.batch_size for batch in loader) == 4
     with pytest.raises(ValueError, match="'uniform' or 'last', got 'latest'"):
         qv.GraphSageSampler(topo, [3], device="cpu", mode="CPU", temporal_strategy="latest")
+
+
+def test_float_seed_times_are_named_by_the_loaders_argument():
+    """A probe: a float input_time was refused naming seed_time, the sampler's argument."""
+    data = temporal_data(6)
+    with pytest.raises(TypeError, match="input_time must hold integer times"):
+        NeighborLoader(data, [3], input_nodes=torch.arange(2), input_time=torch.tensor([5.5, 1.0]),
+                       time_attr="edge_time", batch_size=2, device="cpu")
+    with pytest.raises(TypeError, match="edge_label_time must hold integer times"):
+        LinkNeighborLoader(data, [3], edge_label_index=data.edge_index[:, :2],
+                           edge_label_time=torch.tensor([5.5, 1.0]), time_attr="edge_time",
+                           batch_size=2, device="cpu")

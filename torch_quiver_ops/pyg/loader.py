@@ -15,6 +15,7 @@ from torch_geometric.loader import LinkNeighborLoader as _PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
 from .._device import checked_node_ids
+from ..ops import integer_times
 from ..loader import checked_seed_edges
 from .sampler import HeteroNeighborSampler, NeighborSampler
 from .stores import (LINK_LOADER_KEYS, LOADER_KEYS, FeatureStore, GraphStore, HeteroGraphStore,
@@ -686,7 +687,10 @@ def _in_type_order(batch: HeteroData, node_types: list, edge_types: list) -> Non
 
 def _check_one_time_each(times: Optional[Tensor], items: Tensor, name: str, what: str) -> None:
     """A ValueError naming ``name`` unless it holds one time per item (PyG would fail later,
-    in a batch, with an IndexError that names neither)."""
+    in a batch, with an IndexError that names neither), and a TypeError naming it for
+    floating-point times (the sampler's would name its own seed_time)."""
+    if times is not None:
+        integer_times(times, name)
     if times is not None and times.numel() != items.numel():
         raise ValueError(f"{name} must hold one time per {what} ({items.numel()}), got "
                          f"{times.numel()}")
