@@ -419,7 +419,8 @@ class DistGraphSampler:
             1 (the default): the group's own all-to-alls. A products batch moves 2-9 MB
             over three hops, and on one host's loopback 4 lanes were no faster (60-95 ms a
             batch either way, docs/benchmarks.md); lanes are for links where one
-            connection cannot fill the wire. Every host must ask for the same number. The
+            connection cannot fill the wire; a peer's block takes one lane per 512 KiB, so
+            small ones travel on one. Every host must ask for the same number. The
             batch does not depend on it. Over Gloo the sampler also makes a group of its
             own for its exchanges; it and the lanes are kept until the process exits
             (about 3 threads and 4 file descriptors each), so make one sampler a graph
