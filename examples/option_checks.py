@@ -16,6 +16,11 @@ def fanout_list(parser, text: str, option: str = "--fanouts") -> List[int]:
         parser.error(f"{option} takes whole numbers such as 15,10,5, got {text!r}")
     if any(f < -1 for f in fanouts):
         parser.error(f"{option} takes counts >= 0, or -1 for every neighbor, got {text}")
+    from torch_quiver_ops.ops import check_fanouts, integer_fanouts  # what the samplers take
+    try:
+        check_fanouts(integer_fanouts(fanouts, option), False, option)
+    except ValueError as error:  # a count past 64 bits, say: the op's int[] would refuse it
+        parser.error(str(error))
     return fanouts
 
 

@@ -71,6 +71,14 @@ def _check_fanouts_fake(fanouts, replace, what="fanouts"):
     return None
 
 
+# The check ops return nothing, so torch.compile's graph passes (AOT autograd's dead-code
+# elimination) dropped them and a corrupt CSR passed silently, where eager and export raise.
+# Marked as side effects, they stay in the graph and run.
+for _check in (torch.ops.quiver.check_csr, torch.ops.quiver.check_permutation,
+               torch.ops.quiver.check_fanouts):
+    torch.fx.node.has_side_effect(_check.default)
+
+
 @torch.library.register_fake("quiver::csr_from_coo")
 def _csr_from_coo_fake(row, col, num_nodes):
     _no_meta_beside_real(row=row, col=col)

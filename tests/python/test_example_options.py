@@ -144,6 +144,9 @@ def test_export_sage_checks_its_options_before_writing(export_sage, capsys, tmp_
     for argv, expected in [(["--fanouts", "10,,5"], ["--fanouts", "'10,,5'"]),
                            (["--fanouts", "x"], ["--fanouts", "'x'"]),
                            (["--fanouts", "10,-3"], ["--fanouts", "10,-3"]),
+                           # A probe: passed the checks, wrote the graph, then a cast error.
+                           (["--fanouts", "99999999999999999999"],
+                            ["--fanouts[0] = 99999999999999999999 does not fit in 64 bits"]),
                            (["--hidden", "0"], ["--hidden", "0"]),
                            (["--device", "foo"], ["--device", "'foo'"]),
                            (["--device", "cuda:99"], ["--device", "cuda:99"])]:

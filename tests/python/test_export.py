@@ -431,6 +431,31 @@ def test_traced_calls_raise_the_ops_own_errors(call, inputs, error, words):
         torch.compile(call, fullgraph=True, dynamic=True)(*inputs)
 
 
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("check, inputs, error, words", [
+    (qv.ops.check_csr, (torch.tensor([0, 2, 3]), torch.tensor([0, 7, 1])), IndexError,
+     "indices holds node id 7, out of range"),
+    (lambda order: qv.ops.check_permutation(order, 3, "order"), (torch.tensor([0, 1, 1]),),
+     ValueError, "order is not a permutation"),
+])
+def test_checks_that_return_nothing_still_run_when_compiled(backend, check, inputs, error,
+                                                             words):
+    """A probe: torch.compile dropped the check ops (they return nothing) as dead code, so
+    a corrupt CSR passed silently where eager and export raise."""
+    def step(x, *args):
+        check(*args)
+        return x + 1
+
+    torch._dynamo.reset()
+    # Not from a cache another build of the library filled (it may hold the graph without
+    # the check).
+    with torch._inductor.config.patch(fx_graph_cache=False), \
+            torch._functorch.config.patch(enable_autograd_cache=False):
+        compiled = torch.compile(step, backend=backend, fullgraph=True)
+        with pytest.raises(error, match=words):
+            compiled(torch.ones(2), *inputs)
+
+
 def test_meta_positions_beside_real_tensors_are_refused():
     """A meta positions tensor beside real tiers and ids ran the fake and returned
     uninitialized memory (a probe); check_csr with a meta indptr checked nothing."""
