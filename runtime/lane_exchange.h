@@ -21,12 +21,12 @@ namespace quiver::runtime {
 using LaneFailed = std::function<void(const std::exception& error)>;
 
 // The smallest part worth a lane of its own. Each part costs a message's fixed overhead
-// on both hosts' connection threads: a 64-id fetch (2 KB a way) took 4.6 ms over 8 lanes
-// and 1.3 ms over one on the 2-core CPU machine, and a 65,536-id fetch (2 MB a way) 13.4
+// on both hosts' connection threads: a 64-id fetch (4 KB a way) took 4.6 ms over 8 lanes
+// and 1.3 ms over one on the 2-core CPU machine, and a 65,536-id fetch (4 MB a way) 13.4
 // against 11.9 ms, while 8 lanes moved twice what one did for 45 MB fetches on the
 // two-H200 host (docs/benchmarks.md). Where between the two sizes a 16-core host's
-// crossover lies is not measured; 512 KiB parts take a stream about 0.25 ms at 2 GB/s,
-// several times a message's overhead.
+// crossover lies is not measured, so blocks of 4 MiB and more keep all 8 lanes; 512 KiB
+// parts take a stream about 0.25 ms at 2 GB/s, several times a message's overhead.
 inline constexpr int64_t kMinLanePartBytes = int64_t{512} << 10;
 
 // How many parts (lanes) a block of `bytes` travels in: one per kMinLanePartBytes, at
