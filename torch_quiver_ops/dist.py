@@ -264,6 +264,9 @@ def _rdma_options_problem(options: dict) -> str:
     return ""
 
 
+DEFAULT_TIMEOUT = 60.0  # seconds: DistFeature's and DistGraphSampler's default
+
+
 def _checked_timeout(timeout) -> float:
     if (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
             or not math.isfinite(timeout) or not 0 < timeout <= 365 * 24 * 3600):
@@ -292,9 +295,14 @@ def _tell_setup_problem(group, asked: str, lanes: int, timeout: float, problem: 
     other hosts then raise naming it, at once (errors of the agreement itself are left to
     the caller's own error)."""
     try:
-        text = _setup_text(asked, False, lanes, dist.get_backend(group), problem, None)
-        torch.classes.quiver.Transport.agree(group.boxed(), "dist-feature-setup", text,
-                                             _checked_timeout(timeout))
+        timeout = _checked_timeout(timeout)
+    except ValueError:  # the problem may be the timeout itself: the default then
+        timeout = DEFAULT_TIMEOUT
+    try:
+        # The arguments as text when the problem is one of them (json takes any str).
+        text = _setup_text(str(asked), False, lanes if is_int(lanes) else repr(lanes),
+                           dist.get_backend(group), problem, None)
+        torch.classes.quiver.Transport.agree(group.boxed(), "dist-feature-setup", text, timeout)
     except Exception:  # noqa: BLE001  (best effort: the caller raises its own error)
         pass
 
@@ -363,16 +371,22 @@ class DistFeature:
                  timeout: float = 60.0, rdma: Optional[dict] = None, lanes: int = 8, *,
                  name: Optional[str] = None, _run: Optional[int] = None):
         self._run = _run  # partition_features' run, when load() read one: hosts must agree
-        if name is not None and not isinstance(name, str):
-            raise ValueError(f"name must be a str or None, got {name!r}")
-        self.name = name
-        if transport not in TRANSPORTS:
-            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-        check_lanes(lanes)
+        try:
+            if name is not None and not isinstance(name, str):
+                raise ValueError(f"name must be a str or None, got {name!r}")
+            if transport not in TRANSPORTS:
+                raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+            check_lanes(lanes)
+            timeout = _checked_timeout(timeout)
+        except ValueError as error:  # told to the other hosts, which then raise at once
+            if dist.is_available() and dist.is_initialized():
+                _tell_setup_problem(group if group is not None else dist.group.WORLD,
+                                    transport, lanes, timeout, str(error))
+            raise
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("DistFeature needs torch.distributed: call "
                                "init_process_group first (torchrun sets up its environment)")
-        timeout = _checked_timeout(timeout)
+        self.name = name
         self.timeout = timeout
         self.group = group if group is not None else dist.group.WORLD
         backend = dist.get_backend(self.group)

@@ -88,7 +88,7 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
     except ImportError:
         raise ImportError("method='metis' needs pymetis (pip install pymetis); 'range' and "
                           "'random' need nothing") from None
-    if num_parts == 1:
+    if num_parts == 1 or n == 0:  # (METIS prints "Cannot bisect" for 0 nodes)
         return torch.zeros(n, dtype=torch.int16)
     need, available = METIS_BYTES_PER_EDGE * topo.edge_count, _available_memory()
     if available is not None and need > available:
@@ -141,7 +141,8 @@ def partition_quality(topo: CSRTopo, owner: Tensor, num_parts: int,
                                             output_size=end - begin)
         cut += int((row_owner != owner[topo.indices[begin:end].long()]).sum())
     nodes = torch.bincount(owner, minlength=num_parts).double()
-    edges = torch.bincount(owner, weights=degree.double(), minlength=num_parts)
+    # .double(): with no nodes, bincount returns int64 whatever its weights.
+    edges = torch.bincount(owner, weights=degree.double(), minlength=num_parts).double()
     return {"edge_cut": cut / max(topo.edge_count, 1),
             "node_balance": float(nodes.max() / nodes.mean().clamp(min=1e-12)),
             "edge_balance": float(edges.max() / edges.mean().clamp(min=1e-12)),
@@ -372,6 +373,25 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
                           arrays.get("labels"), {s: arrays[f"{s}_ids"] for s in splits}, manifest)
 
 
+def _tell_sampler_setup_problem(group, timeout, problem: str) -> None:
+    """This host's part of DistGraphSampler's setup agreement when its own arguments are
+    wrong: the other hosts then raise naming it, at once (best effort, as for
+    DistFeature's)."""
+    from .dist import DEFAULT_TIMEOUT, _checked_timeout
+    try:
+        timeout = _checked_timeout(timeout)
+    except ValueError:  # the problem may be the timeout itself: the default then
+        timeout = DEFAULT_TIMEOUT
+    mine = {"partition": None, "part": -1, "sizes": [], "replace": False, "asked": "",
+            "draws": None, "lanes": 1, "rdma": False, "problem": problem,
+            "machine": socket.gethostname()}
+    try:
+        torch.classes.quiver.Transport.agree(group.boxed(), "dist-sampler-setup",
+                                             json.dumps(mine, sort_keys=True), timeout)
+    except Exception:  # noqa: BLE001  (best effort: the caller raises its own error)
+        pass
+
+
 class DistGraphSampler:
     """Multi-hop sampling over a partitioned graph, :class:`GraphSageSampler`'s face: each
     process holds one :func:`load_partition` part (its rank in ``group`` is the part) and
@@ -452,32 +472,40 @@ class DistGraphSampler:
                  draws: Optional[str] = None, lanes: int = 1,
                  bounded_slots: Optional[bool] = None):
         import torch.distributed as dist
-        from .dist import _gloo_lanes, _own_group, _rdma_options, check_lanes
+        from .dist import _checked_timeout, _gloo_lanes, _own_group, _rdma_options, check_lanes
         group = group if group is not None else dist.group.WORLD
         nccl = dist.get_backend(group) == "nccl"
-        device, self.mode = sampling_placement(device, mode or ("GPU" if nccl else "CPU"))
-        rank, size = dist.get_rank(group), dist.get_world_size(group)
-        if rank != partition.part or size != partition.num_parts:
-            raise ValueError(f"this process is rank {rank} of {size} but holds part "
-                             f"{partition.part} of {partition.num_parts}: load part = rank of "
-                             f"a group with one process per part")
-        if transport not in ("auto", "collective", "rdma"):
-            raise ValueError(f"transport must be 'auto', 'collective' or 'rdma', got "
-                             f"{transport!r}")
-        if draws not in (None, "owner", "requester"):
-            raise ValueError(f"draws must be 'owner' or 'requester', got {draws!r}")
-        if draws == "owner" and transport == "rdma":
-            raise ValueError("transport 'rdma' reads the owners' memory, so the host that asks "
-                             "draws: draws must be 'requester' (or None) with it")
-        check_lanes(lanes)
-        if bounded_slots not in (None, True, False):
-            raise ValueError(f"bounded_slots must be None, True or False, got {bounded_slots!r}")
+        try:
+            timeout = _checked_timeout(timeout)
+            device, self.mode = sampling_placement(device, mode or ("GPU" if nccl else "CPU"))
+            rank, size = dist.get_rank(group), dist.get_world_size(group)
+            if rank != partition.part or size != partition.num_parts:
+                raise ValueError(f"this process is rank {rank} of {size} but holds part "
+                                 f"{partition.part} of {partition.num_parts}: load part = rank "
+                                 f"of a group with one process per part")
+            if transport not in ("auto", "collective", "rdma"):
+                raise ValueError(f"transport must be 'auto', 'collective' or 'rdma', got "
+                                 f"{transport!r}")
+            if draws not in (None, "owner", "requester"):
+                raise ValueError(f"draws must be 'owner' or 'requester', got {draws!r}")
+            if draws == "owner" and transport == "rdma":
+                raise ValueError("transport 'rdma' reads the owners' memory, so the host that "
+                                 "asks draws: draws must be 'requester' (or None) with it")
+            check_lanes(lanes)
+            if bounded_slots not in (None, True, False):
+                raise ValueError(f"bounded_slots must be None, True or False, got "
+                                 f"{bounded_slots!r}")
+            self.partition, self.sizes = partition, ops.integer_fanouts(sizes, "sizes")
+            # Three transports a host: fewer queue pairs and a smaller staging buffer each
+            # than DistFeature's one.
+            options = _rdma_options(rdma, qps_per_peer=2, staging_bytes=8 << 20)
+        except (ValueError, TypeError) as error:
+            # Told to the other hosts, which wait in the setup's agreement, so that every
+            # host raises at once rather than after the timeout with nothing said.
+            _tell_sampler_setup_problem(group, timeout, str(error))
+            raise
         if draws == "owner" and transport == "auto":
             transport = "collective"
-        self.partition, self.sizes = partition, ops.integer_fanouts(sizes, "sizes")
-        # Three transports a host: fewer queue pairs and a smaller staging buffer each
-        # than DistFeature's one.
-        options = _rdma_options(rdma, qps_per_peer=2, staging_bytes=8 << 20)
         self.transport = transport = self._agree(group, transport, replace, options, timeout,
                                                  draws, lanes)
         if not nccl:

@@ -477,6 +477,30 @@ def short_table_worker(rank, world, port, results):
         assert time.monotonic() - began < 10, "the host without the fault waited for a timeout"
 
 
+def one_bad_argument_worker(rank, world, port, results, argument):
+    start(rank, world, port)
+    with reported(results, rank):
+        good = {"timeout": 20.0, "lanes": 8, "transport": "gloo"}
+        bad = {"timeout": 0, "lanes": "8", "transport": "gl00"}[argument]
+        options = {**good, argument: bad if rank == 1 else good[argument]}
+        shard_map = qv.dist.build_shard_map(100, 2, None, 0.0)
+        local = local_feature(shard_map, rank, table(100, 3))
+        began = time.monotonic()
+        with pytest.raises(ValueError, match=f"{argument} must be" if rank == 1 else
+                           f"DistFeature cannot connect its hosts: host 1: {argument} must be"):
+            qv.dist.DistFeature(shard_map, local, **options)
+        assert time.monotonic() - began < 10, "the host without the fault waited for a timeout"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("argument", ["timeout", "lanes", "transport"])
+def test_a_bad_argument_on_one_host_is_named_by_every_host(tmp_path, argument):
+    """A probe: host 1's timeout=0 was refused on host 1 alone; host 0 waited its whole
+    timeout, then blamed host 1 as late or dead."""
+    seen = spawn(one_bad_argument_worker, tmp_path, 2, argument)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
 @pytest.mark.timeout(120)
 def test_a_host_whose_table_is_short_is_named_by_every_host(tmp_path):
     seen = spawn(short_table_worker, tmp_path)

@@ -478,7 +478,8 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
             assert torch.equal(torch.cat(in_epoch).unique(), own.unique().sort().values)
         assert torch.cat(seen).unique().numel() > 16  # shuffled: different seeds each epoch
         if backend == "gloo":  # a host without input nodes is an error on every host
-            with pytest.raises(ValueError, match="has no input nodes"):
+            with pytest.raises(ValueError, match="host 1 of this DistNeighborLoader has no "
+                                                 "input nodes"):  # on host 0 too
                 DistNeighborLoader(part, [2], input_nodes=own[:0] if rank == 1 else own)
             # A mask (PyG's train_mask) is the nodes it marks (it was seeds 0 and 1).
             mask = torch.zeros(400, dtype=torch.bool)
@@ -517,6 +518,22 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
                 DistNeighborLoader(part, [2], batch_size=2.5)
             with pytest.raises(ValueError, match="num_neighbors"):
                 DistNeighborLoader(part, [2, -2])
+            # One host's bad argument is told to the other, which raised only after its
+            # timeout, naming host 1 as late or dead (a probe).
+            for loader_options, sampler_options, said in (
+                    ({"batch_size": 0}, None, "batch_size must be an int >= 1"),
+                    (None, {"timeout": 0}, "timeout must be a finite number"),
+                    (None, {"draws": "bogus"}, "draws must be 'owner' or 'requester'")):
+                started = time.monotonic()
+                with pytest.raises(ValueError, match=said if rank == 1 else
+                                   "cannot connect its hosts: host 1: " + said):
+                    if loader_options is not None:
+                        DistNeighborLoader(part, [2], input_nodes=own, timeout=20.0,
+                                           **(loader_options if rank == 1 else {}))
+                    else:
+                        DistGraphSampler(part, [2], **(sampler_options if rank == 1
+                                                       else {"timeout": 20.0}))
+                assert time.monotonic() - started < 10, said
         with pytest.raises(ValueError, match="part True is not an int"):
             load_partition(directory / "parts", True)
         with pytest.raises(ValueError, match="names no split"):

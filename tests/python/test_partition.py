@@ -79,6 +79,17 @@ def test_parts_hold_exactly_the_whole_graph(tmp_path, method):
     assert torch.equal(host_of[~replicated], owner[~replicated])
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_a_graph_without_nodes_makes_empty_parts(tmp_path, method):
+    """A probe: partitioning an empty edge_index ended in a traceback from the balance
+    report (bincount with weights returned int64 for no nodes)."""
+    topo = qv.CSRTopo(torch.empty(2, 0, dtype=torch.long), num_nodes=0)
+    manifest = partition_graph(tmp_path, topo, 2, method)
+    assert [p["nodes"] for p in manifest["parts"]] == [0, 0]
+    for part in range(2):
+        assert load_partition(tmp_path, part, verify=True).nodes.numel() == 0
+
+
 def test_balance_and_what_each_method_cuts():
     topo = community_graph(n=800)
     for method in METHODS:

@@ -18,7 +18,8 @@ from .._device import is_int
 from .._interrupts import ctrl_c_ends_waits
 from ..dist import gloo_twin
 from ..ops import check_fanouts
-from ..partition import DistGraphSampler, GraphPartition, split_ids, load_partition
+from ..partition import (DistGraphSampler, GraphPartition, _tell_sampler_setup_problem,
+                         load_partition, split_ids)
 from .sampler import _fanouts
 
 
@@ -61,17 +62,24 @@ class DistNeighborLoader:
                  shuffle: bool = False, feature=None, group=None, replace: bool = False,
                  timeout: float = 60.0, seed: int = 0, transport: str = "auto",
                  mode: str = "CPU", device=None):
-        if not is_int(batch_size) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        fanouts = _fanouts(num_neighbors)
-        check_fanouts(fanouts, replace, "num_neighbors")  # here, naming the argument
-        self.group = gloo_twin(group)
-        if not isinstance(partition, GraphPartition):
-            partition = load_partition(partition, dist.get_rank(self.group))
-        self.partition = partition
+        self.group = gloo_twin(group)  # collective: before anything this host may refuse
         given = group if group is not None else dist.group.WORLD
-        on_gpu = mode.upper() in ("GPU", "UVA") and dist.get_backend(given) == "nccl"
+        on_gpu = (isinstance(mode, str) and mode.upper() in ("GPU", "UVA")
+                  and dist.get_backend(given) == "nccl")
         self.sampler_group = given if on_gpu else self.group
+        try:
+            if not is_int(batch_size) or batch_size < 1:
+                raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+            fanouts = _fanouts(num_neighbors)
+            check_fanouts(fanouts, replace, "num_neighbors")  # here, naming the argument
+            if not isinstance(partition, GraphPartition):
+                partition = load_partition(partition, dist.get_rank(self.group))
+        except (ValueError, TypeError, IndexError, OSError) as error:
+            # Told to the other hosts, which wait in the sampler's setup agreement, so that
+            # every host raises at once rather than after the timeout with nothing said.
+            _tell_sampler_setup_problem(self.sampler_group, timeout, str(error))
+            raise
+        self.partition = partition
         self.sampler = DistGraphSampler(partition, fanouts, self.sampler_group,
                                         replace, timeout, transport, mode=mode, device=device)
         # A problem with this host's input nodes is raised on every host, after the
@@ -97,9 +105,12 @@ class DistNeighborLoader:
         if any(refused for _, _, refused in everyone):
             raise ValueError("another host's input_nodes were refused (that host names why): "
                              "this DistNeighborLoader cannot run")
-        if min(nodes for _, nodes, _ in everyone) == 0:
-            raise ValueError(f"a host of this DistNeighborLoader has no input nodes (this one, "
-                             f"host {dist.get_rank(self.group)}, has {count}): each host "
+        empty = [h for h, (_, nodes, _) in enumerate(everyone) if nodes == 0]
+        if empty:
+            raise ValueError(f"host{'s' if len(empty) > 1 else ''} "
+                             f"{', '.join(map(str, empty))} of this DistNeighborLoader "
+                             f"{'have' if len(empty) > 1 else 'has'} no input nodes (this "
+                             f"one, host {dist.get_rank(self.group)}, has {count}): each host "
                              f"samples its own nodes' batches, so every host needs some "
                              f"(partition so that each part owns input nodes)")
         self._batches = max(batches for batches, _, _ in everyone)
