@@ -117,6 +117,7 @@ void register_runtime_classes(torch::Library& m) {
       .def_static("rdma_defaults", &Transport::rdma_defaults)
       .def_static("check_rdma_options", &Transport::check_rdma_options)
       .def_static("agree", &Transport::agree_over)
+      .def_static("tell", &Transport::tell_over)
       .def("kind", &Transport::kind)
       .def("host", &Transport::host)
       .def("num_hosts", &Transport::num_hosts)

@@ -29,16 +29,47 @@ class StorePolls {
   std::chrono::milliseconds pause_{1};
 };
 
+// Publishes `mine` as this host's text of its next round on `topic`: the key prefix of
+// that round (its n-th, counted in the store, n into `round`).
+std::string publish(c10d::Store& store, const std::string& topic, int64_t host,
+                    const std::string& mine, int64_t* round) {
+  const std::string base = "quiver/agree/" + topic + "/";
+  *round = store.add(base + "count/" + std::to_string(host), 1) - 1;
+  const std::string prefix = base + std::to_string(*round) + "/";
+  store.set(prefix + std::to_string(host), std::vector<uint8_t>(mine.begin(), mine.end()));
+  return prefix;
+}
+
+// Counts this host as having read the round at `prefix`. Host 0, which holds the store
+// when the group was made with init_process_group's tcp:// address, returns only once
+// every host has: raising and exiting at once, it would take the store from a host still
+// reading, which would then see a lost connection instead of the disagreement. The others
+// need the store no more once their count is in, so they never wait on a store that may
+// be gone.
+void count_as_read(c10d::Store& store, const std::string& topic, const std::string& prefix,
+                   int64_t host, int64_t num_hosts,
+                   std::chrono::steady_clock::time_point deadline,
+                   std::chrono::milliseconds timeout, StorePolls& polls) {
+  const std::string read = prefix + "read";
+  int64_t done = store.add(read, 1);
+  while (host == 0 && done < num_hosts) {
+    TORCH_CHECK(std::chrono::steady_clock::now() <= deadline, "host ", host, " waited ",
+                timeout.count(), " ms for every host to read what the others said on ", topic,
+                ": ", num_hosts - done, " of ", num_hosts,
+                " had not (late, dead, or running other code)");
+    polls.pause([&] { return "every host to read what the others said on " + topic; });
+    done = store.add(read, 0);
+  }
+}
+
 std::vector<std::string> agree_over_store(c10d::Store& store, const std::string& topic,
                                           int64_t host, int64_t num_hosts,
                                           const std::string& mine,
                                           std::chrono::milliseconds timeout,
                                           int64_t* round_out) {
-  const std::string base = "quiver/agree/" + topic + "/";
-  const int64_t round = store.add(base + "count/" + std::to_string(host), 1) - 1;
+  int64_t round = 0;
+  const std::string prefix = publish(store, topic, host, mine, &round);
   if (round_out != nullptr) *round_out = round;
-  const std::string prefix = base + std::to_string(round) + "/";
-  store.set(prefix + std::to_string(host), std::vector<uint8_t>(mine.begin(), mine.end()));
   std::vector<std::string> everyone(num_hosts);
   std::vector<bool> have(num_hosts, false);
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -76,22 +107,8 @@ std::vector<std::string> agree_over_store(c10d::Store& store, const std::string&
     }
     back_off();
   }
-  // Host 0, which holds the store when the group was made with init_process_group's
-  // tcp:// address, returns only once every host has read every text: raising and exiting
-  // at once, it would take the store from a host still reading, which would then see a
-  // lost connection instead of the disagreement. The others need the store no more once
-  // their count is in, so they never wait on a store that may be gone.
-  const std::string read = prefix + "read";
-  int64_t done = store.add(read, 1);
   polls.restart();
-  while (host == 0 && done < num_hosts) {
-    TORCH_CHECK(std::chrono::steady_clock::now() <= deadline, "host ", host, " waited ",
-                timeout.count(), " ms for every host to read what the others said on ", topic,
-                ": ", num_hosts - done, " of ", num_hosts,
-                " had not (late, dead, or running other code)");
-    back_off();
-    done = store.add(read, 0);
-  }
+  count_as_read(store, topic, prefix, host, num_hosts, deadline, timeout, polls);
   return everyone;
 }
 
@@ -113,6 +130,19 @@ std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string
                         " (the store lives in host 0's process, or in torchrun's on the " +
                         "first node: it may have ended): " + error.what_without_backtrace());
   }
+}
+
+void tell_hosts(c10d::Store& store, const std::string& topic, int64_t host, int64_t num_hosts,
+                const std::string& mine, std::chrono::milliseconds timeout) {
+  TORCH_CHECK_VALUE(host >= 0 && host < num_hosts, "host ", host, " is out of range [0, ",
+                    num_hosts, ")");
+  int64_t round = 0;
+  const std::string prefix = publish(store, topic, host, mine, &round);
+  // Nothing of the others' to read: counted as read at once (host 0 still waits for the
+  // others' reads, as in an agreement, so as not to take the store from them).
+  StorePolls polls;
+  count_as_read(store, topic, prefix, host, num_hosts,
+                std::chrono::steady_clock::now() + timeout, timeout, polls);
 }
 
 void wait_for_keys(c10d::Store& store, const std::vector<std::string>& keys,

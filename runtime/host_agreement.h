@@ -23,6 +23,14 @@ std::vector<std::string> agree_among_hosts(c10d::Store& store, const std::string
                                            std::chrono::milliseconds timeout,
                                            int64_t* round = nullptr);
 
+// This host's part of its next agreement on `topic`, published without waiting for the
+// others' texts: a host that gives up before the agreement (its own arguments are wrong)
+// tells the others, which meet `mine` in their agree_among_hosts, and raises at once.
+// Host 0 alone waits, at most `timeout`, until the others have read it (it may hold the
+// store).
+void tell_hosts(c10d::Store& store, const std::string& topic, int64_t host, int64_t num_hosts,
+                const std::string& mine, std::chrono::milliseconds timeout);
+
 // Waits until every key of `keys` is in the store, at most `timeout`, looking for Ctrl-C
 // between reads (Interrupted names `waiting_for`). Raises RuntimeError naming `waiting_for`
 // and the keys still missing at the timeout.

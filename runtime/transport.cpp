@@ -37,6 +37,14 @@ std::vector<std::string> Transport::agree_over(const c10::intrusive_ptr<c10d::Pr
                            checked_timeout(timeout_s, "timeout"));
 }
 
+void Transport::tell_over(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                          const std::string& topic, const std::string& mine,
+                          double timeout_s) {
+  TORCH_CHECK_VALUE(group, "Transport.tell needs a process group");
+  tell_hosts(*group->getStore(), topic, group->getRank(), group->getSize(), mine,
+             checked_timeout(timeout_s, "timeout"));
+}
+
 void Transport::check_rdma_options(int64_t port, int64_t gid_index, int64_t qps_per_peer,
                                    int64_t staging_bytes) {
   TORCH_CHECK_VALUE(qps_per_peer >= 1 && qps_per_peer <= kMaxQpsPerPeer,

@@ -290,19 +290,26 @@ def _setup_text(asked: str, rdma: bool, lanes: int, backend: str, problem: str,
                        "problem": problem, "run": run, "name": name}, sort_keys=True)
 
 
-def _tell_setup_problem(group, asked: str, lanes: int, timeout: float, problem: str) -> None:
-    """This host's part of DistFeature's setup agreement when it cannot construct one: the
-    other hosts then raise naming it, at once (errors of the agreement itself are left to
-    the caller's own error)."""
+def _telling_timeout(timeout) -> float:
+    """How long host 0 waits for the others to read what it told them: ``timeout``, or the
+    default when the problem told is the timeout itself."""
     try:
-        timeout = _checked_timeout(timeout)
-    except ValueError:  # the problem may be the timeout itself: the default then
-        timeout = DEFAULT_TIMEOUT
+        return _checked_timeout(timeout)
+    except ValueError:
+        return DEFAULT_TIMEOUT
+
+
+def _tell_setup_problem(group, asked, lanes, timeout, problem: str) -> None:
+    """This host's part of DistFeature's setup agreement when it cannot construct one,
+    published without waiting for the others' texts: the other hosts then raise naming it,
+    at once, and so does this one (errors of the store itself are left to the caller's own
+    error)."""
     try:
         # The arguments as text when the problem is one of them (json takes any str).
         text = _setup_text(str(asked), False, lanes if is_int(lanes) else repr(lanes),
                            dist.get_backend(group), problem, None)
-        torch.classes.quiver.Transport.agree(group.boxed(), "dist-feature-setup", text, timeout)
+        torch.classes.quiver.Transport.tell(group.boxed(), "dist-feature-setup", text,
+                                            _telling_timeout(timeout))
     except Exception:  # noqa: BLE001  (best effort: the caller raises its own error)
         pass
 

@@ -375,19 +375,16 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
 
 def _tell_sampler_setup_problem(group, timeout, problem: str) -> None:
     """This host's part of DistGraphSampler's setup agreement when its own arguments are
-    wrong: the other hosts then raise naming it, at once (best effort, as for
-    DistFeature's)."""
-    from .dist import DEFAULT_TIMEOUT, _checked_timeout
-    try:
-        timeout = _checked_timeout(timeout)
-    except ValueError:  # the problem may be the timeout itself: the default then
-        timeout = DEFAULT_TIMEOUT
+    wrong, published without waiting for the others' texts: the other hosts then raise
+    naming it, at once, and so does this one (best effort, as for DistFeature's)."""
+    from .dist import _telling_timeout
     mine = {"partition": None, "part": -1, "sizes": [], "replace": False, "asked": "",
             "draws": None, "lanes": 1, "rdma": False, "problem": problem,
             "machine": socket.gethostname()}
     try:
-        torch.classes.quiver.Transport.agree(group.boxed(), "dist-sampler-setup",
-                                             json.dumps(mine, sort_keys=True), timeout)
+        torch.classes.quiver.Transport.tell(group.boxed(), "dist-sampler-setup",
+                                            json.dumps(mine, sort_keys=True),
+                                            _telling_timeout(timeout))
     except Exception:  # noqa: BLE001  (best effort: the caller raises its own error)
         pass
 

@@ -607,6 +607,9 @@ def test_type_attributes_that_are_no_rows_come_whole_and_types_keep_their_order(
     data["paper", "in", "venue"].rel_emb = torch.randn(2)
     data["venue", "has", "paper"].edge_index = torch.tensor([[0, 1, 3], [0, 1, 2]])
     data["venue", "has", "paper"].edge_attr = torch.randn(3, 2)
+    # A split's labels on another edge type: kept whole, as in PyG (which overwrites them
+    # only on the seed edges' type).
+    data["venue", "has", "paper"].edge_label_index = torch.tensor([[0], [1]])
     for loader in (
             qpyg.NeighborLoader(data, [-1, -1], input_nodes="paper", batch_size=4,
                                 device="cpu"),
@@ -623,6 +626,10 @@ def test_type_attributes_that_are_no_rows_come_whole_and_types_keep_their_order(
                                data["paper", "in", "venue"].rel_emb)
             has = batch["venue", "has", "paper"]
             assert torch.equal(has.edge_attr, data["venue", "has", "paper"].edge_attr[has.e_id])
+            assert torch.equal(has.edge_label_index, torch.tensor([[0], [1]]))
+            if isinstance(loader, qpyg.LinkNeighborLoader):  # the loader's own, seeds first
+                seeds = batch["paper", "in", "venue"].edge_label_index
+                assert seeds.size(0) == 2 and 0 < seeds.size(1) <= 2  # batch_size 2
             homogeneous = batch.to_homogeneous()
             author = batch.node_types.index("author")
             assert author == data.node_types.index("author")

@@ -62,21 +62,29 @@ class DistNeighborLoader:
                  shuffle: bool = False, feature=None, group=None, replace: bool = False,
                  timeout: float = 60.0, seed: int = 0, transport: str = "auto",
                  mode: str = "CPU", device=None):
-        self.group = gloo_twin(group)  # collective: before anything this host may refuse
-        given = group if group is not None else dist.group.WORLD
-        on_gpu = (isinstance(mode, str) and mode.upper() in ("GPU", "UVA")
-                  and dist.get_backend(given) == "nccl")
-        self.sampler_group = given if on_gpu else self.group
+        problem = None
         try:
             if not is_int(batch_size) or batch_size < 1:
                 raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
             fanouts = _fanouts(num_neighbors)
             check_fanouts(fanouts, replace, "num_neighbors")  # here, naming the argument
+        except (ValueError, TypeError) as error:
+            problem = error
+        if problem is not None and not dist.is_initialized():
+            raise problem
+        self.group = gloo_twin(group)  # collective: every host makes it, refusing or not
+        given = group if group is not None else dist.group.WORLD
+        on_gpu = (isinstance(mode, str) and mode.upper() in ("GPU", "UVA")
+                  and dist.get_backend(given) == "nccl")
+        self.sampler_group = given if on_gpu else self.group
+        try:
+            if problem is not None:
+                raise problem
             if not isinstance(partition, GraphPartition):
                 partition = load_partition(partition, dist.get_rank(self.group))
         except (ValueError, TypeError, IndexError, OSError) as error:
-            # Told to the other hosts, which wait in the sampler's setup agreement, so that
-            # every host raises at once rather than after the timeout with nothing said.
+            # Told to the other hosts, which meet it in the sampler's setup agreement, so
+            # that every host raises at once rather than after the timeout with nothing said.
             _tell_sampler_setup_problem(self.sampler_group, timeout, str(error))
             raise
         self.partition = partition

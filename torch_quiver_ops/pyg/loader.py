@@ -351,7 +351,9 @@ class _OnOurStores:
         (a type's class count or class weights, a relation's embedding, a tensor whose rows
         do not match the type's count): ``{(type, key): value}``, copied whole into every
         batch, as PyG's batches (a copy of the data) hold them and as a Data's graph-level
-        attributes are."""
+        attributes are. What the loader writes into a type's store itself (a link loader's
+        edge_label on its seed edges' type, say) is not replaced: filter_fn copies a key
+        only where the batch lacks it, as PyG's loaders overwrite only where they write."""
         whole = {}
         for types, skipped, per_item in (
                 (data.node_types, ("num_nodes",), lambda store, key: store.is_node_attr(key)),
@@ -359,7 +361,7 @@ class _OnOurStores:
             for t in types:
                 store = data[t]
                 for key, value in store.items():
-                    if key in skipped or key in self._own_keys:
+                    if key in skipped:
                         continue
                     if not (isinstance(value, (Tensor, np.ndarray)) and per_item(store, key)):
                         whole[(t, key)] = value
@@ -412,7 +414,8 @@ class _OnOurStores:
             batch[name] = value
         if isinstance(batch, HeteroData) and self._type_order is not None:
             for (t, name), value in self._typed_graph_attrs.items():
-                batch[t][name] = value
+                if name not in batch[t]:
+                    batch[t][name] = value
             _in_type_order(batch, *self._type_order)
         return batch if self._transform is None else self._transform(batch)
 

@@ -186,6 +186,11 @@ class Transport : public torch::CustomClassHolder {
   static std::vector<std::string> agree_over(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
                                              const std::string& topic, const std::string& mine,
                                              double timeout_s);
+  // This host's part of its next agreement on `topic`, without waiting for the others'
+  // texts (runtime/host_agreement.h tell_hosts): for a host that raises instead of
+  // agreeing.
+  static void tell_over(const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                        const std::string& topic, const std::string& mine, double timeout_s);
 
  private:
   Parts parts_;
