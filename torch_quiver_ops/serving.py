@@ -86,10 +86,16 @@ class _Answer:
 
     @ctrl_c_ends_waits
     def result(self, timeout: Optional[float] = None) -> Tensor:
-        """The rows, waiting up to ``timeout`` seconds (None: no limit). Past it,
-        ``TimeoutError``, and the answer is given up: a request is waited for once."""
+        """The rows, waiting up to ``timeout`` seconds (None: no limit; 0 or less: only an
+        answer already in). Past it, ``TimeoutError``, and the answer is given up: a
+        request is waited for once."""
+        if timeout is None:
+            timeout = -1.0  # the runtime's "no limit"
+        else:  # a deadline already past is no wait, as for concurrent.futures (NaN: refused)
+            timeout = float(timeout)
+            timeout = 0.0 if timeout < 0 else timeout
         try:
-            return self._runtime.wait(self._ticket, -1.0 if timeout is None else float(timeout))
+            return self._runtime.wait(self._ticket, timeout)
         except RuntimeError as error:
             if _NOT_ANSWERED_IN_TIME in str(error):
                 raise TimeoutError(str(error).splitlines()[0]) from None
@@ -148,7 +154,9 @@ def _model_loop(runtime, model_box: list, stream) -> None:
             with torch.inference_mode(), (torch.cuda.stream(stream) if stream is not None
                                           else contextlib.nullcontext()):
                 out = model_box[0](x, adjs)[:seed_count].cpu()  # waits for this stream only
-        except Exception as error:  # noqa: BLE001 (answered to each request)
+        except BaseException as error:  # noqa: BLE001 (answered to each request)
+            # A SystemExit or KeyboardInterrupt from the model too: ended here, it would
+            # end this thread, and every later batch would wait for it.
             out, failure = None, f"{type(error).__name__}: {error}"
         try:
             if out is None:
@@ -626,7 +634,12 @@ def _answer(nodes, answer, to_json):
 
 
 def _answered(nodes, out: Tensor, to_json):
-    return HTTPStatus.OK, {"nodes": nodes, "predictions": to_json(out)}
+    try:
+        predictions = to_json(out)
+    except Exception as error:  # noqa: BLE001 (a 500 in JSON, as the model's own failure)
+        return HTTPStatus.INTERNAL_SERVER_ERROR, {
+            "error": f"to_json failed on the model's answer: {type(error).__name__}: {error}"}
+    return HTTPStatus.OK, {"nodes": nodes, "predictions": predictions}
 
 
 def _failed(error: Exception):

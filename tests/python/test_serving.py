@@ -986,9 +986,26 @@ def test_a_failing_model_answers_500_and_the_endpoint_keeps_serving(graph, serve
         model.forward = failing
         status, body = post(server.url, {"nodes": [1, 2]})
         assert status == 500 and "the model broke" in body["error"]
+        # A probe's model raised SystemExit: its thread ended, and every later request
+        # waited for it.
+        def exiting(x, adjs):
+            raise SystemExit(3)
+        model.forward = exiting
+        status, body = post(server.url, {"nodes": [1, 2]})
+        assert status == 500 and "SystemExit" in body["error"], (status, body)
         model.forward = forward
         status, body = post(server.url, {"nodes": [1, 2]})
         assert status == 200 and len(body["predictions"]) == 2
+    finally:
+        server.shutdown()
+    # A to_json that fails: a 500 in JSON (the stdlib server sent no answer at all).
+    def broken(rows):
+        raise ValueError("no classes")
+    server = serve_http(runtime_for(graph, cpu_samplers=1)[0], server=server_kind,
+                        to_json=broken)  # (shutting a server down closes its runtime)
+    try:
+        status, body = post(server.url, {"nodes": [1, 2]})
+        assert status == 500 and "to_json failed" in body["error"], (status, body)
     finally:
         server.shutdown()
 
@@ -1109,6 +1126,12 @@ def test_a_result_past_its_timeout_is_a_timeout_error_and_close_keeps_to_one_tim
         answer = runtime.submit([1, 2])
         with pytest.raises(TimeoutError, match="was not answered within 0.05 s"):
             answer.result(0.05)
+        # A deadline already past (a probe's result(-1) waited for the 3 s model).
+        for timeout in (-0.001, -1.0, float("-inf")):
+            began = time.monotonic()
+            with pytest.raises(TimeoutError):
+                runtime.submit([4]).result(timeout)
+            assert time.monotonic() - began < 1.0, timeout
         runtime.submit([3])
         started = time.monotonic()
     finally:
