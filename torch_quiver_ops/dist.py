@@ -290,28 +290,31 @@ def _setup_text(asked: str, rdma: bool, lanes: int, backend: str, problem: str,
                        "problem": problem, "run": run, "name": name}, sort_keys=True)
 
 
-def _telling_timeout(timeout) -> float:
-    """How long host 0 waits for the others to read what it told them: ``timeout``, or the
-    default when the problem told is the timeout itself."""
+def _tell_hosts(group, topic: str, text: str, timeout) -> None:
+    """This host's part of the setup agreement on ``topic`` when it refuses its own
+    arguments, published without waiting for the others' texts (Transport.tell): the other
+    hosts then raise naming it, at once, and so does this one. Host 0 waits for their reads
+    at most ``timeout``, or the default when the problem told is the timeout itself. Best
+    effort: errors of the store are left to the caller's own error."""
     try:
-        return _checked_timeout(timeout)
+        timeout = _checked_timeout(timeout)
     except ValueError:
-        return DEFAULT_TIMEOUT
+        timeout = DEFAULT_TIMEOUT
+    try:
+        torch.classes.quiver.Transport.tell(group.boxed(), topic, text, timeout)
+    except Exception:  # noqa: BLE001  (best effort: the caller raises its own error)
+        pass
 
 
 def _tell_setup_problem(group, asked, lanes, timeout, problem: str) -> None:
-    """This host's part of DistFeature's setup agreement when it cannot construct one,
-    published without waiting for the others' texts: the other hosts then raise naming it,
-    at once, and so does this one (errors of the store itself are left to the caller's own
-    error)."""
+    """DistFeature's part of its setup agreement when it cannot construct one (_tell_hosts);
+    the arguments as text when the problem is one of them (json takes any str)."""
     try:
-        # The arguments as text when the problem is one of them (json takes any str).
         text = _setup_text(str(asked), False, lanes if is_int(lanes) else repr(lanes),
                            dist.get_backend(group), problem, None)
-        torch.classes.quiver.Transport.tell(group.boxed(), "dist-feature-setup", text,
-                                            _telling_timeout(timeout))
-    except Exception:  # noqa: BLE001  (best effort: the caller raises its own error)
-        pass
+    except Exception:  # noqa: BLE001  (a group without a backend: nothing can be told)
+        return
+    _tell_hosts(group, "dist-feature-setup", text, timeout)
 
 
 class PendingRows:

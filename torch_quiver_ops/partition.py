@@ -376,17 +376,12 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
 def _tell_sampler_setup_problem(group, timeout, problem: str) -> None:
     """This host's part of DistGraphSampler's setup agreement when its own arguments are
     wrong, published without waiting for the others' texts: the other hosts then raise
-    naming it, at once, and so does this one (best effort, as for DistFeature's)."""
-    from .dist import _telling_timeout
+    naming it, at once, and so does this one (dist._tell_hosts)."""
+    from .dist import _tell_hosts
     mine = {"partition": None, "part": -1, "sizes": [], "replace": False, "asked": "",
             "draws": None, "lanes": 1, "rdma": False, "problem": problem,
             "machine": socket.gethostname()}
-    try:
-        torch.classes.quiver.Transport.tell(group.boxed(), "dist-sampler-setup",
-                                            json.dumps(mine, sort_keys=True),
-                                            _telling_timeout(timeout))
-    except Exception:  # noqa: BLE001  (best effort: the caller raises its own error)
-        pass
+    _tell_hosts(group, "dist-sampler-setup", json.dumps(mine, sort_keys=True), timeout)
 
 
 class DistGraphSampler:

@@ -16,6 +16,7 @@ from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
 from .._device import checked_node_ids
 from ..ops import integer_times
+from ..sampler import ops_temporal_strategy
 from ..loader import checked_seed_edges
 from .sampler import HeteroNeighborSampler, NeighborSampler
 from .stores import (LINK_LOADER_KEYS, LOADER_KEYS, FeatureStore, GraphStore, HeteroGraphStore,
@@ -46,13 +47,11 @@ def _filter_in_the_main_process(loader: str, filter_per_worker: Optional[bool]) 
 
 
 def _check_last_without_weights(rules: dict) -> None:
-    """temporal_strategy='last' with weight_attr, refused when the loader is made (the
-    sampler would refuse it too, naming its own argument)."""
-    if (rules.get("weight_attr") is not None and rules.get("time_attr") is not None
-            and rules.get("temporal_strategy", "uniform") == "last"):
-        raise ValueError("temporal_strategy='last' takes the most recent edges and ignores "
-                         "weights: leave weight_attr out, or sample by weight with "
-                         "temporal_strategy='uniform'")
+    """temporal_strategy='last' with weight_attr, refused when the loader is made, naming
+    weight_attr (the sampler's own check names its argument, weights)."""
+    if rules.get("weight_attr") is not None and rules.get("time_attr") is not None:
+        ops_temporal_strategy(rules.get("temporal_strategy", "uniform"), temporal=True,
+                              weighted=True, replace=False, weights_name="weight_attr")
 
 
 def _hetero_rules(data: HeteroData, rules: dict) -> dict:
