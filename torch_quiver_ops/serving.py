@@ -235,6 +235,10 @@ class ServingRuntime:
         if max_queue_nodes is not None and (not is_int(max_queue_nodes) or max_queue_nodes < 1):
             raise ValueError(f"max_queue_nodes must be an int >= 1 (None: 8 x max_batch_nodes), "
                              f"got {max_queue_nodes!r}")
+        for name, value in (("cpu_samplers", cpu_samplers), ("gpu_streams", gpu_streams),
+                            ("max_batch_nodes", max_batch_nodes), ("max_queue", max_queue)):
+            if not is_int(value):  # else TorchScript's "Expected a value of type 'int'"
+                raise ValueError(f"{name} must be an int, got {value!r}")
         if not is_int(seed) or not -2**63 <= seed < 2**63:
             raise ValueError(f"seed must be an int that fits in 64 bits, got {seed!r}")
         has_gpu = torch.cuda.is_available() and gpu_streams > 0
@@ -680,13 +684,8 @@ class _Collector:
         self._futures: Dict[int, object] = {}  # ticket -> its future
         self._lock = threading.Lock()  # guards _futures and _thread
         self._stopping = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        with self._lock:
-            self._start()
-
-    def _start(self) -> None:  # with _lock held
-        self._thread = threading.Thread(target=self._hand_out, name="quiver-collect",
-                                        daemon=True)
+        self._thread: Optional[threading.Thread] = threading.Thread(
+            target=self._hand_out, name="quiver-collect", daemon=True)
         self._thread.start()
 
     def expect(self, ticket: int):
@@ -694,9 +693,15 @@ class _Collector:
         running loop."""
         future = self._asyncio.get_running_loop().create_future()
         with self._lock:
-            self._futures[ticket] = future
-            if self._thread is None:  # stopped with the runtime: a request raced its close
-                self._start()
+            stopped = self._thread is None
+            if not stopped:
+                self._futures[ticket] = future
+        if stopped:
+            # The runtime is closed, and its close answered or failed every request: the
+            # outcome is taken here. A thread started now would outlive every join and be
+            # cut off in a C++ wait at exit, which aborts the process.
+            future.set_result(self._take_closed(ticket))
+            return future
         try:
             self._runtime.collect(ticket)
         except Exception:
@@ -733,6 +738,12 @@ class _Collector:
         except Exception as error:  # noqa: BLE001 (the model's or the runtime's failure)
             return None, error
 
+    def _take_closed(self, ticket: int) -> tuple:
+        try:
+            return self._runtime.wait(ticket, 0.0), None
+        except Exception as error:  # noqa: BLE001 (as _take)
+            return None, error
+
     def _settle(self, waiting) -> None:
         for ticket, future in waiting:
             outcome = self._take(ticket)
@@ -750,6 +761,12 @@ class _Collector:
 
 def _argmax_classes(out: Tensor) -> list:
     """The default answer: each node's class, the argmax of its model output row."""
+    if out.dim() != 2:
+        # argmax over a 1-D output is one number for the whole request, not one per node.
+        raise ValueError(
+            f"the default answer is each node's argmax over a [nodes, classes] output, and "
+            f"the model answered shape {list(out.shape)}: give to_json (e.g. "
+            f"lambda out: out.tolist()) for other outputs")
     return out.argmax(-1).tolist()
 
 
@@ -864,6 +881,16 @@ class _Handler(BaseHTTPRequestHandler):
         self._reply(reply.status, reply.body, reply.headers_to_send())
 
     def parse_request(self):
+        self.requestline = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        if len(self.requestline.split()) == 2:
+            # A request line with no version is HTTP/0.9, which http.server answers with a
+            # bare body, no status line (a client could not tell a refusal from an answer),
+            # after waiting for headers that HTTP/0.9 never sends. Refused at once, as 1.0.
+            self.command, self.request_version = None, "HTTP/1.0"
+            self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED,
+                            f"an HTTP/0.9 request line ({self.requestline!r}): this server "
+                            f"speaks HTTP/1.0 and 1.1")
+            return False
         if not super().parse_request():
             return False
         if any(isinstance(d, (email.errors.MissingHeaderBodySeparatorDefect,

@@ -255,6 +255,23 @@ def test_a_runtime_dropped_without_close_lets_its_threads_go(graph):
     while any(t.name == "quiver-collect" for t in threading.enumerate()):
         assert time.monotonic() < deadline, "the collecting thread outlived its runtime"
         time.sleep(0.01)
+    # A request collected after its runtime closed: answered from the closed runtime, with
+    # no new thread (one was started, and cut off in a C++ wait at exit: the process
+    # aborted; found by a probe). The exit itself: test_a_program_that_exits_with_requests_
+    # in_flight_exits_cleanly.
+    runtime, _ = runtime_for(graph, cpu_samplers=1)
+    runtime._collector()
+    late = runtime.submit([1, 2])
+    runtime.close()
+
+    async def collected_late():
+        future = late.collected()
+        assert future.done()  # taken at once: no thread hands it out
+        return await future
+    rows, error = asyncio.run(collected_late())
+    assert error is None and rows.shape[0] == 2
+    assert runtime._collectors[0]._thread is None
+    assert not any(t.name == "quiver-collect" for t in threading.enumerate())
     # A model assigned later is the one the threads call.
     runtime, _ = runtime_for(graph, cpu_samplers=1)
     runtime.model = lambda x, adjs: torch.full((x.size(0), 3), 7.0)
@@ -276,6 +293,11 @@ def test_runtime_arguments_are_checked_when_it_is_made(graph):
     with pytest.raises(ValueError, match="must each be <= 1024, got cpu_samplers=100000"):
         ServingRuntime(SAGE([graph.x.size(1), 4, 2]), topo, [5, 3], graph.x, device="cpu",
                        gpu_streams=0, cpu_samplers=100_000)
+    for name, bad in (("cpu_samplers", 1.5), ("gpu_streams", "2"), ("max_batch_nodes", 64.0),
+                      ("max_queue", None)):
+        with pytest.raises(ValueError, match=f"{name} must be an int, got {bad!r}"):
+            ServingRuntime(SAGE([graph.x.size(1), 4, 2]), topo, [5, 3], graph.x, device="cpu",
+                           **{"gpu_streams": 0, name: bad})
     bad_indptr = topo.indptr.clone()
     bad_indptr[-1] += 5  # more edges than indices holds
     with pytest.raises((ValueError, IndexError), match="indptr|indices"):
@@ -601,9 +623,22 @@ runtime = ServingRuntime(Identity(), qv.CSRTopo(edge_index, num_nodes=30), [3, 2
 answers = [runtime.submit([1]), runtime.submit([2, 3])]
 print("submitted", flush=True)
 """
-    [done] = run_commands([[sys.executable, "-c", script]], timeout=120)
+    # ... and one whose request is collected by an event loop after the runtime closed.
+    collected_late = script + """
+import asyncio
+runtime._collector()
+runtime.close()
+async def late():
+    return await answers[1].collected()
+rows, error = asyncio.run(late())
+print("collected", tuple(rows.shape), error, flush=True)
+"""
+    done, late = run_commands([[sys.executable, "-c", script],
+                               [sys.executable, "-c", collected_late]], timeout=120)
     assert done.returncode == 0 and "submitted" in done.stdout, (done.returncode, done.stderr)
     assert "terminate" not in done.stderr, done.stderr
+    assert late.returncode == 0 and "collected (2, 4) None" in late.stdout, (
+        late.returncode, late.stdout, late.stderr)
 
 
 def test_bad_options_are_value_errors(graph):
@@ -772,7 +807,11 @@ def test_the_stdlib_servers_own_refusals_are_json(graph):
     try:
         for request, code, words in [
                 (b"FOO /predict HTTP/1.1\r\nHost: x\r\n\r\n", 501, "FOO"),  # no server knows FOO
-                (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 414, "URI")]:
+                (b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n", 414, "URI"),
+                # HTTP/0.9 (no version): answered with a bare body, no status line, after
+                # waiting for headers (found by a probe). Refused at once, as HTTP/1.0.
+                (b"GET /health\r\n", 505, "HTTP/0.9"),
+                (b"POST /predict\r\n", 505, "HTTP/0.9")]:
             with socket.create_connection((host, int(port)), timeout=30) as sock:
                 sock.sendall(request)
                 answer = http.client.HTTPResponse(sock)
@@ -1006,6 +1045,24 @@ def test_a_failing_model_answers_500_and_the_endpoint_keeps_serving(graph, serve
     try:
         status, body = post(server.url, {"nodes": [1, 2]})
         assert status == 500 and "to_json failed" in body["error"], (status, body)
+    finally:
+        server.shutdown()
+    # A model with one number a node: the default answer (argmax over each row) was one
+    # number for the whole request, answered 200 (found by a probe). A 500 naming to_json.
+    runtime = runtime_for(graph, cpu_samplers=1)[0]
+    runtime.model = lambda x, adjs: x[:, 0]
+    server = serve_http(runtime, server=server_kind)
+    try:
+        status, body = post(server.url, {"nodes": [1, 2, 3]})
+        assert status == 500 and "to_json" in body["error"] and "[3]" in body["error"], body
+    finally:
+        server.shutdown()
+    runtime = runtime_for(graph, cpu_samplers=1)[0]
+    runtime.model = lambda x, adjs: x[:, 0]
+    server = serve_http(runtime, server=server_kind, to_json=lambda out: out.tolist())
+    try:
+        status, body = post(server.url, {"nodes": [1, 2, 3]})
+        assert status == 200 and len(body["predictions"]) == 3, body
     finally:
         server.shutdown()
 
