@@ -317,6 +317,9 @@ def _tell_setup_problem(group, asked, lanes, timeout, problem: str) -> None:
     _tell_hosts(group, "dist-feature-setup", text, timeout)
 
 
+_FETCH_NOT_DONE_IN_TIME = "the fetch did not finish within"  # FetchWork::wait's words
+
+
 class PendingRows:
     """A fetch started by :meth:`DistFeature.gather_async`. A Python object over the
     runtime's FetchWork so that Ctrl-C in ``wait`` is a KeyboardInterrupt at once, as in the
@@ -329,9 +332,21 @@ class PendingRows:
 
     @ctrl_c_ends_waits
     def wait(self, timeout: Optional[float] = None) -> Tensor:
-        """The rows, waiting up to ``timeout`` seconds (None or < 0: no limit); past it,
-        RuntimeError. The rows go to the first caller; a second wait raises."""
-        return self._work.wait(-1.0 if timeout is None else float(timeout))
+        """The rows, waiting up to ``timeout`` seconds (None: no limit; 0 or less: only
+        rows already in, as ``ServingRuntime``'s ``result`` and concurrent.futures). Past
+        it, ``TimeoutError``, and the fetch goes on: a later wait may take its rows. The rows
+        go to the first caller; a second wait raises."""
+        if timeout is None:
+            timeout = -1.0  # the runtime's "no limit"
+        else:
+            timeout = float(timeout)
+            timeout = 0.0 if timeout < 0 else timeout  # NaN stays NaN: the runtime refuses it
+        try:
+            return self._work.wait(timeout)
+        except RuntimeError as error:
+            if _FETCH_NOT_DONE_IN_TIME in str(error):
+                raise TimeoutError(str(error).splitlines()[0]) from None
+            raise
 
     def done(self) -> bool:
         """Whether ``wait`` would return (or raise) without waiting."""

@@ -170,8 +170,12 @@ def dropped_fetch_worker(rank, world, port, results):
             time.sleep(9)  # never gathers: host 0's fetch cannot finish
             return
         work = feature.gather_async(torch.arange(200))
-        with pytest.raises(RuntimeError, match="within"):
+        with pytest.raises(TimeoutError, match="within 0.5 s"):
             work.wait(0.5)
+        with pytest.raises(TimeoutError, match="within 0 s"):  # past deadline: no wait
+            work.wait(-3.0)
+        with pytest.raises(ValueError, match="nan"):
+            work.wait(float("nan"))
         ticks = []
         ticker = threading.Thread(target=lambda: [ticks.append(time.monotonic()) or
                                                   time.sleep(0.01) for _ in range(100)])
