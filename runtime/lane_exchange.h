@@ -24,9 +24,9 @@ using LaneFailed = std::function<void(const std::exception& error)>;
 // on both hosts' connection threads: a 64-id fetch (4 KB a way) took 4.6 ms over 8 lanes
 // and 1.3 ms over one on the 2-core CPU machine, and a 65,536-id fetch (4 MB a way) 13.4
 // against 11.9 ms, while 8 lanes moved twice what one did for 45 MB fetches on the
-// two-H200 host (docs/benchmarks.md). Where between the two sizes a 16-core host's
-// crossover lies is not measured, so blocks of 4 MiB and more keep all 8 lanes; 512 KiB
-// parts take a stream about 0.25 ms at 2 GB/s, several times a message's overhead.
+// two-H200 host. On a 16-core host, with this cut, 8 lanes took 7-12% less time than one
+// from 1 MiB blocks up and the same for small ones (docs/benchmarks.md, 2026-12-05).
+// 512 KiB parts take a stream about 0.25 ms at 2 GB/s, several times a message's overhead.
 inline constexpr int64_t kMinLanePartBytes = int64_t{512} << 10;
 
 // How many parts (lanes) a block of `bytes` travels in: one per kMinLanePartBytes, at
