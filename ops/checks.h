@@ -320,12 +320,35 @@ inline void check_csr_from_coo_args(const at::Tensor& row, const at::Tensor& col
   }
 }
 
+// That a contiguous tensor's storage still holds every element it views: a storage resized
+// or freed under its tensor (`x.untyped_storage().resize_(0)`) leaves the tensor's sizes
+// as they were, and a kernel reading them read freed memory (a segfault, found by a probe).
+// Checked at each gather, since a layout keeps its tensors across calls.
+inline void check_storage_holds(const at::Tensor& t, const std::string& name) {
+  if (t.numel() == 0 || !t.has_storage()) return;
+  const int64_t needed = (t.storage_offset() + t.numel()) * static_cast<int64_t>(t.element_size());
+  const int64_t held = static_cast<int64_t>(t.storage().nbytes());
+  TORCH_CHECK_VALUE(held >= needed, name, " views ", needed, " bytes of its storage, which holds ",
+                    held, ": the storage was resized or freed under the tensor (keep a table's ",
+                    "storage as it is while a store or op reads it)");
+}
+
 inline void check_gather_rows_args(const at::Tensor& table, const at::Tensor& ids) {
   TORCH_CHECK_VALUE(table.dim() >= 1,
                     "table must have at least one dimension (rows), got a scalar");
   TORCH_CHECK_VALUE(table.is_contiguous(),
                     "table must be contiguous (row-major); call .contiguous() once up front");
+  check_storage_holds(table, "table");
   check_index_vector(ids, "ids");
+  check_storage_holds(ids, "ids");
+}
+
+inline void check_tier_storage(at::ArrayRef<at::Tensor> tiers,
+                               const std::optional<at::Tensor>& positions) {
+  for (size_t k = 0; k < tiers.size(); ++k) {
+    check_storage_holds(tiers[k], "tiers[" + std::to_string(k) + "]");
+  }
+  if (positions.has_value()) check_storage_holds(*positions, "positions");
 }
 
 // A tiered row layout: tier k holds the rows at positions [begin_k, begin_k + rows_k), in
@@ -347,6 +370,7 @@ inline void check_row_tiers(at::ArrayRef<at::Tensor> tiers,
                       "] has rows of shape ", t.sizes().slice(1),
                       " but tiers[0] has rows of shape ", first.sizes().slice(1));
   }
+  check_tier_storage(tiers, positions);
   if (positions.has_value()) check_index_vector(*positions, "positions");
 }
 

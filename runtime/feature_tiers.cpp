@@ -76,6 +76,7 @@ std::optional<at::Tensor> FeatureTiers::positions() const {
 at::Tensor FeatureTiers::gather(const at::Tensor& ids, int64_t host_read_blocks) const {
   const std::shared_lock<std::shared_mutex> reading(memory_mutex_);  // until the rows are in
   check_not_released("gather");
+  check_tier_storage(tiers_, positions_);
   return internal::gather_tiered_rows(tiers_, positions_, ids, group_host_reads_,
                                       stage_host_rows_, host_read_blocks,
                                       host_read_split_.get());
@@ -84,6 +85,7 @@ at::Tensor FeatureTiers::gather(const at::Tensor& ids, int64_t host_read_blocks)
 void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) const {
   const std::shared_lock<std::shared_mutex> reading(memory_mutex_);
   check_not_released("gather_into");
+  check_tier_storage(tiers_, positions_);
   check_index_vector(ids, "ids");
   TORCH_CHECK_VALUE(ids.is_cpu() && device().is_cpu(),
                     "FeatureTiers.gather_into gathers on the CPU: ids on ", ids.device(),

@@ -1,6 +1,7 @@
 """Graph topology in CSR form."""
 from __future__ import annotations
 
+import operator
 import re
 from pathlib import Path
 from typing import Iterator, Optional, Tuple, Union
@@ -113,6 +114,13 @@ class CSRTopo:
         # Numpy arrays too (torch-quiver takes them): as tensors, sharing their memory.
         edge_index, indptr, indices, eid = (None if t is None else torch.as_tensor(t)
                                             for t in (edge_index, indptr, indices, eid))
+        if num_nodes is not None:
+            # An int, numpy's too (not a bool, nor a float that would be cut).
+            if isinstance(num_nodes, bool) or not hasattr(type(num_nodes), "__index__"):
+                raise TypeError(f"num_nodes must be an int, got {num_nodes!r}")
+            num_nodes = operator.index(num_nodes)
+            if not 0 <= num_nodes < 2**63:
+                raise ValueError(f"num_nodes must be in [0, 2**63), got {num_nodes}")
         if edge_index is not None:
             if indptr is not None or indices is not None:
                 raise ValueError("give either edge_index or indptr/indices, not both")
@@ -133,14 +141,19 @@ class CSRTopo:
                     raise IndexError(f"edge_index holds node {int(wide[wide < 0][0]) + 2**64}, "
                                      f"out of range")
                 edge_index = wide
+            # The node count sizes the offsets (8 bytes a node): past the memory there is,
+            # the process was killed filling them, with no error (a stray large id, or a
+            # num_nodes given too large).
             if num_nodes is None:
                 num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
-                # One stray large id sizes the offsets (8 bytes a node): past the memory
-                # there is, the process was killed filling them, with no error.
                 preflight.check_host_memory(
                     8 * (num_nodes + 1), f"CSRTopo's offsets for {num_nodes:,} nodes (the "
                     f"largest id in edge_index is {num_nodes - 1:,})",
                     "check edge_index for a stray id, or give num_nodes")
+            else:
+                preflight.check_host_memory(
+                    8 * (num_nodes + 1), f"CSRTopo's offsets for num_nodes={num_nodes:,}",
+                    "check num_nodes")
             dtype = torch.int32 if num_nodes <= INT32_MAX else torch.int64
             # Ids outside [0, num_nodes), negative ones too, are the op's IndexError; ids
             # that int32 cannot hold are refused here, before the conversion wraps them
@@ -158,6 +171,12 @@ class CSRTopo:
                     raise ValueError(f"eid must hold one integer id per column of edge_index "
                                      f"({edge_index.size(1)}), got {eid.dtype} of shape "
                                      f"{tuple(eid.shape)}")
+                if eid.dtype == torch.uint64 and eid.numel():
+                    # as int64 (below), an id past its range would turn negative
+                    wide = eid.cpu().to(torch.int64)
+                    if bool((wide < 0).any()):
+                        raise IndexError(f"eid holds edge id {int(wide[wide < 0][0]) + 2**64}, "
+                                         f"past int64's range")
             row = edge_index[0].to(dtype).contiguous()
             col = edge_index[1].to(dtype).contiguous()
             try:

@@ -199,6 +199,25 @@ def test_feature_rejects_bad_input():
         qv.Feature().from_cpu_tensor([[1.0]])
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_cuda)])
+def test_a_table_whose_storage_shrank_is_refused_not_read(device):
+    """A storage resized under its table left the sizes as they were, and the gathers read
+    freed memory: a segfault (found by a probe). Each gather checks the storage."""
+    x = torch.arange(2000.0, device=device).view(500, 4)
+    feature = qv.Feature(device_list=[]).from_cpu_tensor(x) if device == "cpu" else None
+    if feature is not None:
+        assert torch.equal(feature[[1, 499]], x[[1, 499]])
+    x.untyped_storage().resize_(16)
+    message = "views 8000 bytes of its storage, which holds 16: the storage was resized"
+    if feature is not None:
+        with pytest.raises(ValueError, match=r"tiers\[0\] " + message):
+            feature[[499]]
+    with pytest.raises(ValueError, match="table " + message):
+        qv.ops.gather_rows(x, torch.tensor([499], device=device))
+    with pytest.raises(ValueError, match=r"tiers\[0\] " + message):
+        qv.ops.gather_tiered_rows([x], None, torch.tensor([4], device=device))
+
+
 def test_feature_takes_numpy_tables_slices_and_mib():
     x = np.arange(12, dtype=np.float32).reshape(6, 2)
     feature = qv.Feature(device_list=[], device_cache_size="1MiB").from_cpu_tensor(x)

@@ -178,3 +178,26 @@ def test_a_stray_id_past_the_memory_there_is_is_named(monkeypatch):
     with pytest.raises(qv.preflight.ResourceLimitError,
                        match="largest id in edge_index is 1,099,511,627,776.*give num_nodes"):
         qv.CSRTopo(torch.tensor([[0, 2**40], [1, 2]]))
+    # ... and so does a num_nodes given too large (it skipped the check: killed, found by a
+    # probe).
+    with pytest.raises(qv.preflight.ResourceLimitError, match="num_nodes=1,099,511,627,776"):
+        qv.CSRTopo(torch.tensor([[0], [1]], dtype=torch.int32), num_nodes=2**40)
+
+
+def test_num_nodes_and_eid_are_checked_by_name():
+    """A float num_nodes failed in a cast that named no argument, True was read as 1, and a
+    uint64 eid past int64's range turned negative (found by a probe)."""
+    import numpy as np
+    edge_index = torch.tensor([[0, 1], [1, 2]])
+    for bad in (3.7, 2.0, "3", True):
+        with pytest.raises(TypeError, match="num_nodes must be an int"):
+            qv.CSRTopo(edge_index, num_nodes=bad)
+    for bad in (-1, 2**63):
+        with pytest.raises(ValueError, match=r"num_nodes must be in \[0, 2\*\*63\)"):
+            qv.CSRTopo(edge_index, num_nodes=bad)
+    assert qv.CSRTopo(edge_index, num_nodes=np.int64(5)).node_count == 5
+    assert qv.CSRTopo(edge_index, num_nodes=torch.tensor(4)).node_count == 4
+    with pytest.raises(IndexError, match="eid holds edge id 9223372036854775813"):
+        qv.CSRTopo(edge_index, eid=torch.tensor([2**63 + 5, 1], dtype=torch.uint64))
+    topo = qv.CSRTopo(torch.tensor([[1, 0], [0, 1]]), eid=torch.tensor([7, 1], dtype=torch.uint64))
+    assert topo.eid.tolist() == [1, 7]
