@@ -20,6 +20,8 @@ def resolve_device(device: Union[None, int, str, torch.device]) -> torch.device:
     if device is None:
         return torch.device("cuda", torch.cuda.current_device()) if gpus_usable() else \
             torch.device("cpu")
+    if isinstance(device, bool):  # an int to isinstance: True would be GPU 1
+        raise TypeError(f"device must be a torch.device, a string or a GPU index, got {device!r}")
     device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
     if device.type == "cuda" and device.index is None:
         if not torch.cuda.is_available():  # torch's own error ("Found no NVIDIA driver")
@@ -86,7 +88,13 @@ def as_ids(ids) -> torch.Tensor:
         # torch.as_tensor([0, True]) is [0, 1]: True would be read as node 1
         raise TypeError(f"ids mix bools with ints ({list(ids)[:8]!r}): True and False are "
                         f"no ids")
-    return torch.as_tensor(ids)
+    try:
+        return torch.as_tensor(ids)
+    except (OverflowError, ValueError, RuntimeError) as error:
+        if "Overflow" not in str(error):
+            raise
+        # torch says "Overflow when unpacking long long", naming neither ids nor the value
+        raise IndexError(f"ids hold an int past int64's range ({error})") from None
 
 
 def checked_node_ids(ids: torch.Tensor, num_nodes: int, name: str) -> torch.Tensor:
@@ -131,6 +139,8 @@ def parse_size(size: Union[int, float, str]) -> int:
     if not match:
         raise ValueError(f"cannot read {size!r} as a size; use bytes or e.g. '200M', '1.5G'")
     count = float(match.group(1)) * _UNITS[match.group(2) or ""]
+    if not math.isfinite(count):
+        raise ValueError(f"a cache size must be a byte count, got {size!r}")
     if 0 < count < 1:  # as for a number: a share is a percentage
         raise ValueError(f"a cache size of {size!r} is less than one byte: for a share of the "
                          f"table write a percentage such as '{count * 100:g}%'")

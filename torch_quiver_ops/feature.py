@@ -35,8 +35,8 @@ _VIEWING = threading.RLock()
 
 
 def check_host_read_blocks(blocks, name: str) -> None:
-    if not is_int(blocks) or blocks < 0:
-        raise ValueError(f"{name} must be an int >= 0 (0: no limit), got {blocks!r}")
+    if not is_int(blocks) or not 0 <= blocks < 2**31:  # the op takes a C++ int
+        raise ValueError(f"{name} must be an int in [0, 2**31) (0: no limit), got {blocks!r}")
 
 
 @contextlib.contextmanager
@@ -521,6 +521,8 @@ class Feature:
         shape = self.table.shape
         if dim is None:
             return shape
+        if not is_int(dim):
+            raise TypeError(f"dim must be an int, got {dim!r}")
         if not -len(shape) <= dim < len(shape):
             raise IndexError(f"dim {dim} is out of range for a table of {len(shape)} "
                              f"dimensions {tuple(shape)}")

@@ -197,6 +197,22 @@ def test_feature_rejects_bad_input():
         qv.Feature(device_cache_size=True)
     with pytest.raises(TypeError, match="a feature table is a tensor .* got list"):
         qv.Feature().from_cpu_tensor([[1.0]])
+    # Each named (a probe found torch's or pybind's words, or True read as 1).
+    feature = qv.Feature(device_list=[]).from_cpu_tensor(x)
+    for ids in (2**70, [1, 2**70], -2**70):
+        with pytest.raises(IndexError, match="ids hold an int past int64's range"):
+            feature[ids]
+    with pytest.raises(ValueError, match=r"blocks must be an int in \[0, 2\*\*31\)"):
+        with qv.feature.host_read_blocks(2**70):
+            pass
+    with pytest.raises(ValueError, match="a cache size must be a byte count"):
+        qv.Feature(device_list=[], device_cache_size="9" * 400 + "G")
+    for dim in (1.0, "a", True):
+        with pytest.raises(TypeError, match="dim must be an int"):
+            feature.size(dim)
+    assert feature.size(1) == 3 and feature.size(-2) == 10
+    with pytest.raises(TypeError, match="device must be a torch.device, a string or a GPU"):
+        feature.hit_rate([1], device=True)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_cuda)])
