@@ -78,23 +78,23 @@ def holds_integers(tensor: torch.Tensor) -> bool:
     return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
 
 
-def as_ids(ids) -> torch.Tensor:
+def as_ids(ids, name: str = "ids") -> torch.Tensor:
     """``ids`` as a tensor; an empty list is no int64 ids (``torch.as_tensor([])`` would be
-    floats, which the ops refuse)."""
+    floats, which the ops refuse). ``name`` names them in the errors."""
     if isinstance(ids, (list, tuple)) and len(ids) == 0:
         return torch.empty(0, dtype=torch.long)
     if (isinstance(ids, (list, tuple)) and any(isinstance(v, bool) for v in ids)
             and not all(isinstance(v, bool) for v in ids)):
         # torch.as_tensor([0, True]) is [0, 1]: True would be read as node 1
-        raise TypeError(f"ids mix bools with ints ({list(ids)[:8]!r}): True and False are "
-                        f"no ids")
+        raise TypeError(f"{name} mix bools with ints ({list(ids)[:8]!r}): True and False "
+                        f"are no ids")
     try:
         return torch.as_tensor(ids)
     except (OverflowError, ValueError, RuntimeError) as error:
         if "Overflow" not in str(error):
             raise
         # torch says "Overflow when unpacking long long", naming neither ids nor the value
-        raise IndexError(f"ids hold an int past int64's range ({error})") from None
+        raise IndexError(f"{name} hold an int past int64's range ({error})") from None
 
 
 def checked_node_ids(ids: torch.Tensor, num_nodes: int, name: str) -> torch.Tensor:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import ops
-from ._device import checked_node_ids, holds_integers, is_int
+from ._device import as_ids, checked_node_ids, holds_integers, is_int
 
 INT32_MAX = 2**31 - 1
 
@@ -99,7 +99,7 @@ def presample_topology_order(sampler, seeds: Tensor, batch_size: int = 1024,
 
 def check_hot_order(order, num_rows: int) -> Tensor:
     """``order`` as int64 after checking it lists each of ``num_rows`` rows exactly once."""
-    order = torch.as_tensor(order).cpu()
+    order = as_ids(order, "hot_order").cpu()
     ops.check_permutation(order, num_rows, "hot_order")
     return order.long()
 

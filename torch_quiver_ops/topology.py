@@ -92,6 +92,17 @@ def build_topology_cache(indptr: Tensor, indices: Tensor, hot_order: Tensor, bud
     return cached_indices, cached_starts
 
 
+def _as_tensor(array: Optional[object]) -> Optional[Tensor]:
+    """A list or numpy array as a tensor (sharing numpy's memory). An empty one is int64:
+    ``[]`` and ``[[], []]`` convert to floats, which the ids' checks refuse, though no value
+    in them is a float."""
+    if array is None or isinstance(array, Tensor):
+        return array
+    converted = torch.as_tensor(array)
+    return converted.long() if converted.numel() == 0 and converted.is_floating_point() \
+        else converted
+
+
 class CSRTopo:
     """A graph in CSR form on the host, built from ``edge_index`` or given as CSR.
 
@@ -112,7 +123,7 @@ class CSRTopo:
                  indices: Optional[Tensor] = None, eid: Optional[Tensor] = None,
                  num_nodes: Optional[int] = None):
         # Numpy arrays too (torch-quiver takes them): as tensors, sharing their memory.
-        edge_index, indptr, indices, eid = (None if t is None else torch.as_tensor(t)
+        edge_index, indptr, indices, eid = (_as_tensor(t)
                                             for t in (edge_index, indptr, indices, eid))
         if num_nodes is not None:
             # An int, numpy's too (not a bool, nor a float that would be cut).

@@ -201,3 +201,13 @@ def test_num_nodes_and_eid_are_checked_by_name():
         qv.CSRTopo(edge_index, eid=torch.tensor([2**63 + 5, 1], dtype=torch.uint64))
     topo = qv.CSRTopo(torch.tensor([[1, 0], [0, 1]]), eid=torch.tensor([7, 1], dtype=torch.uint64))
     assert topo.eid.tolist() == [1, 7]
+
+
+def test_empty_lists_are_no_edges():
+    """[] and [[], []] convert to floats, which the id checks refused (found by a probe)."""
+    topo = qv.CSRTopo([[], []], num_nodes=3)
+    assert topo.node_count == 3 and topo.edge_count == 0
+    topo = qv.CSRTopo(indptr=[0, 0], indices=[])
+    assert topo.node_count == 1 and topo.edge_count == 0
+    feature = qv.Feature(device_list=[]).from_cpu_tensor(torch.empty(0, 3), hot_order=[])
+    assert feature[[]].shape == (0, 3)
