@@ -188,4 +188,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    option_checks.run_main(main)

@@ -97,6 +97,8 @@ def scores(model, batch):
 def auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
     """The chance that a positive outscores a negative (ties count half): Mann-Whitney."""
     both = torch.cat([positive, negative]).double()
+    if not bool(both.isfinite().all()):  # a NaN outscores nothing: it ranked as a win
+        return float("nan")
     order = both.argsort()
     ranks = torch.empty_like(both)
     ranks[order] = torch.arange(1, both.numel() + 1, dtype=torch.double, device=both.device)
@@ -194,4 +196,4 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    option_checks.run_main(main)

@@ -3,8 +3,12 @@ refusal is an argparse error naming the option and its value (exit 2), not a tra
 after an epoch has gone by."""
 from __future__ import annotations
 
+import math
+import os
+import sys
+import tempfile
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 
 def fanout_list(parser, text: str, option: str = "--fanouts") -> List[int]:
@@ -43,11 +47,12 @@ def at_least(parser, args, names: Sequence[str], least: int) -> None:
 
 
 def positive(parser, args, names: Sequence[str]) -> None:
-    """Each option in ``names`` is a number > 0 (nan refused)."""
+    """Each option in ``names`` is a finite number > 0 (nan and inf refused: a learning
+    rate of inf trained to NaN and scored it as a perfect AUC)."""
     for name in names:
         value = getattr(args, name)
-        if not value > 0:
-            parser.error(f"--{name.replace('_', '-')} must be > 0, got {value}")
+        if not (value > 0 and math.isfinite(value)):
+            parser.error(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
 
 
 def output_file(parser, name: str, path: Optional[str]) -> None:
@@ -60,6 +65,15 @@ def output_file(parser, name: str, path: Optional[str]) -> None:
     folder = Path(path).resolve().parent
     if not folder.is_dir():
         parser.error(f"--{name} {path}: the folder {folder} does not exist")
+    # Found only once the run was over, its model or report was lost. A file made and
+    # dropped there answers for root too, whom access() lets write anywhere (/proc, say).
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        parser.error(f"--{name} {path}: no file can be written in {folder} ({error.strerror})")
+    if Path(path).exists() and not os.access(path, os.W_OK):
+        parser.error(f"--{name} {path}: the file exists and this process may not write it")
 
 
 def cuda_usable() -> bool:
@@ -90,3 +104,13 @@ def device_option(parser, text: str, option: str = "--device", auto: bool = Fals
                          f"its CUDA kernels)")
         if device.index is not None and device.index >= torch.cuda.device_count():
             parser.error(f"{option} {text}: torch sees {torch.cuda.device_count()} GPU(s)")
+
+
+def run_main(main: Callable[[], object]) -> None:
+    """An example's ``main()``; Ctrl-C ends it with one line and status 130 (a shell's
+    status for SIGINT), not a traceback through whatever it was doing."""
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+        sys.exit(130)

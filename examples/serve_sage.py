@@ -153,8 +153,10 @@ def main(argv=None):
         parser.error(f"--threshold must be a finite PSGS >= 0, got {args.threshold}")
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be in [0, 65535], got {args.port}")
-    if args.duration is not None and not args.duration > 0:
-        parser.error(f"--duration must be > 0 seconds, got {args.duration}")
+    if args.duration is not None and not 0 < args.duration <= threading.TIMEOUT_MAX:
+        # past TIMEOUT_MAX (inf too) the wait raised OverflowError with the server up
+        parser.error(f"--duration must be > 0 seconds and at most {threading.TIMEOUT_MAX:g} "
+                     f"(leave it out to serve until Ctrl-C), got {args.duration}")
     if args.package is not None and not Path(args.package).resolve().parent.is_dir():
         parser.error(f"--package {args.package}: the folder {Path(args.package).resolve().parent} "
                      f"does not exist")
@@ -162,9 +164,20 @@ def main(argv=None):
                                      or not args.package.endswith(".pt2")):
         parser.error(f"--package {args.package} must name a file ending in .pt2")
     try:
-        socket.getaddrinfo(args.host, args.port)
+        family, kind, _, _, address = socket.getaddrinfo(args.host, args.port,
+                                                         type=socket.SOCK_STREAM)[0]
     except (socket.gaierror, UnicodeError) as error:
         parser.error(f"--host {args.host} cannot be listened on: {error}")
+    if args.port != 0:
+        # A port in use was found only once the graph and model were built: a traceback.
+        # (Free now, it may still be taken by then: serve_http then raises.)
+        with socket.socket(family, kind) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers
+            try:
+                probe.bind(address)
+            except OSError as error:
+                parser.error(f"--host {args.host} --port {args.port}: cannot listen there "
+                             f"({error.strerror})")
     if not Path(args.checkpoint).is_file():
         parser.error(f"checkpoint {args.checkpoint} is not a file (train_sage.py --save writes "
                      f"one)")
@@ -210,4 +223,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    option_checks.run_main(main)

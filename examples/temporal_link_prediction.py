@@ -203,7 +203,9 @@ def ranks_of(z, batch):
     # PyG squeezes one negative a source to shape [B]: [B, amount] either way.
     neg_index = batch.dst_neg_index.view(src.size(0), -1)
     neg = (src.unsqueeze(1) * z[neg_index]).sum(-1)
-    return 1 + (neg >= pos).sum(-1)
+    # A NaN score loses to every negative (a NaN compares false, which ranked it first).
+    beaten = (neg >= pos) | neg.isnan() | pos.isnan()
+    return 1 + beaten.sum(-1)
 
 
 def chance_mrr(negatives: int) -> float:
@@ -212,4 +214,4 @@ def chance_mrr(negatives: int) -> float:
 
 
 if __name__ == "__main__":
-    main()
+    option_checks.run_main(main)

@@ -195,4 +195,4 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    option_checks.run_main(main)

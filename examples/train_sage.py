@@ -135,6 +135,10 @@ def parse_args(argv=None):
                                           "eval_nodes"], 1)
     if args.cuda_graph and args.compile:
         parser.error("--cuda-graph and --compile are two ways to run the step: give one")
+    from torch_quiver_ops.loader import MAX_LOADER_WORKERS
+    if args.loader_workers > MAX_LOADER_WORKERS:  # a million hung before the first batch
+        parser.error(f"--loader-workers must be at most {MAX_LOADER_WORKERS}, got "
+                     f"{args.loader_workers}")
     if args.prefetch == 0 and (args.loader_workers > 1 or args.loader_thread == "cpp"):
         parser.error("--loader-workers above 1 and --loader-thread cpp build batches ahead: "
                      "they need --prefetch 1 or more")
@@ -454,4 +458,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    option_checks.run_main(main)

@@ -300,4 +300,4 @@ def main(argv=None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    option_checks.run_main(main)

@@ -171,6 +171,10 @@ def _make_current(stream: torch.cuda.Stream) -> None:
 # (docs/benchmarks.md).
 HOST_READ_BLOCKS = 12
 
+# A Prefetcher's most workers: each is a thread with a stream and a batch in flight, and
+# the few that the cores can run beside the model are all that help.
+MAX_LOADER_WORKERS = 256
+
 
 def green_context_stream(sms: int, device: torch.device):
     """``(stream, context)``: a stream whose kernels run on ``sms`` SMs of ``device`` of
@@ -263,8 +267,10 @@ class Prefetcher:
         self.host_read_blocks = host_read_blocks
         if sms is not None and stream is not None:
             raise ValueError("give a stream or a number of SMs for the loader, not both")
-        if not is_int(workers) or workers < 1:
-            raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+        if not is_int(workers) or not 1 <= workers <= MAX_LOADER_WORKERS:
+            # a million made a thread and a builder each before the first batch: a hang
+            raise ValueError(f"workers must be an int in [1, {MAX_LOADER_WORKERS}], got "
+                             f"{workers!r}")
         if workers > 1:
             if depth < workers:
                 raise ValueError(f"workers={workers} build that many batches ahead at once, "

@@ -1457,10 +1457,20 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
                          "--host not.a.host.invalid cannot be listened on"),
                         ([str(empty)], "(no message: an empty file?)"),
                         ([str(state_dict), "--package", str(tmp_path / "no" / "s.pt2")],
-                         "does not exist")):
+                         "does not exist"),
+                        # inf overflowed the wait with the server up (found by a probe)
+                        ([str(state_dict), "--duration", "inf"], "--duration must be > 0"),
+                        ([str(state_dict), "--duration", "1e10"], "and at most")):
         cases.append((args, words))
-    runs = run_commands([[sys.executable, str(repo / "examples" / "serve_sage.py"), *args]
-                         for args, _ in cases], timeout=120)
+    import socket
+    with socket.socket() as taken:  # a port in use: found once the graph was built
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        cases.append(([str(state_dict), "--port", str(port)],
+                      f"--host 127.0.0.1 --port {port}: cannot listen there"))
+        runs = run_commands([[sys.executable, str(repo / "examples" / "serve_sage.py"), *args]
+                             for args, _ in cases], timeout=120)
     for (args, words), done in zip(cases, runs):
         assert done.returncode == 2 and words in done.stderr, (args, done.stderr[-2000:])
 

@@ -57,7 +57,13 @@ def test_a_compiled_model_learns():
 
 def test_train_sage_refuses_bad_options_before_building(tmp_path, capsys):
     module = load_example("train_sage")
-    for args, words in ((["--lr", "-1"], "--lr must be > 0, got -1.0"),
+    for args, words in ((["--lr", "-1"], "--lr must be a finite number > 0, got -1.0"),
+                        # inf trained to NaN, which the link examples scored as AUC 1.0
+                        (["--lr", "inf"], "--lr must be a finite number > 0, got inf"),
+                        # unwritable: found only after the run, the report lost
+                        (["--report", "/proc/no-such-dir/r.json"], "does not exist"),
+                        (["--report", "/proc/report.json"], "no file can be written in /proc"),
+                        (["--loader-workers", "1000000"], "--loader-workers must be at most"),
                         (["--device", "foo"], "--device takes auto, cpu or a CUDA device"),
                         (["--device", "cuda:99"], "--device cuda:99"),
                         (["--device", "cpu", "--mode", "GPU"], "--mode GPU samples on a GPU"),
@@ -72,6 +78,31 @@ def test_train_sage_refuses_bad_options_before_building(tmp_path, capsys):
         with pytest.raises(SystemExit):
             module.parse_args(args)
         assert words in capsys.readouterr().err, args
+
+
+def test_ctrl_c_ends_an_example_with_one_line():
+    """Ctrl-C printed a traceback of 23 to 40 lines through whatever the example was doing
+    (found by a probe): one line now, and status 130 as a shell's."""
+    import signal
+    import time
+    # SIGINT restored to its default in the child: a background job (CI's, perhaps) starts
+    # with it ignored, and Python then installs no KeyboardInterrupt for it.
+    child = subprocess.Popen(
+        [sys.executable, str(REPO / "examples" / "train_sage.py"), "--size", "tiny",
+         "--epochs", "100000", "--device", "cpu"], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        for line in child.stdout:  # until it trains
+            if line.startswith("epoch 2:") or time.monotonic() > deadline:
+                break
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    assert child.returncode == 130, (child.returncode, err)
+    assert err.strip().splitlines()[-1] == "interrupted (Ctrl-C)" and "Traceback" not in err, err
 
 
 def test_cuda_graph_is_refused_where_it_cannot_replay(capsys):
@@ -142,6 +173,21 @@ def test_pyg_example_learns_with_few_changed_lines(workers):
     final = [line for line in result.stdout.splitlines() if line.startswith("Epoch")][-1]
     accuracy = float(final.rsplit("Test:", 1)[1])
     assert accuracy > 0.5, result.stdout  # four classes: chance is 0.25
+
+
+def test_nan_scores_are_no_wins():
+    """A model trained to NaN (--lr inf, since refused) scored AUC 1.0 and MRR 1.0: NaN
+    compares false, so it ranked above every negative (found by a probe)."""
+    import math
+    from types import SimpleNamespace
+    auc = load_example("link_prediction").auc
+    assert auc(torch.tensor([2.0, 3.0]), torch.tensor([1.0])) == 1.0
+    assert math.isnan(auc(torch.tensor([float("nan"), 3.0]), torch.tensor([1.0])))
+    ranks_of = load_example("temporal_link_prediction").ranks_of
+    z = torch.tensor([[1.0], [2.0], [0.5], [float("nan")]])
+    batch = SimpleNamespace(src_index=torch.tensor([0, 3]), dst_pos_index=torch.tensor([1, 1]),
+                            dst_neg_index=torch.tensor([[2, 2], [2, 2]]))
+    assert ranks_of(z, batch).tolist() == [1, 3]  # the NaN source's edge ranks last
 
 
 def test_link_prediction_example_learns():
