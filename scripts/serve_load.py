@@ -34,8 +34,10 @@ import multiprocessing as mp
 import os
 import queue
 import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
 from urllib.parse import urlparse
 
 try:
@@ -272,6 +274,9 @@ def plot(path, png):
     fig.savefig(png, dpi=120)
 
 
+MAX_REQUESTS_A_RUN = 10**8  # a rate's arrivals are drawn at once, 8 bytes each
+
+
 def rates_of(parser, text: str, name: str, empty_ok: bool = False):
     """Comma-separated request rates, each finite and > 0, or parser.error naming ``name``."""
     try:
@@ -319,6 +324,19 @@ def main():
         parser.error(f"--duration must be > 0 seconds, got {args.duration}")
     if args.senders < 1:
         parser.error(f"--senders must be >= 1, got {args.senders}")
+    # The arrival times are drawn up front: 10**12 a second ended in an allocation failure.
+    most = max(args.rates + [float(r) for r in args.direct_rates.split(",") if r])
+    if most * args.duration > MAX_REQUESTS_A_RUN:
+        parser.error(f"--rates x --duration asks for {most * args.duration:.3g} requests in "
+                     f"one run, more than {MAX_REQUESTS_A_RUN:,}")
+    if args.json is not None:  # found only once every rate was measured: the rows lost
+        folder = Path(args.json).resolve().parent
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as error:
+            parser.error(f"--json {args.json}: no file can be written in {folder} "
+                         f"({error.strerror})")
     if args.url:
         url = urlparse(args.url)
         if url.scheme != "http" or not url.hostname:
@@ -354,7 +372,6 @@ def main():
         context = mp.get_context("spawn")
         scratch = None
         if args.model == "package":
-            import tempfile
             scratch = tempfile.mkdtemp(prefix="serve-load-")
         package = os.path.join(scratch, "sage.pt2") if scratch else None
         for config in args.configs.split(","):
@@ -378,6 +395,10 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+    if rows and not any(row["answered"] for row in rows):  # a run that measured nothing
+        sys.exit(f"serve_load.py: no request was answered ({sum(r['failed'] for r in rows)} "
+                 f"failed; the errors are above): is the server at {args.url or 'each config'} "
+                 f"up?")
 
 
 if __name__ == "__main__":

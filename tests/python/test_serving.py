@@ -1517,10 +1517,18 @@ def test_load_generator_names_bad_arguments():
               else "--configs takes")]
     if not torch.cuda.is_available():  # measured as CPU rows labelled gpu, with exit 0
         cases.append((["--configs", "cpu,dispatch"], "--configs dispatch samples on 1 GPU(s)"))
+    # An allocation failure, and a report lost after the run (found by a probe).
+    cases += [(["--rates", "1e12"], "--rates x --duration asks for 5e+12 requests"),
+              (["--json", "/proc/rows.json"], "--json /proc/rows.json: no file can be written")]
     for args, words in cases:
         done = subprocess.run([sys.executable, str(script), *args], capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 2 and words in done.stderr, (args, done.stderr[-2000:])
+    # A run in which no request was answered is a failure, not rows of nan with status 0.
+    done = subprocess.run([sys.executable, str(script), "--url", "http://127.0.0.1:1",
+                           "--num-nodes", "10", "--rates", "5", "--duration", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "no request was answered" in done.stderr, done.stderr
 
 
 def test_load_generator_drives_the_endpoint(graph):
