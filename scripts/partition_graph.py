@@ -19,6 +19,7 @@ edge cut, the balance, the time and the peak resident memory, then reads every p
 from __future__ import annotations
 
 import argparse
+import re
 import resource
 import threading
 import time
@@ -82,6 +83,14 @@ def main(argv=None):
         parser.error(f"--parts must be >= 1, got {args.parts}")
     if not 0 <= args.replicate <= 1:
         parser.error(f"--replicate must be a share in [0, 1], got {args.replicate}")
+    # Options that the source chosen would ignore (a run that "worked" with them dropped).
+    if args.num_nodes is not None and not args.edge_index:
+        parser.error("--num-nodes goes with --edge-index only (--csr and --synthetic know "
+                     "their node count)")
+    if args.no_features and not args.synthetic:
+        parser.error("--no-features goes with --synthetic only (give --features or not)")
+    if args.no_features and args.features:
+        parser.error("--no-features and --features contradict each other")
     if args.synthetic:
         from torch_quiver_ops.synthetic import PRESETS
         if args.synthetic not in PRESETS:
@@ -116,7 +125,12 @@ def partition(args) -> None:
                     flag = "features" if table == args.features else "labels"
                     num_nodes = _cli.load_file(flag, table, torch.Tensor, mmap=True).size(0)
                     break
-        topo = qv.CSRTopo(edge_index.flip(0), num_nodes=num_nodes)  # in-neighbor lists
+        try:
+            topo = qv.CSRTopo(edge_index.flip(0), num_nodes=num_nodes)  # in-neighbor lists
+        except IndexError as error:  # it names a row of the flipped edges: the user's other
+            raise IndexError(re.sub(r"edge_index\[([01]), ",
+                                    lambda m: f"edge_index[{1 - int(m[1])}, ",
+                                    str(error))) from None
     if args.features:
         x = _cli.load_file("features", args.features, torch.Tensor, mmap=True)
     if args.labels:

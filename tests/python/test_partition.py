@@ -238,8 +238,16 @@ def test_the_script_partitions_a_saved_graph(tmp_path):
      "/nonexistent/csr.json does not exist"),
     ("scripts/partition_graph.py", ["--synthetic", "bogus", "--parts", "2"],
      "--synthetic must be one of"),
+    # ignored by the source chosen: a run that "worked" without them (found by a probe)
+    ("scripts/partition_graph.py", ["--synthetic", "tiny", "--parts", "2", "--num-nodes", "5"],
+     "--num-nodes goes with --edge-index only"),
+    ("scripts/partition_graph.py", ["--csr", "/nonexistent", "--parts", "2", "--no-features"],
+     "--no-features goes with --synthetic only"),
     ("scripts/partition_features.py", ["--features", "/nonexistent.pt", "--hosts", "2"],
      "--features /nonexistent.pt is not a file"),
+    ("scripts/partition_features.py", ["--features", "/nonexistent.pt", "--hosts", "2",
+                                       "--hot-order", "o.pt", "--csr", "g"],
+     "give --hot-order or --csr"),
     ("examples/cpp/save_graph.py", ["--batch-size", "0"], "--batch-size must be >= 1"),
 ])
 def test_the_scripts_name_a_bad_argument_without_a_traceback(tmp_path, script, args, said):
@@ -249,6 +257,16 @@ def test_the_scripts_name_a_bad_argument_without_a_traceback(tmp_path, script, a
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and said in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_edge_out_of_range_is_named_where_the_file_holds_it(tmp_path):
+    """The script checks the flipped edges (in-neighbor lists), and named the other row."""
+    torch.save(torch.tensor([[0, -5], [1, 2]]), tmp_path / "ei.pt")
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "partition_graph.py"),
+                           "--edge-index", str(tmp_path / "ei.pt"), "--parts", "2", "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "edge_index[0, 1] = -5 is out of range" in done.stderr, \
+        done.stderr
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "a dict as edge index",
