@@ -135,7 +135,7 @@ def parse_args(argv=None):
                         help="neighbors sampled per hop, comma separated, the seeds' hop "
                              "first; -1 takes every neighbor (default: 10,5)")
     parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=option_checks.seed, default=0)
     args = parser.parse_args(argv)
     # Checked here, before any file is written.
     args.fanouts = option_checks.fanout_list(parser, args.fanouts)

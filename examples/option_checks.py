@@ -55,6 +55,19 @@ def positive(parser, args, names: Sequence[str]) -> None:
             parser.error(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
 
 
+def seed(text: str) -> int:
+    """argparse's type for ``--seed``: a whole number that every seed it reaches takes (a
+    larger one failed after parsing with "Overflow when unpacking long long")."""
+    import argparse
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
+    if not 0 <= value < 2**63:  # what every seed it reaches takes (ops take int64)
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**63), got {value}")
+    return value
+
+
 def output_file(parser, name: str, path: Optional[str]) -> None:
     """``path`` (when given) can be written as a file: its folder exists and it is not a
     folder itself."""

@@ -63,7 +63,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     parser.add_argument("--lr", type=float, default=0.003, help="Adam's (default: 0.003)")
     parser.add_argument("--device", default="auto",
                         help="auto (the GPU when there is one), cpu, or a CUDA device")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=option_checks.seed, default=0,
                         help="seeds the graph, the model and the batches (default: 0)")
     parser.add_argument("--report", default=None, help="write the history as JSON here")
     args = parser.parse_args(argv)
@@ -74,6 +74,13 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     option_checks.at_least(parser, args, ["batch_size", "hidden", "train_edges", "eval_edges",
                                           "mrr_negatives"], 1)
     option_checks.positive(parser, args, ["lr"])
+    # Each test batch of MRR_BATCH sources draws this many negatives a source: past what the
+    # negative sampler takes in one batch, the run failed after its training epochs.
+    most = MAX_NEGATIVES_A_BATCH // MRR_BATCH
+    if args.mrr_negatives > most:
+        parser.error(f"--mrr-negatives must be at most {most:,} (a test batch of {MRR_BATCH} "
+                     f"sources draws at most {MAX_NEGATIVES_A_BATCH:,}), got "
+                     f"{args.mrr_negatives:,}")
     # Times are whole numbers in [0, TIME_SPAN): training takes t < --train-until, validation
     # --train-until <= t < --test-from, test t >= --test-from, none of them empty.
     if not 1 <= args.train_until < args.test_from < TIME_SPAN:
@@ -85,6 +92,10 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     option_checks.output_file(parser, "report", args.report)
     option_checks.device_option(parser, args.device, auto=True)
     return args
+
+
+MRR_BATCH = 1024  # test edges a batch when ranking against negatives
+MAX_NEGATIVES_A_BATCH = 2**32 - 2  # the negative sampler's limit (kMaxHopEdges, ops/sampling_rules.h)
 
 
 def timed_edges(graph, gen):
@@ -153,7 +164,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
             negative.append(out[batch.edge_label == 0])
         ranks = []
         triplets = NegativeSampling("triplet", amount=args.mrr_negatives)
-        for batch in loader(ids, triplets, batch_size=1024):
+        for batch in loader(ids, triplets, batch_size=MRR_BATCH):
             batch = batch.to(device)
             ranks.append(ranks_of(embed(batch), batch))
         mrr = float((1.0 / torch.cat(ranks).double()).mean())

@@ -96,7 +96,7 @@ def parse_args(argv=None):
                              "(worth it when sampling, not the model, bounds an epoch)")
     parser.add_argument("--eval-nodes", type=int, default=10_000,
                         help="test nodes scored after each epoch")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=option_checks.seed, default=0,
                         help="seeds the graph, the model and the batches' order (default: 0)")
     parser.add_argument("--report", default=None,
                         help="write the per-epoch history (times, loss split, accuracy) as "

@@ -73,7 +73,7 @@ def parse_args(argv=None):
     parser.add_argument("--eval-nodes", type=int, default=10_000,
                         help="test nodes scored after each epoch, over all processes "
                              "(default: 10000)")
-    parser.add_argument("--seed", type=int, default=0,
+    parser.add_argument("--seed", type=option_checks.seed, default=0,
                         help="seeds the graph, the model and the batches (default: 0)")
     parser.add_argument("--partitioned", action="store_true",
                         help="split the topology over the hosts too (see above)")

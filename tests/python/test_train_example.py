@@ -64,6 +64,7 @@ def test_train_sage_refuses_bad_options_before_building(tmp_path, capsys):
                         (["--report", "/proc/no-such-dir/r.json"], "does not exist"),
                         (["--report", "/proc/report.json"], "no file can be written in /proc"),
                         (["--loader-workers", "1000000"], "--loader-workers must be at most"),
+                        (["--seed", str(10**20)], "argument --seed: must be in [0, 2**63)"),
                         (["--device", "foo"], "--device takes auto, cpu or a CUDA device"),
                         (["--device", "cuda:99"], "--device cuda:99"),
                         (["--device", "cpu", "--mode", "GPU"], "--mode GPU samples on a GPU"),
@@ -212,6 +213,15 @@ def test_temporal_example_ranks_against_each_sources_own_negatives():
     assert ranks_of(z, batch).tolist() == [1, 2]
     batch.dst_neg_index = torch.tensor([[2, 1], [2, 4]])
     assert ranks_of(z, batch).tolist() == [2, 2]
+
+
+def test_temporal_example_refuses_more_negatives_than_a_batch_takes(capsys):
+    """They failed in the test after the training epochs (found by a probe)."""
+    module = load_example("temporal_link_prediction")
+    with pytest.raises(SystemExit):
+        module.parse_args(["--mrr-negatives", str(10**12)])
+    assert "--mrr-negatives must be at most 4,194,303" in capsys.readouterr().err
+    assert module.parse_args(["--mrr-negatives", "4194303"]).mrr_negatives == 4194303
 
 
 def test_temporal_link_prediction_example_learns():
