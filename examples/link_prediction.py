@@ -58,7 +58,8 @@ def parse_args(argv: Optional[Sequence[str]] = None):
                              "else the CPU), cpu, or a CUDA device such as cuda:0")
     parser.add_argument("--cache-size", default="20%",
                         help="GPU memory for the hottest feature rows (default: 20%%)")
-    parser.add_argument("--seed", type=option_checks.seed, default=0, help="seeds the graph, split and model")
+    parser.add_argument("--seed", type=option_checks.seed, default=0,
+                        help="seeds the graph, split and model")
     parser.add_argument("--report", default=None,
                         help="write the per-epoch history (loss, times, AUC) as JSON here")
     args = parser.parse_args(argv)

@@ -63,7 +63,7 @@ def seed(text: str) -> int:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
-    if not 0 <= value < 2**63:  # what every seed it reaches takes (ops take int64)
+    if not 0 <= value < 2**63:  # the ops take int64 seeds
         raise argparse.ArgumentTypeError(f"must be in [0, 2**63), got {value}")
     return value
 

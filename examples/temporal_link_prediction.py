@@ -95,7 +95,8 @@ def parse_args(argv: Optional[Sequence[str]] = None):
 
 
 MRR_BATCH = 1024  # test edges a batch when ranking against negatives
-MAX_NEGATIVES_A_BATCH = 2**32 - 2  # the negative sampler's limit (kMaxHopEdges, ops/sampling_rules.h)
+# The negative sampler's limit on a batch (kMaxHopEdges, ops/sampling_rules.h).
+MAX_NEGATIVES_A_BATCH = 2**32 - 2
 
 
 def timed_edges(graph, gen):

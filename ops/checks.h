@@ -320,13 +320,15 @@ inline void check_csr_from_coo_args(const at::Tensor& row, const at::Tensor& col
   }
 }
 
-// That a contiguous tensor's storage still holds every element it views: a storage resized
-// or freed under its tensor (`x.untyped_storage().resize_(0)`) leaves the tensor's sizes
-// as they were, and a kernel reading them read freed memory (a segfault, found by a probe).
-// Checked at each gather, since a layout keeps its tensors across calls.
+// That a tensor's storage still holds every element it views (the tensor checked
+// contiguous first): a storage resized or freed under its tensor
+// (`x.untyped_storage().resize_(0)`) leaves the tensor's sizes as they were, and a kernel
+// reading them read freed memory (a segfault, found by a probe). Checked at each gather,
+// since a layout keeps its tensors across calls.
 inline void check_storage_holds(const at::Tensor& t, const std::string& name) {
   if (t.numel() == 0 || !t.has_storage()) return;
-  const int64_t needed = (t.storage_offset() + t.numel()) * static_cast<int64_t>(t.element_size());
+  const int64_t needed =
+      (t.storage_offset() + t.numel()) * static_cast<int64_t>(t.element_size());
   const int64_t held = static_cast<int64_t>(t.storage().nbytes());
   TORCH_CHECK_VALUE(held >= needed, name, " views ", needed, " bytes of its storage, which holds ",
                     held, ": the storage was resized or freed under the tensor (keep a table's ",
@@ -370,8 +372,8 @@ inline void check_row_tiers(at::ArrayRef<at::Tensor> tiers,
                       "] has rows of shape ", t.sizes().slice(1),
                       " but tiers[0] has rows of shape ", first.sizes().slice(1));
   }
-  check_tier_storage(tiers, positions);
   if (positions.has_value()) check_index_vector(*positions, "positions");
+  check_tier_storage(tiers, positions);  // once each is known to be contiguous
 }
 
 inline void check_gather_tiered_rows_args(at::ArrayRef<at::Tensor> tiers,
