@@ -124,6 +124,14 @@ def run_main(main: Callable[[], object]) -> None:
     status for SIGINT), not a traceback through whatever it was doing."""
     try:
         main()
+        return
     except KeyboardInterrupt:
-        print("interrupted (Ctrl-C)", file=sys.stderr)
-        sys.exit(130)
+        pass
+    # Out of the except block, the interrupt and the frames its traceback held (an epoch's
+    # loader among them) are let go, so the loader's cleanup stops its threads now. Exiting
+    # from inside the block left them building batches inside torch while the interpreter
+    # finalized: an abort ("terminate called without an active exception").
+    import gc
+    gc.collect()
+    print("interrupted (Ctrl-C)", file=sys.stderr)
+    sys.exit(130)

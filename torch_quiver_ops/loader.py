@@ -18,6 +18,7 @@ GIL), without streams.
 """
 from __future__ import annotations
 
+import _thread
 import atexit
 import collections
 import dataclasses
@@ -441,8 +442,18 @@ class Prefetcher:
                             tensor.record_stream(consumer)
                 yield batch
         finally:
-            _builds_stopped(running)
-            halt()
+            try:
+                _builds_stopped(running)
+                halt()
+            except KeyboardInterrupt:
+                # A Ctrl-C that lands here while the generator is collected (an epoch left
+                # unfinished, then dropped) is "ignored" by Python: the program trained on
+                # as if it never came (found by a test). The builds are stopped all the
+                # same, and the Ctrl-C goes back to the main thread a moment later, once
+                # this cleanup has returned (raised in it, it would be ignored again).
+                halt()
+                _builds_stopped(running)
+                threading.Timer(0.01, _thread.interrupt_main).start()
 
 
 def _note_decided_paces(probes: "collections.deque", pace: Callable[[bool], None],

@@ -917,3 +917,42 @@ def test_every_loader_steps_on_one_stream_of_the_greatest_priority():
     (stream,) = streams
     assert stream.priority == torch.cuda.Stream.priority_range()[1]
     torch.cuda.synchronize()
+
+
+def test_a_ctrl_c_in_a_dropped_epochs_cleanup_reaches_the_program(monkeypatch):
+    """An epoch left unfinished is stopped when its generator is collected; a Ctrl-C that
+    lands in that cleanup was "ignored" by Python, and the program trained on as if it never
+    came (found when the examples' Ctrl-C test hung under CI's load). The cleanup finishes
+    and the Ctrl-C reaches the main thread."""
+    import gc
+    import signal
+    from torch_quiver_ops import loader as loader_module
+    real = loader_module._builds_stopped
+    landed = []
+
+    def interrupted_once(token):  # where the Ctrl-C lands: inside the generator's cleanup
+        if not landed:
+            landed.append(token)
+            raise KeyboardInterrupt
+        real(token)
+
+    monkeypatch.setattr(loader_module, "_builds_stopped", interrupted_once)
+    # Python's own Ctrl-C handler, as a terminal's program has it (SIGINT starts ignored
+    # under a shell's background job, and then no Ctrl-C reaches Python at all).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        batches = iter(qv.Prefetcher(Counting(50), "cpu", depth=2))
+        next(batches)
+        with pytest.raises(KeyboardInterrupt):
+            del batches
+            gc.collect()
+            for _ in range(1000):  # the handed-back Ctrl-C arrives between bytecodes
+                time.sleep(0.001)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert landed
+    deadline = time.monotonic() + 10
+    while any(t.name.startswith("quiver-prefetch") for t in threading.enumerate()):
+        assert time.monotonic() < deadline, "the dropped epoch's producer still runs"
+        time.sleep(0.01)
+    assert not loader_module._RUNNING_BUILDS
