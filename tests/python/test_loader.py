@@ -940,15 +940,19 @@ def test_a_ctrl_c_in_a_dropped_epochs_cleanup_reaches_the_program(monkeypatch):
     # Python's own Ctrl-C handler, as a terminal's program has it (SIGINT starts ignored
     # under a shell's background job, and then no Ctrl-C reaches Python at all).
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    # No collection in between: the handed-back Ctrl-C landing in another object's
+    # finalizer (a CI run's gc.collect() met one of torch's) would be ignored in its turn.
+    gc.collect()
+    gc.disable()
     try:
         batches = iter(qv.Prefetcher(Counting(50), "cpu", depth=2))
         next(batches)
         with pytest.raises(KeyboardInterrupt):
-            del batches
-            gc.collect()
+            del batches  # the last reference: the generator is finalized here
             for _ in range(1000):  # the handed-back Ctrl-C arrives between bytecodes
                 time.sleep(0.001)
     finally:
+        gc.enable()
         signal.signal(signal.SIGINT, previous)
     assert landed
     deadline = time.monotonic() + 10
