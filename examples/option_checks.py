@@ -4,9 +4,7 @@ after an epoch has gone by."""
 from __future__ import annotations
 
 import math
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
@@ -69,24 +67,14 @@ def seed(text: str) -> int:
 
 
 def output_file(parser, name: str, path: Optional[str]) -> None:
-    """``path`` (when given) can be written as a file: its folder exists and it is not a
-    folder itself."""
+    """``path`` (when given) can be written as a file: not a folder, in a folder that
+    exists and takes files."""
     if path is None:
         return
     if Path(path).is_dir():
         parser.error(f"--{name} {path} is a folder: give a file name in it")
-    folder = Path(path).resolve().parent
-    if not folder.is_dir():
-        parser.error(f"--{name} {path}: the folder {folder} does not exist")
-    # Found only once the run was over, its model or report was lost. A file made and
-    # dropped there answers for root too, whom access() lets write anywhere (/proc, say).
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        parser.error(f"--{name} {path}: no file can be written in {folder} ({error.strerror})")
-    if Path(path).exists() and not os.access(path, os.W_OK):
-        parser.error(f"--{name} {path}: the file exists and this process may not write it")
+    from torch_quiver_ops import _cli
+    _cli.check_output_file(parser, name, path)
 
 
 def cuda_usable() -> bool:

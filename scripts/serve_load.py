@@ -37,7 +37,6 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from urllib.parse import urlparse
 
 try:
@@ -330,13 +329,8 @@ def main():
         parser.error(f"--rates x --duration asks for {most * args.duration:.3g} requests in "
                      f"one run, more than {MAX_REQUESTS_A_RUN:,}")
     if args.json is not None:  # found only once every rate was measured: the rows lost
-        folder = Path(args.json).resolve().parent
-        try:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
-        except OSError as error:
-            parser.error(f"--json {args.json}: no file can be written in {folder} "
-                         f"({error.strerror})")
+        from torch_quiver_ops import _cli
+        _cli.check_output_file(parser, "json", args.json)
     if args.url:
         url = urlparse(args.url)
         if url.scheme != "http" or not url.hostname:

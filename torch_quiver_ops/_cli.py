@@ -37,6 +37,24 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace,
                          f"{unknown}")
 
 
+def check_output_file(parser: argparse.ArgumentParser, flag: str, path) -> None:
+    """parser.error unless a file can be written at ``path`` (``flag`` names the option):
+    found only once a run was over, its model or report was lost. A file made and dropped in
+    the folder answers for root too, whom access() lets write anywhere (/proc, say)."""
+    import os
+    import tempfile
+    folder = Path(path).resolve().parent
+    if not folder.is_dir():
+        parser.error(f"--{flag} {path}: the folder {folder} does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        parser.error(f"--{flag} {path}: no file can be written in {folder} ({error.strerror})")
+    if Path(path).exists() and not os.access(path, os.W_OK):
+        parser.error(f"--{flag} {path}: the file exists and this process may not write it")
+
+
 def require_gpu(parser: argparse.ArgumentParser) -> None:
     """parser.error unless torch sees a CUDA GPU and the library has its CUDA kernels: for
     scripts that measure GPU paths (they failed deep inside torch on a CPU-only machine)."""

@@ -40,3 +40,13 @@ class _CtrlCEndsWaits:
 
 
 ctrl_c_ends_waits = _CtrlCEndsWaits()
+
+
+def runtime_timeout(timeout) -> float:
+    """A Python wait's ``timeout`` as the runtime's waits take it, read as
+    concurrent.futures reads one: None is no limit (the runtime's -1), 0 or less only what is
+    in already (a deadline past is no wait), NaN left for the runtime to refuse."""
+    if timeout is None:
+        return -1.0
+    timeout = float(timeout)
+    return 0.0 if timeout < 0 else timeout

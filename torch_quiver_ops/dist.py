@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from . import _sharing, preflight
-from ._interrupts import ctrl_c_ends_waits
+from ._interrupts import ctrl_c_ends_waits, runtime_timeout
 from ._device import as_ids, is_int
 from .feature import Feature, _thread_host_read_blocks
 from .hotness import check_hot_order
@@ -336,13 +336,8 @@ class PendingRows:
         rows already in, as ``ServingRuntime``'s ``result`` and concurrent.futures). Past
         it, ``TimeoutError``, and the fetch goes on: a later wait may take its rows. The rows
         go to the first caller; a second wait raises."""
-        if timeout is None:
-            timeout = -1.0  # the runtime's "no limit"
-        else:
-            timeout = float(timeout)
-            timeout = 0.0 if timeout < 0 else timeout  # NaN stays NaN: the runtime refuses it
         try:
-            return self._work.wait(timeout)
+            return self._work.wait(runtime_timeout(timeout))
         except RuntimeError as error:
             if _FETCH_NOT_DONE_IN_TIME in str(error):
                 raise TimeoutError(str(error).splitlines()[0]) from None

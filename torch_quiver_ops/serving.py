@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from ._device import is_int, resolve_device
-from ._interrupts import ctrl_c_ends_waits
+from ._interrupts import ctrl_c_ends_waits, runtime_timeout
 from .ops import integer_fanouts
 from .sampler import Adj, GraphSageSampler
 from .topology import CSRTopo
@@ -89,13 +89,8 @@ class _Answer:
         """The rows, waiting up to ``timeout`` seconds (None: no limit; 0 or less: only an
         answer already in). Past it, ``TimeoutError``, and the answer is given up: a
         request is waited for once."""
-        if timeout is None:
-            timeout = -1.0  # the runtime's "no limit"
-        else:  # a deadline already past is no wait, as for concurrent.futures (NaN: refused)
-            timeout = float(timeout)
-            timeout = 0.0 if timeout < 0 else timeout
         try:
-            return self._runtime.wait(self._ticket, timeout)
+            return self._runtime.wait(self._ticket, runtime_timeout(timeout))
         except RuntimeError as error:
             if _NOT_ANSWERED_IN_TIME in str(error):
                 raise TimeoutError(str(error).splitlines()[0]) from None
@@ -700,7 +695,7 @@ class _Collector:
             # The runtime is closed, and its close answered or failed every request: the
             # outcome is taken here. A thread started now would outlive every join and be
             # cut off in a C++ wait at exit, which aborts the process.
-            future.set_result(self._take_closed(ticket))
+            future.set_result(self._take(ticket, closed=True))
             return future
         try:
             self._runtime.collect(ticket)
@@ -732,16 +727,13 @@ class _Collector:
                     for ticket, _ in waiting:
                         self._take(ticket)
 
-    def _take(self, ticket: int) -> tuple:
+    def _take(self, ticket: int, closed: bool = False) -> tuple:
+        """A handed-out ticket's ``(rows, None)`` or ``(None, error)``; ``closed``: one never
+        collected, of a closed runtime (which answered or failed it)."""
         try:
-            return self._runtime.take(ticket), None
+            return (self._runtime.wait(ticket, 0.0) if closed
+                    else self._runtime.take(ticket)), None
         except Exception as error:  # noqa: BLE001 (the model's or the runtime's failure)
-            return None, error
-
-    def _take_closed(self, ticket: int) -> tuple:
-        try:
-            return self._runtime.wait(ticket, 0.0), None
-        except Exception as error:  # noqa: BLE001 (as _take)
             return None, error
 
     def _settle(self, waiting) -> None:
