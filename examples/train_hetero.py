@@ -30,7 +30,7 @@ import option_checks  # noqa: E402  (the examples' shared option checks)
 
 import torch_quiver_ops as qv  # noqa: E402
 from torch_quiver_ops.pyg import NeighborLoader, Prefetcher  # noqa: E402
-from torch_quiver_ops.synthetic_hetero import mag_like  # noqa: E402
+from torch_quiver_ops.synthetic_hetero import mag_like, mag_like_bytes, mag_like_sizes  # noqa: E402
 
 
 def parse_args(argv: Optional[Sequence[str]] = None):
@@ -66,6 +66,15 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     # Checked here, before the graph is built, not after an epoch (or a run) has gone by.
     if not (math.isfinite(args.scale) and args.scale > 0):
         parser.error(f"--scale must be a number > 0, got {args.scale}")
+    nodes, split = mag_like_sizes(args.scale)
+    if split["val"] == 0 or split["test"] == 0:
+        parser.error(f"--scale {args.scale} leaves {nodes['paper']} papers and no validation "
+                     f"or test paper: give a larger --scale")
+    # The graph, then its HeteroData and the loaders' CSR: about three times mag_like's peak.
+    need, available = 3 * mag_like_bytes(args.scale), qv.preflight.available_memory()
+    if 0 <= available < need:
+        parser.error(f"--scale {args.scale} needs about {need / 2**30:.3g} GiB of host memory; "
+                     f"{available / 2**30:,.1f} GiB are available")
     args.num_neighbors = option_checks.fanout_list(parser, args.num_neighbors, "--num-neighbors")
     option_checks.cache_size(parser, args.cache_size)
     option_checks.at_least(parser, args, ["epochs"], 0)
@@ -114,11 +123,6 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         else torch.device(args.device)
     fanouts = args.num_neighbors
     graph = mag_like(args.scale, seed=args.seed)
-    for split, ids in (("validation", graph.val_idx), ("test", graph.test_idx)):
-        if ids.numel() == 0:  # a graph of a few papers
-            raise SystemExit(f"train_hetero.py: --scale {args.scale} leaves "
-                             f"{graph.num_nodes_dict['paper']} papers and no {split} paper: "
-                             f"give a larger --scale")
     data = graph.to_hetero_data()
     gen = torch.Generator().manual_seed(args.seed)
     train = graph.train_idx

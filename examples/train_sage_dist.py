@@ -6,8 +6,9 @@
 
 With --partitioned the topology is split too (GLT's distributed mode): --data then holds
 a torch_quiver_ops.partition directory (each host's nodes with their neighbor lists, rows,
-labels and split ids, and the node -> owner map; scripts/partition_graph.py writes the same
-for your own graph), each host maps only its part, samples its own nodes and asks the
+labels and split ids, and the node -> owner map) under parts/, or is one that
+scripts/partition_graph.py wrote for your own graph (its --out, with --features, --labels
+and --splits holding 'train' and 'test'; one part a host), each host maps only its part, samples its own nodes and asks the
 owners of remote frontier nodes for theirs each hop (DistGraphSampler, over Gloo), and
 trains on the train ids it owns.
 
@@ -39,7 +40,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import torch_quiver_ops as qv
-from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
+from torch_quiver_ops.partition import (DistGraphSampler, _tell_sampler_setup_problem,
+                                        load_partition, partition_graph)
 from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
 
 import option_checks  # noqa: E402  (the examples' shared option checks)
@@ -69,7 +71,10 @@ def parse_args(argv=None):
                         help="how hosts fetch each other's rows (default: auto, RDMA where "
                              "every host has a device, else the process group's backend)")
     parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds a host waits for a peer before naming it (default: 120)")
+                        help="seconds a host waits for a peer's samples or rows before naming "
+                             "it, at least 1 and at most a year; DDP's all-reduces and the "
+                             "setup's collectives wait twice as long, at least 60 s, and "
+                             "say only that they timed out (default: 120)")
     parser.add_argument("--eval-nodes", type=int, default=10_000,
                         help="test nodes scored after each epoch, over all processes "
                              "(default: 10000)")
@@ -86,6 +91,8 @@ def parse_args(argv=None):
     option_checks.at_least(parser, args, ["epochs"], 0)
     option_checks.at_least(parser, args, ["batch_size", "hidden", "eval_nodes"], 1)
     option_checks.positive(parser, args, ["lr", "timeout"])
+    if not 1 <= args.timeout <= 365 * 24 * 3600:  # the library's waits take up to a year
+        parser.error(f"--timeout is seconds in [1, 31536000] (a year), got {args.timeout:g}")
     if not 0 <= args.replicate <= 1:
         parser.error(f"--replicate is a share of the rows, in [0, 1], got {args.replicate}")
     if args.partition_method is not None and not args.partitioned:
@@ -112,10 +119,42 @@ def _has_pymetis() -> bool:
         return False
 
 
+def _own_partition(data: Path) -> Optional[dict]:
+    """The manifest of a partition that scripts/partition_graph.py wrote straight into
+    --data (the user's own graph), else None."""
+    try:
+        manifest = json.loads((data / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return manifest if str(manifest.get("format", "")).startswith("quiver-partition") else None
+
+
+def _parts_dir(data: Path) -> Path:
+    return data if _own_partition(data) is not None else data / "parts"
+
+
 def prepare(args, num_hosts: int) -> Optional[str]:
     """Builds the graph once and writes the topology, labels, splits and feature shards;
-    returns why it cannot, in a sentence, when --data holds another job's files."""
+    returns why it cannot, in a sentence, when --data holds another job's files. A
+    partition of the user's own graph (scripts/partition_graph.py's --out) is used as it
+    is, and nothing is written into it."""
     data = Path(args.data)
+    own = _own_partition(data)
+    if own is not None:
+        if not args.partitioned:
+            return (f"{data} holds a partitioned graph (scripts/partition_graph.py's): give "
+                    f"--partitioned")
+        missing = [what for what, there in (
+            ("features (--features)", own.get("features")), ("labels (--labels)", own.get("labels")),
+            ("a 'train' split (--splits)", "train" in own.get("splits", [])),
+            ("a 'test' split (--splits)", "test" in own.get("splits", []))) if not there]
+        if missing:
+            return (f"{data} holds a partition without {', '.join(missing)}: partition the "
+                    f"graph again with them")
+        if own["num_parts"] != num_hosts:
+            return (f"{data} holds {own['num_parts']} parts, but this job has {num_hosts} "
+                    f"host(s): one part a host")
+        return None
     if (data / "ready.json").exists():
         meta = json.loads((data / "ready.json").read_text())
         partitioned = meta.get("partitioned", False)
@@ -185,7 +224,8 @@ def main(argv=None) -> dict:
 
     data = Path(args.data)
     torch.manual_seed(args.seed)
-    meta = torch.load(data / "labels.pt")
+    parts = _parts_dir(data)
+    meta = torch.load(data / "labels.pt") if parts == data / "parts" else None
     fanouts = args.fanouts
     host_group = qv.dist.host_groups()
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -195,9 +235,23 @@ def main(argv=None) -> dict:
         # (Made on every process when needed: groups are created collectively.)
         sampler_group = host_group if dist.get_backend(host_group) == "gloo" else \
             qv.dist.host_groups(backend="gloo")
-        part = load_partition(data / "parts", dist.get_rank(host_group))
-        sampler = DistGraphSampler(part, fanouts, sampler_group, timeout=args.timeout)
-        feature_dir = data / "parts" / "features"
+        try:
+            part = load_partition(parts, dist.get_rank(host_group))
+        except (ValueError, OSError) as error:  # a file missing or cut short on this host
+            # Told to the other hosts, which wait for this one in the sampler's setup: they
+            # then stop at once naming it, not after --timeout with nothing said.
+            _tell_sampler_setup_problem(sampler_group, args.timeout, str(error))
+            raise SystemExit(f"train_sage_dist.py: {error}") from None
+        try:
+            sampler = DistGraphSampler(part, fanouts, sampler_group, timeout=args.timeout)
+        except ValueError as error:  # another host's problem, named
+            raise SystemExit(f"train_sage_dist.py: {error}") from None
+        feature_dir = parts / "features"
+        if meta is None:  # the user's own partition: its classes are its labels' range
+            most = part.labels.max() if part.labels.numel() else torch.tensor(-1)
+            most = most.to(torch.int64).reshape(1)
+            dist.all_reduce(most, op=dist.ReduceOp.MAX, group=sampler_group)
+            meta = {"num_classes": int(most) + 1}
         labels = torch.zeros(part.num_nodes, dtype=part.labels.dtype)
         labels[part.nodes] = part.labels  # only this host's seeds are ever looked up
         # Every process takes as many of its host's train ids as the smallest share allows.

@@ -266,11 +266,13 @@ def map_arrays(directory: Union[str, Path], stem: str,
                              f"{sorted(names)}: the save is from something else")
         dtype, shape, nbytes = _described(info, name, record)
         path = directory / f"{name}.bin"
-        size = path.stat().st_size if path.is_file() else None
+        if not path.is_file():
+            raise ValueError(f"{path} is missing, but {record.name} lists it ({nbytes} "
+                             f"bytes): the save is incomplete")
+        size = path.stat().st_size
         if size != nbytes:
-            raise ValueError(f"{path} holds {size if size is not None else 'no'} bytes but "
-                             f"{record.name} says {nbytes}: the file is truncated or "
-                             f"from another save")
+            raise ValueError(f"{path} holds {size} bytes but {record.name} says {nbytes}: the "
+                             f"file is truncated or from another save")
         count = math.prod(shape)
         if count == 0:
             arrays[name] = torch.empty(shape, dtype=dtype)

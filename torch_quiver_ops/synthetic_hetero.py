@@ -13,12 +13,14 @@ host memory is the CSR itself (4-byte indices, 8-byte edge ids).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
+from . import preflight
 from .hetero import EdgeType, HeteroCSRTopo
 
 # ogbn-mag: node counts and its four relations with their edge counts.
@@ -112,6 +114,29 @@ def _check_scale(scale) -> None:
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
 
 
+def mag_like_sizes(scale: float = 1.0) -> Tuple[Dict[str, int], Dict[str, int]]:
+    """:func:`mag_like`'s node counts per type and its papers' ``train`` / ``val`` /
+    ``test`` split sizes at ``scale``, without building anything (a caller checks them
+    first; at a tiny scale ``val`` or ``test`` is 0)."""
+    _check_scale(scale)
+    nodes = {t: max(1, int(n * scale)) for t, n in MAG_NODES.items()}
+    papers = nodes["paper"]
+    shares = [n / sum(MAG_SPLIT) for n in MAG_SPLIT]
+    num_train = max(1, int(shares[0] * papers))
+    num_val = max(1, int(shares[1] * papers))
+    return nodes, {"train": num_train, "val": min(num_val, papers - num_train),
+                   "test": max(0, papers - num_train - num_val)}
+
+
+def mag_like_bytes(scale: float = 1.0, num_features: int = 128) -> int:
+    """Host bytes :func:`mag_like` holds at its peak at ``scale`` (its edge lists with
+    their reverses, the draws of one relation, the paper features twice), for a check
+    before building."""
+    nodes, _ = mag_like_sizes(scale)
+    edges = sum(max(1, int(count * scale)) for *_, count in MAG_RELATIONS)
+    return 48 * edges + 8 * nodes["paper"] * num_features + 64 * sum(nodes.values())
+
+
 def mag_like(scale: float = 1.0, seed: int = 0, num_features: int = 128,
              num_classes: int = 349, homophily: float = 0.8, feature_signal: float = 0.3,
              device: Optional[torch.device] = None) -> HeteroGraph:
@@ -123,12 +148,20 @@ def mag_like(scale: float = 1.0, seed: int = 0, num_features: int = 128,
     ``num_classes`` paper labels, ogbn-mag's split shares. The same seed (and device) gives
     the same graph; the result is on the CPU. Multi-edges may occur (about as often as a
     relation's density)."""
-    _check_scale(scale)
+    nodes, split = mag_like_sizes(scale)
     if not (isinstance(num_classes, int) and num_classes >= 1):
         raise ValueError(f"num_classes must be an int >= 1, got {num_classes!r}")
+    if isinstance(num_features, bool) or not (isinstance(num_features, int)
+                                              and num_features >= 1):
+        raise ValueError(f"num_features must be an int >= 1, got {num_features!r}")
+    if not (isinstance(homophily, (int, float)) and 0 <= homophily <= 1):
+        raise ValueError(f"homophily must be a probability in [0, 1], got {homophily!r}")
+    if not (isinstance(feature_signal, (int, float)) and math.isfinite(feature_signal)):
+        raise ValueError(f"feature_signal must be a finite number, got {feature_signal!r}")
+    preflight.check_host_memory(mag_like_bytes(scale, num_features),
+                                f"mag_like(scale={scale})", "give a smaller scale")
     device = torch.device(device or "cpu")
     gen = torch.Generator(device=device).manual_seed(seed)
-    nodes = {t: max(1, int(n * scale)) for t, n in MAG_NODES.items()}
     ends = {t: _Endpoints(n, num_classes, gen, device) for t, n in nodes.items()}
     edges: Dict[EdgeType, Tensor] = {}
     for src_type, rel, dst_type, count in MAG_RELATIONS:
@@ -146,9 +179,7 @@ def mag_like(scale: float = 1.0, seed: int = 0, num_features: int = 128,
     x = torch.randn(nodes["paper"], num_features, generator=gen, device=device)
     x.add_(centroids[papers], alpha=feature_signal)
     perm = torch.randperm(nodes["paper"], generator=gen, device=device).cpu()
-    shares = [n / sum(MAG_SPLIT) for n in MAG_SPLIT]
-    num_train = max(1, int(shares[0] * nodes["paper"]))
-    num_val = max(1, int(shares[1] * nodes["paper"]))
+    num_train, num_val = split["train"], split["val"]
     return HeteroGraph(edge_index_dict=edges, num_nodes_dict=nodes, x_dict={"paper": x.cpu()},
                        y=papers.cpu(), train_idx=perm[:num_train].sort().values,
                        val_idx=perm[num_train:num_train + num_val].sort().values,
@@ -184,6 +215,8 @@ def mag240m_like(scale: float = 1.0, seed: int = 0, device: Optional[torch.devic
     device = torch.device(device or "cpu")
     gen = torch.Generator(device=device).manual_seed(seed)
     _check_scale(scale)
+    if isinstance(chunk_nodes, bool) or not (isinstance(chunk_nodes, int) and chunk_nodes >= 1):
+        raise ValueError(f"chunk_nodes must be an int >= 1, got {chunk_nodes!r}")
     nodes = {t: max(1, int(n * scale)) for t, n in MAG240M_NODES.items()}
     relations = [(et, max(1, int(count * scale)))
                  for et, count in _relations_with_reverses(MAG240M_RELATIONS)]

@@ -1034,9 +1034,10 @@ def test_partition_script_writes_and_checks_shards(tmp_path):
     assert sum(shard_map.local_rows(h) - 24 for h in range(3)) == 216
 
 
-def train_on_two_nodes(tmp_path, per_node: int, *args) -> list:
+def train_on_two_nodes(tmp_path, per_node: int, *args, check: bool = True) -> list:
     """examples/train_sage_dist.py under torchrun as two nodes on loopback, ``per_node``
-    processes each: their outputs, after checking that both exited cleanly."""
+    processes each: their outputs, after checking that both exited cleanly (unless not
+    ``check``: then (return code, output) pairs)."""
     port = free_port()
     runs = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
@@ -1050,6 +1051,8 @@ def train_on_two_nodes(tmp_path, per_node: int, *args) -> list:
     finally:
         for run in runs:
             run.kill()
+    if not check:
+        return [(run.returncode, output) for run, output in zip(runs, outputs)]
     for run, output in zip(runs, outputs):
         assert run.returncode == 0, output[-3000:]
     return outputs
@@ -1081,6 +1084,34 @@ def test_partitioned_training_example_learns_on_two_hosts_of_two_processes(tmp_p
     accuracy, chance, last = accuracy_and_chance(outputs[0], 4)
     assert accuracy > 10 * chance, last
     assert "2 hosts x 2 processes" in outputs[0]
+
+
+@pytest.mark.timeout(600)
+def test_partitioned_example_trains_on_a_partition_of_the_users_own(tmp_path):
+    """--data as scripts/partition_graph.py's --out (the docstring's "your own graph"): it
+    was ignored without a word, a synthetic graph built and partitioned into it instead."""
+    subprocess.run([sys.executable, str(REPO / "scripts" / "partition_graph.py"), "--synthetic",
+                    "tiny", "--parts", "2", "--method", "random", "--out",
+                    str(tmp_path / "data")], check=True, capture_output=True, timeout=300,
+                   env={**os.environ, "PYTHONPATH": str(REPO)})
+    before = sorted(p.name for p in (tmp_path / "data").iterdir())
+    outputs = train_on_two_nodes(tmp_path, 1, "--size", "tiny", "--epochs", "2", "--fanouts",
+                                 "5,5", "--partitioned")
+    assert "partitioned into" not in outputs[0], outputs[0]
+    assert "2 hosts x 1 processes" in outputs[0] and "epoch 2:" in outputs[0], outputs[0]
+    assert sorted(p.name for p in (tmp_path / "data").iterdir()) == before  # nothing written
+
+    # One host's part missing a file: both hosts stop at once naming it (the other waited
+    # --timeout, then said only that host 1 had not come).
+    (tmp_path / "data" / "part_1" / "indices.bin").unlink()
+    started = time.monotonic()
+    results = train_on_two_nodes(tmp_path, 1, "--size", "tiny", "--partitioned", "--timeout",
+                                 "100", check=False)
+    assert time.monotonic() - started < 60
+    for code, output in results:
+        assert code != 0
+        assert "train_sage_dist.py: " in output and "part_1/indices.bin is missing" in output, \
+            output[-3000:]
 
 
 def test_distributed_example_refuses_another_jobs_data_in_one_line(tmp_path):
@@ -1127,7 +1158,12 @@ def test_distributed_example_checks_its_options_before_starting(capsys, monkeypa
                                  ("--fanouts", "5,-3", "-1 for every neighbor"),
                                  ("--replicate", "1.5", "--replicate is a share"),
                                  ("--epochs", "-1", "--epochs must be >= 0"),
-                                 ("--cache-size", "2O%", "a percentage such as '20%', got '2O%'")):
+                                 ("--cache-size", "2O%", "a percentage such as '20%', got '2O%'"),
+                                 # (1e300 overflowed timedelta; 1e9 was refused by the
+                                 # library after the graph was built)
+                                 ("--timeout", "1e300", "--timeout is seconds in [1, 31536000]"),
+                                 ("--timeout", "1e9", "--timeout is seconds in [1, 31536000]"),
+                                 ("--timeout", "0.001", "got 0.001")):
         with pytest.raises(SystemExit):
             module.parse_args(["--data", "d", option, value])
         assert words in capsys.readouterr().err, (option, value)

@@ -180,9 +180,16 @@ def test_temporal_refuses_an_empty_split_before_training(temporal, capsys, monke
     assert "epoch" not in capsys.readouterr().out
 
 
-def test_train_hetero_refuses_a_graph_without_test_papers(hetero):
-    with pytest.raises(SystemExit, match=r"--scale 1e-06 leaves 1 papers and no validation"):
-        hetero.main(["--scale", "1e-6", "--device", "cpu"])
+def test_train_hetero_refuses_a_graph_without_test_papers(hetero, capsys):
+    refused(capsys, hetero.parse_args, ["--scale", "1e-6", "--device", "cpu"],
+            "--scale 1e-06 leaves 1 papers and no validation or test paper")
+
+
+def test_train_hetero_refuses_a_scale_past_host_memory_before_building(hetero, capsys):
+    # (1e300 overflowed a count inside torch.randint; 1e6 asked the allocator for 5 PB)
+    for scale in ("1e300", "1e6"):
+        refused(capsys, hetero.parse_args, ["--scale", scale, "--device", "cpu"],
+                f"--scale {float(scale)} needs about", "GiB of host memory")
 
 
 def test_temporal_docstring_states_the_chance_mrr_it_prints(temporal):

@@ -650,8 +650,18 @@ def test_unsupported_arguments_raise_clearly():
                             device="cpu")
     mask = torch.zeros(data.num_nodes + 3, dtype=torch.bool)
     mask[-1] = True
-    with pytest.raises(IndexError, match="out of range"):
+    with pytest.raises(IndexError, match=r"input_nodes as a bool mask needs one entry per "
+                                         r"node \(200\), got shape \(203,\)"):
         qpyg.NeighborLoader(data, [2], input_nodes=mask, batch_size=2, device="cpu")
+    # Named when the loader is made, not at the first batch under the sampler's own name
+    # (a float id was cut to an integer there).
+    with pytest.raises(TypeError, match=r"input_nodes must be 1-D integer node ids or a bool "
+                                        r"mask, got torch.float32 of shape \(2,\)"):
+        qpyg.NeighborLoader(data, [2], input_nodes=torch.tensor([1.5, 2.0]), device="cpu")
+    with pytest.raises(TypeError, match=r"shape \(2, 2\)"):
+        qpyg.NeighborLoader(data, [2], input_nodes=torch.arange(4).view(2, 2), device="cpu")
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1, got None"):
+        qpyg.NeighborLoader(data, [2], batch_size=None, device="cpu")
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and qv.cuda_kernels_built()),

@@ -588,6 +588,35 @@ def test_bad_hetero_arguments_are_named():
                                          r"\[0, 60\) \(nodes of type 'paper'\)"):
         qpyg.NeighborLoader(data, [2], input_nodes=("paper", torch.tensor([0, 60])),
                             batch_size=2, device="cpu")
+    # Ids in a form no batch can take are named when the loader is made too (they were
+    # met at the first batch, as "seeds['paper']").
+    with pytest.raises(TypeError, match=r"input_nodes\[1\] must be 1-D integer node ids or a "
+                                        r"bool mask, got torch.float32"):
+        qpyg.NeighborLoader(data, [2], input_nodes=("paper", torch.tensor([1.5])),
+                            device="cpu")
+    long_mask = torch.zeros(61, dtype=torch.bool)
+    long_mask[60] = True
+    with pytest.raises(IndexError, match=r"input_nodes\[1\] as a bool mask needs one entry "
+                                         r"per node \(60\), got shape \(61,\)"):
+        qpyg.NeighborLoader(data, [2], input_nodes=("paper", long_mask), device="cpu")
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1, got None"):
+        qpyg.NeighborLoader(data, [2], input_nodes="paper", batch_size=None, device="cpu")
+    sparse = hetero_data(6)
+    sparse["author"].x = sparse["author"].x.to_sparse()
+    with pytest.raises(TypeError, match="node attribute 'x' is a torch.sparse_coo tensor"):
+        qpyg.NeighborLoader(sparse, [2], input_nodes="paper", device="cpu")
+
+
+def test_attributes_named_like_the_loaders_keys_are_said_to_be_left_out():
+    """A node or edge attribute named as a key the loader writes (``batch``, ``n_id``, ...)
+    was dropped unsaid."""
+    data = hetero_data(7)
+    data["author"].batch = torch.arange(data["author"].num_nodes)
+    with pytest.warns(UserWarning, match="attribute 'batch' of node type 'author' is not "
+                                         "carried into batches"):
+        loader = qpyg.NeighborLoader(data, [2], input_nodes="paper", batch_size=4,
+                                     device="cpu")
+    assert "batch" not in next(iter(loader))["author"]
 
 
 def test_type_attributes_that_are_no_rows_come_whole_and_types_keep_their_order():

@@ -102,3 +102,22 @@ def test_sizes_that_give_no_graph_are_refused(kwargs):
     if "scale" in kwargs:
         with pytest.raises(ValueError, match="scale must be a finite number > 0"):
             mag240m_like(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(homophily=5.0), "homophily must be a probability in"),
+    (dict(feature_signal=float("nan")), "feature_signal must be a finite number"),
+    (dict(num_features=0), "num_features must be an int >= 1"),
+    (dict(scale=1e300), "mag_like"),  # past host memory: refused before anything is drawn
+])
+def test_mag_like_refuses_parameters_that_give_no_sensible_graph(kwargs, match):
+    from torch_quiver_ops.preflight import ResourceLimitError
+    with pytest.raises((ValueError, ResourceLimitError), match=match):
+        mag_like(**{"scale": 1e-4, **kwargs})
+
+
+@pytest.mark.parametrize("chunk_nodes", [0, -1, 2.5])
+def test_mag240m_like_refuses_chunks_of_no_nodes(chunk_nodes):
+    """-1 left the edge arrays unfilled, caught by luck as a mismatched indptr."""
+    with pytest.raises(ValueError, match=f"chunk_nodes must be an int >= 1, got {chunk_nodes}"):
+        mag240m_like(1e-5, chunk_nodes=chunk_nodes)

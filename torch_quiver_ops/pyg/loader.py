@@ -1,6 +1,7 @@
 """PyG's ``NeighborLoader`` and ``LinkNeighborLoader`` on our sampler and stores."""
 from __future__ import annotations
 
+import operator
 import threading
 import time
 import warnings
@@ -141,6 +142,12 @@ class _OnOurStores:
                 cache_policy, host_reads, replace, return_eid, subgraph_type,
                 sampling_generator, kwargs, rules=None) -> tuple:
         """Returns ``(stores, graph_store, neighbor_sampler)`` and adjusts ``kwargs``."""
+        batch_size = kwargs.get("batch_size", 1)
+        if isinstance(batch_size, bool) or not (hasattr(type(batch_size), "__index__")
+                                                and operator.index(batch_size) >= 1):
+            # (None, which torch's DataLoader takes as "no batching", would hand the
+            # sampler one id at a time as a 0-d tensor.)
+            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
         # What _refresh needs to build it all again from the data as it is then.
         self._source = data if isinstance(data, (Data, HeteroData)) else None
         self._given_sampler = neighbor_sampler
@@ -492,6 +499,20 @@ def _id_tensor(ids, name: str) -> Tensor:
                         f"got {type(ids).__name__}: {error}") from None
 
 
+def _seed_id_form(ids: Tensor, num_nodes: int, name: str) -> Tensor:
+    """``ids`` if they are in a form PyG takes as seeds: 1-D integer ids, or a bool mask of
+    one entry per node; named now, not at the first batch under an inner name (a float id
+    would have been cut to an integer there)."""
+    if ids.dtype == torch.bool:
+        if ids.dim() != 1 or ids.numel() != num_nodes:
+            raise IndexError(f"{name} as a bool mask needs one entry per node ({num_nodes}), "
+                             f"got shape {tuple(ids.shape)}")
+    elif ids.is_floating_point() or ids.is_complex() or ids.dim() != 1:
+        raise TypeError(f"{name} must be 1-D integer node ids or a bool mask, got "
+                        f"{ids.dtype} of shape {tuple(ids.shape)}")
+    return ids
+
+
 def _typed_input_nodes(input_nodes, graph_store: HeteroGraphStore):
     """``(node_type, ids on the host)`` from PyG's forms: a type, or (type, ids / mask /
     None)."""
@@ -508,7 +529,7 @@ def _typed_input_nodes(input_nodes, graph_store: HeteroGraphStore):
                          f"{sorted(counts)}")
     if ids is None:
         ids = torch.arange(counts[node_type])
-    ids = torch.as_tensor(ids)
+    ids = _seed_id_form(_id_tensor(ids, "input_nodes[1]"), counts[node_type], "input_nodes[1]")
     return node_type, ids.cpu() if ids.device.type != "cpu" else ids
 
 
@@ -609,8 +630,9 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
     ``num_neighbors`` per hop or per edge type, ``input_nodes`` a node type or
     ``(node_type, ids)``, and batches are PyG ``HeteroData`` objects with every node type's
     attributes (the tables of all types sharing one GPU cache of ``cache_size`` by
-    hotness), ``n_id``, ``e_id`` and edge attributes per edge type, ``batch_size``,
-    ``input_id`` and the per-hop counts, as PyG's own. ``weight_attr`` names an attribute
+    hotness), ``n_id``, edge attributes per edge type, ``batch_size``, ``input_id`` and
+    the per-hop counts, as PyG's own, and ``e_id`` per edge type with ``return_eid=True``
+    or when some edge type has attributes (PyG's batches always carry it). ``weight_attr`` names an attribute
     of every edge type, ``time_attr`` one of some node types (the others sampled regardless
     of time; seeds of such a type need ``input_time``) or of every edge type.
     """
@@ -655,6 +677,8 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
             # A list, tuple, range or array of ids, as PyG takes with a Data (the pair of
             # stores PyG's loader gets from us takes tensors only).
             input_nodes = _id_tensor(input_nodes, "input_nodes")
+        if isinstance(input_nodes, Tensor):
+            _seed_id_form(input_nodes, graph_store.num_nodes, "input_nodes")
         super().__init__(stores, num_neighbors=num_neighbors, input_nodes=input_nodes,
                          input_time=None if input_time is None else torch.as_tensor(input_time),
                          time_attr=time_attr,

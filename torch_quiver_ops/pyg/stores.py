@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 import weakref
+import warnings
 
 import numpy as np
 from typing import Dict, List, Optional, Tuple, Union
@@ -70,7 +71,19 @@ def _table(key: str, value, what: str) -> Optional[Tensor]:
         raise TypeError(f"{what} attribute {key!r} is a {type(value).__name__} with a row per "
                         f"{what}: batches gather tensors (PyG's refuse it too); store it as a "
                         f"tensor or numpy array")
+    if isinstance(value, Tensor) and value.layout != torch.strided:
+        raise TypeError(f"{what} attribute {key!r} is a {value.layout} tensor: batches gather "
+                        f"rows of dense tensors; store it dense (value.to_dense())")
     return value if isinstance(value, Tensor) else None
+
+
+def _warn_not_carried(key: str, value, owner: str = "") -> None:
+    """Says that an attribute named like a key the loader writes into its batches (``n_id``,
+    ``batch``, ...) is not carried into them, rather than dropping it unsaid."""
+    if isinstance(value, (Tensor, np.ndarray)):
+        warnings.warn(f"attribute {key!r}{owner} is not carried into batches: the loader "
+                      f"writes its own {key!r} there; rename the attribute to keep it",
+                      stacklevel=2)
 
 
 _HETERO = ("this store holds one edge type, named None: heterogeneous graphs (typed edges) "
@@ -536,6 +549,8 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
     device = resolve_device(device)
     features = FeatureStore(device, cache_size, cache_policy, graph.topo, host_reads)
     for key, value in data.items():
+        if key in LOADER_KEYS:
+            _warn_not_carried(key, value)
         if key == "edge_index" or key in LOADER_KEYS:
             continue
         node = data.is_node_attr(key)
@@ -615,6 +630,8 @@ def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size
     for t in data.node_types:
         store = data[t]
         for key, value in store.items():
+            if key in LOADER_KEYS:
+                _warn_not_carried(key, value, f" of node type {t!r}")
             if key in LOADER_KEYS or not store.is_node_attr(key):
                 continue
             value = _table(key, value, "node")
@@ -642,6 +659,8 @@ def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size
     for et in data.edge_types:
         store = data[et]
         for key, value in store.items():
+            if key in LOADER_KEYS:
+                _warn_not_carried(key, value, f" of edge type {et!r}")
             if key == "edge_index" or key in LOADER_KEYS or not store.is_edge_attr(key):
                 continue
             value = _table(key, value, "edge")
