@@ -10,6 +10,7 @@ not replicated (else contiguous ranges of ids). Every shard is read back and che
 against its size and CRC-32 before the command reports success.
 """
 import argparse
+import re
 import time
 
 import torch
@@ -28,8 +29,8 @@ def main():
     parser.add_argument("--csr", default=None)
     parser.add_argument("--assignment", default=None)
     args = parser.parse_args()
-    if args.hosts < 1:
-        parser.error(f"--hosts must be >= 1, got {args.hosts}")
+    if not 1 <= args.hosts <= 32767:  # the shard map's host ids are int16
+        parser.error(f"--hosts must be in [1, 32767], got {args.hosts}")
     if not 0 <= args.replicate <= 1:
         parser.error(f"--replicate must be a share in [0, 1], got {args.replicate}")
     if args.hot_order and args.csr:  # --csr was dropped without a word
@@ -48,7 +49,13 @@ def split(args) -> None:
         hot_order = qv.CSRTopo.load_shared(args.csr).feature_order
     assignment = (_cli.load_file("assignment", args.assignment, torch.Tensor)
                   if args.assignment else None)
-    qv.dist.partition_features(x, args.out, args.hosts, hot_order, args.replicate, assignment)
+    try:
+        qv.dist.partition_features(x, args.out, args.hosts, hot_order, args.replicate,
+                                   assignment)
+    except (ValueError, IndexError, TypeError) as error:  # named as the user wrote them
+        flags = {"hot_order": "--hot-order", "assignment": "--assignment", "num_hosts": "--hosts"}
+        raise type(error)(re.sub(r"\b(hot_order|assignment|num_hosts)\b",
+                                 lambda m: flags[m[1]], str(error))) from None
     shard_map = qv.dist.load_shard_map(args.out, verify=True)
     rows = [shard_map.local_rows(h) for h in range(args.hosts)]
     print(f"{tuple(x.shape)} {x.dtype} over {args.hosts} hosts in {args.out}: "

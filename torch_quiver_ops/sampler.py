@@ -67,7 +67,9 @@ def sampling_placement(device, mode: Optional[str]) -> Tuple[torch.device, str]:
     if mode is not None and mode.upper() == "CPU":
         # The device is not read, as in torch-quiver (whose scripts pass device='CPU').
         return torch.device("cpu"), "CPU"
+    given = device
     device = resolve_device(device)
+    defaulted = mode is None
     if mode is None:
         mode = "UVA" if device.type == "cuda" else "CPU"
     mode = mode.upper()
@@ -76,7 +78,9 @@ def sampling_placement(device, mode: Optional[str]) -> Tuple[torch.device, str]:
     if device.type != "cuda":
         raise ValueError(f"mode {mode!r} samples on a GPU, but device is {device}")
     if not torch.cuda.is_available():
-        raise RuntimeError(f"mode {mode!r} needs a CUDA GPU, and torch sees none")
+        asked = (f"device={given!r} (sampled in mode {mode!r}, the default on a GPU)"
+                 if defaulted else f"mode {mode!r}")
+        raise RuntimeError(f"{asked} needs a CUDA GPU, and torch sees none")
     if not cuda_kernels_built():
         raise RuntimeError(f"mode {mode!r} needs the CUDA kernels, but torch-quiver-ops was "
                            f"built without them (rebuild with nvcc on PATH)")

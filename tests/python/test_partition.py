@@ -245,6 +245,8 @@ def test_the_script_partitions_a_saved_graph(tmp_path):
      "--no-features goes with --synthetic only"),
     ("scripts/partition_features.py", ["--features", "/nonexistent.pt", "--hosts", "2"],
      "--features /nonexistent.pt is not a file"),
+    ("scripts/partition_features.py", ["--features", "/nonexistent.pt", "--hosts", "40000"],
+     "--hosts must be in [1, 32767], got 40000"),
     ("scripts/partition_features.py", ["--features", "/nonexistent.pt", "--hosts", "2",
                                        "--hot-order", "o.pt", "--csr", "g"],
      "give --hot-order or --csr"),
@@ -257,6 +259,23 @@ def test_the_scripts_name_a_bad_argument_without_a_traceback(tmp_path, script, a
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and said in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_partition_features_names_its_flags_not_the_functions_arguments(tmp_path):
+    """Data errors named hot_order, assignment and num_hosts (the Python arguments)."""
+    torch.save(torch.randn(50, 4), tmp_path / "x.pt")
+    torch.save(torch.arange(49), tmp_path / "order.pt")
+    torch.save(torch.full((50,), 7), tmp_path / "parts.pt")
+    for args, said in ((["--hot-order", str(tmp_path / "order.pt")],
+                        "--hot-order must list each of the 50 rows once, got 49 ids"),
+                       (["--assignment", str(tmp_path / "parts.pt")],
+                        "--assignment holds host 7, outside [0, 2)")):
+        done = subprocess.run([sys.executable, str(REPO / "scripts" / "partition_features.py"),
+                               "--features", str(tmp_path / "x.pt"), "--hosts", "2", "--out",
+                               str(tmp_path / "out"), *args],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0 and said in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
 
 
 def test_an_edge_out_of_range_is_named_where_the_file_holds_it(tmp_path):

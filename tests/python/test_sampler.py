@@ -203,5 +203,8 @@ def test_huge_fanouts_hot_order_without_a_cache_and_missing_gpus_are_named(graph
         with pytest.raises(RuntimeError, match="'cuda' is a GPU, and torch sees none"):
             qv.GraphSageSampler(topo, [2], device="cuda")
         for device in ("cuda:0", 0):  # an index is parsed; the sampler names the lack
-            with pytest.raises(RuntimeError, match="needs a CUDA GPU, and torch sees none"):
+            # (and the device asked for: it named only the default mode, never asked for)
+            with pytest.raises(RuntimeError, match=f"device={device!r} \\(sampled in mode "
+                                                   f"'UVA', the default on a GPU\\) needs a "
+                                                   f"CUDA GPU, and torch sees none"):
                 qv.GraphSageSampler(topo, [2], device=device)
