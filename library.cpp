@@ -20,8 +20,9 @@ TORCH_LIBRARY(quiver, m) {
   // Runtime classes first: op schemas may name them (runtime/classes.cpp).
   quiver::runtime::register_runtime_classes(m);
 
-  // A whole CSR checked once, where a topology is made (the sampling ops check only the rows
-  // they touch): shapes and dtypes, indptr from 0 to the neighbor count and non-decreasing,
+  // A whole CSR checked once, where a topology is made (the sampling ops check only the
+  // offsets of the rows they touch, and sample_subgraph the neighbor ids it reindexes;
+  // sample_neighbors returns neighbor ids as `indices` holds them): shapes and dtypes, indptr from 0 to the neighbor count and non-decreasing,
   // every neighbor id in [0, num_nodes) (num_nodes < 0: indptr's node count). Raises the
   // kernels' own errors (ValueError, IndexError, TypeError); one implementation for every
   // device (CompositeExplicitAutograd, ops/check_csr.cpp).
@@ -46,7 +47,9 @@ TORCH_LIBRARY(quiver, m) {
 
   // One hop: up to `fanout` neighbors of each seed (-1: all of them), uniform without
   // replacement unless `replace`. Returns per-seed counts, the flat neighbor ids and the
-  // sampled edges' ids (edge_ids[pos] when edge_ids is given, else the CSR position).
+  // sampled edges' ids (edge_ids[pos] when edge_ids is given, else the CSR position). The
+  // neighbor ids are `indices`' values, not checked against the node count: check_csr does
+  // that once for a whole CSR.
   // Random numbers come from `generator` (on the seeds' device), else from the device's
   // default generator, so torch.manual_seed reproduces a call.
   m.def(

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
@@ -270,6 +272,25 @@ inline at::Tensor require(const std::map<std::string, at::Tensor>& arrays, const
   const auto found = arrays.find(name);
   TORCH_CHECK(found != arrays.end(), where.string(), " has no array '", name, "'");
   return found->second;
+}
+
+// Raises, naming `option`, unless `directory` is one `save_arrays` can write into: a
+// folder, or a path whose nearest existing folder takes new entries. Checked before the
+// work whose output it is, not after it; by making (and removing) a folder there, which
+// answers for root too, whom access() lets write anywhere (/proc, say).
+inline void check_writable_folder(const fs::path& directory, const std::string& option) {
+  std::error_code ignored;
+  fs::path existing = fs::absolute(directory, ignored);
+  while (!fs::exists(existing, ignored) && existing.has_parent_path() &&
+         existing != existing.parent_path())
+    existing = existing.parent_path();
+  TORCH_CHECK_VALUE(fs::is_directory(existing, ignored), option, " ", directory.string(),
+                    ": ", existing.string(), " is not a folder");
+  std::string probe = (existing / ".quiver-write-check-XXXXXX").string();
+  TORCH_CHECK_VALUE(mkdtemp(probe.data()) != nullptr, option, " ", directory.string(),
+                    ": nothing can be written in ", existing.string(), " (",
+                    std::strerror(errno), ")");
+  fs::remove(probe, ignored);
 }
 
 // Writes `arrays` as `load_arrays` (and Python's load_arrays) read them.

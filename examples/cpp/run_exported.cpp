@@ -23,6 +23,7 @@
 #include <iostream>
 #include <string>
 
+#include "graph_files.h"
 #include "option_values.h"
 #include "raw_arrays.h"
 
@@ -49,6 +50,7 @@ torch::inductor::AOTIModelPackageLoader load_package(const std::string& package,
 void run_on_arrays(const std::string& package, const std::filesystem::path& inputs_dir,
                    const std::string& out, const at::Device& device) {
   TORCH_CHECK(!out.empty(), "--inputs needs --out DIR");
+  raw_arrays::check_writable_folder(out, "--out");
   const auto arrays = raw_arrays::load_arrays(inputs_dir, "inputs");
   std::vector<at::Tensor> inputs;
   while (arrays.count("input_" + std::to_string(inputs.size())))
@@ -124,24 +126,24 @@ int main(int argc, char** argv) {
         TORCH_CHECK(false, "--device takes cpu or cuda[:N], got '", device_name, "'");
       }
     }();
-    TORCH_CHECK(device.is_cpu() || device.is_cuda(), "--device takes cpu or cuda[:N], got '",
-                device_name, "'");
+    TORCH_CHECK(device.is_cuda() || (device.is_cpu() && !device.has_index()),
+                "--device takes cpu or cuda[:N], got '", device_name, "'");
     torch::manual_seed(seed);
     if (on_arrays) {
       run_on_arrays(package, inputs_dir, out, device);
       return 0;
     }
     const std::filesystem::path graph = argv[2];
-    const auto topology = raw_arrays::load_arrays(graph / "topology", "csr");
-    const auto features = raw_arrays::load_arrays(graph / "features", "feature");
-    const auto labels = raw_arrays::load_arrays(graph / "labels", "labels");
-    const at::Tensor indptr = raw_arrays::require(topology, "indptr", graph);
-    const at::Tensor indices = raw_arrays::require(topology, "indices", graph);
-    const at::Tensor rows = raw_arrays::require(features, "rows", graph);
-    const at::Tensor y = raw_arrays::require(labels, "y", graph);
+    if (!out.empty()) raw_arrays::check_writable_folder(out, "--out");
+    // The CSR, rows and labels checked here, each error naming its file: the package's
+    // kernels trust what they are given.
+    const graph_files::Graph g = graph_files::load(graph, /*splits=*/false);
+    const at::Tensor &indptr = g.indptr, &indices = g.indices, &rows = g.rows, &y = g.labels;
     const int64_t nodes = indptr.numel() - 1;
-    TORCH_CHECK(0 <= first && first < last && last <= nodes, "--seeds ", first, ":", last,
-                " must lie in [0, ", nodes, "]");
+    TORCH_CHECK(first < last, "--seeds A:B takes A < B (the seeds A to B - 1), got ", first,
+                ":", last);
+    TORCH_CHECK(0 <= first && last <= nodes, "--seeds ", first, ":", last, " must lie in [0, ",
+                nodes, "]");
     const at::Tensor seeds = torch::arange(first, last);
 
     auto loader = load_package(package, device);

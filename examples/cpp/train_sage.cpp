@@ -44,6 +44,7 @@
 #include <quiver/subgraph_sampler.h>
 #include <torch/torch.h>
 
+#include "graph_files.h"
 #include "option_values.h"
 #include "raw_arrays.h"
 
@@ -68,6 +69,7 @@ using raw_arrays::require;
 #include <chrono>
 #include <cmath>
 #include <thread>
+#include <unistd.h>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -76,6 +78,7 @@ using raw_arrays::require;
 #include <limits>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -123,7 +126,10 @@ Options parse(int argc, char** argv) {
   using option_values::number, option_values::whole, option_values::wholes;
   using Set = std::function<void(const std::string&, const std::string&)>;
   const std::map<std::string, Set> setters = {
-      {"--data", [&](auto&, auto& v) { o.data = v; }},
+      {"--data", [&](auto& a, auto& v) {
+         TORCH_CHECK_VALUE(!v.empty(), a, " takes a directory, got ''");
+         o.data = v;
+       }},
       {"--mode", [&](auto&, auto& v) { o.mode = v; }},
       {"--epochs", [&](auto& a, auto& v) { o.epochs = whole(a, v); }},
       {"--batch-size", [&](auto& a, auto& v) { o.batch_size = whole(a, v); }},
@@ -152,6 +158,7 @@ Options parse(int argc, char** argv) {
       {"--classes", [&](auto& a, auto& v) { o.classes = whole(a, v); }},
       {"--features", [&](auto& a, auto& v) { o.features = whole(a, v); }},
       {"--degree", [&](auto& a, auto& v) { o.degree = whole(a, v); }}};
+  std::set<std::string> given;  // a second value would silently win over the first
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -205,6 +212,7 @@ Options parse(int argc, char** argv) {
     const auto setter = setters.find(arg);
     TORCH_CHECK_VALUE(setter != setters.end(), "unknown option ", arg, " (see --help)");
     TORCH_CHECK(i + 1 < argc, "option ", arg, " needs a value");
+    TORCH_CHECK_VALUE(given.insert(arg).second, "option ", arg, " is given twice");
     setter->second(arg, argv[++i]);
   }
   TORCH_CHECK(o.epochs >= 0 && o.batch_size > 0,
@@ -218,6 +226,33 @@ Options parse(int argc, char** argv) {
               "--hidden, --nodes (half of them train), --classes, --features and --degree must "
               "be >= 1, >= 2, >= 1, >= 1 and >= 0, got ",
               o.hidden, ", ", o.nodes, ", ", o.classes, ", ", o.features, " and ", o.degree);
+  // Bounds past which torch's own errors (an allocator's, a size overflow) would name no
+  // option; the synthetic graph's bytes are checked against the machine's memory below.
+  TORCH_CHECK_VALUE(o.hidden <= (1 << 16) && o.classes <= (1 << 20) && o.features <= (1 << 20) &&
+                        o.degree <= (1 << 20) && o.nodes <= (int64_t{1} << 40),
+                    "--hidden, --classes, --features, --degree and --nodes must be at most ",
+                    1 << 16, ", ", 1 << 20, ", ", 1 << 20, ", ", 1 << 20, " and 2**40, got ",
+                    o.hidden, ", ", o.classes, ", ", o.features, ", ", o.degree, " and ", o.nodes);
+  if (o.data.empty()) {
+    // Labels, features, the edge list both ways and its CSR, with room for the sort.
+    const double need = static_cast<double>(o.nodes) *
+                        (8.0 + 4.0 * static_cast<double>(o.features) +
+                         64.0 * static_cast<double>(o.degree));
+    const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
+                          static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    TORCH_CHECK_VALUE(memory <= 0 || need <= memory, "--nodes ", o.nodes, " x (--features ",
+                      o.features, ", --degree ", o.degree, ") needs about ", need / (1 << 30),
+                      " GiB for the synthetic graph; this machine has ", memory / (1 << 30));
+  }
+  TORCH_CHECK_VALUE(std::isfinite(o.lr) && o.lr > 0, "--lr must be a finite number > 0, got ",
+                    o.lr);
+  TORCH_CHECK_VALUE(o.min_accuracy <= 0 || o.epochs >= 1 || o.serve > 0,
+                    "--min-accuracy bounds the accuracy after training (or of --serve's "
+                    "answers): with --epochs 0 and no --serve nothing is scored");
+  for (size_t i = 0; i < o.load_configs.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      TORCH_CHECK_VALUE(o.load_configs[i] != o.load_configs[j], "--load-configs names ",
+                        o.load_configs[i], " twice");
   TORCH_CHECK(o.eval_nodes >= 1, "--eval-nodes must be >= 1, got ", o.eval_nodes);
   TORCH_CHECK(o.prefetch >= 0 && o.prefetch <= 64, "--prefetch must be in [0, 64], got ",
               o.prefetch);
@@ -248,50 +283,12 @@ Options parse(int argc, char** argv) {
 
 // ---- the graph ----
 
-struct Graph {
-  Tensor indptr, indices;  // CSR of each node's neighbors
-  Tensor rows;             // [nodes, features] float
-  Tensor order;            // node ids hottest first (undefined: by degree)
-  Tensor labels, train_idx, test_idx;
-  int64_t num_classes = 0;
-};
+using graph_files::Graph;
 
 Graph load_graph(const fs::path& directory) {
-  Graph g;
-  const auto topology = load_arrays(directory / "topology", "csr");
-  g.indptr = require(topology, "indptr", directory / "topology");
-  g.indices = require(topology, "indices", directory / "topology");
-  const auto features = load_arrays(directory / "features", "feature");
-  g.rows = require(features, "rows", directory / "features");
-  if (features.count("order")) g.order = features.at("order").to(at::kLong);
-  const auto labels = load_arrays(directory / "labels", "labels");
-  g.labels = require(labels, "y", directory / "labels").to(at::kLong);
-  g.train_idx = require(labels, "train_idx", directory / "labels").to(at::kLong);
-  g.test_idx = require(labels, "test_idx", directory / "labels").to(at::kLong);
-  const int64_t nodes = g.indptr.numel() - 1;
-  TORCH_CHECK(g.rows.dim() == 2, (directory / "features").string(),
-              ": rows must be [nodes, features], got shape ", g.rows.sizes());
-  TORCH_CHECK(g.rows.scalar_type() == at::kFloat, (directory / "features").string(),
-              ": rows must be float32 (the model's dtype), got ", g.rows.scalar_type());
-  TORCH_CHECK(g.rows.size(0) == nodes && g.labels.numel() == nodes, directory.string(), ": ",
-              nodes, " nodes in the topology, ", g.rows.size(0), " feature rows, ",
-              g.labels.numel(), " labels");
-  TORCH_CHECK(nodes >= 1 && g.labels.min().item<int64_t>() >= 0, (directory / "labels").string(),
-              ": y must hold class ids >= 0, got ", nodes >= 1 ? g.labels.min().item<int64_t>() : 0);
-  g.num_classes = g.labels.max().item<int64_t>() + 1;
-  for (const auto& [name, ids] : {std::pair{"train_idx", g.train_idx}, {"test_idx", g.test_idx}}) {
-    TORCH_CHECK(ids.numel() == 0 || (ids.min().item<int64_t>() >= 0 && ids.max().item<int64_t>() < nodes),
-                (directory / "labels").string(), ": ", name, " holds node ids outside [0, ", nodes, ")");
-  }
-  TORCH_CHECK(g.train_idx.numel() > 0, (directory / "labels").string(),
-              ": train_idx is empty: there is nothing to train on");
-  if (g.order.defined()) {
-    // Hottest first, each node once: the cache's positions are its inverse.
-    TORCH_CHECK(g.order.dim() == 1 && g.order.numel() == nodes &&
-                    torch::equal(std::get<0>(g.order.sort()), torch::arange(nodes)),
-                (directory / "features").string(), ": order must hold each of the ", nodes,
-                " node ids once (hottest first)");
-  }
+  Graph g = graph_files::load(directory);
+  TORCH_CHECK_TYPE(g.rows.scalar_type() == at::kFloat, (directory / "features").string(),
+                   ": rows must be float32 (the model's dtype), got ", g.rows.scalar_type());
   return g;
 }
 
@@ -959,7 +956,11 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
               [](const LoadRow* a, const LoadRow* b) { return a->rate < b->rate; });
     int64_t best = 0;
     for (const LoadRow* row : mine) {
-      if (row->refused != 0 || row->failed != 0 || row->p99 > o.objective_ms) break;
+      // Every request sent was answered: a rate of which none was (too short a window) or
+      // only some were has no p99 to trust.
+      if (row->sent == 0 || row->answered != row->sent || row->refused != 0 ||
+          row->failed != 0 || row->p99 > o.objective_ms)
+        break;
       best = row->rate;
     }
     std::printf("highest rate with p99 <= %g ms, %s: %lld requests/s\n", o.objective_ms,

@@ -213,11 +213,14 @@ def test_records_are_read_by_a_parser_that_cannot_overflow(saved_graph, tmp_path
 
 
 @pytest.mark.parametrize("damage", ["3-D rows", "float16 rows", "negative label",
-                                    "train id out of range", "no train ids", "order repeats"])
+                                    "train id out of range", "no train ids", "order repeats",
+                                    "float labels", "2-D train ids", "no test ids",
+                                    "no features", "int32 indptr", "a label past the classes"])
 def test_arrays_the_model_cannot_use_are_named(saved_graph, tmp_path, damage):
     broken = copied(saved_graph, tmp_path)
-    part, stem = ("features", "feature") if "rows" in damage or "order" in damage else \
-        ("labels", "labels")
+    part, stem = ("features", "feature") if any(w in damage for w in ("rows", "order",
+                                                                      "features")) else \
+        ("topology", "csr") if "indptr" in damage else ("labels", "labels")
     arrays, meta = qv.load_arrays(broken / part, stem)
     arrays = {k: v.clone() for k, v in arrays.items()}
     if damage == "3-D rows":
@@ -228,7 +231,25 @@ def test_arrays_the_model_cannot_use_are_named(saved_graph, tmp_path, damage):
         words = "rows must be float32 (the model's dtype), got Half"
     elif damage == "negative label":
         arrays["y"][arrays["test_idx"][0]] = -1
-        words = "y must hold class ids >= 0, got -1"
+        words = "y must hold class ids in [0, 1048576), got -1"
+    elif damage == "a label past the classes":  # (it sized the model: an allocator's error)
+        arrays["y"][0] = 10**12
+        words = "y must hold class ids in [0, 1048576)"
+    elif damage == "float labels":  # (cut to integers without a word)
+        arrays["y"] = arrays["y"].double() + 0.7
+        words = "labels: y must be 1-D integer ids, got Double"
+    elif damage == "2-D train ids":  # (torch's "index out of range in self")
+        arrays["train_idx"] = arrays["train_idx"][:80].view(40, 2)
+        words = "labels: train_idx must be 1-D integer ids, got Long of shape [40, 2]"
+    elif damage == "no test ids":  # (a test accuracy of 0 was printed, exit 0)
+        arrays["test_idx"] = arrays["test_idx"][:0]
+        words = "labels: test_idx is empty"
+    elif damage == "no features":  # (torch's "from is out of bounds for float")
+        arrays["rows"] = arrays["rows"][:, :0]
+        words = "rows must be [nodes, features] with at least one feature"
+    elif damage == "int32 indptr":  # (the op's error, naming no file, after the first line)
+        arrays["indptr"] = arrays["indptr"].int()
+        words = "topology: indptr must be int64, got Int"
     elif damage == "train id out of range":
         arrays["train_idx"][0] = arrays["y"].numel()
         words = "train_idx holds node ids outside"
@@ -291,6 +312,25 @@ def test_bad_arguments_are_errors(tmp_path):
         assert done.returncode == 2 and f"{option} takes a finite number, got 'inf'" in done.stderr
     done = train("--verbose")
     assert done.returncode == 2 and "unknown option --verbose" in done.stderr
+    # Each refused before anything is built (found by a probe): an empty --data trained on
+    # the synthetic graph, a second value won silently, --lr 0 trained on, sizes reached
+    # torch's allocator, and --min-accuracy failed a run that scored nothing.
+    for argv, words in ((["--data", ""], "--data takes a directory, got ''"),
+                        (["--epochs", "1", "--epochs", "2"], "option --epochs is given twice"),
+                        (["--lr", "0"], "--lr must be a finite number > 0, got 0"),
+                        (["--hidden", "100000000000"], "must be at most 65536"),
+                        (["--classes", "1000000000000"], "must be at most 65536, 1048576"),
+                        (["--nodes", "1000000000000", "--epochs", "0"],
+                         "GiB for the synthetic graph; this machine has"),
+                        (["--epochs", "0", "--min-accuracy", "0.5"], "nothing is scored"),
+                        (["--load-configs", "cpu,cpu"], "--load-configs names cpu twice")):
+        done = train(*argv)
+        assert done.returncode == 2 and words in done.stderr, (argv, done.stderr)
+    # A rate of which no request was answered (a window too short to send one) is no rate
+    # met: it was reported as the highest one within the objective.
+    done = train("--nodes", "200", "--epochs", "0", "--load-rates", "50", "--load-configs", "cpu",
+                 "--load-seconds", "0.001")
+    assert done.returncode == 0 and "cpu: 0 requests/s" in done.stdout, done.stdout
     for option, value, words in (("--eval-nodes", "0", "--eval-nodes must be >= 1, got 0"),
                                  ("--hidden", "0", "--hidden, --nodes"),
                                  ("--degree", "-1", "and --degree must be"),

@@ -3,6 +3,7 @@ AOTInductor packages (examples/export_sage.py) run from Python and from C++
 (examples/cpp/run_exported), torch.compile without graph breaks, and the ops' PT2 tags."""
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -121,11 +122,39 @@ def test_the_runner_names_what_it_cannot_use(tmp_path):
     done = subprocess.run([RUNNER, str(loose), str(tmp_path / "in"), "--inputs", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--inputs DIR takes the place of GRAPH_DIR" in done.stderr
-    for device in ("gpu", "meta"):
+    for device in ("gpu", "meta", "cpu:3"):
         done = subprocess.run([RUNNER, str(loose), str(graph), "--device", device],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and "--device takes cpu or cuda[:N]" in done.stderr, \
             done.stderr
+    # The graph's arrays are checked before the package runs on them, each error naming its
+    # file: a corrupt CSR failed inside the package under a generated op's name, 2-D labels
+    # broadcast into a wrong accuracy with exit 0, and an --out that cannot be written was
+    # found only after the run.
+    cases = [("topology", "csr", {"indptr": torch.tensor([0, 2, 1, 2]), "indices": torch.tensor([1, 0])},
+              "topology: indptr must be non-decreasing"),
+             ("topology", "csr", {"indptr": torch.tensor([0, 1, 2]), "indices": torch.tensor([1, 5])},
+              "topology: indices holds node id 5, out of range [0, 2)"),
+             ("labels", "labels", {"y": torch.tensor([[0], [1]])},
+              "labels: y must be 1-D integer ids, got Long of shape [2, 1]"),
+             ("labels", "labels", {"y": torch.tensor([0.0, 1.0])},
+              "labels: y must be 1-D integer ids, got Float"),
+             ("labels", "labels", {"y": torch.tensor([0])},
+              "labels: y holds 1 labels for the topology's 2 nodes")]
+    for case, (part, stem, arrays, words) in enumerate(cases):
+        broken = tmp_path / f"broken-{case}"
+        shutil.copytree(graph, broken)
+        qv.save_arrays(broken / part, stem, arrays)
+        done = subprocess.run([RUNNER, str(not_a_package), str(broken), "--seeds", "0:2"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and str(broken) in done.stderr and words in done.stderr, \
+            done.stderr
+    for argv, words in ((["--seeds", "1:1"], "--seeds A:B takes A < B"),
+                        (["--out", "/proc/quiver-out"], "nothing can be written in /proc"),
+                        (["--out", str(not_a_package)], "is not a folder")):
+        done = subprocess.run([RUNNER, str(not_a_package), str(graph), *argv],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and words in done.stderr, (argv, done.stderr)
 
 
 @pytest.mark.skipif(not RUNNER, reason="QUIVER_CPP_EXPORT_RUNNER is not set (scripts/test.sh "
