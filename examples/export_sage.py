@@ -140,6 +140,7 @@ def parse_args(argv=None):
     # Checked here, before any file is written.
     args.fanouts = option_checks.fanout_list(parser, args.fanouts)
     option_checks.at_least(parser, args, ["hidden"], 1)
+    option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
     option_checks.device_option(parser, args.device)
     directory = Path(args.directory)
     if directory.exists() and not directory.is_dir():

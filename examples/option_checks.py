@@ -44,6 +44,19 @@ def at_least(parser, args, names: Sequence[str], least: int) -> None:
     _cli.check_args(parser, args, {name: least for name in names})
 
 
+# The widest hidden layer an example takes (the C++ trainer's bound too): past it the first
+# weight matrix alone reached torch's allocator, whose error names no option.
+MAX_HIDDEN = 1 << 16
+
+
+def at_most(parser, args, names: Sequence[str], most: int) -> None:
+    """Each option in ``names`` is None (left out) or <= ``most``."""
+    for name in names:
+        value = getattr(args, name)
+        if value is not None and value > most:
+            parser.error(f"--{name.replace('_', '-')} must be at most {most:,}, got {value}")
+
+
 def positive(parser, args, names: Sequence[str]) -> None:
     """Each option in ``names`` is a finite number > 0 (nan and inf refused: a learning
     rate of inf trained to NaN and scored it as a perfect AUC)."""

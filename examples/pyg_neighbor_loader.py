@@ -12,6 +12,7 @@ neighbourhood), built as a ``torch_geometric.data.Data`` like a PyG dataset's.
 """
 import argparse
 import os
+import sys
 import time
 
 import torch
@@ -22,6 +23,9 @@ from torch_geometric.nn import SAGEConv
 from torch_quiver_ops.pyg import NeighborLoader, Prefetcher  # quiver: was torch_geometric.loader
 from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import option_checks  # noqa: E402  (the examples' shared option checks)
+
 parser = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
 parser.add_argument("--size", default="small", choices=sorted(PRESETS),
@@ -31,11 +35,12 @@ parser.add_argument("--batch-size", type=int, default=1024, help="seed nodes per
 parser.add_argument("--num-workers", type=int, default=min(4, os.cpu_count() or 1),
                     help="DataLoader worker processes that collate batches (0: in the main "
                          "process; default: 4, or fewer on a machine with fewer cores)")
-parser.add_argument("--seed", type=int, default=0, help="seeds the graph, model and batches")
+parser.add_argument("--seed", type=option_checks.seed, default=0,
+                    help="seeds the graph, model and batches")
 args = parser.parse_args()
-for name, least in (("epochs", 0), ("batch_size", 1), ("num_workers", 0)):
-    if getattr(args, name) < least:  # before the graph: DataLoader would refuse it later
-        parser.error(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
+option_checks.at_least(parser, args, ["epochs", "num_workers"], 0)  # before the graph:
+option_checks.at_least(parser, args, ["batch_size"], 1)  # DataLoader would refuse it later
+option_checks.at_most(parser, args, ["num_workers"], 256)  # each a process
 torch.manual_seed(args.seed)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 

@@ -73,6 +73,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     # --train-edges left out (None) takes every one
     option_checks.at_least(parser, args, ["batch_size", "hidden", "train_edges", "eval_edges",
                                           "mrr_negatives"], 1)
+    option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
     option_checks.positive(parser, args, ["lr"])
     # Each test batch of MRR_BATCH sources draws this many negatives a source: past what the
     # negative sampler takes in one batch, the run failed after its training epochs.

@@ -80,6 +80,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     option_checks.at_least(parser, args, ["epochs"], 0)
     # --train-papers left out (None) takes every one
     option_checks.at_least(parser, args, ["batch_size", "hidden", "train_papers", "eval_papers"], 1)
+    option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
     option_checks.positive(parser, args, ["lr"])
     option_checks.output_file(parser, "report", args.report)
     option_checks.device_option(parser, args.device, auto=True)

@@ -133,6 +133,7 @@ def parse_args(argv=None):
     option_checks.at_least(parser, args, ["epochs", "prefetch"], 0)
     option_checks.at_least(parser, args, ["batch_size", "hidden", "loader_workers",
                                           "eval_nodes"], 1)
+    option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
     if args.cuda_graph and args.compile:
         parser.error("--cuda-graph and --compile are two ways to run the step: give one")
     from torch_quiver_ops.loader import MAX_LOADER_WORKERS

@@ -90,6 +90,7 @@ def parse_args(argv=None):
     option_checks.cache_size(parser, args.cache_size)
     option_checks.at_least(parser, args, ["epochs"], 0)
     option_checks.at_least(parser, args, ["batch_size", "hidden", "eval_nodes"], 1)
+    option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
     option_checks.positive(parser, args, ["lr", "timeout"])
     if not 1 <= args.timeout <= 365 * 24 * 3600:  # the library's waits take up to a year
         parser.error(f"--timeout is seconds in [1, 31536000] (a year), got {args.timeout:g}")

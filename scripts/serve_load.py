@@ -313,6 +313,11 @@ def main():
     parser.add_argument("--png", default="serve_load.png")
     args = parser.parse_args()
     if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot draws with matplotlib, which is not installed here "
+                         "(pip install matplotlib)")
         plot(args.plot, args.png)
         return
     # Checked before any server starts: bad values used to end in a thread's traceback, or

@@ -46,6 +46,8 @@ COMMON = [
     (["--batch-size", "0"], ["--batch-size", "0"]),
     (["--batch-size", "-5"], ["--batch-size", "-5"]),
     (["--hidden", "0"], ["--hidden", "0"]),
+    # (the first weight matrix reached torch's allocator, whose error names no option)
+    (["--hidden", "1000000000000"], ["--hidden must be at most 65,536, got 1000000000000"]),
     (["--lr", "0"], ["--lr", "0.0"]),
     (["--lr", "-0.1"], ["--lr", "-0.1"]),
     (["--lr", "nan"], ["--lr", "nan"]),
@@ -148,6 +150,7 @@ def test_export_sage_checks_its_options_before_writing(export_sage, capsys, tmp_
                            (["--fanouts", "99999999999999999999"],
                             ["--fanouts[0] = 99999999999999999999 does not fit in 64 bits"]),
                            (["--hidden", "0"], ["--hidden", "0"]),
+                           (["--hidden", "70000"], ["--hidden must be at most 65,536"]),
                            (["--device", "foo"], ["--device", "'foo'"]),
                            (["--device", "cuda:99"], ["--device", "cuda:99"])]:
         refused(capsys, export_sage.main, [str(out)] + argv, *expected)
@@ -237,7 +240,10 @@ def test_the_pyg_drop_in_example_checks_its_sizes_before_the_graph():
     script = Path(__file__).resolve().parents[2] / "examples" / "pyg_neighbor_loader.py"
     for argv, words in ((["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
                         (["--num-workers", "-1"], "--num-workers must be >= 0, got -1"),
-                        (["--epochs", "-1"], "--epochs must be >= 0, got -1")):
+                        (["--epochs", "-1"], "--epochs must be >= 0, got -1"),
+                        # (a negative seed failed in torch.manual_seed; a worker a process)
+                        (["--seed", "-1"], "--seed: must be in [0, 2**63), got -1"),
+                        (["--num-workers", "100000"], "--num-workers must be at most 256")):
         done = subprocess.run([sys.executable, str(script), *argv], capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]

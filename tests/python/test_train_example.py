@@ -64,6 +64,8 @@ def test_train_sage_refuses_bad_options_before_building(tmp_path, capsys):
                         (["--report", "/proc/no-such-dir/r.json"], "does not exist"),
                         (["--report", "/proc/report.json"], "no file can be written in /proc"),
                         (["--loader-workers", "1000000"], "--loader-workers must be at most"),
+                        # an allocator's traceback after the graph was built
+                        (["--hidden", str(10**12)], "--hidden must be at most 65,536"),
                         (["--seed", str(10**20)], "argument --seed: must be in [0, 2**63)"),
                         (["--device", "foo"], "--device takes auto, cpu or a CUDA device"),
                         (["--device", "cuda:99"], "--device cuda:99"),
