@@ -1081,7 +1081,8 @@ class _ThreadingServer(ThreadingHTTPServer):
 
 
 class HttpServer:
-    """A running endpoint: ``url``, ``kind`` (``"uvicorn"`` or ``"stdlib"``), and
+    """A running endpoint: ``url``, ``kind`` (``"uvicorn"`` or ``"stdlib"``), ``runtime``
+    (the :class:`ServingRuntime` or :class:`ServingPool` it serves: its counters), and
     :meth:`shutdown` that stops taking connections, answers every request already
     accepted, then closes the runtime. An endpoint still running when the program's main
     thread ends (its last line, or a Ctrl-C) is shut down the same way then."""
