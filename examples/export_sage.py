@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -98,18 +99,20 @@ def export(model: SampledSAGE, example_inputs: tuple, package_path: str | Path) 
     auto = torch.export.Dim.AUTO
     batch = torch.export.Dim("batch", min=1, max=1 << 24)
     with warnings.catch_warnings():
-        # torch's own deprecation, raised inside export when it pickles the tree specs.
+        # torch's own deprecation, raised inside export and packaging when they pickle the
+        # tree specs.
         warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
         program = torch.export.export(model.eval(), example_inputs,
                                       dynamic_shapes=({0: auto}, {0: auto}, {0: auto}, {0: batch}))
-    # Checks first that the compiler builds packages this process can load (qv.aoti). The
-    # feature table's width and dtype go with it: compiled kernels read the table as they
-    # were built to, and examples/cpp/run_exported refuses a table of another shape by them.
-    rows = example_inputs[2]
-    return qv.aoti.compile_and_package(program, package_path, metadata={
-        "quiver.feature_input": "2",
-        "quiver.feature_width": str(rows.size(1)),
-        "quiver.feature_dtype": str(rows.dtype).removeprefix("torch.")})
+        # Checks first that the compiler builds packages this process can load (qv.aoti).
+        # The feature table's width and dtype go with it: compiled kernels read the table as
+        # they were built to, and examples/cpp/run_exported refuses a table of another
+        # shape by them.
+        rows = example_inputs[2]
+        return qv.aoti.compile_and_package(program, package_path, metadata={
+            "quiver.feature_input": "2",
+            "quiver.feature_width": str(rows.size(1)),
+            "quiver.feature_dtype": str(rows.dtype).removeprefix("torch.")})
 
 
 def train_briefly(model, indptr, indices, table, labels, train_idx, batches=30, batch_size=64):
@@ -142,6 +145,8 @@ def parse_args(argv=None):
     option_checks.at_least(parser, args, ["hidden"], 1)
     option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
     option_checks.device_option(parser, args.device)
+    if not args.directory:  # Path("") is the current directory: written into unasked
+        parser.error("directory must not be empty")
     directory = Path(args.directory)
     if directory.exists() and not directory.is_dir():
         parser.error(f"directory {args.directory} exists and is not a directory")
@@ -149,6 +154,20 @@ def parse_args(argv=None):
     existing = next((p for p in directory.resolve().parents if p.exists()), None)
     if not directory.exists() and existing is not None and not existing.is_dir():
         parser.error(f"directory {args.directory}: {existing} is not a directory")
+    # Each output where it can be written: found after the training and the compile, these
+    # ended in tracebacks a minute in.
+    if (directory / "model.pt2").is_dir():
+        parser.error(f"{directory / 'model.pt2'} is a folder: the package is written as "
+                     f"that file")
+    for part in ("graph", "graph/topology", "graph/features", "graph/labels"):
+        if (directory / part).exists() and not (directory / part).is_dir():
+            parser.error(f"{directory / part} exists and is not a directory")
+    writable = directory if directory.exists() else existing
+    try:  # a folder made and removed there answers for root too (access() lets it anywhere)
+        os.rmdir(tempfile.mkdtemp(dir=writable))
+    except OSError as error:
+        parser.error(f"directory {args.directory}: nothing can be written in {writable} "
+                     f"({error.strerror})")
     return args
 
 

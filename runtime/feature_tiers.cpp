@@ -8,6 +8,8 @@
 #include "ops/internal/host_read_split.h"
 #include "runtime/held_memory.h"
 
+#include <cstring>
+
 namespace quiver::runtime {
 
 FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tensor> positions)
@@ -144,6 +146,14 @@ FeatureTiers::State FeatureTiers::state() const {
   // Then how host rows are read, so that a restored layout reads them the same way.
   pinned.push_back(stage_host_rows_.load());
   pinned.push_back(group_host_reads_.load());
+  // And (since 2026-12-06) a fixed GPU share of staged reads, as its double's bits (a share
+  // in [0, 1] has no sign bit: -1 is "learned"), and whether the split follows the loader's
+  // pace: both were lost, a restored layout learning a share that had been fixed.
+  const double share = host_read_share();
+  int64_t share_bits = -1;
+  if (host_read_share_fixed()) std::memcpy(&share_bits, &share, sizeof(share));
+  pinned.push_back(share_bits);
+  pinned.push_back(follows_loader_pace());
   return {tiers_, positions_, pinned};
 }
 
@@ -152,11 +162,13 @@ at::Tensor FeatureTiers::empty_rows() const { return at::empty_like(row_like_); 
 c10::intrusive_ptr<FeatureTiers> FeatureTiers::from_state(State state) {
   auto& [tiers, positions, pinned] = state;
   // One pinned flag per tier and one for the positions, then (states saved since
-  // 2026-12-02) whether host rows are staged and grouped.
-  const bool has_reads = pinned.size() == tiers.size() + 3;
+  // 2026-12-02) whether host rows are staged and grouped, then (since 2026-12-06) the fixed
+  // share's bits and whether the split follows the loader's pace.
+  const bool has_split = pinned.size() == tiers.size() + 5;
+  const bool has_reads = pinned.size() == tiers.size() + 3 || has_split;
   TORCH_CHECK_VALUE(pinned.size() == tiers.size() + 1 || has_reads, "a FeatureTiers state names ",
                     pinned.size(), " flags for ", tiers.size(),
-                    " tiers and positions (and the two host-read options)");
+                    " tiers and positions (and the host-read options)");
   // Loaded tensors are pageable: pin again in place what was pinned (a GPU reads it with
   // zero copy); the pins live as long as the restored layout.
   std::vector<c10::intrusive_ptr<HostPin>> pins;
@@ -174,6 +186,14 @@ c10::intrusive_ptr<FeatureTiers> FeatureTiers::from_state(State state) {
   if (has_reads) {
     restored->set_stage_host_rows(pinned[reads_at] != 0);
     restored->set_group_host_reads(pinned[reads_at + 1] != 0);
+  }
+  if (has_split) {
+    if (pinned[reads_at + 2] >= 0) {
+      double share = 0.0;
+      std::memcpy(&share, &pinned[reads_at + 2], sizeof(share));
+      restored->set_host_read_share(share);  // checked there: a doctored state is refused
+    }
+    restored->set_follow_loader_pace(pinned[reads_at + 3] != 0);
   }
   return restored;
 }

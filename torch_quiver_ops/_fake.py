@@ -153,6 +153,9 @@ def _hetero_neighbor_sample_fake(indptr, indices, edge_ids, seeds, node_type_off
     if len(fanouts) % relations:
         raise ValueError(f"fanouts must hold one fanout per relation and hop (hop-major, a "
                          f"multiple of {relations} relations), got {len(fanouts)} values")
+    if len(node_type_offsets) < 2:  # the kernel's own check (a negative size here)
+        raise ValueError(f"node_type_offsets must hold num_types + 1 >= 2 entries, got "
+                         f"{list(node_type_offsets)}")
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()

@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import fcntl
 import secrets
 import stat
 import zlib
@@ -150,6 +151,19 @@ def save_arrays(directory: Union[str, Path], stem: str,
         raise TypeError(f"save_arrays' meta must be JSON data (numbers, strings, lists, "
                         f"dicts): {error}") from None
     directory.mkdir(parents=True, exist_ok=True)
+    # One save at a time in a folder (a lock on the folder itself, held until the save is
+    # whole): two at once renamed each other's partial files away and could leave one's
+    # json beside the other's files.
+    folder = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
+        return _save_locked(directory, stem, present, meta)
+    finally:
+        os.close(folder)  # (and the lock with it)
+
+
+def _save_locked(directory: Path, stem: str, present: dict, meta: dict) -> Path:
+    """:func:`save_arrays`' writing, with the folder locked."""
     # Each file is written beside the one it replaces, then takes its place: the room a
     # re-save needs at most is what the files before have grown, plus the file being written.
     needed = grown = 0
@@ -175,6 +189,7 @@ def save_arrays(directory: Union[str, Path], stem: str,
                              f"of its own")
     record.unlink(missing_ok=True)
     described = {}
+    written = []  # this save's files: removed if it fails (no json will ever list them)
     for name, t in present.items():
         path = directory / f"{name}.bin"
         partial = path.with_suffix(".bin.partial")
@@ -185,10 +200,17 @@ def save_arrays(directory: Union[str, Path], stem: str,
                 t = t.detach().cpu().contiguous()
                 t.view(-1).view(torch.uint8).numpy().tofile(partial)
                 crc = _crc32(t)
-        except BaseException:  # a failed chunk, a full disk, a Ctrl-C: no half file left
-            partial.unlink(missing_ok=True)
+        except BaseException as error:  # a failed chunk, a full disk, a Ctrl-C
+            for done in [partial, *written]:
+                done.unlink(missing_ok=True)
+            if isinstance(error, OSError):  # numpy's own names neither file nor cause
+                raise OSError(error.errno, f"save_arrays could not write {name} "
+                                           f"({t.nbytes} bytes) in {directory}: "
+                                           f"{error.strerror or error} (is its file system "
+                                           f"full?); nothing of this save is left") from None
             raise
         os.replace(partial, path)
+        written.append(path)
         described[name] = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape),
                            "nbytes": t.nbytes, "crc32": crc, "crc32_of": _CRC_OF}
     partial = record.with_suffix(".json.partial")
@@ -266,9 +288,12 @@ def map_arrays(directory: Union[str, Path], stem: str,
                              f"{sorted(names)}: the save is from something else")
         dtype, shape, nbytes = _described(info, name, record)
         path = directory / f"{name}.bin"
-        if not path.is_file():
+        if not path.exists():
             raise ValueError(f"{path} is missing, but {record.name} lists it ({nbytes} "
                              f"bytes): the save is incomplete")
+        if not path.is_file():
+            raise ValueError(f"{path} is not a regular file (a folder, a device, ...): "
+                             f"{record.name} lists it as an array's bytes")
         size = path.stat().st_size
         if size != nbytes:
             raise ValueError(f"{path} holds {size} bytes but {record.name} says {nbytes}: the "
@@ -279,6 +304,9 @@ def map_arrays(directory: Union[str, Path], stem: str,
         else:
             arrays[name] = torch.from_file(str(path), shared=_writable(path), size=count,
                                            dtype=dtype).view(shape)
+        if verify and not is_int(info.get("crc32")):
+            raise ValueError(f"{record} records no checksum for {name} (crc32 is "
+                             f"{info.get('crc32')!r}): its metadata is corrupt")
         if verify and _crc32(arrays[name], info.get("crc32_of") == _CRC_OF) != info.get("crc32"):
             raise ValueError(f"{path} does not match the checksum in {record.name}: the file "
                              f"is corrupt")
@@ -301,14 +329,37 @@ def map_arrays(directory: Union[str, Path], stem: str,
 
 # ---- mapped saves across a pickle (mp.spawn workers) ----
 
+def _mapped_inode(address: int) -> Optional[int]:
+    """The inode of the file this process maps at ``address`` (/proc/self/maps), None where
+    that cannot be read."""
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                span, _perms, _offset, _device, inode = line.split(maxsplit=5)[:5]
+                low, high = (int(end, 16) for end in span.split("-"))
+                if low <= address < high:
+                    return int(inode)
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _saved_over(path: str) -> str:
+    return (f"{path} was saved over after the table was mapped from it: another process "
+            f"would map the new save's rows, not these; load the save again (or clone() the "
+            f"table)")
+
+
 def _map_again(path: str, nbytes: int, dtype: torch.dtype, offset: int,
-               size: Sequence[int], stride: Sequence[int]) -> Tensor:
+               size: Sequence[int], stride: Sequence[int], inode: Optional[int] = None) -> Tensor:
     """The worker side of :func:`portable`: the same view of the file, mapped shared."""
     now = os.path.getsize(path) if os.path.isfile(path) else None
     if now != nbytes:
         raise ValueError(f"{path} holds {now if now is not None else 'no'} bytes where the "
                          f"table mapped from it held {nbytes}: the save changed after it was "
                          f"loaded")
+    if inode is not None and os.stat(path).st_ino != inode:  # same size, another save
+        raise ValueError(_saved_over(path))
     whole = torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
     return whole.view(dtype).as_strided(size, stride, offset)
 
@@ -319,8 +370,14 @@ class _MappedView:
 
     def __init__(self, t: Tensor, path: str):
         storage = t.untyped_storage()
+        # The file this process maps: a save over the path since then replaced it (the
+        # pages mapped here are the old file's), and a worker mapping the path would read
+        # the new one without a word.
+        inode = _mapped_inode(storage.data_ptr())
+        if inode is not None and inode != os.stat(path).st_ino:
+            raise ValueError(_saved_over(path))
         self.args = (path, storage.nbytes(), t.dtype, t.storage_offset(), tuple(t.shape),
-                     t.stride())
+                     t.stride(), inode)
 
     def __reduce__(self):
         return _map_again, self.args

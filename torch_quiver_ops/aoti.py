@@ -198,7 +198,19 @@ class FeatureCheckedPackage:
                                  f"{dtype or 'not a tensor'} of shape {shape}, but "
                                  f"{self._path} was compiled for [N, {self._width}] "
                                  f"{self._dtype} rows")
-        return self._package(*args, **kwargs)
+            if not table.is_contiguous():  # the op's refusal was only in AOTInductor's log
+                raise ValueError(f"argument {self._feature_input} (the feature table) is not "
+                                 f"contiguous (row-major): pass table.contiguous()")
+        try:
+            return self._package(*args, **kwargs)
+        except RuntimeError as error:
+            if "run_func_" not in str(error):
+                raise
+            # AOTInductor raises only "run_func_(...) API call failed"; the op's own
+            # sentence (which argument, which value) is in the log it printed before.
+            raise RuntimeError(f"{self._path} failed on these inputs: the error of the op "
+                               f"that refused them (naming the argument and its value) is "
+                               f"printed above this traceback ({error})") from None
 
     def __getattr__(self, name):
         return getattr(self._package, name)

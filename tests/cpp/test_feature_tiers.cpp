@@ -55,6 +55,20 @@ TEST_P(FeatureTiers, StateRoundTripsThroughTheValidatingConstructor) {
   restored = quiver::runtime::FeatureTiers::from_state(tiers->state());
   EXPECT_TRUE(restored->stages_host_rows());
   EXPECT_FALSE(restored->groups_host_reads());
+  // So do (since 2026-12-06) a fixed GPU share of staged reads and the pace flag; a state of
+  // 2026-12-02's form (two host-read flags) restores a learned share that follows the pace.
+  tiers->set_host_read_share(0.2);
+  tiers->set_follow_loader_pace(false);
+  restored = quiver::runtime::FeatureTiers::from_state(tiers->state());
+  EXPECT_TRUE(restored->host_read_share_fixed());
+  EXPECT_EQ(restored->host_read_share(), 0.2);
+  EXPECT_FALSE(restored->follows_loader_pace());
+  auto before_split = tiers->state();
+  std::get<2>(before_split).resize(std::get<0>(before_split).size() + 3);
+  restored = quiver::runtime::FeatureTiers::from_state(before_split);
+  EXPECT_TRUE(restored->stages_host_rows());
+  EXPECT_FALSE(restored->host_read_share_fixed());
+  EXPECT_TRUE(restored->follows_loader_pace());
   auto older = tiers->state();
   std::get<2>(older).resize(std::get<0>(older).size() + 1);
   restored = quiver::runtime::FeatureTiers::from_state(older);

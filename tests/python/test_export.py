@@ -68,9 +68,13 @@ def test_loaded_package_refuses_a_feature_table_of_another_width(exported):
     package = qv.aoti.load_package(exported["package"])
     indptr, indices, table = exported["inputs"]
     seeds = torch.tensor([0, 1], device=exported["device"])
-    for bad in (table[:, :1].contiguous(), torch.cat([table, table], 1), table.double()):
+    for bad in (table[:, :1].contiguous(), torch.cat([table, table], 1), table.double(),
+                table.t().contiguous().t()):  # (the last one's refusal was in a log only)
         with pytest.raises(ValueError, match="the feature table"):
             package(indptr, indices, bad, seeds)
+    # Other refusals come from inside the package: the error says where the op's own is.
+    with pytest.raises(RuntimeError, match="failed on these inputs: the error of the op"):
+        package(indptr, indices, table, torch.tensor([0, indptr.numel()], device=seeds.device))
     assert package(indptr, indices, table, seeds).shape[0] == 2
     assert package.get_metadata()["quiver.feature_width"] == str(table.size(1))
 

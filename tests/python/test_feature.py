@@ -432,3 +432,24 @@ def test_ipc_buffers_check_their_gpu_indices():
     buffer = torch.classes.quiver.IpcBuffer(16, 0)
     with pytest.raises(ValueError, match="reader must be a GPU index"):
         torch.classes.quiver.IpcBuffer.open(buffer.handle(), 16, 0, 256)
+
+
+def test_a_mapped_table_saved_over_is_not_passed_to_workers_as_the_new_save(tmp_path):
+    """A worker mapped the file now at the path: after a same-shape save over it, the parent
+    read the old rows and the worker the new ones, without a word (a probe)."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+    qv.Feature(device_list=[]).from_cpu_tensor(torch.ones(10, 4)).save(tmp_path)
+    loaded = qv.Feature.load_shared(tmp_path, device_list=[])
+    copy = pickle.loads(ForkingPickler.dumps(loaded))  # before any save over it: the same
+    assert torch.equal(copy[torch.tensor([3])], torch.ones(1, 4))
+    qv.Feature(device_list=[]).from_cpu_tensor(torch.zeros(10, 4)).save(tmp_path)
+    with pytest.raises(ValueError, match="was saved over after the table was mapped from it"):
+        ForkingPickler.dumps(loaded)
+    assert torch.equal(loaded[torch.tensor([3])], torch.ones(1, 4))  # still its own rows
+    # A save between the pickle and the worker's mapping is named there.
+    fresh = qv.Feature.load_shared(tmp_path, device_list=[])
+    sent = ForkingPickler.dumps(fresh)
+    qv.Feature(device_list=[]).from_cpu_tensor(torch.full((10, 4), 2.0)).save(tmp_path)
+    with pytest.raises(ValueError, match="was saved over after the table was mapped from it"):
+        pickle.loads(sent)

@@ -1,5 +1,6 @@
 """torch.classes.quiver.FeatureTiers: one GPU's layout of a feature table as TorchScript,
 torch.compile and C++ see it, and saved with a scripted module (its pickle pair)."""
+import copy
 import pickle
 
 import pytest
@@ -47,6 +48,9 @@ def test_scripted_module_holding_a_layout_saves_and_loads(tmp_path, on_gpu):
     tiers = layout(table, on_gpu)
     tiers.set_stage_host_rows(True)  # not the defaults: they travel with the layout
     tiers.set_group_host_reads(False)
+    # (a fixed share came back learned, and the pace followed again: a probe)
+    tiers.set_host_read_share(0.2)
+    tiers.set_follow_loader_pace(False)
     module = torch.jit.script(GatherModule(tiers))
     path = tmp_path / "gather.pt"
     module.save(str(path))
@@ -58,6 +62,11 @@ def test_scripted_module_holding_a_layout_saves_and_loads(tmp_path, on_gpu):
     restored = loaded.tiers
     assert restored.num_rows() == 50 and restored.leading_rows() == 20
     assert restored.stages_host_rows()  # (grouping is checked in C++: test_feature_tiers.cpp)
+    assert restored.host_read_share_fixed() and restored.host_read_share() == 0.2
+    assert not restored.follows_loader_pace()
+    learned = layout(table, on_gpu)  # a learned share stays learned
+    learned_copy = copy.deepcopy(torch.jit.script(GatherModule(learned))).tiers
+    assert not learned_copy.host_read_share_fixed() and learned_copy.follows_loader_pace()
 
 
 def test_torch_compile_fullgraph_over_a_layouts_tensors():

@@ -690,3 +690,18 @@ def test_a_pickled_sampler_samples_as_the_original(mode):
     for field in ("node", "row", "col", "edge"):
         for key in getattr(a, field):
             assert torch.equal(getattr(a, field)[key], getattr(b, field)[key]), (field, key)
+
+
+def test_the_fake_kernel_refuses_no_node_types_as_the_kernel_does():
+    """Under torch.compile or export an empty node_type_offsets was "negative dimension -1"
+    (a probe): the fake kernel now makes the kernel's own check."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    args = (torch.tensor([0, 1, 2, 2, 2, 2]), torch.tensor([1, 0]), torch.tensor([0, 1]),
+            torch.tensor([0]))
+    words = r"node_type_offsets must hold num_types \+ 1 >= 2 entries, got \[\]"
+    with pytest.raises(ValueError, match=words):
+        torch.ops.quiver.hetero_neighbor_sample(*args, [], [0], [0], [0, 2], [-1])
+    with FakeTensorMode(allow_non_fake_inputs=False) as fake_mode:
+        fake = [fake_mode.from_tensor(t) for t in args]
+        with pytest.raises(ValueError, match=words):
+            torch.ops.quiver.hetero_neighbor_sample(*fake, [], [0], [0], [0, 2], [-1])

@@ -55,7 +55,8 @@ def test_an_interrupted_save_over_another_leaves_nothing_to_load(tmp_path, monke
 @pytest.mark.parametrize("stop", [TypeError, KeyboardInterrupt])
 def test_a_write_that_fails_leaves_no_half_file(tmp_path, stop):
     """An interrupted partition_graph left its half-written arrays as *.bin.partial files (a
-    probe; never loaded, since the json goes last, but as large as what was written)."""
+    probe; never loaded, since the json goes last, but as large as what was written), and
+    the arrays written before the failure too (no json would ever list them)."""
     def chunks():
         yield torch.zeros(4, dtype=torch.int64)
         if stop is KeyboardInterrupt:
@@ -66,7 +67,62 @@ def test_a_write_that_fails_leaves_no_half_file(tmp_path, stop):
         _sharing.save_arrays(tmp_path, "lists", {
             "whole": torch.ones(3),
             "streamed": _sharing.Streamed(torch.int64, [8], chunks())})
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["whole.bin"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_write_that_fails_names_the_array_and_folder(tmp_path, monkeypatch):
+    """numpy's own error on a full disk named neither ("4194304 requested and 2097152
+    written"), and the arrays written before it stayed, listed by no json."""
+    real = torch.Tensor.numpy
+
+    def full_disk(t, *args, **kwargs):
+        array = real(t, *args, **kwargs)
+        if t.numel() == 64:
+            class Full:
+                def tofile(self, path):
+                    raise OSError("4194304 requested and 2097152 written")
+            return Full()
+        return array
+    monkeypatch.setattr(torch.Tensor, "numpy", full_disk)
+    with pytest.raises(OSError, match=rf"save_arrays could not write b \(64 bytes\) in "
+                                      rf"{tmp_path}: .* nothing of this save is left"):
+        _sharing.save_arrays(tmp_path, "s", {"a": torch.ones(4), "b": torch.zeros(64, dtype=torch.uint8)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _save_many(directory, value, count):
+    for _ in range(count):
+        _sharing.save_arrays(directory, "feature", {"rows": torch.full((2000, 50), value)})
+
+
+def test_saves_into_one_folder_at_once_take_turns(tmp_path):
+    """Two processes saving into one folder renamed each other's partial files away
+    (FileNotFoundError) and could leave one's json beside the other's rows (a probe)."""
+    import multiprocessing
+    context = multiprocessing.get_context("spawn")
+    savers = [context.Process(target=_save_many, args=(tmp_path, float(v), 40)) for v in (1, 2)]
+    for saver in savers:
+        saver.start()
+    for saver in savers:
+        saver.join(timeout=240)
+    assert [saver.exitcode for saver in savers] == [0, 0]
+    rows = _sharing.map_arrays(tmp_path, "feature", verify=True)[0]["rows"]
+    assert rows.unique().numel() == 1  # one save's rows, whole
+    assert not list(tmp_path.glob("*.partial"))
+
+
+def test_files_that_are_no_files_and_checksums_that_are_none_are_named(tmp_path):
+    _sharing.save_arrays(tmp_path, "s", {"a": torch.ones(4)})
+    record = tmp_path / "s.json"
+    meta = json.loads(record.read_text())
+    meta["arrays"]["a"]["crc32"] = "none"
+    record.write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="records no checksum for a .*its metadata is corrupt"):
+        _sharing.map_arrays(tmp_path, "s", verify=True)
+    (tmp_path / "a.bin").unlink()
+    (tmp_path / "a.bin").mkdir()
+    with pytest.raises(ValueError, match="a.bin is not a regular file"):
+        _sharing.map_arrays(tmp_path, "s")
 
 
 def test_two_saves_in_one_directory_may_not_share_an_array_name(tmp_path):

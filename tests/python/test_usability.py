@@ -85,10 +85,22 @@ def test_preflight_names_the_limit_the_size_and_the_fix(tmp_path, monkeypatch):
 
 
 def test_saving_to_a_full_file_system_is_refused_before_writing(tmp_path, monkeypatch):
-    monkeypatch.setattr(preflight, "SPARE_BYTES", 1 << 50)  # as if the disk were nearly full
+    monkeypatch.setattr(preflight, "spare_bytes", lambda total: 1 << 50)  # nearly full
     with pytest.raises(preflight.ResourceLimitError, match="saving rows"):
         qv.save_arrays(tmp_path / "save", "feature", {"rows": torch.zeros(4, 4)})
     assert not list((tmp_path / "save").glob("*.bin"))
+
+
+def test_a_small_file_system_keeps_a_share_of_itself_spare_not_64_mib(tmp_path, monkeypatch):
+    """Docker's default /dev/shm is 64 MB: keeping 64 MiB spare refused every save there,
+    even of 48 bytes (a probe)."""
+    class Stat:
+        f_frsize, f_blocks, f_bavail = 4096, (64 << 20) // 4096, (60 << 20) // 4096
+    monkeypatch.setattr(preflight.os, "statvfs", lambda path: Stat)
+    preflight.check_room(tmp_path, 48, "saving a small graph")  # 8 MiB kept spare: fine
+    with pytest.raises(preflight.ResourceLimitError,
+                       match=r"has 60.0 MiB free of 64.0 MiB, and keeps 8.0 MiB of it spare"):
+        preflight.check_room(tmp_path, 55 << 20, "saving rows")
 
 
 def test_a_re_save_is_granted_the_room_its_old_files_free(tmp_path, monkeypatch):
