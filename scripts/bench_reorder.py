@@ -79,10 +79,25 @@ def main():
     parser.add_argument("--replot", default=None,
                         help="only draw --plot from the --json of an earlier run")
     args = parser.parse_args()
-    _cli.require_gpu(parser)
+    # Checked before the graph is built (a bad order or count failed after it, as a
+    # traceback); --replot only draws, so it needs no GPU.
+    _cli.check_args(parser, args, {"batches": 1, "warmup": 0}, ["graph"])
+    if "," in args.graph:
+        parser.error(f"--graph takes one preset, got {args.graph!r}")
+    unknown = [name for name in args.orders.split(",") if name not in qv.reorder.ORDER_NAMES]
+    if unknown:
+        parser.error(f"--orders takes a comma list of {', '.join(qv.reorder.ORDER_NAMES)}, got "
+                     f"{unknown}")
     if args.replot:
-        plot(json.loads(Path(args.replot).read_text()), args.plot)
+        if not args.plot:
+            parser.error("--replot draws --plot: give the PNG's path")
+        try:
+            results = json.loads(Path(args.replot).read_text())
+        except (OSError, ValueError) as error:
+            parser.error(f"--replot {args.replot}: not a --json of this script ({error})")
+        plot(results, args.plot)
         return
+    _cli.require_gpu(parser)
     bench_feature, bench_e2e = load_script("bench_feature"), load_script("bench_e2e")
     device = torch.device("cuda", torch.cuda.current_device())
     start = time.perf_counter()

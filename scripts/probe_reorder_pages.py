@@ -34,6 +34,8 @@ def main():
     parser.add_argument("--graph", default="products")
     args = parser.parse_args()
     _cli.check_args(parser, args, {}, ["graph"])
+    if "," in args.graph:  # (check_args takes lists; this probe measures one graph)
+        parser.error(f"--graph takes one preset, got {args.graph!r}")
     start = time.perf_counter()
     graph = synthetic_graph(args.graph, csr=True, features=False)
     topo = graph.topology()

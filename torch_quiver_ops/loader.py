@@ -613,6 +613,10 @@ class SampleLoader:
         if isinstance(feature, Feature):  # its layout that the building thread gathers through
             pace = functools.partial(feature.note_loader_pace,
                                      device=self.device if self.device.type == "cuda" else None)
+        if is_int(workers) and is_int(prefetch) and 1 < workers and 0 <= prefetch < workers:
+            # Here, by this loader's own name (Prefetcher's says "depth")
+            raise ValueError(f"workers={workers} build that many batches ahead at once, so "
+                             f"prefetch must be at least {workers}, got {prefetch}")
         self._prefetcher = Prefetcher(_Epochs(self), self.device, prefetch, sms=prefetch_sms,
                                       host_read_blocks=prefetch_host_read_blocks,
                                       workers=workers, pace=pace, own_stream=own_stream)

@@ -24,12 +24,21 @@ import torch
 from torch import Tensor
 
 from . import ops
+from ._device import is_int
 from .hotness import degree_order
 from .topology import CSRTopo, edge_chunks, list_positions
 
 __all__ = ["bfs_order", "degree_order_of", "order_by", "permute_topology"]
 
 DEFAULT_CHUNK_EDGES = 1 << 26  # 64M edges: about 1.5 GB of temporaries a chunk
+
+
+ORDER_NAMES = ("degree", "bfs")  # what order_by takes
+
+
+def _check_topology(topo) -> None:
+    if not isinstance(topo, CSRTopo):  # (None was an AttributeError on node_count)
+        raise TypeError(f"topo must be a CSRTopo, got {type(topo).__name__}")
 
 
 def order_by(topo: CSRTopo, name: str) -> Tensor:
@@ -58,10 +67,12 @@ def bfs_order(topo: CSRTopo, max_roots: int = 1024,
     isolated nodes) follow in degree order. Edges are followed as the CSR holds them (a
     directed graph's out-lists).
     """
-    if not isinstance(max_roots, int) or max_roots < 1:
+    _check_topology(topo)
+    if not is_int(max_roots) or max_roots < 1:  # (numpy ints too, as hotness.py takes them)
         raise ValueError(f"max_roots must be an int >= 1, got {max_roots!r}")
-    if not isinstance(chunk_edges, int) or chunk_edges < 1:
+    if not is_int(chunk_edges) or chunk_edges < 1:
         raise ValueError(f"chunk_edges must be an int >= 1, got {chunk_edges!r}")
+    max_roots, chunk_edges = int(max_roots), int(chunk_edges)
     n = topo.node_count
     indptr, indices, degree = topo.indptr.long(), topo.indices, topo.degree.long()
     by_degree = degree_order(degree)
@@ -123,8 +134,10 @@ def permute_topology(topo: CSRTopo, old_of_new: Tensor,
     same order, each neighbor renumbered, and each edge keeping its id (``topo.eid``, or its
     CSR position when the graph has none). Returns the new :class:`CSRTopo` and
     ``new_of_old``, to renumber seeds and split ids."""
-    if not isinstance(chunk_edges, int) or chunk_edges < 1:
+    _check_topology(topo)
+    if not is_int(chunk_edges) or chunk_edges < 1:
         raise ValueError(f"chunk_edges must be an int >= 1, got {chunk_edges!r}")
+    chunk_edges = int(chunk_edges)
     n = topo.node_count
     new_of_old = _inverse(old_of_new, n)
     old_of_new = old_of_new.cpu().long()

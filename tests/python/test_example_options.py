@@ -161,8 +161,21 @@ def test_export_sage_checks_its_options_before_writing(export_sage, capsys, tmp_
     a_file.write_text("")
     refused(capsys, export_sage.main, [str(a_file)], str(a_file), "not a directory")
     refused(capsys, export_sage.main, [str(a_file / "sage")], str(a_file), "not a directory")
+    # Outputs that could not be written were found after the training and the compile, a
+    # minute in, as tracebacks (a probe); "" wrote into the current directory.
+    outputs = tmp_path / "outputs"
+    (outputs / "c" / "model.pt2").mkdir(parents=True)
+    refused(capsys, export_sage.main, [str(outputs / "c")], "model.pt2 is a folder")
+    (outputs / "d" / "graph").mkdir(parents=True)
+    (outputs / "d" / "graph" / "topology").write_text("")
+    refused(capsys, export_sage.main, [str(outputs / "d")], "topology exists and is not a "
+                                                            "directory")
+    refused(capsys, export_sage.main, ["/proc/quiver-sage"], "nothing can be written in /proc")
+    refused(capsys, export_sage.main, [""], "directory must not be empty")
     assert not out.exists()  # main refused before writing anything
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "outputs"]
+    assert sorted(str(p.relative_to(outputs)) for p in outputs.rglob("*")) == [
+        "c", "c/model.pt2", "d", "d/graph", "d/graph/topology"]  # only what the test made
 
 
 def test_link_prediction_refuses_an_empty_split_before_training(link, capsys):

@@ -201,7 +201,8 @@ def test_bad_arguments_raise():
     for bad in (0, -1, True, 2.0, 10**6):
         with pytest.raises(ValueError, match=r"workers must be an int in \[1, 256\]"):
             qv.Prefetcher(Counting(3), "cpu", workers=bad)
-    with pytest.raises(ValueError, match="depth must be at least 3"):
+    # (named as the loader's argument: it said "depth", Prefetcher's name)
+    with pytest.raises(ValueError, match="so prefetch must be at least 3, got 2"):
         qv.SampleLoader(sampler, feature, torch.arange(3), 2, prefetch=2, workers=3)
     with pytest.raises(ValueError, match="has no batch_builders"):
         qv.Prefetcher([torch.zeros(1)], "cpu", workers=2)

@@ -112,6 +112,13 @@ def test_bad_orders_are_named():
         reorder.bfs_order(topo, max_roots=0)
     with pytest.raises(ValueError, match="chunk_edges"):
         reorder.permute_topology(topo, torch.arange(10), chunk_edges=0)
+    # (None was an AttributeError on node_count; True counted as one root)
+    with pytest.raises(TypeError, match="topo must be a CSRTopo, got NoneType"):
+        reorder.bfs_order(None)
+    with pytest.raises(TypeError, match="topo must be a CSRTopo, got NoneType"):
+        reorder.permute_topology(None, torch.arange(10))
+    with pytest.raises(ValueError, match="max_roots must be an int >= 1, got True"):
+        reorder.bfs_order(topo, max_roots=True)
 
 
 def test_orders_by_name():

@@ -211,3 +211,10 @@ def test_empty_lists_are_no_edges():
     assert topo.node_count == 1 and topo.edge_count == 0
     feature = qv.Feature(device_list=[]).from_cpu_tensor(torch.empty(0, 3), hot_order=[])
     assert feature[[]].shape == (0, 3)
+
+
+def test_a_bad_eid_is_named_eid():
+    """The op's check named the argument edge_ids, which CSRTopo calls eid (a probe)."""
+    with pytest.raises(TypeError, match="eid must be a contiguous 1-D int64 tensor, got Int"):
+        qv.CSRTopo(indptr=torch.tensor([0, 1, 2]), indices=torch.tensor([1, 0]),
+                   eid=torch.tensor([0, 1], dtype=torch.int32))
