@@ -4,13 +4,13 @@
         examples/train_sage_dist.py --data /shared/dir [--size small] [--epochs 3] \\
         [--partitioned [--partition-method metis|range|random]]
 
-With --partitioned the topology is split too (GLT's distributed mode): --data then holds
-a torch_quiver_ops.partition directory (each host's nodes with their neighbor lists, rows,
+With --partitioned the topology is split too (GLT's distributed mode): --data then holds a
+torch_quiver_ops.partition directory (each host's nodes with their neighbor lists, rows,
 labels and split ids, and the node -> owner map) under parts/, or is one that
 scripts/partition_graph.py wrote for your own graph (its --out, with --features, --labels
-and --splits holding 'train' and 'test'; one part a host), each host maps only its part, samples its own nodes and asks the
-owners of remote frontier nodes for theirs each hop (DistGraphSampler, over Gloo), and
-trains on the train ids it owns.
+and --splits holding 'train' and 'test'; one part a host), each host maps only its part,
+samples its own nodes and asks the owners of remote frontier nodes for theirs each hop
+(DistGraphSampler, over Gloo), and trains on the train ids it owns.
 
 Each node is a host: it maps only its shard of the features (its partition plus the
 replicated hottest rows), samples with its own copy of the topology, and reads every other
@@ -146,7 +146,8 @@ def prepare(args, num_hosts: int) -> Optional[str]:
             return (f"{data} holds a partitioned graph (scripts/partition_graph.py's): give "
                     f"--partitioned")
         missing = [what for what, there in (
-            ("features (--features)", own.get("features")), ("labels (--labels)", own.get("labels")),
+            ("features (--features)", own.get("features")),
+            ("labels (--labels)", own.get("labels")),
             ("a 'train' split (--splits)", "train" in own.get("splits", [])),
             ("a 'test' split (--splits)", "test" in own.get("splits", []))) if not there]
         if missing:

@@ -156,7 +156,10 @@ def save_arrays(directory: Union[str, Path], stem: str,
     # json beside the other's files.
     folder = os.open(directory, os.O_RDONLY)
     try:
-        fcntl.flock(folder, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(folder, fcntl.LOCK_EX)
+        except OSError:
+            pass  # a file system without locks (some network mounts): unguarded, as before
         return _save_locked(directory, stem, present, meta)
     finally:
         os.close(folder)  # (and the lock with it)

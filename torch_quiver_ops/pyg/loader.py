@@ -627,14 +627,14 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
 
     A ``HeteroData`` (or a ``(FeatureStore, HeteroGraphStore)`` pair) is sampled by
     :class:`HeteroNeighborSampler`, every relation of a hop in the same kernel launches:
-    ``num_neighbors`` per hop or per edge type, ``input_nodes`` a node type or
-    ``(node_type, ids)``, and batches are PyG ``HeteroData`` objects with every node type's
-    attributes (the tables of all types sharing one GPU cache of ``cache_size`` by
-    hotness), ``n_id``, edge attributes per edge type, ``batch_size``, ``input_id`` and
-    the per-hop counts, as PyG's own, and ``e_id`` per edge type with ``return_eid=True``
-    or when some edge type has attributes (PyG's batches always carry it). ``weight_attr`` names an attribute
-    of every edge type, ``time_attr`` one of some node types (the others sampled regardless
-    of time; seeds of such a type need ``input_time``) or of every edge type.
+    ``num_neighbors`` per hop or per edge type, ``input_nodes`` a node type or ``(node_type,
+    ids)``, and batches are PyG ``HeteroData`` objects with every node type's attributes
+    (the tables of all types sharing one GPU cache of ``cache_size`` by hotness), ``n_id``,
+    edge attributes per edge type, ``batch_size``, ``input_id`` and the per-hop counts, as
+    PyG's own, and ``e_id`` per edge type with ``return_eid=True`` or when some edge type
+    has attributes (PyG's batches always carry it). ``weight_attr`` names an attribute of
+    every edge type, ``time_attr`` one of some node types (the others sampled regardless of
+    time; seeds of such a type need ``input_time``) or of every edge type.
     """
 
     def __init__(self, data: Union[Data, Tuple[FeatureStore, GraphStore]], num_neighbors,
