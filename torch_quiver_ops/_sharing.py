@@ -121,9 +121,10 @@ def save_arrays(directory: Union[str, Path], stem: str,
     save's json is removed before any of its files is replaced, and the new one is written
     last and atomically, with an id of this save: an interrupted save leaves nothing to
     load rather than a mix of two saves, and a concurrent :func:`map_arrays` sees the whole
-    save or raises (it reads the json again once it has mapped the files). Checks first
-    that the directory's file system has room for every array (a RAM-backed /dev/shm is
-    often small)."""
+    save or raises (it reads the json again once it has mapped the files). Saves into one
+    directory take turns (a lock on it), and one that fails leaves none of its files.
+    Checks first that the directory's file system has room for every array (a RAM-backed
+    /dev/shm is often small)."""
     directory = Path(directory)
     _check_name(stem, str(directory))
     present = {name: t for name, t in arrays.items() if t is not None}
