@@ -44,9 +44,10 @@ def at_least(parser, args, names: Sequence[str], least: int) -> None:
     _cli.check_args(parser, args, {name: least for name in names})
 
 
-# The widest hidden layer an example takes (the C++ trainer's bound too): past it the first
-# weight matrix alone reached torch's allocator, whose error names no option.
-MAX_HIDDEN = 1 << 16
+# The widest hidden layer an example takes (the C++ trainer's bound too): 256 MiB a float
+# weight matrix. Wider ones reached torch's allocator, whose error names no option, or the
+# kernel's OOM killer (65,536 wide: 16 GiB a matrix, killed with no message at all).
+MAX_HIDDEN = 1 << 13
 
 
 def at_most(parser, args, names: Sequence[str], most: int) -> None:
@@ -84,6 +85,8 @@ def output_file(parser, name: str, path: Optional[str]) -> None:
     exists and takes files."""
     if path is None:
         return
+    if not path:  # (Path("") is the current folder: "--report  is a folder")
+        parser.error(f"--{name} must not be empty")
     if Path(path).is_dir():
         parser.error(f"--{name} {path} is a folder: give a file name in it")
     from torch_quiver_ops import _cli

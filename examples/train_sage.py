@@ -99,7 +99,7 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=option_checks.seed, default=0,
                         help="seeds the graph, the model and the batches' order (default: 0)")
     parser.add_argument("--report", default=None,
-                        help="write the per-epoch history (times, loss split, accuracy) as "
+                        help="write the per-epoch history (times, loss, accuracy) as "
                              "JSON to this file")
     parser.add_argument("--save", default=None,
                         help="write the trained model and what rebuilds its graph to this "
@@ -136,6 +136,11 @@ def parse_args(argv=None):
     option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
     if args.cuda_graph and args.compile:
         parser.error("--cuda-graph and --compile are two ways to run the step: give one")
+    if args.cuda_graph and ("WORLD_SIZE" in os.environ or args.device == "cpu"
+                            or not option_checks.cuda_usable()):
+        # (refused in main before, after the graph was built and shared)
+        parser.error("--cuda-graph replays the step on one GPU: not under torchrun, and not "
+                     "on the CPU")
     from torch_quiver_ops.loader import MAX_LOADER_WORKERS
     if args.loader_workers > MAX_LOADER_WORKERS:  # a million hung before the first batch
         parser.error(f"--loader-workers must be at most {MAX_LOADER_WORKERS}, got "
@@ -331,8 +336,10 @@ def main(argv=None) -> dict:
     torch.manual_seed(args.seed)
     fanouts = args.fanouts
     # torchrun ends the other workers with SIGTERM when one fails: raised here as SystemExit,
-    # so that the finally below still removes the machine's copy of the graph.
-    cleaning = run.distributed and run.local_rank == 0
+    # so that the finally below still removes the machine's copy of the graph. Every process
+    # of the machine removes it: the first one alone left it behind when it was the one
+    # killed (SIGKILL, the OOM killer) while building.
+    cleaning = run.distributed
     before = signal.signal(signal.SIGTERM, _exit_on_sigterm) if cleaning else None
     try:
         sampler, feature, meta = build(args, run, fanouts)
@@ -350,9 +357,6 @@ def main(argv=None) -> dict:
                                         else None, **lean)
     if args.compile:  # under DDP too: torch.compile splits its graph at DDP's buckets
         model = torch.compile(model, dynamic=True)
-    if args.cuda_graph and (run.distributed or device.type != "cuda"):
-        raise SystemExit("--cuda-graph replays the step on one GPU: not under torchrun, and "
-                         f"not on {device}")
     # A captured step needs an optimizer whose step can be captured (no fused Adam).
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr, capturable=args.cuda_graph,
                                  fused=(args.step == "lean" and device.type == "cuda"
@@ -432,11 +436,14 @@ def main(argv=None) -> dict:
                 # the longest wait of any rank, beside this one's.
                 tot["wait_max"] = longest_over_ranks(waited, device)
                 split += f", longest wait of any rank {tot['wait_max']:.2f}s"
+        # Over every process, as the accuracy is (it was the first process's alone).
+        loss = run.sum(float(total_loss)) / max(1.0, run.sum(float(seen)))
         if run.lead:
             print(f"epoch {epoch}: {epoch_time:6.2f}s  ({split})  loss "
-                  f"{float(total_loss) / max(1, seen):.3f}  test accuracy {accuracy:.3f} "
+                  f"{loss:.3f}  test accuracy {accuracy:.3f} "
                   f"(chance {1 / meta['num_classes']:.3f})", flush=True)
-        history.append({"epoch": epoch, "time": epoch_time, **tot, "accuracy": accuracy})
+        history.append({"epoch": epoch, "time": epoch_time, **tot, "loss": loss,
+                        "accuracy": accuracy})
     result = {"history": history, "num_classes": meta["num_classes"], "world_size": run.world}
     if args.report and run.lead:
         Path(args.report).write_text(json.dumps(result))

@@ -228,10 +228,10 @@ Options parse(int argc, char** argv) {
               o.hidden, ", ", o.nodes, ", ", o.classes, ", ", o.features, " and ", o.degree);
   // Bounds past which torch's own errors (an allocator's, a size overflow) would name no
   // option; the synthetic graph's bytes are checked against the machine's memory below.
-  TORCH_CHECK_VALUE(o.hidden <= (1 << 16) && o.classes <= (1 << 20) && o.features <= (1 << 20) &&
+  TORCH_CHECK_VALUE(o.hidden <= (1 << 13) && o.classes <= (1 << 20) && o.features <= (1 << 20) &&
                         o.degree <= (1 << 20) && o.nodes <= (int64_t{1} << 40),
                     "--hidden, --classes, --features, --degree and --nodes must be at most ",
-                    1 << 16, ", ", 1 << 20, ", ", 1 << 20, ", ", 1 << 20, " and 2**40, got ",
+                    1 << 13, ", ", 1 << 20, ", ", 1 << 20, ", ", 1 << 20, " and 2**40, got ",
                     o.hidden, ", ", o.classes, ", ", o.features, ", ", o.degree, " and ", o.nodes);
   if (o.data.empty()) {
     // Labels, features, the edge list both ways and its CSR, with room for the sort.

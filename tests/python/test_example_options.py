@@ -47,7 +47,7 @@ COMMON = [
     (["--batch-size", "-5"], ["--batch-size", "-5"]),
     (["--hidden", "0"], ["--hidden", "0"]),
     # (the first weight matrix reached torch's allocator, whose error names no option)
-    (["--hidden", "1000000000000"], ["--hidden must be at most 65,536, got 1000000000000"]),
+    (["--hidden", "1000000000000"], ["--hidden must be at most 8,192, got 1000000000000"]),
     (["--lr", "0"], ["--lr", "0.0"]),
     (["--lr", "-0.1"], ["--lr", "-0.1"]),
     (["--lr", "nan"], ["--lr", "nan"]),
@@ -150,7 +150,7 @@ def test_export_sage_checks_its_options_before_writing(export_sage, capsys, tmp_
                            (["--fanouts", "99999999999999999999"],
                             ["--fanouts[0] = 99999999999999999999 does not fit in 64 bits"]),
                            (["--hidden", "0"], ["--hidden", "0"]),
-                           (["--hidden", "70000"], ["--hidden must be at most 65,536"]),
+                           (["--hidden", "70000"], ["--hidden must be at most 8,192"]),
                            (["--device", "foo"], ["--device", "'foo'"]),
                            (["--device", "cuda:99"], ["--device", "cuda:99"])]:
         refused(capsys, export_sage.main, [str(out)] + argv, *expected)

@@ -131,15 +131,33 @@ def test_loader_options_are_checked(kwargs, match):
 
 def test_seed_times_of_the_wrong_length_are_named():
     data = temporal_data()
-    with pytest.raises(ValueError, match=r"input_time must hold one time per input node \(4\), "
-                                         r"got 2"):
+    with pytest.raises(ValueError, match=r"input_time must be 1-D, one time per input node "
+                                         r"\(4\), got shape \(2,\)"):
         NeighborLoader(data, [2], batch_size=4, device="cpu", input_nodes=torch.arange(4),
                        time_attr="edge_time", input_time=torch.tensor([1, 2]))
-    with pytest.raises(ValueError, match=r"edge_label_time must hold one time per seed edge "
-                                         r"\(2\), got 1"):
+    with pytest.raises(ValueError, match=r"edge_label_time must be 1-D, one time per seed edge "
+                                         r"\(2\), got shape \(1,\)"):
         LinkNeighborLoader(data, [2], batch_size=4, device="cpu", time_attr="edge_time",
                            edge_label_index=torch.tensor([[0, 1], [2, 3]]),
                            edge_label_time=torch.tensor([5]))
+    # The right count in the wrong shape passed, then failed in a batch as seed_time.
+    with pytest.raises(ValueError, match=r"edge_label_time must be 1-D, one time per seed edge "
+                                         r"\(4\), got shape \(2, 2\)"):
+        LinkNeighborLoader(data, [2], batch_size=4, device="cpu", time_attr="edge_time",
+                           edge_label_index=torch.tensor([[0, 1, 2, 3], [2, 3, 0, 1]]),
+                           edge_label_time=torch.tensor([[5, 6], [7, 8]]))
+
+
+@pytest.mark.parametrize("amount, words", [
+    (float("nan"), "neg_sampling's amount must be a finite number > 0, got nan"),
+    (1e12, "draws 4,000,000,000,000 negatives a batch of 4: at least"),
+])
+def test_negative_amounts_no_batch_can_hold_are_named(amount, words):
+    """A huge amount ran for a minute and ended in the allocator's error (a probe)."""
+    with pytest.raises(ValueError, match=words):
+        LinkNeighborLoader(temporal_data(), [2], batch_size=4, device="cpu",
+                           edge_label_index=torch.tensor([[0, 1], [2, 3]]),
+                           neg_sampling=dict(mode="binary", amount=amount))
 
 
 def test_bad_weights_refused_at_construction():

@@ -63,9 +63,10 @@ def test_train_sage_refuses_bad_options_before_building(tmp_path, capsys):
                         # unwritable: found only after the run, the report lost
                         (["--report", "/proc/no-such-dir/r.json"], "does not exist"),
                         (["--report", "/proc/report.json"], "no file can be written in /proc"),
+                        (["--report", ""], "--report must not be empty"),
                         (["--loader-workers", "1000000"], "--loader-workers must be at most"),
                         # an allocator's traceback after the graph was built
-                        (["--hidden", str(10**12)], "--hidden must be at most 65,536"),
+                        (["--hidden", str(10**12)], "--hidden must be at most 8,192"),
                         (["--seed", str(10**20)], "argument --seed: must be in [0, 2**63)"),
                         (["--device", "foo"], "--device takes auto, cpu or a CUDA device"),
                         (["--device", "cuda:99"], "--device cuda:99"),
@@ -98,10 +99,18 @@ def test_ctrl_c_ends_an_example_with_one_line(capsys):
     option_checks.run_main(lambda: None)  # a run that ends is left alone
 
 
-def test_cuda_graph_is_refused_where_it_cannot_replay(capsys):
+def test_cuda_graph_is_refused_where_it_cannot_replay(capsys, monkeypatch):
     module = load_example("train_sage")
-    with pytest.raises(SystemExit, match="--cuda-graph replays the step on one GPU"):
+    # Before anything is built (it came after the graph was built and shared).
+    with pytest.raises(SystemExit) as refused:
         module.main(["--size", "tiny", "--epochs", "1", "--device", "cpu", "--cuda-graph"])
+    assert refused.value.code == 2
+    assert "--cuda-graph replays the step on one GPU" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "2")  # under torchrun
+    with pytest.raises(SystemExit):
+        module.parse_args(["--cuda-graph"])
+    assert "not under torchrun" in capsys.readouterr().err
+    monkeypatch.delenv("WORLD_SIZE")
     with pytest.raises(SystemExit):
         module.parse_args(["--cuda-graph", "--compile"])
     assert "--cuda-graph and --compile are two ways" in capsys.readouterr().err
@@ -150,6 +159,8 @@ def test_train_sage_under_torchrun_matches_one_process(tmp_path, step):
     assert accuracy > 2 / together["num_classes"] and abs(accuracy - alone) < 0.1, (accuracy, alone)
     # Rank 0's wait for batches, and the longest of any rank's (a max over both ranks).
     assert all(h["wait_max"] >= h["wait"] >= 0 for h in together["history"])
+    # The loss over both ranks' batches, as the accuracy (it was rank 0's alone).
+    assert all(0 < h["loss"] < 10 for h in together["history"])
     assert {p.name for p in Path("/dev/shm").glob("quiver-train-*")} == before  # cleaned up
 
 
@@ -249,4 +260,29 @@ def test_a_worker_ended_by_torchrun_leaves_no_graph_in_shared_memory(tmp_path):
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          str(script), str(REPO / "examples")], capture_output=True, text=True, timeout=300)
     assert result.returncode != 0 and "exitcode  : 7" in result.stderr, result.stderr[-3000:]
+    assert {p.name for p in Path("/dev/shm").glob("quiver-train-*")} == before
+
+
+KILLED_AFTER_SAVING_THE_GRAPH = '''
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+import torch_quiver_ops as qv
+import train_sage
+if os.environ["LOCAL_RANK"] == "0":  # killed outright (the OOM killer) once it has saved
+    save = qv.Feature.save
+    qv.Feature.save = lambda self, d: (save(self, d), os.kill(os.getpid(), signal.SIGKILL))
+train_sage.main(["--size", "tiny", "--epochs", "1", "--device", "cpu"])
+'''
+
+
+def test_a_first_worker_killed_while_building_leaves_no_graph_in_shared_memory(tmp_path):
+    """The first worker alone removed the machine's copy: SIGKILLed, it left it for good
+    (a probe); the other workers now remove it too when torchrun ends them."""
+    script = tmp_path / "killed.py"
+    script.write_text(KILLED_AFTER_SAVING_THE_GRAPH)
+    before = {p.name for p in Path("/dev/shm").glob("quiver-train-*")}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(script), str(REPO / "examples")], capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "Signal 9" in result.stderr, result.stderr[-3000:]
     assert {p.name for p in Path("/dev/shm").glob("quiver-train-*")} == before

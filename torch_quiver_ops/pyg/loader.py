@@ -1,6 +1,7 @@
 """PyG's ``NeighborLoader`` and ``LinkNeighborLoader`` on our sampler and stores."""
 from __future__ import annotations
 
+import math
 import operator
 import threading
 import time
@@ -15,6 +16,7 @@ from torch_geometric.data import Data, HeteroData
 from torch_geometric.loader import LinkNeighborLoader as _PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
+from .. import preflight
 from .._device import checked_node_ids
 from ..ops import integer_times
 from ..sampler import ops_temporal_strategy
@@ -717,9 +719,33 @@ def _check_one_time_each(times: Optional[Tensor], items: Tensor, name: str, what
     floating-point times (the sampler's would name its own seed_time)."""
     if times is not None:
         integer_times(times, name)
-    if times is not None and times.numel() != items.numel():
-        raise ValueError(f"{name} must hold one time per {what} ({items.numel()}), got "
-                         f"{times.numel()}")
+    if times is not None and (times.dim() != 1 or times.numel() != items.numel()):
+        # (a [3, 4] for 12 seeds passed, then failed in a batch as seed_time)
+        raise ValueError(f"{name} must be 1-D, one time per {what} ({items.numel()}), got "
+                         f"shape {tuple(times.shape)}")
+
+
+# Bytes a negative costs at least in a batch (its ids, labels and the sampled tree's rows,
+# several int64 each): past what the host has, a huge neg_sampling amount ran for a minute
+# and ended in an allocator's error that named no argument.
+NEGATIVE_BYTES = 64
+
+
+def _check_negative_amount(neg_sampling, batch_size: int) -> None:
+    """A ValueError naming ``neg_sampling``'s amount unless it is finite and a batch's
+    negatives fit in host memory."""
+    if neg_sampling is None:
+        return
+    amount = float(neg_sampling.amount)
+    if not math.isfinite(amount):
+        raise ValueError(f"neg_sampling's amount must be a finite number > 0, got {amount}")
+    negatives = math.ceil(batch_size * amount)
+    available = preflight.available_memory()
+    if 0 <= available < negatives * NEGATIVE_BYTES:
+        raise ValueError(f"neg_sampling's amount {amount:g} draws {negatives:,} negatives a "
+                         f"batch of {batch_size}: at least "
+                         f"{negatives * NEGATIVE_BYTES / 2**30:,.1f} GiB, where "
+                         f"{available / 2**30:,.1f} GiB are available")
 
 
 class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
@@ -735,10 +761,12 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
 
     Batches are PyG's: ``edge_label_index`` (positions in ``n_id``) and ``edge_label`` for
     binary negatives (1 for seed edges, 0 for negatives; with ``edge_label`` given, the
-    seed edges' labels and 0 for negatives), or ``src_index``, ``dst_pos_index`` and
-    ``dst_neg_index`` for triplets, beside every node, edge and graph-level attribute. The
-    negatives are drawn on the sampling device (``torch_quiver_ops.ops.sample_negatives``):
-    uniform over the nodes that are not true edges of their source, or, with
+    seed edges' labels plus 1, as PyG's, and 0 for negatives), or ``src_index``,
+    ``dst_pos_index`` and ``dst_neg_index`` for triplets, beside every node, edge and
+    graph-level attribute. The negatives are drawn on the sampling device
+    (``torch_quiver_ops.ops.sample_negatives``): uniform over the nodes that are not true
+    edges of their source (a true edge drawn again up to 8 times in all, which a hub's
+    negatives can outlast: see ``sample_negatives``), or, with
     ``neg_exclude_edges=False``, uniform over all nodes as PyG's (a negative then a true edge
     about as often as the graph's density); negatives weighted by ``dst_weight``
     or bound by node times are drawn by PyG's code on the host. ``weight_attr``,
@@ -805,6 +833,7 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                              **kwargs)
             _check_one_time_each(self.input_data.time, self.input_data.row, "edge_label_time",
                                  "seed edge")
+            _check_negative_amount(self.neg_sampling, self.batch_size)
             self._decide_how_batches_are_drawn()
             return
         if (isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2
@@ -830,4 +859,5 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                          filter_per_worker=False, neighbor_sampler=neighbor_sampler, **kwargs)
         _check_one_time_each(self.input_data.time, self.input_data.row, "edge_label_time",
                              "seed edge")
+        _check_negative_amount(self.neg_sampling, self.batch_size)
         self._decide_how_batches_are_drawn()

@@ -131,7 +131,8 @@ class NeighborSampler(BaseSampler):
         """Samples around both endpoints of each seed edge (and of the negatives that
         ``neg_sampling`` adds: ``binary`` random node pairs, or ``triplet`` random
         destinations per source, drawn on the sampling device and, unless
-        ``neg_exclude_edges`` is off, never a true edge), with PyG's label layout in the
+        ``neg_exclude_edges`` is off, a true edge only after 8 true draws in a row: see
+        ``ops.sample_negatives``), with PyG's label layout in the
         metadata (``edge_label_index`` / ``edge_label``, or ``src_index`` /
         ``dst_pos_index`` / ``dst_neg_index``) on the sampling device."""
         if inputs.time is not None and not self.sampler.temporal:
