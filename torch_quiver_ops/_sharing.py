@@ -253,6 +253,19 @@ def _writable(path: Path) -> bool:
         return False
 
 
+def _changed(record: Path, text: str) -> bool:
+    """Whether ``record`` no longer reads ``text`` (removed or rewritten by a save)."""
+    try:
+        return read_record(record) != text
+    except OSError:
+        return True
+
+
+def _saved_over_while_loading(directory: Path) -> str:
+    return (f"{directory} was saved over while it was being loaded: load it again once that "
+            f"save has finished")
+
+
 def map_arrays(directory: Union[str, Path], stem: str,
                verify: bool = False,
                names: Optional[Sequence[str]] = None,
@@ -279,6 +292,9 @@ def map_arrays(directory: Union[str, Path], stem: str,
     try:
         text = read_record(record)
         meta = json.loads(text)
+    except FileNotFoundError:  # removed since: a save over this one has begun
+        raise FileNotFoundError(f"{record} does not exist: nothing was saved in {directory}, "
+                                f"or the save has not finished") from None
     except (ValueError, UnicodeDecodeError) as error:
         raise ValueError(f"{record} is not the JSON save_arrays writes ({error}): the save "
                          f"is corrupt") from None
@@ -300,6 +316,8 @@ def map_arrays(directory: Union[str, Path], stem: str,
                              f"{record.name} lists it as an array's bytes")
         size = path.stat().st_size
         if size != nbytes:
+            if _changed(record, text):  # a save over this one, not a damaged file
+                raise ValueError(_saved_over_while_loading(directory))
             raise ValueError(f"{path} holds {size} bytes but {record.name} says {nbytes}: the "
                              f"file is truncated or from another save")
         count = math.prod(shape)
@@ -320,13 +338,8 @@ def map_arrays(directory: Union[str, Path], stem: str,
                          f"from something else")
     # A save over this one began while the files were mapped (it removes the json first):
     # some of them may be the new save's.
-    try:
-        unchanged = read_record(record) == text
-    except OSError:
-        unchanged = False
-    if not unchanged:
-        raise ValueError(f"{directory} was saved over while it was being loaded: load it again "
-                         f"once that save has finished")
+    if _changed(record, text):
+        raise ValueError(_saved_over_while_loading(directory))
     meta.pop(_SAVE_ID, None)
     return arrays, meta
 

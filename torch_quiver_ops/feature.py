@@ -112,6 +112,8 @@ class Feature:
                  host_reads: str = "auto"):
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
+        if not is_int(rank) or rank < 0:  # (it was named as device_list, [rank])
+            raise ValueError(f"rank must be an int >= 0 (a GPU index), got {rank!r}")
         if device_list is None:
             device_list = [rank]
         if (not isinstance(device_list, (list, tuple, range))

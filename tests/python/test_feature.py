@@ -453,3 +453,11 @@ def test_a_mapped_table_saved_over_is_not_passed_to_workers_as_the_new_save(tmp_
     qv.Feature(device_list=[]).from_cpu_tensor(torch.full((10, 4), 2.0)).save(tmp_path)
     with pytest.raises(ValueError, match="was saved over after the table was mapped from it"):
         pickle.loads(sent)
+
+
+@pytest.mark.parametrize("rank", [-1, "a", True])
+def test_a_bad_rank_is_named_rank(rank):
+    """It was named device_list (the default device_list is [rank]): a probe."""
+    with pytest.raises(ValueError, match=f"rank must be an int >= 0 \\(a GPU index\\), got "
+                                         f"{rank!r}"):
+        qv.Feature(rank=rank)

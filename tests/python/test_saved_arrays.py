@@ -336,3 +336,25 @@ def test_a_refused_save_leaves_the_previous_one_whole(tmp_path):
     _sharing.save_arrays(tmp_path, "s", {"a": torch.tensor([1j, 2j])._neg_view()})
     loaded, _ = _sharing.map_arrays(tmp_path, "s", names=["a"])
     assert torch.equal(loaded["a"], torch.tensor([-1j, -2j]))
+
+
+def test_a_save_over_the_one_being_loaded_is_named_as_such(tmp_path, monkeypatch):
+    """A loader racing a save met a file of the new save's size and blamed corruption
+    ("truncated or from another save"), or a bare FileNotFoundError (a probe)."""
+    _sharing.save_arrays(tmp_path, "s", {"a": torch.ones(4)})
+    with open(tmp_path / "a.bin", "ab") as grown:  # the new save's bigger file
+        grown.write(b"\0" * 16)
+    real, reads = _sharing.read_record, []
+
+    def json_rewritten_after_the_first_read(path):
+        reads.append(path)
+        return real(path) if len(reads) == 1 else "{}"
+    monkeypatch.setattr(_sharing, "read_record", json_rewritten_after_the_first_read)
+    with pytest.raises(ValueError, match="was saved over while it was being loaded"):
+        _sharing.map_arrays(tmp_path, "s")
+
+    def json_removed(path):
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+    monkeypatch.setattr(_sharing, "read_record", json_removed)
+    with pytest.raises(FileNotFoundError, match="or the save has not finished"):
+        _sharing.map_arrays(tmp_path, "s")
