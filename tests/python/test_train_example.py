@@ -250,17 +250,25 @@ train_sage.main(["--size", "tiny", "--epochs", "1", "--device", "cpu"])
 '''
 
 
-def test_a_worker_ended_by_torchrun_leaves_no_graph_in_shared_memory(tmp_path):
-    """torchrun SIGTERMs the other workers when one fails; the first worker's copy of the
-    graph in /dev/shm used to stay behind (GBs at products size)."""
-    script = tmp_path / "dies.py"
-    script.write_text(DIES_WHILE_THE_GRAPH_IS_SAVED)
+def fails_under_torchrun_leaving_no_graph(tmp_path, script_text: str, said: str) -> None:
+    """``script_text`` (train_sage with a worker made to fail) under torchrun with two
+    workers: the job fails, torchrun's report says ``said``, and no copy of the graph is left
+    in /dev/shm."""
+    script = tmp_path / "fails.py"
+    script.write_text(script_text)
     before = {p.name for p in Path("/dev/shm").glob("quiver-train-*")}
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          str(script), str(REPO / "examples")], capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0 and "exitcode  : 7" in result.stderr, result.stderr[-3000:]
+    assert result.returncode != 0 and said in result.stderr, result.stderr[-3000:]
     assert {p.name for p in Path("/dev/shm").glob("quiver-train-*")} == before
+
+
+def test_a_worker_ended_by_torchrun_leaves_no_graph_in_shared_memory(tmp_path):
+    """torchrun SIGTERMs the other workers when one fails; the first worker's copy of the
+    graph in /dev/shm used to stay behind (GBs at products size)."""
+    fails_under_torchrun_leaving_no_graph(tmp_path, DIES_WHILE_THE_GRAPH_IS_SAVED,
+                                          "exitcode  : 7")
 
 
 KILLED_AFTER_SAVING_THE_GRAPH = '''
@@ -278,11 +286,4 @@ train_sage.main(["--size", "tiny", "--epochs", "1", "--device", "cpu"])
 def test_a_first_worker_killed_while_building_leaves_no_graph_in_shared_memory(tmp_path):
     """The first worker alone removed the machine's copy: SIGKILLed, it left it for good
     (a probe); the other workers now remove it too when torchrun ends them."""
-    script = tmp_path / "killed.py"
-    script.write_text(KILLED_AFTER_SAVING_THE_GRAPH)
-    before = {p.name for p in Path("/dev/shm").glob("quiver-train-*")}
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(script), str(REPO / "examples")], capture_output=True, text=True, timeout=300)
-    assert result.returncode != 0 and "Signal 9" in result.stderr, result.stderr[-3000:]
-    assert {p.name for p in Path("/dev/shm").glob("quiver-train-*")} == before
+    fails_under_torchrun_leaving_no_graph(tmp_path, KILLED_AFTER_SAVING_THE_GRAPH, "Signal 9")
