@@ -46,6 +46,27 @@ torch::inductor::AOTIModelPackageLoader load_package(const std::string& package,
   }
 }
 
+// The kernels read the table with the width and dtype they were compiled for (the
+// package's metadata says which, as export_sage.py writes it): another table would be read
+// past its end or as other numbers, with no error.
+void check_feature_table(torch::inductor::AOTIModelPackageLoader& loader,
+                         const std::string& package, const at::Tensor& table,
+                         const std::string& table_name) {
+  const auto metadata = loader.get_metadata();
+  const auto width = metadata.find("quiver.feature_width");
+  const auto dtype = metadata.find("quiver.feature_dtype");
+  if (width != metadata.end())
+    TORCH_CHECK(table.dim() == 2 && std::to_string(table.size(1)) == width->second, table_name,
+                " holds a table of shape ", table.sizes(), ", but ", package,
+                " was exported for rows of ", width->second, " features");
+  if (dtype != metadata.end()) {
+    const auto known = raw_arrays::dtypes().find(dtype->second);
+    TORCH_CHECK(known != raw_arrays::dtypes().end() && known->second == table.scalar_type(),
+                table_name, " holds rows of ", table.scalar_type(), ", but ", package,
+                " was exported for ", dtype->second);
+  }
+}
+
 // The second form: the package's inputs from arrays, its outputs to arrays.
 void run_on_arrays(const std::string& package, const std::filesystem::path& inputs_dir,
                    const std::string& out, const at::Device& device) {
@@ -58,6 +79,14 @@ void run_on_arrays(const std::string& package, const std::filesystem::path& inpu
   TORCH_CHECK(inputs.size() == arrays.size(), "--inputs ", inputs_dir.string(),
               ": arrays must be named input_0, input_1, ... without gaps");
   auto loader = load_package(package, device);
+  const auto metadata = loader.get_metadata();
+  if (const auto position = metadata.find("quiver.feature_input"); position != metadata.end()) {
+    const std::string name = "input_" + position->second;
+    TORCH_CHECK(arrays.count(name), "--inputs ", inputs_dir.string(), " has no ", name, ", the ",
+                "feature table ", package, " takes (", inputs.size(), " inputs given)");
+    check_feature_table(loader, package, arrays.at(name),
+                        name + " of --inputs " + inputs_dir.string());
+  }
   const std::vector<at::Tensor> outputs = loader.run(inputs);
   std::map<std::string, at::Tensor> named;
   for (size_t i = 0; i < outputs.size(); ++i) named["output_" + std::to_string(i)] = outputs[i];
@@ -147,19 +176,7 @@ int main(int argc, char** argv) {
     const at::Tensor seeds = torch::arange(first, last);
 
     auto loader = load_package(package, device);
-    // The kernels read the table with the width and dtype they were compiled for: another
-    // table would be read past its end or as other numbers, with no error.
-    const auto metadata = loader.get_metadata();
-    if (const auto width = metadata.find("quiver.feature_width"); width != metadata.end())
-      TORCH_CHECK(std::to_string(rows.size(1)) == width->second, (graph / "features").string(),
-                  " holds rows of ", rows.size(1), " features, but ", package,
-                  " was exported for ", width->second);
-    if (const auto dtype = metadata.find("quiver.feature_dtype"); dtype != metadata.end()) {
-      const auto known = raw_arrays::dtypes().find(dtype->second);
-      TORCH_CHECK(known != raw_arrays::dtypes().end() && known->second == rows.scalar_type(),
-                  (graph / "features").string(), " holds rows of ", rows.scalar_type(),
-                  ", but ", package, " was exported for ", dtype->second);
-    }
+    check_feature_table(loader, package, rows, (graph / "features").string());
     torch::manual_seed(seed);
     const at::Tensor scores =
         loader.run({indptr.to(device), indices.to(device), rows.to(device), seeds.to(device)})[0]

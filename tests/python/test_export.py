@@ -187,8 +187,9 @@ def test_cpp_refuses_a_table_the_package_was_not_built_for(exported, tmp_path):
     graph = exported["directory"] / "graph"
     rows, _ = qv.load_arrays(graph / "features", "feature")
     width = rows["rows"].size(1)
+    topology, _ = qv.load_arrays(graph / "topology", "csr")
     for table, words in ((torch.zeros(rows["rows"].size(0), width // 2),
-                          f"rows of {width // 2} features, but"),
+                          f"was exported for rows of {width} features"),
                          (torch.zeros(rows["rows"].size(0), width, dtype=torch.float64),
                           "was exported for float32")):
         other = tmp_path / f"graph-{table.size(1)}-{table.dtype}".replace("torch.", "")
@@ -200,6 +201,16 @@ def test_cpp_refuses_a_table_the_package_was_not_built_for(exported, tmp_path):
                                "--device", exported["device"]],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 2 and words in done.stderr, done.stdout + done.stderr
+        # The arrays form takes the package's inputs as they are: the table checked alike
+        # (it ran on a half-width table and wrote NaN scores, rc 0).
+        qv.save_arrays(other / "inputs", "inputs",
+                       {"input_0": topology["indptr"], "input_1": topology["indices"],
+                        "input_2": table, "input_3": torch.arange(10)})
+        done = subprocess.run([RUNNER, str(exported["package"]), "--inputs", str(other / "inputs"),
+                               "--out", str(other / "outputs"), "--device", exported["device"]],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and words in done.stderr and "input_2 of --inputs" in \
+            done.stderr, done.stdout + done.stderr
 
 
 def test_compiled_training_step_has_no_graph_break(exported):
