@@ -314,6 +314,10 @@ inline void check_csr_from_coo_args(const at::Tensor& row, const at::Tensor& col
   TORCH_CHECK(row.device() == col.device(), "row is on ", row.device(), " but col is on ",
               col.device());
   TORCH_CHECK_VALUE(num_nodes >= 0, "num_nodes must be >= 0, got ", num_nodes);
+  // 8 bytes an offset: past 2^60 nodes their size overflows int64 (torch's error named
+  // neither num_nodes nor its value).
+  TORCH_CHECK_VALUE(num_nodes < (int64_t{1} << 60), "num_nodes = ", num_nodes,
+                    " is too large: its offsets alone would take more than 2^63 bytes");
   if (row.scalar_type() == at::kInt) {
     TORCH_CHECK_VALUE(num_nodes <= std::numeric_limits<int32_t>::max() + int64_t{1},
                       "num_nodes = ", num_nodes, " does not fit int32 ids; pass int64 row/col");

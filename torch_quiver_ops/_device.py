@@ -71,6 +71,25 @@ def is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def check_flag(value, name: str) -> bool:
+    """``value`` as a bool if it is one (Python's or numpy's, or the int 0 or 1), else a
+    TypeError naming ``name``: the string 'False' is truthy and None falsy, and neither is
+    an answer."""
+    if isinstance(value, bool) or (type(value).__module__ == "numpy"
+                                   and type(value).__name__ in ("bool", "bool_")):
+        return bool(value)
+    if is_int(value) and value in (0, 1):
+        return bool(value)
+    raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
+def check_generator(generator, name: str = "generator") -> None:
+    """None or a ``torch.Generator``, else a TypeError naming ``name`` (torch's own error
+    came from deep inside a draw, naming an argument of an op)."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator or None, got {generator!r}")
+
+
 def holds_integers(tensor: torch.Tensor) -> bool:
     """Whether ``tensor`` holds integers that can be ids or times: not floats (which would
     be truncated), complex numbers or bools (True and False are no node ids)."""
@@ -81,6 +100,9 @@ def holds_integers(tensor: torch.Tensor) -> bool:
 def as_ids(ids, name: str = "ids") -> torch.Tensor:
     """``ids`` as a tensor; an empty list is no int64 ids (``torch.as_tensor([])`` would be
     floats, which the ops refuse). ``name`` names them in the errors."""
+    if ids is None or isinstance(ids, (str, bytes)):
+        raise TypeError(f"{name} must be integer ids (a tensor, an array or a list), got "
+                        f"{ids!r}")
     if isinstance(ids, (list, tuple)) and len(ids) == 0:
         return torch.empty(0, dtype=torch.long)
     if (isinstance(ids, (list, tuple)) and any(isinstance(v, bool) for v in ids)

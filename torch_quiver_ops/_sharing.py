@@ -38,8 +38,11 @@ _SAVE_ID = "save_id"
 _DTYPES = {name: getattr(torch, name) for name in (
     "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32",
     "float64", "complex64", "complex128")}
-# An array's name is a file name in the save's directory, never a path out of it.
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+# An array's name is a file name in the save's directory, never a path out of it (matched
+# whole: "$" would let a final newline through), short enough for its ".bin.partial" to fit
+# a file name's 255 bytes.
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+MAX_NAME = 200
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -47,9 +50,12 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def _check_name(name: str, where: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
         raise ValueError(f"{where}: array name {name!r} is not a plain file name (letters, "
                          f"digits, '_', '.', '-'; no path separators)")
+    if len(name) > MAX_NAME:
+        raise ValueError(f"{where}: array name {name[:24]!r}... has {len(name)} characters, "
+                         f"more than {MAX_NAME} (a file name's limit, with its suffix)")
 
 
 # A record or manifest is a few KB; one far larger is not ours.
@@ -206,7 +212,10 @@ def _save_locked(directory: Path, stem: str, present: dict, meta: dict) -> Path:
                 crc = _crc32(t)
         except BaseException as error:  # a failed chunk, a full disk, a Ctrl-C
             for done in [partial, *written]:
-                done.unlink(missing_ok=True)
+                try:
+                    done.unlink(missing_ok=True)
+                except OSError:
+                    pass  # what can be removed is; the error below is the one to tell
             if isinstance(error, OSError):  # numpy's own names neither file nor cause
                 raise OSError(error.errno, f"save_arrays could not write {name} "
                                            f"({t.nbytes} bytes) in {directory}: "

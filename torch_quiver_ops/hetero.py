@@ -16,11 +16,11 @@ from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 import torch
 from torch import Tensor
 
-from . import ops
+from . import ops, preflight
 from ._device import as_ids, holds_integers
 from .ops import integer_fanouts, integer_times
 from .sampler import ops_temporal_strategy, sampling_placement
-from .topology import kept_indptr
+from .topology import OFFSET_BYTES, _as_tensor, kept_indptr
 from .uva import pinned
 
 EdgeType = Tuple[str, str, str]
@@ -82,7 +82,9 @@ class HeteroCSRTopo:
         if num_nodes_dict is None:
             num_nodes_dict = {}
             for (src, _, dst), ei in edge_index_dict.items():
-                ei = torch.as_tensor(ei)
+                ei = _as_tensor(ei)
+                if holds_integers(ei):  # torch has no max of uint32 or uint64
+                    ei = ei.long()
                 for t, ids in ((src, ei[0]), (dst, ei[1])):
                     count = int(ids.max()) + 1 if ids.numel() else 0
                     num_nodes_dict[t] = max(num_nodes_dict.get(t, 0), count)
@@ -95,6 +97,12 @@ class HeteroCSRTopo:
             offsets.append(offsets[-1] + self.num_nodes_dict[t])
         self.node_type_offsets: List[int] = offsets
         num_nodes = offsets[-1]
+        # The offsets and the degrees, 8 bytes a node each: past the memory there is, the
+        # process was killed filling them (or torch's size overflowed), naming no count.
+        preflight.check_host_memory(OFFSET_BYTES * (num_nodes + 1),
+                                    f"HeteroCSRTopo's offsets for {num_nodes:,} nodes "
+                                    f"(num_nodes_dict {self.num_nodes_dict})",
+                                    "check num_nodes_dict, or the edges for a stray id")
 
         sources, targets, relation_offsets = [], [], [0]
         self.relation_src_types: List[int] = []
@@ -105,14 +113,19 @@ class HeteroCSRTopo:
                 if t not in type_index:
                     raise ValueError(f"edge type {et} names node type {t!r}, which "
                                      f"num_nodes_dict lacks (it has {self.node_types})")
-            ei = torch.as_tensor(edge_index_dict[et])
+            ei = _as_tensor(edge_index_dict[et])  # [[], []] too, as int64 (not floats)
             if ei.dim() != 2 or ei.size(0) != 2:
                 raise ValueError(f"edge_index_dict[{et}] must have shape [2, E], got "
                                  f"{tuple(ei.shape)}")
             if not holds_integers(ei):
                 raise TypeError(f"edge_index_dict[{et}] must hold integer node ids, got "
                                 f"{ei.dtype}")
-            ei = ei.long()
+            wide = ei.long()
+            if ei.dtype == torch.uint64 and wide.numel() and bool((wide < 0).any()):
+                # as int64 an id past its range turns negative: named as it was given
+                raise IndexError(f"edge_index_dict[{et}] holds node "
+                                 f"{int(wide[wide < 0][0]) + 2**64}, out of range")
+            ei = wide
             for row, t in ((0, src), (1, dst)):
                 if ei.size(1) and (int(ei[row].min()) < 0
                                    or int(ei[row].max()) >= self.num_nodes_dict[t]):
@@ -176,7 +189,11 @@ class HeteroCSRTopo:
                                  f"num_nodes_dict lacks (it has {self.node_types})")
         self.relation_src_types = [self.node_types.index(et[0]) for et in self.edge_types]
         self.relation_dst_types = [self.node_types.index(et[2]) for et in self.edge_types]
-        self.relation_edge_offsets = [int(o) for o in relation_edge_offsets]
+        # ints only: int(2.7) would cut a relation's last edge off without a word
+        if any(isinstance(o, bool) or not hasattr(o, "__index__") for o in relation_edge_offsets):
+            raise TypeError(f"relation_edge_offsets must hold ints, got "
+                            f"{list(relation_edge_offsets)!r}")
+        self.relation_edge_offsets = [o.__index__() for o in relation_edge_offsets]
         if len(self.relation_edge_offsets) != len(self.edge_types) + 1:
             raise ValueError(f"relation_edge_offsets needs {len(self.edge_types) + 1} entries "
                              f"(one more than the edge types), got "

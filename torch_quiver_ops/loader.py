@@ -34,7 +34,8 @@ from typing import (Any, Callable, Iterable, Iterator, List, NamedTuple, Optiona
 import torch
 from torch import Tensor
 
-from ._device import as_ids, checked_node_ids, holds_integers, is_int
+from ._device import (as_ids, check_flag, check_generator, checked_node_ids, holds_integers,
+                      is_int)
 from ._interrupts import ctrl_c_ends_waits
 from .feature import Feature, check_host_read_blocks
 from .feature import host_read_blocks as host_read_blocks_of
@@ -293,6 +294,9 @@ class Prefetcher:
                       if torch.cuda.is_available() else torch.device("cpu"))
         self.device = torch.device(device) if not isinstance(device, int) else torch.device(
             "cuda", device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            # torch's "Found no NVIDIA driver" came at the first epoch, or here for 'cuda'
+            raise RuntimeError(f"device={device!r} is a GPU, and torch sees none")
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.loader = loader
@@ -552,9 +556,20 @@ class SampleLoader:
                  prefetch_sms: Optional[int] = None,
                  prefetch_host_read_blocks: int = HOST_READ_BLOCKS, workers: int = 1,
                  prefetch_in_cpp: Optional[bool] = None, own_stream: bool = True):
+        if not isinstance(sampler, GraphSageSampler) and not all(
+                hasattr(sampler, name) for name in ("sample", "device", "csr_topo")):
+            raise TypeError(f"sampler must be a GraphSageSampler, got {type(sampler).__name__}")
+        if not isinstance(batch_size, bool) and hasattr(batch_size, "__index__"):
+            batch_size = batch_size.__index__()  # numpy ints, as torch's DataLoader takes
         if not is_int(batch_size) or batch_size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        seeds = as_ids(seeds)  # an empty list too (torch.as_tensor([]) holds floats)
+        shuffle, drop_last = check_flag(shuffle, "shuffle"), check_flag(drop_last, "drop_last")
+        check_generator(generator)
+        if prefetch_in_cpp is not None:
+            check_flag(prefetch_in_cpp, "prefetch_in_cpp")
+        # Prefetcher checks these too, by its own names
+        check_host_read_blocks(prefetch_host_read_blocks, "prefetch_host_read_blocks")
+        seeds = as_ids(seeds, "seeds")  # an empty list too (torch.as_tensor([]) holds floats)
         if seeds.dtype == torch.bool:
             topo = getattr(sampler, "csr_topo", None)
             if (self._seeds_are_nodes and topo is not None
@@ -571,6 +586,8 @@ class SampleLoader:
             # Once here, by position in seeds: in a batch's turn, an epoch in, the sampler
             # named the position within the batch.
             checked_node_ids(seeds.cpu(), topo.node_count, "seeds")
+            if seeds.dtype not in (torch.int32, torch.int64):
+                seeds = seeds.long()  # uint8 or int16 ids: the sampling ops take these two
             if getattr(sampler, "temporal", False) and getattr(sampler, "node_time", 1) is None:
                 raise ValueError("the sampler samples by edge time, which needs a time per "
                                  "seed, and SampleLoader passes none: build the sampler with "
@@ -588,7 +605,13 @@ class SampleLoader:
         if hasattr(sampler, "_ensure_placed"):
             sampler._ensure_placed()
         self.device = sampler.device
+        if isinstance(feature, (Feature, Tensor)) and feature.dim() >= 1 and \
+                len(feature) < sampler.csr_topo.node_count:
+            raise ValueError(f"feature has {len(feature)} rows but the graph has "
+                             f"{sampler.csr_topo.node_count} nodes")
         self.labels = None if labels is None else torch.as_tensor(labels).to(self.device)
+        if self.labels is not None and self.labels.dim() == 0:
+            raise ValueError("labels must hold one label per node, got a 0-d tensor")
         if self.labels is not None and self.labels.size(0) != sampler.csr_topo.node_count:
             raise ValueError(f"labels has {self.labels.size(0)} rows but the graph has "
                              f"{sampler.csr_topo.node_count} nodes")
@@ -617,6 +640,9 @@ class SampleLoader:
             # Here, by this loader's own name (Prefetcher's says "depth")
             raise ValueError(f"workers={workers} build that many batches ahead at once, so "
                              f"prefetch must be at least {workers}, got {prefetch}")
+        if prefetch_sms is not None and self.device.type != "cuda":
+            raise ValueError(f"prefetch_sms={prefetch_sms!r}: SMs are a GPU's, and this loader "
+                             f"builds batches on {self.device}")
         self._prefetcher = Prefetcher(_Epochs(self), self.device, prefetch, sms=prefetch_sms,
                                       host_read_blocks=prefetch_host_read_blocks,
                                       workers=workers, pace=pace, own_stream=own_stream)
@@ -829,6 +855,9 @@ def checked_seed_edges(edge_label_index, num_nodes: int,
         bad = edge_label_index[(edge_label_index < 0) | (edge_label_index >= num_nodes)][0]
         raise IndexError(f"edge_label_index holds node {int(bad)}, out of range "
                          f"[0, {num_nodes})")
+    if edge_label is not None and torch.as_tensor(edge_label).dim() != 1:
+        raise ValueError(f"edge_label must hold one label per seed edge (1-D), got shape "
+                         f"{tuple(torch.as_tensor(edge_label).shape)}")
     if edge_label is not None and torch.as_tensor(edge_label).size(0) != \
             edge_label_index.size(1):
         raise ValueError(f"edge_label has {torch.as_tensor(edge_label).size(0)} labels for "
@@ -886,6 +915,11 @@ class LinkSampleLoader(SampleLoader):
                              "torch_quiver_ops.pyg.LinkNeighborLoader")
         edge_label_index = checked_seed_edges(edge_label_index, sampler.csr_topo.node_count,
                                               edge_label)
+        if isinstance(neg_ratio, bool) or not isinstance(neg_ratio, (int, float)) and not (
+                hasattr(neg_ratio, "__float__") and not isinstance(neg_ratio, (str, bytes))):
+            raise TypeError(f"neg_ratio must be a number >= 0, got {neg_ratio!r}")
+        neg_ratio = float(neg_ratio)
+        neg_exclude_edges = check_flag(neg_exclude_edges, "neg_exclude_edges")
         if not 0 <= neg_ratio < math.inf:  # NaN would ask for no negatives, unsaid
             raise ValueError(f"neg_ratio must be a finite number >= 0, got {neg_ratio}")
         num_edges = edge_label_index.size(1)

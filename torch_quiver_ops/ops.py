@@ -34,7 +34,8 @@ def check_permutation(order: Tensor, num_rows: int, what: str = "order") -> None
 def integer_fanouts(fanouts, what: str = "fanouts") -> List[int]:
     """``fanouts`` as a list of Python ints, else a TypeError naming ``what``: a string
     ("15" would be the hops 1 and 5), floats (2.9 would be 2) or bools are no fanouts."""
-    if isinstance(fanouts, (str, bytes)) or not hasattr(fanouts, "__iter__"):
+    if (isinstance(fanouts, (str, bytes)) or not hasattr(fanouts, "__iter__")
+            or (isinstance(fanouts, torch.Tensor) and fanouts.dim() != 1)):
         raise TypeError(f"{what} must be a sequence of ints, one per hop, got {fanouts!r}")
     values, ints = list(fanouts), []
     for value in values:
@@ -54,7 +55,7 @@ def check_fanouts(fanouts: List[int], replace: bool = False, what: str = "fanout
     """Raises ValueError unless ``fanouts`` names at least one hop, each -1 (all neighbors)
     or >= 0 (with ``replace``, within a hop's edge limit): the sampling ops' own check, for
     samplers that check when they are made."""
-    torch.ops.quiver.check_fanouts(fanouts, replace, what)
+    torch.ops.quiver.check_fanouts(integer_fanouts(fanouts, what), replace, what)
 
 
 def csr_from_coo(row: Tensor, col: Tensor, num_nodes: Optional[int] = None
@@ -71,14 +72,32 @@ def csr_from_coo(row: Tensor, col: Tensor, num_nodes: Optional[int] = None
         ``indices[indptr[v]:indptr[v+1]]`` in input order, and int64 ``edge_ids`` giving
         each CSR edge's position in the input.
     """
+    if num_nodes is None and row.numel() != col.numel():  # else max() of an empty one failed
+        raise ValueError(f"row has {row.numel()} entries but col has {col.numel()}")
     if num_nodes is None and row.numel() and col.numel():
         low = int(torch.minimum(row.min(), col.min()))
         if low < 0:  # else the op would name a num_nodes the caller never passed
             which = "row" if int(row.min()) == low else "col"
             at = int((row if which == "row" else col).argmin())
             raise IndexError(f"{which}[{at}] = {low} is a negative node id")
+    if num_nodes is None and row.numel():
+        high = int(torch.maximum(row.max(), col.max()).item())
+        if high >= 2**60 - 1:  # the op's bound on num_nodes, which the caller never passed
+            which = "row" if int(row.max()) == high else "col"
+            at = int((row if which == "row" else col).argmax())
+            raise IndexError(f"{which}[{at}] = {high} is too large a node id (at most 2**60 - 2)")
+        num_nodes = high + 1
     if num_nodes is None:
-        num_nodes = int(torch.maximum(row.max(), col.max()).item()) + 1 if row.numel() else 0
+        num_nodes = 0
+    if isinstance(num_nodes, bool) or not hasattr(num_nodes, "__index__"):
+        raise TypeError(f"num_nodes must be an int, got {num_nodes!r}")
+    num_nodes = num_nodes.__index__()
+    if row.device.type == "cpu" and 0 <= num_nodes < 2**60:
+        from .preflight import check_host_memory  # (preflight imports nothing of ours)
+        # the offsets and a cursor per node (ops/cpu/csr_from_coo.cpp): past the memory
+        # there is, the process was killed filling them, with no error
+        check_host_memory(16 * (num_nodes + 1), f"csr_from_coo's offsets for {num_nodes:,} "
+                          f"nodes", "check num_nodes, or row and col for a stray id")
     return torch.ops.quiver.csr_from_coo(row, col, num_nodes)
 
 
@@ -229,12 +248,22 @@ def hetero_neighbor_sample(indptr: Tensor, indices: Tensor, edge_ids: Tensor, se
 
 def integer_times(times, name: str) -> Tensor:
     """Times as int64, refusing floating-point ones: truncating them would let an edge at
-    0.9 pass a seed at 0.5 (both would read 0)."""
+    0.9 pass a seed at 0.5 (both would read 0). uint64 times past int64's range are
+    refused: as int64 they would wrap around to before every other time."""
+    if isinstance(times, (list, tuple)) and len(times) == 0:
+        return torch.empty(0, dtype=torch.long)  # torch.as_tensor([]) holds floats
     times = torch.as_tensor(times)
     if not holds_integers(times):
         raise TypeError(f"{name} must hold integer times (int64 timestamps), got "
                         f"{times.dtype}: scale them to whole units first")
-    return times.long()
+    wide = times.long()
+    if times.dtype == torch.uint64 and wide.numel():
+        wrapped = wide < 0
+        if bool(wrapped.any()):
+            at = int(wrapped.nonzero()[0])
+            raise ValueError(f"{name}[{at}] = {int(wide[at]) + 2**64} is past int64's range "
+                             f"(times are int64 timestamps)")
+    return wide
 
 
 def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:

@@ -44,6 +44,7 @@ def _check_topology(topo) -> None:
 def order_by(topo: CSRTopo, name: str) -> Tensor:
     """``old_of_new`` by the order named ``name``: ``"bfs"`` (:func:`bfs_order`) or
     ``"degree"`` (:func:`degree_order_of`)."""
+    _check_topology(topo)
     if name == "bfs":
         return bfs_order(topo)
     if name == "degree":
@@ -53,6 +54,7 @@ def order_by(topo: CSRTopo, name: str) -> Tensor:
 
 def degree_order_of(topo: CSRTopo) -> Tensor:
     """``old_of_new``: node ids from highest to lowest degree (ties by id)."""
+    _check_topology(topo)
     return degree_order(topo.degree)
 
 

@@ -13,7 +13,8 @@ from torch import Tensor
 from . import ops
 from .ops import integer_fanouts, integer_times
 from ._load import cuda_kernels_built
-from ._device import as_ids, checked_node_ids, parse_share, parse_size, resolve_device
+from ._device import (as_ids, check_flag, check_generator, checked_node_ids, parse_share,
+                      parse_size, resolve_device)
 from .hotness import check_hot_order, degree_order
 from .topology import CSRTopo, build_topology_cache, kept_indptr
 from .uva import pinned
@@ -71,6 +72,9 @@ def sampling_placement(device, mode: Optional[str]) -> Tuple[torch.device, str]:
     device = resolve_device(device)
     defaulted = mode is None
     if mode is None:
+        if device.type not in ("cuda", "cpu"):
+            # was sampled on the CPU, outputs there, where the caller asked for another device
+            raise ValueError(f"device must be a GPU or the CPU, got {given!r}")
         mode = "UVA" if device.type == "cuda" else "CPU"
     mode = mode.upper()
     if mode == "CPU":
@@ -118,18 +122,27 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
         if values is None:
             continue
         values = torch.as_tensor(values).cpu()
+        if values.dtype.is_complex or values.dtype == torch.bool:
+            raise TypeError(f"{name} must hold real numbers, got {values.dtype}")
         if values.dim() != 1 or values.numel() != topo.edge_count:
             raise ValueError(f"{name} must hold one value per edge ({topo.edge_count}), got "
                              f"shape {tuple(values.shape)}")
         per_csr_edge[name] = values[eid]
     edge_weight = per_csr_edge.get("weights")
     if edge_weight is not None:
-        edge_weight = edge_weight.float().contiguous()
-        bad = ~(torch.isfinite(edge_weight) & (edge_weight >= 0))
+        given_weight = edge_weight.double()  # checked as given: as float32 1e300 reads inf
+        bad = ~(torch.isfinite(given_weight) & (given_weight >= 0))
         if bool(bad.any()):
             at = int(bad.nonzero()[0])
-            raise ValueError(f"weights[{int(eid[at])}] = {float(edge_weight[at])}: every weight "
-                             f"must be finite and >= 0")
+            raise ValueError(f"weights[{int(eid[at])}] = {float(given_weight[at])}: every "
+                             f"weight must be finite and >= 0")
+        edge_weight = edge_weight.float().contiguous()
+        bad = torch.isinf(edge_weight)
+        if bool(bad.any()):
+            at = int(bad.nonzero()[0])
+            raise ValueError(f"weights[{int(eid[at])}] = {float(given_weight[at])} is past "
+                             f"float32's range (the sampler keeps weights as float32): scale "
+                             f"the weights down")
         kept = edge_weight > 0
         if not bool(kept.all()):
             # PyG's weight_attr allows zero weights (a way to mask edges): such an edge is
@@ -267,6 +280,10 @@ class GraphSageSampler:
                  temporal_strategy: str = "uniform", strict_time: bool = False,
                  disjoint: bool = False, capture_batches: bool = True,
                  uva_row_order: Optional[bool] = None):
+        if not isinstance(csr_topo, CSRTopo):
+            raise TypeError(f"csr_topo must be a CSRTopo, got {type(csr_topo).__name__} (build "
+                            f"one: torch_quiver_ops.CSRTopo(edge_index))")
+        replace = check_flag(replace, "replace")
         sizes = integer_fanouts(sizes, "sizes")
         ops.check_fanouts(sizes, replace, "sizes")
         self.sizes: List[int] = sizes
@@ -281,12 +298,13 @@ class GraphSageSampler:
         self.temporal_strategy = temporal_strategy
         self._ops_temporal_strategy = ops_temporal_strategy(
             temporal_strategy, self.temporal, self._edge_weight is not None, replace)
-        self.strict_time = bool(strict_time)
-        self.disjoint = bool(disjoint) or self.temporal
-        self.capture_batches = bool(capture_batches)
-        self.uva_row_order = None if uva_row_order is None else bool(uva_row_order)
+        self.strict_time = check_flag(strict_time, "strict_time")
+        self.disjoint = check_flag(disjoint, "disjoint") or self.temporal
+        self.capture_batches = check_flag(capture_batches, "capture_batches")
+        self.uva_row_order = (None if uva_row_order is None
+                              else check_flag(uva_row_order, "uva_row_order"))
         # Without eid, a CSRTopo's edges are named by their CSR positions (the op's ids).
-        self.return_eid = bool(return_eid)
+        self.return_eid = check_flag(return_eid, "return_eid")
         self.csr_topo = csr_topo
         self.device, self.mode = sampling_placement(device, mode)
         self.topology_cache_bytes = self._cache_budget(topology_cache, csr_topo)
@@ -294,9 +312,12 @@ class GraphSageSampler:
             raise ValueError(f"topology_cache is for UVA mode, where the neighbor lists are in "
                              f"host memory; mode {self.mode!r} reads them from "
                              f"{'GPU' if self.mode == 'GPU' else 'host'} memory already")
+        if self.uva_row_order is not None and self.mode != "UVA":
+            raise ValueError(f"uva_row_order orders the reads of neighbor lists in pinned "
+                             f"host memory (UVA mode); mode {self.mode!r} has none")
         self.hot_order = (None if hot_order is None
                           else check_hot_order(hot_order, csr_topo.node_count))
-        if hot_order is not None and topology_cache is None:
+        if hot_order is not None and not self.topology_cache_bytes:
             raise ValueError("hot_order orders the topology cache, and this sampler has none: "
                              "give topology_cache too (UVA mode), or leave hot_order out (a "
                              "Feature takes its own hot_order)")
@@ -435,7 +456,7 @@ class GraphSageSampler:
 
     def _seeds(self, input_nodes) -> Tensor:
         """The seeds on the sampling device; the op checks their shape, dtype and range."""
-        return as_ids(input_nodes).to(self.device, non_blocking=True).contiguous()
+        return as_ids(input_nodes, "seeds").to(self.device, non_blocking=True).contiguous()
 
     @property
     def has_rules(self) -> bool:
@@ -447,12 +468,13 @@ class GraphSageSampler:
                         ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         """The raw PyG-layout output of :func:`torch_quiver_ops.ops.sample_subgraph` (of
         :meth:`neighbor_sample`, less its ``batch``, when sampling has rules)."""
+        check_generator(generator)
         # A seed_time given to a sampler without times is refused there, not ignored here.
         if self.has_rules or seed_time is not None:
             out = self.neighbor_sample(input_nodes, seed_time, generator)
             return (out[0], *out[2:])
         self._ensure_placed()
-        seeds = as_ids(input_nodes)
+        seeds = as_ids(input_nodes, "seeds")
         if self.device.type == "cuda" and seeds.device.type == "cpu":
             # Seeds from the host (a DataLoader's) reach the GPU inside the batch's one upload.
             return self._sampler.sample_subgraph_on(seeds.contiguous(), self.device.index,
@@ -466,6 +488,7 @@ class GraphSageSampler:
         sampler's weights, times and trees: ``(node_ids, batch, rows, cols, edge_ids,
         nodes_per_hop, edges_per_hop)``. ``seed_time``: one per seed (temporal sampling;
         default with node times: the seeds' own)."""
+        check_generator(generator)
         self._ensure_placed()
         seeds = self._seeds(input_nodes)
         if self.temporal:
@@ -491,6 +514,7 @@ class GraphSageSampler:
         edges redrawn unless ``exclude_edges`` is off). ``out_rows``: a pair ``(s, v)`` is
         an edge when ``v`` is among ``s``'s neighbors (the orientation of ``CSRTopo``'s
         ``edge_index``); False: when ``s`` is among ``v``'s (the PyG graph store's)."""
+        check_generator(generator)
         self._ensure_placed()
         indptr, indices = self._indptr, self._indices
         if self._every_edge is not None:

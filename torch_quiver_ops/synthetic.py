@@ -114,7 +114,9 @@ def _sample_pairs(count: int, node_order: Tensor, cum_weight: Tensor, community:
 
 def check_spec(spec: GraphSpec) -> None:
     """Each field of ``spec`` in its range, named when it is not (a negative degree gave no
-    edges, an exponent of 1 a ZeroDivisionError, fractions over 1 an empty test set)."""
+    edges, an exponent of 1 a ZeroDivisionError, fractions over 1 an empty test set, and an
+    exponent under 2, whose degrees have no finite mean, a graph of a few edges: its weights
+    overflowed, or most drawn pairs fell on one hub and were dropped as repeats)."""
     def number(value) -> bool:
         return (isinstance(value, (int, float)) and not isinstance(value, bool)
                 and math.isfinite(value))
@@ -126,7 +128,7 @@ def check_spec(spec: GraphSpec) -> None:
               "max_degree_ratio": ("> 0", lambda v: v > 0),
               "homophily": ("in [0, 1]", lambda v: 0 <= v <= 1),
               "feature_signal": ("", lambda v: True),
-              "exponent": ("> 1 (a power law's)", lambda v: v > 1),
+              "exponent": (">= 2 (a power law with a finite mean degree)", lambda v: v >= 2),
               "train_fraction": ("in (0, 1)", lambda v: 0 < v < 1),
               "val_fraction": ("in (0, 1)", lambda v: 0 < v < 1)}
     for name, (what, holds) in ranges.items():
@@ -150,6 +152,12 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
     CUDA device) and returned instead of edge_index: at papers100M scale this takes
     seconds, where an int64 edge_index alone would be 26 GB and a CPU build minutes."""
     check_spec(spec)
+    if isinstance(seed, bool) or not hasattr(seed, "__index__"):
+        raise TypeError(f"seed must be an int, got {seed!r}")
+    if not (isinstance(feature_dtype, torch.dtype) and feature_dtype.is_floating_point):
+        # a string was torch's "Invalid device string"; int64 or bool rounded the features
+        raise TypeError(f"feature_dtype must be a floating torch.dtype such as "
+                        f"torch.bfloat16, got {feature_dtype!r}")
     device = torch.device(device or "cpu")
     gen = torch.Generator(device=device).manual_seed(seed)
     n, num_classes = spec.num_nodes, spec.num_classes

@@ -13,6 +13,10 @@ from . import _sharing, ops, preflight
 from ._device import holds_integers
 from .hotness import INT32_MAX, degree_order
 
+# Host bytes a node takes while its CSR is built from edges: its int64 offset and the
+# kernel's cursor beside it (ops/cpu/csr_from_coo.cpp).
+OFFSET_BYTES = 16
+
 
 def edge_chunks(degree: Tensor, max_edges: int) -> Iterator[Tuple[int, int]]:
     """(begin, end) ranges of consecutive lists whose lengths (``degree``) sum to at most
@@ -158,12 +162,14 @@ class CSRTopo:
             if num_nodes is None:
                 num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
                 preflight.check_host_memory(
-                    8 * (num_nodes + 1), f"CSRTopo's offsets for {num_nodes:,} nodes (the "
+                    OFFSET_BYTES * (num_nodes + 1),
+                    f"CSRTopo's offsets for {num_nodes:,} nodes (the "
                     f"largest id in edge_index is {num_nodes - 1:,})",
                     "check edge_index for a stray id, or give num_nodes")
             else:
                 preflight.check_host_memory(
-                    8 * (num_nodes + 1), f"CSRTopo's offsets for num_nodes={num_nodes:,}",
+                    OFFSET_BYTES * (num_nodes + 1),
+                    f"CSRTopo's offsets for num_nodes={num_nodes:,}",
                     "check num_nodes")
             dtype = torch.int32 if num_nodes <= INT32_MAX else torch.int64
             # Ids outside [0, num_nodes), negative ones too, are the op's IndexError; ids

@@ -119,3 +119,33 @@ def test_bad_input_raises_clear_errors():
         qv.ops.csr_from_coo(row, torch.tensor([1, -3, 0]))
     with pytest.raises(ValueError, match="1-D"):
         qv.ops.csr_from_coo(row.view(3, 1), col.view(3, 1), 3)
+
+
+def test_node_counts_past_memory_or_int64_are_named():
+    """From a probe: a count whose offsets overflow int64 gave torch's SymInt or storage
+    error, an id of 2**63 - 1 a pybind cast error, row and col of other lengths an error of
+    max(), and a count whose offsets and cursors pass 8 bytes a node but not 16 killed the
+    process with no error."""
+    from torch_quiver_ops import ops, preflight
+    empty = torch.tensor([], dtype=torch.long)
+    for call, error, words in [
+            (lambda: ops.csr_from_coo(empty, empty, 2**63 - 1), ValueError,
+             "num_nodes = 9223372036854775807 is too large"),
+            (lambda: ops.csr_from_coo(empty, empty, 2**62), ValueError, "is too large"),
+            (lambda: ops.csr_from_coo(torch.tensor([2**63 - 1]), torch.tensor([0])), IndexError,
+             "row[0] = 9223372036854775807 is too large a node id"),
+            (lambda: ops.csr_from_coo(torch.tensor([0, 1]), empty), ValueError,
+             "row has 2 entries but col has 0"),
+            (lambda: ops.csr_from_coo(empty, empty, True), TypeError, "num_nodes must be an int"),
+            (lambda: ops.check_fanouts([True]), TypeError, "fanouts must be a sequence of ints"),
+            (lambda: ops.check_fanouts([2.5]), TypeError, "fanouts must be a sequence of ints")]:
+        with pytest.raises(error) as raised:
+            call()
+        assert words in str(raised.value), (words, str(raised.value))
+    available = preflight.available_memory()
+    if available > 0:
+        nodes = available // 12  # 8 bytes a node fit, 16 do not
+        for call in (lambda: ops.csr_from_coo(torch.tensor([0]), torch.tensor([0]), nodes),
+                     lambda: qv.CSRTopo(torch.tensor([[0], [0]]), num_nodes=nodes)):
+            with pytest.raises(preflight.ResourceLimitError, match="of host memory"):
+                call()

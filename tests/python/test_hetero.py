@@ -705,3 +705,21 @@ def test_the_fake_kernel_refuses_no_node_types_as_the_kernel_does():
         fake = [fake_mode.from_tensor(t) for t in args]
         with pytest.raises(ValueError, match=words):
             torch.ops.quiver.hetero_neighbor_sample(*fake, [], [0], [0], [0, 2], [-1])
+
+
+def test_edges_and_counts_that_hetero_topologies_misread_are_named():
+    """From a probe, each as CSRTopo names it: a uint64 id past int64's range was named as
+    a negative node, [[], []] as floats, a count past memory as torch's storage overflow,
+    and relation_edge_offsets of 1.7 was cut to 1."""
+    from torch_quiver_ops import preflight
+    relation = ("a", "r", "b")
+    with pytest.raises(IndexError, match="holds node 9223372036854775809, out of range"):
+        qv.HeteroCSRTopo({relation: torch.tensor([[2**63 + 1], [0]], dtype=torch.uint64)},
+                         {"a": 2, "b": 2})
+    assert qv.HeteroCSRTopo({relation: [[], []]}, {"a": 1, "b": 1}).indices.numel() == 0
+    with pytest.raises(preflight.ResourceLimitError, match="HeteroCSRTopo's offsets"):
+        qv.HeteroCSRTopo({relation: torch.tensor([[0], [0]])}, {"a": 1, "b": 2**62})
+    topo = qv.HeteroCSRTopo({relation: torch.tensor([[0, 1], [0, 1]])}, {"a": 2, "b": 2})
+    with pytest.raises(TypeError, match="relation_edge_offsets must hold ints"):
+        qv.HeteroCSRTopo.from_csr(topo.num_nodes_dict, topo.edge_types, topo.indptr,
+                                  topo.indices, topo.eid, [0, 1.7])

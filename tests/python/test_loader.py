@@ -225,9 +225,11 @@ def test_bad_arguments_raise():
         qv.SampleLoader(sampler, feature, torch.arange(3.0), 2)
     assert len(qv.SampleLoader(sampler, feature, [], 2)) == 0  # no seeds: an empty epoch
     import numpy as np
-    for bad in (np.int64(64), 2.5, True, torch.tensor(64)):  # failed later, inside torch
+    for bad in (2.5, True, np.float64(2.0)):  # failed later, inside torch
         with pytest.raises(ValueError, match="batch_size must be an int >= 1"):
             qv.SampleLoader(sampler, feature, torch.arange(3), bad)
+    for size in (np.int64(2), torch.tensor(2)):  # taken as ints, as torch's DataLoader does
+        assert qv.SampleLoader(sampler, feature, torch.arange(3), size).batch_size == 2
     for bad in (1.5, None):
         with pytest.raises(ValueError, match="prefetch.* must be an int >= 0"):
             qv.SampleLoader(sampler, feature, torch.arange(3), 2, prefetch=bad)

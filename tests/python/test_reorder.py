@@ -128,3 +128,10 @@ def test_orders_by_name():
     assert torch.equal(qv.reorder.order_by(topo, "degree"), qv.reorder.degree_order_of(topo))
     with pytest.raises(ValueError, match="name must be 'bfs' or 'degree', got 'random'"):
         qv.reorder.order_by(topo, "random")
+
+
+def test_every_order_names_a_topology_that_is_none():
+    for call in (lambda: reorder.degree_order_of(None), lambda: reorder.order_by(None, "degree"),
+                 lambda: reorder.order_by(None, "bfs")):
+        with pytest.raises(TypeError, match="topo must be a CSRTopo, got NoneType"):
+            call()

@@ -208,3 +208,80 @@ def test_huge_fanouts_hot_order_without_a_cache_and_missing_gpus_are_named(graph
                                                    f"'UVA', the default on a GPU\\) needs a "
                                                    f"CUDA GPU, and torch sees none"):
                 qv.GraphSageSampler(topo, [2], device=device)
+
+
+def test_arguments_of_the_wrong_kind_are_named_where_they_are_given():
+    """From a probe: each of these was taken silently (a flag given as 'False' turned it
+    on, a uint64 time past int64's range wrapped to before every other, another device
+    sampled on the CPU), or failed later naming another argument or none."""
+    import numpy as np
+    edge_index = torch.tensor([[0, 0, 1], [1, 2, 2]])
+    topo = qv.CSRTopo(edge_index, num_nodes=3)
+    sampler = qv.GraphSageSampler(topo, [2], device="cpu")
+    timed = qv.GraphSageSampler(topo, [-1], device="cpu", edge_time=torch.tensor([1, 5, 5]))
+    past = torch.tensor([2**64 - 1], dtype=torch.uint64)
+    cases = [
+        (lambda: qv.GraphSageSampler(topo, [-1], device="cpu",
+                                     edge_time=torch.tensor([2**64 - 1, 5, 5], dtype=torch.uint64)),
+         ValueError, "edge_time[0] = 18446744073709551615 is past int64's range"),
+        (lambda: timed.neighbor_sample(torch.tensor([0]), past), ValueError, "seed_time[0]"),
+        (lambda: qv.GraphSageSampler(topo, [2], device="cpu", disjoint="False"), TypeError,
+         "disjoint must be True or False"),
+        (lambda: qv.GraphSageSampler(topo, [2], device="cpu", return_eid="False"), TypeError,
+         "return_eid must be True or False"),
+        (lambda: qv.GraphSageSampler(topo, [2], device="cpu", replace=None), TypeError,
+         "replace must be True or False"),
+        (lambda: qv.GraphSageSampler(topo, [2], device="meta"), ValueError,
+         "device must be a GPU or the CPU, got 'meta'"),
+        (lambda: qv.GraphSageSampler(None, [2], device="cpu"), TypeError,
+         "csr_topo must be a CSRTopo, got NoneType"),
+        (lambda: qv.GraphSageSampler(topo, torch.tensor(5)), TypeError, "sizes must be"),
+        (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
+                                     weights=torch.full((3,), 1e300, dtype=torch.float64)),
+         ValueError, "weights[0] = 1e+300 is past float32's range"),
+        (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
+                                     weights=torch.ones(3, dtype=torch.complex64)),
+         TypeError, "weights must hold real numbers"),
+        (lambda: qv.GraphSageSampler(topo, [2], device="cpu", hot_order=torch.arange(3),
+                                     topology_cache=0), ValueError, "hot_order orders"),
+        (lambda: qv.GraphSageSampler(topo, [2], device="cpu", uva_row_order=True), ValueError,
+         "uva_row_order orders"),
+        (lambda: sampler.sample(torch.tensor([0]), 5), TypeError, "generator must be"),
+        (lambda: sampler.sample(None), TypeError, "seeds must be integer ids"),
+        (lambda: sampler.sample("1"), TypeError, "seeds must be integer ids"),
+        (lambda: qv.SampleLoader(sampler, None, torch.arange(3), 4, drop_last="False"),
+         TypeError, "drop_last must be True or False"),
+        (lambda: qv.SampleLoader(sampler, None, torch.arange(3), 4, shuffle=None), TypeError,
+         "shuffle must be True or False"),
+        (lambda: qv.SampleLoader(sampler, None, torch.arange(3), 4,
+                                 prefetch_host_read_blocks=-1),
+         ValueError, "prefetch_host_read_blocks must be"),
+        (lambda: qv.SampleLoader(sampler, None, torch.arange(3), 4, generator=5), TypeError,
+         "generator must be a torch.Generator"),
+        (lambda: qv.SampleLoader(None, None, torch.arange(3), 4), TypeError,
+         "sampler must be a GraphSageSampler"),
+        (lambda: qv.SampleLoader(sampler, None, torch.arange(3), 4, labels=torch.tensor(1)),
+         ValueError, "labels must hold one label per node"),
+        (lambda: qv.SampleLoader(sampler, torch.zeros(2, 4), torch.arange(3), 4), ValueError,
+         "feature has 2 rows but the graph has 3 nodes"),
+        (lambda: qv.LinkSampleLoader(sampler, None, edge_index, 4,
+                                     edge_label=torch.tensor(1.0)),
+         ValueError, "edge_label must hold one label per seed edge"),
+        (lambda: qv.LinkSampleLoader(sampler, None, edge_index, 4, neg_ratio="1"), TypeError,
+         "neg_ratio must be a number"),
+    ]
+    if not torch.cuda.is_available():
+        cases += [(lambda: qv.SampleLoader(sampler, None, torch.arange(3), 4, prefetch_sms=4),
+                   ValueError, "prefetch_sms=4: SMs are a GPU's"),
+                  (lambda: qv.Prefetcher([], device=0), RuntimeError,
+                   "device=0 is a GPU, and torch sees none")]
+    for make, error, words in cases:
+        with pytest.raises(error) as raised:
+            make()
+        assert words in str(raised.value), (words, str(raised.value))
+    # Taken as they are meant: numpy flags and sizes, empty seed times, narrow seed ids.
+    assert qv.GraphSageSampler(topo, [2], device="cpu", replace=np.bool_(True)).replace is True
+    assert timed.sample([], seed_time=[])[0].numel() == 0
+    loader = qv.SampleLoader(sampler, None, torch.arange(3, dtype=torch.uint8), np.int64(2),
+                             shuffle=False)
+    assert [batch[1] for batch in loader] == [2, 1] and len(loader) == 2

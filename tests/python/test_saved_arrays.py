@@ -358,3 +358,19 @@ def test_a_save_over_the_one_being_loaded_is_named_as_such(tmp_path, monkeypatch
     monkeypatch.setattr(_sharing, "read_record", json_removed)
     with pytest.raises(FileNotFoundError, match="or the save has not finished"):
         _sharing.map_arrays(tmp_path, "s")
+
+
+def test_names_too_long_or_ending_in_a_newline_are_refused_before_the_save(tmp_path):
+    """From a probe: a 250-character name failed mid-save with ENAMETOOLONG after the old
+    save's record was removed (nothing loaded after, a stray file left), and 'x\\n' passed
+    the name check ('$' matches before a final newline)."""
+    qv.save_arrays(tmp_path, "st", {"x": torch.arange(3)})
+    for stem, arrays, words in [
+            ("st", {"x": torch.arange(4), "b" * 250: torch.arange(3)}, "has 250 characters"),
+            ("st", {"abc\n": torch.arange(3)}, "is not a plain file name"),
+            ("st\n", {"x": torch.arange(3)}, "is not a plain file name")]:
+        with pytest.raises(ValueError, match=words):
+            qv.save_arrays(tmp_path, stem, arrays)
+    arrays, _ = qv.load_arrays(tmp_path, "st")
+    assert torch.equal(arrays["x"], torch.arange(3))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["st.json", "x.bin"]

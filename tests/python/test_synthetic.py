@@ -77,7 +77,8 @@ def test_a_graph_without_features_has_the_same_split():
 
 @pytest.mark.parametrize("override, named", [
     (dict(avg_degree=-3), "avg_degree must be a finite number >= 0"),
-    (dict(exponent=1.0), "exponent must be a finite number > 1"),
+    (dict(exponent=1.0), "exponent must be a finite number >= 2"),
+    (dict(exponent=1.03), "exponent must be a finite number >= 2"),  # gave 0 edges of 6,000
     (dict(num_classes=0), "num_classes must be an int >= 1"),
     (dict(num_nodes=True), "num_nodes must be an int >= 1"),
     (dict(homophily=1.5), r"homophily must be a finite number in \[0, 1\]"),
@@ -88,3 +89,12 @@ def test_a_graph_without_features_has_the_same_split():
 def test_a_spec_out_of_range_is_named(override, named):
     with pytest.raises(ValueError, match=named):
         synthetic_graph("tiny", **override)
+
+
+def test_seed_and_feature_dtype_of_the_wrong_kind_are_named():
+    with pytest.raises(TypeError, match="feature_dtype must be a floating torch.dtype"):
+        synthetic_graph("tiny", feature_dtype="float16")  # torch: 'Invalid device string'
+    with pytest.raises(TypeError, match="feature_dtype must be a floating torch.dtype"):
+        synthetic_graph("tiny", feature_dtype=torch.int64)  # rounded every feature
+    with pytest.raises(TypeError, match="seed must be an int, got 1.7"):
+        synthetic_graph("tiny", seed=1.7)
