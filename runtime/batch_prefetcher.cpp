@@ -55,6 +55,11 @@ BatchPrefetcher::BatchPrefetcher(c10::intrusive_ptr<SubgraphSampler> sampler,
                       "BatchPrefetcher: labels must have a row per node of the sampler's graph (",
                       sampler_->num_nodes(), "), got shape ", labels_->sizes());
   }
+  if (features_) {  // else the first batch named ids out of range, not the features
+    TORCH_CHECK_VALUE((*features_)->num_rows() >= sampler_->num_nodes(), "BatchPrefetcher: ",
+                      "features hold ", (*features_)->num_rows(), " rows, fewer than the ",
+                      "sampler's graph has nodes (", sampler_->num_nodes(), ")");
+  }
   if (device_.is_cuda()) {
     stream_ = c10::impl::VirtualGuardImpl(c10::DeviceType::CUDA)
                   .getStreamFromGlobalPool(device_, /*isHighPriority=*/false);
@@ -62,6 +67,11 @@ BatchPrefetcher::BatchPrefetcher(c10::intrusive_ptr<SubgraphSampler> sampler,
 }
 
 BatchPrefetcher::~BatchPrefetcher() { stop(); }
+
+void BatchPrefetcher::stop() {
+  const std::lock_guard<std::mutex> control(control_mutex_);
+  stop_epoch();
+}
 
 void BatchPrefetcher::start(std::vector<at::Tensor> seed_batches,
                             std::vector<int64_t> sampling_seeds) {
@@ -75,7 +85,8 @@ void BatchPrefetcher::start(std::vector<at::Tensor> seed_batches,
                       "memory, got ", seeds.defined() ? seeds.toString() : "None", " of shape ",
                       seeds.defined() ? seeds.sizes() : at::IntArrayRef{});
   }
-  stop();
+  const std::lock_guard<std::mutex> control(control_mutex_);
+  stop_epoch();
   if (stream_) {
     // What the caller queued before the epoch (a store's cache tiers built on its stream, the
     // labels copied there) is done before the side stream reads it.
@@ -253,7 +264,7 @@ void BatchPrefetcher::note_decided_paces() {
   }
 }
 
-void BatchPrefetcher::stop() {
+void BatchPrefetcher::stop_epoch() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;

@@ -92,10 +92,8 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
   TORCH_CHECK_VALUE(group, "DistSampler needs a process group");
   // Finite, in (0, a year]: a timeout under a millisecond is one (c10d reads 0 as none).
   const std::chrono::milliseconds timeout = checked_timeout(timeout_s, "DistSampler: timeout_s");
-  TORCH_CHECK_VALUE(!fanouts_.empty(), "DistSampler: fanouts must name at least one hop");
-  for (int64_t f : fanouts_) {
-    TORCH_CHECK_VALUE(f == -1 || f >= 0, "DistSampler: each fanout must be >= 0 or -1 (all), got ", f);
-  }
+  // The sampling ops' bounds (with replacement, a hop's edge limit), by name.
+  check_fanouts(fanouts_, replace_, "DistSampler: fanouts");
   host_ = group->getRank();
   num_hosts_ = group->getSize();
   if (group->getBackendName() == "nccl") {  // NCCL moves GPU tensors only
@@ -415,7 +413,14 @@ DistSampler::SlotHop DistSampler::slot_hop(const at::Tensor& requests,
   const int64_t asked_of_me = std::accumulate(recv_splits.begin(), recv_splits.end(), int64_t{0});
   const int64_t frontier =
       std::accumulate(hop.send_splits.begin(), hop.send_splits.end(), int64_t{0});
-  hop.slots = at::empty({frontier, 2, fanout}, long_x);
+  try {
+    hop.slots = at::empty({frontier, 2, fanout}, long_x);
+  } catch (const c10::Error& error) {  // the allocator's words name no fanout
+    TORCH_CHECK(false, "DistSampler: a hop's slots (", frontier, " rows x fanout ", fanout,
+                " x 2 ids of 8 bytes) could not be allocated: ", error.what_without_backtrace(),
+                ". A fanout past the largest degree takes the same neighbors as -1, which needs "
+                "no slots");
+  }
   clock.lap("counts");
   if (fanout == 0) return hop;  // every host's slots are empty: nothing to move
   // 2. The requests. A hop kept on the stream samples them after them on the stream;

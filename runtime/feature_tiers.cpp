@@ -169,6 +169,16 @@ c10::intrusive_ptr<FeatureTiers> FeatureTiers::from_state(State state) {
   TORCH_CHECK_VALUE(pinned.size() == tiers.size() + 1 || has_reads, "a FeatureTiers state names ",
                     pinned.size(), " flags for ", tiers.size(),
                     " tiers and positions (and the host-read options)");
+  const size_t reads_at = tiers.size() + 1;
+  const size_t share_at = has_split ? reads_at + 2 : pinned.size();
+  for (size_t k = 0; k < pinned.size(); ++k) {  // a doctored archive's 5 was read as true
+    TORCH_CHECK_VALUE(k == share_at || pinned[k] == 0 || pinned[k] == 1, "a FeatureTiers ",
+                      "state's flag ", k, " is ", pinned[k], ", not 0 or 1: the state is corrupt");
+  }
+  // A share in [0, 1] has no sign bit; -1 is "learned", any other negative word is no share.
+  TORCH_CHECK_VALUE(!has_split || pinned[share_at] >= -1, "a FeatureTiers state's share word is ",
+                    pinned[share_at], ", neither -1 (learned) nor a share's bits: the state is "
+                    "corrupt");
   // Loaded tensors are pageable: pin again in place what was pinned (a GPU reads it with
   // zero copy); the pins live as long as the restored layout.
   std::vector<c10::intrusive_ptr<HostPin>> pins;
@@ -181,7 +191,6 @@ c10::intrusive_ptr<FeatureTiers> FeatureTiers::from_state(State state) {
     for (size_t k = 0; k < tiers.size(); ++k) repin(tiers[k], pinned[k] != 0);
     if (positions) repin(*positions, pinned[tiers.size()] != 0);
   }
-  const size_t reads_at = tiers.size() + 1;
   auto restored = c10::make_intrusive<FeatureTiers>(std::move(tiers), std::move(positions));
   if (has_reads) {
     restored->set_stage_host_rows(pinned[reads_at] != 0);

@@ -47,6 +47,28 @@ std::vector<double> fit_line(const std::vector<std::pair<double, double>>& point
   return {(sy - b * sx) / n, b};
 }
 
+// Each node's expected sampled count for `fanouts` (see expected_sampled_counts), over a
+// CSR already checked.
+at::Tensor psgs_of(const at::Tensor& indptr, const at::Tensor& indices,
+                   const std::vector<int64_t>& fanouts) {
+  const at::Tensor ptr = indptr.to(at::kCPU, at::kLong);
+  const at::Tensor idx = indices.to(at::kCPU, at::kLong);
+  const at::Tensor begin = ptr.narrow(0, 0, ptr.numel() - 1);
+  const at::Tensor end = ptr.narrow(0, 1, ptr.numel() - 1);
+  const at::Tensor degree = (end - begin).to(at::kDouble);
+  at::Tensor values = at::ones({ptr.numel() - 1}, at::kDouble);
+  for (auto it = fanouts.rbegin(); it != fanouts.rend(); ++it) {
+    at::Tensor sums = at::zeros({idx.numel() + 1}, at::kDouble);
+    at::Tensor running = sums.narrow(0, 1, idx.numel());
+    at::cumsum_out(running, values.index_select(0, idx), 0);
+    const at::Tensor neighbor_sum = sums.index_select(0, end) - sums.index_select(0, begin);
+    const at::Tensor taken = *it < 0 ? degree : degree.clamp_max(static_cast<double>(*it));
+    values = 1 + at::where(degree > 0, taken / degree.clamp_min(1) * neighbor_sum,
+                           at::zeros_like(degree));
+  }
+  return values;
+}
+
 }  // namespace
 
 struct ServingRuntime::Sampler {
@@ -144,7 +166,7 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
   num_nodes_ = indptr_.numel() - 1;
   TORCH_CHECK_VALUE(features_->num_rows() >= num_nodes_, "ServingRuntime: the features hold ",
                     features_->num_rows(), " rows for a graph of ", num_nodes_, " nodes");
-  psgs_ = expected_sampled_counts(indptr_, indices_, o.fanouts).contiguous();
+  psgs_ = psgs_of(indptr_, indices_, o.fanouts).contiguous();  // checked above
   cpu_sampler_threads_ =
       std::max<int>(1, at::get_num_threads() / static_cast<int>(std::max<int64_t>(1, o.cpu_samplers)));
 
@@ -742,25 +764,10 @@ void ServingRuntime::close(double timeout_s) {
 at::Tensor ServingRuntime::expected_sampled_counts(const at::Tensor& indptr,
                                                    const at::Tensor& indices,
                                                    const std::vector<int64_t>& fanouts) {
-  TORCH_CHECK_VALUE(indptr.dim() == 1 && indptr.numel() >= 1 && indices.dim() == 1,
-                    "expected_sampled_counts: indptr and indices must be 1-D, got ",
-                    indptr.sizes(), " and ", indices.sizes());
-  const at::Tensor ptr = indptr.to(at::kCPU, at::kLong);
-  const at::Tensor idx = indices.to(at::kCPU, at::kLong);
-  const at::Tensor begin = ptr.narrow(0, 0, ptr.numel() - 1);
-  const at::Tensor end = ptr.narrow(0, 1, ptr.numel() - 1);
-  const at::Tensor degree = (end - begin).to(at::kDouble);
-  at::Tensor values = at::ones({ptr.numel() - 1}, at::kDouble);
-  for (auto it = fanouts.rbegin(); it != fanouts.rend(); ++it) {
-    at::Tensor sums = at::zeros({idx.numel() + 1}, at::kDouble);
-    at::Tensor running = sums.narrow(0, 1, idx.numel());
-    at::cumsum_out(running, values.index_select(0, idx), 0);
-    const at::Tensor neighbor_sum = sums.index_select(0, end) - sums.index_select(0, begin);
-    const at::Tensor taken = *it < 0 ? degree : degree.clamp_max(static_cast<double>(*it));
-    values = 1 + at::where(degree > 0, taken / degree.clamp_min(1) * neighbor_sum,
-                           at::zeros_like(degree));
-  }
-  return values;
+  // Called from Python too: a corrupt CSR read past its lists, a fanout of -5 was -1.
+  check_whole_csr(indptr, indices, std::nullopt);
+  check_fanouts(fanouts, /*replace=*/false, "expected_sampled_counts: fanouts");
+  return psgs_of(indptr, indices, fanouts);
 }
 
 double ServingRuntime::cost(const at::Tensor& ids) const {

@@ -50,23 +50,29 @@ void check_host_count(int64_t num_hosts) {
                     kMostHosts, "], got ", num_hosts);
 }
 
+// host_of as int32, its values checked as given: converted first, 2^32 read as host 0.
+at::Tensor checked_host_of(const at::Tensor& host_of, int64_t num_hosts) {
+  check_host_count(num_hosts);
+  const at::Tensor wide = as_cpu_index(host_of, at::kLong, "host_of");
+  if (wide.numel() > 0) {
+    const int64_t low = wide.min().item<int64_t>(), high = wide.max().item<int64_t>();
+    TORCH_CHECK_VALUE(low >= -1 && high < num_hosts, "host_of holds host ", low < -1 ? low : high,
+                      ", outside [-1, ", num_hosts, ")");
+  }
+  return wide.to(at::kInt);
+}
+
 }  // namespace
 
 ShardMap::ShardMap(at::Tensor host_of, at::Tensor local_index, int64_t num_hosts)
-    : host_of_(as_cpu_index(host_of, at::kInt, "host_of")),
+    : host_of_(checked_host_of(host_of, num_hosts)),
       local_index_(as_cpu_index(local_index, at::kLong, "local_index")),
       num_hosts_(num_hosts) {
-  check_host_count(num_hosts);
   TORCH_CHECK_VALUE(host_of_.numel() < (int64_t{1} << kHostShift), "a shard map holds fewer ",
                     "than 2^", kHostShift, " rows, got ", host_of_.numel());
   TORCH_CHECK_VALUE(host_of_.numel() == local_index_.numel(), "host_of has ", host_of_.numel(),
                     " rows but local_index has ", local_index_.numel());
   const int64_t n = host_of_.numel();
-  if (n > 0) {
-    const int64_t low = host_of_.min().item<int64_t>(), high = host_of_.max().item<int64_t>();
-    TORCH_CHECK_VALUE(low >= -1 && high < num_hosts, "host_of holds host ", low < -1 ? low : high,
-                      ", outside [-1, ", num_hosts, ")");
-  }
   // Group g = host + 1 (group 0: the replicated rows). Each group's local indices must be
   // exactly [base_g, base_g + count_g): base 0 for replicated rows, R for a host's own.
   const at::Tensor group = (host_of_ + 1).to(at::kLong);

@@ -79,6 +79,15 @@ TEST_P(FeatureTiers, StateRoundTripsThroughTheValidatingConstructor) {
   auto state = tiers->state();
   std::get<0>(state)[1] = std::get<0>(state)[1].to(at::kDouble);
   EXPECT_THROW(quiver::runtime::FeatureTiers::from_state(state), c10::TypeError);
+  // A doctored state's flags are 0 or 1 and its share word -1 or a share's bits (a flag of
+  // 5 was read as true, a negative word as "learned").
+  const size_t flags = std::get<2>(tiers->state()).size();
+  for (const auto& [at, value] : std::vector<std::pair<size_t, int64_t>>{
+           {0, 5}, {flags - 1, 2}, {flags - 2, -7}}) {
+    auto doctored = tiers->state();
+    std::get<2>(doctored)[at] = value;
+    EXPECT_THROW(quiver::runtime::FeatureTiers::from_state(doctored), c10::ValueError) << at;
+  }
 }
 
 TEST_P(FeatureTiers, GathersIntoAKeptBufferOnTheCpu) {

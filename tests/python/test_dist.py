@@ -194,8 +194,14 @@ def test_a_shard_map_keeps_its_own_copy_of_its_tensors():
     host_of.fill_(7)
     local_index.fill_(-5)
     shard_map.host_of().fill_(9)
+    state = shard_map.__getstate__()[0]  # (a probe's writes to these crashed a fetch)
+    state[0].fill_(7)
+    state[1].fill_(-5)
     owner, where = shard_map.locate(torch.arange(4))
     assert owner.tolist() == [0, 1, -1, 1] and where.tolist() == [1, 1, 0, 2]
+    # Hosts are checked as given: as int32 first, 2**32 was host 0.
+    with pytest.raises(ValueError, match=r"host_of holds host 4294967296, outside \[-1, 2\)"):
+        torch.classes.quiver.ShardMap(torch.tensor([2**32, 0]), torch.tensor([0, 0]), 2)
 
 
 def test_shard_map_follows_an_assignment_and_rejects_bad_input():

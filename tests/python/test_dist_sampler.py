@@ -396,6 +396,27 @@ def test_a_peer_that_dies_is_named_over_nccl_in_bounded_slots(tmp_path):
     assert "RuntimeError" in seen["error_0"] and "host 1 has stopped answering" in seen["error_0"], seen
 
 
+def test_the_runtime_sampler_names_fanouts_past_what_it_can_hold():
+    """From a probe of torch.classes.quiver.DistSampler called directly: fanouts past a
+    hop's edge limit with replacement, or past what slots can hold without, failed in the
+    allocator, naming no fanout."""
+    store = dist.HashStore()
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        def runtime_sampler(fanout, replace):
+            return torch.classes.quiver.DistSampler(
+                dist.group.WORLD.boxed(), torch.tensor([0, 2, 3, 5, 6]),
+                torch.tensor([1, 2, 0, 3, 1, 2]), torch.arange(6),
+                torch.zeros(4, dtype=torch.int32), torch.arange(4), [fanout], replace, 5.0, [],
+                [])
+        with pytest.raises(ValueError, match=r"DistSampler: fanouts\[0\] with replacement"):
+            runtime_sampler(2**40, True)
+        with pytest.raises(RuntimeError, match="a hop's slots .* fanout 4611686018427387904"):
+            runtime_sampler(2**62, False).sample(torch.tensor([0]), None)
+    finally:
+        dist.destroy_process_group()
+
+
 def test_a_part_loaded_on_the_wrong_rank_or_corrupt_is_refused(tmp_path):
     import dataclasses
     topo = qv.CSRTopo(graph(), num_nodes=400)

@@ -706,6 +706,37 @@ def test_batch_prefetcher_refuses_bad_arguments():
         prefetcher.start([torch.arange(6).view(2, 3)], [1])
     prefetcher.start([torch.arange(3), torch.arange(3, 9)], [1, 2])
     assert [len(prefetcher.next()) for _ in range(3)] == [8, 8, 0]
+    # Features of fewer rows than nodes (the first batch named ids, not the features).
+    few = torch.classes.quiver.FeatureTiers([torch.zeros(2, 4)], None)
+    with pytest.raises(ValueError, match=r"features hold 2 rows, fewer than .* nodes \(300\)"):
+        torch.classes.quiver.BatchPrefetcher(sampler._sampler, few, None, -1, 2, 0, 0)
+
+
+def test_a_batch_prefetcher_started_from_two_threads_at_once_does_not_hang(tmp_path):
+    """From a probe: two threads' start() joined and replaced one worker together, and one
+    of them waited forever (3 runs of 3). In a subprocess, so that a hang fails the test."""
+    import subprocess
+    import sys
+    script = tmp_path / "two_starters.py"
+    script.write_text(
+        "import os, sys, threading, torch\n"
+        f"sys.path.insert(0, {str(__import__('os').path.dirname(__file__))!r})\n"
+        "from test_loader import setup\n"
+        "sampler, _, _, _ = setup('CPU')\n"
+        "sampler._ensure_placed()\n"
+        "p = torch.classes.quiver.BatchPrefetcher(sampler._sampler, None, None, -1, 1, 0, 1)\n"
+        "def starter():\n"
+        "    for i in range(200):\n"
+        "        p.start([torch.arange(4)] * 4, [0, 1, 2, 3])\n"
+        "threads = [threading.Thread(target=starter, daemon=True) for _ in range(2)]\n"
+        "[t.start() for t in threads]\n"
+        "[t.join(timeout=60) for t in threads]\n"
+        "alive = [t.is_alive() for t in threads]\n"
+        "print('alive', alive, flush=True)\n"
+        "os._exit(3 if any(alive) else 0)\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
 
 
 def test_a_batch_prefetcher_freed_by_python_mid_epoch_stops_without_deadlock(tmp_path):

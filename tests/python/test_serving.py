@@ -96,6 +96,22 @@ def keep_posting(url, statuses, stop, reconnect=False):
             return
 
 
+def test_the_runtimes_psgs_checks_what_it_is_given():
+    """ServingRuntime.expected_sampled_counts called directly (the constructor and PSGS
+    check first): an indptr past indices read past them, a decreasing one gave counts, and
+    a fanout of -5 was read as -1 (from a probe)."""
+    counts = torch.classes.quiver.ServingRuntime.expected_sampled_counts
+    for indptr, indices, fanouts, words in [
+            ([0, 5], [0], [2], "indices has 1 entries"),
+            ([0, 1], [-7], [2], "node id -7"),
+            ([0, 2, 1, 2], [0, 1], [2], "must be non-decreasing"),
+            ([0, 2, 3, 5, 6], [1, 2, 0, 3, 1, 2], [-5], r"fanouts\[0\] must be -1")]:
+        with pytest.raises((ValueError, IndexError), match=words):
+            counts(torch.tensor(indptr), torch.tensor(indices), fanouts)
+    assert counts(torch.tensor([0, 2, 3, 5, 6]), torch.tensor([1, 2, 0, 3, 1, 2]),
+                  [2]).tolist() == [3.0, 2.0, 3.0, 2.0]
+
+
 def test_psgs_is_the_expected_sampled_count(graph):
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     degree = topo.indptr.diff().double()

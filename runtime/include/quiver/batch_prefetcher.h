@@ -83,6 +83,7 @@ class BatchPrefetcher : public torch::CustomClassHolder {
     c10::Event ready;  // the batch's own
   };
   void note_decided_paces();  // the probes whose order is known, oldest first
+  void stop_epoch();  // stop's work, with control_mutex_ held
   void build_epoch();  // the worker thread: epoch_seeds_ in order
   std::vector<at::Tensor> build_one(const at::Tensor& seeds, uint64_t sampling_seed,
                                     at::Generator& generator);
@@ -96,6 +97,10 @@ class BatchPrefetcher : public torch::CustomClassHolder {
   std::vector<at::Tensor> epoch_seeds_;    // the epoch's batches; read by the worker only
   std::vector<int64_t> epoch_sampling_seeds_;  // while it runs, dropped by stop()
 
+  // Held by start and stop (not next, which a stop from another thread must be able to
+  // wake): two threads starting at once joined and replaced one worker together, and one
+  // waited forever.
+  std::mutex control_mutex_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Built> built_;

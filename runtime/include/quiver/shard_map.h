@@ -63,7 +63,9 @@ class ShardMap : public torch::CustomClassHolder {
   int64_t fingerprint() const { return fingerprint_; }
 
   using State = std::tuple<at::Tensor, at::Tensor, int64_t>;
-  State state() const { return {host_of_, local_index_, num_hosts_}; }
+  // Copies, as host_of() and local_index() are: the rows were checked once, and a write to
+  // the state's tensors reached the live map (a fetch then read past a host's table).
+  State state() const { return {host_of_.clone(), local_index_.clone(), num_hosts_}; }
   static c10::intrusive_ptr<ShardMap> from_state(State state);
 
  private:
