@@ -323,7 +323,9 @@ def main(argv=None) -> dict:
             t = time.perf_counter()
             n_id, _, adjs = sampler.sample(seeds)
             t = clock.lap("sample", t)
-            x = feature[n_id].to(device)
+            # rows stored narrower (partition_graph.py writes bf16 on a GPU) feed the model
+            # in its float32
+            x = feature[n_id].to(device, torch.float32)
             t = clock.lap("gather", t)
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x, [adj.to(device) for adj in adjs]),
@@ -337,7 +339,8 @@ def main(argv=None) -> dict:
         with torch.no_grad():
             for seeds in test.split(args.batch_size):
                 n_id, _, adjs = sampler.sample(seeds)
-                out = model.module(feature[n_id].to(device), [adj.to(device) for adj in adjs])
+                out = model.module(feature[n_id].to(device, torch.float32),
+                                   [adj.to(device) for adj in adjs])
                 correct += (out.argmax(-1) == labels[seeds.to(device)]).sum()
         dist.all_reduce(correct)
         collective_tensors.append(correct)

@@ -377,6 +377,17 @@ class HeteroSample(NamedTuple):
     num_sampled_edges: Dict[EdgeType, List[int]]
 
 
+def _seed_dict(seeds):
+    """``{node_type: ids}`` from that dict or one ``(node_type, ids)`` pair (a tuple of
+    another length raised a bare IndexError, or its third item was ignored)."""
+    if isinstance(seeds, tuple):
+        if len(seeds) != 2:
+            raise TypeError(f"seeds must be a dict {{node_type: ids}} or a pair (node_type, "
+                            f"ids), got a tuple of {len(seeds)} items")
+        return {seeds[0]: seeds[1]}
+    return seeds
+
+
 class HeteroSampler:
     """Multi-hop neighbor sampling over a :class:`HeteroCSRTopo`, every relation in the
     same kernel launches of a hop (``quiver::hetero_neighbor_sample``).
@@ -527,8 +538,7 @@ class HeteroSampler:
     def global_seeds(self, seeds: Union[Dict[str, Tensor], Tuple[str, Tensor]]) -> Tensor:
         """Global ids of ``{node_type: ids}`` (or one ``(node_type, ids)``), in node type
         order, each id checked against its type's count."""
-        if isinstance(seeds, tuple):
-            seeds = {seeds[0]: seeds[1]}
+        seeds = _seed_dict(seeds)
         parts = [self._global_ids(seeds[t], t, f"seeds[{t!r}]")
                  for t in self.topo.node_types if t in seeds]
         unknown = [t for t in seeds if t not in self.topo.num_nodes_dict]
@@ -570,8 +580,7 @@ class HeteroSampler:
         temporal sampling ``seed_time`` holds one time per seed, in the same order (the
         dict's, then each type's ids). With disjoint trees, ``batch`` numbers a seed's tree
         by its place in that order too."""
-        if isinstance(seeds, tuple):
-            seeds = {seeds[0]: seeds[1]}
+        seeds = _seed_dict(seeds)
         global_ids = self.global_seeds(seeds)
         # The op takes the seeds in node type order; the caller's place of each of them.
         taken = [t for t in self.topo.node_types if t in seeds]

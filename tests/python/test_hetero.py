@@ -500,6 +500,9 @@ def test_bad_input_is_named(mode):
     s = sampler(topo, [2], mode)
     with pytest.raises(IndexError, match="'author'"):
         s.sample(("author", torch.tensor([25])))
+    for bad in (("author",), ("author", torch.tensor([0]), "extra")):  # IndexError; ignored
+        with pytest.raises(TypeError, match="seeds must be a dict .* or a pair"):
+            s.sample(bad)
     with pytest.raises(KeyError, match="venue"):
         s.sample({"venue": torch.tensor([0])})
     for ids in (torch.tensor([0.5]), torch.tensor([0j])):
