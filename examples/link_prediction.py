@@ -69,6 +69,8 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     option_checks.at_least(parser, args, ["epochs"], 0)
     # --train-edges left out (None) takes every one
     option_checks.at_least(parser, args, ["batch_size", "hidden", "train_edges"], 1)
+    # a binary negative per seed edge
+    option_checks.negatives_fit(parser, "--batch-size", args.batch_size, args.batch_size)
     option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
     if not 0 < args.held_out < 1:
         parser.error(f"--held-out is a share of the edges, between 0 and 1 (both excluded), "

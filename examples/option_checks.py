@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
+from torch_quiver_ops._cli import seed  # noqa: F401  (argparse's type for --seed, shared)
+
 
 def fanout_list(parser, text: str, option: str = "--fanouts") -> List[int]:
     """``text`` as fanouts (outermost first): whole numbers, each >= 0 or -1 (every
@@ -67,17 +69,16 @@ def positive(parser, args, names: Sequence[str]) -> None:
             parser.error(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
 
 
-def seed(text: str) -> int:
-    """argparse's type for ``--seed``: a whole number that every seed it reaches takes (a
-    larger one failed after parsing with "Overflow when unpacking long long")."""
-    import argparse
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
-    if not 0 <= value < 2**63:  # the ops take int64 seeds
-        raise argparse.ArgumentTypeError(f"must be in [0, 2**63), got {value}")
-    return value
+def negatives_fit(parser, option: str, value: int, negatives: int) -> None:
+    """parser.error unless a batch's ``negatives`` fit in host memory (the link loaders' own
+    check, found here and not when the first batch of that size is drawn, after training)."""
+    from torch_quiver_ops import preflight
+    from torch_quiver_ops.pyg.loader import NEGATIVE_BYTES
+    available = preflight.available_memory()
+    if 0 <= available < negatives * NEGATIVE_BYTES:
+        parser.error(f"{option} {value:,} draws {negatives:,} negatives a batch: at least "
+                     f"{negatives * NEGATIVE_BYTES / 2**30:,.1f} GiB, where "
+                     f"{available / 2**30:,.1f} GiB are available")
 
 
 def output_file(parser, name: str, path: Optional[str]) -> None:

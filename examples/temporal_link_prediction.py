@@ -82,6 +82,9 @@ def parse_args(argv: Optional[Sequence[str]] = None):
         parser.error(f"--mrr-negatives must be at most {most:,} (a test batch of {MRR_BATCH} "
                      f"sources draws at most {MAX_NEGATIVES_A_BATCH:,}), got "
                      f"{args.mrr_negatives:,}")
+    option_checks.negatives_fit(parser, "--mrr-negatives", args.mrr_negatives,
+                                MRR_BATCH * args.mrr_negatives)
+    option_checks.negatives_fit(parser, "--batch-size", args.batch_size, args.batch_size)
     # Times are whole numbers in [0, TIME_SPAN): training takes t < --train-until, validation
     # --train-until <= t < --test-from, test t >= --test-from, none of them empty.
     if not 1 <= args.train_until < args.test_from < TIME_SPAN:

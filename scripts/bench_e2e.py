@@ -887,6 +887,16 @@ def check_options(parser, args) -> None:
         if gpu_only:
             print(f"note: {', '.join(gpu_only)} apply on a GPU only; on the CPU they change "
                   f"nothing", flush=True)
+    if args.scaling and not gpu:  # torchrun's workers failed, each with a traceback
+        parser.error(f"--scaling {args.scaling} trains on that many GPUs, and this machine has "
+                     f"no CUDA GPU that the library can use")
+    _cli.check_size(parser, "cache", args.cache)  # (a bad one ran on the CPU, unread)
+    _cli.check_outputs(parser, args, ["json", "plot"])
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:  # (found after the run)
+            parser.error("--plot needs matplotlib (pip install matplotlib)")
 
 
 def main():

@@ -265,18 +265,41 @@ def main():
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--json")
     parser.add_argument("--plot", help="draw the figure from this JSON and exit")
-    parser.add_argument("--png", default="bench_hetero.png")
+    parser.add_argument("--png", default=None,
+                        help="where --plot draws the figure (default bench_hetero.png)")
     parser.add_argument("--title", default=None, help="the figure's title (with --plot)")
     args = parser.parse_args()
     for name, least in (("batch_size", 1), ("batches", 1), ("cpu_batches", 1), ("warmup", 0)):
         if getattr(args, name) < least:
             parser.error(f"--{name.replace('_', '-')} must be >= {least}, got "
                          f"{getattr(args, name)}")
-    if not args.scale > 0:
-        parser.error(f"--scale must be > 0, got {args.scale}")
-    if args.plot:
-        plot(args.plot, args.png, *([args.title] if args.title else []))
+    if args.plot is not None:  # (before any check that needs torch: plotting needs none)
+        if not args.plot:
+            parser.error("--plot must not be empty")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib (pip install matplotlib)")
+        plot(args.plot, args.png or "bench_hetero.png", *([args.title] if args.title else []))
         return
+    for name in ("title", "png"):
+        if getattr(args, name) is not None:
+            parser.error(f"--{name} is for the figure that --plot draws: give --plot too")
+    if not 0 < args.scale < float("inf"):
+        parser.error(f"--scale must be a finite number > 0, got {args.scale}")
+    least_scale = 1 / min(count for *_, count in RELATIONS)
+    if args.scale < least_scale:  # (1e-30 ran, then divided by a time of no edges)
+        parser.error(f"--scale {args.scale} leaves a relation without edges: give at least "
+                     f"{least_scale:.3g}")
+    # about 64 bytes an edge at the peak: its ids, its reverse's and the draws (inf was an
+    # OverflowError, a large one killed by the kernel)
+    need = 64 * sum(int(count * args.scale) for *_, count in RELATIONS)
+    available = qv.preflight.available_memory()
+    if 0 <= available < need:
+        parser.error(f"--scale {args.scale} needs about {need / 2**30:.3g} GiB of host memory, "
+                     f"and {available / 2**30:.3g} GiB are available")
+    from torch_quiver_ops import _cli
+    _cli.check_outputs(parser, args, ["json"])
     rows = run(args)
     if args.json:
         with open(args.json, "w") as f:

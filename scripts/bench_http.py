@@ -105,6 +105,21 @@ def wrk(url, connections, seconds):
             "non_2xx": int(errors.group(1)) if errors else 0}
 
 
+def _first_answer(out, child, kind: str, timeout: float = 300.0):
+    """The server process's first message, or SystemExit once it has ended without one
+    (its traceback is above): waiting the whole timeout for a dead process told nothing."""
+    import queue
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return out.get(timeout=1.0)
+        except queue.Empty:
+            if not child.is_alive():
+                raise SystemExit(f"bench_http.py: the {kind} server's process ended (exit "
+                                 f"code {child.exitcode}) before it served") from None
+    raise SystemExit(f"bench_http.py: the {kind} server sent nothing in {timeout:.0f} s")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graph", default="tiny")
@@ -121,6 +136,16 @@ def main():
     bad = set(kinds) - {"direct", "stdlib-nagle", "stdlib", "uvicorn"}
     if bad:
         parser.error(f"--servers takes stdlib-nagle, stdlib and uvicorn, got {sorted(bad)}")
+    from torch_quiver_ops import _cli
+    # Checked here: in the server's process a bad one ended it, and this one waited 300 s.
+    _cli.check_args(parser, args, {"connections": 1, "seconds": 1, "cpu_samplers": 1,
+                                   "rounds": 1}, ["graph"])
+    _cli.check_outputs(parser, args, ["json", "plot"])
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib (pip install matplotlib)")
     if shutil.which("wrk") is None:
         raise SystemExit("bench_http.py needs wrk (apt install wrk)")
     context = mp.get_context("spawn")
@@ -135,7 +160,7 @@ def main():
                 args.graph, kind, args.cpu_samplers, args.connections, args.seconds, out, stop),
                 daemon=True)
             child.start()
-            first = out.get(timeout=300)
+            first = _first_answer(out, child, kind)
             if kind == "direct":
                 result = first
             else:

@@ -245,9 +245,16 @@ def main():
                         help="also time GPU mode and the presampled cache through "
                              "SampleLoader with these many workers (comma list; '' for none)")
     args = parser.parse_args()
-    _cli.check_args(parser, args, {"batch_size": 1, "batches": 1, "cpu_batches": 1, "warmup": 0}, ["graphs"])
-    args.loader_workers = [int(w) for w in args.loader_workers.split(",") if w]
+    _cli.check_args(parser, args, {"batch_size": 1, "batches": 1, "cpu_batches": 1, "warmup": 0},
+                    ["graphs"], at_most={"batch_size": 1 << 24, "batches": 100_000,
+                                         "cpu_batches": 100_000, "warmup": 100_000})
+    args.loader_workers = _cli.int_list(parser, "loader-workers", args.loader_workers, least=1)
+    _cli.check_size(parser, "topology-cache", args.topology_cache)
+    _cli.check_outputs(parser, args, ["json"])
     device = torch.device("cuda" if torch.cuda.is_available() and qv.cuda_kernels_built() else "cpu")
+    if args.profile and device.type != "cuda":
+        parser.error("--profile profiles the GPU modes' kernels, and this machine samples on "
+                     "the CPU only")
     device_name = torch.cuda.get_device_name() if device.type == "cuda" else "CPU"
     print(f"device: {device_name}; CPU threads: {torch.get_num_threads()}; torch {torch.__version__}")
     results = []

@@ -33,6 +33,8 @@ def main():
         parser.error(f"--hosts must be in [1, 32767], got {args.hosts}")
     if not 0 <= args.replicate <= 1:
         parser.error(f"--replicate must be a share in [0, 1], got {args.replicate}")
+    if not args.out:  # (wrote the parts into the current folder)
+        parser.error("--out must not be empty")
     if args.hot_order and args.csr:  # --csr was dropped without a word
         parser.error("give --hot-order or --csr (whose degree order is the hot order), not both")
     _cli.check_files(parser, args, ("features", "hot_order", "assignment"))

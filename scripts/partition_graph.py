@@ -75,12 +75,14 @@ def main(argv=None):
     parser.add_argument("--splits")
     parser.add_argument("--replicate", type=float, default=0.2,
                         help="share of the hottest feature rows kept on every host")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=_cli.seed, default=0)
     parser.add_argument("--no-features", action="store_true",
                         help="with --synthetic: topology, labels and splits only")
     args = parser.parse_args(argv)
     if args.parts < 1:
         parser.error(f"--parts must be >= 1, got {args.parts}")
+    if not args.out:  # (wrote the parts into the current folder)
+        parser.error("--out must not be empty")
     if not 0 <= args.replicate <= 1:
         parser.error(f"--replicate must be a share in [0, 1], got {args.replicate}")
     # Options that the source chosen would ignore (a run that "worked" with them dropped).

@@ -21,15 +21,21 @@ def check_files(parser: argparse.ArgumentParser, args: argparse.Namespace,
 
 
 def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace,
-                at_least: Dict[str, int] = None, graphs: Iterable[str] = ()) -> None:
+                at_least: Dict[str, int] = None, graphs: Iterable[str] = (),
+                at_most: Dict[str, int] = None) -> None:
     """parser.error for an option below its least value (``at_least``: dest name -> least;
-    None, an option left out, passes) and for a graph preset ``graphs`` (dest names of a
+    None, an option left out, passes) or above its most (``at_most``: past it, a run failed
+    in the allocator, naming no option), and for a graph preset ``graphs`` (dest names of a
     preset or a comma list of them) that torch_quiver_ops.synthetic does not have."""
     from .synthetic import PRESETS
     for name, least in (at_least or {}).items():
         value = getattr(args, name)
         if value is not None and not value >= least:
             parser.error(f"--{name.replace('_', '-')} must be >= {least}, got {value}")
+    for name, most in (at_most or {}).items():
+        value = getattr(args, name)
+        if value is not None and not value <= most:
+            parser.error(f"--{name.replace('_', '-')} must be <= {most}, got {value}")
     for name in graphs:
         unknown = [g for g in str(getattr(args, name)).split(",") if g not in PRESETS]
         if unknown:
@@ -53,6 +59,56 @@ def check_output_file(parser: argparse.ArgumentParser, flag: str, path) -> None:
         parser.error(f"--{flag} {path}: no file can be written in {folder} ({error.strerror})")
     if Path(path).exists() and not os.access(path, os.W_OK):
         parser.error(f"--{flag} {path}: the file exists and this process may not write it")
+
+
+def check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                  flags: Iterable[str]) -> None:
+    """:func:`check_output_file` for each of ``flags`` (dest names) that was given, before
+    the run (after it, a bad path lost its results); an empty path is refused (it was read
+    as no output, and nothing was written)."""
+    for flag in flags:
+        path = getattr(args, flag)
+        if path is None:
+            continue
+        option = flag.replace("_", "-")
+        if not str(path):
+            parser.error(f"--{option} must not be empty")
+        check_output_file(parser, option, path)
+
+
+def check_size(parser: argparse.ArgumentParser, flag: str, text) -> None:
+    """parser.error unless ``text`` is a memory size the library reads: bytes, '1G', or a
+    share such as '20%' (a bad one was ignored where the option had no use, as on a CPU)."""
+    from ._device import parse_share, parse_size
+    try:
+        if parse_share(text, f"--{flag}") is None:
+            parse_size(text)
+    except (ValueError, TypeError) as error:
+        parser.error(f"--{flag} {text!r}: {error}")
+
+
+def int_list(parser: argparse.ArgumentParser, flag: str, text: str, least: int = 0) -> list:
+    """A comma list of ints, each >= ``least``, else parser.error naming ``--flag``."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        parser.error(f"--{flag} takes a comma list of whole numbers, got {text!r}")
+    bad = [v for v in values if v < least]
+    if bad:
+        parser.error(f"--{flag} values must be >= {least}, got {bad}")
+    return values
+
+
+def seed(text: str) -> int:
+    """argparse's type for ``--seed``: a whole number that every seed it reaches takes (a
+    larger one failed after parsing with "Overflow when unpacking long long")."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a whole number, got {text!r}") from None
+    if not 0 <= value < 2**63:  # the ops take int64 seeds
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**63), got {value}")
+    return value
 
 
 def require_gpu(parser: argparse.ArgumentParser) -> None:

@@ -78,6 +78,8 @@ LINK = COMMON + CACHED + [
     (["--held-out", "1"], ["--held-out", "1.0"]),
     (["--held-out", "-0.1"], ["--held-out", "-0.1"]),
     (["--held-out", "1.5"], ["--held-out", "1.5"]),
+    # (a traceback when the first batch drew its negatives; from a probe)
+    (["--batch-size", "1000000000000"], ["--batch-size 1,000,000,000,000 draws"]),
 ]
 TEMPORAL = COMMON + [
     (["--train-edges", "0"], ["--train-edges", "0"]),
@@ -91,6 +93,9 @@ TEMPORAL = COMMON + [
     (["--train-until", "950"], ["--train-until 950", "--test-from 900"]),
     (["--test-from", "1000"], ["--test-from 1000"]),  # times end at 999
     (["--test-from", "5000"], ["--test-from 5000"]),
+    # (a traceback after the training epochs, when the test drew its negatives)
+    (["--mrr-negatives", "4194303"], ["--mrr-negatives 4,194,303 draws", "GiB"]),
+    (["--batch-size", "1000000000000"], ["--batch-size 1,000,000,000,000 draws"]),
 ]
 
 

@@ -140,7 +140,34 @@ GPU_ONLY = not (torch.cuda.is_available() and qv.cuda_kernels_built())
     ("bench_e2e.py", ["--graph", "tiny", "--device", "bogus"], "--device takes cpu or"),
     ("bench_e2e.py", ["--model-streams", "low"], "--model-streams takes"),
     ("bench_feature.py", ["--cache-fraction", "2"], "--cache-fraction must be in (0, 1]"),
-    ("bench_hetero.py", ["--scale", "-1"], "--scale must be > 0"),
+    ("bench_hetero.py", ["--scale", "-1"], "--scale must be a finite number > 0"),
+    # (from a probe: each a traceback, a hang, or an option ignored without a word)
+    ("bench_hetero.py", ["--scale", "inf"], "--scale must be a finite number > 0, got inf"),
+    ("bench_hetero.py", ["--scale", "1e-30"], "leaves a relation without edges"),
+    ("bench_hetero.py", ["--scale", "0.001", "--json", "/nonexistent/x.json"],
+     "--json /nonexistent/x.json: the folder /nonexistent does not exist"),
+    ("bench_hetero.py", ["--title", "t"], "--title is for the figure that --plot draws"),
+    ("bench_hetero.py", ["--plot", ""], "--plot must not be empty"),
+    ("bench_sampling.py", ["--graphs", "tiny", "--loader-workers", "a"],
+     "--loader-workers takes a comma list of whole numbers"),
+    ("bench_sampling.py", ["--graphs", "tiny", "--batch-size", "10000000000"],
+     "--batch-size must be <= 16777216"),
+    ("bench_sampling.py", ["--graphs", "tiny", "--topology-cache", "garbage"],
+     "--topology-cache 'garbage'"),
+    ("bench_sampling.py", ["--graphs", "tiny", "--json", ""], "--json must not be empty"),
+    ("bench_e2e.py", ["--graph", "tiny", "--cache", "bogus"], "--cache 'bogus'"),
+    ("bench_e2e.py", ["--graph", "tiny", "--json", "/nonexistent/x.json"],
+     "--json /nonexistent/x.json: the folder"),
+    ("bench_http.py", ["--graph", "nosuch"], "--graph takes presets of"),
+    ("bench_http.py", ["--seconds", "0"], "--seconds must be >= 1, got 0"),
+    ("bench_http.py", ["--connections", "0"], "--connections must be >= 1, got 0"),
+    ("bench_http.py", ["--rounds", "0"], "--rounds must be >= 1, got 0"),
+    ("partition_graph.py", ["--synthetic", "tiny", "--parts", "2", "--out", ""],
+     "--out must not be empty"),
+    ("partition_graph.py", ["--synthetic", "tiny", "--parts", "2", "--out", "x", "--seed",
+                            "99999999999999999999"], "--seed: must be in [0, 2**63)"),
+    ("partition_features.py", ["--features", "x.pt", "--out", "", "--hosts", "2"],
+     "--out must not be empty"),
     ("bench_metis_memory.py", ["--parts", "0"], "--parts must be >= 1"),
     ("bench_dist_sampling.py", ["--parts", "2,0"], "--parts must be counts >= 1"),
     ("bench_dist_sampling.py", ["--methods", "bogus"], "--methods takes metis, random"),
@@ -150,6 +177,10 @@ GPU_ONLY = not (torch.cuda.is_available() and qv.cuda_kernels_built())
                  marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
     pytest.param("bench_csr.py", [], "measures GPU paths",
                  marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
+    pytest.param("bench_e2e.py", ["--graph", "tiny", "--scaling", "2"], "no CUDA GPU",
+                 marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
+    pytest.param("bench_sampling.py", ["--graphs", "tiny", "--profile"], "--profile profiles",
+                 marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
 ])
 def test_benchmark_scripts_name_a_bad_option_before_running(script, args, words):
     """Zero sizes, unknown presets and GPU-only scripts on a CPU machine ended in
@@ -158,3 +189,22 @@ def test_benchmark_scripts_name_a_bad_option_before_running(script, args, words)
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_the_http_benchmark_stops_waiting_for_a_server_that_died():
+    """Its server's process dying at start (a bad option, a missing package) left the
+    benchmark waiting 300 s for the first message, then raising queue.Empty."""
+    import importlib.util
+    import multiprocessing
+    import time
+    spec = importlib.util.spec_from_file_location("bench_http", REPO / "scripts" / "bench_http.py")
+    bench_http = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_http)
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    child = context.Process(target=sys.exit, args=(3,))
+    child.start()
+    began = time.monotonic()
+    with pytest.raises(SystemExit, match=r"the stdlib server's process ended \(exit code 3\)"):
+        bench_http._first_answer(out, child, "stdlib", timeout=60)
+    assert time.monotonic() - began < 30
