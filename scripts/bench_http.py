@@ -105,21 +105,6 @@ def wrk(url, connections, seconds):
             "non_2xx": int(errors.group(1)) if errors else 0}
 
 
-def _first_answer(out, child, kind: str, timeout: float = 300.0):
-    """The server process's first message, or SystemExit once it has ended without one
-    (its traceback is above): waiting the whole timeout for a dead process told nothing."""
-    import queue
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            return out.get(timeout=1.0)
-        except queue.Empty:
-            if not child.is_alive():
-                raise SystemExit(f"bench_http.py: the {kind} server's process ended (exit "
-                                 f"code {child.exitcode}) before it served") from None
-    raise SystemExit(f"bench_http.py: the {kind} server sent nothing in {timeout:.0f} s")
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--graph", default="tiny")
@@ -160,7 +145,7 @@ def main():
                 args.graph, kind, args.cpu_samplers, args.connections, args.seconds, out, stop),
                 daemon=True)
             child.start()
-            first = _first_answer(out, child, kind)
+            first = _cli.from_child(out, child, 300, f"the {kind} server's process")
             if kind == "direct":
                 result = first
             else:

@@ -32,7 +32,6 @@ import json
 import math
 import multiprocessing as mp
 import os
-import queue
 import sys
 import tempfile
 import threading
@@ -195,20 +194,6 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
     return latencies, refused[0], sum(failed.values()), wall, late
 
 
-def _from_child(results, child, timeout):
-    """The server process's next message; raises at once if it exited without one."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return results.get(timeout=1.0)
-        except queue.Empty:
-            if not child.is_alive():
-                raise SystemExit(f"the server process exited ({child.exitcode}) before "
-                                 f"answering: see its output above") from None
-            if time.monotonic() > deadline:
-                raise SystemExit(f"the server process sent nothing within {timeout} s") from None
-
-
 def percentile(values, q):
     if not values:
         return float("nan")
@@ -333,8 +318,8 @@ def main():
     if most * args.duration > MAX_REQUESTS_A_RUN:
         parser.error(f"--rates x --duration asks for {most * args.duration:.3g} requests in "
                      f"one run, more than {MAX_REQUESTS_A_RUN:,}")
+    from torch_quiver_ops import _cli
     if args.json is not None:  # found only once every rate was measured: the rows lost
-        from torch_quiver_ops import _cli
         _cli.check_output_file(parser, "json", args.json)
     if args.url:
         url = urlparse(args.url)
@@ -380,14 +365,14 @@ def main():
                                     args=(args.graph, config, port_out, stop, direct_rates,
                                           args.duration, package, args.server))
             child.start()
-            url, kind, num_nodes, threshold, direct = _from_child(port_out, child, 900)
+            url, kind, num_nodes, threshold, direct = _cli.from_child(port_out, child, 900)
             print(f"{config}: serving at {url} ({kind}), dispatch threshold PSGS {threshold}", flush=True)
             for rate, result, errors in direct:
                 rows.append(row_of(f"{config} direct", rate, *result, threshold, errors))
                 print_row(rows[-1])
             rows += measure(url, num_nodes, config, args, threshold)
             stop.set()
-            stats = _from_child(port_out, child, 120)
+            stats = _cli.from_child(port_out, child, 120)
             child.join(60)
             print(f"  {config}: {stats}", flush=True)
             rows[-1]["server_stats"] = stats

@@ -99,6 +99,24 @@ def int_list(parser: argparse.ArgumentParser, flag: str, text: str, least: int =
     return values
 
 
+def from_child(messages, child, timeout: float, what: str = "the server process"):
+    """The next message a child process puts on ``messages``; SystemExit at once when the
+    child has exited without one (its own traceback is above: waiting out the timeout for
+    a dead process told nothing), or after ``timeout`` seconds of silence."""
+    import queue
+    import time
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return messages.get(timeout=1.0)
+        except queue.Empty:
+            if not child.is_alive():
+                raise SystemExit(f"{what} exited (code {child.exitcode}) before answering: "
+                                 f"see its output above") from None
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{what} sent nothing within {timeout:g} s") from None
+
+
 def seed(text: str) -> int:
     """argparse's type for ``--seed``: a whole number that every seed it reaches takes (a
     larger one failed after parsing with "Overflow when unpacking long long")."""
