@@ -843,13 +843,6 @@ def check_options(parser, args) -> None:
     if not fanouts or any(f == 0 or f < -1 for f in fanouts):
         parser.error(f"--fanouts takes a comma list of fanouts >= 1 (or -1: every neighbor), "
                      f"got {args.fanouts!r}")
-    try:
-        workers = [int(w) for w in args.loader_workers.split(",") if w]
-    except ValueError:
-        workers = [0]
-    if any(w < 1 for w in workers):
-        parser.error(f"--loader-workers takes a comma list of counts >= 1, got "
-                     f"{args.loader_workers!r}")
     unknown = [m for m in args.pyg_models.split(",") if m and m not in PYG_MODELS]
     if unknown:
         parser.error(f"--pyg-models takes {', '.join(PYG_MODELS)} (a comma list, or \"\" for "
@@ -985,7 +978,7 @@ def main():
     if args.graphed_model and args.compile_model:
         parser.error("--graphed-model and --compile-model are two ways to run the step: "
                      "give one")
-    args.loader_workers = [int(w) for w in args.loader_workers.split(",") if w]  # checked
+    args.loader_workers = _cli.int_list(parser, "loader-workers", args.loader_workers, least=1)
     args.model_streams = args.model_streams.split(",")
     if not set(args.model_streams) <= set(MODEL_STREAM_NAMES):
         parser.error(f"--model-streams takes {', '.join(MODEL_STREAM_NAMES)} (a comma list), "

@@ -97,6 +97,20 @@ def holds_integers(tensor: torch.Tensor) -> bool:
     return not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
 
 
+def as_int64(values: torch.Tensor, name: str, what: str, error=IndexError) -> torch.Tensor:
+    """Integer ``values`` as int64. A uint64 past int64's range would turn negative there
+    (a node id out of range, a time before every other): it is an ``error`` naming
+    ``name``, where it is and its value as given, with ``what`` saying what it should be."""
+    wide = values.to(torch.int64)
+    if values.dtype == torch.uint64 and wide.numel():
+        wrapped = wide < 0
+        if bool(wrapped.any()):
+            at = tuple(int(i) for i in wrapped.nonzero()[0])
+            raise error(f"{name}[{', '.join(map(str, at))}] = {int(wide[at]) + 2**64} is "
+                        f"past int64's range ({what})")
+    return wide
+
+
 def as_ids(ids, name: str = "ids") -> torch.Tensor:
     """``ids`` as a tensor; an empty list is no int64 ids (``torch.as_tensor([])`` would be
     floats, which the ops refuse). ``name`` names them in the errors."""

@@ -17,10 +17,10 @@ import torch
 from torch import Tensor
 
 from . import ops, preflight
-from ._device import as_ids, holds_integers
+from ._device import as_ids, as_int64, holds_integers
 from .ops import integer_fanouts, integer_times
 from .sampler import ops_temporal_strategy, sampling_placement
-from .topology import OFFSET_BYTES, _as_tensor, kept_indptr
+from .topology import _as_tensor, kept_indptr
 from .uva import pinned
 
 EdgeType = Tuple[str, str, str]
@@ -99,7 +99,7 @@ class HeteroCSRTopo:
         num_nodes = offsets[-1]
         # The offsets and the degrees, 8 bytes a node each: past the memory there is, the
         # process was killed filling them (or torch's size overflowed), naming no count.
-        preflight.check_host_memory(OFFSET_BYTES * (num_nodes + 1),
+        preflight.check_host_memory(2 * 8 * (num_nodes + 1),
                                     f"HeteroCSRTopo's offsets for {num_nodes:,} nodes "
                                     f"(num_nodes_dict {self.num_nodes_dict})",
                                     "check num_nodes_dict, or the edges for a stray id")
@@ -120,12 +120,7 @@ class HeteroCSRTopo:
             if not holds_integers(ei):
                 raise TypeError(f"edge_index_dict[{et}] must hold integer node ids, got "
                                 f"{ei.dtype}")
-            wide = ei.long()
-            if ei.dtype == torch.uint64 and wide.numel() and bool((wide < 0).any()):
-                # as int64 an id past its range turns negative: named as it was given
-                raise IndexError(f"edge_index_dict[{et}] holds node "
-                                 f"{int(wide[wide < 0][0]) + 2**64}, out of range")
-            ei = wide
+            ei = as_int64(ei, f"edge_index_dict[{et}]", "node ids are int64")
             for row, t in ((0, src), (1, dst)):
                 if ei.size(1) and (int(ei[row].min()) < 0
                                    or int(ei[row].max()) >= self.num_nodes_dict[t]):

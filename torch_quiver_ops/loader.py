@@ -321,9 +321,7 @@ class Prefetcher:
 
     @own_stream.setter
     def own_stream(self, value: bool) -> None:
-        if not isinstance(value, bool):
-            raise ValueError(f"own_stream must be True or False, got {value!r}")
-        self._own_stream = value
+        self._own_stream = check_flag(value, "own_stream")
 
     def __len__(self) -> int:
         return len(self.loader)

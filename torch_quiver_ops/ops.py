@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._device import holds_integers
+from ._device import as_int64, holds_integers
 
 
 def check_csr(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor] = None,
@@ -256,14 +256,7 @@ def integer_times(times, name: str) -> Tensor:
     if not holds_integers(times):
         raise TypeError(f"{name} must hold integer times (int64 timestamps), got "
                         f"{times.dtype}: scale them to whole units first")
-    wide = times.long()
-    if times.dtype == torch.uint64 and wide.numel():
-        wrapped = wide < 0
-        if bool(wrapped.any()):
-            at = int(wrapped.nonzero()[0])
-            raise ValueError(f"{name}[{at}] = {int(wide[at]) + 2**64} is past int64's range "
-                             f"(times are int64 timestamps)")
-    return wide
+    return as_int64(times, name, "times are int64 timestamps", ValueError)
 
 
 def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops, preflight
-from ._device import holds_integers
+from ._device import as_int64, holds_integers
 from .hotness import INT32_MAX, degree_order
 
 # Host bytes a node takes while its CSR is built from edges: its int64 offset and the
@@ -149,13 +149,8 @@ class CSRTopo:
                 edge_index = edge_index.cpu()
             if edge_index.dtype not in (torch.int32, torch.int64):
                 # Unsigned and narrow ids as int64 (torch has no max of uint32 or uint64,
-                # and converting to int32 below would wrap them onto valid nodes); a uint64
-                # past int64's range turns negative there and is named here as it was.
-                wide = edge_index.to(torch.int64)
-                if edge_index.dtype == torch.uint64 and wide.numel() and bool((wide < 0).any()):
-                    raise IndexError(f"edge_index holds node {int(wide[wide < 0][0]) + 2**64}, "
-                                     f"out of range")
-                edge_index = wide
+                # and converting to int32 below would wrap them onto valid nodes).
+                edge_index = as_int64(edge_index, "edge_index", "node ids are int64")
             # The node count sizes the offsets (8 bytes a node): past the memory there is,
             # the process was killed filling them, with no error (a stray large id, or a
             # num_nodes given too large).
@@ -188,12 +183,7 @@ class CSRTopo:
                     raise ValueError(f"eid must hold one integer id per column of edge_index "
                                      f"({edge_index.size(1)}), got {eid.dtype} of shape "
                                      f"{tuple(eid.shape)}")
-                if eid.dtype == torch.uint64 and eid.numel():
-                    # as int64 (below), an id past its range would turn negative
-                    wide = eid.cpu().to(torch.int64)
-                    if bool((wide < 0).any()):
-                        raise IndexError(f"eid holds edge id {int(wide[wide < 0][0]) + 2**64}, "
-                                         f"past int64's range")
+                as_int64(eid, "eid", "edge ids are int64")  # as int64 below
             row = edge_index[0].to(dtype).contiguous()
             col = edge_index[1].to(dtype).contiguous()
             try:

@@ -850,14 +850,16 @@ def test_a_seed_mask_must_cover_every_node():
 
 
 def test_own_stream_is_a_bool():
+    """Checked as every other flag is: a TypeError, with 0 and 1 taken as False and True."""
     sampler, feature, _, _ = setup("CPU")
-    with pytest.raises(ValueError, match="own_stream must be True or False, got 1"):
-        qv.SampleLoader(sampler, feature, torch.arange(10), 4, own_stream=1)
-    with pytest.raises(ValueError, match="own_stream must be True or False, got 'no'"):
+    assert qv.SampleLoader(sampler, feature, torch.arange(10), 4, own_stream=0).own_stream is False
+    with pytest.raises(TypeError, match="own_stream must be True or False, got 2"):
+        qv.SampleLoader(sampler, feature, torch.arange(10), 4, own_stream=2)
+    with pytest.raises(TypeError, match="own_stream must be True or False, got 'no'"):
         qv.Prefetcher([], "cpu", own_stream="no")
     loader = qv.SampleLoader(sampler, feature, torch.arange(10), 4)
     assert loader.own_stream is True
-    with pytest.raises(ValueError, match="own_stream must be True or False, got None"):
+    with pytest.raises(TypeError, match="own_stream must be True or False, got None"):
         loader.own_stream = None
     loader.own_stream = False
     assert loader.own_stream is False
