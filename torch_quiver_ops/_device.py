@@ -3,6 +3,7 @@ each other's memory, and byte counts such as "200M"."""
 from __future__ import annotations
 
 import math
+import operator
 import re
 from fractions import Fraction
 from typing import List, Optional, Sequence, Union
@@ -69,6 +70,19 @@ def is_int(value) -> bool:
     """Whether ``value`` is a Python int and not a bool (``isinstance(True, int)`` holds, and
     True is no count, id or size)."""
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def as_int(value) -> Optional[int]:
+    """``value`` as a Python int if it is an integer (Python's, NumPy's or a 0-d integer
+    tensor's), else None: a bool is none (``operator.index(True)`` is 1, which would pass
+    as a count or a label)."""
+    if (isinstance(value, bool) or type(value).__name__ == "bool_"
+            or (isinstance(value, torch.Tensor) and value.dtype == torch.bool)):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def check_flag(value, name: str) -> bool:

@@ -48,5 +48,7 @@ def runtime_timeout(timeout) -> float:
     in already (a deadline past is no wait), NaN left for the runtime to refuse."""
     if timeout is None:
         return -1.0
+    if isinstance(timeout, (bool, str, bytes)):  # float() took "5" and True as seconds
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
     timeout = float(timeout)
     return 0.0 if timeout < 0 else timeout

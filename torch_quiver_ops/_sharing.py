@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import re
 import fcntl
@@ -27,7 +28,7 @@ import torch
 from torch import Tensor
 
 from . import preflight
-from ._device import is_int
+from ._device import check_flag, is_int
 
 _CRC_CHUNK = 64 << 20
 # The json's key for the id of one save (see save_arrays).
@@ -145,6 +146,8 @@ def save_arrays(directory: Union[str, Path], stem: str,
                             f"{type(t).__name__}")
         if isinstance(t, Tensor) and t.is_meta:
             raise TypeError(f"save_arrays cannot save {name}: a meta tensor holds no data")
+        if isinstance(t, Streamed):
+            present[name] = t = _checked_streamed(name, t)
         if _dtype_name(t.dtype) not in _DTYPES:
             raise TypeError(f"save_arrays cannot save {name} of dtype {t.dtype} (it saves "
                             f"{', '.join(sorted(_DTYPES))})")
@@ -170,6 +173,28 @@ def save_arrays(directory: Union[str, Path], stem: str,
         return _save_locked(directory, stem, present, meta)
     finally:
         os.close(folder)  # (and the lock with it)
+
+
+def _checked_streamed(name: str, array: Streamed) -> Streamed:
+    """``array`` with its shape as Python ints, else a TypeError or ValueError naming
+    ``name``: checked before the old save is touched (a shape of -1 or a chunks of None
+    failed once the old json was gone, and numpy ints failed the json itself)."""
+    if not isinstance(array.dtype, torch.dtype):
+        raise TypeError(f"Streamed {name}'s dtype must be a torch.dtype, got {array.dtype!r}")
+    try:  # Python's or numpy's ints (numpy's are no JSON), not bools
+        if isinstance(array.shape, (str, bytes)) or any(
+                isinstance(d, bool) or type(d).__name__ == "bool_" for d in array.shape):
+            raise TypeError
+        shape = [operator.index(d) for d in array.shape]
+    except TypeError:
+        shape = [-1]
+    if any(d < 0 for d in shape):
+        raise ValueError(f"Streamed {name}'s shape must be a list of ints >= 0, got "
+                         f"{array.shape!r}")
+    if isinstance(array.chunks, (str, bytes)) or not hasattr(array.chunks, "__iter__"):
+        raise TypeError(f"Streamed {name}'s chunks must be an iterable of tensors, got "
+                        f"{type(array.chunks).__name__}")
+    return Streamed(array.dtype, shape, array.chunks)
 
 
 def _save_locked(directory: Path, stem: str, present: dict, meta: dict) -> Path:
@@ -200,36 +225,37 @@ def _save_locked(directory: Path, stem: str, present: dict, meta: dict) -> Path:
     record.unlink(missing_ok=True)
     described = {}
     written = []  # this save's files: removed if it fails (no json will ever list them)
-    for name, t in present.items():
-        path = directory / f"{name}.bin"
-        partial = path.with_suffix(".bin.partial")
-        try:
+    name, nbytes, partial = record.name, 0, record.with_suffix(".json.partial")
+    try:
+        for name, t in present.items():
+            path = directory / f"{name}.bin"
+            partial, nbytes = path.with_suffix(".bin.partial"), t.nbytes
             if isinstance(t, Streamed):
                 crc = _write_streamed(name, t, partial)
             else:
                 t = t.detach().cpu().contiguous()
                 t.view(-1).view(torch.uint8).numpy().tofile(partial)
                 crc = _crc32(t)
-        except BaseException as error:  # a failed chunk, a full disk, a Ctrl-C
-            for done in [partial, *written]:
-                try:
-                    done.unlink(missing_ok=True)
-                except OSError:
-                    pass  # what can be removed is; the error below is the one to tell
-            if isinstance(error, OSError):  # numpy's own names neither file nor cause
-                raise OSError(error.errno, f"save_arrays could not write {name} "
-                                           f"({t.nbytes} bytes) in {directory}: "
-                                           f"{error.strerror or error} (is its file system "
-                                           f"full?); nothing of this save is left") from None
-            raise
-        os.replace(partial, path)
-        written.append(path)
-        described[name] = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape),
-                           "nbytes": t.nbytes, "crc32": crc, "crc32_of": _CRC_OF}
-    partial = record.with_suffix(".json.partial")
-    partial.write_text(json.dumps({"arrays": described, **meta,
-                                   _SAVE_ID: secrets.token_hex(8)}))
-    os.replace(partial, record)
+            os.replace(partial, path)
+            written.append(path)
+            described[name] = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape),
+                               "nbytes": t.nbytes, "crc32": crc, "crc32_of": _CRC_OF}
+        name, nbytes, partial = record.name, 0, record.with_suffix(".json.partial")
+        partial.write_text(json.dumps({"arrays": described, **meta,
+                                       _SAVE_ID: secrets.token_hex(8)}))
+        os.replace(partial, record)
+    except BaseException as error:  # a failed chunk, a full disk, a Ctrl-C
+        for done in [partial, *written]:
+            try:
+                done.unlink(missing_ok=True)
+            except OSError:
+                pass  # what can be removed is; the error below is the one to tell
+        if isinstance(error, OSError):  # numpy's own names neither file nor cause
+            raise OSError(error.errno, f"save_arrays could not write {name} "
+                                       f"({nbytes} bytes) in {directory}: "
+                                       f"{error.strerror or error} (is its file system "
+                                       f"full?); nothing of this save is left") from None
+        raise
     return directory
 
 
@@ -294,6 +320,7 @@ def map_arrays(directory: Union[str, Path], stem: str,
     """
     directory = Path(directory)
     _check_name(stem, str(directory))  # as save_arrays: no path that leaves the directory
+    verify = check_flag(verify, "verify")  # ("no" would verify)
     record = directory / f"{stem}.json"
     if not record.exists():
         raise FileNotFoundError(f"{record} does not exist: nothing was saved in {directory}, "

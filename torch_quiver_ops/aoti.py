@@ -188,6 +188,12 @@ class FeatureCheckedPackage:
         self._width, self._dtype, self._path = width, dtype, path
 
     def __call__(self, *args, **kwargs):
+        if len(args) <= self._feature_input and kwargs:
+            # A table passed by keyword would skip the check below (and a narrower one is
+            # read past its end with no error).
+            raise ValueError(f"pass {self._path}'s inputs by position: the feature table is "
+                             f"argument {self._feature_input}, got {len(args)} positional "
+                             f"and keywords {sorted(kwargs)}")
         if len(args) > self._feature_input:
             table = args[self._feature_input]
             dtype = str(getattr(table, "dtype", "")).removeprefix("torch.")

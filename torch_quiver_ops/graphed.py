@@ -59,6 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ._device import as_int
 from .sampler import Adj
 
 __all__ = ["GraphedStep"]
@@ -66,24 +67,26 @@ __all__ = ["GraphedStep"]
 
 def _layer(adj, where: str) -> Adj:
     """``adj`` as an :class:`Adj` (a plain ``(edge_index, e_id, size)`` tuple too), its
-    edge_index an integer ``(2, E)`` tensor and its size two ints."""
+    edge_index an int32 or int64 ``(2, E)`` tensor and its size two counts, no more targets
+    than sources (a layer's targets are its first sources)."""
     try:
         edge_index, e_id, size = adj
         sources, targets = size
-        sources, targets = operator.index(sources), operator.index(targets)
     except (TypeError, ValueError):
         raise ValueError(f"{where} must be a layer (edge_index, e_id, (sources, targets)), "
                          f"got {type(adj).__name__}") from None
+    # (Narrower ids would wrap the padded edges' indices, and torch reads uint8 as a mask.)
     if (not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2
-            or edge_index.dtype.is_floating_point or edge_index.dtype.is_complex
-            or edge_index.dtype == torch.bool):
+            or edge_index.dtype not in (torch.int32, torch.int64)):
         shape = tuple(edge_index.shape) if isinstance(edge_index, Tensor) else None
-        raise ValueError(f"{where}.edge_index must be an integer tensor of shape (2, edges), "
-                         f"got {type(edge_index).__name__} "
+        raise ValueError(f"{where}.edge_index must be an int32 or int64 tensor of shape "
+                         f"(2, edges), got {type(edge_index).__name__} "
                          f"{getattr(edge_index, 'dtype', '')} of shape {shape}")
-    if sources < 0 or targets < 0:
-        raise ValueError(f"{where}.size must be two counts >= 0, got {size!r}")
-    return Adj(edge_index, e_id, (sources, targets))
+    counts = as_int(sources), as_int(targets)
+    if None in counts or min(counts) < 0 or counts[1] > counts[0]:
+        raise ValueError(f"{where}.size must be two counts (sources, targets) >= 0 with no "
+                         f"more targets than sources, got {size!r}")
+    return Adj(edge_index, e_id, counts)
 
 
 def _parts(batch, where: str):
@@ -125,11 +128,8 @@ def _parts(batch, where: str):
 
 def _count(name: str, value, least: int) -> int:
     """An integer argument (a Python or NumPy int, not a bool) of at least ``least``."""
-    try:
-        number = operator.index(value)
-    except TypeError:
-        number = None
-    if isinstance(value, bool) or number is None or number < least:
+    number = as_int(value)
+    if number is None or number < least:
         raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
     return number
 
@@ -163,13 +163,10 @@ class GraphedStep:
         margin = float(margin)
         spare = _count("spare", spare, 1)
         warmup = _count("warmup", warmup, 1)
-        try:
-            ignore_index = operator.index(ignore_index)
-        except TypeError:
-            ignore_index = None
-        if ignore_index is None or isinstance(ignore_index, bool):
+        given, ignore_index = ignore_index, as_int(ignore_index)
+        if ignore_index is None:
             raise ValueError(f"ignore_index must be an int (the label of padded seeds), got "
-                             f"{ignore_index!r}")
+                             f"{given!r}")
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if not isinstance(optimizer, torch.optim.Optimizer):

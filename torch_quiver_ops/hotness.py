@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import ops
-from ._device import as_ids, checked_node_ids, holds_integers, is_int
+from ._device import as_ids, as_int, check_generator, checked_node_ids, holds_integers
 
 INT32_MAX = 2**31 - 1
 
@@ -32,14 +32,17 @@ def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[i
                         generator: Optional[torch.Generator]):
     """sample_subgraph's output for shuffled batches of ``seeds`` (``num_batches`` of
     them; None: one epoch)."""
-    seeds = torch.as_tensor(seeds).cpu()
+    seeds = as_ids(seeds, "seeds").cpu()
     if seeds.dim() != 1 or seeds.numel() == 0:
         raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
-    if not is_int(batch_size) or batch_size < 1:
+    if (as_int(batch_size) or 0) < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if num_batches is not None and (not is_int(num_batches) or num_batches < 0):
+    if num_batches is not None and (as_int(num_batches) is None or as_int(num_batches) < 0):
         raise ValueError(f"num_batches must be None (one epoch) or an int >= 0, got "
                          f"{num_batches!r}")
+    check_generator(generator)
+    batch_size = as_int(batch_size)
+    num_batches = None if num_batches is None else as_int(num_batches)
     topo = getattr(sampler, "csr_topo", None)
     if topo is not None and holds_integers(seeds):
         # By position in seeds, before the shuffle (the sampler names one in its batch).

@@ -34,7 +34,7 @@ from typing import (Any, Callable, Iterable, Iterator, List, NamedTuple, Optiona
 import torch
 from torch import Tensor
 
-from ._device import (as_ids, check_flag, check_generator, checked_node_ids, holds_integers,
+from ._device import (as_ids, as_int, check_flag, check_generator, checked_node_ids, holds_integers,
                       is_int)
 from ._interrupts import ctrl_c_ends_waits
 from .feature import Feature, check_host_read_blocks
@@ -557,10 +557,9 @@ class SampleLoader:
         if not isinstance(sampler, GraphSageSampler) and not all(
                 hasattr(sampler, name) for name in ("sample", "device", "csr_topo")):
             raise TypeError(f"sampler must be a GraphSageSampler, got {type(sampler).__name__}")
-        if not isinstance(batch_size, bool) and hasattr(batch_size, "__index__"):
-            batch_size = batch_size.__index__()  # numpy ints, as torch's DataLoader takes
-        if not is_int(batch_size) or batch_size < 1:
+        if (as_int(batch_size) or 0) < 1:  # numpy ints too, as torch's DataLoader takes
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        batch_size = as_int(batch_size)
         shuffle, drop_last = check_flag(shuffle, "shuffle"), check_flag(drop_last, "drop_last")
         check_generator(generator)
         if prefetch_in_cpp is not None:

@@ -58,12 +58,16 @@ def pin_in_place(tensor: Tensor) -> "torch.ScriptObject":
     handle lives and is unregistered when it is destroyed. A tensor that is pinned already
     is left as it is. Raises RuntimeError, naming the cause, when CUDA refuses (memory
     already registered, memlock limits)."""
+    if not isinstance(tensor, Tensor):  # the class's own error named no argument
+        raise TypeError(f"pin_in_place pins a tensor, got {type(tensor).__name__}")
     return torch.classes.quiver.HostPin(tensor)
 
 
 def pinned(tensor: Tensor):
     """``(tensor_to_use, handle)``: ``tensor`` pinned in place, or for small tensors that
     cannot be (e.g. they share a page with memory pinned elsewhere) a pinned copy."""
+    if not isinstance(tensor, Tensor):
+        raise TypeError(f"pinned pins a tensor, got {type(tensor).__name__}")
     tensor = tensor.contiguous()
     try:
         return tensor, pin_in_place(tensor)

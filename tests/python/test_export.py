@@ -559,3 +559,20 @@ def test_a_package_linking_libstdcxx_statically_is_refused_before_loading(tmp_pa
         archive.write(library, "model/data/aotinductor/model/model.so")
     with pytest.raises(RuntimeError, match="model.pt2 holds .*links libstdc\\+\\+ statically"):
         qv.aoti.load_package(package)
+
+
+def test_a_feature_table_given_by_keyword_is_refused_not_passed_unchecked():
+    """From a probe: the wrapper checked the table only by position, so one given by
+    keyword reached the package unchecked (and a narrower one is read past its end)."""
+    from torch_quiver_ops.aoti import FeatureCheckedPackage
+    calls = []
+    package = FeatureCheckedPackage(lambda *a, **k: calls.append((a, k)) or "ran", 1, 4,
+                                    "float32", "model.pt2")
+    ids = torch.tensor([0, 1])
+    with pytest.raises(ValueError, match="pass model.pt2's inputs by position: the feature "
+                                         r"table is argument 1, .* keywords \['table'\]"):
+        package(ids, table=torch.zeros(5, 3))
+    with pytest.raises(ValueError, match="the feature table"):
+        package(ids, torch.zeros(5, 3))
+    assert calls == []
+    assert package(ids, torch.zeros(5, 4)) == "ran"

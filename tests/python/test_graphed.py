@@ -1,6 +1,7 @@
 """torch_quiver_ops.GraphedStep: a training step on batches padded to fixed shapes (replayed
 as a CUDA graph on a GPU) takes the same steps as the eager step on the real batches;
 batches over the shapes run eager; bad arguments are refused by name."""
+import re
 import warnings
 
 import pytest
@@ -152,7 +153,7 @@ def test_malformed_batches_are_refused_as_the_eager_step_would():
         (b._replace(y=torch.cat([b.y, b.y[:1]])), ValueError, "targets but y has"),
         (b._replace(y=b.y.float() + 0.7), ValueError, "batch.y holds torch.float32"),
         (b._replace(adjs=adjs[:-1] + [last._replace(edge_index=last.edge_index.float())]),
-         ValueError, r"adjs\[2\].edge_index must be an integer tensor"),
+         ValueError, r"adjs\[2\].edge_index must be an int32 or int64 tensor"),
         (b._replace(adjs=adjs[:-1] + [last._replace(edge_index=last.edge_index[:1])]),
          ValueError, r"of shape \(2, edges\)"),
         (b._replace(adjs=adjs[:-1] + [last._replace(size=(last.size[0] + 1, last.size[1]))]),
@@ -190,6 +191,45 @@ def test_odd_constructor_arguments_are_refused_by_name():
             qv.GraphedStep(*args, **kwargs)
     import numpy as np
     assert qv.GraphedStep(model, optimizer, batches, ignore_index=np.int64(-1)).ignore_index == -1
+
+
+def test_bools_narrow_ids_and_layers_with_more_targets_than_sources_are_refused():
+    """From a probe: ignore_index=True was taken as label 1 (its real class-1 labels then
+    ignored by the loss), a layer of more targets than sources trained on the padding's
+    zero rows, and uint8 edge indices wrapped the padded edges' indices."""
+    import numpy as np
+    batches, device = batches_of("CPU", seeds=128)
+    model, optimizer = twin_models(device)[0]
+    for value in (True, np.bool_(True), torch.tensor(True)):
+        with pytest.raises(ValueError, match=f"ignore_index must be an int .*got {re.escape(repr(value))}"):
+            qv.GraphedStep(model, optimizer, batches, ignore_index=value)
+    with pytest.raises(ValueError, match="spare must be an int >= 1, got tensor.True."):
+        qv.GraphedStep(model, optimizer, batches, spare=torch.tensor(True))
+    step = qv.GraphedStep(model, optimizer, batches, spare=4)
+    b = batches[0]
+    adjs = list(b.adjs)
+    last = adjs[-1]
+    cases = [
+        (b._replace(adjs=adjs[:-1] + [last._replace(edge_index=last.edge_index.to(torch.uint8))]),
+         r"adjs\[2\].edge_index must be an int32 or int64 tensor"),
+        (b._replace(adjs=adjs[:-1] + [last._replace(edge_index=last.edge_index.to(torch.int16))]),
+         r"adjs\[2\].edge_index must be an int32 or int64 tensor"),
+        (b._replace(adjs=adjs[:-1] + [last._replace(size=(last.size[0], True))]),
+         r"adjs\[2\].size must be two counts"),
+        (b._replace(adjs=adjs[:-1] + [last._replace(size=(float(last.size[0]), last.size[1]))]),
+         r"adjs\[2\].size must be two counts"),
+    ]
+    # a last layer of 8 targets over 5 sources, the rows and labels agreeing with it
+    empty = torch.zeros(2, 0, dtype=torch.long)
+    cases.append((b._replace(adjs=[adjs[0]._replace(size=(b.x.size(0), 5)),
+                                   adjs[1]._replace(edge_index=empty, size=(5, 5)),
+                                   last._replace(edge_index=empty, size=(5, 8))],
+                             y=torch.zeros(8, dtype=b.y.dtype)),
+                  r"adjs\[2\].size must be two counts .*no more targets than sources"))
+    for batch, words in cases:
+        with pytest.raises(ValueError, match=words):
+            step(batch)
+    assert step.eager_steps == 0
 
 
 def test_the_default_loss_ignores_the_given_ignore_index():

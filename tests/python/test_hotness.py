@@ -96,6 +96,23 @@ def test_presample_options_are_checked(option, value):
         qv.presample_hot_order(sampler, torch.tensor([0, 1]), **{option: value})
 
 
+def test_presample_names_a_bad_generator_and_seeds_and_takes_numpy_counts():
+    """From a probe: generator=3 failed in torch's randperm, seeds=None as torch's "Could not
+    infer dtype", and a numpy batch size was refused (the loaders take one)."""
+    import numpy as np
+    topo = qv.CSRTopo(torch.tensor([[0, 1], [1, 0]]))
+    sampler = qv.GraphSageSampler(topo, [2], mode="CPU")
+    with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got 3"):
+        qv.presample_hot_order(sampler, torch.tensor([0, 1]), generator=3)
+    with pytest.raises(TypeError, match="seeds must be integer ids"):
+        qv.presample_hot_order(sampler, None)
+    with pytest.raises(ValueError, match="batch_size must be an int >= 1, got True"):
+        qv.presample_hot_order(sampler, torch.tensor([0, 1]), batch_size=True)
+    order = qv.presample_hot_order(sampler, torch.tensor([0, 1]), batch_size=np.int64(1),
+                                   num_batches=np.int32(2))
+    assert sorted(order.tolist()) == [0, 1]
+
+
 def test_one_generator_gives_one_order_whatever_else_draws():
     topo = qv.CSRTopo(synthetic_graph("tiny", seed=3).edge_index)
     sampler = qv.GraphSageSampler(topo, [5, 3], device="cpu", mode="CPU")

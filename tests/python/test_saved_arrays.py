@@ -332,6 +332,25 @@ def test_a_refused_save_leaves_the_previous_one_whole(tmp_path):
             _sharing.save_arrays(tmp_path, "s", arrays, **meta)
         loaded, meta_loaded = _sharing.map_arrays(tmp_path, "s", names=["a"])
         assert torch.equal(loaded["a"], rows) and meta_loaded["note"] == "first"
+    # A Streamed array's shape, chunks and dtype are checked first too; numpy ints in its
+    # shape failed the json after the files were written, leaving them behind.
+    import numpy as np
+    for streamed, error, words in [
+            (_sharing.Streamed(torch.float32, [-1], []), ValueError, "shape must be a list of"),
+            (_sharing.Streamed(torch.float32, [2.5], []), ValueError, "shape must be a list of"),
+            (_sharing.Streamed(torch.float32, [True], []), ValueError, "shape must be a list of"),
+            (_sharing.Streamed(torch.float32, [2], None), TypeError, "chunks must be an iterable"),
+            (_sharing.Streamed("float32", [2], []), TypeError, "dtype must be a torch.dtype")]:
+        with pytest.raises(error, match=f"Streamed b's {words}"):
+            _sharing.save_arrays(tmp_path, "s", {"a": rows * 2, "b": streamed})
+        loaded, meta_loaded = _sharing.map_arrays(tmp_path, "s", names=["a"])
+        assert torch.equal(loaded["a"], rows) and meta_loaded["note"] == "first"
+    _sharing.save_arrays(tmp_path, "t", {"b": _sharing.Streamed(
+        torch.float32, (np.int64(2),), [torch.ones(1), torch.ones(1)])})
+    loaded, _ = _sharing.map_arrays(tmp_path, "t", names=["b"])
+    assert loaded["b"].tolist() == [1.0, 1.0]
+    with pytest.raises(TypeError, match="verify must be True or False, got 'no'"):
+        _sharing.map_arrays(tmp_path, "s", verify="no")
     # a negated or conjugated view is saved as its values
     _sharing.save_arrays(tmp_path, "s", {"a": torch.tensor([1j, 2j])._neg_view()})
     loaded, _ = _sharing.map_arrays(tmp_path, "s", names=["a"])
@@ -374,3 +393,18 @@ def test_names_too_long_or_ending_in_a_newline_are_refused_before_the_save(tmp_p
     arrays, _ = qv.load_arrays(tmp_path, "st")
     assert torch.equal(arrays["x"], torch.arange(3))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["st.json", "x.bin"]
+
+
+def test_a_save_that_fails_writing_its_json_leaves_none_of_its_files(tmp_path, monkeypatch):
+    """The json was written outside the cleanup: a failure there left the arrays' files."""
+    real_write = Path.write_text
+
+    def failing_write(self, *args, **kwargs):
+        if self.name.endswith(".json.partial"):
+            raise OSError(28, "No space left on device")
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", failing_write)
+    with pytest.raises(OSError, match=r"could not write u.json .* nothing of this save is left"):
+        _sharing.save_arrays(tmp_path, "u", {"c": torch.arange(4)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

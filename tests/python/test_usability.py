@@ -190,3 +190,13 @@ def test_benchmark_scripts_name_a_bad_option_before_running(script, args, words)
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_a_wait_timeout_is_a_number_of_seconds():
+    """From a probe: PendingRows.wait and the serving waits took "5" and True as seconds."""
+    from torch_quiver_ops._interrupts import runtime_timeout
+    for bad in ("5", True, b"5"):
+        with pytest.raises(TypeError, match="timeout must be a number of seconds or None"):
+            runtime_timeout(bad)
+    assert runtime_timeout(None) == -1.0 and runtime_timeout(-3) == 0.0
+    assert runtime_timeout(2) == 2.0

@@ -156,3 +156,12 @@ def test_huge_pages_take_a_tensor_and_skip_other_layouts():
         with pytest.raises(TypeError, match="back_with_huge_pages takes a CPU tensor"):
             back_with_huge_pages(value)
     assert back_with_huge_pages(torch.eye(4).to_sparse()) is False
+
+
+def test_pinning_what_is_no_tensor_is_named():
+    """From a probe: pin_in_place(None) failed as "tensor does not have a device", and
+    pinned([1]) with an AttributeError."""
+    with pytest.raises(TypeError, match="pin_in_place pins a tensor, got NoneType"):
+        pin_in_place(None)
+    with pytest.raises(TypeError, match="pinned pins a tensor, got list"):
+        pinned([1])
