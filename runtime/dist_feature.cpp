@@ -9,6 +9,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -343,11 +344,24 @@ template <typename Fetch>
 std::future<FetchWork::Fetched> fetch_on_own_thread(Fetch fetch) {
   auto promise = std::make_shared<std::promise<FetchWork::Fetched>>();
   std::future<FetchWork::Fetched> future = promise->get_future();
-  std::thread([promise, fetch = std::move(fetch)]() mutable {
+  std::thread([promise, fetch = std::optional<Fetch>(std::move(fetch))]() mutable {
+    std::optional<FetchWork::Fetched> fetched;
+    std::exception_ptr failed;
     try {
-      promise->set_value(fetch());
+      fetched.emplace((*fetch)());
     } catch (...) {
-      promise->set_exception(std::current_exception());
+      failed = std::current_exception();
+    }
+    // What the fetch used (its DistFeature among it) is let go of before the rows are
+    // given: a caller that takes them, closes and exits raced this release, and when it
+    // dropped the last reference during the interpreter's exit, its tensors' Python
+    // objects asked for a GIL that exit no longer gives, aborting the process ("terminate
+    // called without an active exception", found by a probe).
+    fetch.reset();
+    if (failed) {
+      promise->set_exception(failed);
+    } else {
+      promise->set_value(std::move(*fetched));
     }
   }).detach();
   return future;

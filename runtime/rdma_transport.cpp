@@ -81,6 +81,34 @@ std::string key(int64_t serial, int64_t from, int64_t to) {
          std::to_string(to);
 }
 
+// Where a host that fails to set up its transport says why, so that its peers raise at
+// once with its reason instead of waiting out the timeout for its endpoint.
+std::string failed_key(int64_t serial, int64_t host) {
+  return "quiver/rdma/" + std::to_string(serial) + "/failed/" + std::to_string(host);
+}
+
+// A GID as sysfs writes it (eight groups of four hex digits).
+std::string gid_text(const uint8_t* gid) {
+  std::ostringstream text;
+  for (int i = 0; i < 16; i += 2) {
+    if (i) text << ':';
+    text << std::hex;
+    text.width(2);
+    text.fill('0');
+    text << static_cast<int>(gid[i]);
+    text.width(2);
+    text.fill('0');
+    text << static_cast<int>(gid[i + 1]);
+  }
+  return text.str();
+}
+
+// Whether a GID holds an IPv4 address (::ffff:a.b.c.d, RoCE over IPv4).
+bool ipv4_gid(const uint8_t* gid) {
+  return std::all_of(gid, gid + 10, [](uint8_t byte) { return byte == 0; }) && gid[10] == 0xff &&
+         gid[11] == 0xff;
+}
+
 // The index of the port's RoCE v2 GID over IPv4 (what rxe and RoCE NICs route), read from
 // sysfs; -1 when there is none.
 int roce_v2_ipv4_gid(const std::string& device, int port, int table_size) {
@@ -109,8 +137,7 @@ class RdmaReader final : public RowReader {
         num_hosts_(num_hosts),
         options_(options),
         hooks_(hooks),
-        table_(std::move(table)),
-        timeout_(checked_timeout(options.timeout_s, "timeout_s")) {
+        table_(std::move(table)) {
     TORCH_CHECK_VALUE(host >= 0 && host < num_hosts, "host ", host, " is out of range [0, ",
                       num_hosts, ")");
     // Every host makes its transports on a store in the same order, so the n-th one of each
@@ -118,6 +145,25 @@ class RdmaReader final : public RowReader {
     // Taken before any check: a host that refuses its options still uses up its turn, so
     // the hosts' next transports keep sharing keys.
     const int64_t serial = store_->add("quiver/rdma/made/" + std::to_string(host_), 1) - 1;
+    try {
+      set_up(serial);
+    } catch (const c10::Error& error) {
+      tell_peers_why(serial, error.what_without_backtrace());
+      throw;
+    } catch (const std::exception& error) {
+      tell_peers_why(serial, error.what());
+      throw;
+    }
+    watch_ = std::make_unique<PeerWatch>(
+        store_, "quiver/rdma-heartbeat/" + std::to_string(serial) + "/", static_cast<int>(host_),
+        static_cast<int>(num_hosts_), std::max(std::chrono::milliseconds(100), timeout_ / 10));
+  }
+
+ private:
+  // The constructor's checks and connection, after its turn is taken.
+  void set_up(int64_t serial) {
+    const Transport::RdmaOptions& options = options_;
+    timeout_ = checked_timeout(options.timeout_s, "timeout_s");
     Transport::check_rdma_options(options.port, options.gid_index, options.qps_per_peer,
                                   options.staging_bytes);
     TORCH_CHECK_VALUE(options.reads_in_flight >= 1, "reads_in_flight must be >= 1, got ",
@@ -136,6 +182,9 @@ class RdmaReader final : public RowReader {
     }
     try {
       connect(serial);
+    } catch (const c10::ValueError& error) {  // a ValueError still (options, GIDs, tables)
+      TORCH_CHECK_VALUE(false, "quiver RDMA transport (host ", host_, " of ", num_hosts_,
+                        "): could not connect: ", error.what_without_backtrace());
     } catch (const c10::Error& error) {  // its message, not the C++ frames behind it
       TORCH_CHECK(false, "quiver RDMA transport (host ", host_, " of ", num_hosts_,
                   "): could not connect: ", error.what_without_backtrace());
@@ -143,11 +192,27 @@ class RdmaReader final : public RowReader {
       TORCH_CHECK(false, "quiver RDMA transport (host ", host_, " of ", num_hosts_,
                   "): could not connect: ", error.what());
     }
-    watch_ = std::make_unique<PeerWatch>(
-        store_, "quiver/rdma-heartbeat/" + std::to_string(serial) + "/", static_cast<int>(host_),
-        static_cast<int>(num_hosts_), std::max(std::chrono::milliseconds(100), timeout_ / 10));
   }
 
+  void tell_peers_why(int64_t serial, const std::string& why) {
+    try {
+      store_->set(failed_key(serial, host_), std::vector<uint8_t>(why.begin(), why.end()));
+    } catch (const std::exception&) {
+      // the store is gone too: the peers' own waits will tell
+    }
+  }
+
+  // Raises with a peer's own reason when it has said it failed to set up (see
+  // failed_key), naming what this host was waiting for.
+  void check_peer_failed(int64_t serial, int64_t peer, const char* waiting_for) {
+    const std::string failed = failed_key(serial, peer);
+    if (!store_->check({failed})) return;
+    const std::vector<uint8_t> why = store_->get(failed);
+    TORCH_CHECK(false, "host ", peer, " failed to set up its RDMA transport while this host ",
+                "waited for ", waiting_for, ": ", std::string(why.begin(), why.end()));
+  }
+
+ public:
   std::vector<at::Tensor> read(const std::vector<at::Tensor>& requests, const at::Tensor& like,
                                const at::Device& device) override {
     TORCH_CHECK(broken_.empty(), "quiver RDMA transport (host ", host_,
@@ -336,12 +401,17 @@ class RdmaReader final : public RowReader {
     }
     for (int64_t h = 0; h < num_hosts_; ++h) {
       if (h == host_) continue;
-      try {
-        wait_for_keys(*store_, {key(serial, h, host_)}, timeout_,
-                      "host " + std::to_string(h) + "'s RDMA endpoint");
-      } catch (const c10::Error&) {  // not Interrupted: that says what it is
-        TORCH_CHECK(false, "host ", h, " did not publish its endpoint within ", timeout_.count(),
-                    " ms: it is late, it failed to set up its transport, or it runs other code");
+      {
+        const auto deadline = Clock::now() + timeout_;
+        const InterruptWatch waiting;
+        const std::string what = "host " + std::to_string(h) + "'s RDMA endpoint";
+        while (!store_->check({key(serial, h, host_)})) {
+          check_peer_failed(serial, h, what.c_str());
+          TORCH_CHECK(Clock::now() < deadline, "host ", h, " did not publish its endpoint within ",
+                      timeout_.count(), " ms: it is late, or it runs other code");
+          waiting.check(what.c_str());
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        }
       }
       const std::vector<uint8_t> raw = store_->get(key(serial, h, host_));
       TORCH_CHECK(raw.size() == sizeof(Endpoint), "host ", h, " published a ", raw.size(),
@@ -359,12 +429,21 @@ class RdmaReader final : public RowReader {
       TORCH_CHECK(theirs.bytes % static_cast<uint64_t>(row_bytes_) == 0, "host ", h,
                   " published a table of ", theirs.bytes, " bytes, not a whole number of ",
                   row_bytes_, "-byte rows");
+      // GIDs of two kinds (one IPv4, one not) cannot route to each other: moving the queue
+      // pair to RTR would fail with EINVAL, naming neither gid_index.
+      TORCH_CHECK_VALUE(ipv4_gid(theirs.gid) == ipv4_gid(gid.raw), "host ", h, "'s GID ",
+                        gid_text(theirs.gid), " is ", ipv4_gid(theirs.gid) ? "" : "not ",
+                        "an IPv4 one and this host's (gid_index ", gid_index_, " of ",
+                        device_name_, ") ", gid_text(gid.raw), " is ",
+                        ipv4_gid(gid.raw) ? "" : "not ",
+                        ": give every host a gid_index of one kind (-1 picks RoCE v2 over "
+                        "IPv4 on each)");
       Peer& peer = peers_[h];
       peer.addr = theirs.addr;
       peer.rows = row_bytes_ ? theirs.bytes / row_bytes_ : 0;
       peer.rkey = hooks_.wrong_rkey ? theirs.rkey ^ 0x5a5a : theirs.rkey;
       for (int64_t k = 0; k < options_.qps_per_peer; ++k) {
-        ready_to_send(peer.qps[k].get(), theirs, theirs.qpn[k], theirs.psn[k], peer.psn[k],
+        ready_to_send(h, peer.qps[k].get(), theirs, theirs.qpn[k], theirs.psn[k], peer.psn[k],
                       static_cast<ibv_mtu>(std::min<uint32_t>(theirs.mtu, port_attr.active_mtu)));
       }
     }
@@ -374,6 +453,9 @@ class RdmaReader final : public RowReader {
     const auto deadline = Clock::now() + timeout_;
     const InterruptWatch connecting;
     while (store_->add("quiver/rdma/" + std::to_string(serial) + "/ready", 0) < num_hosts_) {
+      for (int64_t h = 0; h < num_hosts_; ++h) {
+        if (h != host_) check_peer_failed(serial, h, "every host to connect");
+      }
       TORCH_CHECK(Clock::now() < deadline, "not every host connected within ", options_.timeout_s,
                   " s");
       connecting.check("every host to connect its RDMA queue pairs");
@@ -381,8 +463,8 @@ class RdmaReader final : public RowReader {
     }
   }
 
-  void ready_to_send(ibv_qp* qp, const Endpoint& theirs, uint32_t remote_qpn, uint32_t remote_psn,
-                     uint32_t psn, ibv_mtu mtu) {
+  void ready_to_send(int64_t peer, ibv_qp* qp, const Endpoint& theirs, uint32_t remote_qpn,
+                     uint32_t remote_psn, uint32_t psn, ibv_mtu mtu) {
     const verbs::Api& api = verbs::api();
     ibv_qp_attr attr{};
     attr.qp_state = IBV_QPS_RTR;
@@ -401,7 +483,9 @@ class RdmaReader final : public RowReader {
         api.modify_qp(qp, &attr,
                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
-        "moving a queue pair to RTR failed (", std::strerror(errno), ")");
+        "moving a queue pair to RTR failed (", std::strerror(errno), ") toward host ", peer,
+        "'s GID ", gid_text(theirs.gid), " from this host's gid_index ", gid_index_, " of ",
+        device_name_, " port ", options_.port);
     ibv_qp_attr rts{};
     rts.qp_state = IBV_QPS_RTS;
     rts.timeout = 14;  // 4.096 us * 2^14 = 67 ms per try
@@ -565,7 +649,7 @@ class RdmaReader final : public RowReader {
   Transport::RdmaOptions options_;
   RdmaTestHooks hooks_;
   at::Tensor table_;
-  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds timeout_{0};
   InterruptWatch interrupts_;  // made anew for each fetch
   int64_t row_bytes_ = 0;
   // Keeps the registered memory allocated until the registration is gone (destroyed after

@@ -128,7 +128,7 @@ def as_int64(values: torch.Tensor, name: str, what: str, error=IndexError) -> to
 def as_ids(ids, name: str = "ids") -> torch.Tensor:
     """``ids`` as a tensor; an empty list is no int64 ids (``torch.as_tensor([])`` would be
     floats, which the ops refuse). ``name`` names them in the errors."""
-    if ids is None or isinstance(ids, (str, bytes)):
+    if ids is None or isinstance(ids, (str, bytes, slice)):
         raise TypeError(f"{name} must be integer ids (a tensor, an array or a list), got "
                         f"{ids!r}")
     if isinstance(ids, (list, tuple)) and len(ids) == 0:

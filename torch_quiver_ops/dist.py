@@ -56,6 +56,10 @@ def build_shard_map(num_rows: int, num_hosts: int, hot_order: Optional[Tensor] =
             or not 0.0 <= replicate_fraction <= 1.0):
         raise ValueError(f"replicate_fraction must be a number in [0, 1], got "
                          f"{replicate_fraction!r}")
+    # A row's host (int32) and index there (int64), and the order (int64): past the memory
+    # there is, torch's storage size overflowed or the process was killed filling them.
+    preflight.check_host_memory(20 * num_rows, f"a shard map of num_rows={num_rows:,}",
+                                "check num_rows")
     # Every row once: a short order would leave rows on no host, to fail later as ids.
     order = torch.arange(num_rows) if hot_order is None else check_hot_order(hot_order, num_rows)
     replicated = int(round(replicate_fraction * num_rows))
@@ -110,8 +114,13 @@ def _load_shard_map(directory, verify: bool) -> Tuple["torch.ScriptObject", Opti
     if not isinstance(meta.get("num_hosts"), int) or not isinstance(meta.get("fingerprint"), int):
         raise ValueError(f"{directory}/shard_map names no host count and fingerprint: it is not "
                          f"a shard map of partition_features")
-    shard_map = torch.classes.quiver.ShardMap(arrays["host_of"].clone(),
-                                              arrays["local_index"].clone(), meta["num_hosts"])
+    try:
+        shard_map = torch.classes.quiver.ShardMap(arrays["host_of"].clone(),
+                                                  arrays["local_index"].clone(),
+                                                  meta["num_hosts"])
+    except (ValueError, IndexError) as error:  # the map's own words name no file
+        raise type(error)(f"{directory}/shard_map (host_of.bin, local_index.bin) is no valid "
+                          f"shard map: {error}") from None
     if shard_map.fingerprint() != meta["fingerprint"]:
         raise ValueError(f"{directory}/shard_map does not match the fingerprint it was saved "
                          f"with: the files are from different partitions")
@@ -232,8 +241,11 @@ def _rdma_options(given: Optional[dict], **defaults) -> dict:
         if name == "device" and not isinstance(value, str):
             raise ValueError(f"rdma option device must be a device name (a str, '' for the "
                              f"first), got {value!r}")
-        if name != "device" and (isinstance(value, bool) or not isinstance(value, int)):
-            raise ValueError(f"rdma option {name} must be an int, got {value!r}")
+        if name != "device" and (isinstance(value, bool) or not isinstance(value, int)
+                                 or not -2**63 <= value < 2**63):
+            # (past int64, the binding's own error came on this host only, the others
+            # then waiting out the timeout for it to agree)
+            raise ValueError(f"rdma option {name} must be an int64, got {value!r}")
     return {**known, **defaults, **(given or {})}
 
 
@@ -359,7 +371,9 @@ class DistFeature:
         transport: ``"auto"`` (RDMA when this machine has an RDMA device, else NCCL when
             the group's backend is NCCL, else Gloo), ``"rdma"`` (one-sided reads; the group
             only exchanges endpoints), ``"nccl"`` or ``"gloo"`` (collectives over ``group``).
-        timeout: seconds a fetch may wait for a peer before it raises naming the peer.
+        timeout: seconds a fetch may wait for a peer before it raises naming the peer
+            (up to half as long again when the peer is alive but held up elsewhere: the
+            time its heartbeat is watched to tell a slow peer from a dead one).
         rdma: options of the RDMA transport: ``device`` (default: the first), ``port``,
             ``gid_index`` (-1: RoCE v2 over IPv4 when the port has it), ``qps_per_peer``,
             ``staging_bytes`` (another key is a ValueError).
@@ -396,6 +410,11 @@ class DistFeature:
                 raise ValueError(f"name must be a str or None, got {name!r}")
             if transport not in TRANSPORTS:
                 raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+            if group is not None and not isinstance(group, dist.ProcessGroup):
+                # (torch's own error said the group "world" was not initialized)
+                bad_group, group = group, None  # the problem told over the default group
+                raise ValueError(f"group must be a torch.distributed ProcessGroup or None (the "
+                                 f"default group), got {bad_group!r}")
             check_lanes(lanes)
             timeout = _checked_timeout(timeout)
         except ValueError as error:  # told to the other hosts, which then raise at once
@@ -564,6 +583,8 @@ class DistFeature:
             raise RuntimeError("this DistFeature was closed")
         try:
             ids = as_ids(ids)
+            if ids.is_meta:  # (torch's "Cannot copy out of meta tensor" named no argument)
+                raise TypeError("ids are a meta tensor, which holds no ids")
             return (ids if ids.device == self.device else ids.to(self.device)).contiguous()
         except (TypeError, ValueError, RuntimeError, NotImplementedError):
             # Ids that cannot even be read (None, a meta tensor): this host still takes its

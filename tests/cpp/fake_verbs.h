@@ -111,6 +111,12 @@ class FakeVerbs {
       // which the transport refuses.
       std::memset(gid, 0, sizeof(*gid));
       if (instance().empty_gids_) return 0;
+      if (index >= 3) {  // from 3 on, IPv4 ones (::ffff:10.0.0.index), as RoCE ports list
+        gid->raw[10] = gid->raw[11] = 0xff;
+        gid->raw[12] = 10;
+        gid->raw[15] = static_cast<uint8_t>(index);
+        return 0;
+      }
       gid->raw[0] = 0xfe;
       gid->raw[1] = 0x80;
       gid->raw[15] = static_cast<uint8_t>(index + 1);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -312,6 +313,64 @@ TEST_F(FakeRdma, AnEmptyGidSlotIsNamed) {
         << message;
   }
   FakeVerbs::instance().set_empty_gids(false);
+}
+
+TEST_F(FakeRdma, GidsOfTwoKindsAreNamedOnBothHosts) {
+  // A link-local GID on one host and an IPv4 one on the other: moving the queue pairs to
+  // RTR failed with EINVAL, naming neither gid_index (found by a probe over soft-RoCE).
+  Transport::RdmaOptions ipv4 = fake_options(), link_local = fake_options();
+  ipv4.gid_index = 3;
+  link_local.gid_index = 0;
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  auto second = std::async(std::launch::async,
+                           [&] { return Transport::rdma(store, 1, 2, host_table(1), ipv4); });
+  for (int host = 0; host < 2; ++host) {
+    try {
+      if (host == 0) {
+        Transport::rdma(store, 0, 2, host_table(0), link_local);
+      } else {
+        second.get();
+      }
+      ADD_FAILURE() << "host " << host << " connected to a GID of another kind";
+    } catch (const c10::Error& error) {
+      const std::string message = error.what();
+      EXPECT_NE(message.find("give every host a gid_index of one kind"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find("0000:0000:0000:0000:0000:ffff:0a00:0003"), std::string::npos)
+          << message;
+    }
+  }
+}
+
+TEST_F(FakeRdma, APeerThatFailsToSetUpIsNamedAtOnceAndUsesUpItsTurn) {
+  // Host 1's timeout is refused: host 0 waited out its own timeout for host 1's endpoint,
+  // naming no cause, and the refusal (made before the turn was taken) left the two hosts'
+  // next transports on different keys, so that they could never connect (from a probe).
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  Transport::RdmaOptions bad = fake_options();
+  bad.timeout_s = std::nan("");
+  auto second = std::async(std::launch::async,
+                           [&] { return Transport::rdma(store, 1, 2, host_table(1), bad); });
+  const auto began = Clock::now();
+  try {
+    Transport::rdma(store, 0, 2, host_table(0), fake_options(30));
+    ADD_FAILURE() << "host 0 connected to a host that refused its options";
+  } catch (const c10::Error& error) {
+    const std::string message = error.what();
+    EXPECT_NE(message.find("host 1 failed to set up its RDMA transport"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("timeout_s"), std::string::npos) << message;
+  }
+  EXPECT_LT(Clock::now() - began, std::chrono::seconds(10));
+  EXPECT_THROW(second.get(), c10::ValueError);
+  auto again = std::async(std::launch::async, [&] {
+    return Transport::rdma(store, 1, 2, host_table(1), fake_options());
+  });
+  auto zero = Transport::rdma(store, 0, 2, host_table(0), fake_options());
+  auto one = again.get();
+  const at::Tensor ids = at::randint(kRows, {100}, at::kLong);
+  expect_rows_of(read_from(*zero, 1, ids), 1, ids);
+  expect_rows_of(read_from(*one, 0, ids), 0, ids);
 }
 
 TEST_F(FakeRdma, RunsOfConsecutiveRowsTravelAsOneReadEach) {

@@ -496,11 +496,16 @@ def stale_copy_worker(rank, port, base, results):
     with reported(results, rank):
         x = torch.load(Path(base) / "a" / "x.pt")
         feature = qv.dist.DistFeature.load(Path(base) / "a", device_list=[], timeout=10.0)
-        if rank == 0:
-            with pytest.raises(TypeError, match="ids must be integer ids"):
-                feature[None]
-        else:
-            assert torch.equal(feature[torch.arange(7)], x[:7])
+        # (a meta tensor and a slice named no ids in torch's own errors: from a probe)
+        for unreadable, words in ((None, "ids must be integer ids"),
+                                  (slice(0, 3), "ids must be integer ids"),
+                                  (torch.empty(3, dtype=torch.long, device="meta"),
+                                   "ids are a meta tensor")):
+            if rank == 0:
+                with pytest.raises(TypeError, match=words):
+                    feature[unreadable]
+            else:
+                assert torch.equal(feature[torch.arange(7)], x[:7])
         for step in range(2):
             ids = torch.arange(step, x.size(0), 3 + rank)
             assert torch.equal(feature[ids], x[ids]), step
@@ -538,6 +543,26 @@ def test_lanes_must_be_a_positive_count():
     for lanes in (0, -1, 2.0, 65, 10_000):
         with pytest.raises(ValueError, match=r"lanes must be an int in \[1, 64\]"):
             qv.dist.DistFeature(None, None, transport="gloo", lanes=lanes)
+    # (torch's own error said that the group "world" was not initialized: from a probe)
+    with pytest.raises(ValueError, match="group must be a torch.distributed ProcessGroup or "
+                                         "None .*got 'world'"):
+        qv.dist.DistFeature(None, None, group="world", transport="gloo")
+
+
+def test_a_corrupt_shard_map_names_its_files_and_a_huge_one_its_size(tmp_path):
+    """From a probe: a flipped byte of local_index.bin was named as the map's own problem
+    without its folder, and 2**62 rows as torch's storage size overflow."""
+    from torch_quiver_ops import preflight
+    qv.dist.partition_features(table(100), tmp_path, 2, torch.randperm(100), 0.2)
+    index = tmp_path / "shard_map" / "local_index.bin"
+    data = bytearray(index.read_bytes())
+    data[0] ^= 0x01
+    index.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"shard_map \(host_of.bin, local_index.bin\) is no "
+                                         r"valid shard map: local_index names a row"):
+        qv.dist.load_shard_map(tmp_path)
+    with pytest.raises(preflight.ResourceLimitError, match="a shard map of num_rows="):
+        qv.dist.build_shard_map(2**62, 2)
 
 
 class HoldsDistFeature(torch.nn.Module):
@@ -961,6 +986,23 @@ def rdma_mismatch_worker(rank, world, port, results):
         local.from_cpu_tensor((x.int() if rank == 1 else x)[shard_map.local_ids(rank)].clone())
         with pytest.raises((ValueError, RuntimeError), match="Int|int32"):
             qv.dist.DistFeature(shard_map, local, transport="rdma", timeout=60.0)
+        # From a probe over soft-RoCE: a GID slot that is empty on host 1 left host 0 waiting
+        # out its timeout, naming no cause; GIDs of two kinds (IPv4 and link-local) failed
+        # as "moving a queue pair to RTR failed (Invalid argument)" on both.
+        local.from_cpu_tensor(x[shard_map.local_ids(rank)].clone())
+        began = time.monotonic()
+        with pytest.raises((ValueError, RuntimeError),
+                           match="gid_index 200 of rxe0 port 1 holds no GID"):
+            qv.dist.DistFeature(shard_map, local, transport="rdma", timeout=60.0,
+                                rdma={"gid_index": (-1, 200)[rank]})
+        assert time.monotonic() - began < 30, "host 0 waited out the timeout"
+        ipv4 = int(os.environ.get("RXE_GID_INDEX", "1"))
+        with pytest.raises(ValueError, match="give every host a gid_index of one kind"):
+            qv.dist.DistFeature(shard_map, local, transport="rdma", timeout=60.0,
+                                rdma={"gid_index": (ipv4, 0)[rank]})
+        feature = qv.dist.DistFeature(shard_map, local, transport="rdma", timeout=60.0)
+        assert torch.equal(feature[torch.arange(200)], x)
+        feature.close()
 
 
 @pytest.mark.timeout(900)

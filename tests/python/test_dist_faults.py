@@ -237,8 +237,17 @@ def unlike_worker(rank, world, port, results, what):
             qv.dist._rdma_available = lambda: True
             qv.dist._rdma_devices = lambda: ["rxe0"]
             options = {"transport": "rdma", "rdma": {"device": ("nosuch0", "")[rank]}}
+        if what == "huge":  # past int64: the binding's error came on host 1 alone (a probe)
+            qv.dist._rdma_available = lambda: True
+            qv.dist._rdma_devices = lambda: ["rxe0"]
+            options = {"transport": "rdma", "rdma": {"port": (1, 1 << 70)[rank]}}
         began = time.monotonic()
-        if what == "device":  # both raise at once, naming host 0, before any connection
+        if what == "huge":  # both at once, host 0 waiting no timeout for host 1's agreement
+            with pytest.raises(ValueError, match="rdma option port must be an int64, got "
+                                                 "1180591620717411303424"):
+                qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x), timeout=30.0,
+                                    **options)
+        elif what == "device":  # both raise at once, naming host 0, before any connection
             with pytest.raises(ValueError, match=r"host 0: rdma option device 'nosuch0' is "
                                                  r"not one of this host's RDMA devices"):
                 qv.dist.DistFeature(shard_map, local_feature(shard_map, rank, x), timeout=30.0,
@@ -257,7 +266,7 @@ def unlike_worker(rank, world, port, results, what):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("what", ["lanes", "transport", "auto", "device"])
+@pytest.mark.parametrize("what", ["lanes", "transport", "auto", "device", "huge"])
 def test_hosts_choose_their_transport_together(tmp_path, what):
     seen = spawn(unlike_worker, tmp_path, 2, what)
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
