@@ -5,10 +5,13 @@ that export traces models that hold them: each is rebuilt from its class's __obj
 (runtime/classes.cpp), and answers its methods with fake tensors."""
 import torch
 
-# The kernels' checks of what a fake tensor also has (dims, dtypes, counts), with their
-# sentences and types (ops/checks.h): a bad call then fails while it is traced, as it
-# would eagerly, not with an unrelated error from building the outputs (an IndexError
-# for 0-d ids, a negative dimension). Checks of values are left to the kernels.
+# The kernels' checks of what a fake tensor also has (dims, id dtypes, the counts that size
+# the outputs), with their sentences and types (ops/checks.h): a bad call then fails while
+# it is traced, as it would eagerly, not with an unrelated error from building the outputs
+# (an IndexError for 0-d ids, a negative dimension). Checks of values, and of the optional
+# arguments that size no output (weights, times, tables of types), are left to the
+# kernels: under torch.compile they raise when the kernel runs, and an exported program
+# traces such a call and raises when it is run.
 _IDS = (torch.int32, torch.int64)
 MAX_ROW_TIERS = 17  # ops/row_tiers.h
 
@@ -88,8 +91,12 @@ def _csr_from_coo_fake(row, col, num_nodes):
         raise TypeError(f"row is {row.dtype} but col is {col.dtype}")
     if num_nodes < 0:
         raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
+    # (without it, indices took col's size and edge_ids row's: code combining the two
+    # failed while traced with a shape error, not the kernel's ValueError; from a probe)
+    torch._check_value(row.size(0) == col.size(0),
+                       lambda: f"row has {row.size(0)} entries but col has {col.size(0)}")
     indptr = row.new_empty(num_nodes + 1, dtype=torch.long)
-    return indptr, col.new_empty(col.shape), row.new_empty(row.shape, dtype=torch.long)
+    return indptr, col.new_empty(col.shape), col.new_empty(col.shape, dtype=torch.long)
 
 
 @torch.library.register_fake("quiver::sample_neighbors")

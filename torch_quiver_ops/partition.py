@@ -291,14 +291,18 @@ def read_manifest(directory: Union[str, Path]) -> dict:
 
     problems = [f"{key} is {manifest.get(key)!r}, not a count"
                 for key in ("num_parts", "num_nodes") if not count(manifest.get(key))]
+    splits = manifest.get("splits", [])
+    if not isinstance(splits, list) or not all(isinstance(s, str) for s in splits):
+        # (a str was read a letter at a time, each letter named as a split)
+        problems.append(f"splits is {splits!r}, not a list of split names")
     parts = manifest.get("parts")
     if not problems and not (
             isinstance(parts, list) and len(parts) == manifest["num_parts"] and all(
                 isinstance(p, dict) and count(p.get("nodes")) and count(p.get("edges"))
                 for p in parts)):
         problems.append(f"parts must list {manifest['num_parts']} parts' node and edge counts")
-    if "partition_id" not in manifest:
-        problems.append("it has no partition_id")
+    if not is_int(manifest.get("partition_id")):
+        problems.append(f"partition_id is {manifest.get('partition_id')!r}, not an int")
     if problems:
         raise ValueError(f"{path} is corrupt: {'; '.join(problems)}")
     return manifest
@@ -348,10 +352,11 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
                                              required=("owner", "local_index"))
     for where, m in ((directory / f"part_{part}" / "part.json", meta),
                      (directory / "owner" / "owner.json", owner_meta)):
-        if m.get("partition_id") != manifest["partition_id"] or m.get("num_parts") != num_parts:
+        differ = [f"{key} {m.get(key)!r} against {manifest.get(key)!r}"
+                  for key in ("partition_id", "num_parts") if m.get(key) != manifest.get(key)]
+        if differ:  # (named by the field: two equal ids were shown for num_parts)
             raise ValueError(f"{where} is from another partition than {directory}/manifest.json "
-                             f"(partition id {m.get('partition_id')} against "
-                             f"{manifest['partition_id']})")
+                             f"({'; '.join(differ)})")
     if meta.get("part") != part:
         raise ValueError(f"{directory}/part_{part}/part.json describes part {meta.get('part')}")
     nodes, indptr, indices = arrays["nodes"], arrays["indptr"], arrays["indices"]
@@ -365,6 +370,15 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
         problems.append(f"{indices.numel()} neighbors for the manifest's {expected['edges']}")
     if owners["owner"].numel() != n or owners["local_index"].numel() != n:
         problems.append(f"an owner map of {owners['owner'].numel()} nodes for {n}")
+    # The runtime checks neighbors and owners; edge ids and the owned nodes it only passes
+    # on, so a corrupt one came back as an edge id of -7 or a wrong node (a probe).
+    edge_ids, edges = arrays["edge_ids"], manifest.get("num_edges")
+    if edge_ids.numel() and is_int(edges) and (int(edge_ids.min()) < 0
+                                               or int(edge_ids.max()) >= edges):
+        problems.append(f"edge ids outside [0, {edges})")
+    if nodes.numel() and (int(nodes[0]) < 0 or int(nodes[-1]) >= n
+                          or bool((nodes.diff() <= 0).any())):
+        problems.append(f"owned nodes that are not ascending ids in [0, {n})")
     if problems:
         raise ValueError(f"{directory}/part_{part} does not match {directory}/manifest.json: "
                          + "; ".join(problems))
@@ -464,7 +478,7 @@ class DistGraphSampler:
                  draws: Optional[str] = None, lanes: int = 1,
                  bounded_slots: Optional[bool] = None):
         import torch.distributed as dist
-        from .dist import _checked_timeout, _gloo_lanes, _own_group, _rdma_options, check_lanes
+        from .dist import _checked_timeout, _rdma_options, check_lanes
         group = group if group is not None else dist.group.WORLD
         nccl = dist.get_backend(group) == "nccl"
         try:
@@ -500,6 +514,34 @@ class DistGraphSampler:
             transport = "collective"
         self.transport = transport = self._agree(group, transport, replace, options, timeout,
                                                  draws, lanes)
+        problem = ""
+        try:
+            self._sampler = self._build(group, nccl, transport, draws, lanes, options, timeout,
+                                        device, replace)
+        except (ValueError, IndexError, TypeError, RuntimeError) as error:
+            problem, refusal = str(error), error
+        # Every host says whether it built its sampler (the runtime checks that neighbors and
+        # owners are in range; a transport may fail): one that refused its part left the
+        # others waiting out the timeout in their first batch, told that it had stopped
+        # answering, and one that raised without a word would leave them out of step here.
+        said = torch.classes.quiver.Transport.agree(group.boxed(), "dist-sampler-built",
+                                                    problem, float(timeout))
+        if problem:
+            raise refusal
+        troubled = [f"host {h}: {why}" for h, why in enumerate(said) if why]
+        if troubled:
+            raise ValueError("DistGraphSampler: another host could not build its sampler: "
+                             + "; ".join(troubled))
+        # Each batch the hosts check that all of them have it on; else exact counts for all.
+        self.bounded_slots = self._one_machine if bounded_slots is None else bounded_slots
+        self._sampler.set_bounded_slots(self.bounded_slots)
+
+    def _build(self, group, nccl: bool, transport: str, draws: Optional[str], lanes: int,
+               options: dict, timeout: float, device, replace: bool):
+        """The runtime sampler over this host's part, its group, lanes and read transports
+        as the hosts agreed (``_agree``)."""
+        from .dist import _gloo_lanes, _own_group
+        partition = self.partition
         if not nccl:
             # A Gloo group of the sampler's own, so that its exchanges never pair with a
             # DistFeature's posted from another thread (see dist._own_group).
@@ -527,12 +569,14 @@ class DistGraphSampler:
         elif self.mode == "UVA":  # pinned copies: the part's files are mapped read-only
             indptr = indptr.to(device)
             indices, edge_ids = indices.pin_memory(), edge_ids.pin_memory()
-        self._sampler = torch.classes.quiver.DistSampler(
+        # Without replacement a node takes min(fanout, degree) neighbors: a fanout past every
+        # part's largest degree takes what that degree does, and sizes the hops' slots by it
+        # (2**40 asked for its slots' terabytes, where one host's sampler takes all).
+        fanouts = self.sizes if replace else [
+            k if k < 0 else min(k, self._largest_degree) for k in self.sizes]
+        return torch.classes.quiver.DistSampler(
             group.boxed(), indptr, indices, edge_ids, partition.owner, partition.local_index,
-            self.sizes, replace, float(timeout), reads, gloo_lanes)
-        # Each batch the hosts check that all of them have it on; else exact counts for all.
-        self.bounded_slots = self._one_machine if bounded_slots is None else bounded_slots
-        self._sampler.set_bounded_slots(self.bounded_slots)
+            fanouts, replace, float(timeout), reads, gloo_lanes)
 
     def _agree(self, group, asked: str, replace: bool, options: dict, timeout: float,
                draws: Optional[str], lanes: int) -> str:
@@ -554,14 +598,17 @@ class DistGraphSampler:
             except preflight.ResourceLimitError as error:
                 problem = str(error) if asked == "rdma" else ""
                 rdma_here = False
+        indptr = self.partition.indptr
         mine = {"partition": self.partition.manifest.get("partition_id"),
                 "part": self.partition.part, "sizes": self.sizes, "replace": replace,
                 "asked": asked, "draws": draws, "lanes": lanes, "rdma": rdma_here,
-                "problem": problem, "machine": socket.gethostname()}
+                "problem": problem, "machine": socket.gethostname(),
+                "largest_degree": int(indptr.diff().max()) if indptr.numel() > 1 else 0}
         texts = torch.classes.quiver.Transport.agree(
             group.boxed(), "dist-sampler-setup", json.dumps(mine, sort_keys=True), timeout)
         everyone = [json.loads(text) for text in texts]
         self._one_machine = len({e["machine"] for e in everyone}) == 1
+        self._largest_degree = max(e.get("largest_degree", 0) for e in everyone)
         troubled = {h: e["problem"] for h, e in enumerate(everyone) if e["problem"]}
         if troubled:
             raise ValueError("DistGraphSampler cannot connect its hosts: " + "; ".join(
@@ -584,7 +631,10 @@ class DistGraphSampler:
         As :class:`GraphSageSampler`'s: the first four on the sampling GPU in the GPU and UVA
         modes (on the CPU in the CPU mode), the counts on the CPU."""
         try:
-            seeds = as_ids(input_nodes).cpu()
+            seeds = as_ids(input_nodes, "input_nodes")
+            if seeds.is_meta:  # (torch's "Cannot copy out of meta tensor" named no argument)
+                raise TypeError("input_nodes are a meta tensor, which holds no ids")
+            seeds = seeds.cpu()
         except (TypeError, ValueError, RuntimeError, NotImplementedError):
             # Seeds that cannot even be read: this host still takes its turn in the step,
             # with none (as for seeds the runtime refuses), so the hosts stay in step.

@@ -457,6 +457,41 @@ def test_a_part_loaded_on_the_wrong_rank_or_corrupt_is_refused(tmp_path):
         dist.destroy_process_group()
 
 
+def refused_part_worker(rank, world, port, directory, results):
+    """Host 0's part is corrupt (a neighbor id past the graph): the runtime refuses it on
+    host 0, and host 1, whose part is whole, raises at once naming host 0's reason (it
+    built its sampler and waited out the timeout in its first batch, told host 0 had
+    stopped answering). Then a fanout past every degree takes what -1 does (it asked for
+    its slots' terabytes). Both from a probe."""
+    import dataclasses
+    with host_of(rank, world, port, results, 60):
+        directory = Path(directory)
+        part = load_partition(directory / "parts", rank)
+        far = part.indices.clone()
+        far[0] = 1000
+        began = time.monotonic()
+        if rank == 0:
+            with pytest.raises(IndexError, match="node id 1000, out of range"):
+                DistGraphSampler(dataclasses.replace(part, indices=far), [3], timeout=30.0)
+        else:
+            with pytest.raises(ValueError, match="another host could not build its sampler: "
+                                                 "host 0: .*"
+                                                 "node id 1000, out of range"):
+                DistGraphSampler(part, [3], timeout=30.0)
+        assert time.monotonic() - began < 15, "a host waited out the timeout"
+        seeds = torch.arange(0, 400, 7)
+        every = DistGraphSampler(part, [-1, -1], timeout=30.0).sample_subgraph(seeds)
+        huge = DistGraphSampler(part, [2**40, 2**40], timeout=30.0).sample_subgraph(seeds)
+        assert torch.equal(every[3].sort().values, huge[3].sort().values)
+        assert torch.equal(every[4], huge[4]) and torch.equal(every[5], huge[5])
+
+
+@pytest.mark.timeout(300)
+def test_a_refused_part_is_named_on_every_host_and_huge_fanouts_take_every_neighbor(tmp_path):
+    _, seen, _ = spawn_hosts(tmp_path, refused_part_worker, 2, "random")
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
 def loader_worker(rank, world, port, directory, results, backend="gloo"):
     with host_of(rank, world, port, results, 60, backend):
         from torch_quiver_ops.pyg import DistNeighborLoader

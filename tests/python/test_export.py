@@ -455,6 +455,11 @@ def test_a_features_first_read_may_be_compiled():
      "tiers\\[1\\] has rows of shape"),
     (lambda r, c: qv.ops.csr_from_coo(r, c, -5), (torch.tensor([0]), torch.tensor([1])),
      ValueError, "num_nodes must be >= 0, got -5"),
+    # (a probe: indices took col's size and edge_ids row's, so code adding them failed with
+    # a shape error while traced)
+    (lambda r, c: (lambda out: out[1] + out[2])(torch.ops.quiver.csr_from_coo(r, c, 5)),
+     (torch.tensor([0, 1, 2]), torch.tensor([1, 2])), ValueError,
+     r"row has \S+ entries but col has"),
     (lambda p, i, s: torch.ops.quiver.sample_subgraph(p, i, s, []),
      (torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([0])), ValueError,
      "fanouts must name at least one hop"),

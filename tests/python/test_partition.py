@@ -158,12 +158,45 @@ def test_corrupt_truncated_and_mismatched_files_are_refused(tmp_path):
     for edit, words in ((lambda m: m.pop("num_parts"), "num_parts is None, not a count"),
                         (lambda m: m.update(num_nodes="400"), "num_nodes is '400', not a count"),
                         (lambda m: m.update(parts=m["parts"][:1]), "parts must list 2 parts'"),
-                        (lambda m: m.pop("partition_id"), "it has no partition_id")):
+                        (lambda m: m.pop("partition_id"), "partition_id is None, not an int"),
+                        # (from a probe: a str id was said to be of another partition with
+                        # both ids shown equal, and a str of splits read a letter at a time)
+                        (lambda m: m.update(partition_id=str(m["partition_id"])),
+                         "partition_id is '.*', not an int"),
+                        (lambda m: m.update(splits="train"),
+                         "splits is 'train', not a list of split names")):
         edited = dict(good)
         edit(edited)
         manifest.write_text(json.dumps(edited))
         with pytest.raises(ValueError, match=f"manifest.json is corrupt: {words}"):
             load_partition(tmp_path / "a", 0)
+
+
+def test_a_part_of_another_part_count_and_corrupt_edge_ids_or_nodes_are_named(tmp_path):
+    """From a probe: a manifest edited to one part was said to be of another partition
+    with both ids shown equal; an edge id of -7 and owned nodes out of order came back
+    from the sampler without a word (verify off)."""
+    topo = community_graph(n=300)
+    partition_graph(tmp_path / "a", topo, 2, "range")
+    manifest = tmp_path / "a" / "manifest.json"
+    good = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**good, "num_parts": 1, "parts": good["parts"][:1]}))
+    with pytest.raises(ValueError, match=r"part.json is from another partition than .* "
+                                         r"\(num_parts 2 against 1\)"):
+        load_partition(tmp_path / "a", 0)
+    manifest.write_text(json.dumps(good))
+    for name, damage, words in (("edge_ids", lambda t: t.__setitem__(0, -7), "edge ids outside"),
+                                ("nodes", lambda t: t.copy_(t.flip(0)), "owned nodes that are "
+                                                                         "not ascending")):
+        path = tmp_path / "a" / "part_0" / f"{name}.bin"
+        kept = path.read_bytes()
+        values = torch.frombuffer(bytearray(kept), dtype=torch.int64).clone()
+        damage(values)
+        path.write_bytes(values.numpy().tobytes())
+        with pytest.raises(ValueError, match=f"part_0 does not match .*manifest.json: {words}"):
+            load_partition(tmp_path / "a", 0)
+        path.write_bytes(kept)
+    load_partition(tmp_path / "a", 0)
 
 
 def test_given_owners_and_bad_inputs(tmp_path):
