@@ -19,6 +19,14 @@ void check_lanes(const std::vector<c10::intrusive_ptr<c10d::ProcessGroup>>& lane
   for (size_t j = 0; j < lanes.size(); ++j) {
     TORCH_CHECK_VALUE(lanes[j] && lanes[j]->getBackendName() == "gloo", owner, ": lanes[", j,
                       "] must be a Gloo group (only Gloo exchanges take lanes)");
+    // A lane that is the main group, or another lane, posts its exchanges on a group that
+    // already carries others at once: the hosts could pair one's rows with the other's.
+    TORCH_CHECK_VALUE(lanes[j].get() != &group, owner, ": lanes[", j,
+                      "] is the main group itself: each lane must be a Gloo group of its own");
+    for (size_t k = 0; k < j; ++k) {
+      TORCH_CHECK_VALUE(lanes[k] != lanes[j], owner, ": lanes[", k, "] and lanes[", j,
+                        "] are one group: each lane must be a Gloo group of its own");
+    }
     TORCH_CHECK_VALUE(lanes[j]->getRank() == host && lanes[j]->getSize() == num_hosts, owner,
                       ": lanes[", j, "] is rank ", lanes[j]->getRank(), " of ",
                       lanes[j]->getSize(), ", but the main group makes this host ", host, " of ",

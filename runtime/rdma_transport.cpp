@@ -431,13 +431,12 @@ class RdmaReader final : public RowReader {
                   row_bytes_, "-byte rows");
       // GIDs of two kinds (one IPv4, one not) cannot route to each other: moving the queue
       // pair to RTR would fail with EINVAL, naming neither gid_index.
+      const auto kind = [](const uint8_t* g) { return ipv4_gid(g) ? "an IPv4" : "no IPv4"; };
       TORCH_CHECK_VALUE(ipv4_gid(theirs.gid) == ipv4_gid(gid.raw), "host ", h, "'s GID ",
-                        gid_text(theirs.gid), " is ", ipv4_gid(theirs.gid) ? "" : "not ",
-                        "an IPv4 one and this host's (gid_index ", gid_index_, " of ",
-                        device_name_, ") ", gid_text(gid.raw), " is ",
-                        ipv4_gid(gid.raw) ? "" : "not ",
-                        ": give every host a gid_index of one kind (-1 picks RoCE v2 over "
-                        "IPv4 on each)");
+                        gid_text(theirs.gid), " is ", kind(theirs.gid), " one but this host's ",
+                        gid_text(gid.raw), " (gid_index ", gid_index_, " of ", device_name_,
+                        ") is ", kind(gid.raw), " one: give every host a gid_index of one "
+                        "kind (-1 picks RoCE v2 over IPv4 on each)");
       Peer& peer = peers_[h];
       peer.addr = theirs.addr;
       peer.rows = row_bytes_ ? theirs.bytes / row_bytes_ : 0;
@@ -479,13 +478,15 @@ class RdmaReader final : public RowReader {
     attr.ah_attr.grh.hop_limit = 64;
     attr.ah_attr.dlid = theirs.lid;
     attr.ah_attr.port_num = static_cast<uint8_t>(options_.port);
-    TORCH_CHECK(
-        api.modify_qp(qp, &attr,
+    if (api.modify_qp(qp, &attr,
                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) == 0,
-        "moving a queue pair to RTR failed (", std::strerror(errno), ") toward host ", peer,
-        "'s GID ", gid_text(theirs.gid), " from this host's gid_index ", gid_index_, " of ",
-        device_name_, " port ", options_.port);
+                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
+      const int error = errno;  // before the message's own calls
+      TORCH_CHECK(false, "moving a queue pair to RTR failed (", std::strerror(error),
+                  ") toward host ", peer, "'s GID ", gid_text(theirs.gid),
+                  " from this host's gid_index ", gid_index_, " of ", device_name_, " port ",
+                  options_.port);
+    }
     ibv_qp_attr rts{};
     rts.qp_state = IBV_QPS_RTS;
     rts.timeout = 14;  // 4.096 us * 2^14 = 67 ms per try

@@ -52,7 +52,6 @@ from __future__ import annotations
 import functools
 import math
 import numbers
-import operator
 from typing import Callable, List, Optional, Sequence
 
 import torch

@@ -240,6 +240,8 @@ class ServingRuntime:
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device()) if has_gpu else "cpu"
         self.device = torch.device(device)
+        if self.device.type not in ("cpu", "cuda"):  # ('meta' was taken, to fail in a batch)
+            raise ValueError(f"device must be the CPU or a GPU, got {device!r}")
         self.package = None
         if isinstance(model, (str, os.PathLike)):
             from .aoti import check_package

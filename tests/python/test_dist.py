@@ -549,6 +549,26 @@ def test_lanes_must_be_a_positive_count():
         qv.dist.DistFeature(None, None, group="world", transport="gloo")
 
 
+def test_a_lane_that_is_the_main_group_or_another_lane_is_refused():
+    """From a probe: Transport.collective took its own group as a lane, and one group as
+    two lanes, whose exchanges then share a group with others posted at once."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        world = dist.group.WORLD
+        with pytest.raises(ValueError, match=r"lanes\[0\] is the main group itself"):
+            torch.classes.quiver.Transport.collective(world.boxed(), 5.0, [world.boxed()])
+        lane = dist.new_group([0], backend="gloo")
+        with pytest.raises(ValueError, match=r"lanes\[0\] and lanes\[1\] are one group"):
+            torch.classes.quiver.Transport.collective(world.boxed(), 5.0,
+                                                      [lane.boxed(), lane.boxed()])
+        other = dist.new_group([0], backend="gloo")
+        transport = torch.classes.quiver.Transport.collective(world.boxed(), 5.0,
+                                                              [lane.boxed(), other.boxed()])
+        assert transport.kind() == "collective:gloo"
+    finally:
+        dist.destroy_process_group()
+
+
 def test_a_corrupt_shard_map_names_its_files_and_a_huge_one_its_size(tmp_path):
     """From a probe: a flipped byte of local_index.bin was named as the map's own problem
     without its folder, and 2**62 rows as torch's storage size overflow."""

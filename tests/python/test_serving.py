@@ -662,6 +662,9 @@ def test_bad_options_are_value_errors(graph):
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="latency_objective_ms must be finite and > 0"):
             runtime_for(graph, latency_objective_ms=bad, cpu_samplers=1)
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    with pytest.raises(ValueError, match="device must be the CPU or a GPU, got 'meta'"):
+        ServingRuntime(SAGE([graph.x.size(1), 4, 2]), topo, [3], graph.x, device="meta")
     runtime, _ = runtime_for(graph, cpu_samplers=1)
     try:
         for bad in (0.0, -1.0, float("inf"), float("nan")):
