@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import operator
 import os
 import re
 import fcntl
@@ -28,7 +27,7 @@ import torch
 from torch import Tensor
 
 from . import preflight
-from ._device import check_flag, is_int
+from ._device import as_int, check_flag, is_int
 
 _CRC_CHUNK = 64 << 20
 # The json's key for the id of one save (see save_arrays).
@@ -181,14 +180,10 @@ def _checked_streamed(name: str, array: Streamed) -> Streamed:
     failed once the old json was gone, and numpy ints failed the json itself)."""
     if not isinstance(array.dtype, torch.dtype):
         raise TypeError(f"Streamed {name}'s dtype must be a torch.dtype, got {array.dtype!r}")
-    try:  # Python's or numpy's ints (numpy's are no JSON), not bools
-        if isinstance(array.shape, (str, bytes)) or any(
-                isinstance(d, bool) or type(d).__name__ == "bool_" for d in array.shape):
-            raise TypeError
-        shape = [operator.index(d) for d in array.shape]
-    except TypeError:
-        shape = [-1]
-    if any(d < 0 for d in shape):
+    # A list or tuple of Python's or numpy's ints (numpy's are no JSON), not bools.
+    shape = ([as_int(d) for d in array.shape] if isinstance(array.shape, (list, tuple))
+             else [None])
+    if any(d is None or d < 0 for d in shape):
         raise ValueError(f"Streamed {name}'s shape must be a list of ints >= 0, got "
                          f"{array.shape!r}")
     if isinstance(array.chunks, (str, bytes)) or not hasattr(array.chunks, "__iter__"):
