@@ -34,8 +34,8 @@ from typing import (Any, Callable, Iterable, Iterator, List, NamedTuple, Optiona
 import torch
 from torch import Tensor
 
-from ._device import (as_ids, as_int, check_flag, check_generator, checked_node_ids, holds_integers,
-                      is_int)
+from ._device import (as_ids, as_int, check_flag, check_generator, checked_node_ids,
+                      holds_integers, is_int)
 from ._interrupts import ctrl_c_ends_waits
 from .feature import Feature, check_host_read_blocks
 from .feature import host_read_blocks as host_read_blocks_of
