@@ -356,7 +356,8 @@ std::future<FetchWork::Fetched> fetch_on_own_thread(Fetch fetch) {
     // given: a caller that takes them, closes and exits raced this release, and when it
     // dropped the last reference during the interpreter's exit, its tensors' Python
     // objects asked for a GIL that exit no longer gives, aborting the process ("terminate
-    // called without an active exception", found by a probe).
+    // called without an active exception", found by a probe). The rows themselves are
+    // moved out of the promise's state by FetchWork::wait.
     fetch.reset();
     if (failed) {
       promise->set_exception(failed);
@@ -427,7 +428,11 @@ at::Tensor FetchWork::wait(double timeout_s) {
     taken_ = true;
     fetched_ = {};  // the work no longer holds the rows once they are taken
   }
-  Fetched fetched = mine.get();  // rethrows the fetch's error
+  // Moved out of the shared state (rethrowing the fetch's error): the fetching thread may
+  // be the state's last holder, and must not drop rows that Python may come to own while
+  // the interpreter exits (see fetch_on_own_thread). Taken once (taken_), and nothing else
+  // reads the value, so moving it out of the const view is safe.
+  Fetched fetched = std::move(const_cast<Fetched&>(mine.get()));
   if (fetched.written) {
     // The rows were written on the side stream: order the caller's stream after them, and
     // tell the allocator the caller's stream uses them.

@@ -87,6 +87,17 @@ std::string failed_key(int64_t serial, int64_t host) {
   return "quiver/rdma/" + std::to_string(serial) + "/failed/" + std::to_string(host);
 }
 
+// How many hosts of a turn have failed: one read a poll, whatever the number of hosts.
+std::string failures_key(int64_t serial) {
+  return "quiver/rdma/" + std::to_string(serial) + "/failures";
+}
+
+// The pause between two polls of the store while hosts connect: short at first (they
+// usually connect at once), then longer, so that many hosts polling do not load it.
+std::chrono::milliseconds next_pause(std::chrono::milliseconds pause) {
+  return std::min(pause * 2, std::chrono::milliseconds(50));
+}
+
 // A GID as sysfs writes it (eight groups of four hex digits).
 std::string gid_text(const uint8_t* gid) {
   std::ostringstream text;
@@ -197,19 +208,24 @@ class RdmaReader final : public RowReader {
   void tell_peers_why(int64_t serial, const std::string& why) {
     try {
       store_->set(failed_key(serial, host_), std::vector<uint8_t>(why.begin(), why.end()));
+      store_->add(failures_key(serial), 1);  // after the reason: a reader finds it there
     } catch (const std::exception&) {
       // the store is gone too: the peers' own waits will tell
     }
   }
 
-  // Raises with a peer's own reason when it has said it failed to set up (see
+  // Raises with a peer's own reason when one of `peers` has said it failed to set up (see
   // failed_key), naming what this host was waiting for.
-  void check_peer_failed(int64_t serial, int64_t peer, const char* waiting_for) {
-    const std::string failed = failed_key(serial, peer);
-    if (!store_->check({failed})) return;
-    const std::vector<uint8_t> why = store_->get(failed);
-    TORCH_CHECK(false, "host ", peer, " failed to set up its RDMA transport while this host ",
-                "waited for ", waiting_for, ": ", std::string(why.begin(), why.end()));
+  void check_peers_failed(int64_t serial, const std::vector<int64_t>& peers,
+                          const char* waiting_for) {
+    if (store_->add(failures_key(serial), 0) == 0) return;
+    for (const int64_t peer : peers) {
+      const std::string failed = failed_key(serial, peer);
+      if (!store_->check({failed})) continue;
+      const std::vector<uint8_t> why = store_->get(failed);
+      TORCH_CHECK(false, "host ", peer, " failed to set up its RDMA transport while this host ",
+                  "waited for ", waiting_for, ": ", std::string(why.begin(), why.end()));
+    }
   }
 
  public:
@@ -405,12 +421,13 @@ class RdmaReader final : public RowReader {
         const auto deadline = Clock::now() + timeout_;
         const InterruptWatch waiting;
         const std::string what = "host " + std::to_string(h) + "'s RDMA endpoint";
+        auto pause = std::chrono::milliseconds(1);
         while (!store_->check({key(serial, h, host_)})) {
-          check_peer_failed(serial, h, what.c_str());
+          check_peers_failed(serial, {h}, what.c_str());
           TORCH_CHECK(Clock::now() < deadline, "host ", h, " did not publish its endpoint within ",
                       timeout_.count(), " ms: it is late, or it runs other code");
           waiting.check(what.c_str());
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          std::this_thread::sleep_for(pause = next_pause(pause));
         }
       }
       const std::vector<uint8_t> raw = store_->get(key(serial, h, host_));
@@ -451,14 +468,17 @@ class RdmaReader final : public RowReader {
     store_->add("quiver/rdma/" + std::to_string(serial) + "/ready", 1);
     const auto deadline = Clock::now() + timeout_;
     const InterruptWatch connecting;
+    std::vector<int64_t> peers;
+    for (int64_t h = 0; h < num_hosts_; ++h) {
+      if (h != host_) peers.push_back(h);
+    }
+    auto pause = std::chrono::milliseconds(1);
     while (store_->add("quiver/rdma/" + std::to_string(serial) + "/ready", 0) < num_hosts_) {
-      for (int64_t h = 0; h < num_hosts_; ++h) {
-        if (h != host_) check_peer_failed(serial, h, "every host to connect");
-      }
+      check_peers_failed(serial, peers, "every host to connect");
       TORCH_CHECK(Clock::now() < deadline, "not every host connected within ", options_.timeout_s,
                   " s");
       connecting.check("every host to connect its RDMA queue pairs");
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      std::this_thread::sleep_for(pause = next_pause(pause));
     }
   }
 
@@ -478,10 +498,11 @@ class RdmaReader final : public RowReader {
     attr.ah_attr.grh.hop_limit = 64;
     attr.ah_attr.dlid = theirs.lid;
     attr.ah_attr.port_num = static_cast<uint8_t>(options_.port);
-    if (api.modify_qp(qp, &attr,
-                      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0) {
-      const int error = errno;  // before the message's own calls
+    // (ibv_modify_qp returns the error number; errno is not promised)
+    if (const int error = api.modify_qp(qp, &attr,
+                                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                            IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                            IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
       TORCH_CHECK(false, "moving a queue pair to RTR failed (", std::strerror(error),
                   ") toward host ", peer, "'s GID ", gid_text(theirs.gid),
                   " from this host's gid_index ", gid_index_, " of ", device_name_, " port ",

@@ -75,9 +75,12 @@ def is_int(value) -> bool:
 def as_int(value) -> Optional[int]:
     """``value`` as a Python int if it is an integer (Python's, NumPy's or a 0-d integer
     tensor's), else None: a bool is none (``operator.index(True)`` is 1, which would pass
-    as a count or a label)."""
-    if (isinstance(value, bool) or type(value).__name__ == "bool_"
-            or (isinstance(value, torch.Tensor) and value.dtype == torch.bool)):
+    as a count or a label), and so is a tensor of more dimensions (``operator.index`` takes
+    ``[[5]]`` as 5)."""
+    if (isinstance(value, bool) or (type(value).__module__ == "numpy"
+                                    and type(value).__name__ in ("bool", "bool_"))
+            or (isinstance(value, torch.Tensor) and (value.dtype == torch.bool
+                                                     or value.dim() != 0))):
         return None
     try:
         return operator.index(value)

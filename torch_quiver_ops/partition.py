@@ -371,11 +371,11 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
     if owners["owner"].numel() != n or owners["local_index"].numel() != n:
         problems.append(f"an owner map of {owners['owner'].numel()} nodes for {n}")
     # The runtime checks neighbors and owners; edge ids and the owned nodes it only passes
-    # on, so a corrupt one came back as an edge id of -7 or a wrong node (a probe).
-    edge_ids, edges = arrays["edge_ids"], manifest.get("num_edges")
-    if edge_ids.numel() and is_int(edges) and (int(edge_ids.min()) < 0
-                                               or int(edge_ids.max()) >= edges):
-        problems.append(f"edge ids outside [0, {edges})")
+    # on, so a corrupt one came back as an edge id of -7 or a wrong node (a probe). (Edge
+    # ids are the topology's own, which may pass its edge count: only their sign is known.)
+    edge_ids = arrays["edge_ids"]
+    if edge_ids.numel() and int(edge_ids.min()) < 0:
+        problems.append("negative edge ids")
     if nodes.numel() and (int(nodes[0]) < 0 or int(nodes[-1]) >= n
                           or bool((nodes.diff() <= 0).any())):
         problems.append(f"owned nodes that are not ascending ids in [0, {n})")
@@ -385,6 +385,16 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
     return GraphPartition(directory, part, num_parts, n, nodes, indptr, indices,
                           arrays["edge_ids"], owners["owner"], owners["local_index"],
                           arrays.get("labels"), {s: arrays[f"{s}_ids"] for s in splits}, manifest)
+
+
+def _largest_degree(indptr: Tensor, chunk: int = 1 << 24) -> int:
+    """The most neighbors any row of a CSR holds, in chunks of rows (a part's offsets may
+    be gigabytes: their differences whole would be as many again)."""
+    largest = 0
+    for start in range(0, max(indptr.numel() - 1, 0), chunk):
+        rows = indptr[start:start + chunk + 1]
+        largest = max(largest, int((rows[1:] - rows[:-1]).max()))
+    return largest
 
 
 def _tell_sampler_setup_problem(group, timeout, problem: str) -> None:
@@ -514,19 +524,22 @@ class DistGraphSampler:
             transport = "collective"
         self.transport = transport = self._agree(group, transport, replace, options, timeout,
                                                  draws, lanes)
-        problem = ""
+        problem, refusal = "", None
         try:
             self._sampler = self._build(group, nccl, transport, draws, lanes, options, timeout,
                                         device, replace)
-        except (ValueError, IndexError, TypeError, RuntimeError) as error:
-            problem, refusal = str(error), error
+        except Exception as error:  # noqa: BLE001  (told to the others, then raised)
+            problem, refusal = str(error) or type(error).__name__, error
         # Every host says whether it built its sampler (the runtime checks that neighbors and
         # owners are in range; a transport may fail): one that refused its part left the
         # others waiting out the timeout in their first batch, told that it had stopped
         # answering, and one that raised without a word would leave them out of step here.
-        said = torch.classes.quiver.Transport.agree(group.boxed(), "dist-sampler-built",
-                                                    problem, float(timeout))
-        if problem:
+        # Under a topic of this setup's own (host 0's token in it): a host that left an
+        # earlier setup between its two agreements would otherwise pair its next "built"
+        # round with the others' earlier one.
+        said = torch.classes.quiver.Transport.agree(
+            group.boxed(), f"dist-sampler-built/{self._setup_token}", problem, float(timeout))
+        if refusal is not None:
             raise refusal
         troubled = [f"host {h}: {why}" for h, why in enumerate(said) if why]
         if troubled:
@@ -598,17 +611,18 @@ class DistGraphSampler:
             except preflight.ResourceLimitError as error:
                 problem = str(error) if asked == "rdma" else ""
                 rdma_here = False
-        indptr = self.partition.indptr
         mine = {"partition": self.partition.manifest.get("partition_id"),
                 "part": self.partition.part, "sizes": self.sizes, "replace": replace,
                 "asked": asked, "draws": draws, "lanes": lanes, "rdma": rdma_here,
                 "problem": problem, "machine": socket.gethostname(),
-                "largest_degree": int(indptr.diff().max()) if indptr.numel() > 1 else 0}
+                "largest_degree": 0 if replace else _largest_degree(self.partition.indptr),
+                "token": secrets.token_hex(8)}
         texts = torch.classes.quiver.Transport.agree(
             group.boxed(), "dist-sampler-setup", json.dumps(mine, sort_keys=True), timeout)
         everyone = [json.loads(text) for text in texts]
         self._one_machine = len({e["machine"] for e in everyone}) == 1
         self._largest_degree = max(e.get("largest_degree", 0) for e in everyone)
+        self._setup_token = everyone[0].get("token")
         troubled = {h: e["problem"] for h, e in enumerate(everyone) if e["problem"]}
         if troubled:
             raise ValueError("DistGraphSampler cannot connect its hosts: " + "; ".join(

@@ -205,6 +205,8 @@ def test_bools_narrow_ids_and_layers_with_more_targets_than_sources_are_refused(
             qv.GraphedStep(model, optimizer, batches, ignore_index=value)
     with pytest.raises(ValueError, match="spare must be an int >= 1, got tensor.True."):
         qv.GraphedStep(model, optimizer, batches, spare=torch.tensor(True))
+    with pytest.raises(ValueError, match=r"spare must be an int >= 1, got tensor\(\[\[4\]\]\)"):
+        qv.GraphedStep(model, optimizer, batches, spare=torch.tensor([[4]]))
     step = qv.GraphedStep(model, optimizer, batches, spare=4)
     b = batches[0]
     adjs = list(b.adjs)

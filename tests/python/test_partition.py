@@ -185,7 +185,7 @@ def test_a_part_of_another_part_count_and_corrupt_edge_ids_or_nodes_are_named(tm
                                          r"\(num_parts 2 against 1\)"):
         load_partition(tmp_path / "a", 0)
     manifest.write_text(json.dumps(good))
-    for name, damage, words in (("edge_ids", lambda t: t.__setitem__(0, -7), "edge ids outside"),
+    for name, damage, words in (("edge_ids", lambda t: t.__setitem__(0, -7), "negative edge ids"),
                                 ("nodes", lambda t: t.copy_(t.flip(0)), "owned nodes that are "
                                                                          "not ascending")):
         path = tmp_path / "a" / "part_0" / f"{name}.bin"
@@ -355,3 +355,13 @@ def test_the_scripts_name_a_bad_input_file_without_a_traceback(tmp_path, damage)
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and f"--features {bad}" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_largest_degree_is_found_chunk_by_chunk():
+    """DistGraphSampler sizes its slots by every part's largest degree, read in chunks of
+    rows (a part's offsets whole would need as many bytes again)."""
+    from torch_quiver_ops.partition import _largest_degree
+    indptr = torch.tensor([0, 2, 2, 9, 10, 10, 14])
+    for chunk in (1, 2, 4, 100):
+        assert _largest_degree(indptr, chunk) == 7
+    assert _largest_degree(torch.tensor([0])) == 0
