@@ -150,6 +150,15 @@ def as_ids(ids, name: str = "ids") -> torch.Tensor:
         raise IndexError(f"{name} hold an int past int64's range ({error})") from None
 
 
+def readable_ids(ids, name: str = "ids") -> torch.Tensor:
+    """:func:`as_ids`, refusing a meta tensor too (a TypeError naming ``name``: torch's own
+    "Cannot copy out of meta tensor" named no argument)."""
+    ids = as_ids(ids, name)
+    if ids.is_meta:
+        raise TypeError(f"{name} are a meta tensor, which holds no ids")
+    return ids
+
+
 def checked_node_ids(ids: torch.Tensor, num_nodes: int, name: str) -> torch.Tensor:
     """``ids`` as int64, each in [0, num_nodes), else an IndexError naming ``name``."""
     ids = ids.long()

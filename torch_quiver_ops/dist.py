@@ -32,7 +32,7 @@ from torch import Tensor
 
 from . import _sharing, preflight
 from ._interrupts import ctrl_c_ends_waits, runtime_timeout
-from ._device import as_ids, is_int
+from ._device import is_int, readable_ids
 from .feature import Feature, _thread_host_read_blocks
 from .hotness import check_hot_order
 
@@ -582,9 +582,7 @@ class DistFeature:
         if self._runtime is None:
             raise RuntimeError("this DistFeature was closed")
         try:
-            ids = as_ids(ids)
-            if ids.is_meta:  # (torch's "Cannot copy out of meta tensor" named no argument)
-                raise TypeError("ids are a meta tensor, which holds no ids")
+            ids = readable_ids(ids)
             return (ids if ids.device == self.device else ids.to(self.device)).contiguous()
         except (TypeError, ValueError, RuntimeError, NotImplementedError):
             # Ids that cannot even be read (None, a meta tensor): this host still takes its

@@ -35,14 +35,14 @@ def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[i
     seeds = as_ids(seeds, "seeds").cpu()
     if seeds.dim() != 1 or seeds.numel() == 0:
         raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
-    if (as_int(batch_size) or 0) < 1:
+    size, count = as_int(batch_size), None if num_batches is None else as_int(num_batches)
+    if size is None or size < 1:
         raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if num_batches is not None and (as_int(num_batches) is None or as_int(num_batches) < 0):
+    if num_batches is not None and (count is None or count < 0):
         raise ValueError(f"num_batches must be None (one epoch) or an int >= 0, got "
                          f"{num_batches!r}")
     check_generator(generator)
-    batch_size = as_int(batch_size)
-    num_batches = None if num_batches is None else as_int(num_batches)
+    batch_size, num_batches = size, count
     topo = getattr(sampler, "csr_topo", None)
     if topo is not None and holds_integers(seeds):
         # By position in seeds, before the shuffle (the sampler names one in its batch).

@@ -557,9 +557,10 @@ class SampleLoader:
         if not isinstance(sampler, GraphSageSampler) and not all(
                 hasattr(sampler, name) for name in ("sample", "device", "csr_topo")):
             raise TypeError(f"sampler must be a GraphSageSampler, got {type(sampler).__name__}")
-        if (as_int(batch_size) or 0) < 1:  # numpy ints too, as torch's DataLoader takes
+        size = as_int(batch_size)  # numpy ints too, as torch's DataLoader takes
+        if size is None or size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-        batch_size = as_int(batch_size)
+        batch_size = size
         shuffle, drop_last = check_flag(shuffle, "shuffle"), check_flag(drop_last, "drop_last")
         check_generator(generator)
         if prefetch_in_cpp is not None:

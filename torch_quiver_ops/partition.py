@@ -41,7 +41,7 @@ from . import _sharing, ops
 from ._interrupts import ctrl_c_ends_waits
 from .sampler import Adj, layers_of, sampling_placement
 from .topology import CSRTopo
-from ._device import as_ids, is_int
+from ._device import as_ids, is_int, readable_ids
 from .hotness import check_hot_order
 
 METHODS = ("metis", "range", "random")
@@ -645,10 +645,7 @@ class DistGraphSampler:
         As :class:`GraphSageSampler`'s: the first four on the sampling GPU in the GPU and UVA
         modes (on the CPU in the CPU mode), the counts on the CPU."""
         try:
-            seeds = as_ids(input_nodes, "input_nodes")
-            if seeds.is_meta:  # (torch's "Cannot copy out of meta tensor" named no argument)
-                raise TypeError("input_nodes are a meta tensor, which holds no ids")
-            seeds = seeds.cpu()
+            seeds = readable_ids(input_nodes, "input_nodes").cpu()
         except (TypeError, ValueError, RuntimeError, NotImplementedError):
             # Seeds that cannot even be read: this host still takes its turn in the step,
             # with none (as for seeds the runtime refuses), so the hosts stay in step.
