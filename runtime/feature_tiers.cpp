@@ -15,7 +15,8 @@ namespace quiver::runtime {
 FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tensor> positions)
     : tiers_(std::move(tiers)),
       positions_(std::move(positions)),
-      host_read_split_(std::make_shared<internal::HostReadSplit>()) {
+      host_read_split_(std::make_shared<internal::HostReadSplit>()),
+      gathers_in_flight_(std::make_shared<internal::GathersInFlight>()) {
   check_row_tiers(tiers_, positions_);
   num_rows_ = tiered_id_count(tiers_, positions_);
   // Host memory stays allocated while the layout lives, whatever happens to its tensors:
@@ -56,6 +57,7 @@ void FeatureTiers::release() {
   // Waits for gathers under way (a loader's thread may be reading the tiers while the
   // Feature closes, and the memory goes right after this returns).
   const std::unique_lock<std::shared_mutex> no_gathers(memory_mutex_);
+  gathers_in_flight_->wait();  // and for kernels of gathers that have returned
   released_ = true;
   tiers_.clear();
   positions_.reset();
@@ -76,12 +78,13 @@ std::optional<at::Tensor> FeatureTiers::positions() const {
 }
 
 at::Tensor FeatureTiers::gather(const at::Tensor& ids, int64_t host_read_blocks) const {
-  const std::shared_lock<std::shared_mutex> reading(memory_mutex_);  // until the rows are in
+  // Until the rows are in, or their kernel is noted in gathers_in_flight_.
+  const std::shared_lock<std::shared_mutex> reading(memory_mutex_);
   check_not_released("gather");
   check_tier_storage(tiers_, positions_);
   return internal::gather_tiered_rows(tiers_, positions_, ids, group_host_reads_,
                                       stage_host_rows_, host_read_blocks,
-                                      host_read_split_.get());
+                                      host_read_split_.get(), gathers_in_flight_.get());
 }
 
 void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) const {

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -48,9 +49,10 @@ const void* tier_pointer(const at::Tensor& tier, size_t k, const at::Device& dev
 }
 
 // Where the kernel reports a failing id: a word of mapped pinned memory per host thread,
-// cleared by a host store and read after the op's one synchronization, so a call costs no
-// memset and no copy. One word per thread suffices because the op waits for its stream
-// before it returns.
+// cleared by a host store and read after the op's one wait, so a call costs no memset and
+// no copy. One word per thread suffices because the op waits for whatever writes the word
+// (the gather, or the check of its ids ahead of a gather launched without the word) before
+// it returns.
 struct ErrorWord {
   uint64_t* host = nullptr;
   uint64_t* device = nullptr;
@@ -106,11 +108,11 @@ const ErrorWord& cleared_error_word() {
   return mine.word;
 }
 
-// Waits for the gather; raises IndexError naming the first reported failure.
-void raise_on_error(const ErrorWord& word, cudaStream_t stream, const at::Tensor& ids,
+// Raises IndexError naming the failure reported in `word`, if any. Call it once whatever
+// writes the word has ended.
+void raise_reported(const ErrorWord& word, const at::Tensor& ids,
                     const std::optional<at::Tensor>& positions, int64_t num_ids_allowed,
                     int64_t tier_rows) {
-  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
   const uint64_t host_word = *static_cast<volatile const uint64_t*>(word.host);
   if (host_word == kGatherOk) return;
   const auto code = static_cast<GatherError>(host_word >> kGatherErrorShift);
@@ -172,14 +174,22 @@ RowGather<id_t, pos_t> row_gather_of(const RowTiers& layout, int64_t row_bytes,
           error};
 }
 
+// With `checked` (ungrouped gathers only): the ids are checked first, into `error`, and
+// `checked` recorded after that check; the gather then runs without the word.
 template <typename id_t, typename pos_t>
 void launch_gather(const RowTiers& layout, int64_t row_bytes, const void* positions,
                    int64_t num_ids_allowed, const at::Tensor& ids, at::Tensor& out, uint64_t* error,
-                   bool grouped, int64_t max_blocks, cudaStream_t stream) {
+                   bool grouped, int64_t max_blocks, const at::cuda::CUDAStream& stream,
+                   at::cuda::CUDAEvent* checked) {
   auto gather =
       row_gather_of<id_t, pos_t>(layout, row_bytes, positions, num_ids_allowed, ids, out, error);
   gather.max_blocks = max_blocks;
   if (!grouped) {
+    if (checked != nullptr) {
+      C10_CUDA_CHECK(check_gather_ids(gather, stream));
+      checked->record(stream);
+      gather.error = nullptr;
+    }
     C10_CUDA_CHECK(gather_tiered_rows(gather, stream));
     return;
   }
@@ -378,18 +388,34 @@ void launch_staged_gather(at::ArrayRef<at::Tensor> tiers, const RowTiers& layout
 
 namespace {
 
+// Whether every tier and the positions sit in `device`'s own memory. Only then may a call
+// return before its gather ends: pinned host rows and a peer's mapped shard can be freed
+// or unmapped in ways no stream orders.
+bool all_on(const at::Device& device, at::ArrayRef<at::Tensor> tiers,
+            const std::optional<at::Tensor>& positions) {
+  for (const at::Tensor& t : tiers) {
+    if (t.device() != device) return false;
+  }
+  return !positions || positions->device() == device;
+}
+
 // The gather launched on the current stream, its failures reported in `error`: returns the
-// rows (their writes may still be in flight) and the tiers' end position.
+// rows (their writes may still be in flight) and the tiers' end position. With
+// `check_ahead` and every tier and the positions on the ids' GPU, the ids are checked by a
+// kernel of their own, recorded in *check_ahead, and *checked_ahead is set: the word is
+// final once that event is; otherwise it is once the stream has passed the gather.
 at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
                              bool group_host_reads, bool stage_host_rows, int64_t host_read_blocks,
                              const char* op, uint64_t* error, int64_t* tier_end,
-                             internal::HostReadSplit* split = nullptr) {
+                             internal::HostReadSplit* split = nullptr,
+                             at::cuda::CUDAEvent* check_ahead = nullptr,
+                             bool* checked_ahead = nullptr) {
   TORCH_CHECK(ids.is_cuda(), op, " on CUDA needs ids on a GPU, got ids on ", ids.device(),
               " (tables on ", tiers[0].device(), ")");
   const at::Device device = ids.device();
   const c10::cuda::CUDAGuard guard(device);
-  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
   at::Tensor out = at::empty(rows_like(tiers[0], ids.numel()), tiers[0].options().device(device));
   *tier_end = 0;
   for (const at::Tensor& t : tiers) *tier_end += t.size(0);
@@ -418,6 +444,9 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
   const bool staged = stage_host_rows && large &&
                       trailing_host_begin(tiers, layout) < layout.begin[layout.num_tiers];
   const int64_t max_blocks = host_tier ? host_read_blocks : 0;
+  at::cuda::CUDAEvent* checked =
+      check_ahead != nullptr && all_on(device, tiers, positions) ? check_ahead : nullptr;
+  if (checked_ahead != nullptr) *checked_ahead = checked != nullptr;
   AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "gather_from_tiers", [&] {
     if (staged && wide_positions) {
       launch_staged_gather<index_t, int64_t>(tiers, layout, row_bytes, position_ptr,
@@ -427,13 +456,22 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
                                              num_ids_allowed, ids, out, error, max_blocks, split);
     } else if (wide_positions) {
       launch_gather<index_t, int64_t>(layout, row_bytes, position_ptr, num_ids_allowed, ids, out,
-                                      error, grouped, max_blocks, stream);
+                                      error, grouped, max_blocks, stream, checked);
     } else {
       launch_gather<index_t, int32_t>(layout, row_bytes, position_ptr, num_ids_allowed, ids, out,
-                                      error, grouped, max_blocks, stream);
+                                      error, grouped, max_blocks, stream, checked);
     }
   });
   return out;
+}
+
+// This thread's event for the check of a gather's ids on `device` (made at its first record).
+at::cuda::CUDAEvent& ids_checked_event(const at::Device& device) {
+  thread_local std::vector<std::unique_ptr<at::cuda::CUDAEvent>> events;
+  if (events.size() <= static_cast<size_t>(device.index())) events.resize(device.index() + 1);
+  auto& event = events[device.index()];
+  if (!event) event = std::make_unique<at::cuda::CUDAEvent>(cudaEventDisableTiming);
+  return *event;
 }
 
 }  // namespace
@@ -441,18 +479,28 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
 at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
                              bool group_host_reads, bool stage_host_rows, const char* op,
-                             int64_t host_read_blocks, internal::HostReadSplit* split) {
+                             int64_t host_read_blocks, internal::HostReadSplit* split,
+                             internal::GathersInFlight* in_flight) {
   const ErrorWord& error = cleared_error_word();
   int64_t tier_end = 0;
+  at::cuda::CUDAEvent* check_ahead = ids.is_cuda() ? &ids_checked_event(ids.device()) : nullptr;
+  bool checked_ahead = false;
   at::Tensor out = launch_from_tiers(tiers, positions, ids, group_host_reads, stage_host_rows,
-                                     host_read_blocks, op, error.device, &tier_end, split);
+                                     host_read_blocks, op, error.device, &tier_end, split,
+                                     check_ahead, &checked_ahead);
   if (out.numel() == 0) {
     if (row_bytes_of(tiers[0]) == 0) check_ids_of_empty_rows(tiers, positions, ids);
     return out;
   }
   const c10::cuda::CUDAGuard guard(ids.device());
-  raise_on_error(error, at::cuda::getCurrentCUDAStream().stream(), ids, positions,
-                 tiered_id_count(tiers, positions), tier_end);
+  const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
+  if (checked_ahead) {
+    check_ahead->synchronize();
+    if (in_flight != nullptr) in_flight->note(stream);
+  } else {
+    C10_CUDA_CHECK(cudaStreamSynchronize(stream.stream()));
+  }
+  raise_reported(error, ids, positions, tiered_id_count(tiers, positions), tier_end);
   return out;
 }
 
@@ -484,9 +532,9 @@ void PendingGather::raise_if_failed() const {
   const uint64_t word = *static_cast<volatile const uint64_t*>(state_->word.host);
   if (word == kGatherOk) return;
   // Read only after the caller's wait, so the failing id is final; naming it may sync.
-  raise_on_error(state_->word,
-                 at::cuda::getCurrentCUDAStream(state_->ids.device().index()).stream(), state_->ids,
-                 state_->positions, state_->num_ids_allowed, state_->tier_end);
+  const c10::cuda::CUDAGuard guard(state_->ids.device());
+  raise_reported(state_->word, state_->ids, state_->positions, state_->num_ids_allowed,
+                 state_->tier_end);
 }
 
 PendingGather enqueue_gather_from_tiers(at::ArrayRef<at::Tensor> tiers,

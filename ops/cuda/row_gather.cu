@@ -25,8 +25,9 @@ constexpr int kRowsInFlight = 4;
 constexpr int64_t kMaxBlocks = 1 << 20;  // grid-stride beyond this
 
 // A plain store: with no atomics across PCIe, the last failing thread's report stands,
-// and any one failure is enough to raise.
+// and any one failure is enough to raise. No word: the ids were checked ahead.
 __device__ inline void report(uint64_t* error, GatherError code, int64_t index) {
+  if (error == nullptr) return;
   *reinterpret_cast<volatile uint64_t*>(error) =
       (static_cast<uint64_t>(code) << kGatherErrorShift) | static_cast<uint64_t>(index);
 }
@@ -167,6 +168,16 @@ __global__ void resolve_positions_kernel(const RowTiers tiers, const pos_t* __re
   }
 }
 
+template <typename id_t, typename pos_t>
+__global__ void check_gather_ids_kernel(const RowTiers tiers, const pos_t* __restrict__ positions,
+                                        int64_t num_ids_allowed, const id_t* __restrict__ ids,
+                                        int64_t num_ids, uint64_t* error) {
+  const int64_t tier_end = tiers.begin[tiers.num_tiers];
+  QUIVER_GRID_LOOP(i, num_ids) {
+    checked_position(positions, num_ids_allowed, tier_end, ids, i, error, true);
+  }
+}
+
 __global__ void split_sorted_positions_kernel(const int64_t* __restrict__ sorted_keys,
                                               int64_t num_keys, int64_t host_begin,
                                               double gpu_share, int64_t* bounds) {
@@ -218,6 +229,16 @@ cudaError_t order_by_position(const RowGather<id_t, pos_t>& g, const PositionOrd
 }
 
 template <typename id_t, typename pos_t>
+cudaError_t check_gather_ids(const RowGather<id_t, pos_t>& g, cudaStream_t stream) {
+  if (g.num_ids == 0) return cudaSuccess;
+  constexpr int kThreads = 512;
+  check_gather_ids_kernel<id_t, pos_t><<<blocks_for(g.num_ids, kThreads), kThreads, 0, stream>>>(
+      g.tiers, g.positions, g.num_ids_allowed, g.ids, g.num_ids, g.error);
+  QUIVER_LAUNCH_TRY();
+  return cudaSuccess;
+}
+
+template <typename id_t, typename pos_t>
 cudaError_t gather_tiered_rows(const RowGather<id_t, pos_t>& g, cudaStream_t stream) {
   if (g.num_ids == 0 || g.row_bytes == 0) return cudaSuccess;
   switch (vector_width(g)) {
@@ -238,7 +259,8 @@ cudaError_t gather_tiered_rows(const RowGather<id_t, pos_t>& g, cudaStream_t str
   template cudaError_t gather_tiered_rows<id_t, pos_t>(const RowGather<id_t, pos_t>&,           \
                                                        cudaStream_t);                           \
   template cudaError_t order_by_position<id_t, pos_t>(const RowGather<id_t, pos_t>&,            \
-                                                      const PositionOrder&, cudaStream_t);
+                                                      const PositionOrder&, cudaStream_t);      \
+  template cudaError_t check_gather_ids<id_t, pos_t>(const RowGather<id_t, pos_t>&, cudaStream_t);
 QUIVER_INSTANTIATE(int32_t, int32_t)
 QUIVER_INSTANTIATE(int32_t, int64_t)
 QUIVER_INSTANTIATE(int64_t, int32_t)

@@ -31,7 +31,8 @@ constexpr int kGatherErrorShift = 56;
 // One gather: out[i] = the row at position p = positions[ids[i]] (p = ids[i] when
 // positions is null), rows of row_bytes bytes. A failing row is left unwritten and
 // reported in *error, a word the GPU can write (mapped pinned host memory, so reading it
-// costs no copy): any one failure is kept.
+// costs no copy): any one failure is kept. A null error: failing rows are skipped unreported
+// (their ids were checked ahead, see check_gather_ids).
 //
 // When out_rows is given the gather is grouped: ids holds positions (already checked,
 // see order_by_position) and the row read for ids[k] goes to out[out_rows[k]]; null ids
@@ -57,6 +58,12 @@ struct RowGather {
 
 template <typename id_t, typename pos_t>
 cudaError_t gather_tiered_rows(const RowGather<id_t, pos_t>& gather, cudaStream_t stream);
+
+// Reports in gather.error the first failure gather_tiered_rows would meet, reading ids and
+// positions only: a kernel far shorter than the gather, so the host may wait for it alone
+// and let the gather (launched with a null error) run on after the call returns.
+template <typename id_t, typename pos_t>
+cudaError_t check_gather_ids(const RowGather<id_t, pos_t>& gather, cudaStream_t stream);
 
 // Reads grouped by position: the positions of a gather's ids, sorted, with the output row
 // each came from. Read in that order, the rows of a pinned host tier are visited in

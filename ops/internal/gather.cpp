@@ -12,10 +12,28 @@
 
 namespace quiver::internal {
 
+void GathersInFlight::note(const c10::Stream& stream) {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [noted, event] : last_on_stream_) {
+    if (noted == stream) {
+      event.record(stream);
+      return;
+    }
+  }
+  last_on_stream_.emplace_back(stream, c10::Event(stream.device_type()));
+  last_on_stream_.back().second.record(stream);
+}
+
+void GathersInFlight::wait() {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& noted : last_on_stream_) noted.second.synchronize();
+}
+
 at::Tensor gather_tiered_rows(at::ArrayRef<at::Tensor> tiers,
                               const std::optional<at::Tensor>& positions, const at::Tensor& ids,
                               bool group_host_reads, bool stage_host_rows,
-                              int64_t host_read_blocks, HostReadSplit* split) {
+                              int64_t host_read_blocks, HostReadSplit* split,
+                              GathersInFlight* in_flight) {
   check_host_read_blocks(host_read_blocks);
 #ifdef QUIVER_WITH_CUDA
   // Where the dispatcher would send the op: CUDA when any argument is on a GPU.
@@ -24,12 +42,13 @@ at::Tensor gather_tiered_rows(at::ArrayRef<at::Tensor> tiers,
   if (cuda) {
     check_gather_tiered_rows_args(tiers, positions, ids);
     return cuda::gather_from_tiers(tiers, positions, ids, group_host_reads, stage_host_rows,
-                                   "gather_tiered_rows", host_read_blocks, split);
+                                   "gather_tiered_rows", host_read_blocks, split, in_flight);
   }
 #endif
   // CPU threads read host memory directly: grouping, staging and the block cap are GPU
   // matters (its reach over host pages, its SMs) and change nothing here.
   (void)split;
+  (void)in_flight;
   return quiver::gather_tiered_rows(tiers, positions, ids);
 }
 

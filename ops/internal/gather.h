@@ -5,9 +5,14 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
 
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <utility>
+#include <vector>
 
 namespace quiver::internal {
 
@@ -26,6 +31,23 @@ void scatter_rows_into(const at::Tensor& rows, const at::Tensor& where, at::Tens
 
 class HostReadSplit;  // host_read_split.h
 
+// Gathers that returned before their rows were written. A GPU gather whose tiers (and
+// positions) all sit on the ids' GPU waits only for a check of its ids, a kernel ahead of
+// it, and returns with the gather queued, as torch's own ops return: a batch's launch then
+// overlaps the previous batch's rows. A layout that frees its memory first waits for the
+// gathers noted here (FeatureTiers::release).
+class GathersInFlight {
+ public:
+  // After such a gather, queued on `stream`.
+  void note(const c10::Stream& stream);
+  // Until every noted gather has ended.
+  void wait();
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::pair<c10::Stream, c10::Event>> last_on_stream_;
+};
+
 // gather_tiered_rows (its checks, its result) with a layout's options, which change how
 // a GPU reads host rows and never the result: group_host_reads (a large batch's host rows
 // read in position order, page after page), stage_host_rows (such a batch's trailing host
@@ -35,10 +57,12 @@ class HostReadSplit;  // host_read_split.h
 // many blocks of 1024 threads, leaving the SMs to other work while its reads wait on PCIe;
 // 0: as many blocks of 256 as its rows fill; < 0 raises ValueError). On the CPU, the op.
 // The door every gather of a FeatureTiers goes through (Feature, DistFeature, serving).
+// A gather that returns before its rows are written is noted in `in_flight` (if given).
 at::Tensor gather_tiered_rows(at::ArrayRef<at::Tensor> tiers,
                               const std::optional<at::Tensor>& positions, const at::Tensor& ids,
                               bool group_host_reads, bool stage_host_rows,
-                              int64_t host_read_blocks, HostReadSplit* split);
+                              int64_t host_read_blocks, HostReadSplit* split,
+                              GathersInFlight* in_flight = nullptr);
 
 }  // namespace quiver::internal
 

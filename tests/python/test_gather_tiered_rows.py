@@ -274,3 +274,58 @@ def test_staged_host_rows_of_wide_rows_over_many_slices(mode, layout):
                 torch.empty(0, dtype=torch.long)):
         out = gather_read_as("staged", tiers, positions, ids.to(device))
         assert torch.equal(out.cpu(), table[ids]), layout
+
+
+@requires_cuda
+@pytest.mark.parametrize("positions_dtype", [None, torch.int32, torch.int64])
+def test_gathers_on_one_gpu_return_early_and_still_raise_in_their_own_call(positions_dtype):
+    # Every tier (and the positions) in the ids' GPU's memory: a call waits only for a check
+    # of its ids and returns with its gather queued. Back-to-back calls must give the rows,
+    # a bad id must raise in its own call, naming it, and leave no report for the next call.
+    table = random_table(50_000, 100, torch.float32, seed=11)
+    if positions_dtype is None:
+        order, positions = torch.arange(50_000), None
+    else:
+        order, positions = permutation_positions(50_000, positions_dtype, seed=12)
+        positions = positions.cuda()
+    tiers = [t.cuda() for t in table[order].split([20_000, 30_000])]
+    gen = torch.Generator().manual_seed(13)
+    batches = [torch.randint(50_000, (200_000,), generator=gen) for _ in range(6)]
+    outs = [qv.ops.gather_tiered_rows(tiers, positions, ids.cuda()) for ids in batches]
+    bad = batches[0].clone()
+    bad[123_456] = 50_000
+    for _ in range(3):
+        with pytest.raises(IndexError, match=r"ids\[123456\] = 50000 is out of range"):
+            qv.ops.gather_tiered_rows(tiers, positions, bad.cuda())
+        good = qv.ops.gather_tiered_rows(tiers, positions, batches[1].cuda())
+        assert torch.equal(good.cpu(), table[batches[1]])
+    for ids, out in zip(batches, outs):
+        assert torch.equal(out.cpu(), table[ids])
+    if positions is not None:
+        corrupt = positions.clone()
+        corrupt[int(batches[2][7])] = 50_000
+        with pytest.raises(IndexError, match=r"positions\[\d+\] = 50000 is out of range"):
+            qv.ops.gather_tiered_rows(tiers, corrupt, batches[2].cuda())
+
+
+@requires_cuda
+def test_a_layout_released_right_after_its_gathers_waits_for_their_rows():
+    # Gathers from a layout on one GPU return before their rows are written, on whatever
+    # stream is current; release() must wait for those kernels before the tiers go, and
+    # fresh allocations that reuse the tiers' memory must not reach the rows.
+    table = random_table(100_000, 100, torch.float32, seed=14)
+    gen = torch.Generator().manual_seed(15)
+    ids = torch.randint(100_000, (400_000,), generator=gen)
+    for _ in range(3):
+        layout = torch.classes.quiver.FeatureTiers([table.cuda()], None)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            rows = [layout.gather(ids.cuda()) for _ in range(4)]
+        layout.release()
+        del layout
+        overwrite = torch.full((100_000, 100), -1.0, device="cuda")  # may reuse the tiers
+        torch.cuda.current_stream().wait_stream(side)
+        for out in rows:
+            assert torch.equal(out.cpu(), table[ids])
+        del overwrite

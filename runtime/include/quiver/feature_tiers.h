@@ -24,6 +24,7 @@
 #include <vector>
 
 namespace quiver::internal {
+class GathersInFlight;
 class HostReadSplit;
 }
 
@@ -83,7 +84,8 @@ class FeatureTiers : public torch::CustomClassHolder {
 
   // Drops the tiers, positions and pins (Feature.close() calls it on the layouts it handed
   // out, before the shards they map are freed). Afterwards gather, tiers, positions and
-  // state raise; shape and the other facts stay. Waits for gathers under way.
+  // state raise; shape and the other facts stay. Waits for gathers under way, and for the
+  // kernels of those that returned before their rows were written.
   void release();
   bool released() const { return released_; }
 
@@ -107,12 +109,16 @@ class FeatureTiers : public torch::CustomClassHolder {
   at::Device device_ = at::Device(at::kCPU);
   int64_t leading_rows_ = 0;
   std::atomic<bool> released_{false};
-  // Gathers hold it shared while they read the tiers; release() takes it alone.
+  // Gathers hold it shared while they read the tiers or launch kernels that read them;
+  // release() takes it alone.
   mutable std::shared_mutex memory_mutex_;
   std::atomic<bool> stage_host_rows_{false};
   std::atomic<bool> group_host_reads_{true};
   // The GPU's share of a staged gather's host rows, learned by this layout's gathers.
   std::shared_ptr<internal::HostReadSplit> host_read_split_;
+  // Gathers that returned with their rows still being written (every tier on one GPU):
+  // release() waits for them before the memory goes.
+  std::shared_ptr<internal::GathersInFlight> gathers_in_flight_;
 
   void check_not_released(const char* what) const;
 };
