@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 import torch
 from torch import Tensor
 
-from ._device import is_int, resolve_device
+from ._device import check_flag, is_int, resolve_device
 from ._interrupts import ctrl_c_ends_waits, runtime_timeout
 from .ops import integer_fanouts
 from .sampler import Adj, GraphSageSampler
@@ -74,7 +74,12 @@ class PSGS:
         return psgs
 
     def __call__(self, ids: Tensor) -> float:
-        return float(self.values[torch.as_tensor(ids).cpu()].sum())
+        ids = torch.as_tensor(ids).cpu()
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.values.numel()):
+            # Indexing would read a negative id from the end.
+            raise IndexError(f"ids must be in [0, {self.values.numel()}), got ids from "
+                             f"{int(ids.min())} to {int(ids.max())}")
+        return float(self.values[ids].sum())
 
 
 class _Answer:
@@ -236,6 +241,10 @@ class ServingRuntime:
                 raise ValueError(f"{name} must be an int, got {value!r}")
         if not is_int(seed) or not -2**63 <= seed < 2**63:
             raise ValueError(f"seed must be an int that fits in 64 bits, got {seed!r}")
+        capture_batches = check_flag(capture_batches, "capture_batches")
+        if not (isinstance(gpu_mode, str) and gpu_mode.upper() in ("GPU", "UVA")):
+            # Checked on a machine without a GPU too, where it would go unused.
+            raise ValueError(f"gpu_mode must be 'GPU' or 'UVA', got {gpu_mode!r}")
         has_gpu = torch.cuda.is_available() and gpu_streams > 0
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device()) if has_gpu else "cpu"
@@ -315,6 +324,9 @@ class ServingRuntime:
             ids = torch.as_tensor(ids)
         except (ValueError, RuntimeError, TypeError, OverflowError) as error:  # past int64
             raise ValueError(f"node ids must be 64-bit integers: {error}") from None
+        if ids.is_meta or ids.layout != torch.strided:  # torch's own errors name no argument
+            raise TypeError(f"node ids must be a dense tensor holding ids, got a "
+                            f"{'meta' if ids.is_meta else ids.layout} tensor")
         ticket = self._runtime.submit(ids)  # checks shape, dtype, count and range
         if ticket == -1:
             raise Overloaded(f"the queue is full ({self.queued} requests waiting; at most "
@@ -390,7 +402,10 @@ class ServingRuntime:
     def target_of(self, cost: float) -> str:
         """Where an idle runtime sends a batch of PSGS ``cost``: the CPU at or below the
         threshold."""
-        return self._runtime.target_of(float(cost))
+        cost = float(cost)
+        if not cost >= 0 or math.isinf(cost):
+            raise ValueError(f"cost must be a finite PSGS >= 0, got {cost!r}")
+        return self._runtime.target_of(cost)
 
     def calibrate(self, sizes: Sequence[int] = (1, 4, 16, 64, 256, 1024), repeats: int = 5,
                   seed: int = 0) -> float:
@@ -640,6 +655,17 @@ def _answered(nodes, out: Tensor, to_json):
     except Exception as error:  # noqa: BLE001 (a 500 in JSON, as the model's own failure)
         return HTTPStatus.INTERNAL_SERVER_ERROR, {
             "error": f"to_json failed on the model's answer: {type(error).__name__}: {error}"}
+    # What the answer will carry must be strict JSON, checked here so that a bad one is a
+    # 500 that says so (the reply's own encoding would drop the connection).
+    try:
+        json.dumps(predictions, allow_nan=False)
+    except ValueError:
+        return HTTPStatus.INTERNAL_SERVER_ERROR, {
+            "error": "the model's answer holds NaN or infinity, which JSON cannot carry"}
+    except (TypeError, RecursionError) as error:
+        return HTTPStatus.INTERNAL_SERVER_ERROR, {
+            "error": f"to_json returned {type(predictions).__name__}, which JSON cannot carry "
+                     f"({error}): return lists of Python numbers (tensor.tolist())"}
     return HTTPStatus.OK, {"nodes": nodes, "predictions": predictions}
 
 
@@ -846,6 +872,10 @@ class _Handler(BaseHTTPRequestHandler):
     def send_error(self, code, message=None, explain=None):
         """The base class's own refusals (a malformed request line, headers too large, a
         method no HTTP server knows) as JSON, like the endpoint's."""
+        if self.request_version == "HTTP/0.9":
+            # Refused before a valid version was read (the base class's default is 0.9,
+            # whose answers carry no status line): answered as 1.0, status line first.
+            self.request_version = "HTTP/1.0"
         try:
             phrase = HTTPStatus(code).phrase
         except ValueError:
@@ -886,6 +916,10 @@ class _Handler(BaseHTTPRequestHandler):
                             f"speaks HTTP/1.0 and 1.1")
             return False
         if not super().parse_request():
+            return False
+        if self.request_version == "HTTP/0.9":  # named in the request line
+            self.send_error(HTTPStatus.HTTP_VERSION_NOT_SUPPORTED,
+                            "an HTTP/0.9 request: this server speaks HTTP/1.0 and 1.1")
             return False
         if any(isinstance(d, (email.errors.MissingHeaderBodySeparatorDefect,
                               email.errors.FirstHeaderLineIsContinuationDefect))
@@ -1094,6 +1128,9 @@ class HttpServer:
                  server: str = "auto", read_timeout: float = READ_TIMEOUT_S):
         if server not in SERVERS:
             raise ValueError(f"server must be one of {SERVERS}, got {server!r}")
+        if not is_int(port) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an int in [0, 65535] (0: any free port), got "
+                             f"{port!r}")
         self._read_timeout = _checked_read_timeout(read_timeout)
         if server == "auto":
             server = "uvicorn" if _has_uvicorn() else "stdlib"

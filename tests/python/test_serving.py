@@ -672,8 +672,29 @@ def test_bad_options_are_value_errors(graph):
                 serve_http(runtime, server="stdlib", read_timeout=bad)
         with pytest.raises(TypeError, match="fanouts must be a sequence of ints"):
             PSGS(runtime.topo, "32")
+        # Found by a probe: PSGS read -1 as the last node, a NaN cost went to the CPU, a
+        # port past 65535 failed inside uvicorn with three tracebacks, and meta or sparse
+        # ids raised torch's errors, which name no argument.
+        with pytest.raises(IndexError, match=r"ids must be in \[0, "):
+            runtime.psgs([-1])
+        with pytest.raises(IndexError, match=r"ids must be in \[0, "):
+            runtime.psgs([graph.num_nodes])
+        for bad in (float("nan"), -1.0, float("inf")):
+            with pytest.raises(ValueError, match="cost must be a finite PSGS"):
+                runtime.target_of(bad)
+        for port in (70000, -1, "80", 8.0):
+            with pytest.raises(ValueError, match=r"port must be an int in \[0, 65535\]"):
+                serve_http(runtime, server="stdlib", port=port)
+        with pytest.raises(TypeError, match="node ids must be a dense tensor"):
+            runtime.submit(torch.empty(3, dtype=torch.long, device="meta"))
+        with pytest.raises(TypeError, match="node ids must be a dense tensor"):
+            runtime.submit(torch.tensor([1, 2]).to_sparse())
     finally:
         runtime.close()
+    with pytest.raises(TypeError, match="capture_batches must be True or False, got 'no'"):
+        runtime_for(graph, cpu_samplers=1, capture_batches="no")
+    with pytest.raises(ValueError, match="gpu_mode must be 'GPU' or 'UVA', got 'bogus'"):
+        runtime_for(graph, cpu_samplers=1, gpu_mode="bogus")
 
 
 def raw_request(url, head: bytes, body: bytes = b""):
@@ -831,7 +852,12 @@ def test_the_stdlib_servers_own_refusals_are_json(graph):
                 # HTTP/0.9 (no version): answered with a bare body, no status line, after
                 # waiting for headers (found by a probe). Refused at once, as HTTP/1.0.
                 (b"GET /health\r\n", 505, "HTTP/0.9"),
-                (b"POST /predict\r\n", 505, "HTTP/0.9")]:
+                (b"POST /predict\r\n", 505, "HTTP/0.9"),
+                # A version the base class refuses, or HTTP/0.9 named, was answered with a
+                # bare body too (found by a probe): a status line first.
+                (b"GET /health HTTP/2.0\r\n\r\n", 505, "2.0"),
+                (b"GET /health HTTP/abc\r\n\r\n", 400, "HTTP/abc"),
+                (b"POST /predict HTTP/0.9\r\n\r\n", 505, "HTTP/0.9")]:
             with socket.create_connection((host, int(port)), timeout=30) as sock:
                 sock.sendall(request)
                 answer = http.client.HTTPResponse(sock)
@@ -1083,6 +1109,27 @@ def test_a_failing_model_answers_500_and_the_endpoint_keeps_serving(graph, serve
     try:
         status, body = post(server.url, {"nodes": [1, 2, 3]})
         assert status == 200 and len(body["predictions"]) == 3, body
+    finally:
+        server.shutdown()
+    # A to_json returning NumPy values dropped the stdlib connection with a traceback, and
+    # NaN went out as "NaN", which strict JSON parsers refuse, with a 200 (found by a
+    # probe). Both are a 500 in JSON that says why, and the endpoint keeps serving.
+    runtime = runtime_for(graph, cpu_samplers=1)[0]
+    server = serve_http(runtime, server=server_kind, to_json=lambda out: out.argmax(-1).numpy())
+    try:
+        status, body = post(server.url, {"nodes": [1, 2]})
+        assert status == 500 and "to_json returned ndarray" in body["error"], (status, body)
+        assert "tolist" in body["error"]
+        with urllib.request.urlopen(server.url + "/health", timeout=30) as answer:
+            assert answer.status == 200
+    finally:
+        server.shutdown()
+    runtime = runtime_for(graph, cpu_samplers=1)[0]
+    runtime.model = lambda x, adjs: torch.full((adjs[-1].size[1], 2), float("nan"))
+    server = serve_http(runtime, server=server_kind, to_json=lambda out: out.tolist())
+    try:
+        status, body = post(server.url, {"nodes": [1, 2]})
+        assert status == 500 and "NaN or infinity" in body["error"], (status, body)
     finally:
         server.shutdown()
 
