@@ -853,13 +853,16 @@ def checked_seed_edges(edge_label_index, num_nodes: int,
         bad = edge_label_index[(edge_label_index < 0) | (edge_label_index >= num_nodes)][0]
         raise IndexError(f"edge_label_index holds node {int(bad)}, out of range "
                          f"[0, {num_nodes})")
-    if edge_label is not None and torch.as_tensor(edge_label).dim() != 1:
-        raise ValueError(f"edge_label must hold one label per seed edge (1-D), got shape "
-                         f"{tuple(torch.as_tensor(edge_label).shape)}")
+    if edge_label is not None and torch.as_tensor(edge_label).dim() == 0:
+        # A label may be a vector (multi-label edges, regression targets), as in PyG.
+        raise ValueError("edge_label must hold one label per seed edge, got a scalar")
     if edge_label is not None and torch.as_tensor(edge_label).size(0) != \
             edge_label_index.size(1):
         raise ValueError(f"edge_label has {torch.as_tensor(edge_label).size(0)} labels for "
                          f"{edge_label_index.size(1)} seed edges")
+    if edge_label_index.dtype not in (torch.int32, torch.int64):
+        # int8/int16/unsigned ids, which the samplers refuse at the first batch.
+        edge_label_index = edge_label_index.long()
     return edge_label_index
 
 

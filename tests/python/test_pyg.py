@@ -378,6 +378,20 @@ def test_input_nodes_as_a_list_tuple_or_range():
         assert batch.n_id[:batch.batch_size].tolist() == list(ids)
     with pytest.raises(TypeError, match="input_nodes"):
         qpyg.NeighborLoader(data, [2], input_nodes={"a": 1}, batch_size=8, device="cpu")
+    # Found by a probe: int16 ids passed the loader and failed at the first batch as
+    # "seeds"; they are widened. uint8 ones, which torch reads as a mask, are named.
+    for dtype in (torch.int8, torch.int16):
+        loader = qpyg.NeighborLoader(data, [2], input_nodes=torch.tensor([3, 4], dtype=dtype),
+                                     batch_size=8, device="cpu")
+        assert next(iter(loader)).n_id[:2].tolist() == [3, 4]
+    with pytest.raises(TypeError, match="input_nodes are uint8, which torch reads as a mask"):
+        qpyg.NeighborLoader(data, [2], input_nodes=torch.tensor([3, 4], dtype=torch.uint8),
+                            device="cpu")
+    # ... and a bad num_neighbors was named as the sampler's "sizes".
+    with pytest.raises(ValueError, match=r"num_neighbors must name at least one hop"):
+        qpyg.NeighborLoader(data, [], device="cpu")
+    with pytest.raises(ValueError, match=r"num_neighbors\[1\] must be -1 \(all neighbors\)"):
+        qpyg.NeighborLoader(data, [2, -2], device="cpu")
 
 
 def test_numpy_attributes_are_gathered_and_lists_refused():
@@ -904,6 +918,43 @@ def test_link_loader_refuses_bad_input():
                                 time_attr="time", device="cpu")
     with pytest.raises(ValueError, match="edge_label_time needs temporal sampling"):
         qpyg.LinkNeighborLoader(data, [2], edge_label_time=torch.zeros(2500), device="cpu")
+    with pytest.raises(ValueError, match="one label per seed edge, got a scalar"):
+        qpyg.LinkNeighborLoader(data, [2], edge_label_index=torch.tensor([[0, 1], [2, 3]]),
+                                edge_label=torch.tensor(1.0), device="cpu")
+
+
+def test_link_loader_takes_narrow_ids_and_vector_labels():
+    """Found by a probe: int16 seed edges failed at the first batch, and an [E, k] edge_label
+    (multi-label edges, regression targets), which PyG carries through, was refused."""
+    data = directed_data()
+    seeds = torch.tensor([[0, 1, 5], [2, 3, 9]])
+    labels = torch.rand(3, 4)
+    loader = qpyg.LinkNeighborLoader(data, [2], edge_label_index=seeds.to(torch.int16),
+                                     edge_label=labels, batch_size=3, device="cpu")
+    batch = next(iter(loader))
+    assert torch.equal(batch.n_id[batch.edge_label_index], seeds[:, batch.input_id])
+    assert torch.equal(batch.edge_label, labels[batch.input_id])
+    classes = torch.tensor([[0, 1, 0, 2], [1, 1, 0, 0], [2, 0, 1, 1]])
+    binary = qpyg.LinkNeighborLoader(data, [2], edge_label_index=seeds, edge_label=classes,
+                                     neg_sampling="binary", batch_size=3, device="cpu")
+    batch = next(iter(binary))
+    assert batch.edge_label.shape == (6, 4)
+    # PyG's rule: labels whose least is 0 move up by one, so that 0 means a negative.
+    assert torch.equal(batch.edge_label[:3], classes[batch.input_id] + 1)
+    assert not batch.edge_label[3:].any()
+
+
+def test_edge_time_sampling_without_input_time_is_named_at_construction():
+    """On a Data, a time_attr of edge times without input_time failed at the first batch,
+    naming the sampler's seed_time (a HeteroData named input_time at once; from a probe)."""
+    data = directed_data()
+    data.edge_time = torch.arange(data.edge_index.size(1))
+    with pytest.raises(ValueError, match="by edge time needs input_time"):
+        qpyg.NeighborLoader(data, [2], time_attr="edge_time", device="cpu")
+    loader = qpyg.NeighborLoader(data, [2], time_attr="edge_time", batch_size=4,
+                                 input_nodes=torch.arange(4), input_time=torch.full((4,), 10**9),
+                                 device="cpu")
+    assert next(iter(loader)).batch_size == 4
 
 
 def test_a_graph_without_edges_or_nodes_keeps_its_empty_tables():

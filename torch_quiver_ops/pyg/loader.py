@@ -502,17 +502,23 @@ def _id_tensor(ids, name: str) -> Tensor:
 
 
 def _seed_id_form(ids: Tensor, num_nodes: int, name: str) -> Tensor:
-    """``ids`` if they are in a form PyG takes as seeds: 1-D integer ids, or a bool mask of
-    one entry per node; named now, not at the first batch under an inner name (a float id
-    would have been cut to an integer there)."""
+    """``ids`` in a form PyG takes as seeds: 1-D integer ids (int8/int16 and unsigned ones
+    widened to int64, which the samplers take), or a bool mask of one entry per node; named
+    now, not at the first batch under an inner name (a float id would have been cut to an
+    integer there)."""
     if ids.dtype == torch.bool:
         if ids.dim() != 1 or ids.numel() != num_nodes:
             raise IndexError(f"{name} as a bool mask needs one entry per node ({num_nodes}), "
                              f"got shape {tuple(ids.shape)}")
-    elif ids.is_floating_point() or ids.is_complex() or ids.dim() != 1:
+        return ids
+    if ids.is_floating_point() or ids.is_complex() or ids.dim() != 1:
         raise TypeError(f"{name} must be 1-D integer node ids or a bool mask, got "
                         f"{ids.dtype} of shape {tuple(ids.shape)}")
-    return ids
+    if ids.dtype == torch.uint8:
+        # torch indexing reads uint8 as a mask: ids or a mask, the reader cannot tell.
+        raise TypeError(f"{name} are uint8, which torch reads as a mask: give int64 ids or "
+                        f"a bool mask")
+    return ids if ids.dtype in (torch.int32, torch.int64) else ids.long()
 
 
 def _typed_input_nodes(input_nodes, graph_store: HeteroGraphStore):
@@ -680,7 +686,12 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
             # stores PyG's loader gets from us takes tensors only).
             input_nodes = _id_tensor(input_nodes, "input_nodes")
         if isinstance(input_nodes, Tensor):
-            _seed_id_form(input_nodes, graph_store.num_nodes, "input_nodes")
+            input_nodes = _seed_id_form(input_nodes, graph_store.num_nodes, "input_nodes")
+            if (input_time is None and neighbor_sampler.sampler.temporal
+                    and neighbor_sampler.sampler.node_time is None):
+                # Named now, as on a HeteroData, not at the first batch as seed_time.
+                raise ValueError("temporal sampling by edge time needs input_time: one "
+                                 "time per seed")
         super().__init__(stores, num_neighbors=num_neighbors, input_nodes=input_nodes,
                          input_time=None if input_time is None else torch.as_tensor(input_time),
                          time_attr=time_attr,

@@ -28,7 +28,15 @@ def _fanouts(num_neighbors) -> List[int]:
     if isinstance(num_neighbors, dict):
         raise ValueError(f"num_neighbors per edge type samples a heterogeneous graph: "
                          f"{_HETERO}")
-    return integer_fanouts(num_neighbors, "num_neighbors")
+    fanouts = integer_fanouts(num_neighbors, "num_neighbors")
+    # Named here: the sampler's own checks call them sizes.
+    if not fanouts:
+        raise ValueError("num_neighbors must name at least one hop, got []")
+    for hop, fanout in enumerate(fanouts):
+        if fanout < -1:
+            raise ValueError(f"num_neighbors[{hop}] must be -1 (all neighbors) or >= 0, got "
+                             f"{fanout}")
+    return fanouts
 
 
 class NeighborSampler(BaseSampler):
