@@ -91,8 +91,11 @@ TORCH_LIBRARY(quiver, m) {
   //   its weights (ops.row_cumsum). Rows then draw by binary search in it, O(fanout log
   //   degree) reads instead of a key per neighbor, the same distribution: successive
   //   sampling is the order in which independent weighted draws first meet each edge, and
-  //   after many repeats the rest of a row is drawn by keys. A position where the sums do
-  //   not grow raises ValueError.
+  //   after many repeats the rest of a row is drawn by keys. A drawn position where the
+  //   sums do not grow raises ValueError; the sums are read only where draws land, so they
+  //   are trusted to be the weights' prefix sums (a step of zero width is never drawn), as
+  //   a row's times are trusted to be sorted (a search meets part of a row):
+  //   ops.check_row_tables checks both once.
   m.def(
       "neighbor_sample(Tensor indptr, Tensor indices, Tensor seeds, int[] fanouts, "
       "bool replace=False, Tensor? edge_ids=None, Tensor? edge_weight=None, "
@@ -105,7 +108,9 @@ TORCH_LIBRARY(quiver, m) {
 
   // neighbor_sample on a heterogeneous graph stored as one CSR (pyg-lib's
   // hetero_neighbor_sample, GraphBolt's fused layout): node ids global, type t owning
-  // [node_type_offsets[t], node_type_offsets[t + 1]); each row's edges grouped by relation,
+  // [node_type_offsets[t], node_type_offsets[t + 1]); each row's edges grouped by relation
+  // in ascending relation order (trusted: slices are found by binary search over a row's
+  // edge ids; ops.check_row_tables checks the order once),
   // relation r (relation_src_types[r] -> relation_dst_types[r]) owning the global edge ids
   // [relation_edge_offsets[r], relation_edge_offsets[r + 1]) given per CSR position by
   // edge_ids; indices of relation r's edges are nodes of its source type. A node expands

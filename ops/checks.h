@@ -52,9 +52,10 @@ inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices
   check_index_vector(indices, "indices");
   if (edge_ids.has_value()) {
     const at::Tensor& eid = *edge_ids;
-    TORCH_CHECK_TYPE(eid.dim() == 1 && eid.scalar_type() == at::kLong && eid.is_contiguous(),
-                     "edge_ids must be a contiguous 1-D int64 tensor, got ", eid.scalar_type(),
+    TORCH_CHECK_TYPE(eid.dim() == 1 && eid.scalar_type() == at::kLong,
+                     "edge_ids must be a 1-D int64 tensor, got ", eid.scalar_type(),
                      " of shape ", eid.sizes());
+    TORCH_CHECK(eid.is_contiguous(), "edge_ids must be contiguous: pass it through .contiguous()");
     TORCH_CHECK_VALUE(eid.numel() == indices.numel(), "edge_ids has ", eid.numel(),
                       " entries but indices has ", indices.numel());
   }
@@ -90,6 +91,8 @@ inline void check_whole_csr(const at::Tensor& indptr, const at::Tensor& indices,
 // `order` lists each of `num_rows` rows exactly once: a 1-D int32/int64 tensor on any
 // device (a hot order, a saved positions map), `what` naming it. One scan where it lies.
 inline void check_permutation(const at::Tensor& order, int64_t num_rows, const char* what) {
+  TORCH_CHECK_VALUE(num_rows >= 0, "num_rows must be >= 0 (the rows ", what,
+                    " lists), got ", num_rows);
   TORCH_CHECK_TYPE(order.dim() == 1 &&
                        (order.scalar_type() == at::kInt || order.scalar_type() == at::kLong),
                    what, " must be a 1-D tensor of int32/int64 ids, got ", order.scalar_type(),

@@ -31,7 +31,7 @@ def _csr(indptr, indices, edge_ids=None) -> None:
         raise TypeError(f"indptr must be int64, got {indptr.dtype}")
     _index_vector(indices, "indices")
     if edge_ids is not None and (edge_ids.dim() != 1 or edge_ids.dtype != torch.int64):
-        raise TypeError(f"edge_ids must be a contiguous 1-D int64 tensor, got "
+        raise TypeError(f"edge_ids must be a 1-D int64 tensor, got "
                         f"{edge_ids.dtype} of shape {list(edge_ids.shape)}")
 
 

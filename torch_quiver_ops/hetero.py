@@ -169,7 +169,8 @@ class HeteroCSRTopo:
         id of each position, relation ``r`` owning ids ``[relation_edge_offsets[r],
         relation_edge_offsets[r + 1])``; ``slice_starts`` as the property (computed from
         ``eid`` when not given). Sizes are checked here; the sampler checks each row it
-        reads."""
+        reads, and trusts each row's relations to come in ``edge_types``' order
+        (:func:`torch_quiver_ops.ops.check_row_tables` checks that once, in O(edges))."""
         self = cls.__new__(cls)
         self.node_types = list(num_nodes_dict)
         self.num_nodes_dict = _node_counts(num_nodes_dict)

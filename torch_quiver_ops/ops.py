@@ -190,7 +190,10 @@ def neighbor_sample(indptr: Tensor, indices: Tensor, seeds: Tensor, fanouts: Lis
       ``fanout * log2(degree)`` reads a row instead of a key for every neighbor, from the
       same distribution (successive sampling is the order in which independent weighted
       draws first meet the edges). Worth it where rows are long: the frontier of a hop is
-      biased toward high degrees.
+      biased toward high degrees. The op reads the sums only where its draws land, so it
+      trusts them to be the weights' prefix sums (a step of zero width is never drawn
+      rather than refused); :func:`check_row_tables` checks a table once. Likewise a row's
+      times are searched, not scanned: an unsorted row can lose edges unnoticed.
 
     Returns:
         ``(node_ids, batch, rows, cols, sampled_edge_ids, nodes_per_hop, edges_per_hop)``
@@ -220,7 +223,9 @@ def hetero_neighbor_sample(indptr: Tensor, indices: Tensor, edge_ids: Tensor, se
     Node ids are global: type ``t`` owns ``[node_type_offsets[t], node_type_offsets[t+1])``.
     Relation ``r`` joins ``relation_src_types[r] -> relation_dst_types[r]``; its edges carry
     the global edge ids ``[relation_edge_offsets[r], relation_edge_offsets[r+1])``
-    (``edge_ids``, one per CSR position), each row's edges are grouped by relation, and
+    (``edge_ids``, one per CSR position), each row's edges are grouped by relation in
+    ascending relation order (trusted: a row's slices are found by binary search over its
+    edge ids; :func:`check_row_tables` checks the order once), and
     ``indices`` of its edges are nodes of its source type. A node expands through every
     relation that ends at its type, ``fanouts[hop * num_relations + r]`` neighbors of
     relation ``r`` (``-1``: all), every relation in the same kernel launches of each hop.
@@ -307,6 +312,89 @@ def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
             begin, end = int(indptr[row]), int(indptr[row + 1])
             out[begin:end] = weight[begin:end].cumsum(0)
     return out
+
+
+def check_row_tables(indptr: Tensor, edge_ids: Optional[Tensor] = None,
+                     relation_edge_offsets: Optional[List[int]] = None,
+                     edge_time: Optional[Tensor] = None, edge_weight: Optional[Tensor] = None,
+                     edge_weight_cumsum: Optional[Tensor] = None) -> None:
+    """Checks in full, once, the per-edge tables that the sampling ops read only where their
+    draws land (so that a call costs what its sampled edges cost, not its rows' length):
+
+    * with ``relation_edge_offsets`` (and ``edge_ids``): each row's edges in ascending
+      relation order, as :func:`hetero_neighbor_sample` finds a row's relation slices by
+      binary search over its edge ids (rows out of order sampled other relations' edges);
+    * ``edge_time``: non-decreasing within each row (each relation's slice of a row), as
+      the ops' searches for a seed's time assume (an unsorted row lost edges);
+    * ``edge_weight_cumsum`` (with ``edge_weight``): each row's (slice's) inclusive prefix
+      sums of the weights, to 1e-6, every weight finite and > 0 (a step of zero width is
+      never drawn, so the op cannot refuse it).
+
+    :func:`row_cumsum`, :func:`sort_rows_by_time` and ``HeteroCSRTopo`` build tables that
+    pass. O(edges), on the tables' device; ValueError naming the first row that fails."""
+    if (indptr.dim() != 1 or indptr.numel() < 1 or not holds_integers(indptr)
+            or int(indptr[0]) != 0 or bool((indptr.diff() < 0).any())):
+        raise ValueError(f"indptr must be a CSR's row offsets (1-D integers from 0, never "
+                         f"falling), got {indptr.dtype} of shape {tuple(indptr.shape)}")
+    num_edges = int(indptr[-1])
+    tables = [t for t in (edge_ids, edge_time, edge_weight, edge_weight_cumsum) if t is not None]
+    device = tables[0].device if tables else indptr.device
+    for name, table in (("edge_ids", edge_ids), ("edge_time", edge_time),
+                        ("edge_weight", edge_weight), ("edge_weight_cumsum", edge_weight_cumsum)):
+        if table is not None and (table.dim() != 1 or table.numel() != num_edges):
+            raise ValueError(f"{name} must hold one entry per CSR edge ({num_edges}), got "
+                             f"shape {tuple(table.shape)}")
+    if num_edges == 0:
+        return
+    indptr = indptr.to(device, torch.long)
+    rows = torch.repeat_interleave(torch.arange(indptr.numel() - 1, device=device),
+                                   indptr.diff(), output_size=num_edges)
+    starts = torch.ones(num_edges, dtype=torch.bool, device=device)  # where a group starts
+    starts[1:] = rows[1:] != rows[:-1]
+    within = "row"
+    if relation_edge_offsets is not None:
+        if edge_ids is None:
+            raise ValueError("relation_edge_offsets needs edge_ids: a row's relations are "
+                             "read from its edges' ids")
+        offsets = torch.as_tensor(list(relation_edge_offsets), dtype=torch.long, device=device)
+        ids = edge_ids.to(device, torch.long)
+        outside = (ids < offsets[0]) | (ids >= offsets[-1])
+        if bool(outside.any()):
+            at = int(outside.nonzero()[0])
+            raise ValueError(f"edge_ids[{at}] = {int(ids[at])} is outside the relations' "
+                             f"edge ids [{int(offsets[0])}, {int(offsets[-1])})")
+        relation = torch.searchsorted(offsets, ids, right=True) - 1
+        falls = ~starts[1:] & (relation[1:] < relation[:-1])
+        if bool(falls.any()):
+            at = int(falls.nonzero()[0]) + 1
+            raise ValueError(
+                f"row {int(rows[at])}'s edges are not in ascending relation order: CSR "
+                f"position {at} holds an edge of relation {int(relation[at])} after one of "
+                f"relation {int(relation[at - 1])} (hetero_neighbor_sample finds a row's "
+                f"relation slices by binary search over its edge ids)")
+        starts[1:] |= relation[1:] != relation[:-1]
+        within = "relation's slice of a row"
+    if edge_time is not None:
+        times = integer_times(edge_time, "edge_time").to(device)
+        falls = ~starts[1:] & (times[1:] < times[:-1])
+        if bool(falls.any()):
+            at = int(falls.nonzero()[0]) + 1
+            raise ValueError(f"edge_time falls within row {int(rows[at])} at CSR position "
+                             f"{at} ({int(times[at - 1])} then {int(times[at])}): each {within} "
+                             f"must be sorted by time (sort_rows_by_time sorts them)")
+    if edge_weight_cumsum is not None:
+        if edge_weight is None:
+            raise ValueError("edge_weight_cumsum is checked against edge_weight: give both")
+        group_indptr = torch.cat([starts.nonzero().view(-1),
+                                  torch.tensor([num_edges], device=device)])
+        expected = row_cumsum(group_indptr, edge_weight.to(device))  # refuses bad weights
+        sums = edge_weight_cumsum.to(device, torch.double)
+        wrong = ~torch.isclose(sums, expected, rtol=1e-6, atol=0.0)
+        if bool(wrong.any()):
+            at = int(wrong.nonzero()[0])
+            raise ValueError(f"edge_weight_cumsum[{at}] = {float(sums[at])} is not the prefix "
+                             f"sum of row {int(rows[at])}'s weights there ({float(expected[at])}"
+                             f"; each {within} sums on its own): row_cumsum builds it")
 
 
 def sort_rows_by_time(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor] = None,

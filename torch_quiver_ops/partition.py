@@ -448,7 +448,9 @@ class DistGraphSampler:
             reads the drawn entries, three reads a hop (over NCCL the reads travel through
             the GPU and the draws are made on the host). With ``"requester"`` a fixed seed
             gives the same batch over Gloo, NCCL and RDMA; with ``"owner"``, the same over
-            Gloo as over NCCL.
+            Gloo as over NCCL, and a host's batch is fixed only when every host's seeds and
+            generators are too: an owner draws what its peers ask for with its own
+            generator, after its own nodes.
         lanes: Gloo only: how many connections (Gloo groups of the same hosts, made once per
             group and kept) a hop's bulk travels over side by side: the owners' answers, or
             with ``"requester"`` the three reads' rows (one TCP stream carries about 2 GB/s).
@@ -644,17 +646,18 @@ class DistGraphSampler:
         edges_per_hop)``, edge ids global (the input's positions, as CSRTopo numbers them).
         As :class:`GraphSageSampler`'s: the first four on the sampling GPU in the GPU and UVA
         modes (on the CPU in the CPU mode), the counts on the CPU."""
+        sampler = self._open()
         try:
             seeds = readable_ids(input_nodes, "input_nodes").cpu()
         except (TypeError, ValueError, RuntimeError, NotImplementedError):
             # Seeds that cannot even be read: this host still takes its turn in the step,
             # with none (as for seeds the runtime refuses), so the hosts stay in step.
             try:
-                self._sampler.sample(torch.empty(0, dtype=torch.long), generator)
+                sampler.sample(torch.empty(0, dtype=torch.long), generator)
             except RuntimeError:
                 pass  # a peer gone too: the seeds' own error says more
             raise
-        return self._sampler.sample(seeds, generator)
+        return sampler.sample(seeds, generator)
 
     def sample(self, input_nodes, generator: Optional[torch.Generator] = None
                ) -> Tuple[Tensor, int, List[Adj]]:
@@ -664,4 +667,23 @@ class DistGraphSampler:
     def remote_share(self) -> Tuple[List[int], List[int]]:
         """Of the last batch, per hop: frontier nodes asked of other hosts, and the sampled
         edges that came back from them."""
-        return self._sampler.last_remote_nodes(), self._sampler.last_remote_edges()
+        sampler = self._open()
+        return sampler.last_remote_nodes(), sampler.last_remote_edges()
+
+    def close(self) -> None:
+        """Lets go of the runtime sampler and its transports (their connections, and the
+        heartbeat that watches the peers through the rendezvous store): call it on every
+        host before ``destroy_process_group``, or a heartbeat still beating reports the
+        store's host leaving. Sampling afterwards raises."""
+        self._sampler = None
+
+    def __enter__(self) -> "DistGraphSampler":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _open(self):
+        if self._sampler is None:
+            raise RuntimeError("this DistGraphSampler was closed")
+        return self._sampler

@@ -4,12 +4,14 @@ sample_subgraph's, a node's neighbors are drawn uniformly whichever host owns it
 against single-host sampling's distribution), a fixed seed reproduces a batch, and a peer
 that dies mid-batch is named by every survivor."""
 import contextlib
+import dataclasses
 import os
 import socket
 import time
 from datetime import timedelta
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -492,6 +494,11 @@ def test_a_refused_part_is_named_on_every_host_and_huge_fanouts_take_every_neigh
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
+def others_of(part):
+    """Nodes another host owns."""
+    return (part.owner.long() != part.part).nonzero().view(-1)[:5]
+
+
 def loader_worker(rank, world, port, directory, results, backend="gloo"):
     with host_of(rank, world, port, results, 60, backend):
         from torch_quiver_ops.pyg import DistNeighborLoader
@@ -542,6 +549,33 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
             mask[own] = True
             masked = DistNeighborLoader(part, [2], input_nodes=mask, batch_size=16)
             assert torch.equal(masked.input_nodes, own.unique())
+            # Found by a probe: the loader took neither the requester's draws nor a
+            # generator, so a host's batches hung on the other hosts' requests. With them,
+            # host 0's first batch is the same in both turns while host 1 asks for other
+            # seeds each turn (its shuffle moves on an epoch).
+            gen = torch.Generator().manual_seed(5)
+            fixed = DistNeighborLoader(part, [4, 3], input_nodes=own, batch_size=np.int64(8),
+                                       shuffle=rank == 1, draws="requester", generator=gen)
+            firsts = []
+            for _ in range(2):
+                gen.manual_seed(5)
+                firsts.append(next(iter(fixed)))
+            if rank == 0:
+                assert torch.equal(firsts[0].n_id, firsts[1].n_id)
+                assert torch.equal(firsts[0].e_id, firsts[1].e_id)
+            fixed.close()
+            with pytest.raises(RuntimeError, match="this DistGraphSampler was closed"):
+                fixed.sampler.sample_subgraph(own[:2])
+            # A split whose file holds another host's node was found mid-epoch, on that
+            # host alone; now at construction, on both.
+            corrupt = dataclasses.replace(part, splits=dict(part.splits, bad=others_of(part)))
+            with pytest.raises(ValueError, match="split 'bad' of part 0 holds node"
+                               if rank == 0 else "another host's input_nodes"):
+                DistNeighborLoader(corrupt, [2], input_nodes="bad" if rank == 0 else "train")
+            with pytest.raises(TypeError, match="verify must be True or False"):
+                DistNeighborLoader(directory / "parts", [2], verify="yes")
+            verified = DistNeighborLoader(directory / "parts", [2], verify=True)
+            verified.close()
             # Input nodes one host refuses (floats; another host's nodes, whose y this part
             # lacks) raise on every host at once: the other host waited, then timed out.
             others = (part.owner.long() != rank).nonzero().view(-1)[:5]

@@ -697,3 +697,72 @@ def test_replayed_batches_equal_calls_run_as_usual(mode, rules):
     for k, (a, b) in enumerate(zip(usual, replayed)):
         for x, y in zip(a, b):
             assert torch.equal(x, y), (rules, k)
+
+
+def test_check_row_tables_checks_what_the_ops_trust():
+    """The ops read sums, times and a row's relation slices only where their draws land:
+    a zero or negative weight behind a cumsum was never drawn rather than refused, an
+    unsorted row lost edges, and rows with relations out of order sampled other relations'
+    edges, all silently (found by a probe). check_row_tables checks such tables once."""
+    indptr = torch.tensor([0, 4, 4, 7])
+    weight = torch.tensor([1.0, 2.0, 3.0, 4.0, 1.0, 1.0, 1.0])
+    sums = qv.ops.row_cumsum(indptr, weight)
+    time = torch.tensor([1, 2, 2, 9, 0, 5, 6])
+    qv.ops.check_row_tables(indptr, edge_time=time, edge_weight=weight, edge_weight_cumsum=sums)
+    qv.ops.check_row_tables(indptr)  # nothing to check but the offsets
+    zero = weight.clone()
+    zero[1] = 0.0
+    with pytest.raises(ValueError, match=r"edge_weight\[1\] = 0.0: every weight must be finite"):
+        qv.ops.check_row_tables(indptr, edge_weight=zero,
+                                edge_weight_cumsum=zero.double().cumsum(0))
+    skewed = sums.clone()
+    skewed[3] = 100.0
+    with pytest.raises(ValueError, match=r"edge_weight_cumsum\[3\] = 100.0 is not the prefix "
+                                         r"sum of row 0's weights there \(10.0"):
+        qv.ops.check_row_tables(indptr, edge_weight=weight, edge_weight_cumsum=skewed)
+    with pytest.raises(ValueError, match="checked against edge_weight: give both"):
+        qv.ops.check_row_tables(indptr, edge_weight_cumsum=sums)
+    unsorted = torch.tensor([1, 5, 2, 9, 0, 5, 6])
+    with pytest.raises(ValueError, match=r"edge_time falls within row 0 at CSR position 2 "
+                                         r"\(5 then 2\)"):
+        qv.ops.check_row_tables(indptr, edge_time=unsorted)
+    indices = torch.tensor([1, 2, 0, 1, 0, 1, 2])
+    _, _, sorted_time = qv.ops.sort_rows_by_time(indptr, indices, edge_time=unsorted)
+    qv.ops.check_row_tables(indptr, edge_time=sorted_time)  # what the builder gives passes
+    with pytest.raises(ValueError, match=r"edge_time must hold one entry per CSR edge \(7\)"):
+        qv.ops.check_row_tables(indptr, edge_time=time[:5])
+    # Relations: one node type, relation 0 owns edge ids [0, 2), relation 1 [2, 4).
+    hetero_indptr = torch.tensor([0, 4, 4, 4])
+    in_order = torch.tensor([0, 1, 2, 3])
+    qv.ops.check_row_tables(hetero_indptr, in_order, [0, 2, 4],
+                            edge_time=torch.tensor([5, 6, 1, 2]),  # sorted per relation slice
+                            edge_weight=torch.tensor([1.0, 2.0, 3.0, 4.0]),
+                            edge_weight_cumsum=torch.tensor([1.0, 3.0, 3.0, 7.0],
+                                                            dtype=torch.double))
+    with pytest.raises(ValueError, match=r"row 0's edges are not in ascending relation order: "
+                                         r"CSR position 2 holds an edge of relation 0 after "
+                                         r"one of relation 1"):
+        qv.ops.check_row_tables(hetero_indptr, torch.tensor([2, 3, 0, 1]), [0, 2, 4])
+    with pytest.raises(ValueError, match=r"edge_ids\[1\] = 4 is outside the relations' edge ids"):
+        qv.ops.check_row_tables(hetero_indptr, torch.tensor([0, 4, 2, 3]), [0, 2, 4])
+    with pytest.raises(ValueError, match="relation_edge_offsets needs edge_ids"):
+        qv.ops.check_row_tables(hetero_indptr, None, [0, 2, 4])
+    from torch_quiver_ops.hetero import HeteroCSRTopo
+    gen = torch.Generator().manual_seed(3)
+    built = HeteroCSRTopo({("a", "to", "b"): torch.randint(0, 20, (2, 300), generator=gen),
+                           ("b", "to", "b"): torch.randint(0, 20, (2, 300), generator=gen),
+                           ("a", "by", "b"): torch.randint(0, 20, (2, 300), generator=gen)},
+                          {"a": 20, "b": 20})
+    qv.ops.check_row_tables(built.indptr, built.eid, built.relation_edge_offsets)
+
+
+def test_a_strided_edge_ids_is_named_as_such_and_negative_row_counts_refused():
+    """A strided edge_ids had been told its dtype and shape were wrong ("must be a contiguous
+    1-D int64 tensor, got Long of shape [5]"); check_permutation took -1 rows (a probe)."""
+    indptr, indices = torch.tensor([0, 2, 5]), torch.tensor([1, 0, 0, 1, 1])
+    with pytest.raises(RuntimeError, match="edge_ids must be contiguous: pass it through"):
+        qv.ops.sample_neighbors(indptr, indices, torch.tensor([0]), 1,
+                                edge_ids=torch.arange(10)[::2])
+    with pytest.raises(ValueError, match=r"num_rows must be >= 0 \(the rows order lists\), "
+                                         r"got -1"):
+        qv.ops.check_permutation(torch.tensor([0]), -1)

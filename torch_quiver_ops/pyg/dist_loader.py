@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import torch
 import torch.distributed as dist
 from torch import Tensor
 from torch_geometric.data import Data
 
-from .._device import is_int
+from .._device import as_int, check_flag, check_generator
 from .._interrupts import ctrl_c_ends_waits
 from ..dist import gloo_twin
 from ..ops import check_fanouts
@@ -46,9 +46,15 @@ class DistNeighborLoader:
         group: the hosts (default: the world). The sampler exchanges over it when it is
             NCCL and ``mode`` samples on a GPU; otherwise (and for the loader's own
             agreement on the batch count) over a Gloo twin.
-        replace, timeout, transport, mode, device: the sampler's (:class:`DistGraphSampler`;
-            ``mode`` defaults to ``"CPU"``).
+        replace, timeout, transport, mode, device, draws, lanes, bounded_slots: the
+            sampler's (:class:`DistGraphSampler`; ``mode`` defaults to ``"CPU"``). With
+            ``draws="requester"`` a host's batches depend on its own seeds and generator
+            only; with the owners' draws, on every host's.
         seed: the shuffle's seed.
+        generator: a ``torch.Generator`` for the sampler's draws (default: its own).
+        verify: check each file of the partition against its CRC-32 when it is loaded (a
+            partition's files are otherwise checked by size only: a flipped byte in range
+            would give wrong neighbors silently).
 
     Batches are ``Data`` with ``x`` (the rows of ``n_id``), ``y`` (the seeds' labels, from
     the part: the first ``batch_size`` nodes), ``edge_index``, ``n_id``, ``e_id`` (global),
@@ -61,11 +67,17 @@ class DistNeighborLoader:
                  input_nodes: Union[str, Tensor] = "train", batch_size: int = 1,
                  shuffle: bool = False, feature=None, group=None, replace: bool = False,
                  timeout: float = 60.0, seed: int = 0, transport: str = "auto",
-                 mode: str = "CPU", device=None):
+                 mode: str = "CPU", device=None, draws: Optional[str] = None, lanes: int = 1,
+                 bounded_slots: Optional[bool] = None, verify: bool = False,
+                 generator: Optional[torch.Generator] = None):
         problem = None
         try:
-            if not is_int(batch_size) or batch_size < 1:
+            count = as_int(batch_size)  # NumPy's ints too
+            if count is None or count < 1:
                 raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+            batch_size = count
+            verify = check_flag(verify, "verify")
+            check_generator(generator)
             fanouts = _fanouts(num_neighbors)
             check_fanouts(fanouts, replace, "num_neighbors")  # here, naming the argument
         except (ValueError, TypeError) as error:
@@ -81,7 +93,7 @@ class DistNeighborLoader:
             if problem is not None:
                 raise problem
             if not isinstance(partition, GraphPartition):
-                partition = load_partition(partition, dist.get_rank(self.group))
+                partition = load_partition(partition, dist.get_rank(self.group), verify=verify)
         except (ValueError, TypeError, IndexError, OSError) as error:
             # Told to the other hosts, which meet it in the sampler's setup agreement, so
             # that every host raises at once rather than after the timeout with nothing said.
@@ -89,7 +101,9 @@ class DistNeighborLoader:
             raise
         self.partition = partition
         self.sampler = DistGraphSampler(partition, fanouts, self.sampler_group,
-                                        replace, timeout, transport, mode=mode, device=device)
+                                        replace, timeout, transport, mode=mode, device=device,
+                                        draws=draws, lanes=lanes, bounded_slots=bounded_slots)
+        self.generator = generator
         # A problem with this host's input nodes is raised on every host, after the
         # agreement below: raised here alone, it left the others waiting on this one.
         try:
@@ -132,7 +146,17 @@ class DistNeighborLoader:
             if input_nodes not in partition.splits:
                 raise ValueError(f"input_nodes={input_nodes!r} names no split of the partition "
                                  f"(it has {sorted(partition.splits)})")
-            return partition.splits[input_nodes].long()
+            ids = partition.splits[input_nodes].long()
+            # A split holds this host's own nodes; a corrupt file would have failed one
+            # batch mid-epoch, on this host alone.
+            bad = (ids < 0) | (ids >= partition.num_nodes)
+            if not bool(bad.any()):
+                bad = partition.owner[ids].long() != partition.part
+            if bool(bad.any()):
+                raise ValueError(f"split {input_nodes!r} of part {partition.part} holds node "
+                                 f"{int(ids[bad][0])}, which is not this part's: the split's "
+                                 f"file is corrupt (load_partition(verify=True) checks it)")
+            return ids
         ids = split_ids("input_nodes", input_nodes, partition.num_nodes, "input_nodes")
         if partition.labels is not None and ids.numel():
             foreign = partition.owner[ids].long() != partition.part
@@ -145,6 +169,11 @@ class DistNeighborLoader:
 
     def __len__(self) -> int:
         return self._batches
+
+    def close(self) -> None:
+        """Closes the sampler (:meth:`DistGraphSampler.close`): call it on every host before
+        ``destroy_process_group``. The feature, the caller's, stays open."""
+        self.sampler.close()
 
     def __iter__(self):
         count = self.input_nodes.numel()
@@ -165,7 +194,8 @@ class DistNeighborLoader:
             yield self._batch(self.input_nodes[places], places)
 
     def _batch(self, seeds: Tensor, places: Tensor) -> Data:
-        node, row, col, edge, nodes_per_hop, edges_per_hop = self.sampler.sample_subgraph(seeds)
+        node, row, col, edge, nodes_per_hop, edges_per_hop = self.sampler.sample_subgraph(
+            seeds, self.generator)
         batch = Data(edge_index=torch.stack([row, col]), n_id=node, e_id=edge,
                      input_id=places.to(node.device), batch_size=seeds.numel(),
                      num_nodes=node.numel(),
