@@ -857,8 +857,8 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
     };
   } else if (seeds.dim() != 1) {
     refuse = [shape = seeds.sizes().vec()] {
-      TORCH_CHECK_VALUE(false, "DistSampler.sample: seeds must be a 1-D tensor, got shape ", shape,
-                        kStaysInStep);
+      TORCH_CHECK_VALUE(false, "DistSampler.sample: seeds must be a 1-D tensor, got shape ",
+                        at::IntArrayRef(shape), kStaysInStep);
     };
   } else if (!at::isIntegralType(seeds.scalar_type(), /*includeBool=*/false)) {
     refuse = [dtype = seeds.scalar_type()] {

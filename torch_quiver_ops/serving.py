@@ -28,6 +28,7 @@ import email.errors
 import io
 import itertools
 import json
+import logging
 import math
 import os
 import threading
@@ -1116,6 +1117,34 @@ class _ThreadingServer(ThreadingHTTPServer):
             self.process_request(request, address)  # a thread, joined by server_close
 
 
+class _ClientFaultsOncePerMinute(logging.Filter):
+    """uvicorn logs each malformed request a client sends at WARNING ("Invalid HTTP request
+    received."), so any client could grow the log without bound (found by a probe): one
+    such line a minute, saying how many were held back since the last."""
+
+    PERIOD_S = 60.0
+
+    def __init__(self):
+        super().__init__()
+        self._lock = threading.Lock()
+        self._last, self._held = -math.inf, 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Invalid HTTP request"):
+            return True
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last < self.PERIOD_S:
+                self._held += 1
+                return False
+            if self._held:
+                record.msg = (f"{record.getMessage()} ({self._held} more held back since the "
+                              f"last such line)")
+                record.args = None
+            self._last, self._held = now, 0
+        return True
+
+
 class HttpServer:
     """A running endpoint: ``url``, ``kind`` (``"uvicorn"`` or ``"stdlib"``), ``runtime``
     (the :class:`ServingRuntime` or :class:`ServingPool` it serves: its counters), and
@@ -1154,7 +1183,6 @@ class HttpServer:
         if not _has_uvicorn():
             raise ValueError("server='uvicorn' needs uvicorn (pip install uvicorn httptools); "
                              "server='stdlib' needs nothing")
-        import logging
         import socket
 
         import uvicorn
@@ -1164,7 +1192,10 @@ class HttpServer:
         # uvicorn binds the socket itself: one handed to it bound makes its replies wait for
         # delayed ACKs (about 40 ms each on Linux, measured). log_config=None keeps the
         # program's own logging as it is (uvicorn's would replace its handlers).
-        logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
+        errors = logging.getLogger("uvicorn.error")
+        errors.setLevel(logging.WARNING)
+        if not any(isinstance(f, _ClientFaultsOncePerMinute) for f in errors.filters):
+            errors.addFilter(_ClientFaultsOncePerMinute())
         config = uvicorn.Config(asgi_app(self.runtime, to_json,
                                          read_timeout=self._read_timeout),
                                 host=address, port=port,

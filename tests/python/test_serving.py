@@ -1683,3 +1683,37 @@ def test_calibrate_refuses_repeats_out_of_range():
             runtime.calibrate(repeats=2)
     finally:
         runtime.close()
+
+
+def test_uvicorns_line_per_malformed_request_is_held_to_one_a_minute(graph, caplog):
+    """uvicorn logged every malformed request at WARNING, so a client could grow the log
+    without bound (found by a probe): one such line a minute, then a count."""
+    import logging
+    import torch_quiver_ops.serving as serving
+    if not serving._has_uvicorn():
+        pytest.skip("needs uvicorn")
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, server="uvicorn")
+    for kept in logging.getLogger("uvicorn.error").filters:  # one per process: this test's
+        if isinstance(kept, serving._ClientFaultsOncePerMinute):  # minute starts now
+            kept._last, kept._held = -math.inf, 0
+    try:
+        with caplog.at_level(logging.WARNING, logger="uvicorn.error"):
+            for _ in range(5):
+                status, _ = raw_request(server.url, b"POST /predict HTTP/1.1\r\nHost: x\r\n"
+                                                    b"Content-Length: -1\r\n\r\n")
+                assert status == 400
+            assert post(server.url, {"nodes": [1]})[0] == 200
+        lines = [r for r in caplog.records if "Invalid HTTP request" in r.getMessage()]
+        assert len(lines) == 1, [r.getMessage() for r in lines]
+    finally:
+        server.shutdown()
+    held = serving._ClientFaultsOncePerMinute()
+    record = lambda: logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1,  # noqa: E731
+                                       "Invalid HTTP request received.", None, None)
+    assert held.filter(record()) and not held.filter(record()) and not held.filter(record())
+    held._last -= held.PERIOD_S
+    again = record()
+    assert held.filter(again) and "2 more held back" in again.getMessage()
+    assert held.filter(logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1,
+                                         "something else", None, None))
