@@ -16,7 +16,16 @@
 
 #define CK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e)); exit(1);} } while (0)
 
-template <int R>
+__device__ inline uint4 ld_na(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+  return v;
+}
+
+// The library's shape: a block of (row_vecs lanes x rows), R rows' loads in flight a thread.
+// kHints: non-allocating loads and streaming stores.
+template <int R, bool kHints>
 __global__ void k2d(const uint4* __restrict__ table, int64_t rows, int64_t row_vecs,
                     const int64_t* __restrict__ ids, int64_t n, uint4* __restrict__ out,
                     uint64_t* err) {
@@ -37,45 +46,18 @@ __global__ void k2d(const uint4* __restrict__ table, int64_t rows, int64_t row_v
     for (int64_t v = threadIdx.x; v < row_vecs; v += blockDim.x) {
       uint4 val[R];
 #pragma unroll
-      for (int r = 0; r < R; ++r) if (src[r]) val[r] = src[r][v];
+      for (int r = 0; r < R; ++r) {
+        if (src[r]) val[r] = kHints ? ld_na(src[r] + v) : src[r][v];
+      }
 #pragma unroll
-      for (int r = 0; r < R; ++r) if (src[r]) out[dst[r] * row_vecs + v] = val[r];
-    }
-  }
-}
-
-__device__ inline uint4 ld_na(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-  return v;
-}
-
-// Same shape, non-allocating loads and streaming stores.
-template <int R>
-__global__ void k2d_hint(const uint4* __restrict__ table, int64_t rows, int64_t row_vecs,
-                         const int64_t* __restrict__ ids, int64_t n, uint4* __restrict__ out,
-                         uint64_t* err) {
-  const int64_t step = int64_t{blockDim.y} * R;
-  for (int64_t first = blockIdx.x * step; first < n; first += int64_t{gridDim.x} * step) {
-    const uint4* src[R];
-    int64_t dst[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      src[r] = nullptr;
-      const int64_t i = first + r * int64_t{blockDim.y} + threadIdx.y;
-      if (i >= n) continue;
-      const int64_t id = ids[i];
-      if (id < 0 || id >= rows) { if (err && threadIdx.x == 0) *err = i + 1; continue; }
-      src[r] = table + id * row_vecs;
-      dst[r] = i;
-    }
-    for (int64_t v = threadIdx.x; v < row_vecs; v += blockDim.x) {
-      uint4 val[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) if (src[r]) val[r] = ld_na(src[r] + v);
-#pragma unroll
-      for (int r = 0; r < R; ++r) if (src[r]) __stcs(out + dst[r] * row_vecs + v, val[r]);
+      for (int r = 0; r < R; ++r) {
+        if (!src[r]) continue;
+        if (kHints) {
+          __stcs(out + dst[r] * row_vecs + v, val[r]);
+        } else {
+          out[dst[r] * row_vecs + v] = val[r];
+        }
+      }
     }
   }
 }
@@ -170,16 +152,16 @@ int main() {
       char name[80];
       snprintf(name, 80, "2d R=%d threads=%d", R, threads);
       auto L = [&](int64_t* ids) {
-        if (R == 2) k2d<2><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
-        if (R == 4) k2d<4><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
-        if (R == 8) k2d<8><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
+        if (R == 2) k2d<2, false><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
+        if (R == 4) k2d<4, false><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
+        if (R == 8) k2d<8, false><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
       };
       run(name, L);
       snprintf(name, 80, "2d hints R=%d threads=%d", R, threads);
       auto H = [&](int64_t* ids) {
-        if (R == 2) k2d_hint<2><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
-        if (R == 4) k2d_hint<4><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
-        if (R == 8) k2d_hint<8><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
+        if (R == 2) k2d<2, true><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
+        if (R == 4) k2d<4, true><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
+        if (R == 8) k2d<8, true><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
       };
       run(name, H);
     }
@@ -209,12 +191,12 @@ int main() {
       for (int b = 0; b < batches; ++b) {
         *err_host = 0;
         if (mode == 0) {
-          k2d<4><<<blocks, block>>>(table, rows, row_vecs, idsv[b], n, out, err);
+          k2d<4, false><<<blocks, block>>>(table, rows, row_vecs, idsv[b], n, out, err);
           CK(cudaStreamSynchronize(0));
         } else {
           check_ids<<<264, 512>>>(idsv[b], n, rows, err);
           cudaEventRecord(checked);
-          k2d<4><<<blocks, block>>>(table, rows, row_vecs, idsv[b], n, out, nullptr);
+          k2d<4, false><<<blocks, block>>>(table, rows, row_vecs, idsv[b], n, out, nullptr);
           CK(cudaEventSynchronize(checked));
         }
         if (*err_host) printf("error!\n");
