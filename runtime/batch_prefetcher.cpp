@@ -56,6 +56,9 @@ BatchPrefetcher::BatchPrefetcher(c10::intrusive_ptr<SubgraphSampler> sampler,
                       sampler_->num_nodes(), "), got shape ", labels_->sizes());
   }
   if (features_) {  // else the first batch named ids out of range, not the features
+    TORCH_CHECK_VALUE(!(*features_)->released(), "BatchPrefetcher: features were released "
+                      "(Feature.close() frees the memory they read): take a layout from an "
+                      "open Feature");
     TORCH_CHECK_VALUE((*features_)->num_rows() >= sampler_->num_nodes(), "BatchPrefetcher: ",
                       "features hold ", (*features_)->num_rows(), " rows, fewer than the ",
                       "sampler's graph has nodes (", sampler_->num_nodes(), ")");

@@ -477,9 +477,9 @@ int64_t rounded_up_to_step(int64_t rows) {
 }  // namespace
 
 void DistSampler::set_slot_margin(double margin) {
-  TORCH_CHECK(std::isfinite(margin) && margin >= 0 && margin <= 1000,
-              "DistSampler.set_slot_margin: margin must be 0 (blocks of the bounds) or a finite "
-              "factor in (0, 1000], got ", margin);
+  TORCH_CHECK_VALUE(std::isfinite(margin) && margin >= 0 && margin <= 1000,
+                    "DistSampler.set_slot_margin: margin must be 0 (blocks of the bounds) or a "
+                    "finite factor in (0, 1000], got ", margin);
   std::lock_guard<std::mutex> lock(sample_mutex_);
   if (margin == slot_margin_) return;  // no change: the blocks stay agreed
   slot_margin_ = margin;
@@ -850,7 +850,12 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
       " (this host took part in the batch with no seeds, so the hosts stay in step)";
   std::function<void()> refuse;
   at::Tensor seed_ids = at::empty({0}, at::kLong);
-  if (!seeds.is_cpu()) {
+  if (!seeds.defined()) {
+    refuse = [] {
+      TORCH_CHECK_TYPE(false, "DistSampler.sample: seeds must be a tensor of node ids, got None",
+                       kStaysInStep);
+    };
+  } else if (!seeds.is_cpu()) {
     refuse = [device = seeds.device()] {
       TORCH_CHECK(false, "DistSampler.sample: seeds must be a CPU tensor, got one on ", device,
                   kStaysInStep);

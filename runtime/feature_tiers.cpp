@@ -121,6 +121,8 @@ void FeatureTiers::set_host_read_share(std::optional<double> share) {
   TORCH_CHECK_VALUE(!share || (*share >= 0.0 && *share <= 1.0),
                     "FeatureTiers.set_host_read_share: share is the GPU's share of a staged "
                     "gather's host rows, in [0, 1] (or None to learn it), got ", *share);
+  // -0.0 as 0.0: the state saves the share's bits, and a set sign bit read back as corrupt.
+  if (share) *share += 0.0;
   host_read_split_->fix(share);
 }
 

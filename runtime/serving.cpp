@@ -196,7 +196,9 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
 
 ServingRuntime::~ServingRuntime() {
   try {
-    close(30.0);
+    // With no model thread of its own nothing can answer once the last handle is gone
+    // (Python's model threads hold one): waiting would only stall the dropping thread.
+    close(model_threads_.empty() ? 0.0 : 30.0);
   } catch (...) {  // a destructor must not throw; close() only fails answers
   }
 }
@@ -568,6 +570,10 @@ void ServingRuntime::fail(int64_t batch_id, const std::string& message) {
 void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::string& error,
                             bool from_model) {
   const Clock::time_point now = Clock::now();
+  // A failure may come with no words (fail(id, ""), an exception whose what() is empty):
+  // it fails its requests all the same.
+  const bool failed = !error.empty() || !rows.defined();
+  const std::string why = error.empty() ? "the model failed without a message" : error;
   std::lock_guard<std::mutex> lock(mutex_);
   if (from_model) --being_answered_;
   int64_t begin = 0;
@@ -577,10 +583,10 @@ void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::stri
     // Gone: its waiter gave up. Done: a close() that gave up failed it while this batch's
     // rows were being copied.
     if (it != answers_.end() && !it->second.done) {
-      if (error.empty()) {
+      if (!failed) {
         it->second.rows = rows.narrow(0, begin, size);
       } else {
-        it->second.error = error;
+        it->second.error = why;
       }
       mark_answered(request.ticket, it->second);
     }

@@ -15,6 +15,13 @@ at::Tensor as_cpu_index(const at::Tensor& t, at::ScalarType dtype, const char* n
   TORCH_CHECK_VALUE(t.dim() == 1, name, " must be a 1-D tensor, got shape ", t.sizes());
   TORCH_CHECK_TYPE(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), name,
                    " must hold integers, got ", t.scalar_type());
+  if (t.scalar_type() == at::kUInt64 && t.numel() > 0) {
+    // Past int64's range a value turns negative in the conversion (2**64 - 1 read as host
+    // -1, a replicated row); its bits as int64 are negative exactly then.
+    const int64_t least = t.view(at::kLong).min().item<int64_t>();
+    TORCH_CHECK_VALUE(least >= 0, name, " holds ", static_cast<uint64_t>(least),
+                      ", past int64's range");
+  }
   // Always a copy of its own: the map checks its rows once, here, and later reads trust them
   // (an owner out of range would index past a per-host table), so a caller's later write to
   // the tensor it passed must not reach them.

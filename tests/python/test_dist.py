@@ -202,6 +202,10 @@ def test_a_shard_map_keeps_its_own_copy_of_its_tensors():
     # Hosts are checked as given: as int32 first, 2**32 was host 0.
     with pytest.raises(ValueError, match=r"host_of holds host 4294967296, outside \[-1, 2\)"):
         torch.classes.quiver.ShardMap(torch.tensor([2**32, 0]), torch.tensor([0, 0]), 2)
+    # ... and uint64 ones past int64: 2**64 - 1 had become host -1, a replicated row (a probe).
+    with pytest.raises(ValueError, match=r"host_of holds 18446744073709551615, past int64"):
+        torch.classes.quiver.ShardMap(torch.tensor([2**64 - 1, 0], dtype=torch.uint64),
+                                      torch.tensor([0, 1]), 1)
 
 
 def test_shard_map_follows_an_assignment_and_rejects_bad_input():

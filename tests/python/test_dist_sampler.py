@@ -415,6 +415,14 @@ def test_the_runtime_sampler_names_fanouts_past_what_it_can_hold():
             runtime_sampler(2**40, True)
         with pytest.raises(RuntimeError, match="a hop's slots .* fanout 4611686018427387904"):
             runtime_sampler(2**62, False).sample(torch.tensor([0]), None)
+        # None as seeds raised before this host's step (its peers would wait), unnamed.
+        sampler = runtime_sampler(2, False)
+        with pytest.raises(TypeError, match="seeds must be a tensor of node ids, got None .*"
+                                            "stay in step"):
+            sampler.sample(None, None)
+        assert sampler.sample(torch.tensor([0]), None)[0][0] == 0  # still in step
+        with pytest.raises(ValueError, match="set_slot_margin: margin must be"):
+            sampler.set_slot_margin(-1.0)
     finally:
         dist.destroy_process_group()
 

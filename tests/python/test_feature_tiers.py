@@ -138,6 +138,12 @@ def test_a_fixed_host_read_share_reaches_every_layout_and_changes_no_row(on_gpu)
     assert not tiers.host_read_share_fixed()  # a refused value changes nothing
     with pytest.raises(ValueError, match=r"set_host_read_share: share .* in \[0, 1\].* got 2"):
         tiers.set_host_read_share(2.0)
+    # A share of -0.0 was taken with its sign, saved as a negative word and refused as a
+    # corrupt state on load (a probe): it is 0.
+    tiers.set_host_read_share(-0.0)
+    assert str(tiers.host_read_share()) == "0.0"
+    restored = copy.deepcopy(tiers)
+    assert restored.host_read_share() == 0.0 and restored.host_read_share_fixed()
 
 
 @pytest.mark.parametrize("on_gpu", [False] + ([True] if HAS_CUDA else []))

@@ -710,6 +710,11 @@ def test_batch_prefetcher_refuses_bad_arguments():
     few = torch.classes.quiver.FeatureTiers([torch.zeros(2, 4)], None)
     with pytest.raises(ValueError, match=r"features hold 2 rows, fewer than .* nodes \(300\)"):
         torch.classes.quiver.BatchPrefetcher(sampler._sampler, few, None, -1, 2, 0, 0)
+    # Released features were taken and failed at the first batch (a probe).
+    released = torch.classes.quiver.FeatureTiers([torch.zeros(300, 4)], None)
+    released.release()
+    with pytest.raises(ValueError, match="features were released"):
+        torch.classes.quiver.BatchPrefetcher(sampler._sampler, released, None, -1, 2, 0, 0)
 
 
 def test_a_batch_prefetcher_started_from_two_threads_at_once_does_not_hang(tmp_path):

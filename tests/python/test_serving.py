@@ -1717,3 +1717,37 @@ def test_uvicorns_line_per_malformed_request_is_held_to_one_a_minute(graph, capl
     assert held.filter(again) and "2 more held back" in again.getMessage()
     assert held.filter(logging.LogRecord("uvicorn.error", logging.WARNING, __file__, 1,
                                          "something else", None, None))
+
+
+def test_a_failure_without_words_fails_its_requests_and_a_dropped_runtime_does_not_stall():
+    """Found by a probe of the runtime class: fail(batch, "") was read as a success with no
+    rows, raised inside, left its requests unanswered and the sampler's slot taken, so every
+    later request waited; and dropping a runtime with a request queued stalled the dropping
+    thread for close()'s 30 s, though nothing could answer it any more."""
+    import time
+    runtime_class = torch.classes.quiver.ServingRuntime
+    indptr = torch.tensor([0, 2, 4, 6, 8, 10])
+    indices = torch.tensor([1, 2, 0, 3, 4, 1, 2, 0, 3, 4])
+
+    def make():
+        return runtime_class(indptr, indices, None, None,
+                             torch.classes.quiver.FeatureTiers([torch.arange(15.).view(5, 3)],
+                                                               None),
+                             [2, 2], "cpu", 64, 2.0, 64, 1, 0, float("nan"), 0, False, 30.0, 0)
+    runtime = make()
+    first = runtime.submit(torch.tensor([0, 1]))
+    batch = runtime.next_batch()
+    runtime.fail(batch[0], "")
+    with pytest.raises(RuntimeError, match="the model failed without a message"):
+        runtime.wait(first, 5.0)
+    second = runtime.submit(torch.tensor([3]))
+    batch = runtime.next_batch()
+    runtime.finish(batch[0], torch.zeros(1, 2))
+    assert runtime.wait(second, 5.0).shape == (1, 2)
+    runtime.close(5.0)
+    dropped = make()
+    dropped.submit(torch.tensor([0]))
+    time.sleep(0.2)
+    started = time.monotonic()
+    del dropped
+    assert time.monotonic() - started < 5
