@@ -52,6 +52,11 @@ def at_least(parser, args, names: Sequence[str], least: int) -> None:
 MAX_HIDDEN = 1 << 13
 
 
+# The largest batch an example takes: past it a count no longer fits the int64 (or the
+# sys.maxsize) the loaders split seeds with, and the error came from inside them.
+MAX_BATCH_SIZE = 1 << 40
+
+
 def at_most(parser, args, names: Sequence[str], most: int) -> None:
     """Each option in ``names`` is None (left out) or <= ``most``."""
     for name in names:

@@ -41,6 +41,7 @@ args = parser.parse_args()
 option_checks.at_least(parser, args, ["epochs", "num_workers"], 0)  # before the graph:
 option_checks.at_least(parser, args, ["batch_size"], 1)  # DataLoader would refuse it later
 option_checks.at_most(parser, args, ["num_workers"], 256)  # each a process
+option_checks.at_most(parser, args, ["batch_size"], option_checks.MAX_BATCH_SIZE)
 torch.manual_seed(args.seed)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -108,9 +109,13 @@ def test():
     return correct / total
 
 
-for epoch in range(1, args.epochs + 1):
-    start = time.perf_counter()
-    loss = train()
-    seconds = time.perf_counter() - start
-    print(f"Epoch {epoch:02d}, Loss: {loss:.4f}, Time: {seconds:.2f}s, Test: {test():.4f}",
-          flush=True)
+def main():
+    for epoch in range(1, args.epochs + 1):
+        start = time.perf_counter()
+        loss = train()
+        seconds = time.perf_counter() - start
+        print(f"Epoch {epoch:02d}, Loss: {loss:.4f}, Time: {seconds:.2f}s, Test: {test():.4f}",
+              flush=True)
+
+
+option_checks.run_main(main)  # a Ctrl-C ends it with one line, as the other examples

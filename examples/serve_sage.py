@@ -146,6 +146,11 @@ def main(argv=None):
         parser.error(f"--max-queue-nodes must be >= 1, got {args.max_queue_nodes}")
     if args.gpu_streams < 0:
         parser.error(f"--gpu-streams must be >= 0, got {args.gpu_streams}")
+    # The runtime's bounds (a thread each; ids counted in int64), else its error, after the
+    # graph was built.
+    option_checks.at_most(parser, args, ["cpu_samplers", "gpu_streams"], 1024)
+    option_checks.at_most(parser, args, ["max_batch_nodes", "max_queue", "max_queue_nodes"],
+                          2**63 - 1)
     option_checks.cache_size(parser, args.cache_size)
     if not (math.isfinite(args.max_wait_ms) and args.max_wait_ms >= 0):
         parser.error(f"--max-wait-ms must be a finite number >= 0, got {args.max_wait_ms}")
@@ -163,6 +168,8 @@ def main(argv=None):
     if args.package is not None and (Path(args.package).is_dir()
                                      or not args.package.endswith(".pt2")):
         parser.error(f"--package {args.package} must name a file ending in .pt2")
+    # A folder that takes no files (/proc) failed only after the package's compile.
+    option_checks.output_file(parser, "package", args.package)
     try:
         family, kind, _, _, address = socket.getaddrinfo(args.host, args.port,
                                                          type=socket.SOCK_STREAM)[0]

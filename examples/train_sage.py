@@ -134,6 +134,7 @@ def parse_args(argv=None):
     option_checks.at_least(parser, args, ["batch_size", "hidden", "loader_workers",
                                           "eval_nodes"], 1)
     option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
+    option_checks.at_most(parser, args, ["batch_size"], option_checks.MAX_BATCH_SIZE)
     if args.cuda_graph and args.compile:
         parser.error("--cuda-graph and --compile are two ways to run the step: give one")
     if args.cuda_graph and ("WORLD_SIZE" in os.environ or args.device == "cpu"

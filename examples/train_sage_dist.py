@@ -91,6 +91,7 @@ def parse_args(argv=None):
     option_checks.at_least(parser, args, ["epochs"], 0)
     option_checks.at_least(parser, args, ["batch_size", "hidden", "eval_nodes"], 1)
     option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
+    option_checks.at_most(parser, args, ["batch_size"], option_checks.MAX_BATCH_SIZE)
     option_checks.positive(parser, args, ["lr", "timeout"])
     if not 1 <= args.timeout <= 365 * 24 * 3600:  # the library's waits take up to a year
         parser.error(f"--timeout is seconds in [1, 31536000] (a year), got {args.timeout:g}")
@@ -107,8 +108,24 @@ def parse_args(argv=None):
     if args.eval_nodes < world:
         parser.error(f"--eval-nodes {args.eval_nodes} leaves some of the {world} processes no "
                      f"test node: give at least {world}")
-    if Path(args.data).exists() and not Path(args.data).is_dir():
+    data = Path(args.data)
+    if data.exists() and not data.is_dir():
         parser.error(f"--data {args.data} is not a directory")
+    if not data.exists():  # rank 0 makes it: found here, not after the graph was built
+        import tempfile
+        ancestor = next(p for p in data.resolve().parents if p.exists())
+        try:
+            with tempfile.TemporaryFile(dir=ancestor):
+                pass
+        except OSError as error:
+            parser.error(f"--data {args.data} cannot be made: no file can be written in "
+                         f"{ancestor} ({error.strerror})")
+    # Found where the run starts, not in a traceback after the graph is built.
+    if args.transport == "rdma" and not torch.classes.quiver.Transport.rdma_available():
+        parser.error("--transport rdma: this host lists no RDMA device")
+    if args.transport == "nccl" and not option_checks.cuda_usable():
+        parser.error("--transport nccl moves rows between GPUs: this machine has no usable "
+                     "GPU")
     return args
 
 

@@ -979,6 +979,8 @@ def main():
         parser.error("--graphed-model and --compile-model are two ways to run the step: "
                      "give one")
     args.loader_workers = _cli.int_list(parser, "loader-workers", args.loader_workers, least=1)
+    # Read as a list where a green context is made, after the graph: checked here.
+    _cli.int_list(parser, "green-sms", args.green_sms, least=1)
     args.model_streams = args.model_streams.split(",")
     if not set(args.model_streams) <= set(MODEL_STREAM_NAMES):
         parser.error(f"--model-streams takes {', '.join(MODEL_STREAM_NAMES)} (a comma list), "

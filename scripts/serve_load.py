@@ -328,6 +328,9 @@ def main():
                          f"{args.url!r}")
         if args.num_nodes is not None and args.num_nodes < 1:
             parser.error(f"--num-nodes must be >= 1, got {args.num_nodes}")
+    elif args.num_nodes is not None:  # the runtime it starts counts its graph's own nodes
+        parser.error("--num-nodes counts the nodes of the endpoint at --url: give --url too, "
+                     "or leave it out")
     else:
         from torch_quiver_ops.synthetic import PRESETS
         if args.graph not in PRESETS:

@@ -1318,3 +1318,25 @@ def test_rdma_defaults_come_from_the_runtime():
     defaults = dict(torch.classes.quiver.Transport.rdma_defaults())
     assert defaults == {"port": 1, "gid_index": -1, "qps_per_peer": 4,
                         "staging_bytes": 64 << 20}
+
+
+def test_distributed_example_checks_its_folder_and_transport_where_it_starts(tmp_path):
+    """Found by a probe: a --data folder that cannot be made, --transport rdma on a host
+    without a device and nccl without a GPU, and a batch size past int64 were tracebacks
+    after the graph was built. Argparse errors now (exit 2), read as one worker."""
+    env = dict(os.environ, RANK="0", WORLD_SIZE="1", PYTHONPATH=str(REPO))
+    cases = [(["--data", "/proc/x"], "--data /proc/x cannot be made"),
+             (["--data", str(tmp_path / "d"), "--batch-size", str(10**20)],
+              "--batch-size must be at most")]
+    if not torch.classes.quiver.Transport.rdma_available():
+        cases.append((["--data", str(tmp_path / "d"), "--transport", "rdma"],
+                      "--transport rdma: this host lists no RDMA device"))
+    if not torch.cuda.is_available():
+        cases.append((["--data", str(tmp_path / "d"), "--transport", "nccl"],
+                      "--transport nccl moves rows between GPUs"))
+    for argv, words in cases:
+        result = subprocess.run([sys.executable, str(REPO / "examples" / "train_sage_dist.py"),
+                                 "--size", "tiny", *argv], capture_output=True, text=True,
+                                timeout=120, env=env)
+        assert result.returncode == 2 and words in result.stderr, (argv, result.stderr[-2000:])
+    assert not (tmp_path / "d").exists()

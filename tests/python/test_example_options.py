@@ -261,7 +261,9 @@ def test_the_pyg_drop_in_example_checks_its_sizes_before_the_graph():
                         (["--epochs", "-1"], "--epochs must be >= 0, got -1"),
                         # (a negative seed failed in torch.manual_seed; a worker a process)
                         (["--seed", "-1"], "--seed: must be in [0, 2**63), got -1"),
-                        (["--num-workers", "100000"], "--num-workers must be at most 256")):
+                        (["--num-workers", "100000"], "--num-workers must be at most 256"),
+                        # past sys.maxsize torch's sampler raised from islice (a probe)
+                        (["--batch-size", str(10**20)], "--batch-size must be at most")):
         done = subprocess.run([sys.executable, str(script), *argv], capture_output=True,
                               text=True, timeout=120)
         assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]

@@ -1527,7 +1527,15 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
                          "does not exist"),
                         # inf overflowed the wait with the server up (found by a probe)
                         ([str(state_dict), "--duration", "inf"], "--duration must be > 0"),
-                        ([str(state_dict), "--duration", "1e10"], "and at most")):
+                        ([str(state_dict), "--duration", "1e10"], "and at most"),
+                        # the runtime's bounds, a package in a folder that takes no files:
+                        # tracebacks after the graph (the package's compile) before (a probe)
+                        ([str(state_dict), "--cpu-samplers", "100000"],
+                         "--cpu-samplers must be at most 1,024"),
+                        ([str(state_dict), "--max-batch-nodes", str(10**20)],
+                         "--max-batch-nodes must be at most"),
+                        ([str(state_dict), "--package", "/proc/x.pt2"],
+                         "no file can be written in /proc")):
         cases.append((args, words))
     import socket
     with socket.socket() as taken:  # a port in use: found once the graph was built

@@ -75,7 +75,9 @@ def test_train_sage_refuses_bad_options_before_building(tmp_path, capsys):
                          None),
                         (["--device", "cpu", "--cache-size", "bogus"], "--cache-size 'bogus'"),
                         (["--cache-size", "150%"], "the share must be in [0%, 100%]"),
-                        (["--save", str(tmp_path)], "is a folder: give a file name in it")):
+                        (["--save", str(tmp_path)], "is a folder: give a file name in it"),
+                        # past int64 the loader's split raised an overflow (a probe)
+                        (["--batch-size", str(10**20)], "--batch-size must be at most")):
         if words is None:
             module.parse_args(args)
             continue
