@@ -152,7 +152,11 @@ TORCH_LIBRARY(quiver, m) {
       "Generator? generator=None, int dst_begin=0, int dst_count=-1) -> Tensor",
       {at::Tag::nondeterministic_seeded, at::Tag::pt2_compliant_tag});
 
-  // out[i] = table[ids[i]] for a row-major table of any dtype.
+  // out[i] = table[ids[i]] for a row-major table of any dtype. A bad id raises IndexError in
+  // the call itself. On CUDA, where every table (and positions) lies in the ids' GPU, the
+  // call waits only for a check of the ids and returns with the rows still being written on
+  // the current stream, as torch's own ops do (use them on another stream after an event);
+  // a gather that reads host or peer memory has ended when it returns.
   m.def("gather_rows(Tensor table, Tensor ids) -> Tensor", {at::Tag::pt2_compliant_tag});
 
   // A table split over tiers, tier k holding the rows at positions [begin_k, begin_k +
@@ -162,7 +166,8 @@ TORCH_LIBRARY(quiver, m) {
   // A large CUDA batch that reads pinned host memory is read in position order (sorted on
   // the GPU), visiting the host table page after page. How host rows are read (in id
   // order, staged by CPU threads, on fewer thread blocks) changes no result: those are
-  // options of a layout object (torch.classes.quiver.FeatureTiers), not of this op.
+  // options of a layout object (torch.classes.quiver.FeatureTiers), not of this op. Errors
+  // and the return as gather_rows'.
   m.def(
       "gather_tiered_rows(Tensor[] tiers, Tensor? positions, Tensor ids) -> Tensor",
       {at::Tag::pt2_compliant_tag});

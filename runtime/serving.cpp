@@ -573,7 +573,9 @@ void ServingRuntime::answer(Batch batch, const at::Tensor& rows, const std::stri
   // A failure may come with no words (fail(id, ""), an exception whose what() is empty):
   // it fails its requests all the same.
   const bool failed = !error.empty() || !rows.defined();
-  const std::string why = error.empty() ? "the model failed without a message" : error;
+  const std::string why = !error.empty() ? error
+                          : from_model   ? "the model failed without a message"
+                                         : "sampling the batch failed without a message";
   std::lock_guard<std::mutex> lock(mutex_);
   if (from_model) --being_answered_;
   int64_t begin = 0;

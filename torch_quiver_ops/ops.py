@@ -357,6 +357,9 @@ def check_row_tables(indptr: Tensor, edge_ids: Optional[Tensor] = None,
             raise ValueError("relation_edge_offsets needs edge_ids: a row's relations are "
                              "read from its edges' ids")
         offsets = torch.as_tensor(list(relation_edge_offsets), dtype=torch.long, device=device)
+        if offsets.numel() < 2 or bool((offsets.diff() < 0).any()):
+            raise ValueError(f"relation_edge_offsets must be non-decreasing, one more than the "
+                             f"relations, got {list(relation_edge_offsets)}")
         ids = edge_ids.to(device, torch.long)
         outside = (ids < offsets[0]) | (ids >= offsets[-1])
         if bool(outside.any()):
@@ -389,7 +392,11 @@ def check_row_tables(indptr: Tensor, edge_ids: Optional[Tensor] = None,
                                   torch.tensor([num_edges], device=device)])
         expected = row_cumsum(group_indptr, edge_weight.to(device))  # refuses bad weights
         sums = edge_weight_cumsum.to(device, torch.double)
+        # Close to the sums, and growing at every step: a step below the tolerance could
+        # still be zero or negative.
         wrong = ~torch.isclose(sums, expected, rtol=1e-6, atol=0.0)
+        wrong[1:] |= ~starts[1:] & ~(sums[1:] > sums[:-1])
+        wrong |= starts & ~(sums > 0)
         if bool(wrong.any()):
             at = int(wrong.nonzero()[0])
             raise ValueError(f"edge_weight_cumsum[{at}] = {float(sums[at])} is not the prefix "

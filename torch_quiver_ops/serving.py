@@ -660,9 +660,12 @@ def _answered(nodes, out: Tensor, to_json):
     # 500 that says so (the reply's own encoding would drop the connection).
     try:
         json.dumps(predictions, allow_nan=False)
-    except ValueError:
-        return HTTPStatus.INTERNAL_SERVER_ERROR, {
-            "error": "the model's answer holds NaN or infinity, which JSON cannot carry"}
+    except ValueError as error:
+        if "Out of range float" in str(error):  # json's words for NaN and infinity
+            return HTTPStatus.INTERNAL_SERVER_ERROR, {
+                "error": "the model's answer holds NaN or infinity, which JSON cannot carry"}
+        return HTTPStatus.INTERNAL_SERVER_ERROR, {  # a list that holds itself, say
+            "error": f"to_json's answer cannot be written as JSON ({error})"}
     except (TypeError, RecursionError) as error:
         return HTTPStatus.INTERNAL_SERVER_ERROR, {
             "error": f"to_json returned {type(predictions).__name__}, which JSON cannot carry "

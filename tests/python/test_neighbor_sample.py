@@ -720,6 +720,12 @@ def test_check_row_tables_checks_what_the_ops_trust():
     with pytest.raises(ValueError, match=r"edge_weight_cumsum\[3\] = 100.0 is not the prefix "
                                          r"sum of row 0's weights there \(10.0"):
         qv.ops.check_row_tables(indptr, edge_weight=weight, edge_weight_cumsum=skewed)
+    # A step below the tolerance that does not grow (found by a review).
+    tiny = torch.tensor([1.0, 1e-9, 1e-9, 1.0, 1.0, 1.0, 1.0])
+    flat_sums = qv.ops.row_cumsum(indptr, tiny).clone()
+    flat_sums[2] = flat_sums[1] - 1e-12
+    with pytest.raises(ValueError, match=r"edge_weight_cumsum\[2\] = .* is not the prefix sum"):
+        qv.ops.check_row_tables(indptr, edge_weight=tiny, edge_weight_cumsum=flat_sums)
     with pytest.raises(ValueError, match="checked against edge_weight: give both"):
         qv.ops.check_row_tables(indptr, edge_weight_cumsum=sums)
     unsorted = torch.tensor([1, 5, 2, 9, 0, 5, 6])
@@ -745,6 +751,9 @@ def test_check_row_tables_checks_what_the_ops_trust():
         qv.ops.check_row_tables(hetero_indptr, torch.tensor([2, 3, 0, 1]), [0, 2, 4])
     with pytest.raises(ValueError, match=r"edge_ids\[1\] = 4 is outside the relations' edge ids"):
         qv.ops.check_row_tables(hetero_indptr, torch.tensor([0, 4, 2, 3]), [0, 2, 4])
+    for offsets in ([0, 5, 3, 4], [], [0]):
+        with pytest.raises(ValueError, match="relation_edge_offsets must be non-decreasing"):
+            qv.ops.check_row_tables(hetero_indptr, in_order, offsets)
     with pytest.raises(ValueError, match="relation_edge_offsets needs edge_ids"):
         qv.ops.check_row_tables(hetero_indptr, None, [0, 2, 4])
     from torch_quiver_ops.hetero import HeteroCSRTopo

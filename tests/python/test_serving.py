@@ -695,6 +695,12 @@ def test_bad_options_are_value_errors(graph):
         runtime_for(graph, cpu_samplers=1, capture_batches="no")
     with pytest.raises(ValueError, match="gpu_mode must be 'GPU' or 'UVA', got 'bogus'"):
         runtime_for(graph, cpu_samplers=1, gpu_mode="bogus")
+    # A list that holds itself is no NaN (a review): named as JSON that cannot be written.
+    import torch_quiver_ops.serving as serving
+    looped = []
+    looped.append(looped)
+    status, body = serving._answered([1], torch.zeros(1, 2), lambda out: looped)
+    assert status == 500 and "cannot be written as JSON" in body["error"], body
 
 
 def raw_request(url, head: bytes, body: bytes = b""):
