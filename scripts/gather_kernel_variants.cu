@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 #include <algorithm>
 #include <random>
@@ -149,21 +150,18 @@ int main() {
       dim3 block(row_vecs, threads / row_vecs);
       int64_t per = int64_t{block.y} * R;
       int blocks = (n + per - 1) / per;
-      char name[80];
-      snprintf(name, 80, "2d R=%d threads=%d", R, threads);
-      auto L = [&](int64_t* ids) {
-        if (R == 2) k2d<2, false><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
-        if (R == 4) k2d<4, false><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
-        if (R == 8) k2d<8, false><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
+      auto both = [&](auto hints) {  // hints: std::bool_constant, the kernel's kHints
+        constexpr bool kHints = decltype(hints)::value;
+        char name[80];
+        snprintf(name, 80, "2d%s R=%d threads=%d", kHints ? " hints" : "", R, threads);
+        run(name, [&](int64_t* ids) {
+          if (R == 2) k2d<2, kHints><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
+          if (R == 4) k2d<4, kHints><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
+          if (R == 8) k2d<8, kHints><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
+        });
       };
-      run(name, L);
-      snprintf(name, 80, "2d hints R=%d threads=%d", R, threads);
-      auto H = [&](int64_t* ids) {
-        if (R == 2) k2d<2, true><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
-        if (R == 4) k2d<4, true><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
-        if (R == 8) k2d<8, true><<<blocks, block>>>(table, rows, row_vecs, ids, n, out, err);
-      };
-      run(name, H);
+      both(std::false_type{});
+      both(std::true_type{});
     }
   }
   for (int R : {1, 2, 4}) {

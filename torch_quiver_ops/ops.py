@@ -264,16 +264,22 @@ def integer_times(times, name: str) -> Tensor:
     return as_int64(times, name, "times are int64 timestamps", ValueError)
 
 
-def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
-    """Each CSR row's inclusive prefix sums of ``edge_weight`` (one weight per CSR edge,
-    every one finite and > 0, else ``ValueError``), in float64: the ``edge_weight_cumsum``
-    of :func:`neighbor_sample`. Runs on the weights' device."""
+def _check_row_offsets(indptr: Tensor) -> None:
+    """ValueError unless ``indptr`` is a CSR's row offsets: 1-D integers from 0, never
+    falling (the helpers' check; the ops' own is check_csr, which also reads indices)."""
     if (indptr.dim() != 1 or indptr.numel() < 1 or not holds_integers(indptr)
             or int(indptr[0]) != 0 or bool((indptr.diff() < 0).any())):
         raise ValueError(f"indptr must be a CSR's row offsets (1-D integers from 0, never "
                          f"falling), got {indptr.dtype} of shape {tuple(indptr.shape)}"
                          + (f" from {int(indptr[0])} to {int(indptr[-1])}"
                             if indptr.dim() == 1 and indptr.numel() else ""))
+
+
+def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
+    """Each CSR row's inclusive prefix sums of ``edge_weight`` (one weight per CSR edge,
+    every one finite and > 0, else ``ValueError``), in float64: the ``edge_weight_cumsum``
+    of :func:`neighbor_sample`. Runs on the weights' device."""
+    _check_row_offsets(indptr)
     if edge_weight.dim() != 1 or edge_weight.numel() != int(indptr[-1]):
         raise ValueError(f"edge_weight must hold one weight per CSR edge ({int(indptr[-1])}), "
                          f"got shape {tuple(edge_weight.shape)}")
@@ -332,10 +338,7 @@ def check_row_tables(indptr: Tensor, edge_ids: Optional[Tensor] = None,
 
     :func:`row_cumsum`, :func:`sort_rows_by_time` and ``HeteroCSRTopo`` build tables that
     pass. O(edges), on the tables' device; ValueError naming the first row that fails."""
-    if (indptr.dim() != 1 or indptr.numel() < 1 or not holds_integers(indptr)
-            or int(indptr[0]) != 0 or bool((indptr.diff() < 0).any())):
-        raise ValueError(f"indptr must be a CSR's row offsets (1-D integers from 0, never "
-                         f"falling), got {indptr.dtype} of shape {tuple(indptr.shape)}")
+    _check_row_offsets(indptr)
     num_edges = int(indptr[-1])
     tables = [t for t in (edge_ids, edge_time, edge_weight, edge_weight_cumsum) if t is not None]
     device = tables[0].device if tables else indptr.device

@@ -401,16 +401,15 @@ bool all_on(const at::Device& device, at::ArrayRef<at::Tensor> tiers,
 
 // The gather launched on the current stream, its failures reported in `error`: returns the
 // rows (their writes may still be in flight) and the tiers' end position. With
-// `check_ahead` and every tier and the positions on the ids' GPU, the ids are checked by a
-// kernel of their own, recorded in *check_ahead, and *checked_ahead is set: the word is
-// final once that event is; otherwise it is once the stream has passed the gather.
+// `check_ahead` (given only when all_on the ids' GPU), the ids are checked by a kernel of
+// their own, recorded in *check_ahead: the word is final once that event is; otherwise it
+// is once the stream has passed the gather.
 at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              const std::optional<at::Tensor>& positions, const at::Tensor& ids,
                              bool group_host_reads, bool stage_host_rows, int64_t host_read_blocks,
                              const char* op, uint64_t* error, int64_t* tier_end,
                              internal::HostReadSplit* split = nullptr,
-                             at::cuda::CUDAEvent* check_ahead = nullptr,
-                             bool* checked_ahead = nullptr) {
+                             at::cuda::CUDAEvent* check_ahead = nullptr) {
   TORCH_CHECK(ids.is_cuda(), op, " on CUDA needs ids on a GPU, got ids on ", ids.device(),
               " (tables on ", tiers[0].device(), ")");
   const at::Device device = ids.device();
@@ -444,9 +443,6 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
   const bool staged = stage_host_rows && large &&
                       trailing_host_begin(tiers, layout) < layout.begin[layout.num_tiers];
   const int64_t max_blocks = host_tier ? host_read_blocks : 0;
-  at::cuda::CUDAEvent* checked =
-      check_ahead != nullptr && all_on(device, tiers, positions) ? check_ahead : nullptr;
-  if (checked_ahead != nullptr) *checked_ahead = checked != nullptr;
   AT_DISPATCH_INDEX_TYPES(ids.scalar_type(), "gather_from_tiers", [&] {
     if (staged && wide_positions) {
       launch_staged_gather<index_t, int64_t>(tiers, layout, row_bytes, position_ptr,
@@ -456,10 +452,10 @@ at::Tensor launch_from_tiers(at::ArrayRef<at::Tensor> tiers,
                                              num_ids_allowed, ids, out, error, max_blocks, split);
     } else if (wide_positions) {
       launch_gather<index_t, int64_t>(layout, row_bytes, position_ptr, num_ids_allowed, ids, out,
-                                      error, grouped, max_blocks, stream, checked);
+                                      error, grouped, max_blocks, stream, check_ahead);
     } else {
       launch_gather<index_t, int32_t>(layout, row_bytes, position_ptr, num_ids_allowed, ids, out,
-                                      error, grouped, max_blocks, stream, checked);
+                                      error, grouped, max_blocks, stream, check_ahead);
     }
   });
   return out;
@@ -483,18 +479,19 @@ at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              internal::GathersInFlight* in_flight) {
   const ErrorWord& error = cleared_error_word();
   int64_t tier_end = 0;
-  at::cuda::CUDAEvent* check_ahead = ids.is_cuda() ? &ids_checked_event(ids.device()) : nullptr;
-  bool checked_ahead = false;
+  at::cuda::CUDAEvent* check_ahead = ids.is_cuda() && all_on(ids.device(), tiers, positions)
+                                         ? &ids_checked_event(ids.device())
+                                         : nullptr;
   at::Tensor out = launch_from_tiers(tiers, positions, ids, group_host_reads, stage_host_rows,
                                      host_read_blocks, op, error.device, &tier_end, split,
-                                     check_ahead, &checked_ahead);
+                                     check_ahead);
   if (out.numel() == 0) {
     if (row_bytes_of(tiers[0]) == 0) check_ids_of_empty_rows(tiers, positions, ids);
     return out;
   }
   const c10::cuda::CUDAGuard guard(ids.device());
   const at::cuda::CUDAStream stream = at::cuda::getCurrentCUDAStream();
-  if (checked_ahead) {
+  if (check_ahead != nullptr) {
     check_ahead->synchronize();
     if (in_flight != nullptr) in_flight->note(stream);
   } else {

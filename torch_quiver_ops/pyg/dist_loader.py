@@ -151,7 +151,7 @@ class DistNeighborLoader:
             # batch mid-epoch, on this host alone.
             bad = (ids < 0) | (ids >= partition.num_nodes)
             if not bool(bad.any()):
-                bad = partition.owner[ids].long() != partition.part
+                bad = _not_owned(partition, ids)
             if bool(bad.any()):
                 raise ValueError(f"split {input_nodes!r} of part {partition.part} holds node "
                                  f"{int(ids[bad][0])}, which is not this part's: the split's "
@@ -159,7 +159,7 @@ class DistNeighborLoader:
             return ids
         ids = split_ids("input_nodes", input_nodes, partition.num_nodes, "input_nodes")
         if partition.labels is not None and ids.numel():
-            foreign = partition.owner[ids].long() != partition.part
+            foreign = _not_owned(partition, ids)
             if bool(foreign.any()):
                 raise ValueError(f"input_nodes holds node {int(ids[foreign][0])}, owned by "
                                  f"another host: y comes from each host's own part, so each "
@@ -206,9 +206,14 @@ class DistNeighborLoader:
                                    if isinstance(self.feature, Tensor) else node]
         labels = self.partition.labels
         if labels is not None:
-            owned = self.partition.owner[seeds].long() == self.partition.part
-            if not bool(owned.all()):
+            foreign = _not_owned(self.partition, seeds)
+            if bool(foreign.any()):
                 raise ValueError("y comes from this host's part: seed "
-                                 f"{int(seeds[~owned][0])} is owned by another host")
+                                 f"{int(seeds[foreign][0])} is owned by another host")
             batch.y = labels[self.partition.local_index[seeds]]
         return batch
+
+
+def _not_owned(partition: GraphPartition, ids: Tensor) -> Tensor:
+    """Which of ``ids`` (in the graph) another host owns."""
+    return partition.owner[ids].long() != partition.part
