@@ -383,6 +383,22 @@ inline void check_row_tiers(at::ArrayRef<at::Tensor> tiers,
   check_tier_storage(tiers, positions);  // once each is known to be contiguous
 }
 
+// That every entry of a layout's positions names a row the tiers hold. Checked once, where
+// a layout is made (FeatureTiers), so that a bad table fails there rather than at the first
+// gather that reads the entry; the ops check the positions they read in their kernels.
+inline void check_positions_in_tiers(at::ArrayRef<at::Tensor> tiers,
+                                     const std::optional<at::Tensor>& positions) {
+  if (!positions.has_value() || positions->numel() == 0) return;
+  int64_t rows = 0;
+  for (const at::Tensor& t : tiers) rows += t.size(0);
+  const at::Tensor wide = positions->to(at::kLong);
+  const at::Tensor bad = (wide < 0).logical_or_(wide >= rows);
+  if (bad.any().item<bool>()) {
+    const int64_t id = bad.nonzero().select(0, 0).item<int64_t>();
+    errors::position_out_of_range(id, wide.select(0, id).item<int64_t>(), rows);
+  }
+}
+
 inline void check_gather_tiered_rows_args(at::ArrayRef<at::Tensor> tiers,
                                           const std::optional<at::Tensor>& positions,
                                           const at::Tensor& ids) {

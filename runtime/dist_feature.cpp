@@ -132,7 +132,11 @@ DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
   // raised alone would leave its peers waiting for it in their first gather.
   std::string problem;
   const int64_t me = transport_->host();
-  if (transport_->num_hosts() != shard_map_->num_hosts()) {
+  if (local_->released()) {
+    // Told like any other problem: raising here alone left the peers waiting in the
+    // agreement below, and their transport's next collective out of step.
+    problem = "its local layout was released (Feature.close() frees the memory it read)";
+  } else if (transport_->num_hosts() != shard_map_->num_hosts()) {
     problem = "its transport connects " + std::to_string(transport_->num_hosts()) +
               " hosts but its shard map splits the table over " +
               std::to_string(shard_map_->num_hosts());
@@ -144,7 +148,8 @@ DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
               c10::str(local_->empty_rows().sizes()) + ")";
   }
   const std::string mine = "map=" + std::to_string(shard_map_->fingerprint()) +
-                           "\nrows=" + describe_rows(*local_) + "\nproblem=" + problem;
+                           "\nrows=" + (local_->released() ? "released rows" : describe_rows(*local_)) +
+                           "\nproblem=" + problem;
   const std::vector<std::string> everyone = transport_->agree("dist-feature", mine, &tag_);
   std::vector<std::map<std::string, std::string>> fields;
   for (const std::string& text : everyone) fields.push_back(fields_of(text));

@@ -18,6 +18,7 @@ FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tens
       host_read_split_(std::make_shared<internal::HostReadSplit>()),
       gathers_in_flight_(std::make_shared<internal::GathersInFlight>()) {
   check_row_tiers(tiers_, positions_);
+  check_positions_in_tiers(tiers_, positions_);
   num_rows_ = tiered_id_count(tiers_, positions_);
   // Host memory stays allocated while the layout lives, whatever happens to its tensors:
   // pickling a Feature for workers runs share_memory_(), which moves a storage to shared

@@ -360,6 +360,17 @@ class PendingRows:
         return self._work.done()
 
 
+def _check_local_feature(local) -> None:
+    """That ``local`` is a Feature holding its rows: a closed or empty one had raised on its
+    own host only, after the transport's set-up, leaving the peers waiting for it."""
+    if not isinstance(local, Feature):
+        raise ValueError(f"local must be a torch_quiver_ops.Feature, got {type(local).__name__}")
+    try:
+        local.table
+    except RuntimeError as error:
+        raise ValueError(f"local: {error}") from None
+
+
 class DistFeature:
     """A feature table split over hosts: ``feature[ids]`` returns the rows of global ids.
 
@@ -417,6 +428,7 @@ class DistFeature:
                                  f"default group), got {bad_group!r}")
             check_lanes(lanes)
             timeout = _checked_timeout(timeout)
+            _check_local_feature(local)
         except ValueError as error:  # told to the other hosts, which then raise at once
             if dist.is_available() and dist.is_initialized():
                 _tell_setup_problem(group if group is not None else dist.group.WORLD,

@@ -514,6 +514,37 @@ def test_a_bad_argument_on_one_host_is_named_by_every_host(tmp_path, argument):
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 
 
+def closed_local_worker(rank, world, port, results):
+    start(rank, world, port)
+    with reported(results, rank):
+        shard_map = qv.dist.build_shard_map(100, 2, None, 0.0)
+        local = local_feature(shard_map, rank, table(100, 3))
+        if rank == 1:
+            local.close()
+        began = time.monotonic()
+        with pytest.raises(ValueError, match="local: this Feature was closed" if rank == 1 else
+                           "cannot connect its hosts: host 1: local: this Feature was closed"):
+            qv.dist.DistFeature(shard_map, local, transport="gloo", timeout=20.0)
+        assert time.monotonic() - began < 10, "the host without the fault waited for a timeout"
+        # A released layout handed to the runtime class directly is told to every host too.
+        gloo = torch.classes.quiver.Transport.collective(dist.group.WORLD.boxed(), 20.0, [])
+        layout = local_feature(shard_map, rank, table(100, 3)).tiers()
+        if rank == 1:
+            layout.release()
+        with pytest.raises(ValueError, match="host 1 cannot take part: its local layout was "
+                                             "released"):
+            torch.classes.quiver.DistFeature(shard_map, layout, gloo)
+        assert time.monotonic() - began < 20, "the host without the fault waited for a timeout"
+
+
+@pytest.mark.timeout(120)
+def test_a_host_whose_local_feature_is_closed_is_named_by_every_host(tmp_path):
+    """A probe: DistFeature over a closed Feature raised on its own host after the
+    transport's set-up; its peer waited in the agreement until its timeout."""
+    seen = spawn(closed_local_worker, tmp_path)
+    assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
+
+
 @pytest.mark.timeout(120)
 def test_a_host_whose_table_is_short_is_named_by_every_host(tmp_path):
     seen = spawn(short_table_worker, tmp_path)

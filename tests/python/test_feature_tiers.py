@@ -197,3 +197,18 @@ def test_a_dist_feature_reads_its_own_rows_through_its_features_layout():
         feature.close()
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("bad", [-1, 50, 2**40])
+def test_positions_past_the_tiers_refused_where_the_layout_is_made(bad):
+    """A positions entry outside the tiers' rows fails at construction, naming the entry,
+    not at the first gather that happens to read it."""
+    table = random_table(50, 3)
+    positions = torch.arange(50)
+    positions[7] = bad
+    with pytest.raises(IndexError, match=rf"positions\[7\] = {bad} is out of range \[0, 50\)"):
+        torch.classes.quiver.FeatureTiers([table[:20], table[20:]], positions)
+    if HAS_CUDA:
+        with pytest.raises(IndexError, match=rf"positions\[7\] = {bad}"):
+            torch.classes.quiver.FeatureTiers([table[:20].cuda(), table[20:].pin_memory()],
+                                              positions.cuda())
