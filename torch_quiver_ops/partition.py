@@ -362,6 +362,18 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
     nodes, indptr, indices = arrays["nodes"], arrays["indptr"], arrays["indices"]
     expected = manifest["parts"][part]
     problems = []
+    # Ids read as anything but integer vectors came back wrong without a word: float nodes
+    # as zeros that passed the order check, float split ids as node 0 (a probe).
+    ids = {**{name: arrays[name] for name in ("nodes", "indptr", "indices", "edge_ids")},
+           **{f"{s}_ids": arrays[f"{s}_ids"] for s in splits}, **owners}
+    for name, array in ids.items():
+        if array.dim() != 1 or array.dtype.is_floating_point or array.dtype.is_complex \
+                or array.dtype == torch.bool:
+            raise ValueError(f"{directory}: {name} must be a vector of integer ids, got "
+                             f"{array.dtype} of shape {list(array.shape)}")
+    labels = arrays.get("labels")
+    if labels is not None and (labels.dim() == 0 or labels.size(0) != nodes.numel()):
+        problems.append(f"labels of shape {list(labels.shape)} for {nodes.numel()} nodes")
     if nodes.numel() != expected["nodes"] or indptr.numel() != nodes.numel() + 1:
         problems.append(f"{nodes.numel()} nodes and {indptr.numel()} offsets for the manifest's "
                         f"{expected['nodes']} nodes")

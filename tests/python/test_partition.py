@@ -199,6 +199,34 @@ def test_a_part_of_another_part_count_and_corrupt_edge_ids_or_nodes_are_named(tm
     load_partition(tmp_path / "a", 0)
 
 
+def test_ids_that_are_not_integer_vectors_and_labels_of_another_length_are_named(tmp_path):
+    """From a probe: a part.json edited to call nodes or split ids float64 loaded them as
+    zeros (the order check passed), and labels a row short or of shape [1, n] loaded too."""
+    topo = community_graph(n=120)
+    partition_graph(tmp_path / "a", topo, 2, "random", y=torch.arange(120) * 10,
+                    splits={"train": torch.arange(60)})
+    meta_path = tmp_path / "a" / "part_0" / "part.json"
+    good = meta_path.read_text()
+
+    def edited(edit):
+        meta = json.loads(good)
+        edit(meta["arrays"])
+        meta_path.write_text(json.dumps(meta))
+
+    for name in ("nodes", "train_ids", "edge_ids"):
+        edited(lambda arrays: arrays[name].__setitem__("dtype", "float64"))
+        with pytest.raises(ValueError, match=f"{name} must be a vector of integer ids, got "
+                                             "torch.float64"):
+            load_partition(tmp_path / "a", 0)
+    nodes = load_partition(tmp_path / "a", 0).nodes.numel() if meta_path.write_text(good) else 0
+    edited(lambda arrays: arrays["labels"].__setitem__("shape", [1, nodes]))
+    with pytest.raises(ValueError, match=rf"labels of shape \[1, {nodes}\] for {nodes} nodes"):
+        load_partition(tmp_path / "a", 0)
+    meta_path.write_text(good)
+    assert torch.equal(load_partition(tmp_path / "a", 0).labels,
+                       load_partition(tmp_path / "a", 0).nodes * 10)
+
+
 def test_given_owners_and_bad_inputs(tmp_path):
     topo = community_graph(n=200)
     owner = torch.arange(200) % 2
