@@ -22,8 +22,9 @@ TORCH_LIBRARY(quiver, m) {
 
   // A whole CSR checked once, where a topology is made (the sampling ops check only the
   // offsets of the rows they touch, and sample_subgraph the neighbor ids it reindexes;
-  // sample_neighbors returns neighbor ids as `indices` holds them): shapes and dtypes, indptr from 0 to the neighbor count and non-decreasing,
-  // every neighbor id in [0, num_nodes) (num_nodes < 0: indptr's node count). Raises the
+  // sample_neighbors returns neighbor ids as `indices` holds them): shapes and dtypes,
+  // indptr from 0 to the neighbor count and non-decreasing, every neighbor id in
+  // [0, num_nodes) (num_nodes < 0: indptr's node count), no edge id negative. Raises the
   // kernels' own errors (ValueError, IndexError, TypeError); one implementation for every
   // device (CompositeExplicitAutograd, ops/check_csr.cpp).
   m.def("check_csr(Tensor indptr, Tensor indices, Tensor? edge_ids=None, int num_nodes=-1) -> ()",

@@ -86,6 +86,14 @@ inline void check_whole_csr(const at::Tensor& indptr, const at::Tensor& indices,
     if (lo < 0) errors::neighbor_out_of_range(lo, num_nodes);
     if (hi >= num_nodes) errors::neighbor_out_of_range(hi, num_nodes);
   }
+  // Edge ids index edge arrays (features, labels, times): a negative one read another
+  // edge's row from the end in Python, or memory before the array in C++ (a probe loaded
+  // a saved CSR with a flipped byte in its edge ids).
+  if (edge_ids.has_value() && edge_ids->numel() > 0) {
+    const int64_t lowest = edge_ids->min().item<int64_t>();
+    TORCH_CHECK_INDEX(lowest >= 0, "edge_ids holds ", lowest,
+                      ": edge ids index edge arrays and are never negative");
+  }
 }
 
 // `order` lists each of `num_rows` rows exactly once: a 1-D int32/int64 tensor on any

@@ -678,6 +678,14 @@ void check_package_layout(const std::string& package_path, const std::string& ca
     return r.rfind(model_dir, 0) == 0 && r.size() > 3 && r.compare(r.size() - 3, 3, ".so") == 0;
   });
   TORCH_CHECK_VALUE(has_model, refused, "it holds no compiled model (", model_dir, "*.so)");
+  // torch's loader needs the model's metadata beside it ("File not found" otherwise).
+  const std::string metadata = "_metadata.json";
+  const bool has_metadata = std::any_of(records.begin(), records.end(), [&](const std::string& r) {
+    return r.rfind(model_dir, 0) == 0 && r.size() > metadata.size() &&
+           r.compare(r.size() - metadata.size(), metadata.size(), metadata) == 0;
+  });
+  TORCH_CHECK_VALUE(has_metadata, refused, "it holds no model metadata (", model_dir,
+                    "*_metadata.json)");
 }
 
 void ServingRuntime::serve_package(const std::string& package_path, int64_t threads) {

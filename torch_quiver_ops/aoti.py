@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Dict, List, Optional, Union
 
@@ -101,6 +102,15 @@ def check_package(package_path: Union[str, Path]) -> None:
     if not zipfile.is_zipfile(package_path):
         raise ValueError(f"{package_path} is not an AOTInductor package (.pt2, a zip archive): "
                          f"make one with torch_quiver_ops.aoti.compile_and_package")
+    try:
+        _check_archive(package_path)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as error:  # torch's words name no file
+        raise ValueError(f"{package_path} is corrupt (a damaged zip archive: {error}): make "
+                         f"it again with torch_quiver_ops.aoti.compile_and_package") from None
+
+
+def _check_archive(package_path: Path) -> None:
+    """check_package's reading of the archive, whose damage zipfile raises as it reads."""
     with zipfile.ZipFile(package_path) as archive, \
             tempfile.TemporaryDirectory(prefix="quiver-aoti-package-") as scratch:
         _check_layout(package_path, archive.namelist(), archive.read)
@@ -144,6 +154,10 @@ def _check_layout(package_path: Path, names: List[str], read) -> None:
     model_dir = f"{root}/data/aotinductor/model/"
     if not any(name.startswith(model_dir) and name.endswith(".so") for name in names):
         raise ValueError(refused + "it holds no compiled model (data/aotinductor/model/*.so)")
+    # torch's loader needs the model's metadata beside it ("File not found" otherwise).
+    if not any(name.startswith(model_dir) and name.endswith("_metadata.json") for name in names):
+        raise ValueError(refused + "it holds no model metadata "
+                                   "(data/aotinductor/model/*_metadata.json)")
 
 
 def compile_and_package(program: "torch.export.ExportedProgram",

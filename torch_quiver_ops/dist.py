@@ -111,9 +111,15 @@ def _load_shard_map(directory, verify: bool) -> Tuple["torch.ScriptObject", Opti
     arrays, meta = _sharing.map_arrays(Path(directory) / "shard_map", "shard_map", verify=verify,
                                        names=("host_of", "local_index"),
                                        required=("host_of", "local_index"))
-    if not isinstance(meta.get("num_hosts"), int) or not isinstance(meta.get("fingerprint"), int):
+    if not is_int(meta.get("num_hosts")) or not is_int(meta.get("fingerprint")):
         raise ValueError(f"{directory}/shard_map names no host count and fingerprint: it is not "
                          f"a shard map of partition_features")
+    if not 1 <= meta["num_hosts"] < 2 ** 63:  # (past int64, the class's binding said 'int')
+        raise ValueError(f"{directory}/shard_map names {meta['num_hosts']} hosts: it is corrupt")
+    for name, array in arrays.items():
+        if array.dtype.is_floating_point or array.dtype.is_complex or array.dtype == torch.bool:
+            raise ValueError(f"{directory}/shard_map ({name}.bin) holds {array.dtype}, not integer "
+                             f"ids: it is corrupt")
     try:
         shard_map = torch.classes.quiver.ShardMap(arrays["host_of"].clone(),
                                                   arrays["local_index"].clone(),

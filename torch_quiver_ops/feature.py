@@ -15,7 +15,7 @@ from torch import Tensor
 
 from . import _sharing, ops, preflight
 from ._device import (as_ids, checked_node_ids, gpus_usable, holds_integers, is_int,
-                      p2p_cliques, parse_share, parse_size, resolve_device)
+                      p2p_cliques, parse_share, parse_size, readable_ids, resolve_device)
 from ._interrupts import ctrl_c_ends_waits
 from .hotness import INT32_MAX, check_hot_order, check_positions, positions_of
 from .topology import CSRTopo
@@ -487,8 +487,8 @@ class Feature:
         elif ids is None or ids is Ellipsis:
             raise TypeError(f"Feature's index must be row ids (a tensor, a list, an int or "
                             f"a slice), got {ids!r}")
-        ids = as_ids(ids)  # the op checks shape, dtype and range
-        if ids.dim() == 0:  # one id (an int, a 0-d tensor): its row, as a tensor gives it
+        ids = readable_ids(ids)  # the op checks shape, dtype and range
+        if ids.dim() == 0:  # one id (an int, a 0-d tensor): its row (ids are never negative)
             return self[ids.reshape(1)][0]
         device = ids.device if ids.is_cuda else self.device_for(None)
         layout = self._view(device)[0]

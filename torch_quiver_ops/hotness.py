@@ -18,7 +18,8 @@ import torch
 from torch import Tensor
 
 from . import ops
-from ._device import as_ids, as_int, check_generator, checked_node_ids, holds_integers
+from ._device import (as_ids, as_int, check_generator, checked_node_ids, holds_integers,
+                      readable_ids)
 
 INT32_MAX = 2**31 - 1
 
@@ -102,7 +103,7 @@ def presample_topology_order(sampler, seeds: Tensor, batch_size: int = 1024,
 
 def check_hot_order(order, num_rows: int) -> Tensor:
     """``order`` as int64 after checking it lists each of ``num_rows`` rows exactly once."""
-    order = as_ids(order, "hot_order").cpu()
+    order = readable_ids(order, "hot_order").cpu()
     ops.check_permutation(order, num_rows, "hot_order")
     return order.long()
 
@@ -121,5 +122,6 @@ def check_positions(positions: Tensor, num_rows: int, what: str = "positions") -
     try:
         ops.check_permutation(positions, num_rows, what)
     except (ValueError, IndexError) as error:
-        raise ValueError(f"{what} is not a permutation of the {num_rows} rows: {error}") from None
+        why = str(error).removeprefix(f"{what} is not a permutation: ")  # said once
+        raise ValueError(f"{what} is not a permutation of the {num_rows} rows: {why}") from None
     return positions

@@ -263,8 +263,10 @@ class Prefetcher:
                  sms: Optional[int] = None, host_read_blocks: int = HOST_READ_BLOCKS,
                  workers: int = 1, pace: Optional[Callable[[bool], None]] = None,
                  own_stream: bool = True):
-        if not is_int(depth) or depth < 0:
-            raise ValueError(f"depth (a loader's prefetch) must be an int >= 0, got {depth!r}")
+        # (past int64, the C++ thread's binding raised its own words, naming no argument)
+        if not is_int(depth) or not 0 <= depth < 2 ** 63:
+            raise ValueError(f"depth (a loader's prefetch) must be an int in [0, 2**63), got "
+                             f"{depth!r}")
         check_host_read_blocks(host_read_blocks, "host_read_blocks")
         self.host_read_blocks = host_read_blocks
         if sms is not None and stream is not None:
@@ -607,7 +609,11 @@ class SampleLoader:
                 len(feature) < sampler.csr_topo.node_count:
             raise ValueError(f"feature has {len(feature)} rows but the graph has "
                              f"{sampler.csr_topo.node_count} nodes")
-        self.labels = None if labels is None else torch.as_tensor(labels).to(self.device)
+        try:
+            self.labels = None if labels is None else torch.as_tensor(labels).to(self.device)
+        except (TypeError, ValueError, RuntimeError) as error:  # torch's words name no argument
+            raise TypeError(f"labels must be a tensor (or array) of one label per node, got "
+                            f"{type(labels).__name__}: {error}") from None
         if self.labels is not None and self.labels.dim() == 0:
             raise ValueError("labels must hold one label per node, got a 0-d tensor")
         if self.labels is not None and self.labels.size(0) != sampler.csr_topo.node_count:
@@ -696,7 +702,8 @@ class SampleLoader:
         if self.device.type == "cuda":
             seeds = seeds.pin_memory()  # so that each batch's seeds move without a wait
         # No seeds, no batch (split would give one empty chunk, where len() says 0).
-        batches = list(seeds.split(self.batch_size)) if seeds.numel() else []
+        # (a batch_size past all the seeds is one batch: split took no size past int64)
+        batches = list(seeds.split(min(self.batch_size, seeds.numel()))) if seeds.numel() else []
         if self.drop_last and batches and batches[-1].numel() < self.batch_size:
             batches.pop()
         self._capture_shapes_here(batches)

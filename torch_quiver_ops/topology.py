@@ -202,7 +202,7 @@ class CSRTopo:
             eid = None if eid is None else eid.cpu().contiguous()
             try:
                 ops.check_csr(indptr, indices, eid)  # once: each op checks only rows it reads
-            except (TypeError, ValueError) as error:  # the op's name for this argument
+            except (TypeError, ValueError, IndexError) as error:  # the op's name for this argument
                 raise type(error)(re.sub(r"\bedge_ids\b", "eid", str(error))) from None
             if num_nodes is not None and num_nodes != indptr.numel() - 1:
                 raise ValueError(f"num_nodes = {num_nodes} but indptr describes "

@@ -4,6 +4,7 @@ two hosts in separate network namespaces joined by veth under torchrun --nnodes 
 (on the GPU machine) NCCL between GPUs. Every gather is checked against x[ids]."""
 import contextlib
 import importlib.util
+import json
 import math
 import os
 import shutil
@@ -279,6 +280,25 @@ def test_partition_writes_checked_shards(tmp_path):
     os.truncate(shard, 100)
     with pytest.raises(ValueError, match="truncated"):
         qv.Feature.load_shared(tmp_path / "host_1")
+
+
+def test_a_shard_map_whose_metadata_is_corrupt_is_named(tmp_path):
+    """From a probe: num_hosts of 2**70 or true, and float host_of/local_index, raised
+    torch's binding error or a bare TypeError, naming no file (or blamed host 1)."""
+    qv.dist.partition_features(table(10), tmp_path, 2)
+    meta_path = tmp_path / "shard_map" / "shard_map.json"
+    good = meta_path.read_text()
+    for edit, words in ((lambda m: m.update(num_hosts=2 ** 70), "names 1180591620717411303424 hosts"),
+                        (lambda m: m.update(num_hosts=True), "names no host count"),
+                        (lambda m: m["arrays"]["local_index"].update(dtype="float64"),
+                         r"\(local_index.bin\) holds torch.float64, not integer ids")):
+        meta = json.loads(good)
+        edit(meta)
+        meta_path.write_text(json.dumps(meta))
+        with pytest.raises(ValueError, match=f"shard_map.* {words}"):
+            qv.dist.load_shard_map(tmp_path)
+    meta_path.write_text(good)
+    assert qv.dist.load_shard_map(tmp_path).num_hosts() == 2
 
 
 def test_a_host_folder_left_from_another_partitioning_is_refused(tmp_path, monkeypatch):

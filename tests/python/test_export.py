@@ -562,7 +562,14 @@ def test_a_package_linking_libstdcxx_statically_is_refused_before_loading(tmp_pa
     with zipfile.ZipFile(package, "w") as archive:
         archive.writestr("model/archive_format", "pt2")  # the layout torch's loader needs
         archive.write(library, "model/data/aotinductor/model/model.so")
+        archive.writestr("model/data/aotinductor/model/model_metadata.json", "{}")
     with pytest.raises(RuntimeError, match="model.pt2 holds .*links libstdc\\+\\+ statically"):
+        qv.aoti.load_package(package)
+    # One flipped byte of the compiled model: zipfile's CRC error named no package.
+    data = bytearray(package.read_bytes())
+    data[data.index(b"ELF") + 100] ^= 0xFF
+    package.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="model.pt2 is corrupt \\(a damaged zip archive"):
         qv.aoti.load_package(package)
 
 

@@ -461,3 +461,13 @@ def test_a_bad_rank_is_named_rank(rank):
     with pytest.raises(ValueError, match=f"rank must be an int >= 0 \\(a GPU index\\), got "
                                          f"{rank!r}"):
         qv.Feature(rank=rank)
+
+
+def test_meta_ids_and_a_meta_hot_order_are_named():
+    """From a probe: both raised torch's "Cannot copy out of meta tensor", naming nothing."""
+    feature = qv.Feature().from_cpu_tensor(torch.randn(10, 3))
+    with pytest.raises(TypeError, match="ids are a meta tensor"):
+        feature[torch.tensor([1, 2], device="meta")]
+    with pytest.raises(TypeError, match="hot_order are a meta tensor"):
+        qv.Feature().from_cpu_tensor(torch.randn(10, 3),
+                                     hot_order=torch.arange(10, device="meta"))

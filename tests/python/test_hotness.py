@@ -33,6 +33,10 @@ def test_check_positions_names_the_source():
     assert check_positions(torch.tensor([1, 0]), 2) is not None
     with pytest.raises(ValueError, match="dir/positions.bin is not a permutation of the 3 rows"):
         check_positions(torch.tensor([0, 0, 1]), 3, "dir/positions.bin")
+    with pytest.raises(ValueError) as raised:  # the name and "not a permutation" said once
+        check_positions(torch.tensor([0, 0, 1]), 3, "dir/positions.bin")
+    assert str(raised.value).count("not a permutation") == 1, raised.value
+    assert "row 2 is missing" in str(raised.value)
 
 
 def test_presampled_order_beats_degree_on_sampled_batches():

@@ -1001,3 +1001,19 @@ def test_a_ctrl_c_in_a_dropped_epochs_cleanup_reaches_the_program(monkeypatch):
         assert time.monotonic() < deadline, "the dropped epoch's producer still runs"
         time.sleep(0.01)
     assert not loader_module._RUNNING_BUILDS
+
+
+def test_sizes_past_int64_and_labels_that_are_no_tensor_are_named():
+    """From a probe: batch_size 2**63 failed at the first batch in torch's split, prefetch
+    2**63 in the C++ thread's binding, and labels="abc" in torch.as_tensor, none of them
+    naming the argument."""
+    sampler, feature, table, labels = setup("CPU")
+    seeds = torch.arange(0, 300, 7)
+    whole = list(qv.SampleLoader(sampler, feature, seeds, 2 ** 63, labels=labels, prefetch=0))
+    assert len(whole) == 1 and whole[0].batch_size == seeds.numel()
+    assert list(qv.SampleLoader(sampler, feature, seeds, 2 ** 63, drop_last=True)) == []
+    with pytest.raises(ValueError, match=r"depth \(a loader's prefetch\) must be an int in "
+                                         r"\[0, 2\*\*63\), got 9223372036854775808"):
+        qv.SampleLoader(sampler, feature, seeds, 8, prefetch=2 ** 63)
+    with pytest.raises(TypeError, match="labels must be a tensor .* got str"):
+        qv.SampleLoader(sampler, feature, seeds, 8, labels="abc")

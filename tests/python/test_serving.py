@@ -213,8 +213,12 @@ def test_a_zip_that_is_no_package_is_refused_by_name(graph, packaged, tmp_path):
              "old.pt2": ([("pkg/a.txt", b"hi")], "archive_format is missing"),
              "empty.pt2": ([("pkg/archive_format", b"pt2"), ("pkg/data/x.txt", b"")],
                            "holds no compiled model"),
+             "nometa.pt2": ([("pkg/archive_format", b"pt2"),
+                             ("pkg/data/aotinductor/model/x.so", b"\x7fELF not a library")],
+                            "holds no model metadata"),
              "junk.pt2": ([("pkg/archive_format", b"pt2"),
-                           ("pkg/data/aotinductor/model/x.so", b"\x7fELF not a library")],
+                           ("pkg/data/aotinductor/model/x.so", b"\x7fELF not a library"),
+                           ("pkg/data/aotinductor/model/x_metadata.json", b"{}")],
                           "x.so is not a shared library")}
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     for name, (entries, words) in cases.items():
@@ -230,7 +234,7 @@ def test_a_zip_that_is_no_package_is_refused_by_name(graph, packaged, tmp_path):
     # The C++ runtime's check alone, as a libtorch server meets it.
     runtime, _ = runtime_for(graph, (5, 3), cpu_samplers=1)
     try:
-        for name in ("loose.pt2", "old.pt2", "empty.pt2", "junk.pt2"):
+        for name in ("loose.pt2", "old.pt2", "empty.pt2", "nometa.pt2"):
             with pytest.raises(ValueError, match=f"{name} is not an AOTInductor package"):
                 runtime._runtime.serve_package(str(tmp_path / name), 1)
     finally:

@@ -218,3 +218,20 @@ def test_a_bad_eid_is_named_eid():
     with pytest.raises(TypeError, match="eid must be a 1-D int64 tensor, got Int"):
         qv.CSRTopo(indptr=torch.tensor([0, 1, 2]), indices=torch.tensor([1, 0]),
                    eid=torch.tensor([0, 1], dtype=torch.int32))
+
+
+def test_a_negative_eid_is_refused_where_the_topology_is_made(tmp_path):
+    """From a probe: a saved CSR with one flipped byte in eid.bin loaded (verify off) with an
+    edge id of about -2**56, which then indexed edge arrays from their end."""
+    with pytest.raises(IndexError, match="eid holds -7: edge ids index edge arrays"):
+        qv.CSRTopo(indptr=torch.tensor([0, 1, 2]), indices=torch.tensor([1, 0]),
+                   eid=torch.tensor([0, -7]))
+    topo = qv.CSRTopo(indptr=torch.tensor([0, 1, 2]), indices=torch.tensor([1, 0]),
+                      eid=torch.tensor([5, 3]))
+    topo.save(tmp_path / "csr")
+    saved = tmp_path / "csr" / "eid.bin"
+    data = bytearray(saved.read_bytes())
+    data[15] ^= 0x80  # the sign bit of the second id
+    saved.write_bytes(bytes(data))
+    with pytest.raises(IndexError, match="eid holds -"):
+        qv.CSRTopo.load_shared(tmp_path / "csr")
