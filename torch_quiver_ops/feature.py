@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops, preflight
-from ._device import (as_ids, checked_node_ids, gpus_usable, holds_integers, is_int,
+from ._device import (as_ids, as_int, checked_node_ids, gpus_usable, holds_integers, is_int,
                       p2p_cliques, parse_share, parse_size, readable_ids, resolve_device)
 from ._interrupts import ctrl_c_ends_waits
 from .hotness import INT32_MAX, check_hot_order, check_positions, positions_of
@@ -112,6 +112,7 @@ class Feature:
                  host_reads: str = "auto"):
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
+        rank = rank if as_int(rank) is None else as_int(rank)  # NumPy ints too, as device_list
         if not is_int(rank) or rank < 0:  # (it was named as device_list, [rank])
             raise ValueError(f"rank must be an int >= 0 (a GPU index), got {rank!r}")
         if device_list is None:
@@ -177,10 +178,19 @@ class Feature:
         was given, else the rows' own order.
         """
         if isinstance(x, np.ndarray):  # torch-quiver's users pass numpy tables too
-            x = torch.from_numpy(x)
+            # (a reversed view or a big-endian array, which from_numpy refuses, is copied)
+            x = torch.from_numpy(np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("=")))
         if not isinstance(x, Tensor):
             raise TypeError(f"a feature table is a tensor (or numpy array), got "
                             f"{type(x).__name__}")
+        # Sparse, nested, quantized and meta tables failed in torch's words, or at the first
+        # gather (a probe): the gathers read rows of a dense, strided tensor with data.
+        if x.layout != torch.strided or x.is_nested or x.is_quantized or x.is_meta:
+            kind = ("a meta tensor, which holds no data" if x.is_meta else
+                    "a quantized tensor (pass x.dequantize(), or x.int_repr() and its scale)"
+                    if x.is_quantized else "a nested tensor (pad it to rows of one shape)"
+                    if x.is_nested else f"a {x.layout} tensor (pass x.to_dense())")
+            raise TypeError(f"a feature table is a dense tensor with data, got {kind}")
         if x.dim() < 1:
             raise ValueError(f"a feature table needs at least one dimension, got shape "
                              f"{tuple(x.shape)}")
@@ -463,7 +473,14 @@ class Feature:
             return torch.device("cpu")
         if device is None and self._gather_on is not None and gpus_usable():
             return torch.device("cuda", self._gather_on)
-        return resolve_device(device)
+        device = resolve_device(device)
+        if device.type not in ("cpu", "cuda"):  # ('meta' had built a CPU layout under it)
+            raise ValueError(f"device must be the CPU or a GPU, got {str(device)!r}")
+        if device.type == "cuda" and not gpus_usable():  # (an index failed in a pinning call)
+            raise RuntimeError(f"device {str(device)!r} is a GPU, and this process can run "
+                               f"no CUDA kernels (no GPU, or a CPU-only build): give "
+                               f"device='cpu'")
+        return device
 
     # ---- reading ----
 
@@ -565,7 +582,10 @@ class Feature:
         if not isinstance(ipc_handle, cls):
             raise TypeError(f"ipc_handle must come from Feature.share_ipc(), got "
                             f"{type(ipc_handle).__name__}")
-        ipc_handle.rank = ipc_handle._gather_on = int(rank)
+        index = as_int(rank)  # as the constructor takes it (int("a") and -1 had passed)
+        if index is None or index < 0:
+            raise ValueError(f"rank must be an int >= 0 (a GPU index), got {rank!r}")
+        ipc_handle.rank = ipc_handle._gather_on = index
         return ipc_handle
 
     @classmethod

@@ -265,8 +265,8 @@ class Prefetcher:
                  own_stream: bool = True):
         # (past int64, the C++ thread's binding raised its own words, naming no argument)
         if not is_int(depth) or not 0 <= depth < 2 ** 63:
-            raise ValueError(f"depth (a loader's prefetch) must be an int in [0, 2**63), got "
-                             f"{depth!r}")
+            raise ValueError(f"depth (a loader's prefetch) must be an int >= 0 and < 2**63, "
+                             f"got {depth!r}")
         check_host_read_blocks(host_read_blocks, "host_read_blocks")
         self.host_read_blocks = host_read_blocks
         if sms is not None and stream is not None:

@@ -471,3 +471,38 @@ def test_meta_ids_and_a_meta_hot_order_are_named():
     with pytest.raises(TypeError, match="hot_order are a meta tensor"):
         qv.Feature().from_cpu_tensor(torch.randn(10, 3),
                                      hot_order=torch.arange(10, device="meta"))
+
+
+def test_tables_that_are_not_dense_tensors_with_data_are_named_and_numpy_views_copied():
+    """From a probe: sparse, nested and meta tables failed in torch's words; a quantized one
+    was taken and failed at the first gather; a reversed or big-endian numpy array failed
+    in torch.from_numpy."""
+    dense = torch.randn(4, 3)
+    for table, words in ((dense.to_sparse(), "torch.sparse_coo tensor"),
+                         (torch.quantize_per_tensor(dense, 0.1, 0, torch.qint8),
+                          "quantized tensor"),
+                         (torch.empty(4, 3, device="meta"), "meta tensor"),
+                         (torch.nested.nested_tensor([torch.ones(2), torch.ones(3)]),
+                          "nested tensor")):
+        with pytest.raises(TypeError, match=f"a feature table is a dense tensor with data, "
+                                            f"got a {words}"):
+            qv.Feature().from_cpu_tensor(table)
+    array = np.arange(12.0, dtype=">f4").reshape(4, 3)[::-1]
+    feature = qv.Feature().from_cpu_tensor(array)
+    assert torch.equal(feature[[0, 3]].cpu(), torch.tensor(array[[0, 3]].astype("<f4")))
+
+
+def test_a_layout_for_a_device_that_cannot_gather_is_named():
+    """From a probe: f.tiers(0) without a GPU failed in a pinning call; 'meta' built a CPU
+    layout under the meta device; new_from_ipc_handle took -1 and "a"."""
+    feature = qv.Feature(device_list=[]).from_cpu_tensor(torch.randn(6, 2))
+    with pytest.raises(ValueError, match="device must be the CPU or a GPU, got 'meta'"):
+        feature.tiers("meta")
+    if not qv._device.gpus_usable():
+        for device in (0, "cuda:0"):
+            with pytest.raises(RuntimeError, match="is a GPU, and this process can run no CUDA"):
+                feature.tiers(device)
+    for rank in (-1, "a", 1.5):
+        with pytest.raises(ValueError, match="rank must be an int >= 0"):
+            qv.Feature.new_from_ipc_handle(rank, feature)
+    assert qv.Feature(rank=np.int64(0)).rank == 0

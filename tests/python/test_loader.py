@@ -1012,8 +1012,8 @@ def test_sizes_past_int64_and_labels_that_are_no_tensor_are_named():
     whole = list(qv.SampleLoader(sampler, feature, seeds, 2 ** 63, labels=labels, prefetch=0))
     assert len(whole) == 1 and whole[0].batch_size == seeds.numel()
     assert list(qv.SampleLoader(sampler, feature, seeds, 2 ** 63, drop_last=True)) == []
-    with pytest.raises(ValueError, match=r"depth \(a loader's prefetch\) must be an int in "
-                                         r"\[0, 2\*\*63\), got 9223372036854775808"):
+    with pytest.raises(ValueError, match=r"depth \(a loader's prefetch\) must be an int >= 0 "
+                                         r"and < 2\*\*63, got 9223372036854775808"):
         qv.SampleLoader(sampler, feature, seeds, 8, prefetch=2 ** 63)
     with pytest.raises(TypeError, match="labels must be a tensor .* got str"):
         qv.SampleLoader(sampler, feature, seeds, 8, labels="abc")
