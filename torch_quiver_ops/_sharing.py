@@ -159,6 +159,9 @@ def save_arrays(directory: Union[str, Path], stem: str,
     except (TypeError, ValueError) as error:
         raise TypeError(f"save_arrays' meta must be JSON data (numbers, strings, lists, "
                         f"dicts): {error}") from None
+    if directory.exists() and not directory.is_dir():  # (mkdir's FileExistsError said less)
+        raise NotADirectoryError(f"{directory} is a file, not a folder: the arrays are saved "
+                                 f"as files in a folder")
     directory.mkdir(parents=True, exist_ok=True)
     # One save at a time in a folder (a lock on the folder itself, held until the save is
     # whole): two at once renamed each other's partial files away and could leave one's

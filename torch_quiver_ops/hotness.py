@@ -34,6 +34,13 @@ def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[i
     """sample_subgraph's output for shuffled batches of ``seeds`` (``num_batches`` of
     them; None: one epoch)."""
     seeds = as_ids(seeds, "seeds").cpu()
+    topo = getattr(sampler, "csr_topo", None)
+    # The seeds SampleLoader takes: a mask of one bool per node, narrow int ids widened
+    if seeds.dtype == torch.bool and topo is not None and seeds.dim() == 1 \
+            and seeds.numel() == topo.node_count:
+        seeds = torch.nonzero(seeds).view(-1)
+    elif seeds.dtype in (torch.uint8, torch.int8, torch.int16):
+        seeds = seeds.long()
     if seeds.dim() != 1 or seeds.numel() == 0:
         raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
     size, count = as_int(batch_size), None if num_batches is None else as_int(num_batches)
@@ -44,7 +51,6 @@ def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[i
                          f"{num_batches!r}")
     check_generator(generator)
     batch_size, num_batches = size, count
-    topo = getattr(sampler, "csr_topo", None)
     if topo is not None and holds_integers(seeds):
         # By position in seeds, before the shuffle (the sampler names one in its batch).
         checked_node_ids(seeds, topo.node_count, "seeds")

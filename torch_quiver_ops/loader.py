@@ -294,8 +294,15 @@ class Prefetcher:
         if device is None:
             device = (torch.device("cuda", torch.cuda.current_device())
                       if torch.cuda.is_available() else torch.device("cpu"))
-        self.device = torch.device(device) if not isinstance(device, int) else torch.device(
-            "cuda", device)
+        try:
+            self.device = torch.device(device) if not isinstance(device, int) else torch.device(
+                "cuda", device)
+        except (RuntimeError, TypeError) as error:  # torch's words named no argument
+            raise ValueError(f"device must be a torch.device, a device string or a GPU index, "
+                             f"got {device!r} ({error})") from None
+        if stream is not None and not isinstance(stream, torch.cuda.Stream):
+            raise TypeError(f"stream must be a torch.cuda.Stream or None, got "
+                            f"{type(stream).__name__}")
         if self.device.type == "cuda" and not torch.cuda.is_available():
             # torch's "Found no NVIDIA driver" came at the first epoch, or here for 'cuda'
             raise RuntimeError(f"device={device!r} is a GPU, and torch sees none")

@@ -129,6 +129,24 @@ def test_one_generator_gives_one_order_whatever_else_draws():
     assert torch.equal(orders[0], orders[1])
 
 
+def test_presampling_takes_the_seeds_sampleloader_takes():
+    """From a probe: a mask of one bool per node and uint8 ids, both taken by SampleLoader,
+    were refused here."""
+    topo = qv.CSRTopo(synthetic_graph("tiny", seed=3).edge_index)
+    sampler = qv.GraphSageSampler(topo, [5, 3], device="cpu", mode="CPU")
+    ids = torch.arange(0, 200, 3)
+    mask = torch.zeros(topo.node_count, dtype=torch.bool)
+    mask[ids] = True
+
+    def order(seeds):
+        return qv.presample_hot_order(sampler, seeds, 16, 3,
+                                      generator=torch.Generator().manual_seed(1))
+
+    expected = order(ids)
+    assert torch.equal(order(mask), expected)
+    assert torch.equal(order(ids.to(torch.uint8)), expected)
+
+
 def test_presampled_topology_order_serves_more_sampled_edges_than_degree():
     """A cache of 20% of the lists' bytes chosen by presampling serves more of the edges that
     fresh batches (not the presampled ones) read than one chosen by degree."""

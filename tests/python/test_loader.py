@@ -1017,3 +1017,12 @@ def test_sizes_past_int64_and_labels_that_are_no_tensor_are_named():
         qv.SampleLoader(sampler, feature, seeds, 8, prefetch=2 ** 63)
     with pytest.raises(TypeError, match="labels must be a tensor .* got str"):
         qv.SampleLoader(sampler, feature, seeds, 8, labels="abc")
+
+
+def test_a_prefetchers_device_and_stream_are_named():
+    """From a probe: device='bogus' raised torch's device-string error and stream=object()
+    an AttributeError on 'stream_id'."""
+    with pytest.raises(ValueError, match="device must be a torch.device, .* got 'bogus'"):
+        qv.Prefetcher([], device="bogus")
+    with pytest.raises(TypeError, match="stream must be a torch.cuda.Stream or None, got object"):
+        qv.Prefetcher([], device="cpu", stream=object())

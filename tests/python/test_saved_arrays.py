@@ -408,3 +408,12 @@ def test_a_save_that_fails_writing_its_json_leaves_none_of_its_files(tmp_path, m
     with pytest.raises(OSError, match=r"could not write u.json .* nothing of this save is left"):
         _sharing.save_arrays(tmp_path, "u", {"c": torch.arange(4)})
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_save_into_a_path_that_is_a_file_is_named(tmp_path):
+    """From a probe: Feature.save onto an existing file raised mkdir's FileExistsError."""
+    (tmp_path / "taken").write_text("a file")
+    feature = qv.Feature().from_cpu_tensor(torch.randn(4, 2))
+    with pytest.raises(NotADirectoryError, match="taken is a file, not a folder"):
+        feature.save(tmp_path / "taken")
+    assert (tmp_path / "taken").read_text() == "a file"
