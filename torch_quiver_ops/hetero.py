@@ -499,9 +499,11 @@ class HeteroSampler:
             hops, per_type = len(shared), [shared] * len(edge_types)
         if hops == 0:
             raise ValueError("num_neighbors must name at least one hop")
+        # Each checked by its edge type and hop (a flattened position named neither)
+        for r, et in enumerate(edge_types):
+            name = f"num_neighbors[{et!r}]" if isinstance(num_neighbors, dict) else "num_neighbors"
+            ops.check_fanouts(per_type[r], self.replace, name)
         fanouts = [per_type[r][h] for h in range(hops) for r in range(len(edge_types))]
-        ops.check_fanouts(fanouts, self.replace,
-                          f"num_neighbors={num_neighbors} (hop-major, a relation each) fanouts")
         return fanouts, hops
 
     def _place(self, name: str, t: Optional[Tensor]) -> Optional[Tensor]:

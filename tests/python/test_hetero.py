@@ -3,6 +3,7 @@ for all-neighbor hops (exact), the graph itself for sampled ones (every edge rea
 per relation, hop structure), chi-square tests per relation slice, and the weighted,
 temporal and disjoint rules, on every placement."""
 import itertools
+import re
 from collections import defaultdict
 
 import numpy as np
@@ -518,8 +519,9 @@ def test_bad_input_is_named(mode):
         sampler(topo, {EDGE_TYPES[0]: [2]}, mode)
     with pytest.raises(ValueError, match="as many hops"):
         sampler(topo, {**{et: [2] for et in EDGE_TYPES}, EDGE_TYPES[1]: [2, 2]}, mode)
-    with pytest.raises(ValueError, match=r"num_neighbors=.*fanouts\[1\] must be -1 \(all "
-                                         r"neighbors\) or >= 0, got -3"):
+    # (by edge type and hop: a flattened position, fanouts[1], named neither)
+    with pytest.raises(ValueError, match=rf"num_neighbors\[{re.escape(repr(EDGE_TYPES[1]))}\]"
+                                         r"\[0\] must be -1 \(all neighbors\) or >= 0, got -3"):
         sampler(topo, [2, -3], mode) if len(EDGE_TYPES) == 1 else sampler(
             topo, {**{et: [2] for et in EDGE_TYPES}, EDGE_TYPES[1]: [-3]}, mode)
     with pytest.raises(IndexError, match="outside 'paper'"):  # CSRTopo's type for the fault

@@ -394,6 +394,20 @@ def test_input_nodes_as_a_list_tuple_or_range():
         qpyg.NeighborLoader(data, [2, -2], device="cpu")
 
 
+def test_an_empty_list_of_seeds_is_an_empty_loader_and_bad_attrs_are_named_by_the_loader():
+    """From a probe: input_nodes=[] was refused as float32 ids (PyG reads it as no seeds);
+    a 2-D weight_attr and a float time_attr were named by the sampler's own arguments
+    (weights, node_time), which the caller never gave."""
+    data = directed_data()
+    assert len(qpyg.NeighborLoader(data, [2], input_nodes=[], batch_size=2, device="cpu")) == 0
+    data.w2 = torch.rand(data.edge_index.size(1), 2)
+    with pytest.raises(ValueError, match=r"weight_attr='w2' must hold one value per edge \(1-D\)"):
+        qpyg.NeighborLoader(data, [2], weight_attr="w2", device="cpu")
+    data.t = torch.rand(data.num_nodes)
+    with pytest.raises(TypeError, match="time_attr='t' must hold integer times"):
+        qpyg.NeighborLoader(data, [2], time_attr="t", device="cpu")
+
+
 def test_numpy_attributes_are_gathered_and_lists_refused():
     """As PyG's batches: a numpy attribute with a row per node or edge comes as a tensor of
     the sampled rows (it was copied whole into every batch); a per-node list is refused by

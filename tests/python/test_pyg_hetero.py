@@ -1,6 +1,8 @@
 """torch_quiver_ops.pyg on heterogeneous graphs: HeteroData batches from NeighborLoader and
 LinkNeighborLoader with every field PyG's loaders give, typed stores, the shared GPU
 cache budget, and a to_hetero(GraphSAGE) model training on the batches, on every placement."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -213,7 +215,7 @@ def test_time_on_some_node_types_samples_the_others_regardless(mode):
         qpyg.NeighborLoader(by_edge, [2], input_nodes="paper", time_attr="stamp",
                             device="cpu")
     data["paper"].time = data["paper"].time.float()
-    with pytest.raises(TypeError, match="node_time_dict must hold integer times"):
+    with pytest.raises(TypeError, match="time_attr='time' of 'paper' must hold integer times"):
         qpyg.NeighborLoader(data, [2], input_nodes="paper", time_attr="time", device="cpu")
     data["paper", "cites", "paper"].time = torch.zeros(200, dtype=torch.long)
     with pytest.raises(ValueError, match="names both node and edge attributes"):
@@ -665,3 +667,22 @@ def test_type_attributes_that_are_no_rows_come_whole_and_types_keep_their_order(
             starts = torch.tensor([0] + [batch[t].num_nodes for t in batch.node_types]).cumsum(0)
             assert bool((homogeneous.node_type[starts[author]:starts[author + 1]]
                          == author).all())
+
+
+def test_a_bad_fanout_is_named_by_its_edge_type_and_hop_and_empty_seeds_load_nothing():
+    """From a probe: the hetero check named a flattened position (fanouts[8]); a 2-D
+    weight_attr was named as the sampler's weights; ('paper', []) was refused as floats."""
+    data = hetero_data()
+    fanouts = {et: [2, 2] for et in data.edge_types}
+    fanouts[CITES] = [2, -5]
+    with pytest.raises(ValueError, match=rf"num_neighbors\[{re.escape(repr(CITES))}\]\[1\] must "
+                                         r"be -1 \(all neighbors\) or >= 0, got -5"):
+        next(iter(qpyg.NeighborLoader(data, fanouts, input_nodes="paper", batch_size=4,
+                                      device="cpu")))
+    data[CITES].w = torch.rand(data[CITES].edge_index.size(1), 2)
+    with pytest.raises(ValueError, match=r"weight_attr='w' of .*'cites'.* must hold one value "
+                                         r"per edge \(1-D\)"):
+        next(iter(qpyg.NeighborLoader(data, [2], input_nodes="paper", weight_attr="w",
+                                      batch_size=4, device="cpu")))
+    assert len(qpyg.NeighborLoader(hetero_data(), [2], input_nodes=("paper", []), batch_size=4,
+                                   device="cpu")) == 0

@@ -57,6 +57,24 @@ def _check_last_without_weights(rules: dict) -> None:
                               weighted=True, replace=False, weights_name="weight_attr")
 
 
+def _checked_attr(value, attr: str, name: str, key=None):
+    """A ``weight_attr`` / ``time_attr`` tensor, checked by the loader's own names (the
+    samplers named their arguments, weights or node_time, which the caller never gave):
+    weights one value per entry (1-D), times integers."""
+    where = f"{attr}={name!r}" + ("" if key is None else f" of {key!r}")
+    tensor = torch.as_tensor(value)
+    if tensor.dim() != 1:
+        raise ValueError(f"{where} must hold one value per "
+                         f"{'edge' if attr == 'weight_attr' else 'node or edge'} (1-D), got "
+                         f"shape {tuple(tensor.shape)}")
+    if attr == "time_attr":
+        try:
+            integer_times(tensor, where)
+        except TypeError as error:
+            raise TypeError(str(error)) from None
+    return value
+
+
 def _hetero_rules(data: HeteroData, rules: dict) -> dict:
     """HeteroNeighborSampler's weights / times from PyG's ``weight_attr`` (an attribute of
     every edge type) and ``time_attr`` (of every node type, or of every edge type)."""
@@ -71,7 +89,7 @@ def _hetero_rules(data: HeteroData, rules: dict) -> dict:
             raise ValueError(f"{what} {name!r} must be an attribute of every "
                              f"{'edge' if what == 'weight_attr' else 'node or edge'} type; "
                              f"{lacking} lack it")
-        return {k: data[k][name] for k in keys}
+        return {k: _checked_attr(data[k][name], what, name, k) for k in keys}
 
     if weight_attr is not None:
         out["weights"] = every(data.edge_types, weight_attr, "weight_attr")
@@ -83,7 +101,8 @@ def _hetero_rules(data: HeteroData, rules: dict) -> dict:
         if timed:
             # As PyG: node times when any node type has them; the types without any (an
             # entity table beside timed facts, say) are sampled regardless of time.
-            out["node_time_dict"] = {t: data[t][time_attr] for t in timed}
+            out["node_time_dict"] = {t: _checked_attr(data[t][time_attr], "time_attr", time_attr,
+                                                      t) for t in timed}
         else:
             out["edge_time_dict"] = every(data.edge_types, time_attr, "time_attr")
     return out
@@ -104,14 +123,14 @@ def _sampling_rules(data, rules: dict) -> dict:
     if weight_attr is not None:
         if weight_attr not in data or not data.is_edge_attr(weight_attr):
             raise ValueError(f"weight_attr {weight_attr!r} is not an edge attribute of data")
-        out["weights"] = data[weight_attr]
+        out["weights"] = _checked_attr(data[weight_attr], "weight_attr", weight_attr)
     if time_attr is not None:
         if time_attr not in data:
             raise ValueError(f"time_attr {time_attr!r} is not an attribute of data")
         if data.is_node_attr(time_attr):
-            out["node_time"] = data[time_attr]
+            out["node_time"] = _checked_attr(data[time_attr], "time_attr", time_attr)
         elif data.is_edge_attr(time_attr):
-            out["edge_time"] = data[time_attr]
+            out["edge_time"] = _checked_attr(data[time_attr], "time_attr", time_attr)
         else:
             raise ValueError(f"time_attr {time_attr!r} is neither a node nor an edge attribute")
     return out
@@ -494,6 +513,8 @@ class _OnOurStores:
 def _id_tensor(ids, name: str) -> Tensor:
     """A tensor of the ids in a list, tuple, range or array; a TypeError naming ``name``
     for anything else."""
+    if isinstance(ids, (list, tuple, range)) and len(ids) == 0:
+        return torch.empty(0, dtype=torch.long)  # as PyG reads []: no seeds, not floats
     try:
         return torch.as_tensor(list(ids) if isinstance(ids, range) else ids)
     except (TypeError, ValueError, RuntimeError) as error:
