@@ -399,12 +399,12 @@ inline void check_positions_in_tiers(at::ArrayRef<at::Tensor> tiers,
   if (!positions.has_value() || positions->numel() == 0) return;
   int64_t rows = 0;
   for (const at::Tensor& t : tiers) rows += t.size(0);
-  const at::Tensor wide = positions->to(at::kLong);
-  const at::Tensor bad = (wide < 0).logical_or_(wide >= rows);
-  if (bad.any().item<bool>()) {
-    const int64_t id = bad.nonzero().select(0, 0).item<int64_t>();
-    errors::position_out_of_range(id, wide.select(0, id).item<int64_t>(), rows);
-  }
+  // One pass in the table's own dtype; the mask is made only to name a bad entry.
+  const auto [low, high] = at::aminmax(*positions);
+  if (low.item<int64_t>() >= 0 && high.item<int64_t>() < rows) return;
+  const at::Tensor bad = positions->lt(0).logical_or_(positions->ge(rows));
+  const int64_t id = bad.nonzero().select(0, 0).item<int64_t>();
+  errors::position_out_of_range(id, positions->select(0, id).item<int64_t>(), rows);
 }
 
 inline void check_gather_tiered_rows_args(at::ArrayRef<at::Tensor> tiers,

@@ -171,7 +171,11 @@ DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
     separator = "; ";
   }
   bool rows_differ = false;
-  for (const auto& f : fields) rows_differ |= f.at("rows") != fields[me]["rows"];
+  for (const auto& f : fields) {  // among hosts that can take part (a problem is told above)
+    if (f.at("problem").empty() && fields[me]["problem"].empty()) {
+      rows_differ |= f.at("rows") != fields[me]["rows"];
+    }
+  }
   if (rows_differ) {
     faults << separator << "the hosts' tables differ (";
     for (size_t h = 0; h < fields.size(); ++h) {

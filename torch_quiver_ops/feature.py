@@ -179,7 +179,9 @@ class Feature:
         """
         if isinstance(x, np.ndarray):  # torch-quiver's users pass numpy tables too
             # (a reversed view or a big-endian array, which from_numpy refuses, is copied)
-            x = torch.from_numpy(np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("=")))
+            if x.dtype.byteorder not in "=|" or any(step < 0 for step in x.strides):
+                x = x.astype(x.dtype.newbyteorder("="), order="C")
+            x = torch.from_numpy(x)
         if not isinstance(x, Tensor):
             raise TypeError(f"a feature table is a tensor (or numpy array), got "
                             f"{type(x).__name__}")

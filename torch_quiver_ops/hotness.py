@@ -39,8 +39,9 @@ def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[i
     if seeds.dtype == torch.bool and topo is not None and seeds.dim() == 1 \
             and seeds.numel() == topo.node_count:
         seeds = torch.nonzero(seeds).view(-1)
-    elif seeds.dtype in (torch.uint8, torch.int8, torch.int16):
-        seeds = seeds.long()
+    elif holds_integers(seeds) and seeds.dtype not in (torch.int32, torch.int64):
+        seeds = checked_node_ids(seeds, topo.node_count, "seeds") if topo is not None \
+            else seeds.long()  # (uint64 ids past int64 are named there)
     if seeds.dim() != 1 or seeds.numel() == 0:
         raise ValueError(f"seeds must be a non-empty 1-D tensor, got shape {tuple(seeds.shape)}")
     size, count = as_int(batch_size), None if num_batches is None else as_int(num_batches)

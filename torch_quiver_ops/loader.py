@@ -300,8 +300,8 @@ class Prefetcher:
         except (RuntimeError, TypeError) as error:  # torch's words named no argument
             raise ValueError(f"device must be a torch.device, a device string or a GPU index, "
                              f"got {device!r} ({error})") from None
-        if stream is not None and not isinstance(stream, torch.cuda.Stream):
-            raise TypeError(f"stream must be a torch.cuda.Stream or None, got "
+        if stream is not None and not isinstance(stream, torch.Stream):  # (cuda.Stream's base)
+            raise TypeError(f"stream must be a torch.cuda.Stream (or torch.Stream) or None, got "
                             f"{type(stream).__name__}")
         if self.device.type == "cuda" and not torch.cuda.is_available():
             # torch's "Found no NVIDIA driver" came at the first epoch, or here for 'cuda'
@@ -617,10 +617,11 @@ class SampleLoader:
             raise ValueError(f"feature has {len(feature)} rows but the graph has "
                              f"{sampler.csr_topo.node_count} nodes")
         try:
-            self.labels = None if labels is None else torch.as_tensor(labels).to(self.device)
+            labels = None if labels is None else torch.as_tensor(labels)
         except (TypeError, ValueError, RuntimeError) as error:  # torch's words name no argument
             raise TypeError(f"labels must be a tensor (or array) of one label per node, got "
                             f"{type(labels).__name__}: {error}") from None
+        self.labels = None if labels is None else labels.to(self.device)
         if self.labels is not None and self.labels.dim() == 0:
             raise ValueError("labels must hold one label per node, got a 0-d tensor")
         if self.labels is not None and self.labels.size(0) != sampler.csr_topo.node_count:

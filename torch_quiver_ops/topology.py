@@ -183,7 +183,10 @@ class CSRTopo:
                     raise ValueError(f"eid must hold one integer id per column of edge_index "
                                      f"({edge_index.size(1)}), got {eid.dtype} of shape "
                                      f"{tuple(eid.shape)}")
-                as_int64(eid, "eid", "edge ids are int64")  # as int64 below
+                wide = as_int64(eid, "eid", "edge ids are int64")  # as int64 below
+                if wide.numel() and int(wide.min()) < 0:  # as check_csr says it for a CSR's
+                    raise IndexError(f"eid holds {int(wide.min())}: edge ids index edge arrays "
+                                     f"and are never negative")
             row = edge_index[0].to(dtype).contiguous()
             col = edge_index[1].to(dtype).contiguous()
             try:

@@ -1024,5 +1024,8 @@ def test_a_prefetchers_device_and_stream_are_named():
     an AttributeError on 'stream_id'."""
     with pytest.raises(ValueError, match="device must be a torch.device, .* got 'bogus'"):
         qv.Prefetcher([], device="bogus")
-    with pytest.raises(TypeError, match="stream must be a torch.cuda.Stream or None, got object"):
+    with pytest.raises(TypeError, match=r"stream must be a torch.cuda.Stream \(or torch.Stream\) "
+                                        r"or None, got object"):
         qv.Prefetcher([], device="cpu", stream=object())
+    if HAS_CUDA:  # a plain torch.Stream (a green context's) is taken, as before
+        qv.Prefetcher([], device="cuda", stream=torch.Stream(device="cuda"))

@@ -231,11 +231,28 @@ def test_a_zip_that_is_no_package_is_refused_by_name(graph, packaged, tmp_path):
         with pytest.raises(ValueError, match=words):
             ServingRuntime(bad, topo, [5, 3], graph.x, device="cpu", cpu_samplers=1,
                            gpu_streams=0)
-    # The C++ runtime's check alone, as a libtorch server meets it.
+    # The C++ runtime's check alone, as a libtorch server meets it. torch's reader refuses
+    # the zips above for want of its own records (a "version"); archives written by torch's
+    # writer reach the runtime's checks of the layout itself.
+    def torch_written(name, records):
+        writer = torch._C.PyTorchFileWriter(str(tmp_path / name))
+        for record, data in records:
+            writer.write_record(record, data, len(data))
+        writer.write_end_of_file()
+
+    torch_written("t-old.pt2", [("a.txt", b"hi")])
+    torch_written("t-empty.pt2", [("archive_format", b"pt2"), ("data/x.txt", b"")])
+    torch_written("t-nometa.pt2", [("archive_format", b"pt2"),
+                                   ("data/aotinductor/model/x.so", b"\x7fELF not a library")])
     runtime, _ = runtime_for(graph, (5, 3), cpu_samplers=1)
     try:
         for name in ("loose.pt2", "old.pt2", "empty.pt2", "nometa.pt2"):
             with pytest.raises(ValueError, match=f"{name} is not an AOTInductor package"):
+                runtime._runtime.serve_package(str(tmp_path / name), 1)
+        for name, words in (("t-old.pt2", "archive_format is missing"),
+                            ("t-empty.pt2", "holds no compiled model"),
+                            ("t-nometa.pt2", "holds no model metadata")):
+            with pytest.raises(ValueError, match=f"{name} is not an AOTInductor package.*{words}"):
                 runtime._runtime.serve_package(str(tmp_path / name), 1)
     finally:
         runtime.close()

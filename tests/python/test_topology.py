@@ -226,6 +226,8 @@ def test_a_negative_eid_is_refused_where_the_topology_is_made(tmp_path):
     with pytest.raises(IndexError, match="eid holds -7: edge ids index edge arrays"):
         qv.CSRTopo(indptr=torch.tensor([0, 1, 2]), indices=torch.tensor([1, 0]),
                    eid=torch.tensor([0, -7]))
+    with pytest.raises(IndexError, match="eid holds -1: edge ids index edge arrays"):
+        qv.CSRTopo(torch.tensor([[0, 1, 2], [1, 2, 0]]), eid=torch.tensor([-1, 5, 7]))
     topo = qv.CSRTopo(indptr=torch.tensor([0, 1, 2]), indices=torch.tensor([1, 0]),
                       eid=torch.tensor([5, 3]))
     topo.save(tmp_path / "csr")

@@ -62,6 +62,8 @@ def _checked_attr(value, attr: str, name: str, key=None):
     samplers named their arguments, weights or node_time, which the caller never gave):
     weights one value per entry (1-D), times integers."""
     where = f"{attr}={name!r}" + ("" if key is None else f" of {key!r}")
+    if isinstance(value, (list, tuple)) and len(value) == 0:
+        return value  # (no edges: torch.as_tensor([]) would read as floats)
     tensor = torch.as_tensor(value)
     if tensor.dim() != 1:
         raise ValueError(f"{where} must hold one value per "
