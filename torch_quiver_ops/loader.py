@@ -34,6 +34,7 @@ from typing import (Any, Callable, Iterable, Iterator, List, NamedTuple, Optiona
 import torch
 from torch import Tensor
 
+from . import _fork
 from ._device import (as_ids, as_int, check_flag, check_generator, checked_node_ids,
                       holds_integers, is_int)
 from ._interrupts import ctrl_c_ends_waits
@@ -759,11 +760,12 @@ class SampleLoader:
         made_of = (sampler._sampler, tiers, self.labels, self.prefetch,
                    self._prefetcher.host_read_blocks)
         spare, self._spare_native = self._spare_native, None
-        if spare is not None and all(a is b for a, b in zip(spare[1], made_of)):
+        if spare is not None and all(a is b for a, b in zip(spare[1], made_of)) \
+                and not _fork.inherited(spare[0]):  # (a parent's: its thread is not here)
             return spare
-        native = torch.classes.quiver.BatchPrefetcher(
+        native = _fork.made_with_threads(torch.classes.quiver.BatchPrefetcher(
             sampler._sampler, tiers, self.labels, device.index if device.type == "cuda" else -1,
-            self.prefetch, self._prefetcher.host_read_blocks, 0)
+            self.prefetch, self._prefetcher.host_read_blocks, 0))
         return native, made_of
 
     def _native_epoch(self, native, made_of: tuple, batches: List[Tensor],
@@ -776,7 +778,8 @@ class SampleLoader:
 
         def stop() -> None:
             with stopping:
-                native.stop()
+                if not _fork.inherited(native):  # (stopping waits for the parent's thread)
+                    native.stop()
         running = _builds_running(stop)
         try:
             while True:

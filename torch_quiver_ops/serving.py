@@ -45,6 +45,7 @@ from urllib.parse import urlsplit
 import torch
 from torch import Tensor
 
+from . import _fork
 from ._device import check_flag, is_int, resolve_device
 from ._interrupts import ctrl_c_ends_waits, runtime_timeout
 from .ops import integer_fanouts
@@ -173,6 +174,8 @@ def _close_dropped(runtime, gpu_sampler, model_threads: list, collectors: list) 
     be waited for any more (each holds its runtime), so nothing is left to answer. Its
     collecting thread is stopped, and model threads still in a call are waited for at exit,
     as close() leaves them."""
+    if _fork.inherited(runtime):  # closing waits for the parent's threads (_fork)
+        return
     with contextlib.suppress(Exception):
         runtime.close(0.0)
     for collector in collectors:
@@ -284,6 +287,7 @@ class ServingRuntime:
             float("nan") if threshold is None else float(threshold), seed,
             bool(capture_batches), float(latency_objective_ms),
             0 if max_queue_nodes is None else max_queue_nodes)
+        _fork.made_with_threads(self._runtime)
         self.psgs = PSGS.of_values(self._runtime.psgs())
         _open_runtimes.add(self)
         # A runtime dropped without close() is closed when collected (its threads hold only
@@ -328,6 +332,7 @@ class ServingRuntime:
         if ids.is_meta or ids.layout != torch.strided:  # torch's own errors name no argument
             raise TypeError(f"node ids must be a dense tensor holding ids, got a "
                             f"{'meta' if ids.is_meta else ids.layout} tensor")
+        self._check_not_inherited()
         ticket = self._runtime.submit(ids)  # checks shape, dtype, count and range
         if ticket == -1:
             raise Overloaded(f"the queue is full ({self.queued} requests waiting; at most "
@@ -339,12 +344,22 @@ class ServingRuntime:
     def predict(self, ids, timeout: Optional[float] = None) -> Tensor:
         return self.submit(ids).result(timeout)
 
+    def _check_not_inherited(self) -> None:
+        if _fork.inherited(self._runtime):
+            raise RuntimeError("this ServingRuntime was made before this process was forked: "
+                               "its threads stayed in the parent, so it answers nothing here; "
+                               "make a new one in this process")
+
     @ctrl_c_ends_waits
     def close(self, timeout: float = 30.0) -> None:
         """Stops taking requests, answers every queued one (waiting up to ``timeout``
         seconds, ``math.inf`` for as long as it takes), then stops the threads. A runtime
         still open when the interpreter exits is closed then, and a model call still
         running is waited for then (up to ``LINGERING_JOIN_S``)."""
+        if _fork.inherited(self._runtime):  # its threads are the parent's: nothing to stop
+            _open_runtimes.discard(self)
+            self._closer.detach()
+            return
         deadline = time.monotonic() + min(float(timeout), _NO_LIMIT_S)
         self._runtime.close(float(timeout))
         _open_runtimes.discard(self)

@@ -679,6 +679,60 @@ print("collected", tuple(rows.shape), error, flush=True)
         late.returncode, late.stdout, late.stderr)
 
 
+def test_a_child_forked_beside_a_runtime_and_a_cpp_prefetcher_exits():
+    """From a probe: a child forked while a ServingRuntime or a C++-prefetching epoch was
+    live never exited (closing waits on condition variables whose waiters, the parent's
+    threads, are not in the child), and close(2.0) there ignored its bound. The child now
+    exits; the parent's runtime refuses requests there by name; new objects work."""
+    script = """
+import os, sys, time, warnings
+import torch, torch_quiver_ops as qv
+from torch_quiver_ops.serving import ServingRuntime
+warnings.simplefilter("ignore", DeprecationWarning)  # (Python 3.12 on fork with threads)
+edge_index = torch.randint(0, 300, (2, 3000), generator=torch.Generator().manual_seed(0))
+topo = qv.CSRTopo(edge_index, num_nodes=300)
+class Identity(torch.nn.Module):
+    def forward(self, x, adjs):
+        return x
+x = torch.randn(300, 4)
+runtime = ServingRuntime(Identity(), topo, [3, 2], x, device="cpu", cpu_samplers=2,
+                         gpu_streams=0)
+runtime.predict([1], 30)
+sampler = qv.GraphSageSampler(topo, [5, 3], device="cpu", mode="CPU")
+feature = qv.Feature(device_list=[]).from_cpu_tensor(x)
+loader = qv.SampleLoader(sampler, feature, torch.arange(300), 16, prefetch=2,
+                         prefetch_in_cpp=True)
+epoch = iter(loader)
+next(epoch)
+pid = os.fork()
+if pid == 0:
+    torch.set_num_threads(1)  # (torch's own OpenMP pool does not survive a fork)
+    try:
+        runtime.predict([2], 5)
+        print("inherited runtime answered", flush=True)
+    except RuntimeError as error:
+        print("refused:", "made before this process was forked" in str(error), flush=True)
+    runtime.close(2.0)
+    again = ServingRuntime(Identity(), topo, [3, 2], x, device="cpu", cpu_samplers=1,
+                           gpu_streams=0)
+    print("new runtime:", torch.equal(again.predict([5], 30), x[[5]]), flush=True)
+    print("new epoch:", sum(1 for _ in loader) == 19, flush=True)
+    sys.exit(0)  # a normal exit: the exit hooks and the collector run
+began = time.monotonic()
+while not os.waitpid(pid, os.WNOHANG)[0]:
+    if time.monotonic() - began > 60:
+        os.kill(pid, 9)
+        print("child hung", flush=True)
+        sys.exit(1)
+    time.sleep(0.05)
+print("child exited", flush=True)
+"""
+    (done,) = run_commands([[sys.executable, "-c", script]], timeout=180)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    for line in ("refused: True", "new runtime: True", "new epoch: True", "child exited"):
+        assert line in done.stdout, (done.stdout, done.stderr)
+
+
 def test_bad_options_are_value_errors(graph):
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="latency_objective_ms must be finite and > 0"):
