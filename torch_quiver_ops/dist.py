@@ -475,6 +475,12 @@ class DistFeature:
         self._runtime = torch.classes.quiver.DistFeature(shard_map, local.tiers(self.device),
                                                          self.transport)
 
+    def __reduce__(self):
+        # (pickle said "cannot pickle ProcessGroup", naming neither this class nor the fix)
+        raise TypeError("a DistFeature is bound to this process's process group and "
+                        "transport: build one in each process (DistFeature.load, or "
+                        "DistFeature(shard_map, local)), not a copy")
+
     def _agree_on_transport(self, asked: str, backend: str, lanes: int, timeout: float,
                             options: dict) -> str:
         """The transport every host uses, decided by all of them together (through the

@@ -605,6 +605,11 @@ class DistGraphSampler:
             group.boxed(), indptr, indices, edge_ids, partition.owner, partition.local_index,
             fanouts, replace, float(timeout), reads, gloo_lanes)
 
+    def __reduce__(self):
+        # (pickle raised torch's words for its C++ sampler, naming no fix)
+        raise TypeError("a DistGraphSampler is bound to this process's process group: build "
+                        "one in each process from its own load_partition part, not a copy")
+
     def _agree(self, group, asked: str, replace: bool, options: dict, timeout: float,
                draws: Optional[str], lanes: int) -> str:
         """The transport every host uses, decided by all of them through the rendezvous

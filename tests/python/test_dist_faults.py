@@ -465,6 +465,29 @@ def test_timeouts_must_be_finite_and_positive():
         dist.destroy_process_group()
 
 
+def test_process_bound_objects_refuse_to_be_copied_by_name(tmp_path):
+    """From a probe: pickling a DistFeature said "cannot pickle ProcessGroup" and a
+    DistGraphSampler gave torch's words for its C++ sampler."""
+    import copy
+    import pickle
+    from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        shard_map = qv.dist.build_shard_map(10, 1, None, 0.0)
+        feature = qv.dist.DistFeature(shard_map, local_feature(shard_map, 0, table(10, 2)),
+                                      transport="gloo")
+        with pytest.raises(TypeError, match="a DistFeature is bound to this process"):
+            pickle.dumps(feature)
+        topo = qv.CSRTopo(torch.randint(0, 10, (2, 40)), num_nodes=10)
+        partition_graph(tmp_path / "parts", topo, 1, "range")
+        sampler = DistGraphSampler(load_partition(tmp_path / "parts", 0), [2])
+        with pytest.raises(TypeError, match="a DistGraphSampler is bound to this process"):
+            copy.deepcopy(sampler)
+        sampler.close()
+    finally:
+        dist.destroy_process_group()
+
+
 def test_a_shard_map_holds_at_most_32767_hosts():
     with pytest.raises(ValueError, match="32767"):
         qv.dist.build_shard_map(10, 2 ** 15, None, 0.0)
