@@ -385,7 +385,7 @@ class DistFeature:
         local: this host's store of its local table (``shard_map.local_rows(host)`` rows in
             local order: hottest first, so its GPU cache holds the hottest rows).
         group: the process group whose ranks are the hosts (default: the world).
-        transport: ``"auto"`` (RDMA when this machine has an RDMA device, else NCCL when
+        transport: ``"auto"`` (RDMA when every host has an RDMA device, else NCCL when
             the group's backend is NCCL, else Gloo), ``"rdma"`` (one-sided reads; the group
             only exchanges endpoints), ``"nccl"`` or ``"gloo"`` (collectives over ``group``).
         timeout: seconds a fetch may wait for a peer before it raises naming the peer

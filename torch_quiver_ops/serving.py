@@ -201,7 +201,8 @@ class ServingRuntime:
             (:func:`package_for_serving`, compiled for ``device``), run by C++ threads.
         topo, fanouts: the graph and the fanouts to sample.
         feature: the node features: a :class:`~torch_quiver_ops.Feature` or a tensor.
-        device: where the model runs (default: the current GPU, else the CPU).
+        device: where the model runs (default: the current GPU when CUDA is available and
+            ``gpu_streams > 0``, else the CPU).
         cpu_samplers: threads sampling on the CPU (0: never dispatch there).
         gpu_streams: threads sampling on the GPU, each on a CUDA stream of its own (0, or no
             GPU: never dispatch there).
