@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import pickle
 import signal
 import socket
 import sys
@@ -193,9 +194,12 @@ def main(argv=None):
         # from elsewhere then cannot run any).
         checkpoint = torch.load(args.checkpoint, weights_only=True)
     except Exception as error:  # a package, a state_dict's zip of another kind, any file
+        # (torch's UnpicklingError advises weights_only=False, which would run its code)
+        why = ("it holds more than tensors and plain values" if
+               isinstance(error, pickle.UnpicklingError) else
+               (str(error).splitlines() or ["(no message: an empty file?)"])[0])
         parser.error(f"checkpoint {args.checkpoint} could not be read as train_sage.py --save "
-                     f"writes it: {type(error).__name__}: "
-                     f"{(str(error).splitlines() or ['(no message: an empty file?)'])[0]}")
+                     f"writes it: {type(error).__name__}: {why}")
     wanted = {"state_dict", "size", "seed", "graph_device", "fanouts", "hidden", "in_channels",
               "num_classes"}
     if not isinstance(checkpoint, dict) or not wanted <= checkpoint.keys():

@@ -147,8 +147,14 @@ def load_file(flag: str, path, kind: type = None, mmap: bool = False):
     try:
         value = torch.load(path, mmap=mmap)
     except Exception as error:  # noqa: BLE001  (pickle, zip and I/O errors alike)
+        # torch's UnpicklingError advises weights_only=False, which runs a file's code: no
+        # advice for a command-line user's input file.
+        import pickle
+        why = ("it holds more than tensors and plain values, which torch.load refuses to "
+               "unpickle" if isinstance(error, pickle.UnpicklingError) else
+               (str(error).splitlines() or ["(no message: an empty file?)"])[0])
         raise ValueError(f"--{flag} {path} is not a file torch.save wrote whole "
-                         f"({type(error).__name__}: {error})") from None
+                         f"({type(error).__name__}: {why})") from None
     if kind is not None and not isinstance(value, kind):
         raise ValueError(f"--{flag} {path} holds a {type(value).__name__}, not a "
                          f"{kind.__name__}")
@@ -157,8 +163,12 @@ def load_file(flag: str, path, kind: type = None, mmap: bool = False):
 
 def run(parser: argparse.ArgumentParser, body: Callable[[argparse.Namespace], None],
         args: argparse.Namespace) -> None:
-    """``body(args)``; bad input exits with status 1 and ``prog: error: message``."""
+    """``body(args)``; bad input exits with status 1 and ``prog: error: message``, a Ctrl-C
+    with 130 and one line (it was a traceback of twenty lines)."""
     try:
         body(args)
     except BAD_INPUT as error:
         parser.exit(1, f"{parser.prog}: error: {error}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, f"{parser.prog}: interrupted (Ctrl-C); what it was writing may be "
+                         f"incomplete\n")

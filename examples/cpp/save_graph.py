@@ -22,8 +22,12 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=1024,
                         help="batch size of the presampling that orders the rows by heat")
     args = parser.parse_args(argv)
-    if args.batch_size < 1:  # before the graph is built
-        parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.batch_size < 1 or args.batch_size >= 2 ** 63:  # before the graph is built
+        parser.error(f"--batch-size must be in [1, 2**63), got {args.batch_size}")
+    if not 0 <= args.seed < 2 ** 63:  # (2**63 had given seed 0's graph)
+        parser.error(f"--seed must be in [0, 2**63), got {args.seed}")
+    if not args.directory:  # ("" + "/topology" wrote under /)
+        parser.error("directory must not be empty")
     _cli.run(parser, save, args)
 
 

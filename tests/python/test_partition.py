@@ -311,7 +311,8 @@ def test_the_script_partitions_a_saved_graph(tmp_path):
     ("scripts/partition_features.py", ["--features", "/nonexistent.pt", "--hosts", "2",
                                        "--hot-order", "o.pt", "--csr", "g"],
      "give --hot-order or --csr"),
-    ("examples/cpp/save_graph.py", ["--batch-size", "0"], "--batch-size must be >= 1"),
+    ("examples/cpp/save_graph.py", ["--batch-size", "0"], "--batch-size must be in [1, 2**63)"),
+    ("examples/cpp/save_graph.py", ["--seed", str(2 ** 63)], "--seed must be in [0, 2**63)"),
 ])
 def test_the_scripts_name_a_bad_argument_without_a_traceback(tmp_path, script, args, said):
     done = subprocess.run([sys.executable, str(REPO / script), *args,
@@ -320,6 +321,29 @@ def test_the_scripts_name_a_bad_argument_without_a_traceback(tmp_path, script, a
                           capture_output=True, text=True, timeout=300)
     assert done.returncode != 0 and said in done.stderr, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_an_empty_folder_a_foreign_file_and_a_ctrl_c_end_a_script_in_one_line(tmp_path):
+    """From a probe: save_graph.py "" wrote /topology, /features and /labels; a file that
+    torch.save did not write was refused with torch's advice to pass weights_only=False
+    (which runs the file's code); a Ctrl-C in these scripts printed twenty lines."""
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "cpp" / "save_graph.py"), "",
+                           "--size", "tiny"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "directory must not be empty" in done.stderr, done.stderr
+    (tmp_path / "ei.pt").write_text("not a tensor\n")
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "partition_graph.py"),
+                           "--edge-index", str(tmp_path / "ei.pt"), "--parts", "2", "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "is not a file torch.save wrote whole" in done.stderr
+    assert "weights_only" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    import argparse
+    from torch_quiver_ops import _cli
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+    with pytest.raises(SystemExit) as ended:
+        _cli.run(argparse.ArgumentParser(prog="x"), interrupted, argparse.Namespace())
+    assert ended.value.code == 130
 
 
 def test_partition_features_names_its_flags_not_the_functions_arguments(tmp_path):

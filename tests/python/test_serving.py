@@ -1587,7 +1587,8 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
     cases = [([str(mangled)], "graph_device must be 'cpu' or 'cuda', got 'tpu'; fanouts must "
                               "be a sequence of ints, one per hop, got '15,10,5'; in_channels "
                               "must be an int >= 1, got '100'"),
-             ([str(pickled)], "could not be read as train_sage.py --save")]
+             ([str(pickled)], "could not be read as train_sage.py --save writes it: "
+                              "UnpicklingError: it holds more than tensors and plain values")]
     for args, words in (([str(tmp_path / "nothing.pt")], "is not a file"),
                         ([str(tmp_path)], "is not a file"),
                         ([str(state_dict)], "missing fanouts, graph_device"),
