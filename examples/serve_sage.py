@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -32,6 +31,7 @@ import option_checks  # noqa: E402  (the examples' shared option checks)
 from train_sage import SAGE  # noqa: E402
 
 import torch_quiver_ops as qv  # noqa: E402
+from torch_quiver_ops import _cli  # noqa: E402
 from torch_quiver_ops.serving import (ServingRuntime, package_for_serving,  # noqa: E402
                                       serve_http)
 from torch_quiver_ops.synthetic import synthetic_graph  # noqa: E402
@@ -194,12 +194,8 @@ def main(argv=None):
         # from elsewhere then cannot run any).
         checkpoint = torch.load(args.checkpoint, weights_only=True)
     except Exception as error:  # a package, a state_dict's zip of another kind, any file
-        # (torch's UnpicklingError advises weights_only=False, which would run its code)
-        why = ("it holds more than tensors and plain values" if
-               isinstance(error, pickle.UnpicklingError) else
-               (str(error).splitlines() or ["(no message: an empty file?)"])[0])
         parser.error(f"checkpoint {args.checkpoint} could not be read as train_sage.py --save "
-                     f"writes it: {type(error).__name__}: {why}")
+                     f"writes it: {type(error).__name__}: {_cli.load_failure(error)}")
     wanted = {"state_dict", "size", "seed", "graph_device", "fanouts", "hidden", "in_channels",
               "num_classes"}
     if not isinstance(checkpoint, dict) or not wanted <= checkpoint.keys():

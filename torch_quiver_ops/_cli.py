@@ -139,6 +139,15 @@ def require_gpu(parser: argparse.ArgumentParser) -> None:
                      f"{torch.cuda.device_count()}) and the library built with its CUDA kernels")
 
 
+def load_failure(error: Exception) -> str:
+    """Why ``torch.load`` failed, in a line: its UnpicklingError goes on to advise
+    weights_only=False, which runs a file's code, no advice for a user's input file."""
+    import pickle
+    if isinstance(error, pickle.UnpicklingError):
+        return "it holds more than tensors and plain values, which torch.load refuses to unpickle"
+    return (str(error).splitlines() or ["(no message: an empty file?)"])[0]
+
+
 def load_file(flag: str, path, kind: type = None, mmap: bool = False):
     """``torch.load(path)`` of the file given as ``--flag``: whatever torch.load raises on a
     truncated or foreign file (a pickle KeyError, a zip error, EINVAL) becomes a ValueError
@@ -147,14 +156,8 @@ def load_file(flag: str, path, kind: type = None, mmap: bool = False):
     try:
         value = torch.load(path, mmap=mmap)
     except Exception as error:  # noqa: BLE001  (pickle, zip and I/O errors alike)
-        # torch's UnpicklingError advises weights_only=False, which runs a file's code: no
-        # advice for a command-line user's input file.
-        import pickle
-        why = ("it holds more than tensors and plain values, which torch.load refuses to "
-               "unpickle" if isinstance(error, pickle.UnpicklingError) else
-               (str(error).splitlines() or ["(no message: an empty file?)"])[0])
         raise ValueError(f"--{flag} {path} is not a file torch.save wrote whole "
-                         f"({type(error).__name__}: {why})") from None
+                         f"({type(error).__name__}: {load_failure(error)})") from None
     if kind is not None and not isinstance(value, kind):
         raise ValueError(f"--{flag} {path} holds a {type(value).__name__}, not a "
                          f"{kind.__name__}")

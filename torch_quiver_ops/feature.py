@@ -62,6 +62,15 @@ def _thread_host_read_blocks() -> int:
     return getattr(_THREAD_GATHERS, "host_read_blocks", 0)
 
 
+def _checked_rank(rank) -> int:
+    """``rank`` as a GPU index (NumPy ints too, as device_list takes them), else a ValueError
+    (it was named as device_list, [rank])."""
+    index = as_int(rank)
+    if index is None or index < 0:
+        raise ValueError(f"rank must be an int >= 0 (a GPU index), got {rank!r}")
+    return index
+
+
 class Feature:
     """A node feature table larger than GPU memory, gathered at GPU speed: ``feature[ids]``.
 
@@ -112,9 +121,7 @@ class Feature:
                  host_reads: str = "auto"):
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {CACHE_POLICIES}, got {cache_policy!r}")
-        rank = rank if as_int(rank) is None else as_int(rank)  # NumPy ints too, as device_list
-        if not is_int(rank) or rank < 0:  # (it was named as device_list, [rank])
-            raise ValueError(f"rank must be an int >= 0 (a GPU index), got {rank!r}")
+        rank = _checked_rank(rank)
         if device_list is None:
             device_list = [rank]
         if (not isinstance(device_list, (list, tuple, range))
@@ -584,10 +591,7 @@ class Feature:
         if not isinstance(ipc_handle, cls):
             raise TypeError(f"ipc_handle must come from Feature.share_ipc(), got "
                             f"{type(ipc_handle).__name__}")
-        index = as_int(rank)  # as the constructor takes it (int("a") and -1 had passed)
-        if index is None or index < 0:
-            raise ValueError(f"rank must be an int >= 0 (a GPU index), got {rank!r}")
-        ipc_handle.rank = ipc_handle._gather_on = index
+        ipc_handle.rank = ipc_handle._gather_on = _checked_rank(rank)  # (-1 and "a" had passed)
         return ipc_handle
 
     @classmethod
