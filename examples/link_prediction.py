@@ -192,6 +192,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
                         "val_auc": val_auc, "test_auc": test_auc})
         print(f"epoch {epoch}: {seconds:6.2f}s  loss {total_loss / total:.4f}  validation AUC "
               f"{val_auc:.4f}  test AUC {test_auc:.4f} (chance 0.5)", flush=True)
+        option_checks.stop_if_diverged(total_loss / total, epoch, args.lr)
     result = {"history": history, "device": str(device), "size": args.size}
     if args.report:
         with open(args.report, "w") as f:

@@ -74,6 +74,14 @@ def positive(parser, args, names: Sequence[str]) -> None:
             parser.error(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
 
 
+def stop_if_diverged(loss: float, epoch: int, lr: float) -> None:
+    """Ends a run whose epoch loss is no longer a finite number, with one line and exit 1:
+    such a run went on to print NaN losses and scores and exit 0 (--lr 2**63, say)."""
+    if not math.isfinite(loss):
+        raise SystemExit(f"error: the loss is {loss} after epoch {epoch}: training diverged "
+                         f"(--lr {lr:g}; a smaller one may help)")
+
+
 def negatives_fit(parser, option: str, value: int, negatives: int) -> None:
     """parser.error unless a batch's ``negatives`` fit in host memory (the link loaders' own
     check, found here and not when the first batch of that size is drawn, after training)."""

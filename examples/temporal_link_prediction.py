@@ -204,6 +204,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         print(f"epoch {epoch}: {seconds:6.2f}s  loss {total_loss / total:.4f}  test AUC "
               f"{test_auc:.4f} (chance 0.5)  test MRR {test_mrr:.4f} (chance "
               f"{chance_mrr(args.mrr_negatives):.3f})", flush=True)
+        option_checks.stop_if_diverged(total_loss / total, epoch, args.lr)
     result = {"history": history, "device": str(device), "size": args.size,
               "chance_mrr": chance_mrr(args.mrr_negatives)}
     if args.report:

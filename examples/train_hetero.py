@@ -192,6 +192,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         print(f"epoch {epoch}: {seconds:6.2f}s  loss {total_loss / total:.4f}  validation "
               f"accuracy {val:.4f}  test accuracy {test:.4f} (chance "
               f"{1 / graph.num_classes:.4f})", flush=True)
+        option_checks.stop_if_diverged(total_loss / total, epoch, args.lr)
     result = {"history": history, "device": str(device), "scale": args.scale,
               "num_classes": graph.num_classes}
     if args.report:

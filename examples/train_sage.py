@@ -445,6 +445,7 @@ def main(argv=None) -> dict:
                   f"(chance {1 / meta['num_classes']:.3f})", flush=True)
         history.append({"epoch": epoch, "time": epoch_time, **tot, "loss": loss,
                         "accuracy": accuracy})
+        option_checks.stop_if_diverged(loss, epoch, args.lr)  # (the loss of every rank)
     result = {"history": history, "num_classes": meta["num_classes"], "world_size": run.world}
     if args.report and run.lead:
         Path(args.report).write_text(json.dumps(result))

@@ -201,6 +201,16 @@ def test_temporal_refuses_an_empty_split_before_training(temporal, capsys, monke
     assert "epoch" not in capsys.readouterr().out
 
 
+def test_a_diverged_training_run_stops_with_an_error(link, capsys):
+    """A learning rate past reason trained to a NaN loss and printed NaN AUCs every epoch,
+    then exited 0: the first such epoch now ends the run with one line."""
+    with pytest.raises(SystemExit, match=r"the loss is nan after epoch 1: training diverged "
+                                         r"\(--lr 1e\+30"):
+        link.main(["--size", "tiny", "--device", "cpu", "--epochs", "3", "--lr", "1e30"])
+    out = capsys.readouterr().out
+    assert "epoch 1:" in out and "epoch 2:" not in out
+
+
 def test_train_hetero_refuses_a_graph_without_test_papers(hetero, capsys):
     refused(capsys, hetero.parse_args, ["--scale", "1e-6", "--device", "cpu"],
             "--scale 1e-06 leaves 1 papers and no validation or test paper")
