@@ -32,6 +32,12 @@ inline int64_t whole(const std::string& option, const std::string& value) {
                            [](const std::string& s, size_t* end) { return std::stoll(s, end); });
 }
 
+// 0 or 1: "--split 7" had read as on, "--split yes" was refused as not a whole number.
+inline bool flag(const std::string& option, const std::string& value) {
+  TORCH_CHECK_VALUE(value == "0" || value == "1", option, " takes 0 or 1, got '", value, "'");
+  return value == "1";
+}
+
 // A finite number: inf or nan would pass every range check and then loop or compare false.
 inline double number(const std::string& option, const std::string& value) {
   const double x = read_all<double>(option, value, "a number",

@@ -21,6 +21,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <string>
 
 #include "graph_files.h"
@@ -118,12 +119,14 @@ int main(int argc, char** argv) {
     int64_t first = 0, last = 1024, seed = 0;
     std::string out, inputs_dir, device_name = "cpu";
     bool seeds_given = false;
+    std::set<std::string> given;  // a second value would silently win over the first
     for (int i = on_arrays ? 2 : 3; i < argc; ++i) {
       const std::string arg = argv[i];
       TORCH_CHECK(arg == "--seeds" || arg == "--seed" || arg == "--device" || arg == "--out" ||
                       arg == "--inputs",
                   "unknown option ", arg, " (see --help)");
       TORCH_CHECK(i + 1 < argc, "option ", arg, " needs a value");
+      TORCH_CHECK(given.insert(arg).second, "option ", arg, " is given twice");
       const std::string value = argv[++i];
       if (arg == "--seeds") {
         const auto colon = value.find(':');

@@ -323,7 +323,10 @@ def test_bad_arguments_are_errors(tmp_path):
                         (["--nodes", "1000000000000", "--epochs", "0"],
                          "GiB for the synthetic graph; this machine has"),
                         (["--epochs", "0", "--min-accuracy", "0.5"], "nothing is scored"),
-                        (["--load-configs", "cpu,cpu"], "--load-configs names cpu twice")):
+                        (["--load-configs", "cpu,cpu"], "--load-configs names cpu twice"),
+                        # (7 had read as on)
+                        (["--split", "7"], "--split takes 0 or 1, got '7'"),
+                        (["--capture", "-1"], "--capture takes 0 or 1, got '-1'")):
         done = train(*argv)
         assert done.returncode == 2 and words in done.stderr, (argv, done.stderr)
     # A rate of which no request was answered (a window too short to send one) is no rate

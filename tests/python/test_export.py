@@ -123,6 +123,9 @@ def test_the_runner_names_what_it_cannot_use(tmp_path):
     done = subprocess.run([RUNNER, str(not_a_package), str(tmp_path), "--verbose"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "unknown option --verbose" in done.stderr, done.stderr
+    done = subprocess.run([RUNNER, str(not_a_package), str(graph), "--seed", "1", "--seed", "2"],
+                          capture_output=True, text=True, timeout=60)  # (the second had won)
+    assert done.returncode == 2 and "option --seed is given twice" in done.stderr, done.stderr
     done = subprocess.run([RUNNER, str(loose), str(tmp_path / "in"), "--inputs", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--inputs DIR takes the place of GRAPH_DIR" in done.stderr
