@@ -211,6 +211,7 @@ void register_runtime_classes(torch::Library& m) {
       .def("fail", &ServingRuntime::fail)
       .def("serve_package", &ServingRuntime::serve_package)
       .def("close", &ServingRuntime::close)
+      .def("stop_holding_batches", &ServingRuntime::stop_holding_batches)
       .def("cost", &ServingRuntime::cost)
       .def("target_of", &ServingRuntime::target_of)
       .def("threshold", &ServingRuntime::threshold)

@@ -343,8 +343,10 @@ void ServingRuntime::batch_loop() {
     }
     while (true) {
       if (queue_.empty()) {
-        if (closing_ || !batcher_wakes_.wait_until(lock, deadline,
-                                                   [&] { return !queue_.empty() || closing_; }))
+        if (closing_ || no_holding_ ||
+            !batcher_wakes_.wait_until(lock, deadline, [&] {
+              return !queue_.empty() || closing_ || no_holding_;
+            }))
           break;
         if (queue_.empty()) break;  // closing: what is batched goes now
       }
@@ -721,6 +723,12 @@ void ServingRuntime::serve_package(const std::string& package_path, int64_t thre
         return outputs.front();
       },
       threads);
+}
+
+void ServingRuntime::stop_holding_batches() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  no_holding_ = true;
+  batcher_wakes_.notify_one();
 }
 
 void ServingRuntime::close(double timeout_s) {

@@ -351,6 +351,13 @@ class ServingRuntime:
                                "its threads stayed in the parent, so it answers nothing here; "
                                "make a new one in this process")
 
+    def stop_holding_batches(self) -> None:
+        """From now on a batch closes as soon as the queue is empty, without waiting out
+        ``max_wait_ms`` for more requests: for a shutdown that still takes the requests its
+        connections accepted, and answers them at once."""
+        if not _fork.inherited(self._runtime):
+            self._runtime.stop_holding_batches()
+
     @ctrl_c_ends_waits
     def close(self, timeout: float = 30.0) -> None:
         """Stops taking requests, answers every queued one (waiting up to ``timeout``
@@ -552,6 +559,10 @@ class ServingPool:
 
     def predict(self, ids, timeout: Optional[float] = None) -> Tensor:
         return self.submit(ids).result(timeout)
+
+    def stop_holding_batches(self) -> None:
+        for runtime in self.runtimes:
+            runtime.stop_holding_batches()
 
     def close(self, timeout: float = 30.0) -> None:
         for runtime in self.runtimes:
@@ -1241,6 +1252,9 @@ class HttpServer:
 
     def shutdown(self) -> None:
         _open_servers.pop(self, None)
+        # Requests accepted but in a batch still open are answered now: with a long
+        # max_wait_ms they had waited it out, or failed on the server's own timeout (504).
+        self.runtime.stop_holding_batches()
         if self.kind == "stdlib":
             self._stdlib.stopping = True  # kept-alive connections close after their answer
             self._stdlib.shutdown()           # no new connections

@@ -1525,6 +1525,31 @@ def test_shutdown_answers_every_accepted_request(graph, server_kind):
         runtime.submit([1])
 
 
+def test_shutdown_answers_a_batch_still_open_at_once(graph, server_kind):
+    """Requests accepted into a batch that would stay open for a day (max_wait_ms): shutdown
+    closes it and answers them. It had waited for the handlers first, so they waited out
+    max_wait_ms or, past the server's own limit, failed with a 504 a minute later."""
+    runtime, _ = runtime_for(graph, (3,), max_queue=64, max_wait_ms=86_400_000.0,
+                             cpu_samplers=1)
+    server = serve_http(runtime, server=server_kind)
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(post(server.url, {"nodes": [i]})))
+               for i in range(5)]
+    for t in threads:
+        t.start()
+    deadline = time.time() + 20
+    while runtime.accepted < 5 and time.time() < deadline:
+        time.sleep(0.005)
+    assert runtime.accepted == 5 and not results  # all held in the open batch
+    shut = threading.Thread(target=server.shutdown)
+    shut.start()
+    shut.join(30)
+    assert not shut.is_alive(), "shutdown waited for the open batch"
+    for t in threads:
+        t.join(30)
+    assert sorted(status for status, _ in results) == [200] * 5, results
+
+
 @pytest.mark.parametrize("package", [False, True], ids=["python-model", "package"])
 def test_serve_sage_serves_the_main_jobs_model(tmp_path, package):
     """examples/train_sage.py --save, then examples/serve_sage.py over HTTP (the model in

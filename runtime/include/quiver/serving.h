@@ -149,6 +149,10 @@ class ServingRuntime : public torch::CustomClassHolder {
   // Stops taking requests, answers every accepted one, stops the threads. Batches the model
   // side has not finished within timeout_s fail with a message saying so.
   void close(double timeout_s);
+  // From now on a batch closes once the queue is empty, without waiting out max_wait_ms:
+  // a shutdown still taking the requests its connections accepted answers them at once
+  // (with a long max_wait_ms they had waited it out, or failed on the server's timeout).
+  void stop_holding_batches();
 
   // ---- dispatch ----
   // psgs[v] = 1 + min(deg v, f1) * mean over v's neighbors u of psgs'(u), psgs' the same for
@@ -298,7 +302,7 @@ class ServingRuntime : public torch::CustomClassHolder {
   // rows outside the lock): close() waits for them too, so that it returns only once every
   // accepted request is marked answered.
   int64_t being_answered_ = 0;
-  bool closing_ = false, batcher_done_ = false, abandoned_ = false;
+  bool closing_ = false, batcher_done_ = false, abandoned_ = false, no_holding_ = false;
   std::thread batcher_;
   std::vector<std::thread> sampler_threads_, model_threads_;
   std::mutex close_mutex_;  // one close() at a time; later ones return at once
