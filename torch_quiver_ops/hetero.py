@@ -422,12 +422,22 @@ class HeteroSampler:
         every_edge = topo  # negatives exclude each true edge, weight 0 or not
         self._kept_edges: Optional[Dict[EdgeType, Tensor]] = None
         if weights is not None:
-            by_id = topo.per_edge(weights, "weights").float()
-            bad = ~(torch.isfinite(by_id) & (by_id >= 0))
+            given = topo.per_edge(weights, "weights").double()  # checked as given
+            bad = ~(torch.isfinite(given) & (given >= 0))
             if bool(bad.any()):
                 at = int(bad.nonzero()[0])
-                raise ValueError(f"weights: edge {at} (global id) has weight {float(by_id[at])}:"
+                raise ValueError(f"weights: edge {at} (global id) has weight {float(given[at])}:"
                                  f" every weight must be finite and >= 0")
+            by_id = given.float()  # the kernels' weights: 1e300 reads inf, 1e-50 reads 0
+            for bad, where in ((torch.isinf(by_id), "past float32's range (the sampler keeps "
+                                "weights as float32): scale the weights down"),
+                               ((by_id == 0) & (given > 0), "below float32's range (the sampler "
+                                "keeps weights as float32, where it reads 0, which masks the "
+                                "edge): scale the weights up")):
+                if bool(bad.any()):
+                    at = int(bad.nonzero()[0])
+                    raise ValueError(f"weights: edge {at} (global id) has weight "
+                                     f"{float(given[at])}, {where}")
             if not bool((by_id > 0).all()):
                 # PyG's weight_attr allows zero weights (a way to mask edges): such an edge
                 # is never sampled, so the sampler's graph leaves it out, and sampled edge

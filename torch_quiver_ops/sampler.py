@@ -143,6 +143,12 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
             raise ValueError(f"weights[{int(eid[at])}] = {float(given_weight[at])} is past "
                              f"float32's range (the sampler keeps weights as float32): scale "
                              f"the weights down")
+        bad = (edge_weight == 0) & (given_weight > 0)  # would mask the edge as a 0 does
+        if bool(bad.any()):
+            at = int(bad.nonzero()[0])
+            raise ValueError(f"weights[{int(eid[at])}] = {float(given_weight[at])} is below "
+                             f"float32's range (the sampler keeps weights as float32, where it "
+                             f"reads 0, which masks the edge): scale the weights up")
         kept = edge_weight > 0
         if not bool(kept.all()):
             # PyG's weight_attr allows zero weights (a way to mask edges): such an edge is

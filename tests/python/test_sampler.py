@@ -239,6 +239,10 @@ def test_arguments_of_the_wrong_kind_are_named_where_they_are_given():
         (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
                                      weights=torch.full((3,), 1e300, dtype=torch.float64)),
          ValueError, "weights[0] = 1e+300 is past float32's range"),
+        # (1e-50 read as float32 is 0, which masked the edge: dropped with no word)
+        (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
+                                     weights=torch.tensor([1.0, 1e-50, 1.0], dtype=torch.float64)),
+         ValueError, "weights[1] = 1e-50 is below float32's range"),
         (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
                                      weights=torch.ones(3, dtype=torch.complex64)),
          TypeError, "weights must hold real numbers"),
