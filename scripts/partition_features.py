@@ -17,6 +17,7 @@ import torch
 
 import torch_quiver_ops as qv
 from torch_quiver_ops import _cli
+from torch_quiver_ops._sharing import check_row_table
 
 
 def main():
@@ -44,11 +45,17 @@ def main():
 def split(args) -> None:
     start = time.perf_counter()
     x = _cli.load_file("features", args.features, torch.Tensor)
+    check_row_table(x, f"--features {args.features}")
     hot_order = None
     if args.hot_order:
         hot_order = _cli.load_file("hot-order", args.hot_order, torch.Tensor)
     elif args.csr:
-        hot_order = qv.CSRTopo.load_shared(args.csr).feature_order
+        topo = qv.CSRTopo.load_shared(args.csr)
+        if topo.node_count != x.size(0):  # (was named as a --hot-order the user never gave)
+            raise ValueError(f"--csr {args.csr} has {topo.node_count} nodes, --features "
+                             f"{args.features} {x.size(0)} rows: the degree order needs one "
+                             f"row per node")
+        hot_order = topo.feature_order
     assignment = (_cli.load_file("assignment", args.assignment, torch.Tensor)
                   if args.assignment else None)
     try:

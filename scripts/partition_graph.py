@@ -30,6 +30,7 @@ import torch
 
 import torch_quiver_ops as qv
 from torch_quiver_ops import _cli, preflight
+from torch_quiver_ops._sharing import check_row_table
 from torch_quiver_ops.partition import METHODS, load_partition, partition_graph
 
 
@@ -125,7 +126,9 @@ def partition(args) -> None:
             for table in (args.features, args.labels):
                 if table:
                     flag = "features" if table == args.features else "labels"
-                    num_nodes = _cli.load_file(flag, table, torch.Tensor, mmap=True).size(0)
+                    rows = _cli.load_file(flag, table, torch.Tensor, mmap=True)
+                    check_row_table(rows, f"--{flag} {table}")
+                    num_nodes = rows.size(0)
                     break
         try:
             topo = qv.CSRTopo(edge_index.flip(0), num_nodes=num_nodes)  # in-neighbor lists
@@ -135,8 +138,10 @@ def partition(args) -> None:
                                     str(error))) from None
     if args.features:
         x = _cli.load_file("features", args.features, torch.Tensor, mmap=True)
+        check_row_table(x, f"--features {args.features}")
     if args.labels:
         y = _cli.load_file("labels", args.labels, torch.Tensor)
+        check_row_table(y, f"--labels {args.labels}")
     if args.splits:
         splits = _cli.load_file("splits", args.splits, dict)
     loaded = time.perf_counter() - started

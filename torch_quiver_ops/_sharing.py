@@ -62,6 +62,33 @@ def _check_name(name: str, where: str) -> None:
 MAX_RECORD_BYTES = 64 << 20
 
 
+def check_savable(t: Tensor, label: str) -> None:
+    """TypeError naming ``label`` unless :func:`save_arrays` can write the tensor ``t``: a
+    dense one of a dtype it saves. Callers that save several arrays check each first, so
+    that a refusal comes before an earlier save is written over."""
+    if t.is_meta:
+        raise TypeError(f"{label} cannot be saved: a meta tensor holds no data")
+    if t.layout != torch.strided or t.is_nested or t.is_quantized:
+        raise TypeError(f"{label} cannot be saved: it is a "
+                        f"{'quantized' if t.is_quantized else 'nested' if t.is_nested else t.layout}"
+                        f" tensor, and saves hold dense rows (save its dense form)")
+    if _dtype_name(t.dtype) not in _DTYPES:
+        raise TypeError(f"{label} cannot be saved: its dtype is {t.dtype} (saves hold "
+                        f"{', '.join(sorted(_DTYPES))})")
+
+
+def check_row_table(t, label: str) -> None:
+    """A table of rows (features or labels, [rows, ...]) that a save can write, else a
+    TypeError or ValueError naming ``label``: checked before a partitioning writes any file
+    (a uint16 table had been refused after every part was written over the last run's,
+    and a 0-d one with torch's "Dimension specified as 0")."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{label} must be a tensor of rows, got {type(t).__name__}")
+    if t.dim() == 0:
+        raise ValueError(f"{label} must be a table of rows ([rows, ...]), got a 0-d tensor")
+    check_savable(t, label)
+
+
 def read_record(path: Path) -> str:
     """The text of a small JSON record. Anything but a regular file (a FIFO, a device) is
     refused before it is opened: opening a FIFO waits for a writer, forever."""
@@ -143,13 +170,10 @@ def save_arrays(directory: Union[str, Path], stem: str,
         if not isinstance(t, (Tensor, Streamed)):
             raise TypeError(f"save_arrays saves tensors (or Streamed arrays): {name} is a "
                             f"{type(t).__name__}")
-        if isinstance(t, Tensor) and t.is_meta:
-            raise TypeError(f"save_arrays cannot save {name}: a meta tensor holds no data")
         if isinstance(t, Streamed):
-            present[name] = t = _checked_streamed(name, t)
-        if _dtype_name(t.dtype) not in _DTYPES:
-            raise TypeError(f"save_arrays cannot save {name} of dtype {t.dtype} (it saves "
-                            f"{', '.join(sorted(_DTYPES))})")
+            present[name] = _checked_streamed(name, t)
+            t = torch.empty(0, dtype=t.dtype)  # (its dtype checked as a tensor's is)
+        check_savable(t, f"save_arrays: {name}")
         if isinstance(t, Tensor) and (t.is_conj() or t.is_neg()):
             present[name] = t.resolve_conj().resolve_neg()
     if _SAVE_ID in meta:

@@ -75,6 +75,7 @@ def partition_features(x: Tensor, directory: Union[str, Path], num_hosts: int,
     CRC-32 written beside it, so a truncated or corrupt shard raises here, never later as
     zeros."""
     directory = Path(directory)
+    _sharing.check_row_table(x, "x")  # before a host folder of an earlier run is written over
     x = x.detach().cpu().contiguous()
     shard_map = build_shard_map(x.size(0), num_hosts, hot_order, replicate_fraction, assignment)
     # One id a run, in every folder: the fingerprint names the map's shape, not the table's

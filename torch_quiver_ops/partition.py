@@ -46,6 +46,8 @@ from .hotness import check_hot_order
 
 METHODS = ("metis", "range", "random")
 FORMAT = "quiver-partition-1"
+# What each part_<p> folder holds besides the splits' <name>_ids.
+_PART_ARRAYS = ("nodes", "indptr", "indices", "edge_ids", "labels")
 
 
 # Peak memory of method="metis" above the input, per input edge: 99-107 bytes measured on
@@ -226,14 +228,22 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
         owner = owner.to(torch.int16)
     assigned = time.perf_counter() - started
     for name, t in (("x", x), ("y", y)):
-        if t is not None and t.size(0) != n:
-            raise ValueError(f"{name} has {t.size(0)} rows for a graph of {n} nodes")
+        if t is not None:
+            _sharing.check_row_table(t, name)
+            if t.size(0) != n:
+                raise ValueError(f"{name} has {t.size(0)} rows for a graph of {n} nodes")
     # The features' options too, before any part is written over an earlier partition.
     if x is not None:
         if not 0.0 <= replicate <= 1.0:
             raise ValueError(f"replicate must be in [0, 1], got {replicate}")
         if hot_order is not None:
             check_hot_order(hot_order, n)
+    for name in splits or {}:
+        # A split is saved as <name>_ids beside the part's own arrays: "edge" had written
+        # its ids over edge_ids, which then loaded as the part's edge ids without a word.
+        if not isinstance(name, str) or f"{name}_ids" in _PART_ARRAYS:
+            raise ValueError(f"splits may not be named {name!r}: each is saved as <name>_ids "
+                             f"beside the part's {', '.join(sorted(_PART_ARRAYS))}")
     splits = {name: split_ids(name, ids, n) for name, ids in (splits or {}).items()}
 
     partition_id = secrets.randbits(62)
@@ -261,6 +271,7 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
         order = hot_order if hot_order is not None else topo.feature_order
         partition_features(x, directory / "features", num_parts, order, replicate, owner.long())
     manifest = {"format": FORMAT, "partition_id": partition_id, "num_parts": num_parts,
+                **({"features_run": _features_run(directory)} if x is not None else {}),
                 "num_nodes": n, "num_edges": topo.edge_count, "method": method,
                 "features": x is not None, "labels": y is not None, "splits": sorted(splits),
                 "parts": parts, "seconds": {"assign": assigned,
@@ -333,6 +344,17 @@ class GraphPartition:
         return self.directory / "features" if self.manifest.get("features") else None
 
 
+def _features_run(directory: Path) -> object:
+    """The id of the partition_features run that wrote ``directory/features`` (its shard
+    map's record), read without mapping the map."""
+    record = directory / "features" / "shard_map" / "shard_map.json"
+    try:
+        return json.loads(_sharing.read_record(record)).get("run")
+    except (OSError, ValueError, AttributeError) as error:
+        raise ValueError(f"{record} cannot be read as the partition's shard map: "
+                         f"{error}") from None
+
+
 def load_partition(directory: Union[str, Path], part: int, verify: bool = False) -> GraphPartition:
     """Maps part ``part`` of a :func:`partition_graph` directory and the owner map, checking
     every file's size (and CRC-32 with ``verify``) and that all are of one partition."""
@@ -345,7 +367,7 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
     splits = manifest.get("splits", [])
     arrays, meta = _sharing.map_arrays(
         directory / f"part_{part}", "part", verify=verify,
-        names=("nodes", "indptr", "indices", "edge_ids", "labels", *[f"{s}_ids" for s in splits]),
+        names=(*_PART_ARRAYS, *[f"{s}_ids" for s in splits]),
         required=("nodes", "indptr", "indices", "edge_ids", *[f"{s}_ids" for s in splits]))
     owners, owner_meta = _sharing.map_arrays(directory / "owner", "owner", verify=verify,
                                              names=("owner", "local_index"),
@@ -359,6 +381,15 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
                              f"({'; '.join(differ)})")
     if meta.get("part") != part:
         raise ValueError(f"{directory}/part_{part}/part.json describes part {meta.get('part')}")
+    # The features folder too: another run's loaded beside these parts with no error, even
+    # verified, and served its rows. (Manifests from before features_run are not checked.)
+    if manifest.get("features") and "features_run" in manifest:
+        run = _features_run(directory)
+        if run != manifest["features_run"]:
+            raise ValueError(f"{directory}/features was written by another run than "
+                             f"{directory}/manifest.json (run {run!r} against "
+                             f"{manifest['features_run']!r}): partition_graph writes both; "
+                             f"to cut the features again, run it again")
     nodes, indptr, indices = arrays["nodes"], arrays["indptr"], arrays["indices"]
     expected = manifest["parts"][part]
     problems = []
@@ -377,11 +408,17 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
     if nodes.numel() != expected["nodes"] or indptr.numel() != nodes.numel() + 1:
         problems.append(f"{nodes.numel()} nodes and {indptr.numel()} offsets for the manifest's "
                         f"{expected['nodes']} nodes")
-    if indices.numel() != expected["edges"] or arrays["edge_ids"].numel() != indices.numel() or \
-            (indptr.numel() and int(indptr[-1]) != indices.numel()):
+    # Each count named on its own: one message for all had read "34 neighbors for the
+    # manifest's 34" when the edge ids were the ones of another length.
+    if indices.numel() != expected["edges"]:
         problems.append(f"{indices.numel()} neighbors for the manifest's {expected['edges']}")
-    if owners["owner"].numel() != n or owners["local_index"].numel() != n:
-        problems.append(f"an owner map of {owners['owner'].numel()} nodes for {n}")
+    if arrays["edge_ids"].numel() != indices.numel():
+        problems.append(f"{arrays['edge_ids'].numel()} edge ids for {indices.numel()} neighbors")
+    if indptr.numel() and int(indptr[-1]) != indices.numel():
+        problems.append(f"offsets ending at {int(indptr[-1])} for {indices.numel()} neighbors")
+    for name in ("owner", "local_index"):
+        if owners[name].numel() != n:
+            problems.append(f"owner/{name}.bin of {owners[name].numel()} entries for {n} nodes")
     # The runtime checks neighbors and owners; edge ids and the owned nodes it only passes
     # on, so a corrupt one came back as an edge id of -7 or a wrong node (a probe). (Edge
     # ids are the topology's own, which may pass its edge count: only their sign is known.)

@@ -199,6 +199,34 @@ def test_a_part_of_another_part_count_and_corrupt_edge_ids_or_nodes_are_named(tm
     load_partition(tmp_path / "a", 0)
 
 
+def test_features_of_another_run_and_arrays_of_another_length_are_named(tmp_path):
+    """From a probe: a features folder copied from another partitioning loaded beside the
+    parts, verified, and served that run's rows; edge ids or an owner map of another length
+    were named by counts that agreed ("34 neighbors for the manifest's 34")."""
+    topo = community_graph(n=100)
+    partition_graph(tmp_path / "a", topo, 2, "random", x=torch.zeros(100, 4))
+    partition_graph(tmp_path / "b", topo, 2, "random", x=torch.ones(100, 4))
+    load_partition(tmp_path / "a", 0, verify=True)
+    import shutil
+    shutil.rmtree(tmp_path / "a" / "features")
+    shutil.copytree(tmp_path / "b" / "features", tmp_path / "a" / "features")
+    for verify in (False, True):
+        with pytest.raises(ValueError, match="features was written by another run than"):
+            load_partition(tmp_path / "a", 1, verify=verify)
+    for folder, stem, name, words in (("part_0", "part", "edge_ids", "edge ids for"),
+                                      ("owner", "owner", "local_index",
+                                       "owner/local_index.bin of 200 entries for 100 nodes")):
+        record = tmp_path / "b" / folder / f"{stem}.json"
+        good = record.read_text()
+        meta = json.loads(good)  # twice the entries in the same bytes
+        meta["arrays"][name].update(dtype="int32", shape=[meta["arrays"][name]["shape"][0] * 2])
+        record.write_text(json.dumps(meta))
+        with pytest.raises(ValueError, match=words):
+            load_partition(tmp_path / "b", 0)
+        record.write_text(good)
+    load_partition(tmp_path / "b", 0)
+
+
 def test_ids_that_are_not_integer_vectors_and_labels_of_another_length_are_named(tmp_path):
     """From a probe: a part.json edited to call nodes or split ids float64 loaded them as
     zeros (the order check passed), and labels a row short or of shape [1, n] loaded too."""
@@ -251,11 +279,22 @@ def test_given_owners_and_bad_inputs(tmp_path):
     partition_graph(tmp_path / "masked", topo, 2, owner=owner, splits={"train": mask})
     assert load_partition(tmp_path / "masked", 0).splits["train"].tolist() == [4, 150]
     assert load_partition(tmp_path / "masked", 1).splits["train"].tolist() == [3]
-    # The features' options are checked before any part is written over the one there.
-    for bad, words in (({"replicate": 1.5}, r"replicate must be in \[0, 1\], got 1.5"),
-                       ({"hot_order": torch.arange(40)}, "hot_order")):
-        with pytest.raises(ValueError, match=words):
-            partition_graph(tmp_path, topo, 2, owner=owner, x=torch.zeros(200, 2), **bad)
+    # The features' options are checked before any part is written over the one there;
+    # so are tables a save cannot hold (a uint16 x had been refused, naming "rows", after
+    # every part was written over) and split names that are a part's own array ("edge" had
+    # written its ids over edge_ids, which loaded as the part's edge ids).
+    for bad, error, words in (
+            ({"replicate": 1.5}, ValueError, r"replicate must be in \[0, 1\], got 1.5"),
+            ({"hot_order": torch.arange(40)}, ValueError, "hot_order"),
+            ({"x": torch.zeros(200, 2, dtype=torch.uint16)}, TypeError,
+             "x cannot be saved: its dtype is torch.uint16"),
+            ({"x": torch.tensor(3.0)}, ValueError, r"x must be a table of rows \(\[rows, ...\]\), "
+                                                   "got a 0-d tensor"),
+            ({"y": torch.eye(200).to_sparse()}, TypeError, "y cannot be saved: it is a "
+                                                           "torch.sparse_coo tensor"),
+            ({"splits": {"edge": torch.arange(5)}}, ValueError, "splits may not be named 'edge'")):
+        with pytest.raises(error, match=words):
+            partition_graph(tmp_path, topo, 2, owner=owner, **{"x": torch.zeros(200, 2), **bad})
         assert load_partition(tmp_path, 1, verify=True).num_nodes == 200
 
 
@@ -358,6 +397,19 @@ def test_partition_features_names_its_flags_not_the_functions_arguments(tmp_path
         done = subprocess.run([sys.executable, str(REPO / "scripts" / "partition_features.py"),
                                "--features", str(tmp_path / "x.pt"), "--hosts", "2", "--out",
                                str(tmp_path / "out"), *args],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode != 0 and said in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+    # --csr of another node count had been named as a --hot-order never given, and a 0-d
+    # --features by torch's "Dimension specified as 0".
+    community_graph(n=60).save(tmp_path / "csr60")
+    torch.save(torch.tensor(3.0), tmp_path / "x0.pt")
+    for args, said in ((["--features", str(tmp_path / "x.pt"), "--csr", str(tmp_path / "csr60")],
+                        "has 60 nodes, --features"),
+                       (["--features", str(tmp_path / "x0.pt")],
+                        "x0.pt must be a table of rows ([rows, ...]), got a 0-d tensor")):
+        done = subprocess.run([sys.executable, str(REPO / "scripts" / "partition_features.py"),
+                               "--hosts", "2", "--out", str(tmp_path / "out"), *args],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode != 0 and said in done.stderr, done.stderr
         assert "Traceback" not in done.stderr, done.stderr

@@ -323,11 +323,14 @@ def test_a_refused_save_leaves_the_previous_one_whole(tmp_path):
     rows = torch.arange(12.).view(3, 4)
     _sharing.save_arrays(tmp_path, "s", {"a": rows}, note="first")
     for arrays, meta, error, words in [
-            ({"a": rows.to(torch.uint16)}, {}, TypeError, "cannot save a of dtype torch.uint16"),
+            ({"a": rows.to(torch.uint16)}, {}, TypeError, "a cannot be saved: its dtype is torch.uint16"),
             ({"a": rows * 2}, {"note": torch.ones(1)}, TypeError, "meta must be JSON data"),
             ({"a": rows * 2}, {"save_id": "mine"}, ValueError, "may not use the key 'save_id'"),
             ({"a": rows.numpy()}, {}, TypeError, "a is a ndarray"),
-            ({"a": torch.empty(3, 4, device="meta")}, {}, TypeError, "meta tensor")]:
+            ({"a": torch.empty(3, 4, device="meta")}, {}, TypeError, "meta tensor"),
+            # (torch's "nbytes is not defined for sparse tensors" had named no array)
+            ({"a": torch.eye(3).to_sparse()}, {}, TypeError,
+             "a cannot be saved: it is a torch.sparse_coo tensor")]:
         with pytest.raises(error, match=words):
             _sharing.save_arrays(tmp_path, "s", arrays, **meta)
         loaded, meta_loaded = _sharing.map_arrays(tmp_path, "s", names=["a"])
