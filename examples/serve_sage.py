@@ -210,8 +210,11 @@ def main(argv=None):
     server = serve_http(runtime, args.host, args.port, server=args.server)
     print(f"serving {checkpoint['size']!r} GraphSAGE at {server.url} ({server.kind}; POST "
           f"/predict, GET /health); " + (
+              # (a --threshold given without GPU samplers had been printed as in use)
               f"dispatch threshold PSGS {runtime.threshold:.0f}"
-              if math.isfinite(runtime.threshold) else "every batch on the CPU (no GPU)"),
+              if runtime.device.type == "cuda" and math.isfinite(runtime.threshold) else
+              "every batch on the CPU (" + ("--gpu-streams 0)" if option_checks.cuda_usable()
+                                            else "no GPU)")),
           flush=True)
     stop = threading.Event()
 

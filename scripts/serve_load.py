@@ -259,6 +259,7 @@ def plot(path, png):
 
 
 MAX_REQUESTS_A_RUN = 10**8  # a rate's arrivals are drawn at once, 8 bytes each
+MAX_SENDERS = 4096  # a thread each
 
 
 def rates_of(parser, text: str, name: str, empty_ok: bool = False):
@@ -311,10 +312,14 @@ def main():
     rates_of(parser, args.direct_rates, "--direct-rates", empty_ok=True)
     if not args.duration > 0 or not math.isfinite(args.duration):
         parser.error(f"--duration must be > 0 seconds, got {args.duration}")
-    if args.senders < 1:
-        parser.error(f"--senders must be >= 1, got {args.senders}")
+    if not 1 <= args.senders <= MAX_SENDERS:  # a thread each (10**8 grew without a word)
+        parser.error(f"--senders must be in [1, {MAX_SENDERS}], got {args.senders}")
     # The arrival times are drawn up front: 10**12 a second ended in an allocation failure.
-    most = max(args.rates + [float(r) for r in args.direct_rates.split(",") if r])
+    every_rate = args.rates + [float(r) for r in args.direct_rates.split(",") if r]
+    most = max(every_rate)
+    if min(every_rate) * args.duration < 1:  # its one request arrived long past --duration
+        parser.error(f"--rates / --direct-rates {min(every_rate):g} x --duration "
+                     f"{args.duration:g} s is less than one request")
     if most * args.duration > MAX_REQUESTS_A_RUN:
         parser.error(f"--rates x --duration asks for {most * args.duration:.3g} requests in "
                      f"one run, more than {MAX_REQUESTS_A_RUN:,}")
@@ -322,12 +327,17 @@ def main():
     if args.json is not None:  # found only once every rate was measured: the rows lost
         _cli.check_output_file(parser, "json", args.json)
     if args.url:
-        url = urlparse(args.url)
-        if url.scheme != "http" or not url.hostname:
+        try:  # (a port of 99999 or "abc" failed in every sender thread, then read as a run)
+            url = urlparse(args.url)
+            url.port
+        except ValueError as error:
+            url = None
+            why = f" ({error})"
+        if url is None or url.scheme != "http" or not url.hostname:
             parser.error(f"--url must be an http:// URL such as http://127.0.0.1:8000, got "
-                         f"{args.url!r}")
-        if args.num_nodes is not None and args.num_nodes < 1:
-            parser.error(f"--num-nodes must be >= 1, got {args.num_nodes}")
+                         f"{args.url!r}{why if url is None else ''}")
+        if args.num_nodes is not None and not 1 <= args.num_nodes < 2**63:
+            parser.error(f"--num-nodes must be in [1, 2**63), got {args.num_nodes}")
     elif args.num_nodes is not None:  # the runtime it starts counts its graph's own nodes
         parser.error("--num-nodes counts the nodes of the endpoint at --url: give --url too, "
                      "or leave it out")

@@ -49,6 +49,8 @@ def check_output_file(parser: argparse.ArgumentParser, flag: str, path) -> None:
     the folder answers for root too, whom access() lets write anywhere (/proc, say)."""
     import os
     import tempfile
+    if Path(path).is_dir():  # (open() failed on it once the run was over)
+        parser.error(f"--{flag} {path} is a folder: give a file name in it")
     folder = Path(path).resolve().parent
     if not folder.is_dir():
         parser.error(f"--{flag} {path}: the folder {folder} does not exist")

@@ -810,6 +810,8 @@ def test_http_answers_and_refuses_bad_requests(graph, server_kind):
                 ({"ids": [1]}, 400, "nodes"),
                 (b"{not json", 400, "Expecting"),
                 ({"nodes": [2 ** 70]}, 400, "64-bit"),
+                # (past 4,300 digits int() had answered with advice to raise a limit)
+                (b'{"nodes": [' + b"7" * 5000 + b"]}", 400, "an integer of 5000 digits"),
                 ({"nodes": list(range(65))}, 413, "at most 64")]:
             status, body = post(server.url, bad)
             assert status == code and words in body["error"], (bad, status, body)
@@ -1567,7 +1569,7 @@ def test_serve_sage_serves_the_main_jobs_model(tmp_path, package):
                    check=True, capture_output=True, timeout=600)
     server = subprocess.Popen([sys.executable, str(repo / "examples" / "serve_sage.py"),
                                str(checkpoint), "--port", "0", "--gpu-streams", "0",
-                               "--cpu-samplers", "2"]
+                               "--cpu-samplers", "2", "--threshold", "0"]
                               + (["--package", str(tmp_path / "sage.pt2")] if package else []),
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -1576,6 +1578,8 @@ def test_serve_sage_serves_the_main_jobs_model(tmp_path, package):
             lines.append(server.stdout.readline())
             assert lines[-1], "".join(lines)  # the server exited
         url = re.search(r"http://[0-9.:]+", lines[-1]).group(0)
+        # (the threshold had been printed as in use, with no GPU sampler to send batches to)
+        assert "every batch on the CPU" in lines[-1], lines[-1]
         status, body = post(url, {"nodes": [0, 1, 2, 3]})
         assert status == 200 and len(body["predictions"]) == 4
         assert all(0 <= c < 4 for c in body["predictions"])  # the tiny preset's 4 classes
@@ -1686,11 +1690,21 @@ def test_load_generator_names_bad_arguments():
     from pathlib import Path
     script = Path(__file__).resolve().parents[2] / "scripts" / "serve_load.py"
     cases = [(["--url", "localhost:18000", "--num-nodes", "5"], "--url must be an http://"),
-             (["--url", "http://127.0.0.1:1", "--num-nodes", "0"], "--num-nodes must be >= 1"),
+             (["--url", "http://127.0.0.1:1", "--num-nodes", "0"], "--num-nodes must be in [1, "),
+             (["--url", "http://127.0.0.1:1", "--num-nodes", str(2**100)],
+              "--num-nodes must be in [1, 2**63)"),
+             # (each failed in every sender thread, then printed as a run of no answers)
+             (["--url", "http://127.0.0.1:99999", "--num-nodes", "5"], "--url must be an http://"),
+             (["--url", "http://127.0.0.1:abc", "--num-nodes", "5"], "--url must be an http://"),
+             (["--url", "http://[::1:18101", "--num-nodes", "5"], "--url must be an http://"),
+             # (1e-9 slept for 1e9 s; 10**8 senders grew memory without a word)
+             (["--rates", "1e-9", "--duration", "0.5"], "is less than one request"),
+             (["--senders", "100000000"], "--senders must be in [1, 4096]"),
+             (["--json", "/tmp"], "--json /tmp is a folder"),
              (["--rates", "0"], "--rates must be rates > 0"),
              (["--rates", "-5"], "--rates must be rates > 0"),
              (["--rates", "abc"], "--rates takes comma-separated rates"),
-             (["--senders", "0"], "--senders must be >= 1"),
+             (["--senders", "0"], "--senders must be in [1, "),
              (["--duration", "0"], "--duration must be > 0"),
              (["--graph", "nope"], "--graph must be one of"),
              (["--configs", "bogus"], "--configs takes cpu, gpu, dispatch, gpu2, got"),
