@@ -642,6 +642,41 @@ def check_workers_replaced(kind, gone):
     assert sum(1 for _ in loader) == 8  # the new workers persist
 
 
+DROPPED_PERSISTENT_LOADER = """
+import gc, torch
+from torch_geometric.data import Data
+from torch_quiver_ops.pyg import NeighborLoader
+
+def collect(_):
+    gc.collect()
+
+if __name__ == "__main__":
+    data = Data(x=torch.randn(30, 2), edge_index=torch.randint(30, (2, 90)))
+    gc.disable()  # garbage is collected only where this program says
+    kept = NeighborLoader(data, [2], batch_size=8, num_workers=2, persistent_workers=True)
+    for _ in kept:
+        pass
+    del kept
+    fresh = NeighborLoader(data, [2], batch_size=8, num_workers=1, worker_init_fn=collect)
+    print(sum(1 for _ in fresh))
+"""
+
+
+def test_a_dropped_loaders_workers_are_not_shut_down_from_new_workers(tmp_path):
+    """A loader with persistent workers, dropped, lives on in its reference cycle until a
+    collection; a new loader's workers, forked before it, inherited its iterator and
+    collected it there, where torch's shutdown asserted ("can only test a child process", a
+    traceback on stderr; a probe). Here the workers collect at their start."""
+    import subprocess
+    import sys
+    script = tmp_path / "dropped.py"
+    script.write_text(DROPPED_PERSISTENT_LOADER)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["4"], done.stdout + done.stderr
+    assert "can only test a child process" not in done.stderr, done.stderr
+
+
 def test_filter_per_worker_true_warns_that_it_is_ignored():
     """It was taken and dropped silently (a probe): attributes are gathered in the main
     process, from the store on the sampling device."""

@@ -1,6 +1,7 @@
 """PyG's ``NeighborLoader`` and ``LinkNeighborLoader`` on our sampler and stores."""
 from __future__ import annotations
 
+import gc
 import math
 import operator
 import threading
@@ -459,6 +460,12 @@ class _OnOurStores:
         if self._batches_directly:
             return self._batches()
         self._replace_dead_workers()
+        if self.num_workers > 0 and getattr(self, "_iterator", None) is None:
+            # Workers are about to be forked. A dropped loader's kept iterator (persistent
+            # workers), held by the loader's reference cycle until a collection, was
+            # otherwise inherited by them and collected there, where torch's shutdown of it
+            # fails ("can only test a child process", a traceback on stderr).
+            gc.collect()
         try:
             return super().__iter__()
         except Exception:
