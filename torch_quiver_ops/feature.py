@@ -6,6 +6,7 @@ import contextlib
 import numbers
 import threading
 import warnings
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -633,8 +634,19 @@ class Feature:
         self._host = self._order = self._rank = None
         self._closed = True
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        ForkingPickler.register(cls, _reduce_for_workers)
+
     def __getstate__(self):
-        if self._host is not None and not self._host.is_shared():
+        """What plain pickling takes (``copy.deepcopy``, ``torch.save``): the table as it
+        is. Worker processes are sent :meth:`_state` for workers instead (through
+        multiprocessing's ForkingPickler): it had been so for every pickle, and a deepcopy
+        moved a private table into /dev/shm."""
+        return self._state(for_workers=False)
+
+    def _state(self, for_workers: bool) -> dict:
+        if for_workers and self._host is not None and not self._host.is_shared():
             self._move_to_shared_memory()
         state = self.__dict__.copy()
         for key in ("_pin", "_pinned_host", "_replicas", "_mapped", "_views"):
@@ -727,3 +739,18 @@ class Feature:
                 return swap(*args)
         feature._place(host, order, make_shards)
         return feature
+
+
+def _feature_of_state(cls: type, state: dict) -> Feature:
+    feature = cls.__new__(cls)
+    feature.__setstate__(state)
+    return feature
+
+
+def _reduce_for_workers(feature: Feature):
+    """A Feature sent to worker processes: its table moved into shared memory first, so
+    they map it rather than each receive a copy."""
+    return _feature_of_state, (type(feature), feature._state(for_workers=True))
+
+
+ForkingPickler.register(Feature, _reduce_for_workers)

@@ -1,6 +1,7 @@
 """The Feature store (torch_quiver_ops.feature) over every policy, order, dtype and cache
 size, against x[ids]; the op underneath is tested in test_gather_tiered_rows.py."""
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -115,6 +116,31 @@ def test_both_ways_of_reading_host_rows_match_indexing(host_reads):
     if HAS_CUDA:
         assert torch.equal(feature[ids.cuda()].cpu(), x[ids])
     assert pickle.loads(pickle.dumps(feature)).host_reads == host_reads
+
+
+def test_a_copy_keeps_the_table_private_and_workers_get_it_shared():
+    """copy.deepcopy and torch.save had moved a private table into /dev/shm (with a
+    warning about worker processes): only multiprocessing's pickler, which sends the
+    Feature to workers, moves it now."""
+    import copy
+    import io
+    from multiprocessing.reduction import ForkingPickler
+    x = torch.randn(200, 8)
+    feature = qv.Feature(device_cache_size="25%" if HAS_CUDA else 0).from_cpu_tensor(x)
+    ids = torch.randint(200, (64,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        copied = copy.deepcopy(feature)
+        saved = io.BytesIO()
+        torch.save(feature, saved)
+    assert not feature._host.is_shared()
+    saved.seek(0)
+    for other in (copied, torch.load(saved, weights_only=False)):
+        assert torch.equal(other[ids].cpu(), x[ids])
+    with pytest.warns(UserWarning, match="moving the feature table into shared memory"):
+        sent = ForkingPickler.dumps(feature)
+    assert feature._host.is_shared() and torch.equal(pickle.loads(sent)[ids].cpu(), x[ids])
+    assert torch.equal(feature[ids].cpu(), x[ids])
 
 
 def test_auto_host_reads_stage_only_large_tables(monkeypatch):
