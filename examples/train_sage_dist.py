@@ -220,6 +220,28 @@ def prepare(args, num_hosts: int) -> Optional[str]:
     return None
 
 
+# Options every process must be given alike (--data, --cache-size and --timeout may differ
+# from host to host: a path, a GPU's memory, a network's patience).
+SAME_EVERYWHERE = ("size", "epochs", "batch_size", "fanouts", "hidden", "lr", "replicate",
+                   "transport", "eval_nodes", "seed", "partitioned", "partition_method")
+
+
+def options_that_differ(args, world: int) -> Optional[str]:
+    """What differs between the processes' options, or None. A --batch-size of 64 on one
+    host and 16 on another gave each a different number of steps: one host aborted in a
+    Gloo collective ("Received data size doesn't match expected size") and the other
+    failed in DDP's backward, neither naming the option."""
+    mine = {name: getattr(args, name) for name in SAME_EVERYWHERE}
+    every = [None] * world
+    dist.all_gather_object(every, mine)
+    for name in SAME_EVERYWHERE:
+        values = [options[name] for options in every]
+        if any(value != values[0] for value in values):
+            given = ", ".join(f"process {rank}: {value}" for rank, value in enumerate(values))
+            return f"--{name.replace('_', '-')} must be the same on every process, got {given}"
+    return None
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -231,6 +253,11 @@ def main(argv=None) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     num_hosts = world // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     device = torch.device("cuda", torch.cuda.current_device()) if use_gpu else torch.device("cpu")
+    differ = options_that_differ(args, world)
+    if differ is not None:  # said by every process: each host's log may be all its user sees
+        print(f"train_sage_dist.py: {differ}", file=sys.stderr, flush=True)
+        dist.destroy_process_group()
+        raise SystemExit(2)
     # Every process learns whether the data can be used, so that all stop together with
     # one line from the first, rather than the others failing in a collective.
     refusal = [prepare(args, num_hosts) if rank == 0 else None]

@@ -1126,17 +1126,19 @@ def test_partition_script_writes_and_checks_shards(tmp_path):
     assert sum(shard_map.local_rows(h) - 24 for h in range(3)) == 216
 
 
-def train_on_two_nodes(tmp_path, per_node: int, *args, check: bool = True) -> list:
+def train_on_two_nodes(tmp_path, per_node: int, *args, check: bool = True,
+                       node_args=((), ())) -> list:
     """examples/train_sage_dist.py under torchrun as two nodes on loopback, ``per_node``
-    processes each: their outputs, after checking that both exited cleanly (unless not
-    ``check``: then (return code, output) pairs)."""
+    processes each (``node_args``: options of each node's own, after ``args``): their
+    outputs, after checking that both exited cleanly (unless not ``check``: then (return
+    code, output) pairs)."""
     port = free_port()
     runs = [subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(node),
          "--nproc-per-node", str(per_node), "--master-addr", "127.0.0.1", "--master-port",
          str(port), str(REPO / "examples" / "train_sage_dist.py"), "--data",
          str(tmp_path / "data"), "--size", "small", "--eval-nodes", "2000",
-         "--transport", "gloo", *args],  # both "nodes" share this machine (and its one GPU)
+         "--transport", "gloo", *args, *node_args[node]],  # (both share this machine, its GPU)
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for node in range(2)]
     try:
         outputs = [run.communicate(timeout=500)[0] for run in runs]
@@ -1204,6 +1206,19 @@ def test_partitioned_example_trains_on_a_partition_of_the_users_own(tmp_path):
         assert code != 0
         assert "train_sage_dist.py: " in output and "part_1/indices.bin is missing" in output, \
             output[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_distributed_example_refuses_options_that_differ_between_hosts(tmp_path):
+    """A --batch-size of 64 on one host and 16 on the other: one host aborted in a Gloo
+    collective and the other failed in DDP's backward, neither naming the option (a
+    probe). Every host now says which option differs, before any data is built."""
+    results = train_on_two_nodes(tmp_path, 1, "--size", "tiny", check=False,
+                                 node_args=(["--batch-size", "64"], ["--batch-size", "16"]))
+    for code, output in results:
+        assert code != 0 and ("train_sage_dist.py: --batch-size must be the same on every "
+                              "process, got process 0: 64, process 1: 16") in output, output[-3000:]
+    assert not (tmp_path / "data").exists()
 
 
 def test_distributed_example_refuses_another_jobs_data_in_one_line(tmp_path):
