@@ -17,6 +17,8 @@ FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tens
       positions_(std::move(positions)),
       host_read_split_(std::make_shared<internal::HostReadSplit>()),
       gathers_in_flight_(std::make_shared<internal::GathersInFlight>()) {
+  TORCH_CHECK_VALUE(!positions_ || !positions_->is_meta(),  // (else torch's item() error)
+                    "positions is on the meta device, which holds no data");
   check_row_tiers(tiers_, positions_);
   check_positions_in_tiers(tiers_, positions_);
   num_rows_ = tiered_id_count(tiers_, positions_);

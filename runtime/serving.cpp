@@ -164,6 +164,10 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
   // below fail with an index error that names neither array).
   check_whole_csr(indptr_, indices_, std::nullopt);
   num_nodes_ = indptr_.numel() - 1;
+  // (else built, then every request failed naming the layout, as BatchPrefetcher refuses)
+  TORCH_CHECK_VALUE(!features_->released(), "ServingRuntime: features were released ",
+                    "(Feature.close() frees the memory they read): take a layout from an open ",
+                    "Feature");
   TORCH_CHECK_VALUE(features_->num_rows() >= num_nodes_, "ServingRuntime: the features hold ",
                     features_->num_rows(), " rows for a graph of ", num_nodes_, " nodes");
   psgs_ = psgs_of(indptr_, indices_, o.fanouts).contiguous();  // checked above

@@ -12,6 +12,7 @@ namespace quiver::runtime {
 namespace {
 
 at::Tensor as_cpu_index(const at::Tensor& t, at::ScalarType dtype, const char* name) {
+  TORCH_CHECK_VALUE(!t.is_meta(), name, " is on the meta device, which holds no data");
   TORCH_CHECK_VALUE(t.dim() == 1, name, " must be a 1-D tensor, got shape ", t.sizes());
   TORCH_CHECK_TYPE(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), name,
                    " must hold integers, got ", t.scalar_type());

@@ -207,6 +207,12 @@ def test_a_shard_map_keeps_its_own_copy_of_its_tensors():
     with pytest.raises(ValueError, match=r"host_of holds 18446744073709551615, past int64"):
         torch.classes.quiver.ShardMap(torch.tensor([2**64 - 1, 0], dtype=torch.uint64),
                                       torch.tensor([0, 1]), 1)
+    # Meta tensors had met torch's "Cannot copy out of meta tensor" (a probe).
+    meta = torch.zeros(3, dtype=torch.long, device="meta")
+    with pytest.raises(ValueError, match="host_of is on the meta device, which holds no data"):
+        torch.classes.quiver.ShardMap(meta, torch.arange(3), 1)
+    with pytest.raises(ValueError, match="hot_order is on the meta device"):
+        torch.classes.quiver.ShardMap.build(meta, 1, 0, None)
 
 
 def test_shard_map_follows_an_assignment_and_rejects_bad_input():

@@ -204,6 +204,10 @@ def test_positions_past_the_tiers_refused_where_the_layout_is_made(bad):
     """A positions entry outside the tiers' rows fails at construction, naming the entry,
     not at the first gather that happens to read it."""
     table = random_table(50, 3)
+    if bad == -1:  # positions on the meta device: torch's item() error had named nothing
+        with pytest.raises(ValueError, match="positions is on the meta device"):
+            torch.classes.quiver.FeatureTiers([table], torch.zeros(50, dtype=torch.long,
+                                                                   device="meta"))
     positions = torch.arange(50)
     positions[7] = bad
     with pytest.raises(IndexError, match=rf"positions\[7\] = {bad} is out of range \[0, 50\)"):

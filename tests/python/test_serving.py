@@ -740,6 +740,13 @@ def test_bad_options_are_value_errors(graph):
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     with pytest.raises(ValueError, match="device must be the CPU or a GPU, got 'meta'"):
         ServingRuntime(SAGE([graph.x.size(1), 4, 2]), topo, [3], graph.x, device="meta")
+    # A released layout was taken, then every request failed naming it (a probe).
+    released = torch.classes.quiver.FeatureTiers([graph.x.clone()], None)
+    released.release()
+    with pytest.raises(ValueError, match="ServingRuntime: features were released"):
+        torch.classes.quiver.ServingRuntime(topo.indptr, topo.indices, None, None, released, [2],
+                                            "cpu", 16, 0.0, 8, 1, 0, float("nan"), 0, False,
+                                            30.0, 0)
     runtime, _ = runtime_for(graph, cpu_samplers=1)
     try:
         for bad in (0.0, -1.0, float("inf"), float("nan")):
