@@ -3,9 +3,12 @@
 #pragma once
 
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -63,6 +66,15 @@ inline std::vector<int64_t> wholes(const std::string& option, const std::string&
   std::vector<int64_t> out;
   for (const std::string& word : words(option, text)) out.push_back(whole(option, word));
   return out;
+}
+
+// Errors without C++ stack traces unless TORCH_SHOW_CPP_STACKTRACES=1: an AOTInductor
+// package logs each failed op's exception whole, and a bad id in run_exported's --inputs
+// printed 40 lines of frames around its one-line message.
+inline void quiet_stack_traces() {
+  const char* show = std::getenv("TORCH_SHOW_CPP_STACKTRACES");
+  if (show == nullptr || std::string(show) != "1")
+    c10::SetStackTraceFetcher(std::function<std::string()>([] { return std::string(); }));
 }
 
 }  // namespace option_values

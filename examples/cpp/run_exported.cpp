@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  option_values::quiet_stack_traces();
   try {
     TORCH_CHECK(argc >= 3, usage);
     const std::string package = argv[1];

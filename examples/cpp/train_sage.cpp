@@ -1120,6 +1120,7 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  option_values::quiet_stack_traces();  // (a served package logs its ops' errors whole)
   try {
     return run(parse(argc, argv));
   } catch (const c10::Error& error) {

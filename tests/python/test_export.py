@@ -323,6 +323,13 @@ def test_cpp_runs_a_package_holding_feature_tiers(tmp_path):
     (scores,) = run_package_in_cpp(path, [ids], tmp_path)
     with torch.no_grad():
         torch.testing.assert_close(scores, model.lin(table[ids]))
+    # A bad id: its one-line error, without the 40 lines of C++ frames the package's log
+    # of the op's exception had held.
+    qv.save_arrays(tmp_path / "bad", "inputs", {"input_0": torch.tensor([0, 41])})
+    done = subprocess.run([RUNNER, str(path), "--inputs", str(tmp_path / "bad"), "--out",
+                           str(tmp_path / "bad_out")], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "ids[1] = 41 is out of range [0, 40)" in done.stderr
+    assert "frame #" not in done.stderr, done.stderr
 
 
 class HoldsShardMap(torch.nn.Module):
