@@ -216,8 +216,11 @@ def test_temporal_example_ranks_against_each_sources_own_negatives():
     batch = SimpleNamespace(src_index=torch.tensor([0, 3]), dst_pos_index=torch.tensor([1, 4]),
                             dst_neg_index=torch.tensor([2, 1]))
     assert ranks_of(z, batch).tolist() == [1, 2]
-    batch.dst_neg_index = torch.tensor([[2, 1], [2, 4]])
-    assert ranks_of(z, batch).tolist() == [2, 2]
+    batch.dst_neg_index = torch.tensor([[2, 1], [2, 4]])  # each ties one: it counts half
+    assert ranks_of(z, batch).tolist() == [1.5, 1.5]
+    # A constant model (every score tied): the middle rank, not the last (a probe).
+    batch.dst_neg_index = torch.tensor([[1, 1], [4, 4]])
+    assert ranks_of(torch.ones(5, 2), batch).tolist() == [2.0, 2.0]
 
 
 def test_temporal_example_refuses_more_negatives_than_a_batch_takes(capsys):
