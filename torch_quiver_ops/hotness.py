@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import ops
-from ._device import (as_ids, as_int, check_generator, checked_node_ids, holds_integers,
+from ._device import (as_int, check_generator, checked_node_ids, holds_integers,
                       readable_ids)
 
 INT32_MAX = 2**31 - 1
@@ -29,11 +29,21 @@ def degree_order(degree: Tensor) -> Tensor:
     return torch.argsort(degree, descending=True, stable=True)
 
 
+def _topology_of(sampler):
+    """The sampler's graph, else a TypeError naming ``sampler`` (None was an
+    AttributeError on csr_topo)."""
+    from .topology import CSRTopo  # (topology imports this module)
+    topo = getattr(sampler, "csr_topo", None)
+    if not isinstance(topo, CSRTopo):
+        raise TypeError(f"sampler must be a GraphSageSampler, got {type(sampler).__name__}")
+    return topo
+
+
 def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[int],
                         generator: Optional[torch.Generator]):
     """sample_subgraph's output for shuffled batches of ``seeds`` (``num_batches`` of
     them; None: one epoch)."""
-    seeds = as_ids(seeds, "seeds").cpu()
+    seeds = readable_ids(seeds, "seeds").cpu()
     topo = getattr(sampler, "csr_topo", None)
     # The seeds SampleLoader takes: a mask of one bool per node, narrow int ids widened
     if seeds.dtype == torch.bool and topo is not None and seeds.dim() == 1 \
@@ -76,7 +86,7 @@ def presample_hot_order(sampler, seeds: Tensor, batch_size: int = 1024,
     sampled, go by degree. Pass the result as ``hot_order`` to
     :meth:`Feature.from_cpu_tensor`.
     """
-    topo = sampler.csr_topo
+    topo = _topology_of(sampler)
     counts = torch.zeros(topo.node_count, dtype=torch.int32, device=sampler.device)
     for node_ids, *_ in _presampled_batches(sampler, seeds, batch_size, num_batches, generator):
         counts[node_ids] += 1  # a batch lists each node once
@@ -96,7 +106,7 @@ def presample_topology_order(sampler, seeds: Tensor, batch_size: int = 1024,
     at most a fanout of reads per visit, while the training seeds' own short lists are
     read in full by every batch that draws them. Nodes never sampled go last, by degree.
     """
-    topo = sampler.csr_topo
+    topo = _topology_of(sampler)
     reads = torch.zeros(topo.node_count, dtype=torch.float64, device=sampler.device)
     for node_ids, _, cols, *_ in _presampled_batches(sampler, seeds, batch_size, num_batches,
                                                      generator):

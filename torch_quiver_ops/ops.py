@@ -72,6 +72,11 @@ def csr_from_coo(row: Tensor, col: Tensor, num_nodes: Optional[int] = None
         ``indices[indptr[v]:indptr[v+1]]`` in input order, and int64 ``edge_ids`` giving
         each CSR edge's position in the input.
     """
+    for name, t in (("row", row), ("col", col)):  # (a list failed on .numel())
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a tensor of node ids, got {type(t).__name__}")
+        if t.is_meta:  # (torch's item() error named no argument)
+            raise TypeError(f"{name} is a meta tensor, which holds no node ids")
     if num_nodes is None and row.numel() != col.numel():  # else max() of an empty one failed
         raise ValueError(f"row has {row.numel()} entries but col has {col.numel()}")
     if num_nodes is None and row.numel() and col.numel():
@@ -92,6 +97,8 @@ def csr_from_coo(row: Tensor, col: Tensor, num_nodes: Optional[int] = None
     if isinstance(num_nodes, bool) or not hasattr(num_nodes, "__index__"):
         raise TypeError(f"num_nodes must be an int, got {num_nodes!r}")
     num_nodes = num_nodes.__index__()
+    if not -2**63 <= num_nodes < 2**63:  # (the binding's "expected 'int', found 'int'")
+        raise ValueError(f"num_nodes must be in [0, 2**60), got {num_nodes}")
     if row.device.type == "cpu" and 0 <= num_nodes < 2**60:
         from .preflight import check_host_memory  # (preflight imports nothing of ours)
         # the offsets and a cursor per node (ops/cpu/csr_from_coo.cpp): past the memory

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from . import ops
-from ._device import is_int
+from ._device import as_int
 from .hotness import degree_order
 from .topology import CSRTopo, edge_chunks, list_positions
 
@@ -39,6 +39,14 @@ ORDER_NAMES = ("degree", "bfs")  # what order_by takes
 def _check_topology(topo) -> None:
     if not isinstance(topo, CSRTopo):  # (None was an AttributeError on node_count)
         raise TypeError(f"topo must be a CSRTopo, got {type(topo).__name__}")
+
+
+def _count(value, name: str) -> int:
+    """``value`` (Python's or NumPy's int) as an int >= 1, else a ValueError naming it."""
+    count = as_int(value)
+    if count is None or count < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    return count
 
 
 def order_by(topo: CSRTopo, name: str) -> Tensor:
@@ -70,11 +78,8 @@ def bfs_order(topo: CSRTopo, max_roots: int = 1024,
     directed graph's out-lists).
     """
     _check_topology(topo)
-    if not is_int(max_roots) or max_roots < 1:  # (numpy ints too, as hotness.py takes them)
-        raise ValueError(f"max_roots must be an int >= 1, got {max_roots!r}")
-    if not is_int(chunk_edges) or chunk_edges < 1:
-        raise ValueError(f"chunk_edges must be an int >= 1, got {chunk_edges!r}")
-    max_roots, chunk_edges = int(max_roots), int(chunk_edges)
+    max_roots = _count(max_roots, "max_roots")  # (numpy ints too, as hotness.py takes them)
+    chunk_edges = _count(chunk_edges, "chunk_edges")
     n = topo.node_count
     indptr, indices, degree = topo.indptr.long(), topo.indices, topo.degree.long()
     by_degree = degree_order(degree)
@@ -123,6 +128,8 @@ def _inverse(old_of_new: Tensor, n: int) -> Tensor:
     """new_of_old, after checking that old_of_new lists each of the n nodes once."""
     if not isinstance(old_of_new, Tensor):
         raise TypeError(f"old_of_new must be a tensor, got {type(old_of_new).__name__}")
+    if old_of_new.is_meta:
+        raise TypeError("old_of_new is a meta tensor, which holds no node ids")
     old_of_new = old_of_new.cpu()
     ops.check_permutation(old_of_new, n, "old_of_new")
     new_of_old = torch.empty(n, dtype=torch.long)
@@ -137,9 +144,7 @@ def permute_topology(topo: CSRTopo, old_of_new: Tensor,
     CSR position when the graph has none). Returns the new :class:`CSRTopo` and
     ``new_of_old``, to renumber seeds and split ids."""
     _check_topology(topo)
-    if not is_int(chunk_edges) or chunk_edges < 1:
-        raise ValueError(f"chunk_edges must be an int >= 1, got {chunk_edges!r}")
-    chunk_edges = int(chunk_edges)
+    chunk_edges = _count(chunk_edges, "chunk_edges")
     n = topo.node_count
     new_of_old = _inverse(old_of_new, n)
     old_of_new = old_of_new.cpu().long()

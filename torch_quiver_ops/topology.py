@@ -129,6 +129,10 @@ class CSRTopo:
         # Numpy arrays too (torch-quiver takes them): as tensors, sharing their memory.
         edge_index, indptr, indices, eid = (_as_tensor(t)
                                             for t in (edge_index, indptr, indices, eid))
+        for name, t in (("edge_index", edge_index), ("indptr", indptr), ("indices", indices),
+                        ("eid", eid)):
+            if isinstance(t, Tensor) and t.is_meta:  # (torch's own error named none of them)
+                raise TypeError(f"{name} is a meta tensor, which holds no data")
         if num_nodes is not None:
             # An int, numpy's too (not a bool, nor a float that would be cut).
             if isinstance(num_nodes, bool) or not hasattr(type(num_nodes), "__index__"):
@@ -155,7 +159,9 @@ class CSRTopo:
             # the process was killed filling them, with no error (a stray large id, or a
             # num_nodes given too large).
             if num_nodes is None:
-                num_nodes = int(edge_index.max()) + 1 if edge_index.numel() else 0
+                # (ids all negative: 0 nodes, so that the op names the first id, not a
+                # num_nodes of -4 the caller never gave)
+                num_nodes = max(int(edge_index.max()) + 1, 0) if edge_index.numel() else 0
                 preflight.check_host_memory(
                     OFFSET_BYTES * (num_nodes + 1),
                     f"CSRTopo's offsets for {num_nodes:,} nodes (the "

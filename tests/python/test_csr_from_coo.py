@@ -119,6 +119,14 @@ def test_bad_input_raises_clear_errors():
         qv.ops.csr_from_coo(row, torch.tensor([1, -3, 0]))
     with pytest.raises(ValueError, match="1-D"):
         qv.ops.csr_from_coo(row.view(3, 1), col.view(3, 1), 3)
+    # (a list failed on .numel(), a meta tensor in item(), 2**63 in the binding's
+    # "expected 'int', found 'int'")
+    with pytest.raises(TypeError, match="row must be a tensor of node ids, got list"):
+        qv.ops.csr_from_coo([0, 1], [1, 0])
+    with pytest.raises(TypeError, match="col is a meta tensor"):
+        qv.ops.csr_from_coo(row, torch.empty(3, dtype=torch.long, device="meta"))
+    with pytest.raises(ValueError, match=r"num_nodes must be in \[0, 2\*\*60\), got 9223372036854775808"):
+        qv.ops.csr_from_coo(row, col, 2**63)
 
 
 def test_node_counts_past_memory_or_int64_are_named():

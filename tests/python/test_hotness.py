@@ -112,6 +112,11 @@ def test_presample_names_a_bad_generator_and_seeds_and_takes_numpy_counts():
         qv.presample_hot_order(sampler, None)
     with pytest.raises(ValueError, match="batch_size must be an int >= 1, got True"):
         qv.presample_hot_order(sampler, torch.tensor([0, 1]), batch_size=True)
+    with pytest.raises(TypeError, match="seeds are a meta tensor"):
+        qv.presample_hot_order(sampler, torch.empty(2, dtype=torch.long, device="meta"))
+    for presample in (qv.presample_hot_order, qv.presample_topology_order):
+        with pytest.raises(TypeError, match="sampler must be a GraphSageSampler, got NoneType"):
+            presample(None, torch.tensor([0]))
     order = qv.presample_hot_order(sampler, torch.tensor([0, 1]), batch_size=np.int64(1),
                                    num_batches=np.int32(2))
     assert sorted(order.tolist()) == [0, 1]

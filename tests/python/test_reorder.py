@@ -119,6 +119,14 @@ def test_bad_orders_are_named():
         reorder.permute_topology(None, torch.arange(10))
     with pytest.raises(ValueError, match="max_roots must be an int >= 1, got True"):
         reorder.bfs_order(topo, max_roots=True)
+    with pytest.raises(TypeError, match="old_of_new is a meta tensor"):
+        reorder.permute_topology(topo, torch.empty(10, dtype=torch.long, device="meta"))
+    # NumPy's ints, as the comment on the check said and hotness takes (a probe)
+    import numpy as np
+    assert torch.equal(reorder.bfs_order(topo, max_roots=np.int64(2), chunk_edges=np.int32(7)),
+                       reorder.bfs_order(topo, max_roots=2, chunk_edges=7))
+    assert torch.equal(reorder.permute_topology(topo, torch.arange(10),
+                                                chunk_edges=np.int64(4))[0].indices, topo.indices)
 
 
 def test_orders_by_name():

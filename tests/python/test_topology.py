@@ -119,6 +119,17 @@ def test_bad_edge_index():
     for bad in (2**32 + 3, -(2**32) + 1):
         with pytest.raises(IndexError, match=f"edge_index holds node {bad}, out of range"):
             qv.CSRTopo(torch.tensor([[0, 1, 2], [1, 2, bad]]), num_nodes=10)
+    # Ids all negative had been named as a num_nodes of -4 the caller never gave; meta
+    # tensors met torch's "Cannot copy out of meta tensor" (a probe).
+    with pytest.raises(IndexError, match=r"^edge_index\[0, 0\] = -5 is out of range"):
+        qv.CSRTopo(torch.tensor([[-5, -6], [-7, -5]]))
+    meta = torch.empty(2, 4, dtype=torch.long, device="meta")
+    with pytest.raises(TypeError, match="edge_index is a meta tensor"):
+        qv.CSRTopo(meta)
+    with pytest.raises(TypeError, match="eid is a meta tensor"):
+        qv.CSRTopo(torch.tensor([[0, 1], [1, 0]]), eid=meta[0, :2])
+    with pytest.raises(TypeError, match="indptr is a meta tensor"):
+        qv.CSRTopo(indptr=meta[0], indices=torch.tensor([0, 1, 2]))
 
 
 def test_save_and_load_shared_map_one_copy(tmp_path):
