@@ -5,6 +5,7 @@ the labels and splits, all in the package's raw-file format (``torch_quiver_ops.
     python examples/cpp/save_graph.py /dev/shm/products --size products
 """
 import argparse
+from pathlib import Path
 
 import torch
 
@@ -36,6 +37,11 @@ def save(args) -> None:
         else None
     graph = synthetic_graph(args.size, seed=args.seed, device=device)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    # The labels are written last and an earlier save's record of them removed first: a
+    # save cut short (a Ctrl-C, a full disk) over an older graph left the new topology
+    # beside the old rows and labels, which loaded together when the sizes agreed. Now
+    # such a folder is refused for its missing labels until a save completes.
+    Path(args.directory, "labels", "labels.json").unlink(missing_ok=True)
     topo.save(f"{args.directory}/topology")
     sampler = qv.GraphSageSampler(topo, [15, 10, 5], device=device or "cpu")
     hot = qv.presample_hot_order(sampler, graph.train_idx, args.batch_size,

@@ -144,6 +144,27 @@ def copied(saved_graph, tmp_path):
     return broken
 
 
+def test_a_save_cut_short_over_an_older_graph_is_refused(saved_graph, tmp_path, monkeypatch):
+    """A Ctrl-C after the new topology was written had left it beside the older save's rows
+    and labels, loaded together when the sizes agreed: the labels' record is removed first
+    and written last, so such a folder is refused until a save completes."""
+    spec = importlib.util.spec_from_file_location("save_graph",
+                                                  REPO / "examples" / "cpp" / "save_graph.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    broken = copied(saved_graph, tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(module.qv.Feature, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        module.save(module.argparse.Namespace(directory=str(broken), size="tiny", seed=1,
+                                              batch_size=1024))
+    done = train("--data", broken, "--epochs", "1")
+    assert done.returncode == 2 and "labels" in done.stderr, done.stderr
+
+
 def test_truncated_file_is_an_error(saved_graph, tmp_path):
     broken = copied(saved_graph, tmp_path)
     rows = broken / "features" / "rows.bin"
