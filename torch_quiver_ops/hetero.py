@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import itertools
 import operator
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
 
 from . import ops, preflight
-from ._device import as_ids, as_int64, holds_integers
+from ._device import (as_ids, as_int64, check_flag, check_generator, holds_integers,
+                      readable_ids)
 from .ops import integer_fanouts, integer_times
 from .sampler import ops_temporal_strategy, sampling_placement
 from .topology import _as_tensor, kept_indptr
@@ -82,7 +83,7 @@ class HeteroCSRTopo:
         if num_nodes_dict is None:
             num_nodes_dict = {}
             for (src, _, dst), ei in edge_index_dict.items():
-                ei = _as_tensor(ei)
+                ei = _no_meta(_as_tensor(ei), f"edge_index_dict[{(src, _, dst)}]")
                 if holds_integers(ei):  # torch has no max of uint32 or uint64
                     ei = ei.long()
                 for t, ids in ((src, ei[0]), (dst, ei[1])):
@@ -113,7 +114,8 @@ class HeteroCSRTopo:
                 if t not in type_index:
                     raise ValueError(f"edge type {et} names node type {t!r}, which "
                                      f"num_nodes_dict lacks (it has {self.node_types})")
-            ei = _as_tensor(edge_index_dict[et])  # [[], []] too, as int64 (not floats)
+            ei = _no_meta(_as_tensor(edge_index_dict[et]), f"edge_index_dict[{et}]")
+            # ([[], []] too, as int64, not floats)
             if ei.dim() != 2 or ei.size(0) != 2:
                 raise ValueError(f"edge_index_dict[{et}] must have shape [2, E], got "
                                  f"{tuple(ei.shape)}")
@@ -207,6 +209,11 @@ class HeteroCSRTopo:
             if t.dim() != 1 or t.numel() != num_edges:
                 raise ValueError(f"{name} must hold {num_edges} entries, got shape "
                                  f"{tuple(t.shape)}")
+        if num_edges:  # (one out of range failed in a sampler's index_select, naming none)
+            low, high = (int(v) for v in torch.aminmax(eid))
+            if low < 0 or high >= num_edges:
+                raise IndexError(f"eid holds edge id {low if low < 0 else high}, out of range "
+                                 f"[0, {num_edges}) (the relations' edges)")
         self.indptr, self.indices, self.eid = indptr, indices, eid
         self.edge_time = None
         self._slice_starts = slice_starts
@@ -238,11 +245,9 @@ class HeteroCSRTopo:
         # Integer times only: truncating floats would let a later edge pass (see
         # ops.integer_times).
         if edge_time_dict is not None:
-            times = self.per_edge(edge_time_dict, "edge_time_dict")
-            return integer_times(times, "edge_time_dict").to(device)
+            return self.per_edge(edge_time_dict, "edge_time_dict", integer_times).to(device)
         if node_time_dict is not None:
-            times = self.per_node(node_time_dict, "node_time_dict")
-            return integer_times(times, "node_time_dict").to(device)[source]
+            return self.per_node(node_time_dict, "node_time_dict", integer_times).to(device)[source]
         return None
 
     # ---- sizes and ids ----
@@ -265,9 +270,12 @@ class HeteroCSRTopo:
             raise KeyError(f"no node type {node_type!r}; the graph has {self.node_types}")
         return self.node_type_offsets[self.node_types.index(node_type)]
 
-    def per_edge(self, values: Dict[EdgeType, Tensor], name: str) -> Tensor:
+    def per_edge(self, values: Dict[EdgeType, Tensor], name: str,
+                 convert: Callable = None) -> Tensor:
         """One value per global edge id from ``{edge_type: value per edge}`` (every edge
-        type present, no other)."""
+        type present, no other), each type's values passed through ``convert(values,
+        label)`` first when given: checked one type at a time, as given (joined first,
+        an int and a bool type had been promoted together and read as times)."""
         unknown = [et for et in values if et not in self.num_edges_dict]
         if unknown:
             raise ValueError(f"{name} names edge types {unknown} that the graph lacks (it has "
@@ -276,16 +284,17 @@ class HeteroCSRTopo:
         for et, count in self.num_edges_dict.items():
             if et not in values:
                 raise ValueError(f"{name} lacks edge type {et}")
-            v = torch.as_tensor(values[et])
+            v = _part(values[et], f"{name}[{et}]", convert)
             if v.dim() != 1 or v.size(0) != count:
                 raise ValueError(f"{name}[{et}] must hold one value per edge ({count}), got "
                                  f"shape {tuple(v.shape)}")
             parts.append(v.cpu())
         return torch.cat(parts)
 
-    def per_node(self, values: Dict[str, Tensor], name: str) -> Tensor:
+    def per_node(self, values: Dict[str, Tensor], name: str,
+                 convert: Callable = None) -> Tensor:
         """One value per global node id from ``{node_type: 1-D value per node}`` (every type
-        present, no other)."""
+        present, no other), each type's through ``convert`` as :meth:`per_edge` does."""
         unknown = [t for t in values if t not in self.num_nodes_dict]
         if unknown:
             raise ValueError(f"{name} names node types {unknown} that the graph lacks (it has "
@@ -294,7 +303,7 @@ class HeteroCSRTopo:
         for t in self.node_types:
             if t not in values:
                 raise ValueError(f"{name} lacks node type {t!r}")
-            v = torch.as_tensor(values[t])
+            v = _part(values[t], f"{name}[{t!r}]", convert)
             if v.dim() != 1 or v.size(0) != self.num_nodes_dict[t]:
                 raise ValueError(f"{name}[{t!r}] must hold one value per node "
                                  f"({self.num_nodes_dict[t]}), got shape {tuple(v.shape)}")
@@ -381,7 +390,32 @@ def _seed_dict(seeds):
             raise TypeError(f"seeds must be a dict {{node_type: ids}} or a pair (node_type, "
                             f"ids), got a tuple of {len(seeds)} items")
         return {seeds[0]: seeds[1]}
+    if not isinstance(seeds, dict):  # (a tensor failed in Tensor.__contains__)
+        raise TypeError(f"seeds must be a dict {{node_type: ids}} or a pair (node_type, ids), "
+                        f"got {type(seeds).__name__}")
     return seeds
+
+
+def _no_meta(t, label: str):
+    if isinstance(t, Tensor) and t.is_meta:  # (torch's item() error named nothing)
+        raise TypeError(f"{label} is a meta tensor, which holds no data")
+    return t
+
+
+def _part(values, label: str, convert: Optional[Callable]) -> Tensor:
+    """One type's values of a per-type dict, as a CPU tensor (``convert`` first)."""
+    _no_meta(values, label)
+    return (convert(values, label) if convert is not None else torch.as_tensor(values)).cpu()
+
+
+def _real_weights(values, label: str) -> Tensor:
+    """A type's weights as float64 (the sampler checks their range as given, then as
+    float32), refusing complex and bool ones (complex had lost its imaginary part with
+    only torch's warning)."""
+    values = torch.as_tensor(values)
+    if values.dtype.is_complex or values.dtype == torch.bool:
+        raise TypeError(f"{label} must hold real numbers, got {values.dtype}")
+    return values.double()
 
 
 class HeteroSampler:
@@ -410,19 +444,19 @@ class HeteroSampler:
                  temporal_strategy: str = "uniform", strict_time: bool = False,
                  disjoint: bool = False, capture_batches: bool = True):
         self.topo = topo
-        self.replace = bool(replace)
+        self.replace = check_flag(replace, "replace")  # ("False" had read as True)
         self.fanouts, self.num_hops = self._fanouts(num_neighbors)
         self.temporal = topo.edge_time is not None
         self.temporal_strategy = temporal_strategy
-        self.strict_time = bool(strict_time)
-        self.disjoint = bool(disjoint) or self.temporal
+        self.strict_time = check_flag(strict_time, "strict_time")
+        self.disjoint = check_flag(disjoint, "disjoint") or self.temporal
         self.device, self.mode = sampling_placement(device, mode)
         mode = self.mode
         edge_weight = None
         every_edge = topo  # negatives exclude each true edge, weight 0 or not
         self._kept_edges: Optional[Dict[EdgeType, Tensor]] = None
         if weights is not None:
-            given = topo.per_edge(weights, "weights").double()  # checked as given
+            given = topo.per_edge(weights, "weights", _real_weights)  # checked as given
             bad = ~(torch.isfinite(given) & (given >= 0))
             if bool(bad.any()):
                 at = int(bad.nonzero()[0])
@@ -530,7 +564,7 @@ class HeteroSampler:
         """``ids`` of ``node_type`` as global ids on the sampling device. Checked where they
         are (on the host, as a DataLoader gives them: no GPU round trip) unless ``checked``,
         then moved: the ops check only the global range."""
-        ids = as_ids(ids)
+        ids = readable_ids(ids, name)
         if not holds_integers(ids) or ids.dim() != 1:
             raise TypeError(f"{name} must be a 1-D integer tensor, got {ids.dtype} of shape "
                             f"{tuple(ids.shape)}")
@@ -588,6 +622,7 @@ class HeteroSampler:
         temporal sampling ``seed_time`` holds one time per seed, in the same order (the
         dict's, then each type's ids). With disjoint trees, ``batch`` numbers a seed's tree
         by its place in that order too."""
+        check_generator(generator)
         seeds = _seed_dict(seeds)
         global_ids = self.global_seeds(seeds)
         # The op takes the seeds in node type order; the caller's place of each of them.

@@ -264,6 +264,8 @@ def integer_times(times, name: str) -> Tensor:
     refused: as int64 they would wrap around to before every other time."""
     if isinstance(times, (list, tuple)) and len(times) == 0:
         return torch.empty(0, dtype=torch.long)  # torch.as_tensor([]) holds floats
+    if isinstance(times, Tensor) and times.is_meta:  # (torch's copy error named nothing)
+        raise TypeError(f"{name} is a meta tensor, which holds no times")
     times = torch.as_tensor(times)
     if not holds_integers(times):
         raise TypeError(f"{name} must hold integer times (int64 timestamps), got "

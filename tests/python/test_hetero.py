@@ -464,7 +464,8 @@ def test_per_edge_and_per_node_values_are_one_dimensional():
                          edge_time_dict={("a", "r0", "b"): torch.tensor([[1, 2], [3, 4]])})
     with pytest.raises(ValueError, match="node_time_dict.* must hold one value per node"):
         qv.HeteroCSRTopo(edges, {"a": 2, "b": 1},
-                         node_time_dict={"a": torch.zeros(2, 1), "b": torch.zeros(1, 1)})
+                         node_time_dict={"a": torch.zeros(2, 1, dtype=torch.long),
+                                         "b": torch.zeros(1, 1, dtype=torch.long)})
 
 
 @requires_cuda
@@ -733,3 +734,47 @@ def test_edges_and_counts_that_hetero_topologies_misread_are_named():
     with pytest.raises(TypeError, match="relation_edge_offsets must hold ints"):
         qv.HeteroCSRTopo.from_csr(topo.num_nodes_dict, topo.edge_types, topo.indptr,
                                   topo.indices, topo.eid, [0, 1.7])
+
+
+def test_per_type_inputs_flags_seeds_and_generators_are_named():
+    """From a probe: replace="False" sampled with replacement, times were checked only once
+    every type's were joined (an empty [] made int times "float32", a bool type beside an
+    int one read as times 1 and 0, uint64 beside int64 failed in torch's promotion), complex
+    weights lost their imaginary part, a bad generator, seeds that are no dict, meta
+    tensors and an eid past the edges met errors that named none of them."""
+    edges = {("a", "r", "a"): torch.tensor([[0, 1, 2, 3], [0, 0, 0, 0]]),
+             ("a", "e", "a"): torch.empty(2, 0, dtype=torch.long)}
+    topo = qv.HeteroCSRTopo(edges, {"a": 4})
+    for flag in ("replace", "disjoint", "strict_time"):
+        with pytest.raises(TypeError, match=f"{flag} must be True or False, got 'False'"):
+            qv.HeteroSampler(topo, [4], mode="CPU", **{flag: "False"})
+    timed = qv.HeteroCSRTopo(edges, {"a": 4}, edge_time_dict={("a", "r", "a"): [5, 6, 7, 8],
+                                                              ("a", "e", "a"): []})
+    assert sorted(timed.edge_time.tolist()) == [5, 6, 7, 8]
+    for bad, error, words in (
+            (torch.tensor([True, False, True, False]), TypeError, "must hold integer times"),
+            (torch.tensor([1.5, 2, 3, 4]), TypeError, "must hold integer times"),
+            (torch.empty(4, dtype=torch.long, device="meta"), TypeError, "is a meta tensor")):
+        with pytest.raises(error, match=re.escape("edge_time_dict[('a', 'r', 'a')] ") + words):
+            qv.HeteroCSRTopo(edges, {"a": 4}, edge_time_dict={
+                ("a", "r", "a"): bad, ("a", "e", "a"): torch.empty(0, dtype=torch.long)})
+    wide = qv.HeteroCSRTopo(edges, {"a": 4}, edge_time_dict={
+        ("a", "r", "a"): torch.tensor([1, 2, 3, 4], dtype=torch.uint64),
+        ("a", "e", "a"): torch.empty(0, dtype=torch.long)})
+    assert sorted(wide.edge_time.tolist()) == [1, 2, 3, 4]
+    with pytest.raises(TypeError, match=re.escape("weights[('a', 'r', 'a')] must hold real")):
+        qv.HeteroSampler(topo, [1], mode="CPU", weights={
+            ("a", "r", "a"): torch.tensor([1, 1, 1, 1 + 5j]), ("a", "e", "a"): torch.empty(0)})
+    sampler = qv.HeteroSampler(topo, [1], mode="CPU")
+    with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got 5"):
+        sampler.sample({"a": [0]}, generator=5)
+    for seeds in (torch.tensor([0]), None):
+        with pytest.raises(TypeError, match="seeds must be a dict"):
+            sampler.sample(seeds)
+    with pytest.raises(TypeError, match=r"seeds\['a'\] are a meta tensor"):
+        sampler.sample({"a": torch.tensor([0], device="meta")})
+    with pytest.raises(TypeError, match=re.escape("edge_index_dict[('a', 'r', 'a')] is a meta")):
+        qv.HeteroCSRTopo({("a", "r", "a"): torch.empty(2, 3, dtype=torch.long, device="meta")})
+    with pytest.raises(IndexError, match=r"eid holds edge id 103, out of range \[0, 4\)"):
+        qv.HeteroCSRTopo.from_csr({"a": 4}, topo.edge_types, topo.indptr, topo.indices,
+                                  topo.eid + 100, topo.relation_edge_offsets)
