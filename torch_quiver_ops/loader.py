@@ -264,6 +264,9 @@ class Prefetcher:
                  sms: Optional[int] = None, host_read_blocks: int = HOST_READ_BLOCKS,
                  workers: int = 1, pace: Optional[Callable[[bool], None]] = None,
                  own_stream: bool = True):
+        if not hasattr(loader, "__iter__"):  # (else found only by iter(), naming nothing)
+            raise TypeError(f"loader must be an iterable of batches, got "
+                            f"{type(loader).__name__}")
         # (past int64, the C++ thread's binding raised its own words, naming no argument)
         if not is_int(depth) or not 0 <= depth < 2 ** 63:
             raise ValueError(f"depth (a loader's prefetch) must be an int >= 0 and < 2**63, "
@@ -564,9 +567,7 @@ class SampleLoader:
                  prefetch_sms: Optional[int] = None,
                  prefetch_host_read_blocks: int = HOST_READ_BLOCKS, workers: int = 1,
                  prefetch_in_cpp: Optional[bool] = None, own_stream: bool = True):
-        if not isinstance(sampler, GraphSageSampler) and not all(
-                hasattr(sampler, name) for name in ("sample", "device", "csr_topo")):
-            raise TypeError(f"sampler must be a GraphSageSampler, got {type(sampler).__name__}")
+        _check_sampler(sampler)
         size = as_int(batch_size)  # numpy ints too, as torch's DataLoader takes
         if size is None or size < 1:
             raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
@@ -613,6 +614,12 @@ class SampleLoader:
         if hasattr(sampler, "_ensure_placed"):
             sampler._ensure_placed()
         self.device = sampler.device
+        if feature is not None and not isinstance(feature, Feature) and not (
+                isinstance(feature, Tensor) and feature.dim() >= 1):
+            # (a 0-d tensor, an int or a string was taken, then failed at the first batch)
+            raise TypeError(f"feature must be a Feature, a tensor of rows or None, got "
+                            f"{type(feature).__name__}"
+                            + (" of 0 dimensions" if isinstance(feature, Tensor) else ""))
         if isinstance(feature, (Feature, Tensor)) and feature.dim() >= 1 and \
                 len(feature) < sampler.csr_topo.node_count:
             raise ValueError(f"feature has {len(feature)} rows but the graph has "
@@ -774,12 +781,16 @@ class SampleLoader:
         native.start(batches, [s - 2**64 if s >= 2**63 else s for s in sampling_seeds])
         # One stop at a time: the exit hook's may meet this epoch's own (its thread woken by
         # the first), and the C++ stop joins the thread and clears what it built.
-        stopping = threading.Lock()
+        stopping, stopped = threading.Lock(), []
 
         def stop() -> None:
             with stopping:
-                if not _fork.inherited(native):  # (stopping waits for the parent's thread)
+                # Once: after the exit hook's stop, the epoch's own (its generator closed as
+                # the interpreter shuts down) called into torch when imports no longer
+                # work, and printed an ImportError ("sys.meta_path is None").
+                if not stopped and not _fork.inherited(native):  # (a parent's thread)
                     native.stop()
+                stopped.append(True)
         running = _builds_running(stop)
         try:
             while True:
@@ -857,11 +868,31 @@ class _Epochs:
         return self.loader.batch_builders()
 
 
+def _check_sampler(sampler) -> None:
+    if not isinstance(sampler, GraphSageSampler) and not all(
+            hasattr(sampler, name) for name in ("sample", "device", "csr_topo")):
+        raise TypeError(f"sampler must be a GraphSageSampler, got {type(sampler).__name__}")
+
+
+def _tensor_of(value, name: str, what: str) -> Tensor:
+    """``value`` as a tensor, else a TypeError naming ``name`` (torch's "Could not infer
+    dtype of NoneType" or "new(): invalid data type 'str'" named no argument)."""
+    if value is None or isinstance(value, (str, bytes)):
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError) as error:
+        raise TypeError(f"{name} must be {what}, got {type(value).__name__}: {error}") from None
+
+
 def checked_seed_edges(edge_label_index, num_nodes: int,
                        edge_label: Optional[Tensor] = None) -> Tensor:
     """``edge_label_index`` as a ``[2, num_edges]`` tensor of node ids in ``[0, num_nodes)``,
     with ``edge_label`` (if given) one label per seed edge; both link loaders' check."""
-    edge_label_index = torch.as_tensor(edge_label_index)
+    edge_label_index = _tensor_of(edge_label_index, "edge_label_index",
+                                  "a [2, num_edges] tensor of node ids")
+    if edge_label is not None:
+        edge_label = _tensor_of(edge_label, "edge_label", "one label per seed edge")
     if (edge_label_index.dim() != 2 or edge_label_index.size(0) != 2
             or not holds_integers(edge_label_index)):
         raise ValueError(f"edge_label_index must be a [2, num_edges] tensor of node ids, "
@@ -928,6 +959,7 @@ class LinkSampleLoader(SampleLoader):
                  prefetch_sms: Optional[int] = None,
                  prefetch_host_read_blocks: int = HOST_READ_BLOCKS, workers: int = 1,
                  own_stream: bool = True):
+        _check_sampler(sampler)  # (None was an AttributeError on disjoint)
         if sampler.disjoint:
             raise ValueError("LinkSampleLoader samples one graph around a batch's endpoints; "
                              "for temporal or disjoint link sampling use "

@@ -466,6 +466,17 @@ def test_link_sample_loader_refuses_bad_input():
     temporal = qv.GraphSageSampler(topo, [2], device="cpu", node_time=torch.zeros(300, dtype=torch.long))
     with pytest.raises(ValueError, match="LinkNeighborLoader"):
         qv.LinkSampleLoader(temporal, None, edges, 8)
+    # (a probe: AttributeError on disjoint, torch's "Could not infer dtype of NoneType" and
+    # "new(): invalid data type 'str'", none naming the argument)
+    for bad in (None, "s"):
+        with pytest.raises(TypeError, match="sampler must be a GraphSageSampler"):
+            qv.LinkSampleLoader(bad, None, edges, 8)
+    for bad in (None, "x", [[1], [2, 3]]):
+        with pytest.raises(TypeError, match="edge_label_index must be a .2, num_edges. tensor"):
+            qv.LinkSampleLoader(sampler, None, bad, 8)
+    for bad in ("abc", [[1], [2, 3]]):
+        with pytest.raises(TypeError, match="edge_label must be one label per seed edge"):
+            qv.LinkSampleLoader(sampler, None, edges, 8, edge_label=bad)
 
 
 def test_a_sample_loader_builds_ahead_in_cpp_with_the_same_batches(mode):
@@ -1017,6 +1028,38 @@ def test_sizes_past_int64_and_labels_that_are_no_tensor_are_named():
         qv.SampleLoader(sampler, feature, seeds, 8, prefetch=2 ** 63)
     with pytest.raises(TypeError, match="labels must be a tensor .* got str"):
         qv.SampleLoader(sampler, feature, seeds, 8, labels="abc")
+    # A feature that cannot be indexed by rows was taken, then failed at the first batch;
+    # a Prefetcher over no iterable failed at iter() (a probe).
+    for bad, words in ((torch.tensor(1.0), "got Tensor of 0 dimensions"), (5, "got int"),
+                       ("abc", "got str")):
+        with pytest.raises(TypeError, match=f"feature must be a Feature, a tensor of rows or "
+                                            f"None, {words}"):
+            qv.SampleLoader(sampler, bad, seeds, 8)
+    with pytest.raises(TypeError, match="loader must be an iterable of batches, got int"):
+        qv.Prefetcher(5, device="cpu")
+
+
+def test_a_cpp_prefetched_epoch_left_open_at_exit_exits_quietly(tmp_path):
+    """An epoch of the C++ thread still open as the interpreter exits: the exit hook stops
+    it, and the epoch's own stop, run again as its generator closed during shutdown, printed
+    an ImportError ("sys.meta_path is None") (a probe)."""
+    import subprocess
+    import sys
+    script = tmp_path / "open_epoch.py"
+    script.write_text(
+        "import torch, torch_quiver_ops as qv\n"
+        "ei = torch.randint(0, 200, (2, 2000), generator=torch.Generator().manual_seed(0))\n"
+        "sampler = qv.GraphSageSampler(qv.CSRTopo(ei), [3, 2], device='cpu')\n"
+        "feature = qv.Feature(device_list=[]).from_cpu_tensor(torch.randn(200, 4))\n"
+        "def train(batch):\n"
+        "    pass\n"
+        "loader = qv.SampleLoader(sampler, feature, torch.arange(200), 16, prefetch=2,\n"
+        "                         prefetch_in_cpp=True)\n"
+        "it = iter(loader)\n"
+        "train(next(it))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
 def test_a_prefetchers_device_and_stream_are_named():
