@@ -226,18 +226,23 @@ SAME_EVERYWHERE = ("size", "epochs", "batch_size", "fanouts", "hidden", "lr", "r
                    "transport", "eval_nodes", "seed", "partitioned", "partition_method")
 
 
-def options_that_differ(args, world: int) -> Optional[str]:
+def options_that_differ(store, args, backend: str, rank: int, world: int) -> Optional[str]:
     """What differs between the processes' options, or None. A --batch-size of 64 on one
     host and 16 on another gave each a different number of steps: one host aborted in a
     Gloo collective ("Received data size doesn't match expected size") and the other
-    failed in DDP's backward, neither naming the option."""
+    failed in DDP's backward, neither naming the option. Compared through the rendezvous
+    ``store``, before any process group: processes on different backends (--transport, or
+    a GPU on some hosts only) would wait in its setup until the timeout."""
     mine = {name: getattr(args, name) for name in SAME_EVERYWHERE}
-    every = [None] * world
-    dist.all_gather_object(every, mine)
-    for name in SAME_EVERYWHERE:
+    store.set(f"train_sage_dist/options/{rank}", json.dumps({**mine, "backend": backend}))
+    every = [json.loads(store.get(f"train_sage_dist/options/{other}")) for other in range(world)]
+    for name in (*SAME_EVERYWHERE, "backend"):
         values = [options[name] for options in every]
         if any(value != values[0] for value in values):
-            given = ", ".join(f"process {rank}: {value}" for rank, value in enumerate(values))
+            given = ", ".join(f"process {p}: {value}" for p, value in enumerate(values))
+            if name == "backend":
+                return (f"the processes chose different backends ({given}): NCCL needs a "
+                        f"GPU on every host and --transport other than gloo everywhere")
             return f"--{name.replace('_', '-')} must be the same on every process, got {given}"
     return None
 
@@ -249,15 +254,20 @@ def main(argv=None) -> dict:
     if use_gpu:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
     backend = "nccl" if use_gpu and args.transport != "gloo" else "gloo"
-    dist.init_process_group(backend, timeout=timedelta(seconds=max(60, args.timeout * 2)))
-    rank, world = dist.get_rank(), dist.get_world_size()
-    num_hosts = world // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    device = torch.device("cuda", torch.cuda.current_device()) if use_gpu else torch.device("cpu")
-    differ = options_that_differ(args, world)
+    timeout = timedelta(seconds=max(60, args.timeout * 2))
+    # The rendezvous first, then the options compared through its store, then the process
+    # group (as init_process_group("env://") would make it): processes on different
+    # backends would wait in the group's own setup until the timeout.
+    store, rank, world = next(dist.rendezvous("env://", timeout=timeout))
+    store.set_timeout(timeout)
+    differ = options_that_differ(store, args, backend, rank, world)
     if differ is not None:  # said by every process: each host's log may be all its user sees
         print(f"train_sage_dist.py: {differ}", file=sys.stderr, flush=True)
-        dist.destroy_process_group()
         raise SystemExit(2)
+    dist.init_process_group(backend, store=dist.PrefixStore("default_pg", store), rank=rank,
+                            world_size=world, timeout=timeout)
+    num_hosts = world // int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    device = torch.device("cuda", torch.cuda.current_device()) if use_gpu else torch.device("cpu")
     # Every process learns whether the data can be used, so that all stop together with
     # one line from the first, rather than the others failing in a collective.
     refusal = [prepare(args, num_hosts) if rank == 0 else None]

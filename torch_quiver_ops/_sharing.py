@@ -173,7 +173,7 @@ def save_arrays(directory: Union[str, Path], stem: str,
         if isinstance(t, Streamed):
             present[name] = _checked_streamed(name, t)
             t = torch.empty(0, dtype=t.dtype)  # (its dtype checked as a tensor's is)
-        check_savable(t, f"save_arrays: {name}")
+        check_savable(t, name)
         if isinstance(t, Tensor) and (t.is_conj() or t.is_neg()):
             present[name] = t.resolve_conj().resolve_neg()
     if _SAVE_ID in meta:

@@ -639,15 +639,10 @@ class Feature:
         ForkingPickler.register(cls, _reduce_for_workers)
 
     def __getstate__(self):
-        """What plain pickling takes (``copy.deepcopy``, ``torch.save``): the table as it
-        is. Worker processes are sent :meth:`_state` for workers instead (through
-        multiprocessing's ForkingPickler): it had been so for every pickle, and a deepcopy
-        moved a private table into /dev/shm."""
-        return self._state(for_workers=False)
-
-    def _state(self, for_workers: bool) -> dict:
-        if for_workers and self._host is not None and not self._host.is_shared():
-            self._move_to_shared_memory()
+        """What pickling takes: the table as it is (``copy.deepcopy``, ``torch.save``).
+        Sent to worker processes (multiprocessing's pickler), the table is moved into
+        shared memory first (:func:`_reduce_for_workers`); it had been moved for every
+        pickle, and a deepcopy put a private table in /dev/shm."""
         state = self.__dict__.copy()
         for key in ("_pin", "_pinned_host", "_replicas", "_mapped", "_views"):
             state.pop(key)
@@ -749,8 +744,11 @@ def _feature_of_state(cls: type, state: dict) -> Feature:
 
 def _reduce_for_workers(feature: Feature):
     """A Feature sent to worker processes: its table moved into shared memory first, so
-    they map it rather than each receive a copy."""
-    return _feature_of_state, (type(feature), feature._state(for_workers=True))
+    they map it rather than each receive a copy; then its state as pickling takes it (a
+    subclass's own __getstate__ too)."""
+    if feature._host is not None and not feature._host.is_shared():
+        feature._move_to_shared_memory()
+    return _feature_of_state, (type(feature), feature.__getstate__())
 
 
 ForkingPickler.register(Feature, _reduce_for_workers)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import operator
+from collections.abc import Mapping
 from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import torch
@@ -209,6 +210,8 @@ class HeteroCSRTopo:
             if t.dim() != 1 or t.numel() != num_edges:
                 raise ValueError(f"{name} must hold {num_edges} entries, got shape "
                                  f"{tuple(t.shape)}")
+        if eid.dtype != torch.long:  # as indptr (aminmax has no unsigned kernels)
+            raise TypeError(f"eid must be int64, got {eid.dtype}")
         if num_edges:  # (one out of range failed in a sampler's index_select, naming none)
             low, high = (int(v) for v in torch.aminmax(eid))
             if low < 0 or high >= num_edges:
@@ -390,7 +393,7 @@ def _seed_dict(seeds):
             raise TypeError(f"seeds must be a dict {{node_type: ids}} or a pair (node_type, "
                             f"ids), got a tuple of {len(seeds)} items")
         return {seeds[0]: seeds[1]}
-    if not isinstance(seeds, dict):  # (a tensor failed in Tensor.__contains__)
+    if not isinstance(seeds, Mapping):  # (a tensor failed in Tensor.__contains__)
         raise TypeError(f"seeds must be a dict {{node_type: ids}} or a pair (node_type, ids), "
                         f"got {type(seeds).__name__}")
     return seeds
@@ -408,14 +411,27 @@ def _part(values, label: str, convert: Optional[Callable]) -> Tensor:
     return (convert(values, label) if convert is not None else torch.as_tensor(values)).cpu()
 
 
-def _real_weights(values, label: str) -> Tensor:
-    """A type's weights as float64 (the sampler checks their range as given, then as
-    float32), refusing complex and bool ones (complex had lost its imaginary part with
-    only torch's warning)."""
+def _checked_weights(values, label: str) -> Tensor:
+    """A type's weights as the kernels' float32, checked as given first (finite and >= 0),
+    then as float32 (1e300 reads inf, 1e-50 reads 0, which would mask the edge); complex
+    and bool ones are refused (complex had lost its imaginary part with only torch's
+    warning). Type by type, so that no float64 copy of every edge's weight is made."""
     values = torch.as_tensor(values)
     if values.dtype.is_complex or values.dtype == torch.bool:
         raise TypeError(f"{label} must hold real numbers, got {values.dtype}")
-    return values.double()
+    given = values.double()
+    as_float = given.float()
+    for bad, where in ((~(torch.isfinite(given) & (given >= 0)), "every weight must be finite "
+                        "and >= 0"),
+                       (torch.isinf(as_float), "past float32's range (the sampler keeps "
+                        "weights as float32): scale the weights down"),
+                       ((as_float == 0) & (given > 0), "below float32's range (the sampler "
+                        "keeps weights as float32, where it reads 0, which masks the edge): "
+                        "scale the weights up")):
+        if bool(bad.any()):
+            at = int(bad.nonzero()[0])
+            raise ValueError(f"{label}[{at}] = {float(given[at])}: {where}")
+    return as_float
 
 
 class HeteroSampler:
@@ -456,22 +472,7 @@ class HeteroSampler:
         every_edge = topo  # negatives exclude each true edge, weight 0 or not
         self._kept_edges: Optional[Dict[EdgeType, Tensor]] = None
         if weights is not None:
-            given = topo.per_edge(weights, "weights", _real_weights)  # checked as given
-            bad = ~(torch.isfinite(given) & (given >= 0))
-            if bool(bad.any()):
-                at = int(bad.nonzero()[0])
-                raise ValueError(f"weights: edge {at} (global id) has weight {float(given[at])}:"
-                                 f" every weight must be finite and >= 0")
-            by_id = given.float()  # the kernels' weights: 1e300 reads inf, 1e-50 reads 0
-            for bad, where in ((torch.isinf(by_id), "past float32's range (the sampler keeps "
-                                "weights as float32): scale the weights down"),
-                               ((by_id == 0) & (given > 0), "below float32's range (the sampler "
-                                "keeps weights as float32, where it reads 0, which masks the "
-                                "edge): scale the weights up")):
-                if bool(bad.any()):
-                    at = int(bad.nonzero()[0])
-                    raise ValueError(f"weights: edge {at} (global id) has weight "
-                                     f"{float(given[at])}, {where}")
+            by_id = topo.per_edge(weights, "weights", _checked_weights)
             if not bool((by_id > 0).all()):
                 # PyG's weight_attr allows zero weights (a way to mask edges): such an edge
                 # is never sampled, so the sampler's graph leaves it out, and sampled edge

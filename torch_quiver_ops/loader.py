@@ -264,7 +264,8 @@ class Prefetcher:
                  sms: Optional[int] = None, host_read_blocks: int = HOST_READ_BLOCKS,
                  workers: int = 1, pace: Optional[Callable[[bool], None]] = None,
                  own_stream: bool = True):
-        if not hasattr(loader, "__iter__"):  # (else found only by iter(), naming nothing)
+        if not (hasattr(type(loader), "__iter__") or hasattr(type(loader), "__getitem__")):
+            # (else found only by iter(), naming nothing)
             raise TypeError(f"loader must be an iterable of batches, got "
                             f"{type(loader).__name__}")
         # (past int64, the C++ thread's binding raised its own words, naming no argument)
@@ -614,11 +615,12 @@ class SampleLoader:
         if hasattr(sampler, "_ensure_placed"):
             sampler._ensure_placed()
         self.device = sampler.device
-        if feature is not None and not isinstance(feature, Feature) and not (
-                isinstance(feature, Tensor) and feature.dim() >= 1):
+        if feature is not None and (
+                isinstance(feature, (str, bytes)) or not hasattr(type(feature), "__getitem__")
+                or (isinstance(feature, Tensor) and feature.dim() == 0)):
             # (a 0-d tensor, an int or a string was taken, then failed at the first batch)
-            raise TypeError(f"feature must be a Feature, a tensor of rows or None, got "
-                            f"{type(feature).__name__}"
+            raise TypeError(f"feature must be a Feature, a tensor of rows or anything "
+                            f"indexable by node ids, got {type(feature).__name__}"
                             + (" of 0 dimensions" if isinstance(feature, Tensor) else ""))
         if isinstance(feature, (Feature, Tensor)) and feature.dim() >= 1 and \
                 len(feature) < sampler.csr_topo.node_count:

@@ -98,7 +98,7 @@ def csr_from_coo(row: Tensor, col: Tensor, num_nodes: Optional[int] = None
         raise TypeError(f"num_nodes must be an int, got {num_nodes!r}")
     num_nodes = num_nodes.__index__()
     if not -2**63 <= num_nodes < 2**63:  # (the binding's "expected 'int', found 'int'")
-        raise ValueError(f"num_nodes must be in [0, 2**60), got {num_nodes}")
+        raise ValueError(f"num_nodes must fit in int64 (and be at most 2**60), got {num_nodes}")
     if row.device.type == "cpu" and 0 <= num_nodes < 2**60:
         from .preflight import check_host_memory  # (preflight imports nothing of ours)
         # the offsets and a cursor per node (ops/cpu/csr_from_coo.cpp): past the memory

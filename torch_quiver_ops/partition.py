@@ -241,7 +241,9 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
     for name in splits or {}:
         # A split is saved as <name>_ids beside the part's own arrays: "edge" had written
         # its ids over edge_ids, which then loaded as the part's edge ids without a word.
-        if not isinstance(name, str) or f"{name}_ids" in _PART_ARRAYS:
+        if not isinstance(name, str):
+            raise TypeError(f"splits must be named by strings, got {name!r}")
+        if f"{name}_ids" in _PART_ARRAYS:
             raise ValueError(f"splits may not be named {name!r}: each is saved as <name>_ids "
                              f"beside the part's {', '.join(sorted(_PART_ARRAYS))}")
     splits = {name: split_ids(name, ids, n) for name, ids in (splits or {}).items()}
@@ -383,13 +385,15 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
         raise ValueError(f"{directory}/part_{part}/part.json describes part {meta.get('part')}")
     # The features folder too: another run's loaded beside these parts with no error, even
     # verified, and served its rows. (Manifests from before features_run are not checked.)
-    if manifest.get("features") and "features_run" in manifest:
+    if manifest.get("features") and "features_run" in manifest \
+            and (directory / "features").exists():  # (a host that only samples may lack it)
         run = _features_run(directory)
         if run != manifest["features_run"]:
             raise ValueError(f"{directory}/features was written by another run than "
                              f"{directory}/manifest.json (run {run!r} against "
-                             f"{manifest['features_run']!r}): partition_graph writes both; "
-                             f"to cut the features again, run it again")
+                             f"{manifest['features_run']!r}): partition_graph writes both, "
+                             f"the features cut by the parts' owners; to cut them again (another "
+                             f"replicate share, say), run partition_graph again")
     nodes, indptr, indices = arrays["nodes"], arrays["indptr"], arrays["indices"]
     expected = manifest["parts"][part]
     problems = []

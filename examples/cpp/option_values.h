@@ -4,9 +4,9 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/Logging.h>
+#include <c10/util/env.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
 #include <functional>
 #include <sstream>
@@ -72,8 +72,7 @@ inline std::vector<int64_t> wholes(const std::string& option, const std::string&
 // package logs each failed op's exception whole, and a bad id in run_exported's --inputs
 // printed 40 lines of frames around its one-line message.
 inline void quiet_stack_traces() {
-  const char* show = std::getenv("TORCH_SHOW_CPP_STACKTRACES");
-  if (show == nullptr || std::string(show) != "1")
+  if (c10::utils::check_env("TORCH_SHOW_CPP_STACKTRACES") != true)  // (torch's own reading)
     c10::SetStackTraceFetcher(std::function<std::string()>([] { return std::string(); }));
 }
 

@@ -125,7 +125,7 @@ def test_bad_input_raises_clear_errors():
         qv.ops.csr_from_coo([0, 1], [1, 0])
     with pytest.raises(TypeError, match="col is a meta tensor"):
         qv.ops.csr_from_coo(row, torch.empty(3, dtype=torch.long, device="meta"))
-    with pytest.raises(ValueError, match=r"num_nodes must be in \[0, 2\*\*60\), got 9223372036854775808"):
+    with pytest.raises(ValueError, match=r"num_nodes must fit in int64 .*, got 9223372036854775808"):
         qv.ops.csr_from_coo(row, col, 2**63)
 
 

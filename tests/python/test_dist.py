@@ -1225,6 +1225,13 @@ def test_distributed_example_refuses_options_that_differ_between_hosts(tmp_path)
         assert code != 0 and ("train_sage_dist.py: --batch-size must be the same on every "
                               "process, got process 0: 64, process 1: 16") in output, output[-3000:]
     assert not (tmp_path / "data").exists()
+    # Compared before the process group exists: on a GPU host "auto" picks NCCL where
+    # "gloo" picks Gloo, and the group's own setup would wait for the other backend.
+    results = train_on_two_nodes(tmp_path, 1, "--size", "tiny", check=False,
+                                 node_args=(["--transport", "auto"], ["--transport", "gloo"]))
+    for code, output in results:
+        assert code != 0 and "--transport must be the same on every process" in output, \
+            output[-3000:]
 
 
 def test_distributed_example_refuses_another_jobs_data_in_one_line(tmp_path):

@@ -1033,8 +1033,15 @@ def test_sizes_past_int64_and_labels_that_are_no_tensor_are_named():
     for bad, words in ((torch.tensor(1.0), "got Tensor of 0 dimensions"), (5, "got int"),
                        ("abc", "got str")):
         with pytest.raises(TypeError, match=f"feature must be a Feature, a tensor of rows or "
-                                            f"None, {words}"):
+                                            f"anything indexable by node ids, {words}"):
             qv.SampleLoader(sampler, bad, seeds, 8)
+
+    class Rows:  # what the docstring promises: anything indexable by node ids
+        def __getitem__(self, ids):
+            return table[ids]
+
+    batch = next(iter(qv.SampleLoader(sampler, Rows(), seeds, 8, prefetch=0)))
+    assert torch.equal(batch.x, table[batch.n_id])
     with pytest.raises(TypeError, match="loader must be an iterable of batches, got int"):
         qv.Prefetcher(5, device="cpu")
 

@@ -213,6 +213,8 @@ def test_features_of_another_run_and_arrays_of_another_length_are_named(tmp_path
     for verify in (False, True):
         with pytest.raises(ValueError, match="features was written by another run than"):
             load_partition(tmp_path / "a", 1, verify=verify)
+    shutil.rmtree(tmp_path / "a" / "features")  # a host that only samples may have none
+    assert load_partition(tmp_path / "a", 1).feature_directory == tmp_path / "a" / "features"
     for folder, stem, name, words in (("part_0", "part", "edge_ids", "edge ids for"),
                                       ("owner", "owner", "local_index",
                                        "owner/local_index.bin of 200 entries for 100 nodes")):

@@ -461,11 +461,15 @@ class _OnOurStores:
             return self._batches()
         self._replace_dead_workers()
         if self.num_workers > 0 and getattr(self, "_iterator", None) is None:
-            # Workers are about to be forked. A dropped loader's kept iterator (persistent
-            # workers), held by the loader's reference cycle until a collection, was
-            # otherwise inherited by them and collected there, where torch's shutdown of it
-            # fails ("can only test a child process", a traceback on stderr).
-            gc.collect()
+            if _made_kept_workers[0] and _forks_workers(self.multiprocessing_context):
+                # Workers are about to be forked. A dropped loader's kept iterator
+                # (persistent workers), held by its loader's reference cycle until a
+                # collection, was otherwise inherited by them and collected there, where
+                # torch's shutdown of it fails ("can only test a child process", a
+                # traceback on stderr). Only then: a collection costs 0.1-0.5 s an epoch.
+                gc.collect()
+            if self.persistent_workers:
+                _made_kept_workers[0] = True
         try:
             return super().__iter__()
         except Exception:
@@ -517,6 +521,22 @@ class _OnOurStores:
             if self.drop_last and index.numel() < size:
                 return
             yield self.filter_fn(self.collate_fn(index))
+
+
+# Whether a loader of this process has kept its workers (persistent_workers): only then
+# can a dropped one's iterator be inherited by new workers (see _OnOurStores.__iter__).
+_made_kept_workers = [False]
+
+
+def _forks_workers(context) -> bool:
+    """Whether DataLoader workers of ``context`` (None: the default) start by fork."""
+    import multiprocessing
+    if context is None:  # (not get_context(), which would fix the default for good)
+        method = multiprocessing.get_start_method(allow_none=True)
+        return (method or multiprocessing.get_all_start_methods()[0]) == "fork"
+    if isinstance(context, str):
+        return context == "fork"
+    return context.get_start_method() == "fork"
 
 
 def _id_tensor(ids, name: str) -> Tensor:
