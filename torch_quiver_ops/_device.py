@@ -150,6 +150,14 @@ def as_ids(ids, name: str = "ids") -> torch.Tensor:
         raise IndexError(f"{name} hold an int past int64's range ({error})") from None
 
 
+def no_meta(value, name: str, holds: str = "data"):
+    """``value``, unless it is a meta tensor: a TypeError naming ``name`` (torch's own
+    "Cannot copy out of meta tensor" or item() error named no argument)."""
+    if isinstance(value, torch.Tensor) and value.is_meta:
+        raise TypeError(f"{name} is a meta tensor, which holds no {holds}")
+    return value
+
+
 def readable_ids(ids, name: str = "ids") -> torch.Tensor:
     """:func:`as_ids`, refusing a meta tensor too (a TypeError naming ``name``: torch's own
     "Cannot copy out of meta tensor" named no argument)."""

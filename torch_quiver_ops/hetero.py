@@ -19,7 +19,7 @@ from torch import Tensor
 
 from . import ops, preflight
 from ._device import (as_ids, as_int64, check_flag, check_generator, holds_integers,
-                      readable_ids)
+                      no_meta, readable_ids)
 from .ops import integer_fanouts, integer_times
 from .sampler import ops_temporal_strategy, sampling_placement
 from .topology import _as_tensor, kept_indptr
@@ -84,7 +84,7 @@ class HeteroCSRTopo:
         if num_nodes_dict is None:
             num_nodes_dict = {}
             for (src, _, dst), ei in edge_index_dict.items():
-                ei = _no_meta(_as_tensor(ei), f"edge_index_dict[{(src, _, dst)}]")
+                ei = no_meta(_as_tensor(ei), f"edge_index_dict[{(src, _, dst)}]")
                 if holds_integers(ei):  # torch has no max of uint32 or uint64
                     ei = ei.long()
                 for t, ids in ((src, ei[0]), (dst, ei[1])):
@@ -115,7 +115,7 @@ class HeteroCSRTopo:
                 if t not in type_index:
                     raise ValueError(f"edge type {et} names node type {t!r}, which "
                                      f"num_nodes_dict lacks (it has {self.node_types})")
-            ei = _no_meta(_as_tensor(edge_index_dict[et]), f"edge_index_dict[{et}]")
+            ei = no_meta(_as_tensor(edge_index_dict[et]), f"edge_index_dict[{et}]")
             # ([[], []] too, as int64, not floats)
             if ei.dim() != 2 or ei.size(0) != 2:
                 raise ValueError(f"edge_index_dict[{et}] must have shape [2, E], got "
@@ -399,15 +399,9 @@ def _seed_dict(seeds):
     return seeds
 
 
-def _no_meta(t, label: str):
-    if isinstance(t, Tensor) and t.is_meta:  # (torch's item() error named nothing)
-        raise TypeError(f"{label} is a meta tensor, which holds no data")
-    return t
-
-
 def _part(values, label: str, convert: Optional[Callable]) -> Tensor:
     """One type's values of a per-type dict, as a CPU tensor (``convert`` first)."""
-    _no_meta(values, label)
+    no_meta(values, label)
     return (convert(values, label) if convert is not None else torch.as_tensor(values)).cpu()
 
 

@@ -626,11 +626,8 @@ class SampleLoader:
                 len(feature) < sampler.csr_topo.node_count:
             raise ValueError(f"feature has {len(feature)} rows but the graph has "
                              f"{sampler.csr_topo.node_count} nodes")
-        try:
-            labels = None if labels is None else torch.as_tensor(labels)
-        except (TypeError, ValueError, RuntimeError) as error:  # torch's words name no argument
-            raise TypeError(f"labels must be a tensor (or array) of one label per node, got "
-                            f"{type(labels).__name__}: {error}") from None
+        if labels is not None:
+            labels = _tensor_of(labels, "labels", "a tensor (or array) of one label per node")
         self.labels = None if labels is None else labels.to(self.device)
         if self.labels is not None and self.labels.dim() == 0:
             raise ValueError("labels must hold one label per node, got a 0-d tensor")

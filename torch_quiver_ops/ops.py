@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._device import as_int64, holds_integers
+from ._device import as_int64, holds_integers, no_meta
 
 
 def check_csr(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor] = None,
@@ -75,8 +75,7 @@ def csr_from_coo(row: Tensor, col: Tensor, num_nodes: Optional[int] = None
     for name, t in (("row", row), ("col", col)):  # (a list failed on .numel())
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a tensor of node ids, got {type(t).__name__}")
-        if t.is_meta:  # (torch's item() error named no argument)
-            raise TypeError(f"{name} is a meta tensor, which holds no node ids")
+        no_meta(t, name, "node ids")
     if num_nodes is None and row.numel() != col.numel():  # else max() of an empty one failed
         raise ValueError(f"row has {row.numel()} entries but col has {col.numel()}")
     if num_nodes is None and row.numel() and col.numel():
@@ -264,9 +263,7 @@ def integer_times(times, name: str) -> Tensor:
     refused: as int64 they would wrap around to before every other time."""
     if isinstance(times, (list, tuple)) and len(times) == 0:
         return torch.empty(0, dtype=torch.long)  # torch.as_tensor([]) holds floats
-    if isinstance(times, Tensor) and times.is_meta:  # (torch's copy error named nothing)
-        raise TypeError(f"{name} is a meta tensor, which holds no times")
-    times = torch.as_tensor(times)
+    times = torch.as_tensor(no_meta(times, name, "times"))
     if not holds_integers(times):
         raise TypeError(f"{name} must hold integer times (int64 timestamps), got "
                         f"{times.dtype}: scale them to whole units first")

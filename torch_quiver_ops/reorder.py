@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 
 from . import ops
-from ._device import as_int
+from ._device import as_int, no_meta
 from .hotness import degree_order
 from .topology import CSRTopo, edge_chunks, list_positions
 
@@ -128,9 +128,7 @@ def _inverse(old_of_new: Tensor, n: int) -> Tensor:
     """new_of_old, after checking that old_of_new lists each of the n nodes once."""
     if not isinstance(old_of_new, Tensor):
         raise TypeError(f"old_of_new must be a tensor, got {type(old_of_new).__name__}")
-    if old_of_new.is_meta:
-        raise TypeError("old_of_new is a meta tensor, which holds no node ids")
-    old_of_new = old_of_new.cpu()
+    old_of_new = no_meta(old_of_new, "old_of_new", "node ids").cpu()
     ops.check_permutation(old_of_new, n, "old_of_new")
     new_of_old = torch.empty(n, dtype=torch.long)
     new_of_old[old_of_new.long()] = torch.arange(n)

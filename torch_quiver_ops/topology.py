@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops, preflight
-from ._device import as_int64, holds_integers
+from ._device import as_int64, holds_integers, no_meta
 from .hotness import INT32_MAX, degree_order
 
 # Host bytes a node takes while its CSR is built from edges: its int64 offset and the
@@ -131,8 +131,7 @@ class CSRTopo:
                                             for t in (edge_index, indptr, indices, eid))
         for name, t in (("edge_index", edge_index), ("indptr", indptr), ("indices", indices),
                         ("eid", eid)):
-            if isinstance(t, Tensor) and t.is_meta:  # (torch's own error named none of them)
-                raise TypeError(f"{name} is a meta tensor, which holds no data")
+            no_meta(t, name)
         if num_nodes is not None:
             # An int, numpy's too (not a bool, nor a float that would be cut).
             if isinstance(num_nodes, bool) or not hasattr(type(num_nodes), "__index__"):
