@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -373,6 +374,8 @@ def main(argv=None) -> dict:
             train_ids = meta["train_idx"]
             order = train_ids[torch.randperm(train_ids.numel(), generator=order_gen)]  # same on all
             mine = order[rank * per_process:(rank + 1) * per_process]
+        # Summed on the device: reading each step's loss on the host would wait for the step.
+        total_loss = torch.zeros((), device=device)
         for seeds in mine.split(args.batch_size):
             t = time.perf_counter()
             n_id, _, adjs = sampler.sample(seeds)
@@ -386,6 +389,7 @@ def main(argv=None) -> dict:
                                    labels[seeds.to(device)])
             loss.backward()
             optimizer.step()
+            total_loss += loss.detach() * seeds.numel()  # a short last batch weighs less
             clock.lap("model", t)
         epoch_time = time.perf_counter() - start
         model.eval()
@@ -396,15 +400,26 @@ def main(argv=None) -> dict:
                 out = model.module(feature[n_id].to(device, torch.float32),
                                    [adj.to(device) for adj in adjs])
                 correct += (out.argmax(-1) == labels[seeds.to(device)]).sum()
-        dist.all_reduce(correct)
-        collective_tensors.append(correct)
-        accuracy = float(correct) / (test.numel() * world)
+        # One collective for both sums; every process trains on per_process seeds an epoch.
+        sums = torch.stack([correct.float(), total_loss.float()])
+        dist.all_reduce(sums)
+        collective_tensors.append(sums)
+        accuracy = float(sums[0]) / (test.numel() * world)
+        loss = float(sums[1]) / max(1, mine.numel() * world)
         totals = clock.totals
         if rank == 0:
             print(f"epoch {epoch}: {epoch_time:6.2f}s  (sample {totals['sample']:.2f}s, gather "
-                  f"{totals['gather']:.2f}s, model {totals['model']:.2f}s)  test accuracy "
-                  f"{accuracy:.3f} (chance {1 / meta['num_classes']:.3f})", flush=True)
-        history.append({"epoch": epoch, "time": epoch_time, **totals, "accuracy": accuracy})
+                  f"{totals['gather']:.2f}s, model {totals['model']:.2f}s)  loss {loss:.3f}  "
+                  f"test accuracy {accuracy:.3f} (chance {1 / meta['num_classes']:.3f})",
+                  flush=True)
+        history.append({"epoch": epoch, "time": epoch_time, **totals, "loss": loss,
+                        "accuracy": accuracy})
+        if not math.isfinite(loss):  # the same sum on every process: all stop together
+            feature.close()
+            optimizer = model = None
+            dist.destroy_process_group()
+            collective_tensors.clear()
+            option_checks.stop_if_diverged(loss, epoch, args.lr)
     feature.close()
     optimizer = model = None  # DDP's reducer holds the process group: let go of it first
     dist.destroy_process_group()

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -1212,6 +1213,20 @@ def test_partitioned_example_trains_on_a_partition_of_the_users_own(tmp_path):
         assert code != 0
         assert "train_sage_dist.py: " in output and "part_1/indices.bin is missing" in output, \
             output[-3000:]
+
+
+@pytest.mark.timeout(300)
+def test_a_diverged_distributed_run_stops_on_every_host(tmp_path):
+    """A learning rate past reason trained on to NaN losses, never printed, and exited 0
+    (the one-host example already stopped): every host now ends after the first such epoch."""
+    results = train_on_two_nodes(tmp_path, 1, "--size", "tiny", "--epochs", "5", "--lr", "1e30",
+                                 check=False)
+    for code, output in results:
+        stop = re.search(r"the loss is nan after epoch (\d): training diverged \(--lr 1e\+30",
+                         output)
+        assert code != 0 and stop, output[-3000:]
+        assert f"epoch {int(stop[1]) + 1}:" not in output, output[-3000:]
+    assert "loss nan" in results[0][1]
 
 
 @pytest.mark.timeout(300)
