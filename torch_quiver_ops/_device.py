@@ -23,7 +23,14 @@ def resolve_device(device: Union[None, int, str, torch.device]) -> torch.device:
             torch.device("cpu")
     if isinstance(device, bool):  # an int to isinstance: True would be GPU 1
         raise TypeError(f"device must be a torch.device, a string or a GPU index, got {device!r}")
-    device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    if isinstance(device, str):
+        device = device.strip().lower()  # torch-quiver's scripts spell it "CPU"
+    try:
+        device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+    except (RuntimeError, TypeError) as error:  # torch's own words name no argument
+        why = f" ({error})" if isinstance(error, RuntimeError) else ""
+        raise ValueError(f"device must be a torch.device, a string such as 'cpu' or 'cuda:0', "
+                         f"or a GPU index, got {device!r}{why}") from None
     if device.type == "cuda" and device.index is None:
         if not torch.cuda.is_available():  # torch's own error ("Found no NVIDIA driver")
             raise RuntimeError(f"device {str(device)!r} is a GPU, and torch sees none (a "
@@ -198,7 +205,8 @@ def parse_size(size: Union[int, float, str]) -> int:
     if isinstance(size, bool):
         raise ValueError(f"a cache size must be a byte count, got {size!r}")
     if isinstance(size, (int, float)):
-        if not math.isfinite(size) or size < 0:
+        # (an int too large for a float is finite: math.isfinite raised OverflowError)
+        if size < 0 or (isinstance(size, float) and not math.isfinite(size)):
             raise ValueError(f"a cache size must be a byte count >= 0, got {size}")
         if isinstance(size, float) and 0 < size < 1:
             raise ValueError(f"a cache size of {size} bytes is less than one byte: for a "

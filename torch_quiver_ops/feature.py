@@ -18,7 +18,7 @@ from . import _sharing, ops, preflight
 from ._device import (as_ids, as_int, checked_node_ids, gpus_usable, holds_integers, is_int,
                       p2p_cliques, parse_share, parse_size, readable_ids, resolve_device)
 from ._interrupts import ctrl_c_ends_waits
-from .hotness import INT32_MAX, check_hot_order, check_positions, positions_of
+from .hotness import INT32_MAX, check_hot_order, check_positions, inverse_of_checked
 from .topology import CSRTopo
 from .uva import pinned
 
@@ -222,7 +222,7 @@ class Feature:
         self._host = host
         self._order = None if order is None else order.to(
             torch.int32 if host.size(0) <= INT32_MAX else torch.int64)
-        self._rank = None if order is None else positions_of(order)
+        self._rank = None if order is None else inverse_of_checked(order)
         self._process_state()
         row_bytes = host[0].nbytes if host.size(0) else 0
         if self._cache_share is not None:

@@ -125,8 +125,18 @@ def check_hot_order(order, num_rows: int) -> Tensor:
     return order.long()
 
 
-def positions_of(order: Tensor) -> Tensor:
-    """The inverse permutation, int32 where it fits: positions[order[p]] = p."""
+def positions_of(order) -> Tensor:
+    """The inverse permutation, int32 where it fits: positions[order[p]] = p. An ``order``
+    that is not a permutation of ``range(len(order))`` raises (the output had held
+    uninitialised memory where an id was missing)."""
+    order = readable_ids(order, "order").cpu()
+    ops.check_permutation(order, order.numel(), "order")
+    return inverse_of_checked(order)
+
+
+def inverse_of_checked(order: Tensor) -> Tensor:
+    """:func:`positions_of` for an order already checked (a store's hot order, checked
+    when it was given: a second check would read every id again)."""
     dtype = torch.int32 if order.numel() <= INT32_MAX else torch.int64
     positions = torch.empty(order.numel(), dtype=dtype)
     positions[order] = torch.arange(order.numel(), dtype=dtype)
@@ -137,6 +147,7 @@ def check_positions(positions: Tensor, num_rows: int, what: str = "positions") -
     """``positions`` after checking it is a permutation of ``range(num_rows)`` (e.g. read
     back from a file), so a corrupt map raises here instead of gathering wrong rows."""
     try:
+        positions = readable_ids(positions, what)
         ops.check_permutation(positions, num_rows, what)
     except (ValueError, IndexError) as error:
         why = str(error).removeprefix(f"{what} is not a permutation: ")  # said once

@@ -35,8 +35,8 @@ import torch
 from torch import Tensor
 
 from . import _fork
-from ._device import (as_ids, as_int, check_flag, check_generator, checked_node_ids,
-                      holds_integers, is_int)
+from ._device import (as_int, check_flag, check_generator, checked_node_ids,
+                      holds_integers, is_int, readable_ids)
 from ._interrupts import ctrl_c_ends_waits
 from .feature import Feature, check_host_read_blocks
 from .feature import host_read_blocks as host_read_blocks_of
@@ -579,7 +579,7 @@ class SampleLoader:
             check_flag(prefetch_in_cpp, "prefetch_in_cpp")
         # Prefetcher checks these too, by its own names
         check_host_read_blocks(prefetch_host_read_blocks, "prefetch_host_read_blocks")
-        seeds = as_ids(seeds, "seeds")  # an empty list too (torch.as_tensor([]) holds floats)
+        seeds = readable_ids(seeds, "seeds")  # an empty list too (torch.as_tensor([]) holds floats)
         if seeds.dtype == torch.bool:
             topo = getattr(sampler, "csr_topo", None)
             if (self._seeds_are_nodes and topo is not None

@@ -14,7 +14,7 @@ from . import ops
 from .ops import integer_fanouts, integer_times
 from ._load import cuda_kernels_built
 from ._device import (as_ids, check_flag, check_generator, checked_node_ids, parse_share,
-                      parse_size, resolve_device)
+                      parse_size, readable_ids, resolve_device)
 from .hotness import check_hot_order, degree_order
 from .topology import CSRTopo, build_topology_cache, kept_indptr
 from .uva import pinned
@@ -462,7 +462,7 @@ class GraphSageSampler:
 
     def _seeds(self, input_nodes) -> Tensor:
         """The seeds on the sampling device; the op checks their shape, dtype and range."""
-        return as_ids(input_nodes, "seeds").to(self.device, non_blocking=True).contiguous()
+        return readable_ids(input_nodes, "seeds").to(self.device, non_blocking=True).contiguous()
 
     @property
     def has_rules(self) -> bool:
@@ -480,7 +480,7 @@ class GraphSageSampler:
             out = self.neighbor_sample(input_nodes, seed_time, generator)
             return (out[0], *out[2:])
         self._ensure_placed()
-        seeds = as_ids(input_nodes, "seeds")
+        seeds = readable_ids(input_nodes, "seeds")
         if self.device.type == "cuda" and seeds.device.type == "cpu":
             # Seeds from the host (a DataLoader's) reach the GPU inside the batch's one upload.
             return self._sampler.sample_subgraph_on(seeds.contiguous(), self.device.index,
@@ -503,7 +503,7 @@ class GraphSageSampler:
                     raise ValueError("temporal sampling by edge time needs seed_time: one time "
                                      "per seed")
                 seed_time = self.node_time[checked_node_ids(
-                    as_ids(input_nodes).cpu(), self.node_time.numel(), "seeds")]
+                    as_ids(input_nodes, "seeds").cpu(), self.node_time.numel(), "seeds")]
             seed_time = integer_times(seed_time, "seed_time").to(self.device,
                                                                 non_blocking=True)
         elif seed_time is not None:

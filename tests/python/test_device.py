@@ -1,4 +1,6 @@
 """torch_quiver_ops._device: sizes, cliques and device resolution."""
+import re
+
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ def test_parse_size():
         parse_size(-1)
     with pytest.raises(ValueError, match="less than one byte: .* '50%'"):
         parse_size("0.5")  # as parse_size(0.5): a share is written as a percentage
+    assert parse_size(10**400) == 10**400  # every row (math.isfinite raised OverflowError)
 
 
 def test_is_int_refuses_bools_and_floats():
@@ -37,3 +40,8 @@ def test_resolve_device():
     assert resolve_device(None) == (torch.device("cuda", torch.cuda.current_device())
                                     if HAS_CUDA else torch.device("cpu"))
     assert resolve_device(1) == torch.device("cuda", 1)
+    assert resolve_device("CPU") == torch.device("cpu")  # torch-quiver's spelling
+    for bad in ("gpu0", "cuda:-1", [1]):  # torch's own errors named no argument
+        with pytest.raises(ValueError,
+                           match=f"device must be a torch.device, .* got {re.escape(repr(bad))}"):
+            resolve_device(bad)

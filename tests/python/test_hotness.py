@@ -29,6 +29,20 @@ def test_check_hot_order_rejects_what_is_not_a_permutation():
         check_hot_order(torch.arange(10.0), 10)
 
 
+def test_positions_of_refuses_what_is_not_a_permutation():
+    """A duplicate left the missing id's slot as uninitialised memory, and a -1 wrapped to
+    the last id, passing for a permutation (a probe)."""
+    assert positions_of([2, 0, 1]).tolist() == [1, 2, 0]
+    with pytest.raises(ValueError, match="order is not a permutation: row 1 is missing"):
+        positions_of(torch.tensor([0, 0, 2, 3]))
+    with pytest.raises(IndexError, match="order holds id -1"):
+        positions_of(torch.tensor([1, -1, 0, 2]))
+    with pytest.raises(TypeError, match="order must be a 1-D tensor of int32/int64 ids"):
+        positions_of(torch.tensor([True, False, True]))
+    with pytest.raises(TypeError, match="positions are a meta tensor"):
+        check_positions(torch.tensor([1, 0], device="meta"), 2)
+
+
 def test_check_positions_names_the_source():
     assert check_positions(torch.tensor([1, 0]), 2) is not None
     with pytest.raises(ValueError, match="dir/positions.bin is not a permutation of the 3 rows"):

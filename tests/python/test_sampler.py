@@ -199,6 +199,7 @@ def test_huge_fanouts_hot_order_without_a_cache_and_missing_gpus_are_named(graph
         qv.GraphSageSampler(topo, [2, 2 ** 71], mode="CPU")  # was torch's unnamed refusal
     with pytest.raises(ValueError, match="hot_order orders the topology cache"):
         qv.GraphSageSampler(topo, [2], mode="CPU", hot_order=torch.arange(graph.num_nodes))
+    assert qv.GraphSageSampler(topo, [2], device="CPU").mode == "CPU"  # without mode="CPU"
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="'cuda' is a GPU, and torch sees none"):
             qv.GraphSageSampler(topo, [2], device="cuda")
@@ -252,6 +253,11 @@ def test_arguments_of_the_wrong_kind_are_named_where_they_are_given():
          "uva_row_order orders"),
         (lambda: sampler.sample(torch.tensor([0]), 5), TypeError, "generator must be"),
         (lambda: sampler.sample(None), TypeError, "seeds must be integer ids"),
+        (lambda: sampler.sample(torch.tensor([0], device="meta")), TypeError,
+         "seeds are a meta tensor, which holds no ids"),
+        (lambda: qv.GraphSageSampler(topo, [2], device="gpu0"), ValueError,
+         "device must be a torch.device, a string such as 'cpu' or 'cuda:0', or a GPU index, "
+         "got 'gpu0'"),
         (lambda: sampler.sample("1"), TypeError, "seeds must be integer ids"),
         (lambda: qv.SampleLoader(sampler, None, torch.arange(3), 4, drop_last="False"),
          TypeError, "drop_last must be True or False"),
