@@ -72,6 +72,14 @@ def csr_from_coo(row: Tensor, col: Tensor, num_nodes: Optional[int] = None
         ``indices[indptr[v]:indptr[v+1]]`` in input order, and int64 ``edge_ids`` giving
         each CSR edge's position in the input.
     """
+    if torch.compiler.is_compiling():
+        # Traced, the op and its fake check the arguments; the checks below read ids on the
+        # host and /proc/meminfo, which broke a fullgraph compile (a probe).
+        if num_nodes is None:
+            raise ValueError("csr_from_coo under torch.compile needs num_nodes: the node "
+                             "count read from the ids would make the output's size depend "
+                             "on their values")
+        return torch.ops.quiver.csr_from_coo(row, col, num_nodes)
     for name, t in (("row", row), ("col", col)):  # (a list failed on .numel())
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a tensor of node ids, got {type(t).__name__}")

@@ -157,3 +157,20 @@ def test_node_counts_past_memory_or_int64_are_named():
                      lambda: qv.CSRTopo(torch.tensor([[0], [0]]), num_nodes=nodes)):
             with pytest.raises(preflight.ResourceLimitError, match="of host memory"):
                 call()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_wrapper_compiles_as_one_graph(device):
+    """The wrapper's host-side checks (ids read back, /proc/meminfo) broke a fullgraph
+    compile that the op alone passed (a probe): traced, it calls the op, which checks."""
+    row, col = (torch.randint(0, 50, (300,), device=device) for _ in range(2))
+    compiled = torch.compile(lambda r, c: qv.ops.csr_from_coo(r, c, 50), fullgraph=True)
+    for got, want in zip(compiled(row, col), qv.ops.csr_from_coo(row, col, 50)):
+        assert torch.equal(got, want)
+    torch._dynamo.reset()
+    inferred = torch.compile(lambda r, c: qv.ops.csr_from_coo(r, c), fullgraph=True)
+    with pytest.raises(Exception, match="csr_from_coo under torch.compile needs num_nodes"):
+        inferred(row, col)
+    with pytest.raises(Exception, match=r"row\[1\] = 70 is out of range \[0, 50\)"):
+        torch._dynamo.reset()
+        compiled(torch.tensor([0, 70], device=device), torch.tensor([1, 2], device=device))
