@@ -405,29 +405,6 @@ def _part(values, label: str, convert: Optional[Callable]) -> Tensor:
     return (convert(values, label) if convert is not None else torch.as_tensor(values)).cpu()
 
 
-def _checked_weights(values, label: str) -> Tensor:
-    """A type's weights as the kernels' float32, checked as given first (finite and >= 0),
-    then as float32 (1e300 reads inf, 1e-50 reads 0, which would mask the edge); complex
-    and bool ones are refused (complex had lost its imaginary part with only torch's
-    warning). Type by type, so that no float64 copy of every edge's weight is made."""
-    values = torch.as_tensor(values)
-    if values.dtype.is_complex or values.dtype == torch.bool:
-        raise TypeError(f"{label} must hold real numbers, got {values.dtype}")
-    given = values.double()
-    as_float = given.float()
-    for bad, where in ((~(torch.isfinite(given) & (given >= 0)), "every weight must be finite "
-                        "and >= 0"),
-                       (torch.isinf(as_float), "past float32's range (the sampler keeps "
-                        "weights as float32): scale the weights down"),
-                       ((as_float == 0) & (given > 0), "below float32's range (the sampler "
-                        "keeps weights as float32, where it reads 0, which masks the edge): "
-                        "scale the weights up")):
-        if bool(bad.any()):
-            at = int(bad.nonzero()[0])
-            raise ValueError(f"{label}[{at}] = {float(given[at])}: {where}")
-    return as_float
-
-
 class HeteroSampler:
     """Multi-hop neighbor sampling over a :class:`HeteroCSRTopo`, every relation in the
     same kernel launches of a hop (``quiver::hetero_neighbor_sample``).
@@ -466,7 +443,7 @@ class HeteroSampler:
         every_edge = topo  # negatives exclude each true edge, weight 0 or not
         self._kept_edges: Optional[Dict[EdgeType, Tensor]] = None
         if weights is not None:
-            by_id = topo.per_edge(weights, "weights", _checked_weights)
+            by_id = topo.per_edge(weights, "weights", ops.float32_weights)
             if not bool((by_id > 0).all()):
                 # PyG's weight_attr allows zero weights (a way to mask edges): such an edge
                 # is never sampled, so the sampler's graph leaves it out, and sampled edge

@@ -278,6 +278,29 @@ def integer_times(times, name: str) -> Tensor:
     return as_int64(times, name, "times are int64 timestamps", ValueError)
 
 
+def float32_weights(weights, name: str) -> Tensor:
+    """Sampling weights as the kernels' float32, checked as given first (finite and >= 0),
+    then as float32: 1e300 would read inf, and 1e-50 would read 0, which masks its edge as
+    a weight of 0 does. Complex and bool weights are refused (complex had lost its imaginary
+    part with only torch's warning). Positions in the errors are ``weights``' own."""
+    weights = torch.as_tensor(no_meta(weights, name, "weights"))
+    if weights.dtype.is_complex or weights.dtype == torch.bool:
+        raise TypeError(f"{name} must hold real numbers, got {weights.dtype}")
+    given = weights.double()
+    as_float = given.float()
+    for bad, why in ((~(torch.isfinite(given) & (given >= 0)),
+                      ": every weight must be finite and >= 0"),
+                     (torch.isinf(as_float), " is past float32's range (the sampler keeps "
+                      "weights as float32): scale the weights down"),
+                     ((as_float == 0) & (given > 0), " is below float32's range (the sampler "
+                      "keeps weights as float32, where it reads 0, which masks the edge): "
+                      "scale the weights up")):
+        if bool(bad.any()):
+            at = int(bad.nonzero()[0])
+            raise ValueError(f"{name}[{at}] = {float(given[at])}{why}")
+    return as_float
+
+
 def _check_row_offsets(indptr: Tensor) -> None:
     """ValueError unless ``indptr`` is a CSR's row offsets: 1-D integers from 0, never
     falling (the helpers' check; the ops' own is check_csr, which also reads indices)."""
