@@ -195,6 +195,7 @@ void register_runtime_classes(torch::Library& m) {
       .def_static("expected_sampled_counts", &ServingRuntime::expected_sampled_counts)
       .def("submit", &ServingRuntime::submit)
       .def("wait", &ServingRuntime::wait)
+      .def("forget", &ServingRuntime::forget)
       .def("collect", &ServingRuntime::collect)
       .def("next_collected", &ServingRuntime::next_collected)
       .def("take", &ServingRuntime::take)

@@ -264,6 +264,13 @@ at::Tensor ServingRuntime::wait(int64_t ticket, double timeout_s) {
   return rows;
 }
 
+void ServingRuntime::forget(int64_t ticket) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = answers_.find(ticket);
+  // answer() skips a ticket that is gone, as it does one whose waiter gave up.
+  if (it != answers_.end() && !it->second.waited && !it->second.collected) answers_.erase(it);
+}
+
 void ServingRuntime::collect(int64_t ticket) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = answers_.find(ticket);

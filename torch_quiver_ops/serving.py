@@ -46,11 +46,22 @@ import torch
 from torch import Tensor
 
 from . import _fork
-from ._device import check_flag, is_int, resolve_device
+from ._device import check_flag, holds_integers, is_int, readable_ids, resolve_device
 from ._interrupts import ctrl_c_ends_waits, runtime_timeout
 from .ops import integer_fanouts
 from .sampler import Adj, GraphSageSampler
 from .topology import CSRTopo
+
+
+def _number(value, name: str) -> float:
+    """``value`` as a float, else a TypeError naming ``name``: float() took "2" and True,
+    and named nothing when it refused None or "abc"."""
+    if not isinstance(value, (bool, str, bytes)) and value is not None:
+        try:
+            return float(value)
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    raise TypeError(f"{name} must be a number, got {value!r}")
 
 
 class Overloaded(RuntimeError):
@@ -76,7 +87,9 @@ class PSGS:
         return psgs
 
     def __call__(self, ids: Tensor) -> float:
-        ids = torch.as_tensor(ids).cpu()
+        ids = readable_ids(ids).cpu()
+        if not holds_integers(ids):  # a bool mask had been read as one, summing every node
+            raise TypeError(f"ids must be integer node ids, got {ids.dtype}")
         if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.values.numel()):
             # Indexing would read a negative id from the end.
             raise IndexError(f"ids must be in [0, {self.values.numel()}), got ids from "
@@ -90,14 +103,26 @@ class _Answer:
 
     def __init__(self, runtime: "torch.ScriptObject", ticket: int, owner: "ServingRuntime"):
         self._runtime, self._ticket, self._owner = runtime, ticket, owner
+        self._claimed = False  # waited for or collected: the runtime lets go of it then
+
+    def __del__(self):
+        # Dropped unread: the runtime would hold the answer for good (a probe's client that
+        # dropped its answers grew by 21 MB every 5,000 requests).
+        if not getattr(self, "_claimed", True):
+            try:
+                self._runtime.forget(self._ticket)
+            except Exception:  # noqa: BLE001 (a finalizer must not raise; at exit, say)
+                pass
 
     @ctrl_c_ends_waits
     def result(self, timeout: Optional[float] = None) -> Tensor:
         """The rows, waiting up to ``timeout`` seconds (None: no limit; 0 or less: only an
         answer already in). Past it, ``TimeoutError``, and the answer is given up: a
         request is waited for once."""
+        seconds = runtime_timeout(timeout)  # (a bad timeout leaves the answer to a retry)
+        self._claimed = True
         try:
-            return self._runtime.wait(self._ticket, runtime_timeout(timeout))
+            return self._runtime.wait(self._ticket, seconds)
         except RuntimeError as error:
             if _NOT_ANSWERED_IN_TIME in str(error):
                 raise TimeoutError(str(error).splitlines()[0]) from None
@@ -106,6 +131,7 @@ class _Answer:
     def collected(self):
         """An asyncio future (of the running loop) of ``(rows, None)`` or ``(None, error)``,
         resolved by the runtime's one collecting thread: no thread waits for this request."""
+        self._claimed = True
         return self._owner._collector().expect(self._ticket)
 
 
@@ -247,6 +273,12 @@ class ServingRuntime:
         if not is_int(seed) or not -2**63 <= seed < 2**63:
             raise ValueError(f"seed must be an int that fits in 64 bits, got {seed!r}")
         capture_batches = check_flag(capture_batches, "capture_batches")
+        max_wait_ms = _number(max_wait_ms, "max_wait_ms")
+        latency_objective_ms = _number(latency_objective_ms, "latency_objective_ms")
+        if threshold is not None:
+            threshold = _number(threshold, "threshold")
+            if math.isnan(threshold):  # (the runtime reads NaN as "calibrate")
+                raise ValueError("threshold must be a PSGS, or None to calibrate, got nan")
         if not (isinstance(gpu_mode, str) and gpu_mode.upper() in ("GPU", "UVA")):
             # Checked on a machine without a GPU too, where it would go unused.
             raise ValueError(f"gpu_mode must be 'GPU' or 'UVA', got {gpu_mode!r}")
@@ -283,10 +315,10 @@ class ServingRuntime:
             tiers = feature.tiers(self.device if self.device.type == "cuda" else None)
         self._runtime = torch.classes.quiver.ServingRuntime(
             topo.indptr.cpu(), topo.indices.cpu(), gpu_indptr, gpu_indices, tiers,
-            self.fanouts, str(self.device), max_batch_nodes, float(max_wait_ms), max_queue,
+            self.fanouts, str(self.device), max_batch_nodes, max_wait_ms, max_queue,
             cpu_samplers, gpu_streams if has_gpu else 0,
-            float("nan") if threshold is None else float(threshold), seed,
-            bool(capture_batches), float(latency_objective_ms),
+            float("nan") if threshold is None else threshold, seed,
+            bool(capture_batches), latency_objective_ms,
             0 if max_queue_nodes is None else max_queue_nodes)
         _fork.made_with_threads(self._runtime)
         self.psgs = PSGS.of_values(self._runtime.psgs())
@@ -368,8 +400,9 @@ class ServingRuntime:
             _open_runtimes.discard(self)
             self._closer.detach()
             return
-        deadline = time.monotonic() + min(float(timeout), _NO_LIMIT_S)
-        self._runtime.close(float(timeout))
+        timeout = _number(timeout, "timeout")
+        deadline = time.monotonic() + min(timeout, _NO_LIMIT_S)
+        self._runtime.close(timeout)
         _open_runtimes.discard(self)
         self._closer.detach()
         for thread in self._model_threads:  # within what is left of the one timeout
@@ -415,7 +448,7 @@ class ServingRuntime:
     @threshold.setter
     def threshold(self, value: float) -> None:
         """Follow this threshold from now on, whatever the load."""
-        self._runtime.set_threshold(float(value))
+        self._runtime.set_threshold(_number(value, "threshold"))
 
     @property
     def dispatches_by_load(self) -> bool:
@@ -426,7 +459,7 @@ class ServingRuntime:
     def target_of(self, cost: float) -> str:
         """Where an idle runtime sends a batch of PSGS ``cost``: the CPU at or below the
         threshold."""
-        cost = float(cost)
+        cost = _number(cost, "cost")
         if not cost >= 0 or math.isinf(cost):
             raise ValueError(f"cost must be a finite PSGS >= 0, got {cost!r}")
         return self._runtime.target_of(cost)
@@ -552,10 +585,18 @@ class ServingPool:
 
     def submit(self, ids) -> _Answer:
         """As :meth:`ServingRuntime.submit`, on the runtime with the fewest requests
-        outstanding (ties in turn)."""
+        outstanding (ties in turn); one that refuses (full, or closed) passes the request to
+        the next, and :class:`Overloaded` comes only when every runtime refuses."""
         first = next(self._turn) % len(self.runtimes)
         turn = self.runtimes[first:] + self.runtimes[:first]
-        return min(turn, key=lambda r: r.outstanding).submit(ids)
+        refusal = None
+        # (a closed runtime has none outstanding: taken first, it had refused most requests)
+        for runtime in sorted(turn, key=lambda r: r.outstanding):  # stable: ties in turn
+            try:
+                return runtime.submit(ids)
+            except Overloaded as error:
+                refusal = error
+        raise refusal
 
     def predict(self, ids, timeout: Optional[float] = None) -> Tensor:
         return self.submit(ids).result(timeout)

@@ -231,6 +231,32 @@ TEST_P(Serving, AModelThatThrowsFailsItsRequestsOnly) {
   EXPECT_EQ(runtime->wait(runtime->submit(at::tensor({4, 5}, at::kLong)), 30.0).size(0), 2);
 }
 
+TEST_P(Serving, AForgottenTicketIsLetGoAnsweredOrNot) {
+  ServingOptions o;
+  o.fanouts = {2};
+  o.cpu_samplers = 1;
+  o.max_wait_ms = 0.0;
+  auto runtime = make(o);
+  runtime->serve_with(
+      [](const ServedBatch& b) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        return sum_model(b);
+      },
+      1);
+  const int64_t first = runtime->submit(at::tensor({1}, at::kLong));
+  const int64_t queued = runtime->submit(at::tensor({2}, at::kLong));
+  runtime->forget(queued);  // dropped while it waits its turn: answer() skips it
+  EXPECT_EQ(runtime->wait(first, 30.0).size(0), 1);
+  const int64_t answered = runtime->submit(at::tensor({3}, at::kLong));
+  const int64_t waited = runtime->submit(at::tensor({4}, at::kLong));
+  EXPECT_EQ(runtime->wait(waited, 30.0).size(0), 1);  // answered after `answered`
+  runtime->forget(answered);  // answered, never read: the rows go
+  runtime->forget(answered);  // unknown now: left alone
+  EXPECT_EQ(runtime->outstanding(), 0);
+  EXPECT_THROW(runtime->wait(queued, 0.0), c10::ValueError);
+  EXPECT_THROW(runtime->wait(answered, 0.0), c10::ValueError);
+}
+
 TEST(ServingCosts, ExpectedSampledCountsOfOneHopAreOnePlusTheClampedDegree) {
   auto graph = quiver::testing::random_graph(300, 2000, at::kLong);
   const at::Tensor one_hop = ServingRuntime::expected_sampled_counts(graph.indptr, graph.indices, {4});

@@ -406,6 +406,58 @@ def test_one_waiter_a_ticket_and_nothing_outstanding_after_a_close_that_gives_up
     assert runtime._runtime.answered_batches() == 1
 
 
+def test_an_answer_dropped_unread_is_let_go(graph):
+    """The runtime held every answer until it was waited for: a client that dropped its
+    answers grew without bound (21 MB every 5,000 requests of 4 KiB rows, a probe). An
+    answer dropped unread is now let go, answered or not; one waited for is kept."""
+    runtime, _ = runtime_for(graph, cpu_samplers=1)
+    slow, _ = runtime_for(graph, delay=0.3, cpu_samplers=1, max_wait_ms=0.0)
+    try:
+        answer = runtime.submit([1, 2])
+        ticket = answer._ticket
+        deadline = time.monotonic() + 30
+        while runtime.outstanding and time.monotonic() < deadline:
+            time.sleep(0.01)
+        del answer  # answered, never read
+        with pytest.raises(ValueError, match=f"ticket {ticket} is not waiting for an answer"):
+            runtime._runtime.wait(ticket, 0.0)
+        first = slow.submit([1])
+        dropped = slow.submit([2])  # queued behind the model's sleep
+        ticket = dropped._ticket
+        del dropped
+        kept = slow.submit([3])
+        assert first.result(30).shape[0] == 1 and kept.result(30).shape[0] == 1
+        assert slow.outstanding == 0
+        with pytest.raises(ValueError, match=f"ticket {ticket} is not waiting for an answer"):
+            slow._runtime.wait(ticket, 0.0)
+    finally:
+        runtime.close()
+        slow.close()
+
+
+def test_a_pool_passes_requests_over_a_closed_or_full_runtime(graph):
+    """A closed runtime has none outstanding, so the pool chose it first and refused most
+    requests as "shutting down" while another runtime was open (a probe)."""
+    busy, _ = runtime_for(graph, delay=0.3, cpu_samplers=1, max_wait_ms=0.0, max_queue=1)
+    closed, _ = runtime_for(graph, cpu_samplers=1)
+    pool = ServingPool([busy, closed])
+    closed.close()
+    try:
+        answers, refused = [], None
+        for _ in range(50):  # the model sleeps on a batch; the queue holds one request
+            try:
+                answers.append(pool.submit([1]))
+            except Overloaded as error:
+                refused = error  # only when every runtime refused
+                break
+        assert refused is not None and "queue is full" in str(refused), refused
+        assert answers and busy.accepted == len(answers)
+        for answer in answers:
+            assert answer.result(30).shape[0] == 1
+    finally:
+        busy.close()
+
+
 def test_collected_answers_come_to_one_thread_and_equal_waited_ones(graph):
     """collect() hands a ticket's answer to next_collected() (the event loop's one waiting
     thread), whether it comes after or came before the collect; take() gives the rows
@@ -761,6 +813,21 @@ def test_bad_options_are_value_errors(graph):
             runtime.psgs([-1])
         with pytest.raises(IndexError, match=r"ids must be in \[0, "):
             runtime.psgs([graph.num_nodes])
+        # A bool mask was read as one (the cost of every node), and an empty list or floats
+        # failed in torch's words (a probe).
+        with pytest.raises(TypeError, match="ids must be integer node ids, got torch.bool"):
+            runtime.psgs(torch.ones(graph.num_nodes, dtype=torch.bool))
+        with pytest.raises(TypeError, match="ids must be integer node ids, got torch.float32"):
+            runtime.psgs([0.5])
+        assert runtime.psgs([]) == 0.0
+        # float() took "2" and True, and named nothing when it refused "abc" or None
+        for bad in ("abc", None, True):
+            with pytest.raises(TypeError, match=f"threshold must be a number, got {bad!r}"):
+                runtime.threshold = bad
+        with pytest.raises(TypeError, match="timeout must be a number, got 'x'"):
+            runtime.close("x")
+        with pytest.raises(TypeError, match="cost must be a number, got None"):
+            runtime.target_of(None)
         for bad in (float("nan"), -1.0, float("inf")):
             with pytest.raises(ValueError, match="cost must be a finite PSGS"):
                 runtime.target_of(bad)
@@ -777,6 +844,10 @@ def test_bad_options_are_value_errors(graph):
         runtime_for(graph, cpu_samplers=1, capture_batches="no")
     with pytest.raises(ValueError, match="gpu_mode must be 'GPU' or 'UVA', got 'bogus'"):
         runtime_for(graph, cpu_samplers=1, gpu_mode="bogus")
+    with pytest.raises(TypeError, match="max_wait_ms must be a number, got '2'"):
+        runtime_for(graph, cpu_samplers=1, max_wait_ms="2")
+    with pytest.raises(ValueError, match="threshold must be a PSGS, or None to calibrate"):
+        runtime_for(graph, cpu_samplers=1, threshold=float("nan"))  # was read as "calibrate"
     # A list that holds itself is no NaN (a review): named as JSON that cannot be written.
     import torch_quiver_ops.serving as serving
     looped = []

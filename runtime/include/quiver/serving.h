@@ -120,6 +120,10 @@ class ServingRuntime : public torch::CustomClassHolder {
   // The model's rows for the ticket's ids, on the CPU; raises the model's error, or when
   // timeout_s (< 0: none) passes first (the answer is then dropped when it comes).
   at::Tensor wait(int64_t ticket, double timeout_s);
+  // Drops a ticket no one will wait for or collect: its answer is dropped when it comes
+  // (an answer is otherwise held until it is waited for, however long that takes). A ticket
+  // being waited for or collected, or unknown (answered and taken already), is left alone.
+  void forget(int64_t ticket);
   // Answers for one thread to hand out, in the order they come, instead of a thread waiting
   // on each ticket (an event loop serving many connections: a thread a request costs more
   // in switching than the request itself). collect() gives the ticket's answer to
