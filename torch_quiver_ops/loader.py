@@ -616,12 +616,16 @@ class SampleLoader:
             sampler._ensure_placed()
         self.device = sampler.device
         if feature is not None and (
-                isinstance(feature, (str, bytes)) or not hasattr(type(feature), "__getitem__")
+                isinstance(feature, (str, bytes, list, tuple))
+                or not hasattr(type(feature), "__getitem__")
                 or (isinstance(feature, Tensor) and feature.dim() == 0)):
-            # (a 0-d tensor, an int or a string was taken, then failed at the first batch)
+            # (a 0-d tensor, an int, a string or a list of rows was taken, then failed at the
+            # first batch: a list is not indexed by a tensor of ids)
             raise TypeError(f"feature must be a Feature, a tensor of rows or anything "
                             f"indexable by node ids, got {type(feature).__name__}"
-                            + (" of 0 dimensions" if isinstance(feature, Tensor) else ""))
+                            + (" of 0 dimensions" if isinstance(feature, Tensor) else "")
+                            + (" (pass torch.as_tensor(rows))"
+                               if isinstance(feature, (list, tuple)) else ""))
         if isinstance(feature, (Feature, Tensor)) and feature.dim() >= 1 and \
                 len(feature) < sampler.csr_topo.node_count:
             raise ValueError(f"feature has {len(feature)} rows but the graph has "
@@ -671,6 +675,18 @@ class SampleLoader:
         # were allocated on (a new prefetcher would take another of the pool's streams).
         self._spare_native = None
         self._shapes_captured: set = set()  # (sampler, batch size) captured by this loader
+
+    def __getstate__(self) -> dict:
+        # What the building threads and the last epoch hold stays behind: a copy (or a
+        # loader unpickled elsewhere) makes its own. threading.local refused to pickle, so
+        # no loader could be copied at all (a probe).
+        state = dict(self.__dict__)
+        state["_generators"], state["_spare_native"] = None, None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._generators = threading.local()
 
     @property
     def own_stream(self) -> bool:

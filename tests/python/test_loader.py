@@ -1031,7 +1031,8 @@ def test_sizes_past_int64_and_labels_that_are_no_tensor_are_named():
     # A feature that cannot be indexed by rows was taken, then failed at the first batch;
     # a Prefetcher over no iterable failed at iter() (a probe).
     for bad, words in ((torch.tensor(1.0), "got Tensor of 0 dimensions"), (5, "got int"),
-                       ("abc", "got str")):
+                       ("abc", "got str"),
+                       (table.tolist(), r"got list \(pass torch.as_tensor\(rows\)\)")):
         with pytest.raises(TypeError, match=f"feature must be a Feature, a tensor of rows or "
                                             f"anything indexable by node ids, {words}"):
             qv.SampleLoader(sampler, bad, seeds, 8)
@@ -1044,6 +1045,28 @@ def test_sizes_past_int64_and_labels_that_are_no_tensor_are_named():
     assert torch.equal(batch.x, table[batch.n_id])
     with pytest.raises(TypeError, match="loader must be an iterable of batches, got int"):
         qv.Prefetcher(5, device="cpu")
+
+
+def test_loaders_copy_and_pickle_and_give_the_same_batches():
+    """A loader could not be deep-copied or pickled at all: threading.local, which holds
+    each building thread's generator, refused (a probe). A copy makes its own."""
+    import copy
+    import pickle
+    edge_index = torch.randint(30, (2, 100), generator=torch.Generator().manual_seed(0))
+    sampler = qv.GraphSageSampler(qv.CSRTopo(edge_index, num_nodes=30), [3, 2], mode="CPU")
+    feature = qv.Feature(rank=0, device_list=[]).from_cpu_tensor(torch.randn(30, 4))
+    loader = qv.SampleLoader(sampler, feature, torch.arange(30), 4, labels=torch.arange(30),
+                             generator=torch.Generator().manual_seed(1))
+    list(loader)  # after an epoch, too
+    for copied in (copy.deepcopy(loader), pickle.loads(pickle.dumps(loader))):
+        loader.generator.manual_seed(3)
+        copied.generator.manual_seed(3)
+        ours, theirs = list(loader), list(copied)
+        assert len(ours) == len(theirs) == 8
+        for a, b in zip(ours, theirs):
+            assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
+    links = qv.LinkSampleLoader(sampler, None, edge_index[:, :20], 4)
+    assert len(list(copy.deepcopy(links))) == len(list(pickle.loads(pickle.dumps(links)))) == 5
 
 
 def test_a_cpp_prefetched_epoch_left_open_at_exit_exits_quietly(tmp_path):
