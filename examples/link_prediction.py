@@ -101,8 +101,8 @@ def scores(model, batch):
 def auc(positive: torch.Tensor, negative: torch.Tensor) -> float:
     """The chance that a positive outscores a negative (ties count half): Mann-Whitney."""
     both = torch.cat([positive, negative]).double()
-    if not bool(both.isfinite().all()):  # a NaN outscores nothing: it ranked as a win
-        return float("nan")
+    if bool(both.isnan().any()):  # a NaN outscores nothing: it ranked as a win
+        return float("nan")  # (an infinite score ranks as any other: it had given NaN too)
     order = both.argsort()
     ranks = torch.empty_like(both)
     ranks[order] = torch.arange(1, both.numel() + 1, dtype=torch.double, device=both.device)
@@ -167,8 +167,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
             negative.append(out[batch.edge_label == 0])
         return auc(torch.cat(positive), torch.cat(negative))
 
-    print(f"graph {args.size!r}: {graph.num_nodes:,} nodes, {graph.edge_index.size(1):,} edges "
-          f"({train_edges.size(1):,} seen in training, {val_edges.size(1):,} validation, "
+    # In undirected pairs, which add up (the graph's directed edges are twice as many; the
+    # line had mixed the two: 21,854 + 287 + 288 of 23,004).
+    print(f"graph {args.size!r}: {graph.num_nodes:,} nodes, {pairs.size(1):,} undirected edges "
+          f"({kept.size(1):,} seen in training, {val_edges.size(1):,} validation, "
           f"{test_edges.size(1):,} test); device {device}; seed edges per epoch "
           f"{seeds.size(1):,}, batch {args.batch_size} + as many random pairs", flush=True)
     history = []

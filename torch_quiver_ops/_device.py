@@ -157,6 +157,18 @@ def as_ids(ids, name: str = "ids") -> torch.Tensor:
         raise IndexError(f"{name} hold an int past int64's range ({error})") from None
 
 
+def generator_seed(seed, name: str = "seed") -> int:
+    """``seed`` as the int a torch.Generator takes (Python's or NumPy's), else a TypeError
+    or ValueError naming ``name``: manual_seed named no argument refusing 1.5 or 2**64, and
+    NumPy's ints failed there with "an integer is required"."""
+    value = as_int(seed)
+    if value is None:
+        raise TypeError(f"{name} must be an int, got {seed!r}")
+    if not -2**63 <= value < 2**64:
+        raise ValueError(f"{name} must be in [-2**63, 2**64), got {value}")
+    return value
+
+
 def no_meta(value, name: str, holds: str = "data"):
     """``value``, unless it is a meta tensor: a TypeError naming ``name`` (torch's own
     "Cannot copy out of meta tensor" or item() error named no argument)."""

@@ -10,19 +10,23 @@ neighborhood says much more, which is what a GNN exploits.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from ._device import is_int
+from ._device import generator_seed, is_int
 
 
 @dataclass(frozen=True)
 class GraphSpec:
     num_nodes: int
-    avg_degree: float          # directed edges per node (each undirected edge counts twice)
+    # Directed edges per node (each undirected edge counts twice), as a target: pairs
+    # drawn twice or self-loops are drawn again 4 times at most, so heavy tails and small
+    # graphs fall a little short (tiny: 11.5 of 12); under 90% of it, generate() warns.
+    avg_degree: float
     num_features: int
     num_classes: int
     exponent: float = 2.3      # power-law exponent of the degree distribution
@@ -139,6 +143,15 @@ def check_spec(spec: GraphSpec) -> None:
     if not problems and spec.train_fraction + spec.val_fraction >= 1:
         problems.append(f"train_fraction + val_fraction must be under 1 (the rest are the "
                         f"test nodes), got {spec.train_fraction} + {spec.val_fraction}")
+    if not problems:
+        n = spec.num_nodes
+        split = max(1, int(n * spec.train_fraction)) + max(1, int(n * spec.val_fraction))
+        if split >= n:  # a train and a validation node at least, then the test nodes
+            problems.append(f"num_nodes {n} leaves no test node (train and validation take "
+                            f"{split}): give at least 3")
+        elif spec.avg_degree > n - 1:  # a simple graph (no self-loop or repeated pair)
+            problems.append(f"avg_degree {spec.avg_degree} is more than a graph of {n} nodes "
+                            f"without repeated edges holds ({n - 1} a node)")
     if problems:
         raise ValueError("bad graph spec: " + "; ".join(problems))
 
@@ -152,8 +165,7 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
     CUDA device) and returned instead of edge_index: at papers100M scale this takes
     seconds, where an int64 edge_index alone would be 26 GB and a CPU build minutes."""
     check_spec(spec)
-    if isinstance(seed, bool) or not hasattr(seed, "__index__"):
-        raise TypeError(f"seed must be an int, got {seed!r}")
+    seed = generator_seed(seed)
     if not (isinstance(feature_dtype, torch.dtype) and feature_dtype.is_floating_point):
         # a string was torch's "Invalid device string"; int64 or bool rounded the features
         raise TypeError(f"feature_dtype must be a floating torch.dtype such as "
@@ -189,6 +201,13 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
     if keys.numel() > target:
         keys = keys[torch.randperm(keys.numel(), generator=gen, device=device)[:target]]
         keys = keys.sort().values
+    elif keys.numel() < 0.9 * target:  # (a few % short is the usual: tiny has 11.5 of 12)
+        warnings.warn(f"the graph has {2 * keys.numel():,} directed edges, "
+                      f"{keys.numel() / target:.0%} of avg_degree {spec.avg_degree:g}'s "
+                      f"{2 * target:,}: most pairs drawn again fell on the same hubs (a "
+                      f"heavy tail: exponent {spec.exponent:g}, max_degree_ratio "
+                      f"{spec.max_degree_ratio:g}) or in small communities (num_classes "
+                      f"{num_classes}, homophily {spec.homophily:g})")
     low, high = keys // n, keys % n
     del keys
     edge_index = indptr = indices = None

@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from . import preflight
+from ._device import generator_seed
 from .hetero import EdgeType, HeteroCSRTopo
 
 # ogbn-mag: node counts and its four relations with their edge counts.
@@ -146,10 +147,14 @@ def mag_like(scale: float = 1.0, seed: int = 0, num_features: int = 128,
     given its reverse (``rev_writes``, ...), as ``ToUndirected`` leaves ogbn-mag: 7
     relations, about 42M edges at scale 1. ``num_features``-d float features on papers,
     ``num_classes`` paper labels, ogbn-mag's split shares. The same seed (and device) gives
-    the same graph; the result is on the CPU. Multi-edges may occur (about as often as a
-    relation's density)."""
+    the same graph; the result is on the CPU. No paper cites itself. Multi-edges are
+    common, more so in small graphs: heavy nodes (up to 400 times the mean degree) and
+    communities of a few members draw the same pair again. The share of a relation's edges
+    that repeat an earlier one was 15-35% at scale 0.3, 20-45% at 0.1 and 30-67% at 0.01;
+    the samplers take each as an edge of its own."""
     nodes, split = mag_like_sizes(scale)
-    if not (isinstance(num_classes, int) and num_classes >= 1):
+    seed = generator_seed(seed)
+    if isinstance(num_classes, bool) or not (isinstance(num_classes, int) and num_classes >= 1):
         raise ValueError(f"num_classes must be an int >= 1, got {num_classes!r}")
     if isinstance(num_features, bool) or not (isinstance(num_features, int)
                                               and num_features >= 1):
@@ -169,6 +174,7 @@ def mag_like(scale: float = 1.0, seed: int = 0, num_features: int = 128,
         src = ends[src_type].draw(count, gen)
         dst = ends[dst_type].draw(count, gen, ends[src_type].community[src], homophily)
         if src_type == dst_type:
+            dst = _without_self_loops(ends[dst_type], src, dst, gen, homophily)
             edges[(src_type, rel, dst_type)] = torch.stack(
                 [torch.cat([src, dst]), torch.cat([dst, src])]).cpu()
         else:
@@ -185,6 +191,22 @@ def mag_like(scale: float = 1.0, seed: int = 0, num_features: int = 128,
                        val_idx=perm[num_train:num_train + num_val].sort().values,
                        test_idx=perm[num_train + num_val:].sort().values,
                        num_classes=num_classes)
+
+
+def _without_self_loops(ends: "_Endpoints", src: Tensor, dst: Tensor, gen: torch.Generator,
+                        homophily: float, rounds: int = 8, anywhere: int = 24) -> Tensor:
+    """``dst`` with each self-loop drawn again (ogbn-mag cites no paper of its own): inside
+    the source's community for ``rounds`` rounds, then anywhere for up to ``anywhere`` more
+    (a node that takes a fifth of the weight draws itself again one time in five). At small
+    scales a community holds a few papers, and 11-50% of the citations had been self-loops
+    (a probe)."""
+    for round_ in range(rounds + anywhere):
+        loops = (src == dst).nonzero().view(-1)
+        if loops.numel() == 0 or ends.num_nodes < 2:
+            break
+        dst[loops] = ends.draw(loops.numel(), gen, ends.community[src[loops]],
+                               homophily if round_ < rounds else 0.0)
+    return dst
 
 
 def _relations_with_reverses(relations: Sequence[Tuple[str, str, str, int]]):
@@ -213,7 +235,7 @@ def mag240m_like(scale: float = 1.0, seed: int = 0, device: Optional[torch.devic
     are those of a graph this large, the exact edge pairs of the two directions are not
     each other's mirror. Relation ``r``'s edges are numbered in CSR order."""
     device = torch.device(device or "cpu")
-    gen = torch.Generator(device=device).manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(generator_seed(seed))
     _check_scale(scale)
     if isinstance(chunk_nodes, bool) or not (isinstance(chunk_nodes, int) and chunk_nodes >= 1):
         raise ValueError(f"chunk_nodes must be an int >= 1, got {chunk_nodes!r}")

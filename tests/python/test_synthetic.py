@@ -85,6 +85,9 @@ def test_a_graph_without_features_has_the_same_split():
     (dict(train_fraction=1.0), r"train_fraction must be a finite number in \(0, 1\)"),
     (dict(train_fraction=0.7, val_fraction=0.5), "must be under 1"),
     (dict(feature_signal=float("nan")), "feature_signal must be a finite number, got nan"),
+    # (accepted before: an empty test split, and 90 edges for the 1,000 asked; a probe)
+    (dict(num_nodes=2), "num_nodes 2 leaves no test node"),
+    (dict(num_nodes=10, avg_degree=100), "avg_degree 100 is more than a graph of 10 nodes"),
 ])
 def test_a_spec_out_of_range_is_named(override, named):
     with pytest.raises(ValueError, match=named):
@@ -98,3 +101,16 @@ def test_seed_and_feature_dtype_of_the_wrong_kind_are_named():
         synthetic_graph("tiny", feature_dtype=torch.int64)  # rounded every feature
     with pytest.raises(TypeError, match="seed must be an int, got 1.7"):
         synthetic_graph("tiny", seed=1.7)
+    with pytest.raises(ValueError,
+                       match=r"seed must be in \[-2\*\*63, 2\*\*64\), got 18446744073709551616"):
+        synthetic_graph("tiny", seed=2**64)  # was "Overflow when unpacking long long"
+    import numpy as np  # NumPy's ints passed the check, then failed in manual_seed
+    assert torch.equal(synthetic_graph("tiny", seed=np.int64(3), features=False).edge_index,
+                       synthetic_graph("tiny", seed=3, features=False).edge_index)
+
+
+def test_a_graph_well_short_of_its_degree_warns():
+    """An exponent of 2 drew most pairs on the same hubs: 71% of the edges asked for,
+    silently (a probe)."""
+    with pytest.warns(UserWarning, match=r"17,082 directed edges, 71% of avg_degree 12's"):
+        synthetic_graph("tiny", exponent=2.0, features=False)

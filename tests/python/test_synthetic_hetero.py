@@ -21,6 +21,8 @@ def test_mag_like_counts_relations_and_seeding():
     for (src, _, dst), ei in g.edge_index_dict.items():
         assert int(ei[0].min()) >= 0 and int(ei[0].max()) < g.num_nodes_dict[src]
         assert int(ei[1].min()) >= 0 and int(ei[1].max()) < g.num_nodes_dict[dst]
+    cites = g.edge_index_dict[("paper", "cites", "paper")]
+    assert not bool((cites[0] == cites[1]).any())  # 11-50% of them had been self-loops
     papers = g.num_nodes_dict["paper"]
     assert g.x_dict["paper"].shape == (papers, 16) and list(g.x_dict) == ["paper"]
     assert int(g.y.min()) >= 0 and int(g.y.max()) < 20
@@ -94,7 +96,7 @@ def test_from_csr_refuses_mismatched_sizes():
 
 
 @pytest.mark.parametrize("kwargs", [dict(scale=0), dict(scale=-1), dict(scale=float("nan")),
-                                    dict(num_classes=0)])
+                                    dict(num_classes=0), dict(num_classes=True)])
 def test_sizes_that_give_no_graph_are_refused(kwargs):
     """scale <= 0 quietly gave one node a type; num_classes=0 failed inside torch.randint."""
     with pytest.raises(ValueError, match="scale must be a finite number > 0|num_classes must"):
@@ -121,3 +123,11 @@ def test_mag240m_like_refuses_chunks_of_no_nodes(chunk_nodes):
     """-1 left the edge arrays unfilled, caught by luck as a mismatched indptr."""
     with pytest.raises(ValueError, match=f"chunk_nodes must be an int >= 1, got {chunk_nodes}"):
         mag240m_like(1e-5, chunk_nodes=chunk_nodes)
+
+
+def test_seeds_of_the_wrong_kind_are_named():
+    # manual_seed's own errors named no argument
+    with pytest.raises(TypeError, match="seed must be an int, got 1.5"):
+        mag_like(1e-4, seed=1.5)
+    with pytest.raises(TypeError, match="seed must be an int, got 'a'"):
+        mag240m_like(1e-6, seed="a")

@@ -189,6 +189,9 @@ def test_nan_scores_are_no_wins():
     auc = load_example("link_prediction").auc
     assert auc(torch.tensor([2.0, 3.0]), torch.tensor([1.0])) == 1.0
     assert math.isnan(auc(torch.tensor([float("nan"), 3.0]), torch.tensor([1.0])))
+    inf = float("inf")  # infinite scores rank as any other (they had given NaN)
+    assert auc(torch.tensor([inf]), torch.tensor([0.0])) == 1.0
+    assert auc(torch.tensor([-inf, 1.0]), torch.tensor([0.0])) == 0.5
     ranks_of = load_example("temporal_link_prediction").ranks_of
     z = torch.tensor([[1.0], [2.0], [0.5], [float("nan")]])
     batch = SimpleNamespace(src_index=torch.tensor([0, 3]), dst_pos_index=torch.tensor([1, 1]),
