@@ -197,6 +197,11 @@ class HeteroCSRTopo:
             raise ValueError(f"relation_edge_offsets needs {len(self.edge_types) + 1} entries "
                              f"(one more than the edge types), got "
                              f"{len(self.relation_edge_offsets)}")
+        offsets = self.relation_edge_offsets
+        if offsets[0] != 0 or any(b < a for a, b in zip(offsets, offsets[1:])):
+            # (a decreasing one failed in the sampler's bincount, naming nothing; a probe)
+            raise ValueError(f"relation_edge_offsets must run from 0 and never decrease, got "
+                             f"{offsets}")
         num_nodes, num_edges = self.node_type_offsets[-1], self.relation_edge_offsets[-1]
         if indptr.dtype != torch.long:  # the ops' type for a dtype
             raise TypeError(f"indptr must be int64, got {indptr.dtype}")

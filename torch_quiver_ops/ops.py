@@ -283,7 +283,11 @@ def float32_weights(weights, name: str) -> Tensor:
     then as float32: 1e300 would read inf, and 1e-50 would read 0, which masks its edge as
     a weight of 0 does. Complex and bool weights are refused (complex had lost its imaginary
     part with only torch's warning). Positions in the errors are ``weights``' own."""
-    weights = torch.as_tensor(no_meta(weights, name, "weights"))
+    raw = no_meta(weights, name, "weights")
+    weights = torch.as_tensor(raw)
+    if weights.is_floating_point() and not hasattr(raw, "dtype"):
+        # A list: torch reads it as float32, where 1e-50 is 0 already (a probe)
+        weights = torch.as_tensor(raw, dtype=torch.float64)
     if weights.dtype.is_complex or weights.dtype == torch.bool:
         raise TypeError(f"{name} must hold real numbers, got {weights.dtype}")
     given = weights.double()

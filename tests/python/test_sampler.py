@@ -244,6 +244,9 @@ def test_arguments_of_the_wrong_kind_are_named_where_they_are_given():
         (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
                                      weights=torch.tensor([1.0, 1e-50, 1.0], dtype=torch.float64)),
          ValueError, "weights[1] = 1e-50 is below float32's range"),
+        # (as a list, read as float32 first: 1e-50 was a 0 that masked its edge; a probe)
+        (lambda: qv.GraphSageSampler(topo, [2], device="cpu", weights=[1.0, 1e-50, 1.0]),
+         ValueError, "weights[1] = 1e-50 is below float32's range"),
         (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
                                      weights=torch.ones(3, dtype=torch.complex64)),
          TypeError, "weights must hold real numbers"),

@@ -90,6 +90,10 @@ def test_from_csr_refuses_mismatched_sizes():
     for change, match in [(dict(indices=topo.indices[:-1]), "indices must hold"),
                           (dict(indptr=topo.indptr[:-1]), "indptr must hold"),
                           (dict(relation_edge_offsets=[0, 1]), "relation_edge_offsets needs"),
+                          # (a decreasing one failed in a sampler's bincount; a probe)
+                          (dict(relation_edge_offsets=[0, *topo.relation_edge_offsets[1:3][::-1],
+                                                       *topo.relation_edge_offsets[3:]]),
+                           r"relation_edge_offsets must run from 0 and never decrease"),
                           (dict(edge_types=[("paper", "x", "venue")]), "venue")]:
         with pytest.raises(ValueError, match=match):
             qv.HeteroCSRTopo.from_csr(**{**args, **change})
