@@ -32,8 +32,8 @@ from train_sage import SAGE  # noqa: E402
 
 import torch_quiver_ops as qv  # noqa: E402
 from torch_quiver_ops import _cli  # noqa: E402
-from torch_quiver_ops.serving import (ServingRuntime, package_for_serving,  # noqa: E402
-                                      serve_http)
+from torch_quiver_ops.serving import (MAX_CONNECTIONS, ServingRuntime,  # noqa: E402
+                                      package_for_serving, serve_http)
 from torch_quiver_ops.synthetic import synthetic_graph  # noqa: E402
 
 
@@ -135,12 +135,16 @@ def main(argv=None):
     parser.add_argument("--server", default="auto", choices=["auto", "uvicorn", "stdlib"],
                         help="the HTTP server: uvicorn (where installed; auto picks it) or the "
                              "standard library's threads")
+    parser.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS,
+                        help="connections served at once; past it the stdlib server leaves new "
+                             "ones in the backlog until one ends, uvicorn answers 503 "
+                             f"(default: {MAX_CONNECTIONS})")
     parser.add_argument("--duration", type=float, default=None,
                         help="serve this many seconds, then shut down (default: until "
                              "Ctrl-C or SIGTERM)")
     args = parser.parse_args(argv)
     # Checked before the graph is rebuilt (and a package compiled): seconds to minutes.
-    for name in ("cpu_samplers", "max_batch_nodes", "max_queue"):
+    for name in ("cpu_samplers", "max_batch_nodes", "max_queue", "max_connections"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.max_queue_nodes is not None and args.max_queue_nodes < 1:
@@ -207,7 +211,8 @@ def main(argv=None):
         parser.error(f"checkpoint {args.checkpoint} is not what train_sage.py --save writes: "
                      f"{'; '.join(bad)}")
     runtime = build_runtime(checkpoint, args)
-    server = serve_http(runtime, args.host, args.port, server=args.server)
+    server = serve_http(runtime, args.host, args.port, server=args.server,
+                        max_connections=args.max_connections)
     print(f"serving {checkpoint['size']!r} GraphSAGE at {server.url} ({server.kind}; POST "
           f"/predict, GET /health); " + (
               # (a --threshold given without GPU samplers had been printed as in use)

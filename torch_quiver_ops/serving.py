@@ -643,6 +643,9 @@ MAX_BODY_BYTES = 1 << 20
 # a byte now and then would otherwise hold a connection (and shutdown, which waits for the
 # requests it reads) for as long as it keeps sending.
 READ_TIMEOUT_S = 10.0
+# Connections served at once (the standard library's server: a thread each). Past it, the
+# standard library's server leaves new ones waiting in the kernel's backlog, uvicorn 503s.
+MAX_CONNECTIONS = 1024
 SERVERS = ("auto", "uvicorn", "stdlib")
 
 
@@ -1178,6 +1181,37 @@ class _ThreadingServer(ThreadingHTTPServer):
     request_queue_size = 1024
     stopping = False  # set by HttpServer.shutdown: each connection closes after its answer
 
+    def __init__(self, address, handler, max_connections: int):
+        self.max_connections, self._connections = max_connections, 0
+        self._connection_ended_cv = threading.Condition()
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address):
+        # At the cap, the next connection waits in the kernel's backlog until a handler's
+        # thread ends (an idle kept-alive one ends after the handler's timeout): clients
+        # that held connections open had grown a thread each, without bound. Shutdown
+        # serves what it accepted without waiting.
+        with self._connection_ended_cv:
+            while self._connections >= self.max_connections and not self.stopping:
+                self._connection_ended_cv.wait(0.1)
+            self._connections += 1
+        try:
+            super().process_request(request, client_address)  # starts the thread
+        except BaseException:
+            self._connection_ended()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._connection_ended()
+
+    def _connection_ended(self) -> None:
+        with self._connection_ended_cv:
+            self._connections -= 1
+            self._connection_ended_cv.notify()
+
     def handle_error(self, request, client_address):
         if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
             return  # a client that hung up mid-answer: nothing to report
@@ -1235,13 +1269,17 @@ class HttpServer:
 
     def __init__(self, runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0.1",
                  port: int = 0, to_json: Optional[Callable[[Tensor], list]] = None,
-                 server: str = "auto", read_timeout: float = READ_TIMEOUT_S):
+                 server: str = "auto", read_timeout: float = READ_TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS):
         if server not in SERVERS:
             raise ValueError(f"server must be one of {SERVERS}, got {server!r}")
         if not is_int(port) or not 0 <= port <= 65535:
             raise ValueError(f"port must be an int in [0, 65535] (0: any free port), got "
                              f"{port!r}")
+        if not is_int(max_connections) or max_connections < 1:
+            raise ValueError(f"max_connections must be an int >= 1, got {max_connections!r}")
         self._read_timeout = _checked_read_timeout(read_timeout)
+        self._max_connections = max_connections
         if server == "auto":
             server = "uvicorn" if _has_uvicorn() else "stdlib"
         self.runtime, self.kind = runtime, server
@@ -1253,7 +1291,7 @@ class HttpServer:
         handler = type("Handler", (_Handler,), {"runtime": self.runtime,
                                                 "to_json": staticmethod(to_json),
                                                 "read_timeout": self._read_timeout})
-        self._stdlib = _ThreadingServer((host, port), handler)
+        self._stdlib = _ThreadingServer((host, port), handler, self._max_connections)
         self._stdlib.daemon_threads = False  # server_close waits for requests in flight
         self._thread = threading.Thread(target=self._stdlib.serve_forever, name="quiver-http",
                                         daemon=True)
@@ -1281,7 +1319,8 @@ class HttpServer:
                                          read_timeout=self._read_timeout),
                                 host=address, port=port,
                                 log_config=None, access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=90)
+                                timeout_graceful_shutdown=90,
+                                limit_concurrency=self._max_connections)  # then 503s
         self._uvicorn = uvicorn.Server(config)
         self._uvicorn.install_signal_handlers = lambda: None  # not the main thread
         failure = []
@@ -1349,7 +1388,8 @@ def _has_uvicorn() -> bool:
 
 def serve_http(runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0.1",
                port: int = 0, to_json: Optional[Callable[[Tensor], list]] = None,
-               server: str = "auto", read_timeout: float = READ_TIMEOUT_S) -> HttpServer:
+               server: str = "auto", read_timeout: float = READ_TIMEOUT_S,
+               max_connections: int = MAX_CONNECTIONS) -> HttpServer:
     """Starts the HTTP endpoint over ``runtime`` or a :class:`ServingPool` (``port=0``: any
     free port; see :class:`HttpServer`): ``POST /predict`` with ``{"nodes": [ids]}`` answers
     ``{"nodes": ..., "predictions": ...}`` (by default each node's argmax class), ``GET
@@ -1363,5 +1403,8 @@ def serve_http(runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0
     and then holds neither a connection nor shutdown for long. uvicorn has no limit on
     the time headers take: there, a client that never finishes its headers keeps its
     connection (not shutdown) until it leaves; facing untrusted clients, put a proxy with
-    a header timeout in front (nginx's ``client_header_timeout``) or use ``"stdlib"``."""
-    return HttpServer(runtime, host, port, to_json, server, read_timeout)
+    a header timeout in front (nginx's ``client_header_timeout``) or use ``"stdlib"``.
+    At most ``max_connections`` connections are served at once: past it, the standard
+    library's server leaves new ones in the kernel's backlog until one ends (a kept-alive
+    connection ends after 5 s idle), and uvicorn answers them 503."""
+    return HttpServer(runtime, host, port, to_json, server, read_timeout, max_connections)

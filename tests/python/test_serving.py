@@ -1119,6 +1119,51 @@ def test_stdlib_shutdown_answers_connections_still_in_the_backlog(graph):
     assert set(statuses) <= {200, 503} and sum(statuses.values()) == 400, statuses
 
 
+def test_connections_past_max_connections_wait_or_get_503(graph, server_kind):
+    """The stdlib server started a thread for every connection a client opened and held,
+    without bound (a probe's note): past max_connections, a new one now waits in the
+    kernel's backlog until a connection ends; uvicorn answers it 503."""
+    import socket
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, server=server_kind, max_connections=2)
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    idle = [socket.create_connection((host, int(port)), timeout=30) for _ in range(2)]
+    try:
+        time.sleep(0.3)  # both taken by the server, holding its two places
+        third = []
+
+        def send():
+            request = urllib.request.Request(server.url + "/predict", data=b'{"nodes": [1, 2]}')
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    third.append((answer.status, answer.read(), time.monotonic()))
+            except urllib.error.HTTPError as error:  # (uvicorn's own 503 is text/plain)
+                third.append((error.code, error.read(), time.monotonic()))
+
+        sender = threading.Thread(target=send)
+        started = time.monotonic()
+        sender.start()
+        sender.join(1.0)
+        if server_kind == "stdlib":
+            assert not third, third  # waits for a place
+            idle.pop().close()  # one ends: the waiting connection is served
+            sender.join(30)
+            (status, body, answered), = third
+            assert status == 200 and len(json.loads(body)["predictions"]) == 2
+            assert answered - started > 0.9
+        else:
+            sender.join(30)
+            (status, body, _), = third
+            assert status == 503, body
+    finally:
+        for sock in idle:
+            sock.close()
+        server.shutdown()
+    assert runtime.outstanding == 0
+    with pytest.raises(ValueError, match="max_connections must be an int >= 1, got 0"):
+        serve_http(runtime, server="stdlib", max_connections=0)
+
+
 def test_a_body_that_pauses_within_read_timeout_is_answered(graph, monkeypatch):
     """The stdlib server capped each read of a body at its idle timeout (5 s), so a body
     that paused longer got a 408 long before read_timeout, saying read_timeout passed."""
@@ -1702,6 +1747,8 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
                         ([str(not_torch)], "could not be read as train_sage.py --save"),
                         ([str(state_dict), "--cpu-samplers", "0"], "--cpu-samplers must be >= 1"),
                         ([str(state_dict), "--max-queue", "0"], "--max-queue must be >= 1"),
+                        ([str(state_dict), "--max-connections", "0"],
+                         "--max-connections must be >= 1"),
                         ([str(state_dict), "--port", "70000"], "--port must be in [0, 65535]"),
                         ([str(state_dict), "--max-wait-ms", "-5"], "--max-wait-ms must be a"),
                         ([str(state_dict), "--max-wait-ms", "inf"], "--max-wait-ms must be a"),
