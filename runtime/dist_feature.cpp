@@ -144,8 +144,9 @@ DistFeature::DistFeature(c10::intrusive_ptr<ShardMap> shard_map,
     problem = "its local table has " + std::to_string(local_->num_rows()) +
               " rows but its shard map gives it " + std::to_string(shard_map_->local_rows(me));
   } else if (row_bytes_of(local_->empty_rows()) == 0) {
-    problem = "its table's rows hold no bytes (shape " +
-              c10::str(local_->empty_rows().sizes()) + ")";
+    // (empty_rows() holds no row: its sizes had named a table of [0, 0])
+    problem = "its table's rows hold no bytes (" + std::to_string(local_->num_rows()) +
+              " rows of shape " + c10::str(local_->empty_rows().sizes().slice(1)) + ")";
   }
   const std::string mine = "map=" + std::to_string(shard_map_->fingerprint()) +
                            "\nrows=" + (local_->released() ? "released rows" : describe_rows(*local_)) +

@@ -101,8 +101,11 @@ std::string PeerWatch::describe(std::chrono::milliseconds patience) const {
   }
   std::ostringstream out;
   if (!silence.store_reachable) {
+    // The store's process cannot be told from here: rank 0 under init_method="tcp://",
+    // torchrun's agent on the first node, or a store of the caller's own.
     out << "the rendezvous store has not answered for " << patience.count()
-        << " ms (its host may have died), so the failed peer cannot be named";
+        << " ms: the process that holds it (rank 0 with init_method=\"tcp://...\", torchrun's "
+           "agent on the first node) may have died, so the failed peer cannot be named";
   } else if (silence.peers.empty()) {
     const std::string behind = peers_behind();
     if (behind.empty()) {

@@ -170,6 +170,14 @@ def two_tables_worker(rank, world, port, results, lanes):
             qv.dist.DistFeature(shard_map, first[1], transport="gloo", name=first[0])
         with pytest.raises(ValueError, match="name must be a str or None, got 3"):
             qv.dist.DistFeature(shard_map, local_z, transport="gloo", name=3)
+        # Rows of no bytes are refused on every host; the message had given the shape of
+        # no row ([0, 0]) for the table (a probe).
+        empty = qv.Feature(device_list=[]).from_cpu_tensor(
+            torch.empty(shard_map.local_rows(rank), 0))
+        with pytest.raises(ValueError, match=rf"its table's rows hold no bytes "
+                                             rf"\({shard_map.local_rows(rank)} rows of shape "
+                                             rf"\[0\]\)"):
+            qv.dist.DistFeature(shard_map, empty, transport="gloo", name="empty")
         fz = qv.dist.DistFeature(shard_map, local_z, transport="gloo", name="z", lanes=lanes)
         ids = torch.randint(n, (200,), generator=torch.Generator().manual_seed(5))
         assert torch.equal(fz[ids], z[ids]) and fz.name == "z"
