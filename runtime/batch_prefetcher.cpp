@@ -43,6 +43,11 @@ BatchPrefetcher::BatchPrefetcher(c10::intrusive_ptr<SubgraphSampler> sampler,
       depth_(depth),
       host_read_blocks_(host_read_blocks),
       gather_threads_(gather_threads) {
+  // Null pointers reach here only from C++ (Python's None is an empty optional): they had
+  // crashed the process at the first use.
+  TORCH_CHECK_VALUE(sampler_, "BatchPrefetcher: sampler is a null pointer");
+  TORCH_CHECK_VALUE(!features_ || *features_, "BatchPrefetcher: features holds a null pointer "
+                    "(std::nullopt: batches without features)");
   TORCH_CHECK_VALUE(depth >= 1, "BatchPrefetcher: depth must be >= 1, got ", depth);
   TORCH_CHECK_VALUE(host_read_blocks >= 0, "BatchPrefetcher: host_read_blocks must be >= 0, got ",
                     host_read_blocks);

@@ -112,6 +112,8 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
       features_(std::move(features)),
       options_(std::move(options)),
       device_(options_.device) {
+  // (a null pointer, from C++ only, had crashed the process on its first use)
+  TORCH_CHECK_VALUE(features_, "ServingRuntime: features is a null pointer: give a FeatureTiers");
   const ServingOptions& o = options_;
   check_fanouts(o.fanouts, /*replace=*/false, "ServingRuntime: fanouts");
   TORCH_CHECK_VALUE(o.max_batch_nodes >= 1, "ServingRuntime: max_batch_nodes must be >= 1, got ",

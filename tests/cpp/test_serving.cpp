@@ -2,6 +2,7 @@
 // threads (serve_with), requests submitted and waited for from several threads.
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/util/Exception.h>
+#include <quiver/batch_prefetcher.h>
 #include <quiver/serving.h>
 
 #include <atomic>
@@ -255,6 +256,33 @@ TEST_P(Serving, AForgottenTicketIsLetGoAnsweredOrNot) {
   EXPECT_EQ(runtime->outstanding(), 0);
   EXPECT_THROW(runtime->wait(queued, 0.0), c10::ValueError);
   EXPECT_THROW(runtime->wait(answered, 0.0), c10::ValueError);
+}
+
+// Null pointers come only from C++ (Python's None is an empty optional): each had crashed
+// the process at its first use (a probe).
+TEST(RuntimeClasses, NullPointersAreRefusedByName) {
+  quiver::testing::Graph graph = quiver::testing::random_graph(50, 200, at::kLong);
+  ServingOptions o;
+  o.fanouts = {2};
+  o.gpu_streams = 0;
+  o.device = "cpu";
+  EXPECT_THROW(ServingRuntime(graph.indptr, graph.indices, std::nullopt, std::nullopt,
+                              c10::intrusive_ptr<FeatureTiers>(), o),
+               c10::ValueError);
+  using quiver::runtime::BatchPrefetcher;
+  auto sampler = c10::make_intrusive<quiver::runtime::SubgraphSampler>(
+      graph.indptr, graph.indices, std::nullopt, std::vector<int64_t>{2}, false, std::nullopt,
+      std::nullopt, std::nullopt, std::nullopt, false, "uniform", false, std::nullopt, false);
+  auto features = c10::make_intrusive<FeatureTiers>(
+      std::vector<at::Tensor>{at::randn({50, 3})}, std::nullopt);
+  EXPECT_THROW(BatchPrefetcher(c10::intrusive_ptr<quiver::runtime::SubgraphSampler>(), features,
+                               std::nullopt, -1, 1, 0, 0),
+               c10::ValueError);
+  EXPECT_THROW(BatchPrefetcher(sampler, std::optional(c10::intrusive_ptr<FeatureTiers>()),
+                               std::nullopt, -1, 1, 0, 0),
+               c10::ValueError);
+  BatchPrefetcher fine(sampler, features, std::nullopt, -1, 1, 0, 0);  // and no features:
+  BatchPrefetcher bare(sampler, std::nullopt, std::nullopt, -1, 1, 0, 0);
 }
 
 TEST(ServingCosts, ExpectedSampledCountsOfOneHopAreOnePlusTheClampedDegree) {
