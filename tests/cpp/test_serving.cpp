@@ -49,6 +49,15 @@ class Serving : public OnEveryDevice {
                                                gpu_indices, features, o);
   }
 
+  // One hop of 2, one CPU sampler, each batch closed at once.
+  c10::intrusive_ptr<ServingRuntime> make_one_hop() {
+    ServingOptions o;
+    o.fanouts = {2};
+    o.cpu_samplers = 1;
+    o.max_wait_ms = 0.0;
+    return make(o);
+  }
+
   // Every neighbor (fanout -1): the answer is x[v] + the sum of x over v's neighbors.
   at::Tensor reference(const at::Tensor& ids) const {
     const int64_t* ptr = graph.indptr.const_data_ptr<int64_t>();
@@ -211,11 +220,7 @@ TEST_P(Serving, RefusesBadIdsAndOverflowAndAnswersEveryAcceptedRequestOnClose) {
 }
 
 TEST_P(Serving, AModelThatThrowsFailsItsRequestsOnly) {
-  ServingOptions o;
-  o.fanouts = {2};
-  o.cpu_samplers = 1;
-  o.max_wait_ms = 0.0;
-  auto runtime = make(o);
+  auto runtime = make_one_hop();
   runtime->serve_with(
       [](const ServedBatch& b) -> at::Tensor {
         TORCH_CHECK(b.seed_count != 3, "three seeds are bad luck");
@@ -233,11 +238,7 @@ TEST_P(Serving, AModelThatThrowsFailsItsRequestsOnly) {
 }
 
 TEST_P(Serving, AForgottenTicketIsLetGoAnsweredOrNot) {
-  ServingOptions o;
-  o.fanouts = {2};
-  o.cpu_samplers = 1;
-  o.max_wait_ms = 0.0;
-  auto runtime = make(o);
+  auto runtime = make_one_hop();
   runtime->serve_with(
       [](const ServedBatch& b) {
         std::this_thread::sleep_for(std::chrono::milliseconds(50));
