@@ -23,6 +23,7 @@ def resolve_device(device: Union[None, int, str, torch.device]) -> torch.device:
             torch.device("cpu")
     if isinstance(device, bool):  # an int to isinstance: True would be GPU 1
         raise TypeError(f"device must be a torch.device, a string or a GPU index, got {device!r}")
+    given = device
     if isinstance(device, str):
         device = device.strip().lower()  # torch-quiver's scripts spell it "CPU"
     try:
@@ -30,7 +31,7 @@ def resolve_device(device: Union[None, int, str, torch.device]) -> torch.device:
     except (RuntimeError, TypeError) as error:  # torch's own words name no argument
         why = f" ({error})" if isinstance(error, RuntimeError) else ""
         raise ValueError(f"device must be a torch.device, a string such as 'cpu' or 'cuda:0', "
-                         f"or a GPU index, got {device!r}{why}") from None
+                         f"or a GPU index, got {given!r}{why}") from None
     if device.type == "cuda" and device.index is None:
         if not torch.cuda.is_available():  # torch's own error ("Found no NVIDIA driver")
             raise RuntimeError(f"device {str(device)!r} is a GPU, and torch sees none (a "

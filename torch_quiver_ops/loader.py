@@ -328,6 +328,17 @@ class Prefetcher:
             _as_cuda_stream(self._green_context.Stream()) if self._green_context else None
             for _ in range(workers - 1)]
 
+    def __getstate__(self) -> dict:
+        # The side streams made at the first epoch are made again by a copy. A stream the
+        # caller gave (or a green context's) cannot be copied: torch refuses to pickle one.
+        if self.stream is not None or self._green_context is not None:
+            raise TypeError("a Prefetcher given a stream or sms (a loader's prefetch_sms) "
+                            "holds CUDA streams, which cannot be copied or pickled: make "
+                            "another with the same arguments instead")
+        state = dict(self.__dict__)
+        state["_streams"] = [None] * len(self._streams)
+        return state
+
     @property
     def own_stream(self) -> bool:
         """See the class's ``own_stream``; settable between epochs."""

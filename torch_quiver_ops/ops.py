@@ -290,6 +290,9 @@ def float32_weights(weights, name: str) -> Tensor:
         weights = torch.as_tensor(raw, dtype=torch.float64)
     if weights.dtype.is_complex or weights.dtype == torch.bool:
         raise TypeError(f"{name} must hold real numbers, got {weights.dtype}")
+    if weights.dim() != 1:  # (the positions below name one weight of a 1-D list)
+        raise ValueError(f"{name} must hold one weight per edge (1-D), got shape "
+                         f"{tuple(weights.shape)}")
     given = weights.double()
     as_float = given.float()
     for bad, why in ((~(torch.isfinite(given) & (given >= 0)),

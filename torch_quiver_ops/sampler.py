@@ -121,15 +121,16 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     for name, values in (("weights", weights), ("edge_time", edge_time)):
         if values is None:
             continue
-        # Weights checked as given, in the caller's order (a list read as a tensor first
-        # was float32 already, its 1e-50 a 0 that masked the edge unnamed)
-        values = (ops.float32_weights(values, name) if name == "weights"
-                  else torch.as_tensor(values)).cpu()
+        given, values = values, torch.as_tensor(values).cpu()
         if values.dtype.is_complex or values.dtype == torch.bool:
             raise TypeError(f"{name} must hold real numbers, got {values.dtype}")
         if values.dim() != 1 or values.numel() != topo.edge_count:
             raise ValueError(f"{name} must hold one value per edge ({topo.edge_count}), got "
                              f"shape {tuple(values.shape)}")
+        if name == "weights":
+            # Checked as given, in the caller's order: a list read as a tensor is float32
+            # already, its 1e-50 a 0 that masked the edge unnamed.
+            values = ops.float32_weights(given, name).cpu()
         per_csr_edge[name] = values[eid]
     edge_weight = per_csr_edge.get("weights")
     if edge_weight is not None:

@@ -108,7 +108,8 @@ class _Answer:
     def __del__(self):
         # Dropped unread: the runtime would hold the answer for good (a probe's client that
         # dropped its answers grew by 21 MB every 5,000 requests).
-        if not getattr(self, "_claimed", True):
+        # (not in a forked child: a parent's thread may have held the runtime's lock)
+        if not getattr(self, "_claimed", True) and not _fork.inherited(self._runtime):
             try:
                 self._runtime.forget(self._ticket)
             except Exception:  # noqa: BLE001 (a finalizer must not raise; at exit, say)
@@ -131,8 +132,9 @@ class _Answer:
     def collected(self):
         """An asyncio future (of the running loop) of ``(rows, None)`` or ``(None, error)``,
         resolved by the runtime's one collecting thread: no thread waits for this request."""
-        self._claimed = True
-        return self._owner._collector().expect(self._ticket)
+        future = self._owner._collector().expect(self._ticket)
+        self._claimed = True  # (once expected: a failed expect leaves it to be forgotten)
+        return future
 
 
 @dataclass
@@ -588,15 +590,18 @@ class ServingPool:
         outstanding (ties in turn); one that refuses (full, or closed) passes the request to
         the next, and :class:`Overloaded` comes only when every runtime refuses."""
         first = next(self._turn) % len(self.runtimes)
-        turn = self.runtimes[first:] + self.runtimes[:first]
-        refusal = None
+        indices = list(range(first, len(self.runtimes))) + list(range(first))
+        refusals = {}
         # (a closed runtime has none outstanding: taken first, it had refused most requests)
-        for runtime in sorted(turn, key=lambda r: r.outstanding):  # stable: ties in turn
+        for k in sorted(indices, key=lambda k: self.runtimes[k].outstanding):  # ties in turn
             try:
-                return runtime.submit(ids)
+                return self.runtimes[k].submit(ids)
             except Overloaded as error:
-                refusal = error
-        raise refusal
+                refusals[k] = str(error)
+        if len(set(refusals.values())) == 1:
+            raise Overloaded(f"every runtime of the pool refused: {refusals[first]}")
+        raise Overloaded("every runtime of the pool refused: " + "; ".join(
+            f"runtime {k}: {refusals[k]}" for k in sorted(refusals)))
 
     def predict(self, ids, timeout: Optional[float] = None) -> Tensor:
         return self.submit(ids).result(timeout)

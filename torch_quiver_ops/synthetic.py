@@ -148,7 +148,7 @@ def check_spec(spec: GraphSpec) -> None:
         split = max(1, int(n * spec.train_fraction)) + max(1, int(n * spec.val_fraction))
         if split >= n:  # a train and a validation node at least, then the test nodes
             problems.append(f"num_nodes {n} leaves no test node (train and validation take "
-                            f"{split}): give at least 3")
+                            f"{split}): give more nodes or smaller fractions")
         elif spec.avg_degree > n - 1:  # a simple graph (no self-loop or repeated pair)
             problems.append(f"avg_degree {spec.avg_degree} is more than a graph of {n} nodes "
                             f"without repeated edges holds ({n - 1} a node)")

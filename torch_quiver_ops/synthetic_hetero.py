@@ -147,7 +147,8 @@ def mag_like(scale: float = 1.0, seed: int = 0, num_features: int = 128,
     given its reverse (``rev_writes``, ...), as ``ToUndirected`` leaves ogbn-mag: 7
     relations, about 42M edges at scale 1. ``num_features``-d float features on papers,
     ``num_classes`` paper labels, ogbn-mag's split shares. The same seed (and device) gives
-    the same graph; the result is on the CPU. No paper cites itself. Multi-edges are
+    the same graph; the result is on the CPU. No paper cites itself (unless there is only
+    one paper). Multi-edges are
     common, more so in small graphs: heavy nodes (up to 400 times the mean degree) and
     communities of a few members draw the same pair again. The share of a relation's edges
     that repeat an earlier one was 15-35% at scale 0.3, 20-45% at 0.1 and 30-67% at 0.01;

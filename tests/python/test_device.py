@@ -41,7 +41,7 @@ def test_resolve_device():
                                     if HAS_CUDA else torch.device("cpu"))
     assert resolve_device(1) == torch.device("cuda", 1)
     assert resolve_device("CPU") == torch.device("cpu")  # torch-quiver's spelling
-    for bad in ("gpu0", "cuda:-1", [1]):  # torch's own errors named no argument
+    for bad in ("GPU0", "cuda:-1", [1]):  # named as given  # torch's own errors named no argument
         with pytest.raises(ValueError,
                            match=f"device must be a torch.device, .* got {re.escape(repr(bad))}"):
             resolve_device(bad)

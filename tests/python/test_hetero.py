@@ -373,6 +373,10 @@ def test_weighted_relation_draws_by_weight(mode):
         with pytest.raises(ValueError, match="finite and >= 0"):
             sampler(topo, fanouts, mode, weights={**weights, ("paper", "cites", "paper"):
                                                   torch.tensor([1.0, bad])})
+    with pytest.raises(ValueError, match=re.escape(  # (a 2-D NaN had failed in torch's words)
+            "weights[('paper', 'cites', 'paper')] must hold one weight per edge (1-D)")):
+        sampler(topo, fanouts, mode, weights={**weights, ("paper", "cites", "paper"):
+                                              torch.tensor([[1.0, float("nan")]])})
     # As float32 1e300 read inf and 1e-50 read 0, which masked the edge without a word.
     for bad, words in ((1e300, "past float32's range"), (1e-50, "below float32's range")):
         with pytest.raises(ValueError, match=re.escape(

@@ -1067,6 +1067,17 @@ def test_loaders_copy_and_pickle_and_give_the_same_batches():
             assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
     links = qv.LinkSampleLoader(sampler, None, edge_index[:, :20], 4)
     assert len(list(copy.deepcopy(links))) == len(list(pickle.loads(pickle.dumps(links)))) == 5
+    # After a GPU epoch the Python prefetcher holds its side streams and the C++ one its
+    # thread: a copy makes its own.
+    for in_cpp in ([False, True] if HAS_CUDA else []):
+        on_gpu = qv.SampleLoader(qv.GraphSageSampler(sampler.csr_topo, [3, 2], mode="UVA"),
+                                 feature, torch.arange(30), 4, prefetch_in_cpp=in_cpp)
+        first = list(on_gpu)
+        for copied in (copy.deepcopy(on_gpu), pickle.loads(pickle.dumps(on_gpu))):
+            assert [b.n_id.numel() > 0 for b in copied] == [True] * len(first)
+    if HAS_CUDA:
+        with pytest.raises(TypeError, match="given a stream or sms .* cannot be copied"):
+            copy.deepcopy(qv.Prefetcher(first, "cuda", stream=torch.cuda.Stream()))
 
 
 def test_a_cpp_prefetched_epoch_left_open_at_exit_exits_quietly(tmp_path):

@@ -244,6 +244,10 @@ def test_arguments_of_the_wrong_kind_are_named_where_they_are_given():
         (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
                                      weights=torch.tensor([1.0, 1e-50, 1.0], dtype=torch.float64)),
          ValueError, "weights[1] = 1e-50 is below float32's range"),
+        # (2-D with a NaN: named by shape, not as "only one element tensors"; a review)
+        (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
+                                     weights=torch.tensor([[1.0, float("nan"), 1.0]])),
+         ValueError, r"weights must hold one value per edge (3), got shape (1, 3)"),
         # (as a list, read as float32 first: 1e-50 was a 0 that masked its edge; a probe)
         (lambda: qv.GraphSageSampler(topo, [2], device="cpu", weights=[1.0, 1e-50, 1.0]),
          ValueError, "weights[1] = 1e-50 is below float32's range"),
