@@ -590,7 +590,7 @@ class SampleLoader:
             check_flag(prefetch_in_cpp, "prefetch_in_cpp")
         # Prefetcher checks these too, by its own names
         check_host_read_blocks(prefetch_host_read_blocks, "prefetch_host_read_blocks")
-        seeds = readable_ids(seeds, "seeds")  # an empty list too (torch.as_tensor([]) holds floats)
+        seeds = readable_ids(seeds, "seeds")  # an empty list too (as_tensor([]) holds floats)
         if seeds.dtype == torch.bool:
             topo = getattr(sampler, "csr_topo", None)
             if (self._seeds_are_nodes and topo is not None
