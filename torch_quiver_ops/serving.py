@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, Optional, Sequence, Set, Union
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import torch
 from torch import Tensor
@@ -648,6 +648,8 @@ MAX_BODY_BYTES = 1 << 20
 # a byte now and then would otherwise hold a connection (and shutdown, which waits for the
 # requests it reads) for as long as it keeps sending.
 READ_TIMEOUT_S = 10.0
+# How long a connection waits for its next request once shutdown has begun
+IDLE_AT_SHUTDOWN_S = 0.25
 # Connections served at once (the standard library's server: a thread each). Past it, the
 # standard library's server leaves new ones waiting in the kernel's backlog, uvicorn 503s.
 MAX_CONNECTIONS = 1024
@@ -922,9 +924,18 @@ class _ReadsByDeadline(io.RawIOBase):
         # The idle timeout bounds the wait for a request; once its bytes come, only its
         # deadline does (capping each read at 5 s too gave a 408 after a 5 s pause that
         # said read_timeout had passed).
-        handler.connection.settimeout(min(left, handler.timeout) if handler.awaiting_request
-                                      else left)
-        count = handler.connection.recv_into(buffer)
+        wait = min(left, handler.timeout) if handler.awaiting_request else left
+        if handler.awaiting_request and handler.server.stopping:
+            # Shutting down: a connection taken from the backlog has its request in flight
+            # or none coming; an idle one would hold shutdown for the whole idle timeout.
+            wait = min(wait, IDLE_AT_SHUTDOWN_S)
+        handler.connection.settimeout(wait)
+        # Waiting for a request's first byte with none read ahead: what shutdown may end
+        handler.waiting_idle = handler.awaiting_request
+        try:
+            count = handler.connection.recv_into(buffer)
+        finally:
+            handler.waiting_idle = False
         if count and handler.awaiting_request:
             handler.awaiting_request = False
             handler.read_deadline = time.monotonic() + handler.read_timeout
@@ -937,6 +948,7 @@ class _Handler(BaseHTTPRequestHandler):
     read_timeout: float = READ_TIMEOUT_S
     read_deadline: float = 0.0  # set as each request is awaited, then as its bytes come
     awaiting_request = True
+    waiting_idle = False  # in a read for a request's first byte (see _ReadsByDeadline)
     protocol_version = "HTTP/1.1"
     # Headers and body leave in two writes: with Nagle's algorithm the second waits for the
     # client's delayed ACK of the first (about 40 ms on Linux).
@@ -951,6 +963,11 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self.rfile = io.BufferedReader(_ReadsByDeadline(self))
+        self.server.opened(self)
+
+    def finish(self):
+        self.server.closed(self)
+        super().finish()
 
     def handle_one_request(self):
         # An idle kept-alive connection may wait `timeout` for its next request, which then
@@ -1025,8 +1042,13 @@ class _Handler(BaseHTTPRequestHandler):
             return False
         return True
 
+    @property
+    def _path(self) -> str:
+        # Percent-decoded, as ASGI gives it (uvicorn served /%70redict, this server 404'd it)
+        return unquote(urlsplit(self.path).path)
+
     def do_GET(self):  # noqa: N802 (http.server's name)
-        path = urlsplit(self.path).path
+        path = self._path
         # A body is never read here: left in the stream it would be read as the next
         # request, so a GET that announces one ends its connection.
         has_body = (bool(self.headers.get("Transfer-Encoding")) or
@@ -1042,27 +1064,41 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _refuse_method(self):
         # Any body is left unread: the connection must close.
-        self._refuse(_refused_path(urlsplit(self.path).path, close=True, method=self.command))
+        self._refuse(_refused_path(self._path, close=True, method=self.command))
 
     # Methods the endpoint does not take on any path: 405 with Allow where the path is one
     # of its own (http.server would answer 501, which says no server knows the method).
     do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method
 
+    def _checked_body_length(self) -> int:
+        """A POST's body length, or the _Reply that refuses the request with its body
+        unread (the connection then closes)."""
+        path = self._path
+        if path != "/predict":
+            raise _refused_path(path, close=True, method="POST")
+        if self.headers.get("Transfer-Encoding"):
+            raise _Reply(HTTPStatus.LENGTH_REQUIRED,
+                         {"error": "send the body with a Content-Length (this server "
+                                   "reads no chunked bodies)"}, close=True)
+        lengths = {v.strip() for v in self.headers.get_all("Content-Length") or []}
+        if len(lengths) > 1:  # which one frames the body is anyone's guess
+            raise _Reply(HTTPStatus.BAD_REQUEST,
+                         {"error": f"Content-Length given as {sorted(lengths)}"}, close=True)
+        return _body_length(lengths.pop() if lengths else None)
+
+    def handle_expect_100(self):
+        # A body the request's head already refuses gets the refusal at once: "100
+        # Continue" first had asked the client for 5 MB that were never read.
+        if self.command == "POST":
+            try:
+                self._checked_body_length()
+            except _Reply:
+                return True  # do_POST refuses it, reading no body
+        return super().handle_expect_100()
+
     def do_POST(self):  # noqa: N802
         try:
-            path = urlsplit(self.path).path
-            if path != "/predict":  # the body is left unread: the connection must close
-                raise _refused_path(path, close=True, method="POST")
-            if self.headers.get("Transfer-Encoding"):
-                raise _Reply(HTTPStatus.LENGTH_REQUIRED,
-                             {"error": "send the body with a Content-Length (this server "
-                                       "reads no chunked bodies)"}, close=True)
-            lengths = {v.strip() for v in self.headers.get_all("Content-Length") or []}
-            if len(lengths) > 1:  # which one frames the body is anyone's guess
-                raise _Reply(HTTPStatus.BAD_REQUEST,
-                             {"error": f"Content-Length given as {sorted(lengths)}"},
-                             close=True)
-            length = _body_length(lengths.pop() if lengths else None)
+            length = self._checked_body_length()
             try:
                 body = self.rfile.read(length)
             except TimeoutError:
@@ -1189,7 +1225,33 @@ class _ThreadingServer(ThreadingHTTPServer):
     def __init__(self, address, handler, max_connections: int):
         self.max_connections, self._connections = max_connections, 0
         self._connection_ended_cv = threading.Condition()
+        self._handlers: set = set()  # of the connections open, guarded by the condition
         super().__init__(address, handler)
+
+    def opened(self, handler) -> None:
+        with self._connection_ended_cv:
+            self._handlers.add(handler)
+
+    def closed(self, handler) -> None:
+        with self._connection_ended_cv:
+            self._handlers.discard(handler)
+
+    def close_idle(self) -> None:
+        """Ends the kept-alive connections that wait for a request with none sent: each
+        had held shutdown for the handler's idle timeout (5 s), where uvicorn closes them at
+        once. One whose next request has come (in the socket, or read ahead) is served."""
+        import select
+        import socket
+        with self._connection_ended_cv:
+            handlers = list(self._handlers)
+        for handler in handlers:
+            if not handler.waiting_idle:
+                continue
+            # (select, not a peeking recv: a socket with a timeout waits out the timeout
+            # in recv even when told not to wait)
+            with contextlib.suppress(OSError, ValueError):  # closed meanwhile
+                if not select.select([handler.connection], [], [], 0)[0]:
+                    handler.connection.shutdown(socket.SHUT_RD)  # its read ends, as at EOF
 
     def process_request(self, request, client_address):
         # At the cap, the next connection waits in the kernel's backlog until a handler's
@@ -1237,6 +1299,10 @@ class _ThreadingServer(ThreadingHTTPServer):
             self.process_request(request, address)  # a thread, joined by server_close
 
 
+# uvicorn's warnings that any client can cause, one line each time
+_CLIENT_FAULTS = ("Invalid HTTP request", "Exceeded concurrency limit")
+
+
 class _ClientFaultsOncePerMinute(logging.Filter):
     """uvicorn logs each malformed request a client sends at WARNING ("Invalid HTTP request
     received."), so any client could grow the log without bound (found by a probe): one
@@ -1250,7 +1316,7 @@ class _ClientFaultsOncePerMinute(logging.Filter):
         self._last, self._held = -math.inf, 0
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not record.getMessage().startswith("Invalid HTTP request"):
+        if not record.getMessage().startswith(_CLIENT_FAULTS):
             return True
         with self._lock:
             now = time.monotonic()
@@ -1325,7 +1391,8 @@ class HttpServer:
                                 host=address, port=port,
                                 log_config=None, access_log=False, lifespan="on",
                                 timeout_graceful_shutdown=90,
-                                limit_concurrency=self._max_connections)  # then 503s
+                                # (uvicorn counts the connection asking: N + 1 serves N)
+                                limit_concurrency=self._max_connections + 1)
         self._uvicorn = uvicorn.Server(config)
         self._uvicorn.install_signal_handlers = lambda: None  # not the main thread
         failure = []
@@ -1355,6 +1422,7 @@ class HttpServer:
             self._stdlib.shutdown()           # no new connections
             try:
                 self._stdlib.take_backlog()   # but those already queued are served
+                self._stdlib.close_idle()     # and those waiting with no request end
             finally:
                 self._stdlib.server_close()   # joins the handler threads: accepted ones finish
         else:

@@ -1169,6 +1169,45 @@ def test_connections_past_max_connections_wait_or_get_503(graph, server_kind):
     assert runtime.outstanding == 0
     with pytest.raises(ValueError, match="max_connections must be an int >= 1, got 0"):
         serve_http(runtime, server="stdlib", max_connections=0)
+    # One connection is served under max_connections=1 (uvicorn's own limit counts the
+    # connection asking: passed as it was, it had answered every request 503)
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, server=server_kind, max_connections=1)
+    try:
+        assert post(server.url, {"nodes": [1]})[0] == 200
+    finally:
+        server.shutdown()
+
+
+def test_paths_percent_encoded_idle_connections_at_shutdown_and_early_refusals(graph,
+                                                                            server_kind):
+    """From a probe: the stdlib server answered /%70redict 404 where uvicorn (ASGI paths
+    are decoded) answered it; an idle kept-alive connection held its shutdown for the 5 s
+    idle timeout (uvicorn: 0.2 s); and a body too large for the endpoint was asked for
+    with "100 Continue" before the 413."""
+    import socket
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, server=server_kind)
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    try:
+        status, body = raw_request(server.url, b"POST /%70redict HTTP/1.1\r\nHost: x\r\n"
+                                   b"Content-Length: 13\r\nConnection: close\r\n\r\n",
+                                   b'{"nodes":[1]}')
+        assert status == 200 and len(body["predictions"]) == 1, body
+        if server_kind == "stdlib":  # (uvicorn's parser decides this one itself)
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                             b"Content-Length: 5000000\r\n\r\n")
+                assert sock.recv(4096).startswith(b"HTTP/1.1 413"), "a 100 came first"
+        idle = socket.create_connection((host, int(port)), timeout=10)
+        idle.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert idle.recv(4096).startswith(b"HTTP/1.1 200")  # kept alive, now idle
+        time.sleep(0.3)
+    finally:
+        started = time.monotonic()
+        server.shutdown()
+    assert time.monotonic() - started < 2.0
+    idle.close()
 
 
 def test_a_body_that_pauses_within_read_timeout_is_answered(graph, monkeypatch):
