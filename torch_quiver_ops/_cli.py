@@ -49,18 +49,32 @@ def check_output_file(parser: argparse.ArgumentParser, flag: str, path) -> None:
     the folder answers for root too, whom access() lets write anywhere (/proc, say)."""
     import os
     import tempfile
-    if Path(path).is_dir():  # (open() failed on it once the run was over)
-        parser.error(f"--{flag} {path} is a folder: give a file name in it")
-    folder = Path(path).resolve().parent
-    if not folder.is_dir():
-        parser.error(f"--{flag} {path}: the folder {folder} does not exist")
+    text = os.fspath(path)
     try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        parser.error(f"--{flag} {path}: no file can be written in {folder} ({error.strerror})")
-    if Path(path).exists() and not os.access(path, os.W_OK):
-        parser.error(f"--{flag} {path}: the file exists and this process may not write it")
+        if Path(text).is_dir() or text.endswith(os.sep):  # (open() failed once the run was over)
+            parser.error(f"--{flag} {path} is a folder: give a file name in it")
+        # Not resolved: "missing/../x" names no file where the folder "missing" is absent,
+        # though resolve() read it as "x" (the run then failed at its end).
+        folder = Path(text).absolute().parent
+        if not folder.is_dir():
+            parser.error(f"--{flag} {path}: the folder {folder} does not exist")
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as error:
+            parser.error(f"--{flag} {path}: no file can be written in {folder} "
+                         f"({error.strerror})")
+        if Path(text).exists():
+            if not os.access(text, os.W_OK):
+                parser.error(f"--{flag} {path}: the file exists and this process may not "
+                             f"write it")
+        else:  # the name itself (too long, say): made and removed
+            with open(text, "x"):
+                pass
+            os.remove(text)
+    except (OSError, ValueError) as error:  # a name too long, or with a NUL byte
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        parser.error(f"--{flag} {path!r}: no file can be written by that name ({why})")
 
 
 def check_outputs(parser: argparse.ArgumentParser, args: argparse.Namespace,

@@ -76,6 +76,12 @@ def test_train_sage_refuses_bad_options_before_building(tmp_path, capsys):
                         (["--device", "cpu", "--cache-size", "bogus"], "--cache-size 'bogus'"),
                         (["--cache-size", "150%"], "the share must be in [0%, 100%]"),
                         (["--save", str(tmp_path)], "is a folder: give a file name in it"),
+                        # passed the check, then failed after the run (a probe)
+                        (["--save", f"{tmp_path}/m.pt/"], "is a folder: give a file name"),
+                        (["--report", f"{tmp_path}/missing/../r.json"],
+                         "/missing/.. does not exist"),
+                        (["--report", f"{tmp_path}/{'a' * 300}"],
+                         "no file can be written by that name (File name too long)"),
                         # past int64 the loader's split raised an overflow (a probe)
                         (["--batch-size", str(10**20)], "--batch-size must be at most")):
         if words is None:
