@@ -129,12 +129,29 @@ def _row_chunks(indptr: Tensor, chunk_edges: int):
         first = last
 
 
+def _checked_owner(owner, num_parts: int, n: int) -> Tensor:
+    """``owner`` as a tensor after checking it gives each of ``n`` nodes a part in
+    ``[0, num_parts)``, and ``num_parts`` is in [1, 32767] (owners are kept as int16)."""
+    if not isinstance(num_parts, int) or isinstance(num_parts, bool) \
+            or not 1 <= num_parts <= 32767:
+        raise ValueError(f"num_parts must be in [1, 32767], got {num_parts!r}")
+    owner = torch.as_tensor(owner)
+    if owner.shape != (n,) or owner.dtype.is_floating_point or owner.dtype == torch.bool:
+        raise ValueError(f"owner must be one integer part per node ({n}), got "
+                         f"{owner.dtype} of shape {tuple(owner.shape)}")
+    if n and (int(owner.min()) < 0 or int(owner.max()) >= num_parts):
+        raise ValueError(f"owner holds parts outside [0, {num_parts})")
+    return owner
+
+
 def partition_quality(topo: CSRTopo, owner: Tensor, num_parts: int,
                       chunk_edges: int = 1 << 22) -> dict:
     """The share of edges whose two ends have different owners (edge cut) and the largest
     part's nodes and edges over the mean (balance, 1.0 is perfect); edges read
     ``chunk_edges`` at a time."""
-    owner = owner.long()
+    # (owners past num_parts had been counted as more parts, and num_parts <= 0 or 10**10
+    # failed in torch's words; a probe)
+    owner = _checked_owner(owner, num_parts, topo.node_count).long()
     degree = topo.degree.long()
     cut = 0
     for first, last in _row_chunks(topo.indptr, chunk_edges):
@@ -216,16 +233,8 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
     if owner is None:
         owner = assign_owners(topo, num_parts, method, seed)
     else:
-        if not isinstance(num_parts, int) or not 1 <= num_parts <= 32767:  # int16 owners
-            raise ValueError(f"num_parts must be in [1, 32767], got {num_parts!r}")
-        owner = torch.as_tensor(owner)
+        owner = _checked_owner(owner, num_parts, n).to(torch.int16)
         method = "given"
-        if owner.shape != (n,) or owner.dtype.is_floating_point:
-            raise ValueError(f"owner must be one integer part per node ({n}), got "
-                             f"{owner.dtype} of shape {tuple(owner.shape)}")
-        if n and (int(owner.min()) < 0 or int(owner.max()) >= num_parts):
-            raise ValueError(f"owner holds parts outside [0, {num_parts})")
-        owner = owner.to(torch.int16)
     assigned = time.perf_counter() - started
     for name, t in (("x", x), ("y", y)):
         if t is not None:

@@ -17,6 +17,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from . import preflight
 from ._device import generator_seed, is_int
 
 
@@ -156,6 +157,18 @@ def check_spec(spec: GraphSpec) -> None:
         raise ValueError("bad graph spec: " + "; ".join(problems))
 
 
+def _host_bytes(spec: GraphSpec, features: bool, on_cpu: bool, csr: bool,
+                feature_dtype: torch.dtype) -> int:
+    """A lower bound on the host memory :func:`generate` holds at its peak: the edges it
+    returns, the features, and on the CPU the drawn pairs as they are made unique. (A large
+    override had drawn for minutes, then failed in the allocator naming nothing; a probe.)"""
+    n, pairs = spec.num_nodes, int(spec.num_nodes * spec.avg_degree / 2)
+    edges = 8 * pairs + 8 * n if csr else 32 * pairs  # (int32 indices; int64 edge_index)
+    drawing = 24 * pairs if on_cpu else 0             # keys, their copy and unique's sort
+    rows = n * spec.num_features * feature_dtype.itemsize if features else 0
+    return edges + drawing + rows + 40 * n            # communities, weights and their sums
+
+
 def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
              device: Optional[torch.device] = None, csr: bool = False,
              feature_dtype: torch.dtype = torch.float32) -> SyntheticGraph:
@@ -171,6 +184,11 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
         raise TypeError(f"feature_dtype must be a floating torch.dtype such as "
                         f"torch.bfloat16, got {feature_dtype!r}")
     device = torch.device(device or "cpu")
+    preflight.check_host_memory(
+        _host_bytes(spec, features, device.type == "cpu", csr, feature_dtype),
+        f"a synthetic graph of {spec.num_nodes:,} nodes, avg_degree {spec.avg_degree:g} and "
+        f"{spec.num_features if features else 0} features",
+        "give a smaller num_nodes, avg_degree or num_features")
     gen = torch.Generator(device=device).manual_seed(seed)
     n, num_classes = spec.num_nodes, spec.num_classes
     community = torch.randint(num_classes, (n,), generator=gen, device=device)

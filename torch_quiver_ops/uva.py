@@ -68,6 +68,9 @@ def pinned(tensor: Tensor):
     cannot be (e.g. they share a page with memory pinned elsewhere) a pinned copy."""
     if not isinstance(tensor, Tensor):
         raise TypeError(f"pinned pins a tensor, got {type(tensor).__name__}")
+    if tensor.layout != torch.strided or tensor.is_meta:  # (contiguous() failed unnamed)
+        raise TypeError(f"pinned pins a dense tensor with data, got a "
+                        f"{'meta' if tensor.is_meta else tensor.layout} tensor")
     tensor = tensor.contiguous()
     try:
         return tensor, pin_in_place(tensor)

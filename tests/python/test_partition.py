@@ -103,6 +103,13 @@ def test_balance_and_what_each_method_cuts():
     assert torch.equal(assign_owners(topo, 4, "random", seed=3), assign_owners(topo, 4, "random", seed=3))
     with pytest.raises(ValueError, match="method"):
         assign_owners(topo, 4, "spectral")
+    # Owners past num_parts were counted as more parts, and 0 or 10**10 parts failed in
+    # torch's words (a probe).
+    owner = assign_owners(topo, 4, "random", seed=1)
+    for parts, words in ((1, r"owner holds parts outside \[0, 1\)"),
+                         (0, "num_parts must be in"), (10**10, "num_parts must be in")):
+        with pytest.raises(ValueError, match=words):
+            partition_quality(topo, owner, parts)
     with pytest.raises(ValueError, match="num_parts"):
         assign_owners(topo, 0, "range")
 

@@ -114,3 +114,14 @@ def test_a_graph_well_short_of_its_degree_warns():
     silently (a probe)."""
     with pytest.warns(UserWarning, match=r"17,082 directed edges, 71% of avg_degree 12's"):
         synthetic_graph("tiny", exponent=2.0, features=False)
+
+
+def test_a_graph_past_host_memory_is_refused_before_drawing():
+    """A large override had drawn pairs for 100 s, then failed in the allocator naming no
+    option (a probe): refused at once, naming the sizes."""
+    from torch_quiver_ops.preflight import ResourceLimitError
+    with pytest.raises(ResourceLimitError, match=r"a synthetic graph of 1,000,000 nodes, "
+                                                 r"avg_degree 50000 and 0 features needs"):
+        synthetic_graph("tiny", num_nodes=10**6, avg_degree=50_000, features=False)
+    with pytest.raises(ResourceLimitError, match="100000000 features needs"):
+        synthetic_graph("tiny", num_features=10**8)

@@ -165,3 +165,10 @@ def test_pinning_what_is_no_tensor_is_named():
         pin_in_place(None)
     with pytest.raises(TypeError, match="pinned pins a tensor, got list"):
         pinned([1])
+
+
+def test_pinned_names_a_tensor_it_cannot_pin():
+    # (contiguous() had failed with "unsupported memory format option", naming nothing)
+    with pytest.raises(TypeError, match="pinned pins a dense tensor with data, got a "
+                                        "torch.sparse_coo tensor"):
+        pinned(torch.randn(4, 2).to_sparse())
