@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import torch_quiver_ops as qv
+from torch_quiver_ops import _cli
 from torch_quiver_ops.partition import (DistGraphSampler, _tell_sampler_setup_problem,
                                         load_partition, partition_graph)
 from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
@@ -113,14 +114,8 @@ def parse_args(argv=None):
     if data.exists() and not data.is_dir():
         parser.error(f"--data {args.data} is not a directory")
     if not data.exists():  # rank 0 makes it: found here, not after the graph was built
-        import tempfile
         ancestor = next(p for p in data.resolve().parents if p.exists())
-        try:
-            with tempfile.TemporaryFile(dir=ancestor):
-                pass
-        except OSError as error:
-            parser.error(f"--data {args.data} cannot be made: no file can be written in "
-                         f"{ancestor} ({error.strerror})")
+        _cli.check_folder_writable(parser, f"--data {args.data} cannot be made", ancestor)
     # Found where the run starts, not in a traceback after the graph is built.
     if args.transport == "rdma" and not torch.classes.quiver.Transport.rdma_available():
         parser.error("--transport rdma: this host lists no RDMA device")

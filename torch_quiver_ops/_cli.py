@@ -43,12 +43,22 @@ def check_args(parser: argparse.ArgumentParser, args: argparse.Namespace,
                          f"{unknown}")
 
 
+def check_folder_writable(parser: argparse.ArgumentParser, what: str, folder) -> None:
+    """parser.error, naming ``what`` (the option and its value), unless a file can be made
+    in ``folder``. A file made and dropped answers for root too, whom access() lets write
+    anywhere (/proc, say)."""
+    import tempfile
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        parser.error(f"{what}: no file can be written in {folder} ({error.strerror})")
+
+
 def check_output_file(parser: argparse.ArgumentParser, flag: str, path) -> None:
     """parser.error unless a file can be written at ``path`` (``flag`` names the option):
-    found only once a run was over, its model or report was lost. A file made and dropped in
-    the folder answers for root too, whom access() lets write anywhere (/proc, say)."""
+    found only once a run was over, its model or report was lost."""
     import os
-    import tempfile
     text = os.fspath(path)
     try:
         if Path(text).is_dir() or text.endswith(os.sep):  # (open() failed once the run was over)
@@ -58,12 +68,7 @@ def check_output_file(parser: argparse.ArgumentParser, flag: str, path) -> None:
         folder = Path(text).absolute().parent
         if not folder.is_dir():
             parser.error(f"--{flag} {path}: the folder {folder} does not exist")
-        try:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
-        except OSError as error:
-            parser.error(f"--{flag} {path}: no file can be written in {folder} "
-                         f"({error.strerror})")
+        check_folder_writable(parser, f"--{flag} {path}", folder)
         if Path(text).exists():
             if not os.access(text, os.W_OK):
                 parser.error(f"--{flag} {path}: the file exists and this process may not "
