@@ -69,14 +69,14 @@ def check_output_file(parser: argparse.ArgumentParser, flag: str, path) -> None:
         if not folder.is_dir():
             parser.error(f"--{flag} {path}: the folder {folder} does not exist")
         check_folder_writable(parser, f"--{flag} {path}", folder)
-        if Path(text).exists():
-            if not os.access(text, os.W_OK):
-                parser.error(f"--{flag} {path}: the file exists and this process may not "
-                             f"write it")
-        else:  # the name itself (too long, say): made and removed
-            with open(text, "x"):
-                pass
-            os.remove(text)
+        # The name itself, without making it (ranks of one job check one path at once)
+        if "\0" in text:
+            raise ValueError("embedded null byte")
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+        if len(os.fsencode(Path(text).name)) > name_max:
+            raise OSError(36, f"File name too long (over {name_max} bytes)")
+        if Path(text).exists() and not os.access(text, os.W_OK):
+            parser.error(f"--{flag} {path}: the file exists and this process may not write it")
     except (OSError, ValueError) as error:  # a name too long, or with a NUL byte
         why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
         parser.error(f"--{flag} {path!r}: no file can be written by that name ({why})")

@@ -41,7 +41,7 @@ from . import _sharing, ops
 from ._interrupts import ctrl_c_ends_waits
 from .sampler import Adj, layers_of, sampling_placement
 from .topology import CSRTopo
-from ._device import as_ids, is_int, readable_ids
+from ._device import as_ids, as_int, is_int, readable_ids
 from .hotness import check_hot_order
 
 METHODS = ("metis", "range", "random")
@@ -129,13 +129,18 @@ def _row_chunks(indptr: Tensor, chunk_edges: int):
         first = last
 
 
+def _num_parts(value) -> int:
+    """``value`` as a part count in [1, 32767] (owners are int16; NumPy's ints too)."""
+    parts = as_int(value)
+    if parts is None or not 1 <= parts <= 32767:
+        raise ValueError(f"num_parts must be in [1, 32767], got {value!r}")
+    return parts
+
+
 def _checked_owner(owner, num_parts: int, n: int) -> Tensor:
     """``owner`` as a tensor after checking it gives each of ``n`` nodes a part in
     ``[0, num_parts)``, and ``num_parts`` is in [1, 32767] (owners are kept as int16)."""
-    if not isinstance(num_parts, int) or isinstance(num_parts, bool) \
-            or not 1 <= num_parts <= 32767:
-        raise ValueError(f"num_parts must be in [1, 32767], got {num_parts!r}")
-    owner = torch.as_tensor(owner)
+    num_parts, owner = _num_parts(num_parts), torch.as_tensor(owner)
     if owner.shape != (n,) or owner.dtype.is_floating_point or owner.dtype == torch.bool:
         raise ValueError(f"owner must be one integer part per node ({n}), got "
                          f"{owner.dtype} of shape {tuple(owner.shape)}")
@@ -230,6 +235,7 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
     directory = Path(directory)
     n = topo.node_count
     started = time.perf_counter()
+    num_parts = _num_parts(num_parts)  # (a NumPy int had failed after METIS ran; a review)
     if owner is None:
         owner = assign_owners(topo, num_parts, method, seed)
     else:

@@ -648,8 +648,9 @@ MAX_BODY_BYTES = 1 << 20
 # a byte now and then would otherwise hold a connection (and shutdown, which waits for the
 # requests it reads) for as long as it keeps sending.
 READ_TIMEOUT_S = 10.0
-# How long a connection waits for its next request once shutdown has begun
-IDLE_AT_SHUTDOWN_S = 0.25
+# A kept-alive connection awaits its next request in reads this long, so that a shutdown
+# ends it within one once no request has come (at most this long after shutdown begins)
+IDLE_SLICE_S = 0.5
 # Connections served at once (the standard library's server: a thread each). Past it, the
 # standard library's server leaves new ones waiting in the kernel's backlog, uvicorn 503s.
 MAX_CONNECTIONS = 1024
@@ -918,28 +919,30 @@ class _ReadsByDeadline(io.RawIOBase):
 
     def readinto(self, buffer) -> int:
         handler = self._handler
-        left = handler.read_deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError("the request took longer to arrive than its deadline")
-        # The idle timeout bounds the wait for a request; once its bytes come, only its
-        # deadline does (capping each read at 5 s too gave a 408 after a 5 s pause that
-        # said read_timeout had passed).
-        wait = min(left, handler.timeout) if handler.awaiting_request else left
-        if handler.awaiting_request and handler.server.stopping:
-            # Shutting down: a connection taken from the backlog has its request in flight
-            # or none coming; an idle one would hold shutdown for the whole idle timeout.
-            wait = min(wait, IDLE_AT_SHUTDOWN_S)
-        handler.connection.settimeout(wait)
-        # Waiting for a request's first byte with none read ahead: what shutdown may end
-        handler.waiting_idle = handler.awaiting_request
-        try:
-            count = handler.connection.recv_into(buffer)
-        finally:
-            handler.waiting_idle = False
-        if count and handler.awaiting_request:
-            handler.awaiting_request = False
-            handler.read_deadline = time.monotonic() + handler.read_timeout
-        return count
+        while True:
+            left = handler.read_deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the request took longer to arrive than its deadline")
+            # The idle timeout bounds the wait for a request; once its bytes come, only its
+            # deadline does (capping each read at 5 s too gave a 408 after a 5 s pause that
+            # said read_timeout had passed). A request is awaited in slices, so that a
+            # shutdown begun meanwhile ends an idle connection within one, here in its own
+            # thread (each had held shutdown for the whole idle timeout).
+            idle = handler.awaiting_request
+            handler.connection.settimeout(min(left, handler.timeout, IDLE_SLICE_S) if idle
+                                          else left)
+            try:
+                count = handler.connection.recv_into(buffer)
+            except TimeoutError:
+                if not idle:
+                    raise
+                if handler.server.stopping:
+                    return 0  # no request came: the connection ends as at its close
+                continue  # the deadline decides
+            if count and idle:
+                handler.awaiting_request = False
+                handler.read_deadline = time.monotonic() + handler.read_timeout
+            return count
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -948,7 +951,6 @@ class _Handler(BaseHTTPRequestHandler):
     read_timeout: float = READ_TIMEOUT_S
     read_deadline: float = 0.0  # set as each request is awaited, then as its bytes come
     awaiting_request = True
-    waiting_idle = False  # in a read for a request's first byte (see _ReadsByDeadline)
     protocol_version = "HTTP/1.1"
     # Headers and body leave in two writes: with Nagle's algorithm the second waits for the
     # client's delayed ACK of the first (about 40 ms on Linux).
@@ -963,11 +965,6 @@ class _Handler(BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self.rfile = io.BufferedReader(_ReadsByDeadline(self))
-        self.server.opened(self)
-
-    def finish(self):
-        self.server.closed(self)
-        super().finish()
 
     def handle_one_request(self):
         # An idle kept-alive connection may wait `timeout` for its next request, which then
@@ -1088,12 +1085,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def handle_expect_100(self):
         # A body the request's head already refuses gets the refusal at once: "100
-        # Continue" first had asked the client for 5 MB that were never read.
-        if self.command == "POST":
-            try:
-                self._checked_body_length()
-            except _Reply:
-                return True  # do_POST refuses it, reading no body
+        # Continue" first had asked the client for 5 MB that were never read. Only POST
+        # /predict reads a body.
+        if self.command != "POST":
+            return True
+        try:
+            self._checked_body_length()
+        except _Reply:
+            return True  # do_POST refuses it, reading no body
         return super().handle_expect_100()
 
     def do_POST(self):  # noqa: N802
@@ -1225,33 +1224,7 @@ class _ThreadingServer(ThreadingHTTPServer):
     def __init__(self, address, handler, max_connections: int):
         self.max_connections, self._connections = max_connections, 0
         self._connection_ended_cv = threading.Condition()
-        self._handlers: set = set()  # of the connections open, guarded by the condition
         super().__init__(address, handler)
-
-    def opened(self, handler) -> None:
-        with self._connection_ended_cv:
-            self._handlers.add(handler)
-
-    def closed(self, handler) -> None:
-        with self._connection_ended_cv:
-            self._handlers.discard(handler)
-
-    def close_idle(self) -> None:
-        """Ends the kept-alive connections that wait for a request with none sent: each
-        had held shutdown for the handler's idle timeout (5 s), where uvicorn closes them at
-        once. One whose next request has come (in the socket, or read ahead) is served."""
-        import select
-        import socket
-        with self._connection_ended_cv:
-            handlers = list(self._handlers)
-        for handler in handlers:
-            if not handler.waiting_idle:
-                continue
-            # (select, not a peeking recv: a socket with a timeout waits out the timeout
-            # in recv even when told not to wait)
-            with contextlib.suppress(OSError, ValueError):  # closed meanwhile
-                if not select.select([handler.connection], [], [], 0)[0]:
-                    handler.connection.shutdown(socket.SHUT_RD)  # its read ends, as at EOF
 
     def process_request(self, request, client_address):
         # At the cap, the next connection waits in the kernel's backlog until a handler's
@@ -1305,29 +1278,34 @@ _CLIENT_FAULTS = ("Invalid HTTP request", "Exceeded concurrency limit")
 
 class _ClientFaultsOncePerMinute(logging.Filter):
     """uvicorn logs each malformed request a client sends at WARNING ("Invalid HTTP request
-    received."), so any client could grow the log without bound (found by a probe): one
-    such line a minute, saying how many were held back since the last."""
+    received."), and each connection past its limit ("Exceeded concurrency limit."), so any
+    client could grow the log without bound (found by probes): one line of each kind a
+    minute, saying how many were held back since the last."""
 
     PERIOD_S = 60.0
 
     def __init__(self):
         super().__init__()
         self._lock = threading.Lock()
-        self._last, self._held = -math.inf, 0
+        # per kind, so that a flood of one hides none of the other
+        self._last = {kind: -math.inf for kind in _CLIENT_FAULTS}
+        self._held = {kind: 0 for kind in _CLIENT_FAULTS}
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if not record.getMessage().startswith(_CLIENT_FAULTS):
+        message = record.getMessage()
+        kind = next((k for k in _CLIENT_FAULTS if message.startswith(k)), None)
+        if kind is None:
             return True
         with self._lock:
             now = time.monotonic()
-            if now - self._last < self.PERIOD_S:
-                self._held += 1
+            if now - self._last[kind] < self.PERIOD_S:
+                self._held[kind] += 1
                 return False
-            if self._held:
-                record.msg = (f"{record.getMessage()} ({self._held} more held back since the "
-                              f"last such line)")
+            if self._held[kind]:
+                record.msg = (f"{message} ({self._held[kind]} more held back since the last "
+                              f"such line)")
                 record.args = None
-            self._last, self._held = now, 0
+            self._last[kind], self._held[kind] = now, 0
         return True
 
 
@@ -1422,7 +1400,6 @@ class HttpServer:
             self._stdlib.shutdown()           # no new connections
             try:
                 self._stdlib.take_backlog()   # but those already queued are served
-                self._stdlib.close_idle()     # and those waiting with no request end
             finally:
                 self._stdlib.server_close()   # joins the handler threads: accepted ones finish
         else:

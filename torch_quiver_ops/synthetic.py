@@ -159,14 +159,17 @@ def check_spec(spec: GraphSpec) -> None:
 
 def _host_bytes(spec: GraphSpec, features: bool, on_cpu: bool, csr: bool,
                 feature_dtype: torch.dtype) -> int:
-    """A lower bound on the host memory :func:`generate` holds at its peak: the edges it
-    returns, the features, and on the CPU the drawn pairs as they are made unique. (A large
-    override had drawn for minutes, then failed in the allocator naming nothing; a probe.)"""
+    """An estimate, on the low side, of the host memory :func:`generate` holds at its
+    peak: the edges it returns or, on the CPU, the drawn pairs as they are made unique
+    (whichever is more), the features, and what it keeps per node. (A large override had
+    drawn for minutes, then failed in the allocator naming nothing; a probe.)"""
     n, pairs = spec.num_nodes, int(spec.num_nodes * spec.avg_degree / 2)
     edges = 8 * pairs + 8 * n if csr else 32 * pairs  # (int32 indices; int64 edge_index)
     drawing = 24 * pairs if on_cpu else 0             # keys, their copy and unique's sort
     rows = n * spec.num_features * feature_dtype.itemsize if features else 0
-    return edges + drawing + rows + 40 * n            # communities, weights and their sums
+    # communities, weights and their sums (on a GPU: the communities and the split)
+    per_node = 40 if on_cpu else 24
+    return max(edges, drawing) + rows + per_node * n
 
 
 def generate(spec: GraphSpec, seed: int = 0, features: bool = True,

@@ -110,6 +110,8 @@ def test_balance_and_what_each_method_cuts():
                          (0, "num_parts must be in"), (10**10, "num_parts must be in")):
         with pytest.raises(ValueError, match=words):
             partition_quality(topo, owner, parts)
+    import numpy as np  # NumPy's ints are counts too
+    assert partition_quality(topo, owner, np.int64(4)) == partition_quality(topo, owner, 4)
     with pytest.raises(ValueError, match="num_parts"):
         assign_owners(topo, 0, "range")
 
