@@ -73,8 +73,7 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
     balanced node counts; in memory, about ``METIS_BYTES_PER_EDGE`` bytes an edge, refused
     with a MemoryError up front where the machine has less available), ``range`` (contiguous id ranges of equal size) or ``random``
     (a random balanced assignment, seeded)."""
-    if not 1 <= num_parts <= 32767:
-        raise ValueError(f"num_parts must be in [1, 32767], got {num_parts}")
+    num_parts = _num_parts(num_parts)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     n = topo.node_count

@@ -728,11 +728,17 @@ def test_batch_prefetcher_refuses_bad_arguments():
         torch.classes.quiver.BatchPrefetcher(sampler._sampler, released, None, -1, 2, 0, 0)
 
 
+def run_script(script, timeout: int):
+    """``script`` run by this interpreter in a process of its own, its output captured."""
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
 def test_a_batch_prefetcher_started_from_two_threads_at_once_does_not_hang(tmp_path):
     """From a probe: two threads' start() joined and replaced one worker together, and one
     of them waited forever (3 runs of 3). In a subprocess, so that a hang fails the test."""
-    import subprocess
-    import sys
     script = tmp_path / "two_starters.py"
     script.write_text(
         "import os, sys, threading, torch\n"
@@ -750,8 +756,7 @@ def test_a_batch_prefetcher_started_from_two_threads_at_once_does_not_hang(tmp_p
         "alive = [t.is_alive() for t in threads]\n"
         "print('alive', alive, flush=True)\n"
         "os._exit(3 if any(alive) else 0)\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120)
+    done = run_script(script, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
 
 
@@ -760,8 +765,6 @@ def test_a_batch_prefetcher_freed_by_python_mid_epoch_stops_without_deadlock(tmp
     # seeds Python made must not be released by that thread (that takes the same lock).
     # Here the thread waits for room when the object goes: it must stop, and the process
     # exit cleanly. In a subprocess, so that a deadlock fails the test instead of hanging.
-    import subprocess
-    import sys
     script = tmp_path / "freed.py"
     script.write_text(
         "import gc, sys, torch\n"
@@ -779,8 +782,7 @@ def test_a_batch_prefetcher_freed_by_python_mid_epoch_stops_without_deadlock(tmp
         "q = torch.classes.quiver.BatchPrefetcher(sampler._sampler, None, None, -1, 1, 0, 0)\n"
         "q.start([torch.arange(4) for _ in range(30)], list(range(30)))\n"
         "print('done')\n")  # q is still building when the interpreter exits
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=60)
+    done = run_script(script, timeout=60)
     assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
 
 
@@ -790,8 +792,6 @@ def test_an_epoch_left_unfinished_at_exit_does_not_abort_the_process(tmp_path, l
     # Builder threads still inside torch while the interpreter finalized aborted the process
     # ("terminate called without an active exception", status 134, each of the first two
     # every time; found by a probe): the loaders' epochs left mid-way are now stopped at exit.
-    import subprocess
-    import sys
     script = tmp_path / "unfinished.py"
     script.write_text(
         "import sys, torch\n"
@@ -816,8 +816,7 @@ def test_an_epoch_left_unfinished_at_exit_does_not_abort_the_process(tmp_path, l
         "for epoch in left:\n"
         "    next(epoch)\n"
         "print('done')\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120)
+    done = run_script(script, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "done", done.stderr[-2000:]
 
 
@@ -1084,8 +1083,6 @@ def test_a_cpp_prefetched_epoch_left_open_at_exit_exits_quietly(tmp_path):
     """An epoch of the C++ thread still open as the interpreter exits: the exit hook stops
     it, and the epoch's own stop, run again as its generator closed during shutdown, printed
     an ImportError ("sys.meta_path is None") (a probe)."""
-    import subprocess
-    import sys
     script = tmp_path / "open_epoch.py"
     script.write_text(
         "import torch, torch_quiver_ops as qv\n"
@@ -1098,8 +1095,7 @@ def test_a_cpp_prefetched_epoch_left_open_at_exit_exits_quietly(tmp_path):
         "                         prefetch_in_cpp=True)\n"
         "it = iter(loader)\n"
         "train(next(it))\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          timeout=120)
+    done = run_script(script, timeout=120)
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
