@@ -319,6 +319,21 @@ def _check_row_offsets(indptr: Tensor) -> None:
                             if indptr.dim() == 1 and indptr.numel() else ""))
 
 
+def _cumsum_within_rows(weight: Tensor, indptr: Tensor) -> Tensor:
+    """Each row's inclusive prefix sums by doubling (Hillis-Steele): every sum adds only its
+    own row's weights, in O(edges x log(longest row))."""
+    degrees = indptr.diff()
+    position = (torch.arange(weight.numel(), device=weight.device)
+                - torch.repeat_interleave(indptr[:-1], degrees, output_size=weight.numel()))
+    out, reach, longest = weight.clone(), 1, int(degrees.max())
+    while reach < longest:
+        shifted = torch.zeros_like(out)
+        shifted[reach:] = torch.where(position[reach:] >= reach, out[:-reach], 0.0)
+        out += shifted
+        reach *= 2
+    return out
+
+
 def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
     """Each CSR row's inclusive prefix sums of ``edge_weight`` (one weight per CSR edge,
     every one finite and > 0, else ``ValueError``), in float64: the ``edge_weight_cumsum``
@@ -335,32 +350,38 @@ def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
         at = int(bad.nonzero()[0])
         raise ValueError(f"edge_weight[{at}] = {float(weight[at])}: every weight must be "
                          f"finite and > 0")
+    # A global running sum less each row's start: one pass, exact enough while a row's
+    # weights are not tiny beside the rows before it. Rounding against the running total
+    # (about 1e-16 of it per step) had left such rows' steps far off their weights: a row
+    # of weights near 1e4 after 1e20 of others was drawn at twice some edges' rates. Rows
+    # with a step off its weight by more than 1e-6 of it (the op's tolerance) are summed
+    # again on their own.
+    indptr = indptr.to(weight.device, torch.long)
+    starts, degrees = indptr[:-1], indptr.diff()
     sums = weight.cumsum(0)
-    starts = indptr[:-1].to(weight.device)
-    degrees = indptr[1:].to(weight.device) - starts
     before = torch.where(starts > 0, sums[(starts - 1).clamp(min=0)],
                          torch.zeros_like(starts, dtype=torch.double))
-    # Subtracting a row's start from a global running sum leaves an error of a few 1e-16 of
-    # the running total in each row's sums: exact enough unless a row's weights are that
-    # small beside the rows before it. Each row is shifted so that its first sum is its
-    # first weight (the op checks that, to 1e-6: a row of 1e-3 weights after 1e9 of others
-    # was off by 1e-4 of it); a row whose sums then fail to grow is summed again on its
-    # own (such rows are rare, and the op would refuse them).
     out = sums - torch.repeat_interleave(before, degrees, output_size=weight.numel())
-    nonempty = degrees > 0
-    firsts = starts[nonempty]
+    # Each row shifted so that its first sum is its first weight exactly (the op compares
+    # them).
+    firsts = starts[degrees > 0]
     stray = torch.zeros_like(before)
-    stray[nonempty] = weight[firsts] - out[firsts]
+    stray[degrees > 0] = weight[firsts] - out[firsts]
     out += torch.repeat_interleave(stray, degrees, output_size=weight.numel())
     out[firsts] = weight[firsts]
-    previous = torch.cat([out.new_zeros(1), out[:-1]])
-    previous[firsts] = 0.0  # a row's first sum follows no other
-    flat = (out <= previous).nonzero().view(-1)
-    if flat.numel():
-        for row in torch.unique(torch.searchsorted(indptr.to(flat.device), flat,
-                                                   right=True) - 1).tolist():
-            begin, end = int(indptr[row]), int(indptr[row + 1])
-            out[begin:end] = weight[begin:end].cumsum(0)
+    steps = out.clone()
+    steps[1:] -= out[:-1]
+    steps[firsts] = out[firsts]
+    off = ((steps - weight).abs() > 1e-6 * weight).nonzero().view(-1)
+    if off.numel():
+        rows = torch.unique(torch.searchsorted(indptr, off, right=True) - 1)
+        row_degrees = degrees[rows]
+        row_indptr = torch.cat([row_degrees.new_zeros(1), row_degrees.cumsum(0)])
+        count = int(row_indptr[-1])
+        edges = (torch.repeat_interleave(starts[rows] - row_indptr[:-1], row_degrees,
+                                         output_size=count)
+                 + torch.arange(count, device=weight.device))
+        out[edges] = _cumsum_within_rows(weight[edges], row_indptr)
     return out
 
 
@@ -439,11 +460,16 @@ def check_row_tables(indptr: Tensor, edge_ids: Optional[Tensor] = None,
                                   torch.tensor([num_edges], device=device)])
         expected = row_cumsum(group_indptr, edge_weight.to(device))  # refuses bad weights
         sums = edge_weight_cumsum.to(device, torch.double)
-        # Close to the sums, and growing at every step: a step below the tolerance could
-        # still be zero or negative.
+        # Close to the sums, and each step close to its weight (the draws' rates are the
+        # steps: sums within 1e-6 of a row's total still let a light edge's step double),
+        # to 1e-6 of the weight beyond float64's rounding of the sum; so growing at every
+        # step too.
+        weight = edge_weight.to(device, torch.double)
+        steps = sums.clone()
+        steps[1:] -= torch.where(starts[1:], 0.0, sums[:-1])
         wrong = ~torch.isclose(sums, expected, rtol=1e-6, atol=0.0)
-        wrong[1:] |= ~starts[1:] & ~(sums[1:] > sums[:-1])
-        wrong |= starts & ~(sums > 0)
+        wrong |= (steps - weight).abs() > 1e-6 * weight + 1e-12 * sums.abs()
+        wrong |= ~(steps > 0)
         if bool(wrong.any()):
             at = int(wrong.nonzero()[0])
             raise ValueError(f"edge_weight_cumsum[{at}] = {float(sums[at])} is not the prefix "

@@ -249,6 +249,55 @@ def test_row_cumsum_of_rows_far_lighter_than_the_rows_before():
         qv.ops.row_cumsum(indptr, weights[:4])
 
 
+def test_row_cumsum_steps_are_the_weights_of_a_row_light_beside_the_rows_before():
+    """A row of weights near 1e4 after a row of 1e20: rounding against the running total
+    had left its steps [33404, 16384, 32768] for weights [33404, 8249, 40920], and the
+    sampler drew the second edge at twice its rate without a word (a probe)."""
+    indptr = torch.tensor([0, 1, 4])
+    weights = torch.tensor([1e20, 33404.0, 8249.0, 40920.0])
+    sums = qv.ops.row_cumsum(indptr, weights)
+    torch.testing.assert_close(sums[1:], weights[1:].double().cumsum(0), rtol=1e-12, atol=0)
+    qv.ops.check_row_tables(indptr, edge_weight=weights, edge_weight_cumsum=sums)
+    seeds = torch.full((100_000,), 1)
+    out = qv.ops.neighbor_sample(indptr, torch.tensor([1, 0, 0, 0]), seeds, [1],
+                                 edge_ids=torch.arange(4), edge_weight=weights,
+                                 edge_weight_cumsum=sums)
+    counts = torch.bincount(out[4], minlength=4)[1:].double()
+    assert chisquare(counts, weights[1:].double() / weights[1:].sum() * counts.sum()
+                     ).pvalue > P_VALUE_FLOOR
+    # The old sums (within 1e-6 of the row's total at the last step, yet each step wrong)
+    # and a light edge's step doubled beside a heavy one are refused by the check.
+    old = torch.tensor([1e20, 33404.0, 49788.0, 82556.0], dtype=torch.double)
+    with pytest.raises(ValueError, match=r"edge_weight_cumsum\[2\] = 49788.0 is not the "):
+        qv.ops.check_row_tables(indptr, edge_weight=weights, edge_weight_cumsum=old)
+    with pytest.raises(ValueError, match=r"edge_weight_cumsum\[1\] = 10000002.0 is not"):
+        qv.ops.check_row_tables(torch.tensor([0, 2]), edge_weight=torch.tensor([1e7, 1.0]),
+                                edge_weight_cumsum=torch.tensor([1e7, 1e7 + 2.0]))
+
+
+def test_row_cumsum_matches_each_rows_own_sums_at_mixed_scales():
+    """Rows of weights at scales from 1e-20 to 1e20 in random order: every step is its
+    weight to 1e-6 and every sum the row's own to 1e-6, which check_row_tables accepts."""
+    generator = torch.Generator().manual_seed(7)
+    for _ in range(100):
+        n = int(torch.randint(1, 40, (1,), generator=generator))
+        degrees = torch.randint(0, 6, (n,), generator=generator)
+        indptr = torch.cat([torch.zeros(1, dtype=torch.long), degrees.cumsum(0)])
+        scale = torch.repeat_interleave(
+            10 ** (torch.rand(n, generator=generator, dtype=torch.double) * 40 - 20), degrees)
+        weights = (scale * 10 ** (torch.rand(scale.numel(), generator=generator,
+                                             dtype=torch.double) * 4)).float()
+        sums = qv.ops.row_cumsum(indptr, weights)
+        own = torch.cat([weights[a:b].double().cumsum(0)
+                         for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist())])
+        torch.testing.assert_close(sums, own, rtol=1e-6, atol=0)
+        steps = sums - torch.cat([sums.new_zeros(1), sums[:-1]])
+        firsts = indptr[:-1][degrees > 0]
+        steps[firsts] = sums[firsts]
+        torch.testing.assert_close(steps, weights.double(), rtol=1e-6, atol=0)
+        qv.ops.check_row_tables(indptr, edge_weight=weights, edge_weight_cumsum=sums)
+
+
 def test_sort_rows_by_time_refuses_fractional_times():
     indptr, indices = star_graph(2)
     with pytest.raises(TypeError, match="edge_time must hold integer times"):
