@@ -337,8 +337,9 @@ def map_arrays(directory: Union[str, Path], stem: str,
     copied by pinning: measured in docs/benchmarks.md). The mapping is the save itself:
     an in-place write reaches every process and later loads (``clone()`` a table to change
     it privately). A save on a read-only file system is mapped privately instead.
-    Objects that hold such arrays pickle them as their files (:func:`portable`); a bare
-    array cannot go to another process through torch's pickling: load it there.
+    Objects that hold such arrays go to worker processes as their files
+    (:func:`send_saves_as_files`); a bare array cannot go to another process through
+    torch's pickling: load it there.
     """
     directory = Path(directory)
     _check_name(stem, str(directory))  # as save_arrays: no path that leaves the directory
@@ -475,6 +476,30 @@ def portable(value):
 def portable_state(state: dict) -> dict:
     """A ``__getstate__`` dict with every tensor over a mapped save made :func:`portable`."""
     return {key: portable(value) for key, value in state.items()}
+
+
+def _object_of_state(cls, state: dict):
+    obj = cls.__new__(cls)
+    setstate = getattr(obj, "__setstate__", None)
+    if setstate is not None:
+        setstate(state)
+    else:
+        obj.__dict__.update(state)
+    return obj
+
+
+def _reduce_with_files(obj):
+    return _object_of_state, (type(obj), portable_state(obj.__getstate__()))
+
+
+def send_saves_as_files(cls) -> None:
+    """Sends ``cls`` to worker processes (multiprocessing's pickler: ``mp.spawn``, queues,
+    DataLoader workers) with its tensors over a mapped save as their files (see
+    :func:`portable`). Other pickling (``copy.deepcopy``, ``torch.save``) copies the rows:
+    as files, a deepcopy had written through to the original and its save, and a
+    ``torch.save`` checkpoint had held only paths."""
+    from multiprocessing.reduction import ForkingPickler
+    ForkingPickler.register(cls, _reduce_with_files)
 
 
 # ---- CUDA IPC: clique shards between processes ----

@@ -90,7 +90,9 @@ def partition_features(x: Tensor, directory: Union[str, Path], num_hosts: int,
         _sharing.save_arrays(directory / f"host_{host}", "feature", {"rows": local},
                              fingerprint=shard_map.fingerprint(), host=host, run=run)
         rows, _ = _sharing.map_arrays(directory / f"host_{host}", "feature", verify=True)
-        if not torch.equal(rows["rows"], local):
+        # Compared as bytes: a NaN (a missing feature, often) is unequal to itself.
+        if not torch.equal(rows["rows"].reshape(-1).view(torch.uint8),
+                           local.reshape(-1).view(torch.uint8)):
             raise RuntimeError(f"{directory}/host_{host} reads back different rows than written")
     # Last: a run that stops before here leaves no map naming its run.
     _sharing.save_arrays(directory / "shard_map", "shard_map",

@@ -654,8 +654,7 @@ class Feature:
                                        if buffer is not None},
                                     **self._shard_payloads}
         state["_shards"] = {}
-        # A table from load_shared travels as its files (mapped again in the worker).
-        return _sharing.portable_state(state)
+        return state
 
     def __setstate__(self, state):
         # Pickled before the option existed, or as a plain attribute.
@@ -745,10 +744,11 @@ def _feature_of_state(cls: type, state: dict) -> Feature:
 def _reduce_for_workers(feature: Feature):
     """A Feature sent to worker processes: its table moved into shared memory first, so
     they map it rather than each receive a copy; then its state as pickling takes it (a
-    subclass's own __getstate__ too)."""
+    subclass's own __getstate__ too), a table from load_shared as its files (mapped again
+    in the worker; other pickling copies it: see _sharing.send_saves_as_files)."""
     if feature._host is not None and not feature._host.is_shared():
         feature._move_to_shared_memory()
-    return _feature_of_state, (type(feature), feature.__getstate__())
+    return _feature_of_state, (type(feature), _sharing.portable_state(feature.__getstate__()))
 
 
 ForkingPickler.register(Feature, _reduce_for_workers)

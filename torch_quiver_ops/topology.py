@@ -208,6 +208,12 @@ class CSRTopo:
                 raise ValueError("CSRTopo needs edge_index, or both indptr and indices")
             indptr, indices = indptr.cpu().contiguous(), indices.cpu().contiguous()
             eid = None if eid is None else eid.cpu().contiguous()
+            # Narrower integer offsets and edge ids (scipy's CSR has int32 ones) as int64, as
+            # edge_index's path takes them; the op names any other dtype.
+            if holds_integers(indptr) and indptr.dtype != torch.int64:
+                indptr = as_int64(indptr, "indptr", "offsets are int64", ValueError)
+            if eid is not None and holds_integers(eid) and eid.dtype != torch.int64:
+                eid = as_int64(eid, "eid", "edge ids are int64")
             try:
                 ops.check_csr(indptr, indices, eid)  # once: each op checks only rows it reads
             except (TypeError, ValueError, IndexError) as error:  # the op's name for this argument
@@ -280,10 +286,13 @@ class CSRTopo:
             raise type(error)(f"{Path(directory) / 'csr.json'} and its .bin files hold no "
                               f"valid CSR: {error}") from None
 
-    def __getstate__(self):
-        # A topology from load_shared travels as its files (mapped again in the worker).
-        return _sharing.portable_state(self.__dict__)
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _sharing.send_saves_as_files(cls)
 
     def __repr__(self) -> str:
         return (f"CSRTopo(nodes={self.node_count}, edges={self.edge_count}, "
                 f"indices={self.indices.dtype})")
+
+
+_sharing.send_saves_as_files(CSRTopo)

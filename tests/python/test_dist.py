@@ -297,6 +297,19 @@ def test_partition_writes_checked_shards(tmp_path):
         qv.Feature.load_shared(tmp_path / "host_1")
 
 
+def test_a_table_with_nans_is_partitioned(tmp_path):
+    """A NaN (a missing feature) is unequal to itself: the read-back check refused every
+    table that held one, after writing part of the partition (a probe)."""
+    x = table(40)
+    x[3, 1] = float("nan")
+    qv.dist.partition_features(x, tmp_path, 2)
+    shard_map = qv.dist.load_shard_map(tmp_path, verify=True)
+    for h in range(2):
+        local = qv.Feature.load_shared(tmp_path / f"host_{h}", device_list=[])
+        assert torch.equal(local[torch.arange(len(local))].isnan(),
+                           x[shard_map.local_ids(h)].isnan())
+
+
 def test_a_shard_map_whose_metadata_is_corrupt_is_named(tmp_path):
     """From a probe: num_hosts of 2**70 or true, and float host_of/local_index, raised
     torch's binding error or a bare TypeError, naming no file (or blamed host 1)."""

@@ -460,6 +460,31 @@ def test_ipc_buffers_check_their_gpu_indices():
         torch.classes.quiver.IpcBuffer.open(buffer.handle(), 16, 0, 256)
 
 
+def test_a_deepcopy_or_torch_save_of_a_loaded_save_copies_its_rows(tmp_path):
+    """Only worker processes take a loaded save as its files: a deepcopy had written
+    through to the original and its files, and a torch.save checkpoint had held only the
+    paths, unloadable once the save moved (a probe)."""
+    qv.Feature(device_list=[]).from_cpu_tensor(torch.arange(20.0).view(10, 2)).save(tmp_path / "f")
+    qv.CSRTopo(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=4).save(tmp_path / "t")
+    feature = qv.Feature.load_shared(tmp_path / "f", device_list=[])
+    topo = qv.CSRTopo.load_shared(tmp_path / "t")
+    copied_feature, copied_topo = copy.deepcopy((feature, topo))
+    copied_feature._host[0, 0] = 999.0
+    copied_topo.indices[0] = 3
+    assert feature[0].tolist() == [0.0, 1.0] and topo.indices.tolist() == [1, 2, 0]
+    saved, _ = qv.load_arrays(tmp_path / "f", "feature")
+    assert saved["rows"][0, 0].item() == 0.0
+    checkpoint = io.BytesIO()
+    torch.save((feature, topo), checkpoint)
+    del feature, topo, saved
+    shutil.rmtree(tmp_path / "f")
+    shutil.rmtree(tmp_path / "t")
+    checkpoint.seek(0)
+    feature, topo = torch.load(checkpoint, weights_only=False)
+    assert torch.equal(feature[torch.arange(10)], torch.arange(20.0).view(10, 2))
+    assert topo.indices.tolist() == [1, 2, 0]
+
+
 def test_a_mapped_table_saved_over_is_not_passed_to_workers_as_the_new_save(tmp_path):
     """A worker mapped the file now at the path: after a same-shape save over it, the parent
     read the old rows and the worker the new ones, without a word (a probe)."""
