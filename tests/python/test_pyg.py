@@ -131,6 +131,20 @@ def test_graph_store_layouts_agree_and_hold_in_neighbors():
         assert edge_set(torch.stack(back)) == edge_set(data.edge_index)
         assert store.get_all_edge_attrs()[0].size == (n, n)
     assert perm.numel() == row.numel()
+    # int32 (row, colptr) as COO takes int32 ids; errors name colptr and row, not the
+    # CSRTopo arguments the caller never passed (a probe).
+    narrow = qpyg.GraphStore()
+    narrow.put_edge_index((csc_rows.int(), colptr.int()), edge_type=None, layout="csc",
+                          size=(n, n))
+    assert torch.equal(narrow.topo.indptr, csc.topo.indptr)
+    falling = colptr.clone()
+    falling[1] = falling[2] + 1
+    with pytest.raises(ValueError, match=r"colptr must be non-decreasing"):
+        qpyg.GraphStore().put_edge_index((csc_rows, falling), edge_type=None,
+                                         layout="csc", size=(n, n))
+    with pytest.raises(IndexError, match=rf"row holds node id \d+, out of range \[0, {n}\)"):
+        qpyg.GraphStore().put_edge_index((csc_rows + n + 3, colptr), edge_type=None,
+                                         layout="csc", size=(n, n))
     with pytest.raises(ValueError, match="HeteroGraphStore"):
         qpyg.GraphStore().put_edge_index((row, col), edge_type=("a", "to", "b"), layout="coo",
                                          size=(n, n))

@@ -1,6 +1,7 @@
 """torch_quiver_ops.topology.CSRTopo: building, validating, saving and mapping a graph."""
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -32,6 +33,21 @@ def test_numpy_arrays_are_taken_as_tensors():
                             eid=built.eid.numpy())):
         assert torch.equal(topo.indptr, built.indptr)
         assert torch.equal(topo.indices, built.indices) and torch.equal(topo.eid, built.eid)
+
+
+def test_a_csr_of_int32_offsets_and_edge_ids_is_taken_as_int64():
+    """scipy's CSR has int32 offsets: the CSR path refused them (and int32 edge ids) where
+    the edge_index path widened them (a probe)."""
+    scipy_sparse = pytest.importorskip("scipy.sparse")
+    matrix = scipy_sparse.random(40, 40, density=0.1, format="csr", random_state=0)
+    topo = qv.CSRTopo(indptr=matrix.indptr, indices=matrix.indices,
+                      eid=np.arange(matrix.nnz, dtype=np.int32))
+    assert topo.indptr.dtype == torch.int64 and topo.eid.dtype == torch.int64
+    assert topo.indptr.tolist() == matrix.indptr.tolist()
+    assert topo.eid.tolist() == list(range(matrix.nnz))
+    with pytest.raises(ValueError, match=r"indptr must be non-decreasing"):
+        qv.CSRTopo(indptr=torch.tensor([0, 2, 1, 2], dtype=torch.int16),
+                   indices=torch.tensor([1, 0]))
 
 
 def test_edge_ids_given_with_edge_index_name_the_csr_edges():

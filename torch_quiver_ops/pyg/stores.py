@@ -135,7 +135,11 @@ class GraphStore(_PygGraphStore):
         layout = EdgeLayout(edge_attr.layout)
         first, second = _id_pair(edge_index, layout)
         if layout == EdgeLayout.CSC:  # (row, colptr): already grouped by destination
-            self.topo = CSRTopo(indptr=second, indices=first, num_nodes=num_nodes)
+            try:
+                self.topo = CSRTopo(indptr=second, indices=first, num_nodes=num_nodes)
+            except (TypeError, ValueError, IndexError) as error:  # named as the caller gave them
+                raise type(error)(re.sub(r"\bindices\b", "row",
+                                         re.sub(r"\bindptr\b", "colptr", str(error)))) from None
             return True
         if layout == EdgeLayout.CSR:  # (rowptr, col): back to COO, edge ids in CSR order
             first = _rows_of_pointers(first, second.numel(), "rowptr")
