@@ -377,9 +377,12 @@ def load_partition(directory: Union[str, Path], part: int, verify: bool = False)
     directory = Path(directory)
     manifest = read_manifest(directory)
     num_parts, n = manifest["num_parts"], manifest["num_nodes"]
-    if not is_int(part) or not 0 <= part < num_parts:
-        raise ValueError(f"part {part!r} is not an int in [0, {num_parts}) "
-                         f"({directory}/manifest.json)")
+    given, part = part, as_int(part)  # (NumPy's ints too, as partition_graph's num_parts)
+    if part is None:
+        raise ValueError(f"part must be an int, got {given!r}")
+    if not 0 <= part < num_parts:
+        raise ValueError(f"part {part} is not one of the partition's {num_parts} parts "
+                         f"[0, {num_parts}) ({directory}/manifest.json)")
     splits = manifest.get("splits", [])
     arrays, meta = _sharing.map_arrays(
         directory / f"part_{part}", "part", verify=verify,

@@ -439,6 +439,12 @@ def test_a_part_loaded_on_the_wrong_rank_or_corrupt_is_refused(tmp_path):
     try:
         with pytest.raises(ValueError, match="rank 0 of 1 but holds part 1 of 2"):
             DistGraphSampler(part, [3])
+        from torch_quiver_ops.pyg import DistNeighborLoader
+        # A loader in a group of another size than the parts: every rank was told its part
+        # (one past the parts was told only that its part was out of range: a probe).
+        with pytest.raises(ValueError, match=r"rank 0 of 1, but .*two holds 2 parts: run one "
+                                             r"process per part"):
+            DistNeighborLoader(tmp_path / "two", [3], input_nodes=torch.arange(4), timeout=5.0)
         far = whole.indices.clone()
         far[17] = 400  # a neighbor id past the graph
         with pytest.raises(IndexError, match=r"node id 400, out of range \[0, 400\)"):
@@ -632,7 +638,7 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
                         DistGraphSampler(part, [2], **(sampler_options if rank == 1
                                                        else {"timeout": 20.0}))
                 assert time.monotonic() - started < 10, said
-        with pytest.raises(ValueError, match="part True is not an int"):
+        with pytest.raises(ValueError, match="part must be an int, got True"):
             load_partition(directory / "parts", True)
         with pytest.raises(ValueError, match="names no split"):
             DistNeighborLoader(part, [2], input_nodes="validation")

@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -136,8 +137,10 @@ def test_corrupt_truncated_and_mismatched_files_are_refused(tmp_path):
     topo = community_graph(n=300)
     partition_graph(tmp_path / "a", topo, 2, "range", y=torch.zeros(300, dtype=torch.long))
     partition_graph(tmp_path / "b", topo, 2, "range", y=torch.zeros(300, dtype=torch.long))
-    with pytest.raises(ValueError, match="part 2 is not an int in"):
+    with pytest.raises(ValueError, match=r"part 2 is not one of the partition's 2 parts"):
         load_partition(tmp_path / "a", 2)
+    # NumPy's ints are parts, as partition_graph takes them for num_parts (a probe).
+    assert load_partition(tmp_path / "a", np.int64(1)).part == 1
     # A part from another run of the partitioner.
     (tmp_path / "a" / "part_1" / "part.json").write_text(
         (tmp_path / "b" / "part_1" / "part.json").read_text())

@@ -19,7 +19,7 @@ from .._interrupts import ctrl_c_ends_waits
 from ..dist import gloo_twin
 from ..ops import check_fanouts
 from ..partition import (DistGraphSampler, GraphPartition, _tell_sampler_setup_problem,
-                         load_partition, split_ids)
+                         load_partition, read_manifest, split_ids)
 from .sampler import _fanouts
 
 
@@ -93,7 +93,12 @@ class DistNeighborLoader:
             if problem is not None:
                 raise problem
             if not isinstance(partition, GraphPartition):
-                partition = load_partition(partition, dist.get_rank(self.group), verify=verify)
+                rank, size = dist.get_rank(self.group), dist.get_world_size(self.group)
+                num_parts = read_manifest(partition)["num_parts"]
+                if size != num_parts:  # (a rank past the parts had been told its part only)
+                    raise ValueError(f"this process is rank {rank} of {size}, but {partition} "
+                                     f"holds {num_parts} parts: run one process per part")
+                partition = load_partition(partition, rank, verify=verify)
         except (ValueError, TypeError, IndexError, OSError) as error:
             # Told to the other hosts, which meet it in the sampler's setup agreement, so
             # that every host raises at once rather than after the timeout with nothing said.
