@@ -4,6 +4,7 @@
 // it. A change here changes the CPU and the GPU together.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #ifdef __CUDACC__
@@ -67,6 +68,13 @@ QUIVER_HOST_DEVICE inline bool sums_start_at(double first_sum, float first_weigh
 }
 QUIVER_HOST_DEVICE inline bool sum_draw_fits(double low, double target, double sum, double total) {
   return low <= target && target < sum && sum > low && sum <= total;
+}
+// A draw's target in [0, total): uniform * total rounds up to total itself about once in
+// 2^53 draws (total just above a power of two), which sum_draw_fits would take for sums
+// that do not grow.
+QUIVER_HOST_DEVICE inline double sum_draw_target(double uniform, double total) {
+  const double target = uniform * total;
+  return target < total ? target : nextafter(total, 0.0);
 }
 
 // Nodes a batch can reach at most before its first all-neighbors hop: seeds times the

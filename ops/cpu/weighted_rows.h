@@ -20,11 +20,12 @@
 
 namespace quiver::cpu {
 
-// A uniform double in (0, 1) from two 32-bit draws (53 bits, never 0 or 1).
+// A uniform double in (0, 1) from two 32-bit draws: 52 bits and a half, never 0 or 1 (with
+// 53 bits, the largest, 2^53 - 0.5, rounded to 2^53, a 1).
 inline double uniform_open(at::philox_engine& rng) {
   const uint64_t high = rng();  // two statements: a fixed order of the two draws
   const uint64_t low = rng();
-  return (static_cast<double>(((high << 32) | low) >> 11) + 0.5) * 0x1.0p-53;
+  return (static_cast<double>(((high << 32) | low) >> 12) + 0.5) * 0x1.0p-52;
 }
 
 // Writes `count` offsets in [0, degree) of the row whose weights start at `weights` (CSR
@@ -90,7 +91,7 @@ inline void weighted_offsets_by_sums(const double* sums, const float* weights, i
   }
   if (!sums_start_at(sums[0], checked_weight(0))) errors::cumsum_not_per_row(begin, node);
   auto draw = [&]() {
-    const double target = uniform_open(rng) * total;
+    const double target = sum_draw_target(uniform_open(rng), total);
     const int64_t j = std::min<int64_t>(std::upper_bound(sums, sums + degree, target) - sums,
                                         degree - 1);
     const double low = j == 0 ? 0.0 : sums[j - 1];

@@ -37,12 +37,13 @@ __device__ inline uint4 edge_bits(uint64_t seed, uint64_t call, uint64_t stream,
       counter, uint2{static_cast<uint32_t>(key), static_cast<uint32_t>(key >> 32)});
 }
 
-// A uniform double in (0, 1) (53 bits) for edge `offset`.
+// A uniform double in (0, 1) for edge `offset`: 52 bits and a half, never 0 or 1 (with 53
+// bits, the largest rounded to 1).
 __device__ inline double edge_uniform(uint64_t seed, uint64_t call, uint64_t stream,
                                       int64_t offset) {
   const uint4 bits = edge_bits(seed, call, stream, offset);
   const uint64_t word = (static_cast<uint64_t>(bits.x) << 32) | bits.y;
-  return (static_cast<double>(word >> 11) + 0.5) * 0x1.0p-53;
+  return (static_cast<double>(word >> 12) + 0.5) * 0x1.0p-52;
 }
 
 // The same draw as a float in (0, 1), for the register path's float keys: 23 bits, so that
@@ -85,7 +86,8 @@ __device__ void sample_by_sums(const Group& group, const RowRules& rules, const 
     return;
   }
   auto draw = [&](int64_t d) {
-    const double target = edge_uniform(seed, call, stream, kSumDrawBase + d) * total;
+    const double target = sum_draw_target(edge_uniform(seed, call, stream, kSumDrawBase + d),
+                                          total);
     int64_t lo = 0, hi = degree - 1;  // the first edge whose sum passes the target
     while (lo < hi) {
       const int64_t mid = lo + (hi - lo) / 2;

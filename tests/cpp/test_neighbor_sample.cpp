@@ -4,7 +4,10 @@
 // every device.
 #include <c10/util/Exception.h>
 
+#include <cmath>
+
 #include "graphs.h"
+#include "ops/sampling_rules.h"
 
 namespace {
 
@@ -132,3 +135,19 @@ TEST_P(NeighborSample, HeteroRelationsKeepTheirFanoutsAndTypes) {
 QUIVER_ON_EVERY_DEVICE(NeighborSample);
 
 }  // namespace
+
+// A prefix-sum draw's target is uniform * total: rounded up to the total itself (a uniform
+// of 1, or one just below it times a total just above a power of two), it failed
+// sum_draw_fits and the batch raised that the sums do not grow.
+TEST(SamplingRules, ADrawsTargetStaysBelowTheRowsTotal) {
+  const double just_below_one = std::nextafter(1.0, 0.0);
+  for (const double total : {1.0, 3.0, std::nextafter(2.0, 3.0), std::nextafter(1024.0, 2048.0),
+                             1e-300, 1e300}) {
+    for (const double uniform : {1.0, just_below_one}) {
+      const double target = quiver::sum_draw_target(uniform, total);
+      EXPECT_LT(target, total) << "uniform " << uniform << ", total " << total;
+      EXPECT_GE(target, std::nextafter(total, 0.0)) << "total " << total;
+    }
+  }
+  EXPECT_EQ(quiver::sum_draw_target(0.5, 3.0), 1.5);
+}
