@@ -1,6 +1,9 @@
 """The Feature store (torch_quiver_ops.feature) over every policy, order, dtype and cache
 size, against x[ids]; the op underneath is tested in test_gather_tiered_rows.py."""
+import copy
+import io
 import pickle
+import shutil
 import warnings
 
 import numpy as np
