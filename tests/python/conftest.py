@@ -79,6 +79,51 @@ def run_commands(commands, timeout):
             command, capture_output=True, text=True, timeout=timeout), commands))
 
 
+# Runs scripts as `python script.py *argv` would, one after another in one process (see
+# run_script_cases): each as __main__, with its own sys.argv, sys.path[0], output and exit
+# status.
+_SCRIPT_CASES_DRIVER = r"""
+import contextlib, io, json, os, runpy, sys, traceback
+results = []
+for path, argv in json.load(sys.stdin):
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    sys.argv = [path, *argv]
+    sys.path.insert(0, os.path.dirname(path))
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(path, run_name="__main__")
+        except SystemExit as end:  # as the interpreter ends: a message goes to stderr, 1
+            if end.code is None or isinstance(end.code, int):
+                code = end.code or 0
+            else:
+                print(end.code, file=sys.stderr)
+                code = 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    del sys.path[0]
+    results.append({"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+sys.__stdout__.write("\n@@results@@" + json.dumps(results))
+"""
+
+
+def run_script_cases(cases, timeout, env=None):
+    """Each ``(script path, argv)`` of ``cases`` run as ``python script *argv`` would run
+    it, all in one process (with ``env``, if given), in order: results with the
+    ``returncode``, ``stdout`` and ``stderr`` of each. For scripts' refusals of bad options, which had cost a process
+    and a torch import each (3-7 s apiece here, minutes of CI in all)."""
+    import json
+    import subprocess
+    from types import SimpleNamespace
+    done = subprocess.run([sys.executable, "-c", _SCRIPT_CASES_DRIVER],
+                          input=json.dumps([[str(path), [str(a) for a in argv]]
+                                            for path, argv in cases]),
+                          capture_output=True, text=True, timeout=timeout, env=env)
+    _, marker, results = done.stdout.rpartition("@@results@@")
+    assert marker, f"the scripts' driver ended with {done.returncode}: {done.stderr[-3000:]}"
+    return [SimpleNamespace(**result) for result in json.loads(results)]
+
+
 def load_example(name):
     """examples/<name>.py as a module (the examples are scripts, not a package)."""
     import importlib.util

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from multiprocessing.reduction import ForkingPickler
 
 import torch_quiver_ops as qv
-from conftest import HAS_CUDA, spawn_workers, worker_process
+from conftest import HAS_CUDA, run_script_cases, spawn_workers, worker_process
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -1418,9 +1418,9 @@ def test_distributed_example_checks_its_folder_and_transport_where_it_starts(tmp
     if not torch.cuda.is_available():
         cases.append((["--data", str(tmp_path / "d"), "--transport", "nccl"],
                       "--transport nccl moves rows between GPUs"))
-    for argv, words in cases:
-        result = subprocess.run([sys.executable, str(REPO / "examples" / "train_sage_dist.py"),
-                                 "--size", "tiny", *argv], capture_output=True, text=True,
-                                timeout=120, env=env)
+    results = run_script_cases([(REPO / "examples" / "train_sage_dist.py",
+                                 ["--size", "tiny", *argv]) for argv, _ in cases],
+                               timeout=300, env=env)
+    for (argv, words), result in zip(cases, results):
         assert result.returncode == 2 and words in result.stderr, (argv, result.stderr[-2000:])
     assert not (tmp_path / "d").exists()

@@ -4,7 +4,7 @@ silently or crashing after an epoch; the splits they make from the data are refu
 one comes out empty, before the first epoch."""
 import pytest
 import torch
-from conftest import load_example
+from conftest import load_example, run_script_cases
 
 pytest.importorskip("torch_geometric")
 
@@ -262,10 +262,9 @@ def test_training_examples_refuse_a_device_they_cannot_use(example, request, cap
 
 
 def test_the_pyg_drop_in_example_checks_its_sizes_before_the_graph():
-    import subprocess
-    import sys
     from pathlib import Path
     script = Path(__file__).resolve().parents[2] / "examples" / "pyg_neighbor_loader.py"
+    cases = []
     for argv, words in ((["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
                         (["--num-workers", "-1"], "--num-workers must be >= 0, got -1"),
                         (["--epochs", "-1"], "--epochs must be >= 0, got -1"),
@@ -274,6 +273,7 @@ def test_the_pyg_drop_in_example_checks_its_sizes_before_the_graph():
                         (["--num-workers", "100000"], "--num-workers must be at most 256"),
                         # past sys.maxsize torch's sampler raised from islice (a probe)
                         (["--batch-size", str(10**20)], "--batch-size must be at most")):
-        done = subprocess.run([sys.executable, str(script), *argv], capture_output=True,
-                              text=True, timeout=120)
-        assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
+        cases.append((argv, words))
+    for (argv, words), done in zip(cases, run_script_cases([(script, argv) for argv, _ in cases],
+                                                           timeout=300)):
+        assert done.returncode == 2 and words in done.stderr, (argv, done.stderr[-2000:])

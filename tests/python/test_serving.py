@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch_geometric.nn import SAGEConv
 
 import torch_quiver_ops as qv
-from conftest import HAS_CUDA, run_commands
+from conftest import HAS_CUDA, run_commands, run_script_cases
 from torch_quiver_ops.serving import (PSGS, Overloaded, ServingPool, ServingRuntime,
                                       package_for_serving, serve_http)
 from torch_quiver_ops.synthetic import synthetic_graph
@@ -1764,7 +1764,6 @@ def test_serve_sage_serves_the_main_jobs_model(tmp_path, package):
 def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_path):
     """A checkpoint that is missing, not train_sage.py's, or a package; options out of
     range: refused by argparse (exit 2) before the graph is rebuilt."""
-    import sys
     from pathlib import Path
     repo = Path(__file__).resolve().parents[2]
     state_dict = tmp_path / "weights.pt"
@@ -1826,8 +1825,8 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
         port = taken.getsockname()[1]
         cases.append(([str(state_dict), "--port", str(port)],
                       f"--host 127.0.0.1 --port {port}: cannot listen there"))
-        runs = run_commands([[sys.executable, str(repo / "examples" / "serve_sage.py"), *args]
-                             for args, _ in cases], timeout=120)
+        runs = run_script_cases([(repo / "examples" / "serve_sage.py", args)
+                                 for args, _ in cases], timeout=600)
     for (args, words), done in zip(cases, runs):
         assert done.returncode == 2 and words in done.stderr, (args, done.stderr[-2000:])
 
@@ -1887,9 +1886,8 @@ def test_load_generator_names_bad_arguments():
     # An allocation failure, and a report lost after the run (found by a probe).
     cases += [(["--rates", "1e12"], "--rates x --duration asks for 5e+12 requests"),
               (["--json", "/proc/rows.json"], "--json /proc/rows.json: no file can be written")]
-    for args, words in cases:
-        done = subprocess.run([sys.executable, str(script), *args], capture_output=True,
-                              text=True, timeout=120)
+    for (args, words), done in zip(cases, run_script_cases([(script, args) for args, _ in cases],
+                                                           timeout=600)):
         assert done.returncode == 2 and words in done.stderr, (args, done.stderr[-2000:])
     # A run in which no request was answered is a failure, not rows of nan with status 0.
     done = subprocess.run([sys.executable, str(script), "--url", "http://127.0.0.1:1",

@@ -12,7 +12,7 @@ import torch
 
 import torch_quiver_ops as qv
 from torch_quiver_ops import preflight
-from conftest import run_commands
+from conftest import run_script_cases
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,9 +34,9 @@ def test_train_example_refuses_bad_options_before_training(tmp_path):
              (["--eval-nodes", "0"], "--eval-nodes must be >= 1, got 0"),
              (["--prefetch", "0", "--loader-thread", "cpp"], "need --prefetch 1 or more"),
              (["--save", str(tmp_path / "missing" / "m.pt")], "does not exist")]
-    results = run_commands([[sys.executable, str(REPO / "examples" / "train_sage.py"), "--size",
-                             "tiny", "--device", "cpu", *options] for options, _ in cases],
-                           timeout=120)
+    results = run_script_cases([(REPO / "examples" / "train_sage.py",
+                                 ["--size", "tiny", "--device", "cpu", *options])
+                                for options, _ in cases], timeout=300)
     for (options, words), result in zip(cases, results):
         assert result.returncode == 2 and words in result.stderr, (options, result.stderr)
 
@@ -119,7 +119,7 @@ def test_a_re_save_is_granted_the_room_its_old_files_free(tmp_path, monkeypatch)
 GPU_ONLY = not (torch.cuda.is_available() and qv.cuda_kernels_built())
 
 
-@pytest.mark.parametrize("script, args, words", [
+BENCHMARK_REFUSALS = [
     ("bench_sampling.py", ["--graphs", "tiny", "--batch-size", "0"], "--batch-size must be >= 1"),
     ("bench_sampling.py", ["--graphs", "nope"], "--graphs takes presets of"),
     ("bench_e2e.py", ["--graph", "nope"], "--graph takes presets of"),
@@ -182,12 +182,30 @@ GPU_ONLY = not (torch.cuda.is_available() and qv.cuda_kernels_built())
                  marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
     pytest.param("bench_sampling.py", ["--graphs", "tiny", "--profile"], "--profile profiles",
                  marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
-])
-def test_benchmark_scripts_name_a_bad_option_before_running(script, args, words):
+]
+
+
+def _refusal_case(case):
+    return case.values if hasattr(case, "values") else case
+
+
+@pytest.fixture(scope="module")
+def benchmark_refusals():
+    """Every case of BENCHMARK_REFUSALS that runs here, run in one process (a torch import
+    each had cost this file minutes): (script, args) -> its result."""
+    cases = [_refusal_case(case) for case in BENCHMARK_REFUSALS
+             if not hasattr(case, "marks") or GPU_ONLY]
+    results = run_script_cases([(REPO / "scripts" / script, args) for script, args, _ in cases],
+                               timeout=600)
+    return {(script, tuple(args)): result for (script, args, _), result in zip(cases, results)}
+
+
+@pytest.mark.parametrize("script, args, words", BENCHMARK_REFUSALS)
+def test_benchmark_scripts_name_a_bad_option_before_running(benchmark_refusals, script, args,
+                                                            words):
     """Zero sizes, unknown presets and GPU-only scripts on a CPU machine ended in
     ZeroDivisionError, negative-dimension or "no NVIDIA driver" tracebacks."""
-    done = subprocess.run([sys.executable, str(REPO / "scripts" / script), *args],
-                          capture_output=True, text=True, timeout=120)
+    done = benchmark_refusals[(script, tuple(args))]
     assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
 
