@@ -30,9 +30,11 @@ export QUIVER_CPP_TRAINER="$REPO/build/examples_cpp/train_sage"  # run by the Py
 export QUIVER_CPP_EXPORT_RUNNER="$REPO/build/examples_cpp/run_exported"
 
 section "Python tests"
-# Run from outside the source tree so that the installed package is the one under test.
+# Run from outside the source tree so that the installed package is the one under test;
+# the slowest tests are listed at the end (where CI's time goes).
 (cd /tmp && QUIVER_TEST_BINARY_DIR="$BUILD_DIR/tests/cpp" QUIVER_REQUIRE_CPP_TESTS=1 \
-  "$VENV/bin/python" -m pytest -q -ra --rootdir "$REPO" -c "$REPO/pyproject.toml" "$REPO/tests/python" "$@")
+  "$VENV/bin/python" -m pytest -q -ra --durations=15 --rootdir "$REPO" -c "$REPO/pyproject.toml" \
+  "$REPO/tests/python" "$@")
 
 section "RDMA for real: soft-RoCE (rdma_rxe) in a QEMU guest"
 if [ "${QUIVER_SKIP_RDMA_VM:-0}" = 1 ]; then
