@@ -85,17 +85,19 @@ def parse_args(argv=None):
                              "(default 20%%); 0 keeps every row in pinned host memory")
     parser.add_argument("--cache-policy", default="device_replicate",
                         choices=["device_replicate", "p2p_clique_replicate"],
-                        help="with several GPUs: a cache on each, or one spread over NVLink peers")
+                        help="with several GPUs: a cache on each, or one spread over NVLink peers "
+                             "(default: device_replicate)")
     parser.add_argument("--cache-order", default="presample", choices=["presample", "degree"],
                         help="which rows are hot: most sampled in one presampled epoch, or "
-                             "highest degree")
+                             "highest degree (default: presample)")
     parser.add_argument("--prefetch", type=int, default=2,
-                        help="batches built ahead of the model (0: in line, with a time split)")
+                        help="batches built ahead of the model (0: in line, with a time split; "
+                             "default: 2)")
     parser.add_argument("--loader-workers", type=int, default=1,
                         help="batches the loader builds at once, each on a stream of its own "
-                             "(worth it when sampling, not the model, bounds an epoch)")
+                             "(worth it when sampling, not the model, bounds an epoch; default: 1)")
     parser.add_argument("--eval-nodes", type=int, default=10_000,
-                        help="test nodes scored after each epoch")
+                        help="test nodes scored after each epoch (default: 10000)")
     parser.add_argument("--seed", type=option_checks.seed, default=0,
                         help="seeds the graph, the model and the batches' order (default: 0)")
     parser.add_argument("--report", default=None,

@@ -106,16 +106,21 @@ def wrk(url, connections, seconds):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--graph", default="tiny")
-    parser.add_argument("--servers", default="stdlib-nagle,stdlib,uvicorn")
-    parser.add_argument("--connections", type=int, default=32)
-    parser.add_argument("--seconds", type=int, default=5)
-    parser.add_argument("--cpu-samplers", type=int, default=2)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--graph", default="tiny", help="a synthetic preset (default: tiny)")
+    parser.add_argument("--servers", default="stdlib-nagle,stdlib,uvicorn",
+                        help="comma list of the HTTP servers measured (default: %(default)s)")
+    parser.add_argument("--connections", type=int, default=32,
+                        help="wrk's keep-alive connections (default: 32)")
+    parser.add_argument("--seconds", type=int, default=5,
+                        help="each measurement's length (default: 5)")
+    parser.add_argument("--cpu-samplers", type=int, default=2,
+                        help="the runtime's CPU sampling threads (default: 2)")
     parser.add_argument("--rounds", type=int, default=2,
-                        help="each server measured this many times, in turns")
-    parser.add_argument("--json")
-    parser.add_argument("--plot")
+                        help="each server measured this many times, in turns (default: 2)")
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--plot", help="also draw the rows to this PNG (needs matplotlib)")
     args = parser.parse_args()
     kinds = ["direct"] + args.servers.split(",")
     bad = set(kinds) - {"direct", "stdlib-nagle", "stdlib", "uvicorn"}

@@ -10,9 +10,19 @@ Run the builds or variants to compare in turn, each in its own process, on one m
 (PYTHONPATH and TORCH_QUIVER_OPS_LIBRARY pointing at each build), as docs/benchmarks.md
 describes; a build before capture_batches existed takes no second argument.
 """
-import json, statistics, sys, time, torch
+import argparse, json, statistics, sys, time, torch
 import torch_quiver_ops as qv
 from torch_quiver_ops.synthetic import synthetic_graph
+
+parser = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("label", help="the row's label (the build or variant measured)")
+parser.add_argument("capture", nargs="?", choices=("captured", "launched"),
+                    help="capture_batches on or off (builds before it existed take none)")
+cli = parser.parse_args()
+if not (torch.cuda.is_available() and qv.cuda_kernels_built()):
+    parser.error("this script times the GPU and UVA samplers: it needs a CUDA GPU and the "
+                 "CUDA kernels")
 dev = torch.device("cuda", 0)
 g = synthetic_graph("products", device=dev, csr=True)
 topo = g.topology()

@@ -10,8 +10,17 @@ same process and counts outputs that differ (races).
 """
 import os, sys, torch
 import torch_quiver_ops as qv
+import argparse
 from torch_quiver_ops import ops
 from torch_quiver_ops.synthetic import synthetic_graph
+
+parser = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("out", help="where this build's batches are saved")
+parser.add_argument("reference", nargs="?", help="a saved set to compare them with")
+parser.parse_args()
+if not (torch.cuda.is_available() and qv.cuda_kernels_built()):
+    parser.error("this script samples on the GPU: it needs a CUDA GPU and the CUDA kernels")
 
 dev = torch.device("cuda", 0)
 g = synthetic_graph("products", device=dev, csr=True)

@@ -12,6 +12,10 @@
 #   QUIVER_CSR_BENCH_ARGS, QUIVER_DIST_BENCH_ARGS, QUIVER_HOST_PAGES_ARGS: extra arguments for
 #                      the benchmarks (e.g. QUIVER_E2E_BENCH_ARGS="--scaling 1,2,4")
 set -uo pipefail
+if [ $# -gt 0 ]; then  # it takes no arguments: --help (or anything) prints the header above
+  sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"
+  [ "$1" = -h ] || [ "$1" = --help ]; exit $?
+fi
 cd "$(dirname "$0")/.."
 REPO=$PWD
 OUT=${OUT:-$REPO/build/gpu_out}

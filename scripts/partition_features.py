@@ -21,14 +21,20 @@ from torch_quiver_ops._sharing import check_row_table
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--features", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--hosts", type=int, required=True)
-    parser.add_argument("--replicate", type=float, default=0.2)
-    parser.add_argument("--hot-order", default=None)
-    parser.add_argument("--csr", default=None)
-    parser.add_argument("--assignment", default=None)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--features", required=True, help="the table, a torch.save file")
+    parser.add_argument("--out", required=True, help="the folder the shards are written to")
+    parser.add_argument("--hosts", type=int, required=True, help="how many hosts share it")
+    parser.add_argument("--replicate", type=float, default=0.2,
+                        help="the share of rows, hottest first, every host holds (default: "
+                             "0.2)")
+    parser.add_argument("--hot-order", default=None,
+                        help="a torch.save permutation of the rows, hottest first")
+    parser.add_argument("--csr", default=None,
+                        help="a CSRTopo.save folder whose degree order is the hot order")
+    parser.add_argument("--assignment", default=None,
+                        help="a torch.save tensor of one host per row (e.g. METIS parts)")
     args = parser.parse_args()
     if not 1 <= args.hosts <= 32767:  # the shard map's host ids are int16
         parser.error(f"--hosts must be in [1, 32767], got {args.hosts}")

@@ -79,4 +79,10 @@ def main():
 
 
 if __name__ == "__main__":
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.parse_args()
+    if not (torch.cuda.is_available() and qv.cuda_kernels_built()):
+        parser.error("this script runs the CUDA kernels (under compute-sanitizer): it needs a "
+                     "CUDA GPU and the CUDA kernels")
     main()

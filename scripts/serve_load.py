@@ -274,13 +274,19 @@ def rates_of(parser, text: str, name: str, empty_ok: bool = False):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--graph", default="products")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--graph", default="products",
+                        help="the self-hosted server's synthetic preset (default: products)")
     parser.add_argument("--url", default=None, help="a running server (else self-hosted)")
     parser.add_argument("--num-nodes", type=int, default=None, help="with --url: its nodes")
-    parser.add_argument("--rates", default="200,500,1000,2000")
-    parser.add_argument("--duration", type=float, default=5.0)
-    parser.add_argument("--senders", type=int, default=64)
+    parser.add_argument("--rates", default="200,500,1000,2000",
+                        help="comma list of offered loads, requests a second (default: "
+                             "%(default)s)")
+    parser.add_argument("--duration", type=float, default=5.0,
+                        help="seconds of load at each rate (default: 5)")
+    parser.add_argument("--senders", type=int, default=64,
+                        help="client threads sending the requests (default: 64)")
     parser.add_argument("--configs", default=None,
                         help=f"comma-separated, of {', '.join(CONFIGS)} (default: "
                              f"cpu,gpu,dispatch on a GPU host, cpu elsewhere)")
@@ -294,17 +300,21 @@ def main():
                              "threads")
     parser.add_argument("--server", default="auto", choices=["auto", "uvicorn", "stdlib"],
                         help="the self-hosted endpoint's HTTP server (serve_http's server)")
-    parser.add_argument("--json")
-    parser.add_argument("--plot")
-    parser.add_argument("--png", default="serve_load.png")
+    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--plot", metavar="JSON",
+                        help="draw a --json file's rows instead of measuring (needs matplotlib)")
+    parser.add_argument("--png", help="the figure --plot draws (default: serve_load.png)")
     args = parser.parse_args()
+    if args.png is not None and not args.plot:  # (it was ignored without a word)
+        parser.error("--png names the figure that --plot draws from a --json file: give "
+                     "--plot too")
     if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             parser.error("--plot draws with matplotlib, which is not installed here "
                          "(pip install matplotlib)")
-        plot(args.plot, args.png)
+        plot(args.plot, args.png or "serve_load.png")
         return
     # Checked before any server starts: bad values used to end in a thread's traceback, or
     # in rows of negative or NaN rates with exit status 0.

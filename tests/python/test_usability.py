@@ -176,6 +176,13 @@ BENCHMARK_REFUSALS = [
     ("probe_dist_sampling.py", ["--parts", "0"], "--parts must be >= 1"),
     pytest.param("bench_feature.py", ["--graph", "tiny"], "measures GPU paths",
                  marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
+    # (from a probe: --help started them, and each ended in a CUDA driver's traceback)
+    pytest.param("sanitize_kernels.py", [], "it needs a CUDA GPU",
+                 marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
+    pytest.param("compare_sampling_builds.py", ["x.pt"], "it needs a CUDA GPU",
+                 marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
+    pytest.param("compare_sampler_capture.py", ["label"], "it needs a CUDA GPU",
+                 marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
     pytest.param("bench_csr.py", [], "measures GPU paths",
                  marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
     pytest.param("bench_e2e.py", ["--graph", "tiny", "--scaling", "2"], "no CUDA GPU",
@@ -208,6 +215,18 @@ def test_benchmark_scripts_name_a_bad_option_before_running(benchmark_refusals, 
     done = benchmark_refusals[(script, tuple(args))]
     assert done.returncode == 2 and words in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_gpu_check_takes_help_and_starts_nothing(tmp_path):
+    """--help had started the whole GPU run (a probe): it prints the header, makes no
+    folder, and any other argument is refused the same way with status 1."""
+    out = tmp_path / "out"
+    for argument, status in (("--help", 0), ("--fast", 1)):
+        done = subprocess.run(["bash", str(REPO / "scripts" / "gpu_check.sh"), argument],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "OUT": str(out)})
+        assert done.returncode == status and "QUIVER_GPU_STAGES" in done.stdout, done.stderr
+        assert not out.exists()
 
 
 def test_a_wait_timeout_is_a_number_of_seconds():
