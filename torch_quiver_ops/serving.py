@@ -702,7 +702,14 @@ def _submit_body(runtime, body: bytes):
     """Parses a /predict body and queues it: the node ids and the runtime's answer, or the
     reply refusing the request (400 bad body or ids, 413 too many ids, 503 overloaded)."""
     try:
-        parsed = json.loads(body or b"null", parse_int=_json_int)
+        try:
+            parsed = json.loads(body or b"null", parse_int=_json_int)
+        except UnicodeDecodeError as error:
+            raise ValueError(f'the body is not UTF-8 ({error}); it must be JSON: {{"nodes": '
+                             f'[node ids as integers]}}') from None
+        except json.JSONDecodeError as error:  # (said only where parsing stopped)
+            raise ValueError(f'the body is not JSON ({error}); it must be {{"nodes": [node '
+                             f'ids as integers]}}') from None
         nodes = parsed.get("nodes") if isinstance(parsed, dict) else None
         if not isinstance(nodes, list) or not all(map(is_int, nodes)):
             raise ValueError('the body must be {"nodes": [node ids as integers]}')
