@@ -358,10 +358,11 @@ def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
     # again on their own.
     indptr = indptr.to(weight.device, torch.long)
     starts, degrees = indptr[:-1], indptr.diff()
-    sums = weight.cumsum(0)
-    before = torch.where(starts > 0, sums[(starts - 1).clamp(min=0)],
+    # (In place where it can be: a billion edges' float64 tables are 8 GB each.)
+    out = weight.cumsum(0)
+    before = torch.where(starts > 0, out[(starts - 1).clamp(min=0)],
                          torch.zeros_like(starts, dtype=torch.double))
-    out = sums - torch.repeat_interleave(before, degrees, output_size=weight.numel())
+    out -= torch.repeat_interleave(before, degrees, output_size=weight.numel())
     # Each row shifted so that its first sum is its first weight exactly (the op compares
     # them).
     firsts = starts[degrees > 0]
@@ -369,10 +370,12 @@ def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
     stray[degrees > 0] = weight[firsts] - out[firsts]
     out += torch.repeat_interleave(stray, degrees, output_size=weight.numel())
     out[firsts] = weight[firsts]
-    steps = out.clone()
-    steps[1:] -= out[:-1]
-    steps[firsts] = out[firsts]
-    off = ((steps - weight).abs() > 1e-6 * weight).nonzero().view(-1)
+    error = out.clone()  # each step's distance from its weight, as a share of the weight
+    error[1:] -= out[:-1]
+    error[firsts] = out[firsts]
+    error.sub_(weight).abs_().div_(weight)
+    off = (error > 1e-6).nonzero().view(-1)
+    del error
     if off.numel():
         rows = torch.unique(torch.searchsorted(indptr, off, right=True) - 1)
         row_degrees = degrees[rows]
