@@ -1007,6 +1007,28 @@ def test_link_loader_takes_narrow_ids_and_vector_labels():
     assert not batch.edge_label[3:].any()
 
 
+def test_disjoint_link_trees_are_named_by_their_pair_on_every_path():
+    """Both ends of pair n (negatives after the positives) in tree n % positives, whose time
+    they take, whichever path samples: node times went through PyG's edge_sample, whose
+    tree % positives put a binary negative's destination in another pair's tree than its
+    source (a probe)."""
+    torch.manual_seed(0)
+    n = 20
+    data = Data(edge_index=torch.randint(n, (2, 80)), num_nodes=n)
+    data.node_time = torch.zeros(n, dtype=torch.long)
+    data.edge_time = torch.zeros(80, dtype=torch.long)
+    seeds, times = data.edge_index[:, :4], torch.tensor([10, 11, 12, 13])
+    for options in (dict(disjoint=True), dict(time_attr="edge_time", edge_label_time=times),
+                    dict(time_attr="node_time", edge_label_time=times)):
+        batch = next(iter(qpyg.LinkNeighborLoader(
+            data, [1], edge_label_index=seeds, neg_sampling=("binary", 0.5), batch_size=4,
+            device="cpu", **options)))
+        for end in batch.edge_label_index:
+            assert batch.batch[end].tolist() == [0, 1, 2, 3, 0, 1], options
+        if "time_attr" in options:
+            assert batch.edge_label_time.tolist() == [10, 11, 12, 13, 10, 11]
+
+
 def test_edge_time_sampling_without_input_time_is_named_at_construction():
     """On a Data, a time_attr of edge times without input_time failed at the first batch,
     naming the sampler's seed_time (a HeteroData named input_time at once; from a probe)."""

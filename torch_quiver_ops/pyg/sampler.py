@@ -39,6 +39,20 @@ def _fanouts(num_neighbors) -> List[int]:
     return fanouts
 
 
+def _pair_of_tree(num_pos: int, num_trees: int, neg: Optional[NegativeSampling],
+                  device) -> Tensor:
+    """The ``batch`` entry of each disjoint tree of link sampling: the seed pair whose time
+    it takes. No negatives or binary ones: the seeds are every pair's source, then every
+    pair's destination, and pair n (negatives after the positives) takes positive
+    n % num_pos's. Triplet: the sources, the positive destinations, then source i's
+    negatives (at 2 * num_pos + i * amount + r) take pair i."""
+    pairs = torch.arange(num_pos, device=device)
+    if neg is not None and neg.is_triplet():
+        return torch.cat([pairs, pairs, pairs.repeat_interleave(int(neg.amount))])
+    one_end = torch.arange(num_trees // 2, device=device) % max(num_pos, 1)
+    return torch.cat([one_end, one_end])
+
+
 class NeighborSampler(BaseSampler):
     """PyG's neighbor sampling on torch-quiver-ops' kernels.
 
@@ -160,7 +174,20 @@ class NeighborSampler(BaseSampler):
         if (neg_sampling is not None and not _weighted(neg_sampling)
                 and self.sampler.node_time is None):
             return self._link_sample(inputs, neg_sampling)
-        out = edge_sample(inputs, self._sample, num_nodes, disjoint=self.disjoint,
+        def sample_trees_of_pairs(seed, seed_time):
+            # Each tree named by the pair whose time it takes, as _link_sample names it
+            # (PyG's edge_sample then takes the names modulo the positives, which leaves
+            # them as they are). With binary negatives PyG's own tree % positives named a
+            # destination's tree after another pair than its source's and its time, and
+            # the batch vector changed with the path a loader took (a probe); its triplet
+            # trees' names are their times' pairs.
+            out = self._sample(seed, seed_time)
+            if self.disjoint and (neg_sampling is None or neg_sampling.is_binary()):
+                out.batch = _pair_of_tree(inputs.row.numel(), seed.numel(), neg_sampling,
+                                          out.batch.device)[out.batch]
+            return out
+
+        out = edge_sample(inputs, sample_trees_of_pairs, num_nodes, disjoint=self.disjoint,
                           node_time=self.sampler.node_time, neg_sampling=neg_sampling)
         if self.device.type == "cuda":  # the labels live beside the batch (input_id: host)
             out.metadata = (out.metadata[0], *(
@@ -207,18 +234,7 @@ class NeighborSampler(BaseSampler):
             seed_time = torch.cat([seed_time, dst_time])
         if self.disjoint:
             out = self._sample(seed, seed_time)
-            # Each tree's batch entry names the pair whose time it takes. Binary: the
-            # seeds are every pair's source, then every pair's destination, and pair n
-            # (negatives after the positives) takes positive n % num_pos's. Triplet: the
-            # sources, the positive destinations, then source i's negatives (at
-            # 2 * num_pos + i * amount + r) take pair i.
-            pairs = torch.arange(num_pos, device=device)
-            if neg.is_binary():
-                one_end = torch.arange(src.numel(), device=device) % num_pos
-                pair_of_tree = torch.cat([one_end, one_end])
-            else:
-                pair_of_tree = torch.cat([pairs, pairs, pairs.repeat_interleave(int(neg.amount))])
-            out.batch = pair_of_tree[out.batch]
+            out.batch = _pair_of_tree(num_pos, seed.numel(), neg, device)[out.batch]
             positions = torch.arange(seed.numel(), device=device)
         else:
             seed, positions = seed.unique(return_inverse=True)
