@@ -80,16 +80,28 @@ def run_commands(commands, timeout):
 
 
 # Runs scripts as `python script.py *argv` would, one after another in one process (see
-# run_script_cases): each as __main__, with its own sys.argv, sys.path[0], output and exit
-# status.
+# run_script_cases): each as __main__, with its own sys.argv, sys.path, environment, output
+# and exit status, and a time limit of its own. Modules a case imports from its script's
+# folder (the scripts' helpers) are dropped after it, so that the next finds only its own;
+# libraries and our package stay imported (torch's and PyG's modules cannot be imported
+# twice).
 _SCRIPT_CASES_DRIVER = r"""
-import contextlib, io, json, os, runpy, sys, traceback
-results = []
-for path, argv in json.load(sys.stdin):
+import contextlib, io, json, os, runpy, signal, sys, traceback
+import torch, torch_quiver_ops
+limit, cases = json.load(sys.stdin)
+
+def too_long(signum, frame):
+    raise TimeoutError(f"the case ran past its {limit} s")
+
+signal.signal(signal.SIGALRM, too_long)
+for path, argv in cases:
     out, err, code = io.StringIO(), io.StringIO(), 0
+    path_before, environment = sys.path[:], dict(os.environ)
+    modules = set(sys.modules)
     sys.argv = [path, *argv]
     sys.path.insert(0, os.path.dirname(path))
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        signal.alarm(limit)
         try:
             runpy.run_path(path, run_name="__main__")
         except SystemExit as end:  # as the interpreter ends: a message goes to stderr, 1
@@ -101,27 +113,46 @@ for path, argv in json.load(sys.stdin):
         except BaseException:
             traceback.print_exc()
             code = 1
-    del sys.path[0]
-    results.append({"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
-sys.__stdout__.write("\n@@results@@" + json.dumps(results))
+        finally:
+            signal.alarm(0)
+    sys.path[:] = path_before
+    os.environ.clear()
+    os.environ.update(environment)
+    for name in set(sys.modules) - modules:
+        where = getattr(sys.modules[name], "__file__", None) or ""
+        if where.startswith(os.path.dirname(path) + os.sep):
+            del sys.modules[name]
+    result = {"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    sys.__stdout__.write("@@case@@" + json.dumps(result) + "\n")
+    sys.__stdout__.flush()
 """
 
 
 def run_script_cases(cases, timeout, env=None):
     """Each ``(script path, argv)`` of ``cases`` run as ``python script *argv`` would run
-    it, all in one process (with ``env``, if given), in order: results with the
-    ``returncode``, ``stdout`` and ``stderr`` of each. For scripts' refusals of bad options, which had cost a process
-    and a torch import each (3-7 s apiece here, minutes of CI in all)."""
+    it, all in one process (with ``env``, if given), in order, each for at most
+    ``timeout`` seconds: results with the ``returncode``, ``stdout`` and ``stderr`` of
+    each. For scripts' refusals of bad options, which had cost a process and a torch
+    import each (3-7 s apiece here, minutes of CI in all)."""
     import json
     import subprocess
     from types import SimpleNamespace
-    done = subprocess.run([sys.executable, "-c", _SCRIPT_CASES_DRIVER],
-                          input=json.dumps([[str(path), [str(a) for a in argv]]
-                                            for path, argv in cases]),
-                          capture_output=True, text=True, timeout=timeout, env=env)
-    _, marker, results = done.stdout.rpartition("@@results@@")
-    assert marker, f"the scripts' driver ended with {done.returncode}: {done.stderr[-3000:]}"
-    return [SimpleNamespace(**result) for result in json.loads(results)]
+    cases = [[str(path), [str(a) for a in argv]] for path, argv in cases]
+    try:
+        done = subprocess.run([sys.executable, "-c", _SCRIPT_CASES_DRIVER],
+                              input=json.dumps([int(timeout), cases]),
+                              capture_output=True, text=True, env=env,
+                              timeout=timeout * len(cases) + 120)
+        stdout, stderr, status = done.stdout, done.stderr, done.returncode
+    except subprocess.TimeoutExpired as expired:  # a case stuck where no alarm reaches
+        stdout, stderr, status = expired.stdout or "", expired.stderr or "", "a timeout"
+        stdout, stderr = (t.decode() if isinstance(t, bytes) else t for t in (stdout, stderr))
+    results = [SimpleNamespace(**json.loads(line[len("@@case@@"):]))
+               for line in stdout.splitlines() if line.startswith("@@case@@")]
+    assert len(results) == len(cases), (
+        f"the scripts' driver ended ({status}) in case {len(results)}, {cases[len(results)]}: "
+        f"{stderr[-3000:]}")
+    return results
 
 
 def load_example(name):

@@ -1420,7 +1420,7 @@ def test_distributed_example_checks_its_folder_and_transport_where_it_starts(tmp
                       "--transport nccl moves rows between GPUs"))
     results = run_script_cases([(REPO / "examples" / "train_sage_dist.py",
                                  ["--size", "tiny", *argv]) for argv, _ in cases],
-                               timeout=300, env=env)
+                               timeout=120, env=env)
     for (argv, words), result in zip(cases, results):
         assert result.returncode == 2 and words in result.stderr, (argv, result.stderr[-2000:])
     assert not (tmp_path / "d").exists()

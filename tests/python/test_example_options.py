@@ -275,5 +275,5 @@ def test_the_pyg_drop_in_example_checks_its_sizes_before_the_graph():
                         (["--batch-size", str(10**20)], "--batch-size must be at most")):
         cases.append((argv, words))
     for (argv, words), done in zip(cases, run_script_cases([(script, argv) for argv, _ in cases],
-                                                           timeout=300)):
+                                                           timeout=120)):
         assert done.returncode == 2 and words in done.stderr, (argv, done.stderr[-2000:])

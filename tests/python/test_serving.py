@@ -894,9 +894,8 @@ def test_http_answers_and_refuses_bad_requests(graph, server_kind):
                 ({"nodes": ["a"]}, 400, "integers"),
                 ({"ids": [1]}, 400, "nodes"),
                 # (said only where the parser stopped, not what is expected: a probe)
-                (b"{not json", 400, 'is not JSON (Expecting property name enclosed in '
-                                    'double quotes: line 1 column 2 (char 1)); it must be '
-                                    '{"nodes": [node ids as integers]}'),
+                (b"{not json", 400, 'is not JSON ('),
+                (b"{not json", 400, '); it must be {"nodes": [node ids as integers]}'),
                 ({"nodes": [2 ** 70]}, 400, "64-bit"),
                 # (past 4,300 digits int() had answered with advice to raise a limit)
                 (b'{"nodes": [' + b"7" * 5000 + b"]}", 400, "an integer of 5000 digits"),
@@ -1829,7 +1828,7 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
         cases.append(([str(state_dict), "--port", str(port)],
                       f"--host 127.0.0.1 --port {port}: cannot listen there"))
         runs = run_script_cases([(repo / "examples" / "serve_sage.py", args)
-                                 for args, _ in cases], timeout=600)
+                                 for args, _ in cases], timeout=120)
     for (args, words), done in zip(cases, runs):
         assert done.returncode == 2 and words in done.stderr, (args, done.stderr[-2000:])
 
@@ -1892,7 +1891,7 @@ def test_load_generator_names_bad_arguments():
               # (ignored without a word: a probe)
               (["--png", "x.png"], "--png names the figure that --plot draws")]
     for (args, words), done in zip(cases, run_script_cases([(script, args) for args, _ in cases],
-                                                           timeout=600)):
+                                                           timeout=120)):
         assert done.returncode == 2 and words in done.stderr, (args, done.stderr[-2000:])
     # A run in which no request was answered is a failure, not rows of nan with status 0.
     done = subprocess.run([sys.executable, str(script), "--url", "http://127.0.0.1:1",
