@@ -334,6 +334,19 @@ def _cumsum_within_rows(weight: Tensor, indptr: Tensor) -> Tensor:
     return out
 
 
+# Edges of the rows row_cumsum sums again on their own, at most, at once (a row longer alone).
+_RESUM_EDGES = 1 << 22
+
+
+def _resum_rows(out: Tensor, weight: Tensor, starts: Tensor, degrees: Tensor) -> None:
+    """``out``'s sums of the rows that start at ``starts``, summed again on their own."""
+    row_indptr = torch.cat([degrees.new_zeros(1), degrees.cumsum(0)])
+    count = int(row_indptr[-1])
+    edges = (torch.repeat_interleave(starts - row_indptr[:-1], degrees, output_size=count)
+             + torch.arange(count, device=weight.device))
+    out[edges] = _cumsum_within_rows(weight[edges], row_indptr)
+
+
 def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
     """Each CSR row's inclusive prefix sums of ``edge_weight`` (one weight per CSR edge,
     every one finite and > 0, else ``ValueError``), in float64: the ``edge_weight_cumsum``
@@ -374,17 +387,20 @@ def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
     error[1:] -= out[:-1]
     error[firsts] = out[firsts]
     error.sub_(weight).abs_().div_(weight)
-    off = (error > 1e-6).nonzero().view(-1)
+    off = (~(error <= 1e-6)).nonzero().view(-1)  # (NaN too: a running sum past float64's range)
     del error
     if off.numel():
         rows = torch.unique(torch.searchsorted(indptr, off, right=True) - 1)
-        row_degrees = degrees[rows]
-        row_indptr = torch.cat([row_degrees.new_zeros(1), row_degrees.cumsum(0)])
-        count = int(row_indptr[-1])
-        edges = (torch.repeat_interleave(starts[rows] - row_indptr[:-1], row_degrees,
-                                         output_size=count)
-                 + torch.arange(count, device=weight.device))
-        out[edges] = _cumsum_within_rows(weight[edges], row_indptr)
+        ends = degrees[rows].cumsum(0)
+        # In pieces of at most _RESUM_EDGES edges (a row longer alone): with weights of
+        # several scales most rows may be summed again.
+        first = 0
+        while first < rows.numel():
+            before = int(ends[first - 1]) if first else 0
+            last = max(first + 1, int(torch.searchsorted(ends, before + _RESUM_EDGES,
+                                                          right=True)))
+            _resum_rows(out, weight, starts[rows[first:last]], degrees[rows[first:last]])
+            first = last
     return out
 
 
@@ -401,8 +417,9 @@ def check_row_tables(indptr: Tensor, edge_ids: Optional[Tensor] = None,
     * ``edge_time``: non-decreasing within each row (each relation's slice of a row), as
       the ops' searches for a seed's time assume (an unsorted row lost edges);
     * ``edge_weight_cumsum`` (with ``edge_weight``): each row's (slice's) inclusive prefix
-      sums of the weights, to 1e-6, every weight finite and > 0 (a step of zero width is
-      never drawn, so the op cannot refuse it).
+      sums of the weights, each sum and each step (an edge's rate) to 1e-6, every weight
+      finite and > 0 (a zero weight's step of zero width is never drawn, so the op cannot
+      refuse it).
 
     :func:`row_cumsum`, :func:`sort_rows_by_time` and ``HeteroCSRTopo`` build tables that
     pass. O(edges), on the tables' device; ValueError naming the first row that fails."""
@@ -464,15 +481,16 @@ def check_row_tables(indptr: Tensor, edge_ids: Optional[Tensor] = None,
         expected = row_cumsum(group_indptr, edge_weight.to(device))  # refuses bad weights
         sums = edge_weight_cumsum.to(device, torch.double)
         # Close to the sums, and each step close to its weight (the draws' rates are the
-        # steps: sums within 1e-6 of a row's total still let a light edge's step double),
-        # to 1e-6 of the weight beyond float64's rounding of the sum; so growing at every
-        # step too.
+        # steps: sums within 1e-6 of a row's total still let a light edge's step double):
+        # to 1e-6 of the weight, and 1e-12 of the sum so far beside it (float64 rounds a
+        # sum to 1e-16 of it; a row's weights spanning 2^53 leave a step of 0 that is never
+        # drawn, as near enough to its rate); never falling.
         weight = edge_weight.to(device, torch.double)
         steps = sums.clone()
         steps[1:] -= torch.where(starts[1:], 0.0, sums[:-1])
         wrong = ~torch.isclose(sums, expected, rtol=1e-6, atol=0.0)
-        wrong |= (steps - weight).abs() > 1e-6 * weight + 1e-12 * sums.abs()
-        wrong |= ~(steps > 0)
+        wrong |= ~((steps - weight).abs() <= 1e-6 * weight + 1e-12 * sums.abs())
+        wrong |= ~(steps >= 0)
         if bool(wrong.any()):
             at = int(wrong.nonzero()[0])
             raise ValueError(f"edge_weight_cumsum[{at}] = {float(sums[at])} is not the prefix "

@@ -298,6 +298,27 @@ def test_row_cumsum_matches_each_rows_own_sums_at_mixed_scales():
         qv.ops.check_row_tables(indptr, edge_weight=weights, edge_weight_cumsum=sums)
 
 
+def test_row_cumsum_past_float64_and_in_pieces(monkeypatch):
+    """A running sum past float64's range left NaN sums that passed the step check; rows
+    summed again go in pieces of bounded size (a review); a row whose own weights span
+    2^53 gets a step of 0 (never drawn), which check_row_tables accepts."""
+    sums = qv.ops.row_cumsum(torch.tensor([0, 1, 2, 4]),
+                             torch.tensor([1e308, 1e308, 1.0, 2.0], dtype=torch.double))
+    assert sums[2:].tolist() == [1.0, 3.0]
+    span = torch.tensor([1.0, 1e16, 1.0], dtype=torch.double)
+    qv.ops.check_row_tables(torch.tensor([0, 3]), edge_weight=span,
+                            edge_weight_cumsum=qv.ops.row_cumsum(torch.tensor([0, 3]), span))
+    monkeypatch.setattr(qv.ops, "_RESUM_EDGES", 5)
+    generator = torch.Generator().manual_seed(1)
+    degrees = torch.randint(0, 7, (300,), generator=generator)
+    indptr = torch.cat([torch.zeros(1, dtype=torch.long), degrees.cumsum(0)])
+    weights = 10 ** (torch.rand(int(indptr[-1]), generator=generator, dtype=torch.double) * 6 - 3)
+    weights[0] = 1e18  # every later row summed again, five edges at a time
+    own = torch.cat([weights[a:b].cumsum(0)
+                     for a, b in zip(indptr[:-1].tolist(), indptr[1:].tolist())])
+    torch.testing.assert_close(qv.ops.row_cumsum(indptr, weights), own, rtol=1e-12, atol=0)
+
+
 def test_sort_rows_by_time_refuses_fractional_times():
     indptr, indices = star_graph(2)
     with pytest.raises(TypeError, match="edge_time must hold integer times"):
