@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import copyreg
 import json
 import math
 import os
@@ -478,28 +479,29 @@ def portable_state(state: dict) -> dict:
     return {key: portable(value) for key, value in state.items()}
 
 
-def _object_of_state(cls, state: dict):
-    obj = cls.__new__(cls)
-    setstate = getattr(obj, "__setstate__", None)
-    if setstate is not None:
-        setstate(state)
-    else:
-        obj.__dict__.update(state)
-    return obj
+def reduce_with_files(obj):
+    """``obj`` as pickling takes it (its ``__getstate__``; a ``(dict, slots)`` state of a
+    class with slots too), with its tensors over a mapped save made :func:`portable`."""
+    state = obj.__getstate__()
+    if isinstance(state, dict):
+        state = portable_state(state)
+    elif isinstance(state, tuple):
+        state = tuple(portable_state(part) if isinstance(part, dict) else part
+                      for part in state)
+    return copyreg.__newobj__, (type(obj),), state
 
 
-def _reduce_with_files(obj):
-    return _object_of_state, (type(obj), portable_state(obj.__getstate__()))
-
-
-def send_saves_as_files(cls) -> None:
+def send_saves_as_files(cls, reduce=reduce_with_files) -> None:
     """Sends ``cls`` to worker processes (multiprocessing's pickler: ``mp.spawn``, queues,
-    DataLoader workers) with its tensors over a mapped save as their files (see
-    :func:`portable`). Other pickling (``copy.deepcopy``, ``torch.save``) copies the rows:
-    as files, a deepcopy had written through to the original and its save, and a
-    ``torch.save`` checkpoint had held only paths."""
+    DataLoader workers) by ``reduce``, by default with its tensors over a mapped save as
+    their files (see :func:`portable`). Other pickling (``copy.deepcopy``, ``torch.save``)
+    copies the rows: as files, a deepcopy had written through to the original and its
+    save, and a ``torch.save`` checkpoint had held only paths. A class that defines its own
+    ``__reduce__`` or ``__reduce_ex__`` is left to it."""
+    if "__reduce__" in vars(cls) or "__reduce_ex__" in vars(cls):
+        return
     from multiprocessing.reduction import ForkingPickler
-    ForkingPickler.register(cls, _reduce_with_files)
+    ForkingPickler.register(cls, reduce)
 
 
 # ---- CUDA IPC: clique shards between processes ----

@@ -6,7 +6,6 @@ import contextlib
 import numbers
 import threading
 import warnings
-from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -636,7 +635,7 @@ class Feature:
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        ForkingPickler.register(cls, _reduce_for_workers)
+        _sharing.send_saves_as_files(cls, _reduce_for_workers)
 
     def __getstate__(self):
         """What pickling takes: the table as it is (``copy.deepcopy``, ``torch.save``).
@@ -735,12 +734,6 @@ class Feature:
         return feature
 
 
-def _feature_of_state(cls: type, state: dict) -> Feature:
-    feature = cls.__new__(cls)
-    feature.__setstate__(state)
-    return feature
-
-
 def _reduce_for_workers(feature: Feature):
     """A Feature sent to worker processes: its table moved into shared memory first, so
     they map it rather than each receive a copy; then its state as pickling takes it (a
@@ -748,7 +741,7 @@ def _reduce_for_workers(feature: Feature):
     in the worker; other pickling copies it: see _sharing.send_saves_as_files)."""
     if feature._host is not None and not feature._host.is_shared():
         feature._move_to_shared_memory()
-    return _feature_of_state, (type(feature), _sharing.portable_state(feature.__getstate__()))
+    return _sharing.reduce_with_files(feature)
 
 
-ForkingPickler.register(Feature, _reduce_for_workers)
+_sharing.send_saves_as_files(Feature, _reduce_for_workers)
