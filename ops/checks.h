@@ -19,12 +19,29 @@
 
 namespace quiver {
 
+// That a tensor's storage still holds every element it views (the tensor checked
+// contiguous first): a storage resized or freed under its tensor
+// (`x.untyped_storage().resize_(0)`) leaves the tensor's sizes as they were, and a kernel
+// reading them read freed memory (a segfault, found by a probe). Checked at each call of
+// the ops, for every index vector and CSR array too (samplers and layouts keep their
+// tensors across calls; a shrunk storage had sampled or gathered from the bytes after it).
+inline void check_storage_holds(const at::Tensor& t, const std::string& name) {
+  if (t.numel() == 0 || !t.has_storage()) return;
+  const int64_t needed =
+      (t.storage_offset() + t.numel()) * static_cast<int64_t>(t.element_size());
+  const int64_t held = static_cast<int64_t>(t.storage().nbytes());
+  TORCH_CHECK_VALUE(held >= needed, name, " views ", needed, " bytes of its storage, which holds ",
+                    held, ": the storage was resized or freed under the tensor (keep a tensor's ",
+                    "storage as it is while a store or op reads it)");
+}
+
 inline void check_index_vector(const at::Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(t.dim() == 1, name, " must be a 1-D tensor, got shape ", t.sizes());
   TORCH_CHECK_TYPE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, name,
                    " must hold int32 or int64 ids, got ", t.scalar_type());
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous (a view such as edge_index[0] of a "
               "transposed tensor is not): pass it through .contiguous()");
+  check_storage_holds(t, name);
 }
 
 // A fanout is -1 (all neighbors) or a count; with replacement every node with neighbors
@@ -49,6 +66,7 @@ inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices
                    indptr.scalar_type());
   TORCH_CHECK(indptr.is_contiguous(),
               "indptr must be contiguous: pass it through .contiguous()");
+  check_storage_holds(indptr, "indptr");
   check_index_vector(indices, "indices");
   if (edge_ids.has_value()) {
     const at::Tensor& eid = *edge_ids;
@@ -56,6 +74,7 @@ inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices
                      "edge_ids must be a 1-D int64 tensor, got ", eid.scalar_type(),
                      " of shape ", eid.sizes());
     TORCH_CHECK(eid.is_contiguous(), "edge_ids must be contiguous: pass it through .contiguous()");
+    check_storage_holds(eid, "edge_ids");
     TORCH_CHECK_VALUE(eid.numel() == indices.numel(), "edge_ids has ", eid.numel(),
                       " entries but indices has ", indices.numel());
   }
@@ -333,21 +352,6 @@ inline void check_csr_from_coo_args(const at::Tensor& row, const at::Tensor& col
     TORCH_CHECK_VALUE(num_nodes <= std::numeric_limits<int32_t>::max() + int64_t{1},
                       "num_nodes = ", num_nodes, " does not fit int32 ids; pass int64 row/col");
   }
-}
-
-// That a tensor's storage still holds every element it views (the tensor checked
-// contiguous first): a storage resized or freed under its tensor
-// (`x.untyped_storage().resize_(0)`) leaves the tensor's sizes as they were, and a kernel
-// reading them read freed memory (a segfault, found by a probe). Checked at each gather,
-// since a layout keeps its tensors across calls.
-inline void check_storage_holds(const at::Tensor& t, const std::string& name) {
-  if (t.numel() == 0 || !t.has_storage()) return;
-  const int64_t needed =
-      (t.storage_offset() + t.numel()) * static_cast<int64_t>(t.element_size());
-  const int64_t held = static_cast<int64_t>(t.storage().nbytes());
-  TORCH_CHECK_VALUE(held >= needed, name, " views ", needed, " bytes of its storage, which holds ",
-                    held, ": the storage was resized or freed under the tensor (keep a table's ",
-                    "storage as it is while a store or op reads it)");
 }
 
 inline void check_gather_rows_args(const at::Tensor& table, const at::Tensor& ids) {

@@ -150,6 +150,11 @@ def test_node_counts_past_memory_or_int64_are_named():
         with pytest.raises(error) as raised:
             call()
         assert words in str(raised.value), (words, str(raised.value))
+    # The op itself (the wrapper checks the memory free first): its allocator's error had
+    # named neither num_nodes nor its value (a probe). Past this host's memory:
+    with pytest.raises(ValueError, match=r"num_nodes = 1000000000000000: its offsets alone "
+                                         r"would take \d+ MiB, more than this host's"):
+        torch.ops.quiver.csr_from_coo(empty, empty, 10**15)
     available = preflight.available_memory()
     if available > 0:
         nodes = available // 12  # 8 bytes a node fit, 16 do not

@@ -244,6 +244,31 @@ def test_feature_rejects_bad_input():
         feature.hit_rate([1], device=True)
 
 
+def test_ids_and_csr_arrays_whose_storage_shrank_are_refused_not_read():
+    """Only the tables' storage was checked: ids, seeds and CSR arrays whose storage shrank
+    under them were read past it, and gave rows or samples of the bytes after it (a
+    probe)."""
+    table = torch.arange(2000.0).view(1000, 2)
+
+    def shrunk(n):
+        ids = torch.zeros(n, dtype=torch.long)
+        ids.untyped_storage().resize_(8)  # one id's bytes; the tensor still claims n
+        return ids
+
+    indptr, indices = torch.arange(0, 3001, 3), torch.randint(0, 1000, (3000,))
+    for name, call in (
+            ("ids", lambda: torch.ops.quiver.gather_tiered_rows([table], None, shrunk(3))),
+            ("ids", lambda: torch.classes.quiver.FeatureTiers([table], None).gather(shrunk(3))),
+            ("ids", lambda: torch.classes.quiver.ShardMap.build(torch.arange(1000), 2, 0, None)
+             .locate(shrunk(3))),
+            ("seeds", lambda: torch.ops.quiver.sample_neighbors(indptr, indices, shrunk(3), 2)),
+            ("indptr", lambda: torch.ops.quiver.sample_neighbors(shrunk(1001), indices,
+                                                                 torch.tensor([0]), 2))):
+        with pytest.raises(ValueError, match=rf"{name} views \d+ bytes of its storage, which "
+                                             r"holds 8: the storage was resized"):
+            call()
+
+
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=requires_cuda)])
 def test_a_table_whose_storage_shrank_is_refused_not_read(device):
     """A storage resized under its table left the sizes as they were, and the gathers read
