@@ -497,8 +497,10 @@ def send_saves_as_files(cls, reduce=reduce_with_files) -> None:
     their files (see :func:`portable`). Other pickling (``copy.deepcopy``, ``torch.save``)
     copies the rows: as files, a deepcopy had written through to the original and its
     save, and a ``torch.save`` checkpoint had held only paths. A class that defines its own
-    ``__reduce__`` or ``__reduce_ex__`` is left to it."""
-    if "__reduce__" in vars(cls) or "__reduce_ex__" in vars(cls):
+    ``__reduce__`` or ``__reduce_ex__`` (or inherits one from a class of its own) is left
+    to it."""
+    if any(klass is not object and {"__reduce__", "__reduce_ex__"} & vars(klass).keys()
+           for klass in cls.__mro__):
         return
     from multiprocessing.reduction import ForkingPickler
     ForkingPickler.register(cls, reduce)

@@ -483,8 +483,9 @@ def check_row_tables(indptr: Tensor, edge_ids: Optional[Tensor] = None,
         # Close to the sums, and each step close to its weight (the draws' rates are the
         # steps: sums within 1e-6 of a row's total still let a light edge's step double):
         # to 1e-6 of the weight, and 1e-12 of the sum so far beside it (float64 rounds a
-        # sum to 1e-16 of it; a row's weights spanning 2^53 leave a step of 0 that is never
-        # drawn, as near enough to its rate); never falling.
+        # sum to 1e-16 of it); never falling. So a weight below 1e-12 of the sum before it
+        # may have a step of 0, never drawn, near enough its rate (a row's weights spanning
+        # 2^53 leave such steps in row_cumsum's own sums).
         weight = edge_weight.to(device, torch.double)
         steps = sums.clone()
         steps[1:] -= torch.where(starts[1:], 0.0, sums[:-1])

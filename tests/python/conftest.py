@@ -86,12 +86,15 @@ def run_commands(commands, timeout):
 # libraries and our package stay imported (torch's and PyG's modules cannot be imported
 # twice).
 _SCRIPT_CASES_DRIVER = r"""
-import contextlib, io, json, os, runpy, signal, sys, traceback
+import contextlib, faulthandler, io, json, os, runpy, signal, sys, traceback
 import torch, torch_quiver_ops
 limit, cases = json.load(sys.stdin)
 
+class CaseTimeout(BaseException):  # (a script's own except Exception must not take it)
+    pass
+
 def too_long(signum, frame):
-    raise TimeoutError(f"the case ran past its {limit} s")
+    raise CaseTimeout(f"the case ran past its {limit} s")
 
 signal.signal(signal.SIGALRM, too_long)
 for path, argv in cases:
@@ -102,6 +105,8 @@ for path, argv in cases:
     sys.path.insert(0, os.path.dirname(path))
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         signal.alarm(limit)
+        # Where the alarm cannot reach (a case stuck in C), the process ends with the stacks.
+        faulthandler.dump_traceback_later(limit + 30, exit=True, file=sys.__stderr__)
         try:
             runpy.run_path(path, run_name="__main__")
         except SystemExit as end:  # as the interpreter ends: a message goes to stderr, 1
@@ -115,6 +120,7 @@ for path, argv in cases:
             code = 1
         finally:
             signal.alarm(0)
+            faulthandler.cancel_dump_traceback_later()
     sys.path[:] = path_before
     os.environ.clear()
     os.environ.update(environment)
@@ -123,7 +129,8 @@ for path, argv in cases:
         if where.startswith(os.path.dirname(path) + os.sep):
             del sys.modules[name]
     result = {"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
-    sys.__stdout__.write("@@case@@" + json.dumps(result) + "\n")
+    # (on a line of its own: a case may have written to the real stdout without a newline)
+    sys.__stdout__.write("\n@@case@@" + json.dumps(result) + "\n")
     sys.__stdout__.flush()
 """
 
@@ -140,15 +147,15 @@ def run_script_cases(cases, timeout, env=None):
     cases = [[str(path), [str(a) for a in argv]] for path, argv in cases]
     try:
         done = subprocess.run([sys.executable, "-c", _SCRIPT_CASES_DRIVER],
-                              input=json.dumps([int(timeout), cases]),
+                              input=json.dumps([max(1, int(timeout)), cases]),
                               capture_output=True, text=True, env=env,
                               timeout=timeout * len(cases) + 120)
         stdout, stderr, status = done.stdout, done.stderr, done.returncode
     except subprocess.TimeoutExpired as expired:  # a case stuck where no alarm reaches
         stdout, stderr, status = expired.stdout or "", expired.stderr or "", "a timeout"
         stdout, stderr = (t.decode() if isinstance(t, bytes) else t for t in (stdout, stderr))
-    results = [SimpleNamespace(**json.loads(line[len("@@case@@"):]))
-               for line in stdout.splitlines() if line.startswith("@@case@@")]
+    results = [SimpleNamespace(**json.loads(line.partition("@@case@@")[2]))
+               for line in stdout.splitlines() if "@@case@@" in line]
     assert len(results) == len(cases), (
         f"the scripts' driver ended ({status}) in case {len(results)}, {cases[len(results)]}: "
         f"{stderr[-3000:]}")
