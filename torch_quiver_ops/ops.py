@@ -396,8 +396,8 @@ def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
         # several scales most rows may be summed again.
         first = 0
         while first < rows.numel():
-            before = int(ends[first - 1]) if first else 0
-            last = max(first + 1, int(torch.searchsorted(ends, before + _RESUM_EDGES,
+            summed = int(ends[first - 1]) if first else 0  # edges of the rows before
+            last = max(first + 1, int(torch.searchsorted(ends, summed + _RESUM_EDGES,
                                                           right=True)))
             _resum_rows(out, weight, starts[rows[first:last]], degrees[rows[first:last]])
             first = last

@@ -823,9 +823,8 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
     Batches are PyG's: ``edge_label_index`` (positions in ``n_id``) and ``edge_label`` for
     binary negatives (1 for seed edges, 0 for negatives; with ``edge_label`` given, the
     seed edges' labels, plus 1 where the smallest is 0, as PyG's, and 0 for negatives),
-    or ``src_index``,
-    ``dst_pos_index`` and ``dst_neg_index`` for triplets, beside every node, edge and
-    graph-level attribute. The negatives are drawn on the sampling device
+    or ``src_index``, ``dst_pos_index`` and ``dst_neg_index`` for triplets, beside every
+    node, edge and graph-level attribute. The negatives are drawn on the sampling device
     (``torch_quiver_ops.ops.sample_negatives``): uniform over the nodes that are not true
     edges of their source (a true edge drawn again up to 8 times in all, which a hub's
     negatives can outlast: see ``sample_negatives``), or, with

@@ -174,6 +174,7 @@ class NeighborSampler(BaseSampler):
         if (neg_sampling is not None and not _weighted(neg_sampling)
                 and self.sampler.node_time is None):
             return self._link_sample(inputs, neg_sampling)
+
         def sample_trees_of_pairs(seed, seed_time):
             # Each tree named by the pair whose time it takes, as _link_sample names it
             # (PyG's edge_sample then takes the names modulo the positives, which leaves
