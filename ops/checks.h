@@ -361,7 +361,6 @@ inline void check_gather_rows_args(const at::Tensor& table, const at::Tensor& id
                     "table must be contiguous (row-major); call .contiguous() once up front");
   check_storage_holds(table, "table");
   check_index_vector(ids, "ids");
-  check_storage_holds(ids, "ids");
 }
 
 inline void check_tier_storage(at::ArrayRef<at::Tensor> tiers,

@@ -378,9 +378,10 @@ def row_cumsum(indptr: Tensor, edge_weight: Tensor) -> Tensor:
     out -= torch.repeat_interleave(before, degrees, output_size=weight.numel())
     # Each row shifted so that its first sum is its first weight exactly (the op compares
     # them).
-    firsts = starts[degrees > 0]
+    nonempty = degrees > 0
+    firsts = starts[nonempty]
     stray = torch.zeros_like(before)
-    stray[degrees > 0] = weight[firsts] - out[firsts]
+    stray[nonempty] = weight[firsts] - out[firsts]
     out += torch.repeat_interleave(stray, degrees, output_size=weight.numel())
     out[firsts] = weight[firsts]
     error = out.clone()  # each step's distance from its weight, as a share of the weight

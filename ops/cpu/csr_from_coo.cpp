@@ -68,11 +68,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> csr_from_coo_cpu(const at::Tensor
                                                                 const at::Tensor& col,
                                                                 int64_t num_nodes) {
   check_csr_from_coo_args(row, col, num_nodes);
-  // The offsets' allocation named neither num_nodes nor its value (a probe).
-  static const int64_t memory = cpu::host_memory_bytes();
-  TORCH_CHECK_VALUE(memory == 0 || num_nodes < memory / 8, "num_nodes = ", num_nodes,
-                    ": its offsets alone would take ", ((num_nodes + 1) * 8) >> 20,
-                    " MiB, more than this host's ", memory >> 20, " MiB of memory");
+  cpu::check_fits_host_memory(num_nodes + 1, 8,
+                              "num_nodes = " + std::to_string(num_nodes) + ": its offsets alone",
+                              "check num_nodes (it is the largest id + 1, not a byte count)");
   return AT_DISPATCH_INDEX_TYPES(row.scalar_type(), "csr_from_coo_cpu",
                                  [&] { return csr_from_coo_kernel<index_t>(row, col, num_nodes); });
 }

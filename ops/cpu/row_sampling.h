@@ -79,6 +79,18 @@ inline int64_t host_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
 
+// Refuses an output of `count` items of `bytes_each` bytes that would not fit in this
+// host's memory: Linux grants such an allocation and kills the process as it fills it, and
+// the allocator's own message names neither the argument nor its value. `what` names the
+// output and what asked for it; `advice` says what to change.
+inline void check_fits_host_memory(int64_t count, int64_t bytes_each, const std::string& what,
+                                   const char* advice) {
+  static const int64_t memory = host_memory_bytes();
+  TORCH_CHECK_VALUE(memory == 0 || count <= memory / bytes_each, what, " would take ",
+                    saturating_mul(count >> 10, bytes_each) >> 10, " MiB, more than this host's ",
+                    memory >> 20, " MiB of memory: ", advice);
+}
+
 // ends[i] = counts[0] + ... + counts[i] over n rows of hop `hop` (-1: sample_neighbors),
 // raising before any sum passes kMaxHopEdges, so that none can wrap, and when the hop's
 // output (`bytes_per_edge` a sampled edge) would not fit in this host's memory: Linux would
@@ -95,12 +107,9 @@ inline int64_t prefix_counts(const int64_t* counts, int64_t n, int64_t* ends, in
     total += counts[i];
     ends[i] = total;
   }
-  static const int64_t memory = host_memory_bytes();
-  TORCH_CHECK_VALUE(memory == 0 || total <= memory / bytes_per_edge,
-                    errors::hop_edges_name(hop), " would be ", total, ", whose ",
-                    (total * bytes_per_edge) >> 20, " MiB of output exceed this host's ",
-                    memory >> 20, " MiB of memory: sample fewer seeds per batch or use a "
-                    "smaller fanout");
+  check_fits_host_memory(total, bytes_per_edge,
+                         errors::hop_edges_name(hop) + " (" + std::to_string(total) + " edges)",
+                         "sample fewer seeds per batch or use a smaller fanout");
   return total;
 }
 

@@ -51,12 +51,10 @@ at::Tensor sample_negatives_cpu(const at::Tensor& indptr, const at::Tensor& indi
   check_ids_in_range(src64.const_data_ptr<int64_t>(), src64.numel(), indptr.numel() - 1, "src");
   const int64_t* offsets = indptr.const_data_ptr<int64_t>();
   errors::check_csr_ends(offsets[0], offsets[indptr.numel() - 1], indices.numel());
-  // (the allocation named neither per_src nor src: a probe)
-  static const int64_t memory = cpu::host_memory_bytes();
-  TORCH_CHECK_VALUE(memory == 0 || src64.numel() * per_src <= memory / 8, "the negatives ",
-                    "(src x per_src = ", src64.numel(), " x ", per_src, ") would take ",
-                    (src64.numel() * per_src * 8) >> 20, " MiB, more than this host's ",
-                    memory >> 20, " MiB of memory: draw fewer per source");
+  cpu::check_fits_host_memory(src64.numel() * per_src, 8,
+                              "the negatives (src x per_src = " + std::to_string(src64.numel()) +
+                                  " x " + std::to_string(per_src) + ")",
+                              "draw fewer per source");
   at::Tensor out = at::empty({src64.numel() * per_src}, src64.options());
   if (out.numel() == 0) return out;
   const uint64_t key = cpu::draw_philox_key(generator);

@@ -154,3 +154,17 @@ def test_zero_weight_edges_stay_true_edges_for_negatives():
     # A true edge stands after 8 true draws in a row: (2/5)^8 of draws, about 2 of 3000;
     # with the masked edge forgotten, node 1 came back a quarter of the time.
     assert int(((drawn == 1) | (drawn == 2)).sum()) <= 15
+
+
+def test_negatives_past_host_memory_are_named():
+    """The CPU op's allocation would be granted (overcommit) and the process die filling it;
+    its refusal names src x per_src and this host's memory."""
+    import os
+    memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    per_src = memory // 8 + 1
+    if per_src > (1 << 32) - 2:
+        pytest.skip(f"this host's {memory >> 30} GiB hold the largest draw the op allows")
+    indptr, indices = torch.tensor([0, 1, 1]), torch.tensor([1])
+    with pytest.raises(ValueError, match=rf"the negatives \(src x per_src = 1 x {per_src}\) "
+                                         r"would take \d+ MiB, more than this host's"):
+        torch.ops.quiver.sample_negatives(indptr, indices, torch.tensor([0]), per_src)
