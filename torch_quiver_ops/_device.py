@@ -3,6 +3,7 @@ each other's memory, and byte counts such as "200M"."""
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import re
 from fractions import Fraction
@@ -72,6 +73,30 @@ def init_p2p(device_list: Sequence[int]) -> List[List[int]]:
     if bad:
         raise ValueError(f"device_list names GPUs {bad}, but this process sees {count}")
     return p2p_cliques(device_list)
+
+
+def device_or_cpu(device: Union[None, int, str, torch.device]) -> torch.device:
+    """Where a generator draws: None is the CPU (a graph drawn on a GPU differs from one
+    drawn on the CPU, so none is picked for the caller); otherwise as :func:`resolve_device`
+    (an int is that GPU: ``torch.device(device or "cpu")`` had taken GPU 0 for the CPU)."""
+    if device is None:
+        return torch.device("cpu")
+    resolved = resolve_device(device)
+    if resolved.type == "cuda" and not torch.cuda.is_available():  # (CUDA's own error)
+        raise RuntimeError(f"device={device!r} is a GPU, and torch sees none (a CPU-only "
+                           f"torch, or no driver): give device='cpu' or leave it out")
+    return resolved
+
+
+def as_real(value) -> Optional[float]:
+    """``value`` as a Python float if it is a real number (Python's or NumPy's int or
+    float), else None; a bool is none."""
+    if as_int(value) is not None:
+        return float(operator.index(value))
+    if isinstance(value, float) or (type(value).__module__ == "numpy"
+                                    and isinstance(value, numbers.Real)):
+        return float(value)
+    return None
 
 
 def is_int(value) -> bool:

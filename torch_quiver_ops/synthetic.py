@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from . import preflight
-from ._device import generator_seed, is_int
+from ._device import as_int, as_real, check_flag, device_or_cpu, generator_seed
 
 
 @dataclass(frozen=True)
@@ -123,12 +123,12 @@ def check_spec(spec: GraphSpec) -> None:
     exponent under 2, whose degrees have no finite mean, a graph of a few edges: its weights
     overflowed, or most drawn pairs fell on one hub and were dropped as repeats)."""
     def number(value) -> bool:
-        return (isinstance(value, (int, float)) and not isinstance(value, bool)
-                and math.isfinite(value))
+        value = as_real(value)  # (NumPy's numbers too)
+        return value is not None and math.isfinite(value)
 
     problems = [f"{name} must be an int >= 1, got {getattr(spec, name)!r}"
-                for name in ("num_nodes", "num_features", "num_classes")
-                if not is_int(getattr(spec, name)) or getattr(spec, name) < 1]
+                for name in _INT_FIELDS
+                if as_int(getattr(spec, name)) is None or getattr(spec, name) < 1]
     ranges = {"avg_degree": (">= 0", lambda v: v >= 0),
               "max_degree_ratio": ("> 0", lambda v: v > 0),
               "homophily": ("in [0, 1]", lambda v: 0 <= v <= 1),
@@ -157,6 +157,15 @@ def check_spec(spec: GraphSpec) -> None:
         raise ValueError("bad graph spec: " + "; ".join(problems))
 
 
+_INT_FIELDS = ("num_nodes", "num_features", "num_classes")
+
+
+def _with_plain_numbers(spec: GraphSpec) -> GraphSpec:
+    """``spec`` (checked) with NumPy's numbers as Python's, as the drawing takes them."""
+    return replace(spec, **{f.name: as_int(getattr(spec, f.name)) if f.name in _INT_FIELDS
+                            else as_real(getattr(spec, f.name)) for f in fields(spec)})
+
+
 def _host_bytes(spec: GraphSpec, features: bool, on_cpu: bool, csr: bool,
                 feature_dtype: torch.dtype) -> int:
     """An estimate, on the low side, of the host memory :func:`generate` holds at its
@@ -181,12 +190,14 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
     CUDA device) and returned instead of edge_index: at papers100M scale this takes
     seconds, where an int64 edge_index alone would be 26 GB and a CPU build minutes."""
     check_spec(spec)
+    spec = _with_plain_numbers(spec)
     seed = generator_seed(seed)
+    features, csr = check_flag(features, "features"), check_flag(csr, "csr")
     if not (isinstance(feature_dtype, torch.dtype) and feature_dtype.is_floating_point):
         # a string was torch's "Invalid device string"; int64 or bool rounded the features
         raise TypeError(f"feature_dtype must be a floating torch.dtype such as "
                         f"torch.bfloat16, got {feature_dtype!r}")
-    device = torch.device(device or "cpu")
+    device = device_or_cpu(device)
     preflight.check_host_memory(
         _host_bytes(spec, features, device.type == "cpu", csr, feature_dtype),
         f"a synthetic graph of {spec.num_nodes:,} nodes, avg_degree {spec.avg_degree:g} and "

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from . import preflight
-from ._device import generator_seed
+from ._device import as_int, as_real, device_or_cpu, generator_seed
 from .hetero import EdgeType, HeteroCSRTopo
 
 # ogbn-mag: node counts and its four relations with their edge counts.
@@ -108,18 +108,29 @@ class _Endpoints:
         return self.order[at]
 
 
-def _check_scale(scale) -> None:
-    """A scale is a finite number > 0 (0 or less had quietly given one node a type)."""
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (
-            0 < scale < float("inf")):
+def _check_scale(scale) -> float:
+    """A scale is a finite number > 0 (0 or less had quietly given one node a type);
+    returned as a Python float."""
+    value = as_real(scale)
+    if value is None or not 0 < value < float("inf"):
         raise ValueError(f"scale must be a finite number > 0, got {scale!r}")
+    return value
+
+
+def _count_at_least(value, name: str, least: int) -> int:
+    """``value`` as a Python int (Python's or NumPy's) >= ``least``, else a ValueError
+    naming ``name``."""
+    count = as_int(value)
+    if count is None or count < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    return count
 
 
 def mag_like_sizes(scale: float = 1.0) -> Tuple[Dict[str, int], Dict[str, int]]:
     """:func:`mag_like`'s node counts per type and its papers' ``train`` / ``val`` /
     ``test`` split sizes at ``scale``, without building anything (a caller checks them
     first; at a tiny scale ``val`` or ``test`` is 0)."""
-    _check_scale(scale)
+    scale = _check_scale(scale)
     nodes = {t: max(1, int(n * scale)) for t, n in MAG_NODES.items()}
     papers = nodes["paper"]
     shares = [n / sum(MAG_SPLIT) for n in MAG_SPLIT]
@@ -133,6 +144,7 @@ def mag_like_bytes(scale: float = 1.0, num_features: int = 128) -> int:
     """Host bytes :func:`mag_like` holds at its peak at ``scale`` (its edge lists with
     their reverses, the draws of one relation, the paper features twice), for a check
     before building."""
+    scale = _check_scale(scale)
     nodes, _ = mag_like_sizes(scale)
     edges = sum(max(1, int(count * scale)) for *_, count in MAG_RELATIONS)
     return 48 * edges + 8 * nodes["paper"] * num_features + 64 * sum(nodes.values())
@@ -153,20 +165,20 @@ def mag_like(scale: float = 1.0, seed: int = 0, num_features: int = 128,
     communities of a few members draw the same pair again. The share of a relation's edges
     that repeat an earlier one was 15-35% at scale 0.3, 20-45% at 0.1 and 30-67% at 0.01;
     the samplers take each as an edge of its own."""
+    scale = _check_scale(scale)
     nodes, split = mag_like_sizes(scale)
     seed = generator_seed(seed)
-    if isinstance(num_classes, bool) or not (isinstance(num_classes, int) and num_classes >= 1):
-        raise ValueError(f"num_classes must be an int >= 1, got {num_classes!r}")
-    if isinstance(num_features, bool) or not (isinstance(num_features, int)
-                                              and num_features >= 1):
-        raise ValueError(f"num_features must be an int >= 1, got {num_features!r}")
-    if not (isinstance(homophily, (int, float)) and 0 <= homophily <= 1):
-        raise ValueError(f"homophily must be a probability in [0, 1], got {homophily!r}")
-    if not (isinstance(feature_signal, (int, float)) and math.isfinite(feature_signal)):
-        raise ValueError(f"feature_signal must be a finite number, got {feature_signal!r}")
+    num_classes = _count_at_least(num_classes, "num_classes", 1)
+    num_features = _count_at_least(num_features, "num_features", 1)
+    given_homophily, given_signal = homophily, feature_signal
+    homophily, feature_signal = as_real(homophily), as_real(feature_signal)
+    if homophily is None or not 0 <= homophily <= 1:
+        raise ValueError(f"homophily must be a probability in [0, 1], got {given_homophily!r}")
+    if feature_signal is None or not math.isfinite(feature_signal):
+        raise ValueError(f"feature_signal must be a finite number, got {given_signal!r}")
+    device = device_or_cpu(device)
     preflight.check_host_memory(mag_like_bytes(scale, num_features),
                                 f"mag_like(scale={scale})", "give a smaller scale")
-    device = torch.device(device or "cpu")
     gen = torch.Generator(device=device).manual_seed(seed)
     ends = {t: _Endpoints(n, num_classes, gen, device) for t, n in nodes.items()}
     edges: Dict[EdgeType, Tensor] = {}
@@ -204,9 +216,17 @@ def _without_self_loops(ends: "_Endpoints", src: Tensor, dst: Tensor, gen: torch
     for round_ in range(rounds + anywhere):
         loops = (src == dst).nonzero().view(-1)
         if loops.numel() == 0 or ends.num_nodes < 2:
-            break
+            return dst
         dst[loops] = ends.draw(loops.numel(), gen, ends.community[src[loops]],
                                homophily if round_ < rounds else 0.0)
+    # A node holding most of the weight (few papers: the cap at 400 times the mean does not
+    # bind) drew itself again round after round, and half the citations of a small graph
+    # had been one paper's self-loops (a probe): the last ones go to any other paper.
+    loops = (src == dst).nonzero().view(-1)
+    if loops.numel() and ends.num_nodes >= 2:
+        step = torch.randint(1, ends.num_nodes, (loops.numel(),), generator=gen,
+                             device=dst.device)
+        dst[loops] = (src[loops] + step) % ends.num_nodes
     return dst
 
 
@@ -235,11 +255,10 @@ def mag240m_like(scale: float = 1.0, seed: int = 0, device: Optional[torch.devic
     (a transpose would need a sort of 1.3B edges): degrees, sizes and the sampler's reads
     are those of a graph this large, the exact edge pairs of the two directions are not
     each other's mirror. Relation ``r``'s edges are numbered in CSR order."""
-    device = torch.device(device or "cpu")
+    scale = _check_scale(scale)
+    chunk_nodes = _count_at_least(chunk_nodes, "chunk_nodes", 1)
+    device = device_or_cpu(device)
     gen = torch.Generator(device=device).manual_seed(generator_seed(seed))
-    _check_scale(scale)
-    if isinstance(chunk_nodes, bool) or not (isinstance(chunk_nodes, int) and chunk_nodes >= 1):
-        raise ValueError(f"chunk_nodes must be an int >= 1, got {chunk_nodes!r}")
     nodes = {t: max(1, int(n * scale)) for t, n in MAG240M_NODES.items()}
     relations = [(et, max(1, int(count * scale)))
                  for et, count in _relations_with_reverses(MAG240M_RELATIONS)]
@@ -323,8 +342,18 @@ def mag240m_like_features(num_papers: int, num_features: int = 128,
     """Random paper features for :func:`mag240m_like` (MAG240M gives papers 768-d float16;
     128-d bf16 keeps the table at 31 GB, within the GPU machine's 128 GiB host beside the
     topology), drawn on ``device`` a slice at a time into one host table."""
-    device = torch.device(device or "cpu")
-    gen = torch.Generator(device=device).manual_seed(seed)
+    num_papers = _count_at_least(num_papers, "num_papers", 0)
+    num_features = _count_at_least(num_features, "num_features", 1)
+    chunk_rows = _count_at_least(chunk_rows, "chunk_rows", 1)
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        # (an integer dtype had rounded the features to integers)
+        raise TypeError(f"dtype must be a floating torch.dtype such as torch.bfloat16, got "
+                        f"{dtype!r}")
+    device = device_or_cpu(device)
+    gen = torch.Generator(device=device).manual_seed(generator_seed(seed))
+    preflight.check_host_memory(num_papers * num_features * dtype.itemsize,
+                                f"mag240m_like_features({num_papers}, {num_features})",
+                                "give fewer papers or features")
     x = torch.empty(num_papers, num_features, dtype=dtype)
     for a in range(0, num_papers, chunk_rows):
         rows = min(chunk_rows, num_papers - a)

@@ -17,6 +17,17 @@ def test_degree_order_and_positions():
     assert torch.equal(positions[order], torch.arange(5, dtype=torch.int32))
 
 
+def test_degree_order_refuses_what_is_no_degree_vector():
+    """A 2-D tensor had given a 2-D "order", and a NaN degree sorted first (a probe)."""
+    with pytest.raises(TypeError, match=r"degree must be a 1-D tensor .* got shape \(2, 2\)"):
+        degree_order(torch.eye(2))
+    with pytest.raises(TypeError, match="degree must be a 1-D tensor .* got list"):
+        degree_order([1, 2])
+    with pytest.raises(ValueError, match=r"degree\[1\] = nan: every degree must be finite"):
+        degree_order(torch.tensor([1.0, float("nan"), 3.0]))
+    assert degree_order(torch.tensor([1.0, 3.0, 3.0])).tolist() == [1, 2, 0]
+
+
 def test_check_hot_order_rejects_what_is_not_a_permutation():
     assert check_hot_order(torch.tensor([2, 0, 1], dtype=torch.int32), 3).dtype == torch.int64
     with pytest.raises(ValueError, match="hot_order must list each of the 10 rows once, got 9"):

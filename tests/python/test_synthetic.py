@@ -125,3 +125,23 @@ def test_a_graph_past_host_memory_is_refused_before_drawing():
         synthetic_graph("tiny", num_nodes=10**6, avg_degree=50_000, features=False)
     with pytest.raises(ResourceLimitError, match="100000000 features needs"):
         synthetic_graph("tiny", num_features=10**8)
+
+
+def test_numpy_numbers_flags_and_gpu_indices_are_taken_as_meant():
+    """NumPy's numbers had been refused as "not an int" (a probe); the string 'False' for
+    `features` built features; device=0 (GPU 0 everywhere else) drew on the CPU."""
+    import numpy as np
+    plain = synthetic_graph("tiny", num_nodes=300, avg_degree=4, features=False)
+    given = synthetic_graph("tiny", num_nodes=np.int64(300), avg_degree=np.float32(4),
+                            features=np.bool_(False))
+    assert torch.equal(plain.edge_index, given.edge_index) and given.x is None
+    for name in ("features", "csr"):
+        with pytest.raises(TypeError, match=f"{name} must be True or False, got 'False'"):
+            synthetic_graph("tiny", **{name: "False"})
+    with pytest.raises(ValueError, match=r"num_nodes must be an int >= 1, got 300.5"):
+        synthetic_graph("tiny", num_nodes=300.5)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="device=0 is a GPU, and torch sees none"):
+            synthetic_graph("tiny", device=0)
+    with pytest.raises(ValueError, match="device must be a torch.device"):
+        synthetic_graph("tiny", device="gpu")
