@@ -30,7 +30,9 @@ STAGED_FROM_BYTES = 8 << 30
 
 # What host_read_blocks sets for the gathers of this thread.
 _THREAD_GATHERS = threading.local()
-# Held while a Feature builds its tiers for a device on first use.
+# Held while a Feature builds its tiers for a device on first use, and while it takes a new
+# table or lets go of one: a layout built from the old table had been stored after the
+# swap, and gathers went on reading the old rows, or a closed store's (a probe).
 _VIEWING = threading.RLock()
 
 
@@ -218,6 +220,11 @@ class Feature:
 
     def _place(self, host: Tensor, order: Optional[Tensor],
                make_shards: Optional[Callable] = None) -> None:
+        with _VIEWING:
+            self._place_table(host, order, make_shards)
+
+    def _place_table(self, host: Tensor, order: Optional[Tensor],
+                     make_shards: Optional[Callable]) -> None:
         self._host = host
         self._order = None if order is None else order.to(
             torch.int32 if host.size(0) <= INT32_MAX else torch.int64)
@@ -616,22 +623,21 @@ class Feature:
         process ends (freeing memory a peer still reads is undefined in CUDA). A copy of a
         layout saved with a scripted module is not seen here: load it after close only
         where the shards' owners still run."""
-        for layout, _, _ in self._views.values():
-            layout.release()
-        self._views.clear()
-        self._mapped.clear()
-        own = [buffer for buffer, _ in self._shards.values() if buffer is not None]
-        self._shards = {}
-        self._shard_payloads = {}
-        swapped_over, self._swapped_over = self._swapped_over, None
+        with _VIEWING:  # (no layout is built from the table as it goes)
+            for layout, _, _ in self._views.values():
+                layout.release()
+            self._process_state()
+            self._host = self._order = self._rank = None
+            self._closed = True
+            own = [buffer for buffer, _ in self._shards.values() if buffer is not None]
+            self._shards = {}
+            self._shard_payloads = {}
+            swapped_over, self._swapped_over = self._swapped_over, None
         if swapped_over is not None:
             group = group if group is not None else swapped_over
             torch.classes.quiver.Transport.agree(group.boxed(), "feature-close", "", timeout)
         for buffer in own:
             buffer.mark_unmapped()
-        self._process_state()
-        self._host = self._order = self._rank = None
-        self._closed = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -675,9 +681,10 @@ class Feature:
         warnings.warn("moving the feature table into shared memory for worker processes (a "
                       "transient second copy); pass a table already in shared memory "
                       "(x.share_memory_()) to avoid it", stacklevel=3)
-        self._views.clear()
-        self._pin = self._pinned_host = None
-        self._host.share_memory_()
+        with _VIEWING:
+            self._views = {}
+            self._pin = self._pinned_host = None
+            self._host.share_memory_()
         for t in (self._order, self._rank):
             if t is not None:
                 t.share_memory_()

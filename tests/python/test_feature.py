@@ -51,7 +51,7 @@ def test_feature_takes_one_index_of_row_ids():
         assert feature[one].shape == (4,) and torch.equal(feature[one].cpu(), x[3]), one
     with pytest.raises(IndexError, match=r"ids\[0\] = 10 is out of range"):
         feature[10]
-    with pytest.raises(TypeError, match="int32 or int64 ids, got Bool"):
+    with pytest.raises(TypeError, match="int32 or int64 ids, got torch.bool"):
         feature[True]
     assert feature.size(-1) == 4
     with pytest.raises(IndexError, match="dim 5 is out of range for a table of 2"):
@@ -585,3 +585,39 @@ def test_a_layout_for_a_device_that_cannot_gather_is_named():
         with pytest.raises(ValueError, match="rank must be an int >= 0"):
             qv.Feature.new_from_ipc_handle(rank, feature)
     assert qv.Feature(rank=np.int64(0)).rank == 0
+
+
+def test_a_table_replaced_or_closed_while_another_thread_gathers_is_not_read_after():
+    """A gather building its layout as another thread replaced the table (or closed the
+    store) had stored a layout of the old table after the swap: every later gather read
+    the old rows, or rows of the closed store (a probe; 5% and 3% of tries)."""
+    import sys
+    import threading
+    x = torch.randn(200, 4)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(300):
+            store = qv.Feature(rank=0, device_list=[], device_cache_size=0).from_cpu_tensor(x)
+            reader = threading.Thread(target=lambda: [store[torch.arange(5)] for _ in range(2)])
+            reader.start()
+            store.from_cpu_tensor(x + 1)
+            reader.join()
+            assert torch.equal(store[torch.arange(5)], x[:5] + 1)
+
+            closed = qv.Feature(rank=0, device_list=[], device_cache_size=0).from_cpu_tensor(x)
+
+            def read_until_closed():
+                try:
+                    for _ in range(2):
+                        closed[torch.arange(5)]
+                except RuntimeError:
+                    pass
+            reader = threading.Thread(target=read_until_closed)
+            reader.start()
+            closed.close()
+            reader.join()
+            with pytest.raises(RuntimeError, match="this Feature was closed"):
+                closed[torch.arange(5)]
+    finally:
+        sys.setswitchinterval(interval)
