@@ -38,7 +38,7 @@ inline void check_storage_holds(const at::Tensor& t, const std::string& name) {
 inline void check_index_vector(const at::Tensor& t, const char* name) {
   TORCH_CHECK_VALUE(t.dim() == 1, name, " must be a 1-D tensor, got shape ", t.sizes());
   TORCH_CHECK_TYPE(t.scalar_type() == at::kInt || t.scalar_type() == at::kLong, name,
-                   " must hold int32 or int64 ids, got ", t.scalar_type());
+                   " must hold int32 or int64 ids, got ", errors::dtype_name(t.scalar_type()));
   TORCH_CHECK(t.is_contiguous(), name, " must be contiguous (a view such as edge_index[0] of a "
               "transposed tensor is not): pass it through .contiguous()");
   check_storage_holds(t, name);
@@ -63,7 +63,7 @@ inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices
                     "indptr must be a 1-D tensor of num_nodes + 1 offsets, got shape ",
                     indptr.sizes());
   TORCH_CHECK_TYPE(indptr.scalar_type() == at::kLong, "indptr must be int64, got ",
-                   indptr.scalar_type());
+                   errors::dtype_name(indptr.scalar_type()));
   TORCH_CHECK(indptr.is_contiguous(),
               "indptr must be contiguous: pass it through .contiguous()");
   check_storage_holds(indptr, "indptr");
@@ -71,8 +71,8 @@ inline void check_csr_shapes(const at::Tensor& indptr, const at::Tensor& indices
   if (edge_ids.has_value()) {
     const at::Tensor& eid = *edge_ids;
     TORCH_CHECK_TYPE(eid.dim() == 1 && eid.scalar_type() == at::kLong,
-                     "edge_ids must be a 1-D int64 tensor, got ", eid.scalar_type(),
-                     " of shape ", eid.sizes());
+                     "edge_ids must be a 1-D int64 tensor, got ",
+                     errors::dtype_name(eid.scalar_type()), " of shape ", eid.sizes());
     TORCH_CHECK(eid.is_contiguous(), "edge_ids must be contiguous: pass it through .contiguous()");
     check_storage_holds(eid, "edge_ids");
     TORCH_CHECK_VALUE(eid.numel() == indices.numel(), "edge_ids has ", eid.numel(),
@@ -120,10 +120,10 @@ inline void check_whole_csr(const at::Tensor& indptr, const at::Tensor& indices,
 inline void check_permutation(const at::Tensor& order, int64_t num_rows, const char* what) {
   TORCH_CHECK_VALUE(num_rows >= 0, "num_rows must be >= 0 (the rows ", what,
                     " lists), got ", num_rows);
-  TORCH_CHECK_TYPE(order.dim() == 1 &&
-                       (order.scalar_type() == at::kInt || order.scalar_type() == at::kLong),
-                   what, " must be a 1-D tensor of int32/int64 ids, got ", order.scalar_type(),
-                   " of shape ", order.sizes());
+  TORCH_CHECK_TYPE(
+      order.dim() == 1 && (order.scalar_type() == at::kInt || order.scalar_type() == at::kLong),
+      what, " must be a 1-D tensor of int32/int64 ids, got ",
+      errors::dtype_name(order.scalar_type()), " of shape ", order.sizes());
   TORCH_CHECK_VALUE(order.numel() == num_rows, what, " must list each of the ", num_rows,
                     " rows once, got ", order.numel(), " ids");
   if (num_rows == 0) return;
@@ -152,10 +152,12 @@ inline void check_topology_cache(const at::Tensor& indptr, const at::Tensor& ind
   if (!cached_indices.has_value()) return;
   check_index_vector(*cached_indices, "cached_indices");
   TORCH_CHECK_TYPE(cached_indices->scalar_type() == indices.scalar_type(), "cached_indices is ",
-                   cached_indices->scalar_type(), " but indices is ", indices.scalar_type());
+                   errors::dtype_name(cached_indices->scalar_type()), " but indices is ",
+                   errors::dtype_name(indices.scalar_type()));
   const at::Tensor& starts = *cached_starts;
   TORCH_CHECK_TYPE(starts.scalar_type() == at::kLong || starts.scalar_type() == at::kInt,
-                   "cached_starts must be int32 or int64, got ", starts.scalar_type());
+                   "cached_starts must be int32 or int64, got ",
+                   errors::dtype_name(starts.scalar_type()));
   TORCH_CHECK_VALUE(starts.dim() == 1 && starts.numel() == indptr.numel() - 1,
                     "cached_starts must hold one start per node (", indptr.numel() - 1,
                     "), got shape ", starts.sizes());
@@ -198,8 +200,8 @@ inline void check_neighbor_sample_args(const at::Tensor& indptr, const at::Tenso
   check_sample_subgraph_args(indptr, indices, seeds, fanouts, replace, edge_ids);
   auto per_edge = [&](const std::optional<at::Tensor>& t, const char* name, at::ScalarType dtype) {
     if (!t.has_value()) return;
-    TORCH_CHECK_TYPE(t->scalar_type() == dtype, name, " must be ", dtype, ", got ",
-                     t->scalar_type());
+    TORCH_CHECK_TYPE(t->scalar_type() == dtype, name, " must be ", errors::dtype_name(dtype),
+                     ", got ", errors::dtype_name(t->scalar_type()));
     TORCH_CHECK_VALUE(t->dim() == 1 && t->numel() == indices.numel(), name,
                       " must hold one value per CSR edge (", indices.numel(), "), got shape ",
                       t->sizes());
@@ -217,7 +219,7 @@ inline void check_neighbor_sample_args(const at::Tensor& indptr, const at::Tenso
                     edge_time.has_value() ? "edge_time" : "seed_time");
   if (seed_time.has_value()) {
     TORCH_CHECK_TYPE(seed_time->scalar_type() == at::kLong, "seed_time must be int64, got ",
-                     seed_time->scalar_type());
+                     errors::dtype_name(seed_time->scalar_type()));
     TORCH_CHECK_VALUE(seed_time->dim() == 1 && seed_time->numel() == seeds.numel(),
                       "seed_time must hold one time per seed (", seeds.numel(), "), got shape ",
                       seed_time->sizes());
@@ -296,7 +298,7 @@ inline void check_relation_slice_starts(const std::optional<at::Tensor>& starts,
                                         int64_t expected) {
   if (!starts.has_value()) return;
   TORCH_CHECK_TYPE(starts->scalar_type() == at::kInt, "relation_slice_starts must be int32, got ",
-                   starts->scalar_type());
+                   errors::dtype_name(starts->scalar_type()));
   TORCH_CHECK_VALUE(starts->dim() == 1 && starts->numel() == expected && starts->is_contiguous(),
                     "relation_slice_starts must be a contiguous 1-D tensor of ", expected,
                     " entries (one per extra relation of each node), got shape ", starts->sizes());
@@ -339,8 +341,9 @@ inline void check_csr_from_coo_args(const at::Tensor& row, const at::Tensor& col
   check_index_vector(col, "col");
   TORCH_CHECK_VALUE(row.numel() == col.numel(), "row has ", row.numel(), " entries but col has ",
                     col.numel());
-  TORCH_CHECK_TYPE(row.scalar_type() == col.scalar_type(), "row is ", row.scalar_type(),
-                   " but col is ", col.scalar_type());
+  TORCH_CHECK_TYPE(row.scalar_type() == col.scalar_type(), "row is ",
+                   errors::dtype_name(row.scalar_type()), " but col is ",
+                   errors::dtype_name(col.scalar_type()));
   TORCH_CHECK(row.device() == col.device(), "row is on ", row.device(), " but col is on ",
               col.device());
   TORCH_CHECK_VALUE(num_nodes >= 0, "num_nodes must be >= 0, got ", num_nodes);
@@ -385,7 +388,8 @@ inline void check_row_tiers(at::ArrayRef<at::Tensor> tiers,
                       "] must have at least one dimension (rows), got a scalar");
     TORCH_CHECK_VALUE(t.is_contiguous(), "tiers[", k, "] must be contiguous (row-major)");
     TORCH_CHECK_TYPE(t.scalar_type() == first.scalar_type(), "tiers[", k, "] holds ",
-                     t.scalar_type(), " but tiers[0] holds ", first.scalar_type());
+                     errors::dtype_name(t.scalar_type()), " but tiers[0] holds ",
+                     errors::dtype_name(first.scalar_type()));
     TORCH_CHECK_VALUE(t.sizes().slice(1) == first.sizes().slice(1), "tiers[", k,
                       "] has rows of shape ", t.sizes().slice(1),
                       " but tiers[0] has rows of shape ", first.sizes().slice(1));

@@ -5,12 +5,19 @@
 // devices and placement -> RuntimeError.
 #pragma once
 
+#include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
 #include <cstdint>
 #include <string>
 
 namespace quiver::errors {
+
+// A dtype as Python spells it (`torch.int32`), where c10 prints `Int`: the messages reach
+// Python users, who never see c10's names.
+inline std::string dtype_name(c10::ScalarType type) {
+  return "torch." + c10::getDtypeNames(type).first;
+}
 
 // `what`[index] = id is outside [0, limit): a seed, an id to gather, a COO endpoint.
 [[noreturn]] inline void id_out_of_range(const char* what, int64_t index, int64_t id,

@@ -6,6 +6,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include "ops/errors.h"
 #include "runtime/bounded_wait.h"
 #include "runtime/intra_op_threads.h"
 
@@ -89,9 +90,13 @@ void BatchPrefetcher::start(std::vector<at::Tensor> seed_batches,
   for (size_t i = 0; i < seed_batches.size(); ++i) {
     const at::Tensor& seeds = seed_batches[i];
     TORCH_CHECK_VALUE(seeds.defined() && seeds.is_cpu() && seeds.dim() == 1,
-                      "BatchPrefetcher.start: seed_batches[", i, "] must be 1-D node ids in host "
-                      "memory, got ", seeds.defined() ? seeds.toString() : "None", " of shape ",
-                      seeds.defined() ? seeds.sizes() : at::IntArrayRef{});
+                      "BatchPrefetcher.start: seed_batches[", i,
+                      "] must be 1-D node ids in host "
+                      "memory, got ",
+                      seeds.defined()
+                          ? errors::dtype_name(seeds.scalar_type()) + " on " + seeds.device().str()
+                          : std::string("None"),
+                      " of shape ", seeds.defined() ? seeds.sizes() : at::IntArrayRef{});
   }
   const std::lock_guard<std::mutex> control(control_mutex_);
   stop_epoch();

@@ -15,6 +15,7 @@
 #include <tuple>
 
 #include "ops/checks.h"
+#include "ops/errors.h"
 #include "ops/internal/gather.h"
 #include "runtime/bounded_wait.h"
 #include "runtime/cpu/owner_groups.h"
@@ -33,7 +34,7 @@ namespace {
 std::string describe_rows(const FeatureTiers& local) {
   const at::Tensor like = local.empty_rows();
   std::ostringstream out;
-  out << like.scalar_type() << " rows of shape " << like.sizes().slice(1);
+  out << errors::dtype_name(like.scalar_type()) << " rows of shape " << like.sizes().slice(1);
   return out.str();
 }
 

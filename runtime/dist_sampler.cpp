@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "ops/checks.h"
+#include "ops/errors.h"
 #include "ops/internal/slotted_hops.h"
 #include "ops/sampling_rules.h"
 #include "runtime/collective_channel.h"
@@ -117,12 +118,12 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
                       " on ", t.device(), t.is_cpu() ? " (not pinned)" : "");
   }
   TORCH_CHECK_VALUE(owner_.scalar_type() == at::kShort || owner_.scalar_type() == at::kInt,
-                    "DistSampler: owner must be int16 or int32, got ", owner_.scalar_type());
-  TORCH_CHECK_VALUE(local_index_.scalar_type() == at::kLong &&
-                        local_index_.numel() == owner_.numel(),
-                    "DistSampler: local_index must be int64 with one entry per node (",
-                    owner_.numel(), "), got ", local_index_.scalar_type(), " of ",
-                    local_index_.numel());
+                    "DistSampler: owner must be int16 or int32, got ",
+                    errors::dtype_name(owner_.scalar_type()));
+  TORCH_CHECK_VALUE(
+      local_index_.scalar_type() == at::kLong && local_index_.numel() == owner_.numel(),
+      "DistSampler: local_index must be int64 with one entry per node (", owner_.numel(), "), got ",
+      errors::dtype_name(local_index_.scalar_type()), " of ", local_index_.numel());
   if (owner_.numel() > 0) {
     const int64_t low = owner_.min().item<int64_t>(), high = owner_.max().item<int64_t>();
     TORCH_CHECK_VALUE(low >= 0 && high < num_hosts_, "DistSampler: owner names hosts in [", low,
@@ -866,7 +867,7 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
                         at::IntArrayRef(shape), kStaysInStep);
     };
   } else if (!at::isIntegralType(seeds.scalar_type(), /*includeBool=*/false)) {
-    refuse = [dtype = seeds.scalar_type()] {
+    refuse = [dtype = errors::dtype_name(seeds.scalar_type())] {
       TORCH_CHECK_TYPE(false, "DistSampler.sample: seeds must be integers, got ", dtype,
                        kStaysInStep);
     };

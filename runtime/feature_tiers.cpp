@@ -3,12 +3,13 @@
 #include <quiver/feature_tiers.h>
 #include <quiver/ops.h>
 
+#include <cstring>
+
 #include "ops/checks.h"
+#include "ops/errors.h"
 #include "ops/internal/gather.h"
 #include "ops/internal/host_read_split.h"
 #include "runtime/held_memory.h"
-
-#include <cstring>
 
 namespace quiver::runtime {
 
@@ -110,8 +111,9 @@ void FeatureTiers::gather_into(const at::Tensor& ids, const at::Tensor& out) con
   TORCH_CHECK_VALUE(out.is_cpu() && out.is_contiguous() && out.sizes() == at::IntArrayRef(shape) &&
                         out.scalar_type() == tiers_.front().scalar_type(),
                     "FeatureTiers.gather_into: out must be a contiguous CPU tensor of ",
-                    at::IntArrayRef(shape), " and ", tiers_.front().scalar_type(), ", got ",
-                    out.sizes(), " ", out.scalar_type(), " on ", out.device());
+                    at::IntArrayRef(shape), " and ",
+                    errors::dtype_name(tiers_.front().scalar_type()), ", got ", out.sizes(), " ",
+                    errors::dtype_name(out.scalar_type()), " on ", out.device());
   at::Tensor into = out;  // a handle: the rows land in the caller's memory
   internal::gather_from_tiers_into(tiers_, positions_, ids, into);
 }

@@ -2,6 +2,8 @@
 #include <c10/util/Exception.h>
 #include <quiver/ipc_buffer.h>
 
+#include "ops/errors.h"
+
 #ifdef QUIVER_WITH_CUDA
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -82,8 +84,9 @@ at::Tensor IpcBuffer::open(const at::Tensor& handle, int64_t nbytes, int64_t own
   TORCH_CHECK_VALUE(handle.device().is_cpu() && handle.scalar_type() == at::kByte &&
                         handle.numel() == static_cast<int64_t>(sizeof(h)),
                     "IpcBuffer.open needs the ", sizeof(h),
-                    "-byte CPU uint8 tensor from IpcBuffer.handle, got ", handle.scalar_type(),
-                    " of shape ", handle.sizes(), " on ", handle.device());
+                    "-byte CPU uint8 tensor from IpcBuffer.handle, got ",
+                    errors::dtype_name(handle.scalar_type()), " of shape ", handle.sizes(), " on ",
+                    handle.device());
   TORCH_CHECK_VALUE(nbytes >= 0, "IpcBuffer.open: nbytes must be >= 0, got ", nbytes);
   check_gpu_index(owner, "IpcBuffer.open: owner");
   check_gpu_index(reader, "IpcBuffer.open: reader");

@@ -28,6 +28,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "ops/checks.h"
+#include "ops/errors.h"
 #include "runtime/held_memory.h"
 #include "runtime/host_agreement.h"
 #include "runtime/interrupt_watch.h"
@@ -237,9 +238,10 @@ class RdmaReader final : public RowReader {
                 broken_);
     const int64_t wanted_row_bytes = row_bytes_of(like);
     TORCH_CHECK_VALUE(wanted_row_bytes == row_bytes_ && like.scalar_type() == table_.scalar_type(),
-                      "rows of ", wanted_row_bytes, " bytes of ", like.scalar_type(),
+                      "rows of ", wanted_row_bytes, " bytes of ",
+                      errors::dtype_name(like.scalar_type()),
                       " were asked for, but the served tables have rows of ", row_bytes_,
-                      " bytes of ", table_.scalar_type());
+                      " bytes of ", errors::dtype_name(table_.scalar_type()));
     check_served_memory();
     std::vector<at::Tensor> ids(num_hosts_);
     int64_t total = 0;
@@ -441,8 +443,9 @@ class RdmaReader final : public RowReader {
       TORCH_CHECK_VALUE(theirs.row_bytes == static_cast<uint64_t>(row_bytes_) &&
                             theirs.dtype == static_cast<int32_t>(table_.scalar_type()),
                         "host ", h, " serves rows of ", theirs.row_bytes, " bytes of ",
-                        dtype_name(theirs.dtype), ", this host ", row_bytes_, " bytes of ",
-                        table_.scalar_type(), ": every host must serve the same table layout");
+                        peer_dtype_name(theirs.dtype), ", this host ", row_bytes_, " bytes of ",
+                        errors::dtype_name(table_.scalar_type()),
+                        ": every host must serve the same table layout");
       TORCH_CHECK(theirs.bytes % static_cast<uint64_t>(row_bytes_) == 0, "host ", h,
                   " published a table of ", theirs.bytes, " bytes, not a whole number of ",
                   row_bytes_, "-byte rows");
@@ -613,11 +616,11 @@ class RdmaReader final : public RowReader {
            " bytes (RLIMIT_MEMLOCK): raise `ulimit -l` or Docker's --ulimit memlock";
   }
 
-  static std::string dtype_name(int32_t code) {
+  static std::string peer_dtype_name(int32_t code) {
     if (code < 0 || code >= static_cast<int32_t>(c10::ScalarType::NumOptions)) {
       return "an unknown dtype (" + std::to_string(code) + ")";
     }
-    return c10::toString(static_cast<c10::ScalarType>(code));
+    return errors::dtype_name(static_cast<c10::ScalarType>(code));
   }
 
   void poll_once(Clock::time_point deadline) {

@@ -214,7 +214,7 @@ ServingRuntime::~ServingRuntime() {
 int64_t ServingRuntime::submit(const at::Tensor& ids) {
   TORCH_CHECK_VALUE(ids.dim() == 1, "node ids must be a 1-D tensor, got shape ", ids.sizes());
   TORCH_CHECK_TYPE(at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
-                   "node ids must be integers, got ", ids.scalar_type());
+                   "node ids must be integers, got ", errors::dtype_name(ids.scalar_type()));
   TORCH_CHECK_VALUE(ids.numel() >= 1, "a request needs at least one node id");
   TORCH_CHECK_VALUE(ids.numel() <= options_.max_batch_nodes, "a request holds at most ",
                     options_.max_batch_nodes, " node ids, got ", ids.numel());
@@ -811,7 +811,8 @@ double ServingRuntime::cost(const at::Tensor& ids) const {
   TORCH_CHECK_VALUE(ids.dim() <= 1, "ServingRuntime.cost: ids must be a 0-d or 1-D tensor, got "
                     "shape ", ids.sizes());
   TORCH_CHECK_TYPE(at::isIntegralType(ids.scalar_type(), /*includeBool=*/false),
-                   "ServingRuntime.cost: ids must be integers, got ", ids.scalar_type());
+                   "ServingRuntime.cost: ids must be integers, got ",
+                   errors::dtype_name(ids.scalar_type()));
   return checked_cost(ids.to(at::kCPU, at::kLong).reshape(-1).contiguous());
 }
 

@@ -15,7 +15,7 @@ at::Tensor as_cpu_index(const at::Tensor& t, at::ScalarType dtype, const char* n
   TORCH_CHECK_VALUE(!t.is_meta(), name, " is on the meta device, which holds no data");
   TORCH_CHECK_VALUE(t.dim() == 1, name, " must be a 1-D tensor, got shape ", t.sizes());
   TORCH_CHECK_TYPE(at::isIntegralType(t.scalar_type(), /*includeBool=*/false), name,
-                   " must hold integers, got ", t.scalar_type());
+                   " must hold integers, got ", errors::dtype_name(t.scalar_type()));
   if (t.scalar_type() == at::kUInt64 && t.numel() > 0) {
     // Past int64's range a value turns negative in the conversion (2**64 - 1 read as host
     // -1, a replicated row); its bits as int64 are negative exactly then.

@@ -15,6 +15,8 @@
 
 #include <cstring>
 
+#include "ops/errors.h"
+
 namespace quiver::runtime {
 
 SlottedBatch::SlottedBatch(const at::Tensor& seeds, int64_t num_nodes, at::IntArrayRef fanouts,
@@ -165,9 +167,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> grouped(const at::Tensor& frontie
                   owner.device() == device && local_index.device() == device &&
                   local_index.scalar_type() == at::kLong,
               "group_by_owner: frontier and local_index int64, and owner, on one GPU; got ",
-              frontier.scalar_type(), " on ", frontier.device(), ", ", owner.scalar_type(),
-              " on ", owner.device(), ", ", local_index.scalar_type(), " on ",
-              local_index.device());
+              errors::dtype_name(frontier.scalar_type()), " on ", frontier.device(), ", ",
+              errors::dtype_name(owner.scalar_type()), " on ", owner.device(), ", ",
+              errors::dtype_name(local_index.scalar_type()), " on ", local_index.device());
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t n = frontier.numel();
@@ -189,8 +191,9 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> grouped(const at::Tensor& frontie
   if (owner.scalar_type() == at::kShort) {
     group(int16_t{});
   } else {
-    TORCH_CHECK(owner.scalar_type() == at::kInt, "group_by_owner: owner must be int16 or int32, got ",
-                owner.scalar_type());
+    TORCH_CHECK(owner.scalar_type() == at::kInt,
+                "group_by_owner: owner must be int16 or int32, got ",
+                errors::dtype_name(owner.scalar_type()));
     group(int32_t{});
   }
   return {order, requests, send_counts};
@@ -228,8 +231,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> compact_requests(const at::Tensor
                   padded_requests.is_contiguous() &&
                   padded_requests.numel() == num_hosts * (slot_rows + 1),
               "compact_requests: the requests must be contiguous int64 [", num_hosts, ", ",
-              slot_rows + 1, "] on a GPU, got ", padded_requests.scalar_type(), " ",
-              padded_requests.sizes(), " on ", padded_requests.device());
+              slot_rows + 1, "] on a GPU, got ", errors::dtype_name(padded_requests.scalar_type()),
+              " ", padded_requests.sizes(), " on ", padded_requests.device());
   static_assert(kMaxBoundedSlotHosts == cuda::kMaxCompactedHosts);
   TORCH_CHECK(num_hosts <= kMaxBoundedSlotHosts, "compact_requests: ", num_hosts,
               " hosts, more than ", kMaxBoundedSlotHosts);

@@ -34,8 +34,8 @@ constexpr int64_t kMostClasses = int64_t{1} << 20;
 // (a float id was cut to an integer without a word).
 inline at::Tensor integer_ids(const at::Tensor& ids, const fs::path& file, const char* name) {
   const at::ScalarType type = ids.scalar_type();
-  TORCH_CHECK_TYPE(ids.dim() == 1 && at::isIntegralType(type, /*includeBool=*/false),
-                   file.string(), ": ", name, " must be 1-D integer ids, got ", type,
+  TORCH_CHECK_TYPE(ids.dim() == 1 && at::isIntegralType(type, /*includeBool=*/false), file.string(),
+                   ": ", name, " must be 1-D integer ids, got ", raw_arrays::dtype_name(type),
                    " of shape ", ids.sizes());
   return ids.to(at::kLong);
 }

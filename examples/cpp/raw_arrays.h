@@ -31,6 +31,12 @@ inline const std::map<std::string, at::ScalarType>& dtypes() {
   return names;
 }
 
+// A dtype as Python spells it (`torch.int32`), as the library's own messages name it (c10
+// prints `Int`).
+inline std::string dtype_name(at::ScalarType type) {
+  return "torch." + c10::getDtypeNames(type).first;
+}
+
 // What the record says of one array.
 struct Described {
   std::string dtype;
@@ -306,8 +312,8 @@ inline void save_arrays(const fs::path& directory, const std::string& stem,
     for (const auto& [label, type] : dtypes()) {
       if (type == t.scalar_type()) dtype = label;
     }
-    TORCH_CHECK(!dtype.empty(), "save_arrays: array ", name, " has dtype ", t.scalar_type(),
-                ", which the format does not name");
+    TORCH_CHECK(!dtype.empty(), "save_arrays: array ", name, " has dtype ",
+                dtype_name(t.scalar_type()), ", which the format does not name");
     std::ofstream file(directory / (name + ".bin"), std::ios::binary);
     file.write(static_cast<const char*>(t.const_data_ptr()), static_cast<std::streamsize>(t.nbytes()));
     TORCH_CHECK(file.good(), "save_arrays: could not write ", (directory / (name + ".bin")).string());

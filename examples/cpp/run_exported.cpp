@@ -63,8 +63,8 @@ void check_feature_table(torch::inductor::AOTIModelPackageLoader& loader,
   if (dtype != metadata.end()) {
     const auto known = raw_arrays::dtypes().find(dtype->second);
     TORCH_CHECK(known != raw_arrays::dtypes().end() && known->second == table.scalar_type(),
-                table_name, " holds rows of ", table.scalar_type(), ", but ", package,
-                " was exported for ", dtype->second);
+                table_name, " holds rows of ", raw_arrays::dtype_name(table.scalar_type()),
+                ", but ", package, " was exported for ", dtype->second);
   }
 }
 

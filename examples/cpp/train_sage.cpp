@@ -288,7 +288,8 @@ using graph_files::Graph;
 Graph load_graph(const fs::path& directory) {
   Graph g = graph_files::load(directory);
   TORCH_CHECK_TYPE(g.rows.scalar_type() == at::kFloat, (directory / "features").string(),
-                   ": rows must be float32 (the model's dtype), got ", g.rows.scalar_type());
+                   ": rows must be float32 (the model's dtype), got ",
+                   raw_arrays::dtype_name(g.rows.scalar_type()));
   return g;
 }
 

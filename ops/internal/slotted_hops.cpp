@@ -93,8 +93,8 @@ HopNumbering::HopNumbering(const at::Tensor& seeds, int64_t num_nodes, at::IntAr
     : state_(std::make_unique<State>(seeds, num_nodes, fanouts, counters)) {
   State& s = *state_;
   TORCH_CHECK(seeds.is_cuda() && seeds.scalar_type() == at::kLong && seeds.dim() == 1,
-              "HopNumbering: seeds must be 1-D int64 on a GPU, got ", seeds.scalar_type(), " ",
-              seeds.sizes(), " on ", seeds.device());
+              "HopNumbering: seeds must be 1-D int64 on a GPU, got ",
+              errors::dtype_name(seeds.scalar_type()), " ", seeds.sizes(), " on ", seeds.device());
   for (const int64_t fanout : fanouts) {
     TORCH_CHECK(fanout >= 0, "HopNumbering: every fanout must be >= 0, got ", fanout);
   }
@@ -166,7 +166,8 @@ HopNumbering::HopEdges HopNumbering::open_hop(const at::Tensor& counts, int64_t 
   TORCH_CHECK(counts.device() == s.device && counts.scalar_type() == at::kLong &&
                   counts.dim() == 1 && counts.is_contiguous(),
               "HopNumbering: counts must be 1-D contiguous int64 on ", s.device, ", got ",
-              counts.scalar_type(), " ", counts.sizes(), " on ", counts.device());
+              errors::dtype_name(counts.scalar_type()), " ", counts.sizes(), " on ",
+              counts.device());
   const c10::cuda::CUDAGuard guard(s.device);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t h = s.hops_added, frontier = counts.numel();
@@ -257,15 +258,15 @@ at::Tensor sample_into_slots(const at::Tensor& indptr, const at::Tensor& indices
                    placement.slot_of.scalar_type() == at::kLong &&
                    placement.slot_of.is_contiguous() && placement.slot_of.numel() == rows.numel()),
               "sample_into_slots: slot_of must be contiguous int64 on ", indptr.device(), " with ",
-              rows.numel(), " entries, got ", placement.slot_of.scalar_type(), " of ",
-              placement.slot_of.numel(), " on ", placement.slot_of.device());
+              rows.numel(), " entries, got ", errors::dtype_name(placement.slot_of.scalar_type()),
+              " of ", placement.slot_of.numel(), " on ", placement.slot_of.device());
   if (!indptr.is_cuda()) {
     return cpu_slots(indptr, indices, edge_ids, rows, fanout, replace, generator);
   }
   const at::Device device = indptr.device();
   TORCH_CHECK(rows.device() == device && rows.scalar_type() == at::kLong,
-              "sample_into_slots: rows must be int64 on ", device, ", got ", rows.scalar_type(),
-              " on ", rows.device());
+              "sample_into_slots: rows must be int64 on ", device, ", got ",
+              errors::dtype_name(rows.scalar_type()), " on ", rows.device());
   const c10::cuda::CUDAGuard guard(device);
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   const int64_t num_rows = rows.numel();

@@ -249,7 +249,7 @@ def test_arrays_the_model_cannot_use_are_named(saved_graph, tmp_path, damage):
         words = "rows must be [nodes, features]"
     elif damage == "float16 rows":
         arrays["rows"] = arrays["rows"].half()
-        words = "rows must be float32 (the model's dtype), got Half"
+        words = "rows must be float32 (the model's dtype), got torch.float16"
     elif damage == "negative label":
         arrays["y"][arrays["test_idx"][0]] = -1
         words = "y must hold class ids in [0, 1048576), got -1"
@@ -258,10 +258,10 @@ def test_arrays_the_model_cannot_use_are_named(saved_graph, tmp_path, damage):
         words = "y must hold class ids in [0, 1048576)"
     elif damage == "float labels":  # (cut to integers without a word)
         arrays["y"] = arrays["y"].double() + 0.7
-        words = "labels: y must be 1-D integer ids, got Double"
+        words = "labels: y must be 1-D integer ids, got torch.float64"
     elif damage == "2-D train ids":  # (torch's "index out of range in self")
         arrays["train_idx"] = arrays["train_idx"][:80].view(40, 2)
-        words = "labels: train_idx must be 1-D integer ids, got Long of shape [40, 2]"
+        words = "labels: train_idx must be 1-D integer ids, got torch.int64 of shape [40, 2]"
     elif damage == "no test ids":  # (a test accuracy of 0 was printed, exit 0)
         arrays["test_idx"] = arrays["test_idx"][:0]
         words = "labels: test_idx is empty"
@@ -270,7 +270,7 @@ def test_arrays_the_model_cannot_use_are_named(saved_graph, tmp_path, damage):
         words = "rows must be [nodes, features] with at least one feature"
     elif damage == "int32 indptr":  # (the op's error, naming no file, after the first line)
         arrays["indptr"] = arrays["indptr"].int()
-        words = "topology: indptr must be int64, got Int"
+        words = "topology: indptr must be int64, got torch.int32"
     elif damage == "train id out of range":
         arrays["train_idx"][0] = arrays["y"].numel()
         words = "train_idx holds node ids outside"

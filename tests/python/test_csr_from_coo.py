@@ -108,7 +108,7 @@ def test_bad_input_raises_clear_errors():
         qv.ops.csr_from_coo(row, torch.tensor([-1, 2, 0]), 3)
     with pytest.raises(ValueError, match="row has 3 entries but col has 2"):
         qv.ops.csr_from_coo(row, col[:2], 3)
-    with pytest.raises(TypeError, match="row is Long but col is Int"):
+    with pytest.raises(TypeError, match="row is torch.int64 but col is torch.int32"):
         qv.ops.csr_from_coo(row, col.int(), 3)
     with pytest.raises(TypeError, match="int32 or int64"):
         qv.ops.csr_from_coo(row.float(), col.float(), 3)

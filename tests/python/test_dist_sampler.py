@@ -118,7 +118,7 @@ def worker(rank, world, port, directory, results, die_rank, mode="CPU", backend=
             os._exit(0)  # gone mid-run: the survivors must name it, not hang
         with pytest.raises(IndexError, match="out of range"):  # as GraphSageSampler's
             sampler.sample_subgraph(torch.tensor([400]))  # every host's seeds bad
-        with pytest.raises(TypeError, match="seeds must be integers, got Float"):
+        with pytest.raises(TypeError, match="seeds must be integers, got torch.float32"):
             sampler.sample_subgraph(torch.tensor([1.0]))
         # One host's seeds bad: it takes part with none and raises after the batch, so the
         # hosts stay in step for the next one.

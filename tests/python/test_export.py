@@ -143,9 +143,9 @@ def test_the_runner_names_what_it_cannot_use(tmp_path):
              ("topology", "csr", {"indptr": torch.tensor([0, 1, 2]), "indices": torch.tensor([1, 5])},
               "topology: indices holds node id 5, out of range [0, 2)"),
              ("labels", "labels", {"y": torch.tensor([[0], [1]])},
-              "labels: y must be 1-D integer ids, got Long of shape [2, 1]"),
+              "labels: y must be 1-D integer ids, got torch.int64 of shape [2, 1]"),
              ("labels", "labels", {"y": torch.tensor([0.0, 1.0])},
-              "labels: y must be 1-D integer ids, got Float"),
+              "labels: y must be 1-D integer ids, got torch.float32"),
              ("labels", "labels", {"y": torch.tensor([0])},
               "labels: y holds 1 labels for the topology's 2 nodes")]
     for case, (part, stem, arrays, words) in enumerate(cases):

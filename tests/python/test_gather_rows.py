@@ -87,7 +87,7 @@ def test_bad_input():
         qv.ops.gather_rows(table, torch.tensor([-1]))
     with pytest.raises(ValueError, match="contiguous"):
         qv.ops.gather_rows(table.t(), torch.tensor([0]))
-    with pytest.raises(TypeError, match="ids must hold int32 or int64 ids, got Float"):
+    with pytest.raises(TypeError, match="ids must hold int32 or int64 ids, got torch.float32"):
         qv.ops.gather_rows(table, torch.tensor([0.0]))
     with pytest.raises(ValueError, match="ids must be a 1-D tensor"):
         qv.ops.gather_rows(table, torch.tensor([[0]]))

@@ -78,7 +78,8 @@ def test_rejects_bad_input(mode):
     positions = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 12], device=device)  # corrupt
     with pytest.raises(IndexError, match=r"positions\[9\] = 12 is out of range \[0, 10\)"):
         qv.ops.gather_tiered_rows(tiers, positions, torch.tensor([9], device=device))
-    with pytest.raises(TypeError, match=r"tiers\[1\] holds Double but tiers\[0\] holds Float"):
+    with pytest.raises(TypeError,
+                       match=r"tiers\[1\] holds torch.float64 but tiers\[0\] holds torch.float32"):
         qv.ops.gather_tiered_rows([tiers[0], tiers[1].double()], None,
                                   torch.tensor([0], device=device))
     with pytest.raises(ValueError, match=r"tiers\[1\] has rows of shape \[2\]"):
@@ -86,7 +87,7 @@ def test_rejects_bad_input(mode):
                                   torch.tensor([0], device=device))
     with pytest.raises(ValueError, match="tiers must hold 1 to 17 tensors, got 0"):
         qv.ops.gather_tiered_rows([], None, torch.tensor([0], device=device))
-    with pytest.raises(TypeError, match="ids must hold int32 or int64 ids, got Float"):
+    with pytest.raises(TypeError, match="ids must hold int32 or int64 ids, got torch.float32"):
         qv.ops.gather_tiered_rows(tiers, None, torch.tensor([0.0], device=device))
     with pytest.raises(TypeError, match="positions must hold int32 or int64 ids"):
         qv.ops.gather_tiered_rows(tiers, positions.float(), torch.tensor([0], device=device))

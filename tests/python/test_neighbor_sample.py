@@ -170,7 +170,7 @@ def test_row_cumsum_and_bad_sums(mode):
     with pytest.raises(ValueError, match="pass edge_weight too"):
         qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode), seeds, [2],
                                edge_weight_cumsum=place_extra(sums, mode))
-    with pytest.raises(TypeError, match="edge_weight_cumsum must be Double"):
+    with pytest.raises(TypeError, match="edge_weight_cumsum must be torch.float64"):
         qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode), seeds, [2],
                                edge_weight=place_extra(weights, mode),
                                edge_weight_cumsum=place_extra(sums.float(), mode))
@@ -629,7 +629,7 @@ def bad_call(mode, **overrides):
 
 @pytest.mark.parametrize("overrides,error,match", [
     (dict(edge_weight=torch.ones(4)), ValueError, r"edge_weight must hold one value per CSR edge \(5\)"),
-    (dict(edge_weight=torch.ones(5, dtype=torch.float64)), TypeError, "edge_weight must be Float"),
+    (dict(edge_weight=torch.ones(5, dtype=torch.float64)), TypeError, "edge_weight must be torch.float32"),
     (dict(edge_time=torch.arange(5), seed_time=torch.zeros(2, dtype=torch.long), disjoint=True),
      ValueError, r"seed_time must hold one time per seed \(3\)"),
     (dict(edge_time=torch.arange(5), seed_time=torch.zeros(3, dtype=torch.long)),

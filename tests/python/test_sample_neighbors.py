@@ -179,9 +179,9 @@ def test_bad_input(mode):
         op(indptr, indices, torch.tensor([-3], device=device), 2)
     with pytest.raises(ValueError, match="fanout must be -1 .* got -2"):
         op(indptr, indices, seeds, -2)
-    with pytest.raises(TypeError, match="seeds must hold int32 or int64 ids, got Float"):
+    with pytest.raises(TypeError, match="seeds must hold int32 or int64 ids, got torch.float32"):
         op(indptr, indices, seeds.float(), 2)
-    with pytest.raises(TypeError, match="indptr must be int64, got Int"):
+    with pytest.raises(TypeError, match="indptr must be int64, got torch.int32"):
         op(indptr.int(), indices, seeds, 2)
     with pytest.raises(ValueError, match="edge_ids has 3 entries but indices has 400"):
         op(indptr, indices, seeds, 2, False, eid[:3])

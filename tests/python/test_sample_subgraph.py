@@ -235,7 +235,7 @@ def test_bad_input(mode):
         op(indptr, indices, seeds, [2, -5])
     with pytest.raises(ValueError, match="at least one hop"):
         op(indptr, indices, seeds, [])
-    with pytest.raises(TypeError, match="indices must hold int32 or int64 ids, got Float"):
+    with pytest.raises(TypeError, match="indices must hold int32 or int64 ids, got torch.float32"):
         op(indptr, indices.float(), seeds, [2])
     with pytest.raises(ValueError, match="indptr and indices disagree"):
         op(indptr, indices[:-1], seeds, [2])
@@ -424,7 +424,7 @@ def test_cache_input_is_checked(mode):
 
     with pytest.raises(ValueError, match="needs both cached_indices and cached_starts"):
         sample(cached_indices, None)
-    with pytest.raises(TypeError, match="cached_indices is Int but indices is Long"):
+    with pytest.raises(TypeError, match="cached_indices is torch.int32 but indices is torch.int64"):
         sample(cached_indices.int(), cached_starts)
     with pytest.raises(ValueError, match=r"one start per node \(50\)"):
         sample(cached_indices, cached_starts[:-1])

@@ -242,7 +242,7 @@ def test_empty_lists_are_no_edges():
 
 def test_a_bad_eid_is_named_eid():
     """The op's check named the argument edge_ids, which CSRTopo calls eid (a probe)."""
-    with pytest.raises(TypeError, match="eid must be a 1-D int64 tensor, got Float"):
+    with pytest.raises(TypeError, match="eid must be a 1-D int64 tensor, got torch.float32"):
         qv.CSRTopo(indptr=torch.tensor([0, 1, 2]), indices=torch.tensor([1, 0]),
                    eid=torch.tensor([0.0, 1.0]))  # (int32 is widened)
 
