@@ -79,12 +79,22 @@ def device_or_cpu(device: Union[None, int, str, torch.device]) -> torch.device:
     """Where a generator draws: None is the CPU (a graph drawn on a GPU differs from one
     drawn on the CPU, so none is picked for the caller); otherwise as :func:`resolve_device`
     (an int is that GPU: ``torch.device(device or "cpu")`` had taken GPU 0 for the CPU)."""
-    if device is None:
-        return torch.device("cpu")
+    return torch.device("cpu") if device is None else present_device(device)
+
+
+def present_device(device: Union[int, str, torch.device]) -> torch.device:
+    """:func:`resolve_device`, and a GPU named must be one this process sees: else a
+    RuntimeError naming ``device`` (CUDA's own errors, "no NVIDIA driver" or "invalid
+    device ordinal", name no argument)."""
     resolved = resolve_device(device)
-    if resolved.type == "cuda" and not torch.cuda.is_available():  # (CUDA's own error)
+    if resolved.type != "cuda":
+        return resolved
+    if not torch.cuda.is_available():
         raise RuntimeError(f"device={device!r} is a GPU, and torch sees none (a CPU-only "
-                           f"torch, or no driver): give device='cpu' or leave it out")
+                           f"torch, or no driver): give device='cpu'")
+    if resolved.index >= torch.cuda.device_count():
+        raise RuntimeError(f"device={device!r} is GPU {resolved.index}, and this process "
+                           f"sees {torch.cuda.device_count()} GPU(s)")
     return resolved
 
 

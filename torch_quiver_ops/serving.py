@@ -46,7 +46,8 @@ import torch
 from torch import Tensor
 
 from . import _fork
-from ._device import check_flag, holds_integers, is_int, readable_ids, resolve_device
+from ._device import (check_flag, holds_integers, is_int, present_device, readable_ids,
+                      resolve_device)
 from ._interrupts import ctrl_c_ends_waits, runtime_timeout
 from .ops import integer_fanouts
 from .sampler import Adj, GraphSageSampler
@@ -287,7 +288,7 @@ class ServingRuntime:
         has_gpu = torch.cuda.is_available() and gpu_streams > 0
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device()) if has_gpu else "cpu"
-        self.device = torch.device(device)
+        self.device = present_device(device)
         if self.device.type not in ("cpu", "cuda"):  # ('meta' was taken, to fail in a batch)
             raise ValueError(f"device must be the CPU or a GPU, got {device!r}")
         self.package = None

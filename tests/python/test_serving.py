@@ -618,7 +618,7 @@ def test_dispatch_follows_the_threshold(graph):
             runtime._runtime.cost(torch.tensor([0, graph.num_nodes, -1]))
         with pytest.raises(IndexError, match=r"node ids\[1\] = -1 is out of range"):
             runtime.submit(torch.tensor([3, -1]))
-        with pytest.raises(TypeError, match="node ids must be integers, got Float"):
+        with pytest.raises(TypeError, match="node ids must be integers, got torch.float32"):
             runtime.submit(torch.tensor([3.0]))
         with pytest.raises(ValueError, match="node ids must be a 1-D tensor, got shape"):
             runtime.submit(torch.tensor([[3]]))  # a shape is a value, as for the ops
@@ -799,6 +799,10 @@ def test_bad_options_are_value_errors(graph):
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     with pytest.raises(ValueError, match="device must be the CPU or a GPU, got 'meta'"):
         ServingRuntime(SAGE([graph.x.size(1), 4, 2]), topo, [3], graph.x, device="meta")
+    # A GPU this process does not see had raised CUDA's own error, naming no argument.
+    missing = "cuda:0" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count()}"
+    with pytest.raises(RuntimeError, match=f"device='{missing}' is (a )?GPU"):
+        ServingRuntime(SAGE([graph.x.size(1), 4, 2]), topo, [3], graph.x, device=missing)
     # A released layout was taken, then every request failed naming it (a probe).
     released = torch.classes.quiver.FeatureTiers([graph.x.clone()], None)
     released.release()
