@@ -9,11 +9,6 @@ import json
 import re
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 
 def rounds_of(log: Path) -> dict:
     """{round: {"model alone": ms, "Python": ms, "C++": ms, "first": thread}} from the log."""
@@ -41,6 +36,9 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--title", default="")
     args = parser.parse_args()
+    import matplotlib  # (after the options: --help needs none)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     rounds = rounds_of(args.log)
     ks = sorted(rounds)
     fig, ax = plt.subplots(figsize=(7, 4))

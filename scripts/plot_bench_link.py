@@ -2,16 +2,14 @@
 
     python scripts/plot_bench_link.py RUN.json OUT.png      (needs matplotlib)
 """
+import argparse
 import json
-import sys
-
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 
 def main(source: str, target: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     rows = json.load(open(source))
     labels = [r["config"].replace(": ", "\n") for r in rows]
     seconds = [r["epoch_s"] for r in rows]
@@ -32,4 +30,9 @@ def main(source: str, target: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("run", help="the JSON that scripts/bench_link.py --json wrote")
+    parser.add_argument("png", help="where to write the chart")
+    args = parser.parse_args()
+    main(args.run, args.png)

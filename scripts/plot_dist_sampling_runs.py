@@ -12,9 +12,6 @@ The tenth session's plot (docs/plots/2026-11-27-h100-s10-dist-sampling.png) is
 import argparse
 import json
 
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 
 R = "docs/runs/"
 KINDS = {"exact": ("exact counts first (3 waits a hop)", "#bbb"),
@@ -30,6 +27,9 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--xmax", type=float, default=2.1)
     args = parser.parse_args()
+    import matplotlib  # (after the options: --help needs none)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     kinds = args.kinds.split(",")
     groups = []  # (label, {slots: ms}, one GPU ms)
     for run in args.runs:

@@ -1,6 +1,9 @@
 """The plot of docs/benchmarks.md's "Gloo lanes only for blocks worth splitting": ms per fetch
 against ids per fetch, before and after, from docs/runs/2026-12-05-cpu-s37-gloo-lane-parts.log.
 Run from the repository root with matplotlib installed."""
+import argparse
+argparse.ArgumentParser(description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()  # --help; it takes no options
 import re
 import matplotlib; matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -2,6 +2,9 @@
 us per fetch against ids per fetch, 1 lane against 8, from the two runs' logs
 (docs/runs/2026-12-05-h100-s38-b-faults-lanes.log and -c-dist-sampler-lanes.log). Run from
 the repository root with matplotlib installed."""
+import argparse
+argparse.ArgumentParser(description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()  # --help; it takes no options
 import re
 import matplotlib; matplotlib.use("Agg")
 import matplotlib.pyplot as plt

@@ -9,10 +9,6 @@ import json
 import re
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
 SERIES = [("eager model alone", "k--"), ("eager prefetching loop", "ko-"),
           ("graphed model alone", "C1--"), ("graphed prefetching loop", "C1s-")]
@@ -37,6 +33,9 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--title", default="")
     args = parser.parse_args()
+    import matplotlib  # (after the options: --help needs none)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     panels = {}
     for log in args.logs:
         panels.update(panels_of(log))

@@ -7,11 +7,6 @@ variant), e.g. a library before and after a change, in the order the runs were m
 import argparse
 import json
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -20,6 +15,9 @@ def main():
     parser.add_argument("--variants", default="uniform (sample_subgraph),weighted,"
                                               "weighted (prefix sums)")
     args = parser.parse_args()
+    import matplotlib  # (after the options: --help needs none)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     runs = [(spec.split("=", 1)[0], json.load(open(spec.split("=", 1)[1]))["rows"])
             for spec in args.runs]
     variants = args.variants.split(",")

@@ -2,6 +2,9 @@
 JSON logs under docs/runs: DistFeature before/after the transport split on two H200s, and
 the H100 feature gather with its host-read options set on FeatureTiers. Run from the
 repository root: python3 scripts/plot_s8_checks.py"""
+import argparse
+argparse.ArgumentParser(description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()  # --help; it takes no options
 import json
 import matplotlib
 matplotlib.use("Agg")

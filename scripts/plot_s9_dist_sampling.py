@@ -2,6 +2,9 @@
 over NCCL, ms a batch at each step of the change against the whole graph sampled on one GPU
 in the same run, from the bench_dist_sampling.py logs under docs/runs. Run from the
 repository root: python3 scripts/plot_s9_dist_sampling.py"""
+import argparse
+argparse.ArgumentParser(description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()  # --help; it takes no options
 import re
 
 import matplotlib

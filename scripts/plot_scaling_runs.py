@@ -10,9 +10,6 @@ for each:
 import argparse
 import json
 
-import matplotlib
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt
 
 R = "docs/runs/"
 POLICIES = ("device_replicate", "p2p_clique_replicate")
@@ -24,6 +21,9 @@ def main():
     parser.add_argument("runs", nargs="+", help="LABEL=JSON under docs/runs/")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
+    import matplotlib  # (after the options: --help needs none)
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(POLICIES), figsize=(11, 4.2), sharey=True)
     most = 1
     for run in args.runs:

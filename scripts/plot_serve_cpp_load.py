@@ -9,8 +9,8 @@ latency that follows it was spent before the request reached the runtime.
 """
 from __future__ import annotations
 
+import argparse
 import re
-import sys
 
 # The logs of 2026-11-28's twelfth session end at seeds/batch; later ones add the caching
 # allocator's mallocs and retries, and from 2026-12-02 a batch's mean ms in three parts and
@@ -76,4 +76,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("png", help="where to write the plot")
+    parser.add_argument("runs", nargs="+", metavar="TITLE=LOG[+LOG...]",
+                        help="a column's title and its train_sage --load-rates log(s)")
+    args = parser.parse_args()
+    main([args.png, *args.runs])

@@ -34,10 +34,13 @@ def case(shared, flags):
     print(json.dumps({"shared": shared, "flags": flags, "err": int(err), "before_MiB": before, "after_MiB": after, "gpu_ok": gpu_ok}), flush=True)
 
 if __name__ == "__main__":
+    if sys.argv[1:] in (["-h"], ["--help"]):
+        print(__doc__)
+        sys.exit(0)
     if len(sys.argv) > 1:
         if len(sys.argv) != 3 or sys.argv[1] not in ("shared", "private") \
                 or not sys.argv[2].isdigit():
-            sys.exit(__doc__)  # --help too; the two arguments are the children's
+            sys.exit(__doc__)  # the two arguments are the children's
         case(sys.argv[1] == "shared", int(sys.argv[2]))
         sys.exit(0)
     if not torch.cuda.is_available():

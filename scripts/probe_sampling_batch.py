@@ -15,7 +15,8 @@ from torch_quiver_ops.sampler import layers_of
 from torch_quiver_ops.synthetic import synthetic_graph
 
 if "-h" in sys.argv or "--help" in sys.argv:
-    sys.exit(__doc__)
+    print(__doc__)
+    sys.exit(0)
 if not (torch.cuda.is_available() and qv.cuda_kernels_built()):
     sys.exit("probe_sampling_batch.py measures GPU sampling: it needs a CUDA GPU and the "
              "library built with its CUDA kernels")

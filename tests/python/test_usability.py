@@ -218,6 +218,17 @@ def test_benchmark_scripts_name_a_bad_option_before_running(benchmark_refusals, 
     assert "Traceback" not in done.stderr
 
 
+def test_every_script_and_example_answers_help_and_starts_nothing():
+    """--help on every script and example: exit 0, what it does on stdout, and no traceback.
+    Plot scripts had needed matplotlib for it, and four took no --help at all (they drew)."""
+    scripts = [path for folder in ("scripts", "examples") for path in sorted(
+        (REPO / folder).glob("*.py")) if path.name != "option_checks.py"]  # (a module)
+    for path, done in zip(scripts, run_script_cases([(p, ["--help"]) for p in scripts],
+                                                    timeout=60)):
+        assert done.returncode == 0, (path.name, done.stderr[-2000:])
+        assert "Traceback" not in done.stderr and done.stdout.strip(), (path.name, done.stderr)
+
+
 def test_gpu_check_takes_help_and_starts_nothing(tmp_path):
     """--help had started the whole GPU run (a probe): it prints the header, makes no
     folder, and any other argument is refused the same way with status 1."""
