@@ -14,9 +14,14 @@
 namespace quiver::errors {
 
 // A dtype as Python spells it (`torch.int32`), where c10 prints `Int`: the messages reach
-// Python users, who never see c10's names.
+// Python users, who never see c10's names. (getDtypeNames throws for a type it does not
+// name, such as Undefined: an error being built must not throw another.)
 inline std::string dtype_name(c10::ScalarType type) {
-  return "torch." + c10::getDtypeNames(type).first;
+  try {
+    return "torch." + c10::getDtypeNames(type).first;
+  } catch (const c10::Error&) {
+    return c10::toString(type);
+  }
 }
 
 // `what`[index] = id is outside [0, limit): a seed, an id to gather, a COO endpoint.

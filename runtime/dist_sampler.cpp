@@ -117,13 +117,15 @@ DistSampler::DistSampler(const c10::intrusive_ptr<c10d::ProcessGroup>& group, at
                       ") or, with indptr on a GPU, in pinned host memory; got ", t.sizes(),
                       " on ", t.device(), t.is_cpu() ? " (not pinned)" : "");
   }
-  TORCH_CHECK_VALUE(owner_.scalar_type() == at::kShort || owner_.scalar_type() == at::kInt,
-                    "DistSampler: owner must be int16 or int32, got ",
-                    errors::dtype_name(owner_.scalar_type()));
-  TORCH_CHECK_VALUE(
-      local_index_.scalar_type() == at::kLong && local_index_.numel() == owner_.numel(),
-      "DistSampler: local_index must be int64 with one entry per node (", owner_.numel(), "), got ",
-      errors::dtype_name(local_index_.scalar_type()), " of ", local_index_.numel());
+  TORCH_CHECK_TYPE(owner_.scalar_type() == at::kShort || owner_.scalar_type() == at::kInt,
+                   "DistSampler: owner must be int16 or int32, got ",
+                   errors::dtype_name(owner_.scalar_type()));
+  TORCH_CHECK_TYPE(local_index_.scalar_type() == at::kLong,
+                   "DistSampler: local_index must be int64, got ",
+                   errors::dtype_name(local_index_.scalar_type()));
+  TORCH_CHECK_VALUE(local_index_.numel() == owner_.numel(),
+                    "DistSampler: local_index must hold one entry per node (", owner_.numel(),
+                    "), got ", local_index_.numel());
   if (owner_.numel() > 0) {
     const int64_t low = owner_.min().item<int64_t>(), high = owner_.max().item<int64_t>();
     TORCH_CHECK_VALUE(low >= 0 && high < num_hosts_, "DistSampler: owner names hosts in [", low,

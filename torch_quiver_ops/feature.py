@@ -618,7 +618,8 @@ class Feature:
         were swapped with torch.distributed workers, waits until every worker of ``group``
         (default: the one the shards were swapped over) has dropped its mappings of this
         process's shards (at most ``timeout`` seconds, then a RuntimeError naming the late
-        workers), then frees them. Every worker that shares the shards calls it; the
+        workers: the store is closed and its shards kept, and ``close()`` again waits anew),
+        then frees them. Every worker that shares the shards calls it; the
         Feature is empty afterwards. Without it, exported shards stay allocated until the
         process ends (freeing memory a peer still reads is undefined in CUDA). A copy of a
         layout saved with a scripted module is not seen here: load it after close only
@@ -629,13 +630,13 @@ class Feature:
             self._process_state()
             self._host = self._order = self._rank = None
             self._closed = True
-            own = [buffer for buffer, _ in self._shards.values() if buffer is not None]
-            self._shards = {}
-            self._shard_payloads = {}
-            swapped_over, self._swapped_over = self._swapped_over, None
-        if swapped_over is not None:
-            group = group if group is not None else swapped_over
+        if self._swapped_over is not None:
+            # A late worker raises here: the store is closed, its shards kept, and close()
+            # again waits anew and frees them.
+            group = group if group is not None else self._swapped_over
             torch.classes.quiver.Transport.agree(group.boxed(), "feature-close", "", timeout)
+        own = [buffer for buffer, _ in self._shards.values() if buffer is not None]
+        self._shards, self._shard_payloads, self._swapped_over = {}, {}, None
         for buffer in own:
             buffer.mark_unmapped()
 
@@ -737,7 +738,9 @@ class Feature:
             def make_shards(*args):
                 feature._swapped_over = group if group is not None else torch.distributed.group.WORLD
                 return swap(*args)
-        feature._place(host, order, make_shards)
+        # (Unlocked: no other thread sees the new store yet, and the swap is a collective,
+        # which must not hold up every other store's gathers, or wait on them.)
+        feature._place_table(host, order, make_shards)
         return feature
 
 

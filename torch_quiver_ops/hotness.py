@@ -27,10 +27,12 @@ INT32_MAX = 2**31 - 1
 def degree_order(degree: Tensor) -> Tensor:
     """Node ids from highest to lowest degree (ties by id); ``degree`` is a 1-D tensor of
     one count per node (a 2-D one had given a 2-D "order", and a NaN sorted first)."""
-    if not isinstance(degree, Tensor) or degree.dim() != 1:
-        got = (f"shape {tuple(degree.shape)}" if isinstance(degree, Tensor)
-               else type(degree).__name__)
-        raise TypeError(f"degree must be a 1-D tensor of one count per node, got {got}")
+    if not isinstance(degree, Tensor):
+        raise TypeError(f"degree must be a 1-D tensor of one count per node, got "
+                        f"{type(degree).__name__}")
+    if degree.dim() != 1:  # (a shape is a value, as for the ops)
+        raise ValueError(f"degree must be a 1-D tensor of one count per node, got shape "
+                         f"{tuple(degree.shape)}")
     if degree.is_floating_point() and not bool(torch.isfinite(degree).all()):
         at = int((~torch.isfinite(degree)).nonzero()[0])
         raise ValueError(f"degree[{at}] = {float(degree[at])}: every degree must be finite")

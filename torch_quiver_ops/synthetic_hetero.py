@@ -210,9 +210,9 @@ def _without_self_loops(ends: "_Endpoints", src: Tensor, dst: Tensor, gen: torch
                         homophily: float, rounds: int = 8, anywhere: int = 24) -> Tensor:
     """``dst`` with each self-loop drawn again (ogbn-mag cites no paper of its own): inside
     the source's community for ``rounds`` rounds, then anywhere for up to ``anywhere`` more
-    (a node that takes a fifth of the weight draws itself again one time in five). At small
-    scales a community holds a few papers, and 11-50% of the citations had been self-loops
-    (a probe)."""
+    (a node that takes a fifth of the weight draws itself again one time in five), then,
+    for any left, uniformly among the other papers. At small scales a community holds a
+    few papers, and 11-50% of the citations had been self-loops (a probe)."""
     for round_ in range(rounds + anywhere):
         loops = (src == dst).nonzero().view(-1)
         if loops.numel() == 0 or ends.num_nodes < 2:

@@ -19,7 +19,7 @@ def test_degree_order_and_positions():
 
 def test_degree_order_refuses_what_is_no_degree_vector():
     """A 2-D tensor had given a 2-D "order", and a NaN degree sorted first (a probe)."""
-    with pytest.raises(TypeError, match=r"degree must be a 1-D tensor .* got shape \(2, 2\)"):
+    with pytest.raises(ValueError, match=r"degree must be a 1-D tensor .* got shape \(2, 2\)"):
         degree_order(torch.eye(2))
     with pytest.raises(TypeError, match="degree must be a 1-D tensor .* got list"):
         degree_order([1, 2])

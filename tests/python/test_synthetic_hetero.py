@@ -137,11 +137,11 @@ def test_seeds_of_the_wrong_kind_are_named():
         mag240m_like(1e-6, seed="a")
 
 
-@pytest.mark.parametrize("scale,seed", [(3e-4, 8), (1e-4, 5), (2e-5, 0), (2e-5, 1), (2e-5, 2)])
+@pytest.mark.parametrize("scale,seed", [(3e-4, 8), (1e-4, 5), (2e-5, 15), (2e-5, 17), (2e-5, 35)])
 def test_small_graphs_cite_no_paper_of_their_own(scale, seed):
     """With few papers one may hold most of the weight (the cap does not bind), and it drew
     itself round after round: 292 of 3,248 citations at scale 3e-4 had been one paper's
-    self-loops (a probe)."""
+    self-loops (a probe). Each case here had self-loops before."""
     graph = mag_like(scale=scale, seed=seed, num_features=1)
     cites = graph.edge_index_dict[("paper", "cites", "paper")]
     assert not bool((cites[0] == cites[1]).any())
