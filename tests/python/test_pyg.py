@@ -589,6 +589,38 @@ def test_a_users_generator_with_workers_draws_anew_each_epoch_and_worker(persist
     assert epochs(1) != [first, second]
 
 
+@pytest.mark.parametrize("kind", ["node", "link"])
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_dropped_loader_goes_at_once_with_its_workers(kind, workers):
+    """PyG hands the DataLoader the loader's own collate_fn and filter_fn: a loader was in
+    a reference cycle and went only at a collection, and its persistent workers' queues
+    were finalized before torch shut them down, so each stopped at torch's 5 s join
+    timeout (about 10 s at the next epoch of any loader; a probe)."""
+    import gc
+    import weakref
+    data = directed_data()
+    options = dict(batch_size=16, device="cpu", num_workers=workers,
+                   persistent_workers=workers > 0)
+    if kind == "node":
+        loader = qpyg.NeighborLoader(data, [3, 2], input_nodes=torch.arange(48), **options)
+    else:
+        loader = qpyg.LinkNeighborLoader(data, [3, 2], edge_label_index=data.edge_index[:, :48],
+                                         neg_sampling="binary", **options)
+    assert sum(1 for _ in loader) == 3 and sum(1 for _ in loader) == 3
+    workers_seen = [w for w in getattr(loader._iterator, "iterator", loader._iterator)._workers
+                    ] if workers else []
+    dropped = weakref.ref(loader)
+    gc.disable()
+    try:
+        del loader
+        assert dropped() is None  # no cycle held it
+    finally:
+        gc.enable()
+    for worker in workers_seen:  # stopped by torch's shutdown, not left to a timeout
+        worker.join(timeout=3)
+        assert not worker.is_alive()
+
+
 def test_spawned_workers_sample_and_persistent_ones_see_the_data_change():
     """Both found by a probe. Spawned (and forkserver) workers failed to start: the loader
     and sampler hold torch.Generators, which torch sends as shared-memory descriptors a

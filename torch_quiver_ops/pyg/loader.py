@@ -1,12 +1,14 @@
 """PyG's ``NeighborLoader`` and ``LinkNeighborLoader`` on our sampler and stores."""
 from __future__ import annotations
 
+import functools
 import gc
 import math
 import operator
 import threading
 import time
 import warnings
+import weakref
 from typing import Optional, Tuple, Union
 
 import numpy as np
@@ -148,6 +150,30 @@ def _rule_tensors(rules: dict) -> list:
         elif isinstance(value, dict):
             found.extend(((key, k), v) for k, v in value.items() if isinstance(v, Tensor))
     return found
+
+
+class _OwnMethod:
+    """``loader.<name>`` (a method of the loader's class) held without a reference to the
+    loader. PyG hands the DataLoader its own bound ``collate_fn`` and ``filter_fn``, so a
+    loader was in a reference cycle and went only at a collection. Its kept iterator
+    (persistent workers) then went there too, after the collection had finalized its
+    worker queues: each worker stopped only at torch's 5 s join timeout, about 10 s at
+    the next epoch of any loader (a probe). Pickled (to spawned workers) as the bound
+    method, which takes the loader along, as it did."""
+
+    __slots__ = ("_loader", "_function")
+
+    def __init__(self, loader, function):
+        self._loader, self._function = weakref.ref(loader), function
+
+    def __call__(self, *args, **kwargs):
+        loader = self._loader()
+        if loader is None:
+            raise RuntimeError("this loader was deleted while one of its iterators ran")
+        return self._function(loader, *args, **kwargs)
+
+    def __reduce__(self):
+        return functools.partial, (self._function, self._loader())
 
 
 class _OnOurStores:
@@ -396,6 +422,19 @@ class _OnOurStores:
                     if not (isinstance(value, (Tensor, np.ndarray)) and per_item(store, key)):
                         whole[(t, key)] = value
         return whole
+
+    def _hold_own_methods_weakly(self) -> None:
+        """The DataLoader's ``collate_fn``, where PyG gave it the loader's own, as an
+        :class:`_OwnMethod` (see there)."""
+        if getattr(self.collate_fn, "__self__", None) is self:
+            self.collate_fn = _OwnMethod(self, self.collate_fn.__func__)
+
+    def _get_iterator(self):
+        iterator = super()._get_iterator()
+        transform = getattr(iterator, "transform_fn", None)  # PyG's DataLoaderIterator
+        if getattr(transform, "__self__", None) is self:
+            iterator.transform_fn = _OwnMethod(self, transform.__func__)
+        return iterator
 
     def _decide_how_batches_are_drawn(self) -> None:
         # Batches are drawn here rather than through torch's DataLoader wherever that draws
@@ -759,6 +798,7 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
                 raise IndexError(f"{error} (nodes of type {seed_type!r})") from None
         else:
             checked_node_ids(self.input_data.node, graph_store.num_nodes, "input_nodes")
+        self._hold_own_methods_weakly()
         self._decide_how_batches_are_drawn()
 
 
@@ -895,6 +935,7 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
             _check_one_time_each(self.input_data.time, self.input_data.row, "edge_label_time",
                                  "seed edge")
             _check_negative_amount(self.neg_sampling, self.batch_size)
+            self._hold_own_methods_weakly()
             self._decide_how_batches_are_drawn()
             return
         if (isinstance(edge_label_index, (tuple, list)) and len(edge_label_index) == 2
@@ -921,4 +962,5 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
         _check_one_time_each(self.input_data.time, self.input_data.row, "edge_label_time",
                              "seed edge")
         _check_negative_amount(self.neg_sampling, self.batch_size)
+        self._hold_own_methods_weakly()
         self._decide_how_batches_are_drawn()
