@@ -69,6 +69,15 @@ at::Tensor psgs_of(const at::Tensor& indptr, const at::Tensor& indices,
   return values;
 }
 
+// The seed of batch `number`'s draws (splitmix64 of the pair: CPU generators keep only the
+// low 32 bits of a seed, so every bit of the batch number must reach them).
+uint64_t batch_seed(uint64_t seed, int64_t number) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * (static_cast<uint64_t>(number) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
 }  // namespace
 
 struct ServingRuntime::Sampler {
@@ -476,6 +485,13 @@ void ServingRuntime::sample_loop(Sampler& sampler) {
     work.pop_front();
     batch.started = Clock::now();
     lock.unlock();
+    {
+      // Each sampler's own stream, drawn in the order its thread happened to take batches,
+      // gave one seed's runs several sets of answers with two CPU samplers (a probe).
+      std::lock_guard<std::mutex> drawing(sampler.generator.mutex());
+      sampler.generator.set_current_seed(
+          batch_seed(static_cast<uint64_t>(options_.seed), batch.id));
+    }
     ServedBatch served;
     std::string error;
     try {

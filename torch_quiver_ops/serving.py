@@ -251,7 +251,11 @@ class ServingRuntime:
             the work its side already holds over its samplers, plus the batch's own latency
             by that side's fitted line (an idle runtime so follows the lines' crossing; a
             busy GPU overflows onto idle CPU samplers).
-        seed: seeds each sampler's generator, for reproducible answers.
+        seed: each batch draws from a generator seeded by (seed, the batch's number),
+            whichever sampler thread takes it: the same requests sent one at a time get the
+            same answers from the same side (CPU or GPU: the two draw differently, and
+            under load which side takes a batch, and how requests group into batches,
+            depend on timing).
         capture_batches: GPU samplers replay batch shapes seen before as CUDA graphs.
         latency_objective_ms: the latency requests should be answered within (dispatch by
             load): with the GPU side full and a CPU sampler free, a batch closes at the size

@@ -141,14 +141,23 @@ def test_answers_equal_the_offline_model(graph):
 
 
 def test_seeded_samplers_answer_alike(graph):
-    first, _ = runtime_for(graph, (5, 3), seed=4, cpu_samplers=1)
-    second, _ = runtime_for(graph, (5, 3), seed=4, cpu_samplers=1)
-    try:
-        ids = torch.arange(40)
-        assert torch.equal(first.predict(ids, 30), second.predict(ids, 30))
-    finally:
-        first.close()
-        second.close()
+    """Each sampler had its own stream, seeded seed + i, drawn in the order its thread took
+    batches: with two CPU samplers one seed's runs gave several sets of answers (a probe).
+    Each batch now draws from (seed, its number)."""
+    requests = [torch.randint(0, graph.num_nodes, (k,), generator=torch.Generator().manual_seed(k))
+                for k in (1, 3, 17, 64, 5, 40, 2, 9)]
+
+    def answers(seed, cpu_samplers):
+        runtime, _ = runtime_for(graph, (5, 3), seed=seed, cpu_samplers=cpu_samplers)
+        try:
+            return torch.cat([runtime.predict(ids, 30) for ids in requests])
+        finally:
+            runtime.close()
+
+    first = answers(4, 2)
+    for again in (answers(4, 2), answers(4, 2), answers(4, 1)):
+        assert torch.equal(first, again)
+    assert not torch.equal(first, answers(5, 2))
 
 
 @pytest.fixture(scope="module")

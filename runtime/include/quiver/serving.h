@@ -66,7 +66,9 @@ struct ServingOptions {
   // PSGS at or below which a batch samples on the CPU; NaN: calibrated at construction when
   // both kinds of samplers exist (calibrate()).
   double threshold = std::numeric_limits<double>::quiet_NaN();
-  int64_t seed = 0;  // seeds each sampler's generator, for reproducible answers
+  // Each batch's draws come from (seed, the batch's number), whichever sampler takes it:
+  // the same requests, sent one at a time, get the same answers from the same side.
+  int64_t seed = 0;
   // Whether GPU samplers replay batches of a shape seen before as CUDA graphs. Served batches
   // come in many sizes, each a shape of its own: a sampler captures a few, then keeps them
   // (ops/cuda/batch_graphs.h: kMaxCapturesLetGo).
