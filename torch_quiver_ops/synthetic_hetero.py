@@ -254,7 +254,9 @@ def mag240m_like(scale: float = 1.0, seed: int = 0, device: Optional[torch.devic
     the same way with the same edge count, not as the transpose of its forward relation
     (a transpose would need a sort of 1.3B edges): degrees, sizes and the sampler's reads
     are those of a graph this large, the exact edge pairs of the two directions are not
-    each other's mirror. Relation ``r``'s edges are numbered in CSR order."""
+    each other's mirror. Relation ``r``'s edges are numbered in CSR order. The same
+    ``seed``, ``chunk_nodes`` and device give the same graph; another ``chunk_nodes`` draws
+    another one of the same sizes and degree law (the draws are made slice by slice)."""
     scale = _check_scale(scale)
     chunk_nodes = _count_at_least(chunk_nodes, "chunk_nodes", 1)
     device = device_or_cpu(device)
@@ -341,7 +343,9 @@ def mag240m_like_features(num_papers: int, num_features: int = 128,
                           chunk_rows: int = 1 << 22) -> Tensor:
     """Random paper features for :func:`mag240m_like` (MAG240M gives papers 768-d float16;
     128-d bf16 keeps the table at 31 GB, within the GPU machine's 128 GiB host beside the
-    topology), drawn on ``device`` a slice at a time into one host table."""
+    topology), drawn on ``device`` a slice at a time into one host table. The same
+    ``seed``, ``chunk_rows`` and device give the same rows; another ``chunk_rows`` may draw
+    other ones."""
     num_papers = _count_at_least(num_papers, "num_papers", 0)
     num_features = _count_at_least(num_features, "num_features", 1)
     chunk_rows = _count_at_least(chunk_rows, "chunk_rows", 1)

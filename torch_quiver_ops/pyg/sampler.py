@@ -112,7 +112,10 @@ class NeighborSampler(BaseSampler):
         self.neg_exclude_edges = neg_exclude_edges
         self._own_generator = generator is None
         self.generator = generator if generator is not None else torch.Generator(self.device)
-        self.reseed()
+        # Seeded at the first epoch (the loader's __iter__) or the first batch, not here: a
+        # drop-in loader's constructor drew from PyTorch's default generator, where PyG's
+        # does not, so making a second loader changed the first one's batches (a probe).
+        self._unseeded = self._own_generator
 
     def reseed(self, workers: int = 0) -> None:
         """At an epoch's start: seeds the sampler's own generator with one draw from
@@ -121,6 +124,7 @@ class NeighborSampler(BaseSampler):
         (see :meth:`_call_generator`)."""
         if self._own_generator:
             self.generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
+            self._unseeded = False
         elif workers > 0:
             self._workers_seed = int(torch.empty((), dtype=torch.int64,
                                                  device=self.generator.device
@@ -253,6 +257,8 @@ class NeighborSampler(BaseSampler):
     def _call_generator(self) -> Optional[torch.Generator]:
         worker = torch.utils.data.get_worker_info()
         if worker is None:
+            if getattr(self, "_unseeded", False):  # (used without a loader's epochs)
+                self.reseed()
             return self.generator
         # A DataLoader worker (CPU mode) inherited the parent's generator state: used as
         # is, every worker would draw the same stream, and every epoch too, as the
@@ -395,7 +401,10 @@ class HeteroNeighborSampler(BaseSampler):
         self.neg_exclude_edges = neg_exclude_edges
         self._own_generator = generator is None
         self.generator = generator if generator is not None else torch.Generator(self.device)
-        self.reseed()
+        # Seeded at the first epoch (the loader's __iter__) or the first batch, not here: a
+        # drop-in loader's constructor drew from PyTorch's default generator, where PyG's
+        # does not, so making a second loader changed the first one's batches (a probe).
+        self._unseeded = self._own_generator
 
     reseed = NeighborSampler.reseed
     _call_generator = NeighborSampler._call_generator
