@@ -2,7 +2,7 @@
 torch.export and packaged by AOTInductor into a .pt2 that C++ runs
 (examples/cpp/run_exported.cpp), with no Python.
 
-    python examples/export_sage.py /tmp/sage [--size tiny] [--device cpu]
+    python examples/export_sage.py /tmp/sage [--size small] [--device auto]
 
 writes ``/tmp/sage/model.pt2`` (seeds of any batch size) and the graph it reads
 (``/tmp/sage/graph``: CSRTopo.save, the feature table and labels), trains the model for a
@@ -132,19 +132,27 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("directory", help="where model.pt2 and graph/ are written (made if "
                                           "missing)")
-    parser.add_argument("--size", default="tiny", choices=sorted(PRESETS))
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--size", default="tiny", choices=sorted(PRESETS),
+                        help="the synthetic graph exported with the model (default: tiny)")
+    parser.add_argument("--device", default="cpu",
+                        help="where the package runs: cpu, a CUDA device such as cuda:0, or "
+                             "auto (the GPU when there is one and the CUDA kernels were built, "
+                             "else the CPU) (default: cpu)")
     parser.add_argument("--fanouts", default="10,5",
                         help="neighbors sampled per hop, comma separated, the seeds' hop "
                              "first; -1 takes every neighbor (default: 10,5)")
-    parser.add_argument("--hidden", type=int, default=64)
-    parser.add_argument("--seed", type=option_checks.seed, default=0)
+    parser.add_argument("--hidden", type=int, default=64,
+                        help="the hidden layer's width (default: 64)")
+    parser.add_argument("--seed", type=option_checks.seed, default=0,
+                        help="seeds the graph, the training and the check (default: 0)")
     args = parser.parse_args(argv)
     # Checked here, before any file is written.
     args.fanouts = option_checks.fanout_list(parser, args.fanouts)
     option_checks.at_least(parser, args, ["hidden"], 1)
     option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
-    option_checks.device_option(parser, args.device)
+    option_checks.device_option(parser, args.device, auto=True)
+    if args.device == "auto":
+        args.device = "cuda" if option_checks.cuda_usable() else "cpu"
     if not args.directory:  # Path("") is the current directory: written into unasked
         parser.error("directory must not be empty")
     directory = Path(args.directory)

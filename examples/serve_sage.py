@@ -199,7 +199,8 @@ def main(argv=None):
         checkpoint = torch.load(args.checkpoint, weights_only=True)
     except Exception as error:  # a package, a state_dict's zip of another kind, any file
         parser.error(f"checkpoint {args.checkpoint} could not be read as train_sage.py --save "
-                     f"writes it: {type(error).__name__}: {_cli.load_failure(error)}")
+                     f"writes it: {type(error).__name__}: "
+                     f"{_cli.load_failure(error, args.checkpoint)}")
     wanted = {"state_dict", "size", "seed", "graph_device", "fanouts", "hidden", "in_channels",
               "num_classes"}
     if not isinstance(checkpoint, dict) or not wanted <= checkpoint.keys():

@@ -149,8 +149,9 @@ def parse_args(argv=None):
         parser.error(f"--loader-workers must be at most {MAX_LOADER_WORKERS}, got "
                      f"{args.loader_workers}")
     if args.prefetch == 0 and (args.loader_workers > 1 or args.loader_thread == "cpp"):
-        parser.error("--loader-workers above 1 and --loader-thread cpp build batches ahead: "
-                     "they need --prefetch 1 or more")
+        given = (f"--loader-workers {args.loader_workers}" if args.loader_workers > 1
+                 else "--loader-thread cpp")  # (the one given: both had been named)
+        parser.error(f"{given} builds batches ahead: it needs --prefetch 1 or more")
     for name in ("save", "report"):
         option_checks.output_file(parser, name, getattr(args, name))
     option_checks.positive(parser, args, ["lr"])

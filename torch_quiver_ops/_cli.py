@@ -160,10 +160,24 @@ def require_gpu(parser: argparse.ArgumentParser) -> None:
                      f"{torch.cuda.device_count()}) and the library built with its CUDA kernels")
 
 
-def load_failure(error: Exception) -> str:
+def load_failure(error: Exception, path=None) -> str:
     """Why ``torch.load`` failed, in a line: its UnpicklingError goes on to advise
-    weights_only=False, which runs a file's code, no advice for a user's input file."""
+    weights_only=False, which runs a file's code, no advice for a user's input file. With
+    ``path``, a file that is neither a zip archive nor a pickle (what torch.save writes) is
+    said to be so: a JSON report had been told it held more than tensors."""
     import pickle
+    head = None
+    if path is not None:
+        try:
+            with open(path, "rb") as file:
+                head = file.read(4)
+        except OSError:
+            pass
+    if head == b"":
+        return "the file is empty"
+    if head is not None and not (head.startswith(b"PK\x03\x04") or head.startswith(b"\x80")):
+        return ("it is not a file torch.save writes (neither a zip archive nor a pickle): "
+                "another kind of file?")
     if isinstance(error, pickle.UnpicklingError):
         return "it holds more than tensors and plain values, which torch.load refuses to unpickle"
     return (str(error).splitlines() or ["(no message: an empty file?)"])[0]
@@ -178,7 +192,7 @@ def load_file(flag: str, path, kind: type = None, mmap: bool = False):
         value = torch.load(path, mmap=mmap)
     except Exception as error:  # noqa: BLE001  (pickle, zip and I/O errors alike)
         raise ValueError(f"--{flag} {path} is not a file torch.save wrote whole "
-                         f"({type(error).__name__}: {load_failure(error)})") from None
+                         f"({type(error).__name__}: {load_failure(error, path)})") from None
     if kind is not None and not isinstance(value, kind):
         raise ValueError(f"--{flag} {path} holds a {type(value).__name__}, not a "
                          f"{kind.__name__}")

@@ -5,6 +5,7 @@ one comes out empty, before the first epoch."""
 import pytest
 import torch
 from conftest import load_example, run_script_cases
+from torch_quiver_ops._device import gpus_usable
 
 pytest.importorskip("torch_geometric")
 
@@ -148,6 +149,9 @@ def test_export_sage_checks_its_options_before_writing(export_sage, capsys, tmp_
     args = export_sage.parse_args([str(out)])
     assert (args.fanouts, args.hidden) == ([10, 5], 64)
     assert export_sage.parse_args([str(out), "--fanouts=-1,0"]).fanouts == [-1, 0]
+    # auto, as every other example takes it (it had been refused; a probe)
+    assert export_sage.parse_args([str(out), "--device", "auto"]).device == (
+        "cuda" if gpus_usable() else "cpu")
     for argv, expected in [(["--fanouts", "10,,5"], ["--fanouts", "'10,,5'"]),
                            (["--fanouts", "x"], ["--fanouts", "'x'"]),
                            (["--fanouts", "10,-3"], ["--fanouts", "10,-3"]),

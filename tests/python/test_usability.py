@@ -32,7 +32,11 @@ def test_train_example_refuses_bad_options_before_training(tmp_path):
              (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
              (["--prefetch", "-1"], "--prefetch must be >= 0, got -1"),
              (["--eval-nodes", "0"], "--eval-nodes must be >= 1, got 0"),
-             (["--prefetch", "0", "--loader-thread", "cpp"], "need --prefetch 1 or more"),
+             # (each names the option given: both had been named)
+             (["--prefetch", "0", "--loader-thread", "cpp"],
+              "error: --loader-thread cpp builds batches ahead: it needs --prefetch 1 or more"),
+             (["--prefetch", "0", "--loader-workers", "2"],
+              "error: --loader-workers 2 builds batches ahead: it needs --prefetch 1 or more"),
              (["--save", str(tmp_path / "missing" / "m.pt")], "does not exist")]
     results = run_script_cases([(REPO / "examples" / "train_sage.py",
                                  ["--size", "tiny", "--device", "cpu", *options])
