@@ -2,7 +2,7 @@
 torch.export and packaged by AOTInductor into a .pt2 that C++ runs
 (examples/cpp/run_exported.cpp), with no Python.
 
-    python examples/export_sage.py /tmp/sage [--size small] [--device auto]
+    python examples/export_sage.py /tmp/sage [--size SIZE] [--device DEVICE]
 
 writes ``/tmp/sage/model.pt2`` (seeds of any batch size) and the graph it reads
 (``/tmp/sage/graph``: CSRTopo.save, the feature table and labels), trains the model for a

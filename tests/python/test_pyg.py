@@ -621,6 +621,32 @@ def test_a_dropped_loader_goes_at_once_with_its_workers(kind, workers):
         assert not worker.is_alive()
 
 
+@pytest.mark.parametrize("kind", ["node", "link"])
+@pytest.mark.parametrize("workers,persistent", [(0, False), (1, False), (1, True)])
+def test_a_loader_given_no_name_lasts_its_epoch(kind, workers, persistent):
+    """With the loader's own methods held weakly, an iterator that alone kept it (``for b in
+    Loader(...)``, workers or a sampler of the caller's) lost it at its first batch (a
+    review): the epoch's iterator holds it."""
+    import copy
+    from torch.utils.data import SequentialSampler
+    data = directed_data()
+    options = dict(batch_size=16, device="cpu", num_workers=workers,
+                   persistent_workers=persistent)
+    if not workers:  # through the DataLoader, as with workers
+        options["sampler"] = SequentialSampler(range(48))
+
+    def loader():
+        if kind == "node":
+            return qpyg.NeighborLoader(data, [3, 2], input_nodes=torch.arange(48), **options)
+        return qpyg.LinkNeighborLoader(data, [3, 2], edge_label_index=data.edge_index[:, :48],
+                                       neg_sampling="binary", **options)
+    assert sum(1 for _ in loader()) == 3
+    epoch = iter(loader())
+    next(epoch)
+    assert sum(1 for _ in epoch) == 2
+    assert sum(1 for _ in copy.deepcopy(loader())) == 3
+
+
 def test_making_a_loader_draws_nothing_from_pytorchs_generator():
     """The drop-ins' samplers seeded themselves from PyTorch's default generator when made,
     where PyG's loaders draw nothing: making a validation loader changed the training

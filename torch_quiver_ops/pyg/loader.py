@@ -1,6 +1,7 @@
 """PyG's ``NeighborLoader`` and ``LinkNeighborLoader`` on our sampler and stores."""
 from __future__ import annotations
 
+import copy
 import functools
 import gc
 import math
@@ -173,7 +174,37 @@ class _OwnMethod:
         return self._function(loader, *args, **kwargs)
 
     def __reduce__(self):
-        return functools.partial, (self._function, self._loader())
+        loader = self._loader()
+        if loader is None:
+            raise RuntimeError("this loader was deleted: its methods cannot be pickled")
+        return functools.partial, (self._function, loader)
+
+    def __deepcopy__(self, memo):  # (a copy's own, held weakly too)
+        return _OwnMethod(copy.deepcopy(self._loader(), memo), self._function)
+
+
+class _HoldingLoader:
+    """An epoch's iterator as the caller gets it: it holds the loader, which the iterator
+    itself no longer does (see :class:`_OwnMethod`), so ``for batch in Loader(...)``
+    keeps its loader to the epoch's end. The loader's kept iterator (persistent workers)
+    is the one inside, which does not hold it."""
+
+    __slots__ = ("_loader", "_iterator")
+
+    def __init__(self, loader, iterator):
+        self._loader, self._iterator = loader, iterator
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._iterator)
+
+    def __len__(self):
+        return len(self._iterator)
+
+    def __getattr__(self, name):
+        return getattr(self._iterator, name)
 
 
 class _OnOurStores:
@@ -510,12 +541,13 @@ class _OnOurStores:
             if self.persistent_workers:
                 _made_kept_workers[0] = True
         try:
-            return super().__iter__()
+            iterator = super().__iter__()
         except Exception:
             # Workers still exiting when the epoch began: their end shows up in the reset.
             if not self._replace_dead_workers(wait_s=DYING_WORKER_WAIT_S):
                 raise
-            return super().__iter__()
+            iterator = super().__iter__()
+        return _HoldingLoader(self, iterator)
 
     def _replace_dead_workers(self, wait_s: float = 0.0) -> bool:
         """Replaces persistent workers when one of them has died, or dies within ``wait_s``
