@@ -62,9 +62,10 @@ def differing_worker(rank, world, port, results, difference):
         assert time.monotonic() - began < 8, "the mismatch waited for a timeout"
         message = str(caught.value)
         assert "host 0" in message and "host 1" in message, message
-        assert ("Int rows of shape [4]" in message and "Float rows of shape [4]" in message
-                if difference == "dtype" else
-                "Float rows of shape [8]" in message and "Float rows of shape [4]" in message), message
+        assert ("torch.int32 rows of shape [4]" in message
+                and "torch.float32 rows of shape [4]" in message if difference == "dtype" else
+                "torch.float32 rows of shape [8]" in message
+                and "torch.float32 rows of shape [4]" in message), message
 
 
 @pytest.mark.timeout(300)
