@@ -101,8 +101,9 @@ def present_device(device: Union[int, str, torch.device]) -> torch.device:
 def as_real(value) -> Optional[float]:
     """``value`` as a Python float if it is a real number (Python's or NumPy's int or
     float), else None; a bool is none."""
-    if as_int(value) is not None:
-        return float(operator.index(value))
+    integer = as_int(value)
+    if integer is not None:
+        return float(integer)
     if isinstance(value, float) or (type(value).__module__ == "numpy"
                                     and isinstance(value, numbers.Real)):
         return float(value)

@@ -130,7 +130,11 @@ def mag_like_sizes(scale: float = 1.0) -> Tuple[Dict[str, int], Dict[str, int]]:
     """:func:`mag_like`'s node counts per type and its papers' ``train`` / ``val`` /
     ``test`` split sizes at ``scale``, without building anything (a caller checks them
     first; at a tiny scale ``val`` or ``test`` is 0)."""
-    scale = _check_scale(scale)
+    return _sizes_at(_check_scale(scale))
+
+
+def _sizes_at(scale: float) -> Tuple[Dict[str, int], Dict[str, int]]:
+    """:func:`mag_like_sizes` of a checked ``scale``."""
     nodes = {t: max(1, int(n * scale)) for t, n in MAG_NODES.items()}
     papers = nodes["paper"]
     shares = [n / sum(MAG_SPLIT) for n in MAG_SPLIT]
@@ -145,7 +149,7 @@ def mag_like_bytes(scale: float = 1.0, num_features: int = 128) -> int:
     their reverses, the draws of one relation, the paper features twice), for a check
     before building."""
     scale = _check_scale(scale)
-    nodes, _ = mag_like_sizes(scale)
+    nodes, _ = _sizes_at(scale)
     edges = sum(max(1, int(count * scale)) for *_, count in MAG_RELATIONS)
     return 48 * edges + 8 * nodes["paper"] * num_features + 64 * sum(nodes.values())
 
@@ -166,7 +170,7 @@ def mag_like(scale: float = 1.0, seed: int = 0, num_features: int = 128,
     that repeat an earlier one was 15-35% at scale 0.3, 20-45% at 0.1 and 30-67% at 0.01;
     the samplers take each as an edge of its own."""
     scale = _check_scale(scale)
-    nodes, split = mag_like_sizes(scale)
+    nodes, split = _sizes_at(scale)
     seed = generator_seed(seed)
     num_classes = _count_at_least(num_classes, "num_classes", 1)
     num_features = _count_at_least(num_features, "num_features", 1)
