@@ -9,6 +9,7 @@ import re
 from fractions import Fraction
 from typing import List, Optional, Sequence, Union
 
+import numpy as np
 import torch
 
 from ._load import cuda_kernels_built
@@ -186,12 +187,23 @@ def as_ids(ids, name: str = "ids") -> torch.Tensor:
         raise TypeError(f"{name} mix bools with ints ({list(ids)[:8]!r}): True and False "
                         f"are no ids")
     try:
-        return torch.as_tensor(ids)
+        return as_tensor(ids)
     except (OverflowError, ValueError, RuntimeError) as error:
         if "Overflow" not in str(error):
             raise
         # torch says "Overflow when unpacking long long", naming neither ids nor the value
         raise IndexError(f"{name} hold an int past int64's range ({error})") from None
+
+
+def slice_ids(rows: slice, length: int) -> torch.Tensor:
+    """The row ids ``rows`` selects of ``length`` rows, as a tensor's ``[rows]`` takes them:
+    an empty selection whose bounds run against its step (``5:2``) is no rows
+    (``torch.arange`` refused it, "upper bound and lower bound inconsistent with step
+    sign")."""
+    start, stop, step = rows.indices(length)
+    if len(range(start, stop, step)) == 0:
+        return torch.empty(0, dtype=torch.long)
+    return torch.arange(start, stop, step)
 
 
 def generator_seed(seed, name: str = "seed") -> int:
@@ -206,20 +218,48 @@ def generator_seed(seed, name: str = "seed") -> int:
     return value
 
 
+def as_tensor(value, dtype: Optional[torch.dtype] = None, device=None) -> torch.Tensor:
+    """``torch.as_tensor(value, dtype, device)``, copying first a NumPy array that torch cannot
+    view (negative strides, as ``arr[::-1]`` or ``np.flip`` give, or another byte order):
+    torch refused those in words that name no argument, wherever ids, edges or times
+    were taken (a probe). Others are shared, as ``torch.as_tensor`` shares them."""
+    if isinstance(value, np.ndarray) and (value.dtype.byteorder not in "=|"
+                                          or any(step < 0 for step in value.strides)):
+        value = value.astype(value.dtype.newbyteorder("="), order="C")
+    return torch.as_tensor(value, dtype=dtype, device=device)
+
+
 def no_meta(value, name: str, holds: str = "data"):
-    """``value``, unless it is a meta tensor: a TypeError naming ``name`` (torch's own
-    "Cannot copy out of meta tensor" or item() error named no argument)."""
-    if isinstance(value, torch.Tensor) and value.is_meta:
-        raise TypeError(f"{name} is a meta tensor, which holds no {holds}")
+    """``value``, unless it is a tensor that holds no dense data: a meta tensor, or a
+    sparse one (any layout but strided). A TypeError names ``name``: torch's own "Cannot
+    copy out of meta tensor", item() error or "Could not run 'aten::min' with arguments
+    from the 'SparseCPU' backend" named no argument."""
+    if isinstance(value, torch.Tensor):
+        if value.is_meta:
+            raise TypeError(f"{name} is a meta tensor, which holds no {holds}")
+        if value.layout != torch.strided:
+            raise TypeError(f"{name} is a {value.layout} tensor: pass a dense one "
+                            f"({name}.to_dense())")
     return value
 
 
+# Integer dtypes the ops take as ids; narrower ones are widened (they were refused here and
+# taken elsewhere: CSRTopo and the loaders' seeds took int16 and uint8 ids).
+_OP_ID_DTYPES = (torch.int32, torch.int64)
+
+
 def readable_ids(ids, name: str = "ids") -> torch.Tensor:
-    """:func:`as_ids`, refusing a meta tensor too (a TypeError naming ``name``: torch's own
-    "Cannot copy out of meta tensor" named no argument)."""
+    """:func:`as_ids`, refusing a tensor without dense data (:func:`no_meta`), with integer
+    ids of a dtype the ops do not take (int8, int16, uint8 to uint64) as int64; uint64 ids
+    past int64's range are an IndexError naming ``name``."""
     ids = as_ids(ids, name)
     if ids.is_meta:
         raise TypeError(f"{name} are a meta tensor, which holds no ids")
+    if ids.layout != torch.strided:
+        raise TypeError(f"{name} are a {ids.layout} tensor: pass dense ids "
+                        f"({name}.to_dense())")
+    if holds_integers(ids) and ids.dtype not in _OP_ID_DTYPES:
+        ids = as_int64(ids, name, "ids are int64")
     return ids
 
 

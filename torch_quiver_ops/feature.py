@@ -15,7 +15,8 @@ from torch import Tensor
 
 from . import _sharing, ops, preflight
 from ._device import (as_ids, as_int, checked_node_ids, gpus_usable, holds_integers, is_int,
-                      p2p_cliques, parse_share, parse_size, readable_ids, resolve_device)
+                      p2p_cliques, parse_share, parse_size, readable_ids, resolve_device,
+                      slice_ids)
 from ._interrupts import ctrl_c_ends_waits
 from .hotness import INT32_MAX, check_hot_order, check_positions, inverse_of_checked
 from .topology import CSRTopo
@@ -509,7 +510,7 @@ class Feature:
             if view is not None:  # (contiguous: a no-op for the sampler's ids)
                 return view[0].gather(ids.contiguous(), _thread_host_read_blocks())
         if isinstance(ids, slice):  # rows start:stop:step, as a tensor would give them
-            ids = torch.arange(*ids.indices(len(self)))
+            ids = slice_ids(ids, len(self))
         elif isinstance(ids, tuple):
             # A tensor reads x[3, 1] as one element; a store of rows takes one index, and
             # reading (3, 1) as two row ids would return whole rows where an element was

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import ops, preflight
-from ._device import (as_ids, as_int64, check_flag, check_generator, holds_integers,
+from ._device import (as_ids, as_int64, as_tensor, check_flag, check_generator, holds_integers,
                       no_meta, readable_ids)
 from .ops import integer_fanouts, integer_times
 from .sampler import ops_temporal_strategy, sampling_placement
@@ -407,7 +407,7 @@ def _seed_dict(seeds):
 def _part(values, label: str, convert: Optional[Callable]) -> Tensor:
     """One type's values of a per-type dict, as a CPU tensor (``convert`` first)."""
     no_meta(values, label)
-    return (convert(values, label) if convert is not None else torch.as_tensor(values)).cpu()
+    return (convert(values, label) if convert is not None else as_tensor(values)).cpu()
 
 
 class HeteroSampler:

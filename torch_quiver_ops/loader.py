@@ -35,8 +35,8 @@ import torch
 from torch import Tensor
 
 from . import _fork
-from ._device import (as_int, check_flag, check_generator, checked_node_ids,
-                      holds_integers, is_int, readable_ids)
+from ._device import (as_int, as_tensor, check_flag, check_generator, checked_node_ids,
+                      holds_integers, is_int, no_meta, readable_ids)
 from ._interrupts import ctrl_c_ends_waits
 from .feature import Feature, check_host_read_blocks
 from .feature import host_read_blocks as host_read_blocks_of
@@ -637,12 +637,16 @@ class SampleLoader:
                             + (" of 0 dimensions" if isinstance(feature, Tensor) else "")
                             + (" (pass torch.as_tensor(rows))"
                                if isinstance(feature, (list, tuple)) else ""))
+        if isinstance(feature, Tensor):  # (a sparse or meta one failed at the first batch)
+            no_meta(feature, "feature", "rows")
         if isinstance(feature, (Feature, Tensor)) and feature.dim() >= 1 and \
                 len(feature) < sampler.csr_topo.node_count:
             raise ValueError(f"feature has {len(feature)} rows but the graph has "
                              f"{sampler.csr_topo.node_count} nodes")
         if labels is not None:
-            labels = _tensor_of(labels, "labels", "a tensor (or array) of one label per node")
+            labels = no_meta(_tensor_of(labels, "labels",
+                                        "a tensor (or array) of one label per node"),
+                             "labels", "labels")
         self.labels = None if labels is None else labels.to(self.device)
         if self.labels is not None and self.labels.dim() == 0:
             raise ValueError("labels must hold one label per node, got a 0-d tensor")
@@ -906,7 +910,7 @@ def _tensor_of(value, name: str, what: str) -> Tensor:
     if value is None or isinstance(value, (str, bytes)):
         raise TypeError(f"{name} must be {what}, got {type(value).__name__}")
     try:
-        return torch.as_tensor(value)
+        return as_tensor(value)
     except (TypeError, ValueError, RuntimeError) as error:
         raise TypeError(f"{name} must be {what}, got {type(value).__name__}: {error}") from None
 
@@ -928,12 +932,12 @@ def checked_seed_edges(edge_label_index, num_nodes: int,
         bad = edge_label_index[(edge_label_index < 0) | (edge_label_index >= num_nodes)][0]
         raise IndexError(f"edge_label_index holds node {int(bad)}, out of range "
                          f"[0, {num_nodes})")
-    if edge_label is not None and torch.as_tensor(edge_label).dim() == 0:
+    if edge_label is not None and as_tensor(edge_label).dim() == 0:
         # A label may be a vector (multi-label edges, regression targets), as in PyG.
         raise ValueError("edge_label must hold one label per seed edge, got a scalar")
-    if edge_label is not None and torch.as_tensor(edge_label).size(0) != \
+    if edge_label is not None and as_tensor(edge_label).size(0) != \
             edge_label_index.size(1):
-        raise ValueError(f"edge_label has {torch.as_tensor(edge_label).size(0)} labels for "
+        raise ValueError(f"edge_label has {as_tensor(edge_label).size(0)} labels for "
                          f"{edge_label_index.size(1)} seed edges")
     if edge_label_index.dtype not in (torch.int32, torch.int64):
         # int8/int16/unsigned ids, which the samplers refuse at the first batch.
@@ -1006,7 +1010,7 @@ class LinkSampleLoader(SampleLoader):
                          workers, own_stream=own_stream)
         self.edge_label_index = edge_label_index.long().to(self.device)
         self.edge_label = (None if edge_label is None
-                           else torch.as_tensor(edge_label).to(self.device))
+                           else as_tensor(edge_label).to(self.device))
         self.neg_ratio = neg_ratio
         self.neg_exclude_edges = neg_exclude_edges
 

@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from ._device import as_int64, holds_integers, no_meta
+from ._device import as_int64, as_tensor, holds_integers, no_meta
 
 
 def check_csr(indptr: Tensor, indices: Tensor, edge_ids: Optional[Tensor] = None,
@@ -271,7 +271,7 @@ def integer_times(times, name: str) -> Tensor:
     refused: as int64 they would wrap around to before every other time."""
     if isinstance(times, (list, tuple)) and len(times) == 0:
         return torch.empty(0, dtype=torch.long)  # torch.as_tensor([]) holds floats
-    times = torch.as_tensor(no_meta(times, name, "times"))
+    times = as_tensor(no_meta(times, name, "times"))
     if not holds_integers(times):
         raise TypeError(f"{name} must hold integer times (int64 timestamps), got "
                         f"{times.dtype}: scale them to whole units first")
@@ -284,10 +284,10 @@ def float32_weights(weights, name: str) -> Tensor:
     a weight of 0 does. Complex and bool weights are refused (complex had lost its imaginary
     part with only torch's warning). Positions in the errors are ``weights``' own."""
     raw = no_meta(weights, name, "weights")
-    weights = torch.as_tensor(raw)
+    weights = as_tensor(raw)
     if weights.is_floating_point() and not hasattr(raw, "dtype"):
         # A list: torch reads it as float32, where 1e-50 is 0 already (a probe)
-        weights = torch.as_tensor(raw, dtype=torch.float64)
+        weights = as_tensor(raw, dtype=torch.float64)
     if weights.dtype.is_complex or weights.dtype == torch.bool:
         raise TypeError(f"{name} must hold real numbers, got {weights.dtype}")
     if weights.dim() != 1:  # (the positions below name one weight of a 1-D list)
@@ -445,7 +445,7 @@ def check_row_tables(indptr: Tensor, edge_ids: Optional[Tensor] = None,
         if edge_ids is None:
             raise ValueError("relation_edge_offsets needs edge_ids: a row's relations are "
                              "read from its edges' ids")
-        offsets = torch.as_tensor(list(relation_edge_offsets), dtype=torch.long, device=device)
+        offsets = as_tensor(list(relation_edge_offsets), dtype=torch.long, device=device)
         if offsets.numel() < 2 or bool((offsets.diff() < 0).any()):
             raise ValueError(f"relation_edge_offsets must be non-decreasing, one more than the "
                              f"relations, got {list(relation_edge_offsets)}")

@@ -41,7 +41,7 @@ from . import _sharing, ops
 from ._interrupts import ctrl_c_ends_waits
 from .sampler import Adj, layers_of, sampling_placement
 from .topology import CSRTopo
-from ._device import as_ids, as_int, is_int, readable_ids
+from ._device import as_ids, as_int, as_tensor, is_int, readable_ids
 from .hotness import check_hot_order
 
 METHODS = ("metis", "range", "random")
@@ -114,7 +114,7 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
     else:
         graph = {"xadj": indptr.numpy(), "adjncy": indices.numpy()}
     _, membership = pymetis.part_graph(num_parts, **graph, options=options)
-    return torch.as_tensor(membership, dtype=torch.int16)
+    return as_tensor(membership, dtype=torch.int16)
 
 
 def _row_chunks(indptr: Tensor, chunk_edges: int):
@@ -139,7 +139,7 @@ def _num_parts(value) -> int:
 def _checked_owner(owner, num_parts: int, n: int) -> Tensor:
     """``owner`` as a tensor after checking it gives each of ``n`` nodes a part in
     ``[0, num_parts)``, and ``num_parts`` is in [1, 32767] (owners are kept as int16)."""
-    num_parts, owner = _num_parts(num_parts), torch.as_tensor(owner)
+    num_parts, owner = _num_parts(num_parts), as_tensor(owner)
     if owner.shape != (n,) or owner.dtype.is_floating_point or owner.dtype == torch.bool:
         raise ValueError(f"owner must be one integer part per node ({n}), got "
                          f"{owner.dtype} of shape {tuple(owner.shape)}")

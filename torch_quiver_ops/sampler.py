@@ -13,8 +13,8 @@ from torch import Tensor
 from . import ops
 from .ops import integer_fanouts, integer_times
 from ._load import cuda_kernels_built
-from ._device import (as_ids, check_flag, check_generator, checked_node_ids, parse_share,
-                      parse_size, readable_ids, resolve_device)
+from ._device import (as_ids, as_tensor, check_flag, check_generator, checked_node_ids,
+                      no_meta, parse_share, parse_size, readable_ids, resolve_device)
 from .hotness import check_hot_order, degree_order
 from .topology import CSRTopo, build_topology_cache, kept_indptr
 from .uva import pinned
@@ -121,7 +121,7 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     for name, values in (("weights", weights), ("edge_time", edge_time)):
         if values is None:
             continue
-        given, values = values, torch.as_tensor(values).cpu()
+        given, values = values, as_tensor(no_meta(values, name, "values")).cpu()
         if values.dtype.is_complex or values.dtype == torch.bool:
             raise TypeError(f"{name} must hold real numbers, got {values.dtype}")
         if values.dim() != 1 or values.numel() != topo.edge_count:

@@ -42,12 +42,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, Optional, Sequence, Set, Union
 from urllib.parse import unquote, urlsplit
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from . import _fork
-from ._device import (check_flag, holds_integers, is_int, present_device, readable_ids,
-                      resolve_device)
+from ._device import (as_tensor, check_flag, holds_integers, is_int, no_meta, present_device,
+                      readable_ids, resolve_device)
 from ._interrupts import ctrl_c_ends_waits, runtime_timeout
 from .ops import integer_fanouts
 from .sampler import Adj, GraphSageSampler
@@ -316,8 +317,19 @@ class ServingRuntime:
             self._gpu_sampler = GraphSageSampler(topo, self.fanouts, device=self.device,
                                                  mode=gpu_mode)
             gpu_indptr, gpu_indices = self._gpu_sampler.placed_topology()
+        if isinstance(feature, np.ndarray):
+            feature = as_tensor(feature)
         if isinstance(feature, Tensor):
-            tiers = torch.classes.quiver.FeatureTiers([feature], None)
+            # Rows read in place need a dense, row-major table: another layout is copied, as
+            # Feature.from_cpu_tensor copies it (the runtime had refused a transposed table
+            # as "tiers[0] must be contiguous", naming no argument of this call).
+            no_meta(feature, "feature", "rows")
+            if feature.dim() < 1:
+                raise ValueError("feature must hold a row per node, got a 0-d tensor")
+            tiers = torch.classes.quiver.FeatureTiers([feature.detach().contiguous()], None)
+        elif not callable(getattr(feature, "tiers", None)):
+            raise TypeError(f"feature must be a Feature or a tensor of rows, got "
+                            f"{type(feature).__name__}")
         else:
             tiers = feature.tiers(self.device if self.device.type == "cuda" else None)
         self._runtime = torch.classes.quiver.ServingRuntime(
@@ -366,7 +378,7 @@ class ServingRuntime:
         if isinstance(ids, (list, tuple)) and len(ids) == 0:
             raise ValueError("a request needs at least one node id")
         try:
-            ids = torch.as_tensor(ids)
+            ids = as_tensor(ids)
         except (ValueError, RuntimeError, TypeError, OverflowError) as error:  # past int64
             raise ValueError(f"node ids must be 64-bit integers: {error}") from None
         if ids.is_meta or ids.layout != torch.strided:  # torch's own errors name no argument

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from . import _sharing, ops, preflight
-from ._device import as_int64, holds_integers, no_meta
+from ._device import as_int64, as_tensor, holds_integers, no_meta
 from .hotness import INT32_MAX, degree_order
 
 # Host bytes a node takes while its CSR is built from edges: its int64 offset and the
@@ -102,7 +102,7 @@ def _as_tensor(array: Optional[object]) -> Optional[Tensor]:
     in them is a float."""
     if array is None or isinstance(array, Tensor):
         return array
-    converted = torch.as_tensor(array)
+    converted = as_tensor(array)
     return converted.long() if converted.numel() == 0 and converted.is_floating_point() \
         else converted
 
@@ -182,7 +182,7 @@ class CSRTopo:
                     raise IndexError(f"edge_index holds node {bad}, out of range "
                                      f"[0, {num_nodes})")
             if eid is not None:
-                eid = torch.as_tensor(eid)
+                eid = as_tensor(eid)
                 if (eid.dim() != 1 or eid.numel() != edge_index.size(1)
                         or not holds_integers(eid)):
                     raise ValueError(f"eid must hold one integer id per column of edge_index "

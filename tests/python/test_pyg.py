@@ -977,10 +977,36 @@ def test_a_node_loader_gathers_a_per_edge_edge_label_with_its_edges():
     assert torch.equal(batch.edge_label, data.edge_label[batch.e_id])
 
 
-def test_attributes_pyg_indexes_along_another_dimension_are_refused():
+def test_edge_attributes_pyg_indexes_along_their_last_dimension_are_gathered_along_it():
+    # RandomLinkSplit's training split holds edge_label_index with a column per edge: a node
+    # loader had left it out of its batches unsaid, where PyG's gathers it with the edges.
     data = directed_data()
-    data.pair_index = torch.randint(0, 200, (2, data.num_edges))  # PyG: indexed along dim -1
-    with pytest.raises(NotImplementedError, match="'pair_index' .* along dimension -1"):
+    data.edge_label_index = data.edge_index.flip(0) + 7
+    data.pair_index = torch.randint(0, 200, (3, data.num_edges))  # PyG: indexed along dim -1
+    batch = next(iter(qpyg.NeighborLoader(data, [3], batch_size=8, device="cpu")))
+    assert torch.equal(batch.edge_label_index, data.edge_label_index[:, batch.e_id])
+    assert torch.equal(batch.pair_index, data.pair_index[:, batch.e_id])
+    hetero = HeteroData()
+    hetero["u"].x, hetero["i"].x = torch.randn(10, 2), torch.randn(12, 2)
+    edges = torch.stack([torch.randint(0, 10, (40,)), torch.randint(0, 12, (40,))])
+    hetero["u", "r", "i"].edge_index = edges
+    hetero["i", "rev", "u"].edge_index = edges.flip(0)
+    hetero["u", "r", "i"].edge_label_index = edges + 100
+    batch = next(iter(qpyg.NeighborLoader(hetero, {("u", "r", "i"): [3], ("i", "rev", "u"): [3]},
+                                          input_nodes="u", batch_size=4, device="cpu")))
+    typed = batch["u", "r", "i"]
+    assert torch.equal(typed.edge_label_index, edges[:, typed.e_id] + 100)
+    # A link loader writes its own edge_label_index over the data's.
+    link = next(iter(qpyg.LinkNeighborLoader(data, [3], batch_size=4, device="cpu",
+                                             edge_label_index=data.edge_index[:, :8])))
+    assert link.edge_label_index.shape == (2, 4) and int(link.edge_label_index.max()) < \
+        link.num_nodes
+
+
+def test_node_attributes_pyg_indexes_along_another_dimension_are_refused():
+    data = directed_data()
+    data.node_index = torch.randint(0, 200, (2, data.num_nodes))  # PyG: indexed along dim -1
+    with pytest.raises(NotImplementedError, match="'node_index' .* along dimension -1"):
         qpyg.NeighborLoader(data, [3], batch_size=8, device="cpu")
 
 

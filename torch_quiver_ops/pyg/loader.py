@@ -21,7 +21,7 @@ from torch_geometric.loader import LinkNeighborLoader as _PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
 from .. import preflight
-from .._device import checked_node_ids
+from .._device import as_tensor, checked_node_ids
 from ..ops import integer_times
 from ..sampler import ops_temporal_strategy
 from ..loader import checked_seed_edges
@@ -68,7 +68,7 @@ def _checked_attr(value, attr: str, name: str, key=None):
     where = f"{attr}={name!r}" + ("" if key is None else f" of {key!r}")
     if isinstance(value, (list, tuple)) and len(value) == 0:
         return value  # (no edges: torch.as_tensor([]) would read as floats)
-    tensor = torch.as_tensor(value)
+    tensor = as_tensor(value)
     if tensor.dim() != 1:
         raise ValueError(f"{where} must hold one value per "
                          f"{'edge' if attr == 'weight_attr' else 'node or edge'} (1-D), got "
@@ -616,7 +616,7 @@ def _id_tensor(ids, name: str) -> Tensor:
     if isinstance(ids, (list, tuple, range)) and len(ids) == 0:
         return torch.empty(0, dtype=torch.long)  # as PyG reads []: no seeds, not floats
     try:
-        return torch.as_tensor(list(ids) if isinstance(ids, range) else ids)
+        return as_tensor(list(ids) if isinstance(ids, range) else ids)
     except (TypeError, ValueError, RuntimeError) as error:
         raise TypeError(f"{name} must be node ids (a tensor, list or range) or a bool mask, "
                         f"got {type(ids).__name__}: {error}") from None
@@ -814,7 +814,7 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
                 raise ValueError("temporal sampling by edge time needs input_time: one "
                                  "time per seed")
         super().__init__(stores, num_neighbors=num_neighbors, input_nodes=input_nodes,
-                         input_time=None if input_time is None else torch.as_tensor(input_time),
+                         input_time=None if input_time is None else as_tensor(input_time),
                          time_attr=time_attr,
                          transform=transform, transform_sampler_output=transform_sampler_output,
                          filter_per_worker=False, neighbor_sampler=neighbor_sampler, **kwargs)
@@ -950,14 +950,14 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
                 # The documented default, filled in here: PyG's loader refuses time_attr
                 # without edge_label_time.
                 neighbor_sampler._check_timed(edge_type[0], "edge_label_time")
-                edge_label_time = torch.as_tensor(node_time_dict[edge_type[0]]).cpu()[
-                    torch.as_tensor(edge_label_index[0]).cpu().long()]
+                edge_label_time = as_tensor(node_time_dict[edge_type[0]]).cpu()[
+                    as_tensor(edge_label_index[0]).cpu().long()]
             super().__init__(stores, num_neighbors=num_neighbors,
                              edge_label_index=(edge_type, edge_label_index),
                              edge_label=(None if edge_label is None
-                                         else torch.as_tensor(edge_label).cpu()),
+                                         else as_tensor(edge_label).cpu()),
                              edge_label_time=(None if edge_label_time is None
-                                              else torch.as_tensor(edge_label_time).cpu()),
+                                              else as_tensor(edge_label_time).cpu()),
                              time_attr=time_attr,
                              neg_sampling=neg_sampling, neg_sampling_ratio=neg_sampling_ratio,
                              transform=transform,
@@ -984,9 +984,9 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
         # beside their edge type.
         super().__init__(stores, num_neighbors=num_neighbors,
                          edge_label_index=(None, edge_label_index.cpu()),
-                         edge_label=None if edge_label is None else torch.as_tensor(edge_label).cpu(),
+                         edge_label=None if edge_label is None else as_tensor(edge_label).cpu(),
                          edge_label_time=(None if edge_label_time is None
-                                          else torch.as_tensor(edge_label_time).cpu()),
+                                          else as_tensor(edge_label_time).cpu()),
                          time_attr=time_attr,
                          neg_sampling=neg_sampling, neg_sampling_ratio=neg_sampling_ratio,
                          transform=transform, transform_sampler_output=transform_sampler_output,

@@ -14,6 +14,7 @@ from torch_geometric.sampler.base import NumNeighbors
 from torch_geometric.typing import EdgeTypeStr
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
+from .._device import as_tensor
 from ..hetero import HeteroCSRTopo, HeteroSampler
 from ..ops import integer_fanouts, integer_times
 from ..sampler import GraphSageSampler
@@ -447,7 +448,7 @@ class HeteroNeighborSampler(BaseSampler):
                 raise ValueError("temporal sampling by edge time needs input_time: one time "
                                  "per seed")
             self._check_timed(inputs.input_type, "input_time")
-            seed_time = torch.as_tensor(self.node_time_dict[inputs.input_type])[inputs.node]
+            seed_time = as_tensor(self.node_time_dict[inputs.input_type])[inputs.node]
         out = self._output((inputs.input_type, inputs.node), seed_time)
         out.metadata = (inputs.input_id, seed_time)
         return out
@@ -491,7 +492,7 @@ class HeteroNeighborSampler(BaseSampler):
                     raise ValueError("temporal link sampling by edge time needs "
                                      "edge_label_time: one time per seed edge")
                 self._check_timed(src_type, "edge_label_time")
-                pair_time = torch.as_tensor(self.node_time_dict[src_type])[inputs.row]
+                pair_time = as_tensor(self.node_time_dict[src_type])[inputs.row]
             pair_time = integer_times(pair_time, "edge_label_time").to(device)
 
         def negatives(sources, per_src):
@@ -504,7 +505,7 @@ class HeteroNeighborSampler(BaseSampler):
             if (pair_time is None or self.node_time_dict is None
                     or node_type in self.untimed_node_types):
                 return ids
-            node_time = torch.as_tensor(self.node_time_dict[node_type]).to(device)
+            node_time = as_tensor(self.node_time_dict[node_type]).to(device)
             late = node_time[ids] > times
             for _ in range(5):
                 if not bool(late.any()):

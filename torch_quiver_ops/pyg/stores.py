@@ -21,7 +21,8 @@ from torch_geometric.data import GraphStore as _PygGraphStore
 from torch_geometric.data.graph_store import EdgeLayout
 
 from .. import ops
-from .._device import holds_integers, parse_share, parse_size, resolve_device
+from .._device import (as_tensor, holds_integers, parse_share, parse_size, resolve_device,
+                       slice_ids)
 from ..feature import CACHE_POLICIES, HOST_READS, Feature
 from ..hetero import EdgeType, HeteroCSRTopo
 from ..topology import CSRTopo
@@ -41,20 +42,41 @@ LINK_LOADER_KEYS = frozenset({
     "dst_neg_index"})
 
 
-def _row_per_item(store, key: str, value: Tensor, what: str) -> bool:
-    """Whether a node or edge attribute is a row per node / edge, as our tables gather
-    them; one that PyG indexes along another dimension (the last, for a key holding
-    "index") is refused, unless a link loader writes that key itself (then no table holds
-    it: False)."""
+def _indexed_along(store, key: str, value: Tensor, what: str) -> Optional[int]:
+    """The dimension PyG indexes a node or edge attribute along (0: a row per item, as our
+    tables gather them; the last for a key holding "index"), or None for no table. An edge
+    attribute is gathered along any (``edge_label_index`` with a column per edge, as
+    RandomLinkSplit's training split holds it, had been left out of node loaders' batches
+    unsaid). A node attribute along another one is refused, unless a link loader writes
+    that key itself (None)."""
     dim = store._parent().__cat_dim__(key, value, store)
-    if not isinstance(dim, int) or dim % value.dim() != 0:
-        if key in LINK_LOADER_KEYS:
-            return False
-        raise NotImplementedError(
-            f"{what} attribute {key!r} (shape {tuple(value.shape)}) is indexed by PyG along "
-            f"dimension {dim}, not 0: torch_quiver_ops.pyg gathers rows; store it with a row "
-            f"per {what} (or under a name without 'index')")
-    return True
+    if isinstance(dim, int) and dim % value.dim() == 0:
+        return 0
+    if what == "edge" and isinstance(dim, int):
+        return dim % value.dim()
+    if key in LINK_LOADER_KEYS:
+        return None
+    raise NotImplementedError(
+        f"{what} attribute {key!r} (shape {tuple(value.shape)}) is indexed by PyG along "
+        f"dimension {dim}, not 0: torch_quiver_ops.pyg gathers node rows; store it with a "
+        f"row per {what} (or under a name without 'index')")
+
+
+class _EdgesAlong:
+    """An edge attribute PyG indexes along dimension ``dim`` > 0, gathered along it from
+    the tensor as given (no copy, no GPU cache: such attributes, edge_label_index say,
+    are narrow, and a link loader, which writes its own, never reads it) onto ``device``."""
+
+    def __init__(self, value: Tensor, dim: int, device: torch.device):
+        self.value, self.dim, self.device = value, dim, device
+
+    @property
+    def shape(self) -> torch.Size:
+        return self.value.shape
+
+    def __getitem__(self, e_id: Tensor) -> Tensor:
+        rows = self.value.index_select(self.dim, e_id.to(self.value.device))
+        return rows.to(self.device, non_blocking=True)
 
 
 def _table(key: str, value, what: str) -> Optional[Tensor]:
@@ -182,7 +204,7 @@ class GraphStore(_PygGraphStore):
 
 def _two_rows(edge_index, what: str) -> Tensor:
     """``edge_index`` as a tensor, else a ValueError unless it is ``[2, E]``."""
-    edge_index = torch.as_tensor(edge_index)
+    edge_index = as_tensor(edge_index)
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"{what} must have shape [2, E], got {tuple(edge_index.shape)}")
     return edge_index
@@ -193,7 +215,7 @@ def _id_pair(edge_index, layout: EdgeLayout, whose: str = "") -> Tuple[Tensor, T
     truncated), of equal length in COO."""
     names = {EdgeLayout.COO: ("row", "col"), EdgeLayout.CSR: ("rowptr", "col"),
              EdgeLayout.CSC: ("row", "colptr")}[layout]
-    pair = tuple(torch.as_tensor(t) for t in edge_index)
+    pair = tuple(as_tensor(t) for t in edge_index)
     if len(pair) != 2:
         raise ValueError(f"{whose}edge index must be a pair {names}, got {len(pair)} tensors")
     for name, t in zip(names, pair):
@@ -382,7 +404,7 @@ class FeatureStore(_PygFeatureStore):
         without a copy: held whole in GPU memory when its rows are small (at most 16
         bytes), else tiered as node tables are (the store's ``cache_size``)."""
         if not isinstance(table, Feature):
-            table = torch.as_tensor(table).detach().cpu()
+            table = as_tensor(table).detach().cpu()
             if table.dim() == 0:
                 raise ValueError(f"edge attribute {attr_name!r} must hold a row per edge, got "
                                  f"a scalar")
@@ -417,7 +439,7 @@ class FeatureStore(_PygFeatureStore):
                                            and attr.index == slice(None)):
             raise NotImplementedError(f"put_tensor of some rows of {name!r}: put the whole "
                                       f"table (index=None)")
-        tensor = torch.as_tensor(tensor).detach().cpu()
+        tensor = as_tensor(tensor).detach().cpu()
         cache = "100%" if _whole_on_gpu(tensor) else self.cache_size
         self._tables[name] = self._feature(tensor, cache)
         return True
@@ -432,9 +454,9 @@ class FeatureStore(_PygFeatureStore):
         if index is None or (isinstance(index, slice) and index == slice(None)):
             index = torch.arange(len(table))
         elif isinstance(index, slice):  # PyG's IndexType allows slices
-            index = torch.arange(*index.indices(len(table)))
+            index = slice_ids(index, len(table))
         elif not isinstance(index, Tensor):
-            index = torch.as_tensor(index)
+            index = as_tensor(index)
         if index.device.type == "cpu" and self.device.type == "cuda":
             index = index.to(self.device, non_blocking=True)
         return table[index]
@@ -524,8 +546,9 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
     of more than 16 bytes a row) gets ``cache_size`` of GPU memory for its hottest rows (by
     in-degree), read outside it as ``host_reads`` says (see :class:`Feature`); labels and
     masks are held whole on the GPU. Edge attributes (``edge_attr``, ``edge_weight``, any
-    tensor with a row per edge) go in as :meth:`FeatureStore.put_edge_feature`. Tables stay where they are
-    (pinned in place): no host copy. While stores built here live, calls for the same
+    tensor with a row per edge) go in as :meth:`FeatureStore.put_edge_feature`; one that PyG
+    indexes along another dimension (``edge_label_index`` with a column per edge) is gathered
+    along it. Tables stay where they are (pinned in place): no host copy. While stores built here live, calls for the same
     tensors reuse them (one topology, one GPU cache)."""
     if isinstance(data, HeteroData):
         # Keyed by what the data holds too: a HeteroData changed since is built again, the
@@ -561,8 +584,12 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
         if not node and not data.is_edge_attr(key):
             continue  # graph-level: the loader copies it into every batch, as PyG's does
         value = _table(key, value, "node" if node else "edge")
-        if value is None or not _row_per_item(data._store, key, value,
-                                              "node" if node else "edge"):
+        dim = None if value is None else _indexed_along(data._store, key, value,
+                                                        "node" if node else "edge")
+        if dim is None:
+            continue
+        if dim:
+            features._edge_tables[key] = _EdgesAlong(value, dim, device)
             continue
         cache = "100%" if _whole_on_gpu(value) else cache_size
         table = _shared(("feature" if node else "edge feature", id(value), tensor_version(value),
@@ -639,7 +666,7 @@ def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size
             if key in LOADER_KEYS or not store.is_node_attr(key):
                 continue
             value = _table(key, value, "node")
-            if value is None or not _row_per_item(store, key, value, "node"):
+            if value is None or _indexed_along(store, key, value, "node") is None:
                 continue
             (small if _whole_on_gpu(value) else big)[(t, key)] = value
     share = parse_share(cache_size, "cache_size")
@@ -668,9 +695,13 @@ def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size
             if key == "edge_index" or key in LOADER_KEYS or not store.is_edge_attr(key):
                 continue
             value = _table(key, value, "edge")
-            if value is None or not _row_per_item(store, key, value, "edge"):
+            dim = None if value is None else _indexed_along(store, key, value, "edge")
+            if dim is None:
                 continue
-            features.put_edge_feature(value, key, edge_type=et)
+            if dim:
+                features._edge_tables[(et, key)] = _EdgesAlong(value, dim, device)
+            else:
+                features.put_edge_feature(value, key, edge_type=et)
     features.cache_rows = rows  # what the shared budget gave each table (for reports)
     features.graph_store = graph
     return features
