@@ -18,10 +18,13 @@ makes the M groups (one per local rank) that each connect one process of every n
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import os
 import secrets
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple, Union
@@ -33,7 +36,7 @@ from torch import Tensor
 from . import _sharing, preflight
 from ._interrupts import ctrl_c_ends_waits, runtime_timeout
 from ._device import is_int, readable_ids
-from .feature import Feature, _thread_host_read_blocks
+from .feature import Feature, _thread_host_read_blocks, serve_to_peers, stop_serving
 from .hotness import check_hot_order
 
 TRANSPORTS = ("auto", "rdma", "nccl", "gloo")
@@ -477,6 +480,13 @@ class DistFeature:
         # one dtype and shape (a ValueError on every host, naming the hosts that differ).
         self._runtime = torch.classes.quiver.DistFeature(shard_map, local.tiers(self.device),
                                                          self.transport)
+        # This host's fetches in flight (gathers in any thread, and gather_async's works):
+        # over RDMA they read the peers' registered tables, which close() lets go of only
+        # after the hosts agree, so each host first waits for its own.
+        self._fetches = threading.Condition()
+        self._gathering = 0
+        self._async_works: List["torch.ScriptObject"] = []
+        serve_to_peers(local, self)
 
     def __reduce__(self):
         # (pickle said "cannot pickle ProcessGroup", naming neither this class nor the fix)
@@ -590,14 +600,47 @@ class DistFeature:
         registration goes. The store is unusable afterwards."""
         # Held in locals until the hosts agree: the runtime owns the registrations that
         # peers may still be reading.
-        transport, runtime = self.transport, self._runtime
-        self._runtime = self.transport = None
+        with self._fetches:
+            transport, runtime = self.transport, self._runtime
+            self._runtime = self.transport = None
+        stop_serving(self.local, self)
         if transport is not None and transport.kind().startswith("rdma"):
+            # A fetch of this host's still in flight reads peers that, once agreed, let go
+            # of their tables: it had waited out the whole timeout and then blamed a live
+            # peer ("host 1 has stopped answering"), a probe.
+            self._wait_for_own_fetches(time.monotonic() + self.timeout)
             try:
                 torch.classes.quiver.Transport.agree(self.group.boxed(), "dist-feature-close",
                                                      "", self.timeout)
             finally:
                 runtime = transport = None
+
+    def _wait_for_own_fetches(self, deadline: float) -> None:
+        """Waits until this host's gathers and gather_async fetches have finished, or
+        ``deadline`` (time.monotonic()) has passed: a fetch left then ends as the peers'
+        going makes it end."""
+        with self._fetches:
+            while self._gathering and time.monotonic() < deadline:
+                self._fetches.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+            works, self._async_works = self._async_works, []
+        for work in works:
+            while not work.done() and time.monotonic() < deadline:
+                time.sleep(0.005)
+
+    @contextlib.contextmanager
+    def _fetching(self):
+        """The runtime, counted as one gather in flight while the block runs."""
+        with self._fetches:
+            if self._runtime is None:
+                raise RuntimeError("this DistFeature was closed")
+            self._gathering += 1
+            runtime = self._runtime
+        try:
+            yield runtime
+        finally:
+            with self._fetches:
+                self._gathering -= 1
+                self._fetches.notify_all()
 
     def __enter__(self) -> "DistFeature":
         return self
@@ -627,13 +670,18 @@ class DistFeature:
         # This host's own rows come through its local Feature's layout, read as that
         # Feature's host_reads says, with this thread's block cap (feature.host_read_blocks).
         ids = self._ids(ids)  # first: it names a closed store
-        return self._runtime.gather(ids, _thread_host_read_blocks())
+        with self._fetching() as runtime:
+            return runtime.gather(ids, _thread_host_read_blocks())
 
     def gather_async(self, ids) -> "PendingRows":
         """Starts ``self[ids]`` on a side stream and thread; ``.wait(timeout)`` on the result
         returns the rows, ordered after the fetch on the current stream."""
         ids = self._ids(ids)
-        return PendingRows(self._runtime.gather_async(ids, _thread_host_read_blocks()))
+        with self._fetching() as runtime:
+            work = runtime.gather_async(ids, _thread_host_read_blocks())
+            with self._fetches:  # (the done ones let go: a work holds its rows)
+                self._async_works = [w for w in self._async_works if not w.done()] + [work]
+        return PendingRows(work)
 
     @property
     def last_local_fraction(self) -> float:

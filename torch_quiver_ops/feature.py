@@ -6,6 +6,7 @@ import contextlib
 import numbers
 import threading
 import warnings
+import weakref
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -35,6 +36,22 @@ _THREAD_GATHERS = threading.local()
 # table or lets go of one: a layout built from the old table had been stored after the
 # swap, and gathers went on reading the old rows, or a closed store's (a probe).
 _VIEWING = threading.RLock()
+# The DistFeatures serving each Feature's table to other hosts (both weakly): their
+# runtimes hold the table's layout, and over RDMA its registered memory, so a table replaced
+# under them had been served stale to every host, their own included, unsaid (a probe).
+_SERVED_BY: "weakref.WeakKeyDictionary[Feature, weakref.WeakSet]" = weakref.WeakKeyDictionary()
+
+
+def serve_to_peers(feature: "Feature", server) -> None:
+    """Marks ``feature``'s table as served by ``server`` (a DistFeature) until
+    :func:`stop_serving`: ``from_cpu_tensor`` refuses to replace it meanwhile."""
+    with _VIEWING:
+        _SERVED_BY.setdefault(feature, weakref.WeakSet()).add(server)
+
+
+def stop_serving(feature: "Feature", server) -> None:
+    with _VIEWING:
+        _SERVED_BY.get(feature, weakref.WeakSet()).discard(server)
 
 
 def check_host_read_blocks(blocks, name: str) -> None:
@@ -222,6 +239,12 @@ class Feature:
     def _place(self, host: Tensor, order: Optional[Tensor],
                make_shards: Optional[Callable] = None) -> None:
         with _VIEWING:
+            servers = list(_SERVED_BY.get(self, ()))
+            if servers:
+                raise RuntimeError(
+                    f"this Feature's table is served to other hosts by {servers[0]!r}, whose "
+                    f"hosts would go on reading the old rows: close that DistFeature (on "
+                    f"every host) first, then build a new one over the new table")
             self._place_table(host, order, make_shards)
 
     def _place_table(self, host: Tensor, order: Optional[Tensor],

@@ -406,9 +406,15 @@ def gloo_worker(rank, world, port, base, results, die_rank):
             assert torch.equal(work.wait(math.inf if rank == 0 else 30.0), x[ids])
             with pytest.raises(IndexError, match="out of range"):
                 feature[torch.tensor([x.size(0)])]  # checked before any exchange
+            # A table replaced under the store that serves it is refused: every host had
+            # gone on reading the old rows, this one's too (a probe). Closed, it may go.
+            local_rows = feature.local.table.clone()
+            with pytest.raises(RuntimeError, match="served to other hosts by DistFeature"):
+                feature.local.from_cpu_tensor(local_rows + 1)
             feature.close()
             with pytest.raises(RuntimeError, match="was closed"):
                 feature[ids]
+            feature.local.from_cpu_tensor(local_rows + 1)
 
 
 def run_hosts(world, configs, tmp_path, die_rank=-1):
@@ -978,6 +984,16 @@ def rdma_worker(rank, world, port, directory, results):
             ids = torch.arange(x.size(0))
             assert torch.equal(feature[ids], x[ids])
         dist.barrier()
+        # A served table is not replaced (its peers had read the old rows, unsaid).
+        with pytest.raises(RuntimeError, match="served to other hosts by DistFeature"):
+            feature.local.from_cpu_tensor(feature.local.table.clone())
+        # close() waits for this host's own fetch in flight before the hosts let go of
+        # their tables: the fetch had waited out the timeout, then blamed the live peer.
+        remote = feature.shard_map.local_ids(1 - rank).repeat(100)
+        pending = feature.gather_async(remote) if rank == 0 else None
+        feature.close()
+        if pending is not None:
+            assert torch.equal(pending.wait(30), x[remote])
         (Path(results) / f"ok_{rank}").write_text("ok")
     except Exception as error:  # noqa: BLE001
         where = traceback.extract_tb(error.__traceback__)[-1]  # a bare assert says nothing
