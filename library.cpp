@@ -177,6 +177,8 @@ TORCH_LIBRARY(quiver, m) {
 // The gathers have no derivative: a table that requires grad (an embedding's weight, say)
 // gets an error when backward reaches them, not a gradient silently left None (torch's
 // default for an op without one is a warning). Gather such a table with table[ids].
+// Under torch.compile the error comes at compile time even for a forward-only call (AOT
+// autograd traces the backward ahead): an inference step gathers under torch.no_grad().
 TORCH_LIBRARY_IMPL(quiver, Autograd, m) {
   m.impl("gather_rows", torch::autograd::autogradNotImplementedFallback());
   m.impl("gather_tiered_rows", torch::autograd::autogradNotImplementedFallback());

@@ -14,6 +14,7 @@ import torch
 # traces such a call and raises when it is run.
 _IDS = (torch.int32, torch.int64)
 MAX_ROW_TIERS = 17  # ops/row_tiers.h
+MAX_HOP_EDGES = (1 << 32) - 2  # kMaxHopEdges, ops/sampling_rules.h
 
 
 def _index_vector(t, name: str) -> None:
@@ -24,7 +25,7 @@ def _index_vector(t, name: str) -> None:
 
 
 def _csr(indptr, indices, edge_ids=None) -> None:
-    if indptr.dim() != 1:
+    if indptr.dim() != 1 or indptr.size(0) < 1:
         raise ValueError(f"indptr must be a 1-D tensor of num_nodes + 1 offsets, got shape "
                          f"{list(indptr.shape)}")
     if indptr.dtype != torch.int64:
@@ -66,11 +67,22 @@ def _check_csr_fake(indptr, indices, edge_ids=None, num_nodes=-1):
 
 @torch.library.register_fake("quiver::check_permutation")
 def _check_permutation_fake(order, num_rows, what):
-    return None  # a scan of the values: nothing to trace
+    # What a fake also knows (a probe found these passing while traced, to raise only when
+    # run); the scan of the values is the kernel's.
+    if num_rows < 0:
+        raise ValueError(f"num_rows must be >= 0 (the rows {what} lists), got {num_rows}")
+    if order.dim() != 1 or order.dtype not in _IDS:
+        raise TypeError(f"{what} must be a 1-D tensor of int32/int64 ids, got {order.dtype} "
+                        f"of shape {list(order.shape)}")
+    torch._check_value(order.size(0) == num_rows,
+                       lambda: f"{what} must list each of the {num_rows} rows once, got "
+                               f"{order.size(0)} ids")
+    return None
 
 
 @torch.library.register_fake("quiver::check_fanouts")
 def _check_fanouts_fake(fanouts, replace, what="fanouts"):
+    _fanouts(fanouts, what)  # (plain ints: all there is to check)
     return None
 
 
@@ -91,6 +103,13 @@ def _csr_from_coo_fake(row, col, num_nodes):
         raise TypeError(f"row is {row.dtype} but col is {col.dtype}")
     if num_nodes < 0:
         raise ValueError(f"num_nodes must be >= 0, got {num_nodes}")
+    # The kernel's bounds too: past them, building the outputs failed in torch's words
+    # ("Storage size calculation overflowed"), a probe.
+    if num_nodes >= 1 << 60:
+        raise ValueError(f"num_nodes = {num_nodes} is too large: its offsets alone would "
+                         f"take more than 2^63 bytes")
+    if row.dtype == torch.int32 and num_nodes > 2**31:
+        raise ValueError(f"num_nodes = {num_nodes} does not fit int32 ids; pass int64 row/col")
     # (without it, indices took col's size and edge_ids row's: code combining the two
     # failed while traced with a shape error, not the kernel's ValueError; from a probe)
     torch._check_value(row.size(0) == col.size(0),
@@ -187,6 +206,12 @@ def _sample_negatives_fake(indptr, indices, src, per_src, exclude_edges=True, ma
     _index_vector(src, "src")
     if per_src < 0:
         raise ValueError(f"per_src must be >= 0, got {per_src}")
+    # The kernel's limit (past it, new_empty had failed with "Overflow when unpacking").
+    torch._check_value(
+        src.shape[0] * per_src <= MAX_HOP_EDGES,
+        lambda: f"the negatives (src x per_src) would be "
+                f"{min(src.shape[0] * per_src, 2**63 - 1)}, over the limit of {MAX_HOP_EDGES}: "
+                f"sample fewer seeds per batch or use a smaller fanout")
     return src.new_empty(src.shape[0] * per_src, dtype=torch.long)
 
 

@@ -476,6 +476,21 @@ def test_a_features_first_read_may_be_compiled():
     (lambda p, i, s: qv.ops.sample_negatives(p, i, s, -1),
      (torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([0])), ValueError,
      "per_src must be >= 0, got -1"),
+    # Sizes past the kernels' bounds (a probe: torch's "Storage size calculation
+    # overflowed" and "Overflow when unpacking long long" while traced)
+    (lambda r, c: qv.ops.csr_from_coo(r, c, 2**61), (torch.tensor([0]), torch.tensor([1])),
+     ValueError, "num_nodes = 2305843009213693952 is too large"),
+    (lambda p, i, s: qv.ops.sample_negatives(p, i, s, 2**62),
+     (torch.tensor([0, 1, 2]), torch.tensor([1, 0]), torch.tensor([0, 1, 0, 1])), ValueError,
+     r"the negatives \(src x per_src\) would be \S+, over the limit of 4294967294"),
+    # What a fake also knows of the checks and samplers (they had passed while traced)
+    (lambda o: qv.ops.check_permutation(o, 3, "order"), (torch.tensor([[0, 1, 2]]),),
+     TypeError, "order must be a 1-D tensor of int32/int64 ids"),
+    (lambda o: qv.ops.check_permutation(o, 4, "order"), (torch.arange(3),), ValueError,
+     "order must list each of the 4 rows once"),
+    (lambda p, i, s: torch.ops.quiver.sample_neighbors(p, i, s, 1),
+     (torch.empty(0, dtype=torch.long), torch.tensor([0]), torch.tensor([0])), ValueError,
+     r"indptr must be a 1-D tensor of num_nodes \+ 1 offsets, got shape \[0\]"),
 ])
 def test_traced_calls_raise_the_ops_own_errors(call, inputs, error, words):
     """Under torch.compile a bad call failed in the fake kernel with an unrelated error
@@ -488,6 +503,18 @@ def test_traced_calls_raise_the_ops_own_errors(call, inputs, error, words):
     # would leave the op to raise the same words when the graph runs, as its own type.
     with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match=words):
         torch.compile(call, fullgraph=True, dynamic=True)(*inputs)
+
+
+def test_the_fanouts_check_checks_its_fanouts_while_traced():
+    # (its fake had returned at once: a bad list passed while traced, to raise when run)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        torch.ops.quiver.check_fanouts([2, -1, 0], False, "sizes")
+        with pytest.raises(ValueError, match=r"sizes must name at least one hop, got \[\]"):
+            torch.ops.quiver.check_fanouts([], False, "sizes")
+        with pytest.raises(ValueError, match=r"sizes\[1\] must be -1 \(all neighbors\) or "
+                                             r">= 0, got -2"):
+            torch.ops.quiver.check_fanouts([3, -2], False, "sizes")
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
