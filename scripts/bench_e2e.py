@@ -950,7 +950,9 @@ def main():
     parser.add_argument("--scaling", default=None,
                         help="GPU counts for torchrun runs, e.g. 1,2,4 (skips the one-GPU table)")
     parser.add_argument("--scaling-mode", default="GPU", choices=["GPU", "UVA"])
-    parser.add_argument("--scaling-epochs", type=int, default=3)
+    parser.add_argument("--scaling-epochs", type=int, default=3,
+                        help="epochs per torchrun run (at least 2: the first warms up and is "
+                             "not timed)")
     parser.add_argument("--scaling-variants", default="lean",
                         help="examples/train_sage.py variants: --step plain or lean, with "
                              "--loader-thread python, or cpp with +cpp (e.g. plain,lean,lean+cpp)")
@@ -973,7 +975,7 @@ def main():
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     _cli.check_args(parser, args, {"batch_size": 1, "hidden": 1, "train_seeds": 1,
-                                   "scaling_epochs": 1}, ["graph"])
+                                   "scaling_epochs": 2}, ["graph"])
     check_options(parser, args)
     if args.graphed_model and args.compile_model:
         parser.error("--graphed-model and --compile-model are two ways to run the step: "

@@ -269,6 +269,11 @@ def main():
         print(f"   {name:<22} {gbps:8.1f} GB/s per call, {kernel:8.1f} GB/s in the kernel"
               + (f", hit rate {hit_rate:.1%}" if hit_rate is not None else ""), flush=True)
 
+    def miss_bound(hits):
+        """A cached gather's bound: the host link over the miss rate (none when every row
+        is cached: --cache-fraction 1 had divided by zero after the other rows ran)."""
+        return bounds["pinned_h2d"] / (1 - hits) if hits < 1 else None
+
     def record_in_id_order(name, feature, hits=None):
         """The same store read in id order (group_host_reads=False): what grouping the
         host tier's reads by position buys."""
@@ -372,10 +377,10 @@ def main():
         ours = gather_rate(lambda ids: feature[ids], on_gpu, row_bytes, args.warmup)
         ours_kernel = kernel_rate(lambda ids: feature[ids], on_gpu[:4], row_bytes)
         assert torch.equal(feature[on_gpu[-1]].cpu(), x[on_gpu[-1].cpu()])
-        record(name, ours, ours_kernel, bounds["pinned_h2d"] / (1 - hits),
+        record(name, ours, ours_kernel, miss_bound(hits),
                "pinned H2D / miss rate", hit_rate=hits)
         record_in_id_order(name, feature, hits)
-        record_staged(name, feature, (bounds["pinned_h2d"] / (1 - hits),
+        record_staged(name, feature, (miss_bound(hits),
                                       "pinned H2D / miss rate"), hits)
         if name == "cache by presampling":
             last = feature
@@ -397,7 +402,7 @@ def main():
         gather_copy = copy_layout.gather
         assert torch.equal(gather_copy(on_gpu[-1]).cpu(), x[on_gpu[-1].cpu()])
         record("cache, hot-ordered copy, id order", gather_rate(gather_copy, on_gpu, row_bytes, args.warmup),
-               kernel_rate(gather_copy, on_gpu[:4], row_bytes), bounds["pinned_h2d"] / (1 - hits),
+               kernel_rate(gather_copy, on_gpu[:4], row_bytes), miss_bound(hits),
                "pinned H2D / miss rate", hit_rate=hits)
         del copy_tiers, copy_positions, hot_first
         torch.cuda.empty_cache()

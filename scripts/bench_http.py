@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import multiprocessing as mp
 import os
 import re
@@ -70,7 +71,9 @@ def _serve(graph_name, kind, cpu_samplers, connections, seconds, out, stop):
         for t in threads:
             t.join()
         latencies.sort()
-        pick = lambda q: 1e3 * latencies[min(len(latencies) - 1, int(q * len(latencies)))]
+        # Nearest rank, as serve_load.py and wrk's rows beside it (int(q * n) is one past
+        # it: the p99 of 100 latencies was their maximum).
+        pick = lambda q: 1e3 * latencies[max(0, math.ceil(q * len(latencies)) - 1)]  # noqa: E731
         out.put({"rps": len(latencies) / seconds, "p50_ms": pick(0.5), "p99_ms": pick(0.99)})
         runtime.close()
         return
@@ -165,11 +168,12 @@ def main():
                   f"{row['p50_ms']:7.2f} ms  p99 {row['p99_ms']:8.2f} ms"
                   + (f"  non-2xx {row['non_2xx']}" if row.get("non_2xx") else ""), flush=True)
     print(f"\n{'server':<13} {'req/s':>8} {'x direct':>9} {'p50 ms':>8} {'p99 ms':>9}  "
-          f"(median of {args.rounds} rounds)")
+          f"(the median round of {args.rounds} by req/s"
+          + ("; of two middle ones, the slower)" if args.rounds % 2 == 0 else ")"))
     summary = []
     for kind in kinds:
         mine = sorted((r for r in rows if r["server"] == kind), key=lambda r: r["rps"])
-        mid = mine[len(mine) // 2]
+        mid = mine[(len(mine) - 1) // 2]  # (len // 2 had shown the faster of two rounds)
         summary.append(mid)
     bound = summary[0]["rps"]
     for row in summary:

@@ -52,7 +52,7 @@ CONFIGS = {"cpu": dict(cpu_samplers=8, gpu_streams=0),
 
 
 def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0.0,
-                 package=None, server_kind="auto"):
+                 package=None, server_kind="auto", senders=64):
     import torch_quiver_ops as qv
     from torch_quiver_ops.serving import (ServingPool, ServingRuntime, package_for_serving,
                                           serve_http)
@@ -88,10 +88,12 @@ def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0
     # HTTP layer's cost is the difference to the same rate over HTTP.
     direct = []
     if direct_rates:
-        run_load(runtime, graph.num_nodes, direct_rates[0], 1.0, 64, seed=99)  # warm-up
+        run_load(runtime, graph.num_nodes, direct_rates[0], 1.0, senders, seed=99)  # warm-up
     for rate in direct_rates:
         errors = collections.Counter()
-        result = run_load(runtime, graph.num_nodes, rate, duration, 64, errors=errors)
+        # As many senders as the HTTP rows have (64 had been fixed here, so with another
+        # --senders the difference held the senders' change too).
+        result = run_load(runtime, graph.num_nodes, rate, duration, senders, errors=errors)
         direct.append((rate, result, errors))
     server = serve_http(runtime, server=server_kind)
     port_out.put((server.url, server.kind, graph.num_nodes, runtime.threshold, direct))
@@ -102,14 +104,23 @@ def _serve_child(graph_name, config, port_out, stop, direct_rates=(), duration=0
 
 def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
     """Open-loop Poisson load on ``target``, an endpoint's URL or a ServingRuntime called
-    in this process: returns latencies (s) of answered requests, 503s, errors, the wall
-    time, and how late (s) each request left its sender: ``senders`` threads send, so past
-    what they can keep in flight requests leave late and the offered rate is not met (the
-    rows say so, rather than count the senders' backlog as the server's latency alone)."""
+    in this process: returns latencies (s) of answered requests, 503s, errors, the span
+    (the wall time, at least ``duration``), and how late (s) each request left its sender:
+    ``senders`` threads send, so past what they can keep in flight requests leave late and
+    the offered rate is not met (the rows say so, rather than count the senders' backlog as
+    the server's latency alone). Arrivals are a Poisson process of ``rate`` over
+    ``duration`` seconds: a fixed count spread over a random span had capped answered/s
+    below the offered rate even for a server that answered every request at once."""
     gen = torch.Generator().manual_seed(seed)
-    count = max(1, int(rate * duration))
-    gaps = -torch.log(torch.rand(count, generator=gen).clamp(min=1e-12)) / rate
-    arrivals = torch.cumsum(gaps, 0).tolist()
+    expected = rate * duration
+    draws = int(expected + 8 * math.sqrt(expected) + 16)  # enough, but for ~1e-15 of runs
+    times = torch.empty(0, dtype=torch.float64)
+    while times.numel() == 0 or times[-1] < duration:
+        gaps = -torch.log(torch.rand(draws, generator=gen, dtype=torch.float64)
+                          .clamp(min=1e-12)) / rate
+        times = torch.cat([times, (times[-1] if times.numel() else 0.0) + torch.cumsum(gaps, 0)])
+    arrivals = times[times < duration].tolist() or [0.0]
+    count = len(arrivals)
     sizes = torch.floor(torch.rand(count, generator=gen).clamp(min=1e-12) ** (-1 / ALPHA))
     sizes = sizes.clamp(max=MAX_SIZE).long().tolist()
     ids = [torch.randint(num_nodes, (s,), generator=gen).tolist() for s in sizes]
@@ -191,7 +202,7 @@ def run_load(target, num_nodes, rate, duration, senders, seed=0, errors=None):
     for t in threads:
         t.join()
     wall = time.perf_counter() - start
-    return latencies, refused[0], sum(failed.values()), wall, late
+    return latencies, refused[0], sum(failed.values()), max(wall, duration), late
 
 
 def percentile(values, q):
@@ -386,7 +397,7 @@ def main():
             direct_rates = [float(r) for r in args.direct_rates.split(",") if r]
             child = context.Process(target=_serve_child,
                                     args=(args.graph, config, port_out, stop, direct_rates,
-                                          args.duration, package, args.server))
+                                          args.duration, package, args.server, args.senders))
             child.start()
             url, kind, num_nodes, threshold, direct = _cli.from_child(port_out, child, 900)
             print(f"{config}: serving at {url} ({kind}), dispatch threshold PSGS {threshold}", flush=True)

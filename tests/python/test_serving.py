@@ -1931,9 +1931,12 @@ def test_load_generator_drives_the_endpoint(graph):
             server.url, graph.num_nodes, rate=100, duration=0.5, senders=4)
     finally:
         server.shutdown()
-    assert len(latencies) == 50 and refused == 0 and failed == 0
-    assert all(0 < t < 10 for t in latencies) and wall > 0.4
-    assert len(late) == 50 and all(t >= 0 for t in late)
+    # A Poisson process of 100/s over 0.5 s: 50 arrivals expected (P(outside [20, 85]) <
+    # 1e-6), every one answered; the span is at least the duration, so answered/s can reach
+    # the offered rate (a fixed count over a random span had capped it below).
+    assert 20 <= len(latencies) <= 85 and refused == 0 and failed == 0
+    assert all(0 < t < 10 for t in latencies) and wall >= 0.5
+    assert len(late) == len(latencies) and all(t >= 0 for t in late)
     # A server process that dies before answering is reported at once, not waited for
     # (bench_http.py's waited 300 s, then raised queue.Empty: both share this one now).
     from torch_quiver_ops import _cli
