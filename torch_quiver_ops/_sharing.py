@@ -475,8 +475,10 @@ def portable(value):
 
 
 def portable_state(state: dict) -> dict:
-    """A ``__getstate__`` dict with every tensor over a mapped save made :func:`portable`."""
-    return {key: portable(value) for key, value in state.items()}
+    """A ``__getstate__`` dict with every tensor over a mapped save made :func:`portable`,
+    those in a dict value too (a GraphPartition's splits)."""
+    return {key: portable_state(value) if isinstance(value, dict) else portable(value)
+            for key, value in state.items()}
 
 
 def reduce_with_files(obj):

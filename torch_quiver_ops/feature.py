@@ -457,7 +457,10 @@ class Feature:
     def tiers(self, device: Union[None, int, str, torch.device] = None) -> "torch.ScriptObject":
         """The layout ``device`` reads (a ``torch.classes.quiver.FeatureTiers``, usable from
         TorchScript and savable with a scripted module): its GPU-memory tiers, then the
-        host tier. Default: the current GPU, or the CPU without one."""
+        host tier. Default: the current GPU, or the CPU without one. The layout views this
+        store's rows: ``copy.deepcopy`` of it (or of a module holding it) shares them, as
+        torch hands a custom class's state to its copy as it is (pickling, ``torch.save``
+        and ``torch.jit.save`` copy them); a copy that writes them writes this store's."""
         return self._view(self.device_for(device))[0]
 
     def _view(self, device: torch.device) -> tuple:

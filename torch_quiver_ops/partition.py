@@ -360,6 +360,11 @@ class GraphPartition:
         return self.directory / "features" if self.manifest.get("features") else None
 
 
+# To worker processes (mp.spawn) its mapped arrays travel as their files, as CSRTopo's do
+# (torch's reduction had failed with EBADF, naming neither the class nor a fix: a probe).
+_sharing.send_saves_as_files(GraphPartition)
+
+
 def _features_run(directory: Path) -> object:
     """The id of the partition_features run that wrote ``directory/features`` (its shard
     map's record), read without mapping the map."""

@@ -483,3 +483,21 @@ def test_the_largest_degree_is_found_chunk_by_chunk():
     for chunk in (1, 2, 4, 100):
         assert _largest_degree(indptr, chunk) == 7
     assert _largest_degree(torch.tensor([0])) == 0
+
+
+def test_a_loaded_partition_travels_to_worker_processes_as_its_files(tmp_path):
+    """mp.spawn pickles its arguments with multiprocessing's pickler, whose reduction of
+    tensors over mapped files had failed with EBADF (a probe): a partition's arrays, its
+    splits' too, travel as their files and map the same pages again."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+    topo = community_graph(n=120)
+    partition_graph(tmp_path, topo, 2, "random", y=torch.arange(120),
+                    splits={"train": torch.arange(0, 120, 3)})
+    part = load_partition(tmp_path, 1)
+    sent = pickle.loads(ForkingPickler.dumps(part))
+    for name in ("nodes", "indptr", "indices", "edge_ids", "owner", "local_index", "labels"):
+        assert torch.equal(getattr(sent, name), getattr(part, name)), name
+    assert torch.equal(sent.splits["train"], part.splits["train"])
+    assert sent.indices.untyped_storage().filename == part.indices.untyped_storage().filename
+    assert (sent.part, sent.num_parts, sent.directory) == (1, 2, part.directory)

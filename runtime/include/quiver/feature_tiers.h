@@ -93,7 +93,9 @@ class FeatureTiers : public torch::CustomClassHolder {
   // tiers[k] (k < tiers.size()) or positions (k == tiers.size()) was pinned host memory,
   // then whether host rows are staged and grouped (absent from older states: the defaults).
   // Restoring pins those tensors in place again (when a GPU is present), runs the
-  // validating constructor and sets the two read options.
+  // validating constructor and sets the two read options. Not cloned: a deepcopy (torch
+  // passes the state to __setstate__ as it is) shares the rows, as a view of the store;
+  // cloning here would double a table's host memory while it is saved.
   using State =
       std::tuple<std::vector<at::Tensor>, std::optional<at::Tensor>, std::vector<int64_t>>;
   State state() const;
