@@ -353,7 +353,7 @@ def main():
     cpu_batches = [b.cpu() for b in on_gpu[:args.warmup + 3]]
     cpu_path = gather_rate(lambda ids: x[ids].to(device), cpu_batches, row_bytes, args.warmup)
     record("host", ours, ours_kernel, bounds["pinned_h2d"], "pinned H2D copy", cpu_path,
-           "CPU gather + .to(cuda)")
+           "CPU gather + .to(cuda), 3 batches")  # (slow: fewer batches than the rows beside)
     record_in_id_order("host", feature)
     record_staged("host", feature, (bounds["pinned_h2d"], "pinned H2D copy"))
     del feature
