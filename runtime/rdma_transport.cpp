@@ -649,6 +649,7 @@ class RdmaReader final : public RowReader {
     if (got == 0 && interrupts_.interrupted()) {
       fail(Interrupted("reads from the other hosts").what());
     }
+    if (got == 0) fail_if_read_peer_went_silent();
     if (got == 0 && Clock::now() > deadline) {
       std::ostringstream pending;
       const char* separator = "";
@@ -660,6 +661,27 @@ class RdmaReader final : public RowReader {
       }
       fail("reads did not complete within " + std::to_string(options_.timeout_s) + " s (" +
            pending.str() + "): " + watch_->describe(watch_->period() * 3));
+    }
+  }
+
+  // Reads to a dead peer may never complete (soft-RoCE answers neither them nor with an
+  // error), so only the fetch's deadline had ended them: 61 s for a peer whose heartbeat had
+  // been silent since 18 s (a probe). Once a period, a peer that this host awaits reads from
+  // and whose heartbeat has not moved for three periods fails the fetch, naming it (not
+  // when the store or this process's own watch stalled: then no peer can be blamed).
+  void fail_if_read_peer_went_silent() {
+    const auto now = Clock::now();
+    if (now < next_silence_check_) return;
+    next_silence_check_ = now + watch_->period();
+    const PeerWatch::Silence silence = watch_->silent_peers(watch_->period() * 3);
+    if (!silence.store_reachable || silence.watch_stalled) return;
+    for (const int h : silence.peers) {
+      int64_t awaited = 0;
+      for (const int64_t f : peers_[h].in_flight) awaited += f;
+      if (awaited > 0) {
+        fail(std::to_string(awaited) + " reads from host " + std::to_string(h) +
+             " are not completing: " + watch_->describe(watch_->period() * 3));
+      }
     }
   }
 
@@ -697,6 +719,7 @@ class RdmaReader final : public RowReader {
   int64_t outstanding_ = 0;
   std::string broken_;
   std::unique_ptr<PeerWatch> watch_;
+  Clock::time_point next_silence_check_{};
 };
 
 }  // namespace
