@@ -146,6 +146,8 @@ def test_the_serving_runtime_takes_a_table_in_any_dense_layout(topo_and_edges, l
                              gpu_streams=0, threshold=0.0)
     try:
         assert torch.equal(runtime.submit([3, 5, 11]).result(30), expected)
+        # (a reversed NumPy view had been refused as "node ids must be 64-bit integers")
+        assert torch.equal(runtime.submit(np.array([11, 5, 3])[::-1]).result(30), expected)
     finally:
         runtime.close()
 
