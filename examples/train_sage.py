@@ -334,6 +334,66 @@ def _exit_on_sigterm(signum, frame):
     raise SystemExit(128 + signum)
 
 
+def train_epochs(args, run, device, model, optimizer, loader, graphed, core, sampler, feature,
+                 labels, test, meta, bars, history) -> None:
+    """The training epochs, each appended to ``history`` as it ends."""
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        clock = Clock(device)
+        if args.prefetch == 0:
+            loader.timer = clock  # splits the in-line data path into sampling and gathering
+        epoch_start = time.perf_counter()
+        # Summed on the GPU: reading each step's loss on the host would make the host wait
+        # for every step before it launches the next one.
+        total_loss = torch.zeros((), device=device)
+        seen = 0
+        batches = iter(loader)
+        waited = 0.0
+        for _ in tqdm(range(len(loader)), desc=f"epoch {epoch}", leave=False, disable=not bars):
+            t = time.perf_counter()
+            batch = next(batches)
+            n_id, batch_size, adjs, x, y = batch
+            t_model = time.perf_counter()
+            waited += t_model - t
+            if graphed is not None:
+                loss = graphed(batch)  # overwritten by the next replay, read before it
+            else:
+                optimizer.zero_grad()
+                out = model(x.to(device), [adj.to(device) for adj in adjs])
+                loss = F.cross_entropy(out, y)
+                loss.backward()
+                optimizer.step()
+            total_loss += loss.detach() * batch_size  # a short last batch weighs less
+            seen += batch_size
+            if args.prefetch == 0:
+                clock.lap("model", t_model)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)  # the epoch's last steps, still queued
+        epoch_time = time.perf_counter() - epoch_start
+        accuracy = evaluate(core, sampler, feature, labels, test, args.batch_size, run)
+        tot = dict(clock.totals)
+        if args.prefetch == 0:
+            split = (f"sample {tot['sample']:.2f}s, gather {tot['gather']:.2f}s, model "
+                     f"{tot['model']:.2f}s")
+        else:
+            tot = {"wait": waited, "model": epoch_time - waited}
+            split = f"waiting for data {waited:.2f}s, model {epoch_time - waited:.2f}s"
+            if run.distributed:
+                # DDP steps together, so a rank that waits for its batches holds up all:
+                # the longest wait of any rank, beside this one's.
+                tot["wait_max"] = longest_over_ranks(waited, device)
+                split += f", longest wait of any rank {tot['wait_max']:.2f}s"
+        # Over every process, as the accuracy is (it was the first process's alone).
+        loss = run.sum(float(total_loss)) / max(1.0, run.sum(float(seen)))
+        if run.lead:
+            print(f"epoch {epoch}: {epoch_time:6.2f}s  ({split})  loss "
+                  f"{loss:.3f}  test accuracy {accuracy:.3f} "
+                  f"(chance {1 / meta['num_classes']:.3f})", flush=True)
+        history.append({"epoch": epoch, "time": epoch_time, **tot, "loss": loss,
+                        "accuracy": accuracy})
+        option_checks.stop_if_diverged(loss, epoch, args.lr)  # (the loss of every rank)
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     run = Run(args.device)
@@ -394,61 +454,21 @@ def main(argv=None) -> dict:
     bars = run.lead and (args.progress == "bar" or
                          (args.progress == "auto" and sys.stdout.isatty()))
     history = []
-    for epoch in range(1, args.epochs + 1):
-        model.train()
-        clock = Clock(device)
-        if args.prefetch == 0:
-            loader.timer = clock  # splits the in-line data path into sampling and gathering
-        epoch_start = time.perf_counter()
-        # Summed on the GPU: reading each step's loss on the host would make the host wait
-        # for every step before it launches the next one.
-        total_loss = torch.zeros((), device=device)
-        seen = 0
-        batches = iter(loader)
-        waited = 0.0
-        for _ in tqdm(range(len(loader)), desc=f"epoch {epoch}", leave=False, disable=not bars):
-            t = time.perf_counter()
-            batch = next(batches)
-            n_id, batch_size, adjs, x, y = batch
-            t_model = time.perf_counter()
-            waited += t_model - t
-            if graphed is not None:
-                loss = graphed(batch)  # overwritten by the next replay, read before it
-            else:
-                optimizer.zero_grad()
-                out = model(x.to(device), [adj.to(device) for adj in adjs])
-                loss = F.cross_entropy(out, y)
-                loss.backward()
-                optimizer.step()
-            total_loss += loss.detach() * batch_size  # a short last batch weighs less
-            seen += batch_size
-            if args.prefetch == 0:
-                clock.lap("model", t_model)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)  # the epoch's last steps, still queued
-        epoch_time = time.perf_counter() - epoch_start
-        accuracy = evaluate(core, sampler, feature, labels, test, args.batch_size, run)
-        tot = dict(clock.totals)
-        if args.prefetch == 0:
-            split = (f"sample {tot['sample']:.2f}s, gather {tot['gather']:.2f}s, model "
-                     f"{tot['model']:.2f}s")
-        else:
-            tot = {"wait": waited, "model": epoch_time - waited}
-            split = f"waiting for data {waited:.2f}s, model {epoch_time - waited:.2f}s"
-            if run.distributed:
-                # DDP steps together, so a rank that waits for its batches holds up all:
-                # the longest wait of any rank, beside this one's.
-                tot["wait_max"] = longest_over_ranks(waited, device)
-                split += f", longest wait of any rank {tot['wait_max']:.2f}s"
-        # Over every process, as the accuracy is (it was the first process's alone).
-        loss = run.sum(float(total_loss)) / max(1.0, run.sum(float(seen)))
-        if run.lead:
-            print(f"epoch {epoch}: {epoch_time:6.2f}s  ({split})  loss "
-                  f"{loss:.3f}  test accuracy {accuracy:.3f} "
-                  f"(chance {1 / meta['num_classes']:.3f})", flush=True)
-        history.append({"epoch": epoch, "time": epoch_time, **tot, "loss": loss,
-                        "accuracy": accuracy})
-        option_checks.stop_if_diverged(loss, epoch, args.lr)  # (the loss of every rank)
+    try:
+        train_epochs(args, run, device, model, optimizer, loader, graphed, core, sampler,
+                     feature, labels, test, meta, bars, history)
+    except (KeyboardInterrupt, SystemExit):  # (Ctrl-C, SIGTERM, a diverged loss)
+        # The epochs that ran are still a result: an interrupted run's report had been
+        # lost whole.
+        if args.report and run.lead:
+            Path(args.report).write_text(json.dumps(
+                {"history": history, "num_classes": meta["num_classes"],
+                 "world_size": run.world, "interrupted": True}))
+            print(f"interrupted: the report of the {len(history)} epoch(s) that ran is in "
+                  f"{args.report}", file=sys.stderr)
+        raise
+    if args.epochs == 0 and args.save and run.lead:
+        print("--epochs 0: the model saved is untrained", file=sys.stderr)
     result = {"history": history, "num_classes": meta["num_classes"], "world_size": run.world}
     if args.report and run.lead:
         Path(args.report).write_text(json.dumps(result))
@@ -472,3 +492,4 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     option_checks.run_main(main)
+

@@ -302,3 +302,31 @@ def test_a_first_worker_killed_while_building_leaves_no_graph_in_shared_memory(t
     """The first worker alone removed the machine's copy: SIGKILLed, it left it for good
     (a probe); the other workers now remove it too when torchrun ends them."""
     fails_under_torchrun_leaving_no_graph(tmp_path, KILLED_AFTER_SAVING_THE_GRAPH, "Signal 9")
+
+
+def test_an_interrupted_run_reports_the_epochs_that_ran(tmp_path, monkeypatch, capsys):
+    """--report wrote nothing when a run was interrupted (Ctrl-C, SIGTERM, a diverged
+    loss): the epochs that ran are reported, marked interrupted."""
+    train_sage = load_example("train_sage")
+
+    def interrupted_after_the_second(loss, epoch, lr):
+        if epoch == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_sage.option_checks, "stop_if_diverged",
+                        interrupted_after_the_second)
+    report = tmp_path / "report.json"
+    with pytest.raises(KeyboardInterrupt):
+        train_sage.main(["--size", "tiny", "--epochs", "4", "--batch-size", "64", "--device",
+                         "cpu", "--report", str(report)])
+    seen = json.loads(report.read_text())
+    assert seen["interrupted"] is True
+    assert [h["epoch"] for h in seen["history"]] == [1, 2]
+    assert "the report of the 2 epoch(s) that ran" in capsys.readouterr().err
+
+
+def test_saving_after_no_epochs_says_the_model_is_untrained(tmp_path, capsys):
+    load_example("train_sage").main(["--size", "tiny", "--epochs", "0", "--device", "cpu",
+                                     "--save", str(tmp_path / "model.pt")])
+    assert "--epochs 0: the model saved is untrained" in capsys.readouterr().err
+    assert (tmp_path / "model.pt").is_file()
