@@ -1182,3 +1182,16 @@ def test_a_graph_without_edges_or_nodes_keeps_its_empty_tables():
                 edge_attr=torch.empty(0, 4))
     batch = next(iter(qpyg.NeighborLoader(data, [2], batch_size=5, device="cpu")))
     assert torch.equal(batch.x, data.x) and batch.edge_attr.shape == (0, 4)
+
+
+@pytest.mark.parametrize("link", [False, True])
+def test_an_epochs_iterator_has_its_length_without_workers(link):
+    """len(iter(loader)) failed with "object of type 'generator' has no len()" when the
+    batches were drawn without the DataLoader (no workers), where PyG's and torch's
+    iterators have one (a probe)."""
+    data = directed_data()
+    loader = (qpyg.LinkNeighborLoader(data, [3], batch_size=50, device="cpu") if link
+              else qpyg.NeighborLoader(data, [3], batch_size=7, device="cpu"))
+    epoch = iter(loader)
+    assert len(epoch) == len(loader) > 1
+    assert sum(1 for _ in epoch) == len(loader)

@@ -207,6 +207,24 @@ class _HoldingLoader:
         return getattr(self._iterator, name)
 
 
+class _SizedEpoch:
+    """An epoch of batches drawn without the DataLoader, and how many it holds."""
+
+    __slots__ = ("_batches", "_length")
+
+    def __init__(self, batches, length: int):
+        self._batches, self._length = batches, length
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return next(self._batches)
+
+    def __len__(self):
+        return self._length
+
+
 class _OnOurStores:
     """What both loaders add to PyG's: our stores and sampler in place of PyG's, every
     attribute carried into batches (node, edge and graph-level), the random draws made in
@@ -528,7 +546,9 @@ class _OnOurStores:
         if reseed is not None:
             reseed(0 if self._batches_directly else self.num_workers)
         if self._batches_directly:
-            return self._batches()
+            # With its length, as PyG's and torch's iterators have it (a bare generator had
+            # failed len(iter(loader)), tqdm(iter(loader)) among its callers).
+            return _SizedEpoch(self._batches(), len(self))
         self._replace_dead_workers()
         if self.num_workers > 0 and getattr(self, "_iterator", None) is None:
             if _made_kept_workers[0] and _forks_workers(self.multiprocessing_context):
@@ -737,7 +757,12 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
             reproduces the batches whatever else draws random numbers meanwhile (dropout,
             or a loader that prefetches batches ahead of the model). With ``num_workers``,
             each epoch's workers draw from generators seeded by one draw from it and their
-            ids (its copies in the workers would all repeat one stream). Negatives that
+            ids (its copies in the workers would all repeat one stream). Persistent
+            workers (``persistent_workers=True``) start once, so their generators are
+            seeded once: a later ``torch.manual_seed`` (or a reseeded
+            ``sampling_generator``) reproduces the shuffle but not the sampled neighbors,
+            as with PyG's and torch's loaders; for epochs reproducible one by one, leave
+            them off. Negatives that
             PyG's code draws on the host (weighted by ``dst_weight``, or constrained by
             node times) come from PyTorch's default generator in the main process, so
             other draws there (dropout) change them.

@@ -265,7 +265,9 @@ class NeighborSampler(BaseSampler):
         # is, every worker would draw the same stream, and every epoch too, as the
         # parent's copy never advances.
         if self._own_generator:
-            return None  # its default generator, which PyTorch seeds per worker and epoch
+            # Its default generator, which PyTorch seeds as the worker starts: each epoch,
+            # or once for persistent workers (then an epoch is not reproduced by a seed).
+            return None
         # A user's generator: one of the worker's own, seeded from the epoch's draw from it
         # (reseed) and the worker's id, so the run stays reproducible from that generator.
         # It lives in the worker's copy of this sampler: persistent workers keep drawing
