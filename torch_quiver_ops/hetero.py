@@ -20,7 +20,7 @@ from torch import Tensor
 from . import ops, preflight
 from ._device import (as_ids, as_int64, as_tensor, check_flag, check_generator, holds_integers,
                       no_meta, readable_ids)
-from .ops import integer_fanouts, integer_times
+from .ops import csr_from_coo, integer_fanouts, integer_times
 from .sampler import ops_temporal_strategy, sampling_placement
 from .topology import _as_tensor, kept_indptr
 from .uva import pinned
@@ -139,26 +139,31 @@ class HeteroCSRTopo:
         device = sources[0].device
         source = torch.cat([s.to(device) for s in sources])
         target = torch.cat([t.to(device) for t in targets])
+        del sources, targets  # (held through the build, they had doubled the edge lists)
         num_edges = source.numel()
 
-        # Positions sorted by (target, relation[, time]): stable sorts from the last key.
-        order = torch.arange(num_edges, device=device)
+        # Positions sorted by (target, relation[, time]). The global edge ids are the
+        # concatenation order, so relations come grouped, and without times the last key's
+        # stable counting sort (csr_from_coo) is the whole order: torch.sort of the targets
+        # had held keys, indices and scratch at once, 6.3x the output at its peak (a probe).
         edge_time = self._edge_times(edge_time_dict, node_time_dict, source, device)
-        if edge_time is not None:
-            relation = self._relation_of(order)  # the global edge ids are arange here
+        if edge_time is None:
+            indptr, indices, eid = csr_from_coo(target, source, num_nodes)
+        else:  # stable sorts from the last key
+            relation = self._relation_of(torch.arange(num_edges, device=device))
             order = torch.sort(edge_time, stable=True).indices
             order = order[torch.sort(relation[order], stable=True).indices]
-        # The global edge ids are the concatenation order, so relations are already grouped.
-        order = order[torch.sort(target[order], stable=True).indices]
-        degree = torch.bincount(target, minlength=num_nodes)
-        indptr = torch.zeros(num_nodes + 1, dtype=torch.long, device=device)
-        torch.cumsum(degree, 0, out=indptr[1:])
+            del relation
+            indptr, indices, by_target = csr_from_coo(target[order], source[order], num_nodes)
+            eid = order[by_target]
+            del order, by_target
+        del source, target
         dtype = torch.int32 if num_nodes <= INT32_MAX else torch.int64
         self.indptr: Tensor = indptr.cpu()
-        self.indices: Tensor = source[order].to(dtype).cpu().contiguous()
-        self.eid: Tensor = order.cpu().contiguous()  # global edge id of each CSR position
+        self.indices: Tensor = indices.to(dtype).cpu().contiguous()
+        self.eid: Tensor = eid.cpu().contiguous()  # global edge id of each CSR position
         self.edge_time: Optional[Tensor] = (None if edge_time is None
-                                            else edge_time[order].cpu().contiguous())
+                                            else edge_time[eid].cpu().contiguous())
 
     @classmethod
     def from_csr(cls, num_nodes_dict: Dict[str, int], edge_types: Sequence[EdgeType],

@@ -50,10 +50,14 @@ FORMAT = "quiver-partition-1"
 _PART_ARRAYS = ("nodes", "indptr", "indices", "edge_ids", "labels")
 
 
-# Peak memory of method="metis" above the input, per input edge: 99-107 bytes measured on
-# 16M-edge graphs with pymetis 2025.2.2 (2 and 4 parts; 136 on 2M edges, fixed costs
-# weighing more). papers100M's 1.6B edges would need about 165 GiB.
-METIS_BYTES_PER_EDGE = 110
+# Peak memory of method="metis" above the input, per entry of the symmetrized adjacency
+# METIS is given (each undirected edge once in each direction: as many entries as input
+# edges for a graph that holds both directions, up to twice as many for a directed one).
+# Measured with pymetis 2025.2.2 on 16M-edge graphs: 99-107 bytes an entry for a graph
+# holding both directions, 134-149 for random ones, directed or not (4.4 GB for 16M directed
+# edges, 294 bytes an input edge, had passed a check of 110 an input edge: a probe).
+# Building that adjacency peaks below it (94 bytes an input edge, then freed).
+METIS_BYTES_PER_ENTRY = 150
 
 
 def _available_memory() -> Optional[int]:
@@ -68,10 +72,26 @@ def _available_memory() -> Optional[int]:
     return None
 
 
+def _check_metis_memory(entries: int, what: str, bound: str) -> None:
+    """A MemoryError where METIS's ``entries`` adjacency entries need more memory than the
+    machine has available (unknown: tried)."""
+    need, available = METIS_BYTES_PER_ENTRY * entries, _available_memory()
+    if available is not None and need > available:
+        raise MemoryError(
+            f"method='metis' on {what} needs {bound}about {need / 2**30:.1f} GiB (the "
+            f"symmetrized graph and METIS's own copies: about {METIS_BYTES_PER_ENTRY} bytes "
+            f"an adjacency entry, each undirected edge twice, measured with pymetis), and this "
+            f"machine has {available / 2**30:.1f} GiB available: use method='random' or "
+            f"'range' (streamed, a few GiB at papers100M's size) or a machine with more memory")
+
+
 def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: int = 0) -> Tensor:
     """Each node's part (int16): ``metis`` (pymetis on the symmetrized graph: few cut edges,
-    balanced node counts; in memory, about ``METIS_BYTES_PER_EDGE`` bytes an edge, refused
-    with a MemoryError up front where the machine has less available), ``range`` (contiguous id ranges of equal size) or ``random``
+    balanced node counts; in memory, about ``METIS_BYTES_PER_ENTRY`` bytes an entry of the
+    symmetrized adjacency, one to two per input edge, refused with a MemoryError where the
+    machine has less available: at least that for the input edges before anything is built,
+    then for the adjacency's own entries before METIS runs), ``range`` (contiguous id ranges
+    of equal size) or ``random``
     (a random balanced assignment, seeded)."""
     num_parts = _num_parts(num_parts)
     if method not in METHODS:
@@ -91,14 +111,7 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
                           "'random' need nothing") from None
     if num_parts == 1 or n == 0:  # (METIS prints "Cannot bisect" for 0 nodes)
         return torch.zeros(n, dtype=torch.int16)
-    need, available = METIS_BYTES_PER_EDGE * topo.edge_count, _available_memory()
-    if available is not None and need > available:
-        raise MemoryError(
-            f"method='metis' on {topo.edge_count:,} edges needs about {need / 2**30:.0f} GiB "
-            f"(the symmetrized graph and METIS's own copies: about {METIS_BYTES_PER_EDGE} "
-            f"bytes an input edge, measured with pymetis), and this machine has "
-            f"{available / 2**30:.0f} GiB available: use method='random' or 'range' (streamed, "
-            f"a few GiB at papers100M's size) or a machine with more memory")
+    _check_metis_memory(topo.edge_count, f"{topo.edge_count:,} edges", "at least ")
     # METIS wants an undirected graph without self loops or repeated edges.
     row = torch.repeat_interleave(torch.arange(n, dtype=torch.int64), topo.degree.long())
     col = topo.indices.long()
@@ -108,6 +121,8 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
     del row, col, keep
     indptr, indices, _ = ops.csr_from_coo(key // n, key % n, n)
     del key
+    _check_metis_memory(indices.numel(), f"{topo.edge_count:,} edges (symmetrized: "
+                                         f"{indices.numel():,} adjacency entries)", "")
     options = pymetis.Options(seed=seed)
     if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2
         graph = {"adjacency": pymetis.CSRAdjacency(indptr.numpy(), indices.numpy())}

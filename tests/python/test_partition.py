@@ -120,12 +120,27 @@ def test_balance_and_what_each_method_cuts():
 @pytest.mark.skipif(not has_pymetis(), reason="needs pymetis")
 def test_metis_beyond_the_memory_available_is_refused_up_front(monkeypatch):
     import torch_quiver_ops.partition as partition
-    topo = community_graph(n=300)
-    need = partition.METIS_BYTES_PER_EDGE * topo.edge_count
+    topo = community_graph(n=300)  # directed: its symmetrized adjacency has more entries
+    rows = torch.repeat_interleave(torch.arange(300), topo.degree.long())
+    pairs = torch.cat([torch.stack([rows, topo.indices.long()]),
+                       torch.stack([topo.indices.long(), rows])], 1)
+    pairs = pairs[:, pairs[0] != pairs[1]]
+    entries = torch.unique(pairs[0] * 300 + pairs[1]).numel()
+    assert entries > 1.5 * topo.edge_count
     available = partition._available_memory()  # this machine's (Linux: /proc/meminfo)
     assert available is None or available > 0
+    # Below what the input edges alone need: refused before anything is built.
+    at_least = partition.METIS_BYTES_PER_ENTRY * topo.edge_count
+    monkeypatch.setattr(partition, "_available_memory", lambda: at_least - 1)
+    with pytest.raises(MemoryError, match=f"on {topo.edge_count:,} edges needs at least "
+                                          f"about .*'random'"):
+        assign_owners(topo, 2, "metis")
+    # Enough for the input edges, not for the symmetrized adjacency (a directed graph had
+    # passed a check per input edge and used 2.7x its estimate: a probe).
+    need = partition.METIS_BYTES_PER_ENTRY * entries
     monkeypatch.setattr(partition, "_available_memory", lambda: need - 1)
-    with pytest.raises(MemoryError, match=f"on {topo.edge_count:,} edges needs.*'random'"):
+    with pytest.raises(MemoryError, match=f"symmetrized: {entries:,} adjacency entries\\) "
+                                          f"needs about"):
         assign_owners(topo, 2, "metis")
     monkeypatch.setattr(partition, "_available_memory", lambda: need)
     assert assign_owners(topo, 2, "metis").unique().tolist() == [0, 1]
