@@ -58,6 +58,7 @@ PRESETS = {
 # Feature tables larger than this many values are drawn in slices, so that a GPU holds only
 # a slice at a time (smaller tables are drawn at once, as they always were).
 _FEATURE_SLICE = 1 << 28
+_CENTROID_ROWS_VALUES = 1 << 22  # values of the rows given their centroids at once
 
 
 @dataclass
@@ -252,9 +253,13 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
         indptr, indices, _ = csr_from_coo(row, col, n)
         del row, col
         indptr, indices = indptr.cpu(), indices.cpu()
-    else:
-        edge_index = torch.stack([torch.cat([low, high]), torch.cat([high, low])]).cpu()
+    else:  # filled in place (stacking two concatenations had held it twice)
+        pairs = low.numel()
+        edge_index = torch.empty(2, 2 * pairs, dtype=low.dtype, device=low.device)
+        edge_index[0, :pairs], edge_index[0, pairs:] = low, high
+        edge_index[1, :pairs], edge_index[1, pairs:] = high, low
         del low, high
+        edge_index = edge_index.cpu()
 
     # The split is drawn before the features, so that a graph without them (features=False)
     # has the same split as with them.
@@ -264,7 +269,12 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
         centroids = torch.randn(num_classes, spec.num_features, generator=gen, device=device)
         if n * spec.num_features <= _FEATURE_SLICE:
             x = torch.randn(n, spec.num_features, generator=gen, device=device)
-            x.add_(centroids[community], alpha=spec.feature_signal)
+            # The centroids added a slice of rows at a time: centroids[community] whole
+            # had been a second table as large as x (a probe: 3x the output at the peak).
+            step = max(1, _CENTROID_ROWS_VALUES // spec.num_features)
+            for start in range(0, n, step):
+                x[start:start + step].add_(centroids[community[start:start + step]],
+                                           alpha=spec.feature_signal)
             x = x.to(feature_dtype).cpu()
         else:
             x = torch.empty(n, spec.num_features, dtype=feature_dtype)
