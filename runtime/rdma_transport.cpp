@@ -679,8 +679,8 @@ class RdmaReader final : public RowReader {
       int64_t awaited = 0;
       for (const int64_t f : peers_[h].in_flight) awaited += f;
       if (awaited > 0) {
-        fail(std::to_string(awaited) + " reads from host " + std::to_string(h) +
-             " are not completing: " + watch_->describe(watch_->period() * 3));
+        fail("reads from host " + std::to_string(h) + " are not completing (" +
+             std::to_string(awaited) + " awaited): " + watch_->describe(watch_->period() * 3));
       }
     }
   }
