@@ -189,10 +189,12 @@ class _HoldingLoader:
     keeps its loader to the epoch's end. The loader's kept iterator (persistent workers)
     is the one inside, which does not hold it."""
 
-    __slots__ = ("_loader", "_iterator")
+    __slots__ = ("_loader", "_iterator", "_length")
 
-    def __init__(self, loader, iterator):
-        self._loader, self._iterator = loader, iterator
+    def __init__(self, loader, iterator, length: Optional[int] = None):
+        # (length: of an epoch drawn without the DataLoader, whose bare generator had failed
+        # len(iter(loader)), tqdm(iter(loader)) among its callers)
+        self._loader, self._iterator, self._length = loader, iterator, length
 
     def __iter__(self):
         return self
@@ -201,28 +203,10 @@ class _HoldingLoader:
         return next(self._iterator)
 
     def __len__(self):
-        return len(self._iterator)
+        return len(self._iterator) if self._length is None else self._length
 
     def __getattr__(self, name):
         return getattr(self._iterator, name)
-
-
-class _SizedEpoch:
-    """An epoch of batches drawn without the DataLoader, and how many it holds."""
-
-    __slots__ = ("_batches", "_length")
-
-    def __init__(self, batches, length: int):
-        self._batches, self._length = batches, length
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        return next(self._batches)
-
-    def __len__(self):
-        return self._length
 
 
 class _OnOurStores:
@@ -546,9 +530,7 @@ class _OnOurStores:
         if reseed is not None:
             reseed(0 if self._batches_directly else self.num_workers)
         if self._batches_directly:
-            # With its length, as PyG's and torch's iterators have it (a bare generator had
-            # failed len(iter(loader)), tqdm(iter(loader)) among its callers).
-            return _SizedEpoch(self._batches(), len(self))
+            return _HoldingLoader(self, self._batches(), len(self))  # (with its length)
         self._replace_dead_workers()
         if self.num_workers > 0 and getattr(self, "_iterator", None) is None:
             if _made_kept_workers[0] and _forks_workers(self.multiprocessing_context):
