@@ -149,11 +149,11 @@ class HeteroCSRTopo:
         edge_time = self._edge_times(edge_time_dict, node_time_dict, source, device)
         if edge_time is None:
             indptr, indices, eid = csr_from_coo(target, source, num_nodes)
-        else:  # stable sorts from the last key
-            relation = self._relation_of(torch.arange(num_edges, device=device))
-            order = torch.sort(edge_time, stable=True).indices
-            order = order[torch.sort(relation[order], stable=True).indices]
-            del relation
+        else:  # by time within each relation (each a contiguous run of edge ids), stably
+            offsets = self.relation_edge_offsets
+            order = torch.empty(num_edges, dtype=torch.long, device=device)
+            for low, high in zip(offsets, offsets[1:]):
+                order[low:high] = torch.sort(edge_time[low:high], stable=True).indices + low
             indptr, indices, by_target = csr_from_coo(target[order], source[order], num_nodes)
             eid = order[by_target]
             del order, by_target
