@@ -783,3 +783,33 @@ def test_per_type_inputs_flags_seeds_and_generators_are_named():
     with pytest.raises(IndexError, match=r"eid holds edge id 103, out of range \[0, 4\)"):
         qv.HeteroCSRTopo.from_csr({"a": 4}, topo.edge_types, topo.indptr, topo.indices,
                                   topo.eid + 100, topo.relation_edge_offsets)
+
+
+@pytest.mark.parametrize("times", [False, True])
+def test_the_csr_order_is_target_relation_time_then_edge_id(times):
+    """The layout's order, against plain stable sorts of every edge (the build now uses a
+    counting sort by target and sorts each relation's run by time on its own)."""
+    gen = torch.Generator().manual_seed(0)
+    counts = {"a": 50, "b": 60}
+    edges = {("a", "r1", "b"): (400, "a", "b"), ("b", "r2", "a"): (300, "b", "a"),
+             ("a", "r3", "a"): (200, "a", "a")}
+    edge_index = {et: torch.stack([torch.randint(0, counts[s], (m,), generator=gen),
+                                   torch.randint(0, counts[d], (m,), generator=gen)])
+                  for et, (m, s, d) in edges.items()}
+    edge_time = ({et: torch.randint(0, 5, (ei.size(1),), generator=gen)  # many ties
+                  for et, ei in edge_index.items()} if times else None)
+    topo = qv.HeteroCSRTopo(edge_index, counts, edge_time_dict=edge_time)
+    offset = {"a": 0, "b": 50}
+    source = torch.cat([ei[0] + offset[et[0]] for et, ei in edge_index.items()])
+    target = torch.cat([ei[1] + offset[et[2]] for et, ei in edge_index.items()])
+    relation = torch.cat([torch.full((ei.size(1),), r) for r, ei in enumerate(edge_index.values())])
+    order = torch.arange(source.numel())
+    if times:
+        time = torch.cat(list(edge_time.values()))
+        order = torch.sort(time, stable=True).indices
+    order = order[torch.sort(relation[order], stable=True).indices]
+    order = order[torch.sort(target[order], stable=True).indices]
+    assert torch.equal(topo.eid, order)
+    assert torch.equal(topo.indices.long(), source[order])
+    if times:
+        assert torch.equal(topo.edge_time, time[order])
