@@ -10,7 +10,10 @@ labels and split ids, and the node -> owner map) under parts/, or is one that
 scripts/partition_graph.py wrote for your own graph (its --out, with --features, --labels
 and --splits holding 'train' and 'test'; one part a host), each host maps only its part,
 samples its own nodes and asks the owners of remote frontier nodes for theirs each hop
-(DistGraphSampler, over Gloo), and trains on the train ids it owns.
+(DistGraphSampler, over Gloo), and trains on the train ids it owns: as many batches an
+epoch on every process (DDP steps together), so a host that owns more than the smallest
+share trains each epoch on a random subset of that size (a few % of the train ids sit out
+an epoch with METIS parts, more with small graphs or 'range' parts).
 
 Each node is a host: it maps only its shard of the features (its partition plus the
 replicated hottest rows), samples with its own copy of the topology, and reads every other
