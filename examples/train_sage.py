@@ -492,4 +492,3 @@ def main(argv=None) -> dict:
 
 if __name__ == "__main__":
     option_checks.run_main(main)
-

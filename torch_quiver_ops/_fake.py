@@ -36,19 +36,23 @@ def _csr(indptr, indices, edge_ids=None) -> None:
                         f"{edge_ids.dtype} of shape {list(edge_ids.shape)}")
 
 
-def _fanouts(fanouts, what: str = "fanouts") -> None:
+def _fanouts(fanouts, what: str = "fanouts", replace: bool = False) -> None:
     if len(fanouts) == 0:
         raise ValueError(f"{what} must name at least one hop, got []")
     for hop, fanout in enumerate(fanouts):
         if fanout < -1:
             raise ValueError(f"{what}[{hop}] must be -1 (all neighbors) or >= 0, got {fanout}")
+        if replace and fanout > MAX_HOP_EDGES:  # (check_fanout: one node's picks)
+            raise ValueError(f"{what}[{hop}] with replacement, the picks of one node would be "
+                             f"{fanout}, over the limit of {MAX_HOP_EDGES}: sample fewer seeds "
+                             f"per batch or use a smaller fanout")
 
 
 def _sampling(indptr, indices, seeds, fanouts, edge_ids=None, seed_time=None,
-              temporal_strategy="uniform", disjoint=False) -> None:
+              temporal_strategy="uniform", disjoint=False, replace=False) -> None:
     _csr(indptr, indices, edge_ids)
     _index_vector(seeds, "seeds")
-    _fanouts(fanouts)
+    _fanouts(fanouts, replace=replace)
     if temporal_strategy not in ("uniform", "last"):
         raise ValueError(f"temporal_strategy must be 'uniform' or 'last', got "
                          f"'{temporal_strategy}'")
@@ -76,13 +80,13 @@ def _check_permutation_fake(order, num_rows, what):
                         f"of shape {list(order.shape)}")
     torch._check_value(order.size(0) == num_rows,
                        lambda: f"{what} must list each of the {num_rows} rows once, got "
-                               f"{order.size(0)} ids")
+                               f"{int(order.size(0))} ids")
     return None
 
 
 @torch.library.register_fake("quiver::check_fanouts")
 def _check_fanouts_fake(fanouts, replace, what="fanouts"):
-    _fanouts(fanouts, what)  # (plain ints: all there is to check)
+    _fanouts(fanouts, what, replace)  # (plain ints: the kernel's checks, all of them)
     return None
 
 
@@ -123,7 +127,7 @@ def _sample_neighbors_fake(indptr, indices, seeds, fanout, replace=False, edge_i
                            generator=None):
     _csr(indptr, indices, edge_ids)
     _index_vector(seeds, "seeds")
-    _fanouts([fanout], "fanout")
+    _fanouts([fanout], "fanout", replace)
     total = torch.library.get_ctx().new_dynamic_size()
     counts = seeds.new_empty(seeds.shape, dtype=torch.long)
     return counts, seeds.new_empty(total, dtype=torch.long), seeds.new_empty(total, dtype=torch.long)
@@ -132,7 +136,7 @@ def _sample_neighbors_fake(indptr, indices, seeds, fanout, replace=False, edge_i
 @torch.library.register_fake("quiver::sample_subgraph")
 def _sample_subgraph_fake(indptr, indices, seeds, fanouts, replace=False, edge_ids=None,
                           generator=None):
-    _sampling(indptr, indices, seeds, fanouts, edge_ids)
+    _sampling(indptr, indices, seeds, fanouts, edge_ids, replace=replace)
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()
@@ -150,7 +154,8 @@ def _neighbor_sample_fake(indptr, indices, seeds, fanouts, replace=False, edge_i
                           edge_weight=None, edge_time=None, seed_time=None, strict_time=False,
                           temporal_strategy="uniform", disjoint=False, generator=None,
                           edge_weight_cumsum=None):
-    _sampling(indptr, indices, seeds, fanouts, edge_ids, seed_time, temporal_strategy, disjoint)
+    _sampling(indptr, indices, seeds, fanouts, edge_ids, seed_time, temporal_strategy, disjoint,
+              replace)
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()
@@ -170,7 +175,8 @@ def _hetero_neighbor_sample_fake(indptr, indices, edge_ids, seeds, node_type_off
                                  fanouts, replace=False, edge_weight=None, edge_time=None,
                                  seed_time=None, strict_time=False, temporal_strategy="uniform",
                                  disjoint=False, generator=None, edge_weight_cumsum=None):
-    _sampling(indptr, indices, seeds, fanouts, edge_ids, seed_time, temporal_strategy, disjoint)
+    _sampling(indptr, indices, seeds, fanouts, edge_ids, seed_time, temporal_strategy, disjoint,
+              replace)
     relations = len(relation_dst_types)
     if relations < 1 or len(relation_src_types) != relations:
         raise ValueError(f"relation_src_types and relation_dst_types must name the same "

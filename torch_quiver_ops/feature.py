@@ -530,8 +530,9 @@ class Feature:
     def __getitem__(self, ids) -> Tensor:
         # Through the device's FeatureTiers, the one door every gather of the store takes
         # (its host-read options and its learned split of staged host reads go with it).
-        # The hot path: the sampler's output.
-        if isinstance(ids, Tensor) and ids.is_cuda and ids.dim() == 1:
+        # The hot path: the sampler's output (ids of another dtype, widened below).
+        if (isinstance(ids, Tensor) and ids.is_cuda and ids.dim() == 1
+                and ids.dtype in (torch.int32, torch.int64)):
             view = self._views.get(ids.device)
             if view is not None:  # (contiguous: a no-op for the sampler's ids)
                 return view[0].gather(ids.contiguous(), _thread_host_read_blocks())

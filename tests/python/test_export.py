@@ -487,7 +487,7 @@ def test_a_features_first_read_may_be_compiled():
     (lambda o: qv.ops.check_permutation(o, 3, "order"), (torch.tensor([[0, 1, 2]]),),
      TypeError, "order must be a 1-D tensor of int32/int64 ids"),
     (lambda o: qv.ops.check_permutation(o, 4, "order"), (torch.arange(3),), ValueError,
-     "order must list each of the 4 rows once"),
+     "order must list each of the 4 rows once, got 3 ids"),  # (a number, not a symbol)
     (lambda p, i, s: torch.ops.quiver.sample_neighbors(p, i, s, 1),
      (torch.empty(0, dtype=torch.long), torch.tensor([0]), torch.tensor([0])), ValueError,
      r"indptr must be a 1-D tensor of num_nodes \+ 1 offsets, got shape \[0\]"),
@@ -515,6 +515,12 @@ def test_the_fanouts_check_checks_its_fanouts_while_traced():
         with pytest.raises(ValueError, match=r"sizes\[1\] must be -1 \(all neighbors\) or "
                                              r">= 0, got -2"):
             torch.ops.quiver.check_fanouts([3, -2], False, "sizes")
+        torch.ops.quiver.check_fanouts([2**33], False, "sizes")  # without replacement: fine
+        with pytest.raises(ValueError, match=r"sizes\[0\] with replacement, the picks of one "
+                                             r"node would be 8589934592, over the limit"):
+            torch.ops.quiver.check_fanouts([2**33], True, "sizes")
+    with pytest.raises(ValueError, match="the picks of one node would be 8589934592"):
+        torch.ops.quiver.check_fanouts([2**33], True, "sizes")  # eager: the kernel's words
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

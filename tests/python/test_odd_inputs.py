@@ -162,3 +162,15 @@ def test_the_serving_runtime_names_a_feature_it_cannot_read(topo_and_edges):
         with pytest.raises(error, match=message):
             ServingRuntime(FirstRows(), topo, [2], feature, device="cpu", cpu_samplers=1,
                            gpu_streams=0, threshold=0.0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or not qv.cuda_kernels_built(),
+                    reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [torch.int16, torch.uint8])
+def test_narrow_ids_on_a_gpu_are_taken_at_every_gather(dtype):
+    # (the first gather widened them; later ones took the hot path, which had not)
+    table = torch.randn(30, 3)
+    feature = qv.Feature(device_list=[0], device_cache_size="50%").from_cpu_tensor(table)
+    ids = torch.tensor([9, 3, 7], device="cuda")
+    for _ in range(2):
+        assert torch.equal(feature[ids.to(dtype)].cpu(), table[ids.cpu()])

@@ -996,11 +996,23 @@ def test_edge_attributes_pyg_indexes_along_their_last_dimension_are_gathered_alo
                                           input_nodes="u", batch_size=4, device="cpu")))
     typed = batch["u", "r", "i"]
     assert torch.equal(typed.edge_label_index, edges[:, typed.e_id] + 100)
-    # A link loader writes its own edge_label_index over the data's.
+    # A link loader writes its own edge_label_index over the data's, and the data's asks
+    # for no edge ids (a review: it had forced return_eid, refusing a sampler without it).
+    del data.pair_index
     link = next(iter(qpyg.LinkNeighborLoader(data, [3], batch_size=4, device="cpu",
                                              edge_label_index=data.edge_index[:, :8])))
     assert link.edge_label_index.shape == (2, 4) and int(link.edge_label_index.max()) < \
         link.num_nodes
+    assert "e_id" not in link
+    graph_store = qpyg.to_stores(data, device="cpu")[1]
+    own = qpyg.LinkNeighborLoader(data, [3], batch_size=4, device="cpu",
+                                  edge_label_index=data.edge_index[:, :8],
+                                  neighbor_sampler=qpyg.NeighborSampler(graph_store, [3]))
+    assert next(iter(own)).edge_label_index.shape == (2, 4)
+    # NumPy attributes of another byte order are copied, as reversed views are.
+    data.y = np.arange(data.num_nodes).astype(">i8")
+    batch = next(iter(qpyg.NeighborLoader(data, [3], batch_size=8, device="cpu")))
+    assert torch.equal(batch.y, batch.n_id)
 
 
 def test_node_attributes_pyg_indexes_along_another_dimension_are_refused():

@@ -325,11 +325,12 @@ class _OnOurStores:
             raise TypeError(f"data must be a torch_geometric Data or a (FeatureStore, "
                             f"GraphStore) pair, got {type(data).__name__}")
         feature_store, graph_store = stores
-        # Edge attributes are gathered for the sampled edges by their ids.
-        self._edge_store = (feature_store if getattr(feature_store, "edge_feature_names", None)
-                            else None)
+        # Edge attributes are gathered for the sampled edges by their ids; those this loader
+        # writes itself (a link loader's edge_label_index) are not, nor do they ask for ids.
+        names = [name for name in getattr(feature_store, "edge_feature_names", None) or ()
+                 if name not in self._own_keys]
+        self._edge_store = feature_store if names else None
         if self._edge_store is not None:
-            names = self._edge_store.edge_feature_names
             # (With subgraph_type='bidirectional' a reversed edge carries its edge's id, so
             # its attributes too, as in PyG.)
             if neighbor_sampler is not None and not neighbor_sampler.sampler.return_eid:
@@ -410,7 +411,8 @@ class _OnOurStores:
             stores = tuple(data)
         feature_store, graph_store = stores
         self._edge_store = feature_store if any(
-            not isinstance(k, str) for k in getattr(feature_store, "_edge_tables", {})) else None
+            not isinstance(k, str) and k[1] not in self._own_keys
+            for k in getattr(feature_store, "_edge_tables", {})) else None
         if self._edge_store is not None:
             if neighbor_sampler is not None and not neighbor_sampler.return_eid:
                 raise ValueError("the feature store holds edge attributes, gathered by edge "
@@ -505,13 +507,13 @@ class _OnOurStores:
         if self._edge_store is not None and isinstance(batch, HeteroData):
             for et in batch.edge_types:
                 if "e_id" in batch[et]:
-                    for name, rows in self._edge_store.edge_features(batch[et].e_id, et).items():
-                        if name not in self._own_keys:
-                            batch[et][name] = rows
+                    for name, rows in self._edge_store.edge_features(
+                            batch[et].e_id, et, skip=self._own_keys).items():
+                        batch[et][name] = rows
         elif self._edge_store is not None:
-            for name, rows in self._edge_store.edge_features(batch.e_id).items():
-                if name not in self._own_keys:
-                    batch[name] = rows
+            for name, rows in self._edge_store.edge_features(batch.e_id,
+                                                             skip=self._own_keys).items():
+                batch[name] = rows
         for name, value in self._graph_attrs.items():
             batch[name] = value
         if isinstance(batch, HeteroData) and self._type_order is not None:

@@ -11,7 +11,7 @@ import weakref
 import warnings
 
 import numpy as np
-from typing import Dict, List, Optional, Tuple, Union
+from typing import Collection, Dict, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
@@ -65,7 +65,7 @@ def _indexed_along(store, key: str, value: Tensor, what: str) -> Optional[int]:
 class _EdgesAlong:
     """An edge attribute PyG indexes along dimension ``dim`` > 0, gathered along it from
     the tensor as given (no copy, no GPU cache: such attributes, edge_label_index say,
-    are narrow, and a link loader, which writes its own, never reads it) onto ``device``."""
+    are narrow, and a link loader, which writes its own, skips it) onto ``device``."""
 
     def __init__(self, value: Tensor, dim: int, device: torch.device):
         self.value, self.dim, self.device = value, dim, device
@@ -88,7 +88,7 @@ def _table(key: str, value, what: str) -> Optional[Tensor]:
         if value.dtype == object:
             raise TypeError(f"{what} attribute {key!r} is a numpy array of Python objects: "
                             f"batches gather tensors; store it as a numeric array or tensor")
-        return torch.from_numpy(np.ascontiguousarray(value))
+        return as_tensor(np.ascontiguousarray(value))  # (another byte order is copied too)
     if isinstance(value, (list, tuple)):
         raise TypeError(f"{what} attribute {key!r} is a {type(value).__name__} with a row per "
                         f"{what}: batches gather tensors (PyG's refuse it too); store it as a "
@@ -417,18 +417,18 @@ class FeatureStore(_PygFeatureStore):
         return [k if isinstance(k, str) else f"{'__'.join(k[0])}.{k[1]}"
                 for k in self._edge_tables]
 
-    def edge_features(self, e_id: Tensor,
-                      edge_type: Optional[EdgeType] = None) -> Dict[str, Tensor]:
+    def edge_features(self, e_id: Tensor, edge_type: Optional[EdgeType] = None,
+                      skip: Collection[str] = ()) -> Dict[str, Tensor]:
         """Every edge attribute's rows (of ``edge_type`` on a heterogeneous graph) for the
         edges ``e_id`` (positions in that edge type's ``edge_index``), on the store's
-        device."""
+        device; none of the attributes named in ``skip``."""
         if e_id.device.type == "cpu" and self.device.type == "cuda":
             e_id = e_id.to(self.device, non_blocking=True)
         if edge_type is None:
             return {name: table[e_id] for name, table in self._edge_tables.items()
-                    if isinstance(name, str)}
+                    if isinstance(name, str) and name not in skip}
         return {key[1]: table[e_id] for key, table in self._edge_tables.items()
-                if not isinstance(key, str) and key[0] == edge_type}
+                if not isinstance(key, str) and key[0] == edge_type and key[1] not in skip}
 
     def _put_tensor(self, tensor, attr: TensorAttr) -> bool:
         name = self._name(attr)
