@@ -310,6 +310,9 @@ class RdmaReader final : public RowReader {
     std::vector<verbs::Qp> qps;
     std::vector<uint32_t> psn;  // this host's starting sequence number on each queue pair
     std::vector<int64_t> in_flight;  // posted, not yet completed, per queue pair
+    // When a read from it last completed, or reads were posted with none in flight: a peer
+    // whose reads complete is alive whatever its heartbeat says.
+    Clock::time_point last_progress{};
     int64_t next_qp = 0;
     uint64_t addr = 0;
     uint64_t rows = 0;
@@ -579,6 +582,9 @@ class RdmaReader final : public RowReader {
         fail("posting reads to host " + std::to_string(peer_index) + " failed (" +
              std::strerror(posted) + ")");
       }
+      int64_t awaited = 0;
+      for (const int64_t f : peer.in_flight) awaited += f;
+      if (awaited == 0) peer.last_progress = Clock::now();
       peer.in_flight[qp] += count;
       outstanding_ += count;
     }
@@ -644,6 +650,7 @@ class RdmaReader final : public RowReader {
           qp < static_cast<int64_t>(peers_[peer].in_flight.size())) {
         peers_[peer].in_flight[qp] -= count;
         outstanding_ -= count;
+        if (count > 0) peers_[peer].last_progress = Clock::now();
       }
     }
     if (got == 0 && interrupts_.interrupted()) {
@@ -666,19 +673,22 @@ class RdmaReader final : public RowReader {
 
   // Reads to a dead peer may never complete (soft-RoCE answers neither them nor with an
   // error), so only the fetch's deadline had ended them: 61 s for a peer whose heartbeat had
-  // been silent since 18 s (a probe). Once a period, a peer that this host awaits reads from
-  // and whose heartbeat has not moved for three periods fails the fetch, naming it (not
-  // when the store or this process's own watch stalled: then no peer can be blamed).
+  // been silent since 18 s (a probe). Once a period, a peer whose heartbeat has not moved
+  // for three periods, and none of whose awaited reads has completed for as long, fails the
+  // fetch, naming it: a live peer whose heartbeat stalled (paused, or its store calls
+  // failing) still answers reads, and is not blamed; nor is any when the store or this
+  // process's own watch stalled.
   void fail_if_read_peer_went_silent() {
     const auto now = Clock::now();
     if (now < next_silence_check_) return;
     next_silence_check_ = now + watch_->period();
-    const PeerWatch::Silence silence = watch_->silent_peers(watch_->period() * 3);
+    const auto patience = watch_->period() * 3;
+    const PeerWatch::Silence silence = watch_->silent_peers(patience);
     if (!silence.store_reachable || silence.watch_stalled) return;
     for (const int h : silence.peers) {
       int64_t awaited = 0;
       for (const int64_t f : peers_[h].in_flight) awaited += f;
-      if (awaited > 0) {
+      if (awaited > 0 && now - peers_[h].last_progress > patience) {
         fail("reads from host " + std::to_string(h) + " are not completing (" +
              std::to_string(awaited) + " awaited): " + watch_->describe(watch_->period() * 3));
       }
