@@ -1392,7 +1392,9 @@ class HttpServer:
                                          read_timeout=self._read_timeout),
                                 host=address, port=port,
                                 log_config=None, access_log=False, lifespan="on",
-                                timeout_graceful_shutdown=90,
+                                # Answers still being written get twice read_timeout: a
+                                # client that stopped reading had held shutdown 90 s.
+                                timeout_graceful_shutdown=2 * self._read_timeout,
                                 # (uvicorn counts the connection asking: N + 1 serves N)
                                 limit_concurrency=self._max_connections + 1)
         self._uvicorn = uvicorn.Server(config)
@@ -1476,8 +1478,14 @@ def serve_http(runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0
     arrive is refused (408) or its connection closed, so that a client sending a byte now
     and then holds neither a connection nor shutdown for long. uvicorn has no limit on
     the time headers take: there, a client that never finishes its headers keeps its
-    connection (not shutdown) until it leaves; facing untrusted clients, put a proxy with
-    a header timeout in front (nginx's ``client_header_timeout``) or use ``"stdlib"``.
+    connection (not shutdown) until it leaves. Nor does its C parser (httptools) bound a
+    header's size, or the requests a client pipelines without reading the answers: such a
+    client grows the server's memory (a probe: 300 MB for a 300 MB header, 580 MB for 10 MB
+    of pipelined requests). Facing untrusted clients, put a proxy in front (nginx's
+    ``client_header_timeout``, ``large_client_header_buffers``) or use ``"stdlib"``, which
+    refuses headers past 64 KiB (431) and closes a connection whose answers are not read
+    within 5 s. Shutdown waits at most twice ``read_timeout`` for answers still being
+    written.
     At most ``max_connections`` connections are served at once: past it, the standard
     library's server leaves new ones in the kernel's backlog until one ends (a kept-alive
     connection ends after 5 s idle), and uvicorn answers them 503."""

@@ -1325,6 +1325,30 @@ def test_slow_and_cut_off_requests_are_refused_and_hold_no_shutdown(graph, serve
             server.shutdown()
 
 
+def test_a_client_that_never_reads_its_answers_holds_no_shutdown(graph, server_kind):
+    """Pipelined requests whose answers are never read: uvicorn's graceful shutdown had
+    waited 90 s on the blocked writes (a probe); it waits twice read_timeout now."""
+    import socket
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, server=server_kind, read_timeout=1.0)
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(2)
+    try:
+        try:
+            for _ in range(40):  # until the answers fill both sides' buffers
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 2000)
+        except OSError:
+            pass
+        time.sleep(0.5)
+        start = time.monotonic()
+        server.shutdown()
+        assert time.monotonic() - start < 15
+    finally:
+        sock.close()
+
+
 def test_a_failing_model_answers_500_and_the_endpoint_keeps_serving(graph, server_kind):
     runtime, _ = runtime_for(graph, cpu_samplers=1)
     model = runtime.model
