@@ -1181,12 +1181,17 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
+    awaiting = [0]  # requests waiting for the model's answer (what shutdown waits for)
+
     async def answer_of(nodes, answer: _Answer):
+        awaiting[0] += 1
         try:
             rows, error = await asyncio.wait_for(answer.collected(), ANSWER_TIMEOUT_S)
         except asyncio.TimeoutError:
             return _failed(TimeoutError(f"request {answer._ticket} was not answered within "
                                         f"{ANSWER_TIMEOUT_S:g} s"))
+        finally:
+            awaiting[0] -= 1
         return _failed(error) if error is not None else _answered(nodes, rows, to_json)
 
     async def app(scope, receive, send):
@@ -1228,6 +1233,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
             return
         await send_json(send, *(await answer_of(nodes, answer)))
 
+    app.requests_awaiting_answers = lambda: awaiting[0]
     return app
 
 
@@ -1388,13 +1394,14 @@ class HttpServer:
         errors.setLevel(logging.WARNING)
         if not any(isinstance(f, _ClientFaultsOncePerMinute) for f in errors.filters):
             errors.addFilter(_ClientFaultsOncePerMinute())
-        config = uvicorn.Config(asgi_app(self.runtime, to_json,
-                                         read_timeout=self._read_timeout),
-                                host=address, port=port,
+        self._app = asgi_app(self.runtime, to_json, read_timeout=self._read_timeout)
+        config = uvicorn.Config(self._app, host=address, port=port,
                                 log_config=None, access_log=False, lifespan="on",
-                                # Answers still being written get twice read_timeout: a
-                                # client that stopped reading had held shutdown 90 s.
-                                timeout_graceful_shutdown=2 * self._read_timeout,
+                                # An outer bound only: shutdown() waits for the answers
+                                # being computed, then gives their writes twice
+                                # read_timeout before it cuts off clients that do not read.
+                                timeout_graceful_shutdown=(ANSWER_TIMEOUT_S
+                                                           + 4 * self._read_timeout),
                                 # (uvicorn counts the connection asking: N + 1 serves N)
                                 limit_concurrency=self._max_connections + 1)
         self._uvicorn = uvicorn.Server(config)
@@ -1430,8 +1437,31 @@ class HttpServer:
                 self._stdlib.server_close()   # joins the handler threads: accepted ones finish
         else:
             self._uvicorn.should_exit = True  # stops accepting, then waits for requests
-            self._thread.join()               # in flight to be answered
+            self._join_uvicorn()              # in flight to be answered
         self.runtime.close()
+
+    def _join_uvicorn(self) -> None:
+        """Waits for uvicorn to answer the requests in flight: those waiting for the model
+        as long as an answer may take, then their writes twice ``read_timeout``; a client
+        that still has not read its answers is then cut off (its writes had held uvicorn's
+        graceful shutdown for its whole timeout, 90 s: a probe)."""
+        answers_by = time.monotonic() + ANSWER_TIMEOUT_S
+        while (self._thread.is_alive() and self._app.requests_awaiting_answers()
+               and time.monotonic() < answers_by):
+            self._thread.join(0.05)
+        self._thread.join(2 * self._read_timeout)
+        if self._thread.is_alive():
+            state, servers = self._uvicorn.server_state, self._uvicorn.servers
+
+            def cut_off():
+                for connection in list(state.connections):
+                    transport = getattr(connection, "transport", None)
+                    if transport is not None:
+                        transport.abort()
+
+            with contextlib.suppress(RuntimeError, IndexError):  # (the loop just ended)
+                servers[0].get_loop().call_soon_threadsafe(cut_off)
+        self._thread.join()
 
 
 # Endpoints not shut down yet, with the process that started them: shut down as the main
@@ -1484,8 +1514,9 @@ def serve_http(runtime: Union[ServingRuntime, ServingPool], host: str = "127.0.0
     of pipelined requests). Facing untrusted clients, put a proxy in front (nginx's
     ``client_header_timeout``, ``large_client_header_buffers``) or use ``"stdlib"``, which
     refuses headers past 64 KiB (431) and closes a connection whose answers are not read
-    within 5 s. Shutdown waits at most twice ``read_timeout`` for answers still being
-    written.
+    within 5 s. Shutdown answers the requests accepted (each within the model's time),
+    then gives their writes twice ``read_timeout`` before it cuts off clients that do not
+    read them.
     At most ``max_connections`` connections are served at once: past it, the standard
     library's server leaves new ones in the kernel's backlog until one ends (a kept-alive
     connection ends after 5 s idle), and uvicorn answers them 503."""

@@ -1149,8 +1149,9 @@ def test_rdma_killed_peer_with_default_buffers(tmp_path):
     assert set(seen) == {"error_0"}, seen
     took, message = seen["error_0"].split(" ", 1)
     assert "host 1" in message, message
-    # Named when its heartbeat has been silent three periods (6 s of the 20 s timeout),
-    # not at the fetch's deadline: reads to a dead peer never complete over soft-RoCE.
+    # Named when its heartbeat has been silent, and none of its awaited reads has
+    # completed, for three periods (6 s of the 20 s timeout), not at the fetch's deadline:
+    # reads to a dead peer never complete over soft-RoCE.
     assert "reads from host 1 are not completing" in message, message
     assert float(took) < 19, seen
 

@@ -1349,6 +1349,19 @@ def test_a_client_that_never_reads_its_answers_holds_no_shutdown(graph, server_k
         sock.close()
 
 
+def test_shutdown_answers_a_request_slower_than_twice_read_timeout(graph, server_kind):
+    # (a first bound on uvicorn's shutdown, twice read_timeout, had cancelled it: a review)
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1, delay=3.0, max_wait_ms=0.0)
+    server = serve_http(runtime, server=server_kind, read_timeout=0.5)
+    answers = []
+    asking = threading.Thread(target=lambda: answers.append(post(server.url, {"nodes": [1]})))
+    asking.start()
+    time.sleep(0.7)
+    server.shutdown()
+    asking.join(30)
+    assert answers and answers[0][0] == 200, answers
+
+
 def test_a_failing_model_answers_500_and_the_endpoint_keeps_serving(graph, server_kind):
     runtime, _ = runtime_for(graph, cpu_samplers=1)
     model = runtime.model
