@@ -229,16 +229,17 @@ def as_tensor(value, dtype: Optional[torch.dtype] = None, device=None) -> torch.
     return torch.as_tensor(value, dtype=dtype, device=device)
 
 
-def no_meta(value, name: str, holds: str = "data"):
+def no_meta(value, name: str, holds: str = "data", verb: str = "is"):
     """``value``, unless it is a tensor that holds no dense data: a meta tensor, or a
-    sparse one (any layout but strided). A TypeError names ``name``: torch's own "Cannot
-    copy out of meta tensor", item() error or "Could not run 'aten::min' with arguments
-    from the 'SparseCPU' backend" named no argument."""
+    sparse one (any layout but strided). A TypeError names ``name`` (``verb``: "are" for
+    a plural such as seeds): torch's own "Cannot copy out of meta tensor", item() error or
+    "Could not run 'aten::min' with arguments from the 'SparseCPU' backend" named no
+    argument."""
     if isinstance(value, torch.Tensor):
         if value.is_meta:
-            raise TypeError(f"{name} is a meta tensor, which holds no {holds}")
+            raise TypeError(f"{name} {verb} a meta tensor, which holds no {holds}")
         if value.layout != torch.strided:
-            raise TypeError(f"{name} is a {value.layout} tensor: pass a dense one "
+            raise TypeError(f"{name} {verb} a {value.layout} tensor: pass a dense one "
                             f"({name}.to_dense())")
     return value
 
@@ -252,12 +253,7 @@ def readable_ids(ids, name: str = "ids") -> torch.Tensor:
     """:func:`as_ids`, refusing a tensor without dense data (:func:`no_meta`), with integer
     ids of a dtype the ops do not take (int8, int16, uint8 to uint64) as int64; uint64 ids
     past int64's range are an IndexError naming ``name``."""
-    ids = as_ids(ids, name)
-    if ids.is_meta:
-        raise TypeError(f"{name} are a meta tensor, which holds no ids")
-    if ids.layout != torch.strided:
-        raise TypeError(f"{name} are a {ids.layout} tensor: pass dense ids "
-                        f"({name}.to_dense())")
+    ids = no_meta(as_ids(ids, name), name, "ids", verb="are")
     if holds_integers(ids) and ids.dtype not in _OP_ID_DTYPES:
         ids = as_int64(ids, name, "ids are int64")
     return ids
