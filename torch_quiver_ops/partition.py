@@ -85,6 +85,10 @@ def _check_metis_memory(entries: int, what: str, bound: str) -> None:
             f"'range' (streamed, a few GiB at papers100M's size) or a machine with more memory")
 
 
+# The most nodes whose pairs row * n + col fit in int64 (n * n <= 2^63 - 1).
+MAX_METIS_NODES = 3_037_000_499
+
+
 def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: int = 0) -> Tensor:
     """Each node's part (int16): ``metis`` (pymetis on the symmetrized graph: few cut edges,
     balanced node counts; in memory, about ``METIS_BYTES_PER_ENTRY`` bytes an entry of the
@@ -111,6 +115,9 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
                           "'random' need nothing") from None
     if num_parts == 1 or n == 0:  # (METIS prints "Cannot bisect" for 0 nodes)
         return torch.zeros(n, dtype=torch.int16)
+    if n > MAX_METIS_NODES:  # (each pair is keyed as row * n + col in int64 below)
+        raise ValueError(f"method='metis' takes graphs of at most {MAX_METIS_NODES:,} nodes, "
+                         f"got {n:,}; use 'range' or 'random'")
     _check_metis_memory(topo.edge_count, f"{topo.edge_count:,} edges", "at least ")
     # METIS wants an undirected graph without self loops or repeated edges.
     row = torch.repeat_interleave(torch.arange(n, dtype=torch.int64), topo.degree.long())

@@ -148,6 +148,19 @@ def test_metis_beyond_the_memory_available_is_refused_up_front(monkeypatch):
     assert assign_owners(topo, 2, "metis").numel() == 300
 
 
+@pytest.mark.skipif(not has_pymetis(), reason="needs pymetis")
+def test_metis_refuses_more_nodes_than_its_pair_keys_hold():
+    """Each pair is keyed as row * n + col in int64: past 3,037,000,499 nodes a key wrapped
+    negative and csr_from_coo blamed a row out of range (a probe's arithmetic)."""
+    from types import SimpleNamespace
+    import torch_quiver_ops.partition as partition
+    n = partition.MAX_METIS_NODES
+    assert n * n < 2 ** 63 <= (n + 1) ** 2
+    huge = SimpleNamespace(node_count=n + 1, edge_count=1)  # (a real one needs a 24 GB indptr)
+    with pytest.raises(ValueError, match=f"at most {n:,} nodes, got {n + 1:,}; use 'range'"):
+        assign_owners(huge, 2, "metis")
+
+
 def test_corrupt_truncated_and_mismatched_files_are_refused(tmp_path):
     topo = community_graph(n=300)
     partition_graph(tmp_path / "a", topo, 2, "range", y=torch.zeros(300, dtype=torch.long))
