@@ -20,6 +20,7 @@
 #include "ops/internal/slotted_hops.h"
 #include "ops/sampling_rules.h"
 #include "runtime/collective_channel.h"
+#include "runtime/error_message.h"
 #include "runtime/host_agreement.h"
 #include "runtime/phase_clock.h"
 #include "runtime/slotted_batch.h"
@@ -894,7 +895,7 @@ DistSampler::sample(const at::Tensor& seeds, const std::optional<at::Generator>&
   } catch (const std::exception& error) {
     // Stopped midway (a peer's failure has already broken the channel): this host's next
     // exchange would pair with the peers' later ones, so the sampler refuses further batches.
-    channel_->abandon(error.what());
+    channel_->abandon(message_of(error));
     throw;
   }
   if (refuse) refuse();

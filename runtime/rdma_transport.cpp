@@ -29,6 +29,7 @@
 
 #include "ops/checks.h"
 #include "ops/errors.h"
+#include "runtime/error_message.h"
 #include "runtime/held_memory.h"
 #include "runtime/host_agreement.h"
 #include "runtime/interrupt_watch.h"
@@ -159,11 +160,8 @@ class RdmaReader final : public RowReader {
     const int64_t serial = store_->add("quiver/rdma/made/" + std::to_string(host_), 1) - 1;
     try {
       set_up(serial);
-    } catch (const c10::Error& error) {
-      tell_peers_why(serial, error.what_without_backtrace());
-      throw;
     } catch (const std::exception& error) {
-      tell_peers_why(serial, error.what());
+      tell_peers_why(serial, message_of(error));
       throw;
     }
     watch_ = std::make_unique<PeerWatch>(

@@ -13,6 +13,7 @@
 #include "ops/errors.h"
 #include "ops/internal/sampling.h"
 #include "runtime/bounded_wait.h"
+#include "runtime/error_message.h"
 #include "runtime/intra_op_threads.h"
 
 #include <algorithm>
@@ -497,7 +498,7 @@ void ServingRuntime::sample_loop(Sampler& sampler) {
     try {
       served = prepare(batch.ids, sampler);
     } catch (const std::exception& e) {
-      error = e.what();
+      error = message_of(e);
     }
     batch.prepared = Clock::now();
     lock.lock();
@@ -589,7 +590,7 @@ void ServingRuntime::finish(int64_t batch_id, const at::Tensor& out) {
   try {  // taken from the model side already: a failing copy fails its requests
     rows = out.narrow(0, 0, seeds).to(at::kCPU);
   } catch (const std::exception& e) {
-    error = e.what();
+    error = message_of(e);
   }
   answer(std::move(batch), rows, error, /*from_model=*/true);
 }
@@ -655,7 +656,7 @@ void ServingRuntime::model_loop(const std::function<at::Tensor(const ServedBatch
       try {
         out = model(served);
       } catch (const std::exception& e) {
-        fail(served.id, e.what());
+        fail(served.id, message_of(e));
         continue;
       }
       finish(served.id, out);
@@ -731,7 +732,7 @@ void ServingRuntime::serve_package(const std::string& package_path, int64_t thre
         device_.is_cuda() ? device_.index() : static_cast<c10::DeviceIndex>(-1));
   } catch (const std::exception& e) {
     TORCH_CHECK_VALUE(false, "ServingRuntime.serve_package: could not load ", package_path,
-                      " for ", device_, ": ", e.what());
+                      " for ", device_, ": ", message_of(e));
   }
   serve_with(
       [this, package](const ServedBatch& batch) {

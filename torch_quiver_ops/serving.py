@@ -39,7 +39,7 @@ import weakref
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Dict, List, Optional, Sequence, Set, Union
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
@@ -294,6 +294,7 @@ class ServingRuntime:
         if device is None:
             device = torch.device("cuda", torch.cuda.current_device()) if has_gpu else "cpu"
         self.device = present_device(device)
+        self._closing = False
         if self.device.type not in ("cpu", "cuda"):  # ('meta' was taken, to fail in a batch)
             raise ValueError(f"device must be the CPU or a GPU, got {device!r}")
         self.package = None
@@ -416,10 +417,16 @@ class ServingRuntime:
         still open when the interpreter exits is closed then, and a model call still
         running is waited for then (up to ``LINGERING_JOIN_S``)."""
         if _fork.inherited(self._runtime):  # its threads are the parent's: nothing to stop
+            self._closing = True
             _open_runtimes.discard(self)
             self._closer.detach()
             return
         timeout = _number(timeout, "timeout")
+        if threading.current_thread() in self._model_threads:
+            # (it would wait for the batch this thread is computing, then join itself)
+            raise RuntimeError("ServingRuntime.close() was called from one of its model "
+                               "threads (inside the model): call it from another thread")
+        self._closing = True
         deadline = time.monotonic() + min(timeout, _NO_LIMIT_S)
         self._runtime.close(timeout)
         _open_runtimes.discard(self)
@@ -513,6 +520,11 @@ class ServingRuntime:
     @property
     def max_queue_nodes(self) -> int:
         return self._runtime.max_queue_nodes()
+
+    @property
+    def closing(self) -> bool:
+        """Whether :meth:`close` has begun (requests are refused from then on)."""
+        return self._closing
 
     @property
     def queued(self) -> int:
@@ -630,6 +642,12 @@ class ServingPool:
     def close(self, timeout: float = 30.0) -> None:
         for runtime in self.runtimes:
             runtime.close(timeout)
+
+    @property
+    def closing(self) -> bool:
+        """Whether every runtime's :meth:`~ServingRuntime.close` has begun (until then the
+        pool passes requests to those still open)."""
+        return all(r.closing for r in self.runtimes)
 
     def __enter__(self) -> "ServingPool":
         return self
@@ -797,15 +815,20 @@ def _failed(error: Exception):
     return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message}
 
 
-def _health(runtime) -> dict:
-    """GET /health's body: the runtime's stats as strict JSON (a threshold of infinity,
+def _health(runtime) -> Tuple[HTTPStatus, dict]:
+    """GET /health's status and body: 200 "ok", or 503 "closing" once the runtime's close
+    has begun (it had said ok while /predict answered 503, so a load balancer kept sending
+    to it: a probe), with the runtime's stats as strict JSON (a threshold of infinity,
     every batch on the CPU, is null: JSON has no infinity, and strict parsers refuse
     Python's ``Infinity``)."""
     def finite(value):
         if isinstance(value, float) and not math.isfinite(value):
             return None
         return [finite(v) for v in value] if isinstance(value, list) else value
-    return {"status": "ok", **{key: finite(value) for key, value in runtime.stats().items()}}
+    closing = runtime.closing
+    return (HTTPStatus.SERVICE_UNAVAILABLE if closing else HTTPStatus.OK,
+            {"status": "closing" if closing else "ok",
+             **{key: finite(value) for key, value in runtime.stats().items()}})
 
 
 class _Collector:
@@ -969,6 +992,11 @@ class _ReadsByDeadline(io.RawIOBase):
             return count
 
 
+# The stdlib server a connection's thread handles requests for (HttpServer.shutdown, which
+# joins those threads, refuses to run in one of them).
+_handling = threading.local()
+
+
 class _Handler(BaseHTTPRequestHandler):
     runtime: ServingRuntime
     to_json: Callable[[Tensor], list]
@@ -988,6 +1016,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self):
         super().setup()
+        _handling.server = self.server
         self.rfile = io.BufferedReader(_ReadsByDeadline(self))
 
     def handle_one_request(self):
@@ -1076,8 +1105,7 @@ class _Handler(BaseHTTPRequestHandler):
                     any(v.strip() not in ("", "0")
                         for v in self.headers.get_all("Content-Length") or []))
         if path == "/health":
-            self._reply(HTTPStatus.OK, _health(self.runtime),
-                        {"Connection": "close"} if has_body else None)
+            self._reply(*_health(self.runtime), {"Connection": "close"} if has_body else None)
         else:
             self._refuse(_refused_path(path, close=has_body, method=self.command))
 
@@ -1212,7 +1240,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
                 raise _Reply(HTTPStatus.BAD_REQUEST, {"error": _host_refusal(hosts)},
                              close=True)
             if method in ("GET", "HEAD") and path == "/health":  # uvicorn drops HEAD's body
-                await send_json(send, HTTPStatus.OK, _health(runtime))
+                await send_json(send, *_health(runtime))
                 return
             if method != "POST" or path != "/predict":
                 raise _refused_path(path, method=method)
@@ -1413,17 +1441,30 @@ class HttpServer:
                 self._uvicorn.run()
             except SystemExit as exit_:  # uvicorn's way to fail at start-up (it logged why)
                 failure.append(exit_)
+            except Exception as error:  # noqa: BLE001 (raised below, in the caller's thread)
+                failure.append(error)  # (a parser it could not import had shown only as
+                # a thread's traceback, after an OSError blaming the port: a probe)
 
         self._thread = threading.Thread(target=run, name="quiver-http", daemon=True)
         self._thread.start()
         while not self._uvicorn.started and self._thread.is_alive():
             threading.Event().wait(0.01)
         if not self._uvicorn.started:
+            if failure and not isinstance(failure[0], SystemExit):
+                raise OSError(f"uvicorn could not serve on {host}:{port}: "
+                              f"{type(failure[0]).__name__}: {failure[0]}") from failure[0]
             raise OSError(f"uvicorn could not serve on {host}:{port} (exit {failure}; its log "
                           f"above says why, e.g. the port is taken)")
         return self._uvicorn.servers[0].sockets[0].getsockname()[1]
 
     def shutdown(self) -> None:
+        if (threading.current_thread() is self._thread or
+                (self.kind == "stdlib" and getattr(_handling, "server", None) is self._stdlib)):
+            # It waits for these threads: from one of them it had joined itself, leaving the
+            # endpoint half shut down and its runtime open (a probe).
+            raise RuntimeError("HttpServer.shutdown() was called from one of the endpoint's "
+                               "own threads (to_json, or a request's handler): call it from "
+                               "another thread")
         _open_servers.pop(self, None)
         # Requests accepted but in a batch still open are answered now: with a long
         # max_wait_ms they had waited it out, or failed on the server's own timeout (504).

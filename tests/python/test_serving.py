@@ -1438,6 +1438,86 @@ def test_a_failing_model_answers_500_and_the_endpoint_keeps_serving(graph, serve
         server.shutdown()
 
 
+def test_health_fails_once_the_runtime_closes_and_errors_carry_no_cpp_frames(graph,
+                                                                               server_kind):
+    """/health said 200 "ok" for a closed runtime while /predict answered 503, so a load
+    balancer kept sending to it; a failure inside the runtime's C++ thread sent the client
+    its C++ frames (paths, load addresses): probes."""
+    feature = qv.Feature(0, []).from_cpu_tensor(graph.x)
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    model = SAGE([graph.x.size(1), 16, int(graph.y.max()) + 1])
+    runtime = ServingRuntime(model, topo, [3, 2], feature, device="cpu", gpu_streams=0,
+                             cpu_samplers=1)
+    server = serve_http(runtime, server=server_kind)
+    try:
+        assert post(server.url, {"nodes": [1]})[0] == 200
+        feature.close()  # the runtime's gather now fails in its sampling thread
+        status, body = post(server.url, {"nodes": [1]})
+        assert status == 500 and "was released" in body["error"], (status, body)
+        assert "Exception raised from" not in body["error"], body["error"]
+        assert "frame #" not in body["error"] and "\n" not in body["error"], body["error"]
+        with pytest.raises(RuntimeError, match="was released") as raised:
+            runtime.predict([2], 30)
+        assert "frame #" not in str(raised.value)
+        assert not runtime.closing
+        runtime.close()
+        assert runtime.closing
+        try:
+            with urllib.request.urlopen(server.url + "/health", timeout=30) as answer:
+                status, body = answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            status, body = error.code, json.loads(error.read())
+        assert status == 503 and body["status"] == "closing", (status, body)
+    finally:
+        server.shutdown()
+    pool = ServingPool([runtime_for(graph, cpu_samplers=1)[0] for _ in range(2)])
+    pool.runtimes[0].close()
+    assert not pool.closing  # the other still serves
+    pool.close()
+    assert pool.closing
+
+
+def test_closing_from_the_runtimes_own_threads_is_refused_at_once(graph, server_kind):
+    """close() from inside the model waited its whole timeout (30 s) for the batch its own
+    thread was computing, then joined itself; shutdown() from to_json joined its own thread
+    and left the endpoint half shut down with its runtime open (probes)."""
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    model, refusals = runtime.model, []
+
+    def closing_model(x, adjs):
+        try:
+            runtime.close()
+        except RuntimeError as error:
+            refusals.append(str(error))
+        return model(x, adjs)
+
+    runtime.model = closing_model
+    started = time.monotonic()
+    assert runtime.predict([1], 30).shape[0] == 1
+    assert time.monotonic() - started < 10
+    assert refusals and "from one of its model threads" in refusals[0], refusals
+    runtime.model = model
+    assert runtime.predict([2], 30).shape[0] == 1 and not runtime.closing
+    box = {}
+
+    def shutting_down(out):
+        try:
+            box["server"].shutdown()
+        except RuntimeError as error:
+            refusals.append(str(error))
+        return out.argmax(-1).tolist()
+
+    box["server"] = server = serve_http(runtime, server=server_kind, to_json=shutting_down)
+    try:
+        status, body = post(server.url, {"nodes": [1, 2]})
+        assert status == 200 and len(body["predictions"]) == 2, (status, body)
+        assert "endpoint's own threads" in refusals[-1], refusals
+        assert post(server.url, {"nodes": [3]})[0] == 200  # still whole
+    finally:
+        server.shutdown()
+    assert runtime.closing
+
+
 def test_answers_that_take_too_long_are_504_and_health_is_strict_json(graph, server_kind,
                                                                       monkeypatch):
     import torch_quiver_ops.serving as serving
