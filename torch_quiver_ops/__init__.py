@@ -3,6 +3,9 @@
 The ops are ``torch.ops.quiver.*`` (typed wrappers in :mod:`torch_quiver_ops.ops`); the
 classes below give PyG and torch-quiver users a sampler and a feature store.
 """
+import importlib
+import importlib.util
+
 from ._load import cuda_kernels_built, library_path, load_library, package_root
 
 __version__ = "0.1.0"
@@ -31,6 +34,8 @@ __all__ = ["Adj", "aoti", "CSRTopo", "Feature", "GraphedStep", "GraphSageSampler
            "presample_topology_order",
            "cuda_kernels_built", "library_path", "cmake_prefix_path", "save_arrays",
            "load_arrays"]
+if importlib.util.find_spec("torch_geometric") is None:  # (PyG is optional: [pyg])
+    __all__.remove("pyg")  # a star import had failed on it without PyG (a probe)
 
 
 def __getattr__(name: str):
@@ -38,6 +43,8 @@ def __getattr__(name: str):
     # ``quiver.pyg.GraphSageSampler`` works as in torch-quiver without making PyG a
     # dependency of the ops.
     if name == "pyg":
-        import importlib
-        return importlib.import_module(".pyg", __name__)
+        try:
+            return importlib.import_module(".pyg", __name__)
+        except ImportError as error:  # so that hasattr and getattr's default work
+            raise AttributeError(str(error)) from error
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -48,7 +48,7 @@ def package_root() -> Path:
         # A library inside an installed package (<package>/lib/<library>) brings its CMake
         # configuration; a build folder's library does not, and find_package then looks
         # in the installed copy.
-        root = Path(override).resolve().parent.parent
+        root = Path(override).expanduser().resolve().parent.parent
         if (root / _CMAKE_CONFIG).exists():
             return root
     if (_PACKAGE_DIR / "lib" / LIBRARY_NAME).exists():

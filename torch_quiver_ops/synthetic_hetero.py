@@ -54,7 +54,11 @@ class HeteroGraph:
 
     def to_hetero_data(self):
         """The graph as PyG's ``HeteroData`` (``y`` and the split masks on papers)."""
-        from torch_geometric.data import HeteroData
+        try:
+            from torch_geometric.data import HeteroData
+        except ImportError as error:
+            raise ImportError("to_hetero_data needs PyG: pip install torch-geometric",
+                              name="torch_geometric") from error
         data = HeteroData()
         for t, n in self.num_nodes_dict.items():
             data[t].num_nodes = n

@@ -162,6 +162,15 @@ def test_a_library_path_that_is_no_library_is_explained(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("TORCH_QUIVER_OPS_LIBRARY", "~/libtorch_quiver_ops.so")
     assert _load.library_path() == fake.resolve()
+    # and for find_package too (cmake_prefix_path had pointed at another package's library)
+    package = tmp_path / "pk"
+    (package / "lib").mkdir(parents=True)
+    (package / "lib" / "libtorch_quiver_ops.so").write_text("")
+    (package / _load._CMAKE_CONFIG).parent.mkdir(parents=True, exist_ok=True)
+    (package / _load._CMAKE_CONFIG).write_text("")
+    monkeypatch.setenv("TORCH_QUIVER_OPS_LIBRARY", "~/pk/lib/libtorch_quiver_ops.so")
+    assert _load.package_root() == package.resolve()
+    monkeypatch.setenv("TORCH_QUIVER_OPS_LIBRARY", "~/libtorch_quiver_ops.so")
     # a shared library that loads but is not ours (it had failed later, in torch, with
     # "operator quiver::check_csr does not exist")
     other = Path(torch.__file__).parent / "lib" / "libc10.so"
@@ -185,3 +194,33 @@ def test_a_source_checkout_without_a_library_names_both_ways_to_build_it(monkeyp
     message = _load._missing_library_message(Path("libtorch_quiver_ops.so"))
     assert "bash scripts/setup.sh" in message
     assert "pip install --no-build-isolation ." in message and "scikit-build-core" in message
+
+
+def test_without_pyg_the_package_imports_and_its_pyg_parts_say_what_to_install():
+    """PyG is optional ([pyg]): without it a star import, hasattr(qv, "pyg") and
+    getattr(qv, "pyg", None) had raised ModuleNotFoundError, and qv.pyg named no install
+    (a probe)."""
+    code = """
+import importlib.machinery, sys
+class Blocked(importlib.machinery.PathFinder):
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        return None if name.split(".")[0] == "torch_geometric" else super().find_spec(name, path, target)
+sys.meta_path[:] = [Blocked if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+import torch_quiver_ops as qv
+from torch_quiver_ops import *
+assert "pyg" not in qv.__all__ and not hasattr(qv, "pyg") and getattr(qv, "pyg", None) is None
+try:
+    import torch_quiver_ops.pyg
+except ImportError as error:
+    print("pyg:", error)
+try:
+    qv.synthetic_hetero.mag_like(scale=0.001, seed=0).to_hetero_data()
+except ImportError as error:
+    print("hetero:", error)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "pyg: torch_quiver_ops.pyg needs PyG: pip install torch-geometric" in result.stdout
+    assert "hetero: to_hetero_data needs PyG: pip install torch-geometric" in result.stdout

@@ -38,6 +38,12 @@ torch-quiver scripts that use ``quiver.pyg.GraphSageSampler`` run unchanged, and
 """
 from __future__ import annotations
 
+try:
+    import torch_geometric  # noqa: F401
+except ImportError as error:  # (it had failed as a bare ModuleNotFoundError deep inside)
+    raise ImportError("torch_quiver_ops.pyg needs PyG: pip install torch-geometric (or "
+                      "torch-quiver-ops[pyg])", name="torch_geometric") from error
+
 from ..loader import Prefetcher
 from ..sampler import GraphSageSampler
 from .dist_loader import DistNeighborLoader
