@@ -226,6 +226,10 @@ def as_tensor(value, dtype: Optional[torch.dtype] = None, device=None) -> torch.
     if isinstance(value, np.ndarray) and (value.dtype.byteorder not in "=|"
                                           or any(step < 0 for step in value.strides)):
         value = value.astype(value.dtype.newbyteorder("="), order="C")
+    if device is None and isinstance(value, torch.Tensor):
+        # A tensor stays where it is: under torch.set_default_device, torch.as_tensor copies
+        # it to that device (a CPU sampler's seeds went to "meta" or a GPU; a probe).
+        device = value.device
     return torch.as_tensor(value, dtype=dtype, device=device)
 
 

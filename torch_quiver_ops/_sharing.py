@@ -126,7 +126,7 @@ class Streamed:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * torch.empty(0, dtype=self.dtype).element_size()
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 def _write_streamed(name: str, array: Streamed, partial: Path) -> int:
@@ -295,7 +295,7 @@ def _described(info, name: str, record: Path) -> Tuple[torch.dtype, list, int]:
     if not isinstance(shape, list) or not all(
             is_int(d) and d >= 0 for d in shape):
         raise ValueError(f"{bad} with shape {shape!r}: a list of sizes >= 0 is expected")
-    expected = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+    expected = math.prod(shape) * dtype.itemsize
     if nbytes != expected:
         raise ValueError(f"{bad} as {info['dtype']} {shape} ({expected} bytes) but with "
                          f"nbytes {nbytes!r}: the metadata is corrupt")
@@ -382,7 +382,7 @@ def map_arrays(directory: Union[str, Path], stem: str,
                              f"file is truncated or from another save")
         count = math.prod(shape)
         if count == 0:
-            arrays[name] = torch.empty(shape, dtype=dtype)
+            arrays[name] = torch.empty(shape, dtype=dtype, device="cpu")
         else:
             arrays[name] = torch.from_file(str(path), shared=_writable(path), size=count,
                                            dtype=dtype).view(shape)
@@ -529,7 +529,7 @@ def ipc_payload(buffer, shard: Tensor) -> tuple:
 def open_payload(payload: tuple, reader: int) -> Tensor:
     """Maps a peer's shard for kernels on GPU ``reader``."""
     handle, owner, dtype, shape = payload
-    nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+    nbytes = math.prod(shape) * dtype.itemsize
     memory = torch.classes.quiver.IpcBuffer.open(
         torch.frombuffer(bytearray(handle), dtype=torch.uint8), nbytes, owner, reader)
     return memory.view(dtype).view(shape)

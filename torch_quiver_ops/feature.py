@@ -233,6 +233,11 @@ class Feature:
             order = self.csr_topo.feature_order
         else:
             order = None
+        if x.requires_grad:  # (batches had silently carried no gradient back: a probe)
+            warnings.warn("the feature table requires grad, but a Feature holds a copy of its "
+                          "values and its rows carry no gradient back to it: for learnable "
+                          "node embeddings, keep a torch.nn.Embedding in the model and index "
+                          "it with the batch's node ids", stacklevel=2)
         self._place(x.detach().cpu().contiguous(), order)
         return self
 
@@ -279,7 +284,7 @@ class Feature:
                 rows = self._host[ranks]
                 return rows.contiguous() if device is None else rows.to(device)
             # Every k-th row, read by the GPU from the pinned table (no strided host copy).
-            ids = torch.arange(*ranks.indices(self._host.size(0)))
+            ids = torch.arange(*ranks.indices(self._host.size(0)), device="cpu")
             return ops.gather_rows(self._pinned(), ids.to(device))
         ids = self._order[ranks]
         if device is None:
@@ -447,7 +452,8 @@ class Feature:
             # Member j holds ranks j, j + k, ...: rank r is row r // k of member r % k,
             # whose shard starts after the rows of members 0..j-1.
             shard_rows = torch.tensor([len(range(*s.indices(memory_rows)))
-                                       for s in self._shard_ranks(clique)], dtype=dtype)
+                                       for s in self._shard_ranks(clique)], dtype=dtype,
+                                      device="cpu")
             starts = (torch.cumsum(shard_rows, 0, dtype=dtype) - shard_rows).to(device)
             place = starts[rank.remainder(k)] + rank.div(k, rounding_mode="floor")
         else:

@@ -332,12 +332,13 @@ class HeteroCSRTopo:
         """Where each (row, relation) slice of the CSR starts: the offsets over which weight
         prefix sums restart (``edge_weight_cumsum`` of hetero_neighbor_sample)."""
         relation = self._relation_of(self.eid)
-        row = torch.repeat_interleave(torch.arange(self.num_nodes), self.indptr.diff())
+        row = torch.repeat_interleave(torch.arange(self.num_nodes, device=self.indptr.device),
+                                      self.indptr.diff())
         key = row * len(self.edge_types) + relation
-        starts = torch.ones(key.numel(), dtype=torch.bool)
+        starts = torch.ones(key.numel(), dtype=torch.bool, device=key.device)
         if key.numel():
             starts[1:] = key[1:] != key[:-1]
-        return torch.cat([starts.nonzero().view(-1), torch.tensor([key.numel()])])
+        return torch.cat([starts.nonzero().view(-1), torch.tensor([key.numel()], device=key.device)])
 
     @property
     def slice_starts(self) -> Tensor:
@@ -355,9 +356,10 @@ class HeteroCSRTopo:
                     continue
                 lo, hi = self.node_type_offsets[t], self.node_type_offsets[t + 1]
                 begin, end = int(self.indptr[lo]), int(self.indptr[hi])
-                slot = torch.full((num_relations,), -1, dtype=torch.long)
-                slot[relations] = torch.arange(len(relations))
-                row = torch.repeat_interleave(torch.arange(hi - lo), self.indptr[lo:hi + 1].diff())
+                slot = torch.full((num_relations,), -1, dtype=torch.long, device="cpu")
+                slot[relations] = torch.arange(len(relations), device="cpu")
+                row = torch.repeat_interleave(torch.arange(hi - lo, device=self.indptr.device),
+                                              self.indptr[lo:hi + 1].diff())
                 counts = torch.bincount(row * len(relations) + slot[relation[begin:end]],
                                         minlength=(hi - lo) * len(relations))
                 starts = counts.view(hi - lo, len(relations)).cumsum(1)[:, :-1]
@@ -367,7 +369,7 @@ class HeteroCSRTopo:
                                      "offsets")
                 parts.append(starts.reshape(-1).to(torch.int32))
             self._slice_starts = (torch.cat(parts) if parts
-                                  else torch.empty(0, dtype=torch.int32))
+                                  else torch.empty(0, dtype=torch.int32, device="cpu"))
         return self._slice_starts
 
     def degree_dict(self) -> Dict[str, Tensor]:
@@ -613,7 +615,7 @@ class HeteroSampler:
         if list(seeds) != taken:
             sizes = {t: as_ids(ids).numel() for t, ids in seeds.items()}
             starts = dict(zip(seeds, itertools.accumulate([0, *sizes.values()])))
-            caller_of_taken = torch.cat([torch.arange(starts[t], starts[t] + sizes[t])
+            caller_of_taken = torch.cat([torch.arange(starts[t], starts[t] + sizes[t], device="cpu")
                                          for t in taken]).to(self.device)
         if self.temporal:
             if seed_time is None:

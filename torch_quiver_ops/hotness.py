@@ -75,12 +75,13 @@ def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[i
     if topo is not None and holds_integers(seeds):
         # By position in seeds, before the shuffle (the sampler names one in its batch).
         checked_node_ids(seeds, topo.node_count, "seeds")
-    batches = seeds[torch.randperm(seeds.numel(), generator=generator)].split(batch_size)
+    batches = seeds[torch.randperm(seeds.numel(), generator=generator,
+                                   device="cpu")].split(batch_size)
     # With a generator, the sampling draws come from it too (a generator of the sampling
     # device, seeded from it), so that the same generator gives the same order.
     sampling = None
     if generator is not None:
-        draw = torch.empty((), dtype=torch.int64).random_(generator=generator)
+        draw = torch.empty((), dtype=torch.int64, device=generator.device).random_(generator=generator)
         sampling = torch.Generator(sampler.device).manual_seed(int(draw))
     for batch in batches[:num_batches] if num_batches is not None else batches:
         yield sampler.sample_subgraph(batch, sampling)
@@ -148,8 +149,8 @@ def inverse_of_checked(order: Tensor) -> Tensor:
     """:func:`positions_of` for an order already checked (a store's hot order, checked
     when it was given: a second check would read every id again)."""
     dtype = torch.int32 if order.numel() <= INT32_MAX else torch.int64
-    positions = torch.empty(order.numel(), dtype=dtype)
-    positions[order] = torch.arange(order.numel(), dtype=dtype)
+    positions = torch.empty(order.numel(), dtype=dtype, device=order.device)
+    positions[order] = torch.arange(order.numel(), dtype=dtype, device=order.device)
     return positions
 
 

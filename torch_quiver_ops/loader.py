@@ -740,9 +740,10 @@ class SampleLoader:
 
     def _epoch_plan(self) -> Tuple[List[Tensor], List[int]]:
         """The epoch's seed batches and each batch's sampling seed, drawn now."""
-        draw = torch.empty((), dtype=torch.int64)
+        draw = torch.empty((), dtype=torch.int64, device="cpu")
         seed = int(draw.random_(generator=self.generator))
-        order = (torch.randperm(self.seeds.numel(), generator=torch.Generator().manual_seed(seed))
+        order = (torch.randperm(self.seeds.numel(), device="cpu",
+                                generator=torch.Generator().manual_seed(seed))
                  if self.shuffle else None)
         seeds = self.seeds if order is None else self.seeds[order]
         if self.device.type == "cuda":
@@ -1005,7 +1006,7 @@ class LinkSampleLoader(SampleLoader):
             raise ValueError(f"neg_ratio must be a finite number >= 0, got {neg_ratio}")
         num_edges = edge_label_index.size(1)
         # Its own _build_one builds its batches: SampleLoader never gives them to C++.
-        super().__init__(sampler, feature, torch.arange(num_edges), batch_size, None, shuffle,
+        super().__init__(sampler, feature, torch.arange(num_edges, device="cpu"), batch_size, None, shuffle,
                          drop_last, prefetch, generator, prefetch_sms, prefetch_host_read_blocks,
                          workers, own_stream=own_stream)
         self.edge_label_index = edge_label_index.long().to(self.device)

@@ -270,7 +270,7 @@ def integer_times(times, name: str) -> Tensor:
     0.9 pass a seed at 0.5 (both would read 0). uint64 times past int64's range are
     refused: as int64 they would wrap around to before every other time."""
     if isinstance(times, (list, tuple)) and len(times) == 0:
-        return torch.empty(0, dtype=torch.long)  # torch.as_tensor([]) holds floats
+        return torch.empty(0, dtype=torch.long, device="cpu")  # (as_tensor([]) holds floats)
     times = as_tensor(no_meta(times, name, "times"))
     if not holds_integers(times):
         raise TypeError(f"{name} must hold integer times (int64 timestamps), got "

@@ -107,7 +107,7 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
         return topo, None, None, None
     if edge_time is not None and node_time is not None:
         raise ValueError("give edge_time or node_time, not both")
-    eid = topo.eid if topo.eid is not None else torch.arange(topo.edge_count)
+    eid = topo.eid if topo.eid is not None else torch.arange(topo.edge_count, device="cpu")
     if topo.edge_count and (weights is not None or edge_time is not None):
         low, high = int(eid.min()), int(eid.max())
         if low < 0 or high >= topo.edge_count:
@@ -151,7 +151,7 @@ def _with_rules(topo: CSRTopo, weights, edge_time, node_time):
     if edge_time is None and node_time is None:
         return topo, edge_weight, None, None
     times = per_csr_edge.get("edge_time")
-    order_ids = torch.arange(topo.edge_count)
+    order_ids = torch.arange(topo.edge_count, device="cpu")
     indices, order, csr_time = ops.sort_rows_by_time(
         topo.indptr, topo.indices, order_ids,
         edge_time=None if times is None else integer_times(times, "edge_time"),

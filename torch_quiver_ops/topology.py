@@ -46,7 +46,7 @@ def kept_indptr(indptr: Tensor, kept: Tensor) -> Tensor:
     """The row offsets of the CSR that keeps only the entries ``kept`` (a bool per CSR
     position) marks, each row keeping its kept entries in order."""
     num_rows = indptr.numel() - 1
-    rows = torch.repeat_interleave(torch.arange(num_rows), indptr.diff(),
+    rows = torch.repeat_interleave(torch.arange(num_rows, device=indptr.device), indptr.diff(),
                                    output_size=kept.numel())
     out = torch.zeros_like(indptr)
     torch.cumsum(torch.bincount(rows[kept], minlength=num_rows), 0, out=out[1:])

@@ -174,3 +174,58 @@ def test_narrow_ids_on_a_gpu_are_taken_at_every_gather(dtype):
     ids = torch.tensor([9, 3, 7], device="cuda")
     for _ in range(2):
         assert torch.equal(feature[ids.to(dtype)].cpu(), table[ids.cpu()])
+
+
+def test_a_default_device_leaves_the_callers_tensors_and_the_cpu_paths_alone():
+    """Under torch.set_default_device (or ``with torch.device(...)``), torch.as_tensor copies
+    a tensor to that device, and factories without a device make their tensors there: a CPU
+    sampler's seeds, a Feature's ids and every loader's epoch plan had gone to it ("seeds are
+    a meta tensor"; under "cuda", CPU generators on a GPU draw). "meta" stands for any other
+    device here: each result must be what it is without a default (a probe)."""
+    from torch_geometric.data import Data
+    from torch_quiver_ops.synthetic import synthetic_graph
+    g = synthetic_graph("tiny", seed=0)
+    topo = qv.CSRTopo(g.edge_index, num_nodes=g.num_nodes)
+    sampler = qv.GraphSageSampler(topo, [5, 3], device="cpu", mode="CPU")
+    feature = qv.Feature(0, []).from_cpu_tensor(g.x)
+    data = Data(x=g.x, y=g.y, edge_index=g.edge_index, num_nodes=g.num_nodes)
+    runs = {
+        "sample": lambda: sampler.sample(g.train_idx[:16])[0],
+        "gather": lambda: feature[g.train_idx[:16]],
+        "loader": lambda: next(iter(qv.SampleLoader(sampler, feature, g.train_idx, 32,
+                                                    labels=g.y, prefetch=0))).x,
+        "link loader": lambda: next(iter(qv.LinkSampleLoader(
+            sampler, feature, g.edge_index[:, :200], batch_size=64, prefetch=0))).x,
+        "pyg": lambda: next(iter(qpyg.NeighborLoader(
+            data, input_nodes=g.train_idx, num_neighbors=[5, 3], batch_size=64,
+            device="cpu"))).n_id,
+        "pyg link": lambda: next(iter(qpyg.LinkNeighborLoader(
+            data, num_neighbors=[5, 3], batch_size=64, neg_sampling_ratio=1.0,
+            device="cpu"))).n_id,
+        "hot order": lambda: qv.presample_hot_order(sampler, g.train_idx, 64),
+    }
+    for name, run in runs.items():
+        torch.manual_seed(3)
+        plain = run()
+        torch.manual_seed(3)
+        with torch.device("meta"):
+            under_default = run()
+        assert under_default.device.type == "cpu", name
+        assert torch.equal(under_default, plain), name
+
+
+def test_a_table_that_requires_grad_is_warned_of_its_copy():
+    """PyG's own loader builds batch.x with index_select, so a Parameter as data.x gets
+    gradients there; ours hold a copy, and a learnable embedding silently never trained (a
+    probe). Said once, at the table, with what to do instead."""
+    from torch_geometric.data import Data
+    embedding = torch.nn.Parameter(torch.randn(30, 4))
+    with pytest.warns(UserWarning, match="carry no gradient back to it: .*torch.nn.Embedding"):
+        feature = qv.Feature(0, []).from_cpu_tensor(embedding)
+    assert not feature[torch.arange(3)].requires_grad
+    edge_index = torch.randint(0, 30, (2, 100), generator=torch.Generator().manual_seed(0))
+    with pytest.warns(UserWarning, match="requires grad"):
+        loader = qpyg.NeighborLoader(Data(x=embedding, edge_index=edge_index, num_nodes=30),
+                                     num_neighbors=[3], batch_size=8, device="cpu")
+    batch = next(iter(loader))
+    assert torch.equal(batch.x, embedding.detach()[batch.n_id])

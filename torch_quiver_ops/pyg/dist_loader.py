@@ -115,7 +115,7 @@ class DistNeighborLoader:
             self.input_nodes = self._own_input_nodes(input_nodes)
             problem = None
         except (ValueError, TypeError, IndexError) as error:
-            self.input_nodes, problem = torch.empty(0, dtype=torch.long), error
+            self.input_nodes, problem = torch.empty(0, dtype=torch.long, device="cpu"), error
         self.batch_size, self.shuffle, self.feature = batch_size, shuffle, feature
         self.seed, self.epoch = seed, 0
         count = self.input_nodes.numel()
@@ -183,11 +183,11 @@ class DistNeighborLoader:
     def __iter__(self):
         count = self.input_nodes.numel()
         # Each seed's place in input_nodes: PyG's input_id.
-        order = torch.arange(count)
+        order = torch.arange(count, device="cpu")
         if self.shuffle:
             gen = torch.Generator().manual_seed(
                 self.seed + 7919 * self.epoch + dist.get_rank(self.group))
-            order = torch.randperm(count, generator=gen)
+            order = torch.randperm(count, generator=gen, device="cpu")
         self.epoch += 1
         size = self.batch_size
         for b in range(self._batches):
@@ -195,7 +195,7 @@ class DistNeighborLoader:
                 places = order[b * size:(b + 1) * size]
             else:  # past this host's own batches: its seeds again, from the start
                 again = (b - self._own_batches) * size
-                places = order[(torch.arange(size) + again) % count][:min(size, count)]
+                places = order[(torch.arange(size, device="cpu") + again) % count][:min(size, count)]
             yield self._batch(self.input_nodes[places], places)
 
     def _batch(self, seeds: Tensor, places: Tensor) -> Data:

@@ -527,7 +527,8 @@ class _OnOurStores:
         self._refresh()
         # Both draws in the caller's thread, in a fixed order (see Prefetcher).
         if self._shuffle_generator is not None:
-            self._shuffle_generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
+            self._shuffle_generator.manual_seed(int(torch.empty((), dtype=torch.int64,
+                                                                 device="cpu").random_()))
         reseed = getattr(self.quiver_sampler, "reseed", None)
         if reseed is not None:
             reseed(0 if self._batches_directly else self.num_workers)
@@ -584,9 +585,9 @@ class _OnOurStores:
         same distribution, one permutation an epoch, every seed once."""
         n = len(self.dataset)
         if type(self.sampler) is RandomSampler:
-            order = torch.randperm(n, generator=self.generator)
+            order = torch.randperm(n, generator=self.generator, device="cpu")
         else:
-            order = torch.arange(n)
+            order = torch.arange(n, device="cpu")
         return self._batches_in(order)
 
     def _batches_in(self, order: Tensor):
@@ -618,7 +619,7 @@ def _id_tensor(ids, name: str) -> Tensor:
     """A tensor of the ids in a list, tuple, range or array; a TypeError naming ``name``
     for anything else."""
     if isinstance(ids, (list, tuple, range)) and len(ids) == 0:
-        return torch.empty(0, dtype=torch.long)  # as PyG reads []: no seeds, not floats
+        return torch.empty(0, dtype=torch.long, device="cpu")  # as PyG reads []: no seeds, not floats
     try:
         return as_tensor(list(ids) if isinstance(ids, range) else ids)
     except (TypeError, ValueError, RuntimeError) as error:
@@ -661,7 +662,7 @@ def _typed_input_nodes(input_nodes, graph_store: HeteroGraphStore):
         raise ValueError(f"input_nodes names node type {node_type!r}; the graph has "
                          f"{sorted(counts)}")
     if ids is None:
-        ids = torch.arange(counts[node_type])
+        ids = torch.arange(counts[node_type], device="cpu")
     ids = _seed_id_form(_id_tensor(ids, "input_nodes[1]"), counts[node_type], "input_nodes[1]")
     return node_type, ids.cpu() if ids.device.type != "cpu" else ids
 
@@ -808,7 +809,7 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
                                      "time per seed")
                 neighbor_sampler._check_timed(input_nodes[0], "input_time")
         elif input_nodes is None:
-            input_nodes = torch.arange(graph_store.num_nodes)
+            input_nodes = torch.arange(graph_store.num_nodes, device="cpu")
         elif isinstance(input_nodes, Tensor) and input_nodes.device.type != "cpu":
             input_nodes = input_nodes.cpu()  # indexed per batch on the host, as PyG does
         elif not isinstance(input_nodes, Tensor):

@@ -104,7 +104,7 @@ class NeighborSampler(BaseSampler):
         topo = graph._topology() if isinstance(graph, GraphStore) else graph
         if return_eid and topo.eid is None:
             topo = CSRTopo(indptr=topo.indptr, indices=topo.indices,
-                           eid=torch.arange(topo.edge_count))
+                           eid=torch.arange(topo.edge_count, device=topo.indices.device))
         self.subgraph_type = subgraph_type
         self.sampler = GraphSageSampler(topo, _fanouts(num_neighbors), device, mode, replace,
                                         return_eid, weights=weights, edge_time=edge_time,
@@ -124,7 +124,8 @@ class NeighborSampler(BaseSampler):
         except that with DataLoader ``workers`` one draw from it seeds the epoch's workers
         (see :meth:`_call_generator`)."""
         if self._own_generator:
-            self.generator.manual_seed(int(torch.empty((), dtype=torch.int64).random_()))
+            self.generator.manual_seed(int(torch.empty((), dtype=torch.int64,
+                                                       device="cpu").random_()))
             self._unseeded = False
         elif workers > 0:
             self._workers_seed = int(torch.empty((), dtype=torch.int64,

@@ -183,7 +183,8 @@ class GraphStore(_PygGraphStore):
         layout = EdgeLayout(edge_attr.layout)
         if layout == EdgeLayout.CSC:
             return sources, topo.indptr
-        destinations = torch.repeat_interleave(torch.arange(topo.node_count), topo.degree)
+        destinations = torch.repeat_interleave(
+            torch.arange(topo.node_count, device=topo.degree.device), topo.degree)
         if layout == EdgeLayout.COO:
             return sources, destinations
         rowptr, cols, _ = ops.csr_from_coo(sources, destinations, topo.node_count)
@@ -239,7 +240,7 @@ def _rows_of_pointers(pointers: Tensor, count: int, what: str) -> Tensor:
         raise ValueError(f"{what} must start at 0, never decrease and end at {count} (the "
                          f"other tensor's length), got {pointers.tolist()[:8]}"
                          f"{'...' if pointers.numel() > 8 else ''}: the CSR is corrupt")
-    return torch.repeat_interleave(torch.arange(pointers.numel() - 1), steps)
+    return torch.repeat_interleave(torch.arange(pointers.numel() - 1, device=steps.device), steps)
 
 
 class HeteroGraphStore(_PygGraphStore):
@@ -404,7 +405,7 @@ class FeatureStore(_PygFeatureStore):
         without a copy: held whole in GPU memory when its rows are small (at most 16
         bytes), else tiered as node tables are (the store's ``cache_size``)."""
         if not isinstance(table, Feature):
-            table = as_tensor(table).detach().cpu()
+            table = as_tensor(table).cpu()  # (Feature warns if it requires grad)
             if table.dim() == 0:
                 raise ValueError(f"edge attribute {attr_name!r} must hold a row per edge, got "
                                  f"a scalar")
@@ -439,7 +440,7 @@ class FeatureStore(_PygFeatureStore):
                                            and attr.index == slice(None)):
             raise NotImplementedError(f"put_tensor of some rows of {name!r}: put the whole "
                                       f"table (index=None)")
-        tensor = as_tensor(tensor).detach().cpu()
+        tensor = as_tensor(tensor).cpu()  # (Feature warns if it requires grad)
         cache = "100%" if _whole_on_gpu(tensor) else self.cache_size
         self._tables[name] = self._feature(tensor, cache)
         return True
@@ -452,7 +453,7 @@ class FeatureStore(_PygFeatureStore):
         table = self._tables[name]
         index = attr.index
         if index is None or (isinstance(index, slice) and index == slice(None)):
-            index = torch.arange(len(table))
+            index = torch.arange(len(table), device="cpu")
         elif isinstance(index, slice):  # PyG's IndexType allows slices
             index = slice_ids(index, len(table))
         elif not isinstance(index, Tensor):
@@ -682,10 +683,10 @@ def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size
                                                               else 0) if on_gpu else 0,
                           cache_policy=cache_policy, host_reads=host_reads)
         hot = torch.sort(degree[t], descending=True, stable=True).indices
-        features.put_feature(feature.from_cpu_tensor(value.detach().cpu(), hot_order=hot),
+        features.put_feature(feature.from_cpu_tensor(value.cpu(), hot_order=hot),
                              key, node_type=t)
     for (t, key), value in small.items():
-        features.put_feature(features._feature(value.detach().cpu(), "100%", by_degree=False),
+        features.put_feature(features._feature(value.cpu(), "100%", by_degree=False),
                              key, node_type=t)
     for et in data.edge_types:
         store = data[et]
