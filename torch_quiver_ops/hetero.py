@@ -504,6 +504,16 @@ class HeteroSampler:
         self.__dict__.update(state)
         self._make_sampler()
 
+    def __repr__(self) -> str:
+        relations = len(self.topo.edge_types)
+        per_hop = [self.fanouts[h * relations:(h + 1) * relations] for h in range(self.num_hops)]
+        rules = "".join(f", {name}" for name, on in (
+            ("replace", self.replace), ("disjoint", self.disjoint)) if on)
+        if self.temporal:
+            rules += f", temporal={self.temporal_strategy!r}"
+        return (f"HeteroSampler(fanouts per hop and relation={per_hop}, mode={self.mode!r}, "
+                f"device={self.device}{rules}, topo={self.topo})")
+
     def _fanouts(self, num_neighbors) -> Tuple[List[int], int]:
         edge_types = self.topo.edge_types
         if isinstance(num_neighbors, dict):

@@ -92,6 +92,15 @@ def test_all_neighbor_hops_match_breadth_first(mode, int32):
         len(v) for v in rows.values())
 
 
+def test_a_hetero_sampler_says_what_it_samples():
+    topo = qv.HeteroCSRTopo(random_hetero(), TYPES)
+    per_type = {et: [2 + i, 1] for i, et in enumerate(EDGE_TYPES)}
+    text = repr(qv.HeteroSampler(topo, per_type, device="cpu", replace=True))
+    assert text.startswith("HeteroSampler(fanouts per hop and relation=[[2, 3, 4, 5, 6], "
+                           "[1, 1, 1, 1, 1]], mode='CPU', device=cpu, replace, topo="), text
+    assert "HeteroCSRTopo(nodes=" in text
+
+
 def test_one_type_one_relation_is_neighbor_sample(mode):
     gen = torch.Generator().manual_seed(4)
     ei = torch.randint(50, (2, 400), generator=gen)
