@@ -2,12 +2,15 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <chrono>
 #include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include "runtime/collective_wait.h"
+#include "runtime/error_message.h"
 #include "runtime/interrupt_watch.h"
 #include "runtime/lane_exchange.h"
 #include "runtime/peer_watch.h"
@@ -15,9 +18,14 @@
 namespace quiver::runtime {
 namespace {
 
-// Heartbeats run at this fraction of the timeout (at least every 100 ms), and a peer is
-// called silent after this many periods without a beat.
+// Heartbeats run at this fraction of the timeout (at least every 100 ms; at most every
+// kLongestBeat, or kBeatPerHost per host in larger groups, whose store calls grow with the
+// square of their size), and a peer is called silent after this many periods without a beat.
+// The cap names a peer whose process died within seconds whatever the timeout: at a tenth
+// of torchrun's 120 s, one took 36-48 s to be named (a probe).
 constexpr int64_t kBeatsPerTimeout = 10;
+constexpr std::chrono::milliseconds kLongestBeat{1000};
+constexpr std::chrono::milliseconds kBeatPerHost{30};
 constexpr int kSilentPeriods = 3;
 
 // Groups whose collective was left running when a wait for it ended on Ctrl-C, held until
@@ -47,7 +55,9 @@ CollectiveChannel::CollectiveChannel(c10::intrusive_ptr<c10d::ProcessGroup> grou
   check_lanes(lanes_, *group_, owner_.c_str());
   const std::string keys = "quiver/" + kind + "/";
   serial_ = group_->getStore()->add(keys + "made/" + std::to_string(host_), 1) - 1;
-  const auto period = std::max(std::chrono::milliseconds(100), timeout_ / kBeatsPerTimeout);
+  const std::chrono::milliseconds longest = std::max(kLongestBeat, kBeatPerHost * num_hosts_);
+  const auto period = std::clamp<std::chrono::milliseconds>(
+      timeout_ / kBeatsPerTimeout, std::chrono::milliseconds(100), longest);
   watch_ = std::make_unique<PeerWatch>(group_->getStore(),
                                        keys + "beat/" + std::to_string(serial_) + "/",
                                        static_cast<int>(host_), static_cast<int>(num_hosts_),
@@ -131,11 +141,8 @@ void CollectiveChannel::fail(const char* what, const std::exception& error) {
     TORCH_CHECK(false, owner_, ": ", broken_);
   }
   std::ostringstream why;
-  // c10 errors (Gloo's timeouts among them) carry their C++ frames in what(): not for users.
-  const auto* c10_error = dynamic_cast<const c10::Error*>(&error);
   why << "exchanging " << what << " failed: " << watch_->describe(watch_->period() * kSilentPeriods)
-      << ". The collective said: "
-      << (c10_error != nullptr ? c10_error->what_without_backtrace() : error.what());
+      << ". The collective said: " << message_of(error);
   broken_ = why.str();
   TORCH_CHECK(false, owner_, ": ", broken_);
 }

@@ -64,7 +64,7 @@ def build_shard_map(num_rows: int, num_hosts: int, hot_order: Optional[Tensor] =
     preflight.check_host_memory(20 * num_rows, f"a shard map of num_rows={num_rows:,}",
                                 "check num_rows")
     # Every row once: a short order would leave rows on no host, to fail later as ids.
-    order = torch.arange(num_rows) if hot_order is None else check_hot_order(hot_order, num_rows)
+    order = torch.arange(num_rows, device="cpu") if hot_order is None else check_hot_order(hot_order, num_rows)
     replicated = int(round(replicate_fraction * num_rows))
     return torch.classes.quiver.ShardMap.build(order, num_hosts, replicated, assignment)
 
@@ -395,8 +395,10 @@ class DistFeature:
             the group's backend is NCCL, else Gloo), ``"rdma"`` (one-sided reads; the group
             only exchanges endpoints), ``"nccl"`` or ``"gloo"`` (collectives over ``group``).
         timeout: seconds a fetch may wait for a peer before it raises naming the peer
-            (up to half as long again when the peer is alive but held up elsewhere: the
-            time its heartbeat is watched to tell a slow peer from a dead one).
+            (longer when the peer is alive but held up elsewhere, by the time its heartbeat
+            is watched to tell a slow peer from a dead one: five beats, a tenth of the
+            timeout each, at most a second in groups of up to 33 hosts over Gloo or NCCL;
+            half the timeout over RDMA).
         rdma: options of the RDMA transport: ``device`` (default: the first), ``port``,
             ``gid_index`` (-1: RoCE v2 over IPv4 when the port has it), ``qps_per_peer``,
             ``staging_bytes`` (another key is a ValueError).

@@ -511,10 +511,12 @@ class DistGraphSampler:
     asks the owners of remote frontier nodes for their samples each hop
     (``torch.classes.quiver.DistSampler``, over ``group``'s collectives: Gloo for these CPU
     tensors). Every process of the group samples a batch at the same time, as DDP steps;
-    a peer whose process dies makes every survivor raise, naming it: within seconds over
-    Gloo (its connections close and its heartbeat stops), within ``timeout`` over NCCL or
-    when its machine vanishes; one that stalls alive (its heartbeat still beating) is
-    raised about 1.5 x ``timeout`` seconds later, as a peer that may be slow, not dead.
+    a peer whose process dies makes every survivor raise, naming it: within a few seconds
+    over Gloo (its connections close and it misses three heartbeats, a tenth of
+    ``timeout`` apart but at most a second in groups of up to 33 hosts), within ``timeout``
+    over NCCL or when its machine vanishes; one that stalls alive (its heartbeat still
+    beating) is raised after ``timeout`` and up to five heartbeats more, as a peer that may
+    be slow, not dead.
 
     Args:
         partition: this process's part.

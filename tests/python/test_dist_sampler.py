@@ -362,6 +362,32 @@ def test_a_peer_that_dies_mid_batch_is_named(tmp_path):
         assert "frame #" not in message, message  # Gloo's error without its C++ frames
 
 
+def long_timeout_dying_worker(rank, world, port, directory, results):
+    """Host 1 leaves after two batches; host 0, with a timeout of 100 s, times how long its
+    next batch takes to name it."""
+    with host_of(rank, world, port, results, 300):
+        part = load_partition(Path(directory) / "parts", rank)
+        sampler = DistGraphSampler(part, [4, 3], timeout=100.0)
+        for _ in range(2):
+            sampler.sample_subgraph(torch.arange(20))
+        if rank == 1:
+            os._exit(0)
+        started = time.monotonic()
+        with pytest.raises(RuntimeError, match="host 1 has stopped answering"):
+            sampler.sample_subgraph(torch.arange(20))
+        (Path(results) / "named_after_s").write_text(f"{time.monotonic() - started:.1f}")
+
+
+@pytest.mark.timeout(300)
+def test_a_dead_peer_is_named_within_seconds_whatever_the_timeout(tmp_path):
+    """Heartbeats a tenth of the timeout apart named a dead peer after three silent ones: 24 s
+    at a timeout of 60, 36-48 s at torchrun's example's 120 (a probe). They are at most a
+    second apart now (in groups of up to 33 hosts)."""
+    seen, results = spawn_hosts(tmp_path, long_timeout_dying_worker, 2, "range")[1:]
+    assert seen == {"ok_0": "ok"}, seen
+    assert float((results / "named_after_s").read_text()) < 10.0
+
+
 def nccl_dying_sampler_worker(rank, port, directory, results):
     """GPU parts over NCCL (slots sized by bounds): host 1 leaves after three batches of
     one shape (the second captured as a CUDA graph, the third replayed); host 0's next batch
