@@ -29,6 +29,7 @@ accuracy over all processes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -45,8 +46,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import torch_quiver_ops as qv
 from torch_quiver_ops import _cli
-from torch_quiver_ops.partition import (DistGraphSampler, _tell_sampler_setup_problem,
-                                        load_partition, partition_graph)
+from torch_quiver_ops.partition import DistGraphSampler, load_partition, partition_graph
 from torch_quiver_ops.synthetic import PRESETS, synthetic_graph
 
 import option_checks  # noqa: E402  (the examples' shared option checks)
@@ -150,6 +150,10 @@ def _parts_dir(data: Path) -> Path:
     return data if _own_partition(data) is not None else data / "parts"
 
 
+def _hosts(count: int) -> str:
+    return f"{count} host" + ("s" if count != 1 else "")
+
+
 def prepare(args, num_hosts: int) -> Optional[str]:
     """Builds the graph once and writes the topology, labels, splits and feature shards;
     returns why it cannot, in a sentence, when --data holds another job's files. A
@@ -170,27 +174,32 @@ def prepare(args, num_hosts: int) -> Optional[str]:
             return (f"{data} holds a partition without {', '.join(missing)}: partition the "
                     f"graph again with them")
         if own["num_parts"] != num_hosts:
-            return (f"{data} holds {own['num_parts']} parts, but this job has {num_hosts} "
-                    f"host(s): one part a host")
+            return (f"{data} holds {own['num_parts']} parts, but this job has "
+                    f"{_hosts(num_hosts)}: one part a host")
         return None
     if (data / "ready.json").exists():
         meta = json.loads((data / "ready.json").read_text())
         partitioned = meta.get("partitioned", False)
         # The graph is drawn from --seed and split by --replicate: another value would be
         # ignored without a word (files of before this check record neither).
-        for option, value in (("seed", args.seed), ("replicate", args.replicate)):
+        given = {"seed": args.seed, "replicate": args.replicate}
+        if args.partition_method is not None and partitioned:  # (None: the one it holds)
+            given["partition-method"] = args.partition_method
+            with contextlib.suppress(OSError, ValueError):  # (named below if unreadable)
+                meta.setdefault("partition-method", json.loads(
+                    (data / "parts" / "manifest.json").read_text()).get("method"))
+        for option, value in given.items():
             if option in meta and meta[option] != value:
                 return (f"{data} holds a graph built with --{option} {meta[option]}, but this "
                         f"job gives --{option} {value}: give it another --data directory (or "
                         f"delete this one)")
         if meta["hosts"] != num_hosts or meta["size"] != args.size or \
                 partitioned != args.partitioned:
-            hosts = f"{num_hosts} host" + ("s" if num_hosts != 1 else "")
             how = ["features split", "graph partitioned"]
             return (f"{data} holds the {meta['size']!r} graph ({how[partitioned]}) for "
-                    f"{meta['hosts']} hosts, but this job is {args.size!r} "
-                    f"({how[args.partitioned]}) on {hosts}: give it another --data "
-                    f"directory (or delete this one)")
+                    f"{_hosts(meta['hosts'])}, but this job is {args.size!r} "
+                    f"({how[args.partitioned]}) on {_hosts(num_hosts)}: give it another "
+                    f"--data directory (or delete this one)")
         return None
     graph = synthetic_graph(args.size, seed=args.seed)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
@@ -206,7 +215,8 @@ def prepare(args, num_hosts: int) -> Optional[str]:
         torch.save({"num_classes": graph.num_classes}, data / "labels.pt")
         (data / "ready.json").write_text(json.dumps({"hosts": num_hosts, "size": args.size,
                                                      "partitioned": True, "seed": args.seed,
-                                                     "replicate": args.replicate}))
+                                                     "replicate": args.replicate,
+                                                     "partition-method": method}))
         return None
     topo.save(data / "graph")
     qv.dist.partition_features(graph.x, data / "features", num_hosts, topo.feature_order,
@@ -271,16 +281,14 @@ def main(argv=None) -> dict:
     # one line from the first, rather than the others failing in a collective.
     refusal = [prepare(args, num_hosts) if rank == 0 else None]
     dist.broadcast_object_list(refusal, src=0)
-    if refusal[0] is not None:
-        if rank == 0:
-            print(f"train_sage_dist.py: {refusal[0]}", file=sys.stderr, flush=True)
+    if refusal[0] is not None:  # said by every process, as above
+        print(f"train_sage_dist.py: {refusal[0]}", file=sys.stderr, flush=True)
         dist.destroy_process_group()
         raise SystemExit(2)
 
     data = Path(args.data)
     torch.manual_seed(args.seed)
     parts = _parts_dir(data)
-    meta = torch.load(data / "labels.pt") if parts == data / "parts" else None
     fanouts = args.fanouts
     host_group = qv.dist.host_groups()
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -290,13 +298,25 @@ def main(argv=None) -> dict:
         # (Made on every process when needed: groups are created collectively.)
         sampler_group = host_group if dist.get_backend(host_group) == "gloo" else \
             qv.dist.host_groups(backend="gloo")
-        try:
+    # This host's files (--data may differ from host to host), read before anything waits for
+    # the other hosts: a file missing or cut short on one host is said by every process at
+    # once, where the others had waited out --timeout and then blamed a late host (a probe).
+    try:
+        meta = torch.load(data / "labels.pt") if parts == data / "parts" else None
+        if args.partitioned:
             part = load_partition(parts, dist.get_rank(host_group))
-        except (ValueError, OSError) as error:  # a file missing or cut short on this host
-            # Told to the other hosts, which wait for this one in the sampler's setup: they
-            # then stop at once naming it, not after --timeout with nothing said.
-            _tell_sampler_setup_problem(sampler_group, args.timeout, str(error))
-            raise SystemExit(f"train_sage_dist.py: {error}") from None
+    except Exception as error:  # noqa: BLE001 (said on every process, then ended)
+        problem = f"process {rank}: {type(error).__name__}: {error}"
+    else:
+        problem = None
+    problems = [None] * world
+    dist.all_gather_object(problems, problem)
+    if any(problems):
+        print("train_sage_dist.py: " + "; ".join(p for p in problems if p), file=sys.stderr,
+              flush=True)
+        dist.destroy_process_group()
+        raise SystemExit(2)
+    if args.partitioned:
         try:
             sampler = DistGraphSampler(part, fanouts, sampler_group, timeout=args.timeout)
         except ValueError as error:  # another host's problem, named
@@ -314,6 +334,17 @@ def main(argv=None) -> dict:
                                part.splits["test"].numel() // local_size])
         dist.all_reduce(shares, op=dist.ReduceOp.MIN)
         per_process, test_per_process = shares.tolist()
+        if per_process == 0:  # the same on every process: all stop here together
+            # (one empty batch an epoch had made the loss NaN, blamed on --lr: a probe)
+            owned = [None] * world
+            dist.all_gather_object(owned, (dist.get_rank(host_group),
+                                           part.splits["train"].numel()))
+            short = sorted({host for host, count in owned if count < local_size})
+            raise SystemExit(
+                f"train_sage_dist.py: host(s) {short} own fewer train ids than their "
+                f"{local_size} process(es) (train ids a host: "
+                f"{dict(sorted(set(owned)))}): nothing to train on there; partition with "
+                f"another --partition-method, or train on fewer hosts")
         own_train = part.splits["train"][local_rank_in_node::local_size]
         test = part.splits["test"][local_rank_in_node::local_size]
         test = test[:min(test_per_process, args.eval_nodes // world)]
@@ -326,17 +357,21 @@ def main(argv=None) -> dict:
         # Every process gets the same number of batches: DDP and the collective transports
         # need every process in every step.
         per_process = meta["train_idx"].numel() // world
+        if per_process == 0:
+            raise SystemExit(f"train_sage_dist.py: {meta['train_idx'].numel()} train ids "
+                             f"cannot give each of the {world} processes one")
         test = meta["test_idx"][torch.randperm(meta["test_idx"].numel(),
                                                generator=torch.Generator().manual_seed(1))]
         # An equal share each: at most --eval-nodes, never more than the test set holds.
         count = min(args.eval_nodes, test.numel())
         test = test[:count - count % world].view(world, -1)[rank]
-    shard_rows = qv.dist.load_shard_map(feature_dir).local_rows(dist.get_rank(host_group))
     feature = qv.dist.DistFeature.load(
         feature_dir, group=host_group, rank=device.index or 0,
         device_list=[device.index] if use_gpu else [],
         device_cache_size=args.cache_size if use_gpu else 0,
         transport=args.transport, timeout=args.timeout)
+    # (after the load, which names a folder cut for another host count on every host)
+    shard_rows = qv.dist.load_shard_map(feature_dir).local_rows(dist.get_rank(host_group))
     if rank == 0:
         print(f"{num_hosts} hosts x {world // num_hosts} processes, transport "
               f"{feature.transport.kind()}; host 0 holds {shard_rows:,} of "

@@ -25,6 +25,7 @@ from multiprocessing.reduction import ForkingPickler
 
 import torch_quiver_ops as qv
 from conftest import HAS_CUDA, run_script_cases, spawn_workers, worker_process
+from torch_quiver_ops.synthetic import synthetic_graph
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -1293,11 +1294,17 @@ def test_distributed_example_refuses_options_that_differ_between_hosts(tmp_path)
 def test_distributed_example_refuses_another_jobs_data_in_one_line(tmp_path):
     (tmp_path / "ready.json").write_text('{"hosts": 5, "size": "tiny"}')
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
          str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path), "--size", "tiny"],
         capture_output=True, text=True, timeout=120)
-    first = result.stderr.strip().splitlines()[0]
-    assert first.startswith("train_sage_dist.py: ") and "for 5 hosts" in first, result.stderr
+    # Said by every process (rank 0 alone had said it: the other host's log said nothing),
+    # and a host count of one reads "1 host" (it had read "for 1 hosts"). (torchrun's
+    # OMP_NUM_THREADS notice may come first.)
+    said = [line for line in result.stderr.splitlines() if "train_sage_dist.py: " in line]
+    assert len(said) == 2 and all(line.startswith("train_sage_dist.py: ") for line in said), \
+        result.stderr
+    first = said[0]
+    assert "for 5 hosts" in first and "on 1 host:" in first, first
     assert "exitcode  : 2" in result.stderr, result.stderr  # torchrun's summary of the worker
     # The worker itself printed no traceback (what follows is torchrun's own report).
     worker_part = result.stderr.split("torch/distributed/elastic")[0]
@@ -1315,6 +1322,43 @@ def test_distributed_example_refuses_data_built_with_another_seed(tmp_path):
     first = result.stderr.strip().splitlines()[0]
     assert "built with --seed 3, but this job gives --seed 0" in first, result.stderr
     assert result.returncode != 0
+
+
+def test_distributed_example_refuses_a_partition_made_another_way(tmp_path):
+    """--partition-method range over a folder partitioned by METIS was ignored without a word
+    (a probe): refused as another --seed is."""
+    (tmp_path / "ready.json").write_text('{"hosts": 1, "size": "tiny", "partitioned": true, '
+                                         '"seed": 0, "replicate": 0.2, '
+                                         '"partition-method": "metis"}')
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
+         str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path), "--size", "tiny",
+         "--partitioned", "--partition-method", "range"],
+        capture_output=True, text=True, timeout=120)
+    assert ("built with --partition-method metis, but this job gives --partition-method range"
+            in result.stderr), result.stderr[-3000:]
+    assert result.returncode != 0
+
+
+@pytest.mark.timeout(300)
+def test_distributed_example_names_a_host_with_fewer_train_ids_than_processes(tmp_path):
+    """A host owning fewer train ids than its processes trained on an empty batch: the loss
+    was NaN and the run ended blaming --lr (a probe). Every process now names the host."""
+    from torch_quiver_ops.partition import partition_graph
+    graph = synthetic_graph("tiny", seed=0)
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    partition_graph(tmp_path, topo, 1, "range", x=graph.x, y=graph.y,
+                    splits={"train": graph.train_idx[:1], "test": graph.test_idx})
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path), "--size", "tiny",
+         "--partitioned", "--transport", "gloo", "--eval-nodes", "100", "--epochs", "1"],
+        capture_output=True, text=True, timeout=240)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert output.count("train_sage_dist.py: host(s) [0] own fewer train ids than their 2 "
+                        "process(es) (train ids a host: {0: 1})") == 2, output[-3000:]
+    assert "loss" not in output and "diverged" not in output, output[-3000:]
 
 
 def test_distributed_example_checks_its_options_before_starting(capsys, monkeypatch, tmp_path):
