@@ -305,6 +305,8 @@ def main(argv=None) -> dict:
         meta = torch.load(data / "labels.pt") if parts == data / "parts" else None
         if args.partitioned:
             part = load_partition(parts, dist.get_rank(host_group))
+        else:
+            topo = qv.CSRTopo.load_shared(data / "graph")  # one copy per machine, mapped
     except Exception as error:  # noqa: BLE001 (said on every process, then ended)
         problem = f"process {rank}: {type(error).__name__}: {error}"
     else:
@@ -340,16 +342,17 @@ def main(argv=None) -> dict:
             dist.all_gather_object(owned, (dist.get_rank(host_group),
                                            part.splits["train"].numel()))
             short = sorted({host for host, count in owned if count < local_size})
-            raise SystemExit(
-                f"train_sage_dist.py: host(s) {short} own fewer train ids than their "
-                f"{local_size} process(es) (train ids a host: "
-                f"{dict(sorted(set(owned)))}): nothing to train on there; partition with "
-                f"another --partition-method, or train on fewer hosts")
+            print(f"train_sage_dist.py: host(s) {short} own fewer train ids than their "
+                  f"{local_size} process(es) (train ids a host: {dict(sorted(set(owned)))}): "
+                  f"nothing to train on there; partition with another --partition-method, "
+                  f"or train on fewer hosts", file=sys.stderr, flush=True)
+            sampler.close()  # (its heartbeat first, as the end of a run does)
+            dist.destroy_process_group()
+            raise SystemExit(2)
         own_train = part.splits["train"][local_rank_in_node::local_size]
         test = part.splits["test"][local_rank_in_node::local_size]
         test = test[:min(test_per_process, args.eval_nodes // world)]
     else:
-        topo = qv.CSRTopo.load_shared(data / "graph")  # one copy per machine, mapped
         sampler = qv.GraphSageSampler(topo, fanouts, device=device,
                                       mode="UVA" if use_gpu else "CPU")
         feature_dir = data / "features"
@@ -449,11 +452,15 @@ def main(argv=None) -> dict:
                         "accuracy": accuracy})
         if not math.isfinite(loss):  # the same sum on every process: all stop together
             feature.close()
+            if args.partitioned:  # its heartbeat, before the store's host may leave
+                sampler.close()
             optimizer = model = None
             dist.destroy_process_group()
             collective_tensors.clear()
             option_checks.stop_if_diverged(loss, epoch, args.lr)
     feature.close()
+    if args.partitioned:
+        sampler.close()
     optimizer = model = None  # DDP's reducer holds the process group: let go of it first
     dist.destroy_process_group()
     collective_tensors.clear()

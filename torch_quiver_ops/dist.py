@@ -64,7 +64,8 @@ def build_shard_map(num_rows: int, num_hosts: int, hot_order: Optional[Tensor] =
     preflight.check_host_memory(20 * num_rows, f"a shard map of num_rows={num_rows:,}",
                                 "check num_rows")
     # Every row once: a short order would leave rows on no host, to fail later as ids.
-    order = torch.arange(num_rows, device="cpu") if hot_order is None else check_hot_order(hot_order, num_rows)
+    order = (torch.arange(num_rows, device="cpu") if hot_order is None
+             else check_hot_order(hot_order, num_rows))
     replicated = int(round(replicate_fraction * num_rows))
     return torch.classes.quiver.ShardMap.build(order, num_hosts, replicated, assignment)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import numbers
+import os
+import sys
 import threading
 import warnings
 import weakref
@@ -89,6 +91,16 @@ def _checked_rank(rank) -> int:
     if index is None or index < 0:
         raise ValueError(f"rank must be an int >= 0 (a GPU index), got {rank!r}")
     return index
+
+
+def _first_frame_outside_the_package() -> int:
+    """The stacklevel of a warning raised here that names the caller's own line: the first
+    frame outside torch_quiver_ops (a PyG store or loader calls in from inside)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class Feature:
@@ -234,10 +246,11 @@ class Feature:
         else:
             order = None
         if x.requires_grad:  # (batches had silently carried no gradient back: a probe)
-            warnings.warn("the feature table requires grad, but a Feature holds a copy of its "
-                          "values and its rows carry no gradient back to it: for learnable "
-                          "node embeddings, keep a torch.nn.Embedding in the model and index "
-                          "it with the batch's node ids", stacklevel=2)
+            warnings.warn("the feature table requires grad, but a Feature reads its values "
+                          "detached from autograd: its rows carry no gradient back to it; for "
+                          "learnable node embeddings, keep a torch.nn.Embedding in the model "
+                          "and index it with the batch's node ids",
+                          stacklevel=_first_frame_outside_the_package())
         self._place(x.detach().cpu().contiguous(), order)
         return self
 

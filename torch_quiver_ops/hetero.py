@@ -338,7 +338,8 @@ class HeteroCSRTopo:
         starts = torch.ones(key.numel(), dtype=torch.bool, device=key.device)
         if key.numel():
             starts[1:] = key[1:] != key[:-1]
-        return torch.cat([starts.nonzero().view(-1), torch.tensor([key.numel()], device=key.device)])
+        end = torch.tensor([key.numel()], device=key.device)
+        return torch.cat([starts.nonzero().view(-1), end])
 
     @property
     def slice_starts(self) -> Tensor:
@@ -356,8 +357,8 @@ class HeteroCSRTopo:
                     continue
                 lo, hi = self.node_type_offsets[t], self.node_type_offsets[t + 1]
                 begin, end = int(self.indptr[lo]), int(self.indptr[hi])
-                slot = torch.full((num_relations,), -1, dtype=torch.long, device="cpu")
-                slot[relations] = torch.arange(len(relations), device="cpu")
+                slot = torch.full((num_relations,), -1, dtype=torch.long, device=relation.device)
+                slot[relations] = torch.arange(len(relations), device=relation.device)
                 row = torch.repeat_interleave(torch.arange(hi - lo, device=self.indptr.device),
                                               self.indptr[lo:hi + 1].diff())
                 counts = torch.bincount(row * len(relations) + slot[relation[begin:end]],

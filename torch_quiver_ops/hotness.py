@@ -81,7 +81,7 @@ def _presampled_batches(sampler, seeds, batch_size: int, num_batches: Optional[i
     # device, seeded from it), so that the same generator gives the same order.
     sampling = None
     if generator is not None:
-        draw = torch.empty((), dtype=torch.int64, device=generator.device).random_(generator=generator)
+        draw = torch.empty((), dtype=torch.int64, device="cpu").random_(generator=generator)
         sampling = torch.Generator(sampler.device).manual_seed(int(draw))
     for batch in batches[:num_batches] if num_batches is not None else batches:
         yield sampler.sample_subgraph(batch, sampling)

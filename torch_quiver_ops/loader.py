@@ -1006,9 +1006,9 @@ class LinkSampleLoader(SampleLoader):
             raise ValueError(f"neg_ratio must be a finite number >= 0, got {neg_ratio}")
         num_edges = edge_label_index.size(1)
         # Its own _build_one builds its batches: SampleLoader never gives them to C++.
-        super().__init__(sampler, feature, torch.arange(num_edges, device="cpu"), batch_size, None, shuffle,
-                         drop_last, prefetch, generator, prefetch_sms, prefetch_host_read_blocks,
-                         workers, own_stream=own_stream)
+        super().__init__(sampler, feature, torch.arange(num_edges, device="cpu"), batch_size, None,
+                         shuffle, drop_last, prefetch, generator, prefetch_sms,
+                         prefetch_host_read_blocks, workers, own_stream=own_stream)
         self.edge_label_index = edge_label_index.long().to(self.device)
         self.edge_label = (None if edge_label is None
                            else as_tensor(edge_label).to(self.device))

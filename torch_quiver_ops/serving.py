@@ -172,6 +172,16 @@ def _close_open_runtimes() -> None:
         thread.join(max(0.0, deadline - time.monotonic()))
 
 
+def _refuse_closing_from_a_model_thread(runtimes, what: str) -> None:
+    """A RuntimeError when the calling thread is a model thread of one of ``runtimes``:
+    closing waits for the batch that thread is computing, and then joins it (a close from
+    inside the model had waited out its timeout, then left what it closed half closed)."""
+    current = threading.current_thread()
+    if any(current in getattr(r, "_model_threads", ()) for r in runtimes):
+        raise RuntimeError(f"{what} was called from a model thread (inside the model): "
+                           f"call it from another thread")
+
+
 def _model_loop(runtime, model_box: list, stream) -> None:
     """A model thread: the runtime's batches through ``model_box[0]`` (the runtime's
     ``model``, read each batch) until it closes."""
@@ -422,10 +432,7 @@ class ServingRuntime:
             self._closer.detach()
             return
         timeout = _number(timeout, "timeout")
-        if threading.current_thread() in self._model_threads:
-            # (it would wait for the batch this thread is computing, then join itself)
-            raise RuntimeError("ServingRuntime.close() was called from one of its model "
-                               "threads (inside the model): call it from another thread")
+        _refuse_closing_from_a_model_thread([self], "ServingRuntime.close()")
         self._closing = True
         deadline = time.monotonic() + min(timeout, _NO_LIMIT_S)
         self._runtime.close(timeout)
@@ -640,6 +647,8 @@ class ServingPool:
             runtime.stop_holding_batches()
 
     def close(self, timeout: float = 30.0) -> None:
+        # (refused before any is closed: one refusal midway had left the pool half closed)
+        _refuse_closing_from_a_model_thread(self.runtimes, "ServingPool.close()")
         for runtime in self.runtimes:
             runtime.close(timeout)
 
@@ -1442,6 +1451,8 @@ class HttpServer:
             except SystemExit as exit_:  # uvicorn's way to fail at start-up (it logged why)
                 failure.append(exit_)
             except Exception as error:  # noqa: BLE001 (raised below, in the caller's thread)
+                if self._uvicorn.started:  # (a failure once serving: the thread's own)
+                    raise
                 failure.append(error)  # (a parser it could not import had shown only as
                 # a thread's traceback, after an OSError blaming the port: a probe)
 
@@ -1458,6 +1469,8 @@ class HttpServer:
         return self._uvicorn.servers[0].sockets[0].getsockname()[1]
 
     def shutdown(self) -> None:
+        _refuse_closing_from_a_model_thread(getattr(self.runtime, "runtimes", [self.runtime]),
+                                            "HttpServer.shutdown()")
         if (threading.current_thread() is self._thread or
                 (self.kind == "stdlib" and getattr(_handling, "server", None) is self._stdlib)):
             # It waits for these threads: from one of them it had joined itself, leaving the

@@ -1295,7 +1295,8 @@ def test_distributed_example_refuses_another_jobs_data_in_one_line(tmp_path):
     (tmp_path / "ready.json").write_text('{"hosts": 5, "size": "tiny"}')
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path), "--size", "tiny"],
+         str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path), "--size", "tiny",
+         "--transport", "gloo"],  # (two NCCL ranks cannot share a one-GPU machine's GPU)
         capture_output=True, text=True, timeout=120)
     # Said by every process (rank 0 alone had said it: the other host's log said nothing),
     # and a host count of one reads "1 host" (it had read "for 1 hosts"). (torchrun's

@@ -205,7 +205,9 @@ import importlib.machinery, sys
 class Blocked(importlib.machinery.PathFinder):
     @classmethod
     def find_spec(cls, name, path=None, target=None):
-        return None if name.split(".")[0] == "torch_geometric" else super().find_spec(name, path, target)
+        if name.split(".")[0] == "torch_geometric":
+            return None
+        return super().find_spec(name, path, target)
 sys.meta_path[:] = [Blocked if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
 import torch_quiver_ops as qv
 from torch_quiver_ops import *

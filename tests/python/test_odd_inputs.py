@@ -220,12 +220,13 @@ def test_a_table_that_requires_grad_is_warned_of_its_copy():
     probe). Said once, at the table, with what to do instead."""
     from torch_geometric.data import Data
     embedding = torch.nn.Parameter(torch.randn(30, 4))
-    with pytest.warns(UserWarning, match="carry no gradient back to it: .*torch.nn.Embedding"):
+    with pytest.warns(UserWarning, match="carry no gradient back to it; .*torch.nn.Embedding"):
         feature = qv.Feature(0, []).from_cpu_tensor(embedding)
     assert not feature[torch.arange(3)].requires_grad
     edge_index = torch.randint(0, 30, (2, 100), generator=torch.Generator().manual_seed(0))
-    with pytest.warns(UserWarning, match="requires grad"):
+    with pytest.warns(UserWarning, match="requires grad") as warned:
         loader = qpyg.NeighborLoader(Data(x=embedding, edge_index=edge_index, num_nodes=30),
                                      num_neighbors=[3], batch_size=8, device="cpu")
+    assert warned[0].filename == __file__  # the caller's line, not the store's
     batch = next(iter(loader))
     assert torch.equal(batch.x, embedding.detach()[batch.n_id])

@@ -1495,9 +1495,29 @@ def test_closing_from_the_runtimes_own_threads_is_refused_at_once(graph, server_
     started = time.monotonic()
     assert runtime.predict([1], 30).shape[0] == 1
     assert time.monotonic() - started < 10
-    assert refusals and "from one of its model threads" in refusals[0], refusals
+    assert refusals and "ServingRuntime.close() was called from a model thread" in \
+        refusals[0], refusals
     runtime.model = model
     assert runtime.predict([2], 30).shape[0] == 1 and not runtime.closing
+    # A pool's close refuses before it closes any (one refusal midway had left the runtimes
+    # before it closed and those after it open, the pool's /health still ok: a review).
+    pool = ServingPool([runtime_for(graph, (3,), cpu_samplers=1)[0] for _ in range(2)])
+    pool_refusals = []
+
+    def closing_the_pool(x, adjs):
+        try:
+            pool.close()
+        except RuntimeError as error:
+            pool_refusals.append(str(error))
+        return x[:adjs[-1].size[1], :3]
+
+    for member in pool.runtimes:
+        member.model = closing_the_pool
+    assert pool.runtimes[1].predict([1], 30).shape[0] == 1
+    assert pool_refusals and "ServingPool.close() was called from a model thread" in \
+        pool_refusals[0], pool_refusals
+    assert not any(member.closing for member in pool.runtimes)
+    pool.close()
     box = {}
 
     def shutting_down(out):
@@ -1513,6 +1533,23 @@ def test_closing_from_the_runtimes_own_threads_is_refused_at_once(graph, server_
         assert status == 200 and len(body["predictions"]) == 2, (status, body)
         assert "endpoint's own threads" in refusals[-1], refusals
         assert post(server.url, {"nodes": [3]})[0] == 200  # still whole
+        # From inside the model: refused at once (it had waited for the answer this thread
+        # computes, 504'd it, then left the runtime open: a review).
+        def shutting_down_in_the_model(x, adjs):
+            try:
+                box["server"].shutdown()
+            except RuntimeError as error:
+                refusals.append(str(error))
+            return model(x, adjs)
+
+        runtime.model = shutting_down_in_the_model
+        started = time.monotonic()
+        assert post(server.url, {"nodes": [4]})[0] == 200
+        assert time.monotonic() - started < 10
+        # (then to_json, which shuts down too, was refused as before)
+        assert "HttpServer.shutdown() was called from a model thread" in refusals[-2], refusals
+        runtime.model = model
+        assert post(server.url, {"nodes": [5]})[0] == 200
     finally:
         server.shutdown()
     assert runtime.closing

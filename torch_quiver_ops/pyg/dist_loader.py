@@ -195,7 +195,8 @@ class DistNeighborLoader:
                 places = order[b * size:(b + 1) * size]
             else:  # past this host's own batches: its seeds again, from the start
                 again = (b - self._own_batches) * size
-                places = order[(torch.arange(size, device="cpu") + again) % count][:min(size, count)]
+                steps = torch.arange(size, device="cpu")
+                places = order[(steps + again) % count][:min(size, count)]
             yield self._batch(self.input_nodes[places], places)
 
     def _batch(self, seeds: Tensor, places: Tensor) -> Data:

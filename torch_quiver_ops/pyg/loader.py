@@ -619,7 +619,8 @@ def _id_tensor(ids, name: str) -> Tensor:
     """A tensor of the ids in a list, tuple, range or array; a TypeError naming ``name``
     for anything else."""
     if isinstance(ids, (list, tuple, range)) and len(ids) == 0:
-        return torch.empty(0, dtype=torch.long, device="cpu")  # as PyG reads []: no seeds, not floats
+        # as PyG reads []: no seeds, not floats
+        return torch.empty(0, dtype=torch.long, device="cpu")
     try:
         return as_tensor(list(ids) if isinstance(ids, range) else ids)
     except (TypeError, ValueError, RuntimeError) as error:
