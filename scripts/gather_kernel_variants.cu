@@ -2,7 +2,8 @@
 // products-sized table (2.45M rows) in HBM, batches of 430,000 random unique ids, as
 // bench_feature.py's HBM row. Prints GB/s of output beside the device-to-device copy, and
 // a call's wait for the whole gather against a wait for a check of its ids only. What it
-// measured is in docs/benchmarks.md (issue 28, forty-second session).
+// measured is in docs/benchmarks.md (issue 28, forty-second session; bulk copies, forty-
+// ninth).
 //
 //   nvcc -O3 -arch=sm_90 -std=c++17 -o /tmp/gather_kernel_variants \
 //     scripts/gather_kernel_variants.cu && /tmp/gather_kernel_variants
@@ -93,6 +94,117 @@ __global__ void kflat(const uint4* __restrict__ table, int64_t rows, int row_vec
   }
 }
 
+// Hopper's bulk copies (TMA without a tensor map, sm_90): each lane of a warp moves one row,
+// global -> shared (cp.async.bulk, completing on the warp's mbarrier for that stage) then
+// shared -> global (cp.async.bulk ... bulk_group), kStages groups of 32 rows in flight a warp.
+// Rows must be 16-byte multiples at 16-byte aligned addresses. Forty-ninth session.
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+template <int kStages>
+__global__ void ktma(const char* __restrict__ table, int64_t rows, int row_bytes,
+                     const int64_t* __restrict__ ids, int64_t n, char* __restrict__ out,
+                     uint64_t* err) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) char smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  uint64_t* bars = reinterpret_cast<uint64_t*>(smem) + warp * kStages;  // 1 KiB reserved
+  char* bufs = smem + 1024 + int64_t{warp} * kStages * 32 * row_bytes;
+  if (lane == 0) {
+    for (int s = 0; s < kStages; ++s)
+      asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bars + s)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncwarp();
+  const int64_t groups = (n + 31) / 32;
+  const int64_t stride = int64_t{gridDim.x} * warps;
+  const int64_t first = int64_t{blockIdx.x} * warps + warp;
+  uint32_t ok_bits = 0, parity = 0;
+  auto load = [&](int64_t g, int s) {
+    const int64_t i = g * 32 + lane;
+    bool ok = false;
+    const char* src = nullptr;
+    if (i < n) {
+      const int64_t id = ids[i];
+      if (id >= 0 && id < rows) {
+        ok = true;
+        src = table + id * row_bytes;
+      } else if (err) {
+        *err = i + 1;
+      }
+    }
+    const unsigned mask = __ballot_sync(0xffffffffu, ok);
+    const uint32_t bar = smem_u32(bars + s);
+    if (lane == 0) {
+      uint64_t state;
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 %0, [%1], %2;"
+                   : "=l"(state) : "r"(bar), "r"(static_cast<uint32_t>(__popc(mask) * row_bytes))
+                   : "memory");
+    }
+    __syncwarp();
+    if (ok) {
+      asm volatile(
+          "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+          ::"r"(smem_u32(bufs + (int64_t{s} * 32 + lane) * row_bytes)), "l"(src), "r"(row_bytes),
+          "r"(bar) : "memory");
+    }
+    ok_bits = ok ? (ok_bits | (1u << s)) : (ok_bits & ~(1u << s));
+  };
+  for (int s = 0; s < kStages; ++s) {
+    const int64_t g = first + s * stride;
+    if (g < groups) load(g, s);
+  }
+  int s = 0;
+  for (int64_t g = first; g < groups; g += stride) {
+    const uint32_t bar = smem_u32(bars + s);
+    const uint32_t phase = (parity >> s) & 1u;
+    asm volatile(
+        "{\n .reg .pred done;\n WAIT_%=:\n"
+        " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        " @!done bra WAIT_%=;\n}" ::"r"(bar), "r"(phase) : "memory");
+    parity ^= 1u << s;
+    const bool ok = (ok_bits >> s) & 1u;
+    if (ok) {
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+      asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                   ::"l"(out + (g * 32 + lane) * row_bytes),
+                   "r"(smem_u32(bufs + (int64_t{s} * 32 + lane) * row_bytes)), "r"(row_bytes)
+                   : "memory");
+      asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    }
+    const int64_t next = g + int64_t{kStages} * stride;
+    if (next < groups) {
+      if (ok) asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");  // buffer free
+      __syncwarp();
+      load(next, s);
+    }
+    s = s + 1 == kStages ? 0 : s + 1;
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
+}
+
+__global__ void fill_rows(uint32_t* table, int64_t words) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < words;
+       i += int64_t{gridDim.x} * blockDim.x)
+    table[i] = static_cast<uint32_t>(i * 2654435761u);
+}
+
+// Rows of `out` that differ from table[ids[i]], counted into *wrong.
+__global__ void count_wrong_rows(const uint32_t* table, int64_t row_words, const int64_t* ids,
+                                 int64_t n, const uint32_t* out, unsigned long long* wrong) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
+       i += int64_t{gridDim.x} * blockDim.x) {
+    for (int64_t w = 0; w < row_words; ++w) {
+      if (out[i * row_words + w] != table[ids[i] * row_words + w]) {
+        atomicAdd(wrong, 1ull);
+        break;
+      }
+    }
+  }
+}
+
 __global__ void check_ids(const int64_t* __restrict__ ids, int64_t n, int64_t rows, uint64_t* err) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n;
        i += int64_t{gridDim.x} * blockDim.x) {
@@ -105,7 +217,8 @@ int main() {
   const int64_t rows = 2449029, row_bytes = 400, row_vecs = row_bytes / 16, n = 430000;
   const int batches = 24;
   uint4* table; CK(cudaMalloc(&table, rows * row_bytes));
-  CK(cudaMemset(table, 1, rows * row_bytes));
+  fill_rows<<<1024, 256>>>(reinterpret_cast<uint32_t*>(table), rows * row_bytes / 4);
+  CK(cudaDeviceSynchronize());
   std::mt19937_64 gen(1);
   std::vector<int64_t> perm(rows);
   for (int64_t i = 0; i < rows; ++i) perm[i] = i;
@@ -176,6 +289,43 @@ int main() {
         if (R == 4) kflat<4><<<blocks, threads>>>(table, rows, row_vecs, ids, n, out, err);
       });
     }
+  }
+  int sms = 0;
+  CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (int stages : {1, 2, 4}) {
+    for (int warps : {1, 2, 4, 8}) {
+      const size_t smem = 1024 + size_t{1} * warps * stages * 32 * row_bytes;
+      if (smem > 227 * 1024) continue;
+      auto kernel = stages == 1 ? ktma<1> : stages == 2 ? ktma<2> : ktma<4>;
+      CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(smem)));
+      int per_sm = 0;
+      CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * warps, smem));
+      if (per_sm == 0) continue;
+      char name[80];
+      snprintf(name, 80, "tma stages=%d warps=%d (%d blocks/SM)", stages, warps, per_sm);
+      run(name, [&](int64_t* ids) {
+        kernel<<<sms * per_sm, 32 * warps, smem>>>(reinterpret_cast<const char*>(table), rows,
+                                                   static_cast<int>(row_bytes), ids, n,
+                                                   reinterpret_cast<char*>(out), err);
+      });
+    }
+  }
+  // The last batch's rows (the last TMA variant's last run wrote them) against the table's.
+  {
+    unsigned long long* wrong;
+    CK(cudaMallocManaged(&wrong, 8));
+    *wrong = 0;
+    CK(cudaMemset(out, 0, n * row_bytes));
+    ktma<2><<<sms, 64, 1024 + 2 * 2 * 32 * row_bytes>>>(reinterpret_cast<const char*>(table),
+        rows, static_cast<int>(row_bytes), idsv[batches - 1], n, reinterpret_cast<char*>(out),
+        err);
+    count_wrong_rows<<<1024, 256>>>(reinterpret_cast<const uint32_t*>(table), row_bytes / 4,
+                                    idsv[batches - 1], n, reinterpret_cast<const uint32_t*>(out),
+                                    wrong);
+    CK(cudaDeviceSynchronize());
+    printf("tma rows that differ from the table's: %llu of %lld\n", *wrong,
+           static_cast<long long>(n));
   }
   // Host-side per call: launch + wait for the whole gather, against launch + a check kernel,
   // an event after it, the gather, and a wait for the event only.
