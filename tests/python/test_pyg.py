@@ -181,6 +181,37 @@ def test_malformed_edge_indices_are_refused_not_truncated():
                                                    layout=layout, size=(3, 3))
 
 
+def test_node_tables_without_a_row_per_node_are_refused_by_name():
+    """x with 8 rows on 10 nodes went into every batch whole (PyG's rule for what is neither
+    a node nor an edge attribute), and one with as many rows as edges was gathered by edge
+    ids: a model read other nodes' rows unsaid. A hand-built FeatureStore shorter than its
+    GraphStore failed at the first batch to reach past it, naming neither (probes)."""
+    edge_index = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    for key, value in [("x", torch.randn(8, 3)), ("x", torch.randn(4, 3)),
+                       ("y", torch.arange(11)), ("pos", torch.randn(3, 2))]:
+        data = Data(edge_index=edge_index, num_nodes=10, **{key: value})
+        with pytest.raises(ValueError, match=f"node attribute '{key}' has {value.size(0)} rows, "
+                                             f"but the graph has 10 nodes"):
+            qpyg.NeighborLoader(data, [-1], batch_size=1, device="cpu")
+    # One label for the whole graph is graph-level, as PyG copies it.
+    data = Data(edge_index=edge_index, num_nodes=10, y=torch.tensor([1]))
+    batch = next(iter(qpyg.NeighborLoader(data, [-1], input_nodes=[4], batch_size=1,
+                                          device="cpu")))
+    assert batch.y.tolist() == [1]
+    hetero = HeteroData()
+    hetero["a"].x, hetero["a"].num_nodes = torch.randn(4, 2), 5
+    hetero["a", "to", "a"].edge_index = edge_index
+    with pytest.raises(ValueError, match="node attribute 'x' of node type 'a' has 4 rows, but "
+                                         "the graph has 5 nodes"):
+        qpyg.NeighborLoader(hetero, [-1], input_nodes="a", batch_size=1, device="cpu")
+    graph_store = qpyg.GraphStore.from_edge_index(edge_index, num_nodes=12)
+    feature_store = qpyg.FeatureStore(device="cpu")
+    feature_store.put_tensor(torch.randn(10, 3), group_name=None, attr_name="x", index=None)
+    with pytest.raises(ValueError, match="node table 'x' has 10 rows, but the graph store has "
+                                         "12 nodes"):
+        qpyg.NeighborLoader((feature_store, graph_store), [-1], batch_size=4, device="cpu")
+
+
 def test_an_id_out_of_range_is_named_where_it_is_in_edge_index():
     """A probe: the error named edge_index[1, 1] for a bad source at [0, 1], and the
     reverse (the graph store stacks the rows the other way round for the CSR)."""

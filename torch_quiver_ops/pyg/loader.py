@@ -325,6 +325,8 @@ class _OnOurStores:
             raise TypeError(f"data must be a torch_geometric Data or a (FeatureStore, "
                             f"GraphStore) pair, got {type(data).__name__}")
         feature_store, graph_store = stores
+        if isinstance(feature_store, FeatureStore) and isinstance(graph_store, GraphStore):
+            feature_store.check_node_rows(graph_store.num_nodes)
         # Edge attributes are gathered for the sampled edges by their ids; those this loader
         # writes itself (a link loader's edge_label_index) are not, nor do they ask for ids.
         names = [name for name in getattr(feature_store, "edge_feature_names", None) or ()
@@ -410,6 +412,8 @@ class _OnOurStores:
         else:
             stores = tuple(data)
         feature_store, graph_store = stores
+        if isinstance(feature_store, FeatureStore):
+            feature_store.check_node_rows(graph_store.num_nodes_dict)
         self._edge_store = feature_store if any(
             not isinstance(k, str) and k[1] not in self._own_keys
             for k in getattr(feature_store, "_edge_tables", {})) else None

@@ -42,6 +42,26 @@ LINK_LOADER_KEYS = frozenset({
     "dst_neg_index"})
 
 
+# Attributes PyG's conventions hold a row per node; the second set may also hold one row (a
+# graph-level label or mask). One of another length is a mistake that PyG would copy whole
+# into every batch, or gather by edge ids when its length happens to be the edge count, so
+# that a model read other nodes' rows unsaid (a probe): refused by name.
+NODE_ROW_KEYS = frozenset({"x", "pos"})
+NODE_ROW_KEYS_OR_ONE = frozenset({"y", "train_mask", "val_mask", "test_mask"})
+
+
+def check_node_rows(key, value, num_nodes: int, where: str = "") -> None:
+    """A ValueError when ``value``, a conventional node attribute by its name ``key``, does
+    not hold a row for each of ``num_nodes`` nodes."""
+    if not isinstance(value, (Tensor, np.ndarray)) or value.ndim == 0:
+        return
+    rows = value.shape[0]
+    if rows != num_nodes and (key in NODE_ROW_KEYS or (key in NODE_ROW_KEYS_OR_ONE
+                                                        and rows != 1)):
+        raise ValueError(f"node attribute {key!r}{where} has {rows} rows, but the graph has "
+                         f"{num_nodes} nodes: give it a row per node")
+
+
 def _indexed_along(store, key: str, value: Tensor, what: str) -> Optional[int]:
     """The dimension PyG indexes a node or edge attribute along (0: a row per item, as our
     tables gather them; the last for a key holding "index"), or None for no table. An edge
@@ -387,6 +407,20 @@ class FeatureStore(_PygFeatureStore):
                           host_reads=self.host_reads)
         return feature.from_cpu_tensor(table)
 
+    def check_node_rows(self, num_nodes: Union[int, Dict[str, int]]) -> None:
+        """A ValueError naming any node table without a row for each of the graph's
+        ``num_nodes`` (a count per node type for a heterogeneous graph): a loader over a
+        (FeatureStore, GraphStore) pair checks this when it is made, where a short table
+        had failed at the first batch to reach past it, naming neither (a probe)."""
+        for key, table in self._tables.items():
+            node_type, name = (None, key) if isinstance(key, str) else key
+            count = num_nodes if node_type is None else num_nodes.get(node_type) \
+                if isinstance(num_nodes, dict) else None
+            if count is not None and len(table) != count:
+                where = "" if node_type is None else f" of node type {node_type!r}"
+                raise ValueError(f"node table {name!r}{where} has {len(table)} rows, but the "
+                                 f"graph store has {count} nodes: give it a row per node")
+
     def put_feature(self, feature: Feature, attr_name: str = "x",
                     node_type: Optional[str] = None) -> None:
         """Stores a ready :class:`Feature` as node attribute ``attr_name`` (of
@@ -581,6 +615,7 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
             _warn_not_carried(key, value)
         if key == "edge_index" or key in LOADER_KEYS:
             continue
+        check_node_rows(key, value, num_nodes)
         node = data.is_node_attr(key)
         if not node and not data.is_edge_attr(key):
             continue  # graph-level: the loader copies it into every batch, as PyG's does
@@ -662,6 +697,7 @@ def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size
     for t in data.node_types:
         store = data[t]
         for key, value in store.items():
+            check_node_rows(key, value, store.num_nodes, f" of node type {t!r}")
             if key in LOADER_KEYS:
                 _warn_not_carried(key, value, f" of node type {t!r}")
             if key in LOADER_KEYS or not store.is_node_attr(key):
