@@ -249,7 +249,11 @@ inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, 
     const std::vector<int64_t>& shape = info.shape;
     const int64_t nbytes = info.nbytes;
     const fs::path path = directory / (name + ".bin");
-    const int64_t size = fs::exists(path) ? static_cast<int64_t>(fs::file_size(path)) : -1;
+    // (A missing file had read as "holds -1 bytes", a folder in std::filesystem's words.)
+    TORCH_CHECK(fs::exists(path), path.string(), " is missing: ", record.string(), " names it");
+    TORCH_CHECK(fs::is_regular_file(path), path.string(), " is not a regular file: ",
+                record.string(), " names it as an array's bytes");
+    const auto size = static_cast<int64_t>(fs::file_size(path));
     TORCH_CHECK(size == nbytes, path.string(), " holds ", size, " bytes but ", record.string(),
                 " says ", nbytes, ": the file is truncated or from another save");
     // The shape and dtype must account for the bytes exactly: mapping more would grow the

@@ -103,12 +103,12 @@ int main(int argc, char** argv) {
       "usage: run_exported MODEL.pt2 GRAPH_DIR [--seeds A:B] [--seed N] [--device cpu|cuda] "
       "[--out DIR]\n       run_exported MODEL.pt2 --inputs DIR --out DIR [--seed N] "
       "[--device cpu|cuda]";
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "-h" || arg == "--help") {
-      std::cout << usage << std::endl;
-      return 0;
-    }
+  // Help where an argument or an option's name stands, not as an option's value (--out -h
+  // had printed it and written nothing).
+  const auto asks_help = [](const std::string& arg) { return arg == "-h" || arg == "--help"; };
+  if ((argc >= 2 && asks_help(argv[1])) || (argc >= 3 && asks_help(argv[2]))) {
+    std::cout << usage << std::endl;
+    return 0;
   }
   option_values::quiet_stack_traces();
   try {
@@ -123,12 +123,17 @@ int main(int argc, char** argv) {
     std::set<std::string> given;  // a second value would silently win over the first
     for (int i = on_arrays ? 2 : 3; i < argc; ++i) {
       const std::string arg = argv[i];
+      if (asks_help(arg)) {
+        std::cout << usage << std::endl;
+        return 0;
+      }
       TORCH_CHECK(arg == "--seeds" || arg == "--seed" || arg == "--device" || arg == "--out" ||
                       arg == "--inputs",
                   "unknown option ", arg, " (see --help)");
       TORCH_CHECK(i + 1 < argc, "option ", arg, " needs a value");
       TORCH_CHECK(given.insert(arg).second, "option ", arg, " is given twice");
       const std::string value = argv[++i];
+      TORCH_CHECK(!value.empty(), "option ", arg, " needs a value, got an empty one");
       if (arg == "--seeds") {
         const auto colon = value.find(':');
         TORCH_CHECK(colon != std::string::npos, "--seeds takes A:B, got ", value);

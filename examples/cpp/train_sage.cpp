@@ -233,6 +233,12 @@ Options parse(int argc, char** argv) {
                     "--hidden, --classes, --features, --degree and --nodes must be at most ",
                     1 << 13, ", ", 1 << 20, ", ", 1 << 20, ", ", 1 << 20, " and 2**40, got ",
                     o.hidden, ", ", o.classes, ", ", o.features, ", ", o.degree, " and ", o.nodes);
+  // A layer's weights: features x hidden, hidden x classes (each bounded alone above, their
+  // products could still ask the allocator for tens of GB, refused in its words).
+  const int64_t widest = std::max(o.features, o.hidden) * std::max(o.hidden, o.classes);
+  TORCH_CHECK_VALUE(widest <= (int64_t{1} << 28), "--features x --hidden and --hidden x "
+                    "--classes (a layer's weights) must be at most 2**28, got ", o.features,
+                    " x ", o.hidden, " and ", o.hidden, " x ", o.classes);
   if (o.data.empty()) {
     // Labels, features, the edge list both ways and its CSR, with room for the sort.
     const double need = static_cast<double>(o.nodes) *
@@ -267,10 +273,15 @@ Options parse(int argc, char** argv) {
                 "got ", rate, " x ", o.load_seconds);
   TORCH_CHECK(o.load_rates.empty() || !o.load_configs.empty(),
               "--load-rates needs --load-configs");
-  TORCH_CHECK(o.load_seconds > 0 && o.cpu_samplers >= 1 && o.gpu_streams >= 1 &&
-                  o.max_batch >= 1 && o.max_wait_ms >= 0 && o.objective_ms > 0,
-              "--load-seconds, --cpu-samplers, --gpu-streams, --max-batch and --objective-ms "
-              "must be positive and --max-wait-ms >= 0");
+  // One check an option, each naming its value (one check for six had named none of them).
+  TORCH_CHECK_VALUE(o.load_seconds > 0, "--load-seconds must be positive, got ", o.load_seconds);
+  TORCH_CHECK_VALUE(o.cpu_samplers >= 1 && o.cpu_samplers <= 1024,
+                    "--cpu-samplers must be in [1, 1024] (a thread each), got ", o.cpu_samplers);
+  TORCH_CHECK_VALUE(o.gpu_streams >= 1 && o.gpu_streams <= 1024,
+                    "--gpu-streams must be in [1, 1024] (a thread each), got ", o.gpu_streams);
+  TORCH_CHECK_VALUE(o.max_batch >= 1, "--max-batch must be >= 1, got ", o.max_batch);
+  TORCH_CHECK_VALUE(o.max_wait_ms >= 0, "--max-wait-ms must be >= 0, got ", o.max_wait_ms);
+  TORCH_CHECK_VALUE(o.objective_ms > 0, "--objective-ms must be positive, got ", o.objective_ms);
   TORCH_CHECK(o.serve >= 0 && o.clients >= 1 && o.clients <= 1024,
               "--serve must be >= 0 and --clients in [1, 1024] (a thread each), got ", o.serve,
               " and ", o.clients);
@@ -1036,7 +1047,9 @@ int run(const Options& o) {
         sampler.runtime_sampler(), tiers, labels, device.is_cuda() ? device.index() : -1,
         o.prefetch, /*host_read_blocks=*/12, /*gather_threads=*/0);
   }
-  double accuracy = 0.0;
+  // The lowest accuracy scored (after training, of --serve's answers): none with --epochs 0
+  // (its 0 had failed every --min-accuracy of a serve-only run).
+  double accuracy = std::numeric_limits<double>::infinity();
   for (int64_t epoch = 1; epoch <= o.epochs; ++epoch) {
     model->train();
     double t_sample = 0, t_gather = 0, t_model = 0, total_loss = 0;
@@ -1107,6 +1120,11 @@ int run(const Options& o) {
                 total_loss / static_cast<double>(batches), accuracy,
                 1.0 / static_cast<double>(g.num_classes));
     std::fflush(stdout);
+    // A NaN loss trains nothing more: stop, naming the likely causes (it had run on to a
+    // normal-looking end, exit 0).
+    TORCH_CHECK_VALUE(std::isfinite(total_loss), "the loss is ", total_loss, " after epoch ",
+                      epoch, ": training diverged (--lr ", o.lr, "; a smaller one may help), "
+                      "or the feature rows hold NaN or infinity");
   }
   if (o.serve > 0) accuracy = std::min(accuracy, serve(o, g, sampler, tiers, model, device, mode));
   if (!o.load_rates.empty()) measure_load(o, g, sampler, tiers, model, device, mode);

@@ -133,6 +133,17 @@ def test_measures_the_runtime_under_open_loop_load(mode):
 def test_low_accuracy_is_a_failure():
     done = train("--epochs", "1", "--nodes", "2000", "--min-accuracy", "1.01")
     assert done.returncode == 1 and "below --min-accuracy" in done.stderr
+    # A serve-only run is scored by its answers (its 0 from no training had failed any
+    # --min-accuracy: a probe).
+    done = train("--epochs", "0", "--nodes", "2000", "--serve", "50", "--min-accuracy", "0.01")
+    assert done.returncode == 0 and "served accuracy" in done.stdout, done.stderr
+
+
+def test_a_diverged_run_stops_naming_the_learning_rate():
+    """A NaN loss trained on to exit 0 with a normal-looking accuracy (a probe)."""
+    done = train("--epochs", "3", "--nodes", "2000", "--lr", "1e30")
+    assert done.returncode == 2 and "training diverged (--lr 1e+30" in done.stderr, done.stderr
+    assert "epoch 3:" not in done.stdout
 
 
 def copied(saved_graph, tmp_path):
@@ -171,6 +182,15 @@ def test_truncated_file_is_an_error(saved_graph, tmp_path):
     rows.write_bytes(rows.read_bytes()[:-4])
     done = train("--data", broken)
     assert done.returncode == 2 and "truncated" in done.stderr, done.stderr
+    # A missing array file is missing (it had "held -1 bytes"), a folder in its place is
+    # named in our words (std::filesystem's had come).
+    y = copied(saved_graph, tmp_path / "second") / "labels" / "y.bin"
+    y.unlink()
+    done = train("--data", y.parents[1])
+    assert done.returncode == 2 and f"{y} is missing: " in done.stderr, done.stderr
+    y.mkdir()
+    done = train("--data", y.parents[1])
+    assert done.returncode == 2 and f"{y} is not a regular file" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("damage", ["cut", "overflow", "unreadable entry"])
@@ -341,6 +361,13 @@ def test_bad_arguments_are_errors(tmp_path):
                         (["--lr", "0"], "--lr must be a finite number > 0, got 0"),
                         (["--hidden", "100000000000"], "must be at most 8192"),
                         (["--classes", "1000000000000"], "must be at most 8192, 1048576"),
+                        # each bounded alone, their product had reached the allocator
+                        (["--hidden", "8192", "--classes", "1048576"],
+                         "--hidden x --classes (a layer's weights) must be at most 2**28"),
+                        # one check for six options had named none, nor the value
+                        (["--max-wait-ms", "-1"], "--max-wait-ms must be >= 0, got -1"),
+                        (["--cpu-samplers", "100000"],
+                         "--cpu-samplers must be in [1, 1024] (a thread each), got 100000"),
                         (["--nodes", "1000000000000", "--epochs", "0"],
                          "GiB for the synthetic graph; this machine has"),
                         (["--epochs", "0", "--min-accuracy", "0.5"], "nothing is scored"),

@@ -126,6 +126,18 @@ def test_the_runner_names_what_it_cannot_use(tmp_path):
     done = subprocess.run([RUNNER, str(not_a_package), str(graph), "--seed", "1", "--seed", "2"],
                           capture_output=True, text=True, timeout=60)  # (the second had won)
     assert done.returncode == 2 and "option --seed is given twice" in done.stderr, done.stderr
+    # -h as an option's value is that value, not a call for help (it had printed usage and
+    # written nothing, exit 0); an empty --out is refused (nothing had been written, unsaid).
+    done = subprocess.run([RUNNER, str(not_a_package), str(graph), "--out", "-h"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "usage" not in done.stdout, (done.stdout, done.stderr)
+    done = subprocess.run([RUNNER, str(not_a_package), str(graph), "--out", ""],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "option --out needs a value, got an empty one" in \
+        done.stderr, done.stderr
+    done = subprocess.run([RUNNER, str(not_a_package), "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and "usage: run_exported" in done.stdout
     done = subprocess.run([RUNNER, str(loose), str(tmp_path / "in"), "--inputs", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "--inputs DIR takes the place of GRAPH_DIR" in done.stderr
