@@ -389,9 +389,17 @@ def main(argv=None) -> dict:
     dist.all_reduce(test_size, op=dist.ReduceOp.MIN)
     test = test[:int(test_size)]
     if int(test_size) == 0:  # every process sees the same minimum: all stop here together
-        raise SystemExit(f"--eval-nodes {args.eval_nodes} leaves some of the {world} processes "
-                         f"no test node: give at least {world} (and the test split must hold "
-                         f"that many)")
+        print(f"train_sage_dist.py: some of the {world} processes have no test node to score: "
+              f"--eval-nodes {args.eval_nodes} must be at least {world}, and the test split "
+              f"must hold that many" + (" (with --partitioned, each host as many as its "
+                                        "processes)" if args.partitioned else ""),
+              file=sys.stderr, flush=True)
+        feature.close()
+        if args.partitioned:
+            sampler.close()
+        model = optimizer = None  # (DDP's reducer holds the process group)
+        dist.destroy_process_group()
+        raise SystemExit(2)
 
     history = []
     # Tensors handed to collectives live until the process group is gone (see Run in

@@ -95,10 +95,15 @@ def _checked_rank(rank) -> int:
 
 def _first_frame_outside_the_package() -> int:
     """The stacklevel of a warning raised here that names the caller's own line: the first
-    frame outside torch_quiver_ops (a PyG store or loader calls in from inside)."""
-    package = os.path.dirname(os.path.abspath(__file__))
+    frame outside torch_quiver_ops and PyG (a PyG store or loader calls in from inside)."""
+    inside = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep for m in (
+        sys.modules[__package__], sys.modules.get("torch_geometric")) if m is not None)
+
+    def ours(filename: str) -> bool:  # ('<string>' and '<frozen ...>' are no file of ours)
+        return not filename.startswith("<") and os.path.abspath(filename).startswith(inside)
+
     frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+    while frame is not None and ours(frame.f_code.co_filename):
         frame, level = frame.f_back, level + 1
     return level
 

@@ -233,21 +233,18 @@ Options parse(int argc, char** argv) {
                     "--hidden, --classes, --features, --degree and --nodes must be at most ",
                     1 << 13, ", ", 1 << 20, ", ", 1 << 20, ", ", 1 << 20, " and 2**40, got ",
                     o.hidden, ", ", o.classes, ", ", o.features, ", ", o.degree, " and ", o.nodes);
-  // A layer's weights: features x hidden, hidden x classes (each bounded alone above, their
-  // products could still ask the allocator for tens of GB, refused in its words).
-  const int64_t widest = std::max(o.features, o.hidden) * std::max(o.hidden, o.classes);
-  TORCH_CHECK_VALUE(widest <= (int64_t{1} << 28), "--features x --hidden and --hidden x "
-                    "--classes (a layer's weights) must be at most 2**28, got ", o.features,
-                    " x ", o.hidden, " and ", o.hidden, " x ", o.classes);
   if (o.data.empty()) {
-    // Labels, features, the edge list both ways and its CSR, with room for the sort.
+    // Labels, features, the edge list both ways and its CSR, with room for the sort, and
+    // the communities' centroids (--classes x --features: 4 TiB at 2**20 each, unchecked).
     const double need = static_cast<double>(o.nodes) *
-                        (8.0 + 4.0 * static_cast<double>(o.features) +
-                         64.0 * static_cast<double>(o.degree));
+                            (8.0 + 4.0 * static_cast<double>(o.features) +
+                             64.0 * static_cast<double>(o.degree)) +
+                        4.0 * static_cast<double>(o.classes) * static_cast<double>(o.features);
     const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
                           static_cast<double>(sysconf(_SC_PAGE_SIZE));
     TORCH_CHECK_VALUE(memory <= 0 || need <= memory, "--nodes ", o.nodes, " x (--features ",
-                      o.features, ", --degree ", o.degree, ") needs about ", need / (1 << 30),
+                      o.features, ", --degree ", o.degree, ") and --classes ", o.classes,
+                      " x --features need about ", need / (1 << 30),
                       " GiB for the synthetic graph; this machine has ", memory / (1 << 30));
   }
   TORCH_CHECK_VALUE(std::isfinite(o.lr) && o.lr > 0, "--lr must be a finite number > 0, got ",
@@ -334,6 +331,25 @@ Graph synthetic_graph(const Options& o) {
 }
 
 // ---- GraphSAGE in libtorch ----
+
+// The model's widest layer, input x output weights, at most 2**28: each width is bounded
+// alone by parse(), but a product such as --hidden 8192 x --classes 2**20 had asked the
+// allocator for 32 GiB, refused in its words naming no option (a probe).
+void check_layer_weights(int64_t features, int64_t hidden, int64_t classes, size_t layers,
+                         const std::string& data) {
+  const int64_t widest = layers == 1 ? features * classes
+                                     : std::max({features * hidden, hidden * hidden,
+                                                 hidden * classes});
+  const std::string widths = data.empty() ? "--features " + std::to_string(features) +
+                                                ", --hidden " + std::to_string(hidden) +
+                                                " and --classes " + std::to_string(classes)
+                                          : data + "'s " + std::to_string(features) +
+                                                " features and " + std::to_string(classes) +
+                                                " classes with --hidden " +
+                                                std::to_string(hidden);
+  TORCH_CHECK_VALUE(widest <= (int64_t{1} << 28), "a layer of the model would hold ", widest,
+                    " weights (", widths, ", ", layers, " layers), more than 2**28");
+}
 
 // One layer of sampled edges: messages from `src` (local ids into the layer's input rows)
 // to `dst` (local ids of its first `num_dst` rows), as sample_subgraph numbers them.
@@ -1035,6 +1051,7 @@ int run(const Options& o) {
             << ", " << tiers->leading_rows() << " rows cached in GPU memory (ready in "
             << std::fixed << std::setprecision(2) << seconds_since(start) << "s)" << std::endl;
 
+  check_layer_weights(g.rows.size(1), o.hidden, g.num_classes, o.fanouts.size(), o.data);
   SAGE model(g.rows.size(1), o.hidden, g.num_classes, o.fanouts.size());
   model->to(device);
   torch::optim::Adam optimizer(model->parameters(), torch::optim::AdamOptions(o.lr));

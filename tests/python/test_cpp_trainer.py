@@ -362,8 +362,9 @@ def test_bad_arguments_are_errors(tmp_path):
                         (["--hidden", "100000000000"], "must be at most 8192"),
                         (["--classes", "1000000000000"], "must be at most 8192, 1048576"),
                         # each bounded alone, their product had reached the allocator
-                        (["--hidden", "8192", "--classes", "1048576"],
-                         "--hidden x --classes (a layer's weights) must be at most 2**28"),
+                        (["--nodes", "100", "--hidden", "8192", "--classes", "1048576"],
+                         "a layer of the model would hold 8589934592 weights (--features 32, "
+                         "--hidden 8192 and --classes 1048576, 3 layers), more than 2**28"),
                         # one check for six options had named none, nor the value
                         (["--max-wait-ms", "-1"], "--max-wait-ms must be >= 0, got -1"),
                         (["--cpu-samplers", "100000"],

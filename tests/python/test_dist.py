@@ -1360,6 +1360,19 @@ def test_distributed_example_names_a_host_with_fewer_train_ids_than_processes(tm
     assert output.count("train_sage_dist.py: host(s) [0] own fewer train ids than their 2 "
                         "process(es) (train ids a host: {0: 1})") == 2, output[-3000:]
     assert "loss" not in output and "diverged" not in output, output[-3000:]
+    # Train ids enough, test ids fewer than the processes: said by every process, which
+    # closes what it holds and exits 2 (a bare SystemExit had closed nothing: a review).
+    partition_graph(tmp_path / "few_tests", topo, 1, "range", x=graph.x, y=graph.y,
+                    splits={"train": graph.train_idx[:8], "test": graph.test_idx[:1]})
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         str(REPO / "examples" / "train_sage_dist.py"), "--data", str(tmp_path / "few_tests"),
+         "--size", "tiny", "--partitioned", "--transport", "gloo", "--eval-nodes", "100",
+         "--epochs", "1"], capture_output=True, text=True, timeout=240)
+    output = result.stdout + result.stderr
+    assert "exitcode  : 2" in output, output[-3000:]
+    assert output.count("train_sage_dist.py: some of the 2 processes have no test node to "
+                        "score") == 2, output[-3000:]
 
 
 def test_distributed_example_checks_its_options_before_starting(capsys, monkeypatch, tmp_path):

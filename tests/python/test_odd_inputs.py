@@ -228,5 +228,9 @@ def test_a_table_that_requires_grad_is_warned_of_its_copy():
         loader = qpyg.NeighborLoader(Data(x=embedding, edge_index=edge_index, num_nodes=30),
                                      num_neighbors=[3], batch_size=8, device="cpu")
     assert warned[0].filename == __file__  # the caller's line, not the store's
+    with pytest.warns(UserWarning, match="requires grad") as warned:  # through PyG's own API
+        qpyg.FeatureStore(device="cpu").put_tensor(embedding, group_name=None, attr_name="x",
+                                                   index=None)
+    assert warned[0].filename == __file__, warned[0].filename
     batch = next(iter(loader))
     assert torch.equal(batch.x, embedding.detach()[batch.n_id])

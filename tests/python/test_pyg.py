@@ -210,6 +210,26 @@ def test_node_tables_without_a_row_per_node_are_refused_by_name():
     with pytest.raises(ValueError, match="node table 'x' has 10 rows, but the graph store has "
                                          "12 nodes"):
         qpyg.NeighborLoader((feature_store, graph_store), [-1], batch_size=4, device="cpu")
+    # A longer one is fine: a store counted from its edges misses the last nodes without
+    # any, whose rows are never read (a review).
+    counted = qpyg.GraphStore.from_edge_index(edge_index)  # 5 nodes
+    feature_store = qpyg.FeatureStore(device="cpu")
+    feature_store.put_tensor(torch.randn(7, 3), group_name=None, attr_name="x", index=None)
+    batch = next(iter(qpyg.NeighborLoader((feature_store, counted), [-1], batch_size=5,
+                                          device="cpu")))
+    assert batch.x.shape == (batch.n_id.numel(), 3)
+    # A node type PyG counts no nodes of (only labels): the graph's count of it (a review).
+    hetero = HeteroData()
+    hetero["a"].x = torch.randn(5, 2)
+    hetero["b"].y = torch.arange(4)
+    hetero["a", "to", "b"].edge_index = torch.tensor([[0, 1, 2, 3], [0, 1, 2, 3]])
+    batch = next(iter(qpyg.NeighborLoader(hetero, [-1], input_nodes="b", batch_size=4,
+                                          device="cpu")))
+    assert torch.equal(batch["b"].y, batch["b"].n_id)
+    hetero["b"].y = torch.arange(3)
+    with pytest.raises(ValueError, match="node attribute 'y' of node type 'b' has 3 rows, but "
+                                         "the graph has 4 nodes"):
+        qpyg.NeighborLoader(hetero, [-1], input_nodes="b", batch_size=4, device="cpu")
 
 
 def test_an_id_out_of_range_is_named_where_it_is_in_edge_index():

@@ -408,15 +408,19 @@ class FeatureStore(_PygFeatureStore):
         return feature.from_cpu_tensor(table)
 
     def check_node_rows(self, num_nodes: Union[int, Dict[str, int]]) -> None:
-        """A ValueError naming any node table without a row for each of the graph's
-        ``num_nodes`` (a count per node type for a heterogeneous graph): a loader over a
-        (FeatureStore, GraphStore) pair checks this when it is made, where a short table
-        had failed at the first batch to reach past it, naming neither (a probe)."""
+        """A ValueError naming any node table with fewer rows than the graph's
+        ``num_nodes`` (a count per node type for a heterogeneous graph; untyped tables
+        are not compared there): a loader over a (FeatureStore, GraphStore) pair checks
+        this when it is made, where a short table had failed at the first batch to reach
+        past it, naming neither (a probe). A longer one is fine: a graph store counted from
+        its edges misses the last nodes without edges, whose rows are never read."""
         for key, table in self._tables.items():
             node_type, name = (None, key) if isinstance(key, str) else key
-            count = num_nodes if node_type is None else num_nodes.get(node_type) \
-                if isinstance(num_nodes, dict) else None
-            if count is not None and len(table) != count:
+            if isinstance(num_nodes, dict):
+                count = None if node_type is None else num_nodes.get(node_type)
+            else:
+                count = num_nodes if node_type is None else None
+            if count is not None and len(table) < count:
                 where = "" if node_type is None else f" of node type {node_type!r}"
                 raise ValueError(f"node table {name!r}{where} has {len(table)} rows, but the "
                                  f"graph store has {count} nodes: give it a row per node")
@@ -696,8 +700,12 @@ def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size
     big, small = {}, {}
     for t in data.node_types:
         store = data[t]
+        # (PyG counts none for a type holding only labels or masks: the graph's count then)
+        count = store.num_nodes
+        count = count if count is not None else graph.num_nodes_dict.get(t)
         for key, value in store.items():
-            check_node_rows(key, value, store.num_nodes, f" of node type {t!r}")
+            if count is not None:
+                check_node_rows(key, value, count, f" of node type {t!r}")
             if key in LOADER_KEYS:
                 _warn_not_carried(key, value, f" of node type {t!r}")
             if key in LOADER_KEYS or not store.is_node_attr(key):
