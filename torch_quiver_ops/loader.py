@@ -916,10 +916,11 @@ def _tensor_of(value, name: str, what: str) -> Tensor:
         raise TypeError(f"{name} must be {what}, got {type(value).__name__}: {error}") from None
 
 
-def checked_seed_edges(edge_label_index, num_nodes: int,
+def checked_seed_edges(edge_label_index, num_nodes: Optional[int],
                        edge_label: Optional[Tensor] = None) -> Tensor:
-    """``edge_label_index`` as a ``[2, num_edges]`` tensor of node ids in ``[0, num_nodes)``,
-    with ``edge_label`` (if given) one label per seed edge; both link loaders' check."""
+    """``edge_label_index`` as a ``[2, num_edges]`` tensor of node ids in ``[0, num_nodes)``
+    (None: the caller checks the ranges, each end by its node type's count), with
+    ``edge_label`` (if given) one label per seed edge; both link loaders' check."""
     edge_label_index = _tensor_of(edge_label_index, "edge_label_index",
                                   "a [2, num_edges] tensor of node ids")
     if edge_label is not None:
@@ -928,8 +929,8 @@ def checked_seed_edges(edge_label_index, num_nodes: int,
             or not holds_integers(edge_label_index)):
         raise ValueError(f"edge_label_index must be a [2, num_edges] tensor of node ids, "
                          f"got {tuple(edge_label_index.shape)} {edge_label_index.dtype}")
-    if edge_label_index.numel() and (int(edge_label_index.min()) < 0
-                                     or int(edge_label_index.max()) >= num_nodes):
+    if num_nodes is not None and edge_label_index.numel() and (
+            int(edge_label_index.min()) < 0 or int(edge_label_index.max()) >= num_nodes):
         bad = edge_label_index[(edge_label_index < 0) | (edge_label_index >= num_nodes)][0]
         raise IndexError(f"edge_label_index holds node {int(bad)}, out of range "
                          f"[0, {num_nodes})")

@@ -669,6 +669,36 @@ def test_type_attributes_that_are_no_rows_come_whole_and_types_keep_their_order(
                          == author).all())
 
 
+def test_a_link_split_s_whole_labels_stay_out_of_link_batches_on_the_seed_type():
+    """A RandomLinkSplit split's whole edge_label_index (global ids past the batch's nodes)
+    came into triplet batches, and its whole edge_label into batches without negatives or
+    given labels; PyG deletes both there (a probe). A negative seed id was named with a
+    bound of 2**62, not its end's node type."""
+    import torch_geometric.transforms as T
+    torch.manual_seed(0)
+    data = HeteroData()
+    data["user"].x, data["item"].x = torch.randn(20, 4), torch.randn(15, 4)
+    et = ("user", "buys", "item")
+    data[et].edge_index = torch.stack([torch.randint(20, (40,)), torch.randint(15, (40,))])
+    data = T.ToUndirected()(data)
+    train, val, _ = T.RandomLinkSplit(num_val=0.2, num_test=0.2, edge_types=[et],
+                                      rev_edge_types=[("item", "rev_buys", "user")])(data)
+    assert train[et].edge_label_index.size(1) != train[et].edge_index.size(1)
+    batch = next(iter(qpyg.LinkNeighborLoader(
+        train, [5], edge_label_index=(et, train[et].edge_index), neg_sampling="triplet",
+        batch_size=4, device="cpu")))
+    assert "edge_label_index" not in batch[et] and "edge_label" not in batch[et]
+    assert batch["user"].src_index.numel() == 4
+    batch = next(iter(qpyg.LinkNeighborLoader(
+        val, [5], edge_label_index=(et, val[et].edge_label_index[:, :6]), batch_size=4,
+        device="cpu")))
+    assert batch[et].edge_label_index.shape == (2, 4) and "edge_label" not in batch[et]
+    with pytest.raises(IndexError, match="edge_label_index\\[0\\] holds node -1, outside "
+                                         "'user''s 20 nodes"):
+        qpyg.LinkNeighborLoader(data, [2], edge_label_index=(et, torch.tensor([[-1], [0]])),
+                                device="cpu")
+
+
 def test_a_bad_fanout_is_named_by_its_edge_type_and_hop_and_empty_seeds_load_nothing():
     """From a probe: the hetero check named a flattened position (fanouts[8]); a 2-D
     weight_attr was named as the sampler's weights; ('paper', []) was refused as floats."""

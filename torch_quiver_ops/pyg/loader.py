@@ -521,8 +521,13 @@ class _OnOurStores:
         for name, value in self._graph_attrs.items():
             batch[name] = value
         if isinstance(batch, HeteroData) and self._type_order is not None:
+            # Nor, on the seed edges' type, what a link loader writes there where it wrote
+            # none: a RandomLinkSplit split's whole edge_label_index (global ids past the
+            # batch's nodes) had come into triplet batches, and its whole edge_label into
+            # batches without negatives or labels (a probe); PyG deletes both.
+            seed_type = getattr(getattr(self, "input_data", None), "input_type", None)
             for (t, name), value in self._typed_graph_attrs.items():
-                if name not in batch[t]:
+                if name not in batch[t] and not (t == seed_type and name in self._own_keys):
                     batch[t][name] = value
             _in_type_order(batch, *self._type_order)
         return batch if self._transform is None else self._transform(batch)
@@ -710,7 +715,9 @@ def _typed_seed_edges(edge_label_index, graph_store: HeteroGraphStore, edge_labe
     if ids is None:
         ids = graph_store.edge_index_dict[edge_type]
     counts = graph_store.num_nodes_dict
-    ids = checked_seed_edges(ids, 1 << 62, edge_label)  # shape and labels; ranges by type:
+    # Shape and labels there; ranges here, by type (a bound of 2**62 there had named a
+    # negative id with that bound, not its end's node type: a probe).
+    ids = checked_seed_edges(ids, None, edge_label)
     for row, t in ((0, edge_type[0]), (1, edge_type[2])):
         bad = (ids[row] < 0) | (ids[row] >= counts[t])
         if bool(bad.any()):
