@@ -150,6 +150,14 @@ def _parts_dir(data: Path) -> Path:
     return data if _own_partition(data) is not None else data / "parts"
 
 
+def _let_go(feature, sampler) -> None:
+    """Closes the DistFeature, and a DistGraphSampler's heartbeat before the store's host
+    may leave: every way out of a run, before the process group is destroyed."""
+    feature.close()
+    if isinstance(sampler, DistGraphSampler):
+        sampler.close()
+
+
 def _hosts(count: int) -> str:
     return f"{count} host" + ("s" if count != 1 else "")
 
@@ -394,9 +402,7 @@ def main(argv=None) -> dict:
               f"must hold that many" + (" (with --partitioned, each host as many as its "
                                         "processes)" if args.partitioned else ""),
               file=sys.stderr, flush=True)
-        feature.close()
-        if args.partitioned:
-            sampler.close()
+        _let_go(feature, sampler)
         model = optimizer = None  # (DDP's reducer holds the process group)
         dist.destroy_process_group()
         raise SystemExit(2)
@@ -459,16 +465,12 @@ def main(argv=None) -> dict:
         history.append({"epoch": epoch, "time": epoch_time, **totals, "loss": loss,
                         "accuracy": accuracy})
         if not math.isfinite(loss):  # the same sum on every process: all stop together
-            feature.close()
-            if args.partitioned:  # its heartbeat, before the store's host may leave
-                sampler.close()
+            _let_go(feature, sampler)
             optimizer = model = None
             dist.destroy_process_group()
             collective_tensors.clear()
             option_checks.stop_if_diverged(loss, epoch, args.lr)
-    feature.close()
-    if args.partitioned:
-        sampler.close()
+    _let_go(feature, sampler)
     optimizer = model = None  # DDP's reducer holds the process group: let go of it first
     dist.destroy_process_group()
     collective_tensors.clear()

@@ -320,13 +320,13 @@ class _OnOurStores:
                     isinstance(value, (Tensor, np.ndarray)) and (data.is_node_attr(key)
                                                                  or data.is_edge_attr(key)))}
         elif isinstance(data, (tuple, list)) and len(data) == 2:
-            stores = tuple(data)
+            stores = tuple(data)  # built by hand: its tables checked against its graph
+            if isinstance(stores[0], FeatureStore) and isinstance(stores[1], GraphStore):
+                stores[0].check_node_rows(stores[1].num_nodes)
         else:
             raise TypeError(f"data must be a torch_geometric Data or a (FeatureStore, "
                             f"GraphStore) pair, got {type(data).__name__}")
         feature_store, graph_store = stores
-        if isinstance(feature_store, FeatureStore) and isinstance(graph_store, GraphStore):
-            feature_store.check_node_rows(graph_store.num_nodes)
         # Edge attributes are gathered for the sampled edges by their ids; those this loader
         # writes itself (a link loader's edge_label_index) are not, nor do they ask for ids.
         names = [name for name in getattr(feature_store, "edge_feature_names", None) or ()
@@ -410,10 +410,10 @@ class _OnOurStores:
             # type ids from to_homogeneous() agree between a batch and the whole graph.
             self._type_order = (list(data.node_types), list(data.edge_types))
         else:
-            stores = tuple(data)
+            stores = tuple(data)  # built by hand: its tables checked against its graph
+            if isinstance(stores[0], FeatureStore):
+                stores[0].check_node_rows(stores[1].num_nodes_dict)
         feature_store, graph_store = stores
-        if isinstance(feature_store, FeatureStore):
-            feature_store.check_node_rows(graph_store.num_nodes_dict)
         self._edge_store = feature_store if any(
             not isinstance(k, str) and k[1] not in self._own_keys
             for k in getattr(feature_store, "_edge_tables", {})) else None

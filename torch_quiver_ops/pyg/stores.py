@@ -50,7 +50,7 @@ NODE_ROW_KEYS = frozenset({"x", "pos"})
 NODE_ROW_KEYS_OR_ONE = frozenset({"y", "train_mask", "val_mask", "test_mask"})
 
 
-def check_node_rows(key, value, num_nodes: int, where: str = "") -> None:
+def _check_row_per_node(key, value, num_nodes: int, where: str = "") -> None:
     """A ValueError when ``value``, a conventional node attribute by its name ``key``, does
     not hold a row for each of ``num_nodes`` nodes."""
     if not isinstance(value, (Tensor, np.ndarray)) or value.ndim == 0:
@@ -619,7 +619,7 @@ def to_stores(data: Data, device: Union[None, int, str, torch.device] = None,
             _warn_not_carried(key, value)
         if key == "edge_index" or key in LOADER_KEYS:
             continue
-        check_node_rows(key, value, num_nodes)
+        _check_row_per_node(key, value, num_nodes)
         node = data.is_node_attr(key)
         if not node and not data.is_edge_attr(key):
             continue  # graph-level: the loader copies it into every batch, as PyG's does
@@ -705,7 +705,7 @@ def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size
         count = count if count is not None else graph.num_nodes_dict.get(t)
         for key, value in store.items():
             if count is not None:
-                check_node_rows(key, value, count, f" of node type {t!r}")
+                _check_row_per_node(key, value, count, f" of node type {t!r}")
             if key in LOADER_KEYS:
                 _warn_not_carried(key, value, f" of node type {t!r}")
             if key in LOADER_KEYS or not store.is_node_attr(key):
