@@ -54,6 +54,7 @@ void register_runtime_classes(torch::Library& m) {
       .def("num_rows", &FeatureTiers::num_rows)
       .def("shape", &FeatureTiers::shape)
       .def("leading_rows", &FeatureTiers::leading_rows)
+      .def("device", &FeatureTiers::device)
       .def("release", &FeatureTiers::release)
       .def("released", &FeatureTiers::released)
       // torch.export rebuilds the fake class (torch_quiver_ops/_fake.py) from these.

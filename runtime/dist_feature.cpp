@@ -1,4 +1,5 @@
 #include <ATen/ATen.h>
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/Event.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -386,9 +387,17 @@ c10::intrusive_ptr<FetchWork> DistFeature::gather_async(const at::Tensor& ids,
   auto self = c10::intrusive_ptr<DistFeature>::reclaim_copy(this);
   const c10::Device device = ids.device();
   if (device.is_cpu()) {
-    return c10::make_intrusive<FetchWork>(fetch_on_own_thread([self, ids, host_read_blocks] {
-      return FetchWork::Fetched{self->gather(ids, host_read_blocks), nullptr};
-    }));
+    // The fetch's thread starts on GPU 0; a gather of CPU ids runs on the caller's current
+    // GPU (an NCCL exchange on its communicator's), so the thread takes the caller's.
+    std::optional<c10::Device> caller_gpu;
+    if (at::hasCUDA()) {
+      caller_gpu = c10::impl::getDeviceGuardImpl(at::kCUDA)->getDevice();
+    }
+    return c10::make_intrusive<FetchWork>(
+        fetch_on_own_thread([self, ids, host_read_blocks, caller_gpu] {
+          const c10::OptionalDeviceGuard on_caller_gpu(caller_gpu);
+          return FetchWork::Fetched{self->gather(ids, host_read_blocks), nullptr};
+        }));
   }
   // The side stream waits for the ids (maybe still being written on the caller's stream);
   // the caller's stream waits for the rows in FetchWork::wait.

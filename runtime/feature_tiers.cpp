@@ -42,13 +42,19 @@ FeatureTiers::FeatureTiers(std::vector<at::Tensor> tiers, std::optional<at::Tens
   // A layout whose GPU memory holds every row has no host tier: all its rows lead.
   const size_t leading = tiers_.back().is_cuda() ? tiers_.size() : tiers_.size() - 1;
   for (size_t k = 0; k < leading; ++k) leading_rows_ += tiers_[k].size(0);
-  for (const at::Tensor& t : tiers_) {
-    if (t.is_cuda()) {
-      device_ = t.device();
-      break;
+  // The GPU that reads this layout. A clique's layout lists every member's shard, each on
+  // its owner's GPU (the first is another GPU's for every member but one); its positions
+  // always sit on the reader's.
+  if (positions_ && positions_->is_cuda()) {
+    device_ = positions_->device();
+  } else {
+    for (const at::Tensor& t : tiers_) {
+      if (t.is_cuda()) {
+        device_ = t.device();
+        break;
+      }
     }
   }
-  if (device_.is_cpu() && positions_ && positions_->is_cuda()) device_ = positions_->device();
 }
 
 void FeatureTiers::check_not_released(const char* what) const {

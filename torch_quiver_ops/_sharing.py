@@ -517,6 +517,10 @@ def shareable_copy(rows: Tensor, device: int):
     buffer = torch.classes.quiver.IpcBuffer(rows.nbytes, device)
     shard = buffer.tensor().view(rows.dtype).view(rows.shape)
     shard.copy_(rows)
+    # Done before a handle goes out: a peer process maps the memory and reads it on its own
+    # streams, which nothing in this process's queue orders (a Gloo swap does not wait for
+    # the GPU).
+    torch.cuda.current_stream(shard.device).synchronize()
     return buffer, shard
 
 
@@ -543,6 +547,16 @@ def local_shards(rows_of: Callable, clique: List[int], shard_ranks, skip=()) -> 
             for device, ranks in zip(clique, shard_ranks) if device not in skip}
 
 
+def gpus_of_several_workers(gathered: List[tuple], clique: List[int]) -> Dict[int, List[int]]:
+    """The clique's GPUs that several workers (ranks) named as their current GPU in a
+    shard swap (``gathered[rank] = (gpu, payload)``)."""
+    ranks_of: Dict[int, List[int]] = {}
+    for rank, (gpu, _) in enumerate(gathered):
+        if gpu in clique:
+            ranks_of.setdefault(gpu, []).append(rank)
+    return {gpu: ranks for gpu, ranks in ranks_of.items() if len(ranks) > 1}
+
+
 def shards_swapped_over(group):
     """Builds each clique's shards across torch.distributed workers: a worker copies only
     the shard of its current GPU, then all workers swap CUDA IPC handles (every worker
@@ -554,7 +568,7 @@ def shards_swapped_over(group):
     def make_shards(rows_of: Callable, clique: List[int], shard_ranks) -> Dict[int, tuple]:
         mine = torch.cuda.current_device()
         made: Dict[int, tuple] = {}
-        payload = None
+        payload = (mine, None)
         try:
             if mine in clique:
                 made[mine] = shareable_copy(rows_of(shard_ranks[clique.index(mine)], mine), mine)
@@ -564,14 +578,22 @@ def shards_swapped_over(group):
         gathered = [None] * dist.get_world_size(group)
         dist.all_gather_object(gathered, payload, group=group)
         failures = [f"rank {rank}: {item[1]}" for rank, item in enumerate(gathered)
-                    if item is not None and item[0] == "error"]
+                    if item[0] == "error"]
         if failures:
             raise RuntimeError("building the clique's shards failed on " + "; ".join(failures))
+        shared = gpus_of_several_workers(gathered, clique)
+        if shared:
+            raise RuntimeError(
+                f"Feature.load_shared: workers share a GPU of the clique {clique} ("
+                + "; ".join(f"GPU {gpu}: ranks {ranks}" for gpu, ranks in shared.items())
+                + "), so each would build and hold the same shard: every worker builds "
+                  "the shard of its current GPU; call torch.cuda.set_device(LOCAL_RANK) "
+                  "before load_shared")
         if mine not in clique:
             return {}  # this worker reads another clique's shards
-        for item in gathered:
-            if item is not None and item[0] in clique and item[0] not in made:
-                made[item[0]] = (None, open_payload(item[1], mine))  # a peer's, mapped
+        for gpu, shard in gathered:
+            if gpu in clique and gpu not in made:
+                made[gpu] = (None, open_payload(shard, mine))  # a peer's, mapped
         # The shards of GPUs no worker runs on.
         made.update(local_shards(rows_of, clique, shard_ranks, skip=made))
         return made

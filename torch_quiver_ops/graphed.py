@@ -285,7 +285,9 @@ class GraphedStep:
         self.graph = torch.cuda.CUDAGraph()
         # gradients made inside the graph live in its memory, at fixed addresses
         self.optimizer.zero_grad(set_to_none=True)
-        with torch.cuda.graph(self.graph):
+        # On the rows' GPU and a stream of it: torch's own capture stream is one for the
+        # process, made on whichever GPU was current at its first capture.
+        with torch.cuda.device(device), torch.cuda.graph(self.graph, stream=side):
             loss = self._padded_step()
         # Kept without its autograd graph: that graph would keep the parameters' gradient
         # nodes made on the capture's stream alive, and an eager step on another stream
@@ -356,5 +358,6 @@ class GraphedStep:
         self._fill(adjs, x, y)
         if self.graph is None:  # CPU: the same padded step, eager
             return self._padded_step()
-        self.graph.replay()
+        with torch.cuda.device(self.rows.device):  # replays on the current GPU's stream
+            self.graph.replay()
         return self.loss

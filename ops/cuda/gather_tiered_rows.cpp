@@ -477,6 +477,11 @@ at::Tensor gather_from_tiers(at::ArrayRef<at::Tensor> tiers,
                              bool group_host_reads, bool stage_host_rows, const char* op,
                              int64_t host_read_blocks, internal::HostReadSplit* split,
                              internal::GathersInFlight* in_flight) {
+  // On the ids' GPU before the error word is taken: a thread's first word pins a page, and
+  // on a new thread's current GPU (0) that would make a context there for another GPU's
+  // gather.
+  const c10::cuda::OptionalCUDAGuard on_ids_gpu(
+      ids.is_cuda() ? std::optional<at::Device>(ids.device()) : std::nullopt);
   const ErrorWord& error = cleared_error_word();
   int64_t tier_end = 0;
   at::cuda::CUDAEvent* check_ahead = ids.is_cuda() && all_on(ids.device(), tiers, positions)

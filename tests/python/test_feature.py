@@ -377,6 +377,16 @@ def test_a_gpu_that_caches_nothing_reads_an_ordered_table_from_the_host():
     assert feature.hit_rate(ids, 0) == 0.0
 
 
+def test_workers_sharing_a_clique_gpu_are_named():
+    # torchrun workers that skip torch.cuda.set_device all report GPU 0: each would build
+    # the same shard and hold every other (k copies, no sharing); load_shared refuses it.
+    from torch_quiver_ops._sharing import gpus_of_several_workers
+    gathered = [(0, "p0"), (0, None), (1, "p1"), (2, None), (2, None)]
+    assert gpus_of_several_workers(gathered, [0, 1]) == {0: [0, 1]}
+    assert gpus_of_several_workers(gathered, [0, 1, 2]) == {0: [0, 1], 2: [3, 4]}
+    assert gpus_of_several_workers([(0, "p0"), (1, "p1")], [0, 1]) == {}
+
+
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
 def test_a_clique_holding_every_row_reads_no_host_tier():
     if not torch.cuda.can_device_access_peer(0, 1):
@@ -390,6 +400,9 @@ def test_a_clique_holding_every_row_reads_no_host_tier():
         layout = feature.tiers(device)
         assert [t.device.index for t in layout.tiers()] == [0, 1]  # the two halves, no host
         assert layout.positions() is not None  # hot-ordered shards
+        # The reader's GPU, where its first shard is GPU 0's (serving and DistFeature
+        # move their ids there before they gather).
+        assert layout.device() == torch.device("cuda", device)
         assert torch.equal(feature[ids.to(f"cuda:{device}")].cpu(), x[ids])
 
 

@@ -16,13 +16,13 @@ SAGE = load_example("train_sage").SAGE
 
 
 def batches_of(mode, num_nodes=2000, num_edges=30000, width=12, batch_size=64, seeds=400,
-               fanouts=(5, 4, 3)):
+               fanouts=(5, 4, 3), gpu=0):
     row, col = random_coo(num_nodes, num_edges, seed=1)
     topo = qv.CSRTopo(torch.stack([row, col]), num_nodes=num_nodes)
-    device = torch.device("cpu") if mode == "CPU" else torch.device("cuda", 0)
+    device = torch.device("cpu") if mode == "CPU" else torch.device("cuda", gpu)
     sampler = qv.GraphSageSampler(topo, list(fanouts), device=device, mode=mode)
     table = torch.randn(num_nodes, width, generator=torch.Generator().manual_seed(2))
-    feature = qv.Feature(rank=0, device_list=[] if mode == "CPU" else [0],
+    feature = qv.Feature(rank=gpu, device_list=[] if mode == "CPU" else [gpu],
                          device_cache_size=0 if mode == "CPU" else "30%", csr_topo=topo)
     feature.from_cpu_tensor(table)
     labels = table[:, :5].argmax(1)  # learnable from a node's own row
@@ -304,6 +304,25 @@ def test_graphed_steps_follow_the_eager_steps_on_a_gpu():
         assert torch.allclose(got, expected, rtol=1e-4, atol=1e-5), (got, expected)
     assert largest_difference(model, twin) < 1e-4
     assert step.eager_steps == 0
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs two GPUs")
+def test_steps_on_two_gpus_capture_and_replay_on_their_own_gpu():
+    # torch's own capture stream is one for the process, made on the GPU current at the
+    # first capture: a step on GPU 1 captured through it recorded nothing of its kernels.
+    for gpu in (0, 1):
+        with torch.cuda.device(0):  # GPU 0 current throughout, whatever the step's GPU
+            batches, device = batches_of("GPU", seeds=320, gpu=gpu)
+            (model, optimizer), (twin, twin_optimizer) = twin_models(device)
+            step = qv.GraphedStep(twin, twin_optimizer, batches[:3], warmup=1)
+            eager_step(model, optimizer, batches[0])
+            for batch in batches[1:]:
+                expected = eager_step(model, optimizer, batch)
+                got = step(batch).clone()
+                assert torch.allclose(got, expected, rtol=1e-4, atol=1e-5), (gpu, got, expected)
+            assert largest_difference(model, twin) < 1e-4
+            assert step.eager_steps == 0
 
 
 @requires_cuda

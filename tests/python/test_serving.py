@@ -660,6 +660,29 @@ def test_gpu_dispatch_and_calibration(graph, gpu_mode):
         runtime.close()
 
 
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_a_runtime_on_the_second_gpu_of_a_clique_gathers_there(graph):
+    """A clique's layout lists GPU 0's shard first; the runtime on GPU 1 must still gather
+    on GPU 1 (it had moved its ids to GPU 0, and every batch failed)."""
+    if not torch.cuda.can_device_access_peer(0, 1):
+        pytest.skip("GPUs 0 and 1 cannot read each other's memory")
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    feature = qv.Feature(0, [0, 1], graph.x.size(0) // 4 * graph.x[0].nbytes,
+                         "p2p_clique_replicate", csr_topo=topo).from_cpu_tensor(graph.x)
+    model = SAGE([graph.x.size(1), 16, int(graph.y.max()) + 1])
+    runtime = ServingRuntime(model, topo, [-1, -1], feature, device="cuda:1", cpu_samplers=1,
+                             gpu_streams=1, threshold=-1.0)
+    try:
+        ids = torch.tensor([5, 17, 1999])
+        on_gpu = runtime.predict(ids, 60)
+        runtime.threshold = float("inf")
+        on_cpu = runtime.predict(ids, 60)
+        assert [r.target for r in runtime.records[-2:]] == ["gpu", "cpu"]
+        assert torch.allclose(on_gpu, on_cpu, atol=1e-4)  # all neighbors: the same graph
+    finally:
+        runtime.close()
+
+
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and the CUDA kernels")
 def test_a_calibrated_runtime_sends_batches_where_they_finish_first(graph):
     """Calibrated (no threshold given): an idle runtime follows the lines' crossing; under a
