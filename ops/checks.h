@@ -328,10 +328,11 @@ inline int64_t check_sample_negatives_args(const at::Tensor& indptr, const at::T
                     "negatives cannot be drawn from an empty range of nodes (dst_begin = ",
                     dst_begin, ", dst_count = ", dst_count, ", the graph has ", num_nodes,
                     " nodes)");
-  if (src.numel() > 0 && per_src > kMaxHopEdges / src.numel()) {
-    errors::batch_too_large("the negatives (src x per_src)", saturating_mul(src.numel(), per_src),
-                            kMaxHopEdges);
-  }
+  // (Not errors::batch_too_large, whose advice is a smaller fanout: negatives have none.)
+  TORCH_CHECK_VALUE(src.numel() == 0 || per_src <= kMaxHopEdges / src.numel(),
+                    "the negatives (src x per_src) would be ",
+                    saturating_mul(src.numel(), per_src), ", over the limit of ", kMaxHopEdges,
+                    ": draw fewer negatives per source (per_src) or for fewer sources at once");
   return range;
 }
 

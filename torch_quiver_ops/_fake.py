@@ -217,7 +217,7 @@ def _sample_negatives_fake(indptr, indices, src, per_src, exclude_edges=True, ma
         src.shape[0] * per_src <= MAX_HOP_EDGES,
         lambda: f"the negatives (src x per_src) would be "
                 f"{min(src.shape[0] * per_src, 2**63 - 1)}, over the limit of {MAX_HOP_EDGES}: "
-                f"sample fewer seeds per batch or use a smaller fanout")
+                f"draw fewer negatives per source (per_src) or for fewer sources at once")
     return src.new_empty(src.shape[0] * per_src, dtype=torch.long)
 
 

@@ -21,7 +21,9 @@ from __future__ import annotations
 import _thread
 import atexit
 import collections
+import copy
 import dataclasses
+import fractions
 import functools
 import itertools
 import math
@@ -703,6 +705,15 @@ class SampleLoader:
         self.__dict__.update(state)
         self._generators = threading.local()
 
+    def __copy__(self) -> "SampleLoader":
+        # The default shallow copy kept the original's Prefetcher, whose epochs are the
+        # original's: the copy iterated the original, whatever was set on it (a probe).
+        clone = type(self).__new__(type(self))
+        clone.__setstate__(self.__getstate__())
+        clone._prefetcher = copy.deepcopy(
+            self._prefetcher, {id(self._prefetcher.loader): _Epochs(clone)})
+        return clone
+
     @property
     def own_stream(self) -> bool:
         """Whether the loop's steps run on a stream of the loaders' own while the caller
@@ -961,6 +972,16 @@ class LinkBatch(NamedTuple):
     edge_label: Tensor
 
 
+# The most negatives one draw takes (the ops' bound on a hop's edges, kMaxHopEdges).
+MAX_NEGATIVES = (1 << 32) - 2
+
+
+def negatives_of(edges: int, ratio: float) -> int:
+    """``ceil(edges * ratio)`` with ``ratio`` read as the decimal it prints as: in floats
+    100 * 0.07 is 7.000000000000001, whose ceiling drew an 8th negative (a probe)."""
+    return math.ceil(edges * fractions.Fraction(repr(float(ratio))))
+
+
 class LinkSampleLoader(SampleLoader):
     """:class:`SampleLoader` for link prediction: seed edges in, batches of their endpoints'
     computation graphs out, with binary negatives drawn on the sampling device and the same
@@ -974,9 +995,13 @@ class LinkSampleLoader(SampleLoader):
         batch_size: seed edges per batch.
         edge_label: one label per seed edge (default: 1).
         neg_ratio: random negative pairs per seed edge (``ceil(batch * neg_ratio)`` a
-            batch; 0: none), labelled 0.
-        neg_exclude_edges: redraw a negative that is a true edge (see
-            :meth:`GraphSageSampler.sample_negatives`).
+            batch, with ``neg_ratio`` read as the decimal it prints as: 0.07 of 100 edges
+            is 7; 0: none), labelled 0.
+        neg_exclude_edges: redraw a negative that is a true edge, up to
+            ``neg_max_trials`` draws in all: a negative of a source linked to a share ``p``
+            of the nodes is still a true edge with probability ``p ** neg_max_trials``
+            (on a complete graph every one; see :meth:`GraphSageSampler.sample_negatives`).
+        neg_max_trials: draws per negative at most, 1 to 1000 (default 8).
         shuffle, drop_last, prefetch, generator, prefetch_sms, prefetch_host_read_blocks,
         workers: as for :class:`SampleLoader` (batches are the same for any ``workers``).
     """
@@ -990,7 +1015,7 @@ class LinkSampleLoader(SampleLoader):
                  prefetch: int = 2, generator: Optional[torch.Generator] = None,
                  prefetch_sms: Optional[int] = None,
                  prefetch_host_read_blocks: int = HOST_READ_BLOCKS, workers: int = 1,
-                 own_stream: bool = True):
+                 own_stream: bool = True, neg_max_trials: int = 8):
         _check_sampler(sampler)  # (None was an AttributeError on disjoint)
         if sampler.disjoint:
             raise ValueError("LinkSampleLoader samples one graph around a batch's endpoints; "
@@ -1005,6 +1030,16 @@ class LinkSampleLoader(SampleLoader):
         neg_exclude_edges = check_flag(neg_exclude_edges, "neg_exclude_edges")
         if not 0 <= neg_ratio < math.inf:  # NaN would ask for no negatives, unsaid
             raise ValueError(f"neg_ratio must be a finite number >= 0, got {neg_ratio}")
+        trials = as_int(neg_max_trials)
+        if trials is None or not 1 <= trials <= 1000:
+            raise ValueError(f"neg_max_trials must be an int in [1, 1000], got "
+                             f"{neg_max_trials!r}")
+        batch = as_int(batch_size)
+        if batch is not None and batch > 0 and negatives_of(batch, neg_ratio) > MAX_NEGATIVES:
+            # (it failed at the first batch, in torch.randint or an allocation of petabytes)
+            raise ValueError(f"neg_ratio={neg_ratio} asks for {negatives_of(batch, neg_ratio)} "
+                             f"negatives a batch of {batch} edges, over the limit of "
+                             f"{MAX_NEGATIVES}: lower neg_ratio or batch_size")
         num_edges = edge_label_index.size(1)
         # Its own _build_one builds its batches: SampleLoader never gives them to C++.
         super().__init__(sampler, feature, torch.arange(num_edges, device="cpu"), batch_size, None,
@@ -1015,6 +1050,7 @@ class LinkSampleLoader(SampleLoader):
                            else as_tensor(edge_label).to(self.device))
         self.neg_ratio = neg_ratio
         self.neg_exclude_edges = neg_exclude_edges
+        self.neg_max_trials = trials
 
     def _build_one(self, ids: Tensor, sampling_seed: int) -> LinkBatch:
         generator = self._sampling_generator(sampling_seed)
@@ -1023,11 +1059,12 @@ class LinkSampleLoader(SampleLoader):
         label = (torch.ones(ids.numel(), device=self.device) if self.edge_label is None
                  else self.edge_label[ids])
         if self.neg_ratio > 0:
-            num_neg = math.ceil(ids.numel() * self.neg_ratio)
+            num_neg = negatives_of(ids.numel(), self.neg_ratio)
             src_neg = torch.randint(self.sampler.csr_topo.node_count, (num_neg,),
                                     device=self.device, generator=generator)
-            dst_neg = self.sampler.sample_negatives(src_neg, 1, self.neg_exclude_edges,
-                                                    generator)
+            dst_neg = self.sampler.sample_negatives(
+                src_neg, 1, self.neg_exclude_edges, generator,
+                max_trials=getattr(self, "neg_max_trials", 8))  # (loaders pickled before it)
             src, dst = torch.cat([src, src_neg]), torch.cat([dst, dst_neg])
             label = torch.cat([label, label.new_zeros((num_neg, ) + label.shape[1:])])
         endpoints, positions = torch.cat([src, dst]).unique(return_inverse=True)

@@ -13,7 +13,7 @@ from torch import Tensor
 from . import ops
 from .ops import integer_fanouts, integer_times
 from ._load import cuda_kernels_built
-from ._device import (as_ids, as_tensor, check_flag, check_generator, checked_node_ids,
+from ._device import (as_ids, as_int, as_tensor, check_flag, check_generator, checked_node_ids,
                       no_meta, parse_share, parse_size, readable_ids, resolve_device)
 from .hotness import check_hot_order, degree_order
 from .topology import CSRTopo, build_topology_cache, kept_indptr
@@ -500,12 +500,21 @@ class GraphSageSampler:
 
     def sample_negatives(self, src: Tensor, per_src: int, exclude_edges: bool = True,
                          generator: Optional[torch.Generator] = None,
-                         out_rows: bool = True) -> Tensor:
+                         out_rows: bool = True, *, max_trials: int = 8) -> Tensor:
         """``per_src`` negative destinations for each source, on the sampling device:
         :func:`torch_quiver_ops.ops.sample_negatives` over this sampler's topology (true
-        edges redrawn unless ``exclude_edges`` is off). ``out_rows``: a pair ``(s, v)`` is
-        an edge when ``v`` is among ``s``'s neighbors (the orientation of ``CSRTopo``'s
-        ``edge_index``); False: when ``s`` is among ``v``'s (the PyG graph store's)."""
+        edges redrawn unless ``exclude_edges`` is off, up to ``max_trials`` draws: a source
+        linked to a share ``p`` of the nodes keeps a true edge with probability
+        ``p ** max_trials``). ``out_rows``: a pair ``(s, v)`` is an edge when ``v`` is among
+        ``s``'s neighbors (the orientation of ``CSRTopo``'s ``edge_index``); False: when
+        ``s`` is among ``v``'s (the PyG graph store's)."""
+        # (None had turned the exclusion off, unsaid, and per_src=True drew one: a probe)
+        exclude_edges = check_flag(exclude_edges, "exclude_edges")
+        out_rows = check_flag(out_rows, "out_rows")
+        if as_int(per_src) is None:
+            raise TypeError(f"per_src must be an int >= 0, got {per_src!r}")
+        if as_int(max_trials) is None:
+            raise TypeError(f"max_trials must be an int in [1, 1000], got {max_trials!r}")
         check_generator(generator)
         self._ensure_placed()
         indptr, indices = self._indptr, self._indices
@@ -516,8 +525,9 @@ class GraphSageSampler:
                           self._every_edge.indices.to(self.device))
                 self._every_edge_placed = placed
             indptr, indices = placed
-        return ops.sample_negatives(indptr, indices, self._seeds(src), per_src,
-                                    exclude_edges, out_rows=out_rows, generator=generator)
+        return ops.sample_negatives(indptr, indices, self._seeds(src), as_int(per_src),
+                                    exclude_edges, as_int(max_trials), out_rows=out_rows,
+                                    generator=generator)
 
     def sample(self, input_nodes, generator: Optional[torch.Generator] = None,
                seed_time: Optional[Tensor] = None) -> Tuple[Tensor, int, List[Adj]]:

@@ -494,7 +494,8 @@ def test_a_features_first_read_may_be_compiled():
      ValueError, "num_nodes = 2305843009213693952 is too large"),
     (lambda p, i, s: qv.ops.sample_negatives(p, i, s, 2**62),
      (torch.tensor([0, 1, 2]), torch.tensor([1, 0]), torch.tensor([0, 1, 0, 1])), ValueError,
-     r"the negatives \(src x per_src\) would be \S+, over the limit of 4294967294"),
+     r"the negatives \(src x per_src\) would be \S+, over the limit of 4294967294: draw "
+     r"fewer negatives per source \(per_src\)"),
     # What a fake also knows of the checks and samplers (they had passed while traced)
     (lambda o: qv.ops.check_permutation(o, 3, "order"), (torch.tensor([[0, 1, 2]]),),
      TypeError, "order must be a 1-D tensor of int32/int64 ids"),

@@ -451,6 +451,32 @@ def test_a_link_loader_with_a_feature_store_builds_link_batches(mode):
                 assert torch.equal(batch.x.cpu(), x[batch.n_id.cpu()])
 
 
+def test_link_negatives_count_as_decimals_and_take_more_trials_when_asked():
+    """100 * 0.07 is 7.000000000000001 in floats, whose ceiling drew an 8th negative; and on
+    a dense graph the cap of 8 draws left a share of true edges among the negatives, with no
+    way to raise it from the loader (probes)."""
+    n = 10
+    pairs = torch.cartesian_prod(torch.arange(n), torch.arange(n)).t()
+    dense = pairs[:, (pairs[0] != pairs[1]) & ~((pairs[0] == 0) & (pairs[1] == 1))]
+    sampler = qv.GraphSageSampler(qv.CSRTopo(dense, num_nodes=n), [2], device="cpu")
+    seeds = torch.zeros(2, 100, dtype=torch.long)
+    batch = next(iter(qv.LinkSampleLoader(sampler, None, seeds, 100, neg_ratio=0.07, prefetch=0)))
+    assert int((batch.edge_label == 0).sum()) == 7
+    true_edges = set(zip(*dense.tolist()))
+
+    def true_share(trials):
+        loader = qv.LinkSampleLoader(sampler, None, dense[:, :50], 50, neg_ratio=200,
+                                     prefetch=0, neg_max_trials=trials,
+                                     generator=torch.Generator().manual_seed(0))
+        batch = next(iter(loader))
+        negatives = batch.n_id[batch.edge_label_index][:, batch.edge_label == 0]
+        return sum(p in true_edges for p in zip(*negatives.tolist())) / negatives.size(1)
+    # All but node 0 link to 9 of the 10 nodes: (9/10)**8 = 0.43 of their draws stay true
+    # edges at 8 trials, (9/10)**100 < 1e-4 at 100.
+    assert 0.3 < true_share(8) < 0.5
+    assert true_share(100) < 0.01
+
+
 def test_link_sample_loader_refuses_bad_input():
     graph, _, edges, _ = _link_setup("CPU")
     topo = qv.CSRTopo(torch.stack([graph.row, graph.col]), num_nodes=300)
@@ -1066,6 +1092,14 @@ def test_loaders_copy_and_pickle_and_give_the_same_batches():
             assert torch.equal(a.n_id, b.n_id) and torch.equal(a.x, b.x) and torch.equal(a.y, b.y)
     links = qv.LinkSampleLoader(sampler, None, edge_index[:, :20], 4)
     assert len(list(copy.deepcopy(links))) == len(list(pickle.loads(pickle.dumps(links)))) == 5
+    # A shallow copy iterated the original (its Prefetcher's epochs were the original's):
+    # what is set on the copy was ignored, and len() disagreed with the batches (a probe).
+    shallow = copy.copy(loader)
+    shallow.batch_size, shallow.feature = 10, None
+    batches = list(shallow)
+    assert len(shallow) == len(batches) == 3 and [b.batch_size for b in batches] == [10, 10, 10]
+    assert all(b.x is None for b in batches) and all(b.x is not None for b in loader)
+    assert len(list(copy.copy(links))) == 5
     # After a GPU epoch the Python prefetcher holds its side streams and the C++ one its
     # thread: a copy makes its own.
     for in_cpp in ([False, True] if HAS_CUDA else []):

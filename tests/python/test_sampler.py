@@ -286,6 +286,21 @@ def test_arguments_of_the_wrong_kind_are_named_where_they_are_given():
          ValueError, "edge_label must hold one label per seed edge"),
         (lambda: qv.LinkSampleLoader(sampler, None, edge_index, 4, neg_ratio="1"), TypeError,
          "neg_ratio must be a number"),
+        # (these failed at the first batch, in torch.randint or an allocation of petabytes)
+        (lambda: qv.LinkSampleLoader(sampler, None, edge_index, 2, neg_ratio=1e15), ValueError,
+         "neg_ratio=1000000000000000.0 asks for 2000000000000000 negatives a batch of 2 "
+         "edges, over the limit of 4294967294: lower neg_ratio or batch_size"),
+        (lambda: qv.LinkSampleLoader(sampler, None, edge_index, 2, neg_max_trials=0),
+         ValueError, "neg_max_trials must be an int in [1, 1000], got 0"),
+        # (None turned the exclusion off, unsaid; per_src=True drew one: a probe)
+        (lambda: sampler.sample_negatives(torch.tensor([0]), 1, None), TypeError,
+         "exclude_edges must be True or False, got None"),
+        (lambda: sampler.sample_negatives(torch.tensor([0]), True), TypeError,
+         "per_src must be an int >= 0, got True"),
+        (lambda: sampler.sample_negatives(torch.tensor([0]), 1, out_rows="no"), TypeError,
+         "out_rows must be True or False"),
+        (lambda: sampler.sample_negatives(torch.tensor([0]), 2**33), ValueError,
+         "draw fewer negatives per source (per_src) or for fewer sources at once"),
     ]
     if not torch.cuda.is_available():
         cases += [(lambda: qv.SampleLoader(sampler, None, torch.arange(3), 4, prefetch_sms=4),
