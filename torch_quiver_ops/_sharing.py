@@ -624,3 +624,55 @@ def _send_generators_as_bytes() -> None:
 
 
 _send_generators_as_bytes()
+
+
+# ---- our C++ classes across spawned processes ----
+
+def _tensor_of_bytes(data: bytes, dtype: torch.dtype, shape: Tuple[int, ...]) -> Tensor:
+    if not data:
+        return torch.empty(shape, dtype=dtype, device="cpu")
+    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+
+
+class _TensorBytes:
+    """A CPU tensor pickled as its bytes."""
+
+    def __init__(self, t: Tensor):
+        self.args = (t.contiguous().view(torch.uint8).numpy().tobytes() if t.numel() else b"",
+                     t.dtype, tuple(t.shape))
+
+    def __reduce__(self):
+        return _tensor_of_bytes, self.args
+
+
+# Classes whose pickled state is made of fresh copies (a ShardMap's, so that a write to the
+# state cannot reach the live map). torch.multiprocessing sends a tensor as a shared-memory
+# file descriptor, which closes when the copy is freed, before a spawned process starts
+# ("bad value(s) in fds_to_keep"): their tensors travel in the pickle instead.
+_STATES_OF_COPIES = {"__torch__.torch.classes.quiver.ShardMap"}
+
+
+def _worker_state(value, as_bytes: bool):
+    if isinstance(value, Tensor):
+        return _TensorBytes(value) if as_bytes and value.device.type == "cpu" else portable(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_worker_state(v, as_bytes) for v in value)
+    return value
+
+
+def _reduce_script_object(obj):
+    """One of our C++ objects (a ``torch.classes.quiver`` class) sent to worker processes:
+    its tensors over a mapped save as their files (a FeatureTiers of a ``load_shared``
+    table failed with EBADF), fresh copies as bytes; other classes as torch sends them."""
+    rebuild, args, (state, name), *rest = obj.__reduce_ex__(4)
+    if name.startswith("__torch__.torch.classes.quiver."):
+        state = _worker_state(state, as_bytes=name in _STATES_OF_COPIES)
+    return (rebuild, args, (state, name), *rest)
+
+
+def _send_script_objects_for_workers() -> None:
+    from multiprocessing.reduction import ForkingPickler
+    ForkingPickler.register(torch.ScriptObject, _reduce_script_object)
+
+
+_send_script_objects_for_workers()

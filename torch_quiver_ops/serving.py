@@ -420,6 +420,13 @@ class ServingRuntime:
         if not _fork.inherited(self._runtime):
             self._runtime.stop_holding_batches()
 
+    def __reduce__(self):
+        # (copy.copy had shared the running C++ runtime: closing the copy stopped this one
+        # while it still said "ok"; pickling named an internal class)
+        raise TypeError("a ServingRuntime holds running threads and a model: it cannot be "
+                        "copied or pickled; build one per process (or per GPU, in a "
+                        "ServingPool)")
+
     @ctrl_c_ends_waits
     def close(self, timeout: float = 30.0) -> None:
         """Stops taking requests, answers every queued one (waiting up to ``timeout``
@@ -645,6 +652,10 @@ class ServingPool:
     def stop_holding_batches(self) -> None:
         for runtime in self.runtimes:
             runtime.stop_holding_batches()
+
+    def __reduce__(self):
+        raise TypeError("a ServingPool holds running ServingRuntimes: it cannot be copied or "
+                        "pickled; build one per process")
 
     def close(self, timeout: float = 30.0) -> None:
         # (refused before any is closed: one refusal midway had left the pool half closed)
@@ -1467,6 +1478,10 @@ class HttpServer:
             raise OSError(f"uvicorn could not serve on {host}:{port} (exit {failure}; its log "
                           f"above says why, e.g. the port is taken)")
         return self._uvicorn.servers[0].sockets[0].getsockname()[1]
+
+    def __reduce__(self):
+        raise TypeError("an HttpServer holds a listening socket and its threads: it cannot be "
+                        "copied or pickled; start one per process")
 
     def shutdown(self) -> None:
         _refuse_closing_from_a_model_thread(getattr(self.runtime, "runtimes", [self.runtime]),

@@ -606,6 +606,14 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
             fixed.close()
             with pytest.raises(RuntimeError, match="this DistGraphSampler was closed"):
                 fixed.sampler.sample_subgraph(own[:2])
+            with pytest.raises(RuntimeError, match="this DistNeighborLoader was closed"):
+                next(iter(fixed))  # (it named the sampler inside, which the user never held)
+            import copy
+            import pickle
+            for copier in (copy.copy, copy.deepcopy, pickle.dumps):  # "cannot pickle ProcessGroup"
+                with pytest.raises(TypeError, match="a DistNeighborLoader is bound to this "
+                                                    "process's process group"):
+                    copier(masked)
             # A split whose file holds another host's node was found mid-epoch, on that
             # host alone; now at construction, on both.
             corrupt = dataclasses.replace(part, splits=dict(part.splits, bad=others_of(part)))

@@ -215,3 +215,34 @@ def test_loaded_saves_pass_to_spawned_workers(tmp_path, strategy):
         assert torch.equal(saved["rows"][5], torch.full((2,), -1.0))
     finally:
         mp.set_sharing_strategy(before)
+
+
+def script_objects_worker(rank, shard_map, expected, tiers, rows):
+    assert torch.equal(shard_map.host_of(), expected[0])
+    assert torch.equal(shard_map.local_index(), expected[1])
+    assert shard_map.fingerprint() == expected[2]
+    assert torch.equal(tiers.gather(torch.arange(rows.size(0))), rows)
+    # The tiers map the save again: a write reaches the parent (one set of pages).
+    tiers.tiers()[0][1] = -1.0
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("strategy", ["file_descriptor", "file_system"])
+def test_shard_maps_and_layouts_pass_to_spawned_workers(tmp_path, strategy):
+    """A ShardMap failed to reach mp.spawn workers ("bad value(s) in fds_to_keep": its state
+    is fresh copies, freed before the child starts), and a FeatureTiers of a load_shared
+    table failed with EBADF: probes."""
+    from torch_quiver_ops import dist as qdist
+    before = mp.get_sharing_strategy()
+    mp.set_sharing_strategy(strategy)
+    try:
+        shard_map = qdist.build_shard_map(1000, 3, hot_order=torch.randperm(1000))
+        qv.Feature(0, [], 0).from_cpu_tensor(torch.arange(12.0).view(6, 2)).save(tmp_path / "f")
+        feature = qv.Feature.load_shared(tmp_path / "f", device_list=[])
+        expected = (shard_map.host_of(), shard_map.local_index(), shard_map.fingerprint())
+        mp.spawn(script_objects_worker, args=(shard_map, expected, feature.tiers("cpu"),
+                                              torch.arange(12.0).view(6, 2)), nprocs=1)
+        assert torch.equal(feature[torch.tensor([0])].cpu(), torch.tensor([[0.0, 1.0]]))
+        assert torch.equal(feature[torch.tensor([1])].cpu(), torch.full((1, 2), -1.0))
+    finally:
+        mp.set_sharing_strategy(before)

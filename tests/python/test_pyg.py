@@ -1,6 +1,8 @@
 """torch_quiver_ops.pyg: PyG's NeighborLoader on our sampler and stores, against the graph
 itself, PyG's conventions (edge direction, hop layout for trim_to_layer, input ids) and a
 uniformity test, on every placement."""
+import gc
+import re
 import warnings
 
 import numpy as np
@@ -13,7 +15,7 @@ from torch_geometric.utils import trim_to_layer
 
 import torch_quiver_ops as qv
 from torch_quiver_ops import pyg as qpyg
-from conftest import MODES
+from conftest import MODES, requires_cuda
 from reference import random_coo
 from stats import P_VALUE_FLOOR, assert_uniform
 
@@ -696,6 +698,61 @@ def test_a_loader_given_no_name_lasts_its_epoch(kind, workers, persistent):
     next(epoch)
     assert sum(1 for _ in epoch) == 2
     assert sum(1 for _ in copy.deepcopy(loader())) == 3
+    # A shallow copy held the original's methods (weakly): once the original was gone it
+    # raised "deleted while one of its iterators ran" (a probe).
+    original = loader()
+    shallow = copy.copy(original)
+    assert sum(1 for _ in shallow) == 3
+    del original
+    gc.collect()
+    assert sum(1 for _ in shallow) == 3
+
+
+def test_options_a_given_sampler_was_not_built_with_are_refused():
+    """Beside a neighbor_sampler the loaders dropped subgraph_type, return_eid, replace,
+    mode, sampling_generator and neg_exclude_edges without a word, and the refusal of the
+    others named options not given (temporal_strategy, whose default is truthy): probes."""
+    data = directed_data()
+    graph = qpyg.to_stores(data, "cpu")[1]
+    given = qpyg.NeighborSampler(graph, [3, 2], device="cpu")
+    for option, said in ((dict(subgraph_type="bidirectional"), "subgraph_type='bidirectional' "
+                                                               "(the sampler is 'directional')"),
+                         (dict(return_eid=True), "return_eid=True (the sampler returns no"),
+                         (dict(replace=True), "replace=True"),
+                         (dict(mode="GPU"), "mode='GPU'"),
+                         (dict(sampling_generator=torch.Generator()), "sampling_generator"),
+                         (dict(disjoint=True), "disjoint=True (the sampler samples one shared "
+                                               "subgraph): build")):  # and nothing else named
+        with pytest.raises(ValueError, match="NeighborLoader got a neighbor_sampler and sampling "
+                                             "options it was not built with: "
+                                             + re.escape(said)):
+            qpyg.NeighborLoader(data, [3, 2], batch_size=8, device="cpu", neighbor_sampler=given,
+                                **option)
+    with pytest.raises(ValueError, match=re.escape("neg_exclude_edges=False (the sampler was "
+                                                   "built with neg_exclude_edges=True)")):
+        qpyg.LinkNeighborLoader(data, [3, 2], batch_size=8, neg_sampling="binary", device="cpu",
+                                neighbor_sampler=given, neg_exclude_edges=False)
+    built = qpyg.NeighborSampler(graph, [3, 2], device="cpu", disjoint=True, replace=True,
+                                 neg_exclude_edges=False)
+    batch = next(iter(qpyg.LinkNeighborLoader(data, [3, 2], batch_size=8, neg_sampling="binary",
+                                              device="cpu", neighbor_sampler=built, disjoint=True,
+                                              replace=True, neg_exclude_edges=False)))
+    assert "batch" in batch
+
+
+@requires_cuda
+@pytest.mark.parametrize("kind", ["node", "link"])
+def test_pin_memory_pins_cpu_batches(kind):
+    """pin_memory=True was accepted and ignored where the loader draws its batches itself
+    (no workers): batches for a GPU came unpinned (a probe)."""
+    data = directed_data()
+    if kind == "node":
+        loader = qpyg.NeighborLoader(data, [3, 2], batch_size=16, device="cpu", pin_memory=True)
+    else:
+        loader = qpyg.LinkNeighborLoader(data, [3, 2], batch_size=16, device="cpu",
+                                         neg_sampling="binary", pin_memory=True)
+    batch = next(iter(loader))
+    assert batch.x.is_pinned() and batch.n_id.is_pinned() and batch.edge_index.is_pinned()
 
 
 def test_making_a_loader_draws_nothing_from_pytorchs_generator():

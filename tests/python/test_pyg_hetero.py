@@ -487,6 +487,43 @@ def test_new_hetero_features_keep_the_graph_and_sampler():
     assert torch.equal(loader.stores[1].edge_index_dict[CITES], data[CITES].edge_index)
 
 
+def test_options_a_given_sampler_was_not_built_with_are_refused():
+    """Beside a neighbor_sampler the hetero loaders dropped time_attr (batches then held
+    nodes later than their seeds), disjoint, weight_attr, temporal_strategy, replace, mode
+    and neg_exclude_edges without a word: probes. What the sampler was built with passes."""
+    data = hetero_data()
+    graph = qpyg.to_stores(data, "cpu")[1]
+    given = qpyg.HeteroNeighborSampler(graph, [3, 2], "cpu", return_eid=True)
+    node = dict(input_nodes="paper", batch_size=8, device="cpu", neighbor_sampler=given)
+    for option, said in ((dict(time_attr="time"), "time_attr='time' (the sampler samples "
+                                                  "without time)"),
+                         (dict(disjoint=True), "disjoint=True (the sampler samples one shared"),
+                         (dict(weight_attr="w"), "weight_attr='w' (the sampler holds its own"),
+                         (dict(temporal_strategy="last"), "temporal_strategy='last'"),
+                         (dict(replace=True), "replace=True (the sampler draws without"),
+                         (dict(mode="GPU"), "mode='GPU' (the sampler samples in mode 'CPU')"),
+                         (dict(subgraph_type="bidirectional"), "subgraph_type='bidirectional'"),
+                         (dict(sampling_generator=torch.Generator()), "sampling_generator")):
+        with pytest.raises(ValueError, match="NeighborLoader got a neighbor_sampler and sampling "
+                                             "options it was not built with: "
+                                             + re.escape(said)):
+            qpyg.NeighborLoader(data, [3, 2], **node, **option)
+    with pytest.raises(ValueError, match=re.escape("neg_exclude_edges=False (the sampler was "
+                                                   "built with neg_exclude_edges=True)")):
+        qpyg.LinkNeighborLoader(data, [3, 2], edge_label_index=CITES, neg_sampling="binary",
+                                batch_size=8, device="cpu", neighbor_sampler=given,
+                                neg_exclude_edges=False)
+    timed = qpyg.HeteroNeighborSampler(graph, [3, 2], "cpu", return_eid=True, disjoint=True,
+                                       node_time_dict=dict(data.collect("time")))
+    loader = qpyg.NeighborLoader(data, [3, 2], input_nodes="paper", batch_size=8, device="cpu",
+                                 neighbor_sampler=timed, time_attr="time", disjoint=True)
+    batch = next(iter(loader))
+    assert "batch" in batch["paper"]
+    seed_time = data["paper"].time[batch["paper"].n_id[:batch["paper"].batch_size]]
+    assert bool((data["author"].time[batch["author"].n_id]
+                 <= seed_time[batch["author"].batch].view(-1)).all())
+
+
 def test_types_without_rows_keep_their_tables(mode):
     """A node type of no nodes with an [0, F] table, and an edge type of no edges with an
     [0, F] edge attribute (as after a split by time), load and give empty tables."""

@@ -2,6 +2,7 @@
 answers equal the offline model's on the same sampled graphs, the dispatcher follows its
 threshold, bad requests get clear 4xx answers while the server keeps serving, overload gets
 503s from a bounded queue, and shutdown answers every accepted request."""
+import io
 import json
 import math
 import sys
@@ -204,9 +205,10 @@ def test_a_package_that_does_not_fit_fails_its_requests_only(graph, packaged, tm
     runtime = ServingRuntime(path, topo, [5, 3, 2], graph.x, device="cpu", cpu_samplers=1,
                              gpu_streams=0)
     try:
-        for _ in range(2):
-            with pytest.raises(RuntimeError):
+        for _ in range(2):  # the package's own error each time (not a closed runtime's)
+            with pytest.raises(RuntimeError, match="expected inputs vector size"):
                 runtime.predict(torch.tensor([1, 2]), 30)
+        assert not runtime.closing
     finally:
         runtime.close()
 
@@ -1498,6 +1500,28 @@ def test_health_fails_once_the_runtime_closes_and_errors_carry_no_cpp_frames(gra
     assert not pool.closing  # the other still serves
     pool.close()
     assert pool.closing
+
+
+def test_runtimes_pools_and_servers_refuse_to_be_copied(graph):
+    """copy.copy shared the running C++ runtime: closing the copy stopped the original while
+    its /health still said "ok"; deepcopy and pickle named an internal C++ class: a probe."""
+    import copy
+    import pickle
+    runtime = runtime_for(graph, cpu_samplers=1)[0]
+    pool = ServingPool([runtime_for(graph, cpu_samplers=1)[0]])
+    server = serve_http(runtime, server="stdlib")
+    try:
+        for thing, name in ((runtime, "a ServingRuntime"), (pool, "a ServingPool"),
+                            (server, "an HttpServer")):
+            for copier in (copy.copy, copy.deepcopy, pickle.dumps, lambda o: torch.save(o, io.BytesIO())):
+                with pytest.raises(TypeError, match=f"{name} holds .* cannot be copied or "
+                                                    f"pickled"):
+                    copier(thing)
+        assert not runtime.closing and post(server.url, {"nodes": [1]})[0] == 200
+    finally:
+        server.shutdown()
+        runtime.close()
+        pool.close()
 
 
 def test_closing_from_the_runtimes_own_threads_is_refused_at_once(graph, server_kind):

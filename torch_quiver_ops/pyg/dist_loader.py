@@ -105,6 +105,7 @@ class DistNeighborLoader:
             _tell_sampler_setup_problem(self.sampler_group, timeout, str(error))
             raise
         self.partition = partition
+        self._closed = False
         self.sampler = DistGraphSampler(partition, fanouts, self.sampler_group,
                                         replace, timeout, transport, mode=mode, device=device,
                                         draws=draws, lanes=lanes, bounded_slots=bounded_slots)
@@ -178,9 +179,18 @@ class DistNeighborLoader:
     def close(self) -> None:
         """Closes the sampler (:meth:`DistGraphSampler.close`): call it on every host before
         ``destroy_process_group``. The feature, the caller's, stays open."""
+        self._closed = True
         self.sampler.close()
 
+    def __reduce__(self):
+        # (pickle had said "cannot pickle ProcessGroup")
+        raise TypeError("a DistNeighborLoader is bound to this process's process group and "
+                        "its DistGraphSampler: build one in each process, not a copy")
+
     def __iter__(self):
+        if self._closed:
+            raise RuntimeError("this DistNeighborLoader was closed (DistNeighborLoader.close); "
+                               "build a new one to iterate again")
         count = self.input_nodes.numel()
         # Each seed's place in input_nodes: PyG's input_id.
         order = torch.arange(count, device="cpu")

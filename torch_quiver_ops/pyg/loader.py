@@ -153,6 +153,50 @@ def _rule_tensors(rules: dict) -> list:
     return found
 
 
+def _check_given_sampler(loader: str, sampler, *, replace, return_eid, subgraph_type, mode,
+                         sampling_generator, rules: Optional[dict]) -> None:
+    """The options a loader builds its sampler with, given beside a ``neighbor_sampler``
+    built already: each must be its default or the sampler's own. Those the sampler lacked
+    were dropped silently (probes: ``time_attr`` beside a ``HeteroNeighborSampler`` sampled
+    without time, so batches held later nodes; ``neg_exclude_edges``, ``return_eid``,
+    ``subgraph_type``, ``replace``, ``mode`` went unread)."""
+    inner, rules = sampler.sampler, rules or {}
+    own_eid = getattr(sampler, "return_eid", None)
+    own_eid = inner.return_eid if own_eid is None else own_eid
+    timed = inner.temporal or (getattr(inner, "node_time", None) is not None
+                               or getattr(sampler, "node_time_dict", None) is not None)
+    subgraph_type = getattr(subgraph_type, "value", subgraph_type)
+    strategy = rules.get("temporal_strategy", "uniform")
+    unbuilt = []  # (option as given, what the sampler does)
+    if replace and not inner.replace:
+        unbuilt.append(("replace=True", "draws without replacement"))
+    if return_eid and not own_eid:
+        unbuilt.append(("return_eid=True", "returns no edge ids"))
+    if subgraph_type not in ("directional", sampler.subgraph_type):
+        unbuilt.append((f"subgraph_type={subgraph_type!r}", f"is {sampler.subgraph_type!r}"))
+    if mode is not None and str(mode).upper() != inner.mode:
+        unbuilt.append((f"mode={mode!r}", f"samples in mode {inner.mode!r}"))
+    if sampling_generator is not None and sampling_generator is not sampler.generator:
+        unbuilt.append(("sampling_generator", "draws from its own generator"))
+    if rules.get("disjoint") and not inner.disjoint:
+        unbuilt.append(("disjoint=True", "samples one shared subgraph"))
+    if strategy != "uniform" and strategy != inner.temporal_strategy:
+        unbuilt.append((f"temporal_strategy={strategy!r}", f"is {inner.temporal_strategy!r}"))
+    if rules.get("time_attr") is not None and not timed:
+        unbuilt.append((f"time_attr={rules['time_attr']!r}", "samples without time"))
+    if rules.get("weight_attr") is not None:  # (its weights are its own, whatever the name)
+        unbuilt.append((f"weight_attr={rules['weight_attr']!r}", "holds its own weights"))
+    exclude = rules.get("neg_exclude_edges")
+    if exclude is not None and bool(exclude) != bool(sampler.neg_exclude_edges):
+        unbuilt.append((f"neg_exclude_edges={exclude!r}",
+                        f"was built with neg_exclude_edges={sampler.neg_exclude_edges}"))
+    if unbuilt:
+        raise ValueError(f"{loader} got a neighbor_sampler and sampling options it was not "
+                         f"built with: " + "; ".join(f"{given} (the sampler {own})"
+                                                     for given, own in unbuilt)
+                         + ": build the sampler with them, or leave them out")
+
+
 class _OwnMethod:
     """``loader.<name>`` (a method of the loader's class) held without a reference to the
     loader. PyG hands the DataLoader its own bound ``collate_fn`` and ``filter_fn``, so a
@@ -349,11 +393,10 @@ class _OnOurStores:
                 lambda: NeighborSampler(graph_store, num_neighbors, device, mode, replace,
                                         return_eid, subgraph_type, sampling_generator,
                                         **sampling))
-        elif rules and any(v not in (None, False, "uniform") for k, v in rules.items()
-                           if k != "neg_exclude_edges"):
-            raise ValueError(f"{type(self).__name__} got both a neighbor_sampler and sampling "
-                             f"options ({', '.join(k for k, v in rules.items() if v)}): build "
-                             f"the NeighborSampler with them")
+        else:
+            _check_given_sampler(type(self).__name__, neighbor_sampler, replace=replace,
+                                 return_eid=return_eid, subgraph_type=subgraph_type, mode=mode,
+                                 sampling_generator=sampling_generator, rules=rules)
         self._take_sampler(neighbor_sampler, kwargs)
         return stores, graph_store, neighbor_sampler
 
@@ -395,11 +438,10 @@ class _OnOurStores:
                        subgraph_type, sampling_generator, kwargs, rules=None) -> tuple:
         """_set_up for a ``HeteroData`` or a (FeatureStore, HeteroGraphStore) pair."""
         subgraph_type = getattr(subgraph_type, "value", subgraph_type)
-        built_with = getattr(neighbor_sampler, "subgraph_type", "directional")
-        if neighbor_sampler is not None and subgraph_type not in ("directional", built_with):
-            raise ValueError(f"subgraph_type={subgraph_type!r} but the neighbor_sampler "
-                             f"given was built with {built_with!r}: build "
-                             f"it with the subgraph_type wanted")
+        if neighbor_sampler is not None:
+            _check_given_sampler(type(self).__name__, neighbor_sampler, replace=replace,
+                                 return_eid=return_eid, subgraph_type=subgraph_type, mode=mode,
+                                 sampling_generator=sampling_generator, rules=rules)
         self._graph_attrs, self._typed_graph_attrs, self._type_order = {}, {}, None
         if isinstance(data, HeteroData):
             stores = to_stores(data, device, cache_size, cache_policy, host_reads)
@@ -467,6 +509,17 @@ class _OnOurStores:
         :class:`_OwnMethod` (see there)."""
         if getattr(self.collate_fn, "__self__", None) is self:
             self.collate_fn = _OwnMethod(self, self.collate_fn.__func__)
+
+    def __copy__(self):
+        # The default shallow copy kept the original's collate_fn, which holds the original
+        # weakly: the copy failed once the original was gone, saying an iterator ran (a
+        # probe). Its workers' iterator (persistent_workers) stays the original's too.
+        clone = type(self).__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        if isinstance(self.collate_fn, _OwnMethod):
+            clone.__dict__["collate_fn"] = _OwnMethod(clone, self.collate_fn._function)
+        clone.__dict__["_iterator"] = None
+        return clone
 
     def _get_iterator(self):
         iterator = super()._get_iterator()
@@ -601,11 +654,17 @@ class _OnOurStores:
 
     def _batches_in(self, order: Tensor):
         size = self.batch_size
+        # pin_memory, which the DataLoader applies to the batches it draws: a GPU's batches
+        # are left as they are (torch cannot pin them, and they need no pinning).
+        pins = self.pin_memory and torch.cuda.is_available()
         for begin in range(0, order.numel(), size):
             index = order[begin:begin + size]
             if self.drop_last and index.numel() < size:
                 return
-            yield self.filter_fn(self.collate_fn(index))
+            batch = self.filter_fn(self.collate_fn(index))
+            if pins:
+                batch = batch.apply(lambda t: t.pin_memory() if t.device.type == "cpu" else t)
+            yield batch
 
 
 # Whether a loader of this process has kept its workers (persistent_workers): only then
