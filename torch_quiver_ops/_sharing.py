@@ -33,6 +33,10 @@ from ._device import as_int, check_flag, is_int
 _CRC_CHUNK = 64 << 20
 # The json's key for the id of one save (see save_arrays).
 _SAVE_ID = "save_id"
+# The layout of a save (its json and files); a reader refuses a later one by name rather
+# than misreading it. Saves from before the key are of the first.
+_FORMAT_VERSION = "format_version"
+_READS_UP_TO = 1
 
 
 # The dtypes a save may hold (what torch.from_file maps), by their names in the metadata.
@@ -177,8 +181,9 @@ def save_arrays(directory: Union[str, Path], stem: str,
         check_savable(t, name)
         if isinstance(t, Tensor) and (t.is_conj() or t.is_neg()):
             present[name] = t.resolve_conj().resolve_neg()
-    if _SAVE_ID in meta:
-        raise ValueError(f"meta may not use the key {_SAVE_ID!r}: it marks each save")
+    for reserved in (_SAVE_ID, _FORMAT_VERSION):
+        if reserved in meta:
+            raise ValueError(f"meta may not use the key {reserved!r}: it marks each save")
     try:
         json.dumps(meta)
     except (TypeError, ValueError) as error:
@@ -265,6 +270,7 @@ def _save_locked(directory: Path, stem: str, present: dict, meta: dict) -> Path:
                                "nbytes": t.nbytes, "crc32": crc, "crc32_of": _CRC_OF}
         name, nbytes, partial = record.name, 0, record.with_suffix(".json.partial")
         partial.write_text(json.dumps({"arrays": described, **meta,
+                                       _FORMAT_VERSION: _READS_UP_TO,
                                        _SAVE_ID: secrets.token_hex(8)}))
         os.replace(partial, record)
     except BaseException as error:  # a failed chunk, a full disk, a Ctrl-C
@@ -360,6 +366,11 @@ def map_arrays(directory: Union[str, Path], stem: str,
                          f"is corrupt") from None
     if not isinstance(meta, dict) or not isinstance(meta.get("arrays"), dict):
         raise ValueError(f"{record} lists no arrays: it is not a save of save_arrays")
+    version = meta.pop(_FORMAT_VERSION, 1)
+    if not is_int(version) or not 1 <= version <= _READS_UP_TO:
+        raise ValueError(f"{record} is a save of format {version!r}, and this "
+                         f"torch_quiver_ops reads formats 1 to {_READS_UP_TO}: it was written "
+                         f"by a later version; load it with that one (or upgrade)")
     arrays = {}
     for name, info in meta.pop("arrays").items():
         _check_name(name, str(record))

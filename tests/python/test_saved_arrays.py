@@ -3,6 +3,7 @@ the distributed partitions): metadata is checked against itself and the files be
 anything is mapped, names stay inside the directory, and a load never changes the save."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -326,6 +327,8 @@ def test_a_refused_save_leaves_the_previous_one_whole(tmp_path):
             ({"a": rows.to(torch.uint16)}, {}, TypeError, "a cannot be saved: its dtype is torch.uint16"),
             ({"a": rows * 2}, {"note": torch.ones(1)}, TypeError, "meta must be JSON data"),
             ({"a": rows * 2}, {"save_id": "mine"}, ValueError, "may not use the key 'save_id'"),
+            ({"a": rows * 2}, {"format_version": 1}, ValueError,
+             "may not use the key 'format_version'"),
             ({"a": rows.numpy()}, {}, TypeError, "a is a ndarray"),
             ({"a": torch.empty(3, 4, device="meta")}, {}, TypeError, "meta tensor"),
             # (torch's "nbytes is not defined for sparse tensors" had named no array)
@@ -420,3 +423,23 @@ def test_a_save_into_a_path_that_is_a_file_is_named(tmp_path):
     with pytest.raises(NotADirectoryError, match="taken is a file, not a folder"):
         feature.save(tmp_path / "taken")
     assert (tmp_path / "taken").read_text() == "a file"
+
+
+def test_a_save_of_a_later_format_is_refused_by_name(tmp_path):
+    """Saves carry their layout's version: a later one is refused by name rather than
+    misread; one from before the key (none) is read as the first."""
+    import json
+    _sharing.save_arrays(tmp_path, "s", {"a": torch.arange(4.)}, note="x")
+    record = tmp_path / "s.json"
+    meta = json.loads(record.read_text())
+    assert meta["format_version"] == 1
+    arrays, read = _sharing.map_arrays(tmp_path, "s")
+    assert read == {"note": "x"} and torch.equal(arrays["a"], torch.arange(4.))
+    del meta["format_version"]
+    record.write_text(json.dumps(meta))
+    assert torch.equal(_sharing.map_arrays(tmp_path, "s")[0]["a"], torch.arange(4.))
+    for version in (2, "1", None):
+        record.write_text(json.dumps(dict(meta, format_version=version)))
+        with pytest.raises(ValueError, match=f"is a save of format {re.escape(repr(version))}, "
+                                             f"and this torch_quiver_ops reads formats 1 to 1"):
+            _sharing.map_arrays(tmp_path, "s")
