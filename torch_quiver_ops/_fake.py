@@ -346,6 +346,11 @@ class FakeFeatureTiers:
         leading = self._tiers if self._tiers[-1].is_cuda else self._tiers[:-1]
         return sum(t.size(0) for t in leading)
 
+    def device(self) -> torch.device:  # the reader's GPU, as FeatureTiers::device
+        if self._positions is not None and self._positions.is_cuda:
+            return self._positions.device
+        return next((t.device for t in self._tiers if t.is_cuda), torch.device("cpu"))
+
 
 @torch._library.register_fake_class("quiver::ShardMap")
 class FakeShardMap:

@@ -452,6 +452,7 @@ class HeteroSampler:
         self.disjoint = check_flag(disjoint, "disjoint") or self.temporal
         self.device, self.mode = sampling_placement(device, mode)
         mode = self.mode
+        self.weighted = weights is not None
         edge_weight = None
         every_edge = topo  # negatives exclude each true edge, weight 0 or not
         self._kept_edges: Optional[Dict[EdgeType, Tensor]] = None

@@ -708,10 +708,13 @@ class SampleLoader:
     def __copy__(self) -> "SampleLoader":
         # The default shallow copy kept the original's Prefetcher, whose epochs are the
         # original's: the copy iterated the original, whatever was set on it (a probe).
+        # Its Prefetcher is copied shallowly too (a deep copy took the Feature its pace
+        # reports to along: the whole table copied, and the pace sent to a detached store:
+        # a review), then pointed at the copy.
         clone = type(self).__new__(type(self))
         clone.__setstate__(self.__getstate__())
-        clone._prefetcher = copy.deepcopy(
-            self._prefetcher, {id(self._prefetcher.loader): _Epochs(clone)})
+        clone._prefetcher = copy.copy(self._prefetcher)
+        clone._prefetcher.loader = _Epochs(clone)
         return clone
 
     @property
@@ -1034,13 +1037,17 @@ class LinkSampleLoader(SampleLoader):
         if trials is None or not 1 <= trials <= 1000:
             raise ValueError(f"neg_max_trials must be an int in [1, 1000], got "
                              f"{neg_max_trials!r}")
-        batch = as_int(batch_size)
-        if batch is not None and batch > 0 and negatives_of(batch, neg_ratio) > MAX_NEGATIVES:
-            # (it failed at the first batch, in torch.randint or an allocation of petabytes)
-            raise ValueError(f"neg_ratio={neg_ratio} asks for {negatives_of(batch, neg_ratio)} "
-                             f"negatives a batch of {batch} edges, over the limit of "
-                             f"{MAX_NEGATIVES}: lower neg_ratio or batch_size")
         num_edges = edge_label_index.size(1)
+        batch = as_int(batch_size)
+        if batch is not None and batch > 0:  # (its own checks come with SampleLoader's)
+            batch = min(batch, num_edges)  # a batch holds no more edges than there are
+            if negatives_of(batch, neg_ratio) > MAX_NEGATIVES:
+                # (it failed at the first batch, in torch.randint or an allocation of
+                # petabytes)
+                raise ValueError(f"neg_ratio={neg_ratio} asks for "
+                                 f"{negatives_of(batch, neg_ratio)} negatives a batch of "
+                                 f"{batch} edges, over the limit of {MAX_NEGATIVES}: lower "
+                                 f"neg_ratio or batch_size")
         # Its own _build_one builds its batches: SampleLoader never gives them to C++.
         super().__init__(sampler, feature, torch.arange(num_edges, device="cpu"), batch_size, None,
                          shuffle, drop_last, prefetch, generator, prefetch_sms,

@@ -283,6 +283,7 @@ class GraphSageSampler:
         given = csr_topo
         csr_topo, self._edge_weight, self._edge_time, self.node_time = _with_rules(
             csr_topo, weights, edge_time, node_time)
+        self.weighted = self._edge_weight is not None
         # Zero-weight edges leave the sampler's graph but stay true edges, which negatives
         # must not be: sample_negatives reads the given graph then.
         self._every_edge = given if csr_topo.edge_count != given.edge_count else None

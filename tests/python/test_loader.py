@@ -1100,6 +1100,10 @@ def test_loaders_copy_and_pickle_and_give_the_same_batches():
     assert len(shallow) == len(batches) == 3 and [b.batch_size for b in batches] == [10, 10, 10]
     assert all(b.x is None for b in batches) and all(b.x is not None for b in loader)
     assert len(list(copy.copy(links))) == 5
+    # (its Prefetcher had been deep-copied, and the Feature its pace reports to with it:
+    # the whole table copied, and the pace sent to a store nothing read: a review)
+    shallow = copy.copy(loader)
+    assert shallow._prefetcher.pace.func.__self__ is loader.feature
     # After a GPU epoch the Python prefetcher holds its side streams and the C++ one its
     # thread: a copy makes its own.
     for in_cpp in ([False, True] if HAS_CUDA else []):

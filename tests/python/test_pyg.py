@@ -721,6 +721,8 @@ def test_options_a_given_sampler_was_not_built_with_are_refused():
                          (dict(replace=True), "replace=True"),
                          (dict(mode="GPU"), "mode='GPU'"),
                          (dict(sampling_generator=torch.Generator()), "sampling_generator"),
+                         (dict(weight_attr="w"), "weight_attr='w' (the sampler samples "
+                                                 "without weights)"),
                          (dict(disjoint=True), "disjoint=True (the sampler samples one shared "
                                                "subgraph): build")):  # and nothing else named
         with pytest.raises(ValueError, match="NeighborLoader got a neighbor_sampler and sampling "
@@ -732,6 +734,12 @@ def test_options_a_given_sampler_was_not_built_with_are_refused():
                                                    "built with neg_exclude_edges=True)")):
         qpyg.LinkNeighborLoader(data, [3, 2], batch_size=8, neg_sampling="binary", device="cpu",
                                 neighbor_sampler=given, neg_exclude_edges=False)
+    data.w = torch.rand(data.num_edges) + 0.1
+    weighted = qpyg.NeighborSampler(graph, [3, 2], device="cpu", weights=data.w,
+                                    return_eid=True)  # (w is an edge attribute: by e_id)
+    next(iter(qpyg.NeighborLoader(data, [3, 2], batch_size=8, device="cpu",
+                                  neighbor_sampler=weighted, weight_attr="w")))
+    del data.w
     built = qpyg.NeighborSampler(graph, [3, 2], device="cpu", disjoint=True, replace=True,
                                  neg_exclude_edges=False)
     batch = next(iter(qpyg.LinkNeighborLoader(data, [3, 2], batch_size=8, neg_sampling="binary",

@@ -498,7 +498,8 @@ def test_options_a_given_sampler_was_not_built_with_are_refused():
     for option, said in ((dict(time_attr="time"), "time_attr='time' (the sampler samples "
                                                   "without time)"),
                          (dict(disjoint=True), "disjoint=True (the sampler samples one shared"),
-                         (dict(weight_attr="w"), "weight_attr='w' (the sampler holds its own"),
+                         (dict(weight_attr="w"), "weight_attr='w' (the sampler samples "
+                                                 "without weights)"),
                          (dict(temporal_strategy="last"), "temporal_strategy='last'"),
                          (dict(replace=True), "replace=True (the sampler draws without"),
                          (dict(mode="GPU"), "mode='GPU' (the sampler samples in mode 'CPU')"),
@@ -519,6 +520,10 @@ def test_options_a_given_sampler_was_not_built_with_are_refused():
                                  neighbor_sampler=timed, time_attr="time", disjoint=True)
     batch = next(iter(loader))
     assert "batch" in batch["paper"]
+    weighted = qpyg.HeteroNeighborSampler(graph, [3, 2], "cpu", return_eid=True,
+                                          weights=dict(data.collect("w")))
+    next(iter(qpyg.NeighborLoader(data, [3, 2], input_nodes="paper", batch_size=8, device="cpu",
+                                  neighbor_sampler=weighted, weight_attr="w")))
     seed_time = data["paper"].time[batch["paper"].n_id[:batch["paper"].batch_size]]
     assert bool((data["author"].time[batch["author"].n_id]
                  <= seed_time[batch["author"].batch].view(-1)).all())

@@ -290,6 +290,8 @@ def test_arguments_of_the_wrong_kind_are_named_where_they_are_given():
         (lambda: qv.LinkSampleLoader(sampler, None, edge_index, 2, neg_ratio=1e15), ValueError,
          "neg_ratio=1000000000000000.0 asks for 2000000000000000 negatives a batch of 2 "
          "edges, over the limit of 4294967294: lower neg_ratio or batch_size"),
+        (lambda: qv.LinkSampleLoader(sampler, None, edge_index, 2**40, neg_ratio=2**31),
+         ValueError, "asks for 6442450944 negatives a batch of 3 edges"),  # (3 edges in all)
         (lambda: qv.LinkSampleLoader(sampler, None, edge_index, 2, neg_max_trials=0),
          ValueError, "neg_max_trials must be an int in [1, 1000], got 0"),
         # (None turned the exclusion off, unsaid; per_src=True drew one: a probe)

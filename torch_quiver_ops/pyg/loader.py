@@ -184,8 +184,10 @@ def _check_given_sampler(loader: str, sampler, *, replace, return_eid, subgraph_
         unbuilt.append((f"temporal_strategy={strategy!r}", f"is {inner.temporal_strategy!r}"))
     if rules.get("time_attr") is not None and not timed:
         unbuilt.append((f"time_attr={rules['time_attr']!r}", "samples without time"))
-    if rules.get("weight_attr") is not None:  # (its weights are its own, whatever the name)
-        unbuilt.append((f"weight_attr={rules['weight_attr']!r}", "holds its own weights"))
+    # (A weighted sampler's weights are its own, whatever the name; None: a sampler
+    # pickled before samplers said whether they weigh, taken at its word.)
+    if rules.get("weight_attr") is not None and getattr(inner, "weighted", None) is False:
+        unbuilt.append((f"weight_attr={rules['weight_attr']!r}", "samples without weights"))
     exclude = rules.get("neg_exclude_edges")
     if exclude is not None and bool(exclude) != bool(sampler.neg_exclude_edges):
         unbuilt.append((f"neg_exclude_edges={exclude!r}",
