@@ -651,15 +651,21 @@ def test_gpu_dispatch_and_calibration(graph, gpu_mode):
                              cpu_samplers=1, gpu_streams=2, gpu_mode=gpu_mode)
     try:
         assert runtime.threshold == runtime.threshold  # calibrated: a number
-        ids = torch.tensor([5, 17, 1999])
-        runtime.threshold = -1.0  # everything on the GPU
-        on_gpu = runtime.predict(ids, 30)
-        runtime.threshold = float("inf")
-        on_cpu = runtime.predict(ids, 30)
-        assert [r.target for r in runtime.records[-2:]] == ["gpu", "cpu"]
-        assert torch.allclose(on_gpu, on_cpu, atol=1e-4)  # all neighbors: the same graph
+        gpu_and_cpu_answers_agree(runtime)
     finally:
         runtime.close()
+
+
+def gpu_and_cpu_answers_agree(runtime, timeout=60):
+    """Three nodes answered on the GPU side, then on the CPU side: equal, as the sampling
+    takes every neighbor (the same graph either way)."""
+    ids = torch.tensor([5, 17, 1999])
+    runtime.threshold = -1.0  # everything on the GPU
+    on_gpu = runtime.predict(ids, timeout)
+    runtime.threshold = float("inf")
+    on_cpu = runtime.predict(ids, timeout)
+    assert [r.target for r in runtime.records[-2:]] == ["gpu", "cpu"]
+    assert torch.allclose(on_gpu, on_cpu, atol=1e-4)
 
 
 @pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
@@ -675,12 +681,7 @@ def test_a_runtime_on_the_second_gpu_of_a_clique_gathers_there(graph):
     runtime = ServingRuntime(model, topo, [-1, -1], feature, device="cuda:1", cpu_samplers=1,
                              gpu_streams=1, threshold=-1.0)
     try:
-        ids = torch.tensor([5, 17, 1999])
-        on_gpu = runtime.predict(ids, 60)
-        runtime.threshold = float("inf")
-        on_cpu = runtime.predict(ids, 60)
-        assert [r.target for r in runtime.records[-2:]] == ["gpu", "cpu"]
-        assert torch.allclose(on_gpu, on_cpu, atol=1e-4)  # all neighbors: the same graph
+        gpu_and_cpu_answers_agree(runtime)
     finally:
         runtime.close()
 
