@@ -34,6 +34,10 @@ def _csr(indptr, indices, edge_ids=None) -> None:
     if edge_ids is not None and (edge_ids.dim() != 1 or edge_ids.dtype != torch.int64):
         raise TypeError(f"edge_ids must be a 1-D int64 tensor, got "
                         f"{edge_ids.dtype} of shape {list(edge_ids.shape)}")
+    if edge_ids is not None:  # (traced, then refused when the program ran: a probe)
+        torch._check_value(edge_ids.numel() == indices.numel(),
+                           lambda: f"edge_ids has {edge_ids.numel()} entries but indices has "
+                                   f"{indices.numel()}")
 
 
 def _fanouts(fanouts, what: str = "fanouts", replace: bool = False) -> None:
@@ -212,6 +216,15 @@ def _sample_negatives_fake(indptr, indices, src, per_src, exclude_edges=True, ma
     _index_vector(src, "src")
     if per_src < 0:
         raise ValueError(f"per_src must be >= 0, got {per_src}")
+    # Plain ints, known while tracing: refused then, as the kernel refuses them.
+    if not 1 <= max_trials <= 1000:
+        raise ValueError(f"max_trials must be in [1, 1000], got {max_trials}")
+    num_nodes = indptr.size(0) - 1
+    torch._check_value(0 <= dst_begin <= num_nodes,
+                       lambda: f"dst_begin = {dst_begin} is outside the graph's {num_nodes} nodes")
+    torch._check_value(dst_count >= -1 and (dst_count == -1 or dst_count <= num_nodes - dst_begin),
+                       lambda: f"dst_count = {dst_count} from dst_begin = {dst_begin} reaches "
+                               f"past the graph's {num_nodes} nodes (-1: to the last node)")
     # The kernel's limit (past it, new_empty had failed with "Overflow when unpacking").
     torch._check_value(
         src.shape[0] * per_src <= MAX_HOP_EDGES,
@@ -372,6 +385,7 @@ class FakeShardMap:
 
     def locate(self, ids):
         # (owner, local index) of each id, as int64 on the ids' device.
+        _index_vector(ids, "ids")  # (0-d ids had traced, then failed when run: a probe)
         return [ids.new_empty(ids.shape, dtype=torch.long),
                 ids.new_empty(ids.shape, dtype=torch.long)]
 
@@ -417,6 +431,7 @@ class FakeDistFeature:
         return cls(**dict(flattened))
 
     def gather(self, ids, host_read_blocks: int = 0):
+        _index_vector(ids, "ids")  # (0-d ids failed the trace with an IndexError: a probe)
         return self.no_rows.new_empty((ids.shape[0], *self.no_rows.shape[1:]),
                                       device=ids.device)
 

@@ -394,6 +394,14 @@ def test_fake_transport_and_dist_feature_answer_as_the_real_ones():
     assert rows.shape == (7, 5) and rows.dtype == torch.bfloat16
     # DistFeature.__getitem__ passes this thread's host_read_blocks too.
     assert fake.gather(torch.zeros(3, dtype=torch.long), 0).shape == (3, 5)
+    # 0-d ids failed the trace with "tuple index out of range", and 2-D ids traced, to be
+    # refused when the program ran (a probe): the kernels' refusal, while traced.
+    shard_map = _fake.FakeShardMap(**flat)
+    for call in (fake.gather, shard_map.locate):
+        with pytest.raises(ValueError, match=r"ids must be a 1-D tensor, got shape \[\]"):
+            call(torch.tensor(3))
+        with pytest.raises(ValueError, match=r"ids must be a 1-D tensor, got shape \[1, 2\]"):
+            call(torch.tensor([[1, 2]]))
 
 
 class ReadsSettings(torch.nn.Module):
@@ -504,6 +512,16 @@ def test_a_features_first_read_may_be_compiled():
     (lambda p, i, s: torch.ops.quiver.sample_neighbors(p, i, s, 1),
      (torch.empty(0, dtype=torch.long), torch.tensor([0]), torch.tensor([0])), ValueError,
      r"indptr must be a 1-D tensor of num_nodes \+ 1 offsets, got shape \[0\]"),
+    # (traced, then refused only when the program ran: a probe)
+    (lambda p, i, e: torch.ops.quiver.check_csr(p, i, e),
+     (torch.tensor([0, 2, 3]), torch.tensor([1, 0, 1]), torch.tensor([0])), ValueError,
+     r"edge_ids has \S+ entries but indices has"),
+    (lambda p, i, s: qv.ops.sample_negatives(p, i, s, 1, max_trials=0),
+     (torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([0])), ValueError,
+     r"max_trials must be in \[1, 1000\], got 0"),
+    (lambda p, i, s: qv.ops.sample_negatives(p, i, s, 1, dst_begin=2),
+     (torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([0])), ValueError,
+     "dst_begin = 2 is outside the graph's"),
 ])
 def test_traced_calls_raise_the_ops_own_errors(call, inputs, error, words):
     """Under torch.compile a bad call failed in the fake kernel with an unrelated error
