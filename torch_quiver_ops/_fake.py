@@ -53,16 +53,59 @@ def _fanouts(fanouts, what: str = "fanouts", replace: bool = False) -> None:
 
 
 def _sampling(indptr, indices, seeds, fanouts, edge_ids=None, seed_time=None,
-              temporal_strategy="uniform", disjoint=False, replace=False) -> None:
+              temporal_strategy="uniform", disjoint=False, replace=False, edge_weight=None,
+              edge_time=None, edge_weight_cumsum=None) -> None:
+    """The kernels' checks (check_neighbor_sample_args) of what a fake also has, in their
+    order, so that a call failing two of them raises the same error either way (a probe:
+    the fake had checked disjoint before seed_time's dtype, and none of the per-edge
+    tensors)."""
     _csr(indptr, indices, edge_ids)
     _index_vector(seeds, "seeds")
     _fanouts(fanouts, replace=replace)
+
+    def per_edge(t, name, dtype):
+        if t is None:
+            return
+        if t.dtype != dtype:
+            raise TypeError(f"{name} must be {dtype}, got {t.dtype}")
+        if t.dim() != 1:
+            raise ValueError(f"{name} must hold one value per CSR edge ({indices.numel()}), "
+                             f"got shape {list(t.shape)}")
+        torch._check_value(t.numel() == indices.numel(),
+                           lambda: f"{name} must hold one value per CSR edge "
+                                   f"({indices.numel()}), got shape {list(t.shape)}")
+    per_edge(edge_weight, "edge_weight", torch.float32)
+    per_edge(edge_weight_cumsum, "edge_weight_cumsum", torch.float64)
+    if edge_weight_cumsum is not None and edge_weight is None:
+        raise ValueError("edge_weight_cumsum speeds up weighted sampling: pass edge_weight too")
+    per_edge(edge_time, "edge_time", torch.int64)
     if temporal_strategy not in ("uniform", "last"):
         raise ValueError(f"temporal_strategy must be 'uniform' or 'last', got "
                          f"'{temporal_strategy}'")
-    if seed_time is not None and not disjoint:
-        raise ValueError("temporal sampling needs disjoint=True: each seed's tree keeps its "
-                         "own time")
+    if (edge_time is None) != (seed_time is None):
+        raise ValueError(f"temporal sampling needs both edge_time and seed_time, got only "
+                         f"{'edge_time' if edge_time is not None else 'seed_time'}")
+    if seed_time is not None:
+        if seed_time.dtype != torch.int64:
+            raise TypeError(f"seed_time must be int64, got {seed_time.dtype}")
+        if seed_time.dim() != 1:
+            raise ValueError(f"seed_time must hold one time per seed ({seeds.numel()}), got "
+                             f"shape {list(seed_time.shape)}")
+        torch._check_value(seed_time.numel() == seeds.numel(),
+                           lambda: f"seed_time must hold one time per seed ({seeds.numel()}), "
+                                   f"got shape {list(seed_time.shape)}")
+        if not disjoint:
+            raise ValueError("temporal sampling needs disjoint=True: each seed's tree keeps "
+                             "its own time")
+    if temporal_strategy == "last":
+        if edge_time is None:
+            raise ValueError("temporal_strategy='last' needs edge_time and seed_time")
+        if replace:
+            raise ValueError("temporal_strategy='last' takes the most recent edges, it cannot "
+                             "sample with replacement (replace=True)")
+        if edge_weight is not None:
+            raise ValueError("temporal_strategy='last' takes the most recent edges and ignores "
+                             "weights: pass edge_weight with temporal_strategy='uniform'")
 
 
 @torch.library.register_fake("quiver::check_csr")
@@ -107,6 +150,11 @@ def _csr_from_coo_fake(row, col, num_nodes):
     _no_meta_beside_real(row=row, col=col)
     _index_vector(row, "row")
     _index_vector(col, "col")
+    # (without it, indices took col's size and edge_ids row's: code combining the two
+    # failed while traced with a shape error, not the kernel's ValueError; from a probe;
+    # checked before the dtypes, as the kernel does)
+    torch._check_value(row.size(0) == col.size(0),
+                       lambda: f"row has {row.size(0)} entries but col has {col.size(0)}")
     if row.dtype != col.dtype:
         raise TypeError(f"row is {row.dtype} but col is {col.dtype}")
     if num_nodes < 0:
@@ -118,10 +166,6 @@ def _csr_from_coo_fake(row, col, num_nodes):
                          f"take more than 2^63 bytes")
     if row.dtype == torch.int32 and num_nodes > 2**31:
         raise ValueError(f"num_nodes = {num_nodes} does not fit int32 ids; pass int64 row/col")
-    # (without it, indices took col's size and edge_ids row's: code combining the two
-    # failed while traced with a shape error, not the kernel's ValueError; from a probe)
-    torch._check_value(row.size(0) == col.size(0),
-                       lambda: f"row has {row.size(0)} entries but col has {col.size(0)}")
     indptr = row.new_empty(num_nodes + 1, dtype=torch.long)
     return indptr, col.new_empty(col.shape), col.new_empty(col.shape, dtype=torch.long)
 
@@ -159,7 +203,7 @@ def _neighbor_sample_fake(indptr, indices, seeds, fanouts, replace=False, edge_i
                           temporal_strategy="uniform", disjoint=False, generator=None,
                           edge_weight_cumsum=None):
     _sampling(indptr, indices, seeds, fanouts, edge_ids, seed_time, temporal_strategy, disjoint,
-              replace)
+              replace, edge_weight, edge_time, edge_weight_cumsum)
     ctx = torch.library.get_ctx()
     num_nodes = ctx.new_dynamic_size()
     num_edges = ctx.new_dynamic_size()
@@ -180,7 +224,7 @@ def _hetero_neighbor_sample_fake(indptr, indices, edge_ids, seeds, node_type_off
                                  seed_time=None, strict_time=False, temporal_strategy="uniform",
                                  disjoint=False, generator=None, edge_weight_cumsum=None):
     _sampling(indptr, indices, seeds, fanouts, edge_ids, seed_time, temporal_strategy, disjoint,
-              replace)
+              replace, edge_weight, edge_time, edge_weight_cumsum)
     relations = len(relation_dst_types)
     if relations < 1 or len(relation_src_types) != relations:
         raise ValueError(f"relation_src_types and relation_dst_types must name the same "

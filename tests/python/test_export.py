@@ -522,6 +522,19 @@ def test_a_features_first_read_may_be_compiled():
     (lambda p, i, s: qv.ops.sample_negatives(p, i, s, 1, dst_begin=2),
      (torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([0])), ValueError,
      "dst_begin = 2 is outside the graph's"),
+    (lambda p, i, s, w: torch.ops.quiver.neighbor_sample(p, i, s, [1], edge_weight=w),
+     (torch.tensor([0, 2, 3]), torch.tensor([1, 0, 1]), torch.tensor([0]),
+      torch.ones(3, dtype=torch.float64)), TypeError,
+     "edge_weight must be torch.float32, got torch.float64"),
+    # Two checks failing at once: the first in the kernel's order (the fake had raised the
+    # other, of another type: a probe).
+    (lambda p, i, s, t, e: torch.ops.quiver.neighbor_sample(p, i, s, [1], edge_time=e,
+                                                            seed_time=t),
+     (torch.tensor([0, 2, 3]), torch.tensor([1, 0, 1]), torch.tensor([0]),
+      torch.tensor([5], dtype=torch.int32), torch.zeros(3, dtype=torch.long)), TypeError,
+     "seed_time must be int64, got torch.int32"),
+    (lambda r, c: qv.ops.csr_from_coo(r, c, 20), (torch.arange(8), torch.arange(3).int()),
+     ValueError, r"row has \S+ entries but col has"),
 ])
 def test_traced_calls_raise_the_ops_own_errors(call, inputs, error, words):
     """Under torch.compile a bad call failed in the fake kernel with an unrelated error
