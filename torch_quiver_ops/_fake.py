@@ -63,17 +63,18 @@ def _sampling(indptr, indices, seeds, fanouts, edge_ids=None, seed_time=None,
     _index_vector(seeds, "seeds")
     _fanouts(fanouts, replace=replace)
 
+    def one_each(t, name, count, what):
+        words = f"{name} must hold one {what} ({count}), got shape {list(t.shape)}"
+        if t.dim() != 1:
+            raise ValueError(words)
+        torch._check_value(t.numel() == count, lambda: words)
+
     def per_edge(t, name, dtype):
         if t is None:
             return
         if t.dtype != dtype:
             raise TypeError(f"{name} must be {dtype}, got {t.dtype}")
-        if t.dim() != 1:
-            raise ValueError(f"{name} must hold one value per CSR edge ({indices.numel()}), "
-                             f"got shape {list(t.shape)}")
-        torch._check_value(t.numel() == indices.numel(),
-                           lambda: f"{name} must hold one value per CSR edge "
-                                   f"({indices.numel()}), got shape {list(t.shape)}")
+        one_each(t, name, indices.numel(), "value per CSR edge")
     per_edge(edge_weight, "edge_weight", torch.float32)
     per_edge(edge_weight_cumsum, "edge_weight_cumsum", torch.float64)
     if edge_weight_cumsum is not None and edge_weight is None:
@@ -88,12 +89,7 @@ def _sampling(indptr, indices, seeds, fanouts, edge_ids=None, seed_time=None,
     if seed_time is not None:
         if seed_time.dtype != torch.int64:
             raise TypeError(f"seed_time must be int64, got {seed_time.dtype}")
-        if seed_time.dim() != 1:
-            raise ValueError(f"seed_time must hold one time per seed ({seeds.numel()}), got "
-                             f"shape {list(seed_time.shape)}")
-        torch._check_value(seed_time.numel() == seeds.numel(),
-                           lambda: f"seed_time must hold one time per seed ({seeds.numel()}), "
-                                   f"got shape {list(seed_time.shape)}")
+        one_each(seed_time, "seed_time", seeds.numel(), "time per seed")
         if not disjoint:
             raise ValueError("temporal sampling needs disjoint=True: each seed's tree keeps "
                              "its own time")
