@@ -485,23 +485,24 @@ def portable(value):
     return _MappedView(value, path)
 
 
-def portable_state(state: dict) -> dict:
-    """A ``__getstate__`` dict with every tensor over a mapped save made :func:`portable`,
-    those in a dict value too (a GraphPartition's splits)."""
-    return {key: portable_state(value) if isinstance(value, dict) else portable(value)
-            for key, value in state.items()}
+def portable_state(state, as_bytes: bool = False):
+    """A pickled state (a ``__getstate__`` dict, a ``(dict, slots)`` pair, a C++ class's
+    tuple) with every tensor over a mapped save made :func:`portable`, within dicts (a
+    GraphPartition's splits), lists and tuples too; with ``as_bytes`` every CPU tensor
+    travels as its bytes (see ``_STATES_OF_COPIES``)."""
+    if isinstance(state, dict):
+        return {key: portable_state(value, as_bytes) for key, value in state.items()}
+    if type(state) in (list, tuple):  # (exactly: a NamedTuple is built otherwise)
+        return type(state)(portable_state(value, as_bytes) for value in state)
+    if as_bytes and isinstance(state, Tensor) and state.device.type == "cpu":
+        return _TensorBytes(state)
+    return portable(state)
 
 
 def reduce_with_files(obj):
     """``obj`` as pickling takes it (its ``__getstate__``; a ``(dict, slots)`` state of a
     class with slots too), with its tensors over a mapped save made :func:`portable`."""
-    state = obj.__getstate__()
-    if isinstance(state, dict):
-        state = portable_state(state)
-    elif isinstance(state, tuple):
-        state = tuple(portable_state(part) if isinstance(part, dict) else part
-                      for part in state)
-    return copyreg.__newobj__, (type(obj),), state
+    return copyreg.__newobj__, (type(obj),), portable_state(obj.__getstate__())
 
 
 def send_saves_as_files(cls, reduce=reduce_with_files) -> None:
@@ -663,21 +664,13 @@ class _TensorBytes:
 _STATES_OF_COPIES = {"__torch__.torch.classes.quiver.ShardMap"}
 
 
-def _worker_state(value, as_bytes: bool):
-    if isinstance(value, Tensor):
-        return _TensorBytes(value) if as_bytes and value.device.type == "cpu" else portable(value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_worker_state(v, as_bytes) for v in value)
-    return value
-
-
 def _reduce_script_object(obj):
     """One of our C++ objects (a ``torch.classes.quiver`` class) sent to worker processes:
     its tensors over a mapped save as their files (a FeatureTiers of a ``load_shared``
     table failed with EBADF), fresh copies as bytes; other classes as torch sends them."""
     rebuild, args, (state, name), *rest = obj.__reduce_ex__(4)
     if name.startswith("__torch__.torch.classes.quiver."):
-        state = _worker_state(state, as_bytes=name in _STATES_OF_COPIES)
+        state = portable_state(state, as_bytes=name in _STATES_OF_COPIES)
     return (rebuild, args, (state, name), *rest)
 
 

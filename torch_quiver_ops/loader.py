@@ -1041,12 +1041,12 @@ class LinkSampleLoader(SampleLoader):
         batch = as_int(batch_size)
         if batch is not None and batch > 0:  # (its own checks come with SampleLoader's)
             batch = min(batch, num_edges)  # a batch holds no more edges than there are
-            if negatives_of(batch, neg_ratio) > MAX_NEGATIVES:
+            wanted = negatives_of(batch, neg_ratio)
+            if wanted > MAX_NEGATIVES:
                 # (it failed at the first batch, in torch.randint or an allocation of
                 # petabytes)
-                raise ValueError(f"neg_ratio={neg_ratio} asks for "
-                                 f"{negatives_of(batch, neg_ratio)} negatives a batch of "
-                                 f"{batch} edges, over the limit of {MAX_NEGATIVES}: lower "
+                raise ValueError(f"neg_ratio={neg_ratio} asks for {wanted} negatives a batch "
+                                 f"of {batch} edges, over the limit of {MAX_NEGATIVES}: lower "
                                  f"neg_ratio or batch_size")
         # Its own _build_one builds its batches: SampleLoader never gives them to C++.
         super().__init__(sampler, feature, torch.arange(num_edges, device="cpu"), batch_size, None,

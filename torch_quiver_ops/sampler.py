@@ -512,9 +512,10 @@ class GraphSageSampler:
         # (None had turned the exclusion off, unsaid, and per_src=True drew one: a probe)
         exclude_edges = check_flag(exclude_edges, "exclude_edges")
         out_rows = check_flag(out_rows, "out_rows")
-        if as_int(per_src) is None:
+        count, trials = as_int(per_src), as_int(max_trials)
+        if count is None:
             raise TypeError(f"per_src must be an int >= 0, got {per_src!r}")
-        if as_int(max_trials) is None:
+        if trials is None:
             raise TypeError(f"max_trials must be an int in [1, 1000], got {max_trials!r}")
         check_generator(generator)
         self._ensure_placed()
@@ -526,9 +527,8 @@ class GraphSageSampler:
                           self._every_edge.indices.to(self.device))
                 self._every_edge_placed = placed
             indptr, indices = placed
-        return ops.sample_negatives(indptr, indices, self._seeds(src), as_int(per_src),
-                                    exclude_edges, as_int(max_trials), out_rows=out_rows,
-                                    generator=generator)
+        return ops.sample_negatives(indptr, indices, self._seeds(src), count, exclude_edges,
+                                    trials, out_rows=out_rows, generator=generator)
 
     def sample(self, input_nodes, generator: Optional[torch.Generator] = None,
                seed_time: Optional[Tensor] = None) -> Tuple[Tensor, int, List[Adj]]:
