@@ -303,11 +303,11 @@ class Feature:
                 return rows.contiguous() if device is None else rows.to(device)
             # Every k-th row, read by the GPU from the pinned table (no strided host copy).
             ids = torch.arange(*ranks.indices(self._host.size(0)), device="cpu")
-            return ops.gather_rows(self._pinned(), ids.to(device))
+            return ops.gather_rows(self._pinned(device), ids.to(device))
         ids = self._order[ranks]
         if device is None:
             return self._host[ids.long()]
-        return ops.gather_rows(self._pinned(), ids.to(device))
+        return ops.gather_rows(self._pinned(device), ids.to(device))
 
     def _clique_rows(self, clique: Sequence[int]) -> int:
         """Rows a clique's memory holds (its members' caches together, at most the table)."""
@@ -414,10 +414,11 @@ class Feature:
             raise ValueError(f"loader_ahead must be True or False, got {loader_ahead!r}")
         self._view(self.device_for(device))[0].note_loader_pace(loader_ahead)
 
-    def _pinned(self) -> Tensor:
-        """The table pinned in place (a small one that cannot be may get a pinned copy)."""
+    def _pinned(self, reader=None) -> Tensor:
+        """The table pinned in place (a small one that cannot be may get a pinned copy);
+        ``reader``: the GPU about to read it, whose context pins it."""
         if self._pinned_host is None:
-            self._pinned_host, self._pin = pinned(self._host)
+            self._pinned_host, self._pin = pinned(self._host, reader)
         return self._pinned_host
 
     def _clique_of(self, index: int) -> Optional[List[int]]:
@@ -434,7 +435,7 @@ class Feature:
         if len(clique) == 1:
             if device.index not in self._replicas:
                 self._replicas[device.index] = (
-                    self._pinned().to(device.index) if self._holds_every_row(clique)
+                    self._pinned(device).to(device.index) if self._holds_every_row(clique)
                     else self._hot_rows(slice(0, self._cache_rows), device.index))
             return [self._replicas[device.index]]
         return [self._clique_shard(d, device.index) for d in clique]  # the op enables peers
@@ -518,10 +519,10 @@ class Feature:
                                  else self._positions_for(clique, device))
                 elif self._rank is None and len(memory) <= 1:
                     # The cache holds the first rows; the host tier is the table past them.
-                    tiers = memory + [self._pinned()[memory_rows:]]
+                    tiers = memory + [self._pinned(device)[memory_rows:]]
                     positions = None
                 else:  # the whole table; positions send cached rows to the memory tiers
-                    tiers = memory + [self._pinned()]
+                    tiers = memory + [self._pinned(device)]
                     positions = self._positions_for(clique, device)
             else:
                 tiers, positions = [host], None

@@ -552,7 +552,7 @@ class HeteroSampler:
         if self.mode == "GPU" or (self.mode == "UVA" and name in ("indptr", "slice_starts")):
             return t.to(self.device)
         if self.mode == "UVA":
-            t, handle = pinned(t)
+            t, handle = pinned(t, self.device)
             self._pins.append(handle)
         return t
 

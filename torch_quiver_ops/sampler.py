@@ -385,7 +385,7 @@ class GraphSageSampler:
         """``t`` pinned in place (or a pinned copy of a small one); the pin lives with us."""
         if t is None:
             return None
-        t, handle = pinned(t)
+        t, handle = pinned(t, self.device)
         self._pins.append(handle)
         return t
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import ctypes
 import sys
 import warnings
@@ -63,17 +64,23 @@ def pin_in_place(tensor: Tensor) -> "torch.ScriptObject":
     return torch.classes.quiver.HostPin(tensor)
 
 
-def pinned(tensor: Tensor):
+def pinned(tensor: Tensor, device=None):
     """``(tensor_to_use, handle)``: ``tensor`` pinned in place, or for small tensors that
-    cannot be (e.g. they share a page with memory pinned elsewhere) a pinned copy."""
+    cannot be (e.g. they share a page with memory pinned elsewhere) a pinned copy.
+    ``device``: the GPU that will read it. CUDA pins through the current GPU's context, so
+    a worker of GPU 1 that had not yet called ``torch.cuda.set_device`` would otherwise
+    make a context (hundreds of MB) on GPU 0 to pin its tables."""
     if not isinstance(tensor, Tensor):
         raise TypeError(f"pinned pins a tensor, got {type(tensor).__name__}")
     if tensor.layout != torch.strided or tensor.is_meta:  # (contiguous() failed unnamed)
         raise TypeError(f"pinned pins a dense tensor with data, got a "
                         f"{'meta' if tensor.is_meta else tensor.layout} tensor")
     tensor = tensor.contiguous()
+    reader = None if device is None else torch.device(device)
     try:
-        return tensor, pin_in_place(tensor)
+        with (torch.cuda.device(reader) if reader is not None and reader.type == "cuda"
+              else contextlib.nullcontext()):
+            return tensor, pin_in_place(tensor)
     except RuntimeError as error:
         if tensor.nbytes > _COPY_FALLBACK_BYTES or not torch.cuda.is_available():
             raise  # (without a GPU a pinned copy fails too, less clearly)

@@ -21,7 +21,6 @@ def test_sample_gives_torch_quiver_layout(graph, mode):
     assert batch_size == 50 and torch.equal(n_id[:50].cpu(), seeds)
     assert len(adjs) == len(sizes)
     num_sources = n_id.numel()
-    src = torch.repeat_interleave(torch.arange(topo.node_count), topo.degree)
     for adj in adjs:  # outermost first: sources shrink toward the seeds
         edge_index, e_id, (n_src, n_dst) = adj
         assert n_src == num_sources and n_dst <= n_src

@@ -172,3 +172,33 @@ def test_pinned_names_a_tensor_it_cannot_pin():
     with pytest.raises(TypeError, match="pinned pins a dense tensor with data, got a "
                                         "torch.sparse_coo tensor"):
         pinned(torch.randn(4, 2).to_sparse())
+
+
+_PINS_FOR_GPU_1 = """
+import torch, torch_quiver_ops as qv
+from torch_quiver_ops.synthetic import synthetic_graph
+graph = synthetic_graph("tiny", seed=0)
+topo = qv.CSRTopo(graph.edge_index)
+sampler = qv.GraphSageSampler(topo, [4, 2], device=DEVICE, mode=MODE)
+n_id, _, _ = sampler.sample(torch.arange(64))
+feature = qv.Feature(rank=RANK, device_list=[RANK], device_cache_size=0)
+feature.from_cpu_tensor(graph.x)
+rows = feature[n_id]
+assert torch.equal(rows.cpu(), graph.x[n_id.cpu()])
+if DEVICE != "cpu":
+    assert rows.device == torch.device("cuda", 1)
+    print("context on GPU 0:", torch._C._cuda_hasPrimaryContext(0))
+"""
+
+
+@pytest.mark.skipif(not HAS_CUDA or torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_tables_pinned_for_gpu_1_make_no_context_on_gpu_0():
+    # A spawned worker of GPU 1 that has not called torch.cuda.set_device: its UVA sampler
+    # and host rows are pinned through GPU 1's context, not a new one on GPU 0.
+    import subprocess
+    import sys
+    script = 'DEVICE, MODE, RANK = 1, "UVA", 1' + _PINS_FOR_GPU_1
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "context on GPU 0: False" in done.stdout, done.stdout
