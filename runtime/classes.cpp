@@ -220,6 +220,7 @@ void register_runtime_classes(torch::Library& m) {
       .def("set_threshold", &ServingRuntime::set_threshold)
       .def("dispatches_by_load", &ServingRuntime::dispatches_by_load)
       .def("calibrate", &ServingRuntime::calibrate)
+      .def_static("calibration_sizes", &ServingRuntime::calibration_sizes)
       .def("psgs", [](const c10::intrusive_ptr<ServingRuntime>& self) { return self->psgs(); })
       .def("records", &ServingRuntime::records)
       .def("accepted", &ServingRuntime::accepted)

@@ -198,7 +198,7 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
     } else if (o.gpu_streams == 0) {
       threshold_ = std::numeric_limits<double>::infinity();
     } else {
-      std::tie(threshold_, cpu_line_, gpu_line_) = calibrate({1, 4, 16, 64, 256, 1024}, 5, o.seed);
+      std::tie(threshold_, cpu_line_, gpu_line_) = calibrate(calibration_sizes(o.max_batch_nodes), 5, o.seed);
       by_load_ = true;
     }
   }
@@ -410,6 +410,7 @@ void ServingRuntime::batch_loop() {
       // batch is formed again, larger, once a batch is answered. The same back-pressure as a
       // runtime of one side alone.
       for (auto it = batch.requests.rbegin(); it != batch.requests.rend(); ++it) {
+        queued_nodes_ += it->ids.numel();  // queued again: max_queue_nodes counts them
         queue_.push_front(std::move(*it));
       }
       --in_flight_;
@@ -469,7 +470,9 @@ bool ServingRuntime::better_elsewhere(const Batch& batch, Clock::time_point now)
 
 bool ServingRuntime::send_to_gpu(Batch& batch) {
   if (!by_load_) return on_gpu_by_threshold(batch.cost);
-  const bool gpu = predicted_finish_s(true, batch.cost) <= predicted_finish_s(false, batch.cost);
+  // A tie goes to the CPU, as at the threshold: an idle runtime then sends a batch where
+  // its reported threshold says.
+  const bool gpu = predicted_finish_s(true, batch.cost) < predicted_finish_s(false, batch.cost);
   batch.predicted_s = line_latency(gpu, batch.cost);
   return gpu;
 }
@@ -873,12 +876,25 @@ bool ServingRuntime::dispatches_by_load() const {
   return by_load_;
 }
 
+std::vector<int64_t> ServingRuntime::calibration_sizes(int64_t max_batch_nodes) {
+  std::vector<int64_t> sizes;
+  const int64_t largest = std::min<int64_t>(max_batch_nodes, 1024);
+  for (int64_t size = 1; size < largest; size *= 4) sizes.push_back(size);
+  sizes.push_back(largest);
+  return sizes;
+}
+
 std::tuple<double, std::vector<double>, std::vector<double>> ServingRuntime::calibrate(
     const std::vector<int64_t>& sizes, int64_t repeats, int64_t seed) {
   constexpr int64_t kMostRepeats = 1'000'000;  // its loop counts to repeats + 1
   TORCH_CHECK_VALUE(!sizes.empty() && repeats >= 1 && repeats <= kMostRepeats,
                     "ServingRuntime.calibrate: needs batch sizes and repeats in [1, ",
                     kMostRepeats, "], got ", sizes.size(), " sizes and repeats=", repeats);
+  for (const int64_t size : sizes) {  // (a size out of range had been clamped unsaid)
+    TORCH_CHECK_VALUE(size >= 1 && size <= options_.max_batch_nodes,
+                      "ServingRuntime.calibrate: sizes must be in [1, max_batch_nodes=",
+                      options_.max_batch_nodes, "], got ", size);
+  }
   TORCH_CHECK_VALUE(options_.cpu_samplers > 0 && options_.gpu_streams > 0,
                     "ServingRuntime.calibrate compares CPU and GPU sampling: it needs both, got "
                     "cpu_samplers=", options_.cpu_samplers, " and gpu_streams=",
@@ -894,8 +910,7 @@ std::tuple<double, std::vector<double>, std::vector<double>> ServingRuntime::cal
   std::thread timing([&] {
     try {
       limit_intra_op_threads(cpu_sampler_threads_);
-      for (int64_t size : sizes) {
-        size = std::max<int64_t>(1, std::min(size, options_.max_batch_nodes));
+      for (const int64_t size : sizes) {
         for (int64_t r = 0; r <= repeats; ++r) {
           const at::Tensor ids = at::randint(num_nodes_, {size}, draw, at::kLong);
           const double batch_cost = cost(ids);

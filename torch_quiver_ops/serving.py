@@ -1,9 +1,14 @@
 """Online GNN inference with workload-aware dispatch (torch-quiver's serving): requests of a
 few node ids are queued, batched dynamically (a size cap and a wait cap), and each batch is
 sampled on the CPU or on the GPU by its predicted cost, the *probabilistic sampled graph
-size* (PSGS): the expected number of nodes its sampling visits for the fanouts, a sum of
-per-node values computed once from the graph. Small batches then do not queue behind the
-GPU and large ones do not crawl on the CPU.
+size* (PSGS): for each seed, the expected size of the tree its sampling grows for the
+fanouts (nodes counted once per time they are drawn), summed over the batch's seeds from
+per-node values computed once from the graph. It bounds what a batch samples from above:
+the sampler draws each distinct node's neighbors once, so seeds whose trees overlap visit
+fewer nodes (a probe's 64 seeds over two hops of [5, 3]: PSGS 1,141, 834 seeds and
+edges drawn, 476 distinct nodes); sampling time grows with it all the same, which is what
+dispatch needs. Small batches then do not queue behind the GPU and large ones do not crawl
+on the CPU.
 
 * :class:`PSGS`: the per-node expected sampled counts and a batch's cost.
 * :class:`ServingRuntime`: the request queue, the batcher, the dispatcher (a pool of CPU
@@ -75,17 +80,21 @@ class PSGS:
     sampler's ``sizes``): ``psgs[v] = 1 + min(deg v, f1) * mean over v's neighbors u of
     psgs'(u)``, with ``psgs'`` the same for the remaining fanouts (1 past the last hop):
     uniform sampling without replacement visits each neighbor with probability
-    ``min(deg, f) / deg``. A batch's cost is the sum over its seeds; computed once, in
-    O(edges) per hop (the runtime's ``expected_sampled_counts``)."""
+    ``min(deg, f) / deg``: a seed's sampling tree, counted with repeats (see the module's
+    note). A batch's cost is the sum over its seeds; computed once, in O(edges) per hop
+    (the runtime's ``expected_sampled_counts``). ``values`` are float64, and a request's
+    cost is summed in the runtime's order, so ``runtime.psgs(ids)`` is the cost a request
+    of ``ids`` is dispatched by, to the last bit (a float32 copy had sent a batch the
+    other way at its threshold)."""
 
     def __init__(self, topo: CSRTopo, fanouts: Sequence[int]):
         self.values: Tensor = torch.classes.quiver.ServingRuntime.expected_sampled_counts(
-            topo.indptr, topo.indices, integer_fanouts(fanouts)).float()
+            topo.indptr, topo.indices, integer_fanouts(fanouts))
 
     @classmethod
     def of_values(cls, values: Tensor) -> "PSGS":
         psgs = cls.__new__(cls)
-        psgs.values = values.float()
+        psgs.values = values.double()  # (the runtime's own tensor: no copy)
         return psgs
 
     def __call__(self, ids: Tensor) -> float:
@@ -96,7 +105,9 @@ class PSGS:
             # Indexing would read a negative id from the end.
             raise IndexError(f"ids must be in [0, {self.values.numel()}), got ids from "
                              f"{int(ids.min())} to {int(ids.max())}")
-        return float(self.values[ids].sum())
+        if not ids.numel():
+            return 0.0
+        return float(self.values[ids.reshape(-1)].cumsum(0)[-1])  # one by one, as the runtime
 
 
 class _Answer:
@@ -504,12 +515,27 @@ class ServingRuntime:
             raise ValueError(f"cost must be a finite PSGS >= 0, got {cost!r}")
         return self._runtime.target_of(cost)
 
-    def calibrate(self, sizes: Sequence[int] = (1, 4, 16, 64, 256, 1024), repeats: int = 5,
+    def calibrate(self, sizes: Optional[Sequence[int]] = None, repeats: int = 5,
                   seed: int = 0) -> float:
         """Times sampling and gathering on the CPU and the GPU on this machine over batches
-        of ``sizes`` random seeds, fits ``latency = a + b * PSGS`` to each, and returns the
-        PSGS where the lines cross (the CPU's below it): the dispatch threshold. The fits
-        are kept in ``calibration``; the threshold is not changed."""
+        of ``sizes`` random seeds (each in [1, max_batch_nodes]; default: 1, 4, 16, ...,
+        1024 up to ``max_batch_nodes``, as at start-up), fits ``latency = a + b * PSGS`` to
+        each, and returns the PSGS where the lines cross (the CPU's below it): the dispatch
+        threshold. The fits are kept in ``calibration``; the threshold is not changed."""
+        if sizes is None:
+            sizes = torch.classes.quiver.ServingRuntime.calibration_sizes(
+                self._runtime.max_batch_nodes())
+        if isinstance(sizes, (str, bytes, Tensor)) or not isinstance(sizes, Sequence):
+            raise TypeError(f"sizes must be a sequence of batch sizes, got {sizes!r}")
+        limit = self._runtime.max_batch_nodes()
+        for size in sizes:
+            if not is_int(size) or not 1 <= size <= limit:
+                raise ValueError(f"sizes must hold ints in [1, max_batch_nodes={limit}], "
+                                 f"got {size!r} in {list(sizes)!r}")
+        if not is_int(repeats) or not 1 <= repeats <= 1_000_000:
+            raise ValueError(f"repeats must be an int in [1, 1000000], got {repeats!r}")
+        if not is_int(seed) or not -2**63 <= seed < 2**63:
+            raise ValueError(f"seed must be an int that fits in 64 bits, got {seed!r}")
         crossing, cpu, gpu = self._runtime.calibrate(list(sizes), repeats, seed)
         self.calibration = {"cpu": tuple(cpu), "gpu": tuple(gpu)}
         return crossing

@@ -125,6 +125,59 @@ def test_psgs_is_the_expected_sampled_count(graph):
     nbrs = topo.indices[topo.indptr[v]:topo.indptr[v + 1]].long()
     tree = 1 + sum(1 + int(degree[u]) for u in nbrs.tolist())
     assert abs(float(full[v]) - tree) < 1e-3
+    # Two hops of unequal fanouts against the definition folded from the last hop: the
+    # one-hop and all-neighbour cases agree whichever hop is taken first.
+    src = torch.repeat_interleave(torch.arange(topo.node_count), topo.indptr.diff())
+
+    def by_definition(fanouts):
+        below = torch.ones(topo.node_count, dtype=torch.float64)
+        for f in reversed(fanouts):
+            mean_below = torch.zeros_like(below).index_add_(
+                0, src, below[topo.indices.long()]) / degree.clamp(min=1)
+            below = 1 + degree.clamp(max=f) * mean_below
+        return below
+    forward, backward = PSGS(topo, [5, 3]).values, PSGS(topo, [3, 5]).values
+    assert torch.allclose(forward.double(), by_definition([5, 3]), rtol=1e-9)
+    assert torch.allclose(backward.double(), by_definition([3, 5]), rtol=1e-9)
+    assert (forward - backward).abs().max() > 1
+
+
+def test_a_runtimes_psgs_is_the_cost_it_dispatches_by(graph):
+    """runtime.psgs(ids) had been a float32 copy: a batch whose recorded cost was set as
+    the threshold read as above it (a probe, 22571.578125 against 22571.5779...)."""
+    runtime, _ = runtime_for(graph, fanouts=[7, 3])
+    try:
+        ids = torch.randint(graph.num_nodes, (1000,), generator=torch.Generator().manual_seed(3))
+        runtime.predict(ids, timeout=30)
+        cost = runtime.records[-1].cost
+        assert runtime.psgs(ids) == cost == runtime._runtime.cost(ids)
+        assert runtime.psgs.values.dtype == torch.float64
+        assert runtime.psgs(torch.tensor([], dtype=torch.long)) == 0.0
+    finally:
+        runtime.close()
+
+
+def test_calibrate_names_a_bad_argument(graph):
+    """Its arguments went to TorchScript unchecked ("Expected a value of type 'int' for
+    argument '_3'"), and a size of 0 or past max_batch_nodes was clamped without a word."""
+    runtime, _ = runtime_for(graph)
+    try:
+        for kwargs, words in [({"seed": 2**70}, "seed must be an int"),
+                              ({"repeats": 2.0}, "repeats must be an int"),
+                              ({"repeats": True}, "repeats must be an int"),
+                              ({"sizes": [1.5]}, r"sizes must hold ints in \[1, max_batch_nodes"),
+                              ({"sizes": [0]}, r"got 0 in \[0\]"),
+                              ({"sizes": [runtime.max_batch_nodes + 1]}, "max_batch_nodes="),
+                              ({"sizes": "16"}, "sizes must be a sequence")]:
+            with pytest.raises((TypeError, ValueError), match=words):
+                runtime.calibrate(**kwargs)
+        with pytest.raises(ValueError, match=r"sizes must be in \[1, max_batch_nodes="):
+            runtime._runtime.calibrate([0], 1, 0)
+        sizes = torch.classes.quiver.ServingRuntime.calibration_sizes
+        assert sizes(100) == [1, 4, 16, 64, 100] and sizes(1) == [1]
+        assert sizes(1024) == sizes(5000) == [1, 4, 16, 64, 256, 1024]
+    finally:
+        runtime.close()
 
 
 def test_answers_equal_the_offline_model(graph):
@@ -404,7 +457,14 @@ def test_one_waiter_a_ticket_and_nothing_outstanding_after_a_close_that_gives_up
     finds its batch gone without taking the process down."""
     runtime, _ = runtime_for(graph, delay=1.0, cpu_samplers=1)
     answer = runtime.submit(torch.tensor([1, 2]))
-    first = threading.Thread(target=lambda: pytest.raises(RuntimeError, answer.result, 30))
+    outcome = []  # (an assertion inside the thread would only have warned)
+
+    def wait_first():
+        try:
+            outcome.append(answer.result(30))
+        except Exception as error:  # noqa: BLE001 (the main thread judges it)
+            outcome.append(error)
+    first = threading.Thread(target=wait_first)
     first.start()
     time.sleep(0.3)
     with pytest.raises(ValueError, match="already being waited for"):
@@ -413,6 +473,8 @@ def test_one_waiter_a_ticket_and_nothing_outstanding_after_a_close_that_gives_up
     runtime._runtime.close(0.2)  # the model is still asleep: its batch fails
     first.join(30)
     assert not first.is_alive() and runtime.outstanding == 0
+    assert isinstance(outcome[0], RuntimeError), outcome
+    assert "closed before the model answered" in str(outcome[0])
     time.sleep(1.0)  # the model thread returns to a batch close() already failed
     assert runtime._runtime.answered_batches() == 1
 
@@ -650,8 +712,48 @@ def test_gpu_dispatch_and_calibration(graph, gpu_mode):
     runtime = ServingRuntime(model, topo, [-1, -1], graph.x.cuda(), device="cuda",
                              cpu_samplers=1, gpu_streams=2, gpu_mode=gpu_mode)
     try:
-        assert runtime.threshold == runtime.threshold  # calibrated: a number
+        threshold = runtime.threshold  # calibrated: a PSGS, or every batch to one side
+        assert threshold >= -1.0, threshold  # (NaN fails too)
+        if threshold >= 0:
+            assert runtime.target_of(threshold) == "cpu"
+        if math.isfinite(threshold):
+            assert runtime.target_of(threshold + 1.0) == "gpu"
+        # The crossing a calibration returns is where its fitted lines cross.
+        crossing = runtime.calibrate(repeats=2)
+        cpu, gpu = runtime.calibration["cpu"], runtime.calibration["gpu"]
+        if math.isfinite(crossing) and crossing > 0:
+            assert cpu[0] + cpu[1] * crossing == pytest.approx(gpu[0] + gpu[1] * crossing)
+            assert cpu[1] > gpu[1]  # the CPU's line below the GPU's before the crossing
         gpu_and_cpu_answers_agree(runtime)
+    finally:
+        runtime.close()
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and the CUDA kernels")
+def test_requests_put_back_by_a_full_runtime_count_against_max_queue_nodes(graph):
+    """Dispatching by load, a batch formed while both sides are full goes back to the queue.
+    Its requests were not counted again there, then counted out a second time when batched
+    again: the queued node count went negative and max_queue_nodes stopped refusing."""
+    torch.manual_seed(0)
+    topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
+    model = SAGE([graph.x.size(1), 16, int(graph.y.max()) + 1], delay=0.05)
+    runtime = ServingRuntime(model, topo, [3], graph.x.cuda(), device="cuda", cpu_samplers=1,
+                             gpu_streams=1, max_batch_nodes=8, max_queue=100_000,
+                             max_queue_nodes=64, max_wait_ms=1.0)
+    answers, refused, most_queued = [], 0, 0
+    try:
+        assert runtime.dispatches_by_load
+        ends = time.monotonic() + 3.0
+        while time.monotonic() < ends:
+            try:
+                answers.append(runtime.submit(torch.tensor([1])))
+            except Overloaded:
+                refused += 1
+                time.sleep(0.001)
+            most_queued = max(most_queued, runtime.queued)
+        assert refused > 0 and most_queued <= 64, (refused, most_queued)
+        for answer in answers:
+            answer.result(60)
     finally:
         runtime.close()
 
@@ -1662,7 +1764,7 @@ def test_a_busy_port_is_an_error(graph, server_kind):
     second, _ = runtime_for(graph, (3,), cpu_samplers=1)
     server = serve_http(first, server=server_kind)
     try:
-        with pytest.raises((OSError, RuntimeError)):
+        with pytest.raises(OSError, match="Address already in use|could not serve on"):
             serve_http(second, port=int(server.url.rsplit(":", 1)[1]), server=server_kind)
         with pytest.raises(ValueError, match="server must be one of"):
             serve_http(second, server="flask")
@@ -2198,9 +2300,12 @@ def test_calibrate_refuses_repeats_out_of_range():
     runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
     try:
         for repeats in (0, 2**63 - 1):
+            with pytest.raises(ValueError, match=rf"repeats must be an int in \[1, 1000000\], "
+                                                 rf"got {repeats}"):
+                runtime.calibrate(repeats=repeats)
             with pytest.raises(ValueError, match=rf"repeats in \[1, 1000000\], got 6 sizes and "
                                                  rf"repeats={repeats}"):
-                runtime.calibrate(repeats=repeats)
+                runtime._runtime.calibrate([1, 4, 16, 64, 256, 1024], repeats, 0)
         with pytest.raises(ValueError, match="it needs both"):
             runtime.calibrate(repeats=2)
     finally:

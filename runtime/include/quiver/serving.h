@@ -4,7 +4,8 @@
 // Requests of a few node ids wait in a bounded queue; a batcher closes a batch when it holds
 // max_batch_nodes seeds or its oldest request has waited max_wait_ms (or, dispatching by
 // load with the GPU side full, at the PSGS a free CPU sampler does in time), prices it by its PSGS
-// (the expected number of nodes its sampling visits, a sum of per-node values computed once),
+// (each seed's expected sampling tree, nodes counted once per draw, summed over the seeds
+// from per-node values computed once: an upper bound on the distinct nodes visited),
 // and hands it to a CPU sampler or a GPU sampler (each on a CUDA stream of its own). With a
 // calibrated runtime (both kinds, no threshold given), each batch goes where it is predicted
 // to finish first: the work already queued or sampling on that side (its predicted latencies
@@ -180,8 +181,11 @@ class ServingRuntime : public torch::CustomClassHolder {
   // first of each size's repeats + 1 dropped as warm-up), fits latency = a + b * PSGS to
   // each, and returns (the PSGS where the lines cross, the CPU's below it: the threshold;
   // CPU fit (a, b); GPU fit (a, b)). Does not change the threshold.
+  // Each size must be in [1, max_batch_nodes].
   std::tuple<double, std::vector<double>, std::vector<double>> calibrate(
       const std::vector<int64_t>& sizes, int64_t repeats, int64_t seed);
+  // The sizes calibrated at construction: 1, 4, ..., 1024 up to max_batch_nodes, and it.
+  static std::vector<int64_t> calibration_sizes(int64_t max_batch_nodes);
 
   // ---- reports ----
   // One row per batch answered (the latest 100000): nodes, requests, cost, 1 when sampled on
