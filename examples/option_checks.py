@@ -32,8 +32,8 @@ def cache_size(parser, text: str, option: str = "--cache-size") -> None:
     checked on every machine: a CPU-only run, which caches nothing, used to pass a typo on."""
     from torch_quiver_ops._device import parse_share, parse_size  # what Feature reads it with
     try:
-        if parse_share(text, "the") is None:
-            parse_size(text)
+        if parse_share(text, option) is None:
+            parse_size(text, option)
     except ValueError as error:
         parser.error(f"{option} {text!r}: {error}")
 

@@ -103,7 +103,7 @@ def check_size(parser: argparse.ArgumentParser, flag: str, text) -> None:
     from ._device import parse_share, parse_size
     try:
         if parse_share(text, f"--{flag}") is None:
-            parse_size(text)
+            parse_size(text, f"--{flag}")
     except (ValueError, TypeError) as error:
         parser.error(f"--{flag} {text!r}: {error}")
 

@@ -273,42 +273,46 @@ def checked_node_ids(ids: torch.Tensor, num_nodes: int, name: str) -> torch.Tens
     return ids
 
 
-def parse_share(size, what: str) -> Optional[Fraction]:
+def parse_share(size, name: str) -> Optional[Fraction]:
     """The fraction a size such as "20%" names, exactly (None for any other size): a share
     of N rows is ``int(share * N)`` with no float rounding ("29%" of 100 rows is 29, where
-    0.29 * 100 is 28.999...). `what` names the argument in the errors."""
+    0.29 * 100 is 28.999...). ``name``: the argument, named in the errors."""
     if not (isinstance(size, str) and size.strip().endswith("%")):
         return None
     try:
         share = Fraction(size.strip()[:-1].strip()) / 100
     except (ValueError, ZeroDivisionError):
-        raise ValueError(f"{what} share must be a percentage such as '20%', got "
+        raise ValueError(f"{name}: a share must be a percentage such as '20%', got "
                          f"{size!r}") from None
     if not 0 <= share <= 1:
-        raise ValueError(f"{what} share must be in [0%, 100%], got {size!r}")
+        raise ValueError(f"{name}: a share must be in [0%, 100%], got {size!r}")
     return share
 
 
-def parse_size(size: Union[int, float, str]) -> int:
-    """Bytes from 1024, "200M", "0.9G", "1.5GB" or "20MiB" (units of 1024)."""
+def parse_size(size: Union[int, float, str], name: str = "size") -> int:
+    """Bytes from 1024, "200M", "0.9G", "1.5GB" or "20MiB" (units of 1024); ``name``: the
+    argument, named in the errors."""
     if isinstance(size, bool):
-        raise ValueError(f"a cache size must be a byte count, got {size!r}")
+        raise ValueError(f"{name} must be a byte count, got {size!r}")
     if isinstance(size, (int, float)):
         # (an int too large for a float is finite: math.isfinite raised OverflowError)
         if size < 0 or (isinstance(size, float) and not math.isfinite(size)):
-            raise ValueError(f"a cache size must be a byte count >= 0, got {size}")
+            raise ValueError(f"{name} must be a byte count >= 0, got {size}")
         if isinstance(size, float) and 0 < size < 1:
-            raise ValueError(f"a cache size of {size} bytes is less than one byte: for a "
+            raise ValueError(f"{name} of {size} bytes is less than one byte: for a "
                              f"share of the table write a percentage such as "
                              f"'{size * 100:g}%'")
+        if isinstance(size, float) and not size.is_integer():  # (2.5 had been 2 bytes)
+            raise ValueError(f"{name} must be a whole number of bytes, got {size}")
         return int(size)
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(?:([KMGT])I?)?B?\s*", str(size).upper())
     if not match:
-        raise ValueError(f"cannot read {size!r} as a size; use bytes or e.g. '200M', '1.5G'")
+        raise ValueError(f"cannot read {name}={size!r} as a size; use bytes or e.g. '200M', "
+                         f"'1.5G'")
     count = float(match.group(1)) * _UNITS[match.group(2) or ""]
     if not math.isfinite(count):
-        raise ValueError(f"a cache size must be a byte count, got {size!r}")
+        raise ValueError(f"{name} must be a byte count, got {size!r}")
     if 0 < count < 1:  # as for a number: a share is a percentage
-        raise ValueError(f"a cache size of {size!r} is less than one byte: for a share of the "
+        raise ValueError(f"{name} of {size!r} is less than one byte: for a share of the "
                          f"table write a percentage such as '{count * 100:g}%'")
     return int(count)

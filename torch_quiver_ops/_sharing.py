@@ -20,6 +20,7 @@ import fcntl
 import secrets
 import stat
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
@@ -165,6 +166,9 @@ def save_arrays(directory: Union[str, Path], stem: str,
     /dev/shm is often small)."""
     directory = Path(directory)
     _check_name(stem, str(directory))
+    if not isinstance(arrays, Mapping):  # (a list had failed on a missing items())
+        raise TypeError(f"arrays must be a dict of names to tensors, got "
+                        f"{type(arrays).__name__}")
     present = {name: t for name, t in arrays.items() if t is not None}
     for name in present:
         _check_name(name, str(directory))
@@ -351,6 +355,9 @@ def map_arrays(directory: Union[str, Path], stem: str,
     directory = Path(directory)
     _check_name(stem, str(directory))  # as save_arrays: no path that leaves the directory
     verify = check_flag(verify, "verify")  # ("no" would verify)
+    for option, given in (("names", names), ("required", required)):
+        if isinstance(given, (str, bytes)):  # (read as its characters)
+            raise TypeError(f"{option} must be a sequence of array names, got {given!r}")
     record = directory / f"{stem}.json"
     if not record.exists():
         raise FileNotFoundError(f"{record} does not exist: nothing was saved in {directory}, "

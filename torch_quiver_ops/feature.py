@@ -176,10 +176,10 @@ class Feature:
         self._gather_on: Optional[int] = None  # where CPU ids gather (None: the current GPU)
         self.device_list: List[int] = device_list
         # A "20%" cache is sized once the table is known.
-        self._cache_share = parse_share(device_cache_size, "a cache")
+        self._cache_share = parse_share(device_cache_size, "device_cache_size")
         if self._cache_share is not None:
             device_cache_size = 0
-        self.device_cache_size = parse_size(device_cache_size)
+        self.device_cache_size = parse_size(device_cache_size, "device_cache_size")
         self.cache_policy = cache_policy
         self._host_read_share: Optional[float] = None  # learned (see host_read_share)
         self._host_read_pace = True  # see host_read_pace
@@ -677,6 +677,14 @@ class Feature:
         process ends (freeing memory a peer still reads is undefined in CUDA). A copy of a
         layout saved with a scripted module is not seen here: load it after close only
         where the shards' owners still run."""
+        # Checked whether or not there is a wait to bound ("x" and -1 had passed unsaid).
+        if (isinstance(timeout, bool) or not isinstance(timeout, numbers.Real)
+                or not 0 < timeout <= 365 * 24 * 3600):
+            raise ValueError(f"timeout must be a number of seconds in (0, 1 year], got "
+                             f"{timeout!r}")
+        if group is not None and not isinstance(group, torch.distributed.ProcessGroup):
+            raise TypeError(f"group must be a torch.distributed ProcessGroup or None, got "
+                            f"{type(group).__name__}")
         with _VIEWING:  # (no layout is built from the table as it goes)
             for layout, _, _ in self._views.values():
                 layout.release()

@@ -21,7 +21,7 @@ from . import ops, preflight
 from ._device import (as_ids, as_int64, as_tensor, check_flag, check_generator, holds_integers,
                       no_meta, readable_ids)
 from .ops import csr_from_coo, integer_fanouts, integer_times
-from .sampler import ops_temporal_strategy, sampling_placement
+from .sampler import negative_options, ops_temporal_strategy, sampling_placement
 from .topology import _as_tensor, kept_indptr
 from .uva import pinned
 
@@ -39,6 +39,9 @@ def _edge_type(key) -> EdgeType:
 def _node_counts(num_nodes_dict) -> Dict[str, int]:
     """Each node type's count as an int >= 0: a float (10.5) is refused rather than
     truncated, a negative count named here rather than as offsets that decrease."""
+    if not isinstance(num_nodes_dict, Mapping):  # (a list had failed on a missing items())
+        raise TypeError(f"num_nodes_dict must be a dict of node types to counts, got "
+                        f"{type(num_nodes_dict).__name__}")
     counts = {}
     for t, n in num_nodes_dict.items():
         try:
@@ -76,6 +79,9 @@ class HeteroCSRTopo:
                  num_nodes_dict: Optional[Dict[str, int]] = None,
                  edge_time_dict: Optional[Dict[EdgeType, Tensor]] = None,
                  node_time_dict: Optional[Dict[str, Tensor]] = None):
+        if not isinstance(edge_index_dict, Mapping):
+            raise TypeError(f"edge_index_dict must be a dict of edge types to edge indices, "
+                            f"got {type(edge_index_dict).__name__}")
         if not edge_index_dict:
             raise ValueError("edge_index_dict holds no edge types")
         if edge_time_dict is not None and node_time_dict is not None:
@@ -443,12 +449,18 @@ class HeteroSampler:
                  replace: bool = False, *, weights: Optional[Dict[EdgeType, Tensor]] = None,
                  temporal_strategy: str = "uniform", strict_time: bool = False,
                  disjoint: bool = False, capture_batches: bool = True):
+        if not isinstance(topo, HeteroCSRTopo):  # (5 had failed on a missing edge_types)
+            raise TypeError(f"HeteroSampler samples a HeteroCSRTopo (topo), got "
+                            f"{type(topo).__name__}")
         self.topo = topo
         self.replace = check_flag(replace, "replace")  # ("False" had read as True)
         self.fanouts, self.num_hops = self._fanouts(num_neighbors)
         self.temporal = topo.edge_time is not None
         self.temporal_strategy = temporal_strategy
         self.strict_time = check_flag(strict_time, "strict_time")
+        if self.strict_time and not self.temporal:  # (taken and ignored: a probe)
+            raise ValueError("strict_time=True rules out neighbors at a seed's time: it needs "
+                             "a topo with edge_time_dict or node_time_dict")
         self.disjoint = check_flag(disjoint, "disjoint") or self.temporal
         self.device, self.mode = sampling_placement(device, mode)
         mode = self.mode
@@ -482,7 +494,7 @@ class HeteroSampler:
                                if every_edge is topo else
                                (self._place("indptr", every_edge.indptr),
                                 self._place("indices", every_edge.indices)))
-        self.capture_batches = bool(capture_batches)
+        self.capture_batches = check_flag(capture_batches, "capture_batches")
         self._make_sampler()
 
     def _make_sampler(self) -> None:
@@ -602,6 +614,8 @@ class HeteroSampler:
         if edge_type not in self.topo.edge_types:
             raise ValueError(f"edge_type {edge_type!r} is not one of the graph's "
                              f"{self.topo.edge_types}")
+        per_src, exclude_edges, max_trials = negative_options(per_src, exclude_edges,
+                                                              max_trials, generator)
         src_type, _, dst_type = edge_type
         dst_begin = self.topo.type_offset(dst_type)
         indptr, indices = self._negatives_csr

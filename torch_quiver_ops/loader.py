@@ -307,6 +307,8 @@ class Prefetcher:
         except (RuntimeError, TypeError) as error:  # torch's words named no argument
             raise ValueError(f"device must be a torch.device, a device string or a GPU index, "
                              f"got {device!r} ({error})") from None
+        if self.device.type not in ("cpu", "cuda"):  # ("meta" had been taken)
+            raise ValueError(f"device must be the CPU or a GPU, got {device!r}")
         if stream is not None and not isinstance(stream, torch.Stream):  # (cuda.Stream's base)
             raise TypeError(f"stream must be a torch.cuda.Stream (or torch.Stream) or None, got "
                             f"{type(stream).__name__}")
@@ -315,6 +317,10 @@ class Prefetcher:
             raise RuntimeError(f"device={device!r} is a GPU, and torch sees none")
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
+        if stream is not None and (stream.device.type != "cuda" or stream.device != self.device):
+            # (a CPU stream failed in CUDA's words; another GPU's would build there)
+            raise ValueError(f"stream must be a CUDA stream of the Prefetcher's device "
+                             f"{self.device}, got one of {stream.device}")
         self.loader = loader
         self.depth = depth
         self._green_context = None  # kept: its stream lives as long as it does

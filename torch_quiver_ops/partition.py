@@ -97,9 +97,12 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
     then for the adjacency's own entries before METIS runs), ``range`` (contiguous id ranges
     of equal size) or ``random``
     (a random balanced assignment, seeded)."""
+    _check_topo(topo, "assign_owners")
     num_parts = _num_parts(num_parts)
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if not is_int(seed):  # (torch's manual_seed or METIS named no argument)
+        raise TypeError(f"seed must be an int, got {seed!r}")
     n = topo.node_count
     if method == "range":
         return (torch.arange(n, dtype=torch.int64) * num_parts // max(n, 1)).to(torch.int16)
@@ -115,6 +118,9 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
                           "'random' need nothing") from None
     if num_parts == 1 or n == 0:  # (METIS prints "Cannot bisect" for 0 nodes)
         return torch.zeros(n, dtype=torch.int16)
+    if num_parts > n:  # METIS prints its refusal and returns every node in one part
+        raise ValueError(f"method='metis' splits {n} nodes into at most {n} parts, got "
+                         f"num_parts={num_parts}; 'range' and 'random' leave parts empty")
     if n > MAX_METIS_NODES:  # (each pair is keyed as row * n + col in int64 below)
         raise ValueError(f"method='metis' takes graphs of at most {MAX_METIS_NODES:,} nodes, "
                          f"got {n:,}; use 'range' or 'random'")
@@ -136,7 +142,10 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
     else:
         graph = {"xadj": indptr.numpy(), "adjncy": indices.numpy()}
     _, membership = pymetis.part_graph(num_parts, **graph, options=options)
-    return as_tensor(membership, dtype=torch.int16)
+    owner = as_tensor(membership, dtype=torch.int16)
+    if owner.numel() != n or (n and not 0 <= int(owner.min()) <= int(owner.max()) < num_parts):
+        raise RuntimeError(f"METIS failed to split {n} nodes into {num_parts} parts")
+    return owner
 
 
 def _row_chunks(indptr: Tensor, chunk_edges: int):
@@ -148,6 +157,23 @@ def _row_chunks(indptr: Tensor, chunk_edges: int):
         last = min(max(last, first + 1), rows)
         yield first, last
         first = last
+
+
+def _check_topo(topo, caller: str) -> None:
+    """A TypeError naming ``topo`` (an edge_index or None had failed on a missing
+    ``node_count``)."""
+    if not isinstance(topo, CSRTopo):
+        raise TypeError(f"{caller} partitions a CSRTopo (topo), got {type(topo).__name__}"
+                        + (": build one with CSRTopo(edge_index)"
+                           if isinstance(topo, Tensor) else ""))
+
+
+def _chunk_edges(value) -> int:
+    """``chunk_edges`` as a positive int (-5 and 0 had been taken, "x" failed in a sum)."""
+    chunk = as_int(value)
+    if chunk is None or chunk < 1:
+        raise ValueError(f"chunk_edges must be an int >= 1, got {value!r}")
+    return chunk
 
 
 def _num_parts(value) -> int:
@@ -177,6 +203,8 @@ def partition_quality(topo: CSRTopo, owner: Tensor, num_parts: int,
     ``chunk_edges`` at a time."""
     # (owners past num_parts had been counted as more parts, and num_parts <= 0 or 10**10
     # failed in torch's words; a probe)
+    _check_topo(topo, "partition_quality")
+    chunk_edges = _chunk_edges(chunk_edges)
     owner = _checked_owner(owner, num_parts, topo.node_count).long()
     degree = topo.degree.long()
     cut = 0
@@ -245,15 +273,20 @@ def split_ids(name: str, ids, num_nodes: int, label: Optional[str] = None) -> Te
 def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
                     method: str = "metis", x: Optional[Tensor] = None,
                     y: Optional[Tensor] = None, splits: Optional[Dict[str, Tensor]] = None,
-                    replicate: float = 0.2, hot_order: Optional[Tensor] = None,
+                    replicate: Optional[float] = None, hot_order: Optional[Tensor] = None,
                     owner: Optional[Tensor] = None, seed: int = 0,
                     chunk_edges: int = 1 << 22) -> dict:
     """Writes ``num_parts`` host partitions of ``topo`` into ``directory`` (see the module)
     and returns the manifest. ``x``: node features ([N, ...], rows of every node; the
-    ``replicate`` share of the hottest, by ``hot_order`` or degree, on every host); ``y``:
+    ``replicate`` share (default 0.2) of the hottest, by ``hot_order`` or degree, on every
+    host: both only with ``x``); ``y``:
     labels ([N, ...]); ``splits``: named node-id sets (``{"train": ids, ...}``), each host
     keeping the ids it owns; ``owner``: a given assignment instead of ``method``'s."""
     directory = Path(directory)
+    _check_topo(topo, "partition_graph")
+    chunk_edges = _chunk_edges(chunk_edges)
+    if x is None and (replicate is not None or hot_order is not None):
+        raise ValueError("replicate and hot_order place feature rows: they need x")
     n = topo.node_count
     started = time.perf_counter()
     num_parts = _num_parts(num_parts)  # (a NumPy int had failed after METIS ran; a review)
@@ -270,8 +303,10 @@ def partition_graph(directory: Union[str, Path], topo: CSRTopo, num_parts: int,
                 raise ValueError(f"{name} has {t.size(0)} rows for a graph of {n} nodes")
     # The features' options too, before any part is written over an earlier partition.
     if x is not None:
-        if not 0.0 <= replicate <= 1.0:
-            raise ValueError(f"replicate must be in [0, 1], got {replicate}")
+        replicate = 0.2 if replicate is None else replicate
+        if (not isinstance(replicate, (int, float)) or isinstance(replicate, bool)
+                or not 0.0 <= replicate <= 1.0):  # (NaN, "20%" and True; a probe)
+            raise ValueError(f"replicate must be a number in [0, 1], got {replicate!r}")
         if hot_order is not None:
             check_hot_order(hot_order, n)
     for name in splits or {}:

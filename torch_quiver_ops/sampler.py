@@ -197,6 +197,22 @@ def layers_of(subgraph: Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor],
     return node_ids, cum_nodes[0], adjs
 
 
+def negative_options(per_src, exclude_edges, max_trials, generator) -> Tuple[int, bool, int]:
+    """``(per_src, exclude_edges, max_trials)`` of a sampler's ``sample_negatives`` checked
+    by name: None had turned the exclusion off unsaid, ``per_src=True`` drew one, and a
+    count past int64 failed in the op's schema (probes)."""
+    exclude_edges = check_flag(exclude_edges, "exclude_edges")
+    count, trials = as_int(per_src), as_int(max_trials)
+    if count is None or not 0 <= count < 2**63:
+        raise (TypeError if count is None else ValueError)(
+            f"per_src must be an int >= 0, got {per_src!r}")
+    if trials is None or not -2**63 <= trials < 2**63:
+        raise (TypeError if trials is None else ValueError)(
+            f"max_trials must be an int in [1, 1000], got {max_trials!r}")
+    check_generator(generator)
+    return count, exclude_edges, trials
+
+
 class GraphSageSampler:
     """GraphSAGE-style multi-hop sampler, a drop-in for torch-quiver's.
 
@@ -292,6 +308,9 @@ class GraphSageSampler:
         self._ops_temporal_strategy = ops_temporal_strategy(
             temporal_strategy, self.temporal, self._edge_weight is not None, replace)
         self.strict_time = check_flag(strict_time, "strict_time")
+        if self.strict_time and not self.temporal:  # (taken and ignored: a probe)
+            raise ValueError("strict_time=True rules out neighbors at a seed's time: it needs "
+                             "edge_time or node_time")
         self.disjoint = check_flag(disjoint, "disjoint") or self.temporal
         self.capture_batches = check_flag(capture_batches, "capture_batches")
         self.uva_row_order = (None if uva_row_order is None
@@ -324,7 +343,7 @@ class GraphSageSampler:
         share = parse_share(size, "topology_cache")
         if share is not None:
             return int(share * topo.indices.numel() * topo.indices.element_size())
-        return parse_size(size)
+        return parse_size(size, "topology_cache")
 
     def _place(self) -> None:
         topo = self.csr_topo
@@ -509,15 +528,9 @@ class GraphSageSampler:
         ``p ** max_trials``). ``out_rows``: a pair ``(s, v)`` is an edge when ``v`` is among
         ``s``'s neighbors (the orientation of ``CSRTopo``'s ``edge_index``); False: when
         ``s`` is among ``v``'s (the PyG graph store's)."""
-        # (None had turned the exclusion off, unsaid, and per_src=True drew one: a probe)
-        exclude_edges = check_flag(exclude_edges, "exclude_edges")
+        count, exclude_edges, trials = negative_options(per_src, exclude_edges, max_trials,
+                                                        generator)
         out_rows = check_flag(out_rows, "out_rows")
-        count, trials = as_int(per_src), as_int(max_trials)
-        if count is None:
-            raise TypeError(f"per_src must be an int >= 0, got {per_src!r}")
-        if trials is None:
-            raise TypeError(f"max_trials must be an int in [1, 1000], got {max_trials!r}")
-        check_generator(generator)
         self._ensure_placed()
         indptr, indices = self._indptr, self._indices
         if self._every_edge is not None:

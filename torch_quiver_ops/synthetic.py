@@ -123,6 +123,9 @@ def check_spec(spec: GraphSpec) -> None:
     edges, an exponent of 1 a ZeroDivisionError, fractions over 1 an empty test set, and an
     exponent under 2, whose degrees have no finite mean, a graph of a few edges: its weights
     overflowed, or most drawn pairs fell on one hub and were dropped as repeats)."""
+    if not isinstance(spec, GraphSpec):  # (5 had failed on a missing num_nodes)
+        raise TypeError(f"spec must be a GraphSpec (or use synthetic_graph(name)), got "
+                        f"{type(spec).__name__}")
     def number(value) -> bool:
         value = as_real(value)  # (NumPy's numbers too)
         return value is not None and math.isfinite(value)

@@ -63,6 +63,12 @@ def test_a_closed_feature_says_so_and_the_pace_is_a_bool():
     with pytest.raises(ValueError, match="loader_ahead must be True or False, got 'no'"):
         feature.note_loader_pace("no")
     feature.note_loader_pace(True)
+    # close()'s timeout and group are checked with nothing to wait for too ("x" passed)
+    for timeout in ("x", -1, float("nan"), True):
+        with pytest.raises(ValueError, match=r"timeout must be a number of seconds in \(0, "):
+            feature.close(timeout=timeout)
+    with pytest.raises(TypeError, match="group must be a torch.distributed ProcessGroup .* int"):
+        feature.close(group=5)
     feature.close()
     with pytest.raises(RuntimeError, match="this Feature was closed"):
         feature[[1]]
@@ -167,10 +173,14 @@ def test_cache_size_as_a_share_of_the_table():
         feature = qv.Feature(device_cache_size=share).from_cpu_tensor(x[:100])
         want = int(float(share[:-1]) * 100) // 100 if share != "12.5%" else 12
         assert feature.device_cache_size == want * x[0].nbytes, share
-    with pytest.raises(ValueError, match="cache share must be a percentage .* got 'abc%'"):
+    with pytest.raises(ValueError, match="device_cache_size: a share must be a percentage .* got 'abc%'"):
         qv.Feature(device_cache_size="abc%")
-    with pytest.raises(ValueError, match="less than one byte: .* '20%'"):
+    with pytest.raises(ValueError, match="device_cache_size of 0.2 bytes is less than one byte: "
+                                         ".* '20%'"):
         qv.Feature(device_cache_size=0.2)
+    with pytest.raises(ValueError, match="device_cache_size must be a whole number of bytes, "
+                                         "got 2.5"):
+        qv.Feature(device_cache_size=2.5)  # (had been 2 bytes)
     with pytest.raises(ValueError, match="byte count >= 0, got nan"):
         qv.Feature(device_cache_size=float("nan"))
 
@@ -199,9 +209,9 @@ def test_feature_rejects_bad_input():
         qv.Feature(host_reads="dma")
     with pytest.raises(ValueError, match="names a GPU twice"):
         qv.Feature(device_list=[0, 0])
-    with pytest.raises(ValueError, match="cannot read 'lots'"):
+    with pytest.raises(ValueError, match="cannot read device_cache_size='lots'"):
         qv.Feature(device_cache_size="lots")
-    with pytest.raises(ValueError, match="cache share must be in"):
+    with pytest.raises(ValueError, match=r"device_cache_size: a share must be in \[0%, 100%\]"):
         qv.Feature(device_cache_size="150%")
     with pytest.raises(RuntimeError, match="holds no data yet"):
         qv.Feature()[torch.tensor([0])]
@@ -222,7 +232,7 @@ def test_feature_rejects_bad_input():
     for devices in (["cuda:0"], 0, [-1], [True]):
         with pytest.raises(ValueError, match="device_list must be a list of GPU indices"):
             qv.Feature(device_list=devices)
-    with pytest.raises(ValueError, match="a cache size must be a byte count, got True"):
+    with pytest.raises(ValueError, match="device_cache_size must be a byte count, got True"):
         qv.Feature(device_cache_size=True)
     with pytest.raises(TypeError, match="a feature table is a tensor .* got list"):
         qv.Feature().from_cpu_tensor([[1.0]])
@@ -234,7 +244,7 @@ def test_feature_rejects_bad_input():
     with pytest.raises(ValueError, match=r"blocks must be an int in \[0, 2\*\*31\)"):
         with qv.feature.host_read_blocks(2**70):
             pass
-    with pytest.raises(ValueError, match="a cache size must be a byte count"):
+    with pytest.raises(ValueError, match="device_cache_size must be a byte count"):
         qv.Feature(device_list=[], device_cache_size="9" * 400 + "G")
     for dim in (1.0, "a", True):
         with pytest.raises(TypeError, match="dim must be an int"):
@@ -604,6 +614,7 @@ def test_a_table_replaced_or_closed_while_another_thread_gathers_is_not_read_aft
     """A gather building its layout as another thread replaced the table (or closed the
     store) had stored a layout of the old table after the swap: every later gather read
     the old rows, or rows of the closed store (a probe; 5% and 3% of tries)."""
+    import re
     import sys
     import threading
     x = torch.randn(200, 4)
@@ -619,17 +630,24 @@ def test_a_table_replaced_or_closed_while_another_thread_gathers_is_not_read_aft
             assert torch.equal(store[torch.arange(5)], x[:5] + 1)
 
             closed = qv.Feature(rank=0, device_list=[], device_cache_size=0).from_cpu_tensor(x)
+            unexpected = []  # a thread's exception would only be printed: the test's to raise
 
             def read_until_closed():
                 try:
                     for _ in range(2):
                         closed[torch.arange(5)]
-                except RuntimeError:
-                    pass
+                except RuntimeError as error:  # closed under it: said so, nothing else
+                    # (before the gather took its layout, or while it held one)
+                    if not re.search(r"this Feature was closed|this layout was released "
+                                     r"\(by Feature\.close\(\)", str(error)):
+                        unexpected.append(repr(error))
+                except Exception as error:  # noqa: BLE001
+                    unexpected.append(repr(error))
             reader = threading.Thread(target=read_until_closed)
             reader.start()
             closed.close()
             reader.join()
+            assert not unexpected, unexpected
             with pytest.raises(RuntimeError, match="this Feature was closed"):
                 closed[torch.arange(5)]
     finally:

@@ -822,3 +822,37 @@ def test_the_csr_order_is_target_relation_time_then_edge_id(times):
     assert torch.equal(topo.indices.long(), source[order])
     if times:
         assert torch.equal(topo.edge_time, time[order])
+
+
+def test_arguments_of_the_wrong_kind_are_named():
+    """A probe: capture_batches="no" read as True, sample_negatives took per_src=True as one
+    and exclude_edges=None as no exclusion (and met 2.0, "no" or a bad generator in the op's
+    schema words), strict_time=True without times was taken and ignored, and a list where a
+    dict or a HeteroCSRTopo belongs failed on a missing attribute."""
+    e = ("a", "to", "b")
+    topo = qv.HeteroCSRTopo({e: torch.tensor([[0, 1], [1, 0]]),
+                             ("b", "to", "a"): torch.tensor([[0, 1], [0, 1]])})
+    for value in ("no", None, 1.0):
+        with pytest.raises(TypeError, match="capture_batches must be True or False, got"):
+            qv.HeteroSampler(topo, [2], mode="CPU", capture_batches=value)
+    with pytest.raises(ValueError, match="strict_time=True .* needs a topo with edge_time_dict"):
+        qv.HeteroSampler(topo, [2], mode="CPU", strict_time=True)
+    sampler = qv.HeteroSampler(topo, [2], mode="CPU")
+    src = torch.tensor([0])
+    for args, kwargs, error, words in [
+            ((True,), {}, TypeError, "per_src must be an int >= 0, got True"),
+            ((2.0,), {}, TypeError, "per_src must be an int >= 0, got 2.0"),
+            ((2**63,), {}, ValueError, "per_src must be an int >= 0, got 9223372036854775808"),
+            ((2,), {"exclude_edges": None}, TypeError, "exclude_edges must be True or False"),
+            ((2,), {"exclude_edges": "no"}, TypeError, "exclude_edges must be True or False"),
+            ((2,), {"max_trials": True}, TypeError, r"max_trials must be an int in \[1, 1000\]"),
+            ((2,), {"generator": "g"}, TypeError, "generator must be a torch.Generator")]:
+        with pytest.raises(error, match=words):
+            sampler.sample_negatives(e, src, *args, **kwargs)
+    assert sampler.sample_negatives(e, torch.tensor([0, 1]), 3).tolist() == [0, 0, 0, 1, 1, 1]
+    with pytest.raises(TypeError, match="HeteroSampler samples a HeteroCSRTopo .*got int"):
+        qv.HeteroSampler(5, [2])
+    with pytest.raises(TypeError, match="num_nodes_dict must be a dict .* got list"):
+        qv.HeteroCSRTopo({e: torch.tensor([[0], [1]])}, num_nodes_dict=[2, 2])
+    with pytest.raises(TypeError, match="edge_index_dict must be a dict .* got list"):
+        qv.HeteroCSRTopo([torch.tensor([[0], [1]])])

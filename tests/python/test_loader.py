@@ -208,6 +208,11 @@ def test_bad_arguments_raise():
         qv.Prefetcher([torch.zeros(1)], "cpu", workers=2)
     with pytest.raises(ValueError, match="need a stream each"):
         qv.Prefetcher(Counting(3), "cpu", stream=object(), workers=2)
+    with pytest.raises(ValueError, match="stream must be a CUDA stream of the Prefetcher's "
+                                         "device cpu, got one of cpu"):
+        qv.Prefetcher([1, 2], "cpu", stream=torch.Stream("cpu"))  # (had failed in CUDA's words)
+    with pytest.raises(ValueError, match="device must be the CPU or a GPU, got 'meta'"):
+        qv.Prefetcher([1, 2], "meta")
     with pytest.raises(ValueError, match="batch_size"):
         qv.SampleLoader(sampler, feature, torch.arange(3), 0)
     with pytest.raises(ValueError, match="labels has 5 rows"):

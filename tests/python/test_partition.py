@@ -44,6 +44,16 @@ def has_pymetis():
 METHODS = ["range", "random"] + (["metis"] if has_pymetis() else [])
 
 
+def assert_feature_shards_hold_the_rows(directory, x, parts):
+    """Each part's feature shard holds exactly the rows of ``x`` the shard map says it
+    holds, in its local order: owners alone would pass with every row wrong."""
+    shard_map = qv.dist.load_shard_map(directory, verify=True)
+    for h in range(parts):
+        local = qv.Feature.load_shared(Path(directory) / f"host_{h}", device_list=[])
+        assert torch.equal(local[torch.arange(len(local))], x[shard_map.local_ids(h)]), h
+    return shard_map
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_parts_hold_exactly_the_whole_graph(tmp_path, method):
     topo = community_graph()
@@ -73,7 +83,7 @@ def test_parts_hold_exactly_the_whole_graph(tmp_path, method):
         assert p.feature_directory is not None
     assert torch.equal(seen, torch.ones(n, dtype=torch.long))
     # The feature shards follow the same owners (replicated hot rows aside).
-    shard_map = qv.dist.load_shard_map(tmp_path / "features", verify=True)
+    shard_map = assert_feature_shards_hold_the_rows(tmp_path / "features", x, 3)
     host_of, _ = shard_map.locate(torch.arange(n))
     owner = load_partition(tmp_path, 0).owner.long()
     replicated = host_of < 0
@@ -152,11 +162,13 @@ def test_metis_beyond_the_memory_available_is_refused_up_front(monkeypatch):
 def test_metis_refuses_more_nodes_than_its_pair_keys_hold():
     """Each pair is keyed as row * n + col in int64: past 3,037,000,499 nodes a key wrapped
     negative and csr_from_coo blamed a row out of range (a probe's arithmetic)."""
-    from types import SimpleNamespace
     import torch_quiver_ops.partition as partition
     n = partition.MAX_METIS_NODES
     assert n * n < 2 ** 63 <= (n + 1) ** 2
-    huge = SimpleNamespace(node_count=n + 1, edge_count=1)  # (a real one needs a 24 GB indptr)
+
+    class Huge(qv.CSRTopo):  # (a real one needs a 24 GB indptr)
+        node_count, edge_count = n + 1, 1
+    huge = Huge.__new__(Huge)
     with pytest.raises(ValueError, match=f"at most {n:,} nodes, got {n + 1:,}; use 'range'"):
         assign_owners(huge, 2, "metis")
 
@@ -326,7 +338,10 @@ def test_given_owners_and_bad_inputs(tmp_path):
     # every part was written over) and split names that are a part's own array ("edge" had
     # written its ids over edge_ids, which loaded as the part's edge ids).
     for bad, error, words in (
-            ({"replicate": 1.5}, ValueError, r"replicate must be in \[0, 1\], got 1.5"),
+            ({"replicate": 1.5}, ValueError, r"replicate must be a number in \[0, 1\], got 1.5"),
+            ({"replicate": "20%"}, ValueError, r"replicate must be a number .* got '20%'"),
+            ({"replicate": True}, ValueError, r"replicate must be a number .* got True"),
+            ({"chunk_edges": 0}, ValueError, r"chunk_edges must be an int >= 1, got 0"),
             ({"hot_order": torch.arange(40)}, ValueError, "hot_order"),
             ({"x": torch.zeros(200, 2, dtype=torch.uint16)}, TypeError,
              "x cannot be saved: its dtype is torch.uint16"),
@@ -338,6 +353,36 @@ def test_given_owners_and_bad_inputs(tmp_path):
         with pytest.raises(error, match=words):
             partition_graph(tmp_path, topo, 2, owner=owner, **{"x": torch.zeros(200, 2), **bad})
         assert load_partition(tmp_path, 1, verify=True).num_nodes == 200
+
+
+def test_options_without_effect_and_arguments_of_the_wrong_kind_are_named(tmp_path):
+    """A probe: replicate and hot_order were taken without x (and replicate unchecked),
+    chunk_edges of -5 or "x" passed or failed in a sum, METIS asked for more parts than
+    nodes printed its refusal and put every node in one part, and a seed or topo of the
+    wrong kind failed in torch's, METIS's or an attribute's words."""
+    topo = community_graph(n=50)
+    for bad in ({"replicate": 0.5}, {"hot_order": torch.arange(50)}):
+        with pytest.raises(ValueError, match="replicate and hot_order place feature rows: "
+                                             "they need x"):
+            partition_graph(tmp_path, topo, 2, "range", **bad)
+    for chunk in (-5, "x", 2.0):
+        with pytest.raises(ValueError, match="chunk_edges must be an int >= 1"):
+            partition_graph(tmp_path, topo, 2, "range", chunk_edges=chunk)
+        with pytest.raises(ValueError, match="chunk_edges must be an int >= 1"):
+            partition_quality(topo, torch.zeros(50, dtype=torch.int16), 2, chunk_edges=chunk)
+    with pytest.raises(ValueError, match="method='metis' splits 50 nodes into at most 50 "
+                                         "parts, got num_parts=60"):
+        assign_owners(topo, 60)
+    assert sorted(assign_owners(topo, 60, "random").unique().tolist()) == list(range(50))
+    for seed in ("x", 1.5, True):
+        with pytest.raises(TypeError, match="seed must be an int"):
+            assign_owners(topo, 2, "random", seed=seed)
+    with pytest.raises(TypeError, match="partition_graph partitions a CSRTopo .* got Tensor: "
+                                        "build one with CSRTopo"):
+        partition_graph(tmp_path, torch.tensor([[0, 1], [1, 0]]), 2)
+    with pytest.raises(TypeError, match="assign_owners partitions a CSRTopo .* got NoneType"):
+        assign_owners(None, 2)
+    assert not (tmp_path / "manifest.json").exists()
 
 
 def test_the_script_reads_a_pyg_edge_index_as_in_neighbor_lists(tmp_path):
@@ -364,7 +409,8 @@ def test_the_script_reads_a_pyg_edge_index_as_in_neighbor_lists(tmp_path):
 def test_the_script_partitions_a_saved_graph(tmp_path):
     topo = community_graph(n=400)
     topo.save(tmp_path / "csr")
-    torch.save(torch.randn(400, 3), tmp_path / "x.pt")
+    x = torch.randn(400, 3)
+    torch.save(x, tmp_path / "x.pt")
     done = subprocess.run([sys.executable, str(REPO / "scripts" / "partition_graph.py"),
                            "--csr", str(tmp_path / "csr"), "--features", str(tmp_path / "x.pt"),
                            "--parts", "2", "--method", "random", "--out", str(tmp_path / "out")],
@@ -372,6 +418,7 @@ def test_the_script_partitions_a_saved_graph(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "edge cut" in done.stdout and "balance" in done.stdout
     assert load_partition(tmp_path / "out", 1, verify=True).num_nodes == 400
+    assert_feature_shards_hold_the_rows(tmp_path / "out" / "features", x, 2)
 
 
 @pytest.mark.parametrize("script, args, said", [

@@ -926,7 +926,7 @@ def test_unsupported_arguments_raise_clearly():
         qpyg.NeighborLoader(data, [2], subgraph_type="induced", device="cpu")
     with pytest.raises(TypeError, match="Data"):
         qpyg.NeighborLoader(data.edge_index, [2], device="cpu")
-    with pytest.raises(ValueError, match="cannot read '1x' as a size"):  # on the CPU too
+    with pytest.raises(ValueError, match="cannot read cache_size='1x' as a size"):  # on the CPU too
         qpyg.NeighborLoader(data, [2], cache_size="1x", device="cpu")
     # When the loader is made (a mask longer than the graph, too), not at the batch
     # that holds the id somewhere in an epoch.
@@ -1323,3 +1323,20 @@ def test_an_epochs_iterator_has_its_length_without_workers(link):
     epoch = iter(loader)
     assert len(epoch) == len(loader) > 1
     assert sum(1 for _ in epoch) == len(loader)
+
+
+def test_flags_and_generators_of_the_wrong_kind_are_named():
+    """A probe: disjoint="no" sampled disjoint trees, neg_exclude_edges="no" was kept as
+    True (or as 'no'), and generator=5 was taken and failed at the first batch."""
+    edge_index = torch.tensor([[0, 1, 2, 3, 0], [1, 2, 3, 0, 2]])
+    data = Data(x=torch.zeros(4, 4), edge_index=edge_index, y=torch.arange(4))
+    with pytest.raises(TypeError, match="disjoint must be True or False, got 'no'"):
+        qpyg.NeighborLoader(data, [2], batch_size=2, mode="CPU", disjoint="no")
+    with pytest.raises(TypeError, match="neg_exclude_edges must be True or False, got 'no'"):
+        qpyg.LinkNeighborLoader(data, [2], batch_size=2, mode="CPU", neg_sampling="binary",
+                                neg_exclude_edges="no")
+    topo = qv.CSRTopo(edge_index)
+    with pytest.raises(TypeError, match="neg_exclude_edges must be True or False, got 'no'"):
+        qpyg.NeighborSampler(topo, [2], mode="CPU", neg_exclude_edges="no")
+    with pytest.raises(TypeError, match="generator must be a torch.Generator or None, got 5"):
+        qpyg.NeighborSampler(topo, [2], mode="CPU", generator=5)

@@ -168,3 +168,13 @@ def test_negatives_past_host_memory_are_named():
     with pytest.raises(ValueError, match=rf"the negatives \(src x per_src = 1 x {per_src}\) "
                                          r"would take \d+ MiB, more than this host's"):
         torch.ops.quiver.sample_negatives(indptr, indices, torch.tensor([0]), per_src)
+
+
+def test_a_count_past_int64_is_named():
+    # (the op's schema had said "Expected a value of type 'int' for argument 'per_src'")
+    sampler = qv.GraphSageSampler(qv.CSRTopo(torch.tensor([[0, 1], [1, 0]])), [2], mode="CPU")
+    with pytest.raises(ValueError, match="per_src must be an int >= 0, got 9223372036854775808"):
+        sampler.sample_negatives(torch.tensor([0]), 2**63)
+    with pytest.raises(ValueError, match="strict_time=True .* needs edge_time or node_time"):
+        qv.GraphSageSampler(qv.CSRTopo(torch.tensor([[0, 1], [1, 0]])), [2], mode="CPU",
+                            strict_time=True)

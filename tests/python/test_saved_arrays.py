@@ -443,3 +443,15 @@ def test_a_save_of_a_later_format_is_refused_by_name(tmp_path):
         with pytest.raises(ValueError, match=f"is a save of format {re.escape(repr(version))}, "
                                              f"and this torch_quiver_ops reads formats 1 to 1"):
             _sharing.map_arrays(tmp_path, "s")
+
+
+def test_arrays_and_names_of_the_wrong_kind_are_named(tmp_path):
+    # (a list of arrays failed on a missing items(); names="a" was read as its characters)
+    with pytest.raises(TypeError, match="arrays must be a dict of names to tensors, got list"):
+        qv.save_arrays(tmp_path, "s", [torch.zeros(2)])
+    qv.save_arrays(tmp_path, "s", {"a": torch.zeros(2)})
+    for option in ("names", "required"):
+        with pytest.raises(TypeError, match=f"{option} must be a sequence of array names, "
+                                            f"got 'a'"):
+            qv.load_arrays(tmp_path, "s", **{option: "a"})
+    assert qv.load_arrays(tmp_path, "s", names=["a"])[0]["a"].tolist() == [0.0, 0.0]

@@ -145,3 +145,9 @@ def test_numpy_numbers_flags_and_gpu_indices_are_taken_as_meant():
             synthetic_graph("tiny", device=0)
     with pytest.raises(ValueError, match="device must be a torch.device"):
         synthetic_graph("tiny", device="gpu")
+
+
+def test_a_spec_that_is_no_spec_is_named():
+    from torch_quiver_ops.synthetic import generate
+    with pytest.raises(TypeError, match=r"spec must be a GraphSpec \(or use synthetic_graph"):
+        generate(5)  # (had failed on a missing num_nodes)

@@ -21,7 +21,7 @@ from torch_geometric.loader import LinkNeighborLoader as _PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as _PygNeighborLoader
 
 from .. import preflight
-from .._device import as_tensor, checked_node_ids
+from .._device import as_tensor, check_flag, checked_node_ids
 from ..ops import integer_times
 from ..sampler import ops_temporal_strategy
 from ..loader import checked_seed_edges
@@ -869,7 +869,8 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
             cache_size=cache_size, cache_policy=cache_policy, host_reads=host_reads,
             replace=replace, return_eid=return_eid, subgraph_type=subgraph_type,
             sampling_generator=sampling_generator, kwargs=kwargs,
-            rules=dict(weight_attr=weight_attr, time_attr=time_attr, disjoint=disjoint,
+            rules=dict(weight_attr=weight_attr, time_attr=time_attr,
+                       disjoint=check_flag(disjoint, "disjoint"),
                        temporal_strategy=temporal_strategy))
         if input_time is not None and not neighbor_sampler.sampler.temporal:
             raise ValueError("input_time needs temporal sampling: give time_attr too")
@@ -1020,9 +1021,11 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
             cache_size=cache_size, cache_policy=cache_policy, host_reads=host_reads,
             replace=replace, return_eid=return_eid, subgraph_type=subgraph_type,
             sampling_generator=sampling_generator, kwargs=kwargs,
-            rules=dict(weight_attr=weight_attr, time_attr=time_attr, disjoint=disjoint,
+            rules=dict(weight_attr=weight_attr, time_attr=time_attr,
+                       disjoint=check_flag(disjoint, "disjoint"),
                        temporal_strategy=temporal_strategy,
-                       neg_exclude_edges=neg_exclude_edges))
+                       neg_exclude_edges=(None if neg_exclude_edges is None else
+                                          check_flag(neg_exclude_edges, "neg_exclude_edges"))))
         if edge_label_time is not None and not neighbor_sampler.sampler.temporal:
             raise ValueError("edge_label_time needs temporal sampling: give time_attr too")
         if isinstance(graph_store, HeteroGraphStore):

@@ -14,7 +14,7 @@ from torch_geometric.sampler.base import NumNeighbors
 from torch_geometric.typing import EdgeTypeStr
 from torch_geometric.sampler.neighbor_sampler import edge_sample
 
-from .._device import as_tensor
+from .._device import as_tensor, check_flag, check_generator
 from ..hetero import HeteroCSRTopo, HeteroSampler
 from ..ops import integer_fanouts, integer_times
 from ..sampler import GraphSageSampler
@@ -110,7 +110,8 @@ class NeighborSampler(BaseSampler):
                                         return_eid, weights=weights, edge_time=edge_time,
                                         node_time=node_time, temporal_strategy=temporal_strategy,
                                         strict_time=strict_time, disjoint=disjoint)
-        self.neg_exclude_edges = neg_exclude_edges
+        self.neg_exclude_edges = check_flag(neg_exclude_edges, "neg_exclude_edges")
+        check_generator(generator)  # (else it failed at the first batch)
         self._own_generator = generator is None
         self.generator = generator if generator is not None else torch.Generator(self.device)
         # Seeded at the first epoch (the loader's __iter__) or the first batch, not here: a
@@ -401,8 +402,9 @@ class HeteroNeighborSampler(BaseSampler):
                                      weights=weights, temporal_strategy=temporal_strategy,
                                      strict_time=strict_time, disjoint=disjoint)
         self.node_time_dict = node_time_dict
-        self.return_eid = bool(return_eid)
-        self.neg_exclude_edges = neg_exclude_edges
+        self.return_eid = check_flag(return_eid, "return_eid")
+        self.neg_exclude_edges = check_flag(neg_exclude_edges, "neg_exclude_edges")
+        check_generator(generator)  # (else it failed at the first batch)
         self._own_generator = generator is None
         self.generator = generator if generator is not None else torch.Generator(self.device)
         # Seeded at the first epoch (the loader's __iter__) or the first batch, not here: a

@@ -375,7 +375,7 @@ class FeatureStore(_PygFeatureStore):
         super().__init__()
         self.device = resolve_device(device)
         if parse_share(cache_size, "cache_size") is None:
-            parse_size(cache_size)  # refused here, on the CPU too, not first on a GPU
+            parse_size(cache_size, "cache_size")  # refused here, on the CPU too, not first on a GPU
         # refused here, not first at put_tensor
         if cache_policy not in CACHE_POLICIES:
             raise ValueError(f"cache_policy must be one of {', '.join(CACHE_POLICIES)}, got "
@@ -716,7 +716,7 @@ def _hetero_stores(data: HeteroData, graph: HeteroGraphStore, device, cache_size
             (small if _whole_on_gpu(value) else big)[(t, key)] = value
     share = parse_share(cache_size, "cache_size")
     total = sum(v.nbytes for v in big.values())
-    budget = int(share * total) if share is not None else parse_size(cache_size)
+    budget = int(share * total) if share is not None else parse_size(cache_size, "cache_size")
     on_gpu = device.type == "cuda"
     rows = split_cache_budget({k: degree[k[0]] for k in big},
                               {k: v[0].nbytes if v.size(0) else 0 for k, v in big.items()},
