@@ -103,7 +103,13 @@ def two_tables_worker(rank, world, port, results, lanes):
             return qv.dist.DistFeature(shard_map, local, transport="gloo", timeout=20.0,
                                        lanes=lanes)
 
+        before = set(qv.dist._LANES)
         fx, fy = dist_feature(x), dist_feature(y)
+        # Each table's transport got the lanes asked for, set up (one lane is its own group
+        # alone): rows that came right over fewer lanes would pass everything below.
+        made = [len(kept) for key, kept in qv.dist._LANES.items()
+                if key not in before and key[1] == "features"]
+        assert made == ([lanes, lanes] if lanes > 1 else []), made
         gen = torch.Generator().manual_seed(rank)
         for step in range(15):
             ids = torch.randint(n, (int(torch.randint(1, 300, (1,), generator=gen)),),
@@ -279,13 +285,20 @@ def test_shard_map_in_a_saved_scripted_module(tmp_path):
     assert loaded.shard_map.fingerprint() == shard_map.fingerprint()
 
 
+def assert_shards_hold_the_rows(directory, x, hosts):
+    """Each host's shard under ``directory`` holds exactly the rows of ``x`` its shard map
+    says it holds, in its local order (a shard map alone says nothing of the rows)."""
+    shard_map = qv.dist.load_shard_map(directory, verify=True)
+    for h in range(hosts):
+        local = qv.Feature.load_shared(Path(directory) / f"host_{h}", device_list=[])
+        assert torch.equal(local[torch.arange(len(local))], x[shard_map.local_ids(h)]), h
+    return shard_map
+
+
 def test_partition_writes_checked_shards(tmp_path):
     x = table(300)
     qv.dist.partition_features(x, tmp_path, 3, torch.randperm(300), 0.2)
-    shard_map = qv.dist.load_shard_map(tmp_path, verify=True)
-    for h in range(3):
-        local = qv.Feature.load_shared(tmp_path / f"host_{h}", device_list=[])
-        assert torch.equal(local[torch.arange(len(local))], x[shard_map.local_ids(h)])
+    assert_shards_hold_the_rows(tmp_path, x, 3)
     shard = tmp_path / "host_1" / "rows.bin"
     data = bytearray(shard.read_bytes())
     data[7] ^= 0xFF  # same size, one flipped byte
@@ -1171,7 +1184,7 @@ def test_partition_script_writes_and_checks_shards(tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "over 3 hosts" in result.stdout and "24 rows replicated" in result.stdout
-    shard_map = qv.dist.load_shard_map(tmp_path / "parts", verify=True)
+    shard_map = assert_shards_hold_the_rows(tmp_path / "parts", x, 3)
     assert sum(shard_map.local_rows(h) - 24 for h in range(3)) == 216
 
 

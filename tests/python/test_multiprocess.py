@@ -37,9 +37,16 @@ def worker(rank, sampler, graph_edges, seeds, mode):
     n_id, batch_size, adjs = sampler.sample(seeds)
     allocated = torch.cuda.memory_allocated() if mode != "CPU" else 0
     edge_index, e_id, size = adjs[-1]
+    # the seeds asked for are the ones sampled (real edges of other seeds would pass below)
+    assert batch_size == seeds.numel() and torch.equal(n_id[:batch_size].cpu(), seeds)
     # the innermost layer's edges are real edges: target -> neighbor
     assert torch.equal(graph_edges[0][e_id.cpu()], n_id.cpu()[edge_index[1].cpu()])
     assert torch.equal(graph_edges[1][e_id.cpu()], n_id.cpu()[edge_index[0].cpu()])
+    # and each seed got min(degree, fanout) of them, no edge twice (without replacement)
+    degree = torch.bincount(graph_edges[0], minlength=int(seeds.max()) + 1)[seeds]
+    counts = torch.bincount(edge_index[1].cpu(), minlength=batch_size)
+    assert torch.equal(counts, degree.clamp(max=sampler.sizes[0]))
+    assert e_id.unique().numel() == e_id.numel()
     if mode in ("CPU", "UVA"):
         # the worker maps the parent's pages: shared memory, not a private copy
         assert sampler._indices.is_shared(), "topology was copied into the worker"
@@ -189,8 +196,13 @@ def loaded_worker(rank, feature, topo, sampler, seeds):
         assert t.untyped_storage().filename is not None, "a copy, not the saved file"
     assert torch.equal(feature[torch.arange(6)].cpu(), torch.arange(12.0).view(6, 2))
     assert torch.equal(topo.indices.long(), torch.tensor([1, 2, 0]))
-    n_id, batch_size, _ = sampler.sample(seeds)
-    assert batch_size == seeds.numel()
+    n_id, batch_size, adjs = sampler.sample(seeds)
+    assert batch_size == seeds.numel() and torch.equal(n_id[:batch_size], seeds)
+    # Each seed's one neighbor (fanout 2) is sampled: exactly the saved graph's edges 0 -> 1
+    # and 1 -> 2, as (target, neighbor) pairs.
+    edge_index = adjs[-1][0]
+    pairs = torch.stack([n_id[edge_index[1]], n_id[edge_index[0]]], 1).tolist()
+    assert sorted(pairs) == [[0, 1], [1, 2]]
     feature._host[5] = -1.0  # reaches the parent: one set of pages
 
 

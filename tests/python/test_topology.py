@@ -20,8 +20,9 @@ def test_from_edge_index_uses_int32_and_keeps_edge_ids():
     src = torch.repeat_interleave(torch.arange(topo.node_count), topo.degree)
     assert torch.equal(row[topo.eid], src)
     assert torch.equal(col[topo.eid], topo.indices.long())
-    order = topo.feature_order
-    assert torch.all(topo.degree[order][:-1] >= topo.degree[order][1:])
+    # every node once, highest degree first, ties by id (as documented): non-increasing
+    # degrees alone would pass an "order" naming the top node in every slot
+    assert torch.equal(topo.feature_order, torch.argsort(-topo.degree, stable=True))
 
 
 def test_numpy_arrays_are_taken_as_tensors():

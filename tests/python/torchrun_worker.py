@@ -23,6 +23,8 @@ def main(directory: str, mode: str):
         assert sampler._indices.is_pinned()
     seeds = torch.arange(rank, topo.node_count, max(1, topo.node_count // 16))
     n_id, batch_size, adjs = sampler.sample(seeds)
+    # the seeds asked for are the ones sampled (real edges of other seeds would pass below)
+    assert batch_size == seeds.numel() and torch.equal(n_id[:batch_size].cpu(), seeds)
     edge_index, e_id, _ = adjs[-1]
     src = torch.repeat_interleave(torch.arange(topo.node_count), topo.degree)
     position = torch.empty_like(topo.eid)
@@ -30,6 +32,10 @@ def main(directory: str, mode: str):
     pos = position[e_id.cpu()]
     assert torch.equal(src[pos], n_id.cpu()[edge_index[1].cpu()])
     assert torch.equal(topo.indices[pos].long(), n_id.cpu()[edge_index[0].cpu()])
+    # each seed got min(degree, fanout) of its edges, none twice (without replacement)
+    counts = torch.bincount(edge_index[1].cpu(), minlength=batch_size)
+    assert torch.equal(counts, topo.degree[seeds].long().clamp(max=sampler.sizes[0]))
+    assert pos.unique().numel() == pos.numel()
     print(f"rank {rank}: sampled {n_id.numel()} nodes from the shared topology", flush=True)
 
 
