@@ -135,9 +135,9 @@ for path, argv in cases:
 """
 
 
-def run_script_cases(cases, timeout, env=None):
+def run_script_cases(cases, timeout, env=None, cwd=None):
     """Each ``(script path, argv)`` of ``cases`` run as ``python script *argv`` would run
-    it, all in one process (with ``env``, if given), in order, each for at most
+    it, all in one process (with ``env`` and in ``cwd``, if given), in order, each for at most
     ``timeout`` seconds: results with the ``returncode``, ``stdout`` and ``stderr`` of
     each. For scripts' refusals of bad options, which had cost a process and a torch
     import each (3-7 s apiece here, minutes of CI in all)."""
@@ -148,7 +148,7 @@ def run_script_cases(cases, timeout, env=None):
     try:
         done = subprocess.run([sys.executable, "-c", _SCRIPT_CASES_DRIVER],
                               input=json.dumps([max(1, int(timeout)), cases]),
-                              capture_output=True, text=True, env=env,
+                              capture_output=True, text=True, env=env, cwd=cwd,
                               timeout=timeout * len(cases) + 120)
         stdout, stderr, status = done.stdout, done.stderr, done.returncode
     except subprocess.TimeoutExpired as expired:  # a case stuck where no alarm reaches

@@ -44,9 +44,12 @@ def test_torchscript_round_trip(tmp_path):
     feats, node_ids, rows, cols, counts = loaded(row, col, 30, seeds, x)
     assert torch.equal(feats, x[node_ids])
     assert node_ids[:2].tolist() == [0, 10]
-    # on a ring every edge joins ids one apart
+    # on a ring every edge joins ids one apart, and with fanouts of at least the degree
+    # both hops take every neighbor: 4 + 8 edges over these 10 nodes (an empty sample had
+    # passed the check of its edges)
     diff = (node_ids[rows] - node_ids[cols]).remainder(30)
-    assert torch.all((diff == 1) | (diff == 29))
+    assert torch.all((diff == 1) | (diff == 29)) and rows.numel() == cols.numel() == 12
+    assert sorted(node_ids.tolist()) == [0, 1, 2, 8, 9, 10, 11, 12, 28, 29]
     assert counts.tolist() == [2, 2]
 
 
@@ -128,7 +131,8 @@ def test_torch_compile_fullgraph():
     sums, node_ids, rows, cols = compiled(torch.tensor([3, 17]))
     assert torch.allclose(sums, x[node_ids].sum(1))
     diff = (node_ids[rows] - node_ids[cols]).remainder(30)
-    assert torch.all((diff == 1) | (diff == 29))
+    assert torch.all((diff == 1) | (diff == 29)) and rows.numel() == 12  # every neighbor
+    assert sorted(node_ids.tolist()) == [1, 2, 3, 4, 5, 15, 16, 17, 18, 19]
 
 
 def test_version_mismatch_is_explained():

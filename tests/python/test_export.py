@@ -79,13 +79,16 @@ def test_loaded_package_refuses_a_feature_table_of_another_width(exported):
     assert package.get_metadata()["quiver.feature_width"] == str(table.size(1))
 
 
-def test_package_raises_on_bad_ids(exported):
+def test_package_raises_on_bad_ids(exported, capfd):
     package = torch._inductor.aoti_load_package(str(exported["package"]))
     nodes = exported["inputs"][0].numel() - 1
     # The op's own message ("... out of range") goes to stderr; AOTInductor's runner raises
-    # a RuntimeError that names the failed call.
-    with pytest.raises(RuntimeError):
+    # a RuntimeError that names the failed call (any RuntimeError had passed).
+    capfd.readouterr()
+    with pytest.raises(RuntimeError, match="run_func_.* API call failed"):
         package(*exported["inputs"], torch.tensor([0, nodes], device=exported["device"]))
+    said = capfd.readouterr().err
+    assert f"= {nodes} is out of range" in said, said[-2000:]
     torch.manual_seed(0)  # and the package (and the GPU) still work afterwards
     ok = package(*exported["inputs"], torch.tensor([0, 1], device=exported["device"]))
     assert ok.shape[0] == 2

@@ -144,7 +144,7 @@ def test_malformed_batches_are_refused_as_the_eager_step_would():
     # The padded path copies into fixed buffers, where a malformed batch would have trained
     # silently (found by a probe): each is refused by name instead.
     batches, device = batches_of("CPU", seeds=128)
-    model, optimizer = twin_models(device)[0]
+    (model, optimizer), (twin, twin_optimizer) = twin_models(device)
     step = qv.GraphedStep(model, optimizer, batches, spare=4)
     b = batches[0]
     adjs = list(b.adjs)
@@ -170,8 +170,12 @@ def test_malformed_batches_are_refused_as_the_eager_step_would():
         with pytest.raises(error, match=words):
             step(batch)
     assert step.eager_steps == 0
-    # plain tuples are layers too, as the eager path takes them
-    step(b._replace(adjs=[tuple(adj) for adj in adjs]))
+    # plain tuples are layers too, as the eager path takes them: the padded step trains as
+    # the eager one (and the refusals above left the model as it was)
+    loss = step(b._replace(adjs=[tuple(adj) for adj in adjs]))
+    expected = eager_step(twin, twin_optimizer, b)
+    assert torch.allclose(loss, expected, atol=1e-6) and step.eager_steps == 0
+    assert largest_difference(model, twin) < 1e-5
 
 
 def test_odd_constructor_arguments_are_refused_by_name():
@@ -247,6 +251,7 @@ def test_the_default_loss_ignores_the_given_ignore_index():
         b = b._replace(y=y)
         expected = F.cross_entropy(model(b.x, b.adjs), y, ignore_index=ignore)
         assert torch.allclose(step(b), expected, atol=1e-6)
+        assert step.eager_steps == 0  # the padded path, whose padding carries the label
 
 
 class ReadsLayerFields(torch.nn.Module):

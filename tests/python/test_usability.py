@@ -222,15 +222,22 @@ def test_benchmark_scripts_name_a_bad_option_before_running(benchmark_refusals, 
     assert "Traceback" not in done.stderr
 
 
-def test_every_script_and_example_answers_help_and_starts_nothing():
-    """--help on every script and example: exit 0, what it does on stdout, and no traceback.
-    Plot scripts had needed matplotlib for it, and four took no --help at all (they drew)."""
+def test_every_script_and_example_answers_help_and_starts_nothing(tmp_path):
+    """--help on every script and example: exit 0, its usage (or its docstring) on stdout,
+    no traceback, and nothing written where it runs. Plot scripts had needed matplotlib for
+    it, and four took no --help at all (they drew)."""
+    import ast
     scripts = [path for folder in ("scripts", "examples") for path in sorted(
         (REPO / folder).glob("*.py")) if path.name != "option_checks.py"]  # (a module)
     for path, done in zip(scripts, run_script_cases([(p, ["--help"]) for p in scripts],
-                                                    timeout=60)):
+                                                    timeout=60, cwd=tmp_path)):
         assert done.returncode == 0, (path.name, done.stderr[-2000:])
         assert "Traceback" not in done.stderr and done.stdout.strip(), (path.name, done.stderr)
+        first = done.stdout.strip().splitlines()[0]
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert first.startswith("usage:") or (doc and first == doc.splitlines()[0].strip()), (
+            path.name, done.stdout[:500])
+    assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())  # (a script that ran)
 
 
 def test_gpu_check_takes_help_and_starts_nothing(tmp_path):
