@@ -297,6 +297,41 @@ def test_temporal_trees_take_only_the_past(mode, strategy):
                 taken = sorted(int(t) for t in times[col == c].tolist())
                 # Hop 0 rows take 3, hop 1 rows 2: the taken are a newest suffix.
                 assert taken == admitted[len(admitted) - len(taken):]
+        # Per hop, node and relation: min(fanout, edges its tree's seed time admits). The
+        # time bound alone held for a sampler that kept one edge a node, or that admitted
+        # every tree's edges by the batch's earliest seed time.
+        node_bounds = [0] + list(itertools.accumulate(out.num_sampled_nodes[dst]))
+        edge_bounds = [0] + list(itertools.accumulate(out.num_sampled_edges[et]))
+        edge_time = node_time[src][edges[et][0]]
+        for h, fanout in enumerate(fanouts):
+            lo, hi = node_bounds[h], node_bounds[h + 1]
+            cols_h = col[edge_bounds[h]:edge_bounds[h + 1]] - lo
+            targets = out.node[dst].cpu()[lo:hi, None]
+            limit = seed_time[out.batch[dst].cpu()[lo:hi]][:, None]
+            admitted = ((edges[et][1] == targets) & (edge_time <= limit)).sum(1)
+            assert bool(((cols_h >= 0) & (cols_h < hi - lo)).all()), (et, h)
+            assert torch.equal(torch.bincount(cols_h, minlength=hi - lo),
+                               admitted.clamp(max=fanout)), (et, h)
+
+
+def test_temporal_uniform_takes_admitted_edges_uniformly(mode):
+    """Paper 0 cited by papers 1-6 at times 1, 2, 3, 5, 8, 13, each tree's seed at time 5:
+    every tree takes 2 of the 4 admitted citations, each pair equally likely (a sampler
+    that took the newest ones passed the time bound above)."""
+    cites = torch.tensor([[1, 2, 3, 4, 5, 6], [0, 0, 0, 0, 0, 0]])
+    node_time = {"paper": torch.tensor([0, 1, 2, 3, 5, 8, 13])}
+    et = ("paper", "cites", "paper")
+    topo = qv.HeteroCSRTopo({et: cites}, {"paper": 7}, node_time_dict=node_time)
+    s = sampler(topo, [2], mode, temporal_strategy="uniform")
+    trials = 3000
+    torch.manual_seed(3)
+    out = s.sample(("paper", torch.zeros(trials, dtype=torch.long)),
+                   seed_time=torch.full((trials,), 5))
+    picks = [[] for _ in range(trials)]
+    for c, e in zip(out.col[et].tolist(), out.edge[et].tolist()):
+        picks[c].append(e)
+    assert all(len(p) == 2 and max(p) < 4 for p in picks)  # edges 0-3 are the admitted
+    assert_uniform(subset_counts(torch.tensor(picks), 4, 2))
 
 
 @pytest.mark.parametrize("strict", [False, True])
@@ -350,7 +385,15 @@ def test_disjoint_trees_never_share_nodes(mode):
     edges = random_hetero(6)
     topo = qv.HeteroCSRTopo(edges, TYPES)
     s = sampler(topo, [2, 2], mode, disjoint=True)
+    torch.manual_seed(6)
     out = s.sample({"paper": torch.tensor([1, 1, 7]), "author": torch.tensor([3])})
+    # Every edge real; per tree, node and relation min(fanout, degree) edges, each once.
+    check_sample(out, edges, topo, {et: [2, 2] for et in EDGE_TYPES})
+    # The two trees of paper 1 draw apart: not one tree copied.
+    trees = [sorted((et, e) for et in EDGE_TYPES
+                    for e in out.edge[et].cpu()[out.batch[et[2]].cpu()[out.col[et].cpu()] == tree]
+                    .tolist()) for tree in (0, 1)]
+    assert trees[0] != trees[1]
     for t in TYPES:
         pairs = list(zip(out.batch[t].tolist(), out.node[t].tolist()))
         assert len(set(pairs)) == len(pairs)
@@ -424,6 +467,34 @@ def test_zero_weight_edges_are_never_sampled(mode, replace):
         seed_col = out.col[cites][:first_hop].cpu()
         assert not bool((out.node["paper"].cpu()[seed_col] == 0).any())
     assert seen > 0
+
+
+def test_weighted_relation_of_fanout_two_is_successive_sampling(mode):
+    """Paper i (i < T) is cited by paper T + i alone, which is written by authors 0-5 of
+    weights 6, 1, 2, 0.5, 3 and 0: the second hop takes 2 of each one's 5 weighted
+    authors, subsets following successive sampling exactly (fanout 1 and zero weights
+    were all the weighted tests drew: weights that only masked edges passed them)."""
+    from test_neighbor_sample import assert_fits, successive_subset_probabilities
+    trials = 3000
+    w = torch.tensor([6.0, 1.0, 2.0, 0.5, 3.0, 0.0])
+    cites = torch.stack([torch.arange(trials, 2 * trials), torch.arange(trials)])
+    writes = torch.stack([torch.arange(6).repeat(trials),
+                          torch.arange(trials, 2 * trials).repeat_interleave(6)])
+    edges = {("author", "writes", "paper"): writes, ("paper", "cites", "paper"): cites}
+    topo = qv.HeteroCSRTopo(edges, {"paper": 2 * trials, "author": 6})
+    weights = {("author", "writes", "paper"): w.repeat(trials),
+               ("paper", "cites", "paper"): torch.ones(trials)}
+    s = sampler(topo, [1, 2], mode, weights=weights)
+    torch.manual_seed(4)
+    out = s.sample(("paper", torch.arange(trials)))
+    et = ("author", "writes", "paper")
+    assert out.num_sampled_edges[et] == [0, 2 * trials]
+    authors = writes[0][out.edge[et].cpu()]  # the caller's edge ids: author i is edge 6t + i
+    targets = out.col[et].cpu()
+    observed = {}
+    for pair in authors[targets.argsort(stable=True)].view(trials, 2).tolist():
+        observed[tuple(sorted(pair))] = observed.get(tuple(sorted(pair)), 0) + 1
+    assert_fits(observed, successive_subset_probabilities(w[:5], 2), trials)
 
 
 def test_negatives_exclude_zero_weight_edges_too(mode):

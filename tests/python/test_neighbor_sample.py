@@ -153,6 +153,36 @@ def test_sums_match_keys_on_a_random_graph(mode):
     assert pairs.unique(dim=1).size(1) == pairs.size(1)  # no edge twice for one node
 
 
+@pytest.mark.parametrize("disjoint", [False, True])
+@pytest.mark.parametrize("cumsum", [False, True], ids=["keys", "sums"])
+def test_weighted_second_hop_is_successive_sampling(mode, cumsum, disjoint):
+    """Seed i's one neighbor T + i has five leaves of skewed weights: hop 1 reaches it, hop
+    2 takes 2 of its leaves, subsets following successive sampling exactly. The one-hop
+    stars above never reach a later hop's weights (a sampler that drew later hops
+    uniformly passed every weighted test)."""
+    trials, weights = 3000, torch.tensor([6.0, 1.0, 2.0, 0.5, 3.0])
+    leaves = torch.arange(2 * trials, 2 * trials + 5)
+    indptr = torch.cat([torch.arange(trials + 1),
+                        trials + 5 * torch.arange(1, trials + 1), torch.full((5,), 6 * trials)])
+    indices = torch.cat([torch.arange(trials, 2 * trials), leaves.repeat(trials)])
+    edge_weight = torch.cat([torch.ones(trials), weights.repeat(trials)])
+    kwargs = dict(edge_weight=place_extra(edge_weight, mode), disjoint=disjoint)
+    if cumsum:
+        kwargs["edge_weight_cumsum"] = place_extra(qv.ops.row_cumsum(indptr, edge_weight), mode)
+    torch.manual_seed(11)
+    out = qv.ops.neighbor_sample(place_extra(indptr, mode), place_extra(indices, mode),
+                                 torch.arange(trials, device=device_of(mode)), [1, 2], **kwargs)
+    node_ids, cols, eids, eph = out[0].cpu(), out[3].cpu(), out[4].cpu(), out[6].cpu()
+    assert eph.tolist() == [trials, 2 * trials]
+    second, targets = eids[trials:], node_ids[cols[trials:]]
+    offsets = second - indptr[targets]  # the leaf's offset in its row
+    assert bool(((offsets >= 0) & (offsets < 5)).all())
+    observed = {}
+    for pair in offsets[targets.argsort(stable=True)].view(trials, 2).tolist():
+        observed[tuple(sorted(pair))] = observed.get(tuple(sorted(pair)), 0) + 1
+    assert_fits(observed, successive_subset_probabilities(weights, 2), trials)
+
+
 def test_row_cumsum_and_bad_sums(mode):
     indptr, indices = star_graph(4)
     weights = torch.tensor([1.0, 2.0, 3.0, 4.0])
@@ -587,12 +617,29 @@ def test_disjoint_second_hop_draws_apart_from_the_first(mode):
     assert_uniform(torch.bincount(3 * first + leaf, minlength=9))
 
 
+def assert_each_node_takes_its_fanout(indptr, node_ids, cols, nph, eph, fanouts):
+    """Per hop, each node the hop before added (in its own tree) is the target of
+    min(fanout, degree) edges, or of all its edges where the fanout is -1."""
+    degree = indptr[1:] - indptr[:-1]
+    node_bounds = [0] + nph.cumsum(0).tolist()
+    edge_bounds = [0] + eph.cumsum(0).tolist()
+    for hop, fanout in enumerate(fanouts):
+        lo, hi = node_bounds[hop], node_bounds[hop + 1]
+        hop_cols = cols[edge_bounds[hop]:edge_bounds[hop + 1]]
+        assert bool(((hop_cols >= lo) & (hop_cols < hi)).all()), hop
+        want = degree[node_ids[lo:hi]]
+        if fanout >= 0:
+            want = want.clamp(max=fanout)
+        assert torch.equal(torch.bincount(hop_cols - lo, minlength=hi - lo), want), hop
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_disjoint_trees_never_share_nodes(mode, index_dtype, weighted):
     graph = random_graph(num_nodes=120, num_edges=1500, seed=4, dtype=index_dtype)
     seeds = torch.tensor([3, 3, 17, 40, 3, 99])  # repeated seeds grow separate trees
     (indptr, indices, eid), dev = place(graph, mode)
     kwargs = {}
+    torch.manual_seed(4)
     if weighted:
         kwargs["edge_weight"] = place_extra(torch.rand(graph.indices.numel()) + 0.1, mode)
     out = qv.ops.neighbor_sample(indptr, indices, seeds.to(dev), [5, 3, 2], edge_ids=eid,
@@ -607,12 +654,23 @@ def test_disjoint_trees_never_share_nodes(mode, index_dtype, weighted):
     assert torch.equal(graph.col[eids], node_ids[rows])
     # tree of a repeated seed is sampled on its own: same structure as a one-seed call
     assert int(eph.sum()) == rows.numel() and int(nph.sum()) == node_ids.numel()
+    # Every node of every tree takes min(fanout, degree) edges (the sums above hold for a
+    # sampler that keeps one edge a node), each edge once.
+    assert_each_node_takes_its_fanout(graph.indptr, node_ids, cols, nph, eph, [5, 3, 2])
+    pairs = torch.stack([cols, eids])
+    assert pairs.unique(dim=1).size(1) == pairs.size(1)
+    # The three trees of seed 3 (degree 13 > 5) draw apart: not one tree copied.
+    assert graph.degree(3) > 5
+    trees = [sorted(eids[batch[cols] == tree].tolist()) for tree in (0, 1, 4)]
+    assert not trees[0] == trees[1] == trees[2]
 
 
 def test_not_disjoint_matches_sample_subgraph_layout(mode):
+    from test_sample_subgraph import check_subgraph
     graph = random_graph(num_nodes=100, num_edges=900, seed=8)
     (indptr, indices, eid), dev = place(graph, mode)
     seeds = torch.tensor([1, 5, 9, 5], device=dev)
+    torch.manual_seed(12)
     out = qv.ops.neighbor_sample(indptr, indices, seeds, [4, 2], edge_ids=eid)
     assert out[1].numel() == 0
     node_ids, rows, cols = out[0].cpu(), out[2].cpu(), out[3].cpu()
@@ -621,6 +679,14 @@ def test_not_disjoint_matches_sample_subgraph_layout(mode):
     assert rest.unique().numel() == rest.numel()
     assert torch.equal(graph.row[out[4].cpu()], node_ids[cols])
     assert torch.equal(graph.col[out[4].cpu()], node_ids[rows])
+    # Every property of sample_subgraph's layout, per-node counts min(fanout, degree) and
+    # the numbering by first appearance included, on the graph itself.
+    layout = out[:1] + out[2:]
+    check_subgraph(graph, seeds, [4, 2], False, layout)
+    # And the very sample sample_subgraph draws from the same random state.
+    torch.manual_seed(12)
+    same = qv.ops.sample_subgraph(indptr, indices, seeds, [4, 2], False, eid)
+    assert all(torch.equal(a.cpu(), b.cpu()) for a, b in zip(layout, same))
 
 
 # ---- bad input ----

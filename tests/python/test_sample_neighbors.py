@@ -1,11 +1,15 @@
 """quiver::sample_neighbors against the graph itself (real neighbors, counts, no
 duplicates without replacement) and chi-square tests of uniformity, on every placement."""
+import math
+
 import pytest
 import torch
+from scipy.stats import chisquare
 
 import torch_quiver_ops as qv
 from reference import place, random_graph
-from stats import assert_uniform, star_graph, subset_counts
+from stats import (P_VALUE_FLOOR, assert_halves_hypergeometric, assert_uniform, star_graph,
+                   subset_counts)
 
 
 def sample_inputs(mode):
@@ -55,6 +59,34 @@ def check_against_graph(graph, seeds, fanout, replace, out, edge_ids_given=True)
             assert part.unique().numel() == part.numel()
 
 
+def assert_draws_independent(picks: torch.Tensor, degree: int):
+    """Rows of draws with replacement from range(degree): if the draws are independent, each
+    draw minus the one before (mod degree) is uniform, and so is the last minus the first.
+    Per-neighbor counts miss draws that copy one another (a last draw that repeats the
+    first leaves every row's difference 0)."""
+    assert_uniform(torch.bincount(((picks[:, 1:] - picks[:, :-1]) % degree).flatten(),
+                                  minlength=degree))
+    assert_uniform(torch.bincount((picks[:, -1] - picks[:, 0]) % degree, minlength=degree))
+
+
+def assert_last_draw_repeats_the_first_by_chance(graph, seeds, out):
+    """With replacement on a graph of mixed degrees: a row's last draw is the same edge as its
+    first with probability 1 / degree, so the rows where it is number about the sum of those
+    (a Poisson binomial: chi-square against a binomial's variance errs on passing)."""
+    counts, _, edge_ids = (t.cpu() for t in out)
+    ends = counts.cumsum(0)
+    several = counts >= 2
+    first, last = edge_ids[(ends - counts)[several]], edge_ids[ends[several] - 1]
+    degree = torch.tensor([graph.degree(s) for s in seeds.cpu().tolist()],
+                          dtype=torch.double)[several]
+    repeats = int((first == last).sum())
+    expected = float((1 / degree).sum())
+    assert expected >= 20, "too few rows for a chi-square test"
+    rows = int(several.sum())
+    p = chisquare([repeats, rows - repeats], [expected, rows - expected]).pvalue
+    assert p > P_VALUE_FLOOR, f"{repeats} rows end on their first draw, {expected:.1f} expected"
+
+
 def test_sample_inputs_against_graph(mode):
     graph, cases = sample_inputs(mode)
     for name, args in cases:
@@ -88,6 +120,8 @@ def test_real_neighbors_counts_and_no_duplicates(mode, index_dtype, replace, fan
     for t in out:
         assert t.device.type == device.type and t.dtype == torch.long
     check_against_graph(graph, seeds, fanout, replace, out)
+    if replace and fanout >= 2:
+        assert_last_draw_repeats_the_first_by_chance(graph, seeds, out)
 
 
 def test_positions_without_edge_ids(mode):
@@ -108,9 +142,10 @@ def test_own_generator_reproduces_and_is_uniform(mode):
     again = qv.ops.sample_neighbors(indptr, indices, seeds, 10, True, generator=gen)[1]
     assert torch.equal(neighbors, again)
     assert_uniform(torch.bincount(neighbors.cpu() - 1, minlength=30))
+    assert_draws_independent(neighbors.cpu().view(1000, 10) - 1, 30)
 
 
-@pytest.mark.parametrize("degree,fanout", [(20, 5), (200, 3), (7, 6), (300, 100)])
+@pytest.mark.parametrize("degree,fanout", [(20, 5), (200, 3), (7, 6), (7, 3), (300, 100)])
 def test_without_replacement_is_uniform(mode, degree, fanout):
     torch.manual_seed(1234)
     indptr, indices = star_graph(degree)
@@ -120,8 +155,16 @@ def test_without_replacement_is_uniform(mode, degree, fanout):
     counts, neighbors, _ = qv.ops.sample_neighbors(indptr, indices, seeds, fanout)
     assert torch.all(counts == fanout)
     picks = neighbors.cpu().view(trials, fanout) - 1
-    assert all(row.unique().numel() == fanout for row in picks[:200])
+    ordered = picks.sort(dim=1).values
+    assert bool((ordered[:, 1:] != ordered[:, :-1]).all()), "a row holds a neighbor twice"
     assert_uniform(torch.bincount(picks.flatten(), minlength=degree))
+    # Every k-subset equally likely, not only every neighbor (a random window of
+    # consecutive neighbors is uniform per neighbor): counted where the subsets are few,
+    # through how many picks fall in each half of the row otherwise.
+    if math.comb(degree, fanout) <= 50:
+        assert_uniform(subset_counts(picks, degree, fanout))
+    else:
+        assert_halves_hypergeometric(picks, degree)
 
 
 def test_without_replacement_subsets_are_uniform(mode):
@@ -144,6 +187,7 @@ def test_with_replacement_is_uniform(mode):
     picks = neighbors.cpu() - 1
     assert_uniform(torch.bincount(picks, minlength=30))
     assert any(row.unique().numel() < 10 for row in picks.view(1000, 10))  # repeats happen
+    assert_draws_independent(picks.view(1000, 10), 30)  # and only by chance
 
 
 def place_pair(indptr, indices, mode):
@@ -232,6 +276,7 @@ def test_large_fanout_without_replacement_is_fast_and_distinct(mode):
     _, neighbors, _ = qv.ops.sample_neighbors(
         indptr, indices, torch.zeros(600, dtype=torch.long, device=device), 40)
     assert_uniform(torch.bincount(neighbors.cpu() - 1, minlength=80))
+    assert_halves_hypergeometric(neighbors.cpu().view(600, 40) - 1, 80)  # whole subsets too
 
 
 def test_pinned_temporaries_outlive_the_kernel(mode):

@@ -6,7 +6,7 @@ import torch
 import torch_quiver_ops as qv
 from reference import (Graph, csr_reference, place, random_graph, reindex_reference,
                        subgraph_sampler)
-from stats import assert_uniform, star_graph
+from stats import assert_halves_hypergeometric, assert_uniform, star_graph, subset_counts
 from test_sample_neighbors import expected_count, place_pair
 
 
@@ -154,6 +154,17 @@ def test_first_hop_is_uniform(mode):
     assert edges_per_hop.tolist() == [8000]
     picks = node_ids.cpu()[rows.cpu()] - 1
     assert_uniform(torch.bincount(picks, minlength=25))
+    # Whole subsets, not only neighbors, are uniform (a random window of consecutive
+    # neighbors is uniform per neighbor): per seed, the picks' halves of the row, and on
+    # a star of 7 (35 subsets of 3) each subset.
+    per_seed = picks[cols.cpu().argsort(stable=True)].view(2000, 4)
+    ordered = per_seed.sort(dim=1).values
+    assert bool((ordered[:, 1:] != ordered[:, :-1]).all()), "a seed took a neighbor twice"
+    assert_halves_hypergeometric(per_seed, 25)
+    (indptr, indices), device = place_pair(*star_graph(7), mode)
+    node_ids, rows, cols, _, _, _ = qv.ops.sample_subgraph(indptr, indices, seeds, [3])
+    picks = (node_ids.cpu()[rows.cpu()] - 1)[cols.cpu().argsort(stable=True)].view(2000, 3)
+    assert_uniform(subset_counts(picks, 7, 3))
 
 
 def star_of_stars():
