@@ -34,8 +34,8 @@ def cache_size(parser, text: str, option: str = "--cache-size") -> None:
     try:
         if parse_share(text, option) is None:
             parse_size(text, option)
-    except ValueError as error:
-        parser.error(f"{option} {text!r}: {error}")
+    except ValueError as error:  # (it names the option and the value)
+        parser.error(str(error))
 
 
 def at_least(parser, args, names: Sequence[str], least: int) -> None:

@@ -74,8 +74,9 @@ def main(argv=None):
     parser.add_argument("--features")
     parser.add_argument("--labels")
     parser.add_argument("--splits")
-    parser.add_argument("--replicate", type=float, default=0.2,
-                        help="share of the hottest feature rows kept on every host")
+    parser.add_argument("--replicate", type=float, default=None,
+                        help="share of the hottest feature rows kept on every host (default "
+                             "0.2; with features only)")
     parser.add_argument("--seed", type=_cli.seed, default=0)
     parser.add_argument("--no-features", action="store_true",
                         help="with --synthetic: topology, labels and splits only")
@@ -84,7 +85,7 @@ def main(argv=None):
         parser.error(f"--parts must be >= 1, got {args.parts}")
     if not args.out:  # (wrote the parts into the current folder)
         parser.error("--out must not be empty")
-    if not 0 <= args.replicate <= 1:
+    if args.replicate is not None and not 0 <= args.replicate <= 1:
         parser.error(f"--replicate must be a share in [0, 1], got {args.replicate}")
     # Options that the source chosen would ignore (a run that "worked" with them dropped).
     if args.num_nodes is not None and not args.edge_index:
@@ -94,6 +95,8 @@ def main(argv=None):
         parser.error("--no-features goes with --synthetic only (give --features or not)")
     if args.no_features and args.features:
         parser.error("--no-features and --features contradict each other")
+    if args.replicate is not None and (args.no_features or not (args.features or args.synthetic)):
+        parser.error("--replicate places feature rows: it goes with features")
     if args.synthetic:
         from torch_quiver_ops.synthetic import PRESETS
         if args.synthetic not in PRESETS:

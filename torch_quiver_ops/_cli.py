@@ -104,8 +104,8 @@ def check_size(parser: argparse.ArgumentParser, flag: str, text) -> None:
     try:
         if parse_share(text, f"--{flag}") is None:
             parse_size(text, f"--{flag}")
-    except (ValueError, TypeError) as error:
-        parser.error(f"--{flag} {text!r}: {error}")
+    except (ValueError, TypeError) as error:  # (it names --flag and the value)
+        parser.error(str(error))
 
 
 def int_list(parser: argparse.ArgumentParser, flag: str, text: str, least: int = 0) -> list:

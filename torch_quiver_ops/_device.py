@@ -290,8 +290,8 @@ def parse_share(size, name: str) -> Optional[Fraction]:
 
 
 def parse_size(size: Union[int, float, str], name: str = "size") -> int:
-    """Bytes from 1024, "200M", "0.9G", "1.5GB" or "20MiB" (units of 1024); ``name``: the
-    argument, named in the errors."""
+    """Bytes from 1024, "200M", "0.9G", "1.5GB" or "20MiB" (units of 1024, a fraction of one
+    rounded down to whole bytes); ``name``: the argument, named in the errors."""
     if isinstance(size, bool):
         raise ValueError(f"{name} must be a byte count, got {size!r}")
     if isinstance(size, (int, float)):
@@ -315,4 +315,6 @@ def parse_size(size: Union[int, float, str], name: str = "size") -> int:
     if 0 < count < 1:  # as for a number: a share is a percentage
         raise ValueError(f"{name} of {size!r} is less than one byte: for a share of the "
                          f"table write a percentage such as '{count * 100:g}%'")
+    if match.group(2) is None and not count.is_integer():  # as for a number ("2.5": 2 bytes)
+        raise ValueError(f"{name} must be a whole number of bytes, got {size!r}")
     return int(count)

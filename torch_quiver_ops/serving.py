@@ -52,8 +52,8 @@ import torch
 from torch import Tensor
 
 from . import _fork
-from ._device import (as_tensor, check_flag, holds_integers, is_int, no_meta, present_device,
-                      readable_ids, resolve_device)
+from ._device import (as_int, as_tensor, check_flag, holds_integers, is_int, no_meta,
+                      present_device, readable_ids, resolve_device)
 from ._interrupts import ctrl_c_ends_waits, runtime_timeout
 from .ops import integer_fanouts
 from .sampler import Adj, GraphSageSampler
@@ -82,10 +82,10 @@ class PSGS:
     uniform sampling without replacement visits each neighbor with probability
     ``min(deg, f) / deg``: a seed's sampling tree, counted with repeats (see the module's
     note). A batch's cost is the sum over its seeds; computed once, in O(edges) per hop
-    (the runtime's ``expected_sampled_counts``). ``values`` are float64, and a request's
-    cost is summed in the runtime's order, so ``runtime.psgs(ids)`` is the cost a request
-    of ``ids`` is dispatched by, to the last bit (a float32 copy had sent a batch the
-    other way at its threshold)."""
+    (the runtime's ``expected_sampled_counts``). ``values`` are float64 (a runtime's own,
+    copied), and a request's cost is summed in the runtime's order, so ``runtime.psgs(ids)``
+    is the cost a request of ``ids`` is dispatched by, to the last bit (a float32 copy had
+    sent a batch the other way at its threshold)."""
 
     def __init__(self, topo: CSRTopo, fanouts: Sequence[int]):
         self.values: Tensor = torch.classes.quiver.ServingRuntime.expected_sampled_counts(
@@ -94,7 +94,8 @@ class PSGS:
     @classmethod
     def of_values(cls, values: Tensor) -> "PSGS":
         psgs = cls.__new__(cls)
-        psgs.values = values.double()  # (the runtime's own tensor: no copy)
+        # A copy: the runtime's own tensor, edited in place, would change what it dispatches.
+        psgs.values = values.to(torch.float64, copy=True)
         return psgs
 
     def __call__(self, ids: Tensor) -> float:
@@ -525,18 +526,21 @@ class ServingRuntime:
         if sizes is None:
             sizes = torch.classes.quiver.ServingRuntime.calibration_sizes(
                 self._runtime.max_batch_nodes())
-        if isinstance(sizes, (str, bytes, Tensor)) or not isinstance(sizes, Sequence):
+        if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
             raise TypeError(f"sizes must be a sequence of batch sizes, got {sizes!r}")
+        given = sizes.tolist() if hasattr(sizes, "tolist") else list(sizes)  # (NumPy, torch)
         limit = self._runtime.max_batch_nodes()
-        for size in sizes:
-            if not is_int(size) or not 1 <= size <= limit:
+        checked = [as_int(size) for size in given]
+        for size, value in zip(given, checked):
+            if value is None or not 1 <= value <= limit:
                 raise ValueError(f"sizes must hold ints in [1, max_batch_nodes={limit}], "
-                                 f"got {size!r} in {list(sizes)!r}")
-        if not is_int(repeats) or not 1 <= repeats <= 1_000_000:
+                                 f"got {size!r} in {given!r}")
+        count, first = as_int(repeats), as_int(seed)  # (NumPy's ints too)
+        if count is None or not 1 <= count <= 1_000_000:
             raise ValueError(f"repeats must be an int in [1, 1000000], got {repeats!r}")
-        if not is_int(seed) or not -2**63 <= seed < 2**63:
+        if first is None or not -2**63 <= first < 2**63:
             raise ValueError(f"seed must be an int that fits in 64 bits, got {seed!r}")
-        crossing, cpu, gpu = self._runtime.calibrate(list(sizes), repeats, seed)
+        crossing, cpu, gpu = self._runtime.calibrate(checked, count, first)
         self.calibration = {"cpu": tuple(cpu), "gpu": tuple(gpu)}
         return crossing
 

@@ -21,7 +21,9 @@ def test_parse_size():
         parse_size("0.5")  # as parse_size(0.5): a share is written as a percentage
     with pytest.raises(ValueError, match="cache_size must be a whole number of bytes, got 2.5"):
         parse_size(2.5, "cache_size")  # (had been 2 bytes)
-    assert parse_size(2.5e9) == 2_500_000_000
+    assert parse_size(2.5e9) == 2_500_000_000 and parse_size("2.5K") == 2560
+    with pytest.raises(ValueError, match="cache_size must be a whole number of bytes, got '2.5'"):
+        parse_size("2.5", "cache_size")
     with pytest.raises(ValueError, match=r"cannot read topology_cache='lots' as a size"):
         parse_size("lots", "topology_cache")
     assert parse_size(10**400) == 10**400  # every row (math.isfinite raised OverflowError)

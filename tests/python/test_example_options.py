@@ -59,8 +59,8 @@ COMMON = [
 ]
 # Examples with a feature cache: its size read on CPU-only machines too.
 CACHED = [
-    (["--cache-size", "bogus"], ["--cache-size 'bogus'", "cannot read"]),
-    (["--cache-size", "101%"], ["--cache-size '101%'", "[0%, 100%]"]),
+    (["--cache-size", "bogus"], ["cannot read --cache-size='bogus'"]),
+    (["--cache-size", "101%"], ["--cache-size: a share must be in [0%, 100%], got '101%'"]),
 ]
 HETERO = COMMON + CACHED + [
     (["--train-papers", "0"], ["--train-papers", "0"]),

@@ -419,6 +419,13 @@ def test_the_script_partitions_a_saved_graph(tmp_path):
     assert "edge cut" in done.stdout and "balance" in done.stdout
     assert load_partition(tmp_path / "out", 1, verify=True).num_nodes == 400
     assert_feature_shards_hold_the_rows(tmp_path / "out" / "features", x, 2)
+    # Without features (the default --replicate had then been refused as rows' option)
+    done = subprocess.run([sys.executable, str(REPO / "scripts" / "partition_graph.py"),
+                           "--csr", str(tmp_path / "csr"), "--parts", "2", "--method", "range",
+                           "--out", str(tmp_path / "bare")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not read_manifest(tmp_path / "bare")["features"]
 
 
 @pytest.mark.parametrize("script, args, said", [
@@ -432,6 +439,8 @@ def test_the_script_partitions_a_saved_graph(tmp_path):
      "--num-nodes goes with --edge-index only"),
     ("scripts/partition_graph.py", ["--csr", "/nonexistent", "--parts", "2", "--no-features"],
      "--no-features goes with --synthetic only"),
+    ("scripts/partition_graph.py", ["--synthetic", "tiny", "--parts", "2", "--no-features",
+                                    "--replicate", "0.3"], "--replicate places feature rows"),
     ("scripts/partition_features.py", ["--features", "/nonexistent.pt", "--hosts", "2"],
      "--features /nonexistent.pt is not a file"),
     ("scripts/partition_features.py", ["--features", "/nonexistent.pt", "--hosts", "40000"],

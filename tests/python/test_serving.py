@@ -13,6 +13,7 @@ import urllib.request
 import zipfile
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -152,6 +153,8 @@ def test_a_runtimes_psgs_is_the_cost_it_dispatches_by(graph):
         cost = runtime.records[-1].cost
         assert runtime.psgs(ids) == cost == runtime._runtime.cost(ids)
         assert runtime.psgs.values.dtype == torch.float64
+        runtime.psgs.values.zero_()  # a copy: the runtime still prices by its own
+        assert runtime._runtime.cost(ids) == cost
         assert runtime.psgs(torch.tensor([], dtype=torch.long)) == 0.0
     finally:
         runtime.close()
@@ -173,6 +176,11 @@ def test_calibrate_names_a_bad_argument(graph):
                 runtime.calibrate(**kwargs)
         with pytest.raises(ValueError, match=r"sizes must be in \[1, max_batch_nodes="):
             runtime._runtime.calibrate([0], 1, 0)
+        for kwargs in ({"repeats": np.int64(2)}, {"seed": np.int64(3)},
+                       {"sizes": np.array([1, 4])}, {"sizes": torch.tensor([1, 4])}):
+            # NumPy's ints pass as ints, to the samplers' check (CPU only here)
+            with pytest.raises(ValueError, match="it needs both"):
+                runtime.calibrate(**kwargs)
         sizes = torch.classes.quiver.ServingRuntime.calibration_sizes
         assert sizes(100) == [1, 4, 16, 64, 100] and sizes(1) == [1]
         assert sizes(1024) == sizes(5000) == [1, 4, 16, 64, 256, 1024]
@@ -730,10 +738,14 @@ def test_gpu_dispatch_and_calibration(graph, gpu_mode):
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU and the CUDA kernels")
-def test_requests_put_back_by_a_full_runtime_count_against_max_queue_nodes(graph):
-    """Dispatching by load, a batch formed while both sides are full goes back to the queue.
-    Its requests were not counted again there, then counted out a second time when batched
-    again: the queued node count went negative and max_queue_nodes stopped refusing."""
+def test_max_queue_nodes_bounds_the_queue_under_dispatch_by_load(graph):
+    """Dispatching by load, a batch whose side is full, and that the other side is not
+    predicted to sample sooner or in time, goes back to the queue. Its requests were not
+    counted again there, then counted out a second time when batched again: the queued
+    node count drifted negative and max_queue_nodes stopped refusing. (Whether this run
+    puts batches back depends on the calibrated lines; what it checks holds either way: the
+    queue stays within max_queue_nodes, plus one batch taken out and put back while a
+    submit refilled it.)"""
     torch.manual_seed(0)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
     model = SAGE([graph.x.size(1), 16, int(graph.y.max()) + 1], delay=0.05)
@@ -751,7 +763,7 @@ def test_requests_put_back_by_a_full_runtime_count_against_max_queue_nodes(graph
                 refused += 1
                 time.sleep(0.001)
             most_queued = max(most_queued, runtime.queued)
-        assert refused > 0 and most_queued <= 64, (refused, most_queued)
+        assert refused > 0 and most_queued <= 64 + 8, (refused, most_queued)
         for answer in answers:
             answer.result(60)
     finally:
