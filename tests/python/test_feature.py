@@ -173,7 +173,8 @@ def test_cache_size_as_a_share_of_the_table():
         feature = qv.Feature(device_cache_size=share).from_cpu_tensor(x[:100])
         want = int(float(share[:-1]) * 100) // 100 if share != "12.5%" else 12
         assert feature.device_cache_size == want * x[0].nbytes, share
-    with pytest.raises(ValueError, match="device_cache_size: a share must be a percentage .* got 'abc%'"):
+    with pytest.raises(ValueError, match="device_cache_size: a share must be a percentage .* "
+                                         "got 'abc%'"):
         qv.Feature(device_cache_size="abc%")
     with pytest.raises(ValueError, match="device_cache_size of 0.2 bytes is less than one byte: "
                                          ".* '20%'"):

@@ -73,7 +73,8 @@ def test_train_sage_refuses_bad_options_before_building(tmp_path, capsys):
                         (["--device", "cpu", "--mode", "GPU"], "--mode GPU samples on a GPU"),
                         (["--device", "cpu", "--cache-size", "20"],  # bytes, and fine
                          None),
-                        (["--device", "cpu", "--cache-size", "bogus"], "cannot read --cache-size='bogus'"),
+                        (["--device", "cpu", "--cache-size", "bogus"],
+                         "cannot read --cache-size='bogus'"),
                         (["--cache-size", "150%"], "a share must be in [0%, 100%]"),
                         (["--save", str(tmp_path)], "is a folder: give a file name in it"),
                         # passed the check, then failed after the run (a probe)
