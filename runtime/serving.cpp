@@ -198,7 +198,8 @@ ServingRuntime::ServingRuntime(at::Tensor indptr, at::Tensor indices,
     } else if (o.gpu_streams == 0) {
       threshold_ = std::numeric_limits<double>::infinity();
     } else {
-      std::tie(threshold_, cpu_line_, gpu_line_) = calibrate(calibration_sizes(o.max_batch_nodes), 5, o.seed);
+      std::tie(threshold_, cpu_line_, gpu_line_) =
+          calibrate(calibration_sizes(o.max_batch_nodes), 5, o.seed);
       by_load_ = true;
     }
   }

@@ -2132,7 +2132,8 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
                         ([str(state_dict), "--max-wait-ms", "inf"], "--max-wait-ms must be a"),
                         ([str(state_dict), "--threshold", "nan"], "--threshold must be a"),
                         # a CPU-only server caches nothing, and took any size before
-                        ([str(state_dict), "--cache-size", "big"], "cannot read --cache-size='big'"),
+                        ([str(state_dict), "--cache-size", "big"],
+                         "cannot read --cache-size='big'"),
                         ([str(state_dict), "--package", str(tmp_path)], "ending in .pt2"),
                         ([str(state_dict), "--host", "not.a.host.invalid"],
                          "--host not.a.host.invalid cannot be listened on"),
