@@ -599,6 +599,19 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
             mask[own] = True
             masked = DistNeighborLoader(part, [2], input_nodes=mask, batch_size=16)
             assert torch.equal(masked.input_nodes, own.unique())
+            # None: every node this host owns (PyG's all nodes; it had failed unnamed)
+            every = DistNeighborLoader(part, [2], input_nodes=None, batch_size=64)
+            assert torch.equal(every.input_nodes, part.nodes.long())
+            # Rows of another length on one host, or another partitioning's DistFeature,
+            # refused on every host at once: the first had failed one host mid-batch while
+            # the other waited, the second gave every batch wrong x (a probe).
+            with pytest.raises(ValueError, match="feature has 100 rows for a graph of 400 nodes"
+                               if rank == 1 else "another host's input_nodes or feature"):
+                DistNeighborLoader(part, [2], input_nodes=own, feature=x[:100] if rank else x)
+            other = qv.dist.DistFeature.load(directory / "other_features", timeout=10.0)
+            with pytest.raises(ValueError, match="feature was written by another partitioning"):
+                DistNeighborLoader(part, [2], input_nodes=own, feature=other)
+            other.close()
             # Found by a probe: the loader took neither the requester's draws nor a
             # generator, so a host's batches hung on the other hosts' requests. With them,
             # host 0's first batch is the same in both turns while host 1 asks for other
@@ -702,6 +715,7 @@ def test_dist_neighbor_loader_gives_pyg_batches_of_the_partition(tmp_path, backe
         torch.save(t, tmp_path / f"{name}.pt")
     partition_graph(tmp_path / "parts", topo, 2, "random", x=x, y=y,
                     splits={"train": torch.arange(0, 400, 3)}, replicate=0.1)
+    qv.dist.partition_features(x, tmp_path / "other_features", 2)  # another run's rows
     seen, _ = spawned(tmp_path, loader_worker, 2, backend)
     assert seen == {"ok_0": "ok", "ok_1": "ok"}, seen
 

@@ -39,7 +39,8 @@ class DistNeighborLoader:
         num_neighbors: fanouts per hop, the seeds' hop first.
         input_nodes: a split's name (its ids owned by this host), or global node ids or a
             boolean mask over the nodes (PyG's ``train_mask``), owned by this host when the
-            partition holds labels.
+            partition holds labels; None: every node this host owns (PyG's None, all nodes,
+            split over the hosts).
         batch_size, shuffle: as PyG's.
         feature: the rows (a :class:`DistFeature` over the same hosts, or a tensor indexed
             by global id); None: batches carry no ``x``.
@@ -64,7 +65,7 @@ class DistNeighborLoader:
 
     @ctrl_c_ends_waits
     def __init__(self, partition: Union[str, Path, GraphPartition], num_neighbors,
-                 input_nodes: Union[str, Tensor] = "train", batch_size: int = 1,
+                 input_nodes: Union[None, str, Tensor] = "train", batch_size: int = 1,
                  shuffle: bool = False, feature=None, group=None, replace: bool = False,
                  timeout: float = 60.0, seed: int = 0, transport: str = "auto",
                  mode: str = "CPU", device=None, draws: Optional[str] = None, lanes: int = 1,
@@ -114,6 +115,7 @@ class DistNeighborLoader:
         # agreement below: raised here alone, it left the others waiting on this one.
         try:
             self.input_nodes = self._own_input_nodes(input_nodes)
+            self._check_feature(feature)
             problem = None
         except (ValueError, TypeError, IndexError) as error:
             self.input_nodes, problem = torch.empty(0, dtype=torch.long, device="cpu"), error
@@ -131,8 +133,8 @@ class DistNeighborLoader:
         if problem is not None:
             raise problem
         if any(refused for _, _, refused in everyone):
-            raise ValueError("another host's input_nodes were refused (that host names why): "
-                             "this DistNeighborLoader cannot run")
+            raise ValueError("another host's input_nodes or feature were refused (that host "
+                             "names why): this DistNeighborLoader cannot run")
         empty = [h for h, (_, nodes, _) in enumerate(everyone) if nodes == 0]
         if empty:
             raise ValueError(f"host{'s' if len(empty) > 1 else ''} "
@@ -143,11 +145,35 @@ class DistNeighborLoader:
                              f"(partition so that each part owns input nodes)")
         self._batches = max(batches for batches, _, _ in everyone)
 
+    def _check_feature(self, feature) -> None:
+        """``feature`` holds a row per node of this partition's graph, and a DistFeature
+        was written with it: another partition's rows, or a table of another length, had
+        given every batch wrong ``x`` without a word (a probe), or failed mid-batch on one
+        host while the others waited."""
+        if feature is None:
+            return
+        if not hasattr(feature, "__getitem__") or not hasattr(feature, "__len__"):
+            raise TypeError(f"feature must be a DistFeature, a tensor of rows or None, got "
+                            f"{type(feature).__name__}")
+        if isinstance(feature, Tensor) and feature.dim() == 0:
+            raise ValueError("feature must be a table of rows, got a 0-d tensor")
+        nodes = self.partition.num_nodes
+        if len(feature) != nodes:
+            raise ValueError(f"feature has {len(feature)} rows for a graph of {nodes} nodes "
+                             f"(partition {self.partition.part}'s graph)")
+        run, written = getattr(feature, "_run", None), self.partition.manifest.get("features_run")
+        if run is not None and written is not None and run != written:
+            raise ValueError(f"feature was written by another partitioning (run {run}; this "
+                             f"partition's features are run {written}): load the DistFeature "
+                             f"from this partition's features folder")
+
     def _own_input_nodes(self, input_nodes) -> Tensor:
         """This host's seeds: a split's ids, or given ids or a mask (such as PyG's
         ``train_mask``: the nodes it marks), each in the graph and, when batches carry
         ``y`` from this host's part, owned by this host."""
         partition = self.partition
+        if input_nodes is None:  # (had been "ids must be integer ids ..., got None")
+            return partition.nodes.long()
         if isinstance(input_nodes, str):
             if input_nodes not in partition.splits:
                 raise ValueError(f"input_nodes={input_nodes!r} names no split of the partition "
