@@ -13,7 +13,11 @@ sources, targets and edges, grown by ``margin``). Padding changes no real output
 layer keeps its last ``spare`` target rows out of the batch, padded edges end only on
 them, and padded labels are ``ignore_index``. A layer's real targets then aggregate only
 real edges, the loss averages over the real seeds only, and every gradient is the real
-batch's. A batch larger than the captured shapes runs eager (``eager_steps`` counts them).
+batch's. Rows past a batch's hold real rows (of the first batch, or of earlier ones), so
+that a model's arithmetic on them stays finite (zeros had made ``x / x.norm()`` a NaN there,
+and 0 x NaN a NaN in every weight's gradient). Dropout draws its masks over the padded
+shapes: the same in distribution as the eager step, not mask for mask. A batch larger than
+the captured shapes runs eager (``eager_steps`` counts them).
 
 What the model and loss must do for that to hold:
 
@@ -22,7 +26,10 @@ What the model and loss must do for that to hold:
   and row ``i`` of a layer's output depends only on row ``i`` of its targets and the edges
   into ``i`` (message passing over a bipartite layer, as SAGEConv or GATConv). Not: a
   normalization by degree of the source rows (GCNConv's): padded edges raise the in-degree
-  of the spare rows, which are sources too; nor batch norm across rows; nor an aggregation
+  of the spare rows, which are sources too; nor a norm across rows (refused: batch norm in
+  training mode, PyG's GraphNorm, InstanceNorm, PairNorm, DiffGroupNorm,
+  MeanSubtractionNorm and graph-mode LayerNorm, whose statistics would count the padded
+  rows); nor an aggregation
   that needs the edges sorted by target (SAGEConv's ``aggr="lstm"``): padded edges cycle
   over the spare rows;
 - it reads no edge ids: the padded layers carry ``e_id=None``;
@@ -32,9 +39,11 @@ What the model and loss must do for that to hold:
 
 The model's mode (train or eval), its parameters' addresses and the optimizer's
 hyperparameters are fixed at capture: change weights in place (``load_state_dict`` does),
-not by replacing parameters, and give a learning rate that a scheduler will change as a
-tensor (``Adam(..., lr=torch.tensor(0.003, device=...), capturable=True)``): a float one is
-baked into the graph, and only eager steps would see a new value. Each spare row takes
+not by replacing parameters, nor by the optimizer's ``load_state_dict``, which replaces
+its state (refused at the next step: build the step after loading a checkpoint), and give
+a learning rate that a scheduler will change as a tensor
+(``Adam(..., lr=torch.tensor(0.003, device=...), capturable=True)``): a float one is baked
+into the graph, and only eager steps would see a new value. Each spare row takes
 about ``padded edges / spare`` edges: with a sum aggregation in 16-bit floats, give enough
 spare rows that their sums cannot overflow (an inf there, times a zero gradient, is a NaN
 in the weights' gradients). On the
@@ -86,6 +95,25 @@ def _layer(adj, where: str) -> Adj:
         raise ValueError(f"{where}.size must be two counts (sources, targets) >= 0 with no "
                          f"more targets than sources, got {size!r}")
     return Adj(edge_index, e_id, counts)
+
+
+_ROW_NORMS = ("GraphNorm", "InstanceNorm", "PairNorm", "DiffGroupNorm", "MeanSubtractionNorm")
+
+
+def _norm_across_rows(model: torch.nn.Module) -> Optional[str]:
+    """The name of a module of ``model`` whose output mixes statistics of several rows
+    (padded rows included): a batch norm in training mode (or without running
+    statistics), or one of PyG's norms over a graph's nodes, in any mode."""
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
+            if module.training or not module.track_running_stats:
+                return name or "(the model itself)"
+        elif type(module).__module__.startswith("torch_geometric.nn.norm"):
+            kind = type(module).__name__
+            if kind in _ROW_NORMS or (kind == "LayerNorm"
+                                      and getattr(module, "mode", "") == "graph"):
+                return name or "(the model itself)"
+    return None
 
 
 def _parts(batch, where: str):
@@ -206,6 +234,12 @@ class GraphedStep:
         if not info.min <= ignore_index <= info.max:
             raise ValueError(f"ignore_index={ignore_index} does not fit the labels' dtype "
                              f"{y.dtype} ([{info.min}, {info.max}])")
+        across_rows = _norm_across_rows(model)
+        if across_rows is not None:
+            raise ValueError(f"model.{across_rows} normalizes across rows, whose statistics "
+                             f"would count the padded rows (training differs from eager): "
+                             f"put a batch norm in eval mode, or use a norm of each row "
+                             f"(torch.nn.LayerNorm, or PyG's LayerNorm(mode='node'))")
         for name, param in model.named_parameters():
             if param.device != device:
                 raise ValueError(f"model parameter {name} is on {param.device}, the batches' "
@@ -233,7 +267,10 @@ class GraphedStep:
         self.targets.append(grow(seeds) + spare)
         self.sources: List[int] = [max(grow(largest[0][0]), self.targets[0])] + self.targets[:-1]
         self.edges: List[int] = [grow(edges) for _, _, edges in largest]
-        self.rows = torch.zeros(self.sources[0], x.size(1), dtype=x.dtype, device=device)
+        # Real rows throughout (see the module's note): the first batch's, round and round.
+        cycle = torch.arange(self.sources[0], device=device) % max(x.size(0), 1)
+        self.rows = (x.detach()[cycle] if x.size(0) else
+                     torch.zeros(self.sources[0], x.size(1), dtype=x.dtype, device=device))
         self.labels = torch.full((self.targets[-1],), ignore_index, dtype=y.dtype,
                                  device=device)
         # Padded edge k joins source k mod S (any row: it feeds only spare targets) to spare
@@ -252,6 +289,8 @@ class GraphedStep:
         self.loss: Optional[Tensor] = None
         if device.type == "cuda":
             self._capture(batches[0], warmup)
+        # The state the graph updates: load_state_dict gives the optimizer new tensors.
+        self._captured_state = optimizer.state
 
     def __repr__(self) -> str:
         return (f"GraphedStep(sources={self.sources}, targets={self.targets}, "
@@ -347,6 +386,10 @@ class GraphedStep:
                              "step copies rows into its fixed buffer, which would cut them off "
                              "from their gradients; run such a step eager")
         self._check_indices(adjs)
+        if self.graph is not None and self.optimizer.state is not self._captured_state:
+            raise RuntimeError("the optimizer's state was replaced after the capture (its "
+                               "load_state_dict gives it new tensors, which the graph does not "
+                               "update): build a new GraphedStep after loading a checkpoint")
         if not self._fits(adjs, x, y):
             # A CPU sampler's layers and labels come on the CPU beside rows on the GPU; the
             # padded path copies them over, and so must this one.

@@ -404,3 +404,66 @@ def test_an_optimizer_that_cannot_be_captured_is_refused_by_name():
     cpu_model = SAGE(12, 16, 5, 3)
     with pytest.raises(ValueError, match="model parameter .* is on cpu"):
         qv.GraphedStep(cpu_model, torch.optim.SGD(cpu_model.parameters(), lr=0.1), batches)
+
+
+class NormalizesRows(torch.nn.Module):
+    """Each row scaled to unit length first: finite on every real row, NaN on a zero row."""
+
+    def __init__(self, width, hidden, classes, layers):
+        super().__init__()
+        self.inner = SAGE(width, hidden, classes, layers)
+
+    def forward(self, x, adjs):
+        return self.inner(x / x.norm(dim=-1, keepdim=True), adjs)
+
+
+def test_rows_past_a_batch_are_real_rows_so_a_models_arithmetic_stays_finite():
+    # The padded rows had been zeros: x / x.norm() made them NaN, the padded edges carried
+    # it to the spare rows, and 0 x NaN in the backward pass made every weight NaN while the
+    # step's loss looked right (a probe).
+    batches, device = batches_of("CPU")
+    (model, optimizer), (twin, twin_optimizer) = twin_models(device, kind=NormalizesRows)
+    step = qv.GraphedStep(twin, twin_optimizer, batches, spare=8)
+    assert step.rows.size(0) > max(b.x.size(0) for b in batches)  # rows no batch fills
+    assert bool((step.rows.norm(dim=1) > 0).all())
+    for batch in batches:
+        expected = eager_step(model, optimizer, batch)
+        assert torch.allclose(step(batch), expected, rtol=1e-5, atol=1e-6)
+    assert all(bool(p.isfinite().all()) for p in twin.parameters())
+    assert largest_difference(model, twin) < 1e-5
+
+
+def test_norms_across_rows_are_refused():
+    """A batch norm in training mode (GIN's MLP, GENConv's default) and PyG's norms over a
+    graph's nodes counted the padded rows: the padded step trained differently from the
+    eager one without a word (a probe). Norms of each row, and batch norm in eval mode, are
+    the same either way."""
+    from torch_geometric.nn.norm import GraphNorm, LayerNorm as PygLayerNorm
+    batches, device = batches_of("CPU")
+    for norm, words in ((torch.nn.BatchNorm1d(5), "model.norm normalizes across rows"),
+                        (GraphNorm(5), "model.norm normalizes across rows"),
+                        (PygLayerNorm(5, mode="graph"), "model.norm normalizes across rows")):
+        model, optimizer = twin_models(device)[0]
+        model.norm = norm
+        with pytest.raises(ValueError, match=words):
+            qv.GraphedStep(model, optimizer, batches, spare=8)
+    for norm in (torch.nn.BatchNorm1d(5).eval(), torch.nn.LayerNorm(5),
+                 PygLayerNorm(5, mode="node")):
+        model, optimizer = twin_models(device)[0]
+        model.norm = norm
+        qv.GraphedStep(model, optimizer, batches, spare=8)
+
+
+@requires_cuda
+def test_an_optimizer_state_loaded_after_the_capture_is_refused():
+    # load_state_dict gives the optimizer new state tensors; the graph would go on updating
+    # the old ones, the checkpoint's moments ignored without a word.
+    batches, device = batches_of("GPU")
+    model, optimizer = twin_models(device, optimizer=lambda p: torch.optim.Adam(
+        p, lr=torch.tensor(0.01, device=device), capturable=True))[0]
+    step = qv.GraphedStep(model, optimizer, batches, spare=8)
+    step(batches[0])
+    optimizer.load_state_dict(optimizer.state_dict())
+    with pytest.raises(RuntimeError, match="the optimizer's state was replaced after the "
+                                           "capture"):
+        step(batches[1])
