@@ -27,9 +27,9 @@ What the model and loss must do for that to hold:
   into ``i`` (message passing over a bipartite layer, as SAGEConv or GATConv). Not: a
   normalization by degree of the source rows (GCNConv's): padded edges raise the in-degree
   of the spare rows, which are sources too; nor a norm across rows (refused: batch norm in
-  training mode, PyG's GraphNorm, InstanceNorm, PairNorm, DiffGroupNorm,
-  MeanSubtractionNorm and graph-mode LayerNorm, whose statistics would count the padded
-  rows); nor an aggregation
+  training mode or without running statistics, PyG's GraphNorm, InstanceNorm, PairNorm,
+  DiffGroupNorm, MeanSubtractionNorm, GraphSizeNorm, HeteroBatchNorm in training mode and
+  graph-mode LayerNorm, whose statistics would count the padded rows); nor an aggregation
   that needs the edges sorted by target (SAGEConv's ``aggr="lstm"``): padded edges cycle
   over the spare rows;
 - it reads no edge ids: the padded layers carry ``e_id=None``;
@@ -97,22 +97,33 @@ def _layer(adj, where: str) -> Adj:
     return Adj(edge_index, e_id, counts)
 
 
-_ROW_NORMS = ("GraphNorm", "InstanceNorm", "PairNorm", "DiffGroupNorm", "MeanSubtractionNorm")
+# PyG's norms whose statistics run over a graph's nodes in any mode (GraphSizeNorm divides
+# by the node count), and those that do so in training mode.
+_ROW_NORMS = ("GraphNorm", "InstanceNorm", "PairNorm", "DiffGroupNorm", "MeanSubtractionNorm",
+              "GraphSizeNorm")
+_ROW_NORMS_IN_TRAINING = ("HeteroBatchNorm",)
 
 
 def _norm_across_rows(model: torch.nn.Module) -> Optional[str]:
     """The name of a module of ``model`` whose output mixes statistics of several rows
     (padded rows included): a batch norm in training mode (or without running
-    statistics), or one of PyG's norms over a graph's nodes, in any mode."""
+    statistics), or one of PyG's norms over a graph's nodes (subclasses too)."""
+    try:
+        from torch_geometric.nn import norm as pyg
+    except ImportError:  # (PyG is optional)
+        pyg = None
+    always = tuple(getattr(pyg, n) for n in _ROW_NORMS if hasattr(pyg, n))
+    training = tuple(getattr(pyg, n) for n in _ROW_NORMS_IN_TRAINING if hasattr(pyg, n))
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.modules.batchnorm._BatchNorm):
-            if module.training or not module.track_running_stats:
-                return name or "(the model itself)"
-        elif type(module).__module__.startswith("torch_geometric.nn.norm"):
-            kind = type(module).__name__
-            if kind in _ROW_NORMS or (kind == "LayerNorm"
-                                      and getattr(module, "mode", "") == "graph"):
-                return name or "(the model itself)"
+            mixes = module.training or not module.track_running_stats
+        else:
+            mixes = (isinstance(module, always)
+                     or (isinstance(module, training) and module.training)
+                     or (pyg is not None and isinstance(module, pyg.LayerNorm)
+                         and getattr(module, "mode", "") == "graph"))
+        if mixes:
+            return name or "(the model itself)"
     return None
 
 
@@ -238,8 +249,9 @@ class GraphedStep:
         if across_rows is not None:
             raise ValueError(f"model.{across_rows} normalizes across rows, whose statistics "
                              f"would count the padded rows (training differs from eager): "
-                             f"put a batch norm in eval mode, or use a norm of each row "
-                             f"(torch.nn.LayerNorm, or PyG's LayerNorm(mode='node'))")
+                             f"put a batch norm in eval mode with running statistics, or use "
+                             f"a norm of each row (torch.nn.LayerNorm, or PyG's "
+                             f"LayerNorm(mode='node'))")
         for name, param in model.named_parameters():
             if param.device != device:
                 raise ValueError(f"model parameter {name} is on {param.device}, the batches' "

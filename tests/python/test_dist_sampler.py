@@ -602,15 +602,19 @@ def loader_worker(rank, world, port, directory, results, backend="gloo"):
             # None: every node this host owns (PyG's all nodes; it had failed unnamed)
             every = DistNeighborLoader(part, [2], input_nodes=None, batch_size=64)
             assert torch.equal(every.input_nodes, part.nodes.long())
-            # Rows of another length on one host, or another partitioning's DistFeature,
-            # refused on every host at once: the first had failed one host mid-batch while
-            # the other waited, the second gave every batch wrong x (a probe).
+            # Too few rows on one host, or a store that cannot be read, refused on every host
+            # at once: it had failed one host mid-batch while the other waited (a probe).
             with pytest.raises(ValueError, match="feature has 100 rows for a graph of 400 nodes"
                                if rank == 1 else "another host's input_nodes or feature"):
                 DistNeighborLoader(part, [2], input_nodes=own, feature=x[:100] if rank else x)
+            empty = qv.Feature(device_list=[])  # (holds no data: len() raises)
+            with pytest.raises(ValueError, match="feature cannot be read: this Feature holds no"
+                               if rank == 1 else "another host's input_nodes or feature"):
+                DistNeighborLoader(part, [2], input_nodes=own, feature=empty if rank else x)
+            # Rows are read by global id: another partitioning of the same table serves them
             other = qv.dist.DistFeature.load(directory / "other_features", timeout=10.0)
-            with pytest.raises(ValueError, match="feature was written by another partitioning"):
-                DistNeighborLoader(part, [2], input_nodes=own, feature=other)
+            batch = next(iter(DistNeighborLoader(part, [2], input_nodes=own, feature=other)))
+            assert torch.equal(batch.x, x[batch.n_id])
             other.close()
             # Found by a probe: the loader took neither the requester's draws nor a
             # generator, so a host's batches hung on the other hosts' requests. With them,

@@ -438,10 +438,17 @@ def test_norms_across_rows_are_refused():
     graph's nodes counted the padded rows: the padded step trained differently from the
     eager one without a word (a probe). Norms of each row, and batch norm in eval mode, are
     the same either way."""
-    from torch_geometric.nn.norm import GraphNorm, LayerNorm as PygLayerNorm
+    from torch_geometric.nn.norm import GraphNorm, GraphSizeNorm, LayerNorm as PygLayerNorm
+
+    class OwnGraphNorm(GraphNorm):  # (a subclass in the user's module)
+        pass
     batches, device = batches_of("CPU")
     for norm, words in ((torch.nn.BatchNorm1d(5), "model.norm normalizes across rows"),
+                        (torch.nn.BatchNorm1d(5, track_running_stats=False).eval(),
+                         "in eval mode with running statistics"),
                         (GraphNorm(5), "model.norm normalizes across rows"),
+                        (OwnGraphNorm(5), "model.norm normalizes across rows"),
+                        (GraphSizeNorm(), "model.norm normalizes across rows"),
                         (PygLayerNorm(5, mode="graph"), "model.norm normalizes across rows")):
         model, optimizer = twin_models(device)[0]
         model.norm = norm

@@ -42,8 +42,9 @@ class DistNeighborLoader:
             partition holds labels; None: every node this host owns (PyG's None, all nodes,
             split over the hosts).
         batch_size, shuffle: as PyG's.
-        feature: the rows (a :class:`DistFeature` over the same hosts, or a tensor indexed
-            by global id); None: batches carry no ``x``.
+        feature: the rows of the graph's nodes, read by global id (a :class:`DistFeature`
+            over the same hosts, or a tensor); None: batches carry no ``x``. One with fewer
+            rows than the graph has nodes is refused on every host.
         group: the hosts (default: the world). The sampler exchanges over it when it is
             NCCL and ``mode`` samples on a GPU; otherwise (and for the loader's own
             agreement on the batch count) over a Gloo twin.
@@ -146,10 +147,10 @@ class DistNeighborLoader:
         self._batches = max(batches for batches, _, _ in everyone)
 
     def _check_feature(self, feature) -> None:
-        """``feature`` holds a row per node of this partition's graph, and a DistFeature
-        was written with it: another partition's rows, or a table of another length, had
-        given every batch wrong ``x`` without a word (a probe), or failed mid-batch on one
-        host while the others waited."""
+        """``feature`` holds a row for every node of this partition's graph: a table too
+        short had failed one host mid-batch while the others waited out their timeout (a
+        probe). (Rows are read by global id, so a DistFeature of another partitioning of
+        the same table is as good as this one's.)"""
         if feature is None:
             return
         if not hasattr(feature, "__getitem__") or not hasattr(feature, "__len__"):
@@ -157,15 +158,14 @@ class DistNeighborLoader:
                             f"{type(feature).__name__}")
         if isinstance(feature, Tensor) and feature.dim() == 0:
             raise ValueError("feature must be a table of rows, got a 0-d tensor")
+        try:
+            rows = len(feature)
+        except Exception as error:  # noqa: BLE001 (a closed or empty store, say)
+            raise ValueError(f"feature cannot be read: {error}") from None
         nodes = self.partition.num_nodes
-        if len(feature) != nodes:
-            raise ValueError(f"feature has {len(feature)} rows for a graph of {nodes} nodes "
+        if rows < nodes:
+            raise ValueError(f"feature has {rows} rows for a graph of {nodes} nodes "
                              f"(partition {self.partition.part}'s graph)")
-        run, written = getattr(feature, "_run", None), self.partition.manifest.get("features_run")
-        if run is not None and written is not None and run != written:
-            raise ValueError(f"feature was written by another partitioning (run {run}; this "
-                             f"partition's features are run {written}): load the DistFeature "
-                             f"from this partition's features folder")
 
     def _own_input_nodes(self, input_nodes) -> Tensor:
         """This host's seeds: a split's ids, or given ids or a mask (such as PyG's
