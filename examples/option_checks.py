@@ -30,12 +30,8 @@ def fanout_list(parser, text: str, option: str = "--fanouts") -> List[int]:
 def cache_size(parser, text: str, option: str = "--cache-size") -> None:
     """``text`` reads as a feature cache size (a share such as 20%, or bytes such as 200M),
     checked on every machine: a CPU-only run, which caches nothing, used to pass a typo on."""
-    from torch_quiver_ops._device import parse_share, parse_size  # what Feature reads it with
-    try:
-        if parse_share(text, option) is None:
-            parse_size(text, option)
-    except ValueError as error:  # (it names the option and the value)
-        parser.error(str(error))
+    from torch_quiver_ops import _cli  # (Feature's own readers, as the scripts check sizes)
+    _cli.check_size(parser, option.lstrip("-"), text)
 
 
 def at_least(parser, args, names: Sequence[str], least: int) -> None:

@@ -21,7 +21,8 @@ from . import ops, preflight
 from ._device import (as_ids, as_int64, as_tensor, check_flag, check_generator, holds_integers,
                       no_meta, readable_ids)
 from .ops import csr_from_coo, integer_fanouts, integer_times
-from .sampler import negative_options, ops_temporal_strategy, sampling_placement
+from .sampler import (negative_options, ops_temporal_strategy, sampling_placement,
+                      strict_time_flag)
 from .topology import _as_tensor, kept_indptr
 from .uva import pinned
 
@@ -457,10 +458,8 @@ class HeteroSampler:
         self.fanouts, self.num_hops = self._fanouts(num_neighbors)
         self.temporal = topo.edge_time is not None
         self.temporal_strategy = temporal_strategy
-        self.strict_time = check_flag(strict_time, "strict_time")
-        if self.strict_time and not self.temporal:  # (taken and ignored: a probe)
-            raise ValueError("strict_time=True rules out neighbors at a seed's time: it needs "
-                             "a topo with edge_time_dict or node_time_dict")
+        self.strict_time = strict_time_flag(strict_time, self.temporal,
+                                            "a topo with edge_time_dict or node_time_dict")
         self.disjoint = check_flag(disjoint, "disjoint") or self.temporal
         self.device, self.mode = sampling_placement(device, mode)
         mode = self.mode

@@ -197,6 +197,16 @@ def layers_of(subgraph: Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor],
     return node_ids, cum_nodes[0], adjs
 
 
+def strict_time_flag(strict_time, temporal: bool, times: str) -> bool:
+    """``strict_time`` checked as a flag, and refused without times (``times``: what gives
+    them), where it had been taken and ignored (a probe)."""
+    strict = check_flag(strict_time, "strict_time")
+    if strict and not temporal:
+        raise ValueError(f"strict_time=True rules out neighbors at a seed's time: it needs "
+                         f"{times}")
+    return strict
+
+
 def negative_options(per_src, exclude_edges, max_trials, generator) -> Tuple[int, bool, int]:
     """``(per_src, exclude_edges, max_trials)`` of a sampler's ``sample_negatives`` checked
     by name: None had turned the exclusion off unsaid, ``per_src=True`` drew one, and a
@@ -307,10 +317,8 @@ class GraphSageSampler:
         self.temporal_strategy = temporal_strategy
         self._ops_temporal_strategy = ops_temporal_strategy(
             temporal_strategy, self.temporal, self._edge_weight is not None, replace)
-        self.strict_time = check_flag(strict_time, "strict_time")
-        if self.strict_time and not self.temporal:  # (taken and ignored: a probe)
-            raise ValueError("strict_time=True rules out neighbors at a seed's time: it needs "
-                             "edge_time or node_time")
+        self.strict_time = strict_time_flag(strict_time, self.temporal,
+                                            "edge_time or node_time")
         self.disjoint = check_flag(disjoint, "disjoint") or self.temporal
         self.capture_batches = check_flag(capture_batches, "capture_batches")
         self.uva_row_order = (None if uva_row_order is None

@@ -523,13 +523,12 @@ class ServingRuntime:
         1024 up to ``max_batch_nodes``, as at start-up), fits ``latency = a + b * PSGS`` to
         each, and returns the PSGS where the lines cross (the CPU's below it): the dispatch
         threshold. The fits are kept in ``calibration``; the threshold is not changed."""
+        limit = self._runtime.max_batch_nodes()
         if sizes is None:
-            sizes = torch.classes.quiver.ServingRuntime.calibration_sizes(
-                self._runtime.max_batch_nodes())
+            sizes = torch.classes.quiver.ServingRuntime.calibration_sizes(limit)
         if isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__"):
             raise TypeError(f"sizes must be a sequence of batch sizes, got {sizes!r}")
         given = sizes.tolist() if hasattr(sizes, "tolist") else list(sizes)  # (NumPy, torch)
-        limit = self._runtime.max_batch_nodes()
         checked = [as_int(size) for size in given]
         for size, value in zip(given, checked):
             if value is None or not 1 <= value <= limit:
