@@ -27,8 +27,9 @@ def same(a, b):
 def test_numpy_views_with_negative_strides_or_another_byte_order_are_copied(topo_and_edges):
     topo, edge_index = topo_and_edges
     flipped = np.flip(edge_index.numpy(), 1)  # negative strides: torch cannot view it
-    assert torch.equal(qv.CSRTopo(flipped, num_nodes=30).indptr,
-                       qv.CSRTopo(edge_index.flip(1), num_nodes=30).indptr)
+    got, want = qv.CSRTopo(flipped, num_nodes=30), qv.CSRTopo(edge_index.flip(1), num_nodes=30)
+    for name in ("indptr", "indices", "eid"):  # (a flip leaves indptr alone: the whole CSR)
+        assert torch.equal(getattr(got, name), getattr(want, name)), name
     big_endian = edge_index.numpy().astype(">i8")
     assert torch.equal(qv.CSRTopo(big_endian, num_nodes=30).indices, topo.indices)
 
@@ -36,14 +37,21 @@ def test_numpy_views_with_negative_strides_or_another_byte_order_are_copied(topo
     seeds = np.array([9, 3, 7, 1])
     assert same(draw(sampler, seeds[::-1]), draw(sampler, torch.tensor([1, 7, 3, 9])))
 
-    weights = np.arange(200, dtype=np.float32)[::-1] + 1
+    # (arange[::-1] + 1 would be a new contiguous array: a view with negative strides, and
+    # every seed, whose draws depend on the weights' order)
+    weights = (np.arange(200, dtype=np.float32) ** 3 + 1)[::-1]
+    assert weights.strides[0] < 0
+    every = torch.arange(30)
     weighted = qv.GraphSageSampler(topo, [3], device="cpu", weights=weights)
-    assert same(draw(weighted, [2, 4]),
+    assert same(draw(weighted, every),
                 draw(qv.GraphSageSampler(topo, [3], device="cpu",
-                                         weights=torch.from_numpy(weights.copy())), [2, 4]))
+                                         weights=torch.from_numpy(weights.copy())), every))
 
     times = np.arange(200)[::-1]
     timed = qv.GraphSageSampler(topo, [3], device="cpu", edge_time=times)
+    plain = qv.GraphSageSampler(topo, [3], device="cpu", edge_time=torch.from_numpy(times.copy()))
+    assert same(draw(timed, every, seed_time=torch.full((30,), 100)),
+                draw(plain, every, seed_time=torch.full((30,), 100)))
     seed_time = np.array([150, 60])[::-1]
     assert same(draw(timed, [2, 4], seed_time=seed_time),
                 draw(timed, [2, 4], seed_time=torch.tensor([60, 150])))
@@ -58,9 +66,12 @@ def test_numpy_views_with_negative_strides_or_another_byte_order_are_copied(topo
     assert torch.equal(batch.n_id[:4], torch.tensor([7, 6, 5, 4]))
     assert torch.equal(batch.y, 29 - batch.n_id[:4])
 
-    hetero = qv.HeteroCSRTopo({("a", "to", "b"): np.flip(edge_index.numpy(), 1)},
-                              {"a": 30, "b": 30})
+    types = {"a": 30, "b": 30}
+    hetero = qv.HeteroCSRTopo({("a", "to", "b"): flipped}, types)
+    plain = qv.HeteroCSRTopo({("a", "to", "b"): edge_index.flip(1)}, types)
     assert hetero.num_edges_dict[("a", "to", "b")] == 200
+    for name in ("indptr", "indices", "eid"):
+        assert torch.equal(getattr(hetero, name), getattr(plain, name)), name
 
 
 def test_sparse_and_meta_tensors_are_refused_by_name(topo_and_edges):

@@ -34,6 +34,16 @@ def test_sample_gives_torch_quiver_layout(graph, mode):
     assert num_sources == batch_size
     # each layer's edges are a prefix of the layer outside it
     assert torch.equal(adjs[0].edge_index[:, :adjs[1].edge_index.size(1)], adjs[1].edge_index)
+    # each hop's new targets got min(degree, that hop's fanout) neighbors (the sizes reach
+    # the op: sampling every neighbor passed the checks above)
+    assert int(topo.degree[seeds].max()) > sizes[0]  # the graph can tell
+    prev_edges = prev_dst = 0
+    for hop, adj in enumerate(reversed(adjs)):
+        ei, n_dst = adj.edge_index.cpu(), adj.size[1]
+        got = torch.bincount(ei[1, prev_edges:] - prev_dst, minlength=n_dst - prev_dst)
+        want = topo.degree[n_id.cpu()[prev_dst:n_dst]].long().clamp(max=sizes[hop])
+        assert torch.equal(got, want), hop
+        prev_edges, prev_dst = ei.size(1), n_dst
 
 
 def test_edge_ids_only_on_request(graph, mode):
@@ -54,15 +64,23 @@ def test_edge_ids_only_on_request(graph, mode):
 
 
 def test_adjs_feed_a_pyg_model(graph):
+    """With every neighbor taken, the sampled layers give the seeds what the same model
+    gives them on the whole graph (a neighbor sends to the node whose list holds it)."""
     pyg = pytest.importorskip("torch_geometric.nn")
+    torch.manual_seed(0)
     topo = qv.CSRTopo(graph.edge_index)
-    sampler = qv.GraphSageSampler(topo, [5, 5], mode="CPU")
-    n_id, batch_size, adjs = sampler.sample(graph.train_idx[:16])
+    sampler = qv.GraphSageSampler(topo, [-1, -1], mode="CPU")
+    seeds = graph.train_idx[:16]
+    n_id, batch_size, adjs = sampler.sample(seeds)
     convs = [pyg.SAGEConv(graph.x.size(1), 8), pyg.SAGEConv(8, 3)]
     x = graph.x[n_id]
     for conv, (edge_index, _, size) in zip(convs, adjs):
         x = conv((x, x[:size[1]]), edge_index)
     assert x.shape == (batch_size, 3)
+    full = graph.x
+    for conv in convs:
+        full = conv(full, graph.edge_index.flip(0))
+    assert torch.allclose(x, full[seeds], atol=1e-5)
 
 
 def test_bad_input(graph):
@@ -96,7 +114,8 @@ def test_bad_input(graph):
     with pytest.raises(ValueError, match="samples on a GPU"):
         qv.GraphSageSampler(topo, [3], device="cpu", mode="GPU")
     if not HAS_CUDA:
-        with pytest.raises(RuntimeError, match="GPU|CUDA"):
+        with pytest.raises(RuntimeError, match=r"^mode 'UVA' needs (a CUDA GPU, and torch "
+                                                r"sees none|the CUDA kernels)"):
             qv.GraphSageSampler(topo, [3], device=0, mode="UVA")
 
 
