@@ -61,7 +61,18 @@ def test_prefetched_batches_equal_serial_ones(mode, depth):
     torch.manual_seed(5)
     second = epoch(ahead, noise_device=device_of(mode))
     assert same(first, second)
-    assert not same(first, epoch(ahead))  # the next epoch draws anew
+    again = epoch(ahead)
+    assert not same(first, again)  # the next epoch draws anew
+
+    def order(batches):
+        return torch.cat([parts[0][:size].cpu() for size, parts in batches])
+    for batches in (first, again):  # every seed once, shuffled
+        assert torch.equal(order(batches).sort().values, seeds)
+        assert not torch.equal(order(batches), seeds)
+    assert not torch.equal(order(first), order(again))  # a new order, not only new draws
+    in_order = qv.SampleLoader(sampler, feature, seeds, 16, labels=labels, shuffle=False,
+                               prefetch=depth)
+    assert torch.equal(order(epoch(in_order)), seeds)
 
 
 def test_batches_hold_the_rows_and_labels_and_cover_every_seed(mode):
@@ -432,9 +443,12 @@ def test_link_sample_loader_prefetch_gives_the_same_batches(mode):
     def epoch(prefetch):
         _, _, _, loader = _link_setup(mode, prefetch=prefetch,
                                       generator=torch.Generator().manual_seed(4))
-        return [(b.n_id.cpu(), b.edge_label_index.cpu()) for b in loader]
-    for (a, b), (c, d) in zip(epoch(0), epoch(2)):
-        assert torch.equal(a, c) and torch.equal(b, d)
+        return [(b.n_id.cpu(), b.edge_label_index.cpu(), b.edge_label.cpu(), b.x.cpu())
+                for b in loader]
+    serial, ahead = epoch(0), epoch(2)
+    assert len(serial) == len(ahead) == 8  # 1000 seed edges in batches of 128 (zip stops short)
+    for one, other in zip(serial, ahead):
+        assert all(torch.equal(a, b) for a, b in zip(one, other))
 
 
 def test_a_link_loader_with_a_feature_store_builds_link_batches(mode):

@@ -4,6 +4,7 @@ uniformity test, on every placement."""
 import gc
 import re
 import warnings
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ import torch_quiver_ops as qv
 from torch_quiver_ops import pyg as qpyg
 from conftest import MODES, requires_cuda
 from reference import random_coo
-from stats import P_VALUE_FLOOR, assert_uniform
+from stats import P_VALUE_FLOOR, assert_halves_hypergeometric, assert_uniform
 
 
 def test_triplet_negatives_of_disjoint_trees_name_their_pair(mode):
@@ -284,11 +285,18 @@ def test_neighbor_loader_batches_against_the_graph(mode, fanouts, replace, with_
     loader = qpyg.NeighborLoader(data, num_neighbors=fanouts, input_nodes=train, batch_size=16,
                                  shuffle=True, replace=replace, return_eid=with_eid,
                                  device=device, mode=mode, cache_size="25%")
+    multiplicity = Counter(map(tuple, data.edge_index.t().tolist()))  # (it has repeated edges)
     seen = []
     for batch in loader:
         assert batch.edge_index.device == device and batch.x.device == device
         check_batch(data, batch, fanouts, train, replace, with_eid)
         seen.append(batch.n_id[:batch.batch_size].cpu())
+        if not replace:  # no edge drawn more often than the graph holds it
+            n_id, ei = batch.n_id.cpu(), batch.edge_index.cpu()
+            drawn = Counter(zip(n_id[ei[0]].tolist(), n_id[ei[1]].tolist()))
+            assert all(count <= multiplicity[pair] for pair, count in drawn.items())
+            if with_eid:
+                assert batch.e_id.unique().numel() == batch.e_id.numel()
     assert torch.equal(torch.cat(seen).sort().values, train)  # every input node once
     assert len(loader) == (train.numel() + 15) // 16
 
@@ -313,10 +321,14 @@ def test_trim_to_layer_gives_the_same_seed_outputs(mode):
         full, x, edge_index = batch.x, batch.x, batch.edge_index
         for conv in convs:
             full = conv(full, batch.edge_index).relu()
+        sizes = []
         for layer, conv in enumerate(convs):
             x, edge_index, _ = trim_to_layer(layer, batch.num_sampled_nodes,
                                              batch.num_sampled_edges, x, edge_index)
+            sizes.append(x.size(0))
             x = conv(x, edge_index).relu()
+        # each layer after the first drops the last hop's nodes it no longer needs
+        assert sizes[0] > sizes[1] > sizes[2] >= batch.batch_size
         torch.testing.assert_close(x[:batch.batch_size], full[:batch.batch_size])
         break
 
@@ -328,12 +340,16 @@ def test_first_hop_is_uniform_over_in_neighbors(mode):
     data = Data(edge_index=torch.stack([sources, targets]), num_nodes=41)
     loader = qpyg.NeighborLoader(data, [3], input_nodes=torch.zeros(3000, dtype=torch.long),
                                  batch_size=1000, device=device_of(mode), mode=mode)
-    picks = []
+    rows = []
     for batch in loader:
-        picks.append(batch.n_id[batch.edge_index[0]].cpu())
-    picks = torch.cat(picks)
-    assert picks.numel() == 9000 and bool(((picks >= 1) & (picks <= 30)).all())
-    assert_uniform(torch.bincount(picks - 1, minlength=30))
+        ei = batch.edge_index.cpu()
+        order = torch.argsort(ei[1], stable=True)  # each seed's 3 picks together
+        rows.append(batch.n_id.cpu()[ei[0, order]].view(-1, 3))
+    picks = torch.cat(rows)
+    assert picks.shape == (3000, 3) and bool(((picks >= 1) & (picks <= 30)).all())
+    assert bool((picks.sort(1).values.diff(dim=1) != 0).all())  # 3 distinct neighbors
+    assert_uniform(torch.bincount(picks.view(-1) - 1, minlength=30))
+    assert_halves_hypergeometric(picks - 1, 30)  # without replacement, not only uniform
 
 
 def test_manual_seed_reproduces_an_epoch_whatever_else_draws(mode):
@@ -574,11 +590,18 @@ def test_new_features_keep_the_sampler_and_new_weights_or_edges_replace_it():
 
 def test_bidirectional_subgraph_has_both_directions(mode):
     data = directed_data()
-    loader = qpyg.NeighborLoader(data, [3, 2], batch_size=25, subgraph_type="bidirectional",
-                                 device=device_of(mode), mode=mode)
-    batch = next(iter(loader))
-    ei = batch.edge_index.cpu()
-    assert edge_set(ei) == edge_set(ei.flip(0))
+
+    def first(**kwargs):
+        torch.manual_seed(9)  # the same draws for both loaders
+        loader = qpyg.NeighborLoader(data, [3, 2], batch_size=25, device=device_of(mode),
+                                     mode=mode, **kwargs)
+        batch = next(iter(loader))
+        n_id, ei = batch.n_id.cpu(), batch.edge_index.cpu()
+        return edge_set(torch.stack([n_id[ei[0]], n_id[ei[1]]]))
+    plain, both = first(), first(subgraph_type="bidirectional")
+    assert len(plain) > 0
+    assert both == plain | {(v, u) for u, v in plain}  # the directed edges, each both ways
+    assert both <= edge_set(data.edge_index) | edge_set(data.edge_index.flip(0))
 
 
 def test_stores_of_one_data_are_shared_between_loaders():

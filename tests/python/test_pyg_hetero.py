@@ -90,6 +90,21 @@ def test_per_edge_type_fanouts_and_node_type_input(mode):
     assert batch[WRITES].num_sampled_edges[1] == 0
     # Hop 0 expands the 60 papers: at most 2 writes each, all their fields' papers.
     assert batch[WRITES].num_sampled_edges[0] <= 120
+    assert batch[("field", "rev_has", "paper")].num_sampled_edges[0] == 60  # each paper's one
+    # every target of a hop got min(in-degree, that type's fanout) edges, all for -1
+    for et, fanout in fanouts.items():
+        ei = batch[et].edge_index.cpu()
+        in_degree = torch.bincount(data[et].edge_index[1], minlength=data[et[2]].num_nodes)
+        bounds = [0] + torch.tensor(batch[et[2]].num_sampled_nodes).cumsum(0).tolist()
+        start = 0
+        for hop, count in enumerate(batch[et].num_sampled_edges):
+            targets = ei[1, start:start + count]  # the nodes the previous hop added
+            start += count
+            low, high = bounds[hop], bounds[hop + 1]
+            got = torch.bincount(targets - low, minlength=high - low)
+            degree = in_degree[batch[et[2]].n_id.cpu()[low:high]]
+            want = degree if fanout[hop] < 0 else degree.clamp(max=fanout[hop])
+            assert torch.equal(got, want), (et, hop)
 
 
 def test_pyg_num_neighbors_forms(mode):
@@ -155,6 +170,9 @@ def test_temporal_link_negatives_exist_by_their_pair_time(mode):
 
 def test_temporal_and_weighted_hetero_loader(mode):
     data = hetero_data(2)
+    gen = torch.Generator().manual_seed(3)
+    for et in data.edge_types:  # half the edges masked by weight 0
+        data[et].w[torch.rand(data[et].w.numel(), generator=gen) < 0.5] = 0.0
     loader = qpyg.NeighborLoader(data, [3, 3], input_nodes=("paper", torch.arange(30)),
                                  batch_size=10, time_attr="time", weight_attr="w",
                                  device=device_of(mode), mode=mode)
@@ -165,6 +183,21 @@ def test_temporal_and_weighted_hetero_loader(mode):
             if batch[t].num_nodes:
                 tree_time = seed_time[batch[t].batch]
                 assert bool((batch[t].time <= tree_time).all()), t
+        for et in batch.edge_types:
+            assert bool((data[et].w[batch[et].e_id.cpu()] > 0).all()), et
+    # One heavy in-edge among 20: drawn 98% of the time (5% if the weights were ignored).
+    star = HeteroData()
+    star["author"].x, star["paper"].x = torch.randn(20, 2), torch.randn(1, 2)
+    star["author"].time = torch.zeros(20, dtype=torch.long)
+    star["paper"].time = torch.ones(1, dtype=torch.long)
+    star[WRITES].edge_index = torch.stack([torch.arange(20), torch.zeros(20, dtype=torch.long)])
+    star[WRITES].w = torch.full((20,), 0.01)
+    star[WRITES].w[7] = 10.0
+    batch = next(iter(qpyg.NeighborLoader(
+        star, [1], input_nodes=("paper", torch.zeros(400, dtype=torch.long)), batch_size=400,
+        time_attr="time", weight_attr="w", device=device_of(mode), mode=mode)))
+    picked = star[WRITES].edge_index[0, batch[WRITES].e_id.cpu()]
+    assert picked.numel() == 400 and (picked == 7).float().mean() > 0.9
 
 
 def test_time_on_some_node_types_samples_the_others_regardless(mode):
