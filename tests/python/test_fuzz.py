@@ -6,6 +6,7 @@ every batch of CUDA cases a plain CUDA computation must still run.
 Each case is drawn by a seeded generator, so a failure names a case that can be replayed
 (``case_index`` and the seed)."""
 import random
+import re
 
 import pytest
 import torch
@@ -24,6 +25,45 @@ class Case:
 
     def __init__(self, op, args, must_raise=None, check=None, note=""):
         self.op, self.args, self.must_raise, self.check, self.note = op, args, must_raise, check, note
+
+
+def check_per_target(node_ids, cols, nodes_per_hop, edges_per_hop, fanouts, indptr,
+                     replace, exact):
+    """Each node of hop h's frontier got min(degree, fanouts[h]) edges (with
+    replacement: fanouts[h] if it has any), and all of them from its own frontier."""
+    degree = (indptr[1:] - indptr[:-1]).long()
+    node_start = edge_start = 0
+    for h, f in enumerate(fanouts):
+        n, e = int(nodes_per_hop[h]), int(edges_per_hop[h])
+        c = cols[edge_start:edge_start + e] - node_start
+        assert e == 0 or (int(c.min()) >= 0 and int(c.max()) < n), h
+        got = torch.bincount(c, minlength=n)
+        deg = degree[node_ids[node_start:node_start + n]]
+        want = deg if f < 0 else (torch.where(deg > 0, f, 0) if replace else deg.clamp(max=f))
+        assert torch.equal(got, want) if exact else bool((got <= want).all()), (h, got, want)
+        node_start, edge_start = node_start + n, edge_start + e
+
+
+def distinct_per_target(cols, picked):
+    """Without replacement a target never gets the same edge twice."""
+    key = cols.long() * (int(picked.max()) + 1 if picked.numel() else 1) + picked.long()
+    assert torch.unique(key).numel() == key.numel()
+
+
+# A refusal names what it refuses (the argument or its entry), not only its type
+NAMES = {"seed_range": r"seeds\[", "seed_dtype": "seeds", "seed_dim": "seeds",
+         "fanout": "fanout", "indptr_dtype": "indptr", "ends": "indices|indptr",
+         "row_bounds": "indptr", "eid_len": "edge_ids", "huge_replace": "fanout",
+         "no_hops": "fanouts", "cache_dtype": "cached_indices", "cache_corrupt": "cache",
+         "id_range": r"ids\[", "id_dtype": "ids", "id_dim": "ids", "scalar_table": "table",
+         "strided": "table", "tier_dtype": r"tiers\[", "positions": r"positions\[",
+         "range": r"(row|col)\[", "lengths": "row|col", "dtypes": "row|col",
+         "num_nodes": "num_nodes", "seed_time_len": "seed_time", "no_disjoint": "disjoint",
+         "strategy": "temporal_strategy", "sums_dtype": "edge_weight_cumsum",
+         "unsorted_time": "edge_time", "sums_alone": "edge_weight_cumsum",
+         "weight_len": "edge_weight", "weight_dtype": "edge_weight",
+         "weight_zero": "edge_weight", "src_range": r"src\[", "src_dtype": "src",
+         "per_src": "per_src", "trials": "max_trials"}
 
 
 def sample_with_cache(indptr, indices, seeds, fanouts, replace, eid, cache):
@@ -137,6 +177,10 @@ def sample_case(rng, mode, multi_hop):
                 assert torch.equal(indices[pos].long(), node_ids[rows])
                 owner = torch.searchsorted(indptr, pos, right=True) - 1
                 assert torch.equal(owner, node_ids[cols])
+            check_per_target(node_ids, cols, nodes_per_hop, edges_per_hop, fanouts, indptr,
+                             replace, exact=True)
+            if not replace:
+                distinct_per_target(cols, eids)
         if cache:  # a topology cache is an option of a sampler object, not of the op
             return Case(sample_with_cache, (*topology, seeds_placed, fanouts, replace, args_eid,
                                             cache), must_raise, check, kind or "valid")
@@ -153,6 +197,9 @@ def sample_case(rng, mode, multi_hop):
         assert torch.equal(counts, want)
         pos = picked if not use_eid else torch.argsort(eid)[picked]
         assert torch.equal(indices[pos].long(), neighbors)
+        if not replace:
+            distinct_per_target(torch.repeat_interleave(torch.arange(counts.numel()), counts),
+                                picked)
     return Case(qv.ops.sample_neighbors, (*topology, seeds_placed, fanouts[0], replace, args_eid),
                 must_raise, check, kind or "valid")
 
@@ -268,10 +315,13 @@ def neighbor_case(rng, mode):
         must_raise = IndexError
     elif kind == "weight_len":
         weight, sums, must_raise = torch.ones(num_edges + 1), None, ValueError
+        strategy = "uniform"  # ('last' with weights is refused for itself)
     elif kind == "weight_dtype":
         weight, sums, must_raise = torch.ones(num_edges, dtype=torch.float64), None, TypeError
+        strategy = "uniform"
     elif kind == "weight_zero" and num_edges:
         weight, sums = torch.zeros(num_edges), None  # raises when a visited row has edges
+        strategy = "uniform"
     elif kind == "seed_time_len" and temporal:
         seed_time, must_raise = torch.zeros(seeds.numel() + 1, dtype=torch.long), ValueError
     elif kind == "no_disjoint" and temporal:
@@ -305,6 +355,8 @@ def neighbor_case(rng, mode):
             assert torch.equal(batch[rows], batch[cols])
         if temporal:
             assert bool((times[pos] <= seed_time[batch[cols]]).all())
+        check_per_target(node_ids, cols, nodes_per_hop, edges_per_hop, fanouts, indptr,
+                         replace, exact=not temporal)
     return Case(qv.ops.neighbor_sample, args, must_raise, check, kind or "valid")
 
 
@@ -332,9 +384,17 @@ def negatives_case(rng, mode):
         out = out.cpu()
         assert out.numel() == src.numel() * per_src
         assert out.numel() == 0 or (int(out.min()) >= 0 and int(out.max()) < num_nodes)
+        if exclude:  # a source linked to <= 10% of the nodes never draws a true edge
+            rows = torch.repeat_interleave(torch.arange(num_nodes), indptr[1:] - indptr[:-1])
+            for i, s in enumerate(src.tolist()):  # with probability <= 1e-8 a draw
+                linked = set(rows[indices.long() == s].tolist())
+                if len(linked) <= 0.1 * num_nodes:
+                    drawn = out[i * per_src:(i + 1) * per_src].tolist()
+                    assert not linked & set(drawn), (s, linked, drawn)
+    exclude = rng.random() < 0.7
     return Case(qv.ops.sample_negatives,
                 (placed(indptr, mode, "topology"), placed(indices, mode, "topology"),
-                 placed(src, mode, "ids"), per_src, rng.random() < 0.7, trials),
+                 placed(src, mode, "ids"), per_src, exclude, trials),
                 must_raise, check, kind or "valid")
 
 
@@ -372,6 +432,10 @@ def test_random_and_malformed_calls(mode):
             out = case.op(*case.args)
         except CLEAR_ERRORS as error:
             assert str(error).strip(), f"{where}: an exception without a message"
+            if case.note in NAMES:
+                assert re.search(NAMES[case.note], str(error)), f"{where}: {error}"
+            if case.note in MAY_RAISE:
+                assert isinstance(error, ValueError), f"{where}: {type(error).__name__}"
             if case.must_raise is not None:
                 assert isinstance(error, case.must_raise), f"{where}: {type(error).__name__}: {error}"
             else:  # only a fault that may go unseen may raise; a valid call must return
