@@ -98,6 +98,9 @@ def test_inferred_num_nodes_and_isolated_tail():
     assert indptr.tolist() == [0, 2, 2, 3]
     indptr, _, _ = qv.ops.csr_from_coo(row, col, 6)
     assert indptr.tolist() == [0, 2, 2, 3, 3, 3, 3]
+    # max(row, col) + 1: col's largest id past row's (the data above has them equal)
+    indptr, indices, _ = qv.ops.csr_from_coo(torch.tensor([0, 1]), torch.tensor([1, 4]))
+    assert indptr.tolist() == [0, 1, 2, 2, 2, 2] and indices.tolist() == [1, 4]
 
 
 def test_bad_input_raises_clear_errors():

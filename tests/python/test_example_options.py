@@ -142,6 +142,10 @@ def test_defaults_and_valid_values_parse(hetero, link, temporal):
     args = temporal.parse_args(["--train-until", "1", "--test-from", "999",
                                 "--mrr-negatives", "1", "--eval-edges", "1"])
     assert (args.train_until, args.test_from) == (1, 999)
+    for module in (link, temporal):  # each refusal's bound lets its least value through
+        args = module.parse_args(["--epochs", "0", "--batch-size", "1", "--hidden", "8192",
+                                  "--train-edges", "1"])
+        assert (args.epochs, args.batch_size, args.hidden, args.train_edges) == (0, 1, 8192, 1)
 
 
 def test_export_sage_checks_its_options_before_writing(export_sage, capsys, tmp_path):

@@ -75,12 +75,14 @@ def test_torch_compile_fullgraph_over_a_layouts_tensors():
 
     @torch.compile(fullgraph=True, backend="aot_eager")
     def gather_sum(tiers, positions, ids):
-        return qv.ops.gather_tiered_rows(tiers, positions, ids).sum(1)
+        rows = qv.ops.gather_tiered_rows(tiers, positions, ids)
+        return rows, rows.sum(1)
 
     ids = torch.tensor([3, 63, 3])
     # against the source table: tiers.gather runs the same op, so it would agree with
-    # rows the layout got wrong
-    assert torch.allclose(gather_sum(tiers.tiers(), tiers.positions(), ids), table[ids].sum(1))
+    # rows the layout got wrong; the rows too (a sum hides columns out of order)
+    rows, sums = gather_sum(tiers.tiers(), tiers.positions(), ids)
+    assert torch.allclose(sums, table[ids].sum(1)) and torch.equal(rows, table[ids])
 
 
 @pytest.mark.parametrize("on_gpu", [False] + ([True] if HAS_CUDA else []))

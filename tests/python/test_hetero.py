@@ -450,7 +450,8 @@ def test_zero_weight_edges_are_never_sampled(mode, replace):
         w[torch.rand(w.numel(), generator=gen) < 0.4] = 0.0
     cites = ("paper", "cites", "paper")
     weights[cites][edges[cites][1] == 0] = 0.0  # paper 0: every citation masked
-    s = sampler(topo, [4, 3], mode, weights=weights, replace=replace)
+    fanouts = [4, 3]
+    s = sampler(topo, fanouts, mode, weights=weights, replace=replace)
     seen = 0
     for seed in range(3):
         torch.manual_seed(seed)
@@ -466,6 +467,21 @@ def test_zero_weight_edges_are_never_sampled(mode, replace):
         first_hop = out.num_sampled_edges[cites][0]
         seed_col = out.col[cites][:first_hop].cpu()
         assert not bool((out.node["paper"].cpu()[seed_col] == 0).any())
+        # Only the zero-weight edges leave: each hop's new targets get the fanout's count
+        # of their edges of positive weight (a sampler masking more had passed the above).
+        for et, ei in edges.items():
+            dst = et[2]
+            degree = torch.bincount(ei[1, weights[et] > 0], minlength=TYPES[dst])
+            col = out.col[et].cpu()
+            node_start = [0, *itertools.accumulate(out.num_sampled_nodes[dst])]
+            edge_start = [0, *itertools.accumulate(out.num_sampled_edges[et])]
+            for hop, fanout in enumerate(fanouts):
+                got = torch.bincount(col[edge_start[hop]:edge_start[hop + 1]] - node_start[hop],
+                                     minlength=node_start[hop + 1] - node_start[hop])
+                positive = degree[out.node[dst].cpu()[node_start[hop]:node_start[hop + 1]]]
+                want = torch.where(positive > 0, fanout, 0) if replace else positive.clamp(
+                    max=fanout)
+                assert torch.equal(got, want), (et, hop)
     assert seen > 0
 
 
@@ -604,8 +620,10 @@ def test_bad_input_is_named(mode):
         sampler(topo, "22", mode)  # not two hops of 2
     with pytest.raises(TypeError, match=r"num_neighbors\[.*\] must be a sequence of ints.*2.5"):
         sampler(topo, {et: [2.5] for et in EDGE_TYPES}, mode)
-    with pytest.raises(ValueError, match="edge types"):
-        sampler(topo, {("paper", "likes", "paper"): [2]}, mode)
+    with pytest.raises(ValueError, match=r"num_neighbors names edge types "
+                                         r"\[\('paper', 'likes', 'paper'\)\] that the graph lacks"):
+        # (every real type given too: the "lacks edge types" refusal matched alone)
+        sampler(topo, {**{et: [2] for et in EDGE_TYPES}, ("paper", "likes", "paper"): [2]}, mode)
     with pytest.raises(ValueError, match="lacks edge types"):
         sampler(topo, {EDGE_TYPES[0]: [2]}, mode)
     with pytest.raises(ValueError, match="as many hops"):
@@ -739,6 +757,15 @@ def test_slice_starts_give_the_searches_results(mode):
                             device=a["slice_starts"].device)
     out = with_starts(garbage)
     assert out[2].numel() == out[-1].sum()
+    nodes, cols, eids = out[0].cpu(), out[3].cpu(), out[4].cpu()  # each edge in its row
+    type_start = [0, *itertools.accumulate(out[5].sum(1).tolist())]
+    edge_start = [0, *itertools.accumulate(out[6].sum(1).tolist())]
+    for relation, dst in enumerate(topo.relation_dst_types):
+        low, high = edge_start[relation], edge_start[relation + 1]
+        targets = topo.node_type_offsets[dst] + nodes[type_start[dst] + cols[low:high]]
+        for target, edge in zip(targets.tolist(),
+                                (eids[low:high] + topo.relation_edge_offsets[relation]).tolist()):
+            assert edge in topo.eid[topo.indptr[target]:topo.indptr[target + 1]].tolist()
     with pytest.raises(ValueError, match="relation_slice_starts"):
         with_starts(garbage[1:])
     with pytest.raises(TypeError, match="relation_slice_starts"):

@@ -154,6 +154,8 @@ def test_zero_weight_edges_stay_true_edges_for_negatives():
     # A true edge stands after 8 true draws in a row: (2/5)^8 of draws, about 2 of 3000;
     # with the masked edge forgotten, node 1 came back a quarter of the time.
     assert int(((drawn == 1) | (drawn == 2)).sum()) <= 15
+    counts = torch.bincount(drawn, minlength=5)  # the other nodes uniformly
+    assert chisquare(counts[[0, 3, 4]].double().numpy()).pvalue > P_VALUE_FLOOR, counts
 
 
 def test_negatives_past_host_memory_are_named():

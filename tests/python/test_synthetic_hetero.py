@@ -79,6 +79,11 @@ def test_mag240m_like_is_the_csr_of_its_own_edges():
     assert sum(sum(v) for v in out.num_sampled_edges.values()) > 0
     x = mag240m_like_features(topo.num_nodes_dict["paper"], 8, chunk_rows=500)
     assert x.shape == (topo.num_nodes_dict["paper"], 8) and x.dtype == torch.bfloat16
+    # every chunk drawn (standard normal values), none left unfilled
+    assert x.size(0) > 1000 and bool((x.float().abs().sum(1) > 0).all())
+    for start in range(0, x.size(0) - 499, 500):
+        chunk = x[start:start + 500].float()
+        assert abs(chunk.mean()) < 0.1 and abs(chunk.std() - 1) < 0.1, start
 
 
 def test_from_csr_refuses_mismatched_sizes():
