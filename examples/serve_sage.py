@@ -34,7 +34,7 @@ import torch_quiver_ops as qv  # noqa: E402
 from torch_quiver_ops import _cli  # noqa: E402
 from torch_quiver_ops.serving import (MAX_CONNECTIONS, ServingRuntime,  # noqa: E402
                                       package_for_serving, serve_http)
-from torch_quiver_ops.synthetic import synthetic_graph  # noqa: E402
+from torch_quiver_ops.synthetic import PRESETS, synthetic_graph  # noqa: E402
 
 
 def checkpoint_field_errors(checkpoint: dict) -> list:
@@ -46,8 +46,9 @@ def checkpoint_field_errors(checkpoint: dict) -> list:
         return is_int(value) and value >= 1
 
     errors = []
-    if not isinstance(checkpoint["size"], str):
-        errors.append(f"size must be a preset name, got {checkpoint['size']!r}")
+    size = checkpoint["size"]
+    if not isinstance(size, str) or size not in PRESETS:
+        errors.append(f"size must be a preset name ({', '.join(PRESETS)}), got {size!r}")
     if not is_int(checkpoint["seed"]):
         errors.append(f"seed must be an int, got {checkpoint['seed']!r}")
     if checkpoint["graph_device"] not in ("cpu", "cuda"):
@@ -62,7 +63,29 @@ def checkpoint_field_errors(checkpoint: dict) -> list:
     if not isinstance(checkpoint["state_dict"], dict):
         errors.append(f"state_dict must be a dict of tensors, got "
                       f"{type(checkpoint['state_dict']).__name__}")
-    return errors
+    if errors:
+        return errors
+    # What the fields say against the graph and the weights: either had started a server
+    # that answered every request with a 500, or failed in a traceback once the graph was
+    # built (a probe).
+    columns = PRESETS[size].num_features
+    if checkpoint["in_channels"] != columns:
+        return [f"in_channels {checkpoint['in_channels']} does not match the {columns} "
+                f"feature columns of graph {size!r}"]
+    try:
+        model_of(checkpoint).load_state_dict(checkpoint["state_dict"])
+    except (RuntimeError, TypeError, ValueError) as error:
+        details = (str(error).splitlines()[1:2] or [""])[0].strip()  # the first misfit
+        return [f"state_dict does not fit SAGE(in_channels={checkpoint['in_channels']}, "
+                f"hidden={checkpoint['hidden']}, num_classes={checkpoint['num_classes']}, "
+                f"{len(checkpoint['fanouts'])} layers): {details or error}"]
+    return []
+
+
+def model_of(checkpoint: dict) -> SAGE:
+    """The model the checkpoint's fields describe, with fresh weights."""
+    return SAGE(checkpoint["in_channels"], checkpoint["hidden"], checkpoint["num_classes"],
+                len(checkpoint["fanouts"]))
 
 
 def build_runtime(checkpoint: dict, args) -> ServingRuntime:
@@ -81,8 +104,7 @@ def build_runtime(checkpoint: dict, args) -> ServingRuntime:
         graph_device = torch.device("cuda", torch.cuda.current_device())
     graph = synthetic_graph(checkpoint["size"], seed=checkpoint["seed"], device=graph_device)
     topo = qv.CSRTopo(graph.edge_index, num_nodes=graph.num_nodes)
-    model = SAGE(checkpoint["in_channels"], checkpoint["hidden"], checkpoint["num_classes"],
-                 len(checkpoint["fanouts"]))
+    model = model_of(checkpoint)
     model.load_state_dict(checkpoint["state_dict"])
     feature = qv.Feature(rank=device.index or 0, device_list=[device.index] if gpu else [],
                          device_cache_size=args.cache_size if gpu else 0, csr_topo=topo)
@@ -180,16 +202,16 @@ def main(argv=None):
                                                          type=socket.SOCK_STREAM)[0]
     except (socket.gaierror, UnicodeError) as error:
         parser.error(f"--host {args.host} cannot be listened on: {error}")
-    if args.port != 0:
-        # A port in use was found only once the graph and model were built: a traceback.
-        # (Free now, it may still be taken by then: serve_http then raises.)
-        with socket.socket(family, kind) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers
-            try:
-                probe.bind(address)
-            except OSError as error:
-                parser.error(f"--host {args.host} --port {args.port}: cannot listen there "
-                             f"({error.strerror})")
+    # A port in use (or, with --port 0, an address this machine lacks) was found only once
+    # the graph and model were built: a traceback. (Free now, it may still be taken by then:
+    # serve_http then raises.)
+    with socket.socket(family, kind) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers
+        try:
+            probe.bind(address)
+        except OSError as error:
+            parser.error(f"--host {args.host} --port {args.port}: cannot listen there "
+                         f"({error.strerror})")
     if not Path(args.checkpoint).is_file():
         parser.error(f"checkpoint {args.checkpoint} is not a file (train_sage.py --save writes "
                      f"one)")

@@ -36,6 +36,8 @@ import json
 import logging
 import math
 import os
+import socket
+import struct
 import threading
 import sys
 import time
@@ -864,17 +866,18 @@ def _failed(error: Exception):
     return HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message}
 
 
-def _health(runtime) -> Tuple[HTTPStatus, dict]:
+def _health(runtime, draining: bool = False) -> Tuple[HTTPStatus, dict]:
     """GET /health's status and body: 200 "ok", or 503 "closing" once the runtime's close
     has begun (it had said ok while /predict answered 503, so a load balancer kept sending
-    to it: a probe), with the runtime's stats as strict JSON (a threshold of infinity,
+    to it: a probe) or the endpoint's shutdown has (``draining``: it answers what it had
+    accepted, then closes the runtime, and had said ok meanwhile), with the runtime's stats as strict JSON (a threshold of infinity,
     every batch on the CPU, is null: JSON has no infinity, and strict parsers refuse
     Python's ``Infinity``)."""
     def finite(value):
         if isinstance(value, float) and not math.isfinite(value):
             return None
         return [finite(v) for v in value] if isinstance(value, list) else value
-    closing = runtime.closing
+    closing = draining or runtime.closing
     return (HTTPStatus.SERVICE_UNAVAILABLE if closing else HTTPStatus.OK,
             {"status": "closing" if closing else "ok",
              **{key: finite(value) for key, value in runtime.stats().items()}})
@@ -1154,7 +1157,8 @@ class _Handler(BaseHTTPRequestHandler):
                     any(v.strip() not in ("", "0")
                         for v in self.headers.get_all("Content-Length") or []))
         if path == "/health":
-            self._reply(*_health(self.runtime), {"Connection": "close"} if has_body else None)
+            self._reply(*_health(self.runtime, self.server.stopping),
+                        {"Connection": "close"} if has_body else None)
         else:
             self._refuse(_refused_path(path, close=has_body, method=self.command))
 
@@ -1166,7 +1170,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     # Methods the endpoint does not take on any path: 405 with Allow where the path is one
     # of its own (http.server would answer 501, which says no server knows the method).
-    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _refuse_method
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _refuse_method
 
     def _checked_body_length(self) -> int:
         """A POST's body length, or the _Reply that refuses the request with its body
@@ -1259,6 +1263,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
                 return b"".join(chunks)
 
     awaiting = [0]  # requests waiting for the model's answer (what shutdown waits for)
+    draining = [False]  # set by HttpServer.shutdown: /health says "closing"
 
     async def answer_of(nodes, answer: _Answer):
         awaiting[0] += 1
@@ -1289,7 +1294,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
                 raise _Reply(HTTPStatus.BAD_REQUEST, {"error": _host_refusal(hosts)},
                              close=True)
             if method in ("GET", "HEAD") and path == "/health":  # uvicorn drops HEAD's body
-                await send_json(send, *_health(runtime))
+                await send_json(send, *_health(runtime, draining[0]))
                 return
             if method != "POST" or path != "/predict":
                 raise _refused_path(path, method=method)
@@ -1311,6 +1316,7 @@ def asgi_app(runtime: Union[ServingRuntime, ServingPool],
         await send_json(send, *(await answer_of(nodes, answer)))
 
     app.requests_awaiting_answers = lambda: awaiting[0]
+    app.begin_draining = lambda: draining.__setitem__(0, True)
     return app
 
 
@@ -1331,6 +1337,9 @@ class _ThreadingServer(ThreadingHTTPServer):
     def __init__(self, address, handler, max_connections: int):
         self.max_connections, self._connections = max_connections, 0
         self._connection_ended_cv = threading.Condition()
+        # The host's own family: socketserver's is IPv4 only (an IPv6 host such as ::1 was
+        # "Address family for hostname not supported", where uvicorn served it).
+        self.address_family = socket.getaddrinfo(*address, type=socket.SOCK_STREAM)[0][0]
         super().__init__(address, handler)
 
     def process_request(self, request, client_address):
@@ -1368,8 +1377,11 @@ class _ThreadingServer(ThreadingHTTPServer):
         """Serves the connections the kernel accepted that serve_forever had not taken when
         it stopped (up to the backlog of 1024): closing the socket with them still queued
         reset clients whose requests were already sent (88 of a burst of 600, seen by a
-        probe), where uvicorn answers them."""
-        while True:
+        probe), where uvicorn answers them. Only those queued now: clients that reconnect
+        as soon as they are answered kept the queue full, and shutdown had served them for
+        as long as they kept coming (90 s and more under 128 clients, a probe)."""
+        queued = _accept_queue_length(self.socket)
+        for _ in range(self.request_queue_size + 1 if queued is None else queued):
             try:
                 self.socket.setblocking(False)
                 request, address = self.socket.accept()
@@ -1377,6 +1389,16 @@ class _ThreadingServer(ThreadingHTTPServer):
                 return
             request.setblocking(True)
             self.process_request(request, address)  # a thread, joined by server_close
+
+
+def _accept_queue_length(listening: socket.socket) -> Optional[int]:
+    """How many connections wait in a listening socket's accept queue (Linux: TCP_INFO's
+    tcpi_unacked, what ``ss -lt`` shows as Recv-Q), or None where that cannot be read."""
+    try:
+        info = listening.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+        return struct.unpack_from("I", info, 24)[0]
+    except (AttributeError, OSError, struct.error):  # (no TCP_INFO here, or not TCP)
+        return None
 
 
 # uvicorn's warnings that any client can cause, one line each time
@@ -1440,7 +1462,8 @@ class HttpServer:
             server = "uvicorn" if _has_uvicorn() else "stdlib"
         self.runtime, self.kind = runtime, server
         start = self._start_stdlib if server == "stdlib" else self._start_uvicorn
-        self.url = f"http://{host}:{start(host, port, to_json or _argmax_classes)}"
+        port = start(host, port, to_json or _argmax_classes)
+        self.url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
         _open_servers[self] = os.getpid()
 
     def _start_stdlib(self, host: str, port: int, to_json) -> int:
@@ -1458,8 +1481,6 @@ class HttpServer:
         if not _has_uvicorn():
             raise ValueError("server='uvicorn' needs uvicorn (pip install uvicorn httptools); "
                              "server='stdlib' needs nothing")
-        import socket
-
         import uvicorn
         # One address: a name such as localhost would be bound once per address, each on its
         # own port when port is 0.
@@ -1534,6 +1555,7 @@ class HttpServer:
             finally:
                 self._stdlib.server_close()   # joins the handler threads: accepted ones finish
         else:
+            self._app.begin_draining()
             self._uvicorn.should_exit = True  # stops accepting, then waits for requests
             self._join_uvicorn()              # in flight to be answered
         self.runtime.close()

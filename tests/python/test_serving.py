@@ -1073,8 +1073,11 @@ def test_http_answers_and_refuses_bad_requests(graph, server_kind):
         assert status == 405 and "/health takes GET" in body["error"], (status, body)
         status, body = raw_request(server.url, b"GET /predict HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 405 and "/predict takes POST" in body["error"], (status, body)
-        for method, path, allowed in [(b"PUT", b"/predict", "POST"), (b"DELETE", b"/health", "GET or HEAD"),
-                                      (b"PATCH", b"/predict", "POST")]:
+        # (TRACE had been the stdlib server's 501 "Unsupported method", with no Allow)
+        for method, path, allowed in [(b"PUT", b"/predict", "POST"),
+                                      (b"DELETE", b"/health", "GET or HEAD"),
+                                      (b"PATCH", b"/predict", "POST"),
+                                      (b"TRACE", b"/predict", "POST")]:
             status, body = raw_request(server.url, method + b" " + path + b" HTTP/1.1\r\n"
                                        b"Host: x\r\nContent-Length: 2\r\n\r\n", b"{}")
             assert status == 405 and f"takes {allowed}, got {method.decode()}" in body["error"], (
@@ -1279,6 +1282,93 @@ def test_stdlib_shutdown_answers_connections_still_in_the_backlog(graph):
     for thread in clients:
         thread.join()
     assert set(statuses) <= {200, 503} and sum(statuses.values()) == 400, statuses
+
+
+def test_stdlib_shutdown_serves_only_the_connections_queued_when_it_began():
+    """Clients that reconnect as soon as they are answered kept the backlog full, and
+    shutdown served them for as long as they came (90 s and more under 128 clients, a
+    probe): it serves the connections queued when it began, and no more."""
+    import socket
+    import socketserver
+    from torch_quiver_ops.serving import _accept_queue_length, _ThreadingServer
+    handled, clients = [], []
+
+    def wait_for_queued(server, count):
+        deadline = time.monotonic() + 10
+        while _accept_queue_length(server.socket) != count and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert _accept_queue_length(server.socket) == count
+
+    class Reconnecting(socketserver.BaseRequestHandler):
+        def handle(self):  # an eager client's next connection, queued before this one ends
+            handled.append(self.client_address)
+            if len(handled) < 50:
+                queued = _accept_queue_length(self.server.socket)
+                clients.append(socket.create_connection(self.server.server_address))
+                wait_for_queued(self.server, queued + 1)
+
+    class InTurn(_ThreadingServer):  # each connection served before the next is taken
+        def process_request(self, request, client_address):
+            self.finish_request(request, client_address)
+            self.shutdown_request(request)
+
+    server = InTurn(("127.0.0.1", 0), Reconnecting, max_connections=8)
+    try:
+        clients += [socket.create_connection(server.server_address) for _ in range(3)]
+        wait_for_queued(server, 3)
+        server.stopping = True
+        server.take_backlog()
+        assert len(handled) == 3  # (50 before: every reconnection served)
+    finally:
+        server.server_close()
+        for client in clients:
+            client.close()
+
+
+def test_health_says_closing_while_shutdown_answers_what_it_accepted(graph):
+    """Shutdown answers the requests it accepted before it closes the runtime; /health had
+    said "ok" meanwhile, so a load balancer kept sending to a server that was going."""
+    import asyncio
+    import http.client
+    from torch_quiver_ops.serving import asgi_app
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1, delay=2.0)
+    server = serve_http(runtime, server="stdlib", max_connections=1)
+    host, port = server.url.rsplit("/", 1)[1].split(":")
+    slow = threading.Thread(target=post, args=(server.url, {"nodes": [1]}))
+    slow.start()  # holds the one connection place while the model runs
+    time.sleep(0.5)
+    waiting = http.client.HTTPConnection(host, int(port), timeout=30)
+    waiting.request("GET", "/health")  # accepted, its thread waiting for a place
+    closer = threading.Thread(target=server.shutdown)
+    closer.start()
+    answer = waiting.getresponse()
+    body = json.loads(answer.read())
+    closer.join(30)
+    slow.join(30)
+    assert answer.status == 503 and body["status"] == "closing", (answer.status, body)
+    assert not closer.is_alive()
+
+    # The ASGI app (uvicorn's) likewise, once HttpServer.shutdown has begun draining it.
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    app = asgi_app(runtime)
+
+    async def health():
+        sent = []
+
+        async def receive():
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        async def send(message):
+            sent.append(message)
+        await app({"type": "http", "method": "GET", "path": "/health", "http_version": "1.1",
+                   "headers": [(b"host", b"x")]}, receive, send)
+        return sent[0]["status"], json.loads(sent[1]["body"])
+    try:
+        assert asyncio.run(health())[0] == 200
+        app.begin_draining()
+        assert asyncio.run(health()) == (503, {**asyncio.run(health())[1], "status": "closing"})
+    finally:
+        runtime.close()
 
 
 def test_connections_past_max_connections_wait_or_get_503(graph, server_kind):
@@ -1771,6 +1861,24 @@ def test_shutdown_closes_kept_alive_connections_a_client_keeps_using(graph):
     assert set(statuses) == {200}
 
 
+def test_an_ipv6_host_is_served_at_a_url_that_works(graph, server_kind):
+    """The stdlib server had refused ::1 ("Address family for hostname not supported"), and
+    both had printed http://::1:port, which no client can parse (a probe)."""
+    import socket
+    try:
+        with socket.socket(socket.AF_INET6) as probe:
+            probe.bind(("::1", 0))
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime, host="::1", server=server_kind)
+    try:
+        assert server.url.startswith("http://[::1]:"), server.url
+        assert post(server.url, {"nodes": [1, 2]})[0] == 200
+    finally:
+        server.shutdown()
+
+
 def test_a_busy_port_is_an_error(graph, server_kind):
     first, _ = runtime_for(graph, (3,), cpu_samplers=1)
     second, _ = runtime_for(graph, (3,), cpu_samplers=1)
@@ -2152,6 +2260,28 @@ def test_serve_sage_refuses_what_it_cannot_serve_before_building_anything(tmp_pa
                         ([str(state_dict), "--package", "/proc/x.pt2"],
                          "no file can be written in /proc")):
         cases.append((args, words))
+    # Fields at odds with the graph or the weights: a server that answered every request
+    # with a 500, or a traceback once the graph was built (a probe).
+    sys.path.insert(0, str(repo / "examples"))
+    try:
+        from train_sage import SAGE as ExampleSAGE
+    finally:
+        sys.path.remove(str(repo / "examples"))
+    tiny = {"state_dict": ExampleSAGE(16, 8, 4, 2).state_dict(), "size": "tiny", "seed": 0,
+            "graph_device": "cpu", "fanouts": [3, 2], "hidden": 8, "in_channels": 16,
+            "num_classes": 4}
+    for name, change, words in (
+            ("preset", {"size": "huge"}, "size must be a preset name (tiny, small"),
+            ("columns", {"size": "small"},
+             "in_channels 16 does not match the 100 feature columns of graph 'small'"),
+            ("hidden", {"hidden": 32}, "state_dict does not fit SAGE(in_channels=16, hidden=32, "
+                                       "num_classes=4, 2 layers): size mismatch for"),
+            ("layers", {"fanouts": [3, 2, 2]}, "3 layers): Missing key(s) in state_dict")):
+        path = tmp_path / f"{name}.pt"
+        torch.save({**tiny, **change}, path)
+        cases.append(([str(path)], words))
+    cases.append(([str(state_dict), "--port", "0", "--host", "192.0.2.1"],  # (TEST-NET-1)
+                  "--host 192.0.2.1 --port 0: cannot listen there"))
     import socket
     with socket.socket() as taken:  # a port in use: found once the graph was built
         taken.bind(("127.0.0.1", 0))
