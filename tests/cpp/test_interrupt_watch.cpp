@@ -84,6 +84,8 @@ TEST(InterruptWatch, AWaitGivesInOnlyAfterTheGracePeriod) {
   const auto [held, took] = wait_raising_sigint_after(std::chrono::milliseconds(10), 30.0, watch);
   EXPECT_FALSE(held);
   EXPECT_GE(took, std::chrono::duration<double>(quiver::runtime::kInterruptGrace).count() - 0.01);
+  EXPECT_LT(took, 5.0) << "then it ends, not at its timeout";
+  EXPECT_TRUE(watch.interrupted());
 }
 
 TEST(InterruptWatch, AWaitRunsToItsTimeoutWhereSigintIsIgnored) {
@@ -96,11 +98,18 @@ TEST(InterruptWatch, AWaitRunsToItsTimeoutWhereSigintIsIgnored) {
 }
 
 TEST(InterruptWatch, AWaitThatEndsIsNotInterrupted) {
+  // A SIGINT during a wait whose condition comes true within the grace period: the wait
+  // returns as it would have, and the handler before ours has run.
   const SigintHandler installed(&count_handled);
+  handled = 0;
   InterruptWatch watch;
   std::mutex mutex;
   std::condition_variable wakes;
   bool done = false;
+  std::thread raiser([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::raise(SIGINT);
+  });
   std::thread finisher([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(120));
     const std::lock_guard<std::mutex> lock(mutex);
@@ -111,6 +120,8 @@ TEST(InterruptWatch, AWaitThatEndsIsNotInterrupted) {
   EXPECT_TRUE(quiver::runtime::wait_up_to(wakes, lock, 30.0, [&] { return done; }, &watch));
   lock.unlock();
   finisher.join();
+  raiser.join();
+  EXPECT_EQ(handled.load(), 1);
 }
 
 }  // namespace

@@ -50,6 +50,31 @@ TEST_P(NeighborSample, WeightedTreesStayApartAndUseRealEdges) {
   }
 }
 
+TEST_P(NeighborSample, WeightsSteerTheDraws) {
+  // The checks above hold for uniform draws too. Node 0 has ten neighbors: edges 0 and 1
+  // weigh 1e4, the other eight 1e-4 (a light one is drawn 4e-8 of the time).
+  at::manual_seed(5);
+  const at::Tensor indptr = at::cat({at::zeros({1}, at::kLong), at::full({10}, 10, at::kLong)});
+  const at::Tensor indices = at::arange(1, 11, at::kLong);
+  at::Tensor weight = at::full({10}, 1e-4, at::kFloat);
+  weight.slice(0, 0, 2).fill_(1e4);
+  const at::Tensor seeds = at::zeros({200}, at::kLong);
+  for (const bool with_sums : {false, true}) {
+    std::optional<at::Tensor> sums;
+    if (with_sums) sums = place_topology(row_sums(indptr, weight));
+    auto out = quiver::neighbor_sample(place_topology(indptr), place_topology(indices),
+                                       seeds.to(op_device()), {1}, false, std::nullopt,
+                                       place_topology(weight), std::nullopt, std::nullopt, false,
+                                       "uniform", /*disjoint=*/true, std::nullopt, sums);
+    const at::Tensor eids = std::get<4>(out).cpu();
+    ASSERT_EQ(eids.numel(), 200);
+    EXPECT_EQ((eids >= 2).sum().item<int64_t>(), 0) << "light edges drawn, with_sums "
+                                                     << with_sums;
+    EXPECT_GT((eids == 0).sum().item<int64_t>(), 60);  // and both heavy ones
+    EXPECT_GT((eids == 1).sum().item<int64_t>(), 60);
+  }
+}
+
 TEST_P(NeighborSample, TemporalTreesTakeOnlyThePast) {
   // Node 0 has five neighbors at times 1, 2, 3, 5, 8.
   const at::Tensor indptr = at::tensor({0, 5, 5, 5, 5, 5, 5}, at::kLong);
@@ -96,6 +121,10 @@ TEST_P(NeighborSample, NegativesAreNotTrueEdges) {
                                            g.indptr[s + 1].item<int64_t>());
     EXPECT_FALSE((row == v).any().item<bool>()) << s << " -> " << v;
   }
+  // node ids, spread over the nodes (an id past the graph is no edge either)
+  EXPECT_TRUE(out.ge(0).all().item<bool>());
+  EXPECT_TRUE(out.lt(100).all().item<bool>());
+  EXPECT_GT(std::get<0>(at::_unique(out)).numel(), 50);
   EXPECT_THROW(quiver::sample_negatives(place_topology(g.indptr), place_topology(g.indices),
                                         at::tensor({100}, at::kLong).to(op_device()), 1),
                c10::IndexError);

@@ -478,6 +478,14 @@ TEST_F(FakeRdma, PeersReadTheTableAfterItsMemoryMoved) {
   c10::DataPtr copy = c10::GetDefaultCPUAllocator()->allocate(bytes);
   std::memcpy(copy.get(), storage->data(), bytes);
   storage->set_data_ptr_noswap(std::move(copy));  // as share_memory_ does: the old one freed
+  // Memory freed and handed out again, filled with other bytes: rows read from the old
+  // address unless the transport holds it would be these (freed bytes left as they were
+  // had passed the check below).
+  std::vector<c10::DataPtr> reused;
+  for (int i = 0; i < 4; ++i) {
+    reused.push_back(c10::GetDefaultCPUAllocator()->allocate(bytes));
+    std::memset(reused.back().get(), 0xff, bytes);
+  }
   const at::Tensor ids = at::randint(kRows, {3000}, at::kLong);
   expect_rows_of(read_from(*zero, 1, ids), 1, ids);
   EXPECT_NO_THROW(read_from(*one, 0, ids));  // the moved host itself goes on fetching

@@ -27,6 +27,14 @@ TEST_P(SampleSubgraph, KeepsSeedsFirstAndMapsBack) {
   std::set<int64_t> rest;
   for (int64_t i = 4; i < node_ids.numel(); ++i) rest.insert(node_ids[i].item<int64_t>());
   EXPECT_EQ(static_cast<int64_t>(rest.size()), node_ids.numel() - 4);
+  // Each target of hop h got min(degree, fanouts[h]) edges (every neighbor taken passed the
+  // checks above).
+  const at::Tensor per_target = at::bincount(cols, {}, node_ids.numel());
+  const at::Tensor degree = g.degree().to(at::kLong).index_select(0, node_ids);
+  const int64_t hop0 = nodes_per_hop[0].item<int64_t>(), hop1 = nodes_per_hop[1].item<int64_t>();
+  EXPECT_TRUE(at::equal(per_target.slice(0, 0, hop0), degree.slice(0, 0, hop0).clamp_max(5)));
+  EXPECT_TRUE(at::equal(per_target.slice(0, hop0, hop0 + hop1),
+                        degree.slice(0, hop0, hop0 + hop1).clamp_max(3)));
 }
 
 TEST_P(SampleSubgraph, OwnGeneratorReproduces) {
@@ -43,6 +51,10 @@ TEST_P(SampleSubgraph, OwnGeneratorReproduces) {
                                              std::nullopt, gen);
   EXPECT_TRUE(at::equal(std::get<0>(first).cpu(), std::get<0>(again).cpu()));
   EXPECT_TRUE(at::equal(std::get<1>(first).cpu(), std::get<1>(again).cpu()));
+  gen.set_current_seed(18);  // and another seed draws another subgraph (it is not ignored)
+  const auto other = quiver::sample_subgraph(indptr, indices, seeds, {4, 4}, false,
+                                             std::nullopt, gen);
+  EXPECT_FALSE(at::equal(std::get<0>(first).cpu(), std::get<0>(other).cpu()));
 }
 
 TEST_P(SampleSubgraph, BadInputThrowsTypedErrors) {

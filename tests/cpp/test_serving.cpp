@@ -261,27 +261,41 @@ TEST_P(Serving, AForgottenTicketIsLetGoAnsweredOrNot) {
 
 // Null pointers come only from C++ (Python's None is an empty optional): each had crashed
 // the process at its first use (a probe).
+// The ValueError of `make`, whose message must hold `words`.
+template <typename Make>
+void expect_value_error_naming(Make make, const std::string& words) {
+  try {
+    make();
+    ADD_FAILURE() << "no error; expected one naming: " << words;
+  } catch (const c10::ValueError& error) {
+    EXPECT_NE(std::string(error.what()).find(words), std::string::npos) << error.what();
+  }
+}
+
 TEST(RuntimeClasses, NullPointersAreRefusedByName) {
   quiver::testing::Graph graph = quiver::testing::random_graph(50, 200, at::kLong);
   ServingOptions o;
   o.fanouts = {2};
   o.gpu_streams = 0;
   o.device = "cpu";
-  EXPECT_THROW(ServingRuntime(graph.indptr, graph.indices, std::nullopt, std::nullopt,
-                              c10::intrusive_ptr<FeatureTiers>(), o),
-               c10::ValueError);
+  expect_value_error_naming([&] {
+    ServingRuntime(graph.indptr, graph.indices, std::nullopt, std::nullopt,
+                   c10::intrusive_ptr<FeatureTiers>(), o);
+  }, "ServingRuntime: features is a null pointer");
   using quiver::runtime::BatchPrefetcher;
   auto sampler = c10::make_intrusive<quiver::runtime::SubgraphSampler>(
       graph.indptr, graph.indices, std::nullopt, std::vector<int64_t>{2}, false, std::nullopt,
       std::nullopt, std::nullopt, std::nullopt, false, "uniform", false, std::nullopt, false);
   auto features = c10::make_intrusive<FeatureTiers>(
       std::vector<at::Tensor>{at::randn({50, 3})}, std::nullopt);
-  EXPECT_THROW(BatchPrefetcher(c10::intrusive_ptr<quiver::runtime::SubgraphSampler>(), features,
-                               std::nullopt, -1, 1, 0, 0),
-               c10::ValueError);
-  EXPECT_THROW(BatchPrefetcher(sampler, std::optional(c10::intrusive_ptr<FeatureTiers>()),
-                               std::nullopt, -1, 1, 0, 0),
-               c10::ValueError);
+  expect_value_error_naming([&] {
+    BatchPrefetcher(c10::intrusive_ptr<quiver::runtime::SubgraphSampler>(), features,
+                    std::nullopt, -1, 1, 0, 0);
+  }, "BatchPrefetcher: sampler is a null pointer");
+  expect_value_error_naming([&] {
+    BatchPrefetcher(sampler, std::optional(c10::intrusive_ptr<FeatureTiers>()), std::nullopt,
+                    -1, 1, 0, 0);
+  }, "BatchPrefetcher: features holds a null pointer");
   BatchPrefetcher fine(sampler, features, std::nullopt, -1, 1, 0, 0);  // and no features:
   BatchPrefetcher bare(sampler, std::nullopt, std::nullopt, -1, 1, 0, 0);
 }
