@@ -224,8 +224,10 @@ def row_of(config, rate, latencies, refused, failed, wall, late, threshold=None,
 
 
 def print_row(row):
-    print(f"  {row['config']:15s} {row['offered_rps']:7.0f} req/s offered  "
-          f"{row['achieved_rps']:7.0f} answered/s  p50 {row['p50_ms']:7.2f} ms  p99 "
+    def rate(value):  # (a rate below 1 had been printed as 0)
+        return f"{value:7.0f}" if value >= 10 else f"{value:7.2f}"
+    print(f"  {row['config']:15s} {rate(row['offered_rps'])} req/s offered  "
+          f"{rate(row['achieved_rps'])} answered/s  p50 {row['p50_ms']:7.2f} ms  p99 "
           f"{row['p99_ms']:7.2f} ms  p99.9 {row['p999_ms']:7.2f} ms  503s "
           f"{row['refused_503']}  errors {row['failed']}  sent late p99 "
           f"{row['sent_late_p99_ms']:.1f} ms"
@@ -357,8 +359,19 @@ def main():
         if url is None or url.scheme != "http" or not url.hostname:
             parser.error(f"--url must be an http:// URL such as http://127.0.0.1:8000, got "
                          f"{args.url!r}{why if url is None else ''}")
+        if url.path not in ("", "/"):  # (it posted to /predict whatever the path said)
+            parser.error(f"--url names the server, whose /predict takes the requests: give "
+                         f"it without a path, got {args.url!r}")
         if args.num_nodes is not None and not 1 <= args.num_nodes < 2**63:
             parser.error(f"--num-nodes must be in [1, 2**63), got {args.num_nodes}")
+        # Options of the servers this script starts itself: with --url they had been
+        # ignored without a word.
+        own = [f"--{name.replace('_', '-')}" for name in ("graph", "configs", "direct_rates",
+                                                           "model", "server")
+               if getattr(args, name) != parser.get_default(name)]
+        if own:
+            parser.error(f"{', '.join(own)}: options of the servers this script starts; "
+                         f"with --url it measures the server there (leave them out)")
     elif args.num_nodes is not None:  # the runtime it starts counts its graph's own nodes
         parser.error("--num-nodes counts the nodes of the endpoint at --url: give --url too, "
                      "or leave it out")
@@ -413,6 +426,11 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "rows": rows}, f, indent=1)
+    refused = sorted({error for row in rows for error in row["errors"]
+                      if error.startswith("HTTP 4")})
+    if refused:  # requests the server found malformed: the rows measure refusals
+        sys.exit(f"serve_load.py: the server refused requests as bad ({'; '.join(refused)}): "
+                 f"is --num-nodes at most the nodes of its graph?")
     if rows and not any(row["answered"] for row in rows):  # a run that measured nothing
         sys.exit(f"serve_load.py: no request was answered ({sum(r['failed'] for r in rows)} "
                  f"failed; the errors are above): is the server at {args.url or 'each config'} "

@@ -979,6 +979,11 @@ def _argmax_classes(out: Tensor) -> list:
             f"the default answer is each node's argmax over a [nodes, classes] output, and "
             f"the model answered shape {list(out.shape)}: give to_json (e.g. "
             f"lambda out: out.tolist()) for other outputs")
+    if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+        # argmax reads NaN as the largest value: a model gone NaN had answered class 0 for
+        # every node (a probe). _answered makes this a 500 that says so.
+        raise ValueError("the model's answer holds NaN or infinity, so no class can be read "
+                         "from it")
     return out.argmax(-1).tolist()
 
 

@@ -1666,6 +1666,15 @@ def test_a_failing_model_answers_500_and_the_endpoint_keeps_serving(graph, serve
         assert status == 500 and "NaN or infinity" in body["error"], (status, body)
     finally:
         server.shutdown()
+    # The default answer too: argmax read NaN as the largest value, class 0 for every node.
+    runtime = runtime_for(graph, cpu_samplers=1)[0]
+    runtime.model = lambda x, adjs: torch.full((adjs[-1].size[1], 2), float("nan"))
+    server = serve_http(runtime, server=server_kind)
+    try:
+        status, body = post(server.url, {"nodes": [1, 2]})
+        assert status == 500 and "NaN or infinity, so no class" in body["error"], (status, body)
+    finally:
+        server.shutdown()
 
 
 def test_health_fails_once_the_runtime_closes_and_errors_carry_no_cpp_frames(graph,
@@ -2316,7 +2325,7 @@ def test_load_generator_serves_a_package_end_to_end(tmp_path):
         assert row["answered"] >= 10 and row["refused_503"] == 0 and row["failed"] == 0, row
 
 
-def test_load_generator_names_bad_arguments():
+def test_load_generator_names_bad_arguments(graph):
     """Refused by argparse before any server starts: these used to end in a thread's
     traceback, or in rows of negative or NaN rates with exit status 0."""
     import subprocess
@@ -2351,7 +2360,12 @@ def test_load_generator_names_bad_arguments():
     cases += [(["--rates", "1e12"], "--rates x --duration asks for 5e+12 requests"),
               (["--json", "/proc/rows.json"], "--json /proc/rows.json: no file can be written"),
               # (ignored without a word: a probe)
-              (["--png", "x.png"], "--png names the figure that --plot draws")]
+              (["--png", "x.png"], "--png names the figure that --plot draws"),
+              # (posted to /predict, and set up nothing, whatever these said)
+              (["--url", "http://127.0.0.1:1/foo", "--num-nodes", "5"],
+               "--url names the server, whose /predict takes the requests"),
+              (["--url", "http://127.0.0.1:1", "--num-nodes", "5", "--configs", "gpu",
+                "--direct-rates", "5"], "--configs, --direct-rates: options of the servers")]
     for (args, words), done in zip(cases, run_script_cases([(script, args) for args, _ in cases],
                                                            timeout=120)):
         assert done.returncode == 2 and words in done.stderr, (args, done.stderr[-2000:])
@@ -2360,6 +2374,18 @@ def test_load_generator_names_bad_arguments():
                            "--num-nodes", "10", "--rates", "5", "--duration", "1"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "no request was answered" in done.stderr, done.stderr
+    # Nor one whose requests the server refused as bad (ids past its graph's), which had
+    # printed rows and exited 0 (a probe).
+    runtime, _ = runtime_for(graph, (3,), cpu_samplers=1)
+    server = serve_http(runtime)
+    try:
+        done = subprocess.run([sys.executable, str(script), "--url", server.url, "--num-nodes",
+                               str(100 * graph.num_nodes), "--rates", "20", "--duration", "0.5",
+                               "--senders", "2"], capture_output=True, text=True, timeout=120)
+    finally:
+        server.shutdown()
+    assert done.returncode == 1 and "the server refused requests as bad (HTTP 400" in (
+        done.stderr), done.stdout + done.stderr
 
 
 def test_load_generator_drives_the_endpoint(graph):
