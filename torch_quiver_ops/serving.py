@@ -1344,7 +1344,9 @@ class _ThreadingServer(ThreadingHTTPServer):
         self._connection_ended_cv = threading.Condition()
         # The host's own family: socketserver's is IPv4 only (an IPv6 host such as ::1 was
         # "Address family for hostname not supported", where uvicorn served it).
-        self.address_family = socket.getaddrinfo(*address, type=socket.SOCK_STREAM)[0][0]
+        # ("" is every IPv4 address, as socketserver takes it; getaddrinfo knows no "")
+        self.address_family = (socket.getaddrinfo(*address, type=socket.SOCK_STREAM)[0][0]
+                               if address[0] else socket.AF_INET)
         super().__init__(address, handler)
 
     def process_request(self, request, client_address):
