@@ -845,6 +845,49 @@ def test_spawned_workers_sample_and_persistent_ones_see_the_data_change():
         assert bool((batch.e_id % 7 == 0).all())
 
 
+def test_data_refused_at_an_epoch_and_put_back_is_read_as_it_was():
+    """The loader's set-up at an epoch's start set edge rows, graph attributes and the like
+    before the checks that refuse the data; data put back as it was then matched its stamp
+    again, and the epochs after ran on the refused data's half: edge weights of the refused
+    tensor, graph attributes gone, or no e_id left for a given sampler (a probe)."""
+    import warnings
+    gen = torch.Generator().manual_seed(0)
+    edge_index = torch.randint(0, 50, (2, 300), generator=gen)
+    weight = torch.rand(300, generator=gen) + 0.1
+    data = Data(x=torch.randn(50, 8, generator=gen), edge_index=edge_index,
+                edge_weight=weight, num_nodes=50)
+    data.scale = 3.5
+    loader = qpyg.NeighborLoader(data, [3, 2], batch_size=16, weight_attr="edge_weight",
+                                 device="cpu", shuffle=False)
+    next(iter(loader))
+    data.edge_weight = -torch.ones(300)
+    with pytest.raises(ValueError, match="every weight must be finite and >= 0"):
+        next(iter(loader))
+    data.edge_weight = weight
+    batch = next(iter(loader))
+    assert torch.equal(batch.edge_weight, weight[batch.e_id]) and batch.scale == 3.5
+    data.pos = torch.randn(51, 3)  # a row too many: refused
+    with pytest.raises(ValueError):
+        next(iter(loader))
+    del data.pos
+    batch = next(iter(loader))
+    assert batch.scale == 3.5 and torch.equal(batch.edge_weight, weight[batch.e_id])
+
+    plain = Data(x=torch.randn(50, 8, generator=gen), edge_index=edge_index, num_nodes=50)
+    given = qpyg.NeighborSampler(qpyg.to_stores(plain, "cpu")[1], [3, 2], device="cpu",
+                                 return_eid=False)
+    loader = qpyg.NeighborLoader(plain, [3, 2], batch_size=16, device="cpu",
+                                 neighbor_sampler=given)
+    next(iter(loader))
+    plain.edge_weight = torch.rand(300)
+    with warnings.catch_warnings(), pytest.raises(ValueError, match="gathered by edge id"):
+        warnings.simplefilter("ignore")
+        next(iter(loader))
+    del plain.edge_weight
+    batch = next(iter(loader))  # (AttributeError: no e_id, at every epoch after)
+    assert batch.n_id.numel() > 0 and "e_id" not in batch
+
+
 @pytest.mark.parametrize("kind", ["node", "link"])
 @pytest.mark.parametrize("gone", [True, False])
 def test_persistent_workers_stopped_by_a_ctrl_c_are_replaced(kind, gone):

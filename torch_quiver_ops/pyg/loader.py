@@ -319,17 +319,28 @@ class _OnOurStores:
         if self._source is None or data_stamp(self._source) == self._source_print:
             return
         shuffle_generator = self._shuffle_generator  # the set-up would drop it (given)
+        # A refused set-up leaves the loader as it was: it sets attributes (edge rows, graph
+        # attributes, the type order) before the checks that may refuse the data, and data
+        # put back as it was matches the stamp again, so the next epoch would have run on
+        # the refused data's half (edge weights of the refused tensor, graph attributes
+        # gone; a probe).
+        before = dict(self.__dict__)
         try:
             stores, graph_store, neighbor_sampler = self._set_up_from(
                 self._source, neighbor_sampler=self._given_sampler,
                 kwargs={"num_workers": self.num_workers, "generator": self.generator},
                 **self._set_up_args)
+            if self._given_sampler is not None and graph_store is not self._graph_store:
+                raise ValueError(f"the data's graph changed after this {type(self).__name__} "
+                                 f"was built, and it samples with the neighbor_sampler it was "
+                                 f"given, built on the graph before: build a new sampler and "
+                                 f"loader")
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(before)
+            raise
         finally:
             self._shuffle_generator = shuffle_generator
-        if self._given_sampler is not None and graph_store is not self._graph_store:
-            raise ValueError(f"the data's graph changed after this {type(self).__name__} was "
-                             f"built, and it samples with the neighbor_sampler it was given, "
-                             f"built on the graph before: build a new sampler and loader")
         self._stores, self._graph_store = stores, graph_store
         for name in ("node_sampler", "link_sampler"):  # PyG's name for it, by loader
             if hasattr(self, name):
