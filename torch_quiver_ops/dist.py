@@ -235,10 +235,31 @@ def _own_group(group, timeout: float):
     thread by ``gather_async`` while another is gathered, or while the sampler exchanges)
     would pair one's messages with the other's in whatever order each host's threads ran,
     and Gloo aborts the process on a size it did not expect. Every host makes it at the
-    same point, as it makes the transport."""
+    same point, as it makes the transport (or takes back the one a refused transport left
+    unused: _spare_own_group)."""
+    spares = _SPARE_GROUPS.get(group, [])
+    while spares:
+        own = spares.pop()
+        if _registered(own):
+            return own
     own = _new_gloo_group(dist.get_process_group_ranks(group), timeout, "a transport's group")
     _OWN_GROUPS.append(own)
     return own
+
+
+# Own groups (and, keyed by them in _LANES, their lanes) whose transport the hosts refused
+# together, by the group they were made over: the next transport over it takes one back.
+_SPARE_GROUPS: dict = {}
+atexit.register(_SPARE_GROUPS.clear)
+
+
+def _spare_own_group(group, own) -> None:
+    """Keeps ``own``, made over ``group`` for a transport the hosts' agreement refused (a
+    ValueError on every host at once, through the store: the group is untouched), for the
+    next transport over ``group``. Each refused DistFeature had made a group and its lanes
+    kept until exit, and a retry new ones (a probe: 45 descriptors and 27 threads a
+    refusal, with 8 lanes)."""
+    _SPARE_GROUPS.setdefault(group, []).append(own)
 
 
 def _rdma_options(given: Optional[dict], **defaults) -> dict:
@@ -481,8 +502,14 @@ class DistFeature:
                 exchanges.boxed(), timeout, [lane.boxed() for lane in chosen])
         # The runtime checks, among all hosts, that they hold the same shard map and rows of
         # one dtype and shape (a ValueError on every host, naming the hosts that differ).
-        self._runtime = torch.classes.quiver.DistFeature(shard_map, local.tiers(self.device),
-                                                         self.transport)
+        tiers = local.tiers(self.device)
+        try:  # (its own problems are told in that agreement too: all hosts raise, or none)
+            self._runtime = torch.classes.quiver.DistFeature(shard_map, tiers, self.transport)
+        except ValueError:
+            if transport == "gloo":
+                self.transport = None  # (its heartbeat thread goes with it)
+                _spare_own_group(self.group, exchanges)
+            raise
         # This host's fetches in flight (gathers in any thread, and gather_async's works):
         # over RDMA they read the peers' registered tables, which close() lets go of only
         # after the hosts agree, so each host first waits for its own.
