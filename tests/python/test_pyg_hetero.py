@@ -342,6 +342,21 @@ def test_shared_cache_budget_ranks_rows_by_reads_per_byte():
     assert sum(qpyg.split_cache_budget(degree, {"a": 4, "b": 2}, budget=1 << 20).values()) == 7
 
 
+def test_a_removed_edge_types_size_goes_with_it():
+    """Node counts from a size put with an edge type had stayed after it was removed: put
+    again with the right size, sampling and negatives were sized for the wrong one."""
+    graph = qpyg.HeteroGraphStore()
+    edges = torch.tensor([[0, 1, 2], [3, 4, 5]])
+    graph.put_edge_index(edges, edge_type=("a", "to", "b"), layout="coo", size=(1000, 1000))
+    assert graph.num_nodes_dict == {"a": 1000, "b": 1000}
+    graph.remove_edge_index(edge_type=("a", "to", "b"), layout="coo")
+    graph.put_edge_index(edges, edge_type=("a", "to", "b"), layout="coo", size=(30, 40))
+    assert graph.num_nodes_dict == {"a": 30, "b": 40}
+    given = qpyg.HeteroGraphStore({"a": 50})  # counts given at construction stay
+    given.put_edge_index(edges, edge_type=("a", "to", "b"), layout="coo", size=(30, 40))
+    assert given.num_nodes_dict == {"a": 50, "b": 40}
+
+
 @pytest.mark.parametrize("cache_size", ["25%", 600])
 def test_hetero_stores_share_one_budget(mode, cache_size):
     data = hetero_data(4)

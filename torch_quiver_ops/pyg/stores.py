@@ -276,11 +276,18 @@ class HeteroGraphStore(_PygGraphStore):
         super().__init__()
         self.edge_index_dict: Dict[EdgeType, Tensor] = {}
         self._num_nodes: Dict[str, int] = dict(num_nodes_dict or {})
+        # Each edge type's size as put: its types' counts go with it when it is removed (a
+        # size put by mistake, removed and put again, had kept its counts: a probe).
+        self._sizes: Dict[EdgeType, Tuple[Optional[int], Optional[int]]] = {}
         self._topos: Dict[tuple, HeteroCSRTopo] = {}
 
     @property
     def num_nodes_dict(self) -> Dict[str, int]:
         counts = dict(self._num_nodes)
+        for (src, _, dst), size in self._sizes.items():
+            for t, n in ((src, size[0]), (dst, size[1])):
+                if n is not None:
+                    counts[t] = max(counts.get(t, 0), n)
         for (src, _, dst), ei in self.edge_index_dict.items():
             for t, ids in ((src, ei[0]), (dst, ei[1])):
                 if t not in counts:
@@ -313,9 +320,7 @@ class HeteroGraphStore(_PygGraphStore):
         elif layout == EdgeLayout.CSR:  # (rowptr, col)
             first = _rows_of_pointers(first, second.numel(), f"edge type {et}'s rowptr")
         if edge_attr.size is not None:
-            for t, n in ((et[0], edge_attr.size[0]), (et[2], edge_attr.size[1])):
-                if n is not None:
-                    self._num_nodes[t] = max(self._num_nodes.get(t, 0), int(n))
+            self._sizes[et] = tuple(None if n is None else int(n) for n in edge_attr.size)
         self.edge_index_dict[et] = torch.stack([first.long().cpu(), second.long().cpu()])
         self._topos.clear()
         return True
@@ -338,6 +343,7 @@ class HeteroGraphStore(_PygGraphStore):
 
     def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
         self._topos.clear()
+        self._sizes.pop(edge_attr.edge_type, None)
         return self.edge_index_dict.pop(edge_attr.edge_type, None) is not None
 
     def get_all_edge_attrs(self) -> List[EdgeAttr]:
