@@ -429,8 +429,14 @@ def main():
     refused = sorted({error for row in rows for error in row["errors"]
                       if error.startswith("HTTP 4")})
     if refused:  # requests the server found malformed: the rows measure refusals
-        sys.exit(f"serve_load.py: the server refused requests as bad ({'; '.join(refused)}): "
-                 f"is --num-nodes at most the nodes of its graph?")
+        hint = ""
+        if any(error.startswith("HTTP 400") for error in refused) and args.url:
+            hint = ": is --num-nodes at most the nodes of its graph?"
+        elif any(error.startswith("HTTP 413") for error in refused):
+            hint = (f": requests carry up to {MAX_SIZE} ids, which the server's "
+                    f"max_batch_nodes must allow")
+        sys.exit(f"serve_load.py: the server refused requests as bad ({'; '.join(refused)})"
+                 f"{hint}")
     if rows and not any(row["answered"] for row in rows):  # a run that measured nothing
         sys.exit(f"serve_load.py: no request was answered ({sum(r['failed'] for r in rows)} "
                  f"failed; the errors are above): is the server at {args.url or 'each config'} "

@@ -258,7 +258,9 @@ def _spare_own_group(group, own) -> None:
     ValueError on every host at once, through the store: the group is untouched), for the
     next transport over ``group``. Each refused DistFeature had made a group and its lanes
     kept until exit, and a retry new ones (a probe: 45 descriptors and 27 threads a
-    refusal, with 8 lanes)."""
+    refusal, with 8 lanes). (A host that failed otherwise meanwhile, its wait for the
+    agreement timed out, keeps none: the next attempt then fails once on every host, out of
+    step, and the one after it lines up again.)"""
     _SPARE_GROUPS.setdefault(group, []).append(own)
 
 

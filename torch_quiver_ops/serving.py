@@ -979,11 +979,11 @@ def _argmax_classes(out: Tensor) -> list:
             f"the default answer is each node's argmax over a [nodes, classes] output, and "
             f"the model answered shape {list(out.shape)}: give to_json (e.g. "
             f"lambda out: out.tolist()) for other outputs")
-    if out.is_floating_point() and not bool(torch.isfinite(out).all()):
+    if out.is_floating_point() and bool(torch.isnan(out).any()):
         # argmax reads NaN as the largest value: a model gone NaN had answered class 0 for
-        # every node (a probe). _answered makes this a 500 that says so.
-        raise ValueError("the model's answer holds NaN or infinity, so no class can be read "
-                         "from it")
+        # every node (a probe). _answered makes this a 500 that says so. (Infinities are
+        # argmax's as any value: -inf masks a class.)
+        raise ValueError("the model's answer holds NaN, so no class can be read from it")
     return out.argmax(-1).tolist()
 
 
@@ -1401,6 +1401,8 @@ class _ThreadingServer(ThreadingHTTPServer):
 def _accept_queue_length(listening: socket.socket) -> Optional[int]:
     """How many connections wait in a listening socket's accept queue (Linux: TCP_INFO's
     tcpi_unacked, what ``ss -lt`` shows as Recv-Q), or None where that cannot be read."""
+    if not sys.platform.startswith("linux"):  # (BSDs name the field but leave it 0)
+        return None
     try:
         info = listening.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
         return struct.unpack_from("I", info, 24)[0]

@@ -1672,9 +1672,13 @@ def test_a_failing_model_answers_500_and_the_endpoint_keeps_serving(graph, serve
     server = serve_http(runtime, server=server_kind)
     try:
         status, body = post(server.url, {"nodes": [1, 2]})
-        assert status == 500 and "NaN or infinity, so no class" in body["error"], (status, body)
+        assert status == 500 and "holds NaN, so no class" in body["error"], (status, body)
     finally:
         server.shutdown()
+    # Infinities are argmax's as any value (-inf masks a class).
+    from torch_quiver_ops.serving import _argmax_classes
+    assert _argmax_classes(torch.tensor([[0.5, -math.inf, 0.1], [-math.inf, 2.0, math.inf]])) \
+        == [0, 2]
 
 
 def test_health_fails_once_the_runtime_closes_and_errors_carry_no_cpp_frames(graph,

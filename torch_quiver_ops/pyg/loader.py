@@ -336,7 +336,8 @@ class _OnOurStores:
                                  f"given, built on the graph before: build a new sampler and "
                                  f"loader")
         except BaseException:
-            self.__dict__.clear()
+            for name in self.__dict__.keys() - before.keys():  # (never none at all: a batch
+                del self.__dict__[name]                          # may be built meanwhile)
             self.__dict__.update(before)
             raise
         finally:
