@@ -870,9 +870,9 @@ def _health(runtime, draining: bool = False) -> Tuple[HTTPStatus, dict]:
     """GET /health's status and body: 200 "ok", or 503 "closing" once the runtime's close
     has begun (it had said ok while /predict answered 503, so a load balancer kept sending
     to it: a probe) or the endpoint's shutdown has (``draining``: it answers what it had
-    accepted, then closes the runtime, and had said ok meanwhile), with the runtime's stats as strict JSON (a threshold of infinity,
-    every batch on the CPU, is null: JSON has no infinity, and strict parsers refuse
-    Python's ``Infinity``)."""
+    accepted, then closes the runtime, and had said ok meanwhile), with the runtime's stats
+    as strict JSON (a threshold of infinity, every batch on the CPU, is null: JSON has no
+    infinity, and strict parsers refuse Python's ``Infinity``)."""
     def finite(value):
         if isinstance(value, float) and not math.isfinite(value):
             return None

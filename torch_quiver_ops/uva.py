@@ -77,12 +77,13 @@ def pinned(tensor: Tensor, device=None):
                         f"{'meta' if tensor.is_meta else tensor.layout} tensor")
     tensor = tensor.contiguous()
     reader = None if device is None else torch.device(device)
-    try:
-        with (torch.cuda.device(reader) if reader is not None and reader.type == "cuda"
-              else contextlib.nullcontext()):
+    with (torch.cuda.device(reader) if reader is not None and reader.type == "cuda"
+          else contextlib.nullcontext()):  # (the pinned copy below too)
+        try:
             return tensor, pin_in_place(tensor)
-    except RuntimeError as error:
-        if tensor.nbytes > _COPY_FALLBACK_BYTES or not torch.cuda.is_available():
-            raise  # (without a GPU a pinned copy fails too, less clearly)
-        warnings.warn(f"{error} Using a pinned copy of this {tensor.nbytes}-byte tensor instead.")
-        return tensor.pin_memory(), None
+        except RuntimeError as error:
+            if tensor.nbytes > _COPY_FALLBACK_BYTES or not torch.cuda.is_available():
+                raise  # (without a GPU a pinned copy fails too, less clearly)
+            warnings.warn(f"{error} Using a pinned copy of this {tensor.nbytes}-byte tensor "
+                          f"instead.")
+            return tensor.pin_memory(), None

@@ -93,6 +93,14 @@ def split_tiers(hot_first, bounds, mode):
     return parts
 
 
+def picks_per_target(degree: Tensor, fanout: int, replace: bool = False) -> Tensor:
+    """How many neighbors each target of a hop gets: all for a fanout of -1, else
+    min(degree, fanout) without replacement, fanout (when it has any) with."""
+    if fanout < 0:
+        return degree
+    return torch.where(degree > 0, fanout, 0) if replace else degree.clamp(max=fanout)
+
+
 def ids_device(mode):
     """Where a mode's ids (and so the op) live."""
     return torch.device("cpu") if mode == "CPU" else torch.device("cuda")

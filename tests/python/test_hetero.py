@@ -12,6 +12,7 @@ import torch
 
 import torch_quiver_ops as qv
 from conftest import requires_cuda
+from reference import picks_per_target
 from stats import assert_uniform, subset_counts
 
 TYPES = {"paper": 40, "author": 25, "field": 8, "lonely": 3}
@@ -118,15 +119,17 @@ def test_one_type_one_relation_is_neighbor_sample(mode):
     assert got == want
 
 
-def check_sample(out, edges, topo, fanouts, replace=False):
+def check_sample(out, edges, topo, fanouts, replace=False, counted=None):
     """Every sampled edge is real and typed right; per node and relation the count is the
-    fanout's; each node is expanded at the hop after it was added."""
+    fanout's (over the edges ``counted`` marks, per edge type: default all); each node is
+    expanded at the hop after it was added."""
     types = topo.num_nodes_dict
     for t in types:
         assert len(out.node[t]) == sum(out.num_sampled_nodes[t])
     degree = {}
     for et, ei in edges.items():
-        degree[et] = torch.bincount(ei[1], minlength=types[et[2]])
+        targets = ei[1] if counted is None else ei[1, counted[et]]
+        degree[et] = torch.bincount(targets, minlength=types[et[2]])
     for r, et in enumerate(topo.edge_types):
         src, _, dst = et
         row, col, eid = (x.cpu() for x in (out.row[et], out.col[et], out.edge[et]))
@@ -149,8 +152,7 @@ def check_sample(out, edges, topo, fanouts, replace=False):
             per_node = torch.bincount(cols_h - node_bounds[h],
                                       minlength=node_bounds[h + 1] - node_bounds[h])
             d = degree[et][out.node[dst].cpu()[node_bounds[h]:node_bounds[h + 1]]]
-            want = d if f < 0 else (torch.where(d > 0, f, 0) if replace else d.clamp(max=f))
-            assert torch.equal(per_node, want), (et, h)
+            assert torch.equal(per_node, picks_per_target(d, f, replace)), (et, h)
             if not replace:
                 pairs = set(zip(cols_h.tolist(), eids_h.tolist()))
                 assert len(pairs) == len(cols_h), "an edge sampled twice for one node"
@@ -469,19 +471,8 @@ def test_zero_weight_edges_are_never_sampled(mode, replace):
         assert not bool((out.node["paper"].cpu()[seed_col] == 0).any())
         # Only the zero-weight edges leave: each hop's new targets get the fanout's count
         # of their edges of positive weight (a sampler masking more had passed the above).
-        for et, ei in edges.items():
-            dst = et[2]
-            degree = torch.bincount(ei[1, weights[et] > 0], minlength=TYPES[dst])
-            col = out.col[et].cpu()
-            node_start = [0, *itertools.accumulate(out.num_sampled_nodes[dst])]
-            edge_start = [0, *itertools.accumulate(out.num_sampled_edges[et])]
-            for hop, fanout in enumerate(fanouts):
-                got = torch.bincount(col[edge_start[hop]:edge_start[hop + 1]] - node_start[hop],
-                                     minlength=node_start[hop + 1] - node_start[hop])
-                positive = degree[out.node[dst].cpu()[node_start[hop]:node_start[hop + 1]]]
-                want = torch.where(positive > 0, fanout, 0) if replace else positive.clamp(
-                    max=fanout)
-                assert torch.equal(got, want), (et, hop)
+        check_sample(out, edges, topo, {et: fanouts for et in edges}, replace,
+                     counted={et: w > 0 for et, w in weights.items()})
     assert seen > 0
 
 
