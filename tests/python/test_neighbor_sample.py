@@ -5,11 +5,11 @@ import math
 
 import pytest
 import torch
-from scipy.stats import chisquare
+from scipy.stats import chisquare, mannwhitneyu
 
 import torch_quiver_ops as qv
 from reference import place, random_graph, subgraph_sampler
-from stats import P_VALUE_FLOOR, star_graph
+from stats import P_VALUE_FLOOR, assert_uniform, star_graph
 
 TRIALS = 6000
 
@@ -129,6 +129,27 @@ def test_sums_fall_back_to_keys_exactly_on_skewed_rows(mode):
         assert len(set(r)) == 3
         observed[tuple(sorted(r))] = observed.get(tuple(sorted(r)), 0) + 1
     assert_fits(observed, successive_subset_probabilities(weights, 3), len(rows))
+
+
+def test_sums_of_many_picks_follow_the_keys_law(mode):
+    """Past 64 picks a row's draws by prefix sums mark the edges met by flags (a scan of
+    the picks cost count^2: 15 s for 99,000 picks of a hub; a probe). 30 edges of weight
+    1e6 among 70 of weight 1: the heavy ones are all taken before any light one (the draws
+    keep meeting them and finish by keys), and the 40 light picks are uniform. And with
+    weights 3 and 1, 80 of 100 picks take as many heavy edges as the keys do."""
+    weights = torch.cat([torch.full((30,), 1e6), torch.ones(70)])
+    rows = star_rows(mode, 100, 70, trials=400, weights=weights, cumsum=True)
+    assert all(len(r) == 70 and len(set(r)) == 70 for r in rows)
+    assert all(set(range(30)) <= set(r) for r in rows)
+    light = torch.tensor([e for r in rows for e in r if e >= 30])
+    assert_uniform(torch.bincount(light - 30, minlength=70))
+    weights = torch.cat([torch.full((50,), 3.0), torch.ones(50)])
+    drawn = {cumsum: star_rows(mode, 100, 80, trials=2000, weights=weights, cumsum=cumsum)
+             for cumsum in (False, True)}
+    assert all(len(r) == 80 and len(set(r)) == 80 for r in drawn[True])
+    heavy = {cumsum: [sum(e < 50 for e in r) for r in rows] for cumsum, rows in drawn.items()}
+    p = mannwhitneyu(heavy[False], heavy[True]).pvalue
+    assert p > P_VALUE_FLOOR, (sum(heavy[False]) / 2000, sum(heavy[True]) / 2000)
 
 
 def test_sums_match_keys_on_a_random_graph(mode):
