@@ -431,8 +431,10 @@ def test_weighted_relation_draws_by_weight(mode):
             "weights[('paper', 'cites', 'paper')] must hold one weight per edge (1-D)")):
         sampler(topo, fanouts, mode, weights={**weights, ("paper", "cites", "paper"):
                                               torch.tensor([[1.0, float("nan")]])})
-    # As float32 1e300 read inf and 1e-50 read 0, which masked the edge without a word.
-    for bad, words in ((1e300, "past float32's range"), (1e-50, "below float32's range")):
+    # As float32 1e300 read inf and 1e-50 read 0, which masked the edge without a word;
+    # 2e-45 read the subnormal 1.4e-45, as 1e-45 does (their odds changed; a probe).
+    for bad, words in ((1e300, "past float32's range"), (1e-50, "below float32's normal range"),
+                       (2e-45, "below float32's normal range")):
         with pytest.raises(ValueError, match=re.escape(
                 f"weights[('paper', 'cites', 'paper')][1] = {bad} is {words}")):
             sampler(topo, fanouts, mode, weights={

@@ -1,8 +1,10 @@
 import pytest
 import torch
+from scipy.stats import binomtest
 
 import torch_quiver_ops as qv
 from conftest import HAS_CUDA
+from stats import P_VALUE_FLOOR
 from torch_quiver_ops.synthetic import synthetic_graph
 
 
@@ -207,6 +209,24 @@ def test_weights_follow_the_topologys_eid_and_refuse_ids_past_them():
             qv.GraphSageSampler(topo, [2], mode="CPU", **{name: torch.ones(3)})
 
 
+def test_float32_subnormal_weights_are_kept_as_given():
+    """Subnormal weights given as float32 are exact, so they are taken (only float64 ones
+    that float32 would round off their odds are refused): 1 and 3 steps of 1.4e-45 are drawn
+    1 to 3."""
+    step = torch.finfo(torch.float32).tiny * 2.0 ** -23  # float32's least subnormal
+    weights = torch.tensor([step, 3 * step])
+    assert weights.tolist() == [step, 3 * step]  # exact as float32
+    topo = qv.CSRTopo(torch.tensor([[0, 0], [1, 2]]))
+    sampler = qv.GraphSageSampler(topo, [1], mode="CPU", weights=weights, replace=True,
+                                  return_eid=True)
+    torch.manual_seed(0)
+    draws = 4000
+    edge_ids = sampler.neighbor_sample(torch.zeros(draws, dtype=torch.long))[4]
+    assert edge_ids.numel() == draws
+    heavy = int((edge_ids == 1).sum())
+    assert binomtest(heavy, draws, 0.75).pvalue > P_VALUE_FLOOR, heavy
+
+
 def test_huge_fanouts_hot_order_without_a_cache_and_missing_gpus_are_named(graph):
     """A fanout past 64 bits was torch's unnamed "Expected a value of type List[int]" (a
     review). hot_order orders only the topology cache: without one it was checked and
@@ -261,14 +281,19 @@ def test_arguments_of_the_wrong_kind_are_named_where_they_are_given():
         # (1e-50 read as float32 is 0, which masked the edge: dropped with no word)
         (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
                                      weights=torch.tensor([1.0, 1e-50, 1.0], dtype=torch.float64)),
-         ValueError, "weights[1] = 1e-50 is below float32's range"),
+         ValueError, "weights[1] = 1e-50 is below float32's normal range"),
+        # (2e-45 read as float32 is the subnormal 1.4e-45, as 1e-45 is: odds of 2 to 1 read 1
+        # to 1, with no word; a probe)
+        (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
+                                     weights=torch.tensor([1.0, 2e-45, 1.0], dtype=torch.float64)),
+         ValueError, "weights[1] = 2e-45 is below float32's normal range"),
         # (2-D with a NaN: named by shape, not as "only one element tensors"; a review)
         (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
                                      weights=torch.tensor([[1.0, float("nan"), 1.0]])),
          ValueError, r"weights must hold one value per edge (3), got shape (1, 3)"),
         # (as a list, read as float32 first: 1e-50 was a 0 that masked its edge; a probe)
         (lambda: qv.GraphSageSampler(topo, [2], device="cpu", weights=[1.0, 1e-50, 1.0]),
-         ValueError, "weights[1] = 1e-50 is below float32's range"),
+         ValueError, "weights[1] = 1e-50 is below float32's normal range"),
         (lambda: qv.GraphSageSampler(topo, [2], device="cpu",
                                      weights=torch.ones(3, dtype=torch.complex64)),
          TypeError, "weights must hold real numbers"),
