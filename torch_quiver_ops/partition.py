@@ -41,7 +41,7 @@ from . import _sharing, ops
 from ._interrupts import ctrl_c_ends_waits
 from .sampler import Adj, layers_of, sampling_placement
 from .topology import CSRTopo
-from ._device import as_ids, as_int, as_tensor, is_int, readable_ids
+from ._device import as_ids, as_int, as_tensor, check_generator, is_int, readable_ids
 from .hotness import check_hot_order
 
 METHODS = ("metis", "range", "random")
@@ -625,9 +625,20 @@ class DistGraphSampler:
                  bounded_slots: Optional[bool] = None):
         import torch.distributed as dist
         from .dist import _checked_timeout, _rdma_options, check_lanes
+        if not dist.is_available() or not dist.is_initialized():
+            raise RuntimeError("DistGraphSampler needs torch.distributed: call "
+                               "init_process_group first (torchrun sets up its environment)")
         group = group if group is not None else dist.group.WORLD
-        nccl = dist.get_backend(group) == "nccl"
         try:
+            if not isinstance(group, dist.ProcessGroup):
+                # (torch's own error came on this host alone; told over the default group)
+                bad_group, group = group, dist.group.WORLD
+                raise ValueError(f"group must be a torch.distributed ProcessGroup or None (the "
+                                 f"default group), got {bad_group!r}")
+            if not isinstance(partition, GraphPartition):
+                raise TypeError(f"partition must be a GraphPartition (load_partition), got "
+                                f"{type(partition).__name__}")
+            nccl = dist.get_backend(group) == "nccl"
             timeout = _checked_timeout(timeout)
             device, self.mode = sampling_placement(device, mode or ("GPU" if nccl else "CPU"))
             rank, size = dist.get_rank(group), dist.get_world_size(group)
@@ -651,9 +662,11 @@ class DistGraphSampler:
             # Three transports a host: fewer queue pairs and a smaller staging buffer each
             # than DistFeature's one.
             options = _rdma_options(rdma, qps_per_peer=2, staging_bytes=8 << 20)
-        except (ValueError, TypeError) as error:
+        except (ValueError, TypeError, RuntimeError) as error:
             # Told to the other hosts, which wait in the setup's agreement, so that every
-            # host raises at once rather than after the timeout with nothing said.
+            # host raises at once rather than after the timeout with nothing said (a
+            # RuntimeError too: a GPU asked for where torch sees none had built the others'
+            # samplers, paired with this host's next setup; a probe).
             _tell_sampler_setup_problem(group, timeout, str(error))
             raise
         if draws == "owner" and transport == "auto":
@@ -661,6 +674,7 @@ class DistGraphSampler:
         self.transport = transport = self._agree(group, transport, replace, options, timeout,
                                                  draws, lanes)
         problem, refusal = "", None
+        self._sampler = self._own_group = None
         try:
             self._sampler = self._build(group, nccl, transport, draws, lanes, options, timeout,
                                         device, replace)
@@ -675,9 +689,11 @@ class DistGraphSampler:
         # round with the others' earlier one.
         said = torch.classes.quiver.Transport.agree(
             group.boxed(), f"dist-sampler-built/{self._setup_token}", problem, float(timeout))
+        troubled = [f"host {h}: {why}" for h, why in enumerate(said) if why]
+        if troubled:
+            self._spare_own_group()
         if refusal is not None:
             raise refusal
-        troubled = [f"host {h}: {why}" for h, why in enumerate(said) if why]
         if troubled:
             raise ValueError("DistGraphSampler: another host could not build its sampler: "
                              + "; ".join(troubled))
@@ -685,16 +701,28 @@ class DistGraphSampler:
         self.bounded_slots = self._one_machine if bounded_slots is None else bounded_slots
         self._sampler.set_bounded_slots(self.bounded_slots)
 
+    def _spare_own_group(self) -> None:
+        """After a setup that every host refuses together (this sampler's, or a
+        DistNeighborLoader's over it): this host's sampler and transports let go, and the
+        Gloo group made for them kept for the next sampler over the same group
+        (dist._spare_own_group). Each refusal had kept a group and its lanes until exit
+        (a probe: 5 descriptors and 3 threads a refusal, 25 and 15 with 4 lanes)."""
+        from .dist import _spare_own_group
+        made, self._sampler, self._own_group = self._own_group, None, None
+        if made is not None:
+            _spare_own_group(*made)
+
     def _build(self, group, nccl: bool, transport: str, draws: Optional[str], lanes: int,
                options: dict, timeout: float, device, replace: bool):
         """The runtime sampler over this host's part, its group, lanes and read transports
         as the hosts agreed (``_agree``)."""
         from .dist import _gloo_lanes, _own_group
         partition = self.partition
+        given, own = group, None
         if not nccl:
             # A Gloo group of the sampler's own, so that its exchanges never pair with a
             # DistFeature's posted from another thread (see dist._own_group).
-            group = _own_group(group, timeout)
+            group = own = _own_group(given, timeout)
         self.draws = draws or ("requester" if transport == "rdma" else "owner")
         self.lanes = lanes if transport == "collective" and not nccl else 1
         gloo_lanes = [lane.boxed() for lane in
@@ -723,6 +751,9 @@ class DistGraphSampler:
         # (2**40 asked for its slots' terabytes, where one host's sampler takes all).
         fanouts = self.sizes if replace else [
             k if k < 0 else min(k, self._largest_degree) for k in self.sizes]
+        # Spared should the hosts refuse the setup now: its lanes are made, on every host alike
+        # (the runtime's checks exchange nothing).
+        self._own_group = (given, own) if own is not None else None
         return torch.classes.quiver.DistSampler(
             group.boxed(), indptr, indices, edge_ids, partition.owner, partition.local_index,
             fanouts, replace, float(timeout), reads, gloo_lanes)
@@ -787,12 +818,17 @@ class DistGraphSampler:
         modes (on the CPU in the CPU mode), the counts on the CPU."""
         sampler = self._open()
         try:
+            check_generator(generator)
+            if generator is not None and generator.device.type not in ("cpu", "cuda"):
+                raise ValueError(f"generator must be a CPU or CUDA torch.Generator, got one on "
+                                 f"{generator.device}")
             seeds = readable_ids(input_nodes, "input_nodes").cpu()
         except (TypeError, ValueError, RuntimeError, NotImplementedError):
-            # Seeds that cannot even be read: this host still takes its turn in the step,
-            # with none (as for seeds the runtime refuses), so the hosts stay in step.
+            # Seeds or a generator that cannot even be read: this host still takes its turn
+            # in the step, with no seeds (as for seeds the runtime refuses), so the hosts
+            # stay in step (a refused generator had skipped it: a probe).
             try:
-                sampler.sample(torch.empty(0, dtype=torch.long), generator)
+                sampler.sample(torch.empty(0, dtype=torch.long), None)
             except RuntimeError:
                 pass  # a peer gone too: the seeds' own error says more
             raise

@@ -16,7 +16,7 @@ from torch_geometric.data import Data
 
 from .._device import as_int, check_flag, check_generator
 from .._interrupts import ctrl_c_ends_waits
-from ..dist import gloo_twin
+from ..dist import DistFeature, gloo_twin
 from ..ops import check_fanouts
 from ..partition import (DistGraphSampler, GraphPartition, _tell_sampler_setup_problem,
                          load_partition, read_manifest, split_ids)
@@ -82,6 +82,11 @@ class DistNeighborLoader:
             check_generator(generator)
             fanouts = _fanouts(num_neighbors)
             check_fanouts(fanouts, replace, "num_neighbors")  # here, naming the argument
+            if group is not None and not isinstance(group, dist.ProcessGroup):
+                # (torch's own error came on this host alone; told over the default group)
+                bad_group, group = group, None
+                raise ValueError(f"group must be a torch.distributed ProcessGroup or None (the "
+                                 f"default group), got {bad_group!r}")
         except (ValueError, TypeError) as error:
             problem = error
         if problem is not None and not dist.is_initialized():
@@ -131,6 +136,10 @@ class DistNeighborLoader:
             self.group.boxed(), "dist-neighbor-loader-batches",
             json.dumps([self._own_batches, count, problem is not None]), float(timeout))
         everyone = [json.loads(text) for text in texts]
+        if any(refused for _, _, refused in everyone):
+            # Refused on every host together: the sampler's group kept for the next loader
+            # (each refusal had kept one until exit, with its threads; a probe).
+            self.sampler._spare_own_group()
         if problem is not None:
             raise problem
         if any(refused for _, _, refused in everyone):
@@ -158,6 +167,10 @@ class DistNeighborLoader:
                             f"{type(feature).__name__}")
         if isinstance(feature, Tensor) and feature.dim() == 0:
             raise ValueError("feature must be a table of rows, got a 0-d tensor")
+        if isinstance(feature, DistFeature) and feature.transport is None:
+            # (its length still read: one host then failed mid-epoch, the others waiting
+            # out the timeout; a probe)
+            raise ValueError("feature is a DistFeature that was closed")
         try:
             rows = len(feature)
         except Exception as error:  # noqa: BLE001 (a closed or empty store, say)
