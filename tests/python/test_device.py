@@ -40,6 +40,11 @@ def test_p2p_cliques_follow_peer_access(monkeypatch):
     assert p2p_cliques([0, 1, 2, 3]) == [[0, 1], [2, 3]]
     assert p2p_cliques([0, 2, 1]) == [[0, 2], [1]]
     assert p2p_cliques([]) == []
+    # Access one way only is no clique: each GPU reads the other's memory (the links above,
+    # both ways, passed with either direction unchecked).
+    for one_way in ({(0, 1)}, {(1, 0)}):
+        monkeypatch.setattr(torch.cuda, "can_device_access_peer", lambda a, b: (a, b) in one_way)
+        assert p2p_cliques([0, 1]) == [[0], [1]], one_way
 
 
 def test_resolve_device():

@@ -111,7 +111,18 @@ def test_balance_and_what_each_method_cuts():
             assert 0.6 < quality["edge_cut"] < 0.9  # about 3/4 of the edges cross
         if method == "metis":  # finds the communities: about the 10% planted across
             assert quality["edge_cut"] < 0.3, quality
+        if method == "range":  # contiguous id ranges of equal size (any balanced owner passed)
+            assert torch.equal(owner.long(), torch.arange(800) // 200)
+        # Read a few edges at a time, the counts are the same (only the last chunk's cut
+        # had gone unnoticed), and the edge balance is the largest part's edges over the mean.
+        assert partition_quality(topo, owner, 4, chunk_edges=97) == quality, method
+        edges = quality["edges_per_part"]
+        assert sum(edges) == topo.edge_count
+        assert quality["edge_balance"] == pytest.approx(max(edges) * 4 / sum(edges)), method
     assert torch.equal(assign_owners(topo, 4, "random", seed=3), assign_owners(topo, 4, "random", seed=3))
+    # ... and another seed, another assignment (a seed ignored would pass the line above)
+    assert not torch.equal(assign_owners(topo, 4, "random", seed=3),
+                           assign_owners(topo, 4, "random", seed=4))
     with pytest.raises(ValueError, match="method"):
         assign_owners(topo, 4, "spectral")
     # Owners past num_parts were counted as more parts, and 0 or 10**10 parts failed in

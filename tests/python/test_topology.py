@@ -77,6 +77,9 @@ def test_from_csr_is_validated_with_the_ops_exception_types():
     indptr, indices = torch.tensor([0, 2, 3]), torch.tensor([1, 0, 1])
     topo = qv.CSRTopo(indptr=indptr, indices=indices)
     assert topo.node_count == 2 and topo.indices.dtype == torch.int32
+    # A num_nodes beside a CSR is checked against it (node_count would silently be indptr's)
+    with pytest.raises(ValueError, match="num_nodes = 5 but indptr describes 2 nodes"):
+        qv.CSRTopo(indptr=indptr, indices=indices, num_nodes=5)
     with pytest.raises(ValueError, match="non-decreasing"):
         qv.CSRTopo(indptr=torch.tensor([0, 2, 1, 3]), indices=torch.tensor([0, 1, 2]))
     with pytest.raises(ValueError, match="indptr\\[-1\\] = 4"):

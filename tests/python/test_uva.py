@@ -138,14 +138,36 @@ def test_rejects_gpu_and_strided_tensors():
             pin_in_place(torch.zeros(8, device="cuda"))
 
 
+def huge_page_bytes(tensor):
+    """Bytes of transparent huge pages (smaps' AnonHugePages) in the mappings that hold
+    ``tensor``'s memory."""
+    start, end = tensor.data_ptr(), tensor.data_ptr() + tensor.nbytes
+    total, holds_tensor = 0, False
+    with open("/proc/self/smaps") as smaps:
+        for line in smaps:
+            field = line.split()
+            if "-" in field[0] and not field[0].endswith(":"):  # a mapping's first line
+                low, high = (int(address, 16) for address in field[0].split("-"))
+                holds_tensor = low < end and high > start
+            elif field[0] == "AnonHugePages:" and holds_tensor:
+                total += int(field[1]) * 1024
+    return total
+
+
 def test_back_with_huge_pages_keeps_the_contents():
     # A staged Feature moves a large table onto huge pages before pinning it. Whether Linux
-    # can (kernel, memory kind) varies, so only the answer's type is checked, and that no
-    # byte changed either way.
+    # can (kernel, memory kind) varies, so the answer may be either; no byte changes either
+    # way, and an answer of True means the interior is on huge pages (an answer alone
+    # passed with no madvise made).
     x = torch.randn(12 << 20)  # 48 MiB: a 2 MiB-aligned interior to collapse
     before = x.clone()
-    assert isinstance(qv.uva.back_with_huge_pages(x), bool)
+    done = qv.uva.back_with_huge_pages(x)
+    assert isinstance(done, bool)
     assert torch.equal(x, before)
+    if done:
+        huge = 2 << 20
+        interior = ((x.data_ptr() + x.nbytes) // huge - -(-x.data_ptr() // huge)) * huge
+        assert huge_page_bytes(x) >= interior, (huge_page_bytes(x), interior)
     assert qv.uva.back_with_huge_pages(torch.randn(10)) is False  # no aligned 2 MiB inside
     assert qv.uva.back_with_huge_pages(x[:0]) is False
 
