@@ -144,13 +144,14 @@ def parse_args(argv=None):
     parser.add_argument("--hidden", type=int, default=64,
                         help="the hidden layer's width (default: 64)")
     parser.add_argument("--seed", type=option_checks.seed, default=0,
-                        help="seeds the graph, the training and the check (default: 0)")
+                        help="seeds the graph and the training (default: 0)")
     args = parser.parse_args(argv)
     # Checked here, before any file is written.
     args.fanouts = option_checks.fanout_list(parser, args.fanouts)
     option_checks.at_least(parser, args, ["hidden"], 1)
     option_checks.at_most(parser, args, ["hidden"], option_checks.MAX_HIDDEN)
     option_checks.device_option(parser, args.device, auto=True)
+    option_checks.graph_fits(parser, args.size)  # (drawn on the CPU)
     if args.device == "auto":
         args.device = "cuda" if option_checks.cuda_usable() else "cpu"
     if not args.directory:  # Path("") is the current directory: written into unasked

@@ -14,7 +14,6 @@ dot product of two embeddings scores a pair. Each epoch prints the loss and the 
 (the chance that a true edge outscores a random pair; 0.5 is chance).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -78,6 +77,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
     option_checks.positive(parser, args, ["lr"])
     option_checks.output_file(parser, "report", args.report)
     option_checks.device_option(parser, args.device, auto=True)
+    option_checks.graph_fits(parser, args.size)  # (drawn on the CPU)
     return args
 
 
@@ -197,8 +197,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
         option_checks.stop_if_diverged(total_loss / total, epoch, args.lr)
     result = {"history": history, "device": str(device), "size": args.size}
     if args.report:
-        with open(args.report, "w") as f:
-            json.dump(result, f, indent=1)
+        option_checks.write_report(args.report, result)
     return result
 
 

@@ -100,6 +100,21 @@ def output_file(parser, name: str, path: Optional[str]) -> None:
     _cli.check_output_file(parser, name, path)
 
 
+def graph_fits(parser, size: str, device=None, option: str = "--size") -> None:
+    """parser.error when the preset ``size`` cannot be drawn (on ``device``) in the memory
+    this host has available, naming the presets that can: the run had stopped in the
+    generator with a traceback whose fix named settings no option gives (a probe)."""
+    from torch_quiver_ops.preflight import available_memory
+    from torch_quiver_ops.synthetic import PRESETS, preset_host_bytes
+    available = available_memory()
+    need = preset_host_bytes(size, device)
+    if 0 <= available < need:
+        fitting = [name for name in PRESETS if preset_host_bytes(name, device) <= available]
+        parser.error(f"{option} {size} needs about {need / 2**30:.3g} GiB of host memory to "
+                     f"draw its graph, but {available / 2**30:.3g} GiB is available: give a "
+                     f"smaller preset ({', '.join(fitting) or 'none fits'})")
+
+
 def cuda_usable() -> bool:
     """A GPU that torch sees, and a library built with the CUDA kernels (the package's own
     check)."""
@@ -130,14 +145,47 @@ def device_option(parser, text: str, option: str = "--device", auto: bool = Fals
             parser.error(f"{option} {text}: torch sees {torch.cuda.device_count()} GPU(s)")
 
 
+def write_report(path, result: dict) -> None:
+    """``result`` as JSON at ``path``, whole or not at all: written beside it, then renamed
+    over it (a disk that filled as the run ended had left half a report). A device or pipe
+    (/dev/stdout) is written in place, and a link's target through the link."""
+    import json
+    import os
+    import tempfile
+    given, path = path, os.path.realpath(path)
+    try:
+        if os.path.exists(path) and not os.path.isfile(path):
+            with open(path, "w") as f:
+                json.dump(result, f, indent=1)
+            return
+        fd, staged = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".report-",
+                                      suffix=".json")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(result, f, indent=1)
+            os.replace(staged, path)
+        except BaseException:
+            os.unlink(staged)
+            raise
+    except OSError as error:  # (a write's own error named no file)
+        raise OSError(error.errno, f"the report could not be written to {given}: "
+                                   f"{error.strerror or error}") from None
+
+
 def run_main(main: Callable[[], object]) -> None:
     """An example's ``main()``; Ctrl-C ends it with one line and status 130 (a shell's
-    status for SIGINT), not a traceback through whatever it was doing."""
+    status for SIGINT), not a traceback through whatever it was doing, and so does a file
+    that cannot be read or written (status 1: a full disk as the report was written, a
+    folder where an output goes)."""
+    import os
     try:
         main()
         return
     except KeyboardInterrupt:
         pass
+    except OSError as error:
+        prog = os.path.basename(sys.argv[0])
+        sys.exit(f"{prog}: error: {error}")
     # Out of the except block, the interrupt and the frames its traceback held (an epoch's
     # loader among them) are let go, so the loader's cleanup stops its threads now. Exiting
     # from inside the block left them building batches inside torch while the interpreter

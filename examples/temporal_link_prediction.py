@@ -16,7 +16,6 @@ destination among --mrr-negatives random ones (chance about
 H(k + 1) / (k + 1), 0.17 for 20).
 """
 import argparse
-import json
 import os
 import sys
 import time
@@ -95,6 +94,7 @@ def parse_args(argv: Optional[Sequence[str]] = None):
                      f"--test-from {args.test_from}")
     option_checks.output_file(parser, "report", args.report)
     option_checks.device_option(parser, args.device, auto=True)
+    option_checks.graph_fits(parser, args.size)  # (drawn on the CPU)
     return args
 
 
@@ -208,8 +208,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     result = {"history": history, "device": str(device), "size": args.size,
               "chance_mrr": chance_mrr(args.mrr_negatives)}
     if args.report:
-        with open(args.report, "w") as f:
-            json.dump(result, f, indent=1)
+        option_checks.write_report(args.report, result)
     return result
 
 

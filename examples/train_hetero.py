@@ -14,7 +14,6 @@ PyG's ogbn-mag examples do. Each epoch prints the loss, the time and the validat
 test accuracy of the papers (chance: 1/349).
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -196,8 +195,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
     result = {"history": history, "device": str(device), "scale": args.scale,
               "num_classes": graph.num_classes}
     if args.report:
-        with open(args.report, "w") as f:
-            json.dump(result, f, indent=1)
+        option_checks.write_report(args.report, result)
     return result
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import shutil
 import signal
@@ -159,6 +158,9 @@ def parse_args(argv=None):
     if args.mode in ("GPU", "UVA") and (args.device == "cpu" or not option_checks.cuda_usable()):
         parser.error(f"--mode {args.mode} samples on a GPU, and this run has none (--device "
                      f"{args.device}): give --mode CPU")
+    # (drawn on the run's GPU when it has one: build's generator_device)
+    on_gpu = args.device != "cpu" and option_checks.cuda_usable()
+    option_checks.graph_fits(parser, args.size, "cuda" if on_gpu else None)
     return args
 
 
@@ -461,9 +463,9 @@ def main(argv=None) -> dict:
         # The epochs that ran are still a result: an interrupted run's report had been
         # lost whole.
         if args.report and run.lead:
-            Path(args.report).write_text(json.dumps(
-                {"history": history, "num_classes": meta["num_classes"],
-                 "world_size": run.world, "interrupted": True}))
+            option_checks.write_report(args.report, {
+                "history": history, "num_classes": meta["num_classes"],
+                "world_size": run.world, "interrupted": True})
             print(f"interrupted: the report of the {len(history)} epoch(s) that ran is in "
                   f"{args.report}", file=sys.stderr)
         raise
@@ -471,7 +473,7 @@ def main(argv=None) -> dict:
         print("--epochs 0: the model saved is untrained", file=sys.stderr)
     result = {"history": history, "num_classes": meta["num_classes"], "world_size": run.world}
     if args.report and run.lead:
-        Path(args.report).write_text(json.dumps(result))
+        option_checks.write_report(args.report, result)
     if args.save and run.lead:
         # The graph is rebuilt from its preset and seed where it was built (on a GPU the
         # generator draws another graph than on the CPU).

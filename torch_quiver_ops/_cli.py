@@ -66,6 +66,8 @@ def check_output_file(parser: argparse.ArgumentParser, flag: str, path) -> None:
         # Not resolved: "missing/../x" names no file where the folder "missing" is absent,
         # though resolve() read it as "x" (the run then failed at its end).
         folder = Path(text).absolute().parent
+        if folder.exists() and not folder.is_dir():  # (it had said the folder did not exist)
+            parser.error(f"--{flag} {path}: {folder} is a file, not a folder")
         if not folder.is_dir():
             parser.error(f"--{flag} {path}: the folder {folder} does not exist")
         check_folder_writable(parser, f"--{flag} {path}", folder)

@@ -299,6 +299,15 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
                           num_classes=num_classes, indptr=indptr, indices=indices)
 
 
+def preset_host_bytes(size: str, device: Optional[torch.device] = None) -> int:
+    """About the host memory (low side) that ``synthetic_graph(size, device=device)`` holds
+    at its peak: what its memory check asks for, known before a run starts drawing."""
+    if size not in PRESETS:
+        raise ValueError(f"unknown size {size!r}; choose one of {sorted(PRESETS)}")
+    return _host_bytes(PRESETS[size], True, device_or_cpu(device).type == "cpu", False,
+                       torch.float32)
+
+
 def synthetic_graph(size: str = "tiny", seed: int = 0, features: bool = True,
                     device: Optional[torch.device] = None, csr: bool = False,
                     feature_dtype: torch.dtype = torch.float32, **overrides) -> SyntheticGraph:

@@ -123,8 +123,56 @@ def test_report_paths_that_cannot_be_written_are_refused(request, capsys, tmp_pa
             "does not exist")
     refused(capsys, parse, ["--report", str(tmp_path)], "--report", str(tmp_path),
             "is a folder")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")  # (it had said the folder a-file did not exist)
+    refused(capsys, parse, ["--report", str(a_file / "report.json")], "--report",
+            f"{a_file} is a file, not a folder")
     assert parse(["--report", str(tmp_path / "report.json")]).report == str(
         tmp_path / "report.json")
+
+
+@pytest.mark.parametrize("name", ["link", "temporal", "export_sage", "train_sage"])
+def test_a_preset_past_host_memory_is_refused_naming_the_ones_that_fit(
+        request, capsys, monkeypatch, tmp_path, name):
+    """--size papers on a host without the memory to draw it ended in a traceback from the
+    generator, whose fix named settings no option gives (a probe)."""
+    from torch_quiver_ops import preflight
+    module = (load_example("train_sage") if name == "train_sage"
+              else request.getfixturevalue(name))
+    monkeypatch.setattr(preflight, "available_memory", lambda: 2 << 30)
+    argv = ["--size", "papers", "--device", "cpu"]
+    argv = [str(tmp_path / "out"), *argv] if name == "export_sage" else argv
+    refused(capsys, module.parse_args, argv,
+            "--size papers needs about", "GiB of host memory to draw its graph, but 2 GiB is "
+            "available: give a smaller preset (tiny, small, medium)")
+
+
+def test_reports_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A full disk as a run ended left half a report and a traceback (a probe): the report
+    is written beside its path and renamed over it, and an error names the path."""
+    import json
+    import os
+    option_checks = load_example("option_checks")
+    path = tmp_path / "report.json"
+    path.write_text('{"earlier": 1}')
+    option_checks.write_report(str(path), {"history": [1, 2]})
+    assert json.loads(path.read_text()) == {"history": [1, 2]}
+
+    def disk_fills(result, f, **_):
+        f.write('{"history": [')
+        f.flush()
+        raise OSError(28, "No space left on device")
+    with monkeypatch.context() as patch:
+        patch.setattr(json, "dump", disk_fills)
+        with pytest.raises(OSError, match=f"the report could not be written to {path}: No "
+                                          f"space left on device"):
+            option_checks.write_report(str(path), {"history": [1, 2, 3]})
+    assert json.loads(path.read_text()) == {"history": [1, 2]}  # the last one, whole
+    assert os.listdir(tmp_path) == ["report.json"]  # nothing staged left beside it
+    if os.path.exists("/dev/full"):  # a device is written in place (not renamed over)
+        with pytest.raises(OSError, match="could not be written to /dev/full: No space"):
+            option_checks.write_report("/dev/full", {"history": []})
+        assert not os.path.isfile("/dev/full")
 
 
 def test_defaults_and_valid_values_parse(hetero, link, temporal):
@@ -285,3 +333,16 @@ def test_the_pyg_drop_in_example_checks_its_sizes_before_the_graph():
     for (argv, words), done in zip(cases, run_script_cases([(script, argv) for argv, _ in cases],
                                                            timeout=120)):
         assert done.returncode == 2 and words in done.stderr, (argv, done.stderr[-2000:])
+
+
+def test_a_file_that_cannot_be_written_ends_an_example_in_one_line(capsys):
+    """A folder where export_sage.py writes a file (graph/features/feature.json) ended in a
+    traceback after some files were written (a probe): one line, status 1."""
+    option_checks = load_example("option_checks")
+
+    def main():
+        raise IsADirectoryError(21, "Is a directory", "graph/features/feature.json")
+    with pytest.raises(SystemExit) as exit_info:
+        option_checks.run_main(main)
+    assert "error: [Errno 21] Is a directory: 'graph/features/feature.json'" in str(
+        exit_info.value.code)
