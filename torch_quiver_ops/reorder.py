@@ -91,15 +91,19 @@ def bfs_order(topo: CSRTopo, max_roots: int = 1024,
         if roots == max_roots:
             parts.append(by_degree[~visited[by_degree]])
             break
-        # The unvisited node of highest degree, searched a window at a time from where the
-        # last one was found (the scans of all starts together read the order once).
+        # The unvisited node of highest degree, searched from where the last one was found
+        # in windows that double while they find none (the scans of all starts together
+        # read the order about twice). A window of 2^20 for every start had cost each start
+        # that much: 2.7 s for 400,000 nodes in 200,000 components (a probe).
+        width = 1 << 8
         while True:
-            window = by_degree[next_root:next_root + (1 << 20)]
+            window = by_degree[next_root:next_root + width]
             unvisited = (~visited[window]).nonzero()
             if unvisited.numel() > 0:
                 next_root += int(unvisited[0])
                 break
             next_root += window.numel()
+            width = min(2 * width, 1 << 20)
         root = by_degree[next_root:next_root + 1]
         visited[root] = True
         roots += 1
