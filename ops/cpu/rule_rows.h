@@ -39,6 +39,11 @@ struct RuleRows {
   int64_t tree_of(int64_t key) const { return disjoint ? key / num_nodes : 0; }
 
   int64_t rows_per_key() const { return relations.rows_per_node; }
+  int64_t rows_of(int64_t key) const {
+    if (!relations.active()) return 1;
+    const int64_t type = group_of(relations.type_offsets, relations.num_types, node_of(key));
+    return relations.type_relations_ptr[type + 1] - relations.type_relations_ptr[type];
+  }
   PlannedRow plan(int64_t key, int64_t slot, int64_t hop, int64_t fanout) const {
     RowSpan row = checked_row(indptr, node_of(key), num_edges);
     if (relations.active()) {

@@ -20,6 +20,7 @@ struct UniformRows {
 
   int64_t key_space() const { return num_nodes; }
   int64_t rows_per_key() const { return 1; }
+  int64_t rows_of(int64_t) const { return 1; }
   cpu::PlannedRow plan(int64_t node, int64_t, int64_t, int64_t fanout) const {
     return {cpu::checked_row(indptr, node, num_edges), fanout};
   }
