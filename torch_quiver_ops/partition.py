@@ -690,7 +690,11 @@ class DistGraphSampler:
         said = torch.classes.quiver.Transport.agree(
             group.boxed(), f"dist-sampler-built/{self._setup_token}", problem, float(timeout))
         troubled = [f"host {h}: {why}" for h, why in enumerate(said) if why]
-        if troubled:
+        if all(said):
+            # Every host refused: none made the runtime's channel (whose heartbeat numbers
+            # count from the group's store), so the group is as it was on each. Where some
+            # built, their counts moved and the refusing hosts' did not: the group is not
+            # reused (it stays until exit, as every transport's does).
             self._spare_own_group()
         if refusal is not None:
             raise refusal
@@ -702,11 +706,12 @@ class DistGraphSampler:
         self._sampler.set_bounded_slots(self.bounded_slots)
 
     def _spare_own_group(self) -> None:
-        """After a setup that every host refuses together (this sampler's, or a
-        DistNeighborLoader's over it): this host's sampler and transports let go, and the
-        Gloo group made for them kept for the next sampler over the same group
-        (dist._spare_own_group). Each refusal had kept a group and its lanes until exit
-        (a probe: 5 descriptors and 3 threads a refusal, 25 and 15 with 4 lanes)."""
+        """After a setup that every host refuses, each at its own point (this sampler's), or
+        that every host built and then refused together (a DistNeighborLoader's over it):
+        this host's sampler and transports let go, and the Gloo group made for them kept for
+        the next sampler over the same group (dist._spare_own_group). Each such refusal had
+        kept a group and its lanes until exit (a probe: 5 descriptors and 3 threads a
+        refusal, 25 and 15 with 4 lanes)."""
         from .dist import _spare_own_group
         made, self._sampler, self._own_group = self._own_group, None, None
         if made is not None:
@@ -718,11 +723,12 @@ class DistGraphSampler:
         as the hosts agreed (``_agree``)."""
         from .dist import _gloo_lanes, _own_group
         partition = self.partition
-        given, own = group, None
         if not nccl:
             # A Gloo group of the sampler's own, so that its exchanges never pair with a
-            # DistFeature's posted from another thread (see dist._own_group).
-            group = own = _own_group(given, timeout)
+            # DistFeature's posted from another thread (see dist._own_group); spared should
+            # every host refuse the setup.
+            self._own_group = (group, _own_group(group, timeout))
+            group = self._own_group[1]
         self.draws = draws or ("requester" if transport == "rdma" else "owner")
         self.lanes = lanes if transport == "collective" and not nccl else 1
         gloo_lanes = [lane.boxed() for lane in
@@ -751,9 +757,6 @@ class DistGraphSampler:
         # (2**40 asked for its slots' terabytes, where one host's sampler takes all).
         fanouts = self.sizes if replace else [
             k if k < 0 else min(k, self._largest_degree) for k in self.sizes]
-        # Spared should the hosts refuse the setup now: its lanes are made, on every host alike
-        # (the runtime's checks exchange nothing).
-        self._own_group = (given, own) if own is not None else None
         return torch.classes.quiver.DistSampler(
             group.boxed(), indptr, indices, edge_ids, partition.owner, partition.local_index,
             fanouts, replace, float(timeout), reads, gloo_lanes)
@@ -817,21 +820,29 @@ class DistGraphSampler:
         As :class:`GraphSageSampler`'s: the first four on the sampling GPU in the GPU and UVA
         modes (on the CPU in the CPU mode), the counts on the CPU."""
         sampler = self._open()
+        problem = None
         try:
             check_generator(generator)
             if generator is not None and generator.device.type not in ("cpu", "cuda"):
                 raise ValueError(f"generator must be a CPU or CUDA torch.Generator, got one on "
                                  f"{generator.device}")
-            seeds = readable_ids(input_nodes, "input_nodes").cpu()
-        except (TypeError, ValueError, RuntimeError, NotImplementedError):
+        except (TypeError, ValueError) as error:
+            problem, generator = error, None  # (its turn below drawn by the sampler's own)
+        if problem is None:
+            try:
+                seeds = readable_ids(input_nodes, "input_nodes").cpu()
+            except (TypeError, ValueError, RuntimeError, NotImplementedError) as error:
+                problem = error
+        if problem is not None:
             # Seeds or a generator that cannot even be read: this host still takes its turn
             # in the step, with no seeds (as for seeds the runtime refuses), so the hosts
-            # stay in step (a refused generator had skipped it: a probe).
+            # stay in step (a refused generator had skipped it: a probe). A generator that
+            # was fine still draws the peers' requests this host serves (draws='owner').
             try:
-                sampler.sample(torch.empty(0, dtype=torch.long), None)
+                sampler.sample(torch.empty(0, dtype=torch.long), generator)
             except RuntimeError:
                 pass  # a peer gone too: the seeds' own error says more
-            raise
+            raise problem
         return sampler.sample(seeds, generator)
 
     def sample(self, input_nodes, generator: Optional[torch.Generator] = None
