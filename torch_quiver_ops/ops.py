@@ -282,7 +282,8 @@ def float32_weights(weights, name: str) -> Tensor:
     """Sampling weights as the kernels' float32, checked as given first (finite and >= 0),
     then as float32: 1e300 would read inf, 1e-50 would read 0, which masks its edge as a
     weight of 0 does, and 1e-45 and 2e-45 would both read 1.4e-45 (float32's subnormals
-    round by up to half their value, which changes the draws' odds). Complex and bool
+    round by up to half their value, which changes the draws' odds; the GPU's float keys
+    of short rows read them as -inf, whatever they are). Complex and bool
     weights are refused (complex had lost its imaginary part with only torch's warning).
     Positions in the errors are ``weights``' own."""
     raw = no_meta(weights, name, "weights")
@@ -301,12 +302,10 @@ def float32_weights(weights, name: str) -> Tensor:
                       ": every weight must be finite and >= 0"),
                      (torch.isinf(as_float), " is past float32's range (the sampler keeps "
                       "weights as float32): scale the weights down"),
-                     # Beyond round to nearest's 2^-24 of the value: 0 or a subnormal
-                     # (float32 subnormals given as such are kept: they are exact)
-                     ((as_float.double() - given).abs() > given * 2.0 ** -24,
+                     ((given > 0) & (given < torch.finfo(torch.float32).tiny),
                       " is below float32's normal range (the sampler keeps weights as "
                       "float32, where it reads 0, which masks the edge, or a subnormal "
-                      "rounded by up to half its value): scale the weights up")):
+                      "that loses its odds): scale the weights up")):
         if bool(bad.any()):
             at = int(bad.nonzero()[0])
             raise ValueError(f"{name}[{at}] = {float(given[at])}{why}")
