@@ -161,6 +161,10 @@ def write_report(path, result: dict) -> None:
         fd, staged = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".report-",
                                       suffix=".json")
         try:
+            # (mkstemp's file is the owner's alone: the mode open() would have given it)
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)
             with os.fdopen(fd, "w") as f:
                 json.dump(result, f, indent=1)
             os.replace(staged, path)
@@ -168,29 +172,33 @@ def write_report(path, result: dict) -> None:
             os.unlink(staged)
             raise
     except OSError as error:  # (a write's own error named no file)
-        raise OSError(error.errno, f"the report could not be written to {given}: "
-                                   f"{error.strerror or error}") from None
+        raise OSError(error.errno, f"the report could not be written "
+                                   f"({error.strerror or error})", given) from None
 
 
 def run_main(main: Callable[[], object]) -> None:
     """An example's ``main()``; Ctrl-C ends it with one line and status 130 (a shell's
-    status for SIGINT), not a traceback through whatever it was doing, and so does a file
-    that cannot be read or written (status 1: a full disk as the report was written, a
+    status for SIGINT), not a traceback through whatever it was doing, and so does a named
+    file that cannot be read or written (status 1: a full disk as the report was written, a
     folder where an output goes)."""
     import os
+    failed = None
     try:
         main()
         return
     except KeyboardInterrupt:
         pass
     except OSError as error:
-        prog = os.path.basename(sys.argv[0])
-        sys.exit(f"{prog}: error: {error}")
+        if error.filename is None:  # (not a file's: its traceback says more)
+            raise
+        failed = f"{os.path.basename(sys.argv[0])}: error: {error}"
     # Out of the except block, the interrupt and the frames its traceback held (an epoch's
     # loader among them) are let go, so the loader's cleanup stops its threads now. Exiting
     # from inside the block left them building batches inside torch while the interpreter
     # finalized: an abort ("terminate called without an active exception").
     import gc
     gc.collect()
+    if failed is not None:
+        sys.exit(failed)
     print("interrupted (Ctrl-C)", file=sys.stderr)
     sys.exit(130)

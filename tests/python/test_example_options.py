@@ -2,6 +2,9 @@
 and the value), before a graph is built or a file written, rather than trimming a count
 silently or crashing after an epoch; the splits they make from the data are refused, when
 one comes out empty, before the first epoch."""
+import os
+import re
+
 import pytest
 import torch
 from conftest import load_example, run_script_cases
@@ -147,11 +150,16 @@ def test_a_preset_past_host_memory_is_refused_naming_the_ones_that_fit(
             "available: give a smaller preset (tiny, small, medium)")
 
 
+def umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def test_reports_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
     """A full disk as a run ended left half a report and a traceback (a probe): the report
     is written beside its path and renamed over it, and an error names the path."""
     import json
-    import os
     option_checks = load_example("option_checks")
     path = tmp_path / "report.json"
     path.write_text('{"earlier": 1}')
@@ -164,13 +172,15 @@ def test_reports_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
     with monkeypatch.context() as patch:
         patch.setattr(json, "dump", disk_fills)
-        with pytest.raises(OSError, match=f"the report could not be written to {path}: No "
-                                          f"space left on device"):
+        with pytest.raises(OSError, match=re.escape(
+                f"the report could not be written (No space left on device): '{path}'")):
             option_checks.write_report(str(path), {"history": [1, 2, 3]})
     assert json.loads(path.read_text()) == {"history": [1, 2]}  # the last one, whole
+    assert path.stat().st_mode & 0o777 == 0o666 & ~umask()  # as open() makes files
     assert os.listdir(tmp_path) == ["report.json"]  # nothing staged left beside it
     if os.path.exists("/dev/full"):  # a device is written in place (not renamed over)
-        with pytest.raises(OSError, match="could not be written to /dev/full: No space"):
+        with pytest.raises(OSError, match=re.escape("could not be written (No space left on "
+                                                    "device): '/dev/full'")):
             option_checks.write_report("/dev/full", {"history": []})
         assert not os.path.isfile("/dev/full")
 
@@ -346,3 +356,8 @@ def test_a_file_that_cannot_be_written_ends_an_example_in_one_line(capsys):
         option_checks.run_main(main)
     assert "error: [Errno 21] Is a directory: 'graph/features/feature.json'" in str(
         exit_info.value.code)
+
+    def times_out():  # an OSError of no file keeps its traceback
+        raise TimeoutError("the server did not answer")
+    with pytest.raises(TimeoutError):
+        option_checks.run_main(times_out)
