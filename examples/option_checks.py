@@ -149,27 +149,30 @@ def write_report(path, result: dict) -> None:
     """``result`` as JSON at ``path``, whole or not at all: written beside it, then renamed
     over it (a disk that filled as the run ended had left half a report). A device or pipe
     (/dev/stdout) is written in place, and a link's target through the link."""
+    import contextlib
     import json
     import os
-    import tempfile
+    import secrets
+    import shutil
     given, path = path, os.path.realpath(path)
     try:
         if os.path.exists(path) and not os.path.isfile(path):
             with open(path, "w") as f:
                 json.dump(result, f, indent=1)
             return
-        fd, staged = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".report-",
-                                      suffix=".json")
+        # Made as open() makes files (mode 0o666 less the umask), kept as the report was.
+        staged = os.path.join(os.path.dirname(path), f".report-{secrets.token_hex(6)}.json")
+        fd = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            # (mkstemp's file is the owner's alone: the mode open() would have given it)
-            umask = os.umask(0)
-            os.umask(umask)
-            os.fchmod(fd, 0o666 & ~umask)
-            with os.fdopen(fd, "w") as f:
+            with open(fd, "w") as f:  # (a full disk may fail it as it closes)
                 json.dump(result, f, indent=1)
+            if os.path.exists(path):
+                with contextlib.suppress(OSError):
+                    shutil.copymode(path, staged)
             os.replace(staged, path)
         except BaseException:
-            os.unlink(staged)
+            with contextlib.suppress(OSError):
+                os.unlink(staged)
             raise
     except OSError as error:  # (a write's own error named no file)
         raise OSError(error.errno, f"the report could not be written "

@@ -696,6 +696,8 @@ class DistGraphSampler:
             # built, their counts moved and the refusing hosts' did not: the group is not
             # reused (it stays until exit, as every transport's does).
             self._spare_own_group()
+        if troubled:
+            self._sampler = None  # (its heartbeat thread with it, now)
         if refusal is not None:
             raise refusal
         if troubled:
@@ -831,7 +833,8 @@ class DistGraphSampler:
         if problem is None:
             try:
                 seeds = readable_ids(input_nodes, "input_nodes").cpu()
-            except (TypeError, ValueError, RuntimeError, NotImplementedError) as error:
+            except (TypeError, ValueError, IndexError, RuntimeError,
+                    NotImplementedError) as error:  # (IndexError: an id past int64; a review)
                 problem = error
         if problem is not None:
             # Seeds or a generator that cannot even be read: this host still takes its turn

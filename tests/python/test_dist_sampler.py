@@ -595,12 +595,17 @@ def one_host_refusals_worker(rank, world, port, directory, results):
             assert time.monotonic() - began < 10, f"{problem}: a host waited out the timeout"
         sampler = DistGraphSampler(part, [3], timeout=20.0, lanes=4)  # in step: it builds
         assert held_resources()[0] > held[0][0]  # a new group of its own (none spared)
-        with pytest.raises(TypeError, match="generator must be a torch.Generator"):
-            if rank != 0:
-                raise TypeError("generator must be a torch.Generator (host 0's alone)")
-            sampler.sample_subgraph(torch.arange(5), "not a generator")
-        if rank != 0:
-            sampler.sample_subgraph(torch.arange(5))  # host 0's turn, with no seeds
+        # Host 0's generator, then its seed past int64 (an IndexError, a review), refused:
+        # its turn taken with no seeds each time, host 1's steps paired with those turns.
+        for error, words, call in (
+                (TypeError, "generator must be a torch.Generator",
+                 lambda: sampler.sample_subgraph(torch.arange(5), "not a generator")),
+                (IndexError, "past int64", lambda: sampler.sample_subgraph([2**64]))):
+            if rank == 0:
+                with pytest.raises(error, match=words):
+                    call()
+            else:
+                sampler.sample_subgraph(torch.arange(5))
         for _ in range(2):  # each step paired with the other host's (one past had no peer)
             began = time.monotonic()
             sampler.sample_subgraph(torch.arange(5))

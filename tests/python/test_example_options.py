@@ -176,7 +176,12 @@ def test_reports_are_written_whole_or_not_at_all(tmp_path, monkeypatch):
                 f"the report could not be written (No space left on device): '{path}'")):
             option_checks.write_report(str(path), {"history": [1, 2, 3]})
     assert json.loads(path.read_text()) == {"history": [1, 2]}  # the last one, whole
-    assert path.stat().st_mode & 0o777 == 0o666 & ~umask()  # as open() makes files
+    path.chmod(0o640)  # a report's mode is kept; a new one's is open()'s (mkstemp's: 0600)
+    option_checks.write_report(str(path), {"history": [3]})
+    assert path.stat().st_mode & 0o777 == 0o640
+    option_checks.write_report(str(tmp_path / "new.json"), {"history": [3]})
+    assert (tmp_path / "new.json").stat().st_mode & 0o777 == 0o666 & ~umask()
+    (tmp_path / "new.json").unlink()
     assert os.listdir(tmp_path) == ["report.json"]  # nothing staged left beside it
     if os.path.exists("/dev/full"):  # a device is written in place (not renamed over)
         with pytest.raises(OSError, match=re.escape("could not be written (No space left on "
