@@ -187,6 +187,17 @@ atexit.register(_LANES.clear)
 MAX_LANES = 64  # Gloo lanes (8 moved twice what 1 did; 10,000 took minutes to set up)
 
 
+def not_a_group(group) -> Optional[ValueError]:
+    """The error for a ``group`` that is neither None (the default group) nor a process
+    group, else None: raised by the callers after they tell the other hosts over the default
+    group (torch's own error, that the group "world" was not initialized, came on one host
+    alone)."""
+    if group is None or isinstance(group, dist.ProcessGroup):
+        return None
+    return ValueError(f"group must be a torch.distributed ProcessGroup or None (the default "
+                      f"group), got {group!r}")
+
+
 def check_lanes(lanes) -> None:
     """Each lane is a process group with a connection to every host, kept until exit."""
     if not is_int(lanes) or not 1 <= lanes <= MAX_LANES:
@@ -459,11 +470,10 @@ class DistFeature:
                 raise ValueError(f"name must be a str or None, got {name!r}")
             if transport not in TRANSPORTS:
                 raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-            if group is not None and not isinstance(group, dist.ProcessGroup):
-                # (torch's own error said the group "world" was not initialized)
-                bad_group, group = group, None  # the problem told over the default group
-                raise ValueError(f"group must be a torch.distributed ProcessGroup or None (the "
-                                 f"default group), got {bad_group!r}")
+            bad_group = not_a_group(group)
+            if bad_group is not None:
+                group = None  # the problem told over the default group
+                raise bad_group
             check_lanes(lanes)
             timeout = _checked_timeout(timeout)
             _check_local_feature(local)

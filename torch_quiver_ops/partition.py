@@ -624,17 +624,16 @@ class DistGraphSampler:
                  draws: Optional[str] = None, lanes: int = 1,
                  bounded_slots: Optional[bool] = None):
         import torch.distributed as dist
-        from .dist import _checked_timeout, _rdma_options, check_lanes
+        from .dist import _checked_timeout, _rdma_options, check_lanes, not_a_group
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("DistGraphSampler needs torch.distributed: call "
                                "init_process_group first (torchrun sets up its environment)")
         group = group if group is not None else dist.group.WORLD
         try:
-            if not isinstance(group, dist.ProcessGroup):
-                # (torch's own error came on this host alone; told over the default group)
-                bad_group, group = group, dist.group.WORLD
-                raise ValueError(f"group must be a torch.distributed ProcessGroup or None (the "
-                                 f"default group), got {bad_group!r}")
+            bad_group = not_a_group(group)
+            if bad_group is not None:
+                group = dist.group.WORLD  # the problem told over the default group
+                raise bad_group
             if not isinstance(partition, GraphPartition):
                 raise TypeError(f"partition must be a GraphPartition (load_partition), got "
                                 f"{type(partition).__name__}")

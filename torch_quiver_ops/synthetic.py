@@ -299,12 +299,16 @@ def generate(spec: GraphSpec, seed: int = 0, features: bool = True,
                           num_classes=num_classes, indptr=indptr, indices=indices)
 
 
+def _preset(size: str) -> GraphSpec:
+    if size not in PRESETS:
+        raise ValueError(f"unknown size {size!r}; choose one of {sorted(PRESETS)}")
+    return PRESETS[size]
+
+
 def preset_host_bytes(size: str, device: Optional[torch.device] = None) -> int:
     """About the host memory (low side) that ``synthetic_graph(size, device=device)`` holds
     at its peak: what its memory check asks for, known before a run starts drawing."""
-    if size not in PRESETS:
-        raise ValueError(f"unknown size {size!r}; choose one of {sorted(PRESETS)}")
-    return _host_bytes(PRESETS[size], True, device_or_cpu(device).type == "cpu", False,
+    return _host_bytes(_preset(size), True, device_or_cpu(device).type == "cpu", False,
                        torch.float32)
 
 
@@ -314,7 +318,5 @@ def synthetic_graph(size: str = "tiny", seed: int = 0, features: bool = True,
     """A preset graph by name ("tiny", "small", "medium", "products", "reddit", "papers"),
     with optional field overrides, e.g. ``synthetic_graph("small", num_nodes=10_000)``;
     `csr` and `feature_dtype` as in :func:`generate`."""
-    if size not in PRESETS:
-        raise ValueError(f"unknown size {size!r}; choose one of {sorted(PRESETS)}")
-    return generate(replace(PRESETS[size], **overrides), seed=seed, features=features,
+    return generate(replace(_preset(size), **overrides), seed=seed, features=features,
                     device=device, csr=csr, feature_dtype=feature_dtype)

@@ -16,7 +16,7 @@ from torch_geometric.data import Data
 
 from .._device import as_int, check_flag, check_generator
 from .._interrupts import ctrl_c_ends_waits
-from ..dist import DistFeature, gloo_twin
+from ..dist import DistFeature, gloo_twin, not_a_group
 from ..ops import check_fanouts
 from ..partition import (DistGraphSampler, GraphPartition, _tell_sampler_setup_problem,
                          load_partition, read_manifest, split_ids)
@@ -82,11 +82,10 @@ class DistNeighborLoader:
             check_generator(generator)
             fanouts = _fanouts(num_neighbors)
             check_fanouts(fanouts, replace, "num_neighbors")  # here, naming the argument
-            if group is not None and not isinstance(group, dist.ProcessGroup):
-                # (torch's own error came on this host alone; told over the default group)
-                bad_group, group = group, None
-                raise ValueError(f"group must be a torch.distributed ProcessGroup or None (the "
-                                 f"default group), got {bad_group!r}")
+            bad_group = not_a_group(group)
+            if bad_group is not None:
+                group = None  # the problem told over the default group
+                raise bad_group
         except (ValueError, TypeError) as error:
             problem = error
         if problem is not None and not dist.is_initialized():
@@ -136,13 +135,14 @@ class DistNeighborLoader:
             self.group.boxed(), "dist-neighbor-loader-batches",
             json.dumps([self._own_batches, count, problem is not None]), float(timeout))
         everyone = [json.loads(text) for text in texts]
-        if any(refused for _, _, refused in everyone):
+        refused_somewhere = any(refused for _, _, refused in everyone)
+        if refused_somewhere:
             # Refused on every host together: the sampler's group kept for the next loader
             # (each refusal had kept one until exit, with its threads; a probe).
             self.sampler._spare_own_group()
         if problem is not None:
             raise problem
-        if any(refused for _, _, refused in everyone):
+        if refused_somewhere:
             raise ValueError("another host's input_nodes or feature were refused (that host "
                              "names why): this DistNeighborLoader cannot run")
         empty = [h for h, (_, nodes, _) in enumerate(everyone) if nodes == 0]
