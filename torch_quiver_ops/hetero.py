@@ -198,8 +198,9 @@ class HeteroCSRTopo:
             if missing:
                 raise ValueError(f"edge type {et} names node types {missing} that "
                                  f"num_nodes_dict lacks (it has {self.node_types})")
-        self.relation_src_types = [self.node_types.index(et[0]) for et in self.edge_types]
-        self.relation_dst_types = [self.node_types.index(et[2]) for et in self.edge_types]
+        type_position = {t: i for i, t in enumerate(self.node_types)}  # (not list.index: T x R)
+        self.relation_src_types = [type_position[et[0]] for et in self.edge_types]
+        self.relation_dst_types = [type_position[et[2]] for et in self.edge_types]
         # ints only: int(2.7) would cut a relation's last edge off without a word
         if any(isinstance(o, bool) or not hasattr(o, "__index__") for o in relation_edge_offsets):
             raise TypeError(f"relation_edge_offsets must hold ints, got "
@@ -530,7 +531,9 @@ class HeteroSampler:
     def _fanouts(self, num_neighbors) -> Tuple[List[int], int]:
         edge_types = self.topo.edge_types
         if isinstance(num_neighbors, dict):
-            unknown = [k for k in num_neighbors if k not in edge_types]
+            # By set: a list's membership made these checks quadratic in the relations.
+            known = set(edge_types)
+            unknown = [k for k in num_neighbors if k not in known]
             if unknown:
                 raise ValueError(f"num_neighbors names edge types {unknown} that the graph "
                                  f"lacks (it has {edge_types})")
