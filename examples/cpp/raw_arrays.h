@@ -55,7 +55,7 @@ class RecordReader {
     std::map<std::string, Described> found;
     bool saw_arrays = false;
     members(0, [&](const std::string& key) {
-      if (key != "arrays") return skip_value(1);
+      if (key != "arrays") return other_entry(key);
       saw_arrays = true;
       members(1, [&](const std::string& name) {
         check_name(name);
@@ -68,6 +68,9 @@ class RecordReader {
     fail_unless(saw_arrays, "has no \"arrays\" entry");
     return found;
   }
+
+  // The record's top-level entries that are whole numbers (num_classes, say), by name.
+  const std::map<std::string, int64_t>& integers() const { return integers_; }
 
  private:
   static constexpr int kMaxDepth = 64;
@@ -163,6 +166,19 @@ class RecordReader {
     return value;
   }
 
+  // A top-level entry beside "arrays": kept when it is a whole number, else skipped.
+  void other_entry(const std::string& key) {
+    space();
+    size_t end = at_ < text_.size() && text_[at_] == '-' ? at_ + 1 : at_;
+    const size_t digits = end;
+    while (end < text_.size() && std::isdigit(static_cast<unsigned char>(text_[end]))) ++end;
+    if (end > digits && (end == text_.size() || std::strchr(".eE", text_[end]) == nullptr)) {
+      integers_[key] = integer(key);
+    } else {
+      skip_value(1);
+    }
+  }
+
   void skip_value(int depth) {
     fail_unless(depth < kMaxDepth, "nests deeper than the format ever does");
     space();
@@ -222,6 +238,7 @@ class RecordReader {
   const std::string& text_;
   const std::string where_;
   size_t at_ = 0;
+  std::map<std::string, int64_t> integers_;
 };
 
 // A record is a few KB, as Python's load_arrays holds (MAX_RECORD_BYTES): a far larger file
@@ -230,7 +247,9 @@ constexpr int64_t kMaxRecordBytes = int64_t{64} << 20;
 
 // Maps every array of `directory/<stem>.json` (MAP_SHARED, no copy) after checking that
 // each file holds exactly the bytes the record names, and that its dtype and shape do too.
-inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, const std::string& stem) {
+// `integers`, when given, receives the record's top-level whole-number entries.
+inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, const std::string& stem,
+                                                     std::map<std::string, int64_t>* integers = nullptr) {
   const fs::path record = directory / (stem + ".json");
   TORCH_CHECK(fs::exists(record), record.string(), " does not exist: nothing was saved in ",
               directory.string());
@@ -242,7 +261,10 @@ inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, 
   TORCH_CHECK(file, record.string(), " could not be opened");
   const std::string json((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   std::map<std::string, at::Tensor> arrays;
-  for (const auto& [name, info] : RecordReader(json, record.string()).arrays()) {
+  RecordReader reader(json, record.string());
+  const auto described = reader.arrays();
+  if (integers != nullptr) *integers = reader.integers();
+  for (const auto& [name, info] : described) {
     const auto found = dtypes().find(info.dtype);
     TORCH_CHECK(found != dtypes().end(), record.string(), ": array ", name, " has dtype ",
                 info.dtype, ", which this program does not read");

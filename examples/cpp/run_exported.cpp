@@ -88,7 +88,16 @@ void run_on_arrays(const std::string& package, const std::filesystem::path& inpu
     check_feature_table(loader, package, arrays.at(name),
                         name + " of --inputs " + inputs_dir.string());
   }
-  const std::vector<at::Tensor> outputs = loader.run(inputs);
+  const std::vector<at::Tensor> outputs = [&] {
+    try {
+      return loader.run(inputs);
+    } catch (const std::exception& error) {
+      // The op's own words (which input, which value) are printed above as it fails; the
+      // runner's error names neither the package nor the inputs.
+      TORCH_CHECK(false, package, " failed on --inputs ", inputs_dir.string(),
+                  " (the op's error is above): ", error.what());
+    }
+  }();
   std::map<std::string, at::Tensor> named;
   for (size_t i = 0; i < outputs.size(); ++i) named["output_" + std::to_string(i)] = outputs[i];
   raw_arrays::save_arrays(out, "outputs", named);
@@ -180,6 +189,8 @@ int main(int argc, char** argv) {
     const int64_t nodes = indptr.numel() - 1;
     TORCH_CHECK(first < last, "--seeds A:B takes A < B (the seeds A to B - 1), got ", first,
                 ":", last);
+    if (!seeds_given) last = std::min<int64_t>(last, nodes);  // the default: up to 1024 nodes
+    TORCH_CHECK(first < last, "GRAPH_DIR ", graph.string(), " has no nodes to score");
     TORCH_CHECK(0 <= first && last <= nodes, "--seeds ", first, ":", last, " must lie in [0, ",
                 nodes, "]");
     const at::Tensor seeds = torch::arange(first, last);
@@ -192,8 +203,18 @@ int main(int argc, char** argv) {
             .cpu();
     TORCH_CHECK(scores.dim() == 2 && scores.size(0) == seeds.numel(), "the model returned ",
                 scores.sizes(), " for ", seeds.numel(), " seeds");
+    // NaN scores took class 0 for every seed, and an accuracy was printed all the same.
+    const int64_t not_finite = (~scores.isfinite()).sum().item<int64_t>();
+    TORCH_CHECK(not_finite == 0, "the model returned ", not_finite, " scores that are not finite ",
+                "(NaN or inf) for ", seeds.numel(), " seeds: the rows of ", graph.string(),
+                " or the package's weights hold NaN or inf");
+    const at::Tensor seed_labels = y.index_select(0, seeds).to(at::kLong);
+    const int64_t top_label = seed_labels.max().item<int64_t>();
+    TORCH_CHECK(top_label < scores.size(1), graph.string(), "'s labels reach ", top_label,
+                " for these seeds, but ", package, " scores ", scores.size(1), " classes: "
+                "the package was exported for another graph");
     const double accuracy =
-        (scores.argmax(1) == y.index_select(0, seeds).to(at::kLong)).to(at::kDouble).mean().item<double>();
+        (scores.argmax(1) == seed_labels).to(at::kDouble).mean().item<double>();
     std::cout << "ran " << package << " on " << seeds.numel() << " seeds: scores "
               << scores.sizes() << ", accuracy " << accuracy << std::endl;
     if (!out.empty()) raw_arrays::save_arrays(out, "output", {{"scores", scores}, {"seeds", seeds}});

@@ -234,10 +234,11 @@ Options parse(int argc, char** argv) {
                     1 << 13, ", ", 1 << 20, ", ", 1 << 20, ", ", 1 << 20, " and 2**40, got ",
                     o.hidden, ", ", o.classes, ", ", o.features, ", ", o.degree, " and ", o.nodes);
   if (o.data.empty()) {
-    // Labels, features, the edge list both ways and its CSR, with room for the sort, and
-    // the communities' centroids (--classes x --features: 4 TiB at 2**20 each, unchecked).
+    // Labels, features and a table of centroids' rows added to them, the edge list both
+    // ways and its CSR, with room for the sort, and the communities' centroids (--classes x
+    // --features: 4 TiB at 2**20 each, unchecked).
     const double need = static_cast<double>(o.nodes) *
-                            (8.0 + 4.0 * static_cast<double>(o.features) +
+                            (8.0 + 8.0 * static_cast<double>(o.features) +
                              64.0 * static_cast<double>(o.degree)) +
                         4.0 * static_cast<double>(o.classes) * static_cast<double>(o.features);
     const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) *
@@ -277,7 +278,9 @@ Options parse(int argc, char** argv) {
   TORCH_CHECK_VALUE(o.gpu_streams >= 1 && o.gpu_streams <= 1024,
                     "--gpu-streams must be in [1, 1024] (a thread each), got ", o.gpu_streams);
   TORCH_CHECK_VALUE(o.max_batch >= 1, "--max-batch must be >= 1, got ", o.max_batch);
-  TORCH_CHECK_VALUE(o.max_wait_ms >= 0, "--max-wait-ms must be >= 0, got ", o.max_wait_ms);
+  // (A wait past the load's own 60 s wait for an answer failed every request; a probe.)
+  TORCH_CHECK_VALUE(o.max_wait_ms >= 0 && o.max_wait_ms <= 10000,
+                    "--max-wait-ms must be in [0, 10000], got ", o.max_wait_ms);
   TORCH_CHECK_VALUE(o.objective_ms > 0, "--objective-ms must be positive, got ", o.objective_ms);
   TORCH_CHECK(o.serve >= 0 && o.clients >= 1 && o.clients <= 1024,
               "--serve must be >= 0 and --clients in [1, 1024] (a thread each), got ", o.serve,
@@ -322,7 +325,9 @@ Graph synthetic_graph(const Options& o) {
   g.indptr = indptr;
   g.indices = indices;
   Tensor centroids = torch::randn({o.classes, o.features});
-  g.rows = centroids.index_select(0, g.labels) + 6.0 * torch::randn({n, o.features});
+  // In place: the sum of two temporaries had needed four tables of rows at its peak, past
+  // what the memory check counts (the kernel's OOM killer ended the run; a probe).
+  g.rows = torch::randn({n, o.features}).mul_(6.0).add_(centroids.index_select(0, g.labels));
   Tensor perm = torch::randperm(n);
   g.train_idx = perm.slice(0, 0, n / 2);
   g.test_idx = perm.slice(0, n / 2);
@@ -680,6 +685,7 @@ double serve(const Options& o, const Graph& g, const Sampler& sampler,
 struct LoadRow {
   std::string config;
   int64_t rate = 0, sent = 0, answered = 0, refused = 0, failed = 0;
+  std::string first_failure;  // what the first failed request's wait raised
   double answered_per_s = 0, p50 = 0, p99 = 0, p999 = 0;
   int64_t cpu_batches = 0, gpu_batches = 0;
   double seeds_per_batch = 0;
@@ -768,6 +774,7 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
   std::deque<Pending> pending;
   bool all_sent = false;
   std::atomic<int64_t> refused{0}, failed{0};
+  std::string first_failure;  // under `mutex`
   Clock::time_point start;  // set once the waiters run: starting 1024 threads takes a while
   auto scheduled = [&](size_t i) {
     return start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(arrival[i]));
@@ -792,8 +799,12 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
           runtimes[next.runtime]->wait(next.ticket, 60.0);
           latency[next.request] =
               std::chrono::duration<double, std::milli>(Clock::now() - scheduled(next.request)).count();
-        } catch (const std::exception&) {
+        } catch (const std::exception& error) {
+          // Counted, and the first one's words kept: every request of a run had failed with
+          // exit status 0 and nothing said (a probe).
           ++failed;
+          std::lock_guard<std::mutex> lock(mutex);
+          if (first_failure.empty()) first_failure = error.what();
         }
       }
     });
@@ -839,6 +850,7 @@ LoadRow open_loop(const std::vector<quiver::runtime::ServingRuntime*>& runtimes,
   row.sent = static_cast<int64_t>(n);
   row.refused = refused;
   row.failed = failed;
+  row.first_failure = first_failure;
   std::vector<double> done;
   for (double l : latency)
     if (l >= 0) done.push_back(l);
@@ -884,6 +896,8 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
                   const c10::intrusive_ptr<quiver::runtime::FeatureTiers>& tiers, SAGE& model,
                   const at::Device& device, const std::string& mode) {
   std::vector<LoadRow> rows;
+  int64_t failed = 0;
+  std::string first_failure;  // the first failed rate's
   std::printf("open-loop load, %.1f s a rate, batches of at most %lld seeds closed after %.1f ms\n",
               o.load_seconds, static_cast<long long>(o.max_batch), o.max_wait_ms);
   std::printf("%-9s %8s %9s %8s %7s %8s %8s %9s %6s %6s %7s %7s %7s %7s %7s %7s %6s %6s\n", "config",
@@ -970,6 +984,11 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
           static_cast<long long>(row.alloc_retries), row.wait_ms, row.prepare_ms, row.model_side_ms,
           row.late_mean_ms, row.late_p99_ms);
       std::fflush(stdout);
+      if (row.failed != 0 && first_failure.empty()) {
+        first_failure = config + " at " + std::to_string(row.rate) + " requests/s: " +
+                        row.first_failure;
+      }
+      failed += row.failed;
       rows.push_back(row);
     }
     for (const auto& runtime : runtimes) runtime->close(60.0);
@@ -995,6 +1014,8 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
                 config.c_str(), static_cast<long long>(best));
   }
   std::fflush(stdout);
+  TORCH_CHECK(failed == 0, failed, " requests failed under load (refusals aside); the first, ",
+              first_failure);
 }
 
 // Sets how threads wait for every GPU, before their first use, so that every stream and

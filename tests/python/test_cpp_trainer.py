@@ -49,7 +49,11 @@ def saved_graph(tmp_path_factory):
 def test_learns_its_synthetic_graph(mode):
     done = train("--mode", mode, "--epochs", "3", "--hidden", "64", "--min-accuracy", "0.6")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "sample" in done.stdout and "gather" in done.stdout and "model" in done.stdout
+    # Each epoch's line with its split ("sample" alone matched the graph's "sampler mode").
+    import re
+    epochs = re.findall(r"^epoch (\d+): [0-9.]+s \(sample [0-9.]+s, gather [0-9.]+s, model "
+                        r"[0-9.]+s\)", done.stdout, re.M)
+    assert epochs == ["1", "2", "3"], done.stdout
     assert final_accuracy(done.stdout) > 0.6  # eight classes: chance is 0.125
 
 
@@ -126,8 +130,15 @@ def test_measures_the_runtime_under_open_loop_load(mode):
         # (a mean may exceed the 99th percentile: one stall among 200 requests)
         assert 0 <= float(late_ms) < 5000 and 0 <= float(late_p99_ms) < 5000, done.stdout
     for config in configs.split(","):
-        assert re.search(rf"highest rate with p99 <= 30 ms, {config}: \d+ requests/s",
-                         done.stdout), done.stdout
+        # The highest rate whose every lower rate also held p99 <= 30 ms (all were answered
+        # above); any number had passed, 0 too.
+        best = 0
+        for row in sorted((r for r in rows if r[0] == config), key=lambda r: int(r[1])):
+            if float(row[6]) > 30:
+                break
+            best = int(row[1])
+        assert f"highest rate with p99 <= 30 ms, {config}: {best} requests/s" in done.stdout, \
+            done.stdout
 
 
 def test_low_accuracy_is_a_failure():
@@ -320,7 +331,24 @@ def test_a_shape_that_disagrees_with_the_bytes_is_an_error_and_the_file_left_alo
     assert (broken / "features" / "rows.bin").stat().st_size == size
 
 
+def test_a_label_past_the_records_classes_is_refused(saved_graph, tmp_path):
+    """One corrupt label (50,000 in a graph of 4 classes) had made a model of 50,001 classes,
+    trained with exit status 0 (a probe); the record's num_classes bounds the labels."""
+    broken = copied(saved_graph, tmp_path)
+    arrays, _ = qv.load_arrays(broken / "labels", "labels")
+    arrays = {name: array.clone() for name, array in arrays.items()}
+    classes = int(arrays["y"].max()) + 1
+    arrays["y"][int(arrays["train_idx"][0])] = 50_000
+    qv.save_arrays(broken / "labels", "labels", arrays, num_classes=classes)
+    done = train("--data", broken, "--epochs", 1)
+    assert done.returncode == 2 and (f"y holds class id 50000 but the record says num_classes "
+                                     f"{classes}") in done.stderr, done.stdout + done.stderr
+
+
 def test_bad_arguments_are_errors(tmp_path):
+    done = train("--max-wait-ms", "1e6")
+    assert done.returncode == 2 and "--max-wait-ms must be in [0, 10000], got 1e+06" in \
+        done.stderr, done.stderr
     done = train("--data", tmp_path / "nothing")
     assert done.returncode == 2 and "does not exist" in done.stderr
     done = train("--mode", "TPU")
@@ -366,7 +394,7 @@ def test_bad_arguments_are_errors(tmp_path):
                          "a layer of the model would hold 8589934592 weights (--features 32, "
                          "--hidden 8192 and --classes 1048576, 3 layers), more than 2**28"),
                         # one check for six options had named none, nor the value
-                        (["--max-wait-ms", "-1"], "--max-wait-ms must be >= 0, got -1"),
+                        (["--max-wait-ms", "-1"], "--max-wait-ms must be in [0, 10000], got -1"),
                         (["--cpu-samplers", "100000"],
                          "--cpu-samplers must be in [1, 1024] (a thread each), got 100000"),
                         (["--nodes", "1000000000000", "--epochs", "0"],

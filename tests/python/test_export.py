@@ -199,6 +199,44 @@ def test_cpp_runs_the_package_as_eager_does(exported, tmp_path):
 
 @pytest.mark.skipif(not RUNNER, reason="QUIVER_CPP_EXPORT_RUNNER is not set (scripts/test.sh "
                     "builds examples/cpp)")
+def test_cpp_refuses_scores_it_cannot_trust(exported, tmp_path):
+    """NaN rows scored every seed class 0 and printed an accuracy, rc 0; labels past the
+    package's classes were compared all the same; the default --seeds 0:1024 on a smaller
+    graph was blamed on the user (a probe)."""
+    graph = exported["directory"] / "graph"
+
+    def with_part(name, part, stem, arrays):
+        other = tmp_path / name
+        other.mkdir()
+        for kept in {"topology", "features", "labels"} - {part}:
+            (other / kept).symlink_to(graph / kept, target_is_directory=True)
+        qv.save_arrays(other / part, stem, arrays)
+        return subprocess.run([RUNNER, str(exported["package"]), str(other), "--seeds", "0:64",
+                               "--device", exported["device"]],
+                              capture_output=True, text=True, timeout=300)
+
+    rows, _ = qv.load_arrays(graph / "features", "feature")
+    done = with_part("nan", "features", "feature",
+                     {"rows": torch.full_like(rows["rows"], float("nan"))})
+    assert done.returncode == 2 and "scores that are not finite" in done.stderr, done.stderr
+    labels, _ = qv.load_arrays(graph / "labels", "labels")
+    y = labels["y"].clone()
+    y[3] = 1000
+    done = with_part("labels", "labels", "labels", {**labels, "y": y})
+    assert done.returncode == 2 and "labels reach 1000 for these seeds" in done.stderr, \
+        done.stderr
+    small = tmp_path / "small"
+    indptr = torch.tensor([0, 1, 2])
+    qv.save_arrays(small / "topology", "csr", {"indptr": indptr, "indices": torch.tensor([1, 0])})
+    qv.save_arrays(small / "features", "feature", {"rows": rows["rows"][:2].clone()})
+    qv.save_arrays(small / "labels", "labels", {"y": labels["y"][:2].clone()})
+    done = subprocess.run([RUNNER, str(exported["package"]), str(small), "--device",
+                           exported["device"]], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "on 2 seeds" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(not RUNNER, reason="QUIVER_CPP_EXPORT_RUNNER is not set (scripts/test.sh "
+                    "builds examples/cpp)")
 def test_cpp_refuses_a_table_the_package_was_not_built_for(exported, tmp_path):
     """The compiled kernels read rows of the width and dtype they were exported with: a
     table of another width read past its end (or as other numbers) and scored, rc 0."""
