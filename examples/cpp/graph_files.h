@@ -73,7 +73,7 @@ inline Graph load(const fs::path& directory, bool splits = true) {
                       " node ids once (hottest first)");
   }
 
-  std::map<std::string, int64_t> record;
+  std::map<std::string, std::optional<int64_t>> record;
   const auto labels = raw_arrays::load_arrays(labels_dir, "labels", &record);
   g.labels = integer_ids(require(labels, "y", labels_dir), labels_dir, "y");
   TORCH_CHECK_VALUE(g.labels.numel() == nodes, labels_dir.string(), ": y holds ",
@@ -85,12 +85,15 @@ inline Graph load(const fs::path& directory, bool splits = true) {
   g.num_classes = high.item<int64_t>() + 1;
   if (const auto said = record.find("num_classes"); said != record.end()) {
     // One corrupt label had made a model of that many classes, trained without a word.
-    TORCH_CHECK_VALUE(said->second >= 1 && said->second <= kMostClasses, labels_dir.string(),
-                      ": the record's num_classes is ", said->second, ", not in [1, ",
-                      kMostClasses, "]: the metadata is corrupt");
-    TORCH_CHECK_VALUE(g.num_classes <= said->second, labels_dir.string(), ": y holds class id ",
-                      high.item<int64_t>(), " but the record says num_classes ", said->second);
-    g.num_classes = said->second;
+    TORCH_CHECK_VALUE(said->second.has_value(), labels_dir.string(), ": the record's "
+                      "num_classes is not a whole number: the metadata is corrupt");
+    const int64_t classes = *said->second;
+    TORCH_CHECK_VALUE(classes >= 1 && classes <= kMostClasses, labels_dir.string(),
+                      ": the record's num_classes is ", classes, ", not in [1, ", kMostClasses,
+                      "]: the metadata is corrupt");
+    TORCH_CHECK_VALUE(g.num_classes <= classes, labels_dir.string(), ": y holds class id ",
+                      high.item<int64_t>(), " but the record says num_classes ", classes);
+    g.num_classes = classes;
   }
   if (!splits) return g;
   for (auto [name, ids] : {std::pair{"train_idx", &g.train_idx}, {"test_idx", &g.test_idx}}) {

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <charconv>
+#include <optional>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -69,8 +70,9 @@ class RecordReader {
     return found;
   }
 
-  // The record's top-level entries that are whole numbers (num_classes, say), by name.
-  const std::map<std::string, int64_t>& integers() const { return integers_; }
+  // The record's top-level entries beside "arrays" (num_classes, say), by name: each
+  // whole number's value, none for any other value.
+  const std::map<std::string, std::optional<int64_t>>& integers() const { return integers_; }
 
  private:
   static constexpr int kMaxDepth = 64;
@@ -166,15 +168,20 @@ class RecordReader {
     return value;
   }
 
-  // A top-level entry beside "arrays": kept when it is a whole number, else skipped.
+  // A top-level entry beside "arrays": its value kept when it is a whole number that fits
+  // int64, else noted as none and skipped (Python's save_arrays takes any JSON there).
   void other_entry(const std::string& key) {
     space();
     size_t end = at_ < text_.size() && text_[at_] == '-' ? at_ + 1 : at_;
     const size_t digits = end;
     while (end < text_.size() && std::isdigit(static_cast<unsigned char>(text_[end]))) ++end;
-    if (end > digits && (end == text_.size() || std::strchr(".eE", text_[end]) == nullptr)) {
-      integers_[key] = integer(key);
+    int64_t value = 0;
+    if (end > digits && (end == text_.size() || std::strchr(".eE", text_[end]) == nullptr) &&
+        std::from_chars(text_.data() + at_, text_.data() + end, value).ec == std::errc()) {
+      integers_[key] = value;
+      at_ = end;
     } else {
+      integers_[key] = std::nullopt;
       skip_value(1);
     }
   }
@@ -238,7 +245,7 @@ class RecordReader {
   const std::string& text_;
   const std::string where_;
   size_t at_ = 0;
-  std::map<std::string, int64_t> integers_;
+  std::map<std::string, std::optional<int64_t>> integers_;
 };
 
 // A record is a few KB, as Python's load_arrays holds (MAX_RECORD_BYTES): a far larger file
@@ -247,9 +254,10 @@ constexpr int64_t kMaxRecordBytes = int64_t{64} << 20;
 
 // Maps every array of `directory/<stem>.json` (MAP_SHARED, no copy) after checking that
 // each file holds exactly the bytes the record names, and that its dtype and shape do too.
-// `integers`, when given, receives the record's top-level whole-number entries.
-inline std::map<std::string, at::Tensor> load_arrays(const fs::path& directory, const std::string& stem,
-                                                     std::map<std::string, int64_t>* integers = nullptr) {
+// `integers`, when given, receives the record's top-level entries (RecordReader::integers).
+inline std::map<std::string, at::Tensor> load_arrays(
+    const fs::path& directory, const std::string& stem,
+    std::map<std::string, std::optional<int64_t>>* integers = nullptr) {
   const fs::path record = directory / (stem + ".json");
   TORCH_CHECK(fs::exists(record), record.string(), " does not exist: nothing was saved in ",
               directory.string());

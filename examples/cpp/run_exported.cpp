@@ -190,7 +190,6 @@ int main(int argc, char** argv) {
     TORCH_CHECK(first < last, "--seeds A:B takes A < B (the seeds A to B - 1), got ", first,
                 ":", last);
     if (!seeds_given) last = std::min<int64_t>(last, nodes);  // the default: up to 1024 nodes
-    TORCH_CHECK(first < last, "GRAPH_DIR ", graph.string(), " has no nodes to score");
     TORCH_CHECK(0 <= first && last <= nodes, "--seeds ", first, ":", last, " must lie in [0, ",
                 nodes, "]");
     const at::Tensor seeds = torch::arange(first, last);

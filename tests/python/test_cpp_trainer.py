@@ -343,6 +343,18 @@ def test_a_label_past_the_records_classes_is_refused(saved_graph, tmp_path):
     done = train("--data", broken, "--epochs", 1)
     assert done.returncode == 2 and (f"y holds class id 50000 but the record says num_classes "
                                      f"{classes}") in done.stderr, done.stdout + done.stderr
+    # Other entries of any JSON beside it are read past (a seed past int64 among them); a
+    # num_classes that is no whole number is named.
+    arrays["y"][int(arrays["train_idx"][0])] = 0
+    for num_classes, words in ((classes, None), (4.0, "num_classes is not a whole number"),
+                               (0, "num_classes is 0, not in [1, ")):
+        qv.save_arrays(broken / "labels", "labels", arrays, num_classes=num_classes,
+                       seed=2**64 - 1, note={"a": [1.5]})
+        done = train("--data", broken, "--epochs", 1, "--min-accuracy", 0)
+        if words is None:
+            assert done.returncode == 0, done.stdout + done.stderr
+        else:
+            assert done.returncode == 2 and words in done.stderr, done.stdout + done.stderr
 
 
 def test_bad_arguments_are_errors(tmp_path):
