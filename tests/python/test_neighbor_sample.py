@@ -152,6 +152,31 @@ def test_sums_of_many_picks_follow_the_keys_law(mode):
     assert p > P_VALUE_FLOOR, (sum(heavy[False]) / 2000, sum(heavy[True]) / 2000)
 
 
+@pytest.mark.parametrize("cumsum", [False, True], ids=["keys", "sums"])
+def test_a_thousand_picks_of_a_hub_follow_successive_sampling(mode, cumsum):
+    """1,000 picks of 3,000 edges, the first 1,000 of weight 4 and the rest of weight 1:
+    the heavy picks a row against successive sampling simulated here (exponential clocks),
+    on both weighted paths (keys in the row's scratch, many at once; draws by prefix sums
+    with the edges met in a set). Then 100 edges of weight 1e6: the draws by sums meet only
+    them and finish by keys, 900 of the 2,900 light edges, uniform among them."""
+    degree, fanout, trials = 3000, 1000, 200
+    weights = torch.cat([torch.full((1000,), 4.0), torch.ones(2000)])
+    rows = star_rows(mode, degree, fanout, weights=weights, trials=trials, cumsum=cumsum)
+    assert all(len(r) == fanout and len(set(r)) == fanout for r in rows)
+    heavy = torch.tensor([sum(e < 1000 for e in r) for r in rows], dtype=torch.float64)
+    gen = torch.Generator().manual_seed(5)
+    clocks = torch.empty(2000, degree, dtype=torch.float64).exponential_(generator=gen)
+    picked = (clocks / weights.double()).topk(fanout, dim=1, largest=False).indices
+    law = (picked < 1000).sum(dim=1).double()
+    spread = math.sqrt(law.var() / trials + law.var() / law.numel())
+    assert abs(float(heavy.mean() - law.mean())) < 5 * spread, (heavy.mean(), law.mean())
+    weights = torch.cat([torch.full((100,), 1e6), torch.ones(2900)])
+    rows = star_rows(mode, degree, fanout, weights=weights, trials=trials, cumsum=cumsum)
+    assert all(len(set(r)) == fanout and set(range(100)) <= set(r) for r in rows)
+    light = torch.tensor([e - 100 for r in rows for e in r if e >= 100])
+    assert_uniform(torch.bincount(light, minlength=2900))
+
+
 def test_sums_match_keys_on_a_random_graph(mode):
     """Long rows, several hops: both weighted paths give the same kind of subgraph, real
     edges, min(fanout, degree) picks a row."""
@@ -378,11 +403,13 @@ def test_sort_rows_by_time_refuses_fractional_times():
         qv.ops.sort_rows_by_time(indptr, indices, node_time=torch.tensor([0.0, 0.7, 0.3]))
 
 
-def test_weighted_large_fanout_beyond_shared_buffer(mode):
-    """More picks than the GPU keeps in shared memory: the scratch buffer path."""
+@pytest.mark.parametrize("cumsum", [False, True], ids=["keys", "sums"])
+def test_weighted_large_fanout_beyond_shared_buffer(mode, cumsum):
+    """More picks than a GPU warp holds in registers: the keys kept in the row's scratch,
+    or the draws by prefix sums with the edges met in a set there."""
     degree, fanout = 60, 40
     weights = torch.linspace(0.5, 5.0, degree)
-    rows = star_rows(mode, degree, fanout, weights=weights, trials=400)
+    rows = star_rows(mode, degree, fanout, weights=weights, trials=400, cumsum=cumsum)
     assert all(len(r) == fanout and len(set(r)) == fanout for r in rows)
     # Each edge's count against successive sampling simulated here (exponential clocks
     # E_i / w_i, the 40 shortest picked). Lighter edges less often was all it checked: a

@@ -124,6 +124,12 @@ GPU_ONLY = not (torch.cuda.is_available() and qv.cuda_kernels_built())
 
 
 BENCHMARK_REFUSALS = [
+    ("bench_weighted_hubs.py", ["--fanouts", "0,10"], "--fanouts must lie in [1, 99999]"),
+    ("bench_weighted_hubs.py", ["--fanouts", "a"], "--fanouts takes a comma list"),
+    ("bench_weighted_hubs.py", ["--compare", "/nonexistent.json", "/nonexistent.json"],
+     "--compare /nonexistent.json: not a --json of this script"),
+    pytest.param("bench_weighted_hubs.py", [], "this benchmark needs a GPU",
+                 marks=pytest.mark.skipif(not GPU_ONLY, reason="a GPU is here")),
     ("bench_sampling.py", ["--graphs", "tiny", "--batch-size", "0"], "--batch-size must be >= 1"),
     ("bench_sampling.py", ["--graphs", "nope"], "--graphs takes presets of"),
     ("bench_e2e.py", ["--graph", "nope"], "--graph takes presets of"),
