@@ -84,7 +84,8 @@ def measure(fanouts):
             print(f"fanout {k:>6} {row['variant']:<18} {row['ms']:>10.3f} ms  "
                   f"{HUBS * k / row['ms'] / 1e3:>9.2f} Medges/s", flush=True)
     return {"device": torch.cuda.get_device_name(),
-            "library": os.environ.get("TORCH_QUIVER_OPS_LIBRARY", "installed"), "hubs": HUBS, "degree": DEGREE, "rows": rows}
+            "library": os.environ.get("TORCH_QUIVER_OPS_LIBRARY", "installed"), "hubs": HUBS,
+            "degree": DEGREE, "rows": rows}
 
 
 def compare(old_path, new_path, png):
