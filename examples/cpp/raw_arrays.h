@@ -153,30 +153,37 @@ class RecordReader {
     }
   }
 
-  int64_t integer(const std::string& what) {
+  // Skips the spaces here, then tells where a whole number written there ends (an optional
+  // '-', digits, no fraction or exponent after them): `at_` when none is.
+  size_t whole_number_end() {
     space();
+    size_t end = at_ < text_.size() && text_[at_] == '-' ? at_ + 1 : at_;
+    const size_t digits = end;
+    while (end < text_.size() && std::isdigit(static_cast<unsigned char>(text_[end]))) ++end;
+    const bool whole =
+        end > digits && (end == text_.size() || std::strchr(".eE", text_[end]) == nullptr);
+    return whole ? end : at_;
+  }
+
+  int64_t integer(const std::string& what) {
+    const size_t end = whole_number_end();  // (past the spaces before it)
     const size_t begin = at_;
-    if (at_ < text_.size() && text_[at_] == '-') ++at_;
-    while (at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_]))) ++at_;
-    const bool fraction = at_ < text_.size() && std::strchr(".eE", text_[at_]) != nullptr;
-    fail_unless(at_ > begin && std::isdigit(static_cast<unsigned char>(text_[at_ - 1])) && !fraction,
-                "gives " + what + " as something other than an integer");
+    fail_unless(end > begin, "gives " + what + " as something other than an integer");
+    at_ = end;
     int64_t value = 0;
-    const auto [end, error] = std::from_chars(text_.data() + begin, text_.data() + at_, value);
-    TORCH_CHECK(error == std::errc() && end == text_.data() + at_, where_, ": ", what, " ",
-                text_.substr(begin, at_ - begin), " is past any file's size: the metadata is corrupt");
+    const auto [stop, error] = std::from_chars(text_.data() + begin, text_.data() + end, value);
+    TORCH_CHECK(error == std::errc() && stop == text_.data() + end, where_, ": ", what, " ",
+                text_.substr(begin, end - begin),
+                " is past any file's size: the metadata is corrupt");
     return value;
   }
 
   // A top-level entry beside "arrays": its value kept when it is a whole number that fits
   // int64, else noted as none and skipped (Python's save_arrays takes any JSON there).
   void other_entry(const std::string& key) {
-    space();
-    size_t end = at_ < text_.size() && text_[at_] == '-' ? at_ + 1 : at_;
-    const size_t digits = end;
-    while (end < text_.size() && std::isdigit(static_cast<unsigned char>(text_[end]))) ++end;
+    const size_t end = whole_number_end();
     int64_t value = 0;
-    if (end > digits && (end == text_.size() || std::strchr(".eE", text_[end]) == nullptr) &&
+    if (end > at_ &&
         std::from_chars(text_.data() + at_, text_.data() + end, value).ec == std::errc()) {
       integers_[key] = value;
       at_ = end;

@@ -896,8 +896,6 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
                   const c10::intrusive_ptr<quiver::runtime::FeatureTiers>& tiers, SAGE& model,
                   const at::Device& device, const std::string& mode) {
   std::vector<LoadRow> rows;
-  int64_t failed = 0;
-  std::string first_failure;  // the first failed rate's
   std::printf("open-loop load, %.1f s a rate, batches of at most %lld seeds closed after %.1f ms\n",
               o.load_seconds, static_cast<long long>(o.max_batch), o.max_wait_ms);
   std::printf("%-9s %8s %9s %8s %7s %8s %8s %9s %6s %6s %7s %7s %7s %7s %7s %7s %6s %6s\n", "config",
@@ -984,11 +982,6 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
           static_cast<long long>(row.alloc_retries), row.wait_ms, row.prepare_ms, row.model_side_ms,
           row.late_mean_ms, row.late_p99_ms);
       std::fflush(stdout);
-      if (row.failed != 0 && first_failure.empty()) {
-        first_failure = config + " at " + std::to_string(row.rate) + " requests/s: " +
-                        row.first_failure;
-      }
-      failed += row.failed;
       rows.push_back(row);
     }
     for (const auto& runtime : runtimes) runtime->close(60.0);
@@ -1014,8 +1007,16 @@ void measure_load(const Options& o, const Graph& g, const Sampler& sampler,
                 config.c_str(), static_cast<long long>(best));
   }
   std::fflush(stdout);
+  int64_t failed = 0;
+  const LoadRow* first_failed = nullptr;
+  for (const LoadRow& row : rows) {
+    failed += row.failed;
+    if (row.failed != 0 && first_failed == nullptr) first_failed = &row;
+  }
   TORCH_CHECK(failed == 0, failed, " requests failed under load (refusals aside); the first, ",
-              first_failure);
+              first_failed ? first_failed->config + " at " + std::to_string(first_failed->rate) +
+                                 " requests/s: " + first_failed->first_failure
+                           : std::string());
 }
 
 // Sets how threads wait for every GPU, before their first use, so that every stream and
