@@ -1,10 +1,11 @@
 // Weighted row sampling on the GPU (see weighted_rows.h). A group of G lanes samples a row:
 // without replacement it keeps the row's best `count` keys in a buffer (registers, one slot
-// a lane, when count <= G; else shared memory, or the hop's pick_sets scratch past
-// kSharedPicks) and offers the rest of the row to it G edges at a time; a key enters only if
-// it beats the buffer's smallest, which for random keys happens about count * ln(degree /
-// count) times a row. The register path's keys are floats (23-bit uniforms): measured on
-// the H200 the double keys cost 7x uniform sampling's time.
+// a lane, when count <= G; else the hop's pick_sets scratch) and offers the rest of the row
+// to it G edges at a time; a key enters only if it beats the buffer's smallest, which for
+// random keys happens about count * ln(degree / count) times a row. The register path's keys
+// are floats (23-bit uniforms): measured on the H200 the double keys cost 7x uniform
+// sampling's time. Rows with prefix sums (edge_weight_cumsum) draw by binary search instead,
+// at any count (sample_by_sums).
 #include <cooperative_groups.h>
 #include <cooperative_groups/reduce.h>
 #include <cooperative_groups/scan.h>
@@ -59,6 +60,67 @@ __device__ inline float edge_uniform23(uint64_t seed, uint64_t call, uint64_t st
 // 2^-21) can make log(u) zero or positive for u close to 1, a key that ignores the weight.
 __device__ inline float float_key(float u, float w) { return logf(u) / w; }
 
+// The `size` largest keys offered, kept in global scratch (`keys`, `offsets`) for rows that
+// pick more than G without replacement: slots fill in offer order, then a key enters only
+// when it beats the buffer's least, which the group's lanes find together (one lane's scan
+// cost `size` loads a key that enters, about size^2 ln(degree / size) a row; a review).
+template <int G, typename Group>
+struct KeyBuffer {
+  double* keys;
+  int64_t* offsets;
+  int64_t size;
+  int64_t filled = 0;
+  double least = -DBL_MAX;  // while filling, every key (all are finite) is offered
+  int64_t least_at = 0;
+
+  __device__ void find_least(const Group& group) {
+    group.sync();  // slots written by other lanes
+    double mine = DBL_MAX;
+    int64_t at = 0;
+    for (int64_t q = group.thread_rank(); q < size; q += G) {
+      const double key = keys[q];
+      if (key < mine) {
+        mine = key;
+        at = q;
+      }
+    }
+    least = cg::reduce(group, mine, cg::less<double>());
+    least_at = group.shfl(at, __ffs(group.ballot(mine == least)) - 1);
+  }
+
+  // Offers each lane's `key` (of row offset `at`; -DBL_MAX offers nothing), lanes in order.
+  __device__ void offer(const Group& group, double key, int64_t at) {
+    const int lane = group.thread_rank();
+    unsigned offered = group.ballot(key > least);
+    if (filled < size) {
+      const int64_t slot = filled + __popc(offered & ((1u << lane) - 1));
+      const bool lands = (offered >> lane & 1u) && slot < size;
+      if (lands) {
+        keys[slot] = key;
+        offsets[slot] = at;
+      }
+      const unsigned landed = group.ballot(lands);
+      filled += __popc(landed);
+      offered &= ~landed;
+      if (filled < size) return;  // every offer landed
+      find_least(group);
+    }
+    while (offered != 0) {
+      const int l = __ffs(offered) - 1;
+      offered &= offered - 1;
+      const double candidate = group.shfl(key, l);
+      const int64_t candidate_at = group.shfl(at, l);
+      if (candidate > least) {
+        if (lane == 0) {
+          keys[least_at] = candidate;
+          offsets[least_at] = candidate_at;
+        }
+        find_least(group);
+      }
+    }
+  }
+};
+
 // Counter offsets of a row's draws by prefix sums, apart from its keys' (edge offsets).
 constexpr int64_t kSumDrawBase = int64_t{1} << 40;
 
@@ -66,12 +128,17 @@ constexpr int64_t kSumDrawBase = int64_t{1} << 40;
 // weighted_offsets_by_sums. Lane l makes draw d + l of the row's sequence (a binary search
 // for u * total); with replacement each pick is one draw; without, the first `count`
 // distinct edges of the sequence, met in draw order, then, past kMaxSumDraws(count), the
-// rest by keys among the edges not met. `emit(j, offset)` writes pick j.
+// rest by keys among the edges not met. `emit(j, offset)` writes pick j. Past G picks
+// without replacement the edges met are an open-addressing set in `met_set` (the row's
+// pick_sets scratch, 2 * count entries cleared to -1), and the keys of the rest wait in the
+// row's outputs from pick `met` on (`spare_keys`, `spare_offsets`: count entries each,
+// each slot read by the lane that then emits it).
 template <int G, typename Group, typename Weight, typename Emit>
 __device__ void sample_by_sums(const Group& group, const RowRules& rules, const RowTree& tree,
                                int64_t begin, int64_t degree, int64_t count, bool replace,
                                uint64_t seed, uint64_t call, uint64_t stream, Weight&& weight,
-                               Emit&& emit) {
+                               Emit&& emit, int64_t* met_set, int64_t* spare_keys,
+                               int64_t* spare_offsets) {
   const int lane = group.thread_rank();
   const double* sums = rules.weight_sums + begin;
   const double total = sums[degree - 1];
@@ -107,9 +174,60 @@ __device__ void sample_by_sums(const Group& group, const RowRules& rules, const 
     for (int64_t j = lane; j < count; j += G) emit(j, draw(j));
     return;
   }
+  const int64_t max_draws = 8 * count + 64;  // as max_sum_draws on the CPU
+  if (count > G) {
+    // (These rows had taken keys over the whole row, ignoring the sums: O(degree) where the
+    // CPU's draws are O(count log degree); a review.)
+    const uint64_t capacity = 2 * static_cast<uint64_t>(count);
+    auto* cells = reinterpret_cast<unsigned long long*>(met_set);
+    auto first_probe = [&](int64_t j) { return mix_node_id(static_cast<uint64_t>(j)) % capacity; };
+    auto inserted = [&](int64_t j) {  // false when j was in the set already
+      for (uint64_t h = first_probe(j);; h = h + 1 == capacity ? 0 : h + 1) {
+        const unsigned long long held =
+            atomicCAS(cells + h, ~0ull, static_cast<unsigned long long>(j));
+        if (held == ~0ull) return true;
+        if (held == static_cast<unsigned long long>(j)) return false;
+      }
+    };
+    auto was_met = [&](int64_t j) {  // (read past L1: other lanes' inserts are atomics)
+      for (uint64_t h = first_probe(j);; h = h + 1 == capacity ? 0 : h + 1) {
+        const long long held = __ldcg(reinterpret_cast<const long long*>(met_set) + h);
+        if (held == -1) return false;
+        if (held == j) return true;
+      }
+    };
+    int64_t met = 0;
+    for (int64_t d = 0; met < count && d < max_draws; d += G) {
+      const int64_t j = draw(d + lane);
+      // A repeat within the G draws counts once, at its first lane (the draw order).
+      const unsigned same = __match_any_sync(0xffffffffu, static_cast<unsigned long long>(j));
+      const bool fresh = __ffs(same) - 1 == lane && inserted(j);
+      const unsigned fresh_lanes = group.ballot(fresh);
+      const int64_t at = met + __popc(fresh_lanes & ((1u << lane) - 1));
+      if (fresh && at < count) emit(at, j);
+      met = min(count, met + static_cast<int64_t>(__popc(fresh_lanes)));
+    }
+    if (met == count) return;
+    group.sync();  // the set's inserts seen by every lane's was_met below
+    KeyBuffer<G, Group> rest{reinterpret_cast<double*>(spare_keys + met), spare_offsets + met,
+                             count - met};
+    for (int64_t base = 0; base < degree; base += G) {
+      const int64_t j = base + lane;
+      rest.offer(group,
+                 j < degree && !was_met(j)
+                     ? log(edge_uniform(seed, call, stream, j)) / weight(j)
+                     : -DBL_MAX,
+                 j);
+    }
+    group.sync();
+    for (int64_t q = lane; q < rest.size; q += G) {
+      const int64_t offset = rest.offsets[q];  // this lane's slot, before emit overwrites it
+      emit(met + q, offset);
+    }
+    return;
+  }
   int64_t held_at = -1;  // lane l < met: the l-th edge met
   int64_t met = 0;
-  const int64_t max_draws = 8 * count + 64;  // as max_sum_draws on the CPU
   auto was_met = [&](int64_t j) {
     bool seen = false;
     for (int64_t q = 0; q < met; ++q) seen |= group.shfl(held_at, static_cast<int>(q)) == j;
@@ -176,12 +294,8 @@ __global__ void __launch_bounds__(kBlock)
                          int64_t* __restrict__ neighbors_out, int64_t* __restrict__ edge_ids_out,
                          int64_t* __restrict__ cols_out, const int64_t* col_base_ptr,
                          int64_t* pick_sets, const int64_t* __restrict__ row_fanout) {
-  constexpr int kGroups = kBlock / G;
-  __shared__ double shared_keys[kGroups][kSharedPicks];
-  __shared__ int64_t shared_offsets[kGroups][kSharedPicks];
   const auto group = cg::tiled_partition<G>(cg::this_thread_block());
   const int lane = group.thread_rank();
-  const int slot = threadIdx.x / G;
   const int64_t col_base = cols_out ? *col_base_ptr : 0;
   const RowRules& rules = rule.rules;
   const uint64_t seed =
@@ -189,7 +303,8 @@ __global__ void __launch_bounds__(kBlock)
   const uint64_t call =
       rule.device_key ? static_cast<uint64_t>(rule.device_key[1]) : rule.key.offset;
 
-  for (int64_t r = blockIdx.x * int64_t{kGroups} + slot; r < num_rows;
+  constexpr int kGroups = kBlock / G;
+  for (int64_t r = blockIdx.x * int64_t{kGroups} + threadIdx.x / G; r < num_rows;
        r += int64_t{gridDim.x} * kGroups) {
     const int64_t count = row_count[r];
     if (count == 0) continue;
@@ -231,9 +346,11 @@ __global__ void __launch_bounds__(kBlock)
       continue;
     }
 
-    if (rules.weight_sums != nullptr && (rule.replace || count <= G)) {
+    // (pick_sets is there for every row past G picks without replacement)
+    int64_t* row_scratch = pick_sets != nullptr ? pick_sets + 2 * first : nullptr;
+    if (rules.weight_sums != nullptr) {
       sample_by_sums<G>(group, rules, tree, begin, degree, count, rule.replace, seed, call, stream,
-                     weight, emit);
+                        weight, emit, row_scratch, neighbors_out + first, edge_ids_out + first);
       continue;
     }
 
@@ -309,52 +426,18 @@ __global__ void __launch_bounds__(kBlock)
       if (lane < count) emit(lane, held_at);
       continue;
     }
-    // Without replacement: the `count` largest keys log(u) / w of the row.
-    const bool small = count <= kSharedPicks;
-    double* keys = small ? shared_keys[slot] : reinterpret_cast<double*>(pick_sets + 2 * first);
-    int64_t* offsets = small ? shared_offsets[slot] : pick_sets + 2 * first + count;
-    auto key_of = [&](int64_t j) { return log(edge_uniform(seed, call, stream, j)) / weight(j); };
-    for (int64_t j = lane; j < count; j += G) {
-      keys[j] = key_of(j);
-      offsets[j] = j;
-    }
-    group.sync();
-    // The buffer's smallest key and where it sits, known to lane 0 and shared with all.
-    double least = DBL_MAX;
-    int64_t least_at = 0;
-    auto find_least = [&] {
-      if (lane == 0) {
-        least = DBL_MAX;
-        for (int64_t q = 0; q < count; ++q) {
-          if (keys[q] < least) {
-            least = keys[q];
-            least_at = q;
-          }
-        }
-      }
-      least = group.shfl(least, 0);
-    };
-    find_least();
-    for (int64_t base = count; base < degree; base += G) {
+    // Without replacement: the `count` largest keys log(u) / w of the row, kept in the row's
+    // pick_sets scratch.
+    KeyBuffer<G, decltype(group)> best{reinterpret_cast<double*>(row_scratch), row_scratch + count,
+                                      count};
+    for (int64_t base = 0; base < degree; base += G) {
       const int64_t j = base + lane;
-      const double key = j < degree ? key_of(j) : -DBL_MAX;
-      unsigned offered = group.ballot(key > least);
-      while (offered != 0) {
-        const int l = __ffs(offered) - 1;
-        offered &= offered - 1;
-        const double candidate = group.shfl(key, l);
-        if (candidate > least) {
-          if (lane == 0) {
-            keys[least_at] = candidate;
-            offsets[least_at] = base + l;
-          }
-          find_least();
-        }
-      }
+      const double key =
+          j < degree ? log(edge_uniform(seed, call, stream, j)) / weight(j) : -DBL_MAX;
+      best.offer(group, key, j);
     }
     group.sync();
-    for (int64_t j = lane; j < count; j += G) emit(j, offsets[j]);
-    group.sync();  // the group's buffer is reused by its next row
+    for (int64_t j = lane; j < count; j += G) emit(j, best.offsets[j]);
   }
 }
 
