@@ -45,7 +45,9 @@ def timed(call, sync) -> float:
     return statistics.median(times) * 1e3
 
 
-def measure(fanouts):
+def measure(fanouts, json_path=None):
+    """Times every variant at each fanout; with `json_path`, the record is rewritten after
+    each fanout, so that a run cut short by a time limit keeps what it measured."""
     import torch
 
     import torch_quiver_ops as qv
@@ -83,9 +85,11 @@ def measure(fanouts):
         for row in rows[-5:]:
             print(f"fanout {k:>6} {row['variant']:<18} {row['ms']:>10.3f} ms  "
                   f"{HUBS * k / row['ms'] / 1e3:>9.2f} Medges/s", flush=True)
-    return {"device": torch.cuda.get_device_name(),
-            "library": os.environ.get("TORCH_QUIVER_OPS_LIBRARY", "installed"), "hubs": HUBS,
-            "degree": DEGREE, "rows": rows}
+        if json_path:
+            record = {"device": torch.cuda.get_device_name(),
+                      "library": os.environ.get("TORCH_QUIVER_OPS_LIBRARY", "installed"),
+                      "hubs": HUBS, "degree": DEGREE, "rows": rows}
+            json.dump(record, open(json_path, "w"), indent=1)
 
 
 def compare(old_path, new_path, png):
@@ -98,7 +102,7 @@ def compare(old_path, new_path, png):
     for r in new["rows"]:
         was = before.get(key(r))
         ratio = f"{was / r['ms']:.2f}x" if was else "-"
-        print(f"| {r['fanout']:,} | {r['variant']} | {was if was is None else f'{was:,.3f}'} | "
+        print(f"| {r['fanout']:,} | {r['variant']} | {'-' if was is None else f'{was:,.3f}'} | "
               f"{r['ms']:,.3f} | {ratio} | {HUBS * r['fanout'] / r['ms'] / 1e3:,.1f} |")
     if png:
         import matplotlib
@@ -150,9 +154,7 @@ def main():
     import torch
     if not torch.cuda.is_available():
         parser.error("this benchmark needs a GPU (torch sees none here)")
-    result = measure(fanouts)
-    if args.json:
-        json.dump(result, open(args.json, "w"), indent=1)
+    measure(fanouts, args.json)
 
 
 if __name__ == "__main__":
