@@ -111,19 +111,20 @@ def assign_owners(topo: CSRTopo, num_parts: int, method: str = "metis", seed: in
         order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
         owner[order] = (torch.arange(n) % num_parts).to(torch.int16)
         return owner
-    try:
-        import pymetis
-    except ImportError:
-        raise ImportError("method='metis' needs pymetis (pip install pymetis); 'range' and "
-                          "'random' need nothing") from None
     if num_parts == 1 or n == 0:  # (METIS prints "Cannot bisect" for 0 nodes)
         return torch.zeros(n, dtype=torch.int16)
+    # The arguments are named before the dependency is looked for.
     if num_parts > n:  # METIS prints its refusal and returns every node in one part
         raise ValueError(f"method='metis' splits {n} nodes into at most {n} parts, got "
                          f"num_parts={num_parts}; 'range' and 'random' leave parts empty")
     if n > MAX_METIS_NODES:  # (each pair is keyed as row * n + col in int64 below)
         raise ValueError(f"method='metis' takes graphs of at most {MAX_METIS_NODES:,} nodes, "
                          f"got {n:,}; use 'range' or 'random'")
+    try:
+        import pymetis
+    except ImportError:
+        raise ImportError("method='metis' needs pymetis (pip install pymetis); 'range' and "
+                          "'random' need nothing") from None
     _check_metis_memory(topo.edge_count, f"{topo.edge_count:,} edges", "at least ")
     # METIS wants an undirected graph without self loops or repeated edges.
     row = torch.repeat_interleave(torch.arange(n, dtype=torch.int64), topo.degree.long())
