@@ -6,6 +6,7 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <quiver/ops.h>
+#include <caffe2/serialize/crc_alt.h>  // (its definitions: included in this file alone)
 #include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
 
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <fstream>
 #include <numeric>
 
 namespace quiver::runtime {
@@ -690,6 +692,114 @@ void ServingRuntime::serve_with(std::function<at::Tensor(const ServedBatch&)> mo
   }
 }
 
+namespace {
+
+uint64_t little_endian(const unsigned char* p, int bytes) {
+  uint64_t value = 0;
+  for (int b = bytes - 1; b >= 0; --b) value = value << 8 | p[b];
+  return value;
+}
+
+// Each stored record of the zip at `path` against the CRC-32 its central directory gives
+// (deflated records, which torch's writer never makes, are left to the reader). torch's C++
+// zip reader skips these checks, and a package damaged inside its compiled model crashed the
+// process that loaded it (SIGILL), where Python's zipfile names the damage. Returns the
+// first record whose bytes disagree, or a description of a directory it cannot read.
+std::optional<std::string> damaged_record(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  file.seekg(0, std::ios::end);
+  const int64_t size = file.tellg();
+  auto read_at = [&](int64_t at, int64_t bytes) {
+    std::vector<unsigned char> out(std::max<int64_t>(bytes, 0));
+    if (at < 0 || bytes < 0 || at + bytes > size) return std::vector<unsigned char>{};
+    file.seekg(at);
+    file.read(reinterpret_cast<char*>(out.data()), bytes);
+    return file ? out : std::vector<unsigned char>{};
+  };
+  // The end of central directory record: 22 bytes and a comment of at most 65,535.
+  const int64_t tail_at = std::max<int64_t>(0, size - (22 + 65535));
+  const std::vector<unsigned char> tail = read_at(tail_at, size - tail_at);
+  int64_t end = -1;
+  for (int64_t q = static_cast<int64_t>(tail.size()) - 22; q >= 0 && end < 0; --q) {
+    if (little_endian(&tail[q], 4) == 0x06054b50) end = q;
+  }
+  if (end < 0) return "no end of central directory";
+  uint64_t entries = little_endian(&tail[end + 10], 2);
+  uint64_t directory_at = little_endian(&tail[end + 16], 4);
+  if ((entries == 0xFFFF || directory_at == 0xFFFFFFFF) && tail_at + end >= 20) {
+    // ZIP64: the locator just before the record points at the ZIP64 end record.
+    const auto locator = read_at(tail_at + end - 20, 20);
+    if (locator.empty() || little_endian(&locator[0], 4) != 0x07064b50) return "no ZIP64 locator";
+    const auto end64 = read_at(static_cast<int64_t>(little_endian(&locator[8], 8)), 56);
+    if (end64.empty() || little_endian(&end64[0], 4) != 0x06064b50) return "no ZIP64 end record";
+    entries = little_endian(&end64[32], 8);
+    directory_at = little_endian(&end64[48], 8);
+  }
+  int64_t at = static_cast<int64_t>(directory_at);
+  for (uint64_t e = 0; e < entries; ++e) {
+    const auto header = read_at(at, 46);
+    if (header.empty() || little_endian(&header[0], 4) != 0x02014b50) {
+      return "a central directory entry is damaged";
+    }
+    const uint64_t method = little_endian(&header[10], 2);
+    const uint32_t crc = static_cast<uint32_t>(little_endian(&header[16], 4));
+    uint64_t stored = little_endian(&header[20], 4);
+    uint64_t local_at = little_endian(&header[42], 4);
+    const int64_t name_bytes = little_endian(&header[28], 2);
+    const int64_t extra_bytes = little_endian(&header[30], 2);
+    const int64_t comment_bytes = little_endian(&header[32], 2);
+    const auto name_and_extra = read_at(at + 46, name_bytes + extra_bytes);
+    if (name_and_extra.empty() && name_bytes + extra_bytes > 0) return "a record's name is cut";
+    const std::string name(name_and_extra.begin(), name_and_extra.begin() + name_bytes);
+    // ZIP64 extra field: the 64-bit values of the fields saturated above, in their order.
+    const bool size_saturated = stored == 0xFFFFFFFF;
+    const bool uncompressed_saturated = little_endian(&header[24], 4) == 0xFFFFFFFF;
+    for (int64_t q = name_bytes; q + 4 <= name_bytes + extra_bytes;) {
+      const uint64_t id = little_endian(&name_and_extra[q], 2);
+      const int64_t length = little_endian(&name_and_extra[q + 2], 2);
+      if (id == 0x0001) {
+        int64_t v = q + 4;
+        auto next = [&](uint64_t& field) {
+          if (v + 8 <= q + 4 + length && v + 8 <= name_bytes + extra_bytes) {
+            field = little_endian(&name_and_extra[v], 8);
+          }
+          v += 8;
+        };
+        uint64_t ignored = 0;
+        if (uncompressed_saturated) next(ignored);
+        if (size_saturated) next(stored);
+        if (local_at == 0xFFFFFFFF) next(local_at);
+      }
+      q += 4 + length;
+    }
+    if (method == 0) {
+      const auto local = read_at(static_cast<int64_t>(local_at), 30);
+      if (local.empty() || little_endian(&local[0], 4) != 0x04034b50) {
+        return "the record " + name + " is not where the directory says";
+      }
+      int64_t data_at = static_cast<int64_t>(local_at) + 30 + little_endian(&local[26], 2) +
+                        little_endian(&local[28], 2);
+      uint32_t running = 0;
+      std::vector<char> chunk(1 << 20);
+      file.seekg(data_at);
+      for (uint64_t left = stored; left > 0;) {
+        const int64_t bytes = static_cast<int64_t>(std::min<uint64_t>(left, chunk.size()));
+        if (data_at + bytes > size || !file.read(chunk.data(), bytes)) {
+          return "the record " + name + " is cut short";
+        }
+        running = crc32_fast(chunk.data(), static_cast<size_t>(bytes), running);
+        data_at += bytes;
+        left -= static_cast<uint64_t>(bytes);
+      }
+      if (running != crc) return "the record " + name + " fails its CRC-32";
+    }
+    at += 46 + name_bytes + extra_bytes + comment_bytes;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 void check_package_layout(const std::string& package_path, const std::string& caller) {
   const std::string refused = caller + ": " + package_path +
                               " is not an AOTInductor package (torch_quiver_ops.aoti."
@@ -722,6 +832,9 @@ void check_package_layout(const std::string& package_path, const std::string& ca
   });
   TORCH_CHECK_VALUE(has_metadata, refused, "it holds no model metadata (", model_dir,
                     "*_metadata.json)");
+  const std::optional<std::string> damage = damaged_record(package_path);
+  TORCH_CHECK_VALUE(!damage, caller, ": ", package_path, " is damaged: ", damage.value_or(""),
+                    " (copy it again, or export it again)");
 }
 
 void ServingRuntime::serve_package(const std::string& package_path, int64_t threads) {

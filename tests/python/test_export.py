@@ -114,11 +114,25 @@ def test_the_runner_names_what_it_cannot_use(tmp_path):
         z.writestr("a.txt", "x")
     with zipfile.ZipFile(nested, "w") as z:
         z.writestr("pkg/a.txt", "x")
+    # One flipped byte of a compiled model: torch's C++ reader skips the CRC-32s, and such a
+    # package had crashed the runner (SIGILL).
+    damaged = tmp_path / "damaged.pt2"
+    writer = torch._C.PyTorchFileWriter(str(damaged))
+    for record, data in (("archive_format", b"pt2"),
+                         ("data/aotinductor/model/x.so", b"\x7fELF" + bytes(5000)),
+                         ("data/aotinductor/model/x_metadata.json", b"{}")):
+        writer.write_record(record, data, len(data))
+    writer.write_end_of_file()
+    data = bytearray(damaged.read_bytes())
+    data[data.index(b"\x7fELF") + 100] ^= 0xFF
+    damaged.write_bytes(bytes(data))
     for package, words in ((tmp_path / "nothing.pt2", "is not a file"),
                            (tmp_path, "is not a file"),
                            (not_a_package, "is not an AOTInductor package"),
                            (loose, "is not an AOTInductor package"),
-                           (nested, "is not an AOTInductor package")):
+                           (nested, "is not an AOTInductor package"),
+                           (damaged, "is damaged: the record damaged/data/aotinductor/model/x.so "
+                                     "fails its CRC-32")):
         done = subprocess.run([RUNNER, str(package), str(graph), "--seeds", "0:2"],
                               capture_output=True, text=True, timeout=60)
         assert done.returncode == 2 and str(package) in done.stderr and words in done.stderr, \

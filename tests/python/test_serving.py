@@ -316,8 +316,19 @@ def test_a_zip_that_is_no_package_is_refused_by_name(graph, packaged, tmp_path):
     torch_written("t-empty.pt2", [("archive_format", b"pt2"), ("data/x.txt", b"")])
     torch_written("t-nometa.pt2", [("archive_format", b"pt2"),
                                    ("data/aotinductor/model/x.so", b"\x7fELF not a library")])
+    # One flipped byte of the compiled model: torch's C++ reader skips the CRC-32s, and
+    # loading such a package had crashed the process (SIGILL).
+    torch_written("t-damaged.pt2", [("archive_format", b"pt2"),
+                                    ("data/aotinductor/model/x.so", b"\x7fELF" + bytes(5000)),
+                                    ("data/aotinductor/model/x_metadata.json", b"{}")])
+    damaged = bytearray((tmp_path / "t-damaged.pt2").read_bytes())
+    damaged[damaged.index(b"\x7fELF") + 100] ^= 0xFF
+    (tmp_path / "t-damaged.pt2").write_bytes(bytes(damaged))
     runtime, _ = runtime_for(graph, (5, 3), cpu_samplers=1)
     try:
+        with pytest.raises(ValueError, match="t-damaged.pt2 is damaged: the record "
+                                             ".*x.so fails its CRC-32"):
+            runtime._runtime.serve_package(str(tmp_path / "t-damaged.pt2"), 1)
         for name in ("loose.pt2", "old.pt2", "empty.pt2", "nometa.pt2"):
             with pytest.raises(ValueError, match=f"{name} is not an AOTInductor package"):
                 runtime._runtime.serve_package(str(tmp_path / name), 1)
