@@ -279,6 +279,25 @@ def test_large_fanout_without_replacement_is_fast_and_distinct(mode):
     assert_halves_hypergeometric(neighbors.cpu().view(600, 40) - 1, 80)  # whole subsets too
 
 
+@pytest.mark.parametrize("fanout", [33, 40, 70])
+def test_many_picks_without_replacement_are_uniform_subsets(mode, fanout):
+    """Rows of more than 32 picks (on the GPU the lanes draw positions together, and past
+    half the row the positions left out): every pick distinct and real, each neighbor equally
+    likely, whole subsets too."""
+    torch.manual_seed(6)
+    indptr, indices = star_graph(80)
+    (indptr, indices), device = place_pair(indptr, indices, mode)
+    trials = 800
+    seeds = torch.zeros(trials, dtype=torch.long, device=device)
+    counts, neighbors, _ = qv.ops.sample_neighbors(indptr, indices, seeds, fanout)
+    assert counts.tolist() == [fanout] * trials
+    picks = neighbors.cpu().view(trials, fanout) - 1
+    assert int(picks.min()) >= 0 and int(picks.max()) < 80
+    assert all(row.unique().numel() == fanout for row in picks)
+    assert_uniform(torch.bincount(picks.flatten(), minlength=80))
+    assert_halves_hypergeometric(picks, 80)
+
+
 def test_pinned_temporaries_outlive_the_kernel(mode):
     if mode != "UVA":
         pytest.skip("only UVA reads pinned host memory after the op returns")
