@@ -35,6 +35,24 @@ for g in ${GROUPS_TO_RUN:-this_session hetero late_fixes serving device_topology
           --fanouts ${FANOUTS:-64,1000,5000,20000} --json "$OUT/hubs-$lib.json" 2>&1 | tee "$OUT/hubs-$lib.log"
       done
       python3 scripts/bench_weighted_hubs.py --compare "$OUT/hubs-old.json" "$OUT/hubs-new.json" | tee "$OUT/hubs-compare.log" ;;
+    relrows)
+      xz -dc .device/pack/old.so.xz > /tmp/old.so
+      for lib in old new; do
+        echo "== bench_relation_rows ($lib library)"
+        TORCH_QUIVER_OPS_LIBRARY=/tmp/$lib.so timeout 150 python3 scripts/bench_relation_rows.py \
+          --json "$OUT/relrows-$lib.json" 2>&1 | tee "$OUT/relrows-$lib.log"
+      done
+      python3 scripts/bench_relation_rows.py --compare "$OUT/relrows-old.json" "$OUT/relrows-new.json" ;;
+    mag)
+      xz -dc .device/pack/old.so.xz > /tmp/old.so
+      for lib in old new; do
+        echo "== bench_hetero --scale ${MAG_SCALE:-0.25} ($lib library)"
+        TORCH_QUIVER_OPS_LIBRARY=/tmp/$lib.so timeout 200 python3 scripts/bench_hetero.py \
+          --scale ${MAG_SCALE:-0.25} --batches 20 --cpu-batches 2 --json "$OUT/mag-$lib.json" \
+          > "$OUT/mag-$lib.log" 2>&1
+        grep -E "^\||ms|Medges" "$OUT/mag-$lib.log" | tail -20
+      done ;;
+    uniform) group uniform 200 "not slow_never_matches" test_sample_neighbors.py test_neighbor_sample.py test_sampler.py test_sample_subgraph.py ;;
     weighted) group weighted 240 "weight or sums or successive or cumsum" test_neighbor_sample.py test_pyg_rules.py test_sampler.py test_hetero.py test_sample_neighbors.py test_pyg.py ;;
     dist) group dist 200 "not slow_never_matches" test_dist_sampler.py ;;
     gtest)
