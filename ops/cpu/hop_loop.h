@@ -36,6 +36,27 @@ namespace quiver::cpu {
 
 constexpr int64_t kHopNodesPerTask = 256;
 constexpr int64_t kHopEdgesPerTask = 1 << 14;
+// A sampling task's rows end at kHopNodesPerTask rows or past this many picks: 256 rows a
+// task had put a batch of 32 hubs of 1,000 picks each on one thread of sixteen.
+constexpr int64_t kHopPicksPerTask = 2048;
+
+// The first row of each sampling task, then num_rows: a task every kHopNodesPerTask rows,
+// and one more at each row whose picks cross a multiple of kHopPicksPerTask (`ends`: the
+// rows' inclusive prefix sums of picks). A row's picks stay in one task: its draws are one
+// stream, and the results do not depend on the tasks.
+inline std::vector<int64_t> sampling_tasks(const std::vector<int64_t>& ends) {
+  const int64_t num_rows = static_cast<int64_t>(ends.size());
+  const int64_t picks = num_rows == 0 ? 0 : ends.back();
+  std::vector<int64_t> starts;
+  for (int64_t r = 0; r < num_rows; r += kHopNodesPerTask) starts.push_back(r);
+  for (int64_t e = kHopPicksPerTask; e < picks; e += kHopPicksPerTask) {
+    starts.push_back(std::upper_bound(ends.begin(), ends.end(), e) - ends.begin());
+  }
+  starts.push_back(num_rows);
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
+  return starts;
+}
 
 // One row of a hop: the edges it may take and how many to sample (-1: all).
 struct PlannedRow {
@@ -130,8 +151,9 @@ HopOutputs sample_hops(const Rows& rows_policy, const at::Tensor& indices,
     int64_t* rows_p = rows.mutable_data_ptr<int64_t>();
     int64_t* cols_p = cols.mutable_data_ptr<int64_t>();
     int64_t* eids_p = eids.mutable_data_ptr<int64_t>();
-    at::parallel_for(0, num_rows, kHopNodesPerTask, [&](int64_t lo, int64_t hi) {
-      for (int64_t r = lo; r < hi; ++r) {
+    const std::vector<int64_t> tasks = sampling_tasks(ends);
+    at::parallel_for(0, static_cast<int64_t>(tasks.size()) - 1, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = tasks[lo]; r < tasks[hi]; ++r) {
         const int64_t out_begin = r == 0 ? 0 : ends[r - 1];
         if (ends[r] == out_begin) continue;
         const int64_t i = key_of_row(r);

@@ -177,6 +177,34 @@ def test_a_thousand_picks_of_a_hub_follow_successive_sampling(mode, cumsum):
     assert_uniform(torch.bincount(light, minlength=2900))
 
 
+def test_hub_rows_sample_alike_on_any_number_of_threads():
+    """On the CPU a hop's rows are split into tasks by rows and by picks (a few hubs of
+    thousands of picks had been one task): whatever the threads, the same batch."""
+    gen = torch.Generator().manual_seed(8)
+    hubs, degree, nodes = 6, 4000, 50_000
+    indptr = torch.zeros(nodes + 1, dtype=torch.long)
+    indptr[1:hubs + 1] = torch.arange(1, hubs + 1) * degree
+    indptr[hubs + 1:] = hubs * degree
+    indices = torch.randint(hubs, nodes, (hubs * degree,), generator=gen)
+    weights = torch.rand(hubs * degree, generator=gen) + 0.1
+    sums = qv.ops.row_cumsum(indptr, weights)
+    seeds = torch.arange(hubs + 300)  # the hubs, then nodes without neighbors
+    threads = torch.get_num_threads()
+    try:
+        for rules in ({}, {"edge_weight": weights, "edge_weight_cumsum": sums}):
+            outs = []
+            for n in (1, 2, 4):
+                torch.set_num_threads(n)
+                outs.append(qv.ops.neighbor_sample(
+                    indptr, indices, seeds, [3000, 2], generator=torch.Generator().manual_seed(1),
+                    **rules))
+            for out in outs[1:]:
+                assert all(torch.equal(a, b) for a, b in zip(outs[0], out))
+            assert outs[0][-1].tolist()[0] == hubs * 3000
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_sums_match_keys_on_a_random_graph(mode):
     """Long rows, several hops: both weighted paths give the same kind of subgraph, real
     edges, min(fanout, degree) picks a row."""
