@@ -63,6 +63,38 @@ def test_temporal_node_loader_obeys_seed_times(mode, strategy):
     assert seen == N and full > 50  # (121 seeds: enough that a fanout of 6 binds)
 
 
+@pytest.mark.parametrize("neg", ["binary", "triplet"])
+def test_node_time_link_negatives_exist_by_their_pair_time_and_are_no_edges(mode, neg):
+    """A Data with node times: negatives are nodes there by their pair's time (as PyG's)
+    and not true edges (these batches had gone to PyG's code, whose negatives were any
+    pair: about half of them true edges in a graph of density 1/2; a probe)."""
+    n = 40
+    gen = torch.Generator().manual_seed(3)
+    src = torch.arange(n).repeat_interleave(n // 2)
+    dst = torch.cat([torch.randperm(n, generator=gen)[:n // 2] for _ in range(n)])
+    edges = set(zip(src.tolist(), dst.tolist()))
+    data = Data(x=torch.randn(n, 2), edge_index=torch.stack([src, dst]),
+                ntime=torch.arange(n) // 2, num_nodes=n)  # nodes appear over times 0..19
+    loader = LinkNeighborLoader(data, [2], batch_size=100, neg_sampling=neg,
+                                time_attr="ntime", edge_label_time=torch.full((len(src),), 12),
+                                **where(mode))
+    pairs = []
+    for batch in loader:
+        n_id = batch.n_id.cpu()
+        if neg == "binary":
+            positives = batch.input_id.numel()
+            negatives = n_id[batch.edge_label_index[:, positives:].cpu()]
+        else:
+            negatives = torch.stack([n_id[batch.src_index.cpu()],
+                                     n_id[batch.dst_neg_index.cpu()].view(-1)])
+        pairs += negatives.t().tolist()
+    assert len(pairs) == len(src)
+    drawn = [v for s, d in pairs for v in ((s, d) if neg == "binary" else (d,))]
+    assert int(data.ntime[drawn].max()) <= 12
+    true_edges = sum(tuple(pair) in edges for pair in pairs)
+    assert true_edges < len(pairs) // 20, f"{true_edges} of {len(pairs)} negatives are edges"
+
+
 def test_node_time_defaults_to_the_seeds_times(mode):
     data = temporal_data(1)
     loader = NeighborLoader(data, [5, 5], batch_size=50, time_attr="node_time", **where(mode))

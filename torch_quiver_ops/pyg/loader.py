@@ -833,9 +833,9 @@ class NeighborLoader(_OnOurStores, _PygNeighborLoader):
             ``sampling_generator``) reproduces the shuffle but not the sampled neighbors,
             as with PyG's and torch's loaders; for epochs reproducible one by one, leave
             them off. Negatives that
-            PyG's code draws on the host (weighted by ``dst_weight``, or constrained by
-            node times) come from PyTorch's default generator in the main process, so
-            other draws there (dropout) change them.
+            PyG's code draws on the host (weighted by ``dst_weight``) come from PyTorch's
+            default generator in the main process, so other draws there (dropout) change
+            them.
 
     Batches carry every node attribute for the sampled nodes, every edge attribute
     (``edge_attr``, ``edge_weight``, ...) for the sampled edges, gathered by ``e_id``
@@ -997,8 +997,9 @@ class LinkNeighborLoader(_OnOurStores, _PygLinkNeighborLoader):
     edges of their source (a true edge drawn again up to 8 times in all, which a hub's
     negatives can outlast: see ``sample_negatives``), or, with
     ``neg_exclude_edges=False``, uniform over all nodes as PyG's (a negative then a true edge
-    about as often as the graph's density); negatives weighted by ``dst_weight``
-    or bound by node times are drawn by PyG's code on the host. ``weight_attr``,
+    about as often as the graph's density); with node times a negative must also exist by
+    its pair's time (PyG's rule: five redraws, then the earliest node); negatives weighted
+    by ``dst_weight`` are drawn by PyG's code on the host. ``weight_attr``,
     ``time_attr`` with ``edge_label_time``, ``temporal_strategy`` and ``disjoint`` are as
     for :class:`NeighborLoader`.
 

@@ -78,9 +78,10 @@ class NeighborSampler(BaseSampler):
         neg_exclude_edges: link sampling draws its negatives on the sampling device
             (:func:`torch_quiver_ops.ops.sample_negatives`), redrawing any that is a true
             edge (default); ``False`` keeps PyG's rule (uniform pairs, a negative a true edge
-            about as often as the graph's density). Negatives weighted by
-            ``NegativeSampling``'s ``src_weight`` / ``dst_weight`` or constrained by node
-            times are drawn by PyG's code on the host.
+            about as often as the graph's density). With node times a negative must also
+            exist by its pair's time, as in PyG. Negatives weighted by
+            ``NegativeSampling``'s ``src_weight`` / ``dst_weight`` are drawn by PyG's code
+            on the host.
     """
 
     def __init__(self, graph: Union[GraphStore, CSRTopo], num_neighbors,
@@ -178,8 +179,7 @@ class NeighborSampler(BaseSampler):
                 raise IndexError(f"{name} holds node {int(bad)}, out of range [0, {num_nodes})")
         if neg_sampling is not None:
             neg_sampling = NegativeSampling.cast(neg_sampling)
-        if (neg_sampling is not None and not _weighted(neg_sampling)
-                and self.sampler.node_time is None):
+        if neg_sampling is not None and not _weighted(neg_sampling):
             return self._link_sample(inputs, neg_sampling)
 
         def sample_trees_of_pairs(seed, seed_time):
@@ -206,24 +206,40 @@ class NeighborSampler(BaseSampler):
     def _link_sample(self, inputs: EdgeSamplerInput, neg: NegativeSampling) -> SamplerOutput:
         """PyG's ``edge_sample`` for uniform negatives, on the sampling device: the
         negatives from ``sample_negatives``, the endpoints deduplicated there (unless
-        disjoint), the same metadata layout."""
+        disjoint), the same metadata layout. With node times a negative must exist by its
+        pair's time, as in PyG (``_existing_by``); it is still kept off true edges (node
+        times had sent these batches to PyG's code, whose negatives are any pair: half of
+        them true edges in a dense graph, a probe)."""
         device, sampler = self.device, self.sampler
         generator = self._call_generator()
         src = inputs.row.to(device, non_blocking=True)
         dst = inputs.col.to(device, non_blocking=True)
         num_pos, num_nodes = src.numel(), sampler.csr_topo.node_count
         edge_label, seed_time = inputs.label, inputs.time
+        node_time = None
+        if sampler.node_time is not None and seed_time is not None:
+            node_time = as_tensor(sampler.node_time).to(device)
+            pair_time = seed_time.to(device)
 
         def negatives(sources, per_src):
             # The graph store's rows list each node's sources.
             return sampler.sample_negatives(sources, per_src, self.neg_exclude_edges, generator,
                                             out_rows=False)
 
+        def by_time(ids, times, redraw):
+            return ids if node_time is None else _existing_by(ids, node_time, times, redraw)
+
         if neg.is_binary():
             num_neg = math.ceil(num_pos * neg.amount)
-            src_neg = torch.randint(num_nodes, (num_neg,), device=device, generator=generator)
+            neg_time = (None if node_time is None else
+                        pair_time[torch.arange(num_neg, device=device) % num_pos])
+            src_neg = by_time(
+                torch.randint(num_nodes, (num_neg,), device=device, generator=generator),
+                neg_time, lambda where: torch.randint(num_nodes, (where.numel(),),
+                                                      device=device, generator=generator))
             src = torch.cat([src, src_neg])
-            dst = torch.cat([dst, negatives(src_neg, 1)])
+            dst = torch.cat([dst, by_time(negatives(src_neg, 1), neg_time,
+                                          lambda where: negatives(src_neg[where], 1))])
             if edge_label is None:
                 edge_label = torch.ones(num_pos, device=device)
             edge_label = edge_label.to(device, non_blocking=True)
@@ -232,7 +248,11 @@ class NeighborSampler(BaseSampler):
             if seed_time is not None:  # negative n takes positive n % num_pos's time
                 seed_time = seed_time.repeat(1 + math.ceil(neg.amount))[:num_pos + num_neg]
         else:
-            dst = torch.cat([dst, negatives(src, int(neg.amount))])
+            per_src = int(neg.amount)  # source i's negatives at i * per_src + r
+            dst = torch.cat([dst, by_time(
+                negatives(src, per_src),
+                None if node_time is None else pair_time.repeat_interleave(per_src),
+                lambda where: negatives(src[where // per_src], 1))])
         seed = torch.cat([src, dst])
         src_time = seed_time
         if seed_time is not None:  # always disjoint: a pair's endpoints share its time
@@ -301,6 +321,21 @@ class NeighborSampler(BaseSampler):
     @property
     def edge_permutation(self) -> None:
         return None  # e_id already holds the ids of the edges as they were put
+
+
+def _existing_by(ids: Tensor, node_time: Tensor, times: Tensor, redraw) -> Tensor:
+    """PyG's rule for negatives with node times (``neg_sample``): a negative must exist by
+    its pair's time. Late ones are drawn again (``redraw(where)``), five rounds, then the
+    earliest node takes them (which, as in PyG, may be a true edge or still late)."""
+    late = node_time[ids] > times
+    for _ in range(5):
+        if not bool(late.any()):
+            return ids
+        where = late.nonzero().view(-1)
+        ids = ids.clone()
+        ids[where] = redraw(where)
+        late[where] = node_time[ids[where]] > times[where]
+    return torch.where(late, node_time.argmin(), ids)
 
 
 def _weighted(neg: NegativeSampling) -> bool:
@@ -505,21 +540,11 @@ class HeteroNeighborSampler(BaseSampler):
                                                  generator, checked=True)
 
         def existing_by(ids, node_type, times, redraw):
-            # PyG's rule with node times: a negative must exist by its pair's time. Late
-            # ones are drawn again, five rounds, then the type's earliest node takes them.
             if (pair_time is None or self.node_time_dict is None
                     or node_type in self.untimed_node_types):
                 return ids
-            node_time = as_tensor(self.node_time_dict[node_type]).to(device)
-            late = node_time[ids] > times
-            for _ in range(5):
-                if not bool(late.any()):
-                    return ids
-                where = late.nonzero().view(-1)
-                ids = ids.clone()
-                ids[where] = redraw(where)
-                late[where] = node_time[ids[where]] > times[where]
-            return torch.where(late, node_time.argmin(), ids)
+            return _existing_by(ids, as_tensor(self.node_time_dict[node_type]).to(device),
+                                times, redraw)
 
         if neg is not None and neg.is_binary():
             num_neg = math.ceil(num_pos * neg.amount)
