@@ -45,12 +45,11 @@ def timed(call, sync) -> float:
     return statistics.median(times) * 1e3
 
 
-def measure(fanouts, json_path=None):
-    """Times every variant at each fanout; with `json_path`, the record is rewritten after
-    each fanout, so that a run cut short by a time limit keeps what it measured."""
+def hub_graph():
+    """The CSR (host memory): nodes 0..HUBS-1 of degree DEGREE, the rest of none; each
+    edge's weight and each row's prefix sums."""
     import torch
 
-    import torch_quiver_ops as qv
     from torch_quiver_ops import ops
 
     gen = torch.Generator().manual_seed(0)
@@ -59,7 +58,18 @@ def measure(fanouts, json_path=None):
     indptr[HUBS + 1:] = HUBS * DEGREE
     indices = torch.randint(0, NODES, (HUBS * DEGREE,), generator=gen)
     weights = torch.rand(HUBS * DEGREE, generator=gen) * 0.9 + 0.1
-    sums = ops.row_cumsum(indptr, weights)
+    return indptr, indices, weights, ops.row_cumsum(indptr, weights)
+
+
+def measure(fanouts, json_path=None):
+    """Times every variant at each fanout; with `json_path`, the record is rewritten after
+    each fanout, so that a run cut short by a time limit keeps what it measured."""
+    import torch
+
+    import torch_quiver_ops as qv
+    from torch_quiver_ops import ops
+
+    indptr, indices, weights, sums = hub_graph()
     seeds = torch.arange(HUBS)
     cuda = torch.device("cuda")
     g = [t.to(cuda) for t in (indptr, indices, weights, sums)]
